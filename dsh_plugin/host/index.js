@@ -1,0 +1,303 @@
+// Host half of the dsh-gpu-dashboard DSH plugin (a Cordis plugin running inside the DSH server).
+//
+// It registers one same-origin route prefix, /dsh-gpu-dashboard, on DSH's webServer and forwards
+// exactly two read-only requests to the dsh-gpu-dashboard sidecar on loopback:
+//   GET|HEAD /dsh-gpu-dashboard/api/status            -> <sidecar>/api/dsh-gpu-dashboard/status
+//   GET|HEAD /dsh-gpu-dashboard/api/history?since=N   -> <sidecar>/api/dsh-gpu-dashboard/history?since=N
+// plus GET /dsh-gpu-dashboard/api/config (the effective config, without the token) for the
+// settings page. Routes outside /api get no authentication from DSH, so every request must come
+// with a loopback Host header (DNS-rebinding guard) and, when present, a loopback Origin.
+//
+// Nothing here may take DSH down: apply() and every handler catch everything, bad config falls
+// back to defaults with a warning in the DSH log, and the Config schema never rejects.
+import http from 'node:http'
+import {
+  API_PREFIX,
+  DEFAULT_SIDECAR_URL,
+  PLUGIN_NAME,
+  ROUTE_PREFIX,
+  START_HINT,
+  isAcceptableOrigin,
+  isLoopbackAddress,
+  isLoopbackHostHeader,
+  normalizeConfig,
+  resolveRoute,
+} from './core.js'
+
+export const name = PLUGIN_NAME
+export const inject = ['webServer']
+
+const MAX_BODY_BYTES = 16 * 1024 * 1024
+const VERSION = '0.1.0'
+
+/**
+ * A Standard Schema validator that never rejects: invalid config exits the dsh process in
+ * DSH 0.1.0-rc.8, so normalisation (defaults + warnings) happens in apply() instead.
+ */
+export const Config = {
+  '~standard': {
+    version: 1,
+    vendor: PLUGIN_NAME,
+    validate: (value) => ({ value: value === undefined || value === null ? {} : value }),
+  },
+}
+
+function makeLogger(ctx) {
+  const fallback = {
+    info: (...a) => console.log(`[${PLUGIN_NAME}]`, ...a),
+    warn: (...a) => console.warn(`[${PLUGIN_NAME}]`, ...a),
+    error: (...a) => console.error(`[${PLUGIN_NAME}]`, ...a),
+  }
+  let logger = null
+  try {
+    if (ctx && typeof ctx.logger === 'function') logger = ctx.logger(PLUGIN_NAME)
+    else if (ctx && ctx.logger) logger = ctx.logger
+  } catch {
+    logger = null
+  }
+  const call = (level, args) => {
+    try {
+      if (logger && typeof logger[level] === 'function') return void logger[level](...args)
+    } catch {
+      /* fall through */
+    }
+    try {
+      fallback[level](...args)
+    } catch {
+      /* nothing left to try */
+    }
+  }
+  return {
+    info: (...a) => call('info', a),
+    warn: (...a) => call('warn', a),
+    error: (...a) => call('error', a),
+  }
+}
+
+function sendJson(req, res, status, body, extraHeaders = {}) {
+  if (res.headersSent) {
+    res.destroy()
+    return
+  }
+  const text = JSON.stringify(body)
+  res.writeHead(status, {
+    'Content-Type': 'application/json; charset=utf-8',
+    'Content-Length': Buffer.byteLength(text),
+    'Cache-Control': 'no-store',
+    'X-Content-Type-Options': 'nosniff',
+    ...extraHeaders,
+  })
+  res.end(req.method === 'HEAD' ? undefined : text)
+}
+
+/**
+ * Build the request handler for one normalised config. Exported for tests.
+ * @param {ReturnType<typeof normalizeConfig>['config']} config
+ * @param {{info: Function, warn: Function, error: Function}} log
+ * @param {string[]} configWarnings shown by /api/config
+ */
+export function createHandler(config, log, configWarnings = []) {
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 4, keepAliveMsecs: 1000 })
+  let lastReachable = null // log only transitions, the panel polls every few seconds
+
+  const noteReachable = (ok, detail) => {
+    if (ok === lastReachable) return
+    lastReachable = ok
+    if (ok) log.info(`sidecar reachable at ${config.sidecarUrl}`)
+    else log.warn(`sidecar unreachable at ${config.sidecarUrl}: ${detail}`)
+  }
+
+  const unreachable = (req, res, detail) => {
+    noteReachable(false, detail)
+    sendJson(req, res, 502, {
+      error: 'sidecar-unreachable',
+      url: config.sidecarUrl,
+      detail,
+      hint: START_HINT,
+    })
+  }
+
+  const proxy = (req, res, upstreamPath) => {
+    let finished = false
+    const headers = { Accept: 'application/json', 'User-Agent': `${PLUGIN_NAME}-dsh-plugin/${VERSION}` }
+    if (config.token) headers.Authorization = `Bearer ${config.token}`
+    const upstream = http.request({
+      agent,
+      protocol: 'http:',
+      hostname: config.target.hostname,
+      port: config.target.port,
+      family: config.target.hostname.includes(':') ? 6 : undefined,
+      path: config.target.basePath + upstreamPath,
+      method: req.method === 'HEAD' ? 'HEAD' : 'GET',
+      headers,
+    })
+    const timer = setTimeout(() => {
+      if (finished) return
+      finished = true
+      upstream.destroy(new Error('timeout'))
+      unreachable(req, res, `no answer within ${config.timeoutMs} ms`)
+    }, config.timeoutMs)
+    const done = () => {
+      finished = true
+      clearTimeout(timer)
+    }
+    upstream.on('error', (err) => {
+      if (finished) {
+        if (res.headersSent && !res.writableEnded) res.destroy()
+        return
+      }
+      done()
+      unreachable(req, res, (err && (err.code || err.message)) || 'connection failed')
+    })
+    upstream.on('response', (up) => {
+      if (finished) {
+        up.resume()
+        return
+      }
+      const ctype = String(up.headers['content-type'] || '')
+      if (!/\bjson\b/i.test(ctype) && req.method !== 'HEAD') {
+        // Never serve a non-JSON body from the DSH origin (no HTML from elsewhere on this page).
+        done()
+        up.resume()
+        noteReachable(true)
+        sendJson(req, res, 502, {
+          error: 'sidecar-bad-response',
+          url: config.sidecarUrl,
+          status: up.statusCode,
+          detail: `the sidecar answered ${up.statusCode} with content type "${ctype || 'none'}", not JSON`,
+          hint: 'Is the sidecar URL right, and is the sidecar a dsh-gpu-dashboard sidecar of a matching version?',
+        })
+        return
+      }
+      noteReachable(true)
+      const out = {
+        'Content-Type': 'application/json; charset=utf-8',
+        'Cache-Control': 'no-store',
+        'X-Content-Type-Options': 'nosniff',
+      }
+      if (up.headers['content-length']) out['Content-Length'] = up.headers['content-length']
+      res.writeHead(up.statusCode || 502, out)
+      let bytes = 0
+      up.on('data', (chunk) => {
+        bytes += chunk.length
+        if (bytes > MAX_BODY_BYTES) {
+          done()
+          up.destroy()
+          res.destroy()
+          return
+        }
+        if (!res.write(chunk)) {
+          up.pause()
+          res.once('drain', () => up.resume())
+        }
+      })
+      up.on('end', () => {
+        if (finished && bytes > MAX_BODY_BYTES) return
+        done()
+        res.end()
+      })
+      up.on('error', () => {
+        done()
+        res.destroy()
+      })
+    })
+    res.on('close', () => {
+      if (!finished) {
+        done()
+        upstream.destroy()
+      }
+    })
+    upstream.end()
+  }
+
+  const handler = (req, res) => {
+    try {
+      if (!isLoopbackAddress(req.socket && req.socket.remoteAddress)) {
+        return sendJson(req, res, 403, { error: 'forbidden', detail: 'only loopback clients may use this route' })
+      }
+      if (!isLoopbackHostHeader(req.headers.host)) {
+        return sendJson(req, res, 403, {
+          error: 'forbidden',
+          detail: 'the Host header must name a loopback address (127.0.0.1, ::1 or localhost)',
+        })
+      }
+      if (!isAcceptableOrigin(req.headers.origin)) {
+        return sendJson(req, res, 403, { error: 'forbidden', detail: 'cross-origin requests are refused' })
+      }
+      if (req.method !== 'GET' && req.method !== 'HEAD') {
+        return sendJson(req, res, 405, { error: 'method-not-allowed', detail: 'GET and HEAD only' }, { Allow: 'GET, HEAD' })
+      }
+      const route = resolveRoute(req.url || '/')
+      if (route.kind === 'config') {
+        return sendJson(req, res, 200, {
+          plugin: PLUGIN_NAME,
+          version: VERSION,
+          sidecarUrl: config.sidecarUrl,
+          defaultSidecarUrl: DEFAULT_SIDECAR_URL,
+          tokenSet: Boolean(config.token),
+          timeoutMs: config.timeoutMs,
+          warnings: configWarnings,
+          routes: [`${API_PREFIX}/status`, `${API_PREFIX}/history?since=N`, `${API_PREFIX}/config`],
+        })
+      }
+      if (route.kind !== 'proxy') {
+        return sendJson(req, res, 404, {
+          error: 'not-found',
+          detail: `known routes: ${API_PREFIX}/status, ${API_PREFIX}/history?since=N, ${API_PREFIX}/config`,
+        })
+      }
+      return proxy(req, res, route.upstreamPath)
+    } catch (err) {
+      log.error(`request failed: ${(err && err.stack) || err}`)
+      try {
+        sendJson(req, res, 500, { error: 'internal', detail: String((err && err.message) || err) })
+      } catch {
+        try {
+          res.destroy()
+        } catch {
+          /* gone */
+        }
+      }
+    }
+  }
+  handler.close = () => {
+    try {
+      agent.destroy()
+    } catch {
+      /* already closed */
+    }
+  }
+  return handler
+}
+
+/** Cordis entry point. Never throws. */
+export function apply(ctx, rawConfig) {
+  const log = makeLogger(ctx)
+  try {
+    const { config, warnings } = normalizeConfig(rawConfig)
+    for (const w of warnings) log.warn(`config: ${w}`)
+    const handler = createHandler(config, log, warnings)
+    const register = () => {
+      let dispose = null
+      try {
+        dispose = ctx.webServer.register({ kind: 'prefix', path: ROUTE_PREFIX, handler })
+        log.info(`proxying ${API_PREFIX}/{status,history} to ${config.sidecarUrl}`)
+      } catch (err) {
+        log.error(`could not register ${ROUTE_PREFIX}: ${(err && err.message) || err}`)
+      }
+      return () => {
+        try {
+          if (typeof dispose === 'function') dispose()
+        } finally {
+          handler.close()
+        }
+      }
+    }
+    if (typeof ctx.effect === 'function') ctx.effect(register, `${PLUGIN_NAME} proxy route`)
+    else register()
+  } catch (err) {
+    log.error(`apply failed, the GPU panel will show the sidecar as unreachable: ${(err && err.stack) || err}`)
+  }
+}
+
+export default { name, inject, Config, apply }

@@ -1,0 +1,338 @@
+// Browser-side data layer: settings in localStorage, and one poller shared by every slot entry
+// (chip, glance card, GPU view, settings page). Polling runs only while something is subscribed,
+// and pauses while the tab is hidden.
+//
+// All requests go to the plugin's same-origin host routes (never to the sidecar directly):
+//   GET /dsh-gpu-dashboard/api/status, /history?since=N, /config
+import { pickLang } from '../../../sidecar/static/format.js'
+
+export const API = '/dsh-gpu-dashboard/api'
+export const STORAGE_KEY = 'dsh-gpu-dashboard.settings'
+export const REFRESH_MIN_S = 0.5
+export const REFRESH_MAX_S = 60
+export const DEFAULT_REFRESH_S = 2
+export const HISTORY_MAX_SAMPLES = 7200
+const FETCH_TIMEOUT_MS = 6000
+
+// ------------------------------------------------------------------ settings (localStorage)
+
+function readSettings() {
+  const d = { refreshS: DEFAULT_REFRESH_S, sidecarUrl: '', lang: 'auto' }
+  try {
+    const raw = window.localStorage.getItem(STORAGE_KEY)
+    if (!raw) return d
+    const v = JSON.parse(raw)
+    if (v && typeof v === 'object') {
+      const r = Number(v.refreshS)
+      if (Number.isFinite(r)) d.refreshS = clampRefresh(r)
+      if (typeof v.sidecarUrl === 'string') d.sidecarUrl = v.sidecarUrl.slice(0, 300)
+      if (v.lang === 'en' || v.lang === 'zh' || v.lang === 'auto') d.lang = v.lang
+    }
+  } catch {
+    /* private mode, bad JSON: defaults */
+  }
+  return d
+}
+
+export function clampRefresh(s) {
+  const n = Number(s)
+  if (!Number.isFinite(n)) return DEFAULT_REFRESH_S
+  return Math.min(REFRESH_MAX_S, Math.max(REFRESH_MIN_S, Math.round(n * 10) / 10))
+}
+
+function browserLang() {
+  try {
+    return pickLang(navigator.languages && navigator.languages.length ? navigator.languages : navigator.language)
+  } catch {
+    return 'en'
+  }
+}
+
+// ------------------------------------------------------------------ tiny observable
+
+function observable(initial) {
+  let value = initial
+  const subs = new Set()
+  return {
+    get: () => value,
+    set(next) {
+      value = next
+      for (const fn of [...subs]) {
+        try {
+          fn()
+        } catch {
+          /* a broken subscriber must not stop the others */
+        }
+      }
+    },
+    subscribe(fn) {
+      subs.add(fn)
+      return () => subs.delete(fn)
+    },
+    size: () => subs.size,
+  }
+}
+
+// ------------------------------------------------------------------ fetching
+
+async function getJson(path) {
+  const ctrl = typeof AbortController !== 'undefined' ? new AbortController() : null
+  const timer = ctrl ? setTimeout(() => ctrl.abort(), FETCH_TIMEOUT_MS) : null
+  try {
+    const res = await fetch(path, {
+      headers: { Accept: 'application/json' },
+      cache: 'no-store',
+      credentials: 'same-origin',
+      signal: ctrl ? ctrl.signal : undefined,
+    })
+    const ctype = res.headers.get('content-type') || ''
+    let body = null
+    if (/json/i.test(ctype)) {
+      try {
+        body = await res.json()
+      } catch {
+        body = null
+      }
+    } else {
+      try {
+        await res.text()
+      } catch {
+        /* ignore */
+      }
+    }
+    return { httpStatus: res.status, json: /json/i.test(ctype), body }
+  } finally {
+    if (timer) clearTimeout(timer)
+  }
+}
+
+/** Turn a response into the store's connection state. Exported for tests. */
+export function classify(resp, path) {
+  if (!resp.json) {
+    return { kind: 'error', code: 'host-missing', message: null, path, httpStatus: resp.httpStatus }
+  }
+  const b = resp.body
+  if (resp.httpStatus === 200 && b && typeof b === 'object' && !Array.isArray(b) && !b.error) {
+    return { kind: 'ok' }
+  }
+  if (b && b.error === 'sidecar-unreachable') {
+    return { kind: 'unreachable', url: b.url || null, hint: b.hint || null, detail: b.detail || null }
+  }
+  if (b && b.error === 'sidecar-bad-response') {
+    return { kind: 'error', code: 'bad-response', detail: b.detail || null, httpStatus: resp.httpStatus }
+  }
+  if (resp.httpStatus === 401 || resp.httpStatus === 403) {
+    return { kind: 'error', code: 'auth', httpStatus: resp.httpStatus, detail: (b && (b.detail || b.error)) || null }
+  }
+  if (resp.httpStatus === 404 && b && b.error === 'not-found' && typeof b.detail === 'string' && b.detail.includes(API)) {
+    // our own host route answered "unknown path": a version mismatch between halves
+    return { kind: 'error', code: 'http', httpStatus: 404, detail: b.detail }
+  }
+  return {
+    kind: 'error',
+    code: 'http',
+    httpStatus: resp.httpStatus,
+    detail: (b && (b.detail || b.error || b.message)) || 'unexpected answer',
+  }
+}
+
+// ------------------------------------------------------------------ the store
+
+function createStore() {
+  const settings = observable(readSettings())
+  const ui = observable({ glanceOpen: false })
+  const status = observable({
+    state: 'loading', // loading | ok | unreachable | error
+    doc: null,
+    problem: null,
+    lastOk: null, // ms
+    lastTry: null,
+    config: null, // /api/config answer
+  })
+  const history = observable({ samples: [], events: [], intervalS: null, lastTime: null, error: null })
+
+  let statusTimer = null
+  let historyTimer = null
+  let statusInFlight = false
+  let historyInFlight = false
+  let configFetched = false
+  let historyUsers = 0
+
+  const lang = () => {
+    const l = settings.get().lang
+    return l === 'en' || l === 'zh' ? l : browserLang()
+  }
+
+  const hidden = () => {
+    try {
+      return typeof document !== 'undefined' && document.visibilityState === 'hidden'
+    } catch {
+      return false
+    }
+  }
+
+  async function fetchConfig() {
+    try {
+      const r = await getJson(`${API}/config`)
+      if (r.json && r.httpStatus === 200 && r.body) {
+        configFetched = true
+        status.set({ ...status.get(), config: r.body })
+      }
+    } catch {
+      /* shown through the status poll */
+    }
+  }
+
+  async function pollStatus() {
+    if (statusInFlight) return
+    statusInFlight = true
+    const path = `${API}/status`
+    try {
+      const r = await getJson(path)
+      const c = classify(r, path)
+      const prev = status.get()
+      if (c.kind === 'ok') {
+        status.set({ ...prev, state: 'ok', doc: r.body, problem: null, lastOk: Date.now(), lastTry: Date.now() })
+      } else {
+        status.set({ ...prev, state: c.kind, problem: c, lastTry: Date.now() })
+      }
+      if (!configFetched || c.kind !== prev.state) fetchConfig()
+    } catch (err) {
+      status.set({
+        ...status.get(),
+        state: 'error',
+        problem: { kind: 'error', code: 'fetch', detail: String((err && err.message) || err), path },
+        lastTry: Date.now(),
+      })
+    } finally {
+      statusInFlight = false
+    }
+  }
+
+  async function pollHistory() {
+    if (historyInFlight) return
+    historyInFlight = true
+    try {
+      const h = history.get()
+      const since = h.lastTime !== null ? `?since=${encodeURIComponent(String(h.lastTime))}` : ''
+      const r = await getJson(`${API}/history${since}`)
+      if (r.httpStatus === 200 && r.json && r.body && Array.isArray(r.body.samples)) {
+        const cur = history.get()
+        let samples = cur.samples
+        const fresh = r.body.samples.filter(
+          (s) => s && typeof s.time === 'number' && (cur.lastTime === null || s.time > cur.lastTime),
+        )
+        if (fresh.length) {
+          samples = samples.concat(fresh)
+          if (samples.length > HISTORY_MAX_SAMPLES) samples = samples.slice(samples.length - HISTORY_MAX_SAMPLES)
+        }
+        history.set({
+          samples,
+          events: Array.isArray(r.body.events) ? r.body.events : cur.events,
+          intervalS: typeof r.body.interval_s === 'number' ? r.body.interval_s : cur.intervalS,
+          lastTime: samples.length ? samples[samples.length - 1].time : cur.lastTime,
+          error: null,
+        })
+      } else {
+        history.set({ ...history.get(), error: r.httpStatus })
+      }
+    } catch (err) {
+      history.set({ ...history.get(), error: String((err && err.message) || err) })
+    } finally {
+      historyInFlight = false
+    }
+  }
+
+  const intervalMs = () => Math.round(clampRefresh(settings.get().refreshS) * 1000)
+
+  function scheduleStatus(delay) {
+    clearTimeout(statusTimer)
+    statusTimer = null
+    if (status.size() === 0) return
+    statusTimer = setTimeout(async () => {
+      if (!hidden()) await pollStatus()
+      scheduleStatus(intervalMs())
+    }, delay)
+  }
+
+  function scheduleHistory(delay) {
+    clearTimeout(historyTimer)
+    historyTimer = null
+    if (historyUsers === 0) return
+    historyTimer = setTimeout(async () => {
+      if (!hidden()) await pollHistory()
+      scheduleHistory(Math.max(2000, intervalMs()))
+    }, delay)
+  }
+
+  try {
+    document.addEventListener('visibilitychange', () => {
+      if (!hidden()) {
+        if (status.size()) scheduleStatus(0)
+        if (historyUsers) scheduleHistory(0)
+      }
+    })
+  } catch {
+    /* no document */
+  }
+
+  return {
+    settings,
+    ui,
+    status,
+    history,
+    lang,
+    subscribeStatus(fn) {
+      const off = status.subscribe(fn)
+      if (status.size() === 1) scheduleStatus(0)
+      return () => {
+        off()
+        if (status.size() === 0) {
+          clearTimeout(statusTimer)
+          statusTimer = null
+        }
+      }
+    },
+    subscribeHistory(fn) {
+      const off = history.subscribe(fn)
+      historyUsers += 1
+      if (historyUsers === 1) scheduleHistory(0)
+      return () => {
+        off()
+        historyUsers -= 1
+        if (historyUsers <= 0) {
+          historyUsers = 0
+          clearTimeout(historyTimer)
+          historyTimer = null
+        }
+      }
+    },
+    refreshNow() {
+      configFetched = false
+      if (status.size()) scheduleStatus(0)
+      else pollStatus()
+      fetchConfig()
+    },
+    saveSettings(patch) {
+      const next = { ...settings.get(), ...patch }
+      next.refreshS = clampRefresh(next.refreshS)
+      settings.set(next)
+      try {
+        window.localStorage.setItem(STORAGE_KEY, JSON.stringify(next))
+      } catch {
+        /* storage full or disabled: keep it for this page */
+      }
+      if (status.size()) scheduleStatus(intervalMs())
+    },
+    toggleGlance(open) {
+      const cur = ui.get().glanceOpen
+      ui.set({ ...ui.get(), glanceOpen: typeof open === 'boolean' ? open : !cur })
+    },
+  }
+}
+
+let singleton = null
+export function getStore() {
+  if (!singleton) singleton = createStore()
+  return singleton
+}

@@ -1,0 +1,359 @@
+"""Per-model bookkeeping: the forward pre-hook, device traversal, input sampling, loader timing.
+
+The forward pre-hook is the only probe code on the training hot path: it does a counter increment,
+one clock read and one flag test. Everything that costs more (finding the input's device, walking
+the parameters) happens either when the publisher thread arms the hook (about once per publish
+interval) or in the publisher thread itself.
+
+This module never imports torch: the caller passes the torch module it found in sys.modules.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+import weakref
+from typing import Any
+
+__all__ = ["LoaderTimer", "ModelRecord", "ProbeWorkerInit", "find_input_device", "unwrap_model"]
+
+# Wrappers whose parameters live in ``.module``; hooked as given, traversed through.
+_MODULE_WRAPPERS = frozenset({"DataParallel", "DistributedDataParallel", "FullyShardedDataParallel"})
+_MAX_UNWRAP = 8
+INPUT_MAX_DEPTH = 4
+INPUT_MAX_ITEMS = 32  # per container: the first items are where a batch's tensors are
+LOADER_WINDOW_BATCHES = 64
+NAME_MAX_CHARS = 256
+
+
+def unwrap_model(model: Any, module_type: type) -> tuple[Any, str]:
+    """The module that owns the parameters, and a class label like ``DataParallel(Net)``."""
+    chain = []
+    inner = model
+    for _ in range(_MAX_UNWRAP):
+        orig = getattr(inner, "_orig_mod", None)  # torch.compile's OptimizedModule
+        if isinstance(orig, module_type):
+            chain.append(type(inner).__name__)
+            inner = orig
+            continue
+        wrapped = getattr(inner, "module", None) if type(inner).__name__ in _MODULE_WRAPPERS else None
+        if isinstance(wrapped, module_type):
+            chain.append(type(inner).__name__)
+            inner = wrapped
+            continue
+        break
+    label = type(inner).__name__
+    for wrapper in reversed(chain):
+        label = f"{wrapper}({label})"
+    return inner, label
+
+
+def find_input_device(args: tuple, kwargs: dict | None, tensor_type: type) -> str | None:
+    """Device of the first tensor in args, then kwargs, looking inside lists, tuples and dicts.
+
+    Bounded in depth and breadth, and it only indexes real containers: a generator, iterator or any
+    other object is never iterated, so nothing the model is about to consume gets consumed here.
+    The container types' own methods are used so a subclass's overridden iteration is not run either.
+    """
+    stack: list[tuple[Any, int]] = [(kwargs, 1), (args, 1)] if kwargs else [(args, 1)]
+    while stack:
+        obj, depth = stack.pop()
+        if isinstance(obj, tensor_type):
+            return str(obj.device)
+        if depth > INPUT_MAX_DEPTH:
+            continue
+        if isinstance(obj, tuple):
+            items = tuple.__getitem__(obj, slice(0, INPUT_MAX_ITEMS))
+        elif isinstance(obj, list):
+            items = list.__getitem__(obj, slice(0, INPUT_MAX_ITEMS))
+        elif isinstance(obj, dict):
+            items = [v for _, v in zip(range(INPUT_MAX_ITEMS), dict.values(obj))]
+        elif isinstance(obj, collections.UserDict) and type(obj.data) is dict:
+            items = [v for _, v in zip(range(INPUT_MAX_ITEMS), dict.values(obj.data))]
+        else:
+            continue
+        # Reversed onto the stack so the first item is examined first (depth-first, in order).
+        for item in reversed(items):
+            stack.append((item, depth + 1))
+    return None
+
+
+def _first_tensor_device(module: Any) -> str | None:
+    for p in module.parameters():
+        return str(p.device)
+    for b in module.buffers():
+        return str(b.device)
+    return None
+
+
+class LoaderTimer:
+    """Time spent waiting for each batch vs time between batches, over the last batches.
+
+    Installed on one DataLoader instance: its ``_get_iterator`` is shadowed by an instance attribute
+    whose iterators get a timed ``_next_data``. Both are looked up on the instance by DataLoader's own
+    code, so what the loader yields, its workers and its persistent-workers reuse are unchanged.
+    Only weak references point back at the loader and its iterators: an iterator that referred to
+    itself would outlive its last user, and with it its worker processes.
+    """
+
+    __slots__ = ("__weakref__", "last_end", "window")
+
+    def __init__(self) -> None:
+        self.window: collections.deque = collections.deque(maxlen=LOADER_WINDOW_BATCHES)
+        self.last_end: float | None = None
+
+    def install(self, loader: Any) -> None:
+        loader_cls = type(loader)
+        get_iterator = getattr(loader_cls, "_get_iterator", None)
+        if get_iterator is None or not callable(get_iterator):
+            raise TypeError(
+                f"loader timing needs a torch.utils.data.DataLoader, got {loader_cls.__name__}"
+            )
+        loader_ref = weakref.ref(loader)
+        timer_ref = weakref.ref(self)
+
+        def _get_iterator():
+            ld = loader_ref()
+            it = get_iterator(ld)
+            timer = timer_ref()
+            if timer is not None:
+                timer.attach(it)
+            return it
+
+        _get_iterator.__dsh_probe__ = True
+        loader.__dict__["_get_iterator"] = _get_iterator
+
+    def attach(self, iterator: Any) -> None:
+        next_data = getattr(type(iterator), "_next_data", None)
+        if next_data is None:
+            return
+        it_ref = weakref.ref(iterator)
+        timer_ref = weakref.ref(self)
+        perf = time.perf_counter
+
+        def _next_data():
+            it = it_ref()
+            # _num_yielded is 0 on the first batch of each epoch (also after a persistent iterator's
+            # reset): the gap before it is epoch turnover, not a training step.
+            first = getattr(it, "_num_yielded", 1) == 0
+            t0 = perf()
+            data = next_data(it)
+            t1 = perf()
+            timer = timer_ref()
+            if timer is not None:
+                timer.record(t0, t1, first)
+            return data
+
+        iterator.__dict__["_next_data"] = _next_data
+        self.last_end = None
+
+    def record(self, t0: float, t1: float, first: bool) -> None:
+        wait_s = t1 - t0
+        step_s = wait_s if first or self.last_end is None else t1 - self.last_end
+        self.last_end = t1
+        self.window.append((wait_s, step_s))
+
+    def figures(self) -> tuple[float | None, float | None, float | None]:
+        """(data_wait_fraction, mean data_wait_s per batch, mean step_s per batch) or Nones."""
+        batches = tuple(self.window)  # one C-level copy: no bytecode of the loop thread interleaves
+        if not batches:
+            return None, None, None
+        wait_s = sum(w for w, _ in batches)
+        step_s = sum(s for _, s in batches)
+        n = len(batches)
+        fraction = min(1.0, wait_s / step_s) if step_s > 0 else None
+        return fraction, wait_s / n, step_s / n
+
+
+class ProbeWorkerInit:
+    """A DataLoader ``worker_init_fn`` that starts the probe in the worker, then calls the user's.
+
+    A module-level class so it pickles by reference for ``spawn`` workers (which would otherwise
+    never import the probe); the user's function keeps running exactly as before, after ours.
+    """
+
+    __slots__ = ("user_fn",)
+
+    def __init__(self, user_fn: Any = None) -> None:
+        self.user_fn = user_fn
+
+    def __getstate__(self) -> Any:
+        return self.user_fn
+
+    def __setstate__(self, state: Any) -> None:
+        self.user_fn = state
+
+    def __call__(self, worker_id: int) -> None:
+        try:
+            from probe import _state
+
+            _state.PROBE.activate_worker(worker_id)
+        except Exception:  # noqa: BLE001 -- the probe must never break a user's data loading
+            pass
+        if self.user_fn is not None:
+            self.user_fn(worker_id)
+
+
+class ModelRecord:
+    """One registered model. Attributes written by the hook are plain slots: no locks, no calls."""
+
+    __slots__ = (
+        "armed",
+        "cls_label",
+        "device",
+        "devices",
+        "first_device",
+        "forward_calls",
+        "handle",
+        "inherited",
+        "inner_ref",
+        "input_device",
+        "last_forward_time",
+        "loader_timer",
+        "module_ref",
+        "name",
+        "on_error",
+        "on_device_change",
+        "params",
+        "rate_calls",
+        "rate_hz",
+        "rate_t",
+        "tensor_type",
+        "traversed_at",
+    )
+
+    def __init__(self, model: Any, name: str | None, torch: Any, on_error: Any, on_device_change: Any) -> None:
+        inner, label = unwrap_model(model, torch.nn.Module)
+        self.module_ref = weakref.ref(model)
+        self.inner_ref = weakref.ref(inner)
+        self.cls_label = label[:NAME_MAX_CHARS]
+        self.name = str(name)[:NAME_MAX_CHARS] if name is not None else type(inner).__name__[:NAME_MAX_CHARS]
+        self.tensor_type = torch.Tensor
+        self.on_error = on_error
+        self.on_device_change = on_device_change
+        self.handle = None
+        self.forward_calls = 0
+        self.last_forward_time: float | None = None
+        self.armed = True  # inspect the very first call's inputs
+        self.input_device: str | None = None
+        self.params = 0
+        self.devices: list[str] = []
+        self.device = "no-parameters"
+        self.first_device: str | None = None
+        self.traversed_at = 0.0
+        self.rate_calls = 0
+        self.rate_t = time.monotonic()
+        self.rate_hz = 0.0
+        self.loader_timer: LoaderTimer | None = None
+        self.inherited = False
+
+    # -- hot path ---------------------------------------------------------------------------------
+    def install_hook(self, model: Any) -> None:
+        rec = self
+        clock = time.time
+
+        def _dsh_probe_pre_hook(module, args, kwargs):
+            rec.forward_calls += 1
+            rec.last_forward_time = clock()
+            if rec.armed:
+                rec.sample(args, kwargs)
+
+        self.handle = model.register_forward_pre_hook(_dsh_probe_pre_hook, with_kwargs=True)
+
+    def sample(self, args: tuple, kwargs: dict) -> None:
+        """Armed call: note the input's device and whether the first parameter moved. Never raises."""
+        self.armed = False
+        try:
+            device = find_input_device(args, kwargs, self.tensor_type)
+            if device is not None:
+                self.input_device = device
+            inner = self.inner_ref()
+            if inner is not None and _first_tensor_device(inner) != self.first_device:
+                self.on_device_change()
+        except Exception as e:  # noqa: BLE001 -- recorded, never raised into the user's forward
+            self.on_error("hook", e)
+
+    # -- publisher side ---------------------------------------------------------------------------
+    @property
+    def alive(self) -> bool:
+        return self.module_ref() is not None
+
+    def first_device_changed(self) -> bool:
+        inner = self.inner_ref()
+        return inner is not None and _first_tensor_device(inner) != self.first_device
+
+    def traverse(self) -> None:
+        """Walk every parameter and buffer: parameter count and the set of devices."""
+        inner = self.inner_ref()
+        if inner is None:
+            return
+        devices: dict[str, None] = {}  # insertion-ordered set
+        params = 0
+        first = None
+        for p in inner.parameters():
+            d = str(p.device)
+            devices[d] = None
+            first = first or d
+            try:
+                params += p.numel()
+            except (RuntimeError, ValueError):
+                pass  # an uninitialised lazy parameter has no size yet
+        for b in inner.buffers():
+            d = str(b.device)
+            devices[d] = None
+            first = first or d
+        self.params = int(params)
+        self.first_device = first
+        self.devices = sorted(devices)
+        if not devices:
+            self.device = "no-parameters"
+        elif len(devices) > 1:
+            self.device = "mixed"
+        else:
+            self.device = first
+        self.traversed_at = time.monotonic()
+
+    def update_rate(self, now_mono: float) -> None:
+        calls = self.forward_calls
+        dt = now_mono - self.rate_t
+        # Publishes forced by events can come microseconds apart: such a short window says nothing.
+        if dt >= 0.2:
+            self.rate_hz = max(0.0, (calls - self.rate_calls) / dt)
+            self.rate_calls = calls
+            self.rate_t = now_mono
+
+    def reset_after_fork(self) -> None:
+        self.inherited = True
+        self.forward_calls = 0
+        self.rate_calls = 0
+        self.rate_t = time.monotonic()
+        self.rate_hz = 0.0
+        self.last_forward_time = None
+        self.armed = True
+        if self.loader_timer is not None:
+            self.loader_timer.window.clear()
+
+    def remove_hook(self) -> None:
+        if self.handle is not None:
+            self.handle.remove()
+            self.handle = None
+
+    def to_payload(self) -> dict:
+        fraction = wait_s = step_s = None
+        if self.loader_timer is not None:
+            fraction, wait_s, step_s = self.loader_timer.figures()
+        last = self.last_forward_time
+        return {
+            "name": self.name,
+            "class": self.cls_label,
+            "params": self.params,
+            "device": self.device,
+            "devices": list(self.devices),
+            "input_device": self.input_device,
+            "forward_calls": int(self.forward_calls),
+            "forward_rate_hz": float(self.rate_hz),
+            "last_forward_time": float(last) if last is not None else None,
+            "data_wait_fraction": fraction,
+            "data_wait_s": wait_s,
+            "step_s": step_s,
+        }

@@ -1,0 +1,736 @@
+"""The probe's shared-memory wire format: the only module that defines it (docs/design.md).
+
+One POSIX shared-memory segment per process, ``/dsh-probe.<pid>`` (``/dev/shm/dsh-probe.<pid>`` on
+Linux), mode 0600, fixed size. A 64-byte little-endian header guarded by a seqlock, then a msgpack
+payload. The sidecar imports the reader half of this module, so it must stay importable without
+torch, without posix_ipc and without the rest of ``probe``: standard library and msgpack only.
+
+Writer protocol (one writer per segment, the owning process): seq+1 (odd), payload bytes, header
+fields, seq+1 (even). Reader protocol: read the header, retry while seq is odd, copy the payload,
+re-read seq and retry if it moved, then verify length bounds and crc32. The crc is what makes the
+reader safe on weakly ordered CPUs too, where Python gives no memory barriers: a torn copy that
+slipped past the seq check fails the crc and is retried, never accepted.
+
+Everything the reader sees is untrusted input (any process of the same uid can write the file), so
+``read_segment`` never raises, never reads more than the file's bounded size, and validates every
+payload type against the schema before handing the payload out.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import mmap
+import os
+import re
+import stat
+import struct
+import time
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+__all__ = [
+    "DEFAULT_SEGMENT_BYTES",
+    "FLAG_TRIMMED",
+    "FORMAT_VERSION",
+    "HEADER",
+    "HEADER_BYTES",
+    "MAGIC",
+    "MAX_SEGMENT_BYTES",
+    "MIN_SEGMENT_BYTES",
+    "ROLES",
+    "SCHEMA",
+    "SHM_DIR",
+    "SegmentError",
+    "SegmentRead",
+    "SegmentWriter",
+    "empty_payload",
+    "encode_payload",
+    "list_segment_pids",
+    "process_start_ticks",
+    "read_segment",
+    "remove_segment",
+    "segment_name",
+    "segment_path",
+    "validate_payload",
+]
+
+MAGIC = b"DSHPRB\x00\x01"
+FORMAT_VERSION = 1
+SCHEMA = 1
+# magic, version, header size, seq, writer pid, flags, writer start_ticks, payload length,
+# payload crc32, published_at, 8 reserved bytes: offsets 0, 8, 12, 16, 24, 28, 32, 40, 44, 48, 56.
+HEADER = struct.Struct("<8sIIQIIQIId8x")
+HEADER_BYTES = HEADER.size  # 64
+_SEQ = struct.Struct("<Q")
+_SEQ_OFFSET = 16
+_PREFIX = struct.Struct("<8sII")  # magic, version, header size (offset 0)
+_FIELDS = struct.Struct("<IIQIId")  # pid, flags, start_ticks, length, crc, published_at (offset 24)
+_FIELDS_OFFSET = 24
+FLAG_TRIMMED = 1
+
+DEFAULT_SEGMENT_BYTES = 64 * 1024
+MIN_SEGMENT_BYTES = 4 * 1024
+# The reader refuses bigger files: it is the bound on what one read may allocate.
+MAX_SEGMENT_BYTES = 16 * 1024 * 1024
+
+SHM_DIR = "/dev/shm"
+_NAME_PREFIX = "dsh-probe."
+_NAME_RE = re.compile(r"^dsh-probe\.([1-9][0-9]{0,9})$")
+
+ROLES = ("main", "dataloader-worker", "rank", "child")
+STATES = ("ok", "missing", "initialising", "busy", "corrupt", "stale", "foreign-owner")
+
+# A writer finishes a publish in microseconds; a seq that stays odd this long belongs to a writer that
+# is stuck or died mid-publish.
+_READ_ATTEMPTS = 16
+_RETRY_SLEEP_S = 0.0002
+
+
+class SegmentError(OSError):
+    """The writer could not create or write its segment (no posix_ipc, no /dev/shm, ENOSPC, ...)."""
+
+
+def segment_name(pid: int) -> str:
+    """POSIX shared-memory name of ``pid``'s segment: ``/dsh-probe.<pid>``."""
+    return f"/{_NAME_PREFIX}{int(pid)}"
+
+
+def segment_path(pid: int) -> str:
+    """File backing ``pid``'s segment on Linux: ``/dev/shm/dsh-probe.<pid>``."""
+    return os.path.join(SHM_DIR, f"{_NAME_PREFIX}{int(pid)}")
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """Field 22 of ``/proc/<pid>/stat`` (start time in clock ticks since boot); None when gone."""
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as f:
+            data = f.read()
+    except (OSError, ValueError):
+        return None
+    # comm (field 2) may hold spaces and parentheses: the fields after it start after the LAST ')'.
+    close = data.rfind(b")")
+    if close < 0:
+        return None
+    rest = data[close + 1 :].split()
+    try:
+        return int(rest[19])  # rest[0] is field 3 (state), so field 22 is rest[19]
+    except (IndexError, ValueError):
+        return None
+
+
+def list_segment_pids(shm_dir: str = SHM_DIR) -> list[int]:
+    """Pids that have a ``dsh-probe.<pid>`` file in ``shm_dir``, sorted; [] when it is unreadable."""
+    try:
+        names = os.listdir(shm_dir)
+    except OSError:
+        return []
+    pids = []
+    for name in names:
+        m = _NAME_RE.match(name)
+        if m:
+            pids.append(int(m.group(1)))
+    return sorted(pids)
+
+
+def remove_segment(pid: int, expected_start_ticks: int | None = None) -> bool:
+    """Unlink ``pid``'s segment; True when a file was removed. Never raises.
+
+    With ``expected_start_ticks`` the file is removed only if its header names that writer, so a
+    cleaner racing a new process that got the same pid does not delete the newcomer's segment.
+    """
+    path = segment_path(pid)
+    try:
+        if expected_start_ticks is not None:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            try:
+                raw = os.pread(fd, HEADER_BYTES, 0)
+            finally:
+                os.close(fd)
+            if len(raw) < HEADER_BYTES:
+                return False
+            ticks = HEADER.unpack(raw)[6]
+            if ticks != expected_start_ticks:
+                return False
+        os.unlink(path)
+        return True
+    except OSError:
+        return False
+
+
+# ----------------------------------------------------------------------------------------------
+# Payload schema. Validation is strict (bool is not an int, int is not a float) because the payload
+# is untrusted: a wrong type is rejected with the path of the offending field.
+
+
+class _Opt:
+    __slots__ = ("kind",)
+
+    def __init__(self, kind: Any) -> None:
+        self.kind = kind
+
+
+class _List:
+    __slots__ = ("item", "max_items")
+
+    def __init__(self, item: Any, max_items: int) -> None:
+        self.item = item
+        self.max_items = max_items
+
+
+class _Enum:
+    __slots__ = ("values",)
+
+    def __init__(self, values: tuple[str, ...]) -> None:
+        self.values = values
+
+
+MAX_STR_CHARS = 4096
+MAX_EVENTS = 64
+MAX_ERRORS = 16
+MAX_MODELS = 1024
+MAX_DEVICES = 256
+
+_RUNTIME = {
+    "torch": _Opt(str),
+    "cuda_build": _Opt(str),
+    "cudnn": _Opt(int),
+    "cuda_available": _Opt(bool),
+    "cuda_initialized": bool,
+    "device_count": _Opt(int),
+    "devices": _List({"index": int, "name": str, "uuid": _Opt(str)}, MAX_DEVICES),
+    "cuda_visible_devices": _Opt(str),
+    "cuda_device_order": _Opt(str),
+    "mps_available": _Opt(bool),
+    "xpu_available": _Opt(bool),
+}
+_MEMORY = {
+    "device": str,
+    "allocated_bytes": int,
+    "reserved_bytes": int,
+    "peak_allocated_bytes": int,
+    "peak_reserved_bytes": int,
+}
+_MODEL = {
+    "name": str,
+    "class": str,
+    "params": int,
+    "device": str,
+    "devices": _List(str, MAX_DEVICES),
+    "input_device": _Opt(str),
+    "forward_calls": int,
+    "forward_rate_hz": float,
+    "last_forward_time": _Opt(float),
+    "data_wait_fraction": _Opt(float),
+    "data_wait_s": _Opt(float),
+    "step_s": _Opt(float),
+}
+_PAYLOAD = {
+    "schema": int,
+    "pid": int,
+    "ppid": _Opt(int),
+    "start_ticks": _Opt(int),
+    "argv0": _Opt(str),
+    "script": _Opt(str),
+    "hostname": _Opt(str),
+    "role": _Enum(ROLES),
+    "worker_id": _Opt(int),
+    "rank": _Opt(int),
+    "local_rank": _Opt(int),
+    "world_size": _Opt(int),
+    "dist_backend": _Opt(str),
+    "runtime": _RUNTIME,
+    "memory": _List(_MEMORY, MAX_DEVICES),
+    "models": _List(_MODEL, MAX_MODELS),
+    "events": _List({"time": float, "name": str}, MAX_EVENTS),
+    "errors": _List({"time": float, "where": str, "message": str}, MAX_ERRORS),
+    "published_at": float,
+    "trimmed": bool,
+}
+
+
+class _Invalid(ValueError):
+    pass
+
+
+def _type_name(value: Any) -> str:
+    return "nil" if value is None else type(value).__name__
+
+
+def _check(value: Any, kind: Any, path: str) -> Any:
+    """Return a clean copy of ``value`` checked against ``kind``; raise _Invalid with the path."""
+    if isinstance(kind, _Opt):
+        return None if value is None else _check(value, kind.kind, path)
+    if kind is int:
+        if type(value) is not int:
+            raise _Invalid(f"{path}: expected int, got {_type_name(value)}")
+        return value
+    if kind is float:
+        if type(value) is not float:
+            raise _Invalid(f"{path}: expected float, got {_type_name(value)}")
+        if not math.isfinite(value):
+            raise _Invalid(f"{path}: not a finite number")
+        return value
+    if kind is bool:
+        if type(value) is not bool:
+            raise _Invalid(f"{path}: expected bool, got {_type_name(value)}")
+        return value
+    if kind is str:
+        if type(value) is not str:
+            raise _Invalid(f"{path}: expected str, got {_type_name(value)}")
+        if len(value) > MAX_STR_CHARS:
+            raise _Invalid(f"{path}: string longer than {MAX_STR_CHARS}")
+        return value
+    if isinstance(kind, _Enum):
+        if type(value) is not str or value not in kind.values:
+            raise _Invalid(f"{path}: expected one of {'|'.join(kind.values)}, got {value!r:.40}")
+        return value
+    if isinstance(kind, _List):
+        if type(value) is not list:
+            raise _Invalid(f"{path}: expected array, got {_type_name(value)}")
+        if len(value) > kind.max_items:
+            raise _Invalid(f"{path}: more than {kind.max_items} items")
+        return [_check(item, kind.item, f"{path}[{i}]") for i, item in enumerate(value)]
+    if isinstance(kind, dict):
+        if type(value) is not dict:
+            raise _Invalid(f"{path}: expected map, got {_type_name(value)}")
+        out = {}
+        for key, sub in kind.items():
+            if key not in value:
+                raise _Invalid(f"{path}.{key}: missing")
+            out[key] = _check(value[key], sub, f"{path}.{key}")
+        # Unknown keys are dropped, not rejected: a newer probe may add fields within schema 1.
+        return out
+    raise AssertionError(f"bad schema kind at {path}")  # a bug in this module, not bad input
+
+
+def validate_payload(payload: Any) -> tuple[dict | None, str | None]:
+    """Check an unpacked payload against schema 1: (clean copy, None) or (None, reason)."""
+    try:
+        if type(payload) is not dict:
+            raise _Invalid(f"payload: expected map, got {_type_name(payload)}")
+        if payload.get("schema") != SCHEMA or type(payload.get("schema")) is not int:
+            raise _Invalid(f"payload.schema: unsupported schema {payload.get('schema')!r:.20}")
+        return _check(payload, _PAYLOAD, "payload"), None
+    except _Invalid as e:
+        return None, str(e)
+    except RecursionError:
+        return None, "payload: nested too deeply"
+
+
+def empty_payload(pid: int | None = None, start_ticks: int | None = None) -> dict:
+    """A schema-1 payload with every key present and every value empty: the base the probe fills."""
+    return {
+        "schema": SCHEMA,
+        "pid": os.getpid() if pid is None else int(pid),
+        "ppid": None,
+        "start_ticks": start_ticks,
+        "argv0": None,
+        "script": None,
+        "hostname": None,
+        "role": "main",
+        "worker_id": None,
+        "rank": None,
+        "local_rank": None,
+        "world_size": None,
+        "dist_backend": None,
+        "runtime": {
+            "torch": None,
+            "cuda_build": None,
+            "cudnn": None,
+            "cuda_available": None,
+            "cuda_initialized": False,
+            "device_count": None,
+            "devices": [],
+            "cuda_visible_devices": None,
+            "cuda_device_order": None,
+            "mps_available": None,
+            "xpu_available": None,
+        },
+        "memory": [],
+        "models": [],
+        "events": [],
+        "errors": [],
+        "published_at": time.time(),
+        "trimmed": False,
+    }
+
+
+def _pack(payload: dict) -> bytes:
+    return msgpack.packb(payload, use_bin_type=True)
+
+
+def encode_payload(payload: dict, capacity_bytes: int) -> tuple[bytes, bool]:
+    """msgpack ``payload`` into at most ``capacity_bytes``: (bytes, trimmed).
+
+    Too big a payload loses, in this order, its oldest events, its oldest errors and its last models
+    until it fits, and says so with ``trimmed``; only a payload whose fixed part alone is too big
+    raises SegmentError. ``payload`` itself is not modified.
+    """
+    data = _pack(payload)
+    if len(data) <= capacity_bytes:
+        return data, bool(payload.get("trimmed"))
+    p = dict(payload)
+    p["trimmed"] = True
+    for key, keep_newest in (("events", True), ("errors", True), ("models", False)):
+        items = list(p.get(key) or [])
+        while items:
+            data = _pack(p)
+            if len(data) <= capacity_bytes:
+                return data, True
+            # Halving keeps the number of re-packs logarithmic in the list's length.
+            drop = max(1, len(items) // 2)
+            items = items[drop:] if keep_newest else items[:-drop]
+            p[key] = items
+    data = _pack(p)
+    if len(data) <= capacity_bytes:
+        return data, True
+    raise SegmentError(errno.EMSGSIZE, f"payload needs {len(data)} bytes even trimmed; segment holds {capacity_bytes}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Writer
+
+
+class SegmentWriter:
+    """Creates ``/dsh-probe.<pid>`` (0600, allocated up front) and publishes payloads into it.
+
+    Allocation up front (posix_fallocate, else explicit zero writes) makes a full /dev/shm fail here
+    with ENOSPC instead of killing the process with SIGBUS on a later write to the mapping. One
+    writer per segment; callers serialise ``publish`` (the probe holds its lock).
+    """
+
+    def __init__(
+        self,
+        pid: int | None = None,
+        start_ticks: int | None = None,
+        size_bytes: int = DEFAULT_SEGMENT_BYTES,
+    ) -> None:
+        try:
+            import posix_ipc
+        except ImportError as e:
+            raise SegmentError(errno.ENOSYS, f"posix_ipc is not installed ({e})") from None
+        if not MIN_SEGMENT_BYTES <= size_bytes:
+            raise ValueError(f"size_bytes must be at least {MIN_SEGMENT_BYTES}")
+        self.pid = os.getpid() if pid is None else int(pid)
+        ticks = process_start_ticks(self.pid) if start_ticks is None else start_ticks
+        # 0 stands for "unknown" (no /proc): the header field is an unsigned integer.
+        self.start_ticks = int(ticks or 0)
+        self.name = segment_name(self.pid)
+        self.size_bytes = int(size_bytes)
+        self.capacity_bytes = self.size_bytes - HEADER_BYTES
+        self._seq = 0
+        self._mm: mmap.mmap | None = None
+        self._posix_ipc = posix_ipc
+        self._create()
+
+    def _create(self) -> None:
+        ipc = self._posix_ipc
+        mode = stat.S_IRUSR | stat.S_IWUSR
+        for attempt in (0, 1):
+            try:
+                shm = ipc.SharedMemory(self.name, flags=ipc.O_CREX, mode=mode, size=0)
+                break
+            except ipc.ExistentialError:
+                # A file with our pid in its name can only be a leftover of a dead process that had
+                # this pid before us (SIGKILL skips atexit). Replace it if it is ours to replace.
+                if attempt or not self._remove_leftover():
+                    raise SegmentError(errno.EEXIST, f"{self.name} exists and is not ours to replace") from None
+            except (ipc.Error, OSError, ValueError) as e:
+                raise SegmentError(errno.EIO, f"cannot create {self.name}: {e}") from None
+        fd = shm.fd
+        try:
+            os.fchmod(fd, mode)  # the creation mode went through the umask
+            os.ftruncate(fd, self.size_bytes)
+            self._allocate(fd)
+            self._mm = mmap.mmap(fd, self.size_bytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except OSError as e:
+            self._unlink_quietly()
+            raise SegmentError(e.errno or errno.EIO, f"cannot allocate {self.name}: {e.strerror or e}") from None
+        finally:
+            shm.close_fd()
+
+    def _allocate(self, fd: int) -> None:
+        try:
+            os.posix_fallocate(fd, 0, self.size_bytes)
+            return
+        except AttributeError:
+            pass  # no posix_fallocate on this platform
+        except OSError as e:
+            if e.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                raise
+        chunk = b"\0" * 65536
+        for offset in range(0, self.size_bytes, len(chunk)):
+            os.pwrite(fd, chunk[: self.size_bytes - offset], offset)
+
+    def _remove_leftover(self) -> bool:
+        path = segment_path(self.pid)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return True  # gone meanwhile: just retry
+        except OSError:
+            return False
+        if st.st_uid != os.geteuid() or not stat.S_ISREG(st.st_mode):
+            return False
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return False
+        return True
+
+    def _unlink_quietly(self) -> None:
+        try:
+            self._posix_ipc.unlink_shared_memory(self.name)
+        except Exception:  # noqa: BLE001 -- cleanup after a failure already being reported
+            pass
+
+    @property
+    def closed(self) -> bool:
+        return self._mm is None
+
+    # The three steps of one publish, separate so the tests can stop a writer between them.
+    def _begin(self) -> None:
+        self._seq += 1
+        _SEQ.pack_into(self._mm, _SEQ_OFFSET, self._seq)
+
+    def _fill(self, data: bytes, flags: int, published_at: float) -> None:
+        mm = self._mm
+        mm[HEADER_BYTES : HEADER_BYTES + len(data)] = data
+        _PREFIX.pack_into(mm, 0, MAGIC, FORMAT_VERSION, HEADER_BYTES)
+        _FIELDS.pack_into(
+            mm,
+            _FIELDS_OFFSET,
+            self.pid & 0xFFFFFFFF,
+            flags,
+            self.start_ticks,
+            len(data),
+            zlib.crc32(data),
+            published_at,
+        )
+
+    def _end(self) -> None:
+        self._seq += 1
+        _SEQ.pack_into(self._mm, _SEQ_OFFSET, self._seq)
+
+    def publish_bytes(self, data: bytes, trimmed: bool = False, published_at: float | None = None) -> None:
+        """Publish an already encoded payload (at most ``capacity_bytes``)."""
+        if self._mm is None:
+            raise SegmentError(errno.EBADF, f"{self.name} is closed")
+        if len(data) > self.capacity_bytes:
+            raise SegmentError(errno.EMSGSIZE, f"{len(data)} bytes do not fit in {self.capacity_bytes}")
+        if published_at is None:
+            published_at = time.time()
+        self._begin()
+        try:
+            self._fill(data, FLAG_TRIMMED if trimmed else 0, float(published_at))
+        finally:
+            # Even after a failed fill the seq must go even again, or readers would see "busy" forever;
+            # the crc then tells them whether what is there is whole.
+            self._end()
+
+    def publish(self, payload: dict) -> bool:
+        """Encode (trimming if needed) and publish ``payload``; returns whether it was trimmed."""
+        data, trimmed = encode_payload(payload, self.capacity_bytes)
+        published_at = payload.get("published_at")
+        self.publish_bytes(data, trimmed, published_at if isinstance(published_at, float) else None)
+        return trimmed
+
+    def detach(self) -> None:
+        """Unmap without unlinking: what a forked child does with its parent's segment."""
+        mm, self._mm = self._mm, None
+        if mm is not None:
+            mm.close()
+
+    def close(self, unlink: bool = True) -> None:
+        """Unmap, and unlink the name unless told not to. Idempotent."""
+        self.detach()
+        if unlink:
+            try:
+                self._posix_ipc.unlink_shared_memory(self.name)
+            except self._posix_ipc.ExistentialError:
+                pass
+
+
+# ----------------------------------------------------------------------------------------------
+# Reader
+
+
+@dataclass(frozen=True)
+class SegmentRead:
+    """What ``read_segment`` found. ``payload`` is the validated dict only when ``state == "ok"``."""
+
+    pid: int
+    state: str
+    payload: dict | None = None
+    error: str | None = None
+    writer_pid: int | None = None
+    writer_start_ticks: int | None = None
+    published_at: float | None = None
+    trimmed: bool = False
+    seq: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.state == "ok"
+
+
+def _unpack(data: bytes) -> Any:
+    n = len(data)
+    return msgpack.unpackb(
+        data,
+        raw=False,
+        strict_map_key=True,
+        use_list=True,
+        max_str_len=min(n, MAX_STR_CHARS * 4),
+        max_bin_len=0,
+        max_ext_len=0,
+        max_array_len=min(n, MAX_MODELS),
+        max_map_len=min(n, 64),
+    )
+
+
+def read_segment(
+    pid: int, expected_start_ticks: int | None = None, *, attempts: int = _READ_ATTEMPTS
+) -> SegmentRead:
+    """Read and validate ``pid``'s segment. Never raises; see SegmentRead.state for the outcomes.
+
+    ``stale``: the header's writer start_ticks differs from ``expected_start_ticks`` or, when that is
+    None, from the live process's (a pid that is not running makes every segment of it stale).
+    """
+    try:
+        pid = int(pid)
+    except (TypeError, ValueError):
+        return SegmentRead(pid=-1, state="missing", error=f"not a pid: {pid!r:.40}")
+    try:
+        return _read_segment(pid, expected_start_ticks, max(1, int(attempts)))
+    except Exception as e:  # noqa: BLE001 -- the contract is "never raises"; say what went wrong instead
+        return SegmentRead(pid=pid, state="corrupt", error=f"reader failed: {type(e).__name__}: {e}"[:300])
+
+
+def _read_segment(pid: int, expected_start_ticks: int | None, attempts: int) -> SegmentRead:
+    path = segment_path(pid)
+    try:
+        # O_NONBLOCK: a FIFO planted under our name must not hang the reader; O_NOFOLLOW: nor a link.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return SegmentRead(pid=pid, state="missing", error=f"{path} does not exist")
+    except PermissionError as e:
+        return SegmentRead(pid=pid, state="foreign-owner", error=f"cannot open {path}: {e.strerror}")
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return SegmentRead(pid=pid, state="corrupt", error=f"{path} is a symbolic link")
+        return SegmentRead(pid=pid, state="corrupt", error=f"cannot open {path}: {e.strerror}")
+    try:
+        st = os.fstat(fd)
+        euid = os.geteuid()
+        if st.st_uid != euid and euid != 0:
+            return SegmentRead(
+                pid=pid, state="foreign-owner", error=f"{path} belongs to uid {st.st_uid}, we are uid {euid}"
+            )
+        if not stat.S_ISREG(st.st_mode):
+            return SegmentRead(pid=pid, state="corrupt", error=f"{path} is not a regular file")
+        size = st.st_size
+        if size < HEADER_BYTES or size > MAX_SEGMENT_BYTES:
+            return SegmentRead(
+                pid=pid,
+                state="corrupt",
+                error=f"size {size} outside [{HEADER_BYTES}, {MAX_SEGMENT_BYTES}] bytes",
+            )
+        return _read_consistent(fd, pid, size, expected_start_ticks, attempts)
+    finally:
+        os.close(fd)
+
+
+def _read_consistent(fd: int, pid: int, size: int, expected: int | None, attempts: int) -> SegmentRead:
+    last = None
+    for attempt in range(attempts):
+        if attempt:
+            time.sleep(_RETRY_SLEEP_S)
+        raw = os.pread(fd, HEADER_BYTES, 0)
+        if len(raw) < HEADER_BYTES:
+            return SegmentRead(pid=pid, state="corrupt", error="file shorter than the header")
+        magic, version, hsize, seq, wpid, flags, ticks, length, crc, published_at = HEADER.unpack(raw)
+        if seq & 1:
+            last = SegmentRead(
+                pid=pid, state="busy", error=f"writer mid-publish (seq {seq} odd) on every try", seq=seq
+            )
+            continue
+        if seq == 0 and magic == b"\0" * 8:
+            return SegmentRead(pid=pid, state="initialising", error="header not written yet")
+        common = dict(
+            pid=pid,
+            writer_pid=wpid,
+            writer_start_ticks=ticks,
+            published_at=published_at,
+            trimmed=bool(flags & FLAG_TRIMMED),
+            seq=seq,
+        )
+        # Header checks are only trusted once seq proves the header was not being rewritten under us.
+        reason = None
+        if magic != MAGIC:
+            reason = f"bad magic {magic!r}"
+        elif version != FORMAT_VERSION:
+            reason = f"unsupported format version {version}"
+        elif hsize != HEADER_BYTES:
+            reason = f"header size {hsize}, expected {HEADER_BYTES}"
+        elif length > size - HEADER_BYTES:
+            reason = f"payload length {length} exceeds the segment's {size - HEADER_BYTES} bytes"
+        elif length == 0:
+            reason = "payload length 0"
+        if reason is not None:
+            if _read_seq(fd) != seq:
+                continue
+            return SegmentRead(state="corrupt", error=reason, **common)
+        data = os.pread(fd, length, HEADER_BYTES)
+        if _read_seq(fd) != seq:
+            last = SegmentRead(state="busy", error="writer kept publishing during every try", **common)
+            continue
+        if len(data) != length:
+            return SegmentRead(state="corrupt", error="file shorter than the payload length", **common)
+        if zlib.crc32(data) != crc:
+            # Retried once more before condemning it: on weakly ordered CPUs a torn copy can get past
+            # the seq check, and the next try sees the writer's finished state.
+            last = SegmentRead(state="corrupt", error="payload crc32 mismatch", **common)
+            continue
+        return _finish(data, expected, common)
+    return last if last is not None else SegmentRead(pid=pid, state="busy", error="no consistent read")
+
+
+def _read_seq(fd: int) -> int:
+    raw = os.pread(fd, _SEQ.size, _SEQ_OFFSET)
+    return _SEQ.unpack(raw)[0] if len(raw) == _SEQ.size else -1
+
+
+def _finish(data: bytes, expected: int | None, common: dict) -> SegmentRead:
+    pid = common["pid"]
+    if common["writer_pid"] != pid & 0xFFFFFFFF:
+        return SegmentRead(state="corrupt", error=f"header names writer pid {common['writer_pid']}", **common)
+    ticks = common["writer_start_ticks"]
+    if expected is None:
+        live = process_start_ticks(pid)
+        if live is None:
+            return SegmentRead(state="stale", error=f"process {pid} is not running", **common)
+        if ticks != live:
+            return SegmentRead(
+                state="stale", error=f"writer start_ticks {ticks} != live process's {live} (pid reused)", **common
+            )
+    elif ticks != expected:
+        return SegmentRead(state="stale", error=f"writer start_ticks {ticks} != expected {expected}", **common)
+    try:
+        obj = _unpack(data)
+    except Exception as e:  # noqa: BLE001 -- msgpack raises several unrelated types on bad input
+        return SegmentRead(state="corrupt", error=f"bad msgpack: {type(e).__name__}: {e}"[:300], **common)
+    payload, reason = validate_payload(obj)
+    if payload is None:
+        return SegmentRead(state="corrupt", error=reason, **common)
+    if payload["pid"] != pid:
+        return SegmentRead(state="corrupt", error=f"payload.pid {payload['pid']} in segment of {pid}", **common)
+    if payload["start_ticks"] is not None and payload["start_ticks"] != ticks:
+        return SegmentRead(state="corrupt", error="payload.start_ticks differs from the header's", **common)
+    return SegmentRead(state="ok", payload=payload, **common)

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Install everything the tests need (Debian, Python and npm packages) and run the whole suite.
+#   ./scripts/test.sh                 # everything
+#   ./scripts/test.sh tests/unit -x   # arguments go to pytest
+# Needs root or sudo for apt-get the first time (chromium, prometheus, gcc, npm).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf 'test.sh: %s\n' "$*" >&2; }
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+
+# --- Debian packages -------------------------------------------------------------------------
+apt_want=()
+[ -x /usr/bin/chromium ] || apt_want+=(chromium)
+command -v prometheus >/dev/null 2>&1 || [ -x /usr/bin/prometheus ] || apt_want+=(prometheus)
+command -v gcc >/dev/null 2>&1 || apt_want+=(gcc libc6-dev)
+command -v npm >/dev/null 2>&1 || apt_want+=(npm)
+command -v flock >/dev/null 2>&1 || apt_want+=(util-linux)
+if [ ${#apt_want[@]} -gt 0 ]; then
+  log "installing Debian packages: ${apt_want[*]}"
+  $SUDO apt-get update -q >/dev/null
+  # policy-rc.d keeps the prometheus package from starting a system service we do not use.
+  DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 $SUDO apt-get install -y -q --no-install-recommends "${apt_want[@]}" >/dev/null
+fi
+
+# --- Python ----------------------------------------------------------------------------------
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+.venv/bin/python -m pip install -q -e ".[test]"
+if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
+  log "installing torch 2.13.0 (CPU build where a local wheel exists)"
+  .venv/bin/python -m pip install -q "torch==2.13.0"
+fi
+
+# --- DSH (Node 22, pnpm, DSH 0.1.0-rc.8) for the plugin's browser tests ------------------------
+if DSH_BIN=$(bash scripts/install_dsh.sh | tail -n 1) && [ -x "$DSH_BIN" ]; then
+  export DSH_BIN
+else
+  log "DSH could not be installed: the DSH plugin tests will say so and fail"
+  unset DSH_BIN
+fi
+if [ -f dsh_plugin/package.json ] && [ ! -d dsh_plugin/node_modules ]; then
+  (cd dsh_plugin && npm ci --no-audit --no-fund --loglevel=error >/dev/null) || log "npm ci in dsh_plugin failed"
+fi
+
+# --- lint, then the suite ----------------------------------------------------------------------
+log "ruff"
+.venv/bin/ruff check probe sidecar tests scripts benchmarks
+log "pytest"
+set +e
+.venv/bin/python -m pytest "$@"
+rc=$?
+set -e
+if [ $rc -eq 5 ]; then
+  log "pytest collected no tests"
+  exit 1
+fi
+exit $rc

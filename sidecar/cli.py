@@ -1,0 +1,397 @@
+"""`dsh-sidecar`: attach to a training job and answer "is it really running on the GPU?".
+
+    dsh-sidecar --pid PID [--host 127.0.0.1] [--port 8765] [--interval 1.5] [--history 600] [--token T]
+    dsh-sidecar --pid PID --once [--json]
+    dsh-sidecar run [serve options] -- CMD [ARGS...]
+    dsh-sidecar doctor [--python PYTHON] [--json]
+
+Exit codes: 0 ok; 2 bad usage; 3 the target pid does not exist; 4 the port is in use or cannot be
+bound. Every failure prints one line saying what happened and what to do, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from sidecar import __version__
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+EXIT_NO_PID = 3
+EXIT_PORT = 4
+MIN_INTERVAL_S = 0.1
+CHEAP_INTERVAL_S = 0.5
+DEFAULT_PORT = 8765
+
+
+class UsageError(Exception):
+    pass
+
+
+def _fail(code: int, message: str) -> int:
+    print(f"dsh-sidecar: error: {message}", file=sys.stderr, flush=True)
+    return code
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse's message, our exit code and one hint line
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: error: {message} (see --help)", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_USAGE)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (value > 0 and value < float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds: {text!r}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be 0-65535 (0 picks a free port): {text!r}")
+    return value
+
+
+def _pid(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a process id: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"a process id is a positive integer: {text!r}")
+    return value
+
+
+def _add_serve_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; others need --token)"
+    )
+    p.add_argument("--port", type=_port, default=DEFAULT_PORT, help="port (default 8765; 0 picks a free one)")
+    p.add_argument(
+        "--interval", type=_positive_float, default=1.5, help="seconds between polls (default 1.5)"
+    )
+    p.add_argument(
+        "--history", type=_positive_float, default=600.0, help="seconds of history to keep (default 600)"
+    )
+    p.add_argument(
+        "--token",
+        default=os.environ.get("DSH_SIDECAR_TOKEN"),
+        help="require 'Authorization: Bearer TOKEN' (default: $DSH_SIDECAR_TOKEN)",
+    )
+    p.add_argument("--job-name", default=None, help="adds a job_name label to /metrics")
+    p.add_argument("--stay", action="store_true", help="keep serving after the job has exited")
+    p.add_argument(
+        "--grace", type=float, default=10.0, help="seconds to keep serving after the job exits (default 10)"
+    )
+
+
+def serve_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="dsh-sidecar",
+        description="Watch a training job's process tree and tell whether its model really runs on the GPU.",
+        epilog="Other commands: 'dsh-sidecar run -- CMD ...' starts and watches CMD; 'dsh-sidecar doctor' checks "
+        "this machine.",
+    )
+    p.add_argument("--pid", type=_pid, required=True, help="process id of the training job (or its launcher)")
+    p.add_argument("--once", action="store_true", help="poll once, print a summary and exit")
+    p.add_argument("--json", action="store_true", help="with --once: print the status document as JSON")
+    p.add_argument("--version", action="version", version=f"dsh-sidecar {__version__}")
+    _add_serve_options(p)
+    return p
+
+
+def run_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="dsh-sidecar run", description="Start CMD, watch it, and serve the dashboard.")
+    _add_serve_options(p)
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
+    return p
+
+
+def doctor_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="dsh-sidecar doctor", description="Check this machine: driver, GPUs, torch.")
+    p.add_argument("--python", default=sys.executable, help="the Python interpreter of your training job")
+    p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    return p
+
+
+def _check_serve_args(args: argparse.Namespace) -> None:
+    if args.interval < MIN_INTERVAL_S:
+        raise UsageError(
+            f"--interval {args.interval} is below {MIN_INTERVAL_S} s: polling NVML and /proc that often "
+            "costs a core; use 0.5 or more"
+        )
+    if args.interval < CHEAP_INTERVAL_S:
+        print(
+            f"dsh-sidecar: warning: --interval {args.interval} s is short: NVML polling itself costs CPU, and the "
+            "driver's utilisation samples are ~1/6-1 s apart",
+            file=sys.stderr,
+            flush=True,
+        )
+    if args.grace < 0:
+        raise UsageError("--grace must be 0 or more seconds")
+    if not _is_loopback(args.host) and not args.token:
+        raise UsageError(
+            f"--host {args.host} is reachable from other machines: add --token TOKEN (or set "
+            "DSH_SIDECAR_TOKEN) so only you can read it"
+        )
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _rules_from_env():
+    """DSH_SIDECAR_RULES='{"idle_window_s": 3}' tunes the verdict's thresholds (also used by tests)."""
+    from sidecar.verdict import Rules
+
+    raw = os.environ.get("DSH_SIDECAR_RULES")
+    if not raw:
+        return Rules()
+    try:
+        values = json.loads(raw)
+        return Rules(**values)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(
+            f"DSH_SIDECAR_RULES is not valid ({exc}); expected JSON like '{{\"idle_window_s\": 10}}'"
+        ) from None
+
+
+# ---------------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] == "run":
+            return _main_run(run_parser().parse_args(argv[1:]))
+        if argv and argv[0] == "doctor":
+            from sidecar.doctor import run_doctor
+
+            return run_doctor(doctor_parser().parse_args(argv[1:]))
+        return _main_serve(serve_parser().parse_args(argv))
+    except UsageError as exc:
+        return _fail(EXIT_USAGE, str(exc))
+    except KeyboardInterrupt:
+        return 130
+
+
+def _pid_exists(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:
+        return True  # exists but belongs to someone else
+
+
+def _main_serve(args: argparse.Namespace) -> int:
+    if not args.once:
+        _check_serve_args(args)
+    elif args.interval < MIN_INTERVAL_S:
+        raise UsageError(f"--interval must be at least {MIN_INTERVAL_S} s")
+    if not _pid_exists(args.pid):
+        return _fail(
+            EXIT_NO_PID,
+            f"no process with pid {args.pid}: is the job running? Find it with "
+            "`pgrep -af python`, or start it with `dsh-sidecar run -- python train.py`",
+        )
+    from sidecar.poller import Poller
+
+    poller = Poller(args.pid, interval_s=args.interval, history_s=args.history, rules=_rules_from_env())
+    if args.once:
+        try:
+            doc = poller.poll_once()
+        finally:
+            poller.stop()
+        print(json.dumps(doc, indent=2, ensure_ascii=False) if args.json else human_summary(doc), flush=True)
+        return EXIT_OK
+    return _serve(args, poller, child=None)
+
+
+def _serve(args: argparse.Namespace, poller, child: subprocess.Popen | None) -> int:
+    from waitress.server import create_server
+
+    from sidecar.metrics import make_metrics
+    from sidecar.server import ServerConfig, create_app
+
+    config = ServerConfig(token=args.token, interval_s=args.interval, job_name=args.job_name)
+    app = create_app(config, poller, metrics=make_metrics(poller, job_name=args.job_name))
+    try:
+        server = create_server(
+            app,
+            host=args.host,
+            port=args.port,
+            threads=8,
+            ident="dsh-sidecar",
+            clear_untrusted_proxy_headers=True,
+        )
+    except OSError as exc:
+        if child is not None:
+            _stop_child(child)
+        poller.stop()
+        what = (
+            "is in use"
+            if getattr(exc, "errno", None) in (98, 48)
+            else f"cannot be bound ({exc.strerror or exc})"
+        )
+        return _fail(
+            EXIT_PORT,
+            f"port {args.port} on {args.host} {what}: choose another with --port PORT "
+            "(--port 0 picks a free one), or stop the other sidecar",
+        )
+    port = server.effective_port
+    host = args.host if ":" not in args.host else f"[{args.host}]"
+    url = f"http://{host}:{port}/"
+    poller.start()
+    threading.Thread(target=server.run, name="dsh-sidecar-http", daemon=True).start()
+    print(f"dsh-sidecar: serving {url} (watching pid {poller.target_pid}; open it in a browser)", flush=True)
+    if args.token:
+        print(f"dsh-sidecar: a token is required: open {url}?token=<your token>", flush=True)
+
+    stop = threading.Event()
+    interrupted: list[int] = []
+
+    def on_signal(signum, _frame):
+        interrupted.append(signum)
+        if child is not None and child.poll() is None:
+            try:
+                child.send_signal(signum)  # the job decides how to stop; we follow it
+            except ProcessLookupError:
+                pass
+        else:
+            stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        gone_since = None
+        while not stop.is_set():
+            stop.wait(0.2)
+            alive = child.poll() is None if child is not None else poller.target_gone_at is None
+            if alive:
+                continue
+            if gone_since is None:
+                gone_since = time.monotonic()
+                code = child.returncode if child is not None else None
+                note = f" with exit code {code}" if code is not None else ""
+                tail = (
+                    "; --stay keeps serving" if not args.stay else "; still serving (--stay), Ctrl-C to stop"
+                )
+                print(f"dsh-sidecar: the job (pid {poller.target_pid}) exited{note}{tail}", flush=True)
+                if child is not None:
+                    poller.poll_once()  # record the exit now, not one interval later
+            if args.stay:
+                continue
+            if interrupted or time.monotonic() - gone_since >= args.grace:
+                break
+    finally:
+        poller.stop()
+        try:
+            server.close()
+        except Exception:
+            pass
+    if child is not None:
+        rc = child.returncode
+        return 128 - rc if rc is not None and rc < 0 else (rc or 0)
+    return EXIT_OK
+
+
+def _stop_child(child: subprocess.Popen) -> None:
+    if child.poll() is None:
+        child.terminate()
+        try:
+            child.wait(5)
+        except subprocess.TimeoutExpired:
+            child.kill()
+
+
+def _main_run(args: argparse.Namespace) -> int:
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise UsageError(
+            "nothing to run: give the command after --, e.g. `dsh-sidecar run -- python train.py`"
+        )
+    _check_serve_args(args)
+    rules = _rules_from_env()
+    try:
+        # Its own session: a terminal's Ctrl-C reaches us once and we forward it once.
+        child = subprocess.Popen(cmd, start_new_session=True)
+    except OSError as exc:
+        return _fail(EXIT_USAGE, f"cannot start {cmd[0]!r}: {exc.strerror or exc}")
+    from sidecar.poller import Poller
+
+    poller = Poller(child.pid, interval_s=args.interval, history_s=args.history, rules=rules)
+    return _serve(args, poller, child=child)
+
+
+# ---------------------------------------------------------------------------------------------
+def human_summary(doc: dict[str, Any]) -> str:
+    lines = []
+    t = doc["target"]
+    lines.append(f"{doc['status']}: {doc['message']}")
+    lines.append(f"  target pid {t['pid']} ({t.get('name') or '?'}), {'running' if t['alive'] else 'exited'}")
+    for w in doc["warnings"]:
+        lines.append(f"  [{w['severity']}] {w['code']}: {w['message']}")
+        if w.get("hint"):
+            lines.append(f"      hint: {w['hint']}")
+    rt = doc["runtime"]
+    if rt.get("torch"):
+        build = f"CUDA {rt['cuda_build']}" if rt.get("cuda_build") else "CPU-only build"
+        lines.append(f"torch {rt['torch']} ({build}), cuda available: {rt.get('cuda_available')}")
+    nv = doc["nvml"]
+    lines.append(
+        f"NVIDIA driver: {nv['driver']} (CUDA {nv['cuda_driver']})"
+        if nv["ok"]
+        else f"NVIDIA driver: unavailable ({nv['error']})"
+    )
+    for g in doc["gpus"]:
+        lines.append(
+            f"  GPU {g['index']} {g['name']}: {_fmt(g['util'], '%')} busy, "
+            f"{_fmt(g['mem_used_mb'], ' MiB')} / {_fmt(g['mem_total_mb'], ' MiB')}"
+        )
+    for s in doc["system_gpus"]:
+        usable = "" if s["nvml_index"] is not None else " (not usable by CUDA)"
+        lines.append(f"  OS device {s['pci']}: {s['name']} [{s['driver'] or 'no driver'}]{usable}")
+    lines.append("processes:")
+    for p in doc["processes"]:
+        role = p["role"] or ("no probe" if not p["probe"] else "?")
+        models = ", ".join(f"{m['name']}@{m['device']}" for m in p["models"]) or "-"
+        gpu = ", ".join(f"GPU{g['index']} {_fmt(g['mem_used_mb'], ' MiB')}" for g in p["gpu"]) or "-"
+        lines.append(
+            f"  {'  ' * p.get('depth', 0)}{p['pid']} {p['name']} [{role}] model: {models} gpu: {gpu}"
+        )
+    return "\n".join(lines)
+
+
+def _fmt(x: Any, unit: str) -> str:
+    if x is None:
+        return "n/a"
+    return f"{x:.0f}{unit}" if isinstance(x, float) else f"{x}{unit}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

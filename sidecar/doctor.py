@@ -1,0 +1,164 @@
+"""`dsh-sidecar doctor`: what a newcomer runs first. Driver, GPUs, OS graphics devices, and what
+the training interpreter's torch can do, each problem with the command that fixes it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+from sidecar import document
+from sidecar.verdict import Facts, GpuFacts, cuda_unavailable_reason
+
+# Runs in the user's interpreter: it may have a broken torch, so everything is guarded and the
+# result is one JSON line. Initialising CUDA here is fine: this process exits right after.
+_TORCH_PROBE = r"""
+import json, os, sys
+out = {"python": sys.version.split()[0], "executable": sys.executable, "torch": None, "error": None,
+       "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+try:
+    import torch
+    out["torch"] = torch.__version__
+    out["cuda_build"] = torch.version.cuda
+    out["cuda_available"] = bool(torch.cuda.is_available())
+    out["device_count"] = torch.cuda.device_count() if out["cuda_available"] else 0
+    out["cudnn"] = torch.backends.cudnn.version() if out["cuda_available"] else None
+    out["devices"] = [{"index": i, "name": torch.cuda.get_device_name(i),
+                       "uuid": str(getattr(torch.cuda.get_device_properties(i), "uuid", "") or "") or None}
+                      for i in range(out["device_count"])]
+    if out["cuda_build"] and not out["cuda_available"]:
+        try:
+            torch.cuda.init()
+        except Exception as exc:
+            out["cuda_init_error"] = str(exc).splitlines()[0][:300]
+    mps = getattr(torch.backends, "mps", None)
+    out["mps_available"] = bool(mps and mps.is_available())
+except ImportError as exc:
+    out["error"] = f"torch is not installed in this interpreter ({exc})"
+except Exception as exc:
+    out["error"] = f"importing torch failed: {type(exc).__name__}: {exc}"
+print(json.dumps(out))
+"""
+
+
+def torch_report(python: str, timeout_s: float = 120.0) -> dict[str, Any]:
+    try:
+        proc = subprocess.run([python, "-c", _TORCH_PROBE], capture_output=True, text=True, timeout=timeout_s)
+    except FileNotFoundError:
+        return {"error": f"interpreter not found: {python}"}
+    except subprocess.TimeoutExpired:
+        return {"error": f"{python} took over {timeout_s:.0f} s to import torch"}
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        return {"error": f"{python} failed: {tail[0][:300]}"}
+
+
+def collect(python: str) -> dict[str, Any]:
+    from sidecar.sources.nvml import nvml_summary
+    from sidecar.sources.sysfs import list_system_gpus
+
+    nvml = nvml_summary()
+    system = list_system_gpus()
+    torch = torch_report(python)
+    gpus = tuple(
+        GpuFacts(d["index"], uuid=d.get("uuid"), name=d.get("name"), pci_bus_id=d.get("pci_bus_id"))
+        for d in nvml.get("devices") or ()
+    )
+    facts = Facts(
+        target_pid=0,
+        nvml_ok=bool(nvml.get("library_found") and not nvml.get("error")),
+        nvml_error=nvml.get("error"),
+        driver=nvml.get("driver"),
+        cuda_driver=nvml.get("cuda_driver"),
+        gpus=gpus,
+        system_gpus=document.system_gpu_facts(system, gpus),
+    )
+    problems: list[dict[str, str]] = []
+    nvidia_os = any(s.vendor == "NVIDIA" for s in facts.system_gpus)
+    if not facts.nvml_ok:
+        if nvidia_os:
+            problems.append({
+                "problem": f"the OS sees an NVIDIA GPU but NVML is not usable: {facts.nvml_error}",
+                "fix": "install the NVIDIA driver (e.g. `sudo apt install nvidia-driver` / `sudo ubuntu-drivers install`) "
+                "and reboot; `nvidia-smi` must work",
+            })
+    if torch.get("error"):
+        problems.append({"problem": torch["error"], "fix": f"`{python} -m pip install torch`"})
+    elif torch.get("cuda_build") is None:
+        if gpus or nvidia_os:
+            cu = facts.cuda_driver.replace(".", "") if facts.cuda_driver else "124"
+            problems.append({
+                "problem": f"torch {torch['torch']} is a CPU-only build: it cannot use the NVIDIA GPU",
+                "fix": f"`{python} -m pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cu{cu}`",
+            })
+    elif not torch.get("cuda_available"):
+        reason, _, hint, _ = cuda_unavailable_reason(facts, torch)
+        if torch.get("cuda_init_error"):
+            reason += f" (torch says: {torch['cuda_init_error']})"
+        problems.append({"problem": f"CUDA is not available to torch: {reason}", "fix": hint})
+    unusable = [s for s in facts.system_gpus if s.nvml_index is None and s.vendor != "NVIDIA"]
+    return {
+        "nvml": nvml,
+        "system_gpus": [
+            {"vendor": s.vendor, "name": s.name, "pci": s.pci, "driver": s.driver, "nvml_index": s.nvml_index}
+            for s in facts.system_gpus
+        ],
+        "torch": torch,
+        "cannot_run_cuda": [s.name for s in unusable],
+        "problems": problems,
+    }
+
+
+def render(report: dict[str, Any]) -> str:
+    ok, bad, note = "[ok]", "[!!]", "[--]"
+    lines = ["dsh-sidecar doctor", ""]
+    nv = report["nvml"]
+    if nv.get("library_found") and not nv.get("error"):
+        lines.append(f"{ok} NVIDIA driver {nv.get('driver')} (CUDA {nv.get('cuda_driver')}), {nv.get('device_count')} GPU(s)")
+        for d in nv.get("devices") or ():
+            lines.append(f"       GPU {d['index']}: {d.get('name')} {d.get('uuid') or ''}")
+    else:
+        lines.append(f"{note} NVIDIA driver: {nv.get('error') or 'not found'}")
+    if report["system_gpus"]:
+        lines.append(f"{ok} graphics devices the OS sees: {len(report['system_gpus'])}")
+        for s in report["system_gpus"]:
+            usable = "usable by CUDA" if s["nvml_index"] is not None else "cannot run CUDA"
+            if s["vendor"] == "NVIDIA" and s["nvml_index"] is None:
+                usable = "NVIDIA, but the driver does not list it"
+            lines.append(f"       {s['pci']}: {s['name']} [{s['driver'] or 'no driver'}] ({usable})")
+    else:
+        lines.append(f"{note} graphics devices the OS sees: none")
+    t = report["torch"]
+    if t.get("error"):
+        lines.append(f"{bad} torch: {t['error']}")
+    else:
+        build = f"CUDA {t['cuda_build']} build" if t.get("cuda_build") else "CPU-only build"
+        mark = ok if t.get("cuda_available") else bad if (t.get("cuda_build") or report["nvml"].get("device_count")) else note
+        lines.append(f"{mark} torch {t['torch']} ({build}) in {t.get('executable')}: "
+                     f"CUDA available: {t.get('cuda_available')}, devices: {t.get('device_count')}")
+        if t.get("cuda_visible_devices") is not None:
+            lines.append(f"       CUDA_VISIBLE_DEVICES={t['cuda_visible_devices']!r}")
+    lines.append("")
+    if report["problems"]:
+        lines.append("Problems, and how to fix them:")
+        for p in report["problems"]:
+            lines.append(f"  - {p['problem']}")
+            lines.append(f"    fix: {p['fix']}")
+    elif not report["torch"].get("cuda_available"):
+        lines.append("No NVIDIA GPU here: training runs on the CPU, as expected on this machine.")
+    else:
+        lines.append("All good: torch can use the GPU. Attach with `dsh-sidecar --pid PID` or `dsh-sidecar run -- python train.py`.")
+    return "\n".join(lines)
+
+
+def run_doctor(args) -> int:
+    report = collect(args.python)
+    if args.json:
+        print(json.dumps(report, indent=2, ensure_ascii=False))
+    else:
+        print(render(report))
+    sys.stdout.flush()
+    return 0

@@ -1,0 +1,253 @@
+"""Facts from the sources → verdict facts, and verdict → the status document (schema 1).
+
+Pure functions: the poller does the I/O and hands the results here. The status document is the
+contract the page, the DSH plugin and `--once --json` share: absent values are null, never
+missing keys.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sidecar.verdict import (
+    Facts,
+    GpuFacts,
+    ModelFacts,
+    ProcessFacts,
+    ProcGpu,
+    SystemGpuFacts,
+    Verdict,
+    model_nvml_index,
+)
+
+SCHEMA = 1
+MIB = 1048576.0
+
+
+def _int(x: Any) -> int | None:
+    return x if isinstance(x, int) and not isinstance(x, bool) else None
+
+
+def _float(x: Any) -> float | None:
+    if isinstance(x, bool):
+        return None
+    return float(x) if isinstance(x, int | float) else None
+
+
+def _str(x: Any) -> str | None:
+    return x if isinstance(x, str) else None
+
+
+def models_from_payload(payload: dict[str, Any]) -> tuple[ModelFacts, ...]:
+    out = []
+    for m in payload.get("models") or ():
+        if not isinstance(m, dict):
+            continue
+        devices = m.get("devices")
+        out.append(
+            ModelFacts(
+                name=_str(m.get("name")) or _str(m.get("class")) or "model",
+                device=_str(m.get("device")),
+                devices=tuple(d for d in devices if isinstance(d, str)) if isinstance(devices, list) else (),
+                params=_int(m.get("params")),
+                input_device=_str(m.get("input_device")),
+                forward_calls=_int(m.get("forward_calls")) or 0,
+                forward_rate_hz=_float(m.get("forward_rate_hz")),
+                data_wait_fraction=_float(m.get("data_wait_fraction")),
+            )
+        )
+    return tuple(out)
+
+
+def cuda_memory_mib(payload: dict[str, Any]) -> float | None:
+    total = None
+    for m in payload.get("memory") or ():
+        if isinstance(m, dict) and _int(m.get("reserved_bytes")) is not None:
+            total = (total or 0.0) + m["reserved_bytes"] / MIB
+    return total
+
+
+def process_facts(proc, read, gpu: tuple[ProcGpu, ...], target_pid: int) -> ProcessFacts:
+    """`proc` is a proctree.ProcInfo, `read` a segments.ProbeRead or None."""
+    payload = read.payload if read is not None else None
+    runtime = payload.get("runtime") if payload and isinstance(payload.get("runtime"), dict) else None
+    return ProcessFacts(
+        pid=proc.pid,
+        ppid=proc.ppid,
+        depth=proc.depth,
+        name=proc.name,
+        is_target=proc.pid == target_pid,
+        probe_state=read.state if read is not None else "missing",
+        probe_error=read.error if read is not None else None,
+        probe_unreadable=bool(read and read.unreadable),
+        role=_str(payload.get("role")) if payload else None,
+        worker_id=_int(payload.get("worker_id")) if payload else None,
+        rank=_int(payload.get("rank")) if payload else None,
+        local_rank=_int(payload.get("local_rank")) if payload else None,
+        world_size=_int(payload.get("world_size")) if payload else None,
+        runtime=runtime,
+        cuda_memory_mib=cuda_memory_mib(payload) if payload else None,
+        models=models_from_payload(payload) if payload else (),
+        gpu=gpu,
+    )
+
+
+def _runtime_summary(facts: Facts) -> dict[str, Any]:
+    procs = sorted((p for p in facts.processes if p.runtime), key=lambda p: (not p.is_target, p.depth))
+    rt = procs[0].runtime if procs else {}
+    return {
+        "torch": _str(rt.get("torch")),
+        "cuda_build": _str(rt.get("cuda_build")),
+        "cudnn": _int(rt.get("cudnn")),
+        "cuda_available": rt.get("cuda_available") if isinstance(rt.get("cuda_available"), bool) else None,
+        "device_count": _int(rt.get("device_count")),
+        "cuda_visible_devices": _str(rt.get("cuda_visible_devices")),
+    }
+
+
+def _framework_index(facts: Facts, gpu: GpuFacts) -> int | None:
+    """The `cuda:N` that names this NVML device in the job's main framework process."""
+    procs = sorted((p for p in facts.processes if p.runtime), key=lambda p: (not p.is_target, p.depth))
+    for p in procs:
+        count = _int(p.runtime.get("device_count")) or 0
+        for n in range(count):
+            if model_nvml_index(p, ModelFacts("", f"cuda:{n}"), facts.gpus) == gpu.index:
+                return n
+        if count:
+            return None
+    return None
+
+
+def status_document(
+    facts: Facts,
+    verdict: Verdict,
+    *,
+    time_s: float,
+    interval_s: float,
+    target_name: str | None,
+    target_cmdline: list[str] | None,
+    target_create_time: float | None,
+    proc_info: dict[int, Any],
+    other_processes: dict[int, int],
+    events: list[dict[str, Any]],
+) -> dict[str, Any]:
+    model_gpu = next((g for g in facts.gpus if g.index == verdict.model_gpu_index), None)
+    runtime = _runtime_summary(facts)
+    processes = []
+    for p in facts.processes:
+        info = proc_info.get(p.pid)
+        cpu_pct = info.cpu_percent if info else None
+        rss_mib = info.rss_mib if info else None
+        processes.append(
+            {
+                "pid": p.pid,
+                "ppid": p.ppid,
+                "depth": p.depth,
+                "role": p.role,
+                "probe": p.has_probe,
+                "probe_state": p.probe_state,
+                "name": p.name,
+                "cmdline": list(info.cmdline) if info else None,
+                "cpu_percent": cpu_pct,
+                "rss_mb": None if rss_mib is None else round(rss_mib, 1),
+                "rank": p.rank,
+                "local_rank": p.local_rank,
+                "world_size": p.world_size,
+                "worker_id": p.worker_id,
+                "cuda_memory_mb": None if p.cuda_memory_mib is None else round(p.cuda_memory_mib, 1),
+                "models": [
+                    {
+                        "name": m.name,
+                        "device": m.device,
+                        "devices": list(m.devices),
+                        "params": m.params,
+                        "input_device": m.input_device,
+                        "forward_calls": m.forward_calls,
+                        "forward_rate_hz": m.forward_rate_hz,
+                        "data_wait_fraction": m.data_wait_fraction,
+                    }
+                    for m in p.models
+                ],
+                "gpu": [
+                    {"index": g.index, "mem_used_mb": g.mem_used_mib, "sm_util": g.sm_util} for g in p.gpu
+                ],
+                "probe_error": p.probe_error if p.probe_state not in ("ok", "missing") else None,
+            }
+        )
+    return {
+        "schema": SCHEMA,
+        "time": time_s,
+        "interval_s": interval_s,
+        "target": {
+            "pid": facts.target_pid,
+            "alive": facts.target_alive,
+            "name": target_name,
+            "cmdline": target_cmdline,
+            "create_time": target_create_time,
+        },
+        "status": verdict.status,
+        "message": verdict.message,
+        "message_zh": verdict.message_zh,
+        "warning": verdict.warnings[0].message if verdict.warnings else None,
+        "warnings": [w.as_dict() for w in verdict.warnings],
+        "model_device": verdict.model_device,
+        "input_device": verdict.input_device,
+        "cuda_available": runtime["cuda_available"],
+        "device_count": runtime["device_count"],
+        "gpu_util": model_gpu.util if model_gpu else None,
+        "mem_used_mb": model_gpu.mem_used_mib if model_gpu else None,
+        "runtime": runtime,
+        "nvml": {
+            "ok": facts.nvml_ok,
+            "driver": facts.driver,
+            "cuda_driver": facts.cuda_driver,
+            "error": facts.nvml_error,
+        },
+        "gpus": [
+            {
+                "index": g.index,
+                "uuid": g.uuid,
+                "name": g.name,
+                "pci_bus_id": g.pci_bus_id,
+                "util": g.util,
+                "mem_util": g.mem_util,
+                "mem_used_mb": g.mem_used_mib,
+                "mem_total_mb": g.mem_total_mib,
+                "framework_index": _framework_index(facts, g),
+                "lost": g.lost,
+                "other_processes": other_processes.get(g.index, 0),
+            }
+            for g in facts.gpus
+        ],
+        "system_gpus": [
+            {"vendor": s.vendor, "name": s.name, "pci": s.pci, "driver": s.driver, "nvml_index": s.nvml_index}
+            for s in facts.system_gpus
+        ],
+        "processes": processes,
+        "events": events,
+    }
+
+
+def system_gpu_facts(system_gpus, gpus: tuple[GpuFacts, ...]) -> tuple[SystemGpuFacts, ...]:
+    """Match OS graphics devices to NVML devices by PCI address (NVML writes an 8-digit domain)."""
+
+    def norm(pci: str | None) -> str | None:
+        if not pci:
+            return None
+        parts = pci.lower().split(":")
+        try:
+            return f"{int(parts[0], 16):04x}:{parts[1]}:{parts[2]}" if len(parts) == 3 else pci.lower()
+        except ValueError:
+            return pci.lower()
+
+    by_pci = {norm(g.pci_bus_id): g.index for g in gpus if g.pci_bus_id}
+    return tuple(
+        SystemGpuFacts(
+            vendor=s.vendor,
+            name=s.name,
+            pci=s.pci,
+            driver=s.driver,
+            nvml_index=by_pci.get(norm(s.pci)),
+        )
+        for s in system_gpus
+    )

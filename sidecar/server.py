@@ -1,0 +1,148 @@
+"""HTTP: a Flask app factory, served by waitress.
+
+`create_app(config, source)` takes the poller (or anything with `snapshot()` and `history`) so
+tests inject their own. Requests serve the latest poll and never trigger one.
+"""
+
+from __future__ import annotations
+
+import hmac
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from flask import Flask, Response, abort, jsonify, redirect, request, send_from_directory
+from werkzeug.exceptions import HTTPException
+
+from sidecar import __version__
+
+STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
+API = "/api/dsh-gpu-dashboard"
+TOKEN_COOKIE = "dsh_sidecar_token"
+PUBLIC_PATHS = ("/healthz",)
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    token: str | None = None
+    interval_s: float = 1.5
+    job_name: str | None = None
+    static_dir: str = STATIC_DIR
+
+
+def _token_ok(expected: str, given: str | None) -> bool:
+    if not given:
+        return False
+    return hmac.compare_digest(expected.encode(), given.encode())
+
+
+def create_app(config: ServerConfig, source: Any, metrics: Any = None) -> Flask:
+    app = Flask(__name__, static_folder=None)
+    app.config["MAX_CONTENT_LENGTH"] = 1024  # GET-only API: no body is ever needed
+    app.json.sort_keys = False
+    app.url_map.merge_slashes = False  # "//etc/passwd" gets a 404, not a redirect
+
+    @app.before_request
+    def _guard():
+        if request.method not in ("GET", "HEAD"):
+            return _error(405, "method not allowed: this API is read-only (GET, HEAD)")
+        if config.token and request.path not in PUBLIC_PATHS:
+            header = request.headers.get("Authorization", "")
+            bearer = header[7:] if header.startswith("Bearer ") else None
+            query_token = request.args.get("token") if request.path == "/" else None
+            if query_token is not None and _token_ok(config.token, query_token):
+                # The page cannot send a header on navigation: trade the query token for a cookie
+                # and drop it from the address bar.
+                resp = redirect("./", code=303)
+                resp.set_cookie(TOKEN_COOKIE, query_token, httponly=True, samesite="Strict")
+                return resp
+            if not (
+                _token_ok(config.token, bearer) or _token_ok(config.token, request.cookies.get(TOKEN_COOKIE))
+            ):
+                return _error(
+                    401, "missing or wrong token: send 'Authorization: Bearer TOKEN' (or open /?token=TOKEN)"
+                )
+        return None
+
+    @app.after_request
+    def _headers(resp: Response) -> Response:
+        resp.headers["X-Content-Type-Options"] = "nosniff"
+        resp.headers["X-Frame-Options"] = "SAMEORIGIN"
+        resp.headers["Referrer-Policy"] = "no-referrer"
+        resp.headers["Cache-Control"] = "no-store"
+        if resp.mimetype == "text/html":
+            resp.headers["Content-Security-Policy"] = (
+                "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; connect-src 'self'"
+            )
+        return resp
+
+    @app.errorhandler(HTTPException)
+    def _http_error(exc: HTTPException):
+        return _error(exc.code or 500, exc.description or exc.name)
+
+    @app.errorhandler(Exception)
+    def _unexpected(exc: Exception):  # a bug must answer 500 JSON, never take the server down
+        app.logger.exception("unexpected error")
+        return _error(500, f"internal error: {type(exc).__name__}")
+
+    @app.get("/healthz")
+    def healthz():
+        _, last = source.snapshot()
+        return jsonify({"ok": last is not None, "last_poll": last})
+
+    @app.get(f"{API}/status")
+    def status():
+        doc, _ = source.snapshot()
+        if doc is None:
+            return _error(503, "no poll has completed yet; retry in a moment")
+        return jsonify(doc)
+
+    @app.get(f"{API}/history")
+    def history():
+        since_raw = request.args.get("since")
+        since = None
+        if since_raw not in (None, ""):
+            try:
+                since = float(since_raw)
+            except ValueError:
+                return _error(400, "since must be a UNIX time in seconds, e.g. since=1733140000")
+            if not math.isfinite(since):
+                return _error(400, "since must be a finite number")
+        hist = source.history
+        return jsonify(
+            {
+                "schema": 1,
+                "interval_s": config.interval_s,
+                "samples": [s.as_dict() for s in hist.samples(since)],
+                "events": hist.events(since),
+            }
+        )
+
+    @app.get("/metrics")
+    def metrics_route():
+        if metrics is None:
+            abort(404)
+        body, content_type = metrics()
+        return Response(body, content_type=content_type)
+
+    @app.get("/")
+    def index():
+        return send_from_directory(config.static_dir, "index.html")
+
+    @app.get("/static/<path:path>")
+    def static_files(path: str):
+        # send_from_directory refuses paths that escape the folder (werkzeug's safe_join).
+        return send_from_directory(config.static_dir, path)
+
+    @app.get("/version")
+    def version():
+        return jsonify({"version": __version__})
+
+    return app
+
+
+def _error(code: int, message: str):
+    resp = jsonify({"error": message, "status": code})
+    resp.status_code = code
+    return resp

@@ -1,0 +1,632 @@
+// app.js — the standalone dsh-gpu-dashboard page served by the sidecar at GET /.
+// No framework: fetch the status document every `refresh` seconds (paused while the tab is hidden),
+// render it with the shared rules of format.js, and draw the history with charts.js.
+// All URLs are relative so the page also works behind a path prefix.
+
+import {
+  CATALOGUE, NA, SERIES_COLORS, STATUS_COLORS, STATUS_TEXT_COLORS, UNREACHABLE_COMMAND,
+  UNREACHABLE_COMMAND_RUN, UTIL_COLORS, deviceKind, fmtAgo, fmtClock, fmtCount, fmtFraction, fmtMiB,
+  fmtPct, fmtRate, memGrowth, messageText, pickLang, roleText, severityOf, sortWarnings, statusOf,
+  statusText, t, utilLevel, warningHint, warningMessage,
+} from './format.js';
+import { TimeChart, niceTicks } from './charts.js';
+
+const STATUS_URL = 'api/dsh-gpu-dashboard/status';
+const HISTORY_URL = 'api/dsh-gpu-dashboard/history';
+const LANG_KEY = 'dsh-gpu-dashboard.lang';
+const WINDOW_KEY = 'dsh-gpu-dashboard.window';
+const MAX_SAMPLES = 20000;
+const MAX_EVENTS = 500;
+
+// ------------------------------------------------------------------ config
+
+const params = new URLSearchParams(location.search);
+
+function readRefresh() {
+  const v = parseFloat(params.get('refresh'));
+  return Number.isFinite(v) && v > 0 ? Math.min(Math.max(v, 0.2), 3600) : 1.5;
+}
+
+function storageGet(key) {
+  try { return localStorage.getItem(key); } catch { return null; }
+}
+function storageSet(key, value) {
+  try { localStorage.setItem(key, value); } catch { /* private mode */ }
+}
+
+function initialLang() {
+  const fromUrl = params.get('lang');
+  if (fromUrl && CATALOGUE[fromUrl]) return fromUrl;
+  const stored = storageGet(LANG_KEY);
+  if (stored && CATALOGUE[stored]) return stored;
+  return pickLang(navigator.languages && navigator.languages.length ? navigator.languages : [navigator.language]);
+}
+
+const state = {
+  lang: initialLang(),
+  refreshS: readRefresh(),
+  doc: null,
+  okAt: null,          // Date.now() of the last successful status fetch
+  reachable: null,     // null until the first answer
+  error: null,
+  samples: [],
+  events: [],
+  lastSampleT: null,
+  identity: null,
+  interval: null,
+  window: ['60', '300', '900', 'all'].includes(storageGet(WINDOW_KEY)) ? storageGet(WINDOW_KEY) : '300',
+  timer: null,
+  inflight: false,
+  keys: {},
+};
+
+const $ = (sel, root = document) => root.querySelector(sel);
+const tr = (key, vars) => t(state.lang, key, vars);
+
+// ------------------------------------------------------------------ DOM helpers
+
+function h(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  if (attrs) {
+    for (const [k, v] of Object.entries(attrs)) {
+      if (v === null || v === undefined || v === false) continue;
+      if (k === 'class') e.className = v;
+      else if (k === 'style') e.setAttribute('style', v);
+      else if (k === 'text') e.textContent = v;
+      else e.setAttribute(k, v === true ? '' : String(v));
+    }
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined || c === false) continue;
+    e.appendChild(typeof c === 'string' || typeof c === 'number' ? document.createTextNode(String(c)) : c);
+  }
+  return e;
+}
+
+// Text with `backtick` spans rendered as <code> (never as HTML).
+function richText(text) {
+  const parts = String(text || '').split('`');
+  return parts.map((p, i) => (i % 2 ? h('code', { text: p }) : document.createTextNode(p)));
+}
+
+// Re-render a section only when what it shows changed (keeps selections and hover stable).
+function changed(name, value) {
+  const key = JSON.stringify([state.lang, value]);
+  if (state.keys[name] === key) return false;
+  state.keys[name] = key;
+  return true;
+}
+
+function devChip(dev) {
+  if (dev === null || dev === undefined || dev === '') return document.createTextNode(NA);
+  return h('span', { class: `chip dev-${deviceKind(dev)}`, 'data-device': dev, text: dev });
+}
+
+const num = (x) => typeof x === 'number' && Number.isFinite(x);
+
+// ------------------------------------------------------------------ static text
+
+function applyStaticText() {
+  document.documentElement.lang = state.lang === 'zh' ? 'zh-CN' : 'en';
+  for (const e of document.querySelectorAll('[data-i18n]')) e.textContent = tr(e.dataset.i18n);
+  for (const e of document.querySelectorAll('[data-i18n-title]')) e.title = tr(e.dataset.i18nTitle);
+  $('.lang-switch').dataset.lang = state.lang;
+  $('.cmd-attach').textContent = UNREACHABLE_COMMAND;
+  $('.cmd-run').textContent = UNREACHABLE_COMMAND_RUN;
+  for (const b of document.querySelectorAll('.window-select button')) {
+    b.setAttribute('aria-pressed', String(b.dataset.window === state.window));
+  }
+}
+
+// ------------------------------------------------------------------ hero: badge, message, facts, warnings
+
+function renderHero(doc) {
+  const status = statusOf(doc);
+  const root = document.documentElement;
+  root.style.setProperty('--status', STATUS_COLORS[status]);
+  root.style.setProperty('--status-text', STATUS_TEXT_COLORS[status]);
+  const badge = $('[data-testid="badge"]');
+  badge.dataset.status = status;
+  $('.badge-text', badge).textContent = doc ? statusText(doc, state.lang) : tr('status.noData');
+  const label = doc ? statusText(doc, state.lang) : tr('status.noData');
+  document.title = `${label} · ${tr('app.title')}`;
+  setFavicon(STATUS_COLORS[status]);
+
+  if (!changed('hero', doc && [doc.status, doc.message, doc.message_zh, doc.target, doc.model_device,
+    doc.input_device, doc.gpu_util, doc.mem_used_mb, doc.cuda_available, doc.device_count, doc.warnings,
+    Math.floor((doc.time || 0) / 30)])) return;
+
+  $('[data-testid="message"]').replaceChildren(...richText(doc ? messageText(doc, state.lang) : tr('loading')));
+
+  const tgt = doc && doc.target;
+  const target = $('[data-testid="target"]');
+  target.replaceChildren();
+  if (tgt) {
+    const bits = [h('span', { text: tr('target.pid', { pid: tgt.pid ?? NA }) })];
+    if (tgt.name) bits.push(' · ', h('b', { text: tgt.name }));
+    if (tgt.alive === false) bits.push(' · ', h('span', { class: 'dead', text: tr('target.exited') }));
+    else if (num(tgt.create_time) && num(doc.time)) bits.push(' · ', tr('target.since', { ago: fmtAgo(doc.time - tgt.create_time, state.lang) }));
+    if (tgt.cmdline) bits.push(' · ', h('code', { text: Array.isArray(tgt.cmdline) ? tgt.cmdline.join(' ') : tgt.cmdline }));
+    target.append(...bits);
+    target.title = Array.isArray(tgt.cmdline) ? tgt.cmdline.join(' ') : (tgt.cmdline || '');
+  }
+
+  const facts = $('[data-testid="facts"]');
+  facts.replaceChildren();
+  if (doc) {
+    const fact = (key, value, testid) => h('div', { class: 'fact', 'data-testid': testid }, h('dt', { text: tr(key) }), h('dd', null, value));
+    const cuda = doc.cuda_available === true ? tr('summary.cudaYes', { n: doc.device_count ?? NA })
+      : doc.cuda_available === false ? tr('summary.cudaNo') : NA;
+    facts.append(
+      fact('summary.modelDevice', devChip(doc.model_device), 'fact-model-device'),
+      fact('summary.inputDevice', devChip(doc.input_device), 'fact-input-device'),
+      fact('summary.util', fmtPct(doc.gpu_util), 'fact-util'),
+      fact('summary.mem', fmtMiB(doc.mem_used_mb), 'fact-mem'),
+      fact('summary.cuda', cuda, 'fact-cuda'),
+    );
+  }
+
+  const list = $('[data-testid="warnings"]');
+  list.replaceChildren();
+  for (const w of sortWarnings(doc && doc.warnings)) {
+    const sev = severityOf(w);
+    const hint = warningHint(w, state.lang);
+    list.appendChild(h('li', { class: 'warning', 'data-testid': 'warning', 'data-severity': sev, 'data-code': w.code },
+      h('span', { class: 'sev', text: tr(`severity.${sev}`) }),
+      h('span', { class: 'warning-message', 'data-testid': 'warning-message' }, richText(warningMessage(w, state.lang))),
+      hint ? h('span', { class: 'warning-hint', 'data-testid': 'warning-hint' }, richText(hint)) : null,
+    ));
+  }
+}
+
+let faviconColor = null;
+function setFavicon(color) {
+  if (color === faviconColor) return;
+  faviconColor = color;
+  const svg = `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><circle cx="8" cy="8" r="7" fill="${color}"/></svg>`;
+  $('#favicon').href = `data:image/svg+xml,${encodeURIComponent(svg)}`;
+}
+
+// ------------------------------------------------------------------ GPU cards
+
+function modelCudaIndices(doc) {
+  const set = new Set();
+  const add = (dev) => {
+    const m = /^cuda:(\d+)$/.exec(String(dev || ''));
+    if (m) set.add(Number(m[1]));
+  };
+  add(doc.model_device);
+  for (const p of doc.processes || []) {
+    for (const mdl of p.models || []) {
+      add(mdl.device);
+      for (const d of mdl.devices || []) add(d);
+    }
+  }
+  return set;
+}
+
+function meter(labelKey, pct, valueText, color, testid) {
+  const w = num(pct) ? Math.max(0, Math.min(100, pct)) : 0;
+  return h('div', { class: 'meter', 'data-testid': testid },
+    h('span', { class: 'meter-label', text: tr(labelKey) }),
+    h('div', { class: 'bar' }, h('span', { style: `width:${w.toFixed(1)}%;--fill:${color}` })),
+    h('span', { class: 'meter-value', text: valueText }));
+}
+
+function renderGpus(doc) {
+  const gpus = (doc && doc.gpus) || [];
+  const igpus = ((doc && doc.system_gpus) || []).filter((g) => g && (g.nvml_index === null || g.nvml_index === undefined));
+  const procs = (doc && doc.processes) || [];
+  if (!changed('gpus', doc && [gpus, igpus, procs.map((p) => [p.pid, p.role, p.rank, p.worker_id, p.probe, p.gpu, p.models && p.models.map((m) => m.devices)]), doc.model_device, doc.nvml])) return;
+  const grid = $('[data-testid="gpus"]');
+  grid.replaceChildren();
+  if (!doc) return;
+  const here = modelCudaIndices(doc);
+
+  for (const g of gpus) {
+    const level = utilLevel(g.util);
+    const memPct = num(g.mem_used_mb) && num(g.mem_total_mb) && g.mem_total_mb > 0 ? (100 * g.mem_used_mb) / g.mem_total_mb : null;
+    const isHere = num(g.framework_index) && here.has(g.framework_index);
+    const users = procs.filter((p) => (p.gpu || []).some((u) => u.index === g.index));
+    const tag = isHere ? h('span', { class: 'tag tag-model', text: tr('gpu.modelHere') })
+      : g.framework_index === null || g.framework_index === undefined ? h('span', { class: 'tag tag-off', text: tr('gpu.hiddenTag') }) : null;
+    grid.appendChild(h('article', {
+      class: `card gpu-card${isHere ? ' model-here' : ''}`, 'data-testid': 'gpu-card', 'data-index': g.index,
+      'data-util-level': level, 'data-model-here': isHere ? 'true' : 'false',
+    },
+    h('div', { class: 'gpu-head' },
+      h('span', { class: 'gpu-index', text: tr('chart.gpuN', { n: g.index ?? NA }) }),
+      tag),
+    h('div', { class: 'gpu-name', 'data-testid': 'gpu-name', text: g.name || NA, title: [g.name, g.uuid].filter(Boolean).join('\n') }),
+    h('div', { class: 'gpu-sub', text: num(g.framework_index) ? tr('gpu.framework', { dev: `cuda:${g.framework_index}` }) : tr('gpu.frameworkHidden') }),
+    meter('gpu.util', g.util, fmtPct(g.util), UTIL_COLORS[level], 'gpu-util'),
+    meter('gpu.mem', memPct, num(g.mem_total_mb) ? tr('gpu.memOf', { used: fmtMiB(g.mem_used_mb), total: fmtMiB(g.mem_total_mb) }) : fmtMiB(g.mem_used_mb), '#7c3aed', 'gpu-mem'),
+    h('div', { class: 'gpu-procs', 'data-testid': 'gpu-procs' },
+      h('div', { class: 'gpu-procs-title', text: tr('gpu.procs') }),
+      users.length
+        ? h('ul', null, users.map((p) => {
+          const u = (p.gpu || []).find((x) => x.index === g.index);
+          return h('li', { 'data-pid': p.pid },
+            h('span', { class: 'pid', text: String(p.pid) }),
+            h('span', { class: 'role', text: roleText(p, state.lang) }),
+            h('span', { class: 'mem', text: fmtMiB(u && u.mem_used_mb) }));
+        }))
+        : h('div', { class: 'none', text: tr('gpu.noProcs') }))));
+  }
+
+  for (const g of igpus) {
+    grid.appendChild(h('article', { class: 'card gpu-card igpu-card', 'data-testid': 'igpu-card', 'data-pci': g.pci || '' },
+      h('div', { class: 'gpu-head' },
+        h('span', { class: 'gpu-index', text: g.vendor || NA }),
+        h('span', { class: 'tag tag-off', text: tr('igpu.badge') })),
+      h('div', { class: 'gpu-name', 'data-testid': 'gpu-name', text: g.name || NA, title: g.name || '' }),
+      h('div', { class: 'note', text: tr('igpu.note') }),
+      h('div', { class: 'meta', text: [g.pci && tr('igpu.pci', { pci: g.pci }), g.driver && tr('igpu.driver', { driver: g.driver })].filter(Boolean).join(' · ') })));
+  }
+
+  if (!gpus.length) {
+    const nvmlErr = doc.nvml && doc.nvml.ok === false && doc.nvml.error ? tr('runtime.nvmlError', { error: doc.nvml.error }) : '';
+    grid.prepend(h('div', { class: 'card empty', 'data-testid': 'no-gpu' }, h('div', { text: tr('gpus.none') }), nvmlErr ? h('div', { class: 'meta', text: nvmlErr }) : null));
+  }
+}
+
+// ------------------------------------------------------------------ process table
+
+function treeOrder(procs) {
+  const byPid = new Map(procs.map((p) => [p.pid, p]));
+  const kids = new Map();
+  const roots = [];
+  for (const p of procs) {
+    if (p.ppid !== null && p.ppid !== undefined && byPid.has(p.ppid) && p.ppid !== p.pid) {
+      if (!kids.has(p.ppid)) kids.set(p.ppid, []);
+      kids.get(p.ppid).push(p);
+    } else roots.push(p);
+  }
+  const out = [];
+  const seen = new Set();
+  const walk = (p, depth, last) => {
+    if (seen.has(p.pid)) return;
+    seen.add(p.pid);
+    out.push({ p, depth, last });
+    const ch = (kids.get(p.pid) || []).sort((a, b) => a.pid - b.pid);
+    ch.forEach((c, i) => walk(c, depth + 1, i === ch.length - 1));
+  };
+  roots.sort((a, b) => a.pid - b.pid).forEach((r) => walk(r, 0, true));
+  return out;
+}
+
+function renderProcs(doc) {
+  const procs = (doc && doc.processes) || [];
+  if (!changed('procs', procs)) return;
+  const body = $('[data-testid="processes"] tbody');
+  body.replaceChildren();
+  if (!doc) return;
+  if (!procs.length) {
+    body.appendChild(h('tr', null, h('td', { colspan: 8, class: 'empty', text: tr('procs.none') })));
+    return;
+  }
+  for (const { p, depth, last } of treeOrder(procs)) {
+    const probed = p.probe === true;
+    const models = p.models || [];
+    const gpuMem = (p.gpu || []).reduce((a, g) => (num(g.mem_used_mb) ? (a ?? 0) + g.mem_used_mb : a), null);
+    const sm = (p.gpu || []).reduce((a, g) => (num(g.sm_util) ? (a ?? 0) + g.sm_util : a), null);
+    const waits = models.map((m) => m.data_wait_fraction).filter(num);
+    const wait = waits.length ? Math.max(...waits) : null;
+    const inputs = [...new Set(models.map((m) => m.input_device).filter((d) => d !== null && d !== undefined))];
+    const cmd = Array.isArray(p.cmdline) ? p.cmdline.join(' ') : (p.cmdline || '');
+
+    const procCell = h('td', null, h('div', { class: 'proc-cell', style: `--depth:${depth}` },
+      depth ? h('span', { class: 'tree', text: last ? '└─' : '├─' }) : null,
+      h('div', { style: 'min-width:0' },
+        h('span', { class: 'proc-name', text: p.name || NA }), ' ',
+        h('span', { class: 'proc-pid', 'data-testid': 'pid', text: String(p.pid) }),
+        cmd ? h('span', { class: 'proc-cmd', title: cmd, text: cmd }) : null,
+        p.probe_error ? h('span', { class: 'proc-err', text: tr('probe.error', { error: p.probe_error }) }) : null)));
+
+    const roleCell = h('td', { 'data-testid': 'role' }, probed
+      ? h('span', { class: 'chip', text: roleText(p, state.lang) })
+      : h('span', { class: 'chip no-probe', 'data-testid': 'no-probe', title: tr('probe.noneTitle'), text: tr('probe.none') }));
+
+    const modelCell = h('td', { 'data-testid': 'model-device' });
+    if (models.length) {
+      for (const m of models) {
+        modelCell.append(h('div', null, devChip(m.device),
+          h('span', { class: 'proc-model', text: [m.name, num(m.params) ? tr('model.params', { n: fmtCount(m.params) }) : null, num(m.forward_rate_hz) ? tr('model.rate', { n: fmtRate(m.forward_rate_hz) }) : null].filter(Boolean).join(' · ') })));
+      }
+    } else modelCell.append(NA);
+
+    const inputCell = h('td', { 'data-testid': 'input-device' });
+    if (inputs.length) inputs.forEach((d) => inputCell.append(devChip(d), ' ')); else inputCell.append(NA);
+
+    const memTitle = (p.gpu || []).map((g) => `${tr('chart.gpuN', { n: g.index })}: ${fmtMiB(g.mem_used_mb)}`).join('\n');
+    body.appendChild(h('tr', {
+      class: probed ? 'proc' : 'proc no-probe', 'data-testid': 'process-row', 'data-pid': p.pid, 'data-ppid': p.ppid,
+      'data-depth': depth, 'data-role': p.role || '', 'data-probe': probed ? 'true' : 'false',
+    },
+    procCell, roleCell, modelCell, inputCell,
+    h('td', { class: 'num', 'data-testid': 'gpu-mem', title: memTitle, text: fmtMiB(gpuMem) }),
+    h('td', { class: 'num', 'data-testid': 'sm', text: fmtPct(sm) }),
+    h('td', { class: 'num', 'data-testid': 'cpu', text: fmtPct(p.cpu_percent) }),
+    h('td', { class: `num${num(wait) && wait > 0.5 ? ' wait-high' : ''}`, 'data-testid': 'data-wait', text: fmtFraction(wait) })));
+  }
+}
+
+// ------------------------------------------------------------------ runtime footer
+
+function renderRuntime(doc) {
+  if (!changed('runtime', doc && [doc.runtime, doc.nvml, doc.interval_s])) return;
+  const foot = $('[data-testid="runtime"]');
+  foot.replaceChildren();
+  if (!doc) return;
+  const rt = doc.runtime || {};
+  const nv = doc.nvml || {};
+  const item = (key, value, bad) => h('span', null, `${tr(key)} `, h('b', { class: bad ? 'bad' : null, text: value ?? NA }));
+  foot.append(
+    item('runtime.torch', rt.torch),
+    rt.torch && !rt.cuda_build ? item('runtime.cudaBuild', tr('runtime.cudaBuildNone'), true) : item('runtime.cudaBuild', rt.cuda_build),
+    item('runtime.cudnn', rt.cudnn === null || rt.cudnn === undefined ? null : String(rt.cudnn)),
+    item('runtime.visible', rt.cuda_visible_devices === null || rt.cuda_visible_devices === undefined ? null : `"${rt.cuda_visible_devices}"`),
+    item('runtime.driver', nv.driver),
+    item('runtime.cudaDriver', nv.cuda_driver),
+  );
+  if (nv.ok === false && nv.error) foot.append(h('span', { class: 'bad', text: tr('runtime.nvmlError', { error: nv.error }) }));
+  if (num(doc.interval_s)) foot.append(h('span', { text: tr('runtime.interval', { s: doc.interval_s }) }));
+}
+
+// ------------------------------------------------------------------ history
+
+const chartGroup = [];
+const eventLabel = (e) => [e.name || NA, e.pid ? tr('events.pid', { pid: e.pid }) : null].filter(Boolean).join(' · ');
+const tooltip = $('[data-testid="tooltip"]');
+const charts = {
+  mem: new TimeChart($('[data-testid="chart-mem"] .chart-body'), {
+    group: chartGroup, tooltip, title: () => tr('chart.mem'), eventLabel,
+    formatValue: (v) => fmtMiB(v),
+  }),
+  util: new TimeChart($('[data-testid="chart-util"] .chart-body'), {
+    group: chartGroup, tooltip, title: () => tr('chart.util'), eventLabel,
+    formatValue: (v, axis) => (axis ? `${Math.round(v)} %` : fmtPct(v)),
+  }),
+};
+
+function resetHistory() {
+  state.samples = [];
+  state.events = [];
+  state.lastSampleT = null;
+}
+
+function eventKey(e) {
+  return `${e.time}|${e.name}|${e.pid}`;
+}
+
+function mergeEvents(list) {
+  if (!Array.isArray(list) || !list.length) return;
+  const have = new Set(state.events.map(eventKey));
+  let added = false;
+  for (const e of list) {
+    if (!e || !num(e.time)) continue;
+    const k = eventKey(e);
+    if (have.has(k)) continue;
+    have.add(k);
+    state.events.push(e);
+    added = true;
+  }
+  if (added) {
+    state.events.sort((a, b) => a.time - b.time);
+    if (state.events.length > MAX_EVENTS) state.events.splice(0, state.events.length - MAX_EVENTS);
+  }
+}
+
+function mergeHistory(hist) {
+  if (!hist || !Array.isArray(hist.samples)) return;
+  if (num(hist.interval_s)) state.interval = hist.interval_s;
+  const fresh = hist.samples.filter((s) => s && num(s.time) && (state.lastSampleT === null || s.time > state.lastSampleT));
+  if (fresh.length) {
+    fresh.sort((a, b) => a.time - b.time);
+    state.samples.push(...fresh);
+    state.lastSampleT = state.samples[state.samples.length - 1].time;
+    if (state.samples.length > MAX_SAMPLES) state.samples.splice(0, state.samples.length - MAX_SAMPLES);
+  }
+  mergeEvents(hist.events);
+}
+
+function renderCharts() {
+  const doc = state.doc;
+  const samples = state.samples;
+  const gpuNames = new Map(((doc && doc.gpus) || []).map((g) => [g.index, g]));
+  const last = samples.length ? samples[samples.length - 1].time : (doc && num(doc.time) ? doc.time : null);
+  const emptyText = tr('chart.noData');
+  charts.mem.setEmptyText(emptyText);
+  charts.util.setEmptyText(emptyText);
+  if (last === null) return;
+  const t1 = last;
+  let t0 = state.window === 'all' ? (samples.length ? samples[0].time : t1 - 60) : t1 - Number(state.window);
+  if (!(t1 - t0 >= 10)) t0 = t1 - 10;
+
+  const mem = new Map();
+  const util = new Map();
+  for (const s of samples) {
+    if (s.time < t0 - 5) continue;
+    for (const g of s.gpus || []) {
+      if (!mem.has(g.index)) { mem.set(g.index, []); util.set(g.index, []); }
+      if (num(g.mem_used_mb)) mem.get(g.index).push([s.time, g.mem_used_mb]);
+      if (num(g.util)) util.get(g.index).push([s.time, g.util]);
+    }
+  }
+  const indices = [...mem.keys()].sort((a, b) => a - b);
+  const mk = (map) => indices.map((i) => ({
+    key: String(i), label: tr('chart.gpuN', { n: i }), color: SERIES_COLORS[i % SERIES_COLORS.length], points: map.get(i),
+  }));
+  const events = state.events.filter((e) => e.time >= t0 && e.time <= t1);
+  const gapS = Math.max(5, 3 * (state.interval || (doc && doc.interval_s) || 1));
+
+  let memMax = 0;
+  for (const i of indices) for (const p of mem.get(i)) if (p[0] >= t0 && p[1] > memMax) memMax = p[1];
+  const memUnit = memMax * 1.15 >= 1024 ? 1024 : 1;
+  const memTicks = niceTicks(Math.max(memMax * 1.15, 64), 4, memUnit);
+  const limits = indices.map((i) => gpuNames.get(i)).filter((g) => g && num(g.mem_total_mb))
+    .map((g) => ({ value: g.mem_total_mb, label: `${tr('chart.gpuN', { n: g.index })} · ${tr('gpu.memTotal', { total: fmtMiB(g.mem_total_mb) })}` }));
+  const growth = indices.map((i) => [i, memGrowth(mem.get(i).filter((p) => p[0] >= t0))]).filter(([, g]) => g.growing);
+  const trends = growth.map(([, g]) => ({ fit: g.fit, label: tr('chart.trend', { rate: fmtMiB(g.slopeMiBPerMin) }) }));
+  charts.mem.setData({ series: mk(mem), t0, t1, yMax: memTicks.max, yTicks: memTicks.ticks, events, gapS, limits, trends });
+  charts.util.setData({ series: mk(util), t0, t1, yMax: 100, yTicks: [0, 25, 50, 75, 100], events, gapS });
+
+  // legends + "memory growing" flag
+  for (const [name, fig] of [['mem', '[data-testid="chart-mem"]'], ['util', '[data-testid="chart-util"]']]) {
+    const legend = $(`${fig} .legend`);
+    if (changed(`legend-${name}`, indices.map((i) => [i, gpuNames.has(i) && gpuNames.get(i).name]))) {
+      legend.replaceChildren(...indices.map((i) => h('span', { title: gpuNames.has(i) ? gpuNames.get(i).name : '' },
+        h('i', { style: `background:${SERIES_COLORS[i % SERIES_COLORS.length]}` }), tr('chart.gpuN', { n: i }))));
+    }
+  }
+  const flag = $('[data-testid="chart-mem"] .chart-flag');
+  flag.dataset.testid = 'mem-growing';
+  flag.textContent = growth.map(([i, g]) => `${tr('chart.gpuN', { n: i })}: ${tr('chart.growing', { rate: fmtMiB(g.slopeMiBPerMin) })}`).join(' · ');
+  const figMem = $('[data-testid="chart-mem"]');
+  figMem.dataset.samples = String(samples.length);
+  figMem.dataset.lastTime = String(last);
+  $('[data-testid="chart-util"]').dataset.samples = String(samples.length);
+
+  renderEvents();
+}
+
+function renderEvents() {
+  const evs = state.events.slice(-12).reverse();
+  if (!changed('events', evs)) return;
+  const list = $('.event-list');
+  list.replaceChildren();
+  if (!evs.length) { list.appendChild(h('li', { class: 'none', text: tr('events.none') })); return; }
+  for (const e of evs) {
+    list.appendChild(h('li', { 'data-testid': 'event' },
+      h('span', { class: 'ev-time', text: fmtClock(e.time) }),
+      h('span', { class: 'ev-name', text: e.name || NA }),
+      e.pid ? h('span', { class: 'ev-pid', text: tr('events.pid', { pid: e.pid }) }) : null));
+  }
+}
+
+// ------------------------------------------------------------------ reachability + last updated
+
+function renderUpdated() {
+  const el = $('[data-testid="last-updated"]');
+  const text = $('.updated-text', el);
+  el.classList.toggle('live', state.reachable === true && !document.hidden);
+  el.classList.toggle('down', state.reachable === false);
+  el.classList.toggle('paused', document.hidden && state.reachable !== false);
+  let s;
+  if (state.okAt === null) s = tr('updated.never');
+  else s = tr('updated.label', { ago: fmtAgo((Date.now() - state.okAt) / 1000, state.lang) });
+  if (document.hidden) s = `${s} · ${tr('updated.paused')}`;
+  text.textContent = s;
+  el.title = state.doc && num(state.doc.time) ? fmtClock(state.doc.time) : '';
+  if (state.okAt !== null) el.dataset.updatedAt = String(state.okAt);
+
+  const box = $('[data-testid="unreachable"]');
+  box.hidden = state.reachable !== false;
+  document.body.classList.toggle('stale', state.reachable === false);
+  document.body.classList.toggle('live', state.reachable === true);
+  if (state.reachable === false) {
+    $('.retry', box).textContent = tr('unreachable.retry', { s: state.refreshS });
+    $('.last-seen', box).textContent = state.okAt === null ? '' : tr('unreachable.lastSeen', { ago: fmtAgo((Date.now() - state.okAt) / 1000, state.lang) });
+    $('.fetch-error', box).textContent = state.error ? tr('unreachable.error', { error: state.error }) : '';
+  }
+}
+
+// ------------------------------------------------------------------ fetching
+
+async function fetchJSON(url) {
+  const ctl = new AbortController();
+  const timer = setTimeout(() => ctl.abort(), Math.max(3000, state.refreshS * 2000));
+  try {
+    const res = await fetch(url, { cache: 'no-store', signal: ctl.signal, headers: { Accept: 'application/json' } });
+    if (!res.ok) throw new Error(`HTTP ${res.status}`);
+    return await res.json();
+  } catch (e) {
+    if (e && e.name === 'AbortError') throw new Error('timeout');
+    throw e;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+function renderAll() {
+  const doc = state.doc;
+  renderHero(doc);
+  renderGpus(doc);
+  renderProcs(doc);
+  renderRuntime(doc);
+  renderCharts();
+  renderUpdated();
+}
+
+async function poll() {
+  if (state.inflight) return;
+  state.inflight = true;
+  clearTimeout(state.timer);
+  try {
+    let doc;
+    try {
+      doc = await fetchJSON(STATUS_URL);
+    } catch (e) {
+      state.reachable = false;
+      state.error = (e && e.message) || String(e);
+      renderUpdated();
+      return;
+    }
+    state.doc = doc;
+    state.okAt = Date.now();
+    state.reachable = true;
+    state.error = null;
+    document.body.classList.remove('loading');
+    const tgt = doc && doc.target;
+    const identity = tgt ? `${tgt.pid}|${tgt.create_time}` : null;
+    if (identity !== state.identity) { state.identity = identity; resetHistory(); }
+    mergeEvents(doc.events);
+    try {
+      const since = state.lastSampleT === null ? '' : `?since=${encodeURIComponent(state.lastSampleT)}`;
+      mergeHistory(await fetchJSON(HISTORY_URL + since));
+    } catch { /* charts keep what they have */ }
+    renderAll();
+  } finally {
+    state.inflight = false;
+    schedule();
+  }
+}
+
+function schedule() {
+  clearTimeout(state.timer);
+  if (document.hidden) return;
+  state.timer = setTimeout(poll, state.refreshS * 1000);
+}
+
+document.addEventListener('visibilitychange', () => {
+  if (document.hidden) clearTimeout(state.timer);
+  else poll();
+  renderUpdated();
+});
+
+// ------------------------------------------------------------------ controls
+
+$('[data-testid="lang-switch"]').addEventListener('click', () => {
+  state.lang = state.lang === 'zh' ? 'en' : 'zh';
+  storageSet(LANG_KEY, state.lang);
+  if (params.has('lang')) {
+    params.set('lang', state.lang);
+    history.replaceState(null, '', `${location.pathname}?${params}${location.hash}`);
+  }
+  applyStaticText();
+  renderAll();
+});
+
+for (const b of document.querySelectorAll('.window-select button')) {
+  b.addEventListener('click', () => {
+    state.window = b.dataset.window;
+    storageSet(WINDOW_KEY, state.window);
+    applyStaticText();
+    renderCharts();
+  });
+}
+
+setInterval(renderUpdated, 1000);
+applyStaticText();
+renderAll();
+poll();

@@ -1,0 +1,291 @@
+// charts.js — small hand-written SVG time-series charts (no library, works offline).
+//
+//   const c = new TimeChart(bodyElement, {formatValue, formatTime, tooltip, group});
+//   c.setData({series: [{key, label, color, points: [[t, v], …]}], t0, t1, yMax, events, gapS});
+//
+// Charts in the same `group` array share a hover crosshair (same time axis).
+
+import { fmtClock } from './format.js';
+
+const SVG_NS = 'http://www.w3.org/2000/svg';
+
+function el(tag, attrs, parent) {
+  const e = document.createElementNS(SVG_NS, tag);
+  if (attrs) for (const [k, v] of Object.entries(attrs)) if (v !== null && v !== undefined) e.setAttribute(k, String(v));
+  if (parent) parent.appendChild(e);
+  return e;
+}
+
+function niceStep(span, target) {
+  const raw = span / Math.max(1, target);
+  const p = 10 ** Math.floor(Math.log10(raw));
+  for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= raw) return m * p;
+  return 10 * p;
+}
+
+const TIME_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
+
+function timeStep(span, target) {
+  const raw = span / Math.max(1, target);
+  for (const s of TIME_STEPS) if (s >= raw) return s;
+  return TIME_STEPS[TIME_STEPS.length - 1];
+}
+
+// Index of the point whose time is nearest to t (points sorted by time).
+function nearest(points, t) {
+  let lo = 0, hi = points.length - 1;
+  if (hi < 0) return -1;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (points[mid][0] < t) lo = mid + 1; else hi = mid;
+  }
+  if (lo > 0 && Math.abs(points[lo - 1][0] - t) <= Math.abs(points[lo][0] - t)) return lo - 1;
+  return lo;
+}
+
+export class TimeChart {
+  constructor(body, opts) {
+    this.body = body;
+    this.opts = opts;
+    this.data = null;
+    this.hoverT = null;
+    this.group = opts.group || [this];
+    if (!this.group.includes(this)) this.group.push(this);
+    this.svg = el('svg', { role: 'img' });
+    this.body.appendChild(this.svg);
+    this.empty = document.createElement('div');
+    this.empty.className = 'chart-empty';
+    this.body.appendChild(this.empty);
+    this.svg.addEventListener('pointermove', (ev) => this._onMove(ev));
+    this.svg.addEventListener('pointerleave', () => this._onLeave());
+    if (typeof ResizeObserver !== 'undefined') {
+      let w = 0;
+      new ResizeObserver(() => {
+        if (this.body.clientWidth !== w) { w = this.body.clientWidth; this.render(); }
+      }).observe(this.body);
+    }
+  }
+
+  setData(data) {
+    this.data = data;
+    this.render();
+  }
+
+  setEmptyText(text) {
+    this.emptyText = text;
+    this.render();
+  }
+
+  _geometry() {
+    const W = Math.max(120, this.body.clientWidth || 600);
+    const H = Math.max(80, this.body.clientHeight || 200);
+    const m = { l: 58, r: 12, t: 12, b: 24 };
+    return { W, H, m, iw: W - m.l - m.r, ih: H - m.t - m.b };
+  }
+
+  render() {
+    const d = this.data;
+    const svg = this.svg;
+    svg.replaceChildren();
+    const { W, H, m, iw, ih } = this._geometry();
+    svg.setAttribute('viewBox', `0 0 ${W} ${H}`);
+    const nPoints = d ? d.series.reduce((a, s) => a + s.points.length, 0) : 0;
+    svg.dataset.points = String(nPoints);
+    this.empty.textContent = nPoints ? '' : (this.emptyText || '');
+    this.empty.hidden = nPoints > 0;
+    if (!d || !(d.t1 > d.t0)) return;
+
+    const { t0, t1 } = d;
+    const yMax = d.yMax > 0 ? d.yMax : 1;
+    const x = (t) => m.l + ((t - t0) / (t1 - t0)) * iw;
+    const y = (v) => m.t + ih - (Math.max(0, Math.min(v, yMax)) / yMax) * ih;
+    this._scale = { x, y, t0, t1, m, iw, ih, W, H };
+
+    // grid + axes
+    const grid = el('g', { class: 'grid' }, svg);
+    const axis = el('g', { class: 'axis' }, svg);
+    const ticks = d.yTicks || [];
+    for (const v of ticks) {
+      const yy = Math.round(y(v)) + 0.5;
+      el('line', { x1: m.l, x2: W - m.r, y1: yy, y2: yy }, grid);
+      const tx = el('text', { x: m.l - 8, y: yy + 3.5, 'text-anchor': 'end' }, axis);
+      tx.textContent = this.opts.formatValue(v, true);
+    }
+    const step = timeStep(t1 - t0, Math.max(2, Math.floor(iw / 110)));
+    const first = Math.ceil(t0 / step) * step;
+    for (let t = first; t <= t1 + 1e-6; t += step) {
+      const xx = Math.round(x(t)) + 0.5;
+      el('line', { x1: xx, x2: xx, y1: m.t, y2: m.t + ih, class: 'vgrid' }, grid);
+      const tx = el('text', { x: xx, y: H - 6, 'text-anchor': 'middle' }, axis);
+      tx.textContent = (this.opts.formatTime || fmtClock)(t, step);
+    }
+
+    // limit lines (e.g. total memory when within range)
+    for (const lim of d.limits || []) {
+      if (!(lim.value > 0 && lim.value <= yMax)) continue;
+      const yy = Math.round(y(lim.value)) + 0.5;
+      el('line', { x1: m.l, x2: W - m.r, y1: yy, y2: yy, class: 'limit' }, svg);
+      const tx = el('text', { x: W - m.r - 2, y: yy - 4, 'text-anchor': 'end', class: 'limit-label' }, svg);
+      tx.textContent = lim.label;
+    }
+
+    // event markers
+    const evg = el('g', { class: 'events' }, svg);
+    for (const ev of d.events || []) {
+      if (!(ev.time >= t0 && ev.time <= t1)) continue;
+      const xx = Math.round(x(ev.time)) + 0.5;
+      const g = el('g', { class: 'event', 'data-testid': 'event-marker', 'data-name': ev.name || '' }, evg);
+      el('line', { x1: xx, x2: xx, y1: m.t, y2: m.t + ih }, g);
+      el('path', { d: `M${xx - 4},${m.t - 6} h8 l-4,6 z` }, g);
+      const title = el('title', null, g);
+      title.textContent = `${fmtClock(ev.time)} ${this._eventLabel(ev)}`;
+    }
+
+    // series
+    const gap = d.gapS || 5;
+    const sg = el('g', { class: 'series-group' }, svg);
+    for (const s of d.series) {
+      const pts = s.points.filter((p) => p[0] >= t0 - gap && p[0] <= t1 + gap && typeof p[1] === 'number');
+      if (!pts.length) continue;
+      let line = '', area = '', segStart = null, prevT = null, prevX = null;
+      const base = (m.t + ih).toFixed(1);
+      const closeArea = () => { if (segStart !== null) area += `L${prevX},${base}L${segStart},${base}Z`; };
+      for (const [t, v] of pts) {
+        const px = x(t).toFixed(1), py = y(v).toFixed(1);
+        if (prevT === null || t - prevT > gap) {
+          closeArea();
+          line += `M${px},${py}`;
+          area += `M${px},${base}L${px},${py}`;
+          segStart = px;
+        } else {
+          line += `L${px},${py}`;
+          area += `L${px},${py}`;
+        }
+        prevT = t; prevX = px;
+      }
+      closeArea();
+      el('path', { d: area, class: 'area', fill: s.color }, sg);
+      if (pts.length === 1) el('circle', { cx: x(pts[0][0]), cy: y(pts[0][1]), r: 2.5, fill: s.color }, sg);
+      el('path', {
+        d: line, class: 'series', stroke: s.color, 'data-testid': 'series', 'data-key': s.key,
+        'data-points': pts.length, 'data-last': pts[pts.length - 1][1],
+      }, sg);
+    }
+
+    // trend lines (e.g. steadily growing memory)
+    for (const tr of d.trends || []) {
+      const [[ta, va], [tb, vb]] = tr.fit;
+      el('line', { x1: x(Math.max(ta, t0)), y1: y(va + ((Math.max(ta, t0) - ta) * (vb - va)) / (tb - ta || 1)), x2: x(tb), y2: y(vb), class: 'trend', 'data-testid': 'trend' }, svg);
+      if (tr.label) {
+        const lbl = el('text', { x: x(tb) - 4, y: y(vb) - 8, 'text-anchor': 'end', class: 'trend-label' }, svg);
+        lbl.textContent = tr.label;
+      }
+    }
+
+    // hover layer
+    this.hoverLayer = el('g', { class: 'hover' }, svg);
+    el('rect', { x: m.l, y: m.t, width: iw, height: ih, fill: 'transparent' }, svg);
+    if (this.hoverT !== null) this._drawHover();
+  }
+
+  _eventLabel(e) {
+    return this.opts.eventLabel ? this.opts.eventLabel(e) : String(e.name || '');
+  }
+
+  _onMove(ev) {
+    if (!this._scale) return;
+    const rect = this.svg.getBoundingClientRect();
+    const { m, iw, t0, t1, W } = this._scale;
+    const px = ((ev.clientX - rect.left) / rect.width) * W;
+    if (px < m.l - 4 || px > m.l + iw + 4) { this._onLeave(); return; }
+    const t = t0 + ((px - m.l) / iw) * (t1 - t0);
+    this.lastClient = [ev.clientX, ev.clientY];
+    for (const c of this.group) { c.hoverT = t; c._drawHover(); }
+    this._showTooltip(t);
+  }
+
+  _onLeave() {
+    for (const c of this.group) { c.hoverT = null; if (c.hoverLayer) c.hoverLayer.replaceChildren(); }
+    const tip = this.opts.tooltip;
+    if (tip) tip.hidden = true;
+    this.lastClient = null;
+  }
+
+  _hits(t) {
+    const d = this.data;
+    if (!d) return { time: t, rows: [], events: [] };
+    let snapT = null;
+    const rows = [];
+    for (const s of d.series) {
+      const i = nearest(s.points, t);
+      if (i < 0) continue;
+      const p = s.points[i];
+      if (Math.abs(p[0] - t) > Math.max(d.gapS || 5, (d.t1 - d.t0) / 50)) continue;
+      rows.push({ series: s, point: p });
+      if (snapT === null) snapT = p[0];
+    }
+    const tol = ((d.t1 - d.t0) / Math.max(1, this._scale ? this._scale.iw : 600)) * 6;
+    const events = (d.events || []).filter((e) => Math.abs(e.time - t) <= tol);
+    return { time: snapT !== null ? snapT : t, rows, events };
+  }
+
+  _drawHover() {
+    if (!this.hoverLayer || !this._scale || this.hoverT === null) return;
+    const { x, y, m, ih } = this._scale;
+    const hit = this._hits(this.hoverT);
+    this.hoverLayer.replaceChildren();
+    const xx = x(hit.time);
+    el('line', { x1: xx, x2: xx, y1: m.t, y2: m.t + ih, class: 'crosshair' }, this.hoverLayer);
+    for (const r of hit.rows) el('circle', { cx: x(r.point[0]), cy: y(r.point[1]), r: 4, fill: r.series.color, class: 'hover-dot' }, this.hoverLayer);
+    if (this.lastClient) this._showTooltip(this.hoverT);
+  }
+
+  _showTooltip(t) {
+    const tip = this.opts.tooltip;
+    if (!tip || !this.lastClient) return;
+    const hit = this._hits(t);
+    tip.replaceChildren();
+    const head = document.createElement('div');
+    head.className = 'tt-time';
+    head.textContent = `${fmtClock(hit.time)} · ${this.opts.title ? this.opts.title() : ''}`;
+    tip.appendChild(head);
+    for (const r of hit.rows) {
+      const row = document.createElement('div');
+      row.className = 'tt-row';
+      const dot = document.createElement('i');
+      dot.style.background = r.series.color;
+      const label = document.createElement('span');
+      label.textContent = r.series.label;
+      const val = document.createElement('b');
+      val.textContent = this.opts.formatValue(r.point[1], false);
+      row.append(dot, label, val);
+      tip.appendChild(row);
+    }
+    for (const e of hit.events) {
+      const row = document.createElement('div');
+      row.className = 'tt-event';
+      row.textContent = `▼ ${this._eventLabel(e)}`;
+      tip.appendChild(row);
+    }
+    tip.hidden = false;
+    const [cx, cy] = this.lastClient;
+    const r = tip.getBoundingClientRect();
+    let left = cx + 14;
+    if (left + r.width > window.innerWidth - 8) left = cx - r.width - 14;
+    let top = cy - r.height - 10;
+    if (top < 8) top = cy + 16;
+    tip.style.left = `${Math.max(4, left)}px`;
+    tip.style.top = `${top}px`;
+  }
+}
+
+// Ticks 0..max with a nice step; `unit` lets callers tick in GiB while values are MiB.
+export function niceTicks(max, target = 4, unit = 1) {
+  const m = max / unit;
+  if (!(m > 0)) return { ticks: [0, unit], max: unit };
+  const step = niceStep(m, target);
+  const top = Math.ceil(m / step) * step;
+  const ticks = [];
+  for (let v = 0; v <= top + step * 1e-9; v += step) ticks.push(v * unit);
+  return { ticks, max: top * unit };
+}

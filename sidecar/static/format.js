@@ -1,0 +1,350 @@
+/**
+ * format.js — the ONE source of truth for how dsh-gpu-dashboard data is worded and coloured.
+ *
+ * Shared by the standalone page (sidecar/static/app.js) and the DSH plugin (dsh_plugin/, which
+ * bundles this file with esbuild). Plain ES module: pure functions, no DOM, no fetch, no globals,
+ * no dependencies other than the two catalogues in ./i18n/.
+ *
+ * Languages: "en" | "zh". Any other value falls back to "en".
+ * Absent values (null / undefined / NaN) are always rendered as NA ("—").
+ *
+ * Constants
+ *   STATUS_COLORS        {GPU, CPU, MIXED, UNKNOWN} → CSS colour (badge background / accent).
+ *                        GPU green, CPU orange, MIXED amber, UNKNOWN grey.
+ *   STATUS_TEXT_COLORS   {GPU, CPU, MIXED, UNKNOWN} → readable text colour on STATUS_COLORS.
+ *   SEVERITY_COLORS      {error, warning, info} → CSS colour (red, amber, grey).
+ *   SEVERITY_ORDER       ["error", "warning", "info"] (most severe first).
+ *   UTIL_THRESHOLDS      {low, high}: utilLevel() boundaries in percent.
+ *   UTIL_COLORS          {none, idle, low, ok, high} → CSS colour for utilisation bars.
+ *   LANGS                ["en", "zh"].
+ *   NA                   "—".
+ *   CATALOGUE            {en: {...}, zh: {...}}: every user-visible string (./i18n/en.js, ./i18n/zh.js).
+ *   UNREACHABLE_COMMAND      "dsh-sidecar --pid <PID>"               (attach to a running job)
+ *   UNREACHABLE_COMMAND_RUN  "dsh-sidecar run -- python train.py"   (launch the job under it)
+ *
+ * Language
+ *   pickLang(languages)        navigator.languages (array or string) → "zh" | "en". First supported wins.
+ *   normLang(lang)             any value → "en" | "zh".
+ *   t(lang, key, vars)         catalogue lookup with {var} substitution; falls back to en, then the key.
+ *
+ * Status document (GET api/dsh-gpu-dashboard/status, schema 1)
+ *   statusOf(doc)              "GPU" | "CPU" | "MIXED" | "UNKNOWN" (anything else → "UNKNOWN").
+ *   statusText(doc, lang)      localised label of the status ("On GPU", "在 GPU 上", …).
+ *   statusColor(doc)           STATUS_COLORS[statusOf(doc)].
+ *   messageText(doc, lang)     doc.message_zh for zh (falls back to doc.message) and vice versa; "" if none.
+ *   warningMessage(w, lang)    same choice for a warning's message / message_zh.
+ *   warningHint(w, lang)       same choice for hint / hint_zh; "" if none.
+ *   severityOf(w)              "error" | "warning" | "info" (unknown → "warning").
+ *   sortWarnings(ws)           new array, most severe first, stable.
+ *   summarize(doc, lang)       compact chip data:
+ *                              {status, color, textColor, label, util, utilPct, mem, message,
+ *                               warnings: [{code, severity, color, message, hint}], worst}
+ *                              util is a formatted string ("73 %" or "—"); worst is the most severe
+ *                              warning severity or null. summarize(null) gives an UNKNOWN chip.
+ *
+ * Numbers
+ *   fmtMiB(mib)                MiB → "512 MiB" | "1.5 GiB" | "23 GiB" | "—".
+ *   fmtPct(x)                  percent value (0..100, may exceed 100 for CPU %) → "73 %" | "—".
+ *                              Values below 10 keep one decimal ("2.5 %").
+ *   fmtFraction(f)             fraction 0..1 → fmtPct(f * 100).
+ *   fmtCount(n)                11_689_512 → "11.7 M"; 1200 → "1.2 k"; "—".
+ *   fmtRate(hz)                3.21 → "3.2"; "—".
+ *   fmtAgo(seconds, lang)      seconds elapsed → "just now" | "12 s ago" | "3 min ago" | "2 h ago" |…
+ *   fmtClock(unix)             UNIX seconds → "14:03:07" (local time) | "—".
+ *   fmtDuration(seconds)       90 → "1:30"; 3700 → "1:01:40".
+ *   utilLevel(pct)             "none" (null) | "idle" (< 5) | "low" (< UTIL_THRESHOLDS.low) |
+ *                              "ok" (< UTIL_THRESHOLDS.high) | "high".
+ *   roleText(proc, lang)       process role → "main" / "data worker 1" / "rank 0" / "no probe" …
+ *   deviceText(dev)            "cuda:0" | "cpu" | … | "—".
+ *   deviceKind(dev)            "cuda" | "cpu" | "mixed" | "other" | "none" (for colouring device chips).
+ *   memGrowth(points)          [[t, MiB], …] → {growing, slopeMiBPerMin, r, fit}: least-squares trend
+ *                              (fit = [[t0, v0], [t1, v1]], the fitted line's ends, or null);
+ *                              growing when the span is ≥ 20 s, the fit is tight (r ≥ 0.9) and the
+ *                              rise is ≥ max(8 MiB, 0.5 % of the mean) per minute.
+ *   SERIES_COLORS              palette for per-GPU chart series (index modulo length).
+ */
+
+import en from './i18n/en.js';
+import zh from './i18n/zh.js';
+
+export const NA = '—';
+export const LANGS = ['en', 'zh'];
+export const CATALOGUE = { en, zh };
+
+export const STATUS_COLORS = {
+  GPU: '#16a34a',
+  CPU: '#ea580c',
+  MIXED: '#f59e0b',
+  UNKNOWN: '#6b7280',
+};
+
+export const STATUS_TEXT_COLORS = {
+  GPU: '#ffffff',
+  CPU: '#ffffff',
+  MIXED: '#1f2937',
+  UNKNOWN: '#ffffff',
+};
+
+export const SEVERITY_COLORS = {
+  error: '#dc2626',
+  warning: '#d97706',
+  info: '#6b7280',
+};
+
+export const SEVERITY_ORDER = ['error', 'warning', 'info'];
+
+export const UTIL_THRESHOLDS = { idle: 5, low: 40, high: 85 };
+
+export const UTIL_COLORS = {
+  none: '#9ca3af',
+  idle: '#9ca3af',
+  low: '#f59e0b',
+  ok: '#16a34a',
+  high: '#2563eb',
+};
+
+export const UNREACHABLE_COMMAND = 'dsh-sidecar --pid <PID>';
+export const UNREACHABLE_COMMAND_RUN = 'dsh-sidecar run -- python train.py';
+
+const STATUSES = ['GPU', 'CPU', 'MIXED', 'UNKNOWN'];
+
+function isNum(x) {
+  return typeof x === 'number' && Number.isFinite(x);
+}
+
+// ---------------------------------------------------------------- language
+
+export function normLang(lang) {
+  return lang === 'zh' ? 'zh' : 'en';
+}
+
+export function pickLang(languages) {
+  let list = languages;
+  if (typeof list === 'string') list = [list];
+  if (!Array.isArray(list)) return 'en';
+  for (const raw of list) {
+    if (typeof raw !== 'string') continue;
+    const l = raw.trim().toLowerCase();
+    if (l === 'zh' || l.startsWith('zh-') || l.startsWith('zh_')) return 'zh';
+    if (l === 'en' || l.startsWith('en-') || l.startsWith('en_')) return 'en';
+  }
+  return 'en';
+}
+
+export function t(lang, key, vars) {
+  const cat = CATALOGUE[normLang(lang)];
+  let s = cat[key];
+  if (s === undefined) s = en[key];
+  if (s === undefined) return String(key);
+  if (vars) {
+    s = s.replace(/\{(\w+)\}/g, (m, name) =>
+      Object.prototype.hasOwnProperty.call(vars, name) && vars[name] !== null && vars[name] !== undefined
+        ? String(vars[name])
+        : m,
+    );
+  }
+  return s;
+}
+
+function pickText(obj, field, lang) {
+  if (!obj) return '';
+  const a = obj[field];
+  const b = obj[`${field}_zh`];
+  const first = normLang(lang) === 'zh' ? b : a;
+  const second = normLang(lang) === 'zh' ? a : b;
+  if (typeof first === 'string' && first.trim()) return first;
+  if (typeof second === 'string' && second.trim()) return second;
+  return '';
+}
+
+// ---------------------------------------------------------------- status document
+
+export function statusOf(doc) {
+  const s = doc && typeof doc.status === 'string' ? doc.status.toUpperCase() : '';
+  return STATUSES.includes(s) ? s : 'UNKNOWN';
+}
+
+export function statusText(doc, lang) {
+  return t(lang, `status.${statusOf(doc)}`);
+}
+
+export function statusColor(doc) {
+  return STATUS_COLORS[statusOf(doc)];
+}
+
+export function messageText(doc, lang) {
+  return pickText(doc, 'message', lang);
+}
+
+export function warningMessage(w, lang) {
+  return pickText(w, 'message', lang);
+}
+
+export function warningHint(w, lang) {
+  return pickText(w, 'hint', lang);
+}
+
+export function severityOf(w) {
+  const s = w && typeof w.severity === 'string' ? w.severity.toLowerCase() : '';
+  return SEVERITY_ORDER.includes(s) ? s : 'warning';
+}
+
+export function sortWarnings(ws) {
+  if (!Array.isArray(ws)) return [];
+  return ws
+    .map((w, i) => [w, i])
+    .sort((a, b) => SEVERITY_ORDER.indexOf(severityOf(a[0])) - SEVERITY_ORDER.indexOf(severityOf(b[0])) || a[1] - b[1])
+    .map((p) => p[0]);
+}
+
+export function summarize(doc, lang) {
+  const status = statusOf(doc);
+  const warnings = sortWarnings(doc && doc.warnings).map((w) => ({
+    code: w && w.code !== undefined ? w.code : null,
+    severity: severityOf(w),
+    color: SEVERITY_COLORS[severityOf(w)],
+    message: warningMessage(w, lang),
+    hint: warningHint(w, lang),
+  }));
+  const utilPct = doc && isNum(doc.gpu_util) ? doc.gpu_util : null;
+  return {
+    status,
+    color: STATUS_COLORS[status],
+    textColor: STATUS_TEXT_COLORS[status],
+    label: doc ? statusText(doc, lang) : t(lang, 'status.noData'),
+    util: fmtPct(utilPct),
+    utilPct,
+    mem: fmtMiB(doc ? doc.mem_used_mb : null),
+    message: messageText(doc, lang),
+    warnings,
+    worst: warnings.length ? warnings[0].severity : null,
+  };
+}
+
+// ---------------------------------------------------------------- numbers
+
+function trimZero(s) {
+  return s.replace(/\.0$/, '');
+}
+
+export function fmtMiB(mib) {
+  if (!isNum(mib)) return NA;
+  const neg = mib < 0 ? '-' : '';
+  const v = Math.abs(mib);
+  if (v < 1024) return `${neg}${Math.round(v)} MiB`;
+  const g = v / 1024;
+  if (g < 1024) return `${neg}${g < 100 ? trimZero(g.toFixed(1)) : Math.round(g)} GiB`;
+  return `${neg}${trimZero((g / 1024).toFixed(1))} TiB`;
+}
+
+export function fmtPct(x) {
+  if (!isNum(x)) return NA;
+  const v = Math.abs(x) < 10 && x !== 0 ? trimZero(x.toFixed(1)) : String(Math.round(x));
+  return `${v} %`;
+}
+
+export function fmtFraction(f) {
+  return isNum(f) ? fmtPct(f * 100) : NA;
+}
+
+export function fmtCount(n) {
+  if (!isNum(n)) return NA;
+  const v = Math.abs(n);
+  if (v >= 1e9) return `${trimZero((n / 1e9).toFixed(1))} G`;
+  if (v >= 1e6) return `${trimZero((n / 1e6).toFixed(1))} M`;
+  if (v >= 1e3) return `${trimZero((n / 1e3).toFixed(1))} k`;
+  return String(Math.round(n));
+}
+
+export function fmtRate(hz) {
+  if (!isNum(hz)) return NA;
+  if (hz === 0) return '0';
+  return Math.abs(hz) < 10 ? hz.toFixed(1) : String(Math.round(hz));
+}
+
+export function fmtAgo(seconds, lang) {
+  if (!isNum(seconds)) return NA;
+  const s = Math.max(0, seconds);
+  if (s < 2) return t(lang, 'ago.now');
+  if (s < 60) return t(lang, 'ago.s', { n: Math.floor(s) });
+  if (s < 3600) return t(lang, 'ago.m', { n: Math.floor(s / 60) });
+  if (s < 86400) return t(lang, 'ago.h', { n: Math.floor(s / 3600) });
+  return t(lang, 'ago.d', { n: Math.floor(s / 86400) });
+}
+
+function pad2(n) {
+  return String(n).padStart(2, '0');
+}
+
+export function fmtClock(unix) {
+  if (!isNum(unix)) return NA;
+  const d = new Date(unix * 1000);
+  return `${pad2(d.getHours())}:${pad2(d.getMinutes())}:${pad2(d.getSeconds())}`;
+}
+
+export function fmtDuration(seconds) {
+  if (!isNum(seconds)) return NA;
+  const s = Math.max(0, Math.round(seconds));
+  const h = Math.floor(s / 3600);
+  const m = Math.floor((s % 3600) / 60);
+  const r = s % 60;
+  return h ? `${h}:${pad2(m)}:${pad2(r)}` : `${m}:${pad2(r)}`;
+}
+
+export function utilLevel(pct) {
+  if (!isNum(pct)) return 'none';
+  if (pct < UTIL_THRESHOLDS.idle) return 'idle';
+  if (pct < UTIL_THRESHOLDS.low) return 'low';
+  if (pct < UTIL_THRESHOLDS.high) return 'ok';
+  return 'high';
+}
+
+export function roleText(proc, lang) {
+  if (!proc) return NA;
+  if (!proc.probe && !proc.role) return t(lang, 'probe.none');
+  if (proc.role === 'rank' && isNum(proc.rank)) return t(lang, 'role.rankN', { n: proc.rank });
+  if (proc.role === 'dataloader-worker' && isNum(proc.worker_id)) return t(lang, 'role.workerN', { n: proc.worker_id });
+  if (proc.role && CATALOGUE.en[`role.${proc.role}`]) return t(lang, `role.${proc.role}`);
+  return proc.role ? String(proc.role) : NA;
+}
+
+export function deviceText(dev) {
+  if (dev === null || dev === undefined || dev === '') return NA;
+  return String(dev);
+}
+
+export function deviceKind(dev) {
+  if (dev === null || dev === undefined || dev === '') return 'none';
+  const d = String(dev).toLowerCase();
+  if (d.startsWith('cuda')) return 'cuda';
+  if (d === 'cpu') return 'cpu';
+  if (d === 'mixed') return 'mixed';
+  return 'other';
+}
+
+export const SERIES_COLORS = ['#2563eb', '#16a34a', '#db2777', '#0891b2', '#9333ea', '#ca8a04', '#dc2626', '#4b5563'];
+
+export function memGrowth(points) {
+  const pts = Array.isArray(points) ? points.filter((p) => p && isNum(p[0]) && isNum(p[1])) : [];
+  const none = { growing: false, slopeMiBPerMin: null, r: null, fit: null };
+  if (pts.length < 5) return none;
+  const span = pts[pts.length - 1][0] - pts[0][0];
+  if (!(span >= 20)) return none;
+  const n = pts.length;
+  let sx = 0, sy = 0;
+  for (const [x, y] of pts) { sx += x; sy += y; }
+  const mx = sx / n, my = sy / n;
+  let sxx = 0, syy = 0, sxy = 0;
+  for (const [x, y] of pts) {
+    const dx = x - mx, dy = y - my;
+    sxx += dx * dx; syy += dy * dy; sxy += dx * dy;
+  }
+  if (sxx === 0) return none;
+  const slope = sxy / sxx; // MiB per second
+  const r = syy === 0 ? 0 : sxy / Math.sqrt(sxx * syy);
+  const perMin = slope * 60;
+  const growing = r >= 0.9 && perMin >= Math.max(8, Math.abs(my) * 0.005);
+  const ta = pts[0][0], tb = pts[n - 1][0];
+  const fit = [[ta, my + slope * (ta - mx)], [tb, my + slope * (tb - mx)]];
+  return { growing, slopeMiBPerMin: perMin, r, fit };
+}

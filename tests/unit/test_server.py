@@ -1,0 +1,97 @@
+"""The Flask app alone, with an injected source: routes, auth, errors, static files."""
+
+from __future__ import annotations
+
+import pytest
+
+from sidecar.history import History, Sample
+from sidecar.server import API, ServerConfig, create_app
+from sidecar.verdict import RecentSample
+
+
+class StaticSource:
+    """What the poller publishes, fixed: the app only reads `snapshot()` and `history`."""
+
+    def __init__(self, doc=None, last=None):
+        self.doc, self.last = doc, last
+        self.history = History(history_s=60, interval_s=1)
+        for t in (100.0, 101.0, 102.0):
+            self.history.append(
+                Sample(t, ((0, 50.0, 1000.0),), ((42, 900.0, 40.0),), RecentSample(t, 40.0, 900.0, 1, 50.0))
+            )
+        self.history.add_events([{"time": 101.5, "name": "start", "pid": 42}])
+
+    def snapshot(self):
+        return self.doc, self.last
+
+
+@pytest.fixture
+def client():
+    app = create_app(ServerConfig(), StaticSource({"schema": 1, "status": "GPU"}, 123.0))
+    return app.test_client()
+
+
+def test_status_and_healthz(client):
+    r = client.get(f"{API}/status")
+    assert r.status_code == 200 and r.json == {"schema": 1, "status": "GPU"}
+    assert client.get("/healthz").json == {"ok": True, "last_poll": 123.0}
+    assert "Access-Control-Allow-Origin" not in r.headers
+
+
+def test_status_before_first_poll_is_503():
+    c = create_app(ServerConfig(), StaticSource()).test_client()
+    r = c.get(f"{API}/status")
+    assert r.status_code == 503 and "retry" in r.json["error"]
+    assert c.get("/healthz").json == {"ok": False, "last_poll": None}
+
+
+def test_history_since(client):
+    body = client.get(f"{API}/history").json
+    assert [s["time"] for s in body["samples"]] == [100.0, 101.0, 102.0]
+    assert body["samples"][0] == {
+        "time": 100.0,
+        "gpus": [{"index": 0, "util": 50.0, "mem_used_mb": 1000.0}],
+        "processes": [{"pid": 42, "gpu_mem_mb": 900.0, "sm_util": 40.0}],
+    }
+    assert [s["time"] for s in client.get(f"{API}/history?since=100.5").json["samples"]] == [101.0, 102.0]
+    assert client.get(f"{API}/history?since=102").json["events"] == []
+
+
+@pytest.mark.parametrize("since", ["abc", "nan", "inf", "1e999", "%00"])
+def test_history_bad_since_is_400(client, since):
+    r = client.get(f"{API}/history?since={since}")
+    assert r.status_code == 400 and "since" in r.json["error"]
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH", "OPTIONS"])
+def test_only_get_and_head(client, method):
+    assert client.open(f"{API}/status", method=method).status_code == 405
+
+
+def test_head(client):
+    assert client.head(f"{API}/status").status_code == 200
+
+
+@pytest.mark.parametrize(
+    "path", ["/nope", "/static/../server.py", "/static/..%2fserver.py", "/static/%2e%2e/cli.py", "/static//etc/passwd"]
+)
+def test_unknown_and_traversal_are_4xx(client, path):
+    r = client.get(path)
+    assert 400 <= r.status_code < 500
+    assert b"def create_app" not in r.data and b"root:" not in r.data
+
+
+def test_token_required_everywhere_but_healthz():
+    c = create_app(ServerConfig(token="s3cret"), StaticSource({"schema": 1}, 1.0)).test_client()
+    assert c.get("/healthz").status_code == 200
+    assert c.get(f"{API}/status").status_code == 401
+    assert c.get(f"{API}/status", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert c.get(f"{API}/status", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+    assert c.get("/").status_code == 401
+    assert c.get("/metrics").status_code == 401
+    # The page trades ?token= for a cookie, then works without the header.
+    r = c.get("/?token=s3cret")
+    assert r.status_code == 303 and "s3cret" not in r.headers["Location"]
+    assert c.get(f"{API}/status").status_code == 200
+    fresh = create_app(ServerConfig(token="s3cret"), StaticSource({"schema": 1}, 1.0)).test_client()
+    assert fresh.get("/?token=wrong").status_code == 401

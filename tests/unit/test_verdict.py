@@ -1,0 +1,221 @@
+"""The verdict is pure: tables of facts in, status and warning codes out."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from sidecar.verdict import (
+    RULES,
+    Facts,
+    GpuFacts,
+    HysteresisState,
+    ModelFacts,
+    ProcessFacts,
+    ProcGpu,
+    RecentSample,
+    Rules,
+    SystemGpuFacts,
+    decide,
+    map_cuda_index,
+    memory_growth,
+    settle,
+)
+
+CPU_RT = {"torch": "2.13.0+cpu", "cuda_build": None, "cuda_available": False, "device_count": 0}
+CUDA_RT = {
+    "torch": "2.5.1+cu124",
+    "cuda_build": "12.4",
+    "cuda_available": True,
+    "device_count": 1,
+    "devices": [{"index": 0, "name": "NVIDIA H200", "uuid": "GPU-aaaa"}],
+}
+H200 = GpuFacts(0, uuid="GPU-aaaa", name="NVIDIA H200", pci_bus_id="00000000:01:00.0", util=80.0, mem_used_mib=1000)
+NVIDIA_CARD = SystemGpuFacts("NVIDIA", "NVIDIA GPU", "0000:01:00.0", "nvidia", 0)
+INTEL_CARD = SystemGpuFacts("Intel", "Intel integrated graphics", "0000:00:02.0", "i915", None)
+
+
+def model(device, *, devices=None, inp=None, calls=10, name="Net", wait=None):
+    devs = devices if devices is not None else ((device,) if device not in ("mixed", "no-parameters") else ())
+    return ModelFacts(name, device, tuple(devs), 1000, inp, calls, 5.0, wait)
+
+
+def proc(pid=100, *, runtime=CUDA_RT, models=(), gpu=(), role="main", is_target=True, **kw):
+    return ProcessFacts(pid=pid, role=role, runtime=runtime, models=tuple(models), gpu=tuple(gpu),
+                        is_target=is_target, probe_state="ok" if runtime else "missing", **kw)
+
+
+def facts(*procs, gpus=(H200,), nvml_ok=True, system=(), **kw):
+    return Facts(target_pid=procs[0].pid if procs else 100, processes=tuple(procs), gpus=tuple(gpus),
+                 nvml_ok=nvml_ok, driver="550.54" if nvml_ok else None, cuda_driver="12.4" if nvml_ok else None,
+                 nvml_error=None if nvml_ok else "NVML library not found", system_gpus=tuple(system), **kw)
+
+
+def idle_recent(util, calls_start=0, calls_end=100, span_s=12.0, n=9):
+    return tuple(
+        RecentSample(1000.0 + i * span_s / (n - 1), util, 500.0, calls_start + (calls_end - calls_start) * i // (n - 1), util)
+        for i in range(n)
+    )
+
+
+CASES = [
+    # id, facts, status, codes that must be present, codes that must be absent
+    ("cpu model, cpu-only torch, NVIDIA GPU present",
+     facts(proc(runtime=CPU_RT, models=[model("cpu")])), "CPU", {"cpu-build"}, {"model-on-cpu"}),
+    ("cpu model on a cpu-only machine: no cpu-build nag",
+     facts(proc(runtime=CPU_RT, models=[model("cpu")]), gpus=(), nvml_ok=False), "CPU", {"nvml-unavailable"},
+     {"cpu-build", "model-on-cpu"}),
+    ("model on cuda:0", facts(proc(models=[model("cuda:0")], gpu=[ProcGpu(0, 900, 70)])), "GPU", set(),
+     {"model-on-cpu", "input-mismatch", "no-probe"}),
+    ("gpu usable, model left on cpu", facts(proc(models=[model("cpu")])), "CPU", {"model-on-cpu"}, {"cpu-build"}),
+    ("inputs left on the cpu", facts(proc(models=[model("cuda:0", inp="cpu")], gpu=[ProcGpu(0, 900, 70)])), "GPU",
+     {"input-mismatch"}, set()),
+    ("parameters on two devices", facts(proc(models=[model("mixed", devices=("cpu", "cuda:0"))])), "MIXED",
+     {"mixed-devices"}, set()),
+    ("two models on two device types", facts(proc(models=[model("cpu", name="A"), model("cuda:0", name="B")])),
+     "MIXED", {"mixed-devices"}, set()),
+    ("no probe, no gpu work", facts(proc(runtime=None)), "UNKNOWN", {"no-probe"}, set()),
+    ("no probe but a child does gpu work",
+     facts(proc(runtime=None), proc(101, runtime=None, is_target=False, role=None, gpu=[ProcGpu(0, 2000, 50)])),
+     "GPU", {"no-probe", "unregistered-gpu-process", "gpu-work-in-child"}, set()),
+    ("probe without a model", facts(proc()), "UNKNOWN", set(), {"no-probe"}),
+    ("no-parameter model", facts(proc(models=[model("no-parameters")])), "UNKNOWN", {"no-parameters"}, set()),
+    ("dataloader worker holds cuda memory",
+     facts(proc(models=[model("cuda:0")], gpu=[ProcGpu(0, 900, 70)]),
+           proc(101, role="dataloader-worker", is_target=False, gpu=[ProcGpu(0, 300, 0)])),
+     "GPU", {"worker-cuda"}, {"unregistered-gpu-process"}),
+    ("launcher with a training child on the gpu",
+     facts(proc(runtime=None, role=None), proc(101, is_target=False, models=[model("cuda:0")], gpu=[ProcGpu(0, 900, 60)])),
+     "GPU", {"gpu-work-in-child"}, {"unregistered-gpu-process"}),
+    ("iGPU + dGPU laptop", facts(proc(models=[model("cuda:0")]), system=(INTEL_CARD, NVIDIA_CARD)), "GPU",
+     {"device-count-mismatch"}, set()),
+    ("only the dGPU: no mismatch", facts(proc(models=[model("cuda:0")]), system=(NVIDIA_CARD,)), "GPU", set(),
+     {"device-count-mismatch"}),
+    ("cuda build hidden by CUDA_VISIBLE_DEVICES",
+     facts(proc(runtime={**CUDA_RT, "cuda_available": False, "device_count": 0, "cuda_visible_devices": ""},
+                models=[model("cpu")])), "CPU", {"cuda-unavailable"}, {"model-on-cpu"}),
+    ("driver older than torch's cuda",
+     replace(facts(proc(runtime={**CUDA_RT, "cuda_available": False, "cuda_build": "12.8"}, models=[model("cpu")])),
+             cuda_driver="12.2"), "CPU", {"cuda-unavailable"}, set()),
+    ("target exited", replace(facts(proc(models=[model("cuda:0")])), target_alive=False), "GPU", {"target-exited"},
+     set()),
+    ("pid namespace", facts(proc(models=[model("cuda:0")]), pid_namespace_suspect=True), "GPU", {"pid-namespace"},
+     set()),
+    ("unreadable probe", facts(proc(runtime=None, probe_unreadable=True, probe_error="bad magic")), "UNKNOWN",
+     {"probe-unreadable"}, set()),
+    ("idle gpu while forward calls continue",
+     facts(proc(models=[model("cuda:0")], gpu=[ProcGpu(0, 900, 0)]), recent=idle_recent(1.0)), "GPU", {"idle-gpu"},
+     set()),
+    ("busy gpu is not idle", facts(proc(models=[model("cuda:0")]), recent=idle_recent(60.0)), "GPU", set(),
+     {"idle-gpu"}),
+    ("idle but no forward calls: paused, not starved",
+     facts(proc(models=[model("cuda:0")]), recent=idle_recent(0.0, 50, 50)), "GPU", set(), {"idle-gpu"}),
+    ("idle for too short a time", facts(proc(models=[model("cuda:0")]), recent=idle_recent(0.0, span_s=4.0)), "GPU",
+     set(), {"idle-gpu"}),
+    ("two ranks on one gpu",
+     facts(proc(runtime=None, role=None),
+           proc(101, role="rank", is_target=False, local_rank=0, models=[model("cuda:0")]),
+           proc(102, role="rank", is_target=False, local_rank=1, models=[model("cuda:0")])),
+     "GPU", {"rank-shared-gpu", "rank-device-mismatch"}, set()),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_verdict_table(case):
+    _, f, status, present, absent = case
+    v = decide(f)
+    codes = {w.code for w in v.warnings}
+    assert v.status == status, v.message
+    assert present <= codes, f"missing {present - codes}; got {codes}"
+    assert not (absent & codes), f"unexpected {absent & codes}"
+    assert v.message and v.message_zh
+    for w in v.warnings:
+        assert w.severity in ("error", "warning", "info")
+        assert w.message and w.message_zh and w.hint and w.hint_zh
+
+
+def test_every_rule_is_exercised_by_the_table():
+    fired = set()
+    for _, f, *_ in CASES:
+        fired |= {w.code for w in decide(f).warnings}
+    produced = set()
+    for rule in RULES:
+        for _, f, *_ in CASES:
+            produced |= {w.code for w in rule(f)}
+    assert produced == fired
+    assert len(fired) >= len(RULES) - 1  # memory-growth has its own tests below
+
+
+def test_warnings_sorted_by_severity():
+    v = decide(facts(proc(runtime=CPU_RT, models=[model("cpu")]), system=(INTEL_CARD, NVIDIA_CARD)))
+    order = [w.severity for w in v.warnings]
+    assert order == sorted(order, key={"error": 0, "warning": 1, "info": 2}.get)
+    assert v.warnings[0].code == "cpu-build"
+
+
+def test_gpu_message_names_the_device_and_utilisation():
+    v = decide(facts(proc(models=[model("cuda:0")])))
+    assert "cuda:0" in v.message and "NVIDIA H200" in v.message and "80%" in v.message
+    assert v.model_gpu_index == 0
+
+
+def test_cpu_message_says_why():
+    assert "CPU-only build" in decide(facts(proc(runtime=CPU_RT, models=[model("cpu")]))).message
+    assert "not moved" in decide(facts(proc(models=[model("cpu")]))).message
+
+
+def test_idle_hint_names_data_loading_when_loader_timing_says_so():
+    f = facts(proc(models=[model("cuda:0", wait=0.8)]), recent=idle_recent(0.0))
+    (w,) = [w for w in decide(f).warnings if w.code == "idle-gpu"]
+    assert "80%" in w.hint and "num_workers" in w.hint
+
+
+@pytest.mark.parametrize(
+    "runtime, index, expected",
+    [
+        ({"devices": [{"index": 0, "uuid": "GPU-bbbb"}]}, 0, 1),  # by UUID, whatever the order
+        ({"cuda_visible_devices": "1"}, 0, 1),  # renumbered by CUDA_VISIBLE_DEVICES
+        ({"cuda_visible_devices": "GPU-bb"}, 0, 1),  # UUID prefix in CUDA_VISIBLE_DEVICES
+        ({"cuda_visible_devices": "0"}, 1, None),  # cuda:1 does not exist
+        ({}, 1, 1),
+        ({}, 5, None),
+    ],
+)
+def test_map_cuda_index(runtime, index, expected):
+    gpus = (GpuFacts(0, uuid="GPU-aaaa"), GpuFacts(1, uuid="GPU-bbbb"))
+    assert map_cuda_index(ProcessFacts(1, runtime=runtime), index, gpus) == expected
+
+
+def _series(values, step_s=10.0):
+    return tuple(RecentSample(i * step_s, 0.0, v, 0, None) for i, v in enumerate(values))
+
+
+@pytest.mark.parametrize(
+    "values, grows",
+    [
+        ([1000 + 60 * i for i in range(13)], True),  # steady growth over 120 s
+        ([1000] * 13, False),
+        ([1000, 3000] * 6 + [1000], False),  # saw-tooth: allocator churn, not a leak
+        ([1000 + 5 * i for i in range(13)], False),  # too little to matter
+        ([1000, 1500, 2000], False),  # too short a span
+    ],
+)
+def test_memory_growth(values, grows):
+    assert (memory_growth(_series(values), Rules()) is not None) is grows
+
+
+def test_memory_growth_warning():
+    f = facts(proc(models=[model("cuda:0")], gpu=[ProcGpu(0, 2000, 50)]), recent=_series([1000 + 60 * i for i in range(13)]))
+    assert "memory-growth" in {w.code for w in decide(f).warnings}
+
+
+def test_hysteresis_holds_a_warning_for_a_few_polls():
+    with_w = decide(facts(proc(models=[model("cuda:0", inp="cpu")])))
+    without = decide(facts(proc(models=[model("cuda:0", inp="cuda:0")])))
+    state = HysteresisState()
+    shown = []
+    for v in [with_w, without, with_w, without, without, without, without]:
+        v2, state = settle(state, v, Rules(hysteresis_off_polls=3))
+        shown.append("input-mismatch" in {w.code for w in v2.warnings})
+    assert shown == [True, True, True, True, True, False, False]
