@@ -106,9 +106,7 @@ class LoaderTimer:
         loader_cls = type(loader)
         get_iterator = getattr(loader_cls, "_get_iterator", None)
         if get_iterator is None or not callable(get_iterator):
-            raise TypeError(
-                f"loader timing needs a torch.utils.data.DataLoader, got {loader_cls.__name__}"
-            )
+            raise TypeError(f"loader timing needs a torch.utils.data.DataLoader, got {loader_cls.__name__}")
         loader_ref = weakref.ref(loader)
         timer_ref = weakref.ref(self)
 
@@ -222,7 +220,9 @@ class ModelRecord:
         "traversed_at",
     )
 
-    def __init__(self, model: Any, name: str | None, torch: Any, on_error: Any, on_device_change: Any) -> None:
+    def __init__(
+        self, model: Any, name: str | None, torch: Any, on_error: Any, on_device_change: Any
+    ) -> None:
         inner, label = unwrap_model(model, torch.nn.Module)
         self.module_ref = weakref.ref(model)
         self.inner_ref = weakref.ref(inner)

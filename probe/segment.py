@@ -388,7 +388,9 @@ def encode_payload(payload: dict, capacity_bytes: int) -> tuple[bytes, bool]:
     data = _pack(p)
     if len(data) <= capacity_bytes:
         return data, True
-    raise SegmentError(errno.EMSGSIZE, f"payload needs {len(data)} bytes even trimmed; segment holds {capacity_bytes}")
+    raise SegmentError(
+        errno.EMSGSIZE, f"payload needs {len(data)} bytes even trimmed; segment holds {capacity_bytes}"
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -438,7 +440,9 @@ class SegmentWriter:
                 # A file with our pid in its name can only be a leftover of a dead process that had
                 # this pid before us (SIGKILL skips atexit). Replace it if it is ours to replace.
                 if attempt or not self._remove_leftover():
-                    raise SegmentError(errno.EEXIST, f"{self.name} exists and is not ours to replace") from None
+                    raise SegmentError(
+                        errno.EEXIST, f"{self.name} exists and is not ours to replace"
+                    ) from None
             except (ipc.Error, OSError, ValueError) as e:
                 raise SegmentError(errno.EIO, f"cannot create {self.name}: {e}") from None
         fd = shm.fd
@@ -449,7 +453,9 @@ class SegmentWriter:
             self._mm = mmap.mmap(fd, self.size_bytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except OSError as e:
             self._unlink_quietly()
-            raise SegmentError(e.errno or errno.EIO, f"cannot allocate {self.name}: {e.strerror or e}") from None
+            raise SegmentError(
+                e.errno or errno.EIO, f"cannot allocate {self.name}: {e.strerror or e}"
+            ) from None
         finally:
             shm.close_fd()
 
@@ -718,10 +724,14 @@ def _finish(data: bytes, expected: int | None, common: dict) -> SegmentRead:
             return SegmentRead(state="stale", error=f"process {pid} is not running", **common)
         if ticks != live:
             return SegmentRead(
-                state="stale", error=f"writer start_ticks {ticks} != live process's {live} (pid reused)", **common
+                state="stale",
+                error=f"writer start_ticks {ticks} != live process's {live} (pid reused)",
+                **common,
             )
     elif ticks != expected:
-        return SegmentRead(state="stale", error=f"writer start_ticks {ticks} != expected {expected}", **common)
+        return SegmentRead(
+            state="stale", error=f"writer start_ticks {ticks} != expected {expected}", **common
+        )
     try:
         obj = _unpack(data)
     except Exception as e:  # noqa: BLE001 -- msgpack raises several unrelated types on bad input
@@ -730,7 +740,9 @@ def _finish(data: bytes, expected: int | None, common: dict) -> SegmentRead:
     if payload is None:
         return SegmentRead(state="corrupt", error=reason, **common)
     if payload["pid"] != pid:
-        return SegmentRead(state="corrupt", error=f"payload.pid {payload['pid']} in segment of {pid}", **common)
+        return SegmentRead(
+            state="corrupt", error=f"payload.pid {payload['pid']} in segment of {pid}", **common
+        )
     if payload["start_ticks"] is not None and payload["start_ticks"] != ticks:
         return SegmentRead(state="corrupt", error="payload.start_ticks differs from the header's", **common)
     return SegmentRead(state="ok", payload=payload, **common)

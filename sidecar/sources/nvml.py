@@ -205,10 +205,10 @@ def _is_nvml_error(exc: BaseException) -> bool:
 # nvidia-ml-py) into plain buffers. nvidia-ml-py's wrappers return one `_PrintableStructure` per
 # entry whose every attribute read runs a Python-level __getattribute__; with 64 processes that was
 # ~80% of a poll. The layouts are NVML's ABI (tests/fakenvml/fakenvml.c static_asserts them).
-_PROCESS_ENTRY = struct.Struct("<I4xQII")  # nvmlProcessInfo_v2_t == _v3: pid, usedGpuMemory, GI, CI
-_SAMPLE_ENTRY = struct.Struct(
-    "<I4xQIIII"
-)  # nvmlProcessUtilizationSample_t: pid, timeStamp, sm, mem, enc, dec
+# nvmlProcessInfo_v2_t (== _v3): pid, usedGpuMemory, gpuInstanceId, computeInstanceId
+_PROCESS_ENTRY = struct.Struct("<I4xQII")
+# nvmlProcessUtilizationSample_t: pid, timeStamp, smUtil, memUtil, encUtil, decUtil
+_SAMPLE_ENTRY = struct.Struct("<I4xQIIII")
 _NOT_AVAILABLE = (1 << 64) - 1  # NVML_VALUE_NOT_AVAILABLE as an unsigned long long
 
 

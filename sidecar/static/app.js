@@ -323,11 +323,11 @@ function renderProcs(doc) {
         cmd ? h('span', { class: 'proc-cmd', title: cmd, text: cmd }) : null,
         p.probe_error ? h('span', { class: 'proc-err', text: tr('probe.error', { error: p.probe_error }) }) : null)));
 
-    const roleCell = h('td', { 'data-testid': 'role' }, probed
+    const roleCell = h('td', { 'data-testid': 'role', 'data-label': tr('col.role') }, probed
       ? h('span', { class: 'chip', text: roleText(p, state.lang) })
       : h('span', { class: 'chip no-probe', 'data-testid': 'no-probe', title: tr('probe.noneTitle'), text: tr('probe.none') }));
 
-    const modelCell = h('td', { 'data-testid': 'model-device' });
+    const modelCell = h('td', { 'data-testid': 'model-device', 'data-label': tr('col.modelDevice') });
     if (models.length) {
       for (const m of models) {
         modelCell.append(h('div', null, devChip(m.device),
@@ -335,7 +335,7 @@ function renderProcs(doc) {
       }
     } else modelCell.append(NA);
 
-    const inputCell = h('td', { 'data-testid': 'input-device' });
+    const inputCell = h('td', { 'data-testid': 'input-device', 'data-label': tr('col.inputDevice') });
     if (inputs.length) inputs.forEach((d) => inputCell.append(devChip(d), ' ')); else inputCell.append(NA);
 
     const memTitle = (p.gpu || []).map((g) => `${tr('chart.gpuN', { n: g.index })}: ${fmtMiB(g.mem_used_mb)}`).join('\n');
@@ -344,10 +344,11 @@ function renderProcs(doc) {
       'data-depth': depth, 'data-role': p.role || '', 'data-probe': probed ? 'true' : 'false',
     },
     procCell, roleCell, modelCell, inputCell,
-    h('td', { class: 'num', 'data-testid': 'gpu-mem', title: memTitle, text: fmtMiB(gpuMem) }),
-    h('td', { class: 'num', 'data-testid': 'sm', text: fmtPct(sm) }),
-    h('td', { class: 'num', 'data-testid': 'cpu', text: fmtPct(p.cpu_percent) }),
-    h('td', { class: `num${num(wait) && wait > 0.5 ? ' wait-high' : ''}`, 'data-testid': 'data-wait', text: fmtFraction(wait) })));
+    h('td', { class: 'num', 'data-testid': 'gpu-mem', 'data-label': tr('col.gpuMem'), title: memTitle, text: fmtMiB(gpuMem) }),
+    h('td', { class: 'num', 'data-testid': 'sm', 'data-label': tr('col.sm'), text: fmtPct(sm) }),
+    h('td', { class: 'num', 'data-testid': 'cpu', 'data-label': tr('col.cpu'), text: fmtPct(p.cpu_percent) }),
+    h('td', { class: `num${num(wait) && wait > 0.5 ? ' wait-high' : ''}`, 'data-testid': 'data-wait', 'data-label': tr('col.dataWait'), text: fmtFraction(wait) })));
+    for (const td of body.lastChild.children) if (td !== procCell && td !== roleCell && td.textContent === NA) td.classList.add('na');
   }
 }
 
@@ -440,7 +441,12 @@ function renderCharts() {
   charts.util.setEmptyText(emptyText);
   if (last === null) return;
   const t1 = last;
-  let t0 = state.window === 'all' ? (samples.length ? samples[0].time : t1 - 60) : t1 - Number(state.window);
+  let t0 = t1 - Number(state.window);
+  if (state.window === 'all') {
+    t0 = samples.length ? samples[0].time : t1 - 60;
+    // show task events that came just before the first sample (e.g. train_start), within a minute
+    if (state.events.length) t0 = Math.min(t0, Math.max(state.events[0].time - 1, t0 - 60));
+  }
   if (!(t1 - t0 >= 10)) t0 = t1 - 10;
 
   const mem = new Map();
@@ -523,6 +529,7 @@ function renderUpdated() {
   const box = $('[data-testid="unreachable"]');
   box.hidden = state.reachable !== false;
   document.body.classList.toggle('stale', state.reachable === false);
+  document.body.classList.toggle('nodata', state.reachable === false && state.doc === null);
   document.body.classList.toggle('live', state.reachable === true);
   if (state.reachable === false) {
     $('.retry', box).textContent = tr('unreachable.retry', { s: state.refreshS });
@@ -538,7 +545,11 @@ async function fetchJSON(url) {
   const timer = setTimeout(() => ctl.abort(), Math.max(3000, state.refreshS * 2000));
   try {
     const res = await fetch(url, { cache: 'no-store', signal: ctl.signal, headers: { Accept: 'application/json' } });
-    if (!res.ok) throw new Error(`HTTP ${res.status}`);
+    if (!res.ok) {
+      let detail = '';
+      try { const body = await res.json(); detail = body && (body.error || body.message) ? `: ${body.error || body.message}` : ''; } catch { /* not JSON */ }
+      throw new Error(`HTTP ${res.status}${detail}`);
+    }
     return await res.json();
   } catch (e) {
     if (e && e.name === 'AbortError') throw new Error('timeout');

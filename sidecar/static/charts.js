@@ -111,7 +111,7 @@ export class TimeChart {
       const tx = el('text', { x: m.l - 8, y: yy + 3.5, 'text-anchor': 'end' }, axis);
       tx.textContent = this.opts.formatValue(v, true);
     }
-    const step = timeStep(t1 - t0, Math.max(2, Math.floor(iw / 110)));
+    const step = timeStep(t1 - t0, Math.max(3, Math.floor(iw / 110)));
     const first = Math.ceil(t0 / step) * step;
     for (let t = first; t <= t1 + 1e-6; t += step) {
       const xx = Math.round(x(t)) + 0.5;

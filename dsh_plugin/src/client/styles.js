@@ -49,7 +49,7 @@ export const CSS = `
 
 /* ---- meters */
 .dgd-meters { display: flex; flex-direction: column; gap: 8px; }
-.dgd-meter { display: grid; grid-template-columns: 92px 1fr auto; align-items: center; gap: 8px; font-size: 12px; }
+.dgd-meter { display: grid; grid-template-columns: 84px minmax(60px, 1fr) 124px; align-items: center; gap: 8px; font-size: 12px; }
 .dgd-meter-label { color: var(--dsw-alias-label-secondary, #4b5563); overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
 .dgd-bar { position: relative; height: 8px; border-radius: 999px; background: var(--dsw-alias-border-l2, #e5e7eb); overflow: hidden; }
 .dgd-bar > i { position: absolute; left: 0; top: 0; bottom: 0; border-radius: 999px; }

@@ -1,0 +1,229 @@
+"""Facts only the process itself knows: who it is (identity, role) and what its torch can do.
+
+Nothing here imports torch: torch is looked up in sys.modules and used only when the process has
+already imported it. Nothing here initialises CUDA either, nor calls into the CUDA runtime before
+the process has done so itself: ``torch.cuda.is_available()`` runs ``cuInit`` through
+``cudaGetDeviceCount``, which "poisons fork" (DataLoader workers and fork-started ranks forked after
+it cannot use CUDA). Before CUDA is initialised the device count therefore comes from torch's
+NVML-based counter, and is None when NVML cannot answer.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from probe.segment import process_start_ticks, segment_path
+
+__all__ = ["identity", "memory", "role", "runtime"]
+
+PATH_MAX_CHARS = 1024
+
+_static_identity: dict | None = None
+_static_runtime: dict | None = None
+# Keyed by what can change the answer before CUDA is initialised.
+_cuda_probe_cache: dict[tuple, tuple[bool | None, int | None]] = {}
+_initialised_devices: tuple[int | None, list[dict]] | None = None
+
+
+def _clip(value: Any, n: int = PATH_MAX_CHARS) -> str | None:
+    if value is None:
+        return None
+    s = str(value)
+    return s[:n] if s else None
+
+
+def identity() -> dict:
+    """pid, ppid, start_ticks, argv0, script, hostname of this process (live pid and ppid)."""
+    global _static_identity
+    pid = os.getpid()
+    if _static_identity is None or _static_identity["pid"] != pid:
+        argv = getattr(sys, "argv", None) or [""]
+        main = sys.modules.get("__main__")
+        script = getattr(main, "__file__", None)
+        _static_identity = {
+            "pid": pid,
+            "start_ticks": process_start_ticks(pid),
+            "argv0": _clip(argv[0]),
+            "script": _clip(os.path.abspath(script)) if script else None,
+            "hostname": _clip(os.uname().nodename, 255),
+        }
+    out = dict(_static_identity)
+    out["ppid"] = os.getppid()  # live: a child is re-parented when its parent dies
+    return out
+
+
+def _env_int(name: str) -> int | None:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        return None
+
+
+def role(forked: bool) -> dict:
+    """role, worker_id, rank, local_rank, world_size, dist_backend.
+
+    Precedence: a DataLoader worker, then an initialised torch.distributed rank, then a forked child,
+    then a process whose parent runs the probe (``child``), then RANK/LOCAL_RANK/WORLD_SIZE in the
+    environment (``rank``), else ``main``. Rank fields are filled whenever known, whatever the role,
+    so a worker can still be grouped with its rank.
+    """
+    out = {
+        "role": "main",
+        "worker_id": None,
+        "rank": _env_int("RANK"),
+        "local_rank": _env_int("LOCAL_RANK"),
+        "world_size": _env_int("WORLD_SIZE"),
+        "dist_backend": None,
+    }
+    env_rank = any(v is not None for v in (out["rank"], out["local_rank"], out["world_size"]))
+    dist_initialised = False
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        dist_initialised = True
+        out["rank"] = int(dist.get_rank())
+        out["world_size"] = int(dist.get_world_size())
+        out["dist_backend"] = str(dist.get_backend())
+    worker_info = None
+    worker_mod = sys.modules.get("torch.utils.data._utils.worker")
+    if worker_mod is not None:
+        worker_info = worker_mod.get_worker_info()
+    if worker_info is not None:
+        out["role"] = "dataloader-worker"
+        out["worker_id"] = int(worker_info.id)
+    elif dist_initialised:
+        out["role"] = "rank"
+    elif forked or os.path.exists(segment_path(os.getppid())):
+        out["role"] = "child"
+    elif env_rank:
+        out["role"] = "rank"
+    return out
+
+
+def _static(torch: Any) -> dict:
+    global _static_runtime
+    if _static_runtime is None:
+        version = getattr(torch, "version", None)
+        cudnn = None
+        backends = getattr(torch, "backends", None)
+        if getattr(version, "cuda", None) and backends is not None and hasattr(backends, "cudnn"):
+            # Reads the linked library's version; it does not touch the GPU.
+            v = backends.cudnn.version()
+            cudnn = int(v) if v is not None else None
+        mps = None
+        if backends is not None and hasattr(backends, "mps"):
+            mps = bool(backends.mps.is_available())
+        xpu = None
+        if hasattr(torch, "xpu"):
+            xpu = bool(torch.xpu.is_available())
+        _static_runtime = {
+            "torch": _clip(getattr(torch, "__version__", None), 64),
+            "cuda_build": _clip(getattr(version, "cuda", None), 64),
+            "cudnn": cudnn,
+            "mps_available": mps,
+            "xpu_available": xpu,
+        }
+    return _static_runtime
+
+
+def _count_without_cuda_init(torch: Any) -> tuple[bool | None, int | None]:
+    """(available, device count) from NVML via torch's own helper; (None, None) when unknown."""
+    key = (os.environ.get("CUDA_VISIBLE_DEVICES"), os.environ.get("HIP_VISIBLE_DEVICES"))
+    cached = _cuda_probe_cache.get(key)
+    if cached is not None:
+        return cached
+    cuda = torch.cuda
+    if getattr(torch.version, "hip", None):
+        counter = getattr(cuda, "_device_count_amdsmi", None)
+    else:
+        counter = getattr(cuda, "_device_count_nvml", None)
+    answer: tuple[bool | None, int | None] = (None, None)
+    if counter is not None:
+        n = counter()
+        if isinstance(n, int) and n >= 0:
+            answer = (n > 0, n)
+    _cuda_probe_cache[key] = answer
+    return answer
+
+
+def _uuid(props: Any) -> str | None:
+    raw = getattr(props, "uuid", None)
+    if raw is None:
+        return None
+    s = str(raw)
+    # NVML spells UUIDs "GPU-…" (or "MIG-…"): the same spelling lets the sidecar join the two.
+    return s if s.startswith(("GPU-", "MIG-")) else f"GPU-{s}"
+
+
+def runtime(torch: Any | None) -> dict:
+    """The payload's ``runtime`` map; torch None means torch is not imported in this process."""
+    global _initialised_devices
+    out = {
+        "torch": None,
+        "cuda_build": None,
+        "cudnn": None,
+        "cuda_available": None,
+        "cuda_initialized": False,
+        "device_count": None,
+        "devices": [],
+        "cuda_visible_devices": _clip(os.environ.get("CUDA_VISIBLE_DEVICES"), 512),
+        "cuda_device_order": _clip(os.environ.get("CUDA_DEVICE_ORDER"), 64),
+        "mps_available": None,
+        "xpu_available": None,
+    }
+    if torch is None:
+        return out
+    out.update(_static(torch))
+    if not (getattr(torch.version, "cuda", None) or getattr(torch.version, "hip", None)):
+        # A CPU-only build: is_available() returns False without touching any driver.
+        out["cuda_available"] = False
+        out["device_count"] = 0
+        return out
+    cuda = torch.cuda
+    # is_initialized() is False in a forked child of a CUDA process ("bad fork"): that child must not
+    # touch CUDA, and the cached NVML answer it inherited is reused rather than asked again.
+    if cuda.is_initialized():
+        out["cuda_initialized"] = True
+        if _initialised_devices is None:
+            count = int(cuda.device_count())
+            devices = []
+            for i in range(count):
+                props = cuda.get_device_properties(i)
+                devices.append({"index": i, "name": _clip(props.name, 256) or "?", "uuid": _uuid(props)})
+            _initialised_devices = (count, devices)
+        count, devices = _initialised_devices
+        out["cuda_available"] = count > 0
+        out["device_count"] = count
+        out["devices"] = [dict(d) for d in devices]
+    else:
+        bad_fork = getattr(cuda, "_is_in_bad_fork", None)
+        if bad_fork is not None and bad_fork() and _initialised_devices is not None:
+            count = _initialised_devices[0]
+            out["cuda_available"] = bool(count)
+            out["device_count"] = count
+        else:
+            out["cuda_available"], out["device_count"] = _count_without_cuda_init(torch)
+    return out
+
+
+def memory(torch: Any | None) -> list[dict]:
+    """Caching-allocator figures per device, only once the process itself initialised CUDA."""
+    if torch is None or _initialised_devices is None or not torch.cuda.is_initialized():
+        return []
+    cuda = torch.cuda
+    out = []
+    for i in range(_initialised_devices[0] or 0):
+        out.append(
+            {
+                "device": f"cuda:{i}",
+                "allocated_bytes": int(cuda.memory_allocated(i)),
+                "reserved_bytes": int(cuda.memory_reserved(i)),
+                "peak_allocated_bytes": int(cuda.max_memory_allocated(i)),
+                "peak_reserved_bytes": int(cuda.max_memory_reserved(i)),
+            }
+        )
+    return out

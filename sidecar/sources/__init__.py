@@ -1,0 +1,1 @@
+"""Where the sidecar's facts come from: the process tree, probe segments, NVML and /sys."""
