@@ -11,11 +11,13 @@ This module never imports torch: the caller passes the torch module it found in 
 from __future__ import annotations
 
 import collections
+import functools
+import sys
 import time
 import weakref
 from typing import Any
 
-__all__ = ["LoaderTimer", "ModelRecord", "ProbeWorkerInit", "find_input_device", "unwrap_model"]
+__all__ = ["LoaderTimer", "ModelRecord", "PreHook", "ProbeWorkerInit", "find_input_device", "unwrap_model"]
 
 # Wrappers whose parameters live in ``.module``; hooked as given, traversed through.
 _MODULE_WRAPPERS = frozenset({"DataParallel", "DistributedDataParallel", "FullyShardedDataParallel"})
@@ -192,6 +194,47 @@ class ProbeWorkerInit:
             self.user_fn(worker_id)
 
 
+_DETACHED_AUDIT_EVENT = "dsh.probe.detached-hook"
+_clock = time.time
+
+
+def _detached_hook() -> Any:
+    # sys.audit(event, module, args, kwargs) returns None and does nothing unless the program installed
+    # audit hooks; as a stdlib builtin it pickles by name, so a model saved with our hook in its
+    # _forward_pre_hooks loads anywhere, with or without the probe installed.
+    return functools.partial(sys.audit, _DETACHED_AUDIT_EVENT)
+
+
+class PreHook:
+    """The forward pre-hook: a counter, a clock read, a flag test; the rest only when armed.
+
+    A class rather than a closure so that ``torch.save(model)`` (which pickles hooks) and
+    ``copy.deepcopy(model)`` (an EMA copy, say) keep working: both get a harmless stand-in, so a copy
+    never counts its forwards as the registered model's.
+    """
+
+    __slots__ = ("rec",)
+
+    def __init__(self, rec: ModelRecord) -> None:
+        self.rec = rec
+
+    def __call__(self, module: Any, args: tuple, kwargs: dict) -> None:
+        rec = self.rec
+        rec.forward_calls += 1
+        rec.last_forward_time = _clock()
+        if rec.armed:
+            rec.sample(args, kwargs)
+
+    def __reduce__(self) -> Any:
+        return (functools.partial, (sys.audit, _DETACHED_AUDIT_EVENT))
+
+    def __deepcopy__(self, memo: dict) -> Any:
+        return _detached_hook()
+
+    def __copy__(self) -> Any:
+        return _detached_hook()
+
+
 class ModelRecord:
     """One registered model. Attributes written by the hook are plain slots: no locks, no calls."""
 
@@ -249,16 +292,7 @@ class ModelRecord:
 
     # -- hot path ---------------------------------------------------------------------------------
     def install_hook(self, model: Any) -> None:
-        rec = self
-        clock = time.time
-
-        def _dsh_probe_pre_hook(module, args, kwargs):
-            rec.forward_calls += 1
-            rec.last_forward_time = clock()
-            if rec.armed:
-                rec.sample(args, kwargs)
-
-        self.handle = model.register_forward_pre_hook(_dsh_probe_pre_hook, with_kwargs=True)
+        self.handle = model.register_forward_pre_hook(PreHook(self), with_kwargs=True)
 
     def sample(self, args: tuple, kwargs: dict) -> None:
         """Armed call: note the input's device and whether the first parameter moved. Never raises."""

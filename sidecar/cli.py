@@ -220,6 +220,8 @@ def _main_serve(args: argparse.Namespace) -> int:
     from sidecar.poller import Poller
 
     poller = Poller(args.pid, interval_s=args.interval, history_s=args.history, rules=_rules_from_env())
+    if not args.once:
+        _SIGNALS.install()
     if args.once:
         try:
             doc = poller.poll_once()
@@ -270,21 +272,7 @@ def _serve(args: argparse.Namespace, poller, child: subprocess.Popen | None) -> 
     if args.token:
         print(f"dsh-sidecar: a token is required: open {url}?token=<your token>", flush=True)
 
-    stop = threading.Event()
-    interrupted: list[int] = []
-
-    def on_signal(signum, _frame):
-        interrupted.append(signum)
-        if child is not None and child.poll() is None:
-            try:
-                child.send_signal(signum)  # the job decides how to stop; we follow it
-            except ProcessLookupError:
-                pass
-        else:
-            stop.set()
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    stop, interrupted = _SIGNALS.stop, _SIGNALS.received
     try:
         gone_since = None
         while not stop.is_set():
@@ -318,6 +306,34 @@ def _serve(args: argparse.Namespace, poller, child: subprocess.Popen | None) -> 
     return EXIT_OK
 
 
+class _Signals:
+    """SIGINT/SIGTERM handling installed before the job starts, so a signal that arrives while the
+    server is still binding is forwarded to the job (or ends the sidecar), never lost."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.received: list[int] = []
+        self.child: subprocess.Popen | None = None
+
+    def install(self) -> None:
+        signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGTERM, self._on_signal)
+
+    def _on_signal(self, signum, _frame) -> None:
+        self.received.append(signum)
+        child = self.child
+        if child is not None and child.poll() is None:
+            try:
+                child.send_signal(signum)  # the job decides how to stop; we follow it
+            except ProcessLookupError:
+                pass
+        else:
+            self.stop.set()
+
+
+_SIGNALS = _Signals()
+
+
 def _stop_child(child: subprocess.Popen) -> None:
     if child.poll() is None:
         child.terminate()
@@ -337,11 +353,15 @@ def _main_run(args: argparse.Namespace) -> int:
         )
     _check_serve_args(args)
     rules = _rules_from_env()
+    _SIGNALS.install()
     try:
         # Its own session: a terminal's Ctrl-C reaches us once and we forward it once.
         child = subprocess.Popen(cmd, start_new_session=True)
     except OSError as exc:
         return _fail(EXIT_USAGE, f"cannot start {cmd[0]!r}: {exc.strerror or exc}")
+    _SIGNALS.child = child
+    if _SIGNALS.received:  # a signal came between install and Popen
+        child.send_signal(_SIGNALS.received[-1])
     from sidecar.poller import Poller
 
     poller = Poller(child.pid, interval_s=args.interval, history_s=args.history, rules=rules)

@@ -1338,7 +1338,7 @@ function GpuMeters({ gpu, lang }) {
         label: t(lang, "gpu.mem"),
         pct: memPct,
         value: isNum2(gpu.mem_total_mb) ? t(lang, "gpu.memOf", { used: fmtMiB(gpu.mem_used_mb), total: fmtMiB(gpu.mem_total_mb) }) : fmtMiB(gpu.mem_used_mb),
-        color: UTIL_COLORS[utilLevel(memPct)]
+        color: isNum2(memPct) && memPct >= 90 ? SEVERITY_COLORS.error : "var(--dsw-alias-brand-primary, #2563eb)"
       }
     )
   ] });
@@ -1472,12 +1472,28 @@ function GlanceCardOpen() {
   const lang = useLang();
   const store = getStore();
   const ref = (0, import_react.useRef)(null);
+  const [pos, setPos] = (0, import_react.useState)(null);
   (0, import_react.useEffect)(() => {
     const onKey = (e) => {
       if (e.key === "Escape") store.toggleGlance(false);
     };
+    const place = () => {
+      try {
+        const chip = document.querySelector('[data-testid="dsh-gpu-chip"]');
+        if (!chip) return setPos(null);
+        const r = chip.getBoundingClientRect();
+        setPos({ left: Math.max(8, Math.round(r.left)), bottom: Math.max(8, Math.round(window.innerHeight - r.top + 8)) });
+      } catch {
+        setPos(null);
+      }
+    };
+    place();
     window.addEventListener("keydown", onKey);
-    return () => window.removeEventListener("keydown", onKey);
+    window.addEventListener("resize", place);
+    return () => {
+      window.removeEventListener("keydown", onKey);
+      window.removeEventListener("resize", place);
+    };
   }, [store]);
   const doc = st.doc;
   const gpus = doc && Array.isArray(doc.gpus) ? doc.gpus.filter(Boolean) : [];
@@ -1486,6 +1502,7 @@ function GlanceCardOpen() {
     {
       ref,
       className: "dgd-root dgd-glance",
+      style: pos ? { left: pos.left, bottom: pos.bottom, maxHeight: `calc(100vh - ${pos.bottom + 16}px)` } : void 0,
       "data-testid": "dsh-gpu-glance",
       "data-state": st.state,
       role: "dialog",
@@ -2080,7 +2097,7 @@ var CSS = `
 
 /* ---- meters */
 .dgd-meters { display: flex; flex-direction: column; gap: 8px; }
-.dgd-meter { display: grid; grid-template-columns: 92px 1fr auto; align-items: center; gap: 8px; font-size: 12px; }
+.dgd-meter { display: grid; grid-template-columns: 84px minmax(60px, 1fr) 124px; align-items: center; gap: 8px; font-size: 12px; }
 .dgd-meter-label { color: var(--dsw-alias-label-secondary, #4b5563); overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
 .dgd-bar { position: relative; height: 8px; border-radius: 999px; background: var(--dsw-alias-border-l2, #e5e7eb); overflow: hidden; }
 .dgd-bar > i { position: absolute; left: 0; top: 0; bottom: 0; border-radius: 999px; }

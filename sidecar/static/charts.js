@@ -100,6 +100,7 @@ export class TimeChart {
     const x = (t) => m.l + ((t - t0) / (t1 - t0)) * iw;
     const y = (v) => m.t + ih - (Math.max(0, Math.min(v, yMax)) / yMax) * ih;
     this._scale = { x, y, t0, t1, m, iw, ih, W, H };
+    svg.dataset.span = String(Math.round((t1 - t0) * 1000) / 1000);
 
     // grid + axes
     const grid = el('g', { class: 'grid' }, svg);

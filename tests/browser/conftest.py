@@ -48,6 +48,23 @@ def nvidia_pci(index: int) -> str:
 # --------------------------------------------------------------------------- browser
 
 
+def wait_js(page, expression: str, arg: Any = None, timeout_ms: int = 15_000, interval_ms: int = 100):
+    """Poll `expression` (a JS function source, called with `arg`) until it returns something truthy.
+
+    Not page.wait_for_function: its polling evals the predicate inside the page, which the sidecar's
+    Content-Security-Policy (no 'unsafe-eval') rightly forbids; page.evaluate is not subject to it.
+    """
+    deadline = time.monotonic() + timeout_ms / 1000
+    last = None
+    while True:
+        last = page.evaluate(expression, arg)
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_ms} ms waiting for JS: {expression[:200]} (last: {last!r})")
+        page.wait_for_timeout(interval_ms)
+
+
 @pytest.fixture(scope="session")
 def chromium():
     if not (os.path.exists(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
@@ -95,8 +112,7 @@ class Pages:
         )
         page.goto(url)
         if wait_loaded:
-            page.wait_for_function("document.querySelector('[data-testid=badge]').dataset.status !== undefined")
-            page.wait_for_function("!document.body.classList.contains('loading')")
+            wait_js(page, "() => !document.body.classList.contains('loading')")
         return page
 
     def close(self) -> None:
@@ -115,12 +131,15 @@ def pages(chromium) -> Iterator[Pages]:
     p.close()
 
 
-def screenshot(page, name: str, full_page: bool = False) -> Path:
+def screenshot(page, name: str, full_page: bool = False, element: str | None = None) -> Path:
     """Save docs/screenshots/page-NAME.png (the README uses the best ones)."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"page-{name}.png"
     page.mouse.move(0, 0)
-    page.screenshot(path=str(path), full_page=full_page)
+    if element:
+        page.locator(element).screenshot(path=str(path))
+    else:
+        page.screenshot(path=str(path), full_page=full_page)
     return path
 
 

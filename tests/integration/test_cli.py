@@ -1,0 +1,173 @@
+"""`dsh-sidecar` as a user runs it: exit codes, one clear line per failure, --once, run, doctor."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.fakenvml import gpu
+from tests.helpers.harness import REPO, FakeJob, Sidecar, cuda_runtime, python_env
+from tests.integration.test_sidecar_e2e import MODEL_KEYS, PROCESS_KEYS, STATUS_KEYS
+
+
+def cli(*args: str, env=None, timeout_s: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sidecar.cli", *args], capture_output=True, text=True,
+                          env=python_env(base=env), cwd=REPO, timeout=timeout_s)
+
+
+def dead_pid() -> int:
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+def assert_one_clear_line(r: subprocess.CompletedProcess, code: int, *needles: str) -> None:
+    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr + r.stdout
+    err = r.stderr.strip().splitlines()
+    assert err, "a failure must say something"
+    for n in needles:
+        assert n in r.stderr, (n, r.stderr)
+
+
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        ([], ["--pid"]),
+        (["--pid", "abc"], ["not a process id"]),
+        (["--pid", "-5"], ["--pid"]),
+        (["--pid", "1", "--port", "70000"], ["0-65535"]),
+        (["--pid", "1", "--interval", "0.05"], ["below 0.1"]),
+        (["--pid", "1", "--interval", "-1"], ["positive"]),
+        (["--pid", "1", "--interval", "nan"], ["positive"]),
+        (["--pid", "1", "--bogus"], ["unrecognized arguments: --bogus"]),
+        (["--pid", "1", "--host", "0.0.0.0"], ["--token"]),
+        (["run"], ["nothing to run"]),
+        (["run", "--", "/nonexistent/binary"], ["cannot start"]),
+        (["doctor", "--nope"], ["unrecognized"]),
+    ],
+)
+def test_bad_usage_exits_2(args, needles):
+    assert_one_clear_line(cli(*args), 2, *needles)
+
+
+def test_missing_pid_exits_3():
+    pid = dead_pid()
+    r = cli("--pid", str(pid))
+    assert_one_clear_line(r, 3, f"no process with pid {pid}")
+    assert_one_clear_line(cli("--pid", str(pid), "--once"), 3, "no process")
+
+
+def test_port_in_use_exits_4():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        r = cli("--pid", str(subprocess.os.getpid()), "--port", str(port))
+    assert_one_clear_line(r, 4, f"port {port}", "in use", "--port 0")
+
+
+def test_non_loopback_with_token_is_allowed_and_enforced(fake_nvml):
+    fake_nvml.write({"gpus": []})
+    with Sidecar(["--pid", str(subprocess.os.getpid()), "--host", "127.0.0.2", "--port", "0", "--token", "t0k"],
+                 env=fake_nvml.env()) as sc:
+        assert sc.url.startswith("http://127.0.0.2:")
+        sc.token = None
+        assert sc.get("/api/dsh-gpu-dashboard/status")[0] == 401
+        assert sc.get("/healthz")[0] == 200
+        sc.token = "t0k"
+        code, _ = sc.get("/api/dsh-gpu-dashboard/status")
+        assert code in (200, 503)
+
+
+def test_once_json_matches_the_status_schema(tmp_path, fake_nvml):
+    fake_nvml.write({"gpus": [gpu(0, util_gpu=33)]})
+    spec = {"payload": {"runtime": cuda_runtime([gpu(0)["uuid"]]),
+                        "models": [{"name": "Net", "class": "Net", "params": 10, "device": "cuda:0", "devices": ["cuda:0"]}]}}
+    with FakeJob(tmp_path / "job", {"main": spec}) as job:
+        time.sleep(0.5)
+        r = cli("--pid", str(job.pid), "--once", "--json", env=fake_nvml.env())
+        assert r.returncode == 0, r.stderr
+        doc = json.loads(r.stdout)
+        assert set(doc) >= STATUS_KEYS and doc["status"] == "GPU" and doc["gpus"][0]["util"] == 33
+        assert set(doc["processes"][0]) >= PROCESS_KEYS and set(doc["processes"][0]["models"][0]) >= MODEL_KEYS
+        human = cli("--pid", str(job.pid), "--once", env=fake_nvml.env())
+        assert human.returncode == 0
+        assert human.stdout.startswith("GPU: Model Net runs on cuda:0")
+        assert "GPU 0 NVIDIA A100-SXM4-80GB: 33% busy" in human.stdout
+
+
+def test_secrets_are_redacted_in_cmdlines(tmp_path, fake_nvml):
+    fake_nvml.write({"gpus": []})
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "--api-key", "sk-123",
+                          "--token=abc", "password=hunter2", "https://u:pw@host/x"])
+    try:
+        r = cli("--pid", str(p.pid), "--once", "--json", env=fake_nvml.env())
+        doc = json.loads(r.stdout)
+        text = json.dumps(doc)
+        for secret in ("sk-123", "abc", "hunter2", ":pw@"):
+            assert secret not in text
+        assert "--api-key" in doc["target"]["cmdline"] and "***" in doc["target"]["cmdline"]
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_run_starts_the_job_and_exits_with_its_code(fake_nvml):
+    fake_nvml.write({"gpus": []})
+    script = "import sys, time; time.sleep(1.5); sys.exit(7)"
+    proc = subprocess.Popen([sys.executable, "-m", "sidecar.cli", "run", "--port", "0", "--interval", "0.2",
+                             "--grace", "0.5", "--", sys.executable, "-c", script],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=python_env(base=fake_nvml.env()), cwd=REPO)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 7, (out, err)
+    assert "dsh-sidecar: serving http://127.0.0.1:" in out and "exit code 7" in out
+
+
+def test_run_forwards_sigterm(fake_nvml):
+    fake_nvml.write({"gpus": []})
+    script = ("import signal, sys, time\n"
+              "signal.signal(signal.SIGTERM, lambda *a: sys.exit(42))\n"
+              "print('child ready', flush=True)\ntime.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-m", "sidecar.cli", "run", "--port", "0", "--interval", "0.2",
+                             "--", sys.executable, "-c", script],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=python_env(base=fake_nvml.env()), cwd=REPO)
+    seen = set()
+    for line in proc.stdout:
+        seen |= {k for k in ("child ready", "dsh-sidecar: serving") if k in line}
+        if len(seen) == 2:
+            break
+    proc.terminate()
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 42, (out, err)
+
+
+def test_doctor_on_this_machine():
+    """No NVIDIA driver here, and torch is the CPU build: doctor must say both."""
+    r = cli("doctor")
+    assert r.returncode == 0, r.stderr
+    assert "NVIDIA driver: NVML library not found" in r.stdout
+    assert "CPU-only build" in r.stdout
+    report = json.loads(cli("doctor", "--json").stdout)
+    assert report["torch"]["cuda_build"] is None and report["torch"]["torch"].startswith("2.")
+    assert report["nvml"]["library_found"] is False
+
+
+def test_doctor_with_a_gpu_and_a_cpu_only_torch(fake_nvml):
+    fake_nvml.write({"gpus": [gpu(0)], "cuda_driver_version": 12040})
+    report = json.loads(cli("doctor", "--json", env=fake_nvml.env()).stdout)
+    assert report["nvml"]["device_count"] == 1
+    (problem,) = report["problems"]
+    assert "CPU-only build" in problem["problem"] and "cu124" in problem["fix"]
+
+
+def test_doctor_with_a_missing_interpreter():
+    r = cli("doctor", "--python", "/nonexistent/python")
+    assert r.returncode == 0 and "interpreter not found" in r.stdout
