@@ -12,6 +12,6 @@ fi
 # torch is not a dependency of the project (yours is kept); the demo needs one.
 if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
   echo "demo: installing torch into .venv (once)"
-  .venv/bin/python -m pip install -q "torch==2.13.0"
+  .venv/bin/python -m pip install -q "torch==2.13.0" numpy
 fi
 exec .venv/bin/dsh-sidecar run --port "${PORT:-8765}" --grace 30 -- .venv/bin/python scripts/demo_train.py "$@"

@@ -80,20 +80,24 @@ def collect(python: str) -> dict[str, Any]:
     nvidia_os = any(s.vendor == "NVIDIA" for s in facts.system_gpus)
     if not facts.nvml_ok:
         if nvidia_os:
-            problems.append({
-                "problem": f"the OS sees an NVIDIA GPU but NVML is not usable: {facts.nvml_error}",
-                "fix": "install the NVIDIA driver (e.g. `sudo apt install nvidia-driver` / `sudo ubuntu-drivers install`) "
-                "and reboot; `nvidia-smi` must work",
-            })
+            problems.append(
+                {
+                    "problem": f"the OS sees an NVIDIA GPU but NVML is not usable: {facts.nvml_error}",
+                    "fix": "install the NVIDIA driver (e.g. `sudo apt install nvidia-driver` / `sudo ubuntu-drivers install`) "
+                    "and reboot; `nvidia-smi` must work",
+                }
+            )
     if torch.get("error"):
         problems.append({"problem": torch["error"], "fix": f"`{python} -m pip install torch`"})
     elif torch.get("cuda_build") is None:
         if gpus or nvidia_os:
             cu = facts.cuda_driver.replace(".", "") if facts.cuda_driver else "124"
-            problems.append({
-                "problem": f"torch {torch['torch']} is a CPU-only build: it cannot use the NVIDIA GPU",
-                "fix": f"`{python} -m pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cu{cu}`",
-            })
+            problems.append(
+                {
+                    "problem": f"torch {torch['torch']} is a CPU-only build: it cannot use the NVIDIA GPU",
+                    "fix": f"`{python} -m pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cu{cu}`",
+                }
+            )
     elif not torch.get("cuda_available"):
         reason, _, hint, _ = cuda_unavailable_reason(facts, torch)
         if torch.get("cuda_init_error"):
@@ -117,7 +121,9 @@ def render(report: dict[str, Any]) -> str:
     lines = ["dsh-sidecar doctor", ""]
     nv = report["nvml"]
     if nv.get("library_found") and not nv.get("error"):
-        lines.append(f"{ok} NVIDIA driver {nv.get('driver')} (CUDA {nv.get('cuda_driver')}), {nv.get('device_count')} GPU(s)")
+        lines.append(
+            f"{ok} NVIDIA driver {nv.get('driver')} (CUDA {nv.get('cuda_driver')}), {nv.get('device_count')} GPU(s)"
+        )
         for d in nv.get("devices") or ():
             lines.append(f"       GPU {d['index']}: {d.get('name')} {d.get('uuid') or ''}")
     else:
@@ -136,9 +142,17 @@ def render(report: dict[str, Any]) -> str:
         lines.append(f"{bad} torch: {t['error']}")
     else:
         build = f"CUDA {t['cuda_build']} build" if t.get("cuda_build") else "CPU-only build"
-        mark = ok if t.get("cuda_available") else bad if (t.get("cuda_build") or report["nvml"].get("device_count")) else note
-        lines.append(f"{mark} torch {t['torch']} ({build}) in {t.get('executable')}: "
-                     f"CUDA available: {t.get('cuda_available')}, devices: {t.get('device_count')}")
+        mark = (
+            ok
+            if t.get("cuda_available")
+            else bad
+            if (t.get("cuda_build") or report["nvml"].get("device_count"))
+            else note
+        )
+        lines.append(
+            f"{mark} torch {t['torch']} ({build}) in {t.get('executable')}: "
+            f"CUDA available: {t.get('cuda_available')}, devices: {t.get('device_count')}"
+        )
         if t.get("cuda_visible_devices") is not None:
             lines.append(f"       CUDA_VISIBLE_DEVICES={t['cuda_visible_devices']!r}")
     lines.append("")
@@ -150,7 +164,9 @@ def render(report: dict[str, Any]) -> str:
     elif not report["torch"].get("cuda_available"):
         lines.append("No NVIDIA GPU here: training runs on the CPU, as expected on this machine.")
     else:
-        lines.append("All good: torch can use the GPU. Attach with `dsh-sidecar --pid PID` or `dsh-sidecar run -- python train.py`.")
+        lines.append(
+            "All good: torch can use the GPU. Attach with `dsh-sidecar --pid PID` or `dsh-sidecar run -- python train.py`."
+        )
     return "\n".join(lines)
 
 

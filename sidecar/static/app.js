@@ -382,11 +382,11 @@ const tooltip = $('[data-testid="tooltip"]');
 const charts = {
   mem: new TimeChart($('[data-testid="chart-mem"] .chart-body'), {
     group: chartGroup, tooltip, title: () => tr('chart.mem'), eventLabel,
-    formatValue: (v) => fmtMiB(v),
+    formatValue: (v, axis) => (axis && v === 0 ? '0' : fmtMiB(v)),
   }),
   util: new TimeChart($('[data-testid="chart-util"] .chart-body'), {
     group: chartGroup, tooltip, title: () => tr('chart.util'), eventLabel,
-    formatValue: (v, axis) => (axis ? `${Math.round(v)} %` : fmtPct(v)),
+    formatValue: (v, axis) => (axis && v === 0 ? '0' : axis ? `${Math.round(v)} %` : fmtPct(v)),
   }),
 };
 

@@ -131,11 +131,13 @@ def pages(chromium) -> Iterator[Pages]:
     p.close()
 
 
-def screenshot(page, name: str, full_page: bool = False, element: str | None = None) -> Path:
+def screenshot(page, name: str, full_page: bool = False, element: str | None = None,
+               keep_mouse: bool = False) -> Path:
     """Save docs/screenshots/page-NAME.png (the README uses the best ones)."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"page-{name}.png"
-    page.mouse.move(0, 0)
+    if not keep_mouse:
+        page.mouse.move(0, 0)
     if element:
         page.locator(element).screenshot(path=str(path))
     else:

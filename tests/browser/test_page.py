@@ -195,17 +195,6 @@ def _charts_after_change(page, before_mem):
     # The GPU card follows too.
     assert "20.5 GiB of 80 GiB" in page.locator("[data-testid=gpu-card]").nth(0).inner_text()
 
-    # Values on hover: the tooltip names each GPU with the value under the cursor.
-    box = page.locator("[data-testid=chart-mem] svg").bounding_box()
-    page.mouse.move(box["x"] + box["width"] - 20, box["y"] + box["height"] / 2)
-    tip = page.locator("[data-testid=tooltip]")
-    tip.wait_for(state="visible")
-    text = tip.inner_text()
-    assert "GPU 0" in text and "GPU 1" in text and "20.5 GiB" in text, text
-    assert page.locator("[data-testid=chart-util] .crosshair").count() == 1, "both charts share the crosshair"
-    page.mouse.move(0, 0)
-    tip.wait_for(state="hidden")
-
     # The window selector changes the time span of both charts.
     def span() -> float:
         return float(page.get_attribute("[data-testid=chart-util] svg", "data-span"))
@@ -219,6 +208,18 @@ def _charts_after_change(page, before_mem):
     assert page.get_attribute("[data-testid=window-all]", "aria-pressed") == "true"
     assert 10 <= span() < 120, "all = the samples collected so far (plus the events just before them)"
     assert page.evaluate("localStorage.getItem('dsh-gpu-dashboard.window')") == "all"
+    # Values on hover, at the newest sample: the tooltip names each GPU with its value.
+    page.locator("[data-testid=chart-mem]").scroll_into_view_if_needed()
+    box = page.locator("[data-testid=chart-mem] svg").bounding_box()
+    page.mouse.move(box["x"] + box["width"] - 14, box["y"] + box["height"] / 2)
+    tip = page.locator("[data-testid=tooltip]")
+    tip.wait_for(state="visible")
+    text = tip.inner_text()
+    assert "GPU 0" in text and "GPU 1" in text and "20.5 GiB" in text, text
+    assert page.locator("[data-testid=chart-util] .crosshair").count() == 1, "both charts share the crosshair"
+    page.mouse.move(0, 0)
+    tip.wait_for(state="hidden")
+
     screenshot(page, "charts", element="[data-testid=chart-mem] >> xpath=ancestor::section")
 
 

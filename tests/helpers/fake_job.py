@@ -24,18 +24,28 @@ import time
 
 from probe import segment
 
-
 MODEL_DEFAULTS = {
-    "name": "model", "class": "Module", "params": 0, "device": "cpu", "devices": [], "input_device": None,
-    "forward_calls": 0, "forward_rate_hz": 0.0, "last_forward_time": None, "data_wait_fraction": None,
-    "data_wait_s": None, "step_s": None,
+    "name": "model",
+    "class": "Module",
+    "params": 0,
+    "device": "cpu",
+    "devices": [],
+    "input_device": None,
+    "forward_calls": 0,
+    "forward_rate_hz": 0.0,
+    "last_forward_time": None,
+    "data_wait_fraction": None,
+    "data_wait_s": None,
+    "step_s": None,
 }
 
 
 def _merge(base: dict, over: dict) -> dict:
     out = copy.deepcopy(base)
     for k, v in over.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
+        out[k] = (
+            _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
+        )
     return out
 
 
@@ -66,7 +76,9 @@ def main() -> int:
         if not started_children:
             started_children = True
             for child in spec.get("children", ()):
-                kids.append(subprocess.Popen([sys.executable, "-m", "tests.helpers.fake_job", directory, child]))
+                kids.append(
+                    subprocess.Popen([sys.executable, "-m", "tests.helpers.fake_job", directory, child])
+                )
         now = time.monotonic()
         calls += spec.get("forward_rate_hz", 20) * (now - last)
         last = now
@@ -76,8 +88,12 @@ def main() -> int:
             payload = _merge(segment.empty_payload(os.getpid(), writer.start_ticks), spec.get("payload", {}))
             payload["ppid"] = os.getppid()
             for i, m in enumerate(payload["models"]):
-                full = {**MODEL_DEFAULTS, "forward_calls": int(calls),
-                        "forward_rate_hz": float(spec.get("forward_rate_hz", 20)), "last_forward_time": time.time()}
+                full = {
+                    **MODEL_DEFAULTS,
+                    "forward_calls": int(calls),
+                    "forward_rate_hz": float(spec.get("forward_rate_hz", 20)),
+                    "last_forward_time": time.time(),
+                }
                 full.update(m)
                 payload["models"][i] = full
             payload["published_at"] = time.time()

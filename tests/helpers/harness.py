@@ -19,7 +19,9 @@ REPO = Path(__file__).resolve().parents[2]
 API = "/api/dsh-gpu-dashboard"
 
 
-def wait_for(pred: Callable[[], Any], timeout_s: float = 15.0, interval_s: float = 0.1, what: str = "condition"):
+def wait_for(
+    pred: Callable[[], Any], timeout_s: float = 15.0, interval_s: float = 0.1, what: str = "condition"
+):
     deadline = time.monotonic() + timeout_s
     last_exc = None
     while time.monotonic() < deadline:
@@ -30,10 +32,15 @@ def wait_for(pred: Callable[[], Any], timeout_s: float = 15.0, interval_s: float
         except Exception as exc:  # the condition may read a file or URL that is not there yet
             last_exc = exc
         time.sleep(interval_s)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}" + (f" (last error: {last_exc})" if last_exc else ""))
+    raise AssertionError(
+        f"timed out after {timeout_s} s waiting for {what}"
+        + (f" (last error: {last_exc})" if last_exc else "")
+    )
 
 
-def python_env(extra: Mapping[str, str] | None = None, base: Mapping[str, str] | None = None) -> dict[str, str]:
+def python_env(
+    extra: Mapping[str, str] | None = None, base: Mapping[str, str] | None = None
+) -> dict[str, str]:
     env = dict(base if base is not None else os.environ)
     env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("PYTHONUNBUFFERED", "1")
@@ -45,7 +52,13 @@ def python_env(extra: Mapping[str, str] | None = None, base: Mapping[str, str] |
 class FakeJob:
     """A tree of `tests.helpers.fake_job` processes, described by name → spec."""
 
-    def __init__(self, directory: Path, specs: dict[str, dict], root: str = "main", env: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        directory: Path,
+        specs: dict[str, dict],
+        root: str = "main",
+        env: Mapping[str, str] | None = None,
+    ):
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.root = root
@@ -108,7 +121,9 @@ class Sidecar:
         self._url = threading.Event()
         self.url: str | None = None
         threading.Thread(target=self._read, args=(self.proc.stdout, self.lines, True), daemon=True).start()
-        threading.Thread(target=self._read, args=(self.proc.stderr, self.err_lines, False), daemon=True).start()
+        threading.Thread(
+            target=self._read, args=(self.proc.stderr, self.err_lines, False), daemon=True
+        ).start()
         if not self._url.wait(30):
             self.stop()
             raise AssertionError(f"sidecar did not start: {self.lines} {self.err_lines}")
@@ -127,7 +142,9 @@ class Sidecar:
         try:
             with urllib.request.urlopen(req, timeout=timeout_s) as r:
                 body = r.read()
-                return r.status, json.loads(body) if r.headers.get_content_type() == "application/json" else body
+                return r.status, json.loads(
+                    body
+                ) if r.headers.get_content_type() == "application/json" else body
         except urllib.error.HTTPError as e:
             body = e.read()
             try:

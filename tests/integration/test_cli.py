@@ -16,8 +16,14 @@ from tests.integration.test_sidecar_e2e import MODEL_KEYS, PROCESS_KEYS, STATUS_
 
 
 def cli(*args: str, env=None, timeout_s: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sidecar.cli", *args], capture_output=True, text=True,
-                          env=python_env(base=env), cwd=REPO, timeout=timeout_s)
+    return subprocess.run(
+        [sys.executable, "-m", "sidecar.cli", *args],
+        capture_output=True,
+        text=True,
+        env=python_env(base=env),
+        cwd=REPO,
+        timeout=timeout_s,
+    )
 
 
 def dead_pid() -> int:
@@ -74,8 +80,10 @@ def test_port_in_use_exits_4():
 
 def test_non_loopback_with_token_is_allowed_and_enforced(fake_nvml):
     fake_nvml.write({"gpus": []})
-    with Sidecar(["--pid", str(subprocess.os.getpid()), "--host", "127.0.0.2", "--port", "0", "--token", "t0k"],
-                 env=fake_nvml.env()) as sc:
+    with Sidecar(
+        ["--pid", str(subprocess.os.getpid()), "--host", "127.0.0.2", "--port", "0", "--token", "t0k"],
+        env=fake_nvml.env(),
+    ) as sc:
         assert sc.url.startswith("http://127.0.0.2:")
         sc.token = None
         assert sc.get("/api/dsh-gpu-dashboard/status")[0] == 401
@@ -87,15 +95,23 @@ def test_non_loopback_with_token_is_allowed_and_enforced(fake_nvml):
 
 def test_once_json_matches_the_status_schema(tmp_path, fake_nvml):
     fake_nvml.write({"gpus": [gpu(0, util_gpu=33)]})
-    spec = {"payload": {"runtime": cuda_runtime([gpu(0)["uuid"]]),
-                        "models": [{"name": "Net", "class": "Net", "params": 10, "device": "cuda:0", "devices": ["cuda:0"]}]}}
+    spec = {
+        "payload": {
+            "runtime": cuda_runtime([gpu(0)["uuid"]]),
+            "models": [
+                {"name": "Net", "class": "Net", "params": 10, "device": "cuda:0", "devices": ["cuda:0"]}
+            ],
+        }
+    }
     with FakeJob(tmp_path / "job", {"main": spec}) as job:
         time.sleep(0.5)
         r = cli("--pid", str(job.pid), "--once", "--json", env=fake_nvml.env())
         assert r.returncode == 0, r.stderr
         doc = json.loads(r.stdout)
         assert set(doc) >= STATUS_KEYS and doc["status"] == "GPU" and doc["gpus"][0]["util"] == 33
-        assert set(doc["processes"][0]) >= PROCESS_KEYS and set(doc["processes"][0]["models"][0]) >= MODEL_KEYS
+        assert (
+            set(doc["processes"][0]) >= PROCESS_KEYS and set(doc["processes"][0]["models"][0]) >= MODEL_KEYS
+        )
         human = cli("--pid", str(job.pid), "--once", env=fake_nvml.env())
         assert human.returncode == 0
         assert human.stdout.startswith("GPU: Model Net runs on cuda:0")
@@ -104,8 +120,18 @@ def test_once_json_matches_the_status_schema(tmp_path, fake_nvml):
 
 def test_secrets_are_redacted_in_cmdlines(tmp_path, fake_nvml):
     fake_nvml.write({"gpus": []})
-    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "--api-key", "sk-123",
-                          "--token=abc", "password=hunter2", "https://u:pw@host/x"])
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time; time.sleep(30)",
+            "--api-key",
+            "sk-123",
+            "--token=abc",
+            "password=hunter2",
+            "https://u:pw@host/x",
+        ]
+    )
     try:
         r = cli("--pid", str(p.pid), "--once", "--json", env=fake_nvml.env())
         doc = json.loads(r.stdout)
@@ -121,10 +147,29 @@ def test_secrets_are_redacted_in_cmdlines(tmp_path, fake_nvml):
 def test_run_starts_the_job_and_exits_with_its_code(fake_nvml):
     fake_nvml.write({"gpus": []})
     script = "import sys, time; time.sleep(1.5); sys.exit(7)"
-    proc = subprocess.Popen([sys.executable, "-m", "sidecar.cli", "run", "--port", "0", "--interval", "0.2",
-                             "--grace", "0.5", "--", sys.executable, "-c", script],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=python_env(base=fake_nvml.env()), cwd=REPO)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "sidecar.cli",
+            "run",
+            "--port",
+            "0",
+            "--interval",
+            "0.2",
+            "--grace",
+            "0.5",
+            "--",
+            sys.executable,
+            "-c",
+            script,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=python_env(base=fake_nvml.env()),
+        cwd=REPO,
+    )
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 7, (out, err)
     assert "dsh-sidecar: serving http://127.0.0.1:" in out and "exit code 7" in out
@@ -132,13 +177,32 @@ def test_run_starts_the_job_and_exits_with_its_code(fake_nvml):
 
 def test_run_forwards_sigterm(fake_nvml):
     fake_nvml.write({"gpus": []})
-    script = ("import signal, sys, time\n"
-              "signal.signal(signal.SIGTERM, lambda *a: sys.exit(42))\n"
-              "print('child ready', flush=True)\ntime.sleep(60)\n")
-    proc = subprocess.Popen([sys.executable, "-m", "sidecar.cli", "run", "--port", "0", "--interval", "0.2",
-                             "--", sys.executable, "-c", script],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=python_env(base=fake_nvml.env()), cwd=REPO)
+    script = (
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *a: sys.exit(42))\n"
+        "print('child ready', flush=True)\ntime.sleep(60)\n"
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "sidecar.cli",
+            "run",
+            "--port",
+            "0",
+            "--interval",
+            "0.2",
+            "--",
+            sys.executable,
+            "-c",
+            script,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=python_env(base=fake_nvml.env()),
+        cwd=REPO,
+    )
     seen = set()
     for line in proc.stdout:
         seen |= {k for k in ("child ready", "dsh-sidecar: serving") if k in line}

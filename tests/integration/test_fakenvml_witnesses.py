@@ -66,7 +66,12 @@ def test_gpustat_json_reads_the_scenario(fake_nvml, sleepers):
         (pids[1], 10000),
     ]
     assert all(p["command"] == "sleep" for p in g0["processes"])  # psutil found the real pids
-    assert (g1["name"], g1["memory.used"], g1["memory.total"], g1["processes"]) == ("NVIDIA L4", 512, 23034, [])
+    assert (g1["name"], g1["memory.used"], g1["memory.total"], g1["processes"]) == (
+        "NVIDIA L4",
+        512,
+        23034,
+        [],
+    )
     assert g2["name"] == "((GPU is lost))"
 
 

@@ -19,28 +19,78 @@ pytestmark = pytest.mark.slow
 
 UUID0 = gpu(0)["uuid"]
 STATUS_KEYS = {
-    "schema", "time", "interval_s", "target", "status", "message", "message_zh", "warning", "warnings",
-    "model_device", "input_device", "cuda_available", "device_count", "gpu_util", "mem_used_mb", "runtime",
-    "nvml", "gpus", "system_gpus", "processes", "events",
+    "schema",
+    "time",
+    "interval_s",
+    "target",
+    "status",
+    "message",
+    "message_zh",
+    "warning",
+    "warnings",
+    "model_device",
+    "input_device",
+    "cuda_available",
+    "device_count",
+    "gpu_util",
+    "mem_used_mb",
+    "runtime",
+    "nvml",
+    "gpus",
+    "system_gpus",
+    "processes",
+    "events",
 }
-PROCESS_KEYS = {"pid", "ppid", "role", "probe", "name", "cmdline", "cpu_percent", "rss_mb", "models", "gpu", "probe_error"}
-MODEL_KEYS = {"name", "device", "devices", "params", "input_device", "forward_calls", "forward_rate_hz", "data_wait_fraction"}
+PROCESS_KEYS = {
+    "pid",
+    "ppid",
+    "role",
+    "probe",
+    "name",
+    "cmdline",
+    "cpu_percent",
+    "rss_mb",
+    "models",
+    "gpu",
+    "probe_error",
+}
+MODEL_KEYS = {
+    "name",
+    "device",
+    "devices",
+    "params",
+    "input_device",
+    "forward_calls",
+    "forward_rate_hz",
+    "data_wait_fraction",
+}
 GPU_KEYS = {"index", "uuid", "name", "util", "mem_util", "mem_used_mb", "mem_total_mb", "framework_index"}
 
 
 @pytest.fixture
 def sysfs(tmp_path: Path) -> Path:
-    return make_fake_sysfs(tmp_path / "sys", [{"pci": "0000:10:00.0", "vendor": "0x10de", "driver": "nvidia"}])
+    return make_fake_sysfs(
+        tmp_path / "sys", [{"pci": "0000:10:00.0", "vendor": "0x10de", "driver": "nvidia"}]
+    )
 
 
 @pytest.fixture
 def env(fake_nvml, sysfs):
-    return fake_nvml.env({"DSH_SYSFS_ROOT": str(sysfs), "DSH_SIDECAR_RULES": json.dumps({"idle_window_s": 2.0})})
+    return fake_nvml.env(
+        {"DSH_SYSFS_ROOT": str(sysfs), "DSH_SIDECAR_RULES": json.dumps({"idle_window_s": 2.0})}
+    )
 
 
 def gpu_model(device="cuda:0", inp="cuda:0", name="ResNet", **kw):
-    return {"name": name, "class": name, "params": 11_000_000, "device": device, "devices": [device],
-            "input_device": inp, **kw}
+    return {
+        "name": name,
+        "class": name,
+        "params": 11_000_000,
+        "device": device,
+        "devices": [device],
+        "input_device": inp,
+        **kw,
+    }
 
 
 def trainer_spec(**payload):
@@ -53,10 +103,22 @@ def sidecar(pid: int, env, *extra: str) -> Sidecar:
 
 def test_status_document_schema_and_gpu_verdict(tmp_path, fake_nvml, env):
     with FakeJob(tmp_path / "job", {"main": trainer_spec()}) as job:
-        fake_nvml.write({"gpus": [gpu(0, memory_used_mib=4200, util_gpu=87,
-                                      processes=[{"pid": job.pid, "used_mib": 4000, "sm_util": 85}])]})
+        fake_nvml.write(
+            {
+                "gpus": [
+                    gpu(
+                        0,
+                        memory_used_mib=4200,
+                        util_gpu=87,
+                        processes=[{"pid": job.pid, "used_mib": 4000, "sm_util": 85}],
+                    )
+                ]
+            }
+        )
         with sidecar(job.pid, env) as sc:
-            doc = sc.wait_status(lambda d: d["status"] == "GPU" and d["processes"][0]["gpu"], what="GPU verdict")
+            doc = sc.wait_status(
+                lambda d: d["status"] == "GPU" and d["processes"][0]["gpu"], what="GPU verdict"
+            )
             assert set(doc) >= STATUS_KEYS
             assert doc["schema"] == 1 and doc["interval_s"] == 0.3
             assert doc["target"]["pid"] == job.pid and doc["target"]["alive"] is True
@@ -64,7 +126,12 @@ def test_status_document_schema_and_gpu_verdict(tmp_path, fake_nvml, env):
             assert "cuda:0" in doc["message"] and "A100" in doc["message"]
             assert doc["nvml"]["ok"] is True and doc["nvml"]["driver"]
             (g,) = doc["gpus"]
-            assert set(g) >= GPU_KEYS and g["uuid"] == UUID0 and g["framework_index"] == 0 and g["mem_total_mb"] == 81920
+            assert (
+                set(g) >= GPU_KEYS
+                and g["uuid"] == UUID0
+                and g["framework_index"] == 0
+                and g["mem_total_mb"] == 81920
+            )
             (p,) = doc["processes"]
             assert set(p) >= PROCESS_KEYS and p["role"] == "main" and p["probe"] is True
             assert set(p["models"][0]) >= MODEL_KEYS
@@ -95,17 +162,31 @@ def test_inputs_left_on_cpu_then_idle_gpu_then_memory_freed(tmp_path, fake_nvml,
             assert doc["input_device"] == "cpu" and doc["status"] == "GPU"
             # The GPU goes idle while forward calls continue: idle-gpu after the (shortened) window.
             job.update("main", trainer_spec())
-            fake_nvml.write({"gpus": [gpu(0, memory_used_mib=4100, util_gpu=0,
-                                          processes=[{**busy, "sm_util": 0}])]})
+            fake_nvml.write(
+                {"gpus": [gpu(0, memory_used_mib=4100, util_gpu=0, processes=[{**busy, "sm_util": 0}])]}
+            )
             doc = sc.wait_status(lambda d: "idle-gpu" in codes(d), what="idle-gpu")
             (w,) = [w for w in doc["warnings"] if w["code"] == "idle-gpu"]
             assert job.pid in w["pids"] and "data loading" in w["hint"]
             # Freeing memory shows in the history.
             t0 = time.time()
-            fake_nvml.write({"gpus": [gpu(0, memory_used_mib=600, util_gpu=0,
-                                          processes=[{**busy, "used_mib": 500, "sm_util": 0}])]})
-            wait_for(lambda: any(s["gpus"][0]["mem_used_mb"] == 600 for s in sc.history(t0)["samples"]), 10,
-                     what="freed memory in the history")
+            fake_nvml.write(
+                {
+                    "gpus": [
+                        gpu(
+                            0,
+                            memory_used_mib=600,
+                            util_gpu=0,
+                            processes=[{**busy, "used_mib": 500, "sm_util": 0}],
+                        )
+                    ]
+                }
+            )
+            wait_for(
+                lambda: any(s["gpus"][0]["mem_used_mb"] == 600 for s in sc.history(t0)["samples"]),
+                10,
+                what="freed memory in the history",
+            )
             samples = sc.history()["samples"]
             mems = [s["gpus"][0]["mem_used_mb"] for s in samples]
             assert 4100 in mems and mems[-1] == 600
@@ -119,38 +200,72 @@ def test_blind_spot_launcher_child_and_workers(tmp_path, fake_nvml, env):
     specs = {
         "launcher": {"probe": False, "children": ["trainer"]},
         "trainer": {**trainer_spec(), "children": ["worker0", "worker1"]},
-        "worker0": {"payload": {"role": "dataloader-worker", "worker_id": 0, "runtime": cuda_runtime([UUID0])}},
-        "worker1": {"payload": {"role": "dataloader-worker", "worker_id": 1, "runtime": cuda_runtime([UUID0])}},
+        "worker0": {
+            "payload": {"role": "dataloader-worker", "worker_id": 0, "runtime": cuda_runtime([UUID0])}
+        },
+        "worker1": {
+            "payload": {"role": "dataloader-worker", "worker_id": 1, "runtime": cuda_runtime([UUID0])}
+        },
     }
     with FakeJob(tmp_path / "job", specs, root="launcher") as job:
         trainer = job.pids["trainer"]
-        fake_nvml.write({"gpus": [gpu(0, memory_used_mib=9000, util_gpu=70,
-                                      processes=[{"pid": trainer, "used_mib": 8800, "sm_util": 66}])]})
+        fake_nvml.write(
+            {
+                "gpus": [
+                    gpu(
+                        0,
+                        memory_used_mib=9000,
+                        util_gpu=70,
+                        processes=[{"pid": trainer, "used_mib": 8800, "sm_util": 66}],
+                    )
+                ]
+            }
+        )
         with sidecar(job.pid, env) as sc:
-            doc = sc.wait_status(lambda d: len(d["processes"]) == 4 and d["status"] == "GPU", what="whole tree")
+            doc = sc.wait_status(
+                lambda d: len(d["processes"]) == 4 and d["status"] == "GPU", what="whole tree"
+            )
             by_pid = {p["pid"]: p for p in doc["processes"]}
             assert by_pid[job.pid]["probe"] is False and by_pid[job.pid]["role"] is None
             assert by_pid[trainer]["role"] == "main" and by_pid[trainer]["ppid"] == job.pid
             assert by_pid[trainer]["gpu"] == [{"index": 0, "mem_used_mb": 8800, "sm_util": 66}]
-            workers = sorted((p for p in doc["processes"] if p["role"] == "dataloader-worker"), key=lambda p: p["worker_id"])
+            workers = sorted(
+                (p for p in doc["processes"] if p["role"] == "dataloader-worker"),
+                key=lambda p: p["worker_id"],
+            )
             assert [w["worker_id"] for w in workers] == [0, 1]
             assert all(w["ppid"] == trainer for w in workers)
             assert "gpu-work-in-child" in codes(doc)
             assert "worker-cuda" not in codes(doc)
             # A worker that touches CUDA is called out.
-            fake_nvml.write({"gpus": [gpu(0, memory_used_mib=9500, util_gpu=70, processes=[
-                {"pid": trainer, "used_mib": 8800, "sm_util": 66},
-                {"pid": job.pids["worker1"], "used_mib": 300, "sm_util": 0}])]})
+            fake_nvml.write(
+                {
+                    "gpus": [
+                        gpu(
+                            0,
+                            memory_used_mib=9500,
+                            util_gpu=70,
+                            processes=[
+                                {"pid": trainer, "used_mib": 8800, "sm_util": 66},
+                                {"pid": job.pids["worker1"], "used_mib": 300, "sm_util": 0},
+                            ],
+                        )
+                    ]
+                }
+            )
             doc = sc.wait_status(lambda d: "worker-cuda" in codes(d), what="worker-cuda")
             (w,) = [w for w in doc["warnings"] if w["code"] == "worker-cuda"]
             assert w["pids"] == [job.pids["worker1"]]
 
 
 def test_igpu_beside_dgpu_names_the_intel_device(tmp_path, fake_nvml):
-    sysfs = make_fake_sysfs(tmp_path / "sys", [
-        {"pci": "0000:00:02.0", "vendor": "0x8086", "device": "0x9a49", "driver": "i915"},
-        {"pci": "0000:10:00.0", "vendor": "0x10de", "device": "0x2684", "driver": "nvidia"},
-    ])
+    sysfs = make_fake_sysfs(
+        tmp_path / "sys",
+        [
+            {"pci": "0000:00:02.0", "vendor": "0x8086", "device": "0x9a49", "driver": "i915"},
+            {"pci": "0000:10:00.0", "vendor": "0x10de", "device": "0x2684", "driver": "nvidia"},
+        ],
+    )
     env = fake_nvml.env({"DSH_SYSFS_ROOT": str(sysfs)})
     fake_nvml.write({"gpus": [gpu(0)]})
     with FakeJob(tmp_path / "job", {"main": trainer_spec()}) as job, sidecar(job.pid, env) as sc:

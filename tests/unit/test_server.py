@@ -73,7 +73,14 @@ def test_head(client):
 
 
 @pytest.mark.parametrize(
-    "path", ["/nope", "/static/../server.py", "/static/..%2fserver.py", "/static/%2e%2e/cli.py", "/static//etc/passwd"]
+    "path",
+    [
+        "/nope",
+        "/static/../server.py",
+        "/static/..%2fserver.py",
+        "/static/%2e%2e/cli.py",
+        "/static//etc/passwd",
+    ],
 )
 def test_unknown_and_traversal_are_4xx(client, path):
     r = client.get(path)

@@ -31,7 +31,9 @@ CUDA_RT = {
     "device_count": 1,
     "devices": [{"index": 0, "name": "NVIDIA H200", "uuid": "GPU-aaaa"}],
 }
-H200 = GpuFacts(0, uuid="GPU-aaaa", name="NVIDIA H200", pci_bus_id="00000000:01:00.0", util=80.0, mem_used_mib=1000)
+H200 = GpuFacts(
+    0, uuid="GPU-aaaa", name="NVIDIA H200", pci_bus_id="00000000:01:00.0", util=80.0, mem_used_mib=1000
+)
 NVIDIA_CARD = SystemGpuFacts("NVIDIA", "NVIDIA GPU", "0000:01:00.0", "nvidia", 0)
 INTEL_CARD = SystemGpuFacts("Intel", "Intel integrated graphics", "0000:00:02.0", "i915", None)
 
@@ -42,82 +44,229 @@ def model(device, *, devices=None, inp=None, calls=10, name="Net", wait=None):
 
 
 def proc(pid=100, *, runtime=CUDA_RT, models=(), gpu=(), role="main", is_target=True, **kw):
-    return ProcessFacts(pid=pid, role=role, runtime=runtime, models=tuple(models), gpu=tuple(gpu),
-                        is_target=is_target, probe_state="ok" if runtime else "missing", **kw)
+    return ProcessFacts(
+        pid=pid,
+        role=role,
+        runtime=runtime,
+        models=tuple(models),
+        gpu=tuple(gpu),
+        is_target=is_target,
+        probe_state="ok" if runtime else "missing",
+        **kw,
+    )
 
 
 def facts(*procs, gpus=(H200,), nvml_ok=True, system=(), **kw):
-    return Facts(target_pid=procs[0].pid if procs else 100, processes=tuple(procs), gpus=tuple(gpus),
-                 nvml_ok=nvml_ok, driver="550.54" if nvml_ok else None, cuda_driver="12.4" if nvml_ok else None,
-                 nvml_error=None if nvml_ok else "NVML library not found", system_gpus=tuple(system), **kw)
+    return Facts(
+        target_pid=procs[0].pid if procs else 100,
+        processes=tuple(procs),
+        gpus=tuple(gpus),
+        nvml_ok=nvml_ok,
+        driver="550.54" if nvml_ok else None,
+        cuda_driver="12.4" if nvml_ok else None,
+        nvml_error=None if nvml_ok else "NVML library not found",
+        system_gpus=tuple(system),
+        **kw,
+    )
 
 
 def idle_recent(util, calls_start=0, calls_end=100, span_s=12.0, n=9):
     return tuple(
-        RecentSample(1000.0 + i * span_s / (n - 1), util, 500.0, calls_start + (calls_end - calls_start) * i // (n - 1), util)
+        RecentSample(
+            1000.0 + i * span_s / (n - 1),
+            util,
+            500.0,
+            calls_start + (calls_end - calls_start) * i // (n - 1),
+            util,
+        )
         for i in range(n)
     )
 
 
 CASES = [
     # id, facts, status, codes that must be present, codes that must be absent
-    ("cpu model, cpu-only torch, NVIDIA GPU present",
-     facts(proc(runtime=CPU_RT, models=[model("cpu")])), "CPU", {"cpu-build"}, {"model-on-cpu"}),
-    ("cpu model on a cpu-only machine: no cpu-build nag",
-     facts(proc(runtime=CPU_RT, models=[model("cpu")]), gpus=(), nvml_ok=False), "CPU", {"nvml-unavailable"},
-     {"cpu-build", "model-on-cpu"}),
-    ("model on cuda:0", facts(proc(models=[model("cuda:0")], gpu=[ProcGpu(0, 900, 70)])), "GPU", set(),
-     {"model-on-cpu", "input-mismatch", "no-probe"}),
-    ("gpu usable, model left on cpu", facts(proc(models=[model("cpu")])), "CPU", {"model-on-cpu"}, {"cpu-build"}),
-    ("inputs left on the cpu", facts(proc(models=[model("cuda:0", inp="cpu")], gpu=[ProcGpu(0, 900, 70)])), "GPU",
-     {"input-mismatch"}, set()),
-    ("parameters on two devices", facts(proc(models=[model("mixed", devices=("cpu", "cuda:0"))])), "MIXED",
-     {"mixed-devices"}, set()),
-    ("two models on two device types", facts(proc(models=[model("cpu", name="A"), model("cuda:0", name="B")])),
-     "MIXED", {"mixed-devices"}, set()),
+    (
+        "cpu model, cpu-only torch, NVIDIA GPU present",
+        facts(proc(runtime=CPU_RT, models=[model("cpu")])),
+        "CPU",
+        {"cpu-build"},
+        {"model-on-cpu"},
+    ),
+    (
+        "cpu model on a cpu-only machine: no cpu-build nag",
+        facts(proc(runtime=CPU_RT, models=[model("cpu")]), gpus=(), nvml_ok=False),
+        "CPU",
+        {"nvml-unavailable"},
+        {"cpu-build", "model-on-cpu"},
+    ),
+    (
+        "model on cuda:0",
+        facts(proc(models=[model("cuda:0")], gpu=[ProcGpu(0, 900, 70)])),
+        "GPU",
+        set(),
+        {"model-on-cpu", "input-mismatch", "no-probe"},
+    ),
+    (
+        "gpu usable, model left on cpu",
+        facts(proc(models=[model("cpu")])),
+        "CPU",
+        {"model-on-cpu"},
+        {"cpu-build"},
+    ),
+    (
+        "inputs left on the cpu",
+        facts(proc(models=[model("cuda:0", inp="cpu")], gpu=[ProcGpu(0, 900, 70)])),
+        "GPU",
+        {"input-mismatch"},
+        set(),
+    ),
+    (
+        "parameters on two devices",
+        facts(proc(models=[model("mixed", devices=("cpu", "cuda:0"))])),
+        "MIXED",
+        {"mixed-devices"},
+        set(),
+    ),
+    (
+        "two models on two device types",
+        facts(proc(models=[model("cpu", name="A"), model("cuda:0", name="B")])),
+        "MIXED",
+        {"mixed-devices"},
+        set(),
+    ),
     ("no probe, no gpu work", facts(proc(runtime=None)), "UNKNOWN", {"no-probe"}, set()),
-    ("no probe but a child does gpu work",
-     facts(proc(runtime=None), proc(101, runtime=None, is_target=False, role=None, gpu=[ProcGpu(0, 2000, 50)])),
-     "GPU", {"no-probe", "unregistered-gpu-process", "gpu-work-in-child"}, set()),
+    (
+        "no probe but a child does gpu work",
+        facts(
+            proc(runtime=None),
+            proc(101, runtime=None, is_target=False, role=None, gpu=[ProcGpu(0, 2000, 50)]),
+        ),
+        "GPU",
+        {"no-probe", "unregistered-gpu-process", "gpu-work-in-child"},
+        set(),
+    ),
     ("probe without a model", facts(proc()), "UNKNOWN", set(), {"no-probe"}),
     ("no-parameter model", facts(proc(models=[model("no-parameters")])), "UNKNOWN", {"no-parameters"}, set()),
-    ("dataloader worker holds cuda memory",
-     facts(proc(models=[model("cuda:0")], gpu=[ProcGpu(0, 900, 70)]),
-           proc(101, role="dataloader-worker", is_target=False, gpu=[ProcGpu(0, 300, 0)])),
-     "GPU", {"worker-cuda"}, {"unregistered-gpu-process"}),
-    ("launcher with a training child on the gpu",
-     facts(proc(runtime=None, role=None), proc(101, is_target=False, models=[model("cuda:0")], gpu=[ProcGpu(0, 900, 60)])),
-     "GPU", {"gpu-work-in-child"}, {"unregistered-gpu-process"}),
-    ("iGPU + dGPU laptop", facts(proc(models=[model("cuda:0")]), system=(INTEL_CARD, NVIDIA_CARD)), "GPU",
-     {"device-count-mismatch"}, set()),
-    ("only the dGPU: no mismatch", facts(proc(models=[model("cuda:0")]), system=(NVIDIA_CARD,)), "GPU", set(),
-     {"device-count-mismatch"}),
-    ("cuda build hidden by CUDA_VISIBLE_DEVICES",
-     facts(proc(runtime={**CUDA_RT, "cuda_available": False, "device_count": 0, "cuda_visible_devices": ""},
-                models=[model("cpu")])), "CPU", {"cuda-unavailable"}, {"model-on-cpu"}),
-    ("driver older than torch's cuda",
-     replace(facts(proc(runtime={**CUDA_RT, "cuda_available": False, "cuda_build": "12.8"}, models=[model("cpu")])),
-             cuda_driver="12.2"), "CPU", {"cuda-unavailable"}, set()),
-    ("target exited", replace(facts(proc(models=[model("cuda:0")])), target_alive=False), "GPU", {"target-exited"},
-     set()),
-    ("pid namespace", facts(proc(models=[model("cuda:0")]), pid_namespace_suspect=True), "GPU", {"pid-namespace"},
-     set()),
-    ("unreadable probe", facts(proc(runtime=None, probe_unreadable=True, probe_error="bad magic")), "UNKNOWN",
-     {"probe-unreadable"}, set()),
-    ("idle gpu while forward calls continue",
-     facts(proc(models=[model("cuda:0")], gpu=[ProcGpu(0, 900, 0)]), recent=idle_recent(1.0)), "GPU", {"idle-gpu"},
-     set()),
-    ("busy gpu is not idle", facts(proc(models=[model("cuda:0")]), recent=idle_recent(60.0)), "GPU", set(),
-     {"idle-gpu"}),
-    ("idle but no forward calls: paused, not starved",
-     facts(proc(models=[model("cuda:0")]), recent=idle_recent(0.0, 50, 50)), "GPU", set(), {"idle-gpu"}),
-    ("idle for too short a time", facts(proc(models=[model("cuda:0")]), recent=idle_recent(0.0, span_s=4.0)), "GPU",
-     set(), {"idle-gpu"}),
-    ("two ranks on one gpu",
-     facts(proc(runtime=None, role=None),
-           proc(101, role="rank", is_target=False, local_rank=0, models=[model("cuda:0")]),
-           proc(102, role="rank", is_target=False, local_rank=1, models=[model("cuda:0")])),
-     "GPU", {"rank-shared-gpu", "rank-device-mismatch"}, set()),
+    (
+        "dataloader worker holds cuda memory",
+        facts(
+            proc(models=[model("cuda:0")], gpu=[ProcGpu(0, 900, 70)]),
+            proc(101, role="dataloader-worker", is_target=False, gpu=[ProcGpu(0, 300, 0)]),
+        ),
+        "GPU",
+        {"worker-cuda"},
+        {"unregistered-gpu-process"},
+    ),
+    (
+        "launcher with a training child on the gpu",
+        facts(
+            proc(runtime=None, role=None),
+            proc(101, is_target=False, models=[model("cuda:0")], gpu=[ProcGpu(0, 900, 60)]),
+        ),
+        "GPU",
+        {"gpu-work-in-child"},
+        {"unregistered-gpu-process"},
+    ),
+    (
+        "iGPU + dGPU laptop",
+        facts(proc(models=[model("cuda:0")]), system=(INTEL_CARD, NVIDIA_CARD)),
+        "GPU",
+        {"device-count-mismatch"},
+        set(),
+    ),
+    (
+        "only the dGPU: no mismatch",
+        facts(proc(models=[model("cuda:0")]), system=(NVIDIA_CARD,)),
+        "GPU",
+        set(),
+        {"device-count-mismatch"},
+    ),
+    (
+        "cuda build hidden by CUDA_VISIBLE_DEVICES",
+        facts(
+            proc(
+                runtime={**CUDA_RT, "cuda_available": False, "device_count": 0, "cuda_visible_devices": ""},
+                models=[model("cpu")],
+            )
+        ),
+        "CPU",
+        {"cuda-unavailable"},
+        {"model-on-cpu"},
+    ),
+    (
+        "driver older than torch's cuda",
+        replace(
+            facts(
+                proc(
+                    runtime={**CUDA_RT, "cuda_available": False, "cuda_build": "12.8"}, models=[model("cpu")]
+                )
+            ),
+            cuda_driver="12.2",
+        ),
+        "CPU",
+        {"cuda-unavailable"},
+        set(),
+    ),
+    (
+        "target exited",
+        replace(facts(proc(models=[model("cuda:0")])), target_alive=False),
+        "GPU",
+        {"target-exited"},
+        set(),
+    ),
+    (
+        "pid namespace",
+        facts(proc(models=[model("cuda:0")]), pid_namespace_suspect=True),
+        "GPU",
+        {"pid-namespace"},
+        set(),
+    ),
+    (
+        "unreadable probe",
+        facts(proc(runtime=None, probe_unreadable=True, probe_error="bad magic")),
+        "UNKNOWN",
+        {"probe-unreadable"},
+        set(),
+    ),
+    (
+        "idle gpu while forward calls continue",
+        facts(proc(models=[model("cuda:0")], gpu=[ProcGpu(0, 900, 0)]), recent=idle_recent(1.0)),
+        "GPU",
+        {"idle-gpu"},
+        set(),
+    ),
+    (
+        "busy gpu is not idle",
+        facts(proc(models=[model("cuda:0")]), recent=idle_recent(60.0)),
+        "GPU",
+        set(),
+        {"idle-gpu"},
+    ),
+    (
+        "idle but no forward calls: paused, not starved",
+        facts(proc(models=[model("cuda:0")]), recent=idle_recent(0.0, 50, 50)),
+        "GPU",
+        set(),
+        {"idle-gpu"},
+    ),
+    (
+        "idle for too short a time",
+        facts(proc(models=[model("cuda:0")]), recent=idle_recent(0.0, span_s=4.0)),
+        "GPU",
+        set(),
+        {"idle-gpu"},
+    ),
+    (
+        "two ranks on one gpu",
+        facts(
+            proc(runtime=None, role=None),
+            proc(101, role="rank", is_target=False, local_rank=0, models=[model("cuda:0")]),
+            proc(102, role="rank", is_target=False, local_rank=1, models=[model("cuda:0")]),
+        ),
+        "GPU",
+        {"rank-shared-gpu", "rank-device-mismatch"},
+        set(),
+    ),
 ]
 
 
@@ -206,7 +355,10 @@ def test_memory_growth(values, grows):
 
 
 def test_memory_growth_warning():
-    f = facts(proc(models=[model("cuda:0")], gpu=[ProcGpu(0, 2000, 50)]), recent=_series([1000 + 60 * i for i in range(13)]))
+    f = facts(
+        proc(models=[model("cuda:0")], gpu=[ProcGpu(0, 2000, 50)]),
+        recent=_series([1000 + 60 * i for i in range(13)]),
+    )
     assert "memory-growth" in {w.code for w in decide(f).warnings}
 
 

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The CUDA path on a machine with an NVIDIA GPU, in one run of under five minutes:
+# a model on cuda:0 with inputs left on the CPU, allocator figures, and the sidecar's verdict with
+# the real driver. Prints a table; exits non-zero when a check fails.
+#
+#   scripts/gpu_check.sh            # uses python3 (or $PYTHON)
+#
+# Python packages the image lacks (posix_ipc, flask, waitress) can be carried as wheels in .whl/
+# (see docs/gpu-check.md); they are installed into /tmp/site first.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if compgen -G ".whl/*.whl" >/dev/null; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=index,name,driver_version,memory.used,memory.total --format=csv 2>&1 | head -5 || true
+exec timeout 280 "$PY" scripts/gpu_check.py "$@"

@@ -1,0 +1,372 @@
+"""Programs the probe's integration tests run in their own processes (no tests in here).
+
+Run as ``python -m tests.integration.test_probe_support SCENARIO [ARGS...]`` from the repository
+root; each scenario prints one JSON line on stdout for the test to check. It is a module in an
+importable package, not a loose script, because DataLoader workers under ``spawn`` re-import the
+main module and unpickle the dataset and worker_init_fn from it by name. It imports no torch and no
+probe at module level: the stress writer must start fast and without torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+
+
+def emit(obj: object) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+# --------------------------------------------------------------------------------------------------
+# Payloads whose every part says which publish they came from: a torn read shows as a disagreement.
+
+
+def consistent_payload(pid: int, start_ticks: int, n: int) -> dict:
+    from probe.segment import empty_payload
+
+    p = empty_payload(pid=pid, start_ticks=start_ticks)
+    stamp = float(n)
+    # Sizes vary with n so consecutive publishes differ in length as well as content.
+    p["events"] = [{"time": stamp, "name": f"n{n}-{i}-" + "x" * (n % 97)} for i in range(n % 40 + 1)]
+    p["errors"] = [{"time": stamp, "where": "stress", "message": str(n) * (1 + n % 50)} for _ in range(n % 16 + 1)]
+    p["models"] = [
+        {
+            "name": f"m{n}",
+            "class": "Stress",
+            "params": n,
+            "device": "cpu",
+            "devices": ["cpu"],
+            "input_device": None,
+            "forward_calls": n,
+            "forward_rate_hz": stamp,
+            "last_forward_time": stamp,
+            "data_wait_fraction": None,
+            "data_wait_s": None,
+            "step_s": None,
+        }
+        for _ in range(n % 8 + 1)
+    ]
+    p["published_at"] = stamp
+    p["argv0"] = "y" * (n % 1000)
+    return p
+
+
+def payload_problem(p: dict, header_published_at: float | None) -> str | None:
+    """None when every counter in ``p`` agrees, else what disagrees."""
+    n = p["models"][0]["forward_calls"] if p["models"] else None
+    if n is None:
+        return "no models"
+    stamp = float(n)
+    if p["published_at"] != stamp or header_published_at != stamp:
+        return f"published_at {p['published_at']} / header {header_published_at} vs n {n}"
+    if len(p["events"]) != n % 40 + 1 or any(
+        e["time"] != stamp or not e["name"].startswith(f"n{n}-") for e in p["events"]
+    ):
+        return f"events disagree with n {n}"
+    if len(p["errors"]) != n % 16 + 1 or any(e["message"] != str(n) * (1 + n % 50) for e in p["errors"]):
+        return f"errors disagree with n {n}"
+    if len(p["models"]) != n % 8 + 1 or any(
+        m["params"] != n or m["name"] != f"m{n}" or m["forward_rate_hz"] != stamp for m in p["models"]
+    ):
+        return f"models disagree with n {n}"
+    if p["argv0"] != ("y" * (n % 1000) or None):
+        return f"argv0 disagrees with n {n}"
+    return None
+
+
+def scenario_stress_writer(duration_s: str) -> None:
+    """Publish consistent payloads as fast as possible for duration_s."""
+    from probe.segment import SegmentWriter
+
+    writer = SegmentWriter()
+    n = 0
+    writer.publish(consistent_payload(writer.pid, writer.start_ticks, n))
+    emit({"ready": True, "pid": writer.pid, "start_ticks": writer.start_ticks})
+    deadline = time.monotonic() + float(duration_s)
+    while time.monotonic() < deadline:
+        n += 1
+        writer.publish(consistent_payload(writer.pid, writer.start_ticks, n))
+    emit({"published": n})
+    writer.close()
+
+
+def scenario_half_written() -> None:
+    """Publish one good payload, then stop inside the next publish and wait to be killed."""
+    from probe.segment import HEADER_BYTES, SegmentWriter, encode_payload
+
+    writer = SegmentWriter()
+    writer.publish(consistent_payload(writer.pid, writer.start_ticks, 1))
+    data, _ = encode_payload(consistent_payload(writer.pid, writer.start_ticks, 2), writer.capacity_bytes)
+    writer._begin()
+    writer._mm[HEADER_BYTES : HEADER_BYTES + len(data) // 2] = data[: len(data) // 2]
+    emit({"ready": True, "pid": writer.pid, "start_ticks": writer.start_ticks})
+    time.sleep(60)
+
+
+# --------------------------------------------------------------------------------------------------
+# DataLoader workers
+
+
+class SquaresDataset:
+    """Item i is [i, i*i, ...]: the parent checks every batch it gets against this rule."""
+
+    def __init__(self, n: int, delay_s: float) -> None:
+        self.n = n
+        self.delay_s = delay_s
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        import torch
+
+        time.sleep(self.delay_s)  # keeps the workers alive long enough to be looked at
+        return torch.tensor([float(i), float(i * i), 1.0, 2.0])
+
+
+def user_worker_init(worker_id: int) -> None:
+    marker_dir = os.environ.get("PROBE_TEST_MARKER_DIR")
+    if marker_dir:
+        with open(os.path.join(marker_dir, f"init-{worker_id}-{os.getpid()}"), "w") as f:
+            f.write("called")
+
+
+def scenario_loader(start_method: str, register_loader: str) -> None:
+    import torch
+    from torch.utils.data import DataLoader
+
+    import probe
+    from probe.segment import read_segment, segment_path
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    dataset = SquaresDataset(48, 0.02)
+    loader = DataLoader(
+        dataset,
+        batch_size=4,
+        num_workers=2,
+        multiprocessing_context=start_method,
+        worker_init_fn=user_worker_init,
+    )
+    probe.register(model, name="net", loader=loader if register_loader == "1" else None)
+    me = os.getpid()
+    before = read_segment(me)
+    it = iter(loader)
+    got = [next(it)]
+    worker_pids = [w.pid for w in it._workers]
+    workers: dict[str, dict] = {}
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and len(workers) < len(worker_pids):
+        for wpid in worker_pids:
+            r = read_segment(wpid)
+            if r.state == "ok":
+                workers[str(wpid)] = {"payload": r.payload, "writer_pid": r.writer_pid}
+        time.sleep(0.05)
+    during = read_segment(me)
+    for batch in it:
+        got.append(batch)
+        model(batch)
+    del it  # shuts the workers down (the iterator's __del__ joins them)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(os.path.exists(segment_path(p)) for p in worker_pids):
+        time.sleep(0.05)
+    left = [p for p in worker_pids if os.path.exists(segment_path(p))]
+    batches_ok = len(got) == 12 and all(
+        bool(torch.equal(b, torch.stack([dataset[i] for i in range(k * 4, k * 4 + 4)]))) for k, b in enumerate(got)
+    )
+    probe.refresh()
+    after = read_segment(me)
+    emit(
+        {
+            "parent_pid": me,
+            "worker_pids": worker_pids,
+            "workers": workers,
+            "parent_before": {"state": before.state, "seq": before.seq},
+            "parent_during": {"state": during.state, "seq": during.seq, "payload": during.payload},
+            "parent_after": {"state": after.state, "payload": after.payload},
+            "segments_left": left,
+            "batches_ok": batches_ok,
+        }
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Process lifecycle
+
+
+def _model():
+    import torch
+
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+
+
+def scenario_import() -> None:
+    t0 = time.perf_counter()
+    import probe  # noqa: F401
+
+    import_s = time.perf_counter() - t0
+    heavy = [m for m in ("torch", "numpy", "psutil", "pynvml", "flask", "multiprocessing.shared_memory") if m in sys.modules]
+    emit({"import_s": import_s, "heavy": heavy})
+
+
+def scenario_register_then(exit_how: str) -> None:
+    import torch
+
+    import probe
+    from probe.segment import read_segment
+
+    model = _model()
+    probe.register(model)
+    model(torch.zeros(1, 4))
+    probe.event("about to exit")
+    r = read_segment(os.getpid())
+    emit({"state": r.state, "start_ticks": r.writer_start_ticks, "status": probe.status()})
+    if exit_how == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif exit_how == "exception":
+        raise SystemExit(3)
+
+
+def scenario_disabled() -> None:
+    import threading
+
+    import torch
+
+    import probe
+    from probe.segment import segment_path
+
+    model = _model()
+    returned = probe.register(model, loader=[1, 2])
+    probe.event("x")
+    probe.refresh()
+    out = model(torch.zeros(1, 4))
+    emit(
+        {
+            "same_model": returned is model,
+            "hooks": len(model._forward_pre_hooks),
+            "activate": probe.activate(),
+            "snapshot": probe.snapshot(),
+            "status": probe.status(),
+            "segment_exists": os.path.exists(segment_path(os.getpid())),
+            "threads": [t.name for t in threading.enumerate()],
+            "output_shape": list(out.shape),
+        }
+    )
+
+
+def scenario_no_posix_ipc() -> None:
+    import warnings
+
+    sys.modules["posix_ipc"] = None  # makes "import posix_ipc" raise ImportError, as if not installed
+    import torch
+
+    import probe
+    from probe.segment import segment_path
+
+    model = _model()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        probe.register(model)
+        probe.register(_model())
+        probe.event("x")
+        out = model(torch.zeros(1, 4))
+    emit(
+        {
+            "warnings": [str(w.message) for w in caught if w.category is probe.ProbeWarning],
+            "status": probe.status(),
+            "segment_exists": os.path.exists(segment_path(os.getpid())),
+            "hooks": len(model._forward_pre_hooks),
+            "output_shape": list(out.shape),
+        }
+    )
+
+
+def scenario_fork_child() -> None:
+    import torch
+
+    import probe
+    from probe.segment import read_segment, segment_path
+
+    model = _model()
+    probe.register(model, name="forked-net")
+    for _ in range(3):
+        model(torch.zeros(1, 4))
+    parent = os.getpid()
+    before = read_segment(parent)
+    r_fd, w_fd = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(r_fd)
+        for _ in range(5):
+            model(torch.zeros(1, 4))
+        deadline = time.monotonic() + 10
+        mine = read_segment(os.getpid())
+        while mine.state != "ok" and time.monotonic() < deadline:
+            time.sleep(0.05)
+            mine = read_segment(os.getpid())
+        probe.refresh()
+        mine = read_segment(os.getpid())
+        with os.fdopen(w_fd, "w") as f:
+            json.dump({"pid": os.getpid(), "state": mine.state, "payload": mine.payload}, f)
+        sys.exit(0)  # a normal exit runs atexit, which must unlink the child's segment only
+    os.close(w_fd)
+    with os.fdopen(r_fd) as f:
+        child_report = json.loads(f.read() or "{}")
+    _, status = os.waitpid(child, 0)
+    after = read_segment(parent)
+    emit(
+        {
+            "parent_pid": parent,
+            "child": child_report,
+            "child_exit": os.waitstatus_to_exitcode(status),
+            "child_segment_left": os.path.exists(segment_path(child)),
+            "parent_before": {"state": before.state, "seq": before.seq, "payload": before.payload},
+            "parent_after": {"state": after.state, "seq": after.seq, "payload": after.payload},
+        }
+    )
+
+
+def scenario_spawn_child() -> None:
+    import subprocess
+
+    import probe
+
+    probe.activate()
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.integration.test_probe_support", "activate_and_report"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    emit({"parent_pid": os.getpid(), "child": json.loads(out.stdout.strip().splitlines()[-1])})
+
+
+def scenario_activate_and_report() -> None:
+    import probe
+    from probe.segment import read_segment
+
+    ok = probe.activate()
+    r = read_segment(os.getpid())
+    emit({"activated": ok, "state": r.state, "payload": r.payload})
+
+
+SCENARIOS = {
+    "stress_writer": scenario_stress_writer,
+    "half_written": scenario_half_written,
+    "loader": scenario_loader,
+    "import": scenario_import,
+    "register_then": scenario_register_then,
+    "disabled": scenario_disabled,
+    "no_posix_ipc": scenario_no_posix_ipc,
+    "fork_child": scenario_fork_child,
+    "spawn_child": scenario_spawn_child,
+    "activate_and_report": scenario_activate_and_report,
+}
+
+if __name__ == "__main__":
+    SCENARIOS[sys.argv[1]](*sys.argv[2:])

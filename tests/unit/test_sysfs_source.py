@@ -1,0 +1,142 @@
+"""OS graphics devices from a fake /sys laid out (links included) like the kernel's."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from sidecar.sources.sysfs import SystemGpu, list_system_gpus
+from tests.fakenvml import make_fake_sysfs
+
+INTEL_IGPU = {
+    "pci": "0000:00:02.0",
+    "vendor": "0x8086",
+    "device": "0x9a49",
+    "class": "0x030000",
+    "driver": "i915",
+    "connectors": ["eDP-1", "HDMI-A-1"],
+}
+NVIDIA_DGPU = {
+    "pci": "0000:01:00.0",
+    "vendor": "0x10de",
+    "device": "0x25a2",
+    "class": "0x030200",  # 3D controller: the Optimus dGPU drives no display
+    "driver": "nvidia",
+}
+
+
+def test_intel_plus_nvidia_laptop(tmp_path: Path, monkeypatch):
+    root = make_fake_sysfs(tmp_path / "sys", [INTEL_IGPU, NVIDIA_DGPU])
+    monkeypatch.setenv("DSH_SYSFS_ROOT", str(root))
+    assert list_system_gpus() == [
+        SystemGpu(
+            vendor="Intel",
+            vendor_id="0x8086",
+            device_id="0x9a49",
+            name="Intel integrated graphics",
+            pci="0000:00:02.0",
+            driver="i915",
+            card="card0",
+            pci_class="0x030000",
+        ),
+        SystemGpu(
+            vendor="NVIDIA",
+            vendor_id="0x10de",
+            device_id="0x25a2",
+            name="NVIDIA GPU",
+            pci="0000:01:00.0",
+            driver="nvidia",
+            card="card1",
+            pci_class="0x030200",
+        ),
+    ]
+    # The connectors really are in the tree, next to the cards: they were skipped, not absent.
+    assert (root / "class" / "drm" / "card0-eDP-1").is_dir()
+
+
+def test_other_vendors_unbound_driver_and_card_order(tmp_path: Path):
+    root = make_fake_sysfs(
+        tmp_path / "sys",
+        [
+            {
+                "card": "card10",
+                "pci": "0000:0a:00.0",
+                "vendor": "0x1002",
+                "device": "0x73bf",
+                "driver": "amdgpu",
+            },
+            {"card": "card2", "pci": "0000:03:00.0", "vendor": "0x10DE", "device": "0x1EB8", "driver": None},
+            {"card": "card3", "pci": "0000:04:00.0", "vendor": "0x1a03", "device": "0x2000", "driver": "ast"},
+        ],
+    )
+    gpus = list_system_gpus(str(root))
+    assert [g.card for g in gpus] == ["card2", "card3", "card10"]  # numeric, not string, order
+    nvidia, aspeed, amd = gpus
+    # An NVIDIA card the kernel sees but no driver owns: the reason NVML finds nothing.
+    assert (nvidia.vendor, nvidia.vendor_id, nvidia.device_id, nvidia.driver) == (
+        "NVIDIA",
+        "0x10de",
+        "0x1eb8",
+        None,
+    )
+    assert (aspeed.vendor, aspeed.name, aspeed.driver) == ("unknown (0x1a03)", "unknown GPU (0x1a03)", "ast")
+    assert (amd.vendor, amd.name, amd.pci, amd.driver) == ("AMD", "AMD GPU", "0000:0a:00.0", "amdgpu")
+
+
+def test_no_drm_directory_or_no_sysfs(tmp_path: Path, monkeypatch):
+    assert list_system_gpus(str(tmp_path)) == []  # a root without class/drm (a container)
+    monkeypatch.setenv("DSH_SYSFS_ROOT", str(tmp_path / "does-not-exist"))
+    assert list_system_gpus() == []
+    assert list_system_gpus(str(make_fake_sysfs(tmp_path / "empty", []))) == []
+
+
+def test_broken_entries_are_skipped(tmp_path: Path):
+    root = make_fake_sysfs(
+        tmp_path / "sys",
+        [
+            # simpledrm/efifb: a DRM card on a non-PCI device without a vendor file
+            {"card": "card0", "pci": "simple-framebuffer.0", "vendor_file": False},
+            {
+                "card": "card1",
+                "pci": "0000:00:02.0",
+                "vendor": "0x8086",
+                "device": "0x46a6",
+                "driver": "i915",
+            },
+            {"card": "card2", "dangling": True},  # hot-unplugged while we listed
+            {
+                "card": "card3",
+                "pci": "0000:01:00.0",
+                "vendor": "0x10de",
+                "device": "0x2684",
+                "driver": "nvidia",
+            },
+        ],
+    )
+    drm = root / "class" / "drm"
+    (drm / "card4").mkdir()  # a card directory without a device link
+    (drm / "cardX").mkdir()  # not a card name at all
+    (drm / "renderD128").mkdir()
+    gpus = list_system_gpus(str(root))
+    assert [(g.card, g.vendor, g.pci) for g in gpus] == [
+        ("card1", "Intel", "0000:00:02.0"),
+        ("card3", "NVIDIA", "0000:01:00.0"),
+    ]
+
+
+def test_unreadable_device_file_costs_only_that_field(tmp_path: Path):
+    root = make_fake_sysfs(tmp_path / "sys", [NVIDIA_DGPU])
+    device_file = root / "devices" / "pci0000:00" / "0000:01:00.0" / "device"
+    device_file.unlink()
+    os.mkdir(device_file)  # reading a directory fails like an unreadable attribute
+    (gpu,) = list_system_gpus(str(root))
+    assert (gpu.vendor, gpu.device_id, gpu.driver) == ("NVIDIA", None, "nvidia")
+
+
+def test_fake_tree_resolves_like_the_kernels(tmp_path: Path):
+    """The helper other tests rely on: cardN/device resolves to the PCI device directory."""
+    root = make_fake_sysfs(tmp_path / "sys", [INTEL_IGPU])
+    device = root / "class" / "drm" / "card0" / "device"
+    assert device.resolve() == (root / "devices" / "pci0000:00" / "0000:00:02.0").resolve()
+    assert os.readlink(device / "driver").endswith("bus/pci/drivers/i915")
+    assert not os.path.isabs(os.readlink(root / "class" / "drm" / "card0"))  # relative, as in /sys
