@@ -1,9 +1,17 @@
 """Prometheus exposition of the latest poll: a custom collector that reads what the poller
-published, so a scrape never triggers a poll (scrapes cost nothing to the job)."""
+published, so a scrape never triggers a poll (scrapes cost the job nothing).
+
+Every job-level figure comes from one status document, the one `GET /api/dsh-gpu-dashboard/status`
+serves for the same poll; `dsh_sidecar_last_poll_timestamp_seconds` is that document's `time`, so a
+scrape can be matched with the document it was made from. The metric names, labels and their
+meaning are listed in docs/metrics.md.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import contextlib
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -14,29 +22,84 @@ from sidecar import __version__
 from sidecar.verdict import STATUSES
 
 MIB = 1048576
-# Poll durations are a few ms; buckets from 0.5 ms to 1 s.
-POLL_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+# A poll is a few ms (one /proc walk, one segment read per process, a handful of NVML calls); the
+# top buckets catch a stalled driver.
+POLL_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+# Sources the poller counts failures for (sidecar/poller.py); always exported, 0 until one fails.
+ERROR_SOURCES = ("proctree", "probe", "nvml", "sysfs", "poll")
+
+GPU_LABELS = ["gpu", "uuid", "name"]
+PROCESS_GPU_LABELS = ["pid", "role", "gpu", "rank"]
+MODEL_INFO_LABELS = ["pid", "model", "device", "rank"]
+MODEL_CALLS_LABELS = ["pid", "model", "rank"]
+RANK_LABELS = ["pid", "rank", "local_rank", "world_size"]
+
+
+def _text(x: Any) -> str:
+    """A label value: "" for None (Prometheus treats an empty label as an absent one)."""
+    return "" if x is None else str(x)
+
+
+class _Family:
+    """A metric family that drops a repeated label set (Prometheus rejects a whole scrape that
+    repeats a series), keeping the first."""
+
+    def __init__(self, family: GaugeMetricFamily | CounterMetricFamily, extra: list[str]):
+        self.family = family
+        self.extra = extra
+        self._seen: set[tuple[str, ...]] = set()
+
+    def add(self, values: Iterable[Any], value: float) -> None:
+        key = (*(_text(v) for v in values), *self.extra)
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        self.family.add_metric(list(key), float(value))
 
 
 class SidecarCollector:
+    """Reads `poller.snapshot()` (the latest status document and its poll time), `poll_count`,
+    `poll_durations_s` (the last 1000 poll durations) and `poll_errors` (a Counter by source)."""
+
     def __init__(self, poller: Any, job_name: str | None = None):
         self.poller = poller
-        self.job_name = job_name
-        self._bucket_counts = [0] * (len(POLL_BUCKETS_S) + 1)
+        self.job_name = job_name or None  # "" is no name: an empty label is an absent one
+        self._lock = threading.Lock()  # waitress serves scrapes on several threads
+        self._bucket_counts = [0] * (len(POLL_BUCKETS_S) + 1)  # the last one is +Inf
         self._sum_s = 0.0
         self._count = 0
+        self._seen_polls = 0
 
-    def _labels(self, names: list[str]) -> list[str]:
-        return [*names, "job_name"] if self.job_name is not None else names
+    # -- helpers ---------------------------------------------------------------------------------
+    def _label_names(self, names: list[str]) -> list[str]:
+        return [*names, "job_name"] if self.job_name is not None else list(names)
 
-    def _values(self, values: list[str]) -> list[str]:
-        return [*values, self.job_name] if self.job_name is not None else values
+    def _extra(self) -> list[str]:
+        return [self.job_name] if self.job_name is not None else []
 
-    def _drain_durations(self) -> None:
-        durations = self.poller.poll_durations_s
-        taken = list(durations)
-        del durations[: len(taken)]
-        for d in taken:
+    def _gauge(self, name: str, doc: str, labels: list[str]) -> _Family:
+        return _Family(GaugeMetricFamily(name, doc, labels=self._label_names(labels)), self._extra())
+
+    def _counter(self, name: str, doc: str, labels: list[str]) -> _Family:
+        # CounterMetricFamily appends `_total` to the sample name: `name` is given without it.
+        return _Family(CounterMetricFamily(name, doc, labels=self._label_names(labels)), self._extra())
+
+    def _observe_new_polls(self) -> None:
+        """Fold the durations of the polls since the last scrape into the cumulative histogram.
+
+        The poller keeps the last 1000 durations and counts every poll; reading both under its lock
+        tells which entries are new, so the list is never modified here and concurrent scrapes (or a
+        second collector) do not steal each other's observations. Polls older than the last 1000
+        (a scrape gap of over 1000 intervals) are not in the histogram."""
+        lock = getattr(self.poller, "_lock", None)
+        with lock if lock is not None else contextlib.nullcontext():
+            total = int(getattr(self.poller, "poll_count", 0))
+            durations = list(getattr(self.poller, "poll_durations_s", ()))
+        new = total - self._seen_polls
+        if new < 0:  # a different poller object or a reset: start over
+            new = total
+        self._seen_polls = total
+        for d in durations[len(durations) - min(new, len(durations)) :]:
             self._count += 1
             self._sum_s += d
             for i, bound in enumerate(POLL_BUCKETS_S):
@@ -46,94 +109,126 @@ class SidecarCollector:
             else:
                 self._bucket_counts[-1] += 1
 
+    # -- the collector -----------------------------------------------------------------------------
     def collect(self) -> Iterator[Metric]:
-        doc, _ = self.poller.snapshot()
-        L, V = self._labels, self._values
-        info = GaugeMetricFamily("dsh_sidecar_info", "The sidecar's version.", labels=L(["version"]))
-        info.add_metric(V([__version__]), 1)
-        yield info
+        doc, last_poll = self.poller.snapshot()
+        with self._lock:  # built whole under the lock: a generator must not hold it across yields
+            own = list(self._self_metrics(doc, last_poll))
+        yield from own
+        if doc is not None:
+            yield from self._from_document(doc)
 
-        self._drain_durations()
+    def _self_metrics(self, doc: dict[str, Any] | None, last_poll: float | None) -> Iterator[Metric]:
+        info = self._gauge("dsh_sidecar_info", "The sidecar's version (always 1).", ["version"])
+        info.add([__version__], 1)
+        yield info.family
+
+        stamp = self._gauge(
+            "dsh_sidecar_last_poll_timestamp_seconds",
+            "UNIX time of the poll these metrics come from: the status document's `time`.",
+            [],
+        )
+        when = doc.get("time") if doc is not None else None
+        if when is None:
+            when = last_poll
+        if when is not None:
+            stamp.add([], when)
+        yield stamp.family
+
+        self._observe_new_polls()
         cumulative, buckets = 0, []
-        for bound, n in zip([*map(str, POLL_BUCKETS_S), "+Inf"], self._bucket_counts):
+        for bound, n in zip([*(repr(float(b)) for b in POLL_BUCKETS_S), "+Inf"], self._bucket_counts):
             cumulative += n
             buckets.append((bound, cumulative))
         hist = HistogramMetricFamily(
-            "dsh_sidecar_poll_duration_seconds", "Wall time of one poll of all sources.", labels=L([])
+            "dsh_sidecar_poll_duration_seconds",
+            "Wall time of one poll of all sources.",
+            labels=self._label_names([]),
         )
-        hist.add_metric(V([]), buckets, self._sum_s)
+        hist.add_metric(self._extra(), buckets, self._sum_s)
         yield hist
 
-        errors = CounterMetricFamily(
-            "dsh_sidecar_poll_errors", "Polls in which a source failed, by source.", labels=L(["source"])
+        errors = self._counter(
+            "dsh_sidecar_poll_errors", "Polls in which a source failed, by source.", ["source"]
         )
-        for source in ("proctree", "probe", "nvml", "sysfs", "poll"):
-            errors.add_metric(V([source]), float(self.poller.poll_errors.get(source, 0)))
-        yield errors
-
-        if doc is None:
-            return
-        yield from self._from_document(doc)
+        counts = dict(getattr(self.poller, "poll_errors", {}) or {})
+        for source in (*ERROR_SOURCES, *sorted(set(counts) - set(ERROR_SOURCES))):
+            errors.add([source], counts.get(source, 0))
+        yield errors.family
 
     def _from_document(self, doc: dict[str, Any]) -> Iterator[Metric]:
-        L, V = self._labels, self._values
-        util = GaugeMetricFamily(
-            "dsh_gpu_utilization_percent", "GPU utilisation (NVML).", labels=L(["gpu", "uuid", "name"])
-        )
-        used = GaugeMetricFamily(
-            "dsh_gpu_memory_used_bytes", "GPU memory used (NVML).", labels=L(["gpu", "uuid", "name"])
-        )
-        total = GaugeMetricFamily(
-            "dsh_gpu_memory_total_bytes", "GPU memory total (NVML).", labels=L(["gpu", "uuid", "name"])
-        )
-        for g in doc["gpus"]:
-            labels = V([str(g["index"]), g["uuid"] or "", g["name"] or ""])
-            if g["util"] is not None:
-                util.add_metric(labels, g["util"])
-            if g["mem_used_mb"] is not None:
-                used.add_metric(labels, g["mem_used_mb"] * MIB)
-            if g["mem_total_mb"] is not None:
-                total.add_metric(labels, g["mem_total_mb"] * MIB)
-        yield from (util, used, total)
+        util = self._gauge("dsh_gpu_utilization_percent", "GPU utilisation, 0-100 (NVML).", GPU_LABELS)
+        used = self._gauge("dsh_gpu_memory_used_bytes", "GPU memory in use (NVML).", GPU_LABELS)
+        total = self._gauge("dsh_gpu_memory_total_bytes", "GPU memory in all (NVML).", GPU_LABELS)
+        for g in doc.get("gpus") or ():
+            labels = [g.get("index"), g.get("uuid"), g.get("name")]
+            if g.get("util") is not None:
+                util.add(labels, g["util"])
+            if g.get("mem_used_mb") is not None:
+                used.add(labels, g["mem_used_mb"] * MIB)
+            if g.get("mem_total_mb") is not None:
+                total.add(labels, g["mem_total_mb"] * MIB)
+        yield from (util.family, used.family, total.family)
 
-        pmem = GaugeMetricFamily(
+        pmem = self._gauge(
             "dsh_process_gpu_memory_used_bytes",
-            "GPU memory used by a process of the job.",
-            labels=L(["pid", "role", "gpu", "rank"]),
+            "GPU memory used by a process of the job's tree, per GPU (NVML).",
+            PROCESS_GPU_LABELS,
         )
-        psm = GaugeMetricFamily(
+        psm = self._gauge(
             "dsh_process_gpu_sm_utilization_percent",
-            "SM utilisation of a process of the job.",
-            labels=L(["pid", "role", "gpu", "rank"]),
+            "SM utilisation of a process of the job's tree, per GPU, 0-100 (NVML).",
+            PROCESS_GPU_LABELS,
         )
-        minfo = GaugeMetricFamily(
-            "dsh_model_info", "A registered model and its device.", labels=L(["pid", "model", "device"])
+        minfo = self._gauge(
+            "dsh_model_info", "A registered model and the device it is on (always 1).", MODEL_INFO_LABELS
         )
-        mcalls = CounterMetricFamily(
-            "dsh_model_forward_calls", "Forward calls of a registered model.", labels=L(["pid", "model"])
+        mcalls = self._counter(
+            "dsh_model_forward_calls", "Forward calls of a registered model.", MODEL_CALLS_LABELS
         )
-        for p in doc["processes"]:
-            rank = "" if p.get("rank") is None else str(p["rank"])
-            role = p["role"] or ""
-            for g in p["gpu"]:
-                labels = V([str(p["pid"]), role, str(g["index"]), rank])
-                if g["mem_used_mb"] is not None:
-                    pmem.add_metric(labels, g["mem_used_mb"] * MIB)
-                if g["sm_util"] is not None:
-                    psm.add_metric(labels, g["sm_util"])
-            for m in p["models"]:
-                minfo.add_metric(V([str(p["pid"]), m["name"], m["device"] or ""]), 1)
-                mcalls.add_metric(V([str(p["pid"]), m["name"]]), float(m["forward_calls"] or 0))
-        yield from (pmem, psm, minfo, mcalls)
+        rinfo = self._gauge(
+            "dsh_rank_info",
+            "A torch.distributed rank of the job (a process with role 'rank'; always 1).",
+            RANK_LABELS,
+        )
+        for p in doc.get("processes") or ():
+            pid, rank = p.get("pid"), p.get("rank")
+            for g in p.get("gpu") or ():
+                labels = [pid, p.get("role"), g.get("index"), rank]
+                if g.get("mem_used_mb") is not None:
+                    pmem.add(labels, g["mem_used_mb"] * MIB)
+                if g.get("sm_util") is not None:
+                    psm.add(labels, g["sm_util"])
+            for name, m in model_labels(p.get("models") or ()):
+                minfo.add([pid, name, m.get("device"), rank], 1)
+                mcalls.add([pid, name, rank], m.get("forward_calls") or 0)
+            if p.get("role") == "rank":
+                rinfo.add([pid, rank, p.get("local_rank"), p.get("world_size")], 1)
+        yield from (pmem.family, psm.family, minfo.family, mcalls.family, rinfo.family)
 
-        status = GaugeMetricFamily("dsh_status", "The verdict, one-hot.", labels=L(["status"]))
+        status = self._gauge("dsh_status", "The verdict, one-hot over GPU/CPU/MIXED/UNKNOWN.", ["status"])
         for s in STATUSES:
-            status.add_metric(V([s]), 1.0 if doc["status"] == s else 0.0)
-        yield status
-        warn = GaugeMetricFamily("dsh_warning_active", "Active warnings.", labels=L(["code", "severity"]))
-        for w in doc["warnings"]:
-            warn.add_metric(V([w["code"], w["severity"]]), 1)
-        yield warn
+            status.add([s], 1 if doc.get("status") == s else 0)
+        yield status.family
+        warn = self._gauge(
+            "dsh_warning_active",
+            "A warning of the verdict that is active now (always 1).",
+            ["code", "severity"],
+        )
+        for w in doc.get("warnings") or ():
+            warn.add([w.get("code"), w.get("severity")], 1)
+        yield warn.family
+
+
+def model_labels(models: Iterable[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(the `model` label, the model) for one process's models: a name registered twice in one
+    process gets `#2`, `#3`, ... in registration order so each model keeps its own series."""
+    seen: dict[str, int] = {}
+    for m in models:
+        name = _text(m.get("name"))
+        n = seen.get(name, 0) + 1
+        seen[name] = n
+        yield (name if n == 1 else f"{name}#{n}"), m
 
 
 def make_metrics(poller: Any, job_name: str | None = None) -> Callable[[], tuple[bytes, str]]:

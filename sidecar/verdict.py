@@ -556,29 +556,42 @@ def rule_device_count_mismatch(f: Facts) -> Iterable[Warning]:
     usable = framework_counts[0] if framework_counts else (len(f.gpus) if f.nvml_ok else None)
     if usable is None or len(f.system_gpus) <= usable:
         return
-    unusable = [s for s in f.system_gpus if s.vendor != NVIDIA_VENDOR or s.nvml_index is None]
-    if not unusable and framework_counts:
-        unusable = [s for s in f.system_gpus if s.vendor == NVIDIA_VENDOR]
-    names = "; ".join(f"{s.name} ({s.pci or 'unknown PCI address'})" for s in unusable) or "unknown devices"
-    nvidia_hidden = any(s.vendor == NVIDIA_VENDOR for s in unusable)
+    # Integrated and other non-NVIDIA devices can never run CUDA; NVIDIA devices beyond what the
+    # framework reports are hidden (CUDA_VISIBLE_DEVICES, a CPU-only build, a broken driver).
+    others = [s for s in f.system_gpus if s.vendor != NVIDIA_VENDOR]
+    nvidia = [s for s in f.system_gpus if s.vendor == NVIDIA_VENDOR]
+    hidden_nvidia = (
+        max(0, len(nvidia) - usable) if framework_counts else sum(1 for s in nvidia if s.nvml_index is None)
+    )
+    parts = [f"{s.name} ({s.pci or 'unknown PCI address'})" for s in others]
+    if hidden_nvidia:
+        parts.append(f"{hidden_nvidia} NVIDIA GPU(s)")
+    names = "; ".join(parts) or "unknown devices"
+    if (
+        hidden_nvidia
+        and framework_counts
+        and any(not rt.get("cuda_build") or rt.get("cuda_available") is False for _, rt in _runtimes(f))
+    ):
+        why, why_zh = (
+            "torch cannot use CUDA here (see the error above).",
+            "torch 在此无法使用 CUDA（见上方错误）。",
+        )
+    elif hidden_nvidia:
+        why = "An NVIDIA GPU is hidden from the framework: check CUDA_VISIBLE_DEVICES and the driver."
+        why_zh = "有 NVIDIA GPU 对框架不可见：检查 CUDA_VISIBLE_DEVICES 和驱动。"
+    else:
+        why, why_zh = (
+            "Make sure the model is on the NVIDIA device (`cuda`).",
+            "请确认模型在 NVIDIA 设备（`cuda`）上。",
+        )
     yield Warning(
         "device-count-mismatch",
-        "warning" if nvidia_hidden else "info",
-        f"The system sees {len(f.system_gpus)} graphics devices, the framework can use {usable}: "
+        "warning" if hidden_nvidia else "info",
+        f"The system sees {len(f.system_gpus)} graphics devices, the framework can use {usable}; "
         f"not usable: {names}.",
         f"系统看到 {len(f.system_gpus)} 个图形设备，框架可使用 {usable} 个；不可用：{names}。",
-        "An integrated Intel or AMD GPU cannot run CUDA; that is expected. "
-        + (
-            "An NVIDIA GPU is hidden from the framework: check CUDA_VISIBLE_DEVICES and the driver."
-            if nvidia_hidden
-            else "Make sure the model is on the NVIDIA device (`cuda`)."
-        ),
-        "Intel 或 AMD 集成显卡无法运行 CUDA，这是正常的。"
-        + (
-            "有 NVIDIA GPU 对框架不可见：检查 CUDA_VISIBLE_DEVICES 和驱动。"
-            if nvidia_hidden
-            else "请确认模型在 NVIDIA 设备（`cuda`）上。"
-        ),
+        ("An integrated Intel or AMD GPU cannot run CUDA; that is expected. " if others else "") + why,
+        ("Intel 或 AMD 集成显卡无法运行 CUDA，这是正常的。" if others else "") + why_zh,
     )
 
 

@@ -114,6 +114,9 @@ var en = {
   "gpu.memOf": "{used} of {total}",
   "gpu.framework": "PyTorch sees it as {dev}",
   "gpu.frameworkHidden": "Hidden from PyTorch (CUDA_VISIBLE_DEVICES)",
+  "gpu.frameworkNoCuda": "PyTorch cannot use CUDA in this job",
+  "gpu.frameworkUnknown": "PyTorch’s view unknown (no probe)",
+  "gpu.frameworkNotSeen": "Not visible to PyTorch",
   "gpu.procs": "Job processes on this GPU",
   "gpu.noProcs": "No process of this job uses it",
   "gpu.procMem": "{mem}",
@@ -229,6 +232,9 @@ var zh = {
   "gpu.memOf": "{used} / {total}",
   "gpu.framework": "PyTorch 中为 {dev}",
   "gpu.frameworkHidden": "对 PyTorch 不可见（CUDA_VISIBLE_DEVICES）",
+  "gpu.frameworkNoCuda": "此任务中 PyTorch 无法使用 CUDA",
+  "gpu.frameworkUnknown": "PyTorch 的视图未知（无探针）",
+  "gpu.frameworkNotSeen": "对 PyTorch 不可见",
   "gpu.procs": "使用此 GPU 的任务进程",
   "gpu.noProcs": "任务中没有进程使用它",
   "gpu.procMem": "{mem}",
@@ -617,6 +623,7 @@ var TimeChart = class {
     const x = (t2) => m.l + (t2 - t0) / (t1 - t0) * iw;
     const y = (v) => m.t + ih - Math.max(0, Math.min(v, yMax)) / yMax * ih;
     this._scale = { x, y, t0, t1, m, iw, ih, W, H };
+    svg.dataset.span = String(Math.round((t1 - t0) * 1e3) / 1e3);
     const grid = el("g", { class: "grid" }, svg);
     const axis = el("g", { class: "axis" }, svg);
     const ticks = d.yTicks || [];
@@ -1338,7 +1345,7 @@ function GpuMeters({ gpu, lang }) {
         label: t(lang, "gpu.mem"),
         pct: memPct,
         value: isNum2(gpu.mem_total_mb) ? t(lang, "gpu.memOf", { used: fmtMiB(gpu.mem_used_mb), total: fmtMiB(gpu.mem_total_mb) }) : fmtMiB(gpu.mem_used_mb),
-        color: isNum2(memPct) && memPct >= 90 ? SEVERITY_COLORS.error : "var(--dsw-alias-brand-primary, #2563eb)"
+        color: isNum2(memPct) && memPct >= 90 ? SEVERITY_COLORS.error : SERIES_COLORS[0]
       }
     )
   ] });
@@ -1516,6 +1523,7 @@ function GlanceCardOpen() {
         doc ? /* @__PURE__ */ (0, import_jsx_runtime.jsxs)(import_jsx_runtime.Fragment, { children: [
           /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { children: /* @__PURE__ */ (0, import_jsx_runtime.jsx)(Badge, { doc, lang }) }),
           /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-message", "data-testid": "dsh-gpu-message", children: summarize(doc, lang).message || NA }),
+          targetText(doc, lang) ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-muted", style: { fontSize: 12 }, children: targetText(doc, lang) }) : null,
           /* @__PURE__ */ (0, import_jsx_runtime.jsx)(Warnings, { doc, lang, limit: 3 }),
           gpus.length ? gpus.map((g, i) => /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-glance-gpu", "data-testid": "dsh-gpu-glance-gpu", children: [
             /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("span", { className: "dgd-glance-gpu-name", children: [
@@ -1533,6 +1541,17 @@ function GlanceCardOpen() {
     }
   );
 }
+function targetText(doc, lang) {
+  const tg = doc && doc.target;
+  if (!tg || typeof tg !== "object") return "";
+  const parts = [];
+  if (isNum2(tg.pid)) parts.push(t(lang, "target.pid", { pid: tg.pid }));
+  if (tg.name) parts.push(String(tg.name));
+  if (tg.alive === true) parts.push(t(lang, "target.running"));
+  if (tg.alive === false) parts.push(t(lang, "target.exited"));
+  if (isNum2(tg.create_time)) parts.push(t(lang, "target.since", { ago: fmtAgo(Date.now() / 1e3 - tg.create_time, lang) }));
+  return parts.join(" · ");
+}
 function Hero({ doc, lang, lastOk }) {
   const rt = doc && doc.runtime || {};
   const cuda = rt.cuda_available === true ? t(lang, "summary.cudaYes", { n: isNum2(rt.device_count) ? rt.device_count : NA }) : rt.cuda_available === false ? t(lang, "summary.cudaNo") : NA;
@@ -1541,6 +1560,7 @@ function Hero({ doc, lang, lastOk }) {
       /* @__PURE__ */ (0, import_jsx_runtime.jsx)(Badge, { doc, lang, big: true }),
       /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-hero-text", children: [
         /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-message", "data-testid": "dsh-gpu-message", children: summarize(doc, lang).message || NA }),
+        targetText(doc, lang) ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-muted", "data-testid": "dsh-gpu-target", children: targetText(doc, lang) }) : null,
         /* @__PURE__ */ (0, import_jsx_runtime.jsx)(Updated, { lastOk, lang })
       ] })
     ] }),
@@ -2106,7 +2126,8 @@ var CSS = `
 .dgd-glance-gpu-name { font-size: 12px; font-weight: 600; }
 
 /* ---- full view (conversation.view) */
-.dgd-view { height: 100%; overflow-y: auto; padding: 18px 22px 28px; display: flex; flex-direction: column; gap: 18px;
+/* bottom padding: the session's composer floats over the lower part of every view */
+.dgd-view { height: 100%; overflow-y: auto; padding: 18px 22px 180px; display: flex; flex-direction: column; gap: 18px;
   background: var(--dsw-alias-bg-base, transparent); }
 .dgd-section-title { margin: 0 0 8px; font-size: 13px; font-weight: 600; color: var(--dsw-alias-label-secondary, #4b5563); text-transform: none; }
 .dgd-card { background: var(--dsw-alias-bg-layer-1, #fff); border: 1px solid var(--dsw-alias-border-l2, #e3e6ea); border-radius: 12px; padding: 14px 16px; min-width: 0; }

@@ -275,7 +275,16 @@ export function apply(ctx, rawConfig) {
   const log = makeLogger(ctx)
   try {
     const { config, warnings } = normalizeConfig(rawConfig)
-    for (const w of warnings) log.warn(`config: ${w}`)
+    for (const w of warnings) {
+      log.warn(`config: ${w}`)
+      // rc.8 keeps the Cordis log in memory only; a config mistake must also be visible where
+      // `dsh web` was started (it is shown on the plugin's settings page too).
+      try {
+        process.stderr.write(`${PLUGIN_NAME}: config: ${w}\n`)
+      } catch {
+        /* no stderr */
+      }
+    }
     const handler = createHandler(config, log, warnings)
     const register = () => {
       let dispose = null

@@ -7,20 +7,22 @@ reason, so one unsupported or failing query costs one field, never the poll. (nv
 
 Decisions worth knowing when reading the values:
 
-- Memory prefers `nvmlDeviceGetMemoryInfo_v2`, whose "used" excludes the driver's reservation (what
-  nvidia-smi shows). On drivers without it (before 515) it falls back to v1, whose "used" includes
-  the reservation: a few hundred MiB more on an idle GPU.
+- Memory prefers `nvmlDeviceGetMemoryInfo_v2`, whose "used" excludes the driver's reservation (as
+  gpustat and nvitop report it). When v2 is missing (drivers before 515) or fails, it falls back to
+  v1, whose "used" includes the reservation: a few hundred MiB more on an idle GPU.
 - Per-process utilisation: NVML returns samples only for processes that used the GPU since the
   timestamp we pass, and NOT_FOUND when there are none. NOT_FOUND therefore means idle, so a
   process in the running list without a sample gets `sm_util = mem_util = 0`. A sample counts if
   it arrived in this poll or is at most `util_hold_s` old: polling faster than the driver's sample
   period (1/6 s to 1 s) then repeats the last value instead of flapping to 0. The values are None
-  only when the query itself fails (NOT_SUPPORTED, e.g. under MIG). Samples over 100 % (seen from
-  real drivers right after a context starts) are dropped.
+  only when the query itself fails (NOT_SUPPORTED, e.g. under MIG). Samples over 100 % (which
+  drivers occasionally emit) are dropped.
 - NOT_SUPPORTED is an answer, not a failure: it lands in the device's `field_errors`, not in the
   snapshot's `call_errors`, so a GPU without a power sensor does not count as an error every poll.
 - A lost GPU (GPU_IS_LOST) keeps the identity last seen at its index, `lost=True`, every
   measurement None; the other devices are unaffected.
+- The process lists and utilisation samples are read straight into buffers (see `_read_list`);
+  everything else uses nvidia-ml-py's wrappers.
 - Initialisation is lazy (first poll) and, when it fails, retried with exponential backoff rather
   than on every poll: a missing driver makes each attempt cost a failed dlopen.
 """
@@ -537,8 +539,9 @@ class NvmlSource:
         info.power_w = None
         info.processes = []
         info.lost = code == GPU_IS_LOST
-        if info.lost:
-            st.samples.clear()
+        st.samples.clear()
+        if not info.lost:
+            st.handle = None  # e.g. INVALID_ARGUMENT after a driver reset: fetch a fresh handle next time
         return info
 
 

@@ -6,8 +6,8 @@
 import {
   CATALOGUE, NA, SERIES_COLORS, STATUS_COLORS, STATUS_TEXT_COLORS, UNREACHABLE_COMMAND,
   UNREACHABLE_COMMAND_RUN, UTIL_COLORS, deviceKind, fmtAgo, fmtClock, fmtCount, fmtFraction, fmtMiB,
-  fmtPct, fmtRate, memGrowth, messageText, pickLang, roleText, severityOf, sortWarnings, statusOf,
-  statusText, t, utilLevel, warningHint, warningMessage,
+  fmtPct, fmtRate, gpuFrameworkKey, gpuFrameworkText, memGrowth, messageText, pickLang, roleText,
+  severityOf, sortWarnings, statusOf, statusText, t, utilLevel, warningHint, warningMessage,
 } from './format.js';
 import { TimeChart, niceTicks } from './charts.js';
 
@@ -228,8 +228,9 @@ function renderGpus(doc) {
     const memPct = num(g.mem_used_mb) && num(g.mem_total_mb) && g.mem_total_mb > 0 ? (100 * g.mem_used_mb) / g.mem_total_mb : null;
     const isHere = num(g.framework_index) && here.has(g.framework_index);
     const users = procs.filter((p) => (p.gpu || []).some((u) => u.index === g.index));
+    const fwKey = gpuFrameworkKey(doc, g);
     const tag = isHere ? h('span', { class: 'tag tag-model', text: tr('gpu.modelHere') })
-      : g.framework_index === null || g.framework_index === undefined ? h('span', { class: 'tag tag-off', text: tr('gpu.hiddenTag') }) : null;
+      : fwKey === 'gpu.frameworkHidden' || fwKey === 'gpu.frameworkNotSeen' ? h('span', { class: 'tag tag-off', text: tr('gpu.hiddenTag') }) : null;
     grid.appendChild(h('article', {
       class: `card gpu-card${isHere ? ' model-here' : ''}`, 'data-testid': 'gpu-card', 'data-index': g.index,
       'data-util-level': level, 'data-model-here': isHere ? 'true' : 'false',
@@ -238,7 +239,7 @@ function renderGpus(doc) {
       h('span', { class: 'gpu-index', text: tr('chart.gpuN', { n: g.index ?? NA }) }),
       tag),
     h('div', { class: 'gpu-name', 'data-testid': 'gpu-name', text: g.name || NA, title: [g.name, g.uuid].filter(Boolean).join('\n') }),
-    h('div', { class: 'gpu-sub', text: num(g.framework_index) ? tr('gpu.framework', { dev: `cuda:${g.framework_index}` }) : tr('gpu.frameworkHidden') }),
+    h('div', { class: 'gpu-sub', 'data-testid': 'gpu-framework', text: gpuFrameworkText(doc, g, state.lang) }),
     meter('gpu.util', g.util, fmtPct(g.util), UTIL_COLORS[level], 'gpu-util'),
     meter('gpu.mem', memPct, num(g.mem_total_mb) ? tr('gpu.memOf', { used: fmtMiB(g.mem_used_mb), total: fmtMiB(g.mem_total_mb) }) : fmtMiB(g.mem_used_mb), '#7c3aed', 'gpu-mem'),
     h('div', { class: 'gpu-procs', 'data-testid': 'gpu-procs' },

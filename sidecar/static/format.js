@@ -62,6 +62,11 @@
  *                              growing when the span is ≥ 20 s, the fit is tight (r ≥ 0.9) and the
  *                              rise is ≥ max(8 MiB, 0.5 % of the mean) per minute.
  *   SERIES_COLORS              palette for per-GPU chart series (index modulo length).
+ *   gpuFrameworkKey(doc, gpu)  catalogue key saying how PyTorch sees an NVML GPU: "gpu.framework"
+ *                              (as cuda:N), "gpu.frameworkHidden" (CUDA_VISIBLE_DEVICES set),
+ *                              "gpu.frameworkNoCuda" (CPU build / CUDA unavailable),
+ *                              "gpu.frameworkUnknown" (no probe: no runtime facts), "gpu.frameworkNotSeen".
+ *   gpuFrameworkText(doc, gpu, lang)  that key, localised ("PyTorch sees it as cuda:0", …).
  */
 
 import en from './i18n/en.js';
@@ -347,4 +352,18 @@ export function memGrowth(points) {
   const ta = pts[0][0], tb = pts[n - 1][0];
   const fit = [[ta, my + slope * (ta - mx)], [tb, my + slope * (tb - mx)]];
   return { growing, slopeMiBPerMin: perMin, r, fit };
+}
+
+export function gpuFrameworkKey(doc, gpu) {
+  if (gpu && isNum(gpu.framework_index)) return 'gpu.framework';
+  const rt = (doc && doc.runtime) || {};
+  if (!rt.torch) return 'gpu.frameworkUnknown';
+  if (rt.cuda_available === false || !rt.cuda_build) return 'gpu.frameworkNoCuda';
+  if (rt.cuda_visible_devices !== null && rt.cuda_visible_devices !== undefined) return 'gpu.frameworkHidden';
+  return 'gpu.frameworkNotSeen';
+}
+
+export function gpuFrameworkText(doc, gpu, lang) {
+  const key = gpuFrameworkKey(doc, gpu);
+  return t(lang, key, key === 'gpu.framework' ? { dev: `cuda:${gpu.framework_index}` } : undefined);
 }

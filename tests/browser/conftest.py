@@ -61,7 +61,9 @@ def wait_js(page, expression: str, arg: Any = None, timeout_ms: int = 15_000, in
         if last:
             return last
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_ms} ms waiting for JS: {expression[:200]} (last: {last!r})")
+            raise AssertionError(
+                f"timed out after {timeout_ms} ms waiting for JS: {expression[:200]} (last: {last!r})"
+            )
         page.wait_for_timeout(interval_ms)
 
 
@@ -108,7 +110,9 @@ class Pages:
         page.on("pageerror", lambda exc: self.errors.append(f"pageerror: {exc}"))
         page.on(
             "console",
-            lambda msg: self.errors.append(f"console.{msg.type}: {msg.text}") if msg.type == "error" else None,
+            lambda msg: (
+                self.errors.append(f"console.{msg.type}: {msg.text}") if msg.type == "error" else None
+            ),
         )
         page.goto(url)
         if wait_loaded:
@@ -131,15 +135,24 @@ def pages(chromium) -> Iterator[Pages]:
     p.close()
 
 
-def screenshot(page, name: str, full_page: bool = False, element: str | None = None,
-               keep_mouse: bool = False) -> Path:
+def screenshot(
+    page, name: str, full_page: bool = False, element: str | None = None, keep_mouse: bool = False
+) -> Path:
     """Save docs/screenshots/page-NAME.png (the README uses the best ones)."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"page-{name}.png"
     if not keep_mouse:
         page.mouse.move(0, 0)
-    if element:
-        page.locator(element).screenshot(path=str(path))
+    if element:  # the element with a margin of page around it, so its borders are not cut
+        loc = page.locator(element)
+        loc.scroll_into_view_if_needed()
+        box = loc.bounding_box()
+        vw = page.viewport_size["width"]
+        x, y = max(0, box["x"] - 12), max(0, box["y"] - 12)
+        page.screenshot(
+            path=str(path),
+            clip={"x": x, "y": y, "width": min(vw - x, box["width"] + 24), "height": box["height"] + 24},
+        )
     else:
         page.screenshot(path=str(path), full_page=full_page)
     return path
@@ -148,8 +161,15 @@ def screenshot(page, name: str, full_page: bool = False, element: str | None = N
 # --------------------------------------------------------------------------- job payloads
 
 
-def model(name: str, device: str, *, input_device: str | None = None, params: int = 11_689_512,
-          data_wait: float | None = 0.12, cls: str = "ResNet") -> dict:
+def model(
+    name: str,
+    device: str,
+    *,
+    input_device: str | None = None,
+    params: int = 11_689_512,
+    data_wait: float | None = 0.12,
+    cls: str = "ResNet",
+) -> dict:
     """A model entry exactly as the probe publishes it (every key present, strict types)."""
     devices = [] if device in ("no-parameters",) else (["cpu", "cuda:0"] if device == "mixed" else [device])
     return {
@@ -215,26 +235,48 @@ def cpu_job_specs() -> dict[str, dict]:
     }
 
 
-def gpu_scenario(pids: dict[str, int], *, util0: int = 87, mem0: int = 3072, util1: int = 0,
-                 mem1: int = 0, sm0: int = 85) -> dict:
+def gpu_scenario(
+    pids: dict[str, int], *, util0: int = 87, mem0: int = 3072, util1: int = 0, mem1: int = 0, sm0: int = 85
+) -> dict:
     """Two NVIDIA GPUs; the job's main process works on GPU 0."""
     return {
         "driver_version": "550.54.15",
         "cuda_driver_version": 12040,
         "gpus": [
-            gpu(0, name=GPU_NAMES[0], util_gpu=util0, util_mem=40, memory_used_mib=mem0 + 512,
-                processes=[{"pid": pids["main"], "used_mib": mem0, "sm_util": sm0}]),
+            gpu(
+                0,
+                name=GPU_NAMES[0],
+                util_gpu=util0,
+                util_mem=40,
+                memory_used_mib=mem0 + 512,
+                processes=[{"pid": pids["main"], "used_mib": mem0, "sm_util": sm0}],
+            ),
             gpu(1, name=GPU_NAMES[1], util_gpu=util1, memory_used_mib=mem1, memory_total_mib=81559),
         ],
     }
 
 
 def sysfs_cards(n_nvidia: int) -> list[dict]:
-    cards = [{"pci": INTEL_PCI, "vendor": "0x8086", "device": "0x9a49", "class": "0x030000", "driver": "i915",
-              "connectors": ["eDP-1"]}]
+    cards = [
+        {
+            "pci": INTEL_PCI,
+            "vendor": "0x8086",
+            "device": "0x9a49",
+            "class": "0x030000",
+            "driver": "i915",
+            "connectors": ["eDP-1"],
+        }
+    ]
     for i in range(n_nvidia):
-        cards.append({"pci": nvidia_pci(i), "vendor": "0x10de", "device": "0x20b5", "class": "0x030200",
-                      "driver": "nvidia"})
+        cards.append(
+            {
+                "pci": nvidia_pci(i),
+                "vendor": "0x10de",
+                "device": "0x20b5",
+                "class": "0x030200",
+                "driver": "nvidia",
+            }
+        )
     return cards
 
 
@@ -267,8 +309,16 @@ class StackFactory:
         self.base = base
         self.stacks: list[Stack] = []
 
-    def start(self, name: str, specs: dict[str, dict], scenario, *, n_sysfs_nvidia: int = 2,
-              expect_status: str | None = None, extra_env: dict | None = None) -> Stack:
+    def start(
+        self,
+        name: str,
+        specs: dict[str, dict],
+        scenario,
+        *,
+        n_sysfs_nvidia: int = 2,
+        expect_status: str | None = None,
+        extra_env: dict | None = None,
+    ) -> Stack:
         """Start job → write the NVML scenario (it needs the job's pids) → start the sidecar."""
         root = self.base / name
         root.mkdir(parents=True)
@@ -288,7 +338,9 @@ class StackFactory:
         try:
             want = len(specs)
             sidecar.wait_status(
-                lambda d: len(d["processes"]) >= want and (expect_status is None or d["status"] == expect_status),
+                lambda d: (
+                    len(d["processes"]) >= want and (expect_status is None or d["status"] == expect_status)
+                ),
                 timeout_s=30,
                 what=f"{name}: {want} processes" + (f" and status {expect_status}" if expect_status else ""),
             )

@@ -7,6 +7,7 @@ Screenshots go to docs/screenshots/page-*.png.
 
 from __future__ import annotations
 
+import colorsys
 import json
 import re
 import time
@@ -33,6 +34,13 @@ def hex_to_rgb(color: str) -> str:
     return f"rgb({r}, {g}, {b})"
 
 
+def hue_sat(color: str) -> tuple[float, float]:
+    """(hue in degrees, HLS saturation) of a #rrggbb colour."""
+    c = color.lstrip("#")
+    h, _, sat = colorsys.rgb_to_hls(*(int(c[i : i + 2], 16) / 255 for i in (0, 2, 4)))
+    return h * 360, sat
+
+
 def format_module(page, expr: str):
     """Evaluate `expr` with F = the page's own format.js (the single source of truth)."""
     return page.evaluate(
@@ -48,7 +56,9 @@ def badge_state(page) -> dict:
 
 
 def wait_badge(page, status: str, timeout_ms: int = 15_000) -> None:
-    wait_js(page, "s => document.querySelector('[data-testid=badge]').dataset.status === s", status, timeout_ms)
+    wait_js(
+        page, "s => document.querySelector('[data-testid=badge]').dataset.status === s", status, timeout_ms
+    )
 
 
 def rows(page) -> list[dict]:
@@ -63,6 +73,15 @@ def rows(page) -> list[dict]:
             sm: r.querySelector('[data-testid=sm]').textContent.trim(),
             wait: r.querySelector('[data-testid=data-wait]').textContent.trim(),
         }))""",
+    )
+
+
+def wait_text(page, selector: str, expected: str, timeout_ms: int = 10_000) -> None:
+    wait_js(
+        page,
+        "([sel, want]) => document.querySelector(sel).innerText.trim() === want",
+        [selector, expected],
+        timeout_ms,
     )
 
 
@@ -93,6 +112,7 @@ def test_gpu_job_badge_cards_and_process_tree(gpu_stack, pages):
     assert [cards.nth(i).locator("[data-testid=gpu-name]").inner_text() for i in range(2)] == GPU_NAMES
     card0 = cards.nth(0)
     assert card0.get_attribute("data-model-here") == "true"
+    assert card0.locator("[data-testid=gpu-framework]").inner_text() == "PyTorch sees it as cuda:0"
     assert cards.nth(1).get_attribute("data-model-here") == "false"
     assert "87 %" in card0.locator("[data-testid=gpu-util]").inner_text()
     assert "3.5 GiB of 80 GiB" in card0.locator("[data-testid=gpu-mem]").inner_text()  # 3072 + 512 MiB
@@ -132,6 +152,13 @@ def test_gpu_job_badge_cards_and_process_tree(gpu_stack, pages):
     wait_js(page, "() => Number(document.querySelector('[data-testid=chart-mem] svg').dataset.points) >= 4")
     screenshot(page, "gpu")
     screenshot(page, "gpu-full", full_page=True)
+
+    # Dark mode follows prefers-color-scheme; the badge keeps its status colour.
+    dark = pages.open(gpu_stack.url, color_scheme="dark")
+    wait_badge(dark, "GPU")
+    assert badge_state(dark)["bg"] == hex_to_rgb(colors["GPU"])
+    assert dark.evaluate("getComputedStyle(document.body).backgroundColor") != "rgb(245, 246, 248)"
+    screenshot(dark, "gpu-dark")
     assert not pages.errors, pages.errors
 
 
@@ -151,20 +178,27 @@ def test_warnings_with_hints(gpu_stack, pages):
             assert item.locator("[data-testid=warning-hint]").inner_text() == w["hint"].replace("`", "")
     info = page.locator("[data-testid=warning][data-severity=info]").first
     sev = format_module(page, "F.SEVERITY_COLORS")
-    assert info.locator(".sev").evaluate("e => getComputedStyle(e).backgroundColor") == hex_to_rgb(sev["info"])
+    assert info.locator(".sev").evaluate("e => getComputedStyle(e).backgroundColor") == hex_to_rgb(
+        sev["info"]
+    )
 
 
 def test_charts_draw_and_move_when_the_scenario_changes(gpu_stack, pages):
     page = pages.open(gpu_stack.url + "?refresh=0.5")
-    wait_js(page, "() => document.querySelectorAll('[data-testid=chart-mem] [data-testid=series]').length === 2",
-            timeout_ms=20_000)
+    wait_js(
+        page,
+        "() => document.querySelectorAll('[data-testid=chart-mem] [data-testid=series]').length === 2",
+        timeout_ms=20_000,
+    )
     wait_js(page, "() => Number(document.querySelector('[data-testid=chart-util] svg').dataset.points) >= 6")
     before_mem, before_util = series(page, "mem"), series(page, "util")
     assert set(before_mem) == {"0", "1"} and set(before_util) == {"0", "1"}
     assert before_util["0"]["last"] == 87 and before_util["1"]["last"] == 0
     assert before_mem["0"]["last"] == 3584
     # Task events from the probe are drawn as markers on both charts.
-    assert page.locator("[data-testid=chart-mem] [data-testid=event-marker][data-name='epoch 1']").count() == 1
+    assert (
+        page.locator("[data-testid=chart-mem] [data-testid=event-marker][data-name='epoch 1']").count() == 1
+    )
     assert page.locator("[data-testid=chart-util] [data-testid=event-marker]").count() >= 2
 
     # The job's GPU memory jumps, GPU 1 gets busy, and the job reports a new task event.
@@ -173,24 +207,39 @@ def test_charts_draw_and_move_when_the_scenario_changes(gpu_stack, pages):
     gpu_stack.job.update("main", main_spec)
     gpu_stack.nvml.write(gpu_scenario(gpu_stack.job.pids, util0=42, mem0=20480, util1=30, mem1=1024))
     try:
-        wait_js(page, """() => { const p = document.querySelector('[data-testid=chart-mem] [data-testid=series][data-key="0"]');
-                          return p && Number(p.dataset.last) === 20992; }""", timeout_ms=20_000)
-        wait_js(page, """() => { const p = document.querySelector('[data-testid=chart-util] [data-testid=series][data-key="1"]');
-                          return p && Number(p.dataset.last) === 30; }""")
+        wait_js(
+            page,
+            """() => { const p = document.querySelector('[data-testid=chart-mem] [data-testid=series][data-key="0"]');
+                          return p && Number(p.dataset.last) === 20992; }""",
+            timeout_ms=20_000,
+        )
+        wait_js(
+            page,
+            """() => { const p = document.querySelector('[data-testid=chart-util] [data-testid=series][data-key="1"]');
+                          return p && Number(p.dataset.last) === 30; }""",
+        )
         _charts_after_change(page, before_mem)
     finally:
         gpu_stack.nvml.write(gpu_scenario(gpu_stack.job.pids))
+        gpu_stack.sidecar.wait_status(
+            lambda d: d["gpu_util"] == 87 and d["mem_used_mb"] == 3584, what="the first scenario back"
+        )
     assert not pages.errors, pages.errors
 
 
 def _charts_after_change(page, before_mem):
-    wait_js(page, "() => document.querySelector(\"[data-testid=chart-mem] [data-testid=event-marker][data-name='checkpoint']\")")
+    wait_js(
+        page,
+        "() => document.querySelector(\"[data-testid=chart-mem] [data-testid=event-marker][data-name='checkpoint']\")",
+    )
     after_mem, after_util = series(page, "mem"), series(page, "util")
     assert after_mem["0"]["points"] > before_mem["0"]["points"]
     assert after_mem["0"]["d"] != before_mem["0"]["d"]
     assert after_util["0"]["last"] == 42
     # The y axis rescales to show the new maximum (20.5 GiB) instead of clipping it.
-    labels = page.eval_on_selector_all("[data-testid=chart-mem] .axis text", "ts => ts.map(t => t.textContent)")
+    labels = page.eval_on_selector_all(
+        "[data-testid=chart-mem] .axis text", "ts => ts.map(t => t.textContent)"
+    )
     assert any(re.fullmatch(r"(2[05]|30) GiB", s) for s in labels), labels
     # The GPU card follows too.
     assert "20.5 GiB of 80 GiB" in page.locator("[data-testid=gpu-card]").nth(0).inner_text()
@@ -208,8 +257,10 @@ def _charts_after_change(page, before_mem):
     assert page.get_attribute("[data-testid=window-all]", "aria-pressed") == "true"
     assert 10 <= span() < 120, "all = the samples collected so far (plus the events just before them)"
     assert page.evaluate("localStorage.getItem('dsh-gpu-dashboard.window')") == "all"
+
     # Values on hover, at the newest sample: the tooltip names each GPU with its value.
-    page.locator("[data-testid=chart-mem]").scroll_into_view_if_needed()
+    history_section = "[data-testid=chart-mem] >> xpath=ancestor::section"
+    page.locator(history_section).scroll_into_view_if_needed()
     box = page.locator("[data-testid=chart-mem] svg").bounding_box()
     page.mouse.move(box["x"] + box["width"] - 14, box["y"] + box["height"] / 2)
     tip = page.locator("[data-testid=tooltip]")
@@ -217,10 +268,9 @@ def _charts_after_change(page, before_mem):
     text = tip.inner_text()
     assert "GPU 0" in text and "GPU 1" in text and "20.5 GiB" in text, text
     assert page.locator("[data-testid=chart-util] .crosshair").count() == 1, "both charts share the crosshair"
+    screenshot(page, "charts", element=history_section, keep_mouse=True)
     page.mouse.move(0, 0)
     tip.wait_for(state="hidden")
-
-    screenshot(page, "charts", element="[data-testid=chart-mem] >> xpath=ancestor::section")
 
 
 def test_language_switch_follows_browser_and_is_remembered(gpu_stack, pages):
@@ -228,7 +278,7 @@ def test_language_switch_follows_browser_and_is_remembered(gpu_stack, pages):
     wait_badge(page, "GPU")
     doc = gpu_stack.sidecar.status()
     assert badge_state(page)["text"] == "在 GPU 上"
-    assert page.inner_text("[data-testid=message]") == doc["message_zh"].replace("`", "")
+    wait_text(page, "[data-testid=message]", doc["message_zh"].replace("`", ""))
     assert page.evaluate("document.documentElement.lang") == "zh-CN"
     assert page.inner_text("[data-testid=lang-switch]") == "English"
     roles = {r["pid"]: r["role"] for r in rows(page)}
@@ -237,7 +287,7 @@ def test_language_switch_follows_browser_and_is_remembered(gpu_stack, pages):
 
     page.click("[data-testid=lang-switch]")
     assert badge_state(page)["text"] == "On GPU"
-    assert page.inner_text("[data-testid=message]") == doc["message"].replace("`", "")
+    wait_text(page, "[data-testid=message]", doc["message"].replace("`", ""))
     assert page.inner_text("[data-testid=lang-switch]") == "中文"
     assert page.evaluate("localStorage.getItem('dsh-gpu-dashboard.lang')") == "en"
     page.reload()
@@ -254,16 +304,37 @@ def test_catalogues_and_format_rules(gpu_stack, pages):
     page = pages.open(gpu_stack.url)
     en, zh = format_module(page, "[Object.keys(F.CATALOGUE.en).sort(), Object.keys(F.CATALOGUE.zh).sort()]")
     assert en == zh and len(en) > 80
-    assert format_module(page, "[F.pickLang(['de-DE', 'zh-TW', 'en']), F.pickLang(['en-GB']), F.pickLang([])]") == [
-        "zh", "en", "en"]
-    assert format_module(page, "[F.fmtMiB(512), F.fmtMiB(3584), F.fmtMiB(null), F.fmtPct(87), F.fmtPct(2.46)]") == [
-        "512 MiB", "3.5 GiB", "—", "87 %", "2.5 %"]
-    chip = format_module(page, "F.summarize({status: 'CPU', message: 'm', message_zh: '中', gpu_util: 3,"
-                               " warnings: [{severity: 'info', message: 'i'}, {severity: 'error', message: 'e'}]}, 'zh')")
+    assert format_module(
+        page, "[F.pickLang(['de-DE', 'zh-TW', 'en']), F.pickLang(['en-GB']), F.pickLang([])]"
+    ) == ["zh", "en", "en"]
+    assert format_module(
+        page, "[F.fmtMiB(512), F.fmtMiB(3584), F.fmtMiB(null), F.fmtPct(87), F.fmtPct(2.46)]"
+    ) == ["512 MiB", "3.5 GiB", "—", "87 %", "2.5 %"]
+    chip = format_module(
+        page,
+        "F.summarize({status: 'CPU', message: 'm', message_zh: '中', gpu_util: 3,"
+        " warnings: [{severity: 'info', message: 'i'}, {severity: 'error', message: 'e'}]}, 'zh')",
+    )
     assert (chip["status"], chip["label"], chip["message"], chip["util"], chip["worst"]) == (
-        "CPU", "在 CPU 上", "中", "3 %", "error")
-    assert format_module(page, "[F.utilLevel(null), F.utilLevel(2), F.utilLevel(30), F.utilLevel(60), F.utilLevel(95)]") == [
-        "none", "idle", "low", "ok", "high"]
+        "CPU",
+        "在 CPU 上",
+        "中",
+        "3 %",
+        "error",
+    )
+    assert format_module(
+        page, "[F.utilLevel(null), F.utilLevel(2), F.utilLevel(30), F.utilLevel(60), F.utilLevel(95)]"
+    ) == ["none", "idle", "low", "ok", "high"]
+    # The colours mean what the issue says: GPU green, CPU orange, MIXED amber, UNKNOWN grey; errors
+    # red, warnings amber, notes grey.
+    hues = {k: hue_sat(v) for k, v in format_module(page, "F.STATUS_COLORS").items()}
+    assert 90 <= hues["GPU"][0] <= 160 and hues["GPU"][1] > 0.4
+    assert 15 <= hues["CPU"][0] < 32 and hues["CPU"][1] > 0.6
+    assert 32 <= hues["MIXED"][0] <= 50 and hues["MIXED"][1] > 0.6
+    assert hues["UNKNOWN"][1] < 0.2
+    sev = {k: hue_sat(v) for k, v in format_module(page, "F.SEVERITY_COLORS").items()}
+    assert (sev["error"][0] < 12 or sev["error"][0] > 345) and sev["error"][1] > 0.5
+    assert 30 <= sev["warning"][0] <= 50 and sev["info"][1] < 0.2
     grow = format_module(page, "F.memGrowth(Array.from({length: 60}, (_, i) => [i, 1000 + 5 * i])).growing")
     flat = format_module(page, "F.memGrowth(Array.from({length: 60}, (_, i) => [i, 1000 + (i % 2)])).growing")
     assert (grow, flat) == (True, False)
@@ -331,12 +402,20 @@ def test_cpu_build_is_orange_with_an_error_and_its_fix(stacks, pages):
     assert "CPU-only" in err.locator("[data-testid=warning-message]").inner_text()
     assert "pip install" in err.locator("[data-testid=warning-hint]").inner_text()
     assert err.locator("code").count() >= 1, "commands in hints are shown as code"
-    assert page.locator("[data-testid=warning]").first.get_attribute("data-code") == "cpu-build", "errors first"
+    assert page.locator("[data-testid=warning]").first.get_attribute("data-code") == "cpu-build", (
+        "errors first"
+    )
     sev = format_module(page, "F.SEVERITY_COLORS")
-    assert err.locator(".sev").evaluate("e => getComputedStyle(e).backgroundColor") == hex_to_rgb(sev["error"])
+    assert err.locator(".sev").evaluate("e => getComputedStyle(e).backgroundColor") == hex_to_rgb(
+        sev["error"]
+    )
     main = {r["pid"]: r for r in rows(page)}[stack.pid("main")]
     assert main["model"].startswith("cpu") and main["input"] == "cpu"
     assert "CPU-only build" in page.inner_text("[data-testid=runtime]")
+    card = page.locator("[data-testid=gpu-card]")
+    assert card.count() == 1 and card.locator("[data-testid=gpu-framework]").inner_text() == (
+        "PyTorch cannot use CUDA in this job"
+    )
     screenshot(page, "cpu")
     page.click("[data-testid=lang-switch]")
     assert badge_state(page)["text"] == "在 CPU 上"
@@ -347,8 +426,9 @@ def test_cpu_build_is_orange_with_an_error_and_its_fix(stacks, pages):
 
 def test_job_without_probe_is_unknown_and_grey(stacks, pages):
     specs = {"main": {"probe": False}}
-    stack = stacks.start("unknown", specs, {"gpus": [gpu(0, name=GPU_NAMES[0])]}, n_sysfs_nvidia=1,
-                         expect_status="UNKNOWN")
+    stack = stacks.start(
+        "unknown", specs, {"gpus": [gpu(0, name=GPU_NAMES[0])]}, n_sysfs_nvidia=1, expect_status="UNKNOWN"
+    )
     page = pages.open(stack.url)
     wait_badge(page, "UNKNOWN")
     colors = format_module(page, "F.STATUS_COLORS")
@@ -357,7 +437,12 @@ def test_job_without_probe_is_unknown_and_grey(stacks, pages):
     hint = page.locator("[data-testid=warning][data-code=no-probe] [data-testid=warning-hint]")
     assert "probe.register(model)" in hint.inner_text()
     (row,) = rows(page)
-    assert (row["pid"], row["probe"], row["role"], row["model"]) == (stack.pid("main"), "false", "no probe", "—")
+    assert (row["pid"], row["probe"], row["role"], row["model"]) == (
+        stack.pid("main"),
+        "false",
+        "no probe",
+        "—",
+    )
     screenshot(page, "unknown")
     assert not pages.errors, pages.errors
 
@@ -368,8 +453,9 @@ def test_job_without_probe_is_unknown_and_grey(stacks, pages):
 def test_unreachable_after_the_sidecar_stops(stacks, pages):
     from tests.browser.conftest import gpu_job_specs
 
-    stack = stacks.start("down", gpu_job_specs([gpu(0)["uuid"], gpu(1)["uuid"]]), gpu_scenario,
-                         expect_status="GPU")
+    stack = stacks.start(
+        "down", gpu_job_specs([gpu(0)["uuid"], gpu(1)["uuid"]]), gpu_scenario, expect_status="GPU"
+    )
     # A page whose sidecar never answers shows only the unreachable state (requests refused).
     ctx = pages.browser.new_context(viewport={"width": 1280, "height": 800}, locale="en-US")
     pages.contexts.append(ctx)
@@ -394,5 +480,8 @@ def test_unreachable_after_the_sidecar_stops(stacks, pages):
     # The last known state stays on screen, dimmed, with its age.
     assert badge_state(page)["status"] == "GPU"
     assert page.evaluate("document.body.classList.contains('stale')")
-    wait_js(page, "() => /Updated [0-9]+ s ago/.test(document.querySelector('[data-testid=last-updated]').textContent)")
+    wait_js(
+        page,
+        "() => /Updated [0-9]+ s ago/.test(document.querySelector('[data-testid=last-updated]').textContent)",
+    )
     screenshot(page, "unreachable")

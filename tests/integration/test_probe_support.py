@@ -32,7 +32,9 @@ def consistent_payload(pid: int, start_ticks: int, n: int) -> dict:
     stamp = float(n)
     # Sizes vary with n so consecutive publishes differ in length as well as content.
     p["events"] = [{"time": stamp, "name": f"n{n}-{i}-" + "x" * (n % 97)} for i in range(n % 40 + 1)]
-    p["errors"] = [{"time": stamp, "where": "stress", "message": str(n) * (1 + n % 50)} for _ in range(n % 16 + 1)]
+    p["errors"] = [
+        {"time": stamp, "where": "stress", "message": str(n) * (1 + n % 50)} for _ in range(n % 16 + 1)
+    ]
     p["models"] = [
         {
             "name": f"m{n}",
@@ -73,7 +75,7 @@ def payload_problem(p: dict, header_published_at: float | None) -> str | None:
         m["params"] != n or m["name"] != f"m{n}" or m["forward_rate_hz"] != stamp for m in p["models"]
     ):
         return f"models disagree with n {n}"
-    if p["argv0"] != ("y" * (n % 1000) or None):
+    if p["argv0"] != "y" * (n % 1000):
         return f"argv0 disagrees with n {n}"
     return None
 
@@ -176,7 +178,8 @@ def scenario_loader(start_method: str, register_loader: str) -> None:
         time.sleep(0.05)
     left = [p for p in worker_pids if os.path.exists(segment_path(p))]
     batches_ok = len(got) == 12 and all(
-        bool(torch.equal(b, torch.stack([dataset[i] for i in range(k * 4, k * 4 + 4)]))) for k, b in enumerate(got)
+        bool(torch.equal(b, torch.stack([dataset[i] for i in range(k * 4, k * 4 + 4)])))
+        for k, b in enumerate(got)
     )
     probe.refresh()
     after = read_segment(me)
@@ -209,7 +212,11 @@ def scenario_import() -> None:
     import probe  # noqa: F401
 
     import_s = time.perf_counter() - t0
-    heavy = [m for m in ("torch", "numpy", "psutil", "pynvml", "flask", "multiprocessing.shared_memory") if m in sys.modules]
+    heavy = [
+        m
+        for m in ("torch", "numpy", "psutil", "pynvml", "flask", "multiprocessing.shared_memory")
+        if m in sys.modules
+    ]
     emit({"import_s": import_s, "heavy": heavy})
 
 
@@ -295,6 +302,7 @@ def scenario_fork_child() -> None:
     probe.register(model, name="forked-net")
     for _ in range(3):
         model(torch.zeros(1, 4))
+    probe.refresh()
     parent = os.getpid()
     before = read_segment(parent)
     r_fd, w_fd = os.pipe()
@@ -318,9 +326,12 @@ def scenario_fork_child() -> None:
         child_report = json.loads(f.read() or "{}")
     _, status = os.waitpid(child, 0)
     after = read_segment(parent)
+    probe.refresh()
+    final = read_segment(parent)
     emit(
         {
             "parent_pid": parent,
+            "parent_final_calls": final.payload["models"][0]["forward_calls"] if final.payload else None,
             "child": child_report,
             "child_exit": os.waitstatus_to_exitcode(status),
             "child_segment_left": os.path.exists(segment_path(child)),

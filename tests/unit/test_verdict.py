@@ -371,3 +371,12 @@ def test_hysteresis_holds_a_warning_for_a_few_polls():
         v2, state = settle(state, v, Rules(hysteresis_off_polls=3))
         shown.append("input-mismatch" in {w.code for w in v2.warnings})
     assert shown == [True, True, True, True, True, False, False]
+
+
+def test_device_count_mismatch_with_a_cpu_only_build_names_the_hidden_nvidia_gpu():
+    f = facts(proc(runtime=CPU_RT, models=[model("cpu")]), system=(INTEL_CARD, NVIDIA_CARD))
+    (w,) = [w for w in decide(f).warnings if w.code == "device-count-mismatch"]
+    assert (
+        "can use 0" in w.message and "Intel integrated graphics" in w.message and "1 NVIDIA GPU" in w.message
+    )
+    assert w.severity == "warning" and "cannot use CUDA" in w.hint

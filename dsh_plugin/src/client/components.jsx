@@ -183,7 +183,7 @@ function GpuMeters({ gpu, lang }) {
             ? t(lang, 'gpu.memOf', { used: fmtMiB(gpu.mem_used_mb), total: fmtMiB(gpu.mem_total_mb) })
             : fmtMiB(gpu.mem_used_mb)
         }
-        color={isNum(memPct) && memPct >= 90 ? SEVERITY_COLORS.error : 'var(--dsw-alias-brand-primary, #2563eb)'}
+        color={isNum(memPct) && memPct >= 90 ? SEVERITY_COLORS.error : SERIES_COLORS[0]}
       />
     </div>
   )
@@ -412,6 +412,11 @@ function GlanceCardOpen() {
           <p className="dgd-message" data-testid="dsh-gpu-message">
             {summarize(doc, lang).message || NA}
           </p>
+          {targetText(doc, lang) ? (
+            <span className="dgd-muted" style={{ fontSize: 12 }}>
+              {targetText(doc, lang)}
+            </span>
+          ) : null}
           <Warnings doc={doc} lang={lang} limit={3} />
           {gpus.length ? (
             gpus.map((g, i) => (
@@ -437,6 +442,18 @@ function GlanceCardOpen() {
 
 // ------------------------------------------------------------------ full view
 
+function targetText(doc, lang) {
+  const tg = doc && doc.target
+  if (!tg || typeof tg !== 'object') return ''
+  const parts = []
+  if (isNum(tg.pid)) parts.push(t(lang, 'target.pid', { pid: tg.pid }))
+  if (tg.name) parts.push(String(tg.name))
+  if (tg.alive === true) parts.push(t(lang, 'target.running'))
+  if (tg.alive === false) parts.push(t(lang, 'target.exited'))
+  if (isNum(tg.create_time)) parts.push(t(lang, 'target.since', { ago: fmtAgo(Date.now() / 1000 - tg.create_time, lang) }))
+  return parts.join(' · ')
+}
+
 function Hero({ doc, lang, lastOk }) {
   const rt = (doc && doc.runtime) || {}
   const cuda =
@@ -453,6 +470,11 @@ function Hero({ doc, lang, lastOk }) {
           <p className="dgd-message" data-testid="dsh-gpu-message">
             {summarize(doc, lang).message || NA}
           </p>
+          {targetText(doc, lang) ? (
+            <span className="dgd-muted" data-testid="dsh-gpu-target">
+              {targetText(doc, lang)}
+            </span>
+          ) : null}
           <Updated lastOk={lastOk} lang={lang} />
         </div>
       </div>

@@ -58,7 +58,8 @@ export const CSS = `
 .dgd-glance-gpu-name { font-size: 12px; font-weight: 600; }
 
 /* ---- full view (conversation.view) */
-.dgd-view { height: 100%; overflow-y: auto; padding: 18px 22px 28px; display: flex; flex-direction: column; gap: 18px;
+/* bottom padding: the session's composer floats over the lower part of every view */
+.dgd-view { height: 100%; overflow-y: auto; padding: 18px 22px 180px; display: flex; flex-direction: column; gap: 18px;
   background: var(--dsw-alias-bg-base, transparent); }
 .dgd-section-title { margin: 0 0 8px; font-size: 13px; font-weight: 600; color: var(--dsw-alias-label-secondary, #4b5563); text-transform: none; }
 .dgd-card { background: var(--dsw-alias-bg-layer-1, #fff); border: 1px solid var(--dsw-alias-border-l2, #e3e6ea); border-radius: 12px; padding: 14px 16px; min-width: 0; }

@@ -1,0 +1,166 @@
+"""The probe across real processes: DataLoader workers (fork, spawn), forked and spawned children,
+exit and kill, DSH_PROBE=0, a missing posix_ipc, and what ``import probe`` costs.
+
+Each scenario runs in its own interpreter (tests/integration/test_probe_support.py) and reports JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from probe.segment import read_segment, remove_segment, segment_path
+
+pytest.importorskip("torch")
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_scenario(*args: str, env: dict | None = None, timeout_s: float = 120, expect_rc: int = 0) -> dict:
+    full_env = dict(os.environ)
+    full_env.pop("DSH_PROBE", None)
+    full_env["PYTHONPATH"] = str(REPO)
+    # The parent publishes only when told to: a seq that moves was moved by somebody else.
+    full_env["DSH_PROBE_INTERVAL_S"] = "600"
+    full_env.update(env or {})
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.integration.test_probe_support", *args],
+        cwd=REPO,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+    assert out.returncode == expect_rc, (
+        f"rc {out.returncode}\nstdout:\n{out.stdout}\nstderr:\n{out.stderr[-4000:]}"
+    )
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    assert lines, out.stdout + out.stderr[-4000:]
+    return json.loads(lines[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "start_method, register_loader",
+    [("fork", "1"), ("spawn", "1"), ("fork", "0")],
+    ids=["fork", "spawn", "fork-loader-not-registered"],
+)
+def test_dataloader_workers_publish_their_own_segments(tmp_path, start_method, register_loader):
+    report = run_scenario(
+        "loader", start_method, register_loader, env={"PROBE_TEST_MARKER_DIR": str(tmp_path)}, timeout_s=150
+    )
+    parent = report["parent_pid"]
+    worker_pids = report["worker_pids"]
+    assert len(worker_pids) == 2
+    assert sorted(report["workers"]) == sorted(str(p) for p in worker_pids), "a worker never published"
+    seen_ids = set()
+    for wpid, w in report["workers"].items():
+        p = w["payload"]
+        assert w["writer_pid"] == int(wpid) == p["pid"]
+        assert p["role"] == "dataloader-worker"
+        assert p["ppid"] == parent
+        assert p["models"] == []  # the trainer's models (copied into a forked worker) are not the worker's
+        assert p["runtime"]["torch"]
+        seen_ids.add(p["worker_id"])
+    assert seen_ids == {0, 1}
+    # The parent's segment: still the parent's, and never written by a worker (the parent did not
+    # publish in between, so its seqlock counter did not move).
+    during = report["parent_during"]
+    assert during["state"] == "ok" and during["payload"]["pid"] == parent
+    assert during["payload"]["role"] == "main"
+    assert during["seq"] == report["parent_before"]["seq"]
+    # Loading was not disturbed, the user's worker_init_fn still ran, and workers cleaned up on exit.
+    assert report["batches_ok"] is True
+    assert sorted(f.name.split("-")[1] for f in tmp_path.iterdir()) == ["0", "1"]
+    assert report["segments_left"] == []
+    net = [m for m in report["parent_after"]["payload"]["models"] if m["name"] == "net"][0]
+    assert net["forward_calls"] == 11
+    if register_loader == "1":
+        assert 0.0 < net["data_wait_fraction"] <= 1.0
+        assert 0.0 < net["data_wait_s"] <= net["step_s"]
+    else:
+        assert net["data_wait_fraction"] is None
+
+
+def test_forked_child_gets_its_own_segment_and_leaves_the_parents_alone():
+    report = run_scenario("fork_child")
+    parent, child = report["parent_pid"], report["child"]
+    assert report["child_exit"] == 0
+    assert child["state"] == "ok"
+    cp = child["payload"]
+    assert cp["pid"] == child["pid"] != parent and cp["ppid"] == parent
+    assert cp["role"] == "child"
+    (m,) = cp["models"]
+    assert m["name"] == "forked-net" and m["forward_calls"] == 5  # the child's own calls only
+    assert cp["events"] == [] and cp["errors"] == []
+    assert not report["child_segment_left"]  # its atexit removed its segment...
+    before, after = report["parent_before"], report["parent_after"]
+    assert after["state"] == "ok"  # ...and not the parent's
+    assert after["seq"] == before["seq"] and after["payload"] == before["payload"]
+    assert after["payload"]["models"][0]["forward_calls"] == 3
+    assert report["parent_final_calls"] == 3
+
+
+def test_spawned_child_that_imports_the_probe_is_a_child():
+    report = run_scenario("spawn_child")
+    child = report["child"]
+    assert child["activated"] is True and child["state"] == "ok"
+    assert child["payload"]["role"] == "child" and child["payload"]["ppid"] == report["parent_pid"]
+    assert child["payload"]["runtime"]["torch"] is None  # it never imported torch, nor did the probe
+
+
+def test_normal_exit_unlinks_the_segment():
+    report = run_scenario("register_then", "return")
+    assert report["state"] == "ok"
+    pid = int(report["status"]["segment"].rsplit(".", 1)[1])
+    assert not os.path.exists(segment_path(pid))
+
+
+def test_sys_exit_with_an_error_code_unlinks_too():
+    report = run_scenario("register_then", "exception", expect_rc=3)
+    pid = int(report["status"]["segment"].rsplit(".", 1)[1])
+    assert not os.path.exists(segment_path(pid))
+
+
+def test_sigkilled_process_leaves_a_segment_that_reads_stale_and_can_be_removed():
+    report = run_scenario("register_then", "sigkill", expect_rc=-9)
+    pid = int(report["status"]["segment"].rsplit(".", 1)[1])
+    try:
+        r = read_segment(pid)
+        assert r.state == "stale" and "not running" in r.error
+        # The last payload is intact for whoever knows the dead process's identity.
+        r = read_segment(pid, expected_start_ticks=report["start_ticks"])
+        assert r.state == "ok" and r.payload["events"][-1]["name"] == "about to exit"
+    finally:
+        assert remove_segment(pid, expected_start_ticks=report["start_ticks"]) is True
+
+
+def test_dsh_probe_0_turns_everything_off():
+    report = run_scenario("disabled", env={"DSH_PROBE": "0"})
+    assert report["same_model"] is True
+    assert report["hooks"] == 0
+    assert report["activate"] is False and report["snapshot"] is None
+    assert report["status"]["enabled"] is False and report["status"]["reason"] == "DSH_PROBE=0"
+    assert report["segment_exists"] is False
+    assert report["threads"] == ["MainThread"]
+    assert report["output_shape"] == [1, 2]
+
+
+def test_without_posix_ipc_register_warns_once_and_does_nothing():
+    report = run_scenario("no_posix_ipc")
+    assert len(report["warnings"]) == 1 and "posix_ipc" in report["warnings"][0]
+    assert report["status"]["enabled"] is False and "posix_ipc" in report["status"]["reason"]
+    assert report["segment_exists"] is False
+    assert report["hooks"] == 0
+    assert report["output_shape"] == [1, 2]
+
+
+def test_import_probe_is_light():
+    report = run_scenario("import")
+    assert report["heavy"] == []
+    assert report["import_s"] < 0.5  # measured around 10-20 ms; generous for a loaded CI box

@@ -1,0 +1,120 @@
+"""Identity, role and runtime facts of the test process itself (real torch, CPU build or not)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+
+import pytest
+
+from probe import facts
+from probe.segment import SegmentWriter, empty_payload, process_start_ticks, segment_path
+
+torch = pytest.importorskip("torch")
+
+
+def test_identity_of_this_process():
+    ident = facts.identity()
+    assert ident["pid"] == os.getpid()
+    assert ident["ppid"] == os.getppid()
+    assert ident["start_ticks"] == process_start_ticks(os.getpid())
+    assert ident["argv0"] == sys.argv[0]
+    assert ident["script"] == os.path.abspath(sys.modules["__main__"].__file__)
+    assert ident["hostname"] == socket.gethostname()
+
+
+@pytest.fixture
+def no_rank_env(monkeypatch):
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_role_main_by_default(no_rank_env):
+    if os.path.exists(segment_path(os.getppid())):
+        pytest.skip("this test's parent process runs the probe")
+    assert facts.role(forked=False) == {
+        "role": "main",
+        "worker_id": None,
+        "rank": None,
+        "local_rank": None,
+        "world_size": None,
+        "dist_backend": None,
+    }
+
+
+def test_role_rank_from_environment(no_rank_env, monkeypatch):
+    if os.path.exists(segment_path(os.getppid())):
+        pytest.skip("this test's parent process runs the probe")
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    assert facts.role(forked=False) | {} == {
+        "role": "rank",
+        "worker_id": None,
+        "rank": 3,
+        "local_rank": 1,
+        "world_size": 8,
+        "dist_backend": None,
+    }
+    monkeypatch.setenv("RANK", "not-a-number")
+    assert facts.role(forked=False)["rank"] is None
+
+
+def test_role_child_when_forked_or_parent_runs_the_probe(no_rank_env):
+    assert facts.role(forked=True)["role"] == "child"
+    parent = os.getppid()
+    if os.path.exists(segment_path(parent)):
+        pytest.skip("this test's parent already has a segment")
+    writer = SegmentWriter(pid=parent)
+    try:
+        writer.publish(empty_payload(pid=parent, start_ticks=writer.start_ticks))
+        assert facts.role(forked=False)["role"] == "child"
+    finally:
+        writer.close()
+
+
+def test_role_rank_from_initialised_torch_distributed(no_rank_env, tmp_path):
+    dist = pytest.importorskip("torch.distributed")
+    if not dist.is_available():
+        pytest.skip("torch.distributed is not available in this build")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        who = facts.role(forked=True)  # an initialised rank wins over "forked child"
+        assert (who["role"], who["rank"], who["world_size"], who["dist_backend"]) == ("rank", 0, 1, "gloo")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_runtime_matches_torch_and_never_initialises_cuda():
+    rt = facts.runtime(torch)
+    assert rt["torch"] == torch.__version__
+    assert rt["cuda_build"] == torch.version.cuda
+    assert rt["cuda_initialized"] is torch.cuda.is_initialized()
+    assert rt["cuda_visible_devices"] == os.environ.get("CUDA_VISIBLE_DEVICES")
+    assert rt["cuda_device_order"] == os.environ.get("CUDA_DEVICE_ORDER")
+    assert rt["mps_available"] in (True, False, None)
+    if torch.version.cuda is None:
+        assert (rt["cuda_available"], rt["device_count"], rt["devices"], rt["cudnn"]) == (False, 0, [], None)
+        assert facts.memory(torch) == []
+    assert torch.cuda.is_initialized() is False or rt["cuda_initialized"]
+
+
+def test_runtime_without_torch_says_nothing_about_torch(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,0")
+    rt = facts.runtime(None)
+    assert rt["torch"] is None and rt["cuda_available"] is None
+    assert rt["cuda_visible_devices"] == "1,0"
+    assert facts.memory(None) == []
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_devices_and_memory_once_initialised():  # pragma: no cover - GPU machines only
+    x = torch.ones(1024, device="cuda")
+    rt = facts.runtime(torch)
+    assert rt["cuda_initialized"] is True and rt["device_count"] == torch.cuda.device_count()
+    assert rt["devices"][0]["name"] == torch.cuda.get_device_name(0)
+    assert rt["devices"][0]["uuid"].startswith(("GPU-", "MIG-"))
+    mem = facts.memory(torch)
+    assert mem[0]["device"] == "cuda:0" and mem[0]["allocated_bytes"] >= x.numel() * 4
