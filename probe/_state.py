@@ -16,7 +16,6 @@ import threading
 import time
 import warnings
 import weakref
-from typing import Any
 
 from probe import facts
 from probe.hooks import LoaderTimer, ModelRecord, ProbeWorkerInit
@@ -31,6 +30,10 @@ from probe.segment import (
     empty_payload,
     segment_name,
 )
+
+TYPE_CHECKING = False  # typing costs ~2 ms to import; annotations alone do not need it
+if TYPE_CHECKING:
+    from typing import Any
 
 ENV_ENABLE = "DSH_PROBE"
 ENV_INTERVAL_S = "DSH_PROBE_INTERVAL_S"
@@ -219,6 +222,11 @@ class Probe:
         finally:
             if locked:
                 self.lock.release()
+        thread = self.thread
+        if thread is not None and thread is not threading.current_thread() and thread.is_alive():
+            # Joined outside the lock (the thread may be waiting for it), so that a later activation
+            # in this process starts a fresh publisher instead of finding this one on its way out.
+            thread.join(timeout=1.0)
 
     # -- publishing -----------------------------------------------------------------------------------
     def build_payload_locked(self) -> dict:
@@ -250,6 +258,20 @@ class Probe:
         payload["published_at"] = now
         return payload
 
+    def _note_compiled_locked(self, rec: ModelRecord) -> None:
+        # Compiled calls cannot be counted from inside the graph (see PreHook); all we know is that
+        # at least one ran since the last look, which is enough to say when the model last ran.
+        rec.compiled_seen = False
+        rec.last_forward_time = time.time()
+        if not rec.compiled_noted:
+            rec.compiled_noted = True
+            message = (
+                f"model {rec.name!r} runs inside torch.compile (or was exported), where its forward calls cannot be counted; "
+                "register the compiled module instead: probe.register(torch.compile(model))"
+            )
+            self.record_error("compile", message)
+            self.warn_once(f"compile-{id(rec)}", f"dsh probe: {message}")
+
     def _traverse_all_locked(self) -> None:
         for rec in self.records:
             try:
@@ -267,6 +289,8 @@ class Probe:
             for rec in self.records:
                 rec.update_rate(now_mono)
                 rec.armed = True
+                if rec.compiled_seen:
+                    self._note_compiled_locked(rec)
         dirty, self.device_dirty = self.device_dirty, False
         if not traverse and (dirty or periodic):
             if now_mono - self.last_traversal_mono >= FULL_TRAVERSAL_S:

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
 
 from probe.segment import process_start_ticks, segment_path
+
+TYPE_CHECKING = False  # typing costs ~2 ms to import; annotations alone do not need it
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["identity", "memory", "role", "runtime"]
 

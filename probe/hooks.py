@@ -15,7 +15,10 @@ import functools
 import sys
 import time
 import weakref
-from typing import Any
+
+TYPE_CHECKING = False  # typing costs ~2 ms to import; annotations alone do not need it
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["LoaderTimer", "ModelRecord", "PreHook", "ProbeWorkerInit", "find_input_device", "unwrap_model"]
 
@@ -205,20 +208,37 @@ def _detached_hook() -> Any:
     return functools.partial(sys.audit, _DETACHED_AUDIT_EVENT)
 
 
+def _compiling_check(torch: Any) -> Any:
+    compiler = getattr(torch, "compiler", None)
+    check = getattr(compiler, "is_compiling", None)
+    if check is None:
+        check = getattr(getattr(torch, "_utils", None), "is_compiling", None)
+    return check if check is not None else (lambda: False)
+
+
 class PreHook:
     """The forward pre-hook: a counter, a clock read, a flag test; the rest only when armed.
 
     A class rather than a closure so that ``torch.save(model)`` (which pickles hooks) and
     ``copy.deepcopy(model)`` (an EMA copy, say) keep working: both get a harmless stand-in, so a copy
     never counts its forwards as the registered model's.
+
+    Inside torch.compile / torch.export tracing (a registered module compiled afterwards) the hook
+    only stores a constant: dynamo replays that store on every compiled call without a graph break
+    or a recompile, whereas reading the counter would make it specialise on its value and recompile
+    on every call (a hard error under ``fullgraph=True``), and the clock call would break the graph.
     """
 
-    __slots__ = ("rec",)
+    __slots__ = ("is_compiling", "rec")
 
-    def __init__(self, rec: ModelRecord) -> None:
+    def __init__(self, rec: ModelRecord, is_compiling: Any) -> None:
         self.rec = rec
+        self.is_compiling = is_compiling
 
     def __call__(self, module: Any, args: tuple, kwargs: dict) -> None:
+        if self.is_compiling():
+            self.rec.compiled_seen = True
+            return
         rec = self.rec
         rec.forward_calls += 1
         rec.last_forward_time = _clock()
@@ -241,6 +261,8 @@ class ModelRecord:
     __slots__ = (
         "armed",
         "cls_label",
+        "compiled_seen",
+        "compiled_noted",
         "device",
         "devices",
         "first_device",
@@ -249,6 +271,7 @@ class ModelRecord:
         "inherited",
         "inner_ref",
         "input_device",
+        "is_compiling",
         "last_forward_time",
         "loader_timer",
         "module_ref",
@@ -272,6 +295,9 @@ class ModelRecord:
         self.cls_label = label[:NAME_MAX_CHARS]
         self.name = str(name)[:NAME_MAX_CHARS] if name is not None else type(inner).__name__[:NAME_MAX_CHARS]
         self.tensor_type = torch.Tensor
+        self.is_compiling = _compiling_check(torch)
+        self.compiled_seen = False  # set by the hook on every call of a compiled graph
+        self.compiled_noted = False
         self.on_error = on_error
         self.on_device_change = on_device_change
         self.handle = None
@@ -292,7 +318,8 @@ class ModelRecord:
 
     # -- hot path ---------------------------------------------------------------------------------
     def install_hook(self, model: Any) -> None:
-        self.handle = model.register_forward_pre_hook(PreHook(self), with_kwargs=True)
+        hook = PreHook(self, self.is_compiling)
+        self.handle = model.register_forward_pre_hook(hook, with_kwargs=True)
 
     def sample(self, args: tuple, kwargs: dict) -> None:
         """Armed call: note the input's device and whether the first parameter moved. Never raises."""

@@ -27,10 +27,12 @@ import stat
 import struct
 import time
 import zlib
-from dataclasses import dataclass
-from typing import Any
 
 import msgpack
+
+TYPE_CHECKING = False  # typing costs ~2 ms to import; annotations alone do not need it
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "DEFAULT_SEGMENT_BYTES",
@@ -567,23 +569,75 @@ class SegmentWriter:
 # Reader
 
 
-@dataclass(frozen=True)
 class SegmentRead:
-    """What ``read_segment`` found. ``payload`` is the validated dict only when ``state == "ok"``."""
+    """What ``read_segment`` found. ``payload`` is the validated dict only when ``state == "ok"``.
 
-    pid: int
-    state: str
-    payload: dict | None = None
-    error: str | None = None
-    writer_pid: int | None = None
-    writer_start_ticks: int | None = None
-    published_at: float | None = None
-    trimmed: bool = False
-    seq: int | None = None
+    A plain slotted class rather than a dataclass: dataclasses imports inspect, which would double
+    what ``import probe`` costs a training script.
+    """
+
+    __slots__ = (
+        "error",
+        "payload",
+        "pid",
+        "published_at",
+        "seq",
+        "state",
+        "trimmed",
+        "writer_pid",
+        "writer_start_ticks",
+    )
+
+    def __init__(
+        self,
+        pid: int,
+        state: str,
+        payload: dict | None = None,
+        error: str | None = None,
+        writer_pid: int | None = None,
+        writer_start_ticks: int | None = None,
+        published_at: float | None = None,
+        trimmed: bool = False,
+        seq: int | None = None,
+    ) -> None:
+        self.pid = pid
+        self.state = state
+        self.payload = payload
+        self.error = error
+        self.writer_pid = writer_pid
+        self.writer_start_ticks = writer_start_ticks
+        self.published_at = published_at
+        self.trimmed = trimmed
+        self.seq = seq
 
     @property
     def ok(self) -> bool:
         return self.state == "ok"
+
+    def _fields(self) -> tuple:
+        return tuple(getattr(self, name) for name in _READ_FIELDS)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SegmentRead) and self._fields() == other._fields()
+
+    __hash__ = None  # mutable payload inside: not hashable, as the frozen dataclass with a dict was not
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{name}={getattr(self, name)!r}" for name in _READ_FIELDS if name != "payload")
+        return f"SegmentRead({inner}, payload={'{...}' if self.payload is not None else None})"
+
+
+_READ_FIELDS = (
+    "pid",
+    "state",
+    "payload",
+    "error",
+    "writer_pid",
+    "writer_start_ticks",
+    "published_at",
+    "trimmed",
+    "seq",
+)
 
 
 def _unpack(data: bytes) -> Any:
@@ -642,6 +696,9 @@ def _read_segment(pid: int, expected_start_ticks: int | None, attempts: int) -> 
         if not stat.S_ISREG(st.st_mode):
             return SegmentRead(pid=pid, state="corrupt", error=f"{path} is not a regular file")
         size = st.st_size
+        if size == 0:
+            # The writer is between shm_open (which creates an empty file) and ftruncate.
+            return SegmentRead(pid=pid, state="initialising", error="segment created, not sized yet")
         if size < HEADER_BYTES or size > MAX_SEGMENT_BYTES:
             return SegmentRead(
                 pid=pid,

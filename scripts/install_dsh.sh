@@ -129,7 +129,7 @@ EOF
 log "pnpm install @deepseek-ai/dsh@${DSH_VERSION} in $DIR/app (about 450 packages)"
 (
   cd "$DIR/app"
-  PATH="$DIR/bin:$PATH" CI=true "$DIR/bin/pnpm" install --config.confirmModulesPurge=false >&2
+  PATH="$DIR/bin:$PATH" CI=true "$DIR/bin/pnpm" install --no-frozen-lockfile --config.confirmModulesPurge=false >&2
 ) || die "pnpm install of @deepseek-ai/dsh@${DSH_VERSION} failed"
 
 DSH_PKG="$DIR/app/node_modules/@deepseek-ai/dsh"

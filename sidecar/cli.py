@@ -16,6 +16,7 @@ import ipaddress
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -144,13 +145,24 @@ def _check_serve_args(args: argparse.Namespace) -> None:
             file=sys.stderr,
             flush=True,
         )
-    if args.grace < 0:
+    if not args.grace >= 0:  # also refuses nan, which would never end the grace period
         raise UsageError("--grace must be 0 or more seconds")
     if not _is_loopback(args.host) and not args.token:
         raise UsageError(
             f"--host {args.host} is reachable from other machines: add --token TOKEN (or set "
             "DSH_SIDECAR_TOKEN) so only you can read it"
         )
+    try:  # before anything starts (`run` would otherwise start the job first)
+        socket.getaddrinfo(args.host, None)
+    except (OSError, UnicodeError):
+        raise UsageError(_bad_host(args.host)) from None
+
+
+def _bad_host(host: str) -> str:
+    return (
+        f"--host {host!r} is neither an address nor a name this machine can resolve: give an IP "
+        "address (127.0.0.1, or 0.0.0.0 for every interface) or a resolvable host name"
+    )
 
 
 def _is_loopback(host: str) -> bool:
@@ -171,7 +183,11 @@ def _rules_from_env():
         return Rules()
     try:
         values = json.loads(raw)
-        return Rules(**values)
+        rules = Rules(**values)
+        for name, value in vars(rules).items():  # every threshold is a number; a str fails every poll
+            if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+                raise TypeError(f"{name} must be a number, got {value!r}")
+        return rules
     except (ValueError, TypeError) as exc:
         raise UsageError(
             f"DSH_SIDECAR_RULES is not valid ({exc}); expected JSON like '{{\"idle_window_s\": 10}}'"
@@ -249,6 +265,11 @@ def _serve(args: argparse.Namespace, poller, child: subprocess.Popen | None) -> 
             ident="dsh-sidecar",
             clear_untrusted_proxy_headers=True,
         )
+    except ValueError:  # waitress: a host that does not resolve ("Invalid host/port specified.")
+        if child is not None:
+            _stop_child(child)
+        poller.stop()
+        return _fail(EXIT_USAGE, _bad_host(args.host))
     except OSError as exc:
         if child is not None:
             _stop_child(child)

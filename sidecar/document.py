@@ -85,6 +85,7 @@ def process_facts(proc, read, gpu: tuple[ProcGpu, ...], target_pid: int) -> Proc
         rank=_int(payload.get("rank")) if payload else None,
         local_rank=_int(payload.get("local_rank")) if payload else None,
         world_size=_int(payload.get("world_size")) if payload else None,
+        dist_backend=_str(payload.get("dist_backend")) if payload else None,
         runtime=runtime,
         cuda_memory_mib=cuda_memory_mib(payload) if payload else None,
         models=models_from_payload(payload) if payload else (),
@@ -153,6 +154,7 @@ def status_document(
                 "rank": p.rank,
                 "local_rank": p.local_rank,
                 "world_size": p.world_size,
+                "dist_backend": p.dist_backend,
                 "worker_id": p.worker_id,
                 "cuda_memory_mb": None if p.cuda_memory_mib is None else round(p.cuda_memory_mib, 1),
                 "models": [
@@ -215,6 +217,7 @@ def status_document(
                 "mem_total_mb": g.mem_total_mib,
                 "framework_index": _framework_index(facts, g),
                 "lost": g.lost,
+                "field_errors": dict(g.field_errors),  # why a null field is null, per NVML
                 "other_processes": other_processes.get(g.index, 0),
             }
             for g in facts.gpus

@@ -16,12 +16,14 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from sidecar import __version__
 from sidecar.verdict import STATUSES
 
 MIB = 1048576
+# The classic text format, which every Prometheus reads. prometheus_client 0.22+ labels the same
+# bytes "version=1.0.0" (UTF-8 names); the names here are all legacy ones, so 0.0.4 is exact.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # A poll is a few ms (one /proc walk, one segment read per process, a handful of NVML calls); the
 # top buckets catch a stalled driver.
 POLL_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -66,8 +68,7 @@ class SidecarCollector:
         self.job_name = job_name or None  # "" is no name: an empty label is an absent one
         self._lock = threading.Lock()  # waitress serves scrapes on several threads
         self._bucket_counts = [0] * (len(POLL_BUCKETS_S) + 1)  # the last one is +Inf
-        self._sum_s = 0.0
-        self._count = 0
+        self._sum_s = 0.0  # the count is the +Inf bucket
         self._seen_polls = 0
 
     # -- helpers ---------------------------------------------------------------------------------
@@ -100,7 +101,6 @@ class SidecarCollector:
             new = total
         self._seen_polls = total
         for d in durations[len(durations) - min(new, len(durations)) :]:
-            self._count += 1
             self._sum_s += d
             for i, bound in enumerate(POLL_BUCKETS_S):
                 if d <= bound:
@@ -236,6 +236,6 @@ def make_metrics(poller: Any, job_name: str | None = None) -> Callable[[], tuple
     registry.register(SidecarCollector(poller, job_name))
 
     def render() -> tuple[bytes, str]:
-        return generate_latest(registry), CONTENT_TYPE_LATEST
+        return generate_latest(registry), CONTENT_TYPE
 
     return render

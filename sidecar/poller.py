@@ -66,7 +66,7 @@ class Poller:
         self.history = History(history_s, interval_s)
         self.poll_count = 0
         self.poll_errors: Counter[str] = Counter()
-        self.poll_durations_s: list[float] = []  # drained by the metrics collector
+        self.poll_durations_s: list[float] = []  # read (never drained) by the metrics collector
         self.last_poll_time: float | None = None
         self.latest: dict[str, Any] | None = None
         self.latest_verdict: Verdict | None = None
@@ -157,6 +157,7 @@ class Poller:
                     mem_used_mib=d.mem_used_mib,
                     mem_total_mib=d.mem_total_mib,
                     lost=d.lost,
+                    field_errors=tuple(sorted(d.field_errors.items())),
                 )
             )
             for gp in d.processes:

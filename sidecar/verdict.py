@@ -69,6 +69,7 @@ class ProcessFacts:
     rank: int | None = None
     local_rank: int | None = None
     world_size: int | None = None
+    dist_backend: str | None = None
     runtime: dict[str, Any] | None = None
     cuda_memory_mib: float | None = None  # reserved by the allocator, per the probe
     models: tuple[ModelFacts, ...] = ()
@@ -98,6 +99,8 @@ class GpuFacts:
     mem_used_mib: float | None = None
     mem_total_mib: float | None = None
     lost: bool = False
+    # (field, why it is None) as NVML answered, e.g. ("utilization", "Not Supported")
+    field_errors: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -746,6 +749,8 @@ def rule_rank_device_mismatch(f: Facts) -> Iterable[Warning]:
     for p in f.processes:
         if p.role != "rank" or p.local_rank is None:
             continue
+        if (p.runtime or {}).get("device_count") == 1:
+            continue  # one visible GPU per rank (CUDA_VISIBLE_DEVICES): cuda:0 is right for every rank
         for m in p.models:
             if device_type(m.device) == "cuda":
                 _, _, idx = m.device.partition(":")

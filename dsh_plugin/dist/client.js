@@ -847,6 +847,7 @@ var en2 = {
   "settings.sidecarUrl": "Sidecar URL",
   "settings.sidecarUrlHelp": "The DSH server talks to the sidecar (the browser never does), so the URL lives in the host config. Remembered in this browser; to apply it, put this in {file} (hot-reloaded in about 3 s):",
   "settings.urlSame": "This is the URL the host uses.",
+  "settings.urlDiffers": "Not applied yet: the host still uses {url}.",
   "settings.urlNotLoopback": "Only loopback URLs (127.0.0.1, ::1, localhost) are accepted; the host would fall back to {def}.",
   "settings.urlInvalid": "Not a valid http:// URL.",
   "settings.copy": "Copy",
@@ -855,7 +856,7 @@ var en2 = {
   "settings.refreshHelp": "How often this browser asks for a new status ({min}–{max} s). Stored in this browser.",
   "settings.seconds": "s",
   "settings.language": "Language",
-  "settings.langAuto": "Browser default",
+  "settings.langAuto": "Same as DSH",
   "settings.save": "Save",
   "settings.saved": "Saved",
   "settings.startSidecar": "Start the sidecar",
@@ -896,6 +897,7 @@ var zh2 = {
   "settings.sidecarUrl": "Sidecar 地址",
   "settings.sidecarUrlHelp": "由 DSH 服务端访问 sidecar（浏览器不直接访问），因此地址保存在服务端配置中。此处的值只记在本浏览器；要生效，请把下面内容写入 {file}（约 3 秒后自动重新加载）：",
   "settings.urlSame": "这就是服务端正在使用的地址。",
+  "settings.urlDiffers": "尚未生效：服务端仍在使用 {url}。",
   "settings.urlNotLoopback": "只接受回环地址（127.0.0.1、::1、localhost）；否则服务端会退回 {def}。",
   "settings.urlInvalid": "不是有效的 http:// 地址。",
   "settings.copy": "复制",
@@ -904,7 +906,7 @@ var zh2 = {
   "settings.refreshHelp": "本浏览器请求新状态的频率（{min}–{max} 秒），保存在本浏览器中。",
   "settings.seconds": "秒",
   "settings.language": "语言",
-  "settings.langAuto": "跟随浏览器",
+  "settings.langAuto": "跟随 DSH",
   "settings.save": "保存",
   "settings.saved": "已保存",
   "settings.startSidecar": "启动 sidecar",
@@ -956,7 +958,12 @@ function clampRefresh(s) {
 }
 function browserLang() {
   try {
-    return pickLang(navigator.languages && navigator.languages.length ? navigator.languages : navigator.language);
+    const list = [];
+    const html = typeof document !== "undefined" ? document.documentElement.lang : "";
+    if (html) list.push(html);
+    if (navigator.languages && navigator.languages.length) list.push(...navigator.languages);
+    else if (navigator.language) list.push(navigator.language);
+    return pickLang(list);
   } catch {
     return "en";
   }
@@ -1025,6 +1032,9 @@ function classify(resp, path) {
   if (b && b.error === "sidecar-bad-response") {
     return { kind: "error", code: "bad-response", detail: b.detail || null, httpStatus: resp.httpStatus };
   }
+  if (resp.httpStatus === 503) {
+    return { kind: "loading", detail: b && (b.detail || b.error) || null };
+  }
   if (resp.httpStatus === 401 || resp.httpStatus === 403) {
     return { kind: "error", code: "auth", httpStatus: resp.httpStatus, detail: b && (b.detail || b.error) || null };
   }
@@ -1037,6 +1047,19 @@ function classify(resp, path) {
     httpStatus: resp.httpStatus,
     detail: b && (b.detail || b.error || b.message) || "unexpected answer"
   };
+}
+function mergeEvents(old, fresh) {
+  const out = Array.isArray(old) ? old.slice() : [];
+  const seen = new Set(out.map((e) => `${e && e.time}|${e && e.name}|${e && e.pid}`));
+  for (const e of Array.isArray(fresh) ? fresh : []) {
+    if (!e || typeof e !== "object") continue;
+    const key = `${e.time}|${e.name}|${e.pid}`;
+    if (seen.has(key)) continue;
+    seen.add(key);
+    out.push(e);
+  }
+  out.sort((a, b) => (Number(a.time) || 0) - (Number(b.time) || 0));
+  return out.length > 500 ? out.slice(out.length - 500) : out;
 }
 function createStore() {
   const settings = observable(readSettings());
@@ -1075,6 +1098,10 @@ function createStore() {
       const r = await getJson(`${API}/config`);
       if (r.json && r.httpStatus === 200 && r.body) {
         configFetched = true;
+        const prev = status.get().config;
+        if (prev && prev.sidecarUrl !== r.body.sidecarUrl) {
+          history.set({ samples: [], events: [], intervalS: null, lastTime: null, error: null });
+        }
         status.set({ ...status.get(), config: r.body });
       }
     } catch {
@@ -1124,7 +1151,7 @@ function createStore() {
         }
         history.set({
           samples,
-          events: Array.isArray(r.body.events) ? r.body.events : cur.events,
+          events: mergeEvents(cur.events, r.body.events),
           intervalS: typeof r.body.interval_s === "number" ? r.body.interval_s : cur.intervalS,
           lastTime: samples.length ? samples[samples.length - 1].time : cur.lastTime,
           error: null
@@ -1369,14 +1396,14 @@ function Updated({ lastOk, lang }) {
   useTick(1e3);
   return /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-updated", "data-testid": "dsh-gpu-updated", children: lastOk ? t(lang, "updated.label", { ago: fmtAgo((Date.now() - lastOk) / 1e3, lang) }) : t(lang, "updated.never") });
 }
-function Unreachable({ st, lang, compact }) {
+function Unreachable({ st, lang }) {
   const settings = useSettings();
   const p = st.problem || {};
   return /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-root dgd-alert", "data-testid": "dsh-gpu-unreachable", role: "status", children: [
     /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { className: "dgd-alert-icon", "aria-hidden": "true", children: "!" }),
     /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-alert-body", children: [
       /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-alert-title", children: t(lang, "unreachable.title") }),
-      compact ? null : /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { children: t(lang, "unreachable.body") }),
+      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { children: t(lang, "unreachable.body") }),
       /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-cmds", children: [
         /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-cmd", children: [
           /* @__PURE__ */ (0, import_jsx_runtime.jsx)("code", { "data-testid": "dsh-gpu-unreachable-command", children: UNREACHABLE_COMMAND }),
@@ -1407,8 +1434,8 @@ function problemText(p, lang) {
 function ProblemCard({ st, lang }) {
   return /* @__PURE__ */ (0, import_jsx_runtime.jsx)(ErrorCard, { error: { message: problemText(st.problem, lang) }, lang });
 }
-function ConnectionNotice({ st, lang, compact }) {
-  if (st.state === "unreachable") return /* @__PURE__ */ (0, import_jsx_runtime.jsx)(Unreachable, { st, lang, compact });
+function ConnectionNotice({ st, lang }) {
+  if (st.state === "unreachable") return /* @__PURE__ */ (0, import_jsx_runtime.jsx)(Unreachable, { st, lang });
   if (st.state === "error") return /* @__PURE__ */ (0, import_jsx_runtime.jsx)(ProblemCard, { st, lang });
   if (st.state === "loading" && !st.doc) return /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-muted", children: t(lang, "loading") });
   return null;
@@ -1431,6 +1458,7 @@ function StatusChip({ wide }) {
   let util = "";
   if (st.state === "unreachable") {
     label = tr(lang, "chip.unreachable");
+    dot = SEVERITY_COLORS.warning;
   } else if (st.state === "error") {
     label = tr(lang, "chip.error");
     dot = SEVERITY_COLORS.error;
@@ -1519,7 +1547,7 @@ function GlanceCardOpen() {
           /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-glance-title", children: tr(lang, "glance.title") }),
           /* @__PURE__ */ (0, import_jsx_runtime.jsx)("button", { type: "button", className: "dgd-close", "aria-label": tr(lang, "glance.close"), onClick: () => store.toggleGlance(false), children: "×" })
         ] }),
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)(ConnectionNotice, { st, lang, compact: true }),
+        /* @__PURE__ */ (0, import_jsx_runtime.jsx)(ConnectionNotice, { st, lang }),
         doc ? /* @__PURE__ */ (0, import_jsx_runtime.jsxs)(import_jsx_runtime.Fragment, { children: [
           /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { children: /* @__PURE__ */ (0, import_jsx_runtime.jsx)(Badge, { doc, lang }) }),
           /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-message", "data-testid": "dsh-gpu-message", children: summarize(doc, lang).message || NA }),
@@ -1649,6 +1677,10 @@ function GpuCards({ doc, lang }) {
 function DeviceChip({ dev }) {
   return /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: `dgd-dev dgd-dev-${deviceKind(dev)}`, children: deviceText(dev) });
 }
+function cmdText(cmd) {
+  if (Array.isArray(cmd)) return cmd.filter((a) => a !== null && a !== void 0).map(String).join(" ");
+  return cmd === null || cmd === void 0 ? "" : String(cmd);
+}
 function ProcessTable({ doc, lang }) {
   const procs = Array.isArray(doc.processes) ? doc.processes.filter(Boolean) : [];
   return /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("section", { children: [
@@ -1677,7 +1709,7 @@ function ProcessTable({ doc, lang }) {
             /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-proc-name", children: p.name || NA }),
             " ",
             /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-mono dgd-muted", children: p.pid ?? NA }),
-            p.cmdline ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-proc-cmd", title: String(p.cmdline), children: String(p.cmdline) }) : null,
+            cmdText(p.cmdline) ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-proc-cmd", title: cmdText(p.cmdline), children: cmdText(p.cmdline) }) : null,
             p.probe_error ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { className: "dgd-probe-error", children: t(lang, "probe.error", { error: p.probe_error }) }) : null
           ] }),
           /* @__PURE__ */ (0, import_jsx_runtime.jsx)("td", { title: !p.probe ? t(lang, "probe.noneTitle") : void 0, children: roleText(p, lang) }),
@@ -1998,7 +2030,7 @@ function SettingsSection() {
             /* @__PURE__ */ (0, import_jsx_runtime.jsx)("dd", { className: "dgd-note-warn", "data-testid": "dsh-gpu-host-warnings", children: cfg.warnings.map((w, i) => /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { children: w }, i)) })
           ] }) : null
         ] }),
-        st.state === "unreachable" ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)(Unreachable, { st, lang, compact: true }) : null,
+        st.state === "unreachable" ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)(Unreachable, { st, lang }) : null,
         st.state === "error" ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)(ProblemCard, { st, lang }) : null,
         /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime.jsx)("button", { type: "button", className: "dgd-btn", onClick: () => store.refreshNow(), "data-testid": "dsh-gpu-test", children: tr(lang, "settings.test") }) })
       ] })
@@ -2019,6 +2051,7 @@ function SettingsSection() {
       vet === "invalid" ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-note-warn", children: tr(lang, "settings.urlInvalid") }) : null,
       vet === "not-loopback" ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-note-warn", children: tr(lang, "settings.urlNotLoopback", { def: cfg && cfg.defaultSidecarUrl || "http://127.0.0.1:8765" }) }) : null,
       vet === "ok" && !differs && effective ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-note-ok", children: tr(lang, "settings.urlSame") }) : null,
+      differs ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-note-warn", "data-testid": "dsh-gpu-url-differs", children: tr(lang, "settings.urlDiffers", { url: effective }) }) : null,
       /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-field-help", children: tr(lang, "settings.sidecarUrlHelp", { file: "$DSH_HOME/profiles/web/cordis.patch.yml" }) }),
       /* @__PURE__ */ (0, import_jsx_runtime.jsx)("pre", { className: "dgd-pre", "data-testid": "dsh-gpu-yaml", children: snippet }),
       /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime.jsx)("button", { type: "button", className: "dgd-btn", onClick: copy, children: copied ? tr(lang, "settings.copied") : tr(lang, "settings.copy") }) })

@@ -51,13 +51,21 @@ class DshUnavailable(RuntimeError):
 
 
 def ensure_dsh(directory: Path | None = None, timeout_s: float = 900.0) -> Path:
-    """Run scripts/install_dsh.sh (fast when already installed) and return the `dsh` launcher."""
+    """Run scripts/install_dsh.sh (fast when already installed) and return the `dsh` launcher.
+
+    $DSH_BIN (exported by scripts/test.sh after it ran the installer) is used as is when it names
+    an executable launcher written by install_dsh.sh (Node 22 must sit beside it).
+    """
+    given = os.environ.get("DSH_BIN")
+    if directory is None and given:
+        launcher = Path(given)
+        if launcher.is_file() and os.access(launcher, os.X_OK) and (launcher.parent / "node").exists():
+            return launcher
     directory = Path(directory or DEFAULT_DSH_DIR)
     try:
         proc = subprocess.run(
             ["bash", str(INSTALL_SCRIPT), str(directory)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            capture_output=True,
             text=True,
             timeout=timeout_s,
             stdin=subprocess.DEVNULL,
@@ -258,7 +266,10 @@ class DshHome:
             lines.append(f"    {key}: {json.dumps(value)}")
         path = self.web_profile / "cordis.patch.yml"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("\n".join(lines) + "\n")
+        # Atomically: DSH's watcher may otherwise read a half-written file and miss the change.
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("\n".join(lines) + "\n")
+        os.replace(tmp, path)
         return path
 
 
@@ -293,7 +304,9 @@ def start_dsh_web(
     """
     workdir.mkdir(parents=True, exist_ok=True)
     env = dsh_env(home.launcher, home.path, {"HOME": str(workdir), **(extra_env or {})})
-    proc = Managed.start("dsh web", [str(home.launcher), "web", "--no-open", "--port", "0"], env=env, cwd=workdir)
+    proc = Managed.start(
+        "dsh web", [str(home.launcher), "web", "--no-open", "--port", "0"], env=env, cwd=workdir
+    )
     try:
         m = proc.wait_line(URL_LINE, timeout_s)
     except BaseException:
@@ -305,8 +318,15 @@ def start_dsh_web(
 # --------------------------------------------------------------------------- raw HTTP
 
 
-def raw_get(url: str, path: str, *, host: str | None = None, method: str = "GET",
-            headers: Mapping[str, str] | None = None, timeout_s: float = 10.0) -> tuple[int, dict[str, str], bytes]:
+def raw_get(
+    url: str,
+    path: str,
+    *,
+    host: str | None = None,
+    method: str = "GET",
+    headers: Mapping[str, str] | None = None,
+    timeout_s: float = 10.0,
+) -> tuple[int, dict[str, str], bytes]:
     """One request with the exact path (no normalisation) and, if given, a forged Host header."""
     hostport = url.split("://", 1)[1].rstrip("/")
     h, p = hostport.rsplit(":", 1)

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import glob
 import json
+import os
 import re
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,7 +59,9 @@ def dsh_launcher() -> Path:
     try:
         return ensure_dsh()
     except DshUnavailable as exc:
-        pytest.skip(f"DSH {DSH_VERSION} cannot be installed on this machine, so the plugin cannot be tested: {exc}")
+        pytest.skip(
+            f"DSH {DSH_VERSION} cannot be installed on this machine, so the plugin cannot be tested: {exc}"
+        )
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +80,9 @@ def dsh_gpu(dsh_launcher: Path, gpu_stack, tmp_path_factory: pytest.TempPathFact
 
 
 def new_page(browser, url: str, errors: list[str], *, width: int = 1400, height: int = 900):
-    ctx = browser.new_context(viewport={"width": width, "height": height}, locale="en-US", color_scheme="light")
+    ctx = browser.new_context(
+        viewport={"width": width, "height": height}, locale="en-US", color_scheme="light"
+    )
     page = ctx.new_page()
     page.set_default_timeout(20_000)
     page.on("pageerror", lambda exc: errors.append(f"pageerror: {exc}"))
@@ -123,9 +129,14 @@ def open_session(page) -> None:
     try:
         tab.wait_for(timeout=20_000)
     except Exception:
-        page.screenshot(path=str(SCREENSHOTS.parent / "dsh-open-session-failed.png"))
+        page.screenshot(path=os.path.join(tempfile.gettempdir(), "dsh-open-session-failed.png"))
         raise
     tab.click()
+
+
+def port_closed(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) != 0
 
 
 def plugin_errors(errors: list[str]) -> list[str]:
@@ -135,13 +146,17 @@ def plugin_errors(errors: list[str]) -> list[str]:
 # --------------------------------------------------------------------------- the plugin package
 
 
-def test_host_half_unit_tests(dsh_launcher: Path) -> None:
-    """The host half's own tests (node --test): loopback checks, config fallback, route table, proxy."""
+def test_plugin_unit_tests(dsh_launcher: Path) -> None:
+    """The plugin's node tests: host half (loopback checks, config fallback, route table, proxy
+    against a fake sidecar) and the browser half's pure parts (response classification, strings)."""
     files = sorted(glob.glob(str(PLUGIN_DIR / "test" / "*.test.mjs")))
     assert files, "dsh_plugin/test/*.test.mjs is missing"
     proc = subprocess.run(
         [str(node_binary(dsh_launcher)), "--test", *files],
-        cwd=PLUGIN_DIR, capture_output=True, text=True, timeout=120,
+        cwd=PLUGIN_DIR,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     assert re.search(r"^# fail 0$", proc.stdout, re.M), proc.stdout[-3000:]
@@ -156,10 +171,15 @@ def test_committed_bundle_matches_sources(dsh_launcher: Path) -> None:
         assert npm, "npm is needed to install the plugin's build tool (esbuild)"
         proc = subprocess.run(
             [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
-            cwd=PLUGIN_DIR, capture_output=True, text=True, timeout=300,
+            cwd=PLUGIN_DIR,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    proc = subprocess.run([node, "scripts/build.mjs", "--check"], cwd=PLUGIN_DIR, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [node, "scripts/build.mjs", "--check"], cwd=PLUGIN_DIR, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     bundle = (PLUGIN_DIR / "dist" / "client.js").read_text()
     assert "window.__ModuleLoader__.load" in bundle
@@ -167,7 +187,9 @@ def test_committed_bundle_matches_sources(dsh_launcher: Path) -> None:
     assert requires <= {"react", "react/jsx-runtime"}, requires
     pkg = json.loads((PLUGIN_DIR / "package.json").read_text())
     patch = (PLUGIN_DIR / "cordis.patch.yml").read_text()
-    assert re.search(rf"^\s+name: {re.escape(pkg['name'])}\s*$", patch, re.M), "the patch row name must equal the package name"
+    assert re.search(rf"^\s+name: {re.escape(pkg['name'])}\s*$", patch, re.M), (
+        "the patch row name must equal the package name"
+    )
     assert pkg["exports"]["./package.json"] == "./package.json"
 
 
@@ -188,7 +210,12 @@ def test_proxy_forwards_to_the_real_sidecar(dsh_gpu: DshWeb, gpu_stack) -> None:
 
     code, hist = get_json(dsh_gpu.url, f"{API}/history?since=not-a-number")
     assert code == 200 and hist["schema"] == 1 and isinstance(hist["samples"], list)
-    wait_for(lambda: len(get_json(dsh_gpu.url, f"{API}/history")[1]["samples"]) >= 2, 15, 0.5, "two history samples")
+    wait_for(
+        lambda: len(get_json(dsh_gpu.url, f"{API}/history")[1]["samples"]) >= 2,
+        15,
+        0.5,
+        "two history samples",
+    )
     samples = get_json(dsh_gpu.url, f"{API}/history")[1]["samples"]
     cut = samples[-2]["time"]
     code, newer = get_json(dsh_gpu.url, f"{API}/history?since={cut}")
@@ -201,7 +228,12 @@ def test_proxy_forwards_to_the_real_sidecar(dsh_gpu: DshWeb, gpu_stack) -> None:
 
 
 def test_proxy_refuses_foreign_host_and_unknown_paths(dsh_gpu: DshWeb) -> None:
-    for host in ("evil.example", f"evil.example:{dsh_gpu.port}", f"127.0.0.1.nip.io:{dsh_gpu.port}", "10.0.0.1"):
+    for host in (
+        "evil.example",
+        f"evil.example:{dsh_gpu.port}",
+        f"127.0.0.1.nip.io:{dsh_gpu.port}",
+        "10.0.0.1",
+    ):
         code, body = get_json(dsh_gpu.url, f"{API}/status", host=host)
         assert code == 403, (host, body)
         assert body["error"] == "forbidden"
@@ -224,7 +256,11 @@ def test_proxy_refuses_foreign_host_and_unknown_paths(dsh_gpu: DshWeb) -> None:
         assert isinstance(body, dict) and body["error"] == "not-found", (path, body)
     # Dot segments: DSH's router resolves them before routing, so these land outside the plugin's
     # prefix (DSH's own page) or on its 404 -- never on the sidecar.
-    for path in (f"{API}/%2e%2e/%2e%2e/metrics", f"{API}/../../api/dsh-gpu-dashboard/status", f"{API}/status/../../../metrics"):
+    for path in (
+        f"{API}/%2e%2e/%2e%2e/metrics",
+        f"{API}/../../api/dsh-gpu-dashboard/status",
+        f"{API}/status/../../../metrics",
+    ):
         code, headers, body = raw_get(dsh_gpu.url, path)
         if "json" in headers.get("content-type", ""):
             assert code == 404 and json.loads(body)["error"] == "not-found", (path, code, body[:300])
@@ -248,7 +284,9 @@ def test_bad_config_falls_back_to_defaults_with_a_warning(dsh_launcher: Path, tm
         assert status == 200 and "text/html" in headers["content-type"]
         wait_for(
             lambda: re.search(r"dsh-gpu-dashboard: config: sidecarUrl .*example\.com.* loopback", web.log()),
-            10, 0.2, "the config warning in the dsh web output",
+            10,
+            0.2,
+            "the config warning in the dsh web output",
         )
         assert web.process.proc.poll() is None, web.log()
 
@@ -280,7 +318,9 @@ def test_chip_glance_view_and_settings_show_the_sidecar_data(chromium, dsh_gpu: 
         assert glance.locator('[data-testid="dsh-gpu-glance-gpu"]').count() == len(doc["gpus"]) == 2
         for g in doc["gpus"]:
             assert g["name"] in text
-        first_warning = sorted(doc["warnings"], key=lambda w: ["error", "warning", "info"].index(w["severity"]))
+        first_warning = sorted(
+            doc["warnings"], key=lambda w: ["error", "warning", "info"].index(w["severity"])
+        )
         if first_warning:
             assert first_warning[0]["message"] in text
         # the card floats above the page without hiding the chip
@@ -310,6 +350,9 @@ def test_chip_glance_view_and_settings_show_the_sidecar_data(chromium, dsh_gpu: 
                   && document.querySelectorAll('[data-testid="dsh-gpu-chart-mem-body"] path.series').length >= 2"""
         )
         assert "train_start" in view.locator('[data-testid="dsh-gpu-events"]').inner_text()
+        assert "tests.helpers.fake_job" in main_row.inner_text()  # argv joined with spaces
+        view.locator('[data-testid="dsh-gpu-window-60"]').click()
+        assert view.locator('[data-testid="dsh-gpu-window-60"]').get_attribute("aria-pressed") == "true"
         page.set_viewport_size({"width": 1400, "height": 1500})
         time.sleep(0.5)
         page.mouse.move(0, 0)
@@ -328,6 +371,7 @@ def test_chip_glance_view_and_settings_show_the_sidecar_data(chromium, dsh_gpu: 
         settings.locator('[data-testid="dsh-gpu-url-input"]').fill("http://127.0.0.1:9999")
         yaml = settings.locator('[data-testid="dsh-gpu-yaml"]').inner_text()
         assert "- id: dsh-gpu-dashboard" in yaml and "sidecarUrl: http://127.0.0.1:9999" in yaml
+        assert gpu_stack.sidecar.url in settings.locator('[data-testid="dsh-gpu-url-differs"]').inner_text()
         settings.locator('[data-testid="dsh-gpu-refresh-input"]').fill("5")
         settings.locator('[data-testid="dsh-gpu-save"]').click()
         stored = json.loads(page.evaluate("() => localStorage.getItem('dsh-gpu-dashboard.settings')"))
@@ -351,11 +395,11 @@ def test_sidecar_down_dsh_still_boots_and_the_panel_says_unreachable(
         sidecar = Sidecar(["--pid", str(child.pid), "--port", "0", "--interval", "0.5", "--stay"])
         try:
             url = sidecar.url
-            assert sidecar.status()["status"] in ("UNKNOWN", "CPU", "GPU", "MIXED")
+            sidecar.wait_status(lambda d: d["status"] in ("UNKNOWN", "CPU"), what="a first verdict")
         finally:
             sidecar.stop()
         port = int(url.rsplit(":", 1)[1])
-        wait_for(lambda: socket.socket().connect_ex(("127.0.0.1", port)) != 0, 10, 0.2, "the sidecar's port to close")
+        wait_for(lambda: port_closed(port), 10, 0.2, "the sidecar's port to close")
 
         home = DshHome.create(tmp_path / "home", dsh_launcher)
         home.add_plugin()
@@ -383,22 +427,45 @@ def test_sidecar_down_dsh_still_boots_and_the_panel_says_unreachable(
                 page.mouse.move(0, 0)
                 shot(page, "unreachable")
 
-                # the session view says the same, and the rest of DSH keeps working
                 page.keyboard.press("Escape")
+
+                # a sidecar that comes back (here: a new one with a token, wired in through the
+                # user patch, which DSH hot-reloads) turns the chip green without a page reload
+                token = "t0ken-for-the-test"
+                sidecar2 = Sidecar(
+                    ["--pid", str(child.pid), "--port", "0", "--interval", "0.5", "--stay", "--token", token],
+                    token=token,
+                )
+                try:
+                    sidecar2.wait_status(lambda d: True, what="a first poll")
+                    home.write_plugin_config(sidecarUrl=sidecar2.url, token=token, timeoutMs=1000)
+                    try:
+                        page.wait_for_selector(
+                            '[data-testid="dsh-gpu-chip"][data-state="ok"]', timeout=30_000
+                        )
+                    except Exception as exc:
+                        raise AssertionError(
+                            f"chip not ok after the config change: config={get_json(web.url, f'{API}/config')}"
+                            f" status={get_json(web.url, f'{API}/status')[0]}"
+                            f" chip={chip.get_attribute('data-state')} sidecar2={sidecar2.url}"
+                        ) from exc
+                    assert chip.get_attribute("data-status") in ("UNKNOWN", "CPU")
+                    code, doc = get_json(web.url, f"{API}/status")
+                    assert code == 200 and doc["target"]["pid"] == child.pid, doc
+                    # the token really is needed: without it the sidecar refuses
+                    code, _ = get_json(sidecar2.url, "/api/dsh-gpu-dashboard/status")
+                    assert code == 401
+                finally:
+                    sidecar2.stop()
+
+                # ... and one that dies while DSH runs turns it back, in the chip and in a session
+                page.wait_for_selector(
+                    '[data-testid="dsh-gpu-chip"][data-state="unreachable"]', timeout=30_000
+                )
                 open_session(page)
                 page.locator('[data-testid="dsh-gpu-view"] [data-testid="dsh-gpu-unreachable"]').wait_for()
                 page.get_by_role("tab", name="Chat").first.click()
                 page.locator('[data-testid="dsh-gpu-view"]').wait_for(state="detached")
-
-                # a sidecar that comes back (here: a new one, wired in through the user patch,
-                # which DSH hot-reloads) turns the chip green again without reloading the page
-                sidecar2 = Sidecar(["--pid", str(child.pid), "--port", "0", "--interval", "0.5", "--stay"])
-                try:
-                    home.write_plugin_config(sidecarUrl=sidecar2.url, token=None, timeoutMs=1000)
-                    page.wait_for_selector('[data-testid="dsh-gpu-chip"][data-state="ok"]', timeout=30_000)
-                    assert chip.get_attribute("data-status") in ("UNKNOWN", "CPU")
-                finally:
-                    sidecar2.stop()
                 assert page.locator('[data-testid="dsh-gpu-error"]').count() == 0
                 assert not plugin_errors(errors), errors
                 assert web.process.proc.poll() is None, web.log()
@@ -407,3 +474,61 @@ def test_sidecar_down_dsh_still_boots_and_the_panel_says_unreachable(
     finally:
         child.stop()
 
+
+def test_follows_dsh_language_and_dark_theme(chromium, dsh_gpu: DshWeb, gpu_stack) -> None:
+    doc = gpu_stack.sidecar.status()
+    errors: list[str] = []
+    ctx = chromium.new_context(viewport={"width": 1400, "height": 900}, locale="zh-CN", color_scheme="dark")
+    try:
+        page = ctx.new_page()
+        page.set_default_timeout(20_000)
+        page.goto(dsh_gpu.url)
+        chip = wait_for_panel(page)
+        page.wait_for_selector('[data-testid="dsh-gpu-chip"][data-state="ok"]')
+        assert page.evaluate("document.documentElement.lang").startswith("zh")
+        chip.click()
+        glance = page.locator('[data-testid="dsh-gpu-glance"]')
+        glance.wait_for()
+        text = glance.inner_text()
+        assert doc["message_zh"] and doc["message_zh"] in text
+        assert "在 GPU 上" in text  # status.GPU from the shared zh catalogue
+        # theme variables: the card is dark when DSH is dark
+        bg = page.evaluate(
+            "() => getComputedStyle(document.querySelector('[data-testid=dsh-gpu-glance]')).backgroundColor"
+        )
+        rgb = [int(x) for x in re.findall(r"\d+", bg)[:3]]
+        assert sum(rgb) / 3 < 100, bg
+        page.mouse.move(0, 0)
+        shot(page, "glance-zh-dark")
+        assert not plugin_errors(errors), errors
+    finally:
+        ctx.close()
+
+
+def test_a_broken_bundle_shows_an_error_card_and_dsh_still_works(
+    chromium, dsh_launcher: Path, tmp_path: Path
+) -> None:
+    """The module body is wrapped: if it throws, DSH still boots and the panel says what broke."""
+    broken = tmp_path / "dsh_plugin_broken"
+    shutil.copytree(PLUGIN_DIR, broken, ignore=shutil.ignore_patterns("node_modules", "test"))
+    bundle = broken / "dist" / "client.js"
+    marker = "// ---- esbuild output"
+    text = bundle.read_text()
+    assert marker in text
+    bundle.write_text(text.replace(marker, 'throw new Error("simulated plugin failure")\n' + marker, 1))
+
+    home = DshHome.create(tmp_path / "home", dsh_launcher)
+    home.add_plugin(broken)
+    home.write_plugin_config(sidecarUrl="http://127.0.0.1:9", token=None, timeoutMs=500)
+    with start_dsh_web(home, tmp_path / "work") as web:
+        errors: list[str] = []
+        ctx, page = new_page(chromium, web.url, errors)
+        try:
+            card = wait_for_panel(page, "dsh-gpu-error")
+            assert "simulated plugin failure" in (card.get_attribute("title") or "") + card.inner_text()
+            assert page.get_by_role("button", name="Settings").count() >= 1
+            assert page.get_by_text("New Session").count() >= 1
+            assert page.locator('[data-testid="dsh-gpu-chip"]').count() == 0
+            assert FAILED_TO_LOAD not in page.inner_text("body")
+        finally:
+            ctx.close()

@@ -139,7 +139,7 @@ def same_poll(sc: Sidecar, attempts: int = 20) -> tuple[list, dict]:
         stamps = {v for n, _, v in a + b if n == "dsh_sidecar_last_poll_timestamp_seconds"}
         if stamps == {doc["time"]}:
             return a, doc
-    raise AssertionError("no scrape matched a status document's poll in %d attempts" % attempts)
+    raise AssertionError(f"no scrape matched a status document's poll in {attempts} attempts")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -521,12 +521,10 @@ def test_the_collector_never_polls():
 def test_docs_list_every_exported_metric():
     text = (REPO / "docs" / "metrics.md").read_text()
     documented = {re.sub(r"_(bucket|sum|count)$", "", n) for n in re.findall(r"`(dsh_[a-z_]+)", text)}
-    exported = {
-        n
-        for n, _, _ in scrape(
-            StandInPoller(document(processes=[dict(document()["processes"][0], role="rank", rank=0)]))
-        )
-    }
+    proc = dict(
+        document()["processes"][0], role="rank", rank=0, gpu=[{"index": 0, "mem_used_mb": 1, "sm_util": 2}]
+    )
+    exported = {n for n, _, _ in scrape(StandInPoller(document(processes=[proc])))}
     families = {re.sub(r"_(bucket|sum|count)$", "", n) if "poll_duration" in n else n for n in exported}
     assert families <= documented, sorted(families - documented)
     assert documented <= families, sorted(documented - families)

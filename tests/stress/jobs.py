@@ -3,6 +3,8 @@
 tree for load figures.
 
     python -m tests.stress.jobs hot                  # publish VARIANTS as fast as possible, forever
+    python -m tests.stress.jobs paced                # the same with a 2 ms pause after each publish
+    python -m tests.stress.jobs slow                 # ~100 publishes/s, each stalled 4 ms mid-publish
     python -m tests.stress.jobs once                 # publish variant 0, then sleep
     python -m tests.stress.jobs wait                 # sleep; publish variant 0 when a line arrives on stdin
     python -m tests.stress.jobs zygote               # fork writers on command (stdin), reap them
@@ -27,8 +29,9 @@ import sys
 import time
 
 from probe import segment
+from tests.fakenvml import gpu
 
-GPU_UUIDS = [f"GPU-{i:08x}-0000-4000-8000-000000000000" for i in range(64)]  # tests.fakenvml.gpu(i)
+GPU_UUIDS = [gpu(i)["uuid"] for i in range(64)]
 N_VARIANTS = 16
 _PR_SET_PDEATHSIG = 1
 
@@ -63,7 +66,7 @@ def variant(pid: int, start_ticks: int, k: int, name: str = "net") -> dict:
     names the variant. Deterministic, so a reader can check any payload it accepted."""
     p = segment.empty_payload(pid, start_ticks)
     p["runtime"] = cuda_runtime(1)
-    n_models = 1 + (k * 7) % 14
+    n_models = 1 + (k * 5) % 14
     p["models"] = [
         {
             "name": f"{name}{j}",
@@ -123,9 +126,10 @@ def _encoded_variants(w: segment.SegmentWriter, name: str = "net") -> list[tuple
 # Writer modes
 
 
-def run_hot(name: str = "net") -> None:
+def run_hot(name: str = "net", pause_s: float = 0.0) -> None:
     """Publish the variants round-robin as fast as possible: most of the time is spent inside a
-    publish (seq odd), so a SIGKILL at a random moment usually lands mid-publish."""
+    publish (seq odd), so a SIGKILL at a random moment usually lands mid-publish. With `pause_s`
+    (the "paced" writer) it sleeps that long after each publish, so readers also find it idle."""
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     w = segment.SegmentWriter()
@@ -133,6 +137,26 @@ def run_hot(name: str = "net") -> None:
     while not stop:
         for data, at in blobs:
             w.publish_bytes(data, False, at)
+            if pause_s:
+                time.sleep(pause_s)
+    w.close()
+
+
+def run_slow(name: str = "net") -> None:
+    """Publish every ~10 ms with the writer's own three steps and a 2 ms stall after the first two
+    (seq odd during both), so a test that stops the writer at random finds it mid-publish often."""
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    w = segment.SegmentWriter()
+    blobs = _encoded_variants(w, name)
+    while not stop:
+        for data, at in blobs:
+            w._begin()
+            time.sleep(0.002)
+            w._fill(data, 0, at)
+            time.sleep(0.002)
+            w._end()
+            time.sleep(0.005)
     w.close()
 
 
@@ -166,6 +190,8 @@ def _child(mode: str) -> None:
             os.dup2(devnull, fd)
         if mode == "hot":
             run_hot()
+        elif mode == "paced":
+            run_hot(pause_s=0.002)
         elif mode == "once":
             run_once()
         else:  # idle: a process without a probe
@@ -188,7 +214,7 @@ def set_next_pid(pid: int) -> None:
 
 def run_zygote() -> None:
     """Reads commands on stdin, answers one line each on stdout:
-    `spawn MODE [PID]` forks a writer (hot | once | idle), at PID if given: answers its pid;
+    `spawn MODE [PID]` forks a writer (hot | paced | once | idle), at PID if given: answers its pid;
     `quit` stops every child with SIGTERM and exits. Children are reaped as soon as they die."""
     children: set[int] = set()
 
@@ -285,14 +311,19 @@ class _Kid:
     def __init__(self, index: int, role: str, root_pid: int):
         self.index, self.role = index, role
         self.proc = subprocess.Popen(
-            ["sleep", "100000"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, preexec_fn=die_with_parent
+            ["sleep", "100000"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            preexec_fn=die_with_parent,
         )
         self.ticks = segment.process_start_ticks(self.proc.pid) or 0
         self.writer = segment.SegmentWriter(pid=self.proc.pid, start_ticks=self.ticks)
         self.root_pid = root_pid
 
     def publish(self, gpus: int, calls: int) -> None:
-        self.writer.publish(_payload(self.proc.pid, self.ticks, self.root_pid, self.role, self.index, gpus, calls))
+        self.writer.publish(
+            _payload(self.proc.pid, self.ticks, self.root_pid, self.role, self.index, gpus, calls)
+        )
 
     def stop(self, abrupt: bool) -> None:
         if abrupt:  # a SIGKILLed process: its segment stays for the sidecar to clean up
@@ -331,6 +362,7 @@ def run_busy(args: argparse.Namespace) -> None:
         started = time.monotonic()
         next_publish = next_churn = started
         churned = 0
+        killed: list[int] = []  # children stopped with SIGKILL: their segments are left behind
         while not stop:
             now = time.monotonic()
             if now >= next_publish:
@@ -343,12 +375,17 @@ def run_busy(args: argparse.Namespace) -> None:
                 new_kid("dataloader-worker")
                 kids[-1].publish(args.gpus, 0)
                 if len(kids) > args.children:
-                    kids.pop(0).stop(abrupt=churned % 2 == 1)
+                    old = kids.pop(0)
+                    abrupt = churned % 2 == 1
+                    old.stop(abrupt=abrupt)
+                    if abrupt:
+                        killed.append(old.proc.pid)
                 churned += 1
                 next_churn += args.churn_period
                 if churned % 10 == 0:
+                    info = {"root": me, "children": [k.proc.pid for k in kids], "churned": churned}
                     with open(tmp, "w") as f:
-                        json.dump({"root": me, "children": [k.proc.pid for k in kids], "churned": churned}, f)
+                        json.dump({**info, "killed": killed}, f)
                     os.replace(tmp, args.out)
             wait = min(next_publish, next_churn if args.churn_period else next_publish) - time.monotonic()
             if wait > 0:
@@ -397,7 +434,7 @@ def run_train(args: argparse.Namespace) -> None:
             opt.zero_grad()
             loss.backward()
             opt.step()
-            losses.append(float(loss))
+            losses.append(loss.item())
             steps += 1
             if steps % 50 == 0:
                 probe.event(f"step {steps}")
@@ -451,7 +488,7 @@ def _fill_shm() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tests.stress.jobs")
-    p.add_argument("mode", choices=["hot", "once", "wait", "zygote", "busy", "train"])
+    p.add_argument("mode", choices=["hot", "paced", "slow", "once", "wait", "zygote", "busy", "train"])
     p.add_argument("--name", default="net")
     p.add_argument("--children", type=int, default=63)
     p.add_argument("--gpus", type=int, default=8)
@@ -463,9 +500,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fill-shm-after", type=int, default=0)
     p.add_argument("--step-sleep", type=float, default=0.002)
     args = p.parse_args(argv)
-    if args.mode == "hot":
+    if args.mode in ("hot", "paced"):
         die_with_parent(signal.SIGKILL)
-        run_hot(args.name)
+        run_hot(args.name, pause_s=0.002 if args.mode == "paced" else 0.0)
+    elif args.mode == "slow":
+        die_with_parent(signal.SIGKILL)
+        run_slow(args.name)
     elif args.mode in ("once", "wait"):
         die_with_parent(signal.SIGTERM)
         run_once(args.name, wait_for_line=args.mode == "wait")

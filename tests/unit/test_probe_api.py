@@ -150,6 +150,28 @@ def test_dataparallel_is_hooked_on_the_wrapper(keep):
     assert m["forward_calls"] == 1 and m["params"] == 4 and m["input_device"] == "cpu"
 
 
+def test_distributed_data_parallel_and_rank_role(keep, tmp_path, monkeypatch):
+    dist = torch.distributed
+    if not dist.is_available():
+        pytest.skip("torch.distributed is not available in this build")
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        net = torch.nn.Linear(3, 1)
+        ddp = torch.nn.parallel.DistributedDataParallel(net)
+        keep(ddp, name="api-ddp")
+        ddp(torch.ones(2, 3)).sum().backward()
+        probe.refresh()
+        p = read_self()
+        assert (p["role"], p["rank"], p["world_size"], p["dist_backend"]) == ("rank", 0, 1, "gloo")
+        m = entry("api-ddp", p)
+        assert m["class"] == "DistributedDataParallel(Linear)"
+        assert m["params"] == 4 and m["forward_calls"] == 1 and m["device"] == "cpu"
+    finally:
+        dist.destroy_process_group()
+
+
 def test_torch_compile_wrapper(keep):
     if not hasattr(torch, "compile"):
         pytest.skip("torch.compile is not in this torch")
@@ -167,6 +189,50 @@ def test_torch_compile_wrapper(keep):
     m = entry("api-compiled")
     assert m["class"] == "OptimizedModule(Linear)"
     assert m["forward_calls"] == 1 and m["params"] == 8 and m["device"] == "cpu"
+
+
+def _compile_works_here(fullgraph: bool) -> None:
+    plain = torch.nn.Linear(3, 2)
+    try:
+        torch.compile(plain, backend="eager", fullgraph=fullgraph)(torch.ones(1, 3))
+    except Exception as e:  # noqa: BLE001 -- environment-dependent: a broken dynamo is a skip, not our bug
+        pytest.skip(f"torch.compile does not run here: {type(e).__name__}: {e}")
+
+
+def test_registered_then_compiled_model_still_compiles_to_one_graph(keep):
+    _compile_works_here(fullgraph=True)
+    from torch._dynamo.utils import counters
+
+    net = torch.nn.Linear(3, 2)
+    keep(net, name="api-inner-compiled")
+    compiled = torch.compile(net, backend="eager", fullgraph=True)
+    torch._dynamo.reset()  # an earlier test's cached graph for Linear would be reused, uncounted
+    counters.clear()
+    x = torch.ones(2, 3)
+    for _ in range(12):  # a hook that read its counter would recompile on each call and fail here
+        assert torch.equal(compiled(x), net(x))
+    assert counters["stats"]["unique_graphs"] == 1
+    assert not counters["graph_break"]
+    # Compiled calls are not counted (12 eager calls are), but the model is seen running.
+    probe.refresh()
+    assert entry("api-inner-compiled")["forward_calls"] == 12
+    t = time.time()
+    assert wait_for(
+        lambda: (entry("api-inner-compiled")["last_forward_time"] or 0) >= t, 3 * PROBE.interval_s + 2
+    )
+    assert any(
+        e["where"] == "compile" and "api-inner-compiled" in e["message"] for e in read_self()["errors"]
+    )
+
+
+def test_registered_model_can_be_exported(keep):
+    if not hasattr(torch, "export"):
+        pytest.skip("torch.export is not in this torch")
+    net = torch.nn.Linear(3, 2)
+    keep(net, name="api-exported")
+    x = torch.ones(2, 3)
+    exported = torch.export.export(net, (x,))
+    assert torch.equal(exported.module()(x), net(x))
 
 
 def test_mixed_devices_with_meta(keep):

@@ -24,6 +24,7 @@ from probe.hooks import (  # noqa: E402  (after the torch skip)
     find_input_device,
     unwrap_model,
 )
+from probe.segment import segment_path  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 CPU = torch.zeros(1)
@@ -181,15 +182,24 @@ def test_pickled_or_copied_models_carry_a_harmless_stand_in():
 
 
 def test_worker_init_pickles_and_calls_the_users_function_after_ours(tmp_path):
+    from probe._state import PROBE
+
+    was_active = PROBE.writer is not None
     wrapped = pickle.loads(pickle.dumps(ProbeWorkerInit(_write_marker)))
     assert wrapped.user_fn is _write_marker
     os.environ["PROBE_TEST_MARKER"] = str(tmp_path / "m")
     try:
         wrapped(5)
+        if PROBE.enabled:  # it started the probe of the process it ran in: this one
+            assert os.path.exists(segment_path(os.getpid()))
     finally:
         del os.environ["PROBE_TEST_MARKER"]
+        if not was_active:
+            PROBE.shutdown()  # leave no segment behind: later tests' subprocesses would see a probing parent
     assert (tmp_path / "m").read_text() == "5"
     ProbeWorkerInit(None)(0)  # no user function: nothing to call, nothing raised
+    if not was_active:
+        PROBE.shutdown()
 
 
 def _write_marker(worker_id):

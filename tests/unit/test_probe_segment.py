@@ -173,6 +173,12 @@ def test_segment_is_mode_0600_whatever_the_umask(live_pid):
 
 def test_states_missing_initialising_busy(live_pid):
     assert read_segment(live_pid).state == "missing"
+    # What shm_open leaves before ftruncate: an empty file. A writer starting, not a corrupt one.
+    fd = os.open(segment_path(live_pid), os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    os.close(fd)
+    r = read_segment(live_pid)
+    assert r.state == "initialising", r.error
+    os.unlink(segment_path(live_pid))
     writer = SegmentWriter(pid=live_pid)
     try:
         r = read_segment(live_pid)

@@ -31,6 +31,7 @@ CUDA_RT = {
     "device_count": 1,
     "devices": [{"index": 0, "name": "NVIDIA H200", "uuid": "GPU-aaaa"}],
 }
+TWO_GPU_RT = {**CUDA_RT, "device_count": 2}
 H200 = GpuFacts(
     0, uuid="GPU-aaaa", name="NVIDIA H200", pci_bus_id="00000000:01:00.0", util=80.0, mem_used_mib=1000
 )
@@ -260,8 +261,12 @@ CASES = [
         "two ranks on one gpu",
         facts(
             proc(runtime=None, role=None),
-            proc(101, role="rank", is_target=False, local_rank=0, models=[model("cuda:0")]),
-            proc(102, role="rank", is_target=False, local_rank=1, models=[model("cuda:0")]),
+            proc(
+                101, role="rank", is_target=False, local_rank=0, models=[model("cuda:0")], runtime=TWO_GPU_RT
+            ),
+            proc(
+                102, role="rank", is_target=False, local_rank=1, models=[model("cuda:0")], runtime=TWO_GPU_RT
+            ),
         ),
         "GPU",
         {"rank-shared-gpu", "rank-device-mismatch"},

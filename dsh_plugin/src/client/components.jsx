@@ -222,7 +222,7 @@ function Updated({ lastOk, lang }) {
   )
 }
 
-export function Unreachable({ st, lang, compact }) {
+export function Unreachable({ st, lang }) {
   const settings = useSettings()
   const p = st.problem || {}
   return (
@@ -232,7 +232,7 @@ export function Unreachable({ st, lang, compact }) {
       </div>
       <div className="dgd-alert-body">
         <p className="dgd-alert-title">{t(lang, 'unreachable.title')}</p>
-        {compact ? null : <p>{t(lang, 'unreachable.body')}</p>}
+        <p>{t(lang, 'unreachable.body')}</p>
         <div className="dgd-cmds">
           <div className="dgd-cmd">
             <code data-testid="dsh-gpu-unreachable-command">{UNREACHABLE_COMMAND}</code>
@@ -268,8 +268,8 @@ function ProblemCard({ st, lang }) {
 }
 
 /** Unreachable / error / loading, or null when there is data to show. */
-function ConnectionNotice({ st, lang, compact }) {
-  if (st.state === 'unreachable') return <Unreachable st={st} lang={lang} compact={compact} />
+function ConnectionNotice({ st, lang }) {
+  if (st.state === 'unreachable') return <Unreachable st={st} lang={lang} />
   if (st.state === 'error') return <ProblemCard st={st} lang={lang} />
   if (st.state === 'loading' && !st.doc) return <p className="dgd-muted">{t(lang, 'loading')}</p>
   return null
@@ -298,6 +298,7 @@ export function StatusChip({ wide }) {
   let util = ''
   if (st.state === 'unreachable') {
     label = tr(lang, 'chip.unreachable')
+    dot = SEVERITY_COLORS.warning
   } else if (st.state === 'error') {
     label = tr(lang, 'chip.error')
     dot = SEVERITY_COLORS.error
@@ -403,7 +404,7 @@ function GlanceCardOpen() {
           ×
         </button>
       </div>
-      <ConnectionNotice st={st} lang={lang} compact />
+      <ConnectionNotice st={st} lang={lang} />
       {doc ? (
         <>
           <div>
@@ -597,6 +598,12 @@ function DeviceChip({ dev }) {
   return <span className={`dgd-dev dgd-dev-${deviceKind(dev)}`}>{deviceText(dev)}</span>
 }
 
+/** cmdline may be a list (argv) or a string. */
+function cmdText(cmd) {
+  if (Array.isArray(cmd)) return cmd.filter((a) => a !== null && a !== undefined).map(String).join(' ')
+  return cmd === null || cmd === undefined ? '' : String(cmd)
+}
+
 function ProcessTable({ doc, lang }) {
   const procs = Array.isArray(doc.processes) ? doc.processes.filter(Boolean) : []
   return (
@@ -630,9 +637,9 @@ function ProcessTable({ doc, lang }) {
                   <tr key={`${p.pid ?? i}`} data-testid="dsh-gpu-process" data-pid={p.pid ?? ''}>
                     <td>
                       <span className="dgd-proc-name">{p.name || NA}</span> <span className="dgd-mono dgd-muted">{p.pid ?? NA}</span>
-                      {p.cmdline ? (
-                        <span className="dgd-proc-cmd" title={String(p.cmdline)}>
-                          {String(p.cmdline)}
+                      {cmdText(p.cmdline) ? (
+                        <span className="dgd-proc-cmd" title={cmdText(p.cmdline)}>
+                          {cmdText(p.cmdline)}
                         </span>
                       ) : null}
                       {p.probe_error ? (
@@ -1022,7 +1029,7 @@ export function SettingsSection() {
               </>
             ) : null}
           </dl>
-          {st.state === 'unreachable' ? <Unreachable st={st} lang={lang} compact /> : null}
+          {st.state === 'unreachable' ? <Unreachable st={st} lang={lang} /> : null}
           {st.state === 'error' ? <ProblemCard st={st} lang={lang} /> : null}
           <div className="dgd-row">
             <button type="button" className="dgd-btn" onClick={() => store.refreshNow()} data-testid="dsh-gpu-test">
@@ -1051,6 +1058,11 @@ export function SettingsSection() {
           <p className="dgd-note-warn">{tr(lang, 'settings.urlNotLoopback', { def: (cfg && cfg.defaultSidecarUrl) || 'http://127.0.0.1:8765' })}</p>
         ) : null}
         {vet === 'ok' && !differs && effective ? <p className="dgd-note-ok">{tr(lang, 'settings.urlSame')}</p> : null}
+        {differs ? (
+          <p className="dgd-note-warn" data-testid="dsh-gpu-url-differs">
+            {tr(lang, 'settings.urlDiffers', { url: effective })}
+          </p>
+        ) : null}
         <p className="dgd-field-help">
           {tr(lang, 'settings.sidecarUrlHelp', { file: '$DSH_HOME/profiles/web/cordis.patch.yml' })}
         </p>

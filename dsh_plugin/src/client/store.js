@@ -40,9 +40,15 @@ export function clampRefresh(s) {
   return Math.min(REFRESH_MAX_S, Math.max(REFRESH_MIN_S, Math.round(n * 10) / 10))
 }
 
+/** DSH's UI language (it sets <html lang>), then the browser's. */
 function browserLang() {
   try {
-    return pickLang(navigator.languages && navigator.languages.length ? navigator.languages : navigator.language)
+    const list = []
+    const html = typeof document !== 'undefined' ? document.documentElement.lang : ''
+    if (html) list.push(html)
+    if (navigator.languages && navigator.languages.length) list.push(...navigator.languages)
+    else if (navigator.language) list.push(navigator.language)
+    return pickLang(list)
   } catch {
     return 'en'
   }
@@ -121,6 +127,10 @@ export function classify(resp, path) {
   if (b && b.error === 'sidecar-bad-response') {
     return { kind: 'error', code: 'bad-response', detail: b.detail || null, httpStatus: resp.httpStatus }
   }
+  if (resp.httpStatus === 503) {
+    // the sidecar is up but has not finished its first poll yet
+    return { kind: 'loading', detail: (b && (b.detail || b.error)) || null }
+  }
   if (resp.httpStatus === 401 || resp.httpStatus === 403) {
     return { kind: 'error', code: 'auth', httpStatus: resp.httpStatus, detail: (b && (b.detail || b.error)) || null }
   }
@@ -134,6 +144,21 @@ export function classify(resp, path) {
     httpStatus: resp.httpStatus,
     detail: (b && (b.detail || b.error || b.message)) || 'unexpected answer',
   }
+}
+
+/** Events arrive incrementally (history?since=N returns only newer ones): merge, dedupe, cap. */
+export function mergeEvents(old, fresh) {
+  const out = Array.isArray(old) ? old.slice() : []
+  const seen = new Set(out.map((e) => `${e && e.time}|${e && e.name}|${e && e.pid}`))
+  for (const e of Array.isArray(fresh) ? fresh : []) {
+    if (!e || typeof e !== 'object') continue
+    const key = `${e.time}|${e.name}|${e.pid}`
+    if (seen.has(key)) continue
+    seen.add(key)
+    out.push(e)
+  }
+  out.sort((a, b) => (Number(a.time) || 0) - (Number(b.time) || 0))
+  return out.length > 500 ? out.slice(out.length - 500) : out
 }
 
 // ------------------------------------------------------------------ the store
@@ -176,6 +201,11 @@ function createStore() {
       const r = await getJson(`${API}/config`)
       if (r.json && r.httpStatus === 200 && r.body) {
         configFetched = true
+        const prev = status.get().config
+        if (prev && prev.sidecarUrl !== r.body.sidecarUrl) {
+          // another sidecar (another job): its history is not a continuation of the old one
+          history.set({ samples: [], events: [], intervalS: null, lastTime: null, error: null })
+        }
         status.set({ ...status.get(), config: r.body })
       }
     } catch {
@@ -228,7 +258,7 @@ function createStore() {
         }
         history.set({
           samples,
-          events: Array.isArray(r.body.events) ? r.body.events : cur.events,
+          events: mergeEvents(cur.events, r.body.events),
           intervalS: typeof r.body.interval_s === 'number' ? r.body.interval_s : cur.intervalS,
           lastTime: samples.length ? samples[samples.length - 1].time : cur.lastTime,
           error: null,

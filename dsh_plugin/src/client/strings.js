@@ -41,6 +41,7 @@ const en = {
   'settings.sidecarUrlHelp':
     'The DSH server talks to the sidecar (the browser never does), so the URL lives in the host config. Remembered in this browser; to apply it, put this in {file} (hot-reloaded in about 3 s):',
   'settings.urlSame': 'This is the URL the host uses.',
+  'settings.urlDiffers': 'Not applied yet: the host still uses {url}.',
   'settings.urlNotLoopback': 'Only loopback URLs (127.0.0.1, ::1, localhost) are accepted; the host would fall back to {def}.',
   'settings.urlInvalid': 'Not a valid http:// URL.',
   'settings.copy': 'Copy',
@@ -49,7 +50,7 @@ const en = {
   'settings.refreshHelp': 'How often this browser asks for a new status ({min}–{max} s). Stored in this browser.',
   'settings.seconds': 's',
   'settings.language': 'Language',
-  'settings.langAuto': 'Browser default',
+  'settings.langAuto': 'Same as DSH',
   'settings.save': 'Save',
   'settings.saved': 'Saved',
   'settings.startSidecar': 'Start the sidecar',
@@ -93,6 +94,7 @@ const zh = {
   'settings.sidecarUrlHelp':
     '由 DSH 服务端访问 sidecar（浏览器不直接访问），因此地址保存在服务端配置中。此处的值只记在本浏览器；要生效，请把下面内容写入 {file}（约 3 秒后自动重新加载）：',
   'settings.urlSame': '这就是服务端正在使用的地址。',
+  'settings.urlDiffers': '尚未生效：服务端仍在使用 {url}。',
   'settings.urlNotLoopback': '只接受回环地址（127.0.0.1、::1、localhost）；否则服务端会退回 {def}。',
   'settings.urlInvalid': '不是有效的 http:// 地址。',
   'settings.copy': '复制',
@@ -101,7 +103,7 @@ const zh = {
   'settings.refreshHelp': '本浏览器请求新状态的频率（{min}–{max} 秒），保存在本浏览器中。',
   'settings.seconds': '秒',
   'settings.language': '语言',
-  'settings.langAuto': '跟随浏览器',
+  'settings.langAuto': '跟随 DSH',
   'settings.save': '保存',
   'settings.saved': '已保存',
   'settings.startSidecar': '启动 sidecar',

@@ -1,0 +1,307 @@
+"""What one sidecar poll costs, beside nvitop and gpustat on the same simulated driver and job.
+
+    .venv/bin/python benchmarks/bench_sidecar.py compare   # 8 GPUs, 64 processes: our poll vs nvitop vs gpustat
+    .venv/bin/python benchmarks/bench_sidecar.py scaling   # 1/8/64 GPUs x 16/256/1024 processes
+    .venv/bin/python benchmarks/bench_sidecar.py idle --seconds 300   # the real sidecar, default interval
+    .venv/bin/python benchmarks/bench_sidecar.py history   # memory of a 24-hour history
+    .venv/bin/python benchmarks/bench_sidecar.py all [--quick] [--json out.json]
+
+No GPU needed: the driver is tests/fakenvml (a simulated libnvidia-ml.so.1 that nvidia-ml-py,
+nvitop and gpustat all load), the job is `tests.stress.jobs busy` (a root process and real `sleep`
+children, each with a probe segment, all listed on the GPUs by the simulated driver). Every tool
+runs in its own process against the same scenario; CPU is that process's CPU time
+(time.process_time) per poll, after warm-up polls. Prints Markdown tables; --json keeps the raw
+figures. Run it on a quiet machine: other load inflates every figure (ratios less so).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.fakenvml import build_library, nvml_env, write_scenario  # noqa: E402
+from tests.helpers.harness import Sidecar  # noqa: E402
+from tests.stress.loadgen import BusyJob, busy_scenario, proc_cpu_rss  # noqa: E402
+
+OUR_POLL = r"""
+import json, sys, time
+from sidecar.poller import Poller
+root, n = int(sys.argv[1]), int(sys.argv[2])
+p = Poller(root, interval_s=1.5)
+for _ in range(5):
+    p.poll_once()      # warm-up: NVML initialised, static process facts cached
+cpu, wall = [], []
+for _ in range(n):
+    c, w = time.process_time(), time.perf_counter()
+    doc = p.poll_once()
+    cpu.append(time.process_time() - c)
+    wall.append(time.perf_counter() - w)
+# Where the time goes: each source alone, same number of rounds.
+parts = {"proctree": 0.0, "segments": 0.0, "nvml": 0.0}
+for _ in range(n):
+    c = time.process_time(); tree = p.tree_source.poll(); parts["proctree"] += time.process_time() - c
+    c = time.process_time(); p.segment_source.poll(tree); parts["segments"] += time.process_time() - c
+    c = time.process_time(); p.nvml_source.poll(); parts["nvml"] += time.process_time() - c
+print(json.dumps({"cpu": cpu, "wall": wall, "parts": {k: v / n for k, v in parts.items()},
+                  "processes": len(doc["processes"]), "gpus": len(doc["gpus"]),
+                  "with_probe": sum(q["probe"] for q in doc["processes"]),
+                  "gpu_rows": sum(len(q["gpu"]) for q in doc["processes"])}))
+"""
+
+NVITOP_POLL = r"""
+import json, sys, time
+from nvitop import Device, GpuProcess
+n = int(sys.argv[2])
+devices = Device.all()   # kept between polls, as nvitop's own monitor does
+def poll():
+    rows = 0
+    for d in devices:
+        d.memory_used(); d.memory_total(); d.gpu_utilization(); d.memory_utilization()
+        rows += len(GpuProcess.take_snapshots(d.processes().values(), failsafe=True))
+    return rows
+for _ in range(5):
+    poll()
+cpu, wall = [], []
+for _ in range(n):
+    c, w = time.process_time(), time.perf_counter()
+    rows = poll()
+    cpu.append(time.process_time() - c)
+    wall.append(time.perf_counter() - w)
+print(json.dumps({"cpu": cpu, "wall": wall, "gpu_rows": rows}))
+"""
+
+GPUSTAT_POLL = r"""
+import json, sys, time
+import gpustat
+n = int(sys.argv[2])
+for _ in range(2):
+    gpustat.new_query()
+cpu, wall = [], []
+for _ in range(n):
+    c, w = time.process_time(), time.perf_counter()
+    q = gpustat.new_query()
+    cpu.append(time.process_time() - c)
+    wall.append(time.perf_counter() - w)
+print(json.dumps({"cpu": cpu, "wall": wall, "gpu_rows": sum(len(g.processes or []) for g in q.gpus)}))
+"""
+
+
+class Driver:
+    """The simulated driver: library built once, one scenario file."""
+
+    def __init__(self, directory: Path):
+        self.lib_dir = build_library(directory / "lib").parent
+        self.scenario = directory / "scenario.txt"
+
+    def write(self, scenario: dict) -> None:
+        write_scenario(self.scenario, scenario)
+
+    def env(self, extra: dict | None = None) -> dict:
+        env = nvml_env(self.lib_dir, self.scenario, extra)
+        env["PYTHONPATH"] = str(REPO)
+        return env
+
+
+def run_snippet(code: str, driver: Driver, root: int, n: int) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(root), str(n)],
+        env=driver.env(),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-2000:])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def ms(values: list[float], q: float = 50) -> float:
+    s = sorted(values)
+    return 1000 * s[min(len(s) - 1, int(len(s) * q / 100))]
+
+
+def compare(work: Path, driver: Driver, polls: int) -> dict:
+    with BusyJob(work, processes=64, gpus=8) as job:
+        driver.write(busy_scenario(job.pids, 8))
+        time.sleep(1.5)  # every segment published
+        ours = run_snippet(OUR_POLL, driver, job.pid, polls)
+        nvitop = run_snippet(NVITOP_POLL, driver, job.pid, max(20, polls // 4))
+        gpustat = run_snippet(GPUSTAT_POLL, driver, job.pid, max(3, polls // 40))
+    rows = {"dsh sidecar poll": ours, "nvitop snapshot": nvitop, "gpustat new_query": gpustat}
+    base = statistics.median(ours["cpu"])
+    print("\n## One poll, 8 GPUs x 64 processes (simulated driver)\n")
+    print("| tool | CPU per poll, median | p95 | wall per poll, median | GPU process rows | CPU vs ours |")
+    print("|---|---|---|---|---|---|")
+    for name, r in rows.items():
+        print(
+            f"| {name} | {ms(r['cpu']):.2f} ms | {ms(r['cpu'], 95):.2f} ms | {ms(r['wall']):.2f} ms | "
+            f"{r['gpu_rows']} | {statistics.median(r['cpu']) / base:.1f}x |"
+        )
+    print(
+        f"\nOur poll covers {ours['processes']} processes ({ours['with_probe']} probe segments read and "
+        f"validated), {ours['gpus']} GPUs. Where its CPU goes (each source alone): "
+        + ", ".join(f"{k} {1000 * v:.2f} ms" for k, v in ours["parts"].items())
+        + "; the rest is the verdict, the history and the status document."
+    )
+    return {
+        name: {"cpu_ms_p50": ms(r["cpu"]), "cpu_ms_p95": ms(r["cpu"], 95), "wall_ms_p50": ms(r["wall"])}
+        | ({"parts_ms": {k: 1000 * v for k, v in r["parts"].items()}} if "parts" in r else {})
+        for name, r in rows.items()
+    }
+
+
+def scaling(work: Path, driver: Driver, polls: int, quick: bool) -> dict:
+    sizes = (16, 256) if quick else (16, 256, 1024)
+    out = {}
+    print("\n## Scaling of one poll (CPU per poll, median; every process has a probe segment)\n")
+    print("| processes \\ GPUs | 1 | 8 | 64 |")
+    print("|---|---|---|---|")
+    for procs in sizes:
+        cells = []
+        for gpus in (1, 8, 64):
+            with BusyJob(work, processes=procs, gpus=gpus, publish_interval_s=3600) as job:
+                driver.write(busy_scenario(job.pids, gpus))
+                n = max(10, polls // (1 + procs // 64))
+                r = run_snippet(OUR_POLL, driver, job.pid, n)
+            cpu = ms(r["cpu"])
+            out[f"{procs}x{gpus}"] = {
+                "cpu_ms_p50": cpu,
+                "wall_ms_p50": ms(r["wall"]),
+                "gpu_rows": r["gpu_rows"],
+                "parts_ms": {k: 1000 * v for k, v in r["parts"].items()},
+            }
+            note = "" if r["gpu_rows"] == procs else f" ({r['gpu_rows']} on GPUs)"
+            cells.append(f"{cpu:.1f} ms{note}")
+        print(f"| {procs} | " + " | ".join(cells) + " |")
+    print("\n(The simulated driver lists at most 512 processes per GPU.)")
+    return out
+
+
+def idle(work: Path, driver: Driver, seconds: float, warmup_s: float = 15.0) -> dict:
+    with BusyJob(work, processes=64, gpus=8) as job:
+        driver.write(busy_scenario(job.pids, 8))
+        with Sidecar(["--pid", str(job.pid), "--port", "0"], env=driver.env()) as sc:
+            time.sleep(warmup_s)
+            cpu0, rss0, _ = proc_cpu_rss(sc.proc.pid)
+            t0 = time.monotonic()
+            rss = [rss0]
+            while time.monotonic() - t0 < seconds:
+                time.sleep(min(5.0, seconds - (time.monotonic() - t0)) or 0.01)
+                rss.append(proc_cpu_rss(sc.proc.pid)[1])
+            cpu1, rss1, hwm = proc_cpu_rss(sc.proc.pid)
+            elapsed = time.monotonic() - t0
+            polls = len(sc.history()["samples"])
+    share = 100 * (cpu1 - cpu0) / elapsed
+    print(
+        f"\n## The sidecar at the default interval (1.5 s), 8 GPUs x 64 processes, {elapsed:.0f} s after {warmup_s:.0f} s warm-up\n"
+    )
+    print("| CPU share of one core | CPU per poll | RSS start | RSS end | RSS peak (VmHWM) |")
+    print("|---|---|---|---|---|")
+    print(
+        f"| {share:.2f}% | {1000 * (cpu1 - cpu0) / (elapsed / 1.5):.1f} ms | {rss0:.1f} MiB | {rss1:.1f} MiB | {hwm:.1f} MiB |"
+    )
+    return {
+        "seconds": elapsed,
+        "cpu_share_pct": share,
+        "rss_start_mib": rss0,
+        "rss_end_mib": rss1,
+        "rss_peak_mib": hwm,
+        "rss_series_mib": rss,
+        "history_samples": polls,
+    }
+
+
+HISTORY_SIZE = r"""
+import json, sys, gc
+from sidecar.poller import Poller
+from sidecar.history import History
+root, n = int(sys.argv[1]), int(sys.argv[2])
+p = Poller(root, interval_s=1.5, history_s=86400)
+for _ in range(n):
+    p.poll_once()
+def deep(obj, seen):
+    if id(obj) in seen:
+        return 0
+    seen.add(id(obj))
+    size = sys.getsizeof(obj)
+    if isinstance(obj, tuple):
+        size += sum(deep(x, seen) for x in obj)
+    elif hasattr(obj, "__slots__") or hasattr(obj, "__dataclass_fields__"):
+        for name in getattr(obj, "__dataclass_fields__", ()):
+            size += deep(getattr(obj, name), seen)
+    return size
+samples = p.history.samples()
+seen = set()
+# Small ints and shared constants are not the history's: count them once, outside.
+for x in range(-5, 257):
+    seen.add(id(x))
+seen.update(id(x) for x in (None, True, False, 0.0))
+per = [deep(s, seen) for s in samples[-20:]]
+print(json.dumps({"bytes_per_sample": sum(per) / len(per), "capacity": p.history.capacity,
+                  "gpu_rows": len(samples[-1].processes), "gpus": len(samples[-1].gpus)}))
+"""
+
+
+def history(work: Path, driver: Driver) -> dict:
+    out = {}
+    print("\n## A 24-hour history at the default 1.5 s interval (ring buffer of 57,601 samples)\n")
+    print("| job | bytes per sample | 24 h (57,601 samples) |")
+    print("|---|---|---|")
+    with BusyJob(work, processes=64, gpus=8) as job:
+        for label, listed in (
+            ("8 GPUs, 8 GPU processes (one rank per GPU)", job.pids[:8]),
+            ("8 GPUs, 64 GPU processes", job.pids),
+        ):
+            driver.write(busy_scenario(listed, 8))
+            r = run_snippet(HISTORY_SIZE, driver, job.pid, 30)
+            total = r["bytes_per_sample"] * r["capacity"] / 1048576
+            out[label] = {"bytes_per_sample": r["bytes_per_sample"], "mib_24h": total}
+            print(f"| {label} | {r['bytes_per_sample']:.0f} | {total:.0f} MiB |")
+    print("\n(The default --history is 600 s: 401 samples, a 1/144 of these figures.)")
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", choices=["compare", "scaling", "idle", "history", "all"])
+    ap.add_argument("--polls", type=int, default=200)
+    ap.add_argument("--seconds", type=float, default=300.0, help="idle: how long to measure (default 300)")
+    ap.add_argument("--quick", action="store_true", help="scaling without 1024 processes, idle for 60 s")
+    ap.add_argument("--json", default="", help="also write the raw figures to this file")
+    args = ap.parse_args()
+    print(
+        f"# bench_sidecar.py {args.what} on {platform.node()}: {os.cpu_count()} CPUs, "
+        f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.2f} at start"
+    )
+    results: dict = {}
+    with tempfile.TemporaryDirectory(prefix="bench-sidecar-") as tmp:
+        work = Path(tmp)
+        driver = Driver(work)
+        if args.what in ("compare", "all"):
+            results["compare"] = compare(work, driver, args.polls)
+        if args.what in ("scaling", "all"):
+            results["scaling"] = scaling(work, driver, args.polls, args.quick)
+        if args.what in ("history", "all"):
+            results["history"] = history(work, driver)
+        if args.what in ("idle", "all"):
+            results["idle"] = idle(work, driver, 60.0 if args.quick and args.what == "all" else args.seconds)
+    print(f"\nload average {os.getloadavg()[0]:.2f} at the end")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,333 @@
+"""A real Prometheus scrapes a real sidecar, configured by deploy/prometheus.yml and
+deploy/dsh-alerts.yml, and its HTTP API returns the series with the status document's values.
+
+Prometheus is the Debian package (`apt-get install prometheus`; scripts/test.sh installs it). The
+test starts its own server on a free loopback port with a temporary storage directory; the shipped
+configuration is used as is except for its two /etc paths and its intervals."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import socket
+import subprocess
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.fakenvml import gpu
+from tests.helpers.harness import REPO, FakeJob, Sidecar, codes, cuda_runtime, wait_for
+from tests.integration.test_metrics import DOC_FAMILIES, expected_from_document, sample_set
+from tests.unit.test_grafana_dashboard import dashboard_expressions, substitute_variables
+
+PROMETHEUS = shutil.which("prometheus") or (
+    "/usr/bin/prometheus" if os.access("/usr/bin/prometheus", os.X_OK) else None
+)
+PROMTOOL = shutil.which("promtool")
+pytestmark = [
+    pytest.mark.prometheus,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        PROMETHEUS is None,
+        reason="the prometheus binary is not installed (Debian: apt-get install prometheus; scripts/test.sh does it)",
+    ),
+]
+
+TOKEN = "prom-s3cret"
+UUIDS = [gpu(0)["uuid"], gpu(1)["uuid"]]
+TARGET_LABELS = ("instance", "job", "node")
+COUNTER = "dsh_model_forward_calls_total"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def replace_once(text: str, old: str, new: str) -> str:
+    assert text.count(old) == 1, f"deploy/prometheus.yml no longer has exactly one {old!r}"
+    return text.replace(old, new)
+
+
+def test_config(directory: Path, sidecar_port: int) -> Path:
+    """deploy/prometheus.yml with its /etc paths moved to `directory` and 1 s intervals."""
+    (directory / "targets").mkdir()
+    (directory / "targets" / "sidecar.json").write_text(
+        json.dumps([{"targets": [f"127.0.0.1:{sidecar_port}"]}])
+    )
+    token = directory / "dsh-sidecar.token"
+    token.write_text(TOKEN + "\n")
+    token.chmod(0o600)
+    text = (REPO / "deploy" / "prometheus.yml").read_text()
+    text = replace_once(text, "/etc/prometheus/dsh-sidecar.token", str(token))
+    text = replace_once(text, "/etc/prometheus/dsh-targets/*.json", str(directory / "targets" / "*.json"))
+    text = replace_once(text, "  scrape_interval: 15s", "  scrape_interval: 1s")
+    text = replace_once(text, "  evaluation_interval: 15s", "  evaluation_interval: 1s")
+    text = replace_once(text, "    scrape_interval: 5s", "    scrape_interval: 1s")
+    text = replace_once(text, "    scrape_timeout: 4s", "    scrape_timeout: 1s")
+    shutil.copy(REPO / "deploy" / "dsh-alerts.yml", directory / "dsh-alerts.yml")
+    path = directory / "prometheus.yml"
+    path.write_text(text)
+    return path
+
+
+test_config.__test__ = False  # a helper, not a test
+
+
+class Prometheus:
+    def __init__(self, config: Path, directory: Path):
+        self.log = directory / "prometheus.log"
+        for _attempt in range(3):  # another process may take the free port before we bind it
+            self.port = free_port()
+            with open(self.log, "wb") as log:
+                self.proc = subprocess.Popen(
+                    [
+                        PROMETHEUS,
+                        f"--config.file={config}",
+                        f"--storage.tsdb.path={directory / 'data'}",
+                        f"--web.listen-address=127.0.0.1:{self.port}",
+                        "--log.level=warn",
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                )
+            self.url = f"http://127.0.0.1:{self.port}"
+            try:
+                wait_for(self._ready, 30, 0.2, "Prometheus to be ready")
+                return
+            except AssertionError:
+                self.stop()
+                if "address already in use" not in self.log.read_text():
+                    raise AssertionError(
+                        f"Prometheus did not start: {self.log.read_text()[-3000:]}"
+                    ) from None
+        raise AssertionError("no free port for Prometheus after 3 tries")
+
+    def _ready(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"Prometheus exited with {self.proc.returncode}")
+        with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as r:
+            return r.status == 200
+
+    def api(self, path: str, **params) -> dict:
+        url = f"{self.url}/api/v1/{path}" + ("?" + urllib.parse.urlencode(params) if params else "")
+        with urllib.request.urlopen(url, timeout=10) as r:
+            body = json.loads(r.read())
+        assert body["status"] == "success", body
+        return body["data"]
+
+    def query(self, promql: str) -> list[tuple[dict[str, str], float]]:
+        data = self.api("query", query=promql)
+        assert data["resultType"] == "vector", data
+        return [(s["metric"], float(s["value"][1])) for s in data["result"]]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def rank(r: int) -> dict:
+    return {
+        "payload": {
+            "role": "rank",
+            "rank": r,
+            "local_rank": r,
+            "world_size": 2,
+            "dist_backend": "nccl",
+            "runtime": cuda_runtime(UUIDS),
+            # Both ranks on cuda:0: rank-shared-gpu, and rank 1 is a rank-device-mismatch.
+            "models": [
+                {
+                    "name": "Net",
+                    "class": "Net",
+                    "params": 10,
+                    "device": "cuda:0",
+                    "devices": ["cuda:0"],
+                    "input_device": "cuda:0",
+                }
+            ],
+        }
+    }
+
+
+def test_prometheus_scrapes_the_sidecar(tmp_path, fake_nvml):
+    specs = {"launcher": {"probe": False, "children": ["rank0", "rank1"]}, "rank0": rank(0), "rank1": rank(1)}
+    with FakeJob(tmp_path / "job", specs, root="launcher") as job:
+        r0, r1 = job.pids["rank0"], job.pids["rank1"]
+        fake_nvml.write(
+            {
+                "gpus": [
+                    gpu(
+                        0,
+                        util_gpu=83,
+                        memory_used_mib=9000,
+                        processes=[
+                            {"pid": r0, "used_mib": 4400, "sm_util": 41},
+                            {"pid": r1, "used_mib": 4500, "sm_util": 42},
+                        ],
+                    ),
+                    gpu(1, memory_used_mib=0),
+                ]
+            }
+        )
+        args = [
+            "--pid",
+            str(job.pid),
+            "--port",
+            "0",
+            "--interval",
+            "0.5",
+            "--job-name",
+            "train-a",
+            "--token",
+            TOKEN,
+        ]
+        with Sidecar(args, env=fake_nvml.env(), token=TOKEN) as sc:
+            sc.wait_status(
+                lambda d: (
+                    {"rank-shared-gpu", "rank-device-mismatch"} <= codes(d)
+                    and all(
+                        p["gpu"] and p["gpu"][0]["sm_util"] for p in d["processes"] if p["role"] == "rank"
+                    )
+                ),
+                what="both ranks on GPU 0",
+            )
+            sidecar_port = int(sc.url.rsplit(":", 1)[1])
+            config = test_config(tmp_path, sidecar_port)
+            if PROMTOOL:
+                check = subprocess.run(
+                    [PROMTOOL, "check", "config", str(config)], capture_output=True, text=True, timeout=60
+                )
+                assert check.returncode == 0, check.stdout + check.stderr
+            prom = Prometheus(config, tmp_path)
+            try:
+                # The target is up: the token in the configuration is accepted.
+                up = wait_for(
+                    lambda: prom.query('up{job="dsh"} == 1'), 20, 0.5, "the sidecar target to be up"
+                )
+                ((labels, _),) = up
+                assert labels["instance"] == f"127.0.0.1:{sidecar_port}" and labels["node"] == "127.0.0.1"
+
+                # Every job series, value for value, equals the status document; forward-call counters
+                # (which advance every poll) are the same series, at most the document's value.
+                names = "|".join(sorted(DOC_FAMILIES))
+                stable = DOC_FAMILIES - {COUNTER}
+
+                def matches():
+                    doc = sc.status()
+                    got = []
+                    for metric, value in prom.query(f'{{__name__=~"{names}", job="dsh"}}'):
+                        labels = {k: v for k, v in metric.items() if k not in (*TARGET_LABELS, "__name__")}
+                        got.append((metric["__name__"], labels, value))
+                    expected = expected_from_document(doc, "train-a")
+                    want = {x for x in expected if x[0] in stable}
+                    have = sample_set(got, stable)
+                    want_calls = {lbl: v for n, lbl, v in expected if n == COUNTER}
+                    have_calls = {lbl: v for n, lbl, v in sample_set(got, {COUNTER})}
+                    last_diff[:] = [sorted(want - have), sorted(have - want), want_calls, have_calls]
+                    calls_ok = set(want_calls) == set(have_calls) and all(
+                        0 < v <= want_calls[lbl] for lbl, v in have_calls.items()
+                    )
+                    return (want, doc) if have == want and calls_ok else None
+
+                last_diff: list = []
+                try:
+                    want, doc = wait_for(matches, 20, 0.5, "Prometheus to hold the status document's values")
+                except AssertionError as exc:
+                    targets = [
+                        (t["health"], t["lastError"], t["lastScrapeDuration"])
+                        for t in prom.api("targets")["activeTargets"]
+                    ]
+                    raise AssertionError(
+                        f"{exc}; only in the document, only in Prometheus: {last_diff}; targets: {targets}"
+                    ) from None
+                assert (
+                    "dsh_gpu_utilization_percent",
+                    (
+                        ("gpu", "0"),
+                        ("job_name", "train-a"),
+                        ("name", "NVIDIA A100-SXM4-80GB"),
+                        ("uuid", UUIDS[0]),
+                    ),
+                    83.0,
+                ) in want
+                assert doc["status"] == "GPU"
+
+                # Every dsh_ series carries the job name; Prometheus added instance, job and node.
+                assert prom.query('{__name__=~"dsh_.+", job="dsh", job_name!="train-a"}') == []
+                assert (
+                    prom.query('count({__name__=~"dsh_.+", job="dsh", instance!="", node="127.0.0.1"})')[0][1]
+                    > 20
+                )
+
+                # Counters and the histogram behave as such in PromQL.
+                # The fake ranks count 20 forward calls a second; once 5 s of scrapes are in, the rate says so.
+                def rates():
+                    r = prom.query('rate(dsh_model_forward_calls_total{job_name="train-a"}[5s])')
+                    return r if len(r) == 2 and all(12 < v < 30 for _, v in r) else None
+
+                assert {m["rank"] for m, _ in wait_for(rates, 20, 0.5, "forward call rates near 20/s")} == {
+                    "0",
+                    "1",
+                }
+                ((_, p99),) = wait_for(
+                    lambda: prom.query(
+                        "histogram_quantile(0.99, rate(dsh_sidecar_poll_duration_seconds_bucket[10s]))"
+                    ),
+                    20,
+                    0.5,
+                    "the poll duration histogram",
+                )
+                assert math.isfinite(p99) and 0 < p99 <= 5
+                ((_, age),) = prom.query("time() - dsh_sidecar_last_poll_timestamp_seconds")
+                assert -2 < age < 10
+                ((_, gpu_status),) = prom.query('dsh_status{status="GPU"}')
+                assert gpu_status == 1
+
+                # The alert rules evaluate on these series: the rank layout alert is pending (its `for`
+                # is a minute), the others are healthy and quiet.
+                pending = wait_for(
+                    lambda: prom.query('ALERTS{alertname="DshRankGpuLayout"}'),
+                    20,
+                    0.5,
+                    "the rank layout alert",
+                )
+                assert {(m["code"], m["alertstate"], m["job_name"]) for m, _ in pending} == {
+                    ("rank-shared-gpu", "pending", "train-a"),
+                    ("rank-device-mismatch", "pending", "train-a"),
+                }
+                groups = prom.api("rules")["groups"]
+                rules = [r for g in groups for r in g["rules"]]
+                assert len(rules) == 6 and all(r["health"] == "ok" for r in rules), rules
+                firing_or_pending = {m["alertname"] for m, _ in prom.query("ALERTS")}
+                assert firing_or_pending == {"DshRankGpuLayout"}
+
+                # Every query of the Grafana dashboard runs on these series and returns data.
+                dashboard = json.loads((REPO / "deploy" / "grafana" / "dsh-dashboard.json").read_text())
+                for where, expr in dashboard_expressions(dashboard):
+                    result = prom.query(substitute_variables(expr))
+                    assert result, f"{where}: no data for {expr!r}"
+                (status_panel,) = [p for p in dashboard["panels"] if p["title"] == "Status per node and job"]
+                ((labels, code),) = prom.query(substitute_variables(status_panel["targets"][0]["expr"]))
+                assert code == 1 and labels == {
+                    "instance": f"127.0.0.1:{sidecar_port}",
+                    "job_name": "train-a",
+                }
+                (ranks_panel,) = [p for p in dashboard["panels"] if p["title"] == "Ranks"]
+                for t in ranks_panel["targets"]:
+                    pids = {m["pid"] for m, _ in prom.query(substitute_variables(t["expr"]))}
+                    assert pids == {str(r0), str(r1)}, (t["refId"], pids)
+            finally:
+                prom.stop()
+            assert prom.proc.returncode == 0, prom.log.read_text()[-3000:]

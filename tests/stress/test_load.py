@@ -1,0 +1,112 @@
+"""Load held: 50 page-like clients against a sidecar watching a busy job (8 GPUs, 64 processes, each
+with a probe segment), a process tree churning every 100 ms, and the history's bound. Short runs;
+benchmarks/load_sidecar.py runs the same for the figures in docs/reliability.md."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from probe.segment import segment_path
+from sidecar.history import History
+from tests.fakenvml import gpu
+from tests.helpers.harness import API, Sidecar
+from tests.stress.loadgen import (
+    BusyJob,
+    busy_scenario,
+    cadence,
+    get,
+    history_times,
+    proc_cpu_rss,
+    run_clients,
+)
+
+DEFAULT_INTERVAL_S = 1.5
+
+
+@pytest.mark.slow
+def test_50_clients_polling_status_and_history_for_10_s(tmp_path, fake_nvml, sysfs):
+    with BusyJob(tmp_path, processes=64, gpus=8) as job:
+        fake_nvml.write(busy_scenario(job.pids, 8))
+        env = fake_nvml.env({"DSH_SYSFS_ROOT": str(sysfs)})
+        with Sidecar(["--pid", str(job.pid), "--port", "0"], env=env) as sc:  # the default interval
+            doc = sc.wait_status(
+                lambda d: len(d["processes"]) == 64 and len(d["gpus"]) == 8 and d["processes"][-1]["gpu"],
+                what="the whole busy job",
+            )
+            assert doc["interval_s"] == DEFAULT_INTERVAL_S
+            assert sum(p["probe"] for p in doc["processes"]) == 64
+            port = int(sc.url.rsplit(":", 1)[1])
+            cpu0, _, _ = proc_cpu_rss(sc.proc.pid)
+            t0, m0 = time.time(), time.monotonic()
+            result = run_clients("127.0.0.1", port, clients=50, duration_s=10.0, period_s=1.0)
+            t1, m1 = time.time(), time.monotonic()
+            cpu1, rss, hwm = proc_cpu_rss(sc.proc.pid)
+            times = [t for t in history_times("127.0.0.1", port) if t0 - DEFAULT_INTERVAL_S <= t <= t1]
+            summary = result.summary()
+            cad = cadence(times, DEFAULT_INTERVAL_S)
+            print(
+                f"\nload: {json.dumps(summary)}\ncadence: {json.dumps(cad)}\n"
+                f"sidecar: {100 * (cpu1 - cpu0) / (m1 - m0):.1f}% of a core under load, RSS {rss:.1f} MiB (peak {hwm:.1f})"
+            )
+            assert result.errors == [], result.errors[:5]
+            assert summary["status"]["n"] >= 400 and summary["history"]["n"] >= 400  # ~50 x 10 each
+            assert cad["gaps"] >= 5 and cad["worst_deviation_pct"] <= 10, cad
+            assert sc.proc.poll() is None
+
+
+@pytest.mark.slow
+def test_a_tree_churning_every_100_ms_does_not_grow_the_sidecar(tmp_path, fake_nvml, sysfs):
+    fake_nvml.write({"gpus": [gpu(0)]})
+    with BusyJob(tmp_path, processes=16, gpus=1, churn_period_s=0.1) as job:
+        fake_nvml.write({"gpus": [gpu(0, util_gpu=90, processes=[{"pid": job.pid, "used_mib": 5000}])]})
+        env = fake_nvml.env({"DSH_SYSFS_ROOT": str(sysfs)})
+        args = ["--pid", str(job.pid), "--port", "0", "--interval", "0.2", "--history", "4"]
+        with Sidecar(args, env=env) as sc:
+            port = int(sc.url.rsplit(":", 1)[1])
+            sc.wait_status(lambda d: len(d["processes"]) >= 10, what="the churning tree")
+            time.sleep(3)  # warm-up: allocator pools, caches and the history ring fill
+            rss = [proc_cpu_rss(sc.proc.pid)[1]]
+            counts = []
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                time.sleep(0.5)
+                rss.append(proc_cpu_rss(sc.proc.pid)[1])
+                doc = sc.status()
+                counts.append(len(doc["processes"]))
+                code, body = get("127.0.0.1", port, f"{API}/history")
+                assert code == 200
+                hist = json.loads(body)
+                assert len(hist["samples"]) <= History(4, 0.2).capacity
+                assert len(hist["events"]) <= 1000
+            info = json.loads(job.out.read_text())
+            time.sleep(0.5)  # the sidecar's next poll removes the last SIGKILLed child's segment
+            left = [pid for pid in info["killed"] if os.path.exists(segment_path(pid))]
+            print(
+                f"\nchurned {info['churned']} children; RSS MiB {rss[0]:.1f} -> {rss[-1]:.1f}; tree sizes {counts}"
+            )
+            assert info["churned"] >= 100 and len(info["killed"]) >= 50
+            assert left == [], f"segments of SIGKILLed children left behind: {left}"
+            assert max(rss) - rss[0] < 6, rss
+            assert max(counts) <= 18 and sc.proc.poll() is None
+            assert not [line for line in sc.err_lines if "Traceback" in line]
+
+
+def test_a_day_of_history_at_the_default_interval_is_bounded():
+    """24 h at 1.5 s is 57,601 samples at most, however long the sidecar runs; its memory is
+    measured in benchmarks/bench_sidecar.py (docs/reliability.md)."""
+    from sidecar.history import Sample
+    from sidecar.verdict import RecentSample
+
+    h = History(86400, 1.5)
+    assert h.capacity == 57_601
+    t = 1_700_000_000.0
+    for i in range(h.capacity + 5000):
+        h.append(Sample(t + i * 1.5, ((0, 50, 1000),), ((42, 900.0, 40),), RecentSample(t, 40, 900.0, i, 50)))
+    assert len(h) == h.capacity and h.samples()[0].time == t + 5000 * 1.5
+    # Late polls: time bounds it too (a sample older than 24 h before the newest is dropped).
+    h.append(Sample(t + 10**6, (), (), RecentSample(t + 10**6, None, None, 0, None)))
+    assert len(h) == 1

@@ -1,0 +1,267 @@
+"""Security properties, checked on the real processes: loopback by default, the token compared in
+constant time, segments private (0600) and refused across users unless root, and secrets in command
+lines redacted everywhere they are shown or exported (status, history, --once, /metrics)."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import pytest
+
+from probe.segment import SegmentWriter, process_start_ticks, read_segment, segment_path
+from sidecar.server import _token_ok
+from tests.helpers.harness import REPO, Sidecar, python_env, wait_for
+from tests.stress.jobs import variant
+
+NOBODY = 65534
+
+
+def listening_addresses(port: int) -> set[str]:
+    """Local addresses of the LISTEN sockets on `port`, from /proc/net/tcp and tcp6."""
+    out = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            local, state = fields[1], fields[3]
+            addr, _, hexport = local.partition(":")
+            if state == "0A" and int(hexport, 16) == port:
+                if len(addr) == 8:
+                    out.add(".".join(str(int(addr[i : i + 2], 16)) for i in (6, 4, 2, 0)))
+                else:
+                    out.add(addr)
+    return out
+
+
+def test_default_bind_is_loopback_only(fake_nvml):
+    fake_nvml.write({"gpus": []})
+    with Sidecar(["--pid", str(os.getpid()), "--port", "0"], env=fake_nvml.env()) as sc:
+        port = int(sc.url.rsplit(":", 1)[1])
+        assert sc.url.startswith("http://127.0.0.1:")
+        assert listening_addresses(port) == {"127.0.0.1"}
+
+
+def test_token_comparison_takes_the_same_time_wherever_the_guess_goes_wrong():
+    """With `==` a guess wrong in its first byte is rejected ~100x faster than one wrong in its last
+    byte of 64 KiB (memcmp stops early), which lets an attacker find a token byte by byte. The check
+    must take the same time for both."""
+    token = "k" * 65536
+    early, late = "x" + token[1:], token[:-1] + "x"
+
+    def cost(guess: str) -> float:
+        best = []
+        for _ in range(7):
+            t = time.perf_counter()
+            for _ in range(40):
+                _token_ok(token, guess)
+            best.append(time.perf_counter() - t)
+        return statistics.median(best)
+
+    assert not _token_ok(token, early) and not _token_ok(token, late) and _token_ok(token, token)
+    ratios = []
+    for _ in range(3):
+        ratios.append(cost(late) / cost(early))
+    ratio = statistics.median(ratios)
+    assert 0.6 < ratio < 1.7, f"late/early rejection time ratio {ratio:.2f} ({ratios})"
+    # The same measurement detects a variable-time comparison: proof the test can fail.
+    naive = statistics.median(
+        [
+            min(_time(lambda: token == late) for _ in range(7))
+            / min(_time(lambda: token == early) for _ in range(7))
+        ]
+    )
+    assert naive > 3, naive
+
+
+def _time(fn) -> float:
+    t = time.perf_counter()
+    for _ in range(200):
+        fn()
+    return time.perf_counter() - t
+
+
+# -------------------------------------------------------------------------------------------------
+# Segments: private to their owner; the sidecar refuses another user's unless it runs as root.
+
+# The sidecar as an unprivileged user. Everything it imports lazily is imported before the uid
+# drops: the interpreter itself lives under /root (mode 0700).
+AS_NOBODY = f"""
+import json, os, sys
+import sidecar.cli, sidecar.poller, sidecar.document, sidecar.verdict, sidecar.history, sidecar.redact
+import sidecar.sources.proctree, sidecar.sources.segments, sidecar.sources.nvml, sidecar.sources.sysfs
+import psutil, pynvml, msgpack, encodings.idna
+os.setgroups([])
+os.setgid({NOBODY})
+os.setuid({NOBODY})
+sys.exit(sidecar.cli.main(sys.argv[1:]))
+"""
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the sidecar as another user")
+
+
+@pytest.fixture
+def job_with_segment():
+    """A live process and a segment published for it (by root, the job's user here)."""
+    proc = subprocess.Popen(["sleep", "300"], stdin=subprocess.DEVNULL)
+    ticks = process_start_ticks(proc.pid)
+    w = SegmentWriter(pid=proc.pid, start_ticks=ticks)
+    w.publish(variant(proc.pid, ticks, 0))
+    yield proc.pid, w
+    w.close()
+    proc.kill()
+    proc.wait()
+
+
+def sidecar_once(pid: int, as_nobody: bool, json_out: bool = True) -> subprocess.CompletedProcess:
+    args = ["--pid", str(pid), "--once", *(["--json"] if json_out else [])]
+    cmd = (
+        [sys.executable, "-c", AS_NOBODY, *args]
+        if as_nobody
+        else [sys.executable, "-m", "sidecar.cli", *args]
+    )
+    return subprocess.run(
+        cmd,
+        cwd="/",
+        env=python_env({"LD_LIBRARY_PATH": "/nonexistent"}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_segments_are_0600_whatever_the_umask(tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.stress.jobs", "once"],
+        env=python_env(),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        preexec_fn=lambda: os.umask(0),
+    )
+    try:
+        assert proc.stdout.readline() == b"published\n"
+        st = os.stat(segment_path(proc.pid))
+        assert st.st_mode & 0o777 == 0o600 and st.st_uid == os.geteuid()
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+@needs_root
+@pytest.mark.parametrize("mode", [0o600, 0o644])
+def test_sidecar_as_another_user_refuses_the_segment_and_says_why(job_with_segment, mode):
+    pid, _ = job_with_segment
+    os.chmod(segment_path(pid), mode)
+    r = sidecar_once(pid, as_nobody=True)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    (p,) = doc["processes"]
+    assert p["probe_state"] == "foreign-owner" and p["probe"] is False and p["models"] == []
+    why = "Permission denied" if mode == 0o600 else f"belongs to uid 0, we are uid {NOBODY}"
+    assert why in p["probe_error"], p["probe_error"]
+    (w,) = [w for w in doc["warnings"] if w["code"] == "probe-unreadable"]
+    assert w["pids"] == [pid] and why in w["message"] and "same user" in w["hint"]
+    human = sidecar_once(pid, as_nobody=True, json_out=False)
+    assert "probe-unreadable" in human.stdout and why in human.stdout and "same user" in human.stdout
+    assert os.path.exists(segment_path(pid)), "an unprivileged sidecar removed another user's segment"
+
+
+@needs_root
+def test_sidecar_as_root_reads_another_users_segment(job_with_segment):
+    pid, _ = job_with_segment
+    os.chown(segment_path(pid), NOBODY, NOBODY)
+    assert read_segment(pid).state == "ok"
+    doc = json.loads(sidecar_once(pid, as_nobody=False).stdout)
+    (p,) = doc["processes"]
+    assert p["probe_state"] == "ok" and p["models"][0]["name"] == "net0"
+
+
+# -------------------------------------------------------------------------------------------------
+# Redaction
+
+SECRETS = [
+    "sk-live-0123456789",
+    "abc123token",
+    "hunter2",
+    "pw0rd",
+    "hf_SECRETxyz",
+    "AKIAxyz/secret",
+    "p@ss-w0rd",
+]
+SECRET_ARGS = [
+    "--api-key",
+    "sk-live-0123456789",
+    "--token=abc123token",
+    "password=hunter2",
+    "https://user:pw0rd@db.example/x",
+    "--hf_token",
+    "hf_SECRETxyz",
+    "AWS_SECRET_ACCESS_KEY=AKIAxyz/secret",
+    "--db-password=p@ss-w0rd",
+]
+JOB = (
+    "import subprocess, sys, time\n"
+    "kid = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', *sys.argv[1:]])\n"
+    "print(kid.pid, flush=True)\n"
+    "try:\n    time.sleep(300)\nfinally:\n    kid.kill()\n"
+)
+
+
+def test_secrets_in_command_lines_are_redacted_everywhere(fake_nvml):
+    fake_nvml.write({"gpus": []})
+    job = subprocess.Popen(
+        [sys.executable, "-c", JOB, *SECRET_ARGS], stdout=subprocess.PIPE, text=True, env=python_env()
+    )
+    try:
+        kid = int(job.stdout.readline())
+        wait_for(lambda: os.path.exists(f"/proc/{kid}"), what="child")
+        with Sidecar(
+            ["--pid", str(job.pid), "--port", "0", "--interval", "0.2", "--job-name", "redaction"],
+            env=fake_nvml.env(),
+        ) as sc:
+            doc = sc.wait_status(lambda d: len(d["processes"]) == 2, what="both processes")
+            outputs = {
+                "status": json.dumps(doc),
+                "history": json.dumps(sc.history()),
+                "metrics": sc.get("/metrics")[1].decode(),
+            }
+            once = subprocess.run(
+                [sys.executable, "-m", "sidecar.cli", "--pid", str(job.pid), "--once"],
+                capture_output=True,
+                text=True,
+                env=python_env(fake_nvml.env()),
+                cwd=REPO,
+                timeout=60,
+            )
+            outputs["--once"] = once.stdout
+            outputs["--once --json"] = subprocess.run(
+                [sys.executable, "-m", "sidecar.cli", "--pid", str(job.pid), "--once", "--json"],
+                capture_output=True,
+                text=True,
+                env=python_env(fake_nvml.env()),
+                cwd=REPO,
+                timeout=60,
+            ).stdout
+        for where, text in outputs.items():
+            for secret in SECRETS:
+                assert secret not in text, f"{secret!r} shown in {where}"
+        for p in doc["processes"]:
+            assert "--api-key" in p["cmdline"] and "***" in p["cmdline"], p["cmdline"]
+        assert doc["target"]["cmdline"] == doc["processes"][0]["cmdline"]
+        assert "https://user:***@db.example/x" in doc["target"]["cmdline"]
+        assert once.returncode == 0, once.stderr
+    finally:
+        job.kill()
+        job.wait()
+        try:
+            os.kill(kid, 9)
+        except (ProcessLookupError, NameError):
+            pass

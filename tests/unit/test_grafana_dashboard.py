@@ -1,0 +1,244 @@
+"""deploy/grafana/dsh-dashboard.json: valid JSON, a well-formed dashboard, and every query names
+metrics (and labels) the sidecar exports. The exported names come from the collector itself, fed a
+status document that exercises every family; the PromQL goes through Prometheus's own parser
+(`promtool check rules`) where promtool is installed."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from sidecar.metrics import make_metrics
+
+REPO = Path(__file__).resolve().parents[2]
+DASHBOARD = REPO / "deploy" / "grafana" / "dsh-dashboard.json"
+# Labels Prometheus adds: `instance` and `job` from the target, `node` from deploy/prometheus.yml.
+TARGET_LABELS = {"instance", "job", "node"}
+GRAFANA_BUILTINS = {"__rate_interval", "__interval", "__range", "__all"}
+PROMQL_KEYWORDS = {
+    "and",
+    "or",
+    "unless",
+    "bool",
+    "offset",
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "inf",
+    "nan",
+}
+
+
+class _Poller:
+    def __init__(self, doc):
+        self.doc = doc
+        self.poll_count = 1
+        self.poll_durations_s = [0.003]
+        self.poll_errors = {}
+
+    def snapshot(self):
+        return self.doc, self.doc["time"]
+
+
+def _full_document() -> dict[str, Any]:
+    return {
+        "time": 1.0,
+        "status": "GPU",
+        "warnings": [{"code": "rank-shared-gpu", "severity": "warning"}],
+        "gpus": [
+            {"index": 0, "uuid": "GPU-x", "name": "A100", "util": 5, "mem_used_mb": 1, "mem_total_mb": 2}
+        ],
+        "processes": [
+            {
+                "pid": 10,
+                "role": "rank",
+                "rank": 0,
+                "local_rank": 0,
+                "world_size": 2,
+                "gpu": [{"index": 0, "mem_used_mb": 1, "sm_util": 3}],
+                "models": [{"name": "Net", "device": "cuda:0", "forward_calls": 4}],
+            }
+        ],
+    }
+
+
+@pytest.fixture(scope="module")
+def exported() -> dict[str, set[str]]:
+    """Sample name -> label names, as the sidecar exports them (job_name on: --job-name)."""
+    body, _ = make_metrics(_Poller(_full_document()), job_name="j")()
+    out: dict[str, set[str]] = {}
+    for fam in text_string_to_metric_families(body.decode()):
+        for s in fam.samples:
+            out.setdefault(s.name, set()).update(s.labels)
+    return out
+
+
+@pytest.fixture(scope="module")
+def dashboard() -> dict[str, Any]:
+    return json.loads(DASHBOARD.read_text())
+
+
+def _panels(dash: dict[str, Any]):
+    for p in dash["panels"]:
+        yield p
+        yield from p.get("panels", ())  # panels inside a collapsed row
+
+
+def _queries(dash: dict[str, Any]) -> list[tuple[str, str]]:
+    """(where, PromQL or Grafana variable query) for every query of the dashboard."""
+    out = []
+    for p in _panels(dash):
+        for t in p.get("targets", ()):
+            out.append((f"panel {p['title']!r} {t['refId']}", t["expr"]))
+    for v in dash["templating"]["list"]:
+        if v["type"] == "query":
+            q = v["query"]["query"] if isinstance(v["query"], dict) else v["query"]
+            out.append((f"variable {v['name']}", q))
+    return out
+
+
+def substitute_variables(expr: str) -> str:
+    """What Grafana sends: variables replaced by a value of their kind."""
+    expr = expr.replace("$__rate_interval", "1m").replace("$__interval", "1m").replace("$__range", "1h")
+    return re.sub(r"\$\{?(\w+)\}?", ".*", expr)
+
+
+def _selectors(promql: str) -> list[tuple[str, list[str]]]:
+    """(metric name, label names in its matchers) for every vector selector of an expression."""
+    s = re.sub(r'"(?:\\.|[^"\\])*"', '""', promql)  # string literals
+    s = re.sub(r"\[[^\]]*\]", "", s)  # range and subquery brackets
+    s = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", s)  # label lists
+    out = []
+    for m in re.finditer(r"(?<![\w.:])([A-Za-z_:][\w:]*)\s*(\{[^}]*\})?(\s*\()?", s):
+        name, matchers, call = m.group(1), m.group(2), m.group(3)
+        if call or name.lower() in PROMQL_KEYWORDS:
+            continue  # a function call or a keyword
+        labels = re.findall(r"([A-Za-z_]\w*)\s*(?:=~|!~|!=|=)", matchers or "")
+        out.append((name, labels))
+    return out
+
+
+def dashboard_expressions(dash) -> list[tuple[str, str]]:
+    """(where, PromQL) with label_values(...) variable queries reduced to their selector."""
+    out = []
+    for where, q in _queries(dash):
+        m = re.fullmatch(r"\s*label_values\((.*),\s*(\w+)\)\s*", q)
+        out.append((where, m.group(1) if m else q))
+    return out
+
+
+def test_dashboard_is_a_well_formed_grafana_dashboard(dashboard):
+    assert dashboard["title"] and dashboard["uid"] == "dsh-gpu-dashboard"
+    assert isinstance(dashboard["schemaVersion"], int) and dashboard["schemaVersion"] >= 36
+    panels = list(_panels(dashboard))
+    ids = [p["id"] for p in panels]
+    assert len(ids) == len(set(ids)), "panel ids must be unique"
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert (
+        variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+    )
+    for p in panels:
+        g = p["gridPos"]
+        assert 0 <= g["x"] and g["x"] + g["w"] <= 24 and g["h"] > 0, p["title"]
+        if p["type"] == "row":
+            continue
+        assert p["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, p["title"]
+        refs = [t["refId"] for t in p["targets"]]
+        assert refs and len(refs) == len(set(refs)), p["title"]
+        for t in p["targets"]:
+            assert t["datasource"] == p["datasource"] and t["expr"].strip(), (p["title"], t["refId"])
+    # No two panels overlap on the grid.
+    cells: dict[tuple[int, int], str] = {}
+    for p in panels:
+        g = p["gridPos"]
+        for x in range(g["x"], g["x"] + g["w"]):
+            for y in range(g["y"], g["y"] + g["h"]):
+                assert (x, y) not in cells, f"{p['title']!r} overlaps {cells[(x, y)]!r}"
+                cells[(x, y)] = p["title"]
+
+
+def test_every_variable_used_is_defined(dashboard):
+    defined = {v["name"] for v in dashboard["templating"]["list"]} | GRAFANA_BUILTINS
+    text = json.dumps(dashboard)
+    used = set(re.findall(r"\$\{?(\w+)", text))
+    assert used <= defined, sorted(used - defined)
+
+
+def test_every_query_names_metrics_and_labels_the_sidecar_exports(dashboard, exported):
+    seen = set()
+    for where, expr in dashboard_expressions(dashboard):
+        selectors = _selectors(expr)
+        assert selectors, f"{where}: no metric in {expr!r}"
+        for name, labels in selectors:
+            assert name in exported, f"{where}: {name} is not exported by the sidecar ({expr!r})"
+            unknown = set(labels) - exported[name] - TARGET_LABELS
+            assert not unknown, f"{where}: {name} has no label {sorted(unknown)}"
+            seen.add(name)
+    # The views the issue asks for: status per node and job, per-GPU utilisation and memory, the
+    # per-rank table, warnings.
+    assert {
+        "dsh_status",
+        "dsh_gpu_utilization_percent",
+        "dsh_gpu_memory_used_bytes",
+        "dsh_gpu_memory_total_bytes",
+        "dsh_rank_info",
+        "dsh_process_gpu_memory_used_bytes",
+        "dsh_model_info",
+        "dsh_warning_active",
+    } <= seen
+
+
+def test_the_query_checker_catches_mistakes(exported):
+    """The checker itself: a typo in a metric or a label, and a function, are told apart."""
+    assert _selectors('rate(dsh_model_forward_calls_total{rank!="", x="a{b}"}[5m]) > bool 0') == [
+        ("dsh_model_forward_calls_total", ["rank", "x"])
+    ]
+    assert _selectors("sum by (gpu) (dsh_gpu_utilisation_percent) offset 5m") == [
+        ("dsh_gpu_utilisation_percent", [])
+    ]
+    assert "dsh_gpu_utilisation_percent" not in exported
+    assert _selectors("time() - max(dsh_sidecar_last_poll_timestamp_seconds)") == [
+        ("dsh_sidecar_last_poll_timestamp_seconds", [])
+    ]
+    assert _selectors("1e3 * dsh_status") == [("dsh_status", [])]
+
+
+def test_the_per_rank_table_joins_what_it_shows(dashboard):
+    (table,) = [p for p in _panels(dashboard) if p["title"] == "Ranks"]
+    assert table["type"] == "table" and {"merge", "organize"} <= {t["id"] for t in table["transformations"]}
+    for t in table["targets"]:
+        assert t["format"] == "table" and t["instant"] is True
+        # Every query keeps the join keys, so merge can line the rows up by process.
+        by = re.search(r"\bby \(([^)]*)\)", t["expr"]).group(1)
+        assert {"instance", "job_name", "pid"} <= {x.strip() for x in by.split(",")}, t["expr"]
+
+
+@pytest.mark.skipif(
+    shutil.which("promtool") is None, reason="promtool (Debian package prometheus) is not installed"
+)
+def test_every_query_parses_as_promql(dashboard, tmp_path):
+    """Each panel query, with Grafana's variables filled in, through Prometheus's own parser."""
+    rules = []
+    for i, (where, expr) in enumerate(dashboard_expressions(dashboard)):
+        rules.append(
+            {
+                "record": f"dsh_dashboard_query_{i}",
+                "expr": substitute_variables(expr),
+                "labels": {"where": where},
+            }
+        )
+    path = tmp_path / "dashboard-queries.yml"
+    path.write_text(json.dumps({"groups": [{"name": "dashboard", "rules": rules}]}))  # JSON is YAML
+    r = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"SUCCESS: {len(rules)} rules found" in r.stdout
