@@ -49,6 +49,7 @@ fi
 log "ruff"
 .venv/bin/ruff check probe sidecar tests scripts benchmarks
 log "pytest"
+export DSH_REQUIRE_ALL=1
 set +e
 .venv/bin/python -m pytest "$@"
 rc=$?
