@@ -253,8 +253,10 @@ class Probe:
                 continue
             models.append(rec.to_payload())
         payload["models"] = models
-        payload["events"] = [dict(e) for e in self.events]
-        payload["errors"] = [dict(e) for e in self.errors]
+        # tuple() copies in one C call: forward hooks append errors without the lock, and iterating
+        # the deque itself while one does would raise "deque mutated during iteration".
+        payload["events"] = [dict(e) for e in tuple(self.events)]
+        payload["errors"] = [dict(e) for e in tuple(self.errors)]
         payload["published_at"] = now
         return payload
 

@@ -1,9 +1,9 @@
 """Per-model bookkeeping: the forward pre-hook, device traversal, input sampling, loader timing.
 
-The forward pre-hook is the only probe code on the training hot path: it does a counter increment,
-one clock read and one flag test. Everything that costs more (finding the input's device, walking
-the parameters) happens either when the publisher thread arms the hook (about once per publish
-interval) or in the publisher thread itself.
+The forward pre-hook is the only probe code on the training hot path: a check that torch.compile is
+not tracing it, a counter increment, one clock read and one flag test. Everything that costs more
+(finding the input's device, walking the parameters) happens either when the publisher thread arms
+the hook (about once per publish interval) or in the publisher thread itself.
 
 This module never imports torch: the caller passes the torch module it found in sys.modules.
 """

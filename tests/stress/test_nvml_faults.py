@@ -38,12 +38,6 @@ def test_driver_faults_cost_fields_never_the_poll(tmp_path, fake_nvml, sidecar_e
     with FakeJob(tmp_path / "job", {"main": TRAINER}) as job:
         busy = {"pid": job.pid, "used_mib": 4000, "sm_util": 80}
         with Sidecar(["--pid", str(job.pid), "--port", "0", "--interval", "0.2"], env=sidecar_env) as sc:
-            times: list[float] = []
-
-            def sample_times() -> list[float]:
-                times.extend(s["time"] for s in sc.history(times[-1] if times else None)["samples"])
-                return times
-
             # 1. nvmlInit refused: served anyway, the verdict from the probe alone, the reason given.
             doc = sc.wait_status(lambda d: d["processes"] and d["processes"][0]["models"], what="first polls")
             assert doc["nvml"]["ok"] is False and "permission" in doc["nvml"]["error"].lower()
@@ -94,10 +88,11 @@ def test_driver_faults_cost_fields_never_the_poll(tmp_path, fake_nvml, sidecar_e
             doc = sc.wait_status(lambda d: d["gpus"][0]["util"] == 83, what="recovered")
             assert doc["gpus"][0]["field_errors"] == {} and doc["processes"][0]["gpu"]
             # Through all of it the poll kept its cadence and nothing escaped a poll.
-            ts = sample_times()
-            assert len(ts) >= 10 and all(b > a for a, b in zip(ts, ts[1:]))
+            ts = [s["time"] for s in sc.history()["samples"]]
+            assert len(ts) >= 5 and all(b > a for a, b in zip(ts, ts[1:]))
             gaps = [b - a for a, b in zip(ts, ts[1:])]
-            assert max(gaps) < 1.0, gaps
+            assert max(gaps) < 1.0, gaps  # 0.2 s polls, none skipped however the driver answered
+            assert ts[-1] >= doc["time"] - 0.5
             assert poll_errors(sc).get("poll", 0) == 0
             assert sc.get(f"{API}/history")[0] == 200 and sc.proc.poll() is None
             assert not [line for line in sc.err_lines if "Traceback" in line]
