@@ -2,11 +2,12 @@
 
 The simulated NVIDIA driver's fixtures live with the driver (tests/fakenvml/fixtures.py).
 """
+
+import os
+
+import pytest
+
 from tests.fakenvml.fixtures import *  # noqa: F401,F403  (pytest fixtures)
-
-import os  # noqa: E402
-
-import pytest  # noqa: E402
 
 
 @pytest.hookimpl(hookwrapper=True)

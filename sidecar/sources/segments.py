@@ -15,6 +15,8 @@ from sidecar.sources.proctree import TreeSnapshot, pid_visible
 
 # Consecutive busy reads after which a segment counts as unreadable rather than mid-publish.
 BUSY_POLLS_UNREADABLE = 3
+# Segments of live processes outside the tree (other jobs) are checked for staleness this often.
+FOREIGN_CHECK_EVERY_POLLS = 20
 UNREADABLE_STATES = ("corrupt", "foreign-owner")
 
 
@@ -33,6 +35,7 @@ class SegmentSource:
         self._last_good: dict[tuple[int, int | None], dict[str, Any]] = {}
         self._busy_count: dict[tuple[int, int | None], int] = {}
         self.removed: list[int] = []  # pids whose dead segments this source removed (for tests/logs)
+        self._cleanups = 0
 
     def poll(self, tree: TreeSnapshot) -> dict[int, ProbeRead]:
         out: dict[int, ProbeRead] = {}
@@ -62,20 +65,35 @@ class SegmentSource:
             if ident not in live:
                 del self._busy_count[ident]
         if self.clean_dead:
-            self._remove_dead_segments()
+            self._remove_dead_segments(out)
         return out
 
-    def _remove_dead_segments(self) -> None:
+    def _remove_dead_segments(self, reads: dict[int, ProbeRead]) -> None:
         """Unlink segments whose writer is gone: its pid no longer exists, or the pid now belongs to
-        another process (start time mismatch). A zeroed header is a writer initialising: left alone."""
+        another process (start time mismatch). A zeroed header is a writer initialising: left alone.
+
+        The tree's own segments were read against their live identity a moment ago: that read says
+        whether one is stale, so it is not read (and validated) a second time. The segments of
+        other live processes are checked every FOREIGN_CHECK_EVERY_POLLS polls only: on a node
+        running other jobs they would otherwise cost a full read each, every poll."""
         try:
             pids = wire.list_segment_pids()
         except Exception:
             return
+        self._cleanups += 1
+        # The first poll, then every Nth.
+        check_foreign = (self._cleanups - 1) % FOREIGN_CHECK_EVERY_POLLS == 0
         for pid in pids:
             if not pid_visible(pid):
                 if self._remove(pid):
                     self.removed.append(pid)
+                continue
+            read = reads.get(pid)
+            if read is not None:
+                if read.state == "stale" and self._remove(pid):
+                    self.removed.append(pid)
+                continue
+            if not check_foreign:
                 continue
             try:
                 live_ticks = wire.process_start_ticks(pid)

@@ -41,6 +41,7 @@ class BusyJob:
         env: Mapping[str, str] | None = None,
     ):
         self.out = Path(directory) / "busy-job.json"
+        self.out.unlink(missing_ok=True)  # a previous job's pids must not be taken for this one's
         self.gpus = gpus
         self.proc = subprocess.Popen(
             [
