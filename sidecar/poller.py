@@ -26,6 +26,7 @@ from sidecar.verdict import (
     Verdict,
     decide,
     device_type,
+    primary_model_gpu_index,
     settle,
 )
 
@@ -230,8 +231,8 @@ class Poller:
                     device_type(d) == "cuda" for d in m.devices
                 ):
                     calls += m.forward_calls
-        decided = decide(facts)  # cheap: pure; needed for the model's GPU index in this sample
-        g = next((g for g in facts.gpus if g.index == decided.model_gpu_index), None)
+        model_gpu = primary_model_gpu_index(facts)
+        g = next((g for g in facts.gpus if g.index == model_gpu), None)
         if g is not None:
             model_gpu_util = g.util
         recent = RecentSample(now, sm_total, mem_total if facts.nvml_ok else None, calls, model_gpu_util)

@@ -795,6 +795,14 @@ RULES: tuple[Rule, ...] = (
 # ---------------------------------------------------------------------------------------------
 # Status and message
 # ---------------------------------------------------------------------------------------------
+def primary_model_gpu_index(f: Facts) -> int | None:
+    """NVML index of the GPU the first model with a device is on (None when it is not on CUDA)."""
+    first = next(((p, m) for p, m in _all_models(f) if _model_types(m)), None)
+    if first and "cuda" in _model_types(first[1]):
+        return model_nvml_index(first[0], first[1], f.gpus)
+    return None
+
+
 def _status_and_message(f: Facts) -> tuple[str, str, str, str | None, str | None, int | None]:
     models = list(_all_models(f))
     typed = [(p, m, _model_types(m)) for p, m in models]
@@ -802,9 +810,7 @@ def _status_and_message(f: Facts) -> tuple[str, str, str, str | None, str | None
     first = next(((p, m) for p, m, t in typed if t), None)
     model_device = first[1].device if first else (models[0][1].device if models else None)
     input_device = next((m.input_device for _, m in models if m.input_device), None)
-    gpu_index = None
-    if first and "cuda" in _model_types(first[1]):
-        gpu_index = model_nvml_index(first[0], first[1], f.gpus)
+    gpu_index = primary_model_gpu_index(f)
 
     if types:
         names = ", ".join(sorted({m.name for _, m, t in typed if t}))
