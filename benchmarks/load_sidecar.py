@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/load_sidecar.py clients [--clients 50 --seconds 60 --period 1.0]
     .venv/bin/python benchmarks/load_sidecar.py churn [--seconds 60 --churn-period 0.1]
+    .venv/bin/python benchmarks/load_sidecar.py flood [--connections 150]
     .venv/bin/python benchmarks/load_sidecar.py all
 
 `clients`: a real `dsh-sidecar` at the default interval (1.5 s) watches a busy simulated job (8
@@ -12,10 +13,15 @@ between consecutive history samples, against the interval), the mean poll time f
 the sidecar's CPU share and RSS during the run.
 
 `churn`: the job starts one child and stops the oldest every --churn-period seconds (every other
-one with SIGKILL, leaving its segment for the sidecar to remove); the sidecar polls every 0.5 s.
+one with SIGKILL, leaving its segment for the sidecar to remove); the sidecar polls every 0.5 s
+and keeps 20 s of history.
 Reports its RSS over time, the history length and any segment of a killed child left behind.
 
-The same code runs shorter in tests/stress/test_load.py. No GPU needed (tests/fakenvml).
+`flood`: N connections that send half a request line and then nothing; reports whether a new client
+still gets an answer (waitress stops accepting at 100 open connections and drops idle ones after
+120 s).
+
+The same code (clients, churn) runs shorter in tests/stress/test_load.py. No GPU needed (tests/fakenvml).
 """
 
 from __future__ import annotations
@@ -110,7 +116,8 @@ def churn(work: Path, driver: Driver, seconds: float, period: float) -> dict:
     driver.write({"gpus": [gpu(0)]})
     with BusyJob(work, processes=16, gpus=1, churn_period_s=period) as job:
         driver.write({"gpus": [gpu(0, util_gpu=90, processes=[{"pid": job.pid, "used_mib": 5000}])]})
-        args = ["--pid", str(job.pid), "--port", "0", "--interval", "0.5", "--history", "60"]
+        # A 20 s history (41 samples at most): full after a third of the run, so the run shows it stays so.
+        args = ["--pid", str(job.pid), "--port", "0", "--interval", "0.5", "--history", "20"]
         with Sidecar(args, env=driver.env()) as sc:
             port = int(sc.url.rsplit(":", 1)[1])
             sc.wait_status(lambda d: len(d["processes"]) >= 10, what="churning tree")
@@ -141,7 +148,7 @@ def churn(work: Path, driver: Driver, seconds: float, period: float) -> dict:
         f"{info['churned']} children started, {len(info['killed'])} of the stopped ones SIGKILLed; "
         f"segments of killed children left behind: {len(left)}; sidecar alive: {alive}; tracebacks: {len(errors)}\n"
     )
-    print("| t | sidecar RSS | history samples (cap 121) | processes shown |")
+    print("| t | sidecar RSS | history samples (cap 41) | processes shown |")
     print("|---|---|---|---|")
     for row in series:
         print(f"| {row['t_s']} s | {row['rss_mib']} MiB | {row['history']} | {row['processes']} |")
@@ -155,9 +162,59 @@ def churn(work: Path, driver: Driver, seconds: float, period: float) -> dict:
     }
 
 
+def flood(work: Path, driver: Driver, connections: int) -> dict:
+    """Idle connections that never finish a request (a slow client, or a local user doing it on
+    purpose): does a new client still get an answer?"""
+    import socket
+
+    driver.write({"gpus": [gpu(0)]})
+    with BusyJob(work, processes=2, gpus=1) as job:
+        with Sidecar(["--pid", str(job.pid), "--port", "0", "--interval", "0.5"], env=driver.env()) as sc:
+            port = int(sc.url.rsplit(":", 1)[1])
+            socks = []
+            for _ in range(connections):
+                s = socket.create_connection(("127.0.0.1", port), 5)
+                s.sendall(b"GET / HTTP/1.1\r\n")  # and nothing more
+                socks.append(s)
+            time.sleep(0.5)
+
+            def probe() -> str:
+                t = time.monotonic()
+                try:
+                    code, _ = get_with_timeout(port, 5.0)
+                    return f"HTTP {code} in {1000 * (time.monotonic() - t):.0f} ms"
+                except OSError as exc:
+                    return f"no answer ({type(exc).__name__}) after {time.monotonic() - t:.1f} s"
+
+            during = probe()
+            for s in socks:
+                s.close()
+            time.sleep(0.5)
+            after = probe()
+            log = [line for line in sc.err_lines if "connection limit" in line]
+    print(f"\n## {connections} idle half-open connections\n")
+    print(f"A new GET /healthz while they are open: {during}; after they close: {after}.")
+    if log:
+        print(f"The sidecar logged: {log[0]!r}")
+    return {"connections": connections, "during": during, "after": after, "log": log[:1]}
+
+
+def get_with_timeout(port: int, timeout_s: float) -> tuple[int, bytes]:
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout_s)
+    try:
+        conn.request("GET", "/healthz")
+        r = conn.getresponse()
+        return r.status, r.read()
+    finally:
+        conn.close()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["clients", "churn", "all"])
+    ap.add_argument("what", choices=["clients", "churn", "flood", "all"])
+    ap.add_argument("--connections", type=int, default=150, help="flood: idle connections to open")
     ap.add_argument("--clients", type=int, default=50)
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument(
@@ -178,6 +235,8 @@ def main() -> int:
             results["clients"] = clients(work, driver, args.clients, args.seconds, args.period)
         if args.what in ("churn", "all"):
             results["churn"] = churn(work, driver, args.seconds, args.churn_period)
+        if args.what in ("flood", "all"):
+            results["flood"] = flood(work, driver, args.connections)
     print(f"\nload average {os.getloadavg()[0]:.2f} at the end")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
