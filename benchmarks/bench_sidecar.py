@@ -238,9 +238,11 @@ def deep(obj, seen):
     size = sys.getsizeof(obj)
     if isinstance(obj, tuple):
         size += sum(deep(x, seen) for x in obj)
-    elif hasattr(obj, "__slots__") or hasattr(obj, "__dataclass_fields__"):
-        for name in getattr(obj, "__dataclass_fields__", ()):
+    elif hasattr(type(obj), "__slots__"):  # sys.getsizeof counts an array's buffer itself
+        for name in type(obj).__slots__:
             size += deep(getattr(obj, name), seen)
+    elif hasattr(obj, "__dict__"):
+        size += deep(tuple(vars(obj).values()), seen) + sys.getsizeof(vars(obj))
     return size
 samples = p.history.samples()
 seen = set()

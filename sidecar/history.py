@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import math
 import threading
+from array import array
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from sidecar.verdict import RecentSample
@@ -18,18 +18,51 @@ from sidecar.verdict import RecentSample
 MAX_EVENTS = 1000
 
 
-@dataclass(frozen=True, slots=True)
+_NAN = float("nan")
+
+
+def _pack(rows: tuple[tuple[int, float | None, float | None], ...]) -> array:
+    # Three doubles a row, NaN for "no value": a fraction of the memory of tuples of float objects.
+    return array("d", [_NAN if v is None else v for row in rows for v in row])
+
+
+def _unpack(flat: array) -> tuple[tuple[int, float | None, float | None], ...]:
+    vals = [None if v != v else v for v in flat]  # NaN != NaN
+    return tuple((int(vals[i]), vals[i + 1], vals[i + 2]) for i in range(0, len(vals), 3))
+
+
+def _num(v: float | None) -> float | int | None:
+    return int(v) if v is not None and v.is_integer() else v
+
+
 class Sample:
-    time: float
-    gpus: tuple[tuple[int, float | None, float | None], ...]  # (index, util %, mem used MiB)
-    processes: tuple[tuple[int, float | None, float | None], ...]  # (pid, GPU mem MiB, SM %)
-    recent: RecentSample  # what the verdict's windowed rules need
+    """One poll: per GPU (index, util %, mem used MiB), per GPU process of the job (pid, GPU mem MiB,
+    SM %), and what the verdict's windowed rules need. Stored packed: a day of samples must stay
+    small (docs/reliability.md has the figures)."""
+
+    __slots__ = ("time", "_gpus", "_processes", "recent")
+
+    def __init__(self, time: float, gpus, processes, recent: RecentSample):
+        self.time = time
+        self._gpus = _pack(gpus)
+        self._processes = _pack(processes)
+        self.recent = recent
+
+    @property
+    def gpus(self) -> tuple[tuple[int, float | None, float | None], ...]:
+        return _unpack(self._gpus)
+
+    @property
+    def processes(self) -> tuple[tuple[int, float | None, float | None], ...]:
+        return _unpack(self._processes)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "time": self.time,
-            "gpus": [{"index": i, "util": u, "mem_used_mb": m} for i, u, m in self.gpus],
-            "processes": [{"pid": p, "gpu_mem_mb": m, "sm_util": s} for p, m, s in self.processes],
+            "gpus": [{"index": i, "util": _num(u), "mem_used_mb": _num(m)} for i, u, m in self.gpus],
+            "processes": [
+                {"pid": p, "gpu_mem_mb": _num(m), "sm_util": _num(s)} for p, m, s in self.processes
+            ],
         }
 
 

@@ -112,7 +112,7 @@ class SystemGpuFacts:
     nvml_index: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RecentSample:
     time: float
     tree_sm_util: float | None  # summed over the tree's processes; None when NVML gave nothing
