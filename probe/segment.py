@@ -262,51 +262,63 @@ def _type_name(value: Any) -> str:
     return "nil" if value is None else type(value).__name__
 
 
-def _check(value: Any, kind: Any, path: str) -> Any:
+def _path(at: Any) -> str:
+    """The dotted path of a field, built only when it is reported: ``at`` is a chain of
+    (parent, suffix) pairs, cheaper to extend on every field than a formatted string."""
+    parts = []
+    while isinstance(at, tuple):
+        at, step = at
+        parts.append(f"[{step}]" if type(step) is int else f".{step}")
+    parts.append(at)
+    return "".join(reversed(parts))
+
+
+def _check(value: Any, kind: Any, at: Any) -> Any:
     """Return a clean copy of ``value`` checked against ``kind``; raise _Invalid with the path."""
-    if isinstance(kind, _Opt):
-        return None if value is None else _check(value, kind.kind, path)
     if kind is int:
         if type(value) is not int:
-            raise _Invalid(f"{path}: expected int, got {_type_name(value)}")
-        return value
-    if kind is float:
-        if type(value) is not float:
-            raise _Invalid(f"{path}: expected float, got {_type_name(value)}")
-        if not math.isfinite(value):
-            raise _Invalid(f"{path}: not a finite number")
-        return value
-    if kind is bool:
-        if type(value) is not bool:
-            raise _Invalid(f"{path}: expected bool, got {_type_name(value)}")
+            raise _Invalid(f"{_path(at)}: expected int, got {_type_name(value)}")
         return value
     if kind is str:
         if type(value) is not str:
-            raise _Invalid(f"{path}: expected str, got {_type_name(value)}")
+            raise _Invalid(f"{_path(at)}: expected str, got {_type_name(value)}")
         if len(value) > MAX_STR_CHARS:
-            raise _Invalid(f"{path}: string longer than {MAX_STR_CHARS}")
+            raise _Invalid(f"{_path(at)}: string longer than {MAX_STR_CHARS}")
+        return value
+    if isinstance(kind, _Opt):
+        return None if value is None else _check(value, kind.kind, at)
+    if kind is float:
+        if type(value) is not float:
+            raise _Invalid(f"{_path(at)}: expected float, got {_type_name(value)}")
+        if not math.isfinite(value):
+            raise _Invalid(f"{_path(at)}: not a finite number")
+        return value
+    if kind is bool:
+        if type(value) is not bool:
+            raise _Invalid(f"{_path(at)}: expected bool, got {_type_name(value)}")
         return value
     if isinstance(kind, _Enum):
         if type(value) is not str or value not in kind.values:
-            raise _Invalid(f"{path}: expected one of {'|'.join(kind.values)}, got {value!r:.40}")
+            raise _Invalid(f"{_path(at)}: expected one of {'|'.join(kind.values)}, got {value!r:.40}")
         return value
     if isinstance(kind, _List):
         if type(value) is not list:
-            raise _Invalid(f"{path}: expected array, got {_type_name(value)}")
+            raise _Invalid(f"{_path(at)}: expected array, got {_type_name(value)}")
         if len(value) > kind.max_items:
-            raise _Invalid(f"{path}: more than {kind.max_items} items")
-        return [_check(item, kind.item, f"{path}[{i}]") for i, item in enumerate(value)]
+            raise _Invalid(f"{_path(at)}: more than {kind.max_items} items")
+        item = kind.item
+        return [_check(v, item, (at, i)) for i, v in enumerate(value)]
     if isinstance(kind, dict):
         if type(value) is not dict:
-            raise _Invalid(f"{path}: expected map, got {_type_name(value)}")
+            raise _Invalid(f"{_path(at)}: expected map, got {_type_name(value)}")
         out = {}
         for key, sub in kind.items():
             if key not in value:
-                raise _Invalid(f"{path}.{key}: missing")
-            out[key] = _check(value[key], sub, f"{path}.{key}")
+                raise _Invalid(f"{_path(at)}.{key}: missing")
+            out[key] = _check(value[key], sub, (at, key))
         # Unknown keys are dropped, not rejected: a newer probe may add fields within schema 1.
         return out
-    raise AssertionError(f"bad schema kind at {path}")  # a bug in this module, not bad input
+    raise AssertionError(f"bad schema kind at {_path(at)}")  # a bug in this module, not bad input
 
 
 def validate_payload(payload: Any) -> tuple[dict | None, str | None]:
