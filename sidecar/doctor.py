@@ -14,11 +14,11 @@ from sidecar.verdict import Facts, GpuFacts, cuda_unavailable_reason
 # Runs in the user's interpreter: it may have a broken torch, so everything is guarded and the
 # result is one JSON line. Initialising CUDA here is fine: this process exits right after.
 _TORCH_PROBE = r"""
-import json, os, sys
+import importlib, json, os, sys
 out = {"python": sys.version.split()[0], "executable": sys.executable, "torch": None, "error": None,
        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
 try:
-    import torch
+    torch = importlib.import_module("torch")  # in the user's interpreter, never in the sidecar
     out["torch"] = torch.__version__
     out["cuda_build"] = torch.version.cuda
     out["cuda_available"] = bool(torch.cuda.is_available())

@@ -144,10 +144,9 @@ def test_secrets_are_redacted_in_cmdlines(tmp_path, fake_nvml):
         p.wait()
 
 
-def test_run_starts_the_job_and_exits_with_its_code(fake_nvml):
-    fake_nvml.write({"gpus": []})
-    script = "import sys, time; time.sleep(1.5); sys.exit(7)"
-    proc = subprocess.Popen(
+def start_run(fake_nvml, script: str, *options: str) -> subprocess.Popen:
+    """`dsh-sidecar run [options] -- python -c SCRIPT` with the simulated driver."""
+    return subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -157,8 +156,7 @@ def test_run_starts_the_job_and_exits_with_its_code(fake_nvml):
             "0",
             "--interval",
             "0.2",
-            "--grace",
-            "0.5",
+            *options,
             "--",
             sys.executable,
             "-c",
@@ -170,6 +168,12 @@ def test_run_starts_the_job_and_exits_with_its_code(fake_nvml):
         env=python_env(base=fake_nvml.env()),
         cwd=REPO,
     )
+
+
+def test_run_starts_the_job_and_exits_with_its_code(fake_nvml):
+    fake_nvml.write({"gpus": []})
+    script = "import sys, time; time.sleep(1.5); sys.exit(7)"
+    proc = start_run(fake_nvml, script, "--grace", "0.5")
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 7, (out, err)
     assert "dsh-sidecar: serving http://127.0.0.1:" in out and "exit code 7" in out
@@ -182,27 +186,7 @@ def test_run_forwards_sigterm(fake_nvml):
         "signal.signal(signal.SIGTERM, lambda *a: sys.exit(42))\n"
         "print('child ready', flush=True)\ntime.sleep(60)\n"
     )
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "sidecar.cli",
-            "run",
-            "--port",
-            "0",
-            "--interval",
-            "0.2",
-            "--",
-            sys.executable,
-            "-c",
-            script,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=python_env(base=fake_nvml.env()),
-        cwd=REPO,
-    )
+    proc = start_run(fake_nvml, script)
     seen = set()
     for line in proc.stdout:
         seen |= {k for k in ("child ready", "dsh-sidecar: serving") if k in line}
