@@ -27,6 +27,7 @@ class ProbeRead:
     payload: dict[str, Any] | None  # the latest good payload of this identity, even when state is busy
     error: str | None
     unreadable: bool  # corrupt, foreign, or busy for too long
+    writer_start_ticks: int | None = None  # from the header: names the writer a stale segment belongs to
 
 
 class SegmentSource:
@@ -57,7 +58,7 @@ class SegmentSource:
             self._busy_count[ident] = busy
             unreadable = r.state in UNREADABLE_STATES or busy >= BUSY_POLLS_UNREADABLE
             payload = self._last_good.get(ident) if r.state in ("busy", "corrupt") else None
-            out[proc.pid] = ProbeRead(proc.pid, r.state, payload, r.error, unreadable)
+            out[proc.pid] = ProbeRead(proc.pid, r.state, payload, r.error, unreadable, r.writer_start_ticks)
         for ident in list(self._last_good):
             if ident not in live:
                 del self._last_good[ident]
@@ -90,7 +91,7 @@ class SegmentSource:
                 continue
             read = reads.get(pid)
             if read is not None:
-                if read.state == "stale" and self._remove(pid):
+                if read.state == "stale" and self._remove(pid, read.writer_start_ticks):
                     self.removed.append(pid)
                 continue
             if not check_foreign:
@@ -100,15 +101,15 @@ class SegmentSource:
                 r = wire.read_segment(pid, expected_start_ticks=live_ticks)
             except Exception:
                 continue
-            if r.state == "stale":
-                if self._remove(pid):
-                    self.removed.append(pid)
+            if r.state == "stale" and self._remove(pid, r.writer_start_ticks):
+                self.removed.append(pid)
         del self.removed[:-256]
 
     @staticmethod
-    def _remove(pid: int) -> bool:
+    def _remove(pid: int, stale_writer_ticks: int | None = None) -> bool:
+        """Unlink; for a stale segment only while its header still names the dead writer, so a
+        newcomer with the reused pid that recreated its segment meanwhile keeps it."""
         try:
-            wire.remove_segment(pid)
-            return True
+            return wire.remove_segment(pid, expected_start_ticks=stale_writer_ticks)
         except Exception:
             return False
