@@ -37,12 +37,13 @@ from tests.stress.loadgen import BusyJob, busy_scenario, proc_cpu_rss  # noqa: E
 OUR_POLL = r"""
 import json, sys, time
 from sidecar.poller import Poller
-root, n = int(sys.argv[1]), int(sys.argv[2])
+root, n, gap_s = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
 p = Poller(root, interval_s=1.5)
 for _ in range(5):
     p.poll_once()      # warm-up: NVML initialised, static process facts cached
 cpu, wall = [], []
 for _ in range(n):
+    time.sleep(gap_s)  # the job publishes again meanwhile, as between two polls 1.5 s apart
     c, w = time.process_time(), time.perf_counter()
     doc = p.poll_once()
     cpu.append(time.process_time() - c)
@@ -50,6 +51,7 @@ for _ in range(n):
 # Where the time goes: each source alone, same number of rounds.
 parts = {"proctree": 0.0, "segments": 0.0, "nvml": 0.0}
 for _ in range(n):
+    time.sleep(gap_s)
     c = time.process_time(); tree = p.tree_source.poll(); parts["proctree"] += time.process_time() - c
     c = time.process_time(); p.segment_source.poll(tree); parts["segments"] += time.process_time() - c
     c = time.process_time(); p.nvml_source.poll(); parts["nvml"] += time.process_time() - c
@@ -97,6 +99,11 @@ print(json.dumps({"cpu": cpu, "wall": wall, "gpu_rows": sum(len(g.processes or [
 """
 
 
+# The busy job republishes this often, and each measured poll waits GAP_S first (see compare).
+PUBLISH_S = 0.05
+GAP_S = 0.06
+
+
 class Driver:
     """The simulated driver: library built once, one scenario file."""
 
@@ -113,9 +120,9 @@ class Driver:
         return env
 
 
-def run_snippet(code: str, driver: Driver, root: int, n: int) -> dict:
+def run_snippet(code: str, driver: Driver, root: int, n: int, gap_s: float = 0.0) -> dict:
     out = subprocess.run(
-        [sys.executable, "-c", code, str(root), str(n)],
+        [sys.executable, "-c", code, str(root), str(n), str(gap_s)],
         env=driver.env(),
         cwd=REPO,
         capture_output=True,
@@ -133,10 +140,13 @@ def ms(values: list[float], q: float = 50) -> float:
 
 
 def compare(work: Path, driver: Driver, polls: int) -> dict:
-    with BusyJob(work, processes=64, gpus=8) as job:
+    # The job republishes every 50 ms and each of our polls waits 60 ms first, so every poll finds
+    # what a poll 1.5 s after the last would: new payloads from every process whose facts changed
+    # (the ranks' forward counters), the same from the rest (workers' static facts, not republished).
+    with BusyJob(work, processes=64, gpus=8, publish_interval_s=PUBLISH_S) as job:
         driver.write(busy_scenario(job.pids, 8))
         time.sleep(1.5)  # every segment published
-        ours = run_snippet(OUR_POLL, driver, job.pid, polls)
+        ours = run_snippet(OUR_POLL, driver, job.pid, polls, GAP_S)
         nvitop = run_snippet(NVITOP_POLL, driver, job.pid, max(20, polls // 4))
         gpustat = run_snippet(GPUSTAT_POLL, driver, job.pid, max(3, polls // 40))
     rows = {"dsh sidecar poll": ours, "nvitop snapshot": nvitop, "gpustat new_query": gpustat}
@@ -171,10 +181,11 @@ def scaling(work: Path, driver: Driver, polls: int, quick: bool) -> dict:
     for procs in sizes:
         cells = []
         for gpus in (1, 8, 64):
-            with BusyJob(work, processes=procs, gpus=gpus, publish_interval_s=3600) as job:
+            with BusyJob(work, processes=procs, gpus=gpus, publish_interval_s=PUBLISH_S) as job:
                 driver.write(busy_scenario(job.pids, gpus))
+                time.sleep(1.0 + procs / 500)  # every segment published
                 n = max(10, polls // (1 + procs // 64))
-                r = run_snippet(OUR_POLL, driver, job.pid, n)
+                r = run_snippet(OUR_POLL, driver, job.pid, n, GAP_S)
             cpu = ms(r["cpu"])
             out[f"{procs}x{gpus}"] = {
                 "cpu_ms_p50": cpu,

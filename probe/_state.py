@@ -89,6 +89,9 @@ class Probe:
         self.warned: set[str] = set()
         self.device_dirty = False
         self.publishes = 0
+        # What the last publish said (less its time) and through which writer: a periodic tick with
+        # nothing new leaves the segment alone, so its seq stays and readers skip it.
+        self.last_body: tuple[object, dict] | None = None
         self.last_traversal_mono = 0.0
         self.mp_finalizer_pid: int | None = None
         if self.enabled:
@@ -198,6 +201,7 @@ class Probe:
         self.events.clear()
         self.errors.clear()
         self.publishes = 0
+        self.last_body = None
         for rec in self.records:
             rec.reset_after_fork()
         if old_writer is not None:
@@ -308,9 +312,15 @@ class Probe:
         if traverse:
             self._traverse_all_locked()
         payload = self.build_payload_locked()
+        body = dict(payload)
+        del body["published_at"]
+        last = self.last_body
+        if periodic and last is not None and last[0] is self.writer and last[1] == body:
+            return
         try:
             self.writer.publish(payload)
             self.publishes += 1
+            self.last_body = (self.writer, body)
         except Exception as e:  # noqa: BLE001 -- recorded; the next publish tries again
             self.record_error("publish", e)
 

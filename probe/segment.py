@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_SEGMENT_BYTES",
+    "FLAG_CLOSED",
     "FLAG_TRIMMED",
     "FORMAT_VERSION",
     "HEADER",
@@ -47,6 +48,7 @@ __all__ = [
     "SCHEMA",
     "SHM_DIR",
     "SegmentError",
+    "SegmentFollower",
     "SegmentRead",
     "SegmentWriter",
     "empty_payload",
@@ -72,7 +74,12 @@ _SEQ_OFFSET = 16
 _PREFIX = struct.Struct("<8sII")  # magic, version, header size (offset 0)
 _FIELDS = struct.Struct("<IIQIId")  # pid, flags, start_ticks, length, crc, published_at (offset 24)
 _FIELDS_OFFSET = 24
+_FLAGS = struct.Struct("<I")
+_FLAGS_OFFSET = 28
 FLAG_TRIMMED = 1
+# Set (under the seqlock) by a writer that is closing for good: a reader that keeps the file open
+# learns that this file is finished, even if the same process later creates a new one by the name.
+FLAG_CLOSED = 2
 
 DEFAULT_SEGMENT_BYTES = 64 * 1024
 MIN_SEGMENT_BYTES = 4 * 1024
@@ -321,8 +328,111 @@ def _check(value: Any, kind: Any, at: Any) -> Any:
     raise AssertionError(f"bad schema kind at {_path(at)}")  # a bug in this module, not bad input
 
 
+class _Gen:
+    """Writes the schema out as straight-line Python: the same checks as ``_check`` without its
+    recursion and dispatch, about five times faster. It only says yes (the clean copy) or no
+    (None); on no, ``_check`` runs to name the offending field, so both must accept exactly the
+    same payloads (tests/unit/test_probe_segment.py compares them on generated and hostile input)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.consts: dict[str, Any] = {"_M": _MISSING, "_fin": math.isfinite, "_MAXS": MAX_STR_CHARS}
+        self.n = 0
+
+    def var(self) -> str:
+        self.n += 1
+        return f"v{self.n}"
+
+    def emit(self, depth: int, line: str) -> None:
+        self.lines.append("    " * depth + line)
+
+    def check(self, src: str, kind: Any, depth: int) -> str:
+        """Emit the checks of ``src`` (a variable) against ``kind``; return the clean value's expression."""
+        fail = "return None"
+        if isinstance(kind, _Opt):
+            inner = kind.kind
+            if inner in (int, str, float, bool):
+                self.emit(depth, f"if {src} is not None:")
+                self.check(src, inner, depth + 1)
+                return src
+            out = self.var()
+            self.emit(depth, f"{out} = None")
+            self.emit(depth, f"if {src} is not None:")
+            val = self.check(src, inner, depth + 1)
+            self.emit(depth + 1, f"{out} = {val}")
+            return out
+        if kind is int or kind is bool:
+            self.emit(depth, f"if type({src}) is not {kind.__name__}: {fail}")
+            return src
+        if kind is str:
+            self.emit(depth, f"if type({src}) is not str or len({src}) > _MAXS: {fail}")
+            return src
+        if kind is float:
+            self.emit(depth, f"if type({src}) is not float or not _fin({src}): {fail}")
+            return src
+        if isinstance(kind, _Enum):
+            name = f"E{self.var()}"
+            self.consts[name] = frozenset(kind.values)
+            self.emit(depth, f"if type({src}) is not str or {src} not in {name}: {fail}")
+            return src
+        if isinstance(kind, _List):
+            out, item = self.var(), self.var()
+            self.emit(depth, f"if type({src}) is not list or len({src}) > {kind.max_items}: {fail}")
+            if kind.item in (int, str, float, bool):
+                # Plain items: checked in place, copied in one C call.
+                self.emit(depth, f"for {item} in {src}:")
+                self.check(item, kind.item, depth + 1)
+                self.emit(depth, f"{out} = list({src})")
+                return out
+            self.emit(depth, f"{out} = []")
+            self.emit(depth, f"for {item} in {src}:")
+            val = self.check(item, kind.item, depth + 1)
+            self.emit(depth + 1, f"{out}.append({val})")
+            return out
+        if isinstance(kind, dict):
+            self.emit(depth, f"if type({src}) is not dict: {fail}")
+            fields = []
+            for key, sub in kind.items():
+                v = self.var()
+                self.emit(depth, f"{v} = {src}.get({key!r}, _M)")
+                self.emit(depth, f"if {v} is _M: {fail}")
+                fields.append(f"{key!r}: {self.check(v, sub, depth)}")
+            out = self.var()
+            self.emit(depth, f"{out} = {{{', '.join(fields)}}}")
+            return out
+        raise AssertionError(f"bad schema kind {kind!r}")
+
+
+_MISSING = object()
+
+
+def _compile_validator(schema: dict) -> Any:
+    gen = _Gen()
+    gen.emit(0, "def fast(p):")
+    result = gen.check("p", schema, 1)
+    gen.emit(1, f"return {result}")
+    namespace = dict(gen.consts)
+    exec(compile("\n".join(gen.lines), "<probe.segment schema 1>", "exec"), namespace)  # noqa: S102 -- generated from the constant schema above, never from input
+    return namespace["fast"]
+
+
+_fast_validate = _compile_validator(_PAYLOAD)
+
+
 def validate_payload(payload: Any) -> tuple[dict | None, str | None]:
     """Check an unpacked payload against schema 1: (clean copy, None) or (None, reason)."""
+    try:
+        if type(payload) is dict and type(payload.get("schema")) is int and payload["schema"] == SCHEMA:
+            clean = _fast_validate(payload)
+            if clean is not None:
+                return clean, None
+        # Rejected (or an odd case): the slow checker says why, with the field's path.
+        return _slow_validate(payload)
+    except RecursionError:
+        return None, "payload: nested too deeply"
+
+
+def _slow_validate(payload: Any) -> tuple[dict | None, str | None]:
     try:
         if type(payload) is not dict:
             raise _Invalid(f"payload: expected map, got {_type_name(payload)}")
@@ -568,7 +678,18 @@ class SegmentWriter:
             mm.close()
 
     def close(self, unlink: bool = True) -> None:
-        """Unmap, and unlink the name unless told not to. Idempotent."""
+        """Unmap, and unlink the name unless told not to. Idempotent.
+
+        Unlinking first marks the header closed (FLAG_CLOSED, under the seqlock), so a reader that
+        keeps this file open (SegmentFollower) drops it instead of following a dead file."""
+        if unlink and self._mm is not None and self._seq:
+            try:
+                self._begin()
+                flags = _FLAGS.unpack_from(self._mm, _FLAGS_OFFSET)[0]
+                _FLAGS.pack_into(self._mm, _FLAGS_OFFSET, flags | FLAG_CLOSED)
+                self._end()
+            except (ValueError, OSError):
+                pass  # unmapped under us: nothing a reader could still see
         self.detach()
         if unlink:
             try:
@@ -686,6 +807,18 @@ def read_segment(
 
 
 def _read_segment(pid: int, expected_start_ticks: int | None, attempts: int) -> SegmentRead:
+    opened = _open_segment(pid)
+    if isinstance(opened, SegmentRead):
+        return opened
+    fd, size = opened
+    try:
+        return _read_consistent(fd, pid, size, expected_start_ticks, attempts)[0]
+    finally:
+        os.close(fd)
+
+
+def _open_segment(pid: int) -> tuple[int, int] | SegmentRead:
+    """(fd, size) of ``pid``'s segment file once it is known to be a plausible one, else why not."""
     path = segment_path(pid)
     try:
         # O_NONBLOCK: a FIFO planted under our name must not hang the reader; O_NOFOLLOW: nor a link.
@@ -698,38 +831,46 @@ def _read_segment(pid: int, expected_start_ticks: int | None, attempts: int) -> 
         if e.errno == errno.ELOOP:
             return SegmentRead(pid=pid, state="corrupt", error=f"{path} is a symbolic link")
         return SegmentRead(pid=pid, state="corrupt", error=f"cannot open {path}: {e.strerror}")
+    problem = None
     try:
         st = os.fstat(fd)
         euid = os.geteuid()
+        size = st.st_size
         if st.st_uid != euid and euid != 0:
-            return SegmentRead(
+            problem = SegmentRead(
                 pid=pid, state="foreign-owner", error=f"{path} belongs to uid {st.st_uid}, we are uid {euid}"
             )
-        if not stat.S_ISREG(st.st_mode):
-            return SegmentRead(pid=pid, state="corrupt", error=f"{path} is not a regular file")
-        size = st.st_size
-        if size == 0:
+        elif not stat.S_ISREG(st.st_mode):
+            problem = SegmentRead(pid=pid, state="corrupt", error=f"{path} is not a regular file")
+        elif size == 0:
             # The writer is between shm_open (which creates an empty file) and ftruncate.
-            return SegmentRead(pid=pid, state="initialising", error="segment created, not sized yet")
-        if size < HEADER_BYTES or size > MAX_SEGMENT_BYTES:
-            return SegmentRead(
+            problem = SegmentRead(pid=pid, state="initialising", error="segment created, not sized yet")
+        elif size < HEADER_BYTES or size > MAX_SEGMENT_BYTES:
+            problem = SegmentRead(
                 pid=pid,
                 state="corrupt",
                 error=f"size {size} outside [{HEADER_BYTES}, {MAX_SEGMENT_BYTES}] bytes",
             )
-        return _read_consistent(fd, pid, size, expected_start_ticks, attempts)
-    finally:
+    except BaseException:
         os.close(fd)
+        raise
+    if problem is not None:
+        os.close(fd)
+        return problem
+    return fd, size
 
 
-def _read_consistent(fd: int, pid: int, size: int, expected: int | None, attempts: int) -> SegmentRead:
+def _read_consistent(
+    fd: int, pid: int, size: int, expected: int | None, attempts: int
+) -> tuple[SegmentRead, bytes | None]:
+    """The read, and for an ok one the header and payload bytes it was made from."""
     last = None
     for attempt in range(attempts):
         if attempt:
             time.sleep(_RETRY_SLEEP_S)
         raw = os.pread(fd, HEADER_BYTES, 0)
         if len(raw) < HEADER_BYTES:
-            return SegmentRead(pid=pid, state="corrupt", error="file shorter than the header")
+            return (SegmentRead(pid=pid, state="corrupt", error="file shorter than the header"), None)
         magic, version, hsize, seq, wpid, flags, ticks, length, crc, published_at = HEADER.unpack(raw)
         if seq & 1:
             last = SegmentRead(
@@ -737,7 +878,7 @@ def _read_consistent(fd: int, pid: int, size: int, expected: int | None, attempt
             )
             continue
         if seq == 0 and magic == b"\0" * 8:
-            return SegmentRead(pid=pid, state="initialising", error="header not written yet")
+            return (SegmentRead(pid=pid, state="initialising", error="header not written yet"), None)
         common = dict(
             pid=pid,
             writer_pid=wpid,
@@ -761,20 +902,30 @@ def _read_consistent(fd: int, pid: int, size: int, expected: int | None, attempt
         if reason is not None:
             if _read_seq(fd) != seq:
                 continue
-            return SegmentRead(state="corrupt", error=reason, **common)
+            return (SegmentRead(state="corrupt", error=reason, **common), None)
+        if flags & FLAG_CLOSED:
+            if _read_seq(fd) != seq:
+                continue
+            return (SegmentRead(state="missing", error="the writer closed this segment", **common), None)
         data = os.pread(fd, length, HEADER_BYTES)
         if _read_seq(fd) != seq:
             last = SegmentRead(state="busy", error="writer kept publishing during every try", **common)
             continue
         if len(data) != length:
-            return SegmentRead(state="corrupt", error="file shorter than the payload length", **common)
+            return (
+                SegmentRead(state="corrupt", error="file shorter than the payload length", **common),
+                None,
+            )
         if zlib.crc32(data) != crc:
             # Retried once more before condemning it: on weakly ordered CPUs a torn copy can get past
             # the seq check, and the next try sees the writer's finished state.
             last = SegmentRead(state="corrupt", error="payload crc32 mismatch", **common)
             continue
-        return _finish(data, expected, common)
-    return last if last is not None else SegmentRead(pid=pid, state="busy", error="no consistent read")
+        r = _finish(data, expected, common)
+        return r, (raw + data if r.state == "ok" else None)
+    return (
+        last if last is not None else SegmentRead(pid=pid, state="busy", error="no consistent read")
+    ), None
 
 
 def _read_seq(fd: int) -> int:
@@ -815,3 +966,77 @@ def _finish(data: bytes, expected: int | None, common: dict) -> SegmentRead:
     if payload["start_ticks"] is not None and payload["start_ticks"] != ticks:
         return SegmentRead(state="corrupt", error="payload.start_ticks differs from the header's", **common)
     return SegmentRead(state="ok", payload=payload, **common)
+
+
+class SegmentFollower:
+    """Reads the segments of a set of live processes poll after poll, keeping each file open.
+
+    What a monitor wants from ``read_segment`` every second for dozens of processes. A file is kept
+    open only after a good read of it under the identity (pid, start_ticks) asked for, and then:
+    bytes (header and payload) that are the very bytes of the last good read give the same
+    SegmentRead again, without decoding or validating anything (one pread); other bytes (a new
+    publish, a writer mid-publish) are read through the same file with the usual seqlock protocol.
+    Only a writer owns its file, so the file stays right for that identity while it lives: if the
+    name is removed the writer goes on writing into the file, and a writer that closes marks it
+    FLAG_CLOSED first. Any read that is not ok drops the file and tries the path afresh, so what
+    ``read`` returns is what ``read_segment`` says of that file. At most ``max_open`` files are kept.
+    Not thread-safe: one poller owns it. ``read`` never raises.
+    """
+
+    def __init__(self, max_open: int = 256) -> None:
+        self.max_open = max(0, int(max_open))
+        # identity -> (fd, size when opened, bytes of the last good read, that read)
+        self._open: dict[tuple[int, int], tuple[int, int, bytes, SegmentRead]] = {}
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def read(self, pid: int, start_ticks: int) -> SegmentRead:
+        ident = (pid, start_ticks)
+        try:
+            entry = self._open.get(ident)
+            if entry is not None:
+                fd, size, raw, last = entry
+                if os.pread(fd, len(raw), 0) == raw:
+                    return last
+                r, raw = _read_consistent(fd, pid, size, start_ticks, _READ_ATTEMPTS)
+                if raw is not None:
+                    self._open[ident] = (fd, size, raw, r)
+                    return r
+                self._drop(ident)
+            opened = _open_segment(pid)
+            if isinstance(opened, SegmentRead):
+                return opened
+            fd, size = opened
+            keep = False
+            try:
+                r, raw = _read_consistent(fd, pid, size, start_ticks, _READ_ATTEMPTS)
+                keep = raw is not None and len(self._open) < self.max_open
+                if keep:
+                    self._open[ident] = (fd, size, raw, r)
+                return r
+            finally:
+                if not keep:
+                    os.close(fd)
+        except Exception as e:  # noqa: BLE001 -- same contract as read_segment: never raises
+            self._drop(ident)
+            return SegmentRead(
+                pid=pid, state="corrupt", error=f"reader failed: {type(e).__name__}: {e}"[:300]
+            )
+
+    def retain(self, identities: set) -> None:
+        """Close the files of every identity not in ``identities`` (processes that left the tree)."""
+        for ident in [i for i in self._open if i not in identities]:
+            self._drop(ident)
+
+    def close(self) -> None:
+        for ident in list(self._open):
+            self._drop(ident)
+
+    def _drop(self, ident: tuple[int, int]) -> None:
+        entry = self._open.pop(ident, None)
+        if entry is not None:
+            try:
+                os.close(entry[0])
+            except OSError:
+                pass

@@ -124,6 +124,43 @@ def _framework_indices(facts: Facts) -> dict[int, int]:
     return {}
 
 
+def process_entry(p: ProcessFacts, cmdline: tuple[str, ...] | None) -> dict[str, Any]:
+    """A process's entry in the status document, less cpu_percent and rss_mb (set per poll)."""
+    return {
+        "pid": p.pid,
+        "ppid": p.ppid,
+        "depth": p.depth,
+        "role": p.role,
+        "probe": p.has_probe,
+        "probe_state": p.probe_state,
+        "name": p.name,
+        "cmdline": list(cmdline) if cmdline is not None else None,
+        "cpu_percent": None,
+        "rss_mb": None,
+        "rank": p.rank,
+        "local_rank": p.local_rank,
+        "world_size": p.world_size,
+        "dist_backend": p.dist_backend,
+        "worker_id": p.worker_id,
+        "cuda_memory_mb": None if p.cuda_memory_mib is None else round(p.cuda_memory_mib, 1),
+        "models": [
+            {
+                "name": m.name,
+                "device": m.device,
+                "devices": list(m.devices),
+                "params": m.params,
+                "input_device": m.input_device,
+                "forward_calls": m.forward_calls,
+                "forward_rate_hz": m.forward_rate_hz,
+                "data_wait_fraction": m.data_wait_fraction,
+            }
+            for m in p.models
+        ],
+        "gpu": [{"index": g.index, "mem_used_mb": g.mem_used_mib, "sm_util": g.sm_util} for g in p.gpu],
+        "probe_error": p.probe_error if p.probe_state not in ("ok", "missing") else None,
+    }
+
+
 def status_document(
     facts: Facts,
     verdict: Verdict,
@@ -136,52 +173,32 @@ def status_document(
     proc_info: dict[int, Any],
     other_processes: dict[int, int],
     events: list[dict[str, Any]],
+    entry_cache: dict[int, tuple] | None = None,
 ) -> dict[str, Any]:
+    """The status document. ``entry_cache`` (owned by the caller, kept between calls) lets a process
+    whose facts are the very same object as last time reuse its entry: nothing in a document is
+    ever modified after it is made, so entries may share their lists."""
     model_gpu = next((g for g in facts.gpus if g.index == verdict.model_gpu_index), None)
     framework = _framework_indices(facts)
     runtime = _runtime_summary(facts)
     processes = []
+    fresh: dict[int, tuple] = {}
     for p in facts.processes:
         info = proc_info.get(p.pid)
-        cpu_pct = info.cpu_percent if info else None
+        cmdline = info.cmdline if info else None
+        hit = entry_cache.get(p.pid) if entry_cache is not None else None
+        if hit is not None and hit[0] is p and hit[1] is cmdline:
+            entry = hit[2].copy()  # the same facts: only what the OS says per poll is new
+        else:
+            entry = process_entry(p, cmdline)
+        fresh[p.pid] = (p, cmdline, entry)
         rss_mib = info.rss_mib if info else None
-        processes.append(
-            {
-                "pid": p.pid,
-                "ppid": p.ppid,
-                "depth": p.depth,
-                "role": p.role,
-                "probe": p.has_probe,
-                "probe_state": p.probe_state,
-                "name": p.name,
-                "cmdline": list(info.cmdline) if info else None,
-                "cpu_percent": cpu_pct,
-                "rss_mb": None if rss_mib is None else round(rss_mib, 1),
-                "rank": p.rank,
-                "local_rank": p.local_rank,
-                "world_size": p.world_size,
-                "dist_backend": p.dist_backend,
-                "worker_id": p.worker_id,
-                "cuda_memory_mb": None if p.cuda_memory_mib is None else round(p.cuda_memory_mib, 1),
-                "models": [
-                    {
-                        "name": m.name,
-                        "device": m.device,
-                        "devices": list(m.devices),
-                        "params": m.params,
-                        "input_device": m.input_device,
-                        "forward_calls": m.forward_calls,
-                        "forward_rate_hz": m.forward_rate_hz,
-                        "data_wait_fraction": m.data_wait_fraction,
-                    }
-                    for m in p.models
-                ],
-                "gpu": [
-                    {"index": g.index, "mem_used_mb": g.mem_used_mib, "sm_util": g.sm_util} for g in p.gpu
-                ],
-                "probe_error": p.probe_error if p.probe_state not in ("ok", "missing") else None,
-            }
-        )
+        entry["cpu_percent"] = info.cpu_percent if info else None
+        entry["rss_mb"] = None if rss_mib is None else round(rss_mib, 1)
+        processes.append(entry)
+    if entry_cache is not None:
+        entry_cache.clear()
+        entry_cache.update(fresh)
     return {
         "schema": SCHEMA,
         "time": time_s,

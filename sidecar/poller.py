@@ -76,6 +76,8 @@ class Poller:
         self._system_gpus: list = []
         self._last_alive_procs: tuple = ()
         self._last_proc_info: dict[int, Any] = {}
+        self._facts_cache: dict[int, tuple] = {}
+        self._entry_cache: dict[int, tuple] = {}
         self._target_name: str | None = None
         self._target_cmdline: list[str] | None = None
         self._target_create_time: float | None = None
@@ -118,6 +120,7 @@ class Poller:
             proc_info=proc_info,
             other_processes=other,
             events=self.history.events(),
+            entry_cache=self._entry_cache,
         )
         with self._lock:
             self.latest = doc
@@ -168,10 +171,7 @@ class Poller:
                 else:
                     other[d.index] = other.get(d.index, 0) + 1
         if tree.target_alive:
-            procs = tuple(
-                document.process_facts(p, reads.get(p.pid), tuple(by_pid.get(p.pid, ())), self.target_pid)
-                for p in tree.processes
-            )
+            procs = self._process_facts(tree, reads, by_pid)
             proc_info = {p.pid: p for p in tree.processes}
             self._last_alive_procs, self._last_proc_info = procs, proc_info
             root = tree.processes[0] if tree.processes else None
@@ -207,6 +207,30 @@ class Poller:
             rules=self.rules,
         )
         return facts, proc_info, other
+
+    def _process_facts(self, tree: TreeSnapshot, reads, by_pid) -> tuple:
+        """ProcessFacts of each process, reused from the last poll when nothing it is made of changed
+        (same probe read object, same place in the tree, same NVML rows): most processes of a big
+        tree, most polls."""
+        cache, fresh = self._facts_cache, {}
+        out = []
+        for p in tree.processes:
+            read = reads.get(p.pid)
+            gpu = tuple(by_pid.get(p.pid, ()))
+            hit = cache.get(p.pid)
+            if (
+                hit is not None
+                and hit[0] is read
+                and hit[1] == (p.start_ticks, p.ppid, p.depth, p.name)
+                and hit[2].gpu == gpu
+            ):
+                pf = hit[2]
+            else:
+                pf = document.process_facts(p, read, gpu, self.target_pid)
+            fresh[p.pid] = (read, (p.start_ticks, p.ppid, p.depth, p.name), pf)
+            out.append(pf)
+        self._facts_cache = fresh
+        return tuple(out)
 
     def _sample(self, now: float, facts: Facts) -> Sample:
         proc_rows = []
@@ -280,10 +304,11 @@ class Poller:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
-        try:
-            self.nvml_source.close()
-        except Exception:
-            pass
+        for source in (self.nvml_source, self.segment_source, self.tree_source):
+            try:
+                source.close()
+            except Exception:
+                pass
 
     def snapshot(self) -> tuple[dict[str, Any] | None, float | None]:
         with self._lock:

@@ -35,7 +35,10 @@ class Rules:
     hysteresis_off_polls: int = 3
 
 
-@dataclass(frozen=True)
+# Facts built per process on every poll are plain slotted dataclasses, not frozen ones: a frozen
+# dataclass sets each field through object.__setattr__ (4 us for ProcessFacts, 64 of them a poll).
+# Nothing mutates facts all the same: the verdict is a pure function of them.
+@dataclass(slots=True)
 class ModelFacts:
     name: str
     device: str | None  # "cpu", "cuda:0", "mixed", "no-parameters", ...
@@ -45,16 +48,22 @@ class ModelFacts:
     forward_calls: int = 0
     forward_rate_hz: float | None = None
     data_wait_fraction: float | None = None
+    # Device types of its parameters ({"cuda"}, {"cpu", "cuda"}, ...): asked by most rules.
+    types: frozenset[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        devs = self.devices or ((self.device,) if self.device and self.device != "mixed" else ())
+        self.types = frozenset(t for t in (device_type(d) for d in devs) if t)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ProcGpu:
     index: int
     mem_used_mib: float | None
     sm_util: float | None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ProcessFacts:
     pid: int
     ppid: int | None = None
@@ -74,18 +83,15 @@ class ProcessFacts:
     cuda_memory_mib: float | None = None  # reserved by the allocator, per the probe
     models: tuple[ModelFacts, ...] = ()
     gpu: tuple[ProcGpu, ...] = ()  # per NVML
+    # Derived once here rather than in each rule that asks (several, for every process, every poll).
+    has_probe: bool = field(init=False, repr=False, compare=False)
+    gpu_mem_mib: float = field(init=False, repr=False, compare=False)
+    uses_gpu: bool = field(init=False, repr=False, compare=False)
 
-    @property
-    def has_probe(self) -> bool:
-        return self.runtime is not None
-
-    @property
-    def gpu_mem_mib(self) -> float:
-        return sum(g.mem_used_mib or 0.0 for g in self.gpu)
-
-    @property
-    def uses_gpu(self) -> bool:
-        return any((g.mem_used_mib or 0) > 0 or (g.sm_util or 0) > 0 for g in self.gpu)
+    def __post_init__(self) -> None:
+        self.has_probe = self.runtime is not None
+        self.gpu_mem_mib = sum(g.mem_used_mib or 0.0 for g in self.gpu)
+        self.uses_gpu = any((g.mem_used_mib or 0) > 0 or (g.sm_util or 0) > 0 for g in self.gpu)
 
 
 @dataclass(frozen=True)
@@ -182,8 +188,16 @@ def device_type(device: str | None) -> str | None:
 def _norm_uuid(uuid: str | None) -> str | None:
     if not uuid:
         return None
-    u = uuid.strip().lower()
-    return u[4:] if u.startswith("gpu-") else u
+    u = _NORM_UUIDS.get(uuid)
+    if u is None:
+        u = uuid.strip().lower()
+        u = u[4:] if u.startswith("gpu-") else u
+        if len(_NORM_UUIDS) < 4096:  # a machine has a few UUIDs; bounded against anything odd
+            _NORM_UUIDS[uuid] = u
+    return u
+
+
+_NORM_UUIDS: dict[str, str] = {}  # a memo of a pure function: no state that changes an answer
 
 
 def map_cuda_index(proc: ProcessFacts, cuda_index: int, gpus: tuple[GpuFacts, ...]) -> int | None:
@@ -219,9 +233,8 @@ def model_nvml_index(proc: ProcessFacts, model: ModelFacts, gpus: tuple[GpuFacts
     return map_cuda_index(proc, int(idx) if idx.isdigit() else 0, gpus)
 
 
-def _model_types(model: ModelFacts) -> set[str]:
-    devs = model.devices or ((model.device,) if model.device and model.device != "mixed" else ())
-    return {t for t in (device_type(d) for d in devs) if t}
+def _model_types(model: ModelFacts) -> frozenset[str]:
+    return model.types
 
 
 def _all_models(facts: Facts) -> Iterator[tuple[ProcessFacts, ModelFacts]]:

@@ -214,17 +214,43 @@ _SAMPLE_ENTRY = struct.Struct("<I4xQIIII")
 _NOT_AVAILABLE = (1 << 64) - 1  # NVML_VALUE_NOT_AVAILABLE as an unsigned long long
 
 
-def _read_list(fn: Any, handle: Any, entry: struct.Struct, *tail: Any) -> list[tuple[int, ...]]:
-    """NVML's sizing protocol: ask for the count, then fill a buffer with room to spare.
+# How often the UUID at each index is asked for (see _poll_device).
+UUID_CHECK_EVERY_POLLS = 10
 
-    The spare room (2n+5, as nvidia-ml-py allocates) absorbs processes that appear between the two
-    calls; if even that is not enough the second call fails INSUFFICIENT_SIZE and the helper
-    retries once. An empty list is SUCCESS on the first call, or NOT_FOUND (process samples).
+
+class _ListBuffer:
+    """A list query's buffer, kept between polls with its capacity."""
+
+    __slots__ = ("buf", "capacity", "entry")
+
+    def __init__(self, entry: struct.Struct) -> None:
+        self.entry = entry
+        self.capacity = 0
+        self.buf: Any = None
+
+
+def _read_list(fn: Any, handle: Any, lb: _ListBuffer, *tail: Any) -> list[tuple[int, ...]]:
+    """NVML's sizing protocol, with the buffer of the last poll offered first.
+
+    A call with a buffer of ``capacity`` entries fills it (SUCCESS) or says how many are needed
+    (INSUFFICIENT_SIZE); a call without one only counts. So once a buffer exists one call usually
+    does, and only a list that outgrew it costs the count and a fill into a new buffer with room to
+    spare (2n+5, as nvidia-ml-py allocates), which absorbs processes appearing between the two
+    calls. If even that is not enough the fill fails INSUFFICIENT_SIZE and the helper retries once.
+    An empty list is SUCCESS, or NOT_FOUND (process samples).
     """
-    count = ctypes.c_uint(0)
-    ret = fn(handle, None, ctypes.byref(count), *tail) if tail else fn(handle, ctypes.byref(count), None)
-    if ret == SUCCESS:
-        return []
+    entry = lb.entry
+    count = ctypes.c_uint(lb.capacity)
+    if lb.capacity:
+        buf = lb.buf
+        ret = fn(handle, buf, ctypes.byref(count), *tail) if tail else fn(handle, ctypes.byref(count), buf)
+        if ret == SUCCESS:
+            n = min(count.value, lb.capacity)
+            return list(entry.iter_unpack(memoryview(buf)[: n * entry.size])) if n else []
+    else:
+        ret = fn(handle, None, ctypes.byref(count), *tail) if tail else fn(handle, ctypes.byref(count), None)
+        if ret == SUCCESS:
+            return []
     if ret != INSUFFICIENT_SIZE:
         raise pynvml.NVMLError(ret)
     capacity = count.value * 2 + 5
@@ -233,20 +259,21 @@ def _read_list(fn: Any, handle: Any, entry: struct.Struct, *tail: Any) -> list[t
     ret = fn(handle, buf, ctypes.byref(count), *tail) if tail else fn(handle, ctypes.byref(count), buf)
     if ret != SUCCESS:
         raise pynvml.NVMLError(ret)
+    lb.buf, lb.capacity = buf, capacity
     return list(entry.iter_unpack(memoryview(buf)[: min(count.value, capacity) * entry.size]))
 
 
-def _running_processes(symbol: str) -> Callable[[Any], list[tuple[int, ...]]]:
-    def query(handle: Any) -> list[tuple[int, ...]]:
-        return _read_list(pynvml._nvmlGetFunctionPointer(symbol), handle, _PROCESS_ENTRY)
+def _running_processes(symbol: str) -> Callable[[Any, _ListBuffer], list[tuple[int, ...]]]:
+    def query(handle: Any, lb: _ListBuffer) -> list[tuple[int, ...]]:
+        return _read_list(pynvml._nvmlGetFunctionPointer(symbol), handle, lb)
 
     query.__name__ = symbol
     return query
 
 
-def _process_samples(handle: Any, last_seen_us: int) -> list[tuple[int, ...]]:
+def _process_samples(handle: Any, lb: _ListBuffer, last_seen_us: int) -> list[tuple[int, ...]]:
     fn = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetProcessUtilization")
-    return _read_list(fn, handle, _SAMPLE_ENTRY, ctypes.c_ulonglong(last_seen_us))
+    return _read_list(fn, handle, lb, ctypes.c_ulonglong(last_seen_us))
 
 
 _process_samples.__name__ = "nvmlDeviceGetProcessUtilization"
@@ -271,6 +298,14 @@ class _DeviceState:
     procs_v3: bool = True  # False once the driver lacks the _v3 process lists
     last_seen_us: int = 0  # lastSeenTimeStamp for nvmlDeviceGetProcessUtilization
     samples: dict[int, tuple[int, int, int]] = field(default_factory=dict)  # pid -> (time µs, sm, mem)
+    lists: dict[str, _ListBuffer] = field(
+        default_factory=lambda: {
+            "compute": _ListBuffer(_PROCESS_ENTRY),
+            "graphics": _ListBuffer(_PROCESS_ENTRY),
+            "samples": _ListBuffer(_SAMPLE_ENTRY),
+        }
+    )
+    polls_since_uuid: int = 0
 
 
 class NvmlSource:
@@ -397,9 +432,16 @@ class NvmlSource:
                 return self._unusable(info, st, calls.code)
         h = st.handle
 
-        uuid = _text(calls(errors, "uuid", where, n.nvmlDeviceGetUUID, h))
-        if uuid is None:
-            return self._unusable(info, st, calls.code)
+        if st.uuid is not None and st.polls_since_uuid < UUID_CHECK_EVERY_POLLS:
+            # The identity of the GPU at this index changes only when the driver is reset with
+            # another GPU there: asked for every few polls, not every time.
+            st.polls_since_uuid += 1
+            uuid = st.uuid
+        else:
+            uuid = _text(calls(errors, "uuid", where, n.nvmlDeviceGetUUID, h))
+            if uuid is None:
+                return self._unusable(info, st, calls.code)
+            st.polls_since_uuid = 0
         if uuid != st.uuid:
             # A different GPU at this index (or the first poll): forget what belonged to the old one.
             name = _text(calls(errors, "name", where, n.nvmlDeviceGetName, h))
@@ -466,14 +508,14 @@ class NvmlSource:
         by_pid: dict[int, GpuProcess] = {}
         for kind in ("compute", "graphics"):
             fn = _PROCESS_LISTS[kind, st.procs_v3]
-            entries = calls(errors, "processes", where, fn, st.handle)
+            entries = calls(errors, "processes", where, fn, st.handle, st.lists[kind])
             if calls.code == FUNCTION_NOT_FOUND and st.procs_v3:
                 # A driver before 510: the same 24-byte entries under the _v2 name.
                 st.procs_v3 = False
                 errors.pop("processes", None)
                 calls.call_errors.pop(fn.__name__, None)
                 fn = _PROCESS_LISTS[kind, False]
-                entries = calls(errors, "processes", where, fn, st.handle)
+                entries = calls(errors, "processes", where, fn, st.handle, st.lists[kind])
             if calls.code == GPU_IS_LOST:
                 return []
             for pid, used, _gi, _ci in entries or ():
@@ -503,6 +545,7 @@ class NvmlSource:
             where,
             _process_samples,
             st.handle,
+            st.lists["samples"],
             st.last_seen_us,
             quiet=(NOT_FOUND,),  # no new samples: nobody used the GPU since last time
         )
@@ -539,7 +582,10 @@ class NvmlSource:
         info.power_w = None
         info.processes = []
         info.lost = code == GPU_IS_LOST
+        if info.lost and not info.field_errors:
+            info.field_errors["uuid"] = _reason(pynvml.NVMLError(GPU_IS_LOST))
         st.samples.clear()
+        st.polls_since_uuid = UUID_CHECK_EVERY_POLLS  # look at its identity again next time
         if not info.lost:
             st.handle = None  # e.g. INVALID_ARGUMENT after a driver reset: fetch a fresh handle next time
         return info

@@ -22,7 +22,7 @@ _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _PROC = "/proc"
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: see verdict.ModelFacts
 class ProcInfo:
     pid: int
     ppid: int | None
@@ -50,51 +50,156 @@ class TreeSnapshot:
         return {p.pid for p in self.processes}
 
 
-@dataclass
 class _Stat:
-    ppid: int
-    state: str
-    cpu_ticks: int
-    start_ticks: int
-    rss_pages: int
+    __slots__ = ("cpu_ticks", "ppid", "rss_pages", "start_ticks", "state", "threads")
+
+    def __init__(self, raw: bytes):
+        # The command name is in parentheses and may itself contain spaces and parentheses, so the
+        # fields are counted from the last ')'. fields[k] is field k + 3 of proc(5).
+        fields = raw[raw.rindex(b")") + 2 :].split()
+        self.state = fields[0].decode()
+        self.ppid = int(fields[1])
+        self.cpu_ticks = int(fields[11]) + int(fields[12])
+        self.threads = int(fields[17])
+        self.start_ticks = int(fields[19])
+        self.rss_pages = int(fields[21])
 
 
-def _read_stat(pid: int) -> _Stat | None:
+def _parse_stat(raw: bytes) -> _Stat | None:
     try:
-        with open(f"{_PROC}/{pid}/stat", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return None
-    # The command name is in parentheses and may itself contain spaces and parentheses.
-    close = raw.rfind(b")")
-    if close < 0:
-        return None
-    fields = raw[close + 2 :].split()
-    try:
-        return _Stat(
-            ppid=int(fields[1]),
-            state=fields[0].decode(),
-            cpu_ticks=int(fields[11]) + int(fields[12]),
-            start_ticks=int(fields[19]),
-            rss_pages=int(fields[21]),
-        )
+        return _Stat(raw)
     except (IndexError, ValueError):
         return None
 
 
-def _children_of(pid: int) -> list[int]:
-    kids: list[int] = []
+def _read_stat(pid: int) -> _Stat | None:
     try:
-        tids = os.listdir(f"{_PROC}/{pid}/task")
+        fd = os.open(f"{_PROC}/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
-        return kids
-    for tid in tids:
+        return None
+    try:
+        return _parse_stat(os.read(fd, 4096))
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def open_file_budget(share: float = 0.25, cap: int = 1024) -> int:
+    """How many files a source may keep open: ``share`` of this process's descriptor limit, at most
+    ``cap``, so that a large tree never starves the HTTP server of sockets."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return 64
+    if soft == resource.RLIM_INFINITY:
+        return cap
+    return max(0, min(cap, int(soft * share)))
+
+
+class _ProcFiles:
+    """/proc files read every poll, kept open between polls (within ``max_open`` descriptors).
+
+    Rereading an open /proc file from offset 0 regenerates it: one pread instead of open, read and
+    close. It is also safer: a descriptor stays bound to the process it was opened for, so once that
+    process is gone it reads nothing (ESRCH), never the stat of a newcomer that reused the pid.
+    """
+
+    def __init__(self, max_open: int):
+        self.max_open = max_open
+        self._files: dict[tuple[int, int], int] = {}  # (pid, tid or 0 for stat) -> fd
+        self._tids: dict[int, tuple[int, ...]] = {}  # pid -> its threads at the last listing
+
+    def _reread(self, key: tuple[int, int]) -> bytes | None:
+        """What a kept file says now; None when there is no kept file or its process is gone."""
+        fd = self._files.get(key)
+        if fd is None:
+            return None
         try:
-            with open(f"{_PROC}/{pid}/task/{tid}/children", "rb") as f:
-                kids.extend(int(x) for x in f.read().split())
-        except (OSError, ValueError):
-            continue
-    return kids
+            return os.pread(fd, 4096, 0)
+        except OSError:
+            return None
+
+    def _open_read(self, key: tuple[int, int], path: str) -> bytes | None:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            raw = os.read(fd, 4096)
+        except OSError:
+            os.close(fd)
+            return None
+        if len(self._files) < self.max_open:
+            self._files[key] = fd
+        else:
+            os.close(fd)
+        return raw
+
+    def stat(self, pid: int) -> _Stat | None:
+        raw = self._reread((pid, 0))
+        if not raw:
+            # Nothing kept, or the process it was kept for is gone (ESRCH): whatever has this pid
+            # now is another process, so none of the old one's files may be read for it.
+            self._forget(pid)
+            raw = self._open_read((pid, 0), f"{_PROC}/{pid}/stat")
+        return _parse_stat(raw) if raw else None
+
+    def children(self, pid: int, threads: int) -> list[int]:
+        """Children of every thread of ``pid`` (the kernel lists them per thread); call after
+        ``stat(pid)``, which makes sure the kept files are that process's."""
+        tids = self._tids.get(pid)
+        # A single-threaded process whose only thread is its leader needs no listing of its tasks.
+        if threads != 1 or tids != (pid,):
+            try:
+                listed = tuple(int(t) for t in os.listdir(f"{_PROC}/{pid}/task"))
+            except (OSError, ValueError):
+                return []
+            if tids:
+                for tid in set(tids).difference(listed):
+                    self._close((pid, tid))  # a thread that ended
+            self._tids[pid] = tids = listed
+        kids: list[int] = []
+        for tid in tids:
+            key = (pid, tid)
+            # An empty file is a thread without children: kept open all the same.
+            raw = (
+                self._reread(key)
+                if key in self._files
+                else self._open_read(key, f"{_PROC}/{pid}/task/{tid}/children")
+            )
+            if raw:
+                try:
+                    kids.extend(map(int, raw.split()))
+                except ValueError:
+                    continue
+        return kids
+
+    def _forget(self, pid: int) -> None:
+        for key in [k for k in self._files if k[0] == pid]:
+            self._close(key)
+        self._tids.pop(pid, None)
+
+    def retain(self, pids: set[int]) -> None:
+        """Close what belongs to processes no longer in the tree."""
+        for key in [k for k in self._files if k[0] not in pids]:
+            self._close(key)
+        for pid in [p for p in self._tids if p not in pids]:
+            del self._tids[pid]
+
+    def close(self) -> None:
+        for key in list(self._files):
+            self._close(key)
+
+    def _close(self, key: tuple[int, int]) -> None:
+        fd = self._files.pop(key, None)
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
 
 def _boot_time() -> float:
@@ -128,7 +233,7 @@ class ProcessTreeSource:
     """Polls the tree under one target pid. The target is pinned by its start time, so a pid
     reused after the job died is reported as "exited", never adopted."""
 
-    def __init__(self, target_pid: int, *, max_processes: int = 4096):
+    def __init__(self, target_pid: int, *, max_processes: int = 4096, max_open_files: int | None = None):
         self.target_pid = target_pid
         self.max_processes = max_processes
         self._use_proc = os.path.isdir(_PROC) and _has_children_files()
@@ -136,6 +241,7 @@ class ProcessTreeSource:
         self._static: dict[tuple[int, int], tuple[str, tuple[str, ...]]] = {}
         self._prev_cpu: dict[tuple[int, int], tuple[int, float]] = {}
         self._psutil_procs: dict[int, psutil.Process] = {}
+        self._files = _ProcFiles(open_file_budget() if max_open_files is None else max_open_files)
         self.target_start_ticks: int | None = None
         st = _read_stat(target_pid) if self._use_proc else None
         if st is not None:
@@ -154,43 +260,54 @@ class ProcessTreeSource:
     # -- Linux: /proc --------------------------------------------------------------------------
     def _poll_proc(self) -> TreeSnapshot:
         now = time.monotonic()
-        root = _read_stat(self.target_pid)
+        files = self._files
+        root = files.stat(self.target_pid)
         if root is None or root.start_ticks != self.target_start_ticks or root.state in ("Z", "X"):
+            files.close()
             return TreeSnapshot(self.target_pid, False, ())
         out: list[ProcInfo] = []
         seen: set[tuple[int, int]] = set()
+        seen_pids: set[int] = set()
         stack: list[tuple[int, int, _Stat]] = [(self.target_pid, 0, root)]
+        boot, page_mib = self._boot_time, _PAGE_SIZE / 1048576
         while stack and len(out) < self.max_processes:
             pid, depth, st = stack.pop()
             if st.state in ("Z", "X"):
                 continue  # a zombie does no work; its parent will reap it
             ident = (pid, st.start_ticks)
             seen.add(ident)
+            seen_pids.add(pid)
             name, cmdline = self._static_info(pid, ident)
-            cpu = self._cpu_percent(ident, st.cpu_ticks, now)
             out.append(
                 ProcInfo(
-                    pid=pid,
-                    ppid=st.ppid,
-                    start_ticks=st.start_ticks,
-                    create_time=self._boot_time + st.start_ticks / _CLK_TCK,
-                    name=name,
-                    cmdline=cmdline,
-                    cpu_percent=cpu,
-                    rss_mib=st.rss_pages * _PAGE_SIZE / 1048576,
-                    depth=depth,
+                    pid,
+                    st.ppid,
+                    st.start_ticks,
+                    boot + st.start_ticks / _CLK_TCK,
+                    name,
+                    cmdline,
+                    self._cpu_percent(ident, st.cpu_ticks, now),
+                    st.rss_pages * page_mib,
+                    depth,
                 )
             )
-            for kid in sorted(_children_of(pid), reverse=True):
-                kst = _read_stat(kid)
+            kids = files.children(pid, st.threads)
+            if len(kids) > 1:
+                kids.sort(reverse=True)
+            for kid in kids:
+                kst = files.stat(kid)
                 if kst is not None and kst.ppid == pid:
                     stack.append((kid, depth + 1, kst))
+        files.retain(seen_pids)
         # Forget identities that are gone, so the caches stay bounded by the live tree.
         for ident in list(self._static):
             if ident not in seen:
                 del self._static[ident]
                 self._prev_cpu.pop(ident, None)
         return TreeSnapshot(self.target_pid, True, tuple(out))
+
+    def close(self) -> None:
+        self._files.close()
 
     def _static_info(self, pid: int, ident: tuple[int, int]) -> tuple[str, tuple[str, ...]]:
         cached = self._static.get(ident)

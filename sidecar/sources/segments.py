@@ -7,11 +7,12 @@ mid-publish); only a segment that stays unreadable is reported as such.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
 from probe import segment as wire
-from sidecar.sources.proctree import TreeSnapshot, pid_visible
+from sidecar.sources.proctree import TreeSnapshot, open_file_budget, pid_visible
 
 # Consecutive busy reads after which a segment counts as unreadable rather than mid-publish.
 BUSY_POLLS_UNREADABLE = 3
@@ -31,79 +32,117 @@ class ProbeRead:
 
 
 class SegmentSource:
-    def __init__(self, *, clean_dead: bool = True):
+    def __init__(self, *, clean_dead: bool = True, max_open: int | None = None):
         self.clean_dead = clean_dead
+        self._follower = wire.SegmentFollower(open_file_budget() if max_open is None else max_open)
         self._last_good: dict[tuple[int, int | None], dict[str, Any]] = {}
+        self._last_ok: dict[tuple[int, int | None], ProbeRead] = {}
         self._busy_count: dict[tuple[int, int | None], int] = {}
+        self._prev_live: set[tuple[int, int | None]] = set()
         self.removed: list[int] = []  # pids whose dead segments this source removed (for tests/logs)
         self._cleanups = 0
 
     def poll(self, tree: TreeSnapshot) -> dict[int, ProbeRead]:
         out: dict[int, ProbeRead] = {}
         live = set()
+        follower = self._follower
         for proc in tree.processes:
             ident = proc.identity
             live.add(ident)
             try:
-                r = wire.read_segment(proc.pid, expected_start_ticks=proc.start_ticks)
+                if proc.start_ticks is None:
+                    r = wire.read_segment(proc.pid)
+                else:
+                    r = follower.read(proc.pid, proc.start_ticks)
             except Exception as exc:  # the reader promises not to raise; a poll must not trust that
                 out[proc.pid] = ProbeRead(proc.pid, "corrupt", None, f"reader failed: {exc}", True)
                 continue
             if r.state == "ok":
+                prev = self._last_ok.get(ident)
+                if prev is not None and prev.payload is r.payload:
+                    out[proc.pid] = prev  # not republished since: the very same read, for caches downstream
+                    continue
                 self._last_good[ident] = r.payload
                 self._busy_count.pop(ident, None)
-                out[proc.pid] = ProbeRead(proc.pid, "ok", r.payload, None, False)
+                out[proc.pid] = self._last_ok[ident] = ProbeRead(proc.pid, "ok", r.payload, None, False)
                 continue
+            self._last_ok.pop(ident, None)
             busy = self._busy_count.get(ident, 0) + 1 if r.state == "busy" else 0
             self._busy_count[ident] = busy
             unreadable = r.state in UNREADABLE_STATES or busy >= BUSY_POLLS_UNREADABLE
             payload = self._last_good.get(ident) if r.state in ("busy", "corrupt") else None
             out[proc.pid] = ProbeRead(proc.pid, r.state, payload, r.error, unreadable, r.writer_start_ticks)
-        for ident in list(self._last_good):
-            if ident not in live:
-                del self._last_good[ident]
-        for ident in list(self._busy_count):
-            if ident not in live:
-                del self._busy_count[ident]
+        follower.retain(live)
+        gone = self._prev_live - live
+        self._prev_live = live
+        for ident in gone:
+            self._last_good.pop(ident, None)
+            self._last_ok.pop(ident, None)
+            self._busy_count.pop(ident, None)
         if self.clean_dead:
-            self._remove_dead_segments(out)
+            self._remove_dead_segments(out, gone)
         return out
 
-    def _remove_dead_segments(self, reads: dict[int, ProbeRead]) -> None:
+    def close(self) -> None:
+        self._follower.close()
+
+    def _remove_dead_segments(self, reads: dict[int, ProbeRead], gone: set) -> None:
         """Unlink segments whose writer is gone: its pid no longer exists, or the pid now belongs to
         another process (start time mismatch). A zeroed header is a writer initialising: left alone.
 
         The tree's own segments were read against their live identity a moment ago: that read says
-        whether one is stale, so it is not read (and validated) a second time. The segments of
-        other live processes are checked every FOREIGN_CHECK_EVERY_POLLS polls only: on a node
-        running other jobs they would otherwise cost a full read each, every poll."""
+        whether one is stale. A process that left the tree since the last poll is checked at once.
+        The whole of /dev/shm (leftovers of other jobs) is looked at on the first poll and then every
+        FOREIGN_CHECK_EVERY_POLLS polls: on a node running other jobs it would otherwise cost a read
+        of every foreign segment, every poll."""
+        for pid, read in reads.items():
+            if read.state == "stale" and self._remove(pid, read.writer_start_ticks):
+                self.removed.append(pid)
+        for pid, ticks in gone:
+            if pid in reads:
+                continue  # the pid is back in the tree as a new process: its read decided above
+            if not pid_visible(pid):
+                if self._remove_of_dead_pid(pid):
+                    self.removed.append(pid)
+            elif ticks is not None and wire.process_start_ticks(pid) != ticks:
+                # The pid is someone else's now: only while the header still names the process
+                # that left, never what the newcomer is writing.
+                if self._remove(pid, ticks):
+                    self.removed.append(pid)
+        self._cleanups += 1
+        if (self._cleanups - 1) % FOREIGN_CHECK_EVERY_POLLS == 0:
+            self._sweep_shm(reads)
+        del self.removed[:-256]
+
+    def _sweep_shm(self, reads: dict[int, ProbeRead]) -> None:
         try:
             pids = wire.list_segment_pids()
         except Exception:
             return
-        self._cleanups += 1
-        # The first poll, then every Nth.
-        check_foreign = (self._cleanups - 1) % FOREIGN_CHECK_EVERY_POLLS == 0
         for pid in pids:
-            if not pid_visible(pid):
-                if self._remove(pid):
-                    self.removed.append(pid)
-                continue
-            read = reads.get(pid)
-            if read is not None:
-                if read.state == "stale" and self._remove(pid, read.writer_start_ticks):
-                    self.removed.append(pid)
-                continue
-            if not check_foreign:
+            if pid in reads:
                 continue
             try:
-                live_ticks = wire.process_start_ticks(pid)
-                r = wire.read_segment(pid, expected_start_ticks=live_ticks)
+                if not pid_visible(pid):
+                    removed = self._remove_of_dead_pid(pid)
+                else:
+                    live_ticks = wire.process_start_ticks(pid)
+                    r = wire.read_segment(pid, expected_start_ticks=live_ticks)
+                    removed = r.state == "stale" and self._remove(pid, r.writer_start_ticks)
             except Exception:
                 continue
-            if r.state == "stale" and self._remove(pid, r.writer_start_ticks):
+            if removed:
                 self.removed.append(pid)
-        del self.removed[:-256]
+
+    def _remove_of_dead_pid(self, pid: int) -> bool:
+        """The segment of a pid that does not exist: whatever state its writer left it in (killed
+        mid-publish with seq odd, or before its first publish with the header still zero or the
+        file still empty), it is dead. Removed while the header still says what it said when looked
+        at, so a newcomer that got the pid meanwhile and wrote its header keeps its segment."""
+        ticks = header_writer_ticks(pid)
+        if ticks is None:
+            return False
+        return self._remove(pid, ticks if ticks >= 0 else None)
 
     @staticmethod
     def _remove(pid: int, stale_writer_ticks: int | None = None) -> bool:
@@ -113,3 +152,19 @@ class SegmentSource:
             return wire.remove_segment(pid, expected_start_ticks=stale_writer_ticks)
         except Exception:
             return False
+
+
+def header_writer_ticks(pid: int) -> int | None:
+    """The writer start time in ``pid``'s segment header, whatever the seq says (0: a header not
+    written yet); -1 for a file shorter than a header (not sized yet); None if there is no file."""
+    try:
+        fd = os.open(wire.segment_path(pid), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        raw = os.pread(fd, wire.HEADER_BYTES, 0)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return wire.HEADER.unpack(raw)[6] if len(raw) == wire.HEADER_BYTES else -1

@@ -319,11 +319,15 @@ class _Kid:
         self.ticks = segment.process_start_ticks(self.proc.pid) or 0
         self.writer = segment.SegmentWriter(pid=self.proc.pid, start_ticks=self.ticks)
         self.root_pid = root_pid
+        self.last_body: dict | None = None
 
     def publish(self, gpus: int, calls: int) -> None:
-        self.writer.publish(
-            _payload(self.proc.pid, self.ticks, self.root_pid, self.role, self.index, gpus, calls)
-        )
+        payload = _payload(self.proc.pid, self.ticks, self.root_pid, self.role, self.index, gpus, calls)
+        # As the probe does: a tick with nothing new (a worker's static facts) publishes nothing.
+        body = {k: v for k, v in payload.items() if k != "published_at"}
+        if body != self.last_body:
+            self.writer.publish(payload)
+            self.last_body = body
 
     def stop(self, abrupt: bool) -> None:
         if abrupt:  # a SIGKILLed process: its segment stays for the sidecar to clean up

@@ -99,8 +99,9 @@ def test_driver_faults_cost_fields_never_the_poll(tmp_path, fake_nvml, sidecar_e
 
 
 # The race, made deterministic: inside a process that loaded the simulated driver, the function
-# pointer of the compute-process list is wrapped so that right after NVML answers the sizing call
-# (count only), more processes appear than the 2n+5 buffer the reader then allocates.
+# pointer of the compute-process list is wrapped so that right after NVML answers "insufficient
+# size" with the count needed, more processes appear than the 2n+5 buffer the reader then
+# allocates. (The reader offers its last buffer first, so a race needs a list that outgrew it.)
 RACE_SETUP = """
 import pynvml
 from sidecar.sources.nvml import NvmlSource
@@ -119,7 +120,8 @@ def _patched(name):
         return fn
     def racing(handle, count, buf):
         ret = fn(handle, count, buf)
-        if buf is None and RACES["left"] > 0:   # the sizing call has answered: processes start now
+        if ret == pynvml.NVML_ERROR_INSUFFICIENT_SIZE and RACES["left"] > 0:
+            # NVML has told how many there are: processes start now
             RACES["left"] -= 1
             RACES["n"] = RACES["n"] * 2 + 6
             write_scenario(PATH, scenario(RACES["n"]))
@@ -128,6 +130,9 @@ def _patched(name):
 pynvml._nvmlGetFunctionPointer = _patched
 write_scenario(PATH, scenario(1))
 src = NvmlSource()
+def grow(n):
+    RACES["n"] = n
+    write_scenario(PATH, scenario(n))
 def poll():
     snap = src.poll()
     g0, g1 = snap.devices
@@ -143,18 +148,23 @@ def test_insufficient_size_race_is_retried_and_a_persistent_one_costs_one_field(
     with fake_nvml.worker() as w:
         first = w(RACE_SETUP)
         assert first["ok"] and first["pids0"] == [200000] and not first["call_errors"]
+        # The first poll's buffer has room for 2*1+5 = 7: one more process than that outgrows it.
         # One race: the fill fails INSUFFICIENT_SIZE, the query is retried and gets every process.
-        r = w("RACES['left'] = 1\nresult = poll()")
-        assert r["n"] == 8 and r["pids0"] == list(range(200000, 200008)), r
+        r = w("grow(8)\nRACES['left'] = 1\nresult = poll()")
+        assert r["n"] == 22 and r["pids0"] == list(range(200000, 200022)), r
         assert r["ok"] and not r["call_errors"] and r["errors0"] == {}
-        # Races on both tries: this poll loses the process list (with the reason), nothing else.
-        r = w("RACES['left'] = 2\nresult = poll()")
+        # The list fits the buffer it has now (2*22+5 = 49): one call, no race possible.
+        r = w("grow(30)\nRACES['left'] = 1\nresult = poll()")
+        assert r["n"] == 30 and len(r["pids0"]) == 30 and not r["call_errors"], r
+        # Races on both tries (after each count, and after the first fill that fell short): this
+        # poll loses the process list (with the reason), nothing else.
+        r = w("RACES['left'] = 3\ngrow(50)\nresult = poll()")
         assert r["ok"] and r["pids0"] == [] and r["errors0"] == {"processes": "Insufficient Size"}, r
         assert "nvmlDeviceGetComputeRunningProcesses_v3" in r["call_errors"]
         assert r["util0"] == 50 and r["util1"] == 20
         # The next poll is whole again.
         r = w("result = poll()")
-        assert r["ok"] and len(r["pids0"]) == r["n"] == 50 and r["errors0"] == {} and not r["call_errors"]
+        assert r["ok"] and len(r["pids0"]) == r["n"] == 442 and r["errors0"] == {} and not r["call_errors"]
 
 
 def test_a_driver_that_disappears_and_comes_back_under_load(tmp_path, fake_nvml, sidecar_env):

@@ -328,6 +328,25 @@ def test_forward_rate_from_the_publisher(keep):
     assert entry("api-rate")["forward_calls"] == 200
 
 
+def test_a_periodic_tick_with_nothing_new_leaves_the_segment_alone(keep):
+    model = torch.nn.Linear(2, 2)
+    keep(model, name="api-quiet")
+
+    def tick() -> int:
+        with PROBE.lock:
+            PROBE._publish_locked(periodic=True)
+        return read_segment(os.getpid()).seq
+
+    tick()
+    tick()  # whatever was pending (a rate going back to 0) is out
+    quiet = tick()
+    assert tick() == quiet == tick()  # nothing new: not republished, so readers skip the segment
+    model(torch.zeros(1, 2))
+    busy = tick()
+    assert busy > quiet and entry("api-quiet")["forward_calls"] == 1
+    assert read_segment(os.getpid()).payload["published_at"] > 0
+
+
 def test_events_publish_at_once_and_keep_the_last_64():
     seq0 = read_segment(os.getpid()).seq
     probe.event("api-first")

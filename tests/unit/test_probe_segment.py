@@ -482,3 +482,156 @@ def test_fuzz_schema_values_with_a_valid_crc(fuzz_pid, key, value):
     assert r.state in ("ok", "corrupt"), r
     if r.state == "ok":
         assert wire.validate_payload(r.payload) == (r.payload, None)
+
+
+# -------------------------------------------------------------------------------------------------
+# The generated validator accepts exactly what the field-naming checker accepts.
+
+
+def _set_path(payload: dict, path: tuple, value) -> None:
+    node = payload
+    for step in path[:-1]:
+        node = node[step]
+    node[path[-1]] = value
+
+
+def _paths(node, prefix=()):
+    """Every (container, key) position in a payload, nested lists and maps included."""
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in items:
+        yield (*prefix, key)
+        yield from _paths(value, (*prefix, key))
+
+
+def _rich_payload(pid: int) -> dict:
+    from tests.stress.jobs import _payload
+
+    p = _payload(pid, 1234, 1, "rank", 1, 2, 100)
+    p["events"] = [{"time": 1.0, "name": "start"}]
+    p["errors"] = [{"time": 2.0, "where": "hook", "message": "x"}]
+    return p
+
+
+_RICH_PATHS = sorted(_paths(_rich_payload(7)), key=repr)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    path=st.sampled_from(_RICH_PATHS),
+    value=_json_like,
+    drop=st.booleans(),
+)
+def test_generated_validator_agrees_with_the_checker(path, value, drop):
+    payload = _rich_payload(7)
+    if drop and isinstance(path[-1], str):
+        node = payload
+        for step in path[:-1]:
+            node = node[step]
+        del node[path[-1]]
+    else:
+        _set_path(payload, path, value)
+    fast = wire._fast_validate(payload)
+    slow, reason = wire._slow_validate(payload)
+    # Same verdict, and the same clean copy to the type (msgpack tells 1, 1.0 and True apart).
+    assert (fast is None) == (slow is None), (path, value, reason)
+    if fast is not None:
+        assert packed(fast) == packed(slow)
+    assert wire.validate_payload(payload) == ((slow, None) if slow is not None else (None, reason))
+
+
+def test_generated_validator_accepts_the_payloads_the_probe_writes():
+    for payload in (empty_payload(pid=5, start_ticks=9), _rich_payload(5)):
+        clean = wire._fast_validate(msgpack.unpackb(packed(payload)))
+        assert clean is not None and packed(clean) == packed(wire._slow_validate(payload)[0])
+
+
+# -------------------------------------------------------------------------------------------------
+# SegmentFollower: the reader a poller keeps between polls.
+
+
+def test_follower_rereads_nothing_while_the_bytes_stay_the_same(live_pid):
+    ticks = process_start_ticks(live_pid)
+    writer = publish(live_pid)
+    follower = wire.SegmentFollower()
+    try:
+        first = follower.read(live_pid, ticks)
+        assert first.state == "ok" and len(follower) == 1
+        assert follower.read(live_pid, ticks) is first  # same bytes: the very same read
+        payload = empty_payload(pid=live_pid, start_ticks=ticks)
+        payload["script"] = "second.py"
+        writer.publish(payload)
+        second = follower.read(live_pid, ticks)
+        assert second is not first and second.payload["script"] == "second.py" and second.seq == first.seq + 2
+        assert follower.read(live_pid, ticks) is second
+        # What read_segment says of the same file, field for field.
+        assert second == read_segment(live_pid, expected_start_ticks=ticks)
+    finally:
+        follower.close()
+        writer.close()
+
+
+def test_follower_sees_a_payload_changed_in_place_without_a_new_seq(live_pid):
+    ticks = process_start_ticks(live_pid)
+    follower = wire.SegmentFollower()
+    good = packed(empty_payload(pid=live_pid, start_ticks=ticks))
+    write_raw(live_pid, good)
+    assert follower.read(live_pid, ticks).state == "ok"
+    # Same header, same seq, one payload byte flipped: a hostile or broken writer.
+    flipped = bytearray(good)
+    flipped[-3] ^= 0x40
+    write_raw(live_pid, bytes(flipped), crc=zlib.crc32(good))
+    r = follower.read(live_pid, ticks)
+    assert r.state == "corrupt" and "crc32" in r.error
+    assert r.state == read_segment(live_pid, expected_start_ticks=ticks).state
+    assert len(follower) == 0  # not kept after a bad read
+    follower.close()
+
+
+def test_follower_follows_a_writer_that_closes_and_starts_again(live_pid):
+    ticks = process_start_ticks(live_pid)
+    follower = wire.SegmentFollower()
+    writer = publish(live_pid)
+    assert follower.read(live_pid, ticks).state == "ok"
+    writer.close()  # marks the old file closed, then unlinks it
+    assert follower.read(live_pid, ticks).state == "missing"
+    payload = empty_payload(pid=live_pid, start_ticks=ticks)
+    payload["script"] = "again.py"
+    writer = publish(live_pid, payload)
+    try:
+        r = follower.read(live_pid, ticks)
+        assert r.state == "ok" and r.payload["script"] == "again.py"
+    finally:
+        follower.close()
+        writer.close()
+
+
+def test_closing_writer_marks_its_file_closed_for_readers_that_kept_it(live_pid):
+    writer = publish(live_pid)
+    fd = os.open(segment_path(live_pid), os.O_RDONLY)
+    try:
+        writer.close()
+        assert not os.path.exists(segment_path(live_pid))
+        flags = struct.unpack_from("<I", os.pread(fd, HEADER_BYTES, 0), 28)[0]
+        assert flags & wire.FLAG_CLOSED
+    finally:
+        os.close(fd)
+
+
+def test_follower_keeps_only_good_reads_of_the_identity_asked_for_and_at_most_max_open(live_pid, dead_pid):
+    ticks = process_start_ticks(live_pid)
+    writer = publish(live_pid)
+    try:
+        follower = wire.SegmentFollower(max_open=0)
+        assert follower.read(live_pid, ticks).state == "ok" and len(follower) == 0
+        follower = wire.SegmentFollower()
+        assert follower.read(live_pid, ticks + 1).state == "stale" and len(follower) == 0
+        assert follower.read(dead_pid, 1).state == "missing" and len(follower) == 0
+        assert follower.read(live_pid, ticks).state == "ok" and len(follower) == 1
+        follower.retain({(live_pid, ticks)})
+        assert len(follower) == 1
+        follower.retain(set())
+        assert len(follower) == 0
+        assert follower.read(live_pid, ticks).state == "ok"  # reopened from the path
+        follower.close()
+    finally:
+        writer.close()

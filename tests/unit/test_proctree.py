@@ -1,0 +1,137 @@
+"""The process tree read from /proc: real processes, threads that fork, exits, zombies.
+
+The source keeps /proc files open between polls (see proctree._ProcFiles); these tests check that
+what it reports is the tree, whether files are kept or not, and that it lets go of the files of
+processes that left.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from sidecar.sources.proctree import ProcessTreeSource
+
+pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux /proc")
+
+PARENT = r"""
+import subprocess, sys, threading
+kids, zombies, hold, spawned = [], [], threading.Event(), threading.Event()
+def spawn_from_thread():
+    kids.append(subprocess.Popen(["sleep", "120"]))
+    spawned.set()
+    hold.wait()  # the thread stays: its child is listed under this thread, not the main one
+for line in sys.stdin:
+    cmd = line.strip()
+    if cmd == "kid":
+        kids.append(subprocess.Popen(["sleep", "120"]))
+    elif cmd == "threadkid":
+        threading.Thread(target=spawn_from_thread, daemon=True).start()
+        spawned.wait()
+    elif cmd == "grandkid":
+        kids.append(subprocess.Popen([sys.executable, "-c",
+            "import subprocess, sys; p = subprocess.Popen(['sleep', '120']); print(p.pid, flush=True); sys.stdin.read()"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE))
+        kids[-1].grandkid = int(kids[-1].stdout.readline())
+    elif cmd == "killfirst":
+        kids[0].kill(); kids[0].wait(); kids.pop(0)
+    elif cmd == "zombie":
+        zombies.append(subprocess.Popen(["true"]))  # never waited for
+    print(" ".join(f"{k.pid}:{getattr(k, 'grandkid', 0)}" for k in kids), flush=True)
+"""
+
+
+class Parent:
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", PARENT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+
+    def do(self, cmd: str) -> list[tuple[int, int]]:
+        self.proc.stdin.write(cmd + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline().split()
+        return [tuple(int(x) for x in item.split(":")) for item in line]
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture
+def parent():
+    p = Parent()
+    yield p
+    p.close()
+    subprocess.run(["pkill", "-KILL", "-P", str(p.proc.pid)], check=False)
+
+
+def shape(snap) -> dict[int, tuple[int | None, int]]:
+    return {p.pid: (p.ppid, p.depth) for p in snap.processes}
+
+
+@pytest.mark.parametrize("max_open_files", [None, 0, 3])
+def test_tree_with_kids_grandkids_and_a_kid_forked_by_a_thread(parent, max_open_files):
+    src = ProcessTreeSource(parent.proc.pid, max_open_files=max_open_files)
+    root = parent.proc.pid
+    assert shape(src.poll()) == {root: (os.getpid(), 0)}
+    kids = parent.do("kid")
+    kids = parent.do("grandkid")
+    kids = parent.do("threadkid")
+    deadline = time.monotonic() + 10
+    while True:
+        got = shape(src.poll())
+        want = {root: (os.getpid(), 0)}
+        for pid, grandkid in kids:
+            want[pid] = (root, 1)
+            if grandkid:
+                want[grandkid] = (pid, 2)
+        if got == want or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert got == want
+    # The same answer poll after poll, from the kept files.
+    assert shape(src.poll()) == want
+    snap = src.poll()
+    assert snap.target_alive and snap.processes[0].pid == root
+    assert all(p.start_ticks and p.create_time and p.rss_mib is not None for p in snap.processes)
+    if max_open_files is not None:
+        assert len(src._files._files) <= max_open_files
+    src.close()
+    assert not src._files._files
+
+
+def test_a_kid_that_exits_leaves_the_tree_and_its_files_are_closed(parent):
+    src = ProcessTreeSource(parent.proc.pid)
+    parent.do("kid")
+    kids = parent.do("kid")
+    (first, _), (second, _) = kids
+    assert set(shape(src.poll())) == {parent.proc.pid, first, second}
+    held = {k[0] for k in src._files._files}
+    assert first in held and second in held
+    parent.do("killfirst")
+    assert set(shape(src.poll())) == {parent.proc.pid, second}
+    assert first not in {k[0] for k in src._files._files}
+    src.close()
+
+
+def test_a_zombie_is_not_listed(parent):
+    src = ProcessTreeSource(parent.proc.pid)
+    parent.do("zombie")
+    time.sleep(0.2)  # `true` has exited, unreaped
+    assert set(shape(src.poll())) == {parent.proc.pid}
+    src.close()
+
+
+def test_a_target_that_exits_is_reported_gone_and_every_file_closed(parent):
+    src = ProcessTreeSource(parent.proc.pid)
+    parent.do("kid")
+    assert len(src.poll().processes) == 2 and src._files._files
+    parent.close()
+    snap = src.poll()
+    assert not snap.target_alive and snap.processes == ()
+    assert not src._files._files
