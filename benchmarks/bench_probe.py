@@ -1,20 +1,25 @@
 """What the probe costs a training loop: a small MLP on CPU, with and without ``probe.register``.
 
-    .venv/bin/python benchmarks/bench_probe.py                 # defaults: 200 rounds of 20 steps
+    .venv/bin/python benchmarks/bench_probe.py                 # defaults: 2000 pairs of single steps
     .venv/bin/python benchmarks/bench_probe.py --json out.json
+    .venv/bin/python benchmarks/bench_probe.py --control       # A/A: "with" registers nothing
 
-One model trains in blocks of steps, registered for one block and unregistered for the next (order
-alternating AB, BA, ... so slow drift of the machine cancels); the median of the per-round paired
-ratios is the overhead. A micro-benchmark on a tiny ``nn.Linear`` gives
-the per-forward cost directly, next to an empty forward pre-hook for reference (the part of the
-cost that is torch's hook dispatch, not the probe's), and a third measures loader timing per batch.
-The probe's publisher thread runs throughout, as it would in training.
+One model trains one step registered, the next unregistered (``probe.register`` / ``probe.unregister``
+between the timed steps, order alternating AB, BA, ... so slow drift of the machine cancels); the
+median of the per-pair ratios is the overhead, with a distribution-free 95 % confidence interval.
+Pairs of single steps: on a shared machine, adjacent steps see nearly the same load, blocks of
+steps do not. ``--control`` runs the same harness with nothing registered on either side: the
+noise floor of the comparison. A micro-benchmark on a tiny ``nn.Linear`` gives the per-forward cost
+directly, next to an empty forward pre-hook (torch's hook dispatch alone) and the probe forced onto
+its pre-hook fallback; a third measures loader timing per batch. The probe's publisher thread runs
+throughout, as it would in training.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import statistics
@@ -26,6 +31,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 import probe  # noqa: E402
+from probe import hooks  # noqa: E402
+from probe._state import PROBE  # noqa: E402
 
 # CPU time of the whole process (the probe's publisher thread included) rather than wall time: on a
 # shared machine, time spent descheduled is noise many times larger than what is being measured.
@@ -78,71 +85,102 @@ def quartiles(values: list[float]) -> tuple[float, float, float]:
     return q[0], statistics.median(values), q[2]
 
 
-def bench_training(rounds: int, steps: int, batch: int) -> dict:
-    """One model, one optimizer: registered for one block of steps, unregistered for the next.
+def median_ci95(values: list[float]) -> tuple[float, float]:
+    """Distribution-free 95 % confidence interval of the median (binomial order statistics)."""
+    ordered = sorted(values)
+    n = len(ordered)
+    k = max(0, int(math.floor(n / 2 - 1.96 * math.sqrt(n) / 2)))
+    return ordered[k], ordered[n - 1 - k]
+
+
+def bench_training(pairs: int, steps: int, batch: int, control: bool = False) -> dict:
+    """One model, one optimizer: registered for one step (or block of steps), not for the next.
 
     The same model on both sides keeps memory placement and cache behaviour out of the comparison;
-    each round's with/without pair is adjacent in time, so the paired ratios shrug off load drift
-    on a shared machine far better than a comparison of overall means.
+    each pair is adjacent in time, so the paired ratios shrug off load drift on a shared machine far
+    better than a comparison of overall means. Before each timed block, untimed, one side registers
+    the trained model and the other an identical model that never runs (both unregister after): the
+    same probe work precedes both sides, which matters, as a block of one step feels what ran just
+    before it. ``control`` registers the idle twin on both sides.
+
+    Each registration is disarmed at once: the first call after ``register`` looks at its inputs (a
+    few microseconds, once per registration), which would otherwise land in every timed "with"
+    block. The publisher still arms whatever is registered once per interval, as in training.
     """
     x = torch.randn(batch, 256)
     y = torch.randint(0, 10, (batch,))
     model = make_mlp(0)
+    twin = make_mlp(1)  # the same shape, never called
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    train_steps(model, opt, x, y, max(50, steps))  # warm-up: allocator, kernels, caches
+    train_steps(model, opt, x, y, 200)  # warm-up: allocator, kernels, caches
     calls = 0
+    instrumentation = set()
 
     def block(registered: bool) -> float:
         nonlocal calls
-        if registered:
-            probe.register(model, name="bench-mlp")
+        target = model if registered and not control else twin
+        probe.register(target, name="bench-mlp")
+        rec = next(r for r in PROBE.records if r.module_ref() is target)
+        rec.armed = False
         try:
             return train_steps(model, opt, x, y, steps)
         finally:
-            if registered:
-                snap = probe.snapshot() or {}
-                calls += next(m["forward_calls"] for m in snap["models"] if m["name"] == "bench-mlp")
-                probe.unregister(model)
+            if target is model:
+                calls += rec.forward_calls
+                instrumentation.add(rec.instrumentation)
+            probe.unregister(target)
 
-    times = interleaved({"without": False, "with": True}, block, rounds)
+    times = interleaved({"without": False, "with": True}, block, pairs)
     ratios = [w / wo for w, wo in zip(times["with"], times["without"])]
     diffs_us = [(w - wo) * 1e6 for w, wo in zip(times["with"], times["without"])]
     r_q1, r_med, r_q3 = quartiles(ratios)
+    r_lo, r_hi = median_ci95(ratios)
     d_q1, d_med, d_q3 = quartiles(diffs_us)
-    # Contention only ever adds time: the fastest round of each is the least disturbed estimate.
-    best_without, best_with = min(times["without"]), min(times["with"])
     return {
+        "control": control,
+        "instrumentation": sorted(i for i in instrumentation if i),
         "step_us_without": statistics.median(times["without"]) * 1e6,
         "step_us_with": statistics.median(times["with"]) * 1e6,
-        "best_step_us_without": best_without * 1e6,
-        "best_step_us_with": best_with * 1e6,
-        "best_ratio": best_with / best_without,
         "ratio": r_med,
+        "ratio_ci95": [r_lo, r_hi],
         "ratio_iqr": [r_q1, r_q3],
         "overhead_pct": (r_med - 1) * 100,
-        "overhead_us_per_forward": d_med,  # one forward per step
-        "overhead_us_per_forward_iqr": [d_q1, d_q3],
+        "overhead_pct_ci95": [(r_lo - 1) * 100, (r_hi - 1) * 100],
+        "overhead_us_per_step": d_med,  # one forward per step
+        "overhead_us_per_step_iqr": [d_q1, d_q3],
         "forward_calls_seen_by_probe": calls,
-        "forward_calls_expected": rounds * steps,
+        "forward_calls_expected": 0 if control else pairs * steps,
     }
 
 
 def bench_forward(rounds: int, calls: int) -> dict:
     x = torch.randn(4, 8)
-    mods = {name: torch.nn.Linear(8, 8) for name in ("none", "empty_hook", "probe")}
+    names = ("none", "empty_hook", "probe", "probe_pre_hook")
+    mods = {name: torch.nn.Linear(8, 8) for name in names}
     mods["empty_hook"].register_forward_pre_hook(lambda m, a, k: None, with_kwargs=True)
     probe.register(mods["probe"], name="bench-linear")
+    swap_refusal = hooks.swap_refusal
+    hooks.swap_refusal = lambda model, cls: "benchmark: the pre-hook fallback"
+    try:
+        probe.register(mods["probe_pre_hook"], name="bench-linear-pre-hook")
+    finally:
+        hooks.swap_refusal = swap_refusal
+    used = {r.name: r.instrumentation for r in PROBE.records}
     with torch.no_grad():
         for m in mods.values():
             forwards(m, x, calls // 5)
         times = interleaved(mods, lambda m: forwards(m, x, calls), rounds)
     med = {k: statistics.median(v) * 1e6 for k, v in times.items()}
     return {
+        "instrumentation": used.get("bench-linear"),
+        "fallback_instrumentation": used.get("bench-linear-pre-hook"),
         "forward_us_none": med["none"],
         "forward_us_empty_hook": med["empty_hook"],
         "forward_us_probe": med["probe"],
+        "forward_us_probe_pre_hook": med["probe_pre_hook"],
         "probe_overhead_us": med["probe"] - med["none"],
         "empty_hook_overhead_us": med["empty_hook"] - med["none"],
+        "probe_pre_hook_overhead_us": med["probe_pre_hook"] - med["none"],
         "probe_minus_empty_hook_us": med["probe"] - med["empty_hook"],
     }
 
@@ -172,12 +210,14 @@ def bench_loader(rounds: int, batches: int) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=200)
-    ap.add_argument("--steps", type=int, default=20, help="training steps per variant per round")
+    ap.add_argument("--pairs", type=int, default=2000, help="with/without pairs of training blocks")
+    ap.add_argument("--steps", type=int, default=1, help="training steps per block")
     ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--calls", type=int, default=20000, help="forwards per variant per round (micro)")
+    ap.add_argument("--rounds", type=int, default=200, help="rounds of the micro-benchmarks")
+    ap.add_argument("--calls", type=int, default=5000, help="forwards per variant per round (micro)")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1: steadier figures)")
     ap.add_argument("--wall", action="store_true", help="measure wall time instead of process CPU time")
+    ap.add_argument("--control", action="store_true", help='A/A run: the "with" side registers nothing')
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args()
     if args.wall:
@@ -191,8 +231,9 @@ def main() -> int:
     result = {
         "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-        f"torch {torch.__version__}, {args.threads} thread(s), {'wall' if args.wall else 'process CPU'} time",
-        "training": bench_training(args.rounds, args.steps, args.batch),
+        f"torch {torch.__version__}, {args.threads} thread(s), {'wall' if args.wall else 'process CPU'} time, "
+        f"load average {os.getloadavg()[0]:.2f} at start",
+        "training": bench_training(args.pairs, args.steps, args.batch, args.control),
         "forward": bench_forward(args.rounds, args.calls),
         "loader": bench_loader(args.rounds, 500),
     }
@@ -201,36 +242,41 @@ def main() -> int:
     # a noisy machine: its share of this model's step is the figure to hold against the 1 % target.
     tr["derived_overhead_pct"] = fw["probe_overhead_us"] / tr["step_us_without"] * 100
     print(result["machine"])
+    label = "A/A CONTROL (nothing registered)" if args.control else f"instrumentation {tr['instrumentation']}"
     print(
-        f"training step, small MLP (256-512-512-10, batch {args.batch}), {args.rounds} rounds x {args.steps} steps"
+        f"training step, small MLP (256-512-512-10, batch {args.batch}), {args.pairs} pairs of "
+        f"{args.steps}-step blocks; {label}"
     )
-    print(f"  without probe   {tr['step_us_without']:9.1f} us/step (median of rounds)")
+    print(f"  without probe   {tr['step_us_without']:9.1f} us/step (median)")
     print(f"  with probe      {tr['step_us_with']:9.1f} us/step")
     print(
-        f"  paired ratio    {tr['ratio']:9.4f}  ({tr['overhead_pct']:+.2f} %; interquartile "
+        f"  paired ratio    {tr['ratio']:9.4f}  ({tr['overhead_pct']:+.2f} %; 95 % CI "
+        f"{tr['overhead_pct_ci95'][0]:+.2f}..{tr['overhead_pct_ci95'][1]:+.2f} %; interquartile "
         f"{tr['ratio_iqr'][0]:.4f}..{tr['ratio_iqr'][1]:.4f})"
     )
     print(
-        f"  per forward     {tr['overhead_us_per_forward']:+9.2f} us  (interquartile "
-        f"{tr['overhead_us_per_forward_iqr'][0]:+.1f}..{tr['overhead_us_per_forward_iqr'][1]:+.1f})"
+        f"  per step        {tr['overhead_us_per_step']:+9.2f} us  (interquartile "
+        f"{tr['overhead_us_per_step_iqr'][0]:+.1f}..{tr['overhead_us_per_step_iqr'][1]:+.1f})"
     )
     print(
         f"  forwards counted by the probe: {tr['forward_calls_seen_by_probe']} of {tr['forward_calls_expected']}"
     )
     print(
-        f"  fastest rounds  {tr['best_step_us_without']:9.1f} -> {tr['best_step_us_with']:.1f} us/step, "
-        f"ratio {tr['best_ratio']:.4f} ({(tr['best_ratio'] - 1) * 100:+.2f} %)"
-    )
-    print(
         f"  derived         {tr['derived_overhead_pct']:+9.3f} %  (the micro-benchmark's per-forward cost "
         "over this step time)"
     )
-    print("forward of nn.Linear(8, 8), per call")
-    print(f"  no hook         {fw['forward_us_none']:9.2f} us")
-    print(f"  empty pre-hook  {fw['forward_us_empty_hook']:9.2f} us  (+{fw['empty_hook_overhead_us']:.2f})")
+    print(f"forward of nn.Linear(8, 8), per call, median of {args.rounds} rounds x {args.calls} calls")
+    print(f"  no hook              {fw['forward_us_none']:9.2f} us")
     print(
-        f"  probe           {fw['forward_us_probe']:9.2f} us  (+{fw['probe_overhead_us']:.2f}; "
-        f"{fw['probe_minus_empty_hook_us']:+.2f} over the empty hook)"
+        f"  empty pre-hook       {fw['forward_us_empty_hook']:9.2f} us  (+{fw['empty_hook_overhead_us']:.2f})"
+    )
+    print(
+        f"  probe ({fw['instrumentation']})    {fw['forward_us_probe']:9.2f} us  "
+        f"({fw['probe_overhead_us']:+.2f}; {fw['probe_minus_empty_hook_us']:+.2f} against the empty hook)"
+    )
+    print(
+        f"  probe ({fw['fallback_instrumentation']})    {fw['forward_us_probe_pre_hook']:9.2f} us  "
+        f"({fw['probe_pre_hook_overhead_us']:+.2f}; the fallback)"
     )
     print("DataLoader batch (num_workers=0), per batch")
     print(

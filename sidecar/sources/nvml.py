@@ -18,11 +18,15 @@ Decisions worth knowing when reading the values:
   only when the query itself fails (NOT_SUPPORTED, e.g. under MIG). Samples over 100 % (which
   drivers occasionally emit) are dropped.
 - NOT_SUPPORTED is an answer, not a failure: it lands in the device's `field_errors`, not in the
-  snapshot's `call_errors`, so a GPU without a power sensor does not count as an error every poll.
+  snapshot's `call_errors`, so a GPU that cannot report utilisation (MIG) does not count as an
+  error every poll.
 - A lost GPU (GPU_IS_LOST) keeps the identity last seen at its index, `lost=True`, every
   measurement None; the other devices are unaffected.
-- The process lists and utilisation samples are read straight into buffers (see `_read_list`);
-  everything else uses nvidia-ml-py's wrappers.
+- The process lists and utilisation samples are read straight into buffers kept between polls
+  (see `_read_list`); everything else uses nvidia-ml-py's wrappers.
+- A poll asks each GPU only what something shows (memory, utilisation, the process lists and their
+  samples: 5 calls when the buffers fit), and its UUID every UUID_CHECK_EVERY_POLLS polls:
+  NVML calls are what a poll's CPU goes to, with the real driver even more than here.
 - Initialisation is lazy (first poll) and, when it fails, retried with exponential backoff rather
   than on every poll: a missing driver makes each attempt cost a failed dlopen.
 """
@@ -132,8 +136,6 @@ class GpuInfo:
     mem_used_mib: int | None = None
     util_gpu: int | None = None  # percent of the sample period with a kernel running
     util_mem: int | None = None
-    temperature_c: int | None = None
-    power_w: float | None = None
     lost: bool = False
     field_errors: dict[str, str] = field(default_factory=dict)  # field -> why it is None
     processes: list[GpuProcess] = field(default_factory=list)
@@ -480,16 +482,6 @@ class NvmlSource:
         if util is not None:
             info.util_gpu, info.util_mem = util.gpu, util.memory
 
-        info.temperature_c = calls(
-            errors, "temperature_c", where, n.nvmlDeviceGetTemperature, h, n.NVML_TEMPERATURE_GPU
-        )
-        if calls.code == GPU_IS_LOST:
-            return self._unusable(info, st, calls.code)
-        power_mw = calls(errors, "power_w", where, n.nvmlDeviceGetPowerUsage, h)
-        if calls.code == GPU_IS_LOST:
-            return self._unusable(info, st, calls.code)
-        info.power_w = power_mw / 1000.0 if power_mw is not None else None
-
         processes = self._processes(calls, errors, where, st)
         if calls.code == GPU_IS_LOST:
             return self._unusable(info, st, calls.code)
@@ -578,8 +570,7 @@ class NvmlSource:
         """A device whose handle or identity could not be read: lost, or otherwise broken."""
         info.uuid, info.name, info.pci_bus_id = st.uuid, st.name, st.pci_bus_id
         info.mem_total_mib = info.mem_used_mib = None
-        info.util_gpu = info.util_mem = info.temperature_c = None
-        info.power_w = None
+        info.util_gpu = info.util_mem = None
         info.processes = []
         info.lost = code == GPU_IS_LOST
         if info.lost and not info.field_errors:

@@ -56,7 +56,7 @@ class _Stat:
     def __init__(self, raw: bytes):
         # The command name is in parentheses and may itself contain spaces and parentheses, so the
         # fields are counted from the last ')'. fields[k] is field k + 3 of proc(5).
-        fields = raw[raw.rindex(b")") + 2 :].split()
+        fields = raw[raw.rindex(b")") + 2 :].split(None, 22)  # up to rss; the other 30 unsplit
         self.state = fields[0].decode()
         self.ppid = int(fields[1])
         self.cpu_ticks = int(fields[11]) + int(fields[12])
@@ -138,6 +138,17 @@ class _ProcFiles:
             os.close(fd)
         return raw
 
+    def last_pid(self) -> int | None:
+        """The last pid allocated in our PID namespace (the last field of /proc/loadavg): it moves
+        whenever a process or thread is created, in our namespace or one nested in it."""
+        raw = self._reread((0, 0))
+        if not raw:
+            raw = self._open_read((0, 0), f"{_PROC}/loadavg")
+        try:
+            return int(raw.rsplit(None, 1)[1]) if raw else None
+        except (IndexError, ValueError):
+            return None
+
     def stat(self, pid: int) -> _Stat | None:
         raw = self._reread((pid, 0))
         if not raw:
@@ -183,8 +194,8 @@ class _ProcFiles:
         self._tids.pop(pid, None)
 
     def retain(self, pids: set[int]) -> None:
-        """Close what belongs to processes no longer in the tree."""
-        for key in [k for k in self._files if k[0] not in pids]:
+        """Close what belongs to processes no longer in the tree (pid 0: /proc/loadavg, kept)."""
+        for key in [k for k in self._files if k[0] not in pids and k[0]]:
             self._close(key)
         for pid in [p for p in self._tids if p not in pids]:
             del self._tids[pid]
@@ -242,6 +253,8 @@ class ProcessTreeSource:
         self._prev_cpu: dict[tuple[int, int], tuple[int, float]] = {}
         self._psutil_procs: dict[int, psutil.Process] = {}
         self._files = _ProcFiles(open_file_budget() if max_open_files is None else max_open_files)
+        self._known_kids: dict[int, tuple[int, ...]] | None = None  # pid -> its children, last walk
+        self._walk_last_pid: int | None = None
         self.target_start_ticks: int | None = None
         st = _read_stat(target_pid) if self._use_proc else None
         if st is not None:
@@ -261,22 +274,26 @@ class ProcessTreeSource:
     def _poll_proc(self) -> TreeSnapshot:
         now = time.monotonic()
         files = self._files
+        # Read before the walk: a process started during it shows as a new last pid next time.
+        last_pid = files.last_pid()
         root = files.stat(self.target_pid)
         if root is None or root.start_ticks != self.target_start_ticks or root.state in ("Z", "X"):
             files.close()
+            self._known_kids = None
             return TreeSnapshot(self.target_pid, False, ())
+        walk = None
+        if last_pid is not None and last_pid == self._walk_last_pid and self._known_kids is not None:
+            walk = self._walk_known(root)
+        same_tree = walk is not None
+        if walk is None:
+            walk = self._walk_full(root)
+        self._walk_last_pid = last_pid
         out: list[ProcInfo] = []
         seen: set[tuple[int, int]] = set()
-        seen_pids: set[int] = set()
-        stack: list[tuple[int, int, _Stat]] = [(self.target_pid, 0, root)]
         boot, page_mib = self._boot_time, _PAGE_SIZE / 1048576
-        while stack and len(out) < self.max_processes:
-            pid, depth, st = stack.pop()
-            if st.state in ("Z", "X"):
-                continue  # a zombie does no work; its parent will reap it
+        for pid, depth, st in walk:
             ident = (pid, st.start_ticks)
             seen.add(ident)
-            seen_pids.add(pid)
             name, cmdline = self._static_info(pid, ident)
             out.append(
                 ProcInfo(
@@ -291,20 +308,59 @@ class ProcessTreeSource:
                     depth,
                 )
             )
+        if not same_tree:
+            files.retain({pid for pid, _, _ in walk})
+            # Forget identities that are gone, so the caches stay bounded by the live tree.
+            for ident in list(self._static):
+                if ident not in seen:
+                    del self._static[ident]
+                    self._prev_cpu.pop(ident, None)
+        return TreeSnapshot(self.target_pid, True, tuple(out))
+
+    def _walk_full(self, root: _Stat) -> list[tuple[int, int, _Stat]]:
+        """The tree from the kernel's children lists: (pid, depth, stat), parents before children.
+        Remembers each process's children for _walk_known."""
+        files = self._files
+        walk: list[tuple[int, int, _Stat]] = []
+        known: dict[int, tuple[int, ...]] = {}
+        stack: list[tuple[int, int, _Stat]] = [(self.target_pid, 0, root)]
+        while stack and len(walk) < self.max_processes:
+            pid, depth, st = stack.pop()
+            walk.append((pid, depth, st))
             kids = files.children(pid, st.threads)
             if len(kids) > 1:
                 kids.sort(reverse=True)
+            mine = []
             for kid in kids:
                 kst = files.stat(kid)
-                if kst is not None and kst.ppid == pid:
+                # A zombie does no work (its parent will reap it); one reparented meanwhile is not ours.
+                if kst is not None and kst.ppid == pid and kst.state not in ("Z", "X"):
                     stack.append((kid, depth + 1, kst))
-        files.retain(seen_pids)
-        # Forget identities that are gone, so the caches stay bounded by the live tree.
-        for ident in list(self._static):
-            if ident not in seen:
-                del self._static[ident]
-                self._prev_cpu.pop(ident, None)
-        return TreeSnapshot(self.target_pid, True, tuple(out))
+                    mine.append(kid)
+            known[pid] = tuple(mine)
+        self._known_kids = known
+        return walk
+
+    def _walk_known(self, root: _Stat) -> list[tuple[int, int, _Stat]] | None:
+        """The last walk's tree again, when no process was created since (the namespace's last pid
+        has not moved), so no process can have gained a child: only each member's stat is read.
+        None as soon as a member is gone, a zombie, or has another parent (an exit can move its
+        children to a subreaper): the caller then walks the children lists."""
+        files, known = self._files, self._known_kids
+        walk: list[tuple[int, int, _Stat]] = []
+        stack: list[tuple[int, int, _Stat]] = [(self.target_pid, 0, root)]
+        while stack and len(walk) < self.max_processes:
+            pid, depth, st = stack.pop()
+            walk.append((pid, depth, st))
+            kids = known.get(pid)
+            if kids is None:
+                return None  # not walked last time (the cap): read the lists
+            for kid in kids:
+                kst = files.stat(kid)
+                if kst is None or kst.ppid != pid or kst.state in ("Z", "X"):
+                    return None
+                stack.append((kid, depth + 1, kst))
+        return walk
 
     def close(self) -> None:
         self._files.close()

@@ -1,4 +1,4 @@
-"""Model bookkeeping with real torch: input-device search, unwrapping, traversal, hooks, loader timing."""
+"""Model bookkeeping with real torch: input-device search, unwrapping, traversal, instrumentation, loader timing."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from probe.hooks import (  # noqa: E402  (after the torch skip)
+from probe import hooks  # noqa: E402  (after the torch skip)
+from probe.hooks import (  # noqa: E402
     INPUT_MAX_DEPTH,
     LoaderTimer,
     ModelRecord,
@@ -120,11 +121,20 @@ def test_lazy_parameters_do_not_break_traversal():
     assert rec.device == "cpu" and rec.params == 0
 
 
-def test_hook_counts_samples_once_per_arming_and_notices_a_move():
+@pytest.fixture(params=["subclass", "pre-hook"])
+def instrumentation(request, monkeypatch):
+    """Both ways the probe instruments a forward: by class swap, and the pre-hook it falls back to."""
+    if request.param == "pre-hook":
+        monkeypatch.setattr(hooks, "swap_refusal", lambda model, cls: "forced by the test")
+    return request.param
+
+
+def test_hook_counts_samples_once_per_arming_and_notices_a_move(instrumentation):
     model = torch.nn.Linear(2, 2)
     rec, errors, changes = _record(model, "n")
     rec.traverse()
     rec.install_hook(model)
+    assert rec.instrumentation == instrumentation
     t0 = time.time()
     model(torch.zeros(1, 2))
     assert rec.forward_calls == 1 and rec.last_forward_time >= t0
@@ -140,9 +150,10 @@ def test_hook_counts_samples_once_per_arming_and_notices_a_move():
     rec.remove_hook()
     model(torch.zeros(1, 2, device="meta"))
     assert rec.forward_calls == 3
+    assert type(model) is torch.nn.Linear and len(model._forward_pre_hooks) == 0
 
 
-def test_hook_never_changes_outputs_or_exceptions():
+def test_hook_never_changes_outputs_or_exceptions(instrumentation):
     class Boom(torch.nn.Module):
         def forward(self, x, *, scale=1.0):
             if x.sum() < 0:
@@ -152,6 +163,7 @@ def test_hook_never_changes_outputs_or_exceptions():
     model = Boom()
     rec, errors, _ = _record(model)
     rec.install_hook(model)
+    assert rec.instrumentation == instrumentation
     x = torch.ones(2)
     assert torch.equal(model(x, scale=3.0), x * 3.0)
     with pytest.raises(ValueError, match="negative"):
@@ -159,26 +171,31 @@ def test_hook_never_changes_outputs_or_exceptions():
     assert rec.forward_calls == 2 and errors == []
 
 
-def test_pickled_or_copied_models_carry_a_harmless_stand_in():
+def test_pickled_or_copied_models_do_not_depend_on_the_probe(instrumentation):
     model = torch.nn.Sequential(torch.nn.Linear(2, 2))
     rec, _, _ = _record(model)
     rec.install_hook(model)
-    assert isinstance(next(iter(model._forward_pre_hooks.values())), PreHook)
+    if instrumentation == "pre-hook":
+        assert isinstance(next(iter(model._forward_pre_hooks.values())), PreHook)
+    else:
+        assert type(model) is not torch.nn.Sequential and len(model._forward_pre_hooks) == 0
 
     ema = copy.deepcopy(model)
     ema(torch.zeros(1, 2))
     assert rec.forward_calls == 0  # the copy does not report as the registered model
+    if instrumentation == "subclass":
+        assert type(ema) is torch.nn.Sequential  # a copy is of the original class, uninstrumented
 
     blob = pickle.dumps(model)
-    assert b"probe.hooks" not in blob
+    assert b"probe.hooks" not in blob and b"_dsh_probe" not in blob
     # The saved model loads in an interpreter where the probe cannot even be imported.
     code = (
         "import pickle, sys; sys.modules['probe'] = None; import torch; "
-        "m = pickle.loads(sys.stdin.buffer.read()); print(m(torch.zeros(1, 2)).shape)"
+        "m = pickle.loads(sys.stdin.buffer.read()); print(type(m).__name__, m(torch.zeros(1, 2)).shape)"
     )
     out = subprocess.run([sys.executable, "-c", code], input=blob, capture_output=True, timeout=120)
     assert out.returncode == 0, out.stderr.decode()
-    assert b"torch.Size([1, 2])" in out.stdout
+    assert b"Sequential torch.Size([1, 2])" in out.stdout
 
 
 def test_worker_init_pickles_and_calls_the_users_function_after_ours(tmp_path):

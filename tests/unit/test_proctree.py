@@ -39,6 +39,9 @@ for line in sys.stdin:
         kids[-1].grandkid = int(kids[-1].stdout.readline())
     elif cmd == "killfirst":
         kids[0].kill(); kids[0].wait(); kids.pop(0)
+    elif cmd == "subreaper":
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
     elif cmd == "zombie":
         zombies.append(subprocess.Popen(["true"]))  # never waited for
     print(" ".join(f"{k.pid}:{getattr(k, 'grandkid', 0)}" for k in kids), flush=True)
@@ -135,3 +138,48 @@ def test_a_target_that_exits_is_reported_gone_and_every_file_closed(parent):
     snap = src.poll()
     assert not snap.target_alive and snap.processes == ()
     assert not src._files._files
+
+
+def test_without_new_processes_the_children_lists_are_not_read_again(parent, monkeypatch):
+    src = ProcessTreeSource(parent.proc.pid)
+    kids = parent.do("grandkid")
+    first = shape(src.poll())
+    assert len(first) == 3
+    listed = []
+    real = src._files.children
+    monkeypatch.setattr(src._files, "children", lambda pid, threads: listed.append(pid) or real(pid, threads))
+    for _ in range(50):  # until a poll during which nothing on this machine started a process
+        listed.clear()
+        last = src._files.last_pid()
+        assert shape(src.poll()) == first
+        if src._files.last_pid() == last:
+            assert listed == []
+            break
+        time.sleep(0.02)
+    else:
+        pytest.fail("no quiet moment on this machine to check the shortcut in")
+    # A new process anywhere: the lists are read again, and the new kid is found.
+    kids = parent.do("kid")
+    assert set(shape(src.poll())) == {parent.proc.pid, kids[0][0], kids[0][1], kids[1][0]}
+    assert parent.proc.pid in listed
+    src.close()
+
+
+def test_an_exit_that_moves_a_grandkid_to_a_subreaper_is_seen_without_any_new_process(parent):
+    src = ProcessTreeSource(parent.proc.pid)
+    parent.do("subreaper")
+    ((kid, grandkid),) = parent.do("grandkid")
+    assert shape(src.poll()) == {
+        parent.proc.pid: (os.getpid(), 0),
+        kid: (parent.proc.pid, 1),
+        grandkid: (kid, 2),
+    }
+    parent.do("killfirst")  # the grandkid's parent dies: the kernel hands it to the subreaper
+    deadline = time.monotonic() + 5
+    while True:
+        got = shape(src.poll())
+        if got.get(grandkid) == (parent.proc.pid, 1) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert got == {parent.proc.pid: (os.getpid(), 0), grandkid: (parent.proc.pid, 1)}
+    src.close()
