@@ -163,7 +163,7 @@ def compare(work: Path, driver: Driver, polls: int) -> dict:
         )
     print(
         f"\nEach tool sleeps {1000 * GAP_S:.0f} ms before each measured poll, so every poll starts with caches "
-        "as cold as at a 1.5 s interval (back to back, every figure is 1.5-2x lower), and the job has "
+        "as cold as at a 1.5 s interval, and the job has "
         "republished meanwhile: the ranks' payloads are new at every poll of ours."
         f"\nOur poll covers {ours['processes']} processes ({ours['with_probe']} probe segments read), "
         f"{ours['gpus']} GPUs. Where its CPU goes (each source alone): "
