@@ -87,6 +87,16 @@ def collect(python: str) -> dict[str, Any]:
                     "and reboot; `nvidia-smi` must work",
                 }
             )
+    for d in nvml.get("devices") or ():
+        if d.get("error"):
+            problems.append(
+                {
+                    "problem": f"{d['error']}: the driver lists it but it cannot be used",
+                    "fix": f"`nvidia-smi -q -i {d['index']}` and the kernel log (`sudo dmesg | grep -i xid`); "
+                    "a GPU that fell off the bus needs a reset (`sudo nvidia-smi -r -i "
+                    f"{d['index']}`, with nothing running on it) or a reboot",
+                }
+            )
     if torch.get("error"):
         problems.append({"problem": torch["error"], "fix": f"`{python} -m pip install torch`"})
     elif torch.get("cuda_build") is None:
@@ -125,7 +135,8 @@ def render(report: dict[str, Any]) -> str:
             f"{ok} NVIDIA driver {nv.get('driver')} (CUDA {nv.get('cuda_driver')}), {nv.get('device_count')} GPU(s)"
         )
         for d in nv.get("devices") or ():
-            lines.append(f"       GPU {d['index']}: {d.get('name')} {d.get('uuid') or ''}")
+            state = f"  [!!] {d['error']}" if d.get("error") else ""
+            lines.append(f"       GPU {d['index']}: {d.get('name')} {d.get('uuid') or ''}{state}")
     else:
         lines.append(f"{note} NVIDIA driver: {nv.get('error') or 'not found'}")
     if report["system_gpus"]:

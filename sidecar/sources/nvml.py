@@ -588,7 +588,10 @@ class NvmlSource:
 def nvml_summary() -> dict[str, Any]:
     """One-shot description of the driver for `dsh-sidecar doctor`; never raises.
 
-    {library_found, driver, cuda_driver, device_count, devices: [{index, name, uuid}], error}
+    {library_found, driver, cuda_driver, device_count, devices: [{index, name, uuid, error}], error}
+
+    ``error`` says why the driver as a whole cannot be used; a device that fails alone (a lost GPU)
+    says so in its own ``error``, and the others are still listed as usable.
     """
     out: dict[str, Any] = {
         "library_found": False,
@@ -620,12 +623,14 @@ def nvml_summary() -> dict[str, Any]:
         out["device_count"] = count
         for i in range(count or 0):
             where = f"GPU {i}"
-            h = calls(None, "handle", where, pynvml.nvmlDeviceGetHandleByIndex, i)
+            dcalls = _Calls()
+            h = dcalls(None, "handle", where, pynvml.nvmlDeviceGetHandleByIndex, i)
             name = uuid = None
             if h is not None:
-                name = _text(calls(None, "name", where, pynvml.nvmlDeviceGetName, h))
-                uuid = _text(calls(None, "uuid", where, pynvml.nvmlDeviceGetUUID, h))
-            out["devices"].append({"index": i, "name": name, "uuid": uuid})
+                name = _text(dcalls(None, "name", where, pynvml.nvmlDeviceGetName, h))
+                uuid = _text(dcalls(None, "uuid", where, pynvml.nvmlDeviceGetUUID, h))
+            error = "; ".join(sorted(set(dcalls.call_errors.values()))) or None
+            out["devices"].append({"index": i, "name": name, "uuid": uuid, "error": error})
     finally:
         try:
             pynvml.nvmlShutdown()

@@ -216,6 +216,22 @@ def test_doctor_with_a_gpu_and_a_cpu_only_torch(fake_nvml):
     assert "CPU-only build" in problem["problem"] and "cu124" in problem["fix"]
 
 
+def test_doctor_with_one_gpu_lost_still_lists_the_other_as_usable(fake_nvml):
+    fake_nvml.write({"gpus": [gpu(0), gpu(1, lost=True)], "cuda_driver_version": 12040})
+    r = cli("doctor", env=fake_nvml.env())
+    assert r.returncode == 0, r.stderr
+    assert "[ok] NVIDIA driver" in r.stdout and "NVML is not usable" not in r.stdout
+    report = json.loads(cli("doctor", "--json", env=fake_nvml.env()).stdout)
+    nv = report["nvml"]
+    assert nv["error"] is None and nv["device_count"] == 2
+    d0, d1 = nv["devices"]
+    assert d0["error"] is None and d0["uuid"] == gpu(0)["uuid"]
+    assert d1["error"] == "GPU 1: GPU is lost"
+    (lost,) = [p for p in report["problems"] if "GPU 1" in p["problem"]]
+    assert "nvidia-smi -r -i 1" in lost["fix"]
+    assert "GPU 1: " in r.stdout and "[!!] GPU 1: GPU is lost" in r.stdout
+
+
 def test_doctor_with_a_missing_interpreter():
     r = cli("doctor", "--python", "/nonexistent/python")
     assert r.returncode == 0 and "interpreter not found" in r.stdout
