@@ -112,6 +112,22 @@ def test_a_probed_model_looks_like_its_class_and_unregister_restores_it_exactly(
     assert rec.forward_calls == 1
 
 
+def test_instrument_hook_forces_the_pre_hook_and_leaves_the_class_alone(monkeypatch):
+    monkeypatch.setenv("DSH_PROBE_INSTRUMENT", "hook")
+    model = Net()
+    rec, errors = instrument(model)
+    assert rec.instrumentation == "pre-hook"
+    assert type(model) is Net and len(model._forward_pre_hooks) == 1
+    model(X)
+    assert rec.forward_calls == 1 and errors == []
+    rec.remove_hook()
+    assert type(model) is Net and len(model._forward_pre_hooks) == 0
+    monkeypatch.delenv("DSH_PROBE_INSTRUMENT")
+    rec, _ = instrument(model)
+    assert rec.instrumentation == "subclass"
+    rec.remove_hook()
+
+
 def test_one_probed_class_per_class_and_two_models_count_apart():
     a, b = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
     rec_a, _ = instrument(a)
