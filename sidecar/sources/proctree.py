@@ -20,6 +20,9 @@ from sidecar.redact import redact_args
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _PROC = "/proc"
+# The children lists are read at least this often even when no pid was allocated (see _walk_known):
+# a bound on what a /proc that misreports the last pid could hide.
+FULL_WALK_EVERY_POLLS = 10
 
 
 @dataclass(slots=True)  # not frozen: see verdict.ModelFacts
@@ -139,15 +142,19 @@ class _ProcFiles:
         return raw
 
     def last_pid(self) -> int | None:
-        """The last pid allocated in our PID namespace (the last field of /proc/loadavg): it moves
-        whenever a process or thread is created, in our namespace or one nested in it."""
+        """The last pid allocated in our PID namespace: it moves whenever a process or thread is
+        created, in our namespace or one nested in it. From /proc/sys/kernel/ns_last_pid, else the
+        last field of /proc/loadavg (which LXCFS or a sandbox may make up: a 0 counts as unknown)."""
         raw = self._reread((0, 0))
         if not raw:
-            raw = self._open_read((0, 0), f"{_PROC}/loadavg")
+            raw = self._open_read((0, 0), f"{_PROC}/sys/kernel/ns_last_pid")
+            if not raw:
+                raw = self._open_read((0, 0), f"{_PROC}/loadavg")
         try:
-            return int(raw.rsplit(None, 1)[1]) if raw else None
-        except (IndexError, ValueError):
+            value = int(raw.rsplit(None, 1)[-1]) if raw else 0
+        except ValueError:
             return None
+        return value or None
 
     def stat(self, pid: int) -> _Stat | None:
         raw = self._reread((pid, 0))
@@ -255,6 +262,7 @@ class ProcessTreeSource:
         self._files = _ProcFiles(open_file_budget() if max_open_files is None else max_open_files)
         self._known_kids: dict[int, tuple[int, ...]] | None = None  # pid -> its children, last walk
         self._walk_last_pid: int | None = None
+        self._polls_since_full = 0
         self.target_start_ticks: int | None = None
         st = _read_stat(target_pid) if self._use_proc else None
         if st is not None:
@@ -282,11 +290,18 @@ class ProcessTreeSource:
             self._known_kids = None
             return TreeSnapshot(self.target_pid, False, ())
         walk = None
-        if last_pid is not None and last_pid == self._walk_last_pid and self._known_kids is not None:
+        self._polls_since_full += 1
+        if (
+            last_pid is not None
+            and last_pid == self._walk_last_pid
+            and self._known_kids is not None
+            and self._polls_since_full < FULL_WALK_EVERY_POLLS
+        ):
             walk = self._walk_known(root)
         same_tree = walk is not None
         if walk is None:
             walk = self._walk_full(root)
+            self._polls_since_full = 0
         self._walk_last_pid = last_pid
         out: list[ProcInfo] = []
         seen: set[tuple[int, int]] = set()

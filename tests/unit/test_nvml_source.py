@@ -258,10 +258,10 @@ def test_summary_for_doctor(fake_nvml):
     assert got["library_found"] is True
     assert (got["driver"], got["cuda_driver"], got["device_count"]) == ("550.54.15", "12.2", 2)
     assert got["devices"] == [
-        {"index": 0, "name": "NVIDIA A10", "uuid": gpu(0)["uuid"]},
-        {"index": 1, "name": None, "uuid": None},
+        {"index": 0, "name": "NVIDIA A10", "uuid": gpu(0)["uuid"], "error": None},
+        {"index": 1, "name": None, "uuid": None, "error": "GPU 1: GPU is lost"},
     ]
-    assert "GPU is lost" in got["error"]
+    assert got["error"] is None  # one lost GPU is that GPU's problem, not the driver's
 
     fake_nvml.write({"init_error": "DRIVER_NOT_LOADED"})
     got = fake_nvml.run(PRELUDE + "print(json.dumps(nvml_summary()))")

@@ -183,3 +183,26 @@ def test_an_exit_that_moves_a_grandkid_to_a_subreaper_is_seen_without_any_new_pr
         time.sleep(0.05)
     assert got == {parent.proc.pid: (os.getpid(), 0), grandkid: (parent.proc.pid, 1)}
     src.close()
+
+
+def test_a_last_pid_that_never_moves_still_finds_new_kids_within_a_bounded_number_of_polls(
+    parent, monkeypatch
+):
+    from sidecar.sources.proctree import FULL_WALK_EVERY_POLLS
+
+    src = ProcessTreeSource(parent.proc.pid)
+    monkeypatch.setattr(src._files, "last_pid", lambda: 12345)  # a /proc that makes it up
+    assert set(shape(src.poll())) == {parent.proc.pid}
+    ((kid, _),) = parent.do("kid")
+    found_after = next((n for n in range(1, FULL_WALK_EVERY_POLLS + 1) if kid in shape(src.poll())), None)
+    assert found_after is not None and found_after <= FULL_WALK_EVERY_POLLS
+    src.close()
+
+
+def test_the_last_pid_moves_when_a_process_starts():
+    src = ProcessTreeSource(os.getpid())
+    before = src._files.last_pid()
+    subprocess.run(["true"], check=True)
+    after = src._files.last_pid()
+    assert before is not None and after is not None and after != before
+    src.close()
