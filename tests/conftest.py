@@ -25,3 +25,19 @@ def pytest_runtest_makereport(item, call):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
         report.longrepr = f"skipped, but DSH_REQUIRE_ALL=1 requires this test to run: {reason}"
+
+
+@pytest.fixture
+def gloo_world_of_one(tmp_path, monkeypatch):
+    """torch.distributed initialised in this process as rank 0 of 1 (gloo, file store); torn down after."""
+    torch = pytest.importorskip("torch")
+    dist = torch.distributed
+    if not dist.is_available():
+        pytest.skip("torch.distributed is not available in this build")
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        yield dist
+    finally:
+        dist.destroy_process_group()

@@ -150,26 +150,17 @@ def test_dataparallel_is_hooked_on_the_wrapper(keep):
     assert m["forward_calls"] == 1 and m["params"] == 4 and m["input_device"] == "cpu"
 
 
-def test_distributed_data_parallel_and_rank_role(keep, tmp_path, monkeypatch):
-    dist = torch.distributed
-    if not dist.is_available():
-        pytest.skip("torch.distributed is not available in this build")
-    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
-        monkeypatch.delenv(name, raising=False)
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
-    try:
-        net = torch.nn.Linear(3, 1)
-        ddp = torch.nn.parallel.DistributedDataParallel(net)
-        keep(ddp, name="api-ddp")
-        ddp(torch.ones(2, 3)).sum().backward()
-        probe.refresh()
-        p = read_self()
-        assert (p["role"], p["rank"], p["world_size"], p["dist_backend"]) == ("rank", 0, 1, "gloo")
-        m = entry("api-ddp", p)
-        assert m["class"] == "DistributedDataParallel(Linear)"
-        assert m["params"] == 4 and m["forward_calls"] == 1 and m["device"] == "cpu"
-    finally:
-        dist.destroy_process_group()
+def test_distributed_data_parallel_and_rank_role(keep, gloo_world_of_one):
+    net = torch.nn.Linear(3, 1)
+    ddp = torch.nn.parallel.DistributedDataParallel(net)
+    keep(ddp, name="api-ddp")
+    ddp(torch.ones(2, 3)).sum().backward()
+    probe.refresh()
+    p = read_self()
+    assert (p["role"], p["rank"], p["world_size"], p["dist_backend"]) == ("rank", 0, 1, "gloo")
+    m = entry("api-ddp", p)
+    assert m["class"] == "DistributedDataParallel(Linear)"
+    assert m["params"] == 4 and m["forward_calls"] == 1 and m["device"] == "cpu"
 
 
 def test_torch_compile_wrapper(keep):

@@ -290,22 +290,13 @@ def test_wrapping_a_registered_module_and_registering_a_wrapper():
     assert rec_dp.cls_label == "DataParallel(Linear)"
 
 
-def test_ddp_wrapping_a_registered_module(tmp_path, monkeypatch):
-    dist = torch.distributed
-    if not dist.is_available():
-        pytest.skip("torch.distributed is not available in this build")
-    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
-        monkeypatch.delenv(name, raising=False)
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
-    try:
-        net = torch.nn.Linear(3, 2)
-        rec, _ = instrument(net)
-        ddp = torch.nn.parallel.DistributedDataParallel(net)
-        ddp(X).sum().backward()
-        assert rec.forward_calls == 1 and net.weight.grad is not None
-        assert swap_refusal(ddp, type(ddp)) is not None  # a registered DDP keeps the hook
-    finally:
-        dist.destroy_process_group()
+def test_ddp_wrapping_a_registered_module(gloo_world_of_one):
+    net = torch.nn.Linear(3, 2)
+    rec, _ = instrument(net)
+    ddp = torch.nn.parallel.DistributedDataParallel(net)
+    ddp(X).sum().backward()
+    assert rec.forward_calls == 1 and net.weight.grad is not None
+    assert swap_refusal(ddp, type(ddp)) is not None  # a registered DDP keeps the hook
 
 
 # -- compilers and tracers ----------------------------------------------------------------------------
