@@ -26,12 +26,28 @@ def gone(pid: int) -> bool:
     return not os.path.exists(f"/proc/{pid}")
 
 
-def wait_gone(pid: int, timeout_s: float = 5.0) -> None:
+def wait_gone(pid: int, timeout_s: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not gone(pid):
         if time.monotonic() > deadline:
-            raise AssertionError(f"process {pid} still exists {timeout_s} s after SIGKILL")
+            raise AssertionError(f"process {pid} still exists {timeout_s} s after SIGKILL: {_where(pid)}")
         time.sleep(0.0005)
+
+
+def _where(pid: int) -> str:
+    """What a process that will not go is doing: its state (Z: nobody reaped it; D: stuck in the
+    kernel) and where in the kernel it waits."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+        with open(f"/proc/{pid}/wchan") as f:
+            wchan = f.read().strip()
+        return (
+            f"state {fields.get('State', '?').strip()}, ppid {fields.get('PPid', '?').strip()}, "
+            f"threads {fields.get('Threads', '?').strip()}, wchan {wchan or '-'}"
+        )
+    except (OSError, ValueError) as e:
+        return f"gone while looking ({e})"
 
 
 class Zygote:
