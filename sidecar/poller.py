@@ -217,17 +217,13 @@ class Poller:
         for p in tree.processes:
             read = reads.get(p.pid)
             gpu = tuple(by_pid.get(p.pid, ()))
+            place = (p.start_ticks, p.ppid, p.depth, p.name)
             hit = cache.get(p.pid)
-            if (
-                hit is not None
-                and hit[0] is read
-                and hit[1] == (p.start_ticks, p.ppid, p.depth, p.name)
-                and hit[2].gpu == gpu
-            ):
+            if hit is not None and hit[0] is read and hit[1] == place and hit[2].gpu == gpu:
                 pf = hit[2]
             else:
                 pf = document.process_facts(p, read, gpu, self.target_pid)
-            fresh[p.pid] = (read, (p.start_ticks, p.ppid, p.depth, p.name), pf)
+            fresh[p.pid] = (read, place, pf)
             out.append(pf)
         self._facts_cache = fresh
         return tuple(out)

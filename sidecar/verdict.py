@@ -188,16 +188,8 @@ def device_type(device: str | None) -> str | None:
 def _norm_uuid(uuid: str | None) -> str | None:
     if not uuid:
         return None
-    u = _NORM_UUIDS.get(uuid)
-    if u is None:
-        u = uuid.strip().lower()
-        u = u[4:] if u.startswith("gpu-") else u
-        if len(_NORM_UUIDS) < 4096:  # a machine has a few UUIDs; bounded against anything odd
-            _NORM_UUIDS[uuid] = u
-    return u
-
-
-_NORM_UUIDS: dict[str, str] = {}  # a memo of a pure function: no state that changes an answer
+    u = uuid.strip().lower()
+    return u[4:] if u.startswith("gpu-") else u
 
 
 def map_cuda_index(proc: ProcessFacts, cuda_index: int, gpus: tuple[GpuFacts, ...]) -> int | None:
@@ -231,10 +223,6 @@ def model_nvml_index(proc: ProcessFacts, model: ModelFacts, gpus: tuple[GpuFacts
         return None
     _, _, idx = (model.device or "").partition(":")
     return map_cuda_index(proc, int(idx) if idx.isdigit() else 0, gpus)
-
-
-def _model_types(model: ModelFacts) -> frozenset[str]:
-    return model.types
 
 
 def _all_models(facts: Facts) -> Iterator[tuple[ProcessFacts, ModelFacts]]:
@@ -427,7 +415,7 @@ def rule_model_on_cpu(f: Facts) -> Iterable[Warning]:
     hits = [
         (p, m)
         for p, m in _all_models(f)
-        if _model_types(m) == {"cpu"} and (p.runtime or {}).get("cuda_available") is True
+        if m.types == {"cpu"} and (p.runtime or {}).get("cuda_available") is True
     ]
     if hits:
         names = ", ".join(sorted({m.name for _, m in hits}))
@@ -469,8 +457,8 @@ def rule_input_mismatch(f: Facts) -> Iterable[Warning]:
 
 def rule_mixed_devices(f: Facts) -> Iterable[Warning]:
     models = list(_all_models(f))
-    split = [(p, m) for p, m in models if len(_model_types(m)) > 1]
-    types = set().union(*(_model_types(m) for _, m in models)) if models else set()
+    split = [(p, m) for p, m in models if len(m.types) > 1]
+    types = set().union(*(m.types for _, m in models)) if models else set()
     if split:
         p, m = split[0]
         devs = ", ".join(m.devices)
@@ -639,7 +627,7 @@ def _idle_window(f: Facts) -> list[RecentSample] | None:
 
 
 def rule_idle_gpu(f: Facts) -> Iterable[Warning]:
-    on_gpu = [(p, m) for p, m in _all_models(f) if "cuda" in _model_types(m)]
+    on_gpu = [(p, m) for p, m in _all_models(f) if "cuda" in m.types]
     if not on_gpu:
         return
     window = _idle_window(f)
@@ -810,15 +798,15 @@ RULES: tuple[Rule, ...] = (
 # ---------------------------------------------------------------------------------------------
 def primary_model_gpu_index(f: Facts) -> int | None:
     """NVML index of the GPU the first model with a device is on (None when it is not on CUDA)."""
-    first = next(((p, m) for p, m in _all_models(f) if _model_types(m)), None)
-    if first and "cuda" in _model_types(first[1]):
+    first = next(((p, m) for p, m in _all_models(f) if m.types), None)
+    if first and "cuda" in first[1].types:
         return model_nvml_index(first[0], first[1], f.gpus)
     return None
 
 
 def _status_and_message(f: Facts) -> tuple[str, str, str, str | None, str | None, int | None]:
     models = list(_all_models(f))
-    typed = [(p, m, _model_types(m)) for p, m in models]
+    typed = [(p, m, m.types) for p, m in models]
     types = set().union(*(t for _, _, t in typed)) if typed else set()
     first = next(((p, m) for p, m, t in typed if t), None)
     model_device = first[1].device if first else (models[0][1].device if models else None)

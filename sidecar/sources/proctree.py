@@ -75,19 +75,6 @@ def _parse_stat(raw: bytes) -> _Stat | None:
         return None
 
 
-def _read_stat(pid: int) -> _Stat | None:
-    try:
-        fd = os.open(f"{_PROC}/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        return _parse_stat(os.read(fd, 4096))
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
 def open_file_budget(share: float = 0.25, cap: int = 1024) -> int:
     """How many files a source may keep open: ``share`` of this process's descriptor limit, at most
     ``cap``, so that a large tree never starves the HTTP server of sockets."""
@@ -114,6 +101,7 @@ class _ProcFiles:
         self.max_open = max_open
         self._files: dict[tuple[int, int], int] = {}  # (pid, tid or 0 for stat) -> fd
         self._tids: dict[int, tuple[int, ...]] = {}  # pid -> its threads at the last listing
+        self._ticks: dict[int, int] = {}  # pid -> start_ticks of the process the files are of
 
     def _reread(self, key: tuple[int, int]) -> bytes | None:
         """What a kept file says now; None when there is no kept file or its process is gone."""
@@ -157,13 +145,23 @@ class _ProcFiles:
         return value or None
 
     def stat(self, pid: int) -> _Stat | None:
-        raw = self._reread((pid, 0))
-        if not raw:
-            # Nothing kept, or the process it was kept for is gone (ESRCH): whatever has this pid
-            # now is another process, so none of the old one's files may be read for it.
+        key = (pid, 0)
+        if key in self._files:
+            raw = self._reread(key)
+            if raw:
+                return _parse_stat(raw)
+            # The process it was kept for is gone (ESRCH): whatever has this pid now is another
+            # process, so none of the old one's files may be read for it.
             self._forget(pid)
-            raw = self._open_read((pid, 0), f"{_PROC}/{pid}/stat")
-        return _parse_stat(raw) if raw else None
+        raw = self._open_read(key, f"{_PROC}/{pid}/stat")
+        st = _parse_stat(raw) if raw else None
+        if st is not None:
+            if self._ticks.get(pid, st.start_ticks) != st.start_ticks:
+                # Its stat was not kept (the budget), but its threads' children files were: they
+                # belong to the process that had this pid before.
+                self._forget_threads(pid)
+            self._ticks[pid] = st.start_ticks
+        return st
 
     def children(self, pid: int, threads: int) -> list[int]:
         """Children of every thread of ``pid`` (the kernel lists them per thread); call after
@@ -196,16 +194,22 @@ class _ProcFiles:
         return kids
 
     def _forget(self, pid: int) -> None:
-        for key in [k for k in self._files if k[0] == pid]:
-            self._close(key)
-        self._tids.pop(pid, None)
+        self._close((pid, 0))
+        self._ticks.pop(pid, None)
+        self._forget_threads(pid)
+
+    def _forget_threads(self, pid: int) -> None:
+        for tid in self._tids.pop(pid, ()):
+            self._close((pid, tid))
 
     def retain(self, pids: set[int]) -> None:
-        """Close what belongs to processes no longer in the tree (pid 0: /proc/loadavg, kept)."""
+        """Close what belongs to processes no longer in the tree (pid 0 is the last-pid file: kept)."""
         for key in [k for k in self._files if k[0] not in pids and k[0]]:
             self._close(key)
         for pid in [p for p in self._tids if p not in pids]:
             del self._tids[pid]
+        for pid in [p for p in self._ticks if p not in pids]:
+            del self._ticks[pid]
 
     def close(self) -> None:
         for key in list(self._files):
@@ -264,7 +268,7 @@ class ProcessTreeSource:
         self._walk_last_pid: int | None = None
         self._polls_since_full = 0
         self.target_start_ticks: int | None = None
-        st = _read_stat(target_pid) if self._use_proc else None
+        st = self._files.stat(target_pid) if self._use_proc else None
         if st is not None:
             self.target_start_ticks = st.start_ticks
         elif not self._use_proc and psutil.pid_exists(target_pid):

@@ -7,7 +7,6 @@ mid-publish); only a segment that stays unreadable is reported as such.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,7 +138,7 @@ class SegmentSource:
         mid-publish with seq odd, or before its first publish with the header still zero or the
         file still empty), it is dead. Removed while the header still says what it said when looked
         at, so a newcomer that got the pid meanwhile and wrote its header keeps its segment."""
-        ticks = header_writer_ticks(pid)
+        ticks = wire.header_writer_ticks(pid)
         if ticks is None:
             return False
         return self._remove(pid, ticks if ticks >= 0 else None)
@@ -152,19 +151,3 @@ class SegmentSource:
             return wire.remove_segment(pid, expected_start_ticks=stale_writer_ticks)
         except Exception:
             return False
-
-
-def header_writer_ticks(pid: int) -> int | None:
-    """The writer start time in ``pid``'s segment header, whatever the seq says (0: a header not
-    written yet); -1 for a file shorter than a header (not sized yet); None if there is no file."""
-    try:
-        fd = os.open(wire.segment_path(pid), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        raw = os.pread(fd, wire.HEADER_BYTES, 0)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return wire.HEADER.unpack(raw)[6] if len(raw) == wire.HEADER_BYTES else -1

@@ -206,3 +206,23 @@ def test_the_last_pid_moves_when_a_process_starts():
     after = src._files.last_pid()
     assert before is not None and after is not None and after != before
     src.close()
+
+
+def test_files_kept_for_a_previous_owner_of_a_pid_are_not_read_for_the_new_one(parent):
+    from sidecar.sources.proctree import _ProcFiles
+
+    pid = parent.proc.pid
+    files = _ProcFiles(max_open=8)
+    st = files.stat(pid)
+    files.children(pid, st.threads)
+    kept_children = [k for k in files._files if k[0] == pid and k[1]]
+    assert kept_children  # the leader's children file is kept
+    # As if the stat had not been kept (the budget) and the pid had belonged to another process
+    # when these children files were opened: the next stat must drop them.
+    files._close((pid, 0))
+    files._ticks[pid] = st.start_ticks - 1
+    again = files.stat(pid)
+    assert again.start_ticks == st.start_ticks
+    assert not [k for k in files._files if k[0] == pid and k[1]] and pid not in files._tids
+    assert files.children(pid, again.threads) == []  # read afresh: the parent has no kids yet
+    files.close()
