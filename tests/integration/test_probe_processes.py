@@ -92,6 +92,22 @@ def test_dataloader_workers_publish_their_own_segments(tmp_path, start_method, r
         assert net["data_wait_fraction"] is None
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("start_method", ["fork", "spawn", "forkserver"])
+def test_two_registered_loaders_load_as_without_the_probe(tmp_path, start_method):
+    """Issue 11: spawn and forkserver workers crashed when the loader had no worker_init_fn."""
+    report = run_scenario(
+        "two_loaders", start_method, env={"PROBE_TEST_MARKER_DIR": str(tmp_path)}, timeout_s=200
+    )
+    assert report["batches_ok"] is True
+    assert report["forward_calls"] == report["calls"] == 8
+    # Persistent train workers (2) publish as workers; the user's worker_init_fn ran in the
+    # validation worker once per epoch, after ours.
+    assert len(report["worker_roles"]) == 2
+    assert set(report["worker_roles"].values()) == {"dataloader-worker"}
+    assert len([f for f in tmp_path.iterdir() if f.name.startswith("init-0-")]) == 2
+
+
 def test_forked_child_gets_its_own_segment_and_leaves_the_parents_alone():
     report = run_scenario("fork_child")
     parent, child = report["parent_pid"], report["child"]

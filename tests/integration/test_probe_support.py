@@ -197,6 +197,57 @@ def scenario_loader(start_method: str, register_loader: str) -> None:
     )
 
 
+def _loader_batches_ok(got, dataset, batch_size: int) -> bool:
+    import torch
+
+    return all(
+        bool(torch.equal(b, torch.stack([dataset[i] for i in range(k * batch_size, k * batch_size + batch_size)])))
+        for k, b in enumerate(got)
+    )
+
+
+def scenario_two_loaders(start_method: str) -> None:
+    """A train loader without a worker_init_fn (persistent workers, two epochs) and a validation
+    loader with the user's, both registered, under one start method: every batch arrives as
+    without the probe, and each worker publishes its own segment."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    import probe
+    from probe.segment import read_segment
+
+    model = torch.nn.Linear(4, 2)
+    train_set, val_set = SquaresDataset(16, 0.01), SquaresDataset(8, 0.01)
+    train = DataLoader(
+        train_set, batch_size=4, num_workers=2, multiprocessing_context=start_method, persistent_workers=True
+    )
+    val = DataLoader(
+        val_set, batch_size=4, num_workers=1, multiprocessing_context=start_method, worker_init_fn=user_worker_init
+    )
+    probe.register(model, name="net", loader=train)
+    probe.register(model, loader=val)
+    ok, roles, calls = True, {}, 0
+    for _epoch in range(2):
+        it = iter(train)
+        got = []
+        for batch in it:
+            got.append(batch)
+            model(batch)
+            calls += 1
+            for w in it._workers:
+                r = read_segment(w.pid)
+                if r.state == "ok":
+                    roles[str(w.pid)] = r.payload["role"]
+        ok = ok and len(got) == 4 and _loader_batches_ok(got, train_set, 4)
+        vit = iter(val)
+        vgot = list(vit)
+        ok = ok and len(vgot) == 2 and _loader_batches_ok(vgot, val_set, 4)
+    probe.refresh()
+    after = read_segment(os.getpid())
+    net = [m for m in after.payload["models"] if m["name"] == "net"][0]
+    emit({"batches_ok": ok, "worker_roles": roles, "forward_calls": net["forward_calls"], "calls": calls})
+
+
 # --------------------------------------------------------------------------------------------------
 # Process lifecycle
 
@@ -367,6 +418,7 @@ def scenario_activate_and_report() -> None:
 
 
 SCENARIOS = {
+    "two_loaders": scenario_two_loaders,
     "stress_writer": scenario_stress_writer,
     "half_written": scenario_half_written,
     "loader": scenario_loader,

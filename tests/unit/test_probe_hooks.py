@@ -15,16 +15,16 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from probe import hooks  # noqa: E402  (after the torch skip)
+
 from probe.hooks import (  # noqa: E402
     INPUT_MAX_DEPTH,
     LoaderTimer,
     ModelRecord,
-    PreHook,
     ProbeWorkerInit,
     find_input_device,
     unwrap_model,
 )
+from probe.instrument import PreHook  # noqa: E402
 from probe.segment import segment_path  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -121,12 +121,19 @@ def test_lazy_parameters_do_not_break_traversal():
     assert rec.device == "cpu" and rec.params == 0
 
 
-@pytest.fixture(params=["subclass", "pre-hook"])
+@pytest.fixture(params=["swap", "pre-hook"])
 def instrumentation(request, monkeypatch):
-    """Both ways the probe instruments a forward: by class swap, and the pre-hook it falls back to."""
+    """Both kinds of instrumentation: a probed forward (a patched class for the program's own
+    classes, a probed subclass for torch's), and the pre-hook the probe falls back to."""
     if request.param == "pre-hook":
-        monkeypatch.setattr(hooks, "swap_refusal", lambda model, cls: "forced by the test")
+        monkeypatch.setenv("DSH_PROBE_INSTRUMENT", "hook")
     return request.param
+
+
+def _kind(instrumentation, model):
+    if instrumentation == "pre-hook":
+        return "pre-hook"
+    return "subclass" if type(model).__module__.startswith("torch.") else "class"
 
 
 def test_hook_counts_samples_once_per_arming_and_notices_a_move(instrumentation):
@@ -134,7 +141,7 @@ def test_hook_counts_samples_once_per_arming_and_notices_a_move(instrumentation)
     rec, errors, changes = _record(model, "n")
     rec.traverse()
     rec.install_hook(model)
-    assert rec.instrumentation == instrumentation
+    assert rec.instrumentation == _kind(instrumentation, model)
     t0 = time.time()
     model(torch.zeros(1, 2))
     assert rec.forward_calls == 1 and rec.last_forward_time >= t0
@@ -162,8 +169,9 @@ def test_hook_never_changes_outputs_or_exceptions(instrumentation):
 
     model = Boom()
     rec, errors, _ = _record(model)
+    kind = _kind(instrumentation, model)
     rec.install_hook(model)
-    assert rec.instrumentation == instrumentation
+    assert rec.instrumentation == kind
     x = torch.ones(2)
     assert torch.equal(model(x, scale=3.0), x * 3.0)
     with pytest.raises(ValueError, match="negative"):
@@ -183,7 +191,7 @@ def test_pickled_or_copied_models_do_not_depend_on_the_probe(instrumentation):
     ema = copy.deepcopy(model)
     ema(torch.zeros(1, 2))
     assert rec.forward_calls == 0  # the copy does not report as the registered model
-    if instrumentation == "subclass":
+    if instrumentation == "swap":
         assert type(ema) is torch.nn.Sequential  # a copy is of the original class, uninstrumented
 
     blob = pickle.dumps(model)

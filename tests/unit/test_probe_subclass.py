@@ -1,9 +1,10 @@
-"""Forward instrumentation by class swap: what a registered model looks like, copies, wrappers, tools.
+"""Forward instrumentation: what a registered model looks like, copies, wrappers, tools.
 
-The probe counts forwards by swapping the registered instance's class for a subclass whose forward
-does the bookkeeping (probe/hooks.py), falling back to a forward pre-hook where that is unsafe. These
+The probe counts forwards through a patched class forward (the program's own classes), a probed
+subclass (torch's classes) or a forward pre-hook where neither is safe (probe/instrument.py). These
 tests hold it to "nothing changes for the user's program": same class as far as the program can
 tell, copies and pickles of the original class, wrappers and compilers working, exact restore.
+Tests that take the ``kind`` fixture run both probed-forward paths on the program's own classes.
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import probe  # noqa: E402
+from probe import instrument as instrumentation  # noqa: E402
 from probe._state import PROBE  # noqa: E402
-from probe.hooks import ModelRecord, PreHook, ProbedClassHandle, swap_refusal  # noqa: E402
+from probe.hooks import ModelRecord  # noqa: E402
+from probe.instrument import PreHook, ProbedClassHandle, swap_refusal  # noqa: E402
 from probe.segment import segment_path  # noqa: E402
 
 
@@ -84,10 +87,23 @@ class CustomDeepcopy(torch.nn.Linear):
 X = torch.ones(4, 3)
 
 
+@pytest.fixture
+def subclass_only(monkeypatch):
+    """The probed-subclass path for the program's own classes too (it serves torch's classes)."""
+    monkeypatch.setattr(instrumentation, "class_patch_target", lambda model: (None, "forced by the test"))
+
+
+@pytest.fixture(params=["class", "subclass"])
+def kind(request, monkeypatch):
+    if request.param == "subclass":
+        monkeypatch.setattr(instrumentation, "class_patch_target", lambda model: (None, "forced by the test"))
+    return request.param
+
+
 # -- what the program sees ------------------------------------------------------------------------
 
 
-def test_a_probed_model_looks_like_its_class_and_unregister_restores_it_exactly():
+def test_a_probed_model_looks_like_its_class_and_unregister_restores_it_exactly(subclass_only):
     model = Net()
     before = (repr(model), list(model.state_dict()), inspect.signature(model.forward))
     expected = model(X, scale=2.0)
@@ -124,7 +140,7 @@ def test_instrument_hook_forces_the_pre_hook_and_leaves_the_class_alone(monkeypa
     assert type(model) is Net and len(model._forward_pre_hooks) == 0
     monkeypatch.delenv("DSH_PROBE_INSTRUMENT")
     rec, _ = instrument(model)
-    assert rec.instrumentation == "subclass"
+    assert rec.instrumentation == "class"
     rec.remove_hook()
 
 
@@ -202,7 +218,7 @@ def test_the_class_forward_is_looked_up_on_each_call():
     rec.remove_hook()
 
 
-def test_slotted_classes_are_swapped_and_keep_their_slots():
+def test_slotted_classes_are_swapped_and_keep_their_slots(subclass_only):
     model = Slotted(3, 2)
     model.note = "kept"
     rec, _ = instrument(model)
@@ -353,7 +369,7 @@ class Scaled(torch.nn.Module):
         return torch.nn.functional.relu(self.lin(x)) * scale
 
 
-def test_the_probed_forward_has_the_original_signature_and_defaults():
+def test_the_probed_forward_has_the_original_signature_and_defaults(kind):
     class Odd(torch.nn.Module):
         def forward(this, a, b=2, /, c=3, *rest, d, e=5, **more):
             return (a, b, c, rest, d, e, more)
@@ -365,9 +381,9 @@ def test_the_probed_forward_has_the_original_signature_and_defaults():
         expected = [model(*a, **k) for a, k in calls]
         before = inspect.signature(model.forward)
         rec, errors = instrument(model)
-        assert rec.instrumentation == "subclass"
+        assert rec.instrumentation == kind
         assert inspect.signature(model.forward) == before
-        assert type(model).forward.__qualname__ == type(model).__mro__[1].forward.__qualname__
+        assert type(model).forward.__qualname__ == type(model).forward.__wrapped__.__qualname__
         got = [model(*a, **k) for a, k in calls]
         for g, e in zip(got, expected):
             assert g == e if not isinstance(g, torch.Tensor) else torch.equal(g, e)
@@ -386,23 +402,23 @@ class OddNames(torch.nn.Module):
         return _dsh_probe_rec * 2, kw
 
 
-def test_forwards_whose_parameters_cannot_be_copied_get_a_pass_through():
+def test_forwards_whose_parameters_cannot_be_copied_get_a_pass_through(kind):
     for model, call, expected in (
         (NoSelf(), lambda m: m(X), X + 1),
         (OddNames(), lambda m: m(X, k=1)[0], X * 2),
         (OddNames(), lambda m: m(_dsh_probe_rec=X)[0], X * 2),
     ):
         rec, errors = instrument(model)
-        assert rec.instrumentation == "subclass"
+        assert rec.instrumentation == kind
         assert torch.equal(call(model), expected)
         assert rec.forward_calls == 1 and rec.input_device == "cpu" and errors == []
         assert inspect.signature(model.forward) == inspect.signature(
-            type(model).__mro__[1].forward.__get__(model)
+            type(model).forward.__wrapped__.__get__(model)
         )
         rec.remove_hook()
 
 
-def test_export_fx_jit_script_and_trace_see_the_original_forward():
+def test_export_fx_jit_script_and_trace_see_the_original_forward(kind):
     model = Scaled()
     plain_specs = [
         str(s.arg) for s in torch.export.export(model, (X,), {"scale": 3.0}).graph_signature.input_specs
@@ -435,7 +451,7 @@ def test_export_fx_jit_script_and_trace_see_the_original_forward():
     scripted(X)
     traced(X)
     assert rec.forward_calls == calls  # neither runs the probe
-    assert type(model).__name__ == "Scaled" and rec.instrumentation == "subclass"
+    assert type(model).__name__ == "Scaled" and rec.instrumentation == kind
     assert [e for e in errors if e[0] != "hook"] == []
 
 
@@ -454,7 +470,7 @@ def test_export_fx_jit_script_and_trace_see_the_original_forward():
     ],
     ids=["init_subclass", "metaclass", "refuses-__class__", "instance-forward", "parametrized", "wrapper"],
 )
-def test_classes_that_cannot_be_swapped_safely_keep_the_pre_hook(make, reason):
+def test_classes_that_cannot_be_swapped_safely_keep_the_pre_hook(make, reason, subclass_only):
     model = make()
     cls = type(model)
     made_before = list(Registry.made)
@@ -490,24 +506,44 @@ def _parametrized(model):
     return model
 
 
+class Identity(torch.nn.Module):
+    def forward(self, w):
+        return w
+
+
 def test_a_class_swapped_again_by_someone_else_is_left_to_them():
+    # parametrize builds its class on model.__class__, which a probed subclass answers with the
+    # original (as pickle needs): torch's Linear then runs uncounted but unchanged, and unregistering
+    # must not undo parametrize's class.
     model = torch.nn.Linear(3, 2)
+    expected = model(X)
     rec, _ = instrument(model)
-
-    class Same(torch.nn.Module):
-        def forward(self, w):
-            return w
-
     parametrize = torch.nn.utils.parametrize
-    parametrize.register_parametrization(model, "weight", Same())  # builds on the probed class
-    model(X)
-    assert rec.forward_calls == 1
-    rec.remove_hook()  # must not undo parametrize's class: the record goes, calls pass through
+    parametrize.register_parametrization(model, "weight", Identity())
+    assert torch.equal(model(X), expected)
+    rec.remove_hook()
     assert parametrize.is_parametrized(model) and "_dsh_probe_rec" not in model.__dict__
+    calls = rec.forward_calls
+    model(X)
+    assert rec.forward_calls == calls
+    parametrize.remove_parametrizations(model, "weight")
+    assert type(model) is torch.nn.Linear and torch.equal(model(X), expected)
+
+
+def test_a_patched_class_keeps_counting_through_parametrize():
+    class Lin(torch.nn.Linear):
+        pass
+
+    model = Lin(3, 2)
+    rec, _ = instrument(model)
+    assert rec.instrumentation == "class"
+    parametrize = torch.nn.utils.parametrize
+    parametrize.register_parametrization(model, "weight", Identity())  # ParametrizedLin(Lin)
     model(X)
     assert rec.forward_calls == 1
     parametrize.remove_parametrizations(model, "weight")
-    assert isinstance(model, torch.nn.Linear) and model(X).shape == (4, 2)
+    rec.remove_hook()
+    assert type(model) is Lin and "forward" not in Lin.__dict__
 
 
 def test_a_second_record_on_a_probed_instance_uses_the_hook():
@@ -535,7 +571,7 @@ def test_a_handle_outliving_its_model_does_nothing():
     assert rec.alive is False
 
 
-def test_abc_models_are_swapped():
+def test_abc_models_are_swapped(kind):
     class Base(torch.nn.Module, abc.ABC):
         @abc.abstractmethod
         def forward(self, x): ...
@@ -546,7 +582,7 @@ def test_abc_models_are_swapped():
 
     model = Impl()
     rec, _ = instrument(model)
-    assert rec.instrumentation == "subclass" and torch.equal(model(X), X + 1)
+    assert rec.instrumentation == kind and torch.equal(model(X), X + 1)
     rec.remove_hook()
     assert type(model) is Impl
 
