@@ -149,8 +149,45 @@ def _count_without_cuda_init(torch: Any) -> tuple[bool | None, int | None]:
         n = counter()
         if isinstance(n, int) and n >= 0:
             answer = (n > 0, n)
+    if answer[0] and not getattr(torch.version, "hip", None):
+        # NVML counts the GPUs whatever the driver's age; torch's CUDA runtime refuses a driver of an
+        # older CUDA major (cudaErrorInsufficientDriver), and is_available() is then False.
+        driver, build = driver_cuda_version(), _major_minor(getattr(torch.version, "cuda", None))
+        if driver is not None and build is not None and driver[0] < build[0]:
+            answer = (False, answer[1])
     _cuda_probe_cache[key] = answer
     return answer
+
+
+def _major_minor(version: Any) -> tuple[int, int] | None:
+    try:
+        major, minor = str(version).split(".")[:2]
+        return int(major), int(minor)
+    except (TypeError, ValueError):
+        return None
+
+
+_driver_cuda: list[tuple[int, int] | None] = []  # [answer] once asked: the driver does not change
+
+
+def driver_cuda_version() -> tuple[int, int] | None:
+    """(major, minor) of the CUDA version the installed driver supports, None when unknown.
+
+    ``cuDriverGetVersion`` is the one driver call documented to work before ``cuInit``: it neither
+    initialises CUDA nor poisons fork.
+    """
+    if not _driver_cuda:
+        answer = None
+        try:
+            import ctypes
+
+            version = ctypes.c_int(0)
+            if ctypes.CDLL("libcuda.so.1").cuDriverGetVersion(ctypes.byref(version)) == 0 and version.value > 0:
+                answer = (version.value // 1000, version.value % 1000 // 10)
+        except (OSError, AttributeError, ImportError):
+            pass  # no driver library: torch's runtime cannot load it either, NVML decides alone
+        _driver_cuda.append(answer)
+    return _driver_cuda[0]
 
 
 def _uuid(props: Any) -> str | None:

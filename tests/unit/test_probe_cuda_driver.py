@@ -1,0 +1,72 @@
+"""Issue 11: a CUDA build of torch that cannot use an older driver is reported as such.
+
+torch's CUDA 13.0 on a driver of CUDA 12.4: NVML counts the GPU, ``torch.cuda.is_available()`` is
+False, and the script trains on the CPU. The probe said ``cuda_available: true`` and the verdict
+"a GPU is usable but the model is on the CPU". The torch here is a CPU build, so the scenario gives
+it a CUDA version and an NVML count (what a cu130 wheel has) and loads a stand-in libcuda.so.1
+that answers cuDriverGetVersion and records any call that would initialise CUDA.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+REPO = Path(__file__).resolve().parents[2]
+
+SCENARIO = """
+import json, torch
+torch.version.cuda = "13.0"
+torch.cuda._device_count_nvml = lambda: 1
+import probe
+model = probe.register(torch.nn.Linear(2, 2))
+rt = probe.snapshot()["runtime"]
+print(json.dumps({k: rt[k] for k in ("cuda_build", "cuda_available", "cuda_initialized", "device_count")}))
+"""
+
+
+@pytest.fixture(scope="module")
+def fake_cuda_dir(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("fakecuda")
+    cc = shutil.which(os.environ.get("CC", "gcc")) or "gcc"
+    subprocess.run(
+        [cc, "-shared", "-fPIC", "-O1", "-o", str(out / "libcuda.so.1"), str(REPO / "tests/fakenvml/fakecuda.c")],
+        check=True,
+        capture_output=True,
+    )
+    return out
+
+
+def run(fake_cuda_dir: Path, tmp_path: Path, driver_version: int) -> tuple[dict, str]:
+    calls = tmp_path / "calls.txt"
+    env = dict(os.environ)
+    env.update(
+        PYTHONPATH=str(REPO),
+        LD_LIBRARY_PATH=str(fake_cuda_dir),
+        FAKE_CUDA_DRIVER_VERSION=str(driver_version),
+        FAKE_CUDA_CALLS=str(calls),
+        DSH_PROBE_INTERVAL_S="600",
+    )
+    out = subprocess.run([sys.executable, "-c", SCENARIO], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1]), calls.read_text() if calls.exists() else ""
+
+
+def test_a_driver_of_an_older_cuda_major_makes_cuda_unavailable(fake_cuda_dir, tmp_path):
+    rt, calls = run(fake_cuda_dir, tmp_path, 12040)
+    assert rt == {"cuda_build": "13.0", "cuda_available": False, "cuda_initialized": False, "device_count": 1}
+    assert calls == ""  # nothing that initialises CUDA (and poisons fork) was called
+
+
+def test_a_driver_of_the_same_major_keeps_the_nvml_answer(fake_cuda_dir, tmp_path):
+    rt, calls = run(fake_cuda_dir, tmp_path, 13020)
+    assert rt["cuda_available"] is True and rt["device_count"] == 1
+    assert calls == ""
