@@ -10,6 +10,7 @@ Nothing here imports torch or a framework; the callbacks' modules do, and only t
 
 from __future__ import annotations
 
+import sys
 import time
 
 from probe._rate import RateWindow
@@ -186,6 +187,9 @@ def attach_steps(model: Any, name: str | None, source: str) -> StepCounter | Non
     times a real DataLoader for it."""
     from probe import _state
 
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(model, torch.nn.Module):
+        return None  # not something a trainer trains: nothing the user could act on, so no warning
     probe = _state.PROBE
     probe.register(model, name=name)
     with probe.lock:
