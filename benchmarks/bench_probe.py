@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 import probe  # noqa: E402
-from probe import hooks  # noqa: E402
+from probe import _steps, hooks  # noqa: E402
 from probe._state import PROBE  # noqa: E402
 
 # CPU time of the whole process (the probe's publisher thread included) rather than wall time: on a
@@ -50,15 +50,22 @@ def make_mlp(seed: int) -> torch.nn.Module:
     )
 
 
-def train_steps(model, opt, x, y, steps: int) -> float:
-    """Seconds per training step (forward, loss, backward, optimizer step) over ``steps`` steps."""
+def train_steps(model, opt, x, y, steps: int, callback=None) -> float:
+    """Seconds per training step (forward, loss, backward, optimizer step) over ``steps`` steps.
+
+    With ``callback`` (a probe.lightning.ProbeCallback) its batch hooks run around each step, as
+    Lightning's loop calls them."""
     loss_fn = torch.nn.functional.cross_entropy
     t0 = CLOCK()
-    for _ in range(steps):
+    for i in range(steps):
+        if callback is not None:
+            callback.on_train_batch_start(None, model, None, i)
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
+        if callback is not None:
+            callback.on_train_batch_end(None, model, None, None, i)
     return (CLOCK() - t0) / steps
 
 
@@ -93,7 +100,20 @@ def median_ci95(values: list[float]) -> tuple[float, float]:
     return ordered[k], ordered[n - 1 - k]
 
 
-def bench_training(pairs: int, steps: int, batch: int, control: bool = False) -> dict:
+def _lightning_callback(model):
+    """A probe.lightning.ProbeCallback attached to ``model`` as on_fit_start would (None without
+    Lightning). Its one-batch search for called children is marked done: it runs once per fit."""
+    try:
+        from probe.lightning import ProbeCallback
+    except ImportError:
+        return None
+    cb = ProbeCallback(name="bench-mlp")
+    cb._steps = _steps.attach_steps(model, "bench-mlp", "lightning")
+    cb._found_children = True
+    return cb
+
+
+def bench_training(pairs: int, steps: int, batch: int, control: bool = False, callback: bool = False) -> dict:
     """One model, one optimizer: registered for one step (or block of steps), not for the next.
 
     The same model on both sides keeps memory placement and cache behaviour out of the comparison;
@@ -122,8 +142,11 @@ def bench_training(pairs: int, steps: int, batch: int, control: bool = False) ->
         probe.register(target, name="bench-mlp")
         rec = next(r for r in PROBE.records if r.module_ref() is target)
         rec.armed = False
+        # Both sides make a callback (the "without" side's is attached to the idle twin and never
+        # called): the same allocations precede both, so garbage collection falls on both alike.
+        cb = _lightning_callback(target) if callback else None
         try:
-            return train_steps(model, opt, x, y, steps)
+            return train_steps(model, opt, x, y, steps, cb if target is model else None)
         finally:
             if target is model:
                 calls += rec.forward_calls
@@ -138,6 +161,7 @@ def bench_training(pairs: int, steps: int, batch: int, control: bool = False) ->
     d_q1, d_med, d_q3 = quartiles(diffs_us)
     return {
         "control": control,
+        "callback": "probe.lightning.ProbeCallback" if callback and not control else None,
         "instrumentation": sorted(i for i in instrumentation if i),
         "step_us_without": statistics.median(times["without"]) * 1e6,
         "step_us_with": statistics.median(times["with"]) * 1e6,
@@ -208,6 +232,52 @@ def bench_loader(rounds: int, batches: int) -> dict:
     return {"batch_us_plain": plain, "batch_us_timed": timed, "timing_overhead_us_per_batch": timed - plain}
 
 
+def bench_callbacks(rounds: int, steps: int) -> dict:
+    """Per step, what the framework callbacks' hooks cost: Lightning's batch start/end pair and the
+    HF Trainer's step begin/end pair, on a registered model (no forward runs)."""
+    out: dict = {}
+    model = torch.nn.Linear(2, 2)
+    try:
+        from probe.lightning import ProbeCallback as LitCallback
+
+        lit = LitCallback(name="bench-callback")
+        lit._steps = _steps.attach_steps(model, "bench-callback", "lightning")
+        lit._found_children = True
+
+        def lightning_steps() -> float:
+            t0 = CLOCK()
+            for i in range(steps):
+                lit.on_train_batch_start(None, model, None, i)
+                lit.on_train_batch_end(None, model, None, None, i)
+            return (CLOCK() - t0) / steps
+
+        out["lightning_hooks_us_per_step"] = statistics.median(lightning_steps() for _ in range(rounds)) * 1e6
+    except ImportError:
+        out["lightning_hooks_us_per_step"] = None
+    try:
+        from probe.transformers import ProbeCallback as HfCallback
+
+        class State:
+            global_step = 0
+
+        hf, state = HfCallback(name="bench-callback"), State()
+        hf.on_train_begin(None, state, None, model=model)
+
+        def hf_steps() -> float:
+            t0 = CLOCK()
+            for i in range(steps):
+                hf.on_step_begin(None, state, None)
+                state.global_step = i + 1
+                hf.on_step_end(None, state, None)
+            return (CLOCK() - t0) / steps
+
+        out["transformers_hooks_us_per_step"] = statistics.median(hf_steps() for _ in range(rounds)) * 1e6
+    except ImportError:
+        out["transformers_hooks_us_per_step"] = None
+    probe.unregister(model)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pairs", type=int, default=2000, help="with/without pairs of training blocks")
@@ -218,6 +288,11 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1: steadier figures)")
     ap.add_argument("--wall", action="store_true", help="measure wall time instead of process CPU time")
     ap.add_argument("--control", action="store_true", help='A/A run: the "with" side registers nothing')
+    ap.add_argument(
+        "--callback",
+        action="store_true",
+        help='the "with" side also runs probe.lightning.ProbeCallback\'s batch hooks around each step',
+    )
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args()
     if args.wall:
@@ -233,7 +308,8 @@ def main() -> int:
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
         f"torch {torch.__version__}, {args.threads} thread(s), {'wall' if args.wall else 'process CPU'} time, "
         f"load average {os.getloadavg()[0]:.2f} at start",
-        "training": bench_training(args.pairs, args.steps, args.batch, args.control),
+        "training": bench_training(args.pairs, args.steps, args.batch, args.control, args.callback),
+        "callbacks": bench_callbacks(args.rounds, args.calls // 5),
         "forward": bench_forward(args.rounds, args.calls),
         "loader": bench_loader(args.rounds, 500),
     }
@@ -241,8 +317,13 @@ def main() -> int:
     # The micro-benchmark resolves the per-forward cost far better than whole training steps can on
     # a noisy machine: its share of this model's step is the figure to hold against the 1 % target.
     tr["derived_overhead_pct"] = fw["probe_overhead_us"] / tr["step_us_without"] * 100
+    cbs = result["callbacks"]
+    hooks_us = max(v for v in cbs.values() if v is not None) if any(v is not None for v in cbs.values()) else 0.0
+    tr["derived_overhead_pct_with_callbacks"] = (fw["probe_overhead_us"] + hooks_us) / tr["step_us_without"] * 100
     print(result["machine"])
     label = "A/A CONTROL (nothing registered)" if args.control else f"instrumentation {tr['instrumentation']}"
+    if tr["callback"]:
+        label += f", {tr['callback']} hooks around each step"
     print(
         f"training step, small MLP (256-512-512-10, batch {args.batch}), {args.pairs} pairs of "
         f"{args.steps}-step blocks; {label}"
@@ -264,6 +345,20 @@ def main() -> int:
     print(
         f"  derived         {tr['derived_overhead_pct']:+9.3f} %  (the micro-benchmark's per-forward cost "
         "over this step time)"
+    )
+    print(
+        f"  with callbacks  {tr['derived_overhead_pct_with_callbacks']:+9.3f} %  (the same, plus the costlier "
+        "callback's hooks per step)"
+    )
+    print(
+        "framework callback hooks, per step: Lightning "
+        + (f"{cbs['lightning_hooks_us_per_step']:.2f} us" if cbs["lightning_hooks_us_per_step"] is not None else "n/a")
+        + ", HF Trainer "
+        + (
+            f"{cbs['transformers_hooks_us_per_step']:.2f} us"
+            if cbs["transformers_hooks_us_per_step"] is not None
+            else "n/a"
+        )
     )
     print(f"forward of nn.Linear(8, 8), per call, median of {args.rounds} rounds x {args.calls} calls")
     print(f"  no hook              {fw['forward_us_none']:9.2f} us")

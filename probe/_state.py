@@ -17,7 +17,7 @@ import time
 import warnings
 import weakref
 
-from probe import facts
+from probe import _steps, facts
 from probe.hooks import LoaderTimer, ModelRecord, ProbeWorkerInit
 from probe.segment import (
     DEFAULT_SEGMENT_BYTES,
@@ -255,8 +255,12 @@ class Probe:
             # A worker forked from the trainer carries copies of its models: they are the trainer's.
             if is_worker and rec.inherited:
                 continue
-            models.append(rec.to_payload())
+            entry = rec.to_payload()
+            entry.update(_steps.step_fields(rec.steps))
+            entry["shared_memory"] = _steps.shares_memory(rec)
+            models.append(entry)
         payload["models"] = models
+        payload["loader"] = _steps.worker_loader_label() if is_worker else None
         # tuple() copies in one C call: forward hooks append errors without the lock, and iterating
         # the deque itself while one does would raise "deque mutated during iteration".
         payload["events"] = [dict(e) for e in tuple(self.events)]
@@ -358,6 +362,8 @@ class Probe:
             self._attach_loader_locked(rec, loader)
 
     def _attach_loader_locked(self, rec: ModelRecord, loader: Any) -> None:
+        # A wrapper (accelerate's DataLoaderShard, ...) is timed through the DataLoader it iterates.
+        loader = _steps.find_dataloader(loader) or loader
         try:
             timer = self.loader_timers.get(loader)
         except TypeError:

@@ -19,6 +19,7 @@ import sys
 import time
 import weakref
 
+from probe._rate import RateWindow
 from probe.instrument import DETACHED_AUDIT_EVENT, compiling_check, install
 
 TYPE_CHECKING = False  # typing costs ~2 ms to import; annotations alone do not need it
@@ -232,9 +233,9 @@ class ModelRecord:
         "on_error",
         "on_device_change",
         "params",
-        "rate_calls",
         "rate_hz",
-        "rate_t",
+        "rate_window",
+        "steps",
         "tensor_type",
         "torch",
         "traversed_at",
@@ -266,9 +267,9 @@ class ModelRecord:
         self.device = "no-parameters"
         self.first_device: str | None = None
         self.traversed_at = 0.0
-        self.rate_calls = 0
-        self.rate_t = time.monotonic()
+        self.rate_window = RateWindow(time.monotonic())
         self.rate_hz = 0.0
+        self.steps: Any = None  # a probe._steps.StepCounter once a framework callback counts steps
         self.loader_timer: LoaderTimer | None = None
         self.inherited = False
 
@@ -331,20 +332,16 @@ class ModelRecord:
         self.traversed_at = time.monotonic()
 
     def update_rate(self, now_mono: float) -> None:
-        calls = self.forward_calls
-        dt = now_mono - self.rate_t
-        # Publishes forced by events can come microseconds apart: such a short window says nothing.
-        if dt >= 0.2:
-            self.rate_hz = max(0.0, (calls - self.rate_calls) / dt)
-            self.rate_calls = calls
-            self.rate_t = now_mono
+        self.rate_hz = self.rate_window.update(now_mono, self.forward_calls)
+        if self.steps is not None:
+            self.steps.update_rate(now_mono)
 
     def reset_after_fork(self) -> None:
         self.inherited = True
         self.forward_calls = 0
-        self.rate_calls = 0
-        self.rate_t = time.monotonic()
+        self.rate_window.reset(time.monotonic())
         self.rate_hz = 0.0
+        self.steps = None  # the parent's trainer counts its steps, not this process
         self.last_forward_time = None
         self.armed = True
         if self.loader_timer is not None:

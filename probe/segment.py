@@ -190,6 +190,15 @@ class _Opt:
         self.kind = kind
 
 
+class _Added:
+    """A field added within schema 1: a payload of an older probe lacks it, and reads as None."""
+
+    __slots__ = ("kind",)
+
+    def __init__(self, kind: Any) -> None:
+        self.kind = kind
+
+
 class _List:
     __slots__ = ("item", "max_items")
 
@@ -244,6 +253,11 @@ _MODEL = {
     "data_wait_fraction": _Opt(float),
     "data_wait_s": _Opt(float),
     "step_s": _Opt(float),
+    # Added within schema 1 (framework callbacks, probe._steps): absent in older probes' payloads.
+    "train_steps": _Added(int),
+    "step_rate_hz": _Added(float),
+    "step_source": _Added(str),
+    "shared_memory": _Added(bool),
 }
 _PAYLOAD = {
     "schema": int,
@@ -259,6 +273,7 @@ _PAYLOAD = {
     "local_rank": _Opt(int),
     "world_size": _Opt(int),
     "dist_backend": _Opt(str),
+    "loader": _Added(str),  # a DataLoader worker: the label of the loader it serves ("train", "validation")
     "runtime": _RUNTIME,
     "memory": _List(_MEMORY, MAX_DEVICES),
     "models": _List(_MODEL, MAX_MODELS),
@@ -300,7 +315,7 @@ def _check(value: Any, kind: Any, at: Any) -> Any:
         if len(value) > MAX_STR_CHARS:
             raise _Invalid(f"{_path(at)}: string longer than {MAX_STR_CHARS}")
         return value
-    if isinstance(kind, _Opt):
+    if isinstance(kind, _Opt | _Added):
         return None if value is None else _check(value, kind.kind, at)
     if kind is float:
         if type(value) is not float:
@@ -329,6 +344,9 @@ def _check(value: Any, kind: Any, at: Any) -> Any:
         out = {}
         for key, sub in kind.items():
             if key not in value:
+                if isinstance(sub, _Added):
+                    out[key] = None
+                    continue
                 raise _Invalid(f"{_path(at)}.{key}: missing")
             out[key] = _check(value[key], sub, (at, key))
         # Unknown keys are dropped, not rejected: a newer probe may add fields within schema 1.
@@ -357,6 +375,8 @@ class _Gen:
     def check(self, src: str, kind: Any, depth: int) -> str:
         """Emit the checks of ``src`` (a variable) against ``kind``; return the clean value's expression."""
         fail = "return None"
+        if isinstance(kind, _Added):
+            kind = _Opt(kind.kind)  # presence was settled by the enclosing map
         if isinstance(kind, _Opt):
             inner = kind.kind
             if inner in (int, str, float, bool):
@@ -402,8 +422,11 @@ class _Gen:
             fields = []
             for key, sub in kind.items():
                 v = self.var()
-                self.emit(depth, f"{v} = {src}.get({key!r}, _M)")
-                self.emit(depth, f"if {v} is _M: {fail}")
+                if isinstance(sub, _Added):
+                    self.emit(depth, f"{v} = {src}.get({key!r})")
+                else:
+                    self.emit(depth, f"{v} = {src}.get({key!r}, _M)")
+                    self.emit(depth, f"if {v} is _M: {fail}")
                 fields.append(f"{key!r}: {self.check(v, sub, depth)}")
             out = self.var()
             self.emit(depth, f"{out} = {{{', '.join(fields)}}}")
@@ -469,6 +492,7 @@ def empty_payload(pid: int | None = None, start_ticks: int | None = None) -> dic
         "local_rank": None,
         "world_size": None,
         "dist_backend": None,
+        "loader": None,
         "runtime": {
             "torch": None,
             "cuda_build": None,

@@ -28,11 +28,13 @@ fi
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-.venv/bin/python -m pip install -q -e ".[test]"
+# torch first: lightning and accelerate in the test extras depend on torch, and pip would otherwise
+# resolve that with whatever torch build the index offers (a multi-GiB CUDA one) before ours.
 if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
   log "installing torch 2.13.0 (CPU build where a local wheel exists)"
   .venv/bin/python -m pip install -q "torch==2.13.0"
 fi
+.venv/bin/python -m pip install -q -e ".[test]"
 
 # --- DSH (Node 22, pnpm, DSH 0.1.0-rc.8) for the plugin's browser tests ------------------------
 if DSH_BIN=$(bash scripts/install_dsh.sh | tail -n 1) && [ -x "$DSH_BIN" ]; then

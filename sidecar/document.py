@@ -54,6 +54,10 @@ def models_from_payload(payload: dict[str, Any]) -> tuple[ModelFacts, ...]:
                 forward_calls=_int(m.get("forward_calls")) or 0,
                 forward_rate_hz=_float(m.get("forward_rate_hz")),
                 data_wait_fraction=_float(m.get("data_wait_fraction")),
+                train_steps=_int(m.get("train_steps")),
+                step_rate_hz=_float(m.get("step_rate_hz")),
+                step_source=_str(m.get("step_source")),
+                shared_memory=m.get("shared_memory") if isinstance(m.get("shared_memory"), bool) else None,
             )
         )
     return tuple(out)
@@ -65,6 +69,17 @@ def cuda_memory_mib(payload: dict[str, Any]) -> float | None:
         if isinstance(m, dict) and _int(m.get("reserved_bytes")) is not None:
             total = (total or 0.0) + m["reserved_bytes"] / MIB
     return total
+
+
+# What multiprocessing's own helper processes run (python -c "from multiprocessing.X import main; ...").
+_MP_HELPER_MODULES = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
+
+def is_mp_helper(cmdline: tuple[str, ...] | None) -> bool:
+    """multiprocessing's resource tracker or forkserver process: it never runs the user's code."""
+    if not cmdline:
+        return False
+    return any(m in arg for arg in cmdline[1:3] for m in _MP_HELPER_MODULES)
 
 
 def process_facts(proc, read, gpu: tuple[ProcGpu, ...], target_pid: int) -> ProcessFacts:
@@ -86,6 +101,8 @@ def process_facts(proc, read, gpu: tuple[ProcGpu, ...], target_pid: int) -> Proc
         local_rank=_int(payload.get("local_rank")) if payload else None,
         world_size=_int(payload.get("world_size")) if payload else None,
         dist_backend=_str(payload.get("dist_backend")) if payload else None,
+        loader=_str(payload.get("loader")) if payload else None,
+        mp_helper=is_mp_helper(getattr(proc, "cmdline", None)),
         runtime=runtime,
         cuda_memory_mib=cuda_memory_mib(payload) if payload else None,
         models=models_from_payload(payload) if payload else (),
@@ -142,6 +159,7 @@ def process_entry(p: ProcessFacts, cmdline: tuple[str, ...] | None) -> dict[str,
         "world_size": p.world_size,
         "dist_backend": p.dist_backend,
         "worker_id": p.worker_id,
+        "loader": p.loader,
         "cuda_memory_mb": None if p.cuda_memory_mib is None else round(p.cuda_memory_mib, 1),
         "models": [
             {
@@ -153,6 +171,10 @@ def process_entry(p: ProcessFacts, cmdline: tuple[str, ...] | None) -> dict[str,
                 "forward_calls": m.forward_calls,
                 "forward_rate_hz": m.forward_rate_hz,
                 "data_wait_fraction": m.data_wait_fraction,
+                "train_steps": m.train_steps,
+                "step_rate_hz": m.step_rate_hz,
+                "step_source": m.step_source,
+                "shared_memory": m.shared_memory,
             }
             for m in p.models
         ],

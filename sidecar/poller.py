@@ -244,6 +244,7 @@ class Poller:
         if facts.nvml_ok and sm_total is None and proc_rows:
             sm_total = 0.0  # processes listed, no utilisation samples: NVML's NOT_FOUND means idle
         calls = 0
+        steps = None
         model_gpu_util = None
         for p in facts.processes:
             for m in p.models:
@@ -251,11 +252,13 @@ class Poller:
                     device_type(d) == "cuda" for d in m.devices
                 ):
                     calls += m.forward_calls
+                    if m.train_steps is not None:
+                        steps = (steps or 0) + m.train_steps
         model_gpu = primary_model_gpu_index(facts)
         g = next((g for g in facts.gpus if g.index == model_gpu), None)
         if g is not None:
             model_gpu_util = g.util
-        recent = RecentSample(now, sm_total, mem_total if facts.nvml_ok else None, calls, model_gpu_util)
+        recent = RecentSample(now, sm_total, mem_total if facts.nvml_ok else None, calls, model_gpu_util, steps)
         return Sample(
             time=now,
             gpus=tuple((g.index, g.util, g.mem_used_mib) for g in facts.gpus),

@@ -48,6 +48,13 @@ class ModelFacts:
     forward_calls: int = 0
     forward_rate_hz: float | None = None
     data_wait_fraction: float | None = None
+    # Training steps as a framework callback counts them (probe.lightning, probe.transformers); None
+    # without one. A trainer's steps say it works even when the registered module's forward is
+    # never called (a LightningModule whose training_step calls self.net).
+    train_steps: int | None = None
+    step_rate_hz: float | None = None
+    step_source: str | None = None
+    shared_memory: bool | None = None  # parameters in shared memory (model.share_memory(): hogwild)
     # Device types of its parameters ({"cuda"}, {"cpu", "cuda"}, ...): asked by most rules.
     types: frozenset[str] = field(init=False, repr=False, compare=False)
 
@@ -79,6 +86,8 @@ class ProcessFacts:
     local_rank: int | None = None
     world_size: int | None = None
     dist_backend: str | None = None
+    loader: str | None = None  # a DataLoader worker: which loader it serves ("train", "validation")
+    mp_helper: bool = False  # multiprocessing's resource tracker or forkserver: no user code runs there
     runtime: dict[str, Any] | None = None
     cuda_memory_mib: float | None = None  # reserved by the allocator, per the probe
     models: tuple[ModelFacts, ...] = ()
@@ -125,6 +134,8 @@ class RecentSample:
     tree_gpu_mem_mib: float | None
     forward_calls: int  # summed over models on an accelerator
     model_gpu_util: float | None  # device utilisation of the GPU the model is on
+    # Summed over models on an accelerator that count training steps; None when none does.
+    train_steps: int | None = None
 
 
 @dataclass(frozen=True)
@@ -551,6 +562,37 @@ def rule_unregistered_gpu_process(f: Facts) -> Iterable[Warning]:
         )
 
 
+def rule_shared_model_unprobed_child(f: Facts) -> Iterable[Warning]:
+    """A model in shared memory (``share_memory()``: hogwild) and child processes without the probe:
+    whatever those children compute with it is not counted anywhere. Forked children inherit the
+    probe and count their own calls; spawned and forkserver ones start without it."""
+    owners = {p.pid: p for p in f.processes if any(m.shared_memory for m in p.models)}
+    if not owners:
+        return
+    kids = [
+        p
+        for p in f.processes
+        if p.ppid in owners and not p.has_probe and not p.mp_helper and p.probe_state == "missing"
+    ]
+    if not kids:
+        return
+    owner = owners[kids[0].ppid]
+    names = ", ".join(sorted({m.name for m in owner.models if m.shared_memory}))
+    yield Warning(
+        "shared-model-unprobed-child",
+        "info",
+        f"Model {names} of process {owner.pid} is in shared memory, and its child process(es) "
+        f"{_plist(p.pid for p in kids)} run without the probe: calls they make with it are not counted.",
+        f"进程 {owner.pid} 的模型 {names} 位于共享内存中，其子进程 {_plist(p.pid for p in kids)} 未运行探针："
+        "它们对该模型的调用不会被统计。",
+        "If they train the model (torch.multiprocessing, hogwild), call `probe.register(model)` at the start "
+        "of the function they run: spawned and forkserver children do not inherit the probe, forked ones do.",
+        "如果这些子进程在训练该模型（torch.multiprocessing、hogwild），请在它们运行的函数开头调用 "
+        "`probe.register(model)`：spawn 与 forkserver 方式启动的子进程不会继承探针，fork 方式的会。",
+        tuple(p.pid for p in kids),
+    )
+
+
 def rule_device_count_mismatch(f: Facts) -> Iterable[Warning]:
     if not f.system_gpus:
         return
@@ -626,6 +668,15 @@ def _idle_window(f: Facts) -> list[RecentSample] | None:
     return window
 
 
+def _still_working(window: list[RecentSample]) -> bool:
+    """Training went on over the window: by its trainer's steps where a callback counts them (the
+    registered module's forward may never be called), else by forward calls."""
+    first, last = window[0], window[-1]
+    if first.train_steps is not None and last.train_steps is not None:
+        return last.train_steps > first.train_steps
+    return last.forward_calls > first.forward_calls
+
+
 def rule_idle_gpu(f: Facts) -> Iterable[Warning]:
     on_gpu = [(p, m) for p, m in _all_models(f) if "cuda" in m.types]
     if not on_gpu:
@@ -640,8 +691,8 @@ def rule_idle_gpu(f: Facts) -> Iterable[Warning]:
     utils = [util(s) for s in window]
     if any(u is None for u in utils) or max(utils) >= f.rules.idle_util_pct:
         return
-    if window[-1].forward_calls <= window[0].forward_calls:
-        return  # no forward calls: the job is paused or evaluating elsewhere, not starved
+    if not _still_working(window):
+        return  # no steps (or forward calls): the job is paused or evaluating elsewhere, not starved
     waits = [m.data_wait_fraction for _, m in on_gpu if m.data_wait_fraction is not None]
     span = window[-1].time - window[0].time
     if waits and max(waits) >= f.rules.data_wait_starved:
@@ -667,8 +718,9 @@ def rule_idle_gpu(f: Facts) -> Iterable[Warning]:
         "idle-gpu",
         "warning",
         f"The model is on the GPU but the GPU has been below {f.rules.idle_util_pct:.0f}% busy for {span:.0f} s "
-        "while forward calls continue.",
-        f"模型在 GPU 上，但在前向调用持续进行时，GPU 利用率已连续 {span:.0f} 秒低于 {f.rules.idle_util_pct:.0f}%。",
+        f"while {'training steps' if window[-1].train_steps is not None else 'forward calls'} continue.",
+        f"模型在 GPU 上，但在{'训练步' if window[-1].train_steps is not None else '前向调用'}持续进行时，"
+        f"GPU 利用率已连续 {span:.0f} 秒低于 {f.rules.idle_util_pct:.0f}%。",
         hint,
         hint_zh,
         tuple(sorted({p.pid for p, _ in on_gpu})),
@@ -784,6 +836,7 @@ RULES: tuple[Rule, ...] = (
     rule_memory_growth,
     rule_unregistered_gpu_process,
     rule_gpu_work_in_child,
+    rule_shared_model_unprobed_child,
     rule_device_count_mismatch,
     rule_pid_namespace,
     rule_probe_unreadable,

@@ -332,7 +332,7 @@ function renderProcs(doc) {
     if (models.length) {
       for (const m of models) {
         modelCell.append(h('div', null, devChip(m.device),
-          h('span', { class: 'proc-model', text: [m.name, num(m.params) ? tr('model.params', { n: fmtCount(m.params) }) : null, num(m.forward_rate_hz) ? tr('model.rate', { n: fmtRate(m.forward_rate_hz) }) : null].filter(Boolean).join(' · ') })));
+          h('span', { class: 'proc-model', text: [m.name, num(m.params) ? tr('model.params', { n: fmtCount(m.params) }) : null, num(m.forward_rate_hz) ? tr('model.rate', { n: fmtRate(m.forward_rate_hz) }) : null, num(m.step_rate_hz) ? tr('model.steps', { n: fmtRate(m.step_rate_hz) }) : null].filter(Boolean).join(' · ') })));
       }
     } else modelCell.append(NA);
 

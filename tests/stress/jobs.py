@@ -272,6 +272,7 @@ def _payload(pid: int, ticks: int, ppid: int | None, role: str, index: int, gpus
     device = f"cuda:{index % gpus}"
     if role == "dataloader-worker":
         p["worker_id"] = index
+        p["loader"] = "train"
         p["runtime"]["cuda_initialized"] = False
     else:
         if role == "rank":
@@ -301,6 +302,10 @@ def _payload(pid: int, ticks: int, ppid: int | None, role: str, index: int, gpus
                 "data_wait_fraction": 0.05,
                 "data_wait_s": 0.001,
                 "step_s": 0.05,
+                "train_steps": calls,
+                "step_rate_hz": 20.0,
+                "step_source": "lightning",
+                "shared_memory": False,
             }
         ]
     p["published_at"] = time.time()

@@ -33,6 +33,7 @@ def full_payload(pid: int, ticks: int) -> dict:
         local_rank=0,
         world_size=2,
         dist_backend="nccl",
+        loader="train",
         runtime={
             "torch": "2.5.1",
             "cuda_build": "12.4",
@@ -69,6 +70,10 @@ def full_payload(pid: int, ticks: int) -> dict:
                 "data_wait_fraction": 0.1,
                 "data_wait_s": 0.1,
                 "step_s": 0.1,
+                "train_steps": 1,
+                "step_rate_hz": 1.0,
+                "step_source": "lightning",
+                "shared_memory": False,
             }
         ],
         events=[{"time": 1.0, "name": "e"}],

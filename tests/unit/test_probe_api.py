@@ -124,7 +124,12 @@ def test_every_field_for_a_cpu_model(keep):
         "data_wait_fraction": None,
         "data_wait_s": None,
         "step_s": None,
+        "train_steps": None,
+        "step_rate_hz": None,
+        "step_source": None,
+        "shared_memory": False,
     }
+    assert p["loader"] is None
     assert m["forward_rate_hz"] >= 0.0
     assert t0 <= m["last_forward_time"] <= time.time()
     assert p["published_at"] == r.published_at and t0 <= p["published_at"] <= time.time()

@@ -71,7 +71,7 @@ def facts(*procs, gpus=(H200,), nvml_ok=True, system=(), **kw):
     )
 
 
-def idle_recent(util, calls_start=0, calls_end=100, span_s=12.0, n=9):
+def idle_recent(util, calls_start=0, calls_end=100, span_s=12.0, n=9, steps=None):
     return tuple(
         RecentSample(
             1000.0 + i * span_s / (n - 1),
@@ -79,9 +79,15 @@ def idle_recent(util, calls_start=0, calls_end=100, span_s=12.0, n=9):
             500.0,
             calls_start + (calls_end - calls_start) * i // (n - 1),
             util,
+            None if steps is None else steps[0] + (steps[1] - steps[0]) * i // (n - 1),
         )
         for i in range(n)
     )
+
+
+def stepped(device="cuda:0", **kw):
+    """A LightningModule as ProbeCallback reports it: steps counted, its own forward never called."""
+    return replace(model(device, calls=0), train_steps=625, step_rate_hz=20.0, step_source="lightning", **kw)
 
 
 CASES = [
@@ -256,6 +262,60 @@ CASES = [
         "GPU",
         set(),
         {"idle-gpu"},
+    ),
+    (
+        "idle gpu while training steps continue, the module's own forward never called (Lightning)",
+        facts(
+            proc(models=[stepped()], gpu=[ProcGpu(0, 900, 0)]),
+            recent=idle_recent(1.0, 34, 34, steps=(0, 625)),
+        ),
+        "GPU",
+        {"idle-gpu"},
+        set(),
+    ),
+    (
+        "idle, forward calls move but no training step does: evaluating, not starved",
+        facts(proc(models=[stepped()]), recent=idle_recent(0.0, 0, 100, steps=(625, 625))),
+        "GPU",
+        set(),
+        {"idle-gpu"},
+    ),
+    (
+        "hogwild: a shared model and spawned children without the probe",
+        facts(
+            proc(runtime=CPU_RT, models=[replace(model("cpu", name="hog", calls=0), shared_memory=True)]),
+            proc(201, runtime=None, role=None, is_target=False, ppid=100),
+            proc(202, runtime=None, role=None, is_target=False, ppid=100, mp_helper=True),
+            gpus=(),
+            nvml_ok=False,
+        ),
+        "CPU",
+        {"shared-model-unprobed-child"},
+        set(),
+    ),
+    (
+        "hogwild under fork: the children run the probe and count their calls",
+        facts(
+            proc(runtime=CPU_RT, models=[replace(model("cpu", name="hog"), shared_memory=True)]),
+            proc(201, runtime=CPU_RT, role="child", is_target=False, ppid=100, models=[model("cpu", name="hog")]),
+            gpus=(),
+            nvml_ok=False,
+        ),
+        "CPU",
+        set(),
+        {"shared-model-unprobed-child"},
+    ),
+    (
+        "a model not in shared memory: its children are none of its business",
+        facts(
+            proc(runtime=CPU_RT, models=[model("cpu")]),
+            proc(201, runtime=None, role=None, is_target=False, ppid=100),
+            gpus=(),
+            nvml_ok=False,
+        ),
+        "CPU",
+        set(),
+        {"shared-model-unprobed-child"},
     ),
     (
         "two ranks on one gpu",

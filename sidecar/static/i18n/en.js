@@ -125,6 +125,7 @@ const en = {
   'runtime.interval': 'Sampling every {s} s',
   'chart.trend': '+{rate}/min',
   'model.rate': '{n}/s',
+  'model.steps': '{n} steps/s',
   'events.pid': 'pid {pid}',
 
   'na': '—',

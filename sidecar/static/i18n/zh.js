@@ -123,6 +123,7 @@ const zh = {
   'runtime.interval': '每 {s} 秒采样',
   'chart.trend': '+{rate}/分钟',
   'model.rate': '{n} 次/秒',
+  'model.steps': '{n} 步/秒',
   'events.pid': '进程 {pid}',
 
   'na': '—',

@@ -1,0 +1,224 @@
+"""Training steps, and DataLoader-like wrappers: what the framework callbacks add to the probe.
+
+``StepCounter`` is what ``probe.lightning.ProbeCallback`` and ``probe.transformers.ProbeCallback``
+attach to a model's record: training steps counted by the trainer's own hooks, their rate, and the
+data wait timed between the end of one step and the start of the next (the trainer fetches the batch
+in between), in the same window as ``loader=`` timing.
+
+Nothing here imports torch or a framework; the callbacks' modules do, and only they.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from probe._rate import RateWindow
+from probe.hooks import LoaderTimer, ProbeWorkerInit
+
+TYPE_CHECKING = False  # typing costs ~2 ms to import; annotations alone do not need it
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = [
+    "LabelledWorkerInit",
+    "StepCounter",
+    "find_dataloader",
+    "label_loader",
+    "step_fields",
+    "worker_loader_label",
+]
+
+LABEL_MAX_CHARS = 64
+STEP_SOURCES = ("lightning", "transformers")
+# Attributes through which wrappers hold the DataLoader they iterate (accelerate's DataLoaderShard:
+# base_dataloader), looked up in the instance's own __dict__ only: no property or __getattr__ runs.
+_WRAPPED_LOADER_ATTRS = ("base_dataloader", "dataloader", "_dataloader", "loader", "_loader")
+_MAX_UNWRAP = 4
+
+
+class StepCounter:
+    """Training steps of one model as its trainer's hooks report them, written by the training thread
+    (plain attribute writes, no lock, like the forward count) and read by the publisher."""
+
+    __slots__ = ("last_end", "next_first", "rate", "source", "steps", "timer")
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.steps = 0
+        self.rate = RateWindow(time.monotonic())
+        self.timer = LoaderTimer()
+        self.last_end: float | None = None
+        self.next_first = True
+
+    # -- training thread --------------------------------------------------------------------------
+    def epoch_start(self) -> None:
+        """The next batch is an epoch's first: its wait (iterator and worker start) is wait only."""
+        self.last_end = time.perf_counter()
+        self.next_first = True
+
+    def resume(self) -> None:
+        """Validation, evaluation, a checkpoint or a log ended: the wait starts again from now."""
+        if self.last_end is not None:
+            self.last_end = time.perf_counter()
+
+    def batch_start(self) -> None:
+        now = time.perf_counter()
+        if self.last_end is not None:
+            self.timer.record(self.last_end, now, self.next_first)
+        self.next_first = False
+
+    def step_end(self, global_step: Any = None) -> None:
+        if type(global_step) is int and global_step >= 0:
+            self.steps = global_step  # the trainer's own count: right after a resume from a checkpoint too
+        else:
+            self.steps += 1
+        self.last_end = time.perf_counter()
+
+    # -- publisher --------------------------------------------------------------------------------
+    def update_rate(self, now_mono: float) -> None:
+        self.rate.update(now_mono, self.steps)
+
+
+def step_fields(steps: StepCounter | None) -> dict:
+    """The per-model payload fields a StepCounter fills (None without one)."""
+    if steps is None:
+        return {"train_steps": None, "step_rate_hz": None, "step_source": None}
+    return {
+        "train_steps": int(steps.steps),
+        "step_rate_hz": float(steps.rate.rate_hz),
+        "step_source": steps.source,
+    }
+
+
+def find_dataloader(obj: Any) -> Any:
+    """The torch DataLoader ``obj`` iterates: ``obj`` itself, or the one a wrapper holds (accelerate's
+    DataLoaderShard and the like); None when there is none. Timing and worker setup go on that one,
+    so what the wrapper yields is unchanged."""
+    for _ in range(_MAX_UNWRAP + 1):
+        if callable(getattr(type(obj), "_get_iterator", None)):
+            return obj
+        inst = getattr(obj, "__dict__", None)
+        if type(inst) is not dict:
+            return None
+        inner = next((inst[a] for a in _WRAPPED_LOADER_ATTRS if a in inst and inst[a] is not obj), None)
+        if inner is None:
+            return None
+        obj = inner
+    return None
+
+
+# -- which loader a DataLoader worker serves ------------------------------------------------------
+_worker_label: str | None = None
+
+
+def worker_loader_label() -> str | None:
+    """In a DataLoader worker started through a labelled loader: that loader's label."""
+    return _worker_label
+
+
+class LabelledWorkerInit(ProbeWorkerInit):
+    """A ``worker_init_fn`` that also tells the worker which loader it serves ("train", "validation").
+
+    Pickled for spawn and forkserver workers with its label and the user's function, rebuilt
+    through ``__init__`` like its base."""
+
+    __slots__ = ("label",)
+
+    def __init__(self, user_fn: Any = None, label: str | None = None) -> None:
+        super().__init__(user_fn)
+        self.label = None if label is None else str(label)[:LABEL_MAX_CHARS]
+
+    def __reduce__(self) -> Any:
+        return (LabelledWorkerInit, (self.user_fn, self.label))
+
+    def __call__(self, worker_id: int) -> None:
+        global _worker_label
+        _worker_label = self.label  # before the worker's first publish, which ProbeWorkerInit makes
+        super().__call__(worker_id)
+
+
+def label_loader(loader: Any, label: str) -> bool:
+    """Have the workers ``loader`` starts from now on say they serve ``label``; True when set.
+
+    Workers already running (a persistent loader's, or those of an iterator made before this call)
+    keep what they had."""
+    base = find_dataloader(loader)
+    if base is None:
+        return False
+    current = getattr(base, "worker_init_fn", None)
+    if isinstance(current, LabelledWorkerInit):
+        if current.label == label:
+            return True
+        user_fn = current.user_fn
+    elif isinstance(current, ProbeWorkerInit):
+        user_fn = current.user_fn
+    else:
+        user_fn = current
+    base.worker_init_fn = LabelledWorkerInit(user_fn, label)
+    return True
+
+
+def shares_memory(rec: Any) -> bool | None:
+    """Whether the model's (first) parameter lives in shared memory on the CPU: ``share_memory()``
+    was called, so other processes (hogwild, ``mp.Process`` children) may be training it. None when
+    unknown (no parameters, or not on the CPU, where ``is_shared`` says nothing about sharing)."""
+    try:
+        inner = rec.inner_ref()
+        if inner is None:
+            return None
+        for p in inner.parameters():
+            if p.device.type != "cpu":
+                return None
+            return bool(p.is_shared())
+    except Exception:  # noqa: BLE001 -- a fact we could not read is an unknown one
+        return None
+    return None
+
+
+# -- what the callbacks call -----------------------------------------------------------------------
+def attach_steps(model: Any, name: str | None, source: str) -> StepCounter | None:
+    """Register ``model`` (once) and give its record a StepCounter; None when the probe is off.
+
+    The counter's data-wait window becomes the model's own unless ``register(..., loader=)`` already
+    times a real DataLoader for it."""
+    from probe import _state
+
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(model, torch.nn.Module):
+        return None  # not something a trainer trains: nothing the user could act on, so no warning
+    probe = _state.PROBE
+    probe.register(model, name=name)
+    with probe.lock:
+        rec = next((r for r in probe.records if r.module_ref() is model), None)
+        if rec is None:
+            return None
+        old = rec.steps
+        if old is None or old.source != source:
+            rec.steps = StepCounter(source)
+        if rec.loader_timer is None or (old is not None and rec.loader_timer is old.timer):
+            rec.loader_timer = rec.steps.timer
+        return rec.steps
+
+
+def record_error(where: str, error: BaseException) -> None:
+    """A callback's failure: recorded in the payload's errors, never raised or printed."""
+    try:
+        from probe import _state
+
+        _state.PROBE.record_error(where, error)
+    except Exception:  # noqa: BLE001 -- nothing left to tell
+        pass
+
+
+def event(name: str) -> None:
+    from probe import _state
+
+    _state.PROBE.event(name)
+
+
+def registered(model: Any) -> bool:
+    from probe import _state
+
+    with _state.PROBE.lock:
+        return any(r.module_ref() is model for r in _state.PROBE.records)

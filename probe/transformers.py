@@ -1,0 +1,109 @@
+"""``ProbeCallback`` for the Hugging Face ``Trainer``: the model it really trains, its steps, its waits.
+
+    from probe.transformers import ProbeCallback
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=ds, callbacks=[ProbeCallback()])
+
+Importable only where transformers is installed; ``import probe`` never imports this module. The
+callback:
+
+- registers the model ``on_train_begin`` is given: the one the Trainer trains, after
+  ``accelerator.prepare`` (wrappers such as DDP call it, so its forwards are counted);
+- counts optimizer steps (``on_step_end``, ``state.global_step``): ``train_steps``, ``step_rate_hz``;
+- times the data wait from ``on_step_begin`` against the previous ``on_step_end`` (the Trainer
+  fetches the step's batches in between), leaving out logging, saving and evaluation;
+- records train begin, train end and each evaluation as events;
+- labels the train loader (accelerate's DataLoaderShard included), so its workers say "train".
+
+Every hook is wrapped: a failure is recorded in the payload's errors, never raised into the Trainer,
+never printed. Callbacks cannot change the forward pass, and this one returns no ``control``.
+"""
+
+from __future__ import annotations
+
+from probe import _steps
+from transformers import TrainerCallback
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = ["ProbeCallback"]
+
+SOURCE = "transformers"
+
+
+def _guarded(where: str):
+    """Run a hook body; a failure is recorded, never raised. Returns None: ``control`` is untouched."""
+
+    def wrap(fn):
+        def hook(self, args, state, control, **kwargs):
+            try:
+                fn(self, args, state, control, **kwargs)
+            except Exception as e:  # noqa: BLE001 -- the probe must never break the trainer
+                _steps.record_error(where, e)
+
+        hook.__name__ = fn.__name__
+        hook.__qualname__ = fn.__qualname__
+        hook.__doc__ = fn.__doc__
+        return hook
+
+    return wrap
+
+
+class ProbeCallback(TrainerCallback):
+    """Registers the trained model, counts steps, times data waits, records train/eval events."""
+
+    def __init__(self, name: str | None = None) -> None:
+        self.name = name
+        self._steps: _steps.StepCounter | None = None
+
+    @_guarded("transformers.on_train_begin")
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        model = kwargs.get("model")
+        if model is not None:
+            self._steps = _steps.attach_steps(model, self.name, SOURCE)
+            if self._steps is not None:
+                self._steps.step_end(state.global_step)  # a resumed run starts at its checkpoint's step
+                self._steps.epoch_start()
+        loader = kwargs.get("train_dataloader")
+        if loader is not None:
+            _steps.label_loader(loader, "train")
+        _steps.event("transformers: train begin")
+
+    @_guarded("transformers.on_epoch_begin")
+    def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self._steps is not None:
+            self._steps.epoch_start()
+
+    @_guarded("transformers.on_step_begin")
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self._steps is not None:
+            self._steps.batch_start()
+
+    @_guarded("transformers.on_step_end")
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self._steps is not None:
+            self._steps.step_end(state.global_step)
+
+    @_guarded("transformers.on_evaluate")
+    def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._resume()
+        _steps.event(f"transformers: evaluate at step {int(state.global_step)}")
+
+    @_guarded("transformers.on_save")
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._resume()
+
+    @_guarded("transformers.on_log")
+    def on_log(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._resume()
+
+    @_guarded("transformers.on_train_end")
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        _steps.event(f"transformers: train end at step {int(state.global_step)}")
+
+    def _resume(self) -> None:
+        # Logging, saving and evaluating happen between one step's end and the next one's start:
+        # that time is not a wait for training data.
+        if self._steps is not None:
+            self._steps.resume()
