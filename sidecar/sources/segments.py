@@ -28,6 +28,7 @@ class ProbeRead:
     error: str | None
     unreadable: bool  # corrupt, foreign, or busy for too long
     writer_start_ticks: int | None = None  # from the header: names the writer a stale segment belongs to
+    closed: bool = False  # the writer closed its segment (the probe does at exit): payload is its last
 
 
 class SegmentSource:
@@ -64,6 +65,14 @@ class SegmentSource:
                 self._last_good[ident] = r.payload
                 self._busy_count.pop(ident, None)
                 out[proc.pid] = self._last_ok[ident] = ProbeRead(proc.pid, "ok", r.payload, None, False)
+                continue
+            if r.state == "missing" and ident in self._last_good:
+                # The probe closes its segment at exit while the process still lives (atexit, then
+                # interpreter teardown): its last facts stand for as long as the process does.
+                prev = self._last_ok.get(ident)
+                if prev is None or not prev.closed:
+                    prev = self._last_ok[ident] = ProbeRead(proc.pid, "ok", self._last_good[ident], None, False, closed=True)
+                out[proc.pid] = prev
                 continue
             self._last_ok.pop(ident, None)
             busy = self._busy_count.get(ident, 0) + 1 if r.state == "busy" else 0
