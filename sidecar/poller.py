@@ -107,7 +107,8 @@ class Poller:
         facts = replace(
             facts, recent=self.history.recent(max(self.rules.idle_window_s, self.rules.growth_window_s))
         )
-        verdict, self._hysteresis = settle(self._hysteresis, decide(facts), self.rules)
+        live = {p.pid for p in facts.processes}
+        verdict, self._hysteresis = settle(self._hysteresis, decide(facts), self.rules, live)
         self.history.add_events(self._events(reads))
         doc = document.status_document(
             facts,

@@ -346,7 +346,9 @@ def rule_probe_unreadable(f: Facts) -> Iterable[Warning]:
 def rule_cpu_build(f: Facts) -> Iterable[Warning]:
     if not _nvidia_in_system(f):
         return
-    pids = [p.pid for p, rt in _runtimes(f) if rt.get("torch") and rt.get("cuda_build") is None]
+    cpu_only = [p for p, rt in _runtimes(f) if rt.get("torch") and rt.get("cuda_build") is None]
+    # DataLoader workers share their trainer's torch: name them only when nothing else has it.
+    pids = [p.pid for p in cpu_only if p.role != "dataloader-worker"] or [p.pid for p in cpu_only]
     if pids:
         torch_v = next(rt.get("torch") for p, rt in _runtimes(f) if p.pid == pids[0])
         cu = f.cuda_driver
@@ -996,17 +998,21 @@ class HysteresisState:
 
 
 def settle(
-    prev: HysteresisState, verdict: Verdict, rules: Rules | None = None
+    prev: HysteresisState, verdict: Verdict, rules: Rules | None = None, live_pids: set[int] | None = None
 ) -> tuple[Verdict, HysteresisState]:
     """Keep a warning shown until it has been absent for `hysteresis_off_polls` polls in a row, so a
     condition hovering at a threshold does not flap between two polls. A warning appears at once:
-    hiding a real problem for a few polls is worse than showing it early."""
+    hiding a real problem for a few polls is worse than showing it early. A held warning about
+    processes that have all exited goes at once (``live_pids``): its condition cannot hover, and
+    frameworks that recreate their DataLoader workers every epoch would otherwise keep it up."""
     off_polls = (rules or Rules()).hysteresis_off_polls
     seen = {w.code: w for w in verdict.warnings}
     held: list[tuple[str, Warning, int]] = []
     shown = list(verdict.warnings)
     for code, w, absent in prev.held:
         if code in seen:
+            continue
+        if live_pids is not None and w.pids and not live_pids.intersection(w.pids):
             continue
         if absent + 1 < off_polls:
             held.append((code, w, absent + 1))

@@ -438,6 +438,26 @@ def test_hysteresis_holds_a_warning_for_a_few_polls():
     assert shown == [True, True, True, True, True, False, False]
 
 
+def test_a_held_warning_goes_at_once_when_its_processes_exited():
+    """Issue 11: worker-cuda stayed for polls after its worker exited (workers recreated per epoch)."""
+    trainer = proc(models=[model("cuda:0", inp="cuda:0")])
+    worker = proc(201, role="dataloader-worker", is_target=False, gpu=[ProcGpu(0, 500, 0)])
+    with_worker = decide(facts(trainer, worker))
+    assert "worker-cuda" in {w.code for w in with_worker.warnings}
+    state = HysteresisState()
+    _, state = settle(state, with_worker, Rules(hysteresis_off_polls=3), {100, 201})
+    v2, _ = settle(state, decide(facts(trainer)), Rules(hysteresis_off_polls=3), {100})
+    assert "worker-cuda" not in {w.code for w in v2.warnings}
+    v3, _ = settle(state, decide(facts(trainer)), Rules(hysteresis_off_polls=3), {100, 201})
+    assert "worker-cuda" in {w.code for w in v3.warnings}  # still held while the worker lives
+
+
+def test_cpu_build_names_the_trainer_not_its_workers():
+    workers = [proc(200 + i, runtime=CPU_RT, role="dataloader-worker", is_target=False) for i in range(4)]
+    v = decide(facts(proc(runtime=CPU_RT, models=[model("cpu")]), *workers))
+    assert [w.pids for w in v.warnings if w.code == "cpu-build"] == [(100,)]
+
+
 def test_device_count_mismatch_with_a_cpu_only_build_names_the_hidden_nvidia_gpu():
     f = facts(proc(runtime=CPU_RT, models=[model("cpu")]), system=(INTEL_CARD, NVIDIA_CARD))
     (w,) = [w for w in decide(f).warnings if w.code == "device-count-mismatch"]
