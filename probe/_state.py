@@ -25,6 +25,7 @@ from probe.segment import (
     MAX_EVENTS,
     MAX_SEGMENT_BYTES,
     MIN_SEGMENT_BYTES,
+    PUBLISH_FAILED,
     SegmentError,
     SegmentWriter,
     empty_payload,
@@ -327,6 +328,22 @@ class Probe:
             self.last_body = (self.writer, body)
         except Exception as e:  # noqa: BLE001 -- recorded; the next publish tries again
             self.record_error("publish", e)
+            self._publish_failure_locked(e)
+
+    def _publish_failure_locked(self, error: BaseException) -> None:
+        """Publish this process's identity and the error alone: the sidecar then says the probe
+        failed, instead of showing the last facts as current or asking for a register() call."""
+        try:
+            now = time.time()
+            payload = empty_payload()
+            payload.update(facts.identity())
+            message = f"{type(error).__name__}: {error}"[:MESSAGE_MAX_CHARS]
+            payload["errors"] = [{"time": now, "where": PUBLISH_FAILED, "message": message}]
+            payload["published_at"] = now
+            self.writer.publish(payload)
+            self.last_body = None  # the next tick tries the whole payload again
+        except Exception:  # noqa: BLE001 -- nothing smaller to publish
+            pass
 
     # -- public operations (wrapped by probe/__init__.py) ------------------------------------------------
     def register(self, model: Any, name: str | None = None, loader: Any = None) -> Any:

@@ -81,6 +81,9 @@ FLAG_TRIMMED = 1
 # Set (under the seqlock) by a writer that is closing for good: a reader that keeps the file open
 # learns that this file is finished, even if the same process later creates a new one by the name.
 FLAG_CLOSED = 2
+# ``where`` of the one error a fallback payload carries when the probe's payload could not be
+# published: the sidecar reports it (probe-error) instead of the facts it no longer has.
+PUBLISH_FAILED = "publish-failed"
 
 DEFAULT_SEGMENT_BYTES = 64 * 1024
 MIN_SEGMENT_BYTES = 4 * 1024
@@ -529,7 +532,13 @@ def empty_payload(pid: int | None = None, start_ticks: int | None = None) -> dic
 
 
 def _pack(payload: dict) -> bytes:
-    return msgpack.packb(payload, use_bin_type=True)
+    try:
+        return msgpack.packb(payload, use_bin_type=True)
+    except UnicodeEncodeError:
+        # A str that is not Unicode text (a Latin-1 path or environment value decoded with
+        # surrogateescape, a lone surrogate in an event name): "?" for what UTF-8 cannot carry,
+        # rather than a publish that fails for good.
+        return msgpack.packb(payload, use_bin_type=True, unicode_errors="replace")
 
 
 def encode_payload(payload: dict, capacity_bytes: int) -> tuple[bytes, bool]:

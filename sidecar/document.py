@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from probe.segment import PUBLISH_FAILED
 from sidecar.verdict import (
     Facts,
     GpuFacts,
@@ -82,6 +83,15 @@ def is_mp_helper(cmdline: tuple[str, ...] | None) -> bool:
     return any(m in arg for arg in cmdline[1:3] for m in _MP_HELPER_MODULES)
 
 
+def publish_failure(payload: dict[str, Any]) -> str | None:
+    """The message of a fallback payload (probe.segment.PUBLISH_FAILED), else None."""
+    errors = payload.get("errors")
+    last = errors[-1] if isinstance(errors, list) and errors else None
+    if isinstance(last, dict) and last.get("where") == PUBLISH_FAILED:
+        return _str(last.get("message")) or "unknown error"
+    return None
+
+
 def process_facts(proc, read, gpu: tuple[ProcGpu, ...], target_pid: int) -> ProcessFacts:
     """`proc` is a proctree.ProcInfo, `read` a segments.ProbeRead or None."""
     payload = read.payload if read is not None else None
@@ -103,6 +113,7 @@ def process_facts(proc, read, gpu: tuple[ProcGpu, ...], target_pid: int) -> Proc
         dist_backend=_str(payload.get("dist_backend")) if payload else None,
         loader=_str(payload.get("loader")) if payload else None,
         mp_helper=is_mp_helper(getattr(proc, "cmdline", None)),
+        publish_failure=publish_failure(payload) if payload else None,
         runtime=runtime,
         cuda_memory_mib=cuda_memory_mib(payload) if payload else None,
         models=models_from_payload(payload) if payload else (),

@@ -88,6 +88,7 @@ class ProcessFacts:
     dist_backend: str | None = None
     loader: str | None = None  # a DataLoader worker: which loader it serves ("train", "validation")
     mp_helper: bool = False  # multiprocessing's resource tracker or forkserver: no user code runs there
+    publish_failure: str | None = None  # the probe could not publish its facts: why
     runtime: dict[str, Any] | None = None
     cuda_memory_mib: float | None = None  # reserved by the allocator, per the probe
     models: tuple[ModelFacts, ...] = ()
@@ -339,6 +340,22 @@ def rule_probe_unreadable(f: Facts) -> Iterable[Warning]:
             "Check that the sidecar runs as the same user as the job (segments are private), and that the "
             "probe and sidecar versions match.",
             "确认 sidecar 与任务以同一用户运行（共享内存段仅属主可读），且探针与 sidecar 版本一致。",
+            tuple(p.pid for p in bad),
+        )
+
+
+def rule_probe_error(f: Facts) -> Iterable[Warning]:
+    bad = [p for p in f.processes if p.publish_failure]
+    if bad:
+        reasons = "; ".join(f"{p.pid}: {p.publish_failure}" for p in bad[:3])
+        yield Warning(
+            "probe-error",
+            "warning",
+            f"The probe in {len(bad)} process(es) cannot publish what it sees ({reasons}); their facts are missing.",
+            f"{len(bad)} 个进程中的探针无法发布数据（{reasons}）；这些进程的信息缺失。",
+            "Look for the cause in the message (a payload too large for DSH_PROBE_SEGMENT_BYTES, say), "
+            "and report it if it is not yours.",
+            "根据消息查找原因（例如数据超出 DSH_PROBE_SEGMENT_BYTES），若不是您的问题请报告。",
             tuple(p.pid for p in bad),
         )
 
@@ -842,6 +859,7 @@ RULES: tuple[Rule, ...] = (
     rule_device_count_mismatch,
     rule_pid_namespace,
     rule_probe_unreadable,
+    rule_probe_error,
     rule_nvml_unavailable,
     rule_no_probe,
     rule_no_parameters,

@@ -236,6 +236,13 @@ CASES = [
         set(),
     ),
     (
+        "probe cannot publish",
+        facts(proc(runtime=None, publish_failure="SegmentError: payload needs 9000 bytes")),
+        "UNKNOWN",
+        {"probe-error"},
+        set(),
+    ),
+    (
         "idle gpu while forward calls continue",
         facts(proc(models=[model("cuda:0")], gpu=[ProcGpu(0, 900, 0)]), recent=idle_recent(1.0)),
         "GPU",
