@@ -25,6 +25,7 @@ from probe.segment import (
     MAX_EVENTS,
     MAX_SEGMENT_BYTES,
     MIN_SEGMENT_BYTES,
+    MODEL_COLLECTED,
     PUBLISH_FAILED,
     SegmentError,
     SegmentWriter,
@@ -295,6 +296,10 @@ class Probe:
         if self.writer is None:
             return
         now_mono = time.monotonic()
+        # register() holds a model weakly: one nobody else kept (probe.register(Net())) is gone.
+        for rec in self.records:
+            if not rec.alive:
+                self.record_error(MODEL_COLLECTED, rec.name)
         self.records = [r for r in self.records if r.alive]
         if periodic:
             for rec in self.records:

@@ -84,6 +84,9 @@ FLAG_CLOSED = 2
 # ``where`` of the one error a fallback payload carries when the probe's payload could not be
 # published: the sidecar reports it (probe-error) instead of the facts it no longer has.
 PUBLISH_FAILED = "publish-failed"
+# ``where`` of the error recorded when a registered model was garbage-collected (its message: the
+# model's name): the sidecar says so instead of "no model is registered yet".
+MODEL_COLLECTED = "model-collected"
 
 DEFAULT_SEGMENT_BYTES = 64 * 1024
 MIN_SEGMENT_BYTES = 4 * 1024

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from probe.segment import PUBLISH_FAILED
+from probe.segment import MODEL_COLLECTED, PUBLISH_FAILED
 from sidecar.verdict import (
     Facts,
     GpuFacts,
@@ -92,6 +92,14 @@ def publish_failure(payload: dict[str, Any]) -> str | None:
     return None
 
 
+def collected_models(payload: dict[str, Any]) -> tuple[str, ...]:
+    errors = payload.get("errors")
+    if not isinstance(errors, list):
+        return ()
+    names = (_str(e.get("message")) for e in errors if isinstance(e, dict) and e.get("where") == MODEL_COLLECTED)
+    return tuple(sorted({n for n in names if n}))
+
+
 def process_facts(proc, read, gpu: tuple[ProcGpu, ...], target_pid: int) -> ProcessFacts:
     """`proc` is a proctree.ProcInfo, `read` a segments.ProbeRead or None."""
     payload = read.payload if read is not None else None
@@ -114,6 +122,7 @@ def process_facts(proc, read, gpu: tuple[ProcGpu, ...], target_pid: int) -> Proc
         loader=_str(payload.get("loader")) if payload else None,
         mp_helper=is_mp_helper(getattr(proc, "cmdline", None)),
         publish_failure=publish_failure(payload) if payload else None,
+        collected_models=collected_models(payload) if payload else (),
         runtime=runtime,
         cuda_memory_mib=cuda_memory_mib(payload) if payload else None,
         models=models_from_payload(payload) if payload else (),

@@ -89,6 +89,7 @@ class ProcessFacts:
     loader: str | None = None  # a DataLoader worker: which loader it serves ("train", "validation")
     mp_helper: bool = False  # multiprocessing's resource tracker or forkserver: no user code runs there
     publish_failure: str | None = None  # the probe could not publish its facts: why
+    collected_models: tuple[str, ...] = ()  # registered, then garbage-collected (nobody kept them)
     runtime: dict[str, Any] | None = None
     cuda_memory_mib: float | None = None  # reserved by the allocator, per the probe
     models: tuple[ModelFacts, ...] = ()
@@ -958,6 +959,16 @@ def _status_and_message(f: Facts) -> tuple[str, str, str, str | None, str | None
         if models:
             missing = "the registered model has no parameters and has not been called yet"
             missing_zh = "已注册的模型没有参数，且尚未被调用"
+        elif any(p.collected_models for p in f.processes):
+            names = ", ".join(sorted({n for p in f.processes for n in p.collected_models}))
+            missing = (
+                f"the registered model {names} was garbage-collected: nothing else kept it "
+                "(register returns the model: `model = probe.register(Net().to(device))`)"
+            )
+            missing_zh = (
+                f"已注册的模型 {names} 已被垃圾回收：没有其他引用保留它"
+                "（register 会返回模型：`model = probe.register(Net().to(device))`）"
+            )
     else:
         missing = "no probe in the job and no GPU work seen by the driver"
         missing_zh = "任务中没有探针，驱动也未看到 GPU 工作"

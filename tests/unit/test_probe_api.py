@@ -462,3 +462,15 @@ def test_snapshot_status_and_activate():
 
 def test_the_probe_never_initialised_cuda():
     assert torch.cuda.is_initialized() is False
+
+
+def test_a_registered_model_that_is_collected_is_reported_by_name():
+    import gc
+
+    probe.register(torch.nn.Linear(2, 2), name="dropped-at-once")  # nothing keeps it
+    gc.collect()
+    probe.refresh()
+    errors = probe.snapshot()["errors"]
+    assert {"where": "model-collected", "message": "dropped-at-once"} in [
+        {"where": e["where"], "message": e["message"]} for e in errors
+    ]

@@ -472,3 +472,10 @@ def test_device_count_mismatch_with_a_cpu_only_build_names_the_hidden_nvidia_gpu
         "can use 0" in w.message and "Intel integrated graphics" in w.message and "1 NVIDIA GPU" in w.message
     )
     assert w.severity == "warning" and "cannot use CUDA" in w.hint
+
+
+def test_a_garbage_collected_model_is_named_instead_of_no_model_registered():
+    """Issue 12 item 10: probe.register(Net()) with nothing else keeping the model."""
+    v = decide(facts(proc(collected_models=("Net",)), gpus=()))
+    assert v.status == "UNKNOWN" and "Net was garbage-collected" in v.message
+    assert "model = probe.register(" in v.message and "registered yet" not in v.message
