@@ -76,11 +76,18 @@ def cuda_memory_mib(payload: dict[str, Any]) -> float | None:
 _MP_HELPER_MODULES = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 
 
+def _python_c_code(cmdline: tuple[str, ...] | None) -> str:
+    """The code of ``python [flags] -c CODE``, after interpreter flags such as -B, -s, -E; else ""."""
+    if not cmdline:
+        return ""
+    head = list(cmdline[1:8])
+    return head[head.index("-c") + 1] if "-c" in head[:-1] else ""
+
+
 def is_mp_helper(cmdline: tuple[str, ...] | None) -> bool:
     """multiprocessing's resource tracker or forkserver process: it never runs the user's code."""
-    if not cmdline:
-        return False
-    return any(m in arg for arg in cmdline[1:3] for m in _MP_HELPER_MODULES)
+    code = _python_c_code(cmdline)
+    return any(m in code for m in _MP_HELPER_MODULES)
 
 
 def publish_failure(payload: dict[str, Any]) -> str | None:
@@ -98,6 +105,13 @@ def collected_models(payload: dict[str, Any]) -> tuple[str, ...]:
         return ()
     names = (_str(e.get("message")) for e in errors if isinstance(e, dict) and e.get("where") == MODEL_COLLECTED)
     return tuple(sorted({n for n in names if n}))
+
+
+def is_mp_child(cmdline: tuple[str, ...] | None) -> bool:
+    """Started by multiprocessing's spawn or forkserver (a DataLoader worker, a spawned rank): such a
+    process runs only what it was handed, and the probe only if that imports it."""
+    code = _python_c_code(cmdline)
+    return any(m in code for m in ("multiprocessing.spawn", "multiprocessing.forkserver"))
 
 
 def process_facts(proc, read, gpu: tuple[ProcGpu, ...], target_pid: int) -> ProcessFacts:
@@ -121,6 +135,7 @@ def process_facts(proc, read, gpu: tuple[ProcGpu, ...], target_pid: int) -> Proc
         dist_backend=_str(payload.get("dist_backend")) if payload else None,
         loader=_str(payload.get("loader")) if payload else None,
         mp_helper=is_mp_helper(getattr(proc, "cmdline", None)),
+        mp_child=is_mp_child(getattr(proc, "cmdline", None)),
         publish_failure=publish_failure(payload) if payload else None,
         collected_models=collected_models(payload) if payload else (),
         runtime=runtime,

@@ -89,6 +89,7 @@ class ProcessFacts:
     loader: str | None = None  # a DataLoader worker: which loader it serves ("train", "validation")
     mp_helper: bool = False  # multiprocessing's resource tracker or forkserver: no user code runs there
     publish_failure: str | None = None  # the probe could not publish its facts: why
+    mp_child: bool = False  # started by multiprocessing's spawn or forkserver (DataLoader workers too)
     collected_models: tuple[str, ...] = ()  # registered, then garbage-collected (nobody kept them)
     runtime: dict[str, Any] | None = None
     cuda_memory_mib: float | None = None  # reserved by the allocator, per the probe
@@ -570,16 +571,32 @@ def rule_gpu_work_in_child(f: Facts) -> Iterable[Warning]:
 
 def rule_unregistered_gpu_process(f: Facts) -> Iterable[Warning]:
     hits = [p for p in f.processes if p.uses_gpu and not p.has_probe]
-    if hits:
-        yield Warning(
-            "unregistered-gpu-process",
-            "warning",
-            f"Process(es) {_plist(p.pid for p in hits)} use the GPU without the probe; their model device is unknown.",
-            f"进程 {_plist(p.pid for p in hits)} 在使用 GPU 但未运行探针；其模型设备未知。",
-            "Call `probe.register(model)` in the code those processes run.",
-            "在这些进程运行的代码中调用 `probe.register(model)`。",
-            tuple(p.pid for p in hits),
+    if not hits:
+        return
+    if all(p.mp_child for p in hits):
+        # Spawned DataLoader workers or pool children: they never run the script's register() line.
+        hint = (
+            "They are multiprocessing children (spawn/forkserver), e.g. DataLoader workers: pass the loader, "
+            "`probe.register(model, loader=train_loader)`, or call `probe.activate()` (or `probe.register(model)`) "
+            "in the function they run."
         )
+        hint_zh = (
+            "它们是 multiprocessing 子进程（spawn/forkserver），例如 DataLoader 工作进程：传入加载器 "
+            "`probe.register(model, loader=train_loader)`，或在它们运行的函数中调用 `probe.activate()`"
+            "（或 `probe.register(model)`）。"
+        )
+    else:
+        hint = "Call `probe.register(model)` in the code those processes run."
+        hint_zh = "在这些进程运行的代码中调用 `probe.register(model)`。"
+    yield Warning(
+        "unregistered-gpu-process",
+        "warning",
+        f"Process(es) {_plist(p.pid for p in hits)} use the GPU without the probe; their model device is unknown.",
+        f"进程 {_plist(p.pid for p in hits)} 在使用 GPU 但未运行探针；其模型设备未知。",
+        hint,
+        hint_zh,
+        tuple(p.pid for p in hits),
+    )
 
 
 def rule_shared_model_unprobed_child(f: Facts) -> Iterable[Warning]:

@@ -479,3 +479,21 @@ def test_a_garbage_collected_model_is_named_instead_of_no_model_registered():
     v = decide(facts(proc(collected_models=("Net",)), gpus=()))
     assert v.status == "UNKNOWN" and "Net was garbage-collected" in v.message
     assert "model = probe.register(" in v.message and "registered yet" not in v.message
+
+
+def test_spawned_workers_on_the_gpu_get_a_hint_that_fits_them():
+    """Issue 11 item 6: a spawned DataLoader worker without loader= was told to call register()."""
+    worker = proc(301, runtime=None, role=None, is_target=False, gpu=[ProcGpu(0, 300, 0)], mp_child=True)
+    v = decide(facts(proc(models=[model("cuda:0", inp="cuda:0")]), worker))
+    hint = next(w.hint for w in v.warnings if w.code == "unregistered-gpu-process")
+    assert "loader=train_loader" in hint and "multiprocessing children" in hint
+
+
+def test_mp_children_are_recognised_by_their_command_line():
+    from sidecar.document import is_mp_child
+
+    # As read from /proc of real DataLoader workers (interpreter flags such as -B come first).
+    spawn = ("python3", "-B", "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=6, pipe_handle=11)")
+    forkserver = ("python3", "-B", "-c", "from multiprocessing.forkserver import main; main(8, 9, ['__main__'], **{})")
+    assert is_mp_child(spawn) and is_mp_child(forkserver)
+    assert not is_mp_child(("python3", "train.py", "--epochs", "3")) and not is_mp_child(None)
