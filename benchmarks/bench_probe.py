@@ -31,8 +31,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 import probe  # noqa: E402
-from probe import _steps, hooks  # noqa: E402
+from probe import _steps  # noqa: E402
 from probe._state import PROBE  # noqa: E402
+from probe.instrument import ENV_INSTRUMENT  # noqa: E402
 
 # CPU time of the whole process (the probe's publisher thread included) rather than wall time: on a
 # shared machine, time spent descheduled is noise many times larger than what is being measured.
@@ -177,18 +178,23 @@ def bench_training(pairs: int, steps: int, batch: int, control: bool = False, ca
     }
 
 
+class UserLinear(torch.nn.Linear):
+    """A class of the program's own: the probe patches its forward (instrumentation "class")."""
+
+
 def bench_forward(rounds: int, calls: int) -> dict:
     x = torch.randn(4, 8)
-    names = ("none", "empty_hook", "probe", "probe_pre_hook")
+    names = ("none", "empty_hook", "probe", "probe_class", "probe_pre_hook")
     mods = {name: torch.nn.Linear(8, 8) for name in names}
+    mods["probe_class"] = UserLinear(8, 8)
     mods["empty_hook"].register_forward_pre_hook(lambda m, a, k: None, with_kwargs=True)
     probe.register(mods["probe"], name="bench-linear")
-    swap_refusal = hooks.swap_refusal
-    hooks.swap_refusal = lambda model, cls: "benchmark: the pre-hook fallback"
+    probe.register(mods["probe_class"], name="bench-linear-class")
+    os.environ[ENV_INSTRUMENT] = "hook"
     try:
         probe.register(mods["probe_pre_hook"], name="bench-linear-pre-hook")
     finally:
-        hooks.swap_refusal = swap_refusal
+        del os.environ[ENV_INSTRUMENT]
     used = {r.name: r.instrumentation for r in PROBE.records}
     with torch.no_grad():
         for m in mods.values():
@@ -197,12 +203,15 @@ def bench_forward(rounds: int, calls: int) -> dict:
     med = {k: statistics.median(v) * 1e6 for k, v in times.items()}
     return {
         "instrumentation": used.get("bench-linear"),
+        "class_instrumentation": used.get("bench-linear-class"),
         "fallback_instrumentation": used.get("bench-linear-pre-hook"),
         "forward_us_none": med["none"],
         "forward_us_empty_hook": med["empty_hook"],
         "forward_us_probe": med["probe"],
+        "forward_us_probe_class": med["probe_class"],
         "forward_us_probe_pre_hook": med["probe_pre_hook"],
         "probe_overhead_us": med["probe"] - med["none"],
+        "probe_class_overhead_us": med["probe_class"] - med["none"],
         "empty_hook_overhead_us": med["empty_hook"] - med["none"],
         "probe_pre_hook_overhead_us": med["probe_pre_hook"] - med["none"],
         "probe_minus_empty_hook_us": med["probe"] - med["empty_hook"],
@@ -368,6 +377,10 @@ def main() -> int:
     print(
         f"  probe ({fw['instrumentation']})    {fw['forward_us_probe']:9.2f} us  "
         f"({fw['probe_overhead_us']:+.2f}; {fw['probe_minus_empty_hook_us']:+.2f} against the empty hook)"
+    )
+    print(
+        f"  probe ({fw['class_instrumentation']}, UserLinear)  {fw['forward_us_probe_class']:9.2f} us  "
+        f"({fw['probe_class_overhead_us']:+.2f})"
     )
     print(
         f"  probe ({fw['fallback_instrumentation']})    {fw['forward_us_probe_pre_hook']:9.2f} us  "
