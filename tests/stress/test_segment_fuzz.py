@@ -71,7 +71,11 @@ class Target:
     def check(self, data: bytes) -> None:
         self.put(data)
         expected = read_segment(self.pid, expected_start_ticks=self.ticks)
-        self.src._busy_count.clear()  # each case stands alone
+        # Each case stands alone: no busy streak, and no last good payload (which a closed or
+        # vanished segment of a live process keeps showing, as after the probe's exit).
+        self.src._busy_count.clear()
+        self.src._last_good.clear()
+        self.src._last_ok.clear()
         polls = BUSY_POLLS_UNREADABLE if expected.state == "busy" else 1
         for _ in range(polls):
             doc = self.poller.poll_once()
