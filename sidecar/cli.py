@@ -12,7 +12,6 @@ bound. Every failure prints one line saying what happened and what to do, never 
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import json
 import os
 import signal
@@ -24,6 +23,7 @@ import time
 from typing import Any
 
 from sidecar import __version__
+from sidecar.hosts import is_loopback_host, valid_host_name
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -80,6 +80,14 @@ def _pid(text: str) -> int:
     return value
 
 
+def _host_name(text: str) -> str:
+    if not valid_host_name(text):
+        raise argparse.ArgumentTypeError(
+            f"not a host name or IP address: {text!r} (give the name alone, e.g. gpu-node-07.example.org)"
+        )
+    return text.strip()
+
+
 def _add_serve_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; others need --token)"
@@ -95,6 +103,15 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
         "--token",
         default=os.environ.get("DSH_SIDECAR_TOKEN"),
         help="require 'Authorization: Bearer TOKEN' (default: $DSH_SIDECAR_TOKEN)",
+    )
+    p.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        type=_host_name,
+        metavar="NAME",
+        help="also answer requests whose Host header is NAME (repeatable; the bound host, loopback "
+        "names and, for 0.0.0.0 or ::, this machine's name and its addresses are always answered)",
     )
     p.add_argument("--job-name", default=None, help="adds a job_name label to /metrics")
     p.add_argument("--stay", action="store_true", help="keep serving after the job has exited")
@@ -147,7 +164,7 @@ def _check_serve_args(args: argparse.Namespace) -> None:
         )
     if not args.grace >= 0:  # also refuses nan, which would never end the grace period
         raise UsageError("--grace must be 0 or more seconds")
-    if not _is_loopback(args.host) and not args.token:
+    if not is_loopback_host(args.host) and not args.token:
         raise UsageError(
             f"--host {args.host} is reachable from other machines: add --token TOKEN (or set "
             "DSH_SIDECAR_TOKEN) so only you can read it"
@@ -163,15 +180,6 @@ def _bad_host(host: str) -> str:
         f"--host {host!r} is neither an address nor a name this machine can resolve: give an IP "
         "address (127.0.0.1, or 0.0.0.0 for every interface) or a resolvable host name"
     )
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _rules_from_env():
@@ -251,10 +259,16 @@ def _main_serve(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace, poller, child: subprocess.Popen | None) -> int:
     from waitress.server import create_server
 
+    from sidecar.hosts import host_policy
     from sidecar.metrics import make_metrics
     from sidecar.server import ServerConfig, create_app
 
-    config = ServerConfig(token=args.token, interval_s=args.interval, job_name=args.job_name)
+    config = ServerConfig(
+        token=args.token,
+        interval_s=args.interval,
+        job_name=args.job_name,
+        hosts=host_policy(args.host, tuple(args.allow_host)),
+    )
     app = create_app(config, poller, metrics=make_metrics(poller, job_name=args.job_name))
     try:
         server = create_server(

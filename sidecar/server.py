@@ -9,13 +9,14 @@ from __future__ import annotations
 import hmac
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from flask import Flask, Response, abort, jsonify, redirect, request, send_from_directory
 from werkzeug.exceptions import HTTPException
 
 from sidecar import __version__
+from sidecar.hosts import HostPolicy
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 API = "/api/dsh-gpu-dashboard"
@@ -29,6 +30,7 @@ class ServerConfig:
     interval_s: float = 1.5
     job_name: str | None = None
     static_dir: str = STATIC_DIR
+    hosts: HostPolicy = field(default_factory=HostPolicy)
 
 
 def _token_ok(expected: str, given: str | None) -> bool:
@@ -45,6 +47,14 @@ def create_app(config: ServerConfig, source: Any, metrics: Any = None) -> Flask:
 
     @app.before_request
     def _guard():
+        host = request.environ.get("HTTP_HOST")
+        if not config.hosts.allows(host):
+            shown = repr(host[:64]) if host is not None else "no Host header"
+            return _error(
+                421,
+                f"this sidecar does not answer to {shown}: use {config.hosts.describe()} "
+                "(start it with --allow-host NAME for another name)",
+            )
         if request.method not in ("GET", "HEAD"):
             return _error(405, "method not allowed: this API is read-only (GET, HEAD)")
         if config.token and request.path not in PUBLIC_PATHS:

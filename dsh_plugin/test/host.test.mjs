@@ -172,7 +172,7 @@ describe('proxy handler', () => {
 
   before(async () => {
     sidecar = await listen((req, res) => {
-      seen.push({ method: req.method, url: req.url, auth: req.headers.authorization || null })
+      seen.push({ method: req.method, url: req.url, auth: req.headers.authorization || null, host: req.headers.host })
       if (req.url.startsWith('/api/dsh-gpu-dashboard/status')) {
         res.writeHead(200, { 'Content-Type': 'application/json' })
         return res.end(req.method === 'HEAD' ? undefined : JSON.stringify({ schema: 1, status: 'GPU' }))
@@ -205,6 +205,8 @@ describe('proxy handler', () => {
     const last = seen[seen.length - 1]
     assert.equal(last.url, '/api/dsh-gpu-dashboard/status')
     assert.equal(last.auth, 'Bearer s3cret')
+    // The sidecar answers only a Host that names its loopback address (its DNS-rebinding guard).
+    assert.equal(last.host, `127.0.0.1:${sidecarPort}`)
   })
   test('HEAD is forwarded as HEAD', async () => {
     const r = await request(proxyPort, '/dsh-gpu-dashboard/api/status', { method: 'HEAD' })

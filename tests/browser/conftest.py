@@ -71,7 +71,8 @@ def wait_js(page, expression: str, arg: Any = None, timeout_ms: int = 15_000, in
 
 
 @pytest.fixture(scope="session")
-def chromium():
+def playwright_session():
+    """One Playwright for the session (a second sync_playwright() in the same thread is refused)."""
     if not (os.path.exists(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
         pytest.skip(f"Debian's Chromium is not installed at {CHROMIUM} (apt-get install -y chromium)")
     try:
@@ -79,11 +80,20 @@ def chromium():
     except ImportError:
         pytest.skip("the playwright Python package is not installed")
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
+        yield pw
+
+
+def launch_chromium(pw, extra_args: tuple[str, ...] = ()):
+    return pw.chromium.launch(executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, *extra_args])
+
+
+@pytest.fixture(scope="session")
+def chromium(playwright_session):
+    browser = launch_chromium(playwright_session)
+    try:
+        yield browser
+    finally:
+        browser.close()
 
 
 @dataclass

@@ -93,6 +93,46 @@ def test_non_loopback_with_token_is_allowed_and_enforced(fake_nvml):
         assert code in (200, 503)
 
 
+def host_get(port: int, path: str, host: str) -> int:
+    """The status code of GET path on 127.0.0.1:port sent with `Host: host`."""
+    with socket.create_connection(("127.0.0.1", port), 5) as s:
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        return int(s.makefile("rb").readline().split()[1])
+
+
+def test_allow_host_adds_names_to_a_wildcard_bind(fake_nvml):
+    fake_nvml.write({"gpus": []})
+    token = "a-token-of-24-characters"
+    with Sidecar(
+        [
+            "--pid",
+            str(subprocess.os.getpid()),
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "0",
+            "--token",
+            token,
+            "--allow-host",
+            "gpu-node-07.example.org",
+            "--allow-host",
+            "dsh.test",
+        ],
+        env=fake_nvml.env(),
+    ) as sc:
+        port = int(sc.url.rsplit(":", 1)[1])
+        for host in (
+            "gpu-node-07.example.org",
+            f"dsh.test:{port}",
+            "10.9.8.7:8765",
+            "localhost",
+            socket.gethostname(),
+        ):
+            assert host_get(port, "/healthz", host) == 200, host
+        for host in ("evil.example", f"evil.example:{port}", "dsh.test.evil.example"):
+            assert host_get(port, "/healthz", host) == 421, host
+
+
 def test_once_json_matches_the_status_schema(tmp_path, fake_nvml):
     fake_nvml.write({"gpus": [gpu(0, util_gpu=33)]})
     spec = {
