@@ -257,11 +257,10 @@ def _main_serve(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace, poller, child: subprocess.Popen | None) -> int:
-    from waitress.server import create_server
-
     from sidecar.hosts import host_policy
     from sidecar.metrics import make_metrics
     from sidecar.server import ServerConfig, create_app
+    from sidecar.wsgi import create_server
 
     config = ServerConfig(
         token=args.token,
@@ -271,14 +270,7 @@ def _serve(args: argparse.Namespace, poller, child: subprocess.Popen | None) -> 
     )
     app = create_app(config, poller, metrics=make_metrics(poller, job_name=args.job_name))
     try:
-        server = create_server(
-            app,
-            host=args.host,
-            port=args.port,
-            threads=8,
-            ident="dsh-sidecar",
-            clear_untrusted_proxy_headers=True,
-        )
+        server = create_server(app, args.host, args.port)
     except ValueError:  # waitress: a host that does not resolve ("Invalid host/port specified.")
         if child is not None:
             _stop_child(child)
