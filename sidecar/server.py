@@ -16,6 +16,7 @@ from flask import Flask, Response, abort, jsonify, redirect, request, send_from_
 from werkzeug.exceptions import HTTPException
 
 from sidecar import __version__
+from sidecar.bounds import MAX_EVENTS_SHOWN
 from sidecar.hosts import HostPolicy
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
@@ -43,6 +44,7 @@ def create_app(config: ServerConfig, source: Any, metrics: Any = None) -> Flask:
     app = Flask(__name__, static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = 1024  # GET-only API: no body is ever needed
     app.json.sort_keys = False
+    app.json.ensure_ascii = False  # UTF-8: a non-ASCII name costs its bytes, not 6-12 per character
     app.url_map.merge_slashes = False  # "//etc/passwd" gets a 404, not a redirect
 
     @app.before_request
@@ -120,12 +122,15 @@ def create_app(config: ServerConfig, source: Any, metrics: Any = None) -> Flask:
             if not math.isfinite(since):
                 return _error(400, "since must be a finite number")
         hist = source.history
+        events = hist.events(since)
+        shown = events[-MAX_EVENTS_SHOWN:]
         return jsonify(
             {
                 "schema": 1,
                 "interval_s": config.interval_s,
                 "samples": [s.as_dict() for s in hist.samples(since)],
-                "events": hist.events(since),
+                "events": shown,
+                "events_omitted": len(events) - len(shown),
             }
         )
 
