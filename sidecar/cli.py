@@ -32,6 +32,9 @@ EXIT_PORT = 4
 MIN_INTERVAL_S = 0.1
 CHEAP_INTERVAL_S = 0.5
 DEFAULT_PORT = 8765
+MIN_REMOTE_TOKEN_CHARS = 16
+# Variables that carry the sidecar's own secrets: the job started by `run` never sees them.
+SIDECAR_SECRET_ENV = ("DSH_SIDECAR_TOKEN",)
 
 
 class UsageError(Exception):
@@ -173,6 +176,24 @@ def _check_serve_args(args: argparse.Namespace) -> None:
         socket.getaddrinfo(args.host, None)
     except (OSError, UnicodeError):
         raise UsageError(_bad_host(args.host)) from None
+    _check_token(args.token, loopback=is_loopback_host(args.host))
+
+
+def _check_token(token: str | None, loopback: bool) -> None:
+    """A Bearer header carries printable ASCII only: any other token would never match. Beyond
+    loopback anyone on the network may guess, so it must be long too."""
+    if not token:
+        return
+    if not all("!" <= c <= "~" for c in token):
+        raise UsageError(
+            "the token must be printable ASCII without spaces (a Bearer header cannot carry other "
+            "characters), e.g. one from `openssl rand -hex 16`"
+        )
+    if not loopback and len(token) < MIN_REMOTE_TOKEN_CHARS:
+        raise UsageError(
+            f"the token is {len(token)} characters: a sidecar reachable from other machines needs at "
+            f"least {MIN_REMOTE_TOKEN_CHARS} (e.g. `openssl rand -hex 16`)"
+        )
 
 
 def _bad_host(host: str) -> str:
@@ -383,7 +404,8 @@ def _main_run(args: argparse.Namespace) -> int:
     _SIGNALS.install()
     try:
         # Its own session: a terminal's Ctrl-C reaches us once and we forward it once.
-        child = subprocess.Popen(cmd, start_new_session=True)
+        env = {k: v for k, v in os.environ.items() if k not in SIDECAR_SECRET_ENV}
+        child = subprocess.Popen(cmd, start_new_session=True, env=env)
     except OSError as exc:
         return _fail(EXIT_USAGE, f"cannot start {cmd[0]!r}: {exc.strerror or exc}")
     _SIGNALS.child = child

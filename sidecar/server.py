@@ -21,7 +21,14 @@ from sidecar.hosts import HostPolicy
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 API = "/api/dsh-gpu-dashboard"
-TOKEN_COOKIE = "dsh_sidecar_token"
+TOKEN_COOKIE = "dsh_sidecar_token"  # + "_<port>": cookies are per host, not per port
+
+
+def token_cookie_name(port: str | int | None) -> str:
+    """One cookie per sidecar: logging into a second sidecar on the host must not log out the first."""
+    return f"{TOKEN_COOKIE}_{port}" if port else TOKEN_COOKIE
+
+
 PUBLIC_PATHS = ("/healthz",)
 
 
@@ -63,15 +70,14 @@ def create_app(config: ServerConfig, source: Any, metrics: Any = None) -> Flask:
             header = request.headers.get("Authorization", "")
             bearer = header[7:] if header.startswith("Bearer ") else None
             query_token = request.args.get("token") if request.path == "/" else None
+            cookie = token_cookie_name(request.environ.get("SERVER_PORT"))
             if query_token is not None and _token_ok(config.token, query_token):
                 # The page cannot send a header on navigation: trade the query token for a cookie
                 # and drop it from the address bar.
                 resp = redirect("./", code=303)
-                resp.set_cookie(TOKEN_COOKIE, query_token, httponly=True, samesite="Strict")
+                resp.set_cookie(cookie, query_token, httponly=True, samesite="Strict")
                 return resp
-            if not (
-                _token_ok(config.token, bearer) or _token_ok(config.token, request.cookies.get(TOKEN_COOKIE))
-            ):
+            if not (_token_ok(config.token, bearer) or _token_ok(config.token, request.cookies.get(cookie))):
                 return _error(
                     401, "missing or wrong token: send 'Authorization: Bearer TOKEN' (or open /?token=TOKEN)"
                 )

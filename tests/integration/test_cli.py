@@ -184,7 +184,7 @@ def test_secrets_are_redacted_in_cmdlines(tmp_path, fake_nvml):
         p.wait()
 
 
-def start_run(fake_nvml, script: str, *options: str) -> subprocess.Popen:
+def start_run(fake_nvml, script: str, *options: str, env: dict | None = None) -> subprocess.Popen:
     """`dsh-sidecar run [options] -- python -c SCRIPT` with the simulated driver."""
     return subprocess.Popen(
         [
@@ -205,9 +205,24 @@ def start_run(fake_nvml, script: str, *options: str) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=python_env(base=fake_nvml.env()),
+        env=python_env(base=fake_nvml.env(env or {})),
         cwd=REPO,
     )
+
+
+def test_run_keeps_the_sidecar_token_from_the_job(fake_nvml, tmp_path):
+    fake_nvml.write({"gpus": []})
+    seen = tmp_path / "env.json"
+    script = f"import json, os; json.dump(dict(os.environ), open({str(seen)!r}, 'w'))"
+    proc = start_run(
+        fake_nvml, script, "--grace", "0", env={"DSH_SIDECAR_TOKEN": "s3cret-token-of-the-sidecar"}
+    )
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, (out, err)
+    job_env = json.loads(seen.read_text())
+    assert "DSH_SIDECAR_TOKEN" not in job_env
+    assert "s3cret-token-of-the-sidecar" not in json.dumps(job_env)
+    assert job_env.get("PATH")  # the rest of the environment is the job's as before
 
 
 def test_run_starts_the_job_and_exits_with_its_code(fake_nvml):
