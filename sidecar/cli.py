@@ -33,6 +33,8 @@ MIN_INTERVAL_S = 0.1
 CHEAP_INTERVAL_S = 0.5
 DEFAULT_PORT = 8765
 MIN_REMOTE_TOKEN_CHARS = 16
+MAX_HISTORY_S = 86400.0  # a day: 57,601 samples at 1.5 s, 41-115 MiB (docs/reliability.md)
+MAX_GRACE_S = 86400.0  # a day; --stay serves for ever
 # Variables that carry the sidecar's own secrets: the job started by `run` never sees them.
 SIDECAR_SECRET_ENV = ("DSH_SIDECAR_TOKEN",)
 
@@ -61,6 +63,24 @@ def _positive_float(text: str) -> float:
     if not (value > 0 and value < float("inf")):
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds: {text!r}")
     return value
+
+
+def _bounded_seconds(limit_s: float, *, zero_ok: bool):
+    """An argparse type: a finite number of seconds, at most `limit_s` (inf, nan and 1e12 are
+    refused: they would never end or would size a buffer by them)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        low_ok = value >= 0 if zero_ok else value > 0
+        if not (low_ok and value <= limit_s):  # also refuses nan
+            least = "0 or more" if zero_ok else "a positive number of"
+            raise argparse.ArgumentTypeError(f"must be {least} seconds, at most {limit_s:.0f}: {text!r}")
+        return value
+
+    return parse
 
 
 def _port(text: str) -> int:
@@ -100,7 +120,10 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
         "--interval", type=_positive_float, default=1.5, help="seconds between polls (default 1.5)"
     )
     p.add_argument(
-        "--history", type=_positive_float, default=600.0, help="seconds of history to keep (default 600)"
+        "--history",
+        type=_bounded_seconds(MAX_HISTORY_S, zero_ok=False),
+        default=600.0,
+        help=f"seconds of history to keep (default 600, at most {MAX_HISTORY_S:.0f})",
     )
     p.add_argument(
         "--token",
@@ -119,7 +142,10 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--job-name", default=None, help="adds a job_name label to /metrics")
     p.add_argument("--stay", action="store_true", help="keep serving after the job has exited")
     p.add_argument(
-        "--grace", type=float, default=10.0, help="seconds to keep serving after the job exits (default 10)"
+        "--grace",
+        type=_bounded_seconds(MAX_GRACE_S, zero_ok=True),
+        default=10.0,
+        help=f"seconds to keep serving after the job exits (default 10, at most {MAX_GRACE_S:.0f}; see --stay)",
     )
 
 
@@ -165,8 +191,6 @@ def _check_serve_args(args: argparse.Namespace) -> None:
             file=sys.stderr,
             flush=True,
         )
-    if not args.grace >= 0:  # also refuses nan, which would never end the grace period
-        raise UsageError("--grace must be 0 or more seconds")
     if not is_loopback_host(args.host) and not args.token:
         raise UsageError(
             f"--host {args.host} is reachable from other machines: add --token TOKEN (or set "
@@ -252,6 +276,10 @@ def _pid_exists(pid: int) -> bool:
 
 
 def _main_serve(args: argparse.Namespace) -> int:
+    if args.json and not args.once:
+        raise UsageError(
+            "--json prints one status document and needs --once (dsh-sidecar --pid PID --once --json)"
+        )
     if not args.once:
         _check_serve_args(args)
     elif args.interval < MIN_INTERVAL_S:
@@ -272,9 +300,21 @@ def _main_serve(args: argparse.Namespace) -> int:
             doc = poller.poll_once()
         finally:
             poller.stop()
-        print(json.dumps(doc, indent=2, ensure_ascii=False) if args.json else human_summary(doc), flush=True)
-        return EXIT_OK
+        text = json.dumps(doc, indent=2, ensure_ascii=False) if args.json else human_summary(doc)
+        return _print_to_a_pipe(text)
     return _serve(args, poller, child=None)
+
+
+def _print_to_a_pipe(text: str) -> int:
+    """Print `text`; a reader that stops early (`| head -2`) ends it quietly, as for any Unix tool."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        # Python would flush stdout again at exit and print a traceback: point it at /dev/null.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return EXIT_OK
 
 
 def _serve(args: argparse.Namespace, poller, child: subprocess.Popen | None) -> int:
@@ -331,11 +371,12 @@ def _serve(args: argparse.Namespace, poller, child: subprocess.Popen | None) -> 
             if gone_since is None:
                 gone_since = time.monotonic()
                 code = child.returncode if child is not None else None
-                note = f" with exit code {code}" if code is not None else ""
                 tail = (
-                    "; --stay keeps serving" if not args.stay else "; still serving (--stay), Ctrl-C to stop"
+                    "; still serving (--stay), Ctrl-C to stop"
+                    if args.stay
+                    else f"; the sidecar stops in {args.grace:g} s (--stay would keep it serving)"
                 )
-                print(f"dsh-sidecar: the job (pid {poller.target_pid}) exited{note}{tail}", flush=True)
+                print(f"dsh-sidecar: the job (pid {poller.target_pid}) {exit_note(code)}{tail}", flush=True)
                 if child is not None:
                     poller.poll_once()  # record the exit now, not one interval later
             if args.stay:
@@ -352,6 +393,19 @@ def _serve(args: argparse.Namespace, poller, child: subprocess.Popen | None) -> 
         rc = child.returncode
         return 128 - rc if rc is not None and rc < 0 else (rc or 0)
     return EXIT_OK
+
+
+def exit_note(returncode: int | None) -> str:
+    """How the job ended: "exited with exit code 7", "was killed by SIGKILL" (Popen says -9)."""
+    if returncode is None:
+        return "exited"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"was killed by {name}"
+    return f"exited with exit code {returncode}"
 
 
 class _Signals:

@@ -225,13 +225,39 @@ def test_run_keeps_the_sidecar_token_from_the_job(fake_nvml, tmp_path):
     assert job_env.get("PATH")  # the rest of the environment is the job's as before
 
 
+def test_once_into_a_closed_pipe_ends_quietly(fake_nvml):
+    """`dsh-sidecar --once | head -2`: the reader is gone before the summary is written."""
+    fake_nvml.write({"gpus": []})
+    for extra in ([], ["--json"]):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sidecar.cli", "--pid", str(subprocess.os.getpid()), "--once", *extra],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=python_env(base=fake_nvml.env()),
+            cwd=REPO,
+        )
+        proc.stdout.close()  # before it writes anything: the write meets EPIPE, every time
+        err = proc.stderr.read().decode()
+        assert proc.wait(30) == 0, err
+        assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_run_says_which_signal_killed_the_job(fake_nvml):
+    fake_nvml.write({"gpus": []})
+    proc = start_run(fake_nvml, "import os, time; time.sleep(1); os.kill(os.getpid(), 9)", "--grace", "0")
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + 9, (out, err)
+    assert "was killed by SIGKILL" in out and "exit code -9" not in out, out
+    assert "the sidecar stops in 0 s (--stay would keep it serving)" in out, out
+
+
 def test_run_starts_the_job_and_exits_with_its_code(fake_nvml):
     fake_nvml.write({"gpus": []})
     script = "import sys, time; time.sleep(1.5); sys.exit(7)"
     proc = start_run(fake_nvml, script, "--grace", "0.5")
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 7, (out, err)
-    assert "dsh-sidecar: serving http://127.0.0.1:" in out and "exit code 7" in out
+    assert "dsh-sidecar: serving http://127.0.0.1:" in out and "exited with exit code 7" in out
 
 
 def test_run_forwards_sigterm(fake_nvml):
