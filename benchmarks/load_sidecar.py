@@ -19,8 +19,8 @@ and keeps 20 s of history.
 Reports its RSS over time, the history length and any segment of a killed child left behind.
 
 `flood`: N connections that send half a request line and then nothing; reports whether a new client
-still gets an answer (waitress stops accepting at 100 open connections and drops idle ones after
-120 s).
+still gets an answer (sidecar/wsgi.py closes the most stalled connection past 256 and any request
+not complete 10 s after its first byte).
 
 `slowloris`: N connections that each send a request line and then one header line every
 --line-period seconds, never finishing (a connection the sidecar closes is reopened at once), while
