@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/load_sidecar.py clients [--clients 50 --seconds 60 --period 1.0]
     .venv/bin/python benchmarks/load_sidecar.py churn [--seconds 60 --churn-period 0.1]
     .venv/bin/python benchmarks/load_sidecar.py flood [--connections 150]
+    .venv/bin/python benchmarks/load_sidecar.py slowloris [--connections 200 --seconds 60 --line-period 5]
     .venv/bin/python benchmarks/load_sidecar.py all
 
 `clients`: a real `dsh-sidecar` at the default interval (1.5 s) watches a busy simulated job (8
@@ -18,10 +19,14 @@ and keeps 20 s of history.
 Reports its RSS over time, the history length and any segment of a killed child left behind.
 
 `flood`: N connections that send half a request line and then nothing; reports whether a new client
-still gets an answer (waitress stops accepting at 100 open connections and drops idle ones after
-120 s).
+still gets an answer (sidecar/wsgi.py closes the most stalled connection past 256 and any request
+not complete 10 s after its first byte).
 
-The same code (clients, churn) runs shorter in tests/stress/test_load.py. No GPU needed (tests/fakenvml).
+`slowloris`: N connections that each send a request line and then one header line every
+--line-period seconds, never finishing (a connection the sidecar closes is reopened at once), while
+a new client GETs /healthz and the status every 0.5 s: its latencies, failures, and the sidecar's RSS.
+
+The same code (clients, churn, slowloris) runs shorter in tests/stress/test_load.py. No GPU needed (tests/fakenvml).
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ from tests.stress.loadgen import (  # noqa: E402
     cadence,
     get,
     history_times,
+    measure_under_slowloris,
     poll_duration,
     proc_cpu_rss,
     run_clients,
@@ -199,6 +205,32 @@ def flood(work: Path, driver: Driver, connections: int) -> dict:
     return {"connections": connections, "during": during, "after": after, "log": log[:1]}
 
 
+def slowloris(work: Path, driver: Driver, connections: int, seconds: float, line_period_s: float) -> dict:
+    driver.write({"gpus": [gpu(0)]})
+    with BusyJob(work, processes=8, gpus=1) as job:
+        driver.write(busy_scenario(job.pids, 1))
+        with Sidecar(["--pid", str(job.pid), "--port", "0"], env=driver.env()) as sc:
+            sc.wait_status(lambda d: len(d["processes"]) == 8, what="job of 8 processes")
+            port = int(sc.url.rsplit(":", 1)[1])
+            _, rss0, _ = proc_cpu_rss(sc.proc.pid)
+            result = measure_under_slowloris(sc.proc.pid, port, connections, seconds, line_period_s)
+    print(
+        f"\n## {connections} connections trickling one header line every {line_period_s} s, {seconds:.0f} s\n"
+    )
+    print("| route | requests | failed | p50 | p99 | max |")
+    print("|---|---|---|---|---|---|")
+    for path, r in result["routes"].items():
+        print(
+            f"| {path} | {r['requests']} | {r['failed']} | {r['p50_ms']} ms | {r['p99_ms']} ms | {r['max_ms']} ms |"
+        )
+    print(
+        f"\nSlow connections still open at the end: {result['slow_open_at_end']} of {connections}; "
+        f"reopened after the sidecar closed them: {result['reopened']}. Sidecar RSS {rss0:.1f} MiB before, "
+        f"{result['rss_mib']:.1f} MiB at the end (peak {result['rss_peak_mib']:.1f})."
+    )
+    return result
+
+
 def get_with_timeout(port: int, timeout_s: float) -> tuple[int, bytes]:
     import http.client
 
@@ -213,8 +245,14 @@ def get_with_timeout(port: int, timeout_s: float) -> tuple[int, bytes]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["clients", "churn", "flood", "all"])
-    ap.add_argument("--connections", type=int, default=150, help="flood: idle connections to open")
+    ap.add_argument("what", choices=["clients", "churn", "flood", "slowloris", "all"])
+    ap.add_argument(
+        "--connections",
+        type=int,
+        default=None,
+        help="flood: idle connections (150); slowloris: slow ones (200)",
+    )
+    ap.add_argument("--line-period", type=float, default=5.0, help="slowloris: seconds between header lines")
     ap.add_argument("--clients", type=int, default=50)
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument(
@@ -236,7 +274,11 @@ def main() -> int:
         if args.what in ("churn", "all"):
             results["churn"] = churn(work, driver, args.seconds, args.churn_period)
         if args.what in ("flood", "all"):
-            results["flood"] = flood(work, driver, args.connections)
+            results["flood"] = flood(work, driver, args.connections or 150)
+        if args.what in ("slowloris", "all"):
+            results["slowloris"] = slowloris(
+                work, driver, args.connections or 200, args.seconds, args.line_period
+            )
     print(f"\nload average {os.getloadavg()[0]:.2f} at the end")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))

@@ -12,7 +12,6 @@ bound. Every failure prints one line saying what happened and what to do, never 
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import json
 import os
 import signal
@@ -24,6 +23,7 @@ import time
 from typing import Any
 
 from sidecar import __version__
+from sidecar.hosts import is_loopback_host, valid_host_name
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -32,6 +32,11 @@ EXIT_PORT = 4
 MIN_INTERVAL_S = 0.1
 CHEAP_INTERVAL_S = 0.5
 DEFAULT_PORT = 8765
+MIN_REMOTE_TOKEN_CHARS = 16
+MAX_HISTORY_S = 86400.0  # a day: 57,601 samples at 1.5 s, 41-115 MiB (docs/reliability.md)
+MAX_GRACE_S = 86400.0  # a day; --stay serves for ever
+# Variables that carry the sidecar's own secrets: the job started by `run` never sees them.
+SIDECAR_SECRET_ENV = ("DSH_SIDECAR_TOKEN",)
 
 
 class UsageError(Exception):
@@ -60,6 +65,24 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _bounded_seconds(limit_s: float, *, zero_ok: bool):
+    """An argparse type: a finite number of seconds, at most `limit_s` (inf, nan and 1e12 are
+    refused: they would never end or would size a buffer by them)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        low_ok = value >= 0 if zero_ok else value > 0
+        if not (low_ok and value <= limit_s):  # also refuses nan
+            least = "0 or more" if zero_ok else "a positive number of"
+            raise argparse.ArgumentTypeError(f"must be {least} seconds, at most {limit_s:.0f}: {text!r}")
+        return value
+
+    return parse
+
+
 def _port(text: str) -> int:
     try:
         value = int(text)
@@ -80,6 +103,14 @@ def _pid(text: str) -> int:
     return value
 
 
+def _host_name(text: str) -> str:
+    if not valid_host_name(text):
+        raise argparse.ArgumentTypeError(
+            f"not a host name or IP address: {text!r} (give the name alone, e.g. gpu-node-07.example.org)"
+        )
+    return text.strip()
+
+
 def _add_serve_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; others need --token)"
@@ -89,17 +120,32 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
         "--interval", type=_positive_float, default=1.5, help="seconds between polls (default 1.5)"
     )
     p.add_argument(
-        "--history", type=_positive_float, default=600.0, help="seconds of history to keep (default 600)"
+        "--history",
+        type=_bounded_seconds(MAX_HISTORY_S, zero_ok=False),
+        default=600.0,
+        help=f"seconds of history to keep (default 600, at most {MAX_HISTORY_S:.0f})",
     )
     p.add_argument(
         "--token",
         default=os.environ.get("DSH_SIDECAR_TOKEN"),
         help="require 'Authorization: Bearer TOKEN' (default: $DSH_SIDECAR_TOKEN)",
     )
+    p.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        type=_host_name,
+        metavar="NAME",
+        help="also answer requests whose Host header is NAME (repeatable; the bound host, loopback "
+        "names and, for 0.0.0.0 or ::, this machine's name and its addresses are always answered)",
+    )
     p.add_argument("--job-name", default=None, help="adds a job_name label to /metrics")
     p.add_argument("--stay", action="store_true", help="keep serving after the job has exited")
     p.add_argument(
-        "--grace", type=float, default=10.0, help="seconds to keep serving after the job exits (default 10)"
+        "--grace",
+        type=_bounded_seconds(MAX_GRACE_S, zero_ok=True),
+        default=10.0,
+        help=f"seconds to keep serving after the job exits (default 10, at most {MAX_GRACE_S:.0f}; see --stay)",
     )
 
 
@@ -145,9 +191,7 @@ def _check_serve_args(args: argparse.Namespace) -> None:
             file=sys.stderr,
             flush=True,
         )
-    if not args.grace >= 0:  # also refuses nan, which would never end the grace period
-        raise UsageError("--grace must be 0 or more seconds")
-    if not _is_loopback(args.host) and not args.token:
+    if not is_loopback_host(args.host) and not args.token:
         raise UsageError(
             f"--host {args.host} is reachable from other machines: add --token TOKEN (or set "
             "DSH_SIDECAR_TOKEN) so only you can read it"
@@ -156,6 +200,24 @@ def _check_serve_args(args: argparse.Namespace) -> None:
         socket.getaddrinfo(args.host, None)
     except (OSError, UnicodeError):
         raise UsageError(_bad_host(args.host)) from None
+    _check_token(args.token, loopback=is_loopback_host(args.host))
+
+
+def _check_token(token: str | None, loopback: bool) -> None:
+    """A Bearer header carries printable ASCII only: any other token would never match. Beyond
+    loopback anyone on the network may guess, so it must be long too."""
+    if not token:
+        return
+    if not all("!" <= c <= "~" for c in token):
+        raise UsageError(
+            "the token must be printable ASCII without spaces (a Bearer header cannot carry other "
+            "characters), e.g. one from `openssl rand -hex 16`"
+        )
+    if not loopback and len(token) < MIN_REMOTE_TOKEN_CHARS:
+        raise UsageError(
+            f"the token is {len(token)} characters: a sidecar reachable from other machines needs at "
+            f"least {MIN_REMOTE_TOKEN_CHARS} (e.g. `openssl rand -hex 16`)"
+        )
 
 
 def _bad_host(host: str) -> str:
@@ -163,15 +225,6 @@ def _bad_host(host: str) -> str:
         f"--host {host!r} is neither an address nor a name this machine can resolve: give an IP "
         "address (127.0.0.1, or 0.0.0.0 for every interface) or a resolvable host name"
     )
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _rules_from_env():
@@ -223,6 +276,10 @@ def _pid_exists(pid: int) -> bool:
 
 
 def _main_serve(args: argparse.Namespace) -> int:
+    if args.json and not args.once:
+        raise UsageError(
+            "--json prints one status document and needs --once (dsh-sidecar --pid PID --once --json)"
+        )
     if not args.once:
         _check_serve_args(args)
     elif args.interval < MIN_INTERVAL_S:
@@ -243,28 +300,38 @@ def _main_serve(args: argparse.Namespace) -> int:
             doc = poller.poll_once()
         finally:
             poller.stop()
-        print(json.dumps(doc, indent=2, ensure_ascii=False) if args.json else human_summary(doc), flush=True)
-        return EXIT_OK
+        text = json.dumps(doc, indent=2, ensure_ascii=False) if args.json else human_summary(doc)
+        return _print_to_a_pipe(text)
     return _serve(args, poller, child=None)
 
 
-def _serve(args: argparse.Namespace, poller, child: subprocess.Popen | None) -> int:
-    from waitress.server import create_server
+def _print_to_a_pipe(text: str) -> int:
+    """Print `text`; a reader that stops early (`| head -2`) ends it quietly, as for any Unix tool."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        # Python would flush stdout again at exit and print a traceback: point it at /dev/null.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return EXIT_OK
 
+
+def _serve(args: argparse.Namespace, poller, child: subprocess.Popen | None) -> int:
+    from sidecar.hosts import host_policy
     from sidecar.metrics import make_metrics
     from sidecar.server import ServerConfig, create_app
+    from sidecar.wsgi import create_server
 
-    config = ServerConfig(token=args.token, interval_s=args.interval, job_name=args.job_name)
+    config = ServerConfig(
+        token=args.token,
+        interval_s=args.interval,
+        job_name=args.job_name,
+        hosts=host_policy(args.host, tuple(args.allow_host)),
+    )
     app = create_app(config, poller, metrics=make_metrics(poller, job_name=args.job_name))
     try:
-        server = create_server(
-            app,
-            host=args.host,
-            port=args.port,
-            threads=8,
-            ident="dsh-sidecar",
-            clear_untrusted_proxy_headers=True,
-        )
+        server = create_server(app, args.host, args.port)
     except ValueError:  # waitress: a host that does not resolve ("Invalid host/port specified.")
         if child is not None:
             _stop_child(child)
@@ -304,11 +371,12 @@ def _serve(args: argparse.Namespace, poller, child: subprocess.Popen | None) -> 
             if gone_since is None:
                 gone_since = time.monotonic()
                 code = child.returncode if child is not None else None
-                note = f" with exit code {code}" if code is not None else ""
                 tail = (
-                    "; --stay keeps serving" if not args.stay else "; still serving (--stay), Ctrl-C to stop"
+                    "; still serving (--stay), Ctrl-C to stop"
+                    if args.stay
+                    else f"; the sidecar stops in {args.grace:g} s (--stay would keep it serving)"
                 )
-                print(f"dsh-sidecar: the job (pid {poller.target_pid}) exited{note}{tail}", flush=True)
+                print(f"dsh-sidecar: the job (pid {poller.target_pid}) {exit_note(code)}{tail}", flush=True)
                 if child is not None:
                     poller.poll_once()  # record the exit now, not one interval later
             if args.stay:
@@ -325,6 +393,19 @@ def _serve(args: argparse.Namespace, poller, child: subprocess.Popen | None) -> 
         rc = child.returncode
         return 128 - rc if rc is not None and rc < 0 else (rc or 0)
     return EXIT_OK
+
+
+def exit_note(returncode: int | None) -> str:
+    """How the job ended: "exited with exit code 7", "was killed by SIGKILL" (Popen says -9)."""
+    if returncode is None:
+        return "exited"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"was killed by {name}"
+    return f"exited with exit code {returncode}"
 
 
 class _Signals:
@@ -377,7 +458,8 @@ def _main_run(args: argparse.Namespace) -> int:
     _SIGNALS.install()
     try:
         # Its own session: a terminal's Ctrl-C reaches us once and we forward it once.
-        child = subprocess.Popen(cmd, start_new_session=True)
+        env = {k: v for k, v in os.environ.items() if k not in SIDECAR_SECRET_ENV}
+        child = subprocess.Popen(cmd, start_new_session=True, env=env)
     except OSError as exc:
         return _fail(EXIT_USAGE, f"cannot start {cmd[0]!r}: {exc.strerror or exc}")
     _SIGNALS.child = child

@@ -7,9 +7,12 @@ missing keys.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from probe.segment import MODEL_COLLECTED, PUBLISH_FAILED
+from sidecar import bounds
+from sidecar.bounds import MAX_ID_CHARS, MAX_MESSAGE_CHARS, clip, clip_args, clip_opt
 from sidecar.verdict import (
     Facts,
     GpuFacts,
@@ -35,8 +38,9 @@ def _float(x: Any) -> float | None:
     return float(x) if isinstance(x, int | float) else None
 
 
-def _str(x: Any) -> str | None:
-    return x if isinstance(x, str) else None
+def _str(x: Any, limit: int = bounds.MAX_TEXT_CHARS) -> str | None:
+    """A string from a process, clipped (sidecar/bounds.py); anything else None."""
+    return clip_opt(x, limit)
 
 
 def models_from_payload(payload: dict[str, Any]) -> tuple[ModelFacts, ...]:
@@ -45,13 +49,16 @@ def models_from_payload(payload: dict[str, Any]) -> tuple[ModelFacts, ...]:
         if not isinstance(m, dict):
             continue
         devices = m.get("devices")
+        kinds = (
+            list(dict.fromkeys(d for d in devices if isinstance(d, str))) if isinstance(devices, list) else []
+        )
         out.append(
             ModelFacts(
                 name=_str(m.get("name")) or _str(m.get("class")) or "model",
-                device=_str(m.get("device")),
-                devices=tuple(d for d in devices if isinstance(d, str)) if isinstance(devices, list) else (),
+                device=_str(m.get("device"), MAX_ID_CHARS),
+                devices=tuple(clip(d, MAX_ID_CHARS) for d in kinds[: bounds.MAX_DEVICES_SHOWN]),
                 params=_int(m.get("params")),
-                input_device=_str(m.get("input_device")),
+                input_device=_str(m.get("input_device"), MAX_ID_CHARS),
                 forward_calls=_int(m.get("forward_calls")) or 0,
                 forward_rate_hz=_float(m.get("forward_rate_hz")),
                 data_wait_fraction=_float(m.get("data_wait_fraction")),
@@ -104,7 +111,7 @@ def collected_models(payload: dict[str, Any]) -> tuple[str, ...]:
     if not isinstance(errors, list):
         return ()
     names = (_str(e.get("message")) for e in errors if isinstance(e, dict) and e.get("where") == MODEL_COLLECTED)
-    return tuple(sorted({n for n in names if n}))
+    return tuple(sorted({n for n in names if n}))[: bounds.MAX_MODELS_PER_PROCESS]
 
 
 def is_mp_child(cmdline: tuple[str, ...] | None) -> bool:
@@ -122,18 +129,18 @@ def process_facts(proc, read, gpu: tuple[ProcGpu, ...], target_pid: int) -> Proc
         pid=proc.pid,
         ppid=proc.ppid,
         depth=proc.depth,
-        name=proc.name,
+        name=clip(proc.name) if isinstance(proc.name, str) else proc.name,
         is_target=proc.pid == target_pid,
         probe_state=read.state if read is not None else "missing",
-        probe_error=read.error if read is not None else None,
+        probe_error=_str(read.error) if read is not None else None,
         probe_unreadable=bool(read and read.unreadable),
-        role=_str(payload.get("role")) if payload else None,
+        role=_str(payload.get("role"), MAX_ID_CHARS) if payload else None,
         worker_id=_int(payload.get("worker_id")) if payload else None,
         rank=_int(payload.get("rank")) if payload else None,
         local_rank=_int(payload.get("local_rank")) if payload else None,
         world_size=_int(payload.get("world_size")) if payload else None,
-        dist_backend=_str(payload.get("dist_backend")) if payload else None,
-        loader=_str(payload.get("loader")) if payload else None,
+        dist_backend=_str(payload.get("dist_backend"), MAX_ID_CHARS) if payload else None,
+        loader=_str(payload.get("loader"), MAX_ID_CHARS) if payload else None,
         mp_helper=is_mp_helper(getattr(proc, "cmdline", None)),
         mp_child=is_mp_child(getattr(proc, "cmdline", None)),
         publish_failure=publish_failure(payload) if payload else None,
@@ -149,12 +156,12 @@ def _runtime_summary(facts: Facts) -> dict[str, Any]:
     procs = sorted((p for p in facts.processes if p.runtime), key=lambda p: (not p.is_target, p.depth))
     rt = procs[0].runtime if procs else {}
     return {
-        "torch": _str(rt.get("torch")),
-        "cuda_build": _str(rt.get("cuda_build")),
+        "torch": _str(rt.get("torch"), MAX_ID_CHARS),
+        "cuda_build": _str(rt.get("cuda_build"), MAX_ID_CHARS),
         "cudnn": _int(rt.get("cudnn")),
         "cuda_available": rt.get("cuda_available") if isinstance(rt.get("cuda_available"), bool) else None,
         "device_count": _int(rt.get("device_count")),
-        "cuda_visible_devices": _str(rt.get("cuda_visible_devices")),
+        "cuda_visible_devices": _str(rt.get("cuda_visible_devices"), MAX_ID_CHARS),
     }
 
 
@@ -186,7 +193,7 @@ def process_entry(p: ProcessFacts, cmdline: tuple[str, ...] | None) -> dict[str,
         "probe": p.has_probe,
         "probe_state": p.probe_state,
         "name": p.name,
-        "cmdline": list(cmdline) if cmdline is not None else None,
+        "cmdline": clip_args(cmdline) if cmdline is not None else None,
         "cpu_percent": None,
         "rss_mb": None,
         "rank": p.rank,
@@ -211,8 +218,9 @@ def process_entry(p: ProcessFacts, cmdline: tuple[str, ...] | None) -> dict[str,
                 "step_source": m.step_source,
                 "shared_memory": m.shared_memory,
             }
-            for m in p.models
+            for m in p.models[: bounds.MAX_MODELS_SHOWN]
         ],
+        "models_omitted": max(0, len(p.models) - bounds.MAX_MODELS_SHOWN),
         "gpu": [{"index": g.index, "mem_used_mb": g.mem_used_mib, "sm_util": g.sm_util} for g in p.gpu],
         "probe_error": p.probe_error if p.probe_state not in ("ok", "missing") else None,
     }
@@ -240,15 +248,22 @@ def status_document(
     runtime = _runtime_summary(facts)
     processes = []
     fresh: dict[int, tuple] = {}
+    budget_bytes = bounds.MAX_PROCESS_BYTES
     for p in facts.processes:
+        if len(processes) == bounds.MAX_PROCESSES_SHOWN:
+            break
         info = proc_info.get(p.pid)
         cmdline = info.cmdline if info else None
         hit = entry_cache.get(p.pid) if entry_cache is not None else None
         if hit is not None and hit[0] is p and hit[1] is cmdline:
-            entry = hit[2].copy()  # the same facts: only what the OS says per poll is new
+            entry, size = hit[2].copy(), hit[3]  # the same facts: only what the OS says per poll is new
         else:
             entry = process_entry(p, cmdline)
-        fresh[p.pid] = (p, cmdline, entry)
+            size = len(json.dumps(entry, ensure_ascii=False).encode())
+        if size > budget_bytes:
+            break  # hostile sizes: the rest is counted in processes_omitted
+        budget_bytes -= size
+        fresh[p.pid] = (p, cmdline, entry, size)
         rss_mib = info.rss_mib if info else None
         entry["cpu_percent"] = info.cpu_percent if info else None
         entry["rss_mb"] = None if rss_mib is None else round(rss_mib, 1)
@@ -256,6 +271,7 @@ def status_document(
     if entry_cache is not None:
         entry_cache.clear()
         entry_cache.update(fresh)
+    shown_events = events[-bounds.MAX_EVENTS_SHOWN :]
     return {
         "schema": SCHEMA,
         "time": time_s,
@@ -263,15 +279,15 @@ def status_document(
         "target": {
             "pid": facts.target_pid,
             "alive": facts.target_alive,
-            "name": target_name,
-            "cmdline": target_cmdline,
+            "name": clip_opt(target_name),
+            "cmdline": clip_args(target_cmdline) if target_cmdline is not None else None,
             "create_time": target_create_time,
         },
         "status": verdict.status,
-        "message": verdict.message,
-        "message_zh": verdict.message_zh,
-        "warning": verdict.warnings[0].message if verdict.warnings else None,
-        "warnings": [w.as_dict() for w in verdict.warnings],
+        "message": clip(verdict.message, MAX_MESSAGE_CHARS),
+        "message_zh": clip_opt(verdict.message_zh, MAX_MESSAGE_CHARS),
+        "warning": clip(verdict.warnings[0].message, MAX_MESSAGE_CHARS) if verdict.warnings else None,
+        "warnings": [_warning_entry(w) for w in verdict.warnings],
         "model_device": verdict.model_device,
         "input_device": verdict.input_device,
         "cuda_available": runtime["cuda_available"],
@@ -307,8 +323,17 @@ def status_document(
             for s in facts.system_gpus
         ],
         "processes": processes,
-        "events": events,
+        "processes_omitted": len(facts.processes) - len(processes),
+        "events": [{**e, "name": clip_opt(e.get("name"))} for e in shown_events],
+        "events_omitted": len(events) - len(shown_events),
     }
+
+
+def _warning_entry(w) -> dict[str, Any]:
+    """A warning's dict with its texts clipped: they quote names and pids taken from processes."""
+    out = {k: clip(v, MAX_MESSAGE_CHARS) if isinstance(v, str) else v for k, v in w.as_dict().items()}
+    out["pids"] = out["pids"][: bounds.MAX_PROCESSES_SHOWN]
+    return out
 
 
 def system_gpu_facts(system_gpus, gpus: tuple[GpuFacts, ...]) -> tuple[SystemGpuFacts, ...]:

@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
+from sidecar.bounds import clip_opt
 from sidecar.verdict import RecentSample
 
 MAX_EVENTS = 1000
@@ -85,6 +86,8 @@ class History:
     def add_events(self, events: Iterable[dict[str, Any]]) -> None:
         with self._lock:
             for ev in events:
+                # Kept up to MAX_EVENTS, so each name is clipped here: a process chooses them.
+                ev = {**ev, "name": clip_opt(ev.get("name"))}
                 key = (ev.get("pid"), ev.get("time"), ev.get("name"))
                 if key in self._event_keys:
                     continue

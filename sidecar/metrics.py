@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from sidecar import __version__
+from sidecar.bounds import MAX_LABEL_CHARS, clip
 from sidecar.verdict import STATUSES
 
 MIB = 1048576
@@ -38,8 +39,9 @@ RANK_LABELS = ["pid", "rank", "local_rank", "world_size"]
 
 
 def _text(x: Any) -> str:
-    """A label value: "" for None (Prometheus treats an empty label as an absent one)."""
-    return "" if x is None else str(x)
+    """A label value: "" for None (Prometheus treats an empty label as an absent one), clipped to
+    MAX_LABEL_CHARS (a process chooses its model names)."""
+    return "" if x is None else clip(str(x), MAX_LABEL_CHARS)
 
 
 class _Family:

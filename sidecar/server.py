@@ -9,17 +9,26 @@ from __future__ import annotations
 import hmac
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from flask import Flask, Response, abort, jsonify, redirect, request, send_from_directory
 from werkzeug.exceptions import HTTPException
 
 from sidecar import __version__
+from sidecar.bounds import MAX_EVENTS_SHOWN
+from sidecar.hosts import HostPolicy
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 API = "/api/dsh-gpu-dashboard"
-TOKEN_COOKIE = "dsh_sidecar_token"
+TOKEN_COOKIE = "dsh_sidecar_token"  # + "_<port>": cookies are per host, not per port
+
+
+def token_cookie_name(port: str | int | None) -> str:
+    """One cookie per sidecar: logging into a second sidecar on the host must not log out the first."""
+    return f"{TOKEN_COOKIE}_{port}" if port else TOKEN_COOKIE
+
+
 PUBLIC_PATHS = ("/healthz",)
 
 
@@ -29,6 +38,7 @@ class ServerConfig:
     interval_s: float = 1.5
     job_name: str | None = None
     static_dir: str = STATIC_DIR
+    hosts: HostPolicy = field(default_factory=HostPolicy)
 
 
 def _token_ok(expected: str, given: str | None) -> bool:
@@ -41,25 +51,33 @@ def create_app(config: ServerConfig, source: Any, metrics: Any = None) -> Flask:
     app = Flask(__name__, static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = 1024  # GET-only API: no body is ever needed
     app.json.sort_keys = False
+    app.json.ensure_ascii = False  # UTF-8: a non-ASCII name costs its bytes, not 6-12 per character
     app.url_map.merge_slashes = False  # "//etc/passwd" gets a 404, not a redirect
 
     @app.before_request
     def _guard():
+        host = request.environ.get("HTTP_HOST")
+        if not config.hosts.allows(host):
+            shown = repr(host[:64]) if host is not None else "no Host header"
+            return _error(
+                421,
+                f"this sidecar does not answer to {shown}: use {config.hosts.describe()} "
+                "(start it with --allow-host NAME for another name)",
+            )
         if request.method not in ("GET", "HEAD"):
             return _error(405, "method not allowed: this API is read-only (GET, HEAD)")
         if config.token and request.path not in PUBLIC_PATHS:
             header = request.headers.get("Authorization", "")
             bearer = header[7:] if header.startswith("Bearer ") else None
             query_token = request.args.get("token") if request.path == "/" else None
+            cookie = token_cookie_name(request.environ.get("SERVER_PORT"))
             if query_token is not None and _token_ok(config.token, query_token):
                 # The page cannot send a header on navigation: trade the query token for a cookie
                 # and drop it from the address bar.
                 resp = redirect("./", code=303)
-                resp.set_cookie(TOKEN_COOKIE, query_token, httponly=True, samesite="Strict")
+                resp.set_cookie(cookie, query_token, httponly=True, samesite="Strict")
                 return resp
-            if not (
-                _token_ok(config.token, bearer) or _token_ok(config.token, request.cookies.get(TOKEN_COOKIE))
-            ):
+            if not (_token_ok(config.token, bearer) or _token_ok(config.token, request.cookies.get(cookie))):
                 return _error(
                     401, "missing or wrong token: send 'Authorization: Bearer TOKEN' (or open /?token=TOKEN)"
                 )
@@ -110,12 +128,15 @@ def create_app(config: ServerConfig, source: Any, metrics: Any = None) -> Flask:
             if not math.isfinite(since):
                 return _error(400, "since must be a finite number")
         hist = source.history
+        events = hist.events(since)
+        shown = events[-MAX_EVENTS_SHOWN:]
         return jsonify(
             {
                 "schema": 1,
                 "interval_s": config.interval_s,
                 "samples": [s.as_dict() for s in hist.samples(since)],
-                "events": hist.events(since),
+                "events": shown,
+                "events_omitted": len(events) - len(shown),
             }
         )
 

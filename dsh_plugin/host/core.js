@@ -8,6 +8,9 @@ export const DEFAULT_SIDECAR_URL = 'http://127.0.0.1:8765'
 export const DEFAULT_TIMEOUT_MS = 2000
 export const MIN_TIMEOUT_MS = 100
 export const MAX_TIMEOUT_MS = 10000
+// The most the proxy passes on from the sidecar (its status document is bounded to 1 MiB, the
+// history to a few); sidecar/bounds.py PROXY_MAX_BODY_BYTES is the same number (a test checks).
+export const MAX_BODY_BYTES = 4 * 1024 * 1024
 export const START_HINT =
   'Start the sidecar next to your training process: `dsh-sidecar --pid PID` ' +
   '(attach to a running process) or `dsh-sidecar run -- python train.py` (launch and watch).'

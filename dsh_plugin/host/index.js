@@ -14,6 +14,7 @@ import http from 'node:http'
 import {
   API_PREFIX,
   DEFAULT_SIDECAR_URL,
+  MAX_BODY_BYTES,
   PLUGIN_NAME,
   ROUTE_PREFIX,
   START_HINT,
@@ -27,7 +28,6 @@ import {
 export const name = PLUGIN_NAME
 export const inject = ['webServer']
 
-const MAX_BODY_BYTES = 16 * 1024 * 1024
 const VERSION = '0.1.0'
 
 /**
@@ -170,6 +170,18 @@ export function createHandler(config, log, configWarnings = []) {
         return
       }
       noteReachable(true)
+      const declared = Number(up.headers['content-length'])
+      if (Number.isFinite(declared) && declared > MAX_BODY_BYTES) {
+        done()
+        up.destroy()
+        sendJson(req, res, 502, {
+          error: 'sidecar-response-too-large',
+          url: config.sidecarUrl,
+          detail: `the sidecar answered ${declared} bytes, more than the ${MAX_BODY_BYTES} this proxy passes on`,
+          hint: 'Is the sidecar a dsh-gpu-dashboard sidecar of a matching version?',
+        })
+        return
+      }
       const out = {
         'Content-Type': 'application/json; charset=utf-8',
         'Cache-Control': 'no-store',

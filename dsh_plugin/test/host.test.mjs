@@ -5,6 +5,7 @@ import http from 'node:http'
 import { after, before, describe, test } from 'node:test'
 import {
   DEFAULT_SIDECAR_URL,
+  MAX_BODY_BYTES,
   isAcceptableOrigin,
   isLoopbackHostHeader,
   isLoopbackHostname,
@@ -172,7 +173,7 @@ describe('proxy handler', () => {
 
   before(async () => {
     sidecar = await listen((req, res) => {
-      seen.push({ method: req.method, url: req.url, auth: req.headers.authorization || null })
+      seen.push({ method: req.method, url: req.url, auth: req.headers.authorization || null, host: req.headers.host })
       if (req.url.startsWith('/api/dsh-gpu-dashboard/status')) {
         res.writeHead(200, { 'Content-Type': 'application/json' })
         return res.end(req.method === 'HEAD' ? undefined : JSON.stringify({ schema: 1, status: 'GPU' }))
@@ -205,6 +206,8 @@ describe('proxy handler', () => {
     const last = seen[seen.length - 1]
     assert.equal(last.url, '/api/dsh-gpu-dashboard/status')
     assert.equal(last.auth, 'Bearer s3cret')
+    // The sidecar answers only a Host that names its loopback address (its DNS-rebinding guard).
+    assert.equal(last.host, `127.0.0.1:${sidecarPort}`)
   })
   test('HEAD is forwarded as HEAD', async () => {
     const r = await request(proxyPort, '/dsh-gpu-dashboard/api/status', { method: 'HEAD' })
@@ -278,6 +281,42 @@ describe('proxy handler', () => {
       s.close()
       hang.closeAllConnections()
       hang.close()
+    }
+  })
+  test('an answer over the size cap is refused with 502, declared or streamed', async () => {
+    const big = Buffer.alloc(MAX_BODY_BYTES + 1, 0x20)
+    const up = await listen((req, res) => {
+      if (req.url.includes('history')) {
+        res.writeHead(200, { 'Content-Type': 'application/json' }) // chunked: no length declared
+        res.write(big.subarray(0, MAX_BODY_BYTES))
+        return res.end(' ')
+      }
+      res.writeHead(200, { 'Content-Type': 'application/json', 'Content-Length': big.length })
+      res.end(big)
+    })
+    const { config } = normalizeConfig({ sidecarUrl: `http://127.0.0.1:${up.address().port}` })
+    const h = createHandler(config, quiet)
+    const s = await listen(h)
+    try {
+      const r = await request(s.address().port, '/dsh-gpu-dashboard/api/status')
+      assert.equal(r.status, 502)
+      assert.equal(r.json.error, 'sidecar-response-too-large')
+      // Streamed: the headers are gone already, so the connection is cut before the cap is passed.
+      const received = await new Promise((resolve) => {
+        let bytes = 0
+        const req = http.get({ host: '127.0.0.1', port: s.address().port, path: '/dsh-gpu-dashboard/api/history', agent: false }, (res) => {
+          res.on('data', (c) => (bytes += c.length))
+          res.on('error', () => {})
+          res.on('close', () => resolve({ bytes, complete: res.complete }))
+        })
+        req.on('error', () => resolve({ bytes, complete: false }))
+      })
+      assert.equal(received.complete, false)
+      assert.ok(received.bytes <= MAX_BODY_BYTES, received.bytes)
+    } finally {
+      h.close()
+      s.close()
+      up.close()
     }
   })
   test('a non-JSON answer is never passed through', async () => {

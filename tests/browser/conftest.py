@@ -33,7 +33,10 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 REPO = Path(__file__).resolve().parents[2]
-SCREENSHOTS = REPO / "docs" / "screenshots"
+# Where screenshots go. Tests write only to temporary folders: scripts/screenshots.sh sets this to
+# docs/screenshots to refresh the documentation's pictures; otherwise a folder of the test session.
+SCREENSHOTS_ENV = "DSH_SCREENSHOTS_DIR"
+_screenshots: dict[str, Path] = {}
 
 # The two simulated NVIDIA cards and their PCI addresses as sysfs writes them.
 GPU_NAMES = ["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"]
@@ -68,7 +71,8 @@ def wait_js(page, expression: str, arg: Any = None, timeout_ms: int = 15_000, in
 
 
 @pytest.fixture(scope="session")
-def chromium():
+def playwright_session():
+    """One Playwright for the session (a second sync_playwright() in the same thread is refused)."""
     if not (os.path.exists(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
         pytest.skip(f"Debian's Chromium is not installed at {CHROMIUM} (apt-get install -y chromium)")
     try:
@@ -76,11 +80,20 @@ def chromium():
     except ImportError:
         pytest.skip("the playwright Python package is not installed")
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
+        yield pw
+
+
+def launch_chromium(pw, extra_args: tuple[str, ...] = ()):
+    return pw.chromium.launch(executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, *extra_args])
+
+
+@pytest.fixture(scope="session")
+def chromium(playwright_session):
+    browser = launch_chromium(playwright_session)
+    try:
+        yield browser
+    finally:
+        browser.close()
 
 
 @dataclass
@@ -135,12 +148,26 @@ def pages(chromium) -> Iterator[Pages]:
     p.close()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def screenshots_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """$DSH_SCREENSHOTS_DIR if set (scripts/screenshots.sh), else a temporary folder of this session."""
+    given = os.environ.get(SCREENSHOTS_ENV)
+    path = Path(given).resolve() if given else tmp_path_factory.mktemp("screenshots")
+    path.mkdir(parents=True, exist_ok=True)
+    _screenshots["dir"] = path
+    return path
+
+
+def screenshot_path(name: str) -> Path:
+    """The file for screenshot NAME (e.g. "page-gpu") in the session's screenshot folder."""
+    return _screenshots["dir"] / f"{name}.png"
+
+
 def screenshot(
     page, name: str, full_page: bool = False, element: str | None = None, keep_mouse: bool = False
 ) -> Path:
-    """Save docs/screenshots/page-NAME.png (the README uses the best ones)."""
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    path = SCREENSHOTS / f"page-{name}.png"
+    """Save page-NAME.png in the screenshot folder (docs/screenshots via scripts/screenshots.sh)."""
+    path = screenshot_path(f"page-{name}")
     if not keep_mouse:
         page.mouse.move(0, 0)
     if element:  # the element with a margin of page around it, so its borders are not cut

@@ -9,7 +9,7 @@ sleeping child. Every process a test starts is stopped by its pid.
 
 DSH itself is installed by scripts/install_dsh.sh into a reused cache directory (CI runs it
 before the tests); these tests skip, saying why, only when that install is impossible here.
-Screenshots go to docs/screenshots/dsh-*.png.
+Screenshots go to dsh-*.png in a temporary folder (scripts/screenshots.sh: docs/screenshots).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.conftest import SCREENSHOTS
+from tests.browser.conftest import screenshot_path
 from tests.browser.dsh_env import (
     DSH_VERSION,
     FAILED_TO_LOAD,
@@ -105,8 +105,7 @@ def wait_for_panel(page, testid: str = "dsh-gpu-chip", timeout_ms: int = 30_000)
 
 
 def shot(page, name: str) -> Path:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    path = SCREENSHOTS / f"dsh-{name}.png"
+    path = screenshot_path(f"dsh-{name}")
     page.screenshot(path=str(path))
     return path
 

@@ -2,7 +2,7 @@
 
 Each stack is: a fake job tree publishing probe facts (probe.segment's writer), the simulated NVIDIA
 driver reporting the job's pids, a fake /sys with an Intel iGPU, and `python -m sidecar.cli`.
-Screenshots go to docs/screenshots/page-*.png.
+Screenshots go to page-*.png in a temporary folder (scripts/screenshots.sh: docs/screenshots).
 """
 
 from __future__ import annotations

@@ -93,6 +93,46 @@ def test_non_loopback_with_token_is_allowed_and_enforced(fake_nvml):
         assert code in (200, 503)
 
 
+def host_get(port: int, path: str, host: str) -> int:
+    """The status code of GET path on 127.0.0.1:port sent with `Host: host`."""
+    with socket.create_connection(("127.0.0.1", port), 5) as s:
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        return int(s.makefile("rb").readline().split()[1])
+
+
+def test_allow_host_adds_names_to_a_wildcard_bind(fake_nvml):
+    fake_nvml.write({"gpus": []})
+    token = "a-token-of-24-characters"
+    with Sidecar(
+        [
+            "--pid",
+            str(subprocess.os.getpid()),
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "0",
+            "--token",
+            token,
+            "--allow-host",
+            "gpu-node-07.example.org",
+            "--allow-host",
+            "dsh.test",
+        ],
+        env=fake_nvml.env(),
+    ) as sc:
+        port = int(sc.url.rsplit(":", 1)[1])
+        for host in (
+            "gpu-node-07.example.org",
+            f"dsh.test:{port}",
+            "10.9.8.7:8765",
+            "localhost",
+            socket.gethostname(),
+        ):
+            assert host_get(port, "/healthz", host) == 200, host
+        for host in ("evil.example", f"evil.example:{port}", "dsh.test.evil.example"):
+            assert host_get(port, "/healthz", host) == 421, host
+
+
 def test_once_json_matches_the_status_schema(tmp_path, fake_nvml):
     fake_nvml.write({"gpus": [gpu(0, util_gpu=33)]})
     spec = {
@@ -144,7 +184,7 @@ def test_secrets_are_redacted_in_cmdlines(tmp_path, fake_nvml):
         p.wait()
 
 
-def start_run(fake_nvml, script: str, *options: str) -> subprocess.Popen:
+def start_run(fake_nvml, script: str, *options: str, env: dict | None = None) -> subprocess.Popen:
     """`dsh-sidecar run [options] -- python -c SCRIPT` with the simulated driver."""
     return subprocess.Popen(
         [
@@ -165,9 +205,50 @@ def start_run(fake_nvml, script: str, *options: str) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=python_env(base=fake_nvml.env()),
+        env=python_env(base=fake_nvml.env(env or {})),
         cwd=REPO,
     )
+
+
+def test_run_keeps_the_sidecar_token_from_the_job(fake_nvml, tmp_path):
+    fake_nvml.write({"gpus": []})
+    seen = tmp_path / "env.json"
+    script = f"import json, os; json.dump(dict(os.environ), open({str(seen)!r}, 'w'))"
+    proc = start_run(
+        fake_nvml, script, "--grace", "0", env={"DSH_SIDECAR_TOKEN": "s3cret-token-of-the-sidecar"}
+    )
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, (out, err)
+    job_env = json.loads(seen.read_text())
+    assert "DSH_SIDECAR_TOKEN" not in job_env
+    assert "s3cret-token-of-the-sidecar" not in json.dumps(job_env)
+    assert job_env.get("PATH")  # the rest of the environment is the job's as before
+
+
+def test_once_into_a_closed_pipe_ends_quietly(fake_nvml):
+    """`dsh-sidecar --once | head -2`: the reader is gone before the summary is written."""
+    fake_nvml.write({"gpus": []})
+    for extra in ([], ["--json"]):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sidecar.cli", "--pid", str(subprocess.os.getpid()), "--once", *extra],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=python_env(base=fake_nvml.env()),
+            cwd=REPO,
+        )
+        proc.stdout.close()  # before it writes anything: the write meets EPIPE, every time
+        err = proc.stderr.read().decode()
+        assert proc.wait(30) == 0, err
+        assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_run_says_which_signal_killed_the_job(fake_nvml):
+    fake_nvml.write({"gpus": []})
+    proc = start_run(fake_nvml, "import os, time; time.sleep(1); os.kill(os.getpid(), 9)", "--grace", "0")
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + 9, (out, err)
+    assert "was killed by SIGKILL" in out and "exit code -9" not in out, out
+    assert "the sidecar stops in 0 s (--stay would keep it serving)" in out, out
 
 
 def test_run_starts_the_job_and_exits_with_its_code(fake_nvml):
@@ -176,7 +257,7 @@ def test_run_starts_the_job_and_exits_with_its_code(fake_nvml):
     proc = start_run(fake_nvml, script, "--grace", "0.5")
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 7, (out, err)
-    assert "dsh-sidecar: serving http://127.0.0.1:" in out and "exit code 7" in out
+    assert "dsh-sidecar: serving http://127.0.0.1:" in out and "exited with exit code 7" in out
 
 
 def test_run_forwards_sigterm(fake_nvml):

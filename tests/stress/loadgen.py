@@ -9,6 +9,7 @@ import json
 import math
 import os
 import random
+import socket
 import subprocess
 import sys
 import threading
@@ -281,3 +282,124 @@ def history_times(host: str, port: int, since: float | None = None) -> list[floa
     status, body = get(host, port, f"{API}/history" + (f"?since={since!r}" if since is not None else ""))
     assert status == 200, body[:200]
     return [s["time"] for s in json.loads(body)["samples"]]
+
+
+class Slowloris:
+    """`connections` sockets that each send a request line and then one header line every
+    `line_period_s` seconds, never finishing (the slow-client attack). A connection the server
+    closes is reopened at once, so the pressure stays at `connections` open sockets."""
+
+    def __init__(self, host: str, port: int, connections: int, line_period_s: float = 5.0):
+        self.addr = (host, port)
+        self.connections = connections
+        self.line_period_s = line_period_s
+        self.reopened = 0
+        self._stop = threading.Event()
+        self._socks = [self._open() for _ in range(connections)]
+        self._thread = threading.Thread(target=self._trickle, name="slowloris", daemon=True)
+        self._thread.start()
+
+    def _open(self) -> socket.socket:
+        s = socket.create_connection(self.addr, 10)
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n")
+        s.setblocking(False)  # a timeout would make every check below wait for data first
+        return s
+
+    def _trickle(self) -> None:
+        n = 0
+        while not self._stop.wait(self.line_period_s):
+            n += 1
+            for i, s in enumerate(self._socks):
+                if self._stop.is_set():
+                    return
+                try:
+                    if not _still_open(s):
+                        raise ConnectionResetError
+                    s.sendall(b"X-Slow-%d: %d\r\n" % (n, i))
+                except OSError:  # closed by the server: open another one in its place
+                    s.close()
+                    try:
+                        self._socks[i] = self._open()
+                        self.reopened += 1
+                    except OSError:
+                        pass
+
+    def open_count(self) -> int:
+        """Sockets the server has not closed."""
+        return sum(_still_open(s) for s in self._socks)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        for s in self._socks:
+            s.close()
+
+    def __enter__(self) -> Slowloris:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _still_open(s: socket.socket) -> bool:
+    """False once the peer has closed (EOF or reset); `s` is non-blocking."""
+    try:
+        return s.recv(1, socket.MSG_PEEK) != b""
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+
+
+def timed_get(host: str, port: int, path: str, timeout_s: float) -> tuple[int | None, float, str]:
+    """(status or None, seconds, error) of one GET on a fresh connection, as a new client sees it."""
+    t = time.monotonic()
+    conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
+    try:
+        conn.request("GET", path)
+        r = conn.getresponse()
+        r.read()
+        return r.status, time.monotonic() - t, ""
+    except OSError as exc:
+        return None, time.monotonic() - t, type(exc).__name__
+    finally:
+        conn.close()
+
+
+def measure_under_slowloris(
+    pid: int, port: int, connections: int, seconds: float, line_period_s: float
+) -> dict:
+    """A new client's GETs every 0.5 s while `connections` slow ones trickle (shared with the test)."""
+    paths = ["/healthz", f"{API}/status"]
+    times: dict[str, list[float]] = {p: [] for p in paths}
+    failed: dict[str, list[str]] = {p: [] for p in paths}
+    with Slowloris("127.0.0.1", port, connections, line_period_s) as attack:
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < seconds:
+            for path in paths:
+                status, took_s, error = timed_get("127.0.0.1", port, path, timeout_s=5.0)
+                times[path].append(took_s)
+                if status != 200:
+                    failed[path].append(f"{status or error} after {took_s:.1f} s")
+            time.sleep(0.5)
+        slow_open, reopened = attack.open_count(), attack.reopened
+        _, rss, hwm = proc_cpu_rss(pid)
+    routes = {
+        p: {
+            "requests": len(times[p]),
+            "failed": len(failed[p]),
+            "first_failures": failed[p][:3],
+            "p50_ms": round(1000 * percentile(times[p], 50), 1),
+            "p99_ms": round(1000 * percentile(times[p], 99), 1),
+            "max_ms": round(1000 * max(times[p]), 1),
+        }
+        for p in paths
+    }
+    return {
+        "routes": routes,
+        "slow_open_at_end": slow_open,
+        "reopened": reopened,
+        "rss_mib": rss,
+        "rss_peak_mib": hwm,
+    }

@@ -68,6 +68,21 @@ BAD_USAGE = [
     (["--pid", "1", "--host", "0.0.0.0", "--token", ""], ["--token"]),
     (["--pid", "1", "--host", "no-such-host.invalid", "--token", "t"], ["--host", "resolve"]),
     (["--pid", "1", "--host", "a..b", "--token", "t"], ["--host", "resolve"]),
+    (["--pid", "1", "--allow-host", "node:8765"], ["--allow-host", "not a host name"]),
+    (["--pid", "1", "--allow-host", "http://node"], ["--allow-host", "not a host name"]),
+    (["--pid", "1", "--allow-host", "*.example"], ["--allow-host", "not a host name"]),
+    (["--pid", "1", "--allow-host", ""], ["--allow-host", "not a host name"]),
+    (["--pid", "1", "--host", "0.0.0.0", "--token", "short-token"], ["token", "at least 16"]),
+    (["--pid", "1", "--host", "0.0.0.0", "--token", "x" * 15], ["token", "at least 16"]),
+    (["--pid", "1", "--token", "tök én-and-more-characters"], ["token", "printable ASCII"]),
+    (["--pid", "1", "--token", " "], ["token", "printable ASCII"]),
+    (["--pid", "1", "--host", "0.0.0.0", "--token", "with space in a long token"], ["printable ASCII"]),
+    (["run", "--host", "0.0.0.0", "--token", "short", "--", "true"], ["at least 16"]),
+    (["--pid", "1", "--grace", "inf"], ["--grace", "at most"]),
+    (["--pid", "1", "--grace", "1e12"], ["--grace", "at most"]),
+    (["--pid", "1", "--history", "1e12"], ["--history", "at most"]),
+    (["run", "--grace", "inf", "--", "true"], ["--grace", "at most"]),
+    (["--pid", "1", "--json"], ["--json", "--once"]),
     (["serve"], ["--pid"]),
     (["run", "--port", "abc", "--", "true"], ["--port"]),
     (["run", "--interval", "0", "--", "true"], ["--interval"]),
@@ -134,7 +149,7 @@ def test_pids_that_do_not_exist_are_exit_3():
 
 
 def test_an_address_that_is_not_ours_is_exit_4():
-    r = cli("--pid", "1", "--host", "192.0.2.1", "--token", "t", "--port", "0")
+    r = cli("--pid", "1", "--host", "192.0.2.1", "--token", "a-token-of-24-characters", "--port", "0")
     assert_one_error_line(r, 4, "cannot be bound")
 
 

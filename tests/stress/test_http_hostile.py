@@ -84,8 +84,8 @@ def assert_clean(status: int | None, response: bytes, allow_200: bool = False) -
         assert marker not in response, f"{marker!r} leaked: {response[:300]!r}"
 
 
-def req(line: bytes, *headers: bytes) -> bytes:
-    return line + b"\r\nHost: localhost\r\n" + b"".join(h + b"\r\n" for h in headers) + b"\r\n"
+def req(line: bytes, *headers: bytes, host: bytes = b"localhost") -> bytes:
+    return line + b"\r\nHost: " + host + b"\r\n" + b"".join(h + b"\r\n" for h in headers) + b"\r\n"
 
 
 MALFORMED = {
@@ -240,6 +240,27 @@ def test_a_flood_of_bad_requests_leaves_the_server_serving(server):
     code, doc = server.get(f"{API}/status")
     assert code == 200 and doc["schema"] == 1
     assert server.get("/healthz")[0] == 200
+
+
+@pytest.mark.parametrize(
+    "host", [b"evil.example", b"evil.example:8765", b"127.0.0.1.nip.io", b"", b"a@localhost"]
+)
+@pytest.mark.parametrize("path", ["/healthz", f"{API}/status", f"{API}/history", "/metrics", "/"])
+def test_a_foreign_host_header_gets_421_with_a_reason_on_every_route(server, host, path):
+    """DNS rebinding: a page that makes its own name resolve to 127.0.0.1 must read nothing."""
+    status, response = raw(server, req(f"GET {path} HTTP/1.1".encode(), b"Connection: close", host=host))
+    assert status == 421, response[:300]
+    body = json.loads(body_of(response))
+    assert body["status"] == 421 and "--allow-host" in body["error"]
+    assert b'"processes"' not in response and b"dsh_status" not in response
+
+
+@pytest.mark.parametrize("host", [b"localhost", b"127.0.0.1", b"[::1]", b"LOCALHOST.", b"127.0.0.1:1"])
+def test_loopback_host_headers_are_answered(server, host):
+    status, response = raw(
+        server, req(f"GET {API}/status HTTP/1.1".encode(), b"Connection: close", host=host)
+    )
+    assert status == 200 and json.loads(body_of(response))["schema"] == 1
 
 
 # -------------------------------------------------------------------------------------------------

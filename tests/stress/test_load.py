@@ -20,6 +20,7 @@ from tests.stress.loadgen import (
     cadence,
     get,
     history_times,
+    measure_under_slowloris,
     proc_cpu_rss,
     run_clients,
 )
@@ -93,6 +94,28 @@ def test_a_tree_churning_every_100_ms_does_not_grow_the_sidecar(tmp_path, fake_n
             assert max(rss) - rss[0] < 6, rss
             assert max(counts) <= 18 and sc.proc.poll() is None
             assert not [line for line in sc.err_lines if "Traceback" in line]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("connections", [200, 600])  # 600: over the connection limit (eviction)
+def test_trickling_connections_never_lock_out_a_new_client(tmp_path, fake_nvml, connections):
+    """Slowloris: each slow connection sends a header line every 5 s and never finishes (the
+    sidecar's deadline closes it; it comes back at once). A new client is served within 2 s."""
+    with BusyJob(tmp_path, processes=4, gpus=1) as job:
+        fake_nvml.write(busy_scenario(job.pids, 1))
+        with Sidecar(["--pid", str(job.pid), "--port", "0"], env=fake_nvml.env()) as sc:
+            sc.wait_status(lambda d: len(d["processes"]) == 4, what="job of 4 processes")
+            port = int(sc.url.rsplit(":", 1)[1])
+            _, rss0, _ = proc_cpu_rss(sc.proc.pid)
+            # 16 s: the 10 s request deadline closes the first slow connections, the 15 s line replaces them.
+            result = measure_under_slowloris(sc.proc.pid, port, connections, seconds=16.0, line_period_s=5.0)
+            print(f"\n{connections} slow connections: {json.dumps(result)}")
+            for path, r in result["routes"].items():
+                assert r["failed"] == 0, (path, r["first_failures"])
+                assert r["max_ms"] < 2000, (path, r)
+            assert result["reopened"] >= min(connections, 200), "the deadline never closed a slow connection"
+            assert result["rss_peak_mib"] - rss0 < 20, result
+            assert sc.proc.poll() is None
 
 
 def test_a_day_of_history_at_the_default_interval_is_bounded():

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Refresh the documentation's screenshots (docs/screenshots/*.png) from the browser tests.
+#   ./scripts/screenshots.sh              # the page and the DSH plugin (DSH via scripts/install_dsh.sh)
+#   ./scripts/screenshots.sh page         # only the standalone page (page-*.png)
+#   PYTHON=/path/to/python ./scripts/screenshots.sh
+# The tests themselves write screenshots to a temporary folder; only this script points them at
+# docs/screenshots (through DSH_SCREENSHOTS_DIR). Needs what scripts/test.sh installs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-.venv/bin/python}
+OUT=docs/screenshots
+case "${1:-all}" in
+  page) tests=(tests/browser/test_page.py) ;;
+  dsh) tests=(tests/browser/test_dsh_plugin.py) ;;
+  all) tests=(tests/browser/test_page.py tests/browser/test_dsh_plugin.py) ;;
+  *) echo "screenshots.sh: unknown set '$1' (page, dsh or all)" >&2; exit 2 ;;
+esac
+
+mkdir -p "$OUT"
+stamp=$(mktemp)
+trap 'rm -f "$stamp"' EXIT
+# A skipped test would leave an old picture in place: fail instead (DSH_REQUIRE_ALL).
+DSH_SCREENSHOTS_DIR="$PWD/$OUT" DSH_REQUIRE_ALL=1 "$PY" -m pytest -q -p no:cacheprovider "${tests[@]}"
+
+fresh=$(find "$OUT" -name '*.png' -newer "$stamp" | sort)
+if [ -z "$fresh" ]; then
+  echo "screenshots.sh: no screenshot was written to $OUT" >&2
+  exit 1
+fi
+echo "screenshots.sh: wrote $(echo "$fresh" | wc -l) screenshots:"
+echo "$fresh"

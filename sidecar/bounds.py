@@ -1,0 +1,55 @@
+"""Size bounds on everything the sidecar takes from a process and shows: one definition each.
+
+A process controls its probe segment (up to 16 MiB) and its command line; unbounded, one segment
+with 1,000 models named with 4,000 emoji made a 144 MB status document. Every string is clipped
+(with an ellipsis) and every list cut (with a count of what was left out) where the status
+document, the history route and /metrics are built, so that the document stays under
+MAX_STATUS_BYTES however hostile the segments. The DSH plugin's proxy caps what it passes on at
+PROXY_MAX_BODY_BYTES (dsh_plugin/host/index.js repeats the number; a test keeps the two equal).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+ELLIPSIS = "…"
+MAX_TEXT_CHARS = 256  # a name, a path, an argument, an event name, an error message
+MAX_ID_CHARS = 64  # a device ("cuda:0"), a role, a backend, a version
+MAX_MESSAGE_CHARS = 512  # a verdict message or hint (they quote names, pids, devices)
+MAX_CMDLINE_ARGS = 32  # arguments shown per command line; a last "… N more" says what was cut
+MAX_CMDLINE_CHARS = 1024  # all arguments of one command line together
+MAX_MODELS_SHOWN = 8  # per process; `models_omitted` counts the rest
+MAX_DEVICES_SHOWN = 8  # per model
+MAX_PROCESSES_SHOWN = 256  # `processes_omitted` counts the rest
+MAX_PROCESS_BYTES = 512 * 1024  # process entries together, as JSON (the cheap half of the budget)
+MAX_EVENTS_SHOWN = 100  # the most recent ones; `events_omitted` counts the rest
+MAX_LABEL_CHARS = MAX_TEXT_CHARS  # a /metrics label value
+MAX_STATUS_BYTES = 1024 * 1024  # what the bounds above guarantee for the status document
+PROXY_MAX_BODY_BYTES = 4 * 1024 * 1024  # status or history through the DSH proxy
+
+
+def clip(text: str, limit: int = MAX_TEXT_CHARS) -> str:
+    """`text` cut to at most `limit` characters, the last an ellipsis when it was cut."""
+    return text if len(text) <= limit else text[: limit - 1] + ELLIPSIS
+
+
+def clip_opt(text: object, limit: int = MAX_TEXT_CHARS) -> str | None:
+    """A string clipped; anything else None (the document's "absent")."""
+    return clip(text, limit) if isinstance(text, str) else None
+
+
+def clip_args(args: Iterable[str]) -> list[str]:
+    """A command line for display: at most MAX_CMDLINE_ARGS arguments of MAX_TEXT_CHARS each,
+    MAX_CMDLINE_CHARS in all; a last element "… N more" when arguments were left out."""
+    out: list[str] = []
+    total = 0
+    args = list(args)
+    for arg in args:
+        if len(out) == MAX_CMDLINE_ARGS or total >= MAX_CMDLINE_CHARS:
+            break
+        shown = clip(arg, min(MAX_TEXT_CHARS, MAX_CMDLINE_CHARS - total))
+        out.append(shown)
+        total += len(shown)
+    if len(out) < len(args):
+        out.append(f"{ELLIPSIS} {len(args) - len(out)} more")
+    return out

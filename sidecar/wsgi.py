@@ -1,0 +1,115 @@
+"""The HTTP server: waitress, hardened against clients that hold connections without finishing.
+
+Waitress parses requests in its event loop (slow clients cost no worker thread) but stops accepting
+at `connection_limit` open connections and only closes a connection after `channel_timeout` seconds
+*without a byte*. 100 clients trickling one header line every 5 s therefore locked every other
+client out for good. Here:
+
+- a request must be complete within REQUEST_DEADLINE_S of its first byte, however it trickles;
+- idle keep-alive connections go after IDLE_TIMEOUT_S, a reader that takes no byte of its answer
+  for as long goes too;
+- at CONNECTION_LIMIT open connections a new one is still accepted and the connection that has
+  waited longest without progress is closed instead, so no number of slow connections keeps a
+  fresh client (whose request arrives whole, at once) from being served.
+
+Memory stays bounded: at most CONNECTION_LIMIT (+1 while one is evicted) connections, each a few
+KiB plus the answer it has not read yet.
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from typing import Any
+
+from waitress.channel import HTTPChannel
+from waitress.server import TcpWSGIServer
+
+CONNECTION_LIMIT = 256
+REQUEST_DEADLINE_S = 10.0
+IDLE_TIMEOUT_S = 30
+CLEANUP_INTERVAL_S = 1
+THREADS = 8
+# Descriptors the process wants: the connections, /proc and segment reads, NVML, the log.
+WANTED_NOFILE = 4 * CONNECTION_LIMIT
+
+
+class _Channel(HTTPChannel):
+    request_started: float | None = None  # when the first byte of the request being read came
+
+    def received(self, data: bytes) -> bool:
+        reading_before = self.request is not None
+        result = super().received(data)
+        if self.request is None:
+            self.request_started = None
+        elif not reading_before:
+            self.request_started = time.time()
+        return result
+
+    def stalled_since(self) -> float:
+        """Since when this connection has made no progress a client controls: the start of a
+        request still being read, else its last byte in or out."""
+        return self.request_started if self.request_started is not None else self.last_activity
+
+
+class SidecarWSGIServer(TcpWSGIServer):
+    channel_class = _Channel
+
+    def readable(self) -> bool:
+        now = time.time()
+        if now >= self.next_channel_cleanup:
+            self.next_channel_cleanup = now + self.adj.cleanup_interval
+            self.maintenance(now)
+        return bool(self.accepting)  # never stop accepting: handle_accept evicts instead
+
+    def handle_accept(self) -> None:
+        super().handle_accept()
+        open_channels = [c for c in self.active_channels.values() if not c.will_close]
+        if len(open_channels) > self.adj.connection_limit:
+            victim = min(open_channels, key=_eviction_key)
+            victim.will_close = True
+
+    def maintenance(self, now: float) -> None:
+        super().maintenance(now)  # idle connections (no request) after channel_timeout
+        for channel in list(self.active_channels.values()):
+            started = getattr(channel, "request_started", None)
+            if started is not None and now - started > REQUEST_DEADLINE_S:
+                channel.will_close = True  # a request trickling in for too long
+            elif channel.total_outbufs_len and now - channel.last_activity > self.adj.channel_timeout:
+                channel.will_close = True  # a reader that takes nothing of its answer
+
+
+def _eviction_key(channel: Any) -> tuple[int, float]:
+    """Connections with no request being served go first, oldest stall first."""
+    serving = bool(channel.requests) and not channel.total_outbufs_len
+    stalled = channel.stalled_since() if isinstance(channel, _Channel) else channel.last_activity
+    return (1 if serving else 0, stalled)
+
+
+def raise_nofile_limit() -> None:
+    """Up to WANTED_NOFILE descriptors (within the hard limit): at the usual soft limit of 1024 an
+    accept() failing with EMFILE would spin the event loop."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = WANTED_NOFILE if hard == resource.RLIM_INFINITY else min(WANTED_NOFILE, hard)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        except (ValueError, OSError):
+            pass
+
+
+def create_server(app: Any, host: str, port: int) -> SidecarWSGIServer:
+    """Bind host:port (ValueError: a host waitress cannot use; OSError: cannot bind)."""
+    raise_nofile_limit()
+    return SidecarWSGIServer(
+        app,
+        host=host,
+        port=port,
+        threads=THREADS,
+        connection_limit=CONNECTION_LIMIT,
+        channel_timeout=IDLE_TIMEOUT_S,
+        cleanup_interval=CLEANUP_INTERVAL_S,
+        asyncore_use_poll=True,  # select() cannot watch descriptors above 1023
+        ident="dsh-sidecar",
+        clear_untrusted_proxy_headers=True,
+    )

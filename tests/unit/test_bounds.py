@@ -1,0 +1,41 @@
+"""sidecar/bounds.py: clipping strings and command lines; the DSH proxy's cap is the same number."""
+
+from __future__ import annotations
+
+import re
+
+from sidecar import bounds
+from sidecar.bounds import ELLIPSIS, clip, clip_args, clip_opt
+from tests.helpers.harness import REPO
+
+
+def test_clip_keeps_short_strings_and_marks_cut_ones():
+    assert clip("resnet18") == "resnet18"
+    assert clip("x" * bounds.MAX_TEXT_CHARS) == "x" * bounds.MAX_TEXT_CHARS
+    cut = clip("\U0001f600" * 4000)
+    assert len(cut) == bounds.MAX_TEXT_CHARS and cut.endswith(ELLIPSIS)
+    assert clip("abcdef", 4) == "abc" + ELLIPSIS
+    assert clip_opt(7) is None and clip_opt(None) is None and clip_opt("a") == "a"
+
+
+def test_clip_args_bounds_count_length_and_total_and_says_what_was_cut():
+    assert clip_args(["python", "train.py", "--lr", "0.1"]) == ["python", "train.py", "--lr", "0.1"]
+    many = clip_args([str(i) for i in range(100)])
+    assert (
+        len(many) == bounds.MAX_CMDLINE_ARGS + 1
+        and many[-1] == f"{ELLIPSIS} {100 - bounds.MAX_CMDLINE_ARGS} more"
+    )
+    long = clip_args(["y" * 10_000] * 10)
+    assert all(len(a) <= bounds.MAX_TEXT_CHARS for a in long)
+    assert sum(len(a) for a in long[:-1]) <= bounds.MAX_CMDLINE_CHARS and long[-1].endswith("more")
+
+
+def test_the_dsh_proxy_caps_at_the_same_number():
+    source = (REPO / "dsh_plugin" / "host" / "core.js").read_text()
+    m = re.search(r"export const MAX_BODY_BYTES = ([\d\s*]+)\n", source)
+    assert m, "MAX_BODY_BYTES is not defined in dsh_plugin/host/core.js"
+    value = 1
+    for factor in m.group(1).split("*"):
+        value *= int(factor)
+    assert value == bounds.PROXY_MAX_BODY_BYTES
+    assert bounds.PROXY_MAX_BODY_BYTES > bounds.MAX_STATUS_BYTES
