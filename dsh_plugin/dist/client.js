@@ -184,6 +184,7 @@ var en = {
   "runtime.interval": "Sampling every {s} s",
   "chart.trend": "+{rate}/min",
   "model.rate": "{n}/s",
+  "model.steps": "{n} steps/s",
   "events.pid": "pid {pid}",
   "na": "—"
 };
@@ -302,6 +303,7 @@ var zh = {
   "runtime.interval": "每 {s} 秒采样",
   "chart.trend": "+{rate}/分钟",
   "model.rate": "{n} 次/秒",
+  "model.steps": "{n} 步/秒",
   "events.pid": "进程 {pid}",
   "na": "—"
 };
