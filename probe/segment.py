@@ -205,6 +205,17 @@ class _Enum:
         self.values = values
 
 
+class _Exact:
+    """An int that must be this one value (the schema number): part of the schema, so the checker
+    and the generated validator both enforce it instead of each caller remembering to."""
+
+    __slots__ = ("value", "what")
+
+    def __init__(self, value: int, what: str) -> None:
+        self.value = value
+        self.what = what
+
+
 MAX_STR_CHARS = 4096
 MAX_EVENTS = 64
 MAX_ERRORS = 16
@@ -246,7 +257,7 @@ _MODEL = {
     "step_s": _Opt(float),
 }
 _PAYLOAD = {
-    "schema": int,
+    "schema": _Exact(SCHEMA, "schema"),
     "pid": int,
     "ppid": _Opt(int),
     "start_ticks": _Opt(int),
@@ -316,6 +327,10 @@ def _check(value: Any, kind: Any, at: Any) -> Any:
         if type(value) is not str or value not in kind.values:
             raise _Invalid(f"{_path(at)}: expected one of {'|'.join(kind.values)}, got {value!r:.40}")
         return value
+    if isinstance(kind, _Exact):
+        if type(value) is not int or value != kind.value:
+            raise _Invalid(f"{_path(at)}: unsupported {kind.what} {value!r:.20} (this reader knows {kind.value})")
+        return value
     if isinstance(kind, _List):
         if type(value) is not list:
             raise _Invalid(f"{_path(at)}: expected array, got {_type_name(value)}")
@@ -383,6 +398,9 @@ class _Gen:
             self.consts[name] = frozenset(kind.values)
             self.emit(depth, f"if type({src}) is not str or {src} not in {name}: {fail}")
             return src
+        if isinstance(kind, _Exact):
+            self.emit(depth, f"if type({src}) is not int or {src} != {int(kind.value)}: {fail}")
+            return src
         if isinstance(kind, _List):
             out, item = self.var(), self.var()
             self.emit(depth, f"if type({src}) is not list or len({src}) > {kind.max_items}: {fail}")
@@ -430,10 +448,9 @@ _fast_validate = _compile_validator(_PAYLOAD)
 def validate_payload(payload: Any) -> tuple[dict | None, str | None]:
     """Check an unpacked payload against schema 1: (clean copy, None) or (None, reason)."""
     try:
-        if type(payload) is dict and type(payload.get("schema")) is int and payload["schema"] == SCHEMA:
-            clean = _fast_validate(payload)
-            if clean is not None:
-                return clean, None
+        clean = _fast_validate(payload)
+        if clean is not None:
+            return clean, None
         # Rejected (or an odd case): the slow checker says why, with the field's path.
         return _slow_validate(payload)
     except RecursionError:
@@ -442,10 +459,6 @@ def validate_payload(payload: Any) -> tuple[dict | None, str | None]:
 
 def _slow_validate(payload: Any) -> tuple[dict | None, str | None]:
     try:
-        if type(payload) is not dict:
-            raise _Invalid(f"payload: expected map, got {_type_name(payload)}")
-        if payload.get("schema") != SCHEMA or type(payload.get("schema")) is not int:
-            raise _Invalid(f"payload.schema: unsupported schema {payload.get('schema')!r:.20}")
         return _check(payload, _PAYLOAD, "payload"), None
     except _Invalid as e:
         return None, str(e)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import msgpack
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from probe import segment as wire
@@ -521,6 +521,13 @@ _RICH_PATHS = sorted(_paths(_rich_payload(7)), key=repr)
     value=_json_like,
     drop=st.booleans(),
 )
+# Schema values the random draw hits only now and then (it made this test fail about 1 run in 4
+# while the generated validator accepted them): every run tries them.
+@example(path=("schema",), value=0, drop=False)
+@example(path=("schema",), value=2, drop=False)
+@example(path=("schema",), value=-1, drop=False)
+@example(path=("schema",), value=True, drop=False)
+@example(path=("schema",), value=1.0, drop=False)
 def test_generated_validator_agrees_with_the_checker(path, value, drop):
     payload = _rich_payload(7)
     if drop and isinstance(path[-1], str):
