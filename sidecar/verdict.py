@@ -320,16 +320,39 @@ def rule_probe_unreadable(f: Facts) -> Iterable[Warning]:
     bad = [p for p in f.processes if p.probe_unreadable]
     if bad:
         reasons = "; ".join(f"{p.pid}: {p.probe_error or p.probe_state}" for p in bad[:3])
+        hint, hint_zh = _unreadable_hint({p.probe_state for p in bad})
         yield Warning(
             "probe-unreadable",
             "warning",
             f"The probe data of {len(bad)} process(es) cannot be read ({reasons}).",
             f"{len(bad)} 个进程的探针数据无法读取（{reasons}）。",
-            "Check that the sidecar runs as the same user as the job (segments are private), and that the "
-            "probe and sidecar versions match.",
-            "确认 sidecar 与任务以同一用户运行（共享内存段仅属主可读），且探针与 sidecar 版本一致。",
+            hint,
+            hint_zh,
             tuple(p.pid for p in bad),
         )
+
+
+def _unreadable_hint(states: set[str]) -> tuple[str, str]:
+    """The fix for why it cannot be read: a planted file (whoever reads), a reader without the
+    permission (never root: root opens every file), or a bad file."""
+    if "owner-mismatch" in states:
+        return (
+            "A file under the process's segment name belongs to another user, so it was ignored: someone "
+            "may have planted it. Remove it (`sudo rm /dev/shm/dsh-probe.PID`); meanwhile the probe "
+            "publishes as dsh-probe.PID.START_TICKS, which the sidecar reads. `dsh-sidecar doctor` lists such files.",
+            "该进程的共享内存段名下的文件属于其他用户，已被忽略：可能有人故意放置。请删除它"
+            "（`sudo rm /dev/shm/dsh-probe.PID`）；在此期间探针以 dsh-probe.PID.START_TICKS 发布，sidecar 会读取。"
+            "`dsh-sidecar doctor` 会列出此类文件。",
+        )
+    if "foreign-owner" in states:
+        return (
+            "Run the sidecar as the same user as the job, or as root (segments are private to their owner).",
+            "以与任务相同的用户或 root 运行 sidecar（共享内存段仅属主可读）。",
+        )
+    return (
+        "Check that the probe and sidecar versions match.",
+        "确认探针与 sidecar 版本一致。",
+    )
 
 
 def rule_cpu_build(f: Facts) -> Iterable[Warning]:
