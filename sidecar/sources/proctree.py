@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import psutil
 
+from probe.procid import process_identity
 from sidecar.redact import redact_args
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -258,7 +259,8 @@ class ProcessTreeSource:
     def __init__(self, target_pid: int, *, max_processes: int = 4096, max_open_files: int | None = None):
         self.target_pid = target_pid
         self.max_processes = max_processes
-        self._use_proc = os.path.isdir(_PROC) and _has_children_files()
+        self._have_proc = os.path.isdir(_PROC)
+        self._use_proc = self._have_proc and _has_children_files()
         self._boot_time = _boot_time()
         self._static: dict[tuple[int, int], tuple[str, tuple[str, ...]]] = {}
         self._prev_cpu: dict[tuple[int, int], tuple[int, float]] = {}
@@ -272,7 +274,10 @@ class ProcessTreeSource:
         if st is not None:
             self.target_start_ticks = st.start_ticks
         elif not self._use_proc and psutil.pid_exists(target_pid):
-            self.target_start_ticks = int(psutil.Process(target_pid).create_time() * _CLK_TCK)
+            try:
+                self.target_start_ticks = self._start_ticks(psutil.Process(target_pid))
+            except psutil.Error:
+                pass
 
     def poll(self) -> TreeSnapshot:
         try:
@@ -409,10 +414,19 @@ class ProcessTreeSource:
         return round(100.0 * (cpu_ticks - prev[0]) / _CLK_TCK / (now - prev[1]), 1)
 
     # -- portable: psutil ------------------------------------------------------------------------
+    def _start_ticks(self, p: psutil.Process) -> int | None:
+        """The identity the probe writes (ticks since boot, probe.procid), never psutil's
+        create_time in ticks since 1970: a kernel without the children files still has /proc/PID/stat.
+        Without /proc (not Linux) it is worked back from create_time. None: gone or a zombie."""
+        if self._have_proc:
+            ident = process_identity(p.pid)
+            return None if ident is None else ident[1]
+        return round((p.create_time() - self._boot_time) * _CLK_TCK)
+
     def _poll_psutil(self) -> TreeSnapshot:
         try:
             root = psutil.Process(self.target_pid)
-            if int(root.create_time() * _CLK_TCK) != self.target_start_ticks:
+            if self._start_ticks(root) != self.target_start_ticks or self.target_start_ticks is None:
                 return TreeSnapshot(self.target_pid, False, ())
             procs = [root, *root.children(recursive=True)][: self.max_processes]
         except psutil.Error:
@@ -421,6 +435,9 @@ class ProcessTreeSource:
         out = []
         for p in procs:
             try:
+                ticks = self._start_ticks(p)
+                if ticks is None:
+                    continue  # exited, or a zombie: it does no work (as on the /proc path)
                 with p.oneshot():
                     ppid = p.ppid()
                     cached = self._psutil_procs.setdefault(p.pid, p)
@@ -428,7 +445,7 @@ class ProcessTreeSource:
                         ProcInfo(
                             pid=p.pid,
                             ppid=ppid,
-                            start_ticks=int(p.create_time() * _CLK_TCK),
+                            start_ticks=ticks,
                             create_time=p.create_time(),
                             name=p.name(),
                             cmdline=tuple(redact_args(p.cmdline())),
