@@ -81,13 +81,22 @@ class Poller:
         self._target_name: str | None = None
         self._target_cmdline: list[str] | None = None
         self._target_create_time: float | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards what snapshot() reads
+        self._poll_lock = threading.Lock()  # one poll at a time (poll_once)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.poll_lag_s: list[float] = []
 
     # -- one poll --------------------------------------------------------------------------------
     def poll_once(self) -> dict[str, Any]:
+        """One poll; safe from any thread. Polls never overlap: the poller thread and a caller (the
+        CLI polls once more when the job exits) take turns, because the sources keep state between
+        polls that only one poll at a time may touch (the segment follower's open files, the
+        process tree's kept /proc files, the hysteresis, the caches)."""
+        with self._poll_lock:
+            return self._poll_once_locked()
+
+    def _poll_once_locked(self) -> dict[str, Any]:
         started = time.perf_counter()
         now = self.clock()
         tree = self.tree_source.poll()
@@ -300,11 +309,18 @@ class Poller:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
-        for source in (self.nvml_source, self.segment_source, self.tree_source):
-            try:
-                source.close()
-            except Exception:
-                pass
+        # Never close a source under a poll still running in another thread; a poll stuck past the
+        # join above (a hung driver call) keeps its sources, and the exit that follows frees them.
+        if not self._poll_lock.acquire(timeout=5):
+            return
+        try:
+            for source in (self.nvml_source, self.segment_source, self.tree_source):
+                try:
+                    source.close()
+                except Exception:
+                    pass
+        finally:
+            self._poll_lock.release()
 
     def snapshot(self) -> tuple[dict[str, Any] | None, float | None]:
         with self._lock:
