@@ -32,6 +32,8 @@ from sidecar.verdict import (
 
 # How often the OS graphics devices are re-read: they change only on hot-plug.
 SYSFS_EVERY_POLLS = 20
+# Process states (/proc/PID/stat field 3) of a process that does nothing until it is continued.
+STOPPED_STATES = ("T", "t")
 
 
 class Poller:
@@ -81,6 +83,7 @@ class Poller:
         self._target_name: str | None = None
         self._target_cmdline: list[str] | None = None
         self._target_create_time: float | None = None
+        self._stopped_since: dict[tuple, float] = {}
         self._lock = threading.Lock()  # guards what snapshot() reads
         self._poll_lock = threading.Lock()  # one poll at a time (poll_once)
         self._stop = threading.Event()
@@ -213,9 +216,21 @@ class Poller:
             gpus=gpu_t,
             system_gpus=document.system_gpu_facts(self._system_gpus, gpu_t),
             pid_namespace_suspect=suspect,
+            stopped=self._stopped(now, tree),
             rules=self.rules,
         )
         return facts, proc_info, other
+
+    def _stopped(self, now: float, tree: TreeSnapshot) -> tuple[tuple[int, float], ...]:
+        """(pid, seconds since this sidecar first saw it stopped) of each stopped process of the
+        tree. The kernel keeps no time of the stop, so a job found stopped counts from then."""
+        since, self._stopped_since = self._stopped_since, {}
+        out = []
+        for p in tree.processes if tree.target_alive else ():
+            if p.state in STOPPED_STATES:
+                self._stopped_since[p.identity] = t = since.get(p.identity, now)
+                out.append((p.pid, now - t))
+        return tuple(out)
 
     def _process_facts(self, tree: TreeSnapshot, reads, by_pid) -> tuple:
         """ProcessFacts of each process, reused from the last poll when nothing it is made of changed

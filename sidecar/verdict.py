@@ -139,6 +139,7 @@ class Facts:
     gpus: tuple[GpuFacts, ...] = ()
     system_gpus: tuple[SystemGpuFacts, ...] = ()
     pid_namespace_suspect: bool = False
+    stopped: tuple[tuple[int, float], ...] = ()  # (pid, seconds seen stopped) of stopped processes
     recent: tuple[RecentSample, ...] = ()
     rules: Rules = field(default_factory=Rules)
 
@@ -282,6 +283,27 @@ def rule_target_exited(f: Facts) -> Iterable[Warning]:
             "重新启动任务，或用 `dsh-sidecar --pid PID` 连接新的进程。",
             (f.target_pid,),
         )
+
+
+def rule_job_stopped(f: Facts) -> Iterable[Warning]:
+    """A stopped process (SIGSTOP, Ctrl-Z: state T) does nothing, yet its probe's figures stay at
+    their last values, which read as a healthy job. The time is since the sidecar saw it stopped."""
+    if not f.target_alive or not f.stopped:
+        return
+    pids = tuple(pid for pid, _ in f.stopped)
+    longest_s = max(s for _, s in f.stopped)
+    who = "The job is" if f.target_pid in pids else f"{len(pids)} process(es) of the job are"
+    who_zh = "该任务" if f.target_pid in pids else f"该任务的 {len(pids)} 个进程"
+    yield Warning(
+        "job-stopped",
+        "warning",
+        f"{who} stopped (process {_plist(pids[:5])}, for {longest_s:.0f} s at least): it does no work, "
+        "and the figures shown are its last ones.",
+        f"{who_zh}已被暂停（进程 {_plist(pids[:5])}，至少 {longest_s:.0f} 秒）：它不做任何计算，显示的是最后的数值。",
+        f"Resume it with `kill -CONT {pids[0]}` (or `fg` in the shell that stopped it).",
+        f"用 `kill -CONT {pids[0]}` 恢复它（或在暂停它的 shell 中执行 `fg`）。",
+        pids,
+    )
 
 
 def rule_nvml_unavailable(f: Facts) -> Iterable[Warning]:
@@ -795,6 +817,7 @@ def rule_rank_device_mismatch(f: Facts) -> Iterable[Warning]:
 
 RULES: tuple[Rule, ...] = (
     rule_target_exited,
+    rule_job_stopped,
     rule_cpu_build,
     rule_cuda_unavailable,
     rule_model_on_cpu,

@@ -37,6 +37,7 @@ class ProcInfo:
     cpu_percent: float | None  # of one core, since the previous poll
     rss_mib: float | None
     depth: int  # 0 for the target
+    state: str | None = None  # field 3 of /proc/PID/stat: R, S, D, T (stopped), t (traced), ...
 
     @property
     def identity(self) -> tuple[int, int | None]:
@@ -67,6 +68,10 @@ class _Stat:
         self.threads = int(fields[17])
         self.start_ticks = int(fields[19])
         self.rss_pages = int(fields[21])
+
+
+# The psutil statuses the verdict asks about, as /proc/PID/stat spells them.
+_PSUTIL_STATES = {psutil.STATUS_STOPPED: "T", psutil.STATUS_TRACING_STOP: "t", psutil.STATUS_RUNNING: "R"}
 
 
 def _parse_stat(raw: bytes) -> _Stat | None:
@@ -330,6 +335,7 @@ class ProcessTreeSource:
                     self._cpu_percent(ident, st.cpu_ticks, now),
                     st.rss_pages * page_mib,
                     depth,
+                    st.state,
                 )
             )
         if not same_tree:
@@ -452,6 +458,7 @@ class ProcessTreeSource:
                             cpu_percent=cached.cpu_percent(None),
                             rss_mib=p.memory_info().rss / 1048576,
                             depth=depth.get(ppid, 0) + 1 if p.pid != self.target_pid else 0,
+                            state=_PSUTIL_STATES.get(p.status()),
                         )
                     )
                     depth[p.pid] = out[-1].depth
