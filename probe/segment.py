@@ -122,6 +122,8 @@ STATES = ("ok", "missing", "initialising", "busy", "corrupt", "stale", "foreign-
 # A writer finishes a publish in microseconds; a seq that stays odd this long belongs to a writer that
 # is stuck or died mid-publish.
 _READ_ATTEMPTS = 16
+# A follower looks for the fallback name of a process whose own name is free every this many reads.
+FALLBACK_CHECK_EVERY = 8
 _RETRY_SLEEP_S = 0.0002
 
 
@@ -1222,6 +1224,7 @@ class SegmentFollower:
         self.max_open = max(0, int(max_open))
         # identity -> (fd, size when opened, bytes of the last good read, that read)
         self._open: dict[tuple[int, int], tuple[int, int, bytes, SegmentRead]] = {}
+        self._missing_reads: dict[tuple[int, int], int] = {}  # identity -> reads that found no file
 
     def __len__(self) -> int:
         return len(self._open)
@@ -1240,7 +1243,7 @@ class SegmentFollower:
                     return r
                 self._drop(ident)
             r = self._open_read(ident, None)
-            if r.state != "ok":
+            if r.state != "ok" and self._try_fallback(ident, r):
                 # Published under the fallback name when its own name was taken.
                 r = _better(r, self._open_read(ident, start_ticks))
             return r
@@ -1249,6 +1252,17 @@ class SegmentFollower:
             return SegmentRead(
                 pid=pid, state="corrupt", error=f"reader failed: {type(e).__name__}: {e}"[:300]
             )
+
+    def _try_fallback(self, ident: tuple[int, int], primary: SegmentRead) -> bool:
+        """Whether to look for the fallback name too: always while something else holds the name;
+        with nothing there (most processes run no probe) every FALLBACK_CHECK_EVERY reads, which
+        halves what such a process costs a poll. A writer falls back only when its name was held at
+        its start, so what this can delay is only the case of a squatter gone since."""
+        if primary.state != "missing":
+            return True
+        n = self._missing_reads.get(ident, 0)
+        self._missing_reads[ident] = n + 1
+        return n % FALLBACK_CHECK_EVERY == 0
 
     def _open_read(self, ident: tuple[int, int], name_ticks: int | None) -> SegmentRead:
         pid, start_ticks = ident
@@ -1271,10 +1285,13 @@ class SegmentFollower:
         """Close the files of every identity not in ``identities`` (processes that left the tree)."""
         for ident in [i for i in self._open if i not in identities]:
             self._drop(ident)
+        for ident in [i for i in self._missing_reads if i not in identities]:
+            del self._missing_reads[ident]
 
     def close(self) -> None:
         for ident in list(self._open):
             self._drop(ident)
+        self._missing_reads.clear()
 
     def _drop(self, ident: tuple[int, int]) -> None:
         entry = self._open.pop(ident, None)
