@@ -139,6 +139,8 @@ class Probe:
             self.disabled_reason = f"cannot create shared-memory segment {segment_name(os.getpid())}: {e}"
             self.warn_once("segment", f"dsh probe disabled: {self.disabled_reason}")
             return False
+        if self.writer.fallback_reason:  # its name was squatted: it still publishes, under another
+            self.warn_once("segment-name", f"dsh probe: {self.writer.fallback_reason}")
         self._register_mp_finalizer()
         if start_thread:
             self._start_thread_locked(first_delay_s=None)

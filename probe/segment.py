@@ -30,6 +30,15 @@ import zlib
 
 import msgpack
 
+from probe.procid import (
+    ZOMBIE_STATES,
+    pid_namespace_id,
+    proc_is_ours,
+    process_identity,
+    process_real_uid,
+    process_state,
+)
+
 TYPE_CHECKING = False  # typing costs ~2 ms to import; annotations alone do not need it
 if TYPE_CHECKING:
     from typing import Any
@@ -53,13 +62,16 @@ __all__ = [
     "SegmentWriter",
     "empty_payload",
     "encode_payload",
-    "header_writer_ticks",
     "list_segment_pids",
+    "list_segments",
+    "process_identity",
     "process_start_ticks",
     "read_segment",
+    "remove_if_dead",
     "remove_segment",
     "segment_name",
     "segment_path",
+    "sweep_dead_segments",
     "validate_payload",
 ]
 
@@ -67,7 +79,9 @@ MAGIC = b"DSHPRB\x00\x01"
 FORMAT_VERSION = 1
 SCHEMA = 1
 # magic, version, header size, seq, writer pid, flags, writer start_ticks, payload length,
-# payload crc32, published_at, 8 reserved bytes: offsets 0, 8, 12, 16, 24, 28, 32, 40, 44, 48, 56.
+# payload crc32, published_at, writer PID namespace: offsets 0, 8, 12, 16, 24, 28, 32, 40, 44, 48, 56.
+# HEADER leaves the last 8 bytes out (they were reserved and zero before the namespace went there, so
+# a header packed with HEADER is that of a writer that did not record it: still read, never swept).
 HEADER = struct.Struct("<8sIIQIIQIId8x")
 HEADER_BYTES = HEADER.size  # 64
 _SEQ = struct.Struct("<Q")
@@ -75,6 +89,9 @@ _SEQ_OFFSET = 16
 _PREFIX = struct.Struct("<8sII")  # magic, version, header size (offset 0)
 _FIELDS = struct.Struct("<IIQIId")  # pid, flags, start_ticks, length, crc, published_at (offset 24)
 _FIELDS_OFFSET = 24
+# Written once at creation (probe.procid.pid_namespace_id; 0: unknown), never under the seqlock.
+_PIDNS = struct.Struct("<Q")
+_PIDNS_OFFSET = 56
 _FLAGS = struct.Struct("<I")
 _FLAGS_OFFSET = 28
 FLAG_TRIMMED = 1
@@ -95,14 +112,24 @@ MAX_SEGMENT_BYTES = 16 * 1024 * 1024
 
 SHM_DIR = "/dev/shm"
 _NAME_PREFIX = "dsh-probe."
-_NAME_RE = re.compile(r"^dsh-probe\.([1-9][0-9]{0,9})$")
+# dsh-probe.<pid>, or the fallback dsh-probe.<pid>.<start_ticks> of a writer whose name was taken.
+_NAME_RE = re.compile(r"^dsh-probe\.([1-9][0-9]{0,9})(?:\.(0|[1-9][0-9]{0,19}))?$")
+# A writer builds its segment under a scratch name that says whose it is (PID namespace, pid,
+# start_ticks), then links it to its public name: the public name never shows a half-made file, and
+# the scratch file of a writer killed meanwhile can be judged by its name alone.
+_SCRATCH_PREFIX = "dsh-probe-new."
+_SCRATCH_RE = re.compile(r"^dsh-probe-new\.([0-9]{1,20})\.([1-9][0-9]{0,9})\.([0-9]{1,20})\.[0-9a-f]{8}$")
 
 ROLES = ("main", "dataloader-worker", "rank", "child")
-STATES = ("ok", "missing", "initialising", "busy", "corrupt", "stale", "foreign-owner")
+# foreign-owner: this reader may not read the file (another uid's, and we are not root);
+# owner-mismatch: the file's owner is not the uid the process runs as, so that process did not write it.
+STATES = ("ok", "missing", "initialising", "busy", "corrupt", "stale", "foreign-owner", "owner-mismatch")
 
 # A writer finishes a publish in microseconds; a seq that stays odd this long belongs to a writer that
 # is stuck or died mid-publish.
 _READ_ATTEMPTS = 16
+# A follower looks for the fallback name of a process whose own name is free every this many reads.
+FALLBACK_CHECK_EVERY = 8
 _RETRY_SLEEP_S = 0.0002
 
 
@@ -110,78 +137,181 @@ class SegmentError(OSError):
     """The writer could not create or write its segment (no posix_ipc, no /dev/shm, ENOSPC, ...)."""
 
 
-def segment_name(pid: int) -> str:
-    """POSIX shared-memory name of ``pid``'s segment: ``/dsh-probe.<pid>``."""
-    return f"/{_NAME_PREFIX}{int(pid)}"
+def segment_name(pid: int, start_ticks: int | None = None) -> str:
+    """POSIX shared-memory name of ``pid``'s segment: ``/dsh-probe.<pid>``; with ``start_ticks``, the
+    fallback name ``/dsh-probe.<pid>.<start_ticks>`` a writer takes when the first is taken."""
+    return "/" + _file_name(pid, start_ticks)
 
 
-def segment_path(pid: int) -> str:
-    """File backing ``pid``'s segment on Linux: ``/dev/shm/dsh-probe.<pid>``."""
-    return os.path.join(SHM_DIR, f"{_NAME_PREFIX}{int(pid)}")
+def segment_path(pid: int, start_ticks: int | None = None) -> str:
+    """File backing ``pid``'s segment on Linux: ``/dev/shm/dsh-probe.<pid>[.<start_ticks>]``."""
+    return os.path.join(SHM_DIR, _file_name(pid, start_ticks))
+
+
+def _file_name(pid: int, start_ticks: int | None) -> str:
+    base = f"{_NAME_PREFIX}{int(pid)}"
+    return base if start_ticks is None else f"{base}.{int(start_ticks)}"
 
 
 def process_start_ticks(pid: int) -> int | None:
-    """Field 22 of ``/proc/<pid>/stat`` (start time in clock ticks since boot); None when gone."""
+    """Start time of a running ``pid`` in clock ticks since boot (probe.procid.process_identity);
+    None when it is gone or a zombie."""
+    ident = process_identity(pid)
+    return None if ident is None else ident[1]
+
+
+def list_segments(shm_dir: str = SHM_DIR, max_names: int = 1 << 16) -> list[tuple[int, int | None]]:
+    """(pid, start_ticks of a fallback name or None) of each ``dsh-probe.*`` name in ``shm_dir``,
+    sorted; [] when it is unreadable."""
+    return _scan(shm_dir, max_names)[0]
+
+
+def _scan(shm_dir: str, max_names: int) -> tuple[list[tuple[int, int | None]], list[str]]:
+    """Segment names and scratch names in ``shm_dir``: at most ``max_names`` of each, so that a
+    directory flooded with names costs a sweep bounded time and memory."""
+    names: list[tuple[int, int | None]] = []
+    scratch: list[str] = []
     try:
-        with open(f"/proc/{int(pid)}/stat", "rb") as f:
-            data = f.read()
-    except (OSError, ValueError):
-        return None
-    # comm (field 2) may hold spaces and parentheses: the fields after it start after the LAST ')'.
-    close = data.rfind(b")")
-    if close < 0:
-        return None
-    rest = data[close + 1 :].split()
-    try:
-        return int(rest[19])  # rest[0] is field 3 (state), so field 22 is rest[19]
-    except (IndexError, ValueError):
-        return None
+        with os.scandir(shm_dir) as entries:
+            for entry in entries:
+                name = entry.name
+                if not name.startswith("dsh-probe"):
+                    continue
+                m = _NAME_RE.match(name)
+                if m and len(names) < max_names:
+                    names.append((int(m.group(1)), None if m.group(2) is None else int(m.group(2))))
+                elif name.startswith(_SCRATCH_PREFIX) and len(scratch) < max_names:
+                    scratch.append(name)
+                if len(names) >= max_names and len(scratch) >= max_names:
+                    break
+    except OSError:
+        return [], []
+    names.sort(key=lambda n: (n[0], -1 if n[1] is None else n[1]))
+    return names, scratch
 
 
 def list_segment_pids(shm_dir: str = SHM_DIR) -> list[int]:
-    """Pids that have a ``dsh-probe.<pid>`` file in ``shm_dir``, sorted; [] when it is unreadable."""
-    try:
-        names = os.listdir(shm_dir)
-    except OSError:
-        return []
-    pids = []
-    for name in names:
-        m = _NAME_RE.match(name)
-        if m:
-            pids.append(int(m.group(1)))
-    return sorted(pids)
+    """Pids that have a ``dsh-probe.<pid>`` (or fallback) file in ``shm_dir``, sorted."""
+    return sorted({pid for pid, _ in list_segments(shm_dir)})
 
 
 def remove_segment(pid: int, expected_start_ticks: int | None = None) -> bool:
-    """Unlink ``pid``'s segment; True when a file was removed. Never raises.
+    """Unlink ``pid``'s segment (the ``dsh-probe.<pid>`` name); True when a file was removed. Never
+    raises. What a process does with its own segment, and tests with theirs: a monitor that cleans
+    up after others uses ``remove_if_dead``.
 
     With ``expected_start_ticks`` the file is removed only if its header names that writer, so a
     cleaner racing a new process that got the same pid does not delete the newcomer's segment.
     """
-    if expected_start_ticks is not None and header_writer_ticks(pid) != expected_start_ticks:
-        return False
+    path = segment_path(pid)
+    if expected_start_ticks is not None:
+        head = _header_identity(path)
+        if head is None or head[1] != expected_start_ticks:
+            return False
     try:
-        os.unlink(segment_path(pid))
+        os.unlink(path)
         return True
     except OSError:
         return False
 
 
-def header_writer_ticks(pid: int) -> int | None:
-    """The writer start_ticks in ``pid``'s segment header, whatever its seq says (0: a header not
-    written yet); -1 for a file shorter than a header (not sized yet); None when there is no file
-    or it cannot be read. Never raises."""
+def _header_identity(path: str) -> tuple[int, int, int, os.stat_result] | None:
+    """(writer pid, writer start_ticks, writer PID namespace, the file's stat) from the header of
+    the regular file at ``path``, whatever its seq says; None when it is no such file or shorter than
+    a header. Never follows a link, never blocks on a FIFO, never raises."""
     try:
-        fd = os.open(segment_path(pid), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        raw = os.pread(fd, HEADER_BYTES, 0)
+        st = os.fstat(fd)
+        raw = os.pread(fd, HEADER_BYTES, 0) if stat.S_ISREG(st.st_mode) else b""
     except OSError:
         return None
     finally:
         os.close(fd)
-    return HEADER.unpack(raw)[6] if len(raw) == HEADER_BYTES else -1
+    if len(raw) < HEADER_BYTES:
+        return None
+    wpid, _, ticks = _FIELDS.unpack_from(raw, _FIELDS_OFFSET)[:3]
+    return wpid, ticks, _PIDNS.unpack_from(raw, _PIDNS_OFFSET)[0], st
+
+
+def _writer_dead(pid: int, start_ticks: int) -> bool:
+    """Provably dead in our PID namespace: no such pid, a zombie, or the pid is another process now.
+    A pid whose /proc entry exists but cannot be read (hidepid) proves nothing."""
+    try:
+        os.stat(f"/proc/{int(pid)}")
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    if process_state(pid) in ZOMBIE_STATES:
+        return True
+    ident = process_identity(pid)
+    return ident is not None and ident[1] != start_ticks
+
+
+def remove_if_dead(pid: int, start_ticks: int | None = None, *, our_pidns: int | None = None) -> bool:
+    """Unlink the segment ``dsh-probe.<pid>`` (with ``start_ticks``: its fallback name) only if its
+    writer is provably dead in our own PID namespace; True when removed. Never raises.
+
+    Provably dead: our /proc shows our namespace, the header names ``pid`` and the same PID
+    namespace as ours (a segment of another namespace, or of a writer too old to record it, is never
+    removed: "not visible here" is not "dead"), and that writer no longer runs (_writer_dead). The
+    name is unlinked only while it still is the very file judged, so a newcomer's is never removed."""
+    try:
+        ns = pid_namespace_id() if our_pidns is None else our_pidns
+        if not ns or not proc_is_ours():
+            return False
+        path = segment_path(pid, start_ticks)
+        head = _header_identity(path)
+        if head is None:
+            return False
+        wpid, ticks, wns, st = head
+        if wns != ns or wpid != int(pid) & 0xFFFFFFFF or (start_ticks is not None and ticks != start_ticks):
+            return False
+        if not _writer_dead(pid, ticks):
+            return False
+        return _unlink_if_same(path, st)
+    except Exception:  # noqa: BLE001 -- a cleaner must never fail its caller's poll
+        return False
+
+
+def _unlink_if_same(path: str, st: os.stat_result) -> bool:
+    try:
+        now = os.lstat(path)
+        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+            return False
+        os.unlink(path)
+        return True
+    except OSError:
+        return False
+
+
+def sweep_dead_segments(skip: set[int] = frozenset(), shm_dir: str = SHM_DIR) -> list[int]:
+    """``remove_if_dead`` over every segment name in ``shm_dir`` but those of pids in ``skip``, and
+    over the writers' scratch files (``_SCRATCH_RE``) left by a writer killed while creating its
+    segment; the pids whose files went. Never raises."""
+    removed: list[int] = []
+    try:
+        ns = pid_namespace_id()
+        if not ns or not proc_is_ours():
+            return removed
+        names, scratch = _scan(shm_dir, 1 << 16)
+        for pid, ticks in names:
+            if pid not in skip and remove_if_dead(pid, ticks, our_pidns=ns):
+                removed.append(pid)
+        for name in scratch:
+            m = _SCRATCH_RE.match(name)
+            if m and int(m.group(1)) == ns and _writer_dead(int(m.group(2)), int(m.group(3))):
+                try:
+                    os.unlink(os.path.join(shm_dir, name))
+                    removed.append(int(m.group(2)))
+                except OSError:
+                    pass
+    except Exception:  # noqa: BLE001 -- a cleaner must never fail its caller's poll
+        pass
+    return removed
 
 
 # ----------------------------------------------------------------------------------------------
@@ -578,12 +708,37 @@ def encode_payload(payload: dict, capacity_bytes: int) -> tuple[bytes, bool]:
 # Writer
 
 
+def _describe(path: str) -> str:
+    """What sits at ``path``, for a message: a link, another user's file, another namespace's."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return "something that vanished"
+    if stat.S_ISLNK(st.st_mode):
+        return "a symbolic link"
+    if not stat.S_ISREG(st.st_mode):
+        return "something that is not a regular file"
+    if st.st_uid != os.geteuid():
+        return f"a file of uid {st.st_uid}"
+    head = _header_identity(path)
+    if head is not None and head[2] and head[2] != pid_namespace_id():
+        return "a segment of another PID namespace"
+    return "a file whose writer may still run"
+
+
 class SegmentWriter:
     """Creates ``/dsh-probe.<pid>`` (0600, allocated up front) and publishes payloads into it.
 
     Allocation up front (posix_fallocate, else explicit zero writes) makes a full /dev/shm fail here
     with ENOSPC instead of killing the process with SIGBUS on a later write to the mapping. One
     writer per segment; callers serialise ``publish`` (the probe holds its lock).
+
+    The file is made whole under a scratch name first (sized, allocated, its header naming the
+    writer and its PID namespace), then hard-linked to its public name: ``link`` never replaces nor
+    follows what already sits there. When ``dsh-probe.<pid>`` is taken by anything but a provably
+    dead writer's segment (another user's file, a link, a live segment of another PID namespace),
+    the writer publishes as ``dsh-probe.<pid>.<start_ticks>`` instead and says why in
+    ``fallback_reason``.
     """
 
     def __init__(
@@ -602,7 +757,9 @@ class SegmentWriter:
         ticks = process_start_ticks(self.pid) if start_ticks is None else start_ticks
         # 0 stands for "unknown" (no /proc): the header field is an unsigned integer.
         self.start_ticks = int(ticks or 0)
+        self.pidns = pid_namespace_id()
         self.name = segment_name(self.pid)
+        self.fallback_reason: str | None = None
         self.size_bytes = int(size_bytes)
         self.capacity_bytes = self.size_bytes - HEADER_BYTES
         self._seq = 0
@@ -613,32 +770,50 @@ class SegmentWriter:
     def _create(self) -> None:
         ipc = self._posix_ipc
         mode = stat.S_IRUSR | stat.S_IWUSR
-        for attempt in (0, 1):
-            try:
-                shm = ipc.SharedMemory(self.name, flags=ipc.O_CREX, mode=mode, size=0)
-                break
-            except ipc.ExistentialError:
-                # A file with our pid in its name can only be a leftover of a dead process that had
-                # this pid before us (SIGKILL skips atexit). Replace it if it is ours to replace.
-                if attempt or not self._remove_leftover():
-                    raise SegmentError(
-                        errno.EEXIST, f"{self.name} exists and is not ours to replace"
-                    ) from None
-            except (ipc.Error, OSError, ValueError) as e:
-                raise SegmentError(errno.EIO, f"cannot create {self.name}: {e}") from None
+        scratch = f"/{_SCRATCH_PREFIX}{self.pidns}.{self.pid}.{self.start_ticks}.{os.urandom(4).hex()}"
+        try:
+            # O_CREAT | O_EXCL: a fresh file, never one planted under the (random) name.
+            shm = ipc.SharedMemory(scratch, flags=ipc.O_CREX, mode=mode, size=0)
+        except (ipc.Error, OSError, ValueError) as e:
+            raise SegmentError(errno.EIO, f"cannot create {self.name}: {e}") from None
         fd = shm.fd
         try:
             os.fchmod(fd, mode)  # the creation mode went through the umask
             os.ftruncate(fd, self.size_bytes)
             self._allocate(fd)
             self._mm = mmap.mmap(fd, self.size_bytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            # Who wrote it, before any name shows it: a cleaner can then judge it from its header.
+            _FIELDS.pack_into(self._mm, _FIELDS_OFFSET, self.pid & 0xFFFFFFFF, 0, self.start_ticks, 0, 0, 0.0)
+            _PIDNS.pack_into(self._mm, _PIDNS_OFFSET, self.pidns)
+            self.name = self._link_public(SHM_DIR + scratch)
         except OSError as e:
-            self._unlink_quietly()
+            self.detach()
             raise SegmentError(
                 e.errno or errno.EIO, f"cannot allocate {self.name}: {e.strerror or e}"
             ) from None
         finally:
             shm.close_fd()
+            self._unlink_quietly(scratch)
+
+    def _link_public(self, scratch_path: str) -> str:
+        """Give the made file its public name (see the class doc); the name taken."""
+        taken = []
+        for ticks in (None, self.start_ticks):
+            path = segment_path(self.pid, ticks)
+            for attempt in (0, 1):
+                try:
+                    os.link(scratch_path, path, follow_symlinks=False)
+                    if taken:
+                        self.fallback_reason = f"{taken[0]}: publishing as {path} instead"
+                    return segment_name(self.pid, ticks)
+                except FileExistsError:
+                    # A leftover of a dead process that had this pid before us (SIGKILL skips
+                    # atexit) is replaced; anything else is left alone.
+                    if attempt == 0 and remove_if_dead(self.pid, ticks):
+                        continue
+                    taken.append(f"{path} is taken by {_describe(path)}")
+                    break
+        raise SegmentError(errno.EEXIST, f"{'; '.join(taken)}: not ours to replace")
 
     def _allocate(self, fd: int) -> None:
         try:
@@ -653,27 +828,9 @@ class SegmentWriter:
         for offset in range(0, self.size_bytes, len(chunk)):
             os.pwrite(fd, chunk[: self.size_bytes - offset], offset)
 
-    def _remove_leftover(self) -> bool:
-        path = segment_path(self.pid)
+    def _unlink_quietly(self, name: str | None = None) -> None:
         try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            return True  # gone meanwhile: just retry
-        except OSError:
-            return False
-        if st.st_uid != os.geteuid() or not stat.S_ISREG(st.st_mode):
-            return False
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
-        except OSError:
-            return False
-        return True
-
-    def _unlink_quietly(self) -> None:
-        try:
-            self._posix_ipc.unlink_shared_memory(self.name)
+            self._posix_ipc.unlink_shared_memory(self.name if name is None else name)
         except Exception:  # noqa: BLE001 -- cleanup after a failure already being reported
             pass
 
@@ -775,6 +932,7 @@ class SegmentRead:
         "state",
         "trimmed",
         "writer_pid",
+        "writer_pidns",
         "writer_start_ticks",
     )
 
@@ -789,6 +947,7 @@ class SegmentRead:
         published_at: float | None = None,
         trimmed: bool = False,
         seq: int | None = None,
+        writer_pidns: int | None = None,
     ) -> None:
         self.pid = pid
         self.state = state
@@ -799,6 +958,7 @@ class SegmentRead:
         self.published_at = published_at
         self.trimmed = trimmed
         self.seq = seq
+        self.writer_pidns = writer_pidns  # 0: a writer that did not record it
 
     @property
     def ok(self) -> bool:
@@ -827,6 +987,7 @@ _READ_FIELDS = (
     "published_at",
     "trimmed",
     "seq",
+    "writer_pidns",
 )
 
 
@@ -864,57 +1025,106 @@ def read_segment(
 
 
 def _read_segment(pid: int, expected_start_ticks: int | None, attempts: int) -> SegmentRead:
-    opened = _open_segment(pid)
+    r = _read_named(pid, None, expected_start_ticks, attempts)
+    if r.state == "ok":
+        return r
+    # The writer may have found its name taken and published under its fallback name.
+    ticks = expected_start_ticks if expected_start_ticks is not None else process_start_ticks(pid)
+    if ticks is None:
+        return r
+    return _better(r, _read_named(pid, ticks, expected_start_ticks, attempts))
+
+
+def _better(primary: SegmentRead, fallback: SegmentRead) -> SegmentRead:
+    """The read to report of a process's two names: a good one, else what is there at all."""
+    if fallback.state == "ok" or (primary.state == "missing" and fallback.state != "missing"):
+        return fallback
+    return primary
+
+
+def _read_named(pid: int, name_ticks: int | None, expected: int | None, attempts: int) -> SegmentRead:
+    opened = _open_segment(pid, name_ticks)
     if isinstance(opened, SegmentRead):
         return opened
     fd, size = opened
     try:
-        return _read_consistent(fd, pid, size, expected_start_ticks, attempts)[0]
+        return _read_consistent(fd, pid, size, expected, attempts)[0]
     finally:
         os.close(fd)
 
 
-def _open_segment(pid: int) -> tuple[int, int] | SegmentRead:
-    """(fd, size) of ``pid``'s segment file once it is known to be a plausible one, else why not."""
-    path = segment_path(pid)
+def _open_segment(pid: int, name_ticks: int | None = None) -> tuple[int, int] | SegmentRead:
+    """(fd, size) of a segment file of ``pid`` once it is known to be a plausible one, else why not."""
+    path = segment_path(pid, name_ticks)
     try:
         # O_NONBLOCK: a FIFO planted under our name must not hang the reader; O_NOFOLLOW: nor a link.
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return SegmentRead(pid=pid, state="missing", error=f"{path} does not exist")
     except PermissionError as e:
-        return SegmentRead(pid=pid, state="foreign-owner", error=f"cannot open {path}: {e.strerror}")
+        return _owner_mismatch(pid, path) or SegmentRead(
+            pid=pid, state="foreign-owner", error=f"cannot open {path}: {e.strerror}"
+        )
     except OSError as e:
         if e.errno == errno.ELOOP:
             return SegmentRead(pid=pid, state="corrupt", error=f"{path} is a symbolic link")
         return SegmentRead(pid=pid, state="corrupt", error=f"cannot open {path}: {e.strerror}")
-    problem = None
     try:
-        st = os.fstat(fd)
-        euid = os.geteuid()
-        size = st.st_size
-        if st.st_uid != euid and euid != 0:
-            problem = SegmentRead(
-                pid=pid, state="foreign-owner", error=f"{path} belongs to uid {st.st_uid}, we are uid {euid}"
-            )
-        elif not stat.S_ISREG(st.st_mode):
-            problem = SegmentRead(pid=pid, state="corrupt", error=f"{path} is not a regular file")
-        elif size == 0:
-            # The writer is between shm_open (which creates an empty file) and ftruncate.
-            problem = SegmentRead(pid=pid, state="initialising", error="segment created, not sized yet")
-        elif size < HEADER_BYTES or size > MAX_SEGMENT_BYTES:
-            problem = SegmentRead(
-                pid=pid,
-                state="corrupt",
-                error=f"size {size} outside [{HEADER_BYTES}, {MAX_SEGMENT_BYTES}] bytes",
-            )
+        problem = _file_problem(pid, path, os.fstat(fd))
     except BaseException:
         os.close(fd)
         raise
     if problem is not None:
         os.close(fd)
         return problem
-    return fd, size
+    return fd, os.fstat(fd).st_size
+
+
+def _owner_mismatch(pid: int, path: str, st: os.stat_result | None = None) -> SegmentRead | None:
+    """Only the process itself writes its segment, so the file's owner is the uid it runs as.
+    Whoever reads (root included), another owner means another user wrote it: never believed. A
+    process gone meanwhile has no uid to compare: its file is judged by its header alone (nothing of
+    a process that is not running is shown as running)."""
+    owner = process_real_uid(pid)
+    if owner is None:
+        return None
+    if st is None:
+        try:
+            st = os.lstat(path)  # the file we may not open still says whose it is
+        except OSError:
+            return None
+    if st.st_uid == owner:
+        return None
+    return SegmentRead(
+        pid=pid,
+        state="owner-mismatch",
+        error=f"{path} is owned by uid {st.st_uid}, process runs as uid {owner}: ignored",
+    )
+
+
+def _file_problem(pid: int, path: str, st: os.stat_result) -> SegmentRead | None:
+    """Why the opened file at ``path`` cannot be ``pid``'s segment, or None."""
+    if not stat.S_ISREG(st.st_mode):
+        return SegmentRead(pid=pid, state="corrupt", error=f"{path} is not a regular file")
+    # Only the process itself writes its segment, so the file's owner is the uid it runs as.
+    # Whoever reads (root included), another owner means another user wrote it: never believed.
+    mismatch = _owner_mismatch(pid, path, st)
+    if mismatch is not None:
+        return mismatch
+    euid = os.geteuid()
+    if st.st_uid != euid and euid != 0:
+        return SegmentRead(
+            pid=pid, state="foreign-owner", error=f"{path} belongs to uid {st.st_uid}, we are uid {euid}"
+        )
+    size = st.st_size
+    if size == 0:
+        # A writer of an older version between shm_open (which creates an empty file) and ftruncate.
+        return SegmentRead(pid=pid, state="initialising", error="segment created, not sized yet")
+    if size < HEADER_BYTES or size > MAX_SEGMENT_BYTES:
+        return SegmentRead(
+            pid=pid, state="corrupt", error=f"size {size} outside [{HEADER_BYTES}, {MAX_SEGMENT_BYTES}] bytes"
+        )
+    return None
 
 
 def _read_consistent(
@@ -929,6 +1139,7 @@ def _read_consistent(
         if len(raw) < HEADER_BYTES:
             return (SegmentRead(pid=pid, state="corrupt", error="file shorter than the header"), None)
         magic, version, hsize, seq, wpid, flags, ticks, length, crc, published_at = HEADER.unpack(raw)
+        wns = _PIDNS.unpack_from(raw, _PIDNS_OFFSET)[0]
         if seq & 1:
             last = SegmentRead(
                 pid=pid, state="busy", error=f"writer mid-publish (seq {seq} odd) on every try", seq=seq
@@ -943,6 +1154,7 @@ def _read_consistent(
             published_at=published_at,
             trimmed=bool(flags & FLAG_TRIMMED),
             seq=seq,
+            writer_pidns=wns,
         )
         # Header checks are only trusted once seq proves the header was not being rewritten under us.
         reason = None
@@ -995,6 +1207,10 @@ def _finish(data: bytes, expected: int | None, common: dict) -> SegmentRead:
     if common["writer_pid"] != pid & 0xFFFFFFFF:
         return SegmentRead(state="corrupt", error=f"header names writer pid {common['writer_pid']}", **common)
     ticks = common["writer_start_ticks"]
+    wns, ours = common["writer_pidns"], pid_namespace_id()
+    if wns and ours and wns != ours:
+        # Its pid is a pid of that namespace: whatever runs under that number here, it is not this.
+        return SegmentRead(state="stale", error=f"written in another PID namespace ({wns:#x})", **common)
     if expected is None:
         live = process_start_ticks(pid)
         if live is None:
@@ -1044,6 +1260,7 @@ class SegmentFollower:
         self.max_open = max(0, int(max_open))
         # identity -> (fd, size when opened, bytes of the last good read, that read)
         self._open: dict[tuple[int, int], tuple[int, int, bytes, SegmentRead]] = {}
+        self._missing_reads: dict[tuple[int, int], int] = {}  # identity -> reads that found no file
 
     def __len__(self) -> int:
         return len(self._open)
@@ -1061,34 +1278,56 @@ class SegmentFollower:
                     self._open[ident] = (fd, size, raw, r)
                     return r
                 self._drop(ident)
-            opened = _open_segment(pid)
-            if isinstance(opened, SegmentRead):
-                return opened
-            fd, size = opened
-            keep = False
-            try:
-                r, raw = _read_consistent(fd, pid, size, start_ticks, _READ_ATTEMPTS)
-                keep = raw is not None and len(self._open) < self.max_open
-                if keep:
-                    self._open[ident] = (fd, size, raw, r)
-                return r
-            finally:
-                if not keep:
-                    os.close(fd)
+            r = self._open_read(ident, None)
+            if r.state != "ok" and self._try_fallback(ident, r):
+                # Published under the fallback name when its own name was taken.
+                r = _better(r, self._open_read(ident, start_ticks))
+            return r
         except Exception as e:  # noqa: BLE001 -- same contract as read_segment: never raises
             self._drop(ident)
             return SegmentRead(
                 pid=pid, state="corrupt", error=f"reader failed: {type(e).__name__}: {e}"[:300]
             )
 
+    def _try_fallback(self, ident: tuple[int, int], primary: SegmentRead) -> bool:
+        """Whether to look for the fallback name too: always while something else holds the name;
+        with nothing there (most processes run no probe) every FALLBACK_CHECK_EVERY reads, which
+        halves what such a process costs a poll. A writer falls back only when its name was held at
+        its start, so what this can delay is only the case of a squatter gone since."""
+        if primary.state != "missing":
+            return True
+        n = self._missing_reads.get(ident, 0)
+        self._missing_reads[ident] = n + 1
+        return n % FALLBACK_CHECK_EVERY == 0
+
+    def _open_read(self, ident: tuple[int, int], name_ticks: int | None) -> SegmentRead:
+        pid, start_ticks = ident
+        opened = _open_segment(pid, name_ticks)
+        if isinstance(opened, SegmentRead):
+            return opened
+        fd, size = opened
+        keep = False
+        try:
+            r, raw = _read_consistent(fd, pid, size, start_ticks, _READ_ATTEMPTS)
+            keep = raw is not None and len(self._open) < self.max_open
+            if keep:
+                self._open[ident] = (fd, size, raw, r)
+            return r
+        finally:
+            if not keep:
+                os.close(fd)
+
     def retain(self, identities: set) -> None:
         """Close the files of every identity not in ``identities`` (processes that left the tree)."""
         for ident in [i for i in self._open if i not in identities]:
             self._drop(ident)
+        for ident in [i for i in self._missing_reads if i not in identities]:
+            del self._missing_reads[ident]
 
     def close(self) -> None:
         for ident in list(self._open):
             self._drop(ident)
+        self._missing_reads.clear()
 
     def _drop(self, ident: tuple[int, int]) -> None:
         entry = self._open.pop(ident, None)

@@ -4,10 +4,14 @@ the training interpreter's torch can do, each problem with the command that fixe
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 import sys
 from typing import Any
 
+from probe import segment as wire
+from probe.procid import process_real_uid
 from sidecar import document
 from sidecar.verdict import Facts, GpuFacts, cuda_unavailable_reason
 
@@ -54,6 +58,65 @@ def torch_report(python: str, timeout_s: float = 120.0) -> dict[str, Any]:
     except (ValueError, IndexError):
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         return {"error": f"{python} failed: {tail[0][:300]}"}
+
+
+SHOWN_EXAMPLES = 5
+MAX_LISTED = 100
+
+
+def segment_name_findings(shm_dir: str = wire.SHM_DIR) -> dict[str, Any]:
+    """Segment names that someone else holds: links or other non-files planted under them, and files
+    owned by another user than the process they name (forged facts, or a name squatted so that the
+    process's probe must fall back to dsh-probe.PID.START_TICKS). For a pid that does not run, a
+    file of another user than us counts (it waits for the next process to get that pid)."""
+    links: list[str] = []
+    foreign: list[str] = []
+    me = os.geteuid()
+    for pid, ticks in wire.list_segments(shm_dir):
+        path = os.path.join(shm_dir, os.path.basename(wire.segment_path(pid, ticks)))
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            kind = "symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
+            links.append(f"{path} ({kind})")
+            continue
+        owner = process_real_uid(pid)
+        if owner is not None and st.st_uid != owner:
+            foreign.append(f"{path}: owned by uid {st.st_uid}, process {pid} runs as uid {owner}")
+        elif owner is None and st.st_uid != me:
+            foreign.append(f"{path}: owned by uid {st.st_uid}, no process {pid} runs")
+    # Counted in full, listed in part: a flood of planted names must not flood the report.
+    return {
+        "links_count": len(links),
+        "links": links[:MAX_LISTED],
+        "foreign_files_count": len(foreign),
+        "foreign_files": foreign[:MAX_LISTED],
+    }
+
+
+def _segment_problems(found: dict[str, Any]) -> list[dict[str, str]]:
+    out = []
+    if found["links"]:
+        out.append(
+            {
+                "problem": f"{found['links_count']} link(s) or non-files planted under probe segment names "
+                f"({'; '.join(found['links'][:SHOWN_EXAMPLES])}): probes never write through them and "
+                "publish as dsh-probe.PID.START_TICKS instead",
+                "fix": "remove them (`sudo find /dev/shm -maxdepth 1 -name 'dsh-probe.*' ! -type f -delete`) "
+                "and find out who planted them",
+            }
+        )
+    if found["foreign_files"]:
+        out.append(
+            {
+                "problem": f"{found['foreign_files_count']} probe segment file(s) owned by another user "
+                f"({'; '.join(found['foreign_files'][:SHOWN_EXAMPLES])}): the sidecar ignores them",
+                "fix": "remove them (`sudo rm /dev/shm/dsh-probe.PID`) and ask their owner why they are there",
+            }
+        )
+    return out
 
 
 def collect(python: str) -> dict[str, Any]:
@@ -113,8 +176,11 @@ def collect(python: str) -> dict[str, Any]:
         if torch.get("cuda_init_error"):
             reason += f" (torch says: {torch['cuda_init_error']})"
         problems.append({"problem": f"CUDA is not available to torch: {reason}", "fix": hint})
+    shm = segment_name_findings()
+    problems.extend(_segment_problems(shm))
     unusable = [s for s in facts.system_gpus if s.nvml_index is None and s.vendor != "NVIDIA"]
     return {
+        "shm": shm,
         "nvml": nvml,
         "system_gpus": [
             {"vendor": s.vendor, "name": s.name, "pci": s.pci, "driver": s.driver, "nvml_index": s.nvml_index}

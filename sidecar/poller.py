@@ -32,6 +32,8 @@ from sidecar.verdict import (
 
 # How often the OS graphics devices are re-read: they change only on hot-plug.
 SYSFS_EVERY_POLLS = 20
+# Process states (/proc/PID/stat field 3) of a process that does nothing until it is continued.
+STOPPED_STATES = ("T", "t")
 
 
 class Poller:
@@ -81,13 +83,23 @@ class Poller:
         self._target_name: str | None = None
         self._target_cmdline: list[str] | None = None
         self._target_create_time: float | None = None
-        self._lock = threading.Lock()
+        self._stopped_since: dict[tuple, float] = {}
+        self._lock = threading.Lock()  # guards what snapshot() reads
+        self._poll_lock = threading.Lock()  # one poll at a time (poll_once)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.poll_lag_s: list[float] = []
 
     # -- one poll --------------------------------------------------------------------------------
     def poll_once(self) -> dict[str, Any]:
+        """One poll; safe from any thread. Polls never overlap: the poller thread and a caller (the
+        CLI polls once more when the job exits) take turns, because the sources keep state between
+        polls that only one poll at a time may touch (the segment follower's open files, the
+        process tree's kept /proc files, the hysteresis, the caches)."""
+        with self._poll_lock:
+            return self._poll_once_locked()
+
+    def _poll_once_locked(self) -> dict[str, Any]:
         started = time.perf_counter()
         now = self.clock()
         tree = self.tree_source.poll()
@@ -205,9 +217,21 @@ class Poller:
             gpus=gpu_t,
             system_gpus=document.system_gpu_facts(self._system_gpus, gpu_t),
             pid_namespace_suspect=suspect,
+            stopped=self._stopped(now, tree),
             rules=self.rules,
         )
         return facts, proc_info, other
+
+    def _stopped(self, now: float, tree: TreeSnapshot) -> tuple[tuple[int, float], ...]:
+        """(pid, seconds since this sidecar first saw it stopped) of each stopped process of the
+        tree. The kernel keeps no time of the stop, so a job found stopped counts from then."""
+        since, self._stopped_since = self._stopped_since, {}
+        out = []
+        for p in tree.processes if tree.target_alive else ():
+            if p.state in STOPPED_STATES:
+                self._stopped_since[p.identity] = t = since.get(p.identity, now)
+                out.append((p.pid, now - t))
+        return tuple(out)
 
     def _process_facts(self, tree: TreeSnapshot, reads, by_pid) -> tuple:
         """ProcessFacts of each process, reused from the last poll when nothing it is made of changed
@@ -304,11 +328,18 @@ class Poller:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
-        for source in (self.nvml_source, self.segment_source, self.tree_source):
-            try:
-                source.close()
-            except Exception:
-                pass
+        # Never close a source under a poll still running in another thread; a poll stuck past the
+        # join above (a hung driver call) keeps its sources, and the exit that follows frees them.
+        if not self._poll_lock.acquire(timeout=5):
+            return
+        try:
+            for source in (self.nvml_source, self.segment_source, self.tree_source):
+                try:
+                    source.close()
+                except Exception:
+                    pass
+        finally:
+            self._poll_lock.release()
 
     def snapshot(self) -> tuple[dict[str, Any] | None, float | None]:
         with self._lock:

@@ -153,6 +153,7 @@ class Facts:
     gpus: tuple[GpuFacts, ...] = ()
     system_gpus: tuple[SystemGpuFacts, ...] = ()
     pid_namespace_suspect: bool = False
+    stopped: tuple[tuple[int, float], ...] = ()  # (pid, seconds seen stopped) of stopped processes
     recent: tuple[RecentSample, ...] = ()
     rules: Rules = field(default_factory=Rules)
 
@@ -298,6 +299,27 @@ def rule_target_exited(f: Facts) -> Iterable[Warning]:
         )
 
 
+def rule_job_stopped(f: Facts) -> Iterable[Warning]:
+    """A stopped process (SIGSTOP, Ctrl-Z: state T) does nothing, yet its probe's figures stay at
+    their last values, which read as a healthy job. The time is since the sidecar saw it stopped."""
+    if not f.target_alive or not f.stopped:
+        return
+    pids = tuple(pid for pid, _ in f.stopped)
+    longest_s = max(s for _, s in f.stopped)
+    who = "The job is" if f.target_pid in pids else f"{len(pids)} process(es) of the job are"
+    who_zh = "该任务" if f.target_pid in pids else f"该任务的 {len(pids)} 个进程"
+    yield Warning(
+        "job-stopped",
+        "warning",
+        f"{who} stopped (process {_plist(pids[:5])}, for {longest_s:.0f} s at least): it does no work, "
+        "and the figures shown are its last ones.",
+        f"{who_zh}已被暂停（进程 {_plist(pids[:5])}，至少 {longest_s:.0f} 秒）：它不做任何计算，显示的是最后的数值。",
+        f"Resume it with `kill -CONT {pids[0]}` (or `fg` in the shell that stopped it).",
+        f"用 `kill -CONT {pids[0]}` 恢复它（或在暂停它的 shell 中执行 `fg`）。",
+        pids,
+    )
+
+
 def rule_nvml_unavailable(f: Facts) -> Iterable[Warning]:
     if f.nvml_ok:
         return
@@ -334,14 +356,14 @@ def rule_probe_unreadable(f: Facts) -> Iterable[Warning]:
     bad = [p for p in f.processes if p.probe_unreadable]
     if bad:
         reasons = "; ".join(f"{p.pid}: {p.probe_error or p.probe_state}" for p in bad[:3])
+        hint, hint_zh = _unreadable_hint({p.probe_state for p in bad})
         yield Warning(
             "probe-unreadable",
             "warning",
             f"The probe data of {len(bad)} process(es) cannot be read ({reasons}).",
             f"{len(bad)} 个进程的探针数据无法读取（{reasons}）。",
-            "Check that the sidecar runs as the same user as the job (segments are private), and that the "
-            "probe and sidecar versions match.",
-            "确认 sidecar 与任务以同一用户运行（共享内存段仅属主可读），且探针与 sidecar 版本一致。",
+            hint,
+            hint_zh,
             tuple(p.pid for p in bad),
         )
 
@@ -360,6 +382,29 @@ def rule_probe_error(f: Facts) -> Iterable[Warning]:
             "根据消息查找原因（例如数据超出 DSH_PROBE_SEGMENT_BYTES），若不是您的问题请报告。",
             tuple(p.pid for p in bad),
         )
+
+
+def _unreadable_hint(states: set[str]) -> tuple[str, str]:
+    """The fix for why it cannot be read: a planted file (whoever reads), a reader without the
+    permission (never root: root opens every file), or a bad file."""
+    if "owner-mismatch" in states:
+        return (
+            "A file under the process's segment name belongs to another user, so it was ignored: someone "
+            "may have planted it. Remove it (`sudo rm /dev/shm/dsh-probe.PID`); meanwhile the probe "
+            "publishes as dsh-probe.PID.START_TICKS, which the sidecar reads. `dsh-sidecar doctor` lists such files.",
+            "该进程的共享内存段名下的文件属于其他用户，已被忽略：可能有人故意放置。请删除它"
+            "（`sudo rm /dev/shm/dsh-probe.PID`）；在此期间探针以 dsh-probe.PID.START_TICKS 发布，sidecar 会读取。"
+            "`dsh-sidecar doctor` 会列出此类文件。",
+        )
+    if "foreign-owner" in states:
+        return (
+            "Run the sidecar as the same user as the job, or as root (segments are private to their owner).",
+            "以与任务相同的用户或 root 运行 sidecar（共享内存段仅属主可读）。",
+        )
+    return (
+        "Check that the probe and sidecar versions match.",
+        "确认探针与 sidecar 版本一致。",
+    )
 
 
 def rule_cpu_build(f: Facts) -> Iterable[Warning]:
@@ -861,6 +906,7 @@ def rule_rank_device_mismatch(f: Facts) -> Iterable[Warning]:
 
 RULES: tuple[Rule, ...] = (
     rule_target_exited,
+    rule_job_stopped,
     rule_cpu_build,
     rule_cuda_unavailable,
     rule_model_on_cpu,

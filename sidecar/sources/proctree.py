@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import psutil
 
+from probe.procid import process_identity
 from sidecar.redact import redact_args
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -36,6 +37,7 @@ class ProcInfo:
     cpu_percent: float | None  # of one core, since the previous poll
     rss_mib: float | None
     depth: int  # 0 for the target
+    state: str | None = None  # field 3 of /proc/PID/stat: R, S, D, T (stopped), t (traced), ...
 
     @property
     def identity(self) -> tuple[int, int | None]:
@@ -66,6 +68,10 @@ class _Stat:
         self.threads = int(fields[17])
         self.start_ticks = int(fields[19])
         self.rss_pages = int(fields[21])
+
+
+# The psutil statuses the verdict asks about, as /proc/PID/stat spells them.
+_PSUTIL_STATES = {psutil.STATUS_STOPPED: "T", psutil.STATUS_TRACING_STOP: "t", psutil.STATUS_RUNNING: "R"}
 
 
 def _parse_stat(raw: bytes) -> _Stat | None:
@@ -258,7 +264,8 @@ class ProcessTreeSource:
     def __init__(self, target_pid: int, *, max_processes: int = 4096, max_open_files: int | None = None):
         self.target_pid = target_pid
         self.max_processes = max_processes
-        self._use_proc = os.path.isdir(_PROC) and _has_children_files()
+        self._have_proc = os.path.isdir(_PROC)
+        self._use_proc = self._have_proc and _has_children_files()
         self._boot_time = _boot_time()
         self._static: dict[tuple[int, int], tuple[str, tuple[str, ...]]] = {}
         self._prev_cpu: dict[tuple[int, int], tuple[int, float]] = {}
@@ -272,7 +279,10 @@ class ProcessTreeSource:
         if st is not None:
             self.target_start_ticks = st.start_ticks
         elif not self._use_proc and psutil.pid_exists(target_pid):
-            self.target_start_ticks = int(psutil.Process(target_pid).create_time() * _CLK_TCK)
+            try:
+                self.target_start_ticks = self._start_ticks(psutil.Process(target_pid))
+            except psutil.Error:
+                pass
 
     def poll(self) -> TreeSnapshot:
         try:
@@ -325,6 +335,7 @@ class ProcessTreeSource:
                     self._cpu_percent(ident, st.cpu_ticks, now),
                     st.rss_pages * page_mib,
                     depth,
+                    st.state,
                 )
             )
         if not same_tree:
@@ -409,10 +420,19 @@ class ProcessTreeSource:
         return round(100.0 * (cpu_ticks - prev[0]) / _CLK_TCK / (now - prev[1]), 1)
 
     # -- portable: psutil ------------------------------------------------------------------------
+    def _start_ticks(self, p: psutil.Process) -> int | None:
+        """The identity the probe writes (ticks since boot, probe.procid), never psutil's
+        create_time in ticks since 1970: a kernel without the children files still has /proc/PID/stat.
+        Without /proc (not Linux) it is worked back from create_time. None: gone or a zombie."""
+        if self._have_proc:
+            ident = process_identity(p.pid)
+            return None if ident is None else ident[1]
+        return round((p.create_time() - self._boot_time) * _CLK_TCK)
+
     def _poll_psutil(self) -> TreeSnapshot:
         try:
             root = psutil.Process(self.target_pid)
-            if int(root.create_time() * _CLK_TCK) != self.target_start_ticks:
+            if self._start_ticks(root) != self.target_start_ticks or self.target_start_ticks is None:
                 return TreeSnapshot(self.target_pid, False, ())
             procs = [root, *root.children(recursive=True)][: self.max_processes]
         except psutil.Error:
@@ -421,6 +441,9 @@ class ProcessTreeSource:
         out = []
         for p in procs:
             try:
+                ticks = self._start_ticks(p)
+                if ticks is None:
+                    continue  # exited, or a zombie: it does no work (as on the /proc path)
                 with p.oneshot():
                     ppid = p.ppid()
                     cached = self._psutil_procs.setdefault(p.pid, p)
@@ -428,13 +451,14 @@ class ProcessTreeSource:
                         ProcInfo(
                             pid=p.pid,
                             ppid=ppid,
-                            start_ticks=int(p.create_time() * _CLK_TCK),
+                            start_ticks=ticks,
                             create_time=p.create_time(),
                             name=p.name(),
                             cmdline=tuple(redact_args(p.cmdline())),
                             cpu_percent=cached.cpu_percent(None),
                             rss_mib=p.memory_info().rss / 1048576,
                             depth=depth.get(ppid, 0) + 1 if p.pid != self.target_pid else 0,
+                            state=_PSUTIL_STATES.get(p.status()),
                         )
                     )
                     depth[p.pid] = out[-1].depth

@@ -11,19 +11,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from probe import segment as wire
-from sidecar.sources.proctree import TreeSnapshot, open_file_budget, pid_visible
+from sidecar.sources.proctree import TreeSnapshot, open_file_budget
 
 # Consecutive busy reads after which a segment counts as unreadable rather than mid-publish.
 BUSY_POLLS_UNREADABLE = 3
 # Segments of live processes outside the tree (other jobs) are checked for staleness this often.
 FOREIGN_CHECK_EVERY_POLLS = 20
-UNREADABLE_STATES = ("corrupt", "foreign-owner")
+UNREADABLE_STATES = ("corrupt", "foreign-owner", "owner-mismatch")
 
 
 @dataclass(frozen=True)
 class ProbeRead:
     pid: int
-    state: str  # probe.segment states: ok | missing | initialising | busy | corrupt | stale | foreign-owner
+    state: str  # one of probe.segment.STATES
     payload: dict[str, Any] | None  # the latest good payload of this identity, even when state is busy
     error: str | None
     unreadable: bool  # corrupt, foreign, or busy for too long
@@ -95,68 +95,24 @@ class SegmentSource:
         self._follower.close()
 
     def _remove_dead_segments(self, reads: dict[int, ProbeRead], gone: set) -> None:
-        """Unlink segments whose writer is gone: its pid no longer exists, or the pid now belongs to
-        another process (start time mismatch). A zeroed header is a writer initialising: left alone.
+        """Unlink the segments whose writer is provably dead in our own PID namespace (see
+        probe.segment.remove_if_dead: a segment of another namespace, or of a writer too old to say
+        which, is never removed; a zombie writer is dead).
 
-        The tree's own segments were read against their live identity a moment ago: that read says
-        whether one is stale. A process that left the tree since the last poll is checked at once.
-        The whole of /dev/shm (leftovers of other jobs) is looked at on the first poll and then every
-        FOREIGN_CHECK_EVERY_POLLS polls: on a node running other jobs it would otherwise cost a read
-        of every foreign segment, every poll."""
+        The tree's own stale segments are looked at each poll; a process that left the tree since
+        the last poll is checked at once, under both its names. The whole of /dev/shm (leftovers of
+        other jobs) is looked at on the first poll and then every FOREIGN_CHECK_EVERY_POLLS polls:
+        on a node running other jobs it would otherwise cost a read of every foreign segment."""
         for pid, read in reads.items():
-            if read.state == "stale" and self._remove(pid, read.writer_start_ticks):
+            if read.state == "stale" and wire.remove_if_dead(pid):
                 self.removed.append(pid)
         for pid, ticks in gone:
             if pid in reads:
                 continue  # the pid is back in the tree as a new process: its read decided above
-            if not pid_visible(pid):
-                if self._remove_of_dead_pid(pid):
-                    self.removed.append(pid)
-            elif ticks is not None and wire.process_start_ticks(pid) != ticks:
-                # The pid is someone else's now: only while the header still names the process
-                # that left, never what the newcomer is writing.
-                if self._remove(pid, ticks):
+            for name_ticks in (None, ticks) if ticks is not None else (None,):
+                if wire.remove_if_dead(pid, name_ticks):
                     self.removed.append(pid)
         self._cleanups += 1
         if (self._cleanups - 1) % FOREIGN_CHECK_EVERY_POLLS == 0:
-            self._sweep_shm(reads)
+            self.removed.extend(wire.sweep_dead_segments(skip=set(reads)))
         del self.removed[:-256]
-
-    def _sweep_shm(self, reads: dict[int, ProbeRead]) -> None:
-        try:
-            pids = wire.list_segment_pids()
-        except Exception:
-            return
-        for pid in pids:
-            if pid in reads:
-                continue
-            try:
-                if not pid_visible(pid):
-                    removed = self._remove_of_dead_pid(pid)
-                else:
-                    live_ticks = wire.process_start_ticks(pid)
-                    r = wire.read_segment(pid, expected_start_ticks=live_ticks)
-                    removed = r.state == "stale" and self._remove(pid, r.writer_start_ticks)
-            except Exception:
-                continue
-            if removed:
-                self.removed.append(pid)
-
-    def _remove_of_dead_pid(self, pid: int) -> bool:
-        """The segment of a pid that does not exist: whatever state its writer left it in (killed
-        mid-publish with seq odd, or before its first publish with the header still zero or the
-        file still empty), it is dead. Removed while the header still says what it said when looked
-        at, so a newcomer that got the pid meanwhile and wrote its header keeps its segment."""
-        ticks = wire.header_writer_ticks(pid)
-        if ticks is None:
-            return False
-        return self._remove(pid, ticks if ticks >= 0 else None)
-
-    @staticmethod
-    def _remove(pid: int, stale_writer_ticks: int | None = None) -> bool:
-        """Unlink; for a stale segment only while its header still names the dead writer, so a
-        newcomer with the reused pid that recreated its segment meanwhile keeps it."""
-        try:
-            return wire.remove_segment(pid, expected_start_ticks=stale_writer_ticks)
-        except Exception:
-            return False

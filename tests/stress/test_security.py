@@ -162,14 +162,91 @@ def test_sidecar_as_another_user_refuses_the_segment_and_says_why(job_with_segme
     assert os.path.exists(segment_path(pid)), "an unprivileged sidecar removed another user's segment"
 
 
+FORGER = NOBODY - 1  # a second unprivileged uid: the neighbour who forges
+
+
+def write_as(uid: int, pid: int, payload_k: int = 0) -> None:
+    """Publish a valid segment for `pid` from a forked child running as `uid` (a real second user:
+    the file is created by that uid, as an attacker's would be). The child leaves the file behind."""
+    ticks = process_start_ticks(pid)
+    child = os.fork()
+    if child == 0:
+        code = 1
+        try:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            w = SegmentWriter(pid=pid, start_ticks=ticks)
+            w.publish(variant(pid, ticks, payload_k))
+            w.detach()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+@pytest.fixture
+def nobody_job():
+    """A job of uid 65534 with a child that runs no probe: `sh` and its `sleep`."""
+    proc = subprocess.Popen(
+        ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "sh", "-c", "sleep 300 & wait"],
+        stdin=subprocess.DEVNULL,
+    )
+    kid = wait_for(lambda: _children(proc.pid), what="the job's child")[0]
+    yield proc.pid, kid
+    proc.kill()
+    proc.wait()
+    os.kill(kid, 9)
+    for pid in (proc.pid, kid):
+        for path in (segment_path(pid), segment_path(pid, process_start_ticks(pid) or 0)):
+            if os.path.lexists(path):
+                os.unlink(path)
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
+
+
 @needs_root
-def test_sidecar_as_root_reads_another_users_segment(job_with_segment):
-    pid, _ = job_with_segment
-    os.chown(segment_path(pid), NOBODY, NOBODY)
+def test_root_sidecar_reads_the_segment_of_the_jobs_own_user(nobody_job):
+    pid, _ = nobody_job
+    write_as(NOBODY, pid)
+    assert os.stat(segment_path(pid)).st_uid == NOBODY
     assert read_segment(pid).state == "ok"
     doc = json.loads(sidecar_once(pid, as_nobody=False).stdout)
-    (p,) = doc["processes"]
+    (p,) = [p for p in doc["processes"] if p["pid"] == pid]
     assert p["probe_state"] == "ok" and p["models"][0]["name"] == "net0"
+
+
+@needs_root
+@pytest.mark.parametrize("reader", ["root", "the job's user"])
+def test_a_segment_forged_by_another_user_is_ignored_whoever_reads(nobody_job, reader):
+    """Issue 12 item 1: uid 65533 writes valid segments for uid 65534's job and its probe-less
+    child; a root sidecar reported the forged model on cuda:0. Now neither counts, and the warning
+    says whose file it is without telling a root sidecar to run as the job's user."""
+    pid, kid = nobody_job
+    for target in (pid, kid):
+        write_as(FORGER, target)
+    r = sidecar_once(pid, as_nobody=reader != "root")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    shown = {p["pid"]: p for p in doc["processes"]}
+    assert set(shown) == {pid, kid}
+    why = f"is owned by uid {FORGER}, process runs as uid {NOBODY}: ignored"
+    for target in (pid, kid):
+        p = shown[target]
+        assert p["probe_state"] == "owner-mismatch" and p["probe"] is False and p["models"] == [], p
+        assert why in p["probe_error"], p["probe_error"]
+    assert doc["status"] != "GPU"
+    (w,) = [w for w in doc["warnings"] if w["code"] == "probe-unreadable"]
+    assert sorted(w["pids"]) == sorted([pid, kid]) and why in w["message"]
+    assert "same user" not in w["hint"] and "another user" in w["hint"] and w["hint_zh"]
+    assert os.path.exists(segment_path(pid)), "the reader removed another user's file"
 
 
 # -------------------------------------------------------------------------------------------------

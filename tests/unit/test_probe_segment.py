@@ -114,7 +114,9 @@ def test_header_bytes_sit_at_the_documented_offsets(live_pid):
         assert struct.unpack_from("<I", raw, 44)[0] == zlib.crc32(payload)
         published_at = struct.unpack_from("<d", raw, 48)[0]
         assert abs(published_at - time.time()) < 60
-        assert raw[56:64] == b"\0" * 8
+        # The writer's PID namespace: device << 32 | inode of /proc/self/ns/pid (it was reserved, 0).
+        ns = os.stat("/proc/self/ns/pid")
+        assert struct.unpack_from("<Q", raw, 56)[0] == (ns.st_dev << 32 | ns.st_ino) != 0
         assert msgpack.unpackb(payload)["pid"] == live_pid
     finally:
         writer.close()
@@ -414,12 +416,57 @@ def test_list_and_remove_segments(live_pid):
 
 
 def test_writer_replaces_a_leftover_of_a_dead_namesake(live_pid):
-    write_raw(live_pid, b"leftover")
+    ticks = process_start_ticks(live_pid)
+    dead = SegmentWriter(pid=live_pid, start_ticks=ticks - 1)  # the pid's previous owner, gone
+    dead.detach()
     writer = publish(live_pid)
     try:
+        assert writer.name == f"/dsh-probe.{live_pid}" and writer.fallback_reason is None
         assert read_segment(live_pid).state == "ok"
     finally:
         writer.close()
+
+
+def test_writer_keeps_a_namesake_it_cannot_prove_dead_and_falls_back(live_pid):
+    """A file under its name with no namespace recorded (an older writer, or anyone's bytes) may be
+    a live writer's of another PID namespace: left alone, and the fallback name used and read."""
+    write_raw(live_pid, b"leftover")
+    writer = publish(live_pid)
+    try:
+        ticks = process_start_ticks(live_pid)
+        assert writer.name == f"/dsh-probe.{live_pid}.{ticks}"
+        assert "is taken by a file whose writer may still run" in writer.fallback_reason
+        assert Path(segment_path(live_pid)).read_bytes()[64:72] == b"leftover"
+        r = read_segment(live_pid)
+        assert r.state == "ok" and r.payload["pid"] == live_pid
+        follower = wire.SegmentFollower()
+        assert follower.read(live_pid, ticks).state == "ok" and len(follower) == 1
+        follower.close()
+        assert [n for n in wire.list_segments() if n[0] == live_pid] == [(live_pid, None), (live_pid, ticks)]
+    finally:
+        writer.close()
+        wire.remove_segment(live_pid)
+    assert not os.path.exists(segment_path(live_pid, ticks))
+
+
+def test_a_scratch_file_of_a_writer_killed_while_creating_is_swept(live_pid):
+    """Killed between creating its file and naming it: only the scratch name is left, and that name
+    says whose it was."""
+    ns = wire.pid_namespace_id()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    scratch = os.path.join(wire.SHM_DIR, f"dsh-probe-new.{ns}.{gone.pid}.12345.0123abcd")
+    alive = os.path.join(wire.SHM_DIR, f"dsh-probe-new.{ns}.{live_pid}.{process_start_ticks(live_pid)}.0123abcd")
+    other_ns = os.path.join(wire.SHM_DIR, f"dsh-probe-new.{ns + 1}.{gone.pid}.12345.0123abcd")
+    for path in (scratch, alive, other_ns):
+        open(path, "wb").close()
+    try:
+        assert gone.pid in wire.sweep_dead_segments()
+        assert not os.path.exists(scratch) and os.path.exists(alive) and os.path.exists(other_ns)
+    finally:
+        for path in (scratch, alive, other_ns):
+            if os.path.exists(path):
+                os.unlink(path)
 
 
 def test_full_shm_fails_at_creation_and_leaves_nothing(dead_pid):

@@ -226,3 +226,43 @@ def test_files_kept_for_a_previous_owner_of_a_pid_are_not_read_for_the_new_one(p
     assert not [k for k in files._files if k[0] == pid and k[1]] and pid not in files._tids
     assert files.children(pid, again.threads) == []  # read afresh: the parent has no kids yet
     files.close()
+
+
+def test_the_psutil_fallback_uses_the_probe_s_identity_and_keeps_live_segments(monkeypatch):
+    """Issue 12 item 7: on a kernel without /proc/PID/task/TID/children the tree comes from psutil,
+    whose start_ticks were ticks since 1970 (create_time * CLK_TCK) while the probe writes ticks since
+    boot: every live child's segment read as stale and was unlinked."""
+    from probe.segment import process_start_ticks, segment_path
+    from sidecar.sources import proctree
+    from sidecar.sources.segments import SegmentSource
+    from tests.helpers.harness import REPO, python_env
+
+    monkeypatch.setattr(proctree, "_has_children_files", lambda: False)  # such a kernel
+    job = subprocess.Popen(
+        ["sh", "-c", f"{sys.executable} -m tests.stress.jobs once & wait"],
+        cwd=REPO,
+        env=python_env(),
+        stdout=subprocess.PIPE,
+    )
+    writer = None
+    try:
+        assert job.stdout.readline() == b"published\n"
+        with open(f"/proc/{job.pid}/task/{job.pid}/children") as f:
+            (writer,) = (int(x) for x in f.read().split())
+        source = ProcessTreeSource(job.pid)
+        assert not source._use_proc
+        tree = source.poll()
+        ticks = {p.pid: p.start_ticks for p in tree.processes}
+        assert ticks == {job.pid: process_start_ticks(job.pid), writer: process_start_ticks(writer)}
+        segments = SegmentSource()
+        for _ in range(2):
+            reads = segments.poll(source.poll())
+            assert reads[writer].state == "ok", reads[writer]
+        assert os.path.exists(segment_path(writer)) and segments.removed == []
+        segments.close()
+    finally:
+        if writer is not None:
+            os.kill(writer, 15)  # SIGTERM: the writer closes (unlinks) its segment; sh's wait returns
+        else:
+            job.kill()
+        job.wait(timeout=30)

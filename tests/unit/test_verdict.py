@@ -339,6 +339,20 @@ CASES = [
         {"rank-shared-gpu", "rank-device-mismatch"},
         set(),
     ),
+    (
+        "a stopped job (kill -STOP): its last figures are not a healthy job",
+        facts(proc(models=[model("cuda:0")], gpu=[ProcGpu(0, 900, 70)]), stopped=((100, 12.0),)),
+        "GPU",
+        {"job-stopped"},
+        set(),
+    ),
+    (
+        "a stopped job that has exited since: only target-exited",
+        facts(proc(models=[model("cuda:0")]), stopped=((100, 12.0),), target_alive=False),
+        "GPU",
+        {"target-exited"},
+        {"job-stopped"},
+    ),
 ]
 
 
@@ -366,6 +380,15 @@ def test_every_rule_is_exercised_by_the_table():
             produced |= {w.code for w in rule(f)}
     assert produced == fired
     assert len(fired) >= len(RULES) - 1  # memory-growth has its own tests below
+
+
+def test_job_stopped_says_which_process_for_how_long_and_how_to_resume_it():
+    f = facts(proc(models=[model("cuda:0")]), proc(101, is_target=False), stopped=((101, 7.4), (100, 31.6)))
+    (w,) = [w for w in decide(f).warnings if w.code == "job-stopped"]
+    assert w.pids == (101, 100) and "The job is stopped (process 101, 100, for 32 s at least)" in w.message
+    assert "至少 32 秒" in w.message_zh and "kill -CONT 101" in w.hint and "kill -CONT 101" in w.hint_zh
+    (w,) = [w for w in decide(replace(f, stopped=((101, 7.4),))).warnings if w.code == "job-stopped"]
+    assert w.message.startswith("1 process(es) of the job are stopped (process 101, for 7 s")
 
 
 def test_warnings_sorted_by_severity():

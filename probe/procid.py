@@ -1,0 +1,93 @@
+"""Who a process is, read from /proc the same way by the probe and the sidecar.
+
+A process is ``(pid, start_ticks)``: field 22 of ``/proc/<pid>/stat``, its start time in clock ticks
+since boot (an exact integer, world-readable). Standard library only: the probe imports this module
+inside the training process and the sidecar imports it for its reader and its cleanup.
+
+Everything here answers for the PID namespace of the /proc that this process sees; ``proc_is_ours``
+says whether that is its own namespace (it is not inside ``unshare -p`` without ``--mount-proc``),
+without which no pid read here may be taken as "dead".
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = [
+    "ZOMBIE_STATES",
+    "pid_namespace_id",
+    "proc_is_ours",
+    "process_identity",
+    "process_real_uid",
+    "process_state",
+]
+
+_PROC = "/proc"
+# A zombie or a dead task does nothing more: its segment is finished although its pid still shows.
+ZOMBIE_STATES = ("Z", "X", "x")
+
+
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name; [0] is field 3 (state)."""
+    try:
+        with open(f"{_PROC}/{int(pid)}/stat", "rb") as f:
+            data = f.read(4096)
+    except (OSError, ValueError):
+        return None
+    # comm (field 2) may hold spaces and parentheses: the fields after it start after the LAST ')'.
+    close = data.rfind(b")")
+    if close < 0:
+        return None
+    rest = data[close + 1 :].split()
+    return rest if len(rest) > 19 else None
+
+
+def process_identity(pid: int) -> tuple[int, int] | None:
+    """``(pid, start_ticks since boot)`` of a process that runs; None when the pid is gone, is a
+    zombie (it will never write again), or /proc cannot say."""
+    rest = _stat_fields(pid)
+    if rest is None or rest[0].decode("ascii", "replace") in ZOMBIE_STATES:
+        return None
+    try:
+        return (int(pid), int(rest[19]))  # rest[0] is field 3 (state), so field 22 is rest[19]
+    except ValueError:
+        return None
+
+
+def process_state(pid: int) -> str | None:
+    """Field 3 of ``/proc/<pid>/stat`` (R, S, D, T, t, Z, ...); None when gone."""
+    rest = _stat_fields(pid)
+    return None if rest is None else rest[0].decode("ascii", "replace")
+
+
+def process_real_uid(pid: int) -> int | None:
+    """The real uid of ``pid`` (first field of the ``Uid:`` line of /proc/<pid>/status); None when
+    gone or unreadable."""
+    try:
+        with open(f"{_PROC}/{int(pid)}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Uid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def pid_namespace_id() -> int:
+    """This process's PID namespace as one nonzero u64 (device << 32 | inode of
+    /proc/self/ns/pid); 0 when it cannot be read (no /proc, or a kernel without namespaces)."""
+    try:
+        st = os.stat(f"{_PROC}/self/ns/pid")
+    except OSError:
+        return 0
+    return ((st.st_dev & 0xFFFFFFFF) << 32) | (st.st_ino & 0xFFFFFFFF)
+
+
+def proc_is_ours() -> bool:
+    """Whether the /proc we read shows our own PID namespace: /proc/self names our pid. Inside
+    ``unshare -p -f`` without ``--mount-proc`` it shows the parent's, where a pid we cannot find
+    says nothing about a process of ours."""
+    try:
+        return os.readlink(f"{_PROC}/self") == str(os.getpid())
+    except OSError:
+        return False

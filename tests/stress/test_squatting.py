@@ -1,0 +1,126 @@
+"""Name squatting (issue 12 item 6): another user holds `dsh-probe.<pid>` before the probe of that
+pid starts. The probe still publishes (under `dsh-probe.<pid>.<start_ticks>`, which the sidecar
+reads), warns once, and never follows or writes through a planted link; `doctor` names what was
+planted. Real processes, a real second uid (os.chown), real links."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from probe.segment import process_start_ticks, segment_path
+from tests.helpers.harness import REPO, python_env
+
+SQUATTER = 65533
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to create another uid's file")
+
+# The job imports and activates the probe only when told to, once the test has planted its name.
+JOB = """
+import json, sys
+sys.stdin.readline()
+import probe
+ok = probe.activate()
+probe.event("second")  # a second publish: the warning is still said once
+print(json.dumps({"ok": ok, **probe.status()}), flush=True)
+sys.stdin.readline()
+"""
+
+
+def start_job() -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", JOB],
+        env=python_env(),
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def plant(path: str, how: str, victim: str) -> None:
+    if how == "symlink":
+        os.symlink(victim, path)
+    else:
+        with open(path, "wb") as f:
+            f.write(b"squatted")
+        os.chown(path, SQUATTER, SQUATTER)
+
+
+def sidecar_once(pid: int) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-m", "sidecar.cli", "--pid", str(pid), "--once", "--json"],
+        env=python_env({"LD_LIBRARY_PATH": "/nonexistent"}),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+@needs_root
+@pytest.mark.parametrize("how", ["file of another user", "symlink"])
+def test_a_squatted_name_does_not_silence_the_probe(tmp_path, how):
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    job = start_job()
+    primary = segment_path(job.pid)
+    try:
+        plant(primary, how, str(victim))
+        ticks = process_start_ticks(job.pid)
+        job.stdin.write("\n")
+        job.stdin.flush()
+        status = json.loads(job.stdout.readline())
+        assert status["ok"] is True and status["enabled"] is True, status
+        assert status["segment"] == f"/dsh-probe.{job.pid}.{ticks}"
+        doc = sidecar_once(job.pid)
+        (p,) = doc["processes"]
+        assert p["probe_state"] == "ok" and p["probe"] is True, p
+        assert victim.read_bytes() == b"precious", "the probe wrote through a planted link"
+        assert os.path.islink(primary) == (how == "symlink")
+    finally:
+        out, err = job.communicate("\n", timeout=30)
+        if os.path.lexists(primary):
+            os.unlink(primary)
+    assert err.count("is taken by") == 1, err  # warned once
+    assert ("symbolic link" if how == "symlink" else f"uid {SQUATTER}") in err
+    assert not os.path.exists(segment_path(job.pid, ticks)), "its own exit removes the fallback name"
+
+
+@needs_root
+def test_doctor_reports_planted_links_and_files_owned_by_others(tmp_path):
+    live = subprocess.Popen(["sleep", "300"])
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    planted = [segment_path(live.pid), segment_path(dead.pid)]
+    try:
+        plant(planted[0], "file", "")
+        plant(planted[1], "symlink", str(tmp_path / "nowhere"))
+        out = subprocess.run(
+            [sys.executable, "-m", "sidecar.cli", "doctor", "--json"],
+            env=python_env({"LD_LIBRARY_PATH": "/nonexistent"}),
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode == 0, out.stderr
+        report = json.loads(out.stdout)
+        shm = report["shm"]
+        assert f"{planted[1]} (symbolic link)" in shm["links"]
+        assert f"{planted[0]}: owned by uid {SQUATTER}, process {live.pid} runs as uid 0" in shm["foreign_files"]
+        text = " ".join(p["problem"] for p in report["problems"])
+        assert planted[0] in text and planted[1] in text
+        assert not (tmp_path / "nowhere").exists()
+    finally:
+        live.kill()
+        live.wait()
+        for path in planted:
+            if os.path.lexists(path):
+                os.unlink(path)
