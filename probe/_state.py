@@ -31,6 +31,7 @@ from probe.segment import (
     SegmentWriter,
     empty_payload,
     segment_name,
+    sweep_dead_segments,
 )
 
 TYPE_CHECKING = False  # typing costs ~2 ms to import; annotations alone do not need it
@@ -96,6 +97,7 @@ class Probe:
         self.last_body: tuple[object, dict] | None = None
         self.last_traversal_mono = 0.0
         self.mp_finalizer_pid: int | None = None
+        self.swept: list[int] = []  # pids whose dead segments this process's probe removed at start
         if self.enabled:
             os.register_at_fork(after_in_child=self._after_fork_in_child)
             atexit.register(self.shutdown)
@@ -169,6 +171,14 @@ class Probe:
 
     def _run(self, first_delay_s: float | None) -> None:
         my_pid = os.getpid()
+        if first_delay_s is None and not self.forked:
+            # A job ended by SIGTERM or SIGKILL leaves its processes' segments behind: the first probe
+            # of this user's next job removes those whose writers are provably dead (once, off the
+            # training thread; only this user's files, never another PID namespace's).
+            try:
+                self.swept = sweep_dead_segments(skip={my_pid}, owner_uid=os.getuid())
+            except Exception as e:  # noqa: BLE001
+                self.record_error("sweep", e)
         if first_delay_s is not None:
             # A forked child: open our own segment only if we are still alive (and not exec'd) by then.
             if self.wake.wait(first_delay_s) and self.stopping:

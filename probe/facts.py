@@ -100,11 +100,17 @@ def role(forked: bool) -> dict:
         out["worker_id"] = int(worker_info.id)
     elif dist_initialised:
         out["role"] = "rank"
-    elif forked or os.path.exists(segment_path(os.getppid())):
+    elif forked or _parent_runs_the_probe():
         out["role"] = "child"
     elif env_rank:
         out["role"] = "rank"
     return out
+
+
+def _parent_runs_the_probe() -> bool:
+    ppid = os.getppid()
+    # Its own name, or the fallback it publishes under when that name was taken by someone else.
+    return os.path.exists(segment_path(ppid)) or os.path.exists(segment_path(ppid, process_start_ticks(ppid)))
 
 
 def _static(torch: Any) -> dict:

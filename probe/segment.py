@@ -251,7 +251,9 @@ def _writer_dead(pid: int, start_ticks: int) -> bool:
     return ident is not None and ident[1] != start_ticks
 
 
-def remove_if_dead(pid: int, start_ticks: int | None = None, *, our_pidns: int | None = None) -> bool:
+def remove_if_dead(
+    pid: int, start_ticks: int | None = None, *, our_pidns: int | None = None, owner_uid: int | None = None
+) -> bool:
     """Unlink the segment ``dsh-probe.<pid>`` (with ``start_ticks``: its fallback name) only if its
     writer is provably dead in our own PID namespace; True when removed. Never raises.
 
@@ -268,6 +270,8 @@ def remove_if_dead(pid: int, start_ticks: int | None = None, *, our_pidns: int |
         if head is None:
             return False
         wpid, ticks, wns, st = head
+        if owner_uid is not None and st.st_uid != owner_uid:
+            return False
         if wns != ns or wpid != int(pid) & 0xFFFFFFFF or (start_ticks is not None and ticks != start_ticks):
             return False
         if not _writer_dead(pid, ticks):
@@ -288,10 +292,12 @@ def _unlink_if_same(path: str, st: os.stat_result) -> bool:
         return False
 
 
-def sweep_dead_segments(skip: set[int] = frozenset(), shm_dir: str = SHM_DIR) -> list[int]:
+def sweep_dead_segments(
+    skip: set[int] = frozenset(), shm_dir: str = SHM_DIR, owner_uid: int | None = None
+) -> list[int]:
     """``remove_if_dead`` over every segment name in ``shm_dir`` but those of pids in ``skip``, and
     over the writers' scratch files (``_SCRATCH_RE``) left by a writer killed while creating its
-    segment; the pids whose files went. Never raises."""
+    segment; the pids whose files went. With ``owner_uid``, only files of that owner. Never raises."""
     removed: list[int] = []
     try:
         ns = pid_namespace_id()
@@ -299,12 +305,14 @@ def sweep_dead_segments(skip: set[int] = frozenset(), shm_dir: str = SHM_DIR) ->
             return removed
         names, scratch = _scan(shm_dir, 1 << 16)
         for pid, ticks in names:
-            if pid not in skip and remove_if_dead(pid, ticks, our_pidns=ns):
+            if pid not in skip and remove_if_dead(pid, ticks, our_pidns=ns, owner_uid=owner_uid):
                 removed.append(pid)
         for name in scratch:
             m = _SCRATCH_RE.match(name)
             if m and int(m.group(1)) == ns and _writer_dead(int(m.group(2)), int(m.group(3))):
                 try:
+                    if owner_uid is not None and os.lstat(os.path.join(shm_dir, name)).st_uid != owner_uid:
+                        continue
                     os.unlink(os.path.join(shm_dir, name))
                     removed.append(int(m.group(2)))
                 except OSError:

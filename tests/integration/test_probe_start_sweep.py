@@ -1,0 +1,69 @@
+"""Issue 11 item 8: a job stopped by SIGTERM/SIGKILL leaves its segments in /dev/shm until some
+sidecar sweeps them; the first probe of the user's next process removes those of dead writers,
+once, and leaves live writers' segments and other users' files alone."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from probe.segment import segment_path
+
+pytest.importorskip("torch")
+
+REPO = Path(__file__).resolve().parents[2]
+WRITER = (
+    "import sys, time; from probe.segment import SegmentWriter; from probe import segment; "
+    "w = SegmentWriter(); w.publish(segment.empty_payload()); print(w.pid, flush=True); time.sleep(60)"
+)
+PROBED = (
+    "import json, time, torch, probe; from probe._state import PROBE; "
+    "m = probe.register(torch.nn.Linear(2, 2)); time.sleep(1.0); print(json.dumps(PROBE.swept))"
+)
+
+
+def env(**extra: str) -> dict:
+    e = dict(os.environ, PYTHONPATH=str(REPO), DSH_PROBE_INTERVAL_S="0.2")
+    e.update(extra)
+    return e
+
+
+def start_writer() -> subprocess.Popen:
+    p = subprocess.Popen([sys.executable, "-c", WRITER], env=env(), stdout=subprocess.PIPE, text=True)
+    assert int(p.stdout.readline()) == p.pid
+    return p
+
+
+def test_the_first_probe_removes_dead_writers_segments_of_its_user_only():
+    dead = start_writer()
+    dead.send_signal(signal.SIGKILL)
+    dead.wait()
+    live = start_writer()
+    others = start_writer() if os.getuid() == 0 else None
+    try:
+        if others is not None:  # the dead writer's file, as another user's would be
+            others.send_signal(signal.SIGKILL)
+            others.wait()
+            os.chown(segment_path(others.pid), 65534, 65534)
+        assert os.path.exists(segment_path(dead.pid))
+        out = subprocess.run([sys.executable, "-c", PROBED], env=env(), capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        swept = json.loads(out.stdout.strip().splitlines()[-1])
+        assert dead.pid in swept and not os.path.exists(segment_path(dead.pid))
+        assert live.pid not in swept and os.path.exists(segment_path(live.pid))
+        if others is not None:  # a dead writer of another user: not this user's to remove
+            assert others.pid not in swept and os.path.exists(segment_path(others.pid))
+    finally:
+        live.kill()
+        live.wait()
+        time.sleep(0.1)
+        for p in (live, others):
+            if p is not None and os.path.exists(segment_path(p.pid)):
+                os.unlink(segment_path(p.pid))
