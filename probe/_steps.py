@@ -222,3 +222,22 @@ def registered(model: Any) -> bool:
 
     with _state.PROBE.lock:
         return any(r.module_ref() is model for r in _state.PROBE.records)
+
+
+def guarded_hook(where: str) -> Any:
+    """Decorate a framework callback's hook: a failure is recorded under ``where``, never raised into
+    the trainer; the hook returns None (a transformers ``control`` is left untouched)."""
+
+    def wrap(fn: Any) -> Any:
+        def hook(self: Any, *args: Any, **kwargs: Any) -> None:
+            try:
+                fn(self, *args, **kwargs)
+            except Exception as e:  # noqa: BLE001 -- the probe must never break the trainer
+                record_error(where, e)
+
+        hook.__name__ = fn.__name__
+        hook.__qualname__ = fn.__qualname__
+        hook.__doc__ = fn.__doc__
+        return hook
+
+    return wrap

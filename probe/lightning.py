@@ -56,24 +56,6 @@ SOURCE = "lightning"
 MAX_WATCHED_MODULES = 64
 
 
-def _guarded(where: str):
-    """Run a hook body; a failure is recorded, never raised into the trainer."""
-
-    def wrap(fn):
-        def hook(self, *args, **kwargs):
-            try:
-                fn(self, *args, **kwargs)
-            except Exception as e:  # noqa: BLE001 -- the probe must never break the trainer
-                _steps.record_error(where, e)
-
-        hook.__name__ = fn.__name__
-        hook.__qualname__ = fn.__qualname__
-        hook.__doc__ = fn.__doc__
-        return hook
-
-    return wrap
-
-
 def _loaders(obj: Any, limit: int = 16) -> list:
     """DataLoaders in what ``trainer.train_dataloader`` / ``val_dataloaders`` hold (one, a list or a dict)."""
     if obj is None:
@@ -113,36 +95,36 @@ class ProbeCallback(*_callback_bases()):
         self._found_children = False
 
     # -- fit -------------------------------------------------------------------------------------
-    @_guarded("lightning.on_fit_start")
+    @_steps.guarded_hook("lightning.on_fit_start")
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         self._steps = _steps.attach_steps(pl_module, self._model_name(pl_module), SOURCE)
         _steps.event("lightning: fit start")
 
-    @_guarded("lightning.on_fit_end")
+    @_steps.guarded_hook("lightning.on_fit_end")
     def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
         self._unwatch()
         _steps.event(f"lightning: fit end after {self._count()} steps")
 
-    @_guarded("lightning.on_exception")
+    @_steps.guarded_hook("lightning.on_exception")
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         self._unwatch()
         _steps.event(f"lightning: {type(exception).__name__} after {self._count()} steps")
 
-    @_guarded("lightning.on_train_start")
+    @_steps.guarded_hook("lightning.on_train_start")
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         # Both loaders exist by now; workers started later (the next epoch's, each validation
         # run's) say which loader they serve.
         self._label(trainer)
 
     # -- epochs and batches -------------------------------------------------------------------------
-    @_guarded("lightning.on_train_epoch_start")
+    @_steps.guarded_hook("lightning.on_train_epoch_start")
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         self._label(trainer)
         if self._steps is not None:
             self._steps.epoch_start()
         _steps.event(f"lightning: train epoch {int(trainer.current_epoch)}")
 
-    @_guarded("lightning.on_train_batch_start")
+    @_steps.guarded_hook("lightning.on_train_batch_start")
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         if self._steps is not None:
             self._steps.batch_start()
@@ -150,7 +132,7 @@ class ProbeCallback(*_callback_bases()):
             self._found_children = True
             self._start_watch(pl_module)
 
-    @_guarded("lightning.on_train_batch_end")
+    @_steps.guarded_hook("lightning.on_train_batch_end")
     def on_train_batch_end(
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
@@ -159,11 +141,11 @@ class ProbeCallback(*_callback_bases()):
         if self._steps is not None:
             self._steps.step_end()
 
-    @_guarded("lightning.on_validation_start")
+    @_steps.guarded_hook("lightning.on_validation_start")
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
         self._label(trainer)
 
-    @_guarded("lightning.on_validation_end")
+    @_steps.guarded_hook("lightning.on_validation_end")
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         if self._steps is not None:
             self._steps.resume()  # validation inside an epoch is not a wait for training data

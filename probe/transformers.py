@@ -32,24 +32,6 @@ __all__ = ["ProbeCallback"]
 SOURCE = "transformers"
 
 
-def _guarded(where: str):
-    """Run a hook body; a failure is recorded, never raised. Returns None: ``control`` is untouched."""
-
-    def wrap(fn):
-        def hook(self, args, state, control, **kwargs):
-            try:
-                fn(self, args, state, control, **kwargs)
-            except Exception as e:  # noqa: BLE001 -- the probe must never break the trainer
-                _steps.record_error(where, e)
-
-        hook.__name__ = fn.__name__
-        hook.__qualname__ = fn.__qualname__
-        hook.__doc__ = fn.__doc__
-        return hook
-
-    return wrap
-
-
 class ProbeCallback(TrainerCallback):
     """Registers the trained model, counts steps, times data waits, records train/eval events."""
 
@@ -57,7 +39,7 @@ class ProbeCallback(TrainerCallback):
         self.name = name
         self._steps: _steps.StepCounter | None = None
 
-    @_guarded("transformers.on_train_begin")
+    @_steps.guarded_hook("transformers.on_train_begin")
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         model = kwargs.get("model")
         if model is not None:
@@ -70,35 +52,35 @@ class ProbeCallback(TrainerCallback):
             _steps.label_loader(loader, "train")
         _steps.event("transformers: train begin")
 
-    @_guarded("transformers.on_epoch_begin")
+    @_steps.guarded_hook("transformers.on_epoch_begin")
     def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self._steps is not None:
             self._steps.epoch_start()
 
-    @_guarded("transformers.on_step_begin")
+    @_steps.guarded_hook("transformers.on_step_begin")
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self._steps is not None:
             self._steps.batch_start()
 
-    @_guarded("transformers.on_step_end")
+    @_steps.guarded_hook("transformers.on_step_end")
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self._steps is not None:
             self._steps.step_end(state.global_step)
 
-    @_guarded("transformers.on_evaluate")
+    @_steps.guarded_hook("transformers.on_evaluate")
     def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._resume()
         _steps.event(f"transformers: evaluate at step {int(state.global_step)}")
 
-    @_guarded("transformers.on_save")
+    @_steps.guarded_hook("transformers.on_save")
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._resume()
 
-    @_guarded("transformers.on_log")
+    @_steps.guarded_hook("transformers.on_log")
     def on_log(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._resume()
 
-    @_guarded("transformers.on_train_end")
+    @_steps.guarded_hook("transformers.on_train_end")
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         _steps.event(f"transformers: train end at step {int(state.global_step)}")
 

@@ -111,7 +111,7 @@ def collected_models(payload: dict[str, Any]) -> tuple[str, ...]:
     if not isinstance(errors, list):
         return ()
     names = (_str(e.get("message")) for e in errors if isinstance(e, dict) and e.get("where") == MODEL_COLLECTED)
-    return tuple(sorted({n for n in names if n}))[: bounds.MAX_MODELS_PER_PROCESS]
+    return tuple(sorted({n for n in names if n}))[: bounds.MAX_MODELS_SHOWN]
 
 
 def is_mp_child(cmdline: tuple[str, ...] | None) -> bool:
