@@ -57,7 +57,7 @@ for _ in range(n):
     c = time.process_time(); p.nvml_source.poll(); parts["nvml"] += time.process_time() - c
 print(json.dumps({"cpu": cpu, "wall": wall, "parts": {k: v / n for k, v in parts.items()},
                   "processes": len(doc["processes"]), "gpus": len(doc["gpus"]),
-                  "with_probe": sum(q["probe"] for q in doc["processes"]),
+                  "with_probe": sum(q["has_probe"] for q in doc["processes"]),
                   "gpu_rows": sum(len(q["gpu"]) for q in doc["processes"])}))
 """
 

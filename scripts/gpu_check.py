@@ -65,7 +65,7 @@ def main() -> int:
     doc = sidecar_once(os.getpid())
     me = next(p for p in doc["processes"] if p["pid"] == os.getpid())
     check("input device now cuda:0", me["models"][0]["input_device"] == "cuda:0", str(me["models"][0]["input_device"]))
-    check("allocator figures", (me.get("cuda_memory_mb") or 0) > 0, f"reserved {me.get('cuda_memory_mb')} MiB")
+    check("allocator figures", (me.get("cuda_reserved_mib") or 0) > 0, f"reserved {me.get('cuda_reserved_mib')} MiB")
     check("nvml sees this pid", bool(me["gpu"]), f"{me['gpu']}")
     check("forward calls", me["models"][0]["forward_calls"] >= calls, f"{me['models'][0]['forward_calls']} >= {calls}")
     allocated = torch.cuda.memory_allocated(0) / 2**20

@@ -493,17 +493,17 @@ def human_summary(doc: dict[str, Any]) -> str:
     )
     for g in doc["gpus"]:
         lines.append(
-            f"  GPU {g['index']} {g['name']}: {_fmt(g['util'], '%')} busy, "
-            f"{_fmt(g['mem_used_mb'], ' MiB')} / {_fmt(g['mem_total_mb'], ' MiB')}"
+            f"  GPU {g['index']} {g['name']}: {_fmt(g['util_pct'], '%')} busy, "
+            f"{_fmt(g['mem_used_mib'], ' MiB')} / {_fmt(g['mem_total_mib'], ' MiB')}"
         )
     for s in doc["system_gpus"]:
         usable = "" if s["nvml_index"] is not None else " (not usable by CUDA)"
         lines.append(f"  OS device {s['pci']}: {s['name']} [{s['driver'] or 'no driver'}]{usable}")
     lines.append("processes:")
     for p in doc["processes"]:
-        role = p["role"] or ("no probe" if not p["probe"] else "?")
+        role = p["role"] or ("no probe" if not p["has_probe"] else "?")
         models = ", ".join(f"{m['name']}@{m['device']}" for m in p["models"]) or "-"
-        gpu = ", ".join(f"GPU{g['index']} {_fmt(g['mem_used_mb'], ' MiB')}" for g in p["gpu"]) or "-"
+        gpu = ", ".join(f"GPU{g['index']} {_fmt(g['mem_used_mib'], ' MiB')}" for g in p["gpu"]) or "-"
         lines.append(
             f"  {'  ' * p.get('depth', 0)}{p['pid']} {p['name']} [{role}] model: {models} gpu: {gpu}"
         )

@@ -12,7 +12,7 @@ from typing import Any
 
 from probe import segment as wire
 from probe.procid import process_real_uid
-from sidecar import document
+from sidecar.collect import system_gpu_facts
 from sidecar.verdict import Facts, GpuFacts, cuda_unavailable_reason
 
 # Runs in the user's interpreter: it may have a broken torch, so everything is guarded and the
@@ -137,7 +137,7 @@ def collect(python: str) -> dict[str, Any]:
         driver=nvml.get("driver"),
         cuda_driver=nvml.get("cuda_driver"),
         gpus=gpus,
-        system_gpus=document.system_gpu_facts(system, gpus),
+        system_gpus=system_gpu_facts(system, gpus),
     )
     problems: list[dict[str, str]] = []
     nvidia_os = any(s.vendor == "NVIDIA" for s in facts.system_gpus)

@@ -1,8 +1,9 @@
-"""Facts from the sources → verdict facts, and verdict → the status document (schema 1).
+"""Facts and the verdict → the status and history documents (schema 2, sidecar/contract.py).
 
-Pure functions: the poller does the I/O and hands the results here. The status document is the
-contract the page, the DSH plugin and `--once --json` share: absent values are null, never
-missing keys.
+Presentation only: the facts come from sidecar/collect.py, the decisions from the verdict; nothing
+here reads a source or decides anything. The documents are the contract the page, the DSH plugin,
+`--once --json` and agents share: sidecar/contract.py declares every key (absent values are null,
+never missing keys).
 """
 
 from __future__ import annotations
@@ -10,146 +11,20 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from probe.segment import MODEL_COLLECTED, PUBLISH_FAILED
-from sidecar import bounds
+from sidecar import bounds, contract
 from sidecar.bounds import MAX_ID_CHARS, MAX_MESSAGE_CHARS, clip, clip_args, clip_opt
-from sidecar.verdict import (
-    Facts,
-    GpuFacts,
-    ModelFacts,
-    ProcessFacts,
-    ProcGpu,
-    SystemGpuFacts,
-    Verdict,
-    model_nvml_index,
-)
+from sidecar.verdict import Facts, ModelFacts, ProcessFacts, Verdict, memory_growth, model_nvml_index
 
-SCHEMA = 1
-MIB = 1048576.0
+SCHEMA = contract.SCHEMA
 
 
 def _int(x: Any) -> int | None:
     return x if isinstance(x, int) and not isinstance(x, bool) else None
 
 
-def _float(x: Any) -> float | None:
-    if isinstance(x, bool):
-        return None
-    return float(x) if isinstance(x, int | float) else None
-
-
 def _str(x: Any, limit: int = bounds.MAX_TEXT_CHARS) -> str | None:
     """A string from a process, clipped (sidecar/bounds.py); anything else None."""
     return clip_opt(x, limit)
-
-
-def models_from_payload(payload: dict[str, Any]) -> tuple[ModelFacts, ...]:
-    out = []
-    for m in payload.get("models") or ():
-        if not isinstance(m, dict):
-            continue
-        devices = m.get("devices")
-        kinds = (
-            list(dict.fromkeys(d for d in devices if isinstance(d, str))) if isinstance(devices, list) else []
-        )
-        out.append(
-            ModelFacts(
-                name=_str(m.get("name")) or _str(m.get("class")) or "model",
-                device=_str(m.get("device"), MAX_ID_CHARS),
-                devices=tuple(clip(d, MAX_ID_CHARS) for d in kinds[: bounds.MAX_DEVICES_SHOWN]),
-                params=_int(m.get("params")),
-                input_device=_str(m.get("input_device"), MAX_ID_CHARS),
-                forward_calls=_int(m.get("forward_calls")) or 0,
-                forward_rate_hz=_float(m.get("forward_rate_hz")),
-                data_wait_fraction=_float(m.get("data_wait_fraction")),
-                train_steps=_int(m.get("train_steps")),
-                step_rate_hz=_float(m.get("step_rate_hz")),
-                step_source=_str(m.get("step_source")),
-                shared_memory=m.get("shared_memory") if isinstance(m.get("shared_memory"), bool) else None,
-            )
-        )
-    return tuple(out)
-
-
-def cuda_memory_mib(payload: dict[str, Any]) -> float | None:
-    total = None
-    for m in payload.get("memory") or ():
-        if isinstance(m, dict) and _int(m.get("reserved_bytes")) is not None:
-            total = (total or 0.0) + m["reserved_bytes"] / MIB
-    return total
-
-
-# What multiprocessing's own helper processes run (python -c "from multiprocessing.X import main; ...").
-_MP_HELPER_MODULES = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
-
-
-def _python_c_code(cmdline: tuple[str, ...] | None) -> str:
-    """The code of ``python [flags] -c CODE``, after interpreter flags such as -B, -s, -E; else ""."""
-    if not cmdline:
-        return ""
-    head = list(cmdline[1:8])
-    return head[head.index("-c") + 1] if "-c" in head[:-1] else ""
-
-
-def is_mp_helper(cmdline: tuple[str, ...] | None) -> bool:
-    """multiprocessing's resource tracker or forkserver process: it never runs the user's code."""
-    code = _python_c_code(cmdline)
-    return any(m in code for m in _MP_HELPER_MODULES)
-
-
-def publish_failure(payload: dict[str, Any]) -> str | None:
-    """The message of a fallback payload (probe.segment.PUBLISH_FAILED), else None."""
-    errors = payload.get("errors")
-    last = errors[-1] if isinstance(errors, list) and errors else None
-    if isinstance(last, dict) and last.get("where") == PUBLISH_FAILED:
-        return _str(last.get("message")) or "unknown error"
-    return None
-
-
-def collected_models(payload: dict[str, Any]) -> tuple[str, ...]:
-    errors = payload.get("errors")
-    if not isinstance(errors, list):
-        return ()
-    names = (_str(e.get("message")) for e in errors if isinstance(e, dict) and e.get("where") == MODEL_COLLECTED)
-    return tuple(sorted({n for n in names if n}))[: bounds.MAX_MODELS_SHOWN]
-
-
-def is_mp_child(cmdline: tuple[str, ...] | None) -> bool:
-    """Started by multiprocessing's spawn or forkserver (a DataLoader worker, a spawned rank): such a
-    process runs only what it was handed, and the probe only if that imports it."""
-    code = _python_c_code(cmdline)
-    return any(m in code for m in ("multiprocessing.spawn", "multiprocessing.forkserver"))
-
-
-def process_facts(proc, read, gpu: tuple[ProcGpu, ...], target_pid: int) -> ProcessFacts:
-    """`proc` is a proctree.ProcInfo, `read` a segments.ProbeRead or None."""
-    payload = read.payload if read is not None else None
-    runtime = payload.get("runtime") if payload and isinstance(payload.get("runtime"), dict) else None
-    return ProcessFacts(
-        pid=proc.pid,
-        ppid=proc.ppid,
-        depth=proc.depth,
-        name=clip(proc.name) if isinstance(proc.name, str) else proc.name,
-        is_target=proc.pid == target_pid,
-        probe_state=read.state if read is not None else "missing",
-        probe_error=_str(read.error) if read is not None else None,
-        probe_unreadable=bool(read and read.unreadable),
-        role=_str(payload.get("role"), MAX_ID_CHARS) if payload else None,
-        worker_id=_int(payload.get("worker_id")) if payload else None,
-        rank=_int(payload.get("rank")) if payload else None,
-        local_rank=_int(payload.get("local_rank")) if payload else None,
-        world_size=_int(payload.get("world_size")) if payload else None,
-        dist_backend=_str(payload.get("dist_backend"), MAX_ID_CHARS) if payload else None,
-        loader=_str(payload.get("loader"), MAX_ID_CHARS) if payload else None,
-        mp_helper=is_mp_helper(getattr(proc, "cmdline", None)),
-        mp_child=is_mp_child(getattr(proc, "cmdline", None)),
-        publish_failure=publish_failure(payload) if payload else None,
-        collected_models=collected_models(payload) if payload else (),
-        runtime=runtime,
-        cuda_memory_mib=cuda_memory_mib(payload) if payload else None,
-        models=models_from_payload(payload) if payload else (),
-        gpu=gpu,
-    )
 
 
 def _runtime_summary(facts: Facts) -> dict[str, Any]:
@@ -184,31 +59,32 @@ def _framework_indices(facts: Facts) -> dict[int, int]:
 
 
 def process_entry(p: ProcessFacts, cmdline: tuple[str, ...] | None) -> dict[str, Any]:
-    """A process's entry in the status document, less cpu_percent and rss_mb (set per poll)."""
+    """A process's entry in the status document, less cpu_pct and rss_mib (set per poll)."""
     return {
         "pid": p.pid,
         "ppid": p.ppid,
         "depth": p.depth,
         "role": p.role,
-        "probe": p.has_probe,
+        "has_probe": p.has_probe,
         "probe_state": p.probe_state,
+        "probe_error": p.probe_error if p.probe_state not in ("ok", "missing") else None,
         "name": p.name,
         "cmdline": clip_args(cmdline) if cmdline is not None else None,
-        "cpu_percent": None,
-        "rss_mb": None,
+        "cpu_pct": None,
+        "rss_mib": None,
         "rank": p.rank,
         "local_rank": p.local_rank,
         "world_size": p.world_size,
         "dist_backend": p.dist_backend,
         "worker_id": p.worker_id,
         "loader": p.loader,
-        "cuda_memory_mb": None if p.cuda_memory_mib is None else round(p.cuda_memory_mib, 1),
+        "cuda_reserved_mib": p.cuda_memory_mib,
         "models": [
             {
                 "name": m.name,
                 "device": m.device,
                 "devices": list(m.devices),
-                "params": m.params,
+                "param_count": m.params,
                 "input_device": m.input_device,
                 "forward_calls": m.forward_calls,
                 "forward_rate_hz": m.forward_rate_hz,
@@ -221,8 +97,7 @@ def process_entry(p: ProcessFacts, cmdline: tuple[str, ...] | None) -> dict[str,
             for m in p.models[: bounds.MAX_MODELS_SHOWN]
         ],
         "models_omitted": max(0, len(p.models) - bounds.MAX_MODELS_SHOWN),
-        "gpu": [{"index": g.index, "mem_used_mb": g.mem_used_mib, "sm_util": g.sm_util} for g in p.gpu],
-        "probe_error": p.probe_error if p.probe_state not in ("ok", "missing") else None,
+        "gpu": [{"index": g.index, "mem_used_mib": g.mem_used_mib, "sm_util_pct": g.sm_util} for g in p.gpu],
     }
 
 
@@ -232,9 +107,7 @@ def status_document(
     *,
     time_s: float,
     interval_s: float,
-    target_name: str | None,
-    target_cmdline: list[str] | None,
-    target_create_time: float | None,
+    target,
     proc_info: dict[int, Any],
     other_processes: dict[int, int],
     events: list[dict[str, Any]],
@@ -242,10 +115,9 @@ def status_document(
 ) -> dict[str, Any]:
     """The status document. ``entry_cache`` (owned by the caller, kept between calls) lets a process
     whose facts are the very same object as last time reuse its entry: nothing in a document is
-    ever modified after it is made, so entries may share their lists."""
-    model_gpu = next((g for g in facts.gpus if g.index == verdict.model_gpu_index), None)
+    ever modified after it is made, so entries may share their lists. ``target`` is a
+    collect.TargetInfo (name, cmdline, create time as first seen)."""
     framework = _framework_indices(facts)
-    runtime = _runtime_summary(facts)
     processes = []
     fresh: dict[int, tuple] = {}
     budget_bytes = bounds.MAX_PROCESS_BYTES
@@ -264,24 +136,23 @@ def status_document(
             break  # hostile sizes: the rest is counted in processes_omitted
         budget_bytes -= size
         fresh[p.pid] = (p, cmdline, entry, size)
-        rss_mib = info.rss_mib if info else None
-        entry["cpu_percent"] = info.cpu_percent if info else None
-        entry["rss_mb"] = None if rss_mib is None else round(rss_mib, 1)
+        entry["cpu_pct"] = info.cpu_percent if info else None
+        entry["rss_mib"] = info.rss_mib if info else None
         processes.append(entry)
     if entry_cache is not None:
         entry_cache.clear()
         entry_cache.update(fresh)
     shown_events = events[-bounds.MAX_EVENTS_SHOWN :]
-    return {
+    doc = {
         "schema": SCHEMA,
-        "time": time_s,
+        "time_unix_s": time_s,
         "interval_s": interval_s,
         "target": {
             "pid": facts.target_pid,
             "alive": facts.target_alive,
-            "name": clip_opt(target_name),
-            "cmdline": clip_args(target_cmdline) if target_cmdline is not None else None,
-            "create_time": target_create_time,
+            "name": clip_opt(target.name),
+            "cmdline": clip_args(target.cmdline) if target.cmdline is not None else None,
+            "create_time_unix_s": target.create_time,
         },
         "status": verdict.status,
         "message": clip(verdict.message, MAX_MESSAGE_CHARS),
@@ -290,11 +161,9 @@ def status_document(
         "warnings": [_warning_entry(w) for w in verdict.warnings],
         "model_device": verdict.model_device,
         "input_device": verdict.input_device,
-        "cuda_available": runtime["cuda_available"],
-        "device_count": runtime["device_count"],
-        "gpu_util": model_gpu.util if model_gpu else None,
-        "mem_used_mb": model_gpu.mem_used_mib if model_gpu else None,
-        "runtime": runtime,
+        "model_gpu_index": verdict.model_gpu_index,
+        "memory_growth": _memory_growth(facts),
+        "runtime": _runtime_summary(facts),
         "nvml": {
             "ok": facts.nvml_ok,
             "driver": facts.driver,
@@ -307,14 +176,14 @@ def status_document(
                 "uuid": g.uuid,
                 "name": g.name,
                 "pci_bus_id": g.pci_bus_id,
-                "util": g.util,
-                "mem_util": g.mem_util,
-                "mem_used_mb": g.mem_used_mib,
-                "mem_total_mb": g.mem_total_mib,
+                "util_pct": g.util,
+                "mem_util_pct": g.mem_util,
+                "mem_used_mib": g.mem_used_mib,
+                "mem_total_mib": g.mem_total_mib,
                 "framework_index": framework.get(g.index),
                 "lost": g.lost,
                 "field_errors": dict(g.field_errors),  # why a null field is null, per NVML
-                "other_processes": other_processes.get(g.index, 0),
+                "other_process_count": other_processes.get(g.index, 0),
             }
             for g in facts.gpus
         ],
@@ -327,6 +196,36 @@ def status_document(
         "events": [{**e, "name": clip_opt(e.get("name"))} for e in shown_events],
         "events_omitted": len(events) - len(shown_events),
     }
+    return contract.check_if_enabled(doc, "status")
+
+
+def _memory_growth(facts: Facts) -> dict[str, float] | None:
+    """The verdict's memory-growth evidence (verdict.memory_growth decides; this only presents)."""
+    grown = memory_growth(facts.recent, facts.rules)
+    if grown is None:
+        return None
+    span_s = grown.end_unix_s - grown.start_unix_s
+    return {
+        "first_mib": grown.first_mib,
+        "last_mib": grown.last_mib,
+        "start_unix_s": grown.start_unix_s,
+        "end_unix_s": grown.end_unix_s,
+        "rate_mib_per_min": (grown.last_mib - grown.first_mib) * 60.0 / span_s if span_s > 0 else 0.0,
+    }
+
+
+def history_document(history, since: float | None, interval_s: float) -> dict[str, Any]:
+    """GET /history: the samples and events newer than ``since`` (UNIX s; None: all)."""
+    events = history.events(since)
+    shown = events[-bounds.MAX_EVENTS_SHOWN :]
+    doc = {
+        "schema": SCHEMA,
+        "interval_s": interval_s,
+        "samples": [s.as_dict() for s in history.samples(since)],
+        "events": shown,
+        "events_omitted": len(events) - len(shown),
+    }
+    return contract.check_if_enabled(doc, "history")
 
 
 def _warning_entry(w) -> dict[str, Any]:
@@ -334,28 +233,3 @@ def _warning_entry(w) -> dict[str, Any]:
     out = {k: clip(v, MAX_MESSAGE_CHARS) if isinstance(v, str) else v for k, v in w.as_dict().items()}
     out["pids"] = out["pids"][: bounds.MAX_PROCESSES_SHOWN]
     return out
-
-
-def system_gpu_facts(system_gpus, gpus: tuple[GpuFacts, ...]) -> tuple[SystemGpuFacts, ...]:
-    """Match OS graphics devices to NVML devices by PCI address (NVML writes an 8-digit domain)."""
-
-    def norm(pci: str | None) -> str | None:
-        if not pci:
-            return None
-        parts = pci.lower().split(":")
-        try:
-            return f"{int(parts[0], 16):04x}:{parts[1]}:{parts[2]}" if len(parts) == 3 else pci.lower()
-        except ValueError:
-            return pci.lower()
-
-    by_pci = {norm(g.pci_bus_id): g.index for g in gpus if g.pci_bus_id}
-    return tuple(
-        SystemGpuFacts(
-            vendor=s.vendor,
-            name=s.name,
-            pci=s.pci,
-            driver=s.driver,
-            nvml_index=by_pci.get(norm(s.pci)),
-        )
-        for s in system_gpus
-    )

@@ -59,10 +59,10 @@ class Sample:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "time": self.time,
-            "gpus": [{"index": i, "util": _num(u), "mem_used_mb": _num(m)} for i, u, m in self.gpus],
+            "time_unix_s": self.time,
+            "gpus": [{"index": i, "util_pct": _num(u), "mem_used_mib": _num(m)} for i, u, m in self.gpus],
             "processes": [
-                {"pid": p, "gpu_mem_mb": _num(m), "sm_util": _num(s)} for p, m, s in self.processes
+                {"pid": p, "gpu_mem_mib": _num(m), "sm_util_pct": _num(s)} for p, m, s in self.processes
             ],
         }
 
@@ -88,12 +88,12 @@ class History:
             for ev in events:
                 # Kept up to MAX_EVENTS, so each name is clipped here: a process chooses them.
                 ev = {**ev, "name": clip_opt(ev.get("name"))}
-                key = (ev.get("pid"), ev.get("time"), ev.get("name"))
+                key = (ev.get("pid"), ev.get("time_unix_s"), ev.get("name"))
                 if key in self._event_keys:
                     continue
                 if len(self._events) == self._events.maxlen:
                     old = self._events[0]
-                    self._event_keys.discard((old.get("pid"), old.get("time"), old.get("name")))
+                    self._event_keys.discard((old.get("pid"), old.get("time_unix_s"), old.get("name")))
                 self._events.append(ev)
                 self._event_keys.add(key)
 
@@ -117,8 +117,8 @@ class History:
 
     def events(self, since: float | None = None) -> list[dict[str, Any]]:
         with self._lock:
-            evs = sorted(self._events, key=lambda e: e.get("time") or 0.0)
-        return evs if since is None else [e for e in evs if (e.get("time") or 0.0) > since]
+            evs = sorted(self._events, key=lambda e: e.get("time_unix_s") or 0.0)
+        return evs if since is None else [e for e in evs if (e.get("time_unix_s") or 0.0) > since]
 
     def __len__(self) -> int:
         return len(self._samples)

@@ -127,10 +127,10 @@ class SidecarCollector:
 
         stamp = self._gauge(
             "dsh_sidecar_last_poll_timestamp_seconds",
-            "UNIX time of the poll these metrics come from: the status document's `time`.",
+            "UNIX time of the poll these metrics come from: the status document's `time_unix_s`.",
             [],
         )
-        when = doc.get("time") if doc is not None else None
+        when = doc.get("time_unix_s") if doc is not None else None
         if when is None:
             when = last_poll
         if when is not None:
@@ -164,12 +164,12 @@ class SidecarCollector:
         total = self._gauge("dsh_gpu_memory_total_bytes", "GPU memory in all (NVML).", GPU_LABELS)
         for g in doc.get("gpus") or ():
             labels = [g.get("index"), g.get("uuid"), g.get("name")]
-            if g.get("util") is not None:
-                util.add(labels, g["util"])
-            if g.get("mem_used_mb") is not None:
-                used.add(labels, g["mem_used_mb"] * MIB)
-            if g.get("mem_total_mb") is not None:
-                total.add(labels, g["mem_total_mb"] * MIB)
+            if g.get("util_pct") is not None:
+                util.add(labels, g["util_pct"])
+            if g.get("mem_used_mib") is not None:
+                used.add(labels, g["mem_used_mib"] * MIB)  # exact: the document's MiB are bytes / 2^20
+            if g.get("mem_total_mib") is not None:
+                total.add(labels, g["mem_total_mib"] * MIB)
         yield from (util.family, used.family, total.family)
 
         pmem = self._gauge(
@@ -197,10 +197,10 @@ class SidecarCollector:
             pid, rank = p.get("pid"), p.get("rank")
             for g in p.get("gpu") or ():
                 labels = [pid, p.get("role"), g.get("index"), rank]
-                if g.get("mem_used_mb") is not None:
-                    pmem.add(labels, g["mem_used_mb"] * MIB)
-                if g.get("sm_util") is not None:
-                    psm.add(labels, g["sm_util"])
+                if g.get("mem_used_mib") is not None:
+                    pmem.add(labels, g["mem_used_mib"] * MIB)
+                if g.get("sm_util_pct") is not None:
+                    psm.add(labels, g["sm_util_pct"])
             for name, m in model_labels(p.get("models") or ()):
                 minfo.add([pid, name, m.get("device"), rank], 1)
                 mcalls.add([pid, name, rank], m.get("forward_calls") or 0)

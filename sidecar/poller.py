@@ -5,6 +5,7 @@ poll published; they never touch /proc, /dev/shm or NVML.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections import Counter
@@ -13,27 +14,15 @@ from dataclasses import replace
 from typing import Any
 
 from sidecar import document
-from sidecar.history import History, Sample
-from sidecar.sources.proctree import ProcessTreeSource, TreeSnapshot, pid_visible
+from sidecar.contract import ContractError
+from sidecar.collect import FactCollector, history_sample
+from sidecar.history import History
+from sidecar.sources.proctree import ProcessTreeSource, pid_visible
 from sidecar.sources.segments import SegmentSource
-from sidecar.verdict import (
-    Facts,
-    GpuFacts,
-    HysteresisState,
-    ProcGpu,
-    RecentSample,
-    Rules,
-    Verdict,
-    decide,
-    device_type,
-    primary_model_gpu_index,
-    settle,
-)
+from sidecar.verdict import HysteresisState, Rules, Verdict, decide, settle
 
 # How often the OS graphics devices are re-read: they change only on hot-plug.
 SYSFS_EVERY_POLLS = 20
-# Process states (/proc/PID/stat field 3) of a process that does nothing until it is continued.
-STOPPED_STATES = ("T", "t")
 
 
 class Poller:
@@ -76,14 +65,8 @@ class Poller:
         self.target_gone_at: float | None = None
         self._hysteresis = HysteresisState()
         self._system_gpus: list = []
-        self._last_alive_procs: tuple = ()
-        self._last_proc_info: dict[int, Any] = {}
-        self._facts_cache: dict[int, tuple] = {}
+        self._collector = FactCollector(target_pid, self.rules, pid_visible)
         self._entry_cache: dict[int, tuple] = {}
-        self._target_name: str | None = None
-        self._target_cmdline: list[str] | None = None
-        self._target_create_time: float | None = None
-        self._stopped_since: dict[tuple, float] = {}
         self._lock = threading.Lock()  # guards what snapshot() reads
         self._poll_lock = threading.Lock()  # one poll at a time (poll_once)
         self._stop = threading.Event()
@@ -113,9 +96,10 @@ class Poller:
                 self._system_gpus = list(self.system_gpus_fn())
             except Exception:
                 self.poll_errors["sysfs"] += 1
-        facts, proc_info, other = self._facts(now, tree, reads, nvml)
-        sample = self._sample(now, facts)
-        self.history.append(sample)
+        if not tree.target_alive and self.target_gone_at is None:
+            self.target_gone_at = now
+        facts = self._collector.facts(now, tree, reads, nvml, self._system_gpus)
+        self.history.append(history_sample(now, facts))
         facts = replace(
             facts, recent=self.history.recent(max(self.rules.idle_window_s, self.rules.growth_window_s))
         )
@@ -127,11 +111,9 @@ class Poller:
             verdict,
             time_s=now,
             interval_s=self.interval_s,
-            target_name=self._target_name,
-            target_cmdline=self._target_cmdline,
-            target_create_time=self._target_create_time,
-            proc_info=proc_info,
-            other_processes=other,
+            target=self._collector.target,
+            proc_info=self._collector.proc_info,
+            other_processes=self._collector.other_processes,
             events=self.history.events(),
             entry_cache=self._entry_cache,
         )
@@ -154,143 +136,6 @@ class Poller:
             self.poll_errors["nvml"] += 1
         return snap
 
-    def _facts(
-        self, now: float, tree: TreeSnapshot, reads, nvml
-    ) -> tuple[Facts, dict[int, Any], dict[int, int]]:
-        tree_pids = tree.pids()
-        by_pid: dict[int, list[ProcGpu]] = {}
-        other: dict[int, int] = {}
-        gpus: list[GpuFacts] = []
-        nvml_pids: set[int] = set()
-        for d in nvml.devices if nvml.ok else ():
-            gpus.append(
-                GpuFacts(
-                    index=d.index,
-                    uuid=d.uuid,
-                    name=d.name,
-                    pci_bus_id=d.pci_bus_id,
-                    util=d.util_gpu,
-                    mem_util=d.util_mem,
-                    mem_used_mib=d.mem_used_mib,
-                    mem_total_mib=d.mem_total_mib,
-                    lost=d.lost,
-                    field_errors=tuple(sorted(d.field_errors.items())),
-                )
-            )
-            for gp in d.processes:
-                nvml_pids.add(gp.pid)
-                if gp.pid in tree_pids:
-                    by_pid.setdefault(gp.pid, []).append(ProcGpu(d.index, gp.used_mib, gp.sm_util))
-                else:
-                    other[d.index] = other.get(d.index, 0) + 1
-        if tree.target_alive:
-            procs = self._process_facts(tree, reads, by_pid)
-            proc_info = {p.pid: p for p in tree.processes}
-            self._last_alive_procs, self._last_proc_info = procs, proc_info
-            root = tree.processes[0] if tree.processes else None
-            if root is not None and self._target_name is None:
-                self._target_name = root.name
-                self._target_cmdline = list(root.cmdline)
-                self._target_create_time = root.create_time
-        else:
-            if self.target_gone_at is None:
-                self.target_gone_at = now
-            # Keep showing what the job was doing; the driver no longer sees its processes.
-            procs = tuple(replace(p, gpu=()) for p in self._last_alive_procs)
-            proc_info = self._last_proc_info
-        suspect = bool(
-            nvml.ok
-            and nvml_pids
-            and not (nvml_pids & tree_pids)
-            and any((p.cuda_memory_mib or 0) > 0 for p in procs)
-            and not any(pid_visible(pid) for pid in nvml_pids)
-        )
-        gpu_t = tuple(gpus)
-        facts = Facts(
-            target_pid=self.target_pid,
-            target_alive=tree.target_alive,
-            processes=procs,
-            nvml_ok=bool(nvml.ok),
-            nvml_error=nvml.error,
-            driver=getattr(nvml, "driver", None),
-            cuda_driver=getattr(nvml, "cuda_driver", None),
-            gpus=gpu_t,
-            system_gpus=document.system_gpu_facts(self._system_gpus, gpu_t),
-            pid_namespace_suspect=suspect,
-            stopped=self._stopped(now, tree),
-            rules=self.rules,
-        )
-        return facts, proc_info, other
-
-    def _stopped(self, now: float, tree: TreeSnapshot) -> tuple[tuple[int, float], ...]:
-        """(pid, seconds since this sidecar first saw it stopped) of each stopped process of the
-        tree. The kernel keeps no time of the stop, so a job found stopped counts from then."""
-        since, self._stopped_since = self._stopped_since, {}
-        out = []
-        for p in tree.processes if tree.target_alive else ():
-            if p.state in STOPPED_STATES:
-                self._stopped_since[p.identity] = t = since.get(p.identity, now)
-                out.append((p.pid, now - t))
-        return tuple(out)
-
-    def _process_facts(self, tree: TreeSnapshot, reads, by_pid) -> tuple:
-        """ProcessFacts of each process, reused from the last poll when nothing it is made of changed
-        (same probe read object, same place in the tree, same NVML rows): most processes of a big
-        tree, most polls."""
-        cache, fresh = self._facts_cache, {}
-        out = []
-        for p in tree.processes:
-            read = reads.get(p.pid)
-            gpu = tuple(by_pid.get(p.pid, ()))
-            place = (p.start_ticks, p.ppid, p.depth, p.name)
-            hit = cache.get(p.pid)
-            if hit is not None and hit[0] is read and hit[1] == place and hit[2].gpu == gpu:
-                pf = hit[2]
-            else:
-                pf = document.process_facts(p, read, gpu, self.target_pid)
-            fresh[p.pid] = (read, place, pf)
-            out.append(pf)
-        self._facts_cache = fresh
-        return tuple(out)
-
-    def _sample(self, now: float, facts: Facts) -> Sample:
-        proc_rows = []
-        sm_total = mem_total = None
-        for p in facts.processes:
-            if not p.gpu:
-                continue
-            mem = sum(g.mem_used_mib or 0.0 for g in p.gpu)
-            sms = [g.sm_util for g in p.gpu if g.sm_util is not None]
-            sm = sum(sms) if sms else None
-            proc_rows.append((p.pid, mem, sm))
-            mem_total = (mem_total or 0.0) + mem
-            if sm is not None:
-                sm_total = (sm_total or 0.0) + sm
-        if facts.nvml_ok and sm_total is None and proc_rows:
-            sm_total = 0.0  # processes listed, no utilisation samples: NVML's NOT_FOUND means idle
-        calls = 0
-        steps = None
-        model_gpu_util = None
-        for p in facts.processes:
-            for m in p.models:
-                if device_type(m.device) in ("cuda", "mps", "xpu") or any(
-                    device_type(d) == "cuda" for d in m.devices
-                ):
-                    calls += m.forward_calls
-                    if m.train_steps is not None:
-                        steps = (steps or 0) + m.train_steps
-        model_gpu = primary_model_gpu_index(facts)
-        g = next((g for g in facts.gpus if g.index == model_gpu), None)
-        if g is not None:
-            model_gpu_util = g.util
-        recent = RecentSample(now, sm_total, mem_total if facts.nvml_ok else None, calls, model_gpu_util, steps)
-        return Sample(
-            time=now,
-            gpus=tuple((g.index, g.util, g.mem_used_mib) for g in facts.gpus),
-            processes=tuple(proc_rows),
-            recent=recent,
-        )
-
     @staticmethod
     def _events(reads) -> list[dict[str, Any]]:
         out = []
@@ -299,7 +144,7 @@ class Poller:
                 if isinstance(ev, dict) and isinstance(ev.get("name"), str):
                     t = ev.get("time")
                     if isinstance(t, int | float) and not isinstance(t, bool):
-                        out.append({"time": float(t), "name": ev["name"], "pid": pid})
+                        out.append({"time_unix_s": float(t), "name": ev["name"], "pid": pid})
         return out
 
     # -- the loop --------------------------------------------------------------------------------
@@ -315,8 +160,10 @@ class Poller:
             del self.poll_lag_s[:-1000]
             try:
                 self.poll_once()
-            except Exception:  # keep polling: the next poll may succeed; count it for /metrics
+            except Exception as exc:  # keep polling: the next poll may succeed; count it for /metrics
                 self.poll_errors["poll"] += 1
+                if isinstance(exc, ContractError):  # only under DSH_CONTRACT_CHECK=1 (tests): say it
+                    print(f"dsh-sidecar: {exc}", file=sys.stderr, flush=True)
             next_at += self.interval_s
             delay = next_at - time.monotonic()
             if delay < 0:  # fell behind (a slow source): skip missed slots rather than bursting

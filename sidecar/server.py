@@ -16,7 +16,8 @@ from flask import Flask, Response, abort, jsonify, redirect, request, send_from_
 from werkzeug.exceptions import HTTPException
 
 from sidecar import __version__
-from sidecar.bounds import MAX_EVENTS_SHOWN
+from sidecar.contract import json_schema
+from sidecar.document import history_document
 from sidecar.hosts import HostPolicy
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
@@ -30,6 +31,7 @@ def token_cookie_name(port: str | int | None) -> str:
 
 
 PUBLIC_PATHS = ("/healthz",)
+JSON_SCHEMA = json_schema()  # of every document served here (sidecar/contract.py)
 
 
 @dataclass(frozen=True)
@@ -127,18 +129,11 @@ def create_app(config: ServerConfig, source: Any, metrics: Any = None) -> Flask:
                 return _error(400, "since must be a UNIX time in seconds, e.g. since=1733140000")
             if not math.isfinite(since):
                 return _error(400, "since must be a finite number")
-        hist = source.history
-        events = hist.events(since)
-        shown = events[-MAX_EVENTS_SHOWN:]
-        return jsonify(
-            {
-                "schema": 1,
-                "interval_s": config.interval_s,
-                "samples": [s.as_dict() for s in hist.samples(since)],
-                "events": shown,
-                "events_omitted": len(events) - len(shown),
-            }
-        )
+        return jsonify(history_document(source.history, since, config.interval_s))
+
+    @app.get(f"{API}/schema")
+    def schema():
+        return jsonify(JSON_SCHEMA)
 
     @app.get("/metrics")
     def metrics_route():

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 STATUSES = ("GPU", "CPU", "MIXED", "UNKNOWN")
 ACCELERATOR_TYPES = ("cuda", "mps", "xpu")
@@ -809,8 +809,17 @@ def rule_idle_gpu(f: Facts) -> Iterable[Warning]:
     )
 
 
-def memory_growth(samples: Iterable[RecentSample], rules: Rules) -> tuple[float, float] | None:
-    """(first_mib, last_mib) when GPU memory grows steadily over the growth window, else None."""
+class MemoryGrowth(NamedTuple):
+    first_mib: float
+    last_mib: float
+    start_unix_s: float
+    end_unix_s: float
+
+
+def memory_growth(samples: Iterable[RecentSample], rules: Rules) -> MemoryGrowth | None:
+    """The job's GPU memory at the start and end of the growth window when it grows steadily over
+    it, else None. The one decision of "memory growing": the warning and the document's
+    `memory_growth` both come from here."""
     pts = [(s.time, s.tree_gpu_mem_mib) for s in samples if s.tree_gpu_mem_mib is not None]
     if len(pts) < 3:
         return None
@@ -826,13 +835,13 @@ def memory_growth(samples: Iterable[RecentSample], rules: Rules) -> tuple[float,
     non_decreasing = sum(1 for d in steps if d >= 0) / len(steps)
     if non_decreasing < rules.growth_monotonic_fraction:
         return None
-    return first, last
+    return MemoryGrowth(first, last, pts[0][0], pts[-1][0])
 
 
 def rule_memory_growth(f: Facts) -> Iterable[Warning]:
     grown = memory_growth(f.recent, f.rules)
     if grown:
-        first, last = grown
+        first, last = grown.first_mib, grown.last_mib
         yield Warning(
             "memory-growth",
             "warning",

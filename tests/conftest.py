@@ -7,6 +7,11 @@ import os
 
 import pytest
 
+# Every status and history document built in this test session, in this process or in any sidecar
+# it starts (they inherit the environment), is validated against sidecar/contract.py: a document
+# that breaks schema 2 fails the poll that built it.
+os.environ["DSH_CONTRACT_CHECK"] = "1"
+
 from tests.fakenvml.fixtures import *  # noqa: F401,F403  (pytest fixtures)
 
 

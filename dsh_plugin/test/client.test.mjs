@@ -3,13 +3,22 @@
 import assert from 'node:assert/strict'
 import { describe, test } from 'node:test'
 import { classify, clampRefresh, mergeEvents } from '../src/client/store.js'
-import { t } from '../../sidecar/static/format.js'
+import { schemaMismatch, t } from '../../sidecar/static/format.js'
 import { LOCAL_STRINGS, tr } from '../src/client/strings.js'
 
 describe('classify', () => {
   const path = '/dsh-gpu-dashboard/api/status'
   test('a status document is ok', () => {
-    assert.equal(classify({ httpStatus: 200, json: true, body: { schema: 1, status: 'GPU' } }, path).kind, 'ok')
+    assert.equal(classify({ httpStatus: 200, json: true, body: { schema: 2, status: 'GPU' } }, path).kind, 'ok')
+  })
+  test('a document of another schema is an error that names both schemas', () => {
+    for (const body of [{ schema: 1, status: 'GPU' }, { schema: 3 }, { status: 'GPU' }]) {
+      const c = classify({ httpStatus: 200, json: true, body }, path)
+      assert.deepEqual([c.kind, c.code, c.got], ['error', 'schema', body.schema ?? null])
+    }
+    assert.match(schemaMismatch({ schema: 1 }, 'en'), /schema 1.*schema 2/)
+    assert.match(schemaMismatch({ schema: 1 }, 'zh'), /第 1 版.*第 2 版/)
+    assert.equal(schemaMismatch({ schema: 2 }, 'en'), null)
   })
   test('502 sidecar-unreachable carries url and hint', () => {
     const c = classify({ httpStatus: 502, json: true, body: { error: 'sidecar-unreachable', url: 'http://127.0.0.1:1', hint: 'h' } }, path)

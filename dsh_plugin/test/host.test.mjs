@@ -176,11 +176,11 @@ describe('proxy handler', () => {
       seen.push({ method: req.method, url: req.url, auth: req.headers.authorization || null, host: req.headers.host })
       if (req.url.startsWith('/api/dsh-gpu-dashboard/status')) {
         res.writeHead(200, { 'Content-Type': 'application/json' })
-        return res.end(req.method === 'HEAD' ? undefined : JSON.stringify({ schema: 1, status: 'GPU' }))
+        return res.end(req.method === 'HEAD' ? undefined : JSON.stringify({ schema: 2, status: 'GPU' }))
       }
       if (req.url.startsWith('/api/dsh-gpu-dashboard/history')) {
         res.writeHead(200, { 'Content-Type': 'application/json' })
-        return res.end(JSON.stringify({ schema: 1, samples: [], events: [], echo: req.url }))
+        return res.end(JSON.stringify({ schema: 2, samples: [], events: [], echo: req.url }))
       }
       res.writeHead(404, { 'Content-Type': 'text/html' })
       res.end('<h1>nope</h1>')
@@ -200,7 +200,7 @@ describe('proxy handler', () => {
   test('forwards status with the bearer token', async () => {
     const r = await request(proxyPort, '/dsh-gpu-dashboard/api/status')
     assert.equal(r.status, 200)
-    assert.deepEqual(r.json, { schema: 1, status: 'GPU' })
+    assert.deepEqual(r.json, { schema: 2, status: 'GPU' })
     assert.match(r.headers['content-type'], /application\/json/)
     assert.equal(r.headers['cache-control'], 'no-store')
     const last = seen[seen.length - 1]

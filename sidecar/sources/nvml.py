@@ -120,7 +120,7 @@ def cuda_version_text(version: int | None) -> str | None:
 @dataclass
 class GpuProcess:
     pid: int
-    used_mib: int | None  # None: NVML reports the value as not available (e.g. WDDM)
+    used_mib: float | None  # exact (bytes / 2^20); None: NVML says not available (e.g. WDDM)
     sm_util: int | None  # percent; 0 when NVML has no recent sample (idle); None if unsupported
     mem_util: int | None
     types: tuple[str, ...]  # ("compute",), ("graphics",) or ("compute", "graphics")
@@ -132,8 +132,8 @@ class GpuInfo:
     uuid: str | None = None
     name: str | None = None
     pci_bus_id: str | None = None  # NVML's form, "00000000:01:00.0"
-    mem_total_mib: int | None = None
-    mem_used_mib: int | None = None
+    mem_total_mib: float | None = None  # exact: the driver's bytes / 2^20
+    mem_used_mib: float | None = None
     util_gpu: int | None = None  # percent of the sample period with a kernel running
     util_mem: int | None = None
     lost: bool = False
@@ -473,8 +473,9 @@ class NvmlSource:
         if calls.code == GPU_IS_LOST:
             return self._unusable(info, st, calls.code)
         if mem is not None:
-            info.mem_total_mib = mem.total // MIB
-            info.mem_used_mib = mem.used // MIB
+            # Exact: bytes / 2^20 is exact in a double, so the bytes come back exactly (metrics).
+            info.mem_total_mib = mem.total / MIB
+            info.mem_used_mib = mem.used / MIB
 
         util = calls(errors, "utilization", where, n.nvmlDeviceGetUtilizationRates, h)
         if calls.code == GPU_IS_LOST:
@@ -511,7 +512,7 @@ class NvmlSource:
             if calls.code == GPU_IS_LOST:
                 return []
             for pid, used, _gi, _ci in entries or ():
-                used_mib = None if used == _NOT_AVAILABLE else used // MIB
+                used_mib = None if used == _NOT_AVAILABLE else used / MIB
                 known = by_pid.get(pid)
                 if known is None:
                     by_pid[pid] = GpuProcess(pid, used_mib, None, None, (kind,))

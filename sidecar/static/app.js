@@ -6,10 +6,13 @@
 import {
   CATALOGUE, NA, SERIES_COLORS, STATUS_COLORS, STATUS_TEXT_COLORS, UNREACHABLE_COMMAND,
   UNREACHABLE_COMMAND_RUN, UTIL_COLORS, deviceKind, fmtAgo, fmtClock, fmtCount, fmtFraction, fmtMiB,
-  fmtPct, fmtRate, gpuFrameworkKey, gpuFrameworkText, memGrowth, messageText, pickLang, roleText,
+  fmtPct, fmtRate, gpuFrameworkKey, gpuFrameworkText, messageText, modelGpu, schemaMismatch, pickLang, roleText,
   severityOf, sortWarnings, statusOf, statusText, t, utilLevel, warningHint, warningMessage,
 } from './format.js';
 import { TimeChart, niceTicks } from './charts.js';
+
+/** @typedef {import('./contract.js').StatusDocument} StatusDocument */
+/** @typedef {import('./contract.js').HistoryDocument} HistoryDocument */
 
 const STATUS_URL = 'api/dsh-gpu-dashboard/status';
 const HISTORY_URL = 'api/dsh-gpu-dashboard/history';
@@ -120,6 +123,7 @@ function applyStaticText() {
 
 // ------------------------------------------------------------------ hero: badge, message, facts, warnings
 
+/** @param {StatusDocument|null} doc */
 function renderHero(doc) {
   const status = statusOf(doc);
   const root = document.documentElement;
@@ -133,8 +137,8 @@ function renderHero(doc) {
   setFavicon(STATUS_COLORS[status]);
 
   if (!changed('hero', doc && [doc.status, doc.message, doc.message_zh, doc.target, doc.model_device,
-    doc.input_device, doc.gpu_util, doc.mem_used_mb, doc.cuda_available, doc.device_count, doc.warnings,
-    Math.floor((doc.time || 0) / 30)])) return;
+    doc.input_device, modelGpu(doc), doc.runtime, doc.warnings,
+    Math.floor((doc.time_unix_s || 0) / 30)])) return;
 
   $('[data-testid="message"]').replaceChildren(...richText(doc ? messageText(doc, state.lang) : tr('loading')));
 
@@ -145,7 +149,7 @@ function renderHero(doc) {
     const bits = [h('span', { text: tr('target.pid', { pid: tgt.pid ?? NA }) })];
     if (tgt.name) bits.push(' · ', h('b', { text: tgt.name }));
     if (tgt.alive === false) bits.push(' · ', h('span', { class: 'dead', text: tr('target.exited') }));
-    else if (num(tgt.create_time) && num(doc.time)) bits.push(' · ', tr('target.since', { ago: fmtAgo(doc.time - tgt.create_time, state.lang) }));
+    else if (num(tgt.create_time_unix_s) && num(doc.time_unix_s)) bits.push(' · ', tr('target.since', { ago: fmtAgo(doc.time_unix_s - tgt.create_time_unix_s, state.lang) }));
     if (tgt.cmdline) bits.push(' · ', h('code', { text: Array.isArray(tgt.cmdline) ? tgt.cmdline.join(' ') : tgt.cmdline }));
     target.append(...bits);
     target.title = Array.isArray(tgt.cmdline) ? tgt.cmdline.join(' ') : (tgt.cmdline || '');
@@ -155,13 +159,15 @@ function renderHero(doc) {
   facts.replaceChildren();
   if (doc) {
     const fact = (key, value, testid) => h('div', { class: 'fact', 'data-testid': testid }, h('dt', { text: tr(key) }), h('dd', null, value));
-    const cuda = doc.cuda_available === true ? tr('summary.cudaYes', { n: doc.device_count ?? NA })
-      : doc.cuda_available === false ? tr('summary.cudaNo') : NA;
+    const rt = doc.runtime || {};
+    const cuda = rt.cuda_available === true ? tr('summary.cudaYes', { n: rt.device_count ?? NA })
+      : rt.cuda_available === false ? tr('summary.cudaNo') : NA;
+    const gpu = modelGpu(doc);
     facts.append(
       fact('summary.modelDevice', devChip(doc.model_device), 'fact-model-device'),
       fact('summary.inputDevice', devChip(doc.input_device), 'fact-input-device'),
-      fact('summary.util', fmtPct(doc.gpu_util), 'fact-util'),
-      fact('summary.mem', fmtMiB(doc.mem_used_mb), 'fact-mem'),
+      fact('summary.util', fmtPct(gpu && gpu.util_pct), 'fact-util'),
+      fact('summary.mem', fmtMiB(gpu && gpu.mem_used_mib), 'fact-mem'),
       fact('summary.cuda', cuda, 'fact-cuda'),
     );
   }
@@ -189,6 +195,7 @@ function setFavicon(color) {
 
 // ------------------------------------------------------------------ GPU cards
 
+/** @param {StatusDocument|null} doc */
 function modelCudaIndices(doc) {
   const set = new Set();
   const add = (dev) => {
@@ -213,19 +220,20 @@ function meter(labelKey, pct, valueText, color, testid) {
     h('span', { class: 'meter-value', text: valueText }));
 }
 
+/** @param {StatusDocument|null} doc */
 function renderGpus(doc) {
   const gpus = (doc && doc.gpus) || [];
   const igpus = ((doc && doc.system_gpus) || []).filter((g) => g && (g.nvml_index === null || g.nvml_index === undefined));
   const procs = (doc && doc.processes) || [];
-  if (!changed('gpus', doc && [gpus, igpus, procs.map((p) => [p.pid, p.role, p.rank, p.worker_id, p.probe, p.gpu, p.models && p.models.map((m) => m.devices)]), doc.model_device, doc.nvml])) return;
+  if (!changed('gpus', doc && [gpus, igpus, procs.map((p) => [p.pid, p.role, p.rank, p.worker_id, p.has_probe, p.gpu, p.models && p.models.map((m) => m.devices)]), doc.model_device, doc.nvml])) return;
   const grid = $('[data-testid="gpus"]');
   grid.replaceChildren();
   if (!doc) return;
   const here = modelCudaIndices(doc);
 
   for (const g of gpus) {
-    const level = utilLevel(g.util);
-    const memPct = num(g.mem_used_mb) && num(g.mem_total_mb) && g.mem_total_mb > 0 ? (100 * g.mem_used_mb) / g.mem_total_mb : null;
+    const level = utilLevel(g.util_pct);
+    const memPct = num(g.mem_used_mib) && num(g.mem_total_mib) && g.mem_total_mib > 0 ? (100 * g.mem_used_mib) / g.mem_total_mib : null;
     const isHere = num(g.framework_index) && here.has(g.framework_index);
     const users = procs.filter((p) => (p.gpu || []).some((u) => u.index === g.index));
     const fwKey = gpuFrameworkKey(doc, g);
@@ -240,8 +248,8 @@ function renderGpus(doc) {
       tag),
     h('div', { class: 'gpu-name', 'data-testid': 'gpu-name', text: g.name || NA, title: [g.name, g.uuid].filter(Boolean).join('\n') }),
     h('div', { class: 'gpu-sub', 'data-testid': 'gpu-framework', text: gpuFrameworkText(doc, g, state.lang) }),
-    meter('gpu.util', g.util, fmtPct(g.util), UTIL_COLORS[level], 'gpu-util'),
-    meter('gpu.mem', memPct, num(g.mem_total_mb) ? tr('gpu.memOf', { used: fmtMiB(g.mem_used_mb), total: fmtMiB(g.mem_total_mb) }) : fmtMiB(g.mem_used_mb), '#7c3aed', 'gpu-mem'),
+    meter('gpu.util_pct', g.util_pct, fmtPct(g.util_pct), UTIL_COLORS[level], 'gpu-util'),
+    meter('gpu.mem', memPct, num(g.mem_total_mib) ? tr('gpu.memOf', { used: fmtMiB(g.mem_used_mib), total: fmtMiB(g.mem_total_mib) }) : fmtMiB(g.mem_used_mib), '#7c3aed', 'gpu-mem'),
     h('div', { class: 'gpu-procs', 'data-testid': 'gpu-procs' },
       h('div', { class: 'gpu-procs-title', text: tr('gpu.procs') }),
       users.length
@@ -250,7 +258,7 @@ function renderGpus(doc) {
           return h('li', { 'data-pid': p.pid },
             h('span', { class: 'pid', text: String(p.pid) }),
             h('span', { class: 'role', text: roleText(p, state.lang) }),
-            h('span', { class: 'mem', text: fmtMiB(u && u.mem_used_mb) }));
+            h('span', { class: 'mem', text: fmtMiB(u && u.mem_used_mib) }));
         }))
         : h('div', { class: 'none', text: tr('gpu.noProcs') }))));
   }
@@ -296,6 +304,7 @@ function treeOrder(procs) {
   return out;
 }
 
+/** @param {StatusDocument|null} doc */
 function renderProcs(doc) {
   const procs = (doc && doc.processes) || [];
   if (!changed('procs', procs)) return;
@@ -307,10 +316,10 @@ function renderProcs(doc) {
     return;
   }
   for (const { p, depth, last } of treeOrder(procs)) {
-    const probed = p.probe === true;
+    const probed = p.has_probe === true;
     const models = p.models || [];
-    const gpuMem = (p.gpu || []).reduce((a, g) => (num(g.mem_used_mb) ? (a ?? 0) + g.mem_used_mb : a), null);
-    const sm = (p.gpu || []).reduce((a, g) => (num(g.sm_util) ? (a ?? 0) + g.sm_util : a), null);
+    const gpuMem = (p.gpu || []).reduce((a, g) => (num(g.mem_used_mib) ? (a ?? 0) + g.mem_used_mib : a), null);
+    const sm = (p.gpu || []).reduce((a, g) => (num(g.sm_util_pct) ? (a ?? 0) + g.sm_util_pct : a), null);
     const waits = models.map((m) => m.data_wait_fraction).filter(num);
     const wait = waits.length ? Math.max(...waits) : null;
     const inputs = [...new Set(models.map((m) => m.input_device).filter((d) => d !== null && d !== undefined))];
@@ -332,14 +341,14 @@ function renderProcs(doc) {
     if (models.length) {
       for (const m of models) {
         modelCell.append(h('div', null, devChip(m.device),
-          h('span', { class: 'proc-model', text: [m.name, num(m.params) ? tr('model.params', { n: fmtCount(m.params) }) : null, num(m.forward_rate_hz) ? tr('model.rate', { n: fmtRate(m.forward_rate_hz) }) : null, num(m.step_rate_hz) ? tr('model.steps', { n: fmtRate(m.step_rate_hz) }) : null].filter(Boolean).join(' · ') })));
+          h('span', { class: 'proc-model', text: [m.name, num(m.param_count) ? tr('model.params', { n: fmtCount(m.param_count) }) : null, num(m.forward_rate_hz) ? tr('model.rate', { n: fmtRate(m.forward_rate_hz) }) : null, num(m.step_rate_hz) ? tr('model.steps', { n: fmtRate(m.step_rate_hz) }) : null].filter(Boolean).join(' · ') })));
       }
     } else modelCell.append(NA);
 
     const inputCell = h('td', { 'data-testid': 'input-device', 'data-label': tr('col.inputDevice') });
     if (inputs.length) inputs.forEach((d) => inputCell.append(devChip(d), ' ')); else inputCell.append(NA);
 
-    const memTitle = (p.gpu || []).map((g) => `${tr('chart.gpuN', { n: g.index })}: ${fmtMiB(g.mem_used_mb)}`).join('\n');
+    const memTitle = (p.gpu || []).map((g) => `${tr('chart.gpuN', { n: g.index })}: ${fmtMiB(g.mem_used_mib)}`).join('\n');
     body.appendChild(h('tr', {
       class: probed ? 'proc' : 'proc no-probe', 'data-testid': 'process-row', 'data-pid': p.pid, 'data-ppid': p.ppid,
       'data-depth': depth, 'data-role': p.role || '', 'data-probe': probed ? 'true' : 'false',
@@ -347,7 +356,7 @@ function renderProcs(doc) {
     procCell, roleCell, modelCell, inputCell,
     h('td', { class: 'num', 'data-testid': 'gpu-mem', 'data-label': tr('col.gpuMem'), title: memTitle, text: fmtMiB(gpuMem) }),
     h('td', { class: 'num', 'data-testid': 'sm', 'data-label': tr('col.sm'), text: fmtPct(sm) }),
-    h('td', { class: 'num', 'data-testid': 'cpu', 'data-label': tr('col.cpu'), text: fmtPct(p.cpu_percent) }),
+    h('td', { class: 'num', 'data-testid': 'cpu', 'data-label': tr('col.cpu'), text: fmtPct(p.cpu_pct) }),
     h('td', { class: `num${num(wait) && wait > 0.5 ? ' wait-high' : ''}`, 'data-testid': 'data-wait', 'data-label': tr('col.dataWait'), text: fmtFraction(wait) })));
     for (const td of body.lastChild.children) if (td !== procCell && td !== roleCell && td.textContent === NA) td.classList.add('na');
   }
@@ -355,6 +364,7 @@ function renderProcs(doc) {
 
 // ------------------------------------------------------------------ runtime footer
 
+/** @param {StatusDocument|null} doc */
 function renderRuntime(doc) {
   if (!changed('runtime', doc && [doc.runtime, doc.nvml, doc.interval_s])) return;
   const foot = $('[data-testid="runtime"]');
@@ -398,7 +408,7 @@ function resetHistory() {
 }
 
 function eventKey(e) {
-  return `${e.time}|${e.name}|${e.pid}`;
+  return `${e.time_unix_s}|${e.name}|${e.pid}`;
 }
 
 function mergeEvents(list) {
@@ -406,7 +416,7 @@ function mergeEvents(list) {
   const have = new Set(state.events.map(eventKey));
   let added = false;
   for (const e of list) {
-    if (!e || !num(e.time)) continue;
+    if (!e || !num(e.time_unix_s)) continue;
     const k = eventKey(e);
     if (have.has(k)) continue;
     have.add(k);
@@ -414,7 +424,7 @@ function mergeEvents(list) {
     added = true;
   }
   if (added) {
-    state.events.sort((a, b) => a.time - b.time);
+    state.events.sort((a, b) => a.time_unix_s - b.time_unix_s);
     if (state.events.length > MAX_EVENTS) state.events.splice(0, state.events.length - MAX_EVENTS);
   }
 }
@@ -422,11 +432,11 @@ function mergeEvents(list) {
 function mergeHistory(hist) {
   if (!hist || !Array.isArray(hist.samples)) return;
   if (num(hist.interval_s)) state.interval = hist.interval_s;
-  const fresh = hist.samples.filter((s) => s && num(s.time) && (state.lastSampleT === null || s.time > state.lastSampleT));
+  const fresh = hist.samples.filter((s) => s && num(s.time_unix_s) && (state.lastSampleT === null || s.time_unix_s > state.lastSampleT));
   if (fresh.length) {
-    fresh.sort((a, b) => a.time - b.time);
+    fresh.sort((a, b) => a.time_unix_s - b.time_unix_s);
     state.samples.push(...fresh);
-    state.lastSampleT = state.samples[state.samples.length - 1].time;
+    state.lastSampleT = state.samples[state.samples.length - 1].time_unix_s;
     if (state.samples.length > MAX_SAMPLES) state.samples.splice(0, state.samples.length - MAX_SAMPLES);
   }
   mergeEvents(hist.events);
@@ -436,7 +446,7 @@ function renderCharts() {
   const doc = state.doc;
   const samples = state.samples;
   const gpuNames = new Map(((doc && doc.gpus) || []).map((g) => [g.index, g]));
-  const last = samples.length ? samples[samples.length - 1].time : (doc && num(doc.time) ? doc.time : null);
+  const last = samples.length ? samples[samples.length - 1].time_unix_s : (doc && num(doc.time_unix_s) ? doc.time_unix_s : null);
   const emptyText = tr('chart.noData');
   charts.mem.setEmptyText(emptyText);
   charts.util.setEmptyText(emptyText);
@@ -444,37 +454,41 @@ function renderCharts() {
   const t1 = last;
   let t0 = t1 - Number(state.window);
   if (state.window === 'all') {
-    t0 = samples.length ? samples[0].time : t1 - 60;
+    t0 = samples.length ? samples[0].time_unix_s : t1 - 60;
     // show task events that came just before the first sample (e.g. train_start), within a minute
-    if (state.events.length) t0 = Math.min(t0, Math.max(state.events[0].time - 1, t0 - 60));
+    if (state.events.length) t0 = Math.min(t0, Math.max(state.events[0].time_unix_s - 1, t0 - 60));
   }
   if (!(t1 - t0 >= 10)) t0 = t1 - 10;
 
   const mem = new Map();
   const util = new Map();
   for (const s of samples) {
-    if (s.time < t0 - 5) continue;
+    if (s.time_unix_s < t0 - 5) continue;
     for (const g of s.gpus || []) {
       if (!mem.has(g.index)) { mem.set(g.index, []); util.set(g.index, []); }
-      if (num(g.mem_used_mb)) mem.get(g.index).push([s.time, g.mem_used_mb]);
-      if (num(g.util)) util.get(g.index).push([s.time, g.util]);
+      if (num(g.mem_used_mib)) mem.get(g.index).push([s.time_unix_s, g.mem_used_mib]);
+      if (num(g.util_pct)) util.get(g.index).push([s.time_unix_s, g.util_pct]);
     }
   }
   const indices = [...mem.keys()].sort((a, b) => a - b);
   const mk = (map) => indices.map((i) => ({
     key: String(i), label: tr('chart.gpuN', { n: i }), color: SERIES_COLORS[i % SERIES_COLORS.length], points: map.get(i),
   }));
-  const events = state.events.filter((e) => e.time >= t0 && e.time <= t1);
+  const events = state.events.filter((e) => e.time_unix_s >= t0 && e.time_unix_s <= t1);
   const gapS = Math.max(5, 3 * (state.interval || (doc && doc.interval_s) || 1));
 
   let memMax = 0;
   for (const i of indices) for (const p of mem.get(i)) if (p[0] >= t0 && p[1] > memMax) memMax = p[1];
   const memUnit = memMax * 1.15 >= 1024 ? 1024 : 1;
   const memTicks = niceTicks(Math.max(memMax * 1.15, 64), 4, memUnit);
-  const limits = indices.map((i) => gpuNames.get(i)).filter((g) => g && num(g.mem_total_mb))
-    .map((g) => ({ value: g.mem_total_mb, label: `${tr('chart.gpuN', { n: g.index })} · ${tr('gpu.memTotal', { total: fmtMiB(g.mem_total_mb) })}` }));
-  const growth = indices.map((i) => [i, memGrowth(mem.get(i).filter((p) => p[0] >= t0))]).filter(([, g]) => g.growing);
-  const trends = growth.map(([, g]) => ({ fit: g.fit, label: tr('chart.trend', { rate: fmtMiB(g.slopeMiBPerMin) }) }));
+  const limits = indices.map((i) => gpuNames.get(i)).filter((g) => g && num(g.mem_total_mib))
+    .map((g) => ({ value: g.mem_total_mib, label: `${tr('chart.gpuN', { n: g.index })} · ${tr('gpu.memTotal', { total: fmtMiB(g.mem_total_mib) })}` }));
+  // "Memory growing" is the verdict's decision (the memory-growth warning's evidence), drawn as is.
+  const growth = doc && doc.memory_growth;
+  const trends = growth ? [{
+    fit: [[growth.start_unix_s, growth.first_mib], [growth.end_unix_s, growth.last_mib]],
+    label: tr('chart.trend', { rate: fmtMiB(growth.rate_mib_per_min) }),
+  }] : [];
   charts.mem.setData({ series: mk(mem), t0, t1, yMax: memTicks.max, yTicks: memTicks.ticks, events, gapS, limits, trends });
   charts.util.setData({ series: mk(util), t0, t1, yMax: 100, yTicks: [0, 25, 50, 75, 100], events, gapS });
 
@@ -488,7 +502,7 @@ function renderCharts() {
   }
   const flag = $('[data-testid="chart-mem"] .chart-flag');
   flag.dataset.testid = 'mem-growing';
-  flag.textContent = growth.map(([i, g]) => `${tr('chart.gpuN', { n: i })}: ${tr('chart.growing', { rate: fmtMiB(g.slopeMiBPerMin) })}`).join(' · ');
+  flag.textContent = growth ? tr('chart.growing', { rate: fmtMiB(growth.rate_mib_per_min) }) : '';
   const figMem = $('[data-testid="chart-mem"]');
   figMem.dataset.samples = String(samples.length);
   figMem.dataset.lastTime = String(last);
@@ -505,7 +519,7 @@ function renderEvents() {
   if (!evs.length) { list.appendChild(h('li', { class: 'none', text: tr('events.none') })); return; }
   for (const e of evs) {
     list.appendChild(h('li', { 'data-testid': 'event' },
-      h('span', { class: 'ev-time', text: fmtClock(e.time) }),
+      h('span', { class: 'ev-time', text: fmtClock(e.time_unix_s) }),
       h('span', { class: 'ev-name', text: e.name || NA }),
       e.pid ? h('span', { class: 'ev-pid', text: tr('events.pid', { pid: e.pid }) }) : null));
   }
@@ -524,7 +538,7 @@ function renderUpdated() {
   else s = tr('updated.label', { ago: fmtAgo((Date.now() - state.okAt) / 1000, state.lang) });
   if (document.hidden) s = `${s} · ${tr('updated.paused')}`;
   text.textContent = s;
-  el.title = state.doc && num(state.doc.time) ? fmtClock(state.doc.time) : '';
+  el.title = state.doc && num(state.doc.time_unix_s) ? fmtClock(state.doc.time_unix_s) : '';
   if (state.okAt !== null) el.dataset.updatedAt = String(state.okAt);
 
   const box = $('[data-testid="unreachable"]');
@@ -578,6 +592,8 @@ async function poll() {
     let doc;
     try {
       doc = await fetchJSON(STATUS_URL);
+      const mismatch = schemaMismatch(doc, state.lang);
+      if (mismatch) throw new Error(mismatch);
     } catch (e) {
       state.reachable = false;
       state.error = (e && e.message) || String(e);
@@ -590,7 +606,7 @@ async function poll() {
     state.error = null;
     document.body.classList.remove('loading');
     const tgt = doc && doc.target;
-    const identity = tgt ? `${tgt.pid}|${tgt.create_time}` : null;
+    const identity = tgt ? `${tgt.pid}|${tgt.create_time_unix_s}` : null;
     if (identity !== state.identity) { state.identity = identity; resetHistory(); }
     mergeEvents(doc.events);
     try {

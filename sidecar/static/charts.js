@@ -133,13 +133,13 @@ export class TimeChart {
     // event markers
     const evg = el('g', { class: 'events' }, svg);
     for (const ev of d.events || []) {
-      if (!(ev.time >= t0 && ev.time <= t1)) continue;
-      const xx = Math.round(x(ev.time)) + 0.5;
+      if (!(ev.time_unix_s >= t0 && ev.time_unix_s <= t1)) continue;
+      const xx = Math.round(x(ev.time_unix_s)) + 0.5;
       const g = el('g', { class: 'event', 'data-testid': 'event-marker', 'data-name': ev.name || '' }, evg);
       el('line', { x1: xx, x2: xx, y1: m.t, y2: m.t + ih }, g);
       el('path', { d: `M${xx - 4},${m.t - 6} h8 l-4,6 z` }, g);
       const title = el('title', null, g);
-      title.textContent = `${fmtClock(ev.time)} ${this._eventLabel(ev)}`;
+      title.textContent = `${fmtClock(ev.time_unix_s)} ${this._eventLabel(ev)}`;
     }
 
     // series
@@ -226,7 +226,7 @@ export class TimeChart {
       if (snapT === null) snapT = p[0];
     }
     const tol = ((d.t1 - d.t0) / Math.max(1, this._scale ? this._scale.iw : 600)) * 6;
-    const events = (d.events || []).filter((e) => Math.abs(e.time - t) <= tol);
+    const events = (d.events || []).filter((e) => Math.abs(e.time_unix_s - t) <= tol);
     return { time: snapT !== null ? snapT : t, rows, events };
   }
 
@@ -235,7 +235,7 @@ export class TimeChart {
     const { x, y, m, ih } = this._scale;
     const hit = this._hits(this.hoverT);
     this.hoverLayer.replaceChildren();
-    const xx = x(hit.time);
+    const xx = x(hit.time_unix_s);
     el('line', { x1: xx, x2: xx, y1: m.t, y2: m.t + ih, class: 'crosshair' }, this.hoverLayer);
     for (const r of hit.rows) el('circle', { cx: x(r.point[0]), cy: y(r.point[1]), r: 4, fill: r.series.color, class: 'hover-dot' }, this.hoverLayer);
     if (this.lastClient) this._showTooltip(this.hoverT);
@@ -248,7 +248,7 @@ export class TimeChart {
     tip.replaceChildren();
     const head = document.createElement('div');
     head.className = 'tt-time';
-    head.textContent = `${fmtClock(hit.time)} · ${this.opts.title ? this.opts.title() : ''}`;
+    head.textContent = `${fmtClock(hit.time_unix_s)} · ${this.opts.title ? this.opts.title() : ''}`;
     tip.appendChild(head);
     for (const r of hit.rows) {
       const row = document.createElement('div');

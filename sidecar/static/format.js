@@ -27,7 +27,10 @@
  *   normLang(lang)             any value → "en" | "zh".
  *   t(lang, key, vars)         catalogue lookup with {var} substitution; falls back to en, then the key.
  *
- * Status document (GET api/dsh-gpu-dashboard/status, schema 1)
+ * Status document (GET api/dsh-gpu-dashboard/status, schema 2: ./contract.js)
+ *   SCHEMA                     the schema this code reads (2).
+ *   schemaMismatch(doc, lang)  null, or the words saying the sidecar speaks another schema.
+ *   modelGpu(doc)              the entry of doc.gpus the verdict names (doc.model_gpu_index), or null.
  *   statusOf(doc)              "GPU" | "CPU" | "MIXED" | "UNKNOWN" (anything else → "UNKNOWN").
  *   statusText(doc, lang)      localised label of the status ("On GPU", "在 GPU 上", …).
  *   statusColor(doc)           STATUS_COLORS[statusOf(doc)].
@@ -57,10 +60,6 @@
  *   roleText(proc, lang)       process role → "main" / "data worker 1" / "rank 0" / "no probe" …
  *   deviceText(dev)            "cuda:0" | "cpu" | … | "—".
  *   deviceKind(dev)            "cuda" | "cpu" | "mixed" | "other" | "none" (for colouring device chips).
- *   memGrowth(points)          [[t, MiB], …] → {growing, slopeMiBPerMin, r, fit}: least-squares trend
- *                              (fit = [[t0, v0], [t1, v1]], the fitted line's ends, or null);
- *                              growing when the span is ≥ 20 s, the fit is tight (r ≥ 0.9) and the
- *                              rise is ≥ max(8 MiB, 0.5 % of the mean) per minute.
  *   SERIES_COLORS              palette for per-GPU chart series (index modulo length).
  *   gpuFrameworkKey(doc, gpu)  catalogue key saying how PyTorch sees an NVML GPU: "gpu.framework"
  *                              (as cuda:N), "gpu.frameworkHidden" (CUDA_VISIBLE_DEVICES set),
@@ -69,10 +68,22 @@
  *   gpuFrameworkText(doc, gpu, lang)  that key, localised ("PyTorch sees it as cuda:0", …).
  */
 
+import { SCHEMA } from './contract.js';
 import en from './i18n/en.js';
 import zh from './i18n/zh.js';
 
 export const NA = '—';
+export { SCHEMA };
+
+/**
+ * Null when `doc` speaks the schema this code reads, else the words that say so: a page or plugin
+ * never guesses at a document of another schema (an older or newer sidecar).
+ */
+export function schemaMismatch(doc, lang) {
+  if (doc && typeof doc === 'object' && doc.schema === SCHEMA) return null;
+  const got = doc && typeof doc === 'object' && doc.schema !== undefined ? String(doc.schema) : '?';
+  return t(lang, 'schema.mismatch', { got, want: SCHEMA });
+}
 export const LANGS = ['en', 'zh'];
 export const CATALOGUE = { en, zh };
 
@@ -202,6 +213,12 @@ export function sortWarnings(ws) {
     .map((p) => p[0]);
 }
 
+/** The GPU the verdict names (the model's, or the one the job uses), or null. */
+export function modelGpu(doc) {
+  if (!doc || !Array.isArray(doc.gpus) || !isNum(doc.model_gpu_index)) return null;
+  return doc.gpus.find((g) => g && g.index === doc.model_gpu_index) || null;
+}
+
 export function summarize(doc, lang) {
   const status = statusOf(doc);
   const warnings = sortWarnings(doc && doc.warnings).map((w) => ({
@@ -211,7 +228,8 @@ export function summarize(doc, lang) {
     message: warningMessage(w, lang),
     hint: warningHint(w, lang),
   }));
-  const utilPct = doc && isNum(doc.gpu_util) ? doc.gpu_util : null;
+  const gpu = modelGpu(doc);
+  const utilPct = gpu && isNum(gpu.util_pct) ? gpu.util_pct : null;
   return {
     status,
     color: STATUS_COLORS[status],
@@ -219,7 +237,7 @@ export function summarize(doc, lang) {
     label: doc ? statusText(doc, lang) : t(lang, 'status.noData'),
     util: fmtPct(utilPct),
     utilPct,
-    mem: fmtMiB(doc ? doc.mem_used_mb : null),
+    mem: fmtMiB(gpu ? gpu.mem_used_mib : null),
     message: messageText(doc, lang),
     warnings,
     worst: warnings.length ? warnings[0].severity : null,
@@ -306,7 +324,7 @@ export function utilLevel(pct) {
 
 export function roleText(proc, lang) {
   if (!proc) return NA;
-  if (!proc.probe && !proc.role) return t(lang, 'probe.none');
+  if (!proc.has_probe && !proc.role) return t(lang, 'probe.none');
   if (proc.role === 'rank' && isNum(proc.rank)) return t(lang, 'role.rankN', { n: proc.rank });
   if (proc.role === 'dataloader-worker' && isNum(proc.worker_id)) return t(lang, 'role.workerN', { n: proc.worker_id });
   if (proc.role && CATALOGUE.en[`role.${proc.role}`]) return t(lang, `role.${proc.role}`);
@@ -328,31 +346,6 @@ export function deviceKind(dev) {
 }
 
 export const SERIES_COLORS = ['#2563eb', '#16a34a', '#db2777', '#0891b2', '#9333ea', '#ca8a04', '#dc2626', '#4b5563'];
-
-export function memGrowth(points) {
-  const pts = Array.isArray(points) ? points.filter((p) => p && isNum(p[0]) && isNum(p[1])) : [];
-  const none = { growing: false, slopeMiBPerMin: null, r: null, fit: null };
-  if (pts.length < 5) return none;
-  const span = pts[pts.length - 1][0] - pts[0][0];
-  if (!(span >= 20)) return none;
-  const n = pts.length;
-  let sx = 0, sy = 0;
-  for (const [x, y] of pts) { sx += x; sy += y; }
-  const mx = sx / n, my = sy / n;
-  let sxx = 0, syy = 0, sxy = 0;
-  for (const [x, y] of pts) {
-    const dx = x - mx, dy = y - my;
-    sxx += dx * dx; syy += dy * dy; sxy += dx * dy;
-  }
-  if (sxx === 0) return none;
-  const slope = sxy / sxx; // MiB per second
-  const r = syy === 0 ? 0 : sxy / Math.sqrt(sxx * syy);
-  const perMin = slope * 60;
-  const growing = r >= 0.9 && perMin >= Math.max(8, Math.abs(my) * 0.005);
-  const ta = pts[0][0], tb = pts[n - 1][0];
-  const fit = [[ta, my + slope * (ta - mx)], [tb, my + slope * (tb - mx)]];
-  return { growing, slopeMiBPerMin: perMin, r, fit };
-}
 
 export function gpuFrameworkKey(doc, gpu) {
   if (gpu && isNum(gpu.framework_index)) return 'gpu.framework';

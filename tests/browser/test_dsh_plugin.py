@@ -199,7 +199,7 @@ def test_proxy_forwards_to_the_real_sidecar(dsh_gpu: DshWeb, gpu_stack) -> None:
     code, doc = get_json(dsh_gpu.url, f"{API}/status")
     assert code == 200, doc
     direct = gpu_stack.sidecar.status()
-    assert doc["schema"] == direct["schema"] == 1
+    assert doc["schema"] == direct["schema"] == 2
     assert doc["status"] == direct["status"] == "GPU"
     assert {p["pid"] for p in doc["processes"]} == {p["pid"] for p in direct["processes"]}
     assert gpu_stack.pid("main") in {p["pid"] for p in doc["processes"]}
@@ -208,7 +208,7 @@ def test_proxy_forwards_to_the_real_sidecar(dsh_gpu: DshWeb, gpu_stack) -> None:
     assert status == 200 and body == b"" and "json" in headers["content-type"]
 
     code, hist = get_json(dsh_gpu.url, f"{API}/history?since=not-a-number")
-    assert code == 200 and hist["schema"] == 1 and isinstance(hist["samples"], list)
+    assert code == 200 and hist["schema"] == 2 and isinstance(hist["samples"], list)
     wait_for(
         lambda: len(get_json(dsh_gpu.url, f"{API}/history")[1]["samples"]) >= 2,
         15,
@@ -216,10 +216,10 @@ def test_proxy_forwards_to_the_real_sidecar(dsh_gpu: DshWeb, gpu_stack) -> None:
         "two history samples",
     )
     samples = get_json(dsh_gpu.url, f"{API}/history")[1]["samples"]
-    cut = samples[-2]["time"]
+    cut = samples[-2]["time_unix_s"]
     code, newer = get_json(dsh_gpu.url, f"{API}/history?since={cut}")
     assert code == 200
-    assert newer["samples"] and all(s["time"] > cut for s in newer["samples"])
+    assert newer["samples"] and all(s["time_unix_s"] > cut for s in newer["samples"])
 
     code, cfg = get_json(dsh_gpu.url, f"{API}/config")
     assert code == 200

@@ -222,7 +222,7 @@ def test_charts_draw_and_move_when_the_scenario_changes(gpu_stack, pages):
     finally:
         gpu_stack.nvml.write(gpu_scenario(gpu_stack.job.pids))
         gpu_stack.sidecar.wait_status(
-            lambda d: d["gpu_util"] == 87 and d["mem_used_mb"] == 3584, what="the first scenario back"
+            lambda d: d["gpus"][0]["util_pct"] == 87 and d["gpus"][0]["mem_used_mib"] == 3584, what="the first scenario back"
         )
     assert not pages.errors, pages.errors
 
@@ -312,7 +312,8 @@ def test_catalogues_and_format_rules(gpu_stack, pages):
     ) == ["512 MiB", "3.5 GiB", "—", "87 %", "2.5 %"]
     chip = format_module(
         page,
-        "F.summarize({status: 'CPU', message: 'm', message_zh: '中', gpu_util: 3,"
+        "F.summarize({status: 'CPU', message: 'm', message_zh: '中', model_gpu_index: 1,"
+        " gpus: [{index: 0, util_pct: 90}, {index: 1, util_pct: 3}],"
         " warnings: [{severity: 'info', message: 'i'}, {severity: 'error', message: 'e'}]}, 'zh')",
     )
     assert (chip["status"], chip["label"], chip["message"], chip["util"], chip["worst"]) == (
@@ -335,9 +336,6 @@ def test_catalogues_and_format_rules(gpu_stack, pages):
     sev = {k: hue_sat(v) for k, v in format_module(page, "F.SEVERITY_COLORS").items()}
     assert (sev["error"][0] < 12 or sev["error"][0] > 345) and sev["error"][1] > 0.5
     assert 30 <= sev["warning"][0] <= 50 and sev["info"][1] < 0.2
-    grow = format_module(page, "F.memGrowth(Array.from({length: 60}, (_, i) => [i, 1000 + 5 * i])).growing")
-    flat = format_module(page, "F.memGrowth(Array.from({length: 60}, (_, i) => [i, 1000 + (i % 2)])).growing")
-    assert (grow, flat) == (True, False)
     # Every static label of the page comes from the catalogue.
     keys = page.eval_on_selector_all("[data-i18n]", "es => es.map(e => e.dataset.i18n)")
     assert keys and set(keys) <= set(en)

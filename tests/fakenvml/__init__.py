@@ -55,6 +55,8 @@ _GPU_KEYS = {
     "memory_total_mib",
     "memory_used_mib",
     "memory_reserved_mib",
+    "memory_total_bytes",
+    "memory_used_bytes",
     "util_gpu",
     "util_mem",
     "temperature_c",
@@ -192,6 +194,8 @@ def render_scenario(scenario: Mapping[str, Any]) -> str:
             "memory_total_mib",
             "memory_used_mib",
             "memory_reserved_mib",
+            "memory_total_bytes",  # exact bytes; after the _mib keys, so they win when both are given
+            "memory_used_bytes",
             "util_gpu",
             "util_mem",
             "temperature_c",

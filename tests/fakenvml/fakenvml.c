@@ -202,6 +202,8 @@ static void parse_scenario(char *text, struct scenario *sc) {
         else if (!strcmp(key, "pci_device_id")) g->pci_device_id = (unsigned)u;
         else if (!strcmp(key, "memory_total_mib")) g->mem_total = u * MIB;
         else if (!strcmp(key, "memory_used_mib")) g->mem_used = u * MIB;
+        else if (!strcmp(key, "memory_total_bytes")) g->mem_total = u; /* exact, for byte-exact checks */
+        else if (!strcmp(key, "memory_used_bytes")) g->mem_used = u;
         else if (!strcmp(key, "memory_reserved_mib")) g->mem_reserved = u * MIB;
         else if (!strcmp(key, "util_gpu")) g->util_gpu = (unsigned)u;
         else if (!strcmp(key, "util_mem")) g->util_mem = (unsigned)u;

@@ -148,7 +148,7 @@ def test_once_json_matches_the_status_schema(tmp_path, fake_nvml):
         r = cli("--pid", str(job.pid), "--once", "--json", env=fake_nvml.env())
         assert r.returncode == 0, r.stderr
         doc = json.loads(r.stdout)
-        assert set(doc) >= STATUS_KEYS and doc["status"] == "GPU" and doc["gpus"][0]["util"] == 33
+        assert set(doc) >= STATUS_KEYS and doc["status"] == "GPU" and doc["gpus"][0]["util_pct"] == 33
         assert (
             set(doc["processes"][0]) >= PROCESS_KEYS and set(doc["processes"][0]["models"][0]) >= MODEL_KEYS
         )

@@ -84,19 +84,19 @@ def expected_from_document(doc: dict[str, Any], job_name: str | None) -> set[tup
 
     for g in doc["gpus"]:
         lbl = {"gpu": g["index"], "uuid": g["uuid"], "name": g["name"]}
-        if g["util"] is not None:
-            add("dsh_gpu_utilization_percent", lbl, g["util"])
-        if g["mem_used_mb"] is not None:
-            add("dsh_gpu_memory_used_bytes", lbl, g["mem_used_mb"] * MIB)
-        if g["mem_total_mb"] is not None:
-            add("dsh_gpu_memory_total_bytes", lbl, g["mem_total_mb"] * MIB)
+        if g["util_pct"] is not None:
+            add("dsh_gpu_utilization_percent", lbl, g["util_pct"])
+        if g["mem_used_mib"] is not None:
+            add("dsh_gpu_memory_used_bytes", lbl, g["mem_used_mib"] * MIB)
+        if g["mem_total_mib"] is not None:
+            add("dsh_gpu_memory_total_bytes", lbl, g["mem_total_mib"] * MIB)
     for p in doc["processes"]:
         for g in p["gpu"]:
             lbl = {"pid": p["pid"], "role": p["role"], "gpu": g["index"], "rank": p["rank"]}
-            if g["mem_used_mb"] is not None:
-                add("dsh_process_gpu_memory_used_bytes", lbl, g["mem_used_mb"] * MIB)
-            if g["sm_util"] is not None:
-                add("dsh_process_gpu_sm_utilization_percent", lbl, g["sm_util"])
+            if g["mem_used_mib"] is not None:
+                add("dsh_process_gpu_memory_used_bytes", lbl, g["mem_used_mib"] * MIB)
+            if g["sm_util_pct"] is not None:
+                add("dsh_process_gpu_sm_utilization_percent", lbl, g["sm_util_pct"])
         for m in p["models"]:
             add(
                 "dsh_model_info",
@@ -137,7 +137,7 @@ def same_poll(sc: Sidecar, attempts: int = 20) -> tuple[list, dict]:
         assert code == 200, after
         a, b = parse(before), parse(after)
         stamps = {v for n, _, v in a + b if n == "dsh_sidecar_last_poll_timestamp_seconds"}
-        if stamps == {doc["time"]}:
+        if stamps == {doc["time_unix_s"]}:
             return a, doc
     raise AssertionError(f"no scrape matched a status document's poll in {attempts} attempts")
 
@@ -170,6 +170,10 @@ def rank_spec(rank: int, device: str, *, model: str = "Net", **extra) -> dict:
 
 
 @pytest.mark.slow
+USED_BYTES = 12_345_678_848  # 11773.751953125 MiB; MiB-rounded it was exported as 12,344,885,248
+TOTAL_BYTES = 85_899_345_920 + 4096 * 3
+
+
 def test_exposition_matches_the_status_document_of_the_same_poll(tmp_path, fake_nvml):
     specs = {
         "launcher": {"probe": False, "children": ["rank0", "rank1"]},
@@ -199,9 +203,11 @@ def test_exposition_matches_the_status_document_of_the_same_poll(tmp_path, fake_
                         ],
                     ),
                     # NVML cannot read this one's utilisation: the series is left out, not 0.
+                    # Bytes that are no whole MiB: the metrics must carry the driver's exact bytes.
                     gpu(
                         1,
-                        memory_used_mib=3000,
+                        memory_used_bytes=USED_BYTES,
+                        memory_total_bytes=TOTAL_BYTES,
                         not_supported=["utilization"],
                         processes=[{"pid": r1, "used_mib": 2900, "sm_util": 40}],
                     ),
@@ -226,7 +232,7 @@ def test_exposition_matches_the_status_document_of_the_same_poll(tmp_path, fake_
                 lambda d: (
                     len(d["processes"]) == 4
                     and all(
-                        p["gpu"] and p["gpu"][0]["sm_util"] for p in d["processes"] if p["role"] == "rank"
+                        p["gpu"] and p["gpu"][0]["sm_util_pct"] for p in d["processes"] if p["role"] == "rank"
                     )
                     and "worker-cuda" in codes(d)
                 ),
@@ -250,7 +256,9 @@ def test_exposition_matches_the_status_document_of_the_same_poll(tmp_path, fake_
             by = {(n, lbl.get("gpu"), lbl.get("pid"), lbl.get("status")): v for n, lbl, v in samples}
             assert by[("dsh_gpu_utilization_percent", "0", None, None)] == 71
             assert ("dsh_gpu_utilization_percent", "1", None, None) not in by
-            assert by[("dsh_gpu_memory_used_bytes", "1", None, None)] == 3000 * MIB
+            assert by[("dsh_gpu_memory_used_bytes", "1", None, None)] == USED_BYTES
+            assert by[("dsh_gpu_memory_total_bytes", "1", None, None)] == TOTAL_BYTES
+            assert doc["gpus"][1]["mem_used_mib"] * MIB == USED_BYTES  # the document's MiB are exact too
             assert by[("dsh_gpu_memory_total_bytes", "0", None, None)] == 81920 * MIB
             assert by[("dsh_process_gpu_memory_used_bytes", "0", str(r0), None)] == 4800 * MIB
             assert by[("dsh_process_gpu_sm_utilization_percent", "1", str(r1), None)] == 40
@@ -353,7 +361,7 @@ class StandInPoller:
 
     def snapshot(self):
         with self._lock:
-            return self.latest, (self.latest or {}).get("time")
+            return self.latest, (self.latest or {}).get("time_unix_s")
 
     def polled(self, *durations: float) -> None:
         with self._lock:
@@ -365,11 +373,11 @@ class StandInPoller:
 
 def document(**over) -> dict:
     doc = {
-        "time": 1700000000.25,
+        "time_unix_s": 1700000000.25,
         "status": "MIXED",
         "warnings": [{"code": "mixed-devices", "severity": "warning"}],
         "gpus": [
-            {"index": 0, "uuid": None, "name": None, "util": 0, "mem_used_mb": 0.5, "mem_total_mb": 1024}
+            {"index": 0, "uuid": None, "name": None, "util_pct": 0, "mem_used_mib": 0.5, "mem_total_mib": 1024}
         ],
         "processes": [
             {
@@ -378,7 +386,7 @@ def document(**over) -> dict:
                 "rank": None,
                 "local_rank": None,
                 "world_size": None,
-                "gpu": [{"index": 0, "mem_used_mb": None, "sm_util": None}],
+                "gpu": [{"index": 0, "mem_used_mib": None, "sm_util_pct": None}],
                 "models": [
                     {"name": "Net", "device": "cuda:0", "forward_calls": 5},
                     {"name": "Net", "device": "cpu", "forward_calls": 9},
@@ -489,7 +497,7 @@ def test_repeated_model_names_none_values_and_job_name():
 
 def test_a_repeated_warning_or_process_gpu_is_one_series():
     doc = document(warnings=[{"code": "idle-gpu", "severity": "warning"}] * 2)
-    doc["processes"][0]["gpu"] = [{"index": 0, "mem_used_mb": 10, "sm_util": 1}] * 2
+    doc["processes"][0]["gpu"] = [{"index": 0, "mem_used_mib": 10, "sm_util_pct": 1}] * 2
     samples = scrape(StandInPoller(doc))
     assert [lbl["code"] for n, lbl, _ in samples if n == "dsh_warning_active"] == ["idle-gpu"]
     assert len([1 for n, _, _ in samples if n == "dsh_process_gpu_memory_used_bytes"]) == 1
@@ -522,7 +530,7 @@ def test_docs_list_every_exported_metric():
     text = (REPO / "docs" / "metrics.md").read_text()
     documented = {re.sub(r"_(bucket|sum|count)$", "", n) for n in re.findall(r"`(dsh_[a-z_]+)", text)}
     proc = dict(
-        document()["processes"][0], role="rank", rank=0, gpu=[{"index": 0, "mem_used_mb": 1, "sm_util": 2}]
+        document()["processes"][0], role="rank", rank=0, gpu=[{"index": 0, "mem_used_mib": 1, "sm_util_pct": 2}]
     )
     exported = {n for n, _, _ in scrape(StandInPoller(document(processes=[proc])))}
     families = {re.sub(r"_(bucket|sum|count)$", "", n) if "poll_duration" in n else n for n in exported}

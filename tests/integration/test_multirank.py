@@ -112,7 +112,7 @@ def test_real_two_rank_gloo_job_through_its_launcher(tmp_path, fake_nvml, launch
             assert launcher.poll() is None
             by_pid = {p["pid"]: p for p in doc["processes"]}
             top = by_pid[launcher.pid]
-            assert top["probe"] is False and top["role"] is None and doc["target"]["pid"] == launcher.pid
+            assert top["has_probe"] is False and top["role"] is None and doc["target"]["pid"] == launcher.pid
             ranks = sorted((p for p in doc["processes"] if p["role"] == "rank"), key=lambda p: p["rank"])
             assert [p["rank"] for p in ranks] == [0, 1]
             assert [p["local_rank"] for p in ranks] == [0, 1]
@@ -123,7 +123,7 @@ def test_real_two_rank_gloo_job_through_its_launcher(tmp_path, fake_nvml, launch
                 assert (
                     m["name"] == "Sequential"
                     and m["device"] == "cpu"
-                    and m["params"] == 16 * 32 + 32 + 32 * 4 + 4
+                    and m["param_count"] == 16 * 32 + 32 + 32 * 4 + 4
                 )
                 assert p["gpu"] == []
             # The probe records the backend (the status document has no field for it yet).

@@ -198,7 +198,7 @@ def test_prometheus_scrapes_the_sidecar(tmp_path, fake_nvml):
                 lambda d: (
                     {"rank-shared-gpu", "rank-device-mismatch"} <= codes(d)
                     and all(
-                        p["gpu"] and p["gpu"][0]["sm_util"] for p in d["processes"] if p["role"] == "rank"
+                        p["gpu"] and p["gpu"][0]["sm_util_pct"] for p in d["processes"] if p["role"] == "rank"
                     )
                 ),
                 what="both ranks on GPU 0",

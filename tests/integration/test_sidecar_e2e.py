@@ -12,59 +12,19 @@ from pathlib import Path
 
 import pytest
 
+from sidecar import contract
 from tests.fakenvml import gpu, make_fake_sysfs
 from tests.helpers.harness import FakeJob, Sidecar, codes, cuda_runtime, wait_for
 
 pytestmark = pytest.mark.slow
 
 UUID0 = gpu(0)["uuid"]
-STATUS_KEYS = {
-    "schema",
-    "time",
-    "interval_s",
-    "target",
-    "status",
-    "message",
-    "message_zh",
-    "warning",
-    "warnings",
-    "model_device",
-    "input_device",
-    "cuda_available",
-    "device_count",
-    "gpu_util",
-    "mem_used_mb",
-    "runtime",
-    "nvml",
-    "gpus",
-    "system_gpus",
-    "processes",
-    "events",
-}
-PROCESS_KEYS = {
-    "pid",
-    "ppid",
-    "role",
-    "probe",
-    "name",
-    "cmdline",
-    "cpu_percent",
-    "rss_mb",
-    "models",
-    "gpu",
-    "probe_error",
-}
-MODEL_KEYS = {
-    "name",
-    "device",
-    "devices",
-    "params",
-    "input_device",
-    "forward_calls",
-    "forward_rate_hz",
-    "data_wait_fraction",
-}
-GPU_KEYS = {"index", "uuid", "name", "util", "mem_util", "mem_used_mb", "mem_total_mb", "framework_index"}
+# The keys every document has: sidecar/contract.py is their one definition (and every document
+# built in tests is validated against it, DSH_CONTRACT_CHECK=1 in tests/conftest.py).
+STATUS_KEYS = set(contract.STATUS_DOCUMENT.fields)
+PROCESS_KEYS = set(contract.PROCESS.fields)
+MODEL_KEYS = set(contract.MODEL.fields)
+GPU_KEYS = set(contract.GPU.fields)
 
 
 @pytest.fixture
@@ -120,9 +80,11 @@ def test_status_document_schema_and_gpu_verdict(tmp_path, fake_nvml, env):
                 lambda d: d["status"] == "GPU" and d["processes"][0]["gpu"], what="GPU verdict"
             )
             assert set(doc) >= STATUS_KEYS
-            assert doc["schema"] == 1 and doc["interval_s"] == 0.3
+            assert doc["schema"] == 2 and doc["interval_s"] == 0.3
             assert doc["target"]["pid"] == job.pid and doc["target"]["alive"] is True
-            assert doc["model_device"] == "cuda:0" and doc["gpu_util"] == 87 and doc["mem_used_mb"] == 4200
+            assert doc["model_device"] == "cuda:0" and doc["model_gpu_index"] == 0
+            g = doc["gpus"][0]
+            assert g["util_pct"] == 87 and g["mem_used_mib"] == 4200
             assert "cuda:0" in doc["message"] and "A100" in doc["message"]
             assert doc["nvml"]["ok"] is True and doc["nvml"]["driver"]
             (g,) = doc["gpus"]
@@ -130,14 +92,14 @@ def test_status_document_schema_and_gpu_verdict(tmp_path, fake_nvml, env):
                 set(g) >= GPU_KEYS
                 and g["uuid"] == UUID0
                 and g["framework_index"] == 0
-                and g["mem_total_mb"] == 81920
+                and g["mem_total_mib"] == 81920
             )
             (p,) = doc["processes"]
-            assert set(p) >= PROCESS_KEYS and p["role"] == "main" and p["probe"] is True
+            assert set(p) >= PROCESS_KEYS and p["role"] == "main" and p["has_probe"] is True
             assert set(p["models"][0]) >= MODEL_KEYS
-            assert p["gpu"] == [{"index": 0, "mem_used_mb": 4000, "sm_util": 85}]
+            assert p["gpu"] == [{"index": 0, "mem_used_mib": 4000, "sm_util_pct": 85}]
             assert doc["system_gpus"][0]["nvml_index"] == 0
-            assert doc["runtime"]["cuda_build"] == "12.4" and doc["cuda_available"] is True
+            assert doc["runtime"]["cuda_build"] == "12.4" and doc["runtime"]["cuda_available"] is True
             assert not codes(doc) & {"input-mismatch", "no-probe", "nvml-unavailable", "model-on-cpu"}
 
 
@@ -149,7 +111,7 @@ def test_cpu_model_with_an_nvidia_gpu_present_is_cpu_build(tmp_path, fake_nvml, 
         doc = sc.wait_status(lambda d: d["status"] == "CPU", what="CPU verdict")
         assert "cpu-build" in codes(doc)
         assert doc["warnings"][0]["code"] == "cpu-build" and doc["warnings"][0]["severity"] == "error"
-        assert "CPU-only build" in doc["message"] and doc["warning"] == doc["warnings"][0]["message"]
+        assert "CPU-only build" in doc["message"] and doc["warnings"][0]["code"] == "cpu-build"
 
 
 def test_inputs_left_on_cpu_then_idle_gpu_then_memory_freed(tmp_path, fake_nvml, env):
@@ -183,15 +145,15 @@ def test_inputs_left_on_cpu_then_idle_gpu_then_memory_freed(tmp_path, fake_nvml,
                 }
             )
             wait_for(
-                lambda: any(s["gpus"][0]["mem_used_mb"] == 600 for s in sc.history(t0)["samples"]),
+                lambda: any(s["gpus"][0]["mem_used_mib"] == 600 for s in sc.history(t0)["samples"]),
                 10,
                 what="freed memory in the history",
             )
             samples = sc.history()["samples"]
-            mems = [s["gpus"][0]["mem_used_mb"] for s in samples]
+            mems = [s["gpus"][0]["mem_used_mib"] for s in samples]
             assert 4100 in mems and mems[-1] == 600
-            assert [p["gpu_mem_mb"] for p in samples[-1]["processes"]] == [500]
-            assert all(a["time"] < b["time"] for a, b in zip(samples, samples[1:]))
+            assert [p["gpu_mem_mib"] for p in samples[-1]["processes"]] == [500]
+            assert all(a["time_unix_s"] < b["time_unix_s"] for a, b in zip(samples, samples[1:]))
 
 
 def test_blind_spot_launcher_child_and_workers(tmp_path, fake_nvml, env):
@@ -226,9 +188,9 @@ def test_blind_spot_launcher_child_and_workers(tmp_path, fake_nvml, env):
                 lambda d: len(d["processes"]) == 4 and d["status"] == "GPU", what="whole tree"
             )
             by_pid = {p["pid"]: p for p in doc["processes"]}
-            assert by_pid[job.pid]["probe"] is False and by_pid[job.pid]["role"] is None
+            assert by_pid[job.pid]["has_probe"] is False and by_pid[job.pid]["role"] is None
             assert by_pid[trainer]["role"] == "main" and by_pid[trainer]["ppid"] == job.pid
-            assert by_pid[trainer]["gpu"] == [{"index": 0, "mem_used_mb": 8800, "sm_util": 66}]
+            assert by_pid[trainer]["gpu"] == [{"index": 0, "mem_used_mib": 8800, "sm_util_pct": 66}]
             workers = sorted(
                 (p for p in doc["processes"] if p["role"] == "dataloader-worker"),
                 key=lambda p: p["worker_id"],
@@ -295,19 +257,19 @@ def test_no_driver_then_failing_driver(tmp_path, fake_nvml, sysfs):
             # The driver comes up: the sidecar retries with backoff and recovers without a restart.
             fake_nvml.write({"gpus": [gpu(0, util_gpu=55)]})
             doc = sc.wait_status(lambda d: d["nvml"]["ok"], timeout_s=30, what="NVML recovery")
-            assert doc["gpus"][0]["util"] == 55
+            assert doc["gpus"][0]["util_pct"] == 55
 
 
 def test_gpu_lost_and_not_supported(tmp_path, fake_nvml, env):
     fake_nvml.write({"gpus": [gpu(0, util_gpu=40), gpu(1, util_gpu=60, not_supported=["utilization"])]})
     with FakeJob(tmp_path / "job", {"main": trainer_spec()}) as job, sidecar(job.pid, env) as sc:
         doc = sc.wait_status(lambda d: len(d["gpus"]) == 2, what="two GPUs")
-        assert doc["gpus"][0]["util"] == 40 and doc["gpus"][1]["util"] is None
-        assert doc["gpus"][1]["mem_total_mb"] == 81920
+        assert doc["gpus"][0]["util_pct"] == 40 and doc["gpus"][1]["util_pct"] is None
+        assert doc["gpus"][1]["mem_total_mib"] == 81920
         fake_nvml.write({"gpus": [gpu(0, lost=True), gpu(1, util_gpu=60)]})
         doc = sc.wait_status(lambda d: d["gpus"][0]["lost"], what="GPU lost")
-        assert doc["gpus"][0]["util"] is None and doc["gpus"][0]["mem_used_mb"] is None
-        assert doc["gpus"][1]["util"] == 60
+        assert doc["gpus"][0]["util_pct"] is None and doc["gpus"][0]["mem_used_mib"] is None
+        assert doc["gpus"][1]["util_pct"] == 60
         assert sc.get("/healthz")[1]["ok"] is True
 
 

@@ -220,7 +220,7 @@ def run_clients(
                     if route == "history":
                         samples = json.loads(body)["samples"]
                         if samples:
-                            last = samples[-1]["time"]
+                            last = samples[-1]["time_unix_s"]
                 except (OSError, http.client.HTTPException, ValueError) as exc:
                     n += 1
                     errors.append(f"{route}: {type(exc).__name__}: {exc}")
@@ -281,7 +281,7 @@ def get(host: str, port: int, path: str, token: str | None = None) -> tuple[int,
 def history_times(host: str, port: int, since: float | None = None) -> list[float]:
     status, body = get(host, port, f"{API}/history" + (f"?since={since!r}" if since is not None else ""))
     assert status == 200, body[:200]
-    return [s["time"] for s in json.loads(body)["samples"]]
+    return [s["time_unix_s"] for s in json.loads(body)["samples"]]
 
 
 class Slowloris:

@@ -238,7 +238,7 @@ def test_a_flood_of_bad_requests_leaves_the_server_serving(server):
     for data in list(MALFORMED.values())[:10] * 5:
         raw(server, data)
     code, doc = server.get(f"{API}/status")
-    assert code == 200 and doc["schema"] == 1
+    assert code == 200 and doc["schema"] == 2
     assert server.get("/healthz")[0] == 200
 
 
@@ -260,7 +260,7 @@ def test_loopback_host_headers_are_answered(server, host):
     status, response = raw(
         server, req(f"GET {API}/status HTTP/1.1".encode(), b"Connection: close", host=host)
     )
-    assert status == 200 and json.loads(body_of(response))["schema"] == 1
+    assert status == 200 and json.loads(body_of(response))["schema"] == 2
 
 
 # -------------------------------------------------------------------------------------------------

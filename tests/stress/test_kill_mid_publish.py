@@ -192,11 +192,11 @@ def test_sidecar_keeps_last_state_and_history_after_sigkill_mid_publish(tmp_path
             assert {m["name"] for m in p["models"]} <= {f"net{j}" for j in range(14)}
             assert p["gpu"] == []  # the driver no longer sees a dead process
             after = sc.history()["samples"]
-            assert [s["time"] for s in after[: len(before)]] == [s["time"] for s in before]
+            assert [s["time_unix_s"] for s in after[: len(before)]] == [s["time_unix_s"] for s in before]
             assert len(after) >= len(before)
             # It keeps serving (--stay) and keeps polling.
             time.sleep(0.6)
-            assert sc.history()["samples"][-1]["time"] > after[-1]["time"]
+            assert sc.history()["samples"][-1]["time_unix_s"] > after[-1]["time_unix_s"]
             assert sc.get("/healthz")[0] == 200 and sc.proc.poll() is None
             assert "Traceback" not in "\n".join(sc.err_lines)
             assert read_segment(job.pid, expected_start_ticks=ticks).state == "missing"

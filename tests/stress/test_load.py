@@ -39,7 +39,7 @@ def test_50_clients_polling_status_and_history_for_10_s(tmp_path, fake_nvml, sys
                 what="the whole busy job",
             )
             assert doc["interval_s"] == DEFAULT_INTERVAL_S
-            assert sum(p["probe"] for p in doc["processes"]) == 64
+            assert sum(p["has_probe"] for p in doc["processes"]) == 64
             port = int(sc.url.rsplit(":", 1)[1])
             cpu0, _, _ = proc_cpu_rss(sc.proc.pid)
             t0, m0 = time.time(), time.monotonic()

@@ -50,18 +50,18 @@ def test_driver_faults_cost_fields_never_the_poll(tmp_path, fake_nvml, sidecar_e
                 {"gpus": [gpu(0, util_gpu=80, memory_used_mib=4100, processes=[busy]), gpu(1, util_gpu=60)]}
             )
             doc = sc.wait_status(lambda d: d["nvml"]["ok"] and len(d["gpus"]) == 2, 20, what="NVML up")
-            assert doc["gpus"][0]["util"] == 80 and doc["gpus"][0]["field_errors"] == {}
-            assert doc["processes"][0]["gpu"] == [{"index": 0, "mem_used_mb": 4000, "sm_util": 80}]
+            assert doc["gpus"][0]["util_pct"] == 80 and doc["gpus"][0]["field_errors"] == {}
+            assert doc["processes"][0]["gpu"] == [{"index": 0, "mem_used_mib": 4000, "sm_util_pct": 80}]
             # 3. GPU 1 falls off the bus mid-run: its fields go null, GPU 0 is untouched.
             fake_nvml.write(
                 {"gpus": [gpu(0, util_gpu=81, memory_used_mib=4100, processes=[busy]), gpu(1, lost=True)]}
             )
             doc = sc.wait_status(lambda d: d["gpus"][1]["lost"], what="GPU 1 lost")
             lost = doc["gpus"][1]
-            assert lost["util"] is None and lost["mem_used_mb"] is None and lost["mem_total_mb"] is None
+            assert lost["util_pct"] is None and lost["mem_used_mib"] is None and lost["mem_total_mib"] is None
             assert lost["uuid"] == gpu(1)["uuid"]  # the identity last seen stays
             assert any("lost" in why.lower() for why in lost["field_errors"].values()), lost
-            assert doc["gpus"][0]["util"] == 81 and doc["nvml"]["ok"] is True
+            assert doc["gpus"][0]["util_pct"] == 81 and doc["nvml"]["ok"] is True
             # 4. Queries NOT_SUPPORTED on GPU 0: each such field null, with NVML's reason.
             unsupported = [
                 "utilization",
@@ -75,24 +75,24 @@ def test_driver_faults_cost_fields_never_the_poll(tmp_path, fake_nvml, sidecar_e
                 {"gpus": [gpu(0, util_gpu=82, processes=[busy], not_supported=unsupported), gpu(1)]}
             )
             doc = sc.wait_status(
-                lambda d: d["gpus"][0]["util"] is None and not d["gpus"][1]["lost"], what="n/s"
+                lambda d: d["gpus"][0]["util_pct"] is None and not d["gpus"][1]["lost"], what="n/s"
             )
             g0 = doc["gpus"][0]
-            assert g0["mem_used_mb"] is None and g0["mem_total_mb"] is None and g0["mem_util"] is None
+            assert g0["mem_used_mib"] is None and g0["mem_total_mib"] is None and g0["mem_util_pct"] is None
             for key in ("utilization", "memory", "processes"):
                 assert g0["field_errors"].get(key) == "Not Supported", g0["field_errors"]
             assert doc["processes"][0]["gpu"] == []  # no process list: nothing attributed, nothing invented
             assert doc["status"] == "GPU" and doc["model_device"] == "cuda:0"  # the probe still answers
             # 5. Everything back: values again, no reasons left.
             fake_nvml.write({"gpus": [gpu(0, util_gpu=83, memory_used_mib=4100, processes=[busy]), gpu(1)]})
-            doc = sc.wait_status(lambda d: d["gpus"][0]["util"] == 83, what="recovered")
+            doc = sc.wait_status(lambda d: d["gpus"][0]["util_pct"] == 83, what="recovered")
             assert doc["gpus"][0]["field_errors"] == {} and doc["processes"][0]["gpu"]
             # Through all of it the poll kept its cadence and nothing escaped a poll.
-            ts = [s["time"] for s in sc.history()["samples"]]
+            ts = [s["time_unix_s"] for s in sc.history()["samples"]]
             assert len(ts) >= 5 and all(b > a for a, b in zip(ts, ts[1:]))
             gaps = [b - a for a, b in zip(ts, ts[1:])]
             assert max(gaps) < 1.0, gaps  # 0.2 s polls, none skipped however the driver answered
-            assert ts[-1] >= doc["time"] - 0.5
+            assert ts[-1] >= doc["time_unix_s"] - 0.5
             assert poll_errors(sc).get("poll", 0) == 0
             assert sc.get(f"{API}/history")[0] == 200 and sc.proc.poll() is None
             assert not [line for line in sc.err_lines if "Traceback" in line]
@@ -201,8 +201,8 @@ def test_a_driver_that_disappears_and_comes_back_under_load(tmp_path, fake_nvml,
                     doc = sc.status()
                     seen.add(len(doc["gpus"]))
                     for g in doc["gpus"]:
-                        if g["lost"] or g["util"] is None:
-                            assert g["util"] is None and g["field_errors"], g
+                        if g["lost"] or g["util_pct"] is None:
+                            assert g["util_pct"] is None and g["field_errors"], g
                     time.sleep(0.03)
             finally:
                 stop.set()

@@ -72,7 +72,7 @@ def test_sidecar_sigkilled_and_restarted_reattaches_and_the_job_never_notices(
                 )
                 (p,) = doc["processes"]
                 assert doc["target"]["pid"] == job.pid and doc["target"]["alive"] is True
-                assert p["probe"] is True and p["probe_state"] == "ok" and p["models"][0]["name"] == "mlp"
+                assert p["has_probe"] is True and p["probe_state"] == "ok" and p["models"][0]["name"] == "mlp"
                 assert "probe-unreadable" not in codes(doc) and "target-exited" not in codes(doc)
                 last = calls(doc)
                 code = sc.stop(sig_term=how == "SIGTERM")
@@ -128,7 +128,7 @@ def test_a_reused_pid_in_the_tree_is_a_new_process(zygote):
     wait_for(lambda: read_segment(old).state == "ok", what="first writer's publish")
     doc = poller.poll_once()
     (shown,) = [p for p in doc["processes"] if p["pid"] == old]
-    assert shown["probe"] is True and [m["name"] for m in shown["models"]] == ["net0"]
+    assert shown["has_probe"] is True and [m["name"] for m in shown["models"]] == ["net0"]
     time.sleep(0.03)  # start times are in clock ticks (10 ms): make the newcomer's differ
     os.kill(old, signal.SIGKILL)
     wait_gone(old)
@@ -140,7 +140,7 @@ def test_a_reused_pid_in_the_tree_is_a_new_process(zygote):
     (shown,) = [p for p in doc["processes"] if p["pid"] == new]
     assert src.last[new].state == "stale" and src.last[new].payload is None
     # The newcomer is not the dead writer: no probe, none of its models, nothing "unreadable".
-    assert shown["probe"] is False and shown["models"] == [] and shown["probe_state"] == "stale"
+    assert shown["has_probe"] is False and shown["models"] == [] and shown["probe_state"] == "stale"
     assert "probe-unreadable" not in codes(doc)
     # ...and the dead writer's segment, stale now, was removed by that same poll.
     assert not os.path.exists(segment_path(new))
@@ -200,7 +200,7 @@ def test_sidecar_does_not_adopt_a_process_that_reuses_the_target_pid(tmp_path: P
             newcomer.stdin.flush()
             assert newcomer.stdout.readline() == b"published\n"
             t0 = time.time()
-            wait_for(lambda: sc.status()["time"] > t0 + 0.6, what="three more polls")
+            wait_for(lambda: sc.status()["time_unix_s"] > t0 + 0.6, what="three more polls")
             doc = sc.status()
             assert doc["target"]["alive"] is False and doc["target"]["pid"] == pid
             assert [m["name"] for m in doc["processes"][0]["models"]] == ["net0"]  # the dead target's

@@ -152,7 +152,7 @@ def test_sidecar_as_another_user_refuses_the_segment_and_says_why(job_with_segme
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     (p,) = doc["processes"]
-    assert p["probe_state"] == "foreign-owner" and p["probe"] is False and p["models"] == []
+    assert p["probe_state"] == "foreign-owner" and p["has_probe"] is False and p["models"] == []
     why = "Permission denied" if mode == 0o600 else f"belongs to uid 0, we are uid {NOBODY}"
     assert why in p["probe_error"], p["probe_error"]
     (w,) = [w for w in doc["warnings"] if w["code"] == "probe-unreadable"]
@@ -240,7 +240,7 @@ def test_a_segment_forged_by_another_user_is_ignored_whoever_reads(nobody_job, r
     why = f"is owned by uid {FORGER}, process runs as uid {NOBODY}: ignored"
     for target in (pid, kid):
         p = shown[target]
-        assert p["probe_state"] == "owner-mismatch" and p["probe"] is False and p["models"] == [], p
+        assert p["probe_state"] == "owner-mismatch" and p["has_probe"] is False and p["models"] == [], p
         assert why in p["probe_error"], p["probe_error"]
     assert doc["status"] != "GPU"
     (w,) = [w for w in doc["warnings"] if w["code"] == "probe-unreadable"]

@@ -81,7 +81,7 @@ def test_a_squatted_name_does_not_silence_the_probe(tmp_path, how):
         assert status["segment"] == f"/dsh-probe.{job.pid}.{ticks}"
         doc = sidecar_once(job.pid)
         (p,) = doc["processes"]
-        assert p["probe_state"] == "ok" and p["probe"] is True, p
+        assert p["probe_state"] == "ok" and p["has_probe"] is True, p
         assert victim.read_bytes() == b"precious", "the probe wrote through a planted link"
         assert os.path.islink(primary) == (how == "symlink")
     finally:

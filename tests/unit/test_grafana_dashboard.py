@@ -47,16 +47,16 @@ class _Poller:
         self.poll_errors = {}
 
     def snapshot(self):
-        return self.doc, self.doc["time"]
+        return self.doc, self.doc["time_unix_s"]
 
 
 def _full_document() -> dict[str, Any]:
     return {
-        "time": 1.0,
+        "time_unix_s": 1.0,
         "status": "GPU",
         "warnings": [{"code": "rank-shared-gpu", "severity": "warning"}],
         "gpus": [
-            {"index": 0, "uuid": "GPU-x", "name": "A100", "util": 5, "mem_used_mb": 1, "mem_total_mb": 2}
+            {"index": 0, "uuid": "GPU-x", "name": "A100", "util_pct": 5, "mem_used_mib": 1, "mem_total_mib": 2}
         ],
         "processes": [
             {
@@ -65,7 +65,7 @@ def _full_document() -> dict[str, Any]:
                 "rank": 0,
                 "local_rank": 0,
                 "world_size": 2,
-                "gpu": [{"index": 0, "mem_used_mb": 1, "sm_util": 3}],
+                "gpu": [{"index": 0, "mem_used_mib": 1, "sm_util_pct": 3}],
                 "models": [{"name": "Net", "device": "cuda:0", "forward_calls": 4}],
             }
         ],

@@ -85,7 +85,7 @@ def test_allow_host_refuses_anything_else(text):
 def test_the_app_answers_421_with_a_reason_to_a_foreign_host_on_every_route(path):
     for config in (ServerConfig(), ServerConfig(token="0123456789abcdef")):
         c = create_app(
-            config, StaticSource({"schema": 1}, 1.0), metrics=lambda: (b"", "text/plain")
+            config, StaticSource({"schema": 2}, 1.0), metrics=lambda: (b"", "text/plain")
         ).test_client()
         r = c.get(path, headers={"Host": "evil.example:8765"})
         assert r.status_code == 421 and r.is_json, (path, r.status_code)
@@ -95,6 +95,6 @@ def test_the_app_answers_421_with_a_reason_to_a_foreign_host_on_every_route(path
 
 
 def test_the_app_keeps_answering_loopback_hosts():
-    c = create_app(ServerConfig(), StaticSource({"schema": 1, "status": "GPU"}, 1.0)).test_client()
+    c = create_app(ServerConfig(), StaticSource({"schema": 2, "status": "GPU"}, 1.0)).test_client()
     for header in LOOPBACK_OK:
         assert c.get(f"{API}/status", headers={"Host": header}).json["status"] == "GPU", header

@@ -19,7 +19,7 @@ class StaticSource:
             self.history.append(
                 Sample(t, ((0, 50.0, 1000.0),), ((42, 900.0, 40.0),), RecentSample(t, 40.0, 900.0, 1, 50.0))
             )
-        self.history.add_events([{"time": 101.5, "name": "start", "pid": 42}])
+        self.history.add_events([{"time_unix_s": 101.5, "name": "start", "pid": 42}])
 
     def snapshot(self):
         return self.doc, self.last
@@ -27,13 +27,13 @@ class StaticSource:
 
 @pytest.fixture
 def client():
-    app = create_app(ServerConfig(), StaticSource({"schema": 1, "status": "GPU"}, 123.0))
+    app = create_app(ServerConfig(), StaticSource({"schema": 2, "status": "GPU"}, 123.0))
     return app.test_client()
 
 
 def test_status_and_healthz(client):
     r = client.get(f"{API}/status")
-    assert r.status_code == 200 and r.json == {"schema": 1, "status": "GPU"}
+    assert r.status_code == 200 and r.json == {"schema": 2, "status": "GPU"}
     assert client.get("/healthz").json == {"ok": True, "last_poll": 123.0}
     assert "Access-Control-Allow-Origin" not in r.headers
 
@@ -47,13 +47,13 @@ def test_status_before_first_poll_is_503():
 
 def test_history_since(client):
     body = client.get(f"{API}/history").json
-    assert [s["time"] for s in body["samples"]] == [100.0, 101.0, 102.0]
+    assert [s["time_unix_s"] for s in body["samples"]] == [100.0, 101.0, 102.0]
     assert body["samples"][0] == {
         "time": 100.0,
-        "gpus": [{"index": 0, "util": 50.0, "mem_used_mb": 1000.0}],
-        "processes": [{"pid": 42, "gpu_mem_mb": 900.0, "sm_util": 40.0}],
+        "gpus": [{"index": 0, "util_pct": 50.0, "mem_used_mib": 1000.0}],
+        "processes": [{"pid": 42, "gpu_mem_mib": 900.0, "sm_util_pct": 40.0}],
     }
-    assert [s["time"] for s in client.get(f"{API}/history?since=100.5").json["samples"]] == [101.0, 102.0]
+    assert [s["time_unix_s"] for s in client.get(f"{API}/history?since=100.5").json["samples"]] == [101.0, 102.0]
     assert client.get(f"{API}/history?since=102").json["events"] == []
 
 
@@ -89,7 +89,7 @@ def test_unknown_and_traversal_are_4xx(client, path):
 
 
 def test_token_required_everywhere_but_healthz():
-    c = create_app(ServerConfig(token="s3cret"), StaticSource({"schema": 1}, 1.0)).test_client()
+    c = create_app(ServerConfig(token="s3cret"), StaticSource({"schema": 2}, 1.0)).test_client()
     assert c.get("/healthz").status_code == 200
     assert c.get(f"{API}/status").status_code == 401
     assert c.get(f"{API}/status", headers={"Authorization": "Bearer wrong"}).status_code == 401
@@ -100,5 +100,5 @@ def test_token_required_everywhere_but_healthz():
     r = c.get("/?token=s3cret")
     assert r.status_code == 303 and "s3cret" not in r.headers["Location"]
     assert c.get(f"{API}/status").status_code == 200
-    fresh = create_app(ServerConfig(token="s3cret"), StaticSource({"schema": 1}, 1.0)).test_client()
+    fresh = create_app(ServerConfig(token="s3cret"), StaticSource({"schema": 2}, 1.0)).test_client()
     assert fresh.get("/?token=wrong").status_code == 401

@@ -20,7 +20,8 @@ import {
   fmtMiB,
   fmtPct,
   fmtRate,
-  memGrowth,
+  modelGpu,
+  schemaMismatch,
   roleText,
   statusOf,
   summarize,
@@ -28,6 +29,8 @@ import {
   utilLevel,
 } from '../../../sidecar/static/format.js'
 import { TimeChart, niceTicks } from '../../../sidecar/static/charts.js'
+
+/** @typedef {import('../../../sidecar/static/contract.js').StatusDocument} StatusDocument */
 import { tr } from './strings.js'
 import { API, REFRESH_MAX_S, REFRESH_MIN_S, clampRefresh, getStore } from './store.js'
 
@@ -160,8 +163,8 @@ function Meter({ label, pct, value, color }) {
 }
 
 function gpuMemPct(g) {
-  return isNum(g && g.mem_used_mb) && isNum(g && g.mem_total_mb) && g.mem_total_mb > 0
-    ? (g.mem_used_mb / g.mem_total_mb) * 100
+  return isNum(g && g.mem_used_mib) && isNum(g && g.mem_total_mib) && g.mem_total_mib > 0
+    ? (g.mem_used_mib / g.mem_total_mib) * 100
     : null
 }
 
@@ -170,18 +173,18 @@ function GpuMeters({ gpu, lang }) {
   return (
     <div className="dgd-meters">
       <Meter
-        label={t(lang, 'gpu.util')}
-        pct={gpu.util}
-        value={fmtPct(gpu.util)}
-        color={UTIL_COLORS[utilLevel(gpu.util)]}
+        label={t(lang, 'gpu.util_pct')}
+        pct={gpu.util_pct}
+        value={fmtPct(gpu.util_pct)}
+        color={UTIL_COLORS[utilLevel(gpu.util_pct)]}
       />
       <Meter
         label={t(lang, 'gpu.mem')}
         pct={memPct}
         value={
-          isNum(gpu.mem_total_mb)
-            ? t(lang, 'gpu.memOf', { used: fmtMiB(gpu.mem_used_mb), total: fmtMiB(gpu.mem_total_mb) })
-            : fmtMiB(gpu.mem_used_mb)
+          isNum(gpu.mem_total_mib)
+            ? t(lang, 'gpu.memOf', { used: fmtMiB(gpu.mem_used_mib), total: fmtMiB(gpu.mem_total_mib) })
+            : fmtMiB(gpu.mem_used_mib)
         }
         color={isNum(memPct) && memPct >= 90 ? SEVERITY_COLORS.error : SERIES_COLORS[0]}
       />
@@ -260,6 +263,7 @@ function problemText(p, lang) {
   if (p.code === 'auth') return tr(lang, 'error.auth', { status: p.httpStatus })
   if (p.code === 'bad-response') return tr(lang, 'error.badResponse', { detail: p.detail || '' })
   if (p.code === 'http') return tr(lang, 'error.http', { status: p.httpStatus, detail: p.detail || '' })
+  if (p.code === 'schema') return schemaMismatch({ schema: p.got ?? undefined }, lang)
   return p.detail || String(p.code || 'error')
 }
 
@@ -308,7 +312,7 @@ export function StatusChip({ wide }) {
     label = code
     dot = STATUS_COLORS[code]
     labelStyle = { background: STATUS_COLORS[code], color: STATUS_TEXT_COLORS[code] }
-    util = fmtPct(doc.gpu_util)
+    util = summarize(doc, lang).util
   }
   const statusWords =
     st.state === 'ok' && doc
@@ -451,7 +455,7 @@ function targetText(doc, lang) {
   if (tg.name) parts.push(String(tg.name))
   if (tg.alive === true) parts.push(t(lang, 'target.running'))
   if (tg.alive === false) parts.push(t(lang, 'target.exited'))
-  if (isNum(tg.create_time)) parts.push(t(lang, 'target.since', { ago: fmtAgo(Date.now() / 1000 - tg.create_time, lang) }))
+  if (isNum(tg.create_time_unix_s)) parts.push(t(lang, 'target.since', { ago: fmtAgo(Date.now() / 1000 - tg.create_time_unix_s, lang) }))
   return parts.join(' · ')
 }
 
@@ -482,11 +486,11 @@ function Hero({ doc, lang, lastOk }) {
       <dl className="dgd-facts" data-testid="dsh-gpu-facts">
         <div>
           <dt>{t(lang, 'summary.util')}</dt>
-          <dd>{fmtPct(doc.gpu_util)}</dd>
+          <dd>{fmtPct(modelGpu(doc)?.util_pct)}</dd>
         </div>
         <div>
           <dt>{t(lang, 'summary.mem')}</dt>
-          <dd>{fmtMiB(doc.mem_used_mb)}</dd>
+          <dd>{fmtMiB(modelGpu(doc)?.mem_used_mib)}</dd>
         </div>
         <div>
           <dt>{t(lang, 'summary.modelDevice')}</dt>
@@ -564,7 +568,7 @@ function GpuCards({ doc, lang }) {
                         <li key={`${proc.pid}`}>
                           <span className="dgd-mono">{proc.pid}</span>
                           <span>{roleText(proc, lang)}</span>
-                          <b>{fmtMiB(gpu.mem_used_mb)}</b>
+                          <b>{fmtMiB(gpu.mem_used_mib)}</b>
                         </li>
                       ))}
                     </ul>
@@ -631,8 +635,8 @@ function ProcessTable({ doc, lang }) {
                 const models = Array.isArray(p.models) ? p.models.filter(Boolean) : []
                 const m = models[0] || null
                 const gpuRows = Array.isArray(p.gpu) ? p.gpu.filter(Boolean) : []
-                const mem = gpuRows.reduce((a, g) => (isNum(g.mem_used_mb) ? (a ?? 0) + g.mem_used_mb : a), null)
-                const sm = gpuRows.reduce((a, g) => (isNum(g.sm_util) ? Math.max(a ?? 0, g.sm_util) : a), null)
+                const mem = gpuRows.reduce((a, g) => (isNum(g.mem_used_mib) ? (a ?? 0) + g.mem_used_mib : a), null)
+                const sm = gpuRows.reduce((a, g) => (isNum(g.sm_util_pct) ? Math.max(a ?? 0, g.sm_util_pct) : a), null)
                 return (
                   <tr key={`${p.pid ?? i}`} data-testid="dsh-gpu-process" data-pid={p.pid ?? ''}>
                     <td>
@@ -646,14 +650,14 @@ function ProcessTable({ doc, lang }) {
                         <div className="dgd-probe-error">{t(lang, 'probe.error', { error: p.probe_error })}</div>
                       ) : null}
                     </td>
-                    <td title={!p.probe ? t(lang, 'probe.noneTitle') : undefined}>{roleText(p, lang)}</td>
+                    <td title={!p.has_probe ? t(lang, 'probe.noneTitle') : undefined}>{roleText(p, lang)}</td>
                     <td>
                       {models.length
                         ? models.map((mm, j) => (
                             <div key={j}>
                               {mm.name || NA}
-                              {isNum(mm.params) ? (
-                                <span className="dgd-muted"> · {t(lang, 'model.params', { n: fmtCount(mm.params) })}</span>
+                              {isNum(mm.param_count) ? (
+                                <span className="dgd-muted"> · {t(lang, 'model.params', { n: fmtCount(mm.param_count) })}</span>
                               ) : null}
                             </div>
                           ))
@@ -671,7 +675,7 @@ function ProcessTable({ doc, lang }) {
                     </td>
                     <td className="dgd-num">{fmtMiB(mem)}</td>
                     <td className="dgd-num">{fmtPct(sm)}</td>
-                    <td className="dgd-num">{fmtPct(p.cpu_percent)}</td>
+                    <td className="dgd-num">{fmtPct(p.cpu_pct)}</td>
                     <td className="dgd-num">{m ? fmtFraction(m.data_wait_fraction) : NA}</td>
                     <td className="dgd-num">{m ? fmtRate(m.forward_rate_hz) : NA}</td>
                   </tr>
@@ -752,15 +756,15 @@ function buildSeries(samples, doc, lang, t0) {
   const memByGpu = new Map()
   const utilByGpu = new Map()
   for (const s of samples) {
-    if (!s || !isNum(s.time) || s.time < t0) continue
+    if (!s || !isNum(s.time_unix_s) || s.time_unix_s < t0) continue
     for (const g of Array.isArray(s.gpus) ? s.gpus : []) {
       if (!g || !isNum(g.index)) continue
       if (!memByGpu.has(g.index)) {
         memByGpu.set(g.index, [])
         utilByGpu.set(g.index, [])
       }
-      if (isNum(g.mem_used_mb)) memByGpu.get(g.index).push([s.time, g.mem_used_mb])
-      if (isNum(g.util)) utilByGpu.get(g.index).push([s.time, g.util])
+      if (isNum(g.mem_used_mib)) memByGpu.get(g.index).push([s.time_unix_s, g.mem_used_mib])
+      if (isNum(g.util_pct)) utilByGpu.get(g.index).push([s.time_unix_s, g.util_pct])
     }
   }
   const indices = [...memByGpu.keys()].sort((a, b) => a - b)
@@ -772,7 +776,7 @@ function buildSeries(samples, doc, lang, t0) {
       points: map.get(idx),
     }))
   const totals = new Map()
-  for (const g of (doc && doc.gpus) || []) if (g && isNum(g.index) && isNum(g.mem_total_mb)) totals.set(g.index, g.mem_total_mb)
+  for (const g of (doc && doc.gpus) || []) if (g && isNum(g.index) && isNum(g.mem_total_mib)) totals.set(g.index, g.mem_total_mib)
   return { mem: mk(memByGpu), util: mk(utilByGpu), totals }
 }
 
@@ -794,8 +798,8 @@ function HistoryCharts({ doc, lang }) {
   const [win, setWin] = useState('300')
   const group = useMemo(() => [], [])
   const samples = h.samples
-  const last = samples.length ? samples[samples.length - 1].time : Date.now() / 1000
-  const first = samples.length ? samples[0].time : last - 60
+  const last = samples.length ? samples[samples.length - 1].time_unix_s : Date.now() / 1000
+  const first = samples.length ? samples[0].time_unix_s : last - 60
   const span = win === 'all' ? Math.max(60, last - first) : Number(win)
   const t1 = last
   const t0 = win === 'all' ? Math.min(first, last - 60) : last - span
@@ -820,7 +824,7 @@ function HistoryCharts({ doc, lang }) {
     gapS,
   }
   const utilData = { series: util, t0, t1, yMax: 100, yTicks: [0, 25, 50, 75, 100], events, gapS }
-  const growth = mem.map((s) => memGrowth(s.points)).find((g) => g.growing)
+  const growth = doc && doc.memory_growth // the verdict's decision, shown as is
 
   return (
     <section data-testid="dsh-gpu-history">
@@ -838,7 +842,7 @@ function HistoryCharts({ doc, lang }) {
         <figure className="dgd-card dgd-chart" data-testid="dsh-gpu-chart-mem">
           <figcaption>
             <span className="dgd-chart-title">{t(lang, 'chart.mem')}</span>
-            {growth ? <span className="dgd-chart-flag">{t(lang, 'chart.growing', { rate: fmtMiB(growth.slopeMiBPerMin) })}</span> : null}
+            {growth ? <span className="dgd-chart-flag">{t(lang, 'chart.growing', { rate: fmtMiB(growth.rate_mib_per_min) })}</span> : null}
             <Legend series={mem} />
           </figcaption>
           <TimeChartBox
@@ -871,7 +875,7 @@ function HistoryCharts({ doc, lang }) {
           <ol className="dgd-events">
             {events.slice(-30).map((e, i) => (
               <li key={i}>
-                <span className="dgd-mono dgd-muted">{fmtClock(e.time)}</span>
+                <span className="dgd-mono dgd-muted">{fmtClock(e.time_unix_s)}</span>
                 <span className="dgd-ev-name">{e.name || NA}</span>
                 {e.pid ? <span className="dgd-muted">pid {e.pid}</span> : null}
               </li>

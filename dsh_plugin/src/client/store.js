@@ -4,7 +4,7 @@
 //
 // All requests go to the plugin's same-origin host routes (never to the sidecar directly):
 //   GET /dsh-gpu-dashboard/api/status, /history?since=N, /config
-import { pickLang } from '../../../sidecar/static/format.js'
+import { SCHEMA, pickLang } from '../../../sidecar/static/format.js'
 
 export const API = '/dsh-gpu-dashboard/api'
 export const STORAGE_KEY = 'dsh-gpu-dashboard.settings'
@@ -119,7 +119,8 @@ export function classify(resp, path) {
   }
   const b = resp.body
   if (resp.httpStatus === 200 && b && typeof b === 'object' && !Array.isArray(b) && !b.error) {
-    return { kind: 'ok' }
+    // A sidecar of another schema (an older or newer version): say so, never guess at its fields.
+    return b.schema === SCHEMA ? { kind: 'ok' } : { kind: 'error', code: 'schema', got: b.schema ?? null, httpStatus: 200 }
   }
   if (b && b.error === 'sidecar-unreachable') {
     return { kind: 'unreachable', url: b.url || null, hint: b.hint || null, detail: b.detail || null }
@@ -149,15 +150,15 @@ export function classify(resp, path) {
 /** Events arrive incrementally (history?since=N returns only newer ones): merge, dedupe, cap. */
 export function mergeEvents(old, fresh) {
   const out = Array.isArray(old) ? old.slice() : []
-  const seen = new Set(out.map((e) => `${e && e.time}|${e && e.name}|${e && e.pid}`))
+  const seen = new Set(out.map((e) => `${e && e.time_unix_s}|${e && e.name}|${e && e.pid}`))
   for (const e of Array.isArray(fresh) ? fresh : []) {
     if (!e || typeof e !== 'object') continue
-    const key = `${e.time}|${e.name}|${e.pid}`
+    const key = `${e.time_unix_s}|${e.name}|${e.pid}`
     if (seen.has(key)) continue
     seen.add(key)
     out.push(e)
   }
-  out.sort((a, b) => (Number(a.time) || 0) - (Number(b.time) || 0))
+  out.sort((a, b) => (Number(a.time_unix_s) || 0) - (Number(b.time_unix_s) || 0))
   return out.length > 500 ? out.slice(out.length - 500) : out
 }
 
@@ -250,7 +251,7 @@ function createStore() {
         const cur = history.get()
         let samples = cur.samples
         const fresh = r.body.samples.filter(
-          (s) => s && typeof s.time === 'number' && (cur.lastTime === null || s.time > cur.lastTime),
+          (s) => s && typeof s.time_unix_s === 'number' && (cur.lastTime === null || s.time_unix_s > cur.lastTime),
         )
         if (fresh.length) {
           samples = samples.concat(fresh)
@@ -260,7 +261,7 @@ function createStore() {
           samples,
           events: mergeEvents(cur.events, r.body.events),
           intervalS: typeof r.body.interval_s === 'number' ? r.body.interval_s : cur.intervalS,
-          lastTime: samples.length ? samples[samples.length - 1].time : cur.lastTime,
+          lastTime: samples.length ? samples[samples.length - 1].time_unix_s : cur.lastTime,
           error: null,
         })
       } else {

@@ -107,6 +107,7 @@ const en = {
   'unreachable.retry': 'Retrying every {s} s…',
   'unreachable.lastSeen': 'Last data received {ago}.',
   'unreachable.error': 'Error: {error}',
+  'schema.mismatch': 'This sidecar speaks schema {got}; this page reads schema {want}. Update dsh-gpu-dashboard so the sidecar and the page match.',
 
   'updated.label': 'Updated {ago}',
   'updated.never': 'Not updated yet',

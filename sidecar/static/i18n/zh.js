@@ -105,6 +105,7 @@ const zh = {
   'unreachable.retry': '每 {s} 秒重试…',
   'unreachable.lastSeen': '最后一次收到数据：{ago}。',
   'unreachable.error': '错误：{error}',
+  'schema.mismatch': '该 sidecar 使用第 {got} 版数据格式，本页面读取第 {want} 版。请更新 dsh-gpu-dashboard，使 sidecar 与页面版本一致。',
 
   'updated.label': '更新于{ago}',
   'updated.never': '尚未更新',

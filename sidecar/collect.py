@@ -1,0 +1,365 @@
+"""Sources → facts: the one place where what the sources read becomes the verdict's facts.
+
+The poller reads the sources and hands their results here; the verdict decides on the facts; the
+document builder (sidecar/document.py) only presents facts and the verdict. Pure functions plus
+`FactCollector`, which keeps what one poll's facts need from earlier polls (reused process facts,
+the last live processes, when each stopped process was first seen stopped).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from probe.segment import MODEL_COLLECTED, PUBLISH_FAILED
+from sidecar import bounds
+from sidecar.bounds import MAX_ID_CHARS, clip, clip_opt
+from sidecar.history import Sample
+from sidecar.verdict import (
+    Facts,
+    GpuFacts,
+    ModelFacts,
+    ProcessFacts,
+    ProcGpu,
+    RecentSample,
+    Rules,
+    SystemGpuFacts,
+    device_type,
+    primary_model_gpu_index,
+)
+
+MIB = 1048576.0
+# Process states (/proc/PID/stat field 3) of a process that does nothing until it is continued.
+STOPPED_STATES = ("T", "t")
+# What multiprocessing's own helper processes run (python -c "from multiprocessing.X import main; ...").
+_MP_HELPER_MODULES = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+_MP_CHILD_MODULES = ("multiprocessing.spawn", "multiprocessing.forkserver")
+
+
+# ---------------------------------------------------------------------------------------------
+# A probe payload → facts (values from a process: typed and clipped here, sidecar/bounds.py)
+# ---------------------------------------------------------------------------------------------
+def _int(x: Any) -> int | None:
+    return x if isinstance(x, int) and not isinstance(x, bool) else None
+
+
+def _float(x: Any) -> float | None:
+    if isinstance(x, bool):
+        return None
+    return float(x) if isinstance(x, int | float) else None
+
+
+def _str(x: Any, limit: int = bounds.MAX_TEXT_CHARS) -> str | None:
+    """A string from a process, clipped (sidecar/bounds.py); anything else None."""
+    return clip_opt(x, limit)
+
+
+def _bool(x: Any) -> bool | None:
+    return x if isinstance(x, bool) else None
+
+
+def models_from_payload(payload: dict[str, Any]) -> tuple[ModelFacts, ...]:
+    out = []
+    for m in payload.get("models") or ():
+        if not isinstance(m, dict):
+            continue
+        devices = m.get("devices")
+        kinds = (
+            list(dict.fromkeys(d for d in devices if isinstance(d, str))) if isinstance(devices, list) else []
+        )
+        out.append(
+            ModelFacts(
+                name=_str(m.get("name")) or _str(m.get("class")) or "model",
+                device=_str(m.get("device"), MAX_ID_CHARS),
+                devices=tuple(clip(d, MAX_ID_CHARS) for d in kinds[: bounds.MAX_DEVICES_SHOWN]),
+                params=_int(m.get("params")),
+                input_device=_str(m.get("input_device"), MAX_ID_CHARS),
+                forward_calls=_int(m.get("forward_calls")) or 0,
+                forward_rate_hz=_float(m.get("forward_rate_hz")),
+                data_wait_fraction=_float(m.get("data_wait_fraction")),
+                train_steps=_int(m.get("train_steps")),
+                step_rate_hz=_float(m.get("step_rate_hz")),
+                step_source=_str(m.get("step_source")),
+                shared_memory=_bool(m.get("shared_memory")),
+            )
+        )
+    return tuple(out)
+
+
+def cuda_reserved_mib(payload: dict[str, Any]) -> float | None:
+    """What the process's CUDA caching allocator holds, summed over its devices (exact: bytes / MiB)."""
+    total = None
+    for m in payload.get("memory") or ():
+        if isinstance(m, dict) and _int(m.get("reserved_bytes")) is not None:
+            total = (total or 0.0) + m["reserved_bytes"] / MIB
+    return total
+
+
+def _python_c_code(cmdline: tuple[str, ...] | None) -> str:
+    """The code of ``python [flags] -c CODE``, after interpreter flags such as -B, -s, -E; else ""."""
+    if not cmdline:
+        return ""
+    head = list(cmdline[1:8])
+    return head[head.index("-c") + 1] if "-c" in head[:-1] else ""
+
+
+def is_mp_helper(cmdline: tuple[str, ...] | None) -> bool:
+    """multiprocessing's resource tracker or forkserver process: it never runs the user's code."""
+    code = _python_c_code(cmdline)
+    return any(m in code for m in _MP_HELPER_MODULES)
+
+
+def is_mp_child(cmdline: tuple[str, ...] | None) -> bool:
+    """Started by multiprocessing's spawn or forkserver (a DataLoader worker, a spawned rank): such a
+    process runs only what it was handed, and the probe only if that imports it."""
+    code = _python_c_code(cmdline)
+    return any(m in code for m in _MP_CHILD_MODULES)
+
+
+def publish_failure(payload: dict[str, Any]) -> str | None:
+    """The message of a fallback payload (probe.segment.PUBLISH_FAILED), else None."""
+    errors = payload.get("errors")
+    last = errors[-1] if isinstance(errors, list) and errors else None
+    if isinstance(last, dict) and last.get("where") == PUBLISH_FAILED:
+        return _str(last.get("message")) or "unknown error"
+    return None
+
+
+def collected_models(payload: dict[str, Any]) -> tuple[str, ...]:
+    errors = payload.get("errors")
+    if not isinstance(errors, list):
+        return ()
+    names = (_str(e.get("message")) for e in errors if isinstance(e, dict) and e.get("where") == MODEL_COLLECTED)
+    return tuple(sorted({n for n in names if n}))[: bounds.MAX_MODELS_SHOWN]
+
+
+def process_facts(proc, read, gpu: tuple[ProcGpu, ...], target_pid: int) -> ProcessFacts:
+    """`proc` is a proctree.ProcInfo, `read` a segments.ProbeRead or None."""
+    payload = read.payload if read is not None else None
+    runtime = payload.get("runtime") if payload and isinstance(payload.get("runtime"), dict) else None
+    cmdline = getattr(proc, "cmdline", None)
+    p = payload or {}
+    return ProcessFacts(
+        pid=proc.pid,
+        ppid=proc.ppid,
+        depth=proc.depth,
+        name=clip(proc.name) if isinstance(proc.name, str) else proc.name,
+        is_target=proc.pid == target_pid,
+        probe_state=read.state if read is not None else "missing",
+        probe_error=_str(read.error) if read is not None else None,
+        probe_unreadable=bool(read and read.unreadable),
+        role=_str(p.get("role"), MAX_ID_CHARS),
+        worker_id=_int(p.get("worker_id")),
+        rank=_int(p.get("rank")),
+        local_rank=_int(p.get("local_rank")),
+        world_size=_int(p.get("world_size")),
+        dist_backend=_str(p.get("dist_backend"), MAX_ID_CHARS),
+        loader=_str(p.get("loader"), MAX_ID_CHARS),
+        mp_helper=is_mp_helper(cmdline),
+        mp_child=is_mp_child(cmdline),
+        publish_failure=publish_failure(payload) if payload else None,
+        collected_models=collected_models(payload) if payload else (),
+        runtime=runtime,
+        cuda_memory_mib=cuda_reserved_mib(payload) if payload else None,
+        models=models_from_payload(payload) if payload else (),
+        gpu=gpu,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# NVML and the OS's graphics devices → facts
+# ---------------------------------------------------------------------------------------------
+def gpu_facts(d) -> GpuFacts:
+    """An NVML device (sources.nvml.GpuInfo) as the verdict sees it."""
+    return GpuFacts(
+        index=d.index,
+        uuid=d.uuid,
+        name=d.name,
+        pci_bus_id=d.pci_bus_id,
+        util=d.util_gpu,
+        mem_util=d.util_mem,
+        mem_used_mib=d.mem_used_mib,
+        mem_total_mib=d.mem_total_mib,
+        lost=d.lost,
+        field_errors=tuple(sorted(d.field_errors.items())),
+    )
+
+
+@dataclass
+class NvmlFacts:
+    """One NVML snapshot split by the job's tree: its GPUs, the tree's rows per pid, and how many
+    processes outside the tree each GPU runs."""
+
+    gpus: tuple[GpuFacts, ...] = ()
+    by_pid: dict[int, list[ProcGpu]] = field(default_factory=dict)
+    other_processes: dict[int, int] = field(default_factory=dict)
+    pids: set[int] = field(default_factory=set)  # every pid NVML listed
+
+
+def nvml_facts(nvml, tree_pids: set[int]) -> NvmlFacts:
+    out = NvmlFacts()
+    gpus = []
+    for d in nvml.devices if nvml.ok else ():
+        gpus.append(gpu_facts(d))
+        for gp in d.processes:
+            out.pids.add(gp.pid)
+            if gp.pid in tree_pids:
+                out.by_pid.setdefault(gp.pid, []).append(ProcGpu(d.index, gp.used_mib, gp.sm_util))
+            else:
+                out.other_processes[d.index] = out.other_processes.get(d.index, 0) + 1
+    out.gpus = tuple(gpus)
+    return out
+
+
+def _norm_pci(pci: str | None) -> str | None:
+    """NVML writes an 8-digit PCI domain, sysfs a 4-digit one."""
+    if not pci:
+        return None
+    parts = pci.lower().split(":")
+    try:
+        return f"{int(parts[0], 16):04x}:{parts[1]}:{parts[2]}" if len(parts) == 3 else pci.lower()
+    except ValueError:
+        return pci.lower()
+
+
+def system_gpu_facts(system_gpus, gpus: tuple[GpuFacts, ...]) -> tuple[SystemGpuFacts, ...]:
+    """Match OS graphics devices to NVML devices by PCI address."""
+    by_pci = {_norm_pci(g.pci_bus_id): g.index for g in gpus if g.pci_bus_id}
+    return tuple(
+        SystemGpuFacts(vendor=s.vendor, name=s.name, pci=s.pci, driver=s.driver, nvml_index=by_pci.get(_norm_pci(s.pci)))
+        for s in system_gpus
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# One poll's facts, with what they need from earlier polls
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class TargetInfo:
+    """The watched process as first seen alive (kept after it exits)."""
+
+    name: str | None = None
+    cmdline: list[str] | None = None
+    create_time: float | None = None
+
+
+class FactCollector:
+    """Builds each poll's `Facts`. Not thread-safe: the poller runs one poll at a time."""
+
+    def __init__(self, target_pid: int, rules: Rules, pid_visible):
+        self.target_pid = target_pid
+        self.rules = rules
+        self.pid_visible = pid_visible  # sources.proctree.pid_visible (a /proc lookup)
+        self.target = TargetInfo()
+        self.proc_info: dict[int, Any] = {}  # pid -> proctree.ProcInfo of the facts' processes
+        self.other_processes: dict[int, int] = {}  # GPU index -> processes outside the tree
+        self._last_alive: tuple[ProcessFacts, ...] = ()
+        self._cache: dict[int, tuple] = {}
+        self._stopped_since: dict[tuple, float] = {}
+
+    def facts(self, now: float, tree, reads, nvml, system_gpus) -> Facts:
+        nv = nvml_facts(nvml, tree.pids())
+        if tree.target_alive:
+            procs = self._process_facts(tree, reads, nv.by_pid)
+            self._last_alive, self.proc_info = procs, {p.pid: p for p in tree.processes}
+            root = tree.processes[0] if tree.processes else None
+            if root is not None and self.target.name is None:
+                self.target = TargetInfo(root.name, list(root.cmdline), root.create_time)
+        else:
+            # Keep showing what the job was doing; the driver no longer sees its processes.
+            procs = tuple(replace(p, gpu=()) for p in self._last_alive)
+        self.other_processes = nv.other_processes
+        return Facts(
+            target_pid=self.target_pid,
+            target_alive=tree.target_alive,
+            processes=procs,
+            nvml_ok=bool(nvml.ok),
+            nvml_error=nvml.error,
+            driver=getattr(nvml, "driver", None),
+            cuda_driver=getattr(nvml, "cuda_driver", None),
+            gpus=nv.gpus,
+            system_gpus=system_gpu_facts(system_gpus, nv.gpus),
+            pid_namespace_suspect=self._pid_namespace_suspect(nvml, nv, tree, procs),
+            stopped=self._stopped(now, tree),
+            rules=self.rules,
+        )
+
+    def _pid_namespace_suspect(self, nvml, nv: NvmlFacts, tree, procs) -> bool:
+        """NVML lists processes, none of them ours, while our probes hold CUDA memory, and none of
+        NVML's pids exists here: the sidecar runs in another PID namespace than the job."""
+        return bool(
+            nvml.ok
+            and nv.pids
+            and not (nv.pids & tree.pids())
+            and any((p.cuda_memory_mib or 0) > 0 for p in procs)
+            and not any(self.pid_visible(pid) for pid in nv.pids)
+        )
+
+    def _stopped(self, now: float, tree) -> tuple[tuple[int, float], ...]:
+        """(pid, seconds since this sidecar first saw it stopped) of each stopped process of the
+        tree. The kernel keeps no time of the stop, so a job found stopped counts from then."""
+        since, self._stopped_since = self._stopped_since, {}
+        out = []
+        for p in tree.processes if tree.target_alive else ():
+            if p.state in STOPPED_STATES:
+                self._stopped_since[p.identity] = t = since.get(p.identity, now)
+                out.append((p.pid, now - t))
+        return tuple(out)
+
+    def _process_facts(self, tree, reads, by_pid) -> tuple[ProcessFacts, ...]:
+        """ProcessFacts of each process, reused from the last poll when nothing it is made of changed
+        (same probe read object, same place in the tree, same NVML rows): most processes of a big
+        tree, most polls."""
+        cache, fresh = self._cache, {}
+        out = []
+        for p in tree.processes:
+            read = reads.get(p.pid)
+            gpu = tuple(by_pid.get(p.pid, ()))
+            place = (p.start_ticks, p.ppid, p.depth, p.name)
+            hit = cache.get(p.pid)
+            if hit is not None and hit[0] is read and hit[1] == place and hit[2].gpu == gpu:
+                pf = hit[2]
+            else:
+                pf = process_facts(p, read, gpu, self.target_pid)
+            fresh[p.pid] = (read, place, pf)
+            out.append(pf)
+        self._cache = fresh
+        return tuple(out)
+
+
+def history_sample(now: float, facts: Facts) -> Sample:
+    """What one poll adds to the history: per GPU, per GPU process of the tree, and the sums the
+    verdict's windowed rules (idle GPU, memory growth) read back."""
+    proc_rows = []
+    sm_total = mem_total = None
+    for p in facts.processes:
+        if not p.gpu:
+            continue
+        mem = sum(g.mem_used_mib or 0.0 for g in p.gpu)
+        sms = [g.sm_util for g in p.gpu if g.sm_util is not None]
+        sm = sum(sms) if sms else None
+        proc_rows.append((p.pid, mem, sm))
+        mem_total = (mem_total or 0.0) + mem
+        if sm is not None:
+            sm_total = (sm_total or 0.0) + sm
+    if facts.nvml_ok and sm_total is None and proc_rows:
+        sm_total = 0.0  # processes listed, no utilisation samples: NVML's NOT_FOUND means idle
+    calls = 0
+    steps = None
+    for p in facts.processes:
+        for m in p.models:
+            if device_type(m.device) in ("cuda", "mps", "xpu") or any(device_type(d) == "cuda" for d in m.devices):
+                calls += m.forward_calls
+                if m.train_steps is not None:
+                    steps = (steps or 0) + m.train_steps
+    model_gpu = primary_model_gpu_index(facts)
+    g = next((g for g in facts.gpus if g.index == model_gpu), None)
+    recent = RecentSample(
+        now, sm_total, mem_total if facts.nvml_ok else None, calls, g.util if g is not None else None, steps
+    )
+    return Sample(
+        time=now,
+        gpus=tuple((g.index, g.util, g.mem_used_mib) for g in facts.gpus),
+        processes=tuple(proc_rows),
+        recent=recent,
+    )

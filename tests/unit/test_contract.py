@@ -1,0 +1,204 @@
+"""sidecar/contract.py: the one definition of the documents (schema 2), what is generated from it,
+and that documents the sidecar builds keep to it (and documents that do not, fail)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+from types import SimpleNamespace
+
+import jsonschema
+import pytest
+
+from sidecar import contract
+from sidecar.collect import TargetInfo, history_sample
+from sidecar.contract import ContractError, check
+from sidecar.document import history_document, status_document
+from sidecar.history import History
+from sidecar.server import API, ServerConfig, create_app
+from sidecar.verdict import (
+    Facts,
+    GpuFacts,
+    ModelFacts,
+    ProcessFacts,
+    ProcGpu,
+    RecentSample,
+    Rules,
+    SystemGpuFacts,
+    decide,
+)
+
+
+def test_the_generated_files_are_current():
+    for path, make in contract.GENERATED_FILES.items():
+        with open(path, encoding="utf-8") as f:
+            assert f.read() == make(), f"{path} is stale: run `python -m sidecar.contract --write`"
+
+
+def test_the_json_schema_is_a_valid_2020_12_schema_and_closed():
+    schema = contract.json_schema()
+    jsonschema.Draft202012Validator.check_schema(schema)
+    for name, o in schema["$defs"].items():
+        assert o["additionalProperties"] is False and set(o["required"]) == set(o["properties"]), name
+
+
+def _fields():
+    for o in contract.object_types().values():
+        for name, f in o.fields.items():
+            yield o.name, name, f
+
+
+def test_names_carry_their_units():
+    for obj, name, f in _fields():
+        where = f"{obj}.{name}"
+        assert not name.endswith("_mb"), f"{where}: MiB fields end in _mib"
+        if "util" in name or "percent" in name:
+            assert name.endswith("_pct"), f"{where}: percentages end in _pct"
+        if "time" in name:
+            assert name.endswith(("_unix_s", "_s")), f"{where}: times end in _unix_s (instants) or _s"
+        if name.endswith(("_mib", "_pct", "_s", "_hz", "_fraction")):
+            assert f.type in (contract.NUM, contract.INT), f"{where}: a unit on a non-number"
+        assert f.doc.strip(), f"{where}: every field says what it means"
+
+
+def _facts() -> Facts:
+    """A job with something in every part of the document: a GPU model, a worker, an unprobed
+    child on the GPU, a second GPU, an iGPU, warnings, events, memory growth in the history."""
+    runtime = {
+        "torch": "2.13.0",
+        "cuda_build": "12.4",
+        "cudnn": 90100,
+        "cuda_available": True,
+        "device_count": 2,
+        "devices": [{"index": 0, "name": "A100", "uuid": "GPU-0"}],
+        "cuda_visible_devices": None,
+    }
+    recent = tuple(RecentSample(1000.0 + 10 * i, 5.0, 1000.0 + 100 * i, 10 * i, 80.0, None) for i in range(10))
+    main = ProcessFacts(
+        pid=10,
+        is_target=True,
+        probe_state="ok",
+        role="main",
+        runtime=runtime,
+        cuda_memory_mib=1000.5,
+        models=(ModelFacts("net", "cuda:0", ("cuda:0",), 123, "cpu", 40, 2.5, 0.1),),
+        gpu=(ProcGpu(0, 1200.0, 5.0),),
+    )
+    worker = ProcessFacts(pid=11, ppid=10, depth=1, probe_state="ok", role="dataloader-worker", worker_id=0, runtime=runtime)
+    child = ProcessFacts(pid=12, ppid=10, depth=1, gpu=(ProcGpu(1, 300.0, None),))
+    return Facts(
+        target_pid=10,
+        processes=(main, worker, child),
+        nvml_ok=True,
+        driver="550.54.15",
+        cuda_driver="12.4",
+        gpus=(
+            GpuFacts(0, "GPU-0", "A100", "00000000:10:00.0", 80.0, 10.0, 11773.751953125, 81920.0),
+            GpuFacts(1, "GPU-1", "A100", "00000000:11:00.0", None, None, None, None, field_errors=(("utilization", "Not Supported"),)),
+        ),
+        system_gpus=(SystemGpuFacts("Intel", "UHD 770", "0000:00:02.0", "i915"),),
+        recent=recent,
+        rules=Rules(),
+    )
+
+
+def _status_document() -> dict:
+    facts = _facts()
+    info = {
+        pid: SimpleNamespace(cmdline=("python", "train.py", "--token", "x"), cpu_percent=12.5, rss_mib=300.25)
+        for pid in (10, 11, 12)
+    }
+    return status_document(
+        facts,
+        decide(facts),
+        time_s=1090.0,
+        interval_s=1.5,
+        target=TargetInfo("python", ["python", "train.py"], 990.0),
+        proc_info=info,
+        other_processes={0: 2},
+        events=[{"time_unix_s": 1001.0, "name": "start", "pid": 10}],
+    )
+
+
+def test_a_built_status_document_keeps_to_the_contract():
+    doc = _status_document()
+    check(doc, "status")
+    # The example exercises what it claims to: otherwise the check above proves little.
+    assert doc["warnings"] and doc["memory_growth"] and doc["gpus"][1]["field_errors"]
+    assert doc["gpus"][0]["mem_used_mib"] * 2**20 == 12_345_678_848
+    assert json.loads(json.dumps(doc)) == doc  # plain JSON
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "extra top-level key",
+        "extra process key",
+        "missing key",
+        "string where a number",
+        "old schema",
+        "unknown status",
+        "null where not nullable",
+        "old field name",
+    ],
+)
+def test_a_document_that_breaks_the_contract_fails(change):
+    doc = copy.deepcopy(_status_document())
+    if change == "extra top-level key":
+        doc["gpu_util"] = 87
+    elif change == "extra process key":
+        doc["processes"][0]["probe"] = True
+    elif change == "missing key":
+        del doc["memory_growth"]
+    elif change == "string where a number":
+        doc["gpus"][0]["mem_used_mib"] = "11773"
+    elif change == "old schema":
+        doc["schema"] = 1
+    elif change == "unknown status":
+        doc["status"] = "TPU"
+    elif change == "null where not nullable":
+        doc["processes"][0]["models"][0]["forward_calls"] = None
+    elif change == "old field name":
+        doc["gpus"][0]["util"] = doc["gpus"][0].pop("util_pct")
+    with pytest.raises(ContractError):
+        check(doc, "status")
+
+
+def test_the_history_document_keeps_to_the_contract():
+    facts = _facts()
+    history = History(history_s=60, interval_s=1)
+    for t in (1.0, 2.0, 3.0):
+        history.append(history_sample(t, facts))
+    history.add_events([{"time_unix_s": 2.5, "name": "epoch", "pid": 10}])
+    doc = history_document(history, None, 1.0)
+    check(doc, "history")
+    assert [s["time_unix_s"] for s in doc["samples"]] == [1.0, 2.0, 3.0] and doc["events"]
+    doc["samples"][0]["gpus"][0]["mem_used_mb"] = 1.0
+    with pytest.raises(ContractError):
+        check(doc, "history")
+
+
+def test_contract_checking_is_on_in_the_tests_and_catches_a_bad_document(monkeypatch):
+    assert os.environ.get(contract.CHECK_ENV) == "1"
+    with pytest.raises(ContractError):
+        contract.check_if_enabled({"schema": 2}, "status")
+    monkeypatch.delenv(contract.CHECK_ENV)
+    assert contract.check_if_enabled({"schema": 2}, "status") == {"schema": 2}
+
+
+def test_the_schema_route_serves_the_json_schema():
+    source = SimpleNamespace(snapshot=lambda: (None, None), history=History(60, 1))
+    client = create_app(ServerConfig(), source).test_client()
+    r = client.get(f"{API}/schema")
+    assert r.status_code == 200 and r.json == contract.json_schema()
+    jsonschema.validate(_status_document(), r.json)  # what a client would do with it
+
+
+def test_the_page_and_the_plugin_read_the_generated_typedefs_and_schema():
+    here = os.path.dirname(contract.__file__)
+    fmt = open(os.path.join(here, "static", "format.js"), encoding="utf-8").read()
+    assert re.search(r"import \{ SCHEMA \} from './contract\.js'", fmt)
+    app = open(os.path.join(here, "static", "app.js"), encoding="utf-8").read()
+    assert "import('./contract.js').StatusDocument" in app
