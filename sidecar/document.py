@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from probe.segment import MODEL_COLLECTED, PUBLISH_FAILED
+from probe_wire.schema import MODEL_COLLECTED, PUBLISH_FAILED
 from sidecar import bounds
 from sidecar.bounds import MAX_ID_CHARS, MAX_MESSAGE_CHARS, clip, clip_args, clip_opt
 from sidecar.verdict import (
@@ -98,7 +98,7 @@ def is_mp_helper(cmdline: tuple[str, ...] | None) -> bool:
 
 
 def publish_failure(payload: dict[str, Any]) -> str | None:
-    """The message of a fallback payload (probe.segment.PUBLISH_FAILED), else None."""
+    """The message of a fallback payload (probe_wire.schema.PUBLISH_FAILED), else None."""
     errors = payload.get("errors")
     last = errors[-1] if isinstance(errors, list) and errors else None
     if isinstance(last, dict) and last.get("where") == PUBLISH_FAILED:
