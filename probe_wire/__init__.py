@@ -16,66 +16,30 @@ no sidecar.
     follower  ``SegmentFollower``: a monitor's reader, keeping files open poll after poll
     cleanup   ``remove_segment``, ``remove_if_dead``, ``sweep_dead_segments``
 
-Importing this package runs nothing and imports none of them: each name below is imported from its
-module on first use (``probe_wire.read_segment``), so a user of one module pays for that one alone.
+Importing this package runs nothing and imports none of them. The names the modules export (their
+``__all__``) are names of the package too, imported on first use (``probe_wire.read_segment``); a
+module imported for one, say ``probe_wire.schema``, costs only what it imports itself.
 """
 
 from __future__ import annotations
 
 import importlib
 
-_MODULES = {
-    "names": ("SHM_DIR", "list_segment_pids", "list_segments", "segment_name", "segment_path"),
-    "header": (
-        "DEFAULT_SEGMENT_BYTES",
-        "FLAG_CLOSED",
-        "FLAG_TRIMMED",
-        "FORMAT_VERSION",
-        "HEADER",
-        "HEADER_BYTES",
-        "MAGIC",
-        "MAX_SEGMENT_BYTES",
-        "MIN_SEGMENT_BYTES",
-        "SegmentError",
-    ),
-    "schema": (
-        "MODEL_COLLECTED",
-        "PUBLISH_FAILED",
-        "ROLES",
-        "SCHEMA",
-        "STATES",
-        "empty_payload",
-        "payload_shape_text",
-        "validate_payload",
-    ),
-    "codec": ("decode_payload", "encode_payload"),
-    "procid": (
-        "ZOMBIE_STATES",
-        "pid_namespace_id",
-        "proc_is_ours",
-        "process_identity",
-        "process_real_uid",
-        "process_start_ticks",
-        "process_state",
-    ),
-    "writer": ("SegmentWriter",),
-    "reader": ("SegmentRead", "read_segment"),
-    "follower": ("FALLBACK_CHECK_EVERY", "SegmentFollower"),
-    "cleanup": ("remove_if_dead", "remove_segment", "sweep_dead_segments"),
-}
-_HOME = {name: module for module, names in _MODULES.items() for name in names}
-
-__all__ = sorted(_HOME)
+# Where the names this package exports live: each module's ``__all__`` says what it exports.
+_MODULES = ("names", "header", "procid", "schema", "codec", "cleanup", "writer", "reader", "follower")
 
 
 def __getattr__(name: str) -> object:
-    module = _HOME.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+    """``probe_wire.<name>``: the name from the module whose ``__all__`` has it, imported then."""
+    if not name.startswith("_") and name not in _MODULES:  # a module not imported yet is no name
+        for module in _MODULES:
+            found = importlib.import_module(f"{__name__}.{module}")
+            if name in found.__all__:
+                value = globals()[name] = getattr(found, name)
+                return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_HOME))
+    exported = (n for m in _MODULES for n in importlib.import_module(f"{__name__}.{m}").__all__)
+    return sorted(set(globals()) | set(exported))

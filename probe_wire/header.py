@@ -13,12 +13,10 @@ import os
 import stat
 import struct
 
+# Exported by the package. The structs and offsets of single fields (SEQ, FIELDS, PIDNS, FLAGS,
+# PREFIX) and header_identity are for the writer, the reader and the cleaner of this package.
 __all__ = [
     "DEFAULT_SEGMENT_BYTES",
-    "FIELDS",
-    "FIELDS_OFFSET",
-    "FLAGS",
-    "FLAGS_OFFSET",
     "FLAG_CLOSED",
     "FLAG_TRIMMED",
     "FORMAT_VERSION",
@@ -27,13 +25,7 @@ __all__ = [
     "MAGIC",
     "MAX_SEGMENT_BYTES",
     "MIN_SEGMENT_BYTES",
-    "PIDNS",
-    "PIDNS_OFFSET",
-    "PREFIX",
-    "SEQ",
-    "SEQ_OFFSET",
     "SegmentError",
-    "header_identity",
 ]
 
 MAGIC = b"DSHPRB\x00\x01"

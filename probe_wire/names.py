@@ -10,16 +10,7 @@ from __future__ import annotations
 import os
 import re
 
-__all__ = [
-    "SCRATCH_PREFIX",
-    "SCRATCH_RE",
-    "SHM_DIR",
-    "list_segment_pids",
-    "list_segments",
-    "scan",
-    "segment_name",
-    "segment_path",
-]
+__all__ = ["SHM_DIR", "list_segment_pids", "list_segments", "segment_name", "segment_path"]
 
 SHM_DIR = "/dev/shm"
 _NAME_PREFIX = "dsh-probe."

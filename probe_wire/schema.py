@@ -17,10 +17,6 @@ import os
 import sys
 import time
 
-TYPE_CHECKING = False  # typing costs ~2 ms to import; annotations alone do not need it
-if TYPE_CHECKING:
-    from typing import Any
-
 __all__ = [
     "MAX_DEVICES",
     "MAX_ERRORS",
@@ -38,6 +34,10 @@ __all__ = [
     "payload_shape_text",
     "validate_payload",
 ]
+
+TYPE_CHECKING = False  # typing costs ~2 ms to import; annotations alone do not need it
+if TYPE_CHECKING:
+    from typing import Any
 
 SCHEMA = 1
 ROLES = ("main", "dataloader-worker", "rank", "child")
