@@ -19,20 +19,11 @@ import weakref
 
 from probe import _steps, facts
 from probe.hooks import LoaderTimer, ModelRecord, ProbeWorkerInit
-from probe.segment import (
-    DEFAULT_SEGMENT_BYTES,
-    MAX_ERRORS,
-    MAX_EVENTS,
-    MAX_SEGMENT_BYTES,
-    MIN_SEGMENT_BYTES,
-    MODEL_COLLECTED,
-    PUBLISH_FAILED,
-    SegmentError,
-    SegmentWriter,
-    empty_payload,
-    segment_name,
-    sweep_dead_segments,
-)
+from probe_wire.cleanup import sweep_dead_segments
+from probe_wire.header import DEFAULT_SEGMENT_BYTES, MAX_SEGMENT_BYTES, MIN_SEGMENT_BYTES, SegmentError
+from probe_wire.names import segment_name
+from probe_wire.schema import MAX_ERRORS, MAX_EVENTS, MODEL_COLLECTED, PUBLISH_FAILED, empty_payload
+from probe_wire.writer import SegmentWriter
 
 TYPE_CHECKING = False  # typing costs ~2 ms to import; annotations alone do not need it
 if TYPE_CHECKING:

@@ -13,7 +13,9 @@ from __future__ import annotations
 import os
 import sys
 
-from probe.segment import process_start_ticks, segment_path
+from probe_wire.names import segment_path
+from probe_wire.procid import process_start_ticks
+from probe_wire.schema import empty_runtime
 
 TYPE_CHECKING = False  # typing costs ~2 ms to import; annotations alone do not need it
 if TYPE_CHECKING:
@@ -208,19 +210,9 @@ def _uuid(props: Any) -> str | None:
 def runtime(torch: Any | None) -> dict:
     """The payload's ``runtime`` map; torch None means torch is not imported in this process."""
     global _initialised_devices
-    out = {
-        "torch": None,
-        "cuda_build": None,
-        "cudnn": None,
-        "cuda_available": None,
-        "cuda_initialized": False,
-        "device_count": None,
-        "devices": [],
-        "cuda_visible_devices": _clip(os.environ.get("CUDA_VISIBLE_DEVICES"), 512),
-        "cuda_device_order": _clip(os.environ.get("CUDA_DEVICE_ORDER"), 64),
-        "mps_available": None,
-        "xpu_available": None,
-    }
+    out = empty_runtime()
+    out["cuda_visible_devices"] = _clip(os.environ.get("CUDA_VISIBLE_DEVICES"), 512)
+    out["cuda_device_order"] = _clip(os.environ.get("CUDA_DEVICE_ORDER"), 64)
     if torch is None:
         return out
     out.update(_static(torch))

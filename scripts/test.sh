@@ -49,7 +49,7 @@ fi
 
 # --- lint, then the suite ----------------------------------------------------------------------
 log "ruff"
-.venv/bin/ruff check probe sidecar tests scripts benchmarks
+.venv/bin/ruff check probe probe_wire sidecar tests scripts benchmarks
 log "pytest"
 export DSH_REQUIRE_ALL=1
 set +e

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from probe.segment import MODEL_COLLECTED, PUBLISH_FAILED
+from probe_wire.schema import MODEL_COLLECTED, PUBLISH_FAILED
 from sidecar import bounds
 from sidecar.bounds import MAX_ID_CHARS, clip, clip_opt
 from sidecar.history import Sample
@@ -117,7 +117,7 @@ def is_mp_child(cmdline: tuple[str, ...] | None) -> bool:
 
 
 def publish_failure(payload: dict[str, Any]) -> str | None:
-    """The message of a fallback payload (probe.segment.PUBLISH_FAILED), else None."""
+    """The message of a fallback payload (probe_wire.schema.PUBLISH_FAILED), else None."""
     errors = payload.get("errors")
     last = errors[-1] if isinstance(errors, list) and errors else None
     if isinstance(last, dict) and last.get("where") == PUBLISH_FAILED:

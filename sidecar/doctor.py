@@ -10,8 +10,8 @@ import subprocess
 import sys
 from typing import Any
 
-from probe import segment as wire
-from probe.procid import process_real_uid
+import probe_wire as wire
+from probe_wire.procid import process_real_uid
 from sidecar.collect import system_gpu_facts
 from sidecar.verdict import Facts, GpuFacts, cuda_unavailable_reason
 

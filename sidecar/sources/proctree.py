@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from probe.procid import process_identity
+from probe_wire.procid import process_identity
 from sidecar.redact import redact_args
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -421,7 +421,7 @@ class ProcessTreeSource:
 
     # -- portable: psutil ------------------------------------------------------------------------
     def _start_ticks(self, p: psutil.Process) -> int | None:
-        """The identity the probe writes (ticks since boot, probe.procid), never psutil's
+        """The identity the probe writes (ticks since boot, probe_wire.procid), never psutil's
         create_time in ticks since 1970: a kernel without the children files still has /proc/PID/stat.
         Without /proc (not Linux) it is worked back from create_time. None: gone or a zombie."""
         if self._have_proc:

@@ -1,4 +1,4 @@
-"""Probe segments of the processes in the tree, read with the probe's own reader.
+"""Probe segments of the processes in the tree, read with the probe's own reader (probe_wire).
 
 Each read fails alone: a corrupt, busy, stale or foreign segment is reported for its pid and the
 poll goes on. A segment that is busy for one read keeps its last good payload (a writer was caught
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from probe import segment as wire
+import probe_wire as wire
 from sidecar.sources.proctree import TreeSnapshot, open_file_budget
 
 # Consecutive busy reads after which a segment counts as unreadable rather than mid-publish.
@@ -23,7 +23,7 @@ UNREADABLE_STATES = ("corrupt", "foreign-owner", "owner-mismatch")
 @dataclass(frozen=True)
 class ProbeRead:
     pid: int
-    state: str  # one of probe.segment.STATES
+    state: str  # one of probe_wire.STATES
     payload: dict[str, Any] | None  # the latest good payload of this identity, even when state is busy
     error: str | None
     unreadable: bool  # corrupt, foreign, or busy for too long
@@ -96,7 +96,7 @@ class SegmentSource:
 
     def _remove_dead_segments(self, reads: dict[int, ProbeRead], gone: set) -> None:
         """Unlink the segments whose writer is provably dead in our own PID namespace (see
-        probe.segment.remove_if_dead: a segment of another namespace, or of a writer too old to say
+        probe_wire.remove_if_dead: a segment of another namespace, or of a writer too old to say
         which, is never removed; a zombie writer is dead).
 
         The tree's own stale segments are looked at each poll; a process that left the tree since

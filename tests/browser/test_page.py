@@ -1,6 +1,6 @@
 """The standalone page against the REAL sidecar, driven in Debian's Chromium.
 
-Each stack is: a fake job tree publishing probe facts (probe.segment's writer), the simulated NVIDIA
+Each stack is: a fake job tree publishing probe facts (probe_wire's writer), the simulated NVIDIA
 driver reporting the job's pids, a fake /sys with an Intel iGPU, and `python -m sidecar.cli`.
 Screenshots go to page-*.png in a temporary folder (scripts/screenshots.sh: docs/screenshots).
 """

@@ -1,7 +1,7 @@
 """A stand-in training process that publishes probe facts through the probe's own writer.
 
 Real torch here is a CPU build, so a process that claims its model is on `cuda:0` is simulated: it
-publishes a payload through `probe.segment.SegmentWriter` (the same bytes the probe writes), while
+publishes a payload through `probe_wire.SegmentWriter` (the same bytes the probe writes), while
 the simulated driver reports the same pid on a GPU.
 
     python -m tests.helpers.fake_job DIR NAME
@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 
-from probe import segment
+import probe_wire as segment
 
 MODEL_DEFAULTS = {
     "name": "model",

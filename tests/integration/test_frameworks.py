@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 import probe  # noqa: E402
 from probe import _steps  # noqa: E402
 from probe._state import PROBE  # noqa: E402
-from probe.segment import read_segment  # noqa: E402
+from probe_wire import read_segment  # noqa: E402
 from tests.helpers import frameworks  # noqa: E402
 from tests.helpers.harness import REPO, Sidecar, codes, python_env, wait_for  # noqa: E402
 

@@ -18,7 +18,7 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from probe.segment import read_segment
+from probe_wire import read_segment
 from tests.fakenvml import gpu
 from tests.helpers.harness import REPO, FakeJob, Sidecar, codes, cuda_runtime, python_env, wait_for
 

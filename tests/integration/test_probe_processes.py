@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from probe.segment import read_segment, remove_segment, segment_path
+from probe_wire import read_segment, remove_segment, segment_path
 
 pytest.importorskip("torch")
 

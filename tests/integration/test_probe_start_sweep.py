@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from probe.segment import segment_path
+from probe_wire import segment_path
 
 pytest.importorskip("torch")
 
 REPO = Path(__file__).resolve().parents[2]
 WRITER = (
-    "import sys, time; from probe.segment import SegmentWriter; from probe import segment; "
+    "import sys, time; from probe_wire import SegmentWriter; import probe_wire as segment; "
     "w = SegmentWriter(); w.publish(segment.empty_payload()); print(w.pid, flush=True); time.sleep(60)"
 )
 PROBED = (

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from probe.segment import read_segment, remove_segment
+from probe_wire import read_segment, remove_segment
 from tests.integration.test_probe_support import payload_problem
 
 REPO = Path(__file__).resolve().parents[2]

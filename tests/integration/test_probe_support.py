@@ -26,7 +26,7 @@ def emit(obj: object) -> None:
 
 
 def consistent_payload(pid: int, start_ticks: int, n: int) -> dict:
-    from probe.segment import empty_payload
+    from probe_wire import empty_payload
 
     p = empty_payload(pid=pid, start_ticks=start_ticks)
     stamp = float(n)
@@ -82,7 +82,7 @@ def payload_problem(p: dict, header_published_at: float | None) -> str | None:
 
 def scenario_stress_writer(duration_s: str) -> None:
     """Publish consistent payloads as fast as possible for duration_s."""
-    from probe.segment import SegmentWriter
+    from probe_wire import SegmentWriter
 
     writer = SegmentWriter()
     n = 0
@@ -98,7 +98,7 @@ def scenario_stress_writer(duration_s: str) -> None:
 
 def scenario_half_written() -> None:
     """Publish one good payload, then stop inside the next publish and wait to be killed."""
-    from probe.segment import HEADER_BYTES, SegmentWriter, encode_payload
+    from probe_wire import HEADER_BYTES, SegmentWriter, encode_payload
 
     writer = SegmentWriter()
     writer.publish(consistent_payload(writer.pid, writer.start_ticks, 1))
@@ -142,7 +142,7 @@ def scenario_loader(start_method: str, register_loader: str) -> None:
     from torch.utils.data import DataLoader
 
     import probe
-    from probe.segment import read_segment, segment_path
+    from probe_wire import read_segment, segment_path
 
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 2)
@@ -214,7 +214,7 @@ def scenario_two_loaders(start_method: str) -> None:
     from torch.utils.data import DataLoader
 
     import probe
-    from probe.segment import read_segment
+    from probe_wire import read_segment
 
     model = torch.nn.Linear(4, 2)
     train_set, val_set = SquaresDataset(16, 0.01), SquaresDataset(8, 0.01)
@@ -275,7 +275,7 @@ def scenario_register_then(exit_how: str) -> None:
     import torch
 
     import probe
-    from probe.segment import read_segment
+    from probe_wire import read_segment
 
     model = _model()
     probe.register(model)
@@ -295,7 +295,7 @@ def scenario_disabled() -> None:
     import torch
 
     import probe
-    from probe.segment import segment_path
+    from probe_wire import segment_path
 
     model = _model()
     returned = probe.register(model, loader=[1, 2])
@@ -323,7 +323,7 @@ def scenario_no_posix_ipc() -> None:
     import torch
 
     import probe
-    from probe.segment import segment_path
+    from probe_wire import segment_path
 
     model = _model()
     with warnings.catch_warnings(record=True) as caught:
@@ -347,7 +347,7 @@ def scenario_fork_child() -> None:
     import torch
 
     import probe
-    from probe.segment import read_segment, segment_path
+    from probe_wire import read_segment, segment_path
 
     model = _model()
     probe.register(model, name="forked-net")
@@ -410,7 +410,7 @@ def scenario_spawn_child() -> None:
 
 def scenario_activate_and_report() -> None:
     import probe
-    from probe.segment import read_segment
+    from probe_wire import read_segment
 
     ok = probe.activate()
     r = read_segment(os.getpid())

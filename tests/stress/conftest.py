@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from probe import segment
+import probe_wire as segment
 from sidecar.sources.segments import SegmentSource
 from tests.fakenvml import make_fake_sysfs
 from tests.helpers.harness import REPO, python_env

@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 
-from probe import segment
+import probe_wire as segment
 from tests.fakenvml import gpu
 
 GPU_UUIDS = [gpu(i)["uuid"] for i in range(64)]

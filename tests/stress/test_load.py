@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from probe.segment import segment_path
+from probe_wire import segment_path
 from sidecar.history import History
 from tests.fakenvml import gpu
 from tests.helpers.harness import API, Sidecar

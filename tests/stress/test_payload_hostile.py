@@ -11,8 +11,8 @@ import subprocess
 import msgpack
 import pytest
 
-from probe import segment
-from probe.segment import SegmentWriter, process_start_ticks, read_segment
+import probe_wire as segment
+from probe_wire import SegmentWriter, process_start_ticks, read_segment
 from sidecar.poller import Poller
 from sidecar.verdict import Rules
 from tests.stress.conftest import RecordingSegmentSource

@@ -14,8 +14,9 @@ import zlib
 
 import pytest
 
-from probe import segment
-from probe.segment import MAGIC, SegmentWriter, process_start_ticks, read_segment, segment_path
+import probe_wire as segment
+from probe_wire import MAGIC, SegmentWriter, process_start_ticks, read_segment, segment_path
+from probe_wire.codec import _pack
 from sidecar.poller import Poller
 from sidecar.sources.proctree import TreeSnapshot
 from sidecar.sources.segments import SegmentSource
@@ -68,7 +69,7 @@ def test_a_sidecar_in_another_pid_namespace_never_sweeps_our_live_segments(host_
 
 WRITER_IN_NS = """
 import os, sys
-from probe.segment import SegmentWriter, empty_payload, process_start_ticks
+from probe_wire import SegmentWriter, empty_payload, process_start_ticks
 w = SegmentWriter()
 w.publish(empty_payload(start_ticks=w.start_ticks))
 print(w.name, w.pidns, flush=True)
@@ -121,7 +122,7 @@ def _state(pid: int) -> str:
 
 def legacy_segment(pid: int, ticks: int) -> None:
     """The bytes a writer of before the namespace field wrote: the last 8 header bytes zero."""
-    data = segment._pack(variant(pid, ticks, 0))
+    data = _pack(variant(pid, ticks, 0))
     header = segment.HEADER.pack(MAGIC, 1, 64, 2, pid, 0, ticks, len(data), zlib.crc32(data), 1000.0)
     with open(segment_path(pid), "wb") as f:
         f.write((header + data).ljust(65536, b"\0"))

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from probe.segment import SegmentWriter, process_start_ticks, read_segment, segment_path
+from probe_wire import SegmentWriter, process_start_ticks, read_segment, segment_path
 from sidecar.server import _token_ok
 from tests.helpers.harness import REPO, Sidecar, python_env, wait_for
 from tests.stress.jobs import variant

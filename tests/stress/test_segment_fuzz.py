@@ -20,8 +20,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from probe import segment
-from probe.segment import HEADER, MAGIC, MAX_SEGMENT_BYTES, SegmentWriter, process_start_ticks, read_segment
+import probe_wire as segment
+from probe_wire import HEADER, MAGIC, MAX_SEGMENT_BYTES, SegmentWriter, process_start_ticks, read_segment
+from probe_wire import reader as wire_reader
 from sidecar.poller import Poller
 from sidecar.sources.segments import BUSY_POLLS_UNREADABLE
 from sidecar.verdict import Rules
@@ -118,7 +119,7 @@ def target():
 def _no_retry_sleep(monkeypatch):
     # The reader sleeps 0.2 ms between retries to let a live writer finish a publish; no writer runs
     # here, so the sleeps would only make 10,000 cases slow. The retries themselves still happen.
-    monkeypatch.setattr(segment, "_RETRY_SLEEP_S", 0.0)
+    monkeypatch.setattr(wire_reader, "_RETRY_SLEEP_S", 0.0)
 
 
 FUZZ = dict(

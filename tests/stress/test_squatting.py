@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from probe.segment import process_start_ticks, segment_path
+from probe_wire import process_start_ticks, segment_path
 from tests.helpers.harness import REPO, python_env
 
 SQUATTER = 65533

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import msgpack
 import pytest
 
-from probe.segment import MAX_SEGMENT_BYTES, SegmentWriter, process_start_ticks
+from probe_wire import MAX_SEGMENT_BYTES, SegmentWriter, process_start_ticks
 from sidecar import bounds
 from sidecar.metrics import make_metrics
 from sidecar.poller import Poller

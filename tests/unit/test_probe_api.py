@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 import probe  # noqa: E402
 from probe._state import PROBE  # noqa: E402
 from probe.hooks import ProbeWorkerInit  # noqa: E402
-from probe.segment import process_start_ticks, read_segment, segment_path, validate_payload  # noqa: E402
+from probe_wire import process_start_ticks, read_segment, segment_path, validate_payload  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)

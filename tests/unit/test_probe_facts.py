@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from probe import facts
-from probe.segment import SegmentWriter, empty_payload, process_start_ticks, segment_path
+from probe_wire import SegmentWriter, empty_payload, process_start_ticks, segment_path
 
 torch = pytest.importorskip("torch")
 

@@ -25,7 +25,7 @@ from probe.hooks import (  # noqa: E402
     unwrap_model,
 )
 from probe.instrument import PreHook  # noqa: E402
-from probe.segment import segment_path  # noqa: E402
+from probe_wire import segment_path  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 CPU = torch.zeros(1)

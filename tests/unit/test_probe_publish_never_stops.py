@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 NON_UTF8 = """
 import json, sys, torch, probe
-from probe.segment import read_segment
+from probe_wire import read_segment
 model = probe.register(torch.nn.Linear(2, 2), name="net")
 probe.event("ev\\udcff")
 model(torch.ones(1, 2))
@@ -37,7 +37,7 @@ print(json.dumps({"state": r.state, "cvd": r.payload["runtime"]["cuda_visible_de
 FAILING = """
 import json, os, torch, probe
 from probe import facts
-from probe.segment import read_segment
+from probe_wire import read_segment
 model = probe.register(torch.nn.Linear(2, 2), name="net")
 facts.runtime = lambda torch: {"torch": object()}  # a fact msgpack cannot carry
 probe.refresh()

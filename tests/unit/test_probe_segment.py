@@ -22,8 +22,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from probe import segment as wire
-from probe.segment import (
+import probe_wire as wire
+from probe_wire import (
     HEADER_BYTES,
     MAGIC,
     SegmentError,
@@ -33,6 +33,7 @@ from probe.segment import (
     read_segment,
     segment_path,
 )
+from probe_wire.schema import _fast_validate, _slow_validate
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -351,7 +352,7 @@ def test_foreign_owner_when_reader_is_another_uid(live_pid, file_mode):
         os.chmod(segment_path(live_pid), file_mode)
         # Drop to uid 65534 after the imports: the interpreter itself lives under /root.
         code = (
-            "import json, os; from probe.segment import read_segment; os.setgid(65534); os.setuid(65534); "
+            "import json, os; from probe_wire import read_segment; os.setgid(65534); os.setuid(65534); "
             f"r = read_segment({live_pid}); print(json.dumps([r.state, r.error]))"
         )
         out = subprocess.run(
@@ -584,8 +585,8 @@ def test_generated_validator_agrees_with_the_checker(path, value, drop):
         del node[path[-1]]
     else:
         _set_path(payload, path, value)
-    fast = wire._fast_validate(payload)
-    slow, reason = wire._slow_validate(payload)
+    fast = _fast_validate(payload)
+    slow, reason = _slow_validate(payload)
     # Same verdict, and the same clean copy to the type (msgpack tells 1, 1.0 and True apart).
     assert (fast is None) == (slow is None), (path, value, reason)
     if fast is not None:
@@ -595,8 +596,8 @@ def test_generated_validator_agrees_with_the_checker(path, value, drop):
 
 def test_generated_validator_accepts_the_payloads_the_probe_writes():
     for payload in (empty_payload(pid=5, start_ticks=9), _rich_payload(5)):
-        clean = wire._fast_validate(msgpack.unpackb(packed(payload)))
-        assert clean is not None and packed(clean) == packed(wire._slow_validate(payload)[0])
+        clean = _fast_validate(msgpack.unpackb(packed(payload)))
+        assert clean is not None and packed(clean) == packed(_slow_validate(payload)[0])
 
 
 # -------------------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from probe import instrument as instrumentation  # noqa: E402
 from probe._state import PROBE  # noqa: E402
 from probe.hooks import ModelRecord  # noqa: E402
 from probe.instrument import PreHook, ProbedClassHandle, swap_refusal  # noqa: E402
-from probe.segment import segment_path  # noqa: E402
+from probe_wire import segment_path  # noqa: E402
 
 
 def instrument(model, name=None):

@@ -2,7 +2,7 @@
 
 A process is ``(pid, start_ticks)``: field 22 of ``/proc/<pid>/stat``, its start time in clock ticks
 since boot (an exact integer, world-readable). Standard library only: the probe imports this module
-inside the training process and the sidecar imports it for its reader and its cleanup.
+inside the training process and the sidecar imports it for the process tree, the reader and the cleanup.
 
 Everything here answers for the PID namespace of the /proc that this process sees; ``proc_is_ours``
 says whether that is its own namespace (it is not inside ``unshare -p`` without ``--mount-proc``),
@@ -19,6 +19,7 @@ __all__ = [
     "proc_is_ours",
     "process_identity",
     "process_real_uid",
+    "process_start_ticks",
     "process_state",
 ]
 
@@ -52,6 +53,13 @@ def process_identity(pid: int) -> tuple[int, int] | None:
         return (int(pid), int(rest[19]))  # rest[0] is field 3 (state), so field 22 is rest[19]
     except ValueError:
         return None
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """Start time of a running ``pid`` in clock ticks since boot (``process_identity``); None when it
+    is gone or a zombie."""
+    ident = process_identity(pid)
+    return None if ident is None else ident[1]
 
 
 def process_state(pid: int) -> str | None:

@@ -1,0 +1,118 @@
+"""Removing segments: a writer's own (``remove_segment``) and those of writers provably dead
+(``remove_if_dead``, ``sweep_dead_segments``), never a live process's nor another PID namespace's."""
+
+from __future__ import annotations
+
+import os
+
+from probe_wire.header import header_identity
+from probe_wire.names import SCRATCH_RE, SHM_DIR, scan, segment_path
+from probe_wire.procid import ZOMBIE_STATES, pid_namespace_id, proc_is_ours, process_identity, process_state
+
+__all__ = ["remove_if_dead", "remove_segment", "sweep_dead_segments"]
+
+
+def remove_segment(pid: int, expected_start_ticks: int | None = None) -> bool:
+    """Unlink ``pid``'s segment (the ``dsh-probe.<pid>`` name); True when a file was removed. Never
+    raises. What a process does with its own segment, and tests with theirs: a monitor that cleans
+    up after others uses ``remove_if_dead``.
+
+    With ``expected_start_ticks`` the file is removed only if its header names that writer, so a
+    cleaner racing a new process that got the same pid does not delete the newcomer's segment.
+    """
+    path = segment_path(pid)
+    if expected_start_ticks is not None:
+        head = header_identity(path)
+        if head is None or head[1] != expected_start_ticks:
+            return False
+    try:
+        os.unlink(path)
+        return True
+    except OSError:
+        return False
+
+
+def _writer_dead(pid: int, start_ticks: int) -> bool:
+    """Provably dead in our PID namespace: no such pid, a zombie, or the pid is another process now.
+    A pid whose /proc entry exists but cannot be read (hidepid) proves nothing."""
+    try:
+        os.stat(f"/proc/{int(pid)}")
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    if process_state(pid) in ZOMBIE_STATES:
+        return True
+    ident = process_identity(pid)
+    return ident is not None and ident[1] != start_ticks
+
+
+def remove_if_dead(
+    pid: int, start_ticks: int | None = None, *, our_pidns: int | None = None, owner_uid: int | None = None
+) -> bool:
+    """Unlink the segment ``dsh-probe.<pid>`` (with ``start_ticks``: its fallback name) only if its
+    writer is provably dead in our own PID namespace; True when removed. Never raises.
+
+    Provably dead: our /proc shows our namespace, the header names ``pid`` and the same PID
+    namespace as ours (a segment of another namespace, or of a writer too old to record it, is never
+    removed: "not visible here" is not "dead"), and that writer no longer runs (_writer_dead). The
+    name is unlinked only while it still is the very file judged, so a newcomer's is never removed."""
+    try:
+        ns = pid_namespace_id() if our_pidns is None else our_pidns
+        if not ns or not proc_is_ours():
+            return False
+        path = segment_path(pid, start_ticks)
+        head = header_identity(path)
+        if head is None:
+            return False
+        wpid, ticks, wns, st = head
+        if owner_uid is not None and st.st_uid != owner_uid:
+            return False
+        if wns != ns or wpid != int(pid) & 0xFFFFFFFF or (start_ticks is not None and ticks != start_ticks):
+            return False
+        if not _writer_dead(pid, ticks):
+            return False
+        return _unlink_if_same(path, st)
+    except Exception:  # noqa: BLE001 -- a cleaner must never fail its caller's poll
+        return False
+
+
+def _unlink_if_same(path: str, st: os.stat_result) -> bool:
+    try:
+        now = os.lstat(path)
+        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+            return False
+        os.unlink(path)
+        return True
+    except OSError:
+        return False
+
+
+def sweep_dead_segments(
+    skip: set[int] = frozenset(), shm_dir: str = SHM_DIR, owner_uid: int | None = None
+) -> list[int]:
+    """``remove_if_dead`` over every segment name in ``shm_dir`` but those of pids in ``skip``, and
+    over the writers' scratch files (``SCRATCH_RE``) left by a writer killed while creating its
+    segment; the pids whose files went. With ``owner_uid``, only files of that owner. Never raises."""
+    removed: list[int] = []
+    try:
+        ns = pid_namespace_id()
+        if not ns or not proc_is_ours():
+            return removed
+        names, scratch = scan(shm_dir, 1 << 16)
+        for pid, ticks in names:
+            if pid not in skip and remove_if_dead(pid, ticks, our_pidns=ns, owner_uid=owner_uid):
+                removed.append(pid)
+        for name in scratch:
+            m = SCRATCH_RE.match(name)
+            if m and int(m.group(1)) == ns and _writer_dead(int(m.group(2)), int(m.group(3))):
+                try:
+                    if owner_uid is not None and os.lstat(os.path.join(shm_dir, name)).st_uid != owner_uid:
+                        continue
+                    os.unlink(os.path.join(shm_dir, name))
+                    removed.append(int(m.group(2)))
+                except OSError:
+                    pass
+    except Exception:  # noqa: BLE001 -- a cleaner must never fail its caller's poll
+        pass
+    return removed

@@ -1,0 +1,109 @@
+"""The follower: a monitor's reader of many live processes' segments, poll after poll."""
+
+from __future__ import annotations
+
+import os
+
+from probe_wire.reader import READ_ATTEMPTS, SegmentRead, better_read, open_segment, read_consistent
+
+__all__ = ["FALLBACK_CHECK_EVERY", "SegmentFollower"]
+
+# A follower looks for the fallback name of a process whose own name is free every this many reads.
+FALLBACK_CHECK_EVERY = 8
+
+
+class SegmentFollower:
+    """Reads the segments of a set of live processes poll after poll, keeping each file open.
+
+    What a monitor wants from ``read_segment`` every second for dozens of processes. A file is kept
+    open only after a good read of it under the identity (pid, start_ticks) asked for, and then:
+    bytes (header and payload) that are the very bytes of the last good read give the same
+    SegmentRead again, without decoding or validating anything (one pread); other bytes (a new
+    publish, a writer mid-publish) are read through the same file with the usual seqlock protocol.
+    Only a writer owns its file, so the file stays right for that identity while it lives: if the
+    name is removed the writer goes on writing into the file, and a writer that closes marks it
+    FLAG_CLOSED first. Any read that is not ok drops the file and tries the path afresh, so what
+    ``read`` returns is what ``read_segment`` says of that file. At most ``max_open`` files are kept.
+    Not thread-safe: one poller owns it. ``read`` never raises.
+    """
+
+    def __init__(self, max_open: int = 256) -> None:
+        self.max_open = max(0, int(max_open))
+        # identity -> (fd, size when opened, bytes of the last good read, that read)
+        self._open: dict[tuple[int, int], tuple[int, int, bytes, SegmentRead]] = {}
+        self._missing_reads: dict[tuple[int, int], int] = {}  # identity -> reads that found no file
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def read(self, pid: int, start_ticks: int) -> SegmentRead:
+        ident = (pid, start_ticks)
+        try:
+            entry = self._open.get(ident)
+            if entry is not None:
+                fd, size, raw, last = entry
+                if os.pread(fd, len(raw), 0) == raw:
+                    return last
+                r, raw = read_consistent(fd, pid, size, start_ticks, READ_ATTEMPTS)
+                if raw is not None:
+                    self._open[ident] = (fd, size, raw, r)
+                    return r
+                self._drop(ident)
+            r = self._open_read(ident, None)
+            if r.state != "ok" and self._try_fallback(ident, r):
+                # Published under the fallback name when its own name was taken.
+                r = better_read(r, self._open_read(ident, start_ticks))
+            return r
+        except Exception as e:  # noqa: BLE001 -- same contract as read_segment: never raises
+            self._drop(ident)
+            return SegmentRead(
+                pid=pid, state="corrupt", error=f"reader failed: {type(e).__name__}: {e}"[:300]
+            )
+
+    def _try_fallback(self, ident: tuple[int, int], primary: SegmentRead) -> bool:
+        """Whether to look for the fallback name too: always while something else holds the name;
+        with nothing there (most processes run no probe) every FALLBACK_CHECK_EVERY reads, which
+        halves what such a process costs a poll. A writer falls back only when its name was held at
+        its start, so what this can delay is only the case of a squatter gone since."""
+        if primary.state != "missing":
+            return True
+        n = self._missing_reads.get(ident, 0)
+        self._missing_reads[ident] = n + 1
+        return n % FALLBACK_CHECK_EVERY == 0
+
+    def _open_read(self, ident: tuple[int, int], name_ticks: int | None) -> SegmentRead:
+        pid, start_ticks = ident
+        opened = open_segment(pid, name_ticks)
+        if isinstance(opened, SegmentRead):
+            return opened
+        fd, size = opened
+        keep = False
+        try:
+            r, raw = read_consistent(fd, pid, size, start_ticks, READ_ATTEMPTS)
+            keep = raw is not None and len(self._open) < self.max_open
+            if keep:
+                self._open[ident] = (fd, size, raw, r)
+            return r
+        finally:
+            if not keep:
+                os.close(fd)
+
+    def retain(self, identities: set) -> None:
+        """Close the files of every identity not in ``identities`` (processes that left the tree)."""
+        for ident in [i for i in self._open if i not in identities]:
+            self._drop(ident)
+        for ident in [i for i in self._missing_reads if i not in identities]:
+            del self._missing_reads[ident]
+
+    def close(self) -> None:
+        for ident in list(self._open):
+            self._drop(ident)
+        self._missing_reads.clear()
+
+    def _drop(self, ident: tuple[int, int]) -> None:
+        entry = self._open.pop(ident, None)
+        if entry is not None:
+            try:
+                os.close(entry[0])
+            except OSError:
+                pass

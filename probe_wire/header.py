@@ -1,0 +1,82 @@
+"""The 64-byte segment header: layout, magic, flags, sizes, and the seqlock protocol it carries.
+
+Writer protocol (one writer per segment, the owning process): seq+1 (odd), payload bytes, header
+fields, seq+1 (even). Reader protocol: read the header, retry while seq is odd, copy the payload,
+re-read seq and retry if it moved, then verify length bounds and crc32. The crc is what makes the
+reader safe on weakly ordered CPUs too, where Python gives no memory barriers: a torn copy that
+slipped past the seq check fails the crc and is retried, never accepted.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import struct
+
+# Exported by the package. The structs and offsets of single fields (SEQ, FIELDS, PIDNS, FLAGS,
+# PREFIX) and header_identity are for the writer, the reader and the cleaner of this package.
+__all__ = [
+    "DEFAULT_SEGMENT_BYTES",
+    "FLAG_CLOSED",
+    "FLAG_TRIMMED",
+    "FORMAT_VERSION",
+    "HEADER",
+    "HEADER_BYTES",
+    "MAGIC",
+    "MAX_SEGMENT_BYTES",
+    "MIN_SEGMENT_BYTES",
+    "SegmentError",
+]
+
+MAGIC = b"DSHPRB\x00\x01"
+FORMAT_VERSION = 1
+# magic, version, header size, seq, writer pid, flags, writer start_ticks, payload length,
+# payload crc32, published_at, writer PID namespace: offsets 0, 8, 12, 16, 24, 28, 32, 40, 44, 48, 56.
+# HEADER leaves the last 8 bytes out (they were reserved and zero before the namespace went there, so
+# a header packed with HEADER is that of a writer that did not record it: still read, never swept).
+HEADER = struct.Struct("<8sIIQIIQIId8x")
+HEADER_BYTES = HEADER.size  # 64
+SEQ = struct.Struct("<Q")
+SEQ_OFFSET = 16
+PREFIX = struct.Struct("<8sII")  # magic, version, header size (offset 0)
+FIELDS = struct.Struct("<IIQIId")  # pid, flags, start_ticks, length, crc, published_at (offset 24)
+FIELDS_OFFSET = 24
+# Written once at creation (probe_wire.procid.pid_namespace_id; 0: unknown), never under the seqlock.
+PIDNS = struct.Struct("<Q")
+PIDNS_OFFSET = 56
+FLAGS = struct.Struct("<I")
+FLAGS_OFFSET = 28
+FLAG_TRIMMED = 1
+# Set (under the seqlock) by a writer that is closing for good: a reader that keeps the file open
+# learns that this file is finished, even if the same process later creates a new one by the name.
+FLAG_CLOSED = 2
+
+DEFAULT_SEGMENT_BYTES = 64 * 1024
+MIN_SEGMENT_BYTES = 4 * 1024
+# The reader refuses bigger files: it is the bound on what one read may allocate.
+MAX_SEGMENT_BYTES = 16 * 1024 * 1024
+
+
+class SegmentError(OSError):
+    """The writer could not create or write its segment (no posix_ipc, no /dev/shm, ENOSPC, ...)."""
+
+
+def header_identity(path: str) -> tuple[int, int, int, os.stat_result] | None:
+    """(writer pid, writer start_ticks, writer PID namespace, the file's stat) from the header of
+    the regular file at ``path``, whatever its seq says; None when it is no such file or shorter than
+    a header. Never follows a link, never blocks on a FIFO, never raises."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        raw = os.pread(fd, HEADER_BYTES, 0) if stat.S_ISREG(st.st_mode) else b""
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(raw) < HEADER_BYTES:
+        return None
+    wpid, _, ticks = FIELDS.unpack_from(raw, FIELDS_OFFSET)[:3]
+    return wpid, ticks, PIDNS.unpack_from(raw, PIDNS_OFFSET)[0], st

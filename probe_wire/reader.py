@@ -1,0 +1,349 @@
+"""The reader: ``read_segment`` and what it found (``SegmentRead``).
+
+Everything the reader sees is untrusted input (any process of the same uid can write the file), so
+``read_segment`` never raises, never reads more than the file's bounded size, and validates every
+payload type against the schema before handing the payload out. Standard library and msgpack only.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import time
+import zlib
+
+from probe_wire.codec import decode_payload
+from probe_wire.header import (
+    FLAG_CLOSED,
+    FLAG_TRIMMED,
+    FORMAT_VERSION,
+    HEADER,
+    HEADER_BYTES,
+    MAGIC,
+    MAX_SEGMENT_BYTES,
+    PIDNS,
+    PIDNS_OFFSET,
+    SEQ,
+    SEQ_OFFSET,
+)
+from probe_wire.names import segment_path
+from probe_wire.procid import pid_namespace_id, process_real_uid, process_start_ticks
+from probe_wire.schema import validate_payload
+
+__all__ = ["SegmentRead", "read_segment"]
+
+# A writer finishes a publish in microseconds; a seq that stays odd this long belongs to a writer that
+# is stuck or died mid-publish.
+READ_ATTEMPTS = 16
+_RETRY_SLEEP_S = 0.0002
+
+
+class SegmentRead:
+    """What ``read_segment`` found. ``payload`` is the validated dict only when ``state == "ok"``.
+
+    A plain slotted class rather than a dataclass: dataclasses imports inspect, which would double
+    what ``import probe`` costs a training script.
+    """
+
+    __slots__ = (
+        "error",
+        "payload",
+        "pid",
+        "published_at",
+        "seq",
+        "state",
+        "trimmed",
+        "writer_pid",
+        "writer_pidns",
+        "writer_start_ticks",
+    )
+
+    def __init__(
+        self,
+        pid: int,
+        state: str,
+        payload: dict | None = None,
+        error: str | None = None,
+        writer_pid: int | None = None,
+        writer_start_ticks: int | None = None,
+        published_at: float | None = None,
+        trimmed: bool = False,
+        seq: int | None = None,
+        writer_pidns: int | None = None,
+    ) -> None:
+        self.pid = pid
+        self.state = state
+        self.payload = payload
+        self.error = error
+        self.writer_pid = writer_pid
+        self.writer_start_ticks = writer_start_ticks
+        self.published_at = published_at
+        self.trimmed = trimmed
+        self.seq = seq
+        self.writer_pidns = writer_pidns  # 0: a writer that did not record it
+
+    @property
+    def ok(self) -> bool:
+        return self.state == "ok"
+
+    def _fields(self) -> tuple:
+        return tuple(getattr(self, name) for name in _READ_FIELDS)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SegmentRead) and self._fields() == other._fields()
+
+    __hash__ = None  # mutable payload inside: not hashable, as the frozen dataclass with a dict was not
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{name}={getattr(self, name)!r}" for name in _READ_FIELDS if name != "payload")
+        return f"SegmentRead({inner}, payload={'{...}' if self.payload is not None else None})"
+
+
+_READ_FIELDS = (
+    "pid",
+    "state",
+    "payload",
+    "error",
+    "writer_pid",
+    "writer_start_ticks",
+    "published_at",
+    "trimmed",
+    "seq",
+    "writer_pidns",
+)
+
+
+def read_segment(
+    pid: int, expected_start_ticks: int | None = None, *, attempts: int = READ_ATTEMPTS
+) -> SegmentRead:
+    """Read and validate ``pid``'s segment. Never raises; see SegmentRead.state for the outcomes.
+
+    ``stale``: the header's writer start_ticks differs from ``expected_start_ticks`` or, when that is
+    None, from the live process's (a pid that is not running makes every segment of it stale).
+    """
+    try:
+        pid = int(pid)
+    except (TypeError, ValueError):
+        return SegmentRead(pid=-1, state="missing", error=f"not a pid: {pid!r:.40}")
+    try:
+        return _read_segment(pid, expected_start_ticks, max(1, int(attempts)))
+    except Exception as e:  # noqa: BLE001 -- the contract is "never raises"; say what went wrong instead
+        return SegmentRead(pid=pid, state="corrupt", error=f"reader failed: {type(e).__name__}: {e}"[:300])
+
+
+def _read_segment(pid: int, expected_start_ticks: int | None, attempts: int) -> SegmentRead:
+    r = _read_named(pid, None, expected_start_ticks, attempts)
+    if r.state == "ok":
+        return r
+    # The writer may have found its name taken and published under its fallback name.
+    ticks = expected_start_ticks if expected_start_ticks is not None else process_start_ticks(pid)
+    if ticks is None:
+        return r
+    return better_read(r, _read_named(pid, ticks, expected_start_ticks, attempts))
+
+
+def better_read(primary: SegmentRead, fallback: SegmentRead) -> SegmentRead:
+    """The read to report of a process's two names: a good one, else what is there at all."""
+    if fallback.state == "ok" or (primary.state == "missing" and fallback.state != "missing"):
+        return fallback
+    return primary
+
+
+def _read_named(pid: int, name_ticks: int | None, expected: int | None, attempts: int) -> SegmentRead:
+    opened = open_segment(pid, name_ticks)
+    if isinstance(opened, SegmentRead):
+        return opened
+    fd, size = opened
+    try:
+        return read_consistent(fd, pid, size, expected, attempts)[0]
+    finally:
+        os.close(fd)
+
+
+def open_segment(pid: int, name_ticks: int | None = None) -> tuple[int, int] | SegmentRead:
+    """(fd, size) of a segment file of ``pid`` once it is known to be a plausible one, else why not."""
+    path = segment_path(pid, name_ticks)
+    try:
+        # O_NONBLOCK: a FIFO planted under our name must not hang the reader; O_NOFOLLOW: nor a link.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return SegmentRead(pid=pid, state="missing", error=f"{path} does not exist")
+    except PermissionError as e:
+        return _owner_mismatch(pid, path) or SegmentRead(
+            pid=pid, state="foreign-owner", error=f"cannot open {path}: {e.strerror}"
+        )
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return SegmentRead(pid=pid, state="corrupt", error=f"{path} is a symbolic link")
+        return SegmentRead(pid=pid, state="corrupt", error=f"cannot open {path}: {e.strerror}")
+    try:
+        problem = _file_problem(pid, path, os.fstat(fd))
+    except BaseException:
+        os.close(fd)
+        raise
+    if problem is not None:
+        os.close(fd)
+        return problem
+    return fd, os.fstat(fd).st_size
+
+
+def _owner_mismatch(pid: int, path: str, st: os.stat_result | None = None) -> SegmentRead | None:
+    """Only the process itself writes its segment, so the file's owner is the uid it runs as.
+    Whoever reads (root included), another owner means another user wrote it: never believed. A
+    process gone meanwhile has no uid to compare: its file is judged by its header alone (nothing of
+    a process that is not running is shown as running)."""
+    owner = process_real_uid(pid)
+    if owner is None:
+        return None
+    if st is None:
+        try:
+            st = os.lstat(path)  # the file we may not open still says whose it is
+        except OSError:
+            return None
+    if st.st_uid == owner:
+        return None
+    return SegmentRead(
+        pid=pid,
+        state="owner-mismatch",
+        error=f"{path} is owned by uid {st.st_uid}, process runs as uid {owner}: ignored",
+    )
+
+
+def _file_problem(pid: int, path: str, st: os.stat_result) -> SegmentRead | None:
+    """Why the opened file at ``path`` cannot be ``pid``'s segment, or None."""
+    if not stat.S_ISREG(st.st_mode):
+        return SegmentRead(pid=pid, state="corrupt", error=f"{path} is not a regular file")
+    # Only the process itself writes its segment, so the file's owner is the uid it runs as.
+    # Whoever reads (root included), another owner means another user wrote it: never believed.
+    mismatch = _owner_mismatch(pid, path, st)
+    if mismatch is not None:
+        return mismatch
+    euid = os.geteuid()
+    if st.st_uid != euid and euid != 0:
+        return SegmentRead(
+            pid=pid, state="foreign-owner", error=f"{path} belongs to uid {st.st_uid}, we are uid {euid}"
+        )
+    size = st.st_size
+    if size == 0:
+        # A writer of an older version between shm_open (which creates an empty file) and ftruncate.
+        return SegmentRead(pid=pid, state="initialising", error="segment created, not sized yet")
+    if size < HEADER_BYTES or size > MAX_SEGMENT_BYTES:
+        return SegmentRead(
+            pid=pid, state="corrupt", error=f"size {size} outside [{HEADER_BYTES}, {MAX_SEGMENT_BYTES}] bytes"
+        )
+    return None
+
+
+def read_consistent(
+    fd: int, pid: int, size: int, expected: int | None, attempts: int
+) -> tuple[SegmentRead, bytes | None]:
+    """The read, and for an ok one the header and payload bytes it was made from."""
+    last = None
+    for attempt in range(attempts):
+        if attempt:
+            time.sleep(_RETRY_SLEEP_S)
+        raw = os.pread(fd, HEADER_BYTES, 0)
+        if len(raw) < HEADER_BYTES:
+            return (SegmentRead(pid=pid, state="corrupt", error="file shorter than the header"), None)
+        magic, version, hsize, seq, wpid, flags, ticks, length, crc, published_at = HEADER.unpack(raw)
+        wns = PIDNS.unpack_from(raw, PIDNS_OFFSET)[0]
+        if seq & 1:
+            last = SegmentRead(
+                pid=pid, state="busy", error=f"writer mid-publish (seq {seq} odd) on every try", seq=seq
+            )
+            continue
+        if seq == 0 and magic == b"\0" * 8:
+            return (SegmentRead(pid=pid, state="initialising", error="header not written yet"), None)
+        common = dict(
+            pid=pid,
+            writer_pid=wpid,
+            writer_start_ticks=ticks,
+            published_at=published_at,
+            trimmed=bool(flags & FLAG_TRIMMED),
+            seq=seq,
+            writer_pidns=wns,
+        )
+        # Header checks are only trusted once seq proves the header was not being rewritten under us.
+        reason = None
+        if magic != MAGIC:
+            reason = f"bad magic {magic!r}"
+        elif version != FORMAT_VERSION:
+            reason = f"unsupported format version {version}"
+        elif hsize != HEADER_BYTES:
+            reason = f"header size {hsize}, expected {HEADER_BYTES}"
+        elif length > size - HEADER_BYTES:
+            reason = f"payload length {length} exceeds the segment's {size - HEADER_BYTES} bytes"
+        elif length == 0:
+            reason = "payload length 0"
+        if reason is not None:
+            if _read_seq(fd) != seq:
+                continue
+            return (SegmentRead(state="corrupt", error=reason, **common), None)
+        if flags & FLAG_CLOSED:
+            if _read_seq(fd) != seq:
+                continue
+            return (SegmentRead(state="missing", error="the writer closed this segment", **common), None)
+        data = os.pread(fd, length, HEADER_BYTES)
+        if _read_seq(fd) != seq:
+            last = SegmentRead(state="busy", error="writer kept publishing during every try", **common)
+            continue
+        if len(data) != length:
+            return (
+                SegmentRead(state="corrupt", error="file shorter than the payload length", **common),
+                None,
+            )
+        if zlib.crc32(data) != crc:
+            # Retried once more before condemning it: on weakly ordered CPUs a torn copy can get past
+            # the seq check, and the next try sees the writer's finished state.
+            last = SegmentRead(state="corrupt", error="payload crc32 mismatch", **common)
+            continue
+        r = _finish(data, expected, common)
+        return r, (raw + data if r.state == "ok" else None)
+    return (
+        last if last is not None else SegmentRead(pid=pid, state="busy", error="no consistent read")
+    ), None
+
+
+def _read_seq(fd: int) -> int:
+    raw = os.pread(fd, SEQ.size, SEQ_OFFSET)
+    return SEQ.unpack(raw)[0] if len(raw) == SEQ.size else -1
+
+
+def _finish(data: bytes, expected: int | None, common: dict) -> SegmentRead:
+    pid = common["pid"]
+    if common["writer_pid"] != pid & 0xFFFFFFFF:
+        return SegmentRead(state="corrupt", error=f"header names writer pid {common['writer_pid']}", **common)
+    ticks = common["writer_start_ticks"]
+    wns, ours = common["writer_pidns"], pid_namespace_id()
+    if wns and ours and wns != ours:
+        # Its pid is a pid of that namespace: whatever runs under that number here, it is not this.
+        return SegmentRead(state="stale", error=f"written in another PID namespace ({wns:#x})", **common)
+    if expected is None:
+        live = process_start_ticks(pid)
+        if live is None:
+            return SegmentRead(state="stale", error=f"process {pid} is not running", **common)
+        if ticks != live:
+            return SegmentRead(
+                state="stale",
+                error=f"writer start_ticks {ticks} != live process's {live} (pid reused)",
+                **common,
+            )
+    elif ticks != expected:
+        return SegmentRead(
+            state="stale", error=f"writer start_ticks {ticks} != expected {expected}", **common
+        )
+    try:
+        obj = decode_payload(data)
+    except Exception as e:  # noqa: BLE001 -- msgpack raises several unrelated types on bad input
+        return SegmentRead(state="corrupt", error=f"bad msgpack: {type(e).__name__}: {e}"[:300], **common)
+    payload, reason = validate_payload(obj)
+    if payload is None:
+        return SegmentRead(state="corrupt", error=reason, **common)
+    if payload["pid"] != pid:
+        return SegmentRead(
+            state="corrupt", error=f"payload.pid {payload['pid']} in segment of {pid}", **common
+        )
+    if payload["start_ticks"] is not None and payload["start_ticks"] != ticks:
+        return SegmentRead(state="corrupt", error="payload.start_ticks differs from the header's", **common)
+    return SegmentRead(state="ok", payload=payload, **common)
