@@ -12,7 +12,7 @@ from typing import Any
 
 from probe import segment as wire
 from probe.procid import process_real_uid
-from sidecar import document
+from sidecar import catalogue, document
 from sidecar.verdict import Facts, GpuFacts, cuda_unavailable_reason
 
 # Runs in the user's interpreter: it may have a broken torch, so everything is guarded and the
@@ -172,7 +172,8 @@ def collect(python: str) -> dict[str, Any]:
                 }
             )
     elif not torch.get("cuda_available"):
-        reason, _, hint, _ = cuda_unavailable_reason(facts, torch)
+        reason_ref, hint_ref = cuda_unavailable_reason(facts, torch)
+        reason, hint = catalogue.render(reason_ref), catalogue.render(hint_ref)
         if torch.get("cuda_init_error"):
             reason += f" (torch says: {torch['cuda_init_error']})"
         problems.append({"problem": f"CUDA is not available to torch: {reason}", "fix": hint})
