@@ -132,7 +132,7 @@ function renderHero(doc) {
   document.title = `${label} · ${tr('app.title')}`;
   setFavicon(STATUS_COLORS[status]);
 
-  if (!changed('hero', doc && [doc.status, doc.message, doc.message_zh, doc.target, doc.model_device,
+  if (!changed('hero', doc && [doc.status, doc.message, doc.message_ref, doc.target, doc.model_device,
     doc.input_device, doc.gpu_util, doc.mem_used_mb, doc.cuda_available, doc.device_count, doc.warnings,
     Math.floor((doc.time || 0) / 30)])) return;
 
