@@ -12,6 +12,7 @@ from typing import Any
 
 import probe_wire as wire
 from probe_wire.procid import process_real_uid
+from sidecar import catalogue
 from sidecar.collect import system_gpu_facts
 from sidecar.verdict import Facts, GpuFacts, cuda_unavailable_reason
 
@@ -172,7 +173,8 @@ def collect(python: str) -> dict[str, Any]:
                 }
             )
     elif not torch.get("cuda_available"):
-        reason, _, hint, _ = cuda_unavailable_reason(facts, torch)
+        reason_ref, hint_ref = cuda_unavailable_reason(facts, torch)
+        reason, hint = catalogue.render(reason_ref), catalogue.render(hint_ref)
         if torch.get("cuda_init_error"):
             reason += f" (torch says: {torch['cuda_init_error']})"
         problems.append({"problem": f"CUDA is not available to torch: {reason}", "fix": hint})

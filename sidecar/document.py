@@ -13,7 +13,8 @@ from typing import Any
 
 from sidecar import bounds, contract
 from sidecar.bounds import MAX_ID_CHARS, MAX_MESSAGE_CHARS, clip, clip_args, clip_opt
-from sidecar.verdict import Facts, ModelFacts, ProcessFacts, Verdict, memory_growth, model_nvml_index
+from sidecar.catalogue import Ref, render
+from sidecar.verdict import Facts, Finding, ModelFacts, ProcessFacts, Verdict, memory_growth, model_nvml_index
 
 SCHEMA = contract.SCHEMA
 
@@ -155,9 +156,8 @@ def status_document(
             "create_time_unix_s": target.create_time,
         },
         "status": verdict.status,
-        "message": clip(verdict.message, MAX_MESSAGE_CHARS),
-        "message_zh": clip_opt(verdict.message_zh, MAX_MESSAGE_CHARS),
-        "warning": clip(verdict.warnings[0].message, MAX_MESSAGE_CHARS) if verdict.warnings else None,
+        "message": _english(verdict.message),
+        "message_ref": _ref_entry(verdict.message),
         "warnings": [_warning_entry(w) for w in verdict.warnings],
         "model_device": verdict.model_device,
         "input_device": verdict.input_device,
@@ -228,8 +228,26 @@ def history_document(history, since: float | None, interval_s: float) -> dict[st
     return contract.check_if_enabled(doc, "history")
 
 
-def _warning_entry(w) -> dict[str, Any]:
-    """A warning's dict with its texts clipped: they quote names and pids taken from processes."""
-    out = {k: clip(v, MAX_MESSAGE_CHARS) if isinstance(v, str) else v for k, v in w.as_dict().items()}
-    out["pids"] = out["pids"][: bounds.MAX_PROCESSES_SHOWN]
-    return out
+def _ref_entry(ref: Ref) -> dict[str, Any]:
+    """A reference as the document carries it ({"id", "params"}), its string params clipped: they
+    quote names, pids and errors taken from processes, and the page renders them as they are."""
+    return ref.as_dict(clip)
+
+
+def _english(ref: Ref) -> str:
+    """The English text of a reference, rendered from its clipped params and clipped itself."""
+    return clip(render(_ref_entry(ref), "en"), MAX_MESSAGE_CHARS)
+
+
+def _warning_entry(w: Finding) -> dict[str, Any]:
+    """A warning: its code, severity and pids, its message and hint as references (for the page and
+    the plugin, which render them in the user's language) and in English (for the CLI and agents)."""
+    return {
+        "code": w.code,
+        "severity": w.severity,
+        "pids": list(w.pids[: bounds.MAX_PROCESSES_SHOWN]),
+        "message": _english(w.message),
+        "hint": _english(w.hint) if w.hint is not None else None,
+        "message_ref": _ref_entry(w.message),
+        "hint_ref": _ref_entry(w.hint) if w.hint is not None else None,
+    }

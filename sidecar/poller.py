@@ -14,8 +14,8 @@ from dataclasses import replace
 from typing import Any
 
 from sidecar import document
-from sidecar.contract import ContractError
 from sidecar.collect import FactCollector, history_sample
+from sidecar.contract import ContractError
 from sidecar.history import History
 from sidecar.sources.proctree import ProcessTreeSource, pid_visible
 from sidecar.sources.segments import SegmentSource

@@ -71,8 +71,11 @@ module.exports = __toCommonJS(index_exports);
 // src/client/components.jsx
 var import_react = require("react");
 
-// ../sidecar/static/i18n/en.js
-var en = {
+// ../sidecar/static/contract.js
+var SCHEMA = 2;
+
+// ../sidecar/static/i18n/en.json
+var en_default = {
   "lang.name": "English",
   "lang.switch": "中文",
   "lang.switchTitle": "Switch language to Chinese",
@@ -168,6 +171,7 @@ var en = {
   "unreachable.retry": "Retrying every {s} s…",
   "unreachable.lastSeen": "Last data received {ago}.",
   "unreachable.error": "Error: {error}",
+  "schema.mismatch": "This sidecar speaks schema {got}; this page reads schema {want}. Update dsh-gpu-dashboard so the sidecar and the page match.",
   "updated.label": "Updated {ago}",
   "updated.never": "Not updated yet",
   "updated.paused": "Paused (tab hidden)",
@@ -180,18 +184,158 @@ var en = {
   "gpu.hiddenTag": "hidden",
   "gpu.memTotal": "total {total}",
   "chart.hoverEvents": "events",
-  "loading": "Connecting to the sidecar…",
+  loading: "Connecting to the sidecar…",
   "runtime.interval": "Sampling every {s} s",
   "chart.trend": "+{rate}/min",
   "model.rate": "{n}/s",
   "model.steps": "{n} steps/s",
   "events.pid": "pid {pid}",
-  "na": "—"
+  na: "—",
+  "plugin.name": "GPU dashboard",
+  "plugin.viewLabel": "GPU",
+  "chip.title": "GPU dashboard: {status}. Click for the glance card.",
+  "chip.unreachable": "no sidecar",
+  "chip.error": "error",
+  "chip.loading": "GPU …",
+  "glance.title": "GPU dashboard",
+  "glance.close": "Close",
+  "glance.more": "Open a session and pick the GPU tab for processes and history.",
+  "glance.moreWarnings": "+{n} more",
+  "glance.noGpus": "No GPU reported.",
+  "view.title": "Is the model really on the GPU?",
+  "error.title": "The GPU dashboard hit an error",
+  "error.body": "Only this panel is affected; DSH keeps working. Details:",
+  "error.hostMissing": 'The plugin\'s host half did not answer at {path}. Is the "dsh-gpu-dashboard" row enabled in the web profile, and was DSH restarted after `dsh plugin add`?',
+  "error.http": "The sidecar answered HTTP {status}: {detail}",
+  "error.auth": "The sidecar refused the request (HTTP {status}). Check the token in the plugin config.",
+  "error.badResponse": "The sidecar answered something that is not a status document: {detail}",
+  "unreachable.url": "Sidecar URL: {url}",
+  "settings.title": "GPU dashboard",
+  "settings.connection": "Connection",
+  "settings.state.ok": "Connected",
+  "settings.state.unreachable": "Sidecar unreachable",
+  "settings.state.error": "Error",
+  "settings.state.loading": "Connecting…",
+  "settings.effectiveUrl": "Sidecar URL in use (host config)",
+  "settings.tokenSet": "token set",
+  "settings.tokenUnset": "no token",
+  "settings.lastUpdate": "Last data",
+  "settings.hostWarnings": "Host config warnings",
+  "settings.test": "Test now",
+  "settings.sidecarUrl": "Sidecar URL",
+  "settings.sidecarUrlHelp": "The DSH server talks to the sidecar (the browser never does), so the URL lives in the host config. Remembered in this browser; to apply it, put this in {file} (hot-reloaded in about 3 s):",
+  "settings.urlSame": "This is the URL the host uses.",
+  "settings.urlDiffers": "Not applied yet: the host still uses {url}.",
+  "settings.urlNotLoopback": "Only loopback URLs (127.0.0.1, ::1, localhost) are accepted; the host would fall back to {def}.",
+  "settings.urlInvalid": "Not a valid http:// URL.",
+  "settings.copy": "Copy",
+  "settings.copied": "Copied",
+  "settings.refresh": "Refresh interval",
+  "settings.refreshHelp": "How often this browser asks for a new status ({min}–{max} s). Stored in this browser.",
+  "settings.seconds": "s",
+  "settings.language": "Language",
+  "settings.langAuto": "Same as DSH",
+  "settings.save": "Save",
+  "settings.saved": "Saved",
+  "settings.startSidecar": "Start the sidecar",
+  "settings.version": "Plugin {version} · DSH {dsh}",
+  "message.mixed": "Model {model} is split across devices ({devices}).",
+  "message.gpu": "Model {model} runs on {device}.",
+  "message.gpu.named": "Model {model} runs on {device} ({gpu}).",
+  "message.gpu.busy": "Model {model} runs on {device}, {util} busy.",
+  "message.gpu.named.busy": "Model {model} runs on {device} ({gpu}), {util} busy.",
+  "message.cpu": "Model {model} runs on the CPU: {reason}.",
+  "message.no-compute": "Model {model} is on the {kind} device, which does no compute.",
+  "message.gpu-unregistered": "The job does GPU work (process {pids}); register the model with the probe to see its device.",
+  "message.exited-unknown": "Process {pid} has exited and nothing is known about it.",
+  "message.not-enough": "Not enough evidence: {missing}.",
+  "message.exited": "Process {pid} has exited. Last known: {message}",
+  "reason.missing.no-model": "no model is registered yet (call `probe.register(model)`)",
+  "reason.missing.no-parameters": "the registered model has no parameters and has not been called yet",
+  "reason.missing.collected": "the registered model {model} was garbage-collected: nothing else kept it (register returns the model: `model = probe.register(Net().to(device))`)",
+  "reason.missing.no-probe": "no probe in the job and no GPU work seen by the driver",
+  "reason.missing.no-probe-nvml": "no probe in the job, and the NVIDIA driver cannot be queried",
+  "reason.cpu.cpu-build": "torch {torch} is a CPU-only build",
+  "reason.cpu.cuda-unavailable": "CUDA is not available ({reason})",
+  "reason.cpu.not-moved": "a GPU is available but the model was not moved to it",
+  "reason.cpu.no-accelerator": "no accelerator is in use",
+  "reason.cuda.hidden": "CUDA_VISIBLE_DEVICES={value} hides every GPU",
+  "reason.cuda.no-nvidia": "no NVIDIA GPU is visible on this machine",
+  "reason.cuda.driver-old": "the driver supports CUDA {driver}, older than torch's CUDA {build}",
+  "reason.cuda.driver-unusable": "the NVIDIA driver is not usable ({error})",
+  "reason.cuda.init-failed": "torch cannot initialise CUDA",
+  "word.unknown": "unknown",
+  "word.unknown-error": "unknown error",
+  "word.training-steps": "training steps",
+  "word.forward-calls": "forward calls",
+  "devices.others": "{others}",
+  "devices.hidden": "{count} NVIDIA GPU(s)",
+  "devices.others-and-hidden": "{others}; {count} NVIDIA GPU(s)",
+  "devices.unknown": "unknown devices",
+  "warning.target-exited": "The watched process {pid} has exited; showing its last known state.",
+  "hint.target-exited": "Start the job again, or attach to a new one with `dsh-sidecar --pid PID`.",
+  "warning.job-stopped": "The job is stopped (process {pids}, for {seconds} s at least): it does no work, and the figures shown are its last ones.",
+  "warning.job-stopped.some": "{count} process(es) of the job are stopped (process {pids}, for {seconds} s at least): it does no work, and the figures shown are its last ones.",
+  "hint.job-stopped": "Resume it with `kill -CONT {pid}` (or `fg` in the shell that stopped it).",
+  "warning.nvml-unavailable": "The NVIDIA driver cannot be queried ({reason}); the verdict rests on the probe alone.",
+  "hint.nvml-unavailable": "Install or load the NVIDIA driver (`nvidia-smi` must work), or run the sidecar where the driver is visible.",
+  "hint.nvml-unavailable.no-nvidia": "No NVIDIA GPU is visible on this machine; this is expected on a CPU-only machine.",
+  "warning.no-probe": "No process of this job runs the probe, so the model's device is unknown.",
+  "hint.no-probe": "Add two lines to your training script: `import probe` and `probe.register(model)`.",
+  "warning.probe-unreadable": "The probe data of {count} process(es) cannot be read ({reasons}).",
+  "hint.probe-unreadable.owner-mismatch": "A file under the process's segment name belongs to another user, so it was ignored: someone may have planted it. Remove it (`sudo rm /dev/shm/dsh-probe.PID`); meanwhile the probe publishes as dsh-probe.PID.START_TICKS, which the sidecar reads. `dsh-sidecar doctor` lists such files.",
+  "hint.probe-unreadable.foreign-owner": "Run the sidecar as the same user as the job, or as root (segments are private to their owner).",
+  "hint.probe-unreadable": "Check that the probe and sidecar versions match.",
+  "warning.probe-error": "The probe in {count} process(es) cannot publish what it sees ({reasons}); their facts are missing.",
+  "hint.probe-error": "Look for the cause in the message (a payload too large for DSH_PROBE_SEGMENT_BYTES, say), and report it if it is not yours.",
+  "warning.cpu-build": "torch {torch} is a CPU-only build, but this machine has an NVIDIA GPU: the model can never use it.",
+  "hint.cpu-build": "Install a CUDA build of torch that matches the driver, e.g. `pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/{tag}`.",
+  "hint.cpu-build.driver": "Install a CUDA build of torch that matches the driver (driver supports CUDA {cuda}), e.g. `pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/{tag}`.",
+  "warning.cuda-unavailable": "CUDA is not available to torch: {reason}.",
+  "hint.cuda-unavailable.hidden": "Unset CUDA_VISIBLE_DEVICES or set it to the GPUs to use, e.g. `export CUDA_VISIBLE_DEVICES=0`.",
+  "hint.cuda-unavailable.no-nvidia": "Run on a machine with an NVIDIA GPU, or expect CPU speed.",
+  "hint.cuda-unavailable.driver-old": "Upgrade the NVIDIA driver, or install a torch build for an older CUDA (e.g. `--index-url https://download.pytorch.org/whl/{tag}`).",
+  "hint.cuda-unavailable.driver-unusable": "Check that `nvidia-smi` works; reinstall or load the driver.",
+  "hint.cuda-unavailable": "Run `python -c 'import torch; torch.cuda.init()'` to see the error, and `dsh-sidecar doctor`.",
+  "warning.model-on-cpu": "A GPU is usable but model {model} is on the CPU.",
+  "hint.model-on-cpu": "Move it: `model.to('cuda')` (and its inputs: `x = x.to('cuda')`), before creating the optimizer.",
+  "warning.input-mismatch": "Model {model} is on {device} but is called with inputs on {input}.",
+  "hint.input-mismatch": "Move each batch to the model's device before the forward call: `x = x.to('{device}', non_blocking=True)` (with `pin_memory=True` in the DataLoader).",
+  "warning.mixed-devices": "Model {model} has parameters or buffers on several devices ({devices}).",
+  "hint.mixed-devices": "Call `model.to(device)` after building the whole model; look for tensors created in `__init__` without `register_buffer`.",
+  "warning.mixed-devices.types": "The job's models are on different device types ({types}).",
+  "hint.mixed-devices.types": "Make sure every model that should train on the GPU is moved there.",
+  "warning.no-parameters": "Model {model} has no parameters or buffers, so its device comes from its inputs only.",
+  "hint.no-parameters": "Register the module that holds the weights, e.g. `probe.register(model.backbone)`.",
+  "warning.worker-cuda": "DataLoader worker(s) {pids} hold GPU memory: each worker pays for its own CUDA context.",
+  "hint.worker-cuda": "Keep Dataset.__getitem__ on the CPU; move whole batches to the GPU in the training loop (`pin_memory=True`, `x.to('cuda', non_blocking=True)`).",
+  "warning.gpu-work-in-child": "The GPU work is done by descendant process(es) of {pid}: {processes}.",
+  "hint.gpu-work-in-child": "Nothing to fix: monitors that watch only the launcher's pid miss this; the process table shows it.",
+  "warning.unregistered-gpu-process": "Process(es) {pids} use the GPU without the probe; their model device is unknown.",
+  "hint.unregistered-gpu-process.mp-child": "They are multiprocessing children (spawn/forkserver), e.g. DataLoader workers: pass the loader, `probe.register(model, loader=train_loader)`, or call `probe.activate()` (or `probe.register(model)`) in the function they run.",
+  "hint.unregistered-gpu-process": "Call `probe.register(model)` in the code those processes run.",
+  "warning.shared-model-unprobed-child": "Model {model} of process {pid} is in shared memory, and its child process(es) {pids} run without the probe: calls they make with it are not counted.",
+  "hint.shared-model-unprobed-child": "If they train the model (torch.multiprocessing, hogwild), call `probe.register(model)` at the start of the function they run: spawned and forkserver children do not inherit the probe, forked ones do.",
+  "warning.device-count-mismatch": "The system sees {total} graphics devices, the framework can use {usable}; not usable: {devices}.",
+  "hint.device-count-mismatch.integrated": "An integrated Intel or AMD GPU cannot run CUDA; that is expected. {then}",
+  "hint.device-count-mismatch.no-cuda": "torch cannot use CUDA here (see the error above).",
+  "hint.device-count-mismatch.hidden": "An NVIDIA GPU is hidden from the framework: check CUDA_VISIBLE_DEVICES and the driver.",
+  "hint.device-count-mismatch": "Make sure the model is on the NVIDIA device (`cuda`).",
+  "warning.pid-namespace": "The driver reports GPU processes whose pids do not exist here: the sidecar runs in another PID namespace than the driver (a container), so per-process GPU use cannot be attributed.",
+  "hint.pid-namespace": "Run the sidecar in the host PID namespace (`docker run --pid=host ...`, or `hostPID: true` in Kubernetes).",
+  "warning.idle-gpu": "The model is on the GPU but the GPU has been below {threshold} busy for {seconds} s while {work} continue.",
+  "hint.idle-gpu.data-wait": "Data loading starves the GPU: the loop waits for the next batch {wait} of the time. Raise `num_workers`, set `pin_memory=True` and `persistent_workers=True`, or cache/preprocess the data.",
+  "hint.idle-gpu": "Likely causes: data loading (pass `loader=` to `probe.register` to measure it), a model too small for the GPU (raise the batch size), host syncs such as `.item()` or `.cpu()` every step, or the work happening in another process.",
+  "warning.memory-growth": "The job's GPU memory keeps growing: {first} → {last} MiB over the last {seconds} s.",
+  "hint.memory-growth": "Look for tensors kept across steps: accumulating `loss` instead of `loss.item()`, lists of outputs, or a growing cache; `torch.cuda.memory_summary()` shows what holds memory.",
+  "warning.rank-shared-gpu": "Ranks in processes {pids} share GPU {gpu}: they compete for it while other GPUs may idle.",
+  "hint.rank-shared-gpu": "Call `torch.cuda.set_device(local_rank)` and use `device = torch.device('cuda', local_rank)` in each rank.",
+  "warning.rank-device-mismatch": "Rank with LOCAL_RANK={rank} (pid {pid}) has model {model} on {device}.",
+  "hint.rank-device-mismatch": "Use `device = torch.device('cuda', int(os.environ['LOCAL_RANK']))` and `torch.cuda.set_device(device)`."
 };
-var en_default = en;
 
-// ../sidecar/static/i18n/zh.js
-var zh = {
+// ../sidecar/static/i18n/zh.json
+var zh_default = {
   "lang.name": "中文",
   "lang.switch": "English",
   "lang.switchTitle": "切换到英文",
@@ -287,6 +431,7 @@ var zh = {
   "unreachable.retry": "每 {s} 秒重试…",
   "unreachable.lastSeen": "最后一次收到数据：{ago}。",
   "unreachable.error": "错误：{error}",
+  "schema.mismatch": "该 sidecar 使用第 {got} 版数据格式，本页面读取第 {want} 版。请更新 dsh-gpu-dashboard，使 sidecar 与页面版本一致。",
   "updated.label": "更新于{ago}",
   "updated.never": "尚未更新",
   "updated.paused": "已暂停（标签页隐藏）",
@@ -299,19 +444,165 @@ var zh = {
   "gpu.hiddenTag": "不可见",
   "gpu.memTotal": "共 {total}",
   "chart.hoverEvents": "事件",
-  "loading": "正在连接 sidecar…",
+  loading: "正在连接 sidecar…",
   "runtime.interval": "每 {s} 秒采样",
   "chart.trend": "+{rate}/分钟",
   "model.rate": "{n} 次/秒",
   "model.steps": "{n} 步/秒",
   "events.pid": "进程 {pid}",
-  "na": "—"
+  na: "—",
+  "plugin.name": "GPU 面板",
+  "plugin.viewLabel": "GPU",
+  "chip.title": "GPU 面板：{status}。点击查看概览卡片。",
+  "chip.unreachable": "无 sidecar",
+  "chip.error": "出错",
+  "chip.loading": "GPU …",
+  "glance.title": "GPU 面板",
+  "glance.close": "关闭",
+  "glance.more": "打开一个会话并选择 GPU 标签页，可查看进程和历史曲线。",
+  "glance.moreWarnings": "还有 {n} 条",
+  "glance.noGpus": "没有报告任何 GPU。",
+  "view.title": "模型真的在 GPU 上吗？",
+  "error.title": "GPU 面板出错了",
+  "error.body": "只影响本面板，DSH 其余部分照常工作。详情：",
+  "error.hostMissing": '插件的服务端部分在 {path} 没有响应。web 配置中的 "dsh-gpu-dashboard" 行是否启用？执行 `dsh plugin add` 后是否重启了 DSH？',
+  "error.http": "sidecar 返回 HTTP {status}：{detail}",
+  "error.auth": "sidecar 拒绝了请求（HTTP {status}）。请检查插件配置中的 token。",
+  "error.badResponse": "sidecar 返回的不是状态文档：{detail}",
+  "unreachable.url": "Sidecar 地址：{url}",
+  "settings.title": "GPU 面板",
+  "settings.connection": "连接",
+  "settings.state.ok": "已连接",
+  "settings.state.unreachable": "无法连接 sidecar",
+  "settings.state.error": "出错",
+  "settings.state.loading": "连接中…",
+  "settings.effectiveUrl": "当前使用的 Sidecar 地址（服务端配置）",
+  "settings.tokenSet": "已设置 token",
+  "settings.tokenUnset": "未设置 token",
+  "settings.lastUpdate": "最近数据",
+  "settings.hostWarnings": "服务端配置警告",
+  "settings.test": "立即测试",
+  "settings.sidecarUrl": "Sidecar 地址",
+  "settings.sidecarUrlHelp": "由 DSH 服务端访问 sidecar（浏览器不直接访问），因此地址保存在服务端配置中。此处的值只记在本浏览器；要生效，请把下面内容写入 {file}（约 3 秒后自动重新加载）：",
+  "settings.urlSame": "这就是服务端正在使用的地址。",
+  "settings.urlDiffers": "尚未生效：服务端仍在使用 {url}。",
+  "settings.urlNotLoopback": "只接受回环地址（127.0.0.1、::1、localhost）；否则服务端会退回 {def}。",
+  "settings.urlInvalid": "不是有效的 http:// 地址。",
+  "settings.copy": "复制",
+  "settings.copied": "已复制",
+  "settings.refresh": "刷新间隔",
+  "settings.refreshHelp": "本浏览器请求新状态的频率（{min}–{max} 秒），保存在本浏览器中。",
+  "settings.seconds": "秒",
+  "settings.language": "语言",
+  "settings.langAuto": "跟随 DSH",
+  "settings.save": "保存",
+  "settings.saved": "已保存",
+  "settings.startSidecar": "启动 sidecar",
+  "settings.version": "插件 {version} · DSH {dsh}",
+  "message.mixed": "模型 {model} 分布在多个设备上（{devices}）。",
+  "message.gpu": "模型 {model} 运行在 {device} 上。",
+  "message.gpu.named": "模型 {model} 运行在 {device} ({gpu}) 上。",
+  "message.gpu.busy": "模型 {model} 运行在 {device} 上，利用率 {util}。",
+  "message.gpu.named.busy": "模型 {model} 运行在 {device} ({gpu}) 上，利用率 {util}。",
+  "message.cpu": "模型 {model} 运行在 CPU 上：{reason}。",
+  "message.no-compute": "模型 {model} 位于 {kind} 设备上，该设备不执行计算。",
+  "message.gpu-unregistered": "该任务在使用 GPU（进程 {pids}）；用探针注册模型即可看到其设备。",
+  "message.exited-unknown": "进程 {pid} 已退出，没有关于它的信息。",
+  "message.not-enough": "证据不足：{missing}。",
+  "message.exited": "进程 {pid} 已退出。最后状态：{message}",
+  "reason.missing.no-model": "尚未注册模型（调用 `probe.register(model)`）",
+  "reason.missing.no-parameters": "已注册的模型没有参数，且尚未被调用",
+  "reason.missing.collected": "已注册的模型 {model} 已被垃圾回收：没有其他引用保留它（register 会返回模型：`model = probe.register(Net().to(device))`）",
+  "reason.missing.no-probe": "任务中没有探针，驱动也未看到 GPU 工作",
+  "reason.missing.no-probe-nvml": "任务中没有探针，且无法查询 NVIDIA 驱动",
+  "reason.cpu.cpu-build": "torch {torch} 是仅支持 CPU 的版本",
+  "reason.cpu.cuda-unavailable": "CUDA 不可用（{reason}）",
+  "reason.cpu.not-moved": "GPU 可用，但模型没有被移到 GPU 上",
+  "reason.cpu.no-accelerator": "未使用任何加速器",
+  "reason.cuda.hidden": "CUDA_VISIBLE_DEVICES={value} 隐藏了所有 GPU",
+  "reason.cuda.no-nvidia": "本机看不到 NVIDIA GPU",
+  "reason.cuda.driver-old": "驱动支持的 CUDA {driver} 低于 torch 的 CUDA {build}",
+  "reason.cuda.driver-unusable": "NVIDIA 驱动不可用（{error}）",
+  "reason.cuda.init-failed": "torch 无法初始化 CUDA",
+  "word.unknown": "未知",
+  "word.unknown-error": "未知错误",
+  "word.training-steps": "训练步",
+  "word.forward-calls": "前向调用",
+  "devices.others": "{others}",
+  "devices.hidden": "{count} 个 NVIDIA GPU",
+  "devices.others-and-hidden": "{others}；{count} 个 NVIDIA GPU",
+  "devices.unknown": "未知设备",
+  "warning.target-exited": "被监视的进程 {pid} 已退出；显示的是它最后的状态。",
+  "hint.target-exited": "重新启动任务，或用 `dsh-sidecar --pid PID` 连接新的进程。",
+  "warning.job-stopped": "该任务已被暂停（进程 {pids}，至少 {seconds} 秒）：它不做任何计算，显示的是最后的数值。",
+  "warning.job-stopped.some": "该任务的 {count} 个进程已被暂停（进程 {pids}，至少 {seconds} 秒）：它不做任何计算，显示的是最后的数值。",
+  "hint.job-stopped": "用 `kill -CONT {pid}` 恢复它（或在暂停它的 shell 中执行 `fg`）。",
+  "warning.nvml-unavailable": "无法查询 NVIDIA 驱动（{reason}）；结论仅依据探针。",
+  "hint.nvml-unavailable": "安装或加载 NVIDIA 驱动（`nvidia-smi` 必须能运行），或在能看到驱动的环境中运行 sidecar。",
+  "hint.nvml-unavailable.no-nvidia": "本机看不到 NVIDIA GPU；在纯 CPU 机器上这是正常的。",
+  "warning.no-probe": "该任务中没有进程运行探针，因此无法知道模型所在设备。",
+  "hint.no-probe": "在训练脚本中加入两行：`import probe` 和 `probe.register(model)`。",
+  "warning.probe-unreadable": "{count} 个进程的探针数据无法读取（{reasons}）。",
+  "hint.probe-unreadable.owner-mismatch": "该进程的共享内存段名下的文件属于其他用户，已被忽略：可能有人故意放置。请删除它（`sudo rm /dev/shm/dsh-probe.PID`）；在此期间探针以 dsh-probe.PID.START_TICKS 发布，sidecar 会读取。`dsh-sidecar doctor` 会列出此类文件。",
+  "hint.probe-unreadable.foreign-owner": "以与任务相同的用户或 root 运行 sidecar（共享内存段仅属主可读）。",
+  "hint.probe-unreadable": "确认探针与 sidecar 版本一致。",
+  "warning.probe-error": "{count} 个进程中的探针无法发布数据（{reasons}）；这些进程的信息缺失。",
+  "hint.probe-error": "根据消息查找原因（例如数据超出 DSH_PROBE_SEGMENT_BYTES），若不是您的问题请报告。",
+  "warning.cpu-build": "torch {torch} 是仅支持 CPU 的版本，但本机有 NVIDIA GPU：模型永远无法使用它。",
+  "hint.cpu-build": "安装与驱动匹配的 CUDA 版 torch，例如 `pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/{tag}`。",
+  "hint.cpu-build.driver": "安装与驱动匹配的 CUDA 版 torch（驱动支持 CUDA {cuda}），例如 `pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/{tag}`。",
+  "warning.cuda-unavailable": "torch 无法使用 CUDA：{reason}。",
+  "hint.cuda-unavailable.hidden": "取消设置 CUDA_VISIBLE_DEVICES，或设为要使用的 GPU，例如 `export CUDA_VISIBLE_DEVICES=0`。",
+  "hint.cuda-unavailable.no-nvidia": "请在有 NVIDIA GPU 的机器上运行，否则只能以 CPU 速度训练。",
+  "hint.cuda-unavailable.driver-old": "升级 NVIDIA 驱动，或安装对应较旧 CUDA 的 torch 版本（例如 `--index-url https://download.pytorch.org/whl/{tag}`）。",
+  "hint.cuda-unavailable.driver-unusable": "确认 `nvidia-smi` 能运行；重新安装或加载驱动。",
+  "hint.cuda-unavailable": "运行 `python -c 'import torch; torch.cuda.init()'` 查看错误，并运行 `dsh-sidecar doctor`。",
+  "warning.model-on-cpu": "GPU 可用，但模型 {model} 在 CPU 上。",
+  "hint.model-on-cpu": "将它移到 GPU：`model.to('cuda')`（输入也要：`x = x.to('cuda')`），并在创建优化器之前完成。",
+  "warning.input-mismatch": "模型 {model} 在 {device} 上，但输入在 {input} 上。",
+  "hint.input-mismatch": "在前向调用前把每个批次移到模型所在设备：`x = x.to('{device}', non_blocking=True)`（并在 DataLoader 中设置 `pin_memory=True`）。",
+  "warning.mixed-devices": "模型 {model} 的参数或缓冲区分布在多个设备上（{devices}）。",
+  "hint.mixed-devices": "在整个模型构建完成后调用 `model.to(device)`；检查 `__init__` 中未用 `register_buffer` 注册的张量。",
+  "warning.mixed-devices.types": "任务中的模型位于不同类型的设备上（{types}）。",
+  "hint.mixed-devices.types": "确认所有应在 GPU 上训练的模型都已移过去。",
+  "warning.no-parameters": "模型 {model} 没有参数或缓冲区，只能从输入推断设备。",
+  "hint.no-parameters": "请注册持有权重的模块，例如 `probe.register(model.backbone)`。",
+  "warning.worker-cuda": "DataLoader 工作进程 {pids} 占用了 GPU 显存：每个工作进程都有自己的 CUDA 上下文。",
+  "hint.worker-cuda": "让 Dataset.__getitem__ 只在 CPU 上运行；在训练循环中把整个批次移到 GPU（`pin_memory=True`，`x.to('cuda', non_blocking=True)`）。",
+  "warning.gpu-work-in-child": "GPU 工作由 {pid} 的子进程完成：{processes}。",
+  "hint.gpu-work-in-child": "无需修复：只监视启动进程的工具会漏掉这一点；进程表中可以看到。",
+  "warning.unregistered-gpu-process": "进程 {pids} 在使用 GPU 但未运行探针；其模型设备未知。",
+  "hint.unregistered-gpu-process.mp-child": "它们是 multiprocessing 子进程（spawn/forkserver），例如 DataLoader 工作进程：传入加载器 `probe.register(model, loader=train_loader)`，或在它们运行的函数中调用 `probe.activate()`（或 `probe.register(model)`）。",
+  "hint.unregistered-gpu-process": "在这些进程运行的代码中调用 `probe.register(model)`。",
+  "warning.shared-model-unprobed-child": "进程 {pid} 的模型 {model} 位于共享内存中，其子进程 {pids} 未运行探针：它们对该模型的调用不会被统计。",
+  "hint.shared-model-unprobed-child": "如果这些子进程在训练该模型（torch.multiprocessing、hogwild），请在它们运行的函数开头调用 `probe.register(model)`：spawn 与 forkserver 方式启动的子进程不会继承探针，fork 方式的会。",
+  "warning.device-count-mismatch": "系统看到 {total} 个图形设备，框架可使用 {usable} 个；不可用：{devices}。",
+  "hint.device-count-mismatch.integrated": "Intel 或 AMD 集成显卡无法运行 CUDA，这是正常的。{then}",
+  "hint.device-count-mismatch.no-cuda": "torch 在此无法使用 CUDA（见上方错误）。",
+  "hint.device-count-mismatch.hidden": "有 NVIDIA GPU 对框架不可见：检查 CUDA_VISIBLE_DEVICES 和驱动。",
+  "hint.device-count-mismatch": "请确认模型在 NVIDIA 设备（`cuda`）上。",
+  "warning.pid-namespace": "驱动报告的 GPU 进程 pid 在此处不存在：sidecar 运行在与驱动不同的 PID 命名空间（容器）中，无法按进程归属 GPU 使用。",
+  "hint.pid-namespace": "在宿主机 PID 命名空间中运行 sidecar（`docker run --pid=host ...`，或 Kubernetes 中 `hostPID: true`）。",
+  "warning.idle-gpu": "模型在 GPU 上，但在{work}持续进行时，GPU 利用率已连续 {seconds} 秒低于 {threshold}。",
+  "hint.idle-gpu.data-wait": "数据加载拖慢了 GPU：训练循环有 {wait} 的时间在等待下一个批次。增大 `num_workers`，设置 `pin_memory=True` 和 `persistent_workers=True`，或缓存/预处理数据。",
+  "hint.idle-gpu": "可能原因：数据加载（向 `probe.register` 传入 `loader=` 以测量），模型相对 GPU 太小（增大批量），每步调用 `.item()` 或 `.cpu()` 等主机同步，或计算发生在其他进程中。",
+  "warning.memory-growth": "任务的 GPU 显存持续增长：最近 {seconds} 秒内从 {first} MiB 增至 {last} MiB。",
+  "hint.memory-growth": "检查跨步保留的张量：累加 `loss` 而不是 `loss.item()`、保存输出的列表或不断增长的缓存；`torch.cuda.memory_summary()` 可显示显存占用来源。",
+  "warning.rank-shared-gpu": "进程 {pids} 中的多个 rank 共用 GPU {gpu}：它们相互争用，其他 GPU 可能闲置。",
+  "hint.rank-shared-gpu": "在每个 rank 中调用 `torch.cuda.set_device(local_rank)`，并使用 `device = torch.device('cuda', local_rank)`。",
+  "warning.rank-device-mismatch": "LOCAL_RANK={rank} 的 rank（pid {pid}）的模型 {model} 在 {device} 上。",
+  "hint.rank-device-mismatch": "使用 `device = torch.device('cuda', int(os.environ['LOCAL_RANK']))` 并调用 `torch.cuda.set_device(device)`。"
 };
-var zh_default = zh;
 
 // ../sidecar/static/format.js
 var NA = "—";
+function schemaMismatch(doc, lang) {
+  if (doc && typeof doc === "object" && doc.schema === SCHEMA) return null;
+  const got = doc && typeof doc === "object" && doc.schema !== void 0 ? String(doc.schema) : "?";
+  return t(lang, "schema.mismatch", { got, want: SCHEMA });
+}
 var CATALOGUE = { en: en_default, zh: zh_default };
+var MAX_REF_DEPTH = 4;
 var STATUS_COLORS = {
   GPU: "#16a34a",
   CPU: "#ea580c",
@@ -359,28 +650,43 @@ function pickLang(languages) {
   }
   return "en";
 }
-function t(lang, key, vars) {
+function own(obj, key) {
+  return obj !== null && typeof obj === "object" && Object.prototype.hasOwnProperty.call(obj, key);
+}
+function isRef(x) {
+  return own(x, "id") && typeof x.id === "string";
+}
+function fill(s, vars, lang, depth) {
+  if (!vars || typeof vars !== "object") return s;
+  return s.replace(/\{(\w+)\}/g, (m, name2) => {
+    if (!own(vars, name2)) return m;
+    const v = vars[name2];
+    if (v === null || v === void 0) return m;
+    if (isRef(v)) return depth < MAX_REF_DEPTH ? renderAt(v, lang, depth + 1) : m;
+    return typeof v === "object" ? m : String(v);
+  });
+}
+function lookup(lang, key) {
   const cat = CATALOGUE[normLang(lang)];
-  let s = cat[key];
-  if (s === void 0) s = en_default[key];
-  if (s === void 0) return String(key);
-  if (vars) {
-    s = s.replace(
-      /\{(\w+)\}/g,
-      (m, name2) => Object.prototype.hasOwnProperty.call(vars, name2) && vars[name2] !== null && vars[name2] !== void 0 ? String(vars[name2]) : m
-    );
-  }
-  return s;
+  if (own(cat, key)) return cat[key];
+  if (own(en_default, key)) return en_default[key];
+  return String(key);
+}
+function t(lang, key, vars) {
+  return fill(lookup(lang, key), vars, lang, 0);
+}
+function renderAt(ref, lang, depth) {
+  return fill(lookup(lang, ref.id), own(ref, "params") ? ref.params : null, lang, depth);
+}
+function renderRef(ref, lang) {
+  return isRef(ref) ? renderAt(ref, lang, 0) : null;
 }
 function pickText(obj, field, lang) {
   if (!obj) return "";
-  const a = obj[field];
-  const b = obj[`${field}_zh`];
-  const first = normLang(lang) === "zh" ? b : a;
-  const second = normLang(lang) === "zh" ? a : b;
-  if (typeof first === "string" && first.trim()) return first;
-  if (typeof second === "string" && second.trim()) return second;
-  return "";
+  const rendered = renderRef(obj[`${field}_ref`], lang);
+  if (rendered !== null && rendered.trim()) return rendered;
+  const english = obj[field];
+  return typeof english === "string" && english.trim() ? english : "";
 }
 function statusOf(doc) {
   const s = doc && typeof doc.status === "string" ? doc.status.toUpperCase() : "";
@@ -406,6 +712,10 @@ function sortWarnings(ws) {
   if (!Array.isArray(ws)) return [];
   return ws.map((w, i) => [w, i]).sort((a, b) => SEVERITY_ORDER.indexOf(severityOf(a[0])) - SEVERITY_ORDER.indexOf(severityOf(b[0])) || a[1] - b[1]).map((p) => p[0]);
 }
+function modelGpu(doc) {
+  if (!doc || !Array.isArray(doc.gpus) || !isNum(doc.model_gpu_index)) return null;
+  return doc.gpus.find((g) => g && g.index === doc.model_gpu_index) || null;
+}
 function summarize(doc, lang) {
   const status = statusOf(doc);
   const warnings = sortWarnings(doc && doc.warnings).map((w) => ({
@@ -415,7 +725,8 @@ function summarize(doc, lang) {
     message: warningMessage(w, lang),
     hint: warningHint(w, lang)
   }));
-  const utilPct = doc && isNum(doc.gpu_util) ? doc.gpu_util : null;
+  const gpu = modelGpu(doc);
+  const utilPct = gpu && isNum(gpu.util_pct) ? gpu.util_pct : null;
   return {
     status,
     color: STATUS_COLORS[status],
@@ -423,7 +734,7 @@ function summarize(doc, lang) {
     label: doc ? statusText(doc, lang) : t(lang, "status.noData"),
     util: fmtPct(utilPct),
     utilPct,
-    mem: fmtMiB(doc ? doc.mem_used_mb : null),
+    mem: fmtMiB(gpu ? gpu.mem_used_mib : null),
     message: messageText(doc, lang),
     warnings,
     worst: warnings.length ? warnings[0].severity : null
@@ -488,7 +799,7 @@ function utilLevel(pct) {
 }
 function roleText(proc, lang) {
   if (!proc) return NA;
-  if (!proc.probe && !proc.role) return t(lang, "probe.none");
+  if (!proc.has_probe && !proc.role) return t(lang, "probe.none");
   if (proc.role === "rank" && isNum(proc.rank)) return t(lang, "role.rankN", { n: proc.rank });
   if (proc.role === "dataloader-worker" && isNum(proc.worker_id)) return t(lang, "role.workerN", { n: proc.worker_id });
   if (proc.role && CATALOGUE.en[`role.${proc.role}`]) return t(lang, `role.${proc.role}`);
@@ -507,35 +818,6 @@ function deviceKind(dev) {
   return "other";
 }
 var SERIES_COLORS = ["#2563eb", "#16a34a", "#db2777", "#0891b2", "#9333ea", "#ca8a04", "#dc2626", "#4b5563"];
-function memGrowth(points) {
-  const pts = Array.isArray(points) ? points.filter((p) => p && isNum(p[0]) && isNum(p[1])) : [];
-  const none = { growing: false, slopeMiBPerMin: null, r: null, fit: null };
-  if (pts.length < 5) return none;
-  const span = pts[pts.length - 1][0] - pts[0][0];
-  if (!(span >= 20)) return none;
-  const n = pts.length;
-  let sx = 0, sy = 0;
-  for (const [x, y] of pts) {
-    sx += x;
-    sy += y;
-  }
-  const mx = sx / n, my = sy / n;
-  let sxx = 0, syy = 0, sxy = 0;
-  for (const [x, y] of pts) {
-    const dx = x - mx, dy = y - my;
-    sxx += dx * dx;
-    syy += dy * dy;
-    sxy += dx * dy;
-  }
-  if (sxx === 0) return none;
-  const slope = sxy / sxx;
-  const r = syy === 0 ? 0 : sxy / Math.sqrt(sxx * syy);
-  const perMin = slope * 60;
-  const growing = r >= 0.9 && perMin >= Math.max(8, Math.abs(my) * 5e-3);
-  const ta = pts[0][0], tb = pts[n - 1][0];
-  const fit = [[ta, my + slope * (ta - mx)], [tb, my + slope * (tb - mx)]];
-  return { growing, slopeMiBPerMin: perMin, r, fit };
-}
 
 // ../sidecar/static/charts.js
 var SVG_NS = "http://www.w3.org/2000/svg";
@@ -652,13 +934,13 @@ var TimeChart = class {
     }
     const evg = el("g", { class: "events" }, svg);
     for (const ev of d.events || []) {
-      if (!(ev.time >= t0 && ev.time <= t1)) continue;
-      const xx = Math.round(x(ev.time)) + 0.5;
+      if (!(ev.time_unix_s >= t0 && ev.time_unix_s <= t1)) continue;
+      const xx = Math.round(x(ev.time_unix_s)) + 0.5;
       const g = el("g", { class: "event", "data-testid": "event-marker", "data-name": ev.name || "" }, evg);
       el("line", { x1: xx, x2: xx, y1: m.t, y2: m.t + ih }, g);
       el("path", { d: `M${xx - 4},${m.t - 6} h8 l-4,6 z` }, g);
       const title = el("title", null, g);
-      title.textContent = `${fmtClock(ev.time)} ${this._eventLabel(ev)}`;
+      title.textContent = `${fmtClock(ev.time_unix_s)} ${this._eventLabel(ev)}`;
     }
     const gap = d.gapS || 5;
     const sg = el("g", { class: "series-group" }, svg);
@@ -697,12 +979,12 @@ var TimeChart = class {
         "data-last": pts[pts.length - 1][1]
       }, sg);
     }
-    for (const tr2 of d.trends || []) {
-      const [[ta, va], [tb, vb]] = tr2.fit;
+    for (const tr of d.trends || []) {
+      const [[ta, va], [tb, vb]] = tr.fit;
       el("line", { x1: x(Math.max(ta, t0)), y1: y(va + (Math.max(ta, t0) - ta) * (vb - va) / (tb - ta || 1)), x2: x(tb), y2: y(vb), class: "trend", "data-testid": "trend" }, svg);
-      if (tr2.label) {
+      if (tr.label) {
         const lbl = el("text", { x: x(tb) - 4, y: y(vb) - 8, "text-anchor": "end", class: "trend-label" }, svg);
-        lbl.textContent = tr2.label;
+        lbl.textContent = tr.label;
       }
     }
     this.hoverLayer = el("g", { class: "hover" }, svg);
@@ -752,7 +1034,7 @@ var TimeChart = class {
       if (snapT === null) snapT = p[0];
     }
     const tol = (d.t1 - d.t0) / Math.max(1, this._scale ? this._scale.iw : 600) * 6;
-    const events = (d.events || []).filter((e) => Math.abs(e.time - t2) <= tol);
+    const events = (d.events || []).filter((e) => Math.abs(e.time_unix_s - t2) <= tol);
     return { time: snapT !== null ? snapT : t2, rows, events };
   }
   _drawHover() {
@@ -760,7 +1042,7 @@ var TimeChart = class {
     const { x, y, m, ih } = this._scale;
     const hit = this._hits(this.hoverT);
     this.hoverLayer.replaceChildren();
-    const xx = x(hit.time);
+    const xx = x(hit.time_unix_s);
     el("line", { x1: xx, x2: xx, y1: m.t, y2: m.t + ih, class: "crosshair" }, this.hoverLayer);
     for (const r of hit.rows) el("circle", { cx: x(r.point[0]), cy: y(r.point[1]), r: 4, fill: r.series.color, class: "hover-dot" }, this.hoverLayer);
     if (this.lastClient) this._showTooltip(this.hoverT);
@@ -772,7 +1054,7 @@ var TimeChart = class {
     tip.replaceChildren();
     const head = document.createElement("div");
     head.className = "tt-time";
-    head.textContent = `${fmtClock(hit.time)} · ${this.opts.title ? this.opts.title() : ""}`;
+    head.textContent = `${fmtClock(hit.time_unix_s)} · ${this.opts.title ? this.opts.title() : ""}`;
     tip.appendChild(head);
     for (const r2 of hit.rows) {
       const row = document.createElement("div");
@@ -811,122 +1093,6 @@ function niceTicks(max, target = 4, unit = 1) {
   const ticks = [];
   for (let v = 0; v <= top + step * 1e-9; v += step) ticks.push(v * unit);
   return { ticks, max: top * unit };
-}
-
-// src/client/strings.js
-var en2 = {
-  "plugin.name": "GPU dashboard",
-  "plugin.viewLabel": "GPU",
-  "chip.title": "GPU dashboard: {status}. Click for the glance card.",
-  "chip.unreachable": "no sidecar",
-  "chip.error": "error",
-  "chip.loading": "GPU …",
-  "glance.title": "GPU dashboard",
-  "glance.close": "Close",
-  "glance.more": "Open a session and pick the GPU tab for processes and history.",
-  "glance.moreWarnings": "+{n} more",
-  "glance.noGpus": "No GPU reported.",
-  "view.title": "Is the model really on the GPU?",
-  "error.title": "The GPU dashboard hit an error",
-  "error.body": "Only this panel is affected; DSH keeps working. Details:",
-  "error.hostMissing": 'The plugin\'s host half did not answer at {path}. Is the "dsh-gpu-dashboard" row enabled in the web profile, and was DSH restarted after `dsh plugin add`?',
-  "error.http": "The sidecar answered HTTP {status}: {detail}",
-  "error.auth": "The sidecar refused the request (HTTP {status}). Check the token in the plugin config.",
-  "error.badResponse": "The sidecar answered something that is not a status document: {detail}",
-  "unreachable.url": "Sidecar URL: {url}",
-  "settings.title": "GPU dashboard",
-  "settings.connection": "Connection",
-  "settings.state.ok": "Connected",
-  "settings.state.unreachable": "Sidecar unreachable",
-  "settings.state.error": "Error",
-  "settings.state.loading": "Connecting…",
-  "settings.effectiveUrl": "Sidecar URL in use (host config)",
-  "settings.tokenSet": "token set",
-  "settings.tokenUnset": "no token",
-  "settings.lastUpdate": "Last data",
-  "settings.hostWarnings": "Host config warnings",
-  "settings.test": "Test now",
-  "settings.sidecarUrl": "Sidecar URL",
-  "settings.sidecarUrlHelp": "The DSH server talks to the sidecar (the browser never does), so the URL lives in the host config. Remembered in this browser; to apply it, put this in {file} (hot-reloaded in about 3 s):",
-  "settings.urlSame": "This is the URL the host uses.",
-  "settings.urlDiffers": "Not applied yet: the host still uses {url}.",
-  "settings.urlNotLoopback": "Only loopback URLs (127.0.0.1, ::1, localhost) are accepted; the host would fall back to {def}.",
-  "settings.urlInvalid": "Not a valid http:// URL.",
-  "settings.copy": "Copy",
-  "settings.copied": "Copied",
-  "settings.refresh": "Refresh interval",
-  "settings.refreshHelp": "How often this browser asks for a new status ({min}–{max} s). Stored in this browser.",
-  "settings.seconds": "s",
-  "settings.language": "Language",
-  "settings.langAuto": "Same as DSH",
-  "settings.save": "Save",
-  "settings.saved": "Saved",
-  "settings.startSidecar": "Start the sidecar",
-  "settings.version": "Plugin {version} · DSH {dsh}"
-};
-var zh2 = {
-  "plugin.name": "GPU 面板",
-  "plugin.viewLabel": "GPU",
-  "chip.title": "GPU 面板：{status}。点击查看概览卡片。",
-  "chip.unreachable": "无 sidecar",
-  "chip.error": "出错",
-  "chip.loading": "GPU …",
-  "glance.title": "GPU 面板",
-  "glance.close": "关闭",
-  "glance.more": "打开一个会话并选择 GPU 标签页，可查看进程和历史曲线。",
-  "glance.moreWarnings": "还有 {n} 条",
-  "glance.noGpus": "没有报告任何 GPU。",
-  "view.title": "模型真的在 GPU 上吗？",
-  "error.title": "GPU 面板出错了",
-  "error.body": "只影响本面板，DSH 其余部分照常工作。详情：",
-  "error.hostMissing": '插件的服务端部分在 {path} 没有响应。web 配置中的 "dsh-gpu-dashboard" 行是否启用？执行 `dsh plugin add` 后是否重启了 DSH？',
-  "error.http": "sidecar 返回 HTTP {status}：{detail}",
-  "error.auth": "sidecar 拒绝了请求（HTTP {status}）。请检查插件配置中的 token。",
-  "error.badResponse": "sidecar 返回的不是状态文档：{detail}",
-  "unreachable.url": "Sidecar 地址：{url}",
-  "settings.title": "GPU 面板",
-  "settings.connection": "连接",
-  "settings.state.ok": "已连接",
-  "settings.state.unreachable": "无法连接 sidecar",
-  "settings.state.error": "出错",
-  "settings.state.loading": "连接中…",
-  "settings.effectiveUrl": "当前使用的 Sidecar 地址（服务端配置）",
-  "settings.tokenSet": "已设置 token",
-  "settings.tokenUnset": "未设置 token",
-  "settings.lastUpdate": "最近数据",
-  "settings.hostWarnings": "服务端配置警告",
-  "settings.test": "立即测试",
-  "settings.sidecarUrl": "Sidecar 地址",
-  "settings.sidecarUrlHelp": "由 DSH 服务端访问 sidecar（浏览器不直接访问），因此地址保存在服务端配置中。此处的值只记在本浏览器；要生效，请把下面内容写入 {file}（约 3 秒后自动重新加载）：",
-  "settings.urlSame": "这就是服务端正在使用的地址。",
-  "settings.urlDiffers": "尚未生效：服务端仍在使用 {url}。",
-  "settings.urlNotLoopback": "只接受回环地址（127.0.0.1、::1、localhost）；否则服务端会退回 {def}。",
-  "settings.urlInvalid": "不是有效的 http:// 地址。",
-  "settings.copy": "复制",
-  "settings.copied": "已复制",
-  "settings.refresh": "刷新间隔",
-  "settings.refreshHelp": "本浏览器请求新状态的频率（{min}–{max} 秒），保存在本浏览器中。",
-  "settings.seconds": "秒",
-  "settings.language": "语言",
-  "settings.langAuto": "跟随 DSH",
-  "settings.save": "保存",
-  "settings.saved": "已保存",
-  "settings.startSidecar": "启动 sidecar",
-  "settings.version": "插件 {version} · DSH {dsh}"
-};
-var LOCAL = { en: en2, zh: zh2 };
-function tr(lang, key, vars) {
-  const l = normLang(lang);
-  let s = LOCAL[l][key];
-  if (s === void 0) s = LOCAL.en[key];
-  if (s === void 0) return t(l, key, vars);
-  if (vars) {
-    s = s.replace(
-      /\{(\w+)\}/g,
-      (m, name2) => Object.prototype.hasOwnProperty.call(vars, name2) && vars[name2] !== null && vars[name2] !== void 0 ? String(vars[name2]) : m
-    );
-  }
-  return s;
 }
 
 // src/client/store.js
@@ -1026,7 +1192,7 @@ function classify(resp, path) {
   }
   const b = resp.body;
   if (resp.httpStatus === 200 && b && typeof b === "object" && !Array.isArray(b) && !b.error) {
-    return { kind: "ok" };
+    return b.schema === SCHEMA ? { kind: "ok" } : { kind: "error", code: "schema", got: b.schema ?? null, httpStatus: 200 };
   }
   if (b && b.error === "sidecar-unreachable") {
     return { kind: "unreachable", url: b.url || null, hint: b.hint || null, detail: b.detail || null };
@@ -1052,15 +1218,15 @@ function classify(resp, path) {
 }
 function mergeEvents(old, fresh) {
   const out = Array.isArray(old) ? old.slice() : [];
-  const seen = new Set(out.map((e) => `${e && e.time}|${e && e.name}|${e && e.pid}`));
+  const seen = new Set(out.map((e) => `${e && e.time_unix_s}|${e && e.name}|${e && e.pid}`));
   for (const e of Array.isArray(fresh) ? fresh : []) {
     if (!e || typeof e !== "object") continue;
-    const key = `${e.time}|${e.name}|${e.pid}`;
+    const key = `${e.time_unix_s}|${e.name}|${e.pid}`;
     if (seen.has(key)) continue;
     seen.add(key);
     out.push(e);
   }
-  out.sort((a, b) => (Number(a.time) || 0) - (Number(b.time) || 0));
+  out.sort((a, b) => (Number(a.time_unix_s) || 0) - (Number(b.time_unix_s) || 0));
   return out.length > 500 ? out.slice(out.length - 500) : out;
 }
 function createStore() {
@@ -1145,7 +1311,7 @@ function createStore() {
         const cur = history.get();
         let samples = cur.samples;
         const fresh = r.body.samples.filter(
-          (s) => s && typeof s.time === "number" && (cur.lastTime === null || s.time > cur.lastTime)
+          (s) => s && typeof s.time_unix_s === "number" && (cur.lastTime === null || s.time_unix_s > cur.lastTime)
         );
         if (fresh.length) {
           samples = samples.concat(fresh);
@@ -1155,7 +1321,7 @@ function createStore() {
           samples,
           events: mergeEvents(cur.events, r.body.events),
           intervalS: typeof r.body.interval_s === "number" ? r.body.interval_s : cur.intervalS,
-          lastTime: samples.length ? samples[samples.length - 1].time : cur.lastTime,
+          lastTime: samples.length ? samples[samples.length - 1].time_unix_s : cur.lastTime,
           error: null
         });
       } else {
@@ -1292,8 +1458,8 @@ function ErrorCard({ error, where, lang }) {
   return /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-root dgd-alert dgd-alert-error", "data-testid": "dsh-gpu-error", role: "alert", children: [
     /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { className: "dgd-alert-icon", "aria-hidden": "true", children: "!" }),
     /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-alert-body", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-alert-title", children: tr(l, "error.title") }),
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { children: tr(l, "error.body") }),
+      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-alert-title", children: t(l, "error.title") }),
+      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { children: t(l, "error.body") }),
       /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { className: "dgd-error-detail", children: (where ? `[${where}] ` : "") + detail.slice(0, 2e3) })
     ] })
   ] });
@@ -1354,7 +1520,7 @@ function Meter({ label, pct, value, color }) {
   ] });
 }
 function gpuMemPct(g) {
-  return isNum2(g && g.mem_used_mb) && isNum2(g && g.mem_total_mb) && g.mem_total_mb > 0 ? g.mem_used_mb / g.mem_total_mb * 100 : null;
+  return isNum2(g && g.mem_used_mib) && isNum2(g && g.mem_total_mib) && g.mem_total_mib > 0 ? g.mem_used_mib / g.mem_total_mib * 100 : null;
 }
 function GpuMeters({ gpu, lang }) {
   const memPct = gpuMemPct(gpu);
@@ -1363,9 +1529,9 @@ function GpuMeters({ gpu, lang }) {
       Meter,
       {
         label: t(lang, "gpu.util"),
-        pct: gpu.util,
-        value: fmtPct(gpu.util),
-        color: UTIL_COLORS[utilLevel(gpu.util)]
+        pct: gpu.util_pct,
+        value: fmtPct(gpu.util_pct),
+        color: UTIL_COLORS[utilLevel(gpu.util_pct)]
       }
     ),
     /* @__PURE__ */ (0, import_jsx_runtime.jsx)(
@@ -1373,7 +1539,7 @@ function GpuMeters({ gpu, lang }) {
       {
         label: t(lang, "gpu.mem"),
         pct: memPct,
-        value: isNum2(gpu.mem_total_mb) ? t(lang, "gpu.memOf", { used: fmtMiB(gpu.mem_used_mb), total: fmtMiB(gpu.mem_total_mb) }) : fmtMiB(gpu.mem_used_mb),
+        value: isNum2(gpu.mem_total_mib) ? t(lang, "gpu.memOf", { used: fmtMiB(gpu.mem_used_mib), total: fmtMiB(gpu.mem_total_mib) }) : fmtMiB(gpu.mem_used_mib),
         color: isNum2(memPct) && memPct >= 90 ? SEVERITY_COLORS.error : SERIES_COLORS[0]
       }
     )
@@ -1391,7 +1557,7 @@ function Warnings({ doc, lang, limit }) {
       ] }),
       w.hint ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { className: "dgd-warning-hint", children: w.hint }) : null
     ] }, `${w.code || "w"}-${i}`)),
-    all.length > list.length ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("li", { className: "dgd-muted", children: tr(lang, "glance.moreWarnings", { n: all.length - list.length }) }) : null
+    all.length > list.length ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("li", { className: "dgd-muted", children: t(lang, "glance.moreWarnings", { n: all.length - list.length }) }) : null
   ] });
 }
 function Updated({ lastOk, lang }) {
@@ -1417,7 +1583,7 @@ function Unreachable({ st, lang }) {
         ] })
       ] }),
       /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("p", { className: "dgd-alert-meta", children: [
-        p.url ? tr(lang, "unreachable.url", { url: p.url }) + " · " : "",
+        p.url ? t(lang, "unreachable.url", { url: p.url }) + " · " : "",
         t(lang, "unreachable.retry", { s: clampRefresh(settings.refreshS) }),
         st.lastOk ? " " + t(lang, "unreachable.lastSeen", { ago: fmtAgo((Date.now() - st.lastOk) / 1e3, lang) }) : "",
         p.detail ? " " + t(lang, "unreachable.error", { error: p.detail }) : ""
@@ -1427,10 +1593,11 @@ function Unreachable({ st, lang }) {
 }
 function problemText(p, lang) {
   if (!p) return "";
-  if (p.code === "host-missing") return tr(lang, "error.hostMissing", { path: p.path || `${API}/status` });
-  if (p.code === "auth") return tr(lang, "error.auth", { status: p.httpStatus });
-  if (p.code === "bad-response") return tr(lang, "error.badResponse", { detail: p.detail || "" });
-  if (p.code === "http") return tr(lang, "error.http", { status: p.httpStatus, detail: p.detail || "" });
+  if (p.code === "host-missing") return t(lang, "error.hostMissing", { path: p.path || `${API}/status` });
+  if (p.code === "auth") return t(lang, "error.auth", { status: p.httpStatus });
+  if (p.code === "bad-response") return t(lang, "error.badResponse", { detail: p.detail || "" });
+  if (p.code === "http") return t(lang, "error.http", { status: p.httpStatus, detail: p.detail || "" });
+  if (p.code === "schema") return schemaMismatch({ schema: p.got ?? void 0 }, lang);
   return p.detail || String(p.code || "error");
 }
 function ProblemCard({ st, lang }) {
@@ -1459,18 +1626,18 @@ function StatusChip({ wide }) {
   let dot = STATUS_COLORS.UNKNOWN;
   let util = "";
   if (st.state === "unreachable") {
-    label = tr(lang, "chip.unreachable");
+    label = t(lang, "chip.unreachable");
     dot = SEVERITY_COLORS.warning;
   } else if (st.state === "error") {
-    label = tr(lang, "chip.error");
+    label = t(lang, "chip.error");
     dot = SEVERITY_COLORS.error;
   } else if (!doc) {
-    label = tr(lang, "chip.loading");
+    label = t(lang, "chip.loading");
   } else {
     label = code;
     dot = STATUS_COLORS[code];
     labelStyle = { background: STATUS_COLORS[code], color: STATUS_TEXT_COLORS[code] };
-    util = fmtPct(doc.gpu_util);
+    util = summarize(doc, lang).util;
   }
   const statusWords = st.state === "ok" && doc ? `${summarize(doc, lang).label}${util && util !== NA ? ` · ${util}` : ""}` : st.state === "unreachable" ? t(lang, "unreachable.title") : label;
   return /* @__PURE__ */ (0, import_jsx_runtime.jsxs)(
@@ -1482,8 +1649,8 @@ function StatusChip({ wide }) {
       "data-state": st.state,
       "data-status": code || "",
       "aria-expanded": ui.glanceOpen ? "true" : "false",
-      "aria-label": tr(lang, "chip.title", { status: statusWords }),
-      title: tr(lang, "chip.title", { status: statusWords }),
+      "aria-label": t(lang, "chip.title", { status: statusWords }),
+      title: t(lang, "chip.title", { status: statusWords }),
       onClick: () => store.toggleGlance(),
       children: [
         /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("span", { className: "dgd-chip-icon", children: [
@@ -1492,7 +1659,7 @@ function StatusChip({ wide }) {
         ] }),
         wide === false ? null : /* @__PURE__ */ (0, import_jsx_runtime.jsxs)(import_jsx_runtime.Fragment, { children: [
           /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-chip-label", style: labelStyle, "data-testid": "dsh-gpu-chip-status", children: label }),
-          doc && st.state === "ok" ? null : /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-chip-text dgd-muted", children: tr(lang, "plugin.name") }),
+          doc && st.state === "ok" ? null : /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-chip-text dgd-muted", children: t(lang, "plugin.name") }),
           util ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-chip-util", "data-testid": "dsh-gpu-chip-util", children: util }) : null
         ] })
       ]
@@ -1543,11 +1710,11 @@ function GlanceCardOpen() {
       "data-testid": "dsh-gpu-glance",
       "data-state": st.state,
       role: "dialog",
-      "aria-label": tr(lang, "glance.title"),
+      "aria-label": t(lang, "glance.title"),
       children: [
         /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-glance-head", children: [
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-glance-title", children: tr(lang, "glance.title") }),
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("button", { type: "button", className: "dgd-close", "aria-label": tr(lang, "glance.close"), onClick: () => store.toggleGlance(false), children: "×" })
+          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-glance-title", children: t(lang, "glance.title") }),
+          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("button", { type: "button", className: "dgd-close", "aria-label": t(lang, "glance.close"), onClick: () => store.toggleGlance(false), children: "×" })
         ] }),
         /* @__PURE__ */ (0, import_jsx_runtime.jsx)(ConnectionNotice, { st, lang }),
         doc ? /* @__PURE__ */ (0, import_jsx_runtime.jsxs)(import_jsx_runtime.Fragment, { children: [
@@ -1563,9 +1730,9 @@ function GlanceCardOpen() {
               g.name || NA
             ] }),
             /* @__PURE__ */ (0, import_jsx_runtime.jsx)(GpuMeters, { gpu: g, lang })
-          ] }, `${g.index ?? i}`)) : /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-muted", children: tr(lang, "glance.noGpus") }),
+          ] }, `${g.index ?? i}`)) : /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-muted", children: t(lang, "glance.noGpus") }),
           /* @__PURE__ */ (0, import_jsx_runtime.jsx)(Updated, { lastOk: st.lastOk, lang }),
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-muted", style: { margin: 0, fontSize: 12 }, children: tr(lang, "glance.more") })
+          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-muted", style: { margin: 0, fontSize: 12 }, children: t(lang, "glance.more") })
         ] }) : null
       ]
     }
@@ -1579,7 +1746,7 @@ function targetText(doc, lang) {
   if (tg.name) parts.push(String(tg.name));
   if (tg.alive === true) parts.push(t(lang, "target.running"));
   if (tg.alive === false) parts.push(t(lang, "target.exited"));
-  if (isNum2(tg.create_time)) parts.push(t(lang, "target.since", { ago: fmtAgo(Date.now() / 1e3 - tg.create_time, lang) }));
+  if (isNum2(tg.create_time_unix_s)) parts.push(t(lang, "target.since", { ago: fmtAgo(Date.now() / 1e3 - tg.create_time_unix_s, lang) }));
   return parts.join(" · ");
 }
 function Hero({ doc, lang, lastOk }) {
@@ -1597,11 +1764,11 @@ function Hero({ doc, lang, lastOk }) {
     /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("dl", { className: "dgd-facts", "data-testid": "dsh-gpu-facts", children: [
       /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { children: [
         /* @__PURE__ */ (0, import_jsx_runtime.jsx)("dt", { children: t(lang, "summary.util") }),
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("dd", { children: fmtPct(doc.gpu_util) })
+        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("dd", { children: fmtPct(modelGpu(doc)?.util_pct) })
       ] }),
       /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { children: [
         /* @__PURE__ */ (0, import_jsx_runtime.jsx)("dt", { children: t(lang, "summary.mem") }),
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("dd", { children: fmtMiB(doc.mem_used_mb) })
+        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("dd", { children: fmtMiB(modelGpu(doc)?.mem_used_mib) })
       ] }),
       /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { children: [
         /* @__PURE__ */ (0, import_jsx_runtime.jsx)("dt", { children: t(lang, "summary.modelDevice") }),
@@ -1657,7 +1824,7 @@ function GpuCards({ doc, lang }) {
             /* @__PURE__ */ (0, import_jsx_runtime.jsx)("ul", { className: "dgd-gpu-procs", children: procs.map(({ proc, gpu }) => /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("li", { children: [
               /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-mono", children: proc.pid }),
               /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { children: roleText(proc, lang) }),
-              /* @__PURE__ */ (0, import_jsx_runtime.jsx)("b", { children: fmtMiB(gpu.mem_used_mb) })
+              /* @__PURE__ */ (0, import_jsx_runtime.jsx)("b", { children: fmtMiB(gpu.mem_used_mib) })
             ] }, `${proc.pid}`)) })
           ] }) : /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-muted", children: t(lang, "gpu.noProcs") }) })
         ] }, `gpu-${g.index ?? i}`);
@@ -1704,8 +1871,8 @@ function ProcessTable({ doc, lang }) {
         const models = Array.isArray(p.models) ? p.models.filter(Boolean) : [];
         const m = models[0] || null;
         const gpuRows = Array.isArray(p.gpu) ? p.gpu.filter(Boolean) : [];
-        const mem = gpuRows.reduce((a, g) => isNum2(g.mem_used_mb) ? (a ?? 0) + g.mem_used_mb : a, null);
-        const sm = gpuRows.reduce((a, g) => isNum2(g.sm_util) ? Math.max(a ?? 0, g.sm_util) : a, null);
+        const mem = gpuRows.reduce((a, g) => isNum2(g.mem_used_mib) ? (a ?? 0) + g.mem_used_mib : a, null);
+        const sm = gpuRows.reduce((a, g) => isNum2(g.sm_util_pct) ? Math.max(a ?? 0, g.sm_util_pct) : a, null);
         return /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("tr", { "data-testid": "dsh-gpu-process", "data-pid": p.pid ?? "", children: [
           /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("td", { children: [
             /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-proc-name", children: p.name || NA }),
@@ -1714,19 +1881,19 @@ function ProcessTable({ doc, lang }) {
             cmdText(p.cmdline) ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-proc-cmd", title: cmdText(p.cmdline), children: cmdText(p.cmdline) }) : null,
             p.probe_error ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { className: "dgd-probe-error", children: t(lang, "probe.error", { error: p.probe_error }) }) : null
           ] }),
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("td", { title: !p.probe ? t(lang, "probe.noneTitle") : void 0, children: roleText(p, lang) }),
+          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("td", { title: !p.has_probe ? t(lang, "probe.noneTitle") : void 0, children: roleText(p, lang) }),
           /* @__PURE__ */ (0, import_jsx_runtime.jsx)("td", { children: models.length ? models.map((mm, j) => /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { children: [
             mm.name || NA,
-            isNum2(mm.params) ? /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("span", { className: "dgd-muted", children: [
+            isNum2(mm.param_count) ? /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("span", { className: "dgd-muted", children: [
               " · ",
-              t(lang, "model.params", { n: fmtCount(mm.params) })
+              t(lang, "model.params", { n: fmtCount(mm.param_count) })
             ] }) : null
           ] }, j)) : NA }),
           /* @__PURE__ */ (0, import_jsx_runtime.jsx)("td", { children: models.length ? models.map((mm, j) => /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { children: /* @__PURE__ */ (0, import_jsx_runtime.jsx)(DeviceChip, { dev: mm.device }) }, j)) : /* @__PURE__ */ (0, import_jsx_runtime.jsx)(DeviceChip, { dev: null }) }),
           /* @__PURE__ */ (0, import_jsx_runtime.jsx)("td", { children: models.length ? models.map((mm, j) => /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { children: /* @__PURE__ */ (0, import_jsx_runtime.jsx)(DeviceChip, { dev: mm.input_device }) }, j)) : /* @__PURE__ */ (0, import_jsx_runtime.jsx)(DeviceChip, { dev: null }) }),
           /* @__PURE__ */ (0, import_jsx_runtime.jsx)("td", { className: "dgd-num", children: fmtMiB(mem) }),
           /* @__PURE__ */ (0, import_jsx_runtime.jsx)("td", { className: "dgd-num", children: fmtPct(sm) }),
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("td", { className: "dgd-num", children: fmtPct(p.cpu_percent) }),
+          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("td", { className: "dgd-num", children: fmtPct(p.cpu_pct) }),
           /* @__PURE__ */ (0, import_jsx_runtime.jsx)("td", { className: "dgd-num", children: m ? fmtFraction(m.data_wait_fraction) : NA }),
           /* @__PURE__ */ (0, import_jsx_runtime.jsx)("td", { className: "dgd-num", children: m ? fmtRate(m.forward_rate_hz) : NA })
         ] }, `${p.pid ?? i}`);
@@ -1793,15 +1960,15 @@ function buildSeries(samples, doc, lang, t0) {
   const memByGpu = /* @__PURE__ */ new Map();
   const utilByGpu = /* @__PURE__ */ new Map();
   for (const s of samples) {
-    if (!s || !isNum2(s.time) || s.time < t0) continue;
+    if (!s || !isNum2(s.time_unix_s) || s.time_unix_s < t0) continue;
     for (const g of Array.isArray(s.gpus) ? s.gpus : []) {
       if (!g || !isNum2(g.index)) continue;
       if (!memByGpu.has(g.index)) {
         memByGpu.set(g.index, []);
         utilByGpu.set(g.index, []);
       }
-      if (isNum2(g.mem_used_mb)) memByGpu.get(g.index).push([s.time, g.mem_used_mb]);
-      if (isNum2(g.util)) utilByGpu.get(g.index).push([s.time, g.util]);
+      if (isNum2(g.mem_used_mib)) memByGpu.get(g.index).push([s.time_unix_s, g.mem_used_mib]);
+      if (isNum2(g.util_pct)) utilByGpu.get(g.index).push([s.time_unix_s, g.util_pct]);
     }
   }
   const indices = [...memByGpu.keys()].sort((a, b) => a - b);
@@ -1812,7 +1979,7 @@ function buildSeries(samples, doc, lang, t0) {
     points: map.get(idx)
   }));
   const totals = /* @__PURE__ */ new Map();
-  for (const g of doc && doc.gpus || []) if (g && isNum2(g.index) && isNum2(g.mem_total_mb)) totals.set(g.index, g.mem_total_mb);
+  for (const g of doc && doc.gpus || []) if (g && isNum2(g.index) && isNum2(g.mem_total_mib)) totals.set(g.index, g.mem_total_mib);
   return { mem: mk(memByGpu), util: mk(utilByGpu), totals };
 }
 function Legend({ series }) {
@@ -1826,8 +1993,8 @@ function HistoryCharts({ doc, lang }) {
   const [win, setWin] = (0, import_react.useState)("300");
   const group = (0, import_react.useMemo)(() => [], []);
   const samples = h.samples;
-  const last = samples.length ? samples[samples.length - 1].time : Date.now() / 1e3;
-  const first = samples.length ? samples[0].time : last - 60;
+  const last = samples.length ? samples[samples.length - 1].time_unix_s : Date.now() / 1e3;
+  const first = samples.length ? samples[0].time_unix_s : last - 60;
   const span = win === "all" ? Math.max(60, last - first) : Number(win);
   const t1 = last;
   const t0 = win === "all" ? Math.min(first, last - 60) : last - span;
@@ -1851,7 +2018,7 @@ function HistoryCharts({ doc, lang }) {
     gapS
   };
   const utilData = { series: util, t0, t1, yMax: 100, yTicks: [0, 25, 50, 75, 100], events, gapS };
-  const growth = mem.map((s) => memGrowth(s.points)).find((g) => g.growing);
+  const growth = doc && doc.memory_growth;
   return /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("section", { "data-testid": "dsh-gpu-history", children: [
     /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-block-head", children: [
       /* @__PURE__ */ (0, import_jsx_runtime.jsx)("h3", { className: "dgd-section-title", children: t(lang, "charts.title") }),
@@ -1861,7 +2028,7 @@ function HistoryCharts({ doc, lang }) {
       /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("figure", { className: "dgd-card dgd-chart", "data-testid": "dsh-gpu-chart-mem", children: [
         /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("figcaption", { children: [
           /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-chart-title", children: t(lang, "chart.mem") }),
-          growth ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-chart-flag", children: t(lang, "chart.growing", { rate: fmtMiB(growth.slopeMiBPerMin) }) }) : null,
+          growth ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-chart-flag", children: t(lang, "chart.growing", { rate: fmtMiB(growth.rate_mib_per_min) }) }) : null,
           /* @__PURE__ */ (0, import_jsx_runtime.jsx)(Legend, { series: mem })
         ] }),
         /* @__PURE__ */ (0, import_jsx_runtime.jsx)(
@@ -1897,7 +2064,7 @@ function HistoryCharts({ doc, lang }) {
     /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-card", style: { marginTop: 12 }, "data-testid": "dsh-gpu-events", children: [
       /* @__PURE__ */ (0, import_jsx_runtime.jsx)("h3", { className: "dgd-section-title", children: t(lang, "events.title") }),
       events.length ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("ol", { className: "dgd-events", children: events.slice(-30).map((e, i) => /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("li", { children: [
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-mono dgd-muted", children: fmtClock(e.time) }),
+        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-mono dgd-muted", children: fmtClock(e.time_unix_s) }),
         /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-ev-name", children: e.name || NA }),
         e.pid ? /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("span", { className: "dgd-muted", children: [
           "pid ",
@@ -2009,36 +2176,36 @@ function SettingsSection() {
   };
   return /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-root dgd-settings", "data-testid": "dsh-gpu-settings", children: [
     /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("section", { className: "dgd-field", "data-testid": "dsh-gpu-connection", "data-state": st.state, children: [
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-field-label", children: tr(lang, "settings.connection") }),
+      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-field-label", children: t(lang, "settings.connection") }),
       /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-conn", children: [
         /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("span", { className: "dgd-conn-state", children: [
           /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-conn-dot", style: { background: stateColor } }),
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { "data-testid": "dsh-gpu-connection-state", children: tr(lang, `settings.state.${st.state}`) }),
+          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { "data-testid": "dsh-gpu-connection-state", children: t(lang, `settings.state.${st.state}`) }),
           st.state === "ok" && st.doc ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)(Badge, { doc: st.doc, lang }) : null
         ] }),
         /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("dl", { className: "dgd-kv", children: [
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("dt", { children: tr(lang, "settings.effectiveUrl") }),
+          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("dt", { children: t(lang, "settings.effectiveUrl") }),
           /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("dd", { className: "dgd-mono", "data-testid": "dsh-gpu-effective-url", children: [
             effective || NA,
             cfg ? /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("span", { className: "dgd-muted", children: [
               " · ",
-              cfg.tokenSet ? tr(lang, "settings.tokenSet") : tr(lang, "settings.tokenUnset")
+              cfg.tokenSet ? t(lang, "settings.tokenSet") : t(lang, "settings.tokenUnset")
             ] }) : null
           ] }),
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("dt", { children: tr(lang, "settings.lastUpdate") }),
+          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("dt", { children: t(lang, "settings.lastUpdate") }),
           /* @__PURE__ */ (0, import_jsx_runtime.jsx)("dd", { children: st.lastOk ? fmtAgo((Date.now() - st.lastOk) / 1e3, lang) : t(lang, "updated.never") }),
           cfg && Array.isArray(cfg.warnings) && cfg.warnings.length ? /* @__PURE__ */ (0, import_jsx_runtime.jsxs)(import_jsx_runtime.Fragment, { children: [
-            /* @__PURE__ */ (0, import_jsx_runtime.jsx)("dt", { children: tr(lang, "settings.hostWarnings") }),
+            /* @__PURE__ */ (0, import_jsx_runtime.jsx)("dt", { children: t(lang, "settings.hostWarnings") }),
             /* @__PURE__ */ (0, import_jsx_runtime.jsx)("dd", { className: "dgd-note-warn", "data-testid": "dsh-gpu-host-warnings", children: cfg.warnings.map((w, i) => /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { children: w }, i)) })
           ] }) : null
         ] }),
         st.state === "unreachable" ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)(Unreachable, { st, lang }) : null,
         st.state === "error" ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)(ProblemCard, { st, lang }) : null,
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime.jsx)("button", { type: "button", className: "dgd-btn", onClick: () => store.refreshNow(), "data-testid": "dsh-gpu-test", children: tr(lang, "settings.test") }) })
+        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime.jsx)("button", { type: "button", className: "dgd-btn", onClick: () => store.refreshNow(), "data-testid": "dsh-gpu-test", children: t(lang, "settings.test") }) })
       ] })
     ] }),
     /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("section", { className: "dgd-field", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("label", { className: "dgd-field-label", htmlFor: "dgd-url", children: tr(lang, "settings.sidecarUrl") }),
+      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("label", { className: "dgd-field-label", htmlFor: "dgd-url", children: t(lang, "settings.sidecarUrl") }),
       /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime.jsx)(
         "input",
         {
@@ -2050,16 +2217,16 @@ function SettingsSection() {
           onChange: (e) => setUrl(e.target.value)
         }
       ) }),
-      vet === "invalid" ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-note-warn", children: tr(lang, "settings.urlInvalid") }) : null,
-      vet === "not-loopback" ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-note-warn", children: tr(lang, "settings.urlNotLoopback", { def: cfg && cfg.defaultSidecarUrl || "http://127.0.0.1:8765" }) }) : null,
-      vet === "ok" && !differs && effective ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-note-ok", children: tr(lang, "settings.urlSame") }) : null,
-      differs ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-note-warn", "data-testid": "dsh-gpu-url-differs", children: tr(lang, "settings.urlDiffers", { url: effective }) }) : null,
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-field-help", children: tr(lang, "settings.sidecarUrlHelp", { file: "$DSH_HOME/profiles/web/cordis.patch.yml" }) }),
+      vet === "invalid" ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-note-warn", children: t(lang, "settings.urlInvalid") }) : null,
+      vet === "not-loopback" ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-note-warn", children: t(lang, "settings.urlNotLoopback", { def: cfg && cfg.defaultSidecarUrl || "http://127.0.0.1:8765" }) }) : null,
+      vet === "ok" && !differs && effective ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-note-ok", children: t(lang, "settings.urlSame") }) : null,
+      differs ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-note-warn", "data-testid": "dsh-gpu-url-differs", children: t(lang, "settings.urlDiffers", { url: effective }) }) : null,
+      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-field-help", children: t(lang, "settings.sidecarUrlHelp", { file: "$DSH_HOME/profiles/web/cordis.patch.yml" }) }),
       /* @__PURE__ */ (0, import_jsx_runtime.jsx)("pre", { className: "dgd-pre", "data-testid": "dsh-gpu-yaml", children: snippet }),
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime.jsx)("button", { type: "button", className: "dgd-btn", onClick: copy, children: copied ? tr(lang, "settings.copied") : tr(lang, "settings.copy") }) })
+      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime.jsx)("button", { type: "button", className: "dgd-btn", onClick: copy, children: copied ? t(lang, "settings.copied") : t(lang, "settings.copy") }) })
     ] }),
     /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("section", { className: "dgd-field", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("label", { className: "dgd-field-label", htmlFor: "dgd-refresh", children: tr(lang, "settings.refresh") }),
+      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("label", { className: "dgd-field-label", htmlFor: "dgd-refresh", children: t(lang, "settings.refresh") }),
       /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-row", children: [
         /* @__PURE__ */ (0, import_jsx_runtime.jsx)(
           "input",
@@ -2075,12 +2242,12 @@ function SettingsSection() {
             onChange: (e) => setRefresh(e.target.value)
           }
         ),
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-muted", children: tr(lang, "settings.seconds") })
+        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-muted", children: t(lang, "settings.seconds") })
       ] }),
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-field-help", children: tr(lang, "settings.refreshHelp", { min: REFRESH_MIN_S, max: REFRESH_MAX_S }) })
+      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-field-help", children: t(lang, "settings.refreshHelp", { min: REFRESH_MIN_S, max: REFRESH_MAX_S }) })
     ] }),
     /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("section", { className: "dgd-field", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("label", { className: "dgd-field-label", htmlFor: "dgd-lang", children: tr(lang, "settings.language") }),
+      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("label", { className: "dgd-field-label", htmlFor: "dgd-lang", children: t(lang, "settings.language") }),
       /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime.jsxs)(
         "select",
         {
@@ -2090,7 +2257,7 @@ function SettingsSection() {
           onChange: (e) => store.saveSettings({ lang: e.target.value }),
           "data-testid": "dsh-gpu-lang-select",
           children: [
-            /* @__PURE__ */ (0, import_jsx_runtime.jsx)("option", { value: "auto", children: tr(lang, "settings.langAuto") }),
+            /* @__PURE__ */ (0, import_jsx_runtime.jsx)("option", { value: "auto", children: t(lang, "settings.langAuto") }),
             /* @__PURE__ */ (0, import_jsx_runtime.jsx)("option", { value: "en", children: "English" }),
             /* @__PURE__ */ (0, import_jsx_runtime.jsx)("option", { value: "zh", children: "中文" })
           ]
@@ -2098,8 +2265,8 @@ function SettingsSection() {
       ) })
     ] }),
     /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-row", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("button", { type: "button", className: "dgd-btn", onClick: save, "data-testid": "dsh-gpu-save", children: saved ? tr(lang, "settings.saved") : tr(lang, "settings.save") }),
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-muted", style: { marginLeft: "auto", fontSize: 11.5 }, children: tr(lang, "settings.version", { version: cfg && cfg.version || PLUGIN_VERSION, dsh: SUPPORTED_DSH }) })
+      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("button", { type: "button", className: "dgd-btn", onClick: save, "data-testid": "dsh-gpu-save", children: saved ? t(lang, "settings.saved") : t(lang, "settings.save") }),
+      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-muted", style: { marginLeft: "auto", fontSize: 11.5 }, children: t(lang, "settings.version", { version: cfg && cfg.version || PLUGIN_VERSION, dsh: SUPPORTED_DSH }) })
     ] })
   ] });
 }
@@ -2308,12 +2475,12 @@ var ENTRIES = [
   },
   {
     slot: "conversation.view",
-    options: { id: "dsh-gpu-dashboard", order: 50, label: () => tr(getStore().lang(), "plugin.viewLabel") },
+    options: { id: "dsh-gpu-dashboard", order: 50, label: () => t(getStore().lang(), "plugin.viewLabel") },
     component: guarded(GpuView, "GPU view")
   },
   {
     slot: "settings.section",
-    options: { id: "dsh-gpu-dashboard", order: 80, label: () => tr(getStore().lang(), "plugin.name") },
+    options: { id: "dsh-gpu-dashboard", order: 80, label: () => t(getStore().lang(), "plugin.name") },
     component: guarded(SettingsSection, "settings")
   }
 ];

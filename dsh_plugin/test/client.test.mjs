@@ -1,10 +1,9 @@
 // Unit tests of the browser half's pure parts (node --test test/): response classification,
-// event merging, the plugin's own strings (en/zh parity, fallback to the shared catalogue).
+// event merging, the shared catalogue (en/zh parity, plugin strings, references to render).
 import assert from 'node:assert/strict'
 import { describe, test } from 'node:test'
 import { classify, clampRefresh, mergeEvents } from '../src/client/store.js'
-import { schemaMismatch, t } from '../../sidecar/static/format.js'
-import { LOCAL_STRINGS, tr } from '../src/client/strings.js'
+import { CATALOGUE, renderRef, schemaMismatch, summarize, t } from '../../sidecar/static/format.js'
 
 describe('classify', () => {
   const path = '/dsh-gpu-dashboard/api/status'
@@ -40,10 +39,10 @@ describe('classify', () => {
 })
 
 test('mergeEvents dedupes, sorts and caps', () => {
-  const a = [{ time: 2, name: 'b', pid: 1 }]
-  const merged = mergeEvents(a, [{ time: 1, name: 'a', pid: 1 }, { time: 2, name: 'b', pid: 1 }, null, 'x'])
+  const a = [{ time_unix_s: 2, name: 'b', pid: 1 }]
+  const merged = mergeEvents(a, [{ time_unix_s: 1, name: 'a', pid: 1 }, { time_unix_s: 2, name: 'b', pid: 1 }, null, 'x'])
   assert.deepEqual(merged.map((e) => e.name), ['a', 'b'])
-  const many = Array.from({ length: 600 }, (_, i) => ({ time: i, name: 'e', pid: 1 }))
+  const many = Array.from({ length: 600 }, (_, i) => ({ time_unix_s: i, name: 'e', pid: 1 }))
   assert.equal(mergeEvents([], many).length, 500)
   assert.deepEqual(mergeEvents(undefined, undefined), [])
 })
@@ -55,15 +54,43 @@ test('clampRefresh', () => {
   assert.equal(clampRefresh('5'), 5)
 })
 
-describe('strings', () => {
-  test('en and zh have the same keys', () => {
-    assert.deepEqual(Object.keys(LOCAL_STRINGS.zh).sort(), Object.keys(LOCAL_STRINGS.en).sort())
+describe('catalogue', () => {
+  const placeholders = (s) => [...s.matchAll(/\{(\w+)\}/g)].map((m) => m[1]).sort()
+  test('en and zh have the same keys and placeholders', () => {
+    assert.deepEqual(Object.keys(CATALOGUE.zh).sort(), Object.keys(CATALOGUE.en).sort())
+    for (const [key, s] of Object.entries(CATALOGUE.en)) assert.deepEqual(placeholders(CATALOGUE.zh[key]), placeholders(s), key)
   })
-  test('plugin strings first, then the shared catalogue, with variables', () => {
-    assert.equal(tr('en', 'chip.unreachable'), 'no sidecar')
-    assert.equal(tr('zh', 'status.GPU'), t('zh', 'status.GPU'))
-    assert.notEqual(tr('zh', 'status.GPU'), 'status.GPU')
-    assert.equal(tr('en', 'settings.urlDiffers', { url: 'U' }), 'Not applied yet: the host still uses U.')
-    assert.equal(tr('fr', 'plugin.name'), 'GPU dashboard')
+  test('plugin strings and page strings, with variables, falling back to en', () => {
+    assert.equal(t('en', 'chip.unreachable'), 'no sidecar')
+    assert.notEqual(t('zh', 'status.GPU'), 'status.GPU')
+    assert.equal(t('en', 'settings.urlDiffers', { url: 'U' }), 'Not applied yet: the host still uses U.')
+    assert.equal(t('fr', 'plugin.name'), 'GPU dashboard')
+  })
+  test('references render in the language asked, nested ones too, and never throw', () => {
+    const reason = { id: 'reason.cpu.not-moved', params: {} }
+    const ref = { id: 'message.exited', params: { pid: 7, message: { id: 'message.cpu', params: { model: 'Net', reason } } } }
+    assert.equal(renderRef(ref, 'en'), 'Process 7 has exited. Last known: Model Net runs on the CPU: a GPU is available but the model was not moved to it.')
+    assert.equal(renderRef(ref, 'zh'), '进程 7 已退出。最后状态：模型 Net 运行在 CPU 上：GPU 可用，但模型没有被移到 GPU 上。')
+    assert.equal(renderRef({ id: 'no.such' }, 'zh'), 'no.such')
+    assert.equal(renderRef({ id: 'message.exited', params: { pid: '{message}', message: { x: 1 } } }, 'en'), 'Process {message} has exited. Last known: {message}')
+    assert.equal(renderRef(null, 'en'), null)
+    assert.equal(renderRef({ id: '__proto__', params: { toString: 1 } }, 'en'), '__proto__')
+  })
+  test('a document renders from its refs in the language asked, else its English strings', () => {
+    const doc = {
+      status: 'CPU',
+      message: 'Model Net runs on the CPU: no accelerator is in use.',
+      message_ref: { id: 'message.cpu', params: { model: 'Net', reason: { id: 'reason.cpu.no-accelerator', params: {} } } },
+      warnings: [
+        { code: 'no-probe', severity: 'warning', message: 'M', hint: 'H', message_ref: { id: 'warning.no-probe', params: {} }, hint_ref: { id: 'hint.no-probe', params: {} } },
+        { code: 'x', severity: 'info', message: 'English only', hint: null },
+      ],
+    }
+    const zh = summarize(doc, 'zh')
+    assert.equal(zh.message, '模型 Net 运行在 CPU 上：未使用任何加速器。')
+    assert.equal(zh.warnings[0].message, CATALOGUE.zh['warning.no-probe'])
+    assert.equal(zh.warnings[0].hint, CATALOGUE.zh['hint.no-probe'])
+    assert.deepEqual([zh.warnings[1].message, zh.warnings[1].hint], ['English only', ''])
+    assert.equal(summarize(doc, 'en').message, doc.message)
   })
 })

@@ -136,7 +136,7 @@ function renderHero(doc) {
   document.title = `${label} · ${tr('app.title')}`;
   setFavicon(STATUS_COLORS[status]);
 
-  if (!changed('hero', doc && [doc.status, doc.message, doc.message_zh, doc.target, doc.model_device,
+  if (!changed('hero', doc && [doc.status, doc.message, doc.message_ref, doc.target, doc.model_device,
     doc.input_device, modelGpu(doc), doc.runtime, doc.warnings,
     Math.floor((doc.time_unix_s || 0) / 30)])) return;
 
@@ -248,7 +248,7 @@ function renderGpus(doc) {
       tag),
     h('div', { class: 'gpu-name', 'data-testid': 'gpu-name', text: g.name || NA, title: [g.name, g.uuid].filter(Boolean).join('\n') }),
     h('div', { class: 'gpu-sub', 'data-testid': 'gpu-framework', text: gpuFrameworkText(doc, g, state.lang) }),
-    meter('gpu.util_pct', g.util_pct, fmtPct(g.util_pct), UTIL_COLORS[level], 'gpu-util'),
+    meter('gpu.util', g.util_pct, fmtPct(g.util_pct), UTIL_COLORS[level], 'gpu-util'),
     meter('gpu.mem', memPct, num(g.mem_total_mib) ? tr('gpu.memOf', { used: fmtMiB(g.mem_used_mib), total: fmtMiB(g.mem_total_mib) }) : fmtMiB(g.mem_used_mib), '#7c3aed', 'gpu-mem'),
     h('div', { class: 'gpu-procs', 'data-testid': 'gpu-procs' },
       h('div', { class: 'gpu-procs-title', text: tr('gpu.procs') }),

@@ -3,7 +3,9 @@
  *
  * Shared by the standalone page (sidecar/static/app.js) and the DSH plugin (dsh_plugin/, which
  * bundles this file with esbuild). Plain ES module: pure functions, no DOM, no fetch, no globals,
- * no dependencies other than the two catalogues in ./i18n/.
+ * no dependencies other than the one catalogue, ./i18n/en.json and ./i18n/zh.json (JSON modules:
+ * the browser imports them from the sidecar, esbuild bundles them into the plugin). The sidecar
+ * renders the same files with sidecar/catalogue.py.
  *
  * Languages: "en" | "zh". Any other value falls back to "en".
  * Absent values (null / undefined / NaN) are always rendered as NA ("—").
@@ -18,7 +20,8 @@
  *   UTIL_COLORS          {none, idle, low, ok, high} → CSS colour for utilisation bars.
  *   LANGS                ["en", "zh"].
  *   NA                   "—".
- *   CATALOGUE            {en: {...}, zh: {...}}: every user-visible string (./i18n/en.js, ./i18n/zh.js).
+ *   CATALOGUE            {en: {...}, zh: {...}}: every user-visible string (./i18n/en.json, ./i18n/zh.json):
+ *                        the page's, the plugin's, and the verdict's messages and hints.
  *   UNREACHABLE_COMMAND      "dsh-sidecar --pid <PID>"               (attach to a running job)
  *   UNREACHABLE_COMMAND_RUN  "dsh-sidecar run -- python train.py"   (launch the job under it)
  *
@@ -26,6 +29,11 @@
  *   pickLang(languages)        navigator.languages (array or string) → "zh" | "en". First supported wins.
  *   normLang(lang)             any value → "en" | "zh".
  *   t(lang, key, vars)         catalogue lookup with {var} substitution; falls back to en, then the key.
+ *                              A var may be a reference (below), rendered in the same language.
+ *   renderRef(ref, lang)       a reference {id, params} → text: t(lang, ref.id, ref.params), params that
+ *                              are references rendered in turn (at most MAX_REF_DEPTH deep); null if
+ *                              `ref` is not a reference. Never throws: an unknown id renders as the id,
+ *                              a missing param leaves its {name}.
  *
  * Status document (GET api/dsh-gpu-dashboard/status, schema 2: ./contract.js)
  *   SCHEMA                     the schema this code reads (2).
@@ -34,9 +42,9 @@
  *   statusOf(doc)              "GPU" | "CPU" | "MIXED" | "UNKNOWN" (anything else → "UNKNOWN").
  *   statusText(doc, lang)      localised label of the status ("On GPU", "在 GPU 上", …).
  *   statusColor(doc)           STATUS_COLORS[statusOf(doc)].
- *   messageText(doc, lang)     doc.message_zh for zh (falls back to doc.message) and vice versa; "" if none.
- *   warningMessage(w, lang)    same choice for a warning's message / message_zh.
- *   warningHint(w, lang)       same choice for hint / hint_zh; "" if none.
+ *   messageText(doc, lang)     doc.message_ref rendered in lang (falls back to the English doc.message); "" if none.
+ *   warningMessage(w, lang)    same for a warning's message_ref / message.
+ *   warningHint(w, lang)       same for hint_ref / hint; "" if none.
  *   severityOf(w)              "error" | "warning" | "info" (unknown → "warning").
  *   sortWarnings(ws)           new array, most severe first, stable.
  *   summarize(doc, lang)       compact chip data:
@@ -69,8 +77,8 @@
  */
 
 import { SCHEMA } from './contract.js';
-import en from './i18n/en.js';
-import zh from './i18n/zh.js';
+import en from './i18n/en.json' with { type: 'json' };
+import zh from './i18n/zh.json' with { type: 'json' };
 
 export const NA = '—';
 export { SCHEMA };
@@ -86,6 +94,7 @@ export function schemaMismatch(doc, lang) {
 }
 export const LANGS = ['en', 'zh'];
 export const CATALOGUE = { en, zh };
+export const MAX_REF_DEPTH = 4;
 
 export const STATUS_COLORS = {
   GPU: '#16a34a',
@@ -147,30 +156,51 @@ export function pickLang(languages) {
   return 'en';
 }
 
-export function t(lang, key, vars) {
-  const cat = CATALOGUE[normLang(lang)];
-  let s = cat[key];
-  if (s === undefined) s = en[key];
-  if (s === undefined) return String(key);
-  if (vars) {
-    s = s.replace(/\{(\w+)\}/g, (m, name) =>
-      Object.prototype.hasOwnProperty.call(vars, name) && vars[name] !== null && vars[name] !== undefined
-        ? String(vars[name])
-        : m,
-    );
-  }
-  return s;
+function own(obj, key) {
+  return obj !== null && typeof obj === 'object' && Object.prototype.hasOwnProperty.call(obj, key);
 }
 
+function isRef(x) {
+  return own(x, 'id') && typeof x.id === 'string';
+}
+
+function fill(s, vars, lang, depth) {
+  if (!vars || typeof vars !== 'object') return s;
+  return s.replace(/\{(\w+)\}/g, (m, name) => {
+    if (!own(vars, name)) return m;
+    const v = vars[name];
+    if (v === null || v === undefined) return m;
+    if (isRef(v)) return depth < MAX_REF_DEPTH ? renderAt(v, lang, depth + 1) : m;
+    return typeof v === 'object' ? m : String(v);
+  });
+}
+
+function lookup(lang, key) {
+  const cat = CATALOGUE[normLang(lang)];
+  if (own(cat, key)) return cat[key];
+  if (own(en, key)) return en[key];
+  return String(key);
+}
+
+export function t(lang, key, vars) {
+  return fill(lookup(lang, key), vars, lang, 0);
+}
+
+function renderAt(ref, lang, depth) {
+  return fill(lookup(lang, ref.id), own(ref, 'params') ? ref.params : null, lang, depth);
+}
+
+export function renderRef(ref, lang) {
+  return isRef(ref) ? renderAt(ref, lang, 0) : null;
+}
+
+// A text of the document: its reference rendered in `lang`, else its English string, else "".
 function pickText(obj, field, lang) {
   if (!obj) return '';
-  const a = obj[field];
-  const b = obj[`${field}_zh`];
-  const first = normLang(lang) === 'zh' ? b : a;
-  const second = normLang(lang) === 'zh' ? a : b;
-  if (typeof first === 'string' && first.trim()) return first;
-  if (typeof second === 'string' && second.trim()) return second;
-  return '';
+  const rendered = renderRef(obj[`${field}_ref`], lang);
+  if (rendered !== null && rendered.trim()) return rendered;
+  const english = obj[field];
+  return typeof english === 'string' && english.trim() ? english : '';
 }
 
 // ---------------------------------------------------------------- status document

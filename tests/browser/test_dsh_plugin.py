@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from sidecar.catalogue import render
 from tests.browser.conftest import screenshot_path
 from tests.browser.dsh_env import (
     DSH_VERSION,
@@ -489,7 +490,12 @@ def test_follows_dsh_language_and_dark_theme(chromium, dsh_gpu: DshWeb, gpu_stac
         glance = page.locator('[data-testid="dsh-gpu-glance"]')
         glance.wait_for()
         text = glance.inner_text()
-        assert doc["message_zh"] and doc["message_zh"] in text
+        message_zh = render(doc["message_ref"], "zh")
+        assert message_zh and message_zh != doc["message"] and message_zh in text
+        ranked = sorted(doc["warnings"], key=lambda w: ["error", "warning", "info"].index(w["severity"]))
+        if ranked:  # warnings are translated too, from their references
+            warning_zh = render(ranked[0]["message_ref"], "zh")
+            assert warning_zh != ranked[0]["message"] and warning_zh in text, (warning_zh, text)
         assert "在 GPU 上" in text  # status.GPU from the shared zh catalogue
         # theme variables: the card is dark when DSH is dark
         bg = page.evaluate(

@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from sidecar.catalogue import render
 from tests.browser.conftest import (
     GPU_NAMES,
     cpu_job_specs,
@@ -273,12 +274,25 @@ def _charts_after_change(page, before_mem):
     tip.wait_for(state="hidden")
 
 
+def assert_warnings_in(page, doc: dict, lang: str) -> None:
+    """Every warning's message and hint shown in `lang`, rendered from its references."""
+    assert doc["warnings"], "the iGPU beside the NVIDIA cards gives at least an info note"
+    for w in doc["warnings"]:
+        item = f"[data-testid=warning][data-code='{w['code']}']"
+        message = render(w["message_ref"], lang)
+        assert lang == "en" or message != w["message"], "not translated"
+        wait_text(page, f"{item} [data-testid=warning-message]", message.replace("`", ""))
+        if w["hint_ref"]:
+            wait_text(page, f"{item} [data-testid=warning-hint]", render(w["hint_ref"], lang).replace("`", ""))
+
+
 def test_language_switch_follows_browser_and_is_remembered(gpu_stack, pages):
     page = pages.open(gpu_stack.url, locale="zh-CN")
     wait_badge(page, "GPU")
     doc = gpu_stack.sidecar.status()
     assert badge_state(page)["text"] == "在 GPU 上"
-    wait_text(page, "[data-testid=message]", doc["message_zh"].replace("`", ""))
+    wait_text(page, "[data-testid=message]", render(doc["message_ref"], "zh").replace("`", ""))
+    assert_warnings_in(page, doc, "zh")
     assert page.evaluate("document.documentElement.lang") == "zh-CN"
     assert page.inner_text("[data-testid=lang-switch]") == "English"
     roles = {r["pid"]: r["role"] for r in rows(page)}
@@ -288,6 +302,7 @@ def test_language_switch_follows_browser_and_is_remembered(gpu_stack, pages):
     page.click("[data-testid=lang-switch]")
     assert badge_state(page)["text"] == "On GPU"
     wait_text(page, "[data-testid=message]", doc["message"].replace("`", ""))
+    assert_warnings_in(page, doc, "en")
     assert page.inner_text("[data-testid=lang-switch]") == "中文"
     assert page.evaluate("localStorage.getItem('dsh-gpu-dashboard.lang')") == "en"
     page.reload()
@@ -312,14 +327,14 @@ def test_catalogues_and_format_rules(gpu_stack, pages):
     ) == ["512 MiB", "3.5 GiB", "—", "87 %", "2.5 %"]
     chip = format_module(
         page,
-        "F.summarize({status: 'CPU', message: 'm', message_zh: '中', model_gpu_index: 1,"
-        " gpus: [{index: 0, util_pct: 90}, {index: 1, util_pct: 3}],"
+        "F.summarize({status: 'CPU', message: 'm', message_ref: {id: 'reason.cpu.no-accelerator', params: {}},"
+        " model_gpu_index: 1, gpus: [{index: 0, util_pct: 90}, {index: 1, util_pct: 3}],"
         " warnings: [{severity: 'info', message: 'i'}, {severity: 'error', message: 'e'}]}, 'zh')",
     )
     assert (chip["status"], chip["label"], chip["message"], chip["util"], chip["worst"]) == (
         "CPU",
         "在 CPU 上",
-        "中",
+        "未使用任何加速器",
         "3 %",
         "error",
     )

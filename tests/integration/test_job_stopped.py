@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 
+from sidecar.catalogue import render
 from sidecar.poller import Poller
 from tests.helpers.harness import REPO, python_env, wait_for
 
@@ -37,7 +38,7 @@ def test_a_stopped_job_is_reported_with_how_long_and_not_after_it_resumes():
         (w,) = [w for w in doc["warnings"] if w["code"] == "job-stopped"]
         assert w["pids"] == [job.pid] and w["severity"] == "warning"
         assert f"The job is stopped (process {job.pid}, for 12 s at least)" in w["message"]
-        assert "至少 12 秒" in w["message_zh"] and f"kill -CONT {job.pid}" in w["hint"]
+        assert "至少 12 秒" in render(w["message_ref"], "zh") and f"kill -CONT {job.pid}" in w["hint"]
         os.kill(job.pid, signal.SIGCONT)
         wait_for(lambda: _state(job.pid) != "T", what="the job continued")
         for _ in range(poller.rules.hysteresis_off_polls):  # a warning is held that many polls

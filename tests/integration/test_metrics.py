@@ -169,11 +169,11 @@ def rank_spec(rank: int, device: str, *, model: str = "Net", **extra) -> dict:
     }
 
 
-@pytest.mark.slow
-USED_BYTES = 12_345_678_848  # 11773.751953125 MiB; MiB-rounded it was exported as 12,344,885,248
+USED_BYTES = 12_345_678_848  # 11773.7568359375 MiB; MiB-rounded it was exported as 12,344,885,248
 TOTAL_BYTES = 85_899_345_920 + 4096 * 3
 
 
+@pytest.mark.slow
 def test_exposition_matches_the_status_document_of_the_same_poll(tmp_path, fake_nvml):
     specs = {
         "launcher": {"probe": False, "children": ["rank0", "rank1"]},

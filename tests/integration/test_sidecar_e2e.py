@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from sidecar import contract
+from sidecar.catalogue import render
 from tests.fakenvml import gpu, make_fake_sysfs
 from tests.helpers.harness import FakeJob, Sidecar, codes, cuda_runtime, wait_for
 
@@ -111,7 +112,10 @@ def test_cpu_model_with_an_nvidia_gpu_present_is_cpu_build(tmp_path, fake_nvml, 
         doc = sc.wait_status(lambda d: d["status"] == "CPU", what="CPU verdict")
         assert "cpu-build" in codes(doc)
         assert doc["warnings"][0]["code"] == "cpu-build" and doc["warnings"][0]["severity"] == "error"
-        assert "CPU-only build" in doc["message"] and doc["warnings"][0]["code"] == "cpu-build"
+        assert "CPU-only build" in doc["message"] and doc["message"] == render(doc["message_ref"])
+        first = doc["warnings"][0]
+        assert first["message_ref"]["id"] == "warning.cpu-build" and first["message"] == render(first["message_ref"])
+        assert "CPU" in render(first["message_ref"], "zh") and render(first["hint_ref"], "zh")
 
 
 def test_inputs_left_on_cpu_then_idle_gpu_then_memory_freed(tmp_path, fake_nvml, env):

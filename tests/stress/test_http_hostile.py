@@ -179,7 +179,7 @@ def test_traversal_and_unknown_routes_are_4xx_and_leak_nothing(server, path):
 
 
 @pytest.mark.parametrize(
-    "path", ["/static/index.html", "/static/./app.js", "/static/i18n/../format.js", "/static/i18n/en.js"]
+    "path", ["/static/index.html", "/static/./app.js", "/static/i18n/../format.js", "/static/i18n/en.json"]
 )
 def test_files_inside_the_package_are_served_and_only_those(server, path):
     status, response = raw(server, req(f"GET {path} HTTP/1.1".encode(), b"Connection: close"))

@@ -14,6 +14,7 @@ import time
 import pytest
 
 from probe_wire import SegmentWriter, process_start_ticks, read_segment, segment_path
+from sidecar.catalogue import render
 from sidecar.server import _token_ok
 from tests.helpers.harness import REPO, Sidecar, python_env, wait_for
 from tests.stress.jobs import variant
@@ -245,7 +246,7 @@ def test_a_segment_forged_by_another_user_is_ignored_whoever_reads(nobody_job, r
     assert doc["status"] != "GPU"
     (w,) = [w for w in doc["warnings"] if w["code"] == "probe-unreadable"]
     assert sorted(w["pids"]) == sorted([pid, kid]) and why in w["message"]
-    assert "same user" not in w["hint"] and "another user" in w["hint"] and w["hint_zh"]
+    assert "same user" not in w["hint"] and "another user" in w["hint"] and render(w["hint_ref"], "zh")
     assert os.path.exists(segment_path(pid)), "the reader removed another user's file"
 
 

@@ -56,7 +56,7 @@ def test_names_carry_their_units():
         assert not name.endswith("_mb"), f"{where}: MiB fields end in _mib"
         if "util" in name or "percent" in name:
             assert name.endswith("_pct"), f"{where}: percentages end in _pct"
-        if "time" in name:
+        if re.search(r"(^|_)time(_|$)", name):
             assert name.endswith(("_unix_s", "_s")), f"{where}: times end in _unix_s (instants) or _s"
         if name.endswith(("_mib", "_pct", "_s", "_hz", "_fraction")):
             assert f.type in (contract.NUM, contract.INT), f"{where}: a unit on a non-number"
@@ -95,7 +95,7 @@ def _facts() -> Facts:
         driver="550.54.15",
         cuda_driver="12.4",
         gpus=(
-            GpuFacts(0, "GPU-0", "A100", "00000000:10:00.0", 80.0, 10.0, 11773.751953125, 81920.0),
+            GpuFacts(0, "GPU-0", "A100", "00000000:10:00.0", 80.0, 10.0, 11773.7568359375, 81920.0),
             GpuFacts(1, "GPU-1", "A100", "00000000:11:00.0", None, None, None, None, field_errors=(("utilization", "Not Supported"),)),
         ),
         system_gpus=(SystemGpuFacts("Intel", "UHD 770", "0000:00:02.0", "i915"),),

@@ -49,7 +49,7 @@ def test_history_since(client):
     body = client.get(f"{API}/history").json
     assert [s["time_unix_s"] for s in body["samples"]] == [100.0, 101.0, 102.0]
     assert body["samples"][0] == {
-        "time": 100.0,
+        "time_unix_s": 100.0,
         "gpus": [{"index": 0, "util_pct": 50.0, "mem_used_mib": 1000.0}],
         "processes": [{"pid": 42, "gpu_mem_mib": 900.0, "sm_util_pct": 40.0}],
     }

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from sidecar.catalogue import render
 from sidecar.verdict import (
     RULES,
     Facts,
@@ -37,6 +38,14 @@ H200 = GpuFacts(
 )
 NVIDIA_CARD = SystemGpuFacts("NVIDIA", "NVIDIA GPU", "0000:01:00.0", "nvidia", 0)
 INTEL_CARD = SystemGpuFacts("Intel", "Intel integrated graphics", "0000:00:02.0", "i915", None)
+
+
+def en(text):
+    return render(text, "en")
+
+
+def zh(text):
+    return render(text, "zh")
 
 
 def model(device, *, devices=None, inp=None, calls=10, name="Net", wait=None):
@@ -361,13 +370,13 @@ def test_verdict_table(case):
     _, f, status, present, absent = case
     v = decide(f)
     codes = {w.code for w in v.warnings}
-    assert v.status == status, v.message
+    assert v.status == status, en(v.message)
     assert present <= codes, f"missing {present - codes}; got {codes}"
     assert not (absent & codes), f"unexpected {absent & codes}"
-    assert v.message and v.message_zh
+    assert en(v.message) and zh(v.message)
     for w in v.warnings:
         assert w.severity in ("error", "warning", "info")
-        assert w.message and w.message_zh and w.hint and w.hint_zh
+        assert en(w.message) and zh(w.message) and w.hint and en(w.hint) and zh(w.hint)
 
 
 def test_every_rule_is_exercised_by_the_table():
@@ -385,10 +394,10 @@ def test_every_rule_is_exercised_by_the_table():
 def test_job_stopped_says_which_process_for_how_long_and_how_to_resume_it():
     f = facts(proc(models=[model("cuda:0")]), proc(101, is_target=False), stopped=((101, 7.4), (100, 31.6)))
     (w,) = [w for w in decide(f).warnings if w.code == "job-stopped"]
-    assert w.pids == (101, 100) and "The job is stopped (process 101, 100, for 32 s at least)" in w.message
-    assert "至少 32 秒" in w.message_zh and "kill -CONT 101" in w.hint and "kill -CONT 101" in w.hint_zh
+    assert w.pids == (101, 100) and "The job is stopped (process 101, 100, for 32 s at least)" in en(w.message)
+    assert "至少 32 秒" in zh(w.message) and "kill -CONT 101" in en(w.hint) and "kill -CONT 101" in zh(w.hint)
     (w,) = [w for w in decide(replace(f, stopped=((101, 7.4),))).warnings if w.code == "job-stopped"]
-    assert w.message.startswith("1 process(es) of the job are stopped (process 101, for 7 s")
+    assert en(w.message).startswith("1 process(es) of the job are stopped (process 101, for 7 s")
 
 
 def test_warnings_sorted_by_severity():
@@ -399,20 +408,20 @@ def test_warnings_sorted_by_severity():
 
 
 def test_gpu_message_names_the_device_and_utilisation():
-    v = decide(facts(proc(models=[model("cuda:0")])))
-    assert "cuda:0" in v.message and "NVIDIA H200" in v.message and "80%" in v.message
-    assert v.model_gpu_index == 0
+    msg = en(decide(facts(proc(models=[model("cuda:0")]))).message)
+    assert "cuda:0" in msg and "NVIDIA H200" in msg and "80%" in msg
+    assert decide(facts(proc(models=[model("cuda:0")]))).model_gpu_index == 0
 
 
 def test_cpu_message_says_why():
-    assert "CPU-only build" in decide(facts(proc(runtime=CPU_RT, models=[model("cpu")]))).message
-    assert "not moved" in decide(facts(proc(models=[model("cpu")]))).message
+    assert "CPU-only build" in en(decide(facts(proc(runtime=CPU_RT, models=[model("cpu")]))).message)
+    assert "not moved" in en(decide(facts(proc(models=[model("cpu")]))).message)
 
 
 def test_idle_hint_names_data_loading_when_loader_timing_says_so():
     f = facts(proc(models=[model("cuda:0", wait=0.8)]), recent=idle_recent(0.0))
     (w,) = [w for w in decide(f).warnings if w.code == "idle-gpu"]
-    assert "80%" in w.hint and "num_workers" in w.hint
+    assert "80%" in en(w.hint) and "num_workers" in en(w.hint)
 
 
 @pytest.mark.parametrize(
@@ -491,29 +500,29 @@ def test_cpu_build_names_the_trainer_not_its_workers():
 def test_device_count_mismatch_with_a_cpu_only_build_names_the_hidden_nvidia_gpu():
     f = facts(proc(runtime=CPU_RT, models=[model("cpu")]), system=(INTEL_CARD, NVIDIA_CARD))
     (w,) = [w for w in decide(f).warnings if w.code == "device-count-mismatch"]
-    assert (
-        "can use 0" in w.message and "Intel integrated graphics" in w.message and "1 NVIDIA GPU" in w.message
-    )
-    assert w.severity == "warning" and "cannot use CUDA" in w.hint
+    message = en(w.message)
+    assert "can use 0" in message and "Intel integrated graphics" in message and "1 NVIDIA GPU" in message
+    assert w.severity == "warning" and "cannot use CUDA" in en(w.hint)
 
 
 def test_a_garbage_collected_model_is_named_instead_of_no_model_registered():
     """Issue 12 item 10: probe.register(Net()) with nothing else keeping the model."""
     v = decide(facts(proc(collected_models=("Net",)), gpus=()))
-    assert v.status == "UNKNOWN" and "Net was garbage-collected" in v.message
-    assert "model = probe.register(" in v.message and "registered yet" not in v.message
+    message = en(v.message)
+    assert v.status == "UNKNOWN" and "Net was garbage-collected" in message
+    assert "model = probe.register(" in message and "registered yet" not in message
 
 
 def test_spawned_workers_on_the_gpu_get_a_hint_that_fits_them():
     """Issue 11 item 6: a spawned DataLoader worker without loader= was told to call register()."""
     worker = proc(301, runtime=None, role=None, is_target=False, gpu=[ProcGpu(0, 300, 0)], mp_child=True)
     v = decide(facts(proc(models=[model("cuda:0", inp="cuda:0")]), worker))
-    hint = next(w.hint for w in v.warnings if w.code == "unregistered-gpu-process")
+    hint = en(next(w.hint for w in v.warnings if w.code == "unregistered-gpu-process"))
     assert "loader=train_loader" in hint and "multiprocessing children" in hint
 
 
 def test_mp_children_are_recognised_by_their_command_line():
-    from sidecar.document import is_mp_child
+    from sidecar.collect import is_mp_child
 
     # As read from /proc of real DataLoader workers (interpreter flags such as -B come first).
     spawn = ("python3", "-B", "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=6, pipe_handle=11)")

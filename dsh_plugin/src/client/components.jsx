@@ -31,7 +31,6 @@ import {
 import { TimeChart, niceTicks } from '../../../sidecar/static/charts.js'
 
 /** @typedef {import('../../../sidecar/static/contract.js').StatusDocument} StatusDocument */
-import { tr } from './strings.js'
 import { API, REFRESH_MAX_S, REFRESH_MIN_S, clampRefresh, getStore } from './store.js'
 
 export const PLUGIN_VERSION = '0.1.0'
@@ -79,8 +78,8 @@ export function ErrorCard({ error, where, lang }) {
     <div className="dgd-root dgd-alert dgd-alert-error" data-testid="dsh-gpu-error" role="alert">
       <div className="dgd-alert-icon" aria-hidden="true">!</div>
       <div className="dgd-alert-body">
-        <p className="dgd-alert-title">{tr(l, 'error.title')}</p>
-        <p>{tr(l, 'error.body')}</p>
+        <p className="dgd-alert-title">{t(l, 'error.title')}</p>
+        <p>{t(l, 'error.body')}</p>
         <div className="dgd-error-detail">{(where ? `[${where}] ` : '') + detail.slice(0, 2000)}</div>
       </div>
     </div>
@@ -173,7 +172,7 @@ function GpuMeters({ gpu, lang }) {
   return (
     <div className="dgd-meters">
       <Meter
-        label={t(lang, 'gpu.util_pct')}
+        label={t(lang, 'gpu.util')}
         pct={gpu.util_pct}
         value={fmtPct(gpu.util_pct)}
         color={UTIL_COLORS[utilLevel(gpu.util_pct)]}
@@ -210,7 +209,7 @@ function Warnings({ doc, lang, limit }) {
         </li>
       ))}
       {all.length > list.length ? (
-        <li className="dgd-muted">{tr(lang, 'glance.moreWarnings', { n: all.length - list.length })}</li>
+        <li className="dgd-muted">{t(lang, 'glance.moreWarnings', { n: all.length - list.length })}</li>
       ) : null}
     </ul>
   )
@@ -247,7 +246,7 @@ export function Unreachable({ st, lang }) {
           </div>
         </div>
         <p className="dgd-alert-meta">
-          {p.url ? tr(lang, 'unreachable.url', { url: p.url }) + ' · ' : ''}
+          {p.url ? t(lang, 'unreachable.url', { url: p.url }) + ' · ' : ''}
           {t(lang, 'unreachable.retry', { s: clampRefresh(settings.refreshS) })}
           {st.lastOk ? ' ' + t(lang, 'unreachable.lastSeen', { ago: fmtAgo((Date.now() - st.lastOk) / 1000, lang) }) : ''}
           {p.detail ? ' ' + t(lang, 'unreachable.error', { error: p.detail }) : ''}
@@ -259,10 +258,10 @@ export function Unreachable({ st, lang }) {
 
 function problemText(p, lang) {
   if (!p) return ''
-  if (p.code === 'host-missing') return tr(lang, 'error.hostMissing', { path: p.path || `${API}/status` })
-  if (p.code === 'auth') return tr(lang, 'error.auth', { status: p.httpStatus })
-  if (p.code === 'bad-response') return tr(lang, 'error.badResponse', { detail: p.detail || '' })
-  if (p.code === 'http') return tr(lang, 'error.http', { status: p.httpStatus, detail: p.detail || '' })
+  if (p.code === 'host-missing') return t(lang, 'error.hostMissing', { path: p.path || `${API}/status` })
+  if (p.code === 'auth') return t(lang, 'error.auth', { status: p.httpStatus })
+  if (p.code === 'bad-response') return t(lang, 'error.badResponse', { detail: p.detail || '' })
+  if (p.code === 'http') return t(lang, 'error.http', { status: p.httpStatus, detail: p.detail || '' })
   if (p.code === 'schema') return schemaMismatch({ schema: p.got ?? undefined }, lang)
   return p.detail || String(p.code || 'error')
 }
@@ -301,13 +300,13 @@ export function StatusChip({ wide }) {
   let dot = STATUS_COLORS.UNKNOWN
   let util = ''
   if (st.state === 'unreachable') {
-    label = tr(lang, 'chip.unreachable')
+    label = t(lang, 'chip.unreachable')
     dot = SEVERITY_COLORS.warning
   } else if (st.state === 'error') {
-    label = tr(lang, 'chip.error')
+    label = t(lang, 'chip.error')
     dot = SEVERITY_COLORS.error
   } else if (!doc) {
-    label = tr(lang, 'chip.loading')
+    label = t(lang, 'chip.loading')
   } else {
     label = code
     dot = STATUS_COLORS[code]
@@ -328,8 +327,8 @@ export function StatusChip({ wide }) {
       data-state={st.state}
       data-status={code || ''}
       aria-expanded={ui.glanceOpen ? 'true' : 'false'}
-      aria-label={tr(lang, 'chip.title', { status: statusWords })}
-      title={tr(lang, 'chip.title', { status: statusWords })}
+      aria-label={t(lang, 'chip.title', { status: statusWords })}
+      title={t(lang, 'chip.title', { status: statusWords })}
       onClick={() => store.toggleGlance()}
     >
       <span className="dgd-chip-icon">
@@ -341,7 +340,7 @@ export function StatusChip({ wide }) {
           <span className="dgd-chip-label" style={labelStyle} data-testid="dsh-gpu-chip-status">
             {label}
           </span>
-          {doc && st.state === 'ok' ? null : <span className="dgd-chip-text dgd-muted">{tr(lang, 'plugin.name')}</span>}
+          {doc && st.state === 'ok' ? null : <span className="dgd-chip-text dgd-muted">{t(lang, 'plugin.name')}</span>}
           {util ? (
             <span className="dgd-chip-util" data-testid="dsh-gpu-chip-util">
               {util}
@@ -400,11 +399,11 @@ function GlanceCardOpen() {
       data-testid="dsh-gpu-glance"
       data-state={st.state}
       role="dialog"
-      aria-label={tr(lang, 'glance.title')}
+      aria-label={t(lang, 'glance.title')}
     >
       <div className="dgd-glance-head">
-        <span className="dgd-glance-title">{tr(lang, 'glance.title')}</span>
-        <button type="button" className="dgd-close" aria-label={tr(lang, 'glance.close')} onClick={() => store.toggleGlance(false)}>
+        <span className="dgd-glance-title">{t(lang, 'glance.title')}</span>
+        <button type="button" className="dgd-close" aria-label={t(lang, 'glance.close')} onClick={() => store.toggleGlance(false)}>
           ×
         </button>
       </div>
@@ -433,11 +432,11 @@ function GlanceCardOpen() {
               </div>
             ))
           ) : (
-            <p className="dgd-muted">{tr(lang, 'glance.noGpus')}</p>
+            <p className="dgd-muted">{t(lang, 'glance.noGpus')}</p>
           )}
           <Updated lastOk={st.lastOk} lang={lang} />
           <p className="dgd-muted" style={{ margin: 0, fontSize: 12 }}>
-            {tr(lang, 'glance.more')}
+            {t(lang, 'glance.more')}
           </p>
         </>
       ) : null}
@@ -1007,24 +1006,24 @@ export function SettingsSection() {
   return (
     <div className="dgd-root dgd-settings" data-testid="dsh-gpu-settings">
       <section className="dgd-field" data-testid="dsh-gpu-connection" data-state={st.state}>
-        <span className="dgd-field-label">{tr(lang, 'settings.connection')}</span>
+        <span className="dgd-field-label">{t(lang, 'settings.connection')}</span>
         <div className="dgd-conn">
           <span className="dgd-conn-state">
             <span className="dgd-conn-dot" style={{ background: stateColor }} />
-            <span data-testid="dsh-gpu-connection-state">{tr(lang, `settings.state.${st.state}`)}</span>
+            <span data-testid="dsh-gpu-connection-state">{t(lang, `settings.state.${st.state}`)}</span>
             {st.state === 'ok' && st.doc ? <Badge doc={st.doc} lang={lang} /> : null}
           </span>
           <dl className="dgd-kv">
-            <dt>{tr(lang, 'settings.effectiveUrl')}</dt>
+            <dt>{t(lang, 'settings.effectiveUrl')}</dt>
             <dd className="dgd-mono" data-testid="dsh-gpu-effective-url">
               {effective || NA}
-              {cfg ? <span className="dgd-muted"> · {cfg.tokenSet ? tr(lang, 'settings.tokenSet') : tr(lang, 'settings.tokenUnset')}</span> : null}
+              {cfg ? <span className="dgd-muted"> · {cfg.tokenSet ? t(lang, 'settings.tokenSet') : t(lang, 'settings.tokenUnset')}</span> : null}
             </dd>
-            <dt>{tr(lang, 'settings.lastUpdate')}</dt>
+            <dt>{t(lang, 'settings.lastUpdate')}</dt>
             <dd>{st.lastOk ? fmtAgo((Date.now() - st.lastOk) / 1000, lang) : t(lang, 'updated.never')}</dd>
             {cfg && Array.isArray(cfg.warnings) && cfg.warnings.length ? (
               <>
-                <dt>{tr(lang, 'settings.hostWarnings')}</dt>
+                <dt>{t(lang, 'settings.hostWarnings')}</dt>
                 <dd className="dgd-note-warn" data-testid="dsh-gpu-host-warnings">
                   {cfg.warnings.map((w, i) => (
                     <div key={i}>{w}</div>
@@ -1037,7 +1036,7 @@ export function SettingsSection() {
           {st.state === 'error' ? <ProblemCard st={st} lang={lang} /> : null}
           <div className="dgd-row">
             <button type="button" className="dgd-btn" onClick={() => store.refreshNow()} data-testid="dsh-gpu-test">
-              {tr(lang, 'settings.test')}
+              {t(lang, 'settings.test')}
             </button>
           </div>
         </div>
@@ -1045,7 +1044,7 @@ export function SettingsSection() {
 
       <section className="dgd-field">
         <label className="dgd-field-label" htmlFor="dgd-url">
-          {tr(lang, 'settings.sidecarUrl')}
+          {t(lang, 'settings.sidecarUrl')}
         </label>
         <div className="dgd-row">
           <input
@@ -1057,32 +1056,32 @@ export function SettingsSection() {
             onChange={(e) => setUrl(e.target.value)}
           />
         </div>
-        {vet === 'invalid' ? <p className="dgd-note-warn">{tr(lang, 'settings.urlInvalid')}</p> : null}
+        {vet === 'invalid' ? <p className="dgd-note-warn">{t(lang, 'settings.urlInvalid')}</p> : null}
         {vet === 'not-loopback' ? (
-          <p className="dgd-note-warn">{tr(lang, 'settings.urlNotLoopback', { def: (cfg && cfg.defaultSidecarUrl) || 'http://127.0.0.1:8765' })}</p>
+          <p className="dgd-note-warn">{t(lang, 'settings.urlNotLoopback', { def: (cfg && cfg.defaultSidecarUrl) || 'http://127.0.0.1:8765' })}</p>
         ) : null}
-        {vet === 'ok' && !differs && effective ? <p className="dgd-note-ok">{tr(lang, 'settings.urlSame')}</p> : null}
+        {vet === 'ok' && !differs && effective ? <p className="dgd-note-ok">{t(lang, 'settings.urlSame')}</p> : null}
         {differs ? (
           <p className="dgd-note-warn" data-testid="dsh-gpu-url-differs">
-            {tr(lang, 'settings.urlDiffers', { url: effective })}
+            {t(lang, 'settings.urlDiffers', { url: effective })}
           </p>
         ) : null}
         <p className="dgd-field-help">
-          {tr(lang, 'settings.sidecarUrlHelp', { file: '$DSH_HOME/profiles/web/cordis.patch.yml' })}
+          {t(lang, 'settings.sidecarUrlHelp', { file: '$DSH_HOME/profiles/web/cordis.patch.yml' })}
         </p>
         <pre className="dgd-pre" data-testid="dsh-gpu-yaml">
           {snippet}
         </pre>
         <div className="dgd-row">
           <button type="button" className="dgd-btn" onClick={copy}>
-            {copied ? tr(lang, 'settings.copied') : tr(lang, 'settings.copy')}
+            {copied ? t(lang, 'settings.copied') : t(lang, 'settings.copy')}
           </button>
         </div>
       </section>
 
       <section className="dgd-field">
         <label className="dgd-field-label" htmlFor="dgd-refresh">
-          {tr(lang, 'settings.refresh')}
+          {t(lang, 'settings.refresh')}
         </label>
         <div className="dgd-row">
           <input
@@ -1096,14 +1095,14 @@ export function SettingsSection() {
             value={refresh}
             onChange={(e) => setRefresh(e.target.value)}
           />
-          <span className="dgd-muted">{tr(lang, 'settings.seconds')}</span>
+          <span className="dgd-muted">{t(lang, 'settings.seconds')}</span>
         </div>
-        <p className="dgd-field-help">{tr(lang, 'settings.refreshHelp', { min: REFRESH_MIN_S, max: REFRESH_MAX_S })}</p>
+        <p className="dgd-field-help">{t(lang, 'settings.refreshHelp', { min: REFRESH_MIN_S, max: REFRESH_MAX_S })}</p>
       </section>
 
       <section className="dgd-field">
         <label className="dgd-field-label" htmlFor="dgd-lang">
-          {tr(lang, 'settings.language')}
+          {t(lang, 'settings.language')}
         </label>
         <div className="dgd-row">
           <select
@@ -1113,7 +1112,7 @@ export function SettingsSection() {
             onChange={(e) => store.saveSettings({ lang: e.target.value })}
             data-testid="dsh-gpu-lang-select"
           >
-            <option value="auto">{tr(lang, 'settings.langAuto')}</option>
+            <option value="auto">{t(lang, 'settings.langAuto')}</option>
             <option value="en">English</option>
             <option value="zh">中文</option>
           </select>
@@ -1122,10 +1121,10 @@ export function SettingsSection() {
 
       <div className="dgd-row">
         <button type="button" className="dgd-btn" onClick={save} data-testid="dsh-gpu-save">
-          {saved ? tr(lang, 'settings.saved') : tr(lang, 'settings.save')}
+          {saved ? t(lang, 'settings.saved') : t(lang, 'settings.save')}
         </button>
         <span className="dgd-muted" style={{ marginLeft: 'auto', fontSize: 11.5 }}>
-          {tr(lang, 'settings.version', { version: (cfg && cfg.version) || PLUGIN_VERSION, dsh: SUPPORTED_DSH })}
+          {t(lang, 'settings.version', { version: (cfg && cfg.version) || PLUGIN_VERSION, dsh: SUPPORTED_DSH })}
         </span>
       </div>
     </div>

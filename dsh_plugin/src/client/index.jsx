@@ -8,7 +8,7 @@
 //   settings.section       sidecar URL (host config snippet), refresh interval, connection state
 // Only `slots` is injected; only `react` / `react/jsx-runtime` come from the shell's module table.
 import { GlanceCard, GpuView, SettingsSection, StatusChip, guarded } from './components.jsx'
-import { tr } from './strings.js'
+import { t } from '../../../sidecar/static/format.js'
 import { getStore } from './store.js'
 import { ensureStyle } from './styles.js'
 
@@ -28,12 +28,12 @@ const ENTRIES = [
   },
   {
     slot: 'conversation.view',
-    options: { id: 'dsh-gpu-dashboard', order: 50, label: () => tr(getStore().lang(), 'plugin.viewLabel') },
+    options: { id: 'dsh-gpu-dashboard', order: 50, label: () => t(getStore().lang(), 'plugin.viewLabel') },
     component: guarded(GpuView, 'GPU view'),
   },
   {
     slot: 'settings.section',
-    options: { id: 'dsh-gpu-dashboard', order: 80, label: () => tr(getStore().lang(), 'plugin.name') },
+    options: { id: 'dsh-gpu-dashboard', order: 80, label: () => t(getStore().lang(), 'plugin.name') },
     component: guarded(SettingsSection, 'settings'),
   },
 ]

@@ -1,0 +1,257 @@
+"""Verdict facts: what the sources found in one poll, as plain values, and the verdict's value types
+(`Finding`, `Verdict`). Device helpers that several rules ask are here too."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from sidecar.catalogue import Ref
+
+STATUSES = ("GPU", "CPU", "MIXED", "UNKNOWN")
+ACCELERATOR_TYPES = ("cuda", "mps", "xpu")
+SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+NVIDIA_VENDOR = "NVIDIA"
+
+
+# ---------------------------------------------------------------------------------------------
+# Facts
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Rules:
+    idle_util_pct: float = 5.0
+    idle_window_s: float = 10.0
+    data_wait_starved: float = 0.5
+    growth_window_s: float = 120.0
+    growth_min_span_s: float = 60.0
+    growth_min_mib: float = 256.0
+    growth_min_fraction: float = 0.10
+    growth_monotonic_fraction: float = 0.8
+    hysteresis_off_polls: int = 3
+
+
+# Facts built per process on every poll are plain slotted dataclasses, not frozen ones: a frozen
+# dataclass sets each field through object.__setattr__ (4 us for ProcessFacts, 64 of them a poll).
+# Nothing mutates facts all the same: the verdict is a pure function of them.
+@dataclass(slots=True)
+class ModelFacts:
+    name: str
+    device: str | None  # "cpu", "cuda:0", "mixed", "no-parameters", ...
+    devices: tuple[str, ...] = ()
+    params: int | None = None
+    input_device: str | None = None
+    forward_calls: int = 0
+    forward_rate_hz: float | None = None
+    data_wait_fraction: float | None = None
+    # Training steps as a framework callback counts them (probe.lightning, probe.transformers); None
+    # without one. A trainer's steps say it works even when the registered module's forward is
+    # never called (a LightningModule whose training_step calls self.net).
+    train_steps: int | None = None
+    step_rate_hz: float | None = None
+    step_source: str | None = None
+    shared_memory: bool | None = None  # parameters in shared memory (model.share_memory(): hogwild)
+    # Device types of its parameters ({"cuda"}, {"cpu", "cuda"}, ...): asked by most rules.
+    types: frozenset[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        devs = self.devices or ((self.device,) if self.device and self.device != "mixed" else ())
+        self.types = frozenset(t for t in (device_type(d) for d in devs) if t)
+
+
+@dataclass(slots=True)
+class ProcGpu:
+    index: int
+    mem_used_mib: float | None
+    sm_util: float | None
+
+
+@dataclass(slots=True)
+class ProcessFacts:
+    pid: int
+    ppid: int | None = None
+    depth: int = 0
+    name: str = ""
+    is_target: bool = False
+    probe_state: str = "missing"
+    probe_error: str | None = None
+    probe_unreadable: bool = False
+    role: str | None = None
+    worker_id: int | None = None
+    rank: int | None = None
+    local_rank: int | None = None
+    world_size: int | None = None
+    dist_backend: str | None = None
+    loader: str | None = None  # a DataLoader worker: which loader it serves ("train", "validation")
+    mp_helper: bool = False  # multiprocessing's resource tracker or forkserver: no user code runs there
+    publish_failure: str | None = None  # the probe could not publish its facts: why
+    mp_child: bool = False  # started by multiprocessing's spawn or forkserver (DataLoader workers too)
+    collected_models: tuple[str, ...] = ()  # registered, then garbage-collected (nobody kept them)
+    runtime: dict[str, Any] | None = None
+    cuda_memory_mib: float | None = None  # reserved by the allocator, per the probe
+    models: tuple[ModelFacts, ...] = ()
+    gpu: tuple[ProcGpu, ...] = ()  # per NVML
+    # Derived once here rather than in each rule that asks (several, for every process, every poll).
+    has_probe: bool = field(init=False, repr=False, compare=False)
+    gpu_mem_mib: float = field(init=False, repr=False, compare=False)
+    uses_gpu: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.has_probe = self.runtime is not None
+        self.gpu_mem_mib = sum(g.mem_used_mib or 0.0 for g in self.gpu)
+        self.uses_gpu = any((g.mem_used_mib or 0) > 0 or (g.sm_util or 0) > 0 for g in self.gpu)
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    index: int
+    uuid: str | None = None
+    name: str | None = None
+    pci_bus_id: str | None = None
+    util: float | None = None
+    mem_util: float | None = None
+    mem_used_mib: float | None = None
+    mem_total_mib: float | None = None
+    lost: bool = False
+    # (field, why it is None) as NVML answered, e.g. ("utilization", "Not Supported")
+    field_errors: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class SystemGpuFacts:
+    vendor: str
+    name: str
+    pci: str | None
+    driver: str | None
+    nvml_index: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RecentSample:
+    time: float
+    tree_sm_util: float | None  # summed over the tree's processes; None when NVML gave nothing
+    tree_gpu_mem_mib: float | None
+    forward_calls: int  # summed over models on an accelerator
+    model_gpu_util: float | None  # device utilisation of the GPU the model is on
+    # Summed over models on an accelerator that count training steps; None when none does.
+    train_steps: int | None = None
+
+
+@dataclass(frozen=True)
+class Facts:
+    target_pid: int
+    target_alive: bool = True
+    processes: tuple[ProcessFacts, ...] = ()
+    nvml_ok: bool = False
+    nvml_error: str | None = None
+    driver: str | None = None
+    cuda_driver: str | None = None
+    gpus: tuple[GpuFacts, ...] = ()
+    system_gpus: tuple[SystemGpuFacts, ...] = ()
+    pid_namespace_suspect: bool = False
+    stopped: tuple[tuple[int, float], ...] = ()  # (pid, seconds seen stopped) of stopped processes
+    recent: tuple[RecentSample, ...] = ()
+    rules: Rules = field(default_factory=Rules)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A warning whose condition holds: its code, facts and references into the catalogue, no text."""
+
+    code: str
+    severity: str  # error | warning | info
+    message: Ref
+    hint: Ref | None = None
+    pids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: str
+    message: Ref
+    warnings: tuple[Finding, ...]
+    model_device: str | None
+    input_device: str | None
+    model_gpu_index: int | None  # NVML index of the GPU the (first) model is on
+
+
+# ---------------------------------------------------------------------------------------------
+# Device helpers
+# ---------------------------------------------------------------------------------------------
+def device_type(device: str | None) -> str | None:
+    if not device or device in ("no-parameters",):
+        return None
+    return device.split(":", 1)[0]
+
+
+def _norm_uuid(uuid: str | None) -> str | None:
+    if not uuid:
+        return None
+    u = uuid.strip().lower()
+    return u[4:] if u.startswith("gpu-") else u
+
+
+def map_cuda_index(proc: ProcessFacts, cuda_index: int, gpus: tuple[GpuFacts, ...]) -> int | None:
+    """NVML index of a process's `cuda:N`: by UUID from the probe, else through
+    CUDA_VISIBLE_DEVICES, else N itself when NVML has such a device. `cuda:N` is not NVML index N
+    in general: CUDA_VISIBLE_DEVICES renumbers, and CUDA's default order is not PCI order."""
+    runtime = proc.runtime or {}
+    for dev in runtime.get("devices") or ():
+        if dev.get("index") == cuda_index and dev.get("uuid"):
+            want = _norm_uuid(dev["uuid"])
+            for g in gpus:
+                if _norm_uuid(g.uuid) == want:
+                    return g.index
+    visible = runtime.get("cuda_visible_devices")
+    if visible not in (None, ""):
+        entries = [e.strip() for e in str(visible).split(",") if e.strip()]
+        if cuda_index < len(entries):
+            entry = entries[cuda_index]
+            if entry.isdigit():
+                return int(entry) if any(g.index == int(entry) for g in gpus) else None
+            want = _norm_uuid(entry)
+            for g in gpus:
+                if _norm_uuid(g.uuid) and want and _norm_uuid(g.uuid).startswith(want):
+                    return g.index
+        return None
+    return cuda_index if any(g.index == cuda_index for g in gpus) else None
+
+
+def model_nvml_index(proc: ProcessFacts, model: ModelFacts, gpus: tuple[GpuFacts, ...]) -> int | None:
+    if device_type(model.device) != "cuda":
+        return None
+    _, _, idx = (model.device or "").partition(":")
+    return map_cuda_index(proc, int(idx) if idx.isdigit() else 0, gpus)
+
+
+def all_models(facts: Facts) -> Iterator[tuple[ProcessFacts, ModelFacts]]:
+    for p in facts.processes:
+        for m in p.models:
+            yield p, m
+
+
+def runtimes(facts: Facts) -> list[tuple[ProcessFacts, dict[str, Any]]]:
+    return [(p, p.runtime) for p in facts.processes if p.runtime]
+
+
+def nvidia_in_system(facts: Facts) -> bool:
+    return bool(facts.gpus) or any(s.vendor == NVIDIA_VENDOR for s in facts.system_gpus)
+
+
+def gpu_by_index(facts: Facts, index: int | None) -> GpuFacts | None:
+    return next((g for g in facts.gpus if g.index == index), None)
+
+
+def plist(pids: Iterable[int]) -> str:
+    return ", ".join(str(p) for p in pids)
+
+
+def pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.0f}%"
+
+
+def version_tuple(v: str | None) -> tuple[int, ...] | None:
+    try:
+        return tuple(int(x) for x in str(v).split(".")[:2])
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,533 @@
+"""The rules: each yields the findings whose condition holds now, as codes, severities, pids and
+references into the catalogue (sidecar/static/i18n/*.json: `warning.CODE`, `hint.CODE[.VARIANT]`).
+Params are display-ready and the same in every language; words that differ per language are
+references themselves."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
+
+from sidecar.catalogue import Ref, ref
+from sidecar.verdict.facts import (
+    NVIDIA_VENDOR,
+    Facts,
+    Finding,
+    RecentSample,
+    Rules,
+    all_models,
+    device_type,
+    model_nvml_index,
+    nvidia_in_system,
+    plist,
+    runtimes,
+    version_tuple,
+)
+
+Rule = Callable[[Facts], Iterable[Finding]]
+
+
+def finding(code: str, severity: str, message: Ref, hint: Ref | None, pids: Iterable[int] = ()) -> Finding:
+    return Finding(code, severity, message, hint, tuple(pids))
+
+
+def _names(models: Iterable[Any]) -> str:
+    return ", ".join(sorted({m.name for m in models}))
+
+
+def rule_target_exited(f: Facts) -> Iterable[Finding]:
+    if not f.target_alive:
+        yield finding(
+            "target-exited",
+            "info",
+            ref("warning.target-exited", pid=f.target_pid),
+            ref("hint.target-exited"),
+            (f.target_pid,),
+        )
+
+
+def rule_job_stopped(f: Facts) -> Iterable[Finding]:
+    """A stopped process (SIGSTOP, Ctrl-Z: state T) does nothing, yet its probe's figures stay at
+    their last values, which read as a healthy job. The time is since the sidecar saw it stopped."""
+    if not f.target_alive or not f.stopped:
+        return
+    pids = tuple(pid for pid, _ in f.stopped)
+    params = {"pids": plist(pids[:5]), "seconds": f"{max(s for _, s in f.stopped):.0f}"}
+    if f.target_pid in pids:
+        message = Ref("warning.job-stopped", params)
+    else:
+        message = Ref("warning.job-stopped.some", {**params, "count": len(pids)})
+    yield finding("job-stopped", "warning", message, ref("hint.job-stopped", pid=pids[0]), pids)
+
+
+def rule_nvml_unavailable(f: Facts) -> Iterable[Finding]:
+    if f.nvml_ok:
+        return
+    nvidia_hw = any(s.vendor == NVIDIA_VENDOR for s in f.system_gpus)
+    yield finding(
+        "nvml-unavailable",
+        "warning" if nvidia_hw else "info",
+        ref("warning.nvml-unavailable", reason=f.nvml_error or ref("word.unknown-error")),
+        ref("hint.nvml-unavailable" if nvidia_hw else "hint.nvml-unavailable.no-nvidia"),
+    )
+
+
+def rule_no_probe(f: Facts) -> Iterable[Finding]:
+    if not f.target_alive or any(p.has_probe for p in f.processes):
+        return
+    yield finding("no-probe", "warning", ref("warning.no-probe"), ref("hint.no-probe"))
+
+
+def rule_probe_unreadable(f: Facts) -> Iterable[Finding]:
+    bad = [p for p in f.processes if p.probe_unreadable]
+    if bad:
+        reasons = "; ".join(f"{p.pid}: {p.probe_error or p.probe_state}" for p in bad[:3])
+        yield finding(
+            "probe-unreadable",
+            "warning",
+            ref("warning.probe-unreadable", count=len(bad), reasons=reasons),
+            _unreadable_hint({p.probe_state for p in bad}),
+            (p.pid for p in bad),
+        )
+
+
+def _unreadable_hint(states: set[str]) -> Ref:
+    """The fix for why it cannot be read: a planted file (whoever reads), a reader without the
+    permission (never root: root opens every file), or a bad file."""
+    if "owner-mismatch" in states:
+        return ref("hint.probe-unreadable.owner-mismatch")
+    if "foreign-owner" in states:
+        return ref("hint.probe-unreadable.foreign-owner")
+    return ref("hint.probe-unreadable")
+
+
+def rule_probe_error(f: Facts) -> Iterable[Finding]:
+    bad = [p for p in f.processes if p.publish_failure]
+    if bad:
+        reasons = "; ".join(f"{p.pid}: {p.publish_failure}" for p in bad[:3])
+        yield finding(
+            "probe-error",
+            "warning",
+            ref("warning.probe-error", count=len(bad), reasons=reasons),
+            ref("hint.probe-error"),
+            (p.pid for p in bad),
+        )
+
+
+def _cuda_tag(version: str | None) -> str:
+    return f"cu{version.replace('.', '')}" if version else "cu124"
+
+
+def rule_cpu_build(f: Facts) -> Iterable[Finding]:
+    if not nvidia_in_system(f):
+        return
+    cpu_only = [p for p, rt in runtimes(f) if rt.get("torch") and rt.get("cuda_build") is None]
+    # DataLoader workers share their trainer's torch: name them only when nothing else has it.
+    pids = [p.pid for p in cpu_only if p.role != "dataloader-worker"] or [p.pid for p in cpu_only]
+    if pids:
+        torch_v = next(rt.get("torch") for p, rt in runtimes(f) if p.pid == pids[0])
+        cu = f.cuda_driver
+        hint = (
+            ref("hint.cpu-build.driver", cuda=cu, tag=_cuda_tag(cu))
+            if cu
+            else ref("hint.cpu-build", tag=_cuda_tag(cu))
+        )
+        yield finding("cpu-build", "error", ref("warning.cpu-build", torch=str(torch_v)), hint, pids)
+
+
+def cuda_unavailable_reason(f: Facts, rt: dict[str, Any]) -> tuple[Ref, Ref]:
+    """(reason, hint) for a CUDA build of torch that cannot use CUDA."""
+    visible = rt.get("cuda_visible_devices")
+    if visible is not None and str(visible).strip() in ("", "-1", "none", "NoDevFiles"):
+        return ref("reason.cuda.hidden", value=repr(visible)), ref("hint.cuda-unavailable.hidden")
+    if not nvidia_in_system(f):
+        return ref("reason.cuda.no-nvidia"), ref("hint.cuda-unavailable.no-nvidia")
+    build, drv = version_tuple(rt.get("cuda_build")), version_tuple(f.cuda_driver)
+    if build and drv and drv < build:
+        return (
+            ref("reason.cuda.driver-old", driver=f.cuda_driver, build=str(rt.get("cuda_build"))),
+            ref("hint.cuda-unavailable.driver-old", tag=_cuda_tag(f.cuda_driver)),
+        )
+    if not f.nvml_ok:
+        return (
+            ref("reason.cuda.driver-unusable", error=f.nvml_error or ref("word.unknown")),
+            ref("hint.cuda-unavailable.driver-unusable"),
+        )
+    return ref("reason.cuda.init-failed"), ref("hint.cuda-unavailable")
+
+
+def rule_cuda_unavailable(f: Facts) -> Iterable[Finding]:
+    hits = [(p, rt) for p, rt in runtimes(f) if rt.get("cuda_build") and rt.get("cuda_available") is False]
+    if hits:
+        reason, hint = cuda_unavailable_reason(f, hits[0][1])
+        yield finding(
+            "cuda-unavailable",
+            "error" if nvidia_in_system(f) else "warning",
+            ref("warning.cuda-unavailable", reason=reason),
+            hint,
+            (p.pid for p, _ in hits),
+        )
+
+
+def rule_model_on_cpu(f: Facts) -> Iterable[Finding]:
+    hits = [
+        (p, m)
+        for p, m in all_models(f)
+        if m.types == {"cpu"} and (p.runtime or {}).get("cuda_available") is True
+    ]
+    if hits:
+        yield finding(
+            "model-on-cpu",
+            "error",
+            ref("warning.model-on-cpu", model=_names(m for _, m in hits)),
+            ref("hint.model-on-cpu"),
+            sorted({p.pid for p, _ in hits}),
+        )
+
+
+def rule_input_mismatch(f: Facts) -> Iterable[Finding]:
+    hits = [
+        (p, m)
+        for p, m in all_models(f)
+        if m.input_device
+        and m.device
+        and m.device not in ("mixed", "no-parameters")
+        and m.input_device != m.device
+        and device_type(m.input_device) != "meta"
+    ]
+    if hits:
+        _, m = hits[0]
+        yield finding(
+            "input-mismatch",
+            "error",
+            ref("warning.input-mismatch", model=m.name, device=m.device, input=m.input_device),
+            ref("hint.input-mismatch", device=m.device),
+            sorted({p.pid for p, _ in hits}),
+        )
+
+
+def rule_mixed_devices(f: Facts) -> Iterable[Finding]:
+    models = list(all_models(f))
+    split = [(p, m) for p, m in models if len(m.types) > 1]
+    types = set().union(*(m.types for _, m in models)) if models else set()
+    if split:
+        _, m = split[0]
+        yield finding(
+            "mixed-devices",
+            "warning",
+            ref("warning.mixed-devices", model=m.name, devices=", ".join(m.devices)),
+            ref("hint.mixed-devices"),
+            sorted({p.pid for p, _ in split}),
+        )
+    elif len(types) > 1:
+        yield finding(
+            "mixed-devices",
+            "warning",
+            ref("warning.mixed-devices.types", types=", ".join(sorted(types))),
+            ref("hint.mixed-devices.types"),
+            sorted({p.pid for p, _ in models}),
+        )
+
+
+def rule_no_parameters(f: Facts) -> Iterable[Finding]:
+    hits = [(p, m) for p, m in all_models(f) if m.device == "no-parameters"]
+    if hits:
+        yield finding(
+            "no-parameters",
+            "info",
+            ref("warning.no-parameters", model=_names(m for _, m in hits)),
+            ref("hint.no-parameters"),
+            sorted({p.pid for p, _ in hits}),
+        )
+
+
+def rule_worker_cuda(f: Facts) -> Iterable[Finding]:
+    hits = [
+        p
+        for p in f.processes
+        if p.role == "dataloader-worker" and (p.gpu_mem_mib > 0 or (p.cuda_memory_mib or 0) > 0)
+    ]
+    if hits:
+        yield finding(
+            "worker-cuda",
+            "warning",
+            ref("warning.worker-cuda", pids=plist(p.pid for p in hits)),
+            ref("hint.worker-cuda"),
+            (p.pid for p in hits),
+        )
+
+
+def rule_gpu_work_in_child(f: Facts) -> Iterable[Finding]:
+    target = next((p for p in f.processes if p.is_target), None)
+    if target is None or target.uses_gpu:
+        return
+    kids = [p for p in f.processes if not p.is_target and p.uses_gpu]
+    if kids:
+        where = ", ".join(f"{p.pid} ({p.role or p.name})" for p in kids[:4])
+        yield finding(
+            "gpu-work-in-child",
+            "info",
+            ref("warning.gpu-work-in-child", pid=target.pid, processes=where),
+            ref("hint.gpu-work-in-child"),
+            (p.pid for p in kids),
+        )
+
+
+def rule_unregistered_gpu_process(f: Facts) -> Iterable[Finding]:
+    hits = [p for p in f.processes if p.uses_gpu and not p.has_probe]
+    if not hits:
+        return
+    # Spawned DataLoader workers or pool children: they never run the script's register() line.
+    mp = all(p.mp_child for p in hits)
+    yield finding(
+        "unregistered-gpu-process",
+        "warning",
+        ref("warning.unregistered-gpu-process", pids=plist(p.pid for p in hits)),
+        ref("hint.unregistered-gpu-process.mp-child" if mp else "hint.unregistered-gpu-process"),
+        (p.pid for p in hits),
+    )
+
+
+def rule_shared_model_unprobed_child(f: Facts) -> Iterable[Finding]:
+    """A model in shared memory (``share_memory()``: hogwild) and child processes without the probe:
+    whatever those children compute with it is not counted anywhere. Forked children inherit the
+    probe and count their own calls; spawned and forkserver ones start without it."""
+    owners = {p.pid: p for p in f.processes if any(m.shared_memory for m in p.models)}
+    if not owners:
+        return
+    kids = [
+        p
+        for p in f.processes
+        if p.ppid in owners and not p.has_probe and not p.mp_helper and p.probe_state == "missing"
+    ]
+    if not kids:
+        return
+    owner = owners[kids[0].ppid]
+    yield finding(
+        "shared-model-unprobed-child",
+        "info",
+        ref(
+            "warning.shared-model-unprobed-child",
+            model=_names(m for m in owner.models if m.shared_memory),
+            pid=owner.pid,
+            pids=plist(p.pid for p in kids),
+        ),
+        ref("hint.shared-model-unprobed-child"),
+        (p.pid for p in kids),
+    )
+
+
+def rule_device_count_mismatch(f: Facts) -> Iterable[Finding]:
+    if not f.system_gpus:
+        return
+    framework_counts = [rt.get("device_count") for _, rt in runtimes(f) if rt.get("device_count") is not None]
+    usable = framework_counts[0] if framework_counts else (len(f.gpus) if f.nvml_ok else None)
+    if usable is None or len(f.system_gpus) <= usable:
+        return
+    # Integrated and other non-NVIDIA devices can never run CUDA; NVIDIA devices beyond what the
+    # framework reports are hidden (CUDA_VISIBLE_DEVICES, a CPU-only build, a broken driver).
+    others = [s for s in f.system_gpus if s.vendor != NVIDIA_VENDOR]
+    nvidia = [s for s in f.system_gpus if s.vendor == NVIDIA_VENDOR]
+    hidden = (
+        max(0, len(nvidia) - usable) if framework_counts else sum(1 for s in nvidia if s.nvml_index is None)
+    )
+    named = "; ".join(f"{s.name} ({s.pci})" if s.pci else s.name for s in others)
+    if named and hidden:
+        devices = ref("devices.others-and-hidden", others=named, count=hidden)
+    elif hidden:
+        devices = ref("devices.hidden", count=hidden)
+    else:
+        devices = ref("devices.others", others=named) if named else ref("devices.unknown")
+    if (
+        hidden
+        and framework_counts
+        and any(not rt.get("cuda_build") or rt.get("cuda_available") is False for _, rt in runtimes(f))
+    ):
+        why = ref("hint.device-count-mismatch.no-cuda")
+    elif hidden:
+        why = ref("hint.device-count-mismatch.hidden")
+    else:
+        why = ref("hint.device-count-mismatch")
+    yield finding(
+        "device-count-mismatch",
+        "warning" if hidden else "info",
+        ref("warning.device-count-mismatch", total=len(f.system_gpus), usable=usable, devices=devices),
+        ref("hint.device-count-mismatch.integrated", then=why) if others else why,
+    )
+
+
+def rule_pid_namespace(f: Facts) -> Iterable[Finding]:
+    if f.pid_namespace_suspect:
+        yield finding("pid-namespace", "warning", ref("warning.pid-namespace"), ref("hint.pid-namespace"))
+
+
+def _idle_window(f: Facts) -> list[RecentSample] | None:
+    """The recent samples covering the idle window, or None when history is too short."""
+    if not f.recent:
+        return None
+    now = f.recent[-1].time
+    window = [s for s in f.recent if s.time >= now - f.rules.idle_window_s]
+    older = [s for s in f.recent if s.time < now - f.rules.idle_window_s]
+    if not older and (now - window[0].time) < f.rules.idle_window_s:
+        return None
+    if older:
+        window = [older[-1], *window]
+    return window
+
+
+def _still_working(window: list[RecentSample]) -> bool:
+    """Training went on over the window: by its trainer's steps where a callback counts them (the
+    registered module's forward may never be called), else by forward calls."""
+    first, last = window[0], window[-1]
+    if first.train_steps is not None and last.train_steps is not None:
+        return last.train_steps > first.train_steps
+    return last.forward_calls > first.forward_calls
+
+
+def rule_idle_gpu(f: Facts) -> Iterable[Finding]:
+    on_gpu = [(p, m) for p, m in all_models(f) if "cuda" in m.types]
+    if not on_gpu:
+        return
+    window = _idle_window(f)
+    if not window or len(window) < 2:
+        return
+    utils = [s.tree_sm_util if s.tree_sm_util is not None else s.model_gpu_util for s in window]
+    if any(u is None for u in utils) or max(utils) >= f.rules.idle_util_pct:
+        return
+    if not _still_working(window):
+        return  # no steps (or forward calls): the job is paused or evaluating elsewhere, not starved
+    waits = [m.data_wait_fraction for _, m in on_gpu if m.data_wait_fraction is not None]
+    if waits and max(waits) >= f.rules.data_wait_starved:
+        hint = ref("hint.idle-gpu.data-wait", wait=f"{max(waits):.0%}")
+    else:
+        hint = ref("hint.idle-gpu")
+    work = ref("word.training-steps" if window[-1].train_steps is not None else "word.forward-calls")
+    message = ref(
+        "warning.idle-gpu",
+        threshold=f"{f.rules.idle_util_pct:.0f}%",
+        seconds=f"{window[-1].time - window[0].time:.0f}",
+        work=work,
+    )
+    yield finding("idle-gpu", "warning", message, hint, sorted({p.pid for p, _ in on_gpu}))
+
+
+class MemoryGrowth(NamedTuple):
+    first_mib: float
+    last_mib: float
+    start_unix_s: float
+    end_unix_s: float
+
+
+def memory_growth(samples: Iterable[RecentSample], rules: Rules) -> MemoryGrowth | None:
+    """The job's GPU memory at the start and end of the growth window when it grows steadily over
+    it, else None. The one decision of "memory growing": the warning and the document's
+    `memory_growth` both come from here."""
+    pts = [(s.time, s.tree_gpu_mem_mib) for s in samples if s.tree_gpu_mem_mib is not None]
+    if len(pts) < 3:
+        return None
+    now = pts[-1][0]
+    pts = [pt for pt in pts if pt[0] >= now - rules.growth_window_s]
+    if len(pts) < 3 or pts[-1][0] - pts[0][0] < rules.growth_min_span_s:
+        return None
+    first, last = pts[0][1], pts[-1][1]
+    grown = last - first
+    if grown < rules.growth_min_mib or grown < rules.growth_min_fraction * max(first, 1.0):
+        return None
+    steps = [b[1] - a[1] for a, b in zip(pts, pts[1:])]
+    non_decreasing = sum(1 for d in steps if d >= 0) / len(steps)
+    if non_decreasing < rules.growth_monotonic_fraction:
+        return None
+    return MemoryGrowth(first, last, pts[0][0], pts[-1][0])
+
+
+def rule_memory_growth(f: Facts) -> Iterable[Finding]:
+    grown = memory_growth(f.recent, f.rules)
+    if grown:
+        first, last = grown.first_mib, grown.last_mib
+        span = min(f.rules.growth_window_s, f.recent[-1].time - f.recent[0].time)
+        yield finding(
+            "memory-growth",
+            "warning",
+            ref("warning.memory-growth", first=f"{first:.0f}", last=f"{last:.0f}", seconds=f"{span:.0f}"),
+            ref("hint.memory-growth"),
+            (p.pid for p in f.processes if p.uses_gpu),
+        )
+
+
+def _rank_gpus(f: Facts) -> dict[int, set[int]]:
+    """NVML GPU indices each rank process uses (by its models, else by NVML memory)."""
+    out: dict[int, set[int]] = {}
+    for p in f.processes:
+        if p.role != "rank":
+            continue
+        idx = {model_nvml_index(p, m, f.gpus) for m in p.models} - {None}
+        if not idx:
+            idx = {g.index for g in p.gpu if (g.mem_used_mib or 0) > 0}
+        out[p.pid] = idx
+    return out
+
+
+def rule_rank_shared_gpu(f: Facts) -> Iterable[Finding]:
+    owners: dict[int, list[int]] = {}
+    for pid, idx in _rank_gpus(f).items():
+        for i in idx:
+            owners.setdefault(i, []).append(pid)
+    shared = {i: pids for i, pids in owners.items() if len(pids) > 1}
+    if shared:
+        i, pids = sorted(shared.items())[0]
+        yield finding(
+            "rank-shared-gpu",
+            "warning",
+            ref("warning.rank-shared-gpu", pids=plist(pids), gpu=i),
+            ref("hint.rank-shared-gpu"),
+            pids,
+        )
+
+
+def rule_rank_device_mismatch(f: Facts) -> Iterable[Finding]:
+    hits = []
+    for p in f.processes:
+        if p.role != "rank" or p.local_rank is None:
+            continue
+        if (p.runtime or {}).get("device_count") == 1:
+            continue  # one visible GPU per rank (CUDA_VISIBLE_DEVICES): cuda:0 is right for every rank
+        for m in p.models:
+            if device_type(m.device) == "cuda":
+                _, _, idx = m.device.partition(":")
+                if idx.isdigit() and int(idx) != p.local_rank:
+                    hits.append((p, m))
+    if hits:
+        p, m = hits[0]
+        yield finding(
+            "rank-device-mismatch",
+            "warning",
+            ref("warning.rank-device-mismatch", rank=p.local_rank, pid=p.pid, model=m.name, device=m.device),
+            ref("hint.rank-device-mismatch"),
+            (p.pid for p, _ in hits),
+        )
+
+
+RULES: tuple[Rule, ...] = (
+    rule_target_exited,
+    rule_job_stopped,
+    rule_cpu_build,
+    rule_cuda_unavailable,
+    rule_model_on_cpu,
+    rule_input_mismatch,
+    rule_mixed_devices,
+    rule_idle_gpu,
+    rule_worker_cuda,
+    rule_rank_shared_gpu,
+    rule_rank_device_mismatch,
+    rule_memory_growth,
+    rule_unregistered_gpu_process,
+    rule_gpu_work_in_child,
+    rule_shared_model_unprobed_child,
+    rule_device_count_mismatch,
+    rule_pid_namespace,
+    rule_probe_unreadable,
+    rule_probe_error,
+    rule_nvml_unavailable,
+    rule_no_probe,
+    rule_no_parameters,
+)

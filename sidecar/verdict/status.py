@@ -1,0 +1,134 @@
+"""The status (GPU, CPU, MIXED, UNKNOWN) and its message, and `decide`, the verdict's entry point."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sidecar.catalogue import Param, Ref, ref
+from sidecar.verdict.facts import (
+    ACCELERATOR_TYPES,
+    SEVERITY_ORDER,
+    Facts,
+    Finding,
+    ModelFacts,
+    ProcessFacts,
+    Verdict,
+    all_models,
+    gpu_by_index,
+    model_nvml_index,
+    pct,
+)
+from sidecar.verdict.rules import RULES, cuda_unavailable_reason
+
+
+@dataclass(frozen=True)
+class StatusMessage:
+    status: str  # GPU | CPU | MIXED | UNKNOWN
+    message: Ref
+    model_device: str | None
+    input_device: str | None
+    model_gpu_index: int | None  # NVML index of the GPU the (first) model is on
+
+
+# The GPU message, by whether the GPU's name and its utilisation are known.
+GPU_MESSAGES = {
+    (False, False): "message.gpu",
+    (True, False): "message.gpu.named",
+    (False, True): "message.gpu.busy",
+    (True, True): "message.gpu.named.busy",
+}
+
+
+def primary_model_gpu_index(f: Facts) -> int | None:
+    """NVML index of the GPU the first model with a device is on (None when it is not on CUDA)."""
+    first = next(((p, m) for p, m in all_models(f) if m.types), None)
+    if first and "cuda" in first[1].types:
+        return model_nvml_index(first[0], first[1], f.gpus)
+    return None
+
+
+def status_and_message(f: Facts) -> StatusMessage:
+    models = list(all_models(f))
+    input_device = next((m.input_device for _, m in models if m.input_device), None)
+    typed = [(p, m) for p, m in models if m.types]
+    if typed:
+        return _model_status(f, typed, input_device)
+    model_device = models[0][1].device if models else None
+    gpu_procs = [p for p in f.processes if p.uses_gpu]
+    if gpu_procs:
+        message = ref("message.gpu-unregistered", pids=", ".join(f"{p.pid}" for p in gpu_procs[:4]))
+        gpu_index = next((g.index for p in gpu_procs for g in p.gpu), None)
+        return StatusMessage("GPU", message, None, input_device, gpu_index)
+    if not f.target_alive and not f.processes:
+        return StatusMessage("UNKNOWN", ref("message.exited-unknown", pid=f.target_pid), None, None, None)
+    message = ref("message.not-enough", missing=_missing_evidence(f, bool(models)))
+    return StatusMessage("UNKNOWN", message, model_device, input_device, None)
+
+
+def _model_status(
+    f: Facts, typed: list[tuple[ProcessFacts, ModelFacts]], input_device: str | None
+) -> StatusMessage:
+    """The status when some model has a device."""
+    types = set().union(*(m.types for _, m in typed))
+    names = ", ".join(sorted({m.name for _, m in typed}))
+    model_device = typed[0][1].device
+    gpu_index = primary_model_gpu_index(f)
+    if len(types) > 1 or any(len(m.types) > 1 for _, m in typed):
+        devs = ", ".join(sorted({d for _, m in typed for d in (m.devices or (m.device,)) if d}))
+        message = ref("message.mixed", model=names, devices=devs)
+        return StatusMessage("MIXED", message, model_device, input_device, gpu_index)
+    (kind,) = types
+    if kind in ACCELERATOR_TYPES:
+        g = gpu_by_index(f, gpu_index)
+        params: dict[str, Param] = {"model": names, "device": model_device or ""}
+        if g and g.name:
+            params["gpu"] = g.name
+        if g and g.util is not None:
+            params["util"] = pct(g.util)
+        message = Ref(GPU_MESSAGES["gpu" in params, "util" in params], params)
+        return StatusMessage("GPU", message, model_device, input_device, gpu_index)
+    if kind == "cpu":
+        message = ref("message.cpu", model=names, reason=_cpu_reason(f, [p for p, _ in typed]))
+        return StatusMessage("CPU", message, model_device, input_device, None)
+    message = ref("message.no-compute", model=names, kind=kind)
+    return StatusMessage("UNKNOWN", message, model_device, input_device, None)
+
+
+def _missing_evidence(f: Facts, has_models: bool) -> Ref:
+    """Why the status is UNKNOWN when no model has a device."""
+    if any(p.has_probe for p in f.processes):
+        if has_models:
+            return ref("reason.missing.no-parameters")
+        collected = sorted({n for p in f.processes for n in p.collected_models})
+        if collected:
+            return ref("reason.missing.collected", model=", ".join(collected))
+        return ref("reason.missing.no-model")
+    return ref("reason.missing.no-probe" if f.nvml_ok else "reason.missing.no-probe-nvml")
+
+
+def _cpu_reason(f: Facts, procs: list[ProcessFacts]) -> Ref:
+    rt = next((p.runtime for p in procs if p.runtime), None) or {}
+    if rt.get("torch") and rt.get("cuda_build") is None:
+        return ref("reason.cpu.cpu-build", torch=str(rt["torch"]))
+    if rt.get("cuda_available") is False:
+        reason, _ = cuda_unavailable_reason(f, rt)
+        return ref("reason.cpu.cuda-unavailable", reason=reason)
+    if rt.get("cuda_available") is True:
+        return ref("reason.cpu.not-moved")
+    return ref("reason.cpu.no-accelerator")
+
+
+def candidate_warnings(f: Facts) -> list[Finding]:
+    out: list[Finding] = []
+    for rule in RULES:
+        out.extend(rule(f))
+    return out
+
+
+def decide(f: Facts) -> Verdict:
+    sm = status_and_message(f)
+    message = sm.message
+    if not f.target_alive and f.processes:
+        message = ref("message.exited", pid=f.target_pid, message=message)
+    warnings = tuple(sorted(candidate_warnings(f), key=lambda w: SEVERITY_ORDER[w.severity]))
+    return Verdict(sm.status, message, warnings, sm.model_device, sm.input_device, sm.model_gpu_index)
