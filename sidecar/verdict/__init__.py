@@ -5,72 +5,19 @@ UNKNOWN), a message, and the warnings (`Finding`s) whose conditions hold in this
 hints are references into the one catalogue (sidecar/catalogue.py, static/i18n/*.json), never text:
 the document renders them in English, the page and the plugin in the user's language. Each warning
 is one rule in `RULES` (rules.py); tests drive them with tables of facts. Hysteresis (so no warning
-flaps between two polls) is a separate pure step, `settle` (settle.py), that carries a small state
+flaps between two polls) is a separate pure step, `settle` (hysteresis.py), that carries a small state
 from one poll to the next.
 
-    facts.py   the facts, the value types (Finding, Verdict) and device helpers
-    rules.py   the rules
-    status.py  status and message, decide()
-    settle.py  hysteresis
+    facts.py       the facts, the value types (Finding, Verdict) and device helpers
+    rules.py       the rules
+    status.py      status and message, decide()
+    hysteresis.py  settle()
 """
 
-from sidecar.verdict.facts import (
-    ACCELERATOR_TYPES,
-    NVIDIA_VENDOR,
-    SEVERITY_ORDER,
-    STATUSES,
-    Facts,
-    Finding,
-    GpuFacts,
-    ModelFacts,
-    ProcessFacts,
-    ProcGpu,
-    RecentSample,
-    Rules,
-    SystemGpuFacts,
-    Verdict,
-    device_type,
-    map_cuda_index,
-    model_nvml_index,
-)
-from sidecar.verdict.rules import RULES, MemoryGrowth, Rule, cuda_unavailable_reason, memory_growth
-from sidecar.verdict.settle import HysteresisState, settle
-from sidecar.verdict.status import (
-    StatusMessage,
-    candidate_warnings,
-    decide,
-    primary_model_gpu_index,
-    status_and_message,
-)
+from sidecar.verdict import facts, hysteresis, rules, status
+from sidecar.verdict.facts import *  # noqa: F403
+from sidecar.verdict.hysteresis import *  # noqa: F403
+from sidecar.verdict.rules import *  # noqa: F403
+from sidecar.verdict.status import *  # noqa: F403
 
-__all__ = [
-    "ACCELERATOR_TYPES",
-    "NVIDIA_VENDOR",
-    "RULES",
-    "SEVERITY_ORDER",
-    "STATUSES",
-    "Facts",
-    "Finding",
-    "GpuFacts",
-    "HysteresisState",
-    "MemoryGrowth",
-    "ModelFacts",
-    "ProcGpu",
-    "ProcessFacts",
-    "RecentSample",
-    "Rule",
-    "Rules",
-    "StatusMessage",
-    "SystemGpuFacts",
-    "Verdict",
-    "candidate_warnings",
-    "cuda_unavailable_reason",
-    "decide",
-    "device_type",
-    "map_cuda_index",
-    "memory_growth",
-    "model_nvml_index",
-    "primary_model_gpu_index",
-    "settle",
-    "status_and_message",
-]
+__all__ = [*facts.__all__, *rules.__all__, *hysteresis.__all__, *status.__all__]

@@ -9,6 +9,11 @@ from typing import Any
 
 from sidecar.catalogue import Ref
 
+# What `from sidecar.verdict import ...` gives (sidecar/verdict/__init__.py).
+__all__ = ["ACCELERATOR_TYPES", "NVIDIA_VENDOR", "SEVERITY_ORDER", "STATUSES", "Facts", "Finding"]
+__all__ += ["GpuFacts", "ModelFacts", "ProcGpu", "ProcessFacts", "RecentSample", "Rules"]
+__all__ += ["SystemGpuFacts", "Verdict", "device_type", "map_cuda_index", "model_nvml_index"]
+
 STATUSES = ("GPU", "CPU", "MIXED", "UNKNOWN")
 ACCELERATOR_TYPES = ("cuda", "mps", "xpu")
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}

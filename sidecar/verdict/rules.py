@@ -13,6 +13,7 @@ from sidecar.verdict.facts import (
     NVIDIA_VENDOR,
     Facts,
     Finding,
+    ProcessFacts,
     RecentSample,
     Rules,
     all_models,
@@ -24,6 +25,10 @@ from sidecar.verdict.facts import (
     version_tuple,
 )
 
+# What `from sidecar.verdict import ...` gives (sidecar/verdict/__init__.py).
+__all__ = ["RULES", "MemoryGrowth", "Rule", "cuda_unavailable_reason", "memory_growth"]
+
+
 Rule = Callable[[Facts], Iterable[Finding]]
 
 
@@ -33,6 +38,14 @@ def finding(code: str, severity: str, message: Ref, hint: Ref | None, pids: Iter
 
 def _names(models: Iterable[Any]) -> str:
     return ", ".join(sorted({m.name for m in models}))
+
+
+def _about_models(code: str, severity: str, message_id: str, hint_id: str, hits: list) -> Finding:
+    """A finding that names the models of `hits` ((process, model) pairs) and their processes."""
+    names = _names(m for _, m in hits)
+    return finding(
+        code, severity, ref(message_id, model=names), ref(hint_id), sorted({p.pid for p, _ in hits})
+    )
 
 
 def rule_target_exited(f: Facts) -> Iterable[Finding]:
@@ -81,14 +94,9 @@ def rule_no_probe(f: Facts) -> Iterable[Finding]:
 def rule_probe_unreadable(f: Facts) -> Iterable[Finding]:
     bad = [p for p in f.processes if p.probe_unreadable]
     if bad:
-        reasons = "; ".join(f"{p.pid}: {p.probe_error or p.probe_state}" for p in bad[:3])
-        yield finding(
-            "probe-unreadable",
-            "warning",
-            ref("warning.probe-unreadable", count=len(bad), reasons=reasons),
-            _unreadable_hint({p.probe_state for p in bad}),
-            (p.pid for p in bad),
-        )
+        hint = _unreadable_hint({p.probe_state for p in bad})
+        why = lambda p: p.probe_error or p.probe_state  # noqa: E731
+        yield _probe_trouble("probe-unreadable", "warning.probe-unreadable", bad, why, hint)
 
 
 def _unreadable_hint(states: set[str]) -> Ref:
@@ -104,14 +112,18 @@ def _unreadable_hint(states: set[str]) -> Ref:
 def rule_probe_error(f: Facts) -> Iterable[Finding]:
     bad = [p for p in f.processes if p.publish_failure]
     if bad:
-        reasons = "; ".join(f"{p.pid}: {p.publish_failure}" for p in bad[:3])
-        yield finding(
-            "probe-error",
-            "warning",
-            ref("warning.probe-error", count=len(bad), reasons=reasons),
-            ref("hint.probe-error"),
-            (p.pid for p in bad),
-        )
+        why = lambda p: p.publish_failure  # noqa: E731
+        yield _probe_trouble("probe-error", "warning.probe-error", bad, why, ref("hint.probe-error"))
+
+
+def _probe_trouble(
+    code: str, message_id: str, bad: list[ProcessFacts], why: Callable[[ProcessFacts], str], hint: Ref
+) -> Finding:
+    """A warning about processes whose probe is not heard: how many, and why for the first three."""
+    reasons = "; ".join(f"{p.pid}: {why(p)}" for p in bad[:3])
+    return finding(
+        code, "warning", ref(message_id, count=len(bad), reasons=reasons), hint, (p.pid for p in bad)
+    )
 
 
 def _cuda_tag(version: str | None) -> str:
@@ -176,13 +188,7 @@ def rule_model_on_cpu(f: Facts) -> Iterable[Finding]:
         if m.types == {"cpu"} and (p.runtime or {}).get("cuda_available") is True
     ]
     if hits:
-        yield finding(
-            "model-on-cpu",
-            "error",
-            ref("warning.model-on-cpu", model=_names(m for _, m in hits)),
-            ref("hint.model-on-cpu"),
-            sorted({p.pid for p, _ in hits}),
-        )
+        yield _about_models("model-on-cpu", "error", "warning.model-on-cpu", "hint.model-on-cpu", hits)
 
 
 def rule_input_mismatch(f: Facts) -> Iterable[Finding]:
@@ -232,13 +238,7 @@ def rule_mixed_devices(f: Facts) -> Iterable[Finding]:
 def rule_no_parameters(f: Facts) -> Iterable[Finding]:
     hits = [(p, m) for p, m in all_models(f) if m.device == "no-parameters"]
     if hits:
-        yield finding(
-            "no-parameters",
-            "info",
-            ref("warning.no-parameters", model=_names(m for _, m in hits)),
-            ref("hint.no-parameters"),
-            sorted({p.pid for p, _ in hits}),
-        )
+        yield _about_models("no-parameters", "info", "warning.no-parameters", "hint.no-parameters", hits)
 
 
 def rule_worker_cuda(f: Facts) -> Iterable[Finding]:

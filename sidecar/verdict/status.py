@@ -20,6 +20,10 @@ from sidecar.verdict.facts import (
 )
 from sidecar.verdict.rules import RULES, cuda_unavailable_reason
 
+# What `from sidecar.verdict import ...` gives (sidecar/verdict/__init__.py).
+__all__ = ["StatusMessage", "candidate_warnings", "decide", "primary_model_gpu_index"]
+__all__ += ["status_and_message"]
+
 
 @dataclass(frozen=True)
 class StatusMessage:

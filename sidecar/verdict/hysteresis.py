@@ -7,6 +7,9 @@ from dataclasses import dataclass, replace
 
 from sidecar.verdict.facts import SEVERITY_ORDER, Finding, Rules, Verdict
 
+# What `from sidecar.verdict import ...` gives (sidecar/verdict/__init__.py).
+__all__ = ["HysteresisState", "settle"]
+
 
 @dataclass(frozen=True)
 class HysteresisState:
