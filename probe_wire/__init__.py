@@ -18,7 +18,9 @@ no sidecar.
 
 Importing this package runs nothing and imports none of them. The names the modules export (their
 ``__all__``) are names of the package too, imported on first use (``probe_wire.read_segment``); a
-module imported for one, say ``probe_wire.schema``, costs only what it imports itself.
+module imported for one, say ``probe_wire.schema``, costs only what it imports itself. A program that
+must have imported everything before it changes user or root (the sidecar, run under another uid)
+imports what it uses from the modules, at its own import.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from __future__ import annotations
 import importlib
 
 # Where the names this package exports live: each module's ``__all__`` says what it exports.
-_MODULES = ("names", "header", "procid", "schema", "codec", "cleanup", "writer", "reader", "follower")
+# Looked in in this order, each after what it imports: a name of the follower costs the reader too,
+# but not the writer (mmap, posix_ipc).
+_MODULES = ("names", "header", "procid", "schema", "codec", "cleanup", "reader", "follower", "writer")
 
 
 def __getattr__(name: str) -> object:

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from typing import Any
 
-import probe_wire as wire
+from probe_wire.names import SHM_DIR, list_segments, segment_path
 from probe_wire.procid import process_real_uid
 from sidecar import catalogue
 from sidecar.collect import system_gpu_facts
@@ -65,7 +65,7 @@ SHOWN_EXAMPLES = 5
 MAX_LISTED = 100
 
 
-def segment_name_findings(shm_dir: str = wire.SHM_DIR) -> dict[str, Any]:
+def segment_name_findings(shm_dir: str = SHM_DIR) -> dict[str, Any]:
     """Segment names that someone else holds: links or other non-files planted under them, and files
     owned by another user than the process they name (forged facts, or a name squatted so that the
     process's probe must fall back to dsh-probe.PID.START_TICKS). For a pid that does not run, a
@@ -73,8 +73,8 @@ def segment_name_findings(shm_dir: str = wire.SHM_DIR) -> dict[str, Any]:
     links: list[str] = []
     foreign: list[str] = []
     me = os.geteuid()
-    for pid, ticks in wire.list_segments(shm_dir):
-        path = os.path.join(shm_dir, os.path.basename(wire.segment_path(pid, ticks)))
+    for pid, ticks in list_segments(shm_dir):
+        path = os.path.join(shm_dir, os.path.basename(segment_path(pid, ticks)))
         try:
             st = os.lstat(path)
         except OSError:

@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import probe_wire as wire
+from probe_wire.cleanup import remove_if_dead, sweep_dead_segments
+from probe_wire.follower import SegmentFollower
+from probe_wire.reader import read_segment
 from sidecar.sources.proctree import TreeSnapshot, open_file_budget
 
 # Consecutive busy reads after which a segment counts as unreadable rather than mid-publish.
@@ -23,7 +25,7 @@ UNREADABLE_STATES = ("corrupt", "foreign-owner", "owner-mismatch")
 @dataclass(frozen=True)
 class ProbeRead:
     pid: int
-    state: str  # one of probe_wire.STATES
+    state: str  # one of probe_wire.schema.STATES
     payload: dict[str, Any] | None  # the latest good payload of this identity, even when state is busy
     error: str | None
     unreadable: bool  # corrupt, foreign, or busy for too long
@@ -34,7 +36,7 @@ class ProbeRead:
 class SegmentSource:
     def __init__(self, *, clean_dead: bool = True, max_open: int | None = None):
         self.clean_dead = clean_dead
-        self._follower = wire.SegmentFollower(open_file_budget() if max_open is None else max_open)
+        self._follower = SegmentFollower(open_file_budget() if max_open is None else max_open)
         self._last_good: dict[tuple[int, int | None], dict[str, Any]] = {}
         self._last_ok: dict[tuple[int, int | None], ProbeRead] = {}
         self._busy_count: dict[tuple[int, int | None], int] = {}
@@ -51,7 +53,7 @@ class SegmentSource:
             live.add(ident)
             try:
                 if proc.start_ticks is None:
-                    r = wire.read_segment(proc.pid)
+                    r = read_segment(proc.pid)
                 else:
                     r = follower.read(proc.pid, proc.start_ticks)
             except Exception as exc:  # the reader promises not to raise; a poll must not trust that
@@ -96,7 +98,7 @@ class SegmentSource:
 
     def _remove_dead_segments(self, reads: dict[int, ProbeRead], gone: set) -> None:
         """Unlink the segments whose writer is provably dead in our own PID namespace (see
-        probe_wire.remove_if_dead: a segment of another namespace, or of a writer too old to say
+        probe_wire.cleanup.remove_if_dead: a segment of another namespace, or of a writer too old to say
         which, is never removed; a zombie writer is dead).
 
         The tree's own stale segments are looked at each poll; a process that left the tree since
@@ -104,15 +106,15 @@ class SegmentSource:
         other jobs) is looked at on the first poll and then every FOREIGN_CHECK_EVERY_POLLS polls:
         on a node running other jobs it would otherwise cost a read of every foreign segment."""
         for pid, read in reads.items():
-            if read.state == "stale" and wire.remove_if_dead(pid):
+            if read.state == "stale" and remove_if_dead(pid):
                 self.removed.append(pid)
         for pid, ticks in gone:
             if pid in reads:
                 continue  # the pid is back in the tree as a new process: its read decided above
             for name_ticks in (None, ticks) if ticks is not None else (None,):
-                if wire.remove_if_dead(pid, name_ticks):
+                if remove_if_dead(pid, name_ticks):
                     self.removed.append(pid)
         self._cleanups += 1
         if (self._cleanups - 1) % FOREIGN_CHECK_EVERY_POLLS == 0:
-            self.removed.extend(wire.sweep_dead_segments(skip=set(reads)))
+            self.removed.extend(sweep_dead_segments(skip=set(reads)))
         del self.removed[:-256]
