@@ -235,7 +235,7 @@ export class TimeChart {
     const { x, y, m, ih } = this._scale;
     const hit = this._hits(this.hoverT);
     this.hoverLayer.replaceChildren();
-    const xx = x(hit.time_unix_s);
+    const xx = x(hit.time);
     el('line', { x1: xx, x2: xx, y1: m.t, y2: m.t + ih, class: 'crosshair' }, this.hoverLayer);
     for (const r of hit.rows) el('circle', { cx: x(r.point[0]), cy: y(r.point[1]), r: 4, fill: r.series.color, class: 'hover-dot' }, this.hoverLayer);
     if (this.lastClient) this._showTooltip(this.hoverT);
@@ -248,7 +248,7 @@ export class TimeChart {
     tip.replaceChildren();
     const head = document.createElement('div');
     head.className = 'tt-time';
-    head.textContent = `${fmtClock(hit.time_unix_s)} · ${this.opts.title ? this.opts.title() : ''}`;
+    head.textContent = `${fmtClock(hit.time)} · ${this.opts.title ? this.opts.title() : ''}`;
     tip.appendChild(head);
     for (const r of hit.rows) {
       const row = document.createElement('div');
