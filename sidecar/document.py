@@ -118,31 +118,7 @@ def status_document(
     whose facts are the very same object as last time reuse its entry: nothing in a document is
     ever modified after it is made, so entries may share their lists. ``target`` is a
     collect.TargetInfo (name, cmdline, create time as first seen)."""
-    framework = _framework_indices(facts)
-    processes = []
-    fresh: dict[int, tuple] = {}
-    budget_bytes = bounds.MAX_PROCESS_BYTES
-    for p in facts.processes:
-        if len(processes) == bounds.MAX_PROCESSES_SHOWN:
-            break
-        info = proc_info.get(p.pid)
-        cmdline = info.cmdline if info else None
-        hit = entry_cache.get(p.pid) if entry_cache is not None else None
-        if hit is not None and hit[0] is p and hit[1] is cmdline:
-            entry, size = hit[2].copy(), hit[3]  # the same facts: only what the OS says per poll is new
-        else:
-            entry = process_entry(p, cmdline)
-            size = len(json.dumps(entry, ensure_ascii=False).encode())
-        if size > budget_bytes:
-            break  # hostile sizes: the rest is counted in processes_omitted
-        budget_bytes -= size
-        fresh[p.pid] = (p, cmdline, entry, size)
-        entry["cpu_pct"] = info.cpu_percent if info else None
-        entry["rss_mib"] = info.rss_mib if info else None
-        processes.append(entry)
-    if entry_cache is not None:
-        entry_cache.clear()
-        entry_cache.update(fresh)
+    processes = _process_entries(facts, proc_info, entry_cache)
     shown_events = events[-bounds.MAX_EVENTS_SHOWN :]
     doc = {
         "schema": SCHEMA,
@@ -170,23 +146,7 @@ def status_document(
             "cuda_driver": facts.cuda_driver,
             "error": facts.nvml_error,
         },
-        "gpus": [
-            {
-                "index": g.index,
-                "uuid": g.uuid,
-                "name": g.name,
-                "pci_bus_id": g.pci_bus_id,
-                "util_pct": g.util,
-                "mem_util_pct": g.mem_util,
-                "mem_used_mib": g.mem_used_mib,
-                "mem_total_mib": g.mem_total_mib,
-                "framework_index": framework.get(g.index),
-                "lost": g.lost,
-                "field_errors": dict(g.field_errors),  # why a null field is null, per NVML
-                "other_process_count": other_processes.get(g.index, 0),
-            }
-            for g in facts.gpus
-        ],
+        "gpus": _gpu_entries(facts, other_processes),
         "system_gpus": [
             {"vendor": s.vendor, "name": s.name, "pci": s.pci, "driver": s.driver, "nvml_index": s.nvml_index}
             for s in facts.system_gpus
@@ -197,6 +157,56 @@ def status_document(
         "events_omitted": len(events) - len(shown_events),
     }
     return contract.check_if_enabled(doc, "status")
+
+
+def _process_entries(facts: Facts, proc_info: dict[int, Any], entry_cache: dict[int, tuple] | None) -> list:
+    """Process entries, within the count and size bounds (sidecar/bounds.py)."""
+    processes = []
+    fresh: dict[int, tuple] = {}
+    budget_bytes = bounds.MAX_PROCESS_BYTES
+    for p in facts.processes:
+        if len(processes) == bounds.MAX_PROCESSES_SHOWN:
+            break
+        info = proc_info.get(p.pid)
+        cmdline = info.cmdline if info else None
+        hit = entry_cache.get(p.pid) if entry_cache is not None else None
+        if hit is not None and hit[0] is p and hit[1] is cmdline:
+            entry, size = hit[2].copy(), hit[3]  # the same facts: only what the OS says per poll is new
+        else:
+            entry = process_entry(p, cmdline)
+            size = len(json.dumps(entry, ensure_ascii=False).encode())
+        if size > budget_bytes:
+            break  # hostile sizes: the rest is counted in processes_omitted
+        budget_bytes -= size
+        fresh[p.pid] = (p, cmdline, entry, size)
+        entry["cpu_pct"] = info.cpu_percent if info else None
+        entry["rss_mib"] = info.rss_mib if info else None
+        processes.append(entry)
+    if entry_cache is not None:
+        entry_cache.clear()
+        entry_cache.update(fresh)
+    return processes
+
+
+def _gpu_entries(facts: Facts, other_processes: dict[int, int]) -> list[dict[str, Any]]:
+    framework = _framework_indices(facts)
+    return [
+        {
+            "index": g.index,
+            "uuid": g.uuid,
+            "name": g.name,
+            "pci_bus_id": g.pci_bus_id,
+            "util_pct": g.util,
+            "mem_util_pct": g.mem_util,
+            "mem_used_mib": g.mem_used_mib,
+            "mem_total_mib": g.mem_total_mib,
+            "framework_index": framework.get(g.index),
+            "lost": g.lost,
+            "field_errors": dict(g.field_errors),  # why a null field is null, per NVML
+            "other_process_count": other_processes.get(g.index, 0),
+        }
+        for g in facts.gpus
+    ]
 
 
 def _memory_growth(facts: Facts) -> dict[str, float] | None:

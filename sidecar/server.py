@@ -56,6 +56,14 @@ def create_app(config: ServerConfig, source: Any, metrics: Any = None) -> Flask:
     app.json.ensure_ascii = False  # UTF-8: a non-ASCII name costs its bytes, not 6-12 per character
     app.url_map.merge_slashes = False  # "//etc/passwd" gets a 404, not a redirect
 
+    _install_guards(app, config)
+    _install_routes(app, config, source, metrics)
+    return app
+
+
+def _install_guards(app: Flask, config: ServerConfig) -> None:
+    """Before every request: the Host check, read-only methods, the token; after: the headers."""
+
     @app.before_request
     def _guard():
         host = request.environ.get("HTTP_HOST")
@@ -106,6 +114,10 @@ def create_app(config: ServerConfig, source: Any, metrics: Any = None) -> Flask:
         app.logger.exception("unexpected error")
         return _error(500, f"internal error: {type(exc).__name__}")
 
+
+def _install_routes(app: Flask, config: ServerConfig, source: Any, metrics: Any) -> None:
+    """The routes; each serves what the last poll published and never triggers one."""
+
     @app.get("/healthz")
     def healthz():
         _, last = source.snapshot()
@@ -154,8 +166,6 @@ def create_app(config: ServerConfig, source: Any, metrics: Any = None) -> Flask:
     @app.get("/version")
     def version():
         return jsonify({"version": __version__})
-
-    return app
 
 
 def _error(code: int, message: str):
