@@ -202,3 +202,49 @@ def test_the_page_and_the_plugin_read_the_generated_typedefs_and_schema():
     assert re.search(r"import \{ SCHEMA \} from './contract\.js'", fmt)
     app = open(os.path.join(here, "static", "app.js"), encoding="utf-8").read()
     assert "import('./contract.js').StatusDocument" in app
+
+
+def _design_fact_table() -> str:
+    root = os.path.dirname(os.path.dirname(contract.__file__))
+    text = open(os.path.join(root, "docs", "design.md"), encoding="utf-8").read()
+    start = text.index("## The path of a fact")
+    return text[start : text.index("\n## ", start + 5)]
+
+
+def test_the_path_of_a_fact_in_the_design_doc_names_what_the_code_has():
+    root = os.path.dirname(os.path.dirname(contract.__file__))
+    code = ""
+    for folder in ("probe", "probe_wire", "sidecar"):
+        for dp, _, files in os.walk(os.path.join(root, folder)):
+            for f in files:
+                if f.endswith((".py", ".js")):
+                    code += open(os.path.join(dp, f), encoding="utf-8").read()
+    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", code))
+    table = _design_fact_table()
+    status_fields = contract.STATUS_DOCUMENT.fields
+    from probe_wire.schema import _PAYLOAD as probe_payload
+
+    checked = 0
+    for token in re.findall(r"`([^`\s]+)`", table):
+        if token.startswith("/"):
+            assert token in ("/metrics",), f"{token}: not a route the design names"
+        elif "/" in token or token.endswith(".py"):
+            assert os.path.exists(os.path.join(root, token.rstrip("/"))), f"{token}: no such path"
+        elif "[]" in token and token.split("[]")[0] in probe_payload and token.split("[]")[0] not in status_fields:
+            # a path in the probe's payload (probe_wire/schema.py)
+            model_keys = probe_payload["models"].item
+            assert token == "models[].device" and "device" in model_keys, token
+        elif "[]" in token:  # a path in a document: every step is a declared field
+            obj = contract.HISTORY_DOCUMENT if token.startswith("samples") else contract.STATUS_DOCUMENT
+            for part in token.replace("[]", "").split("."):
+                field = obj.fields.get(part)
+                assert field is not None, f"{token}: {part} is not in {obj.name}"
+                t = field.type.item if isinstance(field.type, contract.ListOf) else field.type
+                obj = t if isinstance(t, contract.Obj) else obj
+        elif re.fullmatch(r"[a-z_]+", token) and token in status_fields:
+            pass  # a top-level field of the status document
+        else:
+            for part in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", token):
+                assert part in words, f"docs/design.md names {token}, but the code has no {part}"
+        checked += 1
+    assert checked > 25
