@@ -23,6 +23,7 @@ MAX_DEVICES_SHOWN = 8  # per model
 MAX_PROCESSES_SHOWN = 256  # `processes_omitted` counts the rest
 MAX_PROCESS_BYTES = 512 * 1024  # process entries together, as JSON (the cheap half of the budget)
 MAX_EVENTS_SHOWN = 100  # the most recent ones; `events_omitted` counts the rest
+MAX_JOBS_SHOWN = 64  # the newest jobs in /jobs and in a discovery-mode status document
 MAX_LABEL_CHARS = MAX_TEXT_CHARS  # a /metrics label value
 MAX_STATUS_BYTES = 1024 * 1024  # what the bounds above guarantee for the status document
 PROXY_MAX_BODY_BYTES = 4 * 1024 * 1024  # status or history through the DSH proxy

@@ -236,21 +236,34 @@ def system_gpu_facts(system_gpus, gpus: tuple[GpuFacts, ...]) -> tuple[SystemGpu
 # ---------------------------------------------------------------------------------------------
 @dataclass
 class TargetInfo:
-    """The watched process as first seen alive (kept after it exits)."""
+    """The watched process (the job's root) as first seen alive (kept after it exits)."""
 
+    pid: int = 0
     name: str | None = None
     cmdline: list[str] | None = None
     create_time: float | None = None
+    start_ticks: int | None = None
+    root: Any = None  # sources.lineage.RootInfo: owner, working directory, ancestors
+
+    @property
+    def job_id(self) -> str:
+        """`<pid>-<start ticks>`: a job is its root process, and a process is (pid, start ticks)."""
+        return job_id(self.pid, self.start_ticks)
+
+
+def job_id(pid: int, start_ticks: int | None) -> str:
+    return f"{pid}-{start_ticks if start_ticks is not None else 0}"
 
 
 class FactCollector:
     """Builds each poll's `Facts`. Not thread-safe: the poller runs one poll at a time."""
 
-    def __init__(self, target_pid: int, rules: Rules, pid_visible):
+    def __init__(self, target_pid: int, rules: Rules, pid_visible, root_info=None):
         self.target_pid = target_pid
         self.rules = rules
         self.pid_visible = pid_visible  # sources.proctree.pid_visible (a /proc lookup)
-        self.target = TargetInfo()
+        self.root_info = root_info  # sources.lineage.root_info (a few /proc reads, once per job)
+        self.target = TargetInfo(target_pid)
         self.proc_info: dict[int, Any] = {}  # pid -> proctree.ProcInfo of the facts' processes
         self.other_processes: dict[int, int] = {}  # GPU index -> processes outside the tree
         self._last_alive: tuple[ProcessFacts, ...] = ()
@@ -264,7 +277,10 @@ class FactCollector:
             self._last_alive, self.proc_info = procs, {p.pid: p for p in tree.processes}
             root = tree.processes[0] if tree.processes else None
             if root is not None and self.target.name is None:
-                self.target = TargetInfo(root.name, list(root.cmdline), root.create_time)
+                info = self.root_info(root.pid) if self.root_info is not None else None
+                self.target = TargetInfo(
+                    root.pid, root.name, list(root.cmdline), root.create_time, root.start_ticks, info
+                )
         else:
             # Keep showing what the job was doing; the driver no longer sees its processes.
             procs = tuple(replace(p, gpu=()) for p in self._last_alive)

@@ -264,6 +264,46 @@ MEMORY_GROWTH = Obj(
     },
 )
 
+JOB = Obj(
+    "Job",
+    "One job: a process tree found through its probe segments or its GPU use, grouped under its root "
+    "(the topmost ancestor that is probed, uses a GPU, or is a known launcher such as torchrun).",
+    {
+        "id": F(STR, "`<root pid>-<root start ticks>`: the job's identity, never reused"),
+        "root_pid": F(INT, "the root process"),
+        "command": F(ListOf(STR), "the root's command line, redacted and clipped", null=True),
+        "user": F(STR, "the root's user name (its uid as text when the name is unknown)", null=True),
+        "uid": F(INT, "the root's real uid", null=True),
+        "cwd": F(STR, "the root's working directory (null when it cannot be read)", null=True),
+        "ancestor_pids": F(ListOf(INT, 32), "the root's parent, its parent, ... up to pid 1 (session linkage)"),
+        "start_time_unix_s": F(NUM, "when the root started", null=True),
+        "alive": F(BOOL, "false once the root has exited"),
+        "ended_unix_s": F(NUM, "when the sidecar saw it exit", null=True),
+        "status": F(Enum(STATUSES), "the job's verdict"),
+        "message": F(STR, "the verdict in one sentence, in English"),
+        "message_ref": F(TEXT_REF, "the same in the catalogue"),
+        "first_warning": F(WARNING, "the most severe warning", null=True),
+        "warning_count": F(INT, "warnings of the verdict"),
+        "gpus": F(ListOf(INT), "NVML indices of the GPUs the job uses"),
+        "process_count": F(INT, "processes in its tree"),
+        "has_model": F(BOOL, "a model is registered with the probe"),
+    },
+)
+
+JOBS_DOCUMENT = Obj(
+    "JobsDocument",
+    "GET /api/dsh-gpu-dashboard/jobs: every job this sidecar watches, the newest first.",
+    {
+        "schema": F(Enum((SCHEMA,)), "the document's schema; a client that reads another says so"),
+        "time_unix_s": F(NUM, "when the last poll ran"),
+        "interval_s": F(NUM, "time between polls"),
+        "mode": F(Enum(("pid", "discovery")), "`pid`: one job given by --pid; `discovery`: every job found"),
+        "default_job": F(STR, "the job /status answers without ?job= (the newest with a model)", null=True),
+        "jobs": F(ListOf(JOB, 64), "the jobs, newest first (at most 64)"),
+        "jobs_omitted": F(INT, "jobs left out"),
+    },
+)
+
 STATUS_DOCUMENT = Obj(
     "StatusDocument",
     "GET /api/dsh-gpu-dashboard/status: the job now.",
@@ -271,6 +311,7 @@ STATUS_DOCUMENT = Obj(
         "schema": F(Enum((SCHEMA,)), "the document's schema; a client that reads another says so"),
         "time_unix_s": F(NUM, "when the poll behind it ran"),
         "interval_s": F(NUM, "time between polls"),
+        "job_id": F(STR, "this job's id (see JobsDocument)"),
         "target": F(TARGET, "the watched process"),
         "status": F(Enum(STATUSES), "where the compute goes"),
         "message": F(STR, "the verdict in one sentence, in English"),
@@ -288,6 +329,7 @@ STATUS_DOCUMENT = Obj(
         "processes_omitted": F(INT, "processes left out (count or size bound)"),
         "events": F(ListOf(EVENT, 100), "the last 100 events"),
         "events_omitted": F(INT, "older events left out"),
+        "jobs": F(ListOf(JOB, 64), "in discovery mode, every job (as /jobs lists them); else null", null=True),
     },
 )
 
@@ -327,13 +369,14 @@ HISTORY_DOCUMENT = Obj(
     {
         "schema": F(Enum((SCHEMA,)), "the document's schema; a client that reads another says so"),
         "interval_s": F(NUM, "time between polls"),
+        "job_id": F(STR, "the job these samples are of"),
         "samples": F(ListOf(SAMPLE), "samples newer than `since`"),
         "events": F(ListOf(EVENT, 100), "events newer than `since` (the last 100)"),
         "events_omitted": F(INT, "older events left out"),
     },
 )
 
-DOCUMENTS = {"status": STATUS_DOCUMENT, "history": HISTORY_DOCUMENT}
+DOCUMENTS = {"status": STATUS_DOCUMENT, "history": HISTORY_DOCUMENT, "jobs": JOBS_DOCUMENT}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -474,10 +517,13 @@ def markdown() -> str:
         "",
         f"<!-- {GENERATED} -->",
         "",
-        "Routes: `GET /api/dsh-gpu-dashboard/status` (a `StatusDocument`), `GET "
-        "/api/dsh-gpu-dashboard/history[?since=UNIX_S]` (a `HistoryDocument`), `GET "
-        "/api/dsh-gpu-dashboard/schema` (the JSON Schema of both). `dsh-sidecar --once --json` prints "
-        "a `StatusDocument`. Every key is always present; absent values are `null`. Units are in the "
+        "Routes: `GET /api/dsh-gpu-dashboard/status[?job=ID]` (a `StatusDocument`), `GET "
+        "/api/dsh-gpu-dashboard/history[?job=ID][&since=UNIX_S]` (a `HistoryDocument`), `GET "
+        "/api/dsh-gpu-dashboard/jobs` (a `JobsDocument`), `GET /api/dsh-gpu-dashboard/schema` (the JSON "
+        "Schema of all three). Without `job`, `status` and `history` answer for the `default_job`; an "
+        "unknown job is a 404 with a JSON reason. `dsh-sidecar --pid PID --once --json` prints a "
+        "`StatusDocument`; without `--pid` (discovery), `{\"jobs\": JobsDocument, \"documents\": "
+        "[StatusDocument, ...]}`. Every key is always present; absent values are `null`. Units are in the "
         "names: `_mib` MiB (2^20 bytes), `_pct` percent 0-100, `_s` seconds, `_unix_s` UNIX time in "
         "seconds, `_hz` per second, `_fraction` 0-1. A client that gets another `schema` must say so "
         "rather than guess.",

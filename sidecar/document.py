@@ -113,6 +113,7 @@ def status_document(
     other_processes: dict[int, int],
     events: list[dict[str, Any]],
     entry_cache: dict[int, tuple] | None = None,
+    jobs: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The status document. ``entry_cache`` (owned by the caller, kept between calls) lets a process
     whose facts are the very same object as last time reuse its entry: nothing in a document is
@@ -124,6 +125,7 @@ def status_document(
         "schema": SCHEMA,
         "time_unix_s": time_s,
         "interval_s": interval_s,
+        "job_id": target.job_id,
         "target": {
             "pid": facts.target_pid,
             "alive": facts.target_alive,
@@ -155,6 +157,7 @@ def status_document(
         "processes_omitted": len(facts.processes) - len(processes),
         "events": [{**e, "name": clip_opt(e.get("name"))} for e in shown_events],
         "events_omitted": len(events) - len(shown_events),
+        "jobs": jobs,
     }
     return contract.check_if_enabled(doc, "status")
 
@@ -224,13 +227,14 @@ def _memory_growth(facts: Facts) -> dict[str, float] | None:
     }
 
 
-def history_document(history, since: float | None, interval_s: float) -> dict[str, Any]:
+def history_document(history, since: float | None, interval_s: float, job_id: str) -> dict[str, Any]:
     """GET /history: the samples and events newer than ``since`` (UNIX s; None: all)."""
     events = history.events(since)
     shown = events[-bounds.MAX_EVENTS_SHOWN :]
     doc = {
         "schema": SCHEMA,
         "interval_s": interval_s,
+        "job_id": job_id,
         "samples": [s.as_dict() for s in history.samples(since)],
         "events": shown,
         "events_omitted": len(events) - len(shown),
@@ -261,3 +265,92 @@ def _warning_entry(w: Finding) -> dict[str, Any]:
         "message_ref": _ref_entry(w.message),
         "hint_ref": _ref_entry(w.hint) if w.hint is not None else None,
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# Jobs
+# ---------------------------------------------------------------------------------------------
+class UnknownJob(LookupError):
+    """A ?job=ID that this sidecar does not watch (or no longer lists)."""
+
+
+def job_entry(doc: dict[str, Any], root=None, ended_unix_s: float | None = None) -> dict[str, Any]:
+    """A job's line in the jobs list, from its status document; ``root`` is a
+    sources.lineage.RootInfo (owner, working directory, ancestors) or None when unknown."""
+    target = doc["target"]
+    procs = doc["processes"]
+    gpus = {g["index"] for p in procs for g in p["gpu"]}
+    if doc["model_gpu_index"] is not None:
+        gpus.add(doc["model_gpu_index"])
+    return {
+        "id": doc["job_id"],
+        "root_pid": target["pid"],
+        "command": target["cmdline"],
+        "user": clip_opt(root.user) if root else None,
+        "uid": root.uid if root else None,
+        "cwd": clip_opt(root.cwd, bounds.MAX_TEXT_CHARS) if root else None,
+        "ancestor_pids": list(root.ancestor_pids) if root else [],
+        "start_time_unix_s": target["create_time_unix_s"],
+        "alive": target["alive"],
+        "ended_unix_s": ended_unix_s,
+        "status": doc["status"],
+        "message": doc["message"],
+        "message_ref": doc["message_ref"],
+        "first_warning": doc["warnings"][0] if doc["warnings"] else None,
+        "warning_count": len(doc["warnings"]),
+        "gpus": sorted(gpus),
+        "process_count": len(procs) + doc["processes_omitted"],
+        "has_model": any(p["models"] for p in procs),
+    }
+
+
+def jobs_document(
+    entries: list[dict[str, Any]], *, time_s: float, interval_s: float, mode: str, default_job: str | None
+) -> dict[str, Any]:
+    """GET /jobs: newest first (by the root's start), within bounds.MAX_JOBS_SHOWN."""
+    ordered = sorted(entries, key=lambda j: -(j["start_time_unix_s"] or 0.0))
+    shown = ordered[: bounds.MAX_JOBS_SHOWN]
+    doc = {
+        "schema": SCHEMA,
+        "time_unix_s": time_s,
+        "interval_s": interval_s,
+        "mode": mode,
+        "default_job": default_job,
+        "jobs": shown,
+        "jobs_omitted": len(ordered) - len(shown),
+    }
+    return contract.check_if_enabled(doc, "jobs")
+
+
+class OneJob:
+    """The documents of a sidecar that watches one job (--pid), as the server asks for them.
+    Needs ``snapshot()``, ``history``, ``interval_s``; ``root_info()`` and ``ended_unix_s`` refine the
+    jobs list when the subclass knows them."""
+
+    interval_s: float = 1.5
+    ended_unix_s: float | None = None
+
+    def root_info(self):
+        return None
+
+    def _own(self, job: str | None) -> dict[str, Any] | None:
+        doc, _ = self.snapshot()
+        if job is not None and (doc is None or job != doc["job_id"]):
+            raise UnknownJob(job)
+        return doc
+
+    def status_document(self, job: str | None = None) -> dict[str, Any] | None:
+        return self._own(job)
+
+    def history_document(self, job: str | None = None, since: float | None = None) -> dict[str, Any] | None:
+        doc = self._own(job)
+        return None if doc is None else history_document(self.history, since, self.interval_s, doc["job_id"])
+
+    def jobs_document(self) -> dict[str, Any] | None:
+        doc, _ = self.snapshot()
+        if doc is None:
+            return None
+        entry = job_entry(doc, self.root_info(), self.ended_unix_s)
+        return jobs_document(
+            [entry], time_s=doc["time_unix_s"], interval_s=self.interval_s, mode="pid", default_job=doc["job_id"]
+        )

@@ -17,6 +17,7 @@ from sidecar import document
 from sidecar.collect import FactCollector, history_sample
 from sidecar.contract import ContractError
 from sidecar.history import History
+from sidecar.sources.lineage import root_info
 from sidecar.sources.proctree import ProcessTreeSource, pid_visible
 from sidecar.sources.segments import SegmentSource
 from sidecar.verdict import HysteresisState, Rules, Verdict, decide, settle
@@ -25,7 +26,9 @@ from sidecar.verdict import HysteresisState, Rules, Verdict, decide, settle
 SYSFS_EVERY_POLLS = 20
 
 
-class Poller:
+class Poller(document.OneJob):
+    """Polls one job (the tree under `target_pid`) and keeps its latest documents."""
+
     def __init__(
         self,
         target_pid: int,
@@ -65,7 +68,7 @@ class Poller:
         self.target_gone_at: float | None = None
         self._hysteresis = HysteresisState()
         self._system_gpus: list = []
-        self._collector = FactCollector(target_pid, self.rules, pid_visible)
+        self._collector = FactCollector(target_pid, self.rules, pid_visible, root_info)
         self._entry_cache: dict[int, tuple] = {}
         self._lock = threading.Lock()  # guards what snapshot() reads
         self._poll_lock = threading.Lock()  # one poll at a time (poll_once)
@@ -187,6 +190,13 @@ class Poller:
                     pass
         finally:
             self._poll_lock.release()
+
+    def root_info(self):
+        return self._collector.target.root
+
+    @property
+    def ended_unix_s(self) -> float | None:
+        return self.target_gone_at
 
     def snapshot(self) -> tuple[dict[str, Any] | None, float | None]:
         with self._lock:

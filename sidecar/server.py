@@ -17,7 +17,7 @@ from werkzeug.exceptions import HTTPException
 
 from sidecar import __version__
 from sidecar.contract import json_schema
-from sidecar.document import history_document
+from sidecar.document import UnknownJob
 from sidecar.hosts import HostPolicy
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
@@ -123,12 +123,23 @@ def _install_routes(app: Flask, config: ServerConfig, source: Any, metrics: Any)
         _, last = source.snapshot()
         return jsonify({"ok": last is not None, "last_poll": last})
 
-    @app.get(f"{API}/status")
-    def status():
-        doc, _ = source.snapshot()
+    def serve(make):
+        """A document from the source: 404 for a job it does not watch, 503 before the first poll."""
+        try:
+            doc = make()
+        except UnknownJob as exc:
+            return _error(404, f"no job {str(exc.args[0])[:64]!r} here: GET {API}/jobs lists the jobs")
         if doc is None:
             return _error(503, "no poll has completed yet; retry in a moment")
         return jsonify(doc)
+
+    @app.get(f"{API}/status")
+    def status():
+        return serve(lambda: source.status_document(request.args.get("job")))
+
+    @app.get(f"{API}/jobs")
+    def jobs():
+        return serve(source.jobs_document)
 
     @app.get(f"{API}/history")
     def history():
@@ -141,7 +152,7 @@ def _install_routes(app: Flask, config: ServerConfig, source: Any, metrics: Any)
                 return _error(400, "since must be a UNIX time in seconds, e.g. since=1733140000")
             if not math.isfinite(since):
                 return _error(400, "since must be a finite number")
-        return jsonify(history_document(source.history, since, config.interval_s))
+        return serve(lambda: source.history_document(request.args.get("job"), since))
 
     @app.get(f"{API}/schema")
     def schema():

@@ -8,6 +8,7 @@ export const SCHEMA = 2
  * @property {2} schema the document's schema; a client that reads another says so
  * @property {number} time_unix_s when the poll behind it ran
  * @property {number} interval_s time between polls
+ * @property {string} job_id this job's id (see JobsDocument)
  * @property {Target} target the watched process
  * @property {"GPU"|"CPU"|"MIXED"|"UNKNOWN"} status where the compute goes
  * @property {string} message the verdict in one sentence, in English
@@ -25,6 +26,7 @@ export const SCHEMA = 2
  * @property {number} processes_omitted processes left out (count or size bound)
  * @property {Array<Event>} events the last 100 events
  * @property {number} events_omitted older events left out
+ * @property {Array<Job>|null} jobs in discovery mode, every job (as /jobs lists them); else null
  */
 
 /**
@@ -173,10 +175,34 @@ export const SCHEMA = 2
  */
 
 /**
+ * One job: a process tree found through its probe segments or its GPU use, grouped under its root (the topmost ancestor that is probed, uses a GPU, or is a known launcher such as torchrun).
+ * @typedef {Object} Job
+ * @property {string} id `<root pid>-<root start ticks>`: the job's identity, never reused
+ * @property {number} root_pid the root process
+ * @property {Array<string>|null} command the root's command line, redacted and clipped
+ * @property {string|null} user the root's user name (its uid as text when the name is unknown)
+ * @property {number|null} uid the root's real uid
+ * @property {string|null} cwd the root's working directory (null when it cannot be read)
+ * @property {Array<number>} ancestor_pids the root's parent, its parent, ... up to pid 1 (session linkage)
+ * @property {number|null} start_time_unix_s when the root started
+ * @property {boolean} alive false once the root has exited
+ * @property {number|null} ended_unix_s when the sidecar saw it exit
+ * @property {"GPU"|"CPU"|"MIXED"|"UNKNOWN"} status the job's verdict
+ * @property {string} message the verdict in one sentence, in English
+ * @property {TextRef} message_ref the same in the catalogue
+ * @property {Warning|null} first_warning the most severe warning
+ * @property {number} warning_count warnings of the verdict
+ * @property {Array<number>} gpus NVML indices of the GPUs the job uses
+ * @property {number} process_count processes in its tree
+ * @property {boolean} has_model a model is registered with the probe
+ */
+
+/**
  * GET /api/dsh-gpu-dashboard/history[?since=UNIX_S]: the ring buffer, oldest first.
  * @typedef {Object} HistoryDocument
  * @property {2} schema the document's schema; a client that reads another says so
  * @property {number} interval_s time between polls
+ * @property {string} job_id the job these samples are of
  * @property {Array<Sample>} samples samples newer than `since`
  * @property {Array<Event>} events events newer than `since` (the last 100)
  * @property {number} events_omitted older events left out
@@ -204,4 +230,16 @@ export const SCHEMA = 2
  * @property {number} pid process id
  * @property {number|null} gpu_mem_mib its GPU memory, all GPUs
  * @property {number|null} sm_util_pct its SM utilisation, summed over GPUs
+ */
+
+/**
+ * GET /api/dsh-gpu-dashboard/jobs: every job this sidecar watches, the newest first.
+ * @typedef {Object} JobsDocument
+ * @property {2} schema the document's schema; a client that reads another says so
+ * @property {number} time_unix_s when the last poll ran
+ * @property {number} interval_s time between polls
+ * @property {"pid"|"discovery"} mode `pid`: one job given by --pid; `discovery`: every job found
+ * @property {string|null} default_job the job /status answers without ?job= (the newest with a model)
+ * @property {Array<Job>} jobs the jobs, newest first (at most 64)
+ * @property {number} jobs_omitted jobs left out
  */

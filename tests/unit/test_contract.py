@@ -29,6 +29,7 @@ from sidecar.verdict import (
     SystemGpuFacts,
     decide,
 )
+from tests.unit.test_server import StaticSource
 
 
 def test_the_generated_files_are_current():
@@ -115,7 +116,7 @@ def _status_document() -> dict:
         decide(facts),
         time_s=1090.0,
         interval_s=1.5,
-        target=TargetInfo("python", ["python", "train.py"], 990.0),
+        target=TargetInfo(10, "python", ["python", "train.py"], 990.0, 99000),
         proc_info=info,
         other_processes={0: 2},
         events=[{"time_unix_s": 1001.0, "name": "start", "pid": 10}],
@@ -172,7 +173,7 @@ def test_the_history_document_keeps_to_the_contract():
     for t in (1.0, 2.0, 3.0):
         history.append(history_sample(t, facts))
     history.add_events([{"time_unix_s": 2.5, "name": "epoch", "pid": 10}])
-    doc = history_document(history, None, 1.0)
+    doc = history_document(history, None, 1.0, "10-990")
     check(doc, "history")
     assert [s["time_unix_s"] for s in doc["samples"]] == [1.0, 2.0, 3.0] and doc["events"]
     doc["samples"][0]["gpus"][0]["mem_used_mb"] = 1.0
@@ -189,8 +190,7 @@ def test_contract_checking_is_on_in_the_tests_and_catches_a_bad_document(monkeyp
 
 
 def test_the_schema_route_serves_the_json_schema():
-    source = SimpleNamespace(snapshot=lambda: (None, None), history=History(60, 1))
-    client = create_app(ServerConfig(), source).test_client()
+    client = create_app(ServerConfig(), StaticSource()).test_client()
     r = client.get(f"{API}/schema")
     assert r.status_code == 200 and r.json == contract.json_schema()
     jsonschema.validate(_status_document(), r.json)  # what a client would do with it
@@ -248,3 +248,18 @@ def test_the_path_of_a_fact_in_the_design_doc_names_what_the_code_has():
                 assert part in words, f"docs/design.md names {token}, but the code has no {part}"
         checked += 1
     assert checked > 25
+
+
+def test_a_jobs_list_made_from_a_status_document_keeps_to_the_contract():
+    from sidecar.document import job_entry, jobs_document
+    from sidecar.sources.lineage import RootInfo
+
+    doc = _status_document()
+    entry = job_entry(doc, RootInfo(1000, "ada", "/home/ada/run", (9, 1)), None)
+    jobs = jobs_document([entry], time_s=1090.0, interval_s=1.5, mode="pid", default_job=doc["job_id"])
+    check(jobs, "jobs")
+    assert entry["id"] == doc["job_id"] == "10-99000" and entry["gpus"] == [0, 1]
+    assert entry["first_warning"] == doc["warnings"][0] and entry["has_model"] and entry["process_count"] == 3
+    del jobs["jobs"][0]["cwd"]
+    with pytest.raises(ContractError):
+        check(jobs, "jobs")

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import pytest
 
+from sidecar.document import OneJob
 from sidecar.history import History, Sample
 from sidecar.server import API, ServerConfig, create_app
 from sidecar.verdict import RecentSample
 
 
-class StaticSource:
-    """What the poller publishes, fixed: the app only reads `snapshot()` and `history`."""
+class StaticSource(OneJob):
+    """What the poller publishes, fixed: the app reads documents made from `snapshot()` and
+    `history` (document.OneJob, as the poller does)."""
+
+    interval_s = 1.0
 
     def __init__(self, doc=None, last=None):
-        self.doc, self.last = doc, last
+        self.doc, self.last = ({"job_id": "42-7", **doc} if doc is not None else None), last
         self.history = History(history_s=60, interval_s=1)
         for t in (100.0, 101.0, 102.0):
             self.history.append(
@@ -33,7 +37,7 @@ def client():
 
 def test_status_and_healthz(client):
     r = client.get(f"{API}/status")
-    assert r.status_code == 200 and r.json == {"schema": 2, "status": "GPU"}
+    assert r.status_code == 200 and r.json == {"job_id": "42-7", "schema": 2, "status": "GPU"}
     assert client.get("/healthz").json == {"ok": True, "last_poll": 123.0}
     assert "Access-Control-Allow-Origin" not in r.headers
 
@@ -102,3 +106,17 @@ def test_token_required_everywhere_but_healthz():
     assert c.get(f"{API}/status").status_code == 200
     fresh = create_app(ServerConfig(token="s3cret"), StaticSource({"schema": 2}, 1.0)).test_client()
     assert fresh.get("/?token=wrong").status_code == 401
+
+
+def test_jobs_route_and_job_selection():
+    doc = {"job_id": "42-7", "schema": 2, "status": "GPU"}
+    c = create_app(ServerConfig(), StaticSource(doc, 1.0)).test_client()
+    assert c.get(f"{API}/status?job=42-7").json["status"] == "GPU"
+    assert c.get(f"{API}/history?job=42-7").json["job_id"] == "42-7"
+    for path in (f"{API}/status?job=42-8", f"{API}/history?job=nope", f"{API}/status?job="):
+        r = c.get(path)
+        assert r.status_code == 404 and r.is_json and f"{API}/jobs" in r.json["error"], path
+    r = c.get(f"{API}/status?job=" + "x" * 5000)
+    assert r.status_code == 404 and len(r.json["error"]) < 200  # the echoed id is bounded
+    fresh = create_app(ServerConfig(), StaticSource()).test_client()
+    assert fresh.get(f"{API}/jobs").status_code == 503

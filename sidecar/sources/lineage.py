@@ -1,0 +1,113 @@
+"""Where a process comes from: its ancestors, owner and working directory (/proc), and which of
+its ancestors is the root of its job.
+
+Discovery (sidecar/jobs.py) starts from a process it found (a probe segment, an NVML row) and walks
+up to the job's root: the topmost ancestor that is probed, uses a GPU, or is a known launcher
+(torchrun, accelerate launch, deepspeed, mpirun, srun). Every read is bounded, and a pid is taken
+with its start ticks, never alone.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+from dataclasses import dataclass
+from functools import lru_cache
+
+from probe_wire.procid import process_identity, process_real_uid
+
+MAX_ANCESTORS = 32  # a job's root is never deeper than this below pid 1 in practice
+MAX_CMDLINE_BYTES = 4096
+_PROC = "/proc"
+
+# Launchers whose children are the job: argv[0]'s name, or `python -m MODULE`.
+LAUNCHER_NAMES = frozenset({"torchrun", "accelerate", "deepspeed", "mpirun", "mpiexec", "srun", "horovodrun"})
+LAUNCHER_MODULES = frozenset({"torch.distributed.run", "torch.distributed.launch", "accelerate.commands.launch"})
+
+
+@dataclass(frozen=True)
+class RootInfo:
+    """What a job's list entry says of its root, read once when the job is found."""
+
+    uid: int | None
+    user: str | None
+    cwd: str | None
+    ancestor_pids: tuple[int, ...]
+
+
+def parent_pid(pid: int) -> int | None:
+    """Field 4 of /proc/PID/stat (after the name in parentheses, which may hold any bytes)."""
+    try:
+        with open(f"{_PROC}/{pid}/stat", "rb") as f:
+            raw = f.read(1024)
+        return int(raw[raw.rindex(b")") + 2 :].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def ancestors(pid: int) -> tuple[int, ...]:
+    """Parent, grandparent, ... up to (not including) pid 0, at most MAX_ANCESTORS."""
+    out: list[int] = []
+    cur = parent_pid(pid)
+    while cur and cur > 0 and len(out) < MAX_ANCESTORS and cur not in out:
+        out.append(cur)
+        cur = parent_pid(cur)
+    return tuple(out)
+
+
+def cmdline(pid: int) -> tuple[str, ...]:
+    try:
+        with open(f"{_PROC}/{pid}/cmdline", "rb") as f:
+            raw = f.read(MAX_CMDLINE_BYTES)
+    except OSError:
+        return ()
+    return tuple(a.decode("utf-8", "replace") for a in raw.split(b"\0") if a)
+
+
+def is_launcher(argv: tuple[str, ...]) -> bool:
+    """torchrun, `python -m torch.distributed.run`, `accelerate launch`, deepspeed, mpirun, srun."""
+    if not argv:
+        return False
+    name = os.path.basename(argv[0])
+    if name in LAUNCHER_NAMES:
+        return True
+    if name.startswith("python") and "-m" in argv[1:6]:
+        i = argv.index("-m", 1)
+        return i + 1 < len(argv) and argv[i + 1] in LAUNCHER_MODULES
+    return False
+
+
+@lru_cache(maxsize=256)
+def user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except (KeyError, OverflowError):
+        return str(uid)
+
+
+def root_info(pid: int) -> RootInfo:
+    uid = process_real_uid(pid)
+    try:
+        cwd = os.readlink(f"{_PROC}/{pid}/cwd")
+    except OSError:
+        cwd = None  # another user's process, or gone
+    return RootInfo(uid, user_name(uid) if uid is not None else None, cwd, ancestors(pid))
+
+
+def job_root(pid: int, is_job_process) -> tuple[int, int] | None:
+    """The identity (pid, start ticks) of the topmost ancestor of ``pid`` (itself included) for
+    which ``is_job_process(pid, argv)`` holds, walking up while the owner stays the same; None when
+    ``pid`` is gone. `is_job_process` says whether a process is probed, uses a GPU, or launches."""
+    ident = process_identity(pid)
+    if ident is None:
+        return None
+    uid = process_real_uid(pid)
+    root = ident
+    for up in ancestors(pid):
+        if up == 1 or process_real_uid(up) != uid:
+            break  # init, or another user's process (a shell of root's, sudo): never a job's root
+        if is_job_process(up, cmdline(up)):
+            up_ident = process_identity(up)
+            if up_ident is not None:
+                root = up_ident
+    return root
