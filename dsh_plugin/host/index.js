@@ -116,149 +116,20 @@ export function createHandler(config, log, configWarnings = []) {
       hint: START_HINT,
     })
   }
-
-  const proxy = (req, res, upstreamPath) => {
-    let finished = false
-    const headers = { Accept: 'application/json', 'User-Agent': `${PLUGIN_NAME}-dsh-plugin/${VERSION}` }
-    if (config.token) headers.Authorization = `Bearer ${config.token}`
-    const upstream = http.request({
-      agent,
-      protocol: 'http:',
-      hostname: config.target.hostname,
-      port: config.target.port,
-      family: config.target.hostname.includes(':') ? 6 : undefined,
-      path: config.target.basePath + upstreamPath,
-      method: req.method === 'HEAD' ? 'HEAD' : 'GET',
-      headers,
-    })
-    const timer = setTimeout(() => {
-      if (finished) return
-      finished = true
-      upstream.destroy(new Error('timeout'))
-      unreachable(req, res, `no answer within ${config.timeoutMs} ms`)
-    }, config.timeoutMs)
-    const done = () => {
-      finished = true
-      clearTimeout(timer)
-    }
-    upstream.on('error', (err) => {
-      if (finished) {
-        if (res.headersSent && !res.writableEnded) res.destroy()
-        return
-      }
-      done()
-      unreachable(req, res, (err && (err.code || err.message)) || 'connection failed')
-    })
-    upstream.on('response', (up) => {
-      if (finished) {
-        up.resume()
-        return
-      }
-      const ctype = String(up.headers['content-type'] || '')
-      if (!/\bjson\b/i.test(ctype) && req.method !== 'HEAD') {
-        // Never serve a non-JSON body from the DSH origin (no HTML from elsewhere on this page).
-        done()
-        up.resume()
-        noteReachable(true)
-        sendJson(req, res, 502, {
-          error: 'sidecar-bad-response',
-          url: config.sidecarUrl,
-          status: up.statusCode,
-          detail: `the sidecar answered ${up.statusCode} with content type "${ctype || 'none'}", not JSON`,
-          hint: 'Is the sidecar URL right, and is the sidecar a dsh-gpu-dashboard sidecar of a matching version?',
-        })
-        return
-      }
-      noteReachable(true)
-      const declared = Number(up.headers['content-length'])
-      if (Number.isFinite(declared) && declared > MAX_BODY_BYTES) {
-        done()
-        up.destroy()
-        sendJson(req, res, 502, {
-          error: 'sidecar-response-too-large',
-          url: config.sidecarUrl,
-          detail: `the sidecar answered ${declared} bytes, more than the ${MAX_BODY_BYTES} this proxy passes on`,
-          hint: 'Is the sidecar a dsh-gpu-dashboard sidecar of a matching version?',
-        })
-        return
-      }
-      const out = {
-        'Content-Type': 'application/json; charset=utf-8',
-        'Cache-Control': 'no-store',
-        'X-Content-Type-Options': 'nosniff',
-      }
-      if (up.headers['content-length']) out['Content-Length'] = up.headers['content-length']
-      res.writeHead(up.statusCode || 502, out)
-      let bytes = 0
-      up.on('data', (chunk) => {
-        bytes += chunk.length
-        if (bytes > MAX_BODY_BYTES) {
-          done()
-          up.destroy()
-          res.destroy()
-          return
-        }
-        if (!res.write(chunk)) {
-          up.pause()
-          res.once('drain', () => up.resume())
-        }
-      })
-      up.on('end', () => {
-        if (finished && bytes > MAX_BODY_BYTES) return
-        done()
-        res.end()
-      })
-      up.on('error', () => {
-        done()
-        res.destroy()
-      })
-    })
-    res.on('close', () => {
-      if (!finished) {
-        done()
-        upstream.destroy()
-      }
-    })
-    upstream.end()
-  }
+  const upstreamCtx = { agent, config, noteReachable, unreachable }
 
   const handler = (req, res) => {
     try {
-      if (!isLoopbackAddress(req.socket && req.socket.remoteAddress)) {
-        return sendJson(req, res, 403, { error: 'forbidden', detail: 'only loopback clients may use this route' })
-      }
-      if (!isLoopbackHostHeader(req.headers.host)) {
-        return sendJson(req, res, 403, {
-          error: 'forbidden',
-          detail: 'the Host header must name a loopback address (127.0.0.1, ::1 or localhost)',
-        })
-      }
-      if (!isAcceptableOrigin(req.headers.origin)) {
-        return sendJson(req, res, 403, { error: 'forbidden', detail: 'cross-origin requests are refused' })
-      }
-      if (req.method !== 'GET' && req.method !== 'HEAD') {
-        return sendJson(req, res, 405, { error: 'method-not-allowed', detail: 'GET and HEAD only' }, { Allow: 'GET, HEAD' })
-      }
+      if (refused(req, res)) return undefined
       const route = resolveRoute(req.url || '/')
-      if (route.kind === 'config') {
-        return sendJson(req, res, 200, {
-          plugin: PLUGIN_NAME,
-          version: VERSION,
-          sidecarUrl: config.sidecarUrl,
-          defaultSidecarUrl: DEFAULT_SIDECAR_URL,
-          tokenSet: Boolean(config.token),
-          timeoutMs: config.timeoutMs,
-          warnings: configWarnings,
-          routes: [`${API_PREFIX}/status`, `${API_PREFIX}/history?since=N`, `${API_PREFIX}/config`],
-        })
-      }
+      if (route.kind === 'config') return sendJson(req, res, 200, configAnswer(config, configWarnings))
       if (route.kind !== 'proxy') {
         return sendJson(req, res, 404, {
           error: 'not-found',
           detail: `known routes: ${API_PREFIX}/status, ${API_PREFIX}/history?since=N, ${API_PREFIX}/config`,
         })
       }
-      return proxy(req, res, route.upstreamPath)
+      return proxy(upstreamCtx, req, res, route.upstreamPath)
     } catch (err) {
       log.error(`request failed: ${(err && err.stack) || err}`)
       try {
@@ -271,6 +142,7 @@ export function createHandler(config, log, configWarnings = []) {
         }
       }
     }
+    return undefined
   }
   handler.close = () => {
     try {
@@ -280,6 +152,160 @@ export function createHandler(config, log, configWarnings = []) {
     }
   }
   return handler
+}
+
+/** Answer 403 / 405 to a request this route does not serve; true when it did. */
+function refused(req, res) {
+  if (!isLoopbackAddress(req.socket && req.socket.remoteAddress)) {
+    sendJson(req, res, 403, { error: 'forbidden', detail: 'only loopback clients may use this route' })
+    return true
+  }
+  if (!isLoopbackHostHeader(req.headers.host)) {
+    sendJson(req, res, 403, {
+      error: 'forbidden',
+      detail: 'the Host header must name a loopback address (127.0.0.1, ::1 or localhost)',
+    })
+    return true
+  }
+  if (!isAcceptableOrigin(req.headers.origin)) {
+    sendJson(req, res, 403, { error: 'forbidden', detail: 'cross-origin requests are refused' })
+    return true
+  }
+  if (req.method !== 'GET' && req.method !== 'HEAD') {
+    sendJson(req, res, 405, { error: 'method-not-allowed', detail: 'GET and HEAD only' }, { Allow: 'GET, HEAD' })
+    return true
+  }
+  return false
+}
+
+/** The /api/config answer. */
+function configAnswer(config, configWarnings) {
+  return {
+    plugin: PLUGIN_NAME,
+    version: VERSION,
+    sidecarUrl: config.sidecarUrl,
+    defaultSidecarUrl: DEFAULT_SIDECAR_URL,
+    tokenSet: Boolean(config.token),
+    timeoutMs: config.timeoutMs,
+    warnings: configWarnings,
+    routes: [`${API_PREFIX}/status`, `${API_PREFIX}/history?since=N`, `${API_PREFIX}/config`],
+  }
+}
+
+/** Pass one GET/HEAD on to the sidecar, with a timeout; `flow.finished` once an answer is settled. */
+function proxy(ctx, req, res, upstreamPath) {
+  const { agent, config, unreachable } = ctx
+  const flow = { finished: false, timer: null }
+  flow.done = () => {
+    flow.finished = true
+    clearTimeout(flow.timer)
+  }
+  const headers = { Accept: 'application/json', 'User-Agent': `${PLUGIN_NAME}-dsh-plugin/${VERSION}` }
+  if (config.token) headers.Authorization = `Bearer ${config.token}`
+  const upstream = http.request({
+    agent,
+    protocol: 'http:',
+    hostname: config.target.hostname,
+    port: config.target.port,
+    family: config.target.hostname.includes(':') ? 6 : undefined,
+    path: config.target.basePath + upstreamPath,
+    method: req.method === 'HEAD' ? 'HEAD' : 'GET',
+    headers,
+  })
+  flow.timer = setTimeout(() => {
+    if (flow.finished) return
+    flow.finished = true
+    upstream.destroy(new Error('timeout'))
+    unreachable(req, res, `no answer within ${config.timeoutMs} ms`)
+  }, config.timeoutMs)
+  upstream.on('error', (err) => {
+    if (flow.finished) {
+      if (res.headersSent && !res.writableEnded) res.destroy()
+      return
+    }
+    flow.done()
+    unreachable(req, res, (err && (err.code || err.message)) || 'connection failed')
+  })
+  upstream.on('response', (up) => relayResponse(ctx, flow, req, res, up))
+  res.on('close', () => {
+    if (!flow.finished) {
+      flow.done()
+      upstream.destroy()
+    }
+  })
+  upstream.end()
+}
+
+/** The sidecar's answer: JSON of at most MAX_BODY_BYTES passed on as is, anything else a 502. */
+function relayResponse(ctx, flow, req, res, up) {
+  const { config, noteReachable } = ctx
+  if (flow.finished) {
+    up.resume()
+    return
+  }
+  const ctype = String(up.headers['content-type'] || '')
+  if (!/\bjson\b/i.test(ctype) && req.method !== 'HEAD') {
+    // Never serve a non-JSON body from the DSH origin (no HTML from elsewhere on this page).
+    flow.done()
+    up.resume()
+    noteReachable(true)
+    sendJson(req, res, 502, {
+      error: 'sidecar-bad-response',
+      url: config.sidecarUrl,
+      status: up.statusCode,
+      detail: `the sidecar answered ${up.statusCode} with content type "${ctype || 'none'}", not JSON`,
+      hint: 'Is the sidecar URL right, and is the sidecar a dsh-gpu-dashboard sidecar of a matching version?',
+    })
+    return
+  }
+  noteReachable(true)
+  const declared = Number(up.headers['content-length'])
+  if (Number.isFinite(declared) && declared > MAX_BODY_BYTES) {
+    flow.done()
+    up.destroy()
+    sendJson(req, res, 502, {
+      error: 'sidecar-response-too-large',
+      url: config.sidecarUrl,
+      detail: `the sidecar answered ${declared} bytes, more than the ${MAX_BODY_BYTES} this proxy passes on`,
+      hint: 'Is the sidecar a dsh-gpu-dashboard sidecar of a matching version?',
+    })
+    return
+  }
+  const out = {
+    'Content-Type': 'application/json; charset=utf-8',
+    'Cache-Control': 'no-store',
+    'X-Content-Type-Options': 'nosniff',
+  }
+  if (up.headers['content-length']) out['Content-Length'] = up.headers['content-length']
+  res.writeHead(up.statusCode || 502, out)
+  pipeBody(flow, res, up)
+}
+
+/** Stream the body with backpressure, cutting it off past MAX_BODY_BYTES. */
+function pipeBody(flow, res, up) {
+  let bytes = 0
+  up.on('data', (chunk) => {
+    bytes += chunk.length
+    if (bytes > MAX_BODY_BYTES) {
+      flow.done()
+      up.destroy()
+      res.destroy()
+      return
+    }
+    if (!res.write(chunk)) {
+      up.pause()
+      res.once('drain', () => up.resume())
+    }
+  })
+  up.on('end', () => {
+    if (flow.finished && bytes > MAX_BODY_BYTES) return
+    flow.done()
+    res.end()
+  })
+  up.on('error', () => {
+    flow.done()
+    res.destroy()
+  })
 }
 
 /** Cordis entry point. Never throws. */
