@@ -1,5 +1,6 @@
 """Code shape limits (issue 13): modules stay under 700 lines and functions under 80.
 
+The Python part covers probe/, probe_wire/ and sidecar/ (ast: every def, nested ones too).
 The JavaScript part covers the standalone page (sidecar/static/*.js, less the generated contract.js) and
 the DSH plugin's sources (dsh_plugin/src/client/*, dsh_plugin/host/*.js; never the built dist/).
 Run this file as a script to print the longest functions per file.
@@ -13,8 +14,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 
-JS_MODULE_MAX_LINES = 700
-JS_FUNCTION_MAX_LINES = 80
+MODULE_MAX_LINES = 700
+FUNCTION_MAX_LINES = 80
+JS_MODULE_MAX_LINES = MODULE_MAX_LINES
+JS_FUNCTION_MAX_LINES = FUNCTION_MAX_LINES
+PY_PACKAGES = ("probe", "probe_wire", "sidecar")
 JS_GLOBS = (
     "sidecar/static/*.js",
     "dsh_plugin/src/client/*.js",
@@ -116,3 +120,26 @@ if __name__ == "__main__":
     for rel, (count, funcs) in js_shape_report().items():
         longest = ", ".join(f"{name}@{first}={n}" for name, first, n, _ in funcs[:top])
         print(f"{count:5d} {rel}: {longest}")
+
+
+def py_shape_report() -> list[str]:
+    """Every Python module over MODULE_MAX_LINES and function over FUNCTION_MAX_LINES lines."""
+    import ast
+
+    out = []
+    for package in PY_PACKAGES:
+        for path in sorted((REPO / package).rglob("*.py")):
+            text = path.read_text(encoding="utf-8")
+            rel = path.relative_to(REPO)
+            if text.count("\n") > MODULE_MAX_LINES:
+                out.append(f"{rel}: {text.count(chr(10))} lines")
+            for node in ast.walk(ast.parse(text)):
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    lines = node.end_lineno - node.lineno + 1
+                    if lines > FUNCTION_MAX_LINES:
+                        out.append(f"{rel}:{node.lineno} {node.name}: {lines} lines")
+    return out
+
+
+def test_python_modules_and_functions_stay_small():
+    assert not py_shape_report(), "split these along what they do:\n" + "\n".join(py_shape_report())
