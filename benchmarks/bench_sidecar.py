@@ -61,6 +61,26 @@ print(json.dumps({"cpu": cpu, "wall": wall, "parts": {k: v / n for k, v in parts
                   "gpu_rows": sum(len(q["gpu"]) for q in doc["processes"])}))
 """
 
+DISCOVERY_POLL = r"""
+import json, sys, time
+from sidecar.jobs import JobsPoller
+want, n, gap_s = set(json.loads(sys.argv[1])), int(sys.argv[2]), float(sys.argv[3])
+p = JobsPoller(interval_s=1.5)
+for _ in range(5):
+    jobs = p.poll_once()   # warm-up: NVML initialised, jobs found, static process facts cached
+cpu, wall = [], []
+for _ in range(n):
+    time.sleep(gap_s)
+    c, w = time.process_time(), time.perf_counter()
+    jobs = p.poll_once()
+    cpu.append(time.process_time() - c)
+    wall.append(time.perf_counter() - w)
+ours = [j for j in jobs["jobs"] if j["root_pid"] in want]
+print(json.dumps({"cpu": cpu, "wall": wall, "jobs": len(ours), "all_jobs": len(jobs["jobs"]),
+                  "processes": sum(j["process_count"] for j in ours), "gpu_rows": 0}))
+p.stop()
+"""
+
 NVITOP_POLL = r"""
 import json, sys, time
 from nvitop import Device, GpuProcess
@@ -122,7 +142,7 @@ class Driver:
         return env
 
 
-def run_snippet(code: str, driver: Driver, root: int, n: int, gap_s: float = 0.0) -> dict:
+def run_snippet(code: str, driver: Driver, root: int | str, n: int, gap_s: float = 0.0) -> dict:
     out = subprocess.run(
         [sys.executable, "-c", code, str(root), str(n), str(gap_s)],
         env=driver.env(),
@@ -175,6 +195,38 @@ def compare(work: Path, driver: Driver, polls: int) -> dict:
         | ({"parts_ms": {k: 1000 * v for k, v in r["parts"].items()}} if "parts" in r else {})
         for name, r in rows.items()
     }
+
+
+def discovery(work: Path, driver: Driver, polls: int, unrelated: int = 1000) -> dict:
+    """Discovery (no --pid): 4 jobs of 16 probed processes over 8 GPUs among `unrelated` other
+    processes, one poll of all of them beside nvitop's snapshot of the same machine."""
+    sleepers = [subprocess.Popen(["sleep", "3600"], stdin=subprocess.DEVNULL) for _ in range(unrelated)]
+    jobs = [BusyJob(work / f"job{i}", processes=16, gpus=8, publish_interval_s=PUBLISH_S) for i in range(4)]
+    try:
+        pids = [pid for j in jobs for pid in j.pids]
+        driver.write(busy_scenario(pids, 8))
+        time.sleep(1.5)
+        roots = json.dumps([j.pid for j in jobs])
+        ours = run_snippet(DISCOVERY_POLL, driver, roots, polls, GAP_S)
+        nvitop = run_snippet(NVITOP_POLL, driver, 0, max(20, polls // 4), GAP_S)
+    finally:
+        for j in jobs:
+            j.__exit__(None, None, None)
+        for s in sleepers:
+            s.kill()
+        for s in sleepers:
+            s.wait()
+    ratio = statistics.median(nvitop["cpu"]) / statistics.median(ours["cpu"])
+    print(f"\n## Discovery: 4 jobs x 16 probed processes, 8 GPUs, {unrelated} unrelated processes\n")
+    print("| tool | CPU per poll, median | p95 | wall per poll, median | nvitop / ours |")
+    print("|---|---|---|---|---|")
+    print(f"| dsh-sidecar (no --pid) | {ms(ours['cpu']):.2f} ms | {ms(ours['cpu'], 95):.2f} ms | {ms(ours['wall']):.2f} ms | {ratio:.1f}x |")
+    print(f"| nvitop snapshot | {ms(nvitop['cpu']):.2f} ms | {ms(nvitop['cpu'], 95):.2f} ms | {ms(nvitop['wall']):.2f} ms | 1.0x |")
+    print(
+        f"\nOur poll found {ours['jobs']} of the 4 jobs ({ours['processes']} processes; "
+        f"{ours['all_jobs']} jobs on the machine in all) without reading /proc of the {unrelated} others."
+    )
+    return {"ours_cpu_ms_p50": ms(ours["cpu"]), "nvitop_cpu_ms_p50": ms(nvitop["cpu"]), "ratio": ratio, "jobs": ours["jobs"]}
 
 
 def scaling(work: Path, driver: Driver, polls: int, quick: bool) -> dict:
@@ -293,7 +345,7 @@ def history(work: Path, driver: Driver) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["compare", "scaling", "idle", "history", "all"])
+    ap.add_argument("what", choices=["compare", "discovery", "scaling", "idle", "history", "all"])
     ap.add_argument("--polls", type=int, default=200)
     ap.add_argument("--seconds", type=float, default=300.0, help="idle: how long to measure (default 300)")
     ap.add_argument("--quick", action="store_true", help="scaling without 1024 processes, idle for 60 s")
@@ -309,6 +361,8 @@ def main() -> int:
         driver = Driver(work)
         if args.what in ("compare", "all"):
             results["compare"] = compare(work, driver, args.polls)
+        if args.what in ("discovery", "all"):
+            results["discovery"] = discovery(work, driver, args.polls)
         if args.what in ("scaling", "all"):
             results["scaling"] = scaling(work, driver, args.polls, args.quick)
         if args.what in ("history", "all"):
