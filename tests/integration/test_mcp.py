@@ -281,3 +281,79 @@ def test_cli_without_the_sdk_and_cli_import_cost():
         timeout=30,
     )
     assert bad.returncode == 2 and "not an http:// or https:// URL" in bad.stderr, bad.stderr
+
+
+# -- DSH's own MCP client (@deepseek-ai/dsh-mcp-client) and its schema subset -------------------
+DSH_ROW = """- insert:
+    - id: mcp-gpu
+      name: '@deepseek-ai/dsh-mcp-client'
+      config:
+        serverName: gpu
+        transport: stdio
+        command: {command}
+        args: {args}
+        failOnStartupError: true
+        env:
+          DSH_SIDECAR_TOKEN: !!js process.env.MCP_TEST_TOKEN
+"""
+DSH_CHECK = """
+import { assertObjectJsonSchema, validateJsonSchemaValue } from '@deepseek-ai/dsh-tools';
+import { readFileSync } from 'node:fs';
+const { schemas, inputs, values } = JSON.parse(readFileSync(process.argv[1], 'utf8'));
+for (const s of [...Object.values(schemas), ...Object.values(inputs)]) assertObjectJsonSchema(s);
+const bad = Object.entries(values).flatMap(([name, v]) => validateJsonSchemaValue(schemas[name], v, name));
+if (bad.length) { console.error(bad.join('; ')); process.exit(1); }
+console.log('ok', Object.keys(values).length);
+"""
+
+
+@pytest.mark.dsh
+def test_dsh_mcp_client_boots_with_it_and_enforces_its_schemas(tmp_path, fake_nvml, env):
+    """DSH's validator accepts the schemas and real answers; `dsh web` with the docs/mcp.md row and
+    failOnStartupError boots only when the client connected and registered the tools."""
+    dsh_env = pytest.importorskip("tests.browser.dsh_env")
+    try:
+        launcher = dsh_env.ensure_dsh()
+    except dsh_env.DshUnavailable as exc:
+        pytest.skip(str(exc))
+    with FakeJob(tmp_path / "job", {"main": GPU_SPEC}) as job:
+        fake_nvml.write(busy_gpu(job.pid))
+        args = ["--pid", str(job.pid), "--port", "0", "--interval", "0.3", "--token", TOKEN]
+        with Sidecar(args, env=env, token=TOKEN) as sc:
+            sc.wait_status(lambda d: d["status"] == "GPU")
+            backend = mcp_server.HttpBackend(sc.url, TOKEN)
+            values = {n: mcp_server.call(backend, n, {"seconds": 30})[0] for n in mcp_server.TOOLS}
+            assert all(values.values()), values
+            payload = tmp_path / "check.json"
+            payload.write_text(
+                json.dumps(
+                    {
+                        "schemas": mcp_server.OUTPUT_SCHEMAS,
+                        "inputs": mcp_server.INPUT_SCHEMAS,
+                        "values": values,
+                    }
+                )
+            )
+            node = launcher.parent.parent / "node" / "bin" / "node"
+            r = subprocess.run(
+                [str(node), "--input-type=module", "-e", DSH_CHECK, str(payload)],
+                cwd=launcher.parent.parent / "app",
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert r.returncode == 0 and r.stdout.startswith("ok 3"), r.stderr[-2000:]
+
+            home = dsh_env.DshHome.create(tmp_path / "dsh-home", launcher)
+            home.web_profile.mkdir(parents=True)
+            entry = Path(sys.executable).with_name("dsh-sidecar")
+            command, cmd_args = (
+                (str(entry), []) if entry.exists() else (sys.executable, ["-m", "sidecar.cli"])
+            )
+            row = DSH_ROW.format(
+                command=json.dumps(command), args=json.dumps([*cmd_args, "mcp", "--url", sc.url])
+            )
+            (home.web_profile / "cordis.patch.yml").write_text(row)
+            extra = {"MCP_TEST_TOKEN": TOKEN, "PYTHONPATH": str(REPO)}
+            with dsh_env.start_dsh_web(home, tmp_path / "work", extra_env=extra) as dsh:
+                assert "mcp-client(gpu)" not in dsh.log()
