@@ -519,8 +519,8 @@ def _history_text(out: dict[str, Any]) -> str:
         return f"No samples in the last {out['seconds']:g} s for job {out['job_id']}."
     span = out["last_unix_s"] - out["first_unix_s"]
     lines = [
-        f"Job {out['job_id']}: {out['sample_count']} samples over the last {span:.0f} s "
-        f"(summarised; raw samples are not returned)."
+        f"Job {out['job_id']}: {out['sample_count']} samples from the last {out['seconds']:g} s, spanning "
+        f"{span:.0f} s (summarised per GPU; the raw samples are not returned)."
     ]
     for g in out["gpus"]:
         timeline = " ".join("-" if u is None else f"{u:.0f}" for u in g["util_pct_timeline"])
