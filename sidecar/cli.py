@@ -158,7 +158,7 @@ def serve_parser() -> argparse.ArgumentParser:
         prog="dsh-sidecar",
         description="Watch a training job's process tree and tell whether its model really runs on the GPU.",
         epilog="Other commands: 'dsh-sidecar run -- CMD ...' starts and watches CMD; 'dsh-sidecar doctor' checks "
-        "this machine.",
+        "this machine; 'dsh-sidecar mcp' serves MCP tools over stdio (docs/mcp.md).",
     )
     p.add_argument(
         "--pid",

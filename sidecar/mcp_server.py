@@ -22,7 +22,15 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from sidecar import __version__, contract
-from sidecar.bounds import MAX_ID_CHARS, PROXY_MAX_BODY_BYTES, clip
+from sidecar.bounds import (
+    MAX_ID_CHARS,
+    MAX_JOBS_SHOWN,
+    MAX_MESSAGE_CHARS,
+    PROXY_MAX_BODY_BYTES,
+    clip,
+    clip_args,
+    clip_opt,
+)
 from sidecar.document import UnknownJob
 
 API = "/api/dsh-gpu-dashboard"
@@ -31,6 +39,8 @@ MAX_RESPONSE_BYTES = PROXY_MAX_BODY_BYTES  # 4 MiB, as through DSH's proxy
 MIN_SECONDS, MAX_SECONDS, DEFAULT_SECONDS = 1.0, 86400.0, 300.0
 MAX_EVENTS_SHOWN = 20  # events in a gpu_history answer; `events_omitted` counts the rest
 TIMELINE_POINTS = 12  # per GPU in a gpu_history answer: means over equal slices of the window
+MAX_GPUS_SHOWN = 64  # GPUs per answer (a node has 8 or 16)
+MAX_WARNINGS_SHOWN = 32  # the verdict has a dozen codes
 FIRST_POLL_WAIT_S = 10.0  # in process: how long a tool waits for the first poll
 SDK_HINT = "pip install 'dsh-gpu-dashboard[mcp]'"
 START_HINT = "start one with `dsh-sidecar` (or `dsh-sidecar run -- python train.py`)"
@@ -362,27 +372,30 @@ def list_jobs(backend: Backend, args: dict[str, Any]) -> tuple[dict[str, Any], s
     doc = backend.jobs()
     jobs = [
         {
-            "id": j["id"],
+            "id": clip(j["id"], MAX_ID_CHARS),
             "root_pid": j["root_pid"],
-            "command": j["command"],
-            "user": j["user"],
+            "command": clip_args(j["command"]) if j["command"] is not None else None,
+            "user": clip_opt(j["user"]),
             "status": j["status"],
-            "message": j["message"],
+            "message": clip(j["message"], MAX_MESSAGE_CHARS),
             "first_warning": (
-                {"code": j["first_warning"]["code"], "message": j["first_warning"]["message"]}
+                {
+                    "code": clip(j["first_warning"]["code"], MAX_ID_CHARS),
+                    "message": clip(j["first_warning"]["message"], MAX_MESSAGE_CHARS),
+                }
                 if j["first_warning"]
                 else None
             ),
-            "gpus": j["gpus"],
+            "gpus": j["gpus"][:MAX_GPUS_SHOWN],
             "alive": j["alive"],
         }
-        for j in doc["jobs"]
+        for j in doc["jobs"][:MAX_JOBS_SHOWN]
     ]
     out = {
-        "mode": doc["mode"],
-        "default_job": doc["default_job"],
+        "mode": clip(doc["mode"], MAX_ID_CHARS),
+        "default_job": clip_opt(doc["default_job"], MAX_ID_CHARS),
         "jobs": jobs,
-        "jobs_omitted": doc["jobs_omitted"],
+        "jobs_omitted": doc["jobs_omitted"] + len(doc["jobs"]) - len(jobs),
     }
     if not jobs:
         return out, "The sidecar watches no training job right now."
@@ -403,22 +416,30 @@ def list_jobs(backend: Backend, args: dict[str, Any]) -> tuple[dict[str, Any], s
 
 def gpu_status(backend: Backend, args: dict[str, Any]) -> tuple[dict[str, Any], str]:
     doc = backend.status(_job_arg(args))
-    device = doc["model_device"]
+    device = clip_opt(doc["model_device"], MAX_ID_CHARS)
     out = {
-        "job_id": doc["job_id"],
+        "job_id": clip(doc["job_id"], MAX_ID_CHARS),
         "alive": doc["target"]["alive"],
         "status": doc["status"],
-        "message": doc["message"],
+        "message": clip(doc["message"], MAX_MESSAGE_CHARS),
         "model_device": device,
-        "input_device": doc["input_device"],
+        "input_device": clip_opt(doc["input_device"], MAX_ID_CHARS),
         "model_on_gpu": None if device is None else device.startswith("cuda"),
         "warnings": [
-            {"code": w["code"], "severity": w["severity"], "message": w["message"], "hint": w["hint"]}
-            for w in doc["warnings"]
+            {
+                "code": clip(w["code"], MAX_ID_CHARS),
+                "severity": w["severity"],
+                "message": clip(w["message"], MAX_MESSAGE_CHARS),
+                "hint": clip_opt(w["hint"], MAX_MESSAGE_CHARS),
+            }
+            for w in doc["warnings"][:MAX_WARNINGS_SHOWN]
         ],
         "gpus": [
-            {k: g[k] for k in ("index", "name", "util_pct", "mem_used_mib", "mem_total_mib")}
-            for g in doc["gpus"]
+            {
+                **{k: g[k] for k in ("index", "util_pct", "mem_used_mib", "mem_total_mib")},
+                "name": clip_opt(g["name"]),
+            }
+            for g in doc["gpus"][:MAX_GPUS_SHOWN]
         ],
         "processes": len(doc["processes"]) + doc["processes_omitted"],
     }
@@ -466,14 +487,16 @@ def gpu_history(backend: Backend, args: dict[str, Any]) -> tuple[dict[str, Any],
         samples = [s for s in samples if s["time_unix_s"] >= newest - seconds]
     events = doc["events"][-MAX_EVENTS_SHOWN:]
     out = {
-        "job_id": doc["job_id"],
+        "job_id": clip(doc["job_id"], MAX_ID_CHARS),
         "seconds": seconds,
         "interval_s": doc["interval_s"],
         "sample_count": len(samples),
         "first_unix_s": samples[0]["time_unix_s"] if samples else None,
         "last_unix_s": samples[-1]["time_unix_s"] if samples else None,
         "gpus": _per_gpu(samples),
-        "events": [{"time_unix_s": e["time_unix_s"], "name": e["name"], "pid": e["pid"]} for e in events],
+        "events": [
+            {"time_unix_s": e["time_unix_s"], "name": clip(e["name"]), "pid": e["pid"]} for e in events
+        ],
         "events_omitted": doc["events_omitted"] + len(doc["events"]) - len(events),
     }
     return out, _history_text(out)
@@ -485,7 +508,7 @@ def _per_gpu(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for g in s["gpus"]:
             series.setdefault(g["index"], []).append((s["time_unix_s"], g["util_pct"], g["mem_used_mib"]))
     out = []
-    for index, points in sorted(series.items()):
+    for index, points in sorted(series.items())[:MAX_GPUS_SHOWN]:
         utils = [u for _, u, _ in points if u is not None]
         mems = [m for _, _, m in points if m is not None]
         out.append(
@@ -550,11 +573,26 @@ def call(backend: Backend, name: str, args: dict[str, Any] | None) -> tuple[dict
     tool = TOOLS.get(name)
     if tool is None:
         return None, f"no tool {clip(str(name), 64)!r}: the tools are {', '.join(TOOLS)}"
+    import jsonschema  # a dependency of the SDK; only a document off its contract fails here
+
     try:
-        return tool(backend, args or {})
+        structured, text = tool(backend, args or {})
+        jsonschema.validate(structured, OUTPUT_SCHEMAS[name])
+        return structured, text
     except ToolError as exc:
         return None, str(exc)
-    except (KeyError, TypeError, ValueError, IndexError) as exc:  # a document off its contract
+    except jsonschema.ValidationError as exc:
+        return None, (
+            f"the sidecar's answer is not a schema {contract.SCHEMA} document ({clip(exc.message, 80)}): "
+            "install the same dsh-gpu-dashboard version on both sides"
+        )
+    except (
+        KeyError,
+        TypeError,
+        ValueError,
+        IndexError,
+        AttributeError,
+    ) as exc:  # a document off its contract
         return None, (
             f"the sidecar's answer is not a schema {contract.SCHEMA} document ({type(exc).__name__}: "
             f"{clip(str(exc), 80)}): install the same dsh-gpu-dashboard version on both sides"

@@ -242,6 +242,22 @@ def test_http_backend_refuses_big_answers_redirects_and_other_schemas(foreign):
     routes[jobs] = (200, {}, json.dumps({"schema": 2, "jobs": [{"id": "x"}]}).encode())  # off the contract
     assert "not a schema 2 document" in mcp_server.call(mcp_server.HttpBackend(base), "list_jobs", {})[1]
     assert "does not serve" in mcp_server.call(mcp_server.HttpBackend(base + "/nope"), "list_jobs", {})[1]
+    job = {"id": "1-2", "root_pid": 1, "command": ["x"] * 100, "user": "u" * 5000, "status": "GPU"}
+    job |= {"message": "m" * 10_000, "first_warning": None, "gpus": list(range(500)), "alive": True}
+    jobs_doc = {"schema": 2, "mode": "pid", "default_job": "1-2", "jobs": [job] * 100, "jobs_omitted": 0}
+    routes[jobs] = (200, {}, json.dumps(jobs_doc).encode())
+    out, text = mcp_server.call(mcp_server.HttpBackend(base), "list_jobs", {})
+    assert len(out["jobs"]) == 64 and out["jobs_omitted"] == 36 and len(text) < 64 * 1200, len(text)
+    j = out["jobs"][0]
+    assert (
+        len(j["message"]) == 512
+        and len(j["user"]) == 256
+        and len(j["gpus"]) == 64
+        and len(j["command"]) == 33
+    )
+    routes[jobs] = (200, {}, json.dumps({**jobs_doc, "jobs": [{**job, "root_pid": "one"}]}).encode())
+    out, text = mcp_server.call(mcp_server.HttpBackend(base), "list_jobs", {})
+    assert out is None and "not a schema 2 document" in text and "'one'" in text, text
 
 
 def test_output_schemas_stay_in_dshs_enforced_subset():
