@@ -609,7 +609,10 @@ INSTRUCTIONS = (
 
 
 def build_server(backend: Backend):
-    """The SDK's low-level Server with the three tools (mcp 2.x: handlers given to the constructor)."""
+    """The SDK's low-level Server with the three tools: mcp 2.x takes the handlers in its constructor,
+    mcp 1.10+ through decorators (and turns a raised exception into an error result)."""
+    import inspect
+
     import anyio
     import mcp.types as types
     from mcp.server.lowlevel import Server
@@ -624,12 +627,18 @@ def build_server(backend: Backend):
         for name in TOOLS
     ]
 
+    async def run_tool(name: str, arguments: dict[str, Any] | None) -> tuple[dict[str, Any] | None, list]:
+        structured, text = await anyio.to_thread.run_sync(call, backend, name, arguments)
+        return structured, [types.TextContent(type="text", text=text)]
+
+    if "on_call_tool" not in inspect.signature(Server.__init__).parameters:
+        return _server_v1(Server, tools, run_tool)
+
     async def on_list_tools(ctx, params) -> types.ListToolsResult:
         return types.ListToolsResult(tools=tools)
 
     async def on_call_tool(ctx, params) -> types.CallToolResult:
-        structured, text = await anyio.to_thread.run_sync(call, backend, params.name, params.arguments)
-        content = [types.TextContent(type="text", text=text)]
+        structured, content = await run_tool(params.name, params.arguments)
         if structured is None:
             return types.CallToolResult(content=content, isError=True)
         return types.CallToolResult(content=content, structuredContent=structured)
@@ -641,6 +650,24 @@ def build_server(backend: Backend):
         on_list_tools=on_list_tools,
         on_call_tool=on_call_tool,
     )
+
+
+def _server_v1(server_class, tools: list, run_tool):
+    """mcp 1.10 to 1.x: decorators; a failed call raises, which the SDK answers with isError."""
+    server = server_class("dsh-gpu-dashboard", version=__version__, instructions=INSTRUCTIONS)
+
+    @server.list_tools()
+    async def _list_tools() -> list:
+        return tools
+
+    @server.call_tool(validate_input=False)  # call() checks the arguments with clearer sentences
+    async def _call_tool(name: str, arguments: dict[str, Any]):
+        structured, content = await run_tool(name, arguments)
+        if structured is None:
+            raise ToolError(content[0].text)
+        return content, structured
+
+    return server
 
 
 def serve(backend: Backend) -> None:

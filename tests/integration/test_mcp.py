@@ -83,14 +83,23 @@ async def call(session, name: str, **arguments):
     return result, text
 
 
+def structured(result):
+    """structuredContent (mcp 1.x spells the attribute so, 2.x structured_content)."""
+    return result.structured_content if hasattr(result, "structured_content") else result.structuredContent
+
+
+def is_error(result) -> bool:
+    return result.is_error if hasattr(result, "is_error") else result.isError
+
+
 def ok(result, text: str) -> dict:
-    assert not result.is_error, text
-    assert isinstance(result.structured_content, dict), text
-    return result.structured_content
+    assert not is_error(result), text
+    assert isinstance(structured(result), dict), text
+    return structured(result)
 
 
 def err(result, text: str) -> str:
-    assert result.is_error and result.structured_content is None, text
+    assert is_error(result) and structured(result) is None, text
     assert "Traceback" not in text and text.count("\n") == 0, text
     return text
 
@@ -169,11 +178,7 @@ def test_discovery_in_process_finds_the_job(tmp_path, fake_nvml, env):
             async with mcp_client(["--interval", "0.3"], env) as s:
                 for _ in range(50):
                     result, text = await call(s, "list_jobs")
-                    mine = [
-                        j
-                        for j in (result.structured_content or {}).get("jobs", [])
-                        if j["root_pid"] == job.pid
-                    ]
+                    mine = [j for j in (structured(result) or {}).get("jobs", []) if j["root_pid"] == job.pid]
                     if mine and mine[0]["status"] == "GPU":
                         break
                     await anyio.sleep(0.2)
