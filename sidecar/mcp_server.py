@@ -5,7 +5,7 @@ English text for the model: `list_jobs`, `gpu_status(job?)`, `gpu_history(job?, 
 read a running sidecar over HTTP (--url) or poll in this process (sidecar.jobs.JobsPoller; with
 --pid, one job's Poller). Every failure becomes a tool error of one sentence that says what to do.
 
-The `mcp` package (the official SDK, an optional extra) is imported only by `serve()`: the
+The `mcp` package (the official SDK, an optional extra) is imported only by `build_server()`: the
 summaries below are plain functions of the documents. The output schemas keep to the subset of
 JSON Schema that DSH's MCP client enforces (type, oneOf, properties, required, items, enum, const).
 """
@@ -42,7 +42,6 @@ TIMELINE_POINTS = 12  # per GPU in a gpu_history answer: means over equal slices
 MAX_GPUS_SHOWN = 64  # GPUs per answer (a node has 8 or 16)
 MAX_WARNINGS_SHOWN = 32  # the verdict has a dozen codes
 FIRST_POLL_WAIT_S = 10.0  # in process: how long a tool waits for the first poll
-SDK_HINT = "pip install 'dsh-gpu-dashboard[mcp]'"
 START_HINT = "start one with `dsh-sidecar` (or `dsh-sidecar run -- python train.py`)"
 
 
@@ -198,21 +197,22 @@ class LocalBackend:
 
     def _ask(self, make: Callable[[], dict[str, Any] | None], job: str | None) -> dict[str, Any]:
         deadline = time.monotonic() + self.first_poll_wait_s
-        while True:
-            try:
-                doc = make()
-            except UnknownJob:
-                raise ToolError(
-                    f"no job {clip(job or '', MAX_ID_CHARS)!r} here: call list_jobs for the job ids"
-                ) from None
-            if doc is not None:
-                return _checked(doc, "document")
+        while self.poller.jobs_document() is None:  # the first poll has not completed
             if time.monotonic() >= deadline:
-                raise ToolError(
-                    "no training job found yet (nothing publishes probe facts or uses a GPU as this user): "
-                    "start the job with `import probe` in it, or retry in a few seconds"
-                )
+                raise ToolError("the first poll has not completed yet: retry in a few seconds")
             time.sleep(0.1)
+        try:
+            doc = make()
+        except UnknownJob:
+            raise ToolError(
+                f"no job {clip(job or '', MAX_ID_CHARS)!r} here: call list_jobs for the job ids"
+            ) from None
+        if doc is None:
+            raise ToolError(
+                "no training job found (none of this user's processes publishes probe facts or uses a GPU): "
+                "start the job with `import probe` in it, or retry in a few seconds"
+            )
+        return _checked(doc, "document")
 
 
 # ---------------------------------------------------------------------------------------------
