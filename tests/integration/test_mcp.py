@@ -293,15 +293,37 @@ def test_cli_without_the_sdk_and_cli_import_cost():
         "import sys, sidecar.cli; assert not [m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')]"
     )
     subprocess.run([sys.executable, "-c", light], env=env, cwd=REPO, check=True, timeout=30)
-    bad = subprocess.run(
-        [sys.executable, "-m", "sidecar.cli", "mcp", "--url", "file:///etc/passwd"],
-        env=env,
+
+
+@pytest.mark.parametrize(
+    "args, code, needle",
+    [
+        (["--url", "file:///etc/passwd"], 2, "not an http:// or https:// URL"),
+        (["--url", "http://"], 2, "not an http:// or https:// URL"),
+        (["--url", "http://127.0.0.1:99999"], 2, "not an http:// or https:// URL"),
+        (["--url", "http://me:pw@127.0.0.1:8765"], 2, "the token goes in --token"),
+        (["--url", "http://127.0.0.1:8765/?job=1"], 2, "the token goes in --token"),
+        (["--url", "http://127.0.0.1:8765", "--pid", "1"], 2, "give one of them"),
+        (["--url", "http://127.0.0.1:8765", "--token", "a b"], 2, "printable ASCII"),
+        (["--interval", "0.01"], 2, "at least 0.1"),
+        (["--history", "0"], 2, "--history"),
+        (["--pid", "999999999"], 3, "no process with pid 999999999"),
+        (["--bogus"], 2, "unrecognized arguments: --bogus"),
+    ],
+)
+def test_bad_usage_is_one_line_before_anything_starts(args, code, needle):
+    r = subprocess.run(
+        [sys.executable, "-m", "sidecar.cli", "mcp", *args],
+        env=python_env(),
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=30,
+        stdin=subprocess.DEVNULL,
     )
-    assert bad.returncode == 2 and "not an http:// or https:// URL" in bad.stderr, bad.stderr
+    errors = [line for line in r.stderr.splitlines() if "error:" in line]
+    assert r.returncode == code and r.stdout == "" and len(errors) == 1, r
+    assert needle in errors[0] and "Traceback" not in r.stderr, r.stderr
 
 
 # -- DSH's own MCP client (@deepseek-ai/dsh-mcp-client) and its schema subset -------------------
