@@ -331,7 +331,9 @@ var en_default = {
   "warning.rank-shared-gpu": "Ranks in processes {pids} share GPU {gpu}: they compete for it while other GPUs may idle.",
   "hint.rank-shared-gpu": "Call `torch.cuda.set_device(local_rank)` and use `device = torch.device('cuda', local_rank)` in each rank.",
   "warning.rank-device-mismatch": "Rank with LOCAL_RANK={rank} (pid {pid}) has model {model} on {device}.",
-  "hint.rank-device-mismatch": "Use `device = torch.device('cuda', int(os.environ['LOCAL_RANK']))` and `torch.cuda.set_device(device)`."
+  "hint.rank-device-mismatch": "Use `device = torch.device('cuda', int(os.environ['LOCAL_RANK']))` and `torch.cuda.set_device(device)`.",
+  "jobs.title": "{n} jobs:",
+  "jobs.exited": "exited"
 };
 
 // ../sidecar/static/i18n/zh.json
@@ -591,7 +593,9 @@ var zh_default = {
   "warning.rank-shared-gpu": "进程 {pids} 中的多个 rank 共用 GPU {gpu}：它们相互争用，其他 GPU 可能闲置。",
   "hint.rank-shared-gpu": "在每个 rank 中调用 `torch.cuda.set_device(local_rank)`，并使用 `device = torch.device('cuda', local_rank)`。",
   "warning.rank-device-mismatch": "LOCAL_RANK={rank} 的 rank（pid {pid}）的模型 {model} 在 {device} 上。",
-  "hint.rank-device-mismatch": "使用 `device = torch.device('cuda', int(os.environ['LOCAL_RANK']))` 并调用 `torch.cuda.set_device(device)`。"
+  "hint.rank-device-mismatch": "使用 `device = torch.device('cuda', int(os.environ['LOCAL_RANK']))` 并调用 `torch.cuda.set_device(device)`。",
+  "jobs.title": "{n} 个任务：",
+  "jobs.exited": "已退出"
 };
 
 // ../sidecar/static/format.js

@@ -10,6 +10,7 @@ import {
   severityOf, sortWarnings, statusOf, statusText, t, utilLevel, warningHint, warningMessage,
 } from './format.js';
 import { TimeChart, niceTicks, pointsByGpu } from './charts.js';
+import { jobQuery, renderJobs } from './jobs.js';
 
 /** @typedef {import('./contract.js').StatusDocument} StatusDocument */
 /** @typedef {import('./contract.js').HistoryDocument} HistoryDocument */
@@ -61,6 +62,7 @@ const state = {
   timer: null,
   inflight: false,
   keys: {},
+  job: params.get('job') || null, // null: the sidecar's default job
 };
 
 const $ = (sel, root = document) => root.querySelector(sel);
@@ -552,7 +554,7 @@ async function fetchJSON(url) {
     if (!res.ok) {
       let detail = '';
       try { const body = await res.json(); detail = body && (body.error || body.message) ? `: ${body.error || body.message}` : ''; } catch { /* not JSON */ }
-      throw new Error(`HTTP ${res.status}${detail}`);
+      throw Object.assign(new Error(`HTTP ${res.status}${detail}`), { status: res.status });
     }
     return await res.json();
   } catch (e) {
@@ -569,6 +571,7 @@ function renderAll() {
   renderGpus(doc);
   renderProcs(doc);
   renderRuntime(doc);
+  renderJobs($('[data-testid="jobs"]'), doc, { h, tr, onPick: pickJob });
   renderCharts();
   renderUpdated();
 }
@@ -580,10 +583,11 @@ async function poll() {
   try {
     let doc;
     try {
-      doc = await fetchJSON(STATUS_URL);
+      doc = await fetchJSON(STATUS_URL + jobQuery(state.job));
       const mismatch = schemaMismatch(doc, state.lang);
       if (mismatch) throw new Error(mismatch);
     } catch (e) {
+      if (e && e.status === 404 && state.job) { pickJob(null); return; } // the job is no longer listed
       state.reachable = false;
       state.error = (e && e.message) || String(e);
       renderUpdated();
@@ -599,14 +603,25 @@ async function poll() {
     if (identity !== state.identity) { state.identity = identity; resetHistory(); }
     mergeEvents(doc.events);
     try {
-      const since = state.lastSampleT === null ? '' : `?since=${encodeURIComponent(state.lastSampleT)}`;
-      mergeHistory(await fetchJSON(HISTORY_URL + since));
+      mergeHistory(await fetchJSON(HISTORY_URL + jobQuery(state.job, { since: state.lastSampleT })));
     } catch { /* charts keep what they have */ }
     renderAll();
   } finally {
     state.inflight = false;
     schedule();
   }
+}
+
+/** Show another job (null: the sidecar's default); the address keeps the choice. */
+function pickJob(job) {
+  state.job = job;
+  if (job) params.set('job', job);
+  else params.delete('job');
+  const q = params.toString();
+  history.replaceState(null, '', `${location.pathname}${q ? `?${q}` : ''}${location.hash}`);
+  state.identity = null;
+  resetHistory();
+  setTimeout(poll, 0);
 }
 
 function schedule() {
