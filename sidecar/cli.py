@@ -6,6 +6,8 @@
     dsh-sidecar [--pid PID] --once [--json]
     dsh-sidecar run [serve options] -- CMD [ARGS...]
     dsh-sidecar doctor [--python PYTHON] [--json]
+    dsh-sidecar mcp [--url URL [--token T] | --pid PID] [--interval 1.5] [--history 600]
+                                    an MCP server over stdio (docs/mcp.md; needs the [mcp] extra)
 
 Exit codes: 0 ok; 2 bad usage; 3 the target pid does not exist; 4 the port is in use or cannot be
 bound. Every failure prints one line saying what happened and what to do, never a traceback.
@@ -156,7 +158,7 @@ def serve_parser() -> argparse.ArgumentParser:
         prog="dsh-sidecar",
         description="Watch a training job's process tree and tell whether its model really runs on the GPU.",
         epilog="Other commands: 'dsh-sidecar run -- CMD ...' starts and watches CMD; 'dsh-sidecar doctor' checks "
-        "this machine.",
+        "this machine; 'dsh-sidecar mcp' serves MCP tools over stdio (docs/mcp.md).",
     )
     p.add_argument(
         "--pid",
@@ -188,6 +190,36 @@ def doctor_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="dsh-sidecar doctor", description="Check this machine: driver, GPUs, torch.")
     p.add_argument("--python", default=sys.executable, help="the Python interpreter of your training job")
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    return p
+
+
+def mcp_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="dsh-sidecar mcp",
+        description="An MCP server over stdio with the tools list_jobs, gpu_status and gpu_history "
+        "(docs/mcp.md). It reads a running sidecar (--url) or polls in this process.",
+    )
+    p.add_argument(
+        "--url", default=None, help="a running sidecar, e.g. http://127.0.0.1:8765 (default: poll here)"
+    )
+    p.add_argument(
+        "--token",
+        default=os.environ.get("DSH_SIDECAR_TOKEN"),
+        help="the sidecar's token, sent as 'Authorization: Bearer TOKEN' (default: $DSH_SIDECAR_TOKEN)",
+    )
+    p.add_argument("--pid", type=_pid, default=None, help="without --url: watch only the job under PID")
+    p.add_argument(
+        "--interval",
+        type=_positive_float,
+        default=1.5,
+        help="without --url: seconds between polls (default 1.5)",
+    )
+    p.add_argument(
+        "--history",
+        type=_bounded_seconds(MAX_HISTORY_S, zero_ok=False),
+        default=600.0,
+        help=f"without --url: seconds of history to keep (default 600, at most {MAX_HISTORY_S:.0f})",
+    )
     return p
 
 
@@ -270,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
             from sidecar.doctor import run_doctor
 
             return run_doctor(doctor_parser().parse_args(argv[1:]))
+        if argv and argv[0] == "mcp":
+            return _main_mcp(mcp_parser().parse_args(argv[1:]))
         return _main_serve(serve_parser().parse_args(argv))
     except UsageError as exc:
         return _fail(EXIT_USAGE, str(exc))
@@ -338,6 +372,62 @@ def _main_discover(args: argparse.Namespace) -> int:
         return _print_to_a_pipe(text)
     _SIGNALS.install()
     return _serve(args, poller, child=None)
+
+
+def _mcp_url(url: str, token: str | None) -> str:
+    """--url: http(s)://host[:port][/prefix], no credentials, query or fragment. Any host the user
+    names is theirs to choose; a token sent in clear text beyond loopback gets a warning."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url.strip())
+        parts.port  # noqa: B018 (raises ValueError for a bad port)
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(f"--url {url!r} is not an http:// or https:// URL, e.g. http://127.0.0.1:8765")
+    if parts.username or parts.password or parts.query or parts.fragment:
+        raise UsageError(f"--url {url!r}: give scheme, host, port (and path) only; the token goes in --token")
+    if parts.scheme == "http" and token and not is_loopback_host(parts.hostname):
+        print(
+            f"dsh-sidecar: warning: --url {parts.hostname} is not this machine and http:// sends the token "
+            "in clear text; use an SSH tunnel (ssh -L 8765:127.0.0.1:8765 HOST) or https://",
+            file=sys.stderr,
+            flush=True,
+        )
+    return url.strip()
+
+
+def _main_mcp(args: argparse.Namespace) -> int:
+    """`dsh-sidecar mcp`: stdout is the MCP channel; every message of ours goes to stderr."""
+    try:
+        import mcp.server.lowlevel  # noqa: F401  (the optional SDK: fail here, before polling)
+    except ImportError:
+        return _fail(EXIT_USAGE, "the MCP server needs the MCP SDK: pip install 'dsh-gpu-dashboard[mcp]'")
+    from sidecar import mcp_server
+
+    if args.url is not None:
+        if args.pid is not None:
+            raise UsageError("--url reads a running sidecar and --pid polls here: give one of them")
+        _check_token(args.token, loopback=True)
+        backend = mcp_server.HttpBackend(_mcp_url(args.url, args.token), args.token)
+    else:
+        if args.interval < MIN_INTERVAL_S:
+            raise UsageError(f"--interval must be at least {MIN_INTERVAL_S} s")
+        if args.pid is not None and not _pid_exists(args.pid):
+            return _fail(EXIT_NO_PID, f"no process with pid {args.pid}: is the job running?")
+        rules = _rules_from_env()
+        if args.pid is not None:
+            from sidecar.poller import Poller
+
+            poller = Poller(args.pid, interval_s=args.interval, history_s=args.history, rules=rules)
+        else:
+            from sidecar.jobs import JobsPoller
+
+            poller = JobsPoller(interval_s=args.interval, history_s=args.history, rules=rules)
+        backend = mcp_server.LocalBackend(poller)
+    mcp_server.serve(backend)
+    return EXIT_OK
 
 
 def _print_to_a_pipe(text: str) -> int:

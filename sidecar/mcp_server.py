@@ -1,0 +1,687 @@
+"""`dsh-sidecar mcp`: the sidecar's answers as MCP tools, over stdio (docs/mcp.md).
+
+Three tools, each returning structured content (matching its declared output schema) and a short
+English text for the model: `list_jobs`, `gpu_status(job?)`, `gpu_history(job?, seconds?)`. They
+read a running sidecar over HTTP (--url) or poll in this process (sidecar.jobs.JobsPoller; with
+--pid, one job's Poller). Every failure becomes a tool error of one sentence that says what to do.
+
+The `mcp` package (the official SDK, an optional extra) is imported only by `build_server()`: the
+summaries below are plain functions of the documents. The output schemas keep to the subset of
+JSON Schema that DSH's MCP client enforces (type, oneOf, properties, required, items, enum, const).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from sidecar import __version__, contract
+from sidecar.bounds import (
+    MAX_ID_CHARS,
+    MAX_JOBS_SHOWN,
+    MAX_MESSAGE_CHARS,
+    PROXY_MAX_BODY_BYTES,
+    clip,
+    clip_args,
+    clip_opt,
+)
+from sidecar.document import UnknownJob
+
+API = "/api/dsh-gpu-dashboard"
+HTTP_TIMEOUT_S = 5.0
+MAX_RESPONSE_BYTES = PROXY_MAX_BODY_BYTES  # 4 MiB, as through DSH's proxy
+MIN_SECONDS, MAX_SECONDS, DEFAULT_SECONDS = 1.0, 86400.0, 300.0
+MAX_EVENTS_SHOWN = 20  # events in a gpu_history answer; `events_omitted` counts the rest
+TIMELINE_POINTS = 12  # per GPU in a gpu_history answer: means over equal slices of the window
+MAX_GPUS_SHOWN = 64  # GPUs per answer (a node has 8 or 16)
+MAX_WARNINGS_SHOWN = 32  # the verdict has a dozen codes
+FIRST_POLL_WAIT_S = 10.0  # in process: how long a tool waits for the first poll
+START_HINT = "start one with `dsh-sidecar` (or `dsh-sidecar run -- python train.py`)"
+
+
+class ToolError(Exception):
+    """What the model reads when a tool fails: one sentence, with what to do."""
+
+
+class Backend(Protocol):
+    """Where the documents come from; each method raises ToolError, never anything else."""
+
+    def jobs(self) -> dict[str, Any]: ...
+
+    def status(self, job: str | None) -> dict[str, Any]: ...
+
+    def history(self, job: str | None, since: float | None) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
+def _checked(doc: Any, what: str) -> dict[str, Any]:
+    """A document of schema 2, or a ToolError saying which schema it is."""
+    if not isinstance(doc, dict):
+        raise ToolError(
+            f"the sidecar's {what} answer is not a JSON object: check --url points at a dsh-sidecar"
+        )
+    if doc.get("schema") != contract.SCHEMA:
+        raise ToolError(
+            f"the sidecar answers schema {clip(json.dumps(doc.get('schema')), 16)}, this MCP server reads schema "
+            f"{contract.SCHEMA}: install the same dsh-gpu-dashboard version on both sides"
+        )
+    return doc
+
+
+# ---------------------------------------------------------------------------------------------
+# Backends
+# ---------------------------------------------------------------------------------------------
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: PLR0913 (urllib's signature)
+        raise ToolError(
+            f"the sidecar URL redirects (HTTP {code}) to {clip(newurl, 120)!r}, which this MCP server never "
+            "follows: give --url the sidecar's own address (as `dsh-sidecar` prints it)"
+        )
+
+
+class HttpBackend:
+    """A running sidecar, over HTTP (urllib; 5 s timeout; redirects refused; 4 MiB at most)."""
+
+    def __init__(self, url: str, token: str | None = None, timeout_s: float = HTTP_TIMEOUT_S):
+        self.base = url.rstrip("/")
+        self.token = token
+        self.timeout_s = timeout_s
+        self._opener = urllib.request.build_opener(_NoRedirect())
+
+    def jobs(self) -> dict[str, Any]:
+        return self._get("jobs", {}, None)
+
+    def status(self, job: str | None) -> dict[str, Any]:
+        return self._get("status", {"job": job}, job)
+
+    def history(self, job: str | None, since: float | None) -> dict[str, Any]:
+        return self._get("history", {"job": job, "since": None if since is None else f"{since:.3f}"}, job)
+
+    def close(self) -> None:
+        pass
+
+    def _get(self, route: str, params: dict[str, str | None], job: str | None) -> dict[str, Any]:
+        query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
+        url = f"{self.base}{API}/{route}" + (f"?{query}" if query else "")
+        req = urllib.request.Request(url, headers={"Accept": "application/json"})
+        if self.token:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with self._opener.open(req, timeout=self.timeout_s) as resp:
+                body = _read_bounded(resp, self.base)
+        except urllib.error.HTTPError as exc:
+            with exc:
+                raise ToolError(self._http_error(exc.code, _error_text(exc), job)) from None
+        except ToolError:
+            raise
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", None) or exc
+            raise ToolError(
+                f"no sidecar answers at {self.base} ({clip(str(reason), 120)}): {START_HINT}, or check --url"
+            ) from None
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            raise ToolError(f"{self.base} did not answer JSON: check --url points at a dsh-sidecar") from None
+        return _checked(doc, route)
+
+    def _http_error(self, code: int, reason: str, job: str | None) -> str:
+        if code == 401:
+            return (
+                f"the sidecar at {self.base} refused the token (HTTP 401): check --token or DSH_SIDECAR_TOKEN "
+                "(it must be the token the sidecar was started with)"
+                if self.token
+                else f"the sidecar at {self.base} requires a token (HTTP 401): pass --token TOKEN or set "
+                "DSH_SIDECAR_TOKEN"
+            )
+        if code == 404 and job is not None and reason.startswith("no job"):
+            return f"no job {clip(job, MAX_ID_CHARS)!r} on this sidecar: call list_jobs for the job ids"
+        if code == 404:
+            return f"{self.base} does not serve the dsh-gpu-dashboard API (HTTP 404): check --url"
+        if code == 503:
+            return "the sidecar has not completed its first poll yet: retry in a few seconds"
+        if code == 421:
+            return (
+                f"the sidecar does not answer to the host name in {self.base} (HTTP 421): use the address it "
+                "prints, or start it with --allow-host NAME"
+            )
+        return f"the sidecar at {self.base} answered HTTP {code}: {clip(reason, 200) or 'no reason given'}"
+
+
+def _read_bounded(resp, base: str) -> bytes:
+    body = resp.read(MAX_RESPONSE_BYTES + 1)
+    if len(body) > MAX_RESPONSE_BYTES:
+        raise ToolError(
+            f"the sidecar at {base} answered more than {MAX_RESPONSE_BYTES >> 20} MiB, which this MCP server "
+            "refuses: ask for a shorter history (seconds) or check --url"
+        )
+    return body
+
+
+def _error_text(exc: urllib.error.HTTPError) -> str:
+    """The sidecar's {"error": ...} of an HTTP error, or ''."""
+    try:
+        doc = json.loads(exc.read(64 * 1024))
+        return str(doc.get("error") or "") if isinstance(doc, dict) else ""
+    except (OSError, ValueError):
+        return ""
+
+
+class LocalBackend:
+    """Polling in this process: a sidecar.jobs.JobsPoller, or one job's sidecar.poller.Poller (--pid).
+    Both have the same three document methods; a document is None until the first poll."""
+
+    def __init__(self, poller: Any, first_poll_wait_s: float = FIRST_POLL_WAIT_S):
+        self.poller = poller
+        self.first_poll_wait_s = first_poll_wait_s
+        poller.start()
+
+    def jobs(self) -> dict[str, Any]:
+        return self._ask(self.poller.jobs_document, None)
+
+    def status(self, job: str | None) -> dict[str, Any]:
+        return self._ask(lambda: self.poller.status_document(job), job)
+
+    def history(self, job: str | None, since: float | None) -> dict[str, Any]:
+        return self._ask(lambda: self.poller.history_document(job, since), job)
+
+    def close(self) -> None:
+        self.poller.stop()
+
+    def _ask(self, make: Callable[[], dict[str, Any] | None], job: str | None) -> dict[str, Any]:
+        deadline = time.monotonic() + self.first_poll_wait_s
+        while self.poller.jobs_document() is None:  # the first poll has not completed
+            if time.monotonic() >= deadline:
+                raise ToolError("the first poll has not completed yet: retry in a few seconds")
+            time.sleep(0.1)
+        try:
+            doc = make()
+        except UnknownJob:
+            raise ToolError(
+                f"no job {clip(job or '', MAX_ID_CHARS)!r} here: call list_jobs for the job ids"
+            ) from None
+        if doc is None:
+            raise ToolError(
+                "no training job found (none of this user's processes publishes probe facts or uses a GPU): "
+                "start the job with `import probe` in it, or retry in a few seconds"
+            )
+        return _checked(doc, "document")
+
+
+# ---------------------------------------------------------------------------------------------
+# Output schemas (DSH's enforced subset: no $ref, anyOf, type arrays or numeric bounds)
+# ---------------------------------------------------------------------------------------------
+def _obj(props: dict[str, Any], description: str | None = None) -> dict[str, Any]:
+    schema = {"type": "object", "properties": props, "required": list(props)}
+    return {**schema, "description": description} if description else schema
+
+
+def _null_or(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"oneOf": [schema, {"type": "null"}]}
+
+
+_STR, _NUM, _INT, _BOOL = ({"type": t} for t in ("string", "number", "integer", "boolean"))
+_STATUS = {"type": "string", "enum": list(contract.STATUSES)}
+_WARNING = _obj(
+    {
+        "code": _STR,
+        "severity": {"type": "string", "enum": ["error", "warning", "info"]},
+        "message": _STR,
+        "hint": _null_or(_STR),
+    }
+)
+JOBS_SCHEMA = _obj(
+    {
+        "mode": _STR,
+        "default_job": _null_or(_STR),
+        "jobs": {
+            "type": "array",
+            "items": _obj(
+                {
+                    "id": _STR,
+                    "root_pid": _INT,
+                    "command": _null_or({"type": "array", "items": _STR}),
+                    "user": _null_or(_STR),
+                    "status": _STATUS,
+                    "message": _STR,
+                    "first_warning": _null_or(_obj({"code": _STR, "message": _STR})),
+                    "gpus": {"type": "array", "items": _INT},
+                    "alive": _BOOL,
+                }
+            ),
+        },
+        "jobs_omitted": _INT,
+    }
+)
+STATUS_SCHEMA = _obj(
+    {
+        "job_id": _STR,
+        "alive": _BOOL,
+        "status": _STATUS,
+        "message": _STR,
+        "model_device": _null_or(_STR),
+        "input_device": _null_or(_STR),
+        "model_on_gpu": _null_or(_BOOL),
+        "warnings": {"type": "array", "items": _WARNING},
+        "gpus": {
+            "type": "array",
+            "items": _obj(
+                {
+                    "index": _INT,
+                    "name": _null_or(_STR),
+                    "util_pct": _null_or(_NUM),
+                    "mem_used_mib": _null_or(_NUM),
+                    "mem_total_mib": _null_or(_NUM),
+                }
+            ),
+        },
+        "processes": _INT,
+    }
+)
+HISTORY_SCHEMA = _obj(
+    {
+        "job_id": _STR,
+        "seconds": _NUM,
+        "interval_s": _NUM,
+        "sample_count": _INT,
+        "first_unix_s": _null_or(_NUM),
+        "last_unix_s": _null_or(_NUM),
+        "gpus": {
+            "type": "array",
+            "items": _obj(
+                {
+                    "index": _INT,
+                    "util_pct_min": _null_or(_NUM),
+                    "util_pct_mean": _null_or(_NUM),
+                    "util_pct_max": _null_or(_NUM),
+                    "mem_used_mib_last": _null_or(_NUM),
+                    "mem_used_mib_max": _null_or(_NUM),
+                    "util_pct_timeline": {"type": "array", "items": _null_or(_NUM)},
+                }
+            ),
+        },
+        "events": {"type": "array", "items": _obj({"time_unix_s": _NUM, "name": _STR, "pid": _INT})},
+        "events_omitted": _INT,
+    }
+)
+_JOB_ARG = {
+    "job": {
+        "oneOf": [{"type": "string"}, {"type": "null"}],
+        "description": "a job id from list_jobs; omit for the sidecar's default job (the newest with a model)",
+    }
+}
+INPUT_SCHEMAS = {
+    "list_jobs": {"type": "object", "properties": {}},
+    "gpu_status": {"type": "object", "properties": dict(_JOB_ARG)},
+    "gpu_history": {
+        "type": "object",
+        "properties": {
+            **_JOB_ARG,
+            "seconds": {
+                "type": "number",
+                "default": DEFAULT_SECONDS,
+                "description": f"how far back, in seconds ({MIN_SECONDS:g} to {MAX_SECONDS:g}; default 300)",
+            },
+        },
+    },
+}
+DESCRIPTIONS = {
+    "list_jobs": "The PyTorch training jobs the dsh-gpu-dashboard sidecar watches, newest first: id, "
+    "root pid, command, user, verdict (GPU, CPU, MIXED, UNKNOWN), first warning, GPUs used.",
+    "gpu_status": "Is my model really on the GPU? One job's verdict now: model and input devices, "
+    "warnings with hints (what to fix), and each GPU's utilisation and memory.",
+    "gpu_history": "A job's GPU utilisation and memory over the last `seconds`, summarised per GPU "
+    "(min/mean/max utilisation, a coarse timeline, last and peak memory), plus its events.",
+}
+OUTPUT_SCHEMAS = {"list_jobs": JOBS_SCHEMA, "gpu_status": STATUS_SCHEMA, "gpu_history": HISTORY_SCHEMA}
+
+
+# ---------------------------------------------------------------------------------------------
+# The tools: arguments in, (structured content, text for the model) out
+# ---------------------------------------------------------------------------------------------
+def _job_arg(args: dict[str, Any]) -> str | None:
+    job = args.get("job")
+    if job is None or job == "":
+        return None
+    if not isinstance(job, str):
+        raise ToolError("job must be a job id (a string) from list_jobs, or omitted for the default job")
+    return job[: MAX_ID_CHARS * 2]
+
+
+def _seconds_arg(args: dict[str, Any]) -> float:
+    seconds = args.get("seconds", DEFAULT_SECONDS)
+    if seconds is None:
+        return DEFAULT_SECONDS
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not math.isfinite(seconds):
+        raise ToolError(f"seconds must be a number of seconds, {MIN_SECONDS:g} to {MAX_SECONDS:g}")
+    return min(MAX_SECONDS, max(MIN_SECONDS, float(seconds)))
+
+
+def _command_text(command: list[str] | None) -> str:
+    return clip(" ".join(command), 80) if command else "?"
+
+
+def list_jobs(backend: Backend, args: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    doc = backend.jobs()
+    jobs = [
+        {
+            "id": clip(j["id"], MAX_ID_CHARS),
+            "root_pid": j["root_pid"],
+            "command": clip_args(j["command"]) if j["command"] is not None else None,
+            "user": clip_opt(j["user"]),
+            "status": j["status"],
+            "message": clip(j["message"], MAX_MESSAGE_CHARS),
+            "first_warning": (
+                {
+                    "code": clip(j["first_warning"]["code"], MAX_ID_CHARS),
+                    "message": clip(j["first_warning"]["message"], MAX_MESSAGE_CHARS),
+                }
+                if j["first_warning"]
+                else None
+            ),
+            "gpus": j["gpus"][:MAX_GPUS_SHOWN],
+            "alive": j["alive"],
+        }
+        for j in doc["jobs"][:MAX_JOBS_SHOWN]
+    ]
+    out = {
+        "mode": clip(doc["mode"], MAX_ID_CHARS),
+        "default_job": clip_opt(doc["default_job"], MAX_ID_CHARS),
+        "jobs": jobs,
+        "jobs_omitted": doc["jobs_omitted"] + len(doc["jobs"]) - len(jobs),
+    }
+    if not jobs:
+        return out, "The sidecar watches no training job right now."
+    lines = [f"{len(jobs)} job(s), newest first (default: {doc['default_job'] or 'none'}):"]
+    for j in jobs:
+        state = "" if j["alive"] else ", exited"
+        gpus = ", GPUs " + ",".join(map(str, j["gpus"])) if j["gpus"] else ""
+        lines.append(
+            f"- {j['id']} (pid {j['root_pid']}, {j['user'] or '?'}{state}{gpus}) `{_command_text(j['command'])}`: "
+            f"{j['status']}: {j['message']}"
+        )
+        if j["first_warning"]:
+            lines.append(f"  warning {j['first_warning']['code']}: {j['first_warning']['message']}")
+    if doc["jobs_omitted"]:
+        lines.append(f"({doc['jobs_omitted']} older jobs left out)")
+    return out, "\n".join(lines)
+
+
+def gpu_status(backend: Backend, args: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    doc = backend.status(_job_arg(args))
+    device = clip_opt(doc["model_device"], MAX_ID_CHARS)
+    out = {
+        "job_id": clip(doc["job_id"], MAX_ID_CHARS),
+        "alive": doc["target"]["alive"],
+        "status": doc["status"],
+        "message": clip(doc["message"], MAX_MESSAGE_CHARS),
+        "model_device": device,
+        "input_device": clip_opt(doc["input_device"], MAX_ID_CHARS),
+        "model_on_gpu": None if device is None else device.startswith("cuda"),
+        "warnings": [
+            {
+                "code": clip(w["code"], MAX_ID_CHARS),
+                "severity": w["severity"],
+                "message": clip(w["message"], MAX_MESSAGE_CHARS),
+                "hint": clip_opt(w["hint"], MAX_MESSAGE_CHARS),
+            }
+            for w in doc["warnings"][:MAX_WARNINGS_SHOWN]
+        ],
+        "gpus": [
+            {
+                **{k: g[k] for k in ("index", "util_pct", "mem_used_mib", "mem_total_mib")},
+                "name": clip_opt(g["name"]),
+            }
+            for g in doc["gpus"][:MAX_GPUS_SHOWN]
+        ],
+        "processes": len(doc["processes"]) + doc["processes_omitted"],
+    }
+    return out, _status_text(out, doc.get("model_gpu_index"))
+
+
+def _status_text(out: dict[str, Any], gpu_index: int | None) -> str:
+    device, inputs = out["model_device"], out["input_device"]
+    gpu = next((g for g in out["gpus"] if g["index"] == gpu_index), None)
+    if out["model_on_gpu"]:
+        where = (
+            f" (GPU {gpu['index']}, {gpu['name'] or 'unnamed'}, {_pct(gpu['util_pct'])} busy)" if gpu else ""
+        )
+        answer = f"Yes: the model is on {device}{where}."
+        if inputs is not None and not inputs.startswith("cuda"):
+            answer += f" But its inputs are on {inputs}: move each batch to {device}."
+    elif device is None:
+        answer = "Unknown: no model is registered with the probe in this job."
+    else:
+        answer = f"No: the model is on {device}, not on a GPU."
+    lines = [answer, f"Job {out['job_id']}: {out['status']}: {out['message']}"]
+    if not out["alive"]:
+        lines.append("The job has exited.")
+    hints = [w for w in out["warnings"] if w["hint"]]
+    if hints:
+        lines.append("Hints:")
+        lines += [f"- [{w['severity']}] {w['code']}: {w['hint']}" for w in hints]
+    return "\n".join(lines)
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.0f}%"
+
+
+def _mib(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.0f} MiB"
+
+
+def gpu_history(backend: Backend, args: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    job, seconds = _job_arg(args), _seconds_arg(args)
+    doc = backend.history(job, time.time() - seconds)
+    samples = doc["samples"]
+    if samples:  # the window ends at the newest sample (another machine's clock may differ from ours)
+        newest = samples[-1]["time_unix_s"]
+        samples = [s for s in samples if s["time_unix_s"] >= newest - seconds]
+    events = doc["events"][-MAX_EVENTS_SHOWN:]
+    out = {
+        "job_id": clip(doc["job_id"], MAX_ID_CHARS),
+        "seconds": seconds,
+        "interval_s": doc["interval_s"],
+        "sample_count": len(samples),
+        "first_unix_s": samples[0]["time_unix_s"] if samples else None,
+        "last_unix_s": samples[-1]["time_unix_s"] if samples else None,
+        "gpus": _per_gpu(samples),
+        "events": [
+            {"time_unix_s": e["time_unix_s"], "name": clip(e["name"]), "pid": e["pid"]} for e in events
+        ],
+        "events_omitted": doc["events_omitted"] + len(doc["events"]) - len(events),
+    }
+    return out, _history_text(out)
+
+
+def _per_gpu(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    series: dict[int, list[tuple[float, float | None, float | None]]] = {}
+    for s in samples:
+        for g in s["gpus"]:
+            series.setdefault(g["index"], []).append((s["time_unix_s"], g["util_pct"], g["mem_used_mib"]))
+    out = []
+    for index, points in sorted(series.items())[:MAX_GPUS_SHOWN]:
+        utils = [u for _, u, _ in points if u is not None]
+        mems = [m for _, _, m in points if m is not None]
+        out.append(
+            {
+                "index": index,
+                "util_pct_min": min(utils) if utils else None,
+                "util_pct_mean": round(sum(utils) / len(utils), 1) if utils else None,
+                "util_pct_max": max(utils) if utils else None,
+                "mem_used_mib_last": points[-1][2],
+                "mem_used_mib_max": max(mems) if mems else None,
+                "util_pct_timeline": _timeline(points),
+            }
+        )
+    return out
+
+
+def _timeline(points: list[tuple[float, float | None, float | None]]) -> list[float | None]:
+    """Mean utilisation over TIMELINE_POINTS equal slices of the samples' span (None: no sample)."""
+    t0, t1 = points[0][0], points[-1][0]
+    n = min(TIMELINE_POINTS, len(points))
+    width = (t1 - t0) / n if t1 > t0 else 1.0
+    buckets: list[list[float]] = [[] for _ in range(n)]
+    for t, util, _ in points:
+        if util is not None:
+            buckets[min(n - 1, int((t - t0) / width))].append(util)
+    return [round(sum(b) / len(b), 1) if b else None for b in buckets]
+
+
+def _history_text(out: dict[str, Any]) -> str:
+    if not out["sample_count"]:
+        return f"No samples in the last {out['seconds']:g} s for job {out['job_id']}."
+    span = out["last_unix_s"] - out["first_unix_s"]
+    lines = [
+        f"Job {out['job_id']}: {out['sample_count']} samples from the last {out['seconds']:g} s, spanning "
+        f"{span:.0f} s (summarised per GPU; the raw samples are not returned)."
+    ]
+    for g in out["gpus"]:
+        timeline = " ".join("-" if u is None else f"{u:.0f}" for u in g["util_pct_timeline"])
+        lines.append(
+            f"GPU {g['index']}: utilisation min {_pct(g['util_pct_min'])}, mean {_pct(g['util_pct_mean'])}, "
+            f"max {_pct(g['util_pct_max'])}; memory now {_mib(g['mem_used_mib_last'])}, peak "
+            f"{_mib(g['mem_used_mib_max'])}; timeline (%, oldest first): {timeline}"
+        )
+    if not out["gpus"]:
+        lines.append("No GPU in these samples.")
+    if out["events"]:
+        shown = ", ".join(e["name"] for e in out["events"][-5:])
+        more = f" ({out['events_omitted']} older left out)" if out["events_omitted"] else ""
+        lines.append(f"{len(out['events'])} events{more}; the latest: {shown}.")
+    return "\n".join(lines)
+
+
+TOOLS: dict[str, Callable[[Backend, dict[str, Any]], tuple[dict[str, Any], str]]] = {
+    "list_jobs": list_jobs,
+    "gpu_status": gpu_status,
+    "gpu_history": gpu_history,
+}
+
+
+def call(backend: Backend, name: str, args: dict[str, Any] | None) -> tuple[dict[str, Any] | None, str]:
+    """One tool call: (structured content, text), or (None, the error's sentence)."""
+    tool = TOOLS.get(name)
+    if tool is None:
+        return None, f"no tool {clip(str(name), 64)!r}: the tools are {', '.join(TOOLS)}"
+    import jsonschema  # a dependency of the SDK; only a document off its contract fails here
+
+    try:
+        structured, text = tool(backend, args or {})
+        jsonschema.validate(structured, OUTPUT_SCHEMAS[name])
+        return structured, text
+    except ToolError as exc:
+        return None, str(exc)
+    except jsonschema.ValidationError as exc:
+        return None, (
+            f"the sidecar's answer is not a schema {contract.SCHEMA} document ({clip(exc.message, 80)}): "
+            "install the same dsh-gpu-dashboard version on both sides"
+        )
+    except (
+        KeyError,
+        TypeError,
+        ValueError,
+        IndexError,
+        AttributeError,
+    ) as exc:  # a document off its contract
+        return None, (
+            f"the sidecar's answer is not a schema {contract.SCHEMA} document ({type(exc).__name__}: "
+            f"{clip(str(exc), 80)}): install the same dsh-gpu-dashboard version on both sides"
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# The MCP server (the SDK is imported here only)
+# ---------------------------------------------------------------------------------------------
+INSTRUCTIONS = (
+    "Tools of dsh-gpu-dashboard: they tell whether a PyTorch training job really runs on the GPU. "
+    "Call gpu_status first; list_jobs when several jobs run; gpu_history for utilisation over time."
+)
+
+
+def build_server(backend: Backend):
+    """The SDK's low-level Server with the three tools: mcp 2.x takes the handlers in its constructor,
+    mcp 1.10+ through decorators (and turns a raised exception into an error result)."""
+    import inspect
+
+    import anyio
+    import mcp.types as types
+    from mcp.server.lowlevel import Server
+
+    tools = [
+        types.Tool(
+            name=name,
+            description=DESCRIPTIONS[name],
+            inputSchema=INPUT_SCHEMAS[name],
+            outputSchema=OUTPUT_SCHEMAS[name],
+        )
+        for name in TOOLS
+    ]
+
+    async def run_tool(name: str, arguments: dict[str, Any] | None) -> tuple[dict[str, Any] | None, list]:
+        structured, text = await anyio.to_thread.run_sync(call, backend, name, arguments)
+        return structured, [types.TextContent(type="text", text=text)]
+
+    if "on_call_tool" not in inspect.signature(Server.__init__).parameters:
+        return _server_v1(Server, tools, run_tool)
+
+    async def on_list_tools(ctx, params) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=tools)
+
+    async def on_call_tool(ctx, params) -> types.CallToolResult:
+        structured, content = await run_tool(params.name, params.arguments)
+        if structured is None:
+            return types.CallToolResult(content=content, isError=True)
+        return types.CallToolResult(content=content, structuredContent=structured)
+
+    return Server(
+        "dsh-gpu-dashboard",
+        version=__version__,
+        instructions=INSTRUCTIONS,
+        on_list_tools=on_list_tools,
+        on_call_tool=on_call_tool,
+    )
+
+
+def _server_v1(server_class, tools: list, run_tool):
+    """mcp 1.10 to 1.x: decorators; a failed call raises, which the SDK answers with isError."""
+    server = server_class("dsh-gpu-dashboard", version=__version__, instructions=INSTRUCTIONS)
+
+    @server.list_tools()
+    async def _list_tools() -> list:
+        return tools
+
+    @server.call_tool(validate_input=False)  # call() checks the arguments with clearer sentences
+    async def _call_tool(name: str, arguments: dict[str, Any]):
+        structured, content = await run_tool(name, arguments)
+        if structured is None:
+            raise ToolError(content[0].text)
+        return content, structured
+
+    return server
+
+
+def serve(backend: Backend) -> None:
+    """Serve MCP over stdin/stdout until the client closes stdin."""
+    import anyio
+    from mcp.server.stdio import stdio_server
+
+    server = build_server(backend)
+
+    async def run() -> None:
+        async with stdio_server() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+
+    try:
+        anyio.run(run)
+    finally:
+        backend.close()

@@ -1,0 +1,402 @@
+"""`dsh-sidecar mcp` through the MCP SDK's own client over stdio: a real sidecar (or in-process
+polling) watching fake jobs whose GPU side is the simulated driver (tests/fakenvml)."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import socket
+import subprocess
+import sys
+import threading
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.fakenvml import gpu, make_fake_sysfs
+from tests.helpers.harness import REPO, FakeJob, Sidecar, cuda_runtime, python_env
+
+anyio = pytest.importorskip("anyio")
+pytest.importorskip("mcp")
+from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
+
+from sidecar import mcp_server  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+UUID0 = gpu(0)["uuid"]
+TOKEN = "s3cret-token-for-mcp-tests"
+TOOLS = {"list_jobs", "gpu_status", "gpu_history"}
+
+
+@pytest.fixture
+def env(fake_nvml, tmp_path: Path):
+    sysfs = make_fake_sysfs(
+        tmp_path / "sys", [{"pci": "0000:10:00.0", "vendor": "0x10de", "driver": "nvidia"}]
+    )
+    return fake_nvml.env(
+        {"DSH_SYSFS_ROOT": str(sysfs), "DSH_SIDECAR_RULES": json.dumps({"idle_window_s": 2.0})}
+    )
+
+
+def model(device: str, name: str = "ResNet") -> dict:
+    return {
+        "name": name,
+        "class": name,
+        "params": 1000,
+        "device": device,
+        "devices": [device],
+        "input_device": device,
+    }
+
+
+GPU_SPEC = {"payload": {"runtime": cuda_runtime([UUID0]), "models": [model("cuda:0")]}}
+CPU_RUNTIME = {"torch": "2.13.0+cpu", "cuda_build": None, "cuda_available": False, "device_count": 0}
+CPU_SPEC = {"payload": {"runtime": CPU_RUNTIME, "models": [model("cpu", "MLP")]}}
+
+
+def busy_gpu(pid: int) -> dict:
+    proc = {"pid": pid, "used_mib": 4000, "sm_util": 85}
+    return {"gpus": [gpu(0, memory_used_mib=4200, util_gpu=87, processes=[proc])]}
+
+
+@asynccontextmanager
+async def mcp_client(args: list[str], env):
+    """`python -m sidecar.cli mcp ARGS` spawned and driven by the SDK's stdio client."""
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "sidecar.cli", "mcp", *args],
+        env=python_env(base=env),
+        cwd=str(REPO),
+    )
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        listed = await session.list_tools()  # also lets the client validate structured content
+        assert {t.name for t in listed.tools} == TOOLS
+        yield session
+
+
+async def call(session, name: str, **arguments):
+    result = await session.call_tool(name, arguments)
+    text = "\n".join(c.text for c in result.content if c.type == "text")
+    return result, text
+
+
+def structured(result):
+    """structuredContent (mcp 1.x spells the attribute so, 2.x structured_content)."""
+    return result.structured_content if hasattr(result, "structured_content") else result.structuredContent
+
+
+def is_error(result) -> bool:
+    return result.is_error if hasattr(result, "is_error") else result.isError
+
+
+def ok(result, text: str) -> dict:
+    assert not is_error(result), text
+    assert isinstance(structured(result), dict), text
+    return structured(result)
+
+
+def err(result, text: str) -> str:
+    assert is_error(result) and structured(result) is None, text
+    assert "Traceback" not in text and text.count("\n") == 0, text
+    return text
+
+
+def test_gpu_job_through_a_running_sidecar_with_a_token(tmp_path, fake_nvml, env):
+    with FakeJob(tmp_path / "job", {"main": GPU_SPEC}) as job:
+        fake_nvml.write(busy_gpu(job.pid))
+        args = ["--pid", str(job.pid), "--port", "0", "--interval", "0.3", "--token", TOKEN]
+        with Sidecar(args, env=env, token=TOKEN) as sc:
+            doc = sc.wait_status(lambda d: d["status"] == "GPU" and d["gpus"][0]["util_pct"] == 87)
+
+            async def main():
+                async with mcp_client(["--url", sc.url + "/", "--token", TOKEN], env) as s:
+                    jobs = ok(*await call(s, "list_jobs"))
+                    (j,) = jobs["jobs"]
+                    assert j["id"] == doc["job_id"] == jobs["default_job"] and j["root_pid"] == job.pid
+                    assert j["status"] == "GPU" and j["alive"] is True and j["gpus"] == [0]
+
+                    result, text = await call(s, "gpu_status")
+                    st = ok(result, text)
+                    assert st["model_device"] == "cuda:0" and st["model_on_gpu"] is True
+                    assert st["gpus"][0]["util_pct"] == 87 and st["gpus"][0]["mem_total_mib"] == 81920
+                    assert text.startswith("Yes: the model is on cuda:0 (GPU 0") and st["processes"] == 1
+                    assert ok(*await call(s, "gpu_status", job=doc["job_id"]))["job_id"] == doc["job_id"]
+
+                    hist = ok(*await call(s, "gpu_history", seconds=60))
+                    assert hist["sample_count"] >= 2 and hist["seconds"] == 60
+                    (g,) = hist["gpus"]
+                    assert g["util_pct_max"] == 87 and g["mem_used_mib_last"] == 4200
+                    assert 1 <= len(g["util_pct_timeline"]) <= mcp_server.TIMELINE_POINTS
+                    assert (
+                        ok(*await call(s, "gpu_history", seconds=1e12))["seconds"] == mcp_server.MAX_SECONDS
+                    )
+                    assert ok(*await call(s, "gpu_history", seconds=0))["seconds"] == mcp_server.MIN_SECONDS
+
+                    assert "list_jobs" in err(*await call(s, "gpu_status", job="123-456"))
+                    assert "list_jobs" in err(*await call(s, "gpu_history", job="123-456"))
+                    assert "seconds must be" in err(*await call(s, "gpu_history", seconds="soon"))
+                async with mcp_client(["--url", sc.url, "--token", "wrong-token"], env) as s:
+                    assert "check --token" in err(*await call(s, "list_jobs"))
+                async with mcp_client(["--url", sc.url], {**env, "DSH_SIDECAR_TOKEN": ""}) as s:
+                    assert "requires a token" in err(*await call(s, "gpu_status"))
+
+            anyio.run(main)
+
+
+def test_cpu_build_job_in_process_with_pid(tmp_path, fake_nvml, env):
+    """No --url: this process polls (--pid: one job's Poller); the cpu-build warning and its hint."""
+    fake_nvml.write({"gpus": [gpu(0)]})
+    with FakeJob(tmp_path / "job", {"main": CPU_SPEC}) as job:
+
+        async def main():
+            async with mcp_client(["--pid", str(job.pid), "--interval", "0.3"], env) as s:
+                for _ in range(50):  # the probe's facts may take a poll or two to appear
+                    result, text = await call(s, "gpu_status")
+                    st = ok(result, text)
+                    if st["status"] == "CPU":
+                        break
+                    await anyio.sleep(0.2)
+                assert st["status"] == "CPU" and st["model_device"] == "cpu" and st["model_on_gpu"] is False
+                (w,) = [w for w in st["warnings"] if w["code"] == "cpu-build"]
+                assert w["severity"] == "error" and w["hint"]
+                assert text.startswith("No: the model is on cpu") and w["hint"] in text
+                (j,) = ok(*await call(s, "list_jobs"))["jobs"]
+                assert j["root_pid"] == job.pid and j["first_warning"]["code"] == "cpu-build"
+
+        anyio.run(main)
+
+
+def test_discovery_in_process_finds_the_job(tmp_path, fake_nvml, env):
+    """Neither --url nor --pid: sidecar.jobs.JobsPoller finds the job through its probe segment."""
+    with FakeJob(tmp_path / "job", {"main": GPU_SPEC}) as job:
+        fake_nvml.write(busy_gpu(job.pid))
+
+        async def main():
+            async with mcp_client(["--interval", "0.3"], env) as s:
+                for _ in range(50):
+                    result, text = await call(s, "list_jobs")
+                    mine = [j for j in (structured(result) or {}).get("jobs", []) if j["root_pid"] == job.pid]
+                    if mine and mine[0]["status"] == "GPU":
+                        break
+                    await anyio.sleep(0.2)
+                assert mine and mine[0]["status"] == "GPU", text
+                st = ok(*await call(s, "gpu_status", job=mine[0]["id"]))
+                assert st["model_device"] == "cuda:0" and st["gpus"][0]["util_pct"] == 87
+                assert ok(*await call(s, "gpu_history", job=mine[0]["id"]))["sample_count"] >= 1
+
+        anyio.run(main)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_sidecar_that_is_down_is_a_tool_error(env):
+    async def main():
+        async with mcp_client(["--url", f"http://127.0.0.1:{free_port()}"], env) as s:
+            for tool in TOOLS:
+                assert "start one with `dsh-sidecar`" in err(*await call(s, tool))
+
+    anyio.run(main)
+
+
+# -- the HTTP backend against hostile or foreign servers (in this process) -----------------------
+class _Handler(http.server.BaseHTTPRequestHandler):
+    routes: dict[str, tuple[int, dict[str, str], bytes]] = {}
+
+    def do_GET(self):  # noqa: N802
+        code, headers, body = self.routes.get(self.path.split("?")[0], (404, {}, b"{}"))
+        self.send_response(code)
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def foreign():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", _Handler.routes
+    server.shutdown()
+    server.server_close()
+    _Handler.routes = {}
+
+
+def test_http_backend_refuses_big_answers_redirects_and_other_schemas(foreign):
+    base, routes = foreign
+    jobs = "/api/dsh-gpu-dashboard/jobs"
+    routes[jobs] = (200, {"Content-Type": "application/json"}, b" " * (mcp_server.MAX_RESPONSE_BYTES + 1))
+    assert "more than 4 MiB" in mcp_server.call(mcp_server.HttpBackend(base), "list_jobs", {})[1]
+    routes[jobs] = (302, {"Location": "http://evil.example/steal"}, b"")
+    structured, text = mcp_server.call(mcp_server.HttpBackend(base), "list_jobs", {})
+    assert structured is None and "never follows" in text and "evil.example" in text
+    routes[jobs] = (200, {}, json.dumps({"schema": 3, "jobs": []}).encode())
+    assert "schema 3" in mcp_server.call(mcp_server.HttpBackend(base), "list_jobs", {})[1]
+    routes[jobs] = (200, {}, b"<html>")
+    assert "did not answer JSON" in mcp_server.call(mcp_server.HttpBackend(base), "list_jobs", {})[1]
+    routes[jobs] = (200, {}, json.dumps({"schema": 2, "jobs": [{"id": "x"}]}).encode())  # off the contract
+    assert "not a schema 2 document" in mcp_server.call(mcp_server.HttpBackend(base), "list_jobs", {})[1]
+    assert "does not serve" in mcp_server.call(mcp_server.HttpBackend(base + "/nope"), "list_jobs", {})[1]
+    job = {"id": "1-2", "root_pid": 1, "command": ["x"] * 100, "user": "u" * 5000, "status": "GPU"}
+    job |= {"message": "m" * 10_000, "first_warning": None, "gpus": list(range(500)), "alive": True}
+    jobs_doc = {"schema": 2, "mode": "pid", "default_job": "1-2", "jobs": [job] * 100, "jobs_omitted": 0}
+    routes[jobs] = (200, {}, json.dumps(jobs_doc).encode())
+    out, text = mcp_server.call(mcp_server.HttpBackend(base), "list_jobs", {})
+    assert len(out["jobs"]) == 64 and out["jobs_omitted"] == 36 and len(text) < 64 * 1200, len(text)
+    j = out["jobs"][0]
+    assert (
+        len(j["message"]) == 512
+        and len(j["user"]) == 256
+        and len(j["gpus"]) == 64
+        and len(j["command"]) == 33
+    )
+    routes[jobs] = (200, {}, json.dumps({**jobs_doc, "jobs": [{**job, "root_pid": "one"}]}).encode())
+    out, text = mcp_server.call(mcp_server.HttpBackend(base), "list_jobs", {})
+    assert out is None and "not a schema 2 document" in text and "'one'" in text, text
+
+
+def test_output_schemas_stay_in_dshs_enforced_subset():
+    allowed = {"type", "oneOf", "properties", "required", "additionalProperties", "items", "enum", "const"}
+    allowed |= {"description", "title", "default", "examples"}
+
+    def walk(node):
+        assert set(node) <= allowed, set(node) - allowed
+        assert ("type" in node) != ("oneOf" in node), node
+        for sub in node.get("properties", {}).values():
+            walk(sub)
+        for sub in node.get("oneOf", []) + ([node["items"]] if "items" in node else []):
+            walk(sub)
+
+    for schema in [*mcp_server.OUTPUT_SCHEMAS.values(), *mcp_server.INPUT_SCHEMAS.values()]:
+        walk(schema)
+
+
+def test_cli_without_the_sdk_and_cli_import_cost():
+    env = python_env()
+    blocked = "import sys; sys.modules['mcp'] = None; from sidecar.cli import main; sys.exit(main(['mcp']))"
+    r = subprocess.run(
+        [sys.executable, "-c", blocked], env=env, cwd=REPO, capture_output=True, text=True, timeout=30
+    )
+    assert r.returncode == 2 and r.stdout == "", r
+    assert r.stderr.strip().count("\n") == 0 and "pip install 'dsh-gpu-dashboard[mcp]'" in r.stderr, r.stderr
+    light = (
+        "import sys, sidecar.cli; assert not [m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')]"
+    )
+    subprocess.run([sys.executable, "-c", light], env=env, cwd=REPO, check=True, timeout=30)
+
+
+@pytest.mark.parametrize(
+    "args, code, needle",
+    [
+        (["--url", "file:///etc/passwd"], 2, "not an http:// or https:// URL"),
+        (["--url", "http://"], 2, "not an http:// or https:// URL"),
+        (["--url", "http://127.0.0.1:99999"], 2, "not an http:// or https:// URL"),
+        (["--url", "http://me:pw@127.0.0.1:8765"], 2, "the token goes in --token"),
+        (["--url", "http://127.0.0.1:8765/?job=1"], 2, "the token goes in --token"),
+        (["--url", "http://127.0.0.1:8765", "--pid", "1"], 2, "give one of them"),
+        (["--url", "http://127.0.0.1:8765", "--token", "a b"], 2, "printable ASCII"),
+        (["--interval", "0.01"], 2, "at least 0.1"),
+        (["--history", "0"], 2, "--history"),
+        (["--pid", "999999999"], 3, "no process with pid 999999999"),
+        (["--bogus"], 2, "unrecognized arguments: --bogus"),
+    ],
+)
+def test_bad_usage_is_one_line_before_anything_starts(args, code, needle):
+    r = subprocess.run(
+        [sys.executable, "-m", "sidecar.cli", "mcp", *args],
+        env=python_env(),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+    )
+    errors = [line for line in r.stderr.splitlines() if "error:" in line]
+    assert r.returncode == code and r.stdout == "" and len(errors) == 1, r
+    assert needle in errors[0] and "Traceback" not in r.stderr, r.stderr
+
+
+# -- DSH's own MCP client (@deepseek-ai/dsh-mcp-client) and its schema subset -------------------
+DSH_ROW = """- insert:
+    - id: mcp-gpu
+      name: '@deepseek-ai/dsh-mcp-client'
+      config:
+        serverName: gpu
+        transport: stdio
+        command: {command}
+        args: {args}
+        failOnStartupError: true
+        env:
+          DSH_SIDECAR_TOKEN: !!js process.env.MCP_TEST_TOKEN
+"""
+DSH_CHECK = """
+import { assertObjectJsonSchema, validateJsonSchemaValue } from '@deepseek-ai/dsh-tools';
+import { readFileSync } from 'node:fs';
+const { schemas, inputs, values } = JSON.parse(readFileSync(process.argv[1], 'utf8'));
+for (const s of [...Object.values(schemas), ...Object.values(inputs)]) assertObjectJsonSchema(s);
+const bad = Object.entries(values).flatMap(([name, v]) => validateJsonSchemaValue(schemas[name], v, name));
+if (bad.length) { console.error(bad.join('; ')); process.exit(1); }
+console.log('ok', Object.keys(values).length);
+"""
+
+
+@pytest.mark.dsh
+def test_dsh_mcp_client_boots_with_it_and_enforces_its_schemas(tmp_path, fake_nvml, env):
+    """DSH's validator accepts the schemas and real answers; `dsh web` with the docs/mcp.md row and
+    failOnStartupError boots only when the client connected and registered the tools."""
+    dsh_env = pytest.importorskip("tests.browser.dsh_env")
+    try:
+        launcher = dsh_env.ensure_dsh()
+    except dsh_env.DshUnavailable as exc:
+        pytest.skip(str(exc))
+    with FakeJob(tmp_path / "job", {"main": GPU_SPEC}) as job:
+        fake_nvml.write(busy_gpu(job.pid))
+        args = ["--pid", str(job.pid), "--port", "0", "--interval", "0.3", "--token", TOKEN]
+        with Sidecar(args, env=env, token=TOKEN) as sc:
+            sc.wait_status(lambda d: d["status"] == "GPU")
+            backend = mcp_server.HttpBackend(sc.url, TOKEN)
+            values = {n: mcp_server.call(backend, n, {"seconds": 30})[0] for n in mcp_server.TOOLS}
+            assert all(values.values()), values
+            payload = tmp_path / "check.json"
+            payload.write_text(
+                json.dumps(
+                    {
+                        "schemas": mcp_server.OUTPUT_SCHEMAS,
+                        "inputs": mcp_server.INPUT_SCHEMAS,
+                        "values": values,
+                    }
+                )
+            )
+            node = launcher.parent.parent / "node" / "bin" / "node"
+            r = subprocess.run(
+                [str(node), "--input-type=module", "-e", DSH_CHECK, str(payload)],
+                cwd=launcher.parent.parent / "app",
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert r.returncode == 0 and r.stdout.startswith("ok 3"), r.stderr[-2000:]
+
+            home = dsh_env.DshHome.create(tmp_path / "dsh-home", launcher)
+            home.web_profile.mkdir(parents=True)
+            entry = Path(sys.executable).with_name("dsh-sidecar")
+            command, cmd_args = (
+                (str(entry), []) if entry.exists() else (sys.executable, ["-m", "sidecar.cli"])
+            )
+            row = DSH_ROW.format(
+                command=json.dumps(command), args=json.dumps([*cmd_args, "mcp", "--url", sc.url])
+            )
+            (home.web_profile / "cordis.patch.yml").write_text(row)
+            extra = {"MCP_TEST_TOKEN": TOKEN, "PYTHONPATH": str(REPO)}
+            with dsh_env.start_dsh_web(home, tmp_path / "work", extra_env=extra) as dsh:
+                assert "mcp-client(gpu)" not in dsh.log()
