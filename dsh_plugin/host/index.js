@@ -10,6 +10,7 @@
 //
 // Nothing here may take DSH down: apply() and every handler catch everything, bad config falls
 // back to defaults with a warning in the DSH log, and the Config schema never rejects.
+import fs from 'node:fs'
 import http from 'node:http'
 import {
   API_PREFIX,
@@ -22,13 +23,28 @@ import {
   isLoopbackAddress,
   isLoopbackHostHeader,
   normalizeConfig,
+  parseSidecarUrl,
   resolveRoute,
 } from './core.js'
+import { SIDECAR_INSTALL_HINT, installCommand, sessionIdFromEnviron, sessionJobs } from './jobs.js'
+import { SidecarSupervisor } from './supervisor.js'
+import { registerGpuStatusTool } from './tool.js'
 
 export const name = PLUGIN_NAME
 export const inject = ['webServer']
 
 const VERSION = '0.1.0'
+
+/** The checkout this plugin comes from (dsh_plugin/..), when it holds the Python package. */
+function checkoutRoot() {
+  try {
+    const root = new URL('../..', import.meta.url).pathname.replace(/\/+$/, '')
+    return fs.existsSync(`${root}/pyproject.toml`) && fs.existsSync(`${root}/sidecar/cli.py`) ? root : null
+  } catch {
+    return null
+  }
+}
+export const INSTALL_COMMAND = installCommand(checkoutRoot())
 
 /**
  * A Standard Schema validator that never rejects: invalid config exits the dsh process in
@@ -96,38 +112,130 @@ function sendJson(req, res, status, body, extraHeaders = {}) {
  * @param {{info: Function, warn: Function, error: Function}} log
  * @param {string[]} configWarnings shown by /api/config
  */
-export function createHandler(config, log, configWarnings = []) {
+export function createHandler(config, log, configWarnings = [], deps = {}) {
   const agent = new http.Agent({ keepAlive: true, maxSockets: 4, keepAliveMsecs: 1000 })
   let lastReachable = null // log only transitions, the panel polls every few seconds
+  // Where requests go now: the configured sidecar, or the one the supervisor started.
+  const current = typeof deps.upstream === 'function' ? deps.upstream : () => ({ ...config, managed: null })
 
-  const noteReachable = (ok, detail) => {
+  const noteReachable = (ok, detail, url) => {
     if (ok === lastReachable) return
     lastReachable = ok
-    if (ok) log.info(`sidecar reachable at ${config.sidecarUrl}`)
-    else log.warn(`sidecar unreachable at ${config.sidecarUrl}: ${detail}`)
+    if (ok) log.info(`sidecar reachable at ${url}`)
+    else log.warn(`sidecar unreachable at ${url}: ${detail}`)
   }
 
-  const unreachable = (req, res, detail) => {
-    noteReachable(false, detail)
+  const unreachable = (req, res, detail, up = current()) => {
+    noteReachable(false, detail, up.sidecarUrl)
     sendJson(req, res, 502, {
       error: 'sidecar-unreachable',
-      url: config.sidecarUrl,
+      url: up.sidecarUrl,
       detail,
       hint: START_HINT,
     })
   }
 
+  /** The managed sidecar is not serving (missing command, starting, restarting): say so. */
+  const notServing = (req, res, up) => {
+    const m = up.managed
+    if (m.state === 'missing') {
+      return sendJson(req, res, 502, {
+        error: 'sidecar-missing',
+        command: m.command,
+        detail: m.lastError,
+        hint: SIDECAR_INSTALL_HINT,
+        install: INSTALL_COMMAND,
+      })
+    }
+    return sendJson(req, res, 503, {
+      error: 'sidecar-starting',
+      detail:
+        m.state === 'backoff'
+          ? `${m.lastError || 'the sidecar stopped'}; restarting it in ${Math.ceil((m.nextStartInMs || 0) / 1000)} s`
+          : `starting the sidecar (${m.command})`,
+      restarts: m.restarts,
+    })
+  }
+
+  /** GET a sidecar JSON document in-process: {status, body} or {error}. */
+  const fetchJson = (upstreamPath, up = current()) =>
+    new Promise((resolve) => {
+      const headers = { Accept: 'application/json', 'User-Agent': `${PLUGIN_NAME}-dsh-plugin/${VERSION}` }
+      if (up.token) headers.Authorization = `Bearer ${up.token}`
+      let done = false
+      const finish = (v) => {
+        if (!done) {
+          done = true
+          clearTimeout(timer)
+          resolve(v)
+        }
+      }
+      const r = http.request({
+        agent,
+        hostname: up.target.hostname,
+        port: up.target.port,
+        family: up.target.hostname.includes(':') ? 6 : undefined,
+        path: up.target.basePath + upstreamPath,
+        method: 'GET',
+        headers,
+      })
+      const timer = setTimeout(() => {
+        r.destroy(new Error('timeout'))
+        finish({ error: `no answer within ${config.timeoutMs} ms` })
+      }, config.timeoutMs)
+      r.on('error', (err) => finish({ error: (err && (err.code || err.message)) || 'connection failed' }))
+      r.on('response', (resp) => {
+        const chunks = []
+        let bytes = 0
+        resp.on('data', (c) => {
+          bytes += c.length
+          if (bytes > MAX_BODY_BYTES) {
+            resp.destroy()
+            finish({ error: 'answer too large' })
+          } else chunks.push(c)
+        })
+        resp.on('error', () => finish({ error: 'connection reset' }))
+        resp.on('end', () => {
+          let body = null
+          try {
+            body = JSON.parse(Buffer.concat(chunks).toString('utf8'))
+          } catch {
+            return finish({ error: `not JSON (HTTP ${resp.statusCode})` })
+          }
+          finish({ status: resp.statusCode, body })
+        })
+      })
+      r.end()
+    })
+
+  /** GET /jobs?session=ID: the session's jobs (shell lineage or workspace), the worst first. */
+  const sessionJobsRoute = async (req, res, route, up) => {
+    const r = await fetchJson(route.upstreamPath, up)
+    if (r.error) return unreachable(req, res, r.error, up)
+    noteReachable(true, null, up.sidecarUrl)
+    if (r.status !== 200 || !r.body || !Array.isArray(r.body.jobs)) return sendJson(req, res, r.status || 502, r.body)
+    const session = typeof deps.session === 'function' ? deps.session(route.session) : { id: route.session, workspaces: [process.cwd()] }
+    const jobs = sessionJobs(r.body, session, deps.sessionOfPid || sessionOfPid)
+    return sendJson(req, res, 200, {
+      ...r.body,
+      jobs,
+      jobs_omitted: r.body.jobs_omitted || 0,
+      session: { id: session.id, workspaces: session.workspaces },
+    })
+  }
+
   const proxy = (req, res, upstreamPath) => {
     let finished = false
+    const up = current()
     const headers = { Accept: 'application/json', 'User-Agent': `${PLUGIN_NAME}-dsh-plugin/${VERSION}` }
-    if (config.token) headers.Authorization = `Bearer ${config.token}`
+    if (up.token) headers.Authorization = `Bearer ${up.token}`
     const upstream = http.request({
       agent,
       protocol: 'http:',
-      hostname: config.target.hostname,
-      port: config.target.port,
-      family: config.target.hostname.includes(':') ? 6 : undefined,
-      path: config.target.basePath + upstreamPath,
+      hostname: up.target.hostname,
+      port: up.target.port,
+      family: up.target.hostname.includes(':') ? 6 : undefined,
+      path: up.target.basePath + upstreamPath,
       method: req.method === 'HEAD' ? 'HEAD' : 'GET',
       headers,
     })
@@ -135,7 +243,7 @@ export function createHandler(config, log, configWarnings = []) {
       if (finished) return
       finished = true
       upstream.destroy(new Error('timeout'))
-      unreachable(req, res, `no answer within ${config.timeoutMs} ms`)
+      unreachable(req, res, `no answer within ${config.timeoutMs} ms`, up)
     }, config.timeoutMs)
     const done = () => {
       finished = true
@@ -147,36 +255,36 @@ export function createHandler(config, log, configWarnings = []) {
         return
       }
       done()
-      unreachable(req, res, (err && (err.code || err.message)) || 'connection failed')
+      unreachable(req, res, (err && (err.code || err.message)) || 'connection failed', up)
     })
-    upstream.on('response', (up) => {
+    upstream.on('response', (answer) => {
       if (finished) {
-        up.resume()
+        answer.resume()
         return
       }
-      const ctype = String(up.headers['content-type'] || '')
+      const ctype = String(answer.headers['content-type'] || '')
       if (!/\bjson\b/i.test(ctype) && req.method !== 'HEAD') {
         // Never serve a non-JSON body from the DSH origin (no HTML from elsewhere on this page).
         done()
-        up.resume()
-        noteReachable(true)
+        answer.resume()
+        noteReachable(true, null, up.sidecarUrl)
         sendJson(req, res, 502, {
           error: 'sidecar-bad-response',
-          url: config.sidecarUrl,
-          status: up.statusCode,
-          detail: `the sidecar answered ${up.statusCode} with content type "${ctype || 'none'}", not JSON`,
+          url: up.sidecarUrl,
+          status: answer.statusCode,
+          detail: `the sidecar answered ${answer.statusCode} with content type "${ctype || 'none'}", not JSON`,
           hint: 'Is the sidecar URL right, and is the sidecar a dsh-gpu-dashboard sidecar of a matching version?',
         })
         return
       }
-      noteReachable(true)
-      const declared = Number(up.headers['content-length'])
+      noteReachable(true, null, up.sidecarUrl)
+      const declared = Number(answer.headers['content-length'])
       if (Number.isFinite(declared) && declared > MAX_BODY_BYTES) {
         done()
-        up.destroy()
+        answer.destroy()
         sendJson(req, res, 502, {
           error: 'sidecar-response-too-large',
-          url: config.sidecarUrl,
+          url: up.sidecarUrl,
           detail: `the sidecar answered ${declared} bytes, more than the ${MAX_BODY_BYTES} this proxy passes on`,
           hint: 'Is the sidecar a dsh-gpu-dashboard sidecar of a matching version?',
         })
@@ -187,28 +295,28 @@ export function createHandler(config, log, configWarnings = []) {
         'Cache-Control': 'no-store',
         'X-Content-Type-Options': 'nosniff',
       }
-      if (up.headers['content-length']) out['Content-Length'] = up.headers['content-length']
-      res.writeHead(up.statusCode || 502, out)
+      if (answer.headers['content-length']) out['Content-Length'] = answer.headers['content-length']
+      res.writeHead(answer.statusCode || 502, out)
       let bytes = 0
-      up.on('data', (chunk) => {
+      answer.on('data', (chunk) => {
         bytes += chunk.length
         if (bytes > MAX_BODY_BYTES) {
           done()
-          up.destroy()
+          answer.destroy()
           res.destroy()
           return
         }
         if (!res.write(chunk)) {
-          up.pause()
-          res.once('drain', () => up.resume())
+          answer.pause()
+          res.once('drain', () => answer.resume())
         }
       })
-      up.on('end', () => {
+      answer.on('end', () => {
         if (finished && bytes > MAX_BODY_BYTES) return
         done()
         res.end()
       })
-      up.on('error', () => {
+      answer.on('error', () => {
         done()
         res.destroy()
       })
@@ -240,22 +348,33 @@ export function createHandler(config, log, configWarnings = []) {
         return sendJson(req, res, 405, { error: 'method-not-allowed', detail: 'GET and HEAD only' }, { Allow: 'GET, HEAD' })
       }
       const route = resolveRoute(req.url || '/')
+      const up = current()
       if (route.kind === 'config') {
         return sendJson(req, res, 200, {
           plugin: PLUGIN_NAME,
           version: VERSION,
-          sidecarUrl: config.sidecarUrl,
+          sidecarUrl: up.sidecarUrl,
+          configuredSidecarUrl: config.sidecarUrl,
           defaultSidecarUrl: DEFAULT_SIDECAR_URL,
           tokenSet: Boolean(config.token),
           timeoutMs: config.timeoutMs,
+          autostart: config.autostart,
+          sidecar: up.managed, // null: the configured sidecar; else the one this plugin started
           warnings: configWarnings,
-          routes: [`${API_PREFIX}/status`, `${API_PREFIX}/history?since=N`, `${API_PREFIX}/config`],
+          routes: [`${API_PREFIX}/status?job=ID`, `${API_PREFIX}/history?since=N&job=ID`, `${API_PREFIX}/jobs?session=ID`, `${API_PREFIX}/config`],
         })
       }
       if (route.kind !== 'proxy') {
         return sendJson(req, res, 404, {
           error: 'not-found',
-          detail: `known routes: ${API_PREFIX}/status, ${API_PREFIX}/history?since=N, ${API_PREFIX}/config`,
+          detail: `known routes: ${API_PREFIX}/status, ${API_PREFIX}/history?since=N, ${API_PREFIX}/jobs, ${API_PREFIX}/config`,
+        })
+      }
+      if (up.managed && up.managed.state !== 'running') return notServing(req, res, up)
+      if (route.session && req.method === 'GET') {
+        return void sessionJobsRoute(req, res, route, up).catch((err) => {
+          log.error(`jobs request failed: ${(err && err.stack) || err}`)
+          sendJson(req, res, 500, { error: 'internal', detail: String((err && err.message) || err) })
         })
       }
       return proxy(req, res, route.upstreamPath)
@@ -272,6 +391,8 @@ export function createHandler(config, log, configWarnings = []) {
       }
     }
   }
+  handler.fetchJson = fetchJson
+  handler.current = current
   handler.close = () => {
     try {
       agent.destroy()
@@ -280,6 +401,90 @@ export function createHandler(config, log, configWarnings = []) {
     }
   }
   return handler
+}
+
+/** DSH_SESSION_ID in a process's environment (set by DSH's shell tool for its commands), or null. */
+export function sessionOfPid(pid) {
+  try {
+    return sessionIdFromEnviron(fs.readFileSync(`/proc/${pid}/environ`, 'latin1'))
+  } catch {
+    return null // gone, another user's, or not Linux
+  }
+}
+
+/** A session's id and workspace root: its header's cwd when DSH knows it, else DSH's launch directory. */
+export function sessionInfo(ctx, id) {
+  let cwd = null
+  try {
+    const sessions = ctx && typeof ctx.get === 'function' ? ctx.get('sessions') : null
+    const s = sessions && id ? sessions.get(id) : null
+    cwd = s && s.header && typeof s.header.cwd === 'string' ? s.header.cwd : null
+  } catch {
+    cwd = null
+  }
+  let root = cwd || process.cwd()
+  try {
+    root = fs.realpathSync(root)
+  } catch {
+    /* keep it as it is */
+  }
+  return { id: id || null, workspaces: [root] }
+}
+
+/**
+ * Where requests go: the configured sidecar until autostart decides; then either that one (it
+ * answered) or the supervised one. Exported for tests.
+ */
+export function createUpstream(config, log, options = {}) {
+  let supervisor = null
+  let probing = config.autostart
+  const stub = () => ({
+    managed: true,
+    state: 'starting',
+    url: null,
+    pid: null,
+    command: [config.sidecarCommand, ...config.sidecarArgs].join(' '),
+    restarts: 0,
+    lastError: null,
+    nextStartInMs: null,
+    installHint: null,
+  })
+  const configured = () => ({ sidecarUrl: config.sidecarUrl, target: config.target, token: config.token, managed: null })
+  const upstream = () => {
+    if (probing) return { ...configured(), managed: stub() }
+    if (!supervisor) return configured()
+    const snap = supervisor.snapshot()
+    if (snap.state === 'running' && snap.url) {
+      const t = parseSidecarUrl(snap.url)
+      if (!t.error) return { sidecarUrl: t.url, target: t, token: supervisor.token, managed: snap }
+    }
+    return { ...configured(), sidecarUrl: snap.url || config.sidecarUrl, token: null, managed: snap }
+  }
+  const start = async (fetchJson) => {
+    if (!config.autostart) return
+    const probe = await fetchJson('/api/dsh-gpu-dashboard/jobs', configured())
+    if (upstream.stopped) return
+    if (!probe.error) {
+      log.info(`a sidecar answers at ${config.sidecarUrl}: using it (autostart not needed)`)
+      probing = false
+      return
+    }
+    supervisor = new SidecarSupervisor({ command: config.sidecarCommand, args: config.sidecarArgs, log, spawnFn: options.spawnFn })
+    probing = false
+    supervisor.start()
+  }
+  upstream.start = (fetchJson) =>
+    start(fetchJson).catch((err) => {
+      probing = false
+      log.error(`autostart failed: ${(err && err.stack) || err}`)
+    })
+  upstream.stop = () => {
+    upstream.stopped = true
+    probing = false
+    return supervisor ? supervisor.stop() : Promise.resolve()
+  }
+  upstream.supervisor = () => supervisor
+  return upstream
 }
 
 /** Cordis entry point. Never throws. */
@@ -297,25 +502,40 @@ export function apply(ctx, rawConfig) {
         /* no stderr */
       }
     }
-    const handler = createHandler(config, log, warnings)
+    const upstream = createUpstream(config, log)
+    const deps = { upstream, session: (id) => sessionInfo(ctx, id), sessionOfPid }
+    const handler = createHandler(config, log, warnings, deps)
     const register = () => {
       let dispose = null
       try {
         dispose = ctx.webServer.register({ kind: 'prefix', path: ROUTE_PREFIX, handler })
-        log.info(`proxying ${API_PREFIX}/{status,history} to ${config.sidecarUrl}`)
+        log.info(`proxying ${API_PREFIX}/{status,history,jobs} to ${config.sidecarUrl}${config.autostart ? ' (or the sidecar it starts)' : ''}`)
       } catch (err) {
         log.error(`could not register ${ROUTE_PREFIX}: ${(err && err.message) || err}`)
       }
-      return () => {
+      upstream.start(handler.fetchJson)
+      return async () => {
         try {
           if (typeof dispose === 'function') dispose()
         } finally {
-          handler.close()
+          try {
+            await upstream.stop()
+          } finally {
+            handler.close()
+          }
         }
       }
     }
-    if (typeof ctx.effect === 'function') ctx.effect(register, `${PLUGIN_NAME} proxy route`)
+    if (typeof ctx.effect === 'function') ctx.effect(register, `${PLUGIN_NAME} proxy route and sidecar`)
     else register()
+    // The agent tool: optional, it must never hold DSH's boot (a missing registry only logs).
+    try {
+      if (typeof ctx.inject === 'function') {
+        ctx.inject(['tools'], (toolCtx) => registerGpuStatusTool(toolCtx, { handler, deps, log }))
+      }
+    } catch (err) {
+      log.warn(`the gpu_status tool is not available: ${(err && err.message) || err}`)
+    }
   } catch (err) {
     log.error(`apply failed, the GPU panel will show the sidecar as unreachable: ${(err && err.stack) || err}`)
   }
