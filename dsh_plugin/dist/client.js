@@ -69,7 +69,7 @@ __export(index_exports, {
 module.exports = __toCommonJS(index_exports);
 
 // src/client/components.jsx
-var import_react = require("react");
+var import_react2 = require("react");
 
 // ../sidecar/static/contract.js
 var SCHEMA = 2;
@@ -331,7 +331,19 @@ var en_default = {
   "warning.rank-shared-gpu": "Ranks in processes {pids} share GPU {gpu}: they compete for it while other GPUs may idle.",
   "hint.rank-shared-gpu": "Call `torch.cuda.set_device(local_rank)` and use `device = torch.device('cuda', local_rank)` in each rank.",
   "warning.rank-device-mismatch": "Rank with LOCAL_RANK={rank} (pid {pid}) has model {model} on {device}.",
-  "hint.rank-device-mismatch": "Use `device = torch.device('cuda', int(os.environ['LOCAL_RANK']))` and `torch.cuda.set_device(device)`."
+  "hint.rank-device-mismatch": "Use `device = torch.device('cuda', int(os.environ['LOCAL_RANK']))` and `torch.cuda.set_device(device)`.",
+  "jobs.title": "Jobs of this session",
+  "jobs.none": "No PyTorch job of this session yet. Jobs started from this session's shell, or with their working directory under {workspace}, show here.",
+  "jobs.countOne": "1 job",
+  "jobs.count": "{n} jobs",
+  "jobs.linkShell": "started from this session's shell",
+  "jobs.linkWorkspace": "in the workspace",
+  "jobs.exited": "exited",
+  "jobs.select": "Show this job",
+  "missing.title": "The sidecar is not installed",
+  "missing.body": "The GPU dashboard starts its sidecar by itself, but {command} cannot be run ({error}). Install it:",
+  "missing.config": "Or set sidecarCommand in the plugin's config to the full path of dsh-sidecar.",
+  "missing.retry": "The plugin looks for it again every 30 s (or restart dsh web)."
 };
 
 // ../sidecar/static/i18n/zh.json
@@ -591,7 +603,19 @@ var zh_default = {
   "warning.rank-shared-gpu": "进程 {pids} 中的多个 rank 共用 GPU {gpu}：它们相互争用，其他 GPU 可能闲置。",
   "hint.rank-shared-gpu": "在每个 rank 中调用 `torch.cuda.set_device(local_rank)`，并使用 `device = torch.device('cuda', local_rank)`。",
   "warning.rank-device-mismatch": "LOCAL_RANK={rank} 的 rank（pid {pid}）的模型 {model} 在 {device} 上。",
-  "hint.rank-device-mismatch": "使用 `device = torch.device('cuda', int(os.environ['LOCAL_RANK']))` 并调用 `torch.cuda.set_device(device)`。"
+  "hint.rank-device-mismatch": "使用 `device = torch.device('cuda', int(os.environ['LOCAL_RANK']))` 并调用 `torch.cuda.set_device(device)`。",
+  "jobs.title": "本会话的作业",
+  "jobs.none": "本会话还没有 PyTorch 作业。从本会话的 shell 启动、或工作目录位于 {workspace} 之下的作业会显示在这里。",
+  "jobs.countOne": "1 个作业",
+  "jobs.count": "{n} 个作业",
+  "jobs.linkShell": "由本会话的 shell 启动",
+  "jobs.linkWorkspace": "位于工作区内",
+  "jobs.exited": "已退出",
+  "jobs.select": "显示此作业",
+  "missing.title": "未安装 sidecar",
+  "missing.body": "GPU 仪表盘会自行启动 sidecar，但无法运行 {command}（{error}）。请安装：",
+  "missing.config": "或在插件配置中将 sidecarCommand 设为 dsh-sidecar 的完整路径。",
+  "missing.retry": "插件每 30 秒会再查找一次（或重启 dsh web）。"
 };
 
 // ../sidecar/static/format.js
@@ -1194,6 +1218,9 @@ function classify(resp, path) {
   if (resp.httpStatus === 200 && b && typeof b === "object" && !Array.isArray(b) && !b.error) {
     return b.schema === SCHEMA ? { kind: "ok" } : { kind: "error", code: "schema", got: b.schema ?? null, httpStatus: 200 };
   }
+  if (b && b.error === "sidecar-missing") {
+    return { kind: "missing", command: b.command || null, install: b.install || null, hint: b.hint || null, detail: b.detail || null };
+  }
   if (b && b.error === "sidecar-unreachable") {
     return { kind: "unreachable", url: b.url || null, hint: b.hint || null, detail: b.detail || null };
   }
@@ -1250,6 +1277,8 @@ function createStore() {
   let historyInFlight = false;
   let configFetched = false;
   let historyUsers = 0;
+  let job = null;
+  const jobQuery = (sep) => job ? `${sep}job=${encodeURIComponent(job)}` : "";
   const lang = () => {
     const l = settings.get().lang;
     return l === "en" || l === "zh" ? l : browserLang();
@@ -1278,9 +1307,11 @@ function createStore() {
   async function pollStatus() {
     if (statusInFlight) return;
     statusInFlight = true;
-    const path = `${API}/status`;
+    const path = `${API}/status${jobQuery("?")}`;
+    const asked = job;
     try {
       const r = await getJson(path);
+      if (asked !== job) return;
       const c = classify(r, path);
       const prev = status.get();
       if (c.kind === "ok") {
@@ -1306,7 +1337,9 @@ function createStore() {
     try {
       const h = history.get();
       const since = h.lastTime !== null ? `?since=${encodeURIComponent(String(h.lastTime))}` : "";
-      const r = await getJson(`${API}/history${since}`);
+      const asked = job;
+      const r = await getJson(`${API}/history${since}${jobQuery(since ? "&" : "?")}`);
+      if (asked !== job) return;
       if (r.httpStatus === 200 && r.json && r.body && Array.isArray(r.body.samples)) {
         const cur = history.get();
         let samples = cur.samples;
@@ -1408,6 +1441,17 @@ function createStore() {
       }
       if (status.size()) scheduleStatus(intervalMs());
     },
+    job: () => job,
+    /** Show another job (an id from /jobs, or null for the sidecar's default one). */
+    setJob(id) {
+      const next = typeof id === "string" && id ? id : null;
+      if (next === job) return;
+      job = next;
+      history.set({ samples: [], events: [], intervalS: null, lastTime: null, error: null });
+      status.set({ ...status.get(), doc: null, state: "loading" });
+      if (status.size()) scheduleStatus(0);
+      if (historyUsers) scheduleHistory(0);
+    },
     toggleGlance(open) {
       const cur = ui.get().glanceOpen;
       ui.set({ ...ui.get(), glanceOpen: typeof open === "boolean" ? open : !cur });
@@ -1420,34 +1464,187 @@ function getStore() {
   return singleton;
 }
 
-// src/client/components.jsx
+// src/client/jobs.jsx
+var import_react = require("react");
+
+// host/jobs.js
+var STATUS_RANK = { CPU: 0, MIXED: 1, UNKNOWN: 2, GPU: 3 };
+var SEVERITY_RANK = { error: 0, warning: 1, info: 2 };
+function jobRank(job) {
+  const alive = job && job.alive === false ? 1 : 0;
+  const status = STATUS_RANK[job && job.status] ?? 2;
+  const w = job && job.first_warning;
+  const severity = w ? SEVERITY_RANK[w.severity] ?? 1 : 3;
+  const start = job && typeof job.start_time_unix_s === "number" ? -job.start_time_unix_s : 0;
+  return [alive, status, severity, start];
+}
+function worstFirst(jobs) {
+  const list = Array.isArray(jobs) ? jobs.filter((j) => j && typeof j === "object") : [];
+  return list.map((job, i) => ({ job, key: jobRank(job), i })).sort((a, b) => {
+    for (let k = 0; k < a.key.length; k++) if (a.key[k] !== b.key[k]) return a.key[k] - b.key[k];
+    return a.i - b.i;
+  }).map((x) => x.job);
+}
+
+// src/client/jobs.jsx
 var import_jsx_runtime = require("react/jsx-runtime");
+function useLang() {
+  const store = getStore();
+  (0, import_react.useSyncExternalStore)(store.settings.subscribe, store.settings.get, store.settings.get);
+  return store.lang();
+}
+function useJobs(sessionId) {
+  const store = getStore();
+  const settings = (0, import_react.useSyncExternalStore)(store.settings.subscribe, store.settings.get, store.settings.get);
+  const [result, setResult] = (0, import_react.useState)({ state: "loading", doc: null });
+  (0, import_react.useEffect)(() => {
+    let stop = false;
+    let timer = null;
+    const path = `${API}/jobs${sessionId ? `?session=${encodeURIComponent(sessionId)}` : ""}`;
+    const poll = async () => {
+      try {
+        const res = await fetch(path, { headers: { Accept: "application/json" }, cache: "no-store", credentials: "same-origin" });
+        let body = null;
+        try {
+          body = await res.json();
+        } catch {
+          body = null;
+        }
+        if (stop) return;
+        if (res.status === 200 && body && Array.isArray(body.jobs)) setResult({ state: "ok", doc: body });
+        else setResult({ state: res.status === 404 ? "none" : "error", doc: null, httpStatus: res.status });
+      } catch {
+        if (!stop) setResult({ state: "error", doc: null });
+      }
+      if (!stop) timer = setTimeout(poll, Math.round(clampRefresh(settings.refreshS) * 1e3));
+    };
+    poll();
+    return () => {
+      stop = true;
+      clearTimeout(timer);
+    };
+  }, [sessionId, settings.refreshS]);
+  return result;
+}
+function cmdText(cmd) {
+  return Array.isArray(cmd) ? cmd.join(" ") : "";
+}
+function JobRow({ job, selected, lang, onSelect }) {
+  const code = statusOf(job);
+  return /* @__PURE__ */ (0, import_jsx_runtime.jsx)("li", { children: /* @__PURE__ */ (0, import_jsx_runtime.jsxs)(
+    "button",
+    {
+      type: "button",
+      className: `dgd-job${selected ? " dgd-job-on" : ""}`,
+      "data-testid": "dsh-gpu-session-job",
+      "data-job-id": job.id,
+      "data-status": code,
+      "data-link": job.link ? job.link.by : "",
+      "aria-pressed": selected ? "true" : "false",
+      title: t(lang, "jobs.select"),
+      onClick: () => onSelect(job.id),
+      children: [
+        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-job-status", style: { background: STATUS_COLORS[code], color: STATUS_TEXT_COLORS[code] }, children: code }),
+        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-job-pid dgd-mono", children: job.root_pid }),
+        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-job-cmd dgd-mono", children: cmdText(job.command) }),
+        /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("span", { className: "dgd-muted dgd-job-link", children: [
+          job.alive === false ? `${t(lang, "jobs.exited")} · ` : "",
+          job.link && job.link.by === "shell" ? t(lang, "jobs.linkShell") : t(lang, "jobs.linkWorkspace")
+        ] })
+      ]
+    }
+  ) });
+}
+function SessionJobs({ sessionId, children }) {
+  const lang = useLang();
+  const store = getStore();
+  const [, bump] = (0, import_react.useState)(0);
+  const jobs = useJobs(sessionId || null);
+  const list = jobs.state === "ok" ? jobs.doc.jobs : [];
+  const chosen = store.job();
+  const ids = list.map((j) => j.id);
+  const selected = ids.includes(chosen) ? chosen : ids[0] || null;
+  (0, import_react.useEffect)(() => {
+    if (jobs.state === "ok" && selected && selected !== chosen) store.setJob(selected);
+  }, [jobs.state, selected, chosen]);
+  if (!sessionId || jobs.state !== "ok") return children;
+  const workspace = jobs.doc.session && Array.isArray(jobs.doc.session.workspaces) ? jobs.doc.session.workspaces[0] : "";
+  return /* @__PURE__ */ (0, import_jsx_runtime.jsxs)(import_jsx_runtime.Fragment, { children: [
+    /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("section", { className: "dgd-root dgd-jobs", "data-testid": "dsh-gpu-session-jobs", "data-count": list.length, children: [
+      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("h3", { className: "dgd-jobs-title", children: t(lang, "jobs.title") }),
+      list.length === 0 ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-muted", "data-testid": "dsh-gpu-session-empty", children: t(lang, "jobs.none", { workspace: workspace || "…" }) }) : /* @__PURE__ */ (0, import_jsx_runtime.jsx)("ul", { className: "dgd-jobs-list", children: list.map((j) => /* @__PURE__ */ (0, import_jsx_runtime.jsx)(JobRow, { job: j, selected: j.id === selected, lang, onSelect: (id) => {
+        store.setJob(id);
+        bump((n) => n + 1);
+      } }, j.id)) })
+    ] }),
+    list.length === 0 ? null : children
+  ] });
+}
+function JobsSummary() {
+  const lang = useLang();
+  const jobs = useJobs(null);
+  if (jobs.state !== "ok" || !jobs.doc.jobs.length) return null;
+  const sorted = worstFirst(jobs.doc.jobs);
+  const worst = statusOf(sorted[0]);
+  const n = sorted.length;
+  return /* @__PURE__ */ (0, import_jsx_runtime.jsx)(
+    "span",
+    {
+      className: "dgd-chip-jobs",
+      "data-testid": "dsh-gpu-chip-jobs",
+      "data-count": n,
+      "data-worst": worst,
+      "data-worst-job": sorted[0].id,
+      style: { borderColor: STATUS_COLORS[worst] },
+      children: n === 1 ? t(lang, "jobs.countOne") : t(lang, "jobs.count", { n })
+    }
+  );
+}
+function SidecarMissing({ st, lang }) {
+  const p = st && st.problem || {};
+  return /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-root dgd-alert", "data-testid": "dsh-gpu-sidecar-missing", role: "status", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { className: "dgd-alert-icon", "aria-hidden": "true", children: "!" }),
+    /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-alert-body", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-alert-title", children: t(lang, "missing.title") }),
+      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { children: t(lang, "missing.body", { command: p.command || "dsh-sidecar", error: p.detail || "" }) }),
+      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { className: "dgd-cmds", children: /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { className: "dgd-cmd", children: /* @__PURE__ */ (0, import_jsx_runtime.jsx)("code", { "data-testid": "dsh-gpu-install-command", children: p.install || "python3 -m pip install dsh-gpu-dashboard" }) }) }),
+      /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("p", { className: "dgd-alert-meta", children: [
+        t(lang, "missing.config"),
+        " ",
+        t(lang, "missing.retry")
+      ] })
+    ] })
+  ] });
+}
+
+// src/client/components.jsx
+var import_jsx_runtime2 = require("react/jsx-runtime");
 var PLUGIN_VERSION = "0.1.0";
 var SUPPORTED_DSH = "0.1.0-rc.8";
 var isNum2 = (x) => typeof x === "number" && Number.isFinite(x);
 function useStatus() {
   const store = getStore();
-  return (0, import_react.useSyncExternalStore)(store.subscribeStatus, store.status.get, store.status.get);
+  return (0, import_react2.useSyncExternalStore)(store.subscribeStatus, store.status.get, store.status.get);
 }
 function useHistory() {
   const store = getStore();
-  return (0, import_react.useSyncExternalStore)(store.subscribeHistory, store.history.get, store.history.get);
+  return (0, import_react2.useSyncExternalStore)(store.subscribeHistory, store.history.get, store.history.get);
 }
 function useSettings() {
   const store = getStore();
-  return (0, import_react.useSyncExternalStore)(store.settings.subscribe, store.settings.get, store.settings.get);
+  return (0, import_react2.useSyncExternalStore)(store.settings.subscribe, store.settings.get, store.settings.get);
 }
 function useUi() {
   const store = getStore();
-  return (0, import_react.useSyncExternalStore)(store.ui.subscribe, store.ui.get, store.ui.get);
+  return (0, import_react2.useSyncExternalStore)(store.ui.subscribe, store.ui.get, store.ui.get);
 }
-function useLang() {
+function useLang2() {
   useSettings();
   return getStore().lang();
 }
 function useTick(ms) {
-  const [, setN] = (0, import_react.useState)(0);
-  (0, import_react.useEffect)(() => {
+  const [, setN] = (0, import_react2.useState)(0);
+  (0, import_react2.useEffect)(() => {
     const id = setInterval(() => setN((n) => (n + 1) % 1e6), ms);
     return () => clearInterval(id);
   }, [ms]);
@@ -1455,16 +1652,16 @@ function useTick(ms) {
 function ErrorCard({ error, where, lang }) {
   const l = lang || "en";
   const detail = error && (error.stack || error.message) ? String(error.stack || error.message) : String(error);
-  return /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-root dgd-alert dgd-alert-error", "data-testid": "dsh-gpu-error", role: "alert", children: [
-    /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { className: "dgd-alert-icon", "aria-hidden": "true", children: "!" }),
-    /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-alert-body", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-alert-title", children: t(l, "error.title") }),
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { children: t(l, "error.body") }),
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { className: "dgd-error-detail", children: (where ? `[${where}] ` : "") + detail.slice(0, 2e3) })
+  return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-root dgd-alert dgd-alert-error", "data-testid": "dsh-gpu-error", role: "alert", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { className: "dgd-alert-icon", "aria-hidden": "true", children: "!" }),
+    /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-alert-body", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-alert-title", children: t(l, "error.title") }),
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { children: t(l, "error.body") }),
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { className: "dgd-error-detail", children: (where ? `[${where}] ` : "") + detail.slice(0, 2e3) })
     ] })
   ] });
 }
-var Boundary = class extends import_react.Component {
+var Boundary = class extends import_react2.Component {
   constructor(props) {
     super(props);
     this.state = { error: null };
@@ -1481,23 +1678,23 @@ var Boundary = class extends import_react.Component {
   render() {
     if (this.state.error) {
       if (this.props.compact) {
-        return /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-root", "data-testid": "dsh-gpu-error", title: String(this.state.error), children: /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-bad", children: "GPU ⚠" }) });
+        return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-root", "data-testid": "dsh-gpu-error", title: String(this.state.error), children: /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-bad", children: "GPU ⚠" }) });
       }
-      return /* @__PURE__ */ (0, import_jsx_runtime.jsx)(ErrorCard, { error: this.state.error, where: this.props.where });
+      return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(ErrorCard, { error: this.state.error, where: this.props.where });
     }
     return this.props.children;
   }
 };
 function guarded(Inner, where, compact) {
   function Guarded(props) {
-    return /* @__PURE__ */ (0, import_jsx_runtime.jsx)(Boundary, { where, compact, children: /* @__PURE__ */ (0, import_jsx_runtime.jsx)(Inner, { ...props }) });
+    return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(Boundary, { where, compact, children: /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(Inner, { ...props }) });
   }
   Guarded.displayName = `DshGpu(${where})`;
   return Guarded;
 }
 function Badge({ doc, lang, big }) {
   const s = statusOf(doc);
-  return /* @__PURE__ */ (0, import_jsx_runtime.jsxs)(
+  return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)(
     "span",
     {
       className: `dgd-badge${big ? " dgd-badge-big" : ""}`,
@@ -1505,7 +1702,7 @@ function Badge({ doc, lang, big }) {
       "data-status": s,
       style: { background: STATUS_COLORS[s], color: STATUS_TEXT_COLORS[s] },
       children: [
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-badge-dot" }),
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-badge-dot" }),
         doc ? summarize(doc, lang).label : t(lang, "status.noData")
       ]
     }
@@ -1513,10 +1710,10 @@ function Badge({ doc, lang, big }) {
 }
 function Meter({ label, pct, value, color }) {
   const w = isNum2(pct) ? Math.max(0, Math.min(100, pct)) : 0;
-  return /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-meter", children: [
-    /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-meter-label", title: label, children: label }),
-    /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-bar", role: "meter", "aria-label": label, "aria-valuenow": isNum2(pct) ? Math.round(pct) : void 0, children: /* @__PURE__ */ (0, import_jsx_runtime.jsx)("i", { style: { width: `${w}%`, background: color } }) }),
-    /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-meter-value", children: value })
+  return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-meter", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-meter-label", title: label, children: label }),
+    /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-bar", role: "meter", "aria-label": label, "aria-valuenow": isNum2(pct) ? Math.round(pct) : void 0, children: /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("i", { style: { width: `${w}%`, background: color } }) }),
+    /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-meter-value", children: value })
   ] });
 }
 function gpuMemPct(g) {
@@ -1524,8 +1721,8 @@ function gpuMemPct(g) {
 }
 function GpuMeters({ gpu, lang }) {
   const memPct = gpuMemPct(gpu);
-  return /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-meters", children: [
-    /* @__PURE__ */ (0, import_jsx_runtime.jsx)(
+  return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-meters", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(
       Meter,
       {
         label: t(lang, "gpu.util"),
@@ -1534,7 +1731,7 @@ function GpuMeters({ gpu, lang }) {
         color: UTIL_COLORS[utilLevel(gpu.util_pct)]
       }
     ),
-    /* @__PURE__ */ (0, import_jsx_runtime.jsx)(
+    /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(
       Meter,
       {
         label: t(lang, "gpu.mem"),
@@ -1549,40 +1746,40 @@ function Warnings({ doc, lang, limit }) {
   const all = summarize(doc, lang).warnings;
   const list = isNum2(limit) ? all.slice(0, limit) : all;
   if (!all.length) return null;
-  return /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("ul", { className: "dgd-warnings", "data-testid": "dsh-gpu-warnings", children: [
-    list.map((w, i) => /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("li", { className: "dgd-warning", style: { borderLeftColor: w.color }, "data-code": w.code || "", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-warning-msg", children: [
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-warning-sev", style: { color: w.color }, children: t(lang, `severity.${w.severity}`) }),
+  return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("ul", { className: "dgd-warnings", "data-testid": "dsh-gpu-warnings", children: [
+    list.map((w, i) => /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("li", { className: "dgd-warning", style: { borderLeftColor: w.color }, "data-code": w.code || "", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-warning-msg", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-warning-sev", style: { color: w.color }, children: t(lang, `severity.${w.severity}`) }),
         w.message || w.code || NA
       ] }),
-      w.hint ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { className: "dgd-warning-hint", children: w.hint }) : null
+      w.hint ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { className: "dgd-warning-hint", children: w.hint }) : null
     ] }, `${w.code || "w"}-${i}`)),
-    all.length > list.length ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("li", { className: "dgd-muted", children: t(lang, "glance.moreWarnings", { n: all.length - list.length }) }) : null
+    all.length > list.length ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("li", { className: "dgd-muted", children: t(lang, "glance.moreWarnings", { n: all.length - list.length }) }) : null
   ] });
 }
 function Updated({ lastOk, lang }) {
   useTick(1e3);
-  return /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-updated", "data-testid": "dsh-gpu-updated", children: lastOk ? t(lang, "updated.label", { ago: fmtAgo((Date.now() - lastOk) / 1e3, lang) }) : t(lang, "updated.never") });
+  return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-updated", "data-testid": "dsh-gpu-updated", children: lastOk ? t(lang, "updated.label", { ago: fmtAgo((Date.now() - lastOk) / 1e3, lang) }) : t(lang, "updated.never") });
 }
 function Unreachable({ st, lang }) {
   const settings = useSettings();
   const p = st.problem || {};
-  return /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-root dgd-alert", "data-testid": "dsh-gpu-unreachable", role: "status", children: [
-    /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { className: "dgd-alert-icon", "aria-hidden": "true", children: "!" }),
-    /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-alert-body", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-alert-title", children: t(lang, "unreachable.title") }),
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { children: t(lang, "unreachable.body") }),
-      /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-cmds", children: [
-        /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-cmd", children: [
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("code", { "data-testid": "dsh-gpu-unreachable-command", children: UNREACHABLE_COMMAND }),
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-muted", children: t(lang, "unreachable.attach") })
+  return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-root dgd-alert", "data-testid": "dsh-gpu-unreachable", role: "status", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { className: "dgd-alert-icon", "aria-hidden": "true", children: "!" }),
+    /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-alert-body", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-alert-title", children: t(lang, "unreachable.title") }),
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { children: t(lang, "unreachable.body") }),
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-cmds", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-cmd", children: [
+          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("code", { "data-testid": "dsh-gpu-unreachable-command", children: UNREACHABLE_COMMAND }),
+          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-muted", children: t(lang, "unreachable.attach") })
         ] }),
-        /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-cmd", children: [
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("code", { children: UNREACHABLE_COMMAND_RUN }),
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-muted", children: t(lang, "unreachable.run") })
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-cmd", children: [
+          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("code", { children: UNREACHABLE_COMMAND_RUN }),
+          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-muted", children: t(lang, "unreachable.run") })
         ] })
       ] }),
-      /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("p", { className: "dgd-alert-meta", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("p", { className: "dgd-alert-meta", children: [
         p.url ? t(lang, "unreachable.url", { url: p.url }) + " · " : "",
         t(lang, "unreachable.retry", { s: clampRefresh(settings.refreshS) }),
         st.lastOk ? " " + t(lang, "unreachable.lastSeen", { ago: fmtAgo((Date.now() - st.lastOk) / 1e3, lang) }) : "",
@@ -1601,23 +1798,24 @@ function problemText(p, lang) {
   return p.detail || String(p.code || "error");
 }
 function ProblemCard({ st, lang }) {
-  return /* @__PURE__ */ (0, import_jsx_runtime.jsx)(ErrorCard, { error: { message: problemText(st.problem, lang) }, lang });
+  return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(ErrorCard, { error: { message: problemText(st.problem, lang) }, lang });
 }
 function ConnectionNotice({ st, lang }) {
-  if (st.state === "unreachable") return /* @__PURE__ */ (0, import_jsx_runtime.jsx)(Unreachable, { st, lang });
-  if (st.state === "error") return /* @__PURE__ */ (0, import_jsx_runtime.jsx)(ProblemCard, { st, lang });
-  if (st.state === "loading" && !st.doc) return /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-muted", children: t(lang, "loading") });
+  if (st.state === "unreachable") return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(Unreachable, { st, lang });
+  if (st.state === "missing") return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(SidecarMissing, { st, lang });
+  if (st.state === "error") return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(ProblemCard, { st, lang });
+  if (st.state === "loading" && !st.doc) return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-muted", children: t(lang, "loading") });
   return null;
 }
-var GPU_ICON = /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("svg", { viewBox: "0 0 24 24", "aria-hidden": "true", children: [
-  /* @__PURE__ */ (0, import_jsx_runtime.jsx)("rect", { x: "3", y: "6", width: "18", height: "12", rx: "2" }),
-  /* @__PURE__ */ (0, import_jsx_runtime.jsx)("rect", { x: "8", y: "9.5", width: "8", height: "5", rx: "1" }),
-  /* @__PURE__ */ (0, import_jsx_runtime.jsx)("path", { d: "M7 3v3M12 3v3M17 3v3M7 18v3M12 18v3M17 18v3" })
+var GPU_ICON = /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("svg", { viewBox: "0 0 24 24", "aria-hidden": "true", children: [
+  /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("rect", { x: "3", y: "6", width: "18", height: "12", rx: "2" }),
+  /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("rect", { x: "8", y: "9.5", width: "8", height: "5", rx: "1" }),
+  /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("path", { d: "M7 3v3M12 3v3M17 3v3M7 18v3M12 18v3M17 18v3" })
 ] });
 function StatusChip({ wide }) {
   const st = useStatus();
   const ui = useUi();
-  const lang = useLang();
+  const lang = useLang2();
   const store = getStore();
   const doc = st.state === "ok" || st.doc ? st.doc : null;
   const code = doc ? statusOf(doc) : null;
@@ -1625,7 +1823,7 @@ function StatusChip({ wide }) {
   let labelStyle = {};
   let dot = STATUS_COLORS.UNKNOWN;
   let util = "";
-  if (st.state === "unreachable") {
+  if (st.state === "unreachable" || st.state === "missing") {
     label = t(lang, "chip.unreachable");
     dot = SEVERITY_COLORS.warning;
   } else if (st.state === "error") {
@@ -1640,7 +1838,7 @@ function StatusChip({ wide }) {
     util = summarize(doc, lang).util;
   }
   const statusWords = st.state === "ok" && doc ? `${summarize(doc, lang).label}${util && util !== NA ? ` · ${util}` : ""}` : st.state === "unreachable" ? t(lang, "unreachable.title") : label;
-  return /* @__PURE__ */ (0, import_jsx_runtime.jsxs)(
+  return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)(
     "button",
     {
       type: "button",
@@ -1653,14 +1851,15 @@ function StatusChip({ wide }) {
       title: t(lang, "chip.title", { status: statusWords }),
       onClick: () => store.toggleGlance(),
       children: [
-        /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("span", { className: "dgd-chip-icon", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("span", { className: "dgd-chip-icon", children: [
           GPU_ICON,
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-chip-dot", style: { background: dot } })
+          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-chip-dot", style: { background: dot } })
         ] }),
-        wide === false ? null : /* @__PURE__ */ (0, import_jsx_runtime.jsxs)(import_jsx_runtime.Fragment, { children: [
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-chip-label", style: labelStyle, "data-testid": "dsh-gpu-chip-status", children: label }),
-          doc && st.state === "ok" ? null : /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-chip-text dgd-muted", children: t(lang, "plugin.name") }),
-          util ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-chip-util", "data-testid": "dsh-gpu-chip-util", children: util }) : null
+        wide === false ? null : /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)(import_jsx_runtime2.Fragment, { children: [
+          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-chip-label", style: labelStyle, "data-testid": "dsh-gpu-chip-status", children: label }),
+          doc && st.state === "ok" ? null : /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-chip-text dgd-muted", children: t(lang, "plugin.name") }),
+          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(JobsSummary, {}),
+          util ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-chip-util", "data-testid": "dsh-gpu-chip-util", children: util }) : null
         ] })
       ]
     }
@@ -1669,15 +1868,15 @@ function StatusChip({ wide }) {
 function GlanceCard() {
   const ui = useUi();
   if (!ui.glanceOpen) return null;
-  return /* @__PURE__ */ (0, import_jsx_runtime.jsx)(GlanceCardOpen, {});
+  return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(GlanceCardOpen, {});
 }
 function GlanceCardOpen() {
   const st = useStatus();
-  const lang = useLang();
+  const lang = useLang2();
   const store = getStore();
-  const ref = (0, import_react.useRef)(null);
-  const [pos, setPos] = (0, import_react.useState)(null);
-  (0, import_react.useEffect)(() => {
+  const ref = (0, import_react2.useRef)(null);
+  const [pos, setPos] = (0, import_react2.useState)(null);
+  (0, import_react2.useEffect)(() => {
     const onKey = (e) => {
       if (e.key === "Escape") store.toggleGlance(false);
     };
@@ -1701,7 +1900,7 @@ function GlanceCardOpen() {
   }, [store]);
   const doc = st.doc;
   const gpus = doc && Array.isArray(doc.gpus) ? doc.gpus.filter(Boolean) : [];
-  return /* @__PURE__ */ (0, import_jsx_runtime.jsxs)(
+  return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)(
     "section",
     {
       ref,
@@ -1712,27 +1911,27 @@ function GlanceCardOpen() {
       role: "dialog",
       "aria-label": t(lang, "glance.title"),
       children: [
-        /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-glance-head", children: [
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-glance-title", children: t(lang, "glance.title") }),
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("button", { type: "button", className: "dgd-close", "aria-label": t(lang, "glance.close"), onClick: () => store.toggleGlance(false), children: "×" })
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-glance-head", children: [
+          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-glance-title", children: t(lang, "glance.title") }),
+          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("button", { type: "button", className: "dgd-close", "aria-label": t(lang, "glance.close"), onClick: () => store.toggleGlance(false), children: "×" })
         ] }),
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)(ConnectionNotice, { st, lang }),
-        doc ? /* @__PURE__ */ (0, import_jsx_runtime.jsxs)(import_jsx_runtime.Fragment, { children: [
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { children: /* @__PURE__ */ (0, import_jsx_runtime.jsx)(Badge, { doc, lang }) }),
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-message", "data-testid": "dsh-gpu-message", children: summarize(doc, lang).message || NA }),
-          targetText(doc, lang) ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-muted", style: { fontSize: 12 }, children: targetText(doc, lang) }) : null,
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)(Warnings, { doc, lang, limit: 3 }),
-          gpus.length ? gpus.map((g, i) => /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-glance-gpu", "data-testid": "dsh-gpu-glance-gpu", children: [
-            /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("span", { className: "dgd-glance-gpu-name", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(ConnectionNotice, { st, lang }),
+        doc ? /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)(import_jsx_runtime2.Fragment, { children: [
+          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { children: /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(Badge, { doc, lang }) }),
+          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-message", "data-testid": "dsh-gpu-message", children: summarize(doc, lang).message || NA }),
+          targetText(doc, lang) ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-muted", style: { fontSize: 12 }, children: targetText(doc, lang) }) : null,
+          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(Warnings, { doc, lang, limit: 3 }),
+          gpus.length ? gpus.map((g, i) => /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-glance-gpu", "data-testid": "dsh-gpu-glance-gpu", children: [
+            /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("span", { className: "dgd-glance-gpu-name", children: [
               "GPU ",
               isNum2(g.index) ? g.index : i,
               " · ",
               g.name || NA
             ] }),
-            /* @__PURE__ */ (0, import_jsx_runtime.jsx)(GpuMeters, { gpu: g, lang })
-          ] }, `${g.index ?? i}`)) : /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-muted", children: t(lang, "glance.noGpus") }),
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)(Updated, { lastOk: st.lastOk, lang }),
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-muted", style: { margin: 0, fontSize: 12 }, children: t(lang, "glance.more") })
+            /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(GpuMeters, { gpu: g, lang })
+          ] }, `${g.index ?? i}`)) : /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-muted", children: t(lang, "glance.noGpus") }),
+          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(Updated, { lastOk: st.lastOk, lang }),
+          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-muted", style: { margin: 0, fontSize: 12 }, children: t(lang, "glance.more") })
         ] }) : null
       ]
     }
@@ -1752,38 +1951,38 @@ function targetText(doc, lang) {
 function Hero({ doc, lang, lastOk }) {
   const rt = doc && doc.runtime || {};
   const cuda = rt.cuda_available === true ? t(lang, "summary.cudaYes", { n: isNum2(rt.device_count) ? rt.device_count : NA }) : rt.cuda_available === false ? t(lang, "summary.cudaNo") : NA;
-  return /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("section", { className: "dgd-card dgd-hero", "data-testid": "dsh-gpu-hero", children: [
-    /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-hero-main", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)(Badge, { doc, lang, big: true }),
-      /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-hero-text", children: [
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-message", "data-testid": "dsh-gpu-message", children: summarize(doc, lang).message || NA }),
-        targetText(doc, lang) ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-muted", "data-testid": "dsh-gpu-target", children: targetText(doc, lang) }) : null,
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)(Updated, { lastOk, lang })
+  return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("section", { className: "dgd-card dgd-hero", "data-testid": "dsh-gpu-hero", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-hero-main", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(Badge, { doc, lang, big: true }),
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-hero-text", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-message", "data-testid": "dsh-gpu-message", children: summarize(doc, lang).message || NA }),
+        targetText(doc, lang) ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-muted", "data-testid": "dsh-gpu-target", children: targetText(doc, lang) }) : null,
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(Updated, { lastOk, lang })
       ] })
     ] }),
-    /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("dl", { className: "dgd-facts", "data-testid": "dsh-gpu-facts", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { children: [
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("dt", { children: t(lang, "summary.util") }),
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("dd", { children: fmtPct(modelGpu(doc)?.util_pct) })
+    /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("dl", { className: "dgd-facts", "data-testid": "dsh-gpu-facts", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { children: [
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("dt", { children: t(lang, "summary.util") }),
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("dd", { children: fmtPct(modelGpu(doc)?.util_pct) })
       ] }),
-      /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { children: [
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("dt", { children: t(lang, "summary.mem") }),
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("dd", { children: fmtMiB(modelGpu(doc)?.mem_used_mib) })
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { children: [
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("dt", { children: t(lang, "summary.mem") }),
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("dd", { children: fmtMiB(modelGpu(doc)?.mem_used_mib) })
       ] }),
-      /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { children: [
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("dt", { children: t(lang, "summary.modelDevice") }),
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("dd", { children: deviceText(doc.model_device) })
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { children: [
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("dt", { children: t(lang, "summary.modelDevice") }),
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("dd", { children: deviceText(doc.model_device) })
       ] }),
-      /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { children: [
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("dt", { children: t(lang, "summary.inputDevice") }),
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("dd", { children: deviceText(doc.input_device) })
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { children: [
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("dt", { children: t(lang, "summary.inputDevice") }),
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("dd", { children: deviceText(doc.input_device) })
       ] }),
-      /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { children: [
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("dt", { children: t(lang, "summary.cuda") }),
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("dd", { title: cuda, children: cuda })
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { children: [
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("dt", { children: t(lang, "summary.cuda") }),
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("dd", { title: cuda, children: cuda })
       ] })
     ] }),
-    /* @__PURE__ */ (0, import_jsx_runtime.jsx)(Warnings, { doc, lang })
+    /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(Warnings, { doc, lang })
   ] });
 }
 function procsOnGpu(doc, index) {
@@ -1798,44 +1997,44 @@ function GpuCards({ doc, lang }) {
   const gpus = Array.isArray(doc.gpus) ? doc.gpus.filter(Boolean) : [];
   const unusable = Array.isArray(doc.system_gpus) ? doc.system_gpus.filter((s) => s && (s.nvml_index === null || s.nvml_index === void 0)) : [];
   const modelDev = typeof doc.model_device === "string" ? doc.model_device : "";
-  return /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("section", { "data-testid": "dsh-gpu-gpus", children: [
-    /* @__PURE__ */ (0, import_jsx_runtime.jsx)("h3", { className: "dgd-section-title", children: t(lang, "gpus.title") }),
-    !gpus.length && !unusable.length ? /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-card dgd-muted", children: [
+  return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("section", { "data-testid": "dsh-gpu-gpus", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("h3", { className: "dgd-section-title", children: t(lang, "gpus.title") }),
+    !gpus.length && !unusable.length ? /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-card dgd-muted", children: [
       t(lang, "gpus.none"),
-      doc.nvml && doc.nvml.ok === false && doc.nvml.error ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { className: "dgd-bad", children: t(lang, "runtime.nvmlError", { error: doc.nvml.error }) }) : null
+      doc.nvml && doc.nvml.ok === false && doc.nvml.error ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { className: "dgd-bad", children: t(lang, "runtime.nvmlError", { error: doc.nvml.error }) }) : null
     ] }) : null,
-    /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-gpu-grid", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-gpu-grid", children: [
       gpus.map((g, i) => {
         const procs = procsOnGpu(doc, g.index);
         const fw = isNum2(g.framework_index) ? `cuda:${g.framework_index}` : null;
-        return /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("article", { className: "dgd-card", "data-testid": "dsh-gpu-card", "data-index": g.index ?? "", children: [
-          /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-gpu-head", children: [
-            /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("span", { className: "dgd-gpu-index", children: [
+        return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("article", { className: "dgd-card", "data-testid": "dsh-gpu-card", "data-index": g.index ?? "", children: [
+          /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-gpu-head", children: [
+            /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("span", { className: "dgd-gpu-index", children: [
               "GPU ",
               isNum2(g.index) ? g.index : i
             ] }),
-            /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-gpu-name", title: g.uuid || "", children: g.name || NA }),
-            fw && modelDev === fw ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-tag dgd-tag-ok", children: t(lang, "gpu.modelHere") }) : null,
-            fw ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-tag", title: t(lang, "gpu.framework", { dev: fw }), children: fw }) : /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-tag dgd-tag-warn", title: t(lang, "gpu.frameworkHidden"), children: t(lang, "gpu.hiddenTag") })
+            /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-gpu-name", title: g.uuid || "", children: g.name || NA }),
+            fw && modelDev === fw ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-tag dgd-tag-ok", children: t(lang, "gpu.modelHere") }) : null,
+            fw ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-tag", title: t(lang, "gpu.framework", { dev: fw }), children: fw }) : /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-tag dgd-tag-warn", title: t(lang, "gpu.frameworkHidden"), children: t(lang, "gpu.hiddenTag") })
           ] }),
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)(GpuMeters, { gpu: g, lang }),
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { className: "dgd-gpu-foot", children: procs.length ? /* @__PURE__ */ (0, import_jsx_runtime.jsxs)(import_jsx_runtime.Fragment, { children: [
+          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(GpuMeters, { gpu: g, lang }),
+          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { className: "dgd-gpu-foot", children: procs.length ? /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)(import_jsx_runtime2.Fragment, { children: [
             t(lang, "gpu.procs"),
-            /* @__PURE__ */ (0, import_jsx_runtime.jsx)("ul", { className: "dgd-gpu-procs", children: procs.map(({ proc, gpu }) => /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("li", { children: [
-              /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-mono", children: proc.pid }),
-              /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { children: roleText(proc, lang) }),
-              /* @__PURE__ */ (0, import_jsx_runtime.jsx)("b", { children: fmtMiB(gpu.mem_used_mib) })
+            /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("ul", { className: "dgd-gpu-procs", children: procs.map(({ proc, gpu }) => /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("li", { children: [
+              /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-mono", children: proc.pid }),
+              /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { children: roleText(proc, lang) }),
+              /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("b", { children: fmtMiB(gpu.mem_used_mib) })
             ] }, `${proc.pid}`)) })
-          ] }) : /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-muted", children: t(lang, "gpu.noProcs") }) })
+          ] }) : /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-muted", children: t(lang, "gpu.noProcs") }) })
         ] }, `gpu-${g.index ?? i}`);
       }),
-      unusable.map((s, i) => /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("article", { className: "dgd-card", "data-testid": "dsh-gpu-igpu", children: [
-        /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-gpu-head", children: [
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-gpu-name", children: s.name || s.vendor || NA }),
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-tag dgd-tag-warn", children: t(lang, "igpu.badge") })
+      unusable.map((s, i) => /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("article", { className: "dgd-card", "data-testid": "dsh-gpu-igpu", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-gpu-head", children: [
+          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-gpu-name", children: s.name || s.vendor || NA }),
+          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-tag dgd-tag-warn", children: t(lang, "igpu.badge") })
         ] }),
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { className: "dgd-muted", children: t(lang, "igpu.note") }),
-        /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-gpu-foot", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { className: "dgd-muted", children: t(lang, "igpu.note") }),
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-gpu-foot", children: [
           s.pci ? t(lang, "igpu.pci", { pci: s.pci }) : null,
           s.driver ? ` · ${t(lang, "igpu.driver", { driver: s.driver })}` : null
         ] })
@@ -1844,61 +2043,61 @@ function GpuCards({ doc, lang }) {
   ] });
 }
 function DeviceChip({ dev }) {
-  return /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: `dgd-dev dgd-dev-${deviceKind(dev)}`, children: deviceText(dev) });
+  return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: `dgd-dev dgd-dev-${deviceKind(dev)}`, children: deviceText(dev) });
 }
-function cmdText(cmd) {
+function cmdText2(cmd) {
   if (Array.isArray(cmd)) return cmd.filter((a) => a !== null && a !== void 0).map(String).join(" ");
   return cmd === null || cmd === void 0 ? "" : String(cmd);
 }
 function ProcessTable({ doc, lang }) {
   const procs = Array.isArray(doc.processes) ? doc.processes.filter(Boolean) : [];
-  return /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("section", { children: [
-    /* @__PURE__ */ (0, import_jsx_runtime.jsx)("h3", { className: "dgd-section-title", children: t(lang, "procs.title") }),
-    /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { className: "dgd-card dgd-table-wrap", children: procs.length ? /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("table", { className: "dgd-table", "data-testid": "dsh-gpu-processes", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("thead", { children: /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("tr", { children: [
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("th", { children: t(lang, "col.process") }),
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("th", { children: t(lang, "col.role") }),
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("th", { children: t(lang, "col.model") }),
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("th", { children: t(lang, "col.modelDevice") }),
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("th", { children: t(lang, "col.inputDevice") }),
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("th", { className: "dgd-num", children: t(lang, "col.gpuMem") }),
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("th", { className: "dgd-num", children: t(lang, "col.sm") }),
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("th", { className: "dgd-num", children: t(lang, "col.cpu") }),
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("th", { className: "dgd-num", children: t(lang, "col.dataWait") }),
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("th", { className: "dgd-num", children: t(lang, "col.rate") })
+  return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("section", { children: [
+    /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("h3", { className: "dgd-section-title", children: t(lang, "procs.title") }),
+    /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { className: "dgd-card dgd-table-wrap", children: procs.length ? /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("table", { className: "dgd-table", "data-testid": "dsh-gpu-processes", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("thead", { children: /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("tr", { children: [
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("th", { children: t(lang, "col.process") }),
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("th", { children: t(lang, "col.role") }),
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("th", { children: t(lang, "col.model") }),
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("th", { children: t(lang, "col.modelDevice") }),
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("th", { children: t(lang, "col.inputDevice") }),
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("th", { className: "dgd-num", children: t(lang, "col.gpuMem") }),
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("th", { className: "dgd-num", children: t(lang, "col.sm") }),
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("th", { className: "dgd-num", children: t(lang, "col.cpu") }),
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("th", { className: "dgd-num", children: t(lang, "col.dataWait") }),
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("th", { className: "dgd-num", children: t(lang, "col.rate") })
       ] }) }),
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("tbody", { children: procs.map((p, i) => {
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("tbody", { children: procs.map((p, i) => {
         const models = Array.isArray(p.models) ? p.models.filter(Boolean) : [];
         const m = models[0] || null;
         const gpuRows = Array.isArray(p.gpu) ? p.gpu.filter(Boolean) : [];
         const mem = gpuRows.reduce((a, g) => isNum2(g.mem_used_mib) ? (a ?? 0) + g.mem_used_mib : a, null);
         const sm = gpuRows.reduce((a, g) => isNum2(g.sm_util_pct) ? Math.max(a ?? 0, g.sm_util_pct) : a, null);
-        return /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("tr", { "data-testid": "dsh-gpu-process", "data-pid": p.pid ?? "", children: [
-          /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("td", { children: [
-            /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-proc-name", children: p.name || NA }),
+        return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("tr", { "data-testid": "dsh-gpu-process", "data-pid": p.pid ?? "", children: [
+          /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("td", { children: [
+            /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-proc-name", children: p.name || NA }),
             " ",
-            /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-mono dgd-muted", children: p.pid ?? NA }),
-            cmdText(p.cmdline) ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-proc-cmd", title: cmdText(p.cmdline), children: cmdText(p.cmdline) }) : null,
-            p.probe_error ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { className: "dgd-probe-error", children: t(lang, "probe.error", { error: p.probe_error }) }) : null
+            /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-mono dgd-muted", children: p.pid ?? NA }),
+            cmdText2(p.cmdline) ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-proc-cmd", title: cmdText2(p.cmdline), children: cmdText2(p.cmdline) }) : null,
+            p.probe_error ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { className: "dgd-probe-error", children: t(lang, "probe.error", { error: p.probe_error }) }) : null
           ] }),
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("td", { title: !p.has_probe ? t(lang, "probe.noneTitle") : void 0, children: roleText(p, lang) }),
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("td", { children: models.length ? models.map((mm, j) => /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { children: [
+          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("td", { title: !p.has_probe ? t(lang, "probe.noneTitle") : void 0, children: roleText(p, lang) }),
+          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("td", { children: models.length ? models.map((mm, j) => /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { children: [
             mm.name || NA,
-            isNum2(mm.param_count) ? /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("span", { className: "dgd-muted", children: [
+            isNum2(mm.param_count) ? /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("span", { className: "dgd-muted", children: [
               " · ",
               t(lang, "model.params", { n: fmtCount(mm.param_count) })
             ] }) : null
           ] }, j)) : NA }),
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("td", { children: models.length ? models.map((mm, j) => /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { children: /* @__PURE__ */ (0, import_jsx_runtime.jsx)(DeviceChip, { dev: mm.device }) }, j)) : /* @__PURE__ */ (0, import_jsx_runtime.jsx)(DeviceChip, { dev: null }) }),
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("td", { children: models.length ? models.map((mm, j) => /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { children: /* @__PURE__ */ (0, import_jsx_runtime.jsx)(DeviceChip, { dev: mm.input_device }) }, j)) : /* @__PURE__ */ (0, import_jsx_runtime.jsx)(DeviceChip, { dev: null }) }),
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("td", { className: "dgd-num", children: fmtMiB(mem) }),
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("td", { className: "dgd-num", children: fmtPct(sm) }),
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("td", { className: "dgd-num", children: fmtPct(p.cpu_pct) }),
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("td", { className: "dgd-num", children: m ? fmtFraction(m.data_wait_fraction) : NA }),
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("td", { className: "dgd-num", children: m ? fmtRate(m.forward_rate_hz) : NA })
+          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("td", { children: models.length ? models.map((mm, j) => /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { children: /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(DeviceChip, { dev: mm.device }) }, j)) : /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(DeviceChip, { dev: null }) }),
+          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("td", { children: models.length ? models.map((mm, j) => /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { children: /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(DeviceChip, { dev: mm.input_device }) }, j)) : /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(DeviceChip, { dev: null }) }),
+          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("td", { className: "dgd-num", children: fmtMiB(mem) }),
+          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("td", { className: "dgd-num", children: fmtPct(sm) }),
+          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("td", { className: "dgd-num", children: fmtPct(p.cpu_pct) }),
+          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("td", { className: "dgd-num", children: m ? fmtFraction(m.data_wait_fraction) : NA }),
+          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("td", { className: "dgd-num", children: m ? fmtRate(m.forward_rate_hz) : NA })
         ] }, `${p.pid ?? i}`);
       }) })
-    ] }) : /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { className: "dgd-muted", style: { padding: 14 }, children: t(lang, "procs.none") }) })
+    ] }) : /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { className: "dgd-muted", style: { padding: 14 }, children: t(lang, "procs.none") }) })
   ] });
 }
 var tooltipEl = null;
@@ -1923,12 +2122,12 @@ function releaseTooltip() {
   }
 }
 function TimeChartBox({ data, emptyText, formatValue, title, group, testid }) {
-  const bodyRef = (0, import_react.useRef)(null);
-  const chartRef = (0, import_react.useRef)(null);
-  const optsRef = (0, import_react.useRef)({ formatValue, title });
+  const bodyRef = (0, import_react2.useRef)(null);
+  const chartRef = (0, import_react2.useRef)(null);
+  const optsRef = (0, import_react2.useRef)({ formatValue, title });
   optsRef.current.formatValue = formatValue;
   optsRef.current.title = title;
-  (0, import_react.useEffect)(() => {
+  (0, import_react2.useEffect)(() => {
     const tip = acquireTooltip();
     const opts = {
       formatValue: (v, axis) => optsRef.current.formatValue(v, axis),
@@ -1948,12 +2147,12 @@ function TimeChartBox({ data, emptyText, formatValue, title, group, testid }) {
       }
     };
   }, [group]);
-  (0, import_react.useEffect)(() => {
+  (0, import_react2.useEffect)(() => {
     if (!chartRef.current) return;
     chartRef.current.setEmptyText(emptyText);
     chartRef.current.setData(data);
   }, [data, emptyText]);
-  return /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { className: "dgd-chart-body", ref: bodyRef, "data-testid": testid });
+  return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { className: "dgd-chart-body", ref: bodyRef, "data-testid": testid });
 }
 var WINDOWS = ["60", "300", "900", "all"];
 function buildSeries(samples, doc, lang, t0) {
@@ -1983,22 +2182,22 @@ function buildSeries(samples, doc, lang, t0) {
   return { mem: mk(memByGpu), util: mk(utilByGpu), totals };
 }
 function Legend({ series }) {
-  return /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-legend", children: series.map((s) => /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("span", { children: [
-    /* @__PURE__ */ (0, import_jsx_runtime.jsx)("i", { style: { background: s.color } }),
+  return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-legend", children: series.map((s) => /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("span", { children: [
+    /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("i", { style: { background: s.color } }),
     s.label
   ] }, s.key)) });
 }
 function HistoryCharts({ doc, lang }) {
   const h = useHistory();
-  const [win, setWin] = (0, import_react.useState)("300");
-  const group = (0, import_react.useMemo)(() => [], []);
+  const [win, setWin] = (0, import_react2.useState)("300");
+  const group = (0, import_react2.useMemo)(() => [], []);
   const samples = h.samples;
   const last = samples.length ? samples[samples.length - 1].time_unix_s : Date.now() / 1e3;
   const first = samples.length ? samples[0].time_unix_s : last - 60;
   const span = win === "all" ? Math.max(60, last - first) : Number(win);
   const t1 = last;
   const t0 = win === "all" ? Math.min(first, last - 60) : last - span;
-  const { mem, util, totals } = (0, import_react.useMemo)(() => buildSeries(samples, doc, lang, t0), [samples, doc, lang, t0]);
+  const { mem, util, totals } = (0, import_react2.useMemo)(() => buildSeries(samples, doc, lang, t0), [samples, doc, lang, t0]);
   const events = (h.events && h.events.length ? h.events : doc && doc.events || []).filter(Boolean);
   const gapS = Math.max(5, (h.intervalS || 1) * 4);
   let memMax = 0;
@@ -2019,19 +2218,19 @@ function HistoryCharts({ doc, lang }) {
   };
   const utilData = { series: util, t0, t1, yMax: 100, yTicks: [0, 25, 50, 75, 100], events, gapS };
   const growth = doc && doc.memory_growth;
-  return /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("section", { "data-testid": "dsh-gpu-history", children: [
-    /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-block-head", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("h3", { className: "dgd-section-title", children: t(lang, "charts.title") }),
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-window", role: "group", "aria-label": t(lang, "chart.window"), children: WINDOWS.map((w) => /* @__PURE__ */ (0, import_jsx_runtime.jsx)("button", { type: "button", "aria-pressed": w === win ? "true" : "false", onClick: () => setWin(w), "data-testid": `dsh-gpu-window-${w}`, children: t(lang, `window.${w}`) }, w)) })
+  return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("section", { "data-testid": "dsh-gpu-history", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-block-head", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("h3", { className: "dgd-section-title", children: t(lang, "charts.title") }),
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-window", role: "group", "aria-label": t(lang, "chart.window"), children: WINDOWS.map((w) => /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("button", { type: "button", "aria-pressed": w === win ? "true" : "false", onClick: () => setWin(w), "data-testid": `dsh-gpu-window-${w}`, children: t(lang, `window.${w}`) }, w)) })
     ] }),
-    /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-charts", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("figure", { className: "dgd-card dgd-chart", "data-testid": "dsh-gpu-chart-mem", children: [
-        /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("figcaption", { children: [
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-chart-title", children: t(lang, "chart.mem") }),
-          growth ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-chart-flag", children: t(lang, "chart.growing", { rate: fmtMiB(growth.rate_mib_per_min) }) }) : null,
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)(Legend, { series: mem })
+    /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-charts", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("figure", { className: "dgd-card dgd-chart", "data-testid": "dsh-gpu-chart-mem", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("figcaption", { children: [
+          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-chart-title", children: t(lang, "chart.mem") }),
+          growth ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-chart-flag", children: t(lang, "chart.growing", { rate: fmtMiB(growth.rate_mib_per_min) }) }) : null,
+          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(Legend, { series: mem })
         ] }),
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)(
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(
           TimeChartBox,
           {
             data: memData,
@@ -2043,12 +2242,12 @@ function HistoryCharts({ doc, lang }) {
           }
         )
       ] }),
-      /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("figure", { className: "dgd-card dgd-chart", "data-testid": "dsh-gpu-chart-util", children: [
-        /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("figcaption", { children: [
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-chart-title", children: t(lang, "chart.util") }),
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)(Legend, { series: util })
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("figure", { className: "dgd-card dgd-chart", "data-testid": "dsh-gpu-chart-util", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("figcaption", { children: [
+          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-chart-title", children: t(lang, "chart.util") }),
+          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(Legend, { series: util })
         ] }),
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)(
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(
           TimeChartBox,
           {
             data: utilData,
@@ -2061,16 +2260,16 @@ function HistoryCharts({ doc, lang }) {
         )
       ] })
     ] }),
-    /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-card", style: { marginTop: 12 }, "data-testid": "dsh-gpu-events", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("h3", { className: "dgd-section-title", children: t(lang, "events.title") }),
-      events.length ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("ol", { className: "dgd-events", children: events.slice(-30).map((e, i) => /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("li", { children: [
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-mono dgd-muted", children: fmtClock(e.time_unix_s) }),
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-ev-name", children: e.name || NA }),
-        e.pid ? /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("span", { className: "dgd-muted", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-card", style: { marginTop: 12 }, "data-testid": "dsh-gpu-events", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("h3", { className: "dgd-section-title", children: t(lang, "events.title") }),
+      events.length ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("ol", { className: "dgd-events", children: events.slice(-30).map((e, i) => /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("li", { children: [
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-mono dgd-muted", children: fmtClock(e.time_unix_s) }),
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-ev-name", children: e.name || NA }),
+        e.pid ? /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("span", { className: "dgd-muted", children: [
           "pid ",
           e.pid
         ] }) : null
-      ] }, i)) }) : /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-muted", children: t(lang, "events.none") })
+      ] }, i)) }) : /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-muted", children: t(lang, "events.none") })
     ] })
   ] });
 }
@@ -2085,29 +2284,32 @@ function RuntimeFooter({ doc, lang, intervalS }) {
     items.push([t(lang, "runtime.visible"), String(rt.cuda_visible_devices)]);
   if (nv.driver) items.push([t(lang, "runtime.driver"), nv.driver]);
   if (nv.cuda_driver) items.push([t(lang, "runtime.cudaDriver"), nv.cuda_driver]);
-  return /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("footer", { className: "dgd-runtime", "data-testid": "dsh-gpu-runtime", children: [
-    items.map(([k, v]) => /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("span", { children: [
+  return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("footer", { className: "dgd-runtime", "data-testid": "dsh-gpu-runtime", children: [
+    items.map(([k, v]) => /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("span", { children: [
       k,
       " ",
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("b", { children: v })
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("b", { children: v })
     ] }, k)),
-    nv.ok === false && nv.error ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-bad", children: t(lang, "runtime.nvmlError", { error: nv.error }) }) : null,
-    isNum2(intervalS) ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { children: t(lang, "runtime.interval", { s: intervalS }) }) : null
+    nv.ok === false && nv.error ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-bad", children: t(lang, "runtime.nvmlError", { error: nv.error }) }) : null,
+    isNum2(intervalS) ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { children: t(lang, "runtime.interval", { s: intervalS }) }) : null
   ] });
 }
-function GpuView() {
+function GpuView(props) {
+  return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(SessionJobs, { sessionId: props && props.sessionId, children: /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(GpuViewBody, {}) });
+}
+function GpuViewBody() {
   const st = useStatus();
-  const lang = useLang();
+  const lang = useLang2();
   const h = useHistory();
   const doc = st.doc;
-  return /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-root dgd-view", "data-testid": "dsh-gpu-view", "data-state": st.state, children: [
-    /* @__PURE__ */ (0, import_jsx_runtime.jsx)(ConnectionNotice, { st, lang }),
-    doc ? /* @__PURE__ */ (0, import_jsx_runtime.jsxs)(import_jsx_runtime.Fragment, { children: [
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)(Hero, { doc, lang, lastOk: st.lastOk }),
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)(GpuCards, { doc, lang }),
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)(ProcessTable, { doc, lang }),
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)(HistoryCharts, { doc, lang }),
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)(RuntimeFooter, { doc, lang, intervalS: h.intervalS })
+  return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-root dgd-view", "data-testid": "dsh-gpu-view", "data-state": st.state, children: [
+    /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(ConnectionNotice, { st, lang }),
+    doc ? /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)(import_jsx_runtime2.Fragment, { children: [
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(Hero, { doc, lang, lastOk: st.lastOk }),
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(GpuCards, { doc, lang }),
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(ProcessTable, { doc, lang }),
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(HistoryCharts, { doc, lang }),
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(RuntimeFooter, { doc, lang, intervalS: h.intervalS })
     ] }) : null
   ] });
 }
@@ -2138,16 +2340,16 @@ function yamlSnippet(url, cfg) {
 function SettingsSection() {
   const st = useStatus();
   const settings = useSettings();
-  const lang = useLang();
+  const lang = useLang2();
   const store = getStore();
   useTick(1e3);
   const cfg = st.config;
   const effective = cfg && cfg.sidecarUrl || st.problem && st.problem.url || null;
-  const [url, setUrl] = (0, import_react.useState)(settings.sidecarUrl || effective || "http://127.0.0.1:8765");
-  const [refresh, setRefresh] = (0, import_react.useState)(String(settings.refreshS));
-  const [saved, setSaved] = (0, import_react.useState)(false);
-  const [copied, setCopied] = (0, import_react.useState)(false);
-  (0, import_react.useEffect)(() => {
+  const [url, setUrl] = (0, import_react2.useState)(settings.sidecarUrl || effective || "http://127.0.0.1:8765");
+  const [refresh, setRefresh] = (0, import_react2.useState)(String(settings.refreshS));
+  const [saved, setSaved] = (0, import_react2.useState)(false);
+  const [copied, setCopied] = (0, import_react2.useState)(false);
+  (0, import_react2.useEffect)(() => {
     if (!settings.sidecarUrl && effective && url === "http://127.0.0.1:8765") setUrl(effective);
   }, [effective]);
   const vet = vetUrl(url.trim());
@@ -2174,39 +2376,39 @@ function SettingsSection() {
     } catch {
     }
   };
-  return /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-root dgd-settings", "data-testid": "dsh-gpu-settings", children: [
-    /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("section", { className: "dgd-field", "data-testid": "dsh-gpu-connection", "data-state": st.state, children: [
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-field-label", children: t(lang, "settings.connection") }),
-      /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-conn", children: [
-        /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("span", { className: "dgd-conn-state", children: [
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-conn-dot", style: { background: stateColor } }),
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { "data-testid": "dsh-gpu-connection-state", children: t(lang, `settings.state.${st.state}`) }),
-          st.state === "ok" && st.doc ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)(Badge, { doc: st.doc, lang }) : null
+  return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-root dgd-settings", "data-testid": "dsh-gpu-settings", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("section", { className: "dgd-field", "data-testid": "dsh-gpu-connection", "data-state": st.state, children: [
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-field-label", children: t(lang, "settings.connection") }),
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-conn", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("span", { className: "dgd-conn-state", children: [
+          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-conn-dot", style: { background: stateColor } }),
+          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { "data-testid": "dsh-gpu-connection-state", children: t(lang, `settings.state.${st.state}`) }),
+          st.state === "ok" && st.doc ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(Badge, { doc: st.doc, lang }) : null
         ] }),
-        /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("dl", { className: "dgd-kv", children: [
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("dt", { children: t(lang, "settings.effectiveUrl") }),
-          /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("dd", { className: "dgd-mono", "data-testid": "dsh-gpu-effective-url", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("dl", { className: "dgd-kv", children: [
+          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("dt", { children: t(lang, "settings.effectiveUrl") }),
+          /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("dd", { className: "dgd-mono", "data-testid": "dsh-gpu-effective-url", children: [
             effective || NA,
-            cfg ? /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("span", { className: "dgd-muted", children: [
+            cfg ? /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("span", { className: "dgd-muted", children: [
               " · ",
               cfg.tokenSet ? t(lang, "settings.tokenSet") : t(lang, "settings.tokenUnset")
             ] }) : null
           ] }),
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("dt", { children: t(lang, "settings.lastUpdate") }),
-          /* @__PURE__ */ (0, import_jsx_runtime.jsx)("dd", { children: st.lastOk ? fmtAgo((Date.now() - st.lastOk) / 1e3, lang) : t(lang, "updated.never") }),
-          cfg && Array.isArray(cfg.warnings) && cfg.warnings.length ? /* @__PURE__ */ (0, import_jsx_runtime.jsxs)(import_jsx_runtime.Fragment, { children: [
-            /* @__PURE__ */ (0, import_jsx_runtime.jsx)("dt", { children: t(lang, "settings.hostWarnings") }),
-            /* @__PURE__ */ (0, import_jsx_runtime.jsx)("dd", { className: "dgd-note-warn", "data-testid": "dsh-gpu-host-warnings", children: cfg.warnings.map((w, i) => /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { children: w }, i)) })
+          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("dt", { children: t(lang, "settings.lastUpdate") }),
+          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("dd", { children: st.lastOk ? fmtAgo((Date.now() - st.lastOk) / 1e3, lang) : t(lang, "updated.never") }),
+          cfg && Array.isArray(cfg.warnings) && cfg.warnings.length ? /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)(import_jsx_runtime2.Fragment, { children: [
+            /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("dt", { children: t(lang, "settings.hostWarnings") }),
+            /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("dd", { className: "dgd-note-warn", "data-testid": "dsh-gpu-host-warnings", children: cfg.warnings.map((w, i) => /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { children: w }, i)) })
           ] }) : null
         ] }),
-        st.state === "unreachable" ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)(Unreachable, { st, lang }) : null,
-        st.state === "error" ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)(ProblemCard, { st, lang }) : null,
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime.jsx)("button", { type: "button", className: "dgd-btn", onClick: () => store.refreshNow(), "data-testid": "dsh-gpu-test", children: t(lang, "settings.test") }) })
+        st.state === "unreachable" ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(Unreachable, { st, lang }) : null,
+        st.state === "error" ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(ProblemCard, { st, lang }) : null,
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("button", { type: "button", className: "dgd-btn", onClick: () => store.refreshNow(), "data-testid": "dsh-gpu-test", children: t(lang, "settings.test") }) })
       ] })
     ] }),
-    /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("section", { className: "dgd-field", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("label", { className: "dgd-field-label", htmlFor: "dgd-url", children: t(lang, "settings.sidecarUrl") }),
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime.jsx)(
+    /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("section", { className: "dgd-field", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("label", { className: "dgd-field-label", htmlFor: "dgd-url", children: t(lang, "settings.sidecarUrl") }),
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(
         "input",
         {
           id: "dgd-url",
@@ -2217,18 +2419,18 @@ function SettingsSection() {
           onChange: (e) => setUrl(e.target.value)
         }
       ) }),
-      vet === "invalid" ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-note-warn", children: t(lang, "settings.urlInvalid") }) : null,
-      vet === "not-loopback" ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-note-warn", children: t(lang, "settings.urlNotLoopback", { def: cfg && cfg.defaultSidecarUrl || "http://127.0.0.1:8765" }) }) : null,
-      vet === "ok" && !differs && effective ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-note-ok", children: t(lang, "settings.urlSame") }) : null,
-      differs ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-note-warn", "data-testid": "dsh-gpu-url-differs", children: t(lang, "settings.urlDiffers", { url: effective }) }) : null,
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-field-help", children: t(lang, "settings.sidecarUrlHelp", { file: "$DSH_HOME/profiles/web/cordis.patch.yml" }) }),
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("pre", { className: "dgd-pre", "data-testid": "dsh-gpu-yaml", children: snippet }),
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime.jsx)("button", { type: "button", className: "dgd-btn", onClick: copy, children: copied ? t(lang, "settings.copied") : t(lang, "settings.copy") }) })
+      vet === "invalid" ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-note-warn", children: t(lang, "settings.urlInvalid") }) : null,
+      vet === "not-loopback" ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-note-warn", children: t(lang, "settings.urlNotLoopback", { def: cfg && cfg.defaultSidecarUrl || "http://127.0.0.1:8765" }) }) : null,
+      vet === "ok" && !differs && effective ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-note-ok", children: t(lang, "settings.urlSame") }) : null,
+      differs ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-note-warn", "data-testid": "dsh-gpu-url-differs", children: t(lang, "settings.urlDiffers", { url: effective }) }) : null,
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-field-help", children: t(lang, "settings.sidecarUrlHelp", { file: "$DSH_HOME/profiles/web/cordis.patch.yml" }) }),
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("pre", { className: "dgd-pre", "data-testid": "dsh-gpu-yaml", children: snippet }),
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("button", { type: "button", className: "dgd-btn", onClick: copy, children: copied ? t(lang, "settings.copied") : t(lang, "settings.copy") }) })
     ] }),
-    /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("section", { className: "dgd-field", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("label", { className: "dgd-field-label", htmlFor: "dgd-refresh", children: t(lang, "settings.refresh") }),
-      /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-row", children: [
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)(
+    /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("section", { className: "dgd-field", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("label", { className: "dgd-field-label", htmlFor: "dgd-refresh", children: t(lang, "settings.refresh") }),
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-row", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(
           "input",
           {
             id: "dgd-refresh",
@@ -2242,13 +2444,13 @@ function SettingsSection() {
             onChange: (e) => setRefresh(e.target.value)
           }
         ),
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-muted", children: t(lang, "settings.seconds") })
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-muted", children: t(lang, "settings.seconds") })
       ] }),
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-field-help", children: t(lang, "settings.refreshHelp", { min: REFRESH_MIN_S, max: REFRESH_MAX_S }) })
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-field-help", children: t(lang, "settings.refreshHelp", { min: REFRESH_MIN_S, max: REFRESH_MAX_S }) })
     ] }),
-    /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("section", { className: "dgd-field", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("label", { className: "dgd-field-label", htmlFor: "dgd-lang", children: t(lang, "settings.language") }),
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime.jsxs)(
+    /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("section", { className: "dgd-field", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("label", { className: "dgd-field-label", htmlFor: "dgd-lang", children: t(lang, "settings.language") }),
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)(
         "select",
         {
           id: "dgd-lang",
@@ -2257,16 +2459,16 @@ function SettingsSection() {
           onChange: (e) => store.saveSettings({ lang: e.target.value }),
           "data-testid": "dsh-gpu-lang-select",
           children: [
-            /* @__PURE__ */ (0, import_jsx_runtime.jsx)("option", { value: "auto", children: t(lang, "settings.langAuto") }),
-            /* @__PURE__ */ (0, import_jsx_runtime.jsx)("option", { value: "en", children: "English" }),
-            /* @__PURE__ */ (0, import_jsx_runtime.jsx)("option", { value: "zh", children: "中文" })
+            /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("option", { value: "auto", children: t(lang, "settings.langAuto") }),
+            /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("option", { value: "en", children: "English" }),
+            /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("option", { value: "zh", children: "中文" })
           ]
         }
       ) })
     ] }),
-    /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-row", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("button", { type: "button", className: "dgd-btn", onClick: save, "data-testid": "dsh-gpu-save", children: saved ? t(lang, "settings.saved") : t(lang, "settings.save") }),
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-muted", style: { marginLeft: "auto", fontSize: 11.5 }, children: t(lang, "settings.version", { version: cfg && cfg.version || PLUGIN_VERSION, dsh: SUPPORTED_DSH }) })
+    /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-row", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("button", { type: "button", className: "dgd-btn", onClick: save, "data-testid": "dsh-gpu-save", children: saved ? t(lang, "settings.saved") : t(lang, "settings.save") }),
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-muted", style: { marginLeft: "auto", fontSize: 11.5 }, children: t(lang, "settings.version", { version: cfg && cfg.version || PLUGIN_VERSION, dsh: SUPPORTED_DSH }) })
     ] })
   ] });
 }
@@ -2292,6 +2494,22 @@ var CSS = `
 .dgd-chip-label { font-weight: 600; white-space: nowrap; padding: 1px 7px; border-radius: 999px; font-size: 12px; line-height: 18px; }
 .dgd-chip-util { margin-left: auto; flex: none; color: var(--dsw-alias-label-tertiary, #656d76); font-size: 12px; font-variant-numeric: tabular-nums; }
 .dgd-chip-text { min-width: 0; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+
+.dgd-chip-jobs { flex: none; padding: 0 6px; border: 1.5px solid; border-radius: 999px; font-size: 11px; line-height: 16px;
+  color: var(--dsw-alias-label-secondary, #59636e); white-space: nowrap; }
+
+/* ---- the session's jobs (GPU tab) */
+.dgd-jobs { margin-bottom: 14px; }
+.dgd-jobs-title { margin: 0 0 6px; font-size: 13px; font-weight: 600; }
+.dgd-jobs-list { list-style: none; margin: 0; padding: 0; display: flex; flex-direction: column; gap: 4px; }
+.dgd-job { display: flex; align-items: center; gap: 10px; width: 100%; padding: 6px 10px; border-radius: 10px; cursor: pointer; text-align: left;
+  border: 1px solid var(--dsw-alias-border-l2, #e3e6ea); background: transparent; color: inherit; font: inherit; }
+.dgd-job:hover { background: var(--dsw-alias-interactive-bg-hover, rgba(0,0,0,.05)); }
+.dgd-job-on { border-color: var(--dsw-alias-label-secondary, #59636e); }
+.dgd-job-status { flex: none; font-weight: 700; font-size: 11px; padding: 1px 7px; border-radius: 999px; }
+.dgd-job-pid { flex: none; }
+.dgd-job-cmd { min-width: 0; flex: 1; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+.dgd-job-link { flex: none; font-size: 12px; }
 
 /* ---- glance card (shell.overlay) */
 .dgd-glance { position: fixed; left: 12px; bottom: 64px; z-index: 30; pointer-events: auto; width: 380px; max-width: calc(100vw - 24px);

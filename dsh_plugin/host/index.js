@@ -353,8 +353,8 @@ export function createHandler(config, log, configWarnings = [], deps = {}) {
         return sendJson(req, res, 200, {
           plugin: PLUGIN_NAME,
           version: VERSION,
-          sidecarUrl: up.sidecarUrl,
-          configuredSidecarUrl: config.sidecarUrl,
+          sidecarUrl: config.sidecarUrl,
+          activeSidecarUrl: up.sidecarUrl, // the one the plugin started, when autostart did
           defaultSidecarUrl: DEFAULT_SIDECAR_URL,
           tokenSet: Boolean(config.token),
           timeoutMs: config.timeoutMs,

@@ -51,7 +51,7 @@ export class SidecarSupervisor {
       managed: true,
       state: this.phase,
       url: this.url,
-      pid: this.child && this.phase === 'running' ? this.child.pid : this.child ? this.child.pid : null,
+      pid: this.child ? this.child.pid : null,
       command: [this.command, ...this.args].join(' '),
       restarts: this.restarts,
       lastError: this.lastError,
@@ -156,7 +156,7 @@ export class SidecarSupervisor {
     if (code === 'ENOENT' || code === 'EACCES' || code === 'ENOTDIR') {
       if (this.phase !== 'missing') this.log.warn(`cannot start the sidecar: ${this.command}: ${code}. ${SIDECAR_INSTALL_HINT}`)
       this.phase = 'missing'
-      this.lastError = `${this.command}: ${code === 'ENOENT' ? 'command not found' : code}`
+      this.lastError = code === 'ENOENT' ? 'command not found' : code === 'EACCES' ? 'not executable' : code
       // look again later: the user may install it while DSH runs
       this.schedule(BACKOFF_MAX_MS, 'missing')
       return

@@ -92,6 +92,12 @@ export function gpuStatusTool(options) {
     },
     isConcurrencySafe: () => true,
     async execute(args, exec) {
+      // the raw registry does not check arguments against `parameters` (defineTool would): do it
+      // here; a throw becomes the pipeline's failed result, `Error: <message>` for the model
+      const extra = args && typeof args === 'object' ? Object.keys(args).filter((k) => k !== 'job') : []
+      if (!args || typeof args !== 'object' || Array.isArray(args) || extra.length || (args.job !== undefined && typeof args.job !== 'string')) {
+        throw new Error('gpu_status takes one optional argument, `job`: a job id string')
+      }
       try {
         return await gpuStatus(args, exec, options)
       } catch (err) {

@@ -58,6 +58,7 @@ class FakeJob:
         specs: dict[str, dict],
         root: str = "main",
         env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
     ):
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -67,7 +68,7 @@ class FakeJob:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.helpers.fake_job", str(self.dir), root],
             env=python_env(base=env),
-            cwd=REPO,
+            cwd=cwd or REPO,  # the job's working directory (DSH links a job to a session by it)
         )
         self.names = list(specs)
         self.pids = {n: wait_for(lambda n=n: self._pid(n), what=f"fake job {n} to start") for n in specs}

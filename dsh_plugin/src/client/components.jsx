@@ -32,6 +32,7 @@ import { TimeChart, niceTicks } from '../../../sidecar/static/charts.js'
 
 /** @typedef {import('../../../sidecar/static/contract.js').StatusDocument} StatusDocument */
 import { API, REFRESH_MAX_S, REFRESH_MIN_S, clampRefresh, getStore } from './store.js'
+import { JobsSummary, SessionJobs, SidecarMissing } from './jobs.jsx'
 
 export const PLUGIN_VERSION = '0.1.0'
 export const SUPPORTED_DSH = '0.1.0-rc.8'
@@ -273,6 +274,7 @@ function ProblemCard({ st, lang }) {
 /** Unreachable / error / loading, or null when there is data to show. */
 function ConnectionNotice({ st, lang }) {
   if (st.state === 'unreachable') return <Unreachable st={st} lang={lang} />
+  if (st.state === 'missing') return <SidecarMissing st={st} lang={lang} />
   if (st.state === 'error') return <ProblemCard st={st} lang={lang} />
   if (st.state === 'loading' && !st.doc) return <p className="dgd-muted">{t(lang, 'loading')}</p>
   return null
@@ -299,7 +301,7 @@ export function StatusChip({ wide }) {
   let labelStyle = {}
   let dot = STATUS_COLORS.UNKNOWN
   let util = ''
-  if (st.state === 'unreachable') {
+  if (st.state === 'unreachable' || st.state === 'missing') {
     label = t(lang, 'chip.unreachable')
     dot = SEVERITY_COLORS.warning
   } else if (st.state === 'error') {
@@ -341,6 +343,7 @@ export function StatusChip({ wide }) {
             {label}
           </span>
           {doc && st.state === 'ok' ? null : <span className="dgd-chip-text dgd-muted">{t(lang, 'plugin.name')}</span>}
+          <JobsSummary />
           {util ? (
             <span className="dgd-chip-util" data-testid="dsh-gpu-chip-util">
               {util}
@@ -912,7 +915,15 @@ function RuntimeFooter({ doc, lang, intervalS }) {
   )
 }
 
-export function GpuView() {
+export function GpuView(props) {
+  return (
+    <SessionJobs sessionId={props && props.sessionId}>
+      <GpuViewBody />
+    </SessionJobs>
+  )
+}
+
+function GpuViewBody() {
   const st = useStatus()
   const lang = useLang()
   const h = useHistory()

@@ -122,6 +122,10 @@ export function classify(resp, path) {
     // A sidecar of another schema (an older or newer version): say so, never guess at its fields.
     return b.schema === SCHEMA ? { kind: 'ok' } : { kind: 'error', code: 'schema', got: b.schema ?? null, httpStatus: 200 }
   }
+  if (b && b.error === 'sidecar-missing') {
+    // autostart could not run the sidecar command: the card says how to install it
+    return { kind: 'missing', command: b.command || null, install: b.install || null, hint: b.hint || null, detail: b.detail || null }
+  }
   if (b && b.error === 'sidecar-unreachable') {
     return { kind: 'unreachable', url: b.url || null, hint: b.hint || null, detail: b.detail || null }
   }
@@ -183,6 +187,8 @@ function createStore() {
   let historyInFlight = false
   let configFetched = false
   let historyUsers = 0
+  let job = null // the job shown (?job=ID); null: the sidecar's default job
+  const jobQuery = (sep) => (job ? `${sep}job=${encodeURIComponent(job)}` : '')
 
   const lang = () => {
     const l = settings.get().lang
@@ -217,9 +223,11 @@ function createStore() {
   async function pollStatus() {
     if (statusInFlight) return
     statusInFlight = true
-    const path = `${API}/status`
+    const path = `${API}/status${jobQuery('?')}`
+    const asked = job
     try {
       const r = await getJson(path)
+      if (asked !== job) return // another job was chosen meanwhile
       const c = classify(r, path)
       const prev = status.get()
       if (c.kind === 'ok') {
@@ -246,7 +254,9 @@ function createStore() {
     try {
       const h = history.get()
       const since = h.lastTime !== null ? `?since=${encodeURIComponent(String(h.lastTime))}` : ''
-      const r = await getJson(`${API}/history${since}`)
+      const asked = job
+      const r = await getJson(`${API}/history${since}${jobQuery(since ? '&' : '?')}`)
+      if (asked !== job) return // another job was chosen meanwhile
       if (r.httpStatus === 200 && r.json && r.body && Array.isArray(r.body.samples)) {
         const cur = history.get()
         let samples = cur.samples
@@ -354,6 +364,17 @@ function createStore() {
         /* storage full or disabled: keep it for this page */
       }
       if (status.size()) scheduleStatus(intervalMs())
+    },
+    job: () => job,
+    /** Show another job (an id from /jobs, or null for the sidecar's default one). */
+    setJob(id) {
+      const next = typeof id === 'string' && id ? id : null
+      if (next === job) return
+      job = next
+      history.set({ samples: [], events: [], intervalS: null, lastTime: null, error: null })
+      status.set({ ...status.get(), doc: null, state: 'loading' })
+      if (status.size()) scheduleStatus(0)
+      if (historyUsers) scheduleHistory(0)
     },
     toggleGlance(open) {
       const cur = ui.get().glanceOpen

@@ -1,0 +1,339 @@
+"""DSH without a terminal (issue 14): the plugin starts and supervises the sidecar itself.
+
+Real DSH 0.1.0-rc.8 from a fresh DSH_HOME, the plugin added as a user adds it, and NO sidecar
+running: nothing answers at the configured URL. The plugin must then start `dsh-sidecar` itself
+(a real process, found here through /proc), show a job started under the session's workspace in
+the session's GPU tab and in the chip, restart the sidecar after a kill -9, say how to install it
+when the command is missing, answer the agent tool `gpu_status` through DSH's own tool pipeline
+(`ctx.tools.execute`, run by the test-only host plugin tests/browser/dsh_tool_runner), and stop
+the sidecar when DSH stops.
+
+Until the sidecar's discovery mode (no --pid) lands, the test points the plugin at the job with the
+config key `sidecarArgs: ["--pid", PID, ...]`; the plugin's own arguments (`--host 127.0.0.1
+--port 0`, the token in DSH_SIDECAR_TOKEN) are the same either way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+import time
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.browser.conftest import GPU_NAMES, model, sysfs_cards
+from tests.browser.dsh_env import DshHome, DshWeb, get_json, start_dsh_web
+from tests.browser.test_dsh_plugin import (  # noqa: F401 (dsh_launcher is a fixture)
+    API,
+    dsh_launcher,
+    new_page,
+    open_session,
+    plugin_errors,
+    shot,
+    wait_for_panel,
+)
+from tests.fakenvml import FakeNvml, gpu, make_fake_sysfs
+from tests.helpers.harness import FakeJob, cuda_runtime, wait_for
+
+pytestmark = [pytest.mark.browser, pytest.mark.dsh]
+
+RUNNER_DIR = Path(__file__).resolve().parent / "dsh_tool_runner"
+SIDECAR_BIN = Path(sys.executable).parent / "dsh-sidecar"
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cmdline(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state != "Z"
+
+
+def ancestors(pid: int) -> list[int]:
+    out = []
+    while pid > 1:
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (FileNotFoundError, IndexError, ValueError):
+            break
+        out.append(pid)
+    return out
+
+
+def managed_sidecar(web: DshWeb) -> dict:
+    code, cfg = get_json(web.url, f"{API}/config")
+    assert code == 200, cfg
+    return cfg["sidecar"] or {}
+
+
+def wait_running(web: DshWeb, timeout_s: float = 40.0, not_pid: int | None = None) -> dict:
+    return wait_for(
+        lambda: (
+            (s := managed_sidecar(web)).get("state") == "running"
+            and s.get("pid")
+            and s["pid"] != not_pid
+            and s
+        ),
+        timeout_s,
+        0.2,
+        f"the plugin's sidecar to run (now: {managed_sidecar(web)})",
+    )
+
+
+def run_tool(web: DshWeb, name: str, args: dict) -> dict:
+    q = urllib.parse.urlencode({"name": name, "args": json.dumps(args)})
+    code, body = get_json(web.url, f"/dsh-gpu-test-tools/execute?{q}", timeout_s=30)
+    assert code == 200, body
+    return body
+
+
+@dataclass
+class Autostarted:
+    web: DshWeb
+    job: FakeJob
+    workspace: Path
+    home: DshHome
+
+
+def simulated_gpu_env(base: Path, lib_dir: Path) -> tuple[FakeNvml, dict[str, str]]:
+    nvml = FakeNvml(lib_dir=lib_dir, scenario_path=base / "scenario.txt")
+    sysfs = make_fake_sysfs(base / "sys", sysfs_cards(1))
+    full = nvml.env({"DSH_SYSFS_ROOT": str(sysfs)})
+    # only what the simulated driver adds: DSH's own environment (HOME, DSH_HOME, PATH) stays
+    keys = ("LD_LIBRARY_PATH", "FAKE_NVML_SCENARIO", "PYTHONPATH", "DSH_SYSFS_ROOT")
+    return nvml, {k: full[k] for k in keys if k in full}
+
+
+@pytest.fixture(scope="module")
+def autostarted(dsh_launcher: Path, fake_nvml_lib_dir: Path, tmp_path_factory) -> Iterator[Autostarted]:
+    if not SIDECAR_BIN.exists():
+        pytest.skip(f"{SIDECAR_BIN} is not installed (pip install -e .)")
+    base = tmp_path_factory.mktemp("dsh-autostart")
+    workspace = base / "work"  # where `dsh web` starts: the workspace root
+    workspace.mkdir()
+    nvml, gpu_env = simulated_gpu_env(base, fake_nvml_lib_dir)
+    uuid = gpu(0)["uuid"]
+    # a training job started from the workspace, its model left on the CPU of a GPU machine
+    job = FakeJob(
+        base / "job",
+        {
+            "main": {
+                "payload": {
+                    "role": "main",
+                    "script": "train.py",
+                    "runtime": cuda_runtime([uuid]),
+                    "models": [model("net", "cpu", input_device="cpu")],
+                }
+            }
+        },
+        cwd=workspace,
+    )
+    web = None
+    try:
+        nvml.write({"driver_version": "550.54.15", "cuda_driver_version": 12040,
+                    "gpus": [gpu(0, name=GPU_NAMES[0], util_gpu=0, memory_used_mib=0)]})
+        home = DshHome.create(base / "home", dsh_launcher)
+        home.add_plugin()
+        home.add_plugin(RUNNER_DIR)
+        port = closed_port()  # no sidecar answers there
+        home.write_plugin_config(
+            sidecarUrl=f"http://127.0.0.1:{port}",
+            token=None,
+            timeoutMs=2000,
+            autostart=True,
+            sidecarCommand=str(SIDECAR_BIN),
+            sidecarArgs=["--pid", str(job.pid), "--interval", "0.5", "--stay"],
+        )
+        web = start_dsh_web(home, workspace, extra_env=gpu_env)
+        yield Autostarted(web, job, workspace, home)
+    finally:
+        if web is not None:
+            web.stop()
+        job.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_the_plugin_starts_the_sidecar_itself(autostarted: Autostarted) -> None:
+    web = autostarted.web
+    s = wait_running(web)
+    pid = s["pid"]
+    argv = cmdline(pid)
+    # a real dsh-sidecar process, a child of DSH, on a free loopback port, its token kept off argv
+    assert any(Path(a).name == "dsh-sidecar" for a in argv[:2]), argv
+    assert argv[-4:] == ["--host", "127.0.0.1", "--port", "0"], argv
+    assert web.process.pid in ancestors(pid), (ancestors(pid), web.process.pid)
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    token = [e for e in environ if e.startswith(b"DSH_SIDECAR_TOKEN=")]
+    assert token and len(token[0]) > len("DSH_SIDECAR_TOKEN=") + 30
+    assert not any(token[0].split(b"=", 1)[1].decode() in a for a in argv)
+    # the token is the plugin's own: the sidecar refuses anyone without it
+    code, _ = get_json(s["url"], "/api/dsh-gpu-dashboard/status")
+    assert code == 401
+    code, cfg = get_json(web.url, f"{API}/config")
+    assert cfg["tokenSet"] is False and token[0].split(b"=", 1)[1].decode() not in json.dumps(cfg)
+    # ... while the proxy reaches it
+    code, doc = wait_for(
+        lambda: (r := get_json(web.url, f"{API}/status"))[0] == 200 and r, 30, 0.3, "the proxied status"
+    )
+    assert doc["target"]["pid"] == autostarted.job.pid
+    code, jobs = get_json(web.url, f"{API}/jobs")
+    assert code == 200 and [j["root_pid"] for j in jobs["jobs"]] == [autostarted.job.pid], jobs
+
+
+def test_the_gpu_tab_and_the_chip_show_the_workspace_job_and_survive_a_kill(
+    chromium, autostarted: Autostarted
+) -> None:
+    web = autostarted.web
+    first = wait_running(web)
+    job_id = get_json(web.url, f"{API}/jobs")[1]["jobs"][0]["id"]
+    errors: list[str] = []
+    ctx, page = new_page(chromium, web.url, errors)
+    try:
+        chip = wait_for_panel(page)
+        page.wait_for_selector('[data-testid="dsh-gpu-chip"][data-state="ok"]', timeout=30_000)
+        summary = page.locator('[data-testid="dsh-gpu-chip-jobs"]')
+        summary.wait_for()
+        assert summary.get_attribute("data-count") == "1"
+        assert summary.get_attribute("data-worst-job") == job_id
+        assert summary.get_attribute("data-worst") == chip.get_attribute("data-status")
+
+        open_session(page)
+        row = page.locator(f'[data-testid="dsh-gpu-session-job"][data-job-id="{job_id}"]')
+        row.wait_for(timeout=30_000)
+        assert row.get_attribute("data-link") == "workspace"
+        assert str(autostarted.job.pid) in row.inner_text()
+        view = page.locator('[data-testid="dsh-gpu-view"][data-state="ok"]')
+        view.wait_for(timeout=30_000)
+        # the session's job, through ?job=: the verdict of the CPU model
+        code, doc = get_json(web.url, f"{API}/status?job={urllib.parse.quote(job_id)}")
+        assert code == 200 and doc["job_id"] == job_id
+        assert doc["status"] in view.inner_text() or doc["status"] == chip.get_attribute("data-status")
+        # which session asked: the host answers its workspace
+        shot(page, "autostart-session-tab")
+
+        # kill -9 the sidecar the plugin started: it comes back (backoff), so does the data
+        os.kill(first["pid"], signal.SIGKILL)
+        again = wait_running(web, 40, not_pid=first["pid"])
+        assert again["restarts"] >= 1 and again["pid"] != first["pid"]
+        assert not alive(first["pid"])
+        page.wait_for_function(
+            """() => { const v = document.querySelector('[data-testid="dsh-gpu-view"]');
+                       return v && v.dataset.state === 'ok' }""",
+            timeout=30_000,
+        )
+        code, doc = wait_for(
+            lambda: (r := get_json(web.url, f"{API}/status?job={urllib.parse.quote(job_id)}"))[0] == 200 and r,
+            30,
+            0.3,
+            "status after the restart",
+        )
+        assert doc["target"]["pid"] == autostarted.job.pid
+        row.wait_for()
+        page.wait_for_selector('[data-testid="dsh-gpu-chip"][data-state="ok"]', timeout=30_000)
+        assert not plugin_errors(errors), errors
+    finally:
+        ctx.close()
+
+
+def test_gpu_status_tool_through_dsh_tool_pipeline(autostarted: Autostarted) -> None:
+    web = autostarted.web
+    wait_running(web)
+    code, schemas = get_json(web.url, "/dsh-gpu-test-tools/schemas")
+    assert code == 200, schemas
+    tool = next(t for t in schemas["tools"] if t["name"] == "gpu_status")
+    assert "job" in tool["parameters"]["properties"]
+
+    def verdict() -> dict | None:
+        r = run_tool(web, "gpu_status", {})
+        jobs = (r.get("value") or {}).get("jobs") or []
+        return r if jobs and jobs[0]["status"] == "CPU" else None
+
+    r = wait_for(verdict, 30, 0.5, "a CPU verdict from gpu_status")
+    assert r["isError"] is False, r
+    value = r["value"]
+    assert value["workspace"] == str(autostarted.workspace.resolve())
+    (j,) = value["jobs"]
+    assert j["pid"] == autostarted.job.pid and j["link"] == "workspace"
+    assert j["model_device"] == "cpu" and j["input_devices"] == ["cpu"]
+    assert j["gpus"] and j["gpus"][0]["name"] == GPU_NAMES[0]
+    hinted = [w for w in j["warnings"] if w["hint"]]
+    assert hinted, j["warnings"]
+    text = "".join(c.get("text", "") for c in r["content"])
+    assert f"Job {j['job']} (pid {j['pid']}): CPU." in text
+    assert "model on cpu" in text and hinted[0]["hint"] in text
+    # one job by id, and a bad id answered as a value the model can read
+    one = run_tool(web, "gpu_status", {"job": j["job"]})
+    assert one["isError"] is False and one["value"]["jobs"][0]["job"] == j["job"]
+    bad = run_tool(web, "gpu_status", {"job": "nope"})
+    assert bad["isError"] is False and "not a job id" in bad["value"]["error"]
+    # wrong arguments: the tool throws, DSH's pipeline turns it into a failed result
+    wrong = run_tool(web, "gpu_status", {"job": 5})
+    assert wrong["isError"] is True and "optional argument" in wrong["error"]["message"], wrong
+    assert wrong["content"][0]["text"].startswith("Error:"), wrong
+
+
+def test_the_sidecar_stops_with_dsh(autostarted: Autostarted) -> None:
+    web = autostarted.web
+    pid = wait_running(web)["pid"]
+    # SIGTERM to DSH alone (not its process group): DSH disposes its plugins, ours stops the sidecar
+    os.kill(web.process.pid, signal.SIGTERM)
+    web.process.proc.wait(30)
+    wait_for(lambda: not alive(pid), 10, 0.1, f"the sidecar (pid {pid}) to stop with DSH")
+
+
+def test_a_missing_sidecar_command_shows_how_to_install_it(
+    chromium, dsh_launcher: Path, tmp_path: Path
+) -> None:
+    home = DshHome.create(tmp_path / "home", dsh_launcher)
+    home.add_plugin()
+    home.add_plugin(RUNNER_DIR)
+    missing = str(tmp_path / "nowhere" / "dsh-sidecar")
+    home.write_plugin_config(
+        sidecarUrl=f"http://127.0.0.1:{closed_port()}", token=None, timeoutMs=1000, sidecarCommand=missing
+    )
+    with start_dsh_web(home, tmp_path / "work") as web:
+        code, body = wait_for(
+            lambda: (r := get_json(web.url, f"{API}/status"))[0] == 502 and r, 20, 0.2, "sidecar-missing"
+        )
+        assert body["error"] == "sidecar-missing" and body["command"] == missing, body
+        assert "pip install" in body["install"] and "sidecarCommand" in body["hint"]
+        assert managed_sidecar(web)["state"] == "missing"
+        errors: list[str] = []
+        ctx, page = new_page(chromium, web.url, errors)
+        try:
+            chip = wait_for_panel(page)
+            page.wait_for_selector('[data-testid="dsh-gpu-chip"][data-state="missing"]', timeout=30_000)
+            chip.click()
+            card = page.locator('[data-testid="dsh-gpu-glance"] [data-testid="dsh-gpu-sidecar-missing"]')
+            card.wait_for()
+            text = card.inner_text()
+            assert "The sidecar is not installed" in text and missing in text
+            assert page.locator('[data-testid="dsh-gpu-install-command"]').inner_text() == body["install"]
+            page.mouse.move(0, 0)
+            shot(page, "sidecar-missing")
+            assert not plugin_errors(errors), errors
+        finally:
+            ctx.close()
+        r = run_tool(web, "gpu_status", {})
+        assert r["isError"] is False and "cannot be started" in r["value"]["error"]
+        assert "sidecarCommand" in r["value"]["hint"]
+        assert "cannot be started" in r["content"][0]["text"]
+        assert web.process.proc.poll() is None, web.log()
