@@ -343,7 +343,8 @@ var en_default = {
   "missing.title": "The sidecar is not installed",
   "missing.body": "The GPU dashboard starts its sidecar by itself, but {command} cannot be run ({error}). Install it:",
   "missing.config": "Or set sidecarCommand in the plugin's config to the full path of dsh-sidecar.",
-  "missing.retry": "The plugin looks for it again every 30 s (or restart dsh web)."
+  "missing.retry": "The plugin looks for it again every 30 s (or restart dsh web).",
+  "jobs.linkAttached": "attached with --pid"
 };
 
 // ../sidecar/static/i18n/zh.json
@@ -615,7 +616,8 @@ var zh_default = {
   "missing.title": "未安装 sidecar",
   "missing.body": "GPU 仪表盘会自行启动 sidecar，但无法运行 {command}（{error}）。请安装：",
   "missing.config": "或在插件配置中将 sidecarCommand 设为 dsh-sidecar 的完整路径。",
-  "missing.retry": "插件每 30 秒会再查找一次（或重启 dsh web）。"
+  "missing.retry": "插件每 30 秒会再查找一次（或重启 dsh web）。",
+  "jobs.linkAttached": "通过 --pid 附加"
 };
 
 // ../sidecar/static/format.js
@@ -1526,6 +1528,7 @@ function useJobs(sessionId) {
   }, [sessionId, settings.refreshS]);
   return result;
 }
+var LINK_TEXT = { shell: "jobs.linkShell", workspace: "jobs.linkWorkspace", attached: "jobs.linkAttached" };
 function cmdText(cmd) {
   return Array.isArray(cmd) ? cmd.join(" ") : "";
 }
@@ -1549,7 +1552,7 @@ function JobRow({ job, selected, lang, onSelect }) {
         /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-job-cmd dgd-mono", children: cmdText(job.command) }),
         /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("span", { className: "dgd-muted dgd-job-link", children: [
           job.alive === false ? `${t(lang, "jobs.exited")} · ` : "",
-          job.link && job.link.by === "shell" ? t(lang, "jobs.linkShell") : t(lang, "jobs.linkWorkspace")
+          t(lang, LINK_TEXT[job.link && job.link.by] || "jobs.linkWorkspace")
         ] })
       ]
     }

@@ -101,12 +101,17 @@ export function worstFirst(jobs) {
     .map((x) => x.job)
 }
 
-/** Filter and annotate a JobsDocument for one session: each kept job gets `link`. */
+/**
+ * Filter and annotate a JobsDocument for one session: each kept job gets `link`. A sidecar in
+ * "pid" mode watches the one job its user attached it to (`dsh-sidecar --pid PID`): that job shows
+ * in every session, linked `{by: 'attached'}` when neither its lineage nor its cwd ties it to one.
+ */
 export function sessionJobs(doc, session, sessionOfPid) {
   const jobs = doc && Array.isArray(doc.jobs) ? doc.jobs : []
+  const attached = doc && doc.mode === 'pid'
   const kept = []
   for (const job of jobs) {
-    const link = linkOf(job, session, sessionOfPid)
+    const link = linkOf(job, session, sessionOfPid) || (attached ? { by: 'attached' } : null)
     if (link) kept.push({ ...job, link })
   }
   return worstFirst(kept)

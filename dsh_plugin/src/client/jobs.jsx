@@ -50,6 +50,8 @@ export function useJobs(sessionId) {
   return result
 }
 
+const LINK_TEXT = { shell: 'jobs.linkShell', workspace: 'jobs.linkWorkspace', attached: 'jobs.linkAttached' }
+
 function cmdText(cmd) {
   return Array.isArray(cmd) ? cmd.join(' ') : ''
 }
@@ -76,7 +78,7 @@ function JobRow({ job, selected, lang, onSelect }) {
         <span className="dgd-job-cmd dgd-mono">{cmdText(job.command)}</span>
         <span className="dgd-muted dgd-job-link">
           {job.alive === false ? `${t(lang, 'jobs.exited')} · ` : ''}
-          {job.link && job.link.by === 'shell' ? t(lang, 'jobs.linkShell') : t(lang, 'jobs.linkWorkspace')}
+          {t(lang, LINK_TEXT[job.link && job.link.by] || 'jobs.linkWorkspace')}
         </span>
       </button>
     </li>
