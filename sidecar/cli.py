@@ -1,7 +1,9 @@
 """`dsh-sidecar`: attach to a training job and answer "is it really running on the GPU?".
 
-    dsh-sidecar --pid PID [--host 127.0.0.1] [--port 8765] [--interval 1.5] [--history 600] [--token T]
-    dsh-sidecar --pid PID --once [--json]
+    dsh-sidecar [--host 127.0.0.1] [--port 8765] [--interval 1.5] [--history 600] [--token T]
+                                    every job of this user (root: of every user), found by itself
+    dsh-sidecar --pid PID [serve options]           one job: the process tree under PID
+    dsh-sidecar [--pid PID] --once [--json]
     dsh-sidecar run [serve options] -- CMD [ARGS...]
     dsh-sidecar doctor [--python PYTHON] [--json]
 
@@ -156,9 +158,20 @@ def serve_parser() -> argparse.ArgumentParser:
         epilog="Other commands: 'dsh-sidecar run -- CMD ...' starts and watches CMD; 'dsh-sidecar doctor' checks "
         "this machine.",
     )
-    p.add_argument("--pid", type=_pid, required=True, help="process id of the training job (or its launcher)")
+    p.add_argument(
+        "--pid",
+        type=_pid,
+        default=None,
+        help="process id of one training job (or its launcher); without it, every job of this user is "
+        "found and watched (root: of every user)",
+    )
     p.add_argument("--once", action="store_true", help="poll once, print a summary and exit")
-    p.add_argument("--json", action="store_true", help="with --once: print the status document as JSON")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="with --once: print the status document as JSON (without --pid: the jobs list and every "
+        "job's document)",
+    )
     p.add_argument("--version", action="version", version=f"dsh-sidecar {__version__}")
     _add_serve_options(p)
     return p
@@ -284,6 +297,8 @@ def _main_serve(args: argparse.Namespace) -> int:
         _check_serve_args(args)
     elif args.interval < MIN_INTERVAL_S:
         raise UsageError(f"--interval must be at least {MIN_INTERVAL_S} s")
+    if args.pid is None:
+        return _main_discover(args)
     if not _pid_exists(args.pid):
         return _fail(
             EXIT_NO_PID,
@@ -302,6 +317,26 @@ def _main_serve(args: argparse.Namespace) -> int:
             poller.stop()
         text = json.dumps(doc, indent=2, ensure_ascii=False) if args.json else human_summary(doc)
         return _print_to_a_pipe(text)
+    return _serve(args, poller, child=None)
+
+
+def _main_discover(args: argparse.Namespace) -> int:
+    """Without --pid: every job of this user (root: every user's), found by the sidecar."""
+    from sidecar.jobs import JobsPoller
+
+    poller = JobsPoller(interval_s=args.interval, history_s=args.history, rules=_rules_from_env())
+    if args.once:
+        try:
+            jobs = poller.poll_once()
+            docs = poller.documents()
+        finally:
+            poller.stop()
+        if args.json:
+            text = json.dumps({"jobs": jobs, "documents": docs}, indent=2, ensure_ascii=False)
+        else:
+            text = jobs_summary(jobs, docs)
+        return _print_to_a_pipe(text)
+    _SIGNALS.install()
     return _serve(args, poller, child=None)
 
 
@@ -356,7 +391,8 @@ def _serve(args: argparse.Namespace, poller, child: subprocess.Popen | None) -> 
     url = f"http://{host}:{port}/"
     poller.start()
     threading.Thread(target=server.run, name="dsh-sidecar-http", daemon=True).start()
-    print(f"dsh-sidecar: serving {url} (watching pid {poller.target_pid}; open it in a browser)", flush=True)
+    watching = f"pid {poller.target_pid}" if poller.target_pid is not None else _whose_jobs()
+    print(f"dsh-sidecar: serving {url} (watching {watching}; open it in a browser)", flush=True)
     if args.token:
         print(f"dsh-sidecar: a token is required: open {url}?token=<your token>", flush=True)
 
@@ -393,6 +429,12 @@ def _serve(args: argparse.Namespace, poller, child: subprocess.Popen | None) -> 
         rc = child.returncode
         return 128 - rc if rc is not None and rc < 0 else (rc or 0)
     return EXIT_OK
+
+
+def _whose_jobs() -> str:
+    from sidecar.sources.lineage import user_name
+
+    return "every user's jobs" if os.getuid() == 0 else f"every job of {user_name(os.getuid())}"
 
 
 def exit_note(returncode: int | None) -> str:
@@ -507,6 +549,25 @@ def human_summary(doc: dict[str, Any]) -> str:
         lines.append(
             f"  {'  ' * p.get('depth', 0)}{p['pid']} {p['name']} [{role}] model: {models} gpu: {gpu}"
         )
+    return "\n".join(lines)
+
+
+def jobs_summary(jobs: dict[str, Any], docs: list[dict[str, Any]]) -> str:
+    """--once without --pid: one line per job, then each job's summary."""
+    if not jobs["jobs"]:
+        return (
+            "no jobs found: nothing of yours runs the probe or uses a GPU (add `import probe; "
+            "probe.register(model)` to the training script, or watch one process with --pid PID)"
+        )
+    lines = [f"{len(jobs['jobs'])} job(s):"]
+    for j in jobs["jobs"]:
+        default = " (default)" if j["id"] == jobs["default_job"] else ""
+        command = " ".join(j["command"] or ()) or "?"
+        lines.append(f"  {j['id']}{default} [{j['status']}] {j['user'] or '?'}: {command}")
+    by_id = {d["job_id"]: d for d in docs}
+    for j in jobs["jobs"]:
+        if j["id"] in by_id:
+            lines += ["", f"job {j['id']}:", human_summary(by_id[j["id"]])]
     return "\n".join(lines)
 
 

@@ -15,6 +15,7 @@ from probe_wire.schema import MODEL_COLLECTED, PUBLISH_FAILED
 from sidecar import bounds
 from sidecar.bounds import MAX_ID_CHARS, clip, clip_opt
 from sidecar.history import Sample
+from sidecar.sources.lineage import is_mp_child, is_mp_helper
 from sidecar.verdict import (
     Facts,
     GpuFacts,
@@ -31,9 +32,6 @@ from sidecar.verdict import (
 MIB = 1048576.0
 # Process states (/proc/PID/stat field 3) of a process that does nothing until it is continued.
 STOPPED_STATES = ("T", "t")
-# What multiprocessing's own helper processes run (python -c "from multiprocessing.X import main; ...").
-_MP_HELPER_MODULES = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
-_MP_CHILD_MODULES = ("multiprocessing.spawn", "multiprocessing.forkserver")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -93,27 +91,6 @@ def cuda_reserved_mib(payload: dict[str, Any]) -> float | None:
         if isinstance(m, dict) and _int(m.get("reserved_bytes")) is not None:
             total = (total or 0.0) + m["reserved_bytes"] / MIB
     return total
-
-
-def _python_c_code(cmdline: tuple[str, ...] | None) -> str:
-    """The code of ``python [flags] -c CODE``, after interpreter flags such as -B, -s, -E; else ""."""
-    if not cmdline:
-        return ""
-    head = list(cmdline[1:8])
-    return head[head.index("-c") + 1] if "-c" in head[:-1] else ""
-
-
-def is_mp_helper(cmdline: tuple[str, ...] | None) -> bool:
-    """multiprocessing's resource tracker or forkserver process: it never runs the user's code."""
-    code = _python_c_code(cmdline)
-    return any(m in code for m in _MP_HELPER_MODULES)
-
-
-def is_mp_child(cmdline: tuple[str, ...] | None) -> bool:
-    """Started by multiprocessing's spawn or forkserver (a DataLoader worker, a spawned rank): such a
-    process runs only what it was handed, and the probe only if that imports it."""
-    code = _python_c_code(cmdline)
-    return any(m in code for m in _MP_CHILD_MODULES)
 
 
 def publish_failure(payload: dict[str, Any]) -> str | None:

@@ -31,11 +31,15 @@ POLL_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
 # Sources the poller counts failures for (sidecar/poller.py); always exported, 0 until one fails.
 ERROR_SOURCES = ("proctree", "probe", "nvml", "sysfs", "poll")
 
-GPU_LABELS = ["gpu", "uuid", "name"]
-PROCESS_GPU_LABELS = ["pid", "role", "gpu", "rank"]
-MODEL_INFO_LABELS = ["pid", "model", "device", "rank"]
-MODEL_CALLS_LABELS = ["pid", "model", "rank"]
-RANK_LABELS = ["pid", "rank", "local_rank", "world_size"]
+GPU_LABELS = ["gpu", "uuid", "name"]  # a GPU is the machine's, not a job's: no job_id
+# Per-job series carry the job's id (`<root pid>-<root start ticks>`, the status document's job_id):
+# one sidecar per node covers every job on it (discovery), and --pid series look the same.
+PROCESS_GPU_LABELS = ["job_id", "pid", "role", "gpu", "rank"]
+MODEL_INFO_LABELS = ["job_id", "pid", "model", "device", "rank"]
+MODEL_CALLS_LABELS = ["job_id", "pid", "model", "rank"]
+RANK_LABELS = ["job_id", "pid", "rank", "local_rank", "world_size"]
+STATUS_LABELS = ["job_id", "status"]
+WARNING_LABELS = ["job_id", "code", "severity"]
 
 
 def _text(x: Any) -> str:
@@ -118,7 +122,10 @@ class SidecarCollector:
             own = list(self._self_metrics(doc, last_poll))
         yield from own
         if doc is not None:
-            yield from self._from_document(doc)
+            # Discovery: every job's document (they share the GPUs); --pid: the one.
+            docs = self.poller.documents() if hasattr(self.poller, "documents") else [doc]
+            yield from self._gpu_metrics(doc)
+            yield from self._job_metrics(docs)
 
     def _self_metrics(self, doc: dict[str, Any] | None, last_poll: float | None) -> Iterator[Metric]:
         info = self._gauge("dsh_sidecar_info", "The sidecar's version (always 1).", ["version"])
@@ -158,7 +165,7 @@ class SidecarCollector:
             errors.add([source], counts.get(source, 0))
         yield errors.family
 
-    def _from_document(self, doc: dict[str, Any]) -> Iterator[Metric]:
+    def _gpu_metrics(self, doc: dict[str, Any]) -> Iterator[Metric]:
         util = self._gauge("dsh_gpu_utilization_percent", "GPU utilisation, 0-100 (NVML).", GPU_LABELS)
         used = self._gauge("dsh_gpu_memory_used_bytes", "GPU memory in use (NVML).", GPU_LABELS)
         total = self._gauge("dsh_gpu_memory_total_bytes", "GPU memory in all (NVML).", GPU_LABELS)
@@ -172,6 +179,7 @@ class SidecarCollector:
                 total.add(labels, g["mem_total_mib"] * MIB)
         yield from (util.family, used.family, total.family)
 
+    def _job_metrics(self, docs: list[dict[str, Any]]) -> Iterator[Metric]:
         pmem = self._gauge(
             "dsh_process_gpu_memory_used_bytes",
             "GPU memory used by a process of the job's tree, per GPU (NVML).",
@@ -193,33 +201,32 @@ class SidecarCollector:
             "A torch.distributed rank of the job (a process with role 'rank'; always 1).",
             RANK_LABELS,
         )
-        for p in doc.get("processes") or ():
-            pid, rank = p.get("pid"), p.get("rank")
-            for g in p.get("gpu") or ():
-                labels = [pid, p.get("role"), g.get("index"), rank]
-                if g.get("mem_used_mib") is not None:
-                    pmem.add(labels, g["mem_used_mib"] * MIB)
-                if g.get("sm_util_pct") is not None:
-                    psm.add(labels, g["sm_util_pct"])
-            for name, m in model_labels(p.get("models") or ()):
-                minfo.add([pid, name, m.get("device"), rank], 1)
-                mcalls.add([pid, name, rank], m.get("forward_calls") or 0)
-            if p.get("role") == "rank":
-                rinfo.add([pid, rank, p.get("local_rank"), p.get("world_size")], 1)
-        yield from (pmem.family, psm.family, minfo.family, mcalls.family, rinfo.family)
-
-        status = self._gauge("dsh_status", "The verdict, one-hot over GPU/CPU/MIXED/UNKNOWN.", ["status"])
-        for s in STATUSES:
-            status.add([s], 1 if doc.get("status") == s else 0)
-        yield status.family
+        status = self._gauge("dsh_status", "The verdict, one-hot over GPU/CPU/MIXED/UNKNOWN.", STATUS_LABELS)
         warn = self._gauge(
             "dsh_warning_active",
             "A warning of the verdict that is active now (always 1).",
-            ["code", "severity"],
+            WARNING_LABELS,
         )
-        for w in doc.get("warnings") or ():
-            warn.add([w.get("code"), w.get("severity")], 1)
-        yield warn.family
+        for doc in docs:
+            job = doc.get("job_id")
+            for p in doc.get("processes") or ():
+                pid, rank = p.get("pid"), p.get("rank")
+                for g in p.get("gpu") or ():
+                    labels = [job, pid, p.get("role"), g.get("index"), rank]
+                    if g.get("mem_used_mib") is not None:
+                        pmem.add(labels, g["mem_used_mib"] * MIB)
+                    if g.get("sm_util_pct") is not None:
+                        psm.add(labels, g["sm_util_pct"])
+                for name, m in model_labels(p.get("models") or ()):
+                    minfo.add([job, pid, name, m.get("device"), rank], 1)
+                    mcalls.add([job, pid, name, rank], m.get("forward_calls") or 0)
+                if p.get("role") == "rank":
+                    rinfo.add([job, pid, rank, p.get("local_rank"), p.get("world_size")], 1)
+            for s in STATUSES:
+                status.add([job, s], 1 if doc.get("status") == s else 0)
+            for w in doc.get("warnings") or ():
+                warn.add([job, w.get("code"), w.get("severity")], 1)
+        yield from (pmem.family, psm.family, minfo.family, mcalls.family, rinfo.family, status.family, warn.family)
 
 
 def model_labels(models: Iterable[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -68,8 +68,8 @@ __export(index_exports, {
 });
 module.exports = __toCommonJS(index_exports);
 
-// src/client/components.jsx
-var import_react2 = require("react");
+// src/client/shared.jsx
+var import_react = require("react");
 
 // ../sidecar/static/contract.js
 var SCHEMA = 2;
@@ -332,19 +332,20 @@ var en_default = {
   "hint.rank-shared-gpu": "Call `torch.cuda.set_device(local_rank)` and use `device = torch.device('cuda', local_rank)` in each rank.",
   "warning.rank-device-mismatch": "Rank with LOCAL_RANK={rank} (pid {pid}) has model {model} on {device}.",
   "hint.rank-device-mismatch": "Use `device = torch.device('cuda', int(os.environ['LOCAL_RANK']))` and `torch.cuda.set_device(device)`.",
-  "jobs.title": "Jobs of this session",
-  "jobs.none": "No PyTorch job of this session yet. Jobs started from this session's shell, or with their working directory under {workspace}, show here.",
-  "jobs.countOne": "1 job",
-  "jobs.count": "{n} jobs",
-  "jobs.linkShell": "started from this session's shell",
-  "jobs.linkWorkspace": "in the workspace",
+  "jobs.title": "{n} jobs:",
   "jobs.exited": "exited",
-  "jobs.select": "Show this job",
+  "sessionJobs.title": "Jobs of this session",
+  "sessionJobs.none": "No PyTorch job of this session yet. Jobs started from this session's shell, or with their working directory under {workspace}, show here.",
+  "sessionJobs.countOne": "1 job",
+  "sessionJobs.count": "{n} jobs",
+  "sessionJobs.linkShell": "started from this session's shell",
+  "sessionJobs.linkWorkspace": "in the workspace",
+  "sessionJobs.linkAttached": "attached with --pid",
+  "sessionJobs.select": "Show this job",
   "missing.title": "The sidecar is not installed",
   "missing.body": "The GPU dashboard starts its sidecar by itself, but {command} cannot be run ({error}). Install it:",
   "missing.config": "Or set sidecarCommand in the plugin's config to the full path of dsh-sidecar.",
-  "missing.retry": "The plugin looks for it again every 30 s (or restart dsh web).",
-  "jobs.linkAttached": "attached with --pid"
+  "missing.retry": "The plugin looks for it again every 30 s (or restart dsh web)."
 };
 
 // ../sidecar/static/i18n/zh.json
@@ -605,19 +606,20 @@ var zh_default = {
   "hint.rank-shared-gpu": "在每个 rank 中调用 `torch.cuda.set_device(local_rank)`，并使用 `device = torch.device('cuda', local_rank)`。",
   "warning.rank-device-mismatch": "LOCAL_RANK={rank} 的 rank（pid {pid}）的模型 {model} 在 {device} 上。",
   "hint.rank-device-mismatch": "使用 `device = torch.device('cuda', int(os.environ['LOCAL_RANK']))` 并调用 `torch.cuda.set_device(device)`。",
-  "jobs.title": "本会话的作业",
-  "jobs.none": "本会话还没有 PyTorch 作业。从本会话的 shell 启动、或工作目录位于 {workspace} 之下的作业会显示在这里。",
-  "jobs.countOne": "1 个作业",
-  "jobs.count": "{n} 个作业",
-  "jobs.linkShell": "由本会话的 shell 启动",
-  "jobs.linkWorkspace": "位于工作区内",
+  "jobs.title": "{n} 个任务：",
   "jobs.exited": "已退出",
-  "jobs.select": "显示此作业",
+  "sessionJobs.title": "本会话的作业",
+  "sessionJobs.none": "本会话还没有 PyTorch 作业。从本会话的 shell 启动、或工作目录位于 {workspace} 之下的作业会显示在这里。",
+  "sessionJobs.countOne": "1 个作业",
+  "sessionJobs.count": "{n} 个作业",
+  "sessionJobs.linkShell": "由本会话的 shell 启动",
+  "sessionJobs.linkWorkspace": "位于工作区内",
+  "sessionJobs.linkAttached": "通过 --pid 附加",
+  "sessionJobs.select": "显示此作业",
   "missing.title": "未安装 sidecar",
   "missing.body": "GPU 仪表盘会自行启动 sidecar，但无法运行 {command}（{error}）。请安装：",
   "missing.config": "或在插件配置中将 sidecarCommand 设为 dsh-sidecar 的完整路径。",
-  "missing.retry": "插件每 30 秒会再查找一次（或重启 dsh web）。",
-  "jobs.linkAttached": "通过 --pid 附加"
+  "missing.retry": "插件每 30 秒会再查找一次（或重启 dsh web）。"
 };
 
 // ../sidecar/static/format.js
@@ -844,281 +846,24 @@ function deviceKind(dev) {
   return "other";
 }
 var SERIES_COLORS = ["#2563eb", "#16a34a", "#db2777", "#0891b2", "#9333ea", "#ca8a04", "#dc2626", "#4b5563"];
-
-// ../sidecar/static/charts.js
-var SVG_NS = "http://www.w3.org/2000/svg";
-function el(tag, attrs, parent) {
-  const e = document.createElementNS(SVG_NS, tag);
-  if (attrs) {
-    for (const [k, v] of Object.entries(attrs)) if (v !== null && v !== void 0) e.setAttribute(k, String(v));
-  }
-  if (parent) parent.appendChild(e);
-  return e;
+function cudaText(rt, lang) {
+  if (!rt || rt.cuda_available === void 0 || rt.cuda_available === null) return NA;
+  if (rt.cuda_available === true) return t(lang, "summary.cudaYes", { n: isNum(rt.device_count) ? rt.device_count : NA });
+  return rt.cuda_available === false ? t(lang, "summary.cudaNo") : NA;
 }
-function niceStep(span, target) {
-  const raw = span / Math.max(1, target);
-  const p = 10 ** Math.floor(Math.log10(raw));
-  for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= raw) return m * p;
-  return 10 * p;
+function gpuMemPct(gpu) {
+  return gpu && isNum(gpu.mem_used_mib) && isNum(gpu.mem_total_mib) && gpu.mem_total_mib > 0 ? gpu.mem_used_mib / gpu.mem_total_mib * 100 : null;
 }
-var TIME_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
-function timeStep(span, target) {
-  const raw = span / Math.max(1, target);
-  for (const s of TIME_STEPS) if (s >= raw) return s;
-  return TIME_STEPS[TIME_STEPS.length - 1];
+function memOfText(gpu, lang) {
+  return isNum(gpu.mem_total_mib) ? t(lang, "gpu.memOf", { used: fmtMiB(gpu.mem_used_mib), total: fmtMiB(gpu.mem_total_mib) }) : fmtMiB(gpu.mem_used_mib);
 }
-function nearest(points, t2) {
-  let lo = 0, hi = points.length - 1;
-  if (hi < 0) return -1;
-  while (lo < hi) {
-    const mid = lo + hi >> 1;
-    if (points[mid][0] < t2) lo = mid + 1;
-    else hi = mid;
-  }
-  if (lo > 0 && Math.abs(points[lo - 1][0] - t2) <= Math.abs(points[lo][0] - t2)) return lo - 1;
-  return lo;
+function cmdText(cmd) {
+  if (Array.isArray(cmd)) return cmd.filter((a) => a !== null && a !== void 0).map(String).join(" ");
+  return cmd === null || cmd === void 0 ? "" : String(cmd);
 }
-var TimeChart = class {
-  constructor(body, opts) {
-    this.body = body;
-    this.opts = opts;
-    this.data = null;
-    this.hoverT = null;
-    this.group = opts.group || [this];
-    if (!this.group.includes(this)) this.group.push(this);
-    this.svg = el("svg", { role: "img" });
-    this.body.appendChild(this.svg);
-    this.empty = document.createElement("div");
-    this.empty.className = "chart-empty";
-    this.body.appendChild(this.empty);
-    this.svg.addEventListener("pointermove", (ev) => this._onMove(ev));
-    this.svg.addEventListener("pointerleave", () => this._onLeave());
-    if (typeof ResizeObserver !== "undefined") {
-      let w = 0;
-      new ResizeObserver(() => {
-        if (this.body.clientWidth !== w) {
-          w = this.body.clientWidth;
-          this.render();
-        }
-      }).observe(this.body);
-    }
-  }
-  setData(data) {
-    this.data = data;
-    this.render();
-  }
-  setEmptyText(text) {
-    this.emptyText = text;
-    this.render();
-  }
-  _geometry() {
-    const W = Math.max(120, this.body.clientWidth || 600);
-    const H = Math.max(80, this.body.clientHeight || 200);
-    const m = { l: 58, r: 12, t: 12, b: 24 };
-    return { W, H, m, iw: W - m.l - m.r, ih: H - m.t - m.b };
-  }
-  render() {
-    const d = this.data;
-    const svg = this.svg;
-    svg.replaceChildren();
-    const { W, H, m, iw, ih } = this._geometry();
-    svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
-    const nPoints = d ? d.series.reduce((a, s) => a + s.points.length, 0) : 0;
-    svg.dataset.points = String(nPoints);
-    this.empty.textContent = nPoints ? "" : this.emptyText || "";
-    this.empty.hidden = nPoints > 0;
-    if (!d || !(d.t1 > d.t0)) return;
-    const { t0, t1 } = d;
-    const yMax = d.yMax > 0 ? d.yMax : 1;
-    const x = (t2) => m.l + (t2 - t0) / (t1 - t0) * iw;
-    const y = (v) => m.t + ih - Math.max(0, Math.min(v, yMax)) / yMax * ih;
-    this._scale = { x, y, t0, t1, m, iw, ih, W, H };
-    svg.dataset.span = String(Math.round((t1 - t0) * 1e3) / 1e3);
-    const grid = el("g", { class: "grid" }, svg);
-    const axis = el("g", { class: "axis" }, svg);
-    const ticks = d.yTicks || [];
-    for (const v of ticks) {
-      const yy = Math.round(y(v)) + 0.5;
-      el("line", { x1: m.l, x2: W - m.r, y1: yy, y2: yy }, grid);
-      const tx = el("text", { x: m.l - 8, y: yy + 3.5, "text-anchor": "end" }, axis);
-      tx.textContent = this.opts.formatValue(v, true);
-    }
-    const step = timeStep(t1 - t0, Math.max(3, Math.floor(iw / 110)));
-    const first = Math.ceil(t0 / step) * step;
-    for (let t2 = first; t2 <= t1 + 1e-6; t2 += step) {
-      const xx = Math.round(x(t2)) + 0.5;
-      el("line", { x1: xx, x2: xx, y1: m.t, y2: m.t + ih, class: "vgrid" }, grid);
-      const tx = el("text", { x: xx, y: H - 6, "text-anchor": "middle" }, axis);
-      tx.textContent = (this.opts.formatTime || fmtClock)(t2, step);
-    }
-    for (const lim of d.limits || []) {
-      if (!(lim.value > 0 && lim.value <= yMax)) continue;
-      const yy = Math.round(y(lim.value)) + 0.5;
-      el("line", { x1: m.l, x2: W - m.r, y1: yy, y2: yy, class: "limit" }, svg);
-      const tx = el("text", { x: W - m.r - 2, y: yy - 4, "text-anchor": "end", class: "limit-label" }, svg);
-      tx.textContent = lim.label;
-    }
-    const evg = el("g", { class: "events" }, svg);
-    for (const ev of d.events || []) {
-      if (!(ev.time_unix_s >= t0 && ev.time_unix_s <= t1)) continue;
-      const xx = Math.round(x(ev.time_unix_s)) + 0.5;
-      const g = el("g", { class: "event", "data-testid": "event-marker", "data-name": ev.name || "" }, evg);
-      el("line", { x1: xx, x2: xx, y1: m.t, y2: m.t + ih }, g);
-      el("path", { d: `M${xx - 4},${m.t - 6} h8 l-4,6 z` }, g);
-      const title = el("title", null, g);
-      title.textContent = `${fmtClock(ev.time_unix_s)} ${this._eventLabel(ev)}`;
-    }
-    const gap = d.gapS || 5;
-    const sg = el("g", { class: "series-group" }, svg);
-    for (const s of d.series) {
-      const pts = s.points.filter((p) => p[0] >= t0 - gap && p[0] <= t1 + gap && typeof p[1] === "number");
-      if (!pts.length) continue;
-      let line = "", area = "", segStart = null, prevT = null, prevX = null;
-      const base = (m.t + ih).toFixed(1);
-      const closeArea = () => {
-        if (segStart !== null) area += `L${prevX},${base}L${segStart},${base}Z`;
-      };
-      for (const [t2, v] of pts) {
-        const px = x(t2).toFixed(1), py = y(v).toFixed(1);
-        if (prevT === null || t2 - prevT > gap) {
-          closeArea();
-          line += `M${px},${py}`;
-          area += `M${px},${base}L${px},${py}`;
-          segStart = px;
-        } else {
-          line += `L${px},${py}`;
-          area += `L${px},${py}`;
-        }
-        prevT = t2;
-        prevX = px;
-      }
-      closeArea();
-      el("path", { d: area, class: "area", fill: s.color }, sg);
-      if (pts.length === 1) el("circle", { cx: x(pts[0][0]), cy: y(pts[0][1]), r: 2.5, fill: s.color }, sg);
-      el("path", {
-        d: line,
-        class: "series",
-        stroke: s.color,
-        "data-testid": "series",
-        "data-key": s.key,
-        "data-points": pts.length,
-        "data-last": pts[pts.length - 1][1]
-      }, sg);
-    }
-    for (const tr of d.trends || []) {
-      const [[ta, va], [tb, vb]] = tr.fit;
-      el("line", { x1: x(Math.max(ta, t0)), y1: y(va + (Math.max(ta, t0) - ta) * (vb - va) / (tb - ta || 1)), x2: x(tb), y2: y(vb), class: "trend", "data-testid": "trend" }, svg);
-      if (tr.label) {
-        const lbl = el("text", { x: x(tb) - 4, y: y(vb) - 8, "text-anchor": "end", class: "trend-label" }, svg);
-        lbl.textContent = tr.label;
-      }
-    }
-    this.hoverLayer = el("g", { class: "hover" }, svg);
-    el("rect", { x: m.l, y: m.t, width: iw, height: ih, fill: "transparent" }, svg);
-    if (this.hoverT !== null) this._drawHover();
-  }
-  _eventLabel(e) {
-    return this.opts.eventLabel ? this.opts.eventLabel(e) : String(e.name || "");
-  }
-  _onMove(ev) {
-    if (!this._scale) return;
-    const rect = this.svg.getBoundingClientRect();
-    const { m, iw, t0, t1, W } = this._scale;
-    const px = (ev.clientX - rect.left) / rect.width * W;
-    if (px < m.l - 4 || px > m.l + iw + 4) {
-      this._onLeave();
-      return;
-    }
-    const t2 = t0 + (px - m.l) / iw * (t1 - t0);
-    this.lastClient = [ev.clientX, ev.clientY];
-    for (const c of this.group) {
-      c.hoverT = t2;
-      c._drawHover();
-    }
-    this._showTooltip(t2);
-  }
-  _onLeave() {
-    for (const c of this.group) {
-      c.hoverT = null;
-      if (c.hoverLayer) c.hoverLayer.replaceChildren();
-    }
-    const tip = this.opts.tooltip;
-    if (tip) tip.hidden = true;
-    this.lastClient = null;
-  }
-  _hits(t2) {
-    const d = this.data;
-    if (!d) return { time: t2, rows: [], events: [] };
-    let snapT = null;
-    const rows = [];
-    for (const s of d.series) {
-      const i = nearest(s.points, t2);
-      if (i < 0) continue;
-      const p = s.points[i];
-      if (Math.abs(p[0] - t2) > Math.max(d.gapS || 5, (d.t1 - d.t0) / 50)) continue;
-      rows.push({ series: s, point: p });
-      if (snapT === null) snapT = p[0];
-    }
-    const tol = (d.t1 - d.t0) / Math.max(1, this._scale ? this._scale.iw : 600) * 6;
-    const events = (d.events || []).filter((e) => Math.abs(e.time_unix_s - t2) <= tol);
-    return { time: snapT !== null ? snapT : t2, rows, events };
-  }
-  _drawHover() {
-    if (!this.hoverLayer || !this._scale || this.hoverT === null) return;
-    const { x, y, m, ih } = this._scale;
-    const hit = this._hits(this.hoverT);
-    this.hoverLayer.replaceChildren();
-    const xx = x(hit.time);
-    el("line", { x1: xx, x2: xx, y1: m.t, y2: m.t + ih, class: "crosshair" }, this.hoverLayer);
-    for (const r of hit.rows) el("circle", { cx: x(r.point[0]), cy: y(r.point[1]), r: 4, fill: r.series.color, class: "hover-dot" }, this.hoverLayer);
-    if (this.lastClient) this._showTooltip(this.hoverT);
-  }
-  _showTooltip(t2) {
-    const tip = this.opts.tooltip;
-    if (!tip || !this.lastClient) return;
-    const hit = this._hits(t2);
-    tip.replaceChildren();
-    const head = document.createElement("div");
-    head.className = "tt-time";
-    head.textContent = `${fmtClock(hit.time)} · ${this.opts.title ? this.opts.title() : ""}`;
-    tip.appendChild(head);
-    for (const r2 of hit.rows) {
-      const row = document.createElement("div");
-      row.className = "tt-row";
-      const dot = document.createElement("i");
-      dot.style.background = r2.series.color;
-      const label = document.createElement("span");
-      label.textContent = r2.series.label;
-      const val = document.createElement("b");
-      val.textContent = this.opts.formatValue(r2.point[1], false);
-      row.append(dot, label, val);
-      tip.appendChild(row);
-    }
-    for (const e of hit.events) {
-      const row = document.createElement("div");
-      row.className = "tt-event";
-      row.textContent = `▼ ${this._eventLabel(e)}`;
-      tip.appendChild(row);
-    }
-    tip.hidden = false;
-    const [cx, cy] = this.lastClient;
-    const r = tip.getBoundingClientRect();
-    let left = cx + 14;
-    if (left + r.width > window.innerWidth - 8) left = cx - r.width - 14;
-    let top = cy - r.height - 10;
-    if (top < 8) top = cy + 16;
-    tip.style.left = `${Math.max(4, left)}px`;
-    tip.style.top = `${top}px`;
-  }
-};
-function niceTicks(max, target = 4, unit = 1) {
-  const m = max / unit;
-  if (!(m > 0)) return { ticks: [0, unit], max: unit };
-  const step = niceStep(m, target);
-  const top = Math.ceil(m / step) * step;
-  const ticks = [];
-  for (let v = 0; v <= top + step * 1e-9; v += step) ticks.push(v * unit);
-  return { ticks, max: top * unit };
+function unusableGpus(doc) {
+  const all = doc && Array.isArray(doc.system_gpus) ? doc.system_gpus : [];
+  return all.filter((s) => s && (s.nvml_index === null || s.nvml_index === void 0));
 }
 
 // src/client/store.js
@@ -1258,6 +1003,136 @@ function mergeEvents(old, fresh) {
   out.sort((a, b) => (Number(a.time_unix_s) || 0) - (Number(b.time_unix_s) || 0));
   return out.length > 500 ? out.slice(out.length - 500) : out;
 }
+function isHidden() {
+  try {
+    return typeof document !== "undefined" && document.visibilityState === "hidden";
+  } catch {
+    return false;
+  }
+}
+var EMPTY_HISTORY = { samples: [], events: [], intervalS: null, lastTime: null, error: null };
+function nextHistory(cur, body) {
+  let samples = cur.samples;
+  const fresh = body.samples.filter(
+    (s) => s && typeof s.time_unix_s === "number" && (cur.lastTime === null || s.time_unix_s > cur.lastTime)
+  );
+  if (fresh.length) {
+    samples = samples.concat(fresh);
+    if (samples.length > HISTORY_MAX_SAMPLES) samples = samples.slice(samples.length - HISTORY_MAX_SAMPLES);
+  }
+  return {
+    samples,
+    events: mergeEvents(cur.events, body.events),
+    intervalS: typeof body.interval_s === "number" ? body.interval_s : cur.intervalS,
+    lastTime: samples.length ? samples[samples.length - 1].time_unix_s : cur.lastTime,
+    error: null
+  };
+}
+function createPollers(status, history, sel = { job: null }) {
+  const jobQuery = (sep) => sel.job ? `${sep}job=${encodeURIComponent(sel.job)}` : "";
+  const flags = { configFetched: false, statusInFlight: false, historyInFlight: false };
+  async function fetchConfig() {
+    try {
+      const r = await getJson(`${API}/config`);
+      if (r.json && r.httpStatus === 200 && r.body) {
+        flags.configFetched = true;
+        const prev = status.get().config;
+        if (prev && prev.sidecarUrl !== r.body.sidecarUrl) {
+          history.set({ ...EMPTY_HISTORY });
+        }
+        status.set({ ...status.get(), config: r.body });
+      }
+    } catch {
+    }
+  }
+  async function pollStatus() {
+    if (flags.statusInFlight) return;
+    flags.statusInFlight = true;
+    const path = `${API}/status${jobQuery("?")}`;
+    const asked = sel.job;
+    try {
+      const r = await getJson(path);
+      if (asked !== sel.job) return;
+      const c = classify(r, path);
+      const prev = status.get();
+      if (c.kind === "ok") {
+        status.set({ ...prev, state: "ok", doc: r.body, problem: null, lastOk: Date.now(), lastTry: Date.now() });
+      } else {
+        status.set({ ...prev, state: c.kind, problem: c, lastTry: Date.now() });
+      }
+      if (!flags.configFetched || c.kind !== prev.state) fetchConfig();
+    } catch (err) {
+      status.set({
+        ...status.get(),
+        state: "error",
+        problem: { kind: "error", code: "fetch", detail: String(err && err.message || err), path },
+        lastTry: Date.now()
+      });
+    } finally {
+      flags.statusInFlight = false;
+    }
+  }
+  async function pollHistory() {
+    if (flags.historyInFlight) return;
+    flags.historyInFlight = true;
+    try {
+      const h = history.get();
+      const since = h.lastTime !== null ? `?since=${encodeURIComponent(String(h.lastTime))}` : "";
+      const asked = sel.job;
+      const r = await getJson(`${API}/history${since}${jobQuery(since ? "&" : "?")}`);
+      if (asked !== sel.job) return;
+      if (r.httpStatus === 200 && r.json && r.body && Array.isArray(r.body.samples)) {
+        history.set(nextHistory(history.get(), r.body));
+      } else {
+        history.set({ ...history.get(), error: r.httpStatus });
+      }
+    } catch (err) {
+      history.set({ ...history.get(), error: String(err && err.message || err) });
+    } finally {
+      flags.historyInFlight = false;
+    }
+  }
+  return { fetchConfig, pollStatus, pollHistory, forgetConfig: () => flags.configFetched = false };
+}
+function createLoop(poll, wanted, interval) {
+  let timer = null;
+  const stop = () => {
+    clearTimeout(timer);
+    timer = null;
+  };
+  function schedule(delay) {
+    stop();
+    if (!wanted()) return;
+    timer = setTimeout(async () => {
+      if (!isHidden()) await poll();
+      schedule(interval());
+    }, delay);
+  }
+  return { schedule, stop };
+}
+function whenShownAgain(fn) {
+  try {
+    document.addEventListener("visibilitychange", () => {
+      if (!isHidden()) fn();
+    });
+  } catch {
+  }
+}
+function saveToStorage(next) {
+  try {
+    window.localStorage.setItem(STORAGE_KEY, JSON.stringify(next));
+  } catch {
+  }
+}
+function selectJob(sel, id, { status, history, statusLoop, historyLoop, historyUsers }) {
+  const next = typeof id === "string" && id ? id : null;
+  if (next === sel.job) return;
+  sel.job = next;
+  history.set({ ...EMPTY_HISTORY });
+  status.set({ ...status.get(), doc: null, state: "loading" });
+  if (status.size()) statusLoop.schedule(0);
+  if (historyUsers()) historyLoop.schedule(0);
+}
 function createStore() {
   const settings = observable(readSettings());
   const ui = observable({ glanceOpen: false });
@@ -1272,130 +1147,21 @@ function createStore() {
     config: null
     // /api/config answer
   });
-  const history = observable({ samples: [], events: [], intervalS: null, lastTime: null, error: null });
-  let statusTimer = null;
-  let historyTimer = null;
-  let statusInFlight = false;
-  let historyInFlight = false;
-  let configFetched = false;
+  const history = observable({ ...EMPTY_HISTORY });
   let historyUsers = 0;
-  let job = null;
-  const jobQuery = (sep) => job ? `${sep}job=${encodeURIComponent(job)}` : "";
   const lang = () => {
     const l = settings.get().lang;
     return l === "en" || l === "zh" ? l : browserLang();
   };
-  const hidden = () => {
-    try {
-      return typeof document !== "undefined" && document.visibilityState === "hidden";
-    } catch {
-      return false;
-    }
-  };
-  async function fetchConfig() {
-    try {
-      const r = await getJson(`${API}/config`);
-      if (r.json && r.httpStatus === 200 && r.body) {
-        configFetched = true;
-        const prev = status.get().config;
-        if (prev && prev.sidecarUrl !== r.body.sidecarUrl) {
-          history.set({ samples: [], events: [], intervalS: null, lastTime: null, error: null });
-        }
-        status.set({ ...status.get(), config: r.body });
-      }
-    } catch {
-    }
-  }
-  async function pollStatus() {
-    if (statusInFlight) return;
-    statusInFlight = true;
-    const path = `${API}/status${jobQuery("?")}`;
-    const asked = job;
-    try {
-      const r = await getJson(path);
-      if (asked !== job) return;
-      const c = classify(r, path);
-      const prev = status.get();
-      if (c.kind === "ok") {
-        status.set({ ...prev, state: "ok", doc: r.body, problem: null, lastOk: Date.now(), lastTry: Date.now() });
-      } else {
-        status.set({ ...prev, state: c.kind, problem: c, lastTry: Date.now() });
-      }
-      if (!configFetched || c.kind !== prev.state) fetchConfig();
-    } catch (err) {
-      status.set({
-        ...status.get(),
-        state: "error",
-        problem: { kind: "error", code: "fetch", detail: String(err && err.message || err), path },
-        lastTry: Date.now()
-      });
-    } finally {
-      statusInFlight = false;
-    }
-  }
-  async function pollHistory() {
-    if (historyInFlight) return;
-    historyInFlight = true;
-    try {
-      const h = history.get();
-      const since = h.lastTime !== null ? `?since=${encodeURIComponent(String(h.lastTime))}` : "";
-      const asked = job;
-      const r = await getJson(`${API}/history${since}${jobQuery(since ? "&" : "?")}`);
-      if (asked !== job) return;
-      if (r.httpStatus === 200 && r.json && r.body && Array.isArray(r.body.samples)) {
-        const cur = history.get();
-        let samples = cur.samples;
-        const fresh = r.body.samples.filter(
-          (s) => s && typeof s.time_unix_s === "number" && (cur.lastTime === null || s.time_unix_s > cur.lastTime)
-        );
-        if (fresh.length) {
-          samples = samples.concat(fresh);
-          if (samples.length > HISTORY_MAX_SAMPLES) samples = samples.slice(samples.length - HISTORY_MAX_SAMPLES);
-        }
-        history.set({
-          samples,
-          events: mergeEvents(cur.events, r.body.events),
-          intervalS: typeof r.body.interval_s === "number" ? r.body.interval_s : cur.intervalS,
-          lastTime: samples.length ? samples[samples.length - 1].time_unix_s : cur.lastTime,
-          error: null
-        });
-      } else {
-        history.set({ ...history.get(), error: r.httpStatus });
-      }
-    } catch (err) {
-      history.set({ ...history.get(), error: String(err && err.message || err) });
-    } finally {
-      historyInFlight = false;
-    }
-  }
+  const sel = { job: null };
+  const pollers = createPollers(status, history, sel);
   const intervalMs = () => Math.round(clampRefresh(settings.get().refreshS) * 1e3);
-  function scheduleStatus(delay) {
-    clearTimeout(statusTimer);
-    statusTimer = null;
-    if (status.size() === 0) return;
-    statusTimer = setTimeout(async () => {
-      if (!hidden()) await pollStatus();
-      scheduleStatus(intervalMs());
-    }, delay);
-  }
-  function scheduleHistory(delay) {
-    clearTimeout(historyTimer);
-    historyTimer = null;
-    if (historyUsers === 0) return;
-    historyTimer = setTimeout(async () => {
-      if (!hidden()) await pollHistory();
-      scheduleHistory(Math.max(2e3, intervalMs()));
-    }, delay);
-  }
-  try {
-    document.addEventListener("visibilitychange", () => {
-      if (!hidden()) {
-        if (status.size()) scheduleStatus(0);
-        if (historyUsers) scheduleHistory(0);
-      }
-    });
-  } catch {
-  }
+  const statusLoop = createLoop(pollers.pollStatus, () => status.size() > 0, intervalMs);
+  const historyLoop = createLoop(pollers.pollHistory, () => historyUsers > 0, () => Math.max(2e3, intervalMs()));
+  whenShownAgain(() => {
+    if (status.size()) statusLoop.schedule(0);
+    if (historyUsers) historyLoop.schedule(0);
+  });
   return {
     settings,
     ui,
@@ -1404,56 +1170,41 @@ function createStore() {
     lang,
     subscribeStatus(fn) {
       const off = status.subscribe(fn);
-      if (status.size() === 1) scheduleStatus(0);
+      if (status.size() === 1) statusLoop.schedule(0);
       return () => {
         off();
-        if (status.size() === 0) {
-          clearTimeout(statusTimer);
-          statusTimer = null;
-        }
+        if (status.size() === 0) statusLoop.stop();
       };
     },
     subscribeHistory(fn) {
       const off = history.subscribe(fn);
       historyUsers += 1;
-      if (historyUsers === 1) scheduleHistory(0);
+      if (historyUsers === 1) historyLoop.schedule(0);
       return () => {
         off();
         historyUsers -= 1;
         if (historyUsers <= 0) {
           historyUsers = 0;
-          clearTimeout(historyTimer);
-          historyTimer = null;
+          historyLoop.stop();
         }
       };
     },
     refreshNow() {
-      configFetched = false;
-      if (status.size()) scheduleStatus(0);
-      else pollStatus();
-      fetchConfig();
+      pollers.forgetConfig();
+      if (status.size()) statusLoop.schedule(0);
+      else pollers.pollStatus();
+      pollers.fetchConfig();
     },
     saveSettings(patch) {
       const next = { ...settings.get(), ...patch };
       next.refreshS = clampRefresh(next.refreshS);
       settings.set(next);
-      try {
-        window.localStorage.setItem(STORAGE_KEY, JSON.stringify(next));
-      } catch {
-      }
-      if (status.size()) scheduleStatus(intervalMs());
+      saveToStorage(next);
+      if (status.size()) statusLoop.schedule(intervalMs());
     },
-    job: () => job,
+    job: () => sel.job,
     /** Show another job (an id from /jobs, or null for the sidecar's default one). */
-    setJob(id) {
-      const next = typeof id === "string" && id ? id : null;
-      if (next === job) return;
-      job = next;
-      history.set({ samples: [], events: [], intervalS: null, lastTime: null, error: null });
-      status.set({ ...status.get(), doc: null, state: "loading" });
-      if (status.size()) scheduleStatus(0);
-      if (historyUsers) scheduleHistory(0);
-    },
+    setJob: (id) => selectJob(sel, id, { status, history, statusLoop, historyLoop, historyUsers: () => historyUsers }),
     toggleGlance(open) {
       const cur = ui.get().glanceOpen;
       ui.set({ ...ui.get(), glanceOpen: typeof open === "boolean" ? open : !cur });
@@ -1466,8 +1217,121 @@ function getStore() {
   return singleton;
 }
 
+// src/client/shared.jsx
+var import_jsx_runtime = require("react/jsx-runtime");
+var PLUGIN_VERSION = "0.1.0";
+var SUPPORTED_DSH = "0.1.0-rc.8";
+var isNum2 = (x) => typeof x === "number" && Number.isFinite(x);
+function useStatus() {
+  const store = getStore();
+  return (0, import_react.useSyncExternalStore)(store.subscribeStatus, store.status.get, store.status.get);
+}
+function useHistory() {
+  const store = getStore();
+  return (0, import_react.useSyncExternalStore)(store.subscribeHistory, store.history.get, store.history.get);
+}
+function useSettings() {
+  const store = getStore();
+  return (0, import_react.useSyncExternalStore)(store.settings.subscribe, store.settings.get, store.settings.get);
+}
+function useUi() {
+  const store = getStore();
+  return (0, import_react.useSyncExternalStore)(store.ui.subscribe, store.ui.get, store.ui.get);
+}
+function useLang() {
+  useSettings();
+  return getStore().lang();
+}
+function useTick(ms) {
+  const [, setN] = (0, import_react.useState)(0);
+  (0, import_react.useEffect)(() => {
+    const id = setInterval(() => setN((n) => (n + 1) % 1e6), ms);
+    return () => clearInterval(id);
+  }, [ms]);
+}
+function Badge({ doc, lang, big }) {
+  const s = statusOf(doc);
+  return /* @__PURE__ */ (0, import_jsx_runtime.jsxs)(
+    "span",
+    {
+      className: `dgd-badge${big ? " dgd-badge-big" : ""}`,
+      "data-testid": "dsh-gpu-badge",
+      "data-status": s,
+      style: { background: STATUS_COLORS[s], color: STATUS_TEXT_COLORS[s] },
+      children: [
+        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-badge-dot" }),
+        doc ? summarize(doc, lang).label : t(lang, "status.noData")
+      ]
+    }
+  );
+}
+function Meter({ label, pct, value, color }) {
+  const w = isNum2(pct) ? Math.max(0, Math.min(100, pct)) : 0;
+  return /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-meter", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-meter-label", title: label, children: label }),
+    /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-bar", role: "meter", "aria-label": label, "aria-valuenow": isNum2(pct) ? Math.round(pct) : void 0, children: /* @__PURE__ */ (0, import_jsx_runtime.jsx)("i", { style: { width: `${w}%`, background: color } }) }),
+    /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-meter-value", children: value })
+  ] });
+}
+function GpuMeters({ gpu, lang }) {
+  const memPct = gpuMemPct(gpu);
+  return /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-meters", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime.jsx)(
+      Meter,
+      {
+        label: t(lang, "gpu.util"),
+        pct: gpu.util_pct,
+        value: fmtPct(gpu.util_pct),
+        color: UTIL_COLORS[utilLevel(gpu.util_pct)]
+      }
+    ),
+    /* @__PURE__ */ (0, import_jsx_runtime.jsx)(
+      Meter,
+      {
+        label: t(lang, "gpu.mem"),
+        pct: memPct,
+        value: memOfText(gpu, lang),
+        color: isNum2(memPct) && memPct >= 90 ? SEVERITY_COLORS.error : SERIES_COLORS[0]
+      }
+    )
+  ] });
+}
+function Warnings({ doc, lang, limit }) {
+  const all = summarize(doc, lang).warnings;
+  const list = isNum2(limit) ? all.slice(0, limit) : all;
+  if (!all.length) return null;
+  return /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("ul", { className: "dgd-warnings", "data-testid": "dsh-gpu-warnings", children: [
+    list.map((w, i) => /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("li", { className: "dgd-warning", style: { borderLeftColor: w.color }, "data-code": w.code || "", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-warning-msg", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-warning-sev", style: { color: w.color }, children: t(lang, `severity.${w.severity}`) }),
+        w.message || w.code || NA
+      ] }),
+      w.hint ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { className: "dgd-warning-hint", children: w.hint }) : null
+    ] }, `${w.code || "w"}-${i}`)),
+    all.length > list.length ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("li", { className: "dgd-muted", children: t(lang, "glance.moreWarnings", { n: all.length - list.length }) }) : null
+  ] });
+}
+function Updated({ lastOk, lang }) {
+  useTick(1e3);
+  return /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-updated", "data-testid": "dsh-gpu-updated", children: lastOk ? t(lang, "updated.label", { ago: fmtAgo((Date.now() - lastOk) / 1e3, lang) }) : t(lang, "updated.never") });
+}
+function targetText(doc, lang) {
+  const tg = doc && doc.target;
+  if (!tg || typeof tg !== "object") return "";
+  const parts = [];
+  if (isNum2(tg.pid)) parts.push(t(lang, "target.pid", { pid: tg.pid }));
+  if (tg.name) parts.push(String(tg.name));
+  if (tg.alive === true) parts.push(t(lang, "target.running"));
+  if (tg.alive === false) parts.push(t(lang, "target.exited"));
+  if (isNum2(tg.create_time_unix_s)) parts.push(t(lang, "target.since", { ago: fmtAgo(Date.now() / 1e3 - tg.create_time_unix_s, lang) }));
+  return parts.join(" · ");
+}
+
+// src/client/errors.jsx
+var import_react3 = require("react");
+
 // src/client/jobs.jsx
-var import_react = require("react");
+var import_react2 = require("react");
 
 // host/jobs.js
 var STATUS_RANK = { CPU: 0, MIXED: 1, UNKNOWN: 2, GPU: 3 };
@@ -1489,17 +1353,17 @@ function worstFirst(jobs) {
 }
 
 // src/client/jobs.jsx
-var import_jsx_runtime = require("react/jsx-runtime");
-function useLang() {
+var import_jsx_runtime2 = require("react/jsx-runtime");
+function useLang2() {
   const store = getStore();
-  (0, import_react.useSyncExternalStore)(store.settings.subscribe, store.settings.get, store.settings.get);
+  (0, import_react2.useSyncExternalStore)(store.settings.subscribe, store.settings.get, store.settings.get);
   return store.lang();
 }
 function useJobs(sessionId) {
   const store = getStore();
-  const settings = (0, import_react.useSyncExternalStore)(store.settings.subscribe, store.settings.get, store.settings.get);
-  const [result, setResult] = (0, import_react.useState)({ state: "loading", doc: null });
-  (0, import_react.useEffect)(() => {
+  const settings = (0, import_react2.useSyncExternalStore)(store.settings.subscribe, store.settings.get, store.settings.get);
+  const [result, setResult] = (0, import_react2.useState)({ state: "loading", doc: null });
+  (0, import_react2.useEffect)(() => {
     let stop = false;
     let timer = null;
     const path = `${API}/jobs${sessionId ? `?session=${encodeURIComponent(sessionId)}` : ""}`;
@@ -1528,13 +1392,13 @@ function useJobs(sessionId) {
   }, [sessionId, settings.refreshS]);
   return result;
 }
-var LINK_TEXT = { shell: "jobs.linkShell", workspace: "jobs.linkWorkspace", attached: "jobs.linkAttached" };
-function cmdText(cmd) {
+var LINK_TEXT = { shell: "sessionJobs.linkShell", workspace: "sessionJobs.linkWorkspace", attached: "sessionJobs.linkAttached" };
+function cmdText2(cmd) {
   return Array.isArray(cmd) ? cmd.join(" ") : "";
 }
 function JobRow({ job, selected, lang, onSelect }) {
   const code = statusOf(job);
-  return /* @__PURE__ */ (0, import_jsx_runtime.jsx)("li", { children: /* @__PURE__ */ (0, import_jsx_runtime.jsxs)(
+  return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("li", { children: /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)(
     "button",
     {
       type: "button",
@@ -1544,38 +1408,38 @@ function JobRow({ job, selected, lang, onSelect }) {
       "data-status": code,
       "data-link": job.link ? job.link.by : "",
       "aria-pressed": selected ? "true" : "false",
-      title: t(lang, "jobs.select"),
+      title: t(lang, "sessionJobs.select"),
       onClick: () => onSelect(job.id),
       children: [
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-job-status", style: { background: STATUS_COLORS[code], color: STATUS_TEXT_COLORS[code] }, children: code }),
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-job-pid dgd-mono", children: job.root_pid }),
-        /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-job-cmd dgd-mono", children: cmdText(job.command) }),
-        /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("span", { className: "dgd-muted dgd-job-link", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-job-status", style: { background: STATUS_COLORS[code], color: STATUS_TEXT_COLORS[code] }, children: code }),
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-job-pid dgd-mono", children: job.root_pid }),
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-job-cmd dgd-mono", children: cmdText2(job.command) }),
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("span", { className: "dgd-muted dgd-job-link", children: [
           job.alive === false ? `${t(lang, "jobs.exited")} · ` : "",
-          t(lang, LINK_TEXT[job.link && job.link.by] || "jobs.linkWorkspace")
+          t(lang, LINK_TEXT[job.link && job.link.by] || "sessionJobs.linkWorkspace")
         ] })
       ]
     }
   ) });
 }
 function SessionJobs({ sessionId, children }) {
-  const lang = useLang();
+  const lang = useLang2();
   const store = getStore();
-  const [, bump] = (0, import_react.useState)(0);
+  const [, bump] = (0, import_react2.useState)(0);
   const jobs = useJobs(sessionId || null);
   const list = jobs.state === "ok" ? jobs.doc.jobs : [];
   const chosen = store.job();
   const ids = list.map((j) => j.id);
   const selected = ids.includes(chosen) ? chosen : ids[0] || null;
-  (0, import_react.useEffect)(() => {
+  (0, import_react2.useEffect)(() => {
     if (jobs.state === "ok" && selected && selected !== chosen) store.setJob(selected);
   }, [jobs.state, selected, chosen]);
   if (!sessionId || jobs.state !== "ok") return children;
   const workspace = jobs.doc.session && Array.isArray(jobs.doc.session.workspaces) ? jobs.doc.session.workspaces[0] : "";
-  return /* @__PURE__ */ (0, import_jsx_runtime.jsxs)(import_jsx_runtime.Fragment, { children: [
-    /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("section", { className: "dgd-root dgd-jobs", "data-testid": "dsh-gpu-session-jobs", "data-count": list.length, children: [
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("h3", { className: "dgd-jobs-title", children: t(lang, "jobs.title") }),
-      list.length === 0 ? /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-muted", "data-testid": "dsh-gpu-session-empty", children: t(lang, "jobs.none", { workspace: workspace || "…" }) }) : /* @__PURE__ */ (0, import_jsx_runtime.jsx)("ul", { className: "dgd-jobs-list", children: list.map((j) => /* @__PURE__ */ (0, import_jsx_runtime.jsx)(JobRow, { job: j, selected: j.id === selected, lang, onSelect: (id) => {
+  return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)(import_jsx_runtime2.Fragment, { children: [
+    /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("section", { className: "dgd-root dgd-jobs", "data-testid": "dsh-gpu-session-jobs", "data-count": list.length, children: [
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("h3", { className: "dgd-jobs-title", children: t(lang, "sessionJobs.title") }),
+      list.length === 0 ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-muted", "data-testid": "dsh-gpu-session-empty", children: t(lang, "sessionJobs.none", { workspace: workspace || "…" }) }) : /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("ul", { className: "dgd-jobs-list", children: list.map((j) => /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(JobRow, { job: j, selected: j.id === selected, lang, onSelect: (id) => {
         store.setJob(id);
         bump((n) => n + 1);
       } }, j.id)) })
@@ -1584,13 +1448,13 @@ function SessionJobs({ sessionId, children }) {
   ] });
 }
 function JobsSummary() {
-  const lang = useLang();
+  const lang = useLang2();
   const jobs = useJobs(null);
   if (jobs.state !== "ok" || !jobs.doc.jobs.length) return null;
   const sorted = worstFirst(jobs.doc.jobs);
   const worst = statusOf(sorted[0]);
   const n = sorted.length;
-  return /* @__PURE__ */ (0, import_jsx_runtime.jsx)(
+  return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(
     "span",
     {
       className: "dgd-chip-jobs",
@@ -1599,19 +1463,19 @@ function JobsSummary() {
       "data-worst": worst,
       "data-worst-job": sorted[0].id,
       style: { borderColor: STATUS_COLORS[worst] },
-      children: n === 1 ? t(lang, "jobs.countOne") : t(lang, "jobs.count", { n })
+      children: n === 1 ? t(lang, "sessionJobs.countOne") : t(lang, "sessionJobs.count", { n })
     }
   );
 }
 function SidecarMissing({ st, lang }) {
   const p = st && st.problem || {};
-  return /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-root dgd-alert", "data-testid": "dsh-gpu-sidecar-missing", role: "status", children: [
-    /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { className: "dgd-alert-icon", "aria-hidden": "true", children: "!" }),
-    /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-alert-body", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { className: "dgd-alert-title", children: t(lang, "missing.title") }),
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("p", { children: t(lang, "missing.body", { command: p.command || "dsh-sidecar", error: p.detail || "" }) }),
-      /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { className: "dgd-cmds", children: /* @__PURE__ */ (0, import_jsx_runtime.jsx)("div", { className: "dgd-cmd", children: /* @__PURE__ */ (0, import_jsx_runtime.jsx)("code", { "data-testid": "dsh-gpu-install-command", children: p.install || "python3 -m pip install dsh-gpu-dashboard" }) }) }),
-      /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("p", { className: "dgd-alert-meta", children: [
+  return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-root dgd-alert", "data-testid": "dsh-gpu-sidecar-missing", role: "status", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { className: "dgd-alert-icon", "aria-hidden": "true", children: "!" }),
+    /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-alert-body", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-alert-title", children: t(lang, "missing.title") }),
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { children: t(lang, "missing.body", { command: p.command || "dsh-sidecar", error: p.detail || "" }) }),
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { className: "dgd-cmds", children: /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { className: "dgd-cmd", children: /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("code", { "data-testid": "dsh-gpu-install-command", children: p.install || "python3 -m pip install dsh-gpu-dashboard" }) }) }),
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("p", { className: "dgd-alert-meta", children: [
         t(lang, "missing.config"),
         " ",
         t(lang, "missing.retry")
@@ -1620,51 +1484,21 @@ function SidecarMissing({ st, lang }) {
   ] });
 }
 
-// src/client/components.jsx
-var import_jsx_runtime2 = require("react/jsx-runtime");
-var PLUGIN_VERSION = "0.1.0";
-var SUPPORTED_DSH = "0.1.0-rc.8";
-var isNum2 = (x) => typeof x === "number" && Number.isFinite(x);
-function useStatus() {
-  const store = getStore();
-  return (0, import_react2.useSyncExternalStore)(store.subscribeStatus, store.status.get, store.status.get);
-}
-function useHistory() {
-  const store = getStore();
-  return (0, import_react2.useSyncExternalStore)(store.subscribeHistory, store.history.get, store.history.get);
-}
-function useSettings() {
-  const store = getStore();
-  return (0, import_react2.useSyncExternalStore)(store.settings.subscribe, store.settings.get, store.settings.get);
-}
-function useUi() {
-  const store = getStore();
-  return (0, import_react2.useSyncExternalStore)(store.ui.subscribe, store.ui.get, store.ui.get);
-}
-function useLang2() {
-  useSettings();
-  return getStore().lang();
-}
-function useTick(ms) {
-  const [, setN] = (0, import_react2.useState)(0);
-  (0, import_react2.useEffect)(() => {
-    const id = setInterval(() => setN((n) => (n + 1) % 1e6), ms);
-    return () => clearInterval(id);
-  }, [ms]);
-}
+// src/client/errors.jsx
+var import_jsx_runtime3 = require("react/jsx-runtime");
 function ErrorCard({ error, where, lang }) {
   const l = lang || "en";
   const detail = error && (error.stack || error.message) ? String(error.stack || error.message) : String(error);
-  return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-root dgd-alert dgd-alert-error", "data-testid": "dsh-gpu-error", role: "alert", children: [
-    /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { className: "dgd-alert-icon", "aria-hidden": "true", children: "!" }),
-    /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-alert-body", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-alert-title", children: t(l, "error.title") }),
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { children: t(l, "error.body") }),
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { className: "dgd-error-detail", children: (where ? `[${where}] ` : "") + detail.slice(0, 2e3) })
+  return /* @__PURE__ */ (0, import_jsx_runtime3.jsxs)("div", { className: "dgd-root dgd-alert dgd-alert-error", "data-testid": "dsh-gpu-error", role: "alert", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime3.jsx)("div", { className: "dgd-alert-icon", "aria-hidden": "true", children: "!" }),
+    /* @__PURE__ */ (0, import_jsx_runtime3.jsxs)("div", { className: "dgd-alert-body", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime3.jsx)("p", { className: "dgd-alert-title", children: t(l, "error.title") }),
+      /* @__PURE__ */ (0, import_jsx_runtime3.jsx)("p", { children: t(l, "error.body") }),
+      /* @__PURE__ */ (0, import_jsx_runtime3.jsx)("div", { className: "dgd-error-detail", children: (where ? `[${where}] ` : "") + detail.slice(0, 2e3) })
     ] })
   ] });
 }
-var Boundary = class extends import_react2.Component {
+var Boundary = class extends import_react3.Component {
   constructor(props) {
     super(props);
     this.state = { error: null };
@@ -1681,108 +1515,39 @@ var Boundary = class extends import_react2.Component {
   render() {
     if (this.state.error) {
       if (this.props.compact) {
-        return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-root", "data-testid": "dsh-gpu-error", title: String(this.state.error), children: /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-bad", children: "GPU ⚠" }) });
+        return /* @__PURE__ */ (0, import_jsx_runtime3.jsx)("span", { className: "dgd-root", "data-testid": "dsh-gpu-error", title: String(this.state.error), children: /* @__PURE__ */ (0, import_jsx_runtime3.jsx)("span", { className: "dgd-bad", children: "GPU ⚠" }) });
       }
-      return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(ErrorCard, { error: this.state.error, where: this.props.where });
+      return /* @__PURE__ */ (0, import_jsx_runtime3.jsx)(ErrorCard, { error: this.state.error, where: this.props.where });
     }
     return this.props.children;
   }
 };
 function guarded(Inner, where, compact) {
   function Guarded(props) {
-    return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(Boundary, { where, compact, children: /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(Inner, { ...props }) });
+    return /* @__PURE__ */ (0, import_jsx_runtime3.jsx)(Boundary, { where, compact, children: /* @__PURE__ */ (0, import_jsx_runtime3.jsx)(Inner, { ...props }) });
   }
   Guarded.displayName = `DshGpu(${where})`;
   return Guarded;
 }
-function Badge({ doc, lang, big }) {
-  const s = statusOf(doc);
-  return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)(
-    "span",
-    {
-      className: `dgd-badge${big ? " dgd-badge-big" : ""}`,
-      "data-testid": "dsh-gpu-badge",
-      "data-status": s,
-      style: { background: STATUS_COLORS[s], color: STATUS_TEXT_COLORS[s] },
-      children: [
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-badge-dot" }),
-        doc ? summarize(doc, lang).label : t(lang, "status.noData")
-      ]
-    }
-  );
-}
-function Meter({ label, pct, value, color }) {
-  const w = isNum2(pct) ? Math.max(0, Math.min(100, pct)) : 0;
-  return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-meter", children: [
-    /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-meter-label", title: label, children: label }),
-    /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-bar", role: "meter", "aria-label": label, "aria-valuenow": isNum2(pct) ? Math.round(pct) : void 0, children: /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("i", { style: { width: `${w}%`, background: color } }) }),
-    /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-meter-value", children: value })
-  ] });
-}
-function gpuMemPct(g) {
-  return isNum2(g && g.mem_used_mib) && isNum2(g && g.mem_total_mib) && g.mem_total_mib > 0 ? g.mem_used_mib / g.mem_total_mib * 100 : null;
-}
-function GpuMeters({ gpu, lang }) {
-  const memPct = gpuMemPct(gpu);
-  return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-meters", children: [
-    /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(
-      Meter,
-      {
-        label: t(lang, "gpu.util"),
-        pct: gpu.util_pct,
-        value: fmtPct(gpu.util_pct),
-        color: UTIL_COLORS[utilLevel(gpu.util_pct)]
-      }
-    ),
-    /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(
-      Meter,
-      {
-        label: t(lang, "gpu.mem"),
-        pct: memPct,
-        value: isNum2(gpu.mem_total_mib) ? t(lang, "gpu.memOf", { used: fmtMiB(gpu.mem_used_mib), total: fmtMiB(gpu.mem_total_mib) }) : fmtMiB(gpu.mem_used_mib),
-        color: isNum2(memPct) && memPct >= 90 ? SEVERITY_COLORS.error : SERIES_COLORS[0]
-      }
-    )
-  ] });
-}
-function Warnings({ doc, lang, limit }) {
-  const all = summarize(doc, lang).warnings;
-  const list = isNum2(limit) ? all.slice(0, limit) : all;
-  if (!all.length) return null;
-  return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("ul", { className: "dgd-warnings", "data-testid": "dsh-gpu-warnings", children: [
-    list.map((w, i) => /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("li", { className: "dgd-warning", style: { borderLeftColor: w.color }, "data-code": w.code || "", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-warning-msg", children: [
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-warning-sev", style: { color: w.color }, children: t(lang, `severity.${w.severity}`) }),
-        w.message || w.code || NA
-      ] }),
-      w.hint ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { className: "dgd-warning-hint", children: w.hint }) : null
-    ] }, `${w.code || "w"}-${i}`)),
-    all.length > list.length ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("li", { className: "dgd-muted", children: t(lang, "glance.moreWarnings", { n: all.length - list.length }) }) : null
-  ] });
-}
-function Updated({ lastOk, lang }) {
-  useTick(1e3);
-  return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-updated", "data-testid": "dsh-gpu-updated", children: lastOk ? t(lang, "updated.label", { ago: fmtAgo((Date.now() - lastOk) / 1e3, lang) }) : t(lang, "updated.never") });
-}
 function Unreachable({ st, lang }) {
   const settings = useSettings();
   const p = st.problem || {};
-  return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-root dgd-alert", "data-testid": "dsh-gpu-unreachable", role: "status", children: [
-    /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { className: "dgd-alert-icon", "aria-hidden": "true", children: "!" }),
-    /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-alert-body", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-alert-title", children: t(lang, "unreachable.title") }),
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { children: t(lang, "unreachable.body") }),
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-cmds", children: [
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-cmd", children: [
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("code", { "data-testid": "dsh-gpu-unreachable-command", children: UNREACHABLE_COMMAND }),
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-muted", children: t(lang, "unreachable.attach") })
+  return /* @__PURE__ */ (0, import_jsx_runtime3.jsxs)("div", { className: "dgd-root dgd-alert", "data-testid": "dsh-gpu-unreachable", role: "status", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime3.jsx)("div", { className: "dgd-alert-icon", "aria-hidden": "true", children: "!" }),
+    /* @__PURE__ */ (0, import_jsx_runtime3.jsxs)("div", { className: "dgd-alert-body", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime3.jsx)("p", { className: "dgd-alert-title", children: t(lang, "unreachable.title") }),
+      /* @__PURE__ */ (0, import_jsx_runtime3.jsx)("p", { children: t(lang, "unreachable.body") }),
+      /* @__PURE__ */ (0, import_jsx_runtime3.jsxs)("div", { className: "dgd-cmds", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime3.jsxs)("div", { className: "dgd-cmd", children: [
+          /* @__PURE__ */ (0, import_jsx_runtime3.jsx)("code", { "data-testid": "dsh-gpu-unreachable-command", children: UNREACHABLE_COMMAND }),
+          /* @__PURE__ */ (0, import_jsx_runtime3.jsx)("span", { className: "dgd-muted", children: t(lang, "unreachable.attach") })
         ] }),
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-cmd", children: [
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("code", { children: UNREACHABLE_COMMAND_RUN }),
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-muted", children: t(lang, "unreachable.run") })
+        /* @__PURE__ */ (0, import_jsx_runtime3.jsxs)("div", { className: "dgd-cmd", children: [
+          /* @__PURE__ */ (0, import_jsx_runtime3.jsx)("code", { children: UNREACHABLE_COMMAND_RUN }),
+          /* @__PURE__ */ (0, import_jsx_runtime3.jsx)("span", { className: "dgd-muted", children: t(lang, "unreachable.run") })
         ] })
       ] }),
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("p", { className: "dgd-alert-meta", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime3.jsxs)("p", { className: "dgd-alert-meta", children: [
         p.url ? t(lang, "unreachable.url", { url: p.url }) + " · " : "",
         t(lang, "unreachable.retry", { s: clampRefresh(settings.refreshS) }),
         st.lastOk ? " " + t(lang, "unreachable.lastSeen", { ago: fmtAgo((Date.now() - st.lastOk) / 1e3, lang) }) : "",
@@ -1801,24 +1566,27 @@ function problemText(p, lang) {
   return p.detail || String(p.code || "error");
 }
 function ProblemCard({ st, lang }) {
-  return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(ErrorCard, { error: { message: problemText(st.problem, lang) }, lang });
+  return /* @__PURE__ */ (0, import_jsx_runtime3.jsx)(ErrorCard, { error: { message: problemText(st.problem, lang) }, lang });
 }
 function ConnectionNotice({ st, lang }) {
-  if (st.state === "unreachable") return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(Unreachable, { st, lang });
-  if (st.state === "missing") return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(SidecarMissing, { st, lang });
-  if (st.state === "error") return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(ProblemCard, { st, lang });
-  if (st.state === "loading" && !st.doc) return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-muted", children: t(lang, "loading") });
+  if (st.state === "unreachable") return /* @__PURE__ */ (0, import_jsx_runtime3.jsx)(Unreachable, { st, lang });
+  if (st.state === "missing") return /* @__PURE__ */ (0, import_jsx_runtime3.jsx)(SidecarMissing, { st, lang });
+  if (st.state === "error") return /* @__PURE__ */ (0, import_jsx_runtime3.jsx)(ProblemCard, { st, lang });
+  if (st.state === "loading" && !st.doc) return /* @__PURE__ */ (0, import_jsx_runtime3.jsx)("p", { className: "dgd-muted", children: t(lang, "loading") });
   return null;
 }
-var GPU_ICON = /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("svg", { viewBox: "0 0 24 24", "aria-hidden": "true", children: [
-  /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("rect", { x: "3", y: "6", width: "18", height: "12", rx: "2" }),
-  /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("rect", { x: "8", y: "9.5", width: "8", height: "5", rx: "1" }),
-  /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("path", { d: "M7 3v3M12 3v3M17 3v3M7 18v3M12 18v3M17 18v3" })
+
+// src/client/chip.jsx
+var import_jsx_runtime4 = require("react/jsx-runtime");
+var GPU_ICON = /* @__PURE__ */ (0, import_jsx_runtime4.jsxs)("svg", { viewBox: "0 0 24 24", "aria-hidden": "true", children: [
+  /* @__PURE__ */ (0, import_jsx_runtime4.jsx)("rect", { x: "3", y: "6", width: "18", height: "12", rx: "2" }),
+  /* @__PURE__ */ (0, import_jsx_runtime4.jsx)("rect", { x: "8", y: "9.5", width: "8", height: "5", rx: "1" }),
+  /* @__PURE__ */ (0, import_jsx_runtime4.jsx)("path", { d: "M7 3v3M12 3v3M17 3v3M7 18v3M12 18v3M17 18v3" })
 ] });
 function StatusChip({ wide }) {
   const st = useStatus();
   const ui = useUi();
-  const lang = useLang2();
+  const lang = useLang();
   const store = getStore();
   const doc = st.state === "ok" || st.doc ? st.doc : null;
   const code = doc ? statusOf(doc) : null;
@@ -1841,7 +1609,7 @@ function StatusChip({ wide }) {
     util = summarize(doc, lang).util;
   }
   const statusWords = st.state === "ok" && doc ? `${summarize(doc, lang).label}${util && util !== NA ? ` · ${util}` : ""}` : st.state === "unreachable" ? t(lang, "unreachable.title") : label;
-  return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)(
+  return /* @__PURE__ */ (0, import_jsx_runtime4.jsxs)(
     "button",
     {
       type: "button",
@@ -1854,32 +1622,32 @@ function StatusChip({ wide }) {
       title: t(lang, "chip.title", { status: statusWords }),
       onClick: () => store.toggleGlance(),
       children: [
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("span", { className: "dgd-chip-icon", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime4.jsxs)("span", { className: "dgd-chip-icon", children: [
           GPU_ICON,
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-chip-dot", style: { background: dot } })
+          /* @__PURE__ */ (0, import_jsx_runtime4.jsx)("span", { className: "dgd-chip-dot", style: { background: dot } })
         ] }),
-        wide === false ? null : /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)(import_jsx_runtime2.Fragment, { children: [
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-chip-label", style: labelStyle, "data-testid": "dsh-gpu-chip-status", children: label }),
-          doc && st.state === "ok" ? null : /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-chip-text dgd-muted", children: t(lang, "plugin.name") }),
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(JobsSummary, {}),
-          util ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-chip-util", "data-testid": "dsh-gpu-chip-util", children: util }) : null
+        wide === false ? null : /* @__PURE__ */ (0, import_jsx_runtime4.jsxs)(import_jsx_runtime4.Fragment, { children: [
+          /* @__PURE__ */ (0, import_jsx_runtime4.jsx)("span", { className: "dgd-chip-label", style: labelStyle, "data-testid": "dsh-gpu-chip-status", children: label }),
+          doc && st.state === "ok" ? null : /* @__PURE__ */ (0, import_jsx_runtime4.jsx)("span", { className: "dgd-chip-text dgd-muted", children: t(lang, "plugin.name") }),
+          /* @__PURE__ */ (0, import_jsx_runtime4.jsx)(JobsSummary, {}),
+          util ? /* @__PURE__ */ (0, import_jsx_runtime4.jsx)("span", { className: "dgd-chip-util", "data-testid": "dsh-gpu-chip-util", children: util }) : null
         ] })
       ]
     }
   );
 }
+
+// src/client/glance.jsx
+var import_react4 = require("react");
+var import_jsx_runtime5 = require("react/jsx-runtime");
 function GlanceCard() {
   const ui = useUi();
   if (!ui.glanceOpen) return null;
-  return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(GlanceCardOpen, {});
+  return /* @__PURE__ */ (0, import_jsx_runtime5.jsx)(GlanceCardOpen, {});
 }
-function GlanceCardOpen() {
-  const st = useStatus();
-  const lang = useLang2();
-  const store = getStore();
-  const ref = (0, import_react2.useRef)(null);
-  const [pos, setPos] = (0, import_react2.useState)(null);
-  (0, import_react2.useEffect)(() => {
+function useGlancePlacement(store) {
+  const [pos, setPos] = (0, import_react4.useState)(null);
+  (0, import_react4.useEffect)(() => {
     const onKey = (e) => {
       if (e.key === "Escape") store.toggleGlance(false);
     };
@@ -1901,9 +1669,17 @@ function GlanceCardOpen() {
       window.removeEventListener("resize", place);
     };
   }, [store]);
+  return pos;
+}
+function GlanceCardOpen() {
+  const st = useStatus();
+  const lang = useLang();
+  const store = getStore();
+  const ref = (0, import_react4.useRef)(null);
+  const pos = useGlancePlacement(store);
   const doc = st.doc;
   const gpus = doc && Array.isArray(doc.gpus) ? doc.gpus.filter(Boolean) : [];
-  return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)(
+  return /* @__PURE__ */ (0, import_jsx_runtime5.jsxs)(
     "section",
     {
       ref,
@@ -1914,195 +1690,416 @@ function GlanceCardOpen() {
       role: "dialog",
       "aria-label": t(lang, "glance.title"),
       children: [
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-glance-head", children: [
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-glance-title", children: t(lang, "glance.title") }),
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("button", { type: "button", className: "dgd-close", "aria-label": t(lang, "glance.close"), onClick: () => store.toggleGlance(false), children: "×" })
+        /* @__PURE__ */ (0, import_jsx_runtime5.jsxs)("div", { className: "dgd-glance-head", children: [
+          /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("span", { className: "dgd-glance-title", children: t(lang, "glance.title") }),
+          /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("button", { type: "button", className: "dgd-close", "aria-label": t(lang, "glance.close"), onClick: () => store.toggleGlance(false), children: "×" })
         ] }),
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(ConnectionNotice, { st, lang }),
-        doc ? /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)(import_jsx_runtime2.Fragment, { children: [
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { children: /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(Badge, { doc, lang }) }),
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-message", "data-testid": "dsh-gpu-message", children: summarize(doc, lang).message || NA }),
-          targetText(doc, lang) ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-muted", style: { fontSize: 12 }, children: targetText(doc, lang) }) : null,
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(Warnings, { doc, lang, limit: 3 }),
-          gpus.length ? gpus.map((g, i) => /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-glance-gpu", "data-testid": "dsh-gpu-glance-gpu", children: [
-            /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("span", { className: "dgd-glance-gpu-name", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime5.jsx)(ConnectionNotice, { st, lang }),
+        doc ? /* @__PURE__ */ (0, import_jsx_runtime5.jsxs)(import_jsx_runtime5.Fragment, { children: [
+          /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("div", { children: /* @__PURE__ */ (0, import_jsx_runtime5.jsx)(Badge, { doc, lang }) }),
+          /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("p", { className: "dgd-message", "data-testid": "dsh-gpu-message", children: summarize(doc, lang).message || NA }),
+          targetText(doc, lang) ? /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("span", { className: "dgd-muted", style: { fontSize: 12 }, children: targetText(doc, lang) }) : null,
+          /* @__PURE__ */ (0, import_jsx_runtime5.jsx)(Warnings, { doc, lang, limit: 3 }),
+          gpus.length ? gpus.map((g, i) => /* @__PURE__ */ (0, import_jsx_runtime5.jsxs)("div", { className: "dgd-glance-gpu", "data-testid": "dsh-gpu-glance-gpu", children: [
+            /* @__PURE__ */ (0, import_jsx_runtime5.jsxs)("span", { className: "dgd-glance-gpu-name", children: [
               "GPU ",
               isNum2(g.index) ? g.index : i,
               " · ",
               g.name || NA
             ] }),
-            /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(GpuMeters, { gpu: g, lang })
-          ] }, `${g.index ?? i}`)) : /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-muted", children: t(lang, "glance.noGpus") }),
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(Updated, { lastOk: st.lastOk, lang }),
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-muted", style: { margin: 0, fontSize: 12 }, children: t(lang, "glance.more") })
+            /* @__PURE__ */ (0, import_jsx_runtime5.jsx)(GpuMeters, { gpu: g, lang })
+          ] }, `${g.index ?? i}`)) : /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("p", { className: "dgd-muted", children: t(lang, "glance.noGpus") }),
+          /* @__PURE__ */ (0, import_jsx_runtime5.jsx)(Updated, { lastOk: st.lastOk, lang }),
+          /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("p", { className: "dgd-muted", style: { margin: 0, fontSize: 12 }, children: t(lang, "glance.more") })
         ] }) : null
       ]
     }
   );
 }
-function targetText(doc, lang) {
-  const tg = doc && doc.target;
-  if (!tg || typeof tg !== "object") return "";
-  const parts = [];
-  if (isNum2(tg.pid)) parts.push(t(lang, "target.pid", { pid: tg.pid }));
-  if (tg.name) parts.push(String(tg.name));
-  if (tg.alive === true) parts.push(t(lang, "target.running"));
-  if (tg.alive === false) parts.push(t(lang, "target.exited"));
-  if (isNum2(tg.create_time_unix_s)) parts.push(t(lang, "target.since", { ago: fmtAgo(Date.now() / 1e3 - tg.create_time_unix_s, lang) }));
-  return parts.join(" · ");
-}
-function Hero({ doc, lang, lastOk }) {
-  const rt = doc && doc.runtime || {};
-  const cuda = rt.cuda_available === true ? t(lang, "summary.cudaYes", { n: isNum2(rt.device_count) ? rt.device_count : NA }) : rt.cuda_available === false ? t(lang, "summary.cudaNo") : NA;
-  return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("section", { className: "dgd-card dgd-hero", "data-testid": "dsh-gpu-hero", children: [
-    /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-hero-main", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(Badge, { doc, lang, big: true }),
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-hero-text", children: [
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-message", "data-testid": "dsh-gpu-message", children: summarize(doc, lang).message || NA }),
-        targetText(doc, lang) ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-muted", "data-testid": "dsh-gpu-target", children: targetText(doc, lang) }) : null,
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(Updated, { lastOk, lang })
-      ] })
-    ] }),
-    /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("dl", { className: "dgd-facts", "data-testid": "dsh-gpu-facts", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { children: [
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("dt", { children: t(lang, "summary.util") }),
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("dd", { children: fmtPct(modelGpu(doc)?.util_pct) })
-      ] }),
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { children: [
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("dt", { children: t(lang, "summary.mem") }),
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("dd", { children: fmtMiB(modelGpu(doc)?.mem_used_mib) })
-      ] }),
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { children: [
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("dt", { children: t(lang, "summary.modelDevice") }),
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("dd", { children: deviceText(doc.model_device) })
-      ] }),
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { children: [
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("dt", { children: t(lang, "summary.inputDevice") }),
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("dd", { children: deviceText(doc.input_device) })
-      ] }),
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { children: [
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("dt", { children: t(lang, "summary.cuda") }),
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("dd", { title: cuda, children: cuda })
-      ] })
-    ] }),
-    /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(Warnings, { doc, lang })
-  ] });
-}
-function procsOnGpu(doc, index) {
-  const out = [];
-  for (const p of doc && doc.processes || []) {
-    if (!p || !Array.isArray(p.gpu)) continue;
-    for (const g of p.gpu) if (g && g.index === index) out.push({ proc: p, gpu: g });
-  }
-  return out;
-}
-function GpuCards({ doc, lang }) {
-  const gpus = Array.isArray(doc.gpus) ? doc.gpus.filter(Boolean) : [];
-  const unusable = Array.isArray(doc.system_gpus) ? doc.system_gpus.filter((s) => s && (s.nvml_index === null || s.nvml_index === void 0)) : [];
-  const modelDev = typeof doc.model_device === "string" ? doc.model_device : "";
-  return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("section", { "data-testid": "dsh-gpu-gpus", children: [
-    /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("h3", { className: "dgd-section-title", children: t(lang, "gpus.title") }),
-    !gpus.length && !unusable.length ? /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-card dgd-muted", children: [
-      t(lang, "gpus.none"),
-      doc.nvml && doc.nvml.ok === false && doc.nvml.error ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { className: "dgd-bad", children: t(lang, "runtime.nvmlError", { error: doc.nvml.error }) }) : null
-    ] }) : null,
-    /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-gpu-grid", children: [
-      gpus.map((g, i) => {
-        const procs = procsOnGpu(doc, g.index);
-        const fw = isNum2(g.framework_index) ? `cuda:${g.framework_index}` : null;
-        return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("article", { className: "dgd-card", "data-testid": "dsh-gpu-card", "data-index": g.index ?? "", children: [
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-gpu-head", children: [
-            /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("span", { className: "dgd-gpu-index", children: [
-              "GPU ",
-              isNum2(g.index) ? g.index : i
-            ] }),
-            /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-gpu-name", title: g.uuid || "", children: g.name || NA }),
-            fw && modelDev === fw ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-tag dgd-tag-ok", children: t(lang, "gpu.modelHere") }) : null,
-            fw ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-tag", title: t(lang, "gpu.framework", { dev: fw }), children: fw }) : /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-tag dgd-tag-warn", title: t(lang, "gpu.frameworkHidden"), children: t(lang, "gpu.hiddenTag") })
-          ] }),
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(GpuMeters, { gpu: g, lang }),
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { className: "dgd-gpu-foot", children: procs.length ? /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)(import_jsx_runtime2.Fragment, { children: [
-            t(lang, "gpu.procs"),
-            /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("ul", { className: "dgd-gpu-procs", children: procs.map(({ proc, gpu }) => /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("li", { children: [
-              /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-mono", children: proc.pid }),
-              /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { children: roleText(proc, lang) }),
-              /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("b", { children: fmtMiB(gpu.mem_used_mib) })
-            ] }, `${proc.pid}`)) })
-          ] }) : /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-muted", children: t(lang, "gpu.noProcs") }) })
-        ] }, `gpu-${g.index ?? i}`);
-      }),
-      unusable.map((s, i) => /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("article", { className: "dgd-card", "data-testid": "dsh-gpu-igpu", children: [
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-gpu-head", children: [
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-gpu-name", children: s.name || s.vendor || NA }),
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-tag dgd-tag-warn", children: t(lang, "igpu.badge") })
-        ] }),
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { className: "dgd-muted", children: t(lang, "igpu.note") }),
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-gpu-foot", children: [
-          s.pci ? t(lang, "igpu.pci", { pci: s.pci }) : null,
-          s.driver ? ` · ${t(lang, "igpu.driver", { driver: s.driver })}` : null
-        ] })
-      ] }, `sys-${s.pci || i}`))
-    ] })
-  ] });
-}
+
+// src/client/processes.jsx
+var import_jsx_runtime6 = require("react/jsx-runtime");
 function DeviceChip({ dev }) {
-  return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: `dgd-dev dgd-dev-${deviceKind(dev)}`, children: deviceText(dev) });
+  return /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { className: `dgd-dev dgd-dev-${deviceKind(dev)}`, children: deviceText(dev) });
 }
-function cmdText2(cmd) {
-  if (Array.isArray(cmd)) return cmd.filter((a) => a !== null && a !== void 0).map(String).join(" ");
-  return cmd === null || cmd === void 0 ? "" : String(cmd);
+function ProcessRow({ p, lang }) {
+  const models = Array.isArray(p.models) ? p.models.filter(Boolean) : [];
+  const m = models[0] || null;
+  const gpuRows = Array.isArray(p.gpu) ? p.gpu.filter(Boolean) : [];
+  const mem = gpuRows.reduce((a, g) => isNum2(g.mem_used_mib) ? (a ?? 0) + g.mem_used_mib : a, null);
+  const sm = gpuRows.reduce((a, g) => isNum2(g.sm_util_pct) ? Math.max(a ?? 0, g.sm_util_pct) : a, null);
+  return /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("tr", { "data-testid": "dsh-gpu-process", "data-pid": p.pid ?? "", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("td", { children: [
+      /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { className: "dgd-proc-name", children: p.name || NA }),
+      " ",
+      /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { className: "dgd-mono dgd-muted", children: p.pid ?? NA }),
+      cmdText(p.cmdline) ? /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { className: "dgd-proc-cmd", title: cmdText(p.cmdline), children: cmdText(p.cmdline) }) : null,
+      p.probe_error ? /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("div", { className: "dgd-probe-error", children: t(lang, "probe.error", { error: p.probe_error }) }) : null
+    ] }),
+    /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("td", { title: !p.has_probe ? t(lang, "probe.noneTitle") : void 0, children: roleText(p, lang) }),
+    /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("td", { children: models.length ? models.map((mm, j) => /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("div", { children: [
+      mm.name || NA,
+      isNum2(mm.param_count) ? /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("span", { className: "dgd-muted", children: [
+        " · ",
+        t(lang, "model.params", { n: fmtCount(mm.param_count) })
+      ] }) : null
+    ] }, j)) : NA }),
+    /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("td", { children: models.length ? models.map((mm, j) => /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("div", { children: /* @__PURE__ */ (0, import_jsx_runtime6.jsx)(DeviceChip, { dev: mm.device }) }, j)) : /* @__PURE__ */ (0, import_jsx_runtime6.jsx)(DeviceChip, { dev: null }) }),
+    /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("td", { children: models.length ? models.map((mm, j) => /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("div", { children: /* @__PURE__ */ (0, import_jsx_runtime6.jsx)(DeviceChip, { dev: mm.input_device }) }, j)) : /* @__PURE__ */ (0, import_jsx_runtime6.jsx)(DeviceChip, { dev: null }) }),
+    /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("td", { className: "dgd-num", children: fmtMiB(mem) }),
+    /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("td", { className: "dgd-num", children: fmtPct(sm) }),
+    /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("td", { className: "dgd-num", children: fmtPct(p.cpu_pct) }),
+    /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("td", { className: "dgd-num", children: m ? fmtFraction(m.data_wait_fraction) : NA }),
+    /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("td", { className: "dgd-num", children: m ? fmtRate(m.forward_rate_hz) : NA })
+  ] });
 }
 function ProcessTable({ doc, lang }) {
   const procs = Array.isArray(doc.processes) ? doc.processes.filter(Boolean) : [];
-  return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("section", { children: [
-    /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("h3", { className: "dgd-section-title", children: t(lang, "procs.title") }),
-    /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { className: "dgd-card dgd-table-wrap", children: procs.length ? /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("table", { className: "dgd-table", "data-testid": "dsh-gpu-processes", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("thead", { children: /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("tr", { children: [
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("th", { children: t(lang, "col.process") }),
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("th", { children: t(lang, "col.role") }),
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("th", { children: t(lang, "col.model") }),
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("th", { children: t(lang, "col.modelDevice") }),
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("th", { children: t(lang, "col.inputDevice") }),
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("th", { className: "dgd-num", children: t(lang, "col.gpuMem") }),
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("th", { className: "dgd-num", children: t(lang, "col.sm") }),
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("th", { className: "dgd-num", children: t(lang, "col.cpu") }),
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("th", { className: "dgd-num", children: t(lang, "col.dataWait") }),
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("th", { className: "dgd-num", children: t(lang, "col.rate") })
+  return /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("section", { children: [
+    /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("h3", { className: "dgd-section-title", children: t(lang, "procs.title") }),
+    /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("div", { className: "dgd-card dgd-table-wrap", children: procs.length ? /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("table", { className: "dgd-table", "data-testid": "dsh-gpu-processes", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("thead", { children: /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("tr", { children: [
+        /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("th", { children: t(lang, "col.process") }),
+        /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("th", { children: t(lang, "col.role") }),
+        /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("th", { children: t(lang, "col.model") }),
+        /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("th", { children: t(lang, "col.modelDevice") }),
+        /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("th", { children: t(lang, "col.inputDevice") }),
+        /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("th", { className: "dgd-num", children: t(lang, "col.gpuMem") }),
+        /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("th", { className: "dgd-num", children: t(lang, "col.sm") }),
+        /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("th", { className: "dgd-num", children: t(lang, "col.cpu") }),
+        /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("th", { className: "dgd-num", children: t(lang, "col.dataWait") }),
+        /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("th", { className: "dgd-num", children: t(lang, "col.rate") })
       ] }) }),
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("tbody", { children: procs.map((p, i) => {
-        const models = Array.isArray(p.models) ? p.models.filter(Boolean) : [];
-        const m = models[0] || null;
-        const gpuRows = Array.isArray(p.gpu) ? p.gpu.filter(Boolean) : [];
-        const mem = gpuRows.reduce((a, g) => isNum2(g.mem_used_mib) ? (a ?? 0) + g.mem_used_mib : a, null);
-        const sm = gpuRows.reduce((a, g) => isNum2(g.sm_util_pct) ? Math.max(a ?? 0, g.sm_util_pct) : a, null);
-        return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("tr", { "data-testid": "dsh-gpu-process", "data-pid": p.pid ?? "", children: [
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("td", { children: [
-            /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-proc-name", children: p.name || NA }),
-            " ",
-            /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-mono dgd-muted", children: p.pid ?? NA }),
-            cmdText2(p.cmdline) ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-proc-cmd", title: cmdText2(p.cmdline), children: cmdText2(p.cmdline) }) : null,
-            p.probe_error ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { className: "dgd-probe-error", children: t(lang, "probe.error", { error: p.probe_error }) }) : null
-          ] }),
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("td", { title: !p.has_probe ? t(lang, "probe.noneTitle") : void 0, children: roleText(p, lang) }),
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("td", { children: models.length ? models.map((mm, j) => /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { children: [
-            mm.name || NA,
-            isNum2(mm.param_count) ? /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("span", { className: "dgd-muted", children: [
-              " · ",
-              t(lang, "model.params", { n: fmtCount(mm.param_count) })
-            ] }) : null
-          ] }, j)) : NA }),
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("td", { children: models.length ? models.map((mm, j) => /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { children: /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(DeviceChip, { dev: mm.device }) }, j)) : /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(DeviceChip, { dev: null }) }),
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("td", { children: models.length ? models.map((mm, j) => /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { children: /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(DeviceChip, { dev: mm.input_device }) }, j)) : /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(DeviceChip, { dev: null }) }),
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("td", { className: "dgd-num", children: fmtMiB(mem) }),
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("td", { className: "dgd-num", children: fmtPct(sm) }),
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("td", { className: "dgd-num", children: fmtPct(p.cpu_pct) }),
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("td", { className: "dgd-num", children: m ? fmtFraction(m.data_wait_fraction) : NA }),
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("td", { className: "dgd-num", children: m ? fmtRate(m.forward_rate_hz) : NA })
-        ] }, `${p.pid ?? i}`);
-      }) })
-    ] }) : /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { className: "dgd-muted", style: { padding: 14 }, children: t(lang, "procs.none") }) })
+      /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("tbody", { children: procs.map((p, i) => /* @__PURE__ */ (0, import_jsx_runtime6.jsx)(ProcessRow, { p, lang }, `${p.pid ?? i}`)) })
+    ] }) : /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("div", { className: "dgd-muted", style: { padding: 14 }, children: t(lang, "procs.none") }) })
   ] });
 }
+
+// src/client/charts.jsx
+var import_react5 = require("react");
+
+// ../sidecar/static/charts.js
+var SVG_NS = "http://www.w3.org/2000/svg";
+function el(tag, attrs, parent) {
+  const e = document.createElementNS(SVG_NS, tag);
+  if (attrs) {
+    for (const [k, v] of Object.entries(attrs)) if (v !== null && v !== void 0) e.setAttribute(k, String(v));
+  }
+  if (parent) parent.appendChild(e);
+  return e;
+}
+function niceStep(span, target) {
+  const raw = span / Math.max(1, target);
+  const p = 10 ** Math.floor(Math.log10(raw));
+  for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= raw) return m * p;
+  return 10 * p;
+}
+var TIME_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
+function timeStep(span, target) {
+  const raw = span / Math.max(1, target);
+  for (const s of TIME_STEPS) if (s >= raw) return s;
+  return TIME_STEPS[TIME_STEPS.length - 1];
+}
+function nearest(points, t2) {
+  let lo = 0, hi = points.length - 1;
+  if (hi < 0) return -1;
+  while (lo < hi) {
+    const mid = lo + hi >> 1;
+    if (points[mid][0] < t2) lo = mid + 1;
+    else hi = mid;
+  }
+  if (lo > 0 && Math.abs(points[lo - 1][0] - t2) <= Math.abs(points[lo][0] - t2)) return lo - 1;
+  return lo;
+}
+var TimeChart = class {
+  constructor(body, opts) {
+    this.body = body;
+    this.opts = opts;
+    this.data = null;
+    this.hoverT = null;
+    this.group = opts.group || [this];
+    if (!this.group.includes(this)) this.group.push(this);
+    this.svg = el("svg", { role: "img" });
+    this.body.appendChild(this.svg);
+    this.empty = document.createElement("div");
+    this.empty.className = "chart-empty";
+    this.body.appendChild(this.empty);
+    this.svg.addEventListener("pointermove", (ev) => this._onMove(ev));
+    this.svg.addEventListener("pointerleave", () => this._onLeave());
+    if (typeof ResizeObserver !== "undefined") {
+      let w = 0;
+      new ResizeObserver(() => {
+        if (this.body.clientWidth !== w) {
+          w = this.body.clientWidth;
+          this.render();
+        }
+      }).observe(this.body);
+    }
+  }
+  setData(data) {
+    this.data = data;
+    this.render();
+  }
+  setEmptyText(text) {
+    this.emptyText = text;
+    this.render();
+  }
+  _geometry() {
+    const W = Math.max(120, this.body.clientWidth || 600);
+    const H = Math.max(80, this.body.clientHeight || 200);
+    const m = { l: 58, r: 12, t: 12, b: 24 };
+    return { W, H, m, iw: W - m.l - m.r, ih: H - m.t - m.b };
+  }
+  render() {
+    const d = this.data;
+    const svg = this.svg;
+    svg.replaceChildren();
+    const { W, H, m, iw, ih } = this._geometry();
+    svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
+    const nPoints = d ? d.series.reduce((a, s) => a + s.points.length, 0) : 0;
+    svg.dataset.points = String(nPoints);
+    this.empty.textContent = nPoints ? "" : this.emptyText || "";
+    this.empty.hidden = nPoints > 0;
+    if (!d || !(d.t1 > d.t0)) return;
+    const { t0, t1 } = d;
+    const yMax = d.yMax > 0 ? d.yMax : 1;
+    const x = (t2) => m.l + (t2 - t0) / (t1 - t0) * iw;
+    const y = (v) => m.t + ih - Math.max(0, Math.min(v, yMax)) / yMax * ih;
+    this._scale = { x, y, t0, t1, m, iw, ih, W, H, yMax };
+    svg.dataset.span = String(Math.round((t1 - t0) * 1e3) / 1e3);
+    this._drawAxes(d);
+    this._drawLimits(d.limits || []);
+    this._drawEvents(d.events || []);
+    this._drawSeries(d.series, d.gapS || 5);
+    this._drawTrends(d.trends || []);
+    this.hoverLayer = el("g", { class: "hover" }, svg);
+    el("rect", { x: m.l, y: m.t, width: iw, height: ih, fill: "transparent" }, svg);
+    if (this.hoverT !== null) this._drawHover();
+  }
+  _drawAxes(d) {
+    const svg = this.svg;
+    const { x, y, t0, t1, m, iw, ih, W, H } = this._scale;
+    const grid = el("g", { class: "grid" }, svg);
+    const axis = el("g", { class: "axis" }, svg);
+    const ticks = d.yTicks || [];
+    for (const v of ticks) {
+      const yy = Math.round(y(v)) + 0.5;
+      el("line", { x1: m.l, x2: W - m.r, y1: yy, y2: yy }, grid);
+      const tx = el("text", { x: m.l - 8, y: yy + 3.5, "text-anchor": "end" }, axis);
+      tx.textContent = this.opts.formatValue(v, true);
+    }
+    const step = timeStep(t1 - t0, Math.max(3, Math.floor(iw / 110)));
+    const first = Math.ceil(t0 / step) * step;
+    for (let t2 = first; t2 <= t1 + 1e-6; t2 += step) {
+      const xx = Math.round(x(t2)) + 0.5;
+      el("line", { x1: xx, x2: xx, y1: m.t, y2: m.t + ih, class: "vgrid" }, grid);
+      const tx = el("text", { x: xx, y: H - 6, "text-anchor": "middle" }, axis);
+      tx.textContent = (this.opts.formatTime || fmtClock)(t2, step);
+    }
+  }
+  /** Limit lines (e.g. total memory when within range). */
+  _drawLimits(limits) {
+    const svg = this.svg;
+    const { y, m, W, yMax } = this._scale;
+    for (const lim of limits) {
+      if (!(lim.value > 0 && lim.value <= yMax)) continue;
+      const yy = Math.round(y(lim.value)) + 0.5;
+      el("line", { x1: m.l, x2: W - m.r, y1: yy, y2: yy, class: "limit" }, svg);
+      const tx = el("text", { x: W - m.r - 2, y: yy - 4, "text-anchor": "end", class: "limit-label" }, svg);
+      tx.textContent = lim.label;
+    }
+  }
+  _drawEvents(events) {
+    const svg = this.svg;
+    const { x, t0, t1, m, ih } = this._scale;
+    const evg = el("g", { class: "events" }, svg);
+    for (const ev of events) {
+      if (!(ev.time_unix_s >= t0 && ev.time_unix_s <= t1)) continue;
+      const xx = Math.round(x(ev.time_unix_s)) + 0.5;
+      const g = el("g", { class: "event", "data-testid": "event-marker", "data-name": ev.name || "" }, evg);
+      el("line", { x1: xx, x2: xx, y1: m.t, y2: m.t + ih }, g);
+      el("path", { d: `M${xx - 4},${m.t - 6} h8 l-4,6 z` }, g);
+      const title = el("title", null, g);
+      title.textContent = `${fmtClock(ev.time_unix_s)} ${this._eventLabel(ev)}`;
+    }
+  }
+  _drawSeries(series, gap) {
+    const svg = this.svg;
+    const { x, y, t0, t1, m, ih } = this._scale;
+    const sg = el("g", { class: "series-group" }, svg);
+    for (const s of series) {
+      const pts = s.points.filter((p) => p[0] >= t0 - gap && p[0] <= t1 + gap && typeof p[1] === "number");
+      if (!pts.length) continue;
+      let line = "", area = "", segStart = null, prevT = null, prevX = null;
+      const base = (m.t + ih).toFixed(1);
+      const closeArea = () => {
+        if (segStart !== null) area += `L${prevX},${base}L${segStart},${base}Z`;
+      };
+      for (const [t2, v] of pts) {
+        const px = x(t2).toFixed(1), py = y(v).toFixed(1);
+        if (prevT === null || t2 - prevT > gap) {
+          closeArea();
+          line += `M${px},${py}`;
+          area += `M${px},${base}L${px},${py}`;
+          segStart = px;
+        } else {
+          line += `L${px},${py}`;
+          area += `L${px},${py}`;
+        }
+        prevT = t2;
+        prevX = px;
+      }
+      closeArea();
+      el("path", { d: area, class: "area", fill: s.color }, sg);
+      if (pts.length === 1) el("circle", { cx: x(pts[0][0]), cy: y(pts[0][1]), r: 2.5, fill: s.color }, sg);
+      el("path", {
+        d: line,
+        class: "series",
+        stroke: s.color,
+        "data-testid": "series",
+        "data-key": s.key,
+        "data-points": pts.length,
+        "data-last": pts[pts.length - 1][1]
+      }, sg);
+    }
+  }
+  /** Trend lines (e.g. steadily growing memory). */
+  _drawTrends(trends) {
+    const svg = this.svg;
+    const { x, y, t0 } = this._scale;
+    for (const tr of trends) {
+      const [[ta, va], [tb, vb]] = tr.fit;
+      el("line", { x1: x(Math.max(ta, t0)), y1: y(va + (Math.max(ta, t0) - ta) * (vb - va) / (tb - ta || 1)), x2: x(tb), y2: y(vb), class: "trend", "data-testid": "trend" }, svg);
+      if (tr.label) {
+        const lbl = el("text", { x: x(tb) - 4, y: y(vb) - 8, "text-anchor": "end", class: "trend-label" }, svg);
+        lbl.textContent = tr.label;
+      }
+    }
+  }
+  _eventLabel(e) {
+    return this.opts.eventLabel ? this.opts.eventLabel(e) : String(e.name || "");
+  }
+  _onMove(ev) {
+    if (!this._scale) return;
+    const rect = this.svg.getBoundingClientRect();
+    const { m, iw, t0, t1, W } = this._scale;
+    const px = (ev.clientX - rect.left) / rect.width * W;
+    if (px < m.l - 4 || px > m.l + iw + 4) {
+      this._onLeave();
+      return;
+    }
+    const t2 = t0 + (px - m.l) / iw * (t1 - t0);
+    this.lastClient = [ev.clientX, ev.clientY];
+    for (const c of this.group) {
+      c.hoverT = t2;
+      c._drawHover();
+    }
+    this._showTooltip(t2);
+  }
+  _onLeave() {
+    for (const c of this.group) {
+      c.hoverT = null;
+      if (c.hoverLayer) c.hoverLayer.replaceChildren();
+    }
+    const tip = this.opts.tooltip;
+    if (tip) tip.hidden = true;
+    this.lastClient = null;
+  }
+  _hits(t2) {
+    const d = this.data;
+    if (!d) return { time: t2, rows: [], events: [] };
+    let snapT = null;
+    const rows = [];
+    for (const s of d.series) {
+      const i = nearest(s.points, t2);
+      if (i < 0) continue;
+      const p = s.points[i];
+      if (Math.abs(p[0] - t2) > Math.max(d.gapS || 5, (d.t1 - d.t0) / 50)) continue;
+      rows.push({ series: s, point: p });
+      if (snapT === null) snapT = p[0];
+    }
+    const tol = (d.t1 - d.t0) / Math.max(1, this._scale ? this._scale.iw : 600) * 6;
+    const events = (d.events || []).filter((e) => Math.abs(e.time_unix_s - t2) <= tol);
+    return { time: snapT !== null ? snapT : t2, rows, events };
+  }
+  _drawHover() {
+    if (!this.hoverLayer || !this._scale || this.hoverT === null) return;
+    const { x, y, m, ih } = this._scale;
+    const hit = this._hits(this.hoverT);
+    this.hoverLayer.replaceChildren();
+    const xx = x(hit.time);
+    el("line", { x1: xx, x2: xx, y1: m.t, y2: m.t + ih, class: "crosshair" }, this.hoverLayer);
+    for (const r of hit.rows) el("circle", { cx: x(r.point[0]), cy: y(r.point[1]), r: 4, fill: r.series.color, class: "hover-dot" }, this.hoverLayer);
+    if (this.lastClient) this._showTooltip(this.hoverT);
+  }
+  _showTooltip(t2) {
+    const tip = this.opts.tooltip;
+    if (!tip || !this.lastClient) return;
+    const hit = this._hits(t2);
+    tip.replaceChildren();
+    const head = document.createElement("div");
+    head.className = "tt-time";
+    head.textContent = `${fmtClock(hit.time)} · ${this.opts.title ? this.opts.title() : ""}`;
+    tip.appendChild(head);
+    for (const r2 of hit.rows) {
+      const row = document.createElement("div");
+      row.className = "tt-row";
+      const dot = document.createElement("i");
+      dot.style.background = r2.series.color;
+      const label = document.createElement("span");
+      label.textContent = r2.series.label;
+      const val = document.createElement("b");
+      val.textContent = this.opts.formatValue(r2.point[1], false);
+      row.append(dot, label, val);
+      tip.appendChild(row);
+    }
+    for (const e of hit.events) {
+      const row = document.createElement("div");
+      row.className = "tt-event";
+      row.textContent = `▼ ${this._eventLabel(e)}`;
+      tip.appendChild(row);
+    }
+    tip.hidden = false;
+    const [cx, cy] = this.lastClient;
+    const r = tip.getBoundingClientRect();
+    let left = cx + 14;
+    if (left + r.width > window.innerWidth - 8) left = cx - r.width - 14;
+    let top = cy - r.height - 10;
+    if (top < 8) top = cy + 16;
+    tip.style.left = `${Math.max(4, left)}px`;
+    tip.style.top = `${top}px`;
+  }
+};
+function niceTicks(max, target = 4, unit = 1) {
+  const m = max / unit;
+  if (!(m > 0)) return { ticks: [0, unit], max: unit };
+  const step = niceStep(m, target);
+  const top = Math.ceil(m / step) * step;
+  const ticks = [];
+  for (let v = 0; v <= top + step * 1e-9; v += step) ticks.push(v * unit);
+  return { ticks, max: top * unit };
+}
+function pointsByGpu(samples, since) {
+  const ok = (x) => typeof x === "number" && Number.isFinite(x);
+  const mem = /* @__PURE__ */ new Map();
+  const util = /* @__PURE__ */ new Map();
+  for (const s of samples) {
+    if (!s || !ok(s.time_unix_s) || s.time_unix_s < since) continue;
+    for (const g of Array.isArray(s.gpus) ? s.gpus : []) {
+      if (!g || !ok(g.index)) continue;
+      if (!mem.has(g.index)) {
+        mem.set(g.index, []);
+        util.set(g.index, []);
+      }
+      if (ok(g.mem_used_mib)) mem.get(g.index).push([s.time_unix_s, g.mem_used_mib]);
+      if (ok(g.util_pct)) util.get(g.index).push([s.time_unix_s, g.util_pct]);
+    }
+  }
+  return { indices: [...mem.keys()].sort((a, b) => a - b), mem, util };
+}
+
+// src/client/charts.jsx
+var import_jsx_runtime7 = require("react/jsx-runtime");
 var tooltipEl = null;
 var tooltipUsers = 0;
 function acquireTooltip() {
@@ -2125,12 +2122,12 @@ function releaseTooltip() {
   }
 }
 function TimeChartBox({ data, emptyText, formatValue, title, group, testid }) {
-  const bodyRef = (0, import_react2.useRef)(null);
-  const chartRef = (0, import_react2.useRef)(null);
-  const optsRef = (0, import_react2.useRef)({ formatValue, title });
+  const bodyRef = (0, import_react5.useRef)(null);
+  const chartRef = (0, import_react5.useRef)(null);
+  const optsRef = (0, import_react5.useRef)({ formatValue, title });
   optsRef.current.formatValue = formatValue;
   optsRef.current.title = title;
-  (0, import_react2.useEffect)(() => {
+  (0, import_react5.useEffect)(() => {
     const tip = acquireTooltip();
     const opts = {
       formatValue: (v, axis) => optsRef.current.formatValue(v, axis),
@@ -2150,30 +2147,16 @@ function TimeChartBox({ data, emptyText, formatValue, title, group, testid }) {
       }
     };
   }, [group]);
-  (0, import_react2.useEffect)(() => {
+  (0, import_react5.useEffect)(() => {
     if (!chartRef.current) return;
     chartRef.current.setEmptyText(emptyText);
     chartRef.current.setData(data);
   }, [data, emptyText]);
-  return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { className: "dgd-chart-body", ref: bodyRef, "data-testid": testid });
+  return /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("div", { className: "dgd-chart-body", ref: bodyRef, "data-testid": testid });
 }
 var WINDOWS = ["60", "300", "900", "all"];
 function buildSeries(samples, doc, lang, t0) {
-  const memByGpu = /* @__PURE__ */ new Map();
-  const utilByGpu = /* @__PURE__ */ new Map();
-  for (const s of samples) {
-    if (!s || !isNum2(s.time_unix_s) || s.time_unix_s < t0) continue;
-    for (const g of Array.isArray(s.gpus) ? s.gpus : []) {
-      if (!g || !isNum2(g.index)) continue;
-      if (!memByGpu.has(g.index)) {
-        memByGpu.set(g.index, []);
-        utilByGpu.set(g.index, []);
-      }
-      if (isNum2(g.mem_used_mib)) memByGpu.get(g.index).push([s.time_unix_s, g.mem_used_mib]);
-      if (isNum2(g.util_pct)) utilByGpu.get(g.index).push([s.time_unix_s, g.util_pct]);
-    }
-  }
-  const indices = [...memByGpu.keys()].sort((a, b) => a - b);
+  const { indices, mem: memByGpu, util: utilByGpu } = pointsByGpu(samples, t0);
   const mk = (map) => indices.map((idx, i) => ({
     key: `gpu${idx}`,
     label: t(lang, "chart.gpuN", { n: idx }),
@@ -2185,55 +2168,68 @@ function buildSeries(samples, doc, lang, t0) {
   return { mem: mk(memByGpu), util: mk(utilByGpu), totals };
 }
 function Legend({ series }) {
-  return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-legend", children: series.map((s) => /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("span", { children: [
-    /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("i", { style: { background: s.color } }),
+  return /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("span", { className: "dgd-legend", children: series.map((s) => /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("span", { children: [
+    /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("i", { style: { background: s.color } }),
     s.label
   ] }, s.key)) });
 }
-function HistoryCharts({ doc, lang }) {
-  const h = useHistory();
-  const [win, setWin] = (0, import_react2.useState)("300");
-  const group = (0, import_react2.useMemo)(() => [], []);
-  const samples = h.samples;
-  const last = samples.length ? samples[samples.length - 1].time_unix_s : Date.now() / 1e3;
-  const first = samples.length ? samples[0].time_unix_s : last - 60;
-  const span = win === "all" ? Math.max(60, last - first) : Number(win);
-  const t1 = last;
-  const t0 = win === "all" ? Math.min(first, last - 60) : last - span;
-  const { mem, util, totals } = (0, import_react2.useMemo)(() => buildSeries(samples, doc, lang, t0), [samples, doc, lang, t0]);
-  const events = (h.events && h.events.length ? h.events : doc && doc.events || []).filter(Boolean);
-  const gapS = Math.max(5, (h.intervalS || 1) * 4);
+function memChartData(mem, totals, lang, common) {
   let memMax = 0;
   for (const s of mem) for (const p of s.points) memMax = Math.max(memMax, p[1]);
   const totalList = [...totals.values()];
   const maxTotal = totalList.length ? Math.max(...totalList) : 0;
   if (maxTotal && memMax > maxTotal * 0.6) memMax = maxTotal;
   const memTicks = niceTicks(Math.max(memMax * 1.1, 64), 4, memMax > 4096 ? 1024 : 1);
-  const memData = {
+  return {
+    ...common,
     series: mem,
-    t0,
-    t1,
     yMax: memTicks.max,
     yTicks: memTicks.ticks,
-    limits: totalList.length === 1 ? [{ value: totalList[0], label: t(lang, "gpu.memTotal", { total: fmtMiB(totalList[0]) }) }] : [],
-    events,
-    gapS
+    limits: totalList.length === 1 ? [{ value: totalList[0], label: t(lang, "gpu.memTotal", { total: fmtMiB(totalList[0]) }) }] : []
   };
+}
+function EventList({ events, lang }) {
+  return /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("div", { className: "dgd-card", style: { marginTop: 12 }, "data-testid": "dsh-gpu-events", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("h3", { className: "dgd-section-title", children: t(lang, "events.title") }),
+    events.length ? /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("ol", { className: "dgd-events", children: events.slice(-30).map((e, i) => /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("li", { children: [
+      /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("span", { className: "dgd-mono dgd-muted", children: fmtClock(e.time_unix_s) }),
+      /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("span", { className: "dgd-ev-name", children: e.name || NA }),
+      e.pid ? /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("span", { className: "dgd-muted", children: [
+        "pid ",
+        e.pid
+      ] }) : null
+    ] }, i)) }) : /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("span", { className: "dgd-muted", children: t(lang, "events.none") })
+  ] });
+}
+function HistoryCharts({ doc, lang }) {
+  const h = useHistory();
+  const [win, setWin] = (0, import_react5.useState)("300");
+  const group = (0, import_react5.useMemo)(() => [], []);
+  const samples = h.samples;
+  const last = samples.length ? samples[samples.length - 1].time_unix_s : Date.now() / 1e3;
+  const first = samples.length ? samples[0].time_unix_s : last - 60;
+  const span = win === "all" ? Math.max(60, last - first) : Number(win);
+  const t1 = last;
+  const t0 = win === "all" ? Math.min(first, last - 60) : last - span;
+  const { mem, util, totals } = (0, import_react5.useMemo)(() => buildSeries(samples, doc, lang, t0), [samples, doc, lang, t0]);
+  const events = (h.events && h.events.length ? h.events : doc && doc.events || []).filter(Boolean);
+  const gapS = Math.max(5, (h.intervalS || 1) * 4);
+  const memData = memChartData(mem, totals, lang, { t0, t1, events, gapS });
   const utilData = { series: util, t0, t1, yMax: 100, yTicks: [0, 25, 50, 75, 100], events, gapS };
   const growth = doc && doc.memory_growth;
-  return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("section", { "data-testid": "dsh-gpu-history", children: [
-    /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-block-head", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("h3", { className: "dgd-section-title", children: t(lang, "charts.title") }),
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-window", role: "group", "aria-label": t(lang, "chart.window"), children: WINDOWS.map((w) => /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("button", { type: "button", "aria-pressed": w === win ? "true" : "false", onClick: () => setWin(w), "data-testid": `dsh-gpu-window-${w}`, children: t(lang, `window.${w}`) }, w)) })
+  return /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("section", { "data-testid": "dsh-gpu-history", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("div", { className: "dgd-block-head", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("h3", { className: "dgd-section-title", children: t(lang, "charts.title") }),
+      /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("span", { className: "dgd-window", role: "group", "aria-label": t(lang, "chart.window"), children: WINDOWS.map((w) => /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("button", { type: "button", "aria-pressed": w === win ? "true" : "false", onClick: () => setWin(w), "data-testid": `dsh-gpu-window-${w}`, children: t(lang, `window.${w}`) }, w)) })
     ] }),
-    /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-charts", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("figure", { className: "dgd-card dgd-chart", "data-testid": "dsh-gpu-chart-mem", children: [
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("figcaption", { children: [
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-chart-title", children: t(lang, "chart.mem") }),
-          growth ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-chart-flag", children: t(lang, "chart.growing", { rate: fmtMiB(growth.rate_mib_per_min) }) }) : null,
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(Legend, { series: mem })
+    /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("div", { className: "dgd-charts", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("figure", { className: "dgd-card dgd-chart", "data-testid": "dsh-gpu-chart-mem", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("figcaption", { children: [
+          /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("span", { className: "dgd-chart-title", children: t(lang, "chart.mem") }),
+          growth ? /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("span", { className: "dgd-chart-flag", children: t(lang, "chart.growing", { rate: fmtMiB(growth.rate_mib_per_min) }) }) : null,
+          /* @__PURE__ */ (0, import_jsx_runtime7.jsx)(Legend, { series: mem })
         ] }),
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(
+        /* @__PURE__ */ (0, import_jsx_runtime7.jsx)(
           TimeChartBox,
           {
             data: memData,
@@ -2245,12 +2241,12 @@ function HistoryCharts({ doc, lang }) {
           }
         )
       ] }),
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("figure", { className: "dgd-card dgd-chart", "data-testid": "dsh-gpu-chart-util", children: [
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("figcaption", { children: [
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-chart-title", children: t(lang, "chart.util") }),
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(Legend, { series: util })
+      /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("figure", { className: "dgd-card dgd-chart", "data-testid": "dsh-gpu-chart-util", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("figcaption", { children: [
+          /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("span", { className: "dgd-chart-title", children: t(lang, "chart.util") }),
+          /* @__PURE__ */ (0, import_jsx_runtime7.jsx)(Legend, { series: util })
         ] }),
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(
+        /* @__PURE__ */ (0, import_jsx_runtime7.jsx)(
           TimeChartBox,
           {
             data: utilData,
@@ -2263,16 +2259,104 @@ function HistoryCharts({ doc, lang }) {
         )
       ] })
     ] }),
-    /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-card", style: { marginTop: 12 }, "data-testid": "dsh-gpu-events", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("h3", { className: "dgd-section-title", children: t(lang, "events.title") }),
-      events.length ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("ol", { className: "dgd-events", children: events.slice(-30).map((e, i) => /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("li", { children: [
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-mono dgd-muted", children: fmtClock(e.time_unix_s) }),
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-ev-name", children: e.name || NA }),
-        e.pid ? /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("span", { className: "dgd-muted", children: [
-          "pid ",
-          e.pid
-        ] }) : null
-      ] }, i)) }) : /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-muted", children: t(lang, "events.none") })
+    /* @__PURE__ */ (0, import_jsx_runtime7.jsx)(EventList, { events, lang })
+  ] });
+}
+
+// src/client/view.jsx
+var import_jsx_runtime8 = require("react/jsx-runtime");
+function Hero({ doc, lang, lastOk }) {
+  const rt = doc && doc.runtime || {};
+  const cuda = cudaText(rt, lang);
+  return /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("section", { className: "dgd-card dgd-hero", "data-testid": "dsh-gpu-hero", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { className: "dgd-hero-main", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(Badge, { doc, lang, big: true }),
+      /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { className: "dgd-hero-text", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("p", { className: "dgd-message", "data-testid": "dsh-gpu-message", children: summarize(doc, lang).message || NA }),
+        targetText(doc, lang) ? /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { className: "dgd-muted", "data-testid": "dsh-gpu-target", children: targetText(doc, lang) }) : null,
+        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(Updated, { lastOk, lang })
+      ] })
+    ] }),
+    /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("dl", { className: "dgd-facts", "data-testid": "dsh-gpu-facts", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { children: [
+        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("dt", { children: t(lang, "summary.util") }),
+        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("dd", { children: fmtPct(modelGpu(doc)?.util_pct) })
+      ] }),
+      /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { children: [
+        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("dt", { children: t(lang, "summary.mem") }),
+        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("dd", { children: fmtMiB(modelGpu(doc)?.mem_used_mib) })
+      ] }),
+      /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { children: [
+        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("dt", { children: t(lang, "summary.modelDevice") }),
+        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("dd", { children: deviceText(doc.model_device) })
+      ] }),
+      /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { children: [
+        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("dt", { children: t(lang, "summary.inputDevice") }),
+        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("dd", { children: deviceText(doc.input_device) })
+      ] }),
+      /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { children: [
+        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("dt", { children: t(lang, "summary.cuda") }),
+        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("dd", { title: cuda, children: cuda })
+      ] })
+    ] }),
+    /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(Warnings, { doc, lang })
+  ] });
+}
+function procsOnGpu(doc, index) {
+  const out = [];
+  for (const p of doc && doc.processes || []) {
+    if (!p || !Array.isArray(p.gpu)) continue;
+    for (const g of p.gpu) if (g && g.index === index) out.push({ proc: p, gpu: g });
+  }
+  return out;
+}
+function GpuCard({ doc, g, i, modelDev, lang }) {
+  const procs = procsOnGpu(doc, g.index);
+  const fw = isNum2(g.framework_index) ? `cuda:${g.framework_index}` : null;
+  return /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("article", { className: "dgd-card", "data-testid": "dsh-gpu-card", "data-index": g.index ?? "", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { className: "dgd-gpu-head", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("span", { className: "dgd-gpu-index", children: [
+        "GPU ",
+        isNum2(g.index) ? g.index : i
+      ] }),
+      /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { className: "dgd-gpu-name", title: g.uuid || "", children: g.name || NA }),
+      fw && modelDev === fw ? /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { className: "dgd-tag dgd-tag-ok", children: t(lang, "gpu.modelHere") }) : null,
+      fw ? /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { className: "dgd-tag", title: t(lang, "gpu.framework", { dev: fw }), children: fw }) : /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { className: "dgd-tag dgd-tag-warn", title: t(lang, "gpu.frameworkHidden"), children: t(lang, "gpu.hiddenTag") })
+    ] }),
+    /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(GpuMeters, { gpu: g, lang }),
+    /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("div", { className: "dgd-gpu-foot", children: procs.length ? /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)(import_jsx_runtime8.Fragment, { children: [
+      t(lang, "gpu.procs"),
+      /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("ul", { className: "dgd-gpu-procs", children: procs.map(({ proc, gpu }) => /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("li", { children: [
+        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { className: "dgd-mono", children: proc.pid }),
+        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { children: roleText(proc, lang) }),
+        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("b", { children: fmtMiB(gpu.mem_used_mib) })
+      ] }, `${proc.pid}`)) })
+    ] }) : /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { className: "dgd-muted", children: t(lang, "gpu.noProcs") }) })
+  ] });
+}
+function GpuCards({ doc, lang }) {
+  const gpus = Array.isArray(doc.gpus) ? doc.gpus.filter(Boolean) : [];
+  const unusable = unusableGpus(doc);
+  const modelDev = typeof doc.model_device === "string" ? doc.model_device : "";
+  return /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("section", { "data-testid": "dsh-gpu-gpus", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("h3", { className: "dgd-section-title", children: t(lang, "gpus.title") }),
+    !gpus.length && !unusable.length ? /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { className: "dgd-card dgd-muted", children: [
+      t(lang, "gpus.none"),
+      doc.nvml && doc.nvml.ok === false && doc.nvml.error ? /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("div", { className: "dgd-bad", children: t(lang, "runtime.nvmlError", { error: doc.nvml.error }) }) : null
+    ] }) : null,
+    /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { className: "dgd-gpu-grid", children: [
+      gpus.map((g, i) => /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(GpuCard, { doc, g, i, modelDev, lang }, `gpu-${g.index ?? i}`)),
+      unusable.map((s, i) => /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("article", { className: "dgd-card", "data-testid": "dsh-gpu-igpu", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { className: "dgd-gpu-head", children: [
+          /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { className: "dgd-gpu-name", children: s.name || s.vendor || NA }),
+          /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { className: "dgd-tag dgd-tag-warn", children: t(lang, "igpu.badge") })
+        ] }),
+        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("div", { className: "dgd-muted", children: t(lang, "igpu.note") }),
+        /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { className: "dgd-gpu-foot", children: [
+          s.pci ? t(lang, "igpu.pci", { pci: s.pci }) : null,
+          s.driver ? ` · ${t(lang, "igpu.driver", { driver: s.driver })}` : null
+        ] })
+      ] }, `sys-${s.pci || i}`))
     ] })
   ] });
 }
@@ -2287,35 +2371,39 @@ function RuntimeFooter({ doc, lang, intervalS }) {
     items.push([t(lang, "runtime.visible"), String(rt.cuda_visible_devices)]);
   if (nv.driver) items.push([t(lang, "runtime.driver"), nv.driver]);
   if (nv.cuda_driver) items.push([t(lang, "runtime.cudaDriver"), nv.cuda_driver]);
-  return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("footer", { className: "dgd-runtime", "data-testid": "dsh-gpu-runtime", children: [
-    items.map(([k, v]) => /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("span", { children: [
+  return /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("footer", { className: "dgd-runtime", "data-testid": "dsh-gpu-runtime", children: [
+    items.map(([k, v]) => /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("span", { children: [
       k,
       " ",
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("b", { children: v })
+      /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("b", { children: v })
     ] }, k)),
-    nv.ok === false && nv.error ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-bad", children: t(lang, "runtime.nvmlError", { error: nv.error }) }) : null,
-    isNum2(intervalS) ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { children: t(lang, "runtime.interval", { s: intervalS }) }) : null
+    nv.ok === false && nv.error ? /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { className: "dgd-bad", children: t(lang, "runtime.nvmlError", { error: nv.error }) }) : null,
+    isNum2(intervalS) ? /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { children: t(lang, "runtime.interval", { s: intervalS }) }) : null
   ] });
 }
 function GpuView(props) {
-  return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(SessionJobs, { sessionId: props && props.sessionId, children: /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(GpuViewBody, {}) });
+  return /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(SessionJobs, { sessionId: props && props.sessionId, children: /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(GpuViewBody, {}) });
 }
 function GpuViewBody() {
   const st = useStatus();
-  const lang = useLang2();
+  const lang = useLang();
   const h = useHistory();
   const doc = st.doc;
-  return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-root dgd-view", "data-testid": "dsh-gpu-view", "data-state": st.state, children: [
-    /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(ConnectionNotice, { st, lang }),
-    doc ? /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)(import_jsx_runtime2.Fragment, { children: [
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(Hero, { doc, lang, lastOk: st.lastOk }),
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(GpuCards, { doc, lang }),
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(ProcessTable, { doc, lang }),
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(HistoryCharts, { doc, lang }),
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(RuntimeFooter, { doc, lang, intervalS: h.intervalS })
+  return /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { className: "dgd-root dgd-view", "data-testid": "dsh-gpu-view", "data-state": st.state, children: [
+    /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(ConnectionNotice, { st, lang }),
+    doc ? /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)(import_jsx_runtime8.Fragment, { children: [
+      /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(Hero, { doc, lang, lastOk: st.lastOk }),
+      /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(GpuCards, { doc, lang }),
+      /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(ProcessTable, { doc, lang }),
+      /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(HistoryCharts, { doc, lang }),
+      /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(RuntimeFooter, { doc, lang, intervalS: h.intervalS })
     ] }) : null
   ] });
 }
+
+// src/client/settings.jsx
+var import_react6 = require("react");
+var import_jsx_runtime9 = require("react/jsx-runtime");
 function vetUrl(value) {
   let u;
   try {
@@ -2340,138 +2428,160 @@ function yamlSnippet(url, cfg) {
     ""
   ].join("\n");
 }
-function SettingsSection() {
-  const st = useStatus();
-  const settings = useSettings();
-  const lang = useLang2();
+var DEFAULT_URL = "http://127.0.0.1:8765";
+function connectionColor(state) {
+  if (state === "ok") return STATUS_COLORS.GPU;
+  if (state === "unreachable") return SEVERITY_COLORS.warning;
+  if (state === "error") return SEVERITY_COLORS.error;
+  return STATUS_COLORS.UNKNOWN;
+}
+function useFlash() {
+  const [on, setOn] = (0, import_react6.useState)(false);
+  const flash = () => {
+    setOn(true);
+    setTimeout(() => setOn(false), 1500);
+  };
+  return [on, flash];
+}
+function Field({ id, label, children }) {
+  return /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("section", { className: "dgd-field", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("label", { className: "dgd-field-label", htmlFor: id, children: label }),
+    children
+  ] });
+}
+function ConnectionField({ st, cfg, effective, lang }) {
   const store = getStore();
-  useTick(1e3);
-  const cfg = st.config;
-  const effective = cfg && cfg.sidecarUrl || st.problem && st.problem.url || null;
-  const [url, setUrl] = (0, import_react2.useState)(settings.sidecarUrl || effective || "http://127.0.0.1:8765");
-  const [refresh, setRefresh] = (0, import_react2.useState)(String(settings.refreshS));
-  const [saved, setSaved] = (0, import_react2.useState)(false);
-  const [copied, setCopied] = (0, import_react2.useState)(false);
-  (0, import_react2.useEffect)(() => {
-    if (!settings.sidecarUrl && effective && url === "http://127.0.0.1:8765") setUrl(effective);
-  }, [effective]);
+  return /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("section", { className: "dgd-field", "data-testid": "dsh-gpu-connection", "data-state": st.state, children: [
+    /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("span", { className: "dgd-field-label", children: t(lang, "settings.connection") }),
+    /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("div", { className: "dgd-conn", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("span", { className: "dgd-conn-state", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("span", { className: "dgd-conn-dot", style: { background: connectionColor(st.state) } }),
+        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("span", { "data-testid": "dsh-gpu-connection-state", children: t(lang, `settings.state.${st.state}`) }),
+        st.state === "ok" && st.doc ? /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(Badge, { doc: st.doc, lang }) : null
+      ] }),
+      /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("dl", { className: "dgd-kv", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("dt", { children: t(lang, "settings.effectiveUrl") }),
+        /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("dd", { className: "dgd-mono", "data-testid": "dsh-gpu-effective-url", children: [
+          effective || NA,
+          cfg ? /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("span", { className: "dgd-muted", children: [
+            " · ",
+            cfg.tokenSet ? t(lang, "settings.tokenSet") : t(lang, "settings.tokenUnset")
+          ] }) : null
+        ] }),
+        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("dt", { children: t(lang, "settings.lastUpdate") }),
+        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("dd", { children: st.lastOk ? fmtAgo((Date.now() - st.lastOk) / 1e3, lang) : t(lang, "updated.never") }),
+        cfg && Array.isArray(cfg.warnings) && cfg.warnings.length ? /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)(import_jsx_runtime9.Fragment, { children: [
+          /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("dt", { children: t(lang, "settings.hostWarnings") }),
+          /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("dd", { className: "dgd-note-warn", "data-testid": "dsh-gpu-host-warnings", children: cfg.warnings.map((w, i) => /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("div", { children: w }, i)) })
+        ] }) : null
+      ] }),
+      st.state === "unreachable" ? /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(Unreachable, { st, lang }) : null,
+      st.state === "error" ? /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(ProblemCard, { st, lang }) : null,
+      /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("button", { type: "button", className: "dgd-btn", onClick: () => store.refreshNow(), "data-testid": "dsh-gpu-test", children: t(lang, "settings.test") }) })
+    ] })
+  ] });
+}
+function UrlField({ url, setUrl, cfg, effective, lang }) {
+  const [copied, flashCopied] = useFlash();
   const vet = vetUrl(url.trim());
   const normalized = vet === "ok" ? url.trim().replace(/\/+$/, "") : null;
   const differs = normalized !== null && effective !== null && normalized !== effective;
   const snippet = yamlSnippet(normalized || url.trim(), cfg);
-  const stateColor = st.state === "ok" ? STATUS_COLORS.GPU : st.state === "unreachable" ? SEVERITY_COLORS.warning : st.state === "error" ? SEVERITY_COLORS.error : STATUS_COLORS.UNKNOWN;
-  const save = () => {
-    store.saveSettings({ sidecarUrl: url.trim(), refreshS: clampRefresh(refresh) });
-    setRefresh(String(clampRefresh(refresh)));
-    setSaved(true);
-    setTimeout(() => setSaved(false), 1500);
-  };
   const copy = () => {
     try {
-      navigator.clipboard.writeText(snippet).then(
-        () => {
-          setCopied(true);
-          setTimeout(() => setCopied(false), 1500);
-        },
-        () => {
-        }
-      );
+      navigator.clipboard.writeText(snippet).then(flashCopied, () => {
+      });
     } catch {
     }
   };
-  return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-root dgd-settings", "data-testid": "dsh-gpu-settings", children: [
-    /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("section", { className: "dgd-field", "data-testid": "dsh-gpu-connection", "data-state": st.state, children: [
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-field-label", children: t(lang, "settings.connection") }),
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-conn", children: [
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("span", { className: "dgd-conn-state", children: [
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-conn-dot", style: { background: stateColor } }),
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { "data-testid": "dsh-gpu-connection-state", children: t(lang, `settings.state.${st.state}`) }),
-          st.state === "ok" && st.doc ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(Badge, { doc: st.doc, lang }) : null
-        ] }),
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("dl", { className: "dgd-kv", children: [
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("dt", { children: t(lang, "settings.effectiveUrl") }),
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("dd", { className: "dgd-mono", "data-testid": "dsh-gpu-effective-url", children: [
-            effective || NA,
-            cfg ? /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("span", { className: "dgd-muted", children: [
-              " · ",
-              cfg.tokenSet ? t(lang, "settings.tokenSet") : t(lang, "settings.tokenUnset")
-            ] }) : null
-          ] }),
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("dt", { children: t(lang, "settings.lastUpdate") }),
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("dd", { children: st.lastOk ? fmtAgo((Date.now() - st.lastOk) / 1e3, lang) : t(lang, "updated.never") }),
-          cfg && Array.isArray(cfg.warnings) && cfg.warnings.length ? /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)(import_jsx_runtime2.Fragment, { children: [
-            /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("dt", { children: t(lang, "settings.hostWarnings") }),
-            /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("dd", { className: "dgd-note-warn", "data-testid": "dsh-gpu-host-warnings", children: cfg.warnings.map((w, i) => /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { children: w }, i)) })
-          ] }) : null
-        ] }),
-        st.state === "unreachable" ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(Unreachable, { st, lang }) : null,
-        st.state === "error" ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(ProblemCard, { st, lang }) : null,
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("button", { type: "button", className: "dgd-btn", onClick: () => store.refreshNow(), "data-testid": "dsh-gpu-test", children: t(lang, "settings.test") }) })
-      ] })
-    ] }),
-    /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("section", { className: "dgd-field", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("label", { className: "dgd-field-label", htmlFor: "dgd-url", children: t(lang, "settings.sidecarUrl") }),
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(
+  return /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)(Field, { id: "dgd-url", label: t(lang, "settings.sidecarUrl"), children: [
+    /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(
+      "input",
+      {
+        id: "dgd-url",
+        className: "dgd-input dgd-input-url",
+        "data-testid": "dsh-gpu-url-input",
+        value: url,
+        spellCheck: false,
+        onChange: (e) => setUrl(e.target.value)
+      }
+    ) }),
+    vet === "invalid" ? /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("p", { className: "dgd-note-warn", children: t(lang, "settings.urlInvalid") }) : null,
+    vet === "not-loopback" ? /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("p", { className: "dgd-note-warn", children: t(lang, "settings.urlNotLoopback", { def: cfg && cfg.defaultSidecarUrl || DEFAULT_URL }) }) : null,
+    vet === "ok" && !differs && effective ? /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("p", { className: "dgd-note-ok", children: t(lang, "settings.urlSame") }) : null,
+    differs ? /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("p", { className: "dgd-note-warn", "data-testid": "dsh-gpu-url-differs", children: t(lang, "settings.urlDiffers", { url: effective }) }) : null,
+    /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("p", { className: "dgd-field-help", children: t(lang, "settings.sidecarUrlHelp", { file: "$DSH_HOME/profiles/web/cordis.patch.yml" }) }),
+    /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("pre", { className: "dgd-pre", "data-testid": "dsh-gpu-yaml", children: snippet }),
+    /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("button", { type: "button", className: "dgd-btn", onClick: copy, children: copied ? t(lang, "settings.copied") : t(lang, "settings.copy") }) })
+  ] });
+}
+function RefreshField({ refresh, setRefresh, lang }) {
+  return /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)(Field, { id: "dgd-refresh", label: t(lang, "settings.refresh"), children: [
+    /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("div", { className: "dgd-row", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(
         "input",
         {
-          id: "dgd-url",
-          className: "dgd-input dgd-input-url",
-          "data-testid": "dsh-gpu-url-input",
-          value: url,
-          spellCheck: false,
-          onChange: (e) => setUrl(e.target.value)
+          id: "dgd-refresh",
+          className: "dgd-input dgd-input-num",
+          "data-testid": "dsh-gpu-refresh-input",
+          type: "number",
+          min: REFRESH_MIN_S,
+          max: REFRESH_MAX_S,
+          step: "0.5",
+          value: refresh,
+          onChange: (e) => setRefresh(e.target.value)
         }
-      ) }),
-      vet === "invalid" ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-note-warn", children: t(lang, "settings.urlInvalid") }) : null,
-      vet === "not-loopback" ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-note-warn", children: t(lang, "settings.urlNotLoopback", { def: cfg && cfg.defaultSidecarUrl || "http://127.0.0.1:8765" }) }) : null,
-      vet === "ok" && !differs && effective ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-note-ok", children: t(lang, "settings.urlSame") }) : null,
-      differs ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-note-warn", "data-testid": "dsh-gpu-url-differs", children: t(lang, "settings.urlDiffers", { url: effective }) }) : null,
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-field-help", children: t(lang, "settings.sidecarUrlHelp", { file: "$DSH_HOME/profiles/web/cordis.patch.yml" }) }),
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("pre", { className: "dgd-pre", "data-testid": "dsh-gpu-yaml", children: snippet }),
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("button", { type: "button", className: "dgd-btn", onClick: copy, children: copied ? t(lang, "settings.copied") : t(lang, "settings.copy") }) })
+      ),
+      /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("span", { className: "dgd-muted", children: t(lang, "settings.seconds") })
     ] }),
-    /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("section", { className: "dgd-field", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("label", { className: "dgd-field-label", htmlFor: "dgd-refresh", children: t(lang, "settings.refresh") }),
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-row", children: [
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(
-          "input",
-          {
-            id: "dgd-refresh",
-            className: "dgd-input dgd-input-num",
-            "data-testid": "dsh-gpu-refresh-input",
-            type: "number",
-            min: REFRESH_MIN_S,
-            max: REFRESH_MAX_S,
-            step: "0.5",
-            value: refresh,
-            onChange: (e) => setRefresh(e.target.value)
-          }
-        ),
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-muted", children: t(lang, "settings.seconds") })
-      ] }),
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-field-help", children: t(lang, "settings.refreshHelp", { min: REFRESH_MIN_S, max: REFRESH_MAX_S }) })
-    ] }),
-    /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("section", { className: "dgd-field", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("label", { className: "dgd-field-label", htmlFor: "dgd-lang", children: t(lang, "settings.language") }),
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)(
-        "select",
-        {
-          id: "dgd-lang",
-          className: "dgd-select",
-          value: settings.lang,
-          onChange: (e) => store.saveSettings({ lang: e.target.value }),
-          "data-testid": "dsh-gpu-lang-select",
-          children: [
-            /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("option", { value: "auto", children: t(lang, "settings.langAuto") }),
-            /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("option", { value: "en", children: "English" }),
-            /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("option", { value: "zh", children: "中文" })
-          ]
-        }
-      ) })
-    ] }),
-    /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-row", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("button", { type: "button", className: "dgd-btn", onClick: save, "data-testid": "dsh-gpu-save", children: saved ? t(lang, "settings.saved") : t(lang, "settings.save") }),
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-muted", style: { marginLeft: "auto", fontSize: 11.5 }, children: t(lang, "settings.version", { version: cfg && cfg.version || PLUGIN_VERSION, dsh: SUPPORTED_DSH }) })
+    /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("p", { className: "dgd-field-help", children: t(lang, "settings.refreshHelp", { min: REFRESH_MIN_S, max: REFRESH_MAX_S }) })
+  ] });
+}
+function LanguageField({ settings, lang }) {
+  const store = getStore();
+  return /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(Field, { id: "dgd-lang", label: t(lang, "settings.language"), children: /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)(
+    "select",
+    {
+      id: "dgd-lang",
+      className: "dgd-select",
+      value: settings.lang,
+      onChange: (e) => store.saveSettings({ lang: e.target.value }),
+      "data-testid": "dsh-gpu-lang-select",
+      children: [
+        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("option", { value: "auto", children: t(lang, "settings.langAuto") }),
+        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("option", { value: "en", children: "English" }),
+        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("option", { value: "zh", children: "中文" })
+      ]
+    }
+  ) }) });
+}
+function SettingsSection() {
+  const st = useStatus();
+  const settings = useSettings();
+  const lang = useLang();
+  const store = getStore();
+  useTick(1e3);
+  const cfg = st.config;
+  const effective = cfg && cfg.sidecarUrl || st.problem && st.problem.url || null;
+  const [url, setUrl] = (0, import_react6.useState)(settings.sidecarUrl || effective || DEFAULT_URL);
+  const [refresh, setRefresh] = (0, import_react6.useState)(String(settings.refreshS));
+  const [saved, flashSaved] = useFlash();
+  (0, import_react6.useEffect)(() => {
+    if (!settings.sidecarUrl && effective && url === DEFAULT_URL) setUrl(effective);
+  }, [effective]);
+  const save = () => {
+    store.saveSettings({ sidecarUrl: url.trim(), refreshS: clampRefresh(refresh) });
+    setRefresh(String(clampRefresh(refresh)));
+    flashSaved();
+  };
+  return /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("div", { className: "dgd-root dgd-settings", "data-testid": "dsh-gpu-settings", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(ConnectionField, { st, cfg, effective, lang }),
+    /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(UrlField, { url, setUrl, cfg, effective, lang }),
+    /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(RefreshField, { refresh, setRefresh, lang }),
+    /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(LanguageField, { settings, lang }),
+    /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("div", { className: "dgd-row", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("button", { type: "button", className: "dgd-btn", onClick: save, "data-testid": "dsh-gpu-save", children: saved ? t(lang, "settings.saved") : t(lang, "settings.save") }),
+      /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("span", { className: "dgd-muted", style: { marginLeft: "auto", fontSize: 11.5 }, children: t(lang, "settings.version", { version: cfg && cfg.version || PLUGIN_VERSION, dsh: SUPPORTED_DSH }) })
     ] })
   ] });
 }

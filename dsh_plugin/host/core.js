@@ -130,6 +130,24 @@ export function normalizeConfig(raw) {
     }
   }
 
+  const { autostart, sidecarCommand, sidecarArgs } = normalizeAutostart(input, warnings)
+
+  return {
+    config: {
+      sidecarUrl,
+      token,
+      timeoutMs,
+      autostart,
+      sidecarCommand,
+      sidecarArgs,
+      target: { protocol: target.protocol, hostname: target.hostname, port: target.port, basePath: target.basePath },
+    },
+    warnings,
+  }
+}
+
+/** The autostart keys (autostart, sidecarCommand, sidecarArgs), defaulted with a warning when bad. */
+function normalizeAutostart(input, warnings) {
   let autostart = true
   if (input.autostart !== undefined && input.autostart !== null) {
     if (typeof input.autostart === 'boolean') autostart = input.autostart
@@ -154,19 +172,7 @@ export function normalizeConfig(raw) {
     if (ok) sidecarArgs = input.sidecarArgs.map(String)
     else warnings.push(`sidecarArgs must be a list of strings (got ${describe(input.sidecarArgs)}); using none`)
   }
-
-  return {
-    config: {
-      sidecarUrl,
-      token,
-      timeoutMs,
-      autostart,
-      sidecarCommand,
-      sidecarArgs,
-      target: { protocol: target.protocol, hostname: target.hostname, port: target.port, basePath: target.basePath },
-    },
-    warnings,
-  }
+  return { autostart, sidecarCommand, sidecarArgs }
 }
 
 /** Parse and vet a sidecar URL: http only, loopback host only, no credentials/query/fragment. */

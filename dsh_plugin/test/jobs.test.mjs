@@ -6,7 +6,7 @@ import { EventEmitter } from 'node:events'
 import { PassThrough } from 'node:stream'
 import { describe, test } from 'node:test'
 import { normalizeConfig, resolveRoute } from '../host/core.js'
-import { createUpstream } from '../host/index.js'
+import { createUpstream } from '../host/autostart.js'
 import {
   BACKOFF_MAX_MS,
   backoffDelay,
@@ -26,6 +26,14 @@ import { gpuStatus, gpuStatusTool, sessionOfExecution } from '../host/tool.js'
 
 const quiet = { info() {}, warn() {}, error() {} }
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+async function until(pred, ms = 3000) {
+  const end = Date.now() + ms
+  while (!pred()) {
+    if (Date.now() > end) return false
+    await sleep(5)
+  }
+  return true
+}
 
 describe('backoff and the start line', () => {
   test('backoff doubles from 1 s and stops at 30 s', () => {
@@ -173,7 +181,7 @@ describe('the supervisor', () => {
     const { spawnFn, spawned } = fakeSpawner()
     const s = new SidecarSupervisor({ command: 'dsh-sidecar', args: ['--interval', '1'], log: quiet, spawnFn, env: { PATH: '/bin' } })
     s.start()
-    await sleep(20)
+    assert.ok(await until(() => s.snapshot().state === 'running'))
     assert.equal(spawned.length, 1)
     const { command, argv, options } = spawned[0]
     assert.equal(command, 'dsh-sidecar')
@@ -192,18 +200,16 @@ describe('the supervisor', () => {
     const { spawnFn, spawned } = fakeSpawner()
     const s = new SidecarSupervisor({ command: 'dsh-sidecar', log: quiet, spawnFn })
     s.start()
-    await sleep(20)
+    assert.ok(await until(() => s.snapshot().state === 'running'))
     spawned[0].child.stderr.write('Traceback\nboom\n')
-    await sleep(5)
+    assert.ok(await until(() => s.stderrTail.includes('boom')))
     spawned[0].child.emit('exit', null, 'SIGKILL')
     const snap = s.snapshot()
     assert.equal(snap.state, 'backoff')
     assert.equal(snap.restarts, 1)
     assert.match(snap.lastError, /killed by SIGKILL: Traceback boom/)
     assert.ok(snap.nextStartInMs > 800 && snap.nextStartInMs <= 1000, String(snap.nextStartInMs))
-    await sleep(1100)
-    assert.equal(spawned.length, 2)
-    assert.equal(s.snapshot().state, 'running')
+    assert.ok(await until(() => spawned.length === 2 && s.snapshot().state === 'running'))
     assert.equal(s.snapshot().url, 'http://127.0.0.1:40002')
     await s.stop()
   })
@@ -232,7 +238,7 @@ describe('the supervisor', () => {
     // ... and one that does not answer makes it start its own
     const up2 = createUpstream(config, quiet, { spawnFn })
     await up2.start(async () => ({ error: 'ECONNREFUSED' }))
-    await sleep(20)
+    assert.ok(await until(() => up2().managed.state === 'running'))
     assert.equal(spawned.length, 1)
     const cur = up2()
     assert.equal(cur.managed.state, 'running')

@@ -3,7 +3,8 @@ its ancestors is the root of its job.
 
 Discovery (sidecar/jobs.py) starts from a process it found (a probe segment, an NVML row) and walks
 up to the job's root: the topmost ancestor that is probed, uses a GPU, or is a known launcher
-(torchrun, accelerate launch, deepspeed, mpirun, srun). Every read is bounded, and a pid is taken
+(torchrun, accelerate launch, deepspeed, mpirun, srun) or the parent of a process multiprocessing
+started (spawn, forkserver). Every read is bounded, and a pid is taken
 with its start ticks, never alone.
 """
 
@@ -23,6 +24,9 @@ _PROC = "/proc"
 # Launchers whose children are the job: argv[0]'s name, or `python -m MODULE`.
 LAUNCHER_NAMES = frozenset({"torchrun", "accelerate", "deepspeed", "mpirun", "mpiexec", "srun", "horovodrun"})
 LAUNCHER_MODULES = frozenset({"torch.distributed.run", "torch.distributed.launch", "accelerate.commands.launch"})
+# What multiprocessing's own helper processes run (python -c "from multiprocessing.X import main; ...").
+_MP_HELPER_MODULES = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+_MP_CHILD_MODULES = ("multiprocessing.spawn", "multiprocessing.forkserver")
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,27 @@ def is_launcher(argv: tuple[str, ...]) -> bool:
     return False
 
 
+def _python_c_code(cmdline: tuple[str, ...] | None) -> str:
+    """The code of ``python [flags] -c CODE``, after interpreter flags such as -B, -s, -E; else ""."""
+    if not cmdline:
+        return ""
+    head = list(cmdline[1:8])
+    return head[head.index("-c") + 1] if "-c" in head[:-1] else ""
+
+
+def is_mp_helper(cmdline: tuple[str, ...] | None) -> bool:
+    """multiprocessing's resource tracker or forkserver process: it never runs the user's code."""
+    code = _python_c_code(cmdline)
+    return any(m in code for m in _MP_HELPER_MODULES)
+
+
+def is_mp_child(cmdline: tuple[str, ...] | None) -> bool:
+    """Started by multiprocessing's spawn or forkserver (a DataLoader worker, a spawned rank): such a
+    process runs only what it was handed, and the probe only if that imports it."""
+    code = _python_c_code(cmdline)
+    return any(m in code for m in _MP_CHILD_MODULES)
+
+
 @lru_cache(maxsize=256)
 def user_name(uid: int) -> str:
     try:
@@ -103,11 +128,16 @@ def job_root(pid: int, is_job_process) -> tuple[int, int] | None:
         return None
     uid = process_real_uid(pid)
     root = ident
+    below = cmdline(pid)
     for up in ancestors(pid):
         if up == 1 or process_real_uid(up) != uid:
             break  # init, or another user's process (a shell of root's, sudo): never a job's root
-        if is_job_process(up, cmdline(up)):
+        argv = cmdline(up)
+        # A process multiprocessing started (spawn, forkserver: a rank of mp.spawn, a worker) runs
+        # what its parent handed it: the parent is part of the job.
+        if is_job_process(up, argv) or is_mp_child(below):
             up_ident = process_identity(up)
             if up_ident is not None:
                 root = up_ident
+        below = argv
     return root

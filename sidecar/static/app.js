@@ -6,10 +6,11 @@
 import {
   CATALOGUE, NA, SERIES_COLORS, STATUS_COLORS, STATUS_TEXT_COLORS, UNREACHABLE_COMMAND,
   UNREACHABLE_COMMAND_RUN, UTIL_COLORS, deviceKind, fmtAgo, fmtClock, fmtCount, fmtFraction, fmtMiB,
-  fmtPct, fmtRate, gpuFrameworkKey, gpuFrameworkText, messageText, modelGpu, schemaMismatch, pickLang, roleText,
+  fmtPct, fmtRate, cmdText, cudaText, gpuFrameworkKey, gpuMemPct, memOfText, unusableGpus, gpuFrameworkText, messageText, modelGpu, schemaMismatch, pickLang, roleText,
   severityOf, sortWarnings, statusOf, statusText, t, utilLevel, warningHint, warningMessage,
 } from './format.js';
-import { TimeChart, niceTicks } from './charts.js';
+import { TimeChart, niceTicks, pointsByGpu } from './charts.js';
+import { jobQuery, renderJobs } from './jobs.js';
 
 /** @typedef {import('./contract.js').StatusDocument} StatusDocument */
 /** @typedef {import('./contract.js').HistoryDocument} HistoryDocument */
@@ -61,6 +62,7 @@ const state = {
   timer: null,
   inflight: false,
   keys: {},
+  job: params.get('job') || null, // null: the sidecar's default job
 };
 
 const $ = (sel, root = document) => root.querySelector(sel);
@@ -150,9 +152,9 @@ function renderHero(doc) {
     if (tgt.name) bits.push(' · ', h('b', { text: tgt.name }));
     if (tgt.alive === false) bits.push(' · ', h('span', { class: 'dead', text: tr('target.exited') }));
     else if (num(tgt.create_time_unix_s) && num(doc.time_unix_s)) bits.push(' · ', tr('target.since', { ago: fmtAgo(doc.time_unix_s - tgt.create_time_unix_s, state.lang) }));
-    if (tgt.cmdline) bits.push(' · ', h('code', { text: Array.isArray(tgt.cmdline) ? tgt.cmdline.join(' ') : tgt.cmdline }));
+    if (tgt.cmdline) bits.push(' · ', h('code', { text: cmdText(tgt.cmdline) }));
     target.append(...bits);
-    target.title = Array.isArray(tgt.cmdline) ? tgt.cmdline.join(' ') : (tgt.cmdline || '');
+    target.title = cmdText(tgt.cmdline);
   }
 
   const facts = $('[data-testid="facts"]');
@@ -160,8 +162,7 @@ function renderHero(doc) {
   if (doc) {
     const fact = (key, value, testid) => h('div', { class: 'fact', 'data-testid': testid }, h('dt', { text: tr(key) }), h('dd', null, value));
     const rt = doc.runtime || {};
-    const cuda = rt.cuda_available === true ? tr('summary.cudaYes', { n: rt.device_count ?? NA })
-      : rt.cuda_available === false ? tr('summary.cudaNo') : NA;
+    const cuda = cudaText(rt, state.lang);
     const gpu = modelGpu(doc);
     facts.append(
       fact('summary.modelDevice', devChip(doc.model_device), 'fact-model-device'),
@@ -223,7 +224,7 @@ function meter(labelKey, pct, valueText, color, testid) {
 /** @param {StatusDocument|null} doc */
 function renderGpus(doc) {
   const gpus = (doc && doc.gpus) || [];
-  const igpus = ((doc && doc.system_gpus) || []).filter((g) => g && (g.nvml_index === null || g.nvml_index === undefined));
+  const igpus = unusableGpus(doc);
   const procs = (doc && doc.processes) || [];
   if (!changed('gpus', doc && [gpus, igpus, procs.map((p) => [p.pid, p.role, p.rank, p.worker_id, p.has_probe, p.gpu, p.models && p.models.map((m) => m.devices)]), doc.model_device, doc.nvml])) return;
   const grid = $('[data-testid="gpus"]');
@@ -233,7 +234,7 @@ function renderGpus(doc) {
 
   for (const g of gpus) {
     const level = utilLevel(g.util_pct);
-    const memPct = num(g.mem_used_mib) && num(g.mem_total_mib) && g.mem_total_mib > 0 ? (100 * g.mem_used_mib) / g.mem_total_mib : null;
+    const memPct = gpuMemPct(g);
     const isHere = num(g.framework_index) && here.has(g.framework_index);
     const users = procs.filter((p) => (p.gpu || []).some((u) => u.index === g.index));
     const fwKey = gpuFrameworkKey(doc, g);
@@ -249,7 +250,7 @@ function renderGpus(doc) {
     h('div', { class: 'gpu-name', 'data-testid': 'gpu-name', text: g.name || NA, title: [g.name, g.uuid].filter(Boolean).join('\n') }),
     h('div', { class: 'gpu-sub', 'data-testid': 'gpu-framework', text: gpuFrameworkText(doc, g, state.lang) }),
     meter('gpu.util', g.util_pct, fmtPct(g.util_pct), UTIL_COLORS[level], 'gpu-util'),
-    meter('gpu.mem', memPct, num(g.mem_total_mib) ? tr('gpu.memOf', { used: fmtMiB(g.mem_used_mib), total: fmtMiB(g.mem_total_mib) }) : fmtMiB(g.mem_used_mib), '#7c3aed', 'gpu-mem'),
+    meter('gpu.mem', memPct, memOfText(g, state.lang), '#7c3aed', 'gpu-mem'),
     h('div', { class: 'gpu-procs', 'data-testid': 'gpu-procs' },
       h('div', { class: 'gpu-procs-title', text: tr('gpu.procs') }),
       users.length
@@ -323,7 +324,7 @@ function renderProcs(doc) {
     const waits = models.map((m) => m.data_wait_fraction).filter(num);
     const wait = waits.length ? Math.max(...waits) : null;
     const inputs = [...new Set(models.map((m) => m.input_device).filter((d) => d !== null && d !== undefined))];
-    const cmd = Array.isArray(p.cmdline) ? p.cmdline.join(' ') : (p.cmdline || '');
+    const cmd = cmdText(p.cmdline);
 
     const procCell = h('td', null, h('div', { class: 'proc-cell', style: `--depth:${depth}` },
       depth ? h('span', { class: 'tree', text: last ? '└─' : '├─' }) : null,
@@ -460,17 +461,7 @@ function renderCharts() {
   }
   if (!(t1 - t0 >= 10)) t0 = t1 - 10;
 
-  const mem = new Map();
-  const util = new Map();
-  for (const s of samples) {
-    if (s.time_unix_s < t0 - 5) continue;
-    for (const g of s.gpus || []) {
-      if (!mem.has(g.index)) { mem.set(g.index, []); util.set(g.index, []); }
-      if (num(g.mem_used_mib)) mem.get(g.index).push([s.time_unix_s, g.mem_used_mib]);
-      if (num(g.util_pct)) util.get(g.index).push([s.time_unix_s, g.util_pct]);
-    }
-  }
-  const indices = [...mem.keys()].sort((a, b) => a - b);
+  const { indices, mem, util } = pointsByGpu(samples, t0 - 5);
   const mk = (map) => indices.map((i) => ({
     key: String(i), label: tr('chart.gpuN', { n: i }), color: SERIES_COLORS[i % SERIES_COLORS.length], points: map.get(i),
   }));
@@ -563,7 +554,7 @@ async function fetchJSON(url) {
     if (!res.ok) {
       let detail = '';
       try { const body = await res.json(); detail = body && (body.error || body.message) ? `: ${body.error || body.message}` : ''; } catch { /* not JSON */ }
-      throw new Error(`HTTP ${res.status}${detail}`);
+      throw Object.assign(new Error(`HTTP ${res.status}${detail}`), { status: res.status });
     }
     return await res.json();
   } catch (e) {
@@ -580,6 +571,7 @@ function renderAll() {
   renderGpus(doc);
   renderProcs(doc);
   renderRuntime(doc);
+  renderJobs($('[data-testid="jobs"]'), doc, { h, tr, onPick: pickJob });
   renderCharts();
   renderUpdated();
 }
@@ -591,10 +583,11 @@ async function poll() {
   try {
     let doc;
     try {
-      doc = await fetchJSON(STATUS_URL);
+      doc = await fetchJSON(STATUS_URL + jobQuery(state.job));
       const mismatch = schemaMismatch(doc, state.lang);
       if (mismatch) throw new Error(mismatch);
     } catch (e) {
+      if (e && e.status === 404 && state.job) { pickJob(null); return; } // the job is no longer listed
       state.reachable = false;
       state.error = (e && e.message) || String(e);
       renderUpdated();
@@ -610,14 +603,25 @@ async function poll() {
     if (identity !== state.identity) { state.identity = identity; resetHistory(); }
     mergeEvents(doc.events);
     try {
-      const since = state.lastSampleT === null ? '' : `?since=${encodeURIComponent(state.lastSampleT)}`;
-      mergeHistory(await fetchJSON(HISTORY_URL + since));
+      mergeHistory(await fetchJSON(HISTORY_URL + jobQuery(state.job, { since: state.lastSampleT })));
     } catch { /* charts keep what they have */ }
     renderAll();
   } finally {
     state.inflight = false;
     schedule();
   }
+}
+
+/** Show another job (null: the sidecar's default); the address keeps the choice. */
+function pickJob(job) {
+  state.job = job;
+  if (job) params.set('job', job);
+  else params.delete('job');
+  const q = params.toString();
+  history.replaceState(null, '', `${location.pathname}${q ? `?${q}` : ''}${location.hash}`);
+  state.identity = null;
+  resetHistory();
+  setTimeout(poll, 0);
 }
 
 function schedule() {

@@ -99,10 +99,24 @@ export class TimeChart {
     const yMax = d.yMax > 0 ? d.yMax : 1;
     const x = (t) => m.l + ((t - t0) / (t1 - t0)) * iw;
     const y = (v) => m.t + ih - (Math.max(0, Math.min(v, yMax)) / yMax) * ih;
-    this._scale = { x, y, t0, t1, m, iw, ih, W, H };
+    this._scale = { x, y, t0, t1, m, iw, ih, W, H, yMax };
     svg.dataset.span = String(Math.round((t1 - t0) * 1000) / 1000);
 
-    // grid + axes
+    this._drawAxes(d);
+    this._drawLimits(d.limits || []);
+    this._drawEvents(d.events || []);
+    this._drawSeries(d.series, d.gapS || 5);
+    this._drawTrends(d.trends || []);
+
+    // hover layer
+    this.hoverLayer = el('g', { class: 'hover' }, svg);
+    el('rect', { x: m.l, y: m.t, width: iw, height: ih, fill: 'transparent' }, svg);
+    if (this.hoverT !== null) this._drawHover();
+  }
+
+  _drawAxes(d) {
+    const svg = this.svg;
+    const { x, y, t0, t1, m, iw, ih, W, H } = this._scale;
     const grid = el('g', { class: 'grid' }, svg);
     const axis = el('g', { class: 'axis' }, svg);
     const ticks = d.yTicks || [];
@@ -120,19 +134,27 @@ export class TimeChart {
       const tx = el('text', { x: xx, y: H - 6, 'text-anchor': 'middle' }, axis);
       tx.textContent = (this.opts.formatTime || fmtClock)(t, step);
     }
+  }
 
-    // limit lines (e.g. total memory when within range)
-    for (const lim of d.limits || []) {
+  /** Limit lines (e.g. total memory when within range). */
+  _drawLimits(limits) {
+    const svg = this.svg;
+    const { y, m, W, yMax } = this._scale;
+    for (const lim of limits) {
       if (!(lim.value > 0 && lim.value <= yMax)) continue;
       const yy = Math.round(y(lim.value)) + 0.5;
       el('line', { x1: m.l, x2: W - m.r, y1: yy, y2: yy, class: 'limit' }, svg);
       const tx = el('text', { x: W - m.r - 2, y: yy - 4, 'text-anchor': 'end', class: 'limit-label' }, svg);
       tx.textContent = lim.label;
     }
+  }
 
+  _drawEvents(events) {
+    const svg = this.svg;
+    const { x, t0, t1, m, ih } = this._scale;
     // event markers
     const evg = el('g', { class: 'events' }, svg);
-    for (const ev of d.events || []) {
+    for (const ev of events) {
       if (!(ev.time_unix_s >= t0 && ev.time_unix_s <= t1)) continue;
       const xx = Math.round(x(ev.time_unix_s)) + 0.5;
       const g = el('g', { class: 'event', 'data-testid': 'event-marker', 'data-name': ev.name || '' }, evg);
@@ -141,11 +163,13 @@ export class TimeChart {
       const title = el('title', null, g);
       title.textContent = `${fmtClock(ev.time_unix_s)} ${this._eventLabel(ev)}`;
     }
+  }
 
-    // series
-    const gap = d.gapS || 5;
+  _drawSeries(series, gap) {
+    const svg = this.svg;
+    const { x, y, t0, t1, m, ih } = this._scale;
     const sg = el('g', { class: 'series-group' }, svg);
-    for (const s of d.series) {
+    for (const s of series) {
       const pts = s.points.filter((p) => p[0] >= t0 - gap && p[0] <= t1 + gap && typeof p[1] === 'number');
       if (!pts.length) continue;
       let line = '', area = '', segStart = null, prevT = null, prevX = null;
@@ -172,9 +196,13 @@ export class TimeChart {
         'data-points': pts.length, 'data-last': pts[pts.length - 1][1],
       }, sg);
     }
+  }
 
-    // trend lines (e.g. steadily growing memory)
-    for (const tr of d.trends || []) {
+  /** Trend lines (e.g. steadily growing memory). */
+  _drawTrends(trends) {
+    const svg = this.svg;
+    const { x, y, t0 } = this._scale;
+    for (const tr of trends) {
       const [[ta, va], [tb, vb]] = tr.fit;
       el('line', { x1: x(Math.max(ta, t0)), y1: y(va + ((Math.max(ta, t0) - ta) * (vb - va)) / (tb - ta || 1)), x2: x(tb), y2: y(vb), class: 'trend', 'data-testid': 'trend' }, svg);
       if (tr.label) {
@@ -182,11 +210,6 @@ export class TimeChart {
         lbl.textContent = tr.label;
       }
     }
-
-    // hover layer
-    this.hoverLayer = el('g', { class: 'hover' }, svg);
-    el('rect', { x: m.l, y: m.t, width: iw, height: ih, fill: 'transparent' }, svg);
-    if (this.hoverT !== null) this._drawHover();
   }
 
   _eventLabel(e) {
@@ -289,4 +312,27 @@ export function niceTicks(max, target = 4, unit = 1) {
   const ticks = [];
   for (let v = 0; v <= top + step * 1e-9; v += step) ticks.push(v * unit);
   return { ticks, max: top * unit };
+}
+
+/**
+ * The history samples from `since` on, as [time, value] points per GPU index: { indices (sorted),
+ * mem: Map index -> points of memory used (MiB), util: Map index -> points of utilisation (%) }.
+ */
+export function pointsByGpu(samples, since) {
+  const ok = (x) => typeof x === 'number' && Number.isFinite(x);
+  const mem = new Map();
+  const util = new Map();
+  for (const s of samples) {
+    if (!s || !ok(s.time_unix_s) || s.time_unix_s < since) continue;
+    for (const g of Array.isArray(s.gpus) ? s.gpus : []) {
+      if (!g || !ok(g.index)) continue;
+      if (!mem.has(g.index)) {
+        mem.set(g.index, []);
+        util.set(g.index, []);
+      }
+      if (ok(g.mem_used_mib)) mem.get(g.index).push([s.time_unix_s, g.mem_used_mib]);
+      if (ok(g.util_pct)) util.get(g.index).push([s.time_unix_s, g.util_pct]);
+    }
+  }
+  return { indices: [...mem.keys()].sort((a, b) => a - b), mem, util };
 }

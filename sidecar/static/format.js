@@ -390,3 +390,36 @@ export function gpuFrameworkText(doc, gpu, lang) {
   const key = gpuFrameworkKey(doc, gpu);
   return t(lang, key, key === 'gpu.framework' ? { dev: `cuda:${gpu.framework_index}` } : undefined);
 }
+
+/** Whether CUDA is available to the framework, and how many devices it sees (doc.runtime). */
+export function cudaText(rt, lang) {
+  if (!rt || rt.cuda_available === undefined || rt.cuda_available === null) return NA;
+  if (rt.cuda_available === true) return t(lang, 'summary.cudaYes', { n: isNum(rt.device_count) ? rt.device_count : NA });
+  return rt.cuda_available === false ? t(lang, 'summary.cudaNo') : NA;
+}
+
+/** Memory used as a percentage of the card's total, or null. */
+export function gpuMemPct(gpu) {
+  return gpu && isNum(gpu.mem_used_mib) && isNum(gpu.mem_total_mib) && gpu.mem_total_mib > 0
+    ? (gpu.mem_used_mib / gpu.mem_total_mib) * 100
+    : null;
+}
+
+/** "used of total" where the total is known, else the memory used. */
+export function memOfText(gpu, lang) {
+  return isNum(gpu.mem_total_mib)
+    ? t(lang, 'gpu.memOf', { used: fmtMiB(gpu.mem_used_mib), total: fmtMiB(gpu.mem_total_mib) })
+    : fmtMiB(gpu.mem_used_mib);
+}
+
+/** A command line, argv list or string, as one string. */
+export function cmdText(cmd) {
+  if (Array.isArray(cmd)) return cmd.filter((a) => a !== null && a !== undefined).map(String).join(' ');
+  return cmd === null || cmd === undefined ? '' : String(cmd);
+}
+
+/** System GPUs NVML does not drive (integrated or other vendors'). */
+export function unusableGpus(doc) {
+  const all = doc && Array.isArray(doc.system_gpus) ? doc.system_gpus : [];
+  return all.filter((s) => s && (s.nvml_index === null || s.nvml_index === undefined));
+}

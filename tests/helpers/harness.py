@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -50,7 +51,10 @@ def python_env(
 
 
 class FakeJob:
-    """A tree of `tests.helpers.fake_job` processes, described by name → spec."""
+    """A tree of `tests.helpers.fake_job` processes, described by name → spec. With `detach`, the
+    root is started through a shell that exits at once, so its parent is init (or a subreaper), not
+    this test process: discovery groups a job under its topmost probed ancestor, and the test
+    process may run a probe of its own."""
 
     def __init__(
         self,
@@ -58,18 +62,22 @@ class FakeJob:
         specs: dict[str, dict],
         root: str = "main",
         env: Mapping[str, str] | None = None,
-        cwd: Path | None = None,
+        detach: bool = False,
+        cwd: str | os.PathLike[str] | None = None,
     ):
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.root = root
         for name, spec in specs.items():
             self.update(name, spec)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.helpers.fake_job", str(self.dir), root],
-            env=python_env(base=env),
-            cwd=cwd or REPO,  # the job's working directory (DSH links a job to a session by it)
-        )
+        cmd = [sys.executable, "-m", "tests.helpers.fake_job", str(self.dir), root]
+        env = python_env(base=env)
+        if detach:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+            subprocess.run(["sh", "-c", '"$@" </dev/null >/dev/null 2>&1 &', "sh", *cmd], env=env, cwd=cwd or REPO, check=True)
+            self.proc = None
+        else:
+            self.proc = subprocess.Popen(cmd, env=env, cwd=cwd or REPO)
         self.names = list(specs)
         self.pids = {n: wait_for(lambda n=n: self._pid(n), what=f"fake job {n} to start") for n in specs}
 
@@ -86,9 +94,12 @@ class FakeJob:
 
     @property
     def pid(self) -> int:
-        return self.proc.pid
+        return self.proc.pid if self.proc is not None else self.pids[self.root]
 
     def stop(self) -> None:
+        if self.proc is None:
+            self._stop_detached()
+            return
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -96,6 +107,18 @@ class FakeJob:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+    def _stop_detached(self) -> None:
+        from probe_wire.procid import process_identity
+
+        ident = process_identity(self.pid)
+        if ident is None:
+            return
+        os.kill(self.pid, signal.SIGTERM)
+        try:
+            wait_for(lambda: process_identity(self.pid) != ident, 10, what=f"detached job {self.pid} to exit")
+        except AssertionError:
+            os.kill(self.pid, signal.SIGKILL)
 
     def __enter__(self) -> FakeJob:
         return self

@@ -31,13 +31,13 @@ CONTRACT = {
     "dsh_gpu_utilization_percent": {"gpu", "uuid", "name"},
     "dsh_gpu_memory_used_bytes": {"gpu", "uuid", "name"},
     "dsh_gpu_memory_total_bytes": {"gpu", "uuid", "name"},
-    "dsh_process_gpu_memory_used_bytes": {"pid", "role", "gpu", "rank"},
-    "dsh_process_gpu_sm_utilization_percent": {"pid", "role", "gpu", "rank"},
-    "dsh_model_info": {"pid", "model", "device", "rank"},
-    "dsh_model_forward_calls_total": {"pid", "model", "rank"},
-    "dsh_rank_info": {"pid", "rank", "local_rank", "world_size"},
-    "dsh_status": {"status"},
-    "dsh_warning_active": {"code", "severity"},
+    "dsh_process_gpu_memory_used_bytes": {"job_id", "pid", "role", "gpu", "rank"},
+    "dsh_process_gpu_sm_utilization_percent": {"job_id", "pid", "role", "gpu", "rank"},
+    "dsh_model_info": {"job_id", "pid", "model", "device", "rank"},
+    "dsh_model_forward_calls_total": {"job_id", "pid", "model", "rank"},
+    "dsh_rank_info": {"job_id", "pid", "rank", "local_rank", "world_size"},
+    "dsh_status": {"job_id", "status"},
+    "dsh_warning_active": {"job_id", "code", "severity"},
     "dsh_sidecar_poll_duration_seconds_bucket": {"le"},
     "dsh_sidecar_poll_duration_seconds_sum": set(),
     "dsh_sidecar_poll_duration_seconds_count": set(),
@@ -75,6 +75,7 @@ def sample_set(samples, names=DOC_FAMILIES) -> set[tuple[str, tuple, float]]:
 def expected_from_document(doc: dict[str, Any], job_name: str | None) -> set[tuple[str, tuple, float]]:
     """The contract written out against the status document, independently of sidecar/metrics.py."""
     out = []
+    job = doc.get("job_id")
 
     def add(name: str, labels: dict[str, Any], value: float) -> None:
         labels = {k: "" if v is None else str(v) for k, v in labels.items()}
@@ -92,7 +93,7 @@ def expected_from_document(doc: dict[str, Any], job_name: str | None) -> set[tup
             add("dsh_gpu_memory_total_bytes", lbl, g["mem_total_mib"] * MIB)
     for p in doc["processes"]:
         for g in p["gpu"]:
-            lbl = {"pid": p["pid"], "role": p["role"], "gpu": g["index"], "rank": p["rank"]}
+            lbl = {"job_id": job, "pid": p["pid"], "role": p["role"], "gpu": g["index"], "rank": p["rank"]}
             if g["mem_used_mib"] is not None:
                 add("dsh_process_gpu_memory_used_bytes", lbl, g["mem_used_mib"] * MIB)
             if g["sm_util_pct"] is not None:
@@ -100,18 +101,19 @@ def expected_from_document(doc: dict[str, Any], job_name: str | None) -> set[tup
         for m in p["models"]:
             add(
                 "dsh_model_info",
-                {"pid": p["pid"], "model": m["name"], "device": m["device"], "rank": p["rank"]},
+                {"job_id": job, "pid": p["pid"], "model": m["name"], "device": m["device"], "rank": p["rank"]},
                 1,
             )
             add(
                 "dsh_model_forward_calls_total",
-                {"pid": p["pid"], "model": m["name"], "rank": p["rank"]},
+                {"job_id": job, "pid": p["pid"], "model": m["name"], "rank": p["rank"]},
                 m["forward_calls"],
             )
         if p["role"] == "rank":
             add(
                 "dsh_rank_info",
                 {
+                    "job_id": job,
                     "pid": p["pid"],
                     "rank": p["rank"],
                     "local_rank": p["local_rank"],
@@ -120,9 +122,9 @@ def expected_from_document(doc: dict[str, Any], job_name: str | None) -> set[tup
                 1,
             )
     for s in ("GPU", "CPU", "MIXED", "UNKNOWN"):
-        add("dsh_status", {"status": s}, 1 if doc["status"] == s else 0)
+        add("dsh_status", {"job_id": job, "status": s}, 1 if doc["status"] == s else 0)
     for w in doc["warnings"]:
-        add("dsh_warning_active", {"code": w["code"], "severity": w["severity"]}, 1)
+        add("dsh_warning_active", {"job_id": job, "code": w["code"], "severity": w["severity"]}, 1)
     return sample_set(out)
 
 
@@ -276,6 +278,7 @@ def test_exposition_matches_the_status_document_of_the_same_poll(tmp_path, fake_
             ]
             assert worker == [
                 {
+                    "job_id": doc["job_id"],
                     "pid": str(job.pids["worker"]),
                     "role": "dataloader-worker",
                     "gpu": "0",

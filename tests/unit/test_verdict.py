@@ -522,7 +522,7 @@ def test_spawned_workers_on_the_gpu_get_a_hint_that_fits_them():
 
 
 def test_mp_children_are_recognised_by_their_command_line():
-    from sidecar.collect import is_mp_child
+    from sidecar.sources.lineage import is_mp_child
 
     # As read from /proc of real DataLoader workers (interpreter flags such as -B come first).
     spawn = ("python3", "-B", "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=6, pipe_handle=11)")

@@ -50,7 +50,7 @@ export function useJobs(sessionId) {
   return result
 }
 
-const LINK_TEXT = { shell: 'jobs.linkShell', workspace: 'jobs.linkWorkspace', attached: 'jobs.linkAttached' }
+const LINK_TEXT = { shell: 'sessionJobs.linkShell', workspace: 'sessionJobs.linkWorkspace', attached: 'sessionJobs.linkAttached' }
 
 function cmdText(cmd) {
   return Array.isArray(cmd) ? cmd.join(' ') : ''
@@ -68,7 +68,7 @@ function JobRow({ job, selected, lang, onSelect }) {
         data-status={code}
         data-link={job.link ? job.link.by : ''}
         aria-pressed={selected ? 'true' : 'false'}
-        title={t(lang, 'jobs.select')}
+        title={t(lang, 'sessionJobs.select')}
         onClick={() => onSelect(job.id)}
       >
         <span className="dgd-job-status" style={{ background: STATUS_COLORS[code], color: STATUS_TEXT_COLORS[code] }}>
@@ -78,7 +78,7 @@ function JobRow({ job, selected, lang, onSelect }) {
         <span className="dgd-job-cmd dgd-mono">{cmdText(job.command)}</span>
         <span className="dgd-muted dgd-job-link">
           {job.alive === false ? `${t(lang, 'jobs.exited')} · ` : ''}
-          {t(lang, LINK_TEXT[job.link && job.link.by] || 'jobs.linkWorkspace')}
+          {t(lang, LINK_TEXT[job.link && job.link.by] || 'sessionJobs.linkWorkspace')}
         </span>
       </button>
     </li>
@@ -106,10 +106,10 @@ export function SessionJobs({ sessionId, children }) {
   return (
     <>
       <section className="dgd-root dgd-jobs" data-testid="dsh-gpu-session-jobs" data-count={list.length}>
-        <h3 className="dgd-jobs-title">{t(lang, 'jobs.title')}</h3>
+        <h3 className="dgd-jobs-title">{t(lang, 'sessionJobs.title')}</h3>
         {list.length === 0 ? (
           <p className="dgd-muted" data-testid="dsh-gpu-session-empty">
-            {t(lang, 'jobs.none', { workspace: workspace || '…' })}
+            {t(lang, 'sessionJobs.none', { workspace: workspace || '…' })}
           </p>
         ) : (
           <ul className="dgd-jobs-list">
@@ -144,7 +144,7 @@ export function JobsSummary() {
       data-worst-job={sorted[0].id}
       style={{ borderColor: STATUS_COLORS[worst] }}
     >
-      {n === 1 ? t(lang, 'jobs.countOne') : t(lang, 'jobs.count', { n })}
+      {n === 1 ? t(lang, 'sessionJobs.countOne') : t(lang, 'sessionJobs.count', { n })}
     </span>
   )
 }

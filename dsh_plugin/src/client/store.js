@@ -168,6 +168,159 @@ export function mergeEvents(old, fresh) {
 
 // ------------------------------------------------------------------ the store
 
+function isHidden() {
+  try {
+    return typeof document !== 'undefined' && document.visibilityState === 'hidden'
+  } catch {
+    return false
+  }
+}
+
+const EMPTY_HISTORY = { samples: [], events: [], intervalS: null, lastTime: null, error: null }
+
+/** The history after a /history answer `body` (samples newer than the last one appended, events merged). */
+function nextHistory(cur, body) {
+  let samples = cur.samples
+  const fresh = body.samples.filter(
+    (s) => s && typeof s.time_unix_s === 'number' && (cur.lastTime === null || s.time_unix_s > cur.lastTime),
+  )
+  if (fresh.length) {
+    samples = samples.concat(fresh)
+    if (samples.length > HISTORY_MAX_SAMPLES) samples = samples.slice(samples.length - HISTORY_MAX_SAMPLES)
+  }
+  return {
+    samples,
+    events: mergeEvents(cur.events, body.events),
+    intervalS: typeof body.interval_s === 'number' ? body.interval_s : cur.intervalS,
+    lastTime: samples.length ? samples[samples.length - 1].time_unix_s : cur.lastTime,
+    error: null,
+  }
+}
+
+/**
+ * fetchConfig, pollStatus and pollHistory, each at most once in flight, writing into the observables.
+ * `sel.job` is the job shown (?job=ID; null: the sidecar's default job).
+ */
+function createPollers(status, history, sel = { job: null }) {
+  const jobQuery = (sep) => (sel.job ? `${sep}job=${encodeURIComponent(sel.job)}` : '')
+  const flags = { configFetched: false, statusInFlight: false, historyInFlight: false }
+
+  async function fetchConfig() {
+    try {
+      const r = await getJson(`${API}/config`)
+      if (r.json && r.httpStatus === 200 && r.body) {
+        flags.configFetched = true
+        const prev = status.get().config
+        if (prev && prev.sidecarUrl !== r.body.sidecarUrl) {
+          // another sidecar (another job): its history is not a continuation of the old one
+          history.set({ ...EMPTY_HISTORY })
+        }
+        status.set({ ...status.get(), config: r.body })
+      }
+    } catch {
+      /* shown through the status poll */
+    }
+  }
+
+  async function pollStatus() {
+    if (flags.statusInFlight) return
+    flags.statusInFlight = true
+    const path = `${API}/status${jobQuery('?')}`
+    const asked = sel.job
+    try {
+      const r = await getJson(path)
+      if (asked !== sel.job) return // another job was chosen meanwhile
+      const c = classify(r, path)
+      const prev = status.get()
+      if (c.kind === 'ok') {
+        status.set({ ...prev, state: 'ok', doc: r.body, problem: null, lastOk: Date.now(), lastTry: Date.now() })
+      } else {
+        status.set({ ...prev, state: c.kind, problem: c, lastTry: Date.now() })
+      }
+      if (!flags.configFetched || c.kind !== prev.state) fetchConfig()
+    } catch (err) {
+      status.set({
+        ...status.get(),
+        state: 'error',
+        problem: { kind: 'error', code: 'fetch', detail: String((err && err.message) || err), path },
+        lastTry: Date.now(),
+      })
+    } finally {
+      flags.statusInFlight = false
+    }
+  }
+
+  async function pollHistory() {
+    if (flags.historyInFlight) return
+    flags.historyInFlight = true
+    try {
+      const h = history.get()
+      const since = h.lastTime !== null ? `?since=${encodeURIComponent(String(h.lastTime))}` : ''
+      const asked = sel.job
+      const r = await getJson(`${API}/history${since}${jobQuery(since ? '&' : '?')}`)
+      if (asked !== sel.job) return // another job was chosen meanwhile
+      if (r.httpStatus === 200 && r.json && r.body && Array.isArray(r.body.samples)) {
+        history.set(nextHistory(history.get(), r.body))
+      } else {
+        history.set({ ...history.get(), error: r.httpStatus })
+      }
+    } catch (err) {
+      history.set({ ...history.get(), error: String((err && err.message) || err) })
+    } finally {
+      flags.historyInFlight = false
+    }
+  }
+
+  return { fetchConfig, pollStatus, pollHistory, forgetConfig: () => (flags.configFetched = false) }
+}
+
+/** A poll loop: `poll` then wait `interval()`, while `wanted()`; skipped while the page is hidden. */
+function createLoop(poll, wanted, interval) {
+  let timer = null
+  const stop = () => {
+    clearTimeout(timer)
+    timer = null
+  }
+  function schedule(delay) {
+    stop()
+    if (!wanted()) return
+    timer = setTimeout(async () => {
+      if (!isHidden()) await poll()
+      schedule(interval())
+    }, delay)
+  }
+  return { schedule, stop }
+}
+
+function whenShownAgain(fn) {
+  try {
+    document.addEventListener('visibilitychange', () => {
+      if (!isHidden()) fn()
+    })
+  } catch {
+    /* no document */
+  }
+}
+
+function saveToStorage(next) {
+  try {
+    window.localStorage.setItem(STORAGE_KEY, JSON.stringify(next))
+  } catch {
+    /* storage full or disabled: keep it for this page */
+  }
+}
+
+/** Switch the job shown: forget the old one's data and poll the new one now. */
+function selectJob(sel, id, { status, history, statusLoop, historyLoop, historyUsers }) {
+  const next = typeof id === 'string' && id ? id : null
+  if (next === sel.job) return
+  sel.job = next
+  history.set({ ...EMPTY_HISTORY })
+  status.set({ ...status.get(), doc: null, state: 'loading' })
+  if (status.size()) statusLoop.schedule(0)
+  if (historyUsers()) historyLoop.schedule(0)
+}
+
 function createStore() {
   const settings = observable(readSettings())
   const ui = observable({ glanceOpen: false })
@@ -179,143 +332,23 @@ function createStore() {
     lastTry: null,
     config: null, // /api/config answer
   })
-  const history = observable({ samples: [], events: [], intervalS: null, lastTime: null, error: null })
-
-  let statusTimer = null
-  let historyTimer = null
-  let statusInFlight = false
-  let historyInFlight = false
-  let configFetched = false
+  const history = observable({ ...EMPTY_HISTORY })
   let historyUsers = 0
-  let job = null // the job shown (?job=ID); null: the sidecar's default job
-  const jobQuery = (sep) => (job ? `${sep}job=${encodeURIComponent(job)}` : '')
 
   const lang = () => {
     const l = settings.get().lang
     return l === 'en' || l === 'zh' ? l : browserLang()
   }
-
-  const hidden = () => {
-    try {
-      return typeof document !== 'undefined' && document.visibilityState === 'hidden'
-    } catch {
-      return false
-    }
-  }
-
-  async function fetchConfig() {
-    try {
-      const r = await getJson(`${API}/config`)
-      if (r.json && r.httpStatus === 200 && r.body) {
-        configFetched = true
-        const prev = status.get().config
-        if (prev && prev.sidecarUrl !== r.body.sidecarUrl) {
-          // another sidecar (another job): its history is not a continuation of the old one
-          history.set({ samples: [], events: [], intervalS: null, lastTime: null, error: null })
-        }
-        status.set({ ...status.get(), config: r.body })
-      }
-    } catch {
-      /* shown through the status poll */
-    }
-  }
-
-  async function pollStatus() {
-    if (statusInFlight) return
-    statusInFlight = true
-    const path = `${API}/status${jobQuery('?')}`
-    const asked = job
-    try {
-      const r = await getJson(path)
-      if (asked !== job) return // another job was chosen meanwhile
-      const c = classify(r, path)
-      const prev = status.get()
-      if (c.kind === 'ok') {
-        status.set({ ...prev, state: 'ok', doc: r.body, problem: null, lastOk: Date.now(), lastTry: Date.now() })
-      } else {
-        status.set({ ...prev, state: c.kind, problem: c, lastTry: Date.now() })
-      }
-      if (!configFetched || c.kind !== prev.state) fetchConfig()
-    } catch (err) {
-      status.set({
-        ...status.get(),
-        state: 'error',
-        problem: { kind: 'error', code: 'fetch', detail: String((err && err.message) || err), path },
-        lastTry: Date.now(),
-      })
-    } finally {
-      statusInFlight = false
-    }
-  }
-
-  async function pollHistory() {
-    if (historyInFlight) return
-    historyInFlight = true
-    try {
-      const h = history.get()
-      const since = h.lastTime !== null ? `?since=${encodeURIComponent(String(h.lastTime))}` : ''
-      const asked = job
-      const r = await getJson(`${API}/history${since}${jobQuery(since ? '&' : '?')}`)
-      if (asked !== job) return // another job was chosen meanwhile
-      if (r.httpStatus === 200 && r.json && r.body && Array.isArray(r.body.samples)) {
-        const cur = history.get()
-        let samples = cur.samples
-        const fresh = r.body.samples.filter(
-          (s) => s && typeof s.time_unix_s === 'number' && (cur.lastTime === null || s.time_unix_s > cur.lastTime),
-        )
-        if (fresh.length) {
-          samples = samples.concat(fresh)
-          if (samples.length > HISTORY_MAX_SAMPLES) samples = samples.slice(samples.length - HISTORY_MAX_SAMPLES)
-        }
-        history.set({
-          samples,
-          events: mergeEvents(cur.events, r.body.events),
-          intervalS: typeof r.body.interval_s === 'number' ? r.body.interval_s : cur.intervalS,
-          lastTime: samples.length ? samples[samples.length - 1].time_unix_s : cur.lastTime,
-          error: null,
-        })
-      } else {
-        history.set({ ...history.get(), error: r.httpStatus })
-      }
-    } catch (err) {
-      history.set({ ...history.get(), error: String((err && err.message) || err) })
-    } finally {
-      historyInFlight = false
-    }
-  }
-
+  const sel = { job: null }
+  const pollers = createPollers(status, history, sel)
   const intervalMs = () => Math.round(clampRefresh(settings.get().refreshS) * 1000)
+  const statusLoop = createLoop(pollers.pollStatus, () => status.size() > 0, intervalMs)
+  const historyLoop = createLoop(pollers.pollHistory, () => historyUsers > 0, () => Math.max(2000, intervalMs()))
 
-  function scheduleStatus(delay) {
-    clearTimeout(statusTimer)
-    statusTimer = null
-    if (status.size() === 0) return
-    statusTimer = setTimeout(async () => {
-      if (!hidden()) await pollStatus()
-      scheduleStatus(intervalMs())
-    }, delay)
-  }
-
-  function scheduleHistory(delay) {
-    clearTimeout(historyTimer)
-    historyTimer = null
-    if (historyUsers === 0) return
-    historyTimer = setTimeout(async () => {
-      if (!hidden()) await pollHistory()
-      scheduleHistory(Math.max(2000, intervalMs()))
-    }, delay)
-  }
-
-  try {
-    document.addEventListener('visibilitychange', () => {
-      if (!hidden()) {
-        if (status.size()) scheduleStatus(0)
-        if (historyUsers) scheduleHistory(0)
-      }
-    })
-  } catch {
-    /* no document */
-  }
+  whenShownAgain(() => {
+    if (status.size()) statusLoop.schedule(0)
+    if (historyUsers) historyLoop.schedule(0)
+  })
 
   return {
     settings,
@@ -325,57 +358,41 @@ function createStore() {
     lang,
     subscribeStatus(fn) {
       const off = status.subscribe(fn)
-      if (status.size() === 1) scheduleStatus(0)
+      if (status.size() === 1) statusLoop.schedule(0)
       return () => {
         off()
-        if (status.size() === 0) {
-          clearTimeout(statusTimer)
-          statusTimer = null
-        }
+        if (status.size() === 0) statusLoop.stop()
       }
     },
     subscribeHistory(fn) {
       const off = history.subscribe(fn)
       historyUsers += 1
-      if (historyUsers === 1) scheduleHistory(0)
+      if (historyUsers === 1) historyLoop.schedule(0)
       return () => {
         off()
         historyUsers -= 1
         if (historyUsers <= 0) {
           historyUsers = 0
-          clearTimeout(historyTimer)
-          historyTimer = null
+          historyLoop.stop()
         }
       }
     },
     refreshNow() {
-      configFetched = false
-      if (status.size()) scheduleStatus(0)
-      else pollStatus()
-      fetchConfig()
+      pollers.forgetConfig()
+      if (status.size()) statusLoop.schedule(0)
+      else pollers.pollStatus()
+      pollers.fetchConfig()
     },
     saveSettings(patch) {
       const next = { ...settings.get(), ...patch }
       next.refreshS = clampRefresh(next.refreshS)
       settings.set(next)
-      try {
-        window.localStorage.setItem(STORAGE_KEY, JSON.stringify(next))
-      } catch {
-        /* storage full or disabled: keep it for this page */
-      }
-      if (status.size()) scheduleStatus(intervalMs())
+      saveToStorage(next)
+      if (status.size()) statusLoop.schedule(intervalMs())
     },
-    job: () => job,
+    job: () => sel.job,
     /** Show another job (an id from /jobs, or null for the sidecar's default one). */
-    setJob(id) {
-      const next = typeof id === 'string' && id ? id : null
-      if (next === job) return
-      job = next
-      history.set({ samples: [], events: [], intervalS: null, lastTime: null, error: null })
-      status.set({ ...status.get(), doc: null, state: 'loading' })
-      if (status.size()) scheduleStatus(0)
-      if (historyUsers) scheduleHistory(0)
-    },
+    setJob: (id) => selectJob(sel, id, { status, history, statusLoop, historyLoop, historyUsers: () => historyUsers }),
     toggleGlance(open) {
       const cur = ui.get().glanceOpen
       ui.set({ ...ui.get(), glanceOpen: typeof open === 'boolean' ? open : !cur })

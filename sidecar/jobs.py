@@ -1,0 +1,322 @@
+"""Discovery: every job of the user (root: of every user), without a pid.
+
+A job is found through its probe segments (one listing of /dev/shm per poll, never a scan of /proc)
+and through NVML's per-process lists (GPU work without a probe), then grouped under its root: the
+topmost ancestor that is probed, uses a GPU, or is a known launcher (sources/lineage.py). Each job
+is watched by its own `Poller` (the --pid machinery, unchanged: its process tree, its segments, its
+verdict, its history); NVML and sysfs are read once per poll for all of them. A finished job stays
+listed, marked exited, for `history_s` seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from probe_wire.names import SHM_DIR, list_segments
+from probe_wire.procid import process_identity, process_real_uid
+from sidecar import contract, document
+from sidecar.collect import job_id
+from sidecar.poller import Poller, _NvmlDown
+from sidecar.sources import lineage
+from sidecar.verdict import Rules
+
+# Candidates seen at once at most (segments + NVML rows): a neighbour creating 65,536 files in
+# /dev/shm must not make a poll walk 65,536 ancestries.
+MAX_CANDIDATES = 1024
+MAX_JOBS = 256  # watched at once; the newest are kept
+
+
+class _SharedNvml:
+    """What a job's Poller sees as its NVML source: the snapshot this poll took for every job."""
+
+    def __init__(self) -> None:
+        self.snapshot: Any = _NvmlDown("NVML not polled yet")
+
+    def poll(self):
+        return self.snapshot
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class _Job:
+    root: tuple[int, int]  # the root's identity (pid, start ticks)
+    poller: Poller
+    found_unix_s: float
+
+
+class JobsPoller:
+    """Watches every job it can find. The documents are built by each job's Poller; this class
+    finds jobs, polls them, and answers for them (the same three methods as document.OneJob)."""
+
+    mode = "discovery"
+    target_pid = None  # for the CLI's messages: no single target
+    target_gone_at = None  # discovery never ends with a job
+
+    def __init__(
+        self,
+        *,
+        interval_s: float = 1.5,
+        history_s: float = 600.0,
+        rules: Rules | None = None,
+        nvml_source: Any = None,
+        system_gpus_fn: Callable[[], list] | None = None,
+        uid: int | None = -1,
+        shm_dir: str = SHM_DIR,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.interval_s = interval_s
+        self.history_s = history_s
+        self.rules = rules or Rules()
+        self.uid = (os.getuid() or None) if uid == -1 else uid  # None: every user's jobs (root)
+        self.shm_dir = shm_dir
+        self.clock = clock
+        if nvml_source is None:
+            from sidecar.sources.nvml import NvmlSource
+
+            nvml_source = NvmlSource()
+        self.nvml_source = nvml_source
+        if system_gpus_fn is None:
+            from sidecar.sources.sysfs import list_system_gpus
+
+            system_gpus_fn = list_system_gpus
+        self.system_gpus_fn = system_gpus_fn
+        self._shared = _SharedNvml()
+        self._system_gpus_cache: list = []
+        self._jobs: dict[str, _Job] = {}
+        self._roots: dict[tuple[int, int], tuple[int, int]] = {}  # candidate identity -> root identity
+        self.poll_count = 0
+        self.poll_errors: Counter[str] = Counter()
+        self.poll_durations_s: list[float] = []
+        self.last_poll_time: float | None = None
+        self._latest_jobs: dict[str, Any] | None = None
+        self._lock = threading.Lock()
+        self._poll_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- finding jobs ----------------------------------------------------------------------------
+    def _segment_pids(self) -> set[int]:
+        """Pids with a segment this sidecar may read: its own user's (root: anyone's; the segment
+        reader still checks each file's owner against the process's)."""
+        out: set[int] = set()
+        for pid, ticks in list_segments(self.shm_dir)[:MAX_CANDIDATES]:
+            if self.uid is not None:
+                name = f"dsh-probe.{pid}" if ticks is None else f"dsh-probe.{pid}.{ticks}"
+                try:
+                    st = os.lstat(os.path.join(self.shm_dir, name))
+                except OSError:
+                    continue
+                if not stat.S_ISREG(st.st_mode) or st.st_uid != self.uid:
+                    continue
+            out.add(pid)
+        return out
+
+    def _candidates(self, nvml) -> tuple[set[int], set[int]]:
+        probed = self._segment_pids()
+        gpu = {p.pid for d in (nvml.devices if nvml.ok else ()) for p in d.processes}
+        if self.uid is not None:
+            gpu = {pid for pid in gpu if process_real_uid(pid) == self.uid}
+        return probed, set(list(gpu)[:MAX_CANDIDATES])
+
+    def _discover(self, now: float, nvml) -> None:
+        probed, gpu = self._candidates(nvml)
+
+        def is_job_process(pid: int, argv: tuple[str, ...]) -> bool:
+            return pid in probed or pid in gpu or lineage.is_launcher(argv)
+
+        roots: dict[tuple[int, int], tuple[int, int]] = {}
+        for pid in probed | gpu:
+            ident = process_identity(pid)
+            if ident is None:
+                continue
+            root = self._roots.get(ident) or lineage.job_root(pid, is_job_process)
+            if root is not None:
+                roots[ident] = root
+        self._roots = roots  # forgets identities no longer seen
+        for root in set(roots.values()):
+            jid = job_id(*root)
+            if jid not in self._jobs:
+                self._jobs[jid] = _Job(root, self._new_poller(root[0]), now)
+        for jid, job in list(self._jobs.items()):
+            # A job found through a process that now has a job above it (a DataLoader worker seen
+            # before its trainer's probe started) was never a job of its own: it is absorbed.
+            if roots.get(job.root, job.root) != job.root:
+                job.poller.stop()
+                del self._jobs[jid]
+
+    def _new_poller(self, root_pid: int) -> Poller:
+        return Poller(
+            root_pid,
+            interval_s=self.interval_s,
+            history_s=self.history_s,
+            rules=self.rules,
+            nvml_source=self._shared,
+            system_gpus_fn=self._system_gpus,
+            clock=self.clock,
+        )
+
+    def _system_gpus(self) -> list:
+        return self._system_gpus_cache
+
+    # -- one poll --------------------------------------------------------------------------------
+    def poll_once(self) -> dict[str, Any]:
+        with self._poll_lock:
+            return self._poll_once_locked()
+
+    def _poll_once_locked(self) -> dict[str, Any]:
+        started = time.perf_counter()
+        now = self.clock()
+        self._shared.snapshot = self._poll_nvml()
+        if self.poll_count % 20 == 0:
+            try:
+                self._system_gpus_cache = list(self.system_gpus_fn())
+            except Exception:
+                self.poll_errors["sysfs"] += 1
+        self._discover(now, self._shared.snapshot)
+        for jid, job in list(self._jobs.items()):
+            try:
+                job.poller.poll_once()
+            except Exception as exc:
+                self.poll_errors["poll"] += 1
+                if isinstance(exc, contract.ContractError):
+                    raise
+            ended = job.poller.target_gone_at
+            if ended is not None and now - ended > self.history_s:
+                job.poller.stop()
+                del self._jobs[jid]
+        self._trim()
+        jobs = self._jobs_document(now)
+        with self._lock:
+            self._latest_jobs = jobs
+            self.last_poll_time = now
+            self.poll_count += 1
+            self.poll_durations_s.append(time.perf_counter() - started)
+            del self.poll_durations_s[:-1000]
+        return jobs
+
+    def _poll_nvml(self):
+        try:
+            snap = self.nvml_source.poll()
+        except Exception as exc:
+            self.poll_errors["nvml"] += 1
+            return _NvmlDown(f"NVML source failed: {exc}")
+        if not snap.ok or snap.call_errors:
+            self.poll_errors["nvml"] += 1
+        return snap
+
+    def _trim(self) -> None:
+        """At most MAX_JOBS: exited jobs go first, then the oldest."""
+        if len(self._jobs) <= MAX_JOBS:
+            return
+        order = sorted(self._jobs.items(), key=lambda kv: (kv[1].poller.target_gone_at is None, kv[1].found_unix_s))
+        for jid, job in order[: len(self._jobs) - MAX_JOBS]:
+            job.poller.stop()
+            del self._jobs[jid]
+
+    def _entries(self) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        """(job entry, status document) of every job polled at least once."""
+        out = []
+        for job in self._jobs.values():
+            doc, _ = job.poller.snapshot()
+            if doc is not None:
+                out.append((document.job_entry(doc, job.poller.root_info(), job.poller.ended_unix_s), doc))
+        return out
+
+    def _jobs_document(self, now: float) -> dict[str, Any]:
+        entries = [e for e, _ in self._entries()]
+        return document.jobs_document(
+            entries, time_s=now, interval_s=self.interval_s, mode=self.mode, default_job=_default_job(entries)
+        )
+
+    # -- what the server reads -------------------------------------------------------------------
+    def jobs_document(self) -> dict[str, Any] | None:
+        with self._lock:
+            return self._latest_jobs
+
+    def _job(self, job: str | None) -> _Job | None:
+        jobs = self.jobs_document()
+        if jobs is None:
+            return None
+        jid = job if job is not None else jobs["default_job"]
+        found = self._jobs.get(jid) if jid is not None else None
+        if found is None and job is not None:
+            raise document.UnknownJob(job)
+        return found
+
+    def status_document(self, job: str | None = None) -> dict[str, Any] | None:
+        """A job's document with the jobs list in it; without `job`, the default job's. With no job
+        found yet, None (the server answers 503 until the first poll, then 404 for ?job=)."""
+        found = self._job(job)
+        jobs = self.jobs_document()
+        if found is None:
+            return None
+        doc, _ = found.poller.snapshot()
+        if doc is None:
+            return None
+        return contract.check_if_enabled({**doc, "jobs": jobs["jobs"]}, "status")
+
+    def history_document(self, job: str | None = None, since: float | None = None) -> dict[str, Any] | None:
+        found = self._job(job)
+        return None if found is None else found.poller.history_document(None, since)
+
+    def documents(self) -> list[dict[str, Any]]:
+        """Every job's status document (for --once --json and /metrics)."""
+        return [doc for _, doc in self._entries()]
+
+    def snapshot(self) -> tuple[dict[str, Any] | None, float | None]:
+        """The default job's document and the last poll's time (/healthz)."""
+        with self._lock:
+            last = self.last_poll_time
+        try:
+            return self.status_document(None), last
+        except document.UnknownJob:
+            return None, last
+
+    # -- the loop --------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="dsh-sidecar-jobs", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            t0 = time.monotonic()
+            try:
+                self.poll_once()
+            except Exception:
+                self.poll_errors["poll"] += 1
+            self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - t0)))
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        with self._poll_lock:
+            for job in self._jobs.values():
+                job.poller.stop()
+            try:
+                self.nvml_source.close()
+            except Exception:
+                pass
+
+
+def _default_job(entries: list[dict[str, Any]]) -> str | None:
+    """The job /status answers without ?job=: the newest running job with a registered model, else
+    the newest running one, else the newest."""
+    newest = sorted(entries, key=lambda j: -(j["start_time_unix_s"] or 0.0))
+    for pick in (lambda j: j["alive"] and j["has_model"], lambda j: j["alive"], lambda j: True):
+        for j in newest:
+            if pick(j):
+                return j["id"]
+    return None
+
+
+__all__ = ["JobsPoller", "MAX_CANDIDATES", "MAX_JOBS"]
