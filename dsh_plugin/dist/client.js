@@ -1434,18 +1434,19 @@ function SessionJobs({ sessionId, children }) {
   (0, import_react2.useEffect)(() => {
     if (jobs.state === "ok" && selected && selected !== chosen) store.setJob(selected);
   }, [jobs.state, selected, chosen]);
-  if (!sessionId || jobs.state !== "ok") return children;
+  if (!sessionId || jobs.state !== "ok") return children(null, true);
   const workspace = jobs.doc.session && Array.isArray(jobs.doc.session.workspaces) ? jobs.doc.session.workspaces[0] : "";
-  return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)(import_jsx_runtime2.Fragment, { children: [
-    /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("section", { className: "dgd-root dgd-jobs", "data-testid": "dsh-gpu-session-jobs", "data-count": list.length, children: [
+  const select = (id) => {
+    store.setJob(id);
+    bump((n) => n + 1);
+  };
+  return children(
+    /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("section", { className: "dgd-jobs", "data-testid": "dsh-gpu-session-jobs", "data-count": list.length, children: [
       /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("h3", { className: "dgd-jobs-title", children: t(lang, "sessionJobs.title") }),
-      list.length === 0 ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-muted", "data-testid": "dsh-gpu-session-empty", children: t(lang, "sessionJobs.none", { workspace: workspace || "…" }) }) : /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("ul", { className: "dgd-jobs-list", children: list.map((j) => /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(JobRow, { job: j, selected: j.id === selected, lang, onSelect: (id) => {
-        store.setJob(id);
-        bump((n) => n + 1);
-      } }, j.id)) })
+      list.length === 0 ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-muted", "data-testid": "dsh-gpu-session-empty", children: t(lang, "sessionJobs.none", { workspace: workspace || "…" }) }) : /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("ul", { className: "dgd-jobs-list", children: list.map((j) => /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(JobRow, { job: j, selected: j.id === selected, lang, onSelect: select }, j.id)) })
     ] }),
-    list.length === 0 ? null : children
-  ] });
+    list.length > 0
+  );
 }
 function JobsSummary() {
   const lang = useLang2();
@@ -2382,16 +2383,17 @@ function RuntimeFooter({ doc, lang, intervalS }) {
   ] });
 }
 function GpuView(props) {
-  return /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(SessionJobs, { sessionId: props && props.sessionId, children: /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(GpuViewBody, {}) });
+  return /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(SessionJobs, { sessionId: props && props.sessionId, children: (header, showJob) => /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(GpuViewBody, { header, showJob }) });
 }
-function GpuViewBody() {
+function GpuViewBody({ header, showJob }) {
   const st = useStatus();
   const lang = useLang();
   const h = useHistory();
   const doc = st.doc;
   return /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { className: "dgd-root dgd-view", "data-testid": "dsh-gpu-view", "data-state": st.state, children: [
+    header,
     /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(ConnectionNotice, { st, lang }),
-    doc ? /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)(import_jsx_runtime8.Fragment, { children: [
+    doc && showJob ? /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)(import_jsx_runtime8.Fragment, { children: [
       /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(Hero, { doc, lang, lastOk: st.lastOk }),
       /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(GpuCards, { doc, lang }),
       /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(ProcessTable, { doc, lang }),
@@ -2612,7 +2614,7 @@ var CSS = `
   color: var(--dsw-alias-label-secondary, #59636e); white-space: nowrap; }
 
 /* ---- the session's jobs (GPU tab) */
-.dgd-jobs { margin-bottom: 14px; }
+.dgd-jobs { flex: none; }
 .dgd-jobs-title { margin: 0 0 6px; font-size: 13px; font-weight: 600; }
 .dgd-jobs-list { list-style: none; margin: 0; padding: 0; display: flex; flex-direction: column; gap: 4px; }
 .dgd-job { display: flex; align-items: center; gap: 10px; width: 100%; padding: 6px 10px; border-radius: 10px; cursor: pointer; text-align: left;

@@ -8,9 +8,9 @@ when the command is missing, answer the agent tool `gpu_status` through DSH's ow
 (`ctx.tools.execute`, run by the test-only host plugin tests/browser/dsh_tool_runner), and stop
 the sidecar when DSH stops.
 
-Until the sidecar's discovery mode (no --pid) lands, the test points the plugin at the job with the
-config key `sidecarArgs: ["--pid", PID, ...]`; the plugin's own arguments (`--host 127.0.0.1
---port 0`, the token in DSH_SIDECAR_TOKEN) are the same either way.
+The sidecar runs in discovery mode (no --pid: every job of the user), so the session's GPU tab
+must pick its jobs: one started under the workspace, one whose environment carries the session's
+DSH_SESSION_ID (what DSH's shell tool gives every command it runs), and not one started elsewhere.
 """
 
 from __future__ import annotations
@@ -109,8 +109,23 @@ def run_tool(web: DshWeb, name: str, args: dict) -> dict:
 class Autostarted:
     web: DshWeb
     job: FakeJob
+    other: FakeJob
     workspace: Path
     home: DshHome
+    base: Path
+
+
+def cpu_model_job(directory: Path, cwd: Path, env: dict[str, str] | None = None) -> FakeJob:
+    """A training job whose model stays on the CPU of a GPU machine."""
+    spec = {
+        "payload": {
+            "role": "main",
+            "script": "train.py",
+            "runtime": cuda_runtime([gpu(0)["uuid"]]),
+            "models": [model("net", "cpu", input_device="cpu")],
+        }
+    }
+    return FakeJob(directory, {"main": spec}, env=env, cwd=cwd)
 
 
 def simulated_gpu_env(base: Path, lib_dir: Path) -> tuple[FakeNvml, dict[str, str]]:
@@ -129,23 +144,12 @@ def autostarted(dsh_launcher: Path, fake_nvml_lib_dir: Path, tmp_path_factory) -
     base = tmp_path_factory.mktemp("dsh-autostart")
     workspace = base / "work"  # where `dsh web` starts: the workspace root
     workspace.mkdir()
+    elsewhere = base / "elsewhere"
+    elsewhere.mkdir()
     nvml, gpu_env = simulated_gpu_env(base, fake_nvml_lib_dir)
-    uuid = gpu(0)["uuid"]
-    # a training job started from the workspace, its model left on the CPU of a GPU machine
-    job = FakeJob(
-        base / "job",
-        {
-            "main": {
-                "payload": {
-                    "role": "main",
-                    "script": "train.py",
-                    "runtime": cuda_runtime([uuid]),
-                    "models": [model("net", "cpu", input_device="cpu")],
-                }
-            }
-        },
-        cwd=workspace,
-    )
+    # a training job started from the workspace, and one of another project (not this session's)
+    job = cpu_model_job(base / "job", workspace)
+    other = cpu_model_job(base / "other", elsewhere)
     web = None
     try:
         nvml.write({"driver_version": "550.54.15", "cuda_driver_version": 12040,
@@ -160,14 +164,15 @@ def autostarted(dsh_launcher: Path, fake_nvml_lib_dir: Path, tmp_path_factory) -
             timeoutMs=2000,
             autostart=True,
             sidecarCommand=str(SIDECAR_BIN),
-            sidecarArgs=["--pid", str(job.pid), "--interval", "0.5", "--stay"],
+            sidecarArgs=["--interval", "0.5"],  # discovery: every job of the user
         )
         web = start_dsh_web(home, workspace, extra_env=gpu_env)
-        yield Autostarted(web, job, workspace, home)
+        yield Autostarted(web, job, other, workspace, home, base)
     finally:
         if web is not None:
             web.stop()
         job.stop()
+        other.stop()
         shutil.rmtree(base, ignore_errors=True)
 
 
@@ -190,12 +195,17 @@ def test_the_plugin_starts_the_sidecar_itself(autostarted: Autostarted) -> None:
     code, cfg = get_json(web.url, f"{API}/config")
     assert cfg["tokenSet"] is False and token[0].split(b"=", 1)[1].decode() not in json.dumps(cfg)
     # ... while the proxy reaches it
-    code, doc = wait_for(
-        lambda: (r := get_json(web.url, f"{API}/status"))[0] == 200 and r, 30, 0.3, "the proxied status"
+    pids = {autostarted.job.pid, autostarted.other.pid}
+    code, jobs = wait_for(
+        lambda: (r := get_json(web.url, f"{API}/jobs"))[0] == 200 and pids <= {j["root_pid"] for j in r[1]["jobs"]} and r,
+        30,
+        0.3,
+        "both jobs in the discovery sidecar's /jobs",
     )
-    assert doc["target"]["pid"] == autostarted.job.pid
-    code, jobs = get_json(web.url, f"{API}/jobs")
-    assert code == 200 and [j["root_pid"] for j in jobs["jobs"]] == [autostarted.job.pid], jobs
+    assert jobs["mode"] == "discovery"
+    job_id = next(j["id"] for j in jobs["jobs"] if j["root_pid"] == autostarted.job.pid)
+    code, doc = get_json(web.url, f"{API}/status?job={job_id}")
+    assert code == 200 and doc["target"]["pid"] == autostarted.job.pid
 
 
 def test_the_gpu_tab_and_the_chip_show_the_workspace_job_and_survive_a_kill(
@@ -203,23 +213,45 @@ def test_the_gpu_tab_and_the_chip_show_the_workspace_job_and_survive_a_kill(
 ) -> None:
     web = autostarted.web
     first = wait_running(web)
-    job_id = get_json(web.url, f"{API}/jobs")[1]["jobs"][0]["id"]
+    jobs = get_json(web.url, f"{API}/jobs")[1]["jobs"]
+    job_id = next(j["id"] for j in jobs if j["root_pid"] == autostarted.job.pid)
+    other_id = next(j["id"] for j in jobs if j["root_pid"] == autostarted.other.pid)
     errors: list[str] = []
+    sessions: list[str] = []
     ctx, page = new_page(chromium, web.url, errors)
+    page.on(
+        "request",
+        lambda r: sessions.extend(urllib.parse.parse_qs(urllib.parse.urlparse(r.url).query).get("session", []))
+        if f"{API}/jobs" in r.url
+        else None,
+    )
+    shell_job = None
     try:
         chip = wait_for_panel(page)
-        page.wait_for_selector('[data-testid="dsh-gpu-chip"][data-state="ok"]', timeout=30_000)
         summary = page.locator('[data-testid="dsh-gpu-chip-jobs"]')
-        summary.wait_for()
-        assert summary.get_attribute("data-count") == "1"
-        assert summary.get_attribute("data-worst-job") == job_id
-        assert summary.get_attribute("data-worst") == chip.get_attribute("data-status")
+        summary.wait_for(timeout=30_000)
+        # the chip summarises every job of the user, the worst first (both jobs here are CPU)
+        assert int(summary.get_attribute("data-count")) >= 2
+        assert summary.get_attribute("data-worst") == "CPU"
 
         open_session(page)
+        rows = page.locator('[data-testid="dsh-gpu-session-job"]')
         row = page.locator(f'[data-testid="dsh-gpu-session-job"][data-job-id="{job_id}"]')
         row.wait_for(timeout=30_000)
         assert row.get_attribute("data-link") == "workspace"
         assert str(autostarted.job.pid) in row.inner_text()
+        assert page.locator(f'[data-job-id="{other_id}"]').count() == 0  # another project's job
+        # a job whose environment carries this session's id (as DSH's shell tool sets it) joins
+        sid = sessions[-1]
+        shell_job = cpu_model_job(
+            autostarted.base / "shell-job", autostarted.base / "elsewhere", env={**os.environ, "DSH_SESSION_ID": sid}
+        )
+        shell_row = page.locator(f'[data-testid="dsh-gpu-session-job"][data-link="shell"]')
+        shell_row.wait_for(timeout=30_000)
+        assert str(shell_job.pid) in shell_row.inner_text()
+        assert rows.count() == 2
+        assert page.locator(f'[data-job-id="{other_id}"]').count() == 0
+        row.click()
         view = page.locator('[data-testid="dsh-gpu-view"][data-state="ok"]')
         view.wait_for(timeout=30_000)
         # the session's job, through ?job=: the verdict of the CPU model
@@ -251,6 +283,8 @@ def test_the_gpu_tab_and_the_chip_show_the_workspace_job_and_survive_a_kill(
         assert not plugin_errors(errors), errors
     finally:
         ctx.close()
+        if shell_job is not None:
+            shell_job.stop()
 
 
 def test_gpu_status_tool_through_dsh_tool_pipeline(autostarted: Autostarted) -> None:

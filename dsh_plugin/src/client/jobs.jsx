@@ -86,8 +86,9 @@ function JobRow({ job, selected, lang, onSelect }) {
 }
 
 /**
- * The GPU tab of one session: its jobs (worst first), then the chosen job's full view
- * (`children`). Without a session id, or when the sidecar has no /jobs, the view is shown as is.
+ * The GPU tab of one session: `children(header, showJob)` renders the view with the session's jobs
+ * (worst first) as its header; showJob is false while the session has none. Without a session id,
+ * or when the sidecar has no /jobs, the view is shown as it is: children(null, true).
  */
 export function SessionJobs({ sessionId, children }) {
   const lang = useLang()
@@ -101,29 +102,28 @@ export function SessionJobs({ sessionId, children }) {
   useEffect(() => {
     if (jobs.state === 'ok' && selected && selected !== chosen) store.setJob(selected)
   }, [jobs.state, selected, chosen])
-  if (!sessionId || jobs.state !== 'ok') return children
+  if (!sessionId || jobs.state !== 'ok') return children(null, true)
   const workspace = jobs.doc.session && Array.isArray(jobs.doc.session.workspaces) ? jobs.doc.session.workspaces[0] : ''
-  return (
-    <>
-      <section className="dgd-root dgd-jobs" data-testid="dsh-gpu-session-jobs" data-count={list.length}>
-        <h3 className="dgd-jobs-title">{t(lang, 'sessionJobs.title')}</h3>
-        {list.length === 0 ? (
-          <p className="dgd-muted" data-testid="dsh-gpu-session-empty">
-            {t(lang, 'sessionJobs.none', { workspace: workspace || '…' })}
-          </p>
-        ) : (
-          <ul className="dgd-jobs-list">
-            {list.map((j) => (
-              <JobRow key={j.id} job={j} selected={j.id === selected} lang={lang} onSelect={(id) => {
-                  store.setJob(id)
-                  bump((n) => n + 1)
-                }} />
-            ))}
-          </ul>
-        )}
-      </section>
-      {list.length === 0 ? null : children}
-    </>
+  const select = (id) => {
+    store.setJob(id)
+    bump((n) => n + 1)
+  }
+  return children(
+    <section className="dgd-jobs" data-testid="dsh-gpu-session-jobs" data-count={list.length}>
+      <h3 className="dgd-jobs-title">{t(lang, 'sessionJobs.title')}</h3>
+      {list.length === 0 ? (
+        <p className="dgd-muted" data-testid="dsh-gpu-session-empty">
+          {t(lang, 'sessionJobs.none', { workspace: workspace || '…' })}
+        </p>
+      ) : (
+        <ul className="dgd-jobs-list">
+          {list.map((j) => (
+            <JobRow key={j.id} job={j} selected={j.id === selected} lang={lang} onSelect={select} />
+          ))}
+        </ul>
+      )}
+    </section>,
+    list.length > 0,
   )
 }
 

@@ -27,7 +27,7 @@ export const CSS = `
   color: var(--dsw-alias-label-secondary, #59636e); white-space: nowrap; }
 
 /* ---- the session's jobs (GPU tab) */
-.dgd-jobs { margin-bottom: 14px; }
+.dgd-jobs { flex: none; }
 .dgd-jobs-title { margin: 0 0 6px; font-size: 13px; font-weight: 600; }
 .dgd-jobs-list { list-style: none; margin: 0; padding: 0; display: flex; flex-direction: column; gap: 4px; }
 .dgd-job { display: flex; align-items: center; gap: 10px; width: 100%; padding: 6px 10px; border-radius: 10px; cursor: pointer; text-align: left;

@@ -181,20 +181,21 @@ function RuntimeFooter({ doc, lang, intervalS }) {
 export function GpuView(props) {
   return (
     <SessionJobs sessionId={props && props.sessionId}>
-      <GpuViewBody />
+      {(header, showJob) => <GpuViewBody header={header} showJob={showJob} />}
     </SessionJobs>
   )
 }
 
-function GpuViewBody() {
+function GpuViewBody({ header, showJob }) {
   const st = useStatus()
   const lang = useLang()
   const h = useHistory()
   const doc = st.doc
   return (
     <div className="dgd-root dgd-view" data-testid="dsh-gpu-view" data-state={st.state}>
+      {header}
       <ConnectionNotice st={st} lang={lang} />
-      {doc ? (
+      {doc && showJob ? (
         <>
           <Hero doc={doc} lang={lang} lastOk={st.lastOk} />
           <GpuCards doc={doc} lang={lang} />
