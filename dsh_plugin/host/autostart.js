@@ -48,7 +48,8 @@ export function sessionInfo(ctx, id) {
   } catch {
     /* keep it as it is */
   }
-  return { id: id || null, workspaces: [root] }
+  // `from`: where the root came from (the session's header, or the directory DSH started in)
+  return { id: id || null, workspaces: [root], from: cwd ? 'session' : 'dsh' }
 }
 
 /**
@@ -151,7 +152,7 @@ export async function sessionAnswer(get, upstreamPath, session, readSession = se
   if (r.error) return { unreachable: r.error }
   if (r.status !== 200 || !r.body || !Array.isArray(r.body.jobs)) return { status: r.status || 502, body: r.body }
   const jobs = sessionJobs(r.body, session, readSession)
-  return { status: 200, body: { ...r.body, jobs, session: { id: session.id, workspaces: session.workspaces } } }
+  return { status: 200, body: { ...r.body, jobs, session: { id: session.id, workspaces: session.workspaces, from: session.from } } }
 }
 
 /** What the proxy answers while the sidecar it started is not serving: {status, body}. */

@@ -243,6 +243,12 @@ def test_the_gpu_tab_and_the_chip_show_the_workspace_job_and_survive_a_kill(
         assert page.locator(f'[data-job-id="{other_id}"]').count() == 0  # another project's job
         # a job whose environment carries this session's id (as DSH's shell tool sets it) joins
         sid = sessions[-1]
+        # the host knows the session (ctx.sessions): its header's cwd is the workspace
+        code, mine = get_json(web.url, f"{API}/jobs?session={urllib.parse.quote(sid)}")
+        assert code == 200 and mine["session"]["id"] == sid, mine
+        assert mine["session"]["from"] == "session", mine["session"]
+        assert mine["session"]["workspaces"] == [str(autostarted.workspace.resolve())]
+        assert [j["id"] for j in mine["jobs"]] == [job_id]
         shell_job = cpu_model_job(
             autostarted.base / "shell-job", autostarted.base / "elsewhere", env={**os.environ, "DSH_SESSION_ID": sid}
         )
