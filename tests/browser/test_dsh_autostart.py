@@ -21,8 +21,9 @@ import shutil
 import signal
 import socket
 import sys
-import time
+import threading
 import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,6 +106,64 @@ def run_tool(web: DshWeb, name: str, args: dict) -> dict:
     return body
 
 
+class FakeLlm:
+    """A DeepSeek-compatible chat endpoint on loopback (POST /chat/completions, SSE). A request that
+    offers the gpu_status tool and has no tool result yet gets a call of it; the next one (with the
+    result) a short answer; any other request (the session title) a word. Every request is kept."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict] = []
+        llm = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
+                llm.requests.append(body)
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.end_headers()
+                for chunk in llm.answer(body):
+                    self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                self.wfile.write(b"data: [DONE]\n\n")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @staticmethod
+    def answer(body: dict) -> list[dict]:
+        usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+        tools = [t["function"]["name"] for t in body.get("tools") or []]
+        answered = any(m.get("role") == "tool" for m in body.get("messages") or [])
+        if "gpu_status" in tools and not answered:
+            call = {"index": 0, "id": "call_gpu_1", "type": "function",
+                    "function": {"name": "gpu_status", "arguments": "{}"}}
+            return [
+                {"choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": [call]}, "finish_reason": None}]},
+                {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}], "usage": usage},
+            ]
+        text = "Your model is on the CPU: move it with model.to('cuda')." if answered else "GPU check"
+        return [
+            {"choices": [{"index": 0, "delta": {"role": "assistant", "content": text}, "finish_reason": None}]},
+            {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": usage},
+        ]
+
+    def tool_results(self) -> list[str]:
+        return [
+            m.get("content") or ""
+            for body in self.requests
+            for m in body.get("messages") or []
+            if m.get("role") == "tool" and m.get("tool_call_id") == "call_gpu_1"
+        ]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
 @dataclass
 class Autostarted:
     web: DshWeb
@@ -113,6 +172,7 @@ class Autostarted:
     workspace: Path
     home: DshHome
     base: Path
+    llm: FakeLlm
 
 
 def cpu_model_job(directory: Path, cwd: Path, env: dict[str, str] | None = None) -> FakeJob:
@@ -151,6 +211,7 @@ def autostarted(dsh_launcher: Path, fake_nvml_lib_dir: Path, tmp_path_factory) -
     job = cpu_model_job(base / "job", workspace)
     other = cpu_model_job(base / "other", elsewhere)
     web = None
+    llm = FakeLlm()  # the session's agent asks this "model", which calls gpu_status
     try:
         nvml.write({"driver_version": "550.54.15", "cuda_driver_version": 12040,
                     "gpus": [gpu(0, name=GPU_NAMES[0], util_gpu=0, memory_used_mib=0)]})
@@ -166,11 +227,12 @@ def autostarted(dsh_launcher: Path, fake_nvml_lib_dir: Path, tmp_path_factory) -
             sidecarCommand=str(SIDECAR_BIN),
             sidecarArgs=["--interval", "0.5"],  # discovery: every job of the user
         )
-        web = start_dsh_web(home, workspace, extra_env=gpu_env)
-        yield Autostarted(web, job, other, workspace, home, base)
+        web = start_dsh_web(home, workspace, extra_env={**gpu_env, "DEEPSEEK_BASE_URL": llm.url})
+        yield Autostarted(web, job, other, workspace, home, base, llm)
     finally:
         if web is not None:
             web.stop()
+        llm.close()
         job.stop()
         other.stop()
         shutil.rmtree(base, ignore_errors=True)
@@ -328,6 +390,20 @@ def test_gpu_status_tool_through_dsh_tool_pipeline(autostarted: Autostarted) -> 
     wrong = run_tool(web, "gpu_status", {"job": 5})
     assert wrong["isError"] is True and "optional argument" in wrong["error"]["message"], wrong
     assert wrong["content"][0]["text"].startswith("Error:"), wrong
+
+
+def test_the_session_agent_calls_gpu_status_and_reads_the_verdict(autostarted: Autostarted) -> None:
+    """The real agent loop: the session's message went to the (fake) model, which called gpu_status;
+    DSH ran it for that session (exec.agent.session) and sent the verdict back to the model."""
+    llm = autostarted.llm
+    results = wait_for(llm.tool_results, 60, 0.3, "the agent's gpu_status result in a model request")
+    text = results[0]
+    assert "Job " in text and f"(pid {autostarted.job.pid})" in text and ": CPU." in text, text
+    assert "model on cpu" in text and "Hint:" in text, text
+    assert f"(pid {autostarted.other.pid})" not in text  # another project's job is not this session's
+    offered = next(b for b in llm.requests if any(t["function"]["name"] == "gpu_status" for t in b.get("tools") or []))
+    tool = next(t["function"] for t in offered["tools"] if t["function"]["name"] == "gpu_status")
+    assert "GPU" in tool["description"] and "job" in tool["parameters"]["properties"]
 
 
 def test_the_sidecar_stops_with_dsh(autostarted: Autostarted) -> None:
