@@ -353,7 +353,7 @@ export function apply(ctx, rawConfig) {
     const upstream = createUpstream(config, log)
     const deps = { upstream, session: (id) => sessionInfo(ctx, id), sessionOfPid }
     const handler = createHandler(config, log, warnings, deps)
-    const register = () => {
+    const register = (startSidecar) => {
       let dispose = null
       try {
         dispose = ctx.webServer.register({ kind: 'prefix', path: ROUTE_PREFIX, handler })
@@ -361,7 +361,9 @@ export function apply(ctx, rawConfig) {
       } catch (err) {
         log.error(`could not register ${ROUTE_PREFIX}: ${(err && err.message) || err}`)
       }
-      upstream.start(handler.fetchJson)
+      // only where DSH can dispose the plugin (ctx.effect): a sidecar nobody could stop is never started
+      if (startSidecar) upstream.start(handler.fetchJson)
+      else void upstream.stop()
       // disposed with the plugin (DSH runs this on SIGTERM/SIGINT too): the sidecar stops with DSH
       return async () => {
         try {
@@ -372,8 +374,8 @@ export function apply(ctx, rawConfig) {
         }
       }
     }
-    if (typeof ctx.effect === 'function') ctx.effect(register, `${PLUGIN_NAME} proxy route and sidecar`)
-    else register()
+    if (typeof ctx.effect === 'function') ctx.effect(() => register(true), `${PLUGIN_NAME} proxy route and sidecar`)
+    else register(false)
     registerTool(ctx, { handler, deps, log })
   } catch (err) {
     log.error(`apply failed, the GPU panel will show the sidecar as unreachable: ${(err && err.stack) || err}`)
