@@ -345,7 +345,15 @@ var en_default = {
   "missing.title": "The sidecar is not installed",
   "missing.body": "The GPU dashboard starts its sidecar by itself, but {command} cannot be run ({error}). Install it:",
   "missing.config": "Or set sidecarCommand in the plugin's config to the full path of dsh-sidecar.",
-  "missing.retry": "The plugin looks for it again every 30 s (or restart dsh web)."
+  "missing.retry": "The plugin looks for it again every 30 s (or restart dsh web).",
+  "settings.state.missing": "Sidecar not installed",
+  "settings.startedSidecar": "Sidecar started by the plugin",
+  "settings.startedDetail": "{state}, pid {pid}, restarted {restarts}×",
+  "settings.started.starting": "starting",
+  "settings.started.running": "running",
+  "settings.started.backoff": "restarting",
+  "settings.started.missing": "command not found",
+  "settings.started.stopped": "stopped"
 };
 
 // ../sidecar/static/i18n/zh.json
@@ -619,7 +627,15 @@ var zh_default = {
   "missing.title": "未安装 sidecar",
   "missing.body": "GPU 仪表盘会自行启动 sidecar，但无法运行 {command}（{error}）。请安装：",
   "missing.config": "或在插件配置中将 sidecarCommand 设为 dsh-sidecar 的完整路径。",
-  "missing.retry": "插件每 30 秒会再查找一次（或重启 dsh web）。"
+  "missing.retry": "插件每 30 秒会再查找一次（或重启 dsh web）。",
+  "settings.state.missing": "未安装 sidecar",
+  "settings.startedSidecar": "插件启动的 sidecar",
+  "settings.startedDetail": "{state}，pid {pid}，已重启 {restarts} 次",
+  "settings.started.starting": "启动中",
+  "settings.started.running": "运行中",
+  "settings.started.backoff": "重启中",
+  "settings.started.missing": "找不到命令",
+  "settings.started.stopped": "已停止"
 };
 
 // ../sidecar/static/format.js
@@ -1467,6 +1483,25 @@ function JobsSummary() {
       children: n === 1 ? t(lang, "sessionJobs.countOne") : t(lang, "sessionJobs.count", { n })
     }
   );
+}
+function StartedSidecarRow({ cfg, lang }) {
+  const s = cfg && cfg.sidecar;
+  (0, import_react2.useEffect)(() => {
+    getStore().refreshNow();
+  }, []);
+  if (!s) return null;
+  const state = t(lang, `settings.started.${s.state}`);
+  return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)(import_jsx_runtime2.Fragment, { children: [
+    /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("dt", { children: t(lang, "settings.startedSidecar") }),
+    /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("dd", { "data-testid": "dsh-gpu-started-sidecar", "data-state": s.state, children: [
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-mono", children: s.command }),
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("span", { className: "dgd-muted", children: [
+        " · ",
+        t(lang, "settings.startedDetail", { state, pid: s.pid ?? "—", restarts: s.restarts ?? 0 }),
+        s.lastError ? ` · ${s.lastError}` : ""
+      ] })
+    ] })
+  ] });
 }
 function SidecarMissing({ st, lang }) {
   const p = st && st.problem || {};
@@ -2418,6 +2453,15 @@ function vetUrl(value) {
   if (h === "localhost" || h === "::1" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h)) return "ok";
   return "not-loopback";
 }
+function autostartLines(cfg) {
+  if (!cfg || typeof cfg.autostart !== "boolean") return [];
+  const args = Array.isArray(cfg.sidecarArgs) ? cfg.sidecarArgs : [];
+  return [
+    `    autostart: ${cfg.autostart}`,
+    `    sidecarCommand: ${JSON.stringify(cfg.sidecarCommand || "dsh-sidecar")}`,
+    `    sidecarArgs: ${JSON.stringify(args)}`
+  ];
+}
 function yamlSnippet(url, cfg) {
   const token = cfg && cfg.tokenSet ? "<your token>" : "null";
   const timeout = cfg && isNum2(cfg.timeoutMs) ? cfg.timeoutMs : 2e3;
@@ -2427,13 +2471,14 @@ function yamlSnippet(url, cfg) {
     `    sidecarUrl: ${url}`,
     `    token: ${token}`,
     `    timeoutMs: ${timeout}`,
+    ...autostartLines(cfg),
     ""
   ].join("\n");
 }
 var DEFAULT_URL = "http://127.0.0.1:8765";
 function connectionColor(state) {
   if (state === "ok") return STATUS_COLORS.GPU;
-  if (state === "unreachable") return SEVERITY_COLORS.warning;
+  if (state === "unreachable" || state === "missing") return SEVERITY_COLORS.warning;
   if (state === "error") return SEVERITY_COLORS.error;
   return STATUS_COLORS.UNKNOWN;
 }
@@ -2470,6 +2515,7 @@ function ConnectionField({ st, cfg, effective, lang }) {
             cfg.tokenSet ? t(lang, "settings.tokenSet") : t(lang, "settings.tokenUnset")
           ] }) : null
         ] }),
+        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(StartedSidecarRow, { cfg, lang }),
         /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("dt", { children: t(lang, "settings.lastUpdate") }),
         /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("dd", { children: st.lastOk ? fmtAgo((Date.now() - st.lastOk) / 1e3, lang) : t(lang, "updated.never") }),
         cfg && Array.isArray(cfg.warnings) && cfg.warnings.length ? /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)(import_jsx_runtime9.Fragment, { children: [
@@ -2478,6 +2524,7 @@ function ConnectionField({ st, cfg, effective, lang }) {
         ] }) : null
       ] }),
       st.state === "unreachable" ? /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(Unreachable, { st, lang }) : null,
+      st.state === "missing" ? /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(SidecarMissing, { st, lang }) : null,
       st.state === "error" ? /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(ProblemCard, { st, lang }) : null,
       /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("button", { type: "button", className: "dgd-btn", onClick: () => store.refreshNow(), "data-testid": "dsh-gpu-test", children: t(lang, "settings.test") }) })
     ] })

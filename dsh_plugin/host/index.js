@@ -211,6 +211,8 @@ function configAnswer(config, configWarnings, up) {
     tokenSet: Boolean(config.token),
     timeoutMs: config.timeoutMs,
     autostart: config.autostart,
+    sidecarCommand: config.sidecarCommand,
+    sidecarArgs: config.sidecarArgs,
     sidecar: up.managed, // null: the configured sidecar; else the one this plugin started (never its token)
     warnings: configWarnings,
     routes: [`${API_PREFIX}/status?job=ID`, `${API_PREFIX}/history?since=N&job=ID`, `${API_PREFIX}/jobs?session=ID`, `${API_PREFIX}/config`],

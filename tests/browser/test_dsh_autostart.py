@@ -348,6 +348,14 @@ def test_the_gpu_tab_and_the_chip_show_the_workspace_job_and_survive_a_kill(
         assert doc["target"]["pid"] == autostarted.job.pid
         row.wait_for()
         page.wait_for_selector('[data-testid="dsh-gpu-chip"][data-state="ok"]', timeout=30_000)
+        # settings: the sidecar the plugin started, and a snippet that keeps the autostart keys
+        page.get_by_role("button", name="Settings").first.click()
+        page.get_by_text("GPU dashboard", exact=True).last.click()
+        started = page.locator('[data-testid="dsh-gpu-started-sidecar"][data-state="running"]')
+        started.wait_for(timeout=30_000)
+        assert str(managed_sidecar(web)["pid"]) in started.inner_text() and "restarted 1" in started.inner_text()
+        yaml = page.locator('[data-testid="dsh-gpu-yaml"]').inner_text()
+        assert "autostart: true" in yaml and f'sidecarCommand: "{SIDECAR_BIN}"' in yaml, yaml
         assert not plugin_errors(errors), errors
     finally:
         ctx.close()

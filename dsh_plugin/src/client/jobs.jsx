@@ -149,6 +149,31 @@ export function JobsSummary() {
   )
 }
 
+/** Settings: the sidecar the plugin started (config `autostart`), as <dt>/<dd>; null when none. */
+export function StartedSidecarRow({ cfg, lang }) {
+  const s = cfg && cfg.sidecar
+  // the config answer is fetched when the connection state changes: a restart between two polls
+  // changes none, so read it afresh when the settings page opens
+  useEffect(() => {
+    getStore().refreshNow()
+  }, [])
+  if (!s) return null
+  const state = t(lang, `settings.started.${s.state}`)
+  return (
+    <>
+      <dt>{t(lang, 'settings.startedSidecar')}</dt>
+      <dd data-testid="dsh-gpu-started-sidecar" data-state={s.state}>
+        <span className="dgd-mono">{s.command}</span>
+        <span className="dgd-muted">
+          {' · '}
+          {t(lang, 'settings.startedDetail', { state, pid: s.pid ?? '—', restarts: s.restarts ?? 0 })}
+          {s.lastError ? ` · ${s.lastError}` : ''}
+        </span>
+      </dd>
+    </>
+  )
+}
+
 /** The plugin could not run its sidecar command: what to install. */
 export function SidecarMissing({ st, lang }) {
   const p = (st && st.problem) || {}
