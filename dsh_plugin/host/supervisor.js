@@ -15,6 +15,15 @@ import {
 } from './jobs.js'
 
 const START_TIMEOUT_MS = 30000
+// Credentials of DSH's own environment (model API keys, ...) are none of the sidecar's business.
+const SECRET_ENV = /(API_?KEY|SECRET|PASSWORD|PASSWD|TOKEN|CREDENTIAL)/i
+
+/** The sidecar's environment: DSH's, less anything credential-shaped, plus its own token. */
+export function sidecarEnv(base, token) {
+  const env = {}
+  for (const [k, v] of Object.entries(base || {})) if (!SECRET_ENV.test(k)) env[k] = v
+  return { ...env, DSH_SIDECAR_TOKEN: token, PYTHONUNBUFFERED: '1' }
+}
 const STOP_GRACE_MS = 3000
 const TAIL_BYTES = 2000
 
@@ -79,7 +88,7 @@ export class SidecarSupervisor {
     this.phase = 'starting'
     this.startedAt = Date.now()
     const argv = [...this.args, '--host', '127.0.0.1', '--port', '0']
-    const env = { ...this.baseEnv, DSH_SIDECAR_TOKEN: this.token, PYTHONUNBUFFERED: '1' }
+    const env = sidecarEnv(this.baseEnv, this.token)
     let child
     try {
       child = this.spawnFn(this.command, argv, { env, stdio: ['ignore', 'pipe', 'pipe'], detached: false })

@@ -179,7 +179,8 @@ function fakeSpawner({ line = true, fail = null } = {}) {
 describe('the supervisor', () => {
   test('starts on a free loopback port with the token in the environment, not on argv', async () => {
     const { spawnFn, spawned } = fakeSpawner()
-    const s = new SidecarSupervisor({ command: 'dsh-sidecar', args: ['--interval', '1'], log: quiet, spawnFn, env: { PATH: '/bin' } })
+    const env = { PATH: '/bin', DEEPSEEK_API_KEY: 'sk-x', GITHUB_TOKEN: 'g', DSH_SIDECAR_TOKEN: 'old' }
+    const s = new SidecarSupervisor({ command: 'dsh-sidecar', args: ['--interval', '1'], log: quiet, spawnFn, env })
     s.start()
     assert.ok(await until(() => s.snapshot().state === 'running'))
     assert.equal(spawned.length, 1)
@@ -187,6 +188,8 @@ describe('the supervisor', () => {
     assert.equal(command, 'dsh-sidecar')
     assert.deepEqual(argv, ['--interval', '1', '--host', '127.0.0.1', '--port', '0'])
     assert.equal(options.env.DSH_SIDECAR_TOKEN, s.token)
+    assert.equal(options.env.PATH, '/bin')
+    assert.equal('DEEPSEEK_API_KEY' in options.env || 'GITHUB_TOKEN' in options.env, false)
     assert.ok(s.token.length >= 32 && !argv.some((a) => a.includes(s.token)))
     const snap = s.snapshot()
     assert.equal(snap.state, 'running')

@@ -251,6 +251,8 @@ def test_the_plugin_starts_the_sidecar_itself(autostarted: Autostarted) -> None:
     token = [e for e in environ if e.startswith(b"DSH_SIDECAR_TOKEN=")]
     assert token and len(token[0]) > len("DSH_SIDECAR_TOKEN=") + 30
     assert not any(token[0].split(b"=", 1)[1].decode() in a for a in argv)
+    # DSH's own credentials (its model API key) stay out of the sidecar's environment
+    assert not any(e.startswith(b"DEEPSEEK_API_KEY=") for e in environ)
     # the token is the plugin's own: the sidecar refuses anyone without it
     code, _ = get_json(s["url"], "/api/dsh-gpu-dashboard/status")
     assert code == 401
@@ -458,6 +460,6 @@ def test_a_missing_sidecar_command_shows_how_to_install_it(
             ctx.close()
         r = run_tool(web, "gpu_status", {})
         assert r["isError"] is False and "cannot be started" in r["value"]["error"]
-        assert "sidecarCommand" in r["value"]["hint"]
+        assert "sidecarCommand" in r["value"]["hint"] and body["install"] in r["value"]["hint"]
         assert "cannot be started" in r["content"][0]["text"]
         assert web.process.proc.poll() is None, web.log()
