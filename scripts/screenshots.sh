@@ -12,8 +12,8 @@ PY=${PYTHON:-.venv/bin/python}
 OUT=docs/screenshots
 case "${1:-all}" in
   page) tests=(tests/browser/test_page.py) ;;
-  dsh) tests=(tests/browser/test_dsh_plugin.py) ;;
-  all) tests=(tests/browser/test_page.py tests/browser/test_dsh_plugin.py) ;;
+  dsh) tests=(tests/browser/test_dsh_plugin.py tests/browser/test_dsh_autostart.py) ;;
+  all) tests=(tests/browser/test_page.py tests/browser/test_dsh_plugin.py tests/browser/test_dsh_autostart.py) ;;
   *) echo "screenshots.sh: unknown set '$1' (page, dsh or all)" >&2; exit 2 ;;
 esac
 

@@ -333,7 +333,27 @@ var en_default = {
   "warning.rank-device-mismatch": "Rank with LOCAL_RANK={rank} (pid {pid}) has model {model} on {device}.",
   "hint.rank-device-mismatch": "Use `device = torch.device('cuda', int(os.environ['LOCAL_RANK']))` and `torch.cuda.set_device(device)`.",
   "jobs.title": "{n} jobs:",
-  "jobs.exited": "exited"
+  "jobs.exited": "exited",
+  "sessionJobs.title": "Jobs of this session",
+  "sessionJobs.none": "No PyTorch job of this session yet. Jobs started from this session's shell, or with their working directory under {workspace}, show here.",
+  "sessionJobs.countOne": "1 job",
+  "sessionJobs.count": "{n} jobs",
+  "sessionJobs.linkShell": "started from this session's shell",
+  "sessionJobs.linkWorkspace": "in the workspace",
+  "sessionJobs.linkAttached": "attached with --pid",
+  "sessionJobs.select": "Show this job",
+  "missing.title": "The sidecar is not installed",
+  "missing.body": "The GPU dashboard starts its sidecar by itself, but {command} cannot be run ({error}). Install it:",
+  "missing.config": "Or set sidecarCommand in the plugin's config to the full path of dsh-sidecar.",
+  "missing.retry": "The plugin looks for it again every 30 s (or restart dsh web).",
+  "settings.state.missing": "Sidecar not installed",
+  "settings.startedSidecar": "Sidecar started by the plugin",
+  "settings.startedDetail": "{state}, pid {pid}, restarted {restarts}×",
+  "settings.started.starting": "starting",
+  "settings.started.running": "running",
+  "settings.started.backoff": "restarting",
+  "settings.started.missing": "command not found",
+  "settings.started.stopped": "stopped"
 };
 
 // ../sidecar/static/i18n/zh.json
@@ -595,7 +615,27 @@ var zh_default = {
   "warning.rank-device-mismatch": "LOCAL_RANK={rank} 的 rank（pid {pid}）的模型 {model} 在 {device} 上。",
   "hint.rank-device-mismatch": "使用 `device = torch.device('cuda', int(os.environ['LOCAL_RANK']))` 并调用 `torch.cuda.set_device(device)`。",
   "jobs.title": "{n} 个任务：",
-  "jobs.exited": "已退出"
+  "jobs.exited": "已退出",
+  "sessionJobs.title": "本会话的作业",
+  "sessionJobs.none": "本会话还没有 PyTorch 作业。从本会话的 shell 启动、或工作目录位于 {workspace} 之下的作业会显示在这里。",
+  "sessionJobs.countOne": "1 个作业",
+  "sessionJobs.count": "{n} 个作业",
+  "sessionJobs.linkShell": "由本会话的 shell 启动",
+  "sessionJobs.linkWorkspace": "位于工作区内",
+  "sessionJobs.linkAttached": "通过 --pid 附加",
+  "sessionJobs.select": "显示此作业",
+  "missing.title": "未安装 sidecar",
+  "missing.body": "GPU 仪表盘会自行启动 sidecar，但无法运行 {command}（{error}）。请安装：",
+  "missing.config": "或在插件配置中将 sidecarCommand 设为 dsh-sidecar 的完整路径。",
+  "missing.retry": "插件每 30 秒会再查找一次（或重启 dsh web）。",
+  "settings.state.missing": "未安装 sidecar",
+  "settings.startedSidecar": "插件启动的 sidecar",
+  "settings.startedDetail": "{state}，pid {pid}，已重启 {restarts} 次",
+  "settings.started.starting": "启动中",
+  "settings.started.running": "运行中",
+  "settings.started.backoff": "重启中",
+  "settings.started.missing": "找不到命令",
+  "settings.started.stopped": "已停止"
 };
 
 // ../sidecar/static/format.js
@@ -941,6 +981,9 @@ function classify(resp, path) {
   if (resp.httpStatus === 200 && b && typeof b === "object" && !Array.isArray(b) && !b.error) {
     return b.schema === SCHEMA ? { kind: "ok" } : { kind: "error", code: "schema", got: b.schema ?? null, httpStatus: 200 };
   }
+  if (b && b.error === "sidecar-missing") {
+    return { kind: "missing", command: b.command || null, install: b.install || null, hint: b.hint || null, detail: b.detail || null };
+  }
   if (b && b.error === "sidecar-unreachable") {
     return { kind: "unreachable", url: b.url || null, hint: b.hint || null, detail: b.detail || null };
   }
@@ -1001,7 +1044,8 @@ function nextHistory(cur, body) {
     error: null
   };
 }
-function createPollers(status, history) {
+function createPollers(status, history, sel = { job: null }) {
+  const jobQuery = (sep) => sel.job ? `${sep}job=${encodeURIComponent(sel.job)}` : "";
   const flags = { configFetched: false, statusInFlight: false, historyInFlight: false };
   async function fetchConfig() {
     try {
@@ -1020,9 +1064,11 @@ function createPollers(status, history) {
   async function pollStatus() {
     if (flags.statusInFlight) return;
     flags.statusInFlight = true;
-    const path = `${API}/status`;
+    const path = `${API}/status${jobQuery("?")}`;
+    const asked = sel.job;
     try {
       const r = await getJson(path);
+      if (asked !== sel.job) return;
       const c = classify(r, path);
       const prev = status.get();
       if (c.kind === "ok") {
@@ -1048,7 +1094,9 @@ function createPollers(status, history) {
     try {
       const h = history.get();
       const since = h.lastTime !== null ? `?since=${encodeURIComponent(String(h.lastTime))}` : "";
-      const r = await getJson(`${API}/history${since}`);
+      const asked = sel.job;
+      const r = await getJson(`${API}/history${since}${jobQuery(since ? "&" : "?")}`);
+      if (asked !== sel.job) return;
       if (r.httpStatus === 200 && r.json && r.body && Array.isArray(r.body.samples)) {
         history.set(nextHistory(history.get(), r.body));
       } else {
@@ -1092,6 +1140,15 @@ function saveToStorage(next) {
   } catch {
   }
 }
+function selectJob(sel, id, { status, history, statusLoop, historyLoop, historyUsers }) {
+  const next = typeof id === "string" && id ? id : null;
+  if (next === sel.job) return;
+  sel.job = next;
+  history.set({ ...EMPTY_HISTORY });
+  status.set({ ...status.get(), doc: null, state: "loading" });
+  if (status.size()) statusLoop.schedule(0);
+  if (historyUsers()) historyLoop.schedule(0);
+}
 function createStore() {
   const settings = observable(readSettings());
   const ui = observable({ glanceOpen: false });
@@ -1112,7 +1169,8 @@ function createStore() {
     const l = settings.get().lang;
     return l === "en" || l === "zh" ? l : browserLang();
   };
-  const pollers = createPollers(status, history);
+  const sel = { job: null };
+  const pollers = createPollers(status, history, sel);
   const intervalMs = () => Math.round(clampRefresh(settings.get().refreshS) * 1e3);
   const statusLoop = createLoop(pollers.pollStatus, () => status.size() > 0, intervalMs);
   const historyLoop = createLoop(pollers.pollHistory, () => historyUsers > 0, () => Math.max(2e3, intervalMs()));
@@ -1160,6 +1218,9 @@ function createStore() {
       saveToStorage(next);
       if (status.size()) statusLoop.schedule(intervalMs());
     },
+    job: () => sel.job,
+    /** Show another job (an id from /jobs, or null for the sidecar's default one). */
+    setJob: (id) => selectJob(sel, id, { status, history, statusLoop, historyLoop, historyUsers: () => historyUsers }),
     toggleGlance(open) {
       const cur = ui.get().glanceOpen;
       ui.set({ ...ui.get(), glanceOpen: typeof open === "boolean" ? open : !cur });
@@ -1283,21 +1344,197 @@ function targetText(doc, lang) {
 }
 
 // src/client/errors.jsx
+var import_react3 = require("react");
+
+// src/client/jobs.jsx
 var import_react2 = require("react");
+
+// host/jobs.js
+var STATUS_RANK = { CPU: 0, MIXED: 1, UNKNOWN: 2, GPU: 3 };
+var SEVERITY_RANK = { error: 0, warning: 1, info: 2 };
+function jobRank(job) {
+  const alive = job && job.alive === false ? 1 : 0;
+  const status = STATUS_RANK[job && job.status] ?? 2;
+  const w = job && job.first_warning;
+  const severity = w ? SEVERITY_RANK[w.severity] ?? 1 : 3;
+  const start = job && typeof job.start_time_unix_s === "number" ? -job.start_time_unix_s : 0;
+  return [alive, status, severity, start];
+}
+function worstFirst(jobs) {
+  const list = Array.isArray(jobs) ? jobs.filter((j) => j && typeof j === "object") : [];
+  return list.map((job, i) => ({ job, key: jobRank(job), i })).sort((a, b) => {
+    for (let k = 0; k < a.key.length; k++) if (a.key[k] !== b.key[k]) return a.key[k] - b.key[k];
+    return a.i - b.i;
+  }).map((x) => x.job);
+}
+
+// src/client/jobs.jsx
 var import_jsx_runtime2 = require("react/jsx-runtime");
-function ErrorCard({ error, where, lang }) {
-  const l = lang || "en";
-  const detail = error && (error.stack || error.message) ? String(error.stack || error.message) : String(error);
-  return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-root dgd-alert dgd-alert-error", "data-testid": "dsh-gpu-error", role: "alert", children: [
-    /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { className: "dgd-alert-icon", "aria-hidden": "true", children: "!" }),
-    /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-alert-body", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-alert-title", children: t(l, "error.title") }),
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { children: t(l, "error.body") }),
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { className: "dgd-error-detail", children: (where ? `[${where}] ` : "") + detail.slice(0, 2e3) })
+function useLang2() {
+  const store = getStore();
+  (0, import_react2.useSyncExternalStore)(store.settings.subscribe, store.settings.get, store.settings.get);
+  return store.lang();
+}
+function useJobs(sessionId) {
+  const store = getStore();
+  const settings = (0, import_react2.useSyncExternalStore)(store.settings.subscribe, store.settings.get, store.settings.get);
+  const [result, setResult] = (0, import_react2.useState)({ state: "loading", doc: null });
+  (0, import_react2.useEffect)(() => {
+    let stop = false;
+    let timer = null;
+    const path = `${API}/jobs${sessionId ? `?session=${encodeURIComponent(sessionId)}` : ""}`;
+    const poll = async () => {
+      try {
+        const res = await fetch(path, { headers: { Accept: "application/json" }, cache: "no-store", credentials: "same-origin" });
+        let body = null;
+        try {
+          body = await res.json();
+        } catch {
+          body = null;
+        }
+        if (stop) return;
+        if (res.status === 200 && body && Array.isArray(body.jobs)) setResult({ state: "ok", doc: body });
+        else setResult({ state: res.status === 404 ? "none" : "error", doc: null, httpStatus: res.status });
+      } catch {
+        if (!stop) setResult({ state: "error", doc: null });
+      }
+      if (!stop) timer = setTimeout(poll, Math.round(clampRefresh(settings.refreshS) * 1e3));
+    };
+    poll();
+    return () => {
+      stop = true;
+      clearTimeout(timer);
+    };
+  }, [sessionId, settings.refreshS]);
+  return result;
+}
+var LINK_TEXT = { shell: "sessionJobs.linkShell", workspace: "sessionJobs.linkWorkspace", attached: "sessionJobs.linkAttached" };
+function cmdText2(cmd) {
+  return Array.isArray(cmd) ? cmd.join(" ") : "";
+}
+function JobRow({ job, selected, lang, onSelect }) {
+  const code = statusOf(job);
+  return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("li", { children: /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)(
+    "button",
+    {
+      type: "button",
+      className: `dgd-job${selected ? " dgd-job-on" : ""}`,
+      "data-testid": "dsh-gpu-session-job",
+      "data-job-id": job.id,
+      "data-status": code,
+      "data-link": job.link ? job.link.by : "",
+      "aria-pressed": selected ? "true" : "false",
+      title: t(lang, "sessionJobs.select"),
+      onClick: () => onSelect(job.id),
+      children: [
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-job-status", style: { background: STATUS_COLORS[code], color: STATUS_TEXT_COLORS[code] }, children: code }),
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-job-pid dgd-mono", children: job.root_pid }),
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-job-cmd dgd-mono", children: cmdText2(job.command) }),
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("span", { className: "dgd-muted dgd-job-link", children: [
+          job.alive === false ? `${t(lang, "jobs.exited")} · ` : "",
+          t(lang, LINK_TEXT[job.link && job.link.by] || "sessionJobs.linkWorkspace")
+        ] })
+      ]
+    }
+  ) });
+}
+function SessionJobs({ sessionId, children }) {
+  const lang = useLang2();
+  const store = getStore();
+  const [, bump] = (0, import_react2.useState)(0);
+  const jobs = useJobs(sessionId || null);
+  const list = jobs.state === "ok" ? jobs.doc.jobs : [];
+  const chosen = store.job();
+  const ids = list.map((j) => j.id);
+  const selected = ids.includes(chosen) ? chosen : ids[0] || null;
+  (0, import_react2.useEffect)(() => {
+    if (jobs.state === "ok" && selected && selected !== chosen) store.setJob(selected);
+  }, [jobs.state, selected, chosen]);
+  if (!sessionId || jobs.state !== "ok") return children(null, true);
+  const workspace = jobs.doc.session && Array.isArray(jobs.doc.session.workspaces) ? jobs.doc.session.workspaces[0] : "";
+  const select = (id) => {
+    store.setJob(id);
+    bump((n) => n + 1);
+  };
+  return children(
+    /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("section", { className: "dgd-jobs", "data-testid": "dsh-gpu-session-jobs", "data-count": list.length, children: [
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("h3", { className: "dgd-jobs-title", children: t(lang, "sessionJobs.title") }),
+      list.length === 0 ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-muted", "data-testid": "dsh-gpu-session-empty", children: t(lang, "sessionJobs.none", { workspace: workspace || "…" }) }) : /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("ul", { className: "dgd-jobs-list", children: list.map((j) => /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(JobRow, { job: j, selected: j.id === selected, lang, onSelect: select }, j.id)) })
+    ] }),
+    list.length > 0
+  );
+}
+function JobsSummary() {
+  const lang = useLang2();
+  const jobs = useJobs(null);
+  if (jobs.state !== "ok" || !jobs.doc.jobs.length) return null;
+  const sorted = worstFirst(jobs.doc.jobs);
+  const worst = statusOf(sorted[0]);
+  const n = sorted.length;
+  return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(
+    "span",
+    {
+      className: "dgd-chip-jobs",
+      "data-testid": "dsh-gpu-chip-jobs",
+      "data-count": n,
+      "data-worst": worst,
+      "data-worst-job": sorted[0].id,
+      style: { borderColor: STATUS_COLORS[worst] },
+      children: n === 1 ? t(lang, "sessionJobs.countOne") : t(lang, "sessionJobs.count", { n })
+    }
+  );
+}
+function StartedSidecarRow({ cfg, lang }) {
+  const s = cfg && cfg.sidecar;
+  (0, import_react2.useEffect)(() => {
+    getStore().refreshNow();
+  }, []);
+  if (!s) return null;
+  const state = t(lang, `settings.started.${s.state}`);
+  return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)(import_jsx_runtime2.Fragment, { children: [
+    /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("dt", { children: t(lang, "settings.startedSidecar") }),
+    /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("dd", { "data-testid": "dsh-gpu-started-sidecar", "data-state": s.state, children: [
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-mono", children: s.command }),
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("span", { className: "dgd-muted", children: [
+        " · ",
+        t(lang, "settings.startedDetail", { state, pid: s.pid ?? "—", restarts: s.restarts ?? 0 }),
+        s.lastError ? ` · ${s.lastError}` : ""
+      ] })
     ] })
   ] });
 }
-var Boundary = class extends import_react2.Component {
+function SidecarMissing({ st, lang }) {
+  const p = st && st.problem || {};
+  return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-root dgd-alert", "data-testid": "dsh-gpu-sidecar-missing", role: "status", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { className: "dgd-alert-icon", "aria-hidden": "true", children: "!" }),
+    /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-alert-body", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-alert-title", children: t(lang, "missing.title") }),
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { children: t(lang, "missing.body", { command: p.command || "dsh-sidecar", error: p.detail || "" }) }),
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { className: "dgd-cmds", children: /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { className: "dgd-cmd", children: /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("code", { "data-testid": "dsh-gpu-install-command", children: p.install || "python3 -m pip install dsh-gpu-dashboard" }) }) }),
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("p", { className: "dgd-alert-meta", children: [
+        t(lang, "missing.config"),
+        " ",
+        t(lang, "missing.retry")
+      ] })
+    ] })
+  ] });
+}
+
+// src/client/errors.jsx
+var import_jsx_runtime3 = require("react/jsx-runtime");
+function ErrorCard({ error, where, lang }) {
+  const l = lang || "en";
+  const detail = error && (error.stack || error.message) ? String(error.stack || error.message) : String(error);
+  return /* @__PURE__ */ (0, import_jsx_runtime3.jsxs)("div", { className: "dgd-root dgd-alert dgd-alert-error", "data-testid": "dsh-gpu-error", role: "alert", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime3.jsx)("div", { className: "dgd-alert-icon", "aria-hidden": "true", children: "!" }),
+    /* @__PURE__ */ (0, import_jsx_runtime3.jsxs)("div", { className: "dgd-alert-body", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime3.jsx)("p", { className: "dgd-alert-title", children: t(l, "error.title") }),
+      /* @__PURE__ */ (0, import_jsx_runtime3.jsx)("p", { children: t(l, "error.body") }),
+      /* @__PURE__ */ (0, import_jsx_runtime3.jsx)("div", { className: "dgd-error-detail", children: (where ? `[${where}] ` : "") + detail.slice(0, 2e3) })
+    ] })
+  ] });
+}
+var Boundary = class extends import_react3.Component {
   constructor(props) {
     super(props);
     this.state = { error: null };
@@ -1314,16 +1551,16 @@ var Boundary = class extends import_react2.Component {
   render() {
     if (this.state.error) {
       if (this.props.compact) {
-        return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-root", "data-testid": "dsh-gpu-error", title: String(this.state.error), children: /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-bad", children: "GPU ⚠" }) });
+        return /* @__PURE__ */ (0, import_jsx_runtime3.jsx)("span", { className: "dgd-root", "data-testid": "dsh-gpu-error", title: String(this.state.error), children: /* @__PURE__ */ (0, import_jsx_runtime3.jsx)("span", { className: "dgd-bad", children: "GPU ⚠" }) });
       }
-      return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(ErrorCard, { error: this.state.error, where: this.props.where });
+      return /* @__PURE__ */ (0, import_jsx_runtime3.jsx)(ErrorCard, { error: this.state.error, where: this.props.where });
     }
     return this.props.children;
   }
 };
 function guarded(Inner, where, compact) {
   function Guarded(props) {
-    return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(Boundary, { where, compact, children: /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(Inner, { ...props }) });
+    return /* @__PURE__ */ (0, import_jsx_runtime3.jsx)(Boundary, { where, compact, children: /* @__PURE__ */ (0, import_jsx_runtime3.jsx)(Inner, { ...props }) });
   }
   Guarded.displayName = `DshGpu(${where})`;
   return Guarded;
@@ -1331,22 +1568,22 @@ function guarded(Inner, where, compact) {
 function Unreachable({ st, lang }) {
   const settings = useSettings();
   const p = st.problem || {};
-  return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-root dgd-alert", "data-testid": "dsh-gpu-unreachable", role: "status", children: [
-    /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("div", { className: "dgd-alert-icon", "aria-hidden": "true", children: "!" }),
-    /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-alert-body", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-alert-title", children: t(lang, "unreachable.title") }),
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { children: t(lang, "unreachable.body") }),
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-cmds", children: [
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-cmd", children: [
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("code", { "data-testid": "dsh-gpu-unreachable-command", children: UNREACHABLE_COMMAND }),
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-muted", children: t(lang, "unreachable.attach") })
+  return /* @__PURE__ */ (0, import_jsx_runtime3.jsxs)("div", { className: "dgd-root dgd-alert", "data-testid": "dsh-gpu-unreachable", role: "status", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime3.jsx)("div", { className: "dgd-alert-icon", "aria-hidden": "true", children: "!" }),
+    /* @__PURE__ */ (0, import_jsx_runtime3.jsxs)("div", { className: "dgd-alert-body", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime3.jsx)("p", { className: "dgd-alert-title", children: t(lang, "unreachable.title") }),
+      /* @__PURE__ */ (0, import_jsx_runtime3.jsx)("p", { children: t(lang, "unreachable.body") }),
+      /* @__PURE__ */ (0, import_jsx_runtime3.jsxs)("div", { className: "dgd-cmds", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime3.jsxs)("div", { className: "dgd-cmd", children: [
+          /* @__PURE__ */ (0, import_jsx_runtime3.jsx)("code", { "data-testid": "dsh-gpu-unreachable-command", children: UNREACHABLE_COMMAND }),
+          /* @__PURE__ */ (0, import_jsx_runtime3.jsx)("span", { className: "dgd-muted", children: t(lang, "unreachable.attach") })
         ] }),
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("div", { className: "dgd-cmd", children: [
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("code", { children: UNREACHABLE_COMMAND_RUN }),
-          /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-muted", children: t(lang, "unreachable.run") })
+        /* @__PURE__ */ (0, import_jsx_runtime3.jsxs)("div", { className: "dgd-cmd", children: [
+          /* @__PURE__ */ (0, import_jsx_runtime3.jsx)("code", { children: UNREACHABLE_COMMAND_RUN }),
+          /* @__PURE__ */ (0, import_jsx_runtime3.jsx)("span", { className: "dgd-muted", children: t(lang, "unreachable.run") })
         ] })
       ] }),
-      /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("p", { className: "dgd-alert-meta", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime3.jsxs)("p", { className: "dgd-alert-meta", children: [
         p.url ? t(lang, "unreachable.url", { url: p.url }) + " · " : "",
         t(lang, "unreachable.retry", { s: clampRefresh(settings.refreshS) }),
         st.lastOk ? " " + t(lang, "unreachable.lastSeen", { ago: fmtAgo((Date.now() - st.lastOk) / 1e3, lang) }) : "",
@@ -1365,21 +1602,22 @@ function problemText(p, lang) {
   return p.detail || String(p.code || "error");
 }
 function ProblemCard({ st, lang }) {
-  return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(ErrorCard, { error: { message: problemText(st.problem, lang) }, lang });
+  return /* @__PURE__ */ (0, import_jsx_runtime3.jsx)(ErrorCard, { error: { message: problemText(st.problem, lang) }, lang });
 }
 function ConnectionNotice({ st, lang }) {
-  if (st.state === "unreachable") return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(Unreachable, { st, lang });
-  if (st.state === "error") return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(ProblemCard, { st, lang });
-  if (st.state === "loading" && !st.doc) return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-muted", children: t(lang, "loading") });
+  if (st.state === "unreachable") return /* @__PURE__ */ (0, import_jsx_runtime3.jsx)(Unreachable, { st, lang });
+  if (st.state === "missing") return /* @__PURE__ */ (0, import_jsx_runtime3.jsx)(SidecarMissing, { st, lang });
+  if (st.state === "error") return /* @__PURE__ */ (0, import_jsx_runtime3.jsx)(ProblemCard, { st, lang });
+  if (st.state === "loading" && !st.doc) return /* @__PURE__ */ (0, import_jsx_runtime3.jsx)("p", { className: "dgd-muted", children: t(lang, "loading") });
   return null;
 }
 
 // src/client/chip.jsx
-var import_jsx_runtime3 = require("react/jsx-runtime");
-var GPU_ICON = /* @__PURE__ */ (0, import_jsx_runtime3.jsxs)("svg", { viewBox: "0 0 24 24", "aria-hidden": "true", children: [
-  /* @__PURE__ */ (0, import_jsx_runtime3.jsx)("rect", { x: "3", y: "6", width: "18", height: "12", rx: "2" }),
-  /* @__PURE__ */ (0, import_jsx_runtime3.jsx)("rect", { x: "8", y: "9.5", width: "8", height: "5", rx: "1" }),
-  /* @__PURE__ */ (0, import_jsx_runtime3.jsx)("path", { d: "M7 3v3M12 3v3M17 3v3M7 18v3M12 18v3M17 18v3" })
+var import_jsx_runtime4 = require("react/jsx-runtime");
+var GPU_ICON = /* @__PURE__ */ (0, import_jsx_runtime4.jsxs)("svg", { viewBox: "0 0 24 24", "aria-hidden": "true", children: [
+  /* @__PURE__ */ (0, import_jsx_runtime4.jsx)("rect", { x: "3", y: "6", width: "18", height: "12", rx: "2" }),
+  /* @__PURE__ */ (0, import_jsx_runtime4.jsx)("rect", { x: "8", y: "9.5", width: "8", height: "5", rx: "1" }),
+  /* @__PURE__ */ (0, import_jsx_runtime4.jsx)("path", { d: "M7 3v3M12 3v3M17 3v3M7 18v3M12 18v3M17 18v3" })
 ] });
 function StatusChip({ wide }) {
   const st = useStatus();
@@ -1392,7 +1630,7 @@ function StatusChip({ wide }) {
   let labelStyle = {};
   let dot = STATUS_COLORS.UNKNOWN;
   let util = "";
-  if (st.state === "unreachable") {
+  if (st.state === "unreachable" || st.state === "missing") {
     label = t(lang, "chip.unreachable");
     dot = SEVERITY_COLORS.warning;
   } else if (st.state === "error") {
@@ -1407,7 +1645,7 @@ function StatusChip({ wide }) {
     util = summarize(doc, lang).util;
   }
   const statusWords = st.state === "ok" && doc ? `${summarize(doc, lang).label}${util && util !== NA ? ` · ${util}` : ""}` : st.state === "unreachable" ? t(lang, "unreachable.title") : label;
-  return /* @__PURE__ */ (0, import_jsx_runtime3.jsxs)(
+  return /* @__PURE__ */ (0, import_jsx_runtime4.jsxs)(
     "button",
     {
       type: "button",
@@ -1420,14 +1658,15 @@ function StatusChip({ wide }) {
       title: t(lang, "chip.title", { status: statusWords }),
       onClick: () => store.toggleGlance(),
       children: [
-        /* @__PURE__ */ (0, import_jsx_runtime3.jsxs)("span", { className: "dgd-chip-icon", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime4.jsxs)("span", { className: "dgd-chip-icon", children: [
           GPU_ICON,
-          /* @__PURE__ */ (0, import_jsx_runtime3.jsx)("span", { className: "dgd-chip-dot", style: { background: dot } })
+          /* @__PURE__ */ (0, import_jsx_runtime4.jsx)("span", { className: "dgd-chip-dot", style: { background: dot } })
         ] }),
-        wide === false ? null : /* @__PURE__ */ (0, import_jsx_runtime3.jsxs)(import_jsx_runtime3.Fragment, { children: [
-          /* @__PURE__ */ (0, import_jsx_runtime3.jsx)("span", { className: "dgd-chip-label", style: labelStyle, "data-testid": "dsh-gpu-chip-status", children: label }),
-          doc && st.state === "ok" ? null : /* @__PURE__ */ (0, import_jsx_runtime3.jsx)("span", { className: "dgd-chip-text dgd-muted", children: t(lang, "plugin.name") }),
-          util ? /* @__PURE__ */ (0, import_jsx_runtime3.jsx)("span", { className: "dgd-chip-util", "data-testid": "dsh-gpu-chip-util", children: util }) : null
+        wide === false ? null : /* @__PURE__ */ (0, import_jsx_runtime4.jsxs)(import_jsx_runtime4.Fragment, { children: [
+          /* @__PURE__ */ (0, import_jsx_runtime4.jsx)("span", { className: "dgd-chip-label", style: labelStyle, "data-testid": "dsh-gpu-chip-status", children: label }),
+          doc && st.state === "ok" ? null : /* @__PURE__ */ (0, import_jsx_runtime4.jsx)("span", { className: "dgd-chip-text dgd-muted", children: t(lang, "plugin.name") }),
+          /* @__PURE__ */ (0, import_jsx_runtime4.jsx)(JobsSummary, {}),
+          util ? /* @__PURE__ */ (0, import_jsx_runtime4.jsx)("span", { className: "dgd-chip-util", "data-testid": "dsh-gpu-chip-util", children: util }) : null
         ] })
       ]
     }
@@ -1435,16 +1674,16 @@ function StatusChip({ wide }) {
 }
 
 // src/client/glance.jsx
-var import_react3 = require("react");
-var import_jsx_runtime4 = require("react/jsx-runtime");
+var import_react4 = require("react");
+var import_jsx_runtime5 = require("react/jsx-runtime");
 function GlanceCard() {
   const ui = useUi();
   if (!ui.glanceOpen) return null;
-  return /* @__PURE__ */ (0, import_jsx_runtime4.jsx)(GlanceCardOpen, {});
+  return /* @__PURE__ */ (0, import_jsx_runtime5.jsx)(GlanceCardOpen, {});
 }
 function useGlancePlacement(store) {
-  const [pos, setPos] = (0, import_react3.useState)(null);
-  (0, import_react3.useEffect)(() => {
+  const [pos, setPos] = (0, import_react4.useState)(null);
+  (0, import_react4.useEffect)(() => {
     const onKey = (e) => {
       if (e.key === "Escape") store.toggleGlance(false);
     };
@@ -1472,11 +1711,11 @@ function GlanceCardOpen() {
   const st = useStatus();
   const lang = useLang();
   const store = getStore();
-  const ref = (0, import_react3.useRef)(null);
+  const ref = (0, import_react4.useRef)(null);
   const pos = useGlancePlacement(store);
   const doc = st.doc;
   const gpus = doc && Array.isArray(doc.gpus) ? doc.gpus.filter(Boolean) : [];
-  return /* @__PURE__ */ (0, import_jsx_runtime4.jsxs)(
+  return /* @__PURE__ */ (0, import_jsx_runtime5.jsxs)(
     "section",
     {
       ref,
@@ -1487,27 +1726,27 @@ function GlanceCardOpen() {
       role: "dialog",
       "aria-label": t(lang, "glance.title"),
       children: [
-        /* @__PURE__ */ (0, import_jsx_runtime4.jsxs)("div", { className: "dgd-glance-head", children: [
-          /* @__PURE__ */ (0, import_jsx_runtime4.jsx)("span", { className: "dgd-glance-title", children: t(lang, "glance.title") }),
-          /* @__PURE__ */ (0, import_jsx_runtime4.jsx)("button", { type: "button", className: "dgd-close", "aria-label": t(lang, "glance.close"), onClick: () => store.toggleGlance(false), children: "×" })
+        /* @__PURE__ */ (0, import_jsx_runtime5.jsxs)("div", { className: "dgd-glance-head", children: [
+          /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("span", { className: "dgd-glance-title", children: t(lang, "glance.title") }),
+          /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("button", { type: "button", className: "dgd-close", "aria-label": t(lang, "glance.close"), onClick: () => store.toggleGlance(false), children: "×" })
         ] }),
-        /* @__PURE__ */ (0, import_jsx_runtime4.jsx)(ConnectionNotice, { st, lang }),
-        doc ? /* @__PURE__ */ (0, import_jsx_runtime4.jsxs)(import_jsx_runtime4.Fragment, { children: [
-          /* @__PURE__ */ (0, import_jsx_runtime4.jsx)("div", { children: /* @__PURE__ */ (0, import_jsx_runtime4.jsx)(Badge, { doc, lang }) }),
-          /* @__PURE__ */ (0, import_jsx_runtime4.jsx)("p", { className: "dgd-message", "data-testid": "dsh-gpu-message", children: summarize(doc, lang).message || NA }),
-          targetText(doc, lang) ? /* @__PURE__ */ (0, import_jsx_runtime4.jsx)("span", { className: "dgd-muted", style: { fontSize: 12 }, children: targetText(doc, lang) }) : null,
-          /* @__PURE__ */ (0, import_jsx_runtime4.jsx)(Warnings, { doc, lang, limit: 3 }),
-          gpus.length ? gpus.map((g, i) => /* @__PURE__ */ (0, import_jsx_runtime4.jsxs)("div", { className: "dgd-glance-gpu", "data-testid": "dsh-gpu-glance-gpu", children: [
-            /* @__PURE__ */ (0, import_jsx_runtime4.jsxs)("span", { className: "dgd-glance-gpu-name", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime5.jsx)(ConnectionNotice, { st, lang }),
+        doc ? /* @__PURE__ */ (0, import_jsx_runtime5.jsxs)(import_jsx_runtime5.Fragment, { children: [
+          /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("div", { children: /* @__PURE__ */ (0, import_jsx_runtime5.jsx)(Badge, { doc, lang }) }),
+          /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("p", { className: "dgd-message", "data-testid": "dsh-gpu-message", children: summarize(doc, lang).message || NA }),
+          targetText(doc, lang) ? /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("span", { className: "dgd-muted", style: { fontSize: 12 }, children: targetText(doc, lang) }) : null,
+          /* @__PURE__ */ (0, import_jsx_runtime5.jsx)(Warnings, { doc, lang, limit: 3 }),
+          gpus.length ? gpus.map((g, i) => /* @__PURE__ */ (0, import_jsx_runtime5.jsxs)("div", { className: "dgd-glance-gpu", "data-testid": "dsh-gpu-glance-gpu", children: [
+            /* @__PURE__ */ (0, import_jsx_runtime5.jsxs)("span", { className: "dgd-glance-gpu-name", children: [
               "GPU ",
               isNum2(g.index) ? g.index : i,
               " · ",
               g.name || NA
             ] }),
-            /* @__PURE__ */ (0, import_jsx_runtime4.jsx)(GpuMeters, { gpu: g, lang })
-          ] }, `${g.index ?? i}`)) : /* @__PURE__ */ (0, import_jsx_runtime4.jsx)("p", { className: "dgd-muted", children: t(lang, "glance.noGpus") }),
-          /* @__PURE__ */ (0, import_jsx_runtime4.jsx)(Updated, { lastOk: st.lastOk, lang }),
-          /* @__PURE__ */ (0, import_jsx_runtime4.jsx)("p", { className: "dgd-muted", style: { margin: 0, fontSize: 12 }, children: t(lang, "glance.more") })
+            /* @__PURE__ */ (0, import_jsx_runtime5.jsx)(GpuMeters, { gpu: g, lang })
+          ] }, `${g.index ?? i}`)) : /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("p", { className: "dgd-muted", children: t(lang, "glance.noGpus") }),
+          /* @__PURE__ */ (0, import_jsx_runtime5.jsx)(Updated, { lastOk: st.lastOk, lang }),
+          /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("p", { className: "dgd-muted", style: { margin: 0, fontSize: 12 }, children: t(lang, "glance.more") })
         ] }) : null
       ]
     }
@@ -1515,9 +1754,9 @@ function GlanceCardOpen() {
 }
 
 // src/client/processes.jsx
-var import_jsx_runtime5 = require("react/jsx-runtime");
+var import_jsx_runtime6 = require("react/jsx-runtime");
 function DeviceChip({ dev }) {
-  return /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("span", { className: `dgd-dev dgd-dev-${deviceKind(dev)}`, children: deviceText(dev) });
+  return /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { className: `dgd-dev dgd-dev-${deviceKind(dev)}`, children: deviceText(dev) });
 }
 function ProcessRow({ p, lang }) {
   const models = Array.isArray(p.models) ? p.models.filter(Boolean) : [];
@@ -1525,55 +1764,55 @@ function ProcessRow({ p, lang }) {
   const gpuRows = Array.isArray(p.gpu) ? p.gpu.filter(Boolean) : [];
   const mem = gpuRows.reduce((a, g) => isNum2(g.mem_used_mib) ? (a ?? 0) + g.mem_used_mib : a, null);
   const sm = gpuRows.reduce((a, g) => isNum2(g.sm_util_pct) ? Math.max(a ?? 0, g.sm_util_pct) : a, null);
-  return /* @__PURE__ */ (0, import_jsx_runtime5.jsxs)("tr", { "data-testid": "dsh-gpu-process", "data-pid": p.pid ?? "", children: [
-    /* @__PURE__ */ (0, import_jsx_runtime5.jsxs)("td", { children: [
-      /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("span", { className: "dgd-proc-name", children: p.name || NA }),
+  return /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("tr", { "data-testid": "dsh-gpu-process", "data-pid": p.pid ?? "", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("td", { children: [
+      /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { className: "dgd-proc-name", children: p.name || NA }),
       " ",
-      /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("span", { className: "dgd-mono dgd-muted", children: p.pid ?? NA }),
-      cmdText(p.cmdline) ? /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("span", { className: "dgd-proc-cmd", title: cmdText(p.cmdline), children: cmdText(p.cmdline) }) : null,
-      p.probe_error ? /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("div", { className: "dgd-probe-error", children: t(lang, "probe.error", { error: p.probe_error }) }) : null
+      /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { className: "dgd-mono dgd-muted", children: p.pid ?? NA }),
+      cmdText(p.cmdline) ? /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { className: "dgd-proc-cmd", title: cmdText(p.cmdline), children: cmdText(p.cmdline) }) : null,
+      p.probe_error ? /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("div", { className: "dgd-probe-error", children: t(lang, "probe.error", { error: p.probe_error }) }) : null
     ] }),
-    /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("td", { title: !p.has_probe ? t(lang, "probe.noneTitle") : void 0, children: roleText(p, lang) }),
-    /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("td", { children: models.length ? models.map((mm, j) => /* @__PURE__ */ (0, import_jsx_runtime5.jsxs)("div", { children: [
+    /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("td", { title: !p.has_probe ? t(lang, "probe.noneTitle") : void 0, children: roleText(p, lang) }),
+    /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("td", { children: models.length ? models.map((mm, j) => /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("div", { children: [
       mm.name || NA,
-      isNum2(mm.param_count) ? /* @__PURE__ */ (0, import_jsx_runtime5.jsxs)("span", { className: "dgd-muted", children: [
+      isNum2(mm.param_count) ? /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("span", { className: "dgd-muted", children: [
         " · ",
         t(lang, "model.params", { n: fmtCount(mm.param_count) })
       ] }) : null
     ] }, j)) : NA }),
-    /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("td", { children: models.length ? models.map((mm, j) => /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("div", { children: /* @__PURE__ */ (0, import_jsx_runtime5.jsx)(DeviceChip, { dev: mm.device }) }, j)) : /* @__PURE__ */ (0, import_jsx_runtime5.jsx)(DeviceChip, { dev: null }) }),
-    /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("td", { children: models.length ? models.map((mm, j) => /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("div", { children: /* @__PURE__ */ (0, import_jsx_runtime5.jsx)(DeviceChip, { dev: mm.input_device }) }, j)) : /* @__PURE__ */ (0, import_jsx_runtime5.jsx)(DeviceChip, { dev: null }) }),
-    /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("td", { className: "dgd-num", children: fmtMiB(mem) }),
-    /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("td", { className: "dgd-num", children: fmtPct(sm) }),
-    /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("td", { className: "dgd-num", children: fmtPct(p.cpu_pct) }),
-    /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("td", { className: "dgd-num", children: m ? fmtFraction(m.data_wait_fraction) : NA }),
-    /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("td", { className: "dgd-num", children: m ? fmtRate(m.forward_rate_hz) : NA })
+    /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("td", { children: models.length ? models.map((mm, j) => /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("div", { children: /* @__PURE__ */ (0, import_jsx_runtime6.jsx)(DeviceChip, { dev: mm.device }) }, j)) : /* @__PURE__ */ (0, import_jsx_runtime6.jsx)(DeviceChip, { dev: null }) }),
+    /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("td", { children: models.length ? models.map((mm, j) => /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("div", { children: /* @__PURE__ */ (0, import_jsx_runtime6.jsx)(DeviceChip, { dev: mm.input_device }) }, j)) : /* @__PURE__ */ (0, import_jsx_runtime6.jsx)(DeviceChip, { dev: null }) }),
+    /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("td", { className: "dgd-num", children: fmtMiB(mem) }),
+    /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("td", { className: "dgd-num", children: fmtPct(sm) }),
+    /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("td", { className: "dgd-num", children: fmtPct(p.cpu_pct) }),
+    /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("td", { className: "dgd-num", children: m ? fmtFraction(m.data_wait_fraction) : NA }),
+    /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("td", { className: "dgd-num", children: m ? fmtRate(m.forward_rate_hz) : NA })
   ] });
 }
 function ProcessTable({ doc, lang }) {
   const procs = Array.isArray(doc.processes) ? doc.processes.filter(Boolean) : [];
-  return /* @__PURE__ */ (0, import_jsx_runtime5.jsxs)("section", { children: [
-    /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("h3", { className: "dgd-section-title", children: t(lang, "procs.title") }),
-    /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("div", { className: "dgd-card dgd-table-wrap", children: procs.length ? /* @__PURE__ */ (0, import_jsx_runtime5.jsxs)("table", { className: "dgd-table", "data-testid": "dsh-gpu-processes", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("thead", { children: /* @__PURE__ */ (0, import_jsx_runtime5.jsxs)("tr", { children: [
-        /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("th", { children: t(lang, "col.process") }),
-        /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("th", { children: t(lang, "col.role") }),
-        /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("th", { children: t(lang, "col.model") }),
-        /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("th", { children: t(lang, "col.modelDevice") }),
-        /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("th", { children: t(lang, "col.inputDevice") }),
-        /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("th", { className: "dgd-num", children: t(lang, "col.gpuMem") }),
-        /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("th", { className: "dgd-num", children: t(lang, "col.sm") }),
-        /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("th", { className: "dgd-num", children: t(lang, "col.cpu") }),
-        /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("th", { className: "dgd-num", children: t(lang, "col.dataWait") }),
-        /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("th", { className: "dgd-num", children: t(lang, "col.rate") })
+  return /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("section", { children: [
+    /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("h3", { className: "dgd-section-title", children: t(lang, "procs.title") }),
+    /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("div", { className: "dgd-card dgd-table-wrap", children: procs.length ? /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("table", { className: "dgd-table", "data-testid": "dsh-gpu-processes", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("thead", { children: /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("tr", { children: [
+        /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("th", { children: t(lang, "col.process") }),
+        /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("th", { children: t(lang, "col.role") }),
+        /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("th", { children: t(lang, "col.model") }),
+        /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("th", { children: t(lang, "col.modelDevice") }),
+        /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("th", { children: t(lang, "col.inputDevice") }),
+        /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("th", { className: "dgd-num", children: t(lang, "col.gpuMem") }),
+        /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("th", { className: "dgd-num", children: t(lang, "col.sm") }),
+        /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("th", { className: "dgd-num", children: t(lang, "col.cpu") }),
+        /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("th", { className: "dgd-num", children: t(lang, "col.dataWait") }),
+        /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("th", { className: "dgd-num", children: t(lang, "col.rate") })
       ] }) }),
-      /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("tbody", { children: procs.map((p, i) => /* @__PURE__ */ (0, import_jsx_runtime5.jsx)(ProcessRow, { p, lang }, `${p.pid ?? i}`)) })
-    ] }) : /* @__PURE__ */ (0, import_jsx_runtime5.jsx)("div", { className: "dgd-muted", style: { padding: 14 }, children: t(lang, "procs.none") }) })
+      /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("tbody", { children: procs.map((p, i) => /* @__PURE__ */ (0, import_jsx_runtime6.jsx)(ProcessRow, { p, lang }, `${p.pid ?? i}`)) })
+    ] }) : /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("div", { className: "dgd-muted", style: { padding: 14 }, children: t(lang, "procs.none") }) })
   ] });
 }
 
 // src/client/charts.jsx
-var import_react4 = require("react");
+var import_react5 = require("react");
 
 // ../sidecar/static/charts.js
 var SVG_NS = "http://www.w3.org/2000/svg";
@@ -1896,7 +2135,7 @@ function pointsByGpu(samples, since) {
 }
 
 // src/client/charts.jsx
-var import_jsx_runtime6 = require("react/jsx-runtime");
+var import_jsx_runtime7 = require("react/jsx-runtime");
 var tooltipEl = null;
 var tooltipUsers = 0;
 function acquireTooltip() {
@@ -1919,12 +2158,12 @@ function releaseTooltip() {
   }
 }
 function TimeChartBox({ data, emptyText, formatValue, title, group, testid }) {
-  const bodyRef = (0, import_react4.useRef)(null);
-  const chartRef = (0, import_react4.useRef)(null);
-  const optsRef = (0, import_react4.useRef)({ formatValue, title });
+  const bodyRef = (0, import_react5.useRef)(null);
+  const chartRef = (0, import_react5.useRef)(null);
+  const optsRef = (0, import_react5.useRef)({ formatValue, title });
   optsRef.current.formatValue = formatValue;
   optsRef.current.title = title;
-  (0, import_react4.useEffect)(() => {
+  (0, import_react5.useEffect)(() => {
     const tip = acquireTooltip();
     const opts = {
       formatValue: (v, axis) => optsRef.current.formatValue(v, axis),
@@ -1944,12 +2183,12 @@ function TimeChartBox({ data, emptyText, formatValue, title, group, testid }) {
       }
     };
   }, [group]);
-  (0, import_react4.useEffect)(() => {
+  (0, import_react5.useEffect)(() => {
     if (!chartRef.current) return;
     chartRef.current.setEmptyText(emptyText);
     chartRef.current.setData(data);
   }, [data, emptyText]);
-  return /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("div", { className: "dgd-chart-body", ref: bodyRef, "data-testid": testid });
+  return /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("div", { className: "dgd-chart-body", ref: bodyRef, "data-testid": testid });
 }
 var WINDOWS = ["60", "300", "900", "all"];
 function buildSeries(samples, doc, lang, t0) {
@@ -1965,8 +2204,8 @@ function buildSeries(samples, doc, lang, t0) {
   return { mem: mk(memByGpu), util: mk(utilByGpu), totals };
 }
 function Legend({ series }) {
-  return /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { className: "dgd-legend", children: series.map((s) => /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("span", { children: [
-    /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("i", { style: { background: s.color } }),
+  return /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("span", { className: "dgd-legend", children: series.map((s) => /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("span", { children: [
+    /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("i", { style: { background: s.color } }),
     s.label
   ] }, s.key)) });
 }
@@ -1986,47 +2225,47 @@ function memChartData(mem, totals, lang, common) {
   };
 }
 function EventList({ events, lang }) {
-  return /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("div", { className: "dgd-card", style: { marginTop: 12 }, "data-testid": "dsh-gpu-events", children: [
-    /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("h3", { className: "dgd-section-title", children: t(lang, "events.title") }),
-    events.length ? /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("ol", { className: "dgd-events", children: events.slice(-30).map((e, i) => /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("li", { children: [
-      /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { className: "dgd-mono dgd-muted", children: fmtClock(e.time_unix_s) }),
-      /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { className: "dgd-ev-name", children: e.name || NA }),
-      e.pid ? /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("span", { className: "dgd-muted", children: [
+  return /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("div", { className: "dgd-card", style: { marginTop: 12 }, "data-testid": "dsh-gpu-events", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("h3", { className: "dgd-section-title", children: t(lang, "events.title") }),
+    events.length ? /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("ol", { className: "dgd-events", children: events.slice(-30).map((e, i) => /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("li", { children: [
+      /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("span", { className: "dgd-mono dgd-muted", children: fmtClock(e.time_unix_s) }),
+      /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("span", { className: "dgd-ev-name", children: e.name || NA }),
+      e.pid ? /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("span", { className: "dgd-muted", children: [
         "pid ",
         e.pid
       ] }) : null
-    ] }, i)) }) : /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { className: "dgd-muted", children: t(lang, "events.none") })
+    ] }, i)) }) : /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("span", { className: "dgd-muted", children: t(lang, "events.none") })
   ] });
 }
 function HistoryCharts({ doc, lang }) {
   const h = useHistory();
-  const [win, setWin] = (0, import_react4.useState)("300");
-  const group = (0, import_react4.useMemo)(() => [], []);
+  const [win, setWin] = (0, import_react5.useState)("300");
+  const group = (0, import_react5.useMemo)(() => [], []);
   const samples = h.samples;
   const last = samples.length ? samples[samples.length - 1].time_unix_s : Date.now() / 1e3;
   const first = samples.length ? samples[0].time_unix_s : last - 60;
   const span = win === "all" ? Math.max(60, last - first) : Number(win);
   const t1 = last;
   const t0 = win === "all" ? Math.min(first, last - 60) : last - span;
-  const { mem, util, totals } = (0, import_react4.useMemo)(() => buildSeries(samples, doc, lang, t0), [samples, doc, lang, t0]);
+  const { mem, util, totals } = (0, import_react5.useMemo)(() => buildSeries(samples, doc, lang, t0), [samples, doc, lang, t0]);
   const events = (h.events && h.events.length ? h.events : doc && doc.events || []).filter(Boolean);
   const gapS = Math.max(5, (h.intervalS || 1) * 4);
   const memData = memChartData(mem, totals, lang, { t0, t1, events, gapS });
   const utilData = { series: util, t0, t1, yMax: 100, yTicks: [0, 25, 50, 75, 100], events, gapS };
   const growth = doc && doc.memory_growth;
-  return /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("section", { "data-testid": "dsh-gpu-history", children: [
-    /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("div", { className: "dgd-block-head", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("h3", { className: "dgd-section-title", children: t(lang, "charts.title") }),
-      /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { className: "dgd-window", role: "group", "aria-label": t(lang, "chart.window"), children: WINDOWS.map((w) => /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("button", { type: "button", "aria-pressed": w === win ? "true" : "false", onClick: () => setWin(w), "data-testid": `dsh-gpu-window-${w}`, children: t(lang, `window.${w}`) }, w)) })
+  return /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("section", { "data-testid": "dsh-gpu-history", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("div", { className: "dgd-block-head", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("h3", { className: "dgd-section-title", children: t(lang, "charts.title") }),
+      /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("span", { className: "dgd-window", role: "group", "aria-label": t(lang, "chart.window"), children: WINDOWS.map((w) => /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("button", { type: "button", "aria-pressed": w === win ? "true" : "false", onClick: () => setWin(w), "data-testid": `dsh-gpu-window-${w}`, children: t(lang, `window.${w}`) }, w)) })
     ] }),
-    /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("div", { className: "dgd-charts", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("figure", { className: "dgd-card dgd-chart", "data-testid": "dsh-gpu-chart-mem", children: [
-        /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("figcaption", { children: [
-          /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { className: "dgd-chart-title", children: t(lang, "chart.mem") }),
-          growth ? /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { className: "dgd-chart-flag", children: t(lang, "chart.growing", { rate: fmtMiB(growth.rate_mib_per_min) }) }) : null,
-          /* @__PURE__ */ (0, import_jsx_runtime6.jsx)(Legend, { series: mem })
+    /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("div", { className: "dgd-charts", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("figure", { className: "dgd-card dgd-chart", "data-testid": "dsh-gpu-chart-mem", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("figcaption", { children: [
+          /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("span", { className: "dgd-chart-title", children: t(lang, "chart.mem") }),
+          growth ? /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("span", { className: "dgd-chart-flag", children: t(lang, "chart.growing", { rate: fmtMiB(growth.rate_mib_per_min) }) }) : null,
+          /* @__PURE__ */ (0, import_jsx_runtime7.jsx)(Legend, { series: mem })
         ] }),
-        /* @__PURE__ */ (0, import_jsx_runtime6.jsx)(
+        /* @__PURE__ */ (0, import_jsx_runtime7.jsx)(
           TimeChartBox,
           {
             data: memData,
@@ -2038,12 +2277,12 @@ function HistoryCharts({ doc, lang }) {
           }
         )
       ] }),
-      /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("figure", { className: "dgd-card dgd-chart", "data-testid": "dsh-gpu-chart-util", children: [
-        /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("figcaption", { children: [
-          /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { className: "dgd-chart-title", children: t(lang, "chart.util") }),
-          /* @__PURE__ */ (0, import_jsx_runtime6.jsx)(Legend, { series: util })
+      /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("figure", { className: "dgd-card dgd-chart", "data-testid": "dsh-gpu-chart-util", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("figcaption", { children: [
+          /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("span", { className: "dgd-chart-title", children: t(lang, "chart.util") }),
+          /* @__PURE__ */ (0, import_jsx_runtime7.jsx)(Legend, { series: util })
         ] }),
-        /* @__PURE__ */ (0, import_jsx_runtime6.jsx)(
+        /* @__PURE__ */ (0, import_jsx_runtime7.jsx)(
           TimeChartBox,
           {
             data: utilData,
@@ -2056,47 +2295,47 @@ function HistoryCharts({ doc, lang }) {
         )
       ] })
     ] }),
-    /* @__PURE__ */ (0, import_jsx_runtime6.jsx)(EventList, { events, lang })
+    /* @__PURE__ */ (0, import_jsx_runtime7.jsx)(EventList, { events, lang })
   ] });
 }
 
 // src/client/view.jsx
-var import_jsx_runtime7 = require("react/jsx-runtime");
+var import_jsx_runtime8 = require("react/jsx-runtime");
 function Hero({ doc, lang, lastOk }) {
   const rt = doc && doc.runtime || {};
   const cuda = cudaText(rt, lang);
-  return /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("section", { className: "dgd-card dgd-hero", "data-testid": "dsh-gpu-hero", children: [
-    /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("div", { className: "dgd-hero-main", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime7.jsx)(Badge, { doc, lang, big: true }),
-      /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("div", { className: "dgd-hero-text", children: [
-        /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("p", { className: "dgd-message", "data-testid": "dsh-gpu-message", children: summarize(doc, lang).message || NA }),
-        targetText(doc, lang) ? /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("span", { className: "dgd-muted", "data-testid": "dsh-gpu-target", children: targetText(doc, lang) }) : null,
-        /* @__PURE__ */ (0, import_jsx_runtime7.jsx)(Updated, { lastOk, lang })
+  return /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("section", { className: "dgd-card dgd-hero", "data-testid": "dsh-gpu-hero", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { className: "dgd-hero-main", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(Badge, { doc, lang, big: true }),
+      /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { className: "dgd-hero-text", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("p", { className: "dgd-message", "data-testid": "dsh-gpu-message", children: summarize(doc, lang).message || NA }),
+        targetText(doc, lang) ? /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { className: "dgd-muted", "data-testid": "dsh-gpu-target", children: targetText(doc, lang) }) : null,
+        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(Updated, { lastOk, lang })
       ] })
     ] }),
-    /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("dl", { className: "dgd-facts", "data-testid": "dsh-gpu-facts", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("div", { children: [
-        /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("dt", { children: t(lang, "summary.util") }),
-        /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("dd", { children: fmtPct(modelGpu(doc)?.util_pct) })
+    /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("dl", { className: "dgd-facts", "data-testid": "dsh-gpu-facts", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { children: [
+        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("dt", { children: t(lang, "summary.util") }),
+        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("dd", { children: fmtPct(modelGpu(doc)?.util_pct) })
       ] }),
-      /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("div", { children: [
-        /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("dt", { children: t(lang, "summary.mem") }),
-        /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("dd", { children: fmtMiB(modelGpu(doc)?.mem_used_mib) })
+      /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { children: [
+        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("dt", { children: t(lang, "summary.mem") }),
+        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("dd", { children: fmtMiB(modelGpu(doc)?.mem_used_mib) })
       ] }),
-      /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("div", { children: [
-        /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("dt", { children: t(lang, "summary.modelDevice") }),
-        /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("dd", { children: deviceText(doc.model_device) })
+      /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { children: [
+        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("dt", { children: t(lang, "summary.modelDevice") }),
+        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("dd", { children: deviceText(doc.model_device) })
       ] }),
-      /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("div", { children: [
-        /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("dt", { children: t(lang, "summary.inputDevice") }),
-        /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("dd", { children: deviceText(doc.input_device) })
+      /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { children: [
+        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("dt", { children: t(lang, "summary.inputDevice") }),
+        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("dd", { children: deviceText(doc.input_device) })
       ] }),
-      /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("div", { children: [
-        /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("dt", { children: t(lang, "summary.cuda") }),
-        /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("dd", { title: cuda, children: cuda })
+      /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { children: [
+        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("dt", { children: t(lang, "summary.cuda") }),
+        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("dd", { title: cuda, children: cuda })
       ] })
     ] }),
-    /* @__PURE__ */ (0, import_jsx_runtime7.jsx)(Warnings, { doc, lang })
+    /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(Warnings, { doc, lang })
   ] });
 }
 function procsOnGpu(doc, index) {
@@ -2110,46 +2349,46 @@ function procsOnGpu(doc, index) {
 function GpuCard({ doc, g, i, modelDev, lang }) {
   const procs = procsOnGpu(doc, g.index);
   const fw = isNum2(g.framework_index) ? `cuda:${g.framework_index}` : null;
-  return /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("article", { className: "dgd-card", "data-testid": "dsh-gpu-card", "data-index": g.index ?? "", children: [
-    /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("div", { className: "dgd-gpu-head", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("span", { className: "dgd-gpu-index", children: [
+  return /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("article", { className: "dgd-card", "data-testid": "dsh-gpu-card", "data-index": g.index ?? "", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { className: "dgd-gpu-head", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("span", { className: "dgd-gpu-index", children: [
         "GPU ",
         isNum2(g.index) ? g.index : i
       ] }),
-      /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("span", { className: "dgd-gpu-name", title: g.uuid || "", children: g.name || NA }),
-      fw && modelDev === fw ? /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("span", { className: "dgd-tag dgd-tag-ok", children: t(lang, "gpu.modelHere") }) : null,
-      fw ? /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("span", { className: "dgd-tag", title: t(lang, "gpu.framework", { dev: fw }), children: fw }) : /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("span", { className: "dgd-tag dgd-tag-warn", title: t(lang, "gpu.frameworkHidden"), children: t(lang, "gpu.hiddenTag") })
+      /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { className: "dgd-gpu-name", title: g.uuid || "", children: g.name || NA }),
+      fw && modelDev === fw ? /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { className: "dgd-tag dgd-tag-ok", children: t(lang, "gpu.modelHere") }) : null,
+      fw ? /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { className: "dgd-tag", title: t(lang, "gpu.framework", { dev: fw }), children: fw }) : /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { className: "dgd-tag dgd-tag-warn", title: t(lang, "gpu.frameworkHidden"), children: t(lang, "gpu.hiddenTag") })
     ] }),
-    /* @__PURE__ */ (0, import_jsx_runtime7.jsx)(GpuMeters, { gpu: g, lang }),
-    /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("div", { className: "dgd-gpu-foot", children: procs.length ? /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)(import_jsx_runtime7.Fragment, { children: [
+    /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(GpuMeters, { gpu: g, lang }),
+    /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("div", { className: "dgd-gpu-foot", children: procs.length ? /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)(import_jsx_runtime8.Fragment, { children: [
       t(lang, "gpu.procs"),
-      /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("ul", { className: "dgd-gpu-procs", children: procs.map(({ proc, gpu }) => /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("li", { children: [
-        /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("span", { className: "dgd-mono", children: proc.pid }),
-        /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("span", { children: roleText(proc, lang) }),
-        /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("b", { children: fmtMiB(gpu.mem_used_mib) })
+      /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("ul", { className: "dgd-gpu-procs", children: procs.map(({ proc, gpu }) => /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("li", { children: [
+        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { className: "dgd-mono", children: proc.pid }),
+        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { children: roleText(proc, lang) }),
+        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("b", { children: fmtMiB(gpu.mem_used_mib) })
       ] }, `${proc.pid}`)) })
-    ] }) : /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("span", { className: "dgd-muted", children: t(lang, "gpu.noProcs") }) })
+    ] }) : /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { className: "dgd-muted", children: t(lang, "gpu.noProcs") }) })
   ] });
 }
 function GpuCards({ doc, lang }) {
   const gpus = Array.isArray(doc.gpus) ? doc.gpus.filter(Boolean) : [];
   const unusable = unusableGpus(doc);
   const modelDev = typeof doc.model_device === "string" ? doc.model_device : "";
-  return /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("section", { "data-testid": "dsh-gpu-gpus", children: [
-    /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("h3", { className: "dgd-section-title", children: t(lang, "gpus.title") }),
-    !gpus.length && !unusable.length ? /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("div", { className: "dgd-card dgd-muted", children: [
+  return /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("section", { "data-testid": "dsh-gpu-gpus", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("h3", { className: "dgd-section-title", children: t(lang, "gpus.title") }),
+    !gpus.length && !unusable.length ? /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { className: "dgd-card dgd-muted", children: [
       t(lang, "gpus.none"),
-      doc.nvml && doc.nvml.ok === false && doc.nvml.error ? /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("div", { className: "dgd-bad", children: t(lang, "runtime.nvmlError", { error: doc.nvml.error }) }) : null
+      doc.nvml && doc.nvml.ok === false && doc.nvml.error ? /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("div", { className: "dgd-bad", children: t(lang, "runtime.nvmlError", { error: doc.nvml.error }) }) : null
     ] }) : null,
-    /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("div", { className: "dgd-gpu-grid", children: [
-      gpus.map((g, i) => /* @__PURE__ */ (0, import_jsx_runtime7.jsx)(GpuCard, { doc, g, i, modelDev, lang }, `gpu-${g.index ?? i}`)),
-      unusable.map((s, i) => /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("article", { className: "dgd-card", "data-testid": "dsh-gpu-igpu", children: [
-        /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("div", { className: "dgd-gpu-head", children: [
-          /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("span", { className: "dgd-gpu-name", children: s.name || s.vendor || NA }),
-          /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("span", { className: "dgd-tag dgd-tag-warn", children: t(lang, "igpu.badge") })
+    /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { className: "dgd-gpu-grid", children: [
+      gpus.map((g, i) => /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(GpuCard, { doc, g, i, modelDev, lang }, `gpu-${g.index ?? i}`)),
+      unusable.map((s, i) => /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("article", { className: "dgd-card", "data-testid": "dsh-gpu-igpu", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { className: "dgd-gpu-head", children: [
+          /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { className: "dgd-gpu-name", children: s.name || s.vendor || NA }),
+          /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { className: "dgd-tag dgd-tag-warn", children: t(lang, "igpu.badge") })
         ] }),
-        /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("div", { className: "dgd-muted", children: t(lang, "igpu.note") }),
-        /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("div", { className: "dgd-gpu-foot", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("div", { className: "dgd-muted", children: t(lang, "igpu.note") }),
+        /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { className: "dgd-gpu-foot", children: [
           s.pci ? t(lang, "igpu.pci", { pci: s.pci }) : null,
           s.driver ? ` · ${t(lang, "igpu.driver", { driver: s.driver })}` : null
         ] })
@@ -2168,36 +2407,40 @@ function RuntimeFooter({ doc, lang, intervalS }) {
     items.push([t(lang, "runtime.visible"), String(rt.cuda_visible_devices)]);
   if (nv.driver) items.push([t(lang, "runtime.driver"), nv.driver]);
   if (nv.cuda_driver) items.push([t(lang, "runtime.cudaDriver"), nv.cuda_driver]);
-  return /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("footer", { className: "dgd-runtime", "data-testid": "dsh-gpu-runtime", children: [
-    items.map(([k, v]) => /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("span", { children: [
+  return /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("footer", { className: "dgd-runtime", "data-testid": "dsh-gpu-runtime", children: [
+    items.map(([k, v]) => /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("span", { children: [
       k,
       " ",
-      /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("b", { children: v })
+      /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("b", { children: v })
     ] }, k)),
-    nv.ok === false && nv.error ? /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("span", { className: "dgd-bad", children: t(lang, "runtime.nvmlError", { error: nv.error }) }) : null,
-    isNum2(intervalS) ? /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("span", { children: t(lang, "runtime.interval", { s: intervalS }) }) : null
+    nv.ok === false && nv.error ? /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { className: "dgd-bad", children: t(lang, "runtime.nvmlError", { error: nv.error }) }) : null,
+    isNum2(intervalS) ? /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { children: t(lang, "runtime.interval", { s: intervalS }) }) : null
   ] });
 }
-function GpuView() {
+function GpuView(props) {
+  return /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(SessionJobs, { sessionId: props && props.sessionId, children: (header, showJob) => /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(GpuViewBody, { header, showJob }) });
+}
+function GpuViewBody({ header, showJob }) {
   const st = useStatus();
   const lang = useLang();
   const h = useHistory();
   const doc = st.doc;
-  return /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("div", { className: "dgd-root dgd-view", "data-testid": "dsh-gpu-view", "data-state": st.state, children: [
-    /* @__PURE__ */ (0, import_jsx_runtime7.jsx)(ConnectionNotice, { st, lang }),
-    doc ? /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)(import_jsx_runtime7.Fragment, { children: [
-      /* @__PURE__ */ (0, import_jsx_runtime7.jsx)(Hero, { doc, lang, lastOk: st.lastOk }),
-      /* @__PURE__ */ (0, import_jsx_runtime7.jsx)(GpuCards, { doc, lang }),
-      /* @__PURE__ */ (0, import_jsx_runtime7.jsx)(ProcessTable, { doc, lang }),
-      /* @__PURE__ */ (0, import_jsx_runtime7.jsx)(HistoryCharts, { doc, lang }),
-      /* @__PURE__ */ (0, import_jsx_runtime7.jsx)(RuntimeFooter, { doc, lang, intervalS: h.intervalS })
+  return /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { className: "dgd-root dgd-view", "data-testid": "dsh-gpu-view", "data-state": st.state, children: [
+    header,
+    /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(ConnectionNotice, { st, lang }),
+    doc && showJob ? /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)(import_jsx_runtime8.Fragment, { children: [
+      /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(Hero, { doc, lang, lastOk: st.lastOk }),
+      /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(GpuCards, { doc, lang }),
+      /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(ProcessTable, { doc, lang }),
+      /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(HistoryCharts, { doc, lang }),
+      /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(RuntimeFooter, { doc, lang, intervalS: h.intervalS })
     ] }) : null
   ] });
 }
 
 // src/client/settings.jsx
-var import_react5 = require("react");
-var import_jsx_runtime8 = require("react/jsx-runtime");
+var import_react6 = require("react");
+var import_jsx_runtime9 = require("react/jsx-runtime");
 function vetUrl(value) {
   let u;
   try {
@@ -2210,6 +2453,15 @@ function vetUrl(value) {
   if (h === "localhost" || h === "::1" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h)) return "ok";
   return "not-loopback";
 }
+function autostartLines(cfg) {
+  if (!cfg || typeof cfg.autostart !== "boolean") return [];
+  const args = Array.isArray(cfg.sidecarArgs) ? cfg.sidecarArgs : [];
+  return [
+    `    autostart: ${cfg.autostart}`,
+    `    sidecarCommand: ${JSON.stringify(cfg.sidecarCommand || "dsh-sidecar")}`,
+    `    sidecarArgs: ${JSON.stringify(args)}`
+  ];
+}
 function yamlSnippet(url, cfg) {
   const token = cfg && cfg.tokenSet ? "<your token>" : "null";
   const timeout = cfg && isNum2(cfg.timeoutMs) ? cfg.timeoutMs : 2e3;
@@ -2219,18 +2471,19 @@ function yamlSnippet(url, cfg) {
     `    sidecarUrl: ${url}`,
     `    token: ${token}`,
     `    timeoutMs: ${timeout}`,
+    ...autostartLines(cfg),
     ""
   ].join("\n");
 }
 var DEFAULT_URL = "http://127.0.0.1:8765";
 function connectionColor(state) {
   if (state === "ok") return STATUS_COLORS.GPU;
-  if (state === "unreachable") return SEVERITY_COLORS.warning;
+  if (state === "unreachable" || state === "missing") return SEVERITY_COLORS.warning;
   if (state === "error") return SEVERITY_COLORS.error;
   return STATUS_COLORS.UNKNOWN;
 }
 function useFlash() {
-  const [on, setOn] = (0, import_react5.useState)(false);
+  const [on, setOn] = (0, import_react6.useState)(false);
   const flash = () => {
     setOn(true);
     setTimeout(() => setOn(false), 1500);
@@ -2238,40 +2491,42 @@ function useFlash() {
   return [on, flash];
 }
 function Field({ id, label, children }) {
-  return /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("section", { className: "dgd-field", children: [
-    /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("label", { className: "dgd-field-label", htmlFor: id, children: label }),
+  return /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("section", { className: "dgd-field", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("label", { className: "dgd-field-label", htmlFor: id, children: label }),
     children
   ] });
 }
 function ConnectionField({ st, cfg, effective, lang }) {
   const store = getStore();
-  return /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("section", { className: "dgd-field", "data-testid": "dsh-gpu-connection", "data-state": st.state, children: [
-    /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { className: "dgd-field-label", children: t(lang, "settings.connection") }),
-    /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { className: "dgd-conn", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("span", { className: "dgd-conn-state", children: [
-        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { className: "dgd-conn-dot", style: { background: connectionColor(st.state) } }),
-        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { "data-testid": "dsh-gpu-connection-state", children: t(lang, `settings.state.${st.state}`) }),
-        st.state === "ok" && st.doc ? /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(Badge, { doc: st.doc, lang }) : null
+  return /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("section", { className: "dgd-field", "data-testid": "dsh-gpu-connection", "data-state": st.state, children: [
+    /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("span", { className: "dgd-field-label", children: t(lang, "settings.connection") }),
+    /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("div", { className: "dgd-conn", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("span", { className: "dgd-conn-state", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("span", { className: "dgd-conn-dot", style: { background: connectionColor(st.state) } }),
+        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("span", { "data-testid": "dsh-gpu-connection-state", children: t(lang, `settings.state.${st.state}`) }),
+        st.state === "ok" && st.doc ? /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(Badge, { doc: st.doc, lang }) : null
       ] }),
-      /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("dl", { className: "dgd-kv", children: [
-        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("dt", { children: t(lang, "settings.effectiveUrl") }),
-        /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("dd", { className: "dgd-mono", "data-testid": "dsh-gpu-effective-url", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("dl", { className: "dgd-kv", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("dt", { children: t(lang, "settings.effectiveUrl") }),
+        /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("dd", { className: "dgd-mono", "data-testid": "dsh-gpu-effective-url", children: [
           effective || NA,
-          cfg ? /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("span", { className: "dgd-muted", children: [
+          cfg ? /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("span", { className: "dgd-muted", children: [
             " · ",
             cfg.tokenSet ? t(lang, "settings.tokenSet") : t(lang, "settings.tokenUnset")
           ] }) : null
         ] }),
-        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("dt", { children: t(lang, "settings.lastUpdate") }),
-        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("dd", { children: st.lastOk ? fmtAgo((Date.now() - st.lastOk) / 1e3, lang) : t(lang, "updated.never") }),
-        cfg && Array.isArray(cfg.warnings) && cfg.warnings.length ? /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)(import_jsx_runtime8.Fragment, { children: [
-          /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("dt", { children: t(lang, "settings.hostWarnings") }),
-          /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("dd", { className: "dgd-note-warn", "data-testid": "dsh-gpu-host-warnings", children: cfg.warnings.map((w, i) => /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("div", { children: w }, i)) })
+        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(StartedSidecarRow, { cfg, lang }),
+        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("dt", { children: t(lang, "settings.lastUpdate") }),
+        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("dd", { children: st.lastOk ? fmtAgo((Date.now() - st.lastOk) / 1e3, lang) : t(lang, "updated.never") }),
+        cfg && Array.isArray(cfg.warnings) && cfg.warnings.length ? /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)(import_jsx_runtime9.Fragment, { children: [
+          /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("dt", { children: t(lang, "settings.hostWarnings") }),
+          /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("dd", { className: "dgd-note-warn", "data-testid": "dsh-gpu-host-warnings", children: cfg.warnings.map((w, i) => /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("div", { children: w }, i)) })
         ] }) : null
       ] }),
-      st.state === "unreachable" ? /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(Unreachable, { st, lang }) : null,
-      st.state === "error" ? /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(ProblemCard, { st, lang }) : null,
-      /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("button", { type: "button", className: "dgd-btn", onClick: () => store.refreshNow(), "data-testid": "dsh-gpu-test", children: t(lang, "settings.test") }) })
+      st.state === "unreachable" ? /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(Unreachable, { st, lang }) : null,
+      st.state === "missing" ? /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(SidecarMissing, { st, lang }) : null,
+      st.state === "error" ? /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(ProblemCard, { st, lang }) : null,
+      /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("button", { type: "button", className: "dgd-btn", onClick: () => store.refreshNow(), "data-testid": "dsh-gpu-test", children: t(lang, "settings.test") }) })
     ] })
   ] });
 }
@@ -2288,8 +2543,8 @@ function UrlField({ url, setUrl, cfg, effective, lang }) {
     } catch {
     }
   };
-  return /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)(Field, { id: "dgd-url", label: t(lang, "settings.sidecarUrl"), children: [
-    /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(
+  return /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)(Field, { id: "dgd-url", label: t(lang, "settings.sidecarUrl"), children: [
+    /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(
       "input",
       {
         id: "dgd-url",
@@ -2300,19 +2555,19 @@ function UrlField({ url, setUrl, cfg, effective, lang }) {
         onChange: (e) => setUrl(e.target.value)
       }
     ) }),
-    vet === "invalid" ? /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("p", { className: "dgd-note-warn", children: t(lang, "settings.urlInvalid") }) : null,
-    vet === "not-loopback" ? /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("p", { className: "dgd-note-warn", children: t(lang, "settings.urlNotLoopback", { def: cfg && cfg.defaultSidecarUrl || DEFAULT_URL }) }) : null,
-    vet === "ok" && !differs && effective ? /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("p", { className: "dgd-note-ok", children: t(lang, "settings.urlSame") }) : null,
-    differs ? /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("p", { className: "dgd-note-warn", "data-testid": "dsh-gpu-url-differs", children: t(lang, "settings.urlDiffers", { url: effective }) }) : null,
-    /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("p", { className: "dgd-field-help", children: t(lang, "settings.sidecarUrlHelp", { file: "$DSH_HOME/profiles/web/cordis.patch.yml" }) }),
-    /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("pre", { className: "dgd-pre", "data-testid": "dsh-gpu-yaml", children: snippet }),
-    /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("button", { type: "button", className: "dgd-btn", onClick: copy, children: copied ? t(lang, "settings.copied") : t(lang, "settings.copy") }) })
+    vet === "invalid" ? /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("p", { className: "dgd-note-warn", children: t(lang, "settings.urlInvalid") }) : null,
+    vet === "not-loopback" ? /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("p", { className: "dgd-note-warn", children: t(lang, "settings.urlNotLoopback", { def: cfg && cfg.defaultSidecarUrl || DEFAULT_URL }) }) : null,
+    vet === "ok" && !differs && effective ? /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("p", { className: "dgd-note-ok", children: t(lang, "settings.urlSame") }) : null,
+    differs ? /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("p", { className: "dgd-note-warn", "data-testid": "dsh-gpu-url-differs", children: t(lang, "settings.urlDiffers", { url: effective }) }) : null,
+    /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("p", { className: "dgd-field-help", children: t(lang, "settings.sidecarUrlHelp", { file: "$DSH_HOME/profiles/web/cordis.patch.yml" }) }),
+    /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("pre", { className: "dgd-pre", "data-testid": "dsh-gpu-yaml", children: snippet }),
+    /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("button", { type: "button", className: "dgd-btn", onClick: copy, children: copied ? t(lang, "settings.copied") : t(lang, "settings.copy") }) })
   ] });
 }
 function RefreshField({ refresh, setRefresh, lang }) {
-  return /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)(Field, { id: "dgd-refresh", label: t(lang, "settings.refresh"), children: [
-    /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { className: "dgd-row", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(
+  return /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)(Field, { id: "dgd-refresh", label: t(lang, "settings.refresh"), children: [
+    /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("div", { className: "dgd-row", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(
         "input",
         {
           id: "dgd-refresh",
@@ -2326,14 +2581,14 @@ function RefreshField({ refresh, setRefresh, lang }) {
           onChange: (e) => setRefresh(e.target.value)
         }
       ),
-      /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { className: "dgd-muted", children: t(lang, "settings.seconds") })
+      /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("span", { className: "dgd-muted", children: t(lang, "settings.seconds") })
     ] }),
-    /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("p", { className: "dgd-field-help", children: t(lang, "settings.refreshHelp", { min: REFRESH_MIN_S, max: REFRESH_MAX_S }) })
+    /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("p", { className: "dgd-field-help", children: t(lang, "settings.refreshHelp", { min: REFRESH_MIN_S, max: REFRESH_MAX_S }) })
   ] });
 }
 function LanguageField({ settings, lang }) {
   const store = getStore();
-  return /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(Field, { id: "dgd-lang", label: t(lang, "settings.language"), children: /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)(
+  return /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(Field, { id: "dgd-lang", label: t(lang, "settings.language"), children: /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)(
     "select",
     {
       id: "dgd-lang",
@@ -2342,9 +2597,9 @@ function LanguageField({ settings, lang }) {
       onChange: (e) => store.saveSettings({ lang: e.target.value }),
       "data-testid": "dsh-gpu-lang-select",
       children: [
-        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("option", { value: "auto", children: t(lang, "settings.langAuto") }),
-        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("option", { value: "en", children: "English" }),
-        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("option", { value: "zh", children: "中文" })
+        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("option", { value: "auto", children: t(lang, "settings.langAuto") }),
+        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("option", { value: "en", children: "English" }),
+        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("option", { value: "zh", children: "中文" })
       ]
     }
   ) }) });
@@ -2357,10 +2612,10 @@ function SettingsSection() {
   useTick(1e3);
   const cfg = st.config;
   const effective = cfg && cfg.sidecarUrl || st.problem && st.problem.url || null;
-  const [url, setUrl] = (0, import_react5.useState)(settings.sidecarUrl || effective || DEFAULT_URL);
-  const [refresh, setRefresh] = (0, import_react5.useState)(String(settings.refreshS));
+  const [url, setUrl] = (0, import_react6.useState)(settings.sidecarUrl || effective || DEFAULT_URL);
+  const [refresh, setRefresh] = (0, import_react6.useState)(String(settings.refreshS));
   const [saved, flashSaved] = useFlash();
-  (0, import_react5.useEffect)(() => {
+  (0, import_react6.useEffect)(() => {
     if (!settings.sidecarUrl && effective && url === DEFAULT_URL) setUrl(effective);
   }, [effective]);
   const save = () => {
@@ -2368,14 +2623,14 @@ function SettingsSection() {
     setRefresh(String(clampRefresh(refresh)));
     flashSaved();
   };
-  return /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { className: "dgd-root dgd-settings", "data-testid": "dsh-gpu-settings", children: [
-    /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(ConnectionField, { st, cfg, effective, lang }),
-    /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(UrlField, { url, setUrl, cfg, effective, lang }),
-    /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(RefreshField, { refresh, setRefresh, lang }),
-    /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(LanguageField, { settings, lang }),
-    /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { className: "dgd-row", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("button", { type: "button", className: "dgd-btn", onClick: save, "data-testid": "dsh-gpu-save", children: saved ? t(lang, "settings.saved") : t(lang, "settings.save") }),
-      /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { className: "dgd-muted", style: { marginLeft: "auto", fontSize: 11.5 }, children: t(lang, "settings.version", { version: cfg && cfg.version || PLUGIN_VERSION, dsh: SUPPORTED_DSH }) })
+  return /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("div", { className: "dgd-root dgd-settings", "data-testid": "dsh-gpu-settings", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(ConnectionField, { st, cfg, effective, lang }),
+    /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(UrlField, { url, setUrl, cfg, effective, lang }),
+    /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(RefreshField, { refresh, setRefresh, lang }),
+    /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(LanguageField, { settings, lang }),
+    /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("div", { className: "dgd-row", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("button", { type: "button", className: "dgd-btn", onClick: save, "data-testid": "dsh-gpu-save", children: saved ? t(lang, "settings.saved") : t(lang, "settings.save") }),
+      /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("span", { className: "dgd-muted", style: { marginLeft: "auto", fontSize: 11.5 }, children: t(lang, "settings.version", { version: cfg && cfg.version || PLUGIN_VERSION, dsh: SUPPORTED_DSH }) })
     ] })
   ] });
 }
@@ -2401,6 +2656,22 @@ var CSS = `
 .dgd-chip-label { font-weight: 600; white-space: nowrap; padding: 1px 7px; border-radius: 999px; font-size: 12px; line-height: 18px; }
 .dgd-chip-util { margin-left: auto; flex: none; color: var(--dsw-alias-label-tertiary, #656d76); font-size: 12px; font-variant-numeric: tabular-nums; }
 .dgd-chip-text { min-width: 0; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+
+.dgd-chip-jobs { flex: none; padding: 0 6px; border: 1.5px solid; border-radius: 999px; font-size: 11px; line-height: 16px;
+  color: var(--dsw-alias-label-secondary, #59636e); white-space: nowrap; }
+
+/* ---- the session's jobs (GPU tab) */
+.dgd-jobs { flex: none; }
+.dgd-jobs-title { margin: 0 0 6px; font-size: 13px; font-weight: 600; }
+.dgd-jobs-list { list-style: none; margin: 0; padding: 0; display: flex; flex-direction: column; gap: 4px; }
+.dgd-job { display: flex; align-items: center; gap: 10px; width: 100%; padding: 6px 10px; border-radius: 10px; cursor: pointer; text-align: left;
+  border: 1px solid var(--dsw-alias-border-l2, #e3e6ea); background: transparent; color: inherit; font: inherit; }
+.dgd-job:hover { background: var(--dsw-alias-interactive-bg-hover, rgba(0,0,0,.05)); }
+.dgd-job-on { border-color: var(--dsw-alias-label-secondary, #59636e); }
+.dgd-job-status { flex: none; font-weight: 700; font-size: 11px; padding: 1px 7px; border-radius: 999px; }
+.dgd-job-pid { flex: none; }
+.dgd-job-cmd { min-width: 0; flex: 1; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+.dgd-job-link { flex: none; font-size: 12px; }
 
 /* ---- glance card (shell.overlay) */
 .dgd-glance { position: fixed; left: 12px; bottom: 64px; z-index: 30; pointer-events: auto; width: 380px; max-width: calc(100vw - 24px);

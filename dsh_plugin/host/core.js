@@ -17,9 +17,12 @@ export const START_HINT =
 
 // The only sidecar paths this proxy ever reaches. Keys are the paths under API_PREFIX.
 export const ROUTES = Object.freeze({
-  '/status': { upstream: '/api/dsh-gpu-dashboard/status', query: [] },
-  '/history': { upstream: '/api/dsh-gpu-dashboard/history', query: ['since'] },
+  '/status': { upstream: '/api/dsh-gpu-dashboard/status', query: ['job'] },
+  '/history': { upstream: '/api/dsh-gpu-dashboard/history', query: ['since', 'job'] },
+  '/jobs': { upstream: '/api/dsh-gpu-dashboard/jobs', query: [], session: true },
 })
+export const DEFAULT_SIDECAR_COMMAND = 'dsh-sidecar'
+const CONFIG_KEYS = ['sidecarUrl', 'token', 'timeoutMs', 'autostart', 'sidecarCommand', 'sidecarArgs']
 
 const LOOPBACK_NAMES = new Set(['localhost', 'localhost.', '::1', '0:0:0:0:0:0:0:1'])
 
@@ -87,9 +90,9 @@ export function normalizeConfig(raw) {
     warnings.push(`config is not a mapping (got ${describe(raw)}); using defaults`)
     input = {}
   }
-  const known = new Set(['sidecarUrl', 'token', 'timeoutMs'])
+  const known = new Set(CONFIG_KEYS)
   for (const key of Object.keys(input)) {
-    if (!known.has(key)) warnings.push(`unknown config key "${key}" ignored (known: sidecarUrl, token, timeoutMs)`)
+    if (!known.has(key)) warnings.push(`unknown config key "${key}" ignored (known: ${CONFIG_KEYS.join(', ')})`)
   }
 
   let sidecarUrl = DEFAULT_SIDECAR_URL
@@ -127,15 +130,49 @@ export function normalizeConfig(raw) {
     }
   }
 
+  const { autostart, sidecarCommand, sidecarArgs } = normalizeAutostart(input, warnings)
+
   return {
     config: {
       sidecarUrl,
       token,
       timeoutMs,
+      autostart,
+      sidecarCommand,
+      sidecarArgs,
       target: { protocol: target.protocol, hostname: target.hostname, port: target.port, basePath: target.basePath },
     },
     warnings,
   }
+}
+
+/** The autostart keys (autostart, sidecarCommand, sidecarArgs), defaulted with a warning when bad. */
+function normalizeAutostart(input, warnings) {
+  let autostart = true
+  if (input.autostart !== undefined && input.autostart !== null) {
+    if (typeof input.autostart === 'boolean') autostart = input.autostart
+    else warnings.push(`autostart must be true or false (got ${describe(input.autostart)}); using true`)
+  }
+
+  let sidecarCommand = DEFAULT_SIDECAR_COMMAND
+  if (input.sidecarCommand !== undefined && input.sidecarCommand !== null && input.sidecarCommand !== '') {
+    if (typeof input.sidecarCommand === 'string' && input.sidecarCommand.length <= 4096 && !input.sidecarCommand.includes('\0')) {
+      sidecarCommand = input.sidecarCommand
+    } else {
+      warnings.push(`sidecarCommand must be a command name or path (got ${describe(input.sidecarCommand)}); using ${DEFAULT_SIDECAR_COMMAND}`)
+    }
+  }
+
+  let sidecarArgs = []
+  if (input.sidecarArgs !== undefined && input.sidecarArgs !== null) {
+    const ok =
+      Array.isArray(input.sidecarArgs) &&
+      input.sidecarArgs.length <= 64 &&
+      input.sidecarArgs.every((a) => (typeof a === 'string' || typeof a === 'number') && !String(a).includes('\0'))
+    if (ok) sidecarArgs = input.sidecarArgs.map(String)
+    else warnings.push(`sidecarArgs must be a list of strings (got ${describe(input.sidecarArgs)}); using none`)
+  }
+  return { autostart, sidecarCommand, sidecarArgs }
 }
 
 /** Parse and vet a sidecar URL: http only, loopback host only, no credentials/query/fragment. */
@@ -197,9 +234,18 @@ export function resolveRoute(reqUrl) {
       const since = sanitizeSince(u.searchParams.get('since'))
       if (since !== null) params.set('since', since)
     }
+    if (key === 'job') {
+      const job = u.searchParams.get('job')
+      if (typeof job === 'string' && /^[0-9]{1,10}-[0-9]{1,20}$/.test(job)) params.set('job', job)
+    }
   }
   const qs = params.toString()
-  return { kind: 'proxy', upstreamPath: route.upstream + (qs ? '?' + qs : '') }
+  const out = { kind: 'proxy', upstreamPath: route.upstream + (qs ? '?' + qs : '') }
+  if (route.session) {
+    const session = u.searchParams.get('session')
+    if (typeof session === 'string' && /^[A-Za-z0-9._:-]{1,128}$/.test(session)) out.session = session
+  }
+  return out
 }
 
 function describe(v) {

@@ -24,6 +24,8 @@ import {
   normalizeConfig,
   resolveRoute,
 } from './core.js'
+import { createUpstream, fetchJson, notServingAnswer, sessionAnswer, sessionInfo, sessionOfPid } from './autostart.js'
+import { registerGpuStatusTool } from './tool.js'
 
 export const name = PLUGIN_NAME
 export const inject = ['webServer']
@@ -96,39 +98,57 @@ function sendJson(req, res, status, body, extraHeaders = {}) {
  * @param {{info: Function, warn: Function, error: Function}} log
  * @param {string[]} configWarnings shown by /api/config
  */
-export function createHandler(config, log, configWarnings = []) {
+export function createHandler(config, log, configWarnings = [], deps = {}) {
   const agent = new http.Agent({ keepAlive: true, maxSockets: 4, keepAliveMsecs: 1000 })
   let lastReachable = null // log only transitions, the panel polls every few seconds
+  // where requests go: the configured sidecar, or the one autostart started (host/autostart.js)
+  const current = typeof deps.upstream === 'function' ? deps.upstream : () => ({ ...config, managed: null })
 
   const noteReachable = (ok, detail) => {
     if (ok === lastReachable) return
     lastReachable = ok
-    if (ok) log.info(`sidecar reachable at ${config.sidecarUrl}`)
-    else log.warn(`sidecar unreachable at ${config.sidecarUrl}: ${detail}`)
+    if (ok) log.info(`sidecar reachable at ${current().sidecarUrl}`)
+    else log.warn(`sidecar unreachable at ${current().sidecarUrl}: ${detail}`)
   }
 
   const unreachable = (req, res, detail) => {
     noteReachable(false, detail)
     sendJson(req, res, 502, {
       error: 'sidecar-unreachable',
-      url: config.sidecarUrl,
+      url: current().sidecarUrl,
       detail,
       hint: START_HINT,
     })
   }
-  const upstreamCtx = { agent, config, noteReachable, unreachable }
+  const get = (path, up) => fetchJson(agent, config.timeoutMs, up || current(), path)
+  const upstreamCtx = { agent, config, current, noteReachable, unreachable }
+  const session = (id) => (typeof deps.session === 'function' ? deps.session(id) : { id, workspaces: [process.cwd()] })
+  const sessionRoute = (req, res, route) =>
+    sessionAnswer(get, route.upstreamPath, session(route.session), deps.sessionOfPid)
+      .then((a) => {
+        if (a.unreachable) return unreachable(req, res, a.unreachable)
+        noteReachable(true)
+        return sendJson(req, res, a.status, a.body)
+      })
+      .catch((err) => sendJson(req, res, 500, { error: 'internal', detail: String((err && err.message) || err) }))
 
   const handler = (req, res) => {
     try {
       if (refused(req, res)) return undefined
       const route = resolveRoute(req.url || '/')
-      if (route.kind === 'config') return sendJson(req, res, 200, configAnswer(config, configWarnings))
+      const up = current()
+      if (route.kind === 'config') return sendJson(req, res, 200, configAnswer(config, configWarnings, up))
       if (route.kind !== 'proxy') {
         return sendJson(req, res, 404, {
           error: 'not-found',
-          detail: `known routes: ${API_PREFIX}/status, ${API_PREFIX}/history?since=N, ${API_PREFIX}/config`,
+          detail: `known routes: ${API_PREFIX}/status, ${API_PREFIX}/history?since=N, ${API_PREFIX}/jobs, ${API_PREFIX}/config`,
         })
       }
+      if (up.managed && up.managed.state !== 'running') {
+        const a = notServingAnswer(up.managed)
+        return sendJson(req, res, a.status, a.body)
+      }
+      if (route.session && req.method === 'GET') return void sessionRoute(req, res, route)
       return proxy(upstreamCtx, req, res, route.upstreamPath)
     } catch (err) {
       log.error(`request failed: ${(err && err.stack) || err}`)
@@ -144,6 +164,8 @@ export function createHandler(config, log, configWarnings = []) {
     }
     return undefined
   }
+  handler.fetchJson = get
+  handler.current = current
   handler.close = () => {
     try {
       agent.destroy()
@@ -179,36 +201,42 @@ function refused(req, res) {
 }
 
 /** The /api/config answer. */
-function configAnswer(config, configWarnings) {
+function configAnswer(config, configWarnings, up) {
   return {
     plugin: PLUGIN_NAME,
     version: VERSION,
     sidecarUrl: config.sidecarUrl,
+    activeSidecarUrl: up.sidecarUrl, // the one autostart started, when it did
     defaultSidecarUrl: DEFAULT_SIDECAR_URL,
     tokenSet: Boolean(config.token),
     timeoutMs: config.timeoutMs,
+    autostart: config.autostart,
+    sidecarCommand: config.sidecarCommand,
+    sidecarArgs: config.sidecarArgs,
+    sidecar: up.managed, // null: the configured sidecar; else the one this plugin started (never its token)
     warnings: configWarnings,
-    routes: [`${API_PREFIX}/status`, `${API_PREFIX}/history?since=N`, `${API_PREFIX}/config`],
+    routes: [`${API_PREFIX}/status?job=ID`, `${API_PREFIX}/history?since=N&job=ID`, `${API_PREFIX}/jobs?session=ID`, `${API_PREFIX}/config`],
   }
 }
 
 /** Pass one GET/HEAD on to the sidecar, with a timeout; `flow.finished` once an answer is settled. */
 function proxy(ctx, req, res, upstreamPath) {
   const { agent, config, unreachable } = ctx
+  const up = ctx.current()
   const flow = { finished: false, timer: null }
   flow.done = () => {
     flow.finished = true
     clearTimeout(flow.timer)
   }
   const headers = { Accept: 'application/json', 'User-Agent': `${PLUGIN_NAME}-dsh-plugin/${VERSION}` }
-  if (config.token) headers.Authorization = `Bearer ${config.token}`
+  if (up.token) headers.Authorization = `Bearer ${up.token}`
   const upstream = http.request({
     agent,
     protocol: 'http:',
-    hostname: config.target.hostname,
-    port: config.target.port,
-    family: config.target.hostname.includes(':') ? 6 : undefined,
-    path: config.target.basePath + upstreamPath,
+    hostname: up.target.hostname,
+    port: up.target.port,
+    family: up.target.hostname.includes(':') ? 6 : undefined,
+    path: up.target.basePath + upstreamPath,
     method: req.method === 'HEAD' ? 'HEAD' : 'GET',
     headers,
   })
@@ -238,7 +266,8 @@ function proxy(ctx, req, res, upstreamPath) {
 
 /** The sidecar's answer: JSON of at most MAX_BODY_BYTES passed on as is, anything else a 502. */
 function relayResponse(ctx, flow, req, res, up) {
-  const { config, noteReachable } = ctx
+  const { noteReachable } = ctx
+  const config = ctx.current()
   if (flow.finished) {
     up.resume()
     return
@@ -323,27 +352,44 @@ export function apply(ctx, rawConfig) {
         /* no stderr */
       }
     }
-    const handler = createHandler(config, log, warnings)
-    const register = () => {
+    const upstream = createUpstream(config, log)
+    const deps = { upstream, session: (id) => sessionInfo(ctx, id), sessionOfPid }
+    const handler = createHandler(config, log, warnings, deps)
+    const register = (startSidecar) => {
       let dispose = null
       try {
         dispose = ctx.webServer.register({ kind: 'prefix', path: ROUTE_PREFIX, handler })
-        log.info(`proxying ${API_PREFIX}/{status,history} to ${config.sidecarUrl}`)
+        log.info(`proxying ${API_PREFIX}/{status,history,jobs} to ${config.sidecarUrl}${config.autostart ? ' (or the sidecar it starts)' : ''}`)
       } catch (err) {
         log.error(`could not register ${ROUTE_PREFIX}: ${(err && err.message) || err}`)
       }
-      return () => {
+      // only where DSH can dispose the plugin (ctx.effect): a sidecar nobody could stop is never started
+      if (startSidecar) upstream.start(handler.fetchJson)
+      else void upstream.stop()
+      // disposed with the plugin (DSH runs this on SIGTERM/SIGINT too): the sidecar stops with DSH
+      return async () => {
         try {
           if (typeof dispose === 'function') dispose()
         } finally {
+          await upstream.stop().catch(() => {})
           handler.close()
         }
       }
     }
-    if (typeof ctx.effect === 'function') ctx.effect(register, `${PLUGIN_NAME} proxy route`)
-    else register()
+    if (typeof ctx.effect === 'function') ctx.effect(() => register(true), `${PLUGIN_NAME} proxy route and sidecar`)
+    else register(false)
+    registerTool(ctx, { handler, deps, log })
   } catch (err) {
     log.error(`apply failed, the GPU panel will show the sidecar as unreachable: ${(err && err.stack) || err}`)
+  }
+}
+
+/** The agent tool gpu_status, when DSH has a tool registry: optional, it never holds DSH's boot. */
+function registerTool(ctx, options) {
+  try {
+    if (typeof ctx.inject === 'function') ctx.inject(['tools'], (toolCtx) => registerGpuStatusTool(toolCtx, options))
+  } catch (err) {
+    options.log.warn(`the gpu_status tool is not available: ${(err && err.message) || err}`)
   }
 }
 

@@ -344,13 +344,13 @@ describe('apply', () => {
       effect: (fn) => fn(),
       webServer: { register: (r) => (routes.push(r), () => {}) },
     }
-    apply(ctx, { sidecarUrl: 'http://example.com:1', timeoutMs: -5 })
+    apply(ctx, { sidecarUrl: 'http://example.com:1', timeoutMs: -5, autostart: false })
     assert.equal(routes.length, 1)
     assert.equal(routes[0].kind, 'prefix')
     assert.equal(routes[0].path, '/dsh-gpu-dashboard')
     assert.equal(warnings.length, 2)
     // a webServer that throws (duplicate path) and a ctx without anything must not throw either
-    apply({ ...ctx, webServer: { register: () => { throw new Error('duplicate') } } }, {})
+    apply({ ...ctx, webServer: { register: () => { throw new Error('duplicate') } } }, { autostart: false })
     apply({}, {})
     apply(undefined, undefined)
   })

@@ -403,7 +403,7 @@ def test_sidecar_down_dsh_still_boots_and_the_panel_says_unreachable(
 
         home = DshHome.create(tmp_path / "home", dsh_launcher)
         home.add_plugin()
-        home.write_plugin_config(sidecarUrl=url, token=None, timeoutMs=1000)
+        home.write_plugin_config(sidecarUrl=url, token=None, timeoutMs=1000, autostart=False)
         with start_dsh_web(home, tmp_path / "work") as web:
             code, body = get_json(web.url, f"{API}/status")
             assert code == 502, body
@@ -438,7 +438,9 @@ def test_sidecar_down_dsh_still_boots_and_the_panel_says_unreachable(
                 )
                 try:
                     sidecar2.wait_status(lambda d: True, what="a first poll")
-                    home.write_plugin_config(sidecarUrl=sidecar2.url, token=token, timeoutMs=1000)
+                    home.write_plugin_config(
+                        sidecarUrl=sidecar2.url, token=token, timeoutMs=1000, autostart=False
+                    )
                     try:
                         page.wait_for_selector(
                             '[data-testid="dsh-gpu-chip"][data-state="ok"]', timeout=30_000

@@ -10,6 +10,7 @@ import {
 } from '../../../sidecar/static/format.js'
 import { getStore } from './store.js'
 import { useLang, useStatus, useUi } from './shared.jsx'
+import { JobsSummary } from './jobs.jsx'
 
 // ------------------------------------------------------------------ sidebar chip
 
@@ -32,7 +33,7 @@ export function StatusChip({ wide }) {
   let labelStyle = {}
   let dot = STATUS_COLORS.UNKNOWN
   let util = ''
-  if (st.state === 'unreachable') {
+  if (st.state === 'unreachable' || st.state === 'missing') {
     label = t(lang, 'chip.unreachable')
     dot = SEVERITY_COLORS.warning
   } else if (st.state === 'error') {
@@ -74,6 +75,7 @@ export function StatusChip({ wide }) {
             {label}
           </span>
           {doc && st.state === 'ok' ? null : <span className="dgd-chip-text dgd-muted">{t(lang, 'plugin.name')}</span>}
+          <JobsSummary />
           {util ? (
             <span className="dgd-chip-util" data-testid="dsh-gpu-chip-util">
               {util}

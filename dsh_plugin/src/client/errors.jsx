@@ -9,6 +9,7 @@ import {
 } from '../../../sidecar/static/format.js'
 import { API, clampRefresh } from './store.js'
 import { useSettings } from './shared.jsx'
+import { SidecarMissing } from './jobs.jsx'
 
 // ------------------------------------------------------------------ error containment
 
@@ -119,6 +120,7 @@ export function ProblemCard({ st, lang }) {
 /** Unreachable / error / loading, or null when there is data to show. */
 export function ConnectionNotice({ st, lang }) {
   if (st.state === 'unreachable') return <Unreachable st={st} lang={lang} />
+  if (st.state === 'missing') return <SidecarMissing st={st} lang={lang} />
   if (st.state === 'error') return <ProblemCard st={st} lang={lang} />
   if (st.state === 'loading' && !st.doc) return <p className="dgd-muted">{t(lang, 'loading')}</p>
   return null

@@ -10,6 +10,7 @@ import {
 import { REFRESH_MAX_S, REFRESH_MIN_S, clampRefresh, getStore } from './store.js'
 import { Badge, PLUGIN_VERSION, SUPPORTED_DSH, isNum, useLang, useSettings, useStatus, useTick } from './shared.jsx'
 import { ProblemCard, Unreachable } from './errors.jsx'
+import { SidecarMissing, StartedSidecarRow } from './jobs.jsx'
 
 // ------------------------------------------------------------------ settings section
 
@@ -26,6 +27,17 @@ function vetUrl(value) {
   return 'not-loopback'
 }
 
+/** The autostart keys as the host uses them (a patch replaces the whole config: restate them). */
+function autostartLines(cfg) {
+  if (!cfg || typeof cfg.autostart !== 'boolean') return []
+  const args = Array.isArray(cfg.sidecarArgs) ? cfg.sidecarArgs : []
+  return [
+    `    autostart: ${cfg.autostart}`,
+    `    sidecarCommand: ${JSON.stringify(cfg.sidecarCommand || 'dsh-sidecar')}`,
+    `    sidecarArgs: ${JSON.stringify(args)}`,
+  ]
+}
+
 function yamlSnippet(url, cfg) {
   const token = cfg && cfg.tokenSet ? '<your token>' : 'null'
   const timeout = cfg && isNum(cfg.timeoutMs) ? cfg.timeoutMs : 2000
@@ -35,6 +47,7 @@ function yamlSnippet(url, cfg) {
     `    sidecarUrl: ${url}`,
     `    token: ${token}`,
     `    timeoutMs: ${timeout}`,
+    ...autostartLines(cfg),
     '',
   ].join('\n')
 }
@@ -43,7 +56,7 @@ const DEFAULT_URL = 'http://127.0.0.1:8765'
 
 function connectionColor(state) {
   if (state === 'ok') return STATUS_COLORS.GPU
-  if (state === 'unreachable') return SEVERITY_COLORS.warning
+  if (state === 'unreachable' || state === 'missing') return SEVERITY_COLORS.warning
   if (state === 'error') return SEVERITY_COLORS.error
   return STATUS_COLORS.UNKNOWN
 }
@@ -87,6 +100,7 @@ function ConnectionField({ st, cfg, effective, lang }) {
             {effective || NA}
             {cfg ? <span className="dgd-muted"> · {cfg.tokenSet ? t(lang, 'settings.tokenSet') : t(lang, 'settings.tokenUnset')}</span> : null}
           </dd>
+          <StartedSidecarRow cfg={cfg} lang={lang} />
           <dt>{t(lang, 'settings.lastUpdate')}</dt>
           <dd>{st.lastOk ? fmtAgo((Date.now() - st.lastOk) / 1000, lang) : t(lang, 'updated.never')}</dd>
           {cfg && Array.isArray(cfg.warnings) && cfg.warnings.length ? (
@@ -101,6 +115,7 @@ function ConnectionField({ st, cfg, effective, lang }) {
           ) : null}
         </dl>
         {st.state === 'unreachable' ? <Unreachable st={st} lang={lang} /> : null}
+        {st.state === 'missing' ? <SidecarMissing st={st} lang={lang} /> : null}
         {st.state === 'error' ? <ProblemCard st={st} lang={lang} /> : null}
         <div className="dgd-row">
           <button type="button" className="dgd-btn" onClick={() => store.refreshNow()} data-testid="dsh-gpu-test">

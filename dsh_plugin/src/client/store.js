@@ -122,6 +122,10 @@ export function classify(resp, path) {
     // A sidecar of another schema (an older or newer version): say so, never guess at its fields.
     return b.schema === SCHEMA ? { kind: 'ok' } : { kind: 'error', code: 'schema', got: b.schema ?? null, httpStatus: 200 }
   }
+  if (b && b.error === 'sidecar-missing') {
+    // autostart could not run the sidecar command: the card says how to install it
+    return { kind: 'missing', command: b.command || null, install: b.install || null, hint: b.hint || null, detail: b.detail || null }
+  }
   if (b && b.error === 'sidecar-unreachable') {
     return { kind: 'unreachable', url: b.url || null, hint: b.hint || null, detail: b.detail || null }
   }
@@ -193,8 +197,12 @@ function nextHistory(cur, body) {
   }
 }
 
-/** fetchConfig, pollStatus and pollHistory, each at most once in flight, writing into the observables. */
-function createPollers(status, history) {
+/**
+ * fetchConfig, pollStatus and pollHistory, each at most once in flight, writing into the observables.
+ * `sel.job` is the job shown (?job=ID; null: the sidecar's default job).
+ */
+function createPollers(status, history, sel = { job: null }) {
+  const jobQuery = (sep) => (sel.job ? `${sep}job=${encodeURIComponent(sel.job)}` : '')
   const flags = { configFetched: false, statusInFlight: false, historyInFlight: false }
 
   async function fetchConfig() {
@@ -217,9 +225,11 @@ function createPollers(status, history) {
   async function pollStatus() {
     if (flags.statusInFlight) return
     flags.statusInFlight = true
-    const path = `${API}/status`
+    const path = `${API}/status${jobQuery('?')}`
+    const asked = sel.job
     try {
       const r = await getJson(path)
+      if (asked !== sel.job) return // another job was chosen meanwhile
       const c = classify(r, path)
       const prev = status.get()
       if (c.kind === 'ok') {
@@ -246,7 +256,9 @@ function createPollers(status, history) {
     try {
       const h = history.get()
       const since = h.lastTime !== null ? `?since=${encodeURIComponent(String(h.lastTime))}` : ''
-      const r = await getJson(`${API}/history${since}`)
+      const asked = sel.job
+      const r = await getJson(`${API}/history${since}${jobQuery(since ? '&' : '?')}`)
+      if (asked !== sel.job) return // another job was chosen meanwhile
       if (r.httpStatus === 200 && r.json && r.body && Array.isArray(r.body.samples)) {
         history.set(nextHistory(history.get(), r.body))
       } else {
@@ -298,6 +310,17 @@ function saveToStorage(next) {
   }
 }
 
+/** Switch the job shown: forget the old one's data and poll the new one now. */
+function selectJob(sel, id, { status, history, statusLoop, historyLoop, historyUsers }) {
+  const next = typeof id === 'string' && id ? id : null
+  if (next === sel.job) return
+  sel.job = next
+  history.set({ ...EMPTY_HISTORY })
+  status.set({ ...status.get(), doc: null, state: 'loading' })
+  if (status.size()) statusLoop.schedule(0)
+  if (historyUsers()) historyLoop.schedule(0)
+}
+
 function createStore() {
   const settings = observable(readSettings())
   const ui = observable({ glanceOpen: false })
@@ -316,7 +339,8 @@ function createStore() {
     const l = settings.get().lang
     return l === 'en' || l === 'zh' ? l : browserLang()
   }
-  const pollers = createPollers(status, history)
+  const sel = { job: null }
+  const pollers = createPollers(status, history, sel)
   const intervalMs = () => Math.round(clampRefresh(settings.get().refreshS) * 1000)
   const statusLoop = createLoop(pollers.pollStatus, () => status.size() > 0, intervalMs)
   const historyLoop = createLoop(pollers.pollHistory, () => historyUsers > 0, () => Math.max(2000, intervalMs()))
@@ -366,6 +390,9 @@ function createStore() {
       saveToStorage(next)
       if (status.size()) statusLoop.schedule(intervalMs())
     },
+    job: () => sel.job,
+    /** Show another job (an id from /jobs, or null for the sidecar's default one). */
+    setJob: (id) => selectJob(sel, id, { status, history, statusLoop, historyLoop, historyUsers: () => historyUsers }),
     toggleGlance(open) {
       const cur = ui.get().glanceOpen
       ui.set({ ...ui.get(), glanceOpen: typeof open === 'boolean' ? open : !cur })

@@ -23,6 +23,22 @@ export const CSS = `
 .dgd-chip-util { margin-left: auto; flex: none; color: var(--dsw-alias-label-tertiary, #656d76); font-size: 12px; font-variant-numeric: tabular-nums; }
 .dgd-chip-text { min-width: 0; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
 
+.dgd-chip-jobs { flex: none; padding: 0 6px; border: 1.5px solid; border-radius: 999px; font-size: 11px; line-height: 16px;
+  color: var(--dsw-alias-label-secondary, #59636e); white-space: nowrap; }
+
+/* ---- the session's jobs (GPU tab) */
+.dgd-jobs { flex: none; }
+.dgd-jobs-title { margin: 0 0 6px; font-size: 13px; font-weight: 600; }
+.dgd-jobs-list { list-style: none; margin: 0; padding: 0; display: flex; flex-direction: column; gap: 4px; }
+.dgd-job { display: flex; align-items: center; gap: 10px; width: 100%; padding: 6px 10px; border-radius: 10px; cursor: pointer; text-align: left;
+  border: 1px solid var(--dsw-alias-border-l2, #e3e6ea); background: transparent; color: inherit; font: inherit; }
+.dgd-job:hover { background: var(--dsw-alias-interactive-bg-hover, rgba(0,0,0,.05)); }
+.dgd-job-on { border-color: var(--dsw-alias-label-secondary, #59636e); }
+.dgd-job-status { flex: none; font-weight: 700; font-size: 11px; padding: 1px 7px; border-radius: 999px; }
+.dgd-job-pid { flex: none; }
+.dgd-job-cmd { min-width: 0; flex: 1; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+.dgd-job-link { flex: none; font-size: 12px; }
+
 /* ---- glance card (shell.overlay) */
 .dgd-glance { position: fixed; left: 12px; bottom: 64px; z-index: 30; pointer-events: auto; width: 380px; max-width: calc(100vw - 24px);
   max-height: min(560px, calc(100vh - 88px)); overflow-y: auto; border-radius: 14px; padding: 14px 14px 12px;

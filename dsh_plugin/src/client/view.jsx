@@ -15,6 +15,7 @@ import { Badge, GpuMeters, Updated, Warnings, isNum, targetText, useHistory, use
 import { ConnectionNotice } from './errors.jsx'
 import { ProcessTable } from './processes.jsx'
 import { HistoryCharts } from './charts.jsx'
+import { SessionJobs } from './jobs.jsx'
 
 function Hero({ doc, lang, lastOk }) {
   const rt = (doc && doc.runtime) || {}
@@ -176,15 +177,25 @@ function RuntimeFooter({ doc, lang, intervalS }) {
   )
 }
 
-export function GpuView() {
+/** The GPU tab of a session: its jobs (jobs.jsx), then the chosen job. */
+export function GpuView(props) {
+  return (
+    <SessionJobs sessionId={props && props.sessionId}>
+      {(header, showJob) => <GpuViewBody header={header} showJob={showJob} />}
+    </SessionJobs>
+  )
+}
+
+function GpuViewBody({ header, showJob }) {
   const st = useStatus()
   const lang = useLang()
   const h = useHistory()
   const doc = st.doc
   return (
     <div className="dgd-root dgd-view" data-testid="dsh-gpu-view" data-state={st.state}>
+      {header}
       <ConnectionNotice st={st} lang={lang} />
-      {doc ? (
+      {doc && showJob ? (
         <>
           <Hero doc={doc} lang={lang} lastOk={st.lastOk} />
           <GpuCards doc={doc} lang={lang} />

@@ -1,0 +1,208 @@
+// Pure helpers of the sidecar supervisor, the session linkage and the agent tool. No I/O here
+// (dsh_plugin/test/jobs.test.mjs exercises every branch).
+
+export const SIDECAR_INSTALL_HINT =
+  'Install the sidecar (the dsh-gpu-dashboard Python package) so that `dsh-sidecar` is on the PATH ' +
+  'of `dsh web`, then restart `dsh web`; or set the plugin config key `sidecarCommand` to the full path ' +
+  'of `dsh-sidecar` (e.g. a virtual environment\'s bin/dsh-sidecar).'
+
+/** The command that installs the sidecar: from the checkout this plugin lives in, when it is one. */
+export function installCommand(checkoutRoot) {
+  if (typeof checkoutRoot === 'string' && checkoutRoot) {
+    const quoted = /^[A-Za-z0-9_./-]+$/.test(checkoutRoot) ? checkoutRoot : `'${checkoutRoot.replace(/'/g, `'\\''`)}'`
+    return `python3 -m pip install -e ${quoted}`
+  }
+  return 'python3 -m pip install dsh-gpu-dashboard'
+}
+
+export const BACKOFF_BASE_MS = 1000
+export const BACKOFF_MAX_MS = 30000
+// A sidecar that ran this long before dying counts as healthy: the next restart starts from the base.
+export const BACKOFF_RESET_AFTER_MS = 60000
+
+/** Restart delay after `failures` consecutive early deaths (1 -> base, doubling, capped). */
+export function backoffDelay(failures, baseMs = BACKOFF_BASE_MS, maxMs = BACKOFF_MAX_MS) {
+  const n = Number.isFinite(failures) && failures > 0 ? Math.floor(failures) : 1
+  return Math.min(maxMs, baseMs * 2 ** Math.min(n - 1, 20))
+}
+
+/**
+ * The URL in the sidecar's start line (sidecar/cli.py):
+ *   "dsh-sidecar: serving http://127.0.0.1:PORT/ (watching ...)"
+ * Only a loopback http URL counts; anything else gives null.
+ */
+export function parseServingUrl(line) {
+  if (typeof line !== 'string') return null
+  const m = /dsh-sidecar: serving (http:\/\/(?:127\.\d{1,3}\.\d{1,3}\.\d{1,3}|\[::1\]|localhost):(\d{1,5}))\/?/.exec(line)
+  if (!m) return null
+  const port = Number(m[2])
+  if (!Number.isInteger(port) || port < 1 || port > 65535) return null
+  return m[1]
+}
+
+/** True when `path` is `root` or lies below it (plain string paths, no I/O). */
+export function isUnder(path, root) {
+  if (typeof path !== 'string' || typeof root !== 'string' || !path.startsWith('/') || !root.startsWith('/')) return false
+  const r = root.length > 1 ? root.replace(/\/+$/, '') : root
+  if (r === '/') return true
+  return path === r || path.startsWith(r + '/')
+}
+
+/**
+ * Why a job belongs to a session, or null.
+ * @param job a Job of the sidecar's JobsDocument (root_pid, ancestor_pids, cwd)
+ * @param session {id, workspaces: string[]} the session id and its workspace root(s)
+ * @param sessionOfPid (pid) => the DSH_SESSION_ID in that process's environment, or null
+ * @returns {{by: 'shell', pid: number} | {by: 'workspace', root: string} | null}
+ */
+export function linkOf(job, session, sessionOfPid) {
+  if (!job || typeof job !== 'object' || !session) return null
+  if (session.id && typeof sessionOfPid === 'function') {
+    const pids = [job.root_pid, ...(Array.isArray(job.ancestor_pids) ? job.ancestor_pids : [])]
+    for (const pid of pids) {
+      if (!Number.isInteger(pid) || pid <= 1) continue
+      let sid = null
+      try {
+        sid = sessionOfPid(pid)
+      } catch {
+        sid = null
+      }
+      if (sid && sid === session.id) return { by: 'shell', pid }
+    }
+  }
+  for (const root of Array.isArray(session.workspaces) ? session.workspaces : []) {
+    if (isUnder(job.cwd, root)) return { by: 'workspace', root }
+  }
+  return null
+}
+
+const STATUS_RANK = { CPU: 0, MIXED: 1, UNKNOWN: 2, GPU: 3 }
+const SEVERITY_RANK = { error: 0, warning: 1, info: 2 }
+
+/** Sort key: live jobs first, then CPU < MIXED < UNKNOWN < GPU, then the worst warning, then newest. */
+export function jobRank(job) {
+  const alive = job && job.alive === false ? 1 : 0
+  const status = STATUS_RANK[job && job.status] ?? 2
+  const w = job && job.first_warning
+  const severity = w ? (SEVERITY_RANK[w.severity] ?? 1) : 3
+  const start = job && typeof job.start_time_unix_s === 'number' ? -job.start_time_unix_s : 0
+  return [alive, status, severity, start]
+}
+
+/** A copy of `jobs`, the worst first (see jobRank). */
+export function worstFirst(jobs) {
+  const list = Array.isArray(jobs) ? jobs.filter((j) => j && typeof j === 'object') : []
+  return list
+    .map((job, i) => ({ job, key: jobRank(job), i }))
+    .sort((a, b) => {
+      for (let k = 0; k < a.key.length; k++) if (a.key[k] !== b.key[k]) return a.key[k] - b.key[k]
+      return a.i - b.i
+    })
+    .map((x) => x.job)
+}
+
+/**
+ * Filter and annotate a JobsDocument for one session: each kept job gets `link`. A sidecar in
+ * "pid" mode watches the one job its user attached it to (`dsh-sidecar --pid PID`): that job shows
+ * in every session, linked `{by: 'attached'}` when neither its lineage nor its cwd ties it to one.
+ */
+export function sessionJobs(doc, session, sessionOfPid) {
+  const jobs = doc && Array.isArray(doc.jobs) ? doc.jobs : []
+  const attached = doc && doc.mode === 'pid'
+  const kept = []
+  for (const job of jobs) {
+    const link = linkOf(job, session, sessionOfPid) || (attached ? { by: 'attached' } : null)
+    if (link) kept.push({ ...job, link })
+  }
+  return worstFirst(kept)
+}
+
+/** The value of DSH_SESSION_ID in a NUL-separated environ block (/proc/PID/environ), or null. */
+export function sessionIdFromEnviron(text) {
+  if (typeof text !== 'string') return null
+  for (const entry of text.split('\0')) {
+    if (entry.startsWith('DSH_SESSION_ID=')) return entry.slice('DSH_SESSION_ID='.length) || null
+  }
+  return null
+}
+
+/** A job id as the sidecar writes it (`<root pid>-<start ticks>`), or null. */
+export function sanitizeJobId(value) {
+  if (typeof value !== 'string') return null
+  return /^[0-9]{1,10}-[0-9]{1,20}$/.test(value) ? value : null
+}
+
+// ------------------------------------------------------------------ agent tool (gpu_status)
+
+function devicesOfInputs(doc) {
+  const set = new Set()
+  if (doc && typeof doc.input_device === 'string') set.add(doc.input_device)
+  for (const p of (doc && Array.isArray(doc.processes) ? doc.processes : [])) {
+    for (const m of (p && Array.isArray(p.models) ? p.models : [])) {
+      if (m && typeof m.input_device === 'string') set.add(m.input_device)
+    }
+  }
+  return [...set]
+}
+
+/** The tool's canonical value for one status document (a job's verdict). */
+export function verdictOfStatus(doc, job) {
+  const warnings = (doc && Array.isArray(doc.warnings) ? doc.warnings : []).map((w) => ({
+    code: String(w.code ?? ''),
+    severity: String(w.severity ?? 'warning'),
+    message: String(w.message ?? ''),
+    hint: typeof w.hint === 'string' ? w.hint : null,
+  }))
+  const gpus = (doc && Array.isArray(doc.gpus) ? doc.gpus : []).map((g) => ({
+    index: g.index ?? null,
+    name: g.name ?? null,
+    util_pct: typeof g.util_pct === 'number' ? g.util_pct : null,
+    mem_used_mib: typeof g.mem_used_mib === 'number' ? g.mem_used_mib : null,
+    mem_total_mib: typeof g.mem_total_mib === 'number' ? g.mem_total_mib : null,
+  }))
+  const target = (doc && doc.target) || {}
+  return {
+    job: (doc && doc.job_id) || (job && job.id) || null,
+    pid: typeof target.pid === 'number' ? target.pid : (job && job.root_pid) ?? null,
+    command: Array.isArray(target.cmdline) ? target.cmdline.join(' ') : job && Array.isArray(job.command) ? job.command.join(' ') : null,
+    cwd: (job && job.cwd) || null,
+    alive: typeof target.alive === 'boolean' ? target.alive : job ? job.alive !== false : null,
+    link: job && job.link ? job.link.by : null,
+    status: (doc && doc.status) || 'UNKNOWN',
+    message: (doc && doc.message) || '',
+    model_device: (doc && doc.model_device) ?? null,
+    input_devices: devicesOfInputs(doc),
+    warnings,
+    gpus,
+  }
+}
+
+/** One short text the model reads for the tool's value. */
+export function verdictText(value) {
+  if (!value || typeof value !== 'object') return 'gpu_status: no answer.'
+  if (value.error) return `gpu_status: ${value.error}${value.hint ? ` ${value.hint}` : ''}`
+  const jobs = Array.isArray(value.jobs) ? value.jobs : []
+  if (jobs.length === 0) {
+    return `gpu_status: no PyTorch job of this session is running (none started from its shell tool or under ${value.workspace || 'its workspace'}).`
+  }
+  const lines = []
+  for (const j of jobs) {
+    const where = []
+    if (j.model_device) where.push(`model on ${j.model_device}`)
+    if (j.input_devices && j.input_devices.length) where.push(`inputs on ${j.input_devices.join(', ')}`)
+    lines.push(
+      `Job ${j.job} (pid ${j.pid}${j.alive === false ? ', exited' : ''}): ${j.status}. ${j.message}` +
+        (where.length ? ` (${where.join('; ')})` : ''),
+    )
+    for (const w of (j.warnings || []).slice(0, 3)) {
+      lines.push(`  ${w.severity}: ${w.message}${w.hint ? ` Hint: ${w.hint}` : ''}`)
+    }
+    const gpus = (j.gpus || []).filter((g) => g.util_pct !== null || g.mem_used_mib !== null)
+    for (const g of gpus.slice(0, 4)) {
+      const mem = g.mem_used_mib !== null && g.mem_total_mib ? `, ${Math.round(g.mem_used_mib)}/${Math.round(g.mem_total_mib)} MiB` : ''
+      lines.push(`  GPU ${g.index}${g.name ? ` ${g.name}` : ''}: ${g.util_pct !== null ? `${Math.round(g.util_pct)} %` : 'n/a'}${mem}`)
+    }
+  }
+  if (value.jobs_omitted) lines.push(`(${value.jobs_omitted} more job(s) not shown)`)
+  return lines.join('\n')
+}

@@ -1,0 +1,199 @@
+// The session's jobs (GPU tab), the chip's summary of every job, and the "sidecar missing" card.
+//
+// GET /dsh-gpu-dashboard/api/jobs?session=ID answers the jobs linked to that DSH session (the host
+// matches DSH_SESSION_ID in the job's process lineage, or its working directory under the session's
+// workspace), the worst first; GET /dsh-gpu-dashboard/api/jobs every job of the user.
+import { useEffect, useState, useSyncExternalStore } from 'react'
+import { STATUS_COLORS, STATUS_TEXT_COLORS, statusOf, t } from '../../../sidecar/static/format.js'
+import { worstFirst } from '../../host/jobs.js'
+import { API, clampRefresh, getStore } from './store.js'
+
+function useLang() {
+  const store = getStore()
+  useSyncExternalStore(store.settings.subscribe, store.settings.get, store.settings.get)
+  return store.lang()
+}
+
+/** Poll /jobs (for one session, or all) while mounted. {state: loading|ok|none|error, doc} */
+export function useJobs(sessionId) {
+  const store = getStore()
+  const settings = useSyncExternalStore(store.settings.subscribe, store.settings.get, store.settings.get)
+  const [result, setResult] = useState({ state: 'loading', doc: null })
+  useEffect(() => {
+    let stop = false
+    let timer = null
+    const path = `${API}/jobs${sessionId ? `?session=${encodeURIComponent(sessionId)}` : ''}`
+    const poll = async () => {
+      try {
+        const res = await fetch(path, { headers: { Accept: 'application/json' }, cache: 'no-store', credentials: 'same-origin' })
+        let body = null
+        try {
+          body = await res.json()
+        } catch {
+          body = null
+        }
+        if (stop) return
+        if (res.status === 200 && body && Array.isArray(body.jobs)) setResult({ state: 'ok', doc: body })
+        // an older sidecar without /jobs, or none answering: the GPU view says why
+        else setResult({ state: res.status === 404 ? 'none' : 'error', doc: null, httpStatus: res.status })
+      } catch {
+        if (!stop) setResult({ state: 'error', doc: null })
+      }
+      if (!stop) timer = setTimeout(poll, Math.round(clampRefresh(settings.refreshS) * 1000))
+    }
+    poll()
+    return () => {
+      stop = true
+      clearTimeout(timer)
+    }
+  }, [sessionId, settings.refreshS])
+  return result
+}
+
+const LINK_TEXT = { shell: 'sessionJobs.linkShell', workspace: 'sessionJobs.linkWorkspace', attached: 'sessionJobs.linkAttached' }
+
+function cmdText(cmd) {
+  return Array.isArray(cmd) ? cmd.join(' ') : ''
+}
+
+function JobRow({ job, selected, lang, onSelect }) {
+  const code = statusOf(job)
+  return (
+    <li>
+      <button
+        type="button"
+        className={`dgd-job${selected ? ' dgd-job-on' : ''}`}
+        data-testid="dsh-gpu-session-job"
+        data-job-id={job.id}
+        data-status={code}
+        data-link={job.link ? job.link.by : ''}
+        aria-pressed={selected ? 'true' : 'false'}
+        title={t(lang, 'sessionJobs.select')}
+        onClick={() => onSelect(job.id)}
+      >
+        <span className="dgd-job-status" style={{ background: STATUS_COLORS[code], color: STATUS_TEXT_COLORS[code] }}>
+          {code}
+        </span>
+        <span className="dgd-job-pid dgd-mono">{job.root_pid}</span>
+        <span className="dgd-job-cmd dgd-mono">{cmdText(job.command)}</span>
+        <span className="dgd-muted dgd-job-link">
+          {job.alive === false ? `${t(lang, 'jobs.exited')} · ` : ''}
+          {t(lang, LINK_TEXT[job.link && job.link.by] || 'sessionJobs.linkWorkspace')}
+        </span>
+      </button>
+    </li>
+  )
+}
+
+/**
+ * The GPU tab of one session: `children(header, showJob)` renders the view with the session's jobs
+ * (worst first) as its header; showJob is false while the session has none. Without a session id,
+ * or when the sidecar has no /jobs, the view is shown as it is: children(null, true).
+ */
+export function SessionJobs({ sessionId, children }) {
+  const lang = useLang()
+  const store = getStore()
+  const [, bump] = useState(0)
+  const jobs = useJobs(sessionId || null)
+  const list = jobs.state === 'ok' ? jobs.doc.jobs : []
+  const chosen = store.job()
+  const ids = list.map((j) => j.id)
+  const selected = ids.includes(chosen) ? chosen : ids[0] || null
+  useEffect(() => {
+    if (jobs.state === 'ok' && selected && selected !== chosen) store.setJob(selected)
+  }, [jobs.state, selected, chosen])
+  if (!sessionId || jobs.state !== 'ok') return children(null, true)
+  const workspace = jobs.doc.session && Array.isArray(jobs.doc.session.workspaces) ? jobs.doc.session.workspaces[0] : ''
+  const select = (id) => {
+    store.setJob(id)
+    bump((n) => n + 1)
+  }
+  return children(
+    <section className="dgd-jobs" data-testid="dsh-gpu-session-jobs" data-count={list.length}>
+      <h3 className="dgd-jobs-title">{t(lang, 'sessionJobs.title')}</h3>
+      {list.length === 0 ? (
+        <p className="dgd-muted" data-testid="dsh-gpu-session-empty">
+          {t(lang, 'sessionJobs.none', { workspace: workspace || '…' })}
+        </p>
+      ) : (
+        <ul className="dgd-jobs-list">
+          {list.map((j) => (
+            <JobRow key={j.id} job={j} selected={j.id === selected} lang={lang} onSelect={select} />
+          ))}
+        </ul>
+      )}
+    </section>,
+    list.length > 0,
+  )
+}
+
+/** Inside the sidebar chip: how many jobs, coloured by the worst one. */
+export function JobsSummary() {
+  const lang = useLang()
+  const jobs = useJobs(null)
+  if (jobs.state !== 'ok' || !jobs.doc.jobs.length) return null
+  const sorted = worstFirst(jobs.doc.jobs)
+  const worst = statusOf(sorted[0])
+  const n = sorted.length
+  return (
+    <span
+      className="dgd-chip-jobs"
+      data-testid="dsh-gpu-chip-jobs"
+      data-count={n}
+      data-worst={worst}
+      data-worst-job={sorted[0].id}
+      style={{ borderColor: STATUS_COLORS[worst] }}
+    >
+      {n === 1 ? t(lang, 'sessionJobs.countOne') : t(lang, 'sessionJobs.count', { n })}
+    </span>
+  )
+}
+
+/** Settings: the sidecar the plugin started (config `autostart`), as <dt>/<dd>; null when none. */
+export function StartedSidecarRow({ cfg, lang }) {
+  const s = cfg && cfg.sidecar
+  // the config answer is fetched when the connection state changes: a restart between two polls
+  // changes none, so read it afresh when the settings page opens
+  useEffect(() => {
+    getStore().refreshNow()
+  }, [])
+  if (!s) return null
+  const state = t(lang, `settings.started.${s.state}`)
+  return (
+    <>
+      <dt>{t(lang, 'settings.startedSidecar')}</dt>
+      <dd data-testid="dsh-gpu-started-sidecar" data-state={s.state}>
+        <span className="dgd-mono">{s.command}</span>
+        <span className="dgd-muted">
+          {' · '}
+          {t(lang, 'settings.startedDetail', { state, pid: s.pid ?? '—', restarts: s.restarts ?? 0 })}
+          {s.lastError ? ` · ${s.lastError}` : ''}
+        </span>
+      </dd>
+    </>
+  )
+}
+
+/** The plugin could not run its sidecar command: what to install. */
+export function SidecarMissing({ st, lang }) {
+  const p = (st && st.problem) || {}
+  return (
+    <div className="dgd-root dgd-alert" data-testid="dsh-gpu-sidecar-missing" role="status">
+      <div className="dgd-alert-icon" aria-hidden="true">
+        !
+      </div>
+      <div className="dgd-alert-body">
+        <p className="dgd-alert-title">{t(lang, 'missing.title')}</p>
+        <p>{t(lang, 'missing.body', { command: p.command || 'dsh-sidecar', error: p.detail || '' })}</p>
+        <div className="dgd-cmds">
+          <div className="dgd-cmd">
+            <code data-testid="dsh-gpu-install-command">{p.install || 'python3 -m pip install dsh-gpu-dashboard'}</code>
+          </div>
+        </div>
+        <p className="dgd-alert-meta">
+          {t(lang, 'missing.config')} {t(lang, 'missing.retry')}
+        </p>
+      </div>
+    </div>
+  )
+}

@@ -1,0 +1,465 @@
+"""DSH without a terminal (issue 14): the plugin starts and supervises the sidecar itself.
+
+Real DSH 0.1.0-rc.8 from a fresh DSH_HOME, the plugin added as a user adds it, and NO sidecar
+running: nothing answers at the configured URL. The plugin must then start `dsh-sidecar` itself
+(a real process, found here through /proc), show a job started under the session's workspace in
+the session's GPU tab and in the chip, restart the sidecar after a kill -9, say how to install it
+when the command is missing, answer the agent tool `gpu_status` through DSH's own tool pipeline
+(`ctx.tools.execute`, run by the test-only host plugin tests/browser/dsh_tool_runner), and stop
+the sidecar when DSH stops.
+
+The sidecar runs in discovery mode (no --pid: every job of the user), so the session's GPU tab
+must pick its jobs: one started under the workspace, one whose environment carries the session's
+DSH_SESSION_ID (what DSH's shell tool gives every command it runs), and not one started elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+import threading
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.browser.conftest import GPU_NAMES, model, sysfs_cards
+from tests.browser.dsh_env import DshHome, DshWeb, get_json, start_dsh_web
+from tests.browser.test_dsh_plugin import (  # noqa: F401 (dsh_launcher is a fixture)
+    API,
+    dsh_launcher,
+    new_page,
+    open_session,
+    plugin_errors,
+    shot,
+    wait_for_panel,
+)
+from tests.fakenvml import FakeNvml, gpu, make_fake_sysfs
+from tests.helpers.harness import FakeJob, cuda_runtime, wait_for
+
+pytestmark = [pytest.mark.browser, pytest.mark.dsh]
+
+RUNNER_DIR = Path(__file__).resolve().parent / "dsh_tool_runner"
+SIDECAR_BIN = Path(sys.executable).parent / "dsh-sidecar"
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cmdline(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state != "Z"
+
+
+def ancestors(pid: int) -> list[int]:
+    out = []
+    while pid > 1:
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (FileNotFoundError, IndexError, ValueError):
+            break
+        out.append(pid)
+    return out
+
+
+def managed_sidecar(web: DshWeb) -> dict:
+    code, cfg = get_json(web.url, f"{API}/config")
+    assert code == 200, cfg
+    return cfg["sidecar"] or {}
+
+
+def wait_running(web: DshWeb, timeout_s: float = 40.0, not_pid: int | None = None) -> dict:
+    return wait_for(
+        lambda: (
+            (s := managed_sidecar(web)).get("state") == "running"
+            and s.get("pid")
+            and s["pid"] != not_pid
+            and s
+        ),
+        timeout_s,
+        0.2,
+        f"the plugin's sidecar to run (now: {managed_sidecar(web)})",
+    )
+
+
+def run_tool(web: DshWeb, name: str, args: dict) -> dict:
+    q = urllib.parse.urlencode({"name": name, "args": json.dumps(args)})
+    code, body = get_json(web.url, f"/dsh-gpu-test-tools/execute?{q}", timeout_s=30)
+    assert code == 200, body
+    return body
+
+
+class FakeLlm:
+    """A DeepSeek-compatible chat endpoint on loopback (POST /chat/completions, SSE). A request that
+    offers the gpu_status tool and has no tool result yet gets a call of it; the next one (with the
+    result) a short answer; any other request (the session title) a word. Every request is kept."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict] = []
+        llm = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
+                llm.requests.append(body)
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.end_headers()
+                for chunk in llm.answer(body):
+                    self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                self.wfile.write(b"data: [DONE]\n\n")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @staticmethod
+    def answer(body: dict) -> list[dict]:
+        usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+        tools = [t["function"]["name"] for t in body.get("tools") or []]
+        answered = any(m.get("role") == "tool" for m in body.get("messages") or [])
+        if "gpu_status" in tools and not answered:
+            call = {"index": 0, "id": "call_gpu_1", "type": "function",
+                    "function": {"name": "gpu_status", "arguments": "{}"}}
+            return [
+                {"choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": [call]}, "finish_reason": None}]},
+                {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}], "usage": usage},
+            ]
+        text = "Your model is on the CPU: move it with model.to('cuda')." if answered else "GPU check"
+        return [
+            {"choices": [{"index": 0, "delta": {"role": "assistant", "content": text}, "finish_reason": None}]},
+            {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": usage},
+        ]
+
+    def tool_results(self) -> list[str]:
+        return [
+            m.get("content") or ""
+            for body in self.requests
+            for m in body.get("messages") or []
+            if m.get("role") == "tool" and m.get("tool_call_id") == "call_gpu_1"
+        ]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@dataclass
+class Autostarted:
+    web: DshWeb
+    job: FakeJob
+    other: FakeJob
+    workspace: Path
+    home: DshHome
+    base: Path
+    llm: FakeLlm
+
+
+def cpu_model_job(directory: Path, cwd: Path, env: dict[str, str] | None = None) -> FakeJob:
+    """A training job whose model stays on the CPU of a GPU machine."""
+    spec = {
+        "payload": {
+            "role": "main",
+            "script": "train.py",
+            "runtime": cuda_runtime([gpu(0)["uuid"]]),
+            "models": [model("net", "cpu", input_device="cpu")],
+        }
+    }
+    return FakeJob(directory, {"main": spec}, env=env, cwd=cwd)
+
+
+def simulated_gpu_env(base: Path, lib_dir: Path) -> tuple[FakeNvml, dict[str, str]]:
+    nvml = FakeNvml(lib_dir=lib_dir, scenario_path=base / "scenario.txt")
+    sysfs = make_fake_sysfs(base / "sys", sysfs_cards(1))
+    full = nvml.env({"DSH_SYSFS_ROOT": str(sysfs)})
+    # only what the simulated driver adds: DSH's own environment (HOME, DSH_HOME, PATH) stays
+    keys = ("LD_LIBRARY_PATH", "FAKE_NVML_SCENARIO", "PYTHONPATH", "DSH_SYSFS_ROOT")
+    return nvml, {k: full[k] for k in keys if k in full}
+
+
+@pytest.fixture(scope="module")
+def autostarted(dsh_launcher: Path, fake_nvml_lib_dir: Path, tmp_path_factory) -> Iterator[Autostarted]:
+    if not SIDECAR_BIN.exists():
+        pytest.skip(f"{SIDECAR_BIN} is not installed (pip install -e .)")
+    base = tmp_path_factory.mktemp("dsh-autostart")
+    workspace = base / "work"  # where `dsh web` starts: the workspace root
+    workspace.mkdir()
+    elsewhere = base / "elsewhere"
+    elsewhere.mkdir()
+    nvml, gpu_env = simulated_gpu_env(base, fake_nvml_lib_dir)
+    # a training job started from the workspace, and one of another project (not this session's)
+    job = cpu_model_job(base / "job", workspace)
+    other = cpu_model_job(base / "other", elsewhere)
+    web = None
+    llm = FakeLlm()  # the session's agent asks this "model", which calls gpu_status
+    try:
+        nvml.write({"driver_version": "550.54.15", "cuda_driver_version": 12040,
+                    "gpus": [gpu(0, name=GPU_NAMES[0], util_gpu=0, memory_used_mib=0)]})
+        home = DshHome.create(base / "home", dsh_launcher)
+        home.add_plugin()
+        home.add_plugin(RUNNER_DIR)
+        port = closed_port()  # no sidecar answers there
+        home.write_plugin_config(
+            sidecarUrl=f"http://127.0.0.1:{port}",
+            token=None,
+            timeoutMs=2000,
+            autostart=True,
+            sidecarCommand=str(SIDECAR_BIN),
+            sidecarArgs=["--interval", "0.5"],  # discovery: every job of the user
+        )
+        web = start_dsh_web(home, workspace, extra_env={**gpu_env, "DEEPSEEK_BASE_URL": llm.url})
+        yield Autostarted(web, job, other, workspace, home, base, llm)
+    finally:
+        if web is not None:
+            web.stop()
+        llm.close()
+        job.stop()
+        other.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_the_plugin_starts_the_sidecar_itself(autostarted: Autostarted) -> None:
+    web = autostarted.web
+    s = wait_running(web)
+    pid = s["pid"]
+    argv = cmdline(pid)
+    # a real dsh-sidecar process, a child of DSH, on a free loopback port, its token kept off argv
+    assert any(Path(a).name == "dsh-sidecar" for a in argv[:2]), argv
+    assert argv[-4:] == ["--host", "127.0.0.1", "--port", "0"], argv
+    assert web.process.pid in ancestors(pid), (ancestors(pid), web.process.pid)
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    token = [e for e in environ if e.startswith(b"DSH_SIDECAR_TOKEN=")]
+    assert token and len(token[0]) > len("DSH_SIDECAR_TOKEN=") + 30
+    assert not any(token[0].split(b"=", 1)[1].decode() in a for a in argv)
+    # DSH's own credentials (its model API key) stay out of the sidecar's environment
+    assert not any(e.startswith(b"DEEPSEEK_API_KEY=") for e in environ)
+    # the token is the plugin's own: the sidecar refuses anyone without it
+    code, _ = get_json(s["url"], "/api/dsh-gpu-dashboard/status")
+    assert code == 401
+    code, cfg = get_json(web.url, f"{API}/config")
+    assert cfg["tokenSet"] is False and token[0].split(b"=", 1)[1].decode() not in json.dumps(cfg)
+    # ... while the proxy reaches it
+    pids = {autostarted.job.pid, autostarted.other.pid}
+    code, jobs = wait_for(
+        lambda: (r := get_json(web.url, f"{API}/jobs"))[0] == 200 and pids <= {j["root_pid"] for j in r[1]["jobs"]} and r,
+        30,
+        0.3,
+        "both jobs in the discovery sidecar's /jobs",
+    )
+    assert jobs["mode"] == "discovery"
+    job_id = next(j["id"] for j in jobs["jobs"] if j["root_pid"] == autostarted.job.pid)
+    code, doc = get_json(web.url, f"{API}/status?job={job_id}")
+    assert code == 200 and doc["target"]["pid"] == autostarted.job.pid
+
+
+def test_the_gpu_tab_and_the_chip_show_the_workspace_job_and_survive_a_kill(
+    chromium, autostarted: Autostarted
+) -> None:
+    web = autostarted.web
+    first = wait_running(web)
+    jobs = get_json(web.url, f"{API}/jobs")[1]["jobs"]
+    job_id = next(j["id"] for j in jobs if j["root_pid"] == autostarted.job.pid)
+    other_id = next(j["id"] for j in jobs if j["root_pid"] == autostarted.other.pid)
+    errors: list[str] = []
+    sessions: list[str] = []
+    ctx, page = new_page(chromium, web.url, errors)
+    page.on(
+        "request",
+        lambda r: sessions.extend(urllib.parse.parse_qs(urllib.parse.urlparse(r.url).query).get("session", []))
+        if f"{API}/jobs" in r.url
+        else None,
+    )
+    shell_job = None
+    try:
+        chip = wait_for_panel(page)
+        summary = page.locator('[data-testid="dsh-gpu-chip-jobs"]')
+        summary.wait_for(timeout=30_000)
+        # the chip summarises every job of the user, the worst first (both jobs here are CPU)
+        assert int(summary.get_attribute("data-count")) >= 2
+        assert summary.get_attribute("data-worst") == "CPU"
+
+        open_session(page)
+        rows = page.locator('[data-testid="dsh-gpu-session-job"]')
+        row = page.locator(f'[data-testid="dsh-gpu-session-job"][data-job-id="{job_id}"]')
+        row.wait_for(timeout=30_000)
+        assert row.get_attribute("data-link") == "workspace"
+        assert str(autostarted.job.pid) in row.inner_text()
+        assert page.locator(f'[data-job-id="{other_id}"]').count() == 0  # another project's job
+        # a job whose environment carries this session's id (as DSH's shell tool sets it) joins
+        sid = sessions[-1]
+        # the host knows the session (ctx.sessions): its header's cwd is the workspace
+        code, mine = get_json(web.url, f"{API}/jobs?session={urllib.parse.quote(sid)}")
+        assert code == 200 and mine["session"]["id"] == sid, mine
+        assert mine["session"]["from"] == "session", mine["session"]
+        assert mine["session"]["workspaces"] == [str(autostarted.workspace.resolve())]
+        assert [j["id"] for j in mine["jobs"]] == [job_id]
+        shell_job = cpu_model_job(
+            autostarted.base / "shell-job", autostarted.base / "elsewhere", env={**os.environ, "DSH_SESSION_ID": sid}
+        )
+        shell_row = page.locator(f'[data-testid="dsh-gpu-session-job"][data-link="shell"]')
+        shell_row.wait_for(timeout=30_000)
+        assert str(shell_job.pid) in shell_row.inner_text()
+        assert rows.count() == 2
+        assert page.locator(f'[data-job-id="{other_id}"]').count() == 0
+        row.click()
+        view = page.locator('[data-testid="dsh-gpu-view"][data-state="ok"]')
+        view.wait_for(timeout=30_000)
+        # the session's job, through ?job=: the verdict of the CPU model
+        code, doc = get_json(web.url, f"{API}/status?job={urllib.parse.quote(job_id)}")
+        assert code == 200 and doc["job_id"] == job_id
+        assert doc["status"] in view.inner_text() or doc["status"] == chip.get_attribute("data-status")
+        # which session asked: the host answers its workspace
+        shot(page, "autostart-session-tab")
+
+        # kill -9 the sidecar the plugin started: it comes back (backoff), so does the data
+        os.kill(first["pid"], signal.SIGKILL)
+        again = wait_running(web, 40, not_pid=first["pid"])
+        assert again["restarts"] >= 1 and again["pid"] != first["pid"]
+        assert not alive(first["pid"])
+        page.wait_for_function(
+            """() => { const v = document.querySelector('[data-testid="dsh-gpu-view"]');
+                       return v && v.dataset.state === 'ok' }""",
+            timeout=30_000,
+        )
+        code, doc = wait_for(
+            lambda: (r := get_json(web.url, f"{API}/status?job={urllib.parse.quote(job_id)}"))[0] == 200 and r,
+            30,
+            0.3,
+            "status after the restart",
+        )
+        assert doc["target"]["pid"] == autostarted.job.pid
+        row.wait_for()
+        page.wait_for_selector('[data-testid="dsh-gpu-chip"][data-state="ok"]', timeout=30_000)
+        # settings: the sidecar the plugin started, and a snippet that keeps the autostart keys
+        page.get_by_role("button", name="Settings").first.click()
+        page.get_by_text("GPU dashboard", exact=True).last.click()
+        started = page.locator('[data-testid="dsh-gpu-started-sidecar"][data-state="running"]')
+        started.wait_for(timeout=30_000)
+        assert str(managed_sidecar(web)["pid"]) in started.inner_text() and "restarted 1" in started.inner_text()
+        yaml = page.locator('[data-testid="dsh-gpu-yaml"]').inner_text()
+        assert "autostart: true" in yaml and f'sidecarCommand: "{SIDECAR_BIN}"' in yaml, yaml
+        assert not plugin_errors(errors), errors
+    finally:
+        ctx.close()
+        if shell_job is not None:
+            shell_job.stop()
+
+
+def test_gpu_status_tool_through_dsh_tool_pipeline(autostarted: Autostarted) -> None:
+    web = autostarted.web
+    wait_running(web)
+    code, schemas = get_json(web.url, "/dsh-gpu-test-tools/schemas")
+    assert code == 200, schemas
+    tool = next(t for t in schemas["tools"] if t["name"] == "gpu_status")
+    assert "job" in tool["parameters"]["properties"]
+
+    def verdict() -> dict | None:
+        r = run_tool(web, "gpu_status", {})
+        jobs = (r.get("value") or {}).get("jobs") or []
+        return r if jobs and jobs[0]["status"] == "CPU" else None
+
+    r = wait_for(verdict, 30, 0.5, "a CPU verdict from gpu_status")
+    assert r["isError"] is False, r
+    value = r["value"]
+    assert value["workspace"] == str(autostarted.workspace.resolve())
+    (j,) = value["jobs"]
+    assert j["pid"] == autostarted.job.pid and j["link"] == "workspace"
+    assert j["model_device"] == "cpu" and j["input_devices"] == ["cpu"]
+    assert j["gpus"] and j["gpus"][0]["name"] == GPU_NAMES[0]
+    hinted = [w for w in j["warnings"] if w["hint"]]
+    assert hinted, j["warnings"]
+    text = "".join(c.get("text", "") for c in r["content"])
+    assert f"Job {j['job']} (pid {j['pid']}): CPU." in text
+    assert "model on cpu" in text and hinted[0]["hint"] in text
+    # one job by id, and a bad id answered as a value the model can read
+    one = run_tool(web, "gpu_status", {"job": j["job"]})
+    assert one["isError"] is False and one["value"]["jobs"][0]["job"] == j["job"]
+    bad = run_tool(web, "gpu_status", {"job": "nope"})
+    assert bad["isError"] is False and "not a job id" in bad["value"]["error"]
+    # wrong arguments: the tool throws, DSH's pipeline turns it into a failed result
+    wrong = run_tool(web, "gpu_status", {"job": 5})
+    assert wrong["isError"] is True and "optional argument" in wrong["error"]["message"], wrong
+    assert wrong["content"][0]["text"].startswith("Error:"), wrong
+
+
+def test_the_session_agent_calls_gpu_status_and_reads_the_verdict(autostarted: Autostarted) -> None:
+    """The real agent loop: the session's message went to the (fake) model, which called gpu_status;
+    DSH ran it for that session (exec.agent.session) and sent the verdict back to the model."""
+    llm = autostarted.llm
+    results = wait_for(llm.tool_results, 60, 0.3, "the agent's gpu_status result in a model request")
+    text = results[0]
+    assert "Job " in text and f"(pid {autostarted.job.pid})" in text and ": CPU." in text, text
+    assert "model on cpu" in text and "Hint:" in text, text
+    assert f"(pid {autostarted.other.pid})" not in text  # another project's job is not this session's
+    offered = next(b for b in llm.requests if any(t["function"]["name"] == "gpu_status" for t in b.get("tools") or []))
+    tool = next(t["function"] for t in offered["tools"] if t["function"]["name"] == "gpu_status")
+    assert "GPU" in tool["description"] and "job" in tool["parameters"]["properties"]
+
+
+def test_the_sidecar_stops_with_dsh(autostarted: Autostarted) -> None:
+    web = autostarted.web
+    pid = wait_running(web)["pid"]
+    # SIGTERM to DSH alone (not its process group): DSH disposes its plugins, ours stops the sidecar
+    os.kill(web.process.pid, signal.SIGTERM)
+    web.process.proc.wait(30)
+    wait_for(lambda: not alive(pid), 10, 0.1, f"the sidecar (pid {pid}) to stop with DSH")
+
+
+def test_a_missing_sidecar_command_shows_how_to_install_it(
+    chromium, dsh_launcher: Path, tmp_path: Path
+) -> None:
+    home = DshHome.create(tmp_path / "home", dsh_launcher)
+    home.add_plugin()
+    home.add_plugin(RUNNER_DIR)
+    missing = str(tmp_path / "nowhere" / "dsh-sidecar")
+    home.write_plugin_config(
+        sidecarUrl=f"http://127.0.0.1:{closed_port()}", token=None, timeoutMs=1000, sidecarCommand=missing
+    )
+    with start_dsh_web(home, tmp_path / "work") as web:
+        code, body = wait_for(
+            lambda: (r := get_json(web.url, f"{API}/status"))[0] == 502 and r, 20, 0.2, "sidecar-missing"
+        )
+        assert body["error"] == "sidecar-missing" and body["command"] == missing, body
+        assert "pip install" in body["install"] and "sidecarCommand" in body["hint"]
+        assert managed_sidecar(web)["state"] == "missing"
+        errors: list[str] = []
+        ctx, page = new_page(chromium, web.url, errors)
+        try:
+            chip = wait_for_panel(page)
+            page.wait_for_selector('[data-testid="dsh-gpu-chip"][data-state="missing"]', timeout=30_000)
+            chip.click()
+            card = page.locator('[data-testid="dsh-gpu-glance"] [data-testid="dsh-gpu-sidecar-missing"]')
+            card.wait_for()
+            text = card.inner_text()
+            assert "The sidecar is not installed" in text and missing in text
+            assert page.locator('[data-testid="dsh-gpu-install-command"]').inner_text() == body["install"]
+            page.mouse.move(0, 0)
+            shot(page, "sidecar-missing")
+            assert not plugin_errors(errors), errors
+        finally:
+            ctx.close()
+        r = run_tool(web, "gpu_status", {})
+        assert r["isError"] is False and "cannot be started" in r["value"]["error"]
+        assert "sidecarCommand" in r["value"]["hint"] and body["install"] in r["value"]["hint"]
+        assert "cannot be started" in r["content"][0]["text"]
+        assert web.process.proc.poll() is None, web.log()
