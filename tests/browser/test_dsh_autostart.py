@@ -23,9 +23,9 @@ import socket
 import sys
 import threading
 import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -198,7 +198,7 @@ def simulated_gpu_env(base: Path, lib_dir: Path) -> tuple[FakeNvml, dict[str, st
 
 
 @pytest.fixture(scope="module")
-def autostarted(dsh_launcher: Path, fake_nvml_lib_dir: Path, tmp_path_factory) -> Iterator[Autostarted]:
+def autostarted(dsh_launcher: Path, fake_nvml_lib_dir: Path, tmp_path_factory) -> Iterator[Autostarted]:  # noqa: F811 (the fixture)
     if not SIDECAR_BIN.exists():
         pytest.skip(f"{SIDECAR_BIN} is not installed (pip install -e .)")
     base = tmp_path_factory.mktemp("dsh-autostart")
@@ -316,7 +316,7 @@ def test_the_gpu_tab_and_the_chip_show_the_workspace_job_and_survive_a_kill(
         shell_job = cpu_model_job(
             autostarted.base / "shell-job", autostarted.base / "elsewhere", env={**os.environ, "DSH_SESSION_ID": sid}
         )
-        shell_row = page.locator(f'[data-testid="dsh-gpu-session-job"][data-link="shell"]')
+        shell_row = page.locator('[data-testid="dsh-gpu-session-job"][data-link="shell"]')
         shell_row.wait_for(timeout=30_000)
         assert str(shell_job.pid) in shell_row.inner_text()
         assert rows.count() == 2
@@ -426,7 +426,7 @@ def test_the_sidecar_stops_with_dsh(autostarted: Autostarted) -> None:
 
 
 def test_a_missing_sidecar_command_shows_how_to_install_it(
-    chromium, dsh_launcher: Path, tmp_path: Path
+    chromium, dsh_launcher: Path, tmp_path: Path  # noqa: F811
 ) -> None:
     home = DshHome.create(tmp_path / "home", dsh_launcher)
     home.add_plugin()

@@ -44,7 +44,8 @@ def assert_one_clear_line(r: subprocess.CompletedProcess, code: int, *needles: s
 @pytest.mark.parametrize(
     "args, needles",
     [
-        ([], ["--pid"]),
+        (["--json"], ["--once"]),
+        (["--host", "0.0.0.0"], ["--token"]),  # discovery serves too: the same rules
         (["--pid", "abc"], ["not a process id"]),
         (["--pid", "-5"], ["--pid"]),
         (["--pid", "1", "--port", "70000"], ["0-65535"]),

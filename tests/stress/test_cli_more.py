@@ -83,7 +83,7 @@ BAD_USAGE = [
     (["--pid", "1", "--history", "1e12"], ["--history", "at most"]),
     (["run", "--grace", "inf", "--", "true"], ["--grace", "at most"]),
     (["--pid", "1", "--json"], ["--json", "--once"]),
-    (["serve"], ["--pid"]),
+    (["serve"], ["unrecognized arguments: serve"]),
     (["run", "--port", "abc", "--", "true"], ["--port"]),
     (["run", "--interval", "0", "--", "true"], ["--interval"]),
     (["run", "--host", "10.0.0.1", "--", "true"], ["--token"]),
