@@ -23,7 +23,7 @@ from probe_wire.names import SHM_DIR, list_segments
 from probe_wire.procid import process_identity, process_real_uid
 from sidecar import contract, document
 from sidecar.collect import job_id
-from sidecar.poller import Poller, _NvmlDown
+from sidecar.poller import SYSFS_EVERY_POLLS, Poller, _NvmlDown, machine_sources, poll_nvml, read_system_gpus
 from sidecar.sources import lineage
 from sidecar.verdict import Rules
 
@@ -79,16 +79,7 @@ class JobsPoller:
         self.uid = (os.getuid() or None) if uid == -1 else uid  # None: every user's jobs (root)
         self.shm_dir = shm_dir
         self.clock = clock
-        if nvml_source is None:
-            from sidecar.sources.nvml import NvmlSource
-
-            nvml_source = NvmlSource()
-        self.nvml_source = nvml_source
-        if system_gpus_fn is None:
-            from sidecar.sources.sysfs import list_system_gpus
-
-            system_gpus_fn = list_system_gpus
-        self.system_gpus_fn = system_gpus_fn
+        self.nvml_source, self.system_gpus_fn = machine_sources(nvml_source, system_gpus_fn)
         self._shared = _SharedNvml()
         self._system_gpus_cache: list = []
         self._jobs: dict[str, _Job] = {}
@@ -175,12 +166,9 @@ class JobsPoller:
     def _poll_once_locked(self) -> dict[str, Any]:
         started = time.perf_counter()
         now = self.clock()
-        self._shared.snapshot = self._poll_nvml()
-        if self.poll_count % 20 == 0:
-            try:
-                self._system_gpus_cache = list(self.system_gpus_fn())
-            except Exception:
-                self.poll_errors["sysfs"] += 1
+        self._shared.snapshot = poll_nvml(self.nvml_source, self.poll_errors)
+        if self.poll_count % SYSFS_EVERY_POLLS == 0:
+            self._system_gpus_cache = read_system_gpus(self.system_gpus_fn, self.poll_errors, self._system_gpus_cache)
         self._discover(now, self._shared.snapshot)
         for jid, job in list(self._jobs.items()):
             try:
@@ -202,16 +190,6 @@ class JobsPoller:
             self.poll_durations_s.append(time.perf_counter() - started)
             del self.poll_durations_s[:-1000]
         return jobs
-
-    def _poll_nvml(self):
-        try:
-            snap = self.nvml_source.poll()
-        except Exception as exc:
-            self.poll_errors["nvml"] += 1
-            return _NvmlDown(f"NVML source failed: {exc}")
-        if not snap.ok or snap.call_errors:
-            self.poll_errors["nvml"] += 1
-        return snap
 
     def _trim(self) -> None:
         """At most MAX_JOBS: exited jobs go first, then the oldest."""

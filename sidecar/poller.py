@@ -47,16 +47,7 @@ class Poller(document.OneJob):
         self.rules = rules or Rules()
         self.tree_source = tree_source or ProcessTreeSource(target_pid)
         self.segment_source = segment_source or SegmentSource()
-        if nvml_source is None:
-            from sidecar.sources.nvml import NvmlSource
-
-            nvml_source = NvmlSource()
-        self.nvml_source = nvml_source
-        if system_gpus_fn is None:
-            from sidecar.sources.sysfs import list_system_gpus
-
-            system_gpus_fn = list_system_gpus
-        self.system_gpus_fn = system_gpus_fn
+        self.nvml_source, self.system_gpus_fn = machine_sources(nvml_source, system_gpus_fn)
         self.clock = clock
         self.history = History(history_s, interval_s)
         self.poll_count = 0
@@ -93,12 +84,9 @@ class Poller(document.OneJob):
             self.poll_errors["proctree"] += 1
         reads = self.segment_source.poll(tree)
         self.poll_errors["probe"] += sum(1 for r in reads.values() if r.unreadable)
-        nvml = self._poll_nvml()
+        nvml = poll_nvml(self.nvml_source, self.poll_errors)
         if self.poll_count % SYSFS_EVERY_POLLS == 0:
-            try:
-                self._system_gpus = list(self.system_gpus_fn())
-            except Exception:
-                self.poll_errors["sysfs"] += 1
+            self._system_gpus = read_system_gpus(self.system_gpus_fn, self.poll_errors, self._system_gpus)
         if not tree.target_alive and self.target_gone_at is None:
             self.target_gone_at = now
         facts = self._collector.facts(now, tree, reads, nvml, self._system_gpus)
@@ -128,16 +116,6 @@ class Poller(document.OneJob):
             self.poll_durations_s.append(time.perf_counter() - started)
             del self.poll_durations_s[:-1000]
         return doc
-
-    def _poll_nvml(self):
-        try:
-            snap = self.nvml_source.poll()
-        except Exception as exc:  # the source promises not to raise; the poll must not depend on it
-            self.poll_errors["nvml"] += 1
-            return _NvmlDown(f"NVML source failed: {exc}")
-        if not snap.ok or snap.call_errors:
-            self.poll_errors["nvml"] += 1
-        return snap
 
     @staticmethod
     def _events(reads) -> list[dict[str, Any]]:
@@ -201,6 +179,41 @@ class Poller(document.OneJob):
     def snapshot(self) -> tuple[dict[str, Any] | None, float | None]:
         with self._lock:
             return self.latest, self.last_poll_time
+
+
+def machine_sources(nvml_source: Any, system_gpus_fn: Callable[[], list] | None) -> tuple[Any, Callable[[], list]]:
+    """The sources of what the machine has (NVML, the OS's graphics devices), the real ones unless
+    given (tests give their own)."""
+    if nvml_source is None:
+        from sidecar.sources.nvml import NvmlSource
+
+        nvml_source = NvmlSource()
+    if system_gpus_fn is None:
+        from sidecar.sources.sysfs import list_system_gpus
+
+        system_gpus_fn = list_system_gpus
+    return nvml_source, system_gpus_fn
+
+
+def poll_nvml(source: Any, errors: Counter[str]):
+    """One NVML snapshot; a failure is counted in `errors` and read as "NVML down", never raised."""
+    try:
+        snap = source.poll()
+    except Exception as exc:  # the source promises not to raise; the poll must not depend on it
+        errors["nvml"] += 1
+        return _NvmlDown(f"NVML source failed: {exc}")
+    if not snap.ok or snap.call_errors:
+        errors["nvml"] += 1
+    return snap
+
+
+def read_system_gpus(fn: Callable[[], list], errors: Counter[str], previous: list) -> list:
+    """The OS's graphics devices; the previous list when they cannot be read (counted)."""
+    try:
+        return list(fn())
+    except Exception:
+        errors["sysfs"] += 1
+        return previous
 
 
 class _NvmlDown:

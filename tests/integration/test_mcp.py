@@ -18,6 +18,15 @@ from tests.fakenvml import gpu, make_fake_sysfs
 from tests.helpers.harness import REPO, FakeJob, Sidecar, cuda_runtime, python_env
 
 anyio = pytest.importorskip("anyio")
+
+
+def run_async(main) -> None:
+    """anyio.run in a thread of its own: Playwright's sync API (the browser tests, earlier in the same
+    session) leaves an asyncio loop running in the main thread, where anyio.run refuses to start."""
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(anyio.run, main).result()
 pytest.importorskip("mcp")
 from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
 
@@ -143,7 +152,7 @@ def test_gpu_job_through_a_running_sidecar_with_a_token(tmp_path, fake_nvml, env
                 async with mcp_client(["--url", sc.url], {**env, "DSH_SIDECAR_TOKEN": ""}) as s:
                     assert "requires a token" in err(*await call(s, "gpu_status"))
 
-            anyio.run(main)
+            run_async(main)
 
 
 def test_cpu_build_job_in_process_with_pid(tmp_path, fake_nvml, env):
@@ -166,7 +175,7 @@ def test_cpu_build_job_in_process_with_pid(tmp_path, fake_nvml, env):
                 (j,) = ok(*await call(s, "list_jobs"))["jobs"]
                 assert j["root_pid"] == job.pid and j["first_warning"]["code"] == "cpu-build"
 
-        anyio.run(main)
+        run_async(main)
 
 
 def test_discovery_in_process_finds_the_job(tmp_path, fake_nvml, env):
@@ -187,7 +196,7 @@ def test_discovery_in_process_finds_the_job(tmp_path, fake_nvml, env):
                 assert st["model_device"] == "cuda:0" and st["gpus"][0]["util_pct"] == 87
                 assert ok(*await call(s, "gpu_history", job=mine[0]["id"]))["sample_count"] >= 1
 
-        anyio.run(main)
+        run_async(main)
 
 
 def free_port() -> int:
@@ -202,7 +211,7 @@ def test_a_sidecar_that_is_down_is_a_tool_error(env):
             for tool in TOOLS:
                 assert "start one with `dsh-sidecar`" in err(*await call(s, tool))
 
-    anyio.run(main)
+    run_async(main)
 
 
 # -- the HTTP backend against hostile or foreign servers (in this process) -----------------------

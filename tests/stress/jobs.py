@@ -216,6 +216,10 @@ def run_zygote() -> None:
     """Reads commands on stdin, answers one line each on stdout:
     `spawn MODE [PID]` forks a writer (hot | paced | once | idle), at PID if given: answers its pid;
     `quit` stops every child with SIGTERM and exits. Children are reaped as soon as they die."""
+    # probe_wire imports its modules on first use: import the writer's now, once, so a forked child
+    # starts writing at once (as a probe does, whose import happened long before), not after the
+    # imports a child killed within milliseconds would never finish.
+    segment.SegmentWriter, segment.empty_payload, segment.process_start_ticks  # noqa: B018
     children: set[int] = set()
 
     def reap(*_: object) -> None:

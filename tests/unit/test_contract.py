@@ -165,6 +165,25 @@ def test_a_document_that_breaks_the_contract_fails(change):
         doc["gpus"][0]["util"] = doc["gpus"][0].pop("util_pct")
     with pytest.raises(ContractError):
         check(doc, "status")
+    # The JSON Schema served to clients says the same of it.
+    assert not jsonschema.Draft202012Validator(contract.json_schema("status")).is_valid(doc)
+
+
+def test_the_checker_and_the_served_json_schema_agree_on_built_documents():
+    doc = _status_document()
+    for kind, d in (("status", doc), ("status", {**doc, "jobs": []})):
+        check(d, kind)
+        jsonschema.validate(d, contract.json_schema(kind))
+    for bad in (True, 1.5, "x"):
+        broken = copy.deepcopy(doc)
+        broken["processes"][0]["pid"] = bad
+        with pytest.raises(ContractError):
+            check(broken, "status")
+        assert not jsonschema.Draft202012Validator(contract.json_schema("status")).is_valid(broken)
+    ok = copy.deepcopy(doc)
+    ok["processes"][0]["pid"] = 10.0  # JSON has one number type: 10.0 is an integer to both
+    check(ok, "status")
+    jsonschema.validate(ok, contract.json_schema("status"))
 
 
 def test_the_history_document_keeps_to_the_contract():
