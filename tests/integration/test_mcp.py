@@ -180,7 +180,7 @@ def test_cpu_build_job_in_process_with_pid(tmp_path, fake_nvml, env):
 
 def test_discovery_in_process_finds_the_job(tmp_path, fake_nvml, env):
     """Neither --url nor --pid: sidecar.jobs.JobsPoller finds the job through its probe segment."""
-    with FakeJob(tmp_path / "job", {"main": GPU_SPEC}) as job:
+    with FakeJob(tmp_path / "job", {"main": GPU_SPEC}, detach=True) as job:  # parent: init, not pytest
         fake_nvml.write(busy_gpu(job.pid))
 
         async def main():
