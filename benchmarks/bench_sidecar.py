@@ -201,8 +201,11 @@ def discovery(work: Path, driver: Driver, polls: int, unrelated: int = 1000) -> 
     """Discovery (no --pid): 4 jobs of 16 probed processes over 8 GPUs among `unrelated` other
     processes, one poll of all of them beside nvitop's snapshot of the same machine."""
     sleepers = [subprocess.Popen(["sleep", "3600"], stdin=subprocess.DEVNULL) for _ in range(unrelated)]
-    jobs = [BusyJob(work / f"job{i}", processes=16, gpus=8, publish_interval_s=PUBLISH_S) for i in range(4)]
+    jobs: list[BusyJob] = []
     try:
+        for i in range(4):
+            (work / f"job{i}").mkdir(parents=True, exist_ok=True)
+            jobs.append(BusyJob(work / f"job{i}", processes=16, gpus=8, publish_interval_s=PUBLISH_S))
         pids = [pid for j in jobs for pid in j.pids]
         driver.write(busy_scenario(pids, 8))
         time.sleep(1.5)

@@ -31,6 +31,7 @@ from sidecar.verdict import Rules
 # /dev/shm must not make a poll walk 65,536 ancestries.
 MAX_CANDIDATES = 1024
 MAX_JOBS = 256  # watched at once; the newest are kept
+REDISCOVER_EVERY_POLLS = 10
 
 
 class _SharedNvml:
@@ -84,6 +85,7 @@ class JobsPoller:
         self._system_gpus_cache: list = []
         self._jobs: dict[str, _Job] = {}
         self._roots: dict[tuple[int, int], tuple[int, int]] = {}  # candidate identity -> root identity
+        self._candidates_seen: set[int] = set()
         self.poll_count = 0
         self.poll_errors: Counter[str] = Counter()
         self.poll_durations_s: list[float] = []
@@ -124,15 +126,22 @@ class JobsPoller:
         def is_job_process(pid: int, argv: tuple[str, ...]) -> bool:
             return pid in probed or pid in gpu or lineage.is_launcher(argv)
 
-        roots: dict[tuple[int, int], tuple[int, int]] = {}
-        for pid in probed | gpu:
-            ident = process_identity(pid)
-            if ident is None:
-                continue
-            root = self._roots.get(ident) or lineage.job_root(pid, is_job_process)
-            if root is not None:
-                roots[ident] = root
-        self._roots = roots  # forgets identities no longer seen
+        candidates = probed | gpu
+        # The same candidates as last poll (most polls): the same roots, without a /proc read. A new
+        # candidate (a process that just started its probe, maybe a job's parent) redoes them all,
+        # and so does every REDISCOVER_EVERY_POLLS-th poll (a pid reused between two polls).
+        if candidates != self._candidates_seen or self.poll_count % REDISCOVER_EVERY_POLLS == 0:
+            roots: dict[tuple[int, int], tuple[int, int]] = {}
+            for pid in candidates:
+                ident = process_identity(pid)
+                if ident is None:
+                    continue
+                root = self._roots.get(ident) or lineage.job_root(pid, is_job_process)
+                if root is not None:
+                    roots[ident] = root
+            self._roots = roots  # forgets identities no longer seen
+            self._candidates_seen = candidates
+        roots = self._roots
         for root in set(roots.values()):
             jid = job_id(*root)
             if jid not in self._jobs:
