@@ -19,12 +19,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from probe_wire.cleanup import sweep_dead_segments
 from probe_wire.names import SHM_DIR, list_segments
 from probe_wire.procid import process_identity, process_real_uid
 from sidecar import contract, document
 from sidecar.collect import job_id
 from sidecar.poller import SYSFS_EVERY_POLLS, Poller, _NvmlDown, machine_sources, poll_nvml, read_system_gpus
 from sidecar.sources import lineage
+from sidecar.sources.segments import FOREIGN_CHECK_EVERY_POLLS, SegmentSource
 from sidecar.verdict import Rules
 
 # Candidates seen at once at most (segments + NVML rows): a neighbour creating 65,536 files in
@@ -160,6 +162,7 @@ class JobsPoller:
             history_s=self.history_s,
             rules=self.rules,
             nvml_source=self._shared,
+            segment_source=SegmentSource(sweep_foreign=False),  # swept once for all jobs, below
             system_gpus_fn=self._system_gpus,
             clock=self.clock,
         )
@@ -179,6 +182,11 @@ class JobsPoller:
         if self.poll_count % SYSFS_EVERY_POLLS == 0:
             self._system_gpus_cache = read_system_gpus(self.system_gpus_fn, self.poll_errors, self._system_gpus_cache)
         self._discover(now, self._shared.snapshot)
+        if self.poll_count % FOREIGN_CHECK_EVERY_POLLS == 0:
+            try:  # dead writers' leftovers, of every job (our own PID namespace only)
+                sweep_dead_segments(shm_dir=self.shm_dir)
+            except Exception:
+                self.poll_errors["probe"] += 1
         for jid, job in list(self._jobs.items()):
             try:
                 job.poller.poll_once()

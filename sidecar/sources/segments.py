@@ -34,8 +34,11 @@ class ProbeRead:
 
 
 class SegmentSource:
-    def __init__(self, *, clean_dead: bool = True, max_open: int | None = None):
+    def __init__(self, *, clean_dead: bool = True, max_open: int | None = None, sweep_foreign: bool = True):
         self.clean_dead = clean_dead
+        # Discovery watches many jobs, each with its own source: the sweep of the whole of /dev/shm
+        # is done once for all of them (sidecar/jobs.py), not once per job.
+        self.sweep_foreign = sweep_foreign
         self._follower = SegmentFollower(open_file_budget() if max_open is None else max_open)
         self._last_good: dict[tuple[int, int | None], dict[str, Any]] = {}
         self._last_ok: dict[tuple[int, int | None], ProbeRead] = {}
@@ -115,6 +118,6 @@ class SegmentSource:
                 if remove_if_dead(pid, name_ticks):
                     self.removed.append(pid)
         self._cleanups += 1
-        if (self._cleanups - 1) % FOREIGN_CHECK_EVERY_POLLS == 0:
+        if self.sweep_foreign and (self._cleanups - 1) % FOREIGN_CHECK_EVERY_POLLS == 0:
             self.removed.extend(sweep_dead_segments(skip=set(reads)))
         del self.removed[:-256]
