@@ -3,26 +3,12 @@
 // listed, or NVML not usable), the job's CPU, resident memory and training rate instead; and the
 // events list. Charts are charts.js's TimeChart; the data comes from the page's merged samples.
 
-import { NA, SERIES_COLORS, fmtClock, fmtMiB, fmtPct, fmtRate } from './format.js';
-import { TimeChart, jobPoints, niceTicks, pointsByGpu } from './charts.js';
+import { NA, fmtClock, fmtMiB, fmtPct, fmtRate } from './format.js';
+import { TimeChart } from './charts.js';
+import { GPU_CHARTS, JOB_CHARTS, cpuMode, gpuChartData, jobChartData } from './history_data.js';
 import { h } from './dom.js';
 
-const GPU_CHARTS = ['mem', 'util', 'power', 'temp'];
-const JOB_CHARTS = ['cpu', 'rss', 'rate'];
-const DASH = { smActive: '6 3', smOccupancy: '2 3' };
 const num = (x) => typeof x === 'number' && Number.isFinite(x);
-const color = (i) => SERIES_COLORS[i % SERIES_COLORS.length];
-
-/** True when the job's history is the CPU's: no NVIDIA GPU listed, or NVML cannot be queried. */
-export function cpuMode(doc) {
-  return !!doc && (!Array.isArray(doc.gpus) || !doc.gpus.length || (doc.nvml && doc.nvml.ok === false));
-}
-
-function maxOf(series, t0) {
-  let m = 0;
-  for (const s of series) for (const p of s.points) if (p[0] >= t0 && p[1] > m) m = p[1];
-  return m;
-}
 
 /** The chart window [t0, t1] for the chosen span, or null before any data. */
 function timeWindow(state, samples, doc) {
@@ -46,62 +32,19 @@ function legend({ fig, changed }, name, series) {
 }
 
 function gpuCharts({ charts, fig, tr }, doc, samples, common) {
-  const { t0 } = common;
-  const gpuNames = new Map(((doc && doc.gpus) || []).map((g) => [g.index, g]));
-  const p = pointsByGpu(samples, t0 - 5);
-  const title = (i) => (gpuNames.has(i) ? gpuNames.get(i).name : '');
-  const mk = (map, key = (i) => String(i), label = (i) => tr('chart.gpuN', { n: i }), dash = null) => p.indices
-    .filter((i) => !dash || map.get(i).length)
-    .map((i) => ({ key: key(i), label: label(i), title: title(i), color: color(i), points: map.get(i), dash }));
-
-  const mem = mk(p.mem);
-  const memMax = maxOf(mem, t0);
-  const memTicks = niceTicks(Math.max(memMax * 1.15, 64), 4, memMax * 1.15 >= 1024 ? 1024 : 1);
-  const limits = p.indices.map((i) => gpuNames.get(i)).filter((g) => g && num(g.mem_total_mib))
-    .map((g) => ({ value: g.mem_total_mib, label: `${tr('chart.gpuN', { n: g.index })} · ${tr('gpu.memTotal', { total: fmtMiB(g.mem_total_mib) })}` }));
-  // "Memory growing" is the verdict's decision (the memory-growth warning's evidence), drawn as is.
-  const growth = doc && doc.memory_growth;
-  const trends = growth ? [{
-    fit: [[growth.start_unix_s, growth.first_mib], [growth.end_unix_s, growth.last_mib]],
-    label: tr('chart.trend', { rate: fmtMiB(growth.rate_mib_per_min) }),
-  }] : [];
-  charts.mem.setData({ ...common, series: mem, yMax: memTicks.max, yTicks: memTicks.ticks, limits, trends });
+  const data = gpuChartData(doc, samples, common.t0, tr);
+  for (const [name, d] of Object.entries(data)) charts[name].setData({ ...common, ...d });
+  const growth = doc && doc.memory_growth; // the verdict's decision (memory-growth's evidence), shown as is
   const flag = fig('mem').querySelector('.chart-flag');
   flag.dataset.testid = 'mem-growing';
   flag.textContent = growth ? tr('chart.growing', { rate: fmtMiB(growth.rate_mib_per_min) }) : '';
-
-  const util = [
-    ...mk(p.util),
-    ...mk(p.smActive, (i) => `${i}-sm-active`, (i) => tr('chart.smActive', { n: i }), DASH.smActive),
-    ...mk(p.smOccupancy, (i) => `${i}-sm-occupancy`, (i) => tr('chart.smOccupancy', { n: i }), DASH.smOccupancy),
-  ];
-  charts.util.setData({ ...common, series: util, yMax: 100, yTicks: [0, 25, 50, 75, 100] });
-
-  const power = mk(p.power);
-  const powerLimits = p.indices.map((i) => gpuNames.get(i)).filter((g) => g && num(g.power_limit_w))
-    .map((g) => ({ value: g.power_limit_w, label: tr('chart.powerLimit', { n: g.index, limit: `${Math.round(g.power_limit_w)} W` }) }));
-  const powerTicks = niceTicks(Math.max(maxOf(power, t0), ...powerLimits.map((l) => l.value), 50) * 1.1, 4);
-  charts.power.setData({ ...common, series: power, yMax: powerTicks.max, yTicks: powerTicks.ticks, limits: powerLimits });
-  const temp = mk(p.temp);
-  const tempTicks = niceTicks(Math.max(maxOf(temp, t0) * 1.15, 50), 4);
-  charts.temp.setData({ ...common, series: temp, yMax: tempTicks.max, yTicks: tempTicks.ticks });
-  return { mem, util, power, temp };
+  return Object.fromEntries(Object.entries(data).map(([name, d]) => [name, d.series]));
 }
 
-function jobCharts({ charts, tr }, samples, common) {
-  const p = jobPoints(samples, common.t0 - 5);
-  const one = (key, label, i, points) => ({ key, label: tr(label), color: color(i), points });
-  const cpu = [one('cpu', 'chart.cpuSeries', 0, p.cpu)];
-  const cpuTicks = niceTicks(Math.max(maxOf(cpu, common.t0) * 1.15, 100), 4);
-  charts.cpu.setData({ ...common, series: cpu, yMax: cpuTicks.max, yTicks: cpuTicks.ticks });
-  const rss = [one('rss', 'chart.rssSeries', 1, p.rss)];
-  const rssMax = maxOf(rss, common.t0) * 1.15;
-  const rssTicks = niceTicks(Math.max(rssMax, 64), 4, rssMax >= 1024 ? 1024 : 1);
-  charts.rss.setData({ ...common, series: rss, yMax: rssTicks.max, yTicks: rssTicks.ticks });
-  const rate = [one('forward', 'chart.forwardSeries', 2, p.forward), one('step', 'chart.stepSeries', 3, p.step)].filter((s) => s.points.length);
-  const rateTicks = niceTicks(Math.max(maxOf(rate, common.t0) * 1.15, 1), 4);
-  charts.rate.setData({ ...common, series: rate, yMax: rateTicks.max, yTicks: rateTicks.ticks });
-  return { cpu, rss, rate };
+function jobCharts({ charts }, samples, common, tr) {
+  const data = jobChartData(samples, common.t0, tr);
+  for (const [name, d] of Object.entries(data)) charts[name].setData({ ...common, ...d });
+  return Object.fromEntries(Object.entries(data).map(([name, d]) => [name, d.series]));
 }
 
 function render(ctx, state) {
@@ -117,7 +60,7 @@ function render(ctx, state) {
   if (win) {
     const events = state.events.filter((e) => e.time_unix_s >= win.t0 && e.time_unix_s <= win.t1);
     const common = { t0: win.t0, t1: win.t1, events, gapS: Math.max(5, 3 * (state.interval || (doc && doc.interval_s) || 1)) };
-    const drawn = cpu ? jobCharts(ctx, samples, common) : gpuCharts(ctx, doc, samples, common);
+    const drawn = cpu ? jobCharts(ctx, samples, common, tr) : gpuCharts(ctx, doc, samples, common);
     for (const [name, series] of Object.entries(drawn)) {
       legend(ctx, name, series);
       const f = fig(name);
