@@ -4,7 +4,7 @@
 // GPU, the job's CPU, resident memory and forward/step rates. Each chart's data is
 // {series, yMax, yTicks, limits?, trends?} for charts.js's TimeChart.setData (plus t0, t1, events, gapS).
 
-import { SERIES_COLORS, fmtMiB } from './format.js';
+import { SERIES_COLORS, fmtMiB, fmtPct, fmtRate } from './format.js';
 import { jobPoints, niceTicks, pointsByGpu } from './charts.js';
 
 export const GPU_CHARTS = ['mem', 'util', 'power', 'temp'];
@@ -12,6 +12,19 @@ export const JOB_CHARTS = ['cpu', 'rss', 'rate'];
 const DASH = { smActive: '6 3', smOccupancy: '2 3' };
 const num = (x) => typeof x === 'number' && Number.isFinite(x);
 const color = (i) => SERIES_COLORS[i % SERIES_COLORS.length];
+
+const pct = (v, axis) => (axis && v === 0 ? '0' : axis ? `${Math.round(v)} %` : fmtPct(v));
+const mib = (v, axis) => (axis && v === 0 ? '0' : fmtMiB(v));
+/** How each chart writes a value: formatValue(v, axis) of TimeChart (axis: a tick label). */
+export const CHART_FORMATS = {
+  mem: mib,
+  util: pct,
+  power: (v) => `${Math.round(v)} W`,
+  temp: (v) => `${Math.round(v)} °C`,
+  cpu: pct,
+  rss: mib,
+  rate: (v, axis) => (axis ? fmtRate(v) : `${fmtRate(v)}/s`),
+};
 
 /** True when the job's history is the CPU's: no NVIDIA GPU listed, or NVML cannot be queried. */
 export function cpuMode(doc) {

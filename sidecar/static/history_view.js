@@ -3,9 +3,9 @@
 // listed, or NVML not usable), the job's CPU, resident memory and training rate instead; and the
 // events list. Charts are charts.js's TimeChart; the data comes from the page's merged samples.
 
-import { NA, fmtClock, fmtMiB, fmtPct, fmtRate } from './format.js';
+import { NA, fmtClock, fmtMiB } from './format.js';
 import { TimeChart } from './charts.js';
-import { GPU_CHARTS, JOB_CHARTS, cpuMode, gpuChartData, jobChartData } from './history_data.js';
+import { CHART_FORMATS, GPU_CHARTS, JOB_CHARTS, cpuMode, gpuChartData, jobChartData } from './history_data.js';
 import { h } from './dom.js';
 
 const num = (x) => typeof x === 'number' && Number.isFinite(x);
@@ -93,18 +93,8 @@ export function createHistoryView({ tr, changed }) {
   const group = [];
   const tooltip = $('[data-testid="tooltip"]');
   const eventLabel = (e) => [e.name || NA, e.pid ? tr('events.pid', { pid: e.pid }) : null].filter(Boolean).join(' · ');
-  const pct = (v, axis) => (axis && v === 0 ? '0' : axis ? `${Math.round(v)} %` : fmtPct(v));
-  const formats = {
-    mem: (v, axis) => (axis && v === 0 ? '0' : fmtMiB(v)),
-    util: pct,
-    power: (v) => `${Math.round(v)} W`,
-    temp: (v) => `${Math.round(v)} °C`,
-    cpu: pct,
-    rss: (v, axis) => (axis && v === 0 ? '0' : fmtMiB(v)),
-    rate: (v, axis) => (axis ? fmtRate(v) : `${fmtRate(v)}/s`),
-  };
   const charts = Object.fromEntries([...GPU_CHARTS, ...JOB_CHARTS].map((name) => [name, new TimeChart(fig(name).querySelector('.chart-body'), {
-    group, tooltip, eventLabel, title: () => tr(`chart.${name}`), formatValue: formats[name],
+    group, tooltip, eventLabel, title: () => tr(`chart.${name}`), formatValue: CHART_FORMATS[name],
   })]));
 
   const ctx = { charts, fig, tr, changed };

@@ -16,6 +16,7 @@ import { ConnectionNotice } from './errors.jsx'
 import { ProcessTable } from './processes.jsx'
 import { HistoryCharts } from './charts.jsx'
 import { SessionJobs } from './jobs.jsx'
+import { EfficiencyStrip, MigList } from './efficiency.jsx'
 
 function Hero({ doc, lang, lastOk }) {
   const rt = (doc && doc.runtime) || {}
@@ -112,6 +113,7 @@ function GpuCard({ doc, g, i, modelDev, lang }) {
           <span className="dgd-muted">{t(lang, 'gpu.noProcs')}</span>
         )}
       </div>
+      <MigList doc={doc} gpu={g} lang={lang} />
     </article>
   )
 }
@@ -198,6 +200,7 @@ function GpuViewBody({ header, showJob }) {
       {doc && showJob ? (
         <>
           <Hero doc={doc} lang={lang} lastOk={st.lastOk} />
+          <EfficiencyStrip doc={doc} lang={lang} />
           <GpuCards doc={doc} lang={lang} />
           <ProcessTable doc={doc} lang={lang} />
           <HistoryCharts doc={doc} lang={lang} />
