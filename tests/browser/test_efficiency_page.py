@@ -446,3 +446,14 @@ def test_strip_in_chinese(serve, pages):
     assert reason == "过热降频（硬件）"
     assert "低于最大值" in page.inner_text("[data-testid=eff-pcie]")
     assert not pages.errors, pages.errors
+
+
+def test_strip_fits_a_narrow_window(serve, pages):
+    page = pages.open(serve(*gpu_page_doc()), width=420, height=900)
+    wait_strip(page)
+    overflow = page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
+    assert overflow <= 0, f"no horizontal scrolling on a 420 px window (overflow {overflow} px)"
+    strip = page.locator("[data-testid=efficiency]").bounding_box()
+    assert strip["x"] >= 0 and strip["x"] + strip["width"] <= 420
+    screenshot(page, "efficiency-narrow", full_page=True)
+    assert not pages.errors, pages.errors
