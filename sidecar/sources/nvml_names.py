@@ -3,7 +3,7 @@ metrics and the verdict import these, the NVML source maps the driver's bits and
 
 from __future__ import annotations
 
-__all__ = ["CLOCK_EVENT_REASONS", "GPM_FIELDS"]
+__all__ = ["CLOCK_EVENT_REASONS", "GPM_FIELDS", "GPU_EFFICIENCY_FIELDS"]
 
 # nvmlClocksEventReason* bits (nvml.h; the older names were nvmlClocksThrottleReason*), in bit order.
 CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = (
@@ -32,4 +32,24 @@ GPM_FIELDS: tuple[tuple[str, int, float], ...] = (
     ("pcie_rx_bytes_per_s", 21, 1048576.0),  # NVML_GPM_METRIC_PCIE_RX_PER_SEC
     ("nvlink_tx_bytes_per_s", 61, 1048576.0),  # NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC
     ("nvlink_rx_bytes_per_s", 60, 1048576.0),  # NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC
+)
+
+# The scalar efficiency fields of a GPU, named alike in sources.nvml.GpuInfo, verdict.GpuFacts and the
+# contract's Gpu: the collector and the document copy exactly these (tests/unit/test_contract.py
+# checks the three agree).
+GPU_EFFICIENCY_FIELDS: tuple[str, ...] = (
+    "compute_capability",
+    "sm_clock_mhz",
+    "sm_clock_max_mhz",
+    "mem_clock_mhz",
+    "clock_event_reasons",
+    "power_w",
+    "power_limit_w",
+    "temperature_c",
+    "pcie_link_gen",
+    "pcie_link_gen_max",
+    "pcie_link_width",
+    "pcie_link_width_max",
+    *(name for name, _, _ in GPM_FIELDS),
+    "mig_mode",
 )

@@ -17,7 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar import __version__
-from sidecar.metrics import POLL_BUCKETS_S, SidecarCollector, make_metrics
+from sidecar.metrics import GPU_EFFICIENCY_GAUGES, POLL_BUCKETS_S, SidecarCollector, make_metrics
 from tests.fakenvml import gpu
 from tests.helpers.harness import API, FakeJob, Sidecar, codes, cuda_runtime, wait_for
 
@@ -533,9 +533,50 @@ def test_docs_list_every_exported_metric():
     text = (REPO / "docs" / "metrics.md").read_text()
     documented = {re.sub(r"_(bucket|sum|count)$", "", n) for n in re.findall(r"`(dsh_[a-z_]+)", text)}
     proc = dict(
-        document()["processes"][0], role="rank", rank=0, gpu=[{"index": 0, "mem_used_mib": 1, "sm_util_pct": 2}]
+        document()["processes"][0],
+        role="rank",
+        rank=0,
+        gpu=[{"index": 0, "mem_used_mib": 1, "sm_util_pct": 2}],
+        step_breakdown={"data_wait_fraction": 0.5, "forward_fraction": 0.2},
     )
-    exported = {n for n, _, _ in scrape(StandInPoller(document(processes=[proc])))}
+    gpu = dict(document()["gpus"][0], clock_event_reasons=[], **{key: 1 for _, _, key, _ in GPU_EFFICIENCY_GAUGES})
+    exported = {n for n, _, _ in scrape(StandInPoller(document(processes=[proc], gpus=[gpu])))}
     families = {re.sub(r"_(bucket|sum|count)$", "", n) if "poll_duration" in n else n for n in exported}
     assert families <= documented, sorted(families - documented)
     assert documented <= families, sorted(documented - families)
+
+
+def test_efficiency_series_carry_the_documents_values_and_never_invent_a_zero():
+    gpu = dict(
+        document()["gpus"][0],
+        sm_clock_mhz=1410,
+        power_w=312.5,
+        power_limit_w=700.0,
+        temperature_c=83.0,
+        pcie_link_gen=1,
+        pcie_link_width=4,
+        sm_activity_fraction=0.12,
+        sm_occupancy_fraction=None,  # GPM unsupported: no series, not 0
+        tensor_activity_fraction=None,
+        dram_activity_fraction=None,
+        clock_event_reasons=["sw_power_cap", "hw_thermal_slowdown"],
+    )
+    proc = dict(document()["processes"][0], step_breakdown={"data_wait_fraction": 0.625, "optimizer_fraction": None})
+    samples = scrape(StandInPoller(document(gpus=[gpu], processes=[proc])))
+    by_name = {}
+    for name, labels, value in samples:
+        by_name.setdefault(name, []).append((labels, value))
+    assert [v for _, v in by_name["dsh_gpu_sm_clock_hz"]] == [1.41e9]
+    assert [v for _, v in by_name["dsh_gpu_power_watts"]] == [312.5]
+    assert [v for _, v in by_name["dsh_gpu_temperature_celsius"]] == [83.0]
+    assert [v for _, v in by_name["dsh_gpu_pcie_link_generation"]] == [1.0]
+    assert [v for _, v in by_name["dsh_gpu_sm_activity_ratio"]] == [0.12]
+    assert "dsh_gpu_sm_occupancy_ratio" not in by_name and "dsh_gpu_tensor_activity_ratio" not in by_name
+    active = {lbl["reason"]: v for lbl, v in by_name["dsh_gpu_clock_event_active"]}
+    assert active["hw_thermal_slowdown"] == 1 and active["sw_power_cap"] == 1 and active["hw_slowdown"] == 0
+    assert len(active) == 11
+    phases = {lbl["phase"]: v for lbl, v in by_name["dsh_process_step_fraction"]}
+    assert phases == {"data_wait": 0.625}
+    # A driver that cannot say why clocks are held (null) exports no reason series at all.
+    gpu["clock_event_reasons"] = None
+    assert not [n for n, _, _ in scrape(StandInPoller(document(gpus=[gpu]))) if n == "dsh_gpu_clock_event_active"]

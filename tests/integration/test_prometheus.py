@@ -309,7 +309,7 @@ def test_prometheus_scrapes_the_sidecar(tmp_path, fake_nvml):
                 }
                 groups = prom.api("rules")["groups"]
                 rules = [r for g in groups for r in g["rules"]]
-                assert len(rules) == 6 and all(r["health"] == "ok" for r in rules), rules
+                assert len(rules) == 8 and all(r["health"] == "ok" for r in rules), rules
                 firing_or_pending = {m["alertname"] for m, _ in prom.query("ALERTS")}
                 assert firing_or_pending == {"DshRankGpuLayout"}
 
