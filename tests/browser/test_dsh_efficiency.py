@@ -12,6 +12,7 @@ import pytest
 from werkzeug.serving import make_server
 
 from sidecar.server import ServerConfig, create_app
+from tests.browser.conftest import screenshot_path
 from tests.browser.dsh_env import (
     DSH_VERSION,
     FAILED_TO_LOAD,
@@ -66,23 +67,29 @@ def test_strip_and_cpu_charts_in_dsh(chromium, tmp_path: Path) -> None:
         page.wait_for_function(
             """() => document.querySelectorAll('[data-testid="dsh-gpu-chart-util-body"] path.series').length === 3"""
         )
-        ctx.close()
+        page.set_viewport_size({"width": 1400, "height": 1500})
+        page.mouse.move(0, 0)
+        page.screenshot(path=str(screenshot_path("dsh-efficiency")))
 
-        # No NVIDIA GPU: the history charts the job's CPU, RSS and rates.
+        # No NVIDIA GPU: the history charts the job's CPU, RSS and rates (newer samples arrive).
         main = main_process([], device="cpu")
         source.status = status_doc([], [main], nvml_ok=False, model_gpu=None)
-        source.history = history_doc(gpu=False)
-        ctx, page = new_page(chromium, web.url, errors)
-        wait_for_panel(page)
-        open_session(page)
+        source.history = history_doc(gpu=False, later_s=30)
         page.wait_for_selector('[data-testid="dsh-gpu-history"][data-mode="cpu"]')
         page.wait_for_function(
             """() => ['cpu', 'rss', 'rate'].every(n =>
                  document.querySelectorAll(`[data-testid="dsh-gpu-chart-${n}-body"] path.series`).length >= 1)"""
         )
+        # the step rate is only in the newer samples: they reached the chart
+        page.wait_for_selector(
+            '[data-testid="dsh-gpu-chart-rate-body"] path.series[data-key="step"]', state="attached"
+        )
         points = page.get_attribute('[data-testid="dsh-gpu-chart-cpu-body"] svg', "data-points")
         assert int(points) >= 20
         assert page.locator('[data-testid="dsh-gpu-chart-mem"]').count() == 0
+        page.set_viewport_size({"width": 1400, "height": 1500})
+        page.mouse.move(0, 0)
+        page.screenshot(path=str(screenshot_path("dsh-efficiency-cpu")))
         assert page.locator(VIEW).locator('[data-testid="dsh-gpu-eff-gpu"]').count() == 0
         assert FAILED_TO_LOAD not in page.inner_text("body")
         assert not plugin_errors(errors), errors

@@ -214,10 +214,10 @@ def a100_mig() -> dict:
     )
 
 
-def history_doc(*, gpu: bool) -> dict:
+def history_doc(*, gpu: bool, later_s: float = 0.0) -> dict:
     samples = []
     for k in range(20):
-        t = NOW - 20 + k
+        t = NOW - 20 + k + later_s
         gpus = (
             [
                 obj(
