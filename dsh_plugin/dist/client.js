@@ -1096,6 +1096,200 @@ function unusableGpus(doc) {
   return all.filter((s) => s && (s.nvml_index === null || s.nvml_index === void 0));
 }
 
+// ../sidecar/static/efficiency.js
+var isNum2 = (x) => typeof x === "number" && Number.isFinite(x);
+var STEP_SEGMENTS = [
+  { key: "data", field: "data_wait_fraction", label: "eff.seg.data", color: "#f59e0b" },
+  { key: "forward", field: "forward_fraction", label: "eff.seg.forward", color: "#2563eb" },
+  { key: "optimizer", field: "optimizer_fraction", label: "eff.seg.optimizer", color: "#7c3aed" },
+  { key: "other", field: "other_fraction", label: "eff.seg.other", color: "#9ca3af" }
+];
+var PROBLEM_REASONS = ["hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown", "hw_power_brake_slowdown"];
+var GPM_FIELDS = [
+  { key: "sm_activity_fraction", label: "eff.gpm.smActivity" },
+  { key: "sm_occupancy_fraction", label: "eff.gpm.smOccupancy" },
+  { key: "tensor_activity_fraction", label: "eff.gpm.tensor" },
+  { key: "dram_activity_fraction", label: "eff.gpm.dram" }
+];
+var GPM_TRAFFIC = [
+  { key: "pcie", tx: "pcie_tx_bytes_per_s", rx: "pcie_rx_bytes_per_s", label: "eff.gpm.pcie" },
+  { key: "nvlink", tx: "nvlink_tx_bytes_per_s", rx: "nvlink_rx_bytes_per_s", label: "eff.gpm.nvlink" }
+];
+function reasonKind(name2) {
+  return PROBLEM_REASONS.includes(name2) ? "problem" : "neutral";
+}
+function fmtStepTime(s) {
+  if (!isNum2(s)) return NA;
+  if (s < 1) return `${s < 0.01 ? (s * 1e3).toFixed(1) : Math.round(s * 1e3)} ms`;
+  return `${s.toFixed(2)} s`;
+}
+function fmtBytesPerS(b) {
+  if (!isNum2(b)) return NA;
+  const units = ["B/s", "kB/s", "MB/s", "GB/s", "TB/s"];
+  let v = Math.abs(b);
+  let i = 0;
+  while (v >= 1e3 && i < units.length - 1) {
+    v /= 1e3;
+    i += 1;
+  }
+  return `${v < 10 && i ? v.toFixed(1) : Math.round(v)} ${units[i]}`;
+}
+var onOff = (v, lang) => v === true ? t(lang, "eff.on") : v === false ? t(lang, "eff.off") : null;
+var procs = (doc) => doc && Array.isArray(doc.processes) ? doc.processes.filter(Boolean) : [];
+function stepProcess(doc) {
+  const withSteps = procs(doc).filter((p) => p.step_breakdown);
+  return withSteps.find((p) => p.role === "main") || withSteps[0] || null;
+}
+function stepFacts(doc, lang) {
+  const p = stepProcess(doc);
+  if (!p) return null;
+  const b = p.step_breakdown;
+  const sum = STEP_SEGMENTS.reduce((a, s) => a + (isNum2(b[s.field]) ? Math.max(0, b[s.field]) : 0), 0);
+  const scale = sum > 1 ? sum : 1;
+  const segments = STEP_SEGMENTS.map((s) => {
+    const f = isNum2(b[s.field]) ? Math.max(0, b[s.field]) : null;
+    const label = t(lang, s.label);
+    const value = fmtFraction(f);
+    return { key: s.key, color: s.color, fraction: f === null ? 0 : f / scale, label, value, text: t(lang, "eff.seg.value", { label, pct: value }) };
+  });
+  const window2 = isNum2(b.window_s) ? `${Math.round(b.window_s)} s` : NA;
+  const summary = t(lang, "eff.step.summary", { time: fmtStepTime(b.step_s), steps: isNum2(b.steps) ? b.steps : NA, window: window2, pid: p.pid });
+  return { pid: p.pid, summary, segments };
+}
+function stripGpu(doc) {
+  const g = modelGpu(doc);
+  if (g) return g;
+  const gpus = doc && Array.isArray(doc.gpus) ? doc.gpus.filter(Boolean) : [];
+  const used = new Set(procs(doc).flatMap((p) => (p.gpu || []).map((u) => u && u.index)));
+  return gpus.find((x) => used.has(x.index)) || null;
+}
+function pcieItem(g, lang) {
+  if (!isNum2(g.pcie_link_gen) && !isNum2(g.pcie_link_width)) return null;
+  const link = (gen, width) => t(lang, "eff.pcie.link", { gen: isNum2(gen) ? gen : "?", width: isNum2(width) ? width : "?" });
+  const now = link(g.pcie_link_gen, g.pcie_link_width);
+  const hasMax = isNum2(g.pcie_link_gen_max) || isNum2(g.pcie_link_width_max);
+  const degraded = isNum2(g.pcie_link_gen_max) && isNum2(g.pcie_link_gen) && g.pcie_link_gen < g.pcie_link_gen_max || isNum2(g.pcie_link_width_max) && isNum2(g.pcie_link_width) && g.pcie_link_width < g.pcie_link_width_max;
+  const value = hasMax ? t(lang, "eff.pcie.ofMax", { now, max: link(g.pcie_link_gen_max ?? g.pcie_link_gen, g.pcie_link_width_max ?? g.pcie_link_width) }) : now;
+  return { key: "pcie", label: t(lang, "eff.pcie"), value, flag: degraded ? "bad" : null, note: degraded ? t(lang, "eff.pcie.degraded") : null };
+}
+function gpuItems(g, lang) {
+  const items = [];
+  const mhz = (v) => String(Math.round(v));
+  if (isNum2(g.sm_clock_mhz)) {
+    const value = isNum2(g.sm_clock_max_mhz) ? t(lang, "eff.clock.value", { now: mhz(g.sm_clock_mhz), max: mhz(g.sm_clock_max_mhz) }) : t(lang, "eff.clock.now", { now: mhz(g.sm_clock_mhz) });
+    const pct2 = isNum2(g.sm_clock_max_mhz) && g.sm_clock_max_mhz > 0 ? 100 * g.sm_clock_mhz / g.sm_clock_max_mhz : null;
+    items.push({ key: "clock", label: t(lang, "eff.clock"), value, pct: pct2, note: isNum2(g.mem_clock_mhz) ? t(lang, "eff.clock.mem", { mhz: mhz(g.mem_clock_mhz) }) : null });
+  }
+  if (isNum2(g.power_w)) {
+    const w = String(Math.round(g.power_w));
+    const value = isNum2(g.power_limit_w) ? t(lang, "eff.power.value", { w, limit: String(Math.round(g.power_limit_w)) }) : t(lang, "eff.power.now", { w });
+    const pct2 = isNum2(g.power_limit_w) && g.power_limit_w > 0 ? 100 * g.power_w / g.power_limit_w : null;
+    items.push({ key: "power", label: t(lang, "eff.power"), value, pct: pct2 });
+  }
+  if (isNum2(g.temperature_c)) items.push({ key: "temp", label: t(lang, "eff.temp"), value: t(lang, "eff.temp.value", { c: String(Math.round(g.temperature_c)) }) });
+  const pcie = pcieItem(g, lang);
+  if (pcie) items.push(pcie);
+  return items;
+}
+function gpmFacts(g, lang) {
+  const errors = g.field_errors || {};
+  const gpm = [];
+  const reasons = /* @__PURE__ */ new Set();
+  for (const f of GPM_FIELDS) {
+    if (isNum2(g[f.key])) gpm.push({ key: f.key, label: t(lang, f.label), value: fmtFraction(g[f.key]) });
+    else if (errors[f.key]) reasons.add(String(errors[f.key]));
+  }
+  for (const f of GPM_TRAFFIC) {
+    if (isNum2(g[f.tx]) || isNum2(g[f.rx])) gpm.push({ key: f.key, label: t(lang, f.label), value: t(lang, "eff.gpm.traffic", { tx: fmtBytesPerS(g[f.tx]), rx: fmtBytesPerS(g[f.rx]) }) });
+    else for (const k of [f.tx, f.rx]) if (errors[k]) reasons.add(String(errors[k]));
+  }
+  const gpmNa = reasons.size ? t(lang, "eff.gpm.na", { reason: [...reasons].join("; ") }) : null;
+  return { gpm, gpmNa };
+}
+function gpuFacts(doc, lang) {
+  const g = stripGpu(doc);
+  if (!g) return null;
+  const reasons = (Array.isArray(g.clock_event_reasons) ? g.clock_event_reasons : []).map((name2) => ({ name: name2, kind: reasonKind(name2), label: t(lang, `eff.reason.${name2}`) }));
+  return {
+    index: g.index,
+    title: t(lang, "eff.gpu.title", { n: g.index }),
+    cc: g.compute_capability ? t(lang, "eff.gpu.cc", { cc: g.compute_capability }) : null,
+    items: gpuItems(g, lang),
+    reasons,
+    reasonsNone: Array.isArray(g.clock_event_reasons) && !g.clock_event_reasons.length ? t(lang, "eff.reasons.none") : null,
+    ...gpmFacts(g, lang)
+  };
+}
+function firstModel(doc) {
+  const order = [stepProcess(doc), ...procs(doc).filter((p) => p.role === "main"), ...procs(doc)].filter(Boolean);
+  for (const p of order) if (Array.isArray(p.models) && p.models.length) return { proc: p, model: p.models[0] };
+  return { proc: order[0] || null, model: null };
+}
+function precisionFacts(doc, lang) {
+  const { proc, model } = firstModel(doc);
+  const mathProc = [proc, ...procs(doc)].find((p) => p && p.math) || null;
+  const math = mathProc && mathProc.math || {};
+  const out = [];
+  const add = (key, label, value) => {
+    if (value !== null && value !== void 0 && value !== "") out.push({ key, label: t(lang, label), value: String(value) });
+  };
+  if (model && Array.isArray(model.param_dtypes) && model.param_dtypes.length) add("dtypes", "eff.dtypes", model.param_dtypes.join(", "));
+  if (model) add("autocast", "eff.autocast", model.autocast === "off" ? t(lang, "eff.off") : model.autocast);
+  add("tf32", "eff.tf32", onOff(math.allow_tf32_matmul, lang));
+  add("tf32Cudnn", "eff.tf32Cudnn", onOff(math.cudnn_allow_tf32, lang));
+  add("matmulPrecision", "eff.matmulPrecision", math.float32_matmul_precision);
+  add("cudnnBenchmark", "eff.cudnnBenchmark", onOff(math.cudnn_benchmark, lang));
+  return out;
+}
+function loaderFacts(doc, lang) {
+  const { model } = firstModel(doc);
+  const ls = model && model.loader_settings || {};
+  const out = [];
+  const add = (key, label, value) => {
+    if (value !== null && value !== void 0) out.push({ key, label: t(lang, label), value: String(value) });
+  };
+  add("workers", "eff.loader.workers", isNum2(ls.num_workers) ? ls.num_workers : null);
+  add("pin", "eff.loader.pin", typeof ls.pin_memory === "boolean" ? String(ls.pin_memory) : null);
+  add("persistent", "eff.loader.persistent", typeof ls.persistent_workers === "boolean" ? String(ls.persistent_workers) : null);
+  add("batch", "eff.loader.batch", isNum2(ls.batch_size) ? ls.batch_size : null);
+  if (model && Array.isArray(model.input_shape)) add("input", "eff.input", `[${model.input_shape.join(", ")}]`);
+  return out;
+}
+function syncsFact(doc, lang) {
+  const p = [stepProcess(doc), firstModel(doc).proc, ...procs(doc)].find((x) => x && isNum2(x.syncs_per_step));
+  return p ? { key: "syncs", label: t(lang, "eff.syncs"), value: t(lang, "eff.syncs.value", { n: Math.round(p.syncs_per_step * 10) / 10 }) } : null;
+}
+function efficiency(doc, lang) {
+  const step = stepFacts(doc, lang);
+  const gpu = gpuFacts(doc, lang);
+  const precision = precisionFacts(doc, lang);
+  const loader = loaderFacts(doc, lang);
+  const syncs = syncsFact(doc, lang);
+  const gpuEmpty = !gpu || !gpu.items.length && !gpu.reasons.length && !gpu.gpm.length && !gpu.gpmNa;
+  const empty = !step && gpuEmpty && !precision.length && !loader.length && !syncs;
+  return { step, gpu: gpuEmpty ? null : gpu, precision, loader, syncs, empty };
+}
+function smText(proc, lang) {
+  const rows = (proc && Array.isArray(proc.gpu) ? proc.gpu : []).filter(Boolean);
+  const sm = rows.reduce((a, g) => isNum2(g.sm_util_pct) ? (a ?? 0) + g.sm_util_pct : a, null);
+  if (sm === null && rows.length && rows.every((g) => isNum2(g.mig_index))) return t(lang, "eff.migNa");
+  return fmtPct(sm);
+}
+function utilText(gpu, lang) {
+  if (gpu && !isNum2(gpu.util_pct) && gpu.mig_mode === true) return t(lang, "eff.migNa");
+  return fmtPct(gpu ? gpu.util_pct : null);
+}
+function migRows(doc, gpu, lang) {
+  const devs = gpu && Array.isArray(gpu.mig_devices) ? gpu.mig_devices.filter(Boolean) : [];
+  return devs.map((d) => ({
+    index: d.index,
+    label: t(lang, "eff.mig.item", { index: d.index }),
+    ids: isNum2(d.gpu_instance_id) ? t(lang, "eff.mig.ids", { gi: d.gpu_instance_id, ci: isNum2(d.compute_instance_id) ? d.compute_instance_id : NA }) : "",
+    mem: isNum2(d.mem_total_mib) ? t(lang, "gpu.memOf", { used: fmtMiB(d.mem_used_mib), total: fmtMiB(d.mem_total_mib) }) : fmtMiB(d.mem_used_mib),
+    pids: procs(doc).filter((p) => (p.gpu || []).some((u) => u && u.index === gpu.index && u.mig_index === d.index)).map((p) => p.pid)
+  }));
+}
+
 // src/client/store.js
 var API = "/dsh-gpu-dashboard/api";
 var STORAGE_KEY = "dsh-gpu-dashboard.settings";
@@ -1451,7 +1645,7 @@ function getStore() {
 var import_jsx_runtime = require("react/jsx-runtime");
 var PLUGIN_VERSION = "0.1.0";
 var SUPPORTED_DSH = "0.1.0-rc.8";
-var isNum2 = (x) => typeof x === "number" && Number.isFinite(x);
+var isNum3 = (x) => typeof x === "number" && Number.isFinite(x);
 function useStatus() {
   const store = getStore();
   return (0, import_react.useSyncExternalStore)(store.subscribeStatus, store.status.get, store.status.get);
@@ -1496,10 +1690,10 @@ function Badge({ doc, lang, big }) {
   );
 }
 function Meter({ label, pct: pct2, value, color: color2 }) {
-  const w = isNum2(pct2) ? Math.max(0, Math.min(100, pct2)) : 0;
+  const w = isNum3(pct2) ? Math.max(0, Math.min(100, pct2)) : 0;
   return /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-meter", children: [
     /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-meter-label", title: label, children: label }),
-    /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-bar", role: "meter", "aria-label": label, "aria-valuenow": isNum2(pct2) ? Math.round(pct2) : void 0, children: /* @__PURE__ */ (0, import_jsx_runtime.jsx)("i", { style: { width: `${w}%`, background: color2 } }) }),
+    /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-bar", role: "meter", "aria-label": label, "aria-valuenow": isNum3(pct2) ? Math.round(pct2) : void 0, children: /* @__PURE__ */ (0, import_jsx_runtime.jsx)("i", { style: { width: `${w}%`, background: color2 } }) }),
     /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-meter-value", children: value })
   ] });
 }
@@ -1511,7 +1705,7 @@ function GpuMeters({ gpu, lang }) {
       {
         label: t(lang, "gpu.util"),
         pct: gpu.util_pct,
-        value: fmtPct(gpu.util_pct),
+        value: utilText(gpu, lang),
         color: UTIL_COLORS[utilLevel(gpu.util_pct)]
       }
     ),
@@ -1521,14 +1715,14 @@ function GpuMeters({ gpu, lang }) {
         label: t(lang, "gpu.mem"),
         pct: memPct,
         value: memOfText(gpu, lang),
-        color: isNum2(memPct) && memPct >= 90 ? SEVERITY_COLORS.error : SERIES_COLORS[0]
+        color: isNum3(memPct) && memPct >= 90 ? SEVERITY_COLORS.error : SERIES_COLORS[0]
       }
     )
   ] });
 }
 function Warnings({ doc, lang, limit }) {
   const all = summarize(doc, lang).warnings;
-  const list = isNum2(limit) ? all.slice(0, limit) : all;
+  const list = isNum3(limit) ? all.slice(0, limit) : all;
   if (!all.length) return null;
   return /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("ul", { className: "dgd-warnings", "data-testid": "dsh-gpu-warnings", children: [
     list.map((w, i) => /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("li", { className: "dgd-warning", style: { borderLeftColor: w.color }, "data-code": w.code || "", children: [
@@ -1549,11 +1743,11 @@ function targetText(doc, lang) {
   const tg = doc && doc.target;
   if (!tg || typeof tg !== "object") return "";
   const parts = [];
-  if (isNum2(tg.pid)) parts.push(t(lang, "target.pid", { pid: tg.pid }));
+  if (isNum3(tg.pid)) parts.push(t(lang, "target.pid", { pid: tg.pid }));
   if (tg.name) parts.push(String(tg.name));
   if (tg.alive === true) parts.push(t(lang, "target.running"));
   if (tg.alive === false) parts.push(t(lang, "target.exited"));
-  if (isNum2(tg.create_time_unix_s)) parts.push(t(lang, "target.since", { ago: fmtAgo(Date.now() / 1e3 - tg.create_time_unix_s, lang) }));
+  if (isNum3(tg.create_time_unix_s)) parts.push(t(lang, "target.since", { ago: fmtAgo(Date.now() / 1e3 - tg.create_time_unix_s, lang) }));
   return parts.join(" · ");
 }
 
@@ -1953,7 +2147,7 @@ function GlanceCardOpen() {
           gpus.length ? gpus.map((g, i) => /* @__PURE__ */ (0, import_jsx_runtime5.jsxs)("div", { className: "dgd-glance-gpu", "data-testid": "dsh-gpu-glance-gpu", children: [
             /* @__PURE__ */ (0, import_jsx_runtime5.jsxs)("span", { className: "dgd-glance-gpu-name", children: [
               "GPU ",
-              isNum2(g.index) ? g.index : i,
+              isNum3(g.index) ? g.index : i,
               " · ",
               g.name || NA
             ] }),
@@ -1967,196 +2161,6 @@ function GlanceCardOpen() {
   );
 }
 
-// ../sidecar/static/efficiency.js
-var isNum3 = (x) => typeof x === "number" && Number.isFinite(x);
-var STEP_SEGMENTS = [
-  { key: "data", field: "data_wait_fraction", label: "eff.seg.data", color: "#f59e0b" },
-  { key: "forward", field: "forward_fraction", label: "eff.seg.forward", color: "#2563eb" },
-  { key: "optimizer", field: "optimizer_fraction", label: "eff.seg.optimizer", color: "#7c3aed" },
-  { key: "other", field: "other_fraction", label: "eff.seg.other", color: "#9ca3af" }
-];
-var PROBLEM_REASONS = ["hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown", "hw_power_brake_slowdown"];
-var GPM_FIELDS = [
-  { key: "sm_activity_fraction", label: "eff.gpm.smActivity" },
-  { key: "sm_occupancy_fraction", label: "eff.gpm.smOccupancy" },
-  { key: "tensor_activity_fraction", label: "eff.gpm.tensor" },
-  { key: "dram_activity_fraction", label: "eff.gpm.dram" }
-];
-var GPM_TRAFFIC = [
-  { key: "pcie", tx: "pcie_tx_bytes_per_s", rx: "pcie_rx_bytes_per_s", label: "eff.gpm.pcie" },
-  { key: "nvlink", tx: "nvlink_tx_bytes_per_s", rx: "nvlink_rx_bytes_per_s", label: "eff.gpm.nvlink" }
-];
-function reasonKind(name2) {
-  return PROBLEM_REASONS.includes(name2) ? "problem" : "neutral";
-}
-function fmtStepTime(s) {
-  if (!isNum3(s)) return NA;
-  if (s < 1) return `${s < 0.01 ? (s * 1e3).toFixed(1) : Math.round(s * 1e3)} ms`;
-  return `${s.toFixed(2)} s`;
-}
-function fmtBytesPerS(b) {
-  if (!isNum3(b)) return NA;
-  const units = ["B/s", "kB/s", "MB/s", "GB/s", "TB/s"];
-  let v = Math.abs(b);
-  let i = 0;
-  while (v >= 1e3 && i < units.length - 1) {
-    v /= 1e3;
-    i += 1;
-  }
-  return `${v < 10 && i ? v.toFixed(1) : Math.round(v)} ${units[i]}`;
-}
-var onOff = (v, lang) => v === true ? t(lang, "eff.on") : v === false ? t(lang, "eff.off") : null;
-var procs = (doc) => doc && Array.isArray(doc.processes) ? doc.processes.filter(Boolean) : [];
-function stepProcess(doc) {
-  const withSteps = procs(doc).filter((p) => p.step_breakdown);
-  return withSteps.find((p) => p.role === "main") || withSteps[0] || null;
-}
-function stepFacts(doc, lang) {
-  const p = stepProcess(doc);
-  if (!p) return null;
-  const b = p.step_breakdown;
-  const sum = STEP_SEGMENTS.reduce((a, s) => a + (isNum3(b[s.field]) ? Math.max(0, b[s.field]) : 0), 0);
-  const scale = sum > 1 ? sum : 1;
-  const segments = STEP_SEGMENTS.map((s) => {
-    const f = isNum3(b[s.field]) ? Math.max(0, b[s.field]) : null;
-    const label = t(lang, s.label);
-    const value = fmtFraction(f);
-    return { key: s.key, color: s.color, fraction: f === null ? 0 : f / scale, label, value, text: t(lang, "eff.seg.value", { label, pct: value }) };
-  });
-  const window2 = isNum3(b.window_s) ? `${Math.round(b.window_s)} s` : NA;
-  const summary = t(lang, "eff.step.summary", { time: fmtStepTime(b.step_s), steps: isNum3(b.steps) ? b.steps : NA, window: window2, pid: p.pid });
-  return { pid: p.pid, summary, segments };
-}
-function stripGpu(doc) {
-  const g = modelGpu(doc);
-  if (g) return g;
-  const gpus = doc && Array.isArray(doc.gpus) ? doc.gpus.filter(Boolean) : [];
-  const used = new Set(procs(doc).flatMap((p) => (p.gpu || []).map((u) => u && u.index)));
-  return gpus.find((x) => used.has(x.index)) || null;
-}
-function pcieItem(g, lang) {
-  if (!isNum3(g.pcie_link_gen) && !isNum3(g.pcie_link_width)) return null;
-  const link = (gen, width) => t(lang, "eff.pcie.link", { gen: isNum3(gen) ? gen : "?", width: isNum3(width) ? width : "?" });
-  const now = link(g.pcie_link_gen, g.pcie_link_width);
-  const hasMax = isNum3(g.pcie_link_gen_max) || isNum3(g.pcie_link_width_max);
-  const degraded = isNum3(g.pcie_link_gen_max) && isNum3(g.pcie_link_gen) && g.pcie_link_gen < g.pcie_link_gen_max || isNum3(g.pcie_link_width_max) && isNum3(g.pcie_link_width) && g.pcie_link_width < g.pcie_link_width_max;
-  const value = hasMax ? t(lang, "eff.pcie.ofMax", { now, max: link(g.pcie_link_gen_max ?? g.pcie_link_gen, g.pcie_link_width_max ?? g.pcie_link_width) }) : now;
-  return { key: "pcie", label: t(lang, "eff.pcie"), value, flag: degraded ? "bad" : null, note: degraded ? t(lang, "eff.pcie.degraded") : null };
-}
-function gpuItems(g, lang) {
-  const items = [];
-  const mhz = (v) => String(Math.round(v));
-  if (isNum3(g.sm_clock_mhz)) {
-    const value = isNum3(g.sm_clock_max_mhz) ? t(lang, "eff.clock.value", { now: mhz(g.sm_clock_mhz), max: mhz(g.sm_clock_max_mhz) }) : t(lang, "eff.clock.now", { now: mhz(g.sm_clock_mhz) });
-    const pct2 = isNum3(g.sm_clock_max_mhz) && g.sm_clock_max_mhz > 0 ? 100 * g.sm_clock_mhz / g.sm_clock_max_mhz : null;
-    items.push({ key: "clock", label: t(lang, "eff.clock"), value, pct: pct2, note: isNum3(g.mem_clock_mhz) ? t(lang, "eff.clock.mem", { mhz: mhz(g.mem_clock_mhz) }) : null });
-  }
-  if (isNum3(g.power_w)) {
-    const w = String(Math.round(g.power_w));
-    const value = isNum3(g.power_limit_w) ? t(lang, "eff.power.value", { w, limit: String(Math.round(g.power_limit_w)) }) : t(lang, "eff.power.now", { w });
-    const pct2 = isNum3(g.power_limit_w) && g.power_limit_w > 0 ? 100 * g.power_w / g.power_limit_w : null;
-    items.push({ key: "power", label: t(lang, "eff.power"), value, pct: pct2 });
-  }
-  if (isNum3(g.temperature_c)) items.push({ key: "temp", label: t(lang, "eff.temp"), value: t(lang, "eff.temp.value", { c: String(Math.round(g.temperature_c)) }) });
-  const pcie = pcieItem(g, lang);
-  if (pcie) items.push(pcie);
-  return items;
-}
-function gpmFacts(g, lang) {
-  const errors = g.field_errors || {};
-  const gpm = [];
-  const reasons = /* @__PURE__ */ new Set();
-  for (const f of GPM_FIELDS) {
-    if (isNum3(g[f.key])) gpm.push({ key: f.key, label: t(lang, f.label), value: fmtFraction(g[f.key]) });
-    else if (errors[f.key]) reasons.add(String(errors[f.key]));
-  }
-  for (const f of GPM_TRAFFIC) {
-    if (isNum3(g[f.tx]) || isNum3(g[f.rx])) gpm.push({ key: f.key, label: t(lang, f.label), value: t(lang, "eff.gpm.traffic", { tx: fmtBytesPerS(g[f.tx]), rx: fmtBytesPerS(g[f.rx]) }) });
-    else for (const k of [f.tx, f.rx]) if (errors[k]) reasons.add(String(errors[k]));
-  }
-  const gpmNa = reasons.size ? t(lang, "eff.gpm.na", { reason: [...reasons].join("; ") }) : null;
-  return { gpm, gpmNa };
-}
-function gpuFacts(doc, lang) {
-  const g = stripGpu(doc);
-  if (!g) return null;
-  const reasons = (Array.isArray(g.clock_event_reasons) ? g.clock_event_reasons : []).map((name2) => ({ name: name2, kind: reasonKind(name2), label: t(lang, `eff.reason.${name2}`) }));
-  return {
-    index: g.index,
-    title: t(lang, "eff.gpu.title", { n: g.index }),
-    cc: g.compute_capability ? t(lang, "eff.gpu.cc", { cc: g.compute_capability }) : null,
-    items: gpuItems(g, lang),
-    reasons,
-    reasonsNone: Array.isArray(g.clock_event_reasons) && !g.clock_event_reasons.length ? t(lang, "eff.reasons.none") : null,
-    ...gpmFacts(g, lang)
-  };
-}
-function firstModel(doc) {
-  const order = [stepProcess(doc), ...procs(doc).filter((p) => p.role === "main"), ...procs(doc)].filter(Boolean);
-  for (const p of order) if (Array.isArray(p.models) && p.models.length) return { proc: p, model: p.models[0] };
-  return { proc: order[0] || null, model: null };
-}
-function precisionFacts(doc, lang) {
-  const { proc, model } = firstModel(doc);
-  const mathProc = [proc, ...procs(doc)].find((p) => p && p.math) || null;
-  const math = mathProc && mathProc.math || {};
-  const out = [];
-  const add = (key, label, value) => {
-    if (value !== null && value !== void 0 && value !== "") out.push({ key, label: t(lang, label), value: String(value) });
-  };
-  if (model && Array.isArray(model.param_dtypes) && model.param_dtypes.length) add("dtypes", "eff.dtypes", model.param_dtypes.join(", "));
-  if (model) add("autocast", "eff.autocast", model.autocast === "off" ? t(lang, "eff.off") : model.autocast);
-  add("tf32", "eff.tf32", onOff(math.allow_tf32_matmul, lang));
-  add("tf32Cudnn", "eff.tf32Cudnn", onOff(math.cudnn_allow_tf32, lang));
-  add("matmulPrecision", "eff.matmulPrecision", math.float32_matmul_precision);
-  add("cudnnBenchmark", "eff.cudnnBenchmark", onOff(math.cudnn_benchmark, lang));
-  return out;
-}
-function loaderFacts(doc, lang) {
-  const { model } = firstModel(doc);
-  const ls = model && model.loader_settings || {};
-  const out = [];
-  const add = (key, label, value) => {
-    if (value !== null && value !== void 0) out.push({ key, label: t(lang, label), value: String(value) });
-  };
-  add("workers", "eff.loader.workers", isNum3(ls.num_workers) ? ls.num_workers : null);
-  add("pin", "eff.loader.pin", typeof ls.pin_memory === "boolean" ? String(ls.pin_memory) : null);
-  add("persistent", "eff.loader.persistent", typeof ls.persistent_workers === "boolean" ? String(ls.persistent_workers) : null);
-  add("batch", "eff.loader.batch", isNum3(ls.batch_size) ? ls.batch_size : null);
-  if (model && Array.isArray(model.input_shape)) add("input", "eff.input", `[${model.input_shape.join(", ")}]`);
-  return out;
-}
-function syncsFact(doc, lang) {
-  const p = [stepProcess(doc), firstModel(doc).proc, ...procs(doc)].find((x) => x && isNum3(x.syncs_per_step));
-  return p ? { key: "syncs", label: t(lang, "eff.syncs"), value: t(lang, "eff.syncs.value", { n: Math.round(p.syncs_per_step * 10) / 10 }) } : null;
-}
-function efficiency(doc, lang) {
-  const step = stepFacts(doc, lang);
-  const gpu = gpuFacts(doc, lang);
-  const precision = precisionFacts(doc, lang);
-  const loader = loaderFacts(doc, lang);
-  const syncs = syncsFact(doc, lang);
-  const gpuEmpty = !gpu || !gpu.items.length && !gpu.reasons.length && !gpu.gpm.length && !gpu.gpmNa;
-  const empty = !step && gpuEmpty && !precision.length && !loader.length && !syncs;
-  return { step, gpu: gpuEmpty ? null : gpu, precision, loader, syncs, empty };
-}
-function smText(proc, lang) {
-  const rows = (proc && Array.isArray(proc.gpu) ? proc.gpu : []).filter(Boolean);
-  const sm = rows.reduce((a, g) => isNum3(g.sm_util_pct) ? (a ?? 0) + g.sm_util_pct : a, null);
-  if (sm === null && rows.length && rows.every((g) => isNum3(g.mig_index))) return t(lang, "eff.migNa");
-  return fmtPct(sm);
-}
-function migRows(doc, gpu, lang) {
-  const devs = gpu && Array.isArray(gpu.mig_devices) ? gpu.mig_devices.filter(Boolean) : [];
-  return devs.map((d) => ({
-    index: d.index,
-    label: t(lang, "eff.mig.item", { index: d.index }),
-    ids: isNum3(d.gpu_instance_id) ? t(lang, "eff.mig.ids", { gi: d.gpu_instance_id, ci: isNum3(d.compute_instance_id) ? d.compute_instance_id : NA }) : "",
-    mem: isNum3(d.mem_total_mib) ? t(lang, "gpu.memOf", { used: fmtMiB(d.mem_used_mib), total: fmtMiB(d.mem_total_mib) }) : fmtMiB(d.mem_used_mib),
-    pids: procs(doc).filter((p) => (p.gpu || []).some((u) => u && u.index === gpu.index && u.mig_index === d.index)).map((p) => p.pid)
-  }));
-}
-
 // src/client/processes.jsx
 var import_jsx_runtime6 = require("react/jsx-runtime");
 function DeviceChip({ dev }) {
@@ -2166,7 +2170,7 @@ function ProcessRow({ p, lang }) {
   const models = Array.isArray(p.models) ? p.models.filter(Boolean) : [];
   const m = models[0] || null;
   const gpuRows = Array.isArray(p.gpu) ? p.gpu.filter(Boolean) : [];
-  const mem = gpuRows.reduce((a, g) => isNum2(g.mem_used_mib) ? (a ?? 0) + g.mem_used_mib : a, null);
+  const mem = gpuRows.reduce((a, g) => isNum3(g.mem_used_mib) ? (a ?? 0) + g.mem_used_mib : a, null);
   return /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("tr", { "data-testid": "dsh-gpu-process", "data-pid": p.pid ?? "", children: [
     /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("td", { children: [
       /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { className: "dgd-proc-name", children: p.name || NA }),
@@ -2178,7 +2182,7 @@ function ProcessRow({ p, lang }) {
     /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("td", { title: !p.has_probe ? t(lang, "probe.noneTitle") : void 0, children: roleText(p, lang) }),
     /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("td", { children: models.length ? models.map((mm, j) => /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("div", { children: [
       mm.name || NA,
-      isNum2(mm.param_count) ? /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("span", { className: "dgd-muted", children: [
+      isNum3(mm.param_count) ? /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("span", { className: "dgd-muted", children: [
         " · ",
         t(lang, "model.params", { n: fmtCount(mm.param_count) })
       ] }) : null
@@ -2869,7 +2873,7 @@ function Hero({ doc, lang, lastOk }) {
     /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("dl", { className: "dgd-facts", "data-testid": "dsh-gpu-facts", children: [
       /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("div", { children: [
         /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("dt", { children: t(lang, "summary.util") }),
-        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("dd", { children: fmtPct(modelGpu(doc)?.util_pct) })
+        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("dd", { children: utilText(modelGpu(doc), lang) })
       ] }),
       /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("div", { children: [
         /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("dt", { children: t(lang, "summary.mem") }),
@@ -2901,12 +2905,12 @@ function procsOnGpu(doc, index) {
 }
 function GpuCard({ doc, g, i, modelDev, lang }) {
   const procs2 = procsOnGpu(doc, g.index);
-  const fw = isNum2(g.framework_index) ? `cuda:${g.framework_index}` : null;
+  const fw = isNum3(g.framework_index) ? `cuda:${g.framework_index}` : null;
   return /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("article", { className: "dgd-card", "data-testid": "dsh-gpu-card", "data-index": g.index ?? "", children: [
     /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("div", { className: "dgd-gpu-head", children: [
       /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("span", { className: "dgd-gpu-index", children: [
         "GPU ",
-        isNum2(g.index) ? g.index : i
+        isNum3(g.index) ? g.index : i
       ] }),
       /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("span", { className: "dgd-gpu-name", title: g.uuid || "", children: g.name || NA }),
       fw && modelDev === fw ? /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("span", { className: "dgd-tag dgd-tag-ok", children: t(lang, "gpu.modelHere") }) : null,
@@ -2968,7 +2972,7 @@ function RuntimeFooter({ doc, lang, intervalS }) {
       /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("b", { children: v })
     ] }, k)),
     nv.ok === false && nv.error ? /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("span", { className: "dgd-bad", children: t(lang, "runtime.nvmlError", { error: nv.error }) }) : null,
-    isNum2(intervalS) ? /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("span", { children: t(lang, "runtime.interval", { s: intervalS }) }) : null
+    isNum3(intervalS) ? /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("span", { children: t(lang, "runtime.interval", { s: intervalS }) }) : null
   ] });
 }
 function GpuView(props) {
@@ -3019,7 +3023,7 @@ function autostartLines(cfg) {
 }
 function yamlSnippet(url, cfg) {
   const token = cfg && cfg.tokenSet ? "<your token>" : "null";
-  const timeout = cfg && isNum2(cfg.timeoutMs) ? cfg.timeoutMs : 2e3;
+  const timeout = cfg && isNum3(cfg.timeoutMs) ? cfg.timeoutMs : 2e3;
   return [
     "- id: dsh-gpu-dashboard",
     "  config:",

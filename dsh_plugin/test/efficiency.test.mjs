@@ -9,7 +9,7 @@ import { after, before, describe, test } from 'node:test'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 import { build } from 'esbuild'
 import { render } from './jsx-shim.mjs'
-import { efficiency, reasonKind, smText } from '../../sidecar/static/efficiency.js'
+import { efficiency, reasonKind, smText, utilText } from '../../sidecar/static/efficiency.js'
 import { cpuMode, gpuChartData, jobChartData } from '../../sidecar/static/history_data.js'
 import { t } from '../../sidecar/static/format.js'
 
@@ -92,6 +92,9 @@ describe('the efficiency strip', () => {
     assert.match(html, /data-testid="dsh-gpu-mig-device" data-mig-index="0">.*MIG 0.*GI 1 · CI 0.*pid 42.*10 MiB of 9.6 GiB/)
     assert.equal(smText(p, 'en'), 'n/a on MIG')
     assert.equal(smText(main(), 'en'), '88 %')
+    assert.equal(utilText({ ...g, util_pct: null }, 'en'), 'n/a on MIG')
+    assert.equal(utilText(gpu({ util_pct: null }), 'en'), '—')
+    assert.equal(utilText(gpu(), 'en'), '90 %')
     assert.equal(render(mod.MigList({ doc: doc([gpu()], [main()]), gpu: gpu(), lang: 'en' })), '')
   })
   test('Chinese, and nothing at all without facts', () => {

@@ -11,7 +11,7 @@ import {
 } from './format.js';
 import { jobQuery, renderJobs } from './jobs.js';
 import { h, richText } from './dom.js';
-import { smText } from './efficiency.js';
+import { smText, utilText } from './efficiency.js';
 import { migList, renderStrip } from './strip.js';
 import { createHistoryView } from './history_view.js';
 
@@ -146,7 +146,7 @@ function renderHero(doc) {
     facts.append(
       fact('summary.modelDevice', devChip(doc.model_device), 'fact-model-device'),
       fact('summary.inputDevice', devChip(doc.input_device), 'fact-input-device'),
-      fact('summary.util', fmtPct(gpu && gpu.util_pct), 'fact-util'),
+      fact('summary.util', utilText(gpu, state.lang), 'fact-util'),
       fact('summary.mem', fmtMiB(gpu && gpu.mem_used_mib), 'fact-mem'),
       fact('summary.cuda', cuda, 'fact-cuda'),
     );
@@ -228,7 +228,7 @@ function renderGpus(doc) {
       tag),
     h('div', { class: 'gpu-name', 'data-testid': 'gpu-name', text: g.name || NA, title: [g.name, g.uuid].filter(Boolean).join('\n') }),
     h('div', { class: 'gpu-sub', 'data-testid': 'gpu-framework', text: gpuFrameworkText(doc, g, state.lang) }),
-    meter('gpu.util', g.util_pct, fmtPct(g.util_pct), UTIL_COLORS[level], 'gpu-util'),
+    meter('gpu.util', g.util_pct, utilText(g, state.lang), UTIL_COLORS[level], 'gpu-util'),
     meter('gpu.mem', memPct, memOfText(g, state.lang), '#7c3aed', 'gpu-mem'),
     h('div', { class: 'gpu-procs', 'data-testid': 'gpu-procs' },
       h('div', { class: 'gpu-procs-title', text: tr('gpu.procs') }),

@@ -18,6 +18,7 @@
  *     empty      true when there is nothing to show.
  *   reasonKind(name)        'problem' (hardware, thermal, power brake) | 'neutral' (the rest).
  *   smText(proc, lang)      a process's SM % over its GPUs, or "n/a on MIG" when it runs in MIG instances.
+ *   utilText(gpu, lang)     a GPU's utilisation, or "n/a on MIG" when MIG mode leaves it unmeasured.
  *   migRows(doc, gpu, lang) the MIG instances of a GPU: [{index, label, ids, mem, pids}].
  *   fmtBytesPerS(b)         1.5e9 → "1.5 GB/s".
  *   fmtStepTime(s)          0.085 → "85 ms", 1.5 → "1.50 s".
@@ -223,6 +224,12 @@ export function smText(proc, lang) {
   const sm = rows.reduce((a, g) => (isNum(g.sm_util_pct) ? (a ?? 0) + g.sm_util_pct : a), null);
   if (sm === null && rows.length && rows.every((g) => isNum(g.mig_index))) return t(lang, 'eff.migNa');
   return fmtPct(sm);
+}
+
+/** A GPU's utilisation; "n/a on MIG" where MIG mode leaves it unmeasured (never a 0 %). */
+export function utilText(gpu, lang) {
+  if (gpu && !isNum(gpu.util_pct) && gpu.mig_mode === true) return t(lang, 'eff.migNa');
+  return fmtPct(gpu ? gpu.util_pct : null);
 }
 
 /** The MIG instances of `gpu` with their memory and the job's processes in each. */

@@ -391,6 +391,8 @@ def test_mig_gpu_without_gpm(serve, pages):
     wait_strip(page)
     # Per-process SM utilisation does not exist on MIG: said so, never a 0 %.
     assert page.locator("[data-testid=process-row] [data-testid=sm]").inner_text() == "n/a on MIG"
+    assert "n/a on MIG" in page.inner_text("[data-testid=gpu-card] [data-testid=gpu-util]")
+    assert page.inner_text("[data-testid=fact-util] dd") == "n/a on MIG"
     # The card lists the MIG instances, the job's process in its own.
     mig = page.locator("[data-testid=gpu-card] [data-testid=mig-device]")
     assert mig.count() == 2

@@ -4,7 +4,6 @@ import {
   cudaText,
   deviceText,
   fmtMiB,
-  fmtPct,
   modelGpu,
   roleText,
   summarize,
@@ -17,6 +16,7 @@ import { ProcessTable } from './processes.jsx'
 import { HistoryCharts } from './charts.jsx'
 import { SessionJobs } from './jobs.jsx'
 import { EfficiencyStrip, MigList } from './efficiency.jsx'
+import { utilText } from '../../../sidecar/static/efficiency.js'
 
 function Hero({ doc, lang, lastOk }) {
   const rt = (doc && doc.runtime) || {}
@@ -40,7 +40,7 @@ function Hero({ doc, lang, lastOk }) {
       <dl className="dgd-facts" data-testid="dsh-gpu-facts">
         <div>
           <dt>{t(lang, 'summary.util')}</dt>
-          <dd>{fmtPct(modelGpu(doc)?.util_pct)}</dd>
+          <dd>{utilText(modelGpu(doc), lang)}</dd>
         </div>
         <div>
           <dt>{t(lang, 'summary.mem')}</dt>
