@@ -216,6 +216,7 @@ var en_default = {
   "eff.gpm.nvlink": "NVLink traffic",
   "eff.gpm.traffic": "↑ {tx} · ↓ {rx}",
   "eff.gpm.na": "GPM metrics n/a: {reason}",
+  "eff.gpm.someNa": "{fields} n/a: {reason}",
   "eff.precision": "Precision",
   "eff.dtypes": "parameters",
   "eff.autocast": "autocast",
@@ -605,6 +606,7 @@ var zh_default = {
   "eff.gpm.nvlink": "NVLink 流量",
   "eff.gpm.traffic": "↑ {tx} · ↓ {rx}",
   "eff.gpm.na": "GPM 指标不可用：{reason}",
+  "eff.gpm.someNa": "{fields} 不可用：{reason}",
   "eff.precision": "精度",
   "eff.dtypes": "参数",
   "eff.autocast": "autocast",
@@ -1194,16 +1196,18 @@ function gpuItems(g, lang) {
 function gpmFacts(g, lang) {
   const errors = g.field_errors || {};
   const gpm = [];
-  const reasons = /* @__PURE__ */ new Set();
+  const missing = [];
   for (const f of GPM_FIELDS) {
     if (isNum2(g[f.key])) gpm.push({ key: f.key, label: t(lang, f.label), value: fmtFraction(g[f.key]) });
-    else if (errors[f.key]) reasons.add(String(errors[f.key]));
+    else if (errors[f.key]) missing.push([t(lang, f.label), String(errors[f.key])]);
   }
   for (const f of GPM_TRAFFIC) {
     if (isNum2(g[f.tx]) || isNum2(g[f.rx])) gpm.push({ key: f.key, label: t(lang, f.label), value: t(lang, "eff.gpm.traffic", { tx: fmtBytesPerS(g[f.tx]), rx: fmtBytesPerS(g[f.rx]) }) });
-    else for (const k of [f.tx, f.rx]) if (errors[k]) reasons.add(String(errors[k]));
+    else if (errors[f.tx] || errors[f.rx]) missing.push([t(lang, f.label), String(errors[f.tx] || errors[f.rx])]);
   }
-  const gpmNa = reasons.size ? t(lang, "eff.gpm.na", { reason: [...reasons].join("; ") }) : null;
+  if (!missing.length) return { gpm, gpmNa: null };
+  const reason = [...new Set(missing.map((m) => m[1]))].join("; ");
+  const gpmNa = gpm.length ? t(lang, "eff.gpm.someNa", { fields: missing.map((m) => m[0]).join(", "), reason }) : t(lang, "eff.gpm.na", { reason });
   return { gpm, gpmNa };
 }
 function gpuFacts(doc, lang) {

@@ -84,6 +84,11 @@ describe('the efficiency strip', () => {
     const html = render(mod.EfficiencyStrip({ doc: doc([g], [main()]), lang: 'en' }))
     assert.match(html, new RegExp(`data-testid="dsh-gpu-eff-gpm-na">GPM metrics n/a: ${reason}<`))
     assert.doesNotMatch(html, /dsh-gpu-eff-gpm"/)
+    // some GPM present, some not: which are missing, and why
+    const partial = gpu({ field_errors: { nvlink_tx_bytes_per_s: 'no NVLink', nvlink_rx_bytes_per_s: 'no NVLink' } })
+    const html2 = render(mod.EfficiencyStrip({ doc: doc([partial], [main()]), lang: 'en' }))
+    assert.match(html2, /data-testid="dsh-gpu-eff-gpm-na">NVLink traffic n\/a: no NVLink</)
+    assert.match(html2, /SM activity<\/span> <b>62 %/)
   })
   test('MIG: instances on the card, "n/a on MIG" for a process SM', () => {
     const g = gpu({ mig_mode: true, mig_devices: [{ index: 0, uuid: 'MIG-0', gpu_instance_id: 1, compute_instance_id: 0, mem_used_mib: 10, mem_total_mib: 9856 }] })

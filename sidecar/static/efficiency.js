@@ -134,20 +134,25 @@ function gpuItems(g, lang) {
   return items;
 }
 
-/** GPM values present, and one compact reason for those that are null (their field_errors). */
+/** GPM values present, and one compact line for those that are null, with their field_errors. */
 function gpmFacts(g, lang) {
   const errors = g.field_errors || {};
   const gpm = [];
-  const reasons = new Set();
+  const missing = []; // [label, reason]
   for (const f of GPM_FIELDS) {
     if (isNum(g[f.key])) gpm.push({ key: f.key, label: t(lang, f.label), value: fmtFraction(g[f.key]) });
-    else if (errors[f.key]) reasons.add(String(errors[f.key]));
+    else if (errors[f.key]) missing.push([t(lang, f.label), String(errors[f.key])]);
   }
   for (const f of GPM_TRAFFIC) {
     if (isNum(g[f.tx]) || isNum(g[f.rx])) gpm.push({ key: f.key, label: t(lang, f.label), value: t(lang, 'eff.gpm.traffic', { tx: fmtBytesPerS(g[f.tx]), rx: fmtBytesPerS(g[f.rx]) }) });
-    else for (const k of [f.tx, f.rx]) if (errors[k]) reasons.add(String(errors[k]));
+    else if (errors[f.tx] || errors[f.rx]) missing.push([t(lang, f.label), String(errors[f.tx] || errors[f.rx])]);
   }
-  const gpmNa = reasons.size ? t(lang, 'eff.gpm.na', { reason: [...reasons].join('; ') }) : null;
+  if (!missing.length) return { gpm, gpmNa: null };
+  const reason = [...new Set(missing.map((m) => m[1]))].join('; ');
+  // all of GPM missing: why, once; some of it: which, and why
+  const gpmNa = gpm.length
+    ? t(lang, 'eff.gpm.someNa', { fields: missing.map((m) => m[0]).join(', '), reason })
+    : t(lang, 'eff.gpm.na', { reason });
   return { gpm, gpmNa };
 }
 
