@@ -35,7 +35,8 @@ export const STEP_SEGMENTS = [
   { key: 'other', field: 'other_fraction', label: 'eff.seg.other', color: '#9ca3af' },
 ];
 
-// Clock event reasons that cost speed the job did not ask for: styled as problems.
+// Clock event reasons that cost speed the job did not ask for: styled as problems. The verdict's
+// `throttled` warning uses the same ones (THROTTLE_REASONS, sidecar/verdict/efficiency.py; a test keeps them equal).
 export const PROBLEM_REASONS = ['hw_slowdown', 'hw_thermal_slowdown', 'sw_thermal_slowdown', 'hw_power_brake_slowdown'];
 
 export const GPM_FIELDS = [

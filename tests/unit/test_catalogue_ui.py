@@ -1,7 +1,8 @@
-"""The catalogue against the page's and the plugin's UI modules: every id that any of them names
-exists (test_catalogue.py scans format.js, app.js and the plugin; this scans every module of
-sidecar/static/), every clock event reason of the contract has its badge text, and the GPM fields
-the efficiency strip lists are the contract's."""
+"""The catalogue and the contract against the page's and the plugin's UI modules: every id that any
+of them names exists (test_catalogue.py scans format.js, app.js and the plugin; this scans every
+module of sidecar/static/), every clock event reason of the contract has its badge text, the reasons
+the strip styles as problems are the verdict's throttle reasons, and the GPM fields the efficiency
+strip lists are the contract's."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from sidecar import contract
 from sidecar.catalogue import load
 from sidecar.sources.nvml_names import CLOCK_EVENT_REASONS
+from sidecar.verdict.efficiency import THROTTLE_REASONS
 
 REPO = Path(__file__).resolve().parents[1].parent
 STATIC = REPO / "sidecar" / "static"
@@ -40,6 +42,12 @@ def test_every_clock_event_reason_has_a_badge_text_in_both_languages():
         cat = load(lang)
         for _, name in CLOCK_EVENT_REASONS:
             assert cat.get(f"eff.reason.{name}"), (lang, name)
+
+
+def test_the_strips_problem_reasons_are_the_verdicts_throttle_reasons():
+    text = (STATIC / "efficiency.js").read_text(encoding="utf-8")
+    listed = re.search(r"PROBLEM_REASONS = \[(.*)\];", text).group(1)
+    assert set(re.findall(r"'(\w+)'", listed)) == set(THROTTLE_REASONS)
 
 
 def test_the_strip_lists_the_contracts_gpm_fields_and_charts_every_history_chart():
