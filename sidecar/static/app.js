@@ -1,6 +1,7 @@
 // app.js — the standalone dsh-gpu-dashboard page served by the sidecar at GET /.
 // No framework: fetch the status document every `refresh` seconds (paused while the tab is hidden),
-// render it with the shared rules of format.js, and draw the history with charts.js.
+// render it with the shared rules of format.js, the efficiency strip with strip.js, and the history with
+// history_view.js (charts.js underneath).
 // All URLs are relative so the page also works behind a path prefix.
 
 import {
