@@ -24,9 +24,9 @@ Decisions worth knowing when reading the values:
   measurement None; the other devices are unaffected.
 - The process lists and utilisation samples are read straight into buffers kept between polls
   (see `_read_list`); everything else uses nvidia-ml-py's wrappers.
-- A poll asks each GPU only what something shows (memory, utilisation, the process lists and their
-  samples: 5 calls when the buffers fit), and its UUID every UUID_CHECK_EVERY_POLLS polls:
-  NVML calls are what a poll's CPU goes to, with the real driver even more than here.
+- A poll asks each GPU what something shows (memory, utilisation, process lists and samples: 5 calls
+  when the buffers fit; the efficiency fields, nvml_efficiency.py: 6, +2 with GPM), its UUID every
+  UUID_CHECK_EVERY_POLLS polls: NVML calls are what a poll's CPU goes to, more so on a real driver.
 - Initialisation is lazy (first poll) and, when it fails, retried with exponential backoff rather
   than on every poll: a missing driver makes each attempt cost a failed dlopen.
 """
