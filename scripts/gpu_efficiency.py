@@ -1,7 +1,7 @@
 """Efficiency checks for scripts/gpu_check.py (issue 15), on a real NVIDIA GPU.
 
 1. Every efficiency field of GpuInfo, read through NvmlSource (two polls, so GPM has its pair of
-   samples), printed per GPU with the reason of each None.
+   samples), printed per GPU with the reason of each None; then the CPU one poll costs.
 2. Two workloads on cuda:0, each in a child process for WORKLOAD_S seconds while this process polls
    NVML once a second:
    - busy-but-hollow: fp32 (64 x 8192) @ (8192 x 64) matmuls back to back: a kernel is nearly always
@@ -88,7 +88,18 @@ def record_fields(check: Callable[[str, bool | None, str], None]) -> None:
         src.poll()
         time.sleep(1.0)  # GPM wants its two samples more than 100 ms apart
         snap = src.poll()
+        # What a poll costs with the real driver (the simulated one only approximates it): CPU per
+        # poll over 20 polls 0.2 s apart, the rarely read queries included twice.
+        cpu_s = []
+        for _ in range(20):
+            time.sleep(0.2)
+            started = time.process_time()
+            src.poll()
+            cpu_s.append(time.process_time() - started)
     check("nvml efficiency poll", snap.ok, snap.error or f"{len(snap.devices)} GPU(s)")
+    check("nvml poll CPU (real driver)", None if not snap.ok else True,
+          f"median {1000 * statistics.median(cpu_s):.2f} ms, max {1000 * max(cpu_s):.2f} ms "
+          f"for {len(snap.devices)} GPU(s)")
     for d in snap.devices:
         print(f"\nGPU {d.index} {d.name}: efficiency fields")
         for name in EFFICIENCY_FIELDS:
