@@ -132,5 +132,8 @@ describe('history data', () => {
     assert.deepEqual(d.util.series.map((x) => x.key), ['0', '0-sm-active'])
     assert.equal(d.util.series[1].points[0][1], 60)
     assert.equal(d.power.limits[0].value, 700)
+    const two = [{ time_unix_s: 100, processes: [], gpus: [0, 1].map((index) => ({ index, util_pct: 1, mem_used_mib: 1, power_w: 60 })) }]
+    const d2 = gpuChartData(doc([gpu(), gpu({ index: 1 })], []), two, 90, tr)
+    assert.deepEqual(d2.power.limits, [{ value: 700, label: 'GPU 0, 1 limit 700 W' }])
   })
 })

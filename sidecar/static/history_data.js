@@ -64,8 +64,12 @@ export function gpuChartData(doc, samples, t0, tr) {
   ];
 
   const power = mk(p.power);
-  const powerLimits = p.indices.map((i) => gpuNames.get(i)).filter((g) => g && num(g.power_limit_w))
-    .map((g) => ({ value: g.power_limit_w, label: tr('chart.powerLimit', { n: g.index, limit: `${Math.round(g.power_limit_w)} W` }) }));
+  // one line per limit value, naming every GPU that has it (two equal limits would draw over each other)
+  const byLimit = new Map();
+  for (const g of p.indices.map((i) => gpuNames.get(i))) {
+    if (g && num(g.power_limit_w)) byLimit.set(g.power_limit_w, [...(byLimit.get(g.power_limit_w) || []), g.index]);
+  }
+  const powerLimits = [...byLimit].map(([value, ns]) => ({ value, label: tr('chart.powerLimit', { n: ns.join(', '), limit: `${Math.round(value)} W` }) }));
   const powerTicks = niceTicks(Math.max(maxOf(power, t0), ...powerLimits.map((l) => l.value), 50) * 1.1, 4);
   const temp = mk(p.temp);
   const tempTicks = niceTicks(Math.max(maxOf(temp, t0) * 1.15, 50), 4);
