@@ -56,7 +56,45 @@ DOC_FAMILIES = {
     "dsh_rank_info",
     "dsh_status",
     "dsh_warning_active",
+    "dsh_gpu_sm_clock_hz",
+    "dsh_gpu_clock_event_active",
+    "dsh_gpu_power_watts",
+    "dsh_gpu_power_limit_watts",
+    "dsh_gpu_temperature_celsius",
+    "dsh_gpu_pcie_link_generation",
+    "dsh_gpu_pcie_link_width",
+    "dsh_gpu_sm_activity_ratio",
+    "dsh_gpu_sm_occupancy_ratio",
+    "dsh_gpu_tensor_activity_ratio",
+    "dsh_gpu_dram_activity_ratio",
+    "dsh_process_step_fraction",
 }
+# Written out here, apart from sidecar/metrics.py: metric -> (Gpu field, scale).
+GPU_GAUGES = {
+    "dsh_gpu_sm_clock_hz": ("sm_clock_mhz", 1e6),
+    "dsh_gpu_power_watts": ("power_w", 1),
+    "dsh_gpu_power_limit_watts": ("power_limit_w", 1),
+    "dsh_gpu_temperature_celsius": ("temperature_c", 1),
+    "dsh_gpu_pcie_link_generation": ("pcie_link_gen", 1),
+    "dsh_gpu_pcie_link_width": ("pcie_link_width", 1),
+    "dsh_gpu_sm_activity_ratio": ("sm_activity_fraction", 1),
+    "dsh_gpu_sm_occupancy_ratio": ("sm_occupancy_fraction", 1),
+    "dsh_gpu_tensor_activity_ratio": ("tensor_activity_fraction", 1),
+    "dsh_gpu_dram_activity_ratio": ("dram_activity_fraction", 1),
+}
+CLOCK_REASONS = (
+    "gpu_idle",
+    "applications_clocks_setting",
+    "sw_power_cap",
+    "hw_slowdown",
+    "sync_boost",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+    "display_clock_setting",
+    "board_limit",
+    "reliability",
+)
 
 
 def parse(text: str | bytes) -> list[tuple[str, dict[str, str], float]]:
@@ -91,6 +129,12 @@ def expected_from_document(doc: dict[str, Any], job_name: str | None) -> set[tup
             add("dsh_gpu_memory_used_bytes", lbl, g["mem_used_mib"] * MIB)
         if g["mem_total_mib"] is not None:
             add("dsh_gpu_memory_total_bytes", lbl, g["mem_total_mib"] * MIB)
+        for name, (key, scale) in GPU_GAUGES.items():
+            if g.get(key) is not None:
+                add(name, lbl, g[key] * scale)
+        if g.get("clock_event_reasons") is not None:
+            for reason in CLOCK_REASONS:
+                add("dsh_gpu_clock_event_active", {**lbl, "reason": reason}, reason in g["clock_event_reasons"])
     for p in doc["processes"]:
         for g in p["gpu"]:
             lbl = {"job_id": job, "pid": p["pid"], "role": p["role"], "gpu": g["index"], "rank": p["rank"]}
@@ -109,6 +153,11 @@ def expected_from_document(doc: dict[str, Any], job_name: str | None) -> set[tup
                 {"job_id": job, "pid": p["pid"], "model": m["name"], "rank": p["rank"]},
                 m["forward_calls"],
             )
+        for phase in ("data_wait", "forward", "optimizer", "other"):
+            share = (p.get("step_breakdown") or {}).get(f"{phase}_fraction")
+            if share is not None:
+                lbl = {"job_id": job, "pid": p["pid"], "role": p["role"], "rank": p["rank"], "phase": phase}
+                add("dsh_process_step_fraction", lbl, share)
         if p["role"] == "rank":
             add(
                 "dsh_rank_info",
