@@ -188,17 +188,6 @@ var en_default = {
   "eff.clock.now": "{now} MHz",
   "eff.clock.mem": "memory {mhz} MHz",
   "eff.reasons.none": "clocks not held down",
-  "eff.reason.gpu_idle": "idle",
-  "eff.reason.applications_clocks_setting": "application clocks",
-  "eff.reason.sw_power_cap": "power cap",
-  "eff.reason.hw_slowdown": "hardware slowdown",
-  "eff.reason.sync_boost": "sync boost",
-  "eff.reason.sw_thermal_slowdown": "thermal slowdown (software)",
-  "eff.reason.hw_thermal_slowdown": "thermal slowdown (hardware)",
-  "eff.reason.hw_power_brake_slowdown": "power brake",
-  "eff.reason.display_clock_setting": "display clock",
-  "eff.reason.board_limit": "board limit",
-  "eff.reason.reliability": "reliability limit",
   "eff.power": "Power",
   "eff.power.value": "{w} of {limit} W",
   "eff.power.now": "{w} W",
@@ -578,17 +567,6 @@ var zh_default = {
   "eff.clock.now": "{now} MHz",
   "eff.clock.mem": "显存 {mhz} MHz",
   "eff.reasons.none": "时钟未受限",
-  "eff.reason.gpu_idle": "空闲",
-  "eff.reason.applications_clocks_setting": "应用时钟设置",
-  "eff.reason.sw_power_cap": "功耗上限",
-  "eff.reason.hw_slowdown": "硬件降频",
-  "eff.reason.sync_boost": "同步加速",
-  "eff.reason.sw_thermal_slowdown": "过热降频（软件）",
-  "eff.reason.hw_thermal_slowdown": "过热降频（硬件）",
-  "eff.reason.hw_power_brake_slowdown": "功耗制动",
-  "eff.reason.display_clock_setting": "显示时钟设置",
-  "eff.reason.board_limit": "板卡限制",
-  "eff.reason.reliability": "可靠性限制",
   "eff.power": "功耗",
   "eff.power.value": "{w} / {limit} W",
   "eff.power.now": "{w} W",
@@ -1213,7 +1191,7 @@ function gpmFacts(g, lang) {
 function gpuFacts(doc, lang) {
   const g = stripGpu(doc);
   if (!g) return null;
-  const reasons = (Array.isArray(g.clock_event_reasons) ? g.clock_event_reasons : []).map((name2) => ({ name: name2, kind: reasonKind(name2), label: t(lang, `eff.reason.${name2}`) }));
+  const reasons = (Array.isArray(g.clock_event_reasons) ? g.clock_event_reasons : []).map((name2) => ({ name: name2, kind: reasonKind(name2), label: t(lang, `clock-reason.${name2}`) }));
   return {
     index: g.index,
     title: t(lang, "eff.gpu.title", { n: g.index }),

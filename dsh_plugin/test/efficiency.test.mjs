@@ -106,7 +106,7 @@ describe('the efficiency strip', () => {
     const html = render(mod.EfficiencyStrip({ doc: doc([gpu()], [main()]), lang: 'zh' }))
     assert.match(html, /效率/)
     assert.match(html, /等待数据 50 %/)
-    assert.match(html, /过热降频（硬件）/)
+    assert.match(html, /硬件温控降频/)
     assert.equal(render(mod.EfficiencyStrip({ doc: doc([], [{ pid: 1, gpu: [], models: [] }]), lang: 'en' })), '')
     assert.equal(efficiency(doc([], []), 'en').empty, true)
   })

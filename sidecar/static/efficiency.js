@@ -161,7 +161,7 @@ function gpuFacts(doc, lang) {
   const g = stripGpu(doc);
   if (!g) return null;
   const reasons = (Array.isArray(g.clock_event_reasons) ? g.clock_event_reasons : [])
-    .map((name) => ({ name, kind: reasonKind(name), label: t(lang, `eff.reason.${name}`) }));
+    .map((name) => ({ name, kind: reasonKind(name), label: t(lang, `clock-reason.${name}`) }));
   return {
     index: g.index,
     title: t(lang, 'eff.gpu.title', { n: g.index }),

@@ -60,7 +60,7 @@ def test_strip_and_cpu_charts_in_dsh(chromium, tmp_path: Path) -> None:
         assert widths == pytest.approx([bar["width"] * f for f in (0.4, 0.3, 0.1, 0.2)], abs=2)
         problem = strip.locator('[data-reason="hw_thermal_slowdown"]')
         assert problem.get_attribute("data-kind") == "problem"
-        assert problem.inner_text() == "thermal slowdown (hardware)"
+        assert problem.inner_text() == "hardware thermal slowdown"
         assert strip.locator('[data-testid="dsh-gpu-eff-pcie"]').get_attribute("data-flag") == "bad"
         assert "62 %" in strip.locator('[data-testid="dsh-gpu-eff-gpm"]').inner_text()
         page.wait_for_selector('[data-testid="dsh-gpu-chart-power"]')

@@ -335,7 +335,7 @@ def test_strip_on_a_throttled_h100(serve, pages):
     reasons = page.eval_on_selector_all(
         "[data-testid=eff-reason]", "rs => rs.map(r => [r.dataset.reason, r.dataset.kind, r.textContent])"
     )
-    assert ["hw_thermal_slowdown", "problem", "thermal slowdown (hardware)"] in reasons
+    assert ["hw_thermal_slowdown", "problem", "hardware thermal slowdown"] in reasons
     assert ["sw_power_cap", "neutral", "power cap"] in reasons
     problem_bg, neutral_bg = (
         page.eval_on_selector(f"[data-reason={r}]", "e => getComputedStyle(e).backgroundColor")
@@ -445,7 +445,7 @@ def test_strip_in_chinese(serve, pages):
     assert page.inner_text("[data-testid=efficiency] .block-title") == "效率"
     assert "等待数据 40 %" in page.inner_text("[data-testid=eff-step]")
     reason = page.inner_text("[data-reason=hw_thermal_slowdown]")
-    assert reason == "过热降频（硬件）"
+    assert reason == "硬件温控降频"
     assert "低于最大值" in page.inner_text("[data-testid=eff-pcie]")
     assert not pages.errors, pages.errors
 

@@ -32,7 +32,7 @@ def test_every_id_the_ui_modules_name_exists():
     for path in _sources():
         text = path.read_text(encoding="utf-8")
         ids |= set(JS_ID.findall(text)) | set(KEY_LITERAL.findall(text))
-    ids = {i for i in ids if not i.endswith(".")}  # prefixes of dynamic ids (`eff.reason.${name}`)
+    ids = {i for i in ids if not i.endswith(".")}  # prefixes of dynamic ids (`clock-reason.${name}`)
     assert "eff.seg.data" in ids and "chart.cpuSeries" in ids, "the scan is broken"
     assert not ids - set(en), f"ids missing from the catalogue: {sorted(ids - set(en))}"
 
@@ -41,7 +41,7 @@ def test_every_clock_event_reason_has_a_badge_text_in_both_languages():
     for lang in ("en", "zh"):
         cat = load(lang)
         for _, name in CLOCK_EVENT_REASONS:
-            assert cat.get(f"eff.reason.{name}"), (lang, name)
+            assert cat.get(f"clock-reason.{name}"), (lang, name)
 
 
 def test_the_strips_problem_reasons_are_the_verdicts_throttle_reasons():
