@@ -67,7 +67,7 @@ describe('the efficiency strip', () => {
   })
   test('clock reasons as badges, problems apart; the PCIe link below its maximum flagged; GPM values', () => {
     const html = render(mod.EfficiencyStrip({ doc: doc([gpu()], [main()]), lang: 'en' }))
-    assert.match(html, /dgd-eff-reason-problem" data-reason="hw_thermal_slowdown"[^>]*>thermal slowdown \(hardware\)/)
+    assert.match(html, /dgd-eff-reason-problem" data-reason="hw_thermal_slowdown"[^>]*>hardware thermal slowdown/)
     assert.match(html, /dgd-eff-reason-neutral" data-reason="sw_power_cap"/)
     assert.match(html, /data-testid="dsh-gpu-eff-pcie" data-flag="bad">.*Gen3 x16 of Gen5 x16.*below its maximum/)
     assert.match(html, /1200 of 1980 MHz/)
