@@ -10,7 +10,8 @@ the rates, probe/_rate.py), so the figures cover whole steps only.
 
 What a step is, strongest source first: a training step as a framework callback counts it
 (Lightning, the HF Trainer), else an optimizer step (of the first optimizer seen: a GAN's two
-optimizers make one step, not two), else a DataLoader batch. A stronger source, once seen, takes over.
+optimizers make one step, not two), else a DataLoader batch. A stronger source, once seen, takes over
+until it has counted no step for a whole window.
 
 Standard library only; torch is handed in by the caller.
 """
@@ -35,6 +36,9 @@ LOADER, OPTIMIZER, FRAMEWORK = 1, 2, 3
 # The fields of a mark: the totals as they stood at a step boundary.
 _LEVEL, _STEPS, _T, _FWD, _OPT, _LWAIT, _LWAITS, _FWAIT, _FWAITS, _SYNCS, _SYNC_EPOCH = range(11)
 _perf = time.perf_counter
+# An optimizer step "in progress" for this long raised before its post-hook: steps of other
+# optimizers are no longer taken as nested in it.
+STALE_STEP_S = 60.0
 
 
 def _never_compiling() -> bool:
@@ -99,10 +103,13 @@ class StepClock:
 
     # -- training thread ------------------------------------------------------------------------
     def step(self, level: int) -> None:
-        """A step boundary seen by ``level``'s source; ignored while a stronger source counts."""
+        """A step boundary seen by ``level``'s source; ignored while a stronger source counts (one
+        that counted no step for a whole window has stopped: a plain loop after a trainer's fit)."""
         if level < self.level:
-            return
-        if level > self.level:
+            last = self.mark
+            if last is not None and _perf() - last[_T] < RATE_WINDOW_S:
+                return
+        if level != self.level:
             self.level = level
             self.level_start = None
         self.steps += 1
@@ -132,8 +139,7 @@ class StepClock:
         else:
             self.loader_wait_s += wait_s
             self.loader_waits += 1
-            if self.level <= LOADER:
-                self.step(LOADER)
+            self.step(LOADER)
 
     def closure_done(self) -> None:
         """The closure an optimizer step runs (Lightning's training_step and backward) has returned:
@@ -147,8 +153,8 @@ class StepClock:
         try:
             if self.is_compiling():
                 return None  # a compiled optimizer step: no clock calls inside the graph
-            if self.opt_depth and self.opt_outer == id(optimizer):
-                self.opt_depth = 0  # that optimizer's last step raised before its post-hook
+            if self.opt_depth and (self.opt_outer == id(optimizer) or _perf() - self.opt_t0 > STALE_STEP_S):
+                self.opt_depth = 0  # the step being timed raised before its post-hook ran
             if self.opt_depth == 0:
                 self.opt_outer = id(optimizer)
                 self.opt_forward0_s = self.forward_s
