@@ -455,7 +455,7 @@ class Probe:
                 except Exception as e:  # noqa: BLE001
                     self.record_error("loader", e)
         rec.loader_timer = timer
-        rec.loader_ref = weakref.ref(loader)  # a timed loader is weak-referenceable (loader_timers)
+        rec.attach_loader(loader)  # weak-referenceable: it is a key of loader_timers
 
     def unregister(self, model: Any) -> bool:
         if not self.enabled:

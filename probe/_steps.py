@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import sys
 import time
-import weakref
 
 from probe._breakdown import CLOCK, FRAMEWORK
 from probe._rate import RateWindow
@@ -218,7 +217,7 @@ def attach_loader(model: Any, loader: Any) -> None:
     with _state.PROBE.lock:
         for rec in _state.PROBE.records:
             if rec.module_ref() is model and (rec.loader_ref is None or rec.loader_ref() is None):
-                rec.loader_ref = weakref.ref(base)
+                rec.attach_loader(base)
 
 
 def record_error(where: str, error: BaseException) -> None:

@@ -244,6 +244,7 @@ class ModelRecord:
         "is_compiling",
         "last_forward_time",
         "loader_ref",
+        "loader_settings",
         "loader_timer",
         "module_ref",
         "name",
@@ -286,6 +287,8 @@ class ModelRecord:
         self.forward_t0 = 0.0  # the pre-hook fallback's start of a timed forward (0.0: none)
         self.param_dtypes: list[str] = []
         self.loader_ref: Any = None  # weakref to the DataLoader it is fed from, once known
+        # Its settings as last read: they outlive a loader its trainer dropped after the run.
+        self.loader_settings: dict | None = None
         self.syncs = False  # register(..., syncs=True)
         self.params = 0
         self.devices: list[str] = []
@@ -406,12 +409,19 @@ class ModelRecord:
     def __copy__(self) -> None:
         return None
 
+    def attach_loader(self, loader: Any) -> None:
+        """The DataLoader this model is fed from (weakly held): its settings go in the payload."""
+        self.loader_ref = weakref.ref(loader)
+        self.loader_settings = _settings.loader_settings(loader)
+
     def to_payload(self) -> dict:
         fraction = wait_s = step_s = None
         if self.loader_timer is not None:
             fraction, wait_s, step_s = self.loader_timer.figures()
         last = self.last_forward_time
         loader = self.loader_ref() if self.loader_ref is not None else None
+        if loader is not None:
+            self.loader_settings = _settings.loader_settings(loader)
         return {
             "name": self.name,
             "class": self.cls_label,
@@ -428,5 +438,5 @@ class ModelRecord:
             "param_dtypes": list(self.param_dtypes),
             "autocast": self.autocast,
             "input_shape": list(self.input_shape) if self.input_shape is not None else None,
-            "loader_settings": _settings.loader_settings(loader),
+            "loader_settings": dict(self.loader_settings) if self.loader_settings is not None else None,
         }
