@@ -65,6 +65,7 @@ class StepClock:
         "opt_outer",
         "opt_t0",
         "optimizer_s",
+        "primary_id",
         "primary_opt",
         "samples",
         "steps",
@@ -93,6 +94,7 @@ class StepClock:
         self.opt_t0 = 0.0
         self.opt_forward0_s = 0.0
         self.primary_opt: Any = None  # weakref to the optimizer whose steps are counted
+        self.primary_id = 0  # its id(): the weakref is only called when another optimizer steps
         self.level = 0
         self.steps = 0
         self.mark: tuple | None = None
@@ -166,7 +168,7 @@ class StepClock:
 
     def _post_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         try:
-            if self.opt_depth <= 0:
+            if self.is_compiling() or self.opt_depth <= 0:
                 return
             self.opt_depth -= 1
             if self.opt_depth:
@@ -175,11 +177,13 @@ class StepClock:
             spent_s = (_perf() - self.opt_t0) - (self.forward_s - self.opt_forward0_s)
             if spent_s > 0.0:
                 self.optimizer_s += spent_s
-            primary = self.primary_opt
-            if primary is None or primary() is None:
-                self.primary_opt = primary = weakref.ref(optimizer)
-            if primary() is optimizer:
-                self.step(OPTIMIZER)
+            if self.primary_id != id(optimizer):
+                primary = self.primary_opt
+                if primary is not None and primary() is not None:
+                    return  # another optimizer's step (a GAN's second): the first one's count
+                self.primary_opt = weakref.ref(optimizer)
+                self.primary_id = id(optimizer)
+            self.step(OPTIMIZER)
         except Exception:  # noqa: BLE001
             pass
 
@@ -188,7 +192,10 @@ class StepClock:
         """Register the optimizer step hooks once per process; False where torch has none."""
         if self.handles is not None:
             return bool(self.handles)
-        self.is_compiling = is_compiling
+        # Dynamo replaces is_dynamo_compiling with the constant True while tracing (a compiled
+        # optimizer step); in eager mode it is the cheapest answer.
+        compiler = getattr(torch, "compiler", None)
+        self.is_compiling = getattr(compiler, "is_dynamo_compiling", None) or is_compiling
         # torch.optim deletes its submodules' names; the module itself is in sys.modules.
         module = sys.modules.get("torch.optim.optimizer") or getattr(getattr(torch, "optim", None), "optimizer", None)
         pre = getattr(module, "register_optimizer_step_pre_hook", None)
