@@ -161,7 +161,7 @@ def test_lightning_breakdown_waits_for_a_slow_loader_and_keeps_the_closure_out_o
 
     CLOCK.reset()  # this process trained before: the window starts with this fit
     frameworks.run_lightning(
-        [ProbeCallback(name="fw-lit-slow")], epochs=1, max_steps=16, workers=0, item_sleep_s=0.003
+        [ProbeCallback(name="fw-lit-slow")], epochs=1, max_steps=16, workers=0, item_sleep_s=0.006
     )
     p = published()
     s = breakdown_of_the_last_run(p)
@@ -175,7 +175,7 @@ def test_lightning_breakdown_waits_for_a_slow_loader_and_keeps_the_closure_out_o
     # training_step (inside the closure Lightning runs in optimizer.step) sleeps: that is not the
     # optimizer's time, which starts at on_before_optimizer_step.
     CLOCK.reset()
-    frameworks.run_lightning([ProbeCallback(name="fw-lit-sleepy")], epochs=1, max_steps=16, workers=0, sleep_s=0.01)
+    frameworks.run_lightning([ProbeCallback(name="fw-lit-sleepy")], epochs=1, max_steps=12, workers=0, sleep_s=0.03)
     s = breakdown_of_the_last_run(published())
     assert s["optimizer_fraction"] < 0.2 and s["other_fraction"] > 0.5, s
     assert validate_payload(published())[1] is None
