@@ -2,6 +2,7 @@
 
     import probe
     probe.register(model)                      # or register(model, name="policy", loader=train_loader)
+    probe.register(model, syncs=True)          # + host-device syncs per step (opt-in, CUDA)
     probe.event("epoch 3")                     # timestamped marker, published at once
 
 The probe publishes to the POSIX shared-memory segment ``/dsh-probe.<pid>`` (see docs/probe.md and
