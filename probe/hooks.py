@@ -330,7 +330,10 @@ class ModelRecord:
             device_type = self.first_device.split(":", 1)[0]
         if device_type in (None, "meta"):
             return
-        self.autocast = _settings.autocast_of(self.torch, device_type)
+        try:
+            self.autocast = _settings.autocast_of(self.torch, device_type)
+        except Exception:  # noqa: BLE001 -- a device type autocast does not know: nothing to say
+            self.autocast = None
 
     # -- publisher side ---------------------------------------------------------------------------
     @property
