@@ -161,7 +161,7 @@ def test_lightning_breakdown_waits_for_a_slow_loader_and_keeps_the_closure_out_o
 
     CLOCK.reset()  # this process trained before: the window starts with this fit
     frameworks.run_lightning(
-        [ProbeCallback(name="fw-lit-slow")], epochs=1, max_steps=16, workers=0, item_sleep_s=0.006
+        [ProbeCallback(name="fw-lit-slow")], epochs=1, max_steps=16, workers=0, item_sleep_s=0.01
     )
     p = published()
     s = breakdown_of_the_last_run(p)

@@ -63,15 +63,45 @@ class Net(torch.nn.Module):
         return self.body(x)
 
 
-def train(model, loader, opt, epochs: int = 1) -> int:
+def train(model, loader, opt, epochs: int = 1, measured: dict | None = None) -> int:
+    """Train; with ``measured``, also time the parts by hand from the first optimizer step's end on
+    (the probe's first step boundary): {"wall_s", "data_s", "forward_s", "optimizer_s"}."""
     steps = 0
+    t_start = None
+    parts = {"data_s": 0.0, "forward_s": 0.0, "optimizer_s": 0.0}
     for _ in range(epochs):
-        for x, y in loader:
+        it = iter(loader)
+        while True:
+            t0 = time.perf_counter()
+            try:
+                x, y = next(it)
+            except StopIteration:
+                break
+            t1 = time.perf_counter()
             opt.zero_grad()
-            torch.nn.functional.cross_entropy(model(x), y).backward()
+            out = model(x)
+            t2 = time.perf_counter()
+            torch.nn.functional.cross_entropy(out, y).backward()
+            t3 = time.perf_counter()
             opt.step()
+            t4 = time.perf_counter()
+            if t_start is not None:
+                parts["data_s"] += t1 - t0
+                parts["forward_s"] += t2 - t1
+                parts["optimizer_s"] += t4 - t3
+            else:
+                t_start = t4
             steps += 1
+    if measured is not None:
+        measured.update(parts, wall_s=t4 - t_start)
     return steps
+
+
+def assert_matches_hand_timing(s: dict, measured: dict) -> None:
+    """The probe's fractions agree with the parts timed around the calls (which include a little of
+    the loop's own overhead; an epoch's first batch, iterator start included, counts as wait in both)."""
+    for key, part in (("data_wait_fraction", "data_s"), ("forward_fraction", "forward_s"), ("optimizer_fraction", "optimizer_s")):
+        assert s[key] == pytest.approx(measured[part] / measured["wall_s"], abs=0.05), (key, s, measured)
 
 
 def snapshot() -> dict:
@@ -90,27 +120,31 @@ def assert_sums_to_one(steps: dict) -> None:
 
 def test_slow_loader_makes_data_wait_dominate():
     # Sleeps, not work: what the loop waits for stays long however loaded the machine is.
-    loader = torch.utils.data.DataLoader(SlowData(96, 0.008), batch_size=4)
+    loader = torch.utils.data.DataLoader(SlowData(96, 0.012), batch_size=4)
     model = Net()
     probe.register(model, name="bd-slow-data", loader=loader)
-    n = train(model, loader, torch.optim.SGD(model.parameters(), lr=0.1))
+    measured: dict = {}
+    n = train(model, loader, torch.optim.SGD(model.parameters(), lr=0.1), measured=measured)
     s = snapshot()["steps"]
+    assert_matches_hand_timing(s, measured)
     assert CLOCK.level == OPTIMIZER
     assert s["steps"] == n - 1  # boundaries at optimizer steps: the first one starts the count
     assert s["data_wait_fraction"] > 0.5, s
     assert s["forward_fraction"] is not None and s["optimizer_fraction"] is not None
     assert s["step_s"] == pytest.approx(s["window_s"] / s["steps"])
-    assert s["step_s"] >= 4 * 0.008 * 0.9
+    assert s["step_s"] >= 4 * 0.012 * 0.9
     assert_sums_to_one(s)
 
 
 def test_slow_forward_makes_forward_dominate_and_adam_is_counted():
     loader = torch.utils.data.DataLoader(SlowData(64, 0.0), batch_size=8)
-    model = Net(forward_sleep_s=0.04)
+    model = Net(forward_sleep_s=0.08)
     probe.register(model, name="bd-slow-forward", loader=loader)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    n = train(model, loader, opt, epochs=2)
+    measured: dict = {}
+    n = train(model, loader, opt, epochs=2, measured=measured)
     s = snapshot()["steps"]
+    assert_matches_hand_timing(s, measured)
     assert s["steps"] == n - 1
     assert s["forward_fraction"] > 0.5, s
     assert s["data_wait_fraction"] < 0.3 and s["optimizer_fraction"] > 0.0
