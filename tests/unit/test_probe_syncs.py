@@ -95,6 +95,27 @@ def test_counted_and_never_shown_even_under_the_programs_error_filter():
     assert all(f is not counter.filter for f in warnings.filters)
 
 
+def test_a_warning_torch_raises_in_cpp_is_counted_and_dropped_the_same_way(monkeypatch):
+    """torch's own C++ warning path (TORCH_WARN, turned into a Python warning by its binding layer),
+    with a CPU warning standing in for the sync one: "An output ... was resized" (aten's resize_output)."""
+    import probe._syncs as syncs
+
+    monkeypatch.setattr(syncs, "SYNC_MESSAGE", "An output with one or more elements was resized")
+    counter = SyncCounter()
+    a = torch.ones(2)
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("error")
+        counter._front()
+        before = CLOCK.syncs
+        for _ in range(3):
+            torch.add(a, a, out=torch.empty(3))  # neither raised nor recorded
+        assert CLOCK.syncs == before + 3
+        counter._remove_filter()
+        with pytest.raises(UserWarning, match="was resized"):
+            torch.add(a, a, out=torch.empty(3))  # the program's filter again, once ours is gone
+    assert shown == []
+
+
 def test_a_filter_the_program_adds_later_is_overtaken_at_the_next_poll():
     counter = SyncCounter()
     cuda = FakeCuda()
