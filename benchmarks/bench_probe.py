@@ -32,6 +32,7 @@ import torch  # noqa: E402
 
 import probe  # noqa: E402
 from probe import _steps  # noqa: E402
+from probe._breakdown import CLOCK as STEP_CLOCK  # noqa: E402
 from probe._state import PROBE  # noqa: E402
 from probe.instrument import ENV_INSTRUMENT  # noqa: E402
 
@@ -127,6 +128,10 @@ def bench_training(pairs: int, steps: int, batch: int, control: bool = False, ca
     Each registration is disarmed at once: the first call after ``register`` looks at its inputs (a
     few microseconds, once per registration), which would otherwise land in every timed "with"
     block. The publisher still arms whatever is registered once per interval, as in training.
+
+    The step breakdown is on in the "with" blocks: the trained model's forward is timed and torch's
+    global optimizer step hooks are installed (``register`` installs them); the "without" blocks
+    remove those hooks after registering the idle twin, so they run the bare optimizer step.
     """
     x = torch.randn(batch, 256)
     y = torch.randint(0, 10, (batch,))
@@ -135,14 +140,18 @@ def bench_training(pairs: int, steps: int, batch: int, control: bool = False, ca
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     train_steps(model, opt, x, y, 200)  # warm-up: allocator, kernels, caches
     calls = 0
+    breakdown_steps = 0
     instrumentation = set()
 
     def block(registered: bool) -> float:
-        nonlocal calls
+        nonlocal calls, breakdown_steps
         target = model if registered and not control else twin
         probe.register(target, name="bench-mlp")
+        if target is twin:
+            STEP_CLOCK.remove_optimizer_hooks()  # no breakdown: the bare optimizer step
         rec = next(r for r in PROBE.records if r.module_ref() is target)
         rec.armed = False
+        steps_before = STEP_CLOCK.steps
         # Both sides make a callback (the "without" side's is attached to the idle twin and never
         # called): the same allocations precede both, so garbage collection falls on both alike.
         cb = _lightning_callback(target) if callback else None
@@ -151,10 +160,13 @@ def bench_training(pairs: int, steps: int, batch: int, control: bool = False, ca
         finally:
             if target is model:
                 calls += rec.forward_calls
+                breakdown_steps += STEP_CLOCK.steps - steps_before
                 instrumentation.add(rec.instrumentation)
             probe.unregister(target)
 
+    STEP_CLOCK.reset()
     times = interleaved({"without": False, "with": True}, block, pairs)
+    breakdown, _ = STEP_CLOCK.figures()
     ratios = [w / wo for w, wo in zip(times["with"], times["without"])]
     diffs_us = [(w - wo) * 1e6 for w, wo in zip(times["with"], times["without"])]
     r_q1, r_med, r_q3 = quartiles(ratios)
@@ -175,6 +187,10 @@ def bench_training(pairs: int, steps: int, batch: int, control: bool = False, ca
         "overhead_us_per_step_iqr": [d_q1, d_q3],
         "forward_calls_seen_by_probe": calls,
         "forward_calls_expected": 0 if control else pairs * steps,
+        # Optimizer steps the breakdown counted in the "with" blocks (one per training step), and
+        # its figures at the end (over the last window of "with" and "without" blocks alike).
+        "breakdown_steps_seen": breakdown_steps,
+        "breakdown_at_end": breakdown,
     }
 
 
@@ -216,6 +232,35 @@ def bench_forward(rounds: int, calls: int) -> dict:
         "probe_pre_hook_overhead_us": med["probe_pre_hook"] - med["none"],
         "probe_minus_empty_hook_us": med["probe"] - med["empty_hook"],
     }
+
+
+def bench_optimizer_hooks(rounds: int, calls: int) -> dict:
+    """Per optimizer step, what the breakdown's global step hooks cost: SGD on a tiny nn.Linear with
+    the hooks installed and removed, interleaved."""
+    model = torch.nn.Linear(8, 8)
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    probe.register(model, name="bench-optimizer")  # installs the hooks
+
+    def run(hooked: bool) -> float:
+        if hooked:
+            STEP_CLOCK.install_optimizer_hooks(torch, PROBE.records[-1].is_compiling)
+        else:
+            STEP_CLOCK.remove_optimizer_hooks()
+        t0 = CLOCK()
+        for _ in range(calls):
+            opt.step()
+        return (CLOCK() - t0) / calls
+
+    for hooked in (True, False):
+        run(hooked)
+    times = interleaved({"bare": False, "hooked": True}, run, rounds)
+    STEP_CLOCK.install_optimizer_hooks(torch, PROBE.records[-1].is_compiling)
+    probe.unregister(model)
+    bare = statistics.median(times["bare"]) * 1e6
+    hooked = statistics.median(times["hooked"]) * 1e6
+    return {"step_us_bare": bare, "step_us_hooked": hooked, "hooks_overhead_us_per_step": hooked - bare}
 
 
 def bench_loader(rounds: int, batches: int) -> dict:
@@ -320,15 +365,19 @@ def main() -> int:
         "training": bench_training(args.pairs, args.steps, args.batch, args.control, args.callback),
         "callbacks": bench_callbacks(args.rounds, args.calls // 5),
         "forward": bench_forward(args.rounds, args.calls),
+        "optimizer": bench_optimizer_hooks(args.rounds, args.calls // 5),
         "loader": bench_loader(args.rounds, 500),
     }
     tr, fw, ld = result["training"], result["forward"], result["loader"]
     # The micro-benchmark resolves the per-forward cost far better than whole training steps can on
     # a noisy machine: its share of this model's step is the figure to hold against the 1 % target.
-    tr["derived_overhead_pct"] = fw["probe_overhead_us"] / tr["step_us_without"] * 100
+    # One forward and one optimizer step per training step: the breakdown's hooks on both.
+    per_step_us = fw["probe_overhead_us"] + result["optimizer"]["hooks_overhead_us_per_step"]
+    tr["derived_overhead_us_per_step"] = per_step_us
+    tr["derived_overhead_pct"] = per_step_us / tr["step_us_without"] * 100
     cbs = result["callbacks"]
     hooks_us = max(v for v in cbs.values() if v is not None) if any(v is not None for v in cbs.values()) else 0.0
-    tr["derived_overhead_pct_with_callbacks"] = (fw["probe_overhead_us"] + hooks_us) / tr["step_us_without"] * 100
+    tr["derived_overhead_pct_with_callbacks"] = (per_step_us + hooks_us) / tr["step_us_without"] * 100
     print(result["machine"])
     label = "A/A CONTROL (nothing registered)" if args.control else f"instrumentation {tr['instrumentation']}"
     if tr["callback"]:
@@ -352,8 +401,12 @@ def main() -> int:
         f"  forwards counted by the probe: {tr['forward_calls_seen_by_probe']} of {tr['forward_calls_expected']}"
     )
     print(
-        f"  derived         {tr['derived_overhead_pct']:+9.3f} %  (the micro-benchmark's per-forward cost "
-        "over this step time)"
+        f"  breakdown: {tr['breakdown_steps_seen']} optimizer steps counted in the with-probe steps; "
+        f"at the end {json.dumps(tr['breakdown_at_end'])}"
+    )
+    print(
+        f"  derived         {tr['derived_overhead_pct']:+9.3f} %  ({tr['derived_overhead_us_per_step']:.2f} us: "
+        "the micro-benchmarks' per-forward and per-optimizer-step costs over this step time)"
     )
     print(
         f"  with callbacks  {tr['derived_overhead_pct_with_callbacks']:+9.3f} %  (the same, plus the costlier "
@@ -385,6 +438,11 @@ def main() -> int:
     print(
         f"  probe ({fw['fallback_instrumentation']})    {fw['forward_us_probe_pre_hook']:9.2f} us  "
         f"({fw['probe_pre_hook_overhead_us']:+.2f}; the fallback)"
+    )
+    op = result["optimizer"]
+    print(
+        f"optimizer step hooks (SGD, nn.Linear(8, 8)), per step: bare {op['step_us_bare']:.2f} us, "
+        f"hooked {op['step_us_hooked']:.2f} us ({op['hooks_overhead_us_per_step']:+.2f})"
     )
     print("DataLoader batch (num_workers=0), per batch")
     print(

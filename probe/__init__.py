@@ -2,6 +2,7 @@
 
     import probe
     probe.register(model)                      # or register(model, name="policy", loader=train_loader)
+    probe.register(model, syncs=True)          # + host-device syncs per step (opt-in, CUDA)
     probe.event("epoch 3")                     # timestamped marker, published at once
 
 The probe publishes to the POSIX shared-memory segment ``/dsh-probe.<pid>`` (see docs/probe.md and
@@ -33,16 +34,18 @@ __all__ = [
 __version__ = "0.1.0"
 
 
-def register(model: Any, name: str | None = None, loader: Any = None) -> Any:
+def register(model: Any, name: str | None = None, loader: Any = None, syncs: bool = False) -> Any:
     """Watch ``model`` (any torch.nn.Module, wrappers included) and return it unchanged.
 
     ``name`` defaults to the class name of the unwrapped model. ``loader``, a DataLoader, adds data
     wait timing (data_wait_fraction, data_wait_s, step_s) and makes its worker processes publish
-    their own segments, also under the ``spawn`` start method. Anything that is not a module is
+    their own segments, also under the ``spawn`` start method. ``syncs=True`` counts host-device
+    synchronisations per training step once CUDA is initialised, through torch's sync debug mode
+    (see docs/probe.md: it costs a few microseconds per sync). Anything that is not a module is
     recorded as an error (and warned about once); nothing is raised.
     """
     try:
-        return _PROBE.register(model, name=name, loader=loader)
+        return _PROBE.register(model, name=name, loader=loader, syncs=syncs)
     except Exception as e:  # noqa: BLE001 -- the probe must never break the program it watches
         _PROBE.record_error("register", e)
         return model

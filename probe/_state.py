@@ -17,7 +17,9 @@ import time
 import warnings
 import weakref
 
-from probe import _steps, facts
+from probe import _settings, _steps, facts
+from probe._breakdown import CLOCK
+from probe._syncs import SyncCounter
 from probe.hooks import LoaderTimer, ModelRecord, ProbeWorkerInit
 from probe_wire.cleanup import sweep_dead_segments
 from probe_wire.header import DEFAULT_SEGMENT_BYTES, MAX_SEGMENT_BYTES, MIN_SEGMENT_BYTES, SegmentError
@@ -89,6 +91,7 @@ class Probe:
         self.last_traversal_mono = 0.0
         self.mp_finalizer_pid: int | None = None
         self.swept: list[int] = []  # pids whose dead segments this process's probe removed at start
+        self.sync_counter = SyncCounter()
         if self.enabled:
             os.register_at_fork(after_in_child=self._after_fork_in_child)
             atexit.register(self.shutdown)
@@ -209,6 +212,8 @@ class Probe:
         self.last_body = None
         for rec in self.records:
             rec.reset_after_fork()
+        CLOCK.reset()
+        self.sync_counter.reset_after_fork()
         if old_writer is not None:
             try:
                 old_writer.detach()  # unmaps our copy of the mapping; the parent's stays intact
@@ -223,6 +228,8 @@ class Probe:
         self.wake.set()
         locked = self.lock.acquire(timeout=1.0)
         try:
+            if self.sync_counter.state != "off" and os.getpid() == self.pid:
+                self.sync_counter.release(sys.modules.get("torch"))
             writer, self.writer = self.writer, None
             if writer is not None and os.getpid() == self.pid:
                 writer.close(unlink=True)
@@ -268,6 +275,14 @@ class Probe:
         payload["loader"] = _steps.worker_loader_label() if is_worker else None
         # tuple() copies in one C call: forward hooks append errors without the lock, and iterating
         # the deque itself while one does would raise "deque mutated during iteration".
+        if torch is not None:
+            try:
+                payload["math"] = _settings.math_settings(torch)
+            except Exception as e:  # noqa: BLE001
+                self.record_error("math", e)
+        steps, syncs = CLOCK.figures()
+        payload["steps"] = steps
+        payload["syncs_per_step"] = syncs if self.sync_counter.counting() else None
         payload["events"] = [dict(e) for e in tuple(self.events)]
         payload["errors"] = [dict(e) for e in tuple(self.errors)]
         payload["published_at"] = now
@@ -304,7 +319,9 @@ class Probe:
             if not rec.alive:
                 self.record_error(MODEL_COLLECTED, rec.name)
         self.records = [r for r in self.records if r.alive]
+        self._poll_syncs_locked()
         if periodic:
+            CLOCK.update(now_mono)
             for rec in self.records:
                 rec.update_rate(now_mono)
                 rec.armed = True
@@ -338,6 +355,22 @@ class Probe:
             self.record_error("publish", e)
             self._publish_failure_locked(e)
 
+    def _poll_syncs_locked(self) -> None:
+        """Sync counting follows the models registered with ``syncs=True`` (see probe/_syncs.py)."""
+        counter = self.sync_counter
+        if counter.state == "off" and not any(r.syncs for r in self.records):
+            return
+        try:
+            torch = sys.modules.get("torch")
+            if not any(r.syncs for r in self.records):
+                counter.release(torch)
+            elif torch is not None:
+                why = counter.poll(torch)
+                if why is not None:
+                    self.record_error("syncs", f"host-device syncs are not counted: {why}")
+        except Exception as e:  # noqa: BLE001
+            self.record_error("syncs", e)
+
     def _publish_failure_locked(self, error: BaseException) -> None:
         """Publish this process's identity and the error alone: the sidecar then says the probe
         failed, instead of showing the last facts as current or asking for a register() call."""
@@ -354,7 +387,7 @@ class Probe:
             pass
 
     # -- public operations (wrapped by probe/__init__.py) ------------------------------------------------
-    def register(self, model: Any, name: str | None = None, loader: Any = None) -> Any:
+    def register(self, model: Any, name: str | None = None, loader: Any = None, syncs: bool = False) -> Any:
         if not self.enabled:
             return model
         self._check_pid()
@@ -362,14 +395,14 @@ class Probe:
             if not self._activate_locked():
                 return model
             try:
-                self._register_locked(model, name, loader)
+                self._register_locked(model, name, loader, syncs)
             except Exception as e:  # noqa: BLE001 -- register() never raises into the training script
                 self.record_error("register", e)
                 self.warn_once("register-failed", f"dsh probe: register() failed: {e}")
             self._publish_locked(periodic=False, traverse=True)
         return model
 
-    def _register_locked(self, model: Any, name: str | None, loader: Any) -> None:
+    def _register_locked(self, model: Any, name: str | None, loader: Any, syncs: bool = False) -> None:
         torch = sys.modules.get("torch")
         if torch is None or not isinstance(model, torch.nn.Module):
             message = f"register() needs a torch.nn.Module, got {type(model).__name__}"
@@ -385,6 +418,18 @@ class Probe:
             rec.name = str(name)[:256]
         if loader is not None:
             self._attach_loader_locked(rec, loader)
+        if syncs is True:
+            rec.syncs = True
+            self.sync_counter.request()
+        self._install_optimizer_hooks_locked(torch, rec)
+
+    def _install_optimizer_hooks_locked(self, torch: Any, rec: ModelRecord) -> None:
+        """torch's global optimizer step hooks, for the step breakdown: once per process."""
+        try:
+            CLOCK.install_optimizer_hooks(torch, rec.is_compiling)
+        except Exception as e:  # noqa: BLE001 -- the breakdown goes without the optimizer's time
+            CLOCK.handles = ()
+            self.record_error("optimizer-hooks", e)
 
     def _attach_loader_locked(self, rec: ModelRecord, loader: Any) -> None:
         # A wrapper (accelerate's DataLoaderShard, ...) is timed through the DataLoader it iterates.
@@ -410,6 +455,7 @@ class Probe:
                 except Exception as e:  # noqa: BLE001
                     self.record_error("loader", e)
         rec.loader_timer = timer
+        rec.attach_loader(loader)  # weak-referenceable: it is a key of loader_timers
 
     def unregister(self, model: Any) -> bool:
         if not self.enabled:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 import time
 
+from probe._breakdown import CLOCK, FRAMEWORK
 from probe._rate import RateWindow
 from probe.hooks import LoaderTimer, ProbeWorkerInit
 
@@ -47,7 +48,7 @@ class StepCounter:
         self.source = source
         self.steps = 0
         self.rate = RateWindow(time.monotonic())
-        self.timer = LoaderTimer()
+        self.timer = LoaderTimer(framework=True)
         self.last_end: float | None = None
         self.next_first = True
 
@@ -68,12 +69,16 @@ class StepCounter:
             self.timer.record(self.last_end, now, self.next_first)
         self.next_first = False
 
-    def step_end(self, global_step: Any = None) -> None:
+    def step_end(self, global_step: Any = None, boundary: bool = True) -> None:
+        """A training step ended (``boundary``: for the step breakdown too; not where a trainer only
+        reports the count it starts from)."""
         if type(global_step) is int and global_step >= 0:
             self.steps = global_step  # the trainer's own count: right after a resume from a checkpoint too
         else:
             self.steps += 1
         self.last_end = time.perf_counter()
+        if boundary:
+            CLOCK.step(FRAMEWORK)
 
     # -- publisher --------------------------------------------------------------------------------
     def update_rate(self, now_mono: float) -> None:
@@ -199,6 +204,20 @@ def attach_steps(model: Any, name: str | None, source: str) -> StepCounter | Non
         if rec.loader_timer is None or (old is not None and rec.loader_timer is old.timer):
             rec.loader_timer = rec.steps.timer
         return rec.steps
+
+
+def attach_loader(model: Any, loader: Any) -> None:
+    """The DataLoader a trainer feeds ``model`` from, for its ``loader_settings`` (unless
+    ``register(..., loader=)`` named one already)."""
+    from probe import _state
+
+    base = find_dataloader(loader)
+    if base is None:
+        return
+    with _state.PROBE.lock:
+        for rec in _state.PROBE.records:
+            if rec.module_ref() is model and (rec.loader_ref is None or rec.loader_ref() is None):
+                rec.attach_loader(base)
 
 
 def record_error(where: str, error: BaseException) -> None:

@@ -19,6 +19,8 @@ import sys
 import time
 import weakref
 
+from probe import _settings
+from probe._breakdown import CLOCK
 from probe._rate import RateWindow
 from probe.instrument import DETACHED_AUDIT_EVENT, compiling_check, install
 
@@ -31,6 +33,7 @@ __all__ = [
     "ModelRecord",
     "ProbeWorkerInit",
     "find_input_device",
+    "find_input_tensor",
     "unwrap_model",
 ]
 
@@ -40,6 +43,7 @@ _MAX_UNWRAP = 8
 INPUT_MAX_DEPTH = 4
 INPUT_MAX_ITEMS = 32  # per container: the first items are where a batch's tensors are
 LOADER_WINDOW_BATCHES = 64
+PARAM_DTYPES_MAX = 16
 NAME_MAX_CHARS = 256
 
 
@@ -66,7 +70,13 @@ def unwrap_model(model: Any, module_type: type) -> tuple[Any, str]:
 
 
 def find_input_device(args: tuple, kwargs: dict | None, tensor_type: type) -> str | None:
-    """Device of the first tensor in args, then kwargs, looking inside lists, tuples and dicts.
+    """Device of the first tensor in args, then kwargs (see ``find_input_tensor``)."""
+    tensor = find_input_tensor(args, kwargs, tensor_type)
+    return None if tensor is None else str(tensor.device)
+
+
+def find_input_tensor(args: tuple, kwargs: dict | None, tensor_type: type) -> Any:
+    """The first tensor in args, then kwargs, looking inside lists, tuples and dicts.
 
     Bounded in depth and breadth, and it only indexes real containers: a generator, iterator or any
     other object is never iterated, so nothing the model is about to consume gets consumed here.
@@ -76,7 +86,7 @@ def find_input_device(args: tuple, kwargs: dict | None, tensor_type: type) -> st
     while stack:
         obj, depth = stack.pop()
         if isinstance(obj, tensor_type):
-            return str(obj.device)
+            return obj
         if depth > INPUT_MAX_DEPTH:
             continue
         if isinstance(obj, tuple):
@@ -113,11 +123,13 @@ class LoaderTimer:
     itself would outlive its last user, and with it its worker processes.
     """
 
-    __slots__ = ("__weakref__", "last_end", "window")
+    __slots__ = ("__weakref__", "framework", "last_end", "window")
 
-    def __init__(self) -> None:
+    def __init__(self, framework: bool = False) -> None:
         self.window: collections.deque = collections.deque(maxlen=LOADER_WINDOW_BATCHES)
         self.last_end: float | None = None
+        # Waits measured between a framework's step hooks (probe._steps.StepCounter), not in a loader.
+        self.framework = framework
 
     def install(self, loader: Any) -> None:
         loader_cls = type(loader)
@@ -167,6 +179,7 @@ class LoaderTimer:
         step_s = wait_s if first or self.last_end is None else t1 - self.last_end
         self.last_end = t1
         self.window.append((wait_s, step_s))
+        CLOCK.add_wait(wait_s, self.framework)
 
     def figures(self) -> tuple[float | None, float | None, float | None]:
         """(data_wait_fraction, mean data_wait_s per batch, mean step_s per batch) or Nones."""
@@ -213,6 +226,7 @@ class ModelRecord:
 
     __slots__ = (
         "armed",
+        "autocast",
         "cls_label",
         "compiled_seen",
         "compiled_noted",
@@ -220,22 +234,28 @@ class ModelRecord:
         "devices",
         "first_device",
         "forward_calls",
+        "forward_t0",
         "handle",
         "inherited",
         "inner_ref",
         "input_device",
+        "input_shape",
         "instrumentation",
         "is_compiling",
         "last_forward_time",
+        "loader_ref",
+        "loader_settings",
         "loader_timer",
         "module_ref",
         "name",
         "on_error",
         "on_device_change",
+        "param_dtypes",
         "params",
         "rate_hz",
         "rate_window",
         "steps",
+        "syncs",
         "tensor_type",
         "torch",
         "traversed_at",
@@ -262,6 +282,14 @@ class ModelRecord:
         self.last_forward_time: float | None = None
         self.armed = True  # inspect the very first call's inputs
         self.input_device: str | None = None
+        self.input_shape: list[int] | None = None
+        self.autocast: str | None = None  # "off" or a dtype name, as of the last armed call
+        self.forward_t0 = 0.0  # the pre-hook fallback's start of a timed forward (0.0: none)
+        self.param_dtypes: list[str] = []
+        self.loader_ref: Any = None  # weakref to the DataLoader it is fed from, once known
+        # Its settings as last read: they outlive a loader its trainer dropped after the run.
+        self.loader_settings: dict | None = None
+        self.syncs = False  # register(..., syncs=True)
         self.params = 0
         self.devices: list[str] = []
         self.device = "no-parameters"
@@ -282,14 +310,30 @@ class ModelRecord:
         """Armed call: note the input's device and whether the first parameter moved. Never raises."""
         self.armed = False
         try:
-            device = find_input_device(args, kwargs, self.tensor_type)
-            if device is not None:
-                self.input_device = device
+            tensor = find_input_tensor(args, kwargs, self.tensor_type)
+            if tensor is not None:
+                self.input_device = str(tensor.device)
+                self.input_shape = _settings.input_shape(tensor)
+            self.sample_autocast(tensor)
             inner = self.inner_ref()
             if inner is not None and _first_tensor_device(inner) != self.first_device:
                 self.on_device_change()
         except Exception as e:  # noqa: BLE001 -- recorded, never raised into the user's forward
             self.on_error("hook", e)
+
+    def sample_autocast(self, tensor: Any) -> None:
+        """Whether autocast is on for the input's device type (else the parameters'), inside the call."""
+        device_type = None
+        if tensor is not None:
+            device_type = tensor.device.type
+        elif self.first_device is not None:
+            device_type = self.first_device.split(":", 1)[0]
+        if device_type in (None, "meta"):
+            return
+        try:
+            self.autocast = _settings.autocast_of(self.torch, device_type)
+        except Exception:  # noqa: BLE001 -- a device type autocast does not know: nothing to say
+            self.autocast = None
 
     # -- publisher side ---------------------------------------------------------------------------
     @property
@@ -306,11 +350,13 @@ class ModelRecord:
         if inner is None:
             return
         devices: dict[str, None] = {}  # insertion-ordered set
+        dtypes: dict[Any, None] = {}
         params = 0
         first = None
         for p in inner.parameters():
             d = str(p.device)
             devices[d] = None
+            dtypes[p.dtype] = None
             first = first or d
             try:
                 params += p.numel()
@@ -321,6 +367,7 @@ class ModelRecord:
             devices[d] = None
             first = first or d
         self.params = int(params)
+        self.param_dtypes = [_settings.dtype_name(t) for t in list(dtypes)[:PARAM_DTYPES_MAX]]
         self.first_device = first
         self.devices = sorted(devices)
         if not devices:
@@ -343,6 +390,7 @@ class ModelRecord:
         self.rate_hz = 0.0
         self.steps = None  # the parent's trainer counts its steps, not this process
         self.last_forward_time = None
+        self.forward_t0 = 0.0
         self.armed = True
         if self.loader_timer is not None:
             self.loader_timer.window.clear()
@@ -364,11 +412,19 @@ class ModelRecord:
     def __copy__(self) -> None:
         return None
 
+    def attach_loader(self, loader: Any) -> None:
+        """The DataLoader this model is fed from (weakly held): its settings go in the payload."""
+        self.loader_ref = weakref.ref(loader)
+        self.loader_settings = _settings.loader_settings(loader)
+
     def to_payload(self) -> dict:
         fraction = wait_s = step_s = None
         if self.loader_timer is not None:
             fraction, wait_s, step_s = self.loader_timer.figures()
         last = self.last_forward_time
+        loader = self.loader_ref() if self.loader_ref is not None else None
+        if loader is not None:
+            self.loader_settings = _settings.loader_settings(loader)
         return {
             "name": self.name,
             "class": self.cls_label,
@@ -382,4 +438,8 @@ class ModelRecord:
             "data_wait_fraction": fraction,
             "data_wait_s": wait_s,
             "step_s": step_s,
+            "param_dtypes": list(self.param_dtypes),
+            "autocast": self.autocast,
+            "input_shape": list(self.input_shape) if self.input_shape is not None else None,
+            "loader_settings": dict(self.loader_settings) if self.loader_settings is not None else None,
         }

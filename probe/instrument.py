@@ -31,6 +31,8 @@ import time
 import types
 import weakref
 
+from probe._breakdown import CLOCK
+
 TYPE_CHECKING = False  # typing costs ~2 ms to import; annotations alone do not need it
 if TYPE_CHECKING:
     from typing import Any
@@ -51,6 +53,7 @@ __all__ = [
 
 DETACHED_AUDIT_EVENT = "dsh.probe.detached-hook"
 _clock = time.time
+_perf = time.perf_counter  # forward time (probe/_breakdown.py): the same clock as the loader timing
 
 
 def _detached_hook() -> Any:
@@ -84,11 +87,12 @@ class PreHook:
     on every call (a hard error under ``fullgraph=True``), and the clock call would break the graph.
     """
 
-    __slots__ = ("is_compiling", "rec")
+    __slots__ = ("is_compiling", "rec", "timed")
 
     def __init__(self, rec: ModelRecord, is_compiling: Any) -> None:
         self.rec = rec
         self.is_compiling = is_compiling
+        self.timed = False  # set once its PostHook is installed: only then is a started time ended
 
     def __call__(self, module: Any, args: tuple, kwargs: dict) -> None:
         if self.is_compiling():
@@ -99,6 +103,9 @@ class PreHook:
         rec.last_forward_time = _clock()
         if rec.armed:
             rec.sample(args, kwargs)
+        if self.timed and not CLOCK.inside:
+            CLOCK.inside = True
+            rec.forward_t0 = _perf()
 
     def __reduce__(self) -> Any:
         return (functools.partial, (sys.audit, DETACHED_AUDIT_EVENT))
@@ -108,6 +115,36 @@ class PreHook:
 
     def __copy__(self) -> Any:
         return _detached_hook()
+
+
+class PostHook(PreHook):
+    """The fallback's forward hook (``always_call``: it runs when the forward raises, too): ends the
+    forward time its PreHook started. Pickled and copied as the same stand-in."""
+
+    __slots__ = ()
+
+    def __call__(self, module: Any, args: tuple, kwargs: dict, output: Any) -> None:  # type: ignore[override]
+        if self.is_compiling():
+            return
+        rec = self.rec
+        t0 = rec.forward_t0
+        if t0:
+            rec.forward_t0 = 0.0
+            CLOCK.forward_s += _perf() - t0
+            CLOCK.inside = False
+
+
+class _HookHandles:
+    """The fallback's two hook handles, removed together."""
+
+    __slots__ = ("handles",)
+
+    def __init__(self, *handles: Any) -> None:
+        self.handles = handles
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
 
 
 # -- instrumentation by class swap -------------------------------------------------------------------
@@ -197,9 +234,12 @@ def swap_refusal(model: Any, cls: type) -> str | None:
 # object, so no names but its own identifiers go into the source). A copy of the signature costs
 # half of a (*args, **kwargs) pass-through and lets torch.fx bind it like the original. The
 # bookkeeping's names all start with _dsh_probe_, which no parameter may, and it reads no globals.
+# The outermost registered forward is timed for the step breakdown (probe/_breakdown.py): one flag
+# test for a nested one, and a try/finally, so the flag is cleared when the forward raises.
 _FORWARD_SOURCE = """\
 def _dsh_probe_factory(_dsh_probe_base, _dsh_probe_clock, _dsh_probe_dynamo, _dsh_probe_compiler,
-                       _dsh_probe_compiling, _dsh_probe_records, _dsh_probe_id, _dsh_probe_original):
+                       _dsh_probe_compiling, _dsh_probe_records, _dsh_probe_id, _dsh_probe_original,
+                       _dsh_probe_times, _dsh_probe_perf):
     def forward({params}):
         _dsh_probe_rec = {lookup}
         if _dsh_probe_rec is not None:
@@ -210,6 +250,14 @@ def _dsh_probe_factory(_dsh_probe_base, _dsh_probe_clock, _dsh_probe_dynamo, _ds
                 _dsh_probe_rec.last_forward_time = _dsh_probe_clock()
                 if _dsh_probe_rec.armed:
                     _dsh_probe_rec.sample({sample_args}, {sample_kwargs})
+                if not _dsh_probe_times.inside:
+                    _dsh_probe_times.inside = True
+                    _dsh_probe_t0 = _dsh_probe_perf()
+                    try:
+                        return {target}({call})
+                    finally:
+                        _dsh_probe_times.forward_s += _dsh_probe_perf() - _dsh_probe_t0
+                        _dsh_probe_times.inside = False
         return {target}({call})
     return forward
 """
@@ -312,7 +360,7 @@ def _make_forward(base: type, torch: Any, records: dict | None = None, original:
     # Tracebacks through this frame show its source, like any other.
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     inner = namespace["_dsh_probe_factory"](
-        base, _clock, dynamo_compiling, compiler, compiling_check(torch), records, id, original
+        base, _clock, dynamo_compiling, compiler, compiling_check(torch), records, id, original, CLOCK, _perf
     )
     wrapper = types.FunctionType(
         inner.__code__,
@@ -599,4 +647,10 @@ def install(model: Any, rec: ModelRecord, torch: Any) -> tuple[Any, str]:
     except Exception:  # noqa: BLE001 -- an odd model: the hook works on any module
         pass
     hook = PreHook(rec, rec.is_compiling)
-    return model.register_forward_pre_hook(hook, with_kwargs=True), "pre-hook"
+    pre = model.register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        post = model.register_forward_hook(PostHook(rec, rec.is_compiling), with_kwargs=True, always_call=True)
+    except TypeError:  # a torch without always_call: counted, but its forward time is not
+        return pre, "pre-hook"
+    hook.timed = True
+    return _HookHandles(pre, post), "pre-hook"

@@ -9,7 +9,9 @@ Callback of both when both are there); ``import probe`` never imports this modul
 - registers the LightningModule at ``on_fit_start`` and, after the first training batch, the child
   modules that batch really called (``training_step`` usually calls ``self.net(x)``, never
   ``self.forward``): found by forward pre-hooks installed for that one batch and removed after it;
-- counts training batches (``on_train_batch_end``): ``train_steps``, ``step_rate_hz``;
+- counts training batches (``on_train_batch_end``): ``train_steps``, ``step_rate_hz``, and the step
+  boundaries of the payload's ``steps`` breakdown, where the optimizer's time starts when the closure
+  Lightning runs inside ``optimizer.step()`` returns (``on_before_optimizer_step``);
 - times the data wait from ``on_train_batch_start`` against the previous ``on_train_batch_end`` (the
   loop fetches the batch in between), validation left out;
 - records fit start, each training epoch, fit end and exceptions as events;
@@ -22,6 +24,7 @@ never printed, and nothing here touches a batch, an output or the module's state
 from __future__ import annotations
 
 from probe import _steps
+from probe._breakdown import CLOCK
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -115,6 +118,9 @@ class ProbeCallback(*_callback_bases()):
         # Both loaders exist by now; workers started later (the next epoch's, each validation
         # run's) say which loader they serve.
         self._label(trainer)
+        train = _loaders(getattr(trainer, "train_dataloader", None))
+        if train:
+            _steps.attach_loader(pl_module, train[0])
 
     # -- epochs and batches -------------------------------------------------------------------------
     @_steps.guarded_hook("lightning.on_train_epoch_start")
@@ -140,6 +146,12 @@ class ProbeCallback(*_callback_bases()):
             self._register_called(pl_module)
         if self._steps is not None:
             self._steps.step_end()
+
+    @_steps.guarded_hook("lightning.on_before_optimizer_step")
+    def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
+        # Lightning runs training_step and backward in a closure inside optimizer.step(); this hook
+        # runs when that closure returns: the optimizer's own time starts here.
+        CLOCK.closure_done()
 
     @_steps.guarded_hook("lightning.on_validation_start")
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:

@@ -45,11 +45,14 @@ class ProbeCallback(TrainerCallback):
         if model is not None:
             self._steps = _steps.attach_steps(model, self.name, SOURCE)
             if self._steps is not None:
-                self._steps.step_end(state.global_step)  # a resumed run starts at its checkpoint's step
+                # A resumed run starts at its checkpoint's step: a count, not a step that ended.
+                self._steps.step_end(state.global_step, boundary=False)
                 self._steps.epoch_start()
         loader = kwargs.get("train_dataloader")
         if loader is not None:
             _steps.label_loader(loader, "train")
+            if model is not None:
+                _steps.attach_loader(model, loader)
         _steps.event("transformers: train begin")
 
     @_steps.guarded_hook("transformers.on_epoch_begin")

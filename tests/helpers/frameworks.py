@@ -40,6 +40,21 @@ def xy_dataset(n: int = 256) -> torch.utils.data.TensorDataset:
     return torch.utils.data.TensorDataset(x, (x.sum(1) > 0).long())
 
 
+class Slow(torch.utils.data.Dataset):
+    """``data``, each item ``sleep_s`` late: a loader the training loop waits for."""
+
+    def __init__(self, data, sleep_s: float) -> None:
+        self.data = data
+        self.sleep_s = sleep_s
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, i: int):
+        time.sleep(self.sleep_s)
+        return self.data[i]
+
+
 def lightning_module(sleep_s: float = 0.0):
     import lightning.pytorch as L
 
@@ -71,12 +86,22 @@ def lightning_module(sleep_s: float = 0.0):
     return Lit()
 
 
-def run_lightning(callbacks: list, *, epochs: int = 2, max_steps: int = -1, workers: int = 1, sleep_s: float = 0.0):
-    """Train the tiny LightningModule; returns (module, trainer). Same seed, same data every call."""
+def run_lightning(
+    callbacks: list,
+    *,
+    epochs: int = 2,
+    max_steps: int = -1,
+    workers: int = 1,
+    sleep_s: float = 0.0,
+    item_sleep_s: float = 0.0,
+):
+    """Train the tiny LightningModule; returns (module, trainer). Same seed, same data every call.
+    ``sleep_s``: each training_step sleeps that long; ``item_sleep_s``: each training item comes late."""
     import lightning.pytorch as L
 
     L.seed_everything(0, verbose=False)
-    train = torch.utils.data.DataLoader(xy_dataset(), batch_size=8, shuffle=True, num_workers=workers)
+    data = Slow(xy_dataset(), item_sleep_s) if item_sleep_s else xy_dataset()
+    train = torch.utils.data.DataLoader(data, batch_size=8, shuffle=True, num_workers=workers)
     val = torch.utils.data.DataLoader(LabelReport(), batch_size=8, num_workers=workers)
     module = lightning_module(sleep_s)
     trainer = L.Trainer(

@@ -16,8 +16,9 @@ torch = pytest.importorskip("torch")
 
 import probe  # noqa: E402
 from probe import _steps  # noqa: E402
+from probe._breakdown import CLOCK, FRAMEWORK  # noqa: E402
 from probe._state import PROBE  # noqa: E402
-from probe_wire import read_segment  # noqa: E402
+from probe_wire import read_segment, validate_payload  # noqa: E402
 from tests.helpers import frameworks  # noqa: E402
 from tests.helpers.harness import REPO, Sidecar, codes, python_env, wait_for  # noqa: E402
 
@@ -140,6 +141,46 @@ def _nonsense_calls(lit, hf) -> None:
     assert hf.on_step_end(None, None, None) is None and hf.on_evaluate(None, None, None) is None
 
 
+FRACTIONS = ("data_wait_fraction", "forward_fraction", "optimizer_fraction", "other_fraction")
+
+
+def breakdown_of_the_last_run(p: dict) -> dict:
+    """The payload's step breakdown after a trainer's run: every part measured, fractions summing to 1."""
+    s = p["steps"]
+    assert s is not None and CLOCK.level == FRAMEWORK, s
+    assert s["steps"] > 0 and s["step_s"] == pytest.approx(s["window_s"] / s["steps"])
+    assert all(s[k] is not None and 0.0 <= s[k] <= 1.0 for k in FRACTIONS), s
+    assert sum(s[k] for k in FRACTIONS) == pytest.approx(1.0, abs=0.02), s
+    assert s["forward_fraction"] > 0.0 and s["optimizer_fraction"] > 0.0
+    return s
+
+
+def test_lightning_breakdown_waits_for_a_slow_loader_and_keeps_the_closure_out_of_the_optimizer():
+    pytest.importorskip("lightning")
+    from probe.lightning import ProbeCallback
+
+    CLOCK.reset()  # this process trained before: the window starts with this fit
+    frameworks.run_lightning(
+        [ProbeCallback(name="fw-lit-slow")], epochs=1, max_steps=16, workers=0, item_sleep_s=0.01
+    )
+    p = published()
+    s = breakdown_of_the_last_run(p)
+    assert s["data_wait_fraction"] > 0.5, s
+    assert entry(p, "fw-lit-slow")["loader_settings"] == {
+        "num_workers": 0,
+        "pin_memory": False,
+        "persistent_workers": False,
+        "batch_size": 8,
+    }
+    # training_step (inside the closure Lightning runs in optimizer.step) sleeps: that is not the
+    # optimizer's time, which starts at on_before_optimizer_step.
+    CLOCK.reset()
+    frameworks.run_lightning([ProbeCallback(name="fw-lit-sleepy")], epochs=1, max_steps=12, workers=0, sleep_s=0.03)
+    s = breakdown_of_the_last_run(published())
+    assert s["optimizer_fraction"] < 0.2 and s["other_fraction"] > 0.5, s
+    assert validate_payload(published())[1] is None
+
+
 # -- Hugging Face ------------------------------------------------------------------------------------
 def test_transformers_callback_changes_no_loss_and_publishes_steps_waits_and_events():
     pytest.importorskip("transformers")
@@ -159,6 +200,20 @@ def test_transformers_callback_changes_no_loss_and_publishes_steps_waits_and_eve
     assert names[0] == "transformers: train begin" and names[-1] == "transformers: train end at step 24"
     assert [n for n in names if "evaluate" in n] == [f"transformers: evaluate at step {s}" for s in (8, 16, 24)]
     assert not [e for e in p["errors"] if e["where"].startswith("transformers") and e["time"] >= t0]
+    assert bert["loader_settings"]["batch_size"] == 8 and bert["loader_settings"]["num_workers"] == 0
+    assert bert["param_dtypes"] == ["float32"] and bert["autocast"] == "off" and bert["input_shape"] == [8, 8]
+
+
+def test_transformers_breakdown():
+    pytest.importorskip("transformers")
+    from probe.transformers import ProbeCallback
+
+    CLOCK.reset()
+    frameworks.run_transformers([ProbeCallback(name="fw-bert-breakdown")], steps=12, eval_steps=100)
+    p = published()
+    s = breakdown_of_the_last_run(p)
+    assert s["steps"] == 11  # the boundaries of 12 steps: the first step's end starts the count
+    assert validate_payload(p)[1] is None
 
 
 def test_loader_accepts_accelerates_dataloadershard_and_yields_the_same():

@@ -128,6 +128,10 @@ def test_every_field_for_a_cpu_model(keep):
         "step_rate_hz": None,
         "step_source": None,
         "shared_memory": False,
+        "param_dtypes": ["float32"],
+        "autocast": "off",
+        "input_shape": [3, 4],
+        "loader_settings": None,
     }
     assert p["loader"] is None
     assert m["forward_rate_hz"] >= 0.0

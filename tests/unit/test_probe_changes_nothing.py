@@ -25,13 +25,13 @@ class Mlp(torch.nn.Module):
         return self.net(x)
 
 
-def train(kind: str, with_probe: bool) -> list[float]:
+def train(kind: str, with_probe: bool, syncs: bool = False) -> list[float]:
     torch.manual_seed(0)
     model = Mlp() if kind == "class" else torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
     data = torch.utils.data.TensorDataset(torch.randn(96, 8), torch.randint(0, 3, (96,)))
     loader = torch.utils.data.DataLoader(data, batch_size=8, shuffle=True, generator=torch.Generator().manual_seed(1))
     if with_probe:
-        model = probe.register(model, name=f"unchanged-{kind}", loader=loader)
+        model = probe.register(model, name=f"unchanged-{kind}", loader=loader, syncs=syncs)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     losses = []
     try:
@@ -57,3 +57,31 @@ def test_losses_are_identical_with_and_without_the_probe(kind, monkeypatch):
         warnings.simplefilter("error")  # any warning the probe printed would fail here
         watched = train(kind, True)
     assert len(plain) == 24 and watched == plain
+
+
+def _settings_now() -> tuple:
+    c = torch._C
+    return (
+        c._get_cublas_allow_tf32(),
+        c._get_cudnn_allow_tf32(),
+        c._get_float32_matmul_precision(),
+        c._get_cudnn_benchmark(),
+        torch.is_autocast_enabled("cpu"),
+        torch.get_num_threads(),
+    )
+
+
+def test_breakdown_and_syncs_opt_in_change_no_loss_no_setting_and_no_warning_filter():
+    """The step breakdown's optimizer hooks, the math settings it reads and ``syncs=True`` (waiting
+    for CUDA here) leave the losses, torch's settings and the warning filters as they were."""
+    plain = train("class", False)
+    settings, filters = _settings_now(), list(warnings.filters)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        inner_filters = list(warnings.filters)
+        watched = train("class", True, syncs=True)
+        snap = probe.snapshot()
+        assert warnings.filters == inner_filters
+    assert watched == plain
+    assert _settings_now() == settings and warnings.filters == filters
+    assert snap["math"]["float32_matmul_precision"] == settings[2]
