@@ -6,13 +6,15 @@ the verdict's warnings, the history and /metrics."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.fakenvml import gpu, make_fake_sysfs, scenarios
-from tests.helpers.harness import FakeJob, Sidecar, codes, cuda_runtime, wait_for
+from tests.helpers.harness import REPO, FakeJob, Sidecar, codes, cuda_runtime, python_env, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -24,7 +26,9 @@ def env(fake_nvml, tmp_path: Path):
     sysfs = make_fake_sysfs(
         tmp_path / "sys", [{"pci": "0000:10:00.0", "vendor": "0x10de", "driver": "nvidia"}]
     )
-    return fake_nvml.env({"DSH_SYSFS_ROOT": str(sysfs), "DSH_SIDECAR_RULES": json.dumps({"idle_window_s": 2.0})})
+    return fake_nvml.env(
+        {"DSH_SYSFS_ROOT": str(sysfs), "DSH_SIDECAR_RULES": json.dumps({"idle_window_s": 2.0})}
+    )
 
 
 def sidecar(pid: int, env, *extra: str) -> Sidecar:
@@ -246,3 +250,68 @@ def test_mig_shows_instances_and_says_per_process_utilisation_is_unavailable(tmp
             assert row["mig_index"] == 0 and row["sm_util_pct"] is None and row["mem_used_mib"] == 12000
             time.sleep(3.0)  # past the 2 s idle window: forward calls go on, utilisation is unknown
             assert "idle-gpu" not in codes(sc.status())  # unknown utilisation is not idleness
+
+
+SLOW_LOADER_JOB = """
+import time, torch, probe
+
+class Slow(torch.utils.data.Dataset):
+    def __len__(self):
+        return 10_000
+    def __getitem__(self, i):
+        time.sleep(0.01)  # 4 items a batch: ~40 ms of loading for ~1 ms of compute
+        return torch.randn(8), torch.tensor(i % 2)
+
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+loader = torch.utils.data.DataLoader(Slow(), batch_size=4)
+probe.register(model, loader=loader)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+while True:
+    for x, y in loader:
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+
+
+def test_a_real_training_loop_starved_by_its_loader(tmp_path, fake_nvml):
+    """Real torch, the real probe, a real sidecar: the loop waits for a slow DataLoader, and the
+    panel says so, with the breakdown and the loader's own settings."""
+    script = tmp_path / "train.py"
+    script.write_text(SLOW_LOADER_JOB)
+    job = subprocess.Popen(
+        [sys.executable, str(script)],
+        env=python_env({"DSH_PROBE_INTERVAL_S": "0.25"}),
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        with sidecar(job.pid, fake_nvml.env()) as sc:
+            doc = sc.wait_status(
+                lambda d: "data-starved" in codes(d), 60, what="data-starved from the real probe"
+            )
+            (p,) = [p for p in doc["processes"] if p["pid"] == job.pid]
+            b = p["step_breakdown"]
+            assert b["steps"] >= 5 and b["data_wait_fraction"] > 0.5, b
+            assert b["optimizer_fraction"] is not None and b["forward_fraction"] is not None
+            total = sum(
+                b[k]
+                for k in ("data_wait_fraction", "forward_fraction", "optimizer_fraction", "other_fraction")
+            )
+            assert abs(total - 1.0) < 0.05, b
+            (m,) = p["models"]
+            assert m["loader_settings"] == {
+                "num_workers": 0,
+                "pin_memory": False,
+                "persistent_workers": False,
+                "batch_size": 4,
+            }
+            assert m["param_dtypes"] == ["float32"] and m["input_shape"] == [4, 8]
+            assert p["math"] is not None and p["syncs_per_step"] is None  # not asked for, and no CUDA
+            (w,) = [w for w in doc["warnings"] if w["code"] == "data-starved"]
+            assert "num_workers=0, pin_memory=False, persistent_workers=False" in w["hint"]
+    finally:
+        job.kill()
+        job.wait()
