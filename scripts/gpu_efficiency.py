@@ -21,33 +21,12 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
+from sidecar.sources.nvml_names import GPU_EFFICIENCY_FIELDS
+
 WORKLOAD_S = 12.0  # per workload; the whole script stays well under three minutes
 WARMUP_S = 3.0
 
-EFFICIENCY_FIELDS = (
-    "compute_capability",
-    "sm_clock_mhz",
-    "sm_clock_max_mhz",
-    "mem_clock_mhz",
-    "clock_event_reasons",
-    "power_w",
-    "power_limit_w",
-    "temperature_c",
-    "pcie_link_gen",
-    "pcie_link_gen_max",
-    "pcie_link_width",
-    "pcie_link_width_max",
-    "sm_activity_fraction",
-    "sm_occupancy_fraction",
-    "tensor_activity_fraction",
-    "dram_activity_fraction",
-    "pcie_tx_bytes_per_s",
-    "pcie_rx_bytes_per_s",
-    "nvlink_tx_bytes_per_s",
-    "nvlink_rx_bytes_per_s",
-    "mig_mode",
-    "mig_devices",
-)
+EFFICIENCY_FIELDS = (*GPU_EFFICIENCY_FIELDS, "mig_devices")
 
 WORKLOADS = {
     "busy-but-hollow": """

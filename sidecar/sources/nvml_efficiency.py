@@ -23,7 +23,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sidecar.sources.nvml_names import CLOCK_EVENT_REASONS, GPM_FIELDS
+from sidecar.sources.nvml_names import CLOCK_EVENT_REASONS, GPM_FIELDS, GPU_EFFICIENCY_FIELDS
 
 if TYPE_CHECKING:
     from sidecar.sources.nvml import GpuInfo, GpuProcess, _Calls
@@ -363,19 +363,7 @@ def mig_view(
 
 def clear(info: GpuInfo) -> None:
     """A lost GPU: no efficiency value stands (the reasons already recorded stay)."""
-    for name in (
-        "compute_capability",
-        "sm_clock_mhz",
-        "sm_clock_max_mhz",
-        "mem_clock_mhz",
-        "clock_event_reasons",
-        "power_w",
-        "power_limit_w",
-        "temperature_c",
-        "mig_mode",
-        *_RARE_FIELDS[1:],
-        *_GPM_NAMES,
-    ):
+    for name in GPU_EFFICIENCY_FIELDS:
         setattr(info, name, None)
     info.mig_devices = []
 
