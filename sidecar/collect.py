@@ -15,7 +15,7 @@ from probe_wire.schema import MODEL_COLLECTED, PUBLISH_FAILED
 from sidecar import bounds
 from sidecar.bounds import MAX_ID_CHARS, clip, clip_opt
 from sidecar.history import Sample
-from sidecar.sources.lineage import is_mp_child, is_mp_helper
+from sidecar.sources.lineage import RootInfo, is_mp_child, is_mp_helper
 from sidecar.verdict import (
     Facts,
     GpuFacts,
@@ -220,7 +220,7 @@ class TargetInfo:
     cmdline: list[str] | None = None
     create_time: float | None = None
     start_ticks: int | None = None
-    root: Any = None  # sources.lineage.RootInfo: owner, working directory, ancestors
+    root: RootInfo | None = None  # owner, working directory, ancestors (read once, when first seen)
 
     @property
     def job_id(self) -> str:
