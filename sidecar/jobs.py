@@ -56,6 +56,16 @@ class _Job:
     found_unix_s: float
 
 
+@dataclass(frozen=True)
+class _Published:
+    """What one poll published for the server, all of a piece: the jobs document and, for each job
+    it lists, that job's poller and status document. A request reads one of these, so a job the
+    poll thread drops meanwhile is still found by a request that saw it listed."""
+
+    jobs: dict[str, Any]  # the jobs document
+    docs: dict[str, tuple[Poller, dict[str, Any]]]  # job id -> (its poller, its status document)
+
+
 class JobsPoller:
     """Watches every job it can find. The documents are built by each job's Poller; this class
     finds jobs, polls them, and answers for them (the same three methods as document.OneJob)."""
@@ -92,7 +102,7 @@ class JobsPoller:
         self.poll_errors: Counter[str] = Counter()
         self.poll_durations_s: list[float] = []
         self.last_poll_time: float | None = None
-        self._latest_jobs: dict[str, Any] | None = None
+        self._published: _Published | None = None
         self._lock = threading.Lock()
         self._poll_lock = threading.Lock()
         self._stop = threading.Event()
@@ -199,9 +209,10 @@ class JobsPoller:
                 job.poller.stop()
                 del self._jobs[jid]
         self._trim()
-        jobs = self._jobs_document(now)
+        published = self._publish(now)
+        jobs = published.jobs
         with self._lock:
-            self._latest_jobs = jobs
+            self._published = published
             self.last_poll_time = now
             self.poll_count += 1
             self.poll_durations_s.append(time.perf_counter() - started)
@@ -217,32 +228,35 @@ class JobsPoller:
             job.poller.stop()
             del self._jobs[jid]
 
-    def _entries(self) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-        """(job entry, status document) of every job polled at least once."""
-        out = []
-        for job in self._jobs.values():
+    def _publish(self, now: float) -> _Published:
+        """The jobs document and the status document of every job polled at least once."""
+        docs: dict[str, tuple[Poller, dict[str, Any]]] = {}
+        entries = []
+        for jid, job in self._jobs.items():
             doc, _ = job.poller.snapshot()
             if doc is not None:
-                out.append((document.job_entry(doc, job.poller.root_info(), job.poller.ended_unix_s), doc))
-        return out
-
-    def _jobs_document(self, now: float) -> dict[str, Any]:
-        entries = [e for e, _ in self._entries()]
-        return document.jobs_document(
+                docs[jid] = (job.poller, doc)
+                entries.append(document.job_entry(doc, job.poller.root_info(), job.poller.ended_unix_s))
+        jobs = document.jobs_document(
             entries, time_s=now, interval_s=self.interval_s, mode=self.mode, default_job=_default_job(entries)
         )
+        return _Published(jobs, docs)
 
-    # -- what the server reads -------------------------------------------------------------------
-    def jobs_document(self) -> dict[str, Any] | None:
+    # -- what the server reads (from its own threads: only what the last poll published) -------
+    def _latest(self) -> _Published | None:
         with self._lock:
-            return self._latest_jobs
+            return self._published
 
-    def _job(self, job: str | None) -> _Job | None:
-        jobs = self.jobs_document()
-        if jobs is None:
+    def jobs_document(self) -> dict[str, Any] | None:
+        published = self._latest()
+        return None if published is None else published.jobs
+
+    @staticmethod
+    def _job(published: _Published | None, job: str | None) -> tuple[Poller, dict[str, Any]] | None:
+        if published is None:
             return None
-        jid = job if job is not None else jobs["default_job"]
-        found = self._jobs.get(jid) if jid is not None else None
+        jid = job if job is not None else published.jobs["default_job"]
+        found = published.docs.get(jid) if jid is not None else None
         if found is None and job is not None:
             raise document.UnknownJob(job)
         return found
@@ -250,22 +264,20 @@ class JobsPoller:
     def status_document(self, job: str | None = None) -> dict[str, Any] | None:
         """A job's document with the jobs list in it; without `job`, the default job's. With no job
         found yet, None (the server answers 503 until the first poll, then 404 for ?job=)."""
-        found = self._job(job)
-        jobs = self.jobs_document()
-        if found is None:
+        published = self._latest()
+        found = self._job(published, job)
+        if found is None or published is None:
             return None
-        doc, _ = found.poller.snapshot()
-        if doc is None:
-            return None
-        return contract.check_if_enabled({**doc, "jobs": jobs["jobs"]}, "status")
+        return contract.check_if_enabled({**found[1], "jobs": published.jobs["jobs"]}, "status")
 
     def history_document(self, job: str | None = None, since: float | None = None) -> dict[str, Any] | None:
-        found = self._job(job)
-        return None if found is None else found.poller.history_document(None, since)
+        found = self._job(self._latest(), job)
+        return None if found is None else found[0].history_document(None, since)
 
     def documents(self) -> list[dict[str, Any]]:
         """Every job's status document (for --once --json and /metrics)."""
-        return [doc for _, doc in self._entries()]
+        published = self._latest()
+        return [] if published is None else [doc for _, doc in published.docs.values()]
 
     def snapshot(self) -> tuple[dict[str, Any] | None, float | None]:
         """The default job's document and the last poll's time (/healthz)."""
