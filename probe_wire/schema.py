@@ -125,6 +125,30 @@ _MEMORY = {
     "peak_allocated_bytes": int,
     "peak_reserved_bytes": int,
 }
+# Where a training step's wall time went over the probe's last window (probe._steps): fractions 0-1.
+_STEPS = {
+    "window_s": float,
+    "steps": int,
+    "step_s": _Opt(float),
+    "data_wait_fraction": _Opt(float),
+    "forward_fraction": _Opt(float),
+    "optimizer_fraction": _Opt(float),
+    "other_fraction": _Opt(float),
+}
+# The process's math settings that decide whether tensor cores can work (None: torch not imported).
+_MATH = {
+    "allow_tf32_matmul": _Opt(bool),
+    "cudnn_allow_tf32": _Opt(bool),
+    "float32_matmul_precision": _Opt(str),
+    "cudnn_benchmark": _Opt(bool),
+}
+# The DataLoader a model is fed from, as it was built.
+_LOADER_SETTINGS = {
+    "num_workers": _Opt(int),
+    "pin_memory": _Opt(bool),
+    "persistent_workers": _Opt(bool),
+    "batch_size": _Opt(int),
+}
 _MODEL = {
     "name": str,
     "class": str,
@@ -143,6 +167,11 @@ _MODEL = {
     "step_rate_hz": _Added(float),
     "step_source": _Added(str),
     "shared_memory": _Added(bool),
+    # Added within schema 1 (efficiency): what decides whether tensor cores can work, and the input.
+    "param_dtypes": _Added(_List(str, 16)),
+    "autocast": _Added(str),  # "off", or the dtype autocast ran the last forward in ("bfloat16")
+    "input_shape": _Added(_List(int, 8)),
+    "loader_settings": _Added(_LOADER_SETTINGS),
 }
 _PAYLOAD = {
     "schema": _Exact(SCHEMA, "schema"),
@@ -166,6 +195,10 @@ _PAYLOAD = {
     "errors": _List({"time": float, "where": str, "message": str}, MAX_ERRORS),
     "published_at": float,
     "trimmed": bool,
+    # Added within schema 1 (efficiency): the step breakdown, math settings, host-device syncs.
+    "steps": _Added(_STEPS),
+    "math": _Added(_MATH),
+    "syncs_per_step": _Added(float),  # counted only with register(model, syncs=True)
 }
 
 

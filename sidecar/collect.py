@@ -14,16 +14,21 @@ from typing import Any
 from probe_wire.schema import MODEL_COLLECTED, PUBLISH_FAILED
 from sidecar import bounds
 from sidecar.bounds import MAX_ID_CHARS, clip, clip_opt
-from sidecar.history import Sample
+from sidecar.history import GPU_COLUMNS, Sample
 from sidecar.sources.lineage import RootInfo, is_mp_child, is_mp_helper
+from sidecar.sources.nvml_names import GPU_EFFICIENCY_FIELDS
 from sidecar.verdict import (
     Facts,
     GpuFacts,
+    LoaderSettings,
+    MathSettings,
+    MigFacts,
     ModelFacts,
     ProcessFacts,
     ProcGpu,
     RecentSample,
     Rules,
+    StepBreakdown,
     SystemGpuFacts,
     device_type,
     primary_model_gpu_index,
@@ -56,6 +61,57 @@ def _bool(x: Any) -> bool | None:
     return x if isinstance(x, bool) else None
 
 
+def _fraction(x: Any) -> float | None:
+    """A share from a process: finite (the payload's schema saw to that), clamped into 0-1."""
+    v = _float(x)
+    return None if v is None else min(1.0, max(0.0, v))
+
+
+def _names(x: Any) -> tuple[str, ...]:
+    return tuple(clip(v, MAX_ID_CHARS) for v in x if isinstance(v, str)) if isinstance(x, list) else ()
+
+
+def _shape(x: Any) -> tuple[int, ...] | None:
+    return tuple(v for v in x if _int(v) is not None) if isinstance(x, list) else None
+
+
+def _loader_settings(x: Any) -> LoaderSettings | None:
+    if not isinstance(x, dict):
+        return None
+    return LoaderSettings(
+        num_workers=_int(x.get("num_workers")),
+        pin_memory=_bool(x.get("pin_memory")),
+        persistent_workers=_bool(x.get("persistent_workers")),
+        batch_size=_int(x.get("batch_size")),
+    )
+
+
+def step_breakdown(x: Any) -> StepBreakdown | None:
+    if not isinstance(x, dict) or _float(x.get("window_s")) is None or _int(x.get("steps")) is None:
+        return None
+    step_s = _float(x.get("step_s"))
+    return StepBreakdown(
+        window_s=max(0.0, x["window_s"]),
+        steps=max(0, x["steps"]),
+        step_s=None if step_s is None else max(0.0, step_s),
+        data_wait_fraction=_fraction(x.get("data_wait_fraction")),
+        forward_fraction=_fraction(x.get("forward_fraction")),
+        optimizer_fraction=_fraction(x.get("optimizer_fraction")),
+        other_fraction=_fraction(x.get("other_fraction")),
+    )
+
+
+def math_settings(x: Any) -> MathSettings | None:
+    if not isinstance(x, dict):
+        return None
+    return MathSettings(
+        allow_tf32_matmul=_bool(x.get("allow_tf32_matmul")),
+        cudnn_allow_tf32=_bool(x.get("cudnn_allow_tf32")),
+        float32_matmul_precision=_str(x.get("float32_matmul_precision"), MAX_ID_CHARS),
+        cudnn_benchmark=_bool(x.get("cudnn_benchmark")),
+    )
+
+
 def models_from_payload(payload: dict[str, Any]) -> tuple[ModelFacts, ...]:
     out = []
     for m in payload.get("models") or ():
@@ -79,6 +135,10 @@ def models_from_payload(payload: dict[str, Any]) -> tuple[ModelFacts, ...]:
                 step_rate_hz=_float(m.get("step_rate_hz")),
                 step_source=_str(m.get("step_source")),
                 shared_memory=_bool(m.get("shared_memory")),
+                param_dtypes=_names(m.get("param_dtypes")),
+                autocast=_str(m.get("autocast"), MAX_ID_CHARS),
+                input_shape=_shape(m.get("input_shape")),
+                loader_settings=_loader_settings(m.get("loader_settings")),
             )
         )
     return tuple(out)
@@ -140,6 +200,9 @@ def process_facts(proc, read, gpu: tuple[ProcGpu, ...], target_pid: int) -> Proc
         cuda_memory_mib=cuda_reserved_mib(payload) if payload else None,
         models=models_from_payload(payload) if payload else (),
         gpu=gpu,
+        steps=step_breakdown(p.get("steps")),
+        math=math_settings(p.get("math")),
+        syncs_per_step=_float(p.get("syncs_per_step")),
     )
 
 
@@ -159,6 +222,11 @@ def gpu_facts(d) -> GpuFacts:
         mem_total_mib=d.mem_total_mib,
         lost=d.lost,
         field_errors=tuple(sorted(d.field_errors.items())),
+        **{name: getattr(d, name, None) for name in GPU_EFFICIENCY_FIELDS},
+        mig_devices=tuple(
+            MigFacts(m.index, m.uuid, m.gpu_instance_id, m.compute_instance_id, m.mem_used_mib, m.mem_total_mib)
+            for m in getattr(d, "mig_devices", ())
+        ),
     )
 
 
@@ -181,7 +249,9 @@ def nvml_facts(nvml, tree_pids: set[int]) -> NvmlFacts:
         for gp in d.processes:
             out.pids.add(gp.pid)
             if gp.pid in tree_pids:
-                out.by_pid.setdefault(gp.pid, []).append(ProcGpu(d.index, gp.used_mib, gp.sm_util))
+                out.by_pid.setdefault(gp.pid, []).append(
+                    ProcGpu(d.index, gp.used_mib, gp.sm_util, getattr(gp, "mig_index", None))
+                )
             else:
                 out.other_processes[d.index] = out.other_processes.get(d.index, 0) + 1
     out.gpus = tuple(gpus)
@@ -320,9 +390,26 @@ class FactCollector:
         return tuple(out)
 
 
-def history_sample(now: float, facts: Facts) -> Sample:
-    """What one poll adds to the history: per GPU, per GPU process of the tree, and the sums the
-    verdict's windowed rules (idle GPU, memory growth) read back."""
+def _job_sums(facts: Facts, proc_info: dict[int, Any] | None) -> tuple[float | None, ...]:
+    """history.JOB_COLUMNS: the job's CPU, RSS and rates (what the charts show without a GPU)."""
+    cpu = rss = fwd = steps = None
+    for p in facts.processes:
+        info = proc_info.get(p.pid) if proc_info else None
+        if info is not None and info.cpu_percent is not None:
+            cpu = (cpu or 0.0) + info.cpu_percent
+        if info is not None and info.rss_mib is not None:
+            rss = (rss or 0.0) + info.rss_mib
+        for m in p.models:
+            if m.forward_rate_hz is not None:
+                fwd = (fwd or 0.0) + m.forward_rate_hz
+            if m.step_rate_hz is not None:
+                steps = (steps or 0.0) + m.step_rate_hz
+    return cpu, rss, fwd, steps
+
+
+def history_sample(now: float, facts: Facts, proc_info: dict[int, Any] | None = None) -> Sample:
+    """What one poll adds to the history: per GPU, per GPU process of the tree, the job's sums, and
+    the sums the verdict's windowed rules (idle GPU, memory growth) read back."""
     proc_rows = []
     sm_total = mem_total = None
     for p in facts.processes:
@@ -335,8 +422,10 @@ def history_sample(now: float, facts: Facts) -> Sample:
         mem_total = (mem_total or 0.0) + mem
         if sm is not None:
             sm_total = (sm_total or 0.0) + sm
-    if facts.nvml_ok and sm_total is None and proc_rows:
-        sm_total = 0.0  # processes listed, no utilisation samples: NVML's NOT_FOUND means idle
+    if facts.nvml_ok and sm_total is None and proc_rows and not any(g.mig_mode for g in facts.gpus):
+        # Processes listed, no utilisation samples: NVML's NOT_FOUND means idle. Not on MIG, where
+        # per-process utilisation does not exist at all (unknown, not idle).
+        sm_total = 0.0
     calls = 0
     steps = None
     for p in facts.processes:
@@ -352,7 +441,12 @@ def history_sample(now: float, facts: Facts) -> Sample:
     )
     return Sample(
         time=now,
-        gpus=tuple((g.index, g.util, g.mem_used_mib) for g in facts.gpus),
+        gpus=tuple(tuple(getattr(g, a) for a in _GPU_SAMPLE_ATTRS) for g in facts.gpus),
         processes=tuple(proc_rows),
         recent=recent,
+        job=_job_sums(facts, proc_info),
     )
+
+
+# GpuFacts attributes behind history.GPU_COLUMNS, in that order.
+_GPU_SAMPLE_ATTRS = ("index", "util", "mem_used_mib", *GPU_COLUMNS[3:])

@@ -16,11 +16,12 @@ the tests run with `DSH_CONTRACT_CHECK=1` (`check()`).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from dataclasses import dataclass
 from typing import Any
+
+from sidecar.sources.nvml_names import CLOCK_EVENT_REASONS
 
 SCHEMA = 2
 SCHEMA_ID = "https://dsh-gpu-dashboard.invalid/schema/2"
@@ -154,6 +155,19 @@ NVML = Obj(
     },
 )
 
+MIG_DEVICE = Obj(
+    "MigDevice",
+    "One MIG instance of a GPU in MIG mode, a device of its own.",
+    {
+        "index": F(INT, "MIG device index within its GPU"),
+        "uuid": F(STR, "MIG-... UUID", null=True),
+        "gpu_instance_id": F(INT, "GPU instance id", null=True),
+        "compute_instance_id": F(INT, "compute instance id", null=True),
+        "mem_used_mib": F(NUM, "memory in use in this instance (exact)", null=True),
+        "mem_total_mib": F(NUM, "memory of this instance (exact)", null=True),
+    },
+)
+
 GPU = Obj(
     "Gpu",
     "One NVIDIA GPU (NVML).",
@@ -170,6 +184,32 @@ GPU = Obj(
         "lost": F(BOOL, "the driver reports the GPU lost (fell off the bus)"),
         "field_errors": F(MapOf(STR), "why a null field is null, per NVML (field -> error)"),
         "other_process_count": F(INT, "processes outside this job that use the GPU"),
+        "compute_capability": F(STR, "`8.0`, `9.0`, ...: tensor cores from 7.0", null=True),
+        "sm_clock_mhz": F(INT, "SM clock now", null=True),
+        "sm_clock_max_mhz": F(INT, "the SM clock's maximum", null=True),
+        "mem_clock_mhz": F(INT, "memory clock now", null=True),
+        "clock_event_reasons": F(
+            ListOf(Enum(tuple(name for _, name in CLOCK_EVENT_REASONS))),
+            "why the clocks are held down now (NVML's clock event reasons); empty: nothing holds them",
+            null=True,
+        ),
+        "power_w": F(NUM, "power draw", null=True),
+        "power_limit_w": F(NUM, "enforced power limit", null=True),
+        "temperature_c": F(NUM, "GPU temperature", null=True),
+        "pcie_link_gen": F(INT, "PCIe link generation now", null=True),
+        "pcie_link_gen_max": F(INT, "the highest generation the link can train at", null=True),
+        "pcie_link_width": F(INT, "PCIe lanes now", null=True),
+        "pcie_link_width_max": F(INT, "the link's full width", null=True),
+        "sm_activity_fraction": F(NUM, "GPM: share of SMs busy over the last poll (Hopper and newer)", null=True),
+        "sm_occupancy_fraction": F(NUM, "GPM: resident warps over the maximum", null=True),
+        "tensor_activity_fraction": F(NUM, "GPM: share of time tensor cores worked", null=True),
+        "dram_activity_fraction": F(NUM, "GPM: DRAM bandwidth used over its peak", null=True),
+        "pcie_tx_bytes_per_s": F(NUM, "GPM: PCIe traffic from the GPU", null=True),
+        "pcie_rx_bytes_per_s": F(NUM, "GPM: PCIe traffic to the GPU", null=True),
+        "nvlink_tx_bytes_per_s": F(NUM, "GPM: NVLink traffic sent, all links", null=True),
+        "nvlink_rx_bytes_per_s": F(NUM, "GPM: NVLink traffic received, all links", null=True),
+        "mig_mode": F(BOOL, "MIG is on: per-process utilisation is not available", null=True),
+        "mig_devices": F(ListOf(MIG_DEVICE), "its MIG instances while MIG is on"),
     },
 )
 
@@ -182,6 +222,17 @@ SYSTEM_GPU = Obj(
         "pci": F(STR, "PCI address", null=True),
         "driver": F(STR, "kernel driver bound to it", null=True),
         "nvml_index": F(INT, "the NVML index of the same device; null: CUDA cannot use it", null=True),
+    },
+)
+
+LOADER_SETTINGS = Obj(
+    "LoaderSettings",
+    "The DataLoader that feeds a model, as it was built.",
+    {
+        "num_workers": F(INT, "worker processes (0: batches are made in the training loop)", null=True),
+        "pin_memory": F(BOOL, "batches in page-locked memory (faster, asynchronous copies)", null=True),
+        "persistent_workers": F(BOOL, "workers kept between epochs", null=True),
+        "batch_size": F(INT, "samples per batch", null=True),
     },
 )
 
@@ -201,6 +252,10 @@ MODEL = Obj(
         "step_rate_hz": F(NUM, "training steps per second over the last 10 s", null=True),
         "step_source": F(Enum(("lightning", "transformers")), "the callback counting steps", null=True),
         "shared_memory": F(BOOL, "parameters in shared memory (hogwild); null off the CPU", null=True),
+        "param_dtypes": F(ListOf(STR, 16), "dtypes of its parameters (`float32`, `bfloat16`, ...)"),
+        "autocast": F(STR, "`off`, or the dtype autocast ran the last forward in", null=True),
+        "input_shape": F(ListOf(INT, 8), "shape of the last forward's first tensor input", null=True),
+        "loader_settings": F(LOADER_SETTINGS, "its DataLoader's settings", null=True),
     },
 )
 
@@ -210,7 +265,33 @@ PROCESS_GPU = Obj(
     {
         "index": F(INT, "NVML index of the GPU"),
         "mem_used_mib": F(NUM, "GPU memory the process uses there (exact)", null=True),
-        "sm_util_pct": F(NUM, "its SM utilisation there over the last sample period", null=True),
+        "sm_util_pct": F(NUM, "its SM utilisation there over the last sample period; null on MIG", null=True),
+        "mig_index": F(INT, "the MIG device it runs in (Gpu.mig_devices); null without MIG", null=True),
+    },
+)
+
+STEP_BREAKDOWN = Obj(
+    "StepBreakdown",
+    "Where this process's training steps spent their wall time over the probe's last window.",
+    {
+        "window_s": F(NUM, "the window"),
+        "steps": F(INT, "steps in it"),
+        "step_s": F(NUM, "mean step time", null=True),
+        "data_wait_fraction": F(NUM, "waiting for the next batch", null=True),
+        "forward_fraction": F(NUM, "in the registered models' forward", null=True),
+        "optimizer_fraction": F(NUM, "in optimizer.step()", null=True),
+        "other_fraction": F(NUM, "the rest (backward, logging, host code)", null=True),
+    },
+)
+
+MATH_SETTINGS = Obj(
+    "MathSettings",
+    "The process's torch math settings that decide whether tensor cores can work on fp32.",
+    {
+        "allow_tf32_matmul": F(BOOL, "torch.backends.cuda.matmul.allow_tf32", null=True),
+        "cudnn_allow_tf32": F(BOOL, "torch.backends.cudnn.allow_tf32", null=True),
+        "float32_matmul_precision": F(STR, "torch.get_float32_matmul_precision()", null=True),
+        "cudnn_benchmark": F(BOOL, "torch.backends.cudnn.benchmark", null=True),
     },
 )
 
@@ -239,6 +320,11 @@ PROCESS = Obj(
         "models": F(ListOf(MODEL), "registered models (at most 8)"),
         "models_omitted": F(INT, "registered models left out"),
         "gpu": F(ListOf(PROCESS_GPU), "its use of each GPU (NVML)"),
+        "step_breakdown": F(STEP_BREAKDOWN, "where its training steps' time goes (probe)", null=True),
+        "math": F(MATH_SETTINGS, "its torch math settings (probe)", null=True),
+        "syncs_per_step": F(
+            NUM, "host-device synchronisations per step; null unless counted (register(model, syncs=True))", null=True
+        ),
     },
 )
 
@@ -340,6 +426,12 @@ SAMPLE_GPU = Obj(
         "index": F(INT, "NVML index"),
         "util_pct": F(NUM, "utilisation", null=True),
         "mem_used_mib": F(NUM, "memory in use", null=True),
+        "sm_activity_fraction": F(NUM, "GPM SM activity", null=True),
+        "sm_occupancy_fraction": F(NUM, "GPM SM occupancy", null=True),
+        "tensor_activity_fraction": F(NUM, "GPM tensor-core activity", null=True),
+        "sm_clock_mhz": F(INT, "SM clock", null=True),
+        "power_w": F(NUM, "power draw", null=True),
+        "temperature_c": F(NUM, "temperature", null=True),
     },
 )
 
@@ -360,6 +452,10 @@ SAMPLE = Obj(
         "time_unix_s": F(NUM, "when the poll ran"),
         "gpus": F(ListOf(SAMPLE_GPU), "per GPU"),
         "processes": F(ListOf(SAMPLE_PROCESS), "per GPU process of the job"),
+        "cpu_pct": F(NUM, "the job's CPU, summed over its processes (percent of one core)", null=True),
+        "rss_mib": F(NUM, "the job's resident memory, summed over its processes", null=True),
+        "forward_rate_hz": F(NUM, "forward calls per second, summed over its models", null=True),
+        "step_rate_hz": F(NUM, "training steps per second, summed over its models", null=True),
     },
 )
 
@@ -520,93 +616,7 @@ def check_if_enabled(doc: Any, document: str) -> Any:
     return doc
 
 
-# ---------------------------------------------------------------------------------------------
-# Generated files
-# ---------------------------------------------------------------------------------------------
-def _type_text(t: Any, js: bool) -> str:
-    if isinstance(t, Prim):
-        return t.js if js else t.json
-    if isinstance(t, Enum):
-        values = [json.dumps(v) for v in t.values]
-        return "|".join(values) if js else ("one of " + ", ".join(values) if len(values) > 1 else values[0])
-    if isinstance(t, Obj | Lazy):
-        return t.name
-    if isinstance(t, ListOf):
-        inner = _type_text(t.item, js)
-        return f"Array<{inner}>" if js else f"list of {inner}"
-    if isinstance(t, MapOf):
-        inner = _type_text(t.value, js)
-        return f"Object<string, {inner}>" if js else f"map of {inner}"
-    if isinstance(t, OneOf):
-        return ("(" + "|".join(_type_text(o, js) for o in t.options) + ")") if js else " or ".join(
-            _type_text(o, js) for o in t.options
-        )
-    raise TypeError(repr(t))
-
-
-GENERATED = "GENERATED by `python -m sidecar.contract --write` from sidecar/contract.py; do not edit."
-
-
-def markdown() -> str:
-    """docs/api.md: every object type as a table."""
-    lines = [
-        "# The sidecar's documents (schema 2)",
-        "",
-        f"<!-- {GENERATED} -->",
-        "",
-        "Routes: `GET /api/dsh-gpu-dashboard/status[?job=ID]` (a `StatusDocument`), `GET "
-        "/api/dsh-gpu-dashboard/history[?job=ID][&since=UNIX_S]` (a `HistoryDocument`), `GET "
-        "/api/dsh-gpu-dashboard/jobs` (a `JobsDocument`), `GET /api/dsh-gpu-dashboard/schema` (the JSON "
-        "Schema of all three). Without `job`, `status` and `history` answer for the `default_job`; an "
-        "unknown job is a 404 with a JSON reason. `dsh-sidecar --pid PID --once --json` prints a "
-        "`StatusDocument`; without `--pid` (discovery), `{\"jobs\": JobsDocument, \"documents\": "
-        "[StatusDocument, ...]}`. Every key is always present; absent values are `null`. Units are in the "
-        "names: `_mib` MiB (2^20 bytes), `_pct` percent 0-100, `_s` seconds, `_unix_s` UNIX time in "
-        "seconds, `_hz` per second, `_fraction` 0-1. A client that gets another `schema` must say so "
-        "rather than guess.",
-        "",
-    ]
-    for o in object_types().values():
-        lines += [f"## {o.name}", "", o.doc, "", "| field | type | meaning |", "|---|---|---|"]
-        for name, f in o.fields.items():
-            kind = _type_text(f.type, js=False) + (" or null" if f.null else "")
-            lines.append(f"| `{name}` | {kind} | {f.doc.replace('|', '/')} |")
-        lines.append("")
-    return "\n".join(lines)
-
-
-def jsdoc() -> str:
-    """sidecar/static/contract.js: SCHEMA and JSDoc typedefs for the page and the DSH plugin."""
-    out = [f"// {GENERATED}", "", f"export const SCHEMA = {SCHEMA}", ""]
-    for o in object_types().values():
-        out += ["/**", f" * {o.doc}", f" * @typedef {{Object}} {o.name}"]
-        for name, f in o.fields.items():
-            kind = _type_text(f.type, js=True) + ("|null" if f.null else "")
-            out.append(f" * @property {{{kind}}} {name} {f.doc}")
-        out += [" */", ""]
-    return "\n".join(out)
-
-
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GENERATED_FILES = {
-    os.path.join(_ROOT, "docs", "api.md"): markdown,
-    os.path.join(_ROOT, "sidecar", "static", "contract.js"): jsdoc,
-}
-
-
-def main(argv: list[str]) -> int:
-    if argv == ["--schema"]:
-        print(json.dumps(json_schema(), indent=2))
-        return 0
-    if argv != ["--write"]:
-        print("usage: python -m sidecar.contract --write | --schema", file=sys.stderr)
-        return 2
-    for path, make in GENERATED_FILES.items():
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(make())
-        print(f"wrote {os.path.relpath(path, _ROOT)}")
-    return 0
-
-
 if __name__ == "__main__":
+    from sidecar.contract_docs import main
+
     sys.exit(main(sys.argv[1:]))

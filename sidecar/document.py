@@ -9,11 +9,13 @@ never missing keys).
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 from typing import Any
 
 from sidecar import bounds, contract
 from sidecar.bounds import MAX_ID_CHARS, MAX_MESSAGE_CHARS, clip, clip_args, clip_opt
 from sidecar.catalogue import Ref, render
+from sidecar.sources.nvml_names import GPU_EFFICIENCY_FIELDS
 from sidecar.verdict import Facts, Finding, ModelFacts, ProcessFacts, Verdict, memory_growth, model_nvml_index
 
 SCHEMA = contract.SCHEMA
@@ -59,6 +61,11 @@ def _framework_indices(facts: Facts) -> dict[int, int]:
     return {}
 
 
+def _record(value: Any) -> dict[str, Any] | None:
+    """A slotted fact record (StepBreakdown, MathSettings, ...) as its contract object, or None."""
+    return None if value is None else {f.name: getattr(value, f.name) for f in fields(value)}
+
+
 def process_entry(p: ProcessFacts, cmdline: tuple[str, ...] | None) -> dict[str, Any]:
     """A process's entry in the status document, less cpu_pct and rss_mib (set per poll)."""
     return {
@@ -94,11 +101,21 @@ def process_entry(p: ProcessFacts, cmdline: tuple[str, ...] | None) -> dict[str,
                 "step_rate_hz": m.step_rate_hz,
                 "step_source": m.step_source,
                 "shared_memory": m.shared_memory,
+                "param_dtypes": list(m.param_dtypes),
+                "autocast": m.autocast,
+                "input_shape": list(m.input_shape) if m.input_shape is not None else None,
+                "loader_settings": _record(m.loader_settings),
             }
             for m in p.models[: bounds.MAX_MODELS_SHOWN]
         ],
         "models_omitted": max(0, len(p.models) - bounds.MAX_MODELS_SHOWN),
-        "gpu": [{"index": g.index, "mem_used_mib": g.mem_used_mib, "sm_util_pct": g.sm_util} for g in p.gpu],
+        "gpu": [
+            {"index": g.index, "mem_used_mib": g.mem_used_mib, "sm_util_pct": g.sm_util, "mig_index": g.mig_index}
+            for g in p.gpu
+        ],
+        "step_breakdown": _record(p.steps),
+        "math": _record(p.math),
+        "syncs_per_step": p.syncs_per_step,
     }
 
 
@@ -207,6 +224,9 @@ def _gpu_entries(facts: Facts, other_processes: dict[int, int]) -> list[dict[str
             "lost": g.lost,
             "field_errors": dict(g.field_errors),  # why a null field is null, per NVML
             "other_process_count": other_processes.get(g.index, 0),
+            **{name: getattr(g, name) for name in GPU_EFFICIENCY_FIELDS},
+            "clock_event_reasons": list(g.clock_event_reasons) if g.clock_event_reasons is not None else None,
+            "mig_devices": [_record(m) for m in g.mig_devices],
         }
         for g in facts.gpus
     ]

@@ -22,14 +22,31 @@ MAX_EVENTS = 1000
 _NAN = float("nan")
 
 
-def _pack(rows: tuple[tuple[int, float | None, float | None], ...]) -> array:
-    # Three doubles a row, NaN for "no value": a fraction of the memory of tuples of float objects.
+# The columns of a sample's rows, named as in the contract's SampleGpu / SampleProcess / Sample; the
+# first column of a row is its index or pid. collect.history_sample fills them in this order.
+GPU_COLUMNS = (
+    "index",
+    "util_pct",
+    "mem_used_mib",
+    "sm_activity_fraction",
+    "sm_occupancy_fraction",
+    "tensor_activity_fraction",
+    "sm_clock_mhz",
+    "power_w",
+    "temperature_c",
+)
+PROCESS_COLUMNS = ("pid", "gpu_mem_mib", "sm_util_pct")
+JOB_COLUMNS = ("cpu_pct", "rss_mib", "forward_rate_hz", "step_rate_hz")
+
+
+def _pack(rows: tuple[tuple[float | None, ...], ...]) -> array:
+    # Doubles, NaN for "no value": a fraction of the memory of tuples of float objects.
     return array("d", [_NAN if v is None else v for row in rows for v in row])
 
 
-def _unpack(flat: array) -> tuple[tuple[int, float | None, float | None], ...]:
+def _unpack(flat: array, width: int) -> tuple[tuple[Any, ...], ...]:
     vals = [None if v != v else v for v in flat]  # NaN != NaN
-    return tuple((int(vals[i]), vals[i + 1], vals[i + 2]) for i in range(0, len(vals), 3))
+    return tuple((int(vals[i]), *vals[i + 1 : i + width]) for i in range(0, len(vals), width))
 
 
 def _num(v: float | None) -> float | int | None:
@@ -37,33 +54,40 @@ def _num(v: float | None) -> float | int | None:
 
 
 class Sample:
-    """One poll: per GPU (index, util %, mem used MiB), per GPU process of the job (pid, GPU mem MiB,
-    SM %), and what the verdict's windowed rules need. Stored packed: a day of samples must stay
-    small (docs/reliability.md has the figures)."""
+    """One poll: per GPU (GPU_COLUMNS), per GPU process of the job (PROCESS_COLUMNS), the job's sums
+    (JOB_COLUMNS), and what the verdict's windowed rules need. Stored packed: a day of samples must
+    stay small (docs/reliability.md has the figures)."""
 
-    __slots__ = ("time", "_gpus", "_processes", "recent")
+    __slots__ = ("time", "_gpus", "_processes", "_job", "recent")
 
-    def __init__(self, time: float, gpus, processes, recent: RecentSample):
+    def __init__(self, time: float, gpus, processes, recent: RecentSample, job=(None,) * len(JOB_COLUMNS)):
         self.time = time
         self._gpus = _pack(gpus)
         self._processes = _pack(processes)
+        self._job = _pack((job,))
         self.recent = recent
 
     @property
-    def gpus(self) -> tuple[tuple[int, float | None, float | None], ...]:
-        return _unpack(self._gpus)
+    def gpus(self) -> tuple[tuple[Any, ...], ...]:
+        return _unpack(self._gpus, len(GPU_COLUMNS))
 
     @property
-    def processes(self) -> tuple[tuple[int, float | None, float | None], ...]:
-        return _unpack(self._processes)
+    def processes(self) -> tuple[tuple[Any, ...], ...]:
+        return _unpack(self._processes, len(PROCESS_COLUMNS))
+
+    @property
+    def job(self) -> tuple[float | None, ...]:
+        return tuple(None if v != v else v for v in self._job)
 
     def as_dict(self) -> dict[str, Any]:
+        gpus = [{"index": row[0], **{k: _num(v) for k, v in zip(GPU_COLUMNS[1:], row[1:])}} for row in self.gpus]
         return {
             "time_unix_s": self.time,
-            "gpus": [{"index": i, "util_pct": _num(u), "mem_used_mib": _num(m)} for i, u, m in self.gpus],
+            "gpus": gpus,
             "processes": [
                 {"pid": p, "gpu_mem_mib": _num(m), "sm_util_pct": _num(s)} for p, m, s in self.processes
             ],
+            **{k: _num(v) for k, v in zip(JOB_COLUMNS, self.job)},
         }
 
 

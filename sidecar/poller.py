@@ -90,7 +90,7 @@ class Poller(document.OneJob):
         if not tree.target_alive and self.target_gone_at is None:
             self.target_gone_at = now
         facts = self._collector.facts(now, tree, reads, nvml, self._system_gpus)
-        self.history.append(history_sample(now, facts))
+        self.history.append(history_sample(now, facts, self._collector.proc_info))
         facts = replace(
             facts, recent=self.history.recent(max(self.rules.idle_window_s, self.rules.growth_window_s))
         )

@@ -103,6 +103,39 @@ export const SCHEMA = 2
  * @property {boolean} lost the driver reports the GPU lost (fell off the bus)
  * @property {Object<string, string>} field_errors why a null field is null, per NVML (field -> error)
  * @property {number} other_process_count processes outside this job that use the GPU
+ * @property {string|null} compute_capability `8.0`, `9.0`, ...: tensor cores from 7.0
+ * @property {number|null} sm_clock_mhz SM clock now
+ * @property {number|null} sm_clock_max_mhz the SM clock's maximum
+ * @property {number|null} mem_clock_mhz memory clock now
+ * @property {Array<"gpu_idle"|"applications_clocks_setting"|"sw_power_cap"|"hw_slowdown"|"sync_boost"|"sw_thermal_slowdown"|"hw_thermal_slowdown"|"hw_power_brake_slowdown"|"display_clock_setting"|"board_limit"|"reliability">|null} clock_event_reasons why the clocks are held down now (NVML's clock event reasons); empty: nothing holds them
+ * @property {number|null} power_w power draw
+ * @property {number|null} power_limit_w enforced power limit
+ * @property {number|null} temperature_c GPU temperature
+ * @property {number|null} pcie_link_gen PCIe link generation now
+ * @property {number|null} pcie_link_gen_max the highest generation the link can train at
+ * @property {number|null} pcie_link_width PCIe lanes now
+ * @property {number|null} pcie_link_width_max the link's full width
+ * @property {number|null} sm_activity_fraction GPM: share of SMs busy over the last poll (Hopper and newer)
+ * @property {number|null} sm_occupancy_fraction GPM: resident warps over the maximum
+ * @property {number|null} tensor_activity_fraction GPM: share of time tensor cores worked
+ * @property {number|null} dram_activity_fraction GPM: DRAM bandwidth used over its peak
+ * @property {number|null} pcie_tx_bytes_per_s GPM: PCIe traffic from the GPU
+ * @property {number|null} pcie_rx_bytes_per_s GPM: PCIe traffic to the GPU
+ * @property {number|null} nvlink_tx_bytes_per_s GPM: NVLink traffic sent, all links
+ * @property {number|null} nvlink_rx_bytes_per_s GPM: NVLink traffic received, all links
+ * @property {boolean|null} mig_mode MIG is on: per-process utilisation is not available
+ * @property {Array<MigDevice>} mig_devices its MIG instances while MIG is on
+ */
+
+/**
+ * One MIG instance of a GPU in MIG mode, a device of its own.
+ * @typedef {Object} MigDevice
+ * @property {number} index MIG device index within its GPU
+ * @property {string|null} uuid MIG-... UUID
+ * @property {number|null} gpu_instance_id GPU instance id
+ * @property {number|null} compute_instance_id compute instance id
+ * @property {number|null} mem_used_mib memory in use in this instance (exact)
+ * @property {number|null} mem_total_mib memory of this instance (exact)
  */
 
 /**
@@ -139,6 +172,9 @@ export const SCHEMA = 2
  * @property {Array<Model>} models registered models (at most 8)
  * @property {number} models_omitted registered models left out
  * @property {Array<ProcessGpu>} gpu its use of each GPU (NVML)
+ * @property {StepBreakdown|null} step_breakdown where its training steps' time goes (probe)
+ * @property {MathSettings|null} math its torch math settings (probe)
+ * @property {number|null} syncs_per_step host-device synchronisations per step; null unless counted (register(model, syncs=True))
  */
 
 /**
@@ -156,6 +192,19 @@ export const SCHEMA = 2
  * @property {number|null} step_rate_hz training steps per second over the last 10 s
  * @property {"lightning"|"transformers"|null} step_source the callback counting steps
  * @property {boolean|null} shared_memory parameters in shared memory (hogwild); null off the CPU
+ * @property {Array<string>} param_dtypes dtypes of its parameters (`float32`, `bfloat16`, ...)
+ * @property {string|null} autocast `off`, or the dtype autocast ran the last forward in
+ * @property {Array<number>|null} input_shape shape of the last forward's first tensor input
+ * @property {LoaderSettings|null} loader_settings its DataLoader's settings
+ */
+
+/**
+ * The DataLoader that feeds a model, as it was built.
+ * @typedef {Object} LoaderSettings
+ * @property {number|null} num_workers worker processes (0: batches are made in the training loop)
+ * @property {boolean|null} pin_memory batches in page-locked memory (faster, asynchronous copies)
+ * @property {boolean|null} persistent_workers workers kept between epochs
+ * @property {number|null} batch_size samples per batch
  */
 
 /**
@@ -163,7 +212,29 @@ export const SCHEMA = 2
  * @typedef {Object} ProcessGpu
  * @property {number} index NVML index of the GPU
  * @property {number|null} mem_used_mib GPU memory the process uses there (exact)
- * @property {number|null} sm_util_pct its SM utilisation there over the last sample period
+ * @property {number|null} sm_util_pct its SM utilisation there over the last sample period; null on MIG
+ * @property {number|null} mig_index the MIG device it runs in (Gpu.mig_devices); null without MIG
+ */
+
+/**
+ * Where this process's training steps spent their wall time over the probe's last window.
+ * @typedef {Object} StepBreakdown
+ * @property {number} window_s the window
+ * @property {number} steps steps in it
+ * @property {number|null} step_s mean step time
+ * @property {number|null} data_wait_fraction waiting for the next batch
+ * @property {number|null} forward_fraction in the registered models' forward
+ * @property {number|null} optimizer_fraction in optimizer.step()
+ * @property {number|null} other_fraction the rest (backward, logging, host code)
+ */
+
+/**
+ * The process's torch math settings that decide whether tensor cores can work on fp32.
+ * @typedef {Object} MathSettings
+ * @property {boolean|null} allow_tf32_matmul torch.backends.cuda.matmul.allow_tf32
+ * @property {boolean|null} cudnn_allow_tf32 torch.backends.cudnn.allow_tf32
+ * @property {string|null} float32_matmul_precision torch.get_float32_matmul_precision()
+ * @property {boolean|null} cudnn_benchmark torch.backends.cudnn.benchmark
  */
 
 /**
@@ -214,6 +285,10 @@ export const SCHEMA = 2
  * @property {number} time_unix_s when the poll ran
  * @property {Array<SampleGpu>} gpus per GPU
  * @property {Array<SampleProcess>} processes per GPU process of the job
+ * @property {number|null} cpu_pct the job's CPU, summed over its processes (percent of one core)
+ * @property {number|null} rss_mib the job's resident memory, summed over its processes
+ * @property {number|null} forward_rate_hz forward calls per second, summed over its models
+ * @property {number|null} step_rate_hz training steps per second, summed over its models
  */
 
 /**
@@ -222,6 +297,12 @@ export const SCHEMA = 2
  * @property {number} index NVML index
  * @property {number|null} util_pct utilisation
  * @property {number|null} mem_used_mib memory in use
+ * @property {number|null} sm_activity_fraction GPM SM activity
+ * @property {number|null} sm_occupancy_fraction GPM SM occupancy
+ * @property {number|null} tensor_activity_fraction GPM tensor-core activity
+ * @property {number|null} sm_clock_mhz SM clock
+ * @property {number|null} power_w power draw
+ * @property {number|null} temperature_c temperature
  */
 
 /**

@@ -10,14 +10,16 @@ from one poll to the next.
 
     facts.py       the facts, the value types (Finding, Verdict) and device helpers
     rules.py       the rules
+    efficiency.py  the efficiency rules (clocks, PCIe, GPM, precision, syncs, data wait, MIG)
     status.py      status and message, decide()
     hysteresis.py  settle()
 """
 
-from sidecar.verdict import facts, hysteresis, rules, status
+from sidecar.verdict import efficiency, facts, hysteresis, rules, status
+from sidecar.verdict.efficiency import *  # noqa: F403
 from sidecar.verdict.facts import *  # noqa: F403
 from sidecar.verdict.hysteresis import *  # noqa: F403
 from sidecar.verdict.rules import *  # noqa: F403
 from sidecar.verdict.status import *  # noqa: F403
 
-__all__ = [*facts.__all__, *rules.__all__, *hysteresis.__all__, *status.__all__]
+__all__ = [*facts.__all__, *efficiency.__all__, *rules.__all__, *hysteresis.__all__, *status.__all__]

@@ -12,6 +12,7 @@ from sidecar.catalogue import Ref
 # What `from sidecar.verdict import ...` gives (sidecar/verdict/__init__.py).
 __all__ = ["ACCELERATOR_TYPES", "NVIDIA_VENDOR", "SEVERITY_ORDER", "STATUSES", "Facts", "Finding"]
 __all__ += ["GpuFacts", "ModelFacts", "ProcGpu", "ProcessFacts", "RecentSample", "Rules"]
+__all__ += ["LoaderSettings", "MathSettings", "MigFacts", "StepBreakdown"]
 __all__ += ["SystemGpuFacts", "Verdict", "device_type", "map_cuda_index", "model_nvml_index"]
 
 STATUSES = ("GPU", "CPU", "MIXED", "UNKNOWN")
@@ -34,11 +35,51 @@ class Rules:
     growth_min_fraction: float = 0.10
     growth_monotonic_fraction: float = 0.8
     hysteresis_off_polls: int = 3
+    # Efficiency (issue 15)
+    busy_util_pct: float = 50.0  # "the job keeps the GPU busy" for throttled / pcie-degraded
+    pcie_busy_bytes_per_s: float = 64.0 * 1048576  # GPM's PCIe rates above this: the job moves data
+    hollow_util_pct: float = 80.0  # NVML says busy ...
+    hollow_sm_activity: float = 0.25  # ... while GPM says few SMs work
+    hollow_sm_occupancy: float = 0.10  # ... or few warps are resident
+    tensor_idle_fraction: float = 0.02  # tensor activity "about 0"
+    tensor_core_min_cc: float = 7.0  # Volta: the first GPUs with tensor cores
+    host_syncs_per_step: float = 8.0  # more synchronisations per step than a logging loop needs
+    data_starved_fraction: float = 0.5  # data wait over step time (the same threshold as idle-gpu's hint)
+    data_starved_min_steps: int = 5  # a window with fewer steps says nothing yet
 
 
 # Facts built per process on every poll are plain slotted dataclasses, not frozen ones: a frozen
 # dataclass sets each field through object.__setattr__ (4 us for ProcessFacts, 64 of them a poll).
 # Nothing mutates facts all the same: the verdict is a pure function of them.
+@dataclass(frozen=True, slots=True)
+class LoaderSettings:
+    num_workers: int | None = None
+    pin_memory: bool | None = None
+    persistent_workers: bool | None = None
+    batch_size: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StepBreakdown:
+    """Where a process's training steps spent their wall time over the probe's window (fractions 0-1)."""
+
+    window_s: float
+    steps: int
+    step_s: float | None = None
+    data_wait_fraction: float | None = None
+    forward_fraction: float | None = None
+    optimizer_fraction: float | None = None
+    other_fraction: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MathSettings:
+    allow_tf32_matmul: bool | None = None
+    cudnn_allow_tf32: bool | None = None
+    float32_matmul_precision: str | None = None  # "highest", "high", "medium"
+    cudnn_benchmark: bool | None = None
+
+
 @dataclass(slots=True)
 class ModelFacts:
     name: str
@@ -56,6 +97,10 @@ class ModelFacts:
     step_rate_hz: float | None = None
     step_source: str | None = None
     shared_memory: bool | None = None  # parameters in shared memory (model.share_memory(): hogwild)
+    param_dtypes: tuple[str, ...] = ()  # "float32", "bfloat16", ...
+    autocast: str | None = None  # "off", or the dtype autocast ran the last forward in; None: not seen
+    input_shape: tuple[int, ...] | None = None
+    loader_settings: LoaderSettings | None = None
     # Device types of its parameters ({"cuda"}, {"cpu", "cuda"}, ...): asked by most rules.
     types: frozenset[str] = field(init=False, repr=False, compare=False)
 
@@ -69,6 +114,7 @@ class ProcGpu:
     index: int
     mem_used_mib: float | None
     sm_util: float | None
+    mig_index: int | None = None  # the MIG device it runs in (GpuFacts.mig_devices)
 
 
 @dataclass(slots=True)
@@ -96,6 +142,9 @@ class ProcessFacts:
     cuda_memory_mib: float | None = None  # reserved by the allocator, per the probe
     models: tuple[ModelFacts, ...] = ()
     gpu: tuple[ProcGpu, ...] = ()  # per NVML
+    steps: StepBreakdown | None = None
+    math: MathSettings | None = None
+    syncs_per_step: float | None = None  # only with register(model, syncs=True)
     # Derived once here rather than in each rule that asks (several, for every process, every poll).
     has_probe: bool = field(init=False, repr=False, compare=False)
     gpu_mem_mib: float = field(init=False, repr=False, compare=False)
@@ -105,6 +154,16 @@ class ProcessFacts:
         self.has_probe = self.runtime is not None
         self.gpu_mem_mib = sum(g.mem_used_mib or 0.0 for g in self.gpu)
         self.uses_gpu = any((g.mem_used_mib or 0) > 0 or (g.sm_util or 0) > 0 for g in self.gpu)
+
+
+@dataclass(frozen=True)
+class MigFacts:
+    index: int
+    uuid: str | None = None
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+    mem_used_mib: float | None = None
+    mem_total_mib: float | None = None
 
 
 @dataclass(frozen=True)
@@ -120,6 +179,29 @@ class GpuFacts:
     lost: bool = False
     # (field, why it is None) as NVML answered, e.g. ("utilization", "Not Supported")
     field_errors: tuple[tuple[str, str], ...] = ()
+    # Efficiency (sidecar.sources.nvml_names.GPU_EFFICIENCY_FIELDS, named as in the contract)
+    compute_capability: str | None = None
+    sm_clock_mhz: int | None = None
+    sm_clock_max_mhz: int | None = None
+    mem_clock_mhz: int | None = None
+    clock_event_reasons: tuple[str, ...] | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    temperature_c: float | None = None
+    pcie_link_gen: int | None = None
+    pcie_link_gen_max: int | None = None
+    pcie_link_width: int | None = None
+    pcie_link_width_max: int | None = None
+    sm_activity_fraction: float | None = None
+    sm_occupancy_fraction: float | None = None
+    tensor_activity_fraction: float | None = None
+    dram_activity_fraction: float | None = None
+    pcie_tx_bytes_per_s: float | None = None
+    pcie_rx_bytes_per_s: float | None = None
+    nvlink_tx_bytes_per_s: float | None = None
+    nvlink_rx_bytes_per_s: float | None = None
+    mig_mode: bool | None = None
+    mig_devices: tuple[MigFacts, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 from sidecar.catalogue import Ref, ref
+from sidecar.verdict.efficiency import EFFICIENCY_RULES
 from sidecar.verdict.facts import (
     NVIDIA_VENDOR,
     Facts,
@@ -530,4 +531,5 @@ RULES: tuple[Rule, ...] = (
     rule_nvml_unavailable,
     rule_no_probe,
     rule_no_parameters,
+    *EFFICIENCY_RULES,
 )

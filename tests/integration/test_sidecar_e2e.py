@@ -98,7 +98,7 @@ def test_status_document_schema_and_gpu_verdict(tmp_path, fake_nvml, env):
             (p,) = doc["processes"]
             assert set(p) >= PROCESS_KEYS and p["role"] == "main" and p["has_probe"] is True
             assert set(p["models"][0]) >= MODEL_KEYS
-            assert p["gpu"] == [{"index": 0, "mem_used_mib": 4000, "sm_util_pct": 85}]
+            assert p["gpu"] == [{"index": 0, "mem_used_mib": 4000, "sm_util_pct": 85, "mig_index": None}]
             assert doc["system_gpus"][0]["nvml_index"] == 0
             assert doc["runtime"]["cuda_build"] == "12.4" and doc["runtime"]["cuda_available"] is True
             assert not codes(doc) & {"input-mismatch", "no-probe", "nvml-unavailable", "model-on-cpu"}
@@ -194,7 +194,7 @@ def test_blind_spot_launcher_child_and_workers(tmp_path, fake_nvml, env):
             by_pid = {p["pid"]: p for p in doc["processes"]}
             assert by_pid[job.pid]["has_probe"] is False and by_pid[job.pid]["role"] is None
             assert by_pid[trainer]["role"] == "main" and by_pid[trainer]["ppid"] == job.pid
-            assert by_pid[trainer]["gpu"] == [{"index": 0, "mem_used_mib": 8800, "sm_util_pct": 66}]
+            assert by_pid[trainer]["gpu"] == [{"index": 0, "mem_used_mib": 8800, "sm_util_pct": 66, "mig_index": None}]
             workers = sorted(
                 (p for p in doc["processes"] if p["role"] == "dataloader-worker"),
                 key=lambda p: p["worker_id"],

@@ -51,7 +51,7 @@ def test_driver_faults_cost_fields_never_the_poll(tmp_path, fake_nvml, sidecar_e
             )
             doc = sc.wait_status(lambda d: d["nvml"]["ok"] and len(d["gpus"]) == 2, 20, what="NVML up")
             assert doc["gpus"][0]["util_pct"] == 80 and doc["gpus"][0]["field_errors"] == {}
-            assert doc["processes"][0]["gpu"] == [{"index": 0, "mem_used_mib": 4000, "sm_util_pct": 80}]
+            assert doc["processes"][0]["gpu"] == [{"index": 0, "mem_used_mib": 4000, "sm_util_pct": 80, "mig_index": None}]
             # 3. GPU 1 falls off the bus mid-run: its fields go null, GPU 0 is untouched.
             fake_nvml.write(
                 {"gpus": [gpu(0, util_gpu=81, memory_used_mib=4100, processes=[busy]), gpu(1, lost=True)]}

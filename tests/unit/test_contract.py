@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import jsonschema
 import pytest
 
-from sidecar import contract
+from sidecar import contract, contract_docs
 from sidecar.collect import TargetInfo, history_sample
 from sidecar.contract import ContractError, check
 from sidecar.document import history_document, status_document
@@ -33,7 +33,7 @@ from tests.unit.test_server import StaticSource
 
 
 def test_the_generated_files_are_current():
-    for path, make in contract.GENERATED_FILES.items():
+    for path, make in contract_docs.GENERATED_FILES.items():
         with open(path, encoding="utf-8") as f:
             assert f.read() == make(), f"{path} is stale: run `python -m sidecar.contract --write`"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sidecar.document import OneJob
-from sidecar.history import History, Sample
+from sidecar.history import GPU_COLUMNS, JOB_COLUMNS, History, Sample
 from sidecar.server import API, ServerConfig, create_app
 from sidecar.verdict import RecentSample
 
@@ -21,7 +21,7 @@ class StaticSource(OneJob):
         self.history = History(history_s=60, interval_s=1)
         for t in (100.0, 101.0, 102.0):
             self.history.append(
-                Sample(t, ((0, 50.0, 1000.0),), ((42, 900.0, 40.0),), RecentSample(t, 40.0, 900.0, 1, 50.0))
+                Sample(t, ((0, 50.0, 1000.0, *[None] * 6),), ((42, 900.0, 40.0),), RecentSample(t, 40.0, 900.0, 1, 50.0))
             )
         self.history.add_events([{"time_unix_s": 101.5, "name": "start", "pid": 42}])
 
@@ -54,8 +54,16 @@ def test_history_since(client):
     assert [s["time_unix_s"] for s in body["samples"]] == [100.0, 101.0, 102.0]
     assert body["samples"][0] == {
         "time_unix_s": 100.0,
-        "gpus": [{"index": 0, "util_pct": 50.0, "mem_used_mib": 1000.0}],
+        "gpus": [
+            {
+                "index": 0,
+                "util_pct": 50.0,
+                "mem_used_mib": 1000.0,
+                **dict.fromkeys(GPU_COLUMNS[3:]),  # the efficiency columns: absent here, so null
+            }
+        ],
         "processes": [{"pid": 42, "gpu_mem_mib": 900.0, "sm_util_pct": 40.0}],
+        **dict.fromkeys(JOB_COLUMNS),
     }
     assert [s["time_unix_s"] for s in client.get(f"{API}/history?since=100.5").json["samples"]] == [101.0, 102.0]
     assert client.get(f"{API}/history?since=102").json["events"] == []

@@ -380,12 +380,14 @@ def test_verdict_table(case):
 
 
 def test_every_rule_is_exercised_by_the_table():
+    from tests.unit.test_verdict_efficiency import EFFICIENCY_CASES
+
     fired = set()
-    for _, f, *_ in CASES:
+    for _, f, *_ in CASES + EFFICIENCY_CASES:
         fired |= {w.code for w in decide(f).warnings}
     produced = set()
     for rule in RULES:
-        for _, f, *_ in CASES:
+        for _, f, *_ in CASES + EFFICIENCY_CASES:
             produced |= {w.code for w in rule(f)}
     assert produced == fired
     assert len(fired) >= len(RULES) - 1  # memory-growth has its own tests below

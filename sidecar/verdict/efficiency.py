@@ -1,0 +1,275 @@
+"""The efficiency rules (issue 15): the job is on the GPU, but is it using it well, and if not, why.
+
+Each rule reads the driver's clocks, PCIe link and GPM activity of the GPUs the job uses, and the
+probe's step breakdown, precision settings and sync counts, and yields a `Finding` whose message and
+hint are catalogue references (`warning.CODE`, `hint.CODE[.VARIANT]`), like every rule in rules.py.
+Thresholds live in `Rules` (facts.py), nowhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sidecar.catalogue import ref
+from sidecar.verdict.facts import (
+    Facts,
+    Finding,
+    GpuFacts,
+    ProcessFacts,
+    all_models,
+    gpu_by_index,
+    model_nvml_index,
+    pct,
+    plist,
+)
+
+__all__ = ["EFFICIENCY_RULES", "THROTTLE_REASONS", "job_gpu_indices"]
+
+# Clock event reasons that mean the hardware is braking the job, most telling first. Not
+# sw_power_cap: it holds clocks at the board's power limit under any full load, which is the GPU
+# working as designed; not gpu_idle, applications_clocks_setting, sync_boost or display settings.
+THROTTLE_REASONS = ("hw_power_brake_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown", "hw_slowdown")
+_THROTTLE_HINT = {
+    "hw_power_brake_slowdown": "hint.throttled.power-brake",
+    "hw_thermal_slowdown": "hint.throttled.thermal",
+    "sw_thermal_slowdown": "hint.throttled.thermal",
+    "hw_slowdown": "hint.throttled.slowdown",
+}
+
+
+def job_gpu_indices(f: Facts) -> list[int]:
+    """NVML indices of the GPUs the job uses: where its models are, and where NVML lists its processes."""
+    used = {g.index for p in f.processes for g in p.gpu if (g.mem_used_mib or 0) > 0 or (g.sm_util or 0) > 0}
+    used |= {i for p, m in all_models(f) if (i := model_nvml_index(p, m, f.gpus)) is not None}
+    return sorted(used)
+
+
+def _job_gpus(f: Facts) -> list[GpuFacts]:
+    return [g for i in job_gpu_indices(f) if (g := gpu_by_index(f, i)) is not None and not g.lost]
+
+
+def _pids_on(f: Facts, index: int) -> list[int]:
+    return sorted({p.pid for p in f.processes for g in p.gpu if g.index == index})
+
+
+def _busy(f: Facts, g: GpuFacts) -> bool:
+    """The job keeps this GPU busy now (so a slow clock or link costs it time)."""
+    if g.util is not None:
+        return g.util >= f.rules.busy_util_pct
+    if g.sm_activity_fraction is not None:
+        return g.sm_activity_fraction * 100 >= f.rules.busy_util_pct
+    return False
+
+
+def _mhz(v: int | None) -> str:
+    return "?" if v is None else f"{v} MHz"
+
+
+def rule_throttled(f: Facts) -> Iterable[Finding]:
+    if not f.target_alive:
+        return
+    for g in _job_gpus(f):
+        active = set(g.clock_event_reasons or ())
+        reason = next((r for r in THROTTLE_REASONS if r in active), None)
+        if reason is None:
+            continue
+        message = ref(
+            "warning.throttled",
+            gpu=g.index,
+            reason=ref(f"clock-reason.{reason}"),
+            clock=_mhz(g.sm_clock_mhz),
+            max=_mhz(g.sm_clock_max_mhz),
+            temp="?" if g.temperature_c is None else f"{g.temperature_c:.0f} °C",
+            power="?" if g.power_w is None else f"{g.power_w:.0f} W",
+            limit="?" if g.power_limit_w is None else f"{g.power_limit_w:.0f} W",
+        )
+        yield Finding(
+            "throttled",
+            "warning",
+            message,
+            ref(_THROTTLE_HINT[reason], gpu=g.index),
+            tuple(_pids_on(f, g.index)),
+        )
+        return  # one GPU named; the page shows every GPU's reasons as badges
+
+
+def _link_text(gen: int | None, width: int | None) -> str:
+    return f"Gen{gen if gen is not None else '?'} x{width if width is not None else '?'}"
+
+
+def _moves_data(f: Facts, g: GpuFacts) -> bool:
+    """The job moves data over the link now: by GPM's PCIe rates where the GPU has them, else by the
+    GPU being busy. An idle GPU drops its link to Gen1 to save power; that is not a fault."""
+    rates = [r for r in (g.pcie_tx_bytes_per_s, g.pcie_rx_bytes_per_s) if r is not None]
+    if rates:
+        return sum(rates) >= f.rules.pcie_busy_bytes_per_s
+    return _busy(f, g)
+
+
+def rule_pcie_degraded(f: Facts) -> Iterable[Finding]:
+    for g in _job_gpus(f):
+        if None in (g.pcie_link_gen, g.pcie_link_gen_max, g.pcie_link_width, g.pcie_link_width_max):
+            continue
+        if g.pcie_link_gen >= g.pcie_link_gen_max and g.pcie_link_width >= g.pcie_link_width_max:
+            continue
+        if not _moves_data(f, g):
+            continue
+        message = ref(
+            "warning.pcie-degraded",
+            gpu=g.index,
+            link=_link_text(g.pcie_link_gen, g.pcie_link_width),
+            max=_link_text(g.pcie_link_gen_max, g.pcie_link_width_max),
+        )
+        yield Finding(
+            "pcie-degraded",
+            "warning",
+            message,
+            ref("hint.pcie-degraded", gpu=g.index),
+            tuple(_pids_on(f, g.index)),
+        )
+        return
+
+
+def rule_hollow_utilisation(f: Facts) -> Iterable[Finding]:
+    r = f.rules
+    for g in _job_gpus(f):
+        if g.util is None or g.util < r.hollow_util_pct:
+            continue
+        sm, occ = g.sm_activity_fraction, g.sm_occupancy_fraction
+        low_sm = sm is not None and sm < r.hollow_sm_activity
+        low_occ = occ is not None and occ < r.hollow_sm_occupancy
+        if not (low_sm or low_occ):
+            continue
+        message = ref(
+            "warning.hollow-utilisation",
+            gpu=g.index,
+            util=pct(g.util),
+            sm=pct(None if sm is None else sm * 100),
+            occupancy=pct(None if occ is None else occ * 100),
+        )
+        yield Finding(
+            "hollow-utilisation",
+            "warning",
+            message,
+            ref("hint.hollow-utilisation"),
+            tuple(_pids_on(f, g.index)),
+        )
+        return
+
+
+def _tf32_on(p: ProcessFacts) -> bool | None:
+    m = p.math
+    if m is None:
+        return None
+    if m.allow_tf32_matmul or m.float32_matmul_precision in ("high", "medium"):
+        return True
+    if m.allow_tf32_matmul is False:
+        return False
+    return None
+
+
+def _has_tensor_cores(g: GpuFacts, min_cc: float) -> bool:
+    try:
+        return g.compute_capability is not None and float(g.compute_capability) >= min_cc
+    except ValueError:
+        return False
+
+
+def rule_no_tensor_cores(f: Facts) -> Iterable[Finding]:
+    r = f.rules
+    hits = []
+    for p, m in all_models(f):
+        g = gpu_by_index(f, model_nvml_index(p, m, f.gpus))
+        if g is None or not _has_tensor_cores(g, r.tensor_core_min_cc) or m.forward_calls == 0:
+            continue
+        if set(m.param_dtypes) != {"float32"} or m.autocast != "off" or _tf32_on(p) is not False:
+            continue  # half precision somewhere, autocast, TF32, or not known: tensor cores can work
+        if g.tensor_activity_fraction is not None and g.tensor_activity_fraction >= r.tensor_idle_fraction:
+            continue  # something on this GPU keeps them busy all the same
+        hits.append((p, m, g))
+    if hits:
+        p, m, g = hits[0]
+        message = ref("warning.no-tensor-cores", model=m.name, gpu=g.index, cc=g.compute_capability or "?")
+        yield Finding(
+            "no-tensor-cores",
+            "warning",
+            message,
+            ref("hint.no-tensor-cores"),
+            tuple(sorted({h[0].pid for h in hits})),
+        )
+
+
+def rule_host_syncs(f: Facts) -> Iterable[Finding]:
+    hits = [
+        p
+        for p in f.processes
+        if p.syncs_per_step is not None and p.syncs_per_step >= f.rules.host_syncs_per_step
+    ]
+    if hits:
+        worst = max(hits, key=lambda p: p.syncs_per_step or 0.0)
+        message = ref(
+            "warning.host-syncs", pids=plist(p.pid for p in hits), syncs=f"{worst.syncs_per_step:.0f}"
+        )
+        yield Finding("host-syncs", "warning", message, ref("hint.host-syncs"), tuple(p.pid for p in hits))
+
+
+def _data_wait(f: Facts, p: ProcessFacts) -> float | None:
+    """The process's data-wait share of step time: from its step breakdown, else its models' loader timing."""
+    if p.steps is not None:
+        if p.steps.steps >= f.rules.data_starved_min_steps:
+            return p.steps.data_wait_fraction
+        return None
+    waits = [
+        m.data_wait_fraction for m in p.models if m.data_wait_fraction is not None and m.forward_calls > 0
+    ]
+    return max(waits) if waits else None
+
+
+def rule_data_starved(f: Facts) -> Iterable[Finding]:
+    hits = [
+        (p, w)
+        for p in f.processes
+        if (w := _data_wait(f, p)) is not None and w >= f.rules.data_starved_fraction
+    ]
+    if not hits:
+        return
+    p, wait = max(hits, key=lambda h: h[1])
+    message = ref("warning.data-starved", pids=plist(h[0].pid for h in hits), wait=f"{wait:.0%}")
+    settings = next((m.loader_settings for m in p.models if m.loader_settings is not None), None)
+    if settings is None:
+        hint = ref("hint.data-starved")
+    else:
+        hint = ref(
+            "hint.data-starved.settings",
+            num_workers="?" if settings.num_workers is None else settings.num_workers,
+            pin_memory="?" if settings.pin_memory is None else str(settings.pin_memory),
+            persistent_workers="?"
+            if settings.persistent_workers is None
+            else str(settings.persistent_workers),
+        )
+    yield Finding("data-starved", "warning", message, hint, tuple(h[0].pid for h in hits))
+
+
+def rule_mig_no_process_util(f: Facts) -> Iterable[Finding]:
+    for g in _job_gpus(f):
+        if g.mig_mode:
+            message = ref("warning.mig-no-process-util", gpu=g.index)
+            yield Finding(
+                "mig-no-process-util",
+                "info",
+                message,
+                ref("hint.mig-no-process-util"),
+                tuple(_pids_on(f, g.index)),
+            )
+            return
+
+
+EFFICIENCY_RULES = (
+    rule_throttled,
+    rule_pcie_degraded,
+    rule_hollow_utilisation,
+    rule_no_tensor_cores,
+    rule_data_starved,
+    rule_host_syncs,
+    rule_mig_no_process_util,
+)

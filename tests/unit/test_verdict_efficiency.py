@@ -1,0 +1,278 @@
+"""The efficiency rules (sidecar/verdict/efficiency.py): tables of facts in, warning codes out.
+
+Each warning has cases where it must fire and near misses where it must not (the software power cap
+alone, an idle GPU's power-saving link, NVML utilisation that GPM confirms, bf16 or TF32, a window of
+too few steps, no MIG).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from sidecar.verdict import (
+    LoaderSettings,
+    MathSettings,
+    ProcGpu,
+    StepBreakdown,
+    decide,
+)
+from tests.unit.test_verdict import H200, en, facts, model, proc, zh
+
+HOPPER = replace(H200, compute_capability="9.0", sm_clock_mhz=1980, sm_clock_max_mhz=1980)
+ON_GPU = [ProcGpu(0, 900, 70)]
+FP32_OFF = MathSettings(allow_tf32_matmul=False, cudnn_allow_tf32=True, float32_matmul_precision="highest")
+
+
+def fp32(**kw):
+    return replace(model("cuda:0"), param_dtypes=("float32",), autocast="off", **kw)
+
+
+def job(*, gpu=HOPPER, models=None, **proc_kw):
+    return facts(proc(models=models or [model("cuda:0")], gpu=ON_GPU, **proc_kw), gpus=(gpu,))
+
+
+def steps(wait, n=20):
+    return StepBreakdown(window_s=10.0, steps=n, step_s=0.5, data_wait_fraction=wait, forward_fraction=0.1)
+
+
+EFFICIENCY_CASES = [
+    # id, facts, codes that must be present, codes that must be absent
+    (
+        "thermal slowdown while the job runs",
+        job(
+            gpu=replace(
+                HOPPER, clock_event_reasons=("hw_thermal_slowdown",), sm_clock_mhz=900, temperature_c=91.0
+            )
+        ),
+        {"throttled"},
+        set(),
+    ),
+    (
+        "power brake",
+        job(gpu=replace(HOPPER, clock_event_reasons=("sw_power_cap", "hw_power_brake_slowdown"))),
+        {"throttled"},
+        set(),
+    ),
+    (
+        "the software power cap alone is a GPU at full load, not a fault",
+        job(gpu=replace(HOPPER, clock_event_reasons=("sw_power_cap",))),
+        set(),
+        {"throttled"},
+    ),
+    (
+        "idle clocks are not throttling",
+        job(gpu=replace(HOPPER, clock_event_reasons=("gpu_idle",))),
+        set(),
+        {"throttled"},
+    ),
+    (
+        "x4 Gen1 link of a x16 Gen4 card while the GPU works",
+        job(
+            gpu=replace(
+                HOPPER, pcie_link_gen=1, pcie_link_gen_max=4, pcie_link_width=4, pcie_link_width_max=16
+            )
+        ),
+        {"pcie-degraded"},
+        set(),
+    ),
+    (
+        "an idle GPU drops its link to Gen1 to save power: not degraded",
+        job(
+            gpu=replace(
+                HOPPER,
+                util=0.0,
+                pcie_link_gen=1,
+                pcie_link_gen_max=5,
+                pcie_link_width=16,
+                pcie_link_width_max=16,
+            )
+        ),
+        set(),
+        {"pcie-degraded"},
+    ),
+    (
+        "GPM says no data moves over a narrow link: not reported",
+        job(
+            gpu=replace(
+                HOPPER,
+                pcie_link_gen=4,
+                pcie_link_gen_max=5,
+                pcie_link_width=16,
+                pcie_link_width_max=16,
+                pcie_tx_bytes_per_s=1000.0,
+                pcie_rx_bytes_per_s=2000.0,
+            )
+        ),
+        set(),
+        {"pcie-degraded"},
+    ),
+    (
+        "busy-but-hollow: 95 % utilisation, 10 % SM activity",
+        job(gpu=replace(HOPPER, util=95.0, sm_activity_fraction=0.10, sm_occupancy_fraction=0.30)),
+        {"hollow-utilisation"},
+        set(),
+    ),
+    (
+        "busy and full: GPM agrees with NVML",
+        job(gpu=replace(HOPPER, util=95.0, sm_activity_fraction=0.90, sm_occupancy_fraction=0.45)),
+        set(),
+        {"hollow-utilisation"},
+    ),
+    (
+        "no GPM (before Hopper): nothing to say about hollowness",
+        job(gpu=replace(H200, util=99.0)),
+        set(),
+        {"hollow-utilisation"},
+    ),
+    (
+        "fp32, no autocast, TF32 off, tensor cores idle",
+        job(models=[fp32()], math=FP32_OFF, gpu=replace(HOPPER, tensor_activity_fraction=0.0)),
+        {"no-tensor-cores"},
+        set(),
+    ),
+    (
+        "bf16 parameters use tensor cores",
+        job(models=[replace(fp32(), param_dtypes=("bfloat16",))], math=FP32_OFF),
+        set(),
+        {"no-tensor-cores"},
+    ),
+    (
+        "autocast on",
+        job(models=[replace(fp32(), autocast="bfloat16")], math=FP32_OFF),
+        set(),
+        {"no-tensor-cores"},
+    ),
+    (
+        "TF32 allowed through the matmul precision",
+        job(models=[fp32()], math=replace(FP32_OFF, float32_matmul_precision="high")),
+        set(),
+        {"no-tensor-cores"},
+    ),
+    (
+        "a GPU without tensor cores (Pascal)",
+        job(models=[fp32()], math=FP32_OFF, gpu=replace(HOPPER, compute_capability="6.1")),
+        set(),
+        {"no-tensor-cores"},
+    ),
+    (
+        "GPM sees tensor cores busy all the same",
+        job(models=[fp32()], math=FP32_OFF, gpu=replace(HOPPER, tensor_activity_fraction=0.6)),
+        set(),
+        {"no-tensor-cores"},
+    ),
+    (
+        "many host syncs per step",
+        job(syncs_per_step=40.0),
+        {"host-syncs"},
+        set(),
+    ),
+    (
+        "one .item() per step for logging is fine",
+        job(syncs_per_step=1.0),
+        set(),
+        {"host-syncs"},
+    ),
+    (
+        "the step waits for data most of the time",
+        job(
+            steps=steps(0.7),
+            models=[replace(model("cuda:0"), loader_settings=LoaderSettings(0, False, False, 32))],
+        ),
+        {"data-starved"},
+        set(),
+    ),
+    (
+        "too few steps in the window to say",
+        job(steps=steps(0.9, n=2)),
+        set(),
+        {"data-starved"},
+    ),
+    (
+        "a fed loop",
+        job(steps=steps(0.05)),
+        set(),
+        {"data-starved"},
+    ),
+    (
+        "MIG: per-process utilisation does not exist",
+        job(gpu=replace(HOPPER, util=None, mig_mode=True)),
+        {"mig-no-process-util"},
+        set(),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", EFFICIENCY_CASES, ids=[c[0] for c in EFFICIENCY_CASES])
+def test_efficiency_table(case):
+    _, f, present, absent = case
+    v = decide(f)
+    codes = {w.code for w in v.warnings}
+    assert present <= codes, f"missing {present - codes}; got {codes}"
+    assert not (absent & codes), f"unexpected {absent & codes}"
+    assert v.status == "GPU", en(v.message)  # efficiency never changes where the compute goes
+    for w in v.warnings:
+        assert "{" not in en(w.message) + zh(w.message) + en(w.hint) + zh(w.hint), w.code
+
+
+def _warning(f, code):
+    (w,) = [w for w in decide(f).warnings if w.code == code]
+    return w
+
+
+def test_throttled_names_the_reason_clock_and_fix_in_both_languages():
+    g = replace(
+        HOPPER,
+        clock_event_reasons=("sw_power_cap", "hw_thermal_slowdown"),
+        sm_clock_mhz=885,
+        temperature_c=92.0,
+        power_w=410.0,
+        power_limit_w=700.0,
+    )
+    w = _warning(job(gpu=g), "throttled")
+    assert w.pids == (100,)
+    text = en(w.message)
+    assert "hardware thermal slowdown" in text and "885 MHz of 1980 MHz" in text and "92 °C" in text, text
+    assert "410 W of 700 W" in text
+    assert "硬件温控降频" in zh(w.message) and "fans" in en(w.hint) and "风扇" in zh(w.hint)
+
+
+def test_data_starved_hint_quotes_the_loader_settings():
+    m = replace(
+        model("cuda:0"),
+        loader_settings=LoaderSettings(num_workers=0, pin_memory=False, persistent_workers=False),
+    )
+    w = _warning(job(steps=steps(0.72), models=[m]), "data-starved")
+    assert "72%" in en(w.message)
+    assert "num_workers=0, pin_memory=False, persistent_workers=False" in en(w.hint)
+    assert "num_workers=0" in zh(w.hint)
+
+
+def test_data_starved_from_the_loader_timing_without_a_step_breakdown():
+    m = model("cuda:0", wait=0.8)
+    w = _warning(job(models=[m]), "data-starved")
+    assert "80%" in en(w.message) and "loader=" in en(w.hint)
+
+
+def test_hollow_and_pcie_texts_carry_the_figures():
+    g = replace(HOPPER, util=97.0, sm_activity_fraction=0.12, sm_occupancy_fraction=0.04)
+    text = en(_warning(job(gpu=g), "hollow-utilisation").message)
+    assert "97%" in text and "12%" in text and "4%" in text, text
+    g = replace(HOPPER, pcie_link_gen=1, pcie_link_gen_max=4, pcie_link_width=4, pcie_link_width_max=16)
+    text = en(_warning(job(gpu=g), "pcie-degraded").message)
+    assert "Gen1 x4" in text and "Gen4 x16" in text, text
+
+
+def test_mig_is_unknown_not_idle():
+    """On MIG, processes have no utilisation samples: the history sums stay unknown, so idle-gpu
+    cannot mistake a MIG job for an idle one."""
+    from sidecar.collect import history_sample
+
+    f = facts(
+        proc(models=[model("cuda:0")], gpu=[ProcGpu(0, 900, None, mig_index=0)]),
+        gpus=(replace(HOPPER, util=None, mig_mode=True),),
+    )
+    assert history_sample(1.0, f).recent.tree_sm_util is None
+    f = facts(proc(models=[model("cuda:0")], gpu=[ProcGpu(0, 900, None)]), gpus=(HOPPER,))
+    assert history_sample(1.0, f).recent.tree_sm_util == 0.0  # without MIG, no sample means idle
