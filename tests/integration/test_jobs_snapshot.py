@@ -16,7 +16,7 @@ import time
 
 from sidecar import document
 from sidecar.jobs import JobsPoller, _Job
-from sidecar.poller import _NvmlDown
+from sidecar.poller import Poller, _NvmlDown
 from sidecar.sources.proctree import ProcessTreeSource
 
 
@@ -99,3 +99,31 @@ def test_requests_never_see_a_listed_job_missing_while_jobs_come_and_go(tmp_path
             p.wait()
     assert not failures, failures[:5]
     assert poller.poll_count > 20
+
+
+def test_a_lazy_document_is_the_document_an_eager_poller_makes_and_its_summary_the_same_job_entry():
+    """Discovery's pollers make each job's status summary at every poll and the whole document only
+    when asked: the same document, and the same jobs-list entry, as the --pid poller's."""
+    target = subprocess.Popen(["sleep", "60"])
+    pollers = [
+        Poller(target.pid, nvml_source=_NoNvml(), system_gpus_fn=list, clock=lambda: 0.0, lazy_document=lazy)
+        for lazy in (False, True)
+    ]
+    try:
+        for n in range(3):
+            for p in pollers:
+                p.clock = lambda n=n: 1000.0 + 1.5 * n
+                p.poll_once()
+            (eager, _), (lazy, _) = (p.snapshot() for p in pollers)
+            for doc in (eager, lazy):  # what the OS says per poll may differ between the two reads
+                for q in doc["processes"]:
+                    q["cpu_pct"] = q["rss_mib"] = None
+            assert lazy == eager
+            summary, whole = pollers[1].published()
+            assert whole is not None and whole() is lazy  # made once
+            assert document.job_entry(summary, None, None) == document.job_entry(eager, None, None)
+    finally:
+        for p in pollers:
+            p.stop()
+        target.kill()
+        target.wait()
