@@ -30,7 +30,9 @@ def main() -> int:
 
     check("torch", True, f"{torch.__version__}, CUDA build {torch.version.cuda}")
     if not torch.cuda.is_available():
-        check("cuda available", None, "no CUDA GPU here: nothing more to check")
+        # Fail rather than skip: this script exists to check a GPU, and a machine without one (or a
+        # CPU-only torch) must not pass for one.
+        check("cuda available", False, "no CUDA GPU here (or a CPU-only torch): nothing can be checked")
         return report()
     check("cuda available", True, f"{torch.cuda.device_count()} device(s): {torch.cuda.get_device_name(0)}")
     check("probe does not initialise CUDA", not torch.cuda.is_initialized(), "before any model is moved")
@@ -70,7 +72,19 @@ def main() -> int:
     check("forward calls", me["models"][0]["forward_calls"] >= calls, f"{me['models'][0]['forward_calls']} >= {calls}")
     allocated = torch.cuda.memory_allocated(0) / 2**20
     check("torch allocated", allocated > 0, f"{allocated:.0f} MiB allocated")
+    efficiency()
     return report()
+
+
+def efficiency() -> None:
+    """Issue 15: every efficiency field, and the busy-but-hollow / tensor-heavy workloads."""
+    import gpu_efficiency  # scripts/, beside this file
+
+    for step in (gpu_efficiency.record_fields, gpu_efficiency.workloads):
+        try:
+            step(check)
+        except Exception as exc:  # report it as a failed check, keep the table
+            check(step.__name__, False, f"{type(exc).__name__}: {exc}"[:120])
 
 
 def report() -> int:

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The CUDA path on a machine with an NVIDIA GPU, in one run of under five minutes:
-# a model on cuda:0 with inputs left on the CPU, allocator figures, and the sidecar's verdict with
-# the real driver. Prints a table; exits non-zero when a check fails.
+# The CUDA path on a machine with an NVIDIA GPU, in one run of about two minutes (killed at 280 s):
+# a model on cuda:0 with inputs left on the CPU, allocator figures, the sidecar's verdict with the
+# real driver, every efficiency field (clocks, power, PCIe, GPM, MIG) through NvmlSource, and two
+# workloads (busy-but-hollow, tensor-heavy) with NVML util beside GPM SM/tensor activity. Prints a
+# table; exits non-zero when a check fails, and at once (FAIL) without a CUDA GPU.
 #
 #   scripts/gpu_check.sh            # uses python3 (or $PYTHON)
 #

@@ -19,6 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from sidecar import __version__
 from sidecar.bounds import MAX_LABEL_CHARS, clip
+from sidecar.sources.nvml_names import CLOCK_EVENT_REASONS
 from sidecar.verdict import STATUSES
 
 MIB = 1048576
@@ -39,6 +40,41 @@ MODEL_INFO_LABELS = ["job_id", "pid", "model", "device", "rank"]
 MODEL_CALLS_LABELS = ["job_id", "pid", "model", "rank"]
 RANK_LABELS = ["job_id", "pid", "rank", "local_rank", "world_size"]
 STATUS_LABELS = ["job_id", "status"]
+STEP_LABELS = ["job_id", "pid", "role", "rank", "phase"]
+# The GPU's efficiency gauges: (metric, help, Gpu field in the status document, scale to the unit).
+GPU_EFFICIENCY_GAUGES = (
+    ("dsh_gpu_sm_clock_hz", "SM clock (NVML).", "sm_clock_mhz", 1e6),
+    ("dsh_gpu_power_watts", "Power draw (NVML).", "power_w", 1.0),
+    ("dsh_gpu_power_limit_watts", "Enforced power limit (NVML).", "power_limit_w", 1.0),
+    ("dsh_gpu_temperature_celsius", "GPU temperature (NVML).", "temperature_c", 1.0),
+    ("dsh_gpu_pcie_link_generation", "PCIe link generation now (NVML).", "pcie_link_gen", 1.0),
+    ("dsh_gpu_pcie_link_width", "PCIe link width now, lanes (NVML).", "pcie_link_width", 1.0),
+    (
+        "dsh_gpu_sm_activity_ratio",
+        "Share of SMs busy, 0-1 (NVML GPM, Hopper and newer).",
+        "sm_activity_fraction",
+        1.0,
+    ),
+    (
+        "dsh_gpu_sm_occupancy_ratio",
+        "Resident warps over the maximum, 0-1 (NVML GPM).",
+        "sm_occupancy_fraction",
+        1.0,
+    ),
+    (
+        "dsh_gpu_tensor_activity_ratio",
+        "Share of time tensor cores worked, 0-1 (NVML GPM).",
+        "tensor_activity_fraction",
+        1.0,
+    ),
+    (
+        "dsh_gpu_dram_activity_ratio",
+        "DRAM bandwidth used over its peak, 0-1 (NVML GPM).",
+        "dram_activity_fraction",
+        1.0,
+    ),
+)
+STEP_PHASES = ("data_wait", "forward", "optimizer", "other")  # StepBreakdown's <phase>_fraction
 WARNING_LABELS = ["job_id", "code", "severity"]
 
 
@@ -178,6 +214,29 @@ class SidecarCollector:
             if g.get("mem_total_mib") is not None:
                 total.add(labels, g["mem_total_mib"] * MIB)
         yield from (util.family, used.family, total.family)
+        yield from self._gpu_efficiency_metrics(doc)
+
+    def _gpu_efficiency_metrics(self, doc: dict[str, Any]) -> Iterator[Metric]:
+        gauges = [
+            (self._gauge(name, help, GPU_LABELS), key, scale)
+            for name, help, key, scale in GPU_EFFICIENCY_GAUGES
+        ]
+        events = self._gauge(
+            "dsh_gpu_clock_event_active",
+            "1 while NVML reports this clock event reason (what holds the clocks down), else 0.",
+            [*GPU_LABELS, "reason"],
+        )
+        for g in doc.get("gpus") or ():
+            labels = [g.get("index"), g.get("uuid"), g.get("name")]
+            for family, key, scale in gauges:
+                if g.get(key) is not None:  # unsupported is absent, never 0
+                    family.add(labels, g[key] * scale)
+            active = g.get("clock_event_reasons")
+            if active is not None:
+                for _, reason in CLOCK_EVENT_REASONS:
+                    events.add([*labels, reason], 1 if reason in active else 0)
+        yield from (family.family for family, _, _ in gauges)
+        yield events.family
 
     def _job_metrics(self, docs: list[dict[str, Any]]) -> Iterator[Metric]:
         pmem = self._gauge(
@@ -207,6 +266,11 @@ class SidecarCollector:
             "A warning of the verdict that is active now (always 1).",
             WARNING_LABELS,
         )
+        phase = self._gauge(
+            "dsh_process_step_fraction",
+            "Share of a process's training-step wall time in each phase over the probe's window, 0-1.",
+            STEP_LABELS,
+        )
         for doc in docs:
             job = doc.get("job_id")
             for p in doc.get("processes") or ():
@@ -222,11 +286,24 @@ class SidecarCollector:
                     mcalls.add([job, pid, name, rank], m.get("forward_calls") or 0)
                 if p.get("role") == "rank":
                     rinfo.add([job, pid, rank, p.get("local_rank"), p.get("world_size")], 1)
+                for name in STEP_PHASES:
+                    share = (p.get("step_breakdown") or {}).get(f"{name}_fraction")
+                    if share is not None:
+                        phase.add([job, pid, p.get("role"), rank, name], share)
             for s in STATUSES:
                 status.add([job, s], 1 if doc.get("status") == s else 0)
             for w in doc.get("warnings") or ():
                 warn.add([job, w.get("code"), w.get("severity")], 1)
-        yield from (pmem.family, psm.family, minfo.family, mcalls.family, rinfo.family, status.family, warn.family)
+        yield from (
+            pmem.family,
+            psm.family,
+            minfo.family,
+            mcalls.family,
+            rinfo.family,
+            status.family,
+            warn.family,
+        )
+        yield phase.family
 
 
 def model_labels(models: Iterable[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:

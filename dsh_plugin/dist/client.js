@@ -158,6 +158,75 @@ var en_default = {
   "chart.window": "Window",
   "chart.gpuN": "GPU {n}",
   "chart.growing": "memory growing (+{rate}/min)",
+  "chart.cpu": "Job CPU",
+  "chart.rss": "Job memory (RSS)",
+  "chart.rate": "Training rate",
+  "chart.power": "GPU power",
+  "chart.temp": "GPU temperature",
+  "chart.smActive": "GPU {n} SM active",
+  "chart.smOccupancy": "GPU {n} occupancy",
+  "chart.cpuSeries": "CPU (% of one core)",
+  "chart.rssSeries": "RSS",
+  "chart.forwardSeries": "forward calls/s",
+  "chart.stepSeries": "steps/s",
+  "chart.powerLimit": "GPU {n} limit {limit}",
+  "chart.cpuNote": "No NVIDIA GPU: the job's CPU, memory and rate",
+  "eff.title": "Efficiency",
+  "eff.none": "No efficiency facts yet: the probe reports the step breakdown, the driver the clocks and power.",
+  "eff.step.title": "Where a training step's time goes",
+  "eff.step.summary": "{time} per step · {steps} steps in {window} · pid {pid}",
+  "eff.step.none": "No step breakdown from the probe yet.",
+  "eff.seg.data": "Data wait",
+  "eff.seg.forward": "Forward",
+  "eff.seg.optimizer": "Optimizer",
+  "eff.seg.other": "Other (backward, host)",
+  "eff.seg.value": "{label} {pct}",
+  "eff.gpu.title": "GPU {n}",
+  "eff.gpu.cc": "compute capability {cc}",
+  "eff.clock": "SM clock",
+  "eff.clock.value": "{now} of {max} MHz",
+  "eff.clock.now": "{now} MHz",
+  "eff.clock.mem": "memory {mhz} MHz",
+  "eff.reasons.none": "clocks not held down",
+  "eff.power": "Power",
+  "eff.power.value": "{w} of {limit} W",
+  "eff.power.now": "{w} W",
+  "eff.temp": "Temperature",
+  "eff.temp.value": "{c} °C",
+  "eff.pcie": "PCIe link",
+  "eff.pcie.link": "Gen{gen} x{width}",
+  "eff.pcie.ofMax": "{now} of {max}",
+  "eff.pcie.degraded": "below its maximum",
+  "eff.gpm.smActivity": "SM activity",
+  "eff.gpm.smOccupancy": "SM occupancy",
+  "eff.gpm.tensor": "Tensor cores",
+  "eff.gpm.dram": "DRAM bandwidth",
+  "eff.gpm.pcie": "PCIe traffic",
+  "eff.gpm.nvlink": "NVLink traffic",
+  "eff.gpm.traffic": "↑ {tx} · ↓ {rx}",
+  "eff.gpm.na": "GPM metrics n/a: {reason}",
+  "eff.gpm.someNa": "{fields} n/a: {reason}",
+  "eff.precision": "Precision",
+  "eff.dtypes": "parameters",
+  "eff.autocast": "autocast",
+  "eff.tf32": "TF32 matmul",
+  "eff.tf32Cudnn": "TF32 cuDNN",
+  "eff.matmulPrecision": "fp32 matmul precision",
+  "eff.cudnnBenchmark": "cuDNN benchmark",
+  "eff.on": "on",
+  "eff.off": "off",
+  "eff.loader": "DataLoader",
+  "eff.loader.workers": "num_workers",
+  "eff.loader.pin": "pin_memory",
+  "eff.loader.persistent": "persistent_workers",
+  "eff.loader.batch": "batch size",
+  "eff.input": "input shape",
+  "eff.syncs": "host syncs",
+  "eff.syncs.value": "{n} per step",
+  "eff.migNa": "n/a on MIG",
+  "eff.mig.title": "MIG instances",
+  "eff.mig.item": "MIG {index}",
+  "eff.mig.ids": "GI {gi} · CI {ci}",
   "window.60": "1 min",
   "window.300": "5 min",
   "window.900": "15 min",
@@ -353,7 +422,35 @@ var en_default = {
   "settings.started.running": "running",
   "settings.started.backoff": "restarting",
   "settings.started.missing": "command not found",
-  "settings.started.stopped": "stopped"
+  "settings.started.stopped": "stopped",
+  "warning.throttled": "GPU {gpu} is being slowed down: {reason}. SM clock {clock} of {max}, {temp}, {power} of {limit}.",
+  "hint.throttled.thermal": "The GPU is too hot. Check its fans and the airflow through the chassis and the room's temperature; `nvidia-smi -q -d PERFORMANCE,TEMPERATURE -i {gpu}` shows the slowdown and the limits. On a shared or cloud machine, tell its administrator.",
+  "hint.throttled.power-brake": "An external power brake holds the GPU's clocks down: the power supply or the board signals that it cannot deliver enough. This is a hardware or facility problem: tell the machine's administrator (`nvidia-smi -q -d PERFORMANCE -i {gpu}`).",
+  "hint.throttled.slowdown": "The hardware slows the GPU down (too hot or drawing too much power). Check `nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER -i {gpu}`, the cooling and the power supply; tell the machine's administrator if it persists.",
+  "clock-reason.gpu_idle": "idle",
+  "clock-reason.applications_clocks_setting": "application clocks setting",
+  "clock-reason.sw_power_cap": "power cap",
+  "clock-reason.hw_slowdown": "hardware slowdown",
+  "clock-reason.sync_boost": "sync boost",
+  "clock-reason.sw_thermal_slowdown": "software thermal slowdown",
+  "clock-reason.hw_thermal_slowdown": "hardware thermal slowdown",
+  "clock-reason.hw_power_brake_slowdown": "hardware power brake",
+  "clock-reason.display_clock_setting": "display clock setting",
+  "clock-reason.board_limit": "board limit",
+  "clock-reason.reliability": "reliability limit",
+  "warning.pcie-degraded": "GPU {gpu}'s PCIe link runs at {link}, below its {max}, while the job moves data.",
+  "hint.pcie-degraded": "Copies between host and GPU are slower than they should be. Reseat the card or move it to a full x16 slot, check the BIOS's PCIe settings and riser cables; `nvidia-smi -q -d PCIE -i {gpu}` shows the link. Meanwhile `pin_memory=True` and fewer, larger copies soften it.",
+  "warning.hollow-utilisation": "GPU {gpu} reports {util} utilisation, but only {sm} of its SMs are busy ({occupancy} occupancy): its kernels are too small, or the loop is bound by launching them.",
+  "hint.hollow-utilisation": 'NVML\'s utilisation only says that some kernel was running. Give each kernel more work: raise the batch size, fuse small operations with `torch.compile`, or capture the step with CUDA graphs (`torch.compile(mode="reduce-overhead")`).',
+  "warning.no-tensor-cores": "Model {model} runs in plain fp32 on GPU {gpu} (compute capability {cc}): no autocast, TF32 off, so its tensor cores stay idle.",
+  "hint.no-tensor-cores": 'Run the forward pass under `torch.autocast("cuda", dtype=torch.bfloat16)`, or allow TF32 for fp32 matmuls with `torch.set_float32_matmul_precision("high")` (and `torch.backends.cudnn.allow_tf32 = True` for convolutions): often several times faster.',
+  "warning.data-starved": "Process {pids} waits for data {wait} of each training step.",
+  "hint.data-starved": "The loop waits for the next batch. Raise the DataLoader's `num_workers`, set `pin_memory=True` and `persistent_workers=True`, or cache and preprocess the data; pass `loader=` to `probe.register` to see its settings here.",
+  "hint.data-starved.settings": "The loop waits for the next batch; its DataLoader has num_workers={num_workers}, pin_memory={pin_memory}, persistent_workers={persistent_workers}. Raise `num_workers` (up to about the CPU cores per GPU), set `pin_memory=True` and `persistent_workers=True`, or cache and preprocess the data.",
+  "warning.host-syncs": "Process {pids} makes the CPU wait for the GPU {syncs} times per training step.",
+  "hint.host-syncs": 'Each `.item()`, `.cpu()`, `.tolist()`, `print(tensor)`, `torch.cuda.synchronize()` or a tensor in an `if` stops the CPU until the GPU has caught up. Keep running metrics on the GPU and read them every N steps; `torch.cuda.set_sync_debug_mode("warn")` shows where each sync happens.',
+  "warning.mig-no-process-util": "GPU {gpu} is in MIG mode: the driver gives no per-process utilisation there, so the job's SM use shows as n/a, not 0%.",
+  "hint.mig-no-process-util": "The MIG instance's memory and the job's memory are still shown. For activity inside a MIG instance use DCGM's profiling metrics (`dcgmi dmon -e 1002`), or run on a GPU without MIG to see per-process utilisation."
 };
 
 // ../sidecar/static/i18n/zh.json
@@ -440,6 +537,75 @@ var zh_default = {
   "chart.window": "时间窗口",
   "chart.gpuN": "GPU {n}",
   "chart.growing": "显存持续增长（+{rate}/分钟）",
+  "chart.cpu": "作业 CPU",
+  "chart.rss": "作业内存（RSS）",
+  "chart.rate": "训练速率",
+  "chart.power": "GPU 功耗",
+  "chart.temp": "GPU 温度",
+  "chart.smActive": "GPU {n} SM 活跃",
+  "chart.smOccupancy": "GPU {n} 占用率",
+  "chart.cpuSeries": "CPU（单核百分比）",
+  "chart.rssSeries": "RSS",
+  "chart.forwardSeries": "前向调用/秒",
+  "chart.stepSeries": "步/秒",
+  "chart.powerLimit": "GPU {n} 上限 {limit}",
+  "chart.cpuNote": "没有 NVIDIA GPU：显示作业的 CPU、内存和速率",
+  "eff.title": "效率",
+  "eff.none": "暂无效率数据：探针报告训练步耗时分解，驱动报告时钟和功耗。",
+  "eff.step.title": "训练步的时间花在哪里",
+  "eff.step.summary": "每步 {time} · {window} 内 {steps} 步 · pid {pid}",
+  "eff.step.none": "探针尚未报告训练步耗时分解。",
+  "eff.seg.data": "等待数据",
+  "eff.seg.forward": "前向",
+  "eff.seg.optimizer": "优化器",
+  "eff.seg.other": "其他（反向、主机代码）",
+  "eff.seg.value": "{label} {pct}",
+  "eff.gpu.title": "GPU {n}",
+  "eff.gpu.cc": "计算能力 {cc}",
+  "eff.clock": "SM 时钟",
+  "eff.clock.value": "{now} / {max} MHz",
+  "eff.clock.now": "{now} MHz",
+  "eff.clock.mem": "显存 {mhz} MHz",
+  "eff.reasons.none": "时钟未受限",
+  "eff.power": "功耗",
+  "eff.power.value": "{w} / {limit} W",
+  "eff.power.now": "{w} W",
+  "eff.temp": "温度",
+  "eff.temp.value": "{c} °C",
+  "eff.pcie": "PCIe 链路",
+  "eff.pcie.link": "Gen{gen} x{width}",
+  "eff.pcie.ofMax": "{now} / {max}",
+  "eff.pcie.degraded": "低于最大值",
+  "eff.gpm.smActivity": "SM 活跃度",
+  "eff.gpm.smOccupancy": "SM 占用率",
+  "eff.gpm.tensor": "Tensor Core",
+  "eff.gpm.dram": "显存带宽",
+  "eff.gpm.pcie": "PCIe 流量",
+  "eff.gpm.nvlink": "NVLink 流量",
+  "eff.gpm.traffic": "↑ {tx} · ↓ {rx}",
+  "eff.gpm.na": "GPM 指标不可用：{reason}",
+  "eff.gpm.someNa": "{fields} 不可用：{reason}",
+  "eff.precision": "精度",
+  "eff.dtypes": "参数",
+  "eff.autocast": "autocast",
+  "eff.tf32": "TF32 矩阵乘",
+  "eff.tf32Cudnn": "TF32 cuDNN",
+  "eff.matmulPrecision": "fp32 矩阵乘精度",
+  "eff.cudnnBenchmark": "cuDNN benchmark",
+  "eff.on": "开",
+  "eff.off": "关",
+  "eff.loader": "DataLoader",
+  "eff.loader.workers": "num_workers",
+  "eff.loader.pin": "pin_memory",
+  "eff.loader.persistent": "persistent_workers",
+  "eff.loader.batch": "批大小",
+  "eff.input": "输入形状",
+  "eff.syncs": "主机同步",
+  "eff.syncs.value": "每步 {n} 次",
+  "eff.migNa": "MIG 下不可用",
+  "eff.mig.title": "MIG 实例",
+  "eff.mig.item": "MIG {index}",
+  "eff.mig.ids": "GI {gi} · CI {ci}",
   "window.60": "1 分钟",
   "window.300": "5 分钟",
   "window.900": "15 分钟",
@@ -635,7 +801,35 @@ var zh_default = {
   "settings.started.running": "运行中",
   "settings.started.backoff": "重启中",
   "settings.started.missing": "找不到命令",
-  "settings.started.stopped": "已停止"
+  "settings.started.stopped": "已停止",
+  "warning.throttled": "GPU {gpu} 正在降频：{reason}。SM 时钟 {clock}（最高 {max}），{temp}，功耗 {power}（上限 {limit}）。",
+  "hint.throttled.thermal": "GPU 温度过高。检查风扇、机箱风道和室温；`nvidia-smi -q -d PERFORMANCE,TEMPERATURE -i {gpu}` 会显示降频原因和温度上限。在共享或云服务器上，请联系管理员。",
+  "hint.throttled.power-brake": "外部电源制动压低了 GPU 时钟：电源或主板发出供电不足信号。这是硬件或机房问题，请联系机器管理员（`nvidia-smi -q -d PERFORMANCE -i {gpu}`）。",
+  "hint.throttled.slowdown": "硬件正在给 GPU 降频（温度过高或功耗过大）。查看 `nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER -i {gpu}`，检查散热和电源；若持续出现，请联系机器管理员。",
+  "clock-reason.gpu_idle": "空闲",
+  "clock-reason.applications_clocks_setting": "应用时钟设置",
+  "clock-reason.sw_power_cap": "功耗上限",
+  "clock-reason.hw_slowdown": "硬件降频",
+  "clock-reason.sync_boost": "同步加速",
+  "clock-reason.sw_thermal_slowdown": "软件温控降频",
+  "clock-reason.hw_thermal_slowdown": "硬件温控降频",
+  "clock-reason.hw_power_brake_slowdown": "硬件电源制动",
+  "clock-reason.display_clock_setting": "显示时钟设置",
+  "clock-reason.board_limit": "主板限制",
+  "clock-reason.reliability": "可靠性限制",
+  "warning.pcie-degraded": "GPU {gpu} 的 PCIe 链路运行在 {link}，低于其 {max}，而作业正在传输数据。",
+  "hint.pcie-degraded": "主机与 GPU 之间的拷贝比应有的慢。重新插紧显卡或换到完整的 x16 插槽，检查 BIOS 的 PCIe 设置和转接线；`nvidia-smi -q -d PCIE -i {gpu}` 会显示链路状态。在此之前，`pin_memory=True` 和更少、更大的拷贝可以缓解。",
+  "warning.hollow-utilisation": "GPU {gpu} 报告利用率 {util}，但只有 {sm} 的 SM 在工作（占用率 {occupancy}）：内核太小，或训练循环受限于内核启动。",
+  "hint.hollow-utilisation": 'NVML 的利用率只表示有内核在运行。让每个内核做更多工作：增大批大小，用 `torch.compile` 融合小算子，或用 CUDA Graphs 捕获整个训练步（`torch.compile(mode="reduce-overhead")`）。',
+  "warning.no-tensor-cores": "模型 {model} 在 GPU {gpu}（计算能力 {cc}）上以纯 fp32 运行：没有 autocast，TF32 关闭，Tensor Core 处于闲置。",
+  "hint.no-tensor-cores": '在 `torch.autocast("cuda", dtype=torch.bfloat16)` 下运行前向传播，或用 `torch.set_float32_matmul_precision("high")` 允许 fp32 矩阵乘使用 TF32（卷积另设 `torch.backends.cudnn.allow_tf32 = True`）：通常能快数倍。',
+  "warning.data-starved": "进程 {pids} 在每个训练步中有 {wait} 的时间在等待数据。",
+  "hint.data-starved": "训练循环在等待下一个批次。增大 DataLoader 的 `num_workers`，设置 `pin_memory=True` 和 `persistent_workers=True`，或缓存/预处理数据；向 `probe.register` 传入 `loader=` 即可在此看到它的设置。",
+  "hint.data-starved.settings": "训练循环在等待下一个批次；其 DataLoader 设置为 num_workers={num_workers}、pin_memory={pin_memory}、persistent_workers={persistent_workers}。增大 `num_workers`（约到每块 GPU 对应的 CPU 核数），设置 `pin_memory=True` 和 `persistent_workers=True`，或缓存/预处理数据。",
+  "warning.host-syncs": "进程 {pids} 每个训练步让 CPU 等待 GPU {syncs} 次。",
+  "hint.host-syncs": '每次 `.item()`、`.cpu()`、`.tolist()`、`print(tensor)`、`torch.cuda.synchronize()` 或在 `if` 中使用张量，都会让 CPU 停下来等 GPU 追上。把运行中的指标留在 GPU 上，每 N 步读取一次；`torch.cuda.set_sync_debug_mode("warn")` 能显示每次同步发生的位置。',
+  "warning.mig-no-process-util": "GPU {gpu} 处于 MIG 模式：驱动在此不提供按进程的利用率，因此作业的 SM 使用显示为 n/a，而不是 0%。",
+  "hint.mig-no-process-util": "MIG 实例的显存和作业的显存仍会显示。要查看 MIG 实例内部的活动，请使用 DCGM 的性能分析指标（`dcgmi dmon -e 1002`），或在未启用 MIG 的 GPU 上运行以查看按进程的利用率。"
 };
 
 // ../sidecar/static/format.js
@@ -787,10 +981,10 @@ function summarize(doc, lang) {
 function trimZero(s) {
   return s.replace(/\.0$/, "");
 }
-function fmtMiB(mib) {
-  if (!isNum(mib)) return NA;
-  const neg = mib < 0 ? "-" : "";
-  const v = Math.abs(mib);
+function fmtMiB(mib2) {
+  if (!isNum(mib2)) return NA;
+  const neg = mib2 < 0 ? "-" : "";
+  const v = Math.abs(mib2);
   if (v < 1024) return `${neg}${Math.round(v)} MiB`;
   const g = v / 1024;
   if (g < 1024) return `${neg}${g < 100 ? trimZero(g.toFixed(1)) : Math.round(g)} GiB`;
@@ -834,11 +1028,11 @@ function fmtClock(unix) {
   const d = new Date(unix * 1e3);
   return `${pad2(d.getHours())}:${pad2(d.getMinutes())}:${pad2(d.getSeconds())}`;
 }
-function utilLevel(pct) {
-  if (!isNum(pct)) return "none";
-  if (pct < UTIL_THRESHOLDS.idle) return "idle";
-  if (pct < UTIL_THRESHOLDS.low) return "low";
-  if (pct < UTIL_THRESHOLDS.high) return "ok";
+function utilLevel(pct2) {
+  if (!isNum(pct2)) return "none";
+  if (pct2 < UTIL_THRESHOLDS.idle) return "idle";
+  if (pct2 < UTIL_THRESHOLDS.low) return "low";
+  if (pct2 < UTIL_THRESHOLDS.high) return "ok";
   return "high";
 }
 function roleText(proc, lang) {
@@ -880,6 +1074,202 @@ function cmdText(cmd) {
 function unusableGpus(doc) {
   const all = doc && Array.isArray(doc.system_gpus) ? doc.system_gpus : [];
   return all.filter((s) => s && (s.nvml_index === null || s.nvml_index === void 0));
+}
+
+// ../sidecar/static/efficiency.js
+var isNum2 = (x) => typeof x === "number" && Number.isFinite(x);
+var STEP_SEGMENTS = [
+  { key: "data", field: "data_wait_fraction", label: "eff.seg.data", color: "#f59e0b" },
+  { key: "forward", field: "forward_fraction", label: "eff.seg.forward", color: "#2563eb" },
+  { key: "optimizer", field: "optimizer_fraction", label: "eff.seg.optimizer", color: "#7c3aed" },
+  { key: "other", field: "other_fraction", label: "eff.seg.other", color: "#9ca3af" }
+];
+var PROBLEM_REASONS = ["hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown", "hw_power_brake_slowdown"];
+var GPM_FIELDS = [
+  { key: "sm_activity_fraction", label: "eff.gpm.smActivity" },
+  { key: "sm_occupancy_fraction", label: "eff.gpm.smOccupancy" },
+  { key: "tensor_activity_fraction", label: "eff.gpm.tensor" },
+  { key: "dram_activity_fraction", label: "eff.gpm.dram" }
+];
+var GPM_TRAFFIC = [
+  { key: "pcie", tx: "pcie_tx_bytes_per_s", rx: "pcie_rx_bytes_per_s", label: "eff.gpm.pcie" },
+  { key: "nvlink", tx: "nvlink_tx_bytes_per_s", rx: "nvlink_rx_bytes_per_s", label: "eff.gpm.nvlink" }
+];
+function reasonKind(name2) {
+  return PROBLEM_REASONS.includes(name2) ? "problem" : "neutral";
+}
+function fmtStepTime(s) {
+  if (!isNum2(s)) return NA;
+  if (s < 1) return `${s < 0.01 ? (s * 1e3).toFixed(1) : Math.round(s * 1e3)} ms`;
+  return `${s.toFixed(2)} s`;
+}
+function fmtBytesPerS(b) {
+  if (!isNum2(b)) return NA;
+  const units = ["B/s", "kB/s", "MB/s", "GB/s", "TB/s"];
+  let v = Math.abs(b);
+  let i = 0;
+  while (v >= 1e3 && i < units.length - 1) {
+    v /= 1e3;
+    i += 1;
+  }
+  return `${v < 10 && i ? v.toFixed(1) : Math.round(v)} ${units[i]}`;
+}
+var onOff = (v, lang) => v === true ? t(lang, "eff.on") : v === false ? t(lang, "eff.off") : null;
+var procs = (doc) => doc && Array.isArray(doc.processes) ? doc.processes.filter(Boolean) : [];
+function stepProcess(doc) {
+  const withSteps = procs(doc).filter((p) => p.step_breakdown);
+  return withSteps.find((p) => p.role === "main") || withSteps[0] || null;
+}
+function stepFacts(doc, lang) {
+  const p = stepProcess(doc);
+  if (!p) return null;
+  const b = p.step_breakdown;
+  const sum = STEP_SEGMENTS.reduce((a, s) => a + (isNum2(b[s.field]) ? Math.max(0, b[s.field]) : 0), 0);
+  const scale = sum > 1 ? sum : 1;
+  const segments = STEP_SEGMENTS.map((s) => {
+    const f = isNum2(b[s.field]) ? Math.max(0, b[s.field]) : null;
+    const label = t(lang, s.label);
+    const value = fmtFraction(f);
+    return { key: s.key, color: s.color, fraction: f === null ? 0 : f / scale, label, value, text: t(lang, "eff.seg.value", { label, pct: value }) };
+  });
+  const window2 = isNum2(b.window_s) ? `${Math.round(b.window_s)} s` : NA;
+  const summary = t(lang, "eff.step.summary", { time: fmtStepTime(b.step_s), steps: isNum2(b.steps) ? b.steps : NA, window: window2, pid: p.pid });
+  return { pid: p.pid, summary, segments };
+}
+function stripGpu(doc) {
+  const g = modelGpu(doc);
+  if (g) return g;
+  const gpus = doc && Array.isArray(doc.gpus) ? doc.gpus.filter(Boolean) : [];
+  const used = new Set(procs(doc).flatMap((p) => (p.gpu || []).map((u) => u && u.index)));
+  return gpus.find((x) => used.has(x.index)) || null;
+}
+function pcieItem(g, lang) {
+  if (!isNum2(g.pcie_link_gen) && !isNum2(g.pcie_link_width)) return null;
+  const link = (gen, width) => t(lang, "eff.pcie.link", { gen: isNum2(gen) ? gen : "?", width: isNum2(width) ? width : "?" });
+  const now = link(g.pcie_link_gen, g.pcie_link_width);
+  const hasMax = isNum2(g.pcie_link_gen_max) || isNum2(g.pcie_link_width_max);
+  const degraded = isNum2(g.pcie_link_gen_max) && isNum2(g.pcie_link_gen) && g.pcie_link_gen < g.pcie_link_gen_max || isNum2(g.pcie_link_width_max) && isNum2(g.pcie_link_width) && g.pcie_link_width < g.pcie_link_width_max;
+  const value = hasMax ? t(lang, "eff.pcie.ofMax", { now, max: link(g.pcie_link_gen_max ?? g.pcie_link_gen, g.pcie_link_width_max ?? g.pcie_link_width) }) : now;
+  return { key: "pcie", label: t(lang, "eff.pcie"), value, flag: degraded ? "bad" : null, note: degraded ? t(lang, "eff.pcie.degraded") : null };
+}
+function gpuItems(g, lang) {
+  const items = [];
+  const mhz = (v) => String(Math.round(v));
+  if (isNum2(g.sm_clock_mhz)) {
+    const value = isNum2(g.sm_clock_max_mhz) ? t(lang, "eff.clock.value", { now: mhz(g.sm_clock_mhz), max: mhz(g.sm_clock_max_mhz) }) : t(lang, "eff.clock.now", { now: mhz(g.sm_clock_mhz) });
+    const pct2 = isNum2(g.sm_clock_max_mhz) && g.sm_clock_max_mhz > 0 ? 100 * g.sm_clock_mhz / g.sm_clock_max_mhz : null;
+    items.push({ key: "clock", label: t(lang, "eff.clock"), value, pct: pct2, note: isNum2(g.mem_clock_mhz) ? t(lang, "eff.clock.mem", { mhz: mhz(g.mem_clock_mhz) }) : null });
+  }
+  if (isNum2(g.power_w)) {
+    const w = String(Math.round(g.power_w));
+    const value = isNum2(g.power_limit_w) ? t(lang, "eff.power.value", { w, limit: String(Math.round(g.power_limit_w)) }) : t(lang, "eff.power.now", { w });
+    const pct2 = isNum2(g.power_limit_w) && g.power_limit_w > 0 ? 100 * g.power_w / g.power_limit_w : null;
+    items.push({ key: "power", label: t(lang, "eff.power"), value, pct: pct2 });
+  }
+  if (isNum2(g.temperature_c)) items.push({ key: "temp", label: t(lang, "eff.temp"), value: t(lang, "eff.temp.value", { c: String(Math.round(g.temperature_c)) }) });
+  const pcie = pcieItem(g, lang);
+  if (pcie) items.push(pcie);
+  return items;
+}
+function gpmFacts(g, lang) {
+  const errors = g.field_errors || {};
+  const gpm = [];
+  const missing = [];
+  for (const f of GPM_FIELDS) {
+    if (isNum2(g[f.key])) gpm.push({ key: f.key, label: t(lang, f.label), value: fmtFraction(g[f.key]) });
+    else if (errors[f.key]) missing.push([t(lang, f.label), String(errors[f.key])]);
+  }
+  for (const f of GPM_TRAFFIC) {
+    if (isNum2(g[f.tx]) || isNum2(g[f.rx])) gpm.push({ key: f.key, label: t(lang, f.label), value: t(lang, "eff.gpm.traffic", { tx: fmtBytesPerS(g[f.tx]), rx: fmtBytesPerS(g[f.rx]) }) });
+    else if (errors[f.tx] || errors[f.rx]) missing.push([t(lang, f.label), String(errors[f.tx] || errors[f.rx])]);
+  }
+  if (!missing.length) return { gpm, gpmNa: null };
+  const reason = [...new Set(missing.map((m) => m[1]))].join("; ");
+  const gpmNa = gpm.length ? t(lang, "eff.gpm.someNa", { fields: missing.map((m) => m[0]).join(", "), reason }) : t(lang, "eff.gpm.na", { reason });
+  return { gpm, gpmNa };
+}
+function gpuFacts(doc, lang) {
+  const g = stripGpu(doc);
+  if (!g) return null;
+  const reasons = (Array.isArray(g.clock_event_reasons) ? g.clock_event_reasons : []).map((name2) => ({ name: name2, kind: reasonKind(name2), label: t(lang, `clock-reason.${name2}`) }));
+  return {
+    index: g.index,
+    title: t(lang, "eff.gpu.title", { n: g.index }),
+    cc: g.compute_capability ? t(lang, "eff.gpu.cc", { cc: g.compute_capability }) : null,
+    items: gpuItems(g, lang),
+    reasons,
+    reasonsNone: Array.isArray(g.clock_event_reasons) && !g.clock_event_reasons.length ? t(lang, "eff.reasons.none") : null,
+    ...gpmFacts(g, lang)
+  };
+}
+function firstModel(doc) {
+  const order = [stepProcess(doc), ...procs(doc).filter((p) => p.role === "main"), ...procs(doc)].filter(Boolean);
+  for (const p of order) if (Array.isArray(p.models) && p.models.length) return { proc: p, model: p.models[0] };
+  return { proc: order[0] || null, model: null };
+}
+function precisionFacts(doc, lang) {
+  const { proc, model } = firstModel(doc);
+  const mathProc = [proc, ...procs(doc)].find((p) => p && p.math) || null;
+  const math = mathProc && mathProc.math || {};
+  const out = [];
+  const add = (key, label, value) => {
+    if (value !== null && value !== void 0 && value !== "") out.push({ key, label: t(lang, label), value: String(value) });
+  };
+  if (model && Array.isArray(model.param_dtypes) && model.param_dtypes.length) add("dtypes", "eff.dtypes", model.param_dtypes.join(", "));
+  if (model) add("autocast", "eff.autocast", model.autocast === "off" ? t(lang, "eff.off") : model.autocast);
+  add("tf32", "eff.tf32", onOff(math.allow_tf32_matmul, lang));
+  add("tf32Cudnn", "eff.tf32Cudnn", onOff(math.cudnn_allow_tf32, lang));
+  add("matmulPrecision", "eff.matmulPrecision", math.float32_matmul_precision);
+  add("cudnnBenchmark", "eff.cudnnBenchmark", onOff(math.cudnn_benchmark, lang));
+  return out;
+}
+function loaderFacts(doc, lang) {
+  const { model } = firstModel(doc);
+  const ls = model && model.loader_settings || {};
+  const out = [];
+  const add = (key, label, value) => {
+    if (value !== null && value !== void 0) out.push({ key, label: t(lang, label), value: String(value) });
+  };
+  add("workers", "eff.loader.workers", isNum2(ls.num_workers) ? ls.num_workers : null);
+  add("pin", "eff.loader.pin", typeof ls.pin_memory === "boolean" ? String(ls.pin_memory) : null);
+  add("persistent", "eff.loader.persistent", typeof ls.persistent_workers === "boolean" ? String(ls.persistent_workers) : null);
+  add("batch", "eff.loader.batch", isNum2(ls.batch_size) ? ls.batch_size : null);
+  if (model && Array.isArray(model.input_shape)) add("input", "eff.input", `[${model.input_shape.join(", ")}]`);
+  return out;
+}
+function syncsFact(doc, lang) {
+  const p = [stepProcess(doc), firstModel(doc).proc, ...procs(doc)].find((x) => x && isNum2(x.syncs_per_step));
+  return p ? { key: "syncs", label: t(lang, "eff.syncs"), value: t(lang, "eff.syncs.value", { n: Math.round(p.syncs_per_step * 10) / 10 }) } : null;
+}
+function efficiency(doc, lang) {
+  const step = stepFacts(doc, lang);
+  const gpu = gpuFacts(doc, lang);
+  const precision = precisionFacts(doc, lang);
+  const loader = loaderFacts(doc, lang);
+  const syncs = syncsFact(doc, lang);
+  const gpuEmpty = !gpu || !gpu.items.length && !gpu.reasons.length && !gpu.gpm.length && !gpu.gpmNa;
+  const empty = !step && gpuEmpty && !precision.length && !loader.length && !syncs;
+  return { step, gpu: gpuEmpty ? null : gpu, precision, loader, syncs, empty };
+}
+function smText(proc, lang) {
+  const rows = (proc && Array.isArray(proc.gpu) ? proc.gpu : []).filter(Boolean);
+  const sm = rows.reduce((a, g) => isNum2(g.sm_util_pct) ? (a ?? 0) + g.sm_util_pct : a, null);
+  if (sm === null && rows.length && rows.every((g) => isNum2(g.mig_index))) return t(lang, "eff.migNa");
+  return fmtPct(sm);
+}
+function utilText(gpu, lang) {
+  if (gpu && !isNum2(gpu.util_pct) && gpu.mig_mode === true) return t(lang, "eff.migNa");
+  return fmtPct(gpu ? gpu.util_pct : null);
+}
+function migRows(doc, gpu, lang) {
+  const devs = gpu && Array.isArray(gpu.mig_devices) ? gpu.mig_devices.filter(Boolean) : [];
+  return devs.map((d) => ({
+    index: d.index,
+    label: t(lang, "eff.mig.item", { index: d.index }),
+    ids: isNum2(d.gpu_instance_id) ? t(lang, "eff.mig.ids", { gi: d.gpu_instance_id, ci: isNum2(d.compute_instance_id) ? d.compute_instance_id : NA }) : "",
+    mem: isNum2(d.mem_total_mib) ? t(lang, "gpu.memOf", { used: fmtMiB(d.mem_used_mib), total: fmtMiB(d.mem_total_mib) }) : fmtMiB(d.mem_used_mib),
+    pids: procs(doc).filter((p) => (p.gpu || []).some((u) => u && u.index === gpu.index && u.mig_index === d.index)).map((p) => p.pid)
+  }));
 }
 
 // src/client/store.js
@@ -1237,7 +1627,7 @@ function getStore() {
 var import_jsx_runtime = require("react/jsx-runtime");
 var PLUGIN_VERSION = "0.1.0";
 var SUPPORTED_DSH = "0.1.0-rc.8";
-var isNum2 = (x) => typeof x === "number" && Number.isFinite(x);
+var isNum3 = (x) => typeof x === "number" && Number.isFinite(x);
 function useStatus() {
   const store = getStore();
   return (0, import_react.useSyncExternalStore)(store.subscribeStatus, store.status.get, store.status.get);
@@ -1281,11 +1671,11 @@ function Badge({ doc, lang, big }) {
     }
   );
 }
-function Meter({ label, pct, value, color }) {
-  const w = isNum2(pct) ? Math.max(0, Math.min(100, pct)) : 0;
+function Meter({ label, pct: pct2, value, color: color2 }) {
+  const w = isNum3(pct2) ? Math.max(0, Math.min(100, pct2)) : 0;
   return /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("div", { className: "dgd-meter", children: [
     /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-meter-label", title: label, children: label }),
-    /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-bar", role: "meter", "aria-label": label, "aria-valuenow": isNum2(pct) ? Math.round(pct) : void 0, children: /* @__PURE__ */ (0, import_jsx_runtime.jsx)("i", { style: { width: `${w}%`, background: color } }) }),
+    /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-bar", role: "meter", "aria-label": label, "aria-valuenow": isNum3(pct2) ? Math.round(pct2) : void 0, children: /* @__PURE__ */ (0, import_jsx_runtime.jsx)("i", { style: { width: `${w}%`, background: color2 } }) }),
     /* @__PURE__ */ (0, import_jsx_runtime.jsx)("span", { className: "dgd-meter-value", children: value })
   ] });
 }
@@ -1297,7 +1687,7 @@ function GpuMeters({ gpu, lang }) {
       {
         label: t(lang, "gpu.util"),
         pct: gpu.util_pct,
-        value: fmtPct(gpu.util_pct),
+        value: utilText(gpu, lang),
         color: UTIL_COLORS[utilLevel(gpu.util_pct)]
       }
     ),
@@ -1307,14 +1697,14 @@ function GpuMeters({ gpu, lang }) {
         label: t(lang, "gpu.mem"),
         pct: memPct,
         value: memOfText(gpu, lang),
-        color: isNum2(memPct) && memPct >= 90 ? SEVERITY_COLORS.error : SERIES_COLORS[0]
+        color: isNum3(memPct) && memPct >= 90 ? SEVERITY_COLORS.error : SERIES_COLORS[0]
       }
     )
   ] });
 }
 function Warnings({ doc, lang, limit }) {
   const all = summarize(doc, lang).warnings;
-  const list = isNum2(limit) ? all.slice(0, limit) : all;
+  const list = isNum3(limit) ? all.slice(0, limit) : all;
   if (!all.length) return null;
   return /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("ul", { className: "dgd-warnings", "data-testid": "dsh-gpu-warnings", children: [
     list.map((w, i) => /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("li", { className: "dgd-warning", style: { borderLeftColor: w.color }, "data-code": w.code || "", children: [
@@ -1335,11 +1725,11 @@ function targetText(doc, lang) {
   const tg = doc && doc.target;
   if (!tg || typeof tg !== "object") return "";
   const parts = [];
-  if (isNum2(tg.pid)) parts.push(t(lang, "target.pid", { pid: tg.pid }));
+  if (isNum3(tg.pid)) parts.push(t(lang, "target.pid", { pid: tg.pid }));
   if (tg.name) parts.push(String(tg.name));
   if (tg.alive === true) parts.push(t(lang, "target.running"));
   if (tg.alive === false) parts.push(t(lang, "target.exited"));
-  if (isNum2(tg.create_time_unix_s)) parts.push(t(lang, "target.since", { ago: fmtAgo(Date.now() / 1e3 - tg.create_time_unix_s, lang) }));
+  if (isNum3(tg.create_time_unix_s)) parts.push(t(lang, "target.since", { ago: fmtAgo(Date.now() / 1e3 - tg.create_time_unix_s, lang) }));
   return parts.join(" · ");
 }
 
@@ -1739,7 +2129,7 @@ function GlanceCardOpen() {
           gpus.length ? gpus.map((g, i) => /* @__PURE__ */ (0, import_jsx_runtime5.jsxs)("div", { className: "dgd-glance-gpu", "data-testid": "dsh-gpu-glance-gpu", children: [
             /* @__PURE__ */ (0, import_jsx_runtime5.jsxs)("span", { className: "dgd-glance-gpu-name", children: [
               "GPU ",
-              isNum2(g.index) ? g.index : i,
+              isNum3(g.index) ? g.index : i,
               " · ",
               g.name || NA
             ] }),
@@ -1762,8 +2152,7 @@ function ProcessRow({ p, lang }) {
   const models = Array.isArray(p.models) ? p.models.filter(Boolean) : [];
   const m = models[0] || null;
   const gpuRows = Array.isArray(p.gpu) ? p.gpu.filter(Boolean) : [];
-  const mem = gpuRows.reduce((a, g) => isNum2(g.mem_used_mib) ? (a ?? 0) + g.mem_used_mib : a, null);
-  const sm = gpuRows.reduce((a, g) => isNum2(g.sm_util_pct) ? Math.max(a ?? 0, g.sm_util_pct) : a, null);
+  const mem = gpuRows.reduce((a, g) => isNum3(g.mem_used_mib) ? (a ?? 0) + g.mem_used_mib : a, null);
   return /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("tr", { "data-testid": "dsh-gpu-process", "data-pid": p.pid ?? "", children: [
     /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("td", { children: [
       /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { className: "dgd-proc-name", children: p.name || NA }),
@@ -1775,7 +2164,7 @@ function ProcessRow({ p, lang }) {
     /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("td", { title: !p.has_probe ? t(lang, "probe.noneTitle") : void 0, children: roleText(p, lang) }),
     /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("td", { children: models.length ? models.map((mm, j) => /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("div", { children: [
       mm.name || NA,
-      isNum2(mm.param_count) ? /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("span", { className: "dgd-muted", children: [
+      isNum3(mm.param_count) ? /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("span", { className: "dgd-muted", children: [
         " · ",
         t(lang, "model.params", { n: fmtCount(mm.param_count) })
       ] }) : null
@@ -1783,17 +2172,17 @@ function ProcessRow({ p, lang }) {
     /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("td", { children: models.length ? models.map((mm, j) => /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("div", { children: /* @__PURE__ */ (0, import_jsx_runtime6.jsx)(DeviceChip, { dev: mm.device }) }, j)) : /* @__PURE__ */ (0, import_jsx_runtime6.jsx)(DeviceChip, { dev: null }) }),
     /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("td", { children: models.length ? models.map((mm, j) => /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("div", { children: /* @__PURE__ */ (0, import_jsx_runtime6.jsx)(DeviceChip, { dev: mm.input_device }) }, j)) : /* @__PURE__ */ (0, import_jsx_runtime6.jsx)(DeviceChip, { dev: null }) }),
     /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("td", { className: "dgd-num", children: fmtMiB(mem) }),
-    /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("td", { className: "dgd-num", children: fmtPct(sm) }),
+    /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("td", { className: "dgd-num", "data-testid": "dsh-gpu-sm", children: smText(p, lang) }),
     /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("td", { className: "dgd-num", children: fmtPct(p.cpu_pct) }),
     /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("td", { className: "dgd-num", children: m ? fmtFraction(m.data_wait_fraction) : NA }),
     /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("td", { className: "dgd-num", children: m ? fmtRate(m.forward_rate_hz) : NA })
   ] });
 }
 function ProcessTable({ doc, lang }) {
-  const procs = Array.isArray(doc.processes) ? doc.processes.filter(Boolean) : [];
+  const procs2 = Array.isArray(doc.processes) ? doc.processes.filter(Boolean) : [];
   return /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("section", { children: [
     /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("h3", { className: "dgd-section-title", children: t(lang, "procs.title") }),
-    /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("div", { className: "dgd-card dgd-table-wrap", children: procs.length ? /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("table", { className: "dgd-table", "data-testid": "dsh-gpu-processes", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("div", { className: "dgd-card dgd-table-wrap", children: procs2.length ? /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("table", { className: "dgd-table", "data-testid": "dsh-gpu-processes", children: [
       /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("thead", { children: /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("tr", { children: [
         /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("th", { children: t(lang, "col.process") }),
         /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("th", { children: t(lang, "col.role") }),
@@ -1806,7 +2195,7 @@ function ProcessTable({ doc, lang }) {
         /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("th", { className: "dgd-num", children: t(lang, "col.dataWait") }),
         /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("th", { className: "dgd-num", children: t(lang, "col.rate") })
       ] }) }),
-      /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("tbody", { children: procs.map((p, i) => /* @__PURE__ */ (0, import_jsx_runtime6.jsx)(ProcessRow, { p, lang }, `${p.pid ?? i}`)) })
+      /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("tbody", { children: procs2.map((p, i) => /* @__PURE__ */ (0, import_jsx_runtime6.jsx)(ProcessRow, { p, lang }, `${p.pid ?? i}`)) })
     ] }) : /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("div", { className: "dgd-muted", style: { padding: 14 }, children: t(lang, "procs.none") }) })
   ] });
 }
@@ -1986,7 +2375,7 @@ var TimeChart = class {
         prevX = px;
       }
       closeArea();
-      el("path", { d: area, class: "area", fill: s.color }, sg);
+      if (!s.dash) el("path", { d: area, class: "area", fill: s.color }, sg);
       if (pts.length === 1) el("circle", { cx: x(pts[0][0]), cy: y(pts[0][1]), r: 2.5, fill: s.color }, sg);
       el("path", {
         d: line,
@@ -1995,7 +2384,8 @@ var TimeChart = class {
         "data-testid": "series",
         "data-key": s.key,
         "data-points": pts.length,
-        "data-last": pts[pts.length - 1][1]
+        "data-last": pts[pts.length - 1][1],
+        "stroke-dasharray": s.dash || null
       }, sg);
     }
   }
@@ -2085,7 +2475,7 @@ var TimeChart = class {
       const label = document.createElement("span");
       label.textContent = r2.series.label;
       const val = document.createElement("b");
-      val.textContent = this.opts.formatValue(r2.point[1], false);
+      val.textContent = r2.series.format ? r2.series.format(r2.point[1]) : this.opts.formatValue(r2.point[1], false);
       row.append(dot, label, val);
       tip.appendChild(row);
     }
@@ -2117,21 +2507,113 @@ function niceTicks(max, target = 4, unit = 1) {
 }
 function pointsByGpu(samples, since) {
   const ok = (x) => typeof x === "number" && Number.isFinite(x);
-  const mem = /* @__PURE__ */ new Map();
-  const util = /* @__PURE__ */ new Map();
+  const fields = {
+    mem: ["mem_used_mib", 1],
+    util: ["util_pct", 1],
+    smActive: ["sm_activity_fraction", 100],
+    smOccupancy: ["sm_occupancy_fraction", 100],
+    power: ["power_w", 1],
+    temp: ["temperature_c", 1]
+  };
+  const out = Object.fromEntries(Object.keys(fields).map((k) => [k, /* @__PURE__ */ new Map()]));
   for (const s of samples) {
     if (!s || !ok(s.time_unix_s) || s.time_unix_s < since) continue;
     for (const g of Array.isArray(s.gpus) ? s.gpus : []) {
       if (!g || !ok(g.index)) continue;
-      if (!mem.has(g.index)) {
-        mem.set(g.index, []);
-        util.set(g.index, []);
+      for (const [k, [field, scale]] of Object.entries(fields)) {
+        if (!out[k].has(g.index)) out[k].set(g.index, []);
+        if (ok(g[field])) out[k].get(g.index).push([s.time_unix_s, g[field] * scale]);
       }
-      if (ok(g.mem_used_mib)) mem.get(g.index).push([s.time_unix_s, g.mem_used_mib]);
-      if (ok(g.util_pct)) util.get(g.index).push([s.time_unix_s, g.util_pct]);
     }
   }
-  return { indices: [...mem.keys()].sort((a, b) => a - b), mem, util };
+  return { indices: [...out.mem.keys()].sort((a, b) => a - b), ...out };
+}
+function jobPoints(samples, since) {
+  const ok = (x) => typeof x === "number" && Number.isFinite(x);
+  const fields = { cpu: "cpu_pct", rss: "rss_mib", forward: "forward_rate_hz", step: "step_rate_hz" };
+  const out = Object.fromEntries(Object.keys(fields).map((k) => [k, []]));
+  for (const s of samples) {
+    if (!s || !ok(s.time_unix_s) || s.time_unix_s < since) continue;
+    for (const [k, field] of Object.entries(fields)) if (ok(s[field])) out[k].push([s.time_unix_s, s[field]]);
+  }
+  return out;
+}
+
+// ../sidecar/static/history_data.js
+var GPU_CHARTS = ["mem", "util", "power", "temp"];
+var JOB_CHARTS = ["cpu", "rss", "rate"];
+var DASH = { smActive: "6 3", smOccupancy: "2 3" };
+var num = (x) => typeof x === "number" && Number.isFinite(x);
+var color = (i) => SERIES_COLORS[i % SERIES_COLORS.length];
+var pct = (v, axis) => axis && v === 0 ? "0" : axis ? `${Math.round(v)} %` : fmtPct(v);
+var mib = (v, axis) => axis && v === 0 ? "0" : fmtMiB(v);
+var CHART_FORMATS = {
+  mem: mib,
+  util: pct,
+  power: (v) => `${Math.round(v)} W`,
+  temp: (v) => `${Math.round(v)} °C`,
+  cpu: pct,
+  rss: mib,
+  rate: (v, axis) => axis ? fmtRate(v) : `${fmtRate(v)}/s`
+};
+function cpuMode(doc) {
+  return !!doc && (!Array.isArray(doc.gpus) || !doc.gpus.length || doc.nvml && doc.nvml.ok === false);
+}
+function maxOf(series, t0) {
+  let m = 0;
+  for (const s of series) for (const p of s.points) if (p[0] >= t0 && p[1] > m) m = p[1];
+  return m;
+}
+function gpuChartData(doc, samples, t0, tr) {
+  const gpuNames = new Map((doc && doc.gpus || []).map((g) => [g.index, g]));
+  const p = pointsByGpu(samples, t0 - 5);
+  const title = (i) => gpuNames.has(i) ? gpuNames.get(i).name : "";
+  const mk = (map, key = (i) => String(i), label = (i) => tr("chart.gpuN", { n: i }), dash = null) => p.indices.filter((i) => !dash || map.get(i).length).map((i) => ({ key: key(i), label: label(i), title: title(i), color: color(i), points: map.get(i), dash }));
+  const mem = mk(p.mem);
+  const memMax = maxOf(mem, t0);
+  const memTicks = niceTicks(Math.max(memMax * 1.15, 64), 4, memMax * 1.15 >= 1024 ? 1024 : 1);
+  const limits = p.indices.map((i) => gpuNames.get(i)).filter((g) => g && num(g.mem_total_mib)).map((g) => ({ value: g.mem_total_mib, label: `${tr("chart.gpuN", { n: g.index })} · ${tr("gpu.memTotal", { total: fmtMiB(g.mem_total_mib) })}` }));
+  const growth = doc && doc.memory_growth;
+  const trends = growth ? [{
+    fit: [[growth.start_unix_s, growth.first_mib], [growth.end_unix_s, growth.last_mib]],
+    label: tr("chart.trend", { rate: fmtMiB(growth.rate_mib_per_min) })
+  }] : [];
+  const util = [
+    ...mk(p.util),
+    ...mk(p.smActive, (i) => `${i}-sm-active`, (i) => tr("chart.smActive", { n: i }), DASH.smActive),
+    ...mk(p.smOccupancy, (i) => `${i}-sm-occupancy`, (i) => tr("chart.smOccupancy", { n: i }), DASH.smOccupancy)
+  ];
+  const power = mk(p.power);
+  const byLimit = /* @__PURE__ */ new Map();
+  for (const g of p.indices.map((i) => gpuNames.get(i))) {
+    if (g && num(g.power_limit_w)) byLimit.set(g.power_limit_w, [...byLimit.get(g.power_limit_w) || [], g.index]);
+  }
+  const powerLimits = [...byLimit].map(([value, ns]) => ({ value, label: tr("chart.powerLimit", { n: ns.join(", "), limit: `${Math.round(value)} W` }) }));
+  const powerTicks = niceTicks(Math.max(maxOf(power, t0), ...powerLimits.map((l) => l.value), 50) * 1.1, 4);
+  const temp = mk(p.temp);
+  const tempTicks = niceTicks(Math.max(maxOf(temp, t0) * 1.15, 50), 4);
+  return {
+    mem: { series: mem, yMax: memTicks.max, yTicks: memTicks.ticks, limits, trends },
+    util: { series: util, yMax: 100, yTicks: [0, 25, 50, 75, 100] },
+    power: { series: power, yMax: powerTicks.max, yTicks: powerTicks.ticks, limits: powerLimits },
+    temp: { series: temp, yMax: tempTicks.max, yTicks: tempTicks.ticks }
+  };
+}
+function jobChartData(samples, t0, tr) {
+  const p = jobPoints(samples, t0 - 5);
+  const one = (key, label, i, points) => ({ key, label: tr(label), color: color(i), points });
+  const cpu = [one("cpu", "chart.cpuSeries", 0, p.cpu)];
+  const cpuTicks = niceTicks(Math.max(maxOf(cpu, t0) * 1.15, 100), 4);
+  const rss = [one("rss", "chart.rssSeries", 1, p.rss)];
+  const rssMax = maxOf(rss, t0) * 1.15;
+  const rssTicks = niceTicks(Math.max(rssMax, 64), 4, rssMax >= 1024 ? 1024 : 1);
+  const rate = [one("forward", "chart.forwardSeries", 2, p.forward), one("step", "chart.stepSeries", 3, p.step)].filter((s) => s.points.length);
+  const rateTicks = niceTicks(Math.max(maxOf(rate, t0) * 1.15, 1), 4);
+  return {
+    cpu: { series: cpu, yMax: cpuTicks.max, yTicks: cpuTicks.ticks },
+    rss: { series: rss, yMax: rssTicks.max, yTicks: rssTicks.ticks },
+    rate: { series: rate, yMax: rateTicks.max, yTicks: rateTicks.ticks }
+  };
 }
 
 // src/client/charts.jsx
@@ -2191,38 +2673,31 @@ function TimeChartBox({ data, emptyText, formatValue, title, group, testid }) {
   return /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("div", { className: "dgd-chart-body", ref: bodyRef, "data-testid": testid });
 }
 var WINDOWS = ["60", "300", "900", "all"];
-function buildSeries(samples, doc, lang, t0) {
-  const { indices, mem: memByGpu, util: utilByGpu } = pointsByGpu(samples, t0);
-  const mk = (map) => indices.map((idx, i) => ({
-    key: `gpu${idx}`,
-    label: t(lang, "chart.gpuN", { n: idx }),
-    color: SERIES_COLORS[i % SERIES_COLORS.length],
-    points: map.get(idx)
-  }));
-  const totals = /* @__PURE__ */ new Map();
-  for (const g of doc && doc.gpus || []) if (g && isNum2(g.index) && isNum2(g.mem_total_mib)) totals.set(g.index, g.mem_total_mib);
-  return { mem: mk(memByGpu), util: mk(utilByGpu), totals };
-}
 function Legend({ series }) {
-  return /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("span", { className: "dgd-legend", children: series.map((s) => /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("span", { children: [
-    /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("i", { style: { background: s.color } }),
+  return /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("span", { className: "dgd-legend", children: series.map((s) => /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("span", { "data-series": s.key, children: [
+    /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("i", { style: s.dash ? { background: "none", height: 0, borderTop: `2px dashed ${s.color}` } : { background: s.color } }),
     s.label
   ] }, s.key)) });
 }
-function memChartData(mem, totals, lang, common) {
-  let memMax = 0;
-  for (const s of mem) for (const p of s.points) memMax = Math.max(memMax, p[1]);
-  const totalList = [...totals.values()];
-  const maxTotal = totalList.length ? Math.max(...totalList) : 0;
-  if (maxTotal && memMax > maxTotal * 0.6) memMax = maxTotal;
-  const memTicks = niceTicks(Math.max(memMax * 1.1, 64), 4, memMax > 4096 ? 1024 : 1);
-  return {
-    ...common,
-    series: mem,
-    yMax: memTicks.max,
-    yTicks: memTicks.ticks,
-    limits: totalList.length === 1 ? [{ value: totalList[0], label: t(lang, "gpu.memTotal", { total: fmtMiB(totalList[0]) }) }] : []
-  };
+function ChartFigure({ name: name2, data, lang, group, flag }) {
+  return /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("figure", { className: "dgd-card dgd-chart", "data-testid": `dsh-gpu-chart-${name2}`, children: [
+    /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("figcaption", { children: [
+      /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("span", { className: "dgd-chart-title", children: t(lang, `chart.${name2}`) }),
+      flag || null,
+      /* @__PURE__ */ (0, import_jsx_runtime7.jsx)(Legend, { series: data.series })
+    ] }),
+    /* @__PURE__ */ (0, import_jsx_runtime7.jsx)(
+      TimeChartBox,
+      {
+        data,
+        emptyText: t(lang, "chart.noData"),
+        formatValue: CHART_FORMATS[name2],
+        title: () => t(lang, `chart.${name2}`),
+        group,
+        testid: `dsh-gpu-chart-${name2}-body`
+      }
+    )
+  ] });
 }
 function EventList({ events, lang }) {
   return /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("div", { className: "dgd-card", style: { marginTop: 12 }, "data-testid": "dsh-gpu-events", children: [
@@ -2247,95 +2722,163 @@ function HistoryCharts({ doc, lang }) {
   const span = win === "all" ? Math.max(60, last - first) : Number(win);
   const t1 = last;
   const t0 = win === "all" ? Math.min(first, last - 60) : last - span;
-  const { mem, util, totals } = (0, import_react5.useMemo)(() => buildSeries(samples, doc, lang, t0), [samples, doc, lang, t0]);
+  const cpu = cpuMode(doc);
+  const data = (0, import_react5.useMemo)(() => {
+    const tr = (key, vars) => t(lang, key, vars);
+    return cpu ? jobChartData(samples, t0, tr) : gpuChartData(doc, samples, t0, tr);
+  }, [samples, doc, lang, t0, cpu]);
   const events = (h.events && h.events.length ? h.events : doc && doc.events || []).filter(Boolean);
   const gapS = Math.max(5, (h.intervalS || 1) * 4);
-  const memData = memChartData(mem, totals, lang, { t0, t1, events, gapS });
-  const utilData = { series: util, t0, t1, yMax: 100, yTicks: [0, 25, 50, 75, 100], events, gapS };
+  const names = cpu ? JOB_CHARTS : GPU_CHARTS.filter((n) => n === "mem" || n === "util" || data[n].series.some((s) => s.points.length));
   const growth = doc && doc.memory_growth;
-  return /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("section", { "data-testid": "dsh-gpu-history", children: [
+  const growthFlag = growth ? /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("span", { className: "dgd-chart-flag", children: t(lang, "chart.growing", { rate: fmtMiB(growth.rate_mib_per_min) }) }) : null;
+  return /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("section", { "data-testid": "dsh-gpu-history", "data-mode": cpu ? "cpu" : "gpu", children: [
     /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("div", { className: "dgd-block-head", children: [
       /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("h3", { className: "dgd-section-title", children: t(lang, "charts.title") }),
       /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("span", { className: "dgd-window", role: "group", "aria-label": t(lang, "chart.window"), children: WINDOWS.map((w) => /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("button", { type: "button", "aria-pressed": w === win ? "true" : "false", onClick: () => setWin(w), "data-testid": `dsh-gpu-window-${w}`, children: t(lang, `window.${w}`) }, w)) })
     ] }),
-    /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("div", { className: "dgd-charts", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("figure", { className: "dgd-card dgd-chart", "data-testid": "dsh-gpu-chart-mem", children: [
-        /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("figcaption", { children: [
-          /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("span", { className: "dgd-chart-title", children: t(lang, "chart.mem") }),
-          growth ? /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("span", { className: "dgd-chart-flag", children: t(lang, "chart.growing", { rate: fmtMiB(growth.rate_mib_per_min) }) }) : null,
-          /* @__PURE__ */ (0, import_jsx_runtime7.jsx)(Legend, { series: mem })
-        ] }),
-        /* @__PURE__ */ (0, import_jsx_runtime7.jsx)(
-          TimeChartBox,
-          {
-            data: memData,
-            emptyText: t(lang, "chart.noData"),
-            formatValue: (v) => fmtMiB(v),
-            title: () => t(lang, "chart.mem"),
-            group,
-            testid: "dsh-gpu-chart-mem-body"
-          }
-        )
-      ] }),
-      /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("figure", { className: "dgd-card dgd-chart", "data-testid": "dsh-gpu-chart-util", children: [
-        /* @__PURE__ */ (0, import_jsx_runtime7.jsxs)("figcaption", { children: [
-          /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("span", { className: "dgd-chart-title", children: t(lang, "chart.util") }),
-          /* @__PURE__ */ (0, import_jsx_runtime7.jsx)(Legend, { series: util })
-        ] }),
-        /* @__PURE__ */ (0, import_jsx_runtime7.jsx)(
-          TimeChartBox,
-          {
-            data: utilData,
-            emptyText: t(lang, "chart.noData"),
-            formatValue: (v, axis) => axis ? `${Math.round(v)} %` : fmtPct(v),
-            title: () => t(lang, "chart.util"),
-            group,
-            testid: "dsh-gpu-chart-util-body"
-          }
-        )
-      ] })
-    ] }),
+    cpu ? /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("div", { className: "dgd-muted", children: t(lang, "chart.cpuNote") }) : null,
+    /* @__PURE__ */ (0, import_jsx_runtime7.jsx)("div", { className: "dgd-charts", children: names.map((name2) => /* @__PURE__ */ (0, import_jsx_runtime7.jsx)(
+      ChartFigure,
+      {
+        name: name2,
+        data: { ...data[name2], t0, t1, events, gapS },
+        lang,
+        group,
+        flag: name2 === "mem" ? growthFlag : null
+      },
+      name2
+    )) }),
     /* @__PURE__ */ (0, import_jsx_runtime7.jsx)(EventList, { events, lang })
   ] });
 }
 
-// src/client/view.jsx
+// src/client/efficiency.jsx
 var import_jsx_runtime8 = require("react/jsx-runtime");
+function Item({ it }) {
+  return /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("span", { className: `dgd-eff-item${it.flag ? ` dgd-eff-${it.flag}` : ""}`, "data-testid": `dsh-gpu-eff-${it.key}`, "data-flag": it.flag || void 0, children: [
+    /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { className: "dgd-muted", children: it.label }),
+    " ",
+    /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("b", { children: it.value }),
+    it.note ? /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("span", { className: "dgd-eff-note", children: [
+      " ",
+      it.note
+    ] }) : null
+  ] });
+}
+function Items({ items, testid }) {
+  return /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("div", { className: "dgd-eff-items", "data-testid": testid, children: items.map((it) => /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(Item, { it }, it.key)) });
+}
+function StepBar({ step, syncs, lang }) {
+  return /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { className: "dgd-eff-group dgd-eff-step", "data-testid": "dsh-gpu-eff-step", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("h4", { children: t(lang, "eff.step.title") }),
+    step ? /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)(import_jsx_runtime8.Fragment, { children: [
+      /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("div", { className: "dgd-eff-stack", "data-testid": "dsh-gpu-eff-stack", children: step.segments.filter((s) => s.fraction > 0).map((s) => /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(
+        "span",
+        {
+          "data-testid": "dsh-gpu-eff-seg",
+          "data-key": s.key,
+          "data-fraction": s.fraction.toFixed(4),
+          title: s.text,
+          style: { width: `${(s.fraction * 100).toFixed(2)}%`, background: s.color }
+        },
+        s.key
+      )) }),
+      /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("div", { className: "dgd-eff-legend", children: step.segments.map((s) => /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("span", { "data-key": s.key, children: [
+        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("i", { style: { background: s.color } }),
+        s.text
+      ] }, s.key)) }),
+      /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("div", { className: "dgd-muted", children: step.summary })
+    ] }) : /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("div", { className: "dgd-muted", children: t(lang, "eff.step.none") }),
+    syncs ? /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(Items, { items: [syncs] }) : null
+  ] });
+}
+function GpuFacts({ gpu }) {
+  return /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { className: "dgd-eff-group", "data-testid": "dsh-gpu-eff-gpu", "data-index": gpu.index, children: [
+    /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("h4", { children: [
+      gpu.title,
+      gpu.cc ? /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("span", { className: "dgd-muted", children: [
+        " · ",
+        gpu.cc
+      ] }) : null
+    ] }),
+    /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(Items, { items: gpu.items }),
+    gpu.reasons.length ? /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("div", { className: "dgd-eff-reasons", "data-testid": "dsh-gpu-eff-reasons", children: gpu.reasons.map((r) => /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { className: `dgd-tag dgd-eff-reason-${r.kind}`, "data-reason": r.name, "data-kind": r.kind, children: r.label }, r.name)) }) : gpu.reasonsNone ? /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("div", { className: "dgd-muted", "data-testid": "dsh-gpu-eff-reasons", children: gpu.reasonsNone }) : null,
+    gpu.gpm.length ? /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(Items, { items: gpu.gpm.map((g) => ({ ...g, key: `gpm-${g.key}` })), testid: "dsh-gpu-eff-gpm" }) : null,
+    gpu.gpmNa ? /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("div", { className: "dgd-muted", "data-testid": "dsh-gpu-eff-gpm-na", children: gpu.gpmNa }) : null
+  ] });
+}
+function Group({ title, items, testid }) {
+  if (!items.length) return null;
+  return /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { className: "dgd-eff-group", "data-testid": testid, children: [
+    /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("h4", { children: title }),
+    /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(Items, { items })
+  ] });
+}
+function EfficiencyStrip({ doc, lang }) {
+  const eff = doc ? efficiency(doc, lang) : null;
+  if (!eff || eff.empty) return null;
+  return /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("section", { className: "dgd-card dgd-eff", "data-testid": "dsh-gpu-efficiency", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("h3", { className: "dgd-section-title", children: t(lang, "eff.title") }),
+    /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { className: "dgd-eff-groups", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(StepBar, { step: eff.step, syncs: eff.syncs, lang }),
+      eff.gpu ? /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(GpuFacts, { gpu: eff.gpu }) : null,
+      /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(Group, { title: t(lang, "eff.precision"), items: eff.precision, testid: "dsh-gpu-eff-precision" }),
+      /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(Group, { title: t(lang, "eff.loader"), items: eff.loader, testid: "dsh-gpu-eff-loader" })
+    ] })
+  ] });
+}
+function MigList({ doc, gpu, lang }) {
+  const rows = migRows(doc, gpu, lang);
+  if (!rows.length) return null;
+  return /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { className: "dgd-gpu-foot", "data-testid": "dsh-gpu-mig", children: [
+    t(lang, "eff.mig.title"),
+    /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("ul", { className: "dgd-gpu-procs", children: rows.map((r) => /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("li", { "data-testid": "dsh-gpu-mig-device", "data-mig-index": r.index, children: [
+      /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { className: "dgd-mono", children: r.label }),
+      r.ids ? /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { className: "dgd-muted", children: r.ids }) : null,
+      r.pids.length ? /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { children: r.pids.map((pid) => t(lang, "events.pid", { pid })).join(", ") }) : null,
+      /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("b", { children: r.mem })
+    ] }, r.index)) })
+  ] });
+}
+
+// src/client/view.jsx
+var import_jsx_runtime9 = require("react/jsx-runtime");
 function Hero({ doc, lang, lastOk }) {
   const rt = doc && doc.runtime || {};
   const cuda = cudaText(rt, lang);
-  return /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("section", { className: "dgd-card dgd-hero", "data-testid": "dsh-gpu-hero", children: [
-    /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { className: "dgd-hero-main", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(Badge, { doc, lang, big: true }),
-      /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { className: "dgd-hero-text", children: [
-        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("p", { className: "dgd-message", "data-testid": "dsh-gpu-message", children: summarize(doc, lang).message || NA }),
-        targetText(doc, lang) ? /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { className: "dgd-muted", "data-testid": "dsh-gpu-target", children: targetText(doc, lang) }) : null,
-        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(Updated, { lastOk, lang })
+  return /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("section", { className: "dgd-card dgd-hero", "data-testid": "dsh-gpu-hero", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("div", { className: "dgd-hero-main", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(Badge, { doc, lang, big: true }),
+      /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("div", { className: "dgd-hero-text", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("p", { className: "dgd-message", "data-testid": "dsh-gpu-message", children: summarize(doc, lang).message || NA }),
+        targetText(doc, lang) ? /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("span", { className: "dgd-muted", "data-testid": "dsh-gpu-target", children: targetText(doc, lang) }) : null,
+        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(Updated, { lastOk, lang })
       ] })
     ] }),
-    /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("dl", { className: "dgd-facts", "data-testid": "dsh-gpu-facts", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { children: [
-        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("dt", { children: t(lang, "summary.util") }),
-        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("dd", { children: fmtPct(modelGpu(doc)?.util_pct) })
+    /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("dl", { className: "dgd-facts", "data-testid": "dsh-gpu-facts", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("div", { children: [
+        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("dt", { children: t(lang, "summary.util") }),
+        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("dd", { children: utilText(modelGpu(doc), lang) })
       ] }),
-      /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { children: [
-        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("dt", { children: t(lang, "summary.mem") }),
-        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("dd", { children: fmtMiB(modelGpu(doc)?.mem_used_mib) })
+      /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("div", { children: [
+        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("dt", { children: t(lang, "summary.mem") }),
+        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("dd", { children: fmtMiB(modelGpu(doc)?.mem_used_mib) })
       ] }),
-      /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { children: [
-        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("dt", { children: t(lang, "summary.modelDevice") }),
-        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("dd", { children: deviceText(doc.model_device) })
+      /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("div", { children: [
+        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("dt", { children: t(lang, "summary.modelDevice") }),
+        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("dd", { children: deviceText(doc.model_device) })
       ] }),
-      /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { children: [
-        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("dt", { children: t(lang, "summary.inputDevice") }),
-        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("dd", { children: deviceText(doc.input_device) })
+      /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("div", { children: [
+        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("dt", { children: t(lang, "summary.inputDevice") }),
+        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("dd", { children: deviceText(doc.input_device) })
       ] }),
-      /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { children: [
-        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("dt", { children: t(lang, "summary.cuda") }),
-        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("dd", { title: cuda, children: cuda })
+      /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("div", { children: [
+        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("dt", { children: t(lang, "summary.cuda") }),
+        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("dd", { title: cuda, children: cuda })
       ] })
     ] }),
-    /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(Warnings, { doc, lang })
+    /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(Warnings, { doc, lang })
   ] });
 }
 function procsOnGpu(doc, index) {
@@ -2347,48 +2890,49 @@ function procsOnGpu(doc, index) {
   return out;
 }
 function GpuCard({ doc, g, i, modelDev, lang }) {
-  const procs = procsOnGpu(doc, g.index);
-  const fw = isNum2(g.framework_index) ? `cuda:${g.framework_index}` : null;
-  return /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("article", { className: "dgd-card", "data-testid": "dsh-gpu-card", "data-index": g.index ?? "", children: [
-    /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { className: "dgd-gpu-head", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("span", { className: "dgd-gpu-index", children: [
+  const procs2 = procsOnGpu(doc, g.index);
+  const fw = isNum3(g.framework_index) ? `cuda:${g.framework_index}` : null;
+  return /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("article", { className: "dgd-card", "data-testid": "dsh-gpu-card", "data-index": g.index ?? "", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("div", { className: "dgd-gpu-head", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("span", { className: "dgd-gpu-index", children: [
         "GPU ",
-        isNum2(g.index) ? g.index : i
+        isNum3(g.index) ? g.index : i
       ] }),
-      /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { className: "dgd-gpu-name", title: g.uuid || "", children: g.name || NA }),
-      fw && modelDev === fw ? /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { className: "dgd-tag dgd-tag-ok", children: t(lang, "gpu.modelHere") }) : null,
-      fw ? /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { className: "dgd-tag", title: t(lang, "gpu.framework", { dev: fw }), children: fw }) : /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { className: "dgd-tag dgd-tag-warn", title: t(lang, "gpu.frameworkHidden"), children: t(lang, "gpu.hiddenTag") })
+      /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("span", { className: "dgd-gpu-name", title: g.uuid || "", children: g.name || NA }),
+      fw && modelDev === fw ? /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("span", { className: "dgd-tag dgd-tag-ok", children: t(lang, "gpu.modelHere") }) : null,
+      fw ? /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("span", { className: "dgd-tag", title: t(lang, "gpu.framework", { dev: fw }), children: fw }) : /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("span", { className: "dgd-tag dgd-tag-warn", title: t(lang, "gpu.frameworkHidden"), children: t(lang, "gpu.hiddenTag") })
     ] }),
-    /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(GpuMeters, { gpu: g, lang }),
-    /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("div", { className: "dgd-gpu-foot", children: procs.length ? /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)(import_jsx_runtime8.Fragment, { children: [
+    /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(GpuMeters, { gpu: g, lang }),
+    /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("div", { className: "dgd-gpu-foot", children: procs2.length ? /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)(import_jsx_runtime9.Fragment, { children: [
       t(lang, "gpu.procs"),
-      /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("ul", { className: "dgd-gpu-procs", children: procs.map(({ proc, gpu }) => /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("li", { children: [
-        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { className: "dgd-mono", children: proc.pid }),
-        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { children: roleText(proc, lang) }),
-        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("b", { children: fmtMiB(gpu.mem_used_mib) })
+      /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("ul", { className: "dgd-gpu-procs", children: procs2.map(({ proc, gpu }) => /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("li", { children: [
+        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("span", { className: "dgd-mono", children: proc.pid }),
+        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("span", { children: roleText(proc, lang) }),
+        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("b", { children: fmtMiB(gpu.mem_used_mib) })
       ] }, `${proc.pid}`)) })
-    ] }) : /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { className: "dgd-muted", children: t(lang, "gpu.noProcs") }) })
+    ] }) : /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("span", { className: "dgd-muted", children: t(lang, "gpu.noProcs") }) }),
+    /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(MigList, { doc, gpu: g, lang })
   ] });
 }
 function GpuCards({ doc, lang }) {
   const gpus = Array.isArray(doc.gpus) ? doc.gpus.filter(Boolean) : [];
   const unusable = unusableGpus(doc);
   const modelDev = typeof doc.model_device === "string" ? doc.model_device : "";
-  return /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("section", { "data-testid": "dsh-gpu-gpus", children: [
-    /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("h3", { className: "dgd-section-title", children: t(lang, "gpus.title") }),
-    !gpus.length && !unusable.length ? /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { className: "dgd-card dgd-muted", children: [
+  return /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("section", { "data-testid": "dsh-gpu-gpus", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("h3", { className: "dgd-section-title", children: t(lang, "gpus.title") }),
+    !gpus.length && !unusable.length ? /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("div", { className: "dgd-card dgd-muted", children: [
       t(lang, "gpus.none"),
-      doc.nvml && doc.nvml.ok === false && doc.nvml.error ? /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("div", { className: "dgd-bad", children: t(lang, "runtime.nvmlError", { error: doc.nvml.error }) }) : null
+      doc.nvml && doc.nvml.ok === false && doc.nvml.error ? /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("div", { className: "dgd-bad", children: t(lang, "runtime.nvmlError", { error: doc.nvml.error }) }) : null
     ] }) : null,
-    /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { className: "dgd-gpu-grid", children: [
-      gpus.map((g, i) => /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(GpuCard, { doc, g, i, modelDev, lang }, `gpu-${g.index ?? i}`)),
-      unusable.map((s, i) => /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("article", { className: "dgd-card", "data-testid": "dsh-gpu-igpu", children: [
-        /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { className: "dgd-gpu-head", children: [
-          /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { className: "dgd-gpu-name", children: s.name || s.vendor || NA }),
-          /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { className: "dgd-tag dgd-tag-warn", children: t(lang, "igpu.badge") })
+    /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("div", { className: "dgd-gpu-grid", children: [
+      gpus.map((g, i) => /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(GpuCard, { doc, g, i, modelDev, lang }, `gpu-${g.index ?? i}`)),
+      unusable.map((s, i) => /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("article", { className: "dgd-card", "data-testid": "dsh-gpu-igpu", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("div", { className: "dgd-gpu-head", children: [
+          /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("span", { className: "dgd-gpu-name", children: s.name || s.vendor || NA }),
+          /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("span", { className: "dgd-tag dgd-tag-warn", children: t(lang, "igpu.badge") })
         ] }),
-        /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("div", { className: "dgd-muted", children: t(lang, "igpu.note") }),
-        /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { className: "dgd-gpu-foot", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("div", { className: "dgd-muted", children: t(lang, "igpu.note") }),
+        /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("div", { className: "dgd-gpu-foot", children: [
           s.pci ? t(lang, "igpu.pci", { pci: s.pci }) : null,
           s.driver ? ` · ${t(lang, "igpu.driver", { driver: s.driver })}` : null
         ] })
@@ -2407,40 +2951,41 @@ function RuntimeFooter({ doc, lang, intervalS }) {
     items.push([t(lang, "runtime.visible"), String(rt.cuda_visible_devices)]);
   if (nv.driver) items.push([t(lang, "runtime.driver"), nv.driver]);
   if (nv.cuda_driver) items.push([t(lang, "runtime.cudaDriver"), nv.cuda_driver]);
-  return /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("footer", { className: "dgd-runtime", "data-testid": "dsh-gpu-runtime", children: [
-    items.map(([k, v]) => /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("span", { children: [
+  return /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("footer", { className: "dgd-runtime", "data-testid": "dsh-gpu-runtime", children: [
+    items.map(([k, v]) => /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("span", { children: [
       k,
       " ",
-      /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("b", { children: v })
+      /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("b", { children: v })
     ] }, k)),
-    nv.ok === false && nv.error ? /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { className: "dgd-bad", children: t(lang, "runtime.nvmlError", { error: nv.error }) }) : null,
-    isNum2(intervalS) ? /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { children: t(lang, "runtime.interval", { s: intervalS }) }) : null
+    nv.ok === false && nv.error ? /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("span", { className: "dgd-bad", children: t(lang, "runtime.nvmlError", { error: nv.error }) }) : null,
+    isNum3(intervalS) ? /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("span", { children: t(lang, "runtime.interval", { s: intervalS }) }) : null
   ] });
 }
 function GpuView(props) {
-  return /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(SessionJobs, { sessionId: props && props.sessionId, children: (header, showJob) => /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(GpuViewBody, { header, showJob }) });
+  return /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(SessionJobs, { sessionId: props && props.sessionId, children: (header, showJob) => /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(GpuViewBody, { header, showJob }) });
 }
 function GpuViewBody({ header, showJob }) {
   const st = useStatus();
   const lang = useLang();
   const h = useHistory();
   const doc = st.doc;
-  return /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { className: "dgd-root dgd-view", "data-testid": "dsh-gpu-view", "data-state": st.state, children: [
+  return /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("div", { className: "dgd-root dgd-view", "data-testid": "dsh-gpu-view", "data-state": st.state, children: [
     header,
-    /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(ConnectionNotice, { st, lang }),
-    doc && showJob ? /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)(import_jsx_runtime8.Fragment, { children: [
-      /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(Hero, { doc, lang, lastOk: st.lastOk }),
-      /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(GpuCards, { doc, lang }),
-      /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(ProcessTable, { doc, lang }),
-      /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(HistoryCharts, { doc, lang }),
-      /* @__PURE__ */ (0, import_jsx_runtime8.jsx)(RuntimeFooter, { doc, lang, intervalS: h.intervalS })
+    /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(ConnectionNotice, { st, lang }),
+    doc && showJob ? /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)(import_jsx_runtime9.Fragment, { children: [
+      /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(Hero, { doc, lang, lastOk: st.lastOk }),
+      /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(EfficiencyStrip, { doc, lang }),
+      /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(GpuCards, { doc, lang }),
+      /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(ProcessTable, { doc, lang }),
+      /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(HistoryCharts, { doc, lang }),
+      /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(RuntimeFooter, { doc, lang, intervalS: h.intervalS })
     ] }) : null
   ] });
 }
 
 // src/client/settings.jsx
 var import_react6 = require("react");
-var import_jsx_runtime9 = require("react/jsx-runtime");
+var import_jsx_runtime10 = require("react/jsx-runtime");
 function vetUrl(value) {
   let u;
   try {
@@ -2464,7 +3009,7 @@ function autostartLines(cfg) {
 }
 function yamlSnippet(url, cfg) {
   const token = cfg && cfg.tokenSet ? "<your token>" : "null";
-  const timeout = cfg && isNum2(cfg.timeoutMs) ? cfg.timeoutMs : 2e3;
+  const timeout = cfg && isNum3(cfg.timeoutMs) ? cfg.timeoutMs : 2e3;
   return [
     "- id: dsh-gpu-dashboard",
     "  config:",
@@ -2491,42 +3036,42 @@ function useFlash() {
   return [on, flash];
 }
 function Field({ id, label, children }) {
-  return /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("section", { className: "dgd-field", children: [
-    /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("label", { className: "dgd-field-label", htmlFor: id, children: label }),
+  return /* @__PURE__ */ (0, import_jsx_runtime10.jsxs)("section", { className: "dgd-field", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("label", { className: "dgd-field-label", htmlFor: id, children: label }),
     children
   ] });
 }
 function ConnectionField({ st, cfg, effective, lang }) {
   const store = getStore();
-  return /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("section", { className: "dgd-field", "data-testid": "dsh-gpu-connection", "data-state": st.state, children: [
-    /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("span", { className: "dgd-field-label", children: t(lang, "settings.connection") }),
-    /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("div", { className: "dgd-conn", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("span", { className: "dgd-conn-state", children: [
-        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("span", { className: "dgd-conn-dot", style: { background: connectionColor(st.state) } }),
-        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("span", { "data-testid": "dsh-gpu-connection-state", children: t(lang, `settings.state.${st.state}`) }),
-        st.state === "ok" && st.doc ? /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(Badge, { doc: st.doc, lang }) : null
+  return /* @__PURE__ */ (0, import_jsx_runtime10.jsxs)("section", { className: "dgd-field", "data-testid": "dsh-gpu-connection", "data-state": st.state, children: [
+    /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("span", { className: "dgd-field-label", children: t(lang, "settings.connection") }),
+    /* @__PURE__ */ (0, import_jsx_runtime10.jsxs)("div", { className: "dgd-conn", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime10.jsxs)("span", { className: "dgd-conn-state", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("span", { className: "dgd-conn-dot", style: { background: connectionColor(st.state) } }),
+        /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("span", { "data-testid": "dsh-gpu-connection-state", children: t(lang, `settings.state.${st.state}`) }),
+        st.state === "ok" && st.doc ? /* @__PURE__ */ (0, import_jsx_runtime10.jsx)(Badge, { doc: st.doc, lang }) : null
       ] }),
-      /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("dl", { className: "dgd-kv", children: [
-        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("dt", { children: t(lang, "settings.effectiveUrl") }),
-        /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("dd", { className: "dgd-mono", "data-testid": "dsh-gpu-effective-url", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime10.jsxs)("dl", { className: "dgd-kv", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("dt", { children: t(lang, "settings.effectiveUrl") }),
+        /* @__PURE__ */ (0, import_jsx_runtime10.jsxs)("dd", { className: "dgd-mono", "data-testid": "dsh-gpu-effective-url", children: [
           effective || NA,
-          cfg ? /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("span", { className: "dgd-muted", children: [
+          cfg ? /* @__PURE__ */ (0, import_jsx_runtime10.jsxs)("span", { className: "dgd-muted", children: [
             " · ",
             cfg.tokenSet ? t(lang, "settings.tokenSet") : t(lang, "settings.tokenUnset")
           ] }) : null
         ] }),
-        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(StartedSidecarRow, { cfg, lang }),
-        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("dt", { children: t(lang, "settings.lastUpdate") }),
-        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("dd", { children: st.lastOk ? fmtAgo((Date.now() - st.lastOk) / 1e3, lang) : t(lang, "updated.never") }),
-        cfg && Array.isArray(cfg.warnings) && cfg.warnings.length ? /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)(import_jsx_runtime9.Fragment, { children: [
-          /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("dt", { children: t(lang, "settings.hostWarnings") }),
-          /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("dd", { className: "dgd-note-warn", "data-testid": "dsh-gpu-host-warnings", children: cfg.warnings.map((w, i) => /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("div", { children: w }, i)) })
+        /* @__PURE__ */ (0, import_jsx_runtime10.jsx)(StartedSidecarRow, { cfg, lang }),
+        /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("dt", { children: t(lang, "settings.lastUpdate") }),
+        /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("dd", { children: st.lastOk ? fmtAgo((Date.now() - st.lastOk) / 1e3, lang) : t(lang, "updated.never") }),
+        cfg && Array.isArray(cfg.warnings) && cfg.warnings.length ? /* @__PURE__ */ (0, import_jsx_runtime10.jsxs)(import_jsx_runtime10.Fragment, { children: [
+          /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("dt", { children: t(lang, "settings.hostWarnings") }),
+          /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("dd", { className: "dgd-note-warn", "data-testid": "dsh-gpu-host-warnings", children: cfg.warnings.map((w, i) => /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("div", { children: w }, i)) })
         ] }) : null
       ] }),
-      st.state === "unreachable" ? /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(Unreachable, { st, lang }) : null,
-      st.state === "missing" ? /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(SidecarMissing, { st, lang }) : null,
-      st.state === "error" ? /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(ProblemCard, { st, lang }) : null,
-      /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("button", { type: "button", className: "dgd-btn", onClick: () => store.refreshNow(), "data-testid": "dsh-gpu-test", children: t(lang, "settings.test") }) })
+      st.state === "unreachable" ? /* @__PURE__ */ (0, import_jsx_runtime10.jsx)(Unreachable, { st, lang }) : null,
+      st.state === "missing" ? /* @__PURE__ */ (0, import_jsx_runtime10.jsx)(SidecarMissing, { st, lang }) : null,
+      st.state === "error" ? /* @__PURE__ */ (0, import_jsx_runtime10.jsx)(ProblemCard, { st, lang }) : null,
+      /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("button", { type: "button", className: "dgd-btn", onClick: () => store.refreshNow(), "data-testid": "dsh-gpu-test", children: t(lang, "settings.test") }) })
     ] })
   ] });
 }
@@ -2543,8 +3088,8 @@ function UrlField({ url, setUrl, cfg, effective, lang }) {
     } catch {
     }
   };
-  return /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)(Field, { id: "dgd-url", label: t(lang, "settings.sidecarUrl"), children: [
-    /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(
+  return /* @__PURE__ */ (0, import_jsx_runtime10.jsxs)(Field, { id: "dgd-url", label: t(lang, "settings.sidecarUrl"), children: [
+    /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime10.jsx)(
       "input",
       {
         id: "dgd-url",
@@ -2555,19 +3100,19 @@ function UrlField({ url, setUrl, cfg, effective, lang }) {
         onChange: (e) => setUrl(e.target.value)
       }
     ) }),
-    vet === "invalid" ? /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("p", { className: "dgd-note-warn", children: t(lang, "settings.urlInvalid") }) : null,
-    vet === "not-loopback" ? /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("p", { className: "dgd-note-warn", children: t(lang, "settings.urlNotLoopback", { def: cfg && cfg.defaultSidecarUrl || DEFAULT_URL }) }) : null,
-    vet === "ok" && !differs && effective ? /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("p", { className: "dgd-note-ok", children: t(lang, "settings.urlSame") }) : null,
-    differs ? /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("p", { className: "dgd-note-warn", "data-testid": "dsh-gpu-url-differs", children: t(lang, "settings.urlDiffers", { url: effective }) }) : null,
-    /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("p", { className: "dgd-field-help", children: t(lang, "settings.sidecarUrlHelp", { file: "$DSH_HOME/profiles/web/cordis.patch.yml" }) }),
-    /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("pre", { className: "dgd-pre", "data-testid": "dsh-gpu-yaml", children: snippet }),
-    /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("button", { type: "button", className: "dgd-btn", onClick: copy, children: copied ? t(lang, "settings.copied") : t(lang, "settings.copy") }) })
+    vet === "invalid" ? /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("p", { className: "dgd-note-warn", children: t(lang, "settings.urlInvalid") }) : null,
+    vet === "not-loopback" ? /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("p", { className: "dgd-note-warn", children: t(lang, "settings.urlNotLoopback", { def: cfg && cfg.defaultSidecarUrl || DEFAULT_URL }) }) : null,
+    vet === "ok" && !differs && effective ? /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("p", { className: "dgd-note-ok", children: t(lang, "settings.urlSame") }) : null,
+    differs ? /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("p", { className: "dgd-note-warn", "data-testid": "dsh-gpu-url-differs", children: t(lang, "settings.urlDiffers", { url: effective }) }) : null,
+    /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("p", { className: "dgd-field-help", children: t(lang, "settings.sidecarUrlHelp", { file: "$DSH_HOME/profiles/web/cordis.patch.yml" }) }),
+    /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("pre", { className: "dgd-pre", "data-testid": "dsh-gpu-yaml", children: snippet }),
+    /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("button", { type: "button", className: "dgd-btn", onClick: copy, children: copied ? t(lang, "settings.copied") : t(lang, "settings.copy") }) })
   ] });
 }
 function RefreshField({ refresh, setRefresh, lang }) {
-  return /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)(Field, { id: "dgd-refresh", label: t(lang, "settings.refresh"), children: [
-    /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("div", { className: "dgd-row", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(
+  return /* @__PURE__ */ (0, import_jsx_runtime10.jsxs)(Field, { id: "dgd-refresh", label: t(lang, "settings.refresh"), children: [
+    /* @__PURE__ */ (0, import_jsx_runtime10.jsxs)("div", { className: "dgd-row", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime10.jsx)(
         "input",
         {
           id: "dgd-refresh",
@@ -2581,14 +3126,14 @@ function RefreshField({ refresh, setRefresh, lang }) {
           onChange: (e) => setRefresh(e.target.value)
         }
       ),
-      /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("span", { className: "dgd-muted", children: t(lang, "settings.seconds") })
+      /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("span", { className: "dgd-muted", children: t(lang, "settings.seconds") })
     ] }),
-    /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("p", { className: "dgd-field-help", children: t(lang, "settings.refreshHelp", { min: REFRESH_MIN_S, max: REFRESH_MAX_S }) })
+    /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("p", { className: "dgd-field-help", children: t(lang, "settings.refreshHelp", { min: REFRESH_MIN_S, max: REFRESH_MAX_S }) })
   ] });
 }
 function LanguageField({ settings, lang }) {
   const store = getStore();
-  return /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(Field, { id: "dgd-lang", label: t(lang, "settings.language"), children: /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)(
+  return /* @__PURE__ */ (0, import_jsx_runtime10.jsx)(Field, { id: "dgd-lang", label: t(lang, "settings.language"), children: /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime10.jsxs)(
     "select",
     {
       id: "dgd-lang",
@@ -2597,9 +3142,9 @@ function LanguageField({ settings, lang }) {
       onChange: (e) => store.saveSettings({ lang: e.target.value }),
       "data-testid": "dsh-gpu-lang-select",
       children: [
-        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("option", { value: "auto", children: t(lang, "settings.langAuto") }),
-        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("option", { value: "en", children: "English" }),
-        /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("option", { value: "zh", children: "中文" })
+        /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("option", { value: "auto", children: t(lang, "settings.langAuto") }),
+        /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("option", { value: "en", children: "English" }),
+        /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("option", { value: "zh", children: "中文" })
       ]
     }
   ) }) });
@@ -2623,14 +3168,14 @@ function SettingsSection() {
     setRefresh(String(clampRefresh(refresh)));
     flashSaved();
   };
-  return /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("div", { className: "dgd-root dgd-settings", "data-testid": "dsh-gpu-settings", children: [
-    /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(ConnectionField, { st, cfg, effective, lang }),
-    /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(UrlField, { url, setUrl, cfg, effective, lang }),
-    /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(RefreshField, { refresh, setRefresh, lang }),
-    /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(LanguageField, { settings, lang }),
-    /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)("div", { className: "dgd-row", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("button", { type: "button", className: "dgd-btn", onClick: save, "data-testid": "dsh-gpu-save", children: saved ? t(lang, "settings.saved") : t(lang, "settings.save") }),
-      /* @__PURE__ */ (0, import_jsx_runtime9.jsx)("span", { className: "dgd-muted", style: { marginLeft: "auto", fontSize: 11.5 }, children: t(lang, "settings.version", { version: cfg && cfg.version || PLUGIN_VERSION, dsh: SUPPORTED_DSH }) })
+  return /* @__PURE__ */ (0, import_jsx_runtime10.jsxs)("div", { className: "dgd-root dgd-settings", "data-testid": "dsh-gpu-settings", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime10.jsx)(ConnectionField, { st, cfg, effective, lang }),
+    /* @__PURE__ */ (0, import_jsx_runtime10.jsx)(UrlField, { url, setUrl, cfg, effective, lang }),
+    /* @__PURE__ */ (0, import_jsx_runtime10.jsx)(RefreshField, { refresh, setRefresh, lang }),
+    /* @__PURE__ */ (0, import_jsx_runtime10.jsx)(LanguageField, { settings, lang }),
+    /* @__PURE__ */ (0, import_jsx_runtime10.jsxs)("div", { className: "dgd-row", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("button", { type: "button", className: "dgd-btn", onClick: save, "data-testid": "dsh-gpu-save", children: saved ? t(lang, "settings.saved") : t(lang, "settings.save") }),
+      /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("span", { className: "dgd-muted", style: { marginLeft: "auto", fontSize: 11.5 }, children: t(lang, "settings.version", { version: cfg && cfg.version || PLUGIN_VERSION, dsh: SUPPORTED_DSH }) })
     ] })
   ] });
 }
@@ -2827,6 +3372,24 @@ var CSS = `
 .dgd-kv dd { margin: 0; min-width: 0; overflow-wrap: anywhere; }
 .dgd-note-ok { color: var(--dsw-alias-state-success-primary, #15803d); font-size: 12px; }
 .dgd-note-warn { color: var(--dsw-alias-state-warn-label, #92400e); font-size: 12px; }
+
+/* ---- efficiency strip (efficiency.jsx) */
+.dgd-eff { display: flex; flex-direction: column; gap: 8px; margin-bottom: 12px; }
+.dgd-eff-groups { display: grid; grid-template-columns: repeat(auto-fit, minmax(260px, 1fr)); gap: 10px 18px; }
+.dgd-eff-group { display: flex; flex-direction: column; gap: 5px; min-width: 0; }
+.dgd-eff-group h4 { margin: 0; font-size: 12px; font-weight: 600; color: var(--dsw-alias-label-secondary, #4b5563); }
+.dgd-eff-step { grid-column: 1 / -1; }
+.dgd-eff-stack { display: flex; height: 12px; border-radius: 6px; overflow: hidden; background: var(--dsw-alias-bg-layer-2, #eceef1); }
+.dgd-eff-stack span { display: block; height: 100%; min-width: 2px; }
+.dgd-eff-legend { display: flex; flex-wrap: wrap; gap: 2px 12px; font-size: 12px; }
+.dgd-eff-legend i { display: inline-block; width: 9px; height: 9px; border-radius: 3px; margin-right: 5px; }
+.dgd-eff-items { display: flex; flex-wrap: wrap; gap: 2px 14px; font-size: 12px; }
+.dgd-eff-item b { font-weight: 600; font-variant-numeric: tabular-nums; }
+.dgd-eff-note { color: var(--dsw-alias-label-tertiary, #9aa1a9); font-size: 11px; }
+.dgd-eff-bad b, .dgd-eff-bad .dgd-eff-note { color: var(--dsw-alias-state-error-primary, #dc2626); }
+.dgd-eff-reasons { display: flex; flex-wrap: wrap; gap: 4px; }
+.dgd-eff-reason-neutral { background: var(--dsw-alias-bg-layer-2, #f3f4f6); color: var(--dsw-alias-label-secondary, #4b5563); }
+.dgd-eff-reason-problem { background: var(--dsw-alias-state-error-tertiary, #fee2e2); color: var(--dsw-alias-state-error-primary, #dc2626); font-weight: 600; }
 `;
 function ensureStyle() {
   try {

@@ -24,9 +24,9 @@ Decisions worth knowing when reading the values:
   measurement None; the other devices are unaffected.
 - The process lists and utilisation samples are read straight into buffers kept between polls
   (see `_read_list`); everything else uses nvidia-ml-py's wrappers.
-- A poll asks each GPU only what something shows (memory, utilisation, the process lists and their
-  samples: 5 calls when the buffers fit), and its UUID every UUID_CHECK_EVERY_POLLS polls:
-  NVML calls are what a poll's CPU goes to, with the real driver even more than here.
+- A poll asks each GPU what something shows (memory, utilisation, process lists and samples: 5 calls
+  when the buffers fit; the efficiency fields, nvml_efficiency.py: 6, +2 with GPM), its UUID every
+  UUID_CHECK_EVERY_POLLS polls: NVML calls are what a poll's CPU goes to, more so on a real driver.
 - Initialisation is lazy (first poll) and, when it fails, retried with exponential backoff rather
   than on every poll: a missing driver makes each attempt cost a failed dlopen.
 """
@@ -40,6 +40,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from sidecar.sources import nvml_efficiency
 
 try:
     import pynvml
@@ -347,6 +349,7 @@ class _DeviceState:
         }
     )
     polls_since_uuid: int = 0
+    efficiency: nvml_efficiency.EfficiencyState = field(default_factory=nvml_efficiency.EfficiencyState)
 
 
 class NvmlSource:
@@ -404,6 +407,8 @@ class NvmlSource:
             self._closed = True
             if self._initialised:
                 self._initialised = False
+                for st in self._devices:
+                    nvml_efficiency.free_gpm(st.efficiency)
                 try:
                     pynvml.nvmlShutdown()
                 except Exception:
@@ -450,6 +455,8 @@ class NvmlSource:
                 time=started,
             )
         if len(self._devices) != count:
+            for st in self._devices:
+                nvml_efficiency.free_gpm(st.efficiency)
             self._devices = [_DeviceState() for _ in range(count)]
         now_us = int(started * 1_000_000)
         devices = [self._poll_device(calls, i, self._devices[i], now_us) for i in range(count)]
@@ -489,6 +496,7 @@ class NvmlSource:
             pci = calls(errors, "pci_bus_id", where, n.nvmlDeviceGetPciInfo, h)
             if calls.code == GPU_IS_LOST:
                 return self._unusable(info, st, calls.code)
+            nvml_efficiency.free_gpm(st.efficiency)
             st = self._devices[index] = _DeviceState(
                 handle=h,
                 uuid=uuid,
@@ -496,6 +504,7 @@ class NvmlSource:
                 pci_bus_id=_text(pci.busId) if pci is not None else None,
                 mem_v2=st.mem_v2,  # these two describe the driver, not the GPU
                 procs_v3=st.procs_v3,
+                efficiency=nvml_efficiency.EfficiencyState(events_v2=st.efficiency.events_v2),
                 # Start the sample window one hold period back rather than at 0: a real driver
                 # would otherwise hand over its whole buffer of old samples on the first call.
                 last_seen_us=now_us - int(self.util_hold_s * 1_000_000),
@@ -522,10 +531,13 @@ class NvmlSource:
         if util is not None:
             info.util_gpu, info.util_mem = util.gpu, util.memory
 
-        processes = self._processes(calls, errors, where, st)
-        if calls.code == GPU_IS_LOST:
-            return self._unusable(info, st, calls.code)
-        if processes:
+        lost = nvml_efficiency.poll(calls, info, st.efficiency, h, where)
+        processes = [] if lost else self._processes(calls, errors, where, st)
+        if lost or calls.code == GPU_IS_LOST:
+            return self._unusable(info, st, GPU_IS_LOST)
+        if info.mig_mode:
+            processes = nvml_efficiency.mig_view(calls, errors, where, st.efficiency, info, processes)
+        elif processes:
             self._process_utilisation(calls, errors, where, st, processes, now_us)
             if calls.code == GPU_IS_LOST:
                 return self._unusable(info, st, calls.code)
@@ -550,11 +562,12 @@ class NvmlSource:
                 entries = calls(errors, "processes", where, fn, st.handle, st.lists[kind])
             if calls.code == GPU_IS_LOST:
                 return []
-            for pid, used, _gi, _ci in entries or ():
+            for pid, used, gi, ci in entries or ():
                 used_mib = None if used == _NOT_AVAILABLE else used / MIB
                 known = by_pid.get(pid)
                 if known is None:
-                    by_pid[pid] = GpuProcess(pid, used_mib, None, None, (kind,))
+                    iid = nvml_efficiency.instance_id
+                    by_pid[pid] = GpuProcess(pid, used_mib, None, None, (kind,), iid(gi), iid(ci))
                 else:
                     # A process with both contexts is listed twice; keep one row with both types.
                     known.types = (*known.types, kind)
@@ -611,6 +624,7 @@ class NvmlSource:
         info.uuid, info.name, info.pci_bus_id = st.uuid, st.name, st.pci_bus_id
         info.mem_total_mib = info.mem_used_mib = None
         info.util_gpu = info.util_mem = None
+        nvml_efficiency.clear(info)
         info.processes = []
         info.lost = code == GPU_IS_LOST
         if info.lost and not info.field_errors:

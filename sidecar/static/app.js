@@ -1,16 +1,20 @@
 // app.js — the standalone dsh-gpu-dashboard page served by the sidecar at GET /.
 // No framework: fetch the status document every `refresh` seconds (paused while the tab is hidden),
-// render it with the shared rules of format.js, and draw the history with charts.js.
+// render it with the shared rules of format.js, the efficiency strip with strip.js, and the history with
+// history_view.js (charts.js underneath).
 // All URLs are relative so the page also works behind a path prefix.
 
 import {
-  CATALOGUE, NA, SERIES_COLORS, STATUS_COLORS, STATUS_TEXT_COLORS, UNREACHABLE_COMMAND,
+  CATALOGUE, NA, STATUS_COLORS, STATUS_TEXT_COLORS, UNREACHABLE_COMMAND,
   UNREACHABLE_COMMAND_RUN, UTIL_COLORS, deviceKind, fmtAgo, fmtClock, fmtCount, fmtFraction, fmtMiB,
   fmtPct, fmtRate, cmdText, cudaText, gpuFrameworkKey, gpuMemPct, memOfText, unusableGpus, gpuFrameworkText, messageText, modelGpu, schemaMismatch, pickLang, roleText,
   severityOf, sortWarnings, statusOf, statusText, t, utilLevel, warningHint, warningMessage,
 } from './format.js';
-import { TimeChart, niceTicks, pointsByGpu } from './charts.js';
 import { jobQuery, renderJobs } from './jobs.js';
+import { h, richText } from './dom.js';
+import { smText, utilText } from './efficiency.js';
+import { migList, renderStrip } from './strip.js';
+import { createHistoryView } from './history_view.js';
 
 /** @typedef {import('./contract.js').StatusDocument} StatusDocument */
 /** @typedef {import('./contract.js').HistoryDocument} HistoryDocument */
@@ -69,30 +73,6 @@ const $ = (sel, root = document) => root.querySelector(sel);
 const tr = (key, vars) => t(state.lang, key, vars);
 
 // ------------------------------------------------------------------ DOM helpers
-
-function h(tag, attrs, ...children) {
-  const e = document.createElement(tag);
-  if (attrs) {
-    for (const [k, v] of Object.entries(attrs)) {
-      if (v === null || v === undefined || v === false) continue;
-      if (k === 'class') e.className = v;
-      else if (k === 'style') e.setAttribute('style', v);
-      else if (k === 'text') e.textContent = v;
-      else e.setAttribute(k, v === true ? '' : String(v));
-    }
-  }
-  for (const c of children.flat()) {
-    if (c === null || c === undefined || c === false) continue;
-    e.appendChild(typeof c === 'string' || typeof c === 'number' ? document.createTextNode(String(c)) : c);
-  }
-  return e;
-}
-
-// Text with `backtick` spans rendered as <code> (never as HTML).
-function richText(text) {
-  const parts = String(text || '').split('`');
-  return parts.map((p, i) => (i % 2 ? h('code', { text: p }) : document.createTextNode(p)));
-}
 
 // Re-render a section only when what it shows changed (keeps selections and hover stable).
 function changed(name, value) {
@@ -167,7 +147,7 @@ function renderHero(doc) {
     facts.append(
       fact('summary.modelDevice', devChip(doc.model_device), 'fact-model-device'),
       fact('summary.inputDevice', devChip(doc.input_device), 'fact-input-device'),
-      fact('summary.util', fmtPct(gpu && gpu.util_pct), 'fact-util'),
+      fact('summary.util', utilText(gpu, state.lang), 'fact-util'),
       fact('summary.mem', fmtMiB(gpu && gpu.mem_used_mib), 'fact-mem'),
       fact('summary.cuda', cuda, 'fact-cuda'),
     );
@@ -249,7 +229,7 @@ function renderGpus(doc) {
       tag),
     h('div', { class: 'gpu-name', 'data-testid': 'gpu-name', text: g.name || NA, title: [g.name, g.uuid].filter(Boolean).join('\n') }),
     h('div', { class: 'gpu-sub', 'data-testid': 'gpu-framework', text: gpuFrameworkText(doc, g, state.lang) }),
-    meter('gpu.util', g.util_pct, fmtPct(g.util_pct), UTIL_COLORS[level], 'gpu-util'),
+    meter('gpu.util', g.util_pct, utilText(g, state.lang), UTIL_COLORS[level], 'gpu-util'),
     meter('gpu.mem', memPct, memOfText(g, state.lang), '#7c3aed', 'gpu-mem'),
     h('div', { class: 'gpu-procs', 'data-testid': 'gpu-procs' },
       h('div', { class: 'gpu-procs-title', text: tr('gpu.procs') }),
@@ -261,7 +241,8 @@ function renderGpus(doc) {
             h('span', { class: 'role', text: roleText(p, state.lang) }),
             h('span', { class: 'mem', text: fmtMiB(u && u.mem_used_mib) }));
         }))
-        : h('div', { class: 'none', text: tr('gpu.noProcs') }))));
+        : h('div', { class: 'none', text: tr('gpu.noProcs') })),
+    migList(doc, g, state.lang)));
   }
 
   for (const g of igpus) {
@@ -320,7 +301,6 @@ function renderProcs(doc) {
     const probed = p.has_probe === true;
     const models = p.models || [];
     const gpuMem = (p.gpu || []).reduce((a, g) => (num(g.mem_used_mib) ? (a ?? 0) + g.mem_used_mib : a), null);
-    const sm = (p.gpu || []).reduce((a, g) => (num(g.sm_util_pct) ? (a ?? 0) + g.sm_util_pct : a), null);
     const waits = models.map((m) => m.data_wait_fraction).filter(num);
     const wait = waits.length ? Math.max(...waits) : null;
     const inputs = [...new Set(models.map((m) => m.input_device).filter((d) => d !== null && d !== undefined))];
@@ -356,7 +336,7 @@ function renderProcs(doc) {
     },
     procCell, roleCell, modelCell, inputCell,
     h('td', { class: 'num', 'data-testid': 'gpu-mem', 'data-label': tr('col.gpuMem'), title: memTitle, text: fmtMiB(gpuMem) }),
-    h('td', { class: 'num', 'data-testid': 'sm', 'data-label': tr('col.sm'), text: fmtPct(sm) }),
+    h('td', { class: 'num', 'data-testid': 'sm', 'data-label': tr('col.sm'), text: smText(p, state.lang) }),
     h('td', { class: 'num', 'data-testid': 'cpu', 'data-label': tr('col.cpu'), text: fmtPct(p.cpu_pct) }),
     h('td', { class: `num${num(wait) && wait > 0.5 ? ' wait-high' : ''}`, 'data-testid': 'data-wait', 'data-label': tr('col.dataWait'), text: fmtFraction(wait) })));
     for (const td of body.lastChild.children) if (td !== procCell && td !== roleCell && td.textContent === NA) td.classList.add('na');
@@ -388,19 +368,7 @@ function renderRuntime(doc) {
 
 // ------------------------------------------------------------------ history
 
-const chartGroup = [];
-const eventLabel = (e) => [e.name || NA, e.pid ? tr('events.pid', { pid: e.pid }) : null].filter(Boolean).join(' · ');
-const tooltip = $('[data-testid="tooltip"]');
-const charts = {
-  mem: new TimeChart($('[data-testid="chart-mem"] .chart-body'), {
-    group: chartGroup, tooltip, title: () => tr('chart.mem'), eventLabel,
-    formatValue: (v, axis) => (axis && v === 0 ? '0' : fmtMiB(v)),
-  }),
-  util: new TimeChart($('[data-testid="chart-util"] .chart-body'), {
-    group: chartGroup, tooltip, title: () => tr('chart.util'), eventLabel,
-    formatValue: (v, axis) => (axis && v === 0 ? '0' : axis ? `${Math.round(v)} %` : fmtPct(v)),
-  }),
-};
+const historyView = createHistoryView({ tr, changed });
 
 function resetHistory() {
   state.samples = [];
@@ -444,76 +412,7 @@ function mergeHistory(hist) {
 }
 
 function renderCharts() {
-  const doc = state.doc;
-  const samples = state.samples;
-  const gpuNames = new Map(((doc && doc.gpus) || []).map((g) => [g.index, g]));
-  const last = samples.length ? samples[samples.length - 1].time_unix_s : (doc && num(doc.time_unix_s) ? doc.time_unix_s : null);
-  const emptyText = tr('chart.noData');
-  charts.mem.setEmptyText(emptyText);
-  charts.util.setEmptyText(emptyText);
-  if (last === null) return;
-  const t1 = last;
-  let t0 = t1 - Number(state.window);
-  if (state.window === 'all') {
-    t0 = samples.length ? samples[0].time_unix_s : t1 - 60;
-    // show task events that came just before the first sample (e.g. train_start), within a minute
-    if (state.events.length) t0 = Math.min(t0, Math.max(state.events[0].time_unix_s - 1, t0 - 60));
-  }
-  if (!(t1 - t0 >= 10)) t0 = t1 - 10;
-
-  const { indices, mem, util } = pointsByGpu(samples, t0 - 5);
-  const mk = (map) => indices.map((i) => ({
-    key: String(i), label: tr('chart.gpuN', { n: i }), color: SERIES_COLORS[i % SERIES_COLORS.length], points: map.get(i),
-  }));
-  const events = state.events.filter((e) => e.time_unix_s >= t0 && e.time_unix_s <= t1);
-  const gapS = Math.max(5, 3 * (state.interval || (doc && doc.interval_s) || 1));
-
-  let memMax = 0;
-  for (const i of indices) for (const p of mem.get(i)) if (p[0] >= t0 && p[1] > memMax) memMax = p[1];
-  const memUnit = memMax * 1.15 >= 1024 ? 1024 : 1;
-  const memTicks = niceTicks(Math.max(memMax * 1.15, 64), 4, memUnit);
-  const limits = indices.map((i) => gpuNames.get(i)).filter((g) => g && num(g.mem_total_mib))
-    .map((g) => ({ value: g.mem_total_mib, label: `${tr('chart.gpuN', { n: g.index })} · ${tr('gpu.memTotal', { total: fmtMiB(g.mem_total_mib) })}` }));
-  // "Memory growing" is the verdict's decision (the memory-growth warning's evidence), drawn as is.
-  const growth = doc && doc.memory_growth;
-  const trends = growth ? [{
-    fit: [[growth.start_unix_s, growth.first_mib], [growth.end_unix_s, growth.last_mib]],
-    label: tr('chart.trend', { rate: fmtMiB(growth.rate_mib_per_min) }),
-  }] : [];
-  charts.mem.setData({ series: mk(mem), t0, t1, yMax: memTicks.max, yTicks: memTicks.ticks, events, gapS, limits, trends });
-  charts.util.setData({ series: mk(util), t0, t1, yMax: 100, yTicks: [0, 25, 50, 75, 100], events, gapS });
-
-  // legends + "memory growing" flag
-  for (const [name, fig] of [['mem', '[data-testid="chart-mem"]'], ['util', '[data-testid="chart-util"]']]) {
-    const legend = $(`${fig} .legend`);
-    if (changed(`legend-${name}`, indices.map((i) => [i, gpuNames.has(i) && gpuNames.get(i).name]))) {
-      legend.replaceChildren(...indices.map((i) => h('span', { title: gpuNames.has(i) ? gpuNames.get(i).name : '' },
-        h('i', { style: `background:${SERIES_COLORS[i % SERIES_COLORS.length]}` }), tr('chart.gpuN', { n: i }))));
-    }
-  }
-  const flag = $('[data-testid="chart-mem"] .chart-flag');
-  flag.dataset.testid = 'mem-growing';
-  flag.textContent = growth ? tr('chart.growing', { rate: fmtMiB(growth.rate_mib_per_min) }) : '';
-  const figMem = $('[data-testid="chart-mem"]');
-  figMem.dataset.samples = String(samples.length);
-  figMem.dataset.lastTime = String(last);
-  $('[data-testid="chart-util"]').dataset.samples = String(samples.length);
-
-  renderEvents();
-}
-
-function renderEvents() {
-  const evs = state.events.slice(-12).reverse();
-  if (!changed('events', evs)) return;
-  const list = $('.event-list');
-  list.replaceChildren();
-  if (!evs.length) { list.appendChild(h('li', { class: 'none', text: tr('events.none') })); return; }
-  for (const e of evs) {
-    list.appendChild(h('li', { 'data-testid': 'event' },
-      h('span', { class: 'ev-time', text: fmtClock(e.time_unix_s) }),
-      h('span', { class: 'ev-name', text: e.name || NA }),
-      e.pid ? h('span', { class: 'ev-pid', text: tr('events.pid', { pid: e.pid }) }) : null));
-  }
+  historyView.render(state);
 }
 
 // ------------------------------------------------------------------ reachability + last updated
@@ -568,6 +467,7 @@ async function fetchJSON(url) {
 function renderAll() {
   const doc = state.doc;
   renderHero(doc);
+  if (changed('strip', doc && [doc.processes, doc.gpus, doc.model_gpu_index])) renderStrip($('[data-testid="efficiency"]'), doc, state.lang);
   renderGpus(doc);
   renderProcs(doc);
   renderRuntime(doc);

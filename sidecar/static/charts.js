@@ -1,7 +1,8 @@
 // charts.js — small hand-written SVG time-series charts (no library, works offline).
 //
 //   const c = new TimeChart(bodyElement, {formatValue, formatTime, tooltip, group});
-//   c.setData({series: [{key, label, color, points: [[t, v], …]}], t0, t1, yMax, events, gapS});
+//   c.setData({series: [{key, label, color, points: [[t, v], …], dash?, format?}], t0, t1, yMax, events, gapS});
+//   (`dash`: an SVG stroke-dasharray, drawn without the area; `format(v)`: the tooltip's value text)
 //
 // Charts in the same `group` array share a hover crosshair (same time axis).
 
@@ -189,11 +190,11 @@ export class TimeChart {
         prevT = t; prevX = px;
       }
       closeArea();
-      el('path', { d: area, class: 'area', fill: s.color }, sg);
+      if (!s.dash) el('path', { d: area, class: 'area', fill: s.color }, sg);
       if (pts.length === 1) el('circle', { cx: x(pts[0][0]), cy: y(pts[0][1]), r: 2.5, fill: s.color }, sg);
       el('path', {
         d: line, class: 'series', stroke: s.color, 'data-testid': 'series', 'data-key': s.key,
-        'data-points': pts.length, 'data-last': pts[pts.length - 1][1],
+        'data-points': pts.length, 'data-last': pts[pts.length - 1][1], 'stroke-dasharray': s.dash || null,
       }, sg);
     }
   }
@@ -281,7 +282,7 @@ export class TimeChart {
       const label = document.createElement('span');
       label.textContent = r.series.label;
       const val = document.createElement('b');
-      val.textContent = this.opts.formatValue(r.point[1], false);
+      val.textContent = r.series.format ? r.series.format(r.point[1]) : this.opts.formatValue(r.point[1], false);
       row.append(dot, label, val);
       tip.appendChild(row);
     }
@@ -316,23 +317,41 @@ export function niceTicks(max, target = 4, unit = 1) {
 
 /**
  * The history samples from `since` on, as [time, value] points per GPU index: { indices (sorted),
- * mem: Map index -> points of memory used (MiB), util: Map index -> points of utilisation (%) }.
+ * mem: Map index -> points of memory used (MiB), util: Map index -> points of utilisation (%),
+ * smActive, smOccupancy: Map index -> GPM points in percent (empty where the GPU has no GPM),
+ * power: Map index -> points in W, temp: Map index -> points in °C }.
  */
 export function pointsByGpu(samples, since) {
   const ok = (x) => typeof x === 'number' && Number.isFinite(x);
-  const mem = new Map();
-  const util = new Map();
+  const fields = {
+    mem: ['mem_used_mib', 1], util: ['util_pct', 1], smActive: ['sm_activity_fraction', 100],
+    smOccupancy: ['sm_occupancy_fraction', 100], power: ['power_w', 1], temp: ['temperature_c', 1],
+  };
+  const out = Object.fromEntries(Object.keys(fields).map((k) => [k, new Map()]));
   for (const s of samples) {
     if (!s || !ok(s.time_unix_s) || s.time_unix_s < since) continue;
     for (const g of Array.isArray(s.gpus) ? s.gpus : []) {
       if (!g || !ok(g.index)) continue;
-      if (!mem.has(g.index)) {
-        mem.set(g.index, []);
-        util.set(g.index, []);
+      for (const [k, [field, scale]] of Object.entries(fields)) {
+        if (!out[k].has(g.index)) out[k].set(g.index, []);
+        if (ok(g[field])) out[k].get(g.index).push([s.time_unix_s, g[field] * scale]);
       }
-      if (ok(g.mem_used_mib)) mem.get(g.index).push([s.time_unix_s, g.mem_used_mib]);
-      if (ok(g.util_pct)) util.get(g.index).push([s.time_unix_s, g.util_pct]);
     }
   }
-  return { indices: [...mem.keys()].sort((a, b) => a - b), mem, util };
+  return { indices: [...out.mem.keys()].sort((a, b) => a - b), ...out };
+}
+
+/**
+ * The job's own series from `since` on (for a machine without an NVIDIA GPU): { cpu: points of CPU %
+ * (of one core), rss: points of MiB, forward: forward calls/s, step: training steps/s }.
+ */
+export function jobPoints(samples, since) {
+  const ok = (x) => typeof x === 'number' && Number.isFinite(x);
+  const fields = { cpu: 'cpu_pct', rss: 'rss_mib', forward: 'forward_rate_hz', step: 'step_rate_hz' };
+  const out = Object.fromEntries(Object.keys(fields).map((k) => [k, []]));
+  for (const s of samples) {
+    if (!s || !ok(s.time_unix_s) || s.time_unix_s < since) continue;
+    for (const [k, field] of Object.entries(fields)) if (ok(s[field])) out[k].push([s.time_unix_s, s[field]]);
+  }
+  return out;
 }

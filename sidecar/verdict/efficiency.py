@@ -103,7 +103,7 @@ def _moves_data(f: Facts, g: GpuFacts) -> bool:
     rates = [r for r in (g.pcie_tx_bytes_per_s, g.pcie_rx_bytes_per_s) if r is not None]
     if rates:
         return sum(rates) >= f.rules.pcie_busy_bytes_per_s
-    return _busy(f, g)
+    return g.util is not None and g.util >= f.rules.idle_util_pct
 
 
 def rule_pcie_degraded(f: Facts) -> Iterable[Finding]:

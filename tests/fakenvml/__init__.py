@@ -43,6 +43,27 @@ NOT_SUPPORTED_QUERIES = (
     "compute_capability",
     "encoder",
     "decoder",
+    "clock_event_reasons",  # both nvmlDeviceGetCurrentClocksEventReasons and ...ThrottleReasons
+    "sm_clock",  # nvmlDeviceGetClockInfo(SM or GRAPHICS)
+    "mem_clock",  # nvmlDeviceGetClockInfo(MEM)
+    "sm_clock_max",  # nvmlDeviceGetMaxClockInfo (every domain)
+    "pcie_gen",
+    "pcie_gen_max",
+    "pcie_width",
+    "pcie_width_max",
+    "mig_mode",
+)
+
+# Integer per-GPU keys of the efficiency fields (clocks in MHz, PCIe generation and lane count).
+_INT_GPU_KEYS_EFFICIENCY = (
+    "sm_clock_mhz",
+    "sm_clock_max_mhz",
+    "mem_clock_mhz",
+    "mem_clock_max_mhz",
+    "pcie_gen",
+    "pcie_gen_max",
+    "pcie_width",
+    "pcie_width_max",
 )
 
 _GLOBAL_KEYS = {"driver_version", "cuda_driver_version", "init_error", "sample_period_us", "gpus"}
@@ -66,8 +87,17 @@ _GPU_KEYS = {
     "lost",
     "not_supported",
     "processes",
+    "clock_event_reasons",
+    "throttle_reasons_only",
+    *_INT_GPU_KEYS_EFFICIENCY,
+    "gpm",
+    "mig_mode",
+    "mig",
+    "mig_max_devices",
+    "mig_unprivileged",
 }
-_PROC_KEYS = {"pid", "used_mib", "sm_util", "mem_util", "type"}
+_PROC_KEYS = {"pid", "used_mib", "sm_util", "mem_util", "type", "gpu_instance_id", "compute_instance_id"}
+_MIG_KEYS = {"uuid", "gpu_instance_id", "compute_instance_id", "memory_total_mib", "memory_used_mib"}
 _PROC_TYPES = {"compute": 1, "graphics": 2, "both": 3}
 MAX_GPUS = 64  # fakenvml.c: MAX_GPUS
 MAX_PROCS = 512  # fakenvml.c: MAX_PROCS
@@ -208,6 +238,7 @@ def render_scenario(scenario: Mapping[str, Any]) -> str:
             major, minor = gpu["compute_capability"]
             lines.append(f"compute_capability {int(major)}.{int(minor)}")
         lines.append(f"lost {1 if gpu.get('lost') else 0}")
+        lines.extend(_efficiency_lines(index, gpu))
         for query in gpu.get("not_supported") or ():
             if query not in NOT_SUPPORTED_QUERIES:
                 raise ValueError(f"gpus[{index}].not_supported: {query!r} not in {NOT_SUPPORTED_QUERIES}")
@@ -222,11 +253,82 @@ def render_scenario(scenario: Mapping[str, Any]) -> str:
                 raise ValueError(f"process type {kind!r} not in {sorted(_PROC_TYPES)}")
             used = proc.get("used_mib", 0)
             used = -1 if used is None else int(used)
+            gi, ci = proc.get("gpu_instance_id"), proc.get("compute_instance_id")
+            mig_ids = "" if gi is None and ci is None else f" {_NO_ID if gi is None else int(gi)} {_NO_ID if ci is None else int(ci)}"
             lines.append(
                 f"proc {int(proc['pid'])} {used} {int(proc.get('sm_util', 0))} "
-                f"{int(proc.get('mem_util', 0))} {_PROC_TYPES[kind]}"
+                f"{int(proc.get('mem_util', 0))} {_PROC_TYPES[kind]}{mig_ids}"
             )
     return "\n".join(lines) + "\n"
+
+
+_NO_ID = 0xFFFFFFFF  # NVML's "not a MIG instance" in process entries
+MAX_MIG = 8  # fakenvml.c: MAX_MIG
+
+
+def clock_event_mask(reasons: int | Iterable[str]) -> int:
+    """An nvmlClocksEventReason* bit mask from an int or names of nvml_names.CLOCK_EVENT_REASONS."""
+    if isinstance(reasons, int):
+        return reasons
+    from sidecar.sources.nvml_names import CLOCK_EVENT_REASONS
+
+    bits = {name: bit for bit, name in CLOCK_EVENT_REASONS}
+    mask = 0
+    for name in reasons:
+        if name not in bits:
+            raise ValueError(f"unknown clock event reason {name!r}; known: {sorted(bits)}")
+        mask |= bits[name]
+    return mask
+
+
+def gpm_metric_id(name: int | str) -> int:
+    """NVML_GPM_METRIC_* id from an int or its name without the prefix ("sm_util", "any_tensor_util")."""
+    if isinstance(name, int):
+        return name
+    import pynvml  # constants only
+
+    value = getattr(pynvml, "NVML_GPM_METRIC_" + str(name).upper(), None)
+    if not isinstance(value, int) or str(name).upper() == "MAX":
+        raise ValueError(f"unknown GPM metric {name!r} (NVML_GPM_METRIC_<NAME> without the prefix)")
+    return value
+
+
+def _efficiency_lines(index: int, gpu: Mapping[str, Any]) -> list[str]:
+    """Scenario lines for clocks, PCIe, GPM and MIG (the keys documented in README.md)."""
+    lines = []
+    if gpu.get("clock_event_reasons") is not None:
+        lines.append(f"clock_event_reasons {clock_event_mask(gpu['clock_event_reasons'])}")
+    if gpu.get("throttle_reasons_only"):
+        lines.append("throttle_reasons_only 1")
+    for key in _INT_GPU_KEYS_EFFICIENCY:
+        if gpu.get(key) is not None:
+            lines.append(f"{key} {int(gpu[key])}")
+    gpm = gpu.get("gpm")
+    if gpm is not None:
+        lines.append("gpm_supported 1")
+        for name, value in dict(gpm).items():
+            metric = gpm_metric_id(name)
+            lines.append(f"gpm_not_supported {metric}" if value is None else f"gpm {metric} {float(value)!r}")
+    migs = list(gpu.get("mig") or [])
+    if len(migs) > MAX_MIG:
+        raise ValueError(f"at most {MAX_MIG} MIG devices per GPU")
+    mode = gpu.get("mig_mode", True if migs else None)
+    if mode is not None:
+        lines.append(f"mig_mode {1 if mode else 0}")
+    if gpu.get("mig_max_devices") is not None:
+        lines.append(f"mig_max_devices {int(gpu['mig_max_devices'])}")
+    if gpu.get("mig_unprivileged"):
+        lines.append("mig_unprivileged 1")
+    for k, mig in enumerate(migs):
+        _check_keys(f"gpus[{index}].mig[{k}]", mig, _MIG_KEYS)
+        uuid = _one_line("mig uuid", mig.get("uuid", f"MIG-{index:08x}-{k:04x}-4000-8000-000000000000"))
+        if not uuid or " " in uuid:
+            raise ValueError(f"gpus[{index}].mig[{k}].uuid must be one word: {uuid!r}")
+        lines.append(
+            f"mig {uuid} {int(mig.get('gpu_instance_id', k + 1))} {int(mig.get('compute_instance_id', 0))} "
+            f"{int(mig.get('memory_total_mib', 9856))} {int(mig.get('memory_used_mib', 0))}"
+        )
+    return lines
 
 
 def write_scenario(path: str | os.PathLike[str], scenario: Mapping[str, Any]) -> Path:
@@ -255,6 +357,18 @@ def write_scenario(path: str | os.PathLike[str], scenario: Mapping[str, Any]) ->
             os.unlink(tmp)
         raise
     return path
+
+
+# What NvmlSource reports in field_errors for a GPU of `gpu()` (an A100) whatever the test: GPM needs
+# Hopper or newer. Tests that expect "no errors" compare against this.
+def _default_field_errors() -> dict[str, str]:
+    from sidecar.sources.nvml_efficiency import GPM_UNSUPPORTED
+    from sidecar.sources.nvml_names import GPM_FIELDS
+
+    return {name: GPM_UNSUPPORTED for name, _id, _scale in GPM_FIELDS}
+
+
+DEFAULT_FIELD_ERRORS = _default_field_errors()
 
 
 # --------------------------------------------------------------------------- running code against it
@@ -481,11 +595,14 @@ def _symlink(target: Path, link: Path) -> None:
 
 
 __all__ = [
+    "DEFAULT_FIELD_ERRORS",
     "FakeNvml",
     "LIBRARY_NAME",
     "NOT_SUPPORTED_QUERIES",
     "PythonWorker",
     "build_library",
+    "clock_event_mask",
+    "gpm_metric_id",
     "gpu",
     "make_fake_sysfs",
     "nvml_env",

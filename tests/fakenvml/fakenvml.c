@@ -41,6 +41,21 @@ static_assert(offsetof(nvmlProcessUtilizationSample_t, timeStamp) == 8, "timesta
 static_assert(sizeof(nvmlUtilization_t) == 8, "{gpu, memory}");
 static_assert(offsetof(nvmlPciInfo_t, busId) == 36, "busId after the legacy id and 5 uints");
 static_assert(sizeof(nvmlTemperature_v1_t) == 12, "{version, sensorType, temperature}");
+/* GPM: nvidia-ml-py's c_nvmlGpmMetric_t is {c_uint metricId, c_int nvmlReturn, c_double value,
+ * {c_char_p shortName, longName, unit}} and c_nvmlGpmMetricsGet_t is {version, numMetrics, sample1,
+ * sample2, metrics[NVML_GPM_METRIC_MAX]}; tests/unit/test_nvml_efficiency.py checks the Python side
+ * against the same numbers and NVML_GPM_METRIC_MAX against this header's. */
+static_assert(sizeof(nvmlGpmMetric_t) == 40, "metricId, nvmlReturn, value, 3 name pointers");
+static_assert(offsetof(nvmlGpmMetric_t, nvmlReturn) == 4, "nvmlReturn follows metricId");
+static_assert(offsetof(nvmlGpmMetric_t, value) == 8, "value is a double at 8");
+static_assert(offsetof(nvmlGpmMetric_t, metricInfo) == 16, "metricInfo after value");
+static_assert(offsetof(nvmlGpmMetricsGet_t, numMetrics) == 4, "numMetrics follows version");
+static_assert(offsetof(nvmlGpmMetricsGet_t, sample1) == 8, "sample1 at 8");
+static_assert(offsetof(nvmlGpmMetricsGet_t, sample2) == 16, "sample2 at 16");
+static_assert(offsetof(nvmlGpmMetricsGet_t, metrics) == 24, "metrics[] at 24");
+static_assert(sizeof(nvmlGpmMetricsGet_t) == 24 + 40 * NVML_GPM_METRIC_MAX, "no tail padding");
+static_assert(sizeof(nvmlGpmSupport_t) == 8, "{version, isSupportedDevice}");
+static_assert(NVML_GPM_METRICS_GET_VERSION == 1 && NVML_GPM_SUPPORT_VERSION == 1, "versions nvidia-ml-py sends");
 
 #define MAX_GPUS 64
 #define MAX_PROCS 512
@@ -61,6 +76,15 @@ enum {
     NS_COMPUTE_CAPABILITY = 1u << 9,
     NS_ENCODER = 1u << 10,
     NS_DECODER = 1u << 11,
+    NS_CLOCK_EVENT_REASONS = 1u << 12, /* both the event- and the older throttle-reasons call */
+    NS_SM_CLOCK = 1u << 13, /* nvmlDeviceGetClockInfo(SM) (and GRAPHICS, the same domain on GPUs we model) */
+    NS_MEM_CLOCK = 1u << 14,
+    NS_SM_CLOCK_MAX = 1u << 15, /* nvmlDeviceGetMaxClockInfo, every domain */
+    NS_PCIE_GEN = 1u << 16,
+    NS_PCIE_GEN_MAX = 1u << 17,
+    NS_PCIE_WIDTH = 1u << 18,
+    NS_PCIE_WIDTH_MAX = 1u << 19,
+    NS_MIG_MODE = 1u << 20, /* also what a GPU without a "mig_mode" key answers */
 };
 
 static const struct {
@@ -79,17 +103,39 @@ static const struct {
     {"compute_capability", NS_COMPUTE_CAPABILITY},
     {"encoder", NS_ENCODER},
     {"decoder", NS_DECODER},
+    {"clock_event_reasons", NS_CLOCK_EVENT_REASONS},
+    {"sm_clock", NS_SM_CLOCK},
+    {"mem_clock", NS_MEM_CLOCK},
+    {"sm_clock_max", NS_SM_CLOCK_MAX},
+    {"pcie_gen", NS_PCIE_GEN},
+    {"pcie_gen_max", NS_PCIE_GEN_MAX},
+    {"pcie_width", NS_PCIE_WIDTH},
+    {"pcie_width_max", NS_PCIE_WIDTH_MAX},
+    {"mig_mode", NS_MIG_MODE},
 };
 
 #define PROC_COMPUTE 1u
 #define PROC_GRAPHICS 2u
+
+#define MAX_MIG 8 /* A100/H100 split into at most 7 */
+#define NO_ID 0xFFFFFFFFu /* NVML's "not a MIG instance" in process entries */
 
 struct fake_proc {
     unsigned pid;
     unsigned long long used_bytes; /* ULLONG_MAX = not available (NVML_VALUE_NOT_AVAILABLE) */
     unsigned sm_util, mem_util;
     unsigned types;
+    unsigned gi, ci; /* MIG GPU / compute instance ids, NO_ID without MIG */
 };
+
+struct fake_mig {
+    char uuid[STR_LEN];
+    unsigned gi, ci;
+    unsigned long long mem_total, mem_used; /* bytes */
+};
+
+/* Per GPM metric id: absent (0.0 on a GPM GPU), a value, or NOT_SUPPORTED for that metric. */
+enum { GPM_ZERO = 0, GPM_VALUE = 1, GPM_NOT_SUPPORTED = 2 };
 
 struct fake_gpu {
     char name[STR_LEN], uuid[STR_LEN], serial[STR_LEN], pci_bus_id[STR_LEN];
@@ -100,6 +146,17 @@ struct fake_gpu {
     int cc_major, cc_minor;
     int lost;
     unsigned not_supported;
+    unsigned long long clock_event_reasons; /* nvmlClocksEventReason* bits */
+    int throttle_reasons_only; /* an older driver: only nvmlDeviceGetCurrentClocksThrottleReasons */
+    unsigned sm_clock_mhz, sm_clock_max_mhz, mem_clock_mhz, mem_clock_max_mhz;
+    unsigned pcie_gen, pcie_gen_max, pcie_width, pcie_width_max;
+    int gpm_supported;
+    unsigned char gpm_state[NVML_GPM_METRIC_MAX];
+    double gpm_value[NVML_GPM_METRIC_MAX];
+    int mig_mode; /* 0 disabled, 1 enabled; -1 (or not_supported mig_mode): a GPU without MIG */
+    int mig_unprivileged; /* the caller is not root: the parent handle's process lists say NO_PERMISSION */
+    unsigned mig_max_devices, n_mig;
+    struct fake_mig migs[MAX_MIG];
     unsigned n_procs;
     struct fake_proc procs[MAX_PROCS];
 };
@@ -117,9 +174,20 @@ struct scenario {
 /* Handles are addresses of these slots: stable for the life of the process, like real ones. */
 struct nvmlDevice_st {
     unsigned index;
+    unsigned mig; /* 0: the GPU itself; k + 1: its MIG device k */
 };
 
 static struct nvmlDevice_st g_handles[MAX_GPUS];
+static struct nvmlDevice_st g_mig_handles[MAX_GPUS][MAX_MIG];
+
+/* A GPM sample: which GPU it was read from and when. Real samples hold counter snapshots; the
+ * simulated metrics are the scenario's rates, so a sample only has to prove it was filled. */
+#define GPM_SAMPLE_MAGIC 0x47504d53u
+struct nvmlGpmSample_st {
+    unsigned magic;
+    int gpu; /* -1 until nvmlGpmSampleGet fills it */
+    unsigned long long t_us;
+};
 static struct scenario g_sc;
 static int g_init_count; /* nvmlInit/nvmlShutdown are reference counted */
 static struct {
@@ -149,6 +217,13 @@ static void gpu_defaults(struct fake_gpu *g, unsigned index) {
     g->power_mw = 60000;
     g->power_limit_mw = 400000;
     g->cc_major = 8;
+    /* A100-SXM4 clocks and link; an idle-looking GPU with no clock event reason active. */
+    g->sm_clock_mhz = g->sm_clock_max_mhz = 1410;
+    g->mem_clock_mhz = g->mem_clock_max_mhz = 1593;
+    g->pcie_gen = g->pcie_gen_max = 4;
+    g->pcie_width = g->pcie_width_max = 16;
+    g->mig_mode = 0; /* an A100: MIG-capable, disabled; not_supported mig_mode for a GPU without MIG */
+    g->mig_max_devices = 7;
 }
 
 static void parse_pci(struct fake_gpu *g) {
@@ -212,13 +287,47 @@ static void parse_scenario(char *text, struct scenario *sc) {
         else if (!strcmp(key, "power_limit_mw")) g->power_limit_mw = (unsigned)u;
         else if (!strcmp(key, "compute_capability")) sscanf(val, "%d.%d", &g->cc_major, &g->cc_minor);
         else if (!strcmp(key, "lost")) g->lost = u != 0;
+        else if (!strcmp(key, "clock_event_reasons")) g->clock_event_reasons = u;
+        else if (!strcmp(key, "throttle_reasons_only")) g->throttle_reasons_only = u != 0;
+        else if (!strcmp(key, "sm_clock_mhz")) g->sm_clock_mhz = (unsigned)u;
+        else if (!strcmp(key, "sm_clock_max_mhz")) g->sm_clock_max_mhz = (unsigned)u;
+        else if (!strcmp(key, "mem_clock_mhz")) g->mem_clock_mhz = (unsigned)u;
+        else if (!strcmp(key, "mem_clock_max_mhz")) g->mem_clock_max_mhz = (unsigned)u;
+        else if (!strcmp(key, "pcie_gen")) g->pcie_gen = (unsigned)u;
+        else if (!strcmp(key, "pcie_gen_max")) g->pcie_gen_max = (unsigned)u;
+        else if (!strcmp(key, "pcie_width")) g->pcie_width = (unsigned)u;
+        else if (!strcmp(key, "pcie_width_max")) g->pcie_width_max = (unsigned)u;
+        else if (!strcmp(key, "gpm_supported")) g->gpm_supported = u != 0;
+        else if (!strcmp(key, "gpm")) { /* "gpm METRIC_ID VALUE" */
+            unsigned id;
+            double v;
+            if (sscanf(val, "%u %lf", &id, &v) == 2 && id < NVML_GPM_METRIC_MAX) {
+                g->gpm_state[id] = GPM_VALUE;
+                g->gpm_value[id] = v;
+            }
+        } else if (!strcmp(key, "gpm_not_supported")) {
+            if (u < NVML_GPM_METRIC_MAX) g->gpm_state[u] = GPM_NOT_SUPPORTED;
+        } else if (!strcmp(key, "mig_mode")) g->mig_mode = (int)strtol(val, NULL, 0);
+        else if (!strcmp(key, "mig_unprivileged")) g->mig_unprivileged = u != 0;
+        else if (!strcmp(key, "mig_max_devices")) g->mig_max_devices = u < MAX_MIG ? (unsigned)u : MAX_MIG;
+        else if (!strcmp(key, "mig") && g->n_mig < MAX_MIG) { /* "mig UUID GI CI TOTAL_MIB USED_MIB" */
+            struct fake_mig *m = &g->migs[g->n_mig];
+            unsigned long long total = 0, used = 0;
+            if (sscanf(val, "%95s %u %u %llu %llu", m->uuid, &m->gi, &m->ci, &total, &used) == 5) {
+                m->mem_total = total * MIB;
+                m->mem_used = used * MIB;
+                g->n_mig++;
+            }
+        }
         else if (!strcmp(key, "not_supported")) {
             for (size_t i = 0; i < sizeof ns_names / sizeof ns_names[0]; i++)
                 if (!strcmp(val, ns_names[i].name)) g->not_supported |= ns_names[i].bit;
         } else if (!strcmp(key, "proc") && g->n_procs < MAX_PROCS) {
             long long used_mib = -1;
             struct fake_proc *p = &g->procs[g->n_procs];
-            if (sscanf(val, "%u %lld %u %u %u", &p->pid, &used_mib, &p->sm_util, &p->mem_util, &p->types) == 5) {
+            p->gi = p->ci = NO_ID;
+            if (sscanf(val, "%u %lld %u %u %u %u %u", &p->pid, &used_mib, &p->sm_util, &p->mem_util, &p->types,
+                       &p->gi, &p->ci) >= 5) {
                 p->used_bytes = used_mib < 0 ? ~0ULL : (unsigned long long)used_mib * MIB;
                 g->n_procs++;
             }
@@ -275,6 +384,30 @@ static struct fake_gpu *lookup(nvmlDevice_t dev) {
     unsigned i = (unsigned)((p - base) / sizeof g_handles[0]);
     return i < g_sc.n_gpus ? &g_sc.gpus[i] : NULL;
 }
+
+/* A MIG device handle: its parent GPU, and the MIG device in *mig. NULL when the handle is not one
+ * of ours or its MIG device no longer exists (MIG turned off, instance destroyed). */
+static struct fake_gpu *lookup_mig(nvmlDevice_t dev, struct fake_mig **mig) {
+    uintptr_t p = (uintptr_t)dev, base = (uintptr_t)g_mig_handles;
+    if (p < base || p >= base + sizeof g_mig_handles || (p - base) % sizeof g_mig_handles[0][0]) return NULL;
+    const struct nvmlDevice_st *h = dev;
+    if (h->index >= g_sc.n_gpus || h->mig == 0) return NULL;
+    struct fake_gpu *g = &g_sc.gpus[h->index];
+    if (g->mig_mode != 1 || h->mig > g->n_mig) return NULL;
+    *mig = &g->migs[h->mig - 1];
+    return g;
+}
+
+/* Prologue for the queries that accept a GPU or a MIG device handle: g is the (parent) GPU, m the
+ * MIG device or NULL. */
+#define ENTER_ANY_DEVICE(dev, ns_bit) \
+    ENTER_SYSTEM(); \
+    struct fake_mig *m = NULL; \
+    struct fake_gpu *g = lookup(dev); \
+    if (!g) g = lookup_mig(dev, &m); \
+    if (!g) RETURN(NVML_ERROR_INVALID_ARGUMENT); \
+    if (g->lost) RETURN(NVML_ERROR_GPU_IS_LOST); \
+    if ((ns_bit) && (g->not_supported & (unsigned)(ns_bit))) RETURN(NVML_ERROR_NOT_SUPPORTED)
 
 static nvmlReturn_t put_str(char *dst, unsigned length, const char *src) {
     if (!dst) return NVML_ERROR_INVALID_ARGUMENT;
@@ -432,8 +565,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned 
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
-    ENTER_DEVICE(device, 0);
-    RETURN(put_str(uuid, length, g->uuid));
+    ENTER_ANY_DEVICE(device, 0);
+    RETURN(put_str(uuid, length, m ? m->uuid : g->uuid));
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned int length) {
@@ -486,8 +619,14 @@ EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int 
 /* ---------------------------------------------------------------- memory, utilisation, sensors */
 
 EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
-    ENTER_DEVICE(device, NS_MEMORY);
+    ENTER_ANY_DEVICE(device, NS_MEMORY);
     if (!memory) RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (m) { /* a MIG device: its own slice of memory */
+        memory->total = m->mem_total;
+        memory->used = m->mem_used;
+        memory->free = m->mem_total > m->mem_used ? m->mem_total - m->mem_used : 0;
+        RETURN(NVML_SUCCESS);
+    }
     /* v1 "used" counts the driver's reservation too; v2 reports it separately. */
     unsigned long long used = g->mem_used + g->mem_reserved;
     memory->total = g->mem_total;
@@ -497,9 +636,16 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *m
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory) {
-    ENTER_DEVICE(device, NS_MEMORY | NS_MEMORY_V2);
+    ENTER_ANY_DEVICE(device, NS_MEMORY | NS_MEMORY_V2);
     if (!memory) RETURN(NVML_ERROR_INVALID_ARGUMENT);
     if (memory->version != nvmlMemory_v2) RETURN(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    if (m) {
+        memory->total = m->mem_total;
+        memory->reserved = 0;
+        memory->used = m->mem_used;
+        memory->free = m->mem_total > m->mem_used ? m->mem_total - m->mem_used : 0;
+        RETURN(NVML_SUCCESS);
+    }
     unsigned long long used = g->mem_used + g->mem_reserved;
     memory->total = g->mem_total;
     memory->reserved = g->mem_reserved;
@@ -520,6 +666,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Mem
 EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization) {
     ENTER_DEVICE(device, NS_UTILIZATION);
     if (!utilization) RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    /* Real drivers: GPU utilisation is not reported for a MIG-enabled GPU (nvitop issue #5). */
+    if (g->mig_mode == 1) RETURN(NVML_ERROR_NOT_SUPPORTED);
     utilization->gpu = g->util_gpu;
     utilization->memory = g->util_mem;
     RETURN(NVML_SUCCESS);
@@ -584,6 +732,12 @@ EXPORT nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsig
 
 /* ---------------------------------------------------------------- processes */
 
+/* Whether a process appears in a list of `types` asked on the GPU (m NULL) or on MIG device m. */
+static int proc_listed(const struct fake_proc *p, unsigned types, const struct fake_mig *m) {
+    if (!(p->types & types)) return 0;
+    return !m || (p->gi == m->gi && p->ci == m->ci);
+}
+
 /*
  * The sizing protocol every NVML list call shares: a count of 0 (or a NULL array) asks for the
  * size, answered SUCCESS when the list is empty and INSUFFICIENT_SIZE with the needed count
@@ -591,10 +745,14 @@ EXPORT nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsig
  */
 static nvmlReturn_t running_processes(nvmlDevice_t device, unsigned types, unsigned *count, void *out,
                                       size_t entry_size) {
-    ENTER_DEVICE(device, NS_PROCESSES);
+    ENTER_ANY_DEVICE(device, NS_PROCESSES);
     if (!count) RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    /* nvml.h: "In MIG mode, if device handle is provided, the API returns aggregate information,
+     * only if the caller has appropriate privileges. Per-instance information can be queried by
+     * using specific MIG device handles." An unprivileged caller gets NO_PERMISSION on the parent. */
+    if (!m && g->mig_mode == 1 && g->mig_unprivileged) RETURN(NVML_ERROR_NO_PERMISSION);
     unsigned n = 0;
-    for (unsigned i = 0; i < g->n_procs; i++) n += (g->procs[i].types & types) != 0;
+    for (unsigned i = 0; i < g->n_procs; i++) n += proc_listed(&g->procs[i], types, m);
     if (n == 0) {
         *count = 0;
         RETURN(NVML_SUCCESS);
@@ -606,7 +764,7 @@ static nvmlReturn_t running_processes(nvmlDevice_t device, unsigned types, unsig
     unsigned k = 0;
     for (unsigned i = 0; i < g->n_procs; i++) {
         const struct fake_proc *p = &g->procs[i];
-        if (!(p->types & types)) continue;
+        if (!proc_listed(p, types, m)) continue;
         if (entry_size == sizeof(nvmlProcessInfo_v1_t)) {
             nvmlProcessInfo_v1_t *e = (nvmlProcessInfo_v1_t *)out + k;
             e->pid = p->pid;
@@ -615,8 +773,8 @@ static nvmlReturn_t running_processes(nvmlDevice_t device, unsigned types, unsig
             nvmlProcessInfo_t *e = (nvmlProcessInfo_t *)out + k;
             e->pid = p->pid;
             e->usedGpuMemory = p->used_bytes;
-            e->gpuInstanceId = 0xFFFFFFFFu; /* not a MIG device */
-            e->computeInstanceId = 0xFFFFFFFFu;
+            e->gpuInstanceId = g->mig_mode == 1 ? p->gi : NO_ID; /* NO_ID: not on a MIG device */
+            e->computeInstanceId = g->mig_mode == 1 ? p->ci : NO_ID;
         }
         k++;
     }
@@ -660,6 +818,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlPro
                                                     unsigned long long lastSeenTimeStamp) {
     ENTER_DEVICE(device, NS_PROCESS_UTILIZATION);
     if (!processSamplesCount) RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    /* nvml.h: "On MIG-enabled GPUs, querying process utilization is not currently supported." */
+    if (g->mig_mode == 1) RETURN(NVML_ERROR_NOT_SUPPORTED);
     unsigned long long period = g_sc.sample_period_us;
     unsigned long long stamp = now_us() / period * period;
     unsigned n = 0;
@@ -689,19 +849,200 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlPro
     RETURN(NVML_SUCCESS);
 }
 
-/* ---------------------------------------------------------------- MIG: never enabled here */
+/* ---------------------------------------------------------------- clocks, clock event reasons, PCIe link */
+
+static nvmlReturn_t clock_of(nvmlDevice_t device, nvmlClockType_t type, unsigned *clock, int max) {
+    ENTER_DEVICE(device, 0);
+    if (!clock) RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (max && (g->not_supported & NS_SM_CLOCK_MAX)) RETURN(NVML_ERROR_NOT_SUPPORTED);
+    switch (type) {
+    case NVML_CLOCK_GRAPHICS: /* the graphics and SM domains run at one clock on the GPUs modelled */
+    case NVML_CLOCK_SM:
+        if (!max && (g->not_supported & NS_SM_CLOCK)) RETURN(NVML_ERROR_NOT_SUPPORTED);
+        *clock = max ? g->sm_clock_max_mhz : g->sm_clock_mhz;
+        RETURN(NVML_SUCCESS);
+    case NVML_CLOCK_MEM:
+        if (!max && (g->not_supported & NS_MEM_CLOCK)) RETURN(NVML_ERROR_NOT_SUPPORTED);
+        *clock = max ? g->mem_clock_max_mhz : g->mem_clock_mhz;
+        RETURN(NVML_SUCCESS);
+    case NVML_CLOCK_VIDEO:
+        RETURN(NVML_ERROR_NOT_SUPPORTED); /* not modelled */
+    default:
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    }
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock) {
+    return clock_of(device, type, clock, 0);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock) {
+    return clock_of(device, type, clock, 1);
+}
+
+/*
+ * A driver that predates nvmlDeviceGetCurrentClocksEventReasons (renamed from ...ThrottleReasons in
+ * the 535 series) does not export it; nvidia-ml-py then raises FUNCTION_NOT_FOUND from its symbol
+ * lookup. One library cannot un-export a symbol per scenario, so with `throttle_reasons_only` the
+ * new name answers NVML_ERROR_FUNCTION_NOT_FOUND itself: the same exception for a Python caller.
+ */
+EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device, unsigned long long *reasons) {
+    ENTER_DEVICE(device, NS_CLOCK_EVENT_REASONS);
+    if (g->throttle_reasons_only) RETURN(NVML_ERROR_FUNCTION_NOT_FOUND);
+    if (!reasons) RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    *reasons = g->clock_event_reasons;
+    RETURN(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device, unsigned long long *reasons) {
+    ENTER_DEVICE(device, NS_CLOCK_EVENT_REASONS);
+    if (!reasons) RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    *reasons = g->clock_event_reasons; /* the same bits under their older names */
+    RETURN(NVML_SUCCESS);
+}
+
+#define PCIE_EXPORT(fn, ns_bit, member) \
+    EXPORT nvmlReturn_t fn(nvmlDevice_t device, unsigned int *value) { \
+        ENTER_DEVICE(device, ns_bit); \
+        if (!value) RETURN(NVML_ERROR_INVALID_ARGUMENT); \
+        *value = g->member; \
+        RETURN(NVML_SUCCESS); \
+    }
+
+PCIE_EXPORT(nvmlDeviceGetCurrPcieLinkGeneration, NS_PCIE_GEN, pcie_gen)
+PCIE_EXPORT(nvmlDeviceGetMaxPcieLinkGeneration, NS_PCIE_GEN_MAX, pcie_gen_max)
+PCIE_EXPORT(nvmlDeviceGetCurrPcieLinkWidth, NS_PCIE_WIDTH, pcie_width)
+PCIE_EXPORT(nvmlDeviceGetMaxPcieLinkWidth, NS_PCIE_WIDTH_MAX, pcie_width_max)
+
+/* ---------------------------------------------------------------- GPM (Hopper and newer) */
+
+/* A GPU without the `gpm` scenario key answers isSupportedDevice = 0, as pre-Hopper GPUs do. */
+EXPORT nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t device, nvmlGpmSupport_t *gpmSupport) {
+    ENTER_ANY_DEVICE(device, 0);
+    (void)m;
+    if (!gpmSupport) RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (gpmSupport->version != NVML_GPM_SUPPORT_VERSION) RETURN(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    gpmSupport->isSupportedDevice = g->gpm_supported ? 1 : 0;
+    RETURN(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t *gpmSample) {
+    if (!gpmSample) return NVML_ERROR_INVALID_ARGUMENT;
+    struct nvmlGpmSample_st *sample = calloc(1, sizeof *sample);
+    if (!sample) return NVML_ERROR_MEMORY;
+    sample->magic = GPM_SAMPLE_MAGIC;
+    sample->gpu = -1;
+    *gpmSample = sample;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t gpmSample) {
+    if (!gpmSample || gpmSample->magic != GPM_SAMPLE_MAGIC) return NVML_ERROR_INVALID_ARGUMENT;
+    gpmSample->magic = 0; /* a double free is then INVALID_ARGUMENT (unless the memory was reused) */
+    free(gpmSample);
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t gpmSample) {
+    ENTER_DEVICE(device, 0);
+    if (!gpmSample || gpmSample->magic != GPM_SAMPLE_MAGIC) RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!g->gpm_supported) RETURN(NVML_ERROR_NOT_SUPPORTED);
+    gpmSample->gpu = (int)(g - g_sc.gpus);
+    gpmSample->t_us = now_us();
+    RETURN(NVML_SUCCESS);
+}
+
+/* Metrics from two filled samples of one GPU: the scenario's rates, whatever the interval. */
+EXPORT nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *metricsGet) {
+    ENTER_SYSTEM();
+    if (!metricsGet) RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (metricsGet->version != NVML_GPM_METRICS_GET_VERSION) RETURN(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    const struct nvmlGpmSample_st *s1 = metricsGet->sample1, *s2 = metricsGet->sample2;
+    if (metricsGet->numMetrics > NVML_GPM_METRIC_MAX || !s1 || !s2 || s1->magic != GPM_SAMPLE_MAGIC ||
+        s2->magic != GPM_SAMPLE_MAGIC || s1->gpu < 0 || s1->gpu != s2->gpu || (unsigned)s1->gpu >= g_sc.n_gpus)
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    const struct fake_gpu *g = &g_sc.gpus[s1->gpu];
+    for (unsigned i = 0; i < metricsGet->numMetrics; i++) {
+        nvmlGpmMetric_t *metric = &metricsGet->metrics[i];
+        unsigned id = metric->metricId;
+        metric->metricInfo.shortName = metric->metricInfo.longName = metric->metricInfo.unit = NULL;
+        metric->value = 0.0;
+        if (id == 0 || id >= NVML_GPM_METRIC_MAX) metric->nvmlReturn = NVML_ERROR_INVALID_ARGUMENT;
+        else if (g->gpm_state[id] == GPM_NOT_SUPPORTED) metric->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        else {
+            metric->nvmlReturn = NVML_SUCCESS;
+            metric->value = g->gpm_state[id] == GPM_VALUE ? g->gpm_value[id] : 0.0;
+        }
+    }
+    RETURN(NVML_SUCCESS);
+}
+
+/* ---------------------------------------------------------------- MIG */
+
+EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode, unsigned int *pendingMode) {
+    ENTER_DEVICE(device, NS_MIG_MODE);
+    if (!currentMode || !pendingMode) RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (g->mig_mode < 0) RETURN(NVML_ERROR_NOT_SUPPORTED); /* a GPU without MIG */
+    *currentMode = *pendingMode = (unsigned)g->mig_mode;
+    RETURN(NVML_SUCCESS);
+}
+
+/* The most MIG devices the GPU can hold (7 on A100/H100), not how many exist now. */
+EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count) {
+    ENTER_DEVICE(device, 0);
+    if (!count) RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (g->mig_mode < 0) RETURN(NVML_ERROR_NOT_SUPPORTED);
+    *count = g->mig_mode == 1 ? g->mig_max_devices : 0;
+    RETURN(NVML_SUCCESS);
+}
+
+/* Indices below the maximum without a MIG device answer NOT_FOUND (nvml.h). */
+EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index,
+                                                        nvmlDevice_t *migDevice) {
+    ENTER_DEVICE(device, 0);
+    if (!migDevice) RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (g->mig_mode < 0) RETURN(NVML_ERROR_NOT_SUPPORTED);
+    if (g->mig_mode == 0 || index >= g->mig_max_devices) RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (index >= g->n_mig) RETURN(NVML_ERROR_NOT_FOUND);
+    unsigned gi = (unsigned)(g - g_sc.gpus);
+    g_mig_handles[gi][index].index = gi;
+    g_mig_handles[gi][index].mig = index + 1;
+    *migDevice = &g_mig_handles[gi][index];
+    RETURN(NVML_SUCCESS);
+}
+
+static nvmlReturn_t instance_id(nvmlDevice_t device, unsigned *id, int compute) {
+    ENTER_SYSTEM();
+    struct fake_mig *m = NULL;
+    struct fake_gpu *g = lookup(device);
+    if (g) RETURN(g->lost ? NVML_ERROR_GPU_IS_LOST : NVML_ERROR_NOT_SUPPORTED); /* not a MIG device handle */
+    g = lookup_mig(device, &m);
+    if (!g || !id) RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (g->lost) RETURN(NVML_ERROR_GPU_IS_LOST);
+    *id = compute ? m->ci : m->gi;
+    RETURN(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id) {
+    return instance_id(device, id, 0);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *id) {
+    return instance_id(device, id, 1);
+}
 
 EXPORT nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice) {
-    ENTER_DEVICE(device, 0);
+    ENTER_ANY_DEVICE(device, 0);
     if (!isMigDevice) RETURN(NVML_ERROR_INVALID_ARGUMENT);
-    *isMigDevice = 0;
+    *isMigDevice = m != NULL;
     RETURN(NVML_SUCCESS);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t migDevice, nvmlDevice_t *device) {
-    ENTER_DEVICE(migDevice, 0);
-    (void)device;
-    RETURN(NVML_ERROR_INVALID_ARGUMENT); /* a full GPU's handle is not a MIG handle */
+    ENTER_ANY_DEVICE(migDevice, 0);
+    if (!device || !m) RETURN(NVML_ERROR_INVALID_ARGUMENT); /* a full GPU's handle is not a MIG handle */
+    *device = &g_handles[g - g_sc.gpus];
+    RETURN(NVML_SUCCESS);
 }
 
 /* ---------------------------------------------------------------- queried by gpustat/nvitop, not modelled */
@@ -715,18 +1056,11 @@ EXPORT nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t mi
     }
 
 NOT_SUPPORTED_EXPORT(nvmlDeviceGetFanSpeed, unsigned int *speed)
-NOT_SUPPORTED_EXPORT(nvmlDeviceGetClockInfo, nvmlClockType_t type, unsigned int *clock)
-NOT_SUPPORTED_EXPORT(nvmlDeviceGetMaxClockInfo, nvmlClockType_t type, unsigned int *clock)
 NOT_SUPPORTED_EXPORT(nvmlDeviceGetComputeMode, nvmlComputeMode_t *mode)
 NOT_SUPPORTED_EXPORT(nvmlDeviceGetDisplayActive, nvmlEnableState_t *isActive)
 NOT_SUPPORTED_EXPORT(nvmlDeviceGetDisplayMode, nvmlEnableState_t *display)
 NOT_SUPPORTED_EXPORT(nvmlDeviceGetDriverModel_v2, nvmlDriverModel_t *current, nvmlDriverModel_t *pending)
 NOT_SUPPORTED_EXPORT(nvmlDeviceGetDriverModel, nvmlDriverModel_t *current, nvmlDriverModel_t *pending)
-NOT_SUPPORTED_EXPORT(nvmlDeviceGetGpuInstanceId, unsigned int *id)
-NOT_SUPPORTED_EXPORT(nvmlDeviceGetComputeInstanceId, unsigned int *id)
-NOT_SUPPORTED_EXPORT(nvmlDeviceGetMaxMigDeviceCount, unsigned int *count)
-NOT_SUPPORTED_EXPORT(nvmlDeviceGetMigDeviceHandleByIndex, unsigned int index, nvmlDevice_t *migDevice)
-NOT_SUPPORTED_EXPORT(nvmlDeviceGetMigMode, unsigned int *currentMode, unsigned int *pendingMode)
 NOT_SUPPORTED_EXPORT(nvmlDeviceGetPcieThroughput, nvmlPcieUtilCounter_t counter, unsigned int *value)
 NOT_SUPPORTED_EXPORT(nvmlDeviceGetPerformanceState, nvmlPstates_t *pState)
 NOT_SUPPORTED_EXPORT(nvmlDeviceGetPersistenceMode, nvmlEnableState_t *mode)

@@ -136,3 +136,62 @@ def test_our_source_agrees_with_nvitop(fake_nvml, sleepers):
     )
     assert got["ours"] == got["theirs"]
     assert got["ours"][0][5] == sorted([[pids[0], 20000, 70], [pids[1], 10000, 20]])
+
+
+def test_our_efficiency_fields_agree_with_nvitop(fake_nvml, sleepers):
+    """Clocks, power, temperature, compute capability and MIG devices as nvitop reads them from the
+    same simulated driver (a throttled Hopper and an A100 in MIG mode with two MIG devices)."""
+    from tests.fakenvml import scenarios
+
+    a, b, c = sleepers(3)
+    fake_nvml.write({"gpus": [scenarios.throttled_gpu(a, 0), scenarios.mig_gpu((b, c), 1)]})
+    got = fake_nvml.run(
+        """
+        import json
+        from nvitop import Device, NA
+        from sidecar.sources.nvml import NvmlSource
+        src = NvmlSource()
+        snap = src.poll()
+        ours = [[d.sm_clock_mhz, d.mem_clock_mhz, d.sm_clock_max_mhz, d.temperature_c, d.power_w,
+                 d.power_limit_w, d.compute_capability, d.mig_mode,
+                 [[m.uuid, m.gpu_instance_id, m.compute_instance_id, m.mem_total_mib] for m in d.mig_devices]]
+                for d in snap.devices]
+        theirs = []
+        for d in Device.all():
+            cc = d.cuda_compute_capability()
+            theirs.append([d.sm_clock(), d.memory_clock(), d.max_sm_clock(), float(d.temperature()),
+                           d.power_usage() / 1000, d.power_limit() / 1000, f"{cc[0]}.{cc[1]}",
+                           d.is_mig_mode_enabled(),
+                           [[m.uuid(), m.gpu_instance_id(), m.compute_instance_id(), m.memory_total() / (1 << 20)]
+                            for m in d.mig_devices()]])
+        src.close()
+        print(json.dumps({"ours": ours, "theirs": theirs}))
+        """
+    )
+    assert got["ours"] == got["theirs"]
+    assert got["ours"][0][:3] == [1035, 2619, 1980]
+    assert [m[0] for m in got["ours"][1][8]] == [
+        "MIG-00000001-aaaa-4000-8000-000000000001",
+        "MIG-00000001-aaaa-4000-8000-000000000002",
+    ]
+
+
+def test_gpustat_reads_efficiency_scenarios(fake_nvml, sleepers):
+    """gpustat still reads a machine with a Hopper (GPM, clocks) and a MIG-enabled A100."""
+    from tests.fakenvml import scenarios
+
+    a, b, c = sleepers(3)
+    fake_nvml.write({"gpus": [scenarios.tensor_heavy_gpu(a, 0), scenarios.mig_gpu((b, c), 1)]})
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpustat", "--json"], env=fake_nvml.env(), capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    g0, g1 = json.loads(proc.stdout)["gpus"]
+    assert (g0["name"], g0["utilization.gpu"], g0["power.draw"], g0["enforced.power.limit"]) == (
+        "NVIDIA H100 80GB HBM3",
+        98,
+        600,
+        700,
+    )
+    assert g1["utilization.gpu"] is None  # MIG on: NVML reports no utilisation
+    assert sorted(p["pid"] for p in g1["processes"]) == sorted([b, c])

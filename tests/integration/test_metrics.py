@@ -17,7 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar import __version__
-from sidecar.metrics import POLL_BUCKETS_S, SidecarCollector, make_metrics
+from sidecar.metrics import GPU_EFFICIENCY_GAUGES, POLL_BUCKETS_S, SidecarCollector, make_metrics
 from tests.fakenvml import gpu
 from tests.helpers.harness import API, FakeJob, Sidecar, codes, cuda_runtime, wait_for
 
@@ -56,7 +56,45 @@ DOC_FAMILIES = {
     "dsh_rank_info",
     "dsh_status",
     "dsh_warning_active",
+    "dsh_gpu_sm_clock_hz",
+    "dsh_gpu_clock_event_active",
+    "dsh_gpu_power_watts",
+    "dsh_gpu_power_limit_watts",
+    "dsh_gpu_temperature_celsius",
+    "dsh_gpu_pcie_link_generation",
+    "dsh_gpu_pcie_link_width",
+    "dsh_gpu_sm_activity_ratio",
+    "dsh_gpu_sm_occupancy_ratio",
+    "dsh_gpu_tensor_activity_ratio",
+    "dsh_gpu_dram_activity_ratio",
+    "dsh_process_step_fraction",
 }
+# Written out here, apart from sidecar/metrics.py: metric -> (Gpu field, scale).
+GPU_GAUGES = {
+    "dsh_gpu_sm_clock_hz": ("sm_clock_mhz", 1e6),
+    "dsh_gpu_power_watts": ("power_w", 1),
+    "dsh_gpu_power_limit_watts": ("power_limit_w", 1),
+    "dsh_gpu_temperature_celsius": ("temperature_c", 1),
+    "dsh_gpu_pcie_link_generation": ("pcie_link_gen", 1),
+    "dsh_gpu_pcie_link_width": ("pcie_link_width", 1),
+    "dsh_gpu_sm_activity_ratio": ("sm_activity_fraction", 1),
+    "dsh_gpu_sm_occupancy_ratio": ("sm_occupancy_fraction", 1),
+    "dsh_gpu_tensor_activity_ratio": ("tensor_activity_fraction", 1),
+    "dsh_gpu_dram_activity_ratio": ("dram_activity_fraction", 1),
+}
+CLOCK_REASONS = (
+    "gpu_idle",
+    "applications_clocks_setting",
+    "sw_power_cap",
+    "hw_slowdown",
+    "sync_boost",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+    "display_clock_setting",
+    "board_limit",
+    "reliability",
+)
 
 
 def parse(text: str | bytes) -> list[tuple[str, dict[str, str], float]]:
@@ -91,6 +129,12 @@ def expected_from_document(doc: dict[str, Any], job_name: str | None) -> set[tup
             add("dsh_gpu_memory_used_bytes", lbl, g["mem_used_mib"] * MIB)
         if g["mem_total_mib"] is not None:
             add("dsh_gpu_memory_total_bytes", lbl, g["mem_total_mib"] * MIB)
+        for name, (key, scale) in GPU_GAUGES.items():
+            if g.get(key) is not None:
+                add(name, lbl, g[key] * scale)
+        if g.get("clock_event_reasons") is not None:
+            for reason in CLOCK_REASONS:
+                add("dsh_gpu_clock_event_active", {**lbl, "reason": reason}, reason in g["clock_event_reasons"])
     for p in doc["processes"]:
         for g in p["gpu"]:
             lbl = {"job_id": job, "pid": p["pid"], "role": p["role"], "gpu": g["index"], "rank": p["rank"]}
@@ -109,6 +153,11 @@ def expected_from_document(doc: dict[str, Any], job_name: str | None) -> set[tup
                 {"job_id": job, "pid": p["pid"], "model": m["name"], "rank": p["rank"]},
                 m["forward_calls"],
             )
+        for phase in ("data_wait", "forward", "optimizer", "other"):
+            share = (p.get("step_breakdown") or {}).get(f"{phase}_fraction")
+            if share is not None:
+                lbl = {"job_id": job, "pid": p["pid"], "role": p["role"], "rank": p["rank"], "phase": phase}
+                add("dsh_process_step_fraction", lbl, share)
         if p["role"] == "rank":
             add(
                 "dsh_rank_info",
@@ -533,9 +582,50 @@ def test_docs_list_every_exported_metric():
     text = (REPO / "docs" / "metrics.md").read_text()
     documented = {re.sub(r"_(bucket|sum|count)$", "", n) for n in re.findall(r"`(dsh_[a-z_]+)", text)}
     proc = dict(
-        document()["processes"][0], role="rank", rank=0, gpu=[{"index": 0, "mem_used_mib": 1, "sm_util_pct": 2}]
+        document()["processes"][0],
+        role="rank",
+        rank=0,
+        gpu=[{"index": 0, "mem_used_mib": 1, "sm_util_pct": 2}],
+        step_breakdown={"data_wait_fraction": 0.5, "forward_fraction": 0.2},
     )
-    exported = {n for n, _, _ in scrape(StandInPoller(document(processes=[proc])))}
+    gpu = dict(document()["gpus"][0], clock_event_reasons=[], **{key: 1 for _, _, key, _ in GPU_EFFICIENCY_GAUGES})
+    exported = {n for n, _, _ in scrape(StandInPoller(document(processes=[proc], gpus=[gpu])))}
     families = {re.sub(r"_(bucket|sum|count)$", "", n) if "poll_duration" in n else n for n in exported}
     assert families <= documented, sorted(families - documented)
     assert documented <= families, sorted(documented - families)
+
+
+def test_efficiency_series_carry_the_documents_values_and_never_invent_a_zero():
+    gpu = dict(
+        document()["gpus"][0],
+        sm_clock_mhz=1410,
+        power_w=312.5,
+        power_limit_w=700.0,
+        temperature_c=83.0,
+        pcie_link_gen=1,
+        pcie_link_width=4,
+        sm_activity_fraction=0.12,
+        sm_occupancy_fraction=None,  # GPM unsupported: no series, not 0
+        tensor_activity_fraction=None,
+        dram_activity_fraction=None,
+        clock_event_reasons=["sw_power_cap", "hw_thermal_slowdown"],
+    )
+    proc = dict(document()["processes"][0], step_breakdown={"data_wait_fraction": 0.625, "optimizer_fraction": None})
+    samples = scrape(StandInPoller(document(gpus=[gpu], processes=[proc])))
+    by_name = {}
+    for name, labels, value in samples:
+        by_name.setdefault(name, []).append((labels, value))
+    assert [v for _, v in by_name["dsh_gpu_sm_clock_hz"]] == [1.41e9]
+    assert [v for _, v in by_name["dsh_gpu_power_watts"]] == [312.5]
+    assert [v for _, v in by_name["dsh_gpu_temperature_celsius"]] == [83.0]
+    assert [v for _, v in by_name["dsh_gpu_pcie_link_generation"]] == [1.0]
+    assert [v for _, v in by_name["dsh_gpu_sm_activity_ratio"]] == [0.12]
+    assert "dsh_gpu_sm_occupancy_ratio" not in by_name and "dsh_gpu_tensor_activity_ratio" not in by_name
+    active = {lbl["reason"]: v for lbl, v in by_name["dsh_gpu_clock_event_active"]}
+    assert active["hw_thermal_slowdown"] == 1 and active["sw_power_cap"] == 1 and active["hw_slowdown"] == 0
+    assert len(active) == 11
+    phases = {lbl["phase"]: v for lbl, v in by_name["dsh_process_step_fraction"]}
+    assert phases == {"data_wait": 0.625}
+    # A driver that cannot say why clocks are held (null) exports no reason series at all.
+    gpu["clock_event_reasons"] = None
+    assert not [n for n, _, _ in scrape(StandInPoller(document(gpus=[gpu]))) if n == "dsh_gpu_clock_event_active"]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakenvml import gpu
+from tests.fakenvml import gpu, scenarios
 from tests.helpers.harness import REPO, FakeJob, Sidecar, codes, cuda_runtime, wait_for
 from tests.integration.test_metrics import DOC_FAMILIES, expected_from_document, sample_set
 from tests.unit.test_grafana_dashboard import dashboard_expressions, substitute_variables
@@ -146,6 +146,15 @@ def rank(r: int) -> dict:
             "world_size": 2,
             "dist_backend": "nccl",
             "runtime": cuda_runtime(UUIDS),
+            "steps": {
+                "window_s": 10.0,
+                "steps": 50,
+                "step_s": 0.2,
+                "data_wait_fraction": 0.25,
+                "forward_fraction": 0.25,
+                "optimizer_fraction": 0.125,
+                "other_fraction": 0.375,
+            },
             # Both ranks on cuda:0: rank-shared-gpu, and rank 1 is a rank-device-mismatch.
             "models": [
                 {
@@ -168,7 +177,9 @@ def test_prometheus_scrapes_the_sidecar(tmp_path, fake_nvml):
         fake_nvml.write(
             {
                 "gpus": [
-                    gpu(
+                    # A Hopper held down by heat (the throttled warning; GPM for the efficiency panels).
+                    scenarios.throttled_gpu(
+                        None,
                         0,
                         util_gpu=83,
                         memory_used_mib=9000,
@@ -257,7 +268,7 @@ def test_prometheus_scrapes_the_sidecar(tmp_path, fake_nvml):
                     (
                         ("gpu", "0"),
                         ("job_name", "train-a"),
-                        ("name", "NVIDIA A100-SXM4-80GB"),
+                        ("name", "NVIDIA H100 80GB HBM3"),
                         ("uuid", UUIDS[0]),
                     ),
                     83.0,
@@ -309,9 +320,9 @@ def test_prometheus_scrapes_the_sidecar(tmp_path, fake_nvml):
                 }
                 groups = prom.api("rules")["groups"]
                 rules = [r for g in groups for r in g["rules"]]
-                assert len(rules) == 6 and all(r["health"] == "ok" for r in rules), rules
+                assert len(rules) == 8 and all(r["health"] == "ok" for r in rules), rules
                 firing_or_pending = {m["alertname"] for m, _ in prom.query("ALERTS")}
-                assert firing_or_pending == {"DshRankGpuLayout"}
+                assert firing_or_pending == {"DshRankGpuLayout", "DshGpuThrottled"}
 
                 # Every query of the Grafana dashboard runs on these series and returns data.
                 dashboard = json.loads((REPO / "deploy" / "grafana" / "dsh-dashboard.json").read_text())

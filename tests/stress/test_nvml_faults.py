@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from tests.fakenvml import gpu
+from tests.fakenvml import DEFAULT_FIELD_ERRORS, gpu
 from tests.helpers.harness import API, FakeJob, Sidecar, codes, cuda_runtime, wait_for
 
 UUID0 = gpu(0)["uuid"]
@@ -50,7 +50,7 @@ def test_driver_faults_cost_fields_never_the_poll(tmp_path, fake_nvml, sidecar_e
                 {"gpus": [gpu(0, util_gpu=80, memory_used_mib=4100, processes=[busy]), gpu(1, util_gpu=60)]}
             )
             doc = sc.wait_status(lambda d: d["nvml"]["ok"] and len(d["gpus"]) == 2, 20, what="NVML up")
-            assert doc["gpus"][0]["util_pct"] == 80 and doc["gpus"][0]["field_errors"] == {}
+            assert doc["gpus"][0]["util_pct"] == 80 and doc["gpus"][0]["field_errors"] == DEFAULT_FIELD_ERRORS
             assert doc["processes"][0]["gpu"] == [{"index": 0, "mem_used_mib": 4000, "sm_util_pct": 80, "mig_index": None}]
             # 3. GPU 1 falls off the bus mid-run: its fields go null, GPU 0 is untouched.
             fake_nvml.write(
@@ -86,7 +86,7 @@ def test_driver_faults_cost_fields_never_the_poll(tmp_path, fake_nvml, sidecar_e
             # 5. Everything back: values again, no reasons left.
             fake_nvml.write({"gpus": [gpu(0, util_gpu=83, memory_used_mib=4100, processes=[busy]), gpu(1)]})
             doc = sc.wait_status(lambda d: d["gpus"][0]["util_pct"] == 83, what="recovered")
-            assert doc["gpus"][0]["field_errors"] == {} and doc["processes"][0]["gpu"]
+            assert doc["gpus"][0]["field_errors"] == DEFAULT_FIELD_ERRORS and doc["processes"][0]["gpu"]
             # Through all of it the poll kept its cadence and nothing escaped a poll.
             ts = [s["time_unix_s"] for s in sc.history()["samples"]]
             assert len(ts) >= 5 and all(b > a for a, b in zip(ts, ts[1:]))
@@ -105,7 +105,7 @@ def test_driver_faults_cost_fields_never_the_poll(tmp_path, fake_nvml, sidecar_e
 RACE_SETUP = """
 import pynvml
 from sidecar.sources.nvml import NvmlSource
-from tests.fakenvml import gpu, write_scenario
+from tests.fakenvml import DEFAULT_FIELD_ERRORS, gpu, write_scenario
 import os
 PATH = os.environ["FAKE_NVML_SCENARIO"]
 def procs(n):
@@ -136,7 +136,8 @@ def grow(n):
 def poll():
     snap = src.poll()
     g0, g1 = snap.devices
-    return {"ok": snap.ok, "call_errors": snap.call_errors, "errors0": g0.field_errors,
+    errors0 = {k: v for k, v in g0.field_errors.items() if k not in DEFAULT_FIELD_ERRORS}  # GPM: an A100
+    return {"ok": snap.ok, "call_errors": snap.call_errors, "errors0": errors0,
             "pids0": sorted(p.pid for p in g0.processes), "util0": g0.util_gpu, "util1": g1.util_gpu,
             "n": RACES["n"]}
 result = poll()

@@ -358,6 +358,15 @@ CATEGORY_CALLS = {
     "compute_capability": "N.nvmlDeviceGetCudaComputeCapability(h)",
     "encoder": "N.nvmlDeviceGetEncoderUtilization(h)",
     "decoder": "N.nvmlDeviceGetDecoderUtilization(h)",
+    "clock_event_reasons": "N.nvmlDeviceGetCurrentClocksEventReasons(h)",
+    "sm_clock": "N.nvmlDeviceGetClockInfo(h, N.NVML_CLOCK_SM)",
+    "mem_clock": "N.nvmlDeviceGetClockInfo(h, N.NVML_CLOCK_MEM)",
+    "sm_clock_max": "N.nvmlDeviceGetMaxClockInfo(h, N.NVML_CLOCK_SM)",
+    "pcie_gen": "N.nvmlDeviceGetCurrPcieLinkGeneration(h)",
+    "pcie_gen_max": "N.nvmlDeviceGetMaxPcieLinkGeneration(h)",
+    "pcie_width": "N.nvmlDeviceGetCurrPcieLinkWidth(h)",
+    "pcie_width_max": "N.nvmlDeviceGetMaxPcieLinkWidth(h)",
+    "mig_mode": "N.nvmlDeviceGetMigMode(h)",
 }
 
 

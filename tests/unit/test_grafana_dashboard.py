@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sidecar.metrics import make_metrics
+from sidecar.metrics import GPU_EFFICIENCY_GAUGES, make_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "deploy" / "grafana" / "dsh-dashboard.json"
@@ -56,7 +56,16 @@ def _full_document() -> dict[str, Any]:
         "status": "GPU",
         "warnings": [{"code": "rank-shared-gpu", "severity": "warning"}],
         "gpus": [
-            {"index": 0, "uuid": "GPU-x", "name": "A100", "util_pct": 5, "mem_used_mib": 1, "mem_total_mib": 2}
+            {
+                "index": 0,
+                "uuid": "GPU-x",
+                "name": "A100",
+                "util_pct": 5,
+                "mem_used_mib": 1,
+                "mem_total_mib": 2,
+                "clock_event_reasons": ["hw_slowdown"],
+                **{key: 1 for _, _, key, _ in GPU_EFFICIENCY_GAUGES},
+            }
         ],
         "processes": [
             {
@@ -67,6 +76,7 @@ def _full_document() -> dict[str, Any]:
                 "world_size": 2,
                 "gpu": [{"index": 0, "mem_used_mib": 1, "sm_util_pct": 3}],
                 "models": [{"name": "Net", "device": "cuda:0", "forward_calls": 4}],
+                "step_breakdown": {"data_wait_fraction": 0.5, "forward_fraction": 0.5},
             }
         ],
     }

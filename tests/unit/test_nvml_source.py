@@ -12,7 +12,9 @@ import pynvml
 import pytest
 
 from sidecar.sources import nvml as nvml_mod
-from tests.fakenvml import gpu
+from tests.fakenvml import DEFAULT_FIELD_ERRORS, gpu
+
+NO_MIG = {"gpu_instance_id": None, "compute_instance_id": None, "mig_index": None}
 
 PRELUDE = """
 import dataclasses, json
@@ -85,18 +87,18 @@ def test_values(fake_nvml, sleepers):
     # v2 memory: "used" without the driver's reservation, like nvidia-smi.
     assert (d0["mem_total_mib"], d0["mem_used_mib"]) == (81920, 20480)
     assert (d0["util_gpu"], d0["util_mem"]) == (88, 35)
-    # Temperature and power are not asked for: nothing shows them (two calls per GPU per poll saved).
-    assert "temperature_c" not in d0 and "power_w" not in d0
-    assert d0["lost"] is False and d0["field_errors"] == {}
+    # Temperature and power (issue 15's efficiency fields): watts from NVML's milliwatts.
+    assert (d0["temperature_c"], d0["power_w"]) == (66.0, 250.5)
+    assert d0["lost"] is False and d0["field_errors"] == DEFAULT_FIELD_ERRORS
     assert d0["processes"] == [
-        {"pid": compute, "used_mib": 15000, "sm_util": 80, "mem_util": 30, "types": ["compute"]},
+        {"pid": compute, "used_mib": 15000, "sm_util": 80, "mem_util": 30, "types": ["compute"], **NO_MIG},
         # listed by both queries, reported once with both types; no sample = idle = 0
-        {"pid": both, "used_mib": 5000, "sm_util": 0, "mem_util": 0, "types": ["compute", "graphics"]},
-        {"pid": graphics, "used_mib": 300, "sm_util": 3, "mem_util": 1, "types": ["graphics"]},
+        {"pid": both, "used_mib": 5000, "sm_util": 0, "mem_util": 0, "types": ["compute", "graphics"], **NO_MIG},
+        {"pid": graphics, "used_mib": 300, "sm_util": 3, "mem_util": 1, "types": ["graphics"], **NO_MIG},
     ]
     assert d1["name"] == "NVIDIA L4"
     assert d1["processes"] == [
-        {"pid": unknown_mem, "used_mib": None, "sm_util": 12, "mem_util": 0, "types": ["compute"]}
+        {"pid": unknown_mem, "used_mib": None, "sm_util": 12, "mem_util": 0, "types": ["compute"], **NO_MIG}
     ]
 
 
@@ -206,17 +208,20 @@ def test_not_supported_fields_are_none_with_a_reason(fake_nvml, sleepers):
     d0, d1, d2 = s["devices"]
     assert (d0["util_gpu"], d0["util_mem"]) == (None, None)
     assert d0["field_errors"] == {
+        **DEFAULT_FIELD_ERRORS,
         "utilization": "Not Supported",
         "process_utilization": "Not Supported",
+        "power_w": "Not Supported",
+        "temperature_c": "Not Supported",
     }
     assert d0["mem_total_mib"] == 81920  # the rest of the device still reads
     # Listed, but utilisation unknown (not 0: the query failed, it did not say "idle").
     assert d0["processes"] == [
-        {"pid": pid, "used_mib": 700, "sm_util": None, "mem_util": None, "types": ["compute"]}
+        {"pid": pid, "used_mib": 700, "sm_util": None, "mem_util": None, "types": ["compute"], **NO_MIG}
     ]
-    assert d1["mem_used_mib"] == 1250 and d1["field_errors"] == {}
+    assert d1["mem_used_mib"] == 1250 and d1["field_errors"] == DEFAULT_FIELD_ERRORS
     assert (
-        d2["processes"] == [] and d2["field_errors"] == {"processes": "Not Supported"} and d2["util_gpu"] == 9
+        d2["processes"] == [] and d2["field_errors"] == {**DEFAULT_FIELD_ERRORS, "processes": "Not Supported"} and d2["util_gpu"] == 9
     )
     # NOT_SUPPORTED is the device's answer, not a failed call.
     assert s["call_errors"] == {}
@@ -235,7 +240,11 @@ def test_process_utilisation_not_found_means_idle(fake_nvml, sleepers):
     fake_nvml.write(scenario(0))
     w = worker(fake_nvml)
     w("src = NvmlSource(util_hold_s=0.9)")
-    sm = "d = src.poll().devices[0]; result = [[p.pid, p.sm_util] for p in d.processes] + [d.field_errors]"
+    sm = (
+        "d = src.poll().devices[0]; result = [[p.pid, p.sm_util] for p in d.processes] + "
+        "[{k: v for k, v in d.field_errors.items() if k not in DEFAULT_FIELD_ERRORS}]"
+    )
+    w(f"DEFAULT_FIELD_ERRORS = {DEFAULT_FIELD_ERRORS!r}")
     assert w(sm) == [[pid, 0], {}]  # NOT_FOUND: idle, and not an error
 
     fake_nvml.write(scenario(75))

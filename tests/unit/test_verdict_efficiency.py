@@ -276,3 +276,13 @@ def test_mig_is_unknown_not_idle():
     assert history_sample(1.0, f).recent.tree_sm_util is None
     f = facts(proc(models=[model("cuda:0")], gpu=[ProcGpu(0, 900, None)]), gpus=(HOPPER,))
     assert history_sample(1.0, f).recent.tree_sm_util == 0.0  # without MIG, no sample means idle
+
+
+def test_a_degraded_link_counts_once_the_gpu_is_not_idle():
+    """Without GPM's PCIe rates, a GPU above the idle threshold moves data: an idle one lowers its
+    link to save power, a working one does not."""
+    g = replace(
+        HOPPER, util=20.0, pcie_link_gen=1, pcie_link_gen_max=4, pcie_link_width=16, pcie_link_width_max=16
+    )
+    assert "pcie-degraded" in {w.code for w in decide(job(gpu=g)).warnings}
+    assert "pcie-degraded" not in {w.code for w in decide(job(gpu=replace(g, util=2.0))).warnings}

@@ -1,15 +1,18 @@
-// History charts of the GPU view: the standalone page's TimeChart (sidecar/static/charts.js) in a React ref.
+// History charts of the GPU view: the standalone page's TimeChart (sidecar/static/charts.js) in a React ref,
+// drawing the data of the shared sidecar/static/history_data.js: GPU memory, utilisation (with GPM SM
+// activity and occupancy), power and temperature; the job's CPU, RSS and rates where there is no NVIDIA GPU.
 import { useEffect, useMemo, useRef, useState } from 'react'
+import { NA, fmtClock, fmtMiB, t } from '../../../sidecar/static/format.js'
+import { TimeChart } from '../../../sidecar/static/charts.js'
 import {
-  NA,
-  SERIES_COLORS,
-  fmtClock,
-  fmtMiB,
-  fmtPct,
-  t,
-} from '../../../sidecar/static/format.js'
-import { TimeChart, niceTicks, pointsByGpu } from '../../../sidecar/static/charts.js'
-import { isNum, useHistory } from './shared.jsx'
+  CHART_FORMATS,
+  GPU_CHARTS,
+  JOB_CHARTS,
+  cpuMode,
+  gpuChartData,
+  jobChartData,
+} from '../../../sidecar/static/history_data.js'
+import { useHistory } from './shared.jsx'
 
 let tooltipEl = null
 let tooltipUsers = 0
@@ -70,26 +73,12 @@ function TimeChartBox({ data, emptyText, formatValue, title, group, testid }) {
 
 const WINDOWS = ['60', '300', '900', 'all']
 
-function buildSeries(samples, doc, lang, t0) {
-  const { indices, mem: memByGpu, util: utilByGpu } = pointsByGpu(samples, t0)
-  const mk = (map) =>
-    indices.map((idx, i) => ({
-      key: `gpu${idx}`,
-      label: t(lang, 'chart.gpuN', { n: idx }),
-      color: SERIES_COLORS[i % SERIES_COLORS.length],
-      points: map.get(idx),
-    }))
-  const totals = new Map()
-  for (const g of (doc && doc.gpus) || []) if (g && isNum(g.index) && isNum(g.mem_total_mib)) totals.set(g.index, g.mem_total_mib)
-  return { mem: mk(memByGpu), util: mk(utilByGpu), totals }
-}
-
 function Legend({ series }) {
   return (
     <span className="dgd-legend">
       {series.map((s) => (
-        <span key={s.key}>
-          <i style={{ background: s.color }} />
+        <span key={s.key} data-series={s.key}>
+          <i style={s.dash ? { background: 'none', height: 0, borderTop: `2px dashed ${s.color}` } : { background: s.color }} />
           {s.label}
         </span>
       ))}
@@ -97,21 +86,24 @@ function Legend({ series }) {
   )
 }
 
-/** The memory chart's data: a y range that fits the series (or the card's total) and the total as a limit line. */
-function memChartData(mem, totals, lang, common) {
-  let memMax = 0
-  for (const s of mem) for (const p of s.points) memMax = Math.max(memMax, p[1])
-  const totalList = [...totals.values()]
-  const maxTotal = totalList.length ? Math.max(...totalList) : 0
-  if (maxTotal && memMax > maxTotal * 0.6) memMax = maxTotal
-  const memTicks = niceTicks(Math.max(memMax * 1.1, 64), 4, memMax > 4096 ? 1024 : 1)
-  return {
-    ...common,
-    series: mem,
-    yMax: memTicks.max,
-    yTicks: memTicks.ticks,
-    limits: totalList.length === 1 ? [{ value: totalList[0], label: t(lang, 'gpu.memTotal', { total: fmtMiB(totalList[0]) }) }] : [],
-  }
+function ChartFigure({ name, data, lang, group, flag }) {
+  return (
+    <figure className="dgd-card dgd-chart" data-testid={`dsh-gpu-chart-${name}`}>
+      <figcaption>
+        <span className="dgd-chart-title">{t(lang, `chart.${name}`)}</span>
+        {flag || null}
+        <Legend series={data.series} />
+      </figcaption>
+      <TimeChartBox
+        data={data}
+        emptyText={t(lang, 'chart.noData')}
+        formatValue={CHART_FORMATS[name]}
+        title={() => t(lang, `chart.${name}`)}
+        group={group}
+        testid={`dsh-gpu-chart-${name}-body`}
+      />
+    </figure>
+  )
 }
 
 function EventList({ events, lang }) {
@@ -145,16 +137,20 @@ export function HistoryCharts({ doc, lang }) {
   const span = win === 'all' ? Math.max(60, last - first) : Number(win)
   const t1 = last
   const t0 = win === 'all' ? Math.min(first, last - 60) : last - span
-  const { mem, util, totals } = useMemo(() => buildSeries(samples, doc, lang, t0), [samples, doc, lang, t0])
+  const cpu = cpuMode(doc)
+  const data = useMemo(() => {
+    const tr = (key, vars) => t(lang, key, vars)
+    return cpu ? jobChartData(samples, t0, tr) : gpuChartData(doc, samples, t0, tr)
+  }, [samples, doc, lang, t0, cpu])
   const events = (h.events && h.events.length ? h.events : (doc && doc.events) || []).filter(Boolean)
   const gapS = Math.max(5, (h.intervalS || 1) * 4)
-
-  const memData = memChartData(mem, totals, lang, { t0, t1, events, gapS })
-  const utilData = { series: util, t0, t1, yMax: 100, yTicks: [0, 25, 50, 75, 100], events, gapS }
+  // power and temperature only where the driver reports them
+  const names = cpu ? JOB_CHARTS : GPU_CHARTS.filter((n) => n === 'mem' || n === 'util' || data[n].series.some((s) => s.points.length))
   const growth = doc && doc.memory_growth // the verdict's decision, shown as is
+  const growthFlag = growth ? <span className="dgd-chart-flag">{t(lang, 'chart.growing', { rate: fmtMiB(growth.rate_mib_per_min) })}</span> : null
 
   return (
-    <section data-testid="dsh-gpu-history">
+    <section data-testid="dsh-gpu-history" data-mode={cpu ? 'cpu' : 'gpu'}>
       <div className="dgd-block-head">
         <h3 className="dgd-section-title">{t(lang, 'charts.title')}</h3>
         <span className="dgd-window" role="group" aria-label={t(lang, 'chart.window')}>
@@ -165,36 +161,18 @@ export function HistoryCharts({ doc, lang }) {
           ))}
         </span>
       </div>
+      {cpu ? <div className="dgd-muted">{t(lang, 'chart.cpuNote')}</div> : null}
       <div className="dgd-charts">
-        <figure className="dgd-card dgd-chart" data-testid="dsh-gpu-chart-mem">
-          <figcaption>
-            <span className="dgd-chart-title">{t(lang, 'chart.mem')}</span>
-            {growth ? <span className="dgd-chart-flag">{t(lang, 'chart.growing', { rate: fmtMiB(growth.rate_mib_per_min) })}</span> : null}
-            <Legend series={mem} />
-          </figcaption>
-          <TimeChartBox
-            data={memData}
-            emptyText={t(lang, 'chart.noData')}
-            formatValue={(v) => fmtMiB(v)}
-            title={() => t(lang, 'chart.mem')}
+        {names.map((name) => (
+          <ChartFigure
+            key={name}
+            name={name}
+            data={{ ...data[name], t0, t1, events, gapS }}
+            lang={lang}
             group={group}
-            testid="dsh-gpu-chart-mem-body"
+            flag={name === 'mem' ? growthFlag : null}
           />
-        </figure>
-        <figure className="dgd-card dgd-chart" data-testid="dsh-gpu-chart-util">
-          <figcaption>
-            <span className="dgd-chart-title">{t(lang, 'chart.util')}</span>
-            <Legend series={util} />
-          </figcaption>
-          <TimeChartBox
-            data={utilData}
-            emptyText={t(lang, 'chart.noData')}
-            formatValue={(v, axis) => (axis ? `${Math.round(v)} %` : fmtPct(v))}
-            title={() => t(lang, 'chart.util')}
-            group={group}
-            testid="dsh-gpu-chart-util-body"
-          />
-        </figure>
+        ))}
       </div>
       <EventList events={events} lang={lang} />
     </section>

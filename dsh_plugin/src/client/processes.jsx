@@ -12,6 +12,7 @@ import {
   roleText,
   t,
 } from '../../../sidecar/static/format.js'
+import { smText } from '../../../sidecar/static/efficiency.js'
 import { isNum } from './shared.jsx'
 
 function DeviceChip({ dev }) {
@@ -23,7 +24,6 @@ function ProcessRow({ p, lang }) {
   const m = models[0] || null
   const gpuRows = Array.isArray(p.gpu) ? p.gpu.filter(Boolean) : []
   const mem = gpuRows.reduce((a, g) => (isNum(g.mem_used_mib) ? (a ?? 0) + g.mem_used_mib : a), null)
-  const sm = gpuRows.reduce((a, g) => (isNum(g.sm_util_pct) ? Math.max(a ?? 0, g.sm_util_pct) : a), null)
   return (
     <tr data-testid="dsh-gpu-process" data-pid={p.pid ?? ''}>
       <td>
@@ -61,7 +61,7 @@ function ProcessRow({ p, lang }) {
         )}
       </td>
       <td className="dgd-num">{fmtMiB(mem)}</td>
-      <td className="dgd-num">{fmtPct(sm)}</td>
+      <td className="dgd-num" data-testid="dsh-gpu-sm">{smText(p, lang)}</td>
       <td className="dgd-num">{fmtPct(p.cpu_pct)}</td>
       <td className="dgd-num">{m ? fmtFraction(m.data_wait_fraction) : NA}</td>
       <td className="dgd-num">{m ? fmtRate(m.forward_rate_hz) : NA}</td>

@@ -10,12 +10,12 @@ import {
   fmtAgo,
   gpuMemPct,
   memOfText,
-  fmtPct,
   statusOf,
   summarize,
   t,
   utilLevel,
 } from '../../../sidecar/static/format.js'
+import { utilText } from '../../../sidecar/static/efficiency.js'
 import { getStore } from './store.js'
 
 /** @typedef {import('../../../sidecar/static/contract.js').StatusDocument} StatusDocument */
@@ -95,7 +95,7 @@ export function GpuMeters({ gpu, lang }) {
       <Meter
         label={t(lang, 'gpu.util')}
         pct={gpu.util_pct}
-        value={fmtPct(gpu.util_pct)}
+        value={utilText(gpu, lang)}
         color={UTIL_COLORS[utilLevel(gpu.util_pct)]}
       />
       <Meter

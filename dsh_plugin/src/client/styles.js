@@ -193,6 +193,24 @@ export const CSS = `
 .dgd-kv dd { margin: 0; min-width: 0; overflow-wrap: anywhere; }
 .dgd-note-ok { color: var(--dsw-alias-state-success-primary, #15803d); font-size: 12px; }
 .dgd-note-warn { color: var(--dsw-alias-state-warn-label, #92400e); font-size: 12px; }
+
+/* ---- efficiency strip (efficiency.jsx) */
+.dgd-eff { display: flex; flex-direction: column; gap: 8px; margin-bottom: 12px; }
+.dgd-eff-groups { display: grid; grid-template-columns: repeat(auto-fit, minmax(260px, 1fr)); gap: 10px 18px; }
+.dgd-eff-group { display: flex; flex-direction: column; gap: 5px; min-width: 0; }
+.dgd-eff-group h4 { margin: 0; font-size: 12px; font-weight: 600; color: var(--dsw-alias-label-secondary, #4b5563); }
+.dgd-eff-step { grid-column: 1 / -1; }
+.dgd-eff-stack { display: flex; height: 12px; border-radius: 6px; overflow: hidden; background: var(--dsw-alias-bg-layer-2, #eceef1); }
+.dgd-eff-stack span { display: block; height: 100%; min-width: 2px; }
+.dgd-eff-legend { display: flex; flex-wrap: wrap; gap: 2px 12px; font-size: 12px; }
+.dgd-eff-legend i { display: inline-block; width: 9px; height: 9px; border-radius: 3px; margin-right: 5px; }
+.dgd-eff-items { display: flex; flex-wrap: wrap; gap: 2px 14px; font-size: 12px; }
+.dgd-eff-item b { font-weight: 600; font-variant-numeric: tabular-nums; }
+.dgd-eff-note { color: var(--dsw-alias-label-tertiary, #9aa1a9); font-size: 11px; }
+.dgd-eff-bad b, .dgd-eff-bad .dgd-eff-note { color: var(--dsw-alias-state-error-primary, #dc2626); }
+.dgd-eff-reasons { display: flex; flex-wrap: wrap; gap: 4px; }
+.dgd-eff-reason-neutral { background: var(--dsw-alias-bg-layer-2, #f3f4f6); color: var(--dsw-alias-label-secondary, #4b5563); }
+.dgd-eff-reason-problem { background: var(--dsw-alias-state-error-tertiary, #fee2e2); color: var(--dsw-alias-state-error-primary, #dc2626); font-weight: 600; }
 `
 
 export function ensureStyle() {

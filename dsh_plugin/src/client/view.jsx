@@ -4,7 +4,6 @@ import {
   cudaText,
   deviceText,
   fmtMiB,
-  fmtPct,
   modelGpu,
   roleText,
   summarize,
@@ -16,6 +15,8 @@ import { ConnectionNotice } from './errors.jsx'
 import { ProcessTable } from './processes.jsx'
 import { HistoryCharts } from './charts.jsx'
 import { SessionJobs } from './jobs.jsx'
+import { EfficiencyStrip, MigList } from './efficiency.jsx'
+import { utilText } from '../../../sidecar/static/efficiency.js'
 
 function Hero({ doc, lang, lastOk }) {
   const rt = (doc && doc.runtime) || {}
@@ -39,7 +40,7 @@ function Hero({ doc, lang, lastOk }) {
       <dl className="dgd-facts" data-testid="dsh-gpu-facts">
         <div>
           <dt>{t(lang, 'summary.util')}</dt>
-          <dd>{fmtPct(modelGpu(doc)?.util_pct)}</dd>
+          <dd>{utilText(modelGpu(doc), lang)}</dd>
         </div>
         <div>
           <dt>{t(lang, 'summary.mem')}</dt>
@@ -112,6 +113,7 @@ function GpuCard({ doc, g, i, modelDev, lang }) {
           <span className="dgd-muted">{t(lang, 'gpu.noProcs')}</span>
         )}
       </div>
+      <MigList doc={doc} gpu={g} lang={lang} />
     </article>
   )
 }
@@ -198,6 +200,7 @@ function GpuViewBody({ header, showJob }) {
       {doc && showJob ? (
         <>
           <Hero doc={doc} lang={lang} lastOk={st.lastOk} />
+          <EfficiencyStrip doc={doc} lang={lang} />
           <GpuCards doc={doc} lang={lang} />
           <ProcessTable doc={doc} lang={lang} />
           <HistoryCharts doc={doc} lang={lang} />

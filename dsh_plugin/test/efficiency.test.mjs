@@ -1,0 +1,139 @@
+// The GPU view's efficiency strip (src/client/efficiency.jsx), rendered without React: esbuild bundles
+// it with test/jsx-shim.mjs as the JSX runtime, and the tests read the HTML it makes. Also the shared
+// facts (sidecar/static/efficiency.js) and the history data for a machine without an NVIDIA GPU.
+import assert from 'node:assert/strict'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { dirname, join, resolve } from 'node:path'
+import { after, before, describe, test } from 'node:test'
+import { fileURLToPath, pathToFileURL } from 'node:url'
+import { build } from 'esbuild'
+import { render } from './jsx-shim.mjs'
+import { efficiency, reasonKind, smText, utilText } from '../../sidecar/static/efficiency.js'
+import { cpuMode, gpuChartData, jobChartData } from '../../sidecar/static/history_data.js'
+import { t } from '../../sidecar/static/format.js'
+
+const here = dirname(fileURLToPath(import.meta.url))
+let mod
+let dir
+
+before(async () => {
+  const out = await build({
+    absWorkingDir: resolve(here, '..'),
+    entryPoints: ['src/client/efficiency.jsx'],
+    bundle: true,
+    write: false,
+    format: 'esm',
+    platform: 'neutral',
+    jsx: 'automatic',
+    alias: { 'react/jsx-runtime': join(here, 'jsx-shim.mjs') },
+    logLevel: 'silent',
+  })
+  dir = mkdtempSync(join(tmpdir(), 'dgd-eff-'))
+  const file = join(dir, 'efficiency.mjs')
+  writeFileSync(file, out.outputFiles[0].text)
+  mod = await import(pathToFileURL(file).href)
+})
+after(() => rmSync(dir, { recursive: true, force: true }))
+
+const gpu = (over = {}) => ({
+  index: 0, name: 'NVIDIA H100', util_pct: 90, mem_used_mib: 1000, mem_total_mib: 80000, framework_index: 0,
+  field_errors: {}, compute_capability: '9.0', sm_clock_mhz: 1200, sm_clock_max_mhz: 1980, mem_clock_mhz: 2619,
+  clock_event_reasons: ['sw_power_cap', 'hw_thermal_slowdown'], power_w: 350, power_limit_w: 700, temperature_c: 87,
+  pcie_link_gen: 3, pcie_link_gen_max: 5, pcie_link_width: 16, pcie_link_width_max: 16,
+  sm_activity_fraction: 0.62, sm_occupancy_fraction: 0.31, tensor_activity_fraction: 0.05, dram_activity_fraction: null,
+  pcie_tx_bytes_per_s: null, pcie_rx_bytes_per_s: null, nvlink_tx_bytes_per_s: null, nvlink_rx_bytes_per_s: null,
+  mig_mode: false, mig_devices: [], ...over,
+})
+const main = (over = {}) => ({
+  pid: 42, role: 'main', gpu: [{ index: 0, mem_used_mib: 900, sm_util_pct: 88, mig_index: null }],
+  models: [{ name: 'net', param_dtypes: ['bfloat16'], autocast: 'off', input_shape: [8, 128],
+    loader_settings: { num_workers: 0, pin_memory: true, persistent_workers: false, batch_size: 8 } }],
+  step_breakdown: { window_s: 10, steps: 50, step_s: 0.2, data_wait_fraction: 0.5, forward_fraction: 0.25, optimizer_fraction: 0.05, other_fraction: 0.2 },
+  math: { allow_tf32_matmul: true, cudnn_allow_tf32: true, float32_matmul_precision: 'high', cudnn_benchmark: false },
+  syncs_per_step: 2,
+  ...over,
+})
+const doc = (gpus, procs) => ({ schema: 2, model_gpu_index: gpus.length ? 0 : null, gpus, processes: procs, nvml: { ok: gpus.length > 0 } })
+
+describe('the efficiency strip', () => {
+  test('a stacked bar as wide as each share of the step, the step time and the syncs', () => {
+    const html = render(mod.EfficiencyStrip({ doc: doc([gpu()], [main()]), lang: 'en' }))
+    const widths = [...html.matchAll(/data-testid="dsh-gpu-eff-seg" data-key="(\w+)"[^>]*style="width:([\d.]+)%/g)].map((m) => [m[1], Number(m[2])])
+    assert.deepEqual(widths, [['data', 50], ['forward', 25], ['optimizer', 5], ['other', 20]])
+    assert.match(html, /Data wait 50 %/)
+    assert.match(html, /200 ms per step · 50 steps in 10 s · pid 42/)
+    assert.match(html, /host syncs<\/span> <b>2 per step/)
+  })
+  test('clock reasons as badges, problems apart; the PCIe link below its maximum flagged; GPM values', () => {
+    const html = render(mod.EfficiencyStrip({ doc: doc([gpu()], [main()]), lang: 'en' }))
+    assert.match(html, /dgd-eff-reason-problem" data-reason="hw_thermal_slowdown"[^>]*>hardware thermal slowdown/)
+    assert.match(html, /dgd-eff-reason-neutral" data-reason="sw_power_cap"/)
+    assert.match(html, /data-testid="dsh-gpu-eff-pcie" data-flag="bad">.*Gen3 x16 of Gen5 x16.*below its maximum/)
+    assert.match(html, /1200 of 1980 MHz/)
+    assert.match(html, /350 of 700 W/)
+    assert.match(html, /SM activity<\/span> <b>62 %/)
+    assert.doesNotMatch(html, /GPM metrics n\/a/)
+    assert.equal(reasonKind('gpu_idle'), 'neutral')
+    assert.equal(reasonKind('hw_power_brake_slowdown'), 'problem')
+  })
+  test('GPM unsupported: one compact reason from field_errors, never 0 %', () => {
+    const reason = 'GPM not supported on this GPU'
+    const g = gpu({ sm_activity_fraction: null, sm_occupancy_fraction: null, tensor_activity_fraction: null,
+      field_errors: { sm_activity_fraction: reason, sm_occupancy_fraction: reason, tensor_activity_fraction: reason, dram_activity_fraction: reason } })
+    const html = render(mod.EfficiencyStrip({ doc: doc([g], [main()]), lang: 'en' }))
+    assert.match(html, new RegExp(`data-testid="dsh-gpu-eff-gpm-na">GPM metrics n/a: ${reason}<`))
+    assert.doesNotMatch(html, /dsh-gpu-eff-gpm"/)
+    // some GPM present, some not: which are missing, and why
+    const partial = gpu({ field_errors: { nvlink_tx_bytes_per_s: 'no NVLink', nvlink_rx_bytes_per_s: 'no NVLink' } })
+    const html2 = render(mod.EfficiencyStrip({ doc: doc([partial], [main()]), lang: 'en' }))
+    assert.match(html2, /data-testid="dsh-gpu-eff-gpm-na">NVLink traffic n\/a: no NVLink</)
+    assert.match(html2, /SM activity<\/span> <b>62 %/)
+  })
+  test('MIG: instances on the card, "n/a on MIG" for a process SM', () => {
+    const g = gpu({ mig_mode: true, mig_devices: [{ index: 0, uuid: 'MIG-0', gpu_instance_id: 1, compute_instance_id: 0, mem_used_mib: 10, mem_total_mib: 9856 }] })
+    const p = main({ gpu: [{ index: 0, mem_used_mib: 900, sm_util_pct: null, mig_index: 0 }] })
+    const html = render(mod.MigList({ doc: doc([g], [p]), gpu: g, lang: 'en' }))
+    assert.match(html, /data-testid="dsh-gpu-mig-device" data-mig-index="0">.*MIG 0.*GI 1 · CI 0.*pid 42.*10 MiB of 9.6 GiB/)
+    assert.equal(smText(p, 'en'), 'n/a on MIG')
+    assert.equal(smText(main(), 'en'), '88 %')
+    assert.equal(utilText({ ...g, util_pct: null }, 'en'), 'n/a on MIG')
+    assert.equal(utilText(gpu({ util_pct: null }), 'en'), '—')
+    assert.equal(utilText(gpu(), 'en'), '90 %')
+    assert.equal(render(mod.MigList({ doc: doc([gpu()], [main()]), gpu: gpu(), lang: 'en' })), '')
+  })
+  test('Chinese, and nothing at all without facts', () => {
+    const html = render(mod.EfficiencyStrip({ doc: doc([gpu()], [main()]), lang: 'zh' }))
+    assert.match(html, /效率/)
+    assert.match(html, /等待数据 50 %/)
+    assert.match(html, /硬件温控降频/)
+    assert.equal(render(mod.EfficiencyStrip({ doc: doc([], [{ pid: 1, gpu: [], models: [] }]), lang: 'en' })), '')
+    assert.equal(efficiency(doc([], []), 'en').empty, true)
+  })
+})
+
+describe('history data', () => {
+  const tr = (k, v) => t('en', k, v)
+  const samples = [0, 1, 2].map((i) => ({
+    time_unix_s: 100 + i, gpus: [], processes: [], cpu_pct: 150 + i, rss_mib: 2000, forward_rate_hz: 12, step_rate_hz: null,
+  }))
+  test('without an NVIDIA GPU: the job CPU, RSS and forward rate', () => {
+    assert.equal(cpuMode({ gpus: [], nvml: { ok: false } }), true)
+    assert.equal(cpuMode(doc([gpu()], [])), false)
+    const d = jobChartData(samples, 90, tr)
+    assert.deepEqual(d.cpu.series[0].points.map((p) => p[1]), [150, 151, 152])
+    assert.deepEqual(d.rss.series[0].points.length, 3)
+    assert.deepEqual(d.rate.series.map((s) => s.key), ['forward'])
+    assert.ok(d.cpu.yMax >= 152)
+  })
+  test('GPM lines beside utilisation, power with its limit', () => {
+    const s = [{ time_unix_s: 100, processes: [], gpus: [{ index: 0, util_pct: 90, mem_used_mib: 10, sm_activity_fraction: 0.6, sm_occupancy_fraction: null, power_w: 300, temperature_c: 80 }] }]
+    const d = gpuChartData(doc([gpu()], []), s, 90, tr)
+    assert.deepEqual(d.util.series.map((x) => x.key), ['0', '0-sm-active'])
+    assert.equal(d.util.series[1].points[0][1], 60)
+    assert.equal(d.power.limits[0].value, 700)
+    const two = [{ time_unix_s: 100, processes: [], gpus: [0, 1].map((index) => ({ index, util_pct: 1, mem_used_mib: 1, power_w: 60 })) }]
+    const d2 = gpuChartData(doc([gpu(), gpu({ index: 1 })], []), two, 90, tr)
+    assert.deepEqual(d2.power.limits, [{ value: 700, label: 'GPU 0, 1 limit 700 W' }])
+  })
+})

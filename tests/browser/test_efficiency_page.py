@@ -1,0 +1,461 @@
+"""The page's efficiency strip and history charts, on hand-made documents (schema 2, checked against
+the contract) served by `create_app` with a static source, driven in Debian's Chromium.
+
+Three machines: an H100 whose clocks are held down by heat, on a PCIe link below its maximum, with
+GPM figures; an A100 in MIG mode (no per-process SM %, no GPM, and why); and a machine with no NVIDIA
+GPU, whose history shows the job's CPU, resident memory and rates.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from werkzeug.serving import make_server
+
+from sidecar import contract
+from sidecar.server import ServerConfig, create_app
+from tests.browser.conftest import screenshot, wait_js
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]
+
+NOW = time.time()
+GPM_UNSUPPORTED = "GPM not supported on this GPU (compute capability 8.0)"
+GPM_FIELDS = (
+    "sm_activity_fraction",
+    "sm_occupancy_fraction",
+    "tensor_activity_fraction",
+    "dram_activity_fraction",
+    "pcie_tx_bytes_per_s",
+    "pcie_rx_bytes_per_s",
+    "nvlink_tx_bytes_per_s",
+    "nvlink_rx_bytes_per_s",
+)
+
+
+# --------------------------------------------------------------------------- documents
+
+
+def blank(t: Any) -> Any:
+    """The smallest valid value of a contract type: every key present, nullable ones null."""
+    if isinstance(t, contract.Lazy):
+        t = contract.object_types()[t.name]
+    if isinstance(t, contract.Obj):
+        return {k: None if f.null else blank(f.type) for k, f in t.fields.items()}
+    if isinstance(t, contract.ListOf):
+        return []
+    if isinstance(t, contract.MapOf):
+        return {}
+    if isinstance(t, contract.Enum):
+        return t.values[0]
+    if isinstance(t, contract.OneOf):
+        return blank(t.options[0])
+    return {"integer": 0, "number": 0.0, "string": "", "boolean": False}[t.json]
+
+
+def obj(type_name: str, /, **values: Any) -> dict:
+    out = blank(contract.object_types()[type_name])
+    unknown = set(values) - set(out)
+    assert not unknown, f"{type_name} has no {sorted(unknown)}"
+    return {**out, **values}
+
+
+def ref(id_: str, **params: Any) -> dict:
+    return {"id": id_, "params": params}
+
+
+def status_doc(
+    gpus: list[dict], processes: list[dict], *, nvml_ok: bool = True, model_gpu: int | None = 0
+) -> dict:
+    doc = obj(
+        "StatusDocument",
+        schema=2,
+        time_unix_s=NOW,
+        interval_s=1.0,
+        job_id="4242-1",
+        target=obj("Target", pid=4242, alive=True, name="python", create_time_unix_s=NOW - 600),
+        status="GPU" if gpus else "CPU",
+        message="Model net runs somewhere.",
+        message_ref=ref("message.gpu", model="net", device="cuda:0" if gpus else "cpu"),
+        model_device="cuda:0" if gpus else "cpu",
+        input_device="cuda:0" if gpus else "cpu",
+        model_gpu_index=model_gpu,
+        runtime=obj("Runtime", torch="2.13.0", cuda_available=bool(gpus), device_count=len(gpus)),
+        nvml=obj(
+            "Nvml",
+            ok=nvml_ok,
+            driver="560.35" if nvml_ok else None,
+            error=None if nvml_ok else "NVML Shared Library Not Found",
+        ),
+        gpus=gpus,
+        processes=processes,
+    )
+    contract.check(doc, "status")
+    return doc
+
+
+def main_process(gpu_rows: list[dict], *, device: str) -> dict:
+    loader = obj("LoaderSettings", num_workers=2, pin_memory=False, persistent_workers=False, batch_size=64)
+    model = obj(
+        "Model",
+        name="net",
+        device=device,
+        devices=[device],
+        param_count=11_689_512,
+        forward_calls=1200,
+        forward_rate_hz=12.5,
+        param_dtypes=["float32"],
+        autocast="off",
+        input_shape=[64, 3, 224, 224],
+        loader_settings=loader,
+    )
+    steps = obj(
+        "StepBreakdown",
+        window_s=10.0,
+        steps=120,
+        step_s=0.085,
+        data_wait_fraction=0.4,
+        forward_fraction=0.3,
+        optimizer_fraction=0.1,
+        other_fraction=0.2,
+    )
+    math = obj(
+        "MathSettings", allow_tf32_matmul=False, cudnn_allow_tf32=True, float32_matmul_precision="highest"
+    )
+    return obj(
+        "Process",
+        pid=4242,
+        depth=0,
+        role="main",
+        has_probe=True,
+        probe_state="ok",
+        name="python",
+        cpu_pct=97.0,
+        rss_mib=2048.0,
+        models=[model],
+        gpu=gpu_rows,
+        step_breakdown=steps,
+        math=math,
+        syncs_per_step=3.0,
+    )
+
+
+def h100() -> dict:
+    return obj(
+        "Gpu",
+        index=0,
+        uuid="GPU-h100",
+        name="NVIDIA H100 80GB HBM3",
+        util_pct=93.0,
+        mem_used_mib=30_000.0,
+        mem_total_mib=81_559.0,
+        framework_index=0,
+        compute_capability="9.0",
+        sm_clock_mhz=1200,
+        sm_clock_max_mhz=1980,
+        mem_clock_mhz=2619,
+        clock_event_reasons=["sw_power_cap", "hw_thermal_slowdown"],
+        power_w=350.0,
+        power_limit_w=700.0,
+        temperature_c=87.0,
+        pcie_link_gen=3,
+        pcie_link_gen_max=5,
+        pcie_link_width=16,
+        pcie_link_width_max=16,
+        sm_activity_fraction=0.62,
+        sm_occupancy_fraction=0.31,
+        tensor_activity_fraction=0.05,
+        dram_activity_fraction=0.4,
+        pcie_tx_bytes_per_s=1.5e9,
+        pcie_rx_bytes_per_s=3e8,
+        mig_mode=False,
+    )
+
+
+def a100_mig() -> dict:
+    mig = [
+        obj(
+            "MigDevice",
+            index=i,
+            uuid=f"MIG-{i}",
+            gpu_instance_id=i + 1,
+            compute_instance_id=0,
+            mem_used_mib=u,
+            mem_total_mib=9856.0,
+        )
+        for i, u in ((0, 12.0), (1, 4200.0))
+    ]
+    return obj(
+        "Gpu",
+        index=0,
+        uuid="GPU-a100",
+        name="NVIDIA A100-SXM4-80GB",
+        util_pct=None,
+        mem_used_mib=4212.0,
+        mem_total_mib=81_920.0,
+        framework_index=0,
+        field_errors={f: GPM_UNSUPPORTED for f in GPM_FIELDS} | {"util_pct": "Not Supported"},
+        compute_capability="8.0",
+        sm_clock_mhz=1410,
+        sm_clock_max_mhz=1410,
+        clock_event_reasons=[],
+        power_w=90.0,
+        power_limit_w=400.0,
+        temperature_c=40.0,
+        pcie_link_gen=4,
+        pcie_link_gen_max=4,
+        pcie_link_width=16,
+        pcie_link_width_max=16,
+        mig_mode=True,
+        mig_devices=mig,
+    )
+
+
+def history_doc(*, gpu: bool, later_s: float = 0.0) -> dict:
+    samples = []
+    for k in range(20):
+        t = NOW - 20 + k + later_s
+        gpus = (
+            [
+                obj(
+                    "SampleGpu",
+                    index=0,
+                    util_pct=90.0 + k % 3,
+                    mem_used_mib=30_000.0,
+                    sm_activity_fraction=0.6,
+                    sm_occupancy_fraction=0.3,
+                    tensor_activity_fraction=0.05,
+                    sm_clock_mhz=1200,
+                    power_w=340.0 + k,
+                    temperature_c=85.0,
+                )
+            ]
+            if gpu
+            else []
+        )
+        samples.append(
+            obj(
+                "Sample",
+                time_unix_s=t,
+                gpus=gpus,
+                cpu_pct=150.0 + k,
+                rss_mib=2000.0 + 10 * k,
+                forward_rate_hz=12.0,
+                step_rate_hz=None if gpu else 4.0,
+            )
+        )
+    doc = obj("HistoryDocument", schema=2, interval_s=1.0, job_id="4242-1", samples=samples)
+    contract.check(doc, "history")
+    return doc
+
+
+# --------------------------------------------------------------------------- a server of fixed documents
+
+
+class FixedSource:
+    """Serves one status document and its history, as the server's source (document.OneJob's API)."""
+
+    interval_s = 1.0
+
+    def __init__(self, status: dict, history: dict):
+        self.status, self.history = status, history
+
+    def snapshot(self):
+        return self.status, self.status["time_unix_s"]
+
+    def status_document(self, job=None):
+        return self.status
+
+    def history_document(self, job=None, since=None):
+        return {
+            **self.history,
+            "samples": [s for s in self.history["samples"] if since is None or s["time_unix_s"] > since],
+        }
+
+    def jobs_document(self):
+        return None
+
+
+@pytest.fixture
+def serve() -> Iterator:
+    servers = []
+
+    def start(status: dict, history: dict) -> str:
+        srv = make_server(
+            "127.0.0.1", 0, create_app(ServerConfig(), FixedSource(status, history)), threaded=True
+        )
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        servers.append(srv)
+        return f"http://127.0.0.1:{srv.server_port}/"
+
+    yield start
+    for srv in servers:
+        srv.shutdown()
+
+
+def gpu_page_doc() -> tuple[dict, dict]:
+    main = main_process(
+        [obj("ProcessGpu", index=0, mem_used_mib=29_000.0, sm_util_pct=88.0)], device="cuda:0"
+    )
+    return status_doc([h100()], [main]), history_doc(gpu=True)
+
+
+def wait_strip(page) -> None:
+    wait_js(
+        page, "() => { const s = document.querySelector('[data-testid=efficiency]'); return s && !s.hidden; }"
+    )
+
+
+# --------------------------------------------------------------------------- tests
+
+
+def test_strip_on_a_throttled_h100(serve, pages):
+    page = pages.open(serve(*gpu_page_doc()))
+    wait_strip(page)
+
+    # The step breakdown: one stacked bar, each segment as wide as its share of the step.
+    bar = page.locator("[data-testid=eff-stack]").bounding_box()
+    segs = page.eval_on_selector_all(
+        "[data-testid=eff-seg]",
+        "ss => ss.map(s => ({key: s.dataset.key, width: s.getBoundingClientRect().width}))",
+    )
+    assert [s["key"] for s in segs] == ["data", "forward", "optimizer", "other"]
+    for s, share in zip(segs, (0.4, 0.3, 0.1, 0.2), strict=True):
+        assert s["width"] == pytest.approx(bar["width"] * share, abs=2), s
+    legend = page.inner_text("[data-testid=eff-step]")
+    assert "Data wait 40 %" in legend and "Forward 30 %" in legend and "Optimizer 10 %" in legend
+    summary = page.inner_text("[data-testid=eff-step-summary]")
+    assert "85 ms per step" in summary and "120 steps" in summary
+
+    # Clocks held down: the thermal reason is a problem, the power cap is neutral.
+    assert "1200 of 1980 MHz" in page.inner_text("[data-testid=eff-clock]")
+    reasons = page.eval_on_selector_all(
+        "[data-testid=eff-reason]", "rs => rs.map(r => [r.dataset.reason, r.dataset.kind, r.textContent])"
+    )
+    assert ["hw_thermal_slowdown", "problem", "hardware thermal slowdown"] in reasons
+    assert ["sw_power_cap", "neutral", "power cap"] in reasons
+    problem_bg, neutral_bg = (
+        page.eval_on_selector(f"[data-reason={r}]", "e => getComputedStyle(e).backgroundColor")
+        for r in ("hw_thermal_slowdown", "sw_power_cap")
+    )
+    assert problem_bg != neutral_bg
+    assert "350 of 700 W" in page.inner_text("[data-testid=eff-power]")
+    assert "87 °C" in page.inner_text("[data-testid=eff-temp]")
+
+    # The PCIe link trained below its maximum is flagged.
+    pcie = page.locator("[data-testid=eff-pcie]")
+    assert pcie.get_attribute("data-flag") == "bad"
+    assert "Gen3 x16 of Gen5 x16" in pcie.inner_text() and "below its maximum" in pcie.inner_text()
+
+    # GPM figures, and no "n/a" line since they are all there (traffic too).
+    gpm = page.inner_text("[data-testid=eff-gpm]")
+    assert "SM activity 62 %" in gpm.replace("\n", " ") and "SM occupancy 31 %" in gpm.replace("\n", " ")
+    assert "Tensor cores" in gpm and "1.5 GB/s" in gpm
+    assert page.locator("[data-testid=eff-gpm-na]").count() == 0
+
+    # Precision, loader settings and host syncs.
+    precision = page.inner_text("[data-testid=eff-precision]")
+    assert "float32" in precision and "highest" in precision
+    loader = page.inner_text("[data-testid=eff-loader]")
+    assert "num_workers" in loader and "64" in loader and "[64, 3, 224, 224]" in loader
+    assert "host syncs 3 per step" in page.inner_text("[data-testid=eff-step]").replace("\n", " ")
+
+    # History: GPM SM activity and occupancy beside utilisation; power with its limit; no CPU charts.
+    wait_js(
+        page, "() => document.querySelectorAll('[data-testid=chart-util] [data-testid=series]').length === 3"
+    )
+    keys = page.eval_on_selector_all(
+        "[data-testid=chart-util] [data-testid=series]", "ps => ps.map(p => p.dataset.key)"
+    )
+    assert keys == ["0", "0-sm-active", "0-sm-occupancy"]
+    last = page.eval_on_selector(
+        "[data-testid=chart-util] [data-key='0-sm-active']", "p => Number(p.dataset.last)"
+    )
+    assert last == pytest.approx(60)
+    assert page.is_visible("[data-testid=chart-power]") and page.is_visible("[data-testid=chart-temp]")
+    assert page.is_hidden("[data-testid=chart-cpu]")
+    assert page.locator("[data-testid=process-row] [data-testid=sm]").inner_text() == "88 %"
+    screenshot(page, "efficiency", element="[data-testid=efficiency]")
+    screenshot(page, "efficiency-full", full_page=True)
+    assert not pages.errors, pages.errors
+
+
+def test_mig_gpu_without_gpm(serve, pages):
+    main = main_process(
+        [obj("ProcessGpu", index=0, mem_used_mib=4200.0, sm_util_pct=None, mig_index=1)], device="cuda:0"
+    )
+    page = pages.open(serve(status_doc([a100_mig()], [main]), history_doc(gpu=True)))
+    wait_strip(page)
+    # Per-process SM utilisation does not exist on MIG: said so, never a 0 %.
+    assert page.locator("[data-testid=process-row] [data-testid=sm]").inner_text() == "n/a on MIG"
+    assert "n/a on MIG" in page.inner_text("[data-testid=gpu-card] [data-testid=gpu-util]")
+    assert page.inner_text("[data-testid=fact-util] dd") == "n/a on MIG"
+    # The card lists the MIG instances, the job's process in its own.
+    mig = page.locator("[data-testid=gpu-card] [data-testid=mig-device]")
+    assert mig.count() == 2
+    text = mig.nth(1).inner_text()
+    assert "GI 2" in text and "pid 4242" in text and "4.1 GiB of 9.6 GiB" in text, text
+    assert "pid" not in mig.nth(0).inner_text()
+    # GPM fields are null: the strip says why, once.
+    na = page.inner_text("[data-testid=eff-gpm-na]")
+    assert na == f"GPM metrics n/a: {GPM_UNSUPPORTED}"
+    assert page.locator("[data-testid=eff-gpm]").count() == 0
+    assert "clocks not held down" in page.inner_text("[data-testid=eff-reasons]")
+    assert page.locator("[data-testid=eff-pcie]").get_attribute("data-flag") is None
+    screenshot(page, "mig", full_page=True)
+    assert not pages.errors, pages.errors
+
+
+def test_no_nvidia_gpu_charts_the_jobs_cpu(serve, pages):
+    main = main_process([], device="cpu")
+    page = pages.open(serve(status_doc([], [main], nvml_ok=False, model_gpu=None), history_doc(gpu=False)))
+    wait_js(page, "() => Number(document.querySelector('[data-testid=chart-cpu] svg').dataset.points) >= 20")
+    for name in ("cpu", "rss", "rate"):
+        assert page.is_visible(f"[data-testid=chart-{name}]"), name
+        assert page.locator(f"[data-testid=chart-{name}] .chart-empty").is_hidden(), name
+    for name in ("mem", "util", "power", "temp"):
+        assert page.is_hidden(f"[data-testid=chart-{name}]"), name
+    cpu_last = page.eval_on_selector(
+        "[data-testid=chart-cpu] [data-testid=series]", "p => Number(p.dataset.last)"
+    )
+    assert cpu_last == 169
+    rss_last = page.eval_on_selector(
+        "[data-testid=chart-rss] [data-testid=series]", "p => Number(p.dataset.last)"
+    )
+    assert rss_last == 2190
+    rates = page.eval_on_selector_all(
+        "[data-testid=chart-rate] [data-testid=series]", "ps => ps.map(p => p.dataset.key)"
+    )
+    assert rates == ["forward", "step"]
+    assert page.is_visible("[data-testid=chart-cpu-note]")
+    # The strip still shows what the probe knows (steps, precision, loader); no GPU block.
+    wait_strip(page)
+    assert page.locator("[data-testid=eff-gpu]").count() == 0
+    assert page.locator("[data-testid=eff-seg]").count() == 4
+    screenshot(page, "cpu-history", full_page=True)
+    assert not pages.errors, pages.errors
+
+
+def test_strip_in_chinese(serve, pages):
+    page = pages.open(serve(*gpu_page_doc()), locale="zh-CN")
+    wait_strip(page)
+    assert page.inner_text("[data-testid=efficiency] .block-title") == "效率"
+    assert "等待数据 40 %" in page.inner_text("[data-testid=eff-step]")
+    reason = page.inner_text("[data-reason=hw_thermal_slowdown]")
+    assert reason == "硬件温控降频"
+    assert "低于最大值" in page.inner_text("[data-testid=eff-pcie]")
+    assert not pages.errors, pages.errors
+
+
+def test_strip_fits_a_narrow_window(serve, pages):
+    page = pages.open(serve(*gpu_page_doc()), width=420, height=900)
+    wait_strip(page)
+    overflow = page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
+    assert overflow <= 0, f"no horizontal scrolling on a 420 px window (overflow {overflow} px)"
+    strip = page.locator("[data-testid=efficiency]").bounding_box()
+    assert strip["x"] >= 0 and strip["x"] + strip["width"] <= 420
+    screenshot(page, "efficiency-narrow", full_page=True)
+    assert not pages.errors, pages.errors

@@ -1,0 +1,248 @@
+"""Efficiency end to end: real processes publishing probe payloads, the simulated driver, a real
+sidecar over loopback. What the probe says of a step (breakdown, syncs, loader and precision
+settings) and what the driver says of a GPU (clocks, PCIe, GPM, MIG) reach the status document,
+the verdict's warnings, the history and /metrics."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fakenvml import gpu, make_fake_sysfs, scenarios
+from tests.helpers.harness import FakeJob, Sidecar, codes, cuda_runtime, wait_for
+
+pytestmark = pytest.mark.slow
+
+UUID0 = gpu(0)["uuid"]
+
+
+@pytest.fixture
+def env(fake_nvml, tmp_path: Path):
+    sysfs = make_fake_sysfs(
+        tmp_path / "sys", [{"pci": "0000:10:00.0", "vendor": "0x10de", "driver": "nvidia"}]
+    )
+    return fake_nvml.env({"DSH_SYSFS_ROOT": str(sysfs), "DSH_SIDECAR_RULES": json.dumps({"idle_window_s": 2.0})})
+
+
+def sidecar(pid: int, env, *extra: str) -> Sidecar:
+    return Sidecar(["--pid", str(pid), "--port", "0", "--interval", "0.3", *extra], env=env)
+
+
+STEPS = {
+    "window_s": 10.0,
+    "steps": 40,
+    "step_s": 0.25,
+    "data_wait_fraction": 0.7,
+    "forward_fraction": 0.1,
+    "optimizer_fraction": 0.05,
+    "other_fraction": 0.15,
+}
+LOADER = {"num_workers": 0, "pin_memory": False, "persistent_workers": False, "batch_size": 8}
+
+
+def model(device="cuda:0", **kw):
+    return {
+        "name": "Net",
+        "class": "Net",
+        "params": 1000,
+        "device": device,
+        "devices": [device],
+        "input_device": device,
+        "param_dtypes": ["float32"],
+        "autocast": "off",
+        "input_shape": [8, 3, 32, 32],
+        "loader_settings": LOADER,
+        **kw,
+    }
+
+
+def test_step_breakdown_syncs_and_loader_settings_reach_document_warnings_and_metrics(
+    tmp_path, fake_nvml, env
+):
+    spec = {
+        "payload": {
+            "runtime": cuda_runtime([UUID0]),
+            "models": [model()],
+            "steps": STEPS,
+            "math": {
+                "allow_tf32_matmul": False,
+                "cudnn_allow_tf32": True,
+                "float32_matmul_precision": "highest",
+                "cudnn_benchmark": False,
+            },
+            "syncs_per_step": 24.0,
+        },
+        "forward_rate_hz": 20,
+    }
+    with FakeJob(tmp_path / "job", {"main": spec}) as job:
+        fake_nvml.write(
+            {"gpus": [gpu(0, util_gpu=30, processes=[{"pid": job.pid, "used_mib": 2048, "sm_util": 30}])]}
+        )
+        with sidecar(job.pid, env) as sc:
+            doc = sc.wait_status(
+                lambda d: {"data-starved", "host-syncs"} <= codes(d), what="the probe's warnings"
+            )
+            (p,) = doc["processes"]
+            assert p["step_breakdown"] == STEPS
+            assert p["syncs_per_step"] == 24.0 and p["math"]["float32_matmul_precision"] == "highest"
+            (m,) = p["models"]
+            assert (
+                m["loader_settings"] == LOADER
+                and m["param_dtypes"] == ["float32"]
+                and m["input_shape"] == [8, 3, 32, 32]
+            )
+            (w,) = [w for w in doc["warnings"] if w["code"] == "data-starved"]
+            assert "70%" in w["message"] and "num_workers=0, pin_memory=False" in w["hint"]
+            (w,) = [w for w in doc["warnings"] if w["code"] == "host-syncs"]
+            assert "24 times" in w["message"] and w["pids"] == [job.pid]
+            status, body = sc.get("/metrics")
+            assert status == 200
+            line = next(
+                x
+                for x in body.decode().splitlines()
+                if x.startswith("dsh_process_step_fraction") and 'phase="data_wait"' in x
+            )
+            assert line.endswith(" 0.7") and f'pid="{job.pid}"' in line
+
+
+def test_without_a_gpu_the_history_carries_cpu_rss_and_rates(tmp_path, fake_nvml):
+    """A CPU training run on a machine with no NVIDIA driver: the charts have something to draw."""
+    env = fake_nvml.env()
+    empty = tmp_path / "no-driver"
+    empty.mkdir()
+    env["LD_LIBRARY_PATH"] = str(empty)
+    spec = {
+        "payload": {
+            "runtime": {
+                "torch": "2.13.0+cpu",
+                "cuda_build": None,
+                "cuda_available": False,
+                "device_count": 0,
+            },
+            "models": [model("cpu", forward_rate_hz=12.5, train_steps=10, step_rate_hz=3.0)],
+        },
+        "forward_rate_hz": 20,
+    }
+    with FakeJob(tmp_path / "job", {"main": spec}) as job:
+        with sidecar(job.pid, env) as sc:
+            sc.wait_status(lambda d: d["status"] == "CPU", what="a CPU verdict")
+
+            def filled():
+                samples = sc.history()["samples"]
+                full = [s for s in samples if s["cpu_pct"] is not None and s["rss_mib"] is not None]
+                return full if len(full) >= 2 else None
+
+            samples = wait_for(filled, what="history samples with the job's CPU and RSS")
+            last = samples[-1]
+            assert last["gpus"] == [] and last["rss_mib"] > 1
+            assert last["forward_rate_hz"] is not None and last["forward_rate_hz"] > 0
+            assert last["step_rate_hz"] == 3.0
+            json.dumps(last)  # plain JSON
+
+
+# ---------------------------------------------------------------------------------------------
+# The driver's side: one scenario of tests/fakenvml/scenarios.py each
+# ---------------------------------------------------------------------------------------------
+FP32_MATH = {
+    "allow_tf32_matmul": False,
+    "cudnn_allow_tf32": False,
+    "float32_matmul_precision": "highest",
+    "cudnn_benchmark": False,
+}
+
+
+def gpu_job(tmp_path, **payload):
+    spec = {"payload": {"runtime": cuda_runtime([UUID0]), "models": [model()], "math": FP32_MATH, **payload}}
+    return FakeJob(tmp_path / "job", {"main": spec})
+
+
+def metric_lines(sc, name):
+    status, body = sc.get("/metrics")
+    assert status == 200
+    return [x for x in body.decode().splitlines() if x.startswith(name + "{")]
+
+
+def test_throttled_by_heat_and_power_brake_but_never_by_the_power_cap_alone(tmp_path, fake_nvml, env):
+    with gpu_job(tmp_path) as job:
+        fake_nvml.write(scenarios.throttled(job.pid))
+        with sidecar(job.pid, env) as sc:
+            doc = sc.wait_status(lambda d: "throttled" in codes(d), what="throttled")
+            (g,) = doc["gpus"]
+            assert {"hw_thermal_slowdown", "hw_power_brake_slowdown"} <= set(g["clock_event_reasons"])
+            assert (g["sm_clock_mhz"], g["sm_clock_max_mhz"], g["temperature_c"]) == (1035, 1980, 88)
+            assert (g["power_w"], g["power_limit_w"]) == (690, 700)
+            (w,) = [w for w in doc["warnings"] if w["code"] == "throttled"]
+            assert "hardware power brake" in w["message"] and "1035 MHz of 1980 MHz" in w["message"]
+            assert w["pids"] == [job.pid] and "administrator" in w["hint"]
+            active = {
+                x.split('reason="')[1].split('"')[0]: x.rsplit(" ", 1)[1]
+                for x in metric_lines(sc, "dsh_gpu_clock_event_active")
+            }
+            assert active["hw_thermal_slowdown"] == "1.0" and active["sw_power_cap"] == "0.0"
+            # The same GPU at its power cap under full load: the GPU working as designed.
+            fake_nvml.write(scenarios.power_capped(job.pid))
+            doc = sc.wait_status(
+                lambda d: (
+                    d["gpus"][0]["clock_event_reasons"] == ["sw_power_cap"] and "throttled" not in codes(d)
+                ),
+                what="the power cap alone, no throttled warning",
+            )
+
+
+def test_degraded_link_while_the_job_works(tmp_path, fake_nvml, env):
+    with gpu_job(tmp_path) as job:
+        fake_nvml.write(scenarios.degraded_link(job.pid))
+        with sidecar(job.pid, env) as sc:
+            doc = sc.wait_status(lambda d: "pcie-degraded" in codes(d), what="pcie-degraded")
+            g = doc["gpus"][0]
+            assert (
+                g["pcie_link_gen"],
+                g["pcie_link_width"],
+                g["pcie_link_gen_max"],
+                g["pcie_link_width_max"],
+            ) == (1, 4, 4, 16)
+            (w,) = [w for w in doc["warnings"] if w["code"] == "pcie-degraded"]
+            assert "Gen1 x4" in w["message"] and "Gen4 x16" in w["message"]
+            # No GPM on an A100: null with the reason, never 0.
+            assert g["sm_activity_fraction"] is None and g["field_errors"].get("sm_activity_fraction")
+
+
+def test_busy_but_hollow_and_tensor_cores_told_apart(tmp_path, fake_nvml, env):
+    with gpu_job(tmp_path) as job:
+        fake_nvml.write(scenarios.busy_but_hollow(job.pid))
+        with sidecar(job.pid, env) as sc:
+            doc = sc.wait_status(
+                lambda d: {"hollow-utilisation", "no-tensor-cores"} <= codes(d),
+                what="hollow and fp32 on Hopper",
+            )
+            g = doc["gpus"][0]
+            assert g["util_pct"] == 95 and abs(g["sm_activity_fraction"] - 0.10) < 1e-9
+            assert abs(g["sm_occupancy_fraction"] - 0.05) < 1e-9 and g["compute_capability"] == "9.0"
+            (ratio,) = metric_lines(sc, "dsh_gpu_sm_activity_ratio")
+            assert float(ratio.rsplit(" ", 1)[1]) == pytest.approx(0.10)
+            # Large bf16 matmuls keep the tensor cores busy: neither warning.
+            fake_nvml.write(scenarios.tensor_heavy(job.pid))
+            sc.wait_status(
+                lambda d: (
+                    not ({"hollow-utilisation", "no-tensor-cores"} & codes(d))
+                    and (d["gpus"][0]["tensor_activity_fraction"] or 0) > 0.5
+                ),
+                what="tensor-heavy: no hollow, no no-tensor-cores",
+            )
+
+
+def test_mig_shows_instances_and_says_per_process_utilisation_is_unavailable(tmp_path, fake_nvml, env):
+    with gpu_job(tmp_path) as job:
+        fake_nvml.write(scenarios.mig((job.pid, None)))
+        with sidecar(job.pid, env, "--history", "60") as sc:
+            doc = sc.wait_status(lambda d: "mig-no-process-util" in codes(d), what="mig-no-process-util")
+            g = doc["gpus"][0]
+            assert g["mig_mode"] is True and [m["gpu_instance_id"] for m in g["mig_devices"]] == [1, 2]
+            assert g["mig_devices"][0]["mem_used_mib"] == 12000
+            (row,) = doc["processes"][0]["gpu"]
+            assert row["mig_index"] == 0 and row["sm_util_pct"] is None and row["mem_used_mib"] == 12000
+            time.sleep(3.0)  # past the 2 s idle window: forward calls go on, utilisation is unknown
+            assert "idle-gpu" not in codes(sc.status())  # unknown utilisation is not idleness
