@@ -81,14 +81,27 @@ def process_real_uid(pid: int) -> int | None:
     return None
 
 
+# (pid, namespace id) of the last read: a process never changes PID namespace (unshare and setns
+# move only its children), and a child, which may be in another one, has another pid.
+_PIDNS_READ: tuple[int, int] | None = None
+
+
 def pid_namespace_id() -> int:
     """This process's PID namespace as one nonzero u64 (device << 32 | inode of
-    /proc/self/ns/pid); 0 when it cannot be read (no /proc, or a kernel without namespaces)."""
+    /proc/self/ns/pid); 0 when it cannot be read (no /proc, or a kernel without namespaces).
+    Read once per process (a reader asks at every changed payload)."""
+    global _PIDNS_READ
+    pid = os.getpid()
+    last = _PIDNS_READ
+    if last is not None and last[0] == pid:
+        return last[1]
     try:
         st = os.stat(f"{_PROC}/self/ns/pid")
     except OSError:
         return 0
-    return ((st.st_dev & 0xFFFFFFFF) << 32) | (st.st_ino & 0xFFFFFFFF)
+    ns = ((st.st_dev & 0xFFFFFFFF) << 32) | (st.st_ino & 0xFFFFFFFF)
+    _PIDNS_READ = (pid, ns)
+    return ns
 
 
 def proc_is_ours() -> bool:

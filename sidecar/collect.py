@@ -15,7 +15,7 @@ from probe_wire.schema import MODEL_COLLECTED, PUBLISH_FAILED
 from sidecar import bounds
 from sidecar.bounds import MAX_ID_CHARS, clip, clip_opt
 from sidecar.history import GPU_COLUMNS, Sample
-from sidecar.sources.lineage import is_mp_child, is_mp_helper
+from sidecar.sources.lineage import RootInfo, is_mp_child, is_mp_helper
 from sidecar.sources.nvml_names import GPU_EFFICIENCY_FIELDS
 from sidecar.verdict import (
     Facts,
@@ -241,11 +241,14 @@ class NvmlFacts:
     pids: set[int] = field(default_factory=set)  # every pid NVML listed
 
 
-def nvml_facts(nvml, tree_pids: set[int]) -> NvmlFacts:
+def nvml_facts(nvml, tree_pids: set[int], gpus: tuple[GpuFacts, ...] | None = None) -> NvmlFacts:
+    """``gpus``: the snapshot's devices as facts when the caller made them already (discovery makes
+    them once per poll for all its jobs)."""
     out = NvmlFacts()
-    gpus = []
+    made = []
     for d in nvml.devices if nvml.ok else ():
-        gpus.append(gpu_facts(d))
+        if gpus is None:
+            made.append(gpu_facts(d))
         for gp in d.processes:
             out.pids.add(gp.pid)
             if gp.pid in tree_pids:
@@ -254,7 +257,7 @@ def nvml_facts(nvml, tree_pids: set[int]) -> NvmlFacts:
                 )
             else:
                 out.other_processes[d.index] = out.other_processes.get(d.index, 0) + 1
-    out.gpus = tuple(gpus)
+    out.gpus = tuple(made) if gpus is None else gpus
     return out
 
 
@@ -290,7 +293,7 @@ class TargetInfo:
     cmdline: list[str] | None = None
     create_time: float | None = None
     start_ticks: int | None = None
-    root: Any = None  # sources.lineage.RootInfo: owner, working directory, ancestors
+    root: RootInfo | None = None  # owner, working directory, ancestors (read once, when first seen)
 
     @property
     def job_id(self) -> str:
@@ -317,8 +320,8 @@ class FactCollector:
         self._cache: dict[int, tuple] = {}
         self._stopped_since: dict[tuple, float] = {}
 
-    def facts(self, now: float, tree, reads, nvml, system_gpus) -> Facts:
-        nv = nvml_facts(nvml, tree.pids())
+    def facts(self, now: float, tree, reads, nvml, system_gpus, gpus: tuple[GpuFacts, ...] | None = None) -> Facts:
+        nv = nvml_facts(nvml, tree.pids(), gpus)
         if tree.target_alive:
             procs = self._process_facts(tree, reads, nv.by_pid)
             self._last_alive, self.proc_info = procs, {p.pid: p for p in tree.processes}

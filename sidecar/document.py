@@ -119,29 +119,14 @@ def process_entry(p: ProcessFacts, cmdline: tuple[str, ...] | None) -> dict[str,
     }
 
 
-def status_document(
-    facts: Facts,
-    verdict: Verdict,
-    *,
-    time_s: float,
-    interval_s: float,
-    target,
-    proc_info: dict[int, Any],
-    other_processes: dict[int, int],
-    events: list[dict[str, Any]],
-    entry_cache: dict[int, tuple] | None = None,
-    jobs: list[dict[str, Any]] | None = None,
+def status_summary(
+    facts: Facts, verdict: Verdict, *, target, proc_info: dict[int, Any], entry_cache: dict[int, tuple] | None = None
 ) -> dict[str, Any]:
-    """The status document. ``entry_cache`` (owned by the caller, kept between calls) lets a process
-    whose facts are the very same object as last time reuse its entry: nothing in a document is
-    ever modified after it is made, so entries may share their lists. ``target`` is a
-    collect.TargetInfo (name, cmdline, create time as first seen)."""
+    """The keys of the status document that a jobs-list entry is made of (`job_entry` reads only
+    these), made by the same code: the job, its verdict, its processes. Discovery makes this for
+    every job at every poll, the rest of a job's document only when it is asked for."""
     processes = _process_entries(facts, proc_info, entry_cache)
-    shown_events = events[-bounds.MAX_EVENTS_SHOWN :]
-    doc = {
-        "schema": SCHEMA,
-        "time_unix_s": time_s,
-        "interval_s": interval_s,
+    return {
         "job_id": target.job_id,
         "target": {
             "pid": facts.target_pid,
@@ -154,9 +139,47 @@ def status_document(
         "message": _english(verdict.message),
         "message_ref": _ref_entry(verdict.message),
         "warnings": [_warning_entry(w) for w in verdict.warnings],
+        "model_gpu_index": verdict.model_gpu_index,
+        "processes": processes,
+        "processes_omitted": len(facts.processes) - len(processes),
+    }
+
+
+def status_document(
+    facts: Facts,
+    verdict: Verdict,
+    *,
+    time_s: float,
+    interval_s: float,
+    target,
+    proc_info: dict[int, Any],
+    other_processes: dict[int, int],
+    events: list[dict[str, Any]],
+    entry_cache: dict[int, tuple] | None = None,
+    jobs: list[dict[str, Any]] | None = None,
+    summary: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The status document. ``entry_cache`` (owned by the caller, kept between calls) lets a process
+    whose facts are the very same object as last time reuse its entry: nothing in a document is
+    ever modified after it is made, so entries may share their lists. ``target`` is a
+    collect.TargetInfo (name, cmdline, create time as first seen). ``summary``: what
+    status_summary made of the same arguments, when the caller made it already."""
+    if summary is None:
+        summary = status_summary(facts, verdict, target=target, proc_info=proc_info, entry_cache=entry_cache)
+    shown_events = events[-bounds.MAX_EVENTS_SHOWN :]
+    doc = {
+        "schema": SCHEMA,
+        "time_unix_s": time_s,
+        "interval_s": interval_s,
+        "job_id": summary["job_id"],
+        "target": summary["target"],
+        "status": summary["status"],
+        "message": summary["message"],
+        "message_ref": summary["message_ref"],
+        "warnings": summary["warnings"],
         "model_device": verdict.model_device,
         "input_device": verdict.input_device,
-        "model_gpu_index": verdict.model_gpu_index,
+        "model_gpu_index": summary["model_gpu_index"],
         "memory_growth": _memory_growth(facts),
         "runtime": _runtime_summary(facts),
         "nvml": {
@@ -170,8 +193,8 @@ def status_document(
             {"vendor": s.vendor, "name": s.name, "pci": s.pci, "driver": s.driver, "nvml_index": s.nvml_index}
             for s in facts.system_gpus
         ],
-        "processes": processes,
-        "processes_omitted": len(facts.processes) - len(processes),
+        "processes": summary["processes"],
+        "processes_omitted": summary["processes_omitted"],
         "events": [{**e, "name": clip_opt(e.get("name"))} for e in shown_events],
         "events_omitted": len(events) - len(shown_events),
         "jobs": jobs,

@@ -23,7 +23,7 @@ from probe_wire.cleanup import sweep_dead_segments
 from probe_wire.names import SHM_DIR, list_segments
 from probe_wire.procid import process_identity, process_real_uid
 from sidecar import contract, document
-from sidecar.collect import job_id
+from sidecar.collect import gpu_facts, job_id
 from sidecar.poller import SYSFS_EVERY_POLLS, Poller, _NvmlDown, machine_sources, poll_nvml, read_system_gpus
 from sidecar.sources import lineage
 from sidecar.sources.segments import FOREIGN_CHECK_EVERY_POLLS, SegmentSource
@@ -56,6 +56,18 @@ class _Job:
     found_unix_s: float
 
 
+@dataclass(frozen=True)
+class _Published:
+    """What one poll published for the server, all of a piece: the jobs document and, for each job
+    it lists, that job's poller and status document. A request reads one of these, so a job the
+    poll thread drops meanwhile is still found by a request that saw it listed."""
+
+    jobs: dict[str, Any]  # the jobs document
+    # job id as listed -> (its poller, what gives its status document of that poll: made when first
+    # asked for)
+    docs: dict[str, tuple[Poller, Callable[[], dict[str, Any]]]]
+
+
 class JobsPoller:
     """Watches every job it can find. The documents are built by each job's Poller; this class
     finds jobs, polls them, and answers for them (the same three methods as document.OneJob)."""
@@ -85,6 +97,7 @@ class JobsPoller:
         self.nvml_source, self.system_gpus_fn = machine_sources(nvml_source, system_gpus_fn)
         self._shared = _SharedNvml()
         self._system_gpus_cache: list = []
+        self._gpu_facts: tuple = ()
         self._jobs: dict[str, _Job] = {}
         self._roots: dict[tuple[int, int], tuple[int, int]] = {}  # candidate identity -> root identity
         self._candidates_seen: set[int] = set()
@@ -92,7 +105,7 @@ class JobsPoller:
         self.poll_errors: Counter[str] = Counter()
         self.poll_durations_s: list[float] = []
         self.last_poll_time: float | None = None
-        self._latest_jobs: dict[str, Any] | None = None
+        self._published: _Published | None = None
         self._lock = threading.Lock()
         self._poll_lock = threading.Lock()
         self._stop = threading.Event()
@@ -165,7 +178,12 @@ class JobsPoller:
             segment_source=SegmentSource(sweep_foreign=False),  # swept once for all jobs, below
             system_gpus_fn=self._system_gpus,
             clock=self.clock,
+            gpu_facts_fn=self._shared_gpu_facts,
+            lazy_document=True,  # a job's whole document is made when someone asks for it
         )
+
+    def _shared_gpu_facts(self) -> tuple:
+        return self._gpu_facts
 
     def _system_gpus(self) -> list:
         return self._system_gpus_cache
@@ -178,7 +196,9 @@ class JobsPoller:
     def _poll_once_locked(self) -> dict[str, Any]:
         started = time.perf_counter()
         now = self.clock()
-        self._shared.snapshot = poll_nvml(self.nvml_source, self.poll_errors)
+        self._shared.snapshot = snap = poll_nvml(self.nvml_source, self.poll_errors)
+        # The devices as facts once for every job (each job's collector splits the rows by its tree).
+        self._gpu_facts = tuple(gpu_facts(d) for d in snap.devices) if snap.ok else ()
         if self.poll_count % SYSFS_EVERY_POLLS == 0:
             self._system_gpus_cache = read_system_gpus(self.system_gpus_fn, self.poll_errors, self._system_gpus_cache)
         self._discover(now, self._shared.snapshot)
@@ -199,9 +219,10 @@ class JobsPoller:
                 job.poller.stop()
                 del self._jobs[jid]
         self._trim()
-        jobs = self._jobs_document(now)
+        published = self._publish(now)
+        jobs = published.jobs
         with self._lock:
-            self._latest_jobs = jobs
+            self._published = published
             self.last_poll_time = now
             self.poll_count += 1
             self.poll_durations_s.append(time.perf_counter() - started)
@@ -217,55 +238,62 @@ class JobsPoller:
             job.poller.stop()
             del self._jobs[jid]
 
-    def _entries(self) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-        """(job entry, status document) of every job polled at least once."""
-        out = []
+    def _publish(self, now: float) -> _Published:
+        """The jobs document, and the status document of every job polled at least once (each made
+        when it is first asked for; the jobs list needs only each job's status summary)."""
+        docs: dict[str, tuple[Poller, Callable[[], dict[str, Any]]]] = {}
+        entries = []
         for job in self._jobs.values():
-            doc, _ = job.poller.snapshot()
-            if doc is not None:
-                out.append((document.job_entry(doc, job.poller.root_info(), job.poller.ended_unix_s), doc))
-        return out
-
-    def _jobs_document(self, now: float) -> dict[str, Any]:
-        entries = [e for e, _ in self._entries()]
-        return document.jobs_document(
+            summary, doc = job.poller.published()
+            if summary is not None and doc is not None:
+                docs[summary["job_id"]] = (job.poller, doc)
+                entries.append(document.job_entry(summary, job.poller.root_info(), job.poller.ended_unix_s))
+        jobs = document.jobs_document(
             entries, time_s=now, interval_s=self.interval_s, mode=self.mode, default_job=_default_job(entries)
         )
+        return _Published(jobs, docs)
 
-    # -- what the server reads -------------------------------------------------------------------
-    def jobs_document(self) -> dict[str, Any] | None:
+    # -- what the server reads (from its own threads: only what the last poll published) -------
+    def _latest(self) -> _Published | None:
         with self._lock:
-            return self._latest_jobs
+            return self._published
 
-    def _job(self, job: str | None) -> _Job | None:
-        jobs = self.jobs_document()
-        if jobs is None:
+    def jobs_document(self) -> dict[str, Any] | None:
+        published = self._latest()
+        return None if published is None else published.jobs
+
+    @staticmethod
+    def _job(published: _Published | None, job: str | None) -> tuple[str, Poller, Callable[[], dict[str, Any]]] | None:
+        if published is None:
             return None
-        jid = job if job is not None else jobs["default_job"]
-        found = self._jobs.get(jid) if jid is not None else None
-        if found is None and job is not None:
-            raise document.UnknownJob(job)
-        return found
+        jid = job if job is not None else published.jobs["default_job"]
+        found = published.docs.get(jid) if jid is not None else None
+        if found is None:
+            if job is not None:
+                raise document.UnknownJob(job)
+            return None
+        return (jid, *found)
 
     def status_document(self, job: str | None = None) -> dict[str, Any] | None:
         """A job's document with the jobs list in it; without `job`, the default job's. With no job
         found yet, None (the server answers 503 until the first poll, then 404 for ?job=)."""
-        found = self._job(job)
-        jobs = self.jobs_document()
-        if found is None:
+        published = self._latest()
+        found = self._job(published, job)
+        if found is None or published is None:
             return None
-        doc, _ = found.poller.snapshot()
-        if doc is None:
-            return None
-        return contract.check_if_enabled({**doc, "jobs": jobs["jobs"]}, "status")
+        return contract.check_if_enabled({**found[2](), "jobs": published.jobs["jobs"]}, "status")
 
     def history_document(self, job: str | None = None, since: float | None = None) -> dict[str, Any] | None:
-        found = self._job(job)
-        return None if found is None else found.poller.history_document(None, since)
+        found = self._job(self._latest(), job)
+        if found is None:
+            return None
+        jid, poller, _ = found
+        return document.history_document(poller.history, since, poller.interval_s, jid)
 
     def documents(self) -> list[dict[str, Any]]:
         """Every job's status document (for --once --json and /metrics)."""
-        return [doc for _, doc in self._entries()]
+        published = self._latest()
+        return [] if published is None else [doc() for _, doc in published.docs.values()]
 
     def snapshot(self) -> tuple[dict[str, Any] | None, float | None]:
         """The default job's document and the last poll's time (/healthz)."""

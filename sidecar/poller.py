@@ -11,6 +11,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from sidecar import document
@@ -41,8 +42,17 @@ class Poller(document.OneJob):
         nvml_source: Any = None,
         system_gpus_fn: Callable[[], list] | None = None,
         clock: Callable[[], float] = time.time,
+        gpu_facts_fn: Callable[[], tuple] | None = None,
+        lazy_document: bool = False,
     ):
         self.target_pid = target_pid
+        # The NVML snapshot's devices as facts, when someone else made them for this poll
+        # (discovery: once for all its jobs); None: this poller makes them.
+        self.gpu_facts_fn = gpu_facts_fn
+        # Make only the status summary at each poll, the whole document when it is first asked for
+        # (snapshot()): discovery, whose server asks for one job's document at a time.
+        self.lazy_document = lazy_document
+        self._latest_summary: dict[str, Any] | None = None
         self.interval_s = interval_s
         self.rules = rules or Rules()
         self.tree_source = tree_source or ProcessTreeSource(target_pid)
@@ -54,7 +64,7 @@ class Poller(document.OneJob):
         self.poll_errors: Counter[str] = Counter()
         self.poll_durations_s: list[float] = []  # read (never drained) by the metrics collector
         self.last_poll_time: float | None = None
-        self.latest: dict[str, Any] | None = None
+        self.latest: Any = None  # the last status document, or its _Deferred
         self.latest_verdict: Verdict | None = None
         self.target_gone_at: float | None = None
         self._hysteresis = HysteresisState()
@@ -89,7 +99,8 @@ class Poller(document.OneJob):
             self._system_gpus = read_system_gpus(self.system_gpus_fn, self.poll_errors, self._system_gpus)
         if not tree.target_alive and self.target_gone_at is None:
             self.target_gone_at = now
-        facts = self._collector.facts(now, tree, reads, nvml, self._system_gpus)
+        gpus = self.gpu_facts_fn() if self.gpu_facts_fn is not None else None
+        facts = self._collector.facts(now, tree, reads, nvml, self._system_gpus, gpus)
         self.history.append(history_sample(now, facts, self._collector.proc_info))
         facts = replace(
             facts, recent=self.history.recent(max(self.rules.idle_window_s, self.rules.growth_window_s))
@@ -97,25 +108,31 @@ class Poller(document.OneJob):
         live = {p.pid for p in facts.processes}
         verdict, self._hysteresis = settle(self._hysteresis, decide(facts), self.rules, live)
         self.history.add_events(self._events(reads))
-        doc = document.status_document(
-            facts,
-            verdict,
+        made = dict(
             time_s=now,
             interval_s=self.interval_s,
             target=self._collector.target,
             proc_info=self._collector.proc_info,
             other_processes=self._collector.other_processes,
             events=self.history.events(),
-            entry_cache=self._entry_cache,
         )
+        summary = None
+        if self.lazy_document:
+            summary = document.status_summary(
+                facts, verdict, target=made["target"], proc_info=made["proc_info"], entry_cache=self._entry_cache
+            )
+            doc: Any = _Deferred(partial(document.status_document, facts, verdict, summary=summary, **made))
+        else:
+            doc = document.status_document(facts, verdict, entry_cache=self._entry_cache, **made)
         with self._lock:
             self.latest = doc
+            self._latest_summary = summary
             self.latest_verdict = verdict
             self.last_poll_time = now
             self.poll_count += 1
             self.poll_durations_s.append(time.perf_counter() - started)
             del self.poll_durations_s[:-1000]
-        return doc
+        return summary if summary is not None else doc
 
     @staticmethod
     def _events(reads) -> list[dict[str, Any]]:
@@ -178,7 +195,18 @@ class Poller(document.OneJob):
 
     def snapshot(self) -> tuple[dict[str, Any] | None, float | None]:
         with self._lock:
-            return self.latest, self.last_poll_time
+            doc, last = self.latest, self.last_poll_time
+        return (doc.get() if isinstance(doc, _Deferred) else doc), last
+
+    def published(self) -> tuple[dict[str, Any] | None, Callable[[], dict[str, Any]] | None]:
+        """The last poll's status summary (document.status_summary: what a jobs-list entry is made
+        of) and a callable that gives that poll's whole status document; (None, None) before the
+        first poll. Without `lazy_document`, the summary is the document itself."""
+        with self._lock:
+            doc, summary = self.latest, self._latest_summary
+        if isinstance(doc, _Deferred):
+            return summary, doc.get
+        return doc, (None if doc is None else lambda: doc)
 
 
 def machine_sources(nvml_source: Any, system_gpus_fn: Callable[[], list] | None) -> tuple[Any, Callable[[], list]]:
@@ -214,6 +242,26 @@ def read_system_gpus(fn: Callable[[], list], errors: Counter[str], previous: lis
     except Exception:
         errors["sysfs"] += 1
         return previous
+
+
+class _Deferred:
+    """A status document made when it is first asked for, once, from what its poll captured
+    (discovery: the document of a job nobody looks at is never made)."""
+
+    __slots__ = ("_build", "_doc", "_lock")
+
+    def __init__(self, build: Callable[[], dict[str, Any]]):
+        self._build: Callable[[], dict[str, Any]] | None = build
+        self._doc: dict[str, Any] | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> dict[str, Any]:
+        if self._doc is None:
+            with self._lock:
+                if self._doc is None:
+                    assert self._build is not None
+                    self._doc, self._build = self._build(), None
+        return self._doc
 
 
 class _NvmlDown:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from sidecar.catalogue import Ref
@@ -271,6 +272,7 @@ def device_type(device: str | None) -> str | None:
     return device.split(":", 1)[0]
 
 
+@lru_cache(maxsize=1024)  # asked for every GPU of every model's device by several rules, each poll
 def _norm_uuid(uuid: str | None) -> str | None:
     if not uuid:
         return None
