@@ -300,7 +300,9 @@ class Probe:
                 "register the compiled module instead: probe.register(torch.compile(model))"
             )
             self.record_error("compile", message)
-            self.warn_once(f"compile-{id(rec)}", f"dsh probe: {message}")
+            # Once per record by compiled_noted. Not warn_once keyed by id(rec): a new model may get
+            # the id of a collected one, and its warning would be swallowed.
+            warnings.warn(f"dsh probe: {message}", ProbeWarning, stacklevel=3)
 
     def _traverse_all_locked(self) -> None:
         for rec in self.records:
