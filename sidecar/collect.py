@@ -67,6 +67,11 @@ def _fraction(x: Any) -> float | None:
     return None if v is None else min(1.0, max(0.0, v))
 
 
+def _nonnegative(x: Any) -> float | None:
+    v = _float(x)
+    return None if v is None else max(0.0, v)
+
+
 def _names(x: Any) -> tuple[str, ...]:
     return tuple(clip(v, MAX_ID_CHARS) for v in x if isinstance(v, str)) if isinstance(x, list) else ()
 
@@ -202,7 +207,7 @@ def process_facts(proc, read, gpu: tuple[ProcGpu, ...], target_pid: int) -> Proc
         gpu=gpu,
         steps=step_breakdown(p.get("steps")),
         math=math_settings(p.get("math")),
-        syncs_per_step=_float(p.get("syncs_per_step")),
+        syncs_per_step=_nonnegative(p.get("syncs_per_step")),
     )
 
 

@@ -286,3 +286,30 @@ def test_a_degraded_link_counts_once_the_gpu_is_not_idle():
     )
     assert "pcie-degraded" in {w.code for w in decide(job(gpu=g)).warnings}
     assert "pcie-degraded" not in {w.code for w in decide(job(gpu=replace(g, util=2.0))).warnings}
+
+
+def test_a_hostile_payload_cannot_push_shares_out_of_range():
+    """A process writes its own payload: shares are clamped into 0-1, counts and times at 0."""
+    from sidecar.collect import process_facts
+
+    class Proc:
+        pid, ppid, depth, name, cmdline = 7, 1, 0, "python", None
+
+    class Read:
+        state, error, unreadable = "ok", None, False
+        payload = {
+            "steps": {
+                "window_s": -5.0,
+                "steps": -3,
+                "step_s": -1.0,
+                "data_wait_fraction": 7.0,
+                "forward_fraction": -2.0,
+                "optimizer_fraction": None,
+                "other_fraction": 0.25,
+            },
+            "syncs_per_step": -4.0,
+        }
+
+    p = process_facts(Proc, Read, (), 7)
+    assert p.steps == StepBreakdown(0.0, 0, 0.0, 1.0, 0.0, None, 0.25)
+    assert p.syncs_per_step == 0.0
