@@ -355,7 +355,14 @@ def test_the_gpu_tab_and_the_chip_show_the_workspace_job_and_survive_a_kill(
         page.get_by_text("GPU dashboard", exact=True).last.click()
         started = page.locator('[data-testid="dsh-gpu-started-sidecar"][data-state="running"]')
         started.wait_for(timeout=30_000)
-        assert str(managed_sidecar(web)["pid"]) in started.inner_text() and "restarted 1" in started.inner_text()
+        # The row first shows the config it had, then the one it asks for afresh on opening.
+        pid = str(managed_sidecar(web)["pid"])
+        page.wait_for_function(
+            """([pid]) => { const e = document.querySelector('[data-testid="dsh-gpu-started-sidecar"]');
+                           return e && e.innerText.includes(pid) && e.innerText.includes('restarted 1') }""",
+            arg=[pid],
+            timeout=30_000,
+        )
         yaml = page.locator('[data-testid="dsh-gpu-yaml"]').inner_text()
         assert "autostart: true" in yaml and f'sidecarCommand: "{SIDECAR_BIN}"' in yaml, yaml
         assert not plugin_errors(errors), errors
