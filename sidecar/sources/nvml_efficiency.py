@@ -7,8 +7,8 @@ never the others. What each poll costs, per GPU:
 
 - every poll: clock event reasons, SM and memory clocks, power, enforced power limit, temperature
   (6 calls), and on a GPM GPU one sample plus one metrics computation (2);
-- every RARE_EVERY_POLLS polls (like the UUID check): max SM clock, the four PCIe link queries and
-  the MIG mode (and, with MIG on, the MIG devices' handles and ids): they change with a reset, a
+- every RARE_EVERY_POLLS polls (like the UUID check): max SM clock, the four PCIe link queries (the
+  current generation and width every poll while they read below the maximum) and the MIG mode (and, with MIG on, the MIG devices' handles and ids): they change with a reset, a
   link retraining or an operator's command, not between two polls;
 - once per GPU identity: compute capability and whether GPM is supported.
 
@@ -101,6 +101,8 @@ def poll(calls: _Calls, info: GpuInfo, es: EfficiencyState, h: Any, where: str) 
         if _read_rare(calls, es, h, where):
             return True
         es.polls_since_rare = 0
+    elif _link_below_max(es.rare) and _read_link_now(calls, es, h, where):
+        return True
     es.polls_since_rare += 1
     for name in _RARE_FIELDS:
         setattr(info, name, es.rare.get(name))
@@ -162,6 +164,31 @@ def _read_rare(calls: _Calls, es: EfficiencyState, h: Any, where: str) -> bool:
     es.mig_handles = _mig_handles(calls, errors, h, where) if es.mig_mode else []
     es.rare, es.rare_errors = rare, errors
     return calls.code == _nvml.GPU_IS_LOST
+
+
+def _link_below_max(rare: dict[str, Any]) -> bool:
+    gen, gen_max = rare.get("pcie_link_gen"), rare.get("pcie_link_gen_max")
+    width, width_max = rare.get("pcie_link_width"), rare.get("pcie_link_width_max")
+    return (gen is not None and gen_max is not None and gen < gen_max) or (
+        width is not None and width_max is not None and width < width_max
+    )
+
+
+def _read_link_now(calls: _Calls, es: EfficiencyState, h: Any, where: str) -> bool:
+    """The link's current generation and width, afresh: an idle GPU lowers its link and raises it
+    again within a poll of work starting, so a reading below the maximum is never kept between
+    polls (pcie-degraded would otherwise judge a busy GPU by its idle link). True when lost."""
+    n = _nvml.pynvml
+    errors = es.rare_errors
+    for name, fn in (
+        ("pcie_link_gen", n.nvmlDeviceGetCurrPcieLinkGeneration),
+        ("pcie_link_width", n.nvmlDeviceGetCurrPcieLinkWidth),
+    ):
+        errors.pop(name, None)
+        es.rare[name] = calls(errors, name, where, fn, h)
+        if calls.code == _nvml.GPU_IS_LOST:
+            return True
+    return False
 
 
 def _mig_handles(calls: _Calls, errors: dict[str, str], h: Any, where: str) -> list[MigHandle]:

@@ -256,6 +256,21 @@ def test_rare_queries_are_read_every_tenth_poll(fake_nvml):
     w("src.close()")
 
 
+def test_a_link_below_its_maximum_is_read_afresh_every_poll(fake_nvml):
+    """An idle GPU lowers its link (Gen1) and raises it as work starts: a low reading is never kept
+    for ten polls, or pcie-degraded would judge a busy GPU by its idle link."""
+    fake_nvml.write({"gpus": [gpu(0, pcie_gen=1, pcie_gen_max=4)]})
+    w = fake_nvml.worker()
+    w(PRELUDE + "src = NvmlSource()")
+    assert w("result = src.poll().devices[0].pcie_link_gen") == 1
+    fake_nvml.write({"gpus": [gpu(0, pcie_gen=4, pcie_gen_max=4, util_gpu=90)]})
+    assert w("result = src.poll().devices[0].pcie_link_gen") == 4  # the next poll, not the 10th
+    fake_nvml.write({"gpus": [gpu(0, pcie_gen=2, pcie_gen_max=4)]})
+    # At its maximum, the link is read every tenth poll again.
+    assert w("result = src.poll().devices[0].pcie_link_gen") == 4
+    w("src.close()")
+
+
 def test_gpm_samples_follow_the_gpu_identity_and_are_freed(fake_nvml):
     fake_nvml.write({"gpus": [scenarios.hopper_gpu(0, gpm={"sm_util": 50})]})
     w = fake_nvml.worker()
