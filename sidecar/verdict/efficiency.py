@@ -229,7 +229,7 @@ def rule_data_starved(f: Facts) -> Iterable[Finding]:
     hits = [
         (p, w)
         for p in f.processes
-        if (w := _data_wait(f, p)) is not None and w >= f.rules.data_starved_fraction
+        if (w := _data_wait(f, p)) is not None and w >= f.rules.data_wait_starved
     ]
     if not hits:
         return

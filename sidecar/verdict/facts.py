@@ -29,7 +29,7 @@ NVIDIA_VENDOR = "NVIDIA"
 class Rules:
     idle_util_pct: float = 5.0
     idle_window_s: float = 10.0
-    data_wait_starved: float = 0.5
+    data_wait_starved: float = 0.5  # data wait over step time: data-starved, and idle-gpu's hint
     growth_window_s: float = 120.0
     growth_min_span_s: float = 60.0
     growth_min_mib: float = 256.0
@@ -45,7 +45,6 @@ class Rules:
     tensor_idle_fraction: float = 0.02  # tensor activity "about 0"
     tensor_core_min_cc: float = 7.0  # Volta: the first GPUs with tensor cores
     host_syncs_per_step: float = 8.0  # more synchronisations per step than a logging loop needs
-    data_starved_fraction: float = 0.5  # data wait over step time (the same threshold as idle-gpu's hint)
     data_starved_min_steps: int = 5  # a window with fewer steps says nothing yet
 
 
