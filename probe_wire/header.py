@@ -1,7 +1,7 @@
 """The 64-byte segment header: layout, magic, flags, sizes, and the seqlock protocol it carries.
 
 Writer protocol (one writer per segment, the owning process): seq+1 (odd), payload bytes, header
-fields, seq+1 (even). Reader protocol: read the header, retry while seq is odd, copy the payload,
+fields (all but the writer's identity, written once at creation), seq+1 (even). Reader protocol: read the header, retry while seq is odd, copy the payload,
 re-read seq and retry if it moved, then verify length bounds and crc32. The crc is what makes the
 reader safe on weakly ordered CPUs too, where Python gives no memory barriers: a torn copy that
 slipped past the seq check fails the crc and is retried, never accepted.
@@ -14,7 +14,7 @@ import stat
 import struct
 
 # Exported by the package. The structs and offsets of single fields (SEQ, FIELDS, PIDNS, FLAGS,
-# PREFIX) and header_identity are for the writer, the reader and the cleaner of this package.
+# PUBLISH, PREFIX) and header_identity are for the writer, the reader and the cleaner of this package.
 __all__ = [
     "DEFAULT_SEGMENT_BYTES",
     "FLAG_CLOSED",
@@ -41,6 +41,12 @@ SEQ_OFFSET = 16
 PREFIX = struct.Struct("<8sII")  # magic, version, header size (offset 0)
 FIELDS = struct.Struct("<IIQIId")  # pid, flags, start_ticks, length, crc, published_at (offset 24)
 FIELDS_OFFSET = 24
+# What each publish writes: length, crc, published_at (offset 40). The writer's identity (pid,
+# start_ticks) is written once, before the segment has a public name, and never again: struct's
+# pack_into zero-fills its span before packing, so a writer SIGKILLed inside a publish that rewrote
+# the identity could leave pid 0 there, and no cleaner could then prove the segment's writer dead.
+PUBLISH = struct.Struct("<IId")
+PUBLISH_OFFSET = 40
 # Written once at creation (probe_wire.procid.pid_namespace_id; 0: unknown), never under the seqlock.
 PIDNS = struct.Struct("<Q")
 PIDNS_OFFSET = 56

@@ -26,6 +26,8 @@ from probe_wire.header import (
     PIDNS,
     PIDNS_OFFSET,
     PREFIX,
+    PUBLISH,
+    PUBLISH_OFFSET,
     SEQ,
     SEQ_OFFSET,
     SegmentError,
@@ -176,16 +178,9 @@ class SegmentWriter:
         mm = self._mm
         mm[HEADER_BYTES : HEADER_BYTES + len(data)] = data
         PREFIX.pack_into(mm, 0, MAGIC, FORMAT_VERSION, HEADER_BYTES)
-        FIELDS.pack_into(
-            mm,
-            FIELDS_OFFSET,
-            self.pid & 0xFFFFFFFF,
-            flags,
-            self.start_ticks,
-            len(data),
-            zlib.crc32(data),
-            published_at,
-        )
+        # Never the identity (pid, start_ticks): see header.PUBLISH.
+        FLAGS.pack_into(mm, FLAGS_OFFSET, flags)
+        PUBLISH.pack_into(mm, PUBLISH_OFFSET, len(data), zlib.crc32(data), published_at)
 
     def _end(self) -> None:
         self._seq += 1

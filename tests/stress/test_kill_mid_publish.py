@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -61,7 +62,7 @@ def test_100_writers_sigkilled_mid_publish_never_yield_a_torn_payload(zygote):
                 if process_start_ticks(pid) is not None:
                     continue  # the pid went to a new process meanwhile (pid_max wraps): not "dead" now
                 assert not os.path.exists(segment_path(pid)), (
-                    f"dead writer {pid}'s segment left behind: {read_segment(pid)}, {header_identity(segment_path(pid))}"
+                    f"dead writer {pid}'s segment left behind: {read_segment(pid)}, {header_identity(segment_path(pid))}, header bytes {Path(segment_path(pid)).read_bytes()[:64].hex()}"
                 )
             removed_after_one_poll.clear()
             for pid, r in src.last.items():

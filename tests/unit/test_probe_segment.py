@@ -7,6 +7,7 @@ Real POSIX shared memory throughout. Segments are written under the pids of live
 from __future__ import annotations
 
 import math
+import mmap
 import os
 import shutil
 import stat
@@ -119,6 +120,36 @@ def test_header_bytes_sit_at_the_documented_offsets(live_pid):
         ns = os.stat("/proc/self/ns/pid")
         assert struct.unpack_from("<Q", raw, 56)[0] == (ns.st_dev << 32 | ns.st_ino) != 0
         assert msgpack.unpackb(payload)["pid"] == live_pid
+    finally:
+        writer.close()
+
+
+def test_a_publish_never_rewrites_the_writers_identity(live_pid):
+    """Found by test_kill_mid_publish under load: struct's pack_into zero-fills its span before
+    packing, so a writer SIGKILLed while a publish rewrote the identity left pid 0 in the header,
+    and no cleaner could prove that segment's writer dead. The identity (pid at 24, start_ticks at
+    32) is written once, at creation; publishes write the bytes around it only."""
+    writer = SegmentWriter(pid=live_pid)
+    try:
+        with open(segment_path(live_pid), "r+b") as f:
+            mm = mmap.mmap(f.fileno(), HEADER_BYTES)
+        # Sentinels no publish of this writer would write: a publish that touches the identity shows.
+        struct.pack_into("<I", mm, 24, 0xA5A5A5A5)
+        struct.pack_into("<Q", mm, 32, 0x5A5A5A5A5A5A5A5A)
+        for k in range(3):
+            writer.publish(empty_payload(pid=live_pid, start_ticks=writer.start_ticks))
+            writer.publish_bytes(b"x" * (k + 1), trimmed=bool(k % 2))
+        assert struct.unpack_from("<I", mm, 24)[0] == 0xA5A5A5A5
+        assert struct.unpack_from("<Q", mm, 32)[0] == 0x5A5A5A5A5A5A5A5A
+        # The publish fields around it were written: flags (trimmed), length, crc.
+        assert struct.unpack_from("<IQIId", mm, 28) == (
+            0,
+            0x5A5A5A5A5A5A5A5A,
+            3,
+            zlib.crc32(b"xxx"),
+            pytest.approx(time.time(), abs=60),
+        )
+        mm.close()
     finally:
         writer.close()
 
@@ -457,7 +488,9 @@ def test_a_scratch_file_of_a_writer_killed_while_creating_is_swept(live_pid):
     gone = subprocess.Popen(["true"])
     gone.wait()
     scratch = os.path.join(wire.SHM_DIR, f"dsh-probe-new.{ns}.{gone.pid}.12345.0123abcd")
-    alive = os.path.join(wire.SHM_DIR, f"dsh-probe-new.{ns}.{live_pid}.{process_start_ticks(live_pid)}.0123abcd")
+    alive = os.path.join(
+        wire.SHM_DIR, f"dsh-probe-new.{ns}.{live_pid}.{process_start_ticks(live_pid)}.0123abcd"
+    )
     other_ns = os.path.join(wire.SHM_DIR, f"dsh-probe-new.{ns + 1}.{gone.pid}.12345.0123abcd")
     for path in (scratch, alive, other_ns):
         open(path, "wb").close()
