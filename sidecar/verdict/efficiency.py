@@ -18,12 +18,12 @@ from sidecar.verdict.facts import (
     ProcessFacts,
     all_models,
     gpu_by_index,
-    model_nvml_index,
+    model_gpu_index,
     pct,
     plist,
 )
 
-__all__ = ["EFFICIENCY_RULES", "THROTTLE_REASONS", "job_gpu_indices"]
+__all__ = ["EFFICIENCY_RULES", "THROTTLE_REASONS"]
 
 # Clock event reasons that mean the hardware is braking the job, most telling first. Not
 # sw_power_cap: it holds clocks at the board's power limit under any full load, which is the GPU
@@ -37,15 +37,8 @@ _THROTTLE_HINT = {
 }
 
 
-def job_gpu_indices(f: Facts) -> list[int]:
-    """NVML indices of the GPUs the job uses: where its models are, and where NVML lists its processes."""
-    used = {g.index for p in f.processes for g in p.gpu if (g.mem_used_mib or 0) > 0 or (g.sm_util or 0) > 0}
-    used |= {i for p, m in all_models(f) if (i := model_nvml_index(p, m, f.gpus)) is not None}
-    return sorted(used)
-
-
 def _job_gpus(f: Facts) -> list[GpuFacts]:
-    return [g for i in job_gpu_indices(f) if (g := gpu_by_index(f, i)) is not None and not g.lost]
+    return [g for i in f.job_gpu_indices if (g := gpu_by_index(f, i)) is not None and not g.lost]
 
 
 def _pids_on(f: Facts, index: int) -> list[int]:
@@ -179,7 +172,7 @@ def rule_no_tensor_cores(f: Facts) -> Iterable[Finding]:
     r = f.rules
     hits = []
     for p, m in all_models(f):
-        g = gpu_by_index(f, model_nvml_index(p, m, f.gpus))
+        g = gpu_by_index(f, model_gpu_index(f, p, m))
         if g is None or not _has_tensor_cores(g, r.tensor_core_min_cc) or m.forward_calls == 0:
             continue
         if set(m.param_dtypes) != {"float32"} or m.autocast != "off" or _tf32_on(p) is not False:
@@ -227,9 +220,7 @@ def _data_wait(f: Facts, p: ProcessFacts) -> float | None:
 
 def rule_data_starved(f: Facts) -> Iterable[Finding]:
     hits = [
-        (p, w)
-        for p in f.processes
-        if (w := _data_wait(f, p)) is not None and w >= f.rules.data_wait_starved
+        (p, w) for p in f.processes if (w := _data_wait(f, p)) is not None and w >= f.rules.data_wait_starved
     ]
     if not hits:
         return

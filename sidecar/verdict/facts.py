@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any
 
 from sidecar.catalogue import Ref
@@ -14,7 +14,14 @@ from sidecar.catalogue import Ref
 __all__ = ["ACCELERATOR_TYPES", "NVIDIA_VENDOR", "SEVERITY_ORDER", "STATUSES", "Facts", "Finding"]
 __all__ += ["GpuFacts", "ModelFacts", "ProcGpu", "ProcessFacts", "RecentSample", "Rules"]
 __all__ += ["LoaderSettings", "MathSettings", "MigFacts", "StepBreakdown"]
-__all__ += ["SystemGpuFacts", "Verdict", "device_type", "map_cuda_index", "model_nvml_index"]
+__all__ += [
+    "SystemGpuFacts",
+    "Verdict",
+    "device_type",
+    "map_cuda_index",
+    "model_gpu_index",
+    "model_nvml_index",
+]
 
 STATUSES = ("GPU", "CPU", "MIXED", "UNKNOWN")
 ACCELERATOR_TYPES = ("cuda", "mps", "xpu")
@@ -240,6 +247,34 @@ class Facts:
     recent: tuple[RecentSample, ...] = ()
     rules: Rules = field(default_factory=Rules)
 
+    # Derived once per poll, because several rules ask (each asked them afresh: about 60 % of a
+    # job's verdict). Not fields: dataclasses.replace makes them afresh for the new facts.
+    @cached_property
+    def model_gpu_indices(self) -> dict[int, int | None]:
+        """NVML index of each model's device, by the id() of its ModelFacts (alive as long as these
+        facts are): see model_gpu_index."""
+        return {id(m): model_nvml_index(p, m, self.gpus) for p in self.processes for m in p.models}
+
+    @cached_property
+    def gpus_by_index(self) -> dict[int, GpuFacts]:
+        out: dict[int, GpuFacts] = {}
+        for g in self.gpus:
+            out.setdefault(g.index, g)  # the first of a (never seen) repeated index, as a scan finds
+        return out
+
+    @cached_property
+    def job_gpu_indices(self) -> tuple[int, ...]:
+        """NVML indices of the GPUs the job uses: where its models are, and where NVML lists its
+        processes."""
+        used = {
+            g.index
+            for p in self.processes
+            for g in p.gpu
+            if (g.mem_used_mib or 0) > 0 or (g.sm_util or 0) > 0
+        }
+        used |= {i for i in self.model_gpu_indices.values() if i is not None}
+        return tuple(sorted(used))
+
 
 @dataclass(frozen=True)
 class Finding:
@@ -312,6 +347,13 @@ def model_nvml_index(proc: ProcessFacts, model: ModelFacts, gpus: tuple[GpuFacts
     return map_cuda_index(proc, int(idx) if idx.isdigit() else 0, gpus)
 
 
+def model_gpu_index(facts: Facts, proc: ProcessFacts, model: ModelFacts) -> int | None:
+    """model_nvml_index of a model of these facts, made once per poll (Facts.model_gpu_indices)."""
+    found = facts.model_gpu_indices
+    key = id(model)
+    return found[key] if key in found else model_nvml_index(proc, model, facts.gpus)
+
+
 def all_models(facts: Facts) -> Iterator[tuple[ProcessFacts, ModelFacts]]:
     for p in facts.processes:
         for m in p.models:
@@ -327,7 +369,7 @@ def nvidia_in_system(facts: Facts) -> bool:
 
 
 def gpu_by_index(facts: Facts, index: int | None) -> GpuFacts | None:
-    return next((g for g in facts.gpus if g.index == index), None)
+    return None if index is None else facts.gpus_by_index.get(index)
 
 
 def plist(pids: Iterable[int]) -> str:

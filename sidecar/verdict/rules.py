@@ -19,7 +19,7 @@ from sidecar.verdict.facts import (
     Rules,
     all_models,
     device_type,
-    model_nvml_index,
+    model_gpu_index,
     nvidia_in_system,
     plist,
     runtimes,
@@ -461,7 +461,7 @@ def _rank_gpus(f: Facts) -> dict[int, set[int]]:
     for p in f.processes:
         if p.role != "rank":
             continue
-        idx = {model_nvml_index(p, m, f.gpus) for m in p.models} - {None}
+        idx = {model_gpu_index(f, p, m) for m in p.models} - {None}
         if not idx:
             idx = {g.index for g in p.gpu if (g.mem_used_mib or 0) > 0}
         out[p.pid] = idx

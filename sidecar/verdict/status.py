@@ -15,7 +15,7 @@ from sidecar.verdict.facts import (
     Verdict,
     all_models,
     gpu_by_index,
-    model_nvml_index,
+    model_gpu_index,
     pct,
 )
 from sidecar.verdict.rules import RULES, cuda_unavailable_reason
@@ -47,7 +47,7 @@ def primary_model_gpu_index(f: Facts) -> int | None:
     """NVML index of the GPU the first model with a device is on (None when it is not on CUDA)."""
     first = next(((p, m) for p, m in all_models(f) if m.types), None)
     if first and "cuda" in first[1].types:
-        return model_nvml_index(first[0], first[1], f.gpus)
+        return model_gpu_index(f, first[0], first[1])
     return None
 
 
