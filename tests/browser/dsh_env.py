@@ -193,6 +193,12 @@ class Managed:
 # --------------------------------------------------------------------------- DSH home + web
 
 
+def _tmp_dir(home: Path) -> Path:
+    tmp = home / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    return tmp
+
+
 def dsh_env(launcher: Path, home: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
@@ -205,6 +211,9 @@ def dsh_env(launcher: Path, home: Path, extra: Mapping[str, str] | None = None) 
             "npm_config_update_notifier": "false",
             "NO_UPDATE_NOTIFIER": "1",
             "CI": env.get("CI", "true"),
+            # DSH's tool-output spill store (dsh-spill-local) makes a dsh-spill-* folder in the temp
+            # dir of every DSH process: inside the test's home, so the test's tmp_path takes it away.
+            "TMPDIR": str(_tmp_dir(home)),
         }
     )
     env["PATH"] = str(launcher.parent) + os.pathsep + env.get("PATH", "")
