@@ -23,7 +23,12 @@ import struct
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sidecar.sources.nvml_names import CLOCK_EVENT_REASONS, GPM_FIELDS, GPU_EFFICIENCY_FIELDS
+from sidecar.sources.nvml_names import (
+    CLOCK_EVENT_REASONS,
+    GPM_FIELDS,
+    GPM_FIRST_SAMPLE,
+    GPU_EFFICIENCY_FIELDS,
+)
 
 if TYPE_CHECKING:
     from sidecar.sources.nvml import GpuInfo, GpuProcess, _Calls
@@ -32,7 +37,6 @@ if TYPE_CHECKING:
 RARE_EVERY_POLLS = 10
 
 GPM_UNSUPPORTED = "GPM not supported on this GPU (Hopper or newer)"
-GPM_FIRST_SAMPLE = "first sample: GPM metrics need two samples one poll apart"
 MIG_NO_PROCESS_UTILIZATION = "per-process utilisation is not available on a MIG-enabled GPU (NVML)"
 _NO_ID = 0xFFFFFFFF  # NVML's "not in a MIG instance" in process entries
 _GPM_NAMES = tuple(name for name, _id, _scale in GPM_FIELDS)

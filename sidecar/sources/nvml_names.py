@@ -3,7 +3,11 @@ metrics and the verdict import these, the NVML source maps the driver's bits and
 
 from __future__ import annotations
 
-__all__ = ["CLOCK_EVENT_REASONS", "GPM_FIELDS", "GPU_EFFICIENCY_FIELDS"]
+__all__ = ["CLOCK_EVENT_REASONS", "GPM_FIELDS", "GPM_FIRST_SAMPLE", "GPU_EFFICIENCY_FIELDS"]
+
+# Why every GPM field is None on a GPU that has GPM, until its second sample (one poll later): the
+# verdict must read it as "not known yet", never as "idle".
+GPM_FIRST_SAMPLE = "first sample: GPM metrics need two samples one poll apart"
 
 # nvmlClocksEventReason* bits (nvml.h; the older names were nvmlClocksThrottleReason*), in bit order.
 CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = (

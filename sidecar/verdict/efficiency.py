@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from sidecar.catalogue import ref
+from sidecar.sources.nvml_names import GPM_FIRST_SAMPLE
 from sidecar.verdict.facts import (
     Facts,
     Finding,
@@ -130,7 +131,9 @@ def rule_hollow_utilisation(f: Facts) -> Iterable[Finding]:
             continue
         sm, occ = g.sm_activity_fraction, g.sm_occupancy_fraction
         low_sm = sm is not None and sm < r.hollow_sm_activity
-        low_occ = occ is not None and occ < r.hollow_sm_occupancy
+        # Few resident warps on SMs that are all busy is how large GEMM and attention kernels run
+        # (one big CTA per SM): low occupancy says "hollow" only when SM activity does not say otherwise.
+        low_occ = occ is not None and occ < r.hollow_sm_occupancy and sm is None
         if not (low_sm or low_occ):
             continue
         message = ref(
@@ -148,6 +151,10 @@ def rule_hollow_utilisation(f: Facts) -> Iterable[Finding]:
             tuple(_pids_on(f, g.index)),
         )
         return
+
+
+def _gpm_not_yet(g: GpuFacts) -> bool:
+    return dict(g.field_errors).get("tensor_activity_fraction") == GPM_FIRST_SAMPLE
 
 
 def _tf32_on(p: ProcessFacts) -> bool | None:
@@ -179,6 +186,8 @@ def rule_no_tensor_cores(f: Facts) -> Iterable[Finding]:
             continue  # half precision somewhere, autocast, TF32, or not known: tensor cores can work
         if g.tensor_activity_fraction is not None and g.tensor_activity_fraction >= r.tensor_idle_fraction:
             continue  # something on this GPU keeps them busy all the same
+        if g.tensor_activity_fraction is None and _gpm_not_yet(g):
+            continue  # a GPM GPU's first poll (or `--once`): its tensor activity is not known yet
         hits.append((p, m, g))
     if hits:
         p, m, g = hits[0]

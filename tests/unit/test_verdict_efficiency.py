@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import pytest
 
+from sidecar.sources.nvml_efficiency import GPM_FIRST_SAMPLE, GPM_UNSUPPORTED
 from sidecar.verdict import (
     LoaderSettings,
     MathSettings,
@@ -121,6 +122,12 @@ EFFICIENCY_CASES = [
         {"hollow-utilisation"},
     ),
     (
+        "every SM busy with few resident warps (large GEMM or attention kernels): not hollow",
+        job(gpu=replace(HOPPER, util=97.0, sm_activity_fraction=0.92, sm_occupancy_fraction=0.08)),
+        set(),
+        {"hollow-utilisation"},
+    ),
+    (
         "no GPM (before Hopper): nothing to say about hollowness",
         job(gpu=replace(H200, util=99.0)),
         set(),
@@ -161,6 +168,35 @@ EFFICIENCY_CASES = [
         job(models=[fp32()], math=FP32_OFF, gpu=replace(HOPPER, tensor_activity_fraction=0.6)),
         set(),
         {"no-tensor-cores"},
+    ),
+    (
+        "a GPM GPU's first poll (and --once): tensor activity not known yet, not idle",
+        job(
+            models=[fp32()],
+            math=FP32_OFF,
+            gpu=replace(
+                HOPPER,
+                tensor_activity_fraction=None,
+                field_errors=(("tensor_activity_fraction", GPM_FIRST_SAMPLE),),
+            ),
+        ),
+        set(),
+        {"no-tensor-cores"},
+    ),
+    (
+        "no GPM at all (before Hopper): the settings alone say it",
+        job(
+            models=[fp32()],
+            math=FP32_OFF,
+            gpu=replace(
+                HOPPER,
+                compute_capability="8.0",
+                tensor_activity_fraction=None,
+                field_errors=(("tensor_activity_fraction", GPM_UNSUPPORTED),),
+            ),
+        ),
+        {"no-tensor-cores"},
+        set(),
     ),
     (
         "many host syncs per step",
