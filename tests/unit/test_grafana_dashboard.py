@@ -252,3 +252,44 @@ def test_every_query_parses_as_promql(dashboard, tmp_path):
     r = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"SUCCESS: {len(rules)} rules found" in r.stdout
+
+
+# A metric's unit suffix -> the Grafana units that display it truthfully.
+_SUFFIX_UNITS = {
+    "_watts": {"watt"},
+    "_celsius": {"celsius"},
+    "_hz": {"hertz"},
+    "_ratio": {"percentunit"},
+    "_bytes": {"bytes", "decbytes"},
+    "_seconds": {"s"},
+}
+
+
+def test_every_series_of_a_time_series_is_shown_in_its_metrics_unit(dashboard):
+    """A panel that mixes units (power in W, temperature in °C) overrides the unit per query, so no
+    temperature is read as watts."""
+    checked = 0
+    for p in _panels(dashboard):
+        if p.get("type") != "timeseries":
+            continue
+        fc = p.get("fieldConfig", {})
+        default = fc.get("defaults", {}).get("unit")
+        by_ref = {
+            o["matcher"]["options"]: prop["value"]
+            for o in fc.get("overrides", [])
+            if o["matcher"]["id"] == "byFrameRefID"
+            for prop in o["properties"]
+            if prop["id"] == "unit"
+        }
+        for t in p["targets"]:
+            expr = t["expr"]
+            if "/" in expr or "histogram_quantile" in expr or "rate(" in expr:
+                continue  # a derived figure: its unit is the panel's business
+            names = set(re.findall(r"\b(dsh_\w+)\s*\{", expr))
+            for name in names:
+                for suffix, units in _SUFFIX_UNITS.items():
+                    if name.endswith(suffix):
+                        unit = by_ref.get(t["refId"], default)
+                        assert unit in units, f"{p['title']!r} {t['refId']}: {name} shown as {unit!r}"
+                        checked += 1
+    assert checked >= 5
