@@ -216,11 +216,13 @@ def rule_host_syncs(f: Facts) -> Iterable[Finding]:
 
 
 def _data_wait(f: Facts, p: ProcessFacts) -> float | None:
-    """The process's data-wait share of step time: from its step breakdown, else its models' loader timing."""
-    if p.steps is not None:
-        if p.steps.steps >= f.rules.data_starved_min_steps:
-            return p.steps.data_wait_fraction
-        return None
+    """The process's data-wait share of step time: from its step breakdown, else its models' loader timing.
+
+    A window with too few steps falls back to the loader timing (its last 64 batches) rather than
+    saying nothing: the more a loop starves, the longer its steps, and a loop of 2.5 s steps that
+    waits 99 % of them has only four in the breakdown's ~10 s window."""
+    if p.steps is not None and p.steps.steps >= f.rules.data_starved_min_steps:
+        return p.steps.data_wait_fraction
     waits = [
         m.data_wait_fraction for m in p.models if m.data_wait_fraction is not None and m.forward_calls > 0
     ]

@@ -226,6 +226,17 @@ EFFICIENCY_CASES = [
         {"data-starved"},
     ),
     (
+        "slow steps: four 2.5 s steps in the window, the loader's last 64 batches waited 99 %",
+        job(
+            steps=StepBreakdown(
+                window_s=10.0, steps=4, step_s=2.5, data_wait_fraction=0.99, forward_fraction=0.001
+            ),
+            models=[model("cuda:0", wait=0.99)],
+        ),
+        {"data-starved"},
+        set(),
+    ),
+    (
         "a fed loop",
         job(steps=steps(0.05)),
         set(),
