@@ -46,13 +46,15 @@ def _pids_on(f: Facts, index: int) -> list[int]:
     return sorted({p.pid for p in f.processes for g in p.gpu if g.index == index})
 
 
-def _busy(f: Facts, g: GpuFacts) -> bool:
-    """The job keeps this GPU busy now (so a slow clock or link costs it time)."""
+def _gpu_working(f: Facts, g: GpuFacts) -> bool:
+    """The GPU runs work now, so a slowed clock costs the job time: NVML utilisation, else GPM SM
+    activity, at or above the idle threshold. Neither known (MIG has no device utilisation): the
+    driver's own gpu_idle reason decides."""
     if g.util is not None:
-        return g.util >= f.rules.busy_util_pct
+        return g.util >= f.rules.idle_util_pct
     if g.sm_activity_fraction is not None:
-        return g.sm_activity_fraction * 100 >= f.rules.busy_util_pct
-    return False
+        return g.sm_activity_fraction * 100 >= f.rules.idle_util_pct
+    return "gpu_idle" not in (g.clock_event_reasons or ())
 
 
 def _mhz(v: int | None) -> str:
@@ -65,8 +67,8 @@ def rule_throttled(f: Facts) -> Iterable[Finding]:
     for g in _job_gpus(f):
         active = set(g.clock_event_reasons or ())
         reason = next((r for r in THROTTLE_REASONS if r in active), None)
-        if reason is None:
-            continue
+        if reason is None or not _gpu_working(f, g):
+            continue  # a slowdown flagged on an idle GPU costs the job nothing
         message = ref(
             "warning.throttled",
             gpu=g.index,

@@ -44,7 +44,6 @@ class Rules:
     growth_monotonic_fraction: float = 0.8
     hysteresis_off_polls: int = 3
     # Efficiency (issue 15)
-    busy_util_pct: float = 50.0  # "the job keeps the GPU busy" for throttled / pcie-degraded
     pcie_busy_bytes_per_s: float = 64.0 * 1048576  # GPM's PCIe rates above this: the job moves data
     hollow_util_pct: float = 80.0  # NVML says busy ...
     hollow_sm_activity: float = 0.25  # ... while GPM says few SMs work

@@ -63,6 +63,30 @@ EFFICIENCY_CASES = [
         {"throttled"},
     ),
     (
+        "a slowdown flagged while the GPU is idle costs the job nothing",
+        job(gpu=replace(HOPPER, util=0.0, clock_event_reasons=("gpu_idle", "hw_slowdown"))),
+        set(),
+        {"throttled"},
+    ),
+    (
+        "no utilisation known (MIG) and the driver says idle: not named",
+        job(gpu=replace(HOPPER, util=None, clock_event_reasons=("gpu_idle", "hw_thermal_slowdown"))),
+        set(),
+        {"throttled"},
+    ),
+    (
+        "no utilisation known (MIG) but GPM says the SMs work: named",
+        job(gpu=replace(HOPPER, util=None, sm_activity_fraction=0.7, clock_event_reasons=("hw_slowdown",))),
+        {"throttled"},
+        set(),
+    ),
+    (
+        "no utilisation known at all and no idle reason: named",
+        job(gpu=replace(HOPPER, util=None, clock_event_reasons=("hw_power_brake_slowdown",))),
+        {"throttled"},
+        set(),
+    ),
+    (
         "idle clocks are not throttling",
         job(gpu=replace(HOPPER, clock_event_reasons=("gpu_idle",))),
         set(),
