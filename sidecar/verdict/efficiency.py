@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from sidecar.catalogue import ref
 from sidecar.sources.nvml_names import GPM_FIRST_SAMPLE
 from sidecar.verdict.facts import (
+    ACCELERATOR_TYPES,
     Facts,
     Finding,
     GpuFacts,
@@ -240,11 +241,14 @@ def rule_data_starved(f: Facts) -> Iterable[Finding]:
     p, wait = max(hits, key=lambda h: h[1])
     message = ref("warning.data-starved", pids=plist(h[0].pid for h in hits), wait=f"{wait:.0%}")
     settings = next((m.loader_settings for m in p.models if m.loader_settings is not None), None)
+    # pin_memory only speeds copies to an accelerator (torch warns when it is set without one).
+    models = p.models or tuple(m for _, m in all_models(f))  # a process that only counts steps: the job's
+    on_accelerator = any(set(m.types) & set(ACCELERATOR_TYPES) for m in models)
     if settings is None:
-        hint = ref("hint.data-starved")
+        hint = ref("hint.data-starved" if on_accelerator else "hint.data-starved.cpu")
     else:
         hint = ref(
-            "hint.data-starved.settings",
+            "hint.data-starved.settings" if on_accelerator else "hint.data-starved.settings.cpu",
             num_workers="?" if settings.num_workers is None else settings.num_workers,
             pin_memory="?" if settings.pin_memory is None else str(settings.pin_memory),
             persistent_workers="?"

@@ -19,7 +19,7 @@ from sidecar.verdict import (
     StepBreakdown,
     decide,
 )
-from tests.unit.test_verdict import H200, en, facts, model, proc, zh
+from tests.unit.test_verdict import CPU_RT, H200, en, facts, model, proc, zh
 
 HOPPER = replace(H200, compute_capability="9.0", sm_clock_mhz=1980, sm_clock_max_mhz=1980)
 ON_GPU = [ProcGpu(0, 900, 70)]
@@ -324,6 +324,21 @@ def test_data_starved_from_the_loader_timing_without_a_step_breakdown():
     m = model("cuda:0", wait=0.8)
     w = _warning(job(models=[m]), "data-starved")
     assert "80%" in en(w.message) and "loader=" in en(w.hint)
+
+
+@pytest.mark.parametrize(
+    "settings", [None, LoaderSettings(num_workers=0, pin_memory=False, persistent_workers=False)]
+)
+def test_data_starved_on_the_cpu_never_advises_pin_memory(settings):
+    """pin_memory only speeds copies to an accelerator (torch warns when it is set without one): a
+    CPU job starving for data is told about workers and caching only, in both languages."""
+    on_cpu = replace(model("cpu"), loader_settings=settings)
+    f = facts(proc(runtime=CPU_RT, models=[on_cpu], steps=steps(0.9)), gpus=())
+    w = _warning(f, "data-starved")
+    assert "pin_memory" not in en(w.hint) and "pin_memory" not in zh(w.hint), en(w.hint)
+    assert "num_workers" in en(w.hint) and "num_workers" in zh(w.hint)
+    on_gpu = replace(model("cuda:0"), loader_settings=settings)
+    assert "pin_memory=True" in en(_warning(job(steps=steps(0.9), models=[on_gpu]), "data-starved").hint)
 
 
 def test_hollow_and_pcie_texts_carry_the_figures():
