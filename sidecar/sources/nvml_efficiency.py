@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 # How often the rarely changing queries are repeated (the same period as the UUID check).
 RARE_EVERY_POLLS = 10
 
-GPM_UNSUPPORTED = "GPM not supported on this GPU (Hopper or newer)"
+GPM_UNSUPPORTED = "this GPU has no GPM (it needs a Hopper or newer GPU)"
 MIG_NO_PROCESS_UTILIZATION = "per-process utilisation is not available on a MIG-enabled GPU (NVML)"
 _NO_ID = 0xFFFFFFFF  # NVML's "not in a MIG instance" in process entries
 _GPM_NAMES = tuple(name for name, _id, _scale in GPM_FIELDS)
