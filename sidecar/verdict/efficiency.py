@@ -199,7 +199,12 @@ def rule_no_tensor_cores(f: Facts) -> Iterable[Finding]:
             "no-tensor-cores",
             "warning",
             message,
-            ref("hint.no-tensor-cores"),
+            # cuDNN's TF32 is on by default: only a process that turned it off is told to turn it on.
+            ref(
+                "hint.no-tensor-cores.cudnn-off"
+                if p.math and p.math.cudnn_allow_tf32 is False
+                else "hint.no-tensor-cores"
+            ),
             tuple(sorted({h[0].pid for h in hits})),
         )
 

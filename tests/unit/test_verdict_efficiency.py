@@ -399,3 +399,16 @@ def test_a_hostile_payload_cannot_push_shares_out_of_range():
     p = process_facts(Proc, Read, (), 7)
     assert p.steps == StepBreakdown(0.0, 0, 0.0, 1.0, 0.0, None, 0.25)
     assert p.syncs_per_step == 0.0
+
+
+@pytest.mark.parametrize("cudnn_tf32", [True, False, None])
+def test_no_tensor_cores_says_matmuls_and_asks_for_cudnn_tf32_only_where_it_was_turned_off(cudnn_tf32):
+    """cuDNN's TF32 is on by default, so an fp32 conv net does use the tensor cores for its
+    convolutions: the warning is about matmuls, and only a process that turned cuDNN's TF32 off is
+    told to turn it on."""
+    math = replace(FP32_OFF, cudnn_allow_tf32=cudnn_tf32)
+    w = _warning(job(models=[fp32()], math=math), "no-tensor-cores")
+    assert "matmuls" in en(w.message) and "矩阵乘" in zh(w.message)
+    asks = "cudnn.allow_tf32 = True" in en(w.hint)
+    assert asks == (cudnn_tf32 is False), en(w.hint)
+    assert ("cudnn.allow_tf32 = True" in zh(w.hint)) == asks
