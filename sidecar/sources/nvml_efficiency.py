@@ -19,6 +19,7 @@ below the sidecar's poll interval.
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -37,9 +38,14 @@ if TYPE_CHECKING:
 RARE_EVERY_POLLS = 10
 
 GPM_UNSUPPORTED = "this GPU has no GPM (it needs a Hopper or newer GPU)"
+# A GPM value the driver answered that no rate or share can be (NaN, infinite, negative): None with
+# this reason, never passed on (a NaN made the status document invalid JSON, so the page lost every
+# job; a negative share read as "few SMs busy" and raised hollow-utilisation).
+GPM_INVALID_VALUE = "NVML answered an impossible value"
 MIG_NO_PROCESS_UTILIZATION = "per-process utilisation is not available on a MIG-enabled GPU (NVML)"
 _NO_ID = 0xFFFFFFFF  # NVML's "not in a MIG instance" in process entries
 _GPM_NAMES = tuple(name for name, _id, _scale in GPM_FIELDS)
+_FRACTION_SCALE = 0.01  # GPM_FIELDS' scale of a percentage (a share, 0-1 once scaled)
 # nvmlGpmMetricsGet_t: version, numMetrics, sample1, sample2, then 40-byte nvmlGpmMetric_t entries
 # whose first 16 bytes are metricId, nvmlReturn, value (tests/fakenvml/fakenvml.c static_asserts).
 _GPM_HEADER_BYTES = 24
@@ -275,7 +281,12 @@ def _gpm(calls: _Calls, info: GpuInfo, es: EfficiencyState, h: Any, where: str) 
         # Read from the struct's bytes: attribute access on nvidia-ml-py's structures is slow.
         _metric, ret, value = _GPM_ENTRY.unpack_from(request, _GPM_HEADER_BYTES + i * _GPM_METRIC_BYTES)
         if ret == _nvml.SUCCESS:
-            setattr(info, name, value * scale)
+            scaled = value * scale
+            if not math.isfinite(scaled) or scaled < 0.0:
+                errors[name] = f"{GPM_INVALID_VALUE}: {value!r}"
+            else:
+                # A share a little over 1 is sampling jitter: at most 1, as the contract says.
+                setattr(info, name, min(scaled, 1.0) if scale == _FRACTION_SCALE else scaled)
         else:
             errors[name] = _nvml._reason(n.NVMLError(ret))
     return False

@@ -12,7 +12,12 @@ import subprocess
 import pynvml
 import pytest
 
-from sidecar.sources.nvml_efficiency import GPM_FIRST_SAMPLE, GPM_UNSUPPORTED, MIG_NO_PROCESS_UTILIZATION
+from sidecar.sources.nvml_efficiency import (
+    GPM_FIRST_SAMPLE,
+    GPM_INVALID_VALUE,
+    GPM_UNSUPPORTED,
+    MIG_NO_PROCESS_UTILIZATION,
+)
 from sidecar.sources.nvml_names import GPM_FIELDS
 from tests.fakenvml import DEFAULT_FIELD_ERRORS, gpu, nvml_header, scenarios
 
@@ -162,6 +167,27 @@ def test_busy_but_hollow_and_tensor_heavy_tell_apart(fake_nvml, sleepers):
     assert hollow["tensor_activity_fraction"] == 0.0
     assert heavy["tensor_activity_fraction"] == pytest.approx(0.80)
     assert heavy["sm_activity_fraction"] == pytest.approx(0.92)
+
+
+def test_impossible_gpm_values_are_refused_and_shares_capped(fake_nvml):
+    """A driver answering NaN, infinity or a negative rate: None with the reason (a NaN made the
+    status document invalid JSON); a share over 100 % is capped at 1."""
+    gpm = {
+        **scenarios.HOPPER_IDLE_GPM,
+        "sm_util": float("nan"),
+        "sm_occupancy": float("inf"),
+        "any_tensor_util": -5.0,
+        "dram_bw_util": 101.5,
+        "pcie_tx_per_sec": 1e308,  # finite, but not once scaled to bytes/s
+        "pcie_rx_per_sec": 10.0,
+    }
+    _, second = poll_twice(fake_nvml, {"gpus": [scenarios.hopper_gpu(0, gpm=gpm)]})
+    (d,) = second["devices"]
+    for name in ("sm_activity_fraction", "sm_occupancy_fraction", "tensor_activity_fraction", "pcie_tx_bytes_per_s"):
+        assert d[name] is None, name
+        assert d["field_errors"][name].startswith(GPM_INVALID_VALUE), name
+    assert d["dram_activity_fraction"] == 1.0
+    assert d["pcie_rx_bytes_per_s"] == 10.0 * 1048576
 
 
 # --------------------------------------------------------------------------- failures, one at a time
