@@ -2507,6 +2507,10 @@ function niceTicks(max, target = 4, unit = 1) {
   if (!(m > 0)) return { ticks: [0, unit], max: unit };
   const step = niceStep(m, target);
   const top = Math.ceil(m / step) * step;
+  if (!Number.isFinite(top) || !(step > 0)) {
+    const end = Number.isFinite(m) ? m * unit : Number.MAX_VALUE;
+    return { ticks: [0, end], max: end };
+  }
   const ticks = [];
   for (let v = 0; v <= top + step * 1e-9; v += step) ticks.push(v * unit);
   return { ticks, max: top * unit };

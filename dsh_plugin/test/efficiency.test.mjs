@@ -126,6 +126,13 @@ describe('history data', () => {
     assert.deepEqual(d.rate.series.map((s) => s.key), ['forward'])
     assert.ok(d.cpu.yMax >= 152)
   })
+  test('a rate near the largest double: finite ticks, no endless loop', () => {
+    for (const rate of [1.5e308, Number.MAX_VALUE, 1e300]) {
+      const d = jobChartData([{ ...samples[0], forward_rate_hz: rate }], 90, tr)
+      assert.ok(d.rate.yTicks.length <= 8 && d.rate.yTicks.every(Number.isFinite), String(rate))
+      assert.ok(Number.isFinite(d.rate.yMax) && d.rate.yMax >= rate, String(rate))
+    }
+  })
   test('GPM lines beside utilisation, power with its limit', () => {
     const s = [{ time_unix_s: 100, processes: [], gpus: [{ index: 0, util_pct: 90, mem_used_mib: 10, sm_activity_fraction: 0.6, sm_occupancy_fraction: null, power_w: 300, temperature_c: 80 }] }]
     const d = gpuChartData(doc([gpu()], []), s, 90, tr)

@@ -305,11 +305,18 @@ export class TimeChart {
 }
 
 // Ticks 0..max with a nice step; `unit` lets callers tick in GiB while values are MiB.
+// A value near the largest double (a process's own forward rate can be 1.5e308) rounds `top` up to
+// Infinity, and `v += step` never passed it: the loop filled an array until the tab died. Such a
+// range gets the two ticks 0 and its maximum.
 export function niceTicks(max, target = 4, unit = 1) {
   const m = max / unit;
   if (!(m > 0)) return { ticks: [0, unit], max: unit };
   const step = niceStep(m, target);
   const top = Math.ceil(m / step) * step;
+  if (!Number.isFinite(top) || !(step > 0)) {
+    const end = Number.isFinite(m) ? m * unit : Number.MAX_VALUE;
+    return { ticks: [0, end], max: end };
+  }
   const ticks = [];
   for (let v = 0; v <= top + step * 1e-9; v += step) ticks.push(v * unit);
   return { ticks, max: top * unit };
