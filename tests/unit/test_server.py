@@ -69,6 +69,27 @@ def test_history_since(client):
     assert client.get(f"{API}/history?since=102").json["events"] == []
 
 
+def test_history_is_json_with_infinite_sums():
+    """Finite per-model rates from a process (the schema allows up to 1.8e308) can sum to inf; the
+    history carries that as null, never as a bare Infinity that no JSON parser accepts."""
+    inf = float("inf")
+    source = StaticSource({"schema": 2}, 1.0)
+    source.history.append(
+        Sample(
+            103.0,
+            ((0, inf, 1.0, *[None] * 6),),
+            ((42, inf, 1.0),),
+            RecentSample(103.0, 1.0, 1.0, 1, 1.0),
+            job=(1.0, 2.0, inf, -inf),
+        )
+    )
+    r = create_app(ServerConfig(), source).test_client().get(f"{API}/history?since=102.5")
+    assert b"Infinity" not in r.data and b"NaN" not in r.data
+    (last,) = r.json["samples"]
+    assert last["forward_rate_hz"] is None and last["step_rate_hz"] is None and last["cpu_pct"] == 1
+    assert last["gpus"][0]["util_pct"] is None and last["processes"][0]["gpu_mem_mib"] is None
+
+
 @pytest.mark.parametrize("since", ["abc", "nan", "inf", "1e999", "%00"])
 def test_history_bad_since_is_400(client, since):
     r = client.get(f"{API}/history?since={since}")
