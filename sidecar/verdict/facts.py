@@ -329,7 +329,7 @@ def map_cuda_index(proc: ProcessFacts, cuda_index: int, gpus: tuple[GpuFacts, ..
         entries = [e.strip() for e in str(visible).split(",") if e.strip()]
         if cuda_index < len(entries):
             entry = entries[cuda_index]
-            if entry.isdigit():
+            if entry.isascii() and entry.isdigit():  # isdigit() alone takes "²", which int() refuses
                 return int(entry) if any(g.index == int(entry) for g in gpus) else None
             want = _norm_uuid(entry)
             for g in gpus:
@@ -343,7 +343,7 @@ def model_nvml_index(proc: ProcessFacts, model: ModelFacts, gpus: tuple[GpuFacts
     if device_type(model.device) != "cuda":
         return None
     _, _, idx = (model.device or "").partition(":")
-    return map_cuda_index(proc, int(idx) if idx.isdigit() else 0, gpus)
+    return map_cuda_index(proc, int(idx) if idx.isascii() and idx.isdigit() else 0, gpus)
 
 
 def model_gpu_index(facts: Facts, proc: ProcessFacts, model: ModelFacts) -> int | None:

@@ -495,7 +495,7 @@ def rule_rank_device_mismatch(f: Facts) -> Iterable[Finding]:
         for m in p.models:
             if device_type(m.device) == "cuda":
                 _, _, idx = m.device.partition(":")
-                if idx.isdigit() and int(idx) != p.local_rank:
+                if idx.isascii() and idx.isdigit() and int(idx) != p.local_rank:
                     hits.append((p, m))
     if hits:
         p, m = hits[0]

@@ -531,3 +531,16 @@ def test_mp_children_are_recognised_by_their_command_line():
     forkserver = ("python3", "-B", "-c", "from multiprocessing.forkserver import main; main(8, 9, ['__main__'], **{})")
     assert is_mp_child(spawn) and is_mp_child(forkserver)
     assert not is_mp_child(("python3", "train.py", "--epochs", "3")) and not is_mp_child(None)
+
+
+@pytest.mark.parametrize(
+    ("device", "visible", "role"),
+    [("cuda:\u00b2", None, "main"), ("cuda:0", "\u00b2", "main"), ("cuda:\u00b2", None, "rank")],
+    ids=["device", "cuda-visible-devices", "rank-device"],
+)
+def test_a_digit_that_int_refuses_does_not_stop_the_verdict(device, visible, role):
+    """str.isdigit() is True for "²", int() refuses it: a process's odd device string must cost its
+    own facts, never the verdict (which raised ValueError on every poll)."""
+    rt = {**CUDA_RT, "device_count": 2, "devices": [], "cuda_visible_devices": visible}
+    p = proc(models=[model(device)], runtime=rt, role=role, local_rank=0 if role == "rank" else None)
+    decide(facts(p))
