@@ -127,10 +127,22 @@ def rule_pcie_degraded(f: Facts) -> Iterable[Finding]:
         return
 
 
+def _job_sm_util(f: Facts, index: int) -> float | None:
+    """The SM utilisation of the job's own processes on GPU ``index`` (NVML's per-process samples),
+    summed; None when NVML gave none."""
+    known = [u.sm_util for p in f.processes for u in p.gpu if u.index == index and u.sm_util is not None]
+    return sum(known) if known else None
+
+
 def rule_hollow_utilisation(f: Facts) -> Iterable[Finding]:
     r = f.rules
     for g in _job_gpus(f):
         if g.util is None or g.util < r.hollow_util_pct:
+            continue
+        own = _job_sm_util(f, g.index)
+        if own is not None and own < r.hollow_own_share * g.util:
+            # The GPU is busy, but not with the job: another user's process on a shared GPU. Its
+            # tiny kernels are not the job's to fix (GPM's activity is the whole GPU's).
             continue
         sm, occ = g.sm_activity_fraction, g.sm_occupancy_fraction
         low_sm = sm is not None and sm < r.hollow_sm_activity

@@ -48,6 +48,9 @@ class Rules:
     hollow_util_pct: float = 80.0  # NVML says busy ...
     hollow_sm_activity: float = 0.25  # ... while GPM says few SMs work
     hollow_sm_occupancy: float = 0.10  # ... or few warps are resident
+    # ... and the job's own processes make at least this share of NVML's utilisation (per-process
+    # samples): on a shared GPU, another user's small kernels are not the job's to fix.
+    hollow_own_share: float = 0.5
     tensor_idle_fraction: float = 0.02  # tensor activity "about 0"
     tensor_core_min_cc: float = 7.0  # Volta: the first GPUs with tensor cores
     host_syncs_per_step: float = 8.0  # more synchronisations per step than a logging loop needs

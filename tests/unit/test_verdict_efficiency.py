@@ -30,8 +30,8 @@ def fp32(**kw):
     return replace(model("cuda:0"), param_dtypes=("float32",), autocast="off", **kw)
 
 
-def job(*, gpu=HOPPER, models=None, **proc_kw):
-    return facts(proc(models=models or [model("cuda:0")], gpu=ON_GPU, **proc_kw), gpus=(gpu,))
+def job(*, gpu=HOPPER, models=None, gpu_use=ON_GPU, **proc_kw):
+    return facts(proc(models=models or [model("cuda:0")], gpu=gpu_use, **proc_kw), gpus=(gpu,))
 
 
 def steps(wait, n=20):
@@ -138,6 +138,15 @@ EFFICIENCY_CASES = [
         job(gpu=replace(HOPPER, util=95.0, sm_activity_fraction=0.10, sm_occupancy_fraction=0.30)),
         {"hollow-utilisation"},
         set(),
+    ),
+    (
+        "busy-but-hollow, but the job's own processes barely use the GPU: another user's kernels",
+        job(
+            gpu=replace(HOPPER, util=95.0, sm_activity_fraction=0.10, sm_occupancy_fraction=0.05),
+            gpu_use=[ProcGpu(0, 900, 1)],
+        ),
+        set(),
+        {"hollow-utilisation"},
     ),
     (
         "busy and full: GPM agrees with NVML",
