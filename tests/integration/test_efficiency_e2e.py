@@ -289,8 +289,15 @@ def test_a_real_training_loop_starved_by_its_loader(tmp_path, fake_nvml):
     )
     try:
         with sidecar(job.pid, fake_nvml.env()) as sc:
+            # data-starved may come from the loader's timing after the first batch; the step
+            # breakdown's window fills after a few steps.
             doc = sc.wait_status(
-                lambda d: "data-starved" in codes(d), 60, what="data-starved from the real probe"
+                lambda d: (
+                    "data-starved" in codes(d)
+                    and any((p["step_breakdown"] or {}).get("steps", 0) >= 5 for p in d["processes"])
+                ),
+                60,
+                what="data-starved from the real probe, and 5 steps in its breakdown",
             )
             (p,) = [p for p in doc["processes"] if p["pid"] == job.pid]
             b = p["step_breakdown"]
