@@ -42,6 +42,9 @@ GPM_UNSUPPORTED = "this GPU has no GPM (it needs a Hopper or newer GPU)"
 # this reason, never passed on (a NaN made the status document invalid JSON, so the page lost every
 # job; a negative share read as "few SMs busy" and raised hollow-utilisation).
 GPM_INVALID_VALUE = "NVML answered an impossible value"
+# MIG devices looked for per GPU at most (A100 and H100 split into 7; a driver's count past this is
+# not believed).
+MAX_MIG_DEVICES = 64
 MIG_NO_PROCESS_UTILIZATION = "per-process utilisation is not available on a MIG-enabled GPU (NVML)"
 _NO_ID = 0xFFFFFFFF  # NVML's "not in a MIG instance" in process entries
 _GPM_NAMES = tuple(name for name, _id, _scale in GPM_FIELDS)
@@ -206,6 +209,12 @@ def _mig_handles(calls: _Calls, errors: dict[str, str], h: Any, where: str) -> l
     n = _nvml.pynvml
     found = []
     count = calls(errors, "mig_devices", where, n.nvmlDeviceGetMaxMigDeviceCount, h)
+    if count is not None and count > MAX_MIG_DEVICES:
+        # A driver answering 0xFFFFFFFF would cost billions of calls a poll: the first ones only.
+        errors["mig_devices"] = (
+            f"NVML reported {count} MIG devices at most; looked at the first {MAX_MIG_DEVICES}"
+        )
+        count = MAX_MIG_DEVICES
     for k in range(count or 0):
         mh = calls(
             errors,

@@ -309,7 +309,8 @@ static void parse_scenario(char *text, struct scenario *sc) {
             if (u < NVML_GPM_METRIC_MAX) g->gpm_state[u] = GPM_NOT_SUPPORTED;
         } else if (!strcmp(key, "mig_mode")) g->mig_mode = (int)strtol(val, NULL, 0);
         else if (!strcmp(key, "mig_unprivileged")) g->mig_unprivileged = u != 0;
-        else if (!strcmp(key, "mig_max_devices")) g->mig_max_devices = u < MAX_MIG ? (unsigned)u : MAX_MIG;
+        /* As a buggy driver may: any count (indices past the devices held here answer NOT_FOUND). */
+        else if (!strcmp(key, "mig_max_devices")) g->mig_max_devices = u < 0xFFFFFFFFu ? (unsigned)u : 0xFFFFFFFFu;
         else if (!strcmp(key, "mig") && g->n_mig < MAX_MIG) { /* "mig UUID GI CI TOTAL_MIB USED_MIB" */
             struct fake_mig *m = &g->migs[g->n_mig];
             unsigned long long total = 0, used = 0;

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import re
 import subprocess
+import time
 
 import pynvml
 import pytest
@@ -16,6 +17,7 @@ from sidecar.sources.nvml_efficiency import (
     GPM_FIRST_SAMPLE,
     GPM_INVALID_VALUE,
     GPM_UNSUPPORTED,
+    MAX_MIG_DEVICES,
     MIG_NO_PROCESS_UTILIZATION,
 )
 from sidecar.sources.nvml_names import GPM_FIELDS
@@ -94,7 +96,9 @@ def test_gpm_layouts_agree_between_header_binding_and_reader():
 def test_the_layout_static_asserts_bite(tmp_path):
     """The static_asserts in fakenvml.c are real checks: a wrong one stops the build."""
     src = tmp_path / "wrong.c"
-    src.write_text('#include <assert.h>\n#include "nvml.h"\nstatic_assert(sizeof(nvmlGpmMetric_t) == 48, "x");\n')
+    src.write_text(
+        '#include <assert.h>\n#include "nvml.h"\nstatic_assert(sizeof(nvmlGpmMetric_t) == 48, "x");\n'
+    )
     cmd = ["gcc", "-std=c11", "-c", "-I", str(nvml_header().parent), "-o", str(tmp_path / "o.o"), str(src)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode != 0 and "static assertion failed" in proc.stderr
@@ -114,7 +118,12 @@ def test_throttled_hopper_every_field(fake_nvml, sleepers):
     assert (d["sm_clock_mhz"], d["sm_clock_max_mhz"], d["mem_clock_mhz"]) == (1035, 1980, 2619)
     assert d["clock_event_reasons"] == ["hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"]
     assert (d["power_w"], d["power_limit_w"], d["temperature_c"]) == (690.0, 700.0, 88.0)
-    assert (d["pcie_link_gen"], d["pcie_link_gen_max"], d["pcie_link_width"], d["pcie_link_width_max"]) == (5, 5, 16, 16)
+    assert (d["pcie_link_gen"], d["pcie_link_gen_max"], d["pcie_link_width"], d["pcie_link_width_max"]) == (
+        5,
+        5,
+        16,
+        16,
+    )
     assert d["sm_activity_fraction"] == pytest.approx(0.60)
     assert d["sm_occupancy_fraction"] == pytest.approx(0.30)
     assert d["tensor_activity_fraction"] == pytest.approx(0.40)
@@ -134,14 +143,21 @@ def test_power_capped_alone_degraded_link_and_rates(fake_nvml, sleepers):
     gpus = [
         scenarios.power_capped_gpu(a, 0),
         scenarios.degraded_link_gpu(b, 1),
-        scenarios.hopper_gpu(2, gpm={"pcie_tx_per_sec": 1024, "pcie_rx_per_sec": 2.5, "nvlink_total_tx_per_sec": 100}),
+        scenarios.hopper_gpu(
+            2, gpm={"pcie_tx_per_sec": 1024, "pcie_rx_per_sec": 2.5, "nvlink_total_tx_per_sec": 100}
+        ),
         gpu(3, clock_event_reasons=0),  # an int mask works too: no reason active
     ]
     _, second = poll_twice(fake_nvml, {"gpus": gpus})
     capped, link, rates, calm = second["devices"]
     assert capped["clock_event_reasons"] == ["sw_power_cap"]
     assert (capped["power_w"], capped["power_limit_w"], capped["sm_clock_mhz"]) == (700.0, 700.0, 1600)
-    assert (link["pcie_link_gen"], link["pcie_link_gen_max"], link["pcie_link_width"], link["pcie_link_width_max"]) == (
+    assert (
+        link["pcie_link_gen"],
+        link["pcie_link_gen_max"],
+        link["pcie_link_width"],
+        link["pcie_link_width_max"],
+    ) == (
         1,
         4,
         4,
@@ -183,7 +199,12 @@ def test_impossible_gpm_values_are_refused_and_shares_capped(fake_nvml):
     }
     _, second = poll_twice(fake_nvml, {"gpus": [scenarios.hopper_gpu(0, gpm=gpm)]})
     (d,) = second["devices"]
-    for name in ("sm_activity_fraction", "sm_occupancy_fraction", "tensor_activity_fraction", "pcie_tx_bytes_per_s"):
+    for name in (
+        "sm_activity_fraction",
+        "sm_occupancy_fraction",
+        "tensor_activity_fraction",
+        "pcie_tx_bytes_per_s",
+    ):
         assert d[name] is None, name
         assert d["field_errors"][name].startswith(GPM_INVALID_VALUE), name
     assert d["dram_activity_fraction"] == 1.0
@@ -197,7 +218,10 @@ def test_each_query_fails_alone(fake_nvml, sleepers):
     """GPU i lacks exactly query i: its field is None with NVML's reason; every other field reads."""
     (pid,) = sleepers(1)
     names = list(QUERY_FIELD)
-    gpus = [scenarios.hopper_gpu(i, not_supported=[q], processes=[{"pid": pid, "sm_util": 5}]) for i, q in enumerate(names)]
+    gpus = [
+        scenarios.hopper_gpu(i, not_supported=[q], processes=[{"pid": pid, "sm_util": 5}])
+        for i, q in enumerate(names)
+    ]
     _, second = poll_twice(fake_nvml, {"gpus": gpus})
     assert second["call_errors"] == {}  # NOT_SUPPORTED is an answer, not a failed call
     for missing, d in zip(names, second["devices"], strict=True):
@@ -212,7 +236,9 @@ def test_each_query_fails_alone(fake_nvml, sleepers):
 
 def test_gpm_per_metric_failure_and_unsupported_gpu(fake_nvml):
     gpus = [
-        scenarios.hopper_gpu(0, gpm={"sm_util": 33, "nvlink_total_rx_per_sec": None}),  # a PCIe card: no NVLink
+        scenarios.hopper_gpu(
+            0, gpm={"sm_util": 33, "nvlink_total_rx_per_sec": None}
+        ),  # a PCIe card: no NVLink
         gpu(1),  # A100: isSupportedDevice = 0
     ]
     first, second = poll_twice(fake_nvml, {"gpus": gpus})
@@ -275,7 +301,10 @@ def test_rare_queries_are_read_every_tenth_poll(fake_nvml):
     w(PRELUDE + "src = NvmlSource()")
     assert w("result = src.poll().devices[0].pcie_link_width") == 16
     fake_nvml.write({"gpus": [gpu(0, pcie_width=8, power_mw=123_000)]})
-    seen = [w("d = src.poll().devices[0]; result = [d.pcie_link_width, d.power_w]") for _ in range(RARE_EVERY_POLLS)]
+    seen = [
+        w("d = src.poll().devices[0]; result = [d.pcie_link_width, d.power_w]")
+        for _ in range(RARE_EVERY_POLLS)
+    ]
     # Power is read every poll; the link width on the 10th poll after the last read.
     assert all(power == 123.0 for _width, power in seen)
     assert [width for width, _power in seen] == [16] * (RARE_EVERY_POLLS - 1) + [8]
@@ -301,8 +330,7 @@ def test_gpm_samples_follow_the_gpu_identity_and_are_freed(fake_nvml):
     fake_nvml.write({"gpus": [scenarios.hopper_gpu(0, gpm={"sm_util": 50})]})
     w = fake_nvml.worker()
     w(
-        PRELUDE
-        + "freed = []\n"
+        PRELUDE + "freed = []\n"
         "_free = pynvml.nvmlGpmSampleFree\n"
         "pynvml.nvmlGpmSampleFree = lambda s: (freed.append(1), _free(s))[1]\n"
         "src = NvmlSource()\n"
@@ -345,7 +373,14 @@ def _mig_view(d: dict) -> dict:
         "mig_mode": d["mig_mode"],
         "mig_devices": d["mig_devices"],
         "processes": sorted(
-            (p["pid"], p["used_mib"], p["gpu_instance_id"], p["compute_instance_id"], p["mig_index"], p["sm_util"])
+            (
+                p["pid"],
+                p["used_mib"],
+                p["gpu_instance_id"],
+                p["compute_instance_id"],
+                p["mig_index"],
+                p["sm_util"],
+            )
             for p in d["processes"]
         ),
         "errors": {k: v for k, v in d["field_errors"].items() if k not in DEFAULT_FIELD_ERRORS},
@@ -384,6 +419,22 @@ def test_mig_devices_and_process_mapping(fake_nvml, sleepers, unprivileged):
         "processes": sorted([(a, 12000.0, 1, 0, 0, None), (b, 8000.0, 2, 0, 1, None)]),
         "errors": {"utilization": "Not Supported", "process_utilization": MIG_NO_PROCESS_UTILIZATION},
     }
+
+
+def test_a_driver_claiming_billions_of_mig_devices_costs_a_bounded_poll(fake_nvml, sleepers):
+    """nvmlDeviceGetMaxMigDeviceCount is the bound of a loop of NVML calls: a driver answering
+    0xFFFFFFFF must not make a poll call billions of times. The first MAX_MIG_DEVICES indices are
+    looked at, the devices among them found, and the error says why the rest were not."""
+    a, b = sleepers(2)
+    started = time.monotonic()
+    _, second = poll_twice(fake_nvml, scenarios.mig((a, b), mig_max_devices=0xFFFFFFFF))
+    assert time.monotonic() - started < 60
+    (d,) = second["devices"]
+    assert [m["gpu_instance_id"] for m in d["mig_devices"]] == [1, 2]
+    assert sorted(p["mig_index"] for p in d["processes"]) == [0, 1]
+    assert d["field_errors"]["mig_devices"] == (
+        f"NVML reported {0xFFFFFFFF} MIG devices at most; looked at the first {MAX_MIG_DEVICES}"
+    )
 
 
 def test_mig_handles_in_the_fake(fake_nvml, sleepers):
