@@ -113,19 +113,30 @@ class JobsPoller:
 
     # -- finding jobs ----------------------------------------------------------------------------
     def _segment_pids(self) -> set[int]:
-        """Pids with a segment this sidecar may read: its own user's (root: anyone's; the segment
-        reader still checks each file's owner against the process's)."""
+        """Pids with a segment this sidecar may read: its own user's (root: anyone's), and only a
+        segment whose file belongs to the process's own user (only the process writes its segment).
+        The owner checks come before the MAX_CANDIDATES cap: names another user planted (any pid,
+        pid 1 included) never make a job, nor take the place of a real one."""
         out: set[int] = set()
-        for pid, ticks in list_segments(self.shm_dir)[:MAX_CANDIDATES]:
-            if self.uid is not None:
-                name = f"dsh-probe.{pid}" if ticks is None else f"dsh-probe.{pid}.{ticks}"
-                try:
-                    st = os.lstat(os.path.join(self.shm_dir, name))
-                except OSError:
-                    continue
-                if not stat.S_ISREG(st.st_mode) or st.st_uid != self.uid:
-                    continue
+        owners: dict[int, int | None] = {}
+        live = _live_pids()  # one listing of /proc: names of pids that do not exist cost nothing more
+        for pid, ticks in list_segments(self.shm_dir):
+            if pid in out or (live is not None and pid not in live):
+                continue
+            name = f"dsh-probe.{pid}" if ticks is None else f"dsh-probe.{pid}.{ticks}"
+            try:
+                st = os.lstat(os.path.join(self.shm_dir, name))
+            except OSError:
+                continue
+            if not stat.S_ISREG(st.st_mode) or (self.uid is not None and st.st_uid != self.uid):
+                continue
+            if pid not in owners:
+                owners[pid] = process_real_uid(pid)
+            if owners[pid] != st.st_uid:
+                continue  # another user's file under this pid's name, or the process is gone
             out.add(pid)
+            if len(out) >= MAX_CANDIDATES:
+                break
         return out
 
     def _candidates(self, nvml) -> tuple[set[int], set[int]]:
@@ -329,6 +340,13 @@ class JobsPoller:
                 self.nvml_source.close()
             except Exception:
                 pass
+
+
+def _live_pids() -> set[int] | None:
+    try:
+        return {int(n) for n in os.listdir(lineage._PROC) if n.isdigit()}
+    except OSError:
+        return None
 
 
 def _default_job(entries: list[dict[str, Any]]) -> str | None:
