@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import time
+import unicodedata
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -359,13 +360,37 @@ def _seconds_arg(args: dict[str, Any]) -> float:
     seconds = args.get("seconds", DEFAULT_SECONDS)
     if seconds is None:
         return DEFAULT_SECONDS
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not math.isfinite(seconds):
+    try:
+        ok = not isinstance(seconds, bool) and isinstance(seconds, int | float) and math.isfinite(seconds)
+    except OverflowError:  # an integer of hundreds of digits is valid JSON
+        ok = False
+    if not ok:
         raise ToolError(f"seconds must be a number of seconds, {MIN_SECONDS:g} to {MAX_SECONDS:g}")
     return min(MAX_SECONDS, max(MIN_SECONDS, float(seconds)))
 
 
+def _inline(text: str) -> str:
+    """Text another user controls (a command line, a process or model name, a message that quotes
+    one) as one line of the tool's text: line breaks and other control and format characters (bidi
+    overrides included) escaped, so that it cannot start a line of its own (a forged job, an
+    instruction)."""
+    return "".join(f"\\u{ord(ch):04x}" if unicodedata.category(ch)[0] in "CZ" and ch != " " else ch for ch in text)
+
+
+def _inline_all(value: Any) -> Any:
+    """`value` (a tool's structured answer) with every string in it made _inline, for its text."""
+    if isinstance(value, str):
+        return _inline(value)
+    if isinstance(value, dict):
+        return {k: _inline_all(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_inline_all(v) for v in value]
+    return value
+
+
 def _command_text(command: list[str] | None) -> str:
-    return clip(" ".join(command), 80) if command else "?"
+    # in a code span: a backtick of its own would close it
+    return clip(" ".join(command).replace("`", "\\u0060"), 80) if command else "?"
 
 
 def list_jobs(backend: Backend, args: dict[str, Any]) -> tuple[dict[str, Any], str]:
@@ -399,8 +424,9 @@ def list_jobs(backend: Backend, args: dict[str, Any]) -> tuple[dict[str, Any], s
     }
     if not jobs:
         return out, "The sidecar watches no training job right now."
-    lines = [f"{len(jobs)} job(s), newest first (default: {doc['default_job'] or 'none'}):"]
-    for j in jobs:
+    shown = _inline_all(out)
+    lines = [f"{len(jobs)} job(s), newest first (default: {shown['default_job'] or 'none'}):"]
+    for j in shown["jobs"]:
         state = "" if j["alive"] else ", exited"
         gpus = ", GPUs " + ",".join(map(str, j["gpus"])) if j["gpus"] else ""
         lines.append(
@@ -443,7 +469,7 @@ def gpu_status(backend: Backend, args: dict[str, Any]) -> tuple[dict[str, Any], 
         ],
         "processes": len(doc["processes"]) + doc["processes_omitted"],
     }
-    return out, _status_text(out, doc.get("model_gpu_index"))
+    return out, _status_text(_inline_all(out), doc.get("model_gpu_index"))
 
 
 def _status_text(out: dict[str, Any], gpu_index: int | None) -> str:
@@ -499,7 +525,7 @@ def gpu_history(backend: Backend, args: dict[str, Any]) -> tuple[dict[str, Any],
         ],
         "events_omitted": doc["events_omitted"] + len(doc["events"]) - len(events),
     }
-    return out, _history_text(out)
+    return out, _history_text(_inline_all(out))
 
 
 def _per_gpu(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -16,7 +16,9 @@ from tests.helpers.harness import wait_for
 NOBODY = 65534
 VICTIM = 1000
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to own files and run processes as other uids")
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0, reason="needs root to own files and run processes as other uids"
+)
 
 
 def _plant(shm, name: str, uid: int) -> None:
