@@ -53,6 +53,31 @@ export function sessionInfo(ctx, id) {
 }
 
 /**
+ * The uids of the sockets listening on TCP `port` (/proc/net/tcp and tcp6), or null where they
+ * cannot be read (not Linux). On a shared host any user can bind a loopback port first.
+ */
+export function listenerUids(port, readFile = fs.readFileSync) {
+  let seen = false
+  const uids = new Set()
+  for (const table of ['/proc/net/tcp', '/proc/net/tcp6']) {
+    let text
+    try {
+      text = readFile(table, 'latin1')
+    } catch {
+      continue
+    }
+    seen = true
+    for (const line of text.split('\n').slice(1)) {
+      const f = line.trim().split(/\s+/)
+      if (f.length < 8 || f[3] !== '0A') continue // 0A: LISTEN
+      const local = f[1].split(':')
+      if (parseInt(local[local.length - 1], 16) === port) uids.add(Number(f[7]))
+    }
+  }
+  return seen ? uids : null
+}
+
+/**
  * Where requests go now: {sidecarUrl, target, token, managed}. `managed` is null for the configured
  * sidecar, else the supervisor's snapshot. Call `.start(fetchJson)` once, `.stop()` on disposal.
  */
@@ -70,9 +95,15 @@ export function createUpstream(config, log, options = {}) {
   }
   const start = async (fetchJson) => {
     if (!config.autostart) return
-    // a sidecar already answering at the configured URL (any JSON answer, 401 included) is used
-    const probe = await fetchJson('/api/dsh-gpu-dashboard/jobs', configured())
+    // a sidecar already answering at the configured URL (any JSON answer, 401 included) is used,
+    // unless another user listens there: on a shared host anyone may bind 127.0.0.1:8765 first and
+    // answer with made-up jobs linked to our sessions (and be sent the configured token)
+    const me = typeof process.getuid === 'function' ? process.getuid() : null
+    const owners = me === null ? null : (options.listenerUids || listenerUids)(config.target.port)
+    const foreign = owners ? [...owners].filter((uid) => uid !== me && uid !== 0) : []
+    const probe = foreign.length ? { error: 'foreign' } : await fetchJson('/api/dsh-gpu-dashboard/jobs', configured())
     if (state.stopped) return
+    if (foreign.length) log.warn(`${config.sidecarUrl} is served by another user (uid ${foreign[0]}): not using it, starting our own sidecar`)
     if (!probe.error) log.info(`a sidecar answers at ${config.sidecarUrl}: using it (no autostart)`)
     else {
       const { sidecarCommand, sidecarArgs } = config

@@ -6,7 +6,7 @@ import { EventEmitter } from 'node:events'
 import { PassThrough } from 'node:stream'
 import { describe, test } from 'node:test'
 import { normalizeConfig, resolveRoute } from '../host/core.js'
-import { createUpstream } from '../host/autostart.js'
+import { createUpstream, listenerUids } from '../host/autostart.js'
 import {
   BACKOFF_MAX_MS,
   backoffDelay,
@@ -252,6 +252,35 @@ describe('the supervisor', () => {
     const off = createUpstream(normalizeConfig({ autostart: false }).config, quiet, { spawnFn })
     await off.start(async () => assert.fail('probed'))
     assert.equal(off().managed, null)
+  })
+  test('upstream: a sidecar URL another user listens on is neither asked nor used', async () => {
+    const { config } = normalizeConfig({ sidecarUrl: 'http://127.0.0.1:9999', token: 'secret' })
+    const { spawnFn, spawned } = fakeSpawner()
+    const other = process.getuid() === 12345 ? 12346 : 12345
+    const up = createUpstream(config, quiet, { spawnFn, listenerUids: () => new Set([other]) })
+    await up.start(async () => assert.fail('sent a request (and the token) to another user\'s port'))
+    assert.ok(await until(() => up().managed.state === 'running'))
+    assert.equal(spawned.length, 1)
+    assert.equal(up().sidecarUrl, 'http://127.0.0.1:40001')
+    await up.stop()
+    // our own listener (or root's node-wide sidecar) is used as before
+    for (const uid of [process.getuid(), 0]) {
+      const mine = createUpstream(config, quiet, { spawnFn, listenerUids: () => new Set([uid]) })
+      await mine.start(async () => ({ status: 200, body: { jobs: [] } }))
+      assert.equal(mine().managed, null)
+    }
+    assert.equal(spawned.length, 1)
+  })
+  test('listenerUids reads the LISTEN sockets of a port from /proc/net/tcp and tcp6', () => {
+    const tcp = [
+      '  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode',
+      '   0: 0100007F:223D 00000000:0000 0A 00000000:00000000 00:00000000 00000000 65534        0 1 1',
+      '   1: 0100007F:223D 0100007F:9C40 01 00000000:00000000 00:00000000 00000000  1000        0 2 1',
+      '   2: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1001        0 3 1',
+    ].join('\n')
+    const read = (path) => (path === '/proc/net/tcp' ? tcp : '')
+    assert.deepEqual([...listenerUids(8765, read)], [65534])
+    assert.equal(listenerUids(8765, () => { throw new Error('ENOENT') }), null)
   })
 })
 
