@@ -53,10 +53,13 @@ export function isUnder(path, root) {
  * @param job a Job of the sidecar's JobsDocument (root_pid, ancestor_pids, cwd)
  * @param session {id, workspaces: string[]} the session id and its workspace root(s)
  * @param sessionOfPid (pid) => the DSH_SESSION_ID in that process's environment, or null
+ * @param uid the user DSH runs as: another user's job (a root sidecar lists every user's) is never
+ *   a session's, whatever its cwd (anyone may chdir into a readable workspace) or its ancestors
  * @returns {{by: 'shell', pid: number} | {by: 'workspace', root: string} | null}
  */
-export function linkOf(job, session, sessionOfPid) {
+export function linkOf(job, session, sessionOfPid, uid = typeof process.getuid === 'function' ? process.getuid() : null) {
   if (!job || typeof job !== 'object' || !session) return null
+  if (Number.isInteger(uid) && Number.isInteger(job.uid) && job.uid !== uid) return null
   if (session.id && typeof sessionOfPid === 'function') {
     const pids = [job.root_pid, ...(Array.isArray(job.ancestor_pids) ? job.ancestor_pids : [])]
     for (const pid of pids) {

@@ -85,6 +85,10 @@ describe('session linkage', () => {
   test('by the workspace (the job cwd under the session cwd)', () => {
     assert.deepEqual(linkOf(job, { id: 'S', workspaces: ['/home/u/proj'] }, () => null), { by: 'workspace', root: '/home/u/proj' })
     assert.equal(linkOf(job, { id: 'S', workspaces: ['/home/u/other'] }, () => null), null)
+    // another user's job (a root sidecar lists them all) under our workspace, or below our shell
+    const theirs = { ...job, uid: process.getuid() + 1 }
+    assert.equal(linkOf(theirs, { id: 'S', workspaces: ['/home/u/proj'] }, () => 'S'), null)
+    assert.deepEqual(linkOf({ ...job, uid: process.getuid() }, { id: 'S', workspaces: ['/home/u/proj'] }, () => null), { by: 'workspace', root: '/home/u/proj' })
   })
   test('DSH_SESSION_ID from /proc/PID/environ', () => {
     assert.equal(sessionIdFromEnviron('A=1\0DSH_SESSION_ID=abc-1\0B=2\0'), 'abc-1')
