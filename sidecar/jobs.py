@@ -101,6 +101,8 @@ class JobsPoller:
         self._jobs: dict[str, _Job] = {}
         self._roots: dict[tuple[int, int], tuple[int, int]] = {}  # candidate identity -> root identity
         self._candidates_seen: set[int] = set()
+        # (pid, inode, owner) of each segment file looked at -> its owner is the pid's real user
+        self._owner_checked: dict[tuple[int, int, int], bool] = {}
         self.poll_count = 0
         self.poll_errors: Counter[str] = Counter()
         self.poll_durations_s: list[float] = []
@@ -116,12 +118,12 @@ class JobsPoller:
         """Pids with a segment this sidecar may read: its own user's (root: anyone's), and only a
         segment whose file belongs to the process's own user (only the process writes its segment).
         The owner checks come before the MAX_CANDIDATES cap: names another user planted (any pid,
-        pid 1 included) never make a job, nor take the place of a real one."""
+        pid 1 included) never make a job, nor take the place of a real one. Whether a file's owner is
+        its pid's user is read from /proc once per file (pid, inode), not at every poll."""
         out: set[int] = set()
-        owners: dict[int, int | None] = {}
-        live = _live_pids()  # one listing of /proc: names of pids that do not exist cost nothing more
+        checked: dict[tuple[int, int, int], bool] = {}
         for pid, ticks in list_segments(self.shm_dir):
-            if pid in out or (live is not None and pid not in live):
+            if pid in out:
                 continue
             name = f"dsh-probe.{pid}" if ticks is None else f"dsh-probe.{pid}.{ticks}"
             try:
@@ -130,13 +132,17 @@ class JobsPoller:
                 continue
             if not stat.S_ISREG(st.st_mode) or (self.uid is not None and st.st_uid != self.uid):
                 continue
-            if pid not in owners:
-                owners[pid] = process_real_uid(pid)
-            if owners[pid] != st.st_uid:
+            key = (pid, st.st_ino, st.st_uid)
+            ok = self._owner_checked.get(key)
+            if ok is None:
+                ok = process_real_uid(pid) == st.st_uid  # None (no such process) is nobody's
+            checked[key] = ok
+            if not ok:
                 continue  # another user's file under this pid's name, or the process is gone
             out.add(pid)
             if len(out) >= MAX_CANDIDATES:
                 break
+        self._owner_checked = checked  # forgets files gone since
         return out
 
     def _candidates(self, nvml) -> tuple[set[int], set[int]]:
@@ -211,7 +217,9 @@ class JobsPoller:
         # The devices as facts once for every job (each job's collector splits the rows by its tree).
         self._gpu_facts = tuple(gpu_facts(d) for d in snap.devices) if snap.ok else ()
         if self.poll_count % SYSFS_EVERY_POLLS == 0:
-            self._system_gpus_cache = read_system_gpus(self.system_gpus_fn, self.poll_errors, self._system_gpus_cache)
+            self._system_gpus_cache = read_system_gpus(
+                self.system_gpus_fn, self.poll_errors, self._system_gpus_cache
+            )
         self._discover(now, self._shared.snapshot)
         if self.poll_count % FOREIGN_CHECK_EVERY_POLLS == 0:
             try:  # dead writers' leftovers, of every job (our own PID namespace only)
@@ -244,7 +252,9 @@ class JobsPoller:
         """At most MAX_JOBS: exited jobs go first, then the oldest."""
         if len(self._jobs) <= MAX_JOBS:
             return
-        order = sorted(self._jobs.items(), key=lambda kv: (kv[1].poller.target_gone_at is None, kv[1].found_unix_s))
+        order = sorted(
+            self._jobs.items(), key=lambda kv: (kv[1].poller.target_gone_at is None, kv[1].found_unix_s)
+        )
         for jid, job in order[: len(self._jobs) - MAX_JOBS]:
             job.poller.stop()
             del self._jobs[jid]
@@ -274,7 +284,9 @@ class JobsPoller:
         return None if published is None else published.jobs
 
     @staticmethod
-    def _job(published: _Published | None, job: str | None) -> tuple[str, Poller, Callable[[], dict[str, Any]]] | None:
+    def _job(
+        published: _Published | None, job: str | None
+    ) -> tuple[str, Poller, Callable[[], dict[str, Any]]] | None:
         if published is None:
             return None
         jid = job if job is not None else published.jobs["default_job"]
@@ -340,13 +352,6 @@ class JobsPoller:
                 self.nvml_source.close()
             except Exception:
                 pass
-
-
-def _live_pids() -> set[int] | None:
-    try:
-        return {int(n) for n in os.listdir(lineage._PROC) if n.isdigit()}
-    except OSError:
-        return None
 
 
 def _default_job(entries: list[dict[str, Any]]) -> str | None:
