@@ -23,7 +23,9 @@ _PROC = "/proc"
 
 # Launchers whose children are the job: argv[0]'s name, or `python -m MODULE`.
 LAUNCHER_NAMES = frozenset({"torchrun", "accelerate", "deepspeed", "mpirun", "mpiexec", "srun", "horovodrun"})
-LAUNCHER_MODULES = frozenset({"torch.distributed.run", "torch.distributed.launch", "accelerate.commands.launch"})
+LAUNCHER_MODULES = frozenset(
+    {"torch.distributed.run", "torch.distributed.launch", "accelerate.commands.launch"}
+)
 # What multiprocessing's own helper processes run (python -c "from multiprocessing.X import main; ...").
 _MP_HELPER_MODULES = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 _MP_CHILD_MODULES = ("multiprocessing.spawn", "multiprocessing.forkserver")
@@ -78,6 +80,12 @@ def is_launcher(argv: tuple[str, ...]) -> bool:
     if name.startswith("python") and "-m" in argv[1:6]:
         i = argv.index("-m", 1)
         return i + 1 < len(argv) and argv[i + 1] in LAUNCHER_MODULES
+    if name.startswith("python"):
+        # A console script (`torchrun`, `accelerate`, `deepspeed` installed by pip) runs through its
+        # #! line: the kernel makes it `python3 /venv/bin/torchrun ...`, the script the first argument
+        # after the interpreter's flags.
+        script = next((a for a in argv[1:6] if not a.startswith("-")), None)
+        return script is not None and os.path.basename(script) in LAUNCHER_NAMES
     return False
 
 
