@@ -159,7 +159,14 @@ class SidecarCollector:
         yield from own
         if doc is not None:
             # Discovery: every job's document (they share the GPUs); --pid: the one.
-            docs = self.poller.documents() if hasattr(self.poller, "documents") else [doc]
+            # An exited job stays in discovery's list for --history seconds (an hour in deploy/'s unit);
+            # its last verdict is not exported meanwhile, or DshModelOnCpu and DshJobError would keep
+            # firing for a job that ended. (--pid exports the final state: the sidecar exits after --grace.)
+            docs = (
+                [d for d in self.poller.documents() if (d.get("target") or {}).get("alive", True)]
+                if hasattr(self.poller, "documents")
+                else [doc]
+            )
             yield from self._gpu_metrics(doc)
             yield from self._job_metrics(docs)
 
