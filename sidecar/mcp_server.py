@@ -450,7 +450,7 @@ def gpu_status(backend: Backend, args: dict[str, Any]) -> tuple[dict[str, Any], 
         "message": clip(doc["message"], MAX_MESSAGE_CHARS),
         "model_device": device,
         "input_device": clip_opt(doc["input_device"], MAX_ID_CHARS),
-        "model_on_gpu": None if device is None else device.startswith("cuda"),
+        "model_on_gpu": _model_on_gpu(device),
         "warnings": [
             {
                 "code": clip(w["code"], MAX_ID_CHARS),
@@ -472,10 +472,22 @@ def gpu_status(backend: Backend, args: dict[str, Any]) -> tuple[dict[str, Any], 
     return out, _status_text(_inline_all(out), doc.get("model_gpu_index"))
 
 
+def _model_on_gpu(device: str | None) -> bool | None:
+    """True for a cuda:N model, False for one wholly on another device, None when it cannot be said:
+    no model, a model without parameters (no device at all) or one split over devices ("mixed")."""
+    if device is None or device in ("no-parameters", "mixed"):
+        return None
+    return device.startswith("cuda")
+
+
 def _status_text(out: dict[str, Any], gpu_index: int | None) -> str:
     device, inputs = out["model_device"], out["input_device"]
     gpu = next((g for g in out["gpus"] if g["index"] == gpu_index), None)
-    if out["model_on_gpu"]:
+    if out["status"] == "MIXED" or device == "mixed":
+        answer = "Partly: the job's parameters are on several device types (see the verdict below)."
+    elif device == "no-parameters":
+        answer = "Unknown: the registered model has no parameters, so it has no device of its own."
+    elif out["model_on_gpu"]:
         where = (
             f" (GPU {gpu['index']}, {gpu['name'] or 'unnamed'}, {_pct(gpu['util_pct'])} busy)" if gpu else ""
         )
