@@ -537,7 +537,8 @@ def gpu_history(backend: Backend, args: dict[str, Any]) -> tuple[dict[str, Any],
         ],
         "events_omitted": doc["events_omitted"] + len(doc["events"]) - len(events),
     }
-    return out, _history_text(_inline_all(out))
+    job_gpu = any(s["processes"] for s in samples)  # a sample lists the job's GPU processes only
+    return out, _history_text(_inline_all(out), job_gpu)
 
 
 def _per_gpu(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -575,7 +576,7 @@ def _timeline(points: list[tuple[float, float | None, float | None]]) -> list[fl
     return [round(sum(b) / len(b), 1) if b else None for b in buckets]
 
 
-def _history_text(out: dict[str, Any]) -> str:
+def _history_text(out: dict[str, Any], job_gpu: bool = True) -> str:
     if not out["sample_count"]:
         return f"No samples in the last {out['seconds']:g} s for job {out['job_id']}."
     span = out["last_unix_s"] - out["first_unix_s"]
@@ -583,6 +584,12 @@ def _history_text(out: dict[str, Any]) -> str:
         f"Job {out['job_id']}: {out['sample_count']} samples from the last {out['seconds']:g} s, spanning "
         f"{span:.0f} s (summarised per GPU; the raw samples are not returned)."
     ]
+    if out["gpus"]:
+        lines.append(
+            "Whole-GPU figures: every process on a GPU counts, not only this job's."
+            if job_gpu
+            else "No process of this job used a GPU in these samples; the figures below are other processes' use."
+        )
     for g in out["gpus"]:
         timeline = " ".join("-" if u is None else f"{u:.0f}" for u in g["util_pct_timeline"])
         lines.append(

@@ -54,3 +54,29 @@ def test_answer_line_agrees_with_the_verdict(
     assert text.splitlines()[0].startswith(answer), text
     assert out["model_on_gpu"] is on_gpu
     assert "on no-parameters" not in text and "on mixed" not in text
+
+
+class _HistoryBackend:
+    def __init__(self, processes: list[dict[str, Any]]) -> None:
+        self.processes = processes
+
+    def history(self, job: str | None, since: float | None) -> dict[str, Any]:
+        import time
+
+        now = time.time()
+        gpu = {"index": 0, "util_pct": 80, "mem_used_mib": 3000}
+        samples = [{"time_unix_s": now - i, "gpus": [gpu], "processes": self.processes} for i in (2, 1, 0)]
+        return {"job_id": "10-20", "interval_s": 1.0, "samples": samples, "events": [], "events_omitted": 0}
+
+
+def test_history_of_a_job_without_gpu_work_does_not_pass_other_processes_use_as_its_own() -> None:
+    """Discovery: a CPU job's history still carries every GPU's figures (another job's 80 %); the text
+    must not read as this job's GPU use."""
+    from sidecar.mcp_server import gpu_history
+
+    _, text = gpu_history(_HistoryBackend([]), {"seconds": 60})
+    assert "No process of this job used a GPU" in text, text
+    _, text = gpu_history(
+        _HistoryBackend([{"pid": 10, "gpu_mem_mib": 2048, "sm_util_pct": 70}]), {"seconds": 60}
+    )
+    assert "No process of this job" not in text and "Whole-GPU figures" in text, text
