@@ -374,7 +374,9 @@ def _inline(text: str) -> str:
     one) as one line of the tool's text: line breaks and other control and format characters (bidi
     overrides included) escaped, so that it cannot start a line of its own (a forged job, an
     instruction)."""
-    return "".join(f"\\u{ord(ch):04x}" if unicodedata.category(ch)[0] in "CZ" and ch != " " else ch for ch in text)
+    return "".join(
+        f"\\u{ord(ch):04x}" if unicodedata.category(ch)[0] in "CZ" and ch != " " else ch for ch in text
+    )
 
 
 def _inline_all(value: Any) -> Any:
