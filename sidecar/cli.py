@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -448,8 +449,14 @@ def _serve(args: argparse.Namespace, poller, child: subprocess.Popen | None) -> 
     from sidecar.server import ServerConfig, create_app
     from sidecar.wsgi import create_server
 
+    token, generated = args.token, False
+    if not token and getattr(poller, "mode", None) == "discovery" and poller.uid is None:
+        # Root's discovery shows every user's jobs (their commands, working directories, models);
+        # any user of this machine can reach a loopback port, so it never serves them without a
+        # token: one made here, shown only to whoever started it (as Jupyter does).
+        token, generated = secrets.token_urlsafe(24), True
     config = ServerConfig(
-        token=args.token,
+        token=token,
         interval_s=args.interval,
         job_name=args.job_name,
         hosts=host_policy(args.host, tuple(args.allow_host)),
@@ -482,8 +489,14 @@ def _serve(args: argparse.Namespace, poller, child: subprocess.Popen | None) -> 
     poller.start()
     threading.Thread(target=server.run, name="dsh-sidecar-http", daemon=True).start()
     watching = f"pid {poller.target_pid}" if poller.target_pid is not None else _whose_jobs()
+    if generated:  # before the "serving" line, which tools wait for
+        print(
+            "dsh-sidecar: every user's jobs are shown, so a token keeps the other users of this machine "
+            f"out (choose your own with --token or DSH_SIDECAR_TOKEN); the page: {url}?token={token}",
+            flush=True,
+        )
     print(f"dsh-sidecar: serving {url} (watching {watching}; open it in a browser)", flush=True)
-    if args.token:
+    if token and not generated:
         print(f"dsh-sidecar: a token is required: open {url}?token=<your token>", flush=True)
 
     stop, interrupted = _SIGNALS.stop, _SIGNALS.received

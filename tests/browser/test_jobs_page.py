@@ -13,7 +13,12 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(180)]
 
 
 def spec(name: str, device: str) -> dict:
-    return {"payload": {"role": "main", "models": [{"name": name, "device": device, "devices": [device], "params": 5}]}}
+    return {
+        "payload": {
+            "role": "main",
+            "models": [{"name": name, "device": device, "devices": [device], "params": 5}],
+        }
+    }
 
 
 def test_two_jobs_one_switcher(tmp_path, fake_nvml, pages):
@@ -29,7 +34,8 @@ def test_two_jobs_one_switcher(tmp_path, fake_nvml, pages):
                 return ids if {a.pid, b.pid} <= set(ids) else None
 
             ids = wait_for(both, 20, what="both jobs listed")
-            page = pages.open(sc.url)
+            # As root, discovery shows every user's jobs: its page wants the token it made itself.
+            page = pages.open(f"{sc.url}/?token={sc.token}" if sc.token else sc.url)
             wait_js(page, "() => document.querySelectorAll('[data-testid=job]').length >= 2")
             shown = page.eval_on_selector("[data-testid=job][aria-pressed=true]", "e => e.dataset.jobId")
             other = ids[b.pid] if shown == ids[a.pid] else ids[a.pid]
@@ -41,10 +47,16 @@ def test_two_jobs_one_switcher(tmp_path, fake_nvml, pages):
                 other_model,
             )
             assert f"job={other}" in page.url
-            assert page.eval_on_selector("[data-testid=job][aria-pressed=true]", "e => e.dataset.jobId") == other
+            assert (
+                page.eval_on_selector("[data-testid=job][aria-pressed=true]", "e => e.dataset.jobId") == other
+            )
             # A reload keeps the job; a job that is gone falls back to the default one.
             page.reload()
-            wait_js(page, "m => document.querySelector('[data-testid=message]').textContent.includes(m)", other_model)
+            wait_js(
+                page,
+                "m => document.querySelector('[data-testid=message]').textContent.includes(m)",
+                other_model,
+            )
             assert not pages.errors, pages.errors
             page.goto(sc.url + "?job=1-1")
             wait_js(page, "() => !location.search.includes('job=1-1')")

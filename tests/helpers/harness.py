@@ -74,7 +74,12 @@ class FakeJob:
         env = python_env(base=env)
         if detach:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-            subprocess.run(["sh", "-c", '"$@" </dev/null >/dev/null 2>&1 &', "sh", *cmd], env=env, cwd=cwd or REPO, check=True)
+            subprocess.run(
+                ["sh", "-c", '"$@" </dev/null >/dev/null 2>&1 &', "sh", *cmd],
+                env=env,
+                cwd=cwd or REPO,
+                check=True,
+            )
             self.proc = None
         else:
             self.proc = subprocess.Popen(cmd, env=env, cwd=cwd or REPO)
@@ -155,6 +160,9 @@ class Sidecar:
     def _read(self, stream, sink: list[str], find_url: bool) -> None:
         for line in stream:
             sink.append(line.rstrip("\n"))
+            if find_url and "?token=" in line and "<your token>" not in line and self.token is None:
+                # the token a root discovery sidecar made for itself (printed before "serving")
+                self.token = line.rstrip().rsplit("?token=", 1)[1]
             if find_url and line.startswith("dsh-sidecar: serving "):
                 self.url = line.split()[2].rstrip("/")
                 self._url.set()

@@ -46,7 +46,9 @@ def model(name: str, device: str = "cpu") -> dict:
 
 
 def detached(cmd: list[str], env: dict, cwd) -> None:
-    subprocess.run(["sh", "-c", '"$@" </dev/null >/dev/null 2>&1 &', "sh", *cmd], env=env, cwd=cwd, check=True)
+    subprocess.run(
+        ["sh", "-c", '"$@" </dev/null >/dev/null 2>&1 &', "sh", *cmd], env=env, cwd=cwd, check=True
+    )
 
 
 def _children(pid: int) -> list[int]:
@@ -63,11 +65,15 @@ def test_three_jobs_found_without_a_pid_and_grouped_under_their_roots(tmp_path, 
         tmp_path / "plain", {"main": {"payload": {"role": "main", "models": [model("plain")]}}}, detach=True
     )
     workers = {
-        f"w{i}": {"payload": {"role": "dataloader-worker", "worker_id": i}, "forward_rate_hz": 0} for i in (0, 1)
+        f"w{i}": {"payload": {"role": "dataloader-worker", "worker_id": i}, "forward_rate_hz": 0}
+        for i in (0, 1)
     }
     loader = FakeJob(
         tmp_path / "loader",
-        {"main": {"payload": {"role": "main", "models": [model("net")]}, "children": ["w0", "w1"]}, **workers},
+        {
+            "main": {"payload": {"role": "main", "models": [model("net")]}, "children": ["w0", "w1"]},
+            **workers,
+        },
         detach=True,
     )
     # A real launcher with two real ranks (torch.distributed.run, gloo on the CPU).
@@ -81,7 +87,11 @@ def test_three_jobs_found_without_a_pid_and_grouped_under_their_roots(tmp_path, 
 
             def launcher_job():
                 for j in jobs_by_root(sc).values():
-                    if j["command"] and "torch.distributed.run" in " ".join(j["command"]) and str(script) in j["command"]:
+                    if (
+                        j["command"]
+                        and "torch.distributed.run" in " ".join(j["command"])
+                        and str(script) in j["command"]
+                    ):
                         doc = job_doc(sc, j["id"])
                         ranks = [p for p in doc["processes"] if p["role"] == "rank" and p["models"]]
                         if len(ranks) == 2:
@@ -99,14 +109,24 @@ def test_three_jobs_found_without_a_pid_and_grouped_under_their_roots(tmp_path, 
             loader_doc = job_doc(sc, jobs[loader.pid]["id"])
             roles = sorted((p["pid"], p["role"]) for p in loader_doc["processes"])
             assert roles == sorted(
-                [(loader.pid, "main"), (loader.pids["w0"], "dataloader-worker"), (loader.pids["w1"], "dataloader-worker")]
+                [
+                    (loader.pid, "main"),
+                    (loader.pids["w0"], "dataloader-worker"),
+                    (loader.pids["w1"], "dataloader-worker"),
+                ]
             )
             plain_doc = job_doc(sc, jobs[plain.pid]["id"])
-            assert plain_doc["status"] == "CPU" and [m["name"] for m in plain_doc["processes"][0]["models"]] == ["plain"]
+            assert plain_doc["status"] == "CPU" and [
+                m["name"] for m in plain_doc["processes"][0]["models"]
+            ] == ["plain"]
             for j in (jobs[plain.pid], jobs[loader.pid], ddp):
                 doc = job_doc(sc, j["id"])
                 assert doc["job_id"] == j["id"] and doc["target"]["pid"] == j["root_pid"]
-                assert {x["id"] for x in doc["jobs"]} >= {jobs[plain.pid]["id"], jobs[loader.pid]["id"], ddp["id"]}
+                assert {x["id"] for x in doc["jobs"]} >= {
+                    jobs[plain.pid]["id"],
+                    jobs[loader.pid]["id"],
+                    ddp["id"],
+                }
                 assert j["user"] and j["uid"] == os.getuid() and j["alive"] and j["ended_unix_s"] is None
             # Each job's history, and an unknown job.
             code, hist = sc.get(f"{API}/history?job={ddp['id']}")
@@ -127,14 +147,18 @@ def test_a_job_started_and_ended_while_the_sidecar_runs_stays_listed_as_exited(t
     fake_nvml.write({"gpus": [gpu(0)]})
     with Sidecar(["--port", "0", "--interval", "0.3"], env=fake_nvml.env()) as sc:
         sc.get(f"{API}/jobs")
-        job = FakeJob(tmp_path / "j", {"main": {"payload": {"role": "main", "models": [model("late")]}}}, detach=True)
+        job = FakeJob(
+            tmp_path / "j", {"main": {"payload": {"role": "main", "models": [model("late")]}}}, detach=True
+        )
         try:
             found = wait_for(lambda: jobs_by_root(sc).get(job.pid), 20, what="the new job")
             assert found["alive"] and found["has_model"]
         finally:
             job.stop()
         ended = wait_for(
-            lambda: (j := jobs_by_root(sc).get(job.pid)) and not j["alive"] and j, 20, what="the job marked exited"
+            lambda: (j := jobs_by_root(sc).get(job.pid)) and not j["alive"] and j,
+            20,
+            what="the job marked exited",
         )
         assert ended["ended_unix_s"] is not None and ended["id"] == found["id"]
         doc = job_doc(sc, found["id"])
@@ -144,7 +168,9 @@ def test_a_job_started_and_ended_while_the_sidecar_runs_stays_listed_as_exited(t
 def test_a_gpu_process_without_a_probe_is_found_through_nvml(tmp_path, fake_nvml):
     job = FakeJob(tmp_path / "g", {"main": {"probe": False}}, detach=True)
     try:
-        fake_nvml.write({"gpus": [gpu(0, util_gpu=70, processes=[{"pid": job.pid, "used_mib": 3000, "sm_util": 70}])]})
+        fake_nvml.write(
+            {"gpus": [gpu(0, util_gpu=70, processes=[{"pid": job.pid, "used_mib": 3000, "sm_util": 70}])]}
+        )
         with Sidecar(["--port", "0", "--interval", "0.3"], env=fake_nvml.env()) as sc:
             found = wait_for(lambda: jobs_by_root(sc).get(job.pid), 20, what="the GPU process as a job")
             assert found["gpus"] == [0] and not found["has_model"] and found["status"] == "GPU"
@@ -174,7 +200,9 @@ AS_NOBODY = textwrap.dedent(
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the sidecar as another user")
 def test_a_non_root_sidecar_shows_its_users_jobs_only(tmp_path):
-    mine = FakeJob(tmp_path / "root-job", {"main": {"payload": {"role": "main", "models": [model("r")]}}}, detach=True)
+    mine = FakeJob(
+        tmp_path / "root-job", {"main": {"payload": {"role": "main", "models": [model("r")]}}}, detach=True
+    )
     theirs = subprocess.Popen(
         ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "sleep", "300"],
         stdin=subprocess.DEVNULL,
@@ -188,7 +216,9 @@ def test_a_non_root_sidecar_shows_its_users_jobs_only(tmp_path):
             r = subprocess.run(
                 [*head, "--once", "--json"],
                 cwd="/",
-                env=python_env({"LD_LIBRARY_PATH": "/nonexistent"}),  # no driver: nobody cannot read the fake one
+                env=python_env(
+                    {"LD_LIBRARY_PATH": "/nonexistent"}
+                ),  # no driver: nobody cannot read the fake one
                 capture_output=True,
                 text=True,
                 timeout=60,
@@ -212,10 +242,17 @@ def test_a_non_root_sidecar_shows_its_users_jobs_only(tmp_path):
 def test_once_without_a_pid_prints_every_job_and_says_so_when_there_is_none(tmp_path):
     from sidecar.cli import jobs_summary
 
-    job = FakeJob(tmp_path / "o", {"main": {"payload": {"role": "main", "models": [model("once")]}}}, detach=True)
+    job = FakeJob(
+        tmp_path / "o", {"main": {"payload": {"role": "main", "models": [model("once")]}}}, detach=True
+    )
     try:
         r = subprocess.run(
-            [sys.executable, "-m", "sidecar.cli", "--once"], cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=60
+            [sys.executable, "-m", "sidecar.cli", "--once"],
+            cwd=REPO,
+            env=python_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         assert r.returncode == 0, r.stderr
         ident = process_identity(job.pid)
@@ -225,3 +262,31 @@ def test_once_without_a_pid_prints_every_job_and_says_so_when_there_is_none(tmp_
         job.stop()
     empty = {"jobs": [], "default_job": None}
     assert "no jobs found" in jobs_summary(empty, []) and "--pid PID" in jobs_summary(empty, [])
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root's discovery is the one that shows every user's jobs")
+def test_roots_discovery_never_serves_every_users_jobs_without_a_token(fake_nvml):
+    """Root's discovery lists every user's jobs (commands, working directories, models), and any user
+    of the machine can connect to a loopback port: without --token it makes a token of its own and
+    shows it only to whoever started it; a token given is used as given."""
+    fake_nvml.write({"gpus": [gpu(0)]})
+    with Sidecar(["--port", "0", "--interval", "0.3"], env=fake_nvml.env()) as sc:
+        made = sc.token
+        assert made and len(made) >= 32, sc.lines
+        assert any(f"{sc.url}/?token={made}" in line for line in sc.lines), sc.lines
+        for path in (f"{API}/jobs", f"{API}/status", f"{API}/history", "/metrics", "/"):
+            sc.token = None
+            assert sc.get(path)[0] == 401, path  # another user, who never saw the line
+            sc.token = made
+        assert sc.get(f"{API}/jobs")[0] == 200
+        sc.token = None
+        assert sc.get("/healthz")[0] == 200  # liveness says nothing of anyone's jobs
+    with Sidecar(
+        ["--port", "0", "--interval", "0.3", "--token", "chosen-token"],
+        env=fake_nvml.env(),
+        token="chosen-token",
+    ) as sc:
+        assert not any("?token=chosen-token" in line for line in sc.lines)  # never printed
+        assert sc.get(f"{API}/jobs")[0] == 200
+        sc.token = "wrong"
+        assert sc.get(f"{API}/jobs")[0] == 401
