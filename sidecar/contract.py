@@ -200,7 +200,9 @@ GPU = Obj(
         "pcie_link_gen_max": F(INT, "the highest generation the link can train at", null=True),
         "pcie_link_width": F(INT, "PCIe lanes now", null=True),
         "pcie_link_width_max": F(INT, "the link's full width", null=True),
-        "sm_activity_fraction": F(NUM, "GPM: share of SMs busy over the last poll (Hopper and newer)", null=True),
+        "sm_activity_fraction": F(
+            NUM, "GPM: share of SMs busy over the last poll (Hopper and newer)", null=True
+        ),
         "sm_occupancy_fraction": F(NUM, "GPM: resident warps over the maximum", null=True),
         "tensor_activity_fraction": F(NUM, "GPM: share of time tensor cores worked", null=True),
         "dram_activity_fraction": F(NUM, "GPM: DRAM bandwidth used over its peak", null=True),
@@ -323,7 +325,9 @@ PROCESS = Obj(
         "step_breakdown": F(STEP_BREAKDOWN, "where its training steps' time goes (probe)", null=True),
         "math": F(MATH_SETTINGS, "its torch math settings (probe)", null=True),
         "syncs_per_step": F(
-            NUM, "host-device synchronisations per step; null unless counted (register(model, syncs=True))", null=True
+            NUM,
+            "host-device synchronisations per step; null unless counted (register(model, syncs=True))",
+            null=True,
         ),
     },
 )
@@ -361,7 +365,9 @@ JOB = Obj(
         "user": F(STR, "the root's user name (its uid as text when the name is unknown)", null=True),
         "uid": F(INT, "the root's real uid", null=True),
         "cwd": F(STR, "the root's working directory (null when it cannot be read)", null=True),
-        "ancestor_pids": F(ListOf(INT, 32), "the root's parent, its parent, ... up to pid 1 (session linkage)"),
+        "ancestor_pids": F(
+            ListOf(INT, 32), "the root's parent, its parent, ... up to pid 1 (session linkage)"
+        ),
         "start_time_unix_s": F(NUM, "when the root started", null=True),
         "alive": F(BOOL, "false once the root has exited"),
         "ended_unix_s": F(NUM, "when the sidecar saw it exit", null=True),
@@ -385,7 +391,10 @@ JOBS_DOCUMENT = Obj(
         "interval_s": F(NUM, "time between polls"),
         "mode": F(Enum(("pid", "discovery")), "`pid`: one job given by --pid; `discovery`: every job found"),
         "default_job": F(STR, "the job /status answers without ?job= (the newest with a model)", null=True),
-        "jobs": F(ListOf(JOB, 64), "the jobs, newest first (at most 64)"),
+        "jobs": F(
+            ListOf(JOB, 64),
+            "the jobs, newest first (at most 64, shared out among users: one user's many jobs never push another's out)",
+        ),
         "jobs_omitted": F(INT, "jobs left out"),
     },
 )
@@ -415,7 +424,9 @@ STATUS_DOCUMENT = Obj(
         "processes_omitted": F(INT, "processes left out (count or size bound)"),
         "events": F(ListOf(EVENT, 100), "the last 100 events"),
         "events_omitted": F(INT, "older events left out"),
-        "jobs": F(ListOf(JOB, 64), "in discovery mode, every job (as /jobs lists them); else null", null=True),
+        "jobs": F(
+            ListOf(JOB, 64), "in discovery mode, every job (as /jobs lists them); else null", null=True
+        ),
     },
 )
 
@@ -588,14 +599,20 @@ def _problem(v: Any, t: Any, null: bool, at: str) -> str | None:
             return f"{at}: expected an object, got {type(v).__name__}"
         return next((p for k, x in v.items() if (p := _problem(x, t.value, False, f"{at}.{k}"))), None)
     if isinstance(t, OneOf):
-        return None if any(_problem(v, o, False, at) is None for o in t.options) else f"{at}: no option fits {v!r:.60}"
+        return (
+            None
+            if any(_problem(v, o, False, at) is None for o in t.options)
+            else f"{at}: no option fits {v!r:.60}"
+        )
     o = _OBJECTS[t.name] if isinstance(t, Lazy) else t
     if not isinstance(v, dict):
         return f"{at}: expected {o.name} (an object), got {type(v).__name__}"
     if v.keys() != o.fields.keys():
         extra, missing = sorted(set(v) - set(o.fields)), sorted(set(o.fields) - set(v))
         return f"{at}: {o.name} " + "; ".join(
-            s for s in (f"unknown keys {extra}" if extra else "", f"missing keys {missing}" if missing else "") if s
+            s
+            for s in (f"unknown keys {extra}" if extra else "", f"missing keys {missing}" if missing else "")
+            if s
         )
     return next((p for k, f in o.fields.items() if (p := _problem(v[k], f.type, f.null, f"{at}.{k}"))), None)
 

@@ -9,6 +9,7 @@ never missing keys).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
@@ -110,7 +111,12 @@ def process_entry(p: ProcessFacts, cmdline: tuple[str, ...] | None) -> dict[str,
         ],
         "models_omitted": max(0, len(p.models) - bounds.MAX_MODELS_SHOWN),
         "gpu": [
-            {"index": g.index, "mem_used_mib": g.mem_used_mib, "sm_util_pct": g.sm_util, "mig_index": g.mig_index}
+            {
+                "index": g.index,
+                "mem_used_mib": g.mem_used_mib,
+                "sm_util_pct": g.sm_util,
+                "mig_index": g.mig_index,
+            }
             for g in p.gpu
         ],
         "step_breakdown": _record(p.steps),
@@ -120,7 +126,12 @@ def process_entry(p: ProcessFacts, cmdline: tuple[str, ...] | None) -> dict[str,
 
 
 def status_summary(
-    facts: Facts, verdict: Verdict, *, target, proc_info: dict[int, Any], entry_cache: dict[int, tuple] | None = None
+    facts: Facts,
+    verdict: Verdict,
+    *,
+    target,
+    proc_info: dict[int, Any],
+    entry_cache: dict[int, tuple] | None = None,
 ) -> dict[str, Any]:
     """The keys of the status document that a jobs-list entry is made of (`job_entry` reads only
     these), made by the same code: the job, its verdict, its processes. Discovery makes this for
@@ -350,9 +361,10 @@ def job_entry(doc: dict[str, Any], root=None, ended_unix_s: float | None = None)
 def jobs_document(
     entries: list[dict[str, Any]], *, time_s: float, interval_s: float, mode: str, default_job: str | None
 ) -> dict[str, Any]:
-    """GET /jobs: newest first (by the root's start), within bounds.MAX_JOBS_SHOWN."""
+    """GET /jobs: newest first (by the root's start), within bounds.MAX_JOBS_SHOWN shared out among
+    users (fair_share)."""
     ordered = sorted(entries, key=lambda j: -(j["start_time_unix_s"] or 0.0))
-    shown = ordered[: bounds.MAX_JOBS_SHOWN]
+    shown = fair_share(ordered, bounds.MAX_JOBS_SHOWN, lambda j: j["uid"])
     doc = {
         "schema": SCHEMA,
         "time_unix_s": time_s,
@@ -363,6 +375,25 @@ def jobs_document(
         "jobs_omitted": len(ordered) - len(shown),
     }
     return contract.check_if_enabled(doc, "jobs")
+
+
+def fair_share(items: list, limit: int, owner: Callable[[Any], Any]) -> list:
+    """At most ``limit`` of ``items`` (best first), shared out among their owners in turns: each
+    owner's best, then each one's second, ... So on a shared machine one user's hundred jobs never
+    push another user's jobs out (root's discovery lists every user's). Kept in ``items``' order."""
+    if len(items) <= limit:
+        return items
+    queues: dict[Any, list] = {}
+    for item in items:
+        queues.setdefault(owner(item), []).append(item)
+    chosen: set[int] = set()
+    depth = 0
+    while len(chosen) < limit:
+        for queue in queues.values():
+            if depth < len(queue) and len(chosen) < limit:
+                chosen.add(id(queue[depth]))
+        depth += 1
+    return [item for item in items if id(item) in chosen]
 
 
 class OneJob:
@@ -395,5 +426,9 @@ class OneJob:
             return None
         entry = job_entry(doc, self.root_info(), self.ended_unix_s)
         return jobs_document(
-            [entry], time_s=doc["time_unix_s"], interval_s=self.interval_s, mode="pid", default_job=doc["job_id"]
+            [entry],
+            time_s=doc["time_unix_s"],
+            interval_s=self.interval_s,
+            mode="pid",
+            default_job=doc["job_id"],
         )

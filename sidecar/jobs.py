@@ -249,15 +249,18 @@ class JobsPoller:
         return jobs
 
     def _trim(self) -> None:
-        """At most MAX_JOBS: exited jobs go first, then the oldest."""
+        """At most MAX_JOBS, shared out among users (document.fair_share: one user's many jobs never
+        push another's out); within a user's, running jobs before exited ones, the newest first."""
         if len(self._jobs) <= MAX_JOBS:
             return
-        order = sorted(
-            self._jobs.items(), key=lambda kv: (kv[1].poller.target_gone_at is None, kv[1].found_unix_s)
+        best_first = sorted(
+            self._jobs.items(), key=lambda kv: (kv[1].poller.target_gone_at is not None, -kv[1].found_unix_s)
         )
-        for jid, job in order[: len(self._jobs) - MAX_JOBS]:
-            job.poller.stop()
-            del self._jobs[jid]
+        keep = {jid for jid, _ in document.fair_share(best_first, MAX_JOBS, lambda kv: _owner(kv[1]))}
+        for jid, job in best_first:
+            if jid not in keep:
+                job.poller.stop()
+                del self._jobs[jid]
 
     def _publish(self, now: float) -> _Published:
         """The jobs document, and the status document of every job polled at least once (each made
@@ -352,6 +355,11 @@ class JobsPoller:
                 self.nvml_source.close()
             except Exception:
                 pass
+
+
+def _owner(job: _Job) -> int | None:
+    info = job.poller.root_info()
+    return getattr(info, "uid", None)
 
 
 def _default_job(entries: list[dict[str, Any]]) -> str | None:
