@@ -443,18 +443,35 @@ def _print_to_a_pipe(text: str) -> int:
     return EXIT_OK
 
 
+def _serving_token(given: str | None, poller) -> tuple[str | None, bool]:
+    """(the token the server wants, whether it was made here). Root's discovery shows every user's
+    jobs (their commands, working directories, models), and any user of this machine can reach a
+    loopback port: it never serves them without a token; without --token it makes one, shown only
+    to whoever started it (as Jupyter does)."""
+    if not given and getattr(poller, "mode", None) == "discovery" and poller.uid is None:
+        return secrets.token_urlsafe(24), True
+    return given, False
+
+
+def _announce(url: str, token: str | None, generated: bool, watching: str) -> None:
+    if generated:  # before the "serving" line, which tools wait for
+        print(
+            "dsh-sidecar: every user's jobs are shown, so a token keeps the other users of this machine "
+            f"out (choose your own with --token or DSH_SIDECAR_TOKEN); the page: {url}?token={token}",
+            flush=True,
+        )
+    print(f"dsh-sidecar: serving {url} (watching {watching}; open it in a browser)", flush=True)
+    if token and not generated:
+        print(f"dsh-sidecar: a token is required: open {url}?token=<your token>", flush=True)
+
+
 def _serve(args: argparse.Namespace, poller, child: subprocess.Popen | None) -> int:
     from sidecar.hosts import host_policy
     from sidecar.metrics import make_metrics
     from sidecar.server import ServerConfig, create_app
     from sidecar.wsgi import create_server
 
-    token, generated = args.token, False
-    if not token and getattr(poller, "mode", None) == "discovery" and poller.uid is None:
-        # Root's discovery shows every user's jobs (their commands, working directories, models);
-        # any user of this machine can reach a loopback port, so it never serves them without a
-        # token: one made here, shown only to whoever started it (as Jupyter does).
-        token, generated = secrets.token_urlsafe(24), True
+    token, generated = _serving_token(args.token, poller)
     config = ServerConfig(
         token=token,
         interval_s=args.interval,
@@ -489,15 +506,7 @@ def _serve(args: argparse.Namespace, poller, child: subprocess.Popen | None) -> 
     poller.start()
     threading.Thread(target=server.run, name="dsh-sidecar-http", daemon=True).start()
     watching = f"pid {poller.target_pid}" if poller.target_pid is not None else _whose_jobs()
-    if generated:  # before the "serving" line, which tools wait for
-        print(
-            "dsh-sidecar: every user's jobs are shown, so a token keeps the other users of this machine "
-            f"out (choose your own with --token or DSH_SIDECAR_TOKEN); the page: {url}?token={token}",
-            flush=True,
-        )
-    print(f"dsh-sidecar: serving {url} (watching {watching}; open it in a browser)", flush=True)
-    if token and not generated:
-        print(f"dsh-sidecar: a token is required: open {url}?token=<your token>", flush=True)
+    _announce(url, token, generated, watching)
 
     stop, interrupted = _SIGNALS.stop, _SIGNALS.received
     try:

@@ -278,7 +278,7 @@ def test_roots_discovery_never_serves_every_users_jobs_without_a_token(fake_nvml
             sc.token = None
             assert sc.get(path)[0] == 401, path  # another user, who never saw the line
             sc.token = made
-        assert sc.get(f"{API}/jobs")[0] == 200
+        wait_for(lambda: sc.get(f"{API}/jobs")[0] == 200, 20, what="the jobs list with the token")
         sc.token = None
         assert sc.get("/healthz")[0] == 200  # liveness says nothing of anyone's jobs
     with Sidecar(
@@ -287,6 +287,6 @@ def test_roots_discovery_never_serves_every_users_jobs_without_a_token(fake_nvml
         token="chosen-token",
     ) as sc:
         assert not any("?token=chosen-token" in line for line in sc.lines)  # never printed
-        assert sc.get(f"{API}/jobs")[0] == 200
+        wait_for(lambda: sc.get(f"{API}/jobs")[0] == 200, 20, what="the jobs list with the chosen token")
         sc.token = "wrong"
         assert sc.get(f"{API}/jobs")[0] == 401
