@@ -317,9 +317,13 @@ class JobsPoller:
         return document.history_document(poller.history, since, poller.interval_s, jid)
 
     def documents(self) -> list[dict[str, Any]]:
-        """Every job's status document (for --once --json and /metrics)."""
+        """Every job's status document (for --once --json and /metrics), each with the jobs list in
+        it, as status_document gives it."""
         published = self._latest()
-        return [] if published is None else [doc() for _, doc in published.docs.values()]
+        if published is None:
+            return []
+        listed = published.jobs["jobs"]
+        return [{**doc(), "jobs": listed} for _, doc in published.docs.values()]
 
     def snapshot(self) -> tuple[dict[str, Any] | None, float | None]:
         """The default job's document and the last poll's time (/healthz)."""

@@ -258,6 +258,19 @@ def test_once_without_a_pid_prints_every_job_and_says_so_when_there_is_none(tmp_
         ident = process_identity(job.pid)
         job_id = f"{ident[0]}-{ident[1]}"
         assert f"  {job_id}" in r.stdout and f"job {job_id}:" in r.stdout and "model: once@cpu" in r.stdout
+        r = subprocess.run(
+            [sys.executable, "-m", "sidecar.cli", "--once", "--json"],
+            cwd=REPO,
+            env=python_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout)
+        (doc,) = [d for d in out["documents"] if d["job_id"] == job_id]
+        # each document as /status?job= gives it: with every job listed (docs/api.md)
+        assert doc["jobs"] == out["jobs"]["jobs"] and job_id in {j["id"] for j in doc["jobs"]}
     finally:
         job.stop()
     empty = {"jobs": [], "default_job": None}
