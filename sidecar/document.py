@@ -266,6 +266,12 @@ def _gpu_entries(facts: Facts, other_processes: dict[int, int]) -> list[dict[str
     ]
 
 
+def gpu_entries(gpus: tuple, other_processes: dict[int, int]) -> list[dict[str, Any]]:
+    """The machine's GPUs as a status document lists them, without a job (discovery's /metrics on
+    a node that runs none: the GPUs are still the node's to watch)."""
+    return _gpu_entries(Facts(target_pid=0, gpus=gpus), other_processes)
+
+
 def _memory_growth(facts: Facts) -> dict[str, float] | None:
     """The verdict's memory-growth evidence (verdict.memory_growth decides; this only presents)."""
     grown = memory_growth(facts.recent, facts.rules)

@@ -66,6 +66,8 @@ class _Published:
     # job id as listed -> (its poller, what gives its status document of that poll: made when first
     # asked for)
     docs: dict[str, tuple[Poller, Callable[[], dict[str, Any]]]]
+    gpus: tuple  # the machine's GPUs as facts, this poll (document.gpu_entries makes them entries)
+    nvml_pids_by_gpu: dict[int, int]  # processes NVML lists on each GPU
 
 
 class JobsPoller:
@@ -275,7 +277,9 @@ class JobsPoller:
         jobs = document.jobs_document(
             entries, time_s=now, interval_s=self.interval_s, mode=self.mode, default_job=_default_job(entries)
         )
-        return _Published(jobs, docs)
+        snap = self._shared.snapshot
+        counts = {d.index: len(d.processes) for d in snap.devices} if snap.ok else {}
+        return _Published(jobs, docs, gpus=self._gpu_facts, nvml_pids_by_gpu=counts)
 
     # -- what the server reads (from its own threads: only what the last poll published) -------
     def _latest(self) -> _Published | None:
@@ -324,6 +328,14 @@ class JobsPoller:
             return []
         listed = published.jobs["jobs"]
         return [{**doc(), "jobs": listed} for _, doc in published.docs.values()]
+
+    def gpus_document(self) -> dict[str, Any] | None:
+        """{"gpus": [...]} of the last poll, as a status document lists them, for /metrics when no
+        job is listed (every process on a GPU then counts as another's)."""
+        published = self._latest()
+        if published is None:
+            return None
+        return {"gpus": document.gpu_entries(published.gpus, published.nvml_pids_by_gpu)}
 
     def snapshot(self) -> tuple[dict[str, Any] | None, float | None]:
         """The default job's document and the last poll's time (/healthz)."""

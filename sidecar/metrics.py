@@ -169,6 +169,12 @@ class SidecarCollector:
             )
             yield from self._gpu_metrics(doc)
             yield from self._job_metrics(docs)
+        elif hasattr(self.poller, "gpus_document"):
+            # Discovery on a node that runs no job: its GPUs are still exported (Grafana's GPU panels
+            # and the temperature and throttling alerts do not go blank between jobs).
+            gpus = self.poller.gpus_document()
+            if gpus is not None:
+                yield from self._gpu_metrics(gpus)
 
     def _self_metrics(self, doc: dict[str, Any] | None, last_poll: float | None) -> Iterator[Metric]:
         info = self._gauge("dsh_sidecar_info", "The sidecar's version (always 1).", ["version"])
