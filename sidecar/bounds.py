@@ -10,7 +10,9 @@ PROXY_MAX_BODY_BYTES (dsh_plugin/host/index.js repeats the number; a test keeps 
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterable
+from typing import Any
 
 ELLIPSIS = "…"
 MAX_TEXT_CHARS = 256  # a name, a path, an argument, an event name, an error message
@@ -54,3 +56,24 @@ def clip_args(args: Iterable[str]) -> list[str]:
     if len(out) < len(args):
         out.append(f"{ELLIPSIS} {len(args) - len(out)} more")
     return out
+
+
+def one_line(text: str) -> str:
+    """Text a process controls (a command line, a process or model name, a message that quotes one)
+    as part of one line of text for a reader: a terminal (`--once`) or an agent (MCP). Line breaks
+    and other control and format characters (escape sequences, bidi overrides) become `\\uXXXX`, so
+    it can neither start a line of its own (a forged job, an instruction) nor drive the terminal."""
+    return "".join(
+        f"\\u{ord(ch):04x}" if unicodedata.category(ch)[0] in "CZ" and ch != " " else ch for ch in text
+    )
+
+
+def one_line_all(value: Any) -> Any:
+    """``value`` (a document, or a part of one) with every string in it made ``one_line``."""
+    if isinstance(value, str):
+        return one_line(value)
+    if isinstance(value, dict):
+        return {k: one_line_all(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [one_line_all(v) for v in value]
+    return value

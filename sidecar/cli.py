@@ -28,6 +28,7 @@ import time
 from typing import Any
 
 from sidecar import __version__
+from sidecar.bounds import one_line_all
 from sidecar.hosts import is_loopback_host, valid_host_name
 
 EXIT_OK = 0
@@ -627,6 +628,7 @@ def _main_run(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------------------
 def human_summary(doc: dict[str, Any]) -> str:
+    doc = one_line_all(doc)  # names and commands are the processes' own: never a line or escape of theirs
     lines = []
     t = doc["target"]
     lines.append(f"{doc['status']}: {doc['message']}")
@@ -671,6 +673,7 @@ def jobs_summary(jobs: dict[str, Any], docs: list[dict[str, Any]]) -> str:
             "no jobs found: nothing of yours runs the probe or uses a GPU (add `import probe; "
             "probe.register(model)` to the training script, or watch one process with --pid PID)"
         )
+    jobs = one_line_all(jobs)  # as in human_summary
     lines = [f"{len(jobs['jobs'])} job(s):"]
     for j in jobs["jobs"]:
         default = " (default)" if j["id"] == jobs["default_job"] else ""

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import math
 import time
-import unicodedata
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -31,6 +30,7 @@ from sidecar.bounds import (
     clip,
     clip_args,
     clip_opt,
+    one_line_all,
 )
 from sidecar.document import UnknownJob
 from sidecar.mcp_schemas import (
@@ -248,27 +248,6 @@ def _seconds_arg(args: dict[str, Any]) -> float:
     return min(MAX_SECONDS, max(MIN_SECONDS, float(seconds)))
 
 
-def _inline(text: str) -> str:
-    """Text another user controls (a command line, a process or model name, a message that quotes
-    one) as one line of the tool's text: line breaks and other control and format characters (bidi
-    overrides included) escaped, so that it cannot start a line of its own (a forged job, an
-    instruction)."""
-    return "".join(
-        f"\\u{ord(ch):04x}" if unicodedata.category(ch)[0] in "CZ" and ch != " " else ch for ch in text
-    )
-
-
-def _inline_all(value: Any) -> Any:
-    """`value` (a tool's structured answer) with every string in it made _inline, for its text."""
-    if isinstance(value, str):
-        return _inline(value)
-    if isinstance(value, dict):
-        return {k: _inline_all(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_inline_all(v) for v in value]
-    return value
-
-
 def _command_text(command: list[str] | None) -> str:
     # in a code span: a backtick of its own would close it
     return clip(" ".join(command).replace("`", "\\u0060"), 80) if command else "?"
@@ -305,7 +284,7 @@ def list_jobs(backend: Backend, args: dict[str, Any]) -> tuple[dict[str, Any], s
     }
     if not jobs:
         return out, "The sidecar watches no training job right now."
-    shown = _inline_all(out)
+    shown = one_line_all(out)
     lines = [f"{len(jobs)} job(s), newest first (default: {shown['default_job'] or 'none'}):"]
     for j in shown["jobs"]:
         state = "" if j["alive"] else ", exited"
@@ -350,7 +329,7 @@ def gpu_status(backend: Backend, args: dict[str, Any]) -> tuple[dict[str, Any], 
         ],
         "processes": len(doc["processes"]) + doc["processes_omitted"],
     }
-    return out, _status_text(_inline_all(out), doc.get("model_gpu_index"))
+    return out, _status_text(one_line_all(out), doc.get("model_gpu_index"))
 
 
 def _model_on_gpu(device: str | None) -> bool | None:
@@ -419,7 +398,7 @@ def gpu_history(backend: Backend, args: dict[str, Any]) -> tuple[dict[str, Any],
         "events_omitted": doc["events_omitted"] + len(doc["events"]) - len(events),
     }
     job_gpu = any(s["processes"] for s in samples)  # a sample lists the job's GPU processes only
-    return out, _history_text(_inline_all(out), job_gpu)
+    return out, _history_text(one_line_all(out), job_gpu)
 
 
 def _per_gpu(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -52,3 +52,16 @@ def test_list_jobs_text_keeps_each_job_on_one_line():
 def test_an_integer_too_big_for_a_float_is_a_tool_error(seconds):
     structured, text = call(Backend(), "gpu_history", {"seconds": seconds})
     assert structured is None and text.startswith("seconds must be"), text
+
+
+def test_the_terminal_summary_of_every_job_keeps_them_on_their_lines_too():
+    """`dsh-sidecar --once` as root prints every user's commands to a terminal: a name or argument
+    of theirs never starts a line, nor reaches the terminal as an escape sequence."""
+    from sidecar.cli import jobs_summary
+
+    jobs = Backend().jobs()
+    jobs["jobs"][0]["command"] = ["python", FORGED + "\x1b]0;owned\x07\x1b[2J"]
+    text = jobs_summary(jobs, [])
+    assert len(text.splitlines()) == 2, text  # the count, the job
+    assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text and "\r" not in text
+    assert "\\u001b[2J" in text  # shown, escaped
