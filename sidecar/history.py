@@ -43,7 +43,7 @@ def _pack(rows: tuple[tuple[float | None, ...], ...]) -> array:
     # Doubles, NaN for "no value": a fraction of the memory of tuples of float objects. An infinite
     # value is no value either: two models' finite forward rates can sum to inf, which JSON cannot
     # carry (/history answered a bare Infinity, and the page's charts stopped).
-    return array("d", [v if v is not None and v - v == 0 else _NAN for row in rows for v in row])
+    return array("d", [_NAN if v is None or not math.isfinite(v) else v for row in rows for v in row])
 
 
 def _unpack(flat: array, width: int) -> tuple[tuple[Any, ...], ...]:

@@ -48,7 +48,6 @@ MAX_MIG_DEVICES = 64
 MIG_NO_PROCESS_UTILIZATION = "per-process utilisation is not available on a MIG-enabled GPU (NVML)"
 _NO_ID = 0xFFFFFFFF  # NVML's "not in a MIG instance" in process entries
 _GPM_NAMES = tuple(name for name, _id, _scale in GPM_FIELDS)
-_FRACTION_SCALE = 0.01  # GPM_FIELDS' scale of a percentage (a share, 0-1 once scaled)
 # nvmlGpmMetricsGet_t: version, numMetrics, sample1, sample2, then 40-byte nvmlGpmMetric_t entries
 # whose first 16 bytes are metricId, nvmlReturn, value (tests/fakenvml/fakenvml.c static_asserts).
 _GPM_HEADER_BYTES = 24
@@ -294,8 +293,8 @@ def _gpm(calls: _Calls, info: GpuInfo, es: EfficiencyState, h: Any, where: str) 
             if not math.isfinite(scaled) or scaled < 0.0:
                 errors[name] = f"{GPM_INVALID_VALUE}: {value!r}"
             else:
-                # A share a little over 1 is sampling jitter: at most 1, as the contract says.
-                setattr(info, name, min(scaled, 1.0) if scale == _FRACTION_SCALE else scaled)
+                # A share (`_fraction`, 0-1 by its name) a little over 1 is sampling jitter: at most 1.
+                setattr(info, name, min(scaled, 1.0) if name.endswith("_fraction") else scaled)
         else:
             errors[name] = _nvml._reason(n.NVMLError(ret))
     return False

@@ -18,6 +18,8 @@ __all__ += [
     "SystemGpuFacts",
     "Verdict",
     "device_type",
+    "ascii_index",
+    "device_index",
     "map_cuda_index",
     "model_gpu_index",
     "model_nvml_index",
@@ -125,6 +127,11 @@ class ProcGpu:
     sm_util: float | None
     mig_index: int | None = None  # the MIG device it runs in (GpuFacts.mig_devices)
 
+    @property
+    def in_use(self) -> bool:
+        """The process holds memory or runs kernels on this GPU."""
+        return (self.mem_used_mib or 0) > 0 or (self.sm_util or 0) > 0
+
 
 @dataclass(slots=True)
 class ProcessFacts:
@@ -162,7 +169,7 @@ class ProcessFacts:
     def __post_init__(self) -> None:
         self.has_probe = self.runtime is not None
         self.gpu_mem_mib = sum(g.mem_used_mib or 0.0 for g in self.gpu)
-        self.uses_gpu = any((g.mem_used_mib or 0) > 0 or (g.sm_util or 0) > 0 for g in self.gpu)
+        self.uses_gpu = any(g.in_use for g in self.gpu)
 
 
 @dataclass(frozen=True)
@@ -268,12 +275,7 @@ class Facts:
     def job_gpu_indices(self) -> tuple[int, ...]:
         """NVML indices of the GPUs the job uses: where its models are, and where NVML lists its
         processes."""
-        used = {
-            g.index
-            for p in self.processes
-            for g in p.gpu
-            if (g.mem_used_mib or 0) > 0 or (g.sm_util or 0) > 0
-        }
+        used = {g.index for p in self.processes for g in p.gpu if g.in_use}
         used |= {i for i in self.model_gpu_indices.values() if i is not None}
         return tuple(sorted(used))
 
@@ -308,6 +310,17 @@ def device_type(device: str | None) -> str | None:
     return device.split(":", 1)[0]
 
 
+def ascii_index(text: str) -> int | None:
+    """A non-negative index written in ASCII digits, else None: str.isdigit() alone takes "²",
+    which int() refuses (a device "cuda:²" made the verdict raise at every poll)."""
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
+def device_index(device: str | None) -> int | None:
+    """N of a device "type:N", else None."""
+    return ascii_index((device or "").partition(":")[2])
+
+
 @lru_cache(maxsize=1024)  # asked for every GPU of every model's device by several rules, each poll
 def _norm_uuid(uuid: str | None) -> str | None:
     if not uuid:
@@ -332,8 +345,9 @@ def map_cuda_index(proc: ProcessFacts, cuda_index: int, gpus: tuple[GpuFacts, ..
         entries = [e.strip() for e in str(visible).split(",") if e.strip()]
         if cuda_index < len(entries):
             entry = entries[cuda_index]
-            if entry.isascii() and entry.isdigit():  # isdigit() alone takes "²", which int() refuses
-                return int(entry) if any(g.index == int(entry) for g in gpus) else None
+            number = ascii_index(entry)
+            if number is not None:
+                return number if any(g.index == number for g in gpus) else None
             want = _norm_uuid(entry)
             for g in gpus:
                 if _norm_uuid(g.uuid) and want and _norm_uuid(g.uuid).startswith(want):
@@ -345,8 +359,7 @@ def map_cuda_index(proc: ProcessFacts, cuda_index: int, gpus: tuple[GpuFacts, ..
 def model_nvml_index(proc: ProcessFacts, model: ModelFacts, gpus: tuple[GpuFacts, ...]) -> int | None:
     if device_type(model.device) != "cuda":
         return None
-    _, _, idx = (model.device or "").partition(":")
-    return map_cuda_index(proc, int(idx) if idx.isascii() and idx.isdigit() else 0, gpus)
+    return map_cuda_index(proc, device_index(model.device) or 0, gpus)
 
 
 def model_gpu_index(facts: Facts, proc: ProcessFacts, model: ModelFacts) -> int | None:

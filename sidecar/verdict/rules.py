@@ -18,6 +18,7 @@ from sidecar.verdict.facts import (
     RecentSample,
     Rules,
     all_models,
+    device_index,
     device_type,
     model_gpu_index,
     nvidia_in_system,
@@ -494,8 +495,8 @@ def rule_rank_device_mismatch(f: Facts) -> Iterable[Finding]:
             continue  # one visible GPU per rank (CUDA_VISIBLE_DEVICES): cuda:0 is right for every rank
         for m in p.models:
             if device_type(m.device) == "cuda":
-                _, _, idx = m.device.partition(":")
-                if idx.isascii() and idx.isdigit() and int(idx) != p.local_rank:
+                idx = device_index(m.device)
+                if idx is not None and idx != p.local_rank:
                     hits.append((p, m))
     if hits:
         p, m = hits[0]

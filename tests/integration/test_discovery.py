@@ -239,6 +239,20 @@ def test_a_non_root_sidecar_shows_its_users_jobs_only(tmp_path):
                 os.unlink(path)
 
 
+def _once(*flags: str) -> subprocess.CompletedProcess:
+    """`dsh-sidecar --once [flags]` without --pid, as a user runs it."""
+    r = subprocess.run(
+        [sys.executable, "-m", "sidecar.cli", "--once", *flags],
+        cwd=REPO,
+        env=python_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    return r
+
+
 def test_once_without_a_pid_prints_every_job_and_says_so_when_there_is_none(tmp_path):
     from sidecar.cli import jobs_summary
 
@@ -246,28 +260,11 @@ def test_once_without_a_pid_prints_every_job_and_says_so_when_there_is_none(tmp_
         tmp_path / "o", {"main": {"payload": {"role": "main", "models": [model("once")]}}}, detach=True
     )
     try:
-        r = subprocess.run(
-            [sys.executable, "-m", "sidecar.cli", "--once"],
-            cwd=REPO,
-            env=python_env(),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert r.returncode == 0, r.stderr
+        r = _once()
         ident = process_identity(job.pid)
         job_id = f"{ident[0]}-{ident[1]}"
         assert f"  {job_id}" in r.stdout and f"job {job_id}:" in r.stdout and "model: once@cpu" in r.stdout
-        r = subprocess.run(
-            [sys.executable, "-m", "sidecar.cli", "--once", "--json"],
-            cwd=REPO,
-            env=python_env(),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert r.returncode == 0, r.stderr
-        out = json.loads(r.stdout)
+        out = json.loads(_once("--json").stdout)
         (doc,) = [d for d in out["documents"] if d["job_id"] == job_id]
         # each document as /status?job= gives it: with every job listed (docs/api.md)
         assert doc["jobs"] == out["jobs"]["jobs"] and job_id in {j["id"] for j in doc["jobs"]}
