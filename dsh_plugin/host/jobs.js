@@ -180,30 +180,43 @@ export function verdictOfStatus(doc, job) {
   }
 }
 
+/**
+ * Text a process controls (a model or GPU name, a message quoting one, a command) as part of one
+ * line for the model to read: line breaks and other control and format characters (Unicode C* and
+ * Z*, the space aside) become `\\uXXXX`, so no value can start a line of its own (a forged job, an
+ * instruction). The same rule as the sidecar's bounds.one_line (its MCP tools and `--once`).
+ */
+export function oneLine(text) {
+  return String(text ?? '').replace(/[\p{C}\p{Z}]/gu, (ch) =>
+    ch === ' ' ? ch : `\\u${ch.codePointAt(0).toString(16).padStart(4, '0')}`,
+  )
+}
+
 /** One short text the model reads for the tool's value. */
 export function verdictText(value) {
   if (!value || typeof value !== 'object') return 'gpu_status: no answer.'
-  if (value.error) return `gpu_status: ${value.error}${value.hint ? ` ${value.hint}` : ''}`
+  const t = oneLine
+  if (value.error) return `gpu_status: ${t(value.error)}${value.hint ? ` ${t(value.hint)}` : ''}`
   const jobs = Array.isArray(value.jobs) ? value.jobs : []
   if (jobs.length === 0) {
-    return `gpu_status: no PyTorch job of this session is running (none started from its shell tool or under ${value.workspace || 'its workspace'}).`
+    return `gpu_status: no PyTorch job of this session is running (none started from its shell tool or under ${t(value.workspace || 'its workspace')}).`
   }
   const lines = []
   for (const j of jobs) {
     const where = []
-    if (j.model_device) where.push(`model on ${j.model_device}`)
-    if (j.input_devices && j.input_devices.length) where.push(`inputs on ${j.input_devices.join(', ')}`)
+    if (j.model_device) where.push(`model on ${t(j.model_device)}`)
+    if (j.input_devices && j.input_devices.length) where.push(`inputs on ${j.input_devices.map(t).join(', ')}`)
     lines.push(
-      `Job ${j.job} (pid ${j.pid}${j.alive === false ? ', exited' : ''}): ${j.status}. ${j.message}` +
+      `Job ${t(j.job)} (pid ${t(j.pid)}${j.alive === false ? ', exited' : ''}): ${t(j.status)}. ${t(j.message)}` +
         (where.length ? ` (${where.join('; ')})` : ''),
     )
     for (const w of (j.warnings || []).slice(0, 3)) {
-      lines.push(`  ${w.severity}: ${w.message}${w.hint ? ` Hint: ${w.hint}` : ''}`)
+      lines.push(`  ${t(w.severity)}: ${t(w.message)}${w.hint ? ` Hint: ${t(w.hint)}` : ''}`)
     }
     const gpus = (j.gpus || []).filter((g) => g.util_pct !== null || g.mem_used_mib !== null)
     for (const g of gpus.slice(0, 4)) {
       const mem = g.mem_used_mib !== null && g.mem_total_mib ? `, ${Math.round(g.mem_used_mib)}/${Math.round(g.mem_total_mib)} MiB` : ''
-      lines.push(`  GPU ${g.index}${g.name ? ` ${g.name}` : ''}: ${g.util_pct !== null ? `${Math.round(g.util_pct)} %` : 'n/a'}${mem}`)
+      lines.push(`  GPU ${t(g.index)}${g.name ? ` ${t(g.name)}` : ''}: ${g.util_pct !== null ? `${Math.round(g.util_pct)} %` : 'n/a'}${mem}`)
     }
   }
   if (value.jobs_omitted) lines.push(`(${value.jobs_omitted} more job(s) not shown)`)
