@@ -125,18 +125,10 @@ def process_entry(p: ProcessFacts, cmdline: tuple[str, ...] | None) -> dict[str,
     }
 
 
-def status_summary(
-    facts: Facts,
-    verdict: Verdict,
-    *,
-    target,
-    proc_info: dict[int, Any],
-    entry_cache: dict[int, tuple] | None = None,
-) -> dict[str, Any]:
-    """The keys of the status document that a jobs-list entry is made of (`job_entry` reads only
-    these), made by the same code: the job, its verdict, its processes. Discovery makes this for
-    every job at every poll, the rest of a job's document only when it is asked for."""
-    processes = _process_entries(facts, proc_info, entry_cache)
+def status_summary(facts: Facts, verdict: Verdict, *, target) -> dict[str, Any]:
+    """What a jobs-list entry is made of (`job_entry` reads only these): the job, its verdict, and
+    its processes in brief (`job_processes`), made from the facts. Discovery makes this for every
+    job at every poll, and a job's whole document (its process entries) only when it is asked for."""
     return {
         "job_id": target.job_id,
         "target": {
@@ -151,9 +143,35 @@ def status_summary(
         "message_ref": _ref_entry(verdict.message),
         "warnings": [_warning_entry(w) for w in verdict.warnings],
         "model_gpu_index": verdict.model_gpu_index,
-        "processes": processes,
-        "processes_omitted": len(facts.processes) - len(processes),
+        "job_processes": _job_processes(
+            len(facts.processes),
+            (g.index for p in facts.processes for g in p.gpu),
+            any(p.models for p in facts.processes),
+            verdict.model_gpu_index,
+        ),
     }
+
+
+def _job_processes(count: int, gpu_indices, has_model: bool, model_gpu_index: int | None) -> dict[str, Any]:
+    """The job's processes in brief, as its jobs-list entry shows them: how many, the GPUs they use
+    (NVML's rows and the model's GPU), whether any has a registered model."""
+    gpus = set(gpu_indices)
+    if model_gpu_index is not None:
+        gpus.add(model_gpu_index)
+    return {"process_count": count, "gpus": sorted(gpus), "has_model": has_model}
+
+
+def summary_of_document(doc: dict[str, Any]) -> dict[str, Any]:
+    """A status document as status_summary gives it (the --pid sidecar's jobs list, and sources
+    that only have documents): the brief made from its process entries."""
+    procs = doc["processes"]
+    brief = _job_processes(
+        len(procs) + doc["processes_omitted"],
+        (g["index"] for p in procs for g in p["gpu"]),
+        any(p["models"] for p in procs),
+        doc["model_gpu_index"],
+    )
+    return {**doc, "job_processes": brief}
 
 
 def status_document(
@@ -176,7 +194,8 @@ def status_document(
     collect.TargetInfo (name, cmdline, create time as first seen). ``summary``: what
     status_summary made of the same arguments, when the caller made it already."""
     if summary is None:
-        summary = status_summary(facts, verdict, target=target, proc_info=proc_info, entry_cache=entry_cache)
+        summary = status_summary(facts, verdict, target=target)
+    processes = _process_entries(facts, proc_info, entry_cache)
     shown_events = events[-bounds.MAX_EVENTS_SHOWN :]
     doc = {
         "schema": SCHEMA,
@@ -204,8 +223,8 @@ def status_document(
             {"vendor": s.vendor, "name": s.name, "pci": s.pci, "driver": s.driver, "nvml_index": s.nvml_index}
             for s in facts.system_gpus
         ],
-        "processes": summary["processes"],
-        "processes_omitted": summary["processes_omitted"],
+        "processes": processes,
+        "processes_omitted": len(facts.processes) - len(processes),
         "events": [{**e, "name": clip_opt(e.get("name"))} for e in shown_events],
         "events_omitted": len(events) - len(shown_events),
         "jobs": jobs,
@@ -334,16 +353,14 @@ class UnknownJob(LookupError):
     """A ?job=ID that this sidecar does not watch (or no longer lists)."""
 
 
-def job_entry(doc: dict[str, Any], root=None, ended_unix_s: float | None = None) -> dict[str, Any]:
-    """A job's line in the jobs list, from its status document; ``root`` is a
-    sources.lineage.RootInfo (owner, working directory, ancestors) or None when unknown."""
-    target = doc["target"]
-    procs = doc["processes"]
-    gpus = {g["index"] for p in procs for g in p["gpu"]}
-    if doc["model_gpu_index"] is not None:
-        gpus.add(doc["model_gpu_index"])
+def job_entry(summary: dict[str, Any], root=None, ended_unix_s: float | None = None) -> dict[str, Any]:
+    """A job's line in the jobs list, from its status summary (status_summary, or
+    summary_of_document for a status document); ``root`` is a sources.lineage.RootInfo (owner,
+    working directory, ancestors) or None when unknown."""
+    target = summary["target"]
+    brief = summary["job_processes"]
     return {
-        "id": doc["job_id"],
+        "id": summary["job_id"],
         "root_pid": target["pid"],
         "command": target["cmdline"],
         "user": clip_opt(root.user) if root else None,
@@ -353,14 +370,14 @@ def job_entry(doc: dict[str, Any], root=None, ended_unix_s: float | None = None)
         "start_time_unix_s": target["create_time_unix_s"],
         "alive": target["alive"],
         "ended_unix_s": ended_unix_s,
-        "status": doc["status"],
-        "message": doc["message"],
-        "message_ref": doc["message_ref"],
-        "first_warning": doc["warnings"][0] if doc["warnings"] else None,
-        "warning_count": len(doc["warnings"]),
-        "gpus": sorted(gpus),
-        "process_count": len(procs) + doc["processes_omitted"],
-        "has_model": any(p["models"] for p in procs),
+        "status": summary["status"],
+        "message": summary["message"],
+        "message_ref": summary["message_ref"],
+        "first_warning": summary["warnings"][0] if summary["warnings"] else None,
+        "warning_count": len(summary["warnings"]),
+        "gpus": brief["gpus"],
+        "process_count": brief["process_count"],
+        "has_model": brief["has_model"],
     }
 
 
@@ -426,15 +443,20 @@ class OneJob:
         doc = self._own(job)
         return None if doc is None else history_document(self.history, since, self.interval_s, doc["job_id"])
 
-    def jobs_document(self) -> dict[str, Any] | None:
+    def _summary(self) -> tuple[dict[str, Any] | None, float | None]:
+        """The last status summary and its poll's time (a subclass that keeps its summary says so)."""
         doc, _ = self.snapshot()
-        if doc is None:
+        return (None, None) if doc is None else (summary_of_document(doc), doc["time_unix_s"])
+
+    def jobs_document(self) -> dict[str, Any] | None:
+        summary, time_s = self._summary()
+        if summary is None:
             return None
-        entry = job_entry(doc, self.root_info(), self.ended_unix_s)
+        entry = job_entry(summary, self.root_info(), self.ended_unix_s)
         return jobs_document(
             [entry],
-            time_s=doc["time_unix_s"],
+            time_s=time_s,
             interval_s=self.interval_s,
             mode="pid",
-            default_job=doc["job_id"],
+            default_job=summary["job_id"],
         )

@@ -34,6 +34,9 @@ from sidecar.verdict import Rules
 MAX_CANDIDATES = 1024
 MAX_JOBS = 256  # watched at once; the newest are kept
 REDISCOVER_EVERY_POLLS = 10
+# A directory whose mtime is younger than this may change again without a new mtime (the kernel
+# stamps it from a coarse clock): its listing is not reused.
+LISTING_SETTLED_S = 0.1
 
 
 class _SharedNvml:
@@ -105,6 +108,8 @@ class JobsPoller:
         self._candidates_seen: set[int] = set()
         # (pid, inode, owner) of each segment file looked at -> its owner is the pid's real user
         self._owner_checked: dict[tuple[int, int, int], bool] = {}
+        self._listed_key: tuple[int, int, int] | None = None  # /dev/shm as _listed_pids saw it
+        self._listed_pids: set[int] = set()
         self.poll_count = 0
         self.poll_errors: Counter[str] = Counter()
         self.poll_durations_s: list[float] = []
@@ -117,6 +122,24 @@ class JobsPoller:
 
     # -- finding jobs ----------------------------------------------------------------------------
     def _segment_pids(self) -> set[int]:
+        """Pids with a segment this sidecar may read (_list_segment_pids), listed again only when the
+        directory changed since the last listing: a name is made, removed or renamed there only by
+        changing the directory's mtime. A listing is trusted only when the mtime it saw was older
+        than LISTING_SETTLED_S (a second change within the clock's granularity keeps the mtime), and
+        every REDISCOVER_EVERY_POLLS-th poll lists anyway."""
+        try:
+            st = os.stat(self.shm_dir)
+            key: tuple[int, int, int] | None = (st.st_dev, st.st_ino, st.st_mtime_ns)
+        except OSError:
+            key = None
+        if key is not None and key == self._listed_key and self.poll_count % REDISCOVER_EVERY_POLLS:
+            return self._listed_pids
+        pids = self._list_segment_pids()
+        settled = key is not None and time.time_ns() - key[2] > LISTING_SETTLED_S * 1e9
+        self._listed_key, self._listed_pids = (key if settled else None), pids
+        return pids
+
+    def _list_segment_pids(self) -> set[int]:
         """Pids with a segment this sidecar may read: its own user's (root: anyone's), and only a
         segment whose file belongs to the process's own user (only the process writes its segment).
         The owner checks come before the MAX_CANDIDATES cap: names another user planted (any pid,

@@ -71,6 +71,7 @@ class Poller(document.OneJob):
         self._system_gpus: list = []
         self._collector = FactCollector(target_pid, self.rules, pid_visible, root_info)
         self._entry_cache: dict[int, tuple] = {}
+        self._entry_lock = threading.Lock()
         self._lock = threading.Lock()  # guards what snapshot() reads
         self._poll_lock = threading.Lock()  # one poll at a time (poll_once)
         self._stop = threading.Event()
@@ -116,14 +117,11 @@ class Poller(document.OneJob):
             other_processes=self._collector.other_processes,
             events=self.history.events(),
         )
-        summary = None
+        summary = document.status_summary(facts, verdict, target=made["target"])
         if self.lazy_document:
-            summary = document.status_summary(
-                facts, verdict, target=made["target"], proc_info=made["proc_info"], entry_cache=self._entry_cache
-            )
-            doc: Any = _Deferred(partial(document.status_document, facts, verdict, summary=summary, **made))
+            doc: Any = _Deferred(partial(self._document, facts, verdict, summary, made))
         else:
-            doc = document.status_document(facts, verdict, entry_cache=self._entry_cache, **made)
+            doc = self._document(facts, verdict, summary, made)
         with self._lock:
             self.latest = doc
             self._latest_summary = summary
@@ -132,7 +130,12 @@ class Poller(document.OneJob):
             self.poll_count += 1
             self.poll_durations_s.append(time.perf_counter() - started)
             del self.poll_durations_s[:-1000]
-        return summary if summary is not None else doc
+        return summary if self.lazy_document else doc
+
+    def _document(self, facts, verdict: Verdict, summary: dict[str, Any], made: dict[str, Any]) -> dict[str, Any]:
+        # Lazy documents are made in the server's threads: one at a time, for the entry cache.
+        with self._entry_lock:
+            return document.status_document(facts, verdict, summary=summary, entry_cache=self._entry_cache, **made)
 
     @staticmethod
     def _events(reads) -> list[dict[str, Any]]:
@@ -201,12 +204,16 @@ class Poller(document.OneJob):
     def published(self) -> tuple[dict[str, Any] | None, Callable[[], dict[str, Any]] | None]:
         """The last poll's status summary (document.status_summary: what a jobs-list entry is made
         of) and a callable that gives that poll's whole status document; (None, None) before the
-        first poll. Without `lazy_document`, the summary is the document itself."""
+        first poll."""
         with self._lock:
             doc, summary = self.latest, self._latest_summary
-        if isinstance(doc, _Deferred):
-            return summary, doc.get
-        return doc, (None if doc is None else lambda: doc)
+        if doc is None:
+            return None, None
+        return summary, (doc.get if isinstance(doc, _Deferred) else lambda: doc)
+
+    def _summary(self) -> tuple[dict[str, Any] | None, float | None]:
+        with self._lock:
+            return self._latest_summary, self.last_poll_time
 
 
 def machine_sources(nvml_source: Any, system_gpus_fn: Callable[[], list] | None) -> tuple[Any, Callable[[], list]]:

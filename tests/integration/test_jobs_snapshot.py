@@ -121,7 +121,7 @@ def test_a_lazy_document_is_the_document_an_eager_poller_makes_and_its_summary_t
             assert lazy == eager
             summary, whole = pollers[1].published()
             assert whole is not None and whole() is lazy  # made once
-            assert document.job_entry(summary, None, None) == document.job_entry(eager, None, None)
+            assert document.job_entry(summary, None, None) == document.job_entry(document.summary_of_document(eager))
     finally:
         for p in pollers:
             p.stop()

@@ -270,11 +270,11 @@ def test_the_path_of_a_fact_in_the_design_doc_names_what_the_code_has():
 
 
 def test_a_jobs_list_made_from_a_status_document_keeps_to_the_contract():
-    from sidecar.document import job_entry, jobs_document
+    from sidecar.document import job_entry, jobs_document, summary_of_document
     from sidecar.sources.lineage import RootInfo
 
     doc = _status_document()
-    entry = job_entry(doc, RootInfo(1000, "ada", "/home/ada/run", (9, 1)), None)
+    entry = job_entry(summary_of_document(doc), RootInfo(1000, "ada", "/home/ada/run", (9, 1)), None)
     jobs = jobs_document([entry], time_s=1090.0, interval_s=1.5, mode="pid", default_job=doc["job_id"])
     check(jobs, "jobs")
     assert entry["id"] == doc["job_id"] == "10-99000" and entry["gpus"] == [0, 1]
