@@ -8,13 +8,15 @@ the last live processes, when each stopped process was first seen stopped).
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 from typing import Any
 
 from probe_wire.schema import MODEL_COLLECTED, PUBLISH_FAILED
 from sidecar import bounds
 from sidecar.bounds import MAX_ID_CHARS, clip, clip_opt
-from sidecar.history import GPU_COLUMNS, Sample
+from sidecar.history import GPU_COLUMNS, Sample, pack
 from sidecar.sources.lineage import RootInfo, is_mp_child, is_mp_helper
 from sidecar.sources.nvml_names import GPU_EFFICIENCY_FIELDS
 from sidecar.verdict import (
@@ -420,28 +422,25 @@ def history_sample(now: float, facts: Facts, proc_info: dict[int, Any] | None = 
     the sums the verdict's windowed rules (idle GPU, memory growth) read back."""
     proc_rows = []
     sm_total = mem_total = None
-    for p in facts.processes:
-        if not p.gpu:
-            continue
-        mem = sum(g.mem_used_mib or 0.0 for g in p.gpu)
-        sms = [g.sm_util for g in p.gpu if g.sm_util is not None]
-        sm = sum(sms) if sms else None
-        proc_rows.append((p.pid, mem, sm))
-        mem_total = (mem_total or 0.0) + mem
-        if sm is not None:
-            sm_total = (sm_total or 0.0) + sm
-    if facts.nvml_ok and sm_total is None and proc_rows and not any(g.mig_mode for g in facts.gpus):
-        # Processes listed, no utilisation samples: NVML's NOT_FOUND means idle. Not on MIG, where
-        # per-process utilisation does not exist at all (unknown, not idle).
-        sm_total = 0.0
     calls = 0
     steps = None
     for p in facts.processes:
+        if p.gpu:
+            sms = [g.sm_util for g in p.gpu if g.sm_util is not None]
+            sm = sum(sms) if sms else None
+            proc_rows.append((p.pid, p.gpu_mem_mib, sm))
+            mem_total = (mem_total or 0.0) + p.gpu_mem_mib
+            if sm is not None:
+                sm_total = (sm_total or 0.0) + sm
         for m in p.models:
             if device_type(m.device) in ("cuda", "mps", "xpu") or any(device_type(d) == "cuda" for d in m.devices):
                 calls += m.forward_calls
                 if m.train_steps is not None:
                     steps = (steps or 0) + m.train_steps
+    if facts.nvml_ok and sm_total is None and proc_rows and not any(g.mig_mode for g in facts.gpus):
+        # Processes listed, no utilisation samples: NVML's NOT_FOUND means idle. Not on MIG, where
+        # per-process utilisation does not exist at all (unknown, not idle).
+        sm_total = 0.0
     model_gpu = primary_model_gpu_index(facts)
     g = next((g for g in facts.gpus if g.index == model_gpu), None)
     recent = RecentSample(
@@ -449,12 +448,25 @@ def history_sample(now: float, facts: Facts, proc_info: dict[int, Any] | None = 
     )
     return Sample(
         time=now,
-        gpus=tuple(tuple(getattr(g, a) for a in _GPU_SAMPLE_ATTRS) for g in facts.gpus),
+        gpus=packed_gpu_rows(facts.gpus),
         processes=tuple(proc_rows),
         recent=recent,
         job=_job_sums(facts, proc_info),
     )
 
 
-# GpuFacts attributes behind history.GPU_COLUMNS, in that order.
-_GPU_SAMPLE_ATTRS = ("index", "util", "mem_used_mib", *GPU_COLUMNS[3:])
+# A GpuFacts' values behind history.GPU_COLUMNS, in that order.
+_GPU_ROW = attrgetter("index", "util", "mem_used_mib", *GPU_COLUMNS[3:])
+# The last GPU facts packed, and what they packed to: discovery gives each of its jobs the same
+# GpuFacts tuple in a poll, so they are packed once and its jobs' samples share them. One entry,
+# replaced whole: pollers in other threads may read it meanwhile.
+_last_gpu_rows: list[tuple[tuple[GpuFacts, ...], array]] = [((), pack(()))]
+
+
+def packed_gpu_rows(gpus: tuple[GpuFacts, ...]) -> array:
+    """history.GPU_COLUMNS of each GPU, packed (history.pack)."""
+    made_from, packed = _last_gpu_rows[0]
+    if made_from is not gpus:  # the same tuple of frozen facts: the same rows
+        packed = pack(tuple(map(_GPU_ROW, gpus)))
+        _last_gpu_rows[0] = (gpus, packed)
+    return packed

@@ -11,6 +11,7 @@ import threading
 from array import array
 from collections import deque
 from collections.abc import Iterable
+from itertools import pairwise
 from typing import Any
 
 from sidecar.bounds import clip_opt
@@ -39,10 +40,10 @@ PROCESS_COLUMNS = ("pid", "gpu_mem_mib", "sm_util_pct")
 JOB_COLUMNS = ("cpu_pct", "rss_mib", "forward_rate_hz", "step_rate_hz")
 
 
-def _pack(rows: tuple[tuple[float | None, ...], ...]) -> array:
-    # Doubles, NaN for "no value": a fraction of the memory of tuples of float objects. An infinite
-    # value is no value either: two models' finite forward rates can sum to inf, which JSON cannot
-    # carry (/history answered a bare Infinity, and the page's charts stopped).
+def pack(rows: tuple[tuple[float | None, ...], ...]) -> array:
+    """Rows as doubles, NaN for "no value": a fraction of the memory of tuples of float objects."""
+    # An infinite value is no value either: two models' finite forward rates can sum to inf, which
+    # JSON cannot carry (/history answered a bare Infinity, and the page's charts stopped).
     return array("d", [_NAN if v is None or not math.isfinite(v) else v for row in rows for v in row])
 
 
@@ -58,15 +59,16 @@ def _num(v: float | None) -> float | int | None:
 class Sample:
     """One poll: per GPU (GPU_COLUMNS), per GPU process of the job (PROCESS_COLUMNS), the job's sums
     (JOB_COLUMNS), and what the verdict's windowed rules need. Stored packed: a day of samples must
-    stay small (docs/reliability.md has the figures)."""
+    stay small (docs/reliability.md has the figures). `gpus` may come packed already (pack()):
+    discovery's jobs share one poll's GPU rows."""
 
     __slots__ = ("time", "_gpus", "_processes", "_job", "recent")
 
     def __init__(self, time: float, gpus, processes, recent: RecentSample, job=(None,) * len(JOB_COLUMNS)):
         self.time = time
-        self._gpus = _pack(gpus)
-        self._processes = _pack(processes)
-        self._job = _pack((job,))
+        self._gpus = gpus if isinstance(gpus, array) else pack(gpus)
+        self._processes = pack(processes)
+        self._job = pack((job,))
         self.recent = recent
 
     @property
@@ -101,13 +103,28 @@ class History:
         self._events: deque[dict[str, Any]] = deque(maxlen=MAX_EVENTS)
         self._event_keys: set[tuple[Any, ...]] = set()
         self._lock = threading.Lock()
+        # recent()'s last answer, kept up to date by append() rather than found again by a scan of
+        # the ring at each poll: its window_s (None: none kept), and its samples' times and
+        # RecentSamples (apart: the answer is then a copy of a deque, no loop).
+        self._window_s: float | None = None
+        self._window_times: deque[float] = deque()
+        self._window: deque[RecentSample] = deque()
 
     def append(self, sample: Sample) -> None:
         with self._lock:
+            if self._samples and not sample.time >= self._samples[-1].time:
+                # The clock went back: which samples recent() answers is a scan's to say again.
+                self._window_s = None
             self._samples.append(sample)
             # The deque bounds the count; time bounds it too when polls ran late.
             while self._samples and self._samples[0].time < sample.time - self.history_s:
                 self._samples.popleft()
+            if self._window_s is not None:
+                self._window_times.append(sample.time)
+                self._window.append(sample.recent)
+                while len(self._window) > len(self._samples):  # the ring dropped them: both end alike
+                    self._window_times.popleft()
+                    self._window.popleft()
 
     def add_events(self, events: Iterable[dict[str, Any]]) -> None:
         with self._lock:
@@ -130,16 +147,35 @@ class History:
             return [s for s in self._samples if s.time > since]
 
     def recent(self, window_s: float) -> tuple[RecentSample, ...]:
+        """The samples of the last `window_s` seconds, and the one before them: rules need the
+        window's start."""
         with self._lock:
             if not self._samples:
                 return ()
             cutoff = self._samples[-1].time - window_s
-            out = []
-            for s in reversed(self._samples):
-                out.append(s.recent)
-                if s.time < cutoff:
-                    break  # keep one sample older than the window: rules need the window's start
-            return tuple(reversed(out))
+            times = self._window_times
+            if window_s == self._window_s:
+                # Its times are in order and only grew since (append() saw to both), so the samples
+                # that fell out of the window are at its start.
+                while len(times) > 1 and times[1] < cutoff:
+                    times.popleft()
+                    self._window.popleft()
+            else:
+                window = self._scan(cutoff)
+                times = deque(s.time for s in window)
+                in_order = all(a <= b for a, b in pairwise(times))
+                self._window_s = window_s if in_order else None
+                self._window_times, self._window = times, deque(s.recent for s in window)
+            return tuple(self._window)
+
+    def _scan(self, cutoff: float) -> list[Sample]:
+        out = []
+        for s in reversed(self._samples):
+            out.append(s)
+            if s.time < cutoff:
+                break  # keep one sample older than the window
+        out.reverse()
+        return out
 
     def events(self, since: float | None = None) -> list[dict[str, Any]]:
         with self._lock:

@@ -10,7 +10,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -103,8 +102,8 @@ class Poller(document.OneJob):
         gpus = self.gpu_facts_fn() if self.gpu_facts_fn is not None else None
         facts = self._collector.facts(now, tree, reads, nvml, self._system_gpus, gpus)
         self.history.append(history_sample(now, facts, self._collector.proc_info))
-        facts = replace(
-            facts, recent=self.history.recent(max(self.rules.idle_window_s, self.rules.growth_window_s))
+        facts = facts.with_recent(
+            self.history.recent(max(self.rules.idle_window_s, self.rules.growth_window_s))
         )
         live = {p.pid for p in facts.processes}
         verdict, self._hysteresis = settle(self._hysteresis, decide(facts), self.rules, live)

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from typing import Any
 
@@ -256,8 +256,18 @@ class Facts:
     recent: tuple[RecentSample, ...] = ()
     rules: Rules = field(default_factory=Rules)
 
+    def with_recent(self, recent: tuple[RecentSample, ...]) -> Facts:
+        """These facts with `recent` set, and what was derived from them already: the history sample
+        asks for model_gpu_indices before the poller sets `recent`, and the verdict made it again."""
+        new = replace(self, recent=recent)
+        for name in _DERIVED_FACTS:
+            if name in self.__dict__:
+                new.__dict__[name] = self.__dict__[name]
+        return new
+
     # Derived once per poll, because several rules ask (each asked them afresh: about 60 % of a
-    # job's verdict). Not fields: dataclasses.replace makes them afresh for the new facts.
+    # job's verdict). Not fields: dataclasses.replace makes them afresh for the new facts. None
+    # reads `recent` (with_recent keeps them).
     @cached_property
     def model_gpu_indices(self) -> dict[int, int | None]:
         """NVML index of each model's device, by the id() of its ModelFacts (alive as long as these
@@ -278,6 +288,9 @@ class Facts:
         used = {g.index for p in self.processes for g in p.gpu if g.in_use}
         used |= {i for i in self.model_gpu_indices.values() if i is not None}
         return tuple(sorted(used))
+
+
+_DERIVED_FACTS = tuple(name for name, v in vars(Facts).items() if isinstance(v, cached_property))
 
 
 @dataclass(frozen=True)

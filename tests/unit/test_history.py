@@ -1,0 +1,104 @@
+"""The history's ring, and what a poll adds to it: the incremental paths (recent()'s window kept
+between polls, one poll's GPU rows packed once for every job, facts' derived values kept when the
+poller sets `recent`) answer what the straightforward computation answers."""
+
+from __future__ import annotations
+
+import math
+import random
+from array import array
+from dataclasses import replace
+
+from sidecar.collect import history_sample
+from sidecar.history import History, Sample, pack
+from sidecar.verdict import Facts, GpuFacts, ModelFacts, ProcessFacts, ProcGpu, RecentSample
+
+
+def _sample(t: float) -> Sample:
+    return Sample(t, (), (), RecentSample(t, None, None, 0, None))
+
+
+def _scanned(history: History, window_s: float) -> tuple[RecentSample, ...]:
+    """recent() as specified: the samples of the last window_s seconds, and the one before them
+    (the last one older than the window's start; none when no sample is older)."""
+    samples = history.samples()
+    if not samples:
+        return ()
+    cutoff = samples[-1].time - window_s
+    start = max((i for i, s in enumerate(samples) if s.time < cutoff), default=0)
+    return tuple(s.recent for s in samples[start:])
+
+
+def test_recent_is_the_window_a_scan_finds_across_wraps_late_polls_and_clock_jumps():
+    rng = random.Random(7)
+    history = History(history_s=30.0, interval_s=1.5)  # 21 samples: the ring wraps many times
+    t = 1000.0
+    checked = 0
+    for i in range(3000):
+        # Mostly regular polls; some late (the ring drops by age), repeated, or the clock going back.
+        t += 1.5 if rng.random() < 0.85 else rng.choice([0.0, 0.2, 7.0, 45.0, -3.0, -40.0])
+        history.append(_sample(t))
+        window_s = 10.0 if i % 500 < 450 else rng.choice([0.0, 4.0, 10.0, 100.0])
+        assert history.recent(window_s) == _scanned(history, window_s), f"poll {i}"
+        checked += 1
+    assert checked == 3000 and len(history) <= history.capacity
+
+
+def test_recent_of_a_steady_job_is_its_last_samples():
+    history = History(history_s=600.0, interval_s=1.5)
+    for i in range(1000):  # 401 kept
+        history.append(_sample(1.5 * i))
+        recent = history.recent(120.0)
+    # The newest at 1498.5: 1378.5 on is the window, 1377.0 the sample before it.
+    assert [r.time for r in recent] == [1.5 * i for i in range(918, 1000)]
+    assert history.recent(120.0) == recent  # asking again changes nothing
+
+
+def test_pack_makes_no_value_of_none_and_of_infinities():
+    rows = ((1, None, 2.5), (math.inf, -math.inf, float("nan")), (True, 0, -0.0))
+    packed = pack(rows)
+    assert isinstance(packed, array)
+    assert [None if v != v else v for v in packed] == [1.0, None, 2.5, None, None, None, 1.0, 0.0, -0.0]
+
+
+def _facts(gpu_util: float) -> Facts:
+    gpus = tuple(
+        GpuFacts(i, f"GPU-{i}", util=gpu_util + i, mem_used_mib=100.0 * i, power_w=300.0) for i in range(4)
+    )
+    procs = tuple(
+        ProcessFacts(
+            pid=10 + i,
+            runtime={"torch": "2"},
+            models=(ModelFacts("net", f"cuda:{i}", (f"cuda:{i}",), forward_calls=5),),
+            gpu=(ProcGpu(i, 1000.0, 50.0),),
+        )
+        for i in range(4)
+    )
+    return Facts(target_pid=10, processes=procs, nvml_ok=True, gpus=gpus)
+
+
+def test_each_sample_has_its_own_polls_gpus_and_jobs_of_one_poll_share_them():
+    a, b = _facts(10.0), _facts(60.0)
+    first = history_sample(1.0, a)
+    again = history_sample(1.0, replace(a, target_pid=99))  # another job of a's poll
+    other = history_sample(2.0, b)  # the next poll's GPU facts, as many of them: its own rows
+    assert [g[1] for g in first.gpus] == [10.0, 11.0, 12.0, 13.0]
+    assert [g[1] for g in other.gpus] == [60.0, 61.0, 62.0, 63.0]
+    assert again.gpus == first.gpus and again._gpus is first._gpus
+    assert first.recent.model_gpu_util == 10.0 and other.recent.model_gpu_util == 60.0
+
+
+def test_facts_with_recent_keep_what_they_derived_and_only_that():
+    facts = _facts(10.0)
+    history_sample(1.0, facts)  # asks for model_gpu_indices, as the poller's sample does
+    recent = (RecentSample(1.0, 50.0, 4000.0, 20, 10.0),)
+    kept = facts.with_recent(recent)
+    fresh = replace(facts, recent=recent)
+    assert kept.recent == recent and kept == fresh
+    assert kept.model_gpu_indices is facts.model_gpu_indices
+    assert (
+        kept.model_gpu_indices
+        == fresh.model_gpu_indices
+        == {id(m): i for i, (p, m) in enumerate((p, m) for p in facts.processes for m in p.models)}
+    )
+    assert kept.job_gpu_indices == fresh.job_gpu_indices == (0, 1, 2, 3)
