@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from operator import attrgetter
 from typing import Any
 
@@ -56,7 +57,8 @@ def _float(x: Any) -> float | None:
 
 def _str(x: Any, limit: int = bounds.MAX_TEXT_CHARS) -> str | None:
     """A string from a process, clipped (sidecar/bounds.py); anything else None."""
-    return clip_opt(x, limit)
+    # Most strings are short: returned without the two calls of clip_opt (a poll makes hundreds).
+    return x if type(x) is str and len(x) <= limit else clip_opt(x, limit)
 
 
 def _bool(x: Any) -> bool | None:
@@ -177,11 +179,19 @@ def collected_models(payload: dict[str, Any]) -> tuple[str, ...]:
     return tuple(sorted({n for n in names if n}))[: bounds.MAX_MODELS_SHOWN]
 
 
+@lru_cache(maxsize=1024)
+def _mp_flags(cmdline: tuple[str, ...]) -> tuple[bool, bool]:
+    """(is_mp_helper, is_mp_child) of a command line: a process's never changes, and a poll asks
+    for every process whose payload changed."""
+    return is_mp_helper(cmdline), is_mp_child(cmdline)
+
+
 def process_facts(proc, read, gpu: tuple[ProcGpu, ...], target_pid: int) -> ProcessFacts:
     """`proc` is a proctree.ProcInfo, `read` a segments.ProbeRead or None."""
     payload = read.payload if read is not None else None
     runtime = payload.get("runtime") if payload and isinstance(payload.get("runtime"), dict) else None
     cmdline = getattr(proc, "cmdline", None)
+    mp_flags = _mp_flags(cmdline) if type(cmdline) is tuple else (is_mp_helper(cmdline), is_mp_child(cmdline))
     p = payload or {}
     return ProcessFacts(
         pid=proc.pid,
@@ -199,8 +209,8 @@ def process_facts(proc, read, gpu: tuple[ProcGpu, ...], target_pid: int) -> Proc
         world_size=_int(p.get("world_size")),
         dist_backend=_str(p.get("dist_backend"), MAX_ID_CHARS),
         loader=_str(p.get("loader"), MAX_ID_CHARS),
-        mp_helper=is_mp_helper(cmdline),
-        mp_child=is_mp_child(cmdline),
+        mp_helper=mp_flags[0],
+        mp_child=mp_flags[1],
         publish_failure=publish_failure(payload) if payload else None,
         collected_models=collected_models(payload) if payload else (),
         runtime=runtime,

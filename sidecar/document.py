@@ -125,10 +125,13 @@ def process_entry(p: ProcessFacts, cmdline: tuple[str, ...] | None) -> dict[str,
     }
 
 
-def status_summary(facts: Facts, verdict: Verdict, *, target) -> dict[str, Any]:
+def status_summary(facts: Facts, verdict: Verdict, *, target, memo: dict | None = None) -> dict[str, Any]:
     """What a jobs-list entry is made of (`job_entry` reads only these): the job, its verdict, and
     its processes in brief (`job_processes`), made from the facts. Discovery makes this for every
-    job at every poll, and a job's whole document (its process entries) only when it is asked for."""
+    job at every poll, and a job's whole document (its process entries) only when it is asked for.
+    ``memo`` (owned by the caller, kept between calls): a verdict's texts equal to the last call's
+    are not rendered again (documents are never modified, so they may share them)."""
+    message, warnings = _rendered(verdict, memo if memo is not None else {})
     return {
         "job_id": target.job_id,
         "target": {
@@ -139,9 +142,9 @@ def status_summary(facts: Facts, verdict: Verdict, *, target) -> dict[str, Any]:
             "create_time_unix_s": target.create_time,
         },
         "status": verdict.status,
-        "message": _english(verdict.message),
-        "message_ref": _ref_entry(verdict.message),
-        "warnings": [_warning_entry(w) for w in verdict.warnings],
+        "message": message[0],
+        "message_ref": message[1],
+        "warnings": warnings,
         "model_gpu_index": verdict.model_gpu_index,
         "job_processes": _job_processes(
             len(facts.processes),
@@ -150,6 +153,18 @@ def status_summary(facts: Facts, verdict: Verdict, *, target) -> dict[str, Any]:
             verdict.model_gpu_index,
         ),
     }
+
+
+def _rendered(verdict: Verdict, memo: dict) -> tuple[tuple[str, dict[str, Any]], list[dict[str, Any]]]:
+    """The verdict's message (English, reference) and warning entries; the last call's when the
+    message and the findings are equal to its (most polls: the verdict stands)."""
+    last = memo.get("rendered")
+    if last is not None and last[0] == verdict.message and last[1] == verdict.warnings:
+        return last[2], last[3]
+    message = (_english(verdict.message), _ref_entry(verdict.message))
+    warnings = [_warning_entry(w) for w in verdict.warnings]
+    memo["rendered"] = (verdict.message, verdict.warnings, message, warnings)
+    return message, warnings
 
 
 def _job_processes(count: int, gpu_indices, has_model: bool, model_gpu_index: int | None) -> dict[str, Any]:

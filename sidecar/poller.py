@@ -71,6 +71,7 @@ class Poller(document.OneJob):
         self._collector = FactCollector(target_pid, self.rules, pid_visible, root_info)
         self._entry_cache: dict[int, tuple] = {}
         self._entry_lock = threading.Lock()
+        self._summary_memo: dict[str, Any] = {}
         self._lock = threading.Lock()  # guards what snapshot() reads
         self._poll_lock = threading.Lock()  # one poll at a time (poll_once)
         self._stop = threading.Event()
@@ -116,7 +117,7 @@ class Poller(document.OneJob):
             other_processes=self._collector.other_processes,
             events=self.history.events(),
         )
-        summary = document.status_summary(facts, verdict, target=made["target"])
+        summary = document.status_summary(facts, verdict, target=made["target"], memo=self._summary_memo)
         if self.lazy_document:
             doc: Any = _Deferred(partial(self._document, facts, verdict, summary, made))
         else:

@@ -117,7 +117,7 @@ class ModelFacts:
 
     def __post_init__(self) -> None:
         devs = self.devices or ((self.device,) if self.device and self.device != "mixed" else ())
-        self.types = frozenset(t for t in (device_type(d) for d in devs) if t)
+        self.types = device_types(devs if type(devs) is tuple else tuple(devs))
 
 
 @dataclass(slots=True)
@@ -321,6 +321,13 @@ def device_type(device: str | None) -> str | None:
     if not device or device in ("no-parameters",):
         return None
     return device.split(":", 1)[0]
+
+
+@lru_cache(maxsize=256)
+def device_types(devices: tuple[str, ...]) -> frozenset[str]:
+    """The device types among ``devices`` ({"cuda"} of ("cuda:0", "cuda:1")); a model's facts are
+    made at every poll that changed its payload, from a handful of distinct device lists."""
+    return frozenset(t for t in (device_type(d) for d in devices) if t)
 
 
 def ascii_index(text: str) -> int | None:

@@ -282,3 +282,27 @@ def test_a_jobs_list_made_from_a_status_document_keeps_to_the_contract():
     del jobs["jobs"][0]["cwd"]
     with pytest.raises(ContractError):
         check(jobs, "jobs")
+
+
+def test_a_summary_reuses_the_last_rendering_only_while_the_verdict_is_equal():
+    """status_summary's memo: an equal verdict (a fresh object, as each poll decides) shares the
+    last poll's rendered texts; a changed message or warning is rendered anew, and either way the
+    texts are those of a summary made without the memo."""
+    from dataclasses import replace
+
+    from sidecar.catalogue import Ref
+    from sidecar.document import status_summary
+
+    facts, memo = _facts(), {}
+    target = TargetInfo(10, "python", ["python", "train.py"], 990.0, 99000)
+    first = status_summary(facts, decide(facts), target=target, memo=memo)
+    again = status_summary(facts, decide(_facts()), target=target, memo=memo)
+    assert again["warnings"] is first["warnings"] and again["message"] == first["message"]
+    verdict = decide(facts)
+    renamed = replace(verdict, warnings=(replace(verdict.warnings[0], message=Ref("warning.no-probe")),))
+    changed = status_summary(facts, renamed, target=target, memo=memo)
+    assert changed["warnings"] is not first["warnings"]
+    assert changed == status_summary(facts, renamed, target=target)
+    other = replace(renamed, message=Ref("message.mixed"))
+    assert status_summary(facts, other, target=target, memo=memo) == status_summary(facts, other, target=target)
+    assert status_summary(facts, other, target=target, memo=memo)["message_ref"]["id"] == "message.mixed"
