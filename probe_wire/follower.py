@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from probe_wire.prefix import PrefixSlot
 from probe_wire.reader import READ_ATTEMPTS, SegmentRead, better_read, open_segment, read_consistent
 
 __all__ = ["FALLBACK_CHECK_EVERY", "SegmentFollower"]
@@ -32,6 +33,8 @@ class SegmentFollower:
         # identity -> (fd, size when opened, bytes of the last good read, that read)
         self._open: dict[tuple[int, int], tuple[int, int, bytes, SegmentRead]] = {}
         self._missing_reads: dict[tuple[int, int], int] = {}  # identity -> reads that found no file
+        # identity -> its payloads' prefix (probe_wire/prefix.py): a new publish decodes only the rest
+        self._prefixes: dict[tuple[int, int], PrefixSlot] = {}
 
     def __len__(self) -> int:
         return len(self._open)
@@ -44,7 +47,7 @@ class SegmentFollower:
                 fd, size, raw, last = entry
                 if os.pread(fd, len(raw), 0) == raw:
                     return last
-                r, raw = read_consistent(fd, pid, size, start_ticks, READ_ATTEMPTS)
+                r, raw = read_consistent(fd, pid, size, start_ticks, READ_ATTEMPTS, self._slot(ident))
                 if raw is not None:
                     self._open[ident] = (fd, size, raw, r)
                     return r
@@ -59,6 +62,12 @@ class SegmentFollower:
             return SegmentRead(
                 pid=pid, state="corrupt", error=f"reader failed: {type(e).__name__}: {e}"[:300]
             )
+
+    def _slot(self, ident: tuple[int, int]) -> PrefixSlot:
+        slot = self._prefixes.get(ident)
+        if slot is None:
+            slot = self._prefixes[ident] = PrefixSlot()
+        return slot
 
     def _try_fallback(self, ident: tuple[int, int], primary: SegmentRead) -> bool:
         """Whether to look for the fallback name too: always while something else holds the name;
@@ -79,7 +88,7 @@ class SegmentFollower:
         fd, size = opened
         keep = False
         try:
-            r, raw = read_consistent(fd, pid, size, start_ticks, READ_ATTEMPTS)
+            r, raw = read_consistent(fd, pid, size, start_ticks, READ_ATTEMPTS, self._slot(ident))
             keep = raw is not None and len(self._open) < self.max_open
             if keep:
                 self._open[ident] = (fd, size, raw, r)
@@ -94,11 +103,14 @@ class SegmentFollower:
             self._drop(ident)
         for ident in [i for i in self._missing_reads if i not in identities]:
             del self._missing_reads[ident]
+        for ident in [i for i in self._prefixes if i not in identities]:
+            del self._prefixes[ident]
 
     def close(self) -> None:
         for ident in list(self._open):
             self._drop(ident)
         self._missing_reads.clear()
+        self._prefixes.clear()
 
     def _drop(self, ident: tuple[int, int]) -> None:
         entry = self._open.pop(ident, None)

@@ -28,6 +28,7 @@ from probe_wire.header import (
     SEQ_OFFSET,
 )
 from probe_wire.names import segment_path
+from probe_wire.prefix import PrefixSlot, decode_with_prefix, find_prefix
 from probe_wire.procid import pid_namespace_id, process_real_uid, process_start_ticks
 from probe_wire.schema import validate_payload
 
@@ -236,9 +237,10 @@ def _file_problem(pid: int, path: str, st: os.stat_result) -> SegmentRead | None
 
 
 def read_consistent(
-    fd: int, pid: int, size: int, expected: int | None, attempts: int
+    fd: int, pid: int, size: int, expected: int | None, attempts: int, slot: PrefixSlot | None = None
 ) -> tuple[SegmentRead, bytes | None]:
-    """The read, and for an ok one the header and payload bytes it was made from."""
+    """The read, and for an ok one the header and payload bytes it was made from. ``slot``: the
+    process's payload prefix (probe_wire/prefix.py), used and kept up to date by a follower."""
     last = None
     for attempt in range(attempts):
         if attempt:
@@ -298,7 +300,7 @@ def read_consistent(
             # the seq check, and the next try sees the writer's finished state.
             last = SegmentRead(state="corrupt", error="payload crc32 mismatch", **common)
             continue
-        r = _finish(data, expected, common)
+        r = _finish(data, expected, common, slot)
         return r, (raw + data if r.state == "ok" else None)
     return (
         last if last is not None else SegmentRead(pid=pid, state="busy", error="no consistent read")
@@ -310,7 +312,7 @@ def _read_seq(fd: int) -> int:
     return SEQ.unpack(raw)[0] if len(raw) == SEQ.size else -1
 
 
-def _finish(data: bytes, expected: int | None, common: dict) -> SegmentRead:
+def _finish(data: bytes, expected: int | None, common: dict, slot: PrefixSlot | None = None) -> SegmentRead:
     pid = common["pid"]
     if common["writer_pid"] != pid & 0xFFFFFFFF:
         return SegmentRead(state="corrupt", error=f"header names writer pid {common['writer_pid']}", **common)
@@ -333,13 +335,17 @@ def _finish(data: bytes, expected: int | None, common: dict) -> SegmentRead:
         return SegmentRead(
             state="stale", error=f"writer start_ticks {ticks} != expected {expected}", **common
         )
-    try:
-        obj = decode_payload(data)
-    except Exception as e:  # noqa: BLE001 -- msgpack raises several unrelated types on bad input
-        return SegmentRead(state="corrupt", error=f"bad msgpack: {type(e).__name__}: {e}"[:300], **common)
-    payload, reason = validate_payload(obj)
+    payload = decode_with_prefix(slot.prefix, data) if slot is not None and slot.prefix is not None else None
     if payload is None:
-        return SegmentRead(state="corrupt", error=reason, **common)
+        try:
+            obj = decode_payload(data)
+        except Exception as e:  # noqa: BLE001 -- msgpack raises several unrelated types on bad input
+            return SegmentRead(state="corrupt", error=f"bad msgpack: {type(e).__name__}: {e}"[:300], **common)
+        payload, reason = validate_payload(obj)
+        if payload is None:
+            return SegmentRead(state="corrupt", error=reason, **common)
+        if slot is not None:
+            slot.prefix = find_prefix(data, obj, payload)
     if payload["pid"] != pid:
         return SegmentRead(
             state="corrupt", error=f"payload.pid {payload['pid']} in segment of {pid}", **common

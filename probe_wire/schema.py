@@ -24,6 +24,7 @@ __all__ = [
     "MAX_MODELS",
     "MAX_STR_CHARS",
     "MODEL_COLLECTED",
+    "PREFIX_KEYS",
     "PUBLISH_FAILED",
     "ROLES",
     "SCHEMA",
@@ -33,6 +34,7 @@ __all__ = [
     "empty_runtime",
     "payload_shape_text",
     "validate_payload",
+    "validate_rest",
 ]
 
 TYPE_CHECKING = False  # typing costs ~2 ms to import; annotations alone do not need it
@@ -385,6 +387,25 @@ def validate_payload(payload: Any) -> tuple[dict | None, str | None]:
         return _slow_validate(payload)
     except RecursionError:
         return None, "payload: nested too deeply"
+
+
+# The keys a probe sets once (its identity, role and runtime) and writes first, in the schema's
+# order (empty_payload's, which the probe fills in place): consecutive payloads of one process begin
+# with the same bytes, which a follower decodes and validates once (probe_wire/prefix.py).
+PREFIX_KEYS = frozenset(list(_PAYLOAD)[: list(_PAYLOAD).index("runtime") + 1])
+_rest_validator: list = []  # compiled when first asked for: the probe itself never needs it
+
+
+def validate_rest(rest: Any) -> dict | None:
+    """The clean copy of a payload's keys other than PREFIX_KEYS (the same checks as
+    validate_payload makes of them), or None when they do not pass: the whole payload's
+    validate_payload then says why."""
+    if not _rest_validator:
+        _rest_validator.append(_compile_validator({k: v for k, v in _PAYLOAD.items() if k not in PREFIX_KEYS}))
+    try:
+        return _rest_validator[0](rest)
+    except RecursionError:
+        return None
 
 
 def _slow_validate(payload: Any) -> tuple[dict | None, str | None]:
