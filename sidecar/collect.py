@@ -290,7 +290,20 @@ def _norm_pci(pci: str | None) -> str | None:
 
 
 def system_gpu_facts(system_gpus, gpus: tuple[GpuFacts, ...]) -> tuple[SystemGpuFacts, ...]:
-    """Match OS graphics devices to NVML devices by PCI address."""
+    """Match OS graphics devices to NVML devices by PCI address; the last answer again for the very
+    same two inputs (discovery's jobs share one poll's devices)."""
+    last = _last_system_gpu_facts[0]  # one read of one tuple: consistent under threads
+    if last is not None and last[0] is system_gpus and last[1] is gpus:
+        return last[2]
+    made = _system_gpu_facts(system_gpus, gpus)
+    _last_system_gpu_facts[0] = (system_gpus, gpus, made)
+    return made
+
+
+_last_system_gpu_facts: list = [None]  # (system_gpus, gpus, their facts) of the last call
+
+
+def _system_gpu_facts(system_gpus, gpus: tuple[GpuFacts, ...]) -> tuple[SystemGpuFacts, ...]:
     by_pci = {_norm_pci(g.pci_bus_id): g.index for g in gpus if g.pci_bus_id}
     return tuple(
         SystemGpuFacts(vendor=s.vendor, name=s.name, pci=s.pci, driver=s.driver, nvml_index=by_pci.get(_norm_pci(s.pci)))

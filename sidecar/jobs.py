@@ -247,8 +247,12 @@ class JobsPoller:
             )
         self._discover(now, self._shared.snapshot)
         if self.poll_count % FOREIGN_CHECK_EVERY_POLLS == 0:
-            try:  # dead writers' leftovers, of every job (our own PID namespace only)
-                sweep_dead_segments(shm_dir=self.shm_dir)
+            # Dead writers' leftovers, of every job (our own PID namespace only); not the segments
+            # the jobs read ok at the last poll (live writers: each job's source cleans up after its
+            # own processes), which would cost a read of each and of its process's start time.
+            live = {pid for job in self._jobs.values() for pid in job.poller.segment_source.live_pids()}
+            try:
+                sweep_dead_segments(skip=live, shm_dir=self.shm_dir)
             except Exception:
                 self.poll_errors["probe"] += 1
         for jid, job in list(self._jobs.items()):
