@@ -1,0 +1,94 @@
+"""Where a discovery poll's CPU goes: the scenario of `bench_sidecar.py discovery` (4 jobs of 16
+probed processes over 8 simulated GPUs), with each part of the poll timed by a wrapper.
+
+    unshare --mount --propagation private sh -c 'mount -t tmpfs -o size=256m tmpfs /dev/shm && \
+        .venv/bin/python benchmarks/discovery_parts.py'              # the jobs republish every 50 ms
+    ... benchmarks/discovery_parts.py --publish-interval 1000        # nothing republished: the fixed cost
+
+Prints the median CPU per poll and, per part, the mean ms per poll (parts nest: "segments" holds
+"read_consistent"; "facts" holds "process_facts"). The wrappers cost about 1 µs a call, so the
+parts add up to a little more than the poll without them. Not a test: figures for docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from bench_sidecar import GAP_S, PUBLISH_S, Driver, ms, run_snippet
+
+from tests.stress.loadgen import BusyJob, busy_scenario
+
+POLL_BY_PARTS = r"""
+import collections, json, sys, time
+import probe_wire.follower as follower
+import sidecar.collect as collect, sidecar.history as history, sidecar.jobs as jobs, sidecar.poller as poller
+from sidecar.sources.proctree import ProcessTreeSource
+from sidecar.sources.segments import SegmentSource
+
+spent = collections.Counter()
+
+def timed(owner, name, label):
+    real = getattr(owner, name)
+    def wrapper(*args, **kwargs):
+        t = time.process_time()
+        try:
+            return real(*args, **kwargs)
+        finally:
+            spent[label] += time.process_time() - t
+    setattr(owner, name, wrapper)
+
+for owner, name, label in [
+    (jobs, "poll_nvml", "nvml"), (jobs.JobsPoller, "_discover", "discover"), (jobs, "sweep_dead_segments", "sweep"),
+    (jobs.JobsPoller, "_publish", "publish"), (poller.Poller, "poll_once", "job polls"),
+    (ProcessTreeSource, "poll", "process trees"), (SegmentSource, "poll", "segments"),
+    (follower, "read_consistent", "read_consistent"), (collect.FactCollector, "facts", "facts"),
+    (collect, "process_facts", "process_facts"), (poller, "history_sample", "history samples"),
+    (poller, "decide", "verdicts"), (poller.document, "status_summary", "status summaries"),
+]:
+    timed(owner, name, label)
+n, gap_s = int(sys.argv[2]), float(sys.argv[3])
+p = jobs.JobsPoller(interval_s=1.5)
+for _ in range(5):
+    p.poll_once()
+spent.clear()
+cpu = []
+for _ in range(n):
+    time.sleep(gap_s)
+    c = time.process_time()
+    p.poll_once()
+    cpu.append(time.process_time() - c)
+print(json.dumps({"cpu": cpu, "parts": {k: 1000 * v / n for k, v in spent.items()}}))
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--polls", type=int, default=100)
+    parser.add_argument("--publish-interval", type=float, default=PUBLISH_S, help="seconds (default: as the benchmark)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        work = Path(d)
+        driver = Driver(work / "driver")
+        jobs: list[BusyJob] = []
+        try:
+            for i in range(4):
+                (work / f"job{i}").mkdir(parents=True, exist_ok=True)
+                jobs.append(BusyJob(work / f"job{i}", processes=16, gpus=8, publish_interval_s=args.publish_interval))
+            driver.write(busy_scenario([pid for j in jobs for pid in j.pids], 8))
+            time.sleep(1.5)  # every segment published
+            out = run_snippet(POLL_BY_PARTS, driver, 0, args.polls, GAP_S)
+        finally:
+            for j in jobs:
+                j.__exit__(None, None, None)
+    print(f"CPU per poll, median: {ms(out['cpu']):.2f} ms (publish interval {args.publish_interval} s)")
+    for label, value in sorted(out["parts"].items(), key=lambda kv: -kv[1]):
+        print(f"  {label:<18} {value:6.3f} ms")
+    print(json.dumps(out["parts"]))
+
+
+if __name__ == "__main__":
+    main()
