@@ -349,6 +349,24 @@ def _norm_uuid(uuid: str | None) -> str | None:
     return u[4:] if u.startswith("gpu-") else u
 
 
+def _indices_by_uuid(gpus: tuple[GpuFacts, ...]) -> dict[str | None, int]:
+    """NVML index of each normalised UUID (the first GPU of a repeated one, as a scan finds it);
+    made once for the very same devices (a poll's, asked for each model by several rules)."""
+    last = _last_indices_by_uuid[0]  # one read of one tuple: consistent under threads
+    if last is not None and last[0] is gpus:
+        return last[1]
+    out: dict[str | None, int] = {}
+    for g in gpus:
+        key = _norm_uuid(g.uuid)
+        if key is not None:
+            out.setdefault(key, g.index)
+    _last_indices_by_uuid[0] = (gpus, out)
+    return out
+
+
+_last_indices_by_uuid: list = [None]
+
+
 def map_cuda_index(proc: ProcessFacts, cuda_index: int, gpus: tuple[GpuFacts, ...]) -> int | None:
     """NVML index of a process's `cuda:N`: by UUID from the probe, else through
     CUDA_VISIBLE_DEVICES, else N itself when NVML has such a device. `cuda:N` is not NVML index N
@@ -356,10 +374,9 @@ def map_cuda_index(proc: ProcessFacts, cuda_index: int, gpus: tuple[GpuFacts, ..
     runtime = proc.runtime or {}
     for dev in runtime.get("devices") or ():
         if dev.get("index") == cuda_index and dev.get("uuid"):
-            want = _norm_uuid(dev["uuid"])
-            for g in gpus:
-                if _norm_uuid(g.uuid) == want:
-                    return g.index
+            index = _indices_by_uuid(gpus).get(_norm_uuid(dev["uuid"]))
+            if index is not None:
+                return index
     visible = runtime.get("cuda_visible_devices")
     if visible not in (None, ""):
         entries = [e.strip() for e in str(visible).split(",") if e.strip()]

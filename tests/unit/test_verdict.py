@@ -435,11 +435,22 @@ def test_idle_hint_names_data_loading_when_loader_timing_says_so():
         ({"cuda_visible_devices": "0"}, 1, None),  # cuda:1 does not exist
         ({}, 1, 1),
         ({}, 5, None),
+        ({"devices": [{"index": 0, "uuid": "GPU-cccc"}], "cuda_visible_devices": "1"}, 0, 1),  # no such UUID
+        ({"devices": [{"index": 0, "uuid": " gpu-DDDD "}]}, 0, 2),  # the first of a repeated UUID
     ],
 )
 def test_map_cuda_index(runtime, index, expected):
-    gpus = (GpuFacts(0, uuid="GPU-aaaa"), GpuFacts(1, uuid="GPU-bbbb"))
+    gpus = (GpuFacts(0, uuid="GPU-aaaa"), GpuFacts(1, uuid="GPU-bbbb"), GpuFacts(2, uuid="GPU-dddd"), GpuFacts(3, uuid="GPU-dddd"))
     assert map_cuda_index(ProcessFacts(1, runtime=runtime), index, gpus) == expected
+
+
+def test_map_cuda_index_looks_a_uuid_up_in_the_devices_it_is_given():
+    """The UUIDs' indices are made once for the very same devices: a new poll's are looked in."""
+    proc = ProcessFacts(1, runtime={"devices": [{"index": 0, "uuid": "GPU-bbbb"}]})
+    first = (GpuFacts(0, uuid="GPU-aaaa"), GpuFacts(1, uuid="GPU-bbbb"))
+    assert map_cuda_index(proc, 0, first) == 1
+    assert map_cuda_index(proc, 0, (GpuFacts(0, uuid="GPU-bbbb"), GpuFacts(1, uuid="GPU-aaaa"))) == 0
+    assert map_cuda_index(proc, 0, first) == 1
 
 
 def _series(values, step_s=10.0):
