@@ -18,7 +18,7 @@ from probe_wire.schema import MODEL_COLLECTED, PUBLISH_FAILED
 from sidecar import bounds
 from sidecar.bounds import MAX_ID_CHARS, clip, clip_opt
 from sidecar.history import GPU_COLUMNS, Sample, pack
-from sidecar.sources.lineage import RootInfo, is_mp_child, is_mp_helper
+from sidecar.sources.lineage import PYTHON_C_ARGS, RootInfo, is_mp_child, is_mp_helper
 from sidecar.sources.nvml_names import GPU_EFFICIENCY_FIELDS
 from sidecar.verdict import (
     Facts,
@@ -179,11 +179,25 @@ def collected_models(payload: dict[str, Any]) -> tuple[str, ...]:
     return tuple(sorted({n for n in names if n}))[: bounds.MAX_MODELS_SHOWN]
 
 
+# A cached command line's first arguments, in characters at most: the cache outlives the processes,
+# and a process controls its command line (up to ARG_MAX, megabytes: 1024 of them would be GiBs).
+_MP_FLAGS_CACHED_CHARS = 4096
+
+
 @lru_cache(maxsize=1024)
-def _mp_flags(cmdline: tuple[str, ...]) -> tuple[bool, bool]:
-    """(is_mp_helper, is_mp_child) of a command line: a process's never changes, and a poll asks
-    for every process whose payload changed."""
-    return is_mp_helper(cmdline), is_mp_child(cmdline)
+def _mp_flags(head: tuple[str, ...]) -> tuple[bool, bool]:
+    """(is_mp_helper, is_mp_child) of a command line's first PYTHON_C_ARGS arguments (all they
+    read): a process's never change, and a poll asks for every process whose payload changed."""
+    return is_mp_helper(head), is_mp_child(head)
+
+
+def _mp_flags_of(cmdline: Any) -> tuple[bool, bool]:
+    if type(cmdline) is not tuple:
+        return is_mp_helper(cmdline), is_mp_child(cmdline)
+    head = cmdline[:PYTHON_C_ARGS]
+    if sum(map(len, head)) > _MP_FLAGS_CACHED_CHARS:
+        return is_mp_helper(head), is_mp_child(head)
+    return _mp_flags(head)
 
 
 def process_facts(proc, read, gpu: tuple[ProcGpu, ...], target_pid: int) -> ProcessFacts:
@@ -191,7 +205,7 @@ def process_facts(proc, read, gpu: tuple[ProcGpu, ...], target_pid: int) -> Proc
     payload = read.payload if read is not None else None
     runtime = payload.get("runtime") if payload and isinstance(payload.get("runtime"), dict) else None
     cmdline = getattr(proc, "cmdline", None)
-    mp_flags = _mp_flags(cmdline) if type(cmdline) is tuple else (is_mp_helper(cmdline), is_mp_child(cmdline))
+    mp_flags = _mp_flags_of(cmdline)
     p = payload or {}
     return ProcessFacts(
         pid=proc.pid,

@@ -89,11 +89,16 @@ def is_launcher(argv: tuple[str, ...]) -> bool:
     return False
 
 
+# The arguments _python_c_code reads (python, its flags, -c, CODE): all the multiprocessing flags
+# (is_mp_helper, is_mp_child) depend on, so a cache of them keys on these alone (collect.py).
+PYTHON_C_ARGS = 8
+
+
 def _python_c_code(cmdline: tuple[str, ...] | None) -> str:
     """The code of ``python [flags] -c CODE``, after interpreter flags such as -B, -s, -E; else ""."""
     if not cmdline:
         return ""
-    head = list(cmdline[1:8])
+    head = list(cmdline[1:PYTHON_C_ARGS])
     return head[head.index("-c") + 1] if "-c" in head[:-1] else ""
 
 

@@ -555,3 +555,31 @@ def test_a_digit_that_int_refuses_does_not_stop_the_verdict(device, visible, rol
     rt = {**CUDA_RT, "device_count": 2, "devices": [], "cuda_visible_devices": visible}
     p = proc(models=[model(device)], runtime=rt, role=role, local_rank=0 if role == "rank" else None)
     decide(facts(p))
+
+
+def test_the_multiprocessing_flags_cache_keeps_no_long_command_line():
+    """process_facts caches a command line's multiprocessing flags past the process's life: a
+    process controls its command line (megabytes, up to ARG_MAX), so the cache keeps only the
+    arguments the flags are read from, and only when they are short; the flags are those of the
+    whole command line either way."""
+    from types import SimpleNamespace
+
+    from sidecar.collect import _mp_flags, process_facts
+    from sidecar.sources.lineage import is_mp_child, is_mp_helper
+
+    def flags(cmdline):
+        p = process_facts(SimpleNamespace(pid=5, ppid=1, depth=1, name="python3", cmdline=cmdline), None, (), 1)
+        return p.mp_helper, p.mp_child
+
+    code = "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=6, pipe_handle=11)"
+    spawn = ("python3", "-B", "-c", code, "--multiprocessing-fork")
+    long_tail = spawn + ("-", "-", "-") + ("x" * 100_000,) * 20  # 8 short arguments, then megabytes
+    long_code = ("python3", "-c", code + " " * 200_000)
+    for cmdline in (spawn, long_tail, long_code, ("python3", "train.py"), ()):
+        assert flags(cmdline) == (is_mp_helper(cmdline), is_mp_child(cmdline)), cmdline[:3]
+    _mp_flags.cache_clear()
+    flags(long_tail)
+    flags(spawn + ("-", "-", "-") + ("y" * 100_000,) * 20)  # another command line, the same 8 first
+    assert _mp_flags.cache_info().hits == 1  # keyed on those arguments, not on the megabytes after
+    flags(long_code)
+    assert _mp_flags.cache_info().currsize == 1  # a long -c code is not kept
