@@ -9,6 +9,10 @@ from probe_wire.header import header_identity
 from probe_wire.names import SCRATCH_RE, SHM_DIR, scan, segment_path
 from probe_wire.procid import ZOMBIE_STATES, pid_namespace_id, proc_is_ours, process_identity, process_state
 
+TYPE_CHECKING = False  # typing costs ~2 ms to import; annotations alone do not need it
+if TYPE_CHECKING:
+    from collections.abc import Collection
+
 __all__ = ["remove_if_dead", "remove_segment", "sweep_dead_segments"]
 
 
@@ -88,20 +92,39 @@ def _unlink_if_same(path: str, st: os.stat_result) -> bool:
         return False
 
 
+def _live_writers_name(pid: int, ticks: int | None, skip, listed: set) -> bool:
+    """Whether the name (pid, ticks of a fallback name or None) may be the live writer's that
+    ``skip`` names for ``pid``, without reading it: its fallback name; its own name unless its
+    fallback name is there too (a writer takes its fallback only when its own name was taken)."""
+    live = skip.get(pid) if isinstance(skip, dict) else None
+    if live is None:
+        return True  # which writer lives is not known: every name of the pid may be its
+    return ticks == live if ticks is not None else (pid, live) not in listed
+
+
 def sweep_dead_segments(
-    skip: set[int] = frozenset(), shm_dir: str = SHM_DIR, owner_uid: int | None = None
+    skip: Collection[int] | dict[int, int | None] = frozenset(),
+    shm_dir: str = SHM_DIR,
+    owner_uid: int | None = None,
 ) -> list[int]:
-    """``remove_if_dead`` over every segment name in ``shm_dir`` but those of pids in ``skip``, and
+    """``remove_if_dead`` over every segment name in ``shm_dir`` but those ``skip`` leaves out, and
     over the writers' scratch files (``SCRATCH_RE``) left by a writer killed while creating its
-    segment; the pids whose files went. With ``owner_uid``, only files of that owner. Never raises."""
+    segment; the pids whose files went. With ``owner_uid``, only files of that owner. Never raises.
+
+    ``skip``: pids whose names are all left out, or a dict of live writers' pids to their
+    start_ticks (None: not known), whose names are left out only where that writer may hold them
+    (_live_writers_name): a dead writer that had the pid before may have left the other one."""
     removed: list[int] = []
     try:
         ns = pid_namespace_id()
         if not ns or not proc_is_ours():
             return removed
         names, scratch = scan(shm_dir, 1 << 16)
+        listed = set(names)
         for pid, ticks in names:
-            if pid not in skip and remove_if_dead(pid, ticks, our_pidns=ns, owner_uid=owner_uid):
+            if pid in skip and _live_writers_name(pid, ticks, skip, listed):
+                continue
+            if remove_if_dead(pid, ticks, our_pidns=ns, owner_uid=owner_uid):
                 removed.append(pid)
         for name in scratch:
             m = SCRATCH_RE.match(name)

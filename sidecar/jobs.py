@@ -249,8 +249,11 @@ class JobsPoller:
         if self.poll_count % FOREIGN_CHECK_EVERY_POLLS == 0:
             # Dead writers' leftovers, of every job (our own PID namespace only); not the segments
             # the jobs read ok at the last poll (live writers: each job's source cleans up after its
-            # own processes), which would cost a read of each and of its process's start time.
-            live = {pid for job in self._jobs.values() for pid in job.poller.segment_source.live_pids()}
+            # own processes), which would cost a read of each and of its process's start time. The
+            # other name under such a pid is still swept: a dead writer's that had the pid before.
+            live: dict[int, int | None] = {}
+            for job in self._jobs.values():
+                live.update(job.poller.segment_source.live_writers())
             try:
                 sweep_dead_segments(skip=live, shm_dir=self.shm_dir)
             except Exception:

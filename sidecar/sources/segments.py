@@ -96,10 +96,10 @@ class SegmentSource:
             self._remove_dead_segments(out, gone)
         return out
 
-    def live_pids(self) -> set[int]:
-        """Pids whose segment read ok at the last poll, under the identity of the live process it
-        was read for: none of them is a dead writer's leftover."""
-        return {pid for pid, _ in self._last_ok}
+    def live_writers(self) -> dict[int, int | None]:
+        """Pid -> start_ticks of the live processes whose segment read ok at the last poll: the
+        segment read is no dead writer's leftover (another name under the pid may be one)."""
+        return {pid: ticks for pid, ticks in self._last_ok}
 
     def close(self) -> None:
         self._follower.close()

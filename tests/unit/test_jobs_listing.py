@@ -80,7 +80,7 @@ def test_the_sweep_of_dead_writers_skips_the_segments_the_jobs_read_ok(tmp_path,
     monkeypatch.setattr(jobs_module, "poll_nvml", lambda source, errors: SimpleNamespace(ok=False, devices=()))
     p.poll_count = 0  # a sweep poll
     p.poll_once()
-    assert swept == [{"skip": {4242}, "shm_dir": str(shm)}]
+    assert swept == [{"skip": {4242: 7}, "shm_dir": str(shm)}]
 
 
 def test_the_os_devices_are_matched_to_nvml_once_for_the_same_inputs():
@@ -95,3 +95,44 @@ def test_the_os_devices_are_matched_to_nvml_once_for_the_same_inputs():
     moved = [SystemGpu("NVIDIA", "0x10de", "0x20b0", "NVIDIA GPU", "0000:11:00.0", "nvidia")]  # another list: matched again
     assert system_gpu_facts(moved, gpus)[0].nvml_index is None
 
+
+
+def test_the_sweep_skips_only_the_names_a_live_writer_may_hold(monkeypatch):
+    """A pid read ok at the last poll is a live writer's, but other names under that pid may be
+    the leftovers of a dead writer that had the pid before it (its fallback name, or the pid's own
+    name when the live writer publishes under its fallback): the sweep still removes those."""
+    import subprocess
+
+    import probe_wire as wire
+    from probe_wire.names import segment_path
+    from probe_wire.procid import process_start_ticks
+
+    proc = subprocess.Popen(["sleep", "60"])
+    pid, writers = proc.pid, []
+    try:
+        ticks = process_start_ticks(pid)
+        live = wire.SegmentWriter(pid=pid, start_ticks=ticks)
+        writers.append(live)
+        dead = wire.SegmentWriter(pid=pid, start_ticks=ticks - 1)  # the name is taken: its fallback
+        dead.detach()  # killed: its file stays
+        assert os.path.exists(segment_path(pid, ticks - 1))
+        assert wire.sweep_dead_segments(skip={pid: ticks}) == [pid]
+        assert not os.path.exists(segment_path(pid, ticks - 1)) and os.path.exists(segment_path(pid))
+        # The live writer under its fallback name (its own was taken when it started), a dead
+        # writer's leftover under the pid's own name.
+        os.rename(segment_path(pid), segment_path(pid, ticks))
+        dead = wire.SegmentWriter(pid=pid, start_ticks=ticks - 1)
+        dead.detach()
+        assert wire.sweep_dead_segments(skip={pid: ticks}) == [pid]
+        assert not os.path.exists(segment_path(pid)) and os.path.exists(segment_path(pid, ticks))
+        assert wire.sweep_dead_segments(skip={pid: ticks}) == []  # the live writer's name stays
+    finally:
+        for w in writers:
+            w.detach()
+        proc.kill()
+        proc.wait()
+        for name_ticks in (None, ticks, ticks - 1):
+            try:
+                os.unlink(segment_path(pid, name_ticks))
+            except OSError:
+                pass
