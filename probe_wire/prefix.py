@@ -22,7 +22,13 @@ TYPE_CHECKING = False  # typing costs ~2 ms to import; annotations alone do not 
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["Prefix", "PrefixSlot", "decode_with_prefix", "find_prefix"]
+__all__ = ["MAX_PREFIX_BYTES", "Prefix", "PrefixSlot", "decode_with_prefix", "find_prefix"]
+
+# The longest prefix kept. A follower keeps one per process, besides its last read, whether it keeps
+# the file open or not; a process controls these bytes too (keys of runtime that no reader knows are
+# dropped by the validation, not by the prefix: megabytes of them). A probe's own, on 256 devices
+# with 1000-character paths, is about 24 KiB.
+MAX_PREFIX_BYTES = 64 * 1024
 
 
 class Prefix:
@@ -71,7 +77,7 @@ def find_prefix(data: bytes, decoded: Any, clean: dict) -> Prefix | None:
         seen.add(key)
         unpacker.skip()
         end = unpacker.tell()
-    if seen != PREFIX_KEYS:
+    if seen != PREFIX_KEYS or end > MAX_PREFIX_BYTES:
         return None
     kept = {k: v for k, v in clean.items() if k in PREFIX_KEYS}
     return Prefix(data[:end], kept, _map_header(pairs - len(PREFIX_KEYS)))

@@ -155,3 +155,20 @@ def test_a_follower_reads_a_new_publish_through_its_prefix(live_pid):
     finally:
         follower.close()
         writer.close()
+
+
+def test_no_prefix_is_kept_for_leading_bytes_beyond_the_probes_own():
+    """A follower keeps a prefix per process, open file or not, besides its last read: a process
+    controls its payload's leading bytes too (a runtime with keys no reader knows, dropped by the
+    validation, megabytes of them), so a prefix longer than MAX_PREFIX_BYTES is not kept."""
+    from probe_wire.prefix import MAX_PREFIX_BYTES
+
+    payload = _rich_payload(7)
+    payload["runtime"]["padding"] = ["x" * 4000] * (MAX_PREFIX_BYTES // 4000 + 1)
+    data = msgpack.packb(payload)
+    obj = decode_payload(data)
+    clean = validate_payload(obj)[0]
+    assert clean is not None and "padding" not in clean["runtime"]
+    assert find_prefix(data, obj, clean) is None
+    data, prefix = _prefix_of(_rich_payload(7))  # the probe's own, on 8 GPUs: well within
+    assert len(prefix.data) * 4 < MAX_PREFIX_BYTES
