@@ -15,6 +15,22 @@ os.environ["DSH_CONTRACT_CHECK"] = "1"
 from tests.fakenvml.fixtures import *  # noqa: F401,F403  (pytest fixtures)
 
 
+@pytest.fixture
+def live_pid():
+    """A live process that runs no probe: its pid is ours to write segments under."""
+    import subprocess
+
+    import probe_wire
+
+    proc = subprocess.Popen(["sleep", "120"])
+    try:
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+        probe_wire.remove_segment(proc.pid)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """With DSH_REQUIRE_ALL=1 (scripts/test.sh sets it), a skipped browser, DSH or Prometheus test is a

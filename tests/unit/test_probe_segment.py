@@ -40,18 +40,6 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def live_pid():
-    """A live process that runs no probe: its pid is ours to write segments under."""
-    proc = subprocess.Popen(["sleep", "120"])
-    try:
-        yield proc.pid
-    finally:
-        proc.kill()
-        proc.wait()
-        wire.remove_segment(proc.pid)
-
-
-@pytest.fixture
 def dead_pid():
     proc = subprocess.Popen(["true"])
     proc.wait()
@@ -576,6 +564,18 @@ def _set_path(payload: dict, path: tuple, value) -> None:
     node[path[-1]] = value
 
 
+def _mutated(payload: dict, path: tuple, value, drop: bool) -> dict:
+    """``payload`` with the key at ``path`` removed (``drop``, where it is a map's) or set to ``value``."""
+    if drop and isinstance(path[-1], str):
+        node = payload
+        for step in path[:-1]:
+            node = node[step]
+        del node[path[-1]]
+    else:
+        _set_path(payload, path, value)
+    return payload
+
+
 def _paths(node, prefix=()):
     """Every (container, key) position in a payload, nested lists and maps included."""
     items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
@@ -610,14 +610,7 @@ _RICH_PATHS = sorted(_paths(_rich_payload(7)), key=repr)
 @example(path=("schema",), value=True, drop=False)
 @example(path=("schema",), value=1.0, drop=False)
 def test_generated_validator_agrees_with_the_checker(path, value, drop):
-    payload = _rich_payload(7)
-    if drop and isinstance(path[-1], str):
-        node = payload
-        for step in path[:-1]:
-            node = node[step]
-        del node[path[-1]]
-    else:
-        _set_path(payload, path, value)
+    payload = _mutated(_rich_payload(7), path, value, drop)
     fast = _fast_validate(payload)
     slow, reason = _slow_validate(payload)
     # Same verdict, and the same clean copy to the type (msgpack tells 1, 1.0 and True apart).

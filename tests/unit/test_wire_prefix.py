@@ -3,8 +3,6 @@ the very payload the whole decode and validation give, or the prefix is not used
 
 from __future__ import annotations
 
-import subprocess
-
 import msgpack
 import pytest
 from hypothesis import given, settings
@@ -15,7 +13,7 @@ from probe_wire.codec import decode_payload
 from probe_wire.prefix import Prefix, decode_with_prefix, find_prefix
 from probe_wire.procid import process_start_ticks
 from probe_wire.schema import PREFIX_KEYS, validate_payload
-from tests.unit.test_probe_segment import _RICH_PATHS, _json_like, _rich_payload, _set_path
+from tests.unit.test_probe_segment import _RICH_PATHS, _json_like, _mutated, _rich_payload
 
 
 def _whole(data: bytes) -> dict | None:
@@ -56,14 +54,7 @@ def test_the_probes_payload_has_a_prefix_and_a_new_publish_reads_through_it():
 @given(path=st.sampled_from(_RICH_PATHS), value=_json_like, drop=st.booleans())
 def test_a_payload_read_through_a_prefix_is_the_whole_reads_payload(path, value, drop):
     _, prefix = _prefix_of(_rich_payload(7))
-    payload = _rich_payload(7)
-    if drop and isinstance(path[-1], str):
-        node = payload
-        for step in path[:-1]:
-            node = node[step]
-        del node[path[-1]]
-    else:
-        _set_path(payload, path, value)
+    payload = _mutated(_rich_payload(7), path, value, drop)
     data = msgpack.packb(payload)
     via, whole = decode_with_prefix(prefix, data), _whole(data)
     if via is not None:
@@ -121,15 +112,6 @@ def test_no_prefix_for_a_payload_in_another_order_or_with_a_key_twice():
     twice = _with_rest(data, msgpack.packb("models") + msgpack.packb([]), 1)
     obj = decode_payload(twice)
     assert find_prefix(twice, obj, validate_payload(obj)[0]) is None
-
-
-@pytest.fixture
-def live_pid():
-    proc = subprocess.Popen(["sleep", "60"])
-    yield proc.pid
-    proc.kill()
-    proc.wait()
-    wire.remove_segment(proc.pid)
 
 
 def test_a_follower_reads_a_new_publish_through_its_prefix(live_pid):
