@@ -52,7 +52,12 @@ def _writer_dead(pid: int, start_ticks: int) -> bool:
 
 
 def remove_if_dead(
-    pid: int, start_ticks: int | None = None, *, our_pidns: int | None = None, owner_uid: int | None = None
+    pid: int,
+    start_ticks: int | None = None,
+    *,
+    our_pidns: int | None = None,
+    owner_uid: int | None = None,
+    shm_dir: str = SHM_DIR,
 ) -> bool:
     """Unlink the segment ``dsh-probe.<pid>`` (with ``start_ticks``: its fallback name) only if its
     writer is provably dead in our own PID namespace; True when removed. Never raises.
@@ -65,7 +70,7 @@ def remove_if_dead(
         ns = pid_namespace_id() if our_pidns is None else our_pidns
         if not ns or not proc_is_ours():
             return False
-        path = segment_path(pid, start_ticks)
+        path = segment_path(pid, start_ticks, shm_dir)
         head = header_identity(path)
         if head is None:
             return False
@@ -124,7 +129,8 @@ def sweep_dead_segments(
         for pid, ticks in names:
             if pid in skip and _live_writers_name(pid, ticks, skip, listed):
                 continue
-            if remove_if_dead(pid, ticks, our_pidns=ns, owner_uid=owner_uid):
+            # The name as listed in shm_dir: judged and removed there, not under SHM_DIR.
+            if remove_if_dead(pid, ticks, our_pidns=ns, owner_uid=owner_uid, shm_dir=shm_dir):
                 removed.append(pid)
         for name in scratch:
             m = SCRATCH_RE.match(name)

@@ -29,9 +29,10 @@ def segment_name(pid: int, start_ticks: int | None = None) -> str:
     return "/" + _file_name(pid, start_ticks)
 
 
-def segment_path(pid: int, start_ticks: int | None = None) -> str:
-    """File backing ``pid``'s segment on Linux: ``/dev/shm/dsh-probe.<pid>[.<start_ticks>]``."""
-    return os.path.join(SHM_DIR, _file_name(pid, start_ticks))
+def segment_path(pid: int, start_ticks: int | None = None, shm_dir: str = SHM_DIR) -> str:
+    """File backing ``pid``'s segment on Linux: ``/dev/shm/dsh-probe.<pid>[.<start_ticks>]`` (in
+    ``shm_dir``, which tests and a sidecar given another directory set)."""
+    return os.path.join(shm_dir, _file_name(pid, start_ticks))
 
 
 def _file_name(pid: int, start_ticks: int | None) -> str:

@@ -74,7 +74,7 @@ def segment_name_findings(shm_dir: str = SHM_DIR) -> dict[str, Any]:
     foreign: list[str] = []
     me = os.geteuid()
     for pid, ticks in list_segments(shm_dir):
-        path = os.path.join(shm_dir, os.path.basename(segment_path(pid, ticks)))
+        path = segment_path(pid, ticks, shm_dir)
         try:
             st = os.lstat(path)
         except OSError:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from probe_wire.cleanup import sweep_dead_segments
-from probe_wire.names import SHM_DIR, list_segments
+from probe_wire.names import SHM_DIR, list_segments, segment_path
 from probe_wire.procid import process_identity, process_real_uid
 from sidecar import contract, document
 from sidecar.collect import gpu_facts, job_id
@@ -150,9 +150,8 @@ class JobsPoller:
         for pid, ticks in list_segments(self.shm_dir):
             if pid in out:
                 continue
-            name = f"dsh-probe.{pid}" if ticks is None else f"dsh-probe.{pid}.{ticks}"
             try:
-                st = os.lstat(os.path.join(self.shm_dir, name))
+                st = os.lstat(segment_path(pid, ticks, self.shm_dir))
             except OSError:
                 continue
             if not stat.S_ISREG(st.st_mode) or (self.uid is not None and st.st_uid != self.uid):

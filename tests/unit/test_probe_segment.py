@@ -435,6 +435,20 @@ def test_list_and_remove_segments(live_pid):
     assert wire.list_segment_pids("/nonexistent") == []
 
 
+def test_a_sweep_of_another_directory_judges_and_removes_the_names_it_lists_there(tmp_path):
+    """sweep_dead_segments(shm_dir=...) lists a directory (a sidecar given another one, a test's):
+    the dead writer's file it lists there is the one removed, not a namesake under /dev/shm."""
+    proc = subprocess.Popen(["sleep", "60"])
+    ticks = process_start_ticks(proc.pid)
+    writer = publish(proc.pid, start_ticks=ticks)
+    shutil.copy(segment_path(proc.pid), tmp_path / f"dsh-probe.{proc.pid}")
+    writer.close()
+    proc.kill()
+    proc.wait()
+    assert wire.sweep_dead_segments(shm_dir=str(tmp_path)) == [proc.pid]
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_writer_replaces_a_leftover_of_a_dead_namesake(live_pid):
     ticks = process_start_ticks(live_pid)
     dead = SegmentWriter(pid=live_pid, start_ticks=ticks - 1)  # the pid's previous owner, gone
