@@ -18,6 +18,7 @@ from probe_wire.schema import MODEL_COLLECTED, PUBLISH_FAILED
 from sidecar import bounds
 from sidecar.bounds import MAX_ID_CHARS, clip, clip_opt
 from sidecar.history import GPU_COLUMNS, Sample, pack
+from sidecar.memo import for_the_same_objects
 from sidecar.sources.lineage import PYTHON_C_ARGS, RootInfo, is_mp_child, is_mp_helper
 from sidecar.sources.nvml_names import GPU_EFFICIENCY_FIELDS
 from sidecar.verdict import (
@@ -303,21 +304,9 @@ def _norm_pci(pci: str | None) -> str | None:
         return pci.lower()
 
 
+@for_the_same_objects  # discovery's jobs share one poll's devices
 def system_gpu_facts(system_gpus, gpus: tuple[GpuFacts, ...]) -> tuple[SystemGpuFacts, ...]:
-    """Match OS graphics devices to NVML devices by PCI address; the last answer again for the very
-    same two inputs (discovery's jobs share one poll's devices)."""
-    last = _last_system_gpu_facts[0]  # one read of one tuple: consistent under threads
-    if last is not None and last[0] is system_gpus and last[1] is gpus:
-        return last[2]
-    made = _system_gpu_facts(system_gpus, gpus)
-    _last_system_gpu_facts[0] = (system_gpus, gpus, made)
-    return made
-
-
-_last_system_gpu_facts: list = [None]  # (system_gpus, gpus, their facts) of the last call
-
-
-def _system_gpu_facts(system_gpus, gpus: tuple[GpuFacts, ...]) -> tuple[SystemGpuFacts, ...]:
+    """Match OS graphics devices to NVML devices by PCI address."""
     by_pci = {_norm_pci(g.pci_bus_id): g.index for g in gpus if g.pci_bus_id}
     return tuple(
         SystemGpuFacts(vendor=s.vendor, name=s.name, pci=s.pci, driver=s.driver, nvml_index=by_pci.get(_norm_pci(s.pci)))
@@ -494,16 +483,9 @@ def history_sample(now: float, facts: Facts, proc_info: dict[int, Any] | None = 
 
 # A GpuFacts' values behind history.GPU_COLUMNS, in that order.
 _GPU_ROW = attrgetter("index", "util", "mem_used_mib", *GPU_COLUMNS[3:])
-# The last GPU facts packed, and what they packed to: discovery gives each of its jobs the same
-# GpuFacts tuple in a poll, so they are packed once and its jobs' samples share them. One entry,
-# replaced whole: pollers in other threads may read it meanwhile.
-_last_gpu_rows: list[tuple[tuple[GpuFacts, ...], array]] = [((), pack(()))]
 
 
+@for_the_same_objects  # discovery gives its jobs one GpuFacts tuple a poll: their samples share the rows
 def packed_gpu_rows(gpus: tuple[GpuFacts, ...]) -> array:
     """history.GPU_COLUMNS of each GPU, packed (history.pack)."""
-    made_from, packed = _last_gpu_rows[0]
-    if made_from is not gpus:  # the same tuple of frozen facts: the same rows
-        packed = pack(tuple(map(_GPU_ROW, gpus)))
-        _last_gpu_rows[0] = (gpus, packed)
-    return packed
+    return pack(tuple(map(_GPU_ROW, gpus)))

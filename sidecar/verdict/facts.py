@@ -9,6 +9,7 @@ from functools import cached_property, lru_cache
 from typing import Any
 
 from sidecar.catalogue import Ref
+from sidecar.memo import for_the_same_objects
 
 # What `from sidecar.verdict import ...` gives (sidecar/verdict/__init__.py).
 __all__ = ["ACCELERATOR_TYPES", "NVIDIA_VENDOR", "SEVERITY_ORDER", "STATUSES", "Facts", "Finding"]
@@ -349,22 +350,15 @@ def _norm_uuid(uuid: str | None) -> str | None:
     return u[4:] if u.startswith("gpu-") else u
 
 
+@for_the_same_objects  # a poll's devices, asked for each model by several rules
 def _indices_by_uuid(gpus: tuple[GpuFacts, ...]) -> dict[str | None, int]:
-    """NVML index of each normalised UUID (the first GPU of a repeated one, as a scan finds it);
-    made once for the very same devices (a poll's, asked for each model by several rules)."""
-    last = _last_indices_by_uuid[0]  # one read of one tuple: consistent under threads
-    if last is not None and last[0] is gpus:
-        return last[1]
+    """NVML index of each normalised UUID (the first GPU of a repeated one, as a scan finds it)."""
     out: dict[str | None, int] = {}
     for g in gpus:
         key = _norm_uuid(g.uuid)
         if key is not None:
             out.setdefault(key, g.index)
-    _last_indices_by_uuid[0] = (gpus, out)
     return out
-
-
-_last_indices_by_uuid: list = [None]
 
 
 def map_cuda_index(proc: ProcessFacts, cuda_index: int, gpus: tuple[GpuFacts, ...]) -> int | None:

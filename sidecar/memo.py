@@ -1,0 +1,33 @@
+"""A one-entry memo keyed on the identity of the arguments: a poll's facts are frozen and shared (a
+discovery poll hands every job the same GPU facts), so what is made of the very same objects is
+made once per poll, and the entry is replaced by the next poll's."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def for_the_same_objects(fn: Callable[..., T]) -> Callable[..., T]:
+    """``fn`` again only for other argument objects (``is``, not ``==``: cheap, and frozen facts
+    never change in place). The entry is one tuple, replaced whole: a poller in another thread reads
+    either the old one or the new one. It keeps its arguments alive until the next call."""
+    last: list[Any] = [None]
+
+    @functools.wraps(fn)
+    def memo(*args: Any) -> T:
+        hit = last[0]
+        if hit is not None and len(hit[0]) == len(args):
+            for made_from, arg in zip(hit[0], args):
+                if made_from is not arg:
+                    break
+            else:
+                return hit[1]
+        made = fn(*args)
+        last[0] = (args, made)
+        return made
+
+    return memo
