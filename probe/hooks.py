@@ -23,6 +23,7 @@ from probe import _settings
 from probe._breakdown import CLOCK
 from probe._rate import RateWindow
 from probe.instrument import DETACHED_AUDIT_EVENT, compiling_check, install
+from probe_wire.schema import DEVICE_MIXED, DEVICE_NO_PARAMETERS
 
 TYPE_CHECKING = False  # typing costs ~2 ms to import; annotations alone do not need it
 if TYPE_CHECKING:
@@ -292,7 +293,7 @@ class ModelRecord:
         self.syncs = False  # register(..., syncs=True)
         self.params = 0
         self.devices: list[str] = []
-        self.device = "no-parameters"
+        self.device = DEVICE_NO_PARAMETERS
         self.first_device: str | None = None
         self.traversed_at = 0.0
         self.rate_window = RateWindow(time.monotonic())
@@ -371,9 +372,9 @@ class ModelRecord:
         self.first_device = first
         self.devices = sorted(devices)
         if not devices:
-            self.device = "no-parameters"
+            self.device = DEVICE_NO_PARAMETERS
         elif len(devices) > 1:
-            self.device = "mixed"
+            self.device = DEVICE_MIXED
         else:
             self.device = first
         self.traversed_at = time.monotonic()

@@ -18,6 +18,8 @@ import sys
 import time
 
 __all__ = [
+    "DEVICE_MIXED",
+    "DEVICE_NO_PARAMETERS",
     "MAX_DEVICES",
     "MAX_ERRORS",
     "MAX_EVENTS",
@@ -53,6 +55,10 @@ PUBLISH_FAILED = "publish-failed"
 # ``where`` of the error recorded when a registered model was garbage-collected (its message: the
 # model's name): the sidecar says so instead of "no model is registered yet".
 MODEL_COLLECTED = "model-collected"
+# A model's ``device`` when it is not one device: a model without parameters, or one whose
+# parameters are on several devices (``devices`` lists them).
+DEVICE_NO_PARAMETERS = "no-parameters"
+DEVICE_MIXED = "mixed"
 
 # ----------------------------------------------------------------------------------------------
 # Payload schema. Validation is strict (bool is not an int, int is not a float) because the payload

@@ -21,6 +21,7 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from probe_wire.schema import DEVICE_MIXED, DEVICE_NO_PARAMETERS
 from sidecar import __version__, contract
 from sidecar.bounds import (
     MAX_ID_CHARS,
@@ -335,7 +336,7 @@ def gpu_status(backend: Backend, args: dict[str, Any]) -> tuple[dict[str, Any], 
 def _model_on_gpu(device: str | None) -> bool | None:
     """True for a cuda:N model, False for one wholly on another device, None when it cannot be said:
     no model, a model without parameters (no device at all) or one split over devices ("mixed")."""
-    if device is None or device in ("no-parameters", "mixed"):
+    if device is None or device in (DEVICE_NO_PARAMETERS, DEVICE_MIXED):
         return None
     return device.startswith("cuda")
 
@@ -343,9 +344,9 @@ def _model_on_gpu(device: str | None) -> bool | None:
 def _status_text(out: dict[str, Any], gpu_index: int | None) -> str:
     device, inputs = out["model_device"], out["input_device"]
     gpu = next((g for g in out["gpus"] if g["index"] == gpu_index), None)
-    if out["status"] == "MIXED" or device == "mixed":
+    if out["status"] == "MIXED" or device == DEVICE_MIXED:
         answer = "Partly: the job's parameters are on several device types (see the verdict below)."
-    elif device == "no-parameters":
+    elif device == DEVICE_NO_PARAMETERS:
         answer = "Unknown: the registered model has no parameters, so it has no device of its own."
     elif out["model_on_gpu"]:
         where = (

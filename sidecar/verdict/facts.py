@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from typing import Any
 
+from probe_wire.schema import DEVICE_MIXED, DEVICE_NO_PARAMETERS
 from sidecar.catalogue import Ref
 from sidecar.memo import for_the_same_objects
 
@@ -117,7 +118,7 @@ class ModelFacts:
     types: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        devs = self.devices or ((self.device,) if self.device and self.device != "mixed" else ())
+        devs = self.devices or ((self.device,) if self.device and self.device != DEVICE_MIXED else ())
         self.types = device_types(devs if type(devs) is tuple else tuple(devs))
 
 
@@ -319,7 +320,7 @@ class Verdict:
 # Device helpers
 # ---------------------------------------------------------------------------------------------
 def device_type(device: str | None) -> str | None:
-    if not device or device in ("no-parameters",):
+    if not device or device == DEVICE_NO_PARAMETERS:
         return None
     return device.split(":", 1)[0]
 

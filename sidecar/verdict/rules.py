@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
+from probe_wire.schema import DEVICE_MIXED, DEVICE_NO_PARAMETERS
 from sidecar.catalogue import Ref, ref
 from sidecar.verdict.efficiency import EFFICIENCY_RULES
 from sidecar.verdict.facts import (
@@ -199,7 +200,7 @@ def rule_input_mismatch(f: Facts) -> Iterable[Finding]:
         for p, m in all_models(f)
         if m.input_device
         and m.device
-        and m.device not in ("mixed", "no-parameters")
+        and m.device not in (DEVICE_MIXED, DEVICE_NO_PARAMETERS)
         and m.input_device != m.device
         and device_type(m.input_device) != "meta"
     ]
@@ -238,7 +239,7 @@ def rule_mixed_devices(f: Facts) -> Iterable[Finding]:
 
 
 def rule_no_parameters(f: Facts) -> Iterable[Finding]:
-    hits = [(p, m) for p, m in all_models(f) if m.device == "no-parameters"]
+    hits = [(p, m) for p, m in all_models(f) if m.device == DEVICE_NO_PARAMETERS]
     if hits:
         yield _about_models("no-parameters", "info", "warning.no-parameters", "hint.no-parameters", hits)
 
