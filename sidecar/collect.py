@@ -22,6 +22,7 @@ from sidecar.memo import for_the_same_objects
 from sidecar.sources.lineage import PYTHON_C_ARGS, RootInfo, is_mp_child, is_mp_helper
 from sidecar.sources.nvml_names import GPU_EFFICIENCY_FIELDS
 from sidecar.verdict import (
+    ACCELERATOR_TYPES,
     Facts,
     GpuFacts,
     LoaderSettings,
@@ -459,7 +460,7 @@ def history_sample(now: float, facts: Facts, proc_info: dict[int, Any] | None = 
             if sm is not None:
                 sm_total = (sm_total or 0.0) + sm
         for m in p.models:
-            if device_type(m.device) in ("cuda", "mps", "xpu") or any(device_type(d) == "cuda" for d in m.devices):
+            if device_type(m.device) in ACCELERATOR_TYPES or any(device_type(d) == "cuda" for d in m.devices):
                 calls += m.forward_calls
                 if m.train_steps is not None:
                     steps = (steps or 0) + m.train_steps
