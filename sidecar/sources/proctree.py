@@ -108,6 +108,9 @@ class _ProcFiles:
         self._files: dict[tuple[int, int], int] = {}  # (pid, tid or 0 for stat) -> fd
         self._tids: dict[int, tuple[int, ...]] = {}  # pid -> its threads at the last listing
         self._ticks: dict[int, int] = {}  # pid -> start_ticks of the process the files are of
+        # pid -> a kept stat file's last bytes and their parse: an idle process's stat reads the same
+        # bytes poll after poll (its start time is in them, so equal bytes are the same process).
+        self._parsed: dict[int, tuple[bytes, _Stat]] = {}
 
     def _reread(self, key: tuple[int, int]) -> bytes | None:
         """What a kept file says now; None when there is no kept file or its process is gone."""
@@ -155,7 +158,13 @@ class _ProcFiles:
         if key in self._files:
             raw = self._reread(key)
             if raw:
-                return _parse_stat(raw)
+                last = self._parsed.get(pid)
+                if last is not None and last[0] == raw:
+                    return last[1]
+                st = _parse_stat(raw)
+                if st is not None:
+                    self._parsed[pid] = (raw, st)
+                return st
             # The process it was kept for is gone (ESRCH): whatever has this pid now is another
             # process, so none of the old one's files may be read for it.
             self._forget(pid)
@@ -222,6 +231,8 @@ class _ProcFiles:
             self._close(key)
 
     def _close(self, key: tuple[int, int]) -> None:
+        if key[1] == 0:
+            self._parsed.pop(key[0], None)
         fd = self._files.pop(key, None)
         if fd is not None:
             try:
@@ -269,6 +280,7 @@ class ProcessTreeSource:
         self._boot_time = _boot_time()
         self._static: dict[tuple[int, int], tuple[str, tuple[str, ...]]] = {}
         self._prev_cpu: dict[tuple[int, int], tuple[int, float]] = {}
+        self._infos: dict[tuple[int, int], tuple[_Stat, ProcInfo]] = {}  # the last poll's, by identity
         self._psutil_procs: dict[int, psutil.Process] = {}
         self._files = _ProcFiles(open_file_budget() if max_open_files is None else max_open_files)
         self._known_kids: dict[int, tuple[int, ...]] | None = None  # pid -> its children, last walk
@@ -319,25 +331,18 @@ class ProcessTreeSource:
         self._walk_last_pid = last_pid
         out: list[ProcInfo] = []
         seen: set[tuple[int, int]] = set()
-        boot, page_mib = self._boot_time, _PAGE_SIZE / 1048576
+        last_infos, self._infos = self._infos, {}
         for pid, depth, st in walk:
             ident = (pid, st.start_ticks)
             seen.add(ident)
-            name, cmdline = self._static_info(pid, ident)
-            out.append(
-                ProcInfo(
-                    pid,
-                    st.ppid,
-                    st.start_ticks,
-                    boot + st.start_ticks / _CLK_TCK,
-                    name,
-                    cmdline,
-                    self._cpu_percent(ident, st.cpu_ticks, now),
-                    st.rss_pages * page_mib,
-                    depth,
-                    st.state,
-                )
-            )
+            cpu = self._cpu_percent(ident, st.cpu_ticks, now)
+            last = last_infos.get(ident)
+            # An idle process's stat parses to the very same _Stat (see _ProcFiles.stat): its last
+            # ProcInfo again, one object less to make and for the facts' caches to compare.
+            if last is None or last[0] is not st or last[1].depth != depth or last[1].cpu_percent != cpu:
+                last = (st, self._proc_info(pid, ident, st, cpu, depth))
+            self._infos[ident] = last
+            out.append(last[1])
         if not same_tree:
             files.retain({pid for pid, _, _ in walk})
             # Forget identities that are gone, so the caches stay bounded by the live tree.
@@ -394,6 +399,12 @@ class ProcessTreeSource:
 
     def close(self) -> None:
         self._files.close()
+
+    def _proc_info(self, pid: int, ident: tuple[int, int], st: _Stat, cpu: float | None, depth: int) -> ProcInfo:
+        name, cmdline = self._static_info(pid, ident)
+        create_time = self._boot_time + st.start_ticks / _CLK_TCK
+        rss_mib = st.rss_pages * (_PAGE_SIZE / 1048576)
+        return ProcInfo(pid, st.ppid, st.start_ticks, create_time, name, cmdline, cpu, rss_mib, depth, st.state)
 
     def _static_info(self, pid: int, ident: tuple[int, int]) -> tuple[str, tuple[str, ...]]:
         cached = self._static.get(ident)

@@ -8,6 +8,7 @@ processes that left.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -266,3 +267,31 @@ def test_the_psutil_fallback_uses_the_probe_s_identity_and_keeps_live_segments(m
         else:
             job.kill()
         job.wait(timeout=30)
+
+
+def _fresh_fields(info) -> tuple:
+    """What a ProcInfo says apart from its CPU share (which needs two polls)."""
+    return (info.pid, info.ppid, info.start_ticks, info.create_time, info.name, info.cmdline, info.rss_mib, info.depth, info.state)
+
+
+def test_an_idle_process_keeps_its_info_object_and_any_change_in_its_stat_makes_a_new_one(parent):
+    src = ProcessTreeSource(parent.proc.pid)
+    ((kid, _),) = parent.do("kid")
+    time.sleep(0.2)  # the kid has exec'd sleep and sleeps: its stat stops changing
+    infos = [{p.pid: p for p in src.poll().processes}[kid] for _ in range(3)]
+    assert infos[0].cpu_percent is None and infos[1].cpu_percent == 0.0
+    assert infos[2] is infos[1]  # nothing changed: the same object
+    # The reused object says what a source that never saw the kid reads now.
+    other = ProcessTreeSource(parent.proc.pid)
+    assert _fresh_fields({p.pid: p for p in other.poll().processes}[kid]) == _fresh_fields(infos[2])
+    os.kill(kid, signal.SIGSTOP)
+    try:
+        deadline = time.monotonic() + 5
+        while (stopped := {p.pid: p for p in src.poll().processes}[kid]).state != "T":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert stopped is not infos[2] and stopped.cpu_percent == 0.0
+    finally:
+        os.kill(kid, signal.SIGCONT)
+    src.close()
+    other.close()
