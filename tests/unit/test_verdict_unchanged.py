@@ -170,9 +170,9 @@ def random_rules(rng: random.Random) -> Rules:
         return Rules()
     return replace(
         Rules(),
-        idle_window_s=rng.choice([0.0, 1.0, 10.0, 10.0, 30.0, 200.0]),
+        idle_window_s=rng.choice([-1.0, 0.0, 1.0, 10.0, 10.0, 30.0, 200.0, math.inf]),
         idle_util_pct=rng.choice([5.0, 60.0]),
-        growth_window_s=rng.choice([0.0, 10.0, 60.0, 120.0, 120.0, 1000.0]),
+        growth_window_s=rng.choice([-1.0, 0.0, 10.0, 60.0, 120.0, 120.0, 1000.0, math.inf]),
         growth_min_span_s=rng.choice([0.0, 5.0, 60.0, 60.0, 200.0]),
         growth_min_mib=rng.choice([0.0, 256.0, 256.0, 5000.0]),
         growth_min_fraction=rng.choice([0.0, 0.1, 0.1, 2.0]),
@@ -195,6 +195,48 @@ def test_idle_window_and_memory_growth_as_before(seed):
         as_iter = outcome(memory_growth, iter(recent), rules)
         assert repr(as_iter) == repr(want)  # the document may hand any iterable of samples
         assert outcome(memory_growth, list(recent), rules) == want
+
+
+def _at(*times, mem=1000.0):
+    return tuple(
+        RecentSample(t, 0.0, mem if mem is None else mem + 100.0 * i, i, 0.0) for i, t in enumerate(times)
+    )
+
+
+INF, NAN = math.inf, math.nan
+EDGE_SAMPLES = [
+    _at(),
+    _at(5.0),
+    _at(NAN),
+    _at(NAN, NAN),
+    _at(1.0, NAN, 3.0),
+    _at(1.0, 2.0, INF),
+    _at(-INF, -INF, 0.0),
+    _at(INF, INF),
+    _at(0.0, 0.0, 0.0, 0.0),
+    _at(0.0, 60.0, 120.0, 119.0, 180.0),  # the clock stepped back a second
+    _at(*(1.5 * i for i in range(82))),
+    _at(*(1.5 * i for i in range(82)), mem=None),
+    tuple(
+        replace(s, tree_gpu_mem_mib=None) if i % 3 else s
+        for i, s in enumerate(_at(*(10.0 * i for i in range(40))))
+    ),
+]
+EDGE_RULES = [
+    Rules(),
+    Rules(idle_window_s=INF, growth_window_s=INF),
+    Rules(idle_window_s=-1.0, growth_window_s=-1.0),
+    Rules(idle_window_s=NAN, growth_window_s=NAN),
+    Rules(idle_window_s=0.0, growth_window_s=0.0, growth_min_span_s=0.0, growth_min_mib=0.0),
+]
+
+
+@pytest.mark.parametrize("rules", EDGE_RULES, ids=repr)
+@pytest.mark.parametrize("recent", EDGE_SAMPLES, ids=lambda r: ",".join(f"{s.time:g}" for s in r[:5]))
+def test_odd_samples_and_rules_as_before(recent, rules):
+    f = Facts(target_pid=1, recent=recent, rules=rules)
+    assert outcome(_idle_window, f) == outcome(old_idle_window, f)
+    assert repr(outcome(memory_growth, recent, rules)) == repr(outcome(old_memory_growth, recent, rules))
 
 
 def test_random_samples_cover_the_cases():
