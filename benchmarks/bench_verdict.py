@@ -136,6 +136,7 @@ def facts_of(data: bytes, package: str) -> list:
     def fresh(d: dict):
         f = object.__new__(facts_cls)
         f.__dict__.update(d)
+        f.__dict__["recent"] = tuple([*d["recent"]])  # a new tuple each poll, as History.recent gives
         return f
 
     return fields, fresh

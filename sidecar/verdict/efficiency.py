@@ -39,8 +39,8 @@ _THROTTLE_HINT = {
 }
 
 
-def _job_gpus(f: Facts) -> list[GpuFacts]:
-    return [g for i in f.job_gpu_indices if (g := gpu_by_index(f, i)) is not None and not g.lost]
+def _job_gpus(f: Facts) -> tuple[GpuFacts, ...]:
+    return f.job_gpus
 
 
 def _pids_on(f: Facts, index: int) -> list[int]:
@@ -66,7 +66,9 @@ def rule_throttled(f: Facts) -> Iterable[Finding]:
     if not f.target_alive:
         return
     for g in _job_gpus(f):
-        active = set(g.clock_event_reasons or ())
+        if not g.clock_event_reasons:
+            continue  # most polls: no reason at all
+        active = set(g.clock_event_reasons)
         reason = next((r for r in THROTTLE_REASONS if r in active), None)
         if reason is None or not _gpu_working(f, g):
             continue  # a slowdown flagged on an idle GPU costs the job nothing
@@ -139,17 +141,17 @@ def rule_hollow_utilisation(f: Facts) -> Iterable[Finding]:
     for g in _job_gpus(f):
         if g.util is None or g.util < r.hollow_util_pct:
             continue
-        own = _job_sm_util(f, g.index)
-        if own is not None and own < r.hollow_own_share * g.util:
-            # The GPU is busy, but not with the job: another user's process on a shared GPU. Its
-            # tiny kernels are not the job's to fix (GPM's activity is the whole GPU's).
-            continue
         sm, occ = g.sm_activity_fraction, g.sm_occupancy_fraction
         low_sm = sm is not None and sm < r.hollow_sm_activity
         # Few resident warps on SMs that are all busy is how large GEMM and attention kernels run
         # (one big CTA per SM): low occupancy says "hollow" only when SM activity does not say otherwise.
         low_occ = occ is not None and occ < r.hollow_sm_occupancy and sm is None
         if not (low_sm or low_occ):
+            continue
+        own = _job_sm_util(f, g.index)  # after GPM's figures, which rule most GPUs out for less
+        if own is not None and own < r.hollow_own_share * g.util:
+            # The GPU is busy, but not with the job: another user's process on a shared GPU. Its
+            # tiny kernels are not the job's to fix (GPM's activity is the whole GPU's).
             continue
         message = ref(
             "warning.hollow-utilisation",
@@ -194,6 +196,8 @@ def rule_no_tensor_cores(f: Facts) -> Iterable[Finding]:
     r = f.rules
     hits = []
     for p, m in all_models(f):
+        if m.autocast != "off" or m.forward_calls == 0:
+            continue  # of the conditions below, the two that rule most models out for least
         g = gpu_by_index(f, model_gpu_index(f, p, m))
         if g is None or not _has_tensor_cores(g, r.tensor_core_min_cc) or m.forward_calls == 0:
             continue

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from typing import Any
@@ -277,6 +277,16 @@ class Facts:
         return {id(m): model_nvml_index(p, m, self.gpus) for p in self.processes for m in p.models}
 
     @cached_property
+    def model_pairs(self) -> tuple[tuple[ProcessFacts, ModelFacts], ...]:
+        """(process, model) of each model, in order: what all_models gives (asked by most rules)."""
+        return tuple((p, m) for p in self.processes for m in p.models)
+
+    @cached_property
+    def probed_runtimes(self) -> tuple[tuple[ProcessFacts, dict[str, Any]], ...]:
+        """(process, runtime) of each process whose probe reported one: what runtimes gives."""
+        return tuple((p, p.runtime) for p in self.processes if p.runtime)
+
+    @cached_property
     def gpus_by_index(self) -> dict[int, GpuFacts]:
         out: dict[int, GpuFacts] = {}
         for g in self.gpus:
@@ -290,6 +300,12 @@ class Facts:
         used = {g.index for p in self.processes for g in p.gpu if g.in_use}
         used |= {i for i in self.model_gpu_indices.values() if i is not None}
         return tuple(sorted(used))
+
+    @cached_property
+    def job_gpus(self) -> tuple[GpuFacts, ...]:
+        """The GPUs of job_gpu_indices that NVML lists and has not lost: the efficiency rules'."""
+        found = self.gpus_by_index
+        return tuple(g for i in self.job_gpu_indices if (g := found.get(i)) is not None and not g.lost)
 
 
 _DERIVED_FACTS = tuple(name for name, v in vars(Facts).items() if isinstance(v, cached_property))
@@ -319,6 +335,7 @@ class Verdict:
 # ---------------------------------------------------------------------------------------------
 # Device helpers
 # ---------------------------------------------------------------------------------------------
+@lru_cache(maxsize=256)  # asked for each model's device by several rules, each poll
 def device_type(device: str | None) -> str | None:
     if not device or device == DEVICE_NO_PARAMETERS:
         return None
@@ -338,6 +355,7 @@ def ascii_index(text: str) -> int | None:
     return int(text) if text.isascii() and text.isdigit() else None
 
 
+@lru_cache(maxsize=256)  # as device_type
 def device_index(device: str | None) -> int | None:
     """N of a device "type:N", else None."""
     return ascii_index((device or "").partition(":")[2])
@@ -401,14 +419,14 @@ def model_gpu_index(facts: Facts, proc: ProcessFacts, model: ModelFacts) -> int 
     return found[key] if key in found else model_nvml_index(proc, model, facts.gpus)
 
 
-def all_models(facts: Facts) -> Iterator[tuple[ProcessFacts, ModelFacts]]:
-    for p in facts.processes:
-        for m in p.models:
-            yield p, m
+def all_models(facts: Facts) -> tuple[tuple[ProcessFacts, ModelFacts], ...]:
+    """(process, model) of each model of these facts, in order."""
+    return facts.model_pairs
 
 
-def runtimes(facts: Facts) -> list[tuple[ProcessFacts, dict[str, Any]]]:
-    return [(p, p.runtime) for p in facts.processes if p.runtime]
+def runtimes(facts: Facts) -> tuple[tuple[ProcessFacts, dict[str, Any]], ...]:
+    """(process, runtime) of each process whose probe reported one, in order."""
+    return facts.probed_runtimes
 
 
 def nvidia_in_system(facts: Facts) -> bool:

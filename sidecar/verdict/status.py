@@ -52,7 +52,7 @@ def primary_model_gpu_index(f: Facts) -> int | None:
 
 
 def status_and_message(f: Facts) -> StatusMessage:
-    models = list(all_models(f))
+    models = all_models(f)
     input_device = next((m.input_device for _, m in models if m.input_device), None)
     typed = [(p, m) for p, m in models if m.types]
     if typed:
@@ -75,8 +75,9 @@ def _model_status(
     """The status when some model has a device."""
     types = set().union(*(m.types for _, m in typed))
     names = ", ".join(sorted({m.name for _, m in typed}))
-    model_device = typed[0][1].device
-    gpu_index = primary_model_gpu_index(f)
+    first_p, first_m = typed[0]  # the first model with a device (primary_model_gpu_index's)
+    model_device = first_m.device
+    gpu_index = model_gpu_index(f, first_p, first_m) if "cuda" in first_m.types else None
     if len(types) > 1 or any(len(m.types) > 1 for _, m in typed):
         devs = ", ".join(sorted({d for _, m in typed for d in (m.devices or (m.device,)) if d}))
         message = ref("message.mixed", model=names, devices=devs)
