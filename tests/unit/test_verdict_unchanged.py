@@ -337,6 +337,8 @@ def random_model(rng: random.Random, i: int):
     devices = None
     if device == "mixed":
         devices = pick([("cpu", "cuda:0"), ("cuda:0", "cuda:1"), ()])
+    elif rng.random() < 0.1:  # a payload whose device and devices disagree
+        devices = pick([("cpu",), ("cuda:1",), ("cuda:0", "cuda:0"), ("mps:0", "cuda:0")])
     m = model(
         device,
         devices=devices,
