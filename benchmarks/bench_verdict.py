@@ -128,15 +128,19 @@ class _Unpickler(pickle.Unpickler):
         return super().find_class(module, name)
 
 
-def facts_of(data: bytes, package: str) -> list:
-    """The pickled facts as `package`'s Facts (fresh ones per call: nothing derived yet)."""
+def facts_of(data: bytes, package: str, as_poller: bool) -> list:
+    """The pickled facts as `package`'s Facts (fresh ones per call: nothing derived yet, or, with
+    `as_poller`, what the poller's history sample asked of them before decide())."""
     facts_cls = sys.modules[package + ".facts"].Facts
+    primary = sys.modules[package + ".status"].primary_model_gpu_index
     fields = _Unpickler(data, package).load()
 
     def fresh(d: dict):
         f = object.__new__(facts_cls)
         f.__dict__.update(d)
         f.__dict__["recent"] = tuple([*d["recent"]])  # a new tuple each poll, as History.recent gives
+        if as_poller:
+            primary(f)  # collect.history_sample's question
         return f
 
     return fields, fresh
@@ -158,13 +162,13 @@ def best_us(candidates: list[tuple], rounds: int, inner: int) -> list[list[float
     return best
 
 
-def time_it(path: Path, base: str, rounds: int, inner: int) -> None:
+def time_it(path: Path, base: str, rounds: int, inner: int, as_poller: bool) -> None:
     import sidecar.verdict  # noqa: F401
 
     load_package(base, "verdict_base")
     data = path.read_bytes()
-    new_fields, new_fresh = facts_of(data, "sidecar.verdict")
-    old_fields, old_fresh = facts_of(data, "verdict_base")
+    new_fields, new_fresh = facts_of(data, "sidecar.verdict", as_poller)
+    old_fields, old_fresh = facts_of(data, "verdict_base", as_poller)
     new_decide = sys.modules["sidecar.verdict.status"].decide
     old_decide = sys.modules["verdict_base.status"].decide
     for a, b in zip(new_fields, old_fields, strict=True):
@@ -188,11 +192,14 @@ def main() -> None:
     ap.add_argument("--base", default="HEAD", help="time: the commit to compare with (default HEAD)")
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--inner", type=int, default=50)
+    ap.add_argument(
+        "--as-poller", action="store_true", help="time: facts as the poller hands them (history sample first)"
+    )
     args = ap.parse_args()
     if args.what == "capture":
         capture(args.file, args.polls)
     else:
-        time_it(args.file, args.base, args.rounds, args.inner)
+        time_it(args.file, args.base, args.rounds, args.inner, args.as_poller)
 
 
 if __name__ == "__main__":

@@ -255,7 +255,12 @@ def _data_wait(f: Facts, p: ProcessFacts) -> float | None:
 
 def rule_data_starved(f: Facts) -> Iterable[Finding]:
     hits = [
-        (p, w) for p in f.processes if (w := _data_wait(f, p)) is not None and w >= f.rules.data_wait_starved
+        (p, w)
+        for p in f.processes
+        # Neither a step breakdown nor a model: no data wait (a DataLoader worker, a helper).
+        if (p.steps is not None or p.models)
+        and (w := _data_wait(f, p)) is not None
+        and w >= f.rules.data_wait_starved
     ]
     if not hits:
         return

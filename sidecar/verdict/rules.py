@@ -220,7 +220,7 @@ def rule_input_mismatch(f: Facts) -> Iterable[Finding]:
 
 
 def rule_mixed_devices(f: Facts) -> Iterable[Finding]:
-    models = list(all_models(f))
+    models = all_models(f)
     split = [(p, m) for p, m in models if len(m.types) > 1]
     types = set().union(*(m.types for _, m in models)) if models else set()
     if split:
@@ -299,7 +299,7 @@ def rule_shared_model_unprobed_child(f: Facts) -> Iterable[Finding]:
     """A model in shared memory (``share_memory()``: hogwild) and child processes without the probe:
     whatever those children compute with it is not counted anywhere. Forked children inherit the
     probe and count their own calls; spawned and forkserver ones start without it."""
-    owners = {p.pid: p for p in f.processes if any(m.shared_memory for m in p.models)}
+    owners = {p.pid: p for p, m in all_models(f) if m.shared_memory}
     if not owners:
         return
     kids = [
