@@ -555,7 +555,8 @@ def _rank_gpus(f: Facts) -> dict[int, set[int]]:
     for p in f.processes:
         if p.role != "rank":
             continue
-        idx = {model_gpu_index(f, p, m) for m in p.models} - {None}
+        idx = {model_gpu_index(f, p, m) for m in p.models}
+        idx.discard(None)
         if not idx:
             idx = {g.index for g in p.gpu if (g.mem_used_mib or 0) > 0}
         out[p.pid] = idx
