@@ -39,10 +39,6 @@ _THROTTLE_HINT = {
 }
 
 
-def _job_gpus(f: Facts) -> tuple[GpuFacts, ...]:
-    return f.job_gpus
-
-
 def _pids_on(f: Facts, index: int) -> list[int]:
     return sorted({p.pid for p in f.processes for g in p.gpu if g.index == index})
 
@@ -65,7 +61,7 @@ def _mhz(v: int | None) -> str:
 def rule_throttled(f: Facts) -> Iterable[Finding]:
     if not f.target_alive:
         return
-    for g in _job_gpus(f):
+    for g in f.job_gpus:
         if not g.clock_event_reasons:
             continue  # most polls: no reason at all
         active = set(g.clock_event_reasons)
@@ -106,7 +102,7 @@ def _moves_data(f: Facts, g: GpuFacts) -> bool:
 
 
 def rule_pcie_degraded(f: Facts) -> Iterable[Finding]:
-    for g in _job_gpus(f):
+    for g in f.job_gpus:
         if None in (g.pcie_link_gen, g.pcie_link_gen_max, g.pcie_link_width, g.pcie_link_width_max):
             continue
         if g.pcie_link_gen >= g.pcie_link_gen_max and g.pcie_link_width >= g.pcie_link_width_max:
@@ -138,7 +134,7 @@ def _job_sm_util(f: Facts, index: int) -> float | None:
 
 def rule_hollow_utilisation(f: Facts) -> Iterable[Finding]:
     r = f.rules
-    for g in _job_gpus(f):
+    for g in f.job_gpus:
         if g.util is None or g.util < r.hollow_util_pct:
             continue
         sm, occ = g.sm_activity_fraction, g.sm_occupancy_fraction
@@ -197,12 +193,12 @@ def rule_no_tensor_cores(f: Facts) -> Iterable[Finding]:
     hits = []
     for p, m in all_models(f):
         if m.autocast != "off" or m.forward_calls == 0:
-            continue  # of the conditions below, the two that rule most models out for least
+            continue  # autocast or not known, or no forward: first, as they rule most models out
         g = gpu_by_index(f, model_gpu_index(f, p, m))
-        if g is None or not _has_tensor_cores(g, r.tensor_core_min_cc) or m.forward_calls == 0:
+        if g is None or not _has_tensor_cores(g, r.tensor_core_min_cc):
             continue
-        if set(m.param_dtypes) != {"float32"} or m.autocast != "off" or _tf32_on(p) is not False:
-            continue  # half precision somewhere, autocast, TF32, or not known: tensor cores can work
+        if set(m.param_dtypes) != {"float32"} or _tf32_on(p) is not False:
+            continue  # half precision somewhere, TF32, or not known: tensor cores can work
         if g.tensor_activity_fraction is not None and g.tensor_activity_fraction >= r.tensor_idle_fraction:
             continue  # something on this GPU keeps them busy all the same
         if g.tensor_activity_fraction is None and _gpm_not_yet(g):
@@ -285,7 +281,7 @@ def rule_data_starved(f: Facts) -> Iterable[Finding]:
 
 
 def rule_mig_no_process_util(f: Facts) -> Iterable[Finding]:
-    for g in _job_gpus(f):
+    for g in f.job_gpus:
         if g.mig_mode:
             message = ref("warning.mig-no-process-util", gpu=g.index)
             yield Finding(
