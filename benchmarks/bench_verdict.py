@@ -2,17 +2,20 @@
 (`bench_sidecar.py discovery`: 4 jobs of 16 probed processes over 8 simulated GPUs), this tree's
 verdict beside the one of another commit, in one process.
 
-    .venv/bin/python benchmarks/bench_verdict.py capture /tmp/facts.pickle   # run the scenario, keep its facts
-    .venv/bin/python benchmarks/bench_verdict.py time /tmp/facts.pickle --base HEAD~1
+    unshare --mount --propagation private sh -c 'mount -t tmpfs -o size=256m tmpfs /dev/shm && \
+        .venv/bin/python benchmarks/bench_verdict.py capture /tmp/facts.pickle'   # run the scenario, keep its facts
+    .venv/bin/python benchmarks/bench_verdict.py time /tmp/facts.pickle --base HEAD~1 [--as-poller]
 
 `capture` runs the scenario's discovery poller for `--polls` polls on a clock that steps by the
-poll interval (1.5 s), so each job's `recent` holds the rules' 120 s window (81 samples) as it does
-on a live sidecar, and pickles the facts each job's last poll handed to decide() (the facts derived
-once a poll, Facts.__dict__'s cached values, left out: they are made again per timed call).
-`time` loads sidecar/verdict/ of `--base` from git as a package of its own (the same pickle loaded
-with that package's classes), checks both verdicts give the same verdict on every job's facts, and
-prints the best per-job time of each over `--rounds` rounds. Not a test: figures for the commit
-message and docs/performance.md.
+poll interval (1.5 s), so each job's `recent` holds the rules' 120 s window and the sample before it
+(82 samples) as on a live sidecar, and pickles the facts each job's last poll handed to decide()
+(the facts derived once a poll, Facts.__dict__'s cached values, left out: they are made again per
+timed call, and `--as-poller` asks first what the poller's history sample asks of them). `time`
+loads sidecar/verdict/ of `--base` from git as a package of its own (the same pickle loaded with
+that package's classes), checks both give the same verdict on every job's facts, and prints the
+best per-job time of each over `--rounds` rounds, taking turns. Warm figures: a poll 1.5 s after
+the last one finds colder caches, and pays about twice as much (benchmarks/discovery_parts.py).
+Not a test: figures for the commit message and docs/performance.md.
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ p.stop()
 
 
 def capture(out: Path, polls: int) -> None:
-    from bench_sidecar import Driver, run_snippet  # noqa: F401  (the scenario's driver and jobs)
+    from bench_sidecar import Driver  # the scenario's simulated driver
 
     from tests.stress.loadgen import BusyJob, busy_scenario
 
