@@ -443,11 +443,16 @@ def digest(f: Facts) -> str:
 
 
 def test_decide_gives_the_verdicts_it_gave():
+    """Each case of the digests file, as the verdict before its fast paths saw it. A table case added
+    since is not in the file (regenerating adds it); an edited one says so by its digest."""
     want = json.loads(DIGESTS.read_text())
-    cases = all_cases()
-    assert len(want) == len(cases)
-    changed = [name for name, f in cases if digest(f) != want.get(name)]
-    assert not changed, f"{len(changed)} verdicts changed, e.g. {changed[:5]}"
+    cases = [(name, f) for name, f in all_cases() if name in want]
+    assert sum(name.startswith("random ") for name, _ in cases) == RANDOM_FACTS
+    changed = [name for name, f in cases if digest(f) != want[name]]
+    assert not changed, (
+        f"{len(changed)} of {len(cases)} verdicts changed, e.g. {changed[:5]} "
+        "(a change meant to change verdicts regenerates the digests: see this module's docstring)"
+    )
 
 
 def test_random_facts_reach_the_rules():
