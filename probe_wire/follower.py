@@ -11,6 +11,23 @@ __all__ = ["FALLBACK_CHECK_EVERY", "SegmentFollower"]
 
 # A follower looks for the fallback name of a process whose own name is free every this many reads.
 FALLBACK_CHECK_EVERY = 8
+# Bytes a follower's check of its last read copies beyond that read's: a new payload up to this much
+# longer is then read whole by that one pread (an event or a longer number adds tens of bytes).
+READ_SLACK_BYTES = 1024
+
+
+def read_again(
+    fd: int, pid: int, size: int, expected: int, raw: bytes, last: SegmentRead, slot: PrefixSlot
+) -> tuple[SegmentRead, bytes | None]:
+    """The read of a kept file (``size``: its size when opened) whose last good read ``last`` was
+    made of the bytes ``raw``, and the bytes of this read when it is ok, else None: ``raw`` itself
+    when they are the same bytes, and so the same read. The check of the last read's bytes is the
+    first try of a new read too: one pread copies them and a little more (never past ``size``), and
+    a new publish that fits in that costs the seqlock read only its seq check."""
+    first = os.pread(fd, min(size, len(raw) + READ_SLACK_BYTES), 0)
+    if first.startswith(raw):
+        return last, raw
+    return read_consistent(fd, pid, size, expected, READ_ATTEMPTS, slot, first)
 
 
 class SegmentFollower:
@@ -45,11 +62,11 @@ class SegmentFollower:
             entry = self._open.get(ident)
             if entry is not None:
                 fd, size, raw, last = entry
-                if os.pread(fd, len(raw), 0) == raw:
-                    return last
-                r, raw = read_consistent(fd, pid, size, start_ticks, READ_ATTEMPTS, self._slot(ident))
-                if raw is not None:
-                    self._open[ident] = (fd, size, raw, r)
+                r, kept = read_again(fd, pid, size, start_ticks, raw, last, self._slot(ident))
+                if kept is raw:
+                    return r
+                if kept is not None:
+                    self._open[ident] = (fd, size, kept, r)
                     return r
                 self._drop(ident)
             r = self._open_read(ident, None)

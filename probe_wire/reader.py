@@ -237,18 +237,22 @@ def _file_problem(pid: int, path: str, st: os.stat_result) -> SegmentRead | None
 
 
 def read_consistent(
-    fd: int, pid: int, size: int, expected: int | None, attempts: int, slot: PrefixSlot | None = None
+    fd: int, pid: int, size: int, expected: int | None, attempts: int,
+    slot: PrefixSlot | None = None, first: bytes | None = None,
 ) -> tuple[SegmentRead, bytes | None]:
     """The read, and for an ok one the header and payload bytes it was made from. ``slot``: the
-    process's payload prefix (probe_wire/prefix.py), used and kept up to date by a follower."""
+    process's payload prefix (probe_wire/prefix.py), used and kept up to date by a follower.
+    ``first``: what one pread at offset 0 has just copied (a follower's check of its last read): the
+    first try's copy of the header and, when they hold all of it, of the payload, in place of preads
+    of their own. They were copied before the seq is read again, as the preads' would have been."""
     last = None
     for attempt in range(attempts):
         if attempt:
             time.sleep(_RETRY_SLEEP_S)
-        raw = os.pread(fd, HEADER_BYTES, 0)
+        raw = os.pread(fd, HEADER_BYTES, 0) if attempt or first is None else first
         if len(raw) < HEADER_BYTES:
             return (SegmentRead(pid=pid, state="corrupt", error="file shorter than the header"), None)
-        magic, version, hsize, seq, wpid, flags, ticks, length, crc, published_at = HEADER.unpack(raw)
+        magic, version, hsize, seq, wpid, flags, ticks, length, crc, published_at = HEADER.unpack_from(raw)
         wns = PIDNS.unpack_from(raw, PIDNS_OFFSET)[0]
         if seq & 1:
             last = SegmentRead(
@@ -286,7 +290,9 @@ def read_consistent(
             if _read_seq(fd) != seq:
                 continue
             return (SegmentRead(state="missing", error="the writer closed this segment", **common), None)
-        data = os.pread(fd, length, HEADER_BYTES)
+        end = HEADER_BYTES + length
+        copied = len(raw) >= end  # the payload came with the header (in ``first``)
+        data = raw[HEADER_BYTES:end] if copied else os.pread(fd, length, HEADER_BYTES)
         if _read_seq(fd) != seq:
             last = SegmentRead(state="busy", error="writer kept publishing during every try", **common)
             continue
@@ -301,7 +307,9 @@ def read_consistent(
             last = SegmentRead(state="corrupt", error="payload crc32 mismatch", **common)
             continue
         r = _finish(data, expected, common, slot)
-        return r, (raw + data if r.state == "ok" else None)
+        if r.state != "ok":
+            return r, None
+        return r, (raw[:end] if copied else raw[:HEADER_BYTES] + data)
     return (
         last if last is not None else SegmentRead(pid=pid, state="busy", error="no consistent read")
     ), None

@@ -1,0 +1,395 @@
+"""A follower's read of a kept file (probe_wire.follower.read_again) gives the very read the reader
+gave before it took its first try from the check of the last read's bytes: the old path is kept
+here as the oracle, and both read the same scripted file.
+
+The file is a timeline of states (whole segment files: publishes, a writer mid-publish, flipped
+bytes, a truncated file, a closed one). A writer may move on only where a reader could see it move:
+between the copy of the bytes and the seq check, and during a retry's sleep. At those moments a
+drawn schedule says whether the file goes on to its next state. Both paths see a writer move at
+the same moments of their protocol, so they must agree on every field of every read, on the bytes
+they keep and on the payload prefix they leave for the next read.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import zlib
+
+import msgpack
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from probe_wire import SegmentWriter, read_segment
+from probe_wire import follower as follower_module
+from probe_wire.follower import READ_SLACK_BYTES, read_again
+from probe_wire.header import (
+    FLAG_CLOSED,
+    FLAG_TRIMMED,
+    FORMAT_VERSION,
+    HEADER,
+    HEADER_BYTES,
+    MAGIC,
+    PIDNS,
+    PIDNS_OFFSET,
+    SEQ,
+    SEQ_OFFSET,
+)
+from probe_wire.prefix import PrefixSlot
+from probe_wire.procid import pid_namespace_id, process_start_ticks
+from probe_wire.reader import READ_ATTEMPTS, SegmentRead, _finish, _read_seq
+from tests.unit.test_probe_segment import _rich_payload
+
+PID, TICKS = 4242, 777
+FD = 1_000_003  # no such descriptor: only the scripted pread below answers for it
+
+
+# -------------------------------------------------------------------------------------------------
+# The oracle: the follower's read of a kept file as it was before (probe_wire at 9a54028).
+
+
+def _old_read_consistent(fd, pid, size, expected, attempts, slot=None):
+    last = None
+    for attempt in range(attempts):
+        if attempt:
+            time.sleep(0.0002)
+        raw = os.pread(fd, HEADER_BYTES, 0)
+        if len(raw) < HEADER_BYTES:
+            return (SegmentRead(pid=pid, state="corrupt", error="file shorter than the header"), None)
+        magic, version, hsize, seq, wpid, flags, ticks, length, crc, published_at = HEADER.unpack(raw)
+        wns = PIDNS.unpack_from(raw, PIDNS_OFFSET)[0]
+        if seq & 1:
+            last = SegmentRead(
+                pid=pid, state="busy", error=f"writer mid-publish (seq {seq} odd) on every try", seq=seq
+            )
+            continue
+        if seq == 0 and magic == b"\0" * 8:
+            return (SegmentRead(pid=pid, state="initialising", error="header not written yet"), None)
+        common = dict(
+            pid=pid,
+            writer_pid=wpid,
+            writer_start_ticks=ticks,
+            published_at=published_at,
+            trimmed=bool(flags & FLAG_TRIMMED),
+            seq=seq,
+            writer_pidns=wns,
+        )
+        reason = None
+        if magic != MAGIC:
+            reason = f"bad magic {magic!r}"
+        elif version != FORMAT_VERSION:
+            reason = f"unsupported format version {version}"
+        elif hsize != HEADER_BYTES:
+            reason = f"header size {hsize}, expected {HEADER_BYTES}"
+        elif length > size - HEADER_BYTES:
+            reason = f"payload length {length} exceeds the segment's {size - HEADER_BYTES} bytes"
+        elif length == 0:
+            reason = "payload length 0"
+        if reason is not None:
+            if _read_seq(fd) != seq:
+                continue
+            return (SegmentRead(state="corrupt", error=reason, **common), None)
+        if flags & FLAG_CLOSED:
+            if _read_seq(fd) != seq:
+                continue
+            return (SegmentRead(state="missing", error="the writer closed this segment", **common), None)
+        data = os.pread(fd, length, HEADER_BYTES)
+        if _read_seq(fd) != seq:
+            last = SegmentRead(state="busy", error="writer kept publishing during every try", **common)
+            continue
+        if len(data) != length:
+            return (
+                SegmentRead(state="corrupt", error="file shorter than the payload length", **common),
+                None,
+            )
+        if zlib.crc32(data) != crc:
+            last = SegmentRead(state="corrupt", error="payload crc32 mismatch", **common)
+            continue
+        r = _finish(data, expected, common, slot)
+        return r, (raw + data if r.state == "ok" else None)
+    return (
+        last if last is not None else SegmentRead(pid=pid, state="busy", error="no consistent read")
+    ), None
+
+
+def _old_read_again(fd, pid, size, expected, raw, last, slot):
+    if os.pread(fd, len(raw), 0) == raw:
+        return last, raw
+    return _old_read_consistent(fd, pid, size, expected, READ_ATTEMPTS, slot)
+
+
+# -------------------------------------------------------------------------------------------------
+# The scripted file.
+
+
+class Timeline:
+    """A segment file that is ``states[i]``, moving on to the next state at a seq check or a retry's
+    sleep when the schedule says so; every pread of FD is checked against the bound ``size``."""
+
+    def __init__(self, states: list[bytes], schedule: list[bool], size: int):
+        self.states, self.schedule, self.size = states, list(schedule), size
+        self.i = self.events = 0
+        self.preads = 0
+
+    def _moment(self) -> None:
+        moves = self.events < len(self.schedule) and self.schedule[self.events]
+        self.events += 1
+        if moves and self.i + 1 < len(self.states):
+            self.i += 1
+
+    def pread(self, fd, n, offset, _real=os.pread):
+        if fd != FD:
+            return _real(fd, n, offset)
+        assert 0 <= n <= self.size, (n, self.size)  # never more than the file's size at open
+        self.preads += 1
+        if (n, offset) == (SEQ.size, SEQ_OFFSET):
+            self._moment()  # the writer may have published between the copy and this check
+        return self.states[self.i][offset : offset + n]
+
+    def sleep(self, _seconds) -> None:
+        self._moment()
+
+
+def _run(read, states, schedule, size, raw, last, slot):
+    timeline = Timeline(states, schedule, size)
+    real_pread, real_sleep = os.pread, time.sleep
+    os.pread, time.sleep = timeline.pread, timeline.sleep
+    try:
+        r, kept = read(FD, PID, size, TICKS, raw, last, slot)
+    finally:
+        os.pread, time.sleep = real_pread, real_sleep
+    return r, kept, timeline
+
+
+# -------------------------------------------------------------------------------------------------
+# Segment states.
+
+
+def _payload_bytes(variant: int, events: int) -> bytes:
+    p = _rich_payload(PID)
+    p["start_ticks"] = TICKS
+    p["models"][0]["forward_calls"] += variant
+    p["published_at"] = 1000.0 + variant
+    p["events"] = [{"time": float(i), "name": f"event-{i}-" + "x" * (i % 7)} for i in range(events)]
+    return msgpack.packb(p, use_bin_type=True)
+
+
+def _segment(payload: bytes, size: int, *, seq: int = 2, flags: int = 0, pidns: int = 0, **fields) -> bytes:
+    header = {
+        "magic": MAGIC,
+        "version": FORMAT_VERSION,
+        "header_size": HEADER_BYTES,
+        "seq": seq,
+        "writer_pid": PID,
+        "flags": flags,
+        "start_ticks": TICKS,
+        "length": len(payload),
+        "crc": zlib.crc32(payload),
+        "published_at": 1.5,
+    }
+    header.update(fields)
+    raw = bytearray(HEADER.pack(*header.values()) + payload)
+    PIDNS.pack_into(raw, PIDNS_OFFSET, pidns)
+    return bytes(raw[:size].ljust(size, b"\0"))
+
+
+_HOSTILE = st.sampled_from(
+    [
+        "clean",
+        "mid-publish",  # odd seq, the new payload half written over the old
+        "same-seq",  # new bytes under the old seq (a broken or hostile writer)
+        "flip",
+        "flip-in-place",  # a byte of the last read's own bytes flipped: its header, seq and all
+        "truncate",
+        "closed",
+        "trimmed",
+        "bad-magic",
+        "bad-version",
+        "bad-header-size",
+        "length-past-size",
+        "length-zero",
+        "bad-crc",
+        "other-writer-pid",
+        "other-ticks",
+        "other-pidns",
+        "our-pidns",
+        "zeroed",
+        "not-msgpack",
+    ]
+)
+
+
+@st.composite
+def _state(draw, size: int, base: bytes, seq: int) -> bytes:
+    variant = draw(st.integers(0, 3))
+    # Shorter, a little longer (within the slack), or much longer than the last read's payload.
+    events = draw(st.sampled_from([0, 1, 2, 5, 40, 120]))
+    payload = _payload_bytes(variant, events)
+    kind = draw(_HOSTILE)
+    if kind == "mid-publish":
+        cut = draw(st.integers(0, len(payload)))
+        half = bytearray(base)
+        half[HEADER_BYTES : HEADER_BYTES + cut] = payload[:cut]
+        SEQ.pack_into(half, SEQ_OFFSET, seq + 1)
+        return bytes(half[:size])
+    if kind == "flip-in-place":
+        at = draw(st.integers(0, HEADER_BYTES + int.from_bytes(base[40:44], "little") - 1))
+        return base[:at] + bytes([base[at] ^ draw(st.integers(1, 255))]) + base[at + 1 :]
+    fields: dict = {}
+    if kind == "same-seq":
+        fields["seq"] = seq
+    elif kind == "closed":
+        fields["flags"] = FLAG_CLOSED
+    elif kind == "trimmed":
+        fields["flags"] = FLAG_TRIMMED
+    elif kind == "bad-magic":
+        fields["magic"] = b"DSHPRB\x00\x02"
+    elif kind == "bad-version":
+        fields["version"] = 2
+    elif kind == "bad-header-size":
+        fields["header_size"] = 72
+    elif kind == "length-past-size":
+        fields["length"] = size - HEADER_BYTES + draw(st.integers(1, 100))
+    elif kind == "length-zero":
+        fields["length"] = 0
+    elif kind == "bad-crc":
+        fields["crc"] = zlib.crc32(payload) ^ 1
+    elif kind == "other-writer-pid":
+        fields["writer_pid"] = PID + 1
+    elif kind == "other-ticks":
+        fields["start_ticks"] = TICKS + 1
+    elif kind == "other-pidns":
+        fields["pidns"] = pid_namespace_id() ^ 0xFF
+    elif kind == "our-pidns":
+        fields["pidns"] = pid_namespace_id()
+    elif kind == "not-msgpack":
+        payload = b"\xc1" + payload[1:]
+    state = _segment(payload, size, **{"seq": seq + 2, **fields})
+    if kind == "flip":
+        at = draw(st.integers(0, min(size, HEADER_BYTES + len(payload)) - 1))
+        state = state[:at] + bytes([state[at] ^ draw(st.integers(1, 255))]) + state[at + 1 :]
+    elif kind == "truncate":
+        state = state[: draw(st.integers(0, min(size, HEADER_BYTES + len(payload) + 10)))]
+    elif kind == "zeroed":
+        state = bytes(size)
+    return state
+
+
+def _good_read(state: bytes, size: int, slot: PrefixSlot) -> tuple[SegmentRead, bytes]:
+    """The follower's last good read of ``state``, made by the oracle (as the follower made it)."""
+    timeline = Timeline([state], [], size)
+    real = os.pread
+    os.pread = timeline.pread
+    try:
+        r, raw = _old_read_consistent(FD, PID, size, TICKS, READ_ATTEMPTS, slot)
+    finally:
+        os.pread = real
+    assert r.state == "ok", r
+    return r, raw
+
+
+def _same_read(a: SegmentRead, b: SegmentRead) -> bool:
+    # msgpack tells 1, 1.0 and True apart where == does not.
+    return a == b and msgpack.packb(a.payload) == msgpack.packb(b.payload)
+
+
+def _prefix_of(slot: PrefixSlot):
+    p = slot.prefix
+    return None if p is None else (p.data, msgpack.packb(p.clean), p.rest_header)
+
+
+@st.composite
+def _scenario(draw):
+    last_events = draw(st.sampled_from([0, 1, 5, 40]))
+    first_payload = _payload_bytes(0, last_events)
+    # From just the first payload's bytes (a longer one then exceeds the file) to the usual 8 KiB.
+    size = draw(st.sampled_from([HEADER_BYTES + len(first_payload), HEADER_BYTES + len(first_payload) + 300, 8192]))
+    seq = 2 * draw(st.integers(1, 2**20))
+    base = _segment(first_payload, size, seq=seq)
+    with_prefix = draw(st.booleans())  # a slot that knows the prefix, or one that does not yet
+    states = [draw(_state(size, base, seq)) for _ in range(draw(st.integers(1, 4)))]
+    if draw(st.booleans()):
+        states.insert(0, base)  # the file as it was at the last read: unchanged, at first
+    schedule = draw(st.lists(st.booleans(), max_size=2 * READ_ATTEMPTS + 2))
+    return size, base, with_prefix, states, schedule
+
+
+def _compare(size, base, with_prefix, states, schedule):
+    slots = []
+    for _ in range(2):
+        slot = PrefixSlot()
+        last, raw = _good_read(base, size, slot)
+        if not with_prefix:
+            slot.prefix = None
+        slots.append((slot, last, raw))
+    (old_slot, last, raw), (new_slot, _, _) = slots
+    r_old, kept_old, t_old = _run(_old_read_again, states, schedule, size, raw, last, old_slot)
+    r_new, kept_new, t_new = _run(read_again, states, schedule, size, raw, last, new_slot)
+    assert _same_read(r_old, r_new), (r_old, r_new)
+    assert kept_old == kept_new and (kept_old is raw) == (kept_new is raw)
+    assert (r_new is last) == (r_old is last)
+    assert _prefix_of(old_slot) == _prefix_of(new_slot)
+    assert t_new.events == t_old.events  # the writer could move at the same moments in both
+    return r_new, t_old, t_new
+
+
+@settings(max_examples=1500, deadline=None)
+@given(_scenario())
+def test_a_kept_files_read_is_the_old_paths_read(scenario):
+    _compare(*scenario)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    last_events=st.sampled_from([0, 5, 40]),
+    events=st.sampled_from([0, 1, 2, 5, 40, 41]),
+    variant=st.integers(1, 3),
+    mid_publish=st.booleans(),
+    seq_moves=st.booleans(),
+)
+@example(last_events=5, events=40, variant=1, mid_publish=False, seq_moves=False)  # longer than the slack
+@example(last_events=40, events=0, variant=1, mid_publish=True, seq_moves=True)
+def test_a_publish_read_by_a_protocol_writer_timeline(last_events, events, variant, mid_publish, seq_moves):
+    """The writer as the probe is: seq odd while it writes, seq even and the new bytes after."""
+    size = 8192
+    base = _segment(_payload_bytes(0, last_events), size, seq=10)
+    new = _payload_bytes(variant, events)
+    done = _segment(new, size, seq=12)
+    half = bytearray(base)
+    half[HEADER_BYTES : HEADER_BYTES + len(new) // 2] = new[: len(new) // 2]
+    SEQ.pack_into(half, SEQ_OFFSET, 11)
+    states = ([bytes(half)] if mid_publish else []) + [done]
+    if seq_moves:  # and again, while the reader copies
+        states.append(_segment(_payload_bytes(variant + 1, events), size, seq=14))
+    r, t_old, t_new = _compare(size, base, True, states, [True, True, False, True])
+    assert r.state == "ok"
+    if not mid_publish and not seq_moves and len(new) <= len(_payload_bytes(0, last_events)) + READ_SLACK_BYTES:
+        # The check's copy held the whole new payload: the seq check was the read's one more pread.
+        assert (t_new.preads, t_old.preads) == (2, 4)
+
+
+def test_the_follower_reads_its_kept_files_through_read_again(live_pid, monkeypatch):
+    """A real writer's publishes, longer and shorter, read by a follower: what read_segment says."""
+    calls = []
+
+    def counted(*args):
+        calls.append(args[0])
+        return read_again(*args)
+
+    monkeypatch.setattr(follower_module, "read_again", counted)
+    ticks = process_start_ticks(live_pid)
+    writer = SegmentWriter(pid=live_pid, start_ticks=ticks)
+    follower = follower_module.SegmentFollower()
+    try:
+        for events in (0, 3, 1, 60, 2, 2):
+            payload = _rich_payload(live_pid)
+            payload["start_ticks"] = ticks
+            payload["events"] = [{"time": float(i), "name": f"e{i}"} for i in range(events)]
+            writer.publish(payload)
+            r = follower.read(live_pid, ticks)
+            assert r.state == "ok" and r == read_segment(live_pid, expected_start_ticks=ticks)
+            assert _same_read(r, read_segment(live_pid, expected_start_ticks=ticks))
+        assert len(calls) == 5 and len(follower) == 1  # the first read opened the file
+    finally:
+        follower.close()
+        writer.close()
