@@ -292,7 +292,7 @@ class _Gen:
 
     def __init__(self) -> None:
         self.lines: list[str] = []
-        self.consts: dict[str, Any] = {"_M": _MISSING, "_fin": math.isfinite, "_MAXS": MAX_STR_CHARS}
+        self.consts: dict[str, Any] = {"_MAXS": MAX_STR_CHARS}
         self.n = 0
 
     def var(self) -> str:
@@ -302,6 +302,17 @@ class _Gen:
     def emit(self, depth: int, line: str) -> None:
         self.lines.append("    " * depth + line)
 
+    @staticmethod
+    def wrong(src: str, kind: type) -> str:
+        """The condition under which ``src`` is not a valid value of the plain type ``kind``."""
+        if kind is str:
+            return f"type({src}) is not str or len({src}) > _MAXS"
+        if kind is float:
+            # x - x is 0.0 for every finite float and NaN for an infinity or a NaN: math.isfinite's
+            # answer without a call.
+            return f"type({src}) is not float or {src} - {src} != 0.0"
+        return f"type({src}) is not {kind.__name__}"
+
     def check(self, src: str, kind: Any, depth: int) -> str:
         """Emit the checks of ``src`` (a variable) against ``kind``; return the clean value's expression."""
         fail = "return None"
@@ -310,8 +321,7 @@ class _Gen:
         if isinstance(kind, _Opt):
             inner = kind.kind
             if inner in (int, str, float, bool):
-                self.emit(depth, f"if {src} is not None:")
-                self.check(src, inner, depth + 1)
+                self.emit(depth, f"if {src} is not None and ({self.wrong(src, inner)}): {fail}")
                 return src
             out = self.var()
             self.emit(depth, f"{out} = None")
@@ -319,14 +329,8 @@ class _Gen:
             val = self.check(src, inner, depth + 1)
             self.emit(depth + 1, f"{out} = {val}")
             return out
-        if kind is int or kind is bool:
-            self.emit(depth, f"if type({src}) is not {kind.__name__}: {fail}")
-            return src
-        if kind is str:
-            self.emit(depth, f"if type({src}) is not str or len({src}) > _MAXS: {fail}")
-            return src
-        if kind is float:
-            self.emit(depth, f"if type({src}) is not float or not _fin({src}): {fail}")
+        if kind in (int, str, float, bool):
+            self.emit(depth, f"if {self.wrong(src, kind)}: {fail}")
             return src
         if isinstance(kind, _Enum):
             name = f"E{self.var()}"
@@ -358,8 +362,9 @@ class _Gen:
                 if isinstance(sub, _Added):
                     self.emit(depth, f"{v} = {src}.get({key!r})")
                 else:
-                    self.emit(depth, f"{v} = {src}.get({key!r}, _M)")
-                    self.emit(depth, f"if {v} is _M: {fail}")
+                    # A missing key raises KeyError, which the function answers with None (see
+                    # _compile_validator): nothing else in it can raise that.
+                    self.emit(depth, f"{v} = {src}[{key!r}]")
                 fields.append(f"{key!r}: {self.check(v, sub, depth)}")
             out = self.var()
             self.emit(depth, f"{out} = {{{', '.join(fields)}}}")
@@ -367,14 +372,14 @@ class _Gen:
         raise AssertionError(f"bad schema kind {kind!r}")
 
 
-_MISSING = object()
-
-
 def _compile_validator(schema: dict) -> Any:
     gen = _Gen()
     gen.emit(0, "def fast(p):")
-    result = gen.check("p", schema, 1)
-    gen.emit(1, f"return {result}")
+    gen.emit(1, "try:")
+    result = gen.check("p", schema, 2)
+    gen.emit(2, f"return {result}")
+    gen.emit(1, "except KeyError:")  # a required key missing (subscripts of exact dicts)
+    gen.emit(2, "return None")
     namespace = dict(gen.consts)
     exec(compile("\n".join(gen.lines), "<probe_wire.schema schema 1>", "exec"), namespace)  # noqa: S102 -- generated from the constant schema above, never from input
     return namespace["fast"]
