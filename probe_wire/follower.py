@@ -16,20 +16,6 @@ FALLBACK_CHECK_EVERY = 8
 READ_SLACK_BYTES = 1024
 
 
-def read_again(
-    fd: int, pid: int, size: int, expected: int, raw: bytes, last: SegmentRead, slot: PrefixSlot
-) -> tuple[SegmentRead, bytes | None]:
-    """The read of a kept file (``size``: its size when opened) whose last good read ``last`` was
-    made of the bytes ``raw``, and the bytes of this read when it is ok, else None: ``raw`` itself
-    when they are the same bytes, and so the same read. The check of the last read's bytes is the
-    first try of a new read too: one pread copies them and a little more (never past ``size``), and
-    a new publish that fits in that costs the seqlock read only its seq check."""
-    first = os.pread(fd, min(size, len(raw) + READ_SLACK_BYTES), 0)
-    if first.startswith(raw):
-        return last, raw
-    return read_consistent(fd, pid, size, expected, READ_ATTEMPTS, slot, first)
-
-
 class SegmentFollower:
     """Reads the segments of a set of live processes poll after poll, keeping each file open.
 
@@ -47,8 +33,9 @@ class SegmentFollower:
 
     def __init__(self, max_open: int = 256) -> None:
         self.max_open = max(0, int(max_open))
-        # identity -> (fd, size when opened, bytes of the last good read, that read)
-        self._open: dict[tuple[int, int], tuple[int, int, bytes, SegmentRead]] = {}
+        # identity -> (fd, size when opened, bytes of the last good read, that read, bytes to copy
+        # when reading it again, its prefix slot): see _keep
+        self._open: dict[tuple[int, int], tuple] = {}
         self._missing_reads: dict[tuple[int, int], int] = {}  # identity -> reads that found no file
         # identity -> its payloads' prefix (probe_wire/prefix.py): a new publish decodes only the rest
         self._prefixes: dict[tuple[int, int], PrefixSlot] = {}
@@ -61,12 +48,16 @@ class SegmentFollower:
         try:
             entry = self._open.get(ident)
             if entry is not None:
-                fd, size, raw, last = entry
-                r, kept = read_again(fd, pid, size, start_ticks, raw, last, self._slot(ident))
-                if kept is raw:
-                    return r
-                if kept is not None:
-                    self._open[ident] = (fd, size, kept, r)
+                fd, size, raw, last, want, slot = entry
+                # The check of the last read's bytes is the first try of a new read too: it copies
+                # them and a little more, and a new publish that fits in that costs the seqlock
+                # read only its seq check (read_consistent's ``first``).
+                first = os.pread(fd, want, 0)
+                if first.startswith(raw):
+                    return last
+                r, raw = read_consistent(fd, pid, size, start_ticks, READ_ATTEMPTS, slot, first)
+                if raw is not None:
+                    self._keep(ident, fd, size, raw, r, slot)
                     return r
                 self._drop(ident)
             r = self._open_read(ident, None)
@@ -79,6 +70,12 @@ class SegmentFollower:
             return SegmentRead(
                 pid=pid, state="corrupt", error=f"reader failed: {type(e).__name__}: {e}"[:300]
             )
+
+    def _keep(self, ident: tuple[int, int], fd: int, size: int, raw: bytes, r: SegmentRead, slot: PrefixSlot) -> None:
+        """Keep ``fd`` (``size``: the file's size when opened) after the good read ``r`` of the
+        bytes ``raw``. The next read copies ``raw``'s length and READ_SLACK_BYTES more, never more
+        than ``size``: a bound that a process growing its file cannot move."""
+        self._open[ident] = (fd, size, raw, r, min(size, len(raw) + READ_SLACK_BYTES), slot)
 
     def _slot(self, ident: tuple[int, int]) -> PrefixSlot:
         slot = self._prefixes.get(ident)
@@ -105,10 +102,11 @@ class SegmentFollower:
         fd, size = opened
         keep = False
         try:
-            r, raw = read_consistent(fd, pid, size, start_ticks, READ_ATTEMPTS, self._slot(ident))
+            slot = self._slot(ident)
+            r, raw = read_consistent(fd, pid, size, start_ticks, READ_ATTEMPTS, slot)
             keep = raw is not None and len(self._open) < self.max_open
             if keep:
-                self._open[ident] = (fd, size, raw, r)
+                self._keep(ident, fd, size, raw, r, slot)
             return r
         finally:
             if not keep:

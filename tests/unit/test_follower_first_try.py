@@ -1,13 +1,14 @@
-"""A follower's read of a kept file (probe_wire.follower.read_again) gives the very read the reader
-gave before it took its first try from the check of the last read's bytes: the old path is kept
-here as the oracle, and both read the same scripted file.
+"""A follower's read of a kept file, whose check of the last read's bytes is the first try of the
+new read (read_consistent's ``first``), gives the very read the follower gave before: the old path
+is kept here as the oracle, and both read the same scripted file.
 
 The file is a timeline of states (whole segment files: publishes, a writer mid-publish, flipped
 bytes, a truncated file, a closed one). A writer may move on only where a reader could see it move:
 between the copy of the bytes and the seq check, and during a retry's sleep. At those moments a
 drawn schedule says whether the file goes on to its next state. Both paths see a writer move at
-the same moments of their protocol, so they must agree on every field of every read, on the bytes
-they keep and on the payload prefix they leave for the next read.
+the same moments of their protocol, so they must agree on every field of every read (the reads a
+follower does not keep included), on the bytes they keep and on the payload prefix they leave for
+the next read.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from hypothesis import strategies as st
 
 from probe_wire import SegmentWriter, read_segment
 from probe_wire import follower as follower_module
-from probe_wire.follower import READ_SLACK_BYTES, read_again
+from probe_wire.follower import READ_SLACK_BYTES, SegmentFollower
 from probe_wire.header import (
     FLAG_CLOSED,
     FLAG_TRIMMED,
@@ -37,7 +38,7 @@ from probe_wire.header import (
 )
 from probe_wire.prefix import PrefixSlot
 from probe_wire.procid import pid_namespace_id, process_start_ticks
-from probe_wire.reader import READ_ATTEMPTS, SegmentRead, _finish, _read_seq
+from probe_wire.reader import READ_ATTEMPTS, SegmentRead, _finish, _read_seq, read_consistent
 from tests.unit.test_probe_segment import _rich_payload
 
 PID, TICKS = 4242, 777
@@ -116,6 +117,31 @@ def _old_read_again(fd, pid, size, expected, raw, last, slot):
     if os.pread(fd, len(raw), 0) == raw:
         return last, raw
     return _old_read_consistent(fd, pid, size, expected, READ_ATTEMPTS, slot)
+
+
+# The new path, twice: read_consistent given the check's bytes as its first try (every read it makes,
+# kept or not), and the follower's own read of a kept file (what it returns and keeps).
+
+
+def _first_try_read_again(fd, pid, size, expected, raw, last, slot):
+    first = os.pread(fd, min(size, len(raw) + READ_SLACK_BYTES), 0)
+    if first.startswith(raw):
+        return last, raw
+    return read_consistent(fd, pid, size, expected, READ_ATTEMPTS, slot, first)
+
+
+REOPENED = SegmentRead(pid=PID, state="missing", error="the follower dropped the file and looked again")
+
+
+def _follower_read_again(fd, pid, size, expected, raw, last, slot):
+    follower = SegmentFollower()
+    follower._keep((pid, expected), fd, size, raw, last, slot)
+    follower._prefixes[(pid, expected)] = slot
+    follower._open_read = lambda ident, name_ticks: REOPENED  # what a drop leads to: not this test's
+    r = follower.read(pid, expected)
+    entry = follower._open.get((pid, expected))
+    assert (entry is None) == (r is REOPENED)
+    return r, None if entry is None else entry[2]
 
 
 # -------------------------------------------------------------------------------------------------
@@ -316,20 +342,29 @@ def _scenario(draw):
 
 def _compare(size, base, with_prefix, states, schedule):
     slots = []
-    for _ in range(2):
+    for _ in range(3):
         slot = PrefixSlot()
         last, raw = _good_read(base, size, slot)
         if not with_prefix:
             slot.prefix = None
         slots.append((slot, last, raw))
-    (old_slot, last, raw), (new_slot, _, _) = slots
+    (old_slot, last, raw), (new_slot, _, _), (follower_slot, _, _) = slots
     r_old, kept_old, t_old = _run(_old_read_again, states, schedule, size, raw, last, old_slot)
-    r_new, kept_new, t_new = _run(read_again, states, schedule, size, raw, last, new_slot)
+    r_new, kept_new, t_new = _run(_first_try_read_again, states, schedule, size, raw, last, new_slot)
     assert _same_read(r_old, r_new), (r_old, r_new)
     assert kept_old == kept_new and (kept_old is raw) == (kept_new is raw)
     assert (r_new is last) == (r_old is last)
     assert _prefix_of(old_slot) == _prefix_of(new_slot)
     assert t_new.events == t_old.events  # the writer could move at the same moments in both
+    # The follower: the same read when it is ok (the very same object when unchanged), the same
+    # bytes kept, the same prefix; a read that is not ok drops the file.
+    r_fol, kept_fol, t_fol = _run(_follower_read_again, states, schedule, size, raw, last, follower_slot)
+    if r_old.state == "ok":
+        assert _same_read(r_old, r_fol) and (r_fol is last) == (r_old is last) and kept_fol == kept_old
+    else:
+        assert r_fol is REOPENED and kept_fol is None
+    assert _prefix_of(follower_slot) == _prefix_of(old_slot)
+    assert (t_fol.events, t_fol.preads) == (t_new.events, t_new.preads)
     return r_new, t_old, t_new
 
 
@@ -368,18 +403,19 @@ def test_a_publish_read_by_a_protocol_writer_timeline(last_events, events, varia
         assert (t_new.preads, t_old.preads) == (2, 4)
 
 
-def test_the_follower_reads_its_kept_files_through_read_again(live_pid, monkeypatch):
-    """A real writer's publishes, longer and shorter, read by a follower: what read_segment says."""
-    calls = []
+def test_a_follower_reads_a_real_writers_publishes_as_read_segment_does(live_pid, monkeypatch):
+    """Publishes longer and shorter than the last, and one longer than the slack: each read through
+    the kept file, each what read_segment says of it."""
+    firsts = []
 
     def counted(*args):
-        calls.append(args[0])
-        return read_again(*args)
+        firsts.append(args[6] if len(args) > 6 else None)
+        return read_consistent(*args)
 
-    monkeypatch.setattr(follower_module, "read_again", counted)
+    monkeypatch.setattr(follower_module, "read_consistent", counted)
     ticks = process_start_ticks(live_pid)
     writer = SegmentWriter(pid=live_pid, start_ticks=ticks)
-    follower = follower_module.SegmentFollower()
+    follower = SegmentFollower()
     try:
         for events in (0, 3, 1, 60, 2, 2):
             payload = _rich_payload(live_pid)
@@ -387,9 +423,9 @@ def test_the_follower_reads_its_kept_files_through_read_again(live_pid, monkeypa
             payload["events"] = [{"time": float(i), "name": f"e{i}"} for i in range(events)]
             writer.publish(payload)
             r = follower.read(live_pid, ticks)
-            assert r.state == "ok" and r == read_segment(live_pid, expected_start_ticks=ticks)
             assert _same_read(r, read_segment(live_pid, expected_start_ticks=ticks))
-        assert len(calls) == 5 and len(follower) == 1  # the first read opened the file
+            assert r.state == "ok" and len(follower) == 1
+        assert firsts[0] is None and all(first is not None for first in firsts[1:]) and len(firsts) == 6
     finally:
         follower.close()
         writer.close()
