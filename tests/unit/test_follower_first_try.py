@@ -429,3 +429,51 @@ def test_a_follower_reads_a_real_writers_publishes_as_read_segment_does(live_pid
     finally:
         follower.close()
         writer.close()
+
+
+# -------------------------------------------------------------------------------------------------
+# retain: what it closes and forgets, in the order it did before its subset tests.
+
+
+def _old_retain(follower, identities):
+    for ident in [i for i in follower._open if i not in identities]:
+        follower._drop(ident)
+    for ident in [i for i in follower._missing_reads if i not in identities]:
+        del follower._missing_reads[ident]
+    for ident in [i for i in follower._prefixes if i not in identities]:
+        del follower._prefixes[ident]
+
+
+class _Recording(SegmentFollower):
+    def __init__(self):
+        super().__init__()
+        self.dropped = []
+
+    def _drop(self, ident):
+        self.dropped.append(ident)
+        self._open.pop(ident, None)
+
+
+_IDENTS = st.lists(st.tuples(st.integers(1, 6), st.integers(0, 2)), max_size=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(opened=_IDENTS, missing=_IDENTS, prefixes=_IDENTS, kept=_IDENTS)
+def test_retain_closes_and_forgets_what_it_did_before(opened, missing, prefixes, kept):
+    followers = []
+    for _ in range(2):
+        f = _Recording()
+        for i in opened:
+            f._open[i] = (FD,)
+        for n, i in enumerate(missing):
+            f._missing_reads[i] = n
+        for i in prefixes:
+            f._prefixes[i] = PrefixSlot()
+        followers.append(f)
+    old, new = followers
+    _old_retain(old, set(kept))
+    new.retain(set(kept))
+    assert new.dropped == old.dropped
+    assert list(new._open) == list(old._open)
+    assert list(new._missing_reads.items()) == list(old._missing_reads.items())
+    assert list(new._prefixes) == list(old._prefixes)
