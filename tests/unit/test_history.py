@@ -7,11 +7,12 @@ from __future__ import annotations
 import math
 import random
 from array import array
-from dataclasses import replace
+from dataclasses import fields, replace
 
 from sidecar.collect import history_sample
 from sidecar.history import History, Sample, pack
 from sidecar.verdict import Facts, GpuFacts, ModelFacts, ProcessFacts, ProcGpu, RecentSample
+from sidecar.verdict.facts import _DERIVED_FACTS
 
 
 def _sample(t: float) -> Sample:
@@ -95,6 +96,8 @@ def test_facts_with_recent_keep_what_they_derived_and_only_that():
     kept = facts.with_recent(recent)
     fresh = replace(facts, recent=recent)
     assert kept.recent == recent and kept == fresh
+    # Its fields, and derived facts only: nothing else of the old facts rides along.
+    assert set(kept.__dict__) <= {f.name for f in fields(Facts)} | set(_DERIVED_FACTS)
     assert kept.model_gpu_indices is facts.model_gpu_indices
     assert (
         kept.model_gpu_indices
