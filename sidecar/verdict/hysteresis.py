@@ -3,6 +3,7 @@ flaps between two polls."""
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, replace
 
 from sidecar.verdict.facts import SEVERITY_ORDER, Finding, Rules, Verdict
@@ -40,4 +41,7 @@ def settle(
             shown.append(w)
     held.extend((code, w, 0) for code, w in seen.items())
     shown.sort(key=lambda w: SEVERITY_ORDER[w.severity])
-    return replace(verdict, warnings=tuple(shown)), HysteresisState(tuple(held))
+    state = HysteresisState(tuple(held))
+    if len(shown) == len(verdict.warnings) and all(map(operator.is_, shown, verdict.warnings)):
+        return verdict, state  # nothing held back, nothing reordered (most polls): no copy to make
+    return replace(verdict, warnings=tuple(shown)), state

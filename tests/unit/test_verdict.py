@@ -583,3 +583,23 @@ def test_the_multiprocessing_flags_cache_keeps_no_long_command_line():
     assert _mp_flags.cache_info().hits == 1  # keyed on those arguments, not on the megabytes after
     flags(long_code)
     assert _mp_flags.cache_info().currsize == 1  # a long -c code is not kept
+
+
+def test_settle_gives_the_verdict_itself_only_when_it_shows_exactly_its_warnings_in_severity_order():
+    from sidecar.catalogue import ref
+    from sidecar.verdict.rules import finding
+
+    info = finding("a-note", "info", ref("warning.pid-namespace"), None)
+    warn = finding("b-warning", "warning", ref("warning.pid-namespace"), None)
+    base = decide(facts(proc(models=[model("cuda:0", inp="cuda:0")])))
+    rules = Rules(hysteresis_off_polls=3)
+    in_order = replace(base, warnings=(warn, info))
+    same, state = settle(HysteresisState(), in_order, rules)
+    assert same is in_order
+    # Out of severity order: sorted, in a new verdict.
+    unsorted = replace(base, warnings=(info, warn))
+    v, _ = settle(HysteresisState(), unsorted, rules)
+    assert v is not unsorted and v.warnings == (warn, info) and replace(v, warnings=unsorted.warnings) == unsorted
+    # A warning held back from the last poll is shown too: a new verdict.
+    held, _ = settle(state, replace(base, warnings=(info,)), rules)
+    assert held.warnings == (warn, info)
