@@ -9,12 +9,13 @@ the last live processes, when each stopped process was first seen stopped).
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
-from operator import attrgetter
+from itertools import chain
+from operator import attrgetter, itemgetter
 from typing import Any
 
-from probe_wire.schema import MODEL_COLLECTED, PUBLISH_FAILED
+from probe_wire.schema import DEVICE_NO_PARAMETERS, MODEL_COLLECTED, PUBLISH_FAILED
 from sidecar import bounds
 from sidecar.bounds import MAX_ID_CHARS, clip, clip_opt
 from sidecar.history import GPU_COLUMNS, Sample, pack
@@ -123,65 +124,109 @@ def math_settings(x: Any) -> MathSettings | None:
     )
 
 
-def models_from_payload(payload: dict[str, Any]) -> tuple[ModelFacts, ...]:
+def _values(d: dict[str, Any], get_all: itemgetter, keys: tuple[str, ...]) -> tuple[Any, ...]:
+    """``d``'s values of ``keys``, None for an absent one: one C call when ``d`` is a plain dict that
+    has them all (a validated payload has every key of its schema, None when not set)."""
+    if type(d) is dict:
+        try:
+            return get_all(d)
+        except KeyError:
+            pass
+    return tuple(map(d.get, keys))
+
+
+# Read from each model of a payload, in this order (_values).
+_MODEL_KEYS = ("name", "class", "device", "devices", "params", "input_device", "forward_calls")
+_MODEL_KEYS += ("forward_rate_hz", "data_wait_fraction", "train_steps", "step_rate_hz", "step_source")
+_MODEL_KEYS += ("shared_memory", "param_dtypes", "autocast", "input_shape", "loader_settings")
+_model_values = itemgetter(*_MODEL_KEYS)
+_TEXT = bounds.MAX_TEXT_CHARS
+
+
+def _devices(x: Any) -> tuple[str, ...]:
+    """A model's distinct device names, clipped, at most MAX_DEVICES_SHOWN."""
+    if type(x) is list and len(x) == 1 and type(x[0]) is str and len(x[0]) <= MAX_ID_CHARS:
+        return (x[0],)  # one device (most models): what the general case below gives
+    kinds = list(dict.fromkeys(d for d in x if isinstance(d, str))) if isinstance(x, list) else []
+    return tuple(clip(d, MAX_ID_CHARS) for d in kinds[: bounds.MAX_DEVICES_SHOWN])
+
+
+def _models(models: Any) -> tuple[ModelFacts, ...]:
+    """The models of a payload (its "models"), each value typed and clipped as _str, _int, _float,
+    _bool, _names, _shape and _loader_settings do: written out (this runs for every model of every
+    changed payload), each the helper's own result with the common values (a short string, an int,
+    a float, None) taken without a call."""
     out = []
-    for m in payload.get("models") or ():
+    for m in models or ():
         if not isinstance(m, dict):
             continue
-        devices = m.get("devices")
-        kinds = (
-            list(dict.fromkeys(d for d in devices if isinstance(d, str))) if isinstance(devices, list) else []
+        name, cls, dev, devs, params, in_dev, calls, fwd, wait, steps, rate, source, shared, dtypes, ac, shape, ls = (
+            _values(m, _model_values, _MODEL_KEYS)
         )
         out.append(
             ModelFacts(
-                name=_str(m.get("name")) or _str(m.get("class")) or "model",
-                device=_str(m.get("device"), MAX_ID_CHARS),
-                devices=tuple(clip(d, MAX_ID_CHARS) for d in kinds[: bounds.MAX_DEVICES_SHOWN]),
-                params=_int(m.get("params")),
-                input_device=_str(m.get("input_device"), MAX_ID_CHARS),
-                forward_calls=_int(m.get("forward_calls")) or 0,
-                forward_rate_hz=_float(m.get("forward_rate_hz")),
-                data_wait_fraction=_float(m.get("data_wait_fraction")),
-                train_steps=_int(m.get("train_steps")),
-                step_rate_hz=_float(m.get("step_rate_hz")),
-                step_source=_str(m.get("step_source")),
-                shared_memory=_bool(m.get("shared_memory")),
-                param_dtypes=_names(m.get("param_dtypes")),
-                autocast=_str(m.get("autocast"), MAX_ID_CHARS),
-                input_shape=_shape(m.get("input_shape")),
-                loader_settings=_loader_settings(m.get("loader_settings")),
+                name=name if type(name) is str and 0 < len(name) <= _TEXT else _str(name) or _str(cls) or "model",
+                device=dev if type(dev) is str and len(dev) <= MAX_ID_CHARS else _str(dev, MAX_ID_CHARS),
+                devices=_devices(devs),
+                params=params if type(params) is int else _int(params),
+                input_device=in_dev if type(in_dev) is str and len(in_dev) <= MAX_ID_CHARS else _str(in_dev, MAX_ID_CHARS),
+                forward_calls=calls if type(calls) is int else _int(calls) or 0,
+                forward_rate_hz=fwd if type(fwd) is float else _float(fwd),
+                data_wait_fraction=wait if type(wait) is float or wait is None else _float(wait),
+                train_steps=steps if type(steps) is int or steps is None else _int(steps),
+                step_rate_hz=rate if type(rate) is float or rate is None else _float(rate),
+                step_source=source if type(source) is str and len(source) <= _TEXT else _str(source),
+                shared_memory=shared if type(shared) is bool else None,
+                param_dtypes=() if dtypes is None else _names(dtypes),
+                autocast=ac if type(ac) is str and len(ac) <= MAX_ID_CHARS or ac is None else _str(ac, MAX_ID_CHARS),
+                input_shape=None if shape is None else _shape(shape),
+                loader_settings=None if ls is None else _loader_settings(ls),
             )
         )
     return tuple(out)
 
 
-def cuda_reserved_mib(payload: dict[str, Any]) -> float | None:
+def models_from_payload(payload: dict[str, Any]) -> tuple[ModelFacts, ...]:
+    return _models(payload.get("models"))
+
+
+def _reserved_mib(memory: Any) -> float | None:
     """What the process's CUDA caching allocator holds, summed over its devices (exact: bytes / MiB)."""
     total = None
-    for m in payload.get("memory") or ():
+    for m in memory or ():
         if isinstance(m, dict) and _int(m.get("reserved_bytes")) is not None:
             total = (total or 0.0) + m["reserved_bytes"] / MIB
     return total
 
 
-def publish_failure(payload: dict[str, Any]) -> str | None:
-    """The message of a fallback payload (probe_wire.schema.PUBLISH_FAILED), else None."""
-    errors = payload.get("errors")
+def cuda_reserved_mib(payload: dict[str, Any]) -> float | None:
+    return _reserved_mib(payload.get("memory"))
+
+
+def _publish_failure(errors: Any) -> str | None:
     last = errors[-1] if isinstance(errors, list) and errors else None
     if isinstance(last, dict) and last.get("where") == PUBLISH_FAILED:
         return _str(last.get("message")) or "unknown error"
     return None
 
 
-def collected_models(payload: dict[str, Any]) -> tuple[str, ...]:
-    errors = payload.get("errors")
+def publish_failure(payload: dict[str, Any]) -> str | None:
+    """The message of a fallback payload (probe_wire.schema.PUBLISH_FAILED), else None."""
+    return _publish_failure(payload.get("errors"))
+
+
+def _collected_models(errors: Any) -> tuple[str, ...]:
     if not isinstance(errors, list):
         return ()
     names = (_str(e.get("message")) for e in errors if isinstance(e, dict) and e.get("where") == MODEL_COLLECTED)
     return tuple(sorted({n for n in names if n}))[: bounds.MAX_MODELS_SHOWN]
 
 
-# A cached command line's first arguments, in characters at most: the cache outlives the processes,
+def collected_models(payload: dict[str, Any]) -> tuple[str, ...]:
+    return _collected_models(payload.get("errors"))
+
+
+# A command line's first arguments, in characters at most: the cache outlives the processes,
 # and a process controls its command line (up to ARG_MAX, megabytes: 1024 of them would be GiBs).
 _MP_FLAGS_CACHED_CHARS = 4096
 
@@ -202,13 +247,26 @@ def _mp_flags_of(cmdline: Any) -> tuple[bool, bool]:
     return _mp_flags(head)
 
 
+# Read from a payload by process_facts, in this order (_values).
+_PAYLOAD_KEYS = ("role", "worker_id", "rank", "local_rank", "world_size", "dist_backend", "loader", "runtime")
+_PAYLOAD_KEYS += ("memory", "models", "errors", "steps", "math", "syncs_per_step")
+_payload_values = itemgetter(*_PAYLOAD_KEYS)
+_NO_PAYLOAD = (None,) * len(_PAYLOAD_KEYS)
+
+
 def process_facts(proc, read, gpu: tuple[ProcGpu, ...], target_pid: int) -> ProcessFacts:
-    """`proc` is a proctree.ProcInfo, `read` a segments.ProbeRead or None."""
+    """`proc` is a proctree.ProcInfo, `read` a segments.ProbeRead or None. Each value of the payload
+    typed and clipped by the helpers above, the common ones (a short string, an int, None) without
+    a call (this runs for every process whose payload changed, most of them at every poll)."""
     payload = read.payload if read is not None else None
-    runtime = payload.get("runtime") if payload and isinstance(payload.get("runtime"), dict) else None
-    cmdline = getattr(proc, "cmdline", None)
-    mp_flags = _mp_flags_of(cmdline)
-    p = payload or {}
+    role, worker_id, rank, local_rank, world_size, backend, loader, runtime, memory, models, errors, steps, math, syncs = (
+        _values(payload, _payload_values, _PAYLOAD_KEYS) if payload else _NO_PAYLOAD
+    )
+    mp_helper, mp_child = _mp_flags_of(getattr(proc, "cmdline", None))
+    if payload and not (type(errors) is list and not errors):
+        failure, collected = _publish_failure(errors), _collected_models(errors)
+    else:  # no errors (most payloads): what the two give for an empty list
+        failure, collected = None, ()
     return ProcessFacts(
         pid=proc.pid,
         ppid=proc.ppid,
@@ -218,24 +276,24 @@ def process_facts(proc, read, gpu: tuple[ProcGpu, ...], target_pid: int) -> Proc
         probe_state=read.state if read is not None else "missing",
         probe_error=_str(read.error) if read is not None else None,
         probe_unreadable=bool(read and read.unreadable),
-        role=_str(p.get("role"), MAX_ID_CHARS),
-        worker_id=_int(p.get("worker_id")),
-        rank=_int(p.get("rank")),
-        local_rank=_int(p.get("local_rank")),
-        world_size=_int(p.get("world_size")),
-        dist_backend=_str(p.get("dist_backend"), MAX_ID_CHARS),
-        loader=_str(p.get("loader"), MAX_ID_CHARS),
-        mp_helper=mp_flags[0],
-        mp_child=mp_flags[1],
-        publish_failure=publish_failure(payload) if payload else None,
-        collected_models=collected_models(payload) if payload else (),
-        runtime=runtime,
-        cuda_memory_mib=cuda_reserved_mib(payload) if payload else None,
-        models=models_from_payload(payload) if payload else (),
+        role=role if type(role) is str and len(role) <= MAX_ID_CHARS else _str(role, MAX_ID_CHARS),
+        worker_id=worker_id if type(worker_id) is int or worker_id is None else _int(worker_id),
+        rank=rank if type(rank) is int or rank is None else _int(rank),
+        local_rank=local_rank if type(local_rank) is int or local_rank is None else _int(local_rank),
+        world_size=world_size if type(world_size) is int or world_size is None else _int(world_size),
+        dist_backend=backend if backend is None else _str(backend, MAX_ID_CHARS),
+        loader=loader if loader is None else _str(loader, MAX_ID_CHARS),
+        mp_helper=mp_helper,
+        mp_child=mp_child,
+        publish_failure=failure,
+        collected_models=collected,
+        runtime=runtime if isinstance(runtime, dict) else None,
+        cuda_memory_mib=_reserved_mib(memory) if payload else None,
+        models=_models(models) if payload and models else (),
         gpu=gpu,
-        steps=step_breakdown(p.get("steps")),
-        math=math_settings(p.get("math")),
-        syncs_per_step=_nonnegative(p.get("syncs_per_step")),
+        steps=None if steps is None else step_breakdown(steps),
+        math=None if math is None else math_settings(math),
+        syncs_per_step=None if syncs is None else _nonnegative(syncs),
     )
 
 
@@ -276,7 +334,10 @@ class NvmlFacts:
 
 def nvml_facts(nvml, tree_pids: set[int], gpus: tuple[GpuFacts, ...] | None = None) -> NvmlFacts:
     """``gpus``: the snapshot's devices as facts when the caller made them already (discovery makes
-    them once per poll for all its jobs)."""
+    them once per poll for all its jobs, and reads their rows once: share_nvml_rows)."""
+    shared = _shared_rows[0]
+    if gpus is not None and shared is not None and shared.snapshot is nvml:
+        return shared.facts(tree_pids, gpus)
     out = NvmlFacts()
     made = []
     for d in nvml.devices if nvml.ok else ():
@@ -294,6 +355,63 @@ def nvml_facts(nvml, tree_pids: set[int], gpus: tuple[GpuFacts, ...] | None = No
     return out
 
 
+class NvmlRows:
+    """One NVML snapshot's process rows, read once for all the jobs of a discovery poll
+    (share_nvml_rows): which pids each device lists, and every pid listed. A job's NvmlFacts
+    (facts()) are then nvml_facts' walk of the rows for that job, less the rows of the devices that
+    list none of the tree's processes, which it only counts: the very NvmlFacts the walk gave."""
+
+    __slots__ = ("devices", "pids", "snapshot")
+
+    def __init__(self, nvml) -> None:
+        self.snapshot = nvml
+        # (device, the pids of its rows in order), devices in order
+        self.devices = [(d, [gp.pid for gp in d.processes]) for d in (nvml.devices if nvml.ok else ())]
+        if len({d.index for d, _ in self.devices}) < len(self.devices):
+            raise ValueError("a device index twice")  # never from NVML: each job walks the rows
+        self.pids = frozenset(chain.from_iterable(pids for _, pids in self.devices))  # nobody changes it
+
+    def facts(self, tree_pids: set[int], gpus: tuple[GpuFacts, ...]) -> NvmlFacts:
+        out = NvmlFacts(gpus=gpus, pids=self.pids)  # type: ignore[arg-type]
+        by_pid, others = out.by_pid, out.other_processes
+        for d, pids in self.devices:
+            if tree_pids.isdisjoint(pids):
+                if pids:
+                    others[d.index] = len(pids)
+                continue
+            index, other = d.index, 0
+            for gp, pid in zip(d.processes, pids):
+                if pid in tree_pids:
+                    row = ProcGpu(index, gp.used_mib, gp.sm_util, getattr(gp, "mig_index", None))
+                    rows = by_pid.get(pid)
+                    if rows is None:
+                        by_pid[pid] = [row]
+                    else:
+                        rows.append(row)
+                else:
+                    other += 1
+            if other:
+                others[index] = other
+        return out
+
+
+# The rows of the snapshot a discovery poll shares among its jobs (share_nvml_rows); None: none.
+_shared_rows: list[NvmlRows | None] = [None]
+
+
+def share_nvml_rows(nvml) -> None:
+    """Read ``nvml``'s rows now (NvmlRows), once for all the jobs of this poll: nvml_facts takes a
+    job's rows from here when it is handed this very snapshot and the devices as facts (discovery's
+    jobs are). Made afresh at each call, never found again by identity: a source may hand back the same
+    snapshot object changed. The last call's rows are kept (one snapshot) until the next call. A
+    snapshot that cannot be split so (a device index twice, rows that are not rows) is not shared:
+    each job's walk then gives (or raises) what it gave before."""
+    try:
+        _shared_rows[0] = NvmlRows(nvml)
+    except Exception:
+        _shared_rows[0] = None
+
+
 def _norm_pci(pci: str | None) -> str | None:
     """NVML writes an 8-digit PCI domain, sysfs a 4-digit one."""
     if not pci:
@@ -305,9 +423,15 @@ def _norm_pci(pci: str | None) -> str | None:
         return pci.lower()
 
 
-@for_the_same_objects  # discovery's jobs share one poll's devices
 def system_gpu_facts(system_gpus, gpus: tuple[GpuFacts, ...]) -> tuple[SystemGpuFacts, ...]:
     """Match OS graphics devices to NVML devices by PCI address."""
+    return _system_gpu_facts(gpus, *system_gpus)
+
+
+# Discovery's jobs share one poll's devices, and each job's list of the OS's devices (a list of its
+# own) holds the same frozen sysfs.SystemGpu objects: made once per poll for all of them.
+@for_the_same_objects
+def _system_gpu_facts(gpus: tuple[GpuFacts, ...], *system_gpus) -> tuple[SystemGpuFacts, ...]:
     by_pci = {_norm_pci(g.pci_bus_id): g.index for g in gpus if g.pci_bus_id}
     return tuple(
         SystemGpuFacts(vendor=s.vendor, name=s.name, pci=s.pci, driver=s.driver, nvml_index=by_pci.get(_norm_pci(s.pci)))
@@ -355,7 +479,8 @@ class FactCollector:
         self._stopped_since: dict[tuple, float] = {}
 
     def facts(self, now: float, tree, reads, nvml, system_gpus, gpus: tuple[GpuFacts, ...] | None = None) -> Facts:
-        nv = nvml_facts(nvml, tree.pids(), gpus)
+        tree_pids = tree.pids()
+        nv = nvml_facts(nvml, tree_pids, gpus)
         if tree.target_alive:
             procs = self._process_facts(tree, reads, nv.by_pid)
             self._last_alive, self.proc_info = procs, {p.pid: p for p in tree.processes}
@@ -379,18 +504,18 @@ class FactCollector:
             cuda_driver=getattr(nvml, "cuda_driver", None),
             gpus=nv.gpus,
             system_gpus=system_gpu_facts(system_gpus, nv.gpus),
-            pid_namespace_suspect=self._pid_namespace_suspect(nvml, nv, tree, procs),
+            pid_namespace_suspect=self._pid_namespace_suspect(nvml, nv, tree_pids, procs),
             stopped=self._stopped(now, tree),
             rules=self.rules,
         )
 
-    def _pid_namespace_suspect(self, nvml, nv: NvmlFacts, tree, procs) -> bool:
+    def _pid_namespace_suspect(self, nvml, nv: NvmlFacts, tree_pids: set[int], procs) -> bool:
         """NVML lists processes, none of them ours, while our probes hold CUDA memory, and none of
         NVML's pids exists here: the sidecar runs in another PID namespace than the job."""
         return bool(
             nvml.ok
             and nv.pids
-            and not (nv.pids & tree.pids())
+            and nv.pids.isdisjoint(tree_pids)
             and any((p.cuda_memory_mib or 0) > 0 for p in procs)
             and not any(self.pid_visible(pid) for pid in nv.pids)
         )
@@ -409,76 +534,116 @@ class FactCollector:
     def _process_facts(self, tree, reads, by_pid) -> tuple[ProcessFacts, ...]:
         """ProcessFacts of each process, reused from the last poll when nothing it is made of changed
         (same probe read object, same place in the tree, same NVML rows): most processes of a big
-        tree, most polls."""
+        tree, most polls. When only its NVML rows changed (a GPU's per-process samples), the last
+        poll's facts with the new rows and what comes from the process itself (_with_gpu)."""
         cache, fresh = self._cache, {}
         out = []
+        target = self.target_pid
         for p in tree.processes:
-            read = reads.get(p.pid)
-            gpu = tuple(by_pid.get(p.pid, ()))
+            pid = p.pid
+            read = reads.get(pid)
+            rows = by_pid.get(pid)
+            gpu = tuple(rows) if rows else ()
             place = (p.start_ticks, p.ppid, p.depth, p.name)
-            hit = cache.get(p.pid)
-            if hit is not None and hit[0] is read and hit[1] == place and hit[2].gpu == gpu:
+            hit = cache.get(pid)
+            if hit is None or hit[0] is not read or hit[1] != place:
+                pf = process_facts(p, read, gpu, target)
+            elif hit[2].gpu == gpu:
                 pf = hit[2]
             else:
-                pf = process_facts(p, read, gpu, self.target_pid)
-            fresh[p.pid] = (read, place, pf)
+                pf = _with_gpu(hit[2], p, gpu, target)
+            fresh[pid] = (read, place, pf)
             out.append(pf)
         self._cache = fresh
         return tuple(out)
 
 
-def _job_sums(facts: Facts, proc_info: dict[int, Any] | None) -> tuple[float | None, ...]:
-    """history.JOB_COLUMNS: the job's CPU, RSS and rates (what the charts show without a GPU)."""
-    cpu = rss = fwd = steps = None
-    for p in facts.processes:
-        info = proc_info.get(p.pid) if proc_info else None
-        if info is not None and info.cpu_percent is not None:
-            cpu = (cpu or 0.0) + info.cpu_percent
-        if info is not None and info.rss_mib is not None:
-            rss = (rss or 0.0) + info.rss_mib
-        for m in p.models:
-            if m.forward_rate_hz is not None:
-                fwd = (fwd or 0.0) + m.forward_rate_hz
-            if m.step_rate_hz is not None:
-                steps = (steps or 0.0) + m.step_rate_hz
-    return cpu, rss, fwd, steps
+# ProcessFacts' fields as its __init__ takes them (a test sees that it takes them all in order), and
+# where those that come from the process itself and NVML are (_with_gpu).
+_PF_FIELDS = tuple(f.name for f in fields(ProcessFacts) if f.init)
+_pf_values = attrgetter(*_PF_FIELDS)
+_PF_AT = {name: _PF_FIELDS.index(name) for name in ("pid", "ppid", "depth", "name", "is_target", "gpu")}
+_PF_MP_AT = (_PF_FIELDS.index("mp_helper"), _PF_FIELDS.index("mp_child"))
+
+
+def _with_gpu(pf: ProcessFacts, proc, gpu: tuple[ProcGpu, ...], target_pid: int) -> ProcessFacts:
+    """process_facts(proc, read, gpu, target_pid) given ``pf``, process_facts of the same read:
+    ``pf``'s values of the payload, the process's own values (as process_facts takes them) and
+    ``gpu``. A third of the cost: a payload's values are the most of it."""
+    values = list(_pf_values(pf))
+    at = _PF_AT
+    values[at["pid"]] = proc.pid
+    values[at["ppid"]] = proc.ppid
+    values[at["depth"]] = proc.depth
+    values[at["name"]] = clip(proc.name) if isinstance(proc.name, str) else proc.name
+    values[at["is_target"]] = proc.pid == target_pid
+    values[_PF_MP_AT[0]], values[_PF_MP_AT[1]] = _mp_flags_of(getattr(proc, "cmdline", None))
+    values[at["gpu"]] = gpu
+    return ProcessFacts(*values)
 
 
 def history_sample(now: float, facts: Facts, proc_info: dict[int, Any] | None = None) -> Sample:
-    """What one poll adds to the history: per GPU, per GPU process of the tree, the job's sums, and
-    the sums the verdict's windowed rules (idle GPU, memory growth) read back."""
+    """What one poll adds to the history: per GPU, per GPU process of the tree, the job's sums
+    (history.JOB_COLUMNS: its CPU, RSS and rates, what the charts show without a GPU), and the sums
+    the verdict's windowed rules (idle GPU, memory growth) read back. One pass over the processes
+    and their models; each sum adds in the processes' order."""
     proc_rows = []
     sm_total = mem_total = None
     calls = 0
     steps = None
+    cpu = rss = fwd = step_rate = None
+    info_of = proc_info.get if proc_info else None
     for p in facts.processes:
-        if p.gpu:
-            sms = [g.sm_util for g in p.gpu if g.sm_util is not None]
-            sm = sum(sms) if sms else None
-            proc_rows.append((p.pid, p.gpu_mem_mib, sm))
-            mem_total = (mem_total or 0.0) + p.gpu_mem_mib
+        gpu = p.gpu
+        if gpu:
+            if len(gpu) == 1:  # one GPU (most processes): what sum() of its one sample gives
+                sm = gpu[0].sm_util
+                if sm is not None:
+                    sm = 0 + sm
+            else:
+                sms = [g.sm_util for g in gpu if g.sm_util is not None]
+                sm = sum(sms) if sms else None
+            mem = p.gpu_mem_mib
+            proc_rows.append((p.pid, mem, sm))
+            mem_total = (mem_total or 0.0) + mem
             if sm is not None:
                 sm_total = (sm_total or 0.0) + sm
+        if info_of is not None:
+            info = info_of(p.pid)
+            if info is not None:
+                if info.cpu_percent is not None:
+                    cpu = (cpu or 0.0) + info.cpu_percent
+                if info.rss_mib is not None:
+                    rss = (rss or 0.0) + info.rss_mib
         for m in p.models:
-            if device_type(m.device) in ACCELERATOR_TYPES or any(device_type(d) == "cuda" for d in m.devices):
+            dev = m.device  # device_type(m.device), written out
+            if (
+                dev and dev != DEVICE_NO_PARAMETERS and dev.split(":", 1)[0] in ACCELERATOR_TYPES
+            ) or any(device_type(d) == "cuda" for d in m.devices):
                 calls += m.forward_calls
                 if m.train_steps is not None:
                     steps = (steps or 0) + m.train_steps
+            if m.forward_rate_hz is not None:
+                fwd = (fwd or 0.0) + m.forward_rate_hz
+            if m.step_rate_hz is not None:
+                step_rate = (step_rate or 0.0) + m.step_rate_hz
     if facts.nvml_ok and sm_total is None and proc_rows and not any(g.mig_mode for g in facts.gpus):
         # Processes listed, no utilisation samples: NVML's NOT_FOUND means idle. Not on MIG, where
         # per-process utilisation does not exist at all (unknown, not idle).
         sm_total = 0.0
     model_gpu = primary_model_gpu_index(facts)
-    g = next((g for g in facts.gpus if g.index == model_gpu), None)
-    recent = RecentSample(
-        now, sm_total, mem_total if facts.nvml_ok else None, calls, g.util if g is not None else None, steps
-    )
+    util = None
+    for g in facts.gpus:
+        if g.index == model_gpu:
+            util = g.util
+            break
+    recent = RecentSample(now, sm_total, mem_total if facts.nvml_ok else None, calls, util, steps)
     return Sample(
         time=now,
         gpus=packed_gpu_rows(facts.gpus),
         processes=tuple(proc_rows),
         recent=recent,
-        job=_job_sums(facts, proc_info),
+        job=(cpu, rss, fwd, step_rate),
     )
 
 

@@ -11,7 +11,7 @@ import threading
 from array import array
 from collections import deque
 from collections.abc import Iterable
-from itertools import pairwise
+from itertools import chain, pairwise
 from typing import Any
 
 from sidecar.bounds import clip_opt
@@ -40,11 +40,21 @@ PROCESS_COLUMNS = ("pid", "gpu_mem_mib", "sm_util_pct")
 JOB_COLUMNS = ("cpu_pct", "rss_mib", "forward_rate_hz", "step_rate_hz")
 
 
-def pack(rows: tuple[tuple[float | None, ...], ...]) -> array:
+def pack(rows: Iterable[Iterable[float | None]]) -> array:
     """Rows as doubles, NaN for "no value": a fraction of the memory of tuples of float objects."""
+    flat = list(chain.from_iterable(rows))
+    try:
+        # Most rows (a poll's processes, its job's sums) have every value, and finite: packed in
+        # one call, and a sum says they all were finite (an infinite or NaN value makes it so, and
+        # so do finite values too large to add, which the loop below then packs one by one).
+        packed = array("d", flat)
+        if math.isfinite(sum(packed)):
+            return packed
+    except Exception:  # None, or not a number: the loop below says which
+        pass
     # An infinite value is no value either: two models' finite forward rates can sum to inf, which
     # JSON cannot carry (/history answered a bare Infinity, and the page's charts stopped).
-    return array("d", [_NAN if v is None or not math.isfinite(v) else v for row in rows for v in row])
+    return array("d", [_NAN if v is None or not math.isfinite(v) else v for v in flat])
 
 
 def _unpack(flat: array, width: int) -> tuple[tuple[Any, ...], ...]:
