@@ -134,7 +134,7 @@ def _add_foreign_rows(polls, per_gpu: int) -> None:
             ]
 
 
-def compare(path: Path, rounds: int, cold: bool, foreign: int) -> None:
+def compare(path: Path, rounds: int, cold: bool, foreign: int, vary_sm: bool) -> None:
     import sidecar.collect as new
     from tests.helpers import collect_before as old
 
@@ -142,6 +142,11 @@ def compare(path: Path, rounds: int, cold: bool, foreign: int) -> None:
         polls = pickle.load(f)
     if foreign:
         _add_foreign_rows(polls, foreign)
+    if vary_sm:  # a busy GPU's per-process samples change from poll to poll
+        for i, jobs in enumerate(polls):
+            for d in jobs[0][4].devices:
+                for gp in d.processes:
+                    gp.sm_util = None if gp.sm_util is None else (gp.sm_util + i) % 100
     print(f"{len(polls)} polls of {len(polls[0])} jobs, {sum(len(j[2].processes) for j in polls[0])} processes")
     times: dict[str, list[float]] = {"before": [], "after": []}
     ratios = []
@@ -185,11 +190,12 @@ def main() -> None:
     m.add_argument("--rounds", type=int, default=10)
     m.add_argument("--cold", action="store_true", help="evict the CPU caches before each poll")
     m.add_argument("--foreign-rows", type=int, default=0, help="other users' processes added on each GPU")
+    m.add_argument("--vary-sm", action="store_true", help="per-process utilisation changing at every poll")
     args = parser.parse_args()
     if args.cmd == "capture":
         capture(args.out, args.polls)
     else:
-        compare(args.path, args.rounds, args.cold, args.foreign_rows)
+        compare(args.path, args.rounds, args.cold, args.foreign_rows, args.vary_sm)
 
 
 if __name__ == "__main__":
