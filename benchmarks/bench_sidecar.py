@@ -25,6 +25,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -205,21 +207,22 @@ def compare(work: Path, driver: Driver, polls: int) -> dict:
     }
 
 
-def discovery(work: Path, driver: Driver, polls: int, unrelated: int = 1000) -> dict:
-    """Discovery (no --pid): 4 jobs of 16 probed processes over 8 GPUs among `unrelated` other
-    processes, one poll of all of them beside nvitop's snapshot of the same machine."""
+@contextmanager
+def discovery_scenario(
+    work: Path, driver: Driver, unrelated: int = 0, publish_interval_s: float = PUBLISH_S
+) -> Iterator[list[BusyJob]]:
+    """The discovery scenario, for as long as the block runs: `unrelated` sleeping processes, then 4
+    jobs of 16 probed processes (a root and 15 `sleep` children) over 8 GPUs of `driver`, every
+    segment published once. Yields the jobs."""
     sleepers = [subprocess.Popen(["sleep", "3600"], stdin=subprocess.DEVNULL) for _ in range(unrelated)]
     jobs: list[BusyJob] = []
     try:
         for i in range(4):
             (work / f"job{i}").mkdir(parents=True, exist_ok=True)
-            jobs.append(BusyJob(work / f"job{i}", processes=16, gpus=8, publish_interval_s=PUBLISH_S))
-        pids = [pid for j in jobs for pid in j.pids]
-        driver.write(busy_scenario(pids, 8))
-        time.sleep(1.5)
-        roots = json.dumps([j.pid for j in jobs])
-        ours = run_snippet(DISCOVERY_POLL, driver, roots, polls, GAP_S)
-        nvitop = run_snippet(NVITOP_POLL, driver, 0, max(20, polls // 4), GAP_S)
+            jobs.append(BusyJob(work / f"job{i}", processes=16, gpus=8, publish_interval_s=publish_interval_s))
+        driver.write(busy_scenario([pid for j in jobs for pid in j.pids], 8))
+        time.sleep(1.5)  # every segment published
+        yield jobs
     finally:
         for j in jobs:
             j.__exit__(None, None, None)
@@ -227,6 +230,15 @@ def discovery(work: Path, driver: Driver, polls: int, unrelated: int = 1000) -> 
             s.kill()
         for s in sleepers:
             s.wait()
+
+
+def discovery(work: Path, driver: Driver, polls: int, unrelated: int = 1000) -> dict:
+    """Discovery (no --pid): 4 jobs of 16 probed processes over 8 GPUs among `unrelated` other
+    processes, one poll of all of them beside nvitop's snapshot of the same machine."""
+    with discovery_scenario(work, driver, unrelated) as jobs:
+        roots = json.dumps([j.pid for j in jobs])
+        ours = run_snippet(DISCOVERY_POLL, driver, roots, polls, GAP_S)
+        nvitop = run_snippet(NVITOP_POLL, driver, 0, max(20, polls // 4), GAP_S)
     ratio = statistics.median(nvitop["cpu"]) / statistics.median(ours["cpu"])
     print(f"\n## Discovery: 4 jobs x 16 probed processes, 8 GPUs, {unrelated} unrelated processes\n")
     print("| tool | CPU per poll, median | p95 | wall per poll, median | nvitop / ours |")

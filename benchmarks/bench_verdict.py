@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import pickle
 import subprocess
 import sys
@@ -34,10 +35,11 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 CAPTURE = r"""
-import pickle, sys
+import json, pickle, sys
 import sidecar.jobs as jobs, sidecar.poller as poller
 from sidecar.verdict.facts import _DERIVED_FACTS
-out, n, roots = sys.argv[1], int(sys.argv[2]), {int(x) for x in sys.argv[3].split(",")}
+target, n = json.loads(sys.argv[1]), int(sys.argv[2])  # (bench_sidecar.run_snippet's arguments)
+out, roots = target["out"], set(target["roots"])
 now = [1.7e9]
 clock = lambda: now[0]   # the interval between two polls, whatever they cost
 seen = {}
@@ -56,40 +58,20 @@ for f in (seen[r] for r in sorted(roots)):  # the scenario's jobs, not others on
     kept.append({k: v for k, v in f.__dict__.items() if k not in _DERIVED_FACTS})
 with open(out, "wb") as fh:
     pickle.dump(kept, fh)
-print(len(kept), [len(d["recent"]) for d in kept], [len(d["processes"]) for d in kept])
+print(json.dumps({"jobs": len(kept), "recent": [len(d["recent"]) for d in kept], "processes": [len(d["processes"]) for d in kept]}))
 p.stop()
 """
 
 
 def capture(out: Path, polls: int) -> None:
-    from bench_sidecar import Driver  # the scenario's simulated driver
-
-    from tests.stress.loadgen import BusyJob, busy_scenario
+    from bench_sidecar import Driver, discovery_scenario, run_snippet
 
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)
         driver = Driver(work / "driver")
-        jobs: list[BusyJob] = []
-        try:
-            for i in range(4):
-                (work / f"job{i}").mkdir(parents=True, exist_ok=True)
-                jobs.append(BusyJob(work / f"job{i}", processes=16, gpus=8, publish_interval_s=0.05))
-            driver.write(busy_scenario([pid for j in jobs for pid in j.pids], 8))
-            time.sleep(1.5)  # every segment published
-            done = subprocess.run(
-                [sys.executable, "-c", CAPTURE, str(out), str(polls), ",".join(str(j.pid) for j in jobs)],
-                env=driver.env(),
-                cwd=REPO,
-                capture_output=True,
-                text=True,
-                timeout=1800,
-            )
-            if done.returncode != 0:
-                raise RuntimeError(done.stderr[-3000:])
-            print(done.stdout.strip())
-        finally:
-            for j in jobs:
-                j.__exit__(None, None, None)
+        with discovery_scenario(work, driver) as jobs:
+            target = json.dumps({"out": str(out), "roots": [j.pid for j in jobs]})
+            print(run_snippet(CAPTURE, driver, target, polls))
 
 
 def load_package(rev: str, name: str) -> None:

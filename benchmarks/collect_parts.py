@@ -55,25 +55,13 @@ print("{}")
 
 
 def capture(out: Path, polls: int) -> None:
-    from bench_sidecar import GAP_S, PUBLISH_S, Driver, run_snippet
-
-    from tests.stress.loadgen import BusyJob, busy_scenario
+    from bench_sidecar import GAP_S, Driver, discovery_scenario, run_snippet
 
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)
         driver = Driver(work / "driver")
-        busy: list[BusyJob] = []
-        try:
-            for i in range(4):
-                (work / f"job{i}").mkdir(parents=True, exist_ok=True)
-                busy.append(BusyJob(work / f"job{i}", processes=16, gpus=8, publish_interval_s=PUBLISH_S))
-            driver.write(busy_scenario([pid for j in busy for pid in j.pids], 8))
-            time.sleep(1.5)  # every segment published
+        with discovery_scenario(work, driver):
             run_snippet(CAPTURE, driver, str(out.resolve()), polls, GAP_S)
-        finally:
-            for j in busy:
-                j.__exit__(None, None, None)
-    print(f"{polls} polls captured in {out}")
 
 
 class _Replay:

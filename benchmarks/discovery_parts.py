@@ -15,12 +15,9 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
-import time
 from pathlib import Path
 
-from bench_sidecar import GAP_S, PUBLISH_S, Driver, ms, run_snippet
-
-from tests.stress.loadgen import BusyJob, busy_scenario
+from bench_sidecar import GAP_S, PUBLISH_S, Driver, discovery_scenario, ms, run_snippet
 
 POLL_BY_PARTS = r"""
 import collections, json, sys, time
@@ -73,17 +70,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)
         driver = Driver(work / "driver")
-        jobs: list[BusyJob] = []
-        try:
-            for i in range(4):
-                (work / f"job{i}").mkdir(parents=True, exist_ok=True)
-                jobs.append(BusyJob(work / f"job{i}", processes=16, gpus=8, publish_interval_s=args.publish_interval))
-            driver.write(busy_scenario([pid for j in jobs for pid in j.pids], 8))
-            time.sleep(1.5)  # every segment published
+        with discovery_scenario(work, driver, publish_interval_s=args.publish_interval):
             out = run_snippet(POLL_BY_PARTS, driver, 0, args.polls, GAP_S)
-        finally:
-            for j in jobs:
-                j.__exit__(None, None, None)
     print(f"CPU per poll, median: {ms(out['cpu']):.2f} ms (publish interval {args.publish_interval} s)")
     for label, value in sorted(out["parts"].items(), key=lambda kv: -kv[1]):
         print(f"  {label:<18} {value:6.3f} ms")
