@@ -22,7 +22,10 @@ FOREIGN_CHECK_EVERY_POLLS = 20
 UNREADABLE_STATES = ("corrupt", "foreign-owner", "owner-mismatch")
 
 
-@dataclass(frozen=True)
+# Slotted, not frozen: one is made for each new payload at each poll, and a frozen dataclass sets
+# each field through object.__setattr__ (as verdict.facts says of the per-process facts). Nothing
+# mutates a read: downstream caches compare reads by identity.
+@dataclass(slots=True)
 class ProbeRead:
     pid: int
     state: str  # one of probe_wire.schema.STATES
