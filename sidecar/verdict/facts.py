@@ -184,7 +184,7 @@ class MigFacts:
     mem_total_mib: float | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen, as the per-process facts above: 8 a poll, of 33 fields
 class GpuFacts:
     index: int
     uuid: str | None = None
