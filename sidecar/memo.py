@@ -1,4 +1,4 @@
-"""A one-entry memo keyed on the identity of the arguments: a poll's facts are frozen and shared (a
+"""A one-entry memo keyed on the identity of the arguments: a poll's facts are never changed once made, and shared (a
 discovery poll hands every job the same GPU facts), so what is made of the very same objects is
 made once per poll, and the entry is replaced by the next poll's."""
 
@@ -12,8 +12,8 @@ T = TypeVar("T")
 
 
 def for_the_same_objects(fn: Callable[..., T]) -> Callable[..., T]:
-    """``fn`` again only for other argument objects (``is``, not ``==``: cheap, and frozen facts
-    never change in place). The entry is one tuple, replaced whole: a poller in another thread reads
+    """``fn`` again only for other argument objects (``is``, not ``==``: cheap, and facts
+    are never changed in place). The entry is one tuple, replaced whole: a poller in another thread reads
     either the old one or the new one. It keeps its arguments alive until the next call."""
     last: list[Any] = [None]
 
