@@ -131,14 +131,16 @@ def status_summary(facts: Facts, verdict: Verdict, *, target, memo: dict | None 
     job at every poll, and a job's whole document (its process entries) only when it is asked for.
     ``memo`` (owned by the caller, kept between calls): a verdict's texts equal to the last call's
     are not rendered again (documents are never modified, so they may share them)."""
-    message, warnings = _rendered(verdict, memo if memo is not None else {})
+    memo = memo if memo is not None else {}
+    message, warnings = _rendered(verdict, memo)
+    name, cmdline = _target_texts(target, memo)
     return {
         "job_id": target.job_id,
         "target": {
             "pid": facts.target_pid,
             "alive": facts.target_alive,
-            "name": clip_opt(target.name),
-            "cmdline": clip_args(target.cmdline) if target.cmdline is not None else None,
+            "name": name,
+            "cmdline": cmdline,
             "create_time_unix_s": target.create_time,
         },
         "status": verdict.status,
@@ -153,6 +155,17 @@ def status_summary(facts: Facts, verdict: Verdict, *, target, memo: dict | None 
             verdict.model_gpu_index,
         ),
     }
+
+
+def _target_texts(target, memo: dict) -> tuple[str | None, list[str] | None]:
+    """The target's name and command line, clipped for display; the last call's while the target's
+    are the same objects (a job's target is read once, when it is first seen)."""
+    last = memo.get("target")
+    if last is not None and last[0] is target.name and last[1] is target.cmdline:
+        return last[2]
+    texts = (clip_opt(target.name), clip_args(target.cmdline) if target.cmdline is not None else None)
+    memo["target"] = (target.name, target.cmdline, texts)
+    return texts
 
 
 def _rendered(verdict: Verdict, memo: dict) -> tuple[tuple[str, dict[str, Any]], list[dict[str, Any]]]:

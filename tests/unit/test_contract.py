@@ -306,3 +306,19 @@ def test_a_summary_reuses_the_last_rendering_only_while_the_verdict_is_equal():
     other = replace(renamed, message=Ref("message.mixed"))
     assert status_summary(facts, other, target=target, memo=memo) == status_summary(facts, other, target=target)
     assert status_summary(facts, other, target=target, memo=memo)["message_ref"]["id"] == "message.mixed"
+
+
+def test_a_summary_reuses_the_target_s_clipped_texts_only_while_they_are_the_same_objects():
+    from sidecar.bounds import MAX_CMDLINE_ARGS
+    from sidecar.document import status_summary
+
+    facts, memo = _facts(), {}
+    long_cmdline = ["python", *(f"--arg{i}" for i in range(MAX_CMDLINE_ARGS + 5))]
+    target = TargetInfo(10, "python", long_cmdline, 990.0, 99000)
+    first = status_summary(facts, decide(facts), target=target, memo=memo)["target"]
+    again = status_summary(facts, decide(facts), target=target, memo=memo)["target"]
+    assert again["cmdline"] is first["cmdline"] and first == status_summary(facts, decide(facts), target=target)["target"]
+    assert first["cmdline"][-1].endswith("more")  # clipped
+    other = TargetInfo(10, "torchrun", ["torchrun", "x.py"], 990.0, 99000)
+    changed = status_summary(facts, decide(facts), target=other, memo=memo)["target"]
+    assert changed["name"] == "torchrun" and changed["cmdline"] == ["torchrun", "x.py"]
