@@ -134,6 +134,7 @@ print(json.dumps({"cpu": cpu, "wall": wall, "gpu_rows": sum(len(g.processes or [
 # The busy job republishes this often, and each measured poll waits GAP_S first (see compare).
 PUBLISH_S = 0.05
 GAP_S = 0.06
+PIN = os.environ.get("BENCH_PIN", "").split()  # e.g. "taskset -c 1": each tool on the same core
 
 
 class Driver:
@@ -152,11 +153,15 @@ class Driver:
         return env
 
 
-def run_snippet(code: str, driver: Driver, root: int | str, n: int, gap_s: float = 0.0) -> dict:
+def run_snippet(code: str, driver: Driver, root: int | str, n: int, gap_s: float = 0.0, checkout: Path = REPO) -> dict:
+    """`code` in a fresh process with `checkout`'s packages (another commit's, for an A/B); its last
+    line of output, as JSON."""
+    env = driver.env()
+    env["PYTHONPATH"] = str(checkout)
     out = subprocess.run(
-        [sys.executable, "-c", code, str(root), str(n), str(gap_s)],
-        env=driver.env(),
-        cwd=REPO,
+        [*PIN, sys.executable, "-c", code, str(root), str(n), str(gap_s)],
+        env=env,
+        cwd=checkout,
         capture_output=True,
         text=True,
         timeout=1800,

@@ -17,7 +17,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from bench_sidecar import GAP_S, PUBLISH_S, Driver, discovery_scenario, ms, run_snippet
+from bench_sidecar import GAP_S, PUBLISH_S, REPO, Driver, discovery_scenario, ms, run_snippet
 
 POLL_BY_PARTS = r"""
 import collections, json, sys, time
@@ -66,12 +66,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--polls", type=int, default=100)
     parser.add_argument("--publish-interval", type=float, default=PUBLISH_S, help="seconds (default: as the benchmark)")
+    parser.add_argument("--checkout", type=Path, default=REPO, help="the sidecar of another checkout (default: this one)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)
         driver = Driver(work / "driver")
         with discovery_scenario(work, driver, publish_interval_s=args.publish_interval):
-            out = run_snippet(POLL_BY_PARTS, driver, 0, args.polls, GAP_S)
+            out = run_snippet(POLL_BY_PARTS, driver, 0, args.polls, GAP_S, args.checkout.resolve())
     print(f"CPU per poll, median: {ms(out['cpu']):.2f} ms (publish interval {args.publish_interval} s)")
     for label, value in sorted(out["parts"].items(), key=lambda kv: -kv[1]):
         print(f"  {label:<18} {value:6.3f} ms")
