@@ -15,7 +15,7 @@ from itertools import chain
 from operator import attrgetter, itemgetter
 from typing import Any
 
-from probe_wire.schema import DEVICE_NO_PARAMETERS, MODEL_COLLECTED, PUBLISH_FAILED
+from probe_wire.schema import MODEL_COLLECTED, PUBLISH_FAILED
 from sidecar import bounds
 from sidecar.bounds import MAX_ID_CHARS, clip, clip_opt
 from sidecar.history import GPU_COLUMNS, Sample, pack
@@ -616,10 +616,7 @@ def history_sample(now: float, facts: Facts, proc_info: dict[int, Any] | None = 
                 if info.rss_mib is not None:
                     rss = (rss or 0.0) + info.rss_mib
         for m in p.models:
-            dev = m.device  # device_type(m.device), written out
-            if (
-                dev and dev != DEVICE_NO_PARAMETERS and dev.split(":", 1)[0] in ACCELERATOR_TYPES
-            ) or any(device_type(d) == "cuda" for d in m.devices):
+            if device_type(m.device) in ACCELERATOR_TYPES or any(device_type(d) == "cuda" for d in m.devices):
                 calls += m.forward_calls
                 if m.train_steps is not None:
                     steps = (steps or 0) + m.train_steps
