@@ -242,8 +242,13 @@ def _charts_after_change(page, before_mem):
         "[data-testid=chart-mem] .axis text", "ts => ts.map(t => t.textContent)"
     )
     assert any(re.fullmatch(r"(2[05]|30) GiB", s) for s in labels), labels
-    # The GPU card follows too.
-    assert "20.5 GiB of 80 GiB" in page.locator("[data-testid=gpu-card]").nth(0).inner_text()
+    # The GPU card follows too: at the next refresh at the latest (the page asks for the status, then
+    # for the history, and a poll between the two gives the charts a sample the card shows later).
+    wait_js(
+        page,
+        """() => { const c = document.querySelector('[data-testid=gpu-card]');
+                      return c && c.innerText.includes('20.5 GiB of 80 GiB'); }""",
+    )
 
     # The window selector changes the time span of both charts.
     def span() -> float:
