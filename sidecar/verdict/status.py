@@ -46,9 +46,11 @@ GPU_MESSAGES = {
 def primary_model_gpu_index(f: Facts) -> int | None:
     """NVML index of the GPU the first model with a device is on (None when it is not on CUDA)."""
     first = next(((p, m) for p, m in all_models(f) if m.types), None)
-    if first and "cuda" in first[1].types:
-        return model_gpu_index(f, first[0], first[1])
-    return None
+    return _cuda_gpu_index(f, *first) if first else None
+
+
+def _cuda_gpu_index(f: Facts, p: ProcessFacts, m: ModelFacts) -> int | None:
+    return model_gpu_index(f, p, m) if "cuda" in m.types else None
 
 
 def status_and_message(f: Facts) -> StatusMessage:
@@ -77,7 +79,7 @@ def _model_status(
     names = ", ".join(sorted({m.name for _, m in typed}))
     first_p, first_m = typed[0]  # the first model with a device (primary_model_gpu_index's)
     model_device = first_m.device
-    gpu_index = model_gpu_index(f, first_p, first_m) if "cuda" in first_m.types else None
+    gpu_index = _cuda_gpu_index(f, first_p, first_m)
     if len(types) > 1 or any(len(m.types) > 1 for _, m in typed):
         devs = ", ".join(sorted({d for _, m in typed for d in (m.devices or (m.device,)) if d}))
         message = ref("message.mixed", model=names, devices=devs)
