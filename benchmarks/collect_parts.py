@@ -78,8 +78,6 @@ class _Replay:
         impl, jobs = self.impl, self.polls[i]
         t = time.process_time()
         out = []
-        if hasattr(impl, "share_nvml_rows"):  # as discovery does, once per poll (sidecar/jobs.py)
-            impl.share_nvml_rows(jobs[0][4])
         for target, now, tree, reads, nvml, system_gpus, gpus in jobs:
             c = self.collectors.get(target)
             if c is None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
-from itertools import chain
 from operator import attrgetter, itemgetter
 from typing import Any
 
@@ -334,10 +333,7 @@ class NvmlFacts:
 
 def nvml_facts(nvml, tree_pids: set[int], gpus: tuple[GpuFacts, ...] | None = None) -> NvmlFacts:
     """``gpus``: the snapshot's devices as facts when the caller made them already (discovery makes
-    them once per poll for all its jobs, and reads their rows once: share_nvml_rows)."""
-    shared = _shared_rows[0]
-    if gpus is not None and shared is not None and shared.snapshot is nvml:
-        return shared.facts(tree_pids, gpus)
+    them once per poll for all its jobs)."""
     out = NvmlFacts()
     made = []
     for d in nvml.devices if nvml.ok else ():
@@ -353,63 +349,6 @@ def nvml_facts(nvml, tree_pids: set[int], gpus: tuple[GpuFacts, ...] | None = No
                 out.other_processes[d.index] = out.other_processes.get(d.index, 0) + 1
     out.gpus = tuple(made) if gpus is None else gpus
     return out
-
-
-class NvmlRows:
-    """One NVML snapshot's process rows, read once for all the jobs of a discovery poll
-    (share_nvml_rows): which pids each device lists, and every pid listed. A job's NvmlFacts
-    (facts()) are then nvml_facts' walk of the rows for that job, less the rows of the devices that
-    list none of the tree's processes, which it only counts: the very NvmlFacts the walk gave."""
-
-    __slots__ = ("devices", "pids", "snapshot")
-
-    def __init__(self, nvml) -> None:
-        self.snapshot = nvml
-        # (device, the pids of its rows in order), devices in order
-        self.devices = [(d, [gp.pid for gp in d.processes]) for d in (nvml.devices if nvml.ok else ())]
-        if len({d.index for d, _ in self.devices}) < len(self.devices):
-            raise ValueError("a device index twice")  # never from NVML: each job walks the rows
-        self.pids = frozenset(chain.from_iterable(pids for _, pids in self.devices))  # nobody changes it
-
-    def facts(self, tree_pids: set[int], gpus: tuple[GpuFacts, ...]) -> NvmlFacts:
-        out = NvmlFacts(gpus=gpus, pids=self.pids)  # type: ignore[arg-type]
-        by_pid, others = out.by_pid, out.other_processes
-        for d, pids in self.devices:
-            if tree_pids.isdisjoint(pids):
-                if pids:
-                    others[d.index] = len(pids)
-                continue
-            index, other = d.index, 0
-            for gp, pid in zip(d.processes, pids):
-                if pid in tree_pids:
-                    row = ProcGpu(index, gp.used_mib, gp.sm_util, getattr(gp, "mig_index", None))
-                    rows = by_pid.get(pid)
-                    if rows is None:
-                        by_pid[pid] = [row]
-                    else:
-                        rows.append(row)
-                else:
-                    other += 1
-            if other:
-                others[index] = other
-        return out
-
-
-# The rows of the snapshot a discovery poll shares among its jobs (share_nvml_rows); None: none.
-_shared_rows: list[NvmlRows | None] = [None]
-
-
-def share_nvml_rows(nvml) -> None:
-    """Read ``nvml``'s rows now (NvmlRows), once for all the jobs of this poll: nvml_facts takes a
-    job's rows from here when it is handed this very snapshot and the devices as facts (discovery's
-    jobs are). Made afresh at each call, never found again by identity: a source may hand back the same
-    snapshot object changed. The last call's rows are kept (one snapshot) until the next call. A
-    snapshot that cannot be split so (a device index twice, rows that are not rows) is not shared:
-    each job's walk then gives (or raises) what it gave before."""
-    try:
-        _shared_rows[0] = NvmlRows(nvml)
-    except Exception:
-        _shared_rows[0] = None
 
 
 def _norm_pci(pci: str | None) -> str | None:

@@ -23,7 +23,7 @@ from probe_wire.cleanup import sweep_dead_segments
 from probe_wire.names import SHM_DIR, list_segments, segment_path
 from probe_wire.procid import process_identity, process_real_uid
 from sidecar import contract, document
-from sidecar.collect import gpu_facts, job_id, share_nvml_rows
+from sidecar.collect import gpu_facts, job_id
 from sidecar.poller import SYSFS_EVERY_POLLS, Poller, _NvmlDown, machine_sources, poll_nvml, read_system_gpus
 from sidecar.sources import lineage
 from sidecar.sources.segments import FOREIGN_CHECK_EVERY_POLLS, SegmentSource
@@ -238,10 +238,8 @@ class JobsPoller:
         started = time.perf_counter()
         now = self.clock()
         self._shared.snapshot = snap = poll_nvml(self.nvml_source, self.poll_errors)
-        # The devices as facts, and which pids each lists, once for every job (each job's collector
-        # takes its tree's rows: collect.share_nvml_rows).
+        # The devices as facts once for every job (each job's collector splits the rows by its tree).
         self._gpu_facts = tuple(gpu_facts(d) for d in snap.devices) if snap.ok else ()
-        share_nvml_rows(snap)
         if self.poll_count % SYSFS_EVERY_POLLS == 0:
             self._system_gpus_cache = read_system_gpus(
                 self.system_gpus_fn, self.poll_errors, self._system_gpus_cache

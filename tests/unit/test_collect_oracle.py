@@ -341,35 +341,10 @@ def snapshots(draw) -> NvmlSnapshot:
 @given(nvml=snapshots(), trees=st.lists(st.sets(st.integers(1, 45), max_size=14), min_size=1, max_size=4))
 def test_each_jobs_nvml_facts_are_what_its_walk_gave(nvml, trees):
     gpus = tuple(old.gpu_facts(d) for d in nvml.devices) if nvml.ok else ()
-    new.share_nvml_rows(nvml)
-    if nvml.ok and len({d.index for d in nvml.devices}) < len(nvml.devices):
-        assert new._shared_rows[0] is None  # each job walks the rows itself: its own walk, as before
     for tree in trees:
         want = old.nvml_facts(nvml, tree, gpus)
         assert_same(new.nvml_facts(nvml, tree, gpus), want)
         assert_same(new.nvml_facts(nvml, tree, None), old.nvml_facts(nvml, tree, None))
-        rows = new._shared_rows[0]
-        if rows is not None:
-            assert_same(rows.facts(tree, gpus), want)
-
-
-def test_rows_of_another_snapshot_are_never_taken():
-    a = NvmlSnapshot(ok=True, devices=[GpuInfo(0, processes=[GpuProcess(1, 10.0, 5, None, ("compute",))])])
-    b = NvmlSnapshot(ok=True, devices=[GpuInfo(0, processes=[GpuProcess(1, 20.0, 7, None, ("compute",))])])
-    gpus = (GpuFacts(0),)
-    new.share_nvml_rows(a)
-    assert new.nvml_facts(b, {1}, gpus).by_pid == {1: [ProcGpu(0, 20.0, 7)]}
-    a.devices[0].processes[0].used_mib = 30.0  # a source that changes its snapshot: shared again, afresh
-    new.share_nvml_rows(a)
-    assert new.nvml_facts(a, {1}, gpus).by_pid == {1: [ProcGpu(0, 30.0, 5)]}
-
-
-def test_rows_that_cannot_be_split_are_not_shared_and_each_job_raises_as_it_did():
-    bad = NvmlSnapshot(ok=True, devices=[GpuInfo(0, processes=[object()])])
-    new.share_nvml_rows(bad)  # never raises into discovery's poll
-    assert new._shared_rows[0] is None
-    with pytest.raises(AttributeError):
-        new.nvml_facts(bad, {1}, (GpuFacts(0),))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -522,7 +497,6 @@ def test_whole_polls_of_several_jobs_make_the_facts_and_samples_they_made(seed, 
         now = 1000.0 + 1.5 * n
         nvml = world.snapshot()
         gpus = tuple(old.gpu_facts(d) for d in nvml.devices) if nvml.ok else ()
-        new.share_nvml_rows(nvml)  # as discovery does (sidecar/jobs.py)
         for j in range(jobs):
             tree, reads = world.tree(j), dict(world.reads[j])
             shared = gpus if j % 2 == 0 else None  # discovery's shared devices, or a job of its own
