@@ -64,10 +64,11 @@ print(json.dumps({"cpu": cpu, "wall": wall, "parts": {k: v / n for k, v in parts
 """
 
 DISCOVERY_POLL = r"""
-import json, sys, time
+import json, os, sys, time
 from sidecar.jobs import JobsPoller
 want, n, gap_s = set(json.loads(sys.argv[1])), int(sys.argv[2]), float(sys.argv[3])
-p = JobsPoller(interval_s=1.5)
+# BENCH_AS_USER=1: keep only this user's jobs, as a sidecar not run by root does (root's keeps all).
+p = JobsPoller(interval_s=1.5, uid=os.getuid() if os.environ.get("BENCH_AS_USER") == "1" else -1)
 for _ in range(5):
     jobs = p.poll_once()   # warm-up: NVML initialised, jobs found, static process facts cached
 cpu, wall = [], []

@@ -26,6 +26,8 @@ from sidecar import contract, document
 from sidecar.collect import gpu_facts, job_id
 from sidecar.poller import SYSFS_EVERY_POLLS, Poller, _NvmlDown, machine_sources, poll_nvml, read_system_gpus
 from sidecar.sources import lineage
+from sidecar.sources.owners import RealUids
+from sidecar.sources.proctree import open_file_budget
 from sidecar.sources.segments import FOREIGN_CHECK_EVERY_POLLS, SegmentSource
 from sidecar.verdict import Rules
 
@@ -108,6 +110,9 @@ class JobsPoller:
         self._candidates_seen: set[int] = set()
         # (pid, inode, owner) of each segment file looked at -> its owner is the pid's real user
         self._owner_checked: dict[tuple[int, int, int], bool] = {}
+        # The real uid of each GPU process NVML lists, read once per process (not for root, who
+        # keeps every user's).
+        self._real_uids = RealUids(open_file_budget(share=0.125, cap=MAX_CANDIDATES))
         self._listed_key: tuple[int, int, int] | None = None  # /dev/shm as _listed_pids saw it
         self._listed_pids: set[int] = set()
         self.poll_count = 0
@@ -173,7 +178,8 @@ class JobsPoller:
         probed = self._segment_pids()
         gpu = {p.pid for d in (nvml.devices if nvml.ok else ()) for p in d.processes}
         if self.uid is not None:
-            gpu = {pid for pid in gpu if process_real_uid(pid) == self.uid}
+            self._real_uids.new_poll()  # after NVML's snapshot, so each pid listed is read as it is now
+            gpu = {pid for pid in gpu if self._real_uids.real_uid(pid) == self.uid}
         return probed, set(list(gpu)[:MAX_CANDIDATES])
 
     def _discover(self, now: float, nvml) -> None:
@@ -396,6 +402,7 @@ class JobsPoller:
         with self._poll_lock:
             for job in self._jobs.values():
                 job.poller.stop()
+            self._real_uids.close()
             try:
                 self.nvml_source.close()
             except Exception:

@@ -5,8 +5,12 @@ two changes within one tick leave one mtime)."""
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import time
+from types import SimpleNamespace
 
+from probe_wire.procid import process_real_uid
 from sidecar.jobs import REDISCOVER_EVERY_POLLS, JobsPoller
 
 
@@ -136,3 +140,42 @@ def test_the_sweep_skips_only_the_names_a_live_writer_may_hold(monkeypatch):
                 os.unlink(segment_path(pid, name_ticks))
             except OSError:
                 pass
+
+
+def test_a_user_s_discovery_reads_each_gpu_process_s_owner_once_and_keeps_only_its_own(tmp_path):
+    """NVML lists every GPU process at every poll; a non-root sidecar keeps its own user's, reading
+    each process's real uid once while it lives (sources/owners.py), not at every poll."""
+    mine = subprocess.Popen(["sleep", "60"], stdin=subprocess.DEVNULL)
+    other_user = os.geteuid() == 0 and shutil.which("setpriv")
+    theirs = (
+        subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sleep", "60"])
+        if other_user
+        else None
+    )
+    try:
+        if theirs is not None:
+            deadline = time.monotonic() + 10
+            while process_real_uid(theirs.pid) != 65534:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+        gone = 2**22 + 1  # no process has it
+        listed = [mine.pid, gone] + ([theirs.pid] if theirs else [])
+        nvml = SimpleNamespace(ok=True, devices=[SimpleNamespace(processes=[SimpleNamespace(pid=p) for p in listed])])
+        shm = tmp_path / "shm"
+        shm.mkdir()
+        p = JobsPoller(shm_dir=str(shm), nvml_source=object(), system_gpus_fn=list, uid=os.getuid())
+        reads: list[int] = []
+        real = p._real_uids.read_uid
+        p._real_uids.read_uid = lambda pid: reads.append(pid) or real(pid)
+        for _ in range(5):
+            assert p._candidates(nvml)[1] == {mine.pid}
+        assert reads.count(mine.pid) == 1 and reads.count(gone) == 5
+        if theirs is not None:
+            assert reads.count(theirs.pid) == 1
+        p.stop()
+        assert len(p._real_uids) == 0
+    finally:
+        for proc in (mine, theirs):
+            if proc is not None:
+                proc.kill()
+                proc.wait()

@@ -1,0 +1,155 @@
+"""sources/owners.RealUids: a process's real uid read once while it lives, with real processes and
+real pidfds; every answer checked against probe_wire.procid.process_real_uid."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from probe_wire.procid import process_real_uid
+from sidecar.sources import owners
+from sidecar.sources.owners import RealUids
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="needs pidfd_open (Linux 5.3+)")
+
+
+class CountingReader:
+    def __init__(self, also=None):
+        self.calls: list[int] = []
+        self.also = also
+
+    def __call__(self, pid: int) -> int | None:
+        self.calls.append(pid)
+        if self.also is not None:
+            self.also(pid)
+        return process_real_uid(pid)
+
+
+@pytest.fixture
+def sleepers():
+    procs: list[subprocess.Popen] = []
+
+    def start(n: int = 1, code: str | None = None) -> list[subprocess.Popen]:
+        for _ in range(n):
+            argv = [sys.executable, "-c", code] if code else ["sleep", "60"]
+            procs.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL))
+        return procs[-n:]
+
+    yield start
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_live_process_is_read_once_and_answered_as_procid_does(sleepers):
+    [p] = sleepers()
+    reader = CountingReader()
+    uids = RealUids(8, read_uid=reader)
+    for _ in range(owners.RECHECK_EVERY_POLLS - 1):
+        uids.new_poll()
+        assert uids.real_uid(p.pid) == process_real_uid(p.pid) == os.getuid()
+    assert reader.calls == [p.pid]
+    uids.close()
+
+
+def test_an_exited_process_is_forgotten_at_the_next_poll(sleepers):
+    [p, q] = sleepers(2)
+    reader = CountingReader()
+    uids = RealUids(8, read_uid=reader)
+    uids.new_poll()
+    assert uids.real_uid(p.pid) == uids.real_uid(q.pid) == os.getuid()
+    p.kill()
+    p.wait()  # reaped: its pid is free for a newcomer
+    uids.new_poll()
+    assert len(uids) == 1  # q's pidfd kept, p's closed
+    assert uids.real_uid(p.pid) is None  # read again: no process has the pid now
+    assert uids.real_uid(q.pid) == os.getuid()
+    assert reader.calls == [p.pid, q.pid, p.pid]
+    uids.close()
+
+
+def test_a_process_exiting_during_the_read_is_not_remembered(sleepers):
+    [p] = sleepers()
+
+    def kill(pid):
+        p.kill()
+        p.wait()
+
+    reader = CountingReader(also=kill)
+    uids = RealUids(8, read_uid=reader)
+    uids.new_poll()
+    uids.real_uid(p.pid)
+    assert len(uids) == 0
+    uids.new_poll()
+    assert uids.real_uid(p.pid) is None
+    assert reader.calls == [p.pid, p.pid]
+
+
+def test_a_live_process_is_read_again_every_recheck_polls(sleepers):
+    [p] = sleepers()
+    reader = CountingReader()
+    uids = RealUids(8, read_uid=reader, recheck_every_polls=3)
+    for _ in range(7):
+        uids.new_poll()
+        uids.real_uid(p.pid)
+    assert len(reader.calls) == 3  # polls 1, 4 and 7
+    uids.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a process changes its real uid only with privilege")
+def test_a_setuid_is_seen_within_the_recheck_bound(sleepers):
+    nobody = 65534
+    [p] = sleepers(code=f"import os, time; time.sleep(0.3); os.setuid({nobody}); time.sleep(60)")
+    uids = RealUids(8, recheck_every_polls=2)
+    uids.new_poll()
+    assert uids.real_uid(p.pid) == 0
+    deadline = time.monotonic() + 10
+    while process_real_uid(p.pid) != nobody:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    seen = []
+    for _ in range(2):
+        uids.new_poll()
+        seen.append(uids.real_uid(p.pid))
+    assert seen[-1] == nobody
+    uids.close()
+
+
+def test_the_descriptor_budget_holds_and_close_frees_every_pidfd(sleepers):
+    procs = sleepers(3)
+    before = open_fds()
+    reader = CountingReader()
+    uids = RealUids(2, read_uid=reader)
+    for _ in range(3):
+        uids.new_poll()
+        assert [uids.real_uid(p.pid) for p in procs] == [os.getuid()] * 3
+    assert len(uids) == 2 and open_fds() == before + 2
+    assert len(reader.calls) == 2 + 3  # the third process, over budget, is read at every poll
+    uids.close()
+    assert len(uids) == 0 and open_fds() == before
+
+
+def test_without_pidfds_every_lookup_reads(sleepers, monkeypatch):
+    [p] = sleepers()
+    reader = CountingReader()
+    uids = RealUids(8, read_uid=reader)
+    monkeypatch.setattr(uids, "_have_pidfd", False)
+    for _ in range(3):
+        uids.new_poll()
+        assert uids.real_uid(p.pid) == os.getuid()
+    assert reader.calls == [p.pid] * 3 and len(uids) == 0
+
+
+def test_a_pid_that_names_no_process_is_answered_none_and_kept_nowhere():
+    # Above any pid the kernel hands out (pid_max is at most 2**22).
+    uids = RealUids(8)
+    uids.new_poll()
+    assert uids.real_uid(2**22 + 1) is None and len(uids) == 0
