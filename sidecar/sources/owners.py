@@ -23,6 +23,13 @@ from probe_wire.procid import process_real_uid
 RECHECK_EVERY_POLLS = 10
 
 
+def next_recheck(poll: int, pid: int, every_polls: int) -> int:
+    """The next poll after ``poll`` at which ``pid``'s uid is read again: every ``every_polls``
+    polls, at a phase set by the pid, so that the processes first read at one poll (a node's
+    every GPU process, at the sidecar's start) are read again spread over the polls, not at once."""
+    return poll + every_polls - (poll + pid) % every_polls
+
+
 def _exited(fd: int) -> bool:
     return bool(select.select([fd], [], [], 0)[0])
 
@@ -44,7 +51,7 @@ class RealUids:
         self.max_open = max(0, int(max_open))
         self.read_uid = read_uid
         self.recheck_every_polls = recheck_every_polls
-        self._known: dict[int, tuple[int, int, int]] = {}  # pid -> (pidfd, uid, poll it was read at)
+        self._known: dict[int, tuple[int, int, int]] = {}  # pid -> (pidfd, uid, poll to read it again at)
         self._pid_of_fd: dict[int, int] = {}
         self._exits = select.poll()  # the pidfds of _known, readable once their process exits
         self._poll = 0
@@ -62,7 +69,7 @@ class RealUids:
     def real_uid(self, pid: int) -> int | None:
         entry = self._known.get(pid)
         if entry is not None:
-            if self._poll - entry[2] < self.recheck_every_polls:
+            if self._poll < entry[2]:
                 return entry[1]
             self._forget(pid)
         if not self._have_pidfd or len(self._known) >= self.max_open:
@@ -77,7 +84,7 @@ class RealUids:
         if uid is None or _exited(fd):
             os.close(fd)
             return uid
-        self._known[pid] = (fd, uid, self._poll)
+        self._known[pid] = (fd, uid, next_recheck(self._poll, pid, self.recheck_every_polls))
         self._pid_of_fd[fd] = pid
         self._exits.register(fd, select.POLLIN)
         return uid

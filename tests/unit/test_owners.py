@@ -12,7 +12,7 @@ import pytest
 
 from probe_wire.procid import process_real_uid
 from sidecar.sources import owners
-from sidecar.sources.owners import RealUids
+from sidecar.sources.owners import RealUids, next_recheck
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="needs pidfd_open (Linux 5.3+)")
 
@@ -45,6 +45,10 @@ def sleepers():
         p.wait()
 
 
+# Rechecks further off than any test polls: next_recheck's phase (a pid) stays below pid_max, 2**22.
+NO_RECHECK = 2**23
+
+
 def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
@@ -53,7 +57,7 @@ def test_a_live_process_is_read_once_and_answered_as_procid_does(sleepers):
     [p] = sleepers()
     reader = CountingReader()
     uids = RealUids(8, read_uid=reader)
-    for _ in range(owners.RECHECK_EVERY_POLLS - 1):
+    for _ in range(next_recheck(1, p.pid, owners.RECHECK_EVERY_POLLS) - 1):  # polls 1 to the last before
         uids.new_poll()
         assert uids.real_uid(p.pid) == process_real_uid(p.pid) == os.getuid()
     assert reader.calls == [p.pid]
@@ -63,7 +67,7 @@ def test_a_live_process_is_read_once_and_answered_as_procid_does(sleepers):
 def test_an_exited_process_is_forgotten_at_the_next_poll(sleepers):
     [p, q] = sleepers(2)
     reader = CountingReader()
-    uids = RealUids(8, read_uid=reader)
+    uids = RealUids(8, read_uid=reader, recheck_every_polls=NO_RECHECK)
     uids.new_poll()
     assert uids.real_uid(p.pid) == uids.real_uid(q.pid) == os.getuid()
     p.kill()
@@ -95,13 +99,22 @@ def test_a_process_exiting_during_the_read_is_not_remembered(sleepers):
 
 def test_a_live_process_is_read_again_every_recheck_polls(sleepers):
     [p] = sleepers()
-    reader = CountingReader()
-    uids = RealUids(8, read_uid=reader, recheck_every_polls=3)
-    for _ in range(7):
+    read_at: list[int] = []
+    uids = RealUids(8, read_uid=lambda pid: read_at.append(uids._poll) or process_real_uid(pid), recheck_every_polls=3)
+    for _ in range(12):
         uids.new_poll()
         uids.real_uid(p.pid)
-    assert len(reader.calls) == 3  # polls 1, 4 and 7
+    gaps = [b - a for a, b in zip(read_at, read_at[1:], strict=False)]
+    assert read_at[0] == 1 and 1 <= gaps[0] <= 3 and set(gaps[1:]) == {3}
     uids.close()
+
+
+def test_the_rechecks_of_processes_read_at_one_poll_are_spread_over_the_polls():
+    every = owners.RECHECK_EVERY_POLLS
+    for poll in (1, 7, 1000):
+        due = [next_recheck(poll, pid, every) for pid in range(5000, 5000 + every)]
+        assert sorted(due) == list(range(poll + 1, poll + every + 1))  # one a poll, none later than the bound
+        assert all(next_recheck(d, pid, every) == d + every for d, pid in zip(due, range(5000, 5000 + every), strict=True))
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a process changes its real uid only with privilege")
@@ -127,7 +140,7 @@ def test_the_descriptor_budget_holds_and_close_frees_every_pidfd(sleepers):
     procs = sleepers(3)
     before = open_fds()
     reader = CountingReader()
-    uids = RealUids(2, read_uid=reader)
+    uids = RealUids(2, read_uid=reader, recheck_every_polls=NO_RECHECK)
     for _ in range(3):
         uids.new_poll()
         assert [uids.real_uid(p.pid) for p in procs] == [os.getuid()] * 3
