@@ -21,12 +21,12 @@ from typing import Any
 
 from probe_wire.cleanup import sweep_dead_segments
 from probe_wire.names import SHM_DIR, list_segments, segment_path
-from probe_wire.procid import process_identity, process_real_uid
+from probe_wire.procid import process_real_uid
 from sidecar import contract, document
 from sidecar.collect import gpu_facts, job_id
 from sidecar.poller import SYSFS_EVERY_POLLS, Poller, _NvmlDown, machine_sources, poll_nvml, read_system_gpus
 from sidecar.sources import lineage
-from sidecar.sources.owners import RealUids
+from sidecar.sources.owners import KnownProcesses
 from sidecar.sources.proctree import open_file_budget
 from sidecar.sources.segments import FOREIGN_CHECK_EVERY_POLLS, SegmentSource
 from sidecar.verdict import Rules
@@ -110,9 +110,8 @@ class JobsPoller:
         self._candidates_seen: set[int] = set()
         # (pid, inode, owner) of each segment file looked at -> its owner is the pid's real user
         self._owner_checked: dict[tuple[int, int, int], bool] = {}
-        # The real uid of each GPU process NVML lists, read once per process (not for root, who
-        # keeps every user's).
-        self._real_uids = RealUids(open_file_budget(share=0.125, cap=MAX_CANDIDATES))
+        # The candidates' identities and owners, read once per process (sources/owners.py)
+        self._processes = KnownProcesses(open_file_budget(share=0.125, cap=MAX_CANDIDATES))
         self._listed_key: tuple[int, int, int] | None = None  # /dev/shm as _listed_pids saw it
         self._listed_pids: set[int] = set()
         self.poll_count = 0
@@ -178,11 +177,12 @@ class JobsPoller:
         probed = self._segment_pids()
         gpu = {p.pid for d in (nvml.devices if nvml.ok else ()) for p in d.processes}
         if self.uid is not None:
-            self._real_uids.new_poll()  # after NVML's snapshot, so each pid listed is read as it is now
-            gpu = {pid for pid in gpu if self._real_uids.real_uid(pid) == self.uid}
+            gpu = {pid for pid in gpu if self._processes.real_uid(pid) == self.uid}
         return probed, set(list(gpu)[:MAX_CANDIDATES])
 
     def _discover(self, now: float, nvml) -> None:
+        # After NVML's snapshot and before the listing: each pid listed is looked up as it is now.
+        exited = self._processes.new_poll()
         probed, gpu = self._candidates(nvml)
 
         def is_job_process(pid: int, argv: tuple[str, ...]) -> bool:
@@ -191,11 +191,16 @@ class JobsPoller:
         candidates = probed | gpu
         # The same candidates as last poll (most polls): the same roots, without a /proc read. A new
         # candidate (a process that just started its probe, maybe a job's parent) redoes them all,
-        # and so does every REDISCOVER_EVERY_POLLS-th poll (a pid reused between two polls).
-        if candidates != self._candidates_seen or self.poll_count % REDISCOVER_EVERY_POLLS == 0:
+        # and so does a candidate's process that exited (its pid may be another's now), and every
+        # REDISCOVER_EVERY_POLLS-th poll (a pid reused between two polls, where no pidfd says so).
+        if (
+            candidates != self._candidates_seen
+            or not exited.isdisjoint(candidates)
+            or self.poll_count % REDISCOVER_EVERY_POLLS == 0
+        ):
             roots: dict[tuple[int, int], tuple[int, int]] = {}
             for pid in candidates:
-                ident = process_identity(pid)
+                ident = self._processes.identity(pid)
                 if ident is None:
                     continue
                 root = self._roots.get(ident) or lineage.job_root(pid, is_job_process)
@@ -402,7 +407,7 @@ class JobsPoller:
         with self._poll_lock:
             for job in self._jobs.values():
                 job.poller.stop()
-            self._real_uids.close()
+            self._processes.close()
             try:
                 self.nvml_source.close()
             except Exception:

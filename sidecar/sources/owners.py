@@ -1,13 +1,15 @@
-"""Whose process a pid is: its real uid, read once per process while that process lives.
+"""Which process a pid is, and whose: read once per process while that process lives.
 
-A non-root discovery sidecar keeps only its own user's GPU processes (sidecar/jobs.py), and NVML
-lists every GPU process at every poll. Reading /proc/PID/status for each costs about 30 µs cold,
-2 ms a poll on a node with 64 GPU processes: more than the rest of the discovery's own work. A
-pidfd (Linux 5.3) names one process, never a pid that a newcomer may reuse, and becomes readable
-when that process exits: one poll(2) over all of them says which pids are still the processes whose
-uid was read. A process's real uid changes only when a privileged process calls setuid(2) (a root
-launcher dropping to a user, `su`), so it is read again every RECHECK_EVERY_POLLS polls as well.
-Without pidfds (another kernel or OS, a descriptor budget spent) every lookup reads /proc again.
+Discovery (sidecar/jobs.py) looks up every candidate pid (probed, or listed by NVML) at every
+poll: a non-root sidecar keeps only its own user's GPU processes, and the candidates' identities
+(pid, start time) say whether their roots are still the ones found. Reading /proc for each costs
+about 30 µs cold, 2 ms a poll on a node with 64 GPU processes: more than the rest of the discovery's
+own work. A pidfd (Linux 5.3) names one process, never a pid that a newcomer may reuse, and becomes
+readable when that process exits: one poll(2) over all of them says which pids are still the
+processes that were read. A process's start time never changes; its real uid changes only when a
+privileged process calls setuid(2) (a root launcher dropping to a user, `su`), so that is read
+again every RECHECK_EVERY_POLLS polls as well. Without pidfds (another kernel or OS, a descriptor
+budget spent) every lookup reads /proc again.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import os
 import select
 from collections.abc import Callable
 
-from probe_wire.procid import process_real_uid
+from probe_wire.procid import process_identity, process_real_uid
 
 # A live process's uid is read again this often (polls): the bound on how long a setuid(2) by a
 # privileged process goes unseen. Discovery redoes its roots as often (jobs.REDISCOVER_EVERY_POLLS).
@@ -30,28 +32,37 @@ def next_recheck(poll: int, pid: int, every_polls: int) -> int:
     return poll + every_polls - (poll + pid) % every_polls
 
 
+_IDENTITY, _UID, _UID_DUE = 1, 2, 3  # a _known entry's slots after its pidfd
+
+
 def _exited(fd: int) -> bool:
-    return bool(select.select([fd], [], [], 0)[0])
+    one = select.poll()  # not select(): a descriptor past 1024 (the server raises its limit) is fine
+    one.register(fd, select.POLLIN)
+    return bool(one.poll(0))
 
 
-class RealUids:
-    """`real_uid(pid)` as probe_wire.procid.process_real_uid says it, remembered per process.
+class KnownProcesses:
+    """What probe_wire.procid says of a pid (`identity`, `real_uid`), remembered per process.
 
-    Call `new_poll()` once per poll, after the pids to look up were listed (NVML's snapshot): it
-    forgets the processes that exited, so a pid listed after its process exited is read afresh,
-    whoever has it now. Not thread-safe: one poller owns it."""
+    Call `new_poll()` once per poll, after the pids to look up were listed (NVML's snapshot, the
+    segment listing): it forgets the processes that exited, so a pid listed after its process
+    exited is read afresh, whoever has it now, and says which pids those were. Not thread-safe:
+    one poller owns it."""
 
     def __init__(
         self,
         max_open: int,
         *,
+        read_identity: Callable[[int], tuple[int, int] | None] = process_identity,
         read_uid: Callable[[int], int | None] = process_real_uid,
         recheck_every_polls: int = RECHECK_EVERY_POLLS,
     ):
         self.max_open = max(0, int(max_open))
+        self.read_identity = read_identity
         self.read_uid = read_uid
         self.recheck_every_polls = recheck_every_polls
-        self._known: dict[int, tuple[int, int, int]] = {}  # pid -> (pidfd, uid, poll to read it again at)
+        # pid -> [pidfd, identity, real uid, poll to read the uid again at]; None: not read yet
+        self._known: dict[int, list] = {}
         self._pid_of_fd: dict[int, int] = {}
         self._exits = select.poll()  # the pidfds of _known, readable once their process exits
         self._poll = 0
@@ -60,34 +71,51 @@ class RealUids:
     def __len__(self) -> int:
         return len(self._known)
 
-    def new_poll(self) -> None:
+    def new_poll(self) -> set[int]:
+        """Forgets the processes that exited since the last poll; their pids."""
         self._poll += 1
+        exited = set()
         if self._known:
             for fd, _ in self._exits.poll(0):
+                exited.add(self._pid_of_fd[fd])
                 self._forget(self._pid_of_fd[fd])
+        return exited
+
+    def identity(self, pid: int) -> tuple[int, int] | None:
+        entry = self._known.get(pid)
+        if entry is not None and entry[_IDENTITY] is not None:
+            return entry[_IDENTITY]  # a process's start time never changes
+        return self._read(pid, entry, _IDENTITY)
 
     def real_uid(self, pid: int) -> int | None:
         entry = self._known.get(pid)
-        if entry is not None:
-            if self._poll < entry[2]:
-                return entry[1]
-            self._forget(pid)
-        if not self._have_pidfd or len(self._known) >= self.max_open:
-            return self.read_uid(pid)
-        try:
-            fd = os.pidfd_open(pid)
-        except OSError:  # gone, a thread's id, no pidfds in this kernel: read it as it is now
-            return self.read_uid(pid)
-        uid = self.read_uid(pid)
+        if entry is not None and entry[_UID] is not None and self._poll < entry[_UID_DUE]:
+            return entry[_UID]
+        return self._read(pid, entry, _UID)
+
+    def _read(self, pid: int, entry: list | None, slot: int):
+        read = self.read_identity if slot == _IDENTITY else self.read_uid
+        if entry is None:
+            if not self._have_pidfd or len(self._known) >= self.max_open:
+                return read(pid)
+            try:
+                fd = os.pidfd_open(pid)
+            except OSError:  # gone, a thread's id, no pidfds in this kernel: read it as it is now
+                return read(pid)
+            entry = [fd, None, None, 0]
+            self._known[pid] = entry
+            self._pid_of_fd[fd] = pid
+            self._exits.register(fd, select.POLLIN)
+        value = read(pid)
         # Still alive after the read: the pid was the pidfd's process all along (a pid is reused
-        # only once its process has exited), so the uid read is that process's.
-        if uid is None or _exited(fd):
-            os.close(fd)
-            return uid
-        self._known[pid] = (fd, uid, next_recheck(self._poll, pid, self.recheck_every_polls))
-        self._pid_of_fd[fd] = pid
-        self._exits.register(fd, select.POLLIN)
-        return uid
+        # only once its process has exited), so what was read is that process's.
+        if value is None or _exited(entry[0]):
+            self._forget(pid)
+            return value
+        entry[slot] = value
+        if slot == _UID:
+            entry[_UID_DUE] = next_recheck(self._poll, pid, self.recheck_every_polls)
+        return value
 
     def _forget(self, pid: int) -> None:
         fd = self._known.pop(pid)[0]

@@ -10,7 +10,7 @@ import subprocess
 import time
 from types import SimpleNamespace
 
-from probe_wire.procid import process_real_uid
+from probe_wire.procid import process_identity, process_real_uid
 from sidecar.jobs import REDISCOVER_EVERY_POLLS, JobsPoller
 from sidecar.sources.owners import next_recheck
 
@@ -166,22 +166,50 @@ def test_a_user_s_discovery_reads_each_gpu_process_s_owner_once_and_keeps_only_i
         shm.mkdir()
         p = JobsPoller(shm_dir=str(shm), nvml_source=object(), system_gpus_fn=list, uid=os.getuid())
         reads: list[int] = []
-        real = p._real_uids.read_uid
-        p._real_uids.read_uid = lambda pid: reads.append(pid) or real(pid)
-        p._real_uids.recheck_every_polls = every = 100
+        real = p._processes.read_uid
+        p._processes.read_uid = lambda pid: reads.append(pid) or real(pid)
+        p._processes.recheck_every_polls = every = 100
 
         def expected_reads(pid: int) -> int:  # the first, and a recheck if one falls in the 5 polls
             return 1 + (next_recheck(1, pid, every) <= 5)
 
         for _ in range(5):
+            p._processes.new_poll()
             assert p._candidates(nvml)[1] == {mine.pid}
         assert reads.count(mine.pid) == expected_reads(mine.pid) and reads.count(gone) == 5
         if theirs is not None:
             assert reads.count(theirs.pid) == expected_reads(theirs.pid)
         p.stop()
-        assert len(p._real_uids) == 0
+        assert len(p._processes) == 0
     finally:
         for proc in (mine, theirs):
             if proc is not None:
                 proc.kill()
                 proc.wait()
+
+
+def test_a_candidate_whose_process_exited_is_looked_up_again_at_the_next_poll(tmp_path):
+    """A GPU process's exit (its pidfd) redoes the roots at once, whether or not NVML still lists
+    its pid (a pid reused by another process would be read as that process)."""
+    gpu_proc = subprocess.Popen(["sleep", "60"], stdin=subprocess.DEVNULL)
+    try:
+        ident = process_identity(gpu_proc.pid)
+        nvml = SimpleNamespace(ok=True, devices=[SimpleNamespace(processes=[SimpleNamespace(pid=gpu_proc.pid)])])
+        shm = tmp_path / "shm"
+        shm.mkdir()
+        p = JobsPoller(shm_dir=str(shm), nvml_source=object(), system_gpus_fn=list)
+        p.poll_count = 1  # not a REDISCOVER poll
+        p._discover(0.0, nvml)
+        assert ident in p._roots and len(p._jobs) == 1
+        p.poll_count = 2
+        p._discover(0.0, nvml)
+        assert ident in p._roots  # the same candidates, nothing exited: kept
+        gpu_proc.kill()
+        gpu_proc.wait()
+        p.poll_count = 3
+        p._discover(0.0, nvml)  # NVML's stale list still names the pid
+        assert ident not in p._roots
+        p.stop()
+    finally:
+        gpu_proc.kill()
+        gpu_proc.wait()

@@ -1,5 +1,5 @@
-"""sources/owners.RealUids: a process's real uid read once while it lives, with real processes and
-real pidfds; every answer checked against probe_wire.procid.process_real_uid."""
+"""sources/owners.KnownProcesses: a process's identity and real uid read once while it lives, with
+real processes and real pidfds; every answer checked against probe_wire.procid's."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from probe_wire.procid import process_real_uid
+from probe_wire.procid import process_identity, process_real_uid
 from sidecar.sources import owners
-from sidecar.sources.owners import RealUids, next_recheck
+from sidecar.sources.owners import KnownProcesses, next_recheck
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="needs pidfd_open (Linux 5.3+)")
 
@@ -56,7 +56,7 @@ def open_fds() -> int:
 def test_a_live_process_is_read_once_and_answered_as_procid_does(sleepers):
     [p] = sleepers()
     reader = CountingReader()
-    uids = RealUids(8, read_uid=reader)
+    uids = KnownProcesses(8, read_uid=reader)
     for _ in range(next_recheck(1, p.pid, owners.RECHECK_EVERY_POLLS) - 1):  # polls 1 to the last before
         uids.new_poll()
         assert uids.real_uid(p.pid) == process_real_uid(p.pid) == os.getuid()
@@ -67,7 +67,7 @@ def test_a_live_process_is_read_once_and_answered_as_procid_does(sleepers):
 def test_an_exited_process_is_forgotten_at_the_next_poll(sleepers):
     [p, q] = sleepers(2)
     reader = CountingReader()
-    uids = RealUids(8, read_uid=reader, recheck_every_polls=NO_RECHECK)
+    uids = KnownProcesses(8, read_uid=reader, recheck_every_polls=NO_RECHECK)
     uids.new_poll()
     assert uids.real_uid(p.pid) == uids.real_uid(q.pid) == os.getuid()
     p.kill()
@@ -88,7 +88,7 @@ def test_a_process_exiting_during_the_read_is_not_remembered(sleepers):
         p.wait()
 
     reader = CountingReader(also=kill)
-    uids = RealUids(8, read_uid=reader)
+    uids = KnownProcesses(8, read_uid=reader)
     uids.new_poll()
     uids.real_uid(p.pid)
     assert len(uids) == 0
@@ -100,7 +100,7 @@ def test_a_process_exiting_during_the_read_is_not_remembered(sleepers):
 def test_a_live_process_is_read_again_every_recheck_polls(sleepers):
     [p] = sleepers()
     read_at: list[int] = []
-    uids = RealUids(8, read_uid=lambda pid: read_at.append(uids._poll) or process_real_uid(pid), recheck_every_polls=3)
+    uids = KnownProcesses(8, read_uid=lambda pid: read_at.append(uids._poll) or process_real_uid(pid), recheck_every_polls=3)
     for _ in range(12):
         uids.new_poll()
         uids.real_uid(p.pid)
@@ -121,7 +121,7 @@ def test_the_rechecks_of_processes_read_at_one_poll_are_spread_over_the_polls():
 def test_a_setuid_is_seen_within_the_recheck_bound(sleepers):
     nobody = 65534
     [p] = sleepers(code=f"import os, time; time.sleep(0.3); os.setuid({nobody}); time.sleep(60)")
-    uids = RealUids(8, recheck_every_polls=2)
+    uids = KnownProcesses(8, recheck_every_polls=2)
     uids.new_poll()
     assert uids.real_uid(p.pid) == 0
     deadline = time.monotonic() + 10
@@ -140,7 +140,7 @@ def test_the_descriptor_budget_holds_and_close_frees_every_pidfd(sleepers):
     procs = sleepers(3)
     before = open_fds()
     reader = CountingReader()
-    uids = RealUids(2, read_uid=reader, recheck_every_polls=NO_RECHECK)
+    uids = KnownProcesses(2, read_uid=reader, recheck_every_polls=NO_RECHECK)
     for _ in range(3):
         uids.new_poll()
         assert [uids.real_uid(p.pid) for p in procs] == [os.getuid()] * 3
@@ -153,7 +153,7 @@ def test_the_descriptor_budget_holds_and_close_frees_every_pidfd(sleepers):
 def test_without_pidfds_every_lookup_reads(sleepers, monkeypatch):
     [p] = sleepers()
     reader = CountingReader()
-    uids = RealUids(8, read_uid=reader)
+    uids = KnownProcesses(8, read_uid=reader)
     monkeypatch.setattr(uids, "_have_pidfd", False)
     for _ in range(3):
         uids.new_poll()
@@ -163,6 +163,37 @@ def test_without_pidfds_every_lookup_reads(sleepers, monkeypatch):
 
 def test_a_pid_that_names_no_process_is_answered_none_and_kept_nowhere():
     # Above any pid the kernel hands out (pid_max is at most 2**22).
-    uids = RealUids(8)
+    uids = KnownProcesses(8)
     uids.new_poll()
     assert uids.real_uid(2**22 + 1) is None and len(uids) == 0
+
+
+def test_an_identity_is_read_once_while_the_process_lives_and_its_exit_is_reported(sleepers):
+    [p, q] = sleepers(2)
+    reads: list[int] = []
+    known = KnownProcesses(8, read_identity=lambda pid: reads.append(pid) or process_identity(pid))
+    for _ in range(25):  # no recheck: a start time never changes
+        assert known.new_poll() == set()
+        assert known.identity(p.pid) == process_identity(p.pid) == (p.pid, process_identity(p.pid)[1])
+        assert known.real_uid(p.pid) == os.getuid()  # the same pidfd serves both
+        assert known.identity(q.pid) == process_identity(q.pid)
+    assert reads == [p.pid, q.pid] and len(known) == 2
+    p.kill()
+    p.wait()
+    assert known.new_poll() == {p.pid} and len(known) == 1
+    assert known.identity(p.pid) is None and reads[-1] == p.pid
+    assert known.new_poll() == set()
+    known.close()
+
+
+def test_a_zombie_has_no_identity_and_is_not_remembered(sleepers):
+    [p] = sleepers()
+    p.kill()
+    deadline = time.monotonic() + 10
+    while process_identity(p.pid) is not None:  # killed, not reaped: a zombie
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    known = KnownProcesses(8)
+    known.new_poll()
+    assert known.identity(p.pid) is None and len(known) == 0
+    p.wait()
