@@ -18,4 +18,7 @@ def test_a_memo_answers_again_only_for_the_very_same_arguments():
     assert made(a, b) is first and len(calls) == 1
     assert made(a, tuple([3])) == first and len(calls) == 2  # equal, another object: made again
     assert made(a, b) is not first and len(calls) == 3  # one entry: the last call's
+    again = made(a, b)
+    assert made(tuple([1, 2]), b) is not again and len(calls) == 4  # the first argument differs alone
+    assert made(a, b) is not again and made(a, b) is made(a, b) and len(calls) == 5
     assert made.__name__ == "made"
