@@ -371,24 +371,25 @@ def rule_pid_namespace(f: Facts) -> Iterable[Finding]:
 _time = attrgetter("time")
 
 
-def _in_order_times(samples: Sequence[RecentSample]) -> list[float] | None:
-    """The samples' times when they never decrease (and none is NaN), else None. History gives them
-    in order except after the clock stepped back; checked in C (about 4 µs for the 120 s window),
-    once for a tuple's rules (a list may change between two calls)."""
+def _in_order(samples: Sequence[RecentSample], known: bool = False) -> bool:
+    """The samples' times never decrease (and none is NaN): `known` when the history says so
+    (Facts.recent_in_order), else checked. History gives them in order except after the clock
+    stepped back; checked in C (about 4 µs for the 120 s window), once for a tuple's rules (a list
+    may change between two calls)."""
+    if known:
+        return True
     if type(samples) is tuple:
-        return _in_order_tuple_times(samples)
-    return _times_if_in_order(samples)
+        return _in_order_tuple(samples)
+    return _times_in_order(samples)
 
 
-def _times_if_in_order(samples: Sequence[RecentSample]) -> list[float] | None:
+def _times_in_order(samples: Sequence[RecentSample]) -> bool:
     times = list(map(_time, samples))
-    if times and times[0] <= times[-1] and all(map(le, times, islice(times, 1, None))):
-        return times
-    return None
+    return bool(times) and times[0] <= times[-1] and all(map(le, times, islice(times, 1, None)))
 
 
 # The idle and growth rules ask for the same poll's samples (Facts.recent).
-_in_order_tuple_times = for_the_same_objects(_times_if_in_order)
+_in_order_tuple = for_the_same_objects(_times_in_order)
 
 
 def _idle_window(f: Facts) -> list[RecentSample] | None:
@@ -400,13 +401,12 @@ def _idle_window(f: Facts) -> list[RecentSample] | None:
     window_s = f.rules.idle_window_s
     now = recent[-1].time
     cutoff = now - window_s
-    times = _in_order_times(recent)
-    if times is None or cutoff != cutoff:  # out of order, or a NaN cutoff: the plain scan
+    if not _in_order(recent, f.recent_in_order) or cutoff != cutoff:  # or a NaN cutoff: the plain scan
         return _idle_window_scan(recent, cutoff, now, window_s)
-    start = bisect_left(times, cutoff)  # the first sample of the window (times >= cutoff)
+    start = bisect_left(recent, cutoff, key=_time)  # the first sample of the window (times >= cutoff)
     if start:
         return list(recent[start - 1 :])
-    return None if now - times[0] < window_s else list(recent)
+    return None if now - recent[0].time < window_s else list(recent)
 
 
 def _idle_window_scan(
@@ -466,10 +466,11 @@ class MemoryGrowth(NamedTuple):
     end_unix_s: float
 
 
-def memory_growth(samples: Iterable[RecentSample], rules: Rules) -> MemoryGrowth | None:
+def memory_growth(samples: Iterable[RecentSample], rules: Rules, in_order: bool = False) -> MemoryGrowth | None:
     """The job's GPU memory at the start and end of the growth window when it grows steadily over
     it, else None. The one decision of "memory growing": the warning and the document's
-    `memory_growth` both come from here.
+    `memory_growth` both come from here. `in_order`: the history says the samples' times never
+    decrease (Facts.recent_in_order), else they are checked.
 
     The window is the samples with a memory figure from `growth_window_s` before the last such
     sample to it; it grows when it holds 3 figures or more over `growth_min_span_s` at least, its
@@ -478,28 +479,24 @@ def memory_growth(samples: Iterable[RecentSample], rules: Rules) -> MemoryGrowth
     the window's ends are found by bisection and only a window that grew is walked step by step."""
     if type(samples) is not tuple:
         samples = tuple(samples)  # an iterable is passed once; a list may change in place later
-    times = _in_order_times(samples) if samples else None
-    if times is None or samples[-1].tree_gpu_mem_mib is None:
+    if not samples or not _in_order(samples, in_order) or samples[-1].tree_gpu_mem_mib is None:
         return _memory_growth_scan(samples, rules)
     end = len(samples) - 1
-    cutoff = times[end] - rules.growth_window_s
+    end_time = samples[end].time
+    cutoff = end_time - rules.growth_window_s
     if cutoff != cutoff:  # NaN
         return _memory_growth_scan(samples, rules)
     # Times in order: from `start` on, each is in the window. Not past `end` (a negative window).
-    start = bisect_left(times, cutoff, 0, end)
+    start = bisect_left(samples, cutoff, 0, end, key=_time)
     while samples[start].tree_gpu_mem_mib is None:
         start += 1  # stops at `end` at the latest
-    if end - start < 2 or times[end] - times[start] < rules.growth_min_span_s:
+    if end - start < 2 or end_time - samples[start].time < rules.growth_min_span_s:
         return None
     first, last = samples[start].tree_gpu_mem_mib, samples[end].tree_gpu_mem_mib
     if not _grown_enough(first, last, rules):
         return None
     return _steady(
-        [
-            (t, s.tree_gpu_mem_mib)
-            for t, s in zip(times[start:], samples[start:])
-            if s.tree_gpu_mem_mib is not None
-        ],
+        [(s.time, s.tree_gpu_mem_mib) for s in islice(samples, start, None) if s.tree_gpu_mem_mib is not None],
         rules,
     )
 
@@ -536,7 +533,7 @@ def _memory_growth_scan(samples: Iterable[RecentSample], rules: Rules) -> Memory
 
 
 def rule_memory_growth(f: Facts) -> Iterable[Finding]:
-    grown = memory_growth(f.recent, f.rules)
+    grown = memory_growth(f.recent, f.rules, f.recent_in_order)
     if grown:
         first, last = grown.first_mib, grown.last_mib
         span = min(f.rules.growth_window_s, f.recent[-1].time - f.recent[0].time)
