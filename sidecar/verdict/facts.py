@@ -282,7 +282,8 @@ class Facts:
     def model_gpu_indices(self) -> dict[int, int | None]:
         """NVML index of each model's device, by the id() of its ModelFacts (alive as long as these
         facts are): see model_gpu_index."""
-        return {id(m): model_nvml_index(p, m, self.gpus) for p in self.processes for m in p.models}
+        gpus = self.gpus
+        return {id(m): model_nvml_index(p, m, gpus) for p, m in self.model_pairs}
 
     @cached_property
     def model_pairs(self) -> tuple[tuple[ProcessFacts, ModelFacts], ...]:

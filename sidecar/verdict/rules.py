@@ -25,7 +25,6 @@ from sidecar.verdict.facts import (
     all_models,
     device_index,
     device_type,
-    model_gpu_index,
     nvidia_in_system,
     plist,
     runtimes,
@@ -549,10 +548,11 @@ def rule_memory_growth(f: Facts) -> Iterable[Finding]:
 def _rank_gpus(f: Facts) -> dict[int, set[int]]:
     """NVML GPU indices each rank process uses (by its models, else by NVML memory)."""
     out: dict[int, set[int]] = {}
+    found = f.model_gpu_indices  # model_gpu_index of each model of f.processes
     for p in f.processes:
         if p.role != "rank":
             continue
-        idx = {model_gpu_index(f, p, m) for m in p.models}
+        idx = {found[id(m)] for m in p.models}
         idx.discard(None)
         if not idx:
             idx = {g.index for g in p.gpu if (g.mem_used_mib or 0) > 0}

@@ -80,7 +80,7 @@ def _model_status(
     first_p, first_m = typed[0]  # the first model with a device (primary_model_gpu_index's)
     model_device = first_m.device
     gpu_index = _cuda_gpu_index(f, first_p, first_m)
-    if len(types) > 1 or any(len(m.types) > 1 for _, m in typed):
+    if len(types) > 1:  # a model of several types makes their union several too
         devs = ", ".join(sorted({d for _, m in typed for d in (m.devices or (m.device,)) if d}))
         message = ref("message.mixed", model=names, devices=devs)
         return StatusMessage("MIXED", message, model_device, input_device, gpu_index)
@@ -126,10 +126,7 @@ def _cpu_reason(f: Facts, procs: list[ProcessFacts]) -> Ref:
 
 
 def candidate_warnings(f: Facts) -> list[Finding]:
-    out: list[Finding] = []
-    for rule in RULES:
-        out.extend(rule(f))
-    return out
+    return [w for rule in RULES for w in rule(f)]
 
 
 def decide(f: Facts) -> Verdict:
