@@ -259,7 +259,7 @@ class Facts:
     rules: Rules = field(default_factory=Rules)
     # The history says recent's times never decrease and none is NaN (History.recent_window): the
     # windowed rules bisect them unchecked. False: they check (the 82 samples of a 120 s window,
-    # each poll).
+    # each poll). It speaks of `recent`: set the two together (with_recent), never one alone.
     recent_in_order: bool = False
 
     def with_recent(self, recent: tuple[RecentSample, ...], in_order: bool = False) -> Facts:

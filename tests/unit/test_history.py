@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import math
 import random
+import subprocess
 from array import array
 from dataclasses import fields, replace
 
+import sidecar.poller as poller_module
 from sidecar.collect import history_sample
 from sidecar.history import History, Sample, pack
 from sidecar.verdict import Facts, GpuFacts, ModelFacts, ProcessFacts, ProcGpu, RecentSample
@@ -131,3 +133,24 @@ def test_facts_with_recent_keep_what_they_derived_and_only_that():
         == {id(m): i for i, (p, m) in enumerate((p, m) for p in facts.processes for m in p.models)}
     )
     assert kept.job_gpu_indices == fresh.job_gpu_indices == (0, 1, 2, 3)
+
+
+def test_the_poller_hands_the_verdict_the_historys_word_on_order(monkeypatch):
+    """The speed-up of Facts.recent_in_order is the poller passing it: without it the rules check
+    the samples' order themselves at every poll (the same verdicts, at the old cost)."""
+    seen: list[Facts] = []
+    real = poller_module.decide
+    monkeypatch.setattr(poller_module, "decide", lambda f: seen.append(f) or real(f))
+    now = [1000.0]
+    target = subprocess.Popen(["sleep", "60"])
+    try:
+        p = poller_module.Poller(target.pid, system_gpus_fn=list, clock=lambda: now[0])
+        for _ in range(3):
+            p.poll_once()
+            now[0] += 1.5
+        p.stop()
+    finally:
+        target.kill()
+        target.wait()
+    assert [len(f.recent) for f in seen] == [1, 2, 3]
+    assert all(f.recent_in_order for f in seen)
