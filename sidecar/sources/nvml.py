@@ -22,8 +22,9 @@ Decisions worth knowing when reading the values:
   error every poll.
 - A lost GPU (GPU_IS_LOST) keeps the identity last seen at its index, `lost=True`, every
   measurement None; the other devices are unaffected.
-- The process lists and utilisation samples are read straight into buffers kept between polls
-  (see `_read_list`); everything else uses nvidia-ml-py's wrappers.
+- The process lists and utilisation samples are read straight into buffers kept between polls,
+  and the other queries of every poll called through NVML's function pointers into outputs kept
+  between calls (nvml_direct.py); the rarer ones use nvidia-ml-py's wrappers.
 - A poll asks each GPU what something shows (memory, utilisation, process lists and samples: 5 calls
   when the buffers fit; the efficiency fields, nvml_efficiency.py: 6, +2 with GPM), its UUID every
   UUID_CHECK_EVERY_POLLS polls: NVML calls are what a poll's CPU goes to, more so on a real driver.
@@ -33,8 +34,6 @@ Decisions worth knowing when reading the values:
 
 from __future__ import annotations
 
-import ctypes
-import struct
 import threading
 import time
 from collections.abc import Callable
@@ -220,17 +219,35 @@ class _Calls:
         in a second, and a process starting in between makes the second call fail. Codes in
         `quiet` are expected answers and recorded nowhere.
         """
-        for attempt in (0, 1):
+        try:
+            value = fn(*args)
+        except Exception as exc:  # NVMLError, and anything a binding bug may raise
+            return self._failed(exc, errors, key, where, fn, args, quiet)
+        self.code = SUCCESS
+        return value
+
+    def _failed(
+        self,
+        exc: Exception,
+        errors: dict[str, str] | None,
+        key: str,
+        where: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        quiet: tuple[int, ...],
+    ) -> Any:
+        """`__call__` after `fn` raised: the one retry, then None and the reason (kept out of the
+        successful call's path, which is nearly every call)."""
+        code = _error_code(exc)
+        if code == INSUFFICIENT_SIZE:
             try:
                 value = fn(*args)
-            except Exception as exc:  # NVMLError, and anything a binding bug may raise
-                code = getattr(exc, "value", OTHER_EXCEPTION) if _is_nvml_error(exc) else OTHER_EXCEPTION
-                if code == INSUFFICIENT_SIZE and attempt == 0:
-                    continue
-                reason = _reason(exc) if code != OTHER_EXCEPTION else f"{type(exc).__name__}: {exc}"
-                break
-            self.code = SUCCESS
-            return value
+            except Exception as again:
+                exc, code = again, _error_code(again)
+            else:
+                self.code = SUCCESS
+                return value
+        reason = _reason(exc) if code != OTHER_EXCEPTION else f"{type(exc).__name__}: {exc}"
         self.code = code
         if code in quiet:
             return None
@@ -242,91 +259,29 @@ class _Calls:
         return None
 
 
+def _error_code(exc: BaseException) -> int:
+    return getattr(exc, "value", OTHER_EXCEPTION) if _is_nvml_error(exc) else OTHER_EXCEPTION
+
+
 def _is_nvml_error(exc: BaseException) -> bool:
     return pynvml is not None and isinstance(exc, pynvml.NVMLError)
 
 
-# The two list queries are read with NVML's own function pointers (resolved and cached by
-# nvidia-ml-py) into plain buffers. nvidia-ml-py's wrappers return one `_PrintableStructure` per
-# entry whose every attribute read runs a Python-level __getattribute__; with 64 processes that was
-# ~80% of a poll. The layouts are NVML's ABI (tests/fakenvml/fakenvml.c static_asserts them).
-# nvmlProcessInfo_v2_t (== _v3): pid, usedGpuMemory, gpuInstanceId, computeInstanceId
-_PROCESS_ENTRY = struct.Struct("<I4xQII")
-# nvmlProcessUtilizationSample_t: pid, timeStamp, smUtil, memUtil, encUtil, decUtil
-_SAMPLE_ENTRY = struct.Struct("<I4xQIIII")
-_NOT_AVAILABLE = (1 << 64) - 1  # NVML_VALUE_NOT_AVAILABLE as an unsigned long long
-
+# Here, not at the top: nvml_direct reads the codes above when imported first (see its end).
+from sidecar.sources.nvml_direct import (  # noqa: E402
+    NOT_AVAILABLE,
+    PROCESS_ENTRY,
+    PROCESS_LISTS,
+    SAMPLE_ENTRY,
+    ListBuffer,
+    Queries,
+    process_samples,
+)
 
 # How often the UUID at each index is asked for (see _poll_device).
 UUID_CHECK_EVERY_POLLS = 10
 
 
-class _ListBuffer:
-    """A list query's buffer, kept between polls with its capacity."""
-
-    __slots__ = ("buf", "capacity", "entry")
-
-    def __init__(self, entry: struct.Struct) -> None:
-        self.entry = entry
-        self.capacity = 0
-        self.buf: Any = None
-
-
-def _read_list(fn: Any, handle: Any, lb: _ListBuffer, *tail: Any) -> list[tuple[int, ...]]:
-    """NVML's sizing protocol, with the buffer of the last poll offered first.
-
-    A call with a buffer of ``capacity`` entries fills it (SUCCESS) or says how many are needed
-    (INSUFFICIENT_SIZE); a call without one only counts. So once a buffer exists one call usually
-    does, and only a list that outgrew it costs the count and a fill into a new buffer with room to
-    spare (2n+5, as nvidia-ml-py allocates), which absorbs processes appearing between the two
-    calls. If even that is not enough the fill fails INSUFFICIENT_SIZE and the helper retries once.
-    An empty list is SUCCESS, or NOT_FOUND (process samples).
-    """
-    entry = lb.entry
-    count = ctypes.c_uint(lb.capacity)
-    if lb.capacity:
-        buf = lb.buf
-        ret = fn(handle, buf, ctypes.byref(count), *tail) if tail else fn(handle, ctypes.byref(count), buf)
-        if ret == SUCCESS:
-            n = min(count.value, lb.capacity)
-            return list(entry.iter_unpack(memoryview(buf)[: n * entry.size])) if n else []
-    else:
-        ret = fn(handle, None, ctypes.byref(count), *tail) if tail else fn(handle, ctypes.byref(count), None)
-        if ret == SUCCESS:
-            return []
-    if ret != INSUFFICIENT_SIZE:
-        raise pynvml.NVMLError(ret)
-    capacity = count.value * 2 + 5
-    buf = ctypes.create_string_buffer(capacity * entry.size)
-    count.value = capacity
-    ret = fn(handle, buf, ctypes.byref(count), *tail) if tail else fn(handle, ctypes.byref(count), buf)
-    if ret != SUCCESS:
-        raise pynvml.NVMLError(ret)
-    lb.buf, lb.capacity = buf, capacity
-    return list(entry.iter_unpack(memoryview(buf)[: min(count.value, capacity) * entry.size]))
-
-
-def _running_processes(symbol: str) -> Callable[[Any, _ListBuffer], list[tuple[int, ...]]]:
-    def query(handle: Any, lb: _ListBuffer) -> list[tuple[int, ...]]:
-        return _read_list(pynvml._nvmlGetFunctionPointer(symbol), handle, lb)
-
-    query.__name__ = symbol
-    return query
-
-
-def _process_samples(handle: Any, lb: _ListBuffer, last_seen_us: int) -> list[tuple[int, ...]]:
-    fn = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetProcessUtilization")
-    return _read_list(fn, handle, lb, ctypes.c_ulonglong(last_seen_us))
-
-
-_process_samples.__name__ = "nvmlDeviceGetProcessUtilization"
-
-_PROCESS_LISTS = {
-    ("compute", True): _running_processes("nvmlDeviceGetComputeRunningProcesses_v3"),
-    ("graphics", True): _running_processes("nvmlDeviceGetGraphicsRunningProcesses_v3"),
-    ("compute", False): _running_processes("nvmlDeviceGetComputeRunningProcesses_v2"),
-    ("graphics", False): _running_processes("nvmlDeviceGetGraphicsRunningProcesses_v2"),
-}
 
 
 @dataclass
@@ -341,11 +296,11 @@ class _DeviceState:
     procs_v3: bool = True  # False once the driver lacks the _v3 process lists
     last_seen_us: int = 0  # lastSeenTimeStamp for nvmlDeviceGetProcessUtilization
     samples: dict[int, tuple[int, int, int]] = field(default_factory=dict)  # pid -> (time µs, sm, mem)
-    lists: dict[str, _ListBuffer] = field(
+    lists: dict[str, ListBuffer] = field(
         default_factory=lambda: {
-            "compute": _ListBuffer(_PROCESS_ENTRY),
-            "graphics": _ListBuffer(_PROCESS_ENTRY),
-            "samples": _ListBuffer(_SAMPLE_ENTRY),
+            "compute": ListBuffer(PROCESS_ENTRY),
+            "graphics": ListBuffer(PROCESS_ENTRY),
+            "samples": ListBuffer(SAMPLE_ENTRY),
         }
     )
     polls_since_uuid: int = 0
@@ -375,6 +330,7 @@ class NvmlSource:
         self._driver: str | None = None
         self._cuda_driver: str | None = None
         self._devices: list[_DeviceState] = []
+        self._queries: Queries | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
     def _ensure_init(self, now: float) -> str | None:
@@ -399,6 +355,7 @@ class NvmlSource:
         self._next_init_at = None
         self._backoff_s = self.retry_initial_s
         self._devices = []
+        self._queries = Queries()
         return None
 
     def close(self) -> None:
@@ -511,27 +468,28 @@ class NvmlSource:
             )
         info.uuid, info.name, info.pci_bus_id = st.uuid, st.name, st.pci_bus_id
 
+        q = self._queries
         mem = None
         if st.mem_v2:
-            mem = calls(None, "memory", where, n.nvmlDeviceGetMemoryInfo, h, n.nvmlMemory_v2)
+            mem = calls(None, "memory", where, q.memory_v2, h)
             if calls.code == FUNCTION_NOT_FOUND:
                 st.mem_v2 = False  # a driver before 515; it will not grow the function
         if mem is None and calls.code != GPU_IS_LOST:
-            mem = calls(errors, "memory", where, n.nvmlDeviceGetMemoryInfo, h)
+            mem = calls(errors, "memory", where, q.memory, h)
         if calls.code == GPU_IS_LOST:
             return self._unusable(info, st, calls.code)
         if mem is not None:
             # Exact: bytes / 2^20 is exact in a double, so the bytes come back exactly (metrics).
-            info.mem_total_mib = mem.total / MIB
-            info.mem_used_mib = mem.used / MIB
+            info.mem_total_mib = mem[0] / MIB
+            info.mem_used_mib = mem[1] / MIB
 
-        util = calls(errors, "utilization", where, n.nvmlDeviceGetUtilizationRates, h)
+        util = calls(errors, "utilization", where, q.utilization, h)
         if calls.code == GPU_IS_LOST:
             return self._unusable(info, st, calls.code)
         if util is not None:
-            info.util_gpu, info.util_mem = util.gpu, util.memory
+            info.util_gpu, info.util_mem = util
 
-        lost = nvml_efficiency.poll(calls, info, st.efficiency, h, where)
+        lost = nvml_efficiency.poll(calls, q, info, st.efficiency, h, where)
         processes = [] if lost else self._processes(calls, errors, where, st)
         if lost or calls.code == GPU_IS_LOST:
             return self._unusable(info, st, GPU_IS_LOST)
@@ -550,24 +508,26 @@ class NvmlSource:
         self, calls: _Calls, errors: dict[str, str], where: str, st: _DeviceState
     ) -> list[GpuProcess]:
         by_pid: dict[int, GpuProcess] = {}
+        no_id = nvml_efficiency.NO_INSTANCE_ID
         for kind in ("compute", "graphics"):
-            fn = _PROCESS_LISTS[kind, st.procs_v3]
+            fn = PROCESS_LISTS[kind, st.procs_v3]
             entries = calls(errors, "processes", where, fn, st.handle, st.lists[kind])
             if calls.code == FUNCTION_NOT_FOUND and st.procs_v3:
                 # A driver before 510: the same 24-byte entries under the _v2 name.
                 st.procs_v3 = False
                 errors.pop("processes", None)
                 calls.call_errors.pop(fn.__name__, None)
-                fn = _PROCESS_LISTS[kind, False]
+                fn = PROCESS_LISTS[kind, False]
                 entries = calls(errors, "processes", where, fn, st.handle, st.lists[kind])
             if calls.code == GPU_IS_LOST:
                 return []
+            types = (kind,)
             for pid, used, gi, ci in entries or ():
-                used_mib = None if used == _NOT_AVAILABLE else used / MIB
+                used_mib = None if used == NOT_AVAILABLE else used / MIB
                 known = by_pid.get(pid)
                 if known is None:
-                    iid = nvml_efficiency.instance_id
-                    by_pid[pid] = GpuProcess(pid, used_mib, None, None, (kind,), iid(gi), iid(ci))
+                    gi = None if gi == no_id else gi
+                    by_pid[pid] = GpuProcess(pid, used_mib, None, None, types, gi, None if ci == no_id else ci)
                 else:
                     # A process with both contexts is listed twice; keep one row with both types.
                     known.types = (*known.types, kind)
@@ -588,7 +548,7 @@ class NvmlSource:
             errors,
             "process_utilization",
             where,
-            _process_samples,
+            process_samples,
             st.handle,
             st.lists["samples"],
             st.last_seen_us,

@@ -32,7 +32,7 @@ from sidecar.sources.nvml_names import (
 )
 
 if TYPE_CHECKING:
-    from sidecar.sources.nvml import GpuInfo, GpuProcess, _Calls
+    from sidecar.sources.nvml import GpuInfo, GpuProcess, Queries, _Calls
 
 # How often the rarely changing queries are repeated (the same period as the UUID check).
 RARE_EVERY_POLLS = 10
@@ -46,7 +46,7 @@ GPM_INVALID_VALUE = "NVML answered an impossible value"
 # not believed).
 MAX_MIG_DEVICES = 64
 MIG_NO_PROCESS_UTILIZATION = "per-process utilisation is not available on a MIG-enabled GPU (NVML)"
-_NO_ID = 0xFFFFFFFF  # NVML's "not in a MIG instance" in process entries
+NO_INSTANCE_ID = 0xFFFFFFFF  # NVML's "not in a MIG instance" in process entries (GpuProcess: None)
 _GPM_NAMES = tuple(name for name, _id, _scale in GPM_FIELDS)
 # nvmlGpmMetricsGet_t: version, numMetrics, sample1, sample2, then 40-byte nvmlGpmMetric_t entries
 # whose first 16 bytes are metricId, nvmlReturn, value (tests/fakenvml/fakenvml.c static_asserts).
@@ -93,19 +93,18 @@ class EfficiencyState:
     mig_handles: list[MigHandle] = field(default_factory=list)
 
 
-def poll(calls: _Calls, info: GpuInfo, es: EfficiencyState, h: Any, where: str) -> bool:
+def poll(calls: _Calls, q: Queries, info: GpuInfo, es: EfficiencyState, h: Any, where: str) -> bool:
     """Fill `info`'s efficiency fields; True when the GPU turned out to be lost."""
-    n = _nvml.pynvml
     errors = info.field_errors
-    lost = _clock_events(calls, info, es, h, where)
-    sm = calls(errors, "sm_clock_mhz", where, n.nvmlDeviceGetClockInfo, h, n.NVML_CLOCK_SM)
-    mem = calls(errors, "mem_clock_mhz", where, n.nvmlDeviceGetClockInfo, h, n.NVML_CLOCK_MEM)
+    lost = _clock_events(calls, q, info, es, h, where)
+    sm = calls(errors, "sm_clock_mhz", where, q.sm_clock, h)
+    mem = calls(errors, "mem_clock_mhz", where, q.mem_clock, h)
     info.sm_clock_mhz, info.mem_clock_mhz = sm, mem
-    power_mw = calls(errors, "power_w", where, n.nvmlDeviceGetPowerUsage, h)
-    limit_mw = calls(errors, "power_limit_w", where, n.nvmlDeviceGetEnforcedPowerLimit, h)
+    power_mw = calls(errors, "power_w", where, q.power, h)
+    limit_mw = calls(errors, "power_limit_w", where, q.power_limit, h)
     info.power_w = power_mw / 1000 if power_mw is not None else None
     info.power_limit_w = limit_mw / 1000 if limit_mw is not None else None
-    temperature = calls(errors, "temperature_c", where, n.nvmlDeviceGetTemperature, h, n.NVML_TEMPERATURE_GPU)
+    temperature = calls(errors, "temperature_c", where, q.temperature, h)
     info.temperature_c = float(temperature) if temperature is not None else None
     if lost or calls.code == _nvml.GPU_IS_LOST:
         return True
@@ -126,12 +125,12 @@ def poll(calls: _Calls, info: GpuInfo, es: EfficiencyState, h: Any, where: str) 
     return _gpm(calls, info, es, h, where) or _mig_devices(calls, info, es, where)
 
 
-def _clock_events(calls: _Calls, info: GpuInfo, es: EfficiencyState, h: Any, where: str) -> bool:
+def _clock_events(calls: _Calls, q: Queries, info: GpuInfo, es: EfficiencyState, h: Any, where: str) -> bool:
     n = _nvml.pynvml
     errors = info.field_errors
     mask = None
     if es.events_v2:
-        fn = getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        fn = q.clock_events
         if fn is not None:
             mask = calls(errors, "clock_event_reasons", where, fn, h)
         if fn is None or calls.code == _nvml.FUNCTION_NOT_FOUND:
@@ -360,8 +359,8 @@ def mig_processes(
                 e.pid, used / _nvml.MIB if used is not None else None, None, None, ("compute",)
             )
             gi, ci = e.gpuInstanceId, e.computeInstanceId
-            process.gpu_instance_id = mh.gpu_instance_id if gi == _NO_ID else gi
-            process.compute_instance_id = mh.compute_instance_id if ci == _NO_ID else ci
+            process.gpu_instance_id = mh.gpu_instance_id if gi == NO_INSTANCE_ID else gi
+            process.compute_instance_id = mh.compute_instance_id if ci == NO_INSTANCE_ID else ci
             found.append(process)
     return found
 
@@ -416,11 +415,6 @@ def clear(info: GpuInfo) -> None:
     for name in GPU_EFFICIENCY_FIELDS:
         setattr(info, name, None)
     info.mig_devices = []
-
-
-def instance_id(value: int) -> int | None:
-    """A process entry's gpuInstanceId/computeInstanceId: None for NVML's 0xFFFFFFFF (no MIG)."""
-    return None if value == _NO_ID else value
 
 
 # Last: nvml imports this module at its top, and this one needs nvml only when called. Either can be
