@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from probe_wire.schema import DEVICE_MIXED, DEVICE_NO_PARAMETERS, MODEL_COLLECTED, PUBLISH_FAILED
 from sidecar import collect as new
 from sidecar import history
-from sidecar.sources.nvml import GpuInfo, GpuProcess, NvmlSnapshot
+from sidecar.sources.nvml import GpuInfo, GpuProcess, MigDevice, NvmlSnapshot
 from sidecar.sources.proctree import ProcInfo, TreeSnapshot
 from sidecar.sources.segments import ProbeRead
 from sidecar.sources.sysfs import SystemGpu
@@ -345,6 +345,29 @@ def test_each_jobs_nvml_facts_are_what_its_walk_gave(nvml, trees):
         want = old.nvml_facts(nvml, tree, gpus)
         assert_same(new.nvml_facts(nvml, tree, gpus), want)
         assert_same(new.nvml_facts(nvml, tree, None), old.nvml_facts(nvml, tree, None))
+
+
+@st.composite
+def devices(draw) -> GpuInfo:
+    """An NVML device with every field drawn, each its own value: a field read from the wrong
+    position or name shows."""
+    values = st.none() | _floats | _ints | _texts | st.booleans() | st.tuples(_texts)
+    d = GpuInfo(draw(_ints))
+    for f in fields(GpuInfo):
+        if f.name not in ("index", "field_errors", "processes", "mig_devices"):
+            setattr(d, f.name, draw(values))
+    d.field_errors = draw(st.dictionaries(st.text(max_size=6), st.text(max_size=6), max_size=5))
+    d.mig_devices = [
+        MigDevice(draw(_ints), draw(values), draw(values), draw(values), draw(values), draw(values))
+        for _ in range(draw(st.integers(0, 3)))
+    ]
+    return d
+
+
+@settings(max_examples=400, deadline=None)
+@given(d=devices())
+def test_gpu_facts_are_what_they_were(d):
+    same_outcome(new.gpu_facts, old.gpu_facts, d)
 
 
 # ---------------------------------------------------------------------------------------------
