@@ -558,27 +558,36 @@ class NvmlSource:
         )
         if samples is None and calls.code != NOT_FOUND:
             return  # unsupported or failed: the processes keep sm_util None (unknown)
+        kept = st.samples
+        last_seen_us = st.last_seen_us
         fresh: set[int] = set()
         for pid, stamp, sm, mem, _enc, _dec in samples or ():
-            if stamp > st.last_seen_us:
-                st.last_seen_us = stamp
+            if stamp > last_seen_us:
+                last_seen_us = stamp
             if sm > 100 or mem > 100:
                 continue  # garbage some drivers emit for a context's first sample
-            previous = st.samples.get(pid)
+            previous = kept.get(pid)
             if previous is None or stamp >= previous[0]:
-                st.samples[pid] = (stamp, sm, mem)
+                kept[pid] = (stamp, sm, mem)
                 fresh.add(pid)
-        hold_us = int(self.util_hold_s * 1_000_000)
-        listed = set()
+        st.last_seen_us = last_seen_us
+        held_since_us = now_us - int(self.util_hold_s * 1_000_000)
+        with_sample = 0  # listed processes with a kept sample (a process is listed once)
         for p in processes:
-            listed.add(p.pid)
-            sample = st.samples.get(p.pid)
-            if sample is not None and (p.pid in fresh or now_us - sample[0] <= hold_us):
+            sample = kept.get(p.pid)
+            if sample is None:
+                p.sm_util, p.mem_util = 0, 0
+                continue
+            with_sample += 1
+            if sample[0] >= held_since_us or p.pid in fresh:
                 p.sm_util, p.mem_util = sample[1], sample[2]
             else:
                 p.sm_util, p.mem_util = 0, 0
-        for pid in [pid for pid in st.samples if pid not in listed]:
-            del st.samples[pid]  # gone from the GPU; a reused pid must not inherit its numbers
+        if with_sample == len(kept):
+            return  # every kept sample belongs to a listed process: none to forget
+        listed = {p.pid for p in processes}
+        for pid in [pid for pid in kept if pid not in listed]:
+            del kept[pid]  # gone from the GPU; a reused pid must not inherit its numbers
 
     @staticmethod
     def _unusable(info: GpuInfo, st: _DeviceState, code: int) -> GpuInfo:

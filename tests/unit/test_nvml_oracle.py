@@ -139,6 +139,10 @@ def test_changes_between_polls(fake_nvml, w):
     swapped["gpus"][0]["processes"] = swapped["gpus"][0]["processes"][1:]
     _write(fake_nvml, swapped)
     _same(w("result = both(12)"))
+    # The pid back, idle (no samples), within the hold: it must not inherit the old process's numbers.
+    back = {"gpus": [dict(swapped["gpus"][0], processes=[{"pid": PIDS[0]}]), *swapped["gpus"][1:]]}
+    _write(fake_nvml, back)
+    _same(w("result = both(2)"))
     _write(fake_nvml, {"gpus": [*swapped["gpus"], gpu(4, lost=True), gpu(5)]})  # devices appear
     _same(w("result = both(3)"))
     _write(fake_nvml, {"gpus": [gpu(0, lost=True), *swapped["gpus"][1:]]})  # lost, then back
