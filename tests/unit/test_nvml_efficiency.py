@@ -279,14 +279,16 @@ def test_throttle_reasons_fallback_on_an_older_driver(fake_nvml, sleepers):
             "src._devices[0].efficiency.events_v2]"
         )
         assert got == [["sw_power_cap"], None, {}, False]
-    # Remembered per driver: the new name is not tried again (counted by wrapping the binding).
+    # Remembered per driver: the new name is not tried again. The source calls it through its
+    # function pointer (sources/nvml_direct.py), looked up by name until found: counted there.
     w(
-        "calls = []\n"
-        "_new = pynvml.nvmlDeviceGetCurrentClocksEventReasons\n"
-        "pynvml.nvmlDeviceGetCurrentClocksEventReasons = lambda h: (calls.append(1), _new(h))[1]\n"
+        "names = []\n"
+        "_lookup = pynvml._nvmlGetFunctionPointer\n"
+        "pynvml._nvmlGetFunctionPointer = lambda name: (names.append(name), _lookup(name))[1]\n"
         "src.poll(); src.poll()"
     )
-    assert w("result = len(calls)") == 0
+    assert w("result = names.count('nvmlDeviceGetCurrentClocksEventReasons')") == 0
+    assert w("result = names.count('nvmlDeviceGetCurrentClocksThrottleReasons')") == 2  # the wrapper's
     w("src.close()")
 
 
