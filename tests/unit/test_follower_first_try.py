@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from probe_wire import SegmentWriter, read_segment
 from probe_wire import follower as follower_module
+from probe_wire.codec import decode_payload
 from probe_wire.follower import READ_SLACK_BYTES, SegmentFollower
 from probe_wire.header import (
     FLAG_CLOSED,
@@ -36,9 +37,10 @@ from probe_wire.header import (
     SEQ,
     SEQ_OFFSET,
 )
-from probe_wire.prefix import PrefixSlot
+from probe_wire.prefix import PrefixSlot, decode_with_prefix, find_prefix
 from probe_wire.procid import pid_namespace_id, process_start_ticks
-from probe_wire.reader import READ_ATTEMPTS, SegmentRead, _finish, _read_seq, read_consistent
+from probe_wire.reader import READ_ATTEMPTS, SegmentRead, _read_seq, read_consistent
+from probe_wire.schema import validate_payload
 from tests.unit.test_probe_segment import _rich_payload
 
 PID, TICKS = 4242, 777
@@ -46,7 +48,8 @@ FD = 1_000_003  # no such descriptor: only the scripted pread below answers for 
 
 
 # -------------------------------------------------------------------------------------------------
-# The oracle: the follower's read of a kept file as it was before (probe_wire at 9a54028).
+# The oracle: the follower's read of a kept file as it was before (probe_wire at 9a54028; _finish as
+# it was at f765130, before the header's values went positionally into SegmentRead).
 
 
 def _old_read_consistent(fd, pid, size, expected, attempts, slot=None):
@@ -106,11 +109,53 @@ def _old_read_consistent(fd, pid, size, expected, attempts, slot=None):
         if zlib.crc32(data) != crc:
             last = SegmentRead(state="corrupt", error="payload crc32 mismatch", **common)
             continue
-        r = _finish(data, expected, common, slot)
+        r = _old_finish(data, expected, common, slot)
         return r, (raw + data if r.state == "ok" else None)
     return (
         last if last is not None else SegmentRead(pid=pid, state="busy", error="no consistent read")
     ), None
+
+
+def _old_finish(data, expected, common, slot=None):
+    pid = common["pid"]
+    if common["writer_pid"] != pid & 0xFFFFFFFF:
+        return SegmentRead(state="corrupt", error=f"header names writer pid {common['writer_pid']}", **common)
+    ticks = common["writer_start_ticks"]
+    wns, ours = common["writer_pidns"], pid_namespace_id()
+    if wns and ours and wns != ours:
+        return SegmentRead(state="stale", error=f"written in another PID namespace ({wns:#x})", **common)
+    if expected is None:
+        live = process_start_ticks(pid)
+        if live is None:
+            return SegmentRead(state="stale", error=f"process {pid} is not running", **common)
+        if ticks != live:
+            return SegmentRead(
+                state="stale",
+                error=f"writer start_ticks {ticks} != live process's {live} (pid reused)",
+                **common,
+            )
+    elif ticks != expected:
+        return SegmentRead(
+            state="stale", error=f"writer start_ticks {ticks} != expected {expected}", **common
+        )
+    payload = decode_with_prefix(slot.prefix, data) if slot is not None and slot.prefix is not None else None
+    if payload is None:
+        try:
+            obj = decode_payload(data)
+        except Exception as e:  # noqa: BLE001
+            return SegmentRead(state="corrupt", error=f"bad msgpack: {type(e).__name__}: {e}"[:300], **common)
+        payload, reason = validate_payload(obj)
+        if payload is None:
+            return SegmentRead(state="corrupt", error=reason, **common)
+        if slot is not None:
+            slot.prefix = find_prefix(data, obj, payload)
+    if payload["pid"] != pid:
+        return SegmentRead(
+            state="corrupt", error=f"payload.pid {payload['pid']} in segment of {pid}", **common
+        )
+    if payload["start_ticks"] is not None and payload["start_ticks"] != ticks:
+        return SegmentRead(state="corrupt", error="payload.start_ticks differs from the header's", **common)
+    return SegmentRead(state="ok", payload=payload, **common)
 
 
 def _old_read_again(fd, pid, size, expected, raw, last, slot):
@@ -477,3 +522,45 @@ def test_retain_closes_and_forgets_what_it_did_before(opened, missing, prefixes,
     assert list(new._open) == list(old._open)
     assert list(new._missing_reads.items()) == list(old._missing_reads.items())
     assert list(new._prefixes) == list(old._prefixes)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    kind=_HOSTILE,
+    expected=st.sampled_from([None, TICKS, TICKS + 1]),
+    with_prefix=st.booleans(),
+    payload_change=st.sampled_from(["none", "pid", "start_ticks", "no-start-ticks"]),
+    data=st.data(),
+)
+def test_every_outcome_of_one_read_is_the_old_codes(kind, expected, with_prefix, payload_change, data):
+    """read_consistent against the oracle on one state of the file, for every outcome: the header's
+    values go into SegmentRead positionally now (no dict of them), in SegmentRead's order, on
+    every path (a process that is not running, when no start_ticks is expected, included)."""
+    size = 8192
+    base = _segment(_payload_bytes(0, 1), size, seq=10)
+    state = data.draw(_state(size, base, 10))
+    if payload_change != "none":
+        p = _rich_payload(PID)
+        p["start_ticks"] = TICKS
+        if payload_change == "pid":
+            p["pid"] = PID + 1
+        elif payload_change == "start_ticks":
+            p["start_ticks"] = TICKS + 5
+        else:
+            p["start_ticks"] = None
+        state = _segment(msgpack.packb(p, use_bin_type=True), size, seq=12)
+    slots = [PrefixSlot(), PrefixSlot()]
+    if with_prefix:
+        for slot in slots:
+            _good_read(base, size, slot)
+    real = os.pread
+    reads = []
+    for slot, read in zip(slots, (_old_read_consistent, read_consistent)):
+        os.pread = Timeline([state], [], size).pread
+        try:
+            reads.append(read(FD, PID, size, expected, READ_ATTEMPTS, slot))
+        finally:
+            os.pread = real
+    (r_old, kept_old), (r_new, kept_new) = reads
+    assert _same_read(r_old, r_new) and kept_old == kept_new, (r_old, r_new)
+    assert _prefix_of(slots[0]) == _prefix_of(slots[1])
