@@ -163,23 +163,23 @@ def _models(models: Any) -> tuple[ModelFacts, ...]:
             _values(m, _model_values, _MODEL_KEYS)
         )
         out.append(
-            ModelFacts(
-                name=name if type(name) is str and 0 < len(name) <= _TEXT else _str(name) or _str(cls) or "model",
-                device=dev if type(dev) is str and len(dev) <= MAX_ID_CHARS else _str(dev, MAX_ID_CHARS),
-                devices=_devices(devs),
-                params=params if type(params) is int else _int(params),
-                input_device=in_dev if type(in_dev) is str and len(in_dev) <= MAX_ID_CHARS else _str(in_dev, MAX_ID_CHARS),
-                forward_calls=calls if type(calls) is int else _int(calls) or 0,
-                forward_rate_hz=fwd if type(fwd) is float else _float(fwd),
-                data_wait_fraction=wait if type(wait) is float or wait is None else _float(wait),
-                train_steps=steps if type(steps) is int or steps is None else _int(steps),
-                step_rate_hz=rate if type(rate) is float or rate is None else _float(rate),
-                step_source=source if type(source) is str and len(source) <= _TEXT else _str(source),
-                shared_memory=shared if type(shared) is bool else None,
-                param_dtypes=() if dtypes is None else _names(dtypes),
-                autocast=ac if type(ac) is str and len(ac) <= MAX_ID_CHARS or ac is None else _str(ac, MAX_ID_CHARS),
-                input_shape=None if shape is None else _shape(shape),
-                loader_settings=None if ls is None else _loader_settings(ls),
+            ModelFacts(  # positional, in its fields' order, as ProcessFacts below: keywords cost 1 us a model
+                name if type(name) is str and 0 < len(name) <= _TEXT else _str(name) or _str(cls) or "model",
+                dev if type(dev) is str and len(dev) <= MAX_ID_CHARS else _str(dev, MAX_ID_CHARS),
+                _devices(devs),
+                params if type(params) is int else _int(params),
+                in_dev if type(in_dev) is str and len(in_dev) <= MAX_ID_CHARS else _str(in_dev, MAX_ID_CHARS),
+                calls if type(calls) is int else _int(calls) or 0,
+                fwd if type(fwd) is float else _float(fwd),
+                wait if type(wait) is float or wait is None else _float(wait),
+                steps if type(steps) is int or steps is None else _int(steps),
+                rate if type(rate) is float or rate is None else _float(rate),
+                source if type(source) is str and len(source) <= _TEXT else _str(source),
+                shared if type(shared) is bool else None,
+                () if dtypes is None else _names(dtypes),
+                ac if type(ac) is str and len(ac) <= MAX_ID_CHARS or ac is None else _str(ac, MAX_ID_CHARS),
+                None if shape is None else _shape(shape),
+                None if ls is None else _loader_settings(ls),
             )
         )
     return tuple(out)
@@ -266,33 +266,35 @@ def process_facts(proc, read, gpu: tuple[ProcGpu, ...], target_pid: int) -> Proc
         failure, collected = _publish_failure(errors), _collected_models(errors)
     else:  # no errors (most payloads): what the two give for an empty list
         failure, collected = None, ()
+    # Positional, in its fields' order (test_collect_oracle holds the result to the old collector's,
+    # which names them): keywords cost about 2 us of this call's 8.5.
     return ProcessFacts(
-        pid=proc.pid,
-        ppid=proc.ppid,
-        depth=proc.depth,
-        name=clip(proc.name) if isinstance(proc.name, str) else proc.name,
-        is_target=proc.pid == target_pid,
-        probe_state=read.state if read is not None else "missing",
-        probe_error=_str(read.error) if read is not None else None,
-        probe_unreadable=bool(read and read.unreadable),
-        role=role if type(role) is str and len(role) <= MAX_ID_CHARS else _str(role, MAX_ID_CHARS),
-        worker_id=worker_id if type(worker_id) is int or worker_id is None else _int(worker_id),
-        rank=rank if type(rank) is int or rank is None else _int(rank),
-        local_rank=local_rank if type(local_rank) is int or local_rank is None else _int(local_rank),
-        world_size=world_size if type(world_size) is int or world_size is None else _int(world_size),
-        dist_backend=backend if backend is None else _str(backend, MAX_ID_CHARS),
-        loader=loader if loader is None else _str(loader, MAX_ID_CHARS),
-        mp_helper=mp_helper,
-        mp_child=mp_child,
-        publish_failure=failure,
-        collected_models=collected,
-        runtime=runtime if isinstance(runtime, dict) else None,
-        cuda_memory_mib=_reserved_mib(memory) if payload else None,
-        models=_models(models) if payload and models else (),
-        gpu=gpu,
-        steps=None if steps is None else step_breakdown(steps),
-        math=None if math is None else math_settings(math),
-        syncs_per_step=None if syncs is None else _nonnegative(syncs),
+        proc.pid,
+        proc.ppid,
+        proc.depth,
+        clip(proc.name) if isinstance(proc.name, str) else proc.name,
+        proc.pid == target_pid,  # is_target
+        read.state if read is not None else "missing",
+        None if read is None or read.error is None else _str(read.error),
+        bool(read and read.unreadable),
+        role if type(role) is str and len(role) <= MAX_ID_CHARS else _str(role, MAX_ID_CHARS),
+        worker_id if type(worker_id) is int or worker_id is None else _int(worker_id),
+        rank if type(rank) is int or rank is None else _int(rank),
+        local_rank if type(local_rank) is int or local_rank is None else _int(local_rank),
+        world_size if type(world_size) is int or world_size is None else _int(world_size),
+        backend if backend is None else _str(backend, MAX_ID_CHARS),
+        loader if loader is None else _str(loader, MAX_ID_CHARS),
+        mp_helper,
+        failure,  # publish_failure
+        mp_child,
+        collected,
+        runtime if isinstance(runtime, dict) else None,
+        _reserved_mib(memory) if payload else None,  # cuda_memory_mib
+        _models(models) if payload and models else (),
+        gpu,
+        None if steps is None else step_breakdown(steps),
+        None if math is None else math_settings(math),
+        None if syncs is None else _nonnegative(syncs),
     )
 
 
