@@ -262,7 +262,7 @@ def read_consistent(
         if seq == 0 and magic == b"\0" * 8:
             return (SegmentRead(pid=pid, state="initialising", error="header not written yet"), None)
         # What every read of this try reports of the header: SegmentRead's fields after ``error``, in
-        # its order (positional: a dict of them spread as keywords cost a changed payload 1.2 us).
+        # its order (positional: a dict of them spread as keywords cost a changed payload 0.6 us of 12).
         header = (wpid, ticks, published_at, bool(flags & FLAG_TRIMMED), seq, wns)
         # Header checks are only trusted once seq proves the header was not being rewritten under us.
         reason = None
