@@ -203,7 +203,7 @@ class JobsPoller:
                 ident = self._processes.identity(pid)
                 if ident is None:
                     continue
-                root = self._roots.get(ident) or lineage.job_root(pid, is_job_process)
+                root = self._roots.get(ident) or lineage.job_root(pid, is_job_process, owner=self.uid)
                 if root is not None:
                     roots[ident] = root
             self._roots = roots  # forgets identities no longer seen

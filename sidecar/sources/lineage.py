@@ -132,14 +132,18 @@ def root_info(pid: int) -> RootInfo:
     return RootInfo(uid, user_name(uid) if uid is not None else None, cwd, ancestors(pid))
 
 
-def job_root(pid: int, is_job_process) -> tuple[int, int] | None:
+def job_root(pid: int, is_job_process, owner: int | None = None) -> tuple[int, int] | None:
     """The identity (pid, start ticks) of the topmost ancestor of ``pid`` (itself included) for
     which ``is_job_process(pid, argv)`` holds, walking up while the owner stays the same; None when
-    ``pid`` is gone. `is_job_process` says whether a process is probed, uses a GPU, or launches."""
+    ``pid`` is gone, or is not ``owner``'s (a real uid) when one is given: a non-root discovery's
+    check of a candidate, read here afresh whatever it read before (sources/owners.py).
+    `is_job_process` says whether a process is probed, uses a GPU, or launches."""
     ident = process_identity(pid)
     if ident is None:
         return None
     uid = process_real_uid(pid)
+    if owner is not None and uid != owner:
+        return None
     root = ident
     below = cmdline(pid)
     for up in ancestors(pid):

@@ -18,7 +18,7 @@ import os
 import select
 from collections.abc import Callable
 
-from probe_wire.procid import process_identity, process_real_uid
+from probe_wire.procid import proc_is_ours, process_identity, process_real_uid
 
 # A live process's uid is read again this often (polls): the bound on how long a setuid(2) by a
 # privileged process goes unseen. Discovery redoes its roots as often (jobs.REDISCOVER_EVERY_POLLS).
@@ -32,7 +32,7 @@ def next_recheck(poll: int, pid: int, every_polls: int) -> int:
     return poll + every_polls - (poll + pid) % every_polls
 
 
-_IDENTITY, _UID, _UID_DUE = 1, 2, 3  # a _known entry's slots after its pidfd
+_IDENTITY, _UID, _UID_DUE, _ASKED = 1, 2, 3, 4  # a _known entry's slots after its pidfd
 
 
 def _exited(fd: int) -> bool:
@@ -61,35 +61,46 @@ class KnownProcesses:
         self.read_identity = read_identity
         self.read_uid = read_uid
         self.recheck_every_polls = recheck_every_polls
-        # pid -> [pidfd, identity, real uid, poll to read the uid again at]; None: not read yet
+        # pid -> [pidfd, identity, real uid, poll to read the uid again at, poll last asked at];
+        # None: not read yet
         self._known: dict[int, list] = {}
         self._pid_of_fd: dict[int, int] = {}
         self._exits = select.poll()  # the pidfds of _known, readable once their process exits
         self._poll = 0
-        self._have_pidfd = hasattr(os, "pidfd_open")
+        # A pidfd names the pid in our PID namespace, /proc in its own: only where they agree
+        # (not under `unshare -p` without a /proc of its own) is a pidfd the process /proc shows.
+        self._have_pidfd = hasattr(os, "pidfd_open") and proc_is_ours()
 
     def __len__(self) -> int:
         return len(self._known)
 
     def new_poll(self) -> set[int]:
-        """Forgets the processes that exited since the last poll; their pids."""
+        """Forgets the processes that exited since the last poll; their pids. Every
+        RECHECK_EVERY_POLLS polls, forgets as well the live ones not asked about since (a process
+        NVML listed once, then never again), whose pidfds would hold the budget for good."""
         self._poll += 1
         exited = set()
         if self._known:
             for fd, _ in self._exits.poll(0):
                 exited.add(self._pid_of_fd[fd])
                 self._forget(self._pid_of_fd[fd])
+            if self._poll % self.recheck_every_polls == 0:
+                unused_before = self._poll - self.recheck_every_polls
+                for pid in [pid for pid, entry in self._known.items() if entry[_ASKED] < unused_before]:
+                    self._forget(pid)
         return exited
 
     def identity(self, pid: int) -> tuple[int, int] | None:
         entry = self._known.get(pid)
         if entry is not None and entry[_IDENTITY] is not None:
+            entry[_ASKED] = self._poll
             return entry[_IDENTITY]  # a process's start time never changes
         return self._read(pid, entry, _IDENTITY)
 
     def real_uid(self, pid: int) -> int | None:
         entry = self._known.get(pid)
         if entry is not None and entry[_UID] is not None and self._poll < entry[_UID_DUE]:
+            entry[_ASKED] = self._poll
             return entry[_UID]
         return self._read(pid, entry, _UID)
 
@@ -100,9 +111,11 @@ class KnownProcesses:
                 return read(pid)
             try:
                 fd = os.pidfd_open(pid)
-            except OSError:  # gone, a thread's id, no pidfds in this kernel: read it as it is now
+            # Gone, a thread's id, no pidfds in this kernel, a number no pid can be (NVML's rows are
+            # unsigned 32-bit): read it as it is now, as without pidfds.
+            except (OSError, OverflowError, ValueError):
                 return read(pid)
-            entry = [fd, None, None, 0]
+            entry = [fd, None, None, 0, self._poll]
             self._known[pid] = entry
             self._pid_of_fd[fd] = pid
             self._exits.register(fd, select.POLLIN)
@@ -113,6 +126,7 @@ class KnownProcesses:
             self._forget(pid)
             return value
         entry[slot] = value
+        entry[_ASKED] = self._poll
         if slot == _UID:
             entry[_UID_DUE] = next_recheck(self._poll, pid, self.recheck_every_polls)
         return value

@@ -213,3 +213,24 @@ def test_a_candidate_whose_process_exited_is_looked_up_again_at_the_next_poll(tm
     finally:
         gpu_proc.kill()
         gpu_proc.wait()
+
+
+def test_a_root_is_looked_for_only_under_a_fresh_read_of_the_candidate_s_owner(tmp_path):
+    """A cached uid can be up to a recheck period old (a privileged setuid since): a new root is
+    found only when the candidate is the sidecar user's when read afresh (lineage.job_root's owner)."""
+    gpu_proc = subprocess.Popen(["sleep", "60"], stdin=subprocess.DEVNULL)
+    try:
+        nvml = SimpleNamespace(ok=True, devices=[SimpleNamespace(processes=[SimpleNamespace(pid=gpu_proc.pid)])])
+        shm = tmp_path / "shm"
+        shm.mkdir()
+        someone_else = os.getuid() + 4242
+        p = JobsPoller(shm_dir=str(shm), nvml_source=object(), system_gpus_fn=list, uid=someone_else)
+        p._processes.read_uid = lambda pid: someone_else  # the stale cache: "the sidecar user's"
+        p.poll_count = 1
+        p._discover(0.0, nvml)
+        assert p._candidates_seen == {gpu_proc.pid}  # through the filter, on the cached word
+        assert p._roots == {} and p._jobs == {}  # but the fresh read says whose it is
+        p.stop()
+    finally:
+        gpu_proc.kill()
+        gpu_proc.wait()

@@ -197,3 +197,32 @@ def test_a_zombie_has_no_identity_and_is_not_remembered(sleepers):
     known.new_poll()
     assert known.identity(p.pid) is None and len(known) == 0
     p.wait()
+
+
+@pytest.mark.parametrize("pid", [2**31, 2**32 + 5, 2**64, -1, 0])
+def test_a_number_no_pid_can_be_is_answered_as_procid_does_without_raising(pid):
+    known = KnownProcesses(8)
+    known.new_poll()
+    assert known.identity(pid) == process_identity(pid)
+    assert known.real_uid(pid) == process_real_uid(pid)
+    assert len(known) == 0
+
+
+def test_a_process_not_asked_about_for_a_recheck_period_gives_its_pidfd_back(sleepers):
+    [asked, listed_once] = sleepers(2)
+    known = KnownProcesses(8, recheck_every_polls=5)
+    known.new_poll()
+    known.identity(listed_once.pid)
+    for _ in range(11):
+        known.new_poll()
+        known.identity(asked.pid)
+    assert set(known._known) == {asked.pid}  # the other's slot freed, though its process lives
+    known.close()
+
+
+def test_no_pidfds_where_proc_shows_another_pid_namespace(sleepers, monkeypatch):
+    [p] = sleepers()
+    monkeypatch.setattr(owners, "proc_is_ours", lambda: False)
+    known = KnownProcesses(8)
+    known.new_poll()
+    assert known.identity(p.pid) == process_identity(p.pid) and len(known) == 0
