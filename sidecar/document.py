@@ -321,7 +321,7 @@ def gpu_entries(gpus: tuple, other_processes: dict[int, int]) -> list[dict[str, 
 
 def _memory_growth(facts: Facts) -> dict[str, float] | None:
     """The verdict's memory-growth evidence (verdict.memory_growth decides; this only presents)."""
-    grown = memory_growth(facts.recent, facts.rules, facts.recent_in_order)
+    grown = memory_growth(facts.recent, facts.rules)
     if grown is None:
         return None
     span_s = grown.end_unix_s - grown.start_unix_s

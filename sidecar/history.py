@@ -159,14 +159,9 @@ class History:
     def recent(self, window_s: float) -> tuple[RecentSample, ...]:
         """The samples of the last `window_s` seconds, and the one before them: rules need the
         window's start."""
-        return self.recent_window(window_s)[0]
-
-    def recent_window(self, window_s: float) -> tuple[tuple[RecentSample, ...], bool]:
-        """recent()'s samples, and whether their times never decrease and none is NaN (the window
-        append() keeps in order: Facts.recent_in_order, so the verdict need not check them)."""
         with self._lock:
             if not self._samples:
-                return (), False
+                return ()
             cutoff = self._samples[-1].time - window_s
             times = self._window_times
             if window_s == self._window_s:
@@ -181,9 +176,7 @@ class History:
                 in_order = all(a <= b for a, b in pairwise(times))
                 self._window_s = window_s if in_order else None
                 self._window_times, self._window = times, deque(s.recent for s in window)
-            # Kept in order: each pair in order, so none is NaN but perhaps a lone sample's time.
-            in_order = self._window_s is not None and (len(times) != 1 or times[0] == times[0])
-            return tuple(self._window), in_order
+            return tuple(self._window)
 
     def _scan(self, cutoff: float) -> list[Sample]:
         out = []

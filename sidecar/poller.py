@@ -104,7 +104,7 @@ class Poller(document.OneJob):
         facts = self._collector.facts(now, tree, reads, nvml, self._system_gpus, gpus)
         self.history.append(history_sample(now, facts, self._collector.proc_info))
         facts = facts.with_recent(
-            *self.history.recent_window(max(self.rules.idle_window_s, self.rules.growth_window_s))
+            self.history.recent(max(self.rules.idle_window_s, self.rules.growth_window_s))
         )
         live = {p.pid for p in facts.processes}
         verdict, self._hysteresis = settle(self._hysteresis, decide(facts), self.rules, live)

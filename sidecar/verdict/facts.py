@@ -257,22 +257,16 @@ class Facts:
     stopped: tuple[tuple[int, float], ...] = ()  # (pid, seconds seen stopped) of stopped processes
     recent: tuple[RecentSample, ...] = ()
     rules: Rules = field(default_factory=Rules)
-    # The history says recent's times never decrease and none is NaN (History.recent_window): the
-    # windowed rules bisect them unchecked. False: they check (the 82 samples of a 120 s window,
-    # each poll). It speaks of `recent`: set the two together (with_recent), never one alone.
-    recent_in_order: bool = False
 
-    def with_recent(self, recent: tuple[RecentSample, ...], in_order: bool = False) -> Facts:
-        """These facts with `recent` (and `recent_in_order`) set, and what was derived from them
-        already: the history sample asks for model_gpu_indices before the poller sets `recent`, and
-        the verdict made it again."""
+    def with_recent(self, recent: tuple[RecentSample, ...]) -> Facts:
+        """These facts with `recent` set, and what was derived from them already: the history sample
+        asks for model_gpu_indices before the poller sets `recent`, and the verdict made it again."""
         # A copy of the instance's dict rather than dataclasses.replace (which rebuilds it through
         # __init__ field by field, ten times the cost): Facts has no __post_init__, and its dict
         # holds its fields and the cached derived facts, which are kept.
         new = object.__new__(Facts)
         new.__dict__.update(self.__dict__)
         new.__dict__["recent"] = recent
-        new.__dict__["recent_in_order"] = in_order
         return new
 
     # Derived once per poll, because several rules ask (each asked them afresh: about 60 % of a

@@ -25,6 +25,7 @@ from sidecar.verdict.facts import (
     all_models,
     device_index,
     device_type,
+    model_gpu_index,
     nvidia_in_system,
     plist,
     runtimes,
@@ -370,13 +371,10 @@ def rule_pid_namespace(f: Facts) -> Iterable[Finding]:
 _time = attrgetter("time")
 
 
-def _in_order(samples: Sequence[RecentSample], known: bool = False) -> bool:
-    """The samples' times never decrease (and none is NaN): `known` when the history says so
-    (Facts.recent_in_order), else checked. History gives them in order except after the clock
-    stepped back; checked in C (about 4 µs for the 120 s window), once for a tuple's rules (a list
-    may change between two calls)."""
-    if known:
-        return True
+def _in_order(samples: Sequence[RecentSample]) -> bool:
+    """The samples' times never decrease (and none is NaN). History gives them in order except after
+    the clock stepped back; checked in C (about 4 µs for the 120 s window), once for a tuple's rules
+    (a list may change between two calls)."""
     if type(samples) is tuple:
         return _in_order_tuple(samples)
     return _times_in_order(samples)
@@ -400,7 +398,7 @@ def _idle_window(f: Facts) -> list[RecentSample] | None:
     window_s = f.rules.idle_window_s
     now = recent[-1].time
     cutoff = now - window_s
-    if not _in_order(recent, f.recent_in_order) or cutoff != cutoff:  # or a NaN cutoff: the plain scan
+    if not _in_order(recent) or cutoff != cutoff:  # or a NaN cutoff: the plain scan
         return _idle_window_scan(recent, cutoff, now, window_s)
     start = bisect_left(recent, cutoff, key=_time)  # the first sample of the window (times >= cutoff)
     if start:
@@ -465,11 +463,10 @@ class MemoryGrowth(NamedTuple):
     end_unix_s: float
 
 
-def memory_growth(samples: Iterable[RecentSample], rules: Rules, in_order: bool = False) -> MemoryGrowth | None:
+def memory_growth(samples: Iterable[RecentSample], rules: Rules) -> MemoryGrowth | None:
     """The job's GPU memory at the start and end of the growth window when it grows steadily over
     it, else None. The one decision of "memory growing": the warning and the document's
-    `memory_growth` both come from here. `in_order`: the history says the samples' times never
-    decrease (Facts.recent_in_order), else they are checked.
+    `memory_growth` both come from here.
 
     The window is the samples with a memory figure from `growth_window_s` before the last such
     sample to it; it grows when it holds 3 figures or more over `growth_min_span_s` at least, its
@@ -478,7 +475,7 @@ def memory_growth(samples: Iterable[RecentSample], rules: Rules, in_order: bool 
     the window's ends are found by bisection and only a window that grew is walked step by step."""
     if type(samples) is not tuple:
         samples = tuple(samples)  # an iterable is passed once; a list may change in place later
-    if not samples or not _in_order(samples, in_order) or samples[-1].tree_gpu_mem_mib is None:
+    if not samples or not _in_order(samples) or samples[-1].tree_gpu_mem_mib is None:
         return _memory_growth_scan(samples, rules)
     end = len(samples) - 1
     end_time = samples[end].time
@@ -532,7 +529,7 @@ def _memory_growth_scan(samples: Iterable[RecentSample], rules: Rules) -> Memory
 
 
 def rule_memory_growth(f: Facts) -> Iterable[Finding]:
-    grown = memory_growth(f.recent, f.rules, f.recent_in_order)
+    grown = memory_growth(f.recent, f.rules)
     if grown:
         first, last = grown.first_mib, grown.last_mib
         span = min(f.rules.growth_window_s, f.recent[-1].time - f.recent[0].time)
@@ -548,11 +545,10 @@ def rule_memory_growth(f: Facts) -> Iterable[Finding]:
 def _rank_gpus(f: Facts) -> dict[int, set[int]]:
     """NVML GPU indices each rank process uses (by its models, else by NVML memory)."""
     out: dict[int, set[int]] = {}
-    found = f.model_gpu_indices  # model_gpu_index of each model of f.processes
     for p in f.processes:
         if p.role != "rank":
             continue
-        idx = {found[id(m)] for m in p.models}
+        idx = {model_gpu_index(f, p, m) for m in p.models}
         idx.discard(None)
         if not idx:
             idx = {g.index for g in p.gpu if (g.mem_used_mib or 0) > 0}

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import math
 import random
-import subprocess
 from array import array
 from dataclasses import fields, replace
 
-import sidecar.poller as poller_module
 from sidecar.collect import history_sample
 from sidecar.history import History, Sample, pack
 from sidecar.verdict import Facts, GpuFacts, ModelFacts, ProcessFacts, ProcGpu, RecentSample
@@ -45,32 +43,6 @@ def test_recent_is_the_window_a_scan_finds_across_wraps_late_polls_and_clock_jum
         assert history.recent(window_s) == _scanned(history, window_s), f"poll {i}"
         checked += 1
     assert checked == 3000 and len(history) <= history.capacity
-
-
-def test_recent_window_says_in_order_exactly_when_its_times_never_decrease():
-    """What Facts.recent_in_order is told: the verdict bisects such samples unchecked, so a wrong
-    True would change verdicts (test_verdict_unchanged holds the rules to the old code on samples
-    that are in order)."""
-    rng = random.Random(11)
-    history = History(history_s=30.0, interval_s=1.5)
-    t = 1000.0
-    seen = set()
-    for i in range(3000):
-        step = 1.5 if rng.random() < 0.85 else rng.choice([0.0, 0.2, 7.0, 45.0, -3.0, -40.0, math.nan])
-        t = t + step if step == step else t
-        history.append(_sample(step if step != step else t))  # now and then a NaN time
-        window_s = 10.0 if i % 500 < 450 else rng.choice([0.0, 4.0, 10.0, 100.0])
-        recent, in_order = history.recent_window(window_s)
-        assert recent == history.recent(window_s) == _scanned(history, window_s), f"poll {i}"
-        times = [r.time for r in recent]
-        checked = bool(times) and all(a <= b for a, b in zip(times, times[1:])) and times[0] == times[0]
-        assert in_order is checked, f"poll {i}: {times}"
-        seen.add(in_order)
-    assert seen == {True, False}
-    lone = History(history_s=30.0, interval_s=1.5)
-    lone.append(_sample(math.nan))
-    assert lone.recent_window(10.0)[1] is False  # one sample: no pair says its time is not NaN
-    assert History(30.0, 1.5).recent_window(10.0) == ((), False)
 
 
 def test_recent_of_a_steady_job_is_its_last_samples():
@@ -133,24 +105,3 @@ def test_facts_with_recent_keep_what_they_derived_and_only_that():
         == {id(m): i for i, (p, m) in enumerate((p, m) for p in facts.processes for m in p.models)}
     )
     assert kept.job_gpu_indices == fresh.job_gpu_indices == (0, 1, 2, 3)
-
-
-def test_the_poller_hands_the_verdict_the_historys_word_on_order(monkeypatch):
-    """The speed-up of Facts.recent_in_order is the poller passing it: without it the rules check
-    the samples' order themselves at every poll (the same verdicts, at the old cost)."""
-    seen: list[Facts] = []
-    real = poller_module.decide
-    monkeypatch.setattr(poller_module, "decide", lambda f: seen.append(f) or real(f))
-    now = [1000.0]
-    target = subprocess.Popen(["sleep", "60"])
-    try:
-        p = poller_module.Poller(target.pid, system_gpus_fn=list, clock=lambda: now[0])
-        for _ in range(3):
-            p.poll_once()
-            now[0] += 1.5
-        p.stop()
-    finally:
-        target.kill()
-        target.wait()
-    assert [len(f.recent) for f in seen] == [1, 2, 3]
-    assert all(f.recent_in_order for f in seen)

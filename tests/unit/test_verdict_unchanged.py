@@ -195,21 +195,6 @@ def test_idle_window_and_memory_growth_as_before(seed):
         as_iter = outcome(memory_growth, iter(recent), rules)
         assert repr(as_iter) == repr(want)  # the document may hand any iterable of samples
         assert outcome(memory_growth, list(recent), rules) == want
-        _as_before_when_known_in_order(recent, rules)
-
-
-def _as_before_when_known_in_order(recent, rules) -> None:
-    """Samples the history says are in order (Facts.recent_in_order: it says so only when they are,
-    test_history holds it to that) give what the old code gave: the bisection on them unchecked."""
-    times = [s.time for s in recent]
-    if not (times and all(a <= b for a, b in zip(times, times[1:])) and times[0] == times[0]):
-        return
-    f = Facts(target_pid=1, recent=recent, rules=rules, recent_in_order=True)
-    got, want = outcome(_idle_window, f), outcome(old_idle_window, f)
-    assert got == want
-    if got[0] == "value" and got[1] is not None:
-        assert [id(s) for s in got[1]] == [id(s) for s in want[1]]
-    assert repr(outcome(memory_growth, recent, rules, True)) == repr(outcome(old_memory_growth, recent, rules))
 
 
 def _at(*times, mem=1000.0):
@@ -252,7 +237,6 @@ def test_odd_samples_and_rules_as_before(recent, rules):
     f = Facts(target_pid=1, recent=recent, rules=rules)
     assert outcome(_idle_window, f) == outcome(old_idle_window, f)
     assert repr(outcome(memory_growth, recent, rules)) == repr(outcome(old_memory_growth, recent, rules))
-    _as_before_when_known_in_order(recent, rules)
 
 
 def test_random_samples_cover_the_cases():
