@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 
@@ -52,6 +53,12 @@ def pick_device(choice: str) -> torch.device:
     return torch.device("cpu")
 
 
+def ignore_ctrl_c(_worker_id: int) -> None:
+    """A terminal's Ctrl-C reaches the DataLoader workers too: they leave stopping to the main
+    process, which ends them once its loop is done (a worker gone first fails the loop)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=10.0, help="how long to train (default 10)")
@@ -71,34 +78,39 @@ def main() -> int:
         shuffle=True,
         num_workers=args.workers,
         persistent_workers=args.workers > 0,
+        worker_init_fn=ignore_ctrl_c,
         pin_memory=device.type == "cuda",
     )
     probe.register(model, name="spiral-mlp", loader=loader)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     loss_fn = nn.CrossEntropyLoss()
 
+    # Ctrl-C (or dsh-sidecar passing it on) ends training after the batch in hand. A
+    # KeyboardInterrupt raised while a batch is being handed over from a worker leaves that worker
+    # printing a traceback of its file-descriptor sharing (multiprocessing.resource_sharer).
+    interrupted: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, _frame: interrupted.append(signum))
     probe.event("start")
     deadline = time.monotonic() + args.minutes * 60
     epoch = 0
-    try:
-        while time.monotonic() < deadline:
-            epoch += 1
-            total, correct, loss_sum = 0, 0, 0.0
-            for x, y in loader:
-                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-                logits = model(x)
-                loss = loss_fn(logits, y)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-                loss_sum += loss.item() * len(y)
-                correct += (logits.argmax(1) == y).sum().item()
-                total += len(y)
-                if time.monotonic() >= deadline:
-                    break
-            print(f"demo_train: epoch {epoch}: loss {loss_sum / total:.3f}, accuracy {correct / total:.1%}", flush=True)
-            probe.event(f"epoch {epoch}")
-    except KeyboardInterrupt:
+    while time.monotonic() < deadline and not interrupted:
+        epoch += 1
+        total, correct, loss_sum = 0, 0, 0.0
+        for x, y in loader:
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            logits = model(x)
+            loss = loss_fn(logits, y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            loss_sum += loss.item() * len(y)
+            correct += (logits.argmax(1) == y).sum().item()
+            total += len(y)
+            if time.monotonic() >= deadline or interrupted:
+                break
+        print(f"demo_train: epoch {epoch}: loss {loss_sum / total:.3f}, accuracy {correct / total:.1%}", flush=True)
+        probe.event(f"epoch {epoch}")
+    if interrupted:
         print("demo_train: interrupted", flush=True)
     probe.event("end")
     return 0

@@ -277,6 +277,8 @@ def test_run_forwards_sigterm(fake_nvml):
     proc.terminate()
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 42, (out, err)
+    # The signal ends the sidecar with its job, at once: it does not announce a grace it skips.
+    assert "the sidecar stops now" in out and "stops in" not in out, out
 
 
 def test_doctor_on_this_machine():

@@ -254,7 +254,7 @@ def _once(*flags: str) -> subprocess.CompletedProcess:
 
 
 def test_once_without_a_pid_prints_every_job_and_says_so_when_there_is_none(tmp_path):
-    from sidecar.cli import jobs_summary
+    from sidecar.summary import jobs_summary
 
     job = FakeJob(
         tmp_path / "o", {"main": {"payload": {"role": "main", "models": [model("once")]}}}, detach=True
@@ -284,6 +284,9 @@ def test_roots_discovery_never_serves_every_users_jobs_without_a_token(fake_nvml
         made = sc.token
         assert made and len(made) >= 32, sc.lines
         assert any(f"{sc.url}/?token={made}" in line for line in sc.lines), sc.lines
+        # The "serving" line sends the reader to that link, not to the bare URL (which answers 401).
+        serving = next(line for line in sc.lines if line.startswith("dsh-sidecar: serving "))
+        assert "with its token" in serving and "open it in a browser" not in serving, serving
         for path in (f"{API}/jobs", f"{API}/status", f"{API}/history", "/metrics", "/"):
             sc.token = None
             assert sc.get(path)[0] == 401, path  # another user, who never saw the line
@@ -297,6 +300,8 @@ def test_roots_discovery_never_serves_every_users_jobs_without_a_token(fake_nvml
         token="chosen-token",
     ) as sc:
         assert not any("?token=chosen-token" in line for line in sc.lines)  # never printed
+        serving = next(line for line in sc.lines if line.startswith("dsh-sidecar: serving "))
+        assert "a token is required" in serving and "open it in a browser" not in serving, serving
         wait_for(lambda: sc.get(f"{API}/jobs")[0] == 200, 20, what="the jobs list with the chosen token")
         sc.token = "wrong"
         assert sc.get(f"{API}/jobs")[0] == 401

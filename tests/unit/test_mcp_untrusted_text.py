@@ -57,7 +57,7 @@ def test_an_integer_too_big_for_a_float_is_a_tool_error(seconds):
 def test_the_terminal_summary_of_every_job_keeps_them_on_their_lines_too():
     """`dsh-sidecar --once` as root prints every user's commands to a terminal: a name or argument
     of theirs never starts a line, nor reaches the terminal as an escape sequence."""
-    from sidecar.cli import jobs_summary
+    from sidecar.summary import jobs_summary
 
     jobs = Backend().jobs()
     jobs["jobs"][0]["command"] = ["python", FORGED + "\x1b]0;owned\x07\x1b[2J"]
