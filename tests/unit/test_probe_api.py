@@ -49,6 +49,9 @@ def keep():
     yield _register
     for m in models:
         probe.unregister(m)
+    # Freed now, not when pytest drops the fixture values after every teardown: a DDP model's Reducer
+    # must not outlive its process group (see test_distributed_data_parallel_and_rank_role).
+    models.clear()
 
 
 def read_self() -> dict:
@@ -161,7 +164,11 @@ def test_dataparallel_is_hooked_on_the_wrapper(keep):
     assert m["forward_calls"] == 1 and m["params"] == 4 and m["input_device"] == "cpu"
 
 
-def test_distributed_data_parallel_and_rank_role(keep, gloo_world_of_one):
+def test_distributed_data_parallel_and_rank_role(gloo_world_of_one, keep):
+    # `keep` after the process group, so it is torn down first: the DDP model, whose Reducer holds
+    # the group, is freed while the group still exists, and destroy_process_group then frees the
+    # group. The other way round, the Reducer's dealloc destroyed the gloo group while holding the
+    # GIL, joining gloo threads that may wait for it: the suite hung there once (torch's, pytorch#75097).
     net = torch.nn.Linear(3, 1)
     ddp = torch.nn.parallel.DistributedDataParallel(net)
     keep(ddp, name="api-ddp")
