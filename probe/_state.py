@@ -24,7 +24,14 @@ from probe.hooks import LoaderTimer, ModelRecord, ProbeWorkerInit
 from probe_wire.cleanup import sweep_dead_segments
 from probe_wire.header import DEFAULT_SEGMENT_BYTES, MAX_SEGMENT_BYTES, MIN_SEGMENT_BYTES, SegmentError
 from probe_wire.names import segment_name
-from probe_wire.schema import MAX_ERRORS, MAX_EVENTS, MODEL_COLLECTED, PUBLISH_FAILED, empty_payload
+from probe_wire.schema import (
+    MAX_ERRORS,
+    MAX_EVENTS,
+    MAX_MODELS,
+    MODEL_COLLECTED,
+    PUBLISH_FAILED,
+    empty_payload,
+)
 from probe_wire.writer import SegmentWriter
 
 TYPE_CHECKING = False  # typing costs ~2 ms to import; annotations alone do not need it
@@ -36,6 +43,8 @@ ENV_INTERVAL_S = "DSH_PROBE_INTERVAL_S"
 ENV_SEGMENT_BYTES = "DSH_PROBE_SEGMENT_BYTES"
 DEFAULT_INTERVAL_S = 1.0
 MIN_INTERVAL_S = 0.05
+# Collected models whose last entries stay in the payload (Probe.finished), the newest.
+MAX_FINISHED_MODELS = 4
 # Every this often the publisher walks all parameters even if the first one did not move, to catch
 # a submodule moved on its own.
 FULL_TRAVERSAL_S = 30.0
@@ -79,6 +88,9 @@ class Probe:
         self.stopping = False
         self.forked = False
         self.records: list[ModelRecord] = []
+        # The last payload entries of models that made forward calls and were then collected (a
+        # rank's model when its worker function returns): what ran, for the job's final state.
+        self.finished: collections.deque = collections.deque(maxlen=MAX_FINISHED_MODELS)
         self.loader_timers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.events: collections.deque = collections.deque(maxlen=MAX_EVENTS)
         self.errors: collections.deque = collections.deque(maxlen=MAX_ERRORS)
@@ -208,6 +220,7 @@ class Probe:
         self.forked = True
         self.events.clear()
         self.errors.clear()
+        self.finished.clear()
         self.publishes = 0
         self.last_body = None
         for rec in self.records:
@@ -230,6 +243,14 @@ class Probe:
         try:
             if self.sync_counter.state != "off" and os.getpid() == self.pid:
                 self.sync_counter.release(sys.modules.get("torch"))
+            if self.writer is not None and os.getpid() == self.pid and locked:
+                # The final counts: without this publish the segment keeps what the last periodic
+                # tick saw, up to an interval behind. Readers still holding the file read it after
+                # the close below (probe_wire.reader: a closed segment's last payload).
+                try:
+                    self._publish_locked(periodic=True)
+                except Exception:  # noqa: BLE001 -- the close below matters more
+                    pass
             writer, self.writer = self.writer, None
             if writer is not None and os.getpid() == self.pid:
                 writer.close(unlink=True)
@@ -267,11 +288,9 @@ class Probe:
             # A worker forked from the trainer carries copies of its models: they are the trainer's.
             if is_worker and rec.inherited:
                 continue
-            entry = rec.to_payload()
-            entry.update(_steps.step_fields(rec.steps))
-            entry["shared_memory"] = _steps.shares_memory(rec)
-            models.append(entry)
-        payload["models"] = models
+            models.append(self._model_entry(rec))
+        models.extend(self.finished)
+        payload["models"] = models[:MAX_MODELS]
         payload["loader"] = _steps.worker_loader_label() if is_worker else None
         # tuple() copies in one C call: forward hooks append errors without the lock, and iterating
         # the deque itself while one does would raise "deque mutated during iteration".
@@ -287,6 +306,14 @@ class Probe:
         payload["errors"] = [dict(e) for e in tuple(self.errors)]
         payload["published_at"] = now
         return payload
+
+    @staticmethod
+    def _model_entry(rec: ModelRecord, **over: object) -> dict:
+        entry = rec.to_payload()
+        entry.update(_steps.step_fields(rec.steps))
+        entry["shared_memory"] = _steps.shares_memory(rec)
+        entry.update(over)
+        return entry
 
     def _note_compiled_locked(self, rec: ModelRecord) -> None:
         # Compiled calls cannot be counted from inside the graph (see PreHook); all we know is that
@@ -319,7 +346,10 @@ class Probe:
         # register() holds a model weakly: one nobody else kept (probe.register(Net())) is gone.
         for rec in self.records:
             if not rec.alive:
-                self.record_error(MODEL_COLLECTED, rec.name)
+                if rec.forward_calls:
+                    self.finished.append(self._model_entry(rec, forward_rate_hz=0.0))
+                else:  # registered and dropped unused: probe.register(Net()) with nothing keeping it
+                    self.record_error(MODEL_COLLECTED, rec.name)
         self.records = [r for r in self.records if r.alive]
         self._poll_syncs_locked()
         if periodic:

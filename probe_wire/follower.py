@@ -5,7 +5,14 @@ from __future__ import annotations
 import os
 
 from probe_wire.prefix import PrefixSlot
-from probe_wire.reader import READ_ATTEMPTS, SegmentRead, better_read, open_segment, read_consistent
+from probe_wire.reader import (
+    CLOSED_ERROR,
+    READ_ATTEMPTS,
+    SegmentRead,
+    better_read,
+    open_segment,
+    read_consistent,
+)
 
 __all__ = ["FALLBACK_CHECK_EVERY", "SegmentFollower"]
 
@@ -60,6 +67,8 @@ class SegmentFollower:
                     self._keep(ident, fd, size, raw, r, slot)
                     return r
                 self._drop(ident)
+                if r.error == CLOSED_ERROR:
+                    return r  # the writer's last publish: its name is gone (or another's) by now
             r = self._open_read(ident, None)
             if r.state != "ok" and self._try_fallback(ident, r):
                 # Published under the fallback name when its own name was taken.
@@ -70,6 +79,14 @@ class SegmentFollower:
             return SegmentRead(
                 pid=pid, state="corrupt", error=f"reader failed: {type(e).__name__}: {e}"[:300]
             )
+
+    def read_held(self, pid: int, start_ticks: int) -> SegmentRead | None:
+        """A read of the file held for (pid, start_ticks), None when none is held: what a process
+        that has left the tree published last (its closed segment's final payload, read as
+        "missing" with that payload). Never opens a path: the name may be another process's now."""
+        if (pid, start_ticks) not in self._open:
+            return None
+        return self.read(pid, start_ticks)
 
     def _keep(self, ident: tuple[int, int], fd: int, size: int, raw: bytes, r: SegmentRead, slot: PrefixSlot) -> None:
         """Keep ``fd`` (``size``: the file's size when opened) after the good read ``r`` of the

@@ -38,10 +38,14 @@ __all__ = ["SegmentRead", "read_segment"]
 # is stuck or died mid-publish.
 READ_ATTEMPTS = 16
 _RETRY_SLEEP_S = 0.0002
+# The error of a segment its writer closed (state "missing", its last payload kept).
+CLOSED_ERROR = "the writer closed this segment"
 
 
 class SegmentRead:
-    """What ``read_segment`` found. ``payload`` is the validated dict only when ``state == "ok"``.
+    """What ``read_segment`` found. ``payload`` is the validated dict when ``state == "ok"``, and
+    the writer's last payload when it closed the segment (``state == "missing"``, ``error ==
+    CLOSED_ERROR``); None otherwise.
 
     A plain slotted class rather than a dataclass: dataclasses imports inspect, which would double
     what ``import probe`` costs a training script.
@@ -280,10 +284,6 @@ def read_consistent(
             if _read_seq(fd) != seq:
                 continue
             return (SegmentRead(pid, "corrupt", None, reason, *header), None)
-        if flags & FLAG_CLOSED:
-            if _read_seq(fd) != seq:
-                continue
-            return (SegmentRead(pid, "missing", None, "the writer closed this segment", *header), None)
         end = HEADER_BYTES + length
         copied = len(raw) >= end  # the payload came with the header (in ``first``)
         data = raw[HEADER_BYTES:end] if copied else os.pread(fd, length, HEADER_BYTES)
@@ -298,6 +298,10 @@ def read_consistent(
             last = SegmentRead(pid, "corrupt", None, "payload crc32 mismatch", *header)
             continue
         r = _finish(data, expected, pid, header, slot)
+        if flags & FLAG_CLOSED:
+            # The writer's last publish, made as it exited: the segment is gone ("missing"), and a
+            # reader that still held the file learns the final facts (never kept to follow).
+            return SegmentRead(pid, "missing", r.payload, CLOSED_ERROR, *header), None
         if r.state != "ok":
             return r, None
         return r, (raw[:end] if copied else raw[:HEADER_BYTES] + data)

@@ -40,6 +40,8 @@ from sidecar.verdict import (
 )
 
 MIB = 1048576.0
+# Exited processes of a running job whose last facts are kept (the ones that registered a model).
+MAX_EXITED_KEPT = 64
 # Process states (/proc/PID/stat field 3) of a process that does nothing until it is continued.
 STOPPED_STATES = ("T", "t")
 
@@ -418,14 +420,24 @@ class FactCollector:
         self.proc_info: dict[int, Any] = {}  # pid -> proctree.ProcInfo of the facts' processes
         self.other_processes: dict[int, int] = {}  # GPU index -> processes outside the tree
         self._last_alive: tuple[ProcessFacts, ...] = ()
+        # identity -> the last facts of a process of the job that has exited (see _depart)
+        self._exited: dict[tuple[int, int | None], ProcessFacts] = {}
+        self._exited_info: dict[int, Any] = {}  # pid -> its proctree.ProcInfo (command line)
         self._cache: dict[int, tuple] = {}
         self._stopped_since: dict[tuple, float] = {}
 
-    def facts(self, now: float, tree, reads, nvml, system_gpus, gpus: tuple[GpuFacts, ...] | None = None) -> Facts:
+    def facts(
+        self, now: float, tree, reads, nvml, system_gpus, gpus: tuple[GpuFacts, ...] | None = None,
+        departed: dict | None = None,
+    ) -> Facts:
+        """``departed``: the segment source's last reads of the processes that left the tree since
+        the last poll (SegmentSource.departed), by identity."""
         tree_pids = tree.pids()
         nv = nvml_facts(nvml, tree_pids, gpus)
         if tree.target_alive:
             procs = self._process_facts(tree, reads, nv.by_pid)
+            if self._last_alive:
+                self._depart(tree_pids, departed or {}, every=False)
             self._last_alive, self.proc_info = procs, {p.pid: p for p in tree.processes}
             root = tree.processes[0] if tree.processes else None
             if root is not None and self.target.name is None:
@@ -433,9 +445,20 @@ class FactCollector:
                 self.target = TargetInfo(
                     root.pid, root.name, list(root.cmdline), root.create_time, root.start_ticks, info
                 )
+            if self._exited and not any(p.has_probe for p in procs):
+                # The probed part of the job has finished (mp.spawn's ranks before their parent):
+                # what it did stands until the job ends.
+                procs += tuple(self._exited.values())
+                self.proc_info = {**self._exited_info, **self.proc_info}
         else:
-            # Keep showing what the job was doing; the driver no longer sees its processes.
-            procs = tuple(replace(p, gpu=()) for p in self._last_alive)
+            # Keep showing what the job did, every process that ran its probe included; the driver
+            # no longer sees its processes.
+            self._depart(tree_pids, departed or {}, every=True)
+            last = [(p.pid, p) for p in self._last_alive]
+            procs = tuple(self._exited.pop(self._identity(pid), p) for pid, p in last)
+            procs += tuple(self._exited.values())
+            self._exited = {self._identity(p.pid): p for p in procs}
+            self.proc_info = {**self._exited_info, **self.proc_info}
         self.other_processes = nv.other_processes
         return Facts(
             target_pid=self.target_pid,
@@ -451,6 +474,34 @@ class FactCollector:
             stopped=self._stopped(now, tree),
             rules=self.rules,
         )
+
+    def _identity(self, pid: int) -> tuple[int, int | None]:
+        info = self.proc_info.get(pid) or self._exited_info.get(pid)
+        return info.identity if info is not None else (pid, None)
+
+    def _depart(self, here: set[int], departed: dict, every: bool) -> None:
+        """Keep the last facts of the last poll's processes that have left the tree, marked exited
+        and with no GPU rows (the driver no longer lists them), from their final publish when the
+        segment source read it. While the job runs only those that registered a model are kept (a
+        DataLoader worker of each epoch is not), at most MAX_EXITED_KEPT, the newest; when it ends,
+        every process of its last poll."""
+        # ``here``: the tree's pids (a pid reused within one poll's interval passes for its process)
+        for pf in self._last_alive:
+            if pf.pid in here or not (every or pf.models):
+                continue
+            info = self.proc_info.get(pf.pid)
+            ident = info.identity if info is not None else (pf.pid, None)
+            if ident in self._exited:
+                continue
+            read = departed.get(ident)
+            if read is not None and info is not None:
+                pf = process_facts(info, read, (), self.target_pid)
+            self._exited[ident] = replace(pf, gpu=(), exited=True)
+            if info is not None:
+                self._exited_info[pf.pid] = info
+        while not every and len(self._exited) > MAX_EXITED_KEPT:
+            ident = next(iter(self._exited))
+            self._exited_info.pop(self._exited.pop(ident).pid, None)
 
     def _pid_namespace_suspect(self, nvml, nv: NvmlFacts, tree_pids: set[int], procs) -> bool:
         """NVML lists processes, none of them ours, while our probes hold CUDA memory, and none of

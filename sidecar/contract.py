@@ -306,6 +306,7 @@ PROCESS = Obj(
         "depth": F(INT, "0 for the target, 1 for its children, ..."),
         "role": F(STR, "main, dataloader-worker, rank, child (null without a probe)", null=True),
         "has_probe": F(BOOL, "its probe's facts are read"),
+        "exited": F(BOOL, "it has exited: its last facts (the final counts its probe published at exit), kept for the job's final state"),
         "probe_state": F(STR, "ok, missing, busy, corrupt, stale, owner-mismatch, ..."),
         "probe_error": F(STR, "why its probe cannot be read", null=True),
         "name": F(STR, "process name"),

@@ -75,6 +75,7 @@ def process_entry(p: ProcessFacts, cmdline: tuple[str, ...] | None) -> dict[str,
         "depth": p.depth,
         "role": p.role,
         "has_probe": p.has_probe,
+        "exited": p.exited,
         "probe_state": p.probe_state,
         "probe_error": p.probe_error if p.probe_state not in ("ok", "missing") else None,
         "name": p.name,
@@ -280,8 +281,8 @@ def _process_entries(facts: Facts, proc_info: dict[int, Any], entry_cache: dict[
             break  # hostile sizes: the rest is counted in processes_omitted
         budget_bytes -= size
         fresh[p.pid] = (p, cmdline, entry, size)
-        entry["cpu_pct"] = info.cpu_percent if info else None
-        entry["rss_mib"] = info.rss_mib if info else None
+        entry["cpu_pct"] = info.cpu_percent if info and not p.exited else None
+        entry["rss_mib"] = info.rss_mib if info and not p.exited else None
         processes.append(entry)
     if entry_cache is not None:
         entry_cache.clear()

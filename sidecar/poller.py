@@ -101,7 +101,8 @@ class Poller(document.OneJob):
         if not tree.target_alive and self.target_gone_at is None:
             self.target_gone_at = now
         gpus = self.gpu_facts_fn() if self.gpu_facts_fn is not None else None
-        facts = self._collector.facts(now, tree, reads, nvml, self._system_gpus, gpus)
+        departed = getattr(self.segment_source, "departed", None)
+        facts = self._collector.facts(now, tree, reads, nvml, self._system_gpus, gpus, departed)
         self.history.append(history_sample(now, facts, self._collector.proc_info))
         facts = facts.with_recent(
             self.history.recent(max(self.rules.idle_window_s, self.rules.growth_window_s))

@@ -48,6 +48,8 @@ class SegmentSource:
         self._busy_count: dict[tuple[int, int | None], int] = {}
         self._prev_live: set[tuple[int, int | None]] = set()
         self.removed: list[int] = []  # pids whose dead segments this source removed (for tests/logs)
+        # identity -> the last read of each probed process that left the tree at the last poll
+        self.departed: dict[tuple[int, int | None], ProbeRead] = {}
         self._cleanups = 0
 
     def poll(self, tree: TreeSnapshot) -> dict[int, ProbeRead]:
@@ -74,12 +76,14 @@ class SegmentSource:
                 self._busy_count.pop(ident, None)
                 out[proc.pid] = self._last_ok[ident] = ProbeRead(proc.pid, "ok", r.payload, None, False)
                 continue
-            if r.state == "missing" and ident in self._last_good:
+            if r.state == "missing" and (r.payload is not None or ident in self._last_good):
                 # The probe closes its segment at exit while the process still lives (atexit, then
-                # interpreter teardown): its last facts stand for as long as the process does.
+                # interpreter teardown): its last facts (the final publish, when this read saw it)
+                # stand for as long as the process does.
                 prev = self._last_ok.get(ident)
-                if prev is None or not prev.closed:
-                    prev = self._last_ok[ident] = ProbeRead(proc.pid, "ok", self._last_good[ident], None, False, closed=True)
+                if r.payload is not None or prev is None or not prev.closed:
+                    self._last_good[ident] = payload = r.payload or self._last_good[ident]
+                    prev = self._last_ok[ident] = ProbeRead(proc.pid, "ok", payload, None, False, closed=True)
                 out[proc.pid] = prev
                 continue
             self._last_ok.pop(ident, None)
@@ -88,8 +92,9 @@ class SegmentSource:
             unreadable = r.state in UNREADABLE_STATES or busy >= BUSY_POLLS_UNREADABLE
             payload = self._last_good.get(ident) if r.state in ("busy", "corrupt") else None
             out[proc.pid] = ProbeRead(proc.pid, r.state, payload, r.error, unreadable, r.writer_start_ticks)
-        follower.retain(live)
         gone = self._prev_live - live
+        self.departed = self._departed(gone) if gone else {}
+        follower.retain(live)
         self._prev_live = live
         for ident in gone:
             self._last_good.pop(ident, None)
@@ -97,6 +102,25 @@ class SegmentSource:
             self._busy_count.pop(ident, None)
         if self.clean_dead:
             self._remove_dead_segments(out, gone)
+        return out
+
+    def _departed(self, gone: set) -> dict[tuple[int, int | None], ProbeRead]:
+        """The last reads of the probed processes that left the tree since the last poll: their
+        final publish when the file is still held (the probe publishes its last counts as it exits,
+        between two polls), else the last good read."""
+        out = {}
+        for ident in gone:
+            pid, ticks = ident
+            last = self._last_ok.get(ident)
+            try:
+                r = self._follower.read_held(pid, ticks) if ticks is not None else None
+            except Exception:  # the follower promises not to raise, as the reader does
+                r = None
+            payload = r.payload if r is not None and r.state in ("ok", "missing") else None
+            if payload is not None and (last is None or payload is not last.payload):
+                out[ident] = ProbeRead(pid, "ok", payload, None, False, closed=True)
+            elif last is not None:
+                out[ident] = last
         return out
 
     def live_writers(self) -> dict[int, int | None]:

@@ -156,6 +156,7 @@ export const SCHEMA = 2
  * @property {number} depth 0 for the target, 1 for its children, ...
  * @property {string|null} role main, dataloader-worker, rank, child (null without a probe)
  * @property {boolean} has_probe its probe's facts are read
+ * @property {boolean} exited it has exited: its last facts (the final counts its probe published at exit), kept for the job's final state
  * @property {string} probe_state ok, missing, busy, corrupt, stale, owner-mismatch, ...
  * @property {string|null} probe_error why its probe cannot be read
  * @property {string} name process name

@@ -7,6 +7,7 @@ import operator
 from dataclasses import dataclass, replace
 
 from sidecar.verdict.facts import SEVERITY_ORDER, Finding, Rules, Verdict
+from sidecar.verdict.rules import UNHELD_CODES
 
 # What `from sidecar.verdict import ...` gives (sidecar/verdict/__init__.py).
 __all__ = ["HysteresisState", "settle"]
@@ -26,13 +27,14 @@ def settle(
     condition hovering at a threshold does not flap between two polls. A warning appears at once:
     hiding a real problem for a few polls is worse than showing it early. A held warning about
     processes that have all exited goes at once (``live_pids``): its condition cannot hover, and
-    frameworks that recreate their DataLoader workers every epoch would otherwise keep it up."""
+    frameworks that recreate their DataLoader workers every epoch would otherwise keep it up.
+    Warnings that state a fact the poll reads exactly (rules.UNHELD_CODES) are never held."""
     off_polls = (rules or Rules()).hysteresis_off_polls
     seen = {w.code: w for w in verdict.warnings}
     held: list[tuple[str, Finding, int]] = []
     shown = list(verdict.warnings)
     for code, w, absent in prev.held:
-        if code in seen:
+        if code in seen or code in UNHELD_CODES:
             continue
         if live_pids is not None and w.pids and not live_pids.intersection(w.pids):
             continue

@@ -33,7 +33,8 @@ from sidecar.verdict.facts import (
 )
 
 # What `from sidecar.verdict import ...` gives (sidecar/verdict/__init__.py).
-__all__ = ["RULES", "MemoryGrowth", "Rule", "cuda_unavailable_reason", "memory_growth"]
+__all__ = ["RULES", "MemoryGrowth", "Rule", "cuda_unavailable_reason", "memory_growth", "probe_present"]
+__all__ += ["UNHELD_CODES"]
 
 
 Rule = Callable[[Facts], Iterable[Finding]]
@@ -92,8 +93,18 @@ def rule_nvml_unavailable(f: Facts) -> Iterable[Finding]:
     )
 
 
+# Segment states of a process that runs the probe although its facts cannot be read (another
+# user's private segment, a bad or stuck one, one being created): "no probe" would be false there.
+PROBE_PRESENT_STATES = frozenset({"foreign-owner", "corrupt", "busy", "initialising"})
+
+
+def probe_present(f: Facts) -> bool:
+    """Some process of the job runs the probe, read or not."""
+    return any(p.has_probe or p.probe_state in PROBE_PRESENT_STATES for p in f.processes)
+
+
 def rule_no_probe(f: Facts) -> Iterable[Finding]:
-    if not f.target_alive or any(p.has_probe for p in f.processes):
+    if not f.target_alive or probe_present(f):
         return
     yield finding("no-probe", "warning", ref("warning.no-probe"), ref("hint.no-probe"))
 
@@ -595,6 +606,24 @@ def rule_rank_device_mismatch(f: Facts) -> Iterable[Finding]:
             (p.pid for p, _ in hits),
         )
 
+
+# Warnings that say what the job is (whether it runs, its probe, its torch build, its models'
+# devices, the driver's answer), read exactly at each poll rather than measured against a
+# threshold: they go as soon as their fact does (hysteresis.settle holds no other warnings back).
+# Held, they would contradict the status and the facts beside them ("no probe" beside a model).
+UNHELD_CODES = frozenset(
+    {
+        "no-probe",
+        "probe-unreadable",
+        "job-stopped",
+        "cpu-build",
+        "cuda-unavailable",
+        "model-on-cpu",
+        "mixed-devices",
+        "no-parameters",
+        "nvml-unavailable",
+    }
+)
 
 RULES: tuple[Rule, ...] = (
     rule_target_exited,

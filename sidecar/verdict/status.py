@@ -18,7 +18,7 @@ from sidecar.verdict.facts import (
     model_gpu_index,
     pct,
 )
-from sidecar.verdict.rules import RULES, cuda_unavailable_reason
+from sidecar.verdict.rules import RULES, cuda_unavailable_reason, probe_present
 
 # What `from sidecar.verdict import ...` gives (sidecar/verdict/__init__.py).
 __all__ = ["StatusMessage", "candidate_warnings", "decide", "primary_model_gpu_index"]
@@ -110,6 +110,8 @@ def _missing_evidence(f: Facts, has_models: bool) -> Ref:
         if collected:
             return ref("reason.missing.collected", model=", ".join(collected))
         return ref("reason.missing.no-model")
+    if probe_present(f):
+        return ref("reason.missing.probe-unreadable")
     return ref("reason.missing.no-probe" if f.nvml_ok else "reason.missing.no-probe-nvml")
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import random
 from array import array
-from dataclasses import fields, is_dataclass
+from dataclasses import fields, is_dataclass, replace
 from typing import Any
 
 import pytest
@@ -507,6 +507,15 @@ class _Jobs:
         return TreeSnapshot(self.trees[j][0].pid, self.alive[j], tuple(self.trees[j]) if self.alive[j] else ())
 
 
+def _as_before(got, want):
+    """The facts as the old collector made them: it kept no exited process but the last poll's
+    when the target exited (issue 25 item 1 keeps the job's exited probed processes, marked exited:
+    tests/integration/test_final_state.py holds that to the specification)."""
+    old_pids = {p.pid for p in want.processes}
+    kept = tuple(replace(p, exited=False) for p in got.processes if not p.exited or p.pid in old_pids)
+    return replace(got, processes=kept)
+
+
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32), jobs=st.integers(1, 4), polls=st.integers(1, 8), data=st.data())
 def test_whole_polls_of_several_jobs_make_the_facts_and_samples_they_made(seed, jobs, polls, data):
@@ -530,8 +539,10 @@ def test_whole_polls_of_several_jobs_make_the_facts_and_samples_they_made(seed, 
                     after[j].facts(now, tree, reads, nvml, list(system), shared)
                 continue
             got = after[j].facts(now, tree, reads, nvml, list(system), shared)
-            assert_same(got, want, f"poll {n} job {j}")
-            for name in ("proc_info", "other_processes", "target"):
+            assert_same(_as_before(got, want), want, f"poll {n} job {j}")
+            info = {pid: i for pid, i in after[j].proc_info.items() if pid in before[j].proc_info}
+            assert_same(info, before[j].proc_info, f"poll {n} job {j} proc_info")
+            for name in ("other_processes", "target"):
                 assert_same(getattr(after[j], name), getattr(before[j], name), f"poll {n} job {j} {name}")
             assert_same(
                 new.history_sample(now, got, after[j].proc_info),

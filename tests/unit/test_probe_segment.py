@@ -34,6 +34,7 @@ from probe_wire import (
     read_segment,
     segment_path,
 )
+from probe_wire.reader import CLOSED_ERROR
 from probe_wire.schema import _fast_validate, _slow_validate
 
 REPO = Path(__file__).resolve().parents[2]
@@ -698,6 +699,24 @@ def test_follower_follows_a_writer_that_closes_and_starts_again(live_pid):
     finally:
         follower.close()
         writer.close()
+
+
+def test_a_follower_holding_the_file_reads_the_writers_last_publish_after_it_closed(live_pid):
+    """Issue 25 item 1: the probe publishes its final counts as it exits, then closes; a monitor
+    that held the file learns them (state "missing", the last payload), even once the process and
+    its name are gone (read_held, for a process that left the tree)."""
+    ticks = process_start_ticks(live_pid)
+    follower = wire.SegmentFollower()
+    writer = publish(live_pid)
+    assert follower.read(live_pid, ticks).state == "ok"
+    final = empty_payload(pid=live_pid, start_ticks=ticks)
+    final["script"] = "final.py"
+    writer.publish(final)
+    writer.close()
+    r = follower.read_held(live_pid, ticks)
+    assert r.state == "missing" and r.error == CLOSED_ERROR and r.payload["script"] == "final.py"
+    assert len(follower) == 0 and follower.read_held(live_pid, ticks) is None  # dropped after it
+    assert read_segment(live_pid).payload is None  # by path: no file, nothing to say
 
 
 def test_closing_writer_marks_its_file_closed_for_readers_that_kept_it(live_pid):
