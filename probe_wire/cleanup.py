@@ -41,7 +41,8 @@ def has_live_segment(pid: int, shm_dir: str = SHM_DIR) -> bool:
             if head is None:
                 continue
             wpid, ticks, wns, st = head
-            if st.st_uid == uid and wpid == int(pid) & 0xFFFFFFFF and ticks == ident[1] and (not wns or wns == ns):
+            names_it = wpid == int(pid) & 0xFFFFFFFF and ticks == ident[1] and (not wns or wns == ns)
+            if names_it and st.st_uid == uid:
                 return True
         return False
     except Exception:  # noqa: BLE001 -- asked from inside a training process: never raise into it
