@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 
-from probe_wire.names import segment_path
+from probe_wire.cleanup import has_live_segment
 from probe_wire.procid import process_start_ticks
 from probe_wire.schema import empty_runtime
 
@@ -110,9 +110,9 @@ def role(forked: bool) -> dict:
 
 
 def _parent_runs_the_probe() -> bool:
-    ppid = os.getppid()
-    # Its own name, or the fallback it publishes under when that name was taken by someone else.
-    return os.path.exists(segment_path(ppid)) or os.path.exists(segment_path(ppid, process_start_ticks(ppid)))
+    # The parent's own segment, under either of its names: a file someone else planted under the
+    # parent's pid (another user's, a dead process's leftover) never makes the job's main a child.
+    return has_live_segment(os.getppid())
 
 
 def _static(torch: Any) -> dict:

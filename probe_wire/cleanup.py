@@ -1,5 +1,6 @@
-"""Removing segments: a writer's own (``remove_segment``) and those of writers provably dead
-(``remove_if_dead``, ``sweep_dead_segments``), never a live process's nor another PID namespace's."""
+"""Whose a segment is: a live process's own (``has_live_segment``); removing a writer's own
+(``remove_segment``) and those of writers provably dead (``remove_if_dead``, ``sweep_dead_segments``),
+never a live process's nor another PID namespace's."""
 
 from __future__ import annotations
 
@@ -7,13 +8,45 @@ import os
 
 from probe_wire.header import header_identity
 from probe_wire.names import SCRATCH_RE, SHM_DIR, scan, segment_path
-from probe_wire.procid import ZOMBIE_STATES, pid_namespace_id, proc_is_ours, process_identity, process_state
+from probe_wire.procid import (
+    ZOMBIE_STATES,
+    pid_namespace_id,
+    proc_is_ours,
+    process_identity,
+    process_real_uid,
+    process_state,
+)
 
 TYPE_CHECKING = False  # typing costs ~2 ms to import; annotations alone do not need it
 if TYPE_CHECKING:
     from collections.abc import Collection
 
-__all__ = ["remove_if_dead", "remove_segment", "sweep_dead_segments"]
+__all__ = ["has_live_segment", "remove_if_dead", "remove_segment", "sweep_dead_segments"]
+
+
+def has_live_segment(pid: int, shm_dir: str = SHM_DIR) -> bool:
+    """Whether the running process ``pid`` has a segment of its own under one of its names: a
+    regular file owned by its real uid (only the process writes its segment) whose header names it,
+    pid and start_ticks, and our PID namespace when the header records one. A name alone proves
+    nothing: another user's file planted under it, a leftover of a dead writer that had the pid
+    before, another namespace's segment are not its. Never raises."""
+    try:
+        ident = process_identity(pid)
+        uid = process_real_uid(pid)
+        if ident is None or uid is None:
+            return False
+        ns = pid_namespace_id()
+        for name_ticks in (None, ident[1]):  # its own name, then the fallback it takes when squatted
+            head = header_identity(segment_path(pid, name_ticks, shm_dir))
+            if head is None:
+                continue
+            wpid, ticks, wns, st = head
+            names_it = wpid == int(pid) & 0xFFFFFFFF and ticks == ident[1] and (not wns or wns == ns)
+            if names_it and st.st_uid == uid:
+                return True
+        return False
+    except Exception:  # noqa: BLE001 -- asked from inside a training process: never raise into it
+        return False
 
 
 def remove_segment(pid: int, expected_start_ticks: int | None = None) -> bool:

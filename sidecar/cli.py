@@ -10,12 +10,14 @@
                                     an MCP server over stdio (docs/mcp.md; needs the [mcp] extra)
 
 Exit codes: 0 ok; 2 bad usage; 3 the target pid does not exist; 4 the port is in use or cannot be
-bound. Every failure prints one line saying what happened and what to do, never a traceback.
+bound (`run` binds it before it starts the job: on 4 the job never started). Every failure prints one
+line saying what happened and what to do, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import secrets
@@ -46,6 +48,10 @@ SIDECAR_SECRET_ENV = ("DSH_SIDECAR_TOKEN",)
 
 class UsageError(Exception):
     pass
+
+
+class PortError(Exception):
+    """The port cannot be bound: EXIT_PORT."""
 
 
 def _fail(code: int, message: str) -> int:
@@ -308,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
         return _main_serve(serve_parser().parse_args(argv))
     except UsageError as exc:
         return _fail(EXIT_USAGE, str(exc))
+    except PortError as exc:
+        return _fail(EXIT_PORT, str(exc))
     except KeyboardInterrupt:
         return 130
 
@@ -342,24 +350,28 @@ def _main_serve(args: argparse.Namespace) -> int:
         )
     from sidecar.poller import Poller
 
-    poller = Poller(args.pid, interval_s=args.interval, history_s=args.history, rules=_rules_from_env())
-    if not args.once:
-        _SIGNALS.install()
+    rules = _rules_from_env()
     if args.once:
+        poller = Poller(args.pid, interval_s=args.interval, history_s=args.history, rules=rules)
         try:
             doc = poller.poll_once()
         finally:
             poller.stop()
         text = json.dumps(doc, indent=2, ensure_ascii=False) if args.json else human_summary(doc)
         return _print_to_a_pipe(text)
-    return _serve(args, poller, child=None)
+    sock = _listen(args)
+    poller = Poller(args.pid, interval_s=args.interval, history_s=args.history, rules=rules)
+    _SIGNALS.install()
+    return _serve(args, poller, sock, child=None)
 
 
 def _main_discover(args: argparse.Namespace) -> int:
     """Without --pid: every job of this user (root: every user's), found by the sidecar."""
     from sidecar.jobs import JobsPoller
 
-    poller = JobsPoller(interval_s=args.interval, history_s=args.history, rules=_rules_from_env())
+    rules = _rules_from_env()
+    sock = None if args.once else _listen(args)
+    poller = JobsPoller(interval_s=args.interval, history_s=args.history, rules=rules)
     if args.once:
         try:
             jobs = poller.poll_once()
@@ -372,7 +384,7 @@ def _main_discover(args: argparse.Namespace) -> int:
             text = jobs_summary(jobs, docs)
         return _print_to_a_pipe(text)
     _SIGNALS.install()
-    return _serve(args, poller, child=None)
+    return _serve(args, poller, sock, child=None)
 
 
 def _mcp_url(url: str, token: str | None) -> str:
@@ -474,7 +486,26 @@ def _announce(url: str, token: str | None, generated: bool, watching: str) -> No
         print(f"dsh-sidecar: a token is required: open {url}?token=<your token>", flush=True)
 
 
-def _serve(args: argparse.Namespace, poller, child: subprocess.Popen | None) -> int:
+def _listen(args: argparse.Namespace, *, before_job: bool = False) -> socket.socket:
+    """The listening socket on --host/--port, bound before the poller (and `run`'s job) starts, so
+    a port that is taken ends the sidecar before anything began."""
+    from sidecar.wsgi import bind_listener
+
+    try:
+        return bind_listener(args.host, args.port)
+    except ValueError:  # waitress: a host that does not resolve ("Invalid host/port specified.")
+        raise UsageError(_bad_host(args.host)) from None
+    except OSError as exc:
+        what = "is in use" if exc.errno == errno.EADDRINUSE else f"cannot be bound ({exc.strerror or exc})"
+        raise PortError(
+            f"port {args.port} on {args.host} {what}: choose another with --port PORT "
+            "(--port 0 picks a free one), or stop the other sidecar"
+            + ("; the job was not started" if before_job else "")
+        ) from None
+
+
+def _serve(args: argparse.Namespace, poller, sock: socket.socket, child: subprocess.Popen | None) -> int:
+    """Serve on `sock` (_listen's) until the job is gone (and its grace is over) or a signal."""
     from sidecar.hosts import host_policy
     from sidecar.metrics import make_metrics
     from sidecar.server import ServerConfig, create_app
@@ -488,27 +519,7 @@ def _serve(args: argparse.Namespace, poller, child: subprocess.Popen | None) -> 
         hosts=host_policy(args.host, tuple(args.allow_host)),
     )
     app = create_app(config, poller, metrics=make_metrics(poller, job_name=args.job_name))
-    try:
-        server = create_server(app, args.host, args.port)
-    except ValueError:  # waitress: a host that does not resolve ("Invalid host/port specified.")
-        if child is not None:
-            _stop_child(child)
-        poller.stop()
-        return _fail(EXIT_USAGE, _bad_host(args.host))
-    except OSError as exc:
-        if child is not None:
-            _stop_child(child)
-        poller.stop()
-        what = (
-            "is in use"
-            if getattr(exc, "errno", None) in (98, 48)
-            else f"cannot be bound ({exc.strerror or exc})"
-        )
-        return _fail(
-            EXIT_PORT,
-            f"port {args.port} on {args.host} {what}: choose another with --port PORT "
-            "(--port 0 picks a free one), or stop the other sidecar",
-        )
+    server = create_server(app, sock)
     port = server.effective_port
     host = args.host if ":" not in args.host else f"[{args.host}]"
     url = f"http://{host}:{port}/"
@@ -600,15 +611,6 @@ class _Signals:
 _SIGNALS = _Signals()
 
 
-def _stop_child(child: subprocess.Popen) -> None:
-    if child.poll() is None:
-        child.terminate()
-        try:
-            child.wait(5)
-        except subprocess.TimeoutExpired:
-            child.kill()
-
-
 def _main_run(args: argparse.Namespace) -> int:
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
@@ -619,12 +621,17 @@ def _main_run(args: argparse.Namespace) -> int:
         )
     _check_serve_args(args)
     rules = _rules_from_env()
+    # Every check that can fail comes before the job starts, the port last: a job that started
+    # would have to be killed again (a training script may have written checkpoints by then).
+    sock = _listen(args, before_job=True)
     _SIGNALS.install()
     try:
-        # Its own session: a terminal's Ctrl-C reaches us once and we forward it once.
+        # Its own session: a terminal's Ctrl-C reaches us once and we forward it once. The
+        # listening socket is not inherited (Python's sockets are close-on-exec).
         env = {k: v for k, v in os.environ.items() if k not in SIDECAR_SECRET_ENV}
         child = subprocess.Popen(cmd, start_new_session=True, env=env)
     except OSError as exc:
+        sock.close()
         return _fail(EXIT_USAGE, f"cannot start {cmd[0]!r}: {exc.strerror or exc}")
     _SIGNALS.child = child
     if _SIGNALS.received:  # a signal came between install and Popen
@@ -632,7 +639,7 @@ def _main_run(args: argparse.Namespace) -> int:
     from sidecar.poller import Poller
 
     poller = Poller(child.pid, interval_s=args.interval, history_s=args.history, rules=rules)
-    return _serve(args, poller, child=child)
+    return _serve(args, poller, sock, child=child)
 
 
 if __name__ == "__main__":

@@ -19,9 +19,11 @@ KiB plus the answer it has not read yet.
 from __future__ import annotations
 
 import resource
+import socket
 import time
 from typing import Any
 
+from waitress.adjustments import Adjustments
 from waitress.channel import HTTPChannel
 from waitress.server import TcpWSGIServer
 
@@ -98,13 +100,38 @@ def raise_nofile_limit() -> None:
             pass
 
 
-def create_server(app: Any, host: str, port: int) -> SidecarWSGIServer:
-    """Bind host:port (ValueError: a host waitress cannot use; OSError: cannot bind)."""
+def bind_listener(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port and listening, the address waitress would bind (the first that
+    host:port resolves to). Made before anything else starts: `dsh-sidecar run` starts its job only
+    once the port is the sidecar's. ValueError: a host waitress cannot use; OSError: cannot bind."""
+    adj = Adjustments(host=host, port=port)
+    family, socktype, proto, sockaddr = adj.listen[0]
+    sock = socket.socket(family, socktype, proto)
+    try:
+        # As waitress does for the sockets it binds itself: a restarted sidecar rebinds its port
+        # while the last one's connections linger in TIME_WAIT; a listening socket still refuses it.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(sockaddr)
+        sock.listen(adj.backlog)  # connections that come before the server runs wait in the backlog
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def create_server(app: Any, sock: socket.socket) -> SidecarWSGIServer:
+    """Serve `app` on `sock` (bind_listener's), as waitress's own create_server serves `sockets=`."""
     raise_nofile_limit()
     return SidecarWSGIServer(
         app,
-        host=host,
-        port=port,
+        None,  # a socket map of its own
+        True,  # accepting
+        sock,
+        bind_socket=False,
+        sockinfo=(sock.family, sock.type, sock.proto, sock.getsockname()),
+        sockets=[sock],
         threads=THREADS,
         connection_limit=CONNECTION_LIMIT,
         channel_timeout=IDLE_TIMEOUT_S,

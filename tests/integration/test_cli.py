@@ -211,6 +211,23 @@ def start_run(fake_nvml, script: str, *options: str, env: dict | None = None) ->
     )
 
 
+def test_run_with_its_port_taken_never_starts_the_job(fake_nvml, tmp_path):
+    """The port is bound before the job starts: taken, the sidecar says so and exits 4, and the job
+    (which would leave a marker file at once) never ran."""
+    fake_nvml.write({"gpus": []})
+    marker = tmp_path / "the-job-ran"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = start_run(fake_nvml, f"open({str(marker)!r}, 'w').close()", "--port", str(port))
+        out, err = proc.communicate(timeout=60)
+    r = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    assert_one_clear_line(r, 4, f"port {port}", "in use", "--port PORT", "the job was not started")
+    assert not marker.exists(), "the job started although the sidecar could not serve"
+    assert "serving" not in out, out
+
+
 def test_run_keeps_the_sidecar_token_from_the_job(fake_nvml, tmp_path):
     fake_nvml.write({"gpus": []})
     seen = tmp_path / "env.json"

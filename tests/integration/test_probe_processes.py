@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from probe_wire import read_segment, remove_segment, segment_path
+from probe_wire import has_live_segment, read_segment, remove_segment, segment_path
 
 pytest.importorskip("torch")
 
@@ -46,7 +46,7 @@ def run_scenario(*args: str, env: dict | None = None, timeout_s: float = 120, ex
 
 def expected_parent_role() -> str:
     # A scenario's parent is this test process: if it runs the probe too, the scenario is its "child".
-    return "child" if os.path.exists(segment_path(os.getpid())) else "main"
+    return "child" if has_live_segment(os.getpid()) else "main"
 
 
 @pytest.mark.slow

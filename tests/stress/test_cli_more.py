@@ -153,6 +153,14 @@ def test_an_address_that_is_not_ours_is_exit_4():
     assert_one_error_line(r, 4, "cannot be bound")
 
 
+def test_run_on_an_address_that_is_not_ours_is_exit_4_and_starts_nothing(tmp_path):
+    marker = tmp_path / "started"
+    remote = ["--host", "192.0.2.1", "--token", "a-token-of-24-characters", "--port", "0"]
+    r = cli("run", *remote, "--", "touch", str(marker))
+    assert_one_error_line(r, 4, "cannot be bound", "the job was not started")
+    assert not marker.exists(), "the job started before the sidecar found it could not serve"
+
+
 @pytest.mark.parametrize("args", [["-h"], ["--help"], ["--version"], ["run", "-h"], ["doctor", "-h"]])
 def test_help_and_version_exit_0(args):
     r = cli(*args)

@@ -124,3 +124,55 @@ def test_doctor_reports_planted_links_and_files_owned_by_others(tmp_path):
         for path in planted:
             if os.path.lexists(path):
                 os.unlink(path)
+
+
+
+# A launcher that starts the job when told (after the test planted its names): the job's parent.
+LAUNCHER = "import os, subprocess, sys; os.read(0, 1); sys.exit(subprocess.call([sys.executable, '-c', sys.argv[1]]))"
+# The job: says its pid, starts its probe when told, keeps its model, says its segment, waits.
+MAIN_JOB = """
+import json, os, sys
+print(os.getpid(), flush=True)
+sys.stdin.readline()
+import torch, probe
+model = probe.register(torch.nn.Linear(2, 2))
+model(torch.zeros(1, 2))
+print(json.dumps(probe.status()), flush=True)
+sys.stdin.readline()
+"""
+
+
+@needs_root
+@pytest.mark.parametrize("whose", ["the job's parent", "the job itself"])
+def test_a_stray_file_under_a_pid_never_makes_the_main_process_a_child(whose):
+    """Issue 25 item 8: another user's empty `dsh-probe.<pid>`, named after the job's parent (a shell,
+    a launcher) or after the job's main process, planted before its probe starts: the sidecar's
+    poll shows the main process as `main`, its probe read."""
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER, MAIN_JOB],
+        env=python_env(),
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    planted = []
+    try:
+        launcher.stdin.write("\n")  # the launcher starts the job
+        launcher.stdin.flush()
+        job_pid = int(launcher.stdout.readline())
+        planted.append(segment_path(launcher.pid if whose == "the job's parent" else job_pid))
+        plant(planted[0], "file of another user", "")
+        launcher.stdin.write("\n")  # the job starts its probe
+        launcher.stdin.flush()
+        status = json.loads(launcher.stdout.readline())
+        assert status["enabled"] is True, status
+        doc = sidecar_once(job_pid)
+        (p,) = [p for p in doc["processes"] if p["pid"] == job_pid]
+        assert p["probe_state"] == "ok" and p["role"] == "main", p
+    finally:
+        launcher.communicate("\n", timeout=60)
+        for path in planted:
+            if os.path.lexists(path):
+                os.unlink(path)

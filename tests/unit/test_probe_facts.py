@@ -74,6 +74,77 @@ def test_role_child_when_forked_or_parent_runs_the_probe(no_rank_env):
         writer.close()
 
 
+SQUATTER_UID = 65533  # another user, who may create files in /dev/shm under any name
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make another uid's file")
+
+
+def _plant_foreign_file(path: str) -> None:
+    with open(path, "xb"):
+        pass  # empty, as `touch` leaves it
+    os.chown(path, SQUATTER_UID, SQUATTER_UID)
+
+
+@pytest.fixture
+def parent_names():
+    """The test's parent's two segment names, free before the test and removed after it."""
+    parent = os.getppid()
+    paths = [segment_path(parent), segment_path(parent, process_start_ticks(parent))]
+    if any(os.path.lexists(p) for p in paths):
+        pytest.skip("this test's parent already has a segment")
+    yield parent, paths
+    for p in paths:
+        if os.path.lexists(p):
+            os.unlink(p)
+
+
+@pytest.mark.parametrize("where", ["own name", "fallback name"])
+@needs_root
+def test_role_main_when_another_user_planted_a_file_under_the_parents_names(no_rank_env, parent_names, where):
+    """An empty file of another uid named after the parent's pid (or its fallback name) is no probe
+    of the parent's: the job's main process stays `main`."""
+    _, (own, fallback) = parent_names
+    _plant_foreign_file(own if where == "own name" else fallback)
+    assert facts.role(forked=False)["role"] == "main"
+
+
+@needs_root
+def test_role_main_when_the_parents_name_holds_a_segment_of_another_user(no_rank_env, parent_names):
+    """A whole segment naming the parent, but in a file of another uid: only the process writes its
+    segment, so it is not the parent's."""
+    parent, (own, _) = parent_names
+    writer = SegmentWriter(pid=parent)
+    try:
+        writer.publish(empty_payload(pid=parent, start_ticks=writer.start_ticks))
+        os.chown(own, SQUATTER_UID, SQUATTER_UID)
+        assert facts.role(forked=False)["role"] == "main"
+    finally:
+        writer.close()
+
+
+def test_role_main_when_the_parents_name_holds_a_dead_writers_leftover(no_rank_env, parent_names):
+    """A segment left by a process that had the parent's pid before (another start_ticks)."""
+    parent, _ = parent_names
+    writer = SegmentWriter(pid=parent, start_ticks=process_start_ticks(parent) - 1)
+    try:
+        writer.publish(empty_payload(pid=parent, start_ticks=writer.start_ticks))
+        assert facts.role(forked=False)["role"] == "main"
+    finally:
+        writer.close()
+
+
+@needs_root
+def test_role_child_when_the_parent_publishes_under_its_fallback_name(no_rank_env, parent_names):
+    parent, (own, fallback) = parent_names
+    _plant_foreign_file(own)
+    writer = SegmentWriter(pid=parent)
+    try:
+        assert writer.name == "/" + os.path.basename(fallback), writer.fallback_reason
+        writer.publish(empty_payload(pid=parent, start_ticks=writer.start_ticks))
+        assert facts.role(forked=False)["role"] == "child"
+    finally:
+        writer.close()
+
+
 def test_role_rank_from_initialised_torch_distributed(no_rank_env, tmp_path):
     dist = pytest.importorskip("torch.distributed")
     if not dist.is_available():
