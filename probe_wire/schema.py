@@ -125,6 +125,8 @@ _RUNTIME = {
     "cuda_device_order": _Opt(str),
     "mps_available": _Opt(bool),
     "xpu_available": _Opt(bool),
+    # Added within schema 1: libcuda.so.1 loads in the process (None: not asked, see probe/facts.py).
+    "cuda_driver_loadable": _Added(bool),
 }
 _MEMORY = {
     "device": str,

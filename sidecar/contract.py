@@ -141,6 +141,11 @@ RUNTIME = Obj(
         "cuda_available": F(BOOL, "torch.cuda.is_available() in that process", null=True),
         "device_count": F(INT, "CUDA devices torch sees", null=True),
         "cuda_visible_devices": F(STR, "CUDA_VISIBLE_DEVICES of that process", null=True),
+        "cuda_driver_loadable": F(
+            BOOL,
+            "the CUDA driver library (libcuda.so.1) loads in that process; NVML works without it",
+            null=True,
+        ),
     },
 )
 

@@ -77,6 +77,7 @@ export const SCHEMA = 2
  * @property {boolean|null} cuda_available torch.cuda.is_available() in that process
  * @property {number|null} device_count CUDA devices torch sees
  * @property {string|null} cuda_visible_devices CUDA_VISIBLE_DEVICES of that process
+ * @property {boolean|null} cuda_driver_loadable the CUDA driver library (libcuda.so.1) loads in that process; NVML works without it
  */
 
 /**

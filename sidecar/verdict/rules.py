@@ -161,6 +161,13 @@ def cuda_unavailable_reason(f: Facts, rt: dict[str, Any]) -> tuple[Ref, Ref]:
         return ref("reason.cuda.hidden", value=repr(visible)), ref("hint.cuda-unavailable.hidden")
     if not nvidia_in_system(f):
         return ref("reason.cuda.no-nvidia"), ref("hint.cuda-unavailable.no-nvidia")
+    if rt.get("cuda_driver_loadable") is False and f.nvml_ok:
+        # NVML (nvidia-smi) answers without libcuda.so.1; CUDA cannot. Before the driver's age: with
+        # no library, no CUDA version of torch would run either.
+        return (
+            ref("reason.cuda.no-driver-library", count=len(f.gpus)),
+            ref("hint.cuda-unavailable.no-driver-library"),
+        )
     build, drv = version_tuple(rt.get("cuda_build")), version_tuple(f.cuda_driver)
     if build and drv and drv < build:
         return (

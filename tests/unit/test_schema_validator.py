@@ -18,6 +18,7 @@ def _full_payload() -> dict:
     """The probe's payload with every field added within schema 1 set too, and two of each list."""
     p = _rich_payload(7)
     p["loader"] = "train"
+    p["runtime"]["cuda_driver_loadable"] = True
     p["memory"] = p["memory"] * 2
     model = p["models"][0]
     model.update(
