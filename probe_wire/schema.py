@@ -158,6 +158,7 @@ _LOADER_SETTINGS = {
     "pin_memory": _Opt(bool),
     "persistent_workers": _Opt(bool),
     "batch_size": _Opt(int),
+    "prefetch_factor": _Added(int),  # added within schema 1
 }
 _MODEL = {
     "name": str,

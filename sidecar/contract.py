@@ -240,6 +240,7 @@ LOADER_SETTINGS = Obj(
         "pin_memory": F(BOOL, "batches in page-locked memory (faster, asynchronous copies)", null=True),
         "persistent_workers": F(BOOL, "workers kept between epochs", null=True),
         "batch_size": F(INT, "samples per batch", null=True),
+        "prefetch_factor": F(INT, "batches each worker loads ahead (null without workers)", null=True),
     },
 )
 

@@ -206,6 +206,7 @@ export const SCHEMA = 2
  * @property {boolean|null} pin_memory batches in page-locked memory (faster, asynchronous copies)
  * @property {boolean|null} persistent_workers workers kept between epochs
  * @property {number|null} batch_size samples per batch
+ * @property {number|null} prefetch_factor batches each worker loads ahead (null without workers)
  */
 
 /**

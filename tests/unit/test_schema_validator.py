@@ -25,7 +25,13 @@ def _full_payload() -> dict:
         param_dtypes=["float32", "bfloat16"],
         autocast="bfloat16",
         input_shape=[32, 3, 224, 224],
-        loader_settings={"num_workers": 4, "pin_memory": True, "persistent_workers": False, "batch_size": 32},
+        loader_settings={
+            "num_workers": 4,
+            "pin_memory": True,
+            "persistent_workers": False,
+            "batch_size": 32,
+            "prefetch_factor": 2,
+        },
     )
     p["models"] = [model, {**model, "name": "head", "loader_settings": None}]
     p["events"].append({"time": 3.0, "name": "second"})
