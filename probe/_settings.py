@@ -103,8 +103,9 @@ def _int_or_none(value: Any) -> int | None:
 
 
 def loader_settings(loader: Any) -> dict | None:
-    """The DataLoader's num_workers, pin_memory, persistent_workers and batch_size (from its batch
-    sampler when it was built with one), read from its instance attributes; None for anything else."""
+    """The DataLoader's num_workers, pin_memory, persistent_workers, batch_size (from its batch
+    sampler when it was built with one) and prefetch_factor, read from its instance attributes; None
+    for anything else."""
     if loader is None:
         return None
     attrs = getattr(loader, "__dict__", None)
@@ -120,4 +121,5 @@ def loader_settings(loader: Any) -> dict | None:
         "pin_memory": _bool_or_none(attrs.get("pin_memory")),
         "persistent_workers": _bool_or_none(attrs.get("persistent_workers")),
         "batch_size": batch_size,
+        "prefetch_factor": _int_or_none(attrs.get("prefetch_factor")),
     }

@@ -158,10 +158,16 @@ def _count_without_cuda_init(torch: Any) -> tuple[bool | None, int | None]:
         if isinstance(n, int) and n >= 0:
             answer = (n > 0, n)
     if answer[0] and not getattr(torch.version, "hip", None):
-        # NVML counts the GPUs whatever the driver's age; torch's CUDA runtime refuses a driver of an
-        # older CUDA major (cudaErrorInsufficientDriver), and is_available() is then False.
-        driver, build = driver_cuda_version(), _major_minor(getattr(torch.version, "cuda", None))
-        if driver is not None and build is not None and driver[0] < build[0]:
+        loadable, driver = driver_library()
+        build = _major_minor(getattr(torch.version, "cuda", None))
+        if not loadable:
+            # NVML answers without the CUDA driver library (a container started with
+            # NVIDIA_DRIVER_CAPABILITIES=utility mounts libnvidia-ml but not libcuda): torch's runtime
+            # cannot load it either, and is_available() is False.
+            answer = (False, answer[1])
+        elif driver is not None and build is not None and driver[0] < build[0]:
+            # NVML counts the GPUs whatever the driver's age; torch's CUDA runtime refuses a driver of
+            # an older CUDA major (cudaErrorInsufficientDriver), and is_available() is then False.
             answer = (False, answer[1])
     _cuda_probe_cache[key] = answer
     return answer
@@ -175,27 +181,37 @@ def _major_minor(version: Any) -> tuple[int, int] | None:
         return None
 
 
-_driver_cuda: list[tuple[int, int] | None] = []  # [answer] once asked: the driver does not change
+# [(loadable, (major, minor) or None)] once asked: the driver library does not come or go.
+_driver_lib: list[tuple[bool, tuple[int, int] | None]] = []
 
 
-def driver_cuda_version() -> tuple[int, int] | None:
-    """(major, minor) of the CUDA version the installed driver supports, None when unknown.
+def driver_library() -> tuple[bool, tuple[int, int] | None]:
+    """(whether libcuda.so.1 loads, the CUDA version the driver supports or None when unknown).
 
+    Loading the library is what torch's CUDA runtime does first, by the same name and search path, so
+    its answer is torch's; loading runs no CUDA code (``cuInit`` does, and is never called here).
     ``cuDriverGetVersion`` is the one driver call documented to work before ``cuInit``: it neither
     initialises CUDA nor poisons fork.
     """
-    if not _driver_cuda:
-        answer = None
+    if not _driver_lib:
+        loadable, version_mm = False, None
         try:
             import ctypes
 
+            lib = ctypes.CDLL("libcuda.so.1")
+            loadable = True
             version = ctypes.c_int(0)
-            if ctypes.CDLL("libcuda.so.1").cuDriverGetVersion(ctypes.byref(version)) == 0 and version.value > 0:
-                answer = (version.value // 1000, version.value % 1000 // 10)
+            if lib.cuDriverGetVersion(ctypes.byref(version)) == 0 and version.value > 0:
+                version_mm = (version.value // 1000, version.value % 1000 // 10)
         except (OSError, AttributeError, ImportError):
-            pass  # no driver library: torch's runtime cannot load it either, NVML decides alone
-        _driver_cuda.append(answer)
-    return _driver_cuda[0]
+            pass  # not loadable (OSError), or a library without the call: its version stays unknown
+        _driver_lib.append((loadable, version_mm))
+    return _driver_lib[0]
+
+
+def driver_cuda_version() -> tuple[int, int] | None:
+    """(major, minor) of the CUDA version the installed driver supports, None when unknown."""
+    return driver_library()[1]
 
 
 def _uuid(props: Any) -> str | None:
@@ -224,7 +240,8 @@ def runtime(torch: Any | None) -> dict:
     cuda = torch.cuda
     # is_initialized() is False in a forked child of a CUDA process ("bad fork"): that child must not
     # touch CUDA, and the cached NVML answer it inherited is reused rather than asked again.
-    if cuda.is_initialized():
+    initialised = cuda.is_initialized()
+    if initialised:
         out["cuda_initialized"] = True
         if _initialised_devices is None:
             count = int(cuda.device_count())
@@ -245,6 +262,10 @@ def runtime(torch: Any | None) -> dict:
             out["device_count"] = count
         else:
             out["cuda_available"], out["device_count"] = _count_without_cuda_init(torch)
+    if initialised and not getattr(torch.version, "hip", None):
+        out["cuda_driver_loadable"] = True  # CUDA runs in this process: torch loaded the library
+    elif _driver_lib:  # asked only where NVML counted a GPU: never loaded just to publish it
+        out["cuda_driver_loadable"] = _driver_lib[0][0]
     return out
 
 

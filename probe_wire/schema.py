@@ -125,6 +125,8 @@ _RUNTIME = {
     "cuda_device_order": _Opt(str),
     "mps_available": _Opt(bool),
     "xpu_available": _Opt(bool),
+    # Added within schema 1: libcuda.so.1 loads in the process (None: not asked, see probe/facts.py).
+    "cuda_driver_loadable": _Added(bool),
 }
 _MEMORY = {
     "device": str,
@@ -156,6 +158,7 @@ _LOADER_SETTINGS = {
     "pin_memory": _Opt(bool),
     "persistent_workers": _Opt(bool),
     "batch_size": _Opt(int),
+    "prefetch_factor": _Added(int),  # added within schema 1
 }
 _MODEL = {
     "name": str,

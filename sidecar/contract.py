@@ -141,6 +141,11 @@ RUNTIME = Obj(
         "cuda_available": F(BOOL, "torch.cuda.is_available() in that process", null=True),
         "device_count": F(INT, "CUDA devices torch sees", null=True),
         "cuda_visible_devices": F(STR, "CUDA_VISIBLE_DEVICES of that process", null=True),
+        "cuda_driver_loadable": F(
+            BOOL,
+            "the CUDA driver library (libcuda.so.1) loads in that process; NVML works without it",
+            null=True,
+        ),
     },
 )
 
@@ -235,6 +240,7 @@ LOADER_SETTINGS = Obj(
         "pin_memory": F(BOOL, "batches in page-locked memory (faster, asynchronous copies)", null=True),
         "persistent_workers": F(BOOL, "workers kept between epochs", null=True),
         "batch_size": F(INT, "samples per batch", null=True),
+        "prefetch_factor": F(INT, "batches each worker loads ahead (null without workers)", null=True),
     },
 )
 

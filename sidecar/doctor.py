@@ -14,7 +14,7 @@ from probe_wire.names import SHM_DIR, list_segments, segment_path
 from probe_wire.procid import process_real_uid
 from sidecar import catalogue
 from sidecar.collect import system_gpu_facts
-from sidecar.verdict import Facts, GpuFacts, cuda_unavailable_reason
+from sidecar.verdict import Facts, GpuFacts, cpu_build_hint, cuda_unavailable_reason
 
 # Runs in the user's interpreter: it may have a broken torch, so everything is guarded and the
 # result is one JSON line. Initialising CUDA here is fine: this process exits right after.
@@ -165,11 +165,11 @@ def collect(python: str) -> dict[str, Any]:
         problems.append({"problem": torch["error"], "fix": f"`{python} -m pip install torch`"})
     elif torch.get("cuda_build") is None:
         if gpus or nvidia_os:
-            cu = facts.cuda_driver.replace(".", "") if facts.cuda_driver else "124"
             problems.append(
                 {
                     "problem": f"torch {torch['torch']} is a CPU-only build: it cannot use the NVIDIA GPU",
-                    "fix": f"`{python} -m pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cu{cu}`",
+                    # The verdict's hint: the same torch version, from an index whose CUDA the driver runs.
+                    "fix": catalogue.render(cpu_build_hint(torch.get("torch"), facts.cuda_driver)),
                 }
             )
     elif not torch.get("cuda_available"):

@@ -26,6 +26,10 @@ def _int(x: Any) -> int | None:
     return x if isinstance(x, int) and not isinstance(x, bool) else None
 
 
+def _bool(x: Any) -> bool | None:
+    return x if isinstance(x, bool) else None
+
+
 def _str(x: Any, limit: int = bounds.MAX_TEXT_CHARS) -> str | None:
     """A string from a process, clipped (sidecar/bounds.py); anything else None."""
     return clip_opt(x, limit)
@@ -38,9 +42,10 @@ def _runtime_summary(facts: Facts) -> dict[str, Any]:
         "torch": _str(rt.get("torch"), MAX_ID_CHARS),
         "cuda_build": _str(rt.get("cuda_build"), MAX_ID_CHARS),
         "cudnn": _int(rt.get("cudnn")),
-        "cuda_available": rt.get("cuda_available") if isinstance(rt.get("cuda_available"), bool) else None,
+        "cuda_available": _bool(rt.get("cuda_available")),
         "device_count": _int(rt.get("device_count")),
         "cuda_visible_devices": _str(rt.get("cuda_visible_devices"), MAX_ID_CHARS),
+        "cuda_driver_loadable": _bool(rt.get("cuda_driver_loadable")),
     }
 
 

@@ -22,7 +22,9 @@ def human_summary(doc: dict[str, Any]) -> str:
     rt = doc["runtime"]
     if rt.get("torch"):
         build = f"CUDA {rt['cuda_build']}" if rt.get("cuda_build") else "CPU-only build"
-        lines.append(f"torch {rt['torch']} ({build}), cuda available: {rt.get('cuda_available')}")
+        # torch's CUDA beside the driver's (the NVML line below): the library CUDA needs and NVML does not.
+        lib = ", libcuda.so.1 does not load" if rt.get("cuda_driver_loadable") is False else ""
+        lines.append(f"torch {rt['torch']} ({build}), cuda available: {rt.get('cuda_available')}{lib}")
     nv = doc["nvml"]
     lines.append(
         f"NVIDIA driver: {nv['driver']} (CUDA {nv['cuda_driver']})"

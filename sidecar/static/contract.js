@@ -77,6 +77,7 @@ export const SCHEMA = 2
  * @property {boolean|null} cuda_available torch.cuda.is_available() in that process
  * @property {number|null} device_count CUDA devices torch sees
  * @property {string|null} cuda_visible_devices CUDA_VISIBLE_DEVICES of that process
+ * @property {boolean|null} cuda_driver_loadable the CUDA driver library (libcuda.so.1) loads in that process; NVML works without it
  */
 
 /**
@@ -206,6 +207,7 @@ export const SCHEMA = 2
  * @property {boolean|null} pin_memory batches in page-locked memory (faster, asynchronous copies)
  * @property {boolean|null} persistent_workers workers kept between epochs
  * @property {number|null} batch_size samples per batch
+ * @property {number|null} prefetch_factor batches each worker loads ahead (null without workers)
  */
 
 /**

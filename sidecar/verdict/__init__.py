@@ -12,6 +12,7 @@ from one poll to the next.
     rules.py       the rules
     efficiency.py  the efficiency rules (clocks, PCIe, GPM, precision, syncs, data wait, MIG)
     status.py      status and message, decide()
+    wheels.py      the CUDA wheels of each torch version, the one to suggest for a driver
     hysteresis.py  settle()
 """
 

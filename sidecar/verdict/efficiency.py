@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sidecar.catalogue import ref
+from sidecar.catalogue import Ref, ref
 from sidecar.sources.nvml_names import GPM_FIRST_SAMPLE
 from sidecar.verdict.facts import (
     ACCELERATOR_TYPES,
     Facts,
     Finding,
     GpuFacts,
+    LoaderSettings,
     ProcessFacts,
     all_models,
     gpu_by_index,
@@ -249,6 +250,42 @@ def _data_wait(f: Facts, p: ProcessFacts) -> float | None:
     return max(waits) if waits else None
 
 
+def _loader_hint(f: Facts, s: LoaderSettings, on_accelerator: bool) -> Ref:
+    """data-starved's hint for a loader whose settings are known: each setting that would help and is
+    not already there, a sentence of its own ("" in its place otherwise); with all of them there, the
+    per-batch work itself."""
+    r = f.rules
+    workers = s.num_workers is not None and s.num_workers < r.loader_workers_enough
+    pin = on_accelerator and s.pin_memory is not True
+    persistent = s.persistent_workers is not True
+    # Known only from a probe that reads it, and only with workers (torch's None without them).
+    prefetch = s.prefetch_factor is not None and s.prefetch_factor <= r.loader_prefetch_default
+    shown = {
+        "num_workers": "?" if s.num_workers is None else s.num_workers,
+        "pin_memory": "?" if s.pin_memory is None else str(s.pin_memory),
+        "persistent_workers": "?" if s.persistent_workers is None else str(s.persistent_workers),
+        "prefetch_factor": "?" if s.prefetch_factor is None else s.prefetch_factor,
+    }
+    if not on_accelerator:
+        del shown["pin_memory"]
+    if not (workers or pin or persistent or prefetch):
+        return Ref("hint.data-starved.all-set" if on_accelerator else "hint.data-starved.all-set.cpu", shown)
+    raise_workers = "hint.data-starved.do.workers" if on_accelerator else "hint.data-starved.do.workers.cpu"
+    advice = {
+        "workers": ref(raise_workers) if workers else "",
+        "persistent": ref("hint.data-starved.do.persistent") if persistent else "",
+        "prefetch": ref("hint.data-starved.do.prefetch", prefetch_factor=s.prefetch_factor)
+        if prefetch
+        else "",
+    }
+    if on_accelerator:
+        advice["pin"] = ref("hint.data-starved.do.pin") if pin else ""
+    return Ref(
+        "hint.data-starved.settings" if on_accelerator else "hint.data-starved.settings.cpu",
+        {**shown, **advice},
+    )
+
+
 def rule_data_starved(f: Facts) -> Iterable[Finding]:
     hits = [
         (p, w)
@@ -269,14 +306,7 @@ def rule_data_starved(f: Facts) -> Iterable[Finding]:
     if settings is None:
         hint = ref("hint.data-starved" if on_accelerator else "hint.data-starved.cpu")
     else:
-        hint = ref(
-            "hint.data-starved.settings" if on_accelerator else "hint.data-starved.settings.cpu",
-            num_workers="?" if settings.num_workers is None else settings.num_workers,
-            pin_memory="?" if settings.pin_memory is None else str(settings.pin_memory),
-            persistent_workers="?"
-            if settings.persistent_workers is None
-            else str(settings.persistent_workers),
-        )
+        hint = _loader_hint(f, settings, on_accelerator)
     yield Finding("data-starved", "warning", message, hint, tuple(h[0].pid for h in hits))
 
 

@@ -59,6 +59,10 @@ class Rules:
     tensor_core_min_cc: float = 7.0  # Volta: the first GPUs with tensor cores
     host_syncs_per_step: float = 8.0  # more synchronisations per step than a logging loop needs
     data_starved_min_steps: int = 5  # a window with fewer steps says nothing yet
+    # data-starved's hint: fewer DataLoader workers than this are worth raising; more, and the
+    # per-batch work is what to look at. prefetch_factor at or under torch's default (2) is worth raising.
+    loader_workers_enough: int = 4
+    loader_prefetch_default: int = 2
 
 
 # Facts built per process on every poll are plain slotted dataclasses, not frozen ones: a frozen
@@ -70,6 +74,7 @@ class LoaderSettings:
     pin_memory: bool | None = None
     persistent_workers: bool | None = None
     batch_size: int | None = None
+    prefetch_factor: int | None = None  # batches each worker loads ahead (None without workers)
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,10 +31,11 @@ from sidecar.verdict.facts import (
     runtimes,
     version_tuple,
 )
+from sidecar.verdict.wheels import CUDA_WHEELS, cuda_wheel
 
 # What `from sidecar.verdict import ...` gives (sidecar/verdict/__init__.py).
-__all__ = ["RULES", "MemoryGrowth", "Rule", "cuda_unavailable_reason", "memory_growth", "probe_present"]
-__all__ += ["UNHELD_CODES"]
+__all__ = ["RULES", "MemoryGrowth", "Rule", "cpu_build_hint", "cuda_unavailable_reason", "memory_growth"]
+__all__ += ["UNHELD_CODES", "probe_present"]
 
 
 Rule = Callable[[Facts], Iterable[Finding]]
@@ -144,8 +145,25 @@ def _probe_trouble(
     )
 
 
-def _cuda_tag(version: str | None) -> str:
-    return f"cu{version.replace('.', '')}" if version else "cu124"
+def _cudas(torch_version: str) -> str:
+    """The CUDA versions of the wheels of the torch `torch_version` (a release the table has)."""
+    major, minor = (int(x) for x in torch_version.split(".")[:2])
+    return ", ".join(f"{c[0]}.{c[1]}" for c in CUDA_WHEELS[major, minor])
+
+
+def cpu_build_hint(torch_version: str | None, cuda_driver: str | None) -> Ref:
+    """How to replace a CPU-only torch with the CUDA build of the same version that runs on the
+    driver (sidecar/verdict/wheels.py); never an index that lacks that version."""
+    w = cuda_wheel(torch_version, cuda_driver)
+    if w.kind == "unknown":
+        return ref("hint.cpu-build.unknown", torch=w.torch)
+    if w.kind == "driver-old":
+        return ref(
+            "hint.cpu-build.driver-old", torch=w.torch, tag=w.tag, cuda=cuda_driver, cudas=_cudas(w.torch)
+        )
+    if cuda_driver:
+        return ref("hint.cpu-build.driver", torch=w.torch, tag=w.tag, cuda=cuda_driver)
+    return ref("hint.cpu-build", torch=w.torch, tag=w.tag)
 
 
 def rule_cpu_build(f: Facts) -> Iterable[Finding]:
@@ -155,14 +173,18 @@ def rule_cpu_build(f: Facts) -> Iterable[Finding]:
     # DataLoader workers share their trainer's torch: name them only when nothing else has it.
     pids = [p.pid for p in cpu_only if p.role != "dataloader-worker"] or [p.pid for p in cpu_only]
     if pids:
-        torch_v = next(rt.get("torch") for p, rt in runtimes(f) if p.pid == pids[0])
-        cu = f.cuda_driver
-        hint = (
-            ref("hint.cpu-build.driver", cuda=cu, tag=_cuda_tag(cu))
-            if cu
-            else ref("hint.cpu-build", tag=_cuda_tag(cu))
-        )
-        yield finding("cpu-build", "error", ref("warning.cpu-build", torch=str(torch_v)), hint, pids)
+        torch_v = str(next(rt.get("torch") for p, rt in runtimes(f) if p.pid == pids[0]))
+        hint = cpu_build_hint(torch_v, f.cuda_driver)
+        yield finding("cpu-build", "error", ref("warning.cpu-build", torch=torch_v), hint, pids)
+
+
+def _driver_old_hint(torch_version: str | None, cuda_driver: str, build: str) -> Ref:
+    """A driver older than torch's CUDA: the same torch built for a CUDA the driver supports, when
+    PyTorch publishes one, else a newer driver."""
+    w = cuda_wheel(torch_version, cuda_driver)
+    if w.kind == "index":
+        return ref("hint.cuda-unavailable.driver-old", torch=w.torch, tag=w.tag)
+    return ref("hint.cuda-unavailable.driver-old.upgrade", build=build)
 
 
 def cuda_unavailable_reason(f: Facts, rt: dict[str, Any]) -> tuple[Ref, Ref]:
@@ -172,11 +194,18 @@ def cuda_unavailable_reason(f: Facts, rt: dict[str, Any]) -> tuple[Ref, Ref]:
         return ref("reason.cuda.hidden", value=repr(visible)), ref("hint.cuda-unavailable.hidden")
     if not nvidia_in_system(f):
         return ref("reason.cuda.no-nvidia"), ref("hint.cuda-unavailable.no-nvidia")
+    if rt.get("cuda_driver_loadable") is False and f.nvml_ok:
+        # NVML (nvidia-smi) answers without libcuda.so.1; CUDA cannot. Before the driver's age: with
+        # no library, no CUDA version of torch would run either.
+        return (
+            ref("reason.cuda.no-driver-library", count=len(f.gpus)),
+            ref("hint.cuda-unavailable.no-driver-library"),
+        )
     build, drv = version_tuple(rt.get("cuda_build")), version_tuple(f.cuda_driver)
     if build and drv and drv < build:
         return (
             ref("reason.cuda.driver-old", driver=f.cuda_driver, build=str(rt.get("cuda_build"))),
-            ref("hint.cuda-unavailable.driver-old", tag=_cuda_tag(f.cuda_driver)),
+            _driver_old_hint(rt.get("torch"), str(f.cuda_driver), str(rt.get("cuda_build"))),
         )
     if not f.nvml_ok:
         return (

@@ -95,6 +95,7 @@ def _loader_settings(x: Any) -> LoaderSettings | None:
         pin_memory=_bool(x.get("pin_memory")),
         persistent_workers=_bool(x.get("persistent_workers")),
         batch_size=_int(x.get("batch_size")),
+        prefetch_factor=_int(x.get("prefetch_factor")),
     )
 
 

@@ -314,7 +314,13 @@ def test_doctor_with_a_gpu_and_a_cpu_only_torch(fake_nvml):
     report = json.loads(cli("doctor", "--json", env=fake_nvml.env()).stdout)
     assert report["nvml"]["device_count"] == 1
     (problem,) = report["problems"]
-    assert "CPU-only build" in problem["problem"] and "cu124" in problem["fix"]
+    # The torch here is 2.13, whose oldest CUDA wheel is cu126: upgrade the driver rather than
+    # `pip install torch --index-url .../cu124`, which would install torch 2.6.
+    assert "CPU-only build" in problem["problem"] and "cu124" not in problem["fix"]
+    version = report["torch"]["torch"].split("+")[0]
+    assert f"torch=={version} --index-url" in problem["fix"]
+    if version.startswith("2.13."):
+        assert "upgrade the NVIDIA driver" in problem["fix"] and "whl/cu126" in problem["fix"]
 
 
 def test_doctor_with_one_gpu_lost_still_lists_the_other_as_usable(fake_nvml):

@@ -94,7 +94,7 @@ def test_step_breakdown_syncs_and_loader_settings_reach_document_warnings_and_me
             assert p["syncs_per_step"] == 24.0 and p["math"]["float32_matmul_precision"] == "highest"
             (m,) = p["models"]
             assert (
-                m["loader_settings"] == LOADER
+                m["loader_settings"] == {**LOADER, "prefetch_factor": None}  # a payload without it
                 and m["param_dtypes"] == ["float32"]
                 and m["input_shape"] == [8, 3, 32, 32]
             )
@@ -314,6 +314,7 @@ def test_a_real_training_loop_starved_by_its_loader(tmp_path, fake_nvml):
                 "pin_memory": False,
                 "persistent_workers": False,
                 "batch_size": 4,
+                "prefetch_factor": None,  # torch's, without workers
             }
             assert m["param_dtypes"] == ["float32"] and m["input_shape"] == [4, 8]
             assert p["math"] is not None and p["syncs_per_step"] is None  # not asked for, and no CUDA

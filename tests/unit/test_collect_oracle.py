@@ -133,7 +133,7 @@ def _dicts(required: dict, optional: dict):
     return plain | plain.map(Dict)
 
 
-_loader = _dicts({}, {k: maybe(st.none() | _ints | st.booleans()) for k in ("num_workers", "pin_memory", "persistent_workers", "batch_size")})
+_loader = _dicts({}, {k: maybe(st.none() | _ints | st.booleans()) for k in ("num_workers", "pin_memory", "persistent_workers", "batch_size", "prefetch_factor")})
 _model = _dicts(
     {},
     {

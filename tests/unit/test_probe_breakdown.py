@@ -393,13 +393,28 @@ def test_loader_settings_from_register_and_from_a_batch_sampler():
     model = Net()
     probe.register(model, name="bd-loader", loader=loader)
     m = next(e for e in snapshot()["models"] if e["name"] == "bd-loader")
-    assert m["loader_settings"] == {"num_workers": 0, "pin_memory": False, "persistent_workers": False, "batch_size": 4}
+    # prefetch_factor: torch's None without workers.
+    assert m["loader_settings"] == {
+        "num_workers": 0,
+        "pin_memory": False,
+        "persistent_workers": False,
+        "batch_size": 4,
+        "prefetch_factor": None,
+    }
     sampler = torch.utils.data.BatchSampler(torch.utils.data.SequentialSampler(data), batch_size=3, drop_last=False)
-    by_sampler = torch.utils.data.DataLoader(data, batch_sampler=sampler, num_workers=2, persistent_workers=True)
+    by_sampler = torch.utils.data.DataLoader(
+        data, batch_sampler=sampler, num_workers=2, persistent_workers=True, prefetch_factor=6
+    )
     other = Net()
     probe.register(other, name="bd-loader-sampler", loader=by_sampler)
     m = next(e for e in snapshot()["models"] if e["name"] == "bd-loader-sampler")
-    assert m["loader_settings"] == {"num_workers": 2, "pin_memory": False, "persistent_workers": True, "batch_size": 3}
+    assert m["loader_settings"] == {
+        "num_workers": 2,
+        "pin_memory": False,
+        "persistent_workers": True,
+        "batch_size": 3,
+        "prefetch_factor": 6,
+    }
 
 
 def test_breakdown_is_none_in_a_forked_child():

@@ -9,6 +9,7 @@ that answers cuDriverGetVersion and records any call that would initialise CUDA.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
@@ -29,7 +30,8 @@ torch.cuda._device_count_nvml = lambda: 1
 import probe
 model = probe.register(torch.nn.Linear(2, 2))
 rt = probe.snapshot()["runtime"]
-print(json.dumps({k: rt[k] for k in ("cuda_build", "cuda_available", "cuda_initialized", "device_count")}))
+keys = ("cuda_build", "cuda_available", "cuda_initialized", "device_count", "cuda_driver_loadable")
+print(json.dumps({k: rt[k] for k in keys}))
 """
 
 
@@ -45,12 +47,14 @@ def fake_cuda_dir(tmp_path_factory) -> Path:
     return out
 
 
-def run(fake_cuda_dir: Path, tmp_path: Path, driver_version: int) -> tuple[dict, str]:
+def run(fake_cuda_dir: Path | None, tmp_path: Path, driver_version: int) -> tuple[dict, str]:
+    """The scenario's runtime facts, and the CUDA calls that initialise CUDA it made; with
+    `fake_cuda_dir` None, no libcuda.so.1 is on the library path."""
     calls = tmp_path / "calls.txt"
     env = dict(os.environ)
     env.update(
         PYTHONPATH=str(REPO),
-        LD_LIBRARY_PATH=str(fake_cuda_dir),
+        LD_LIBRARY_PATH=str(fake_cuda_dir or tmp_path),
         FAKE_CUDA_DRIVER_VERSION=str(driver_version),
         FAKE_CUDA_CALLS=str(calls),
         DSH_PROBE_INTERVAL_S="600",
@@ -62,11 +66,37 @@ def run(fake_cuda_dir: Path, tmp_path: Path, driver_version: int) -> tuple[dict,
 
 def test_a_driver_of_an_older_cuda_major_makes_cuda_unavailable(fake_cuda_dir, tmp_path):
     rt, calls = run(fake_cuda_dir, tmp_path, 12040)
-    assert rt == {"cuda_build": "13.0", "cuda_available": False, "cuda_initialized": False, "device_count": 1}
+    assert rt == {
+        "cuda_build": "13.0",
+        "cuda_available": False,
+        "cuda_initialized": False,
+        "device_count": 1,
+        "cuda_driver_loadable": True,
+    }
     assert calls == ""  # nothing that initialises CUDA (and poisons fork) was called
 
 
 def test_a_driver_of_the_same_major_keeps_the_nvml_answer(fake_cuda_dir, tmp_path):
     rt, calls = run(fake_cuda_dir, tmp_path, 13020)
-    assert rt["cuda_available"] is True and rt["device_count"] == 1
+    assert rt["cuda_available"] is True and rt["device_count"] == 1 and rt["cuda_driver_loadable"] is True
+    assert calls == ""
+
+
+def test_nvml_without_the_cuda_driver_library_makes_cuda_unavailable(tmp_path):
+    """A container started with NVIDIA_DRIVER_CAPABILITIES=utility: NVML (nvidia-smi) answers, but
+    libcuda.so.1 is not mounted and torch.cuda.is_available() is False. The probe said True."""
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        pass
+    else:
+        pytest.skip("this machine has a CUDA driver library on its default search path")
+    rt, calls = run(None, tmp_path, 13020)
+    assert rt == {
+        "cuda_build": "13.0",
+        "cuda_available": False,
+        "cuda_initialized": False,
+        "device_count": 1,
+        "cuda_driver_loadable": False,
+    }
     assert calls == ""

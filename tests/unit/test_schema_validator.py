@@ -18,13 +18,20 @@ def _full_payload() -> dict:
     """The probe's payload with every field added within schema 1 set too, and two of each list."""
     p = _rich_payload(7)
     p["loader"] = "train"
+    p["runtime"]["cuda_driver_loadable"] = True
     p["memory"] = p["memory"] * 2
     model = p["models"][0]
     model.update(
         param_dtypes=["float32", "bfloat16"],
         autocast="bfloat16",
         input_shape=[32, 3, 224, 224],
-        loader_settings={"num_workers": 4, "pin_memory": True, "persistent_workers": False, "batch_size": 32},
+        loader_settings={
+            "num_workers": 4,
+            "pin_memory": True,
+            "persistent_workers": False,
+            "batch_size": 32,
+            "prefetch_factor": 2,
+        },
     )
     p["models"] = [model, {**model, "name": "head", "loader_settings": None}]
     p["events"].append({"time": 3.0, "name": "second"})

@@ -510,6 +510,36 @@ def test_cpu_build_names_the_trainer_not_its_workers():
     assert [w.pids for w in v.warnings if w.code == "cpu-build"] == [(100,)]
 
 
+# A cu124 torch in a container started with NVIDIA_DRIVER_CAPABILITIES=utility: NVML answers,
+# libcuda.so.1 is not there, and the probe reports what torch would say.
+NO_LIBCUDA_RT = {**CUDA_RT, "cuda_available": False, "devices": [], "cuda_driver_loadable": False}
+
+
+def test_nvml_without_the_cuda_driver_library_is_cuda_unavailable_not_model_on_cpu():
+    v = decide(facts(proc(runtime=NO_LIBCUDA_RT, models=[model("cpu")])))
+    codes = {w.code for w in v.warnings}
+    assert "model-on-cpu" not in codes and "cpu-build" not in codes
+    (w,) = [w for w in v.warnings if w.code == "cuda-unavailable"]
+    assert w.severity == "error"
+    assert "NVML sees 1 GPU(s), but the CUDA driver library (libcuda.so.1) does not load" in en(w.message)
+    assert "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in en(w.hint) and "libcuda.so.1" in zh(w.message)
+    assert v.status == "CPU" and "libcuda.so.1" in en(v.message)
+
+
+def test_the_missing_driver_library_is_told_apart_from_hidden_gpus_and_an_old_driver():
+    hidden = {**NO_LIBCUDA_RT, "cuda_visible_devices": ""}
+    (w,) = [w for w in decide(facts(proc(runtime=hidden))).warnings if w.code == "cuda-unavailable"]
+    assert "CUDA_VISIBLE_DEVICES" in en(w.message) and "libcuda" not in en(w.message)
+    # A library that loads on a driver of an older CUDA: the driver's age, not the library.
+    old = {**NO_LIBCUDA_RT, "cuda_build": "13.0", "cuda_driver_loadable": True}
+    (w,) = [w for w in decide(facts(proc(runtime=old))).warnings if w.code == "cuda-unavailable"]
+    assert "older than torch's CUDA 13.0" in en(w.message)
+    # An older probe, which did not say: the generic reason, as before.
+    unknown = {k: v for k, v in NO_LIBCUDA_RT.items() if k != "cuda_driver_loadable"}
+    (w,) = [w for w in decide(facts(proc(runtime=unknown))).warnings if w.code == "cuda-unavailable"]
+    assert en(w.message) == "CUDA is not available to torch: torch cannot initialise CUDA."
+
+
 def test_device_count_mismatch_with_a_cpu_only_build_names_the_hidden_nvidia_gpu():
     f = facts(proc(runtime=CPU_RT, models=[model("cpu")]), system=(INTEL_CARD, NVIDIA_CARD))
     (w,) = [w for w in decide(f).warnings if w.code == "device-count-mismatch"]

@@ -329,6 +329,46 @@ def test_data_starved_hint_quotes_the_loader_settings():
     assert "num_workers=0" in zh(w.hint)
 
 
+def _loader_hint(on_gpu=True, **settings) -> tuple[str, str]:
+    m = replace(model("cuda:0" if on_gpu else "cpu"), loader_settings=LoaderSettings(**settings))
+    f = (
+        job(steps=steps(0.8), models=[m])
+        if on_gpu
+        else facts(proc(runtime=CPU_RT, models=[m], steps=steps(0.8)), gpus=())
+    )
+    w = _warning(f, "data-starved")
+    return en(w.hint), zh(w.hint)
+
+
+def test_data_starved_hint_suggests_only_what_is_not_already_set():
+    """Issue 25: "set persistent_workers=True" to a loader that has it. Each suggestion is made only
+    for a setting that is not there, in both languages."""
+    text, zh_text = _loader_hint(num_workers=8, pin_memory=True, persistent_workers=False, prefetch_factor=4)
+    assert "Set `persistent_workers=True`" in text and "`persistent_workers=True`" in zh_text
+    for said in ("Raise `num_workers`", "Set `pin_memory=True`", "Raise `prefetch_factor`"):
+        assert said not in text, text
+    assert text.endswith(
+        "prefetch_factor=4. Set `persistent_workers=True` (with workers). Or cache and preprocess the data."
+    )
+    text, _ = _loader_hint(num_workers=2, pin_memory=False, persistent_workers=True, prefetch_factor=2)
+    assert "Raise `num_workers`" in text and "Set `pin_memory=True`" in text and "above 2" in text
+    assert "Set `persistent_workers=True`" not in text
+    # A probe that did not report prefetch_factor: nothing said of it beyond "?".
+    text, _ = _loader_hint(num_workers=2, pin_memory=True, persistent_workers=True)
+    assert "prefetch_factor=?" in text and "Raise `prefetch_factor`" not in text
+
+
+def test_data_starved_with_every_setting_there_points_at_the_per_batch_work():
+    for on_gpu in (True, False):
+        text, zh_text = _loader_hint(
+            on_gpu, num_workers=8, pin_memory=True, persistent_workers=True, prefetch_factor=4
+        )
+        assert "already has num_workers=8" in text and "per-batch work itself is slow" in text
+        assert "`__getitem__`" in text and "collate_fn" in text and "`__getitem__`" in zh_text
+        assert "Set `" not in text and "Raise `prefetch_factor`" not in text
+        assert ("pin_memory" in text) is on_gpu
+
+
 def test_data_starved_from_the_loader_timing_without_a_step_breakdown():
     m = model("cuda:0", wait=0.8)
     w = _warning(job(models=[m]), "data-starved")
