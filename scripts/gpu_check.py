@@ -73,6 +73,7 @@ def main() -> int:
     allocated = torch.cuda.memory_allocated(0) / 2**20
     check("torch allocated", allocated > 0, f"{allocated:.0f} MiB allocated")
     efficiency()
+    edges()
     return report()
 
 
@@ -81,6 +82,17 @@ def efficiency() -> None:
     import gpu_efficiency  # scripts/, beside this file
 
     for step in (gpu_efficiency.record_fields, gpu_efficiency.workloads):
+        try:
+            step(check)
+        except Exception as exc:  # report it as a failed check, keep the table
+            check(step.__name__, False, f"{type(exc).__name__}: {exc}"[:120])
+
+
+def edges() -> None:
+    """Issue 25: the final state of mp.spawn ranks, NVML without libcuda, register then compile."""
+    import gpu_edges  # scripts/, beside this file
+
+    for step in gpu_edges.STEPS:
         try:
             step(check)
         except Exception as exc:  # report it as a failed check, keep the table

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The CUDA path on a machine with an NVIDIA GPU, in one run of about two minutes (killed at 280 s):
+# The CUDA path on a machine with an NVIDIA GPU, in one run of about three minutes (killed at 420 s):
 # a model on cuda:0 with inputs left on the CPU, allocator figures, the sidecar's verdict with the
 # real driver, every efficiency field (clocks, power, PCIe, GPM, MIG) through NvmlSource, and two
-# workloads (busy-but-hollow, tensor-heavy) with NVML util beside GPM SM/tensor activity. Prints a
-# table; exits non-zero when a check fails, and at once (FAIL) without a CUDA GPU.
+# workloads (busy-but-hollow, tensor-heavy) with NVML util beside GPM SM/tensor activity, and the
+# edges of a job (scripts/gpu_edges.py: mp.spawn ranks' final state, NVML without libcuda, register
+# then compile). Prints a table; exits non-zero when a check fails, and at once (FAIL) without a CUDA GPU.
 #
 #   scripts/gpu_check.sh            # uses python3 (or $PYTHON)
 #
@@ -18,4 +19,4 @@ if compgen -G ".whl/*.whl" >/dev/null; then
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=index,name,driver_version,memory.used,memory.total --format=csv 2>&1 | head -5 || true
-exec timeout 280 "$PY" scripts/gpu_check.py "$@"
+exec timeout 420 "$PY" scripts/gpu_check.py "$@"
