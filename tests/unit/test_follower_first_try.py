@@ -39,7 +39,7 @@ from probe_wire.header import (
 )
 from probe_wire.prefix import PrefixSlot, decode_with_prefix, find_prefix
 from probe_wire.procid import pid_namespace_id, process_start_ticks
-from probe_wire.reader import READ_ATTEMPTS, SegmentRead, _read_seq, read_consistent
+from probe_wire.reader import CLOSED_ERROR, READ_ATTEMPTS, SegmentRead, _read_seq, read_consistent
 from probe_wire.schema import validate_payload
 from tests.unit.test_probe_segment import _rich_payload
 
@@ -93,10 +93,6 @@ def _old_read_consistent(fd, pid, size, expected, attempts, slot=None):
             if _read_seq(fd) != seq:
                 continue
             return (SegmentRead(state="corrupt", error=reason, **common), None)
-        if flags & FLAG_CLOSED:
-            if _read_seq(fd) != seq:
-                continue
-            return (SegmentRead(state="missing", error="the writer closed this segment", **common), None)
         data = os.pread(fd, length, HEADER_BYTES)
         if _read_seq(fd) != seq:
             last = SegmentRead(state="busy", error="writer kept publishing during every try", **common)
@@ -110,6 +106,8 @@ def _old_read_consistent(fd, pid, size, expected, attempts, slot=None):
             last = SegmentRead(state="corrupt", error="payload crc32 mismatch", **common)
             continue
         r = _old_finish(data, expected, common, slot)
+        if flags & FLAG_CLOSED:  # issue 25: a closed segment's last payload, never kept
+            return SegmentRead(state="missing", payload=r.payload, error=CLOSED_ERROR, **common), None
         return r, (raw + data if r.state == "ok" else None)
     return (
         last if last is not None else SegmentRead(pid=pid, state="busy", error="no consistent read")
@@ -185,7 +183,8 @@ def _follower_read_again(fd, pid, size, expected, raw, last, slot):
     follower._open_read = lambda ident, name_ticks: REOPENED  # what a drop leads to: not this test's
     r = follower.read(pid, expected)
     entry = follower._open.get((pid, expected))
-    assert (entry is None) == (r is REOPENED)
+    # A dropped file is looked for again by its path, unless it was closed: its last publish is the read.
+    assert (entry is None) == (r is REOPENED or r.error == CLOSED_ERROR)
     return r, None if entry is None else entry[2]
 
 
@@ -406,6 +405,8 @@ def _compare(size, base, with_prefix, states, schedule):
     r_fol, kept_fol, t_fol = _run(_follower_read_again, states, schedule, size, raw, last, follower_slot)
     if r_old.state == "ok":
         assert _same_read(r_old, r_fol) and (r_fol is last) == (r_old is last) and kept_fol == kept_old
+    elif r_old.error == CLOSED_ERROR:  # the writer's last publish: returned, the file dropped
+        assert _same_read(r_old, r_fol) and kept_fol is None
     else:
         assert r_fol is REOPENED and kept_fol is None
     assert _prefix_of(follower_slot) == _prefix_of(old_slot)
