@@ -19,7 +19,7 @@ import sys
 import time
 import weakref
 
-from probe import _settings
+from probe import _compiled, _settings
 from probe._breakdown import CLOCK
 from probe._rate import RateWindow
 from probe.instrument import DETACHED_AUDIT_EVENT, compiling_check, install
@@ -229,8 +229,11 @@ class ModelRecord:
         "armed",
         "autocast",
         "cls_label",
-        "compiled_seen",
+        "compiled_counted",
+        "compiled_key",
         "compiled_noted",
+        "compiled_seen",
+        "compiled_uncounted",
         "device",
         "devices",
         "first_device",
@@ -260,6 +263,7 @@ class ModelRecord:
         "tensor_type",
         "torch",
         "traversed_at",
+        "__weakref__",  # probe/_compiled.py finds the record by its key, weakly
     )
 
     def __init__(
@@ -275,6 +279,11 @@ class ModelRecord:
         self.is_compiling = compiling_check(torch)
         self.compiled_seen = False  # set by the hook on every call of a compiled graph
         self.compiled_noted = False
+        # Compiled calls counted after their graph ran (probe/_compiled.py), since the last tick;
+        # compiled_uncounted: compiled calls ran that could not be counted (published).
+        self.compiled_counted = False
+        self.compiled_uncounted = False
+        self.compiled_key = _compiled.enroll(self)
         self.on_error = on_error
         self.on_device_change = on_device_change
         self.handle: Any = None
@@ -443,4 +452,5 @@ class ModelRecord:
             "autocast": self.autocast,
             "input_shape": list(self.input_shape) if self.input_shape is not None else None,
             "loader_settings": dict(self.loader_settings) if self.loader_settings is not None else None,
+            "compiled_uncounted": self.compiled_uncounted,
         }
