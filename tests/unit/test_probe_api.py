@@ -137,6 +137,7 @@ def test_every_field_for_a_cpu_model(keep):
         "autocast": "off",
         "input_shape": [3, 4],
         "loader_settings": None,
+        "compiled_uncounted": False,
     }
     assert p["loader"] is None
     assert m["forward_rate_hz"] >= 0.0
