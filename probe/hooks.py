@@ -244,6 +244,7 @@ class ModelRecord:
         "inner_ref",
         "input_device",
         "input_shape",
+        "input_shape_training",
         "instrumentation",
         "is_compiling",
         "last_forward_time",
@@ -293,6 +294,7 @@ class ModelRecord:
         self.armed = True  # inspect the very first call's inputs
         self.input_device: str | None = None
         self.input_shape: list[int] | None = None
+        self.input_shape_training = False  # input_shape came from a call in training (train mode, grad on)
         self.autocast: str | None = None  # "off" or a dtype name, as of the last armed call
         self.forward_t0 = 0.0  # the pre-hook fallback's start of a timed forward (0.0: none)
         self.param_dtypes: list[str] = []
@@ -321,11 +323,16 @@ class ModelRecord:
         self.armed = False
         try:
             tensor = find_input_tensor(args, kwargs, self.tensor_type)
+            inner = self.inner_ref()
             if tensor is not None:
                 self.input_device = str(tensor.device)
-                self.input_shape = _settings.input_shape(tensor)
+                # The training batch's shape: a validation or inference call (eval mode, or no grad)
+                # does not replace one seen in training (Lightning validates the same module).
+                training = bool(getattr(inner, "training", True)) and self.torch.is_grad_enabled()
+                if training or not self.input_shape_training:
+                    self.input_shape = _settings.input_shape(tensor)
+                    self.input_shape_training = training
             self.sample_autocast(tensor)
-            inner = self.inner_ref()
             if inner is not None and _first_tensor_device(inner) != self.first_device:
                 self.on_device_change()
         except Exception as e:  # noqa: BLE001 -- recorded, never raised into the user's forward
