@@ -60,6 +60,7 @@ class StepClock:
         "loader_wait_s",
         "loader_waits",
         "mark",
+        "opt_closure_s",
         "opt_depth",
         "opt_forward0_s",
         "opt_outer",
@@ -93,6 +94,9 @@ class StepClock:
         self.opt_outer = 0  # id() of the optimizer whose step is being timed
         self.opt_t0 = 0.0
         self.opt_forward0_s = 0.0
+        # Time inside the closure of the step being timed, less its registered forwards (counted as
+        # forward time already); None while the step was given no closure.
+        self.opt_closure_s: float | None = None
         self.primary_opt: Any = None  # weakref to the optimizer whose steps are counted
         self.primary_id = 0  # its id(): the weakref is only called when another optimizer steps
         self.level = 0
@@ -145,23 +149,51 @@ class StepClock:
 
     def closure_done(self) -> None:
         """The closure an optimizer step runs (Lightning's training_step and backward) has returned:
-        the optimizer's own time starts now."""
-        if self.opt_depth:
+        the optimizer's own time starts now. A closure the pre-hook timed is taken off already."""
+        if self.opt_depth and self.opt_closure_s is None:
             self.opt_t0 = _perf()
             self.opt_forward0_s = self.forward_s
 
+    def _timed_closure(self, closure: Any) -> Any:
+        """``closure``, its time added to ``opt_closure_s``: what it returns or raises is unchanged."""
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t0, forward0_s = _perf(), self.forward_s
+            try:
+                return closure(*args, **kwargs)
+            finally:
+                if self.opt_closure_s is not None:
+                    self.opt_closure_s += (_perf() - t0) - (self.forward_s - forward0_s)
+
+        return timed
+
+    def _closure_args(self, args: Any, kwargs: Any) -> Any:
+        """The step's arguments with its closure timed (Lightning runs training_step and backward in
+        one inside ``optimizer.step``; LBFGS calls its own): None when it was given none."""
+        if kwargs and callable(kwargs.get("closure")):
+            return args, {**kwargs, "closure": self._timed_closure(kwargs["closure"])}
+        # torch passes the step's positional arguments with the optimizer first: (self, closure).
+        if isinstance(args, tuple) and len(args) == 2 and callable(args[1]):
+            return (args[0], self._timed_closure(args[1])), kwargs
+        return None
+
     def _pre_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        """torch's global optimizer step pre-hook: returns None (the step's arguments stay as given)."""
+        """torch's global optimizer step pre-hook: returns None (the step's arguments stay as given),
+        or, for a step given a closure, the same arguments with the closure timed."""
         try:
             if self.is_compiling():
                 return None  # a compiled optimizer step: no clock calls inside the graph
             if self.opt_depth and (self.opt_outer == id(optimizer) or _perf() - self.opt_t0 > STALE_STEP_S):
                 self.opt_depth = 0  # the step being timed raised before its post-hook ran
+            timed = None
             if self.opt_depth == 0:
                 self.opt_outer = id(optimizer)
                 self.opt_forward0_s = self.forward_s
+                timed = self._closure_args(args, kwargs)
+                self.opt_closure_s = None if timed is None else 0.0
                 self.opt_t0 = _perf()
             self.opt_depth += 1
+            return timed
         except Exception:  # noqa: BLE001 -- a hook inside the user's optimizer step must never raise
             pass
         return None
@@ -174,7 +206,9 @@ class StepClock:
             if self.opt_depth:
                 return  # an optimizer stepped inside another one's step: the outer one is timed
             # Forwards run inside the step (a closure's) are forward time, not the optimizer's.
-            spent_s = (_perf() - self.opt_t0) - (self.forward_s - self.opt_forward0_s)
+            # So is its closure's time (its backward): the part of a step a plain loop spends outside.
+            spent_s = (_perf() - self.opt_t0) - (self.forward_s - self.opt_forward0_s) - (self.opt_closure_s or 0.0)
+            self.opt_closure_s = None
             if spent_s > 0.0:
                 self.optimizer_s += spent_s
             if self.primary_id != id(optimizer):

@@ -316,15 +316,22 @@ class Probe:
         return entry
 
     def _note_compiled_locked(self, rec: ModelRecord) -> None:
-        # Compiled calls cannot be counted from inside the graph (see PreHook); all we know is that
-        # at least one ran since the last look, which is enough to say when the model last ran.
+        # Compiled calls of a frame dynamo compiled are counted after their graph (probe/_compiled.py).
+        # Other compiled calls (a module inlined into a compiled parent, torch without the means)
+        # cannot be: all we know is that at least one ran since the last look, which is enough to
+        # say when the model last ran, and the payload says its count misses them.
         rec.compiled_seen = False
+        if rec.compiled_counted:
+            rec.compiled_counted = False
+            return
+        rec.compiled_uncounted = True
         rec.last_forward_time = time.time()
         if not rec.compiled_noted:
             rec.compiled_noted = True
             message = (
                 f"model {rec.name!r} runs inside torch.compile (or was exported), where its forward calls cannot be counted; "
-                "register the compiled module instead: probe.register(torch.compile(model))"
+                "register the compiled module instead: probe.register(torch.compile(model)), "
+                "or call probe.register(model) after torch.compile"
             )
             self.record_error("compile", message)
             # Once per record by compiled_noted. Not warn_once keyed by id(rec): a new model may get

@@ -19,7 +19,7 @@ import sys
 import time
 import weakref
 
-from probe import _settings
+from probe import _compiled, _settings
 from probe._breakdown import CLOCK
 from probe._rate import RateWindow
 from probe.instrument import DETACHED_AUDIT_EVENT, compiling_check, install
@@ -229,8 +229,11 @@ class ModelRecord:
         "armed",
         "autocast",
         "cls_label",
-        "compiled_seen",
+        "compiled_counted",
+        "compiled_key",
         "compiled_noted",
+        "compiled_seen",
+        "compiled_uncounted",
         "device",
         "devices",
         "first_device",
@@ -241,6 +244,7 @@ class ModelRecord:
         "inner_ref",
         "input_device",
         "input_shape",
+        "input_shape_training",
         "instrumentation",
         "is_compiling",
         "last_forward_time",
@@ -260,6 +264,7 @@ class ModelRecord:
         "tensor_type",
         "torch",
         "traversed_at",
+        "__weakref__",  # probe/_compiled.py finds the record by its key, weakly
     )
 
     def __init__(
@@ -275,6 +280,11 @@ class ModelRecord:
         self.is_compiling = compiling_check(torch)
         self.compiled_seen = False  # set by the hook on every call of a compiled graph
         self.compiled_noted = False
+        # Compiled calls counted after their graph ran (probe/_compiled.py), since the last tick;
+        # compiled_uncounted: compiled calls ran that could not be counted (published).
+        self.compiled_counted = False
+        self.compiled_uncounted = False
+        self.compiled_key = _compiled.enroll(self)
         self.on_error = on_error
         self.on_device_change = on_device_change
         self.handle: Any = None
@@ -284,6 +294,7 @@ class ModelRecord:
         self.armed = True  # inspect the very first call's inputs
         self.input_device: str | None = None
         self.input_shape: list[int] | None = None
+        self.input_shape_training = False  # input_shape came from a call in training (train mode, grad on)
         self.autocast: str | None = None  # "off" or a dtype name, as of the last armed call
         self.forward_t0 = 0.0  # the pre-hook fallback's start of a timed forward (0.0: none)
         self.param_dtypes: list[str] = []
@@ -312,11 +323,16 @@ class ModelRecord:
         self.armed = False
         try:
             tensor = find_input_tensor(args, kwargs, self.tensor_type)
+            inner = self.inner_ref()
             if tensor is not None:
                 self.input_device = str(tensor.device)
-                self.input_shape = _settings.input_shape(tensor)
+                # The training batch's shape: a validation or inference call (eval mode, or no grad)
+                # does not replace one seen in training (Lightning validates the same module).
+                training = bool(getattr(inner, "training", True)) and self.torch.is_grad_enabled()
+                if training or not self.input_shape_training:
+                    self.input_shape = _settings.input_shape(tensor)
+                    self.input_shape_training = training
             self.sample_autocast(tensor)
-            inner = self.inner_ref()
             if inner is not None and _first_tensor_device(inner) != self.first_device:
                 self.on_device_change()
         except Exception as e:  # noqa: BLE001 -- recorded, never raised into the user's forward
@@ -443,4 +459,5 @@ class ModelRecord:
             "autocast": self.autocast,
             "input_shape": list(self.input_shape) if self.input_shape is not None else None,
             "loader_settings": dict(self.loader_settings) if self.loader_settings is not None else None,
+            "compiled_uncounted": self.compiled_uncounted,
         }

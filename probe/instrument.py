@@ -32,6 +32,7 @@ import types
 import weakref
 
 from probe._breakdown import CLOCK
+from probe._compiled import COUNTER
 
 TYPE_CHECKING = False  # typing costs ~2 ms to import; annotations alone do not need it
 if TYPE_CHECKING:
@@ -97,6 +98,7 @@ class PreHook:
     def __call__(self, module: Any, args: tuple, kwargs: dict) -> None:
         if self.is_compiling():
             self.rec.compiled_seen = True
+            COUNTER.fn(self.rec.compiled_key)  # counted after the graph (probe/_compiled.py)
             return
         rec = self.rec
         rec.forward_calls += 1
@@ -239,12 +241,13 @@ def swap_refusal(model: Any, cls: type) -> str | None:
 _FORWARD_SOURCE = """\
 def _dsh_probe_factory(_dsh_probe_base, _dsh_probe_clock, _dsh_probe_dynamo, _dsh_probe_compiler,
                        _dsh_probe_compiling, _dsh_probe_records, _dsh_probe_id, _dsh_probe_original,
-                       _dsh_probe_times, _dsh_probe_perf):
+                       _dsh_probe_times, _dsh_probe_perf, _dsh_probe_counter):
     def forward({params}):
         _dsh_probe_rec = {lookup}
         if _dsh_probe_rec is not None:
             if {compiling}:
                 _dsh_probe_rec.compiled_seen = True
+                _dsh_probe_counter.fn(_dsh_probe_rec.compiled_key)
             else:
                 _dsh_probe_rec.forward_calls += 1
                 _dsh_probe_rec.last_forward_time = _dsh_probe_clock()
@@ -360,7 +363,7 @@ def _make_forward(base: type, torch: Any, records: dict | None = None, original:
     # Tracebacks through this frame show its source, like any other.
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     inner = namespace["_dsh_probe_factory"](
-        base, _clock, dynamo_compiling, compiler, compiling_check(torch), records, id, original, CLOCK, _perf
+        base, _clock, dynamo_compiling, compiler, compiling_check(torch), records, id, original, CLOCK, _perf, COUNTER
     )
     wrapper = types.FunctionType(
         inner.__code__,

@@ -183,6 +183,9 @@ _MODEL = {
     "autocast": _Added(str),  # "off", or the dtype autocast ran the last forward in ("bfloat16")
     "input_shape": _Added(_List(int, 8)),
     "loader_settings": _Added(_LOADER_SETTINGS),
+    # Calls ran inside torch.compile where they could not be counted (a module inlined into a
+    # compiled parent): forward_calls and forward_rate_hz miss them.
+    "compiled_uncounted": _Added(bool),
 }
 _PAYLOAD = {
     "schema": _Exact(SCHEMA, "schema"),

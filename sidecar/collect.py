@@ -140,7 +140,7 @@ def _values(d: dict[str, Any], get_all: itemgetter, keys: tuple[str, ...]) -> tu
 # Read from each model of a payload, in this order (_values).
 _MODEL_KEYS = ("name", "class", "device", "devices", "params", "input_device", "forward_calls")
 _MODEL_KEYS += ("forward_rate_hz", "data_wait_fraction", "train_steps", "step_rate_hz", "step_source")
-_MODEL_KEYS += ("shared_memory", "param_dtypes", "autocast", "input_shape", "loader_settings")
+_MODEL_KEYS += ("shared_memory", "param_dtypes", "autocast", "input_shape", "loader_settings", "compiled_uncounted")
 _model_values = itemgetter(*_MODEL_KEYS)
 _TEXT = bounds.MAX_TEXT_CHARS
 
@@ -162,7 +162,7 @@ def _models(models: Any) -> tuple[ModelFacts, ...]:
     for m in models or ():
         if not isinstance(m, dict):
             continue
-        name, cls, dev, devs, params, in_dev, calls, fwd, wait, steps, rate, source, shared, dtypes, ac, shape, ls = (
+        name, cls, dev, devs, params, in_dev, calls, fwd, wait, steps, rate, source, shared, dtypes, ac, shape, ls, unc = (
             _values(m, _model_values, _MODEL_KEYS)
         )
         out.append(
@@ -183,6 +183,7 @@ def _models(models: Any) -> tuple[ModelFacts, ...]:
                 ac if type(ac) is str and len(ac) <= MAX_ID_CHARS or ac is None else _str(ac, MAX_ID_CHARS),
                 None if shape is None else _shape(shape),
                 None if ls is None else _loader_settings(ls),
+                unc is True,
             )
         )
     return tuple(out)

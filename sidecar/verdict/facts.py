@@ -119,6 +119,9 @@ class ModelFacts:
     autocast: str | None = None  # "off", or the dtype autocast ran the last forward in; None: not seen
     input_shape: tuple[int, ...] | None = None
     loader_settings: LoaderSettings | None = None
+    # Its calls ran inside torch.compile where the probe could not count them (registered, then
+    # inlined into a compiled parent): forward_calls and forward_rate_hz miss them.
+    compiled_uncounted: bool = False
     # Device types of its parameters ({"cuda"}, {"cpu", "cuda"}, ...): asked by most rules.
     types: frozenset[str] = field(init=False, repr=False, compare=False)
 

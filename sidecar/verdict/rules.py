@@ -288,6 +288,19 @@ def rule_no_parameters(f: Facts) -> Iterable[Finding]:
         yield _about_models("no-parameters", "info", "warning.no-parameters", "hint.no-parameters", hits)
 
 
+def rule_registered_before_compile(f: Facts) -> Iterable[Finding]:
+    # Without it a compiled model reads "0/s" while it trains: the reason was only on its stderr.
+    hits = [(p, m) for p, m in all_models(f) if m.compiled_uncounted]
+    if hits:
+        yield _about_models(
+            "registered-before-compile",
+            "warning",
+            "warning.registered-before-compile",
+            "hint.registered-before-compile",
+            hits,
+        )
+
+
 def rule_worker_cuda(f: Facts) -> Iterable[Finding]:
     hits = [
         p
@@ -677,5 +690,6 @@ RULES: tuple[Rule, ...] = (
     rule_nvml_unavailable,
     rule_no_probe,
     rule_no_parameters,
+    rule_registered_before_compile,
     *EFFICIENCY_RULES,
 )

@@ -181,6 +181,37 @@ def test_lightning_breakdown_waits_for_a_slow_loader_and_keeps_the_closure_out_o
     assert validate_payload(published())[1] is None
 
 
+def _lightning_plain(mode: str) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.helpers.lightning_plain", mode],
+        env=python_env({"DSH_PROBE_INTERVAL_S": "0.05"}),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-4000:]
+    return __import__("json").loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_lightning_with_plain_register_times_the_closure_apart_and_shows_the_training_batch():
+    """No callback: Lightning runs training_step and backward in a closure inside optimizer.step, and
+    validates the same module on batches of another shape (limit_val_batches, a smaller batch)."""
+    pytest.importorskip("lightning")
+    from tests.helpers import lightning_plain as job
+
+    got, plain = _lightning_plain("register"), _lightning_plain("plain")
+    assert got["losses"] == plain["losses"] and len(got["losses"]) == job.STEPS  # step by step
+    s = got["steps"]
+    assert s["steps"] >= job.STEPS - 2, s
+    # Each step sleeps STEP_SLEEP_S inside training_step: the closure's time, never the optimizer's.
+    assert s["optimizer_fraction"] is not None and s["optimizer_fraction"] < 0.2, s
+    assert s["other_fraction"] > 0.5, s
+    m = got["model"]
+    assert m["forward_calls"] > job.STEPS  # validation called it too...
+    assert m["input_shape"] == [job.TRAIN_BATCH, 8]  # ...but the shape shown is the training batch's
+
+
 # -- Hugging Face ------------------------------------------------------------------------------------
 def test_transformers_callback_changes_no_loss_and_publishes_steps_waits_and_events():
     pytest.importorskip("transformers")

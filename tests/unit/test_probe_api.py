@@ -137,6 +137,7 @@ def test_every_field_for_a_cpu_model(keep):
         "autocast": "off",
         "input_shape": [3, 4],
         "loader_settings": None,
+        "compiled_uncounted": False,
     }
     assert p["loader"] is None
     assert m["forward_rate_hz"] >= 0.0
@@ -215,13 +216,12 @@ def test_registered_then_compiled_model_still_compiles_to_one_graph(keep, monkey
     net = torch.nn.Linear(3, 2)
     keep(net, name="api-inner-compiled")
     compiled = torch.compile(net, backend="eager", fullgraph=True)
-    torch._dynamo.reset()  # an earlier test's cached graph for Linear would be reused, uncounted
+    torch._dynamo.reset()  # an earlier test's cached graph for Linear would be reused
     counters.clear()
     x = torch.ones(2, 3)
-    # The publisher notes compiled calls on its periodic tick, from its own thread, at any moment from
-    # the first compiled call on; warnings' state is process-wide, and dynamo compiles inside its own
-    # catch_warnings, so a warning raised meanwhile may never reach a pytest.warns around it. What
-    # the probe warns is recorded at its call instead.
+    # The publisher looks at compiled calls on its periodic tick, from its own thread; warnings'
+    # state is process-wide, and dynamo compiles inside its own catch_warnings, so a warning raised
+    # meanwhile may never reach a pytest.warns around it. What the probe warns is recorded at its call.
     warned = []
     real_warn = probe_state.warnings.warn
 
@@ -234,24 +234,38 @@ def test_registered_then_compiled_model_still_compiles_to_one_graph(keep, monkey
         assert torch.equal(compiled(x), net(x))
     assert counters["stats"]["unique_graphs"] == 1
     assert not counters["graph_break"]
-    # Compiled calls are not counted (12 eager calls are), but the model is seen running: compiled
-    # calls alone, after t, move its last forward time on the next tick.
+    # Compiled calls are counted after their graph (probe/_compiled.py): 12 eager and 12 compiled.
     probe.refresh()
-    assert entry("api-inner-compiled")["forward_calls"] == 12
+    assert entry("api-inner-compiled")["forward_calls"] == 24
     t = time.time()
     compiled(x)
     assert wait_for(
         lambda: (entry("api-inner-compiled")["last_forward_time"] or 0) >= t, 3 * PROBE.interval_s + 2
     )
-    assert entry("api-inner-compiled")["forward_calls"] == 12
-    assert any(
-        e["where"] == "compile" and "api-inner-compiled" in e["message"] for e in read_self()["errors"]
+    m = entry("api-inner-compiled")
+    assert (m["forward_calls"], m["compiled_uncounted"]) == (25, False)
+    assert not any(e["where"] == "compile" and "api-inner-compiled" in e["message"] for e in read_self()["errors"])
+    assert not [m for c, m in warned if "'api-inner-compiled' runs inside torch.compile" in str(m)]
+
+
+def test_a_registered_module_inside_a_compiled_parent_is_said_uncounted(keep, monkeypatch):
+    """Dynamo replays the counting call only from the frame it compiles: a registered module
+    inlined into a compiled parent is not counted, and its payload and errors say so."""
+    _compile_works_here(fullgraph=True)
+    inner = torch.nn.Linear(3, 3)
+    keep(inner, name="api-inlined")
+    parent = torch.nn.Sequential(inner, torch.nn.ReLU())
+    compiled = torch.compile(parent, backend="eager", fullgraph=True)
+    warned = []
+    monkeypatch.setattr(probe_state, "warnings", SimpleNamespace(warn=lambda m, c, **kw: warned.append(m)))
+    x = torch.ones(2, 3)
+    assert wait_for(
+        lambda: compiled(x) is not None and entry("api-inlined")["compiled_uncounted"] is True,
+        3 * PROBE.interval_s + 2,
     )
-    assert [
-        m
-        for c, m in warned
-        if c is probe.ProbeWarning and "'api-inner-compiled' runs inside torch.compile" in m
-    ]
+    assert entry("api-inlined")["forward_calls"] == 0
+    assert any(e["where"] == "compile" and "api-inlined" in e["message"] for e in read_self()["errors"])
+    assert [m for m in warned if "'api-inlined' runs inside torch.compile" in m]
 
 
 def test_registered_model_can_be_exported(keep):

@@ -233,6 +233,38 @@ def test_two_optimizers_make_one_step_and_a_closure_is_not_optimizer_time():
     assert fwd_s >= 0.003 and opt_s > 0.0 and fwd_s + opt_s <= wall_s * 1.01
 
 
+def test_a_closure_given_to_step_is_not_optimizer_time_and_is_returned_unchanged():
+    """Lightning without its callback: training_step and backward run in a closure inside
+    optimizer.step, through a module the probe does not time; the closure's time is not the optimizer's."""
+    model, unregistered = Net(), Net()
+    probe.register(model, name="bd-closure")
+    opt = torch.optim.SGD(unregistered.parameters(), lr=0.1)
+    x, y = torch.randn(4, 8), torch.randint(0, 2, (4,))
+    closure_s = 0.02
+
+    def closure():
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(unregistered(x), y)
+        loss.backward()
+        time.sleep(closure_s)
+        return loss
+
+    for args, kwargs in (((closure,), {}), ((), {"closure": closure})):
+        opt0 = CLOCK.optimizer_s
+        loss = opt.step(*args, **kwargs)
+        assert isinstance(loss, torch.Tensor) and loss.requires_grad  # the closure's own loss
+        assert CLOCK.optimizer_s - opt0 < closure_s / 4, CLOCK.optimizer_s - opt0
+    assert CLOCK.opt_closure_s is None and CLOCK.opt_depth == 0
+
+    def raising():
+        raise ValueError("closure failed")
+
+    with pytest.raises(ValueError, match="closure failed"):
+        opt.step(raising)
+    opt.step()  # the next step is timed as usual
+    assert CLOCK.opt_depth == 0
+
+
 def test_optimizer_hooks_never_raise_and_a_raising_step_does_not_stick():
     model = Net()
     probe.register(model, name="bd-hooks")

@@ -326,7 +326,7 @@ def _skip_without_compile():
 
 
 @pytest.mark.parametrize("how", ["torch.compile", "module.compile"])
-def test_compiled_calls_are_one_graph_and_only_noted(how):
+def test_compiled_calls_are_one_graph_and_counted(how):
     _skip_without_compile()
     from torch._dynamo.utils import counters
 
@@ -343,7 +343,8 @@ def test_compiled_calls_are_one_graph_and_only_noted(how):
     for _ in range(5):
         assert torch.allclose(run(X), expected)
     assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
-    assert rec.forward_calls == 1 and rec.compiled_seen is True and errors == []
+    # One eager call, five compiled ones, counted after their graph (probe/_compiled.py).
+    assert rec.forward_calls == 6 and rec.compiled_seen is True and rec.compiled_counted is True and errors == []
     rec.remove_hook()
     assert type(model) is Net
     assert torch.allclose(run(X), expected)  # the class changed back: one recompile, same result

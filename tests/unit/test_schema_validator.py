@@ -32,6 +32,7 @@ def _full_payload() -> dict:
             "batch_size": 32,
             "prefetch_factor": 2,
         },
+        compiled_uncounted=True,
     )
     p["models"] = [model, {**model, "name": "head", "loader_settings": None}]
     p["events"].append({"time": 3.0, "name": "second"})

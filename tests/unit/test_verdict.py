@@ -164,6 +164,18 @@ CASES = [
     ("probe without a model", facts(proc()), "UNKNOWN", set(), {"no-probe"}),
     ("no-parameter model", facts(proc(models=[model("no-parameters")])), "UNKNOWN", {"no-parameters"}, set()),
     (
+        "registered, then compiled inside a parent: its calls are not counted, and the verdict says why",
+        facts(
+            proc(
+                models=[replace(model("cuda:0", calls=0), forward_rate_hz=0.0, compiled_uncounted=True)],
+                gpu=[ProcGpu(0, 900, 70)],
+            )
+        ),
+        "GPU",
+        {"registered-before-compile"},
+        set(),
+    ),
+    (
         "dataloader worker holds cuda memory",
         facts(
             proc(models=[model("cuda:0")], gpu=[ProcGpu(0, 900, 70)]),
