@@ -180,6 +180,8 @@ _MODEL = {
     "autocast": _Added(str),  # "off", or the dtype autocast ran the last forward in ("bfloat16")
     "input_shape": _Added(_List(int, 8)),
     "loader_settings": _Added(_LOADER_SETTINGS),
+    # Added within schema 1: the batches data_wait_fraction, data_wait_s and step_s cover (their window).
+    "data_wait_batches": _Added(int),
 }
 _PAYLOAD = {
     "schema": _Exact(SCHEMA, "schema"),

@@ -73,6 +73,12 @@ def _fraction(x: Any) -> float | None:
     return None if v is None else min(1.0, max(0.0, v))
 
 
+def _count(x: Any) -> int | None:
+    """A count from a process: an int, at least 0."""
+    v = _int(x)
+    return None if v is None else max(0, v)
+
+
 def _nonnegative(x: Any) -> float | None:
     v = _float(x)
     return None if v is None else max(0.0, v)
@@ -137,7 +143,7 @@ def _values(d: dict[str, Any], get_all: itemgetter, keys: tuple[str, ...]) -> tu
 # Read from each model of a payload, in this order (_values).
 _MODEL_KEYS = ("name", "class", "device", "devices", "params", "input_device", "forward_calls")
 _MODEL_KEYS += ("forward_rate_hz", "data_wait_fraction", "train_steps", "step_rate_hz", "step_source")
-_MODEL_KEYS += ("shared_memory", "param_dtypes", "autocast", "input_shape", "loader_settings")
+_MODEL_KEYS += ("shared_memory", "param_dtypes", "autocast", "input_shape", "loader_settings", "data_wait_batches")
 _model_values = itemgetter(*_MODEL_KEYS)
 _TEXT = bounds.MAX_TEXT_CHARS
 
@@ -159,7 +165,7 @@ def _models(models: Any) -> tuple[ModelFacts, ...]:
     for m in models or ():
         if not isinstance(m, dict):
             continue
-        name, cls, dev, devs, params, in_dev, calls, fwd, wait, steps, rate, source, shared, dtypes, ac, shape, ls = (
+        name, cls, dev, devs, params, in_dev, calls, fwd, wait, steps, rate, source, shared, dtypes, ac, shape, ls, n = (
             _values(m, _model_values, _MODEL_KEYS)
         )
         out.append(
@@ -180,6 +186,7 @@ def _models(models: Any) -> tuple[ModelFacts, ...]:
                 ac if type(ac) is str and len(ac) <= MAX_ID_CHARS or ac is None else _str(ac, MAX_ID_CHARS),
                 None if shape is None else _shape(shape),
                 None if ls is None else _loader_settings(ls),
+                n if type(n) is int and n >= 0 or n is None else _count(n),
             )
         )
     return tuple(out)

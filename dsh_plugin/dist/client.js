@@ -174,13 +174,16 @@ var en_default = {
   "eff.title": "Efficiency",
   "eff.none": "No efficiency facts yet: the probe reports the step breakdown, the driver the clocks and power.",
   "eff.step.title": "Where a training step's time goes",
-  "eff.step.summary": "{time} per step · {steps} steps in {window} · pid {pid}",
+  "eff.step.summary": "{time} per step · {steps} steps in the {window} · pid {pid}",
   "eff.step.none": "No step breakdown from the probe yet.",
   "eff.seg.data": "Data wait",
   "eff.seg.forward": "Forward",
   "eff.seg.optimizer": "Optimizer",
   "eff.seg.other": "Other (backward, host)",
   "eff.seg.value": "{label} {pct}",
+  "eff.window.s": "last {s} s",
+  "eff.window.batches": "last {n} batches",
+  "eff.seg.valueWindow": "{label} {pct} ({window})",
   "eff.gpu.title": "GPU {n}",
   "eff.gpu.cc": "compute capability {cc}",
   "eff.clock": "SM clock",
@@ -556,13 +559,16 @@ var zh_default = {
   "eff.title": "效率",
   "eff.none": "暂无效率数据：探针报告训练步耗时分解，驱动报告时钟和功耗。",
   "eff.step.title": "训练步的时间花在哪里",
-  "eff.step.summary": "每步 {time} · {window} 内 {steps} 步 · pid {pid}",
+  "eff.step.summary": "每步 {time} · {window} {steps} 步 · pid {pid}",
   "eff.step.none": "探针尚未报告训练步耗时分解。",
   "eff.seg.data": "等待数据",
   "eff.seg.forward": "前向",
   "eff.seg.optimizer": "优化器",
   "eff.seg.other": "其他（反向、主机代码）",
   "eff.seg.value": "{label} {pct}",
+  "eff.window.s": "最近 {s} 秒",
+  "eff.window.batches": "最近 {n} 个批次",
+  "eff.seg.valueWindow": "{label} {pct}（{window}）",
   "eff.gpu.title": "GPU {n}",
   "eff.gpu.cc": "计算能力 {cc}",
   "eff.clock": "SM 时钟",
@@ -1126,19 +1132,34 @@ function stepProcess(doc) {
   const withSteps = procs(doc).filter((p) => p.step_breakdown);
   return withSteps.find((p) => p.role === "main") || withSteps[0] || null;
 }
+function stepWindow(b, lang) {
+  return isNum2(b.window_s) ? t(lang, "eff.window.s", { s: Math.round(b.window_s) }) : NA;
+}
+function dataWait(proc, lang) {
+  const b = proc && proc.step_breakdown;
+  if (b && isNum2(b.data_wait_fraction)) {
+    return { fraction: b.data_wait_fraction, value: fmtFraction(b.data_wait_fraction), window: stepWindow(b, lang), source: "steps" };
+  }
+  const models = (proc && Array.isArray(proc.models) ? proc.models : []).filter((m2) => m2 && isNum2(m2.data_wait_fraction));
+  if (!models.length) return null;
+  const m = models.reduce((a, x) => x.data_wait_fraction > a.data_wait_fraction ? x : a);
+  const window2 = isNum2(m.data_wait_batches) ? t(lang, "eff.window.batches", { n: m.data_wait_batches }) : null;
+  return { fraction: m.data_wait_fraction, value: fmtFraction(m.data_wait_fraction), window: window2, source: "batches" };
+}
 function stepFacts(doc, lang) {
   const p = stepProcess(doc);
   if (!p) return null;
   const b = p.step_breakdown;
+  const window2 = stepWindow(b, lang);
   const sum = STEP_SEGMENTS.reduce((a, s) => a + (isNum2(b[s.field]) ? Math.max(0, b[s.field]) : 0), 0);
   const scale = sum > 1 ? sum : 1;
   const segments = STEP_SEGMENTS.map((s) => {
     const f = isNum2(b[s.field]) ? Math.max(0, b[s.field]) : null;
     const label = t(lang, s.label);
     const value = fmtFraction(f);
-    return { key: s.key, color: s.color, fraction: f === null ? 0 : f / scale, label, value, text: t(lang, "eff.seg.value", { label, pct: value }) };
+    const text = s.key === "data" ? t(lang, "eff.seg.valueWindow", { label, pct: value, window: window2 }) : t(lang, "eff.seg.value", { label, pct: value });
+    return { key: s.key, color: s.color, fraction: f === null ? 0 : f / scale, label, value, text };
   });
-  const window2 = isNum2(b.window_s) ? `${Math.round(b.window_s)} s` : NA;
   const summary = t(lang, "eff.step.summary", { time: fmtStepTime(b.step_s), steps: isNum2(b.steps) ? b.steps : NA, window: window2, pid: p.pid });
   return { pid: p.pid, summary, segments };
 }
@@ -2157,6 +2178,7 @@ function DeviceChip({ dev }) {
 function ProcessRow({ p, lang }) {
   const models = Array.isArray(p.models) ? p.models.filter(Boolean) : [];
   const m = models[0] || null;
+  const wait = dataWait(p, lang);
   const gpuRows = Array.isArray(p.gpu) ? p.gpu.filter(Boolean) : [];
   const mem = gpuRows.reduce((a, g) => isNum3(g.mem_used_mib) ? (a ?? 0) + g.mem_used_mib : a, null);
   return /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("tr", { "data-testid": "dsh-gpu-process", "data-pid": p.pid ?? "", children: [
@@ -2180,7 +2202,10 @@ function ProcessRow({ p, lang }) {
     /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("td", { className: "dgd-num", children: fmtMiB(mem) }),
     /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("td", { className: "dgd-num", "data-testid": "dsh-gpu-sm", children: smText(p, lang) }),
     /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("td", { className: "dgd-num", children: fmtPct(p.cpu_pct) }),
-    /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("td", { className: "dgd-num", children: m ? fmtFraction(m.data_wait_fraction) : NA }),
+    /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("td", { className: "dgd-num", "data-testid": "dsh-gpu-data-wait", "data-source": wait ? wait.source : void 0, children: [
+      /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { "data-testid": "dsh-gpu-data-wait-value", children: wait ? wait.value : NA }),
+      wait && wait.window ? /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { className: "dgd-muted dgd-wait-window", "data-testid": "dsh-gpu-data-wait-window", children: wait.window }) : null
+    ] }),
     /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("td", { className: "dgd-num", children: m ? fmtRate(m.forward_rate_hz) : NA })
   ] });
 }
@@ -3294,6 +3319,7 @@ var CSS = `
 .dgd-table td { padding: 7px 10px; border-bottom: 1px solid var(--dsw-alias-border-l1, #eef0f2); vertical-align: top; }
 .dgd-table tr:last-child td { border-bottom: none; }
 .dgd-table .dgd-num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+.dgd-wait-window { display: block; font-size: 11px; }
 .dgd-proc-name { font-weight: 600; }
 .dgd-proc-cmd { display: block; max-width: 360px; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; font-size: 11.5px; color: var(--dsw-alias-label-tertiary, #656d76); }
 .dgd-dev { display: inline-block; font-family: var(--dsh-font-mono, ui-monospace, monospace); font-size: 11.5px; padding: 0 6px; border-radius: 6px; }

@@ -9,7 +9,7 @@ import { after, before, describe, test } from 'node:test'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 import { build } from 'esbuild'
 import { render } from './jsx-shim.mjs'
-import { efficiency, reasonKind, smText, utilText } from '../../sidecar/static/efficiency.js'
+import { dataWait, efficiency, reasonKind, smText, utilText } from '../../sidecar/static/efficiency.js'
 import { cpuMode, gpuChartData, jobChartData } from '../../sidecar/static/history_data.js'
 import { t } from '../../sidecar/static/format.js'
 
@@ -61,8 +61,8 @@ describe('the efficiency strip', () => {
     const html = render(mod.EfficiencyStrip({ doc: doc([gpu()], [main()]), lang: 'en' }))
     const widths = [...html.matchAll(/data-testid="dsh-gpu-eff-seg" data-key="(\w+)"[^>]*style="width:([\d.]+)%/g)].map((m) => [m[1], Number(m[2])])
     assert.deepEqual(widths, [['data', 50], ['forward', 25], ['optimizer', 5], ['other', 20]])
-    assert.match(html, /Data wait 50 %/)
-    assert.match(html, /200 ms per step · 50 steps in 10 s · pid 42/)
+    assert.match(html, /Data wait 50 % \(last 10 s\)/)
+    assert.match(html, /200 ms per step · 50 steps in the last 10 s · pid 42/)
     assert.match(html, /host syncs<\/span> <b>2 per step/)
   })
   test('clock reasons as badges, problems apart; the PCIe link below its maximum flagged; GPM values', () => {
@@ -109,6 +109,27 @@ describe('the efficiency strip', () => {
     assert.match(html, /硬件温控降频/)
     assert.equal(render(mod.EfficiencyStrip({ doc: doc([], [{ pid: 1, gpu: [], models: [] }]), lang: 'en' })), '')
     assert.equal(efficiency(doc([], []), 'en').empty, true)
+  })
+})
+
+describe('a process\'s data wait, named by its window', () => {
+  const loaderModel = (wait, n) => ({ name: `m${n}`, data_wait_fraction: wait, data_wait_batches: n })
+  test('the step breakdown\'s figure, the very one of the strip\'s bar, over its seconds', () => {
+    const p = main({ models: [loaderModel(0.9, 64)] })
+    const w = dataWait(p, 'en')
+    assert.deepEqual(w, { fraction: 0.5, value: '50 %', window: 'last 10 s', source: 'steps' })
+    const bar = efficiency(doc([gpu()], [p]), 'en').step.segments.find((s) => s.key === 'data')
+    assert.equal(bar.text, `Data wait ${w.value} (${w.window})`)
+    assert.equal(dataWait(p, 'zh').window, '最近 10 秒')
+  })
+  test('without a breakdown: the highest of its models\' loader figures, over their batches', () => {
+    const p = main({ step_breakdown: null, models: [loaderModel(0.1, 64), loaderModel(0.7, 12)] })
+    assert.deepEqual(dataWait(p, 'en'), { fraction: 0.7, value: '70 %', window: 'last 12 batches', source: 'batches' })
+    assert.equal(dataWait(p, 'zh').window, '最近 12 个批次')
+    // a breakdown without a data wait measured falls back too; an older probe names no window
+    const q = main({ step_breakdown: { ...main().step_breakdown, data_wait_fraction: null }, models: [{ name: 'm', data_wait_fraction: 0.2 }] })
+    assert.deepEqual(dataWait(q, 'en'), { fraction: 0.2, value: '20 %', window: null, source: 'batches' })
+    assert.equal(dataWait(main({ step_breakdown: null, models: [{ name: 'm', data_wait_fraction: null }] }), 'en'), null)
   })
 })
 

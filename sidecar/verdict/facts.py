@@ -114,6 +114,7 @@ class ModelFacts:
     autocast: str | None = None  # "off", or the dtype autocast ran the last forward in; None: not seen
     input_shape: tuple[int, ...] | None = None
     loader_settings: LoaderSettings | None = None
+    data_wait_batches: int | None = None  # the batches data_wait_fraction covers: its window
     # Device types of its parameters ({"cuda"}, {"cpu", "cuda"}, ...): asked by most rules.
     types: frozenset[str] = field(init=False, repr=False, compare=False)
 

@@ -25,6 +25,7 @@ def _full_payload() -> dict:
         autocast="bfloat16",
         input_shape=[32, 3, 224, 224],
         loader_settings={"num_workers": 4, "pin_memory": True, "persistent_workers": False, "batch_size": 32},
+        data_wait_batches=64,
     )
     p["models"] = [model, {**model, "name": "head", "loader_settings": None}]
     p["events"].append({"time": 3.0, "name": "second"})

@@ -105,6 +105,7 @@ export const CSS = `
 .dgd-table td { padding: 7px 10px; border-bottom: 1px solid var(--dsw-alias-border-l1, #eef0f2); vertical-align: top; }
 .dgd-table tr:last-child td { border-bottom: none; }
 .dgd-table .dgd-num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+.dgd-wait-window { display: block; font-size: 11px; }
 .dgd-proc-name { font-weight: 600; }
 .dgd-proc-cmd { display: block; max-width: 360px; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; font-size: 11.5px; color: var(--dsw-alias-label-tertiary, #656d76); }
 .dgd-dev { display: inline-block; font-family: var(--dsh-font-mono, ui-monospace, monospace); font-size: 11.5px; padding: 0 6px; border-radius: 6px; }
