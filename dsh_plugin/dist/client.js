@@ -158,6 +158,7 @@ var en_default = {
   "chart.window": "Window",
   "chart.gpuN": "GPU {n}",
   "chart.growing": "memory growing (+{rate}/min)",
+  "chart.events": "{n} events",
   "chart.cpu": "Job CPU",
   "chart.rss": "Job memory (RSS)",
   "chart.rate": "Training rate",
@@ -543,6 +544,7 @@ var zh_default = {
   "chart.window": "时间窗口",
   "chart.gpuN": "GPU {n}",
   "chart.growing": "显存持续增长（+{rate}/分钟）",
+  "chart.events": "{n} 个事件",
   "chart.cpu": "作业 CPU",
   "chart.rss": "作业内存（RSS）",
   "chart.rate": "训练速率",
@@ -2267,6 +2269,26 @@ function nearest(points, t2) {
   if (lo > 0 && Math.abs(points[lo - 1][0] - t2) <= Math.abs(points[lo][0] - t2)) return lo - 1;
   return lo;
 }
+var EVENT_MARKER_MIN_PX = 24;
+var EVENT_MARKERS_MAX = 24;
+var EVENT_TITLE_LINES = 10;
+function eventMarkers(events, t0, t1, iw, minPx = EVENT_MARKER_MIN_PX, maxMarkers = EVENT_MARKERS_MAX) {
+  if (!(t1 > t0) || !(iw > 0) || !Array.isArray(events)) return [];
+  const inWindow = events.filter((e) => e && Number.isFinite(e.time_unix_s) && e.time_unix_s >= t0 && e.time_unix_s <= t1).sort((a, b) => a.time_unix_s - b.time_unix_s);
+  const spanPx = Math.max(minPx, iw / Math.max(1, maxMarkers - 1));
+  const spanS = spanPx * (t1 - t0) / iw;
+  const groups = [];
+  for (const e of inWindow) {
+    const g = groups[groups.length - 1];
+    if (g && e.time_unix_s - g.events[0].time_unix_s < spanS) g.events.push(e);
+    else groups.push({ events: [e] });
+  }
+  while (groups.length > Math.max(1, maxMarkers)) groups[groups.length - 2].events.push(...groups.pop().events);
+  return groups.map(({ events: evs }) => ({
+    time_unix_s: (evs[0].time_unix_s + evs[evs.length - 1].time_unix_s) / 2,
+    events: evs
+  }));
+}
 var TimeChart = class {
   constructor(body, opts) {
     this.body = body;
@@ -2367,17 +2389,34 @@ var TimeChart = class {
   }
   _drawEvents(events) {
     const svg = this.svg;
-    const { x, t0, t1, m, ih } = this._scale;
+    const { x, t0, t1, m, ih, iw } = this._scale;
     const evg = el("g", { class: "events" }, svg);
-    for (const ev of events) {
-      if (!(ev.time_unix_s >= t0 && ev.time_unix_s <= t1)) continue;
-      const xx = Math.round(x(ev.time_unix_s)) + 0.5;
-      const g = el("g", { class: "event", "data-testid": "event-marker", "data-name": ev.name || "" }, evg);
+    this._markers = eventMarkers(events, t0, t1, iw);
+    for (const mk of this._markers) {
+      const n = mk.events.length;
+      const xx = Math.round(x(mk.time_unix_s)) + 0.5;
+      const g = el("g", {
+        class: n > 1 ? "event event-merged" : "event",
+        "data-testid": "event-marker",
+        "data-count": n,
+        "data-name": n === 1 ? mk.events[0].name || "" : null
+      }, evg);
       el("line", { x1: xx, x2: xx, y1: m.t, y2: m.t + ih }, g);
       el("path", { d: `M${xx - 4},${m.t - 6} h8 l-4,6 z` }, g);
-      const title = el("title", null, g);
-      title.textContent = `${fmtClock(ev.time_unix_s)} ${this._eventLabel(ev)}`;
+      if (n > 1) el("text", { x: xx + 5, y: m.t - 1, class: "event-count" }, g).textContent = String(n);
+      el("title", null, g).textContent = this._markerTitle(mk);
     }
+  }
+  /** A marker's title: its event, or "12 events" and the first of them by name. */
+  _markerTitle(mk) {
+    const line = (e) => `${fmtClock(e.time_unix_s)} ${this._eventLabel(e)}`;
+    if (mk.events.length === 1) return line(mk.events[0]);
+    const shown = mk.events.slice(0, EVENT_TITLE_LINES).map(line);
+    const more = mk.events.length - shown.length;
+    return [this._eventsLabel(mk.events.length), ...shown, ...more > 0 ? [`… +${more}`] : []].join("\n");
+  }
+  _eventsLabel(n) {
+    return this.opts.eventsLabel ? this.opts.eventsLabel(n) : String(n);
   }
   _drawSeries(series, gap) {
     const svg = this.svg;
@@ -2464,7 +2503,7 @@ var TimeChart = class {
   }
   _hits(t2) {
     const d = this.data;
-    if (!d) return { time: t2, rows: [], events: [] };
+    if (!d) return { time: t2, rows: [], markers: [] };
     let snapT = null;
     const rows = [];
     for (const s of d.series) {
@@ -2476,8 +2515,8 @@ var TimeChart = class {
       if (snapT === null) snapT = p[0];
     }
     const tol = (d.t1 - d.t0) / Math.max(1, this._scale ? this._scale.iw : 600) * 6;
-    const events = (d.events || []).filter((e) => Math.abs(e.time_unix_s - t2) <= tol);
-    return { time: snapT !== null ? snapT : t2, rows, events };
+    const markers = (this._markers || []).filter((mk) => Math.abs(mk.time_unix_s - t2) <= tol);
+    return { time: snapT !== null ? snapT : t2, rows, markers };
   }
   _drawHover() {
     if (!this.hoverLayer || !this._scale || this.hoverT === null) return;
@@ -2510,10 +2549,10 @@ var TimeChart = class {
       row.append(dot, label, val);
       tip.appendChild(row);
     }
-    for (const e of hit.events) {
+    for (const mk of hit.markers) {
       const row = document.createElement("div");
       row.className = "tt-event";
-      row.textContent = `▼ ${this._eventLabel(e)}`;
+      row.textContent = mk.events.length === 1 ? `▼ ${this._eventLabel(mk.events[0])}` : `▼ ${this._markerTitle(mk)}`;
       tip.appendChild(row);
     }
     tip.hidden = false;
@@ -2674,17 +2713,19 @@ function releaseTooltip() {
     tooltipUsers = 0;
   }
 }
-function TimeChartBox({ data, emptyText, formatValue, title, group, testid }) {
+function TimeChartBox({ data, emptyText, formatValue, title, eventsLabel, group, testid }) {
   const bodyRef = (0, import_react5.useRef)(null);
   const chartRef = (0, import_react5.useRef)(null);
-  const optsRef = (0, import_react5.useRef)({ formatValue, title });
+  const optsRef = (0, import_react5.useRef)({ formatValue, title, eventsLabel });
   optsRef.current.formatValue = formatValue;
   optsRef.current.title = title;
+  optsRef.current.eventsLabel = eventsLabel;
   (0, import_react5.useEffect)(() => {
     const tip = acquireTooltip();
     const opts = {
       formatValue: (v, axis) => optsRef.current.formatValue(v, axis),
       title: () => optsRef.current.title ? optsRef.current.title() : "",
+      eventsLabel: (n) => optsRef.current.eventsLabel(n),
       tooltip: tip,
       group
     };
@@ -2728,6 +2769,7 @@ function ChartFigure({ name: name2, data, lang, group, flag }) {
         emptyText: t(lang, "chart.noData"),
         formatValue: CHART_FORMATS[name2],
         title: () => t(lang, `chart.${name2}`),
+        eventsLabel: (n) => t(lang, "chart.events", { n }),
         group,
         testid: `dsh-gpu-chart-${name2}-body`
       }
@@ -3352,6 +3394,7 @@ var CSS = `
 .dgd-chart-body svg .limit-label { fill: var(--dsw-alias-label-tertiary, #9aa1a9); font-size: 10px; }
 .dgd-chart-body svg .event line { stroke: #7c3aed; stroke-width: 1; stroke-dasharray: 3 3; opacity: .75; }
 .dgd-chart-body svg .event path { fill: #7c3aed; }
+.dgd-chart-body svg .event .event-count { fill: #7c3aed; font-size: 9px; font-weight: 700; }
 .dgd-chart-body svg .crosshair { stroke: var(--dsw-alias-label-tertiary, #656d76); stroke-width: 1; }
 .dgd-chart-body svg .hover-dot { stroke: var(--dsw-alias-bg-layer-1, #fff); stroke-width: 2; }
 .dgd-tooltip { position: fixed; z-index: 1000; pointer-events: none; min-width: 130px; padding: 7px 10px; border-radius: 8px; font-size: 12px;
@@ -3361,7 +3404,7 @@ var CSS = `
 .dgd-tooltip .tt-row { display: flex; gap: 10px; align-items: center; }
 .dgd-tooltip .tt-row b { margin-left: auto; font-variant-numeric: tabular-nums; }
 .dgd-tooltip .tt-row i { width: 9px; height: 9px; border-radius: 50%; display: inline-block; }
-.dgd-tooltip .tt-event { color: #a78bfa; font-weight: 600; margin-top: 3px; }
+.dgd-tooltip .tt-event { color: #a78bfa; font-weight: 600; margin-top: 3px; white-space: pre-line; }
 .dgd-events { list-style: none; margin: 0; padding: 0; display: flex; flex-wrap: wrap; gap: 4px 14px; font-size: 12px; }
 .dgd-events li { display: inline-flex; gap: 6px; align-items: baseline; }
 .dgd-ev-name { color: #7c3aed; font-weight: 600; }
