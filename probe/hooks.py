@@ -182,16 +182,17 @@ class LoaderTimer:
         self.window.append((wait_s, step_s))
         CLOCK.add_wait(wait_s, self.framework)
 
-    def figures(self) -> tuple[float | None, float | None, float | None]:
-        """(data_wait_fraction, mean data_wait_s per batch, mean step_s per batch) or Nones."""
+    def figures(self) -> tuple[float | None, float | None, float | None, int | None]:
+        """(data_wait_fraction, mean data_wait_s per batch, mean step_s per batch, the batches they
+        cover) or Nones: the count names the figures' window, which a reader shows beside them."""
         batches = tuple(self.window)  # one C-level copy: no bytecode of the loop thread interleaves
         if not batches:
-            return None, None, None
+            return None, None, None, None
         wait_s = sum(w for w, _ in batches)
         step_s = sum(s for _, s in batches)
         n = len(batches)
         fraction = min(1.0, wait_s / step_s) if step_s > 0 else None
-        return fraction, wait_s / n, step_s / n
+        return fraction, wait_s / n, step_s / n, n
 
 
 class ProbeWorkerInit:
@@ -435,9 +436,9 @@ class ModelRecord:
         self.loader_settings = _settings.loader_settings(loader)
 
     def to_payload(self) -> dict:
-        fraction = wait_s = step_s = None
+        fraction = wait_s = step_s = batches = None
         if self.loader_timer is not None:
-            fraction, wait_s, step_s = self.loader_timer.figures()
+            fraction, wait_s, step_s, batches = self.loader_timer.figures()
         last = self.last_forward_time
         loader = self.loader_ref() if self.loader_ref is not None else None
         if loader is not None:
@@ -455,6 +456,7 @@ class ModelRecord:
             "data_wait_fraction": fraction,
             "data_wait_s": wait_s,
             "step_s": step_s,
+            "data_wait_batches": batches,
             "param_dtypes": list(self.param_dtypes),
             "autocast": self.autocast,
             "input_shape": list(self.input_shape) if self.input_shape is not None else None,

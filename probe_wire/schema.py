@@ -186,6 +186,8 @@ _MODEL = {
     # Calls ran inside torch.compile where they could not be counted (a module inlined into a
     # compiled parent): forward_calls and forward_rate_hz miss them.
     "compiled_uncounted": _Added(bool),
+    # Added within schema 1: the batches data_wait_fraction, data_wait_s and step_s cover (their window).
+    "data_wait_batches": _Added(int),
 }
 _PAYLOAD = {
     "schema": _Exact(SCHEMA, "schema"),

@@ -75,6 +75,12 @@ def _fraction(x: Any) -> float | None:
     return None if v is None else min(1.0, max(0.0, v))
 
 
+def _count(x: Any) -> int | None:
+    """A count from a process: an int, at least 0."""
+    v = _int(x)
+    return None if v is None else max(0, v)
+
+
 def _nonnegative(x: Any) -> float | None:
     v = _float(x)
     return None if v is None else max(0.0, v)
@@ -141,6 +147,7 @@ def _values(d: dict[str, Any], get_all: itemgetter, keys: tuple[str, ...]) -> tu
 _MODEL_KEYS = ("name", "class", "device", "devices", "params", "input_device", "forward_calls")
 _MODEL_KEYS += ("forward_rate_hz", "data_wait_fraction", "train_steps", "step_rate_hz", "step_source")
 _MODEL_KEYS += ("shared_memory", "param_dtypes", "autocast", "input_shape", "loader_settings", "compiled_uncounted")
+_MODEL_KEYS += ("data_wait_batches",)
 _model_values = itemgetter(*_MODEL_KEYS)
 _TEXT = bounds.MAX_TEXT_CHARS
 
@@ -162,7 +169,7 @@ def _models(models: Any) -> tuple[ModelFacts, ...]:
     for m in models or ():
         if not isinstance(m, dict):
             continue
-        name, cls, dev, devs, params, in_dev, calls, fwd, wait, steps, rate, source, shared, dtypes, ac, shape, ls, unc = (
+        name, cls, dev, devs, params, in_dev, calls, fwd, wait, steps, rate, source, shared, dtypes, ac, shape, ls, unc, n = (
             _values(m, _model_values, _MODEL_KEYS)
         )
         out.append(
@@ -184,6 +191,7 @@ def _models(models: Any) -> tuple[ModelFacts, ...]:
                 None if shape is None else _shape(shape),
                 None if ls is None else _loader_settings(ls),
                 unc is True,
+                n if type(n) is int and n >= 0 or n is None else _count(n),
             )
         )
     return tuple(out)

@@ -255,7 +255,7 @@ MODEL = Obj(
         "input_device": F(STR, "device of the last forward call's first tensor input", null=True),
         "forward_calls": F(INT, "forward calls counted since registration"),
         "forward_rate_hz": F(NUM, "forward calls per second over the last 10 s", null=True),
-        "data_wait_fraction": F(NUM, "share of step time spent waiting for the next batch (0-1)", null=True),
+        "data_wait_fraction": F(NUM, "share of step time spent waiting for the next batch (0-1), over `data_wait_batches`", null=True),
         "train_steps": F(INT, "training steps a framework callback counted", null=True),
         "step_rate_hz": F(NUM, "training steps per second over the last 10 s", null=True),
         "step_source": F(Enum(("lightning", "transformers")), "the callback counting steps", null=True),
@@ -264,6 +264,7 @@ MODEL = Obj(
         "autocast": F(STR, "`off`, or the dtype autocast ran the last forward in", null=True),
         "input_shape": F(ListOf(INT, 8), "shape of the last forward's first tensor input", null=True),
         "loader_settings": F(LOADER_SETTINGS, "its DataLoader's settings", null=True),
+        "data_wait_batches": F(INT, "the newest batches `data_wait_fraction` covers: its window (fewer early on)", null=True),
     },
 )
 
@@ -282,10 +283,10 @@ STEP_BREAKDOWN = Obj(
     "StepBreakdown",
     "Where this process's training steps spent their wall time over the probe's last window.",
     {
-        "window_s": F(NUM, "the window"),
+        "window_s": F(NUM, "the window the figures cover (the newest steps)"),
         "steps": F(INT, "steps in it"),
         "step_s": F(NUM, "mean step time", null=True),
-        "data_wait_fraction": F(NUM, "waiting for the next batch", null=True),
+        "data_wait_fraction": F(NUM, "waiting for the next batch, over `window_s`", null=True),
         "forward_fraction": F(NUM, "in the registered models' forward", null=True),
         "optimizer_fraction": F(NUM, "in optimizer.step()", null=True),
         "other_fraction": F(NUM, "the rest (backward, logging, host code)", null=True),

@@ -112,6 +112,7 @@ def process_entry(p: ProcessFacts, cmdline: tuple[str, ...] | None) -> dict[str,
                 "autocast": m.autocast,
                 "input_shape": list(m.input_shape) if m.input_shape is not None else None,
                 "loader_settings": _record(m.loader_settings),
+                "data_wait_batches": m.data_wait_batches,
             }
             for m in p.models[: bounds.MAX_MODELS_SHOWN]
         ],

@@ -158,6 +158,7 @@ var en_default = {
   "chart.window": "Window",
   "chart.gpuN": "GPU {n}",
   "chart.growing": "memory growing (+{rate}/min)",
+  "chart.events": "{n} events",
   "chart.cpu": "Job CPU",
   "chart.rss": "Job memory (RSS)",
   "chart.rate": "Training rate",
@@ -174,13 +175,16 @@ var en_default = {
   "eff.title": "Efficiency",
   "eff.none": "No efficiency facts yet: the probe reports the step breakdown, the driver the clocks and power.",
   "eff.step.title": "Where a training step's time goes",
-  "eff.step.summary": "{time} per step · {steps} steps in {window} · pid {pid}",
+  "eff.step.summary": "{time} per step · {steps} steps in the {window} · pid {pid}",
   "eff.step.none": "No step breakdown from the probe yet.",
   "eff.seg.data": "Data wait",
   "eff.seg.forward": "Forward",
   "eff.seg.optimizer": "Optimizer",
   "eff.seg.other": "Other (backward, host)",
   "eff.seg.value": "{label} {pct}",
+  "eff.window.s": "last {s} s",
+  "eff.window.batches": "last {n} batches",
+  "eff.seg.valueWindow": "{label} {pct} ({window})",
   "eff.gpu.title": "GPU {n}",
   "eff.gpu.cc": "compute capability {cc}",
   "eff.clock": "SM clock",
@@ -555,6 +559,7 @@ var zh_default = {
   "chart.window": "时间窗口",
   "chart.gpuN": "GPU {n}",
   "chart.growing": "显存持续增长（+{rate}/分钟）",
+  "chart.events": "{n} 个事件",
   "chart.cpu": "作业 CPU",
   "chart.rss": "作业内存（RSS）",
   "chart.rate": "训练速率",
@@ -571,13 +576,16 @@ var zh_default = {
   "eff.title": "效率",
   "eff.none": "暂无效率数据：探针报告训练步耗时分解，驱动报告时钟和功耗。",
   "eff.step.title": "训练步的时间花在哪里",
-  "eff.step.summary": "每步 {time} · {window} 内 {steps} 步 · pid {pid}",
+  "eff.step.summary": "每步 {time} · {window} {steps} 步 · pid {pid}",
   "eff.step.none": "探针尚未报告训练步耗时分解。",
   "eff.seg.data": "等待数据",
   "eff.seg.forward": "前向",
   "eff.seg.optimizer": "优化器",
   "eff.seg.other": "其他（反向、主机代码）",
   "eff.seg.value": "{label} {pct}",
+  "eff.window.s": "最近 {s} 秒",
+  "eff.window.batches": "最近 {n} 个批次",
+  "eff.seg.valueWindow": "{label} {pct}（{window}）",
   "eff.gpu.title": "GPU {n}",
   "eff.gpu.cc": "计算能力 {cc}",
   "eff.clock": "SM 时钟",
@@ -1156,19 +1164,34 @@ function stepProcess(doc) {
   const withSteps = procs(doc).filter((p) => p.step_breakdown);
   return withSteps.find((p) => p.role === "main") || withSteps[0] || null;
 }
+function stepWindow(b, lang) {
+  return isNum2(b.window_s) ? t(lang, "eff.window.s", { s: Math.round(b.window_s) }) : NA;
+}
+function dataWait(proc, lang) {
+  const b = proc && proc.step_breakdown;
+  if (b && isNum2(b.data_wait_fraction)) {
+    return { fraction: b.data_wait_fraction, value: fmtFraction(b.data_wait_fraction), window: stepWindow(b, lang), source: "steps" };
+  }
+  const models = (proc && Array.isArray(proc.models) ? proc.models : []).filter((m2) => m2 && isNum2(m2.data_wait_fraction));
+  if (!models.length) return null;
+  const m = models.reduce((a, x) => x.data_wait_fraction > a.data_wait_fraction ? x : a);
+  const window2 = isNum2(m.data_wait_batches) ? t(lang, "eff.window.batches", { n: m.data_wait_batches }) : null;
+  return { fraction: m.data_wait_fraction, value: fmtFraction(m.data_wait_fraction), window: window2, source: "batches" };
+}
 function stepFacts(doc, lang) {
   const p = stepProcess(doc);
   if (!p) return null;
   const b = p.step_breakdown;
+  const window2 = stepWindow(b, lang);
   const sum = STEP_SEGMENTS.reduce((a, s) => a + (isNum2(b[s.field]) ? Math.max(0, b[s.field]) : 0), 0);
   const scale = sum > 1 ? sum : 1;
   const segments = STEP_SEGMENTS.map((s) => {
     const f = isNum2(b[s.field]) ? Math.max(0, b[s.field]) : null;
     const label = t(lang, s.label);
     const value = fmtFraction(f);
-    return { key: s.key, color: s.color, fraction: f === null ? 0 : f / scale, label, value, text: t(lang, "eff.seg.value", { label, pct: value }) };
+    const text = s.key === "data" ? t(lang, "eff.seg.valueWindow", { label, pct: value, window: window2 }) : t(lang, "eff.seg.value", { label, pct: value });
+    return { key: s.key, color: s.color, fraction: f === null ? 0 : f / scale, label, value, text };
   });
-  const window2 = isNum2(b.window_s) ? `${Math.round(b.window_s)} s` : NA;
   const summary = t(lang, "eff.step.summary", { time: fmtStepTime(b.step_s), steps: isNum2(b.steps) ? b.steps : NA, window: window2, pid: p.pid });
   return { pid: p.pid, summary, segments };
 }
@@ -2187,6 +2210,7 @@ function DeviceChip({ dev }) {
 function ProcessRow({ p, lang }) {
   const models = Array.isArray(p.models) ? p.models.filter(Boolean) : [];
   const m = models[0] || null;
+  const wait = dataWait(p, lang);
   const gpuRows = Array.isArray(p.gpu) ? p.gpu.filter(Boolean) : [];
   const mem = gpuRows.reduce((a, g) => isNum3(g.mem_used_mib) ? (a ?? 0) + g.mem_used_mib : a, null);
   return /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("tr", { "data-testid": "dsh-gpu-process", "data-pid": p.pid ?? "", children: [
@@ -2210,7 +2234,10 @@ function ProcessRow({ p, lang }) {
     /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("td", { className: "dgd-num", children: fmtMiB(mem) }),
     /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("td", { className: "dgd-num", "data-testid": "dsh-gpu-sm", children: smText(p, lang) }),
     /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("td", { className: "dgd-num", children: fmtPct(p.cpu_pct) }),
-    /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("td", { className: "dgd-num", children: m ? fmtFraction(m.data_wait_fraction) : NA }),
+    /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("td", { className: "dgd-num", "data-testid": "dsh-gpu-data-wait", "data-source": wait ? wait.source : void 0, children: [
+      /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { "data-testid": "dsh-gpu-data-wait-value", children: wait ? wait.value : NA }),
+      wait && wait.window ? /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { className: "dgd-muted dgd-wait-window", "data-testid": "dsh-gpu-data-wait-window", children: wait.window }) : null
+    ] }),
     /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("td", { className: "dgd-num", children: m ? fmtRate(m.forward_rate_hz) : NA })
   ] });
 }
@@ -2271,6 +2298,26 @@ function nearest(points, t2) {
   }
   if (lo > 0 && Math.abs(points[lo - 1][0] - t2) <= Math.abs(points[lo][0] - t2)) return lo - 1;
   return lo;
+}
+var EVENT_MARKER_MIN_PX = 24;
+var EVENT_MARKERS_MAX = 24;
+var EVENT_TITLE_LINES = 10;
+function eventMarkers(events, t0, t1, iw, minPx = EVENT_MARKER_MIN_PX, maxMarkers = EVENT_MARKERS_MAX) {
+  if (!(t1 > t0) || !(iw > 0) || !Array.isArray(events)) return [];
+  const inWindow = events.filter((e) => e && Number.isFinite(e.time_unix_s) && e.time_unix_s >= t0 && e.time_unix_s <= t1).sort((a, b) => a.time_unix_s - b.time_unix_s);
+  const spanPx = Math.max(minPx, iw / Math.max(1, maxMarkers - 1));
+  const spanS = spanPx * (t1 - t0) / iw;
+  const groups = [];
+  for (const e of inWindow) {
+    const g = groups[groups.length - 1];
+    if (g && e.time_unix_s - g.events[0].time_unix_s < spanS) g.events.push(e);
+    else groups.push({ events: [e] });
+  }
+  while (groups.length > Math.max(1, maxMarkers)) groups[groups.length - 2].events.push(...groups.pop().events);
+  return groups.map(({ events: evs }) => ({
+    time_unix_s: (evs[0].time_unix_s + evs[evs.length - 1].time_unix_s) / 2,
+    events: evs
+  }));
 }
 var TimeChart = class {
   constructor(body, opts) {
@@ -2372,17 +2419,34 @@ var TimeChart = class {
   }
   _drawEvents(events) {
     const svg = this.svg;
-    const { x, t0, t1, m, ih } = this._scale;
+    const { x, t0, t1, m, ih, iw } = this._scale;
     const evg = el("g", { class: "events" }, svg);
-    for (const ev of events) {
-      if (!(ev.time_unix_s >= t0 && ev.time_unix_s <= t1)) continue;
-      const xx = Math.round(x(ev.time_unix_s)) + 0.5;
-      const g = el("g", { class: "event", "data-testid": "event-marker", "data-name": ev.name || "" }, evg);
+    this._markers = eventMarkers(events, t0, t1, iw);
+    for (const mk of this._markers) {
+      const n = mk.events.length;
+      const xx = Math.round(x(mk.time_unix_s)) + 0.5;
+      const g = el("g", {
+        class: n > 1 ? "event event-merged" : "event",
+        "data-testid": "event-marker",
+        "data-count": n,
+        "data-name": n === 1 ? mk.events[0].name || "" : null
+      }, evg);
       el("line", { x1: xx, x2: xx, y1: m.t, y2: m.t + ih }, g);
       el("path", { d: `M${xx - 4},${m.t - 6} h8 l-4,6 z` }, g);
-      const title = el("title", null, g);
-      title.textContent = `${fmtClock(ev.time_unix_s)} ${this._eventLabel(ev)}`;
+      if (n > 1) el("text", { x: xx + 5, y: m.t - 1, class: "event-count" }, g).textContent = String(n);
+      el("title", null, g).textContent = this._markerTitle(mk);
     }
+  }
+  /** A marker's title: its event, or "12 events" and the first of them by name. */
+  _markerTitle(mk) {
+    const line = (e) => `${fmtClock(e.time_unix_s)} ${this._eventLabel(e)}`;
+    if (mk.events.length === 1) return line(mk.events[0]);
+    const shown = mk.events.slice(0, EVENT_TITLE_LINES).map(line);
+    const more = mk.events.length - shown.length;
+    return [this._eventsLabel(mk.events.length), ...shown, ...more > 0 ? [`… +${more}`] : []].join("\n");
+  }
+  _eventsLabel(n) {
+    return this.opts.eventsLabel ? this.opts.eventsLabel(n) : String(n);
   }
   _drawSeries(series, gap) {
     const svg = this.svg;
@@ -2469,7 +2533,7 @@ var TimeChart = class {
   }
   _hits(t2) {
     const d = this.data;
-    if (!d) return { time: t2, rows: [], events: [] };
+    if (!d) return { time: t2, rows: [], markers: [] };
     let snapT = null;
     const rows = [];
     for (const s of d.series) {
@@ -2481,8 +2545,8 @@ var TimeChart = class {
       if (snapT === null) snapT = p[0];
     }
     const tol = (d.t1 - d.t0) / Math.max(1, this._scale ? this._scale.iw : 600) * 6;
-    const events = (d.events || []).filter((e) => Math.abs(e.time_unix_s - t2) <= tol);
-    return { time: snapT !== null ? snapT : t2, rows, events };
+    const markers = (this._markers || []).filter((mk) => Math.abs(mk.time_unix_s - t2) <= tol);
+    return { time: snapT !== null ? snapT : t2, rows, markers };
   }
   _drawHover() {
     if (!this.hoverLayer || !this._scale || this.hoverT === null) return;
@@ -2515,10 +2579,10 @@ var TimeChart = class {
       row.append(dot, label, val);
       tip.appendChild(row);
     }
-    for (const e of hit.events) {
+    for (const mk of hit.markers) {
       const row = document.createElement("div");
       row.className = "tt-event";
-      row.textContent = `▼ ${this._eventLabel(e)}`;
+      row.textContent = mk.events.length === 1 ? `▼ ${this._eventLabel(mk.events[0])}` : `▼ ${this._markerTitle(mk)}`;
       tip.appendChild(row);
     }
     tip.hidden = false;
@@ -2679,17 +2743,19 @@ function releaseTooltip() {
     tooltipUsers = 0;
   }
 }
-function TimeChartBox({ data, emptyText, formatValue, title, group, testid }) {
+function TimeChartBox({ data, emptyText, formatValue, title, eventsLabel, group, testid }) {
   const bodyRef = (0, import_react5.useRef)(null);
   const chartRef = (0, import_react5.useRef)(null);
-  const optsRef = (0, import_react5.useRef)({ formatValue, title });
+  const optsRef = (0, import_react5.useRef)({ formatValue, title, eventsLabel });
   optsRef.current.formatValue = formatValue;
   optsRef.current.title = title;
+  optsRef.current.eventsLabel = eventsLabel;
   (0, import_react5.useEffect)(() => {
     const tip = acquireTooltip();
     const opts = {
       formatValue: (v, axis) => optsRef.current.formatValue(v, axis),
       title: () => optsRef.current.title ? optsRef.current.title() : "",
+      eventsLabel: (n) => optsRef.current.eventsLabel(n),
       tooltip: tip,
       group
     };
@@ -2733,6 +2799,7 @@ function ChartFigure({ name: name2, data, lang, group, flag }) {
         emptyText: t(lang, "chart.noData"),
         formatValue: CHART_FORMATS[name2],
         title: () => t(lang, `chart.${name2}`),
+        eventsLabel: (n) => t(lang, "chart.events", { n }),
         group,
         testid: `dsh-gpu-chart-${name2}-body`
       }
@@ -3324,6 +3391,7 @@ var CSS = `
 .dgd-table td { padding: 7px 10px; border-bottom: 1px solid var(--dsw-alias-border-l1, #eef0f2); vertical-align: top; }
 .dgd-table tr:last-child td { border-bottom: none; }
 .dgd-table .dgd-num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+.dgd-wait-window { display: block; font-size: 11px; }
 .dgd-proc-name { font-weight: 600; }
 .dgd-proc-cmd { display: block; max-width: 360px; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; font-size: 11.5px; color: var(--dsw-alias-label-tertiary, #656d76); }
 .dgd-dev { display: inline-block; font-family: var(--dsh-font-mono, ui-monospace, monospace); font-size: 11.5px; padding: 0 6px; border-radius: 6px; }
@@ -3356,6 +3424,7 @@ var CSS = `
 .dgd-chart-body svg .limit-label { fill: var(--dsw-alias-label-tertiary, #9aa1a9); font-size: 10px; }
 .dgd-chart-body svg .event line { stroke: #7c3aed; stroke-width: 1; stroke-dasharray: 3 3; opacity: .75; }
 .dgd-chart-body svg .event path { fill: #7c3aed; }
+.dgd-chart-body svg .event .event-count { fill: #7c3aed; font-size: 9px; font-weight: 700; }
 .dgd-chart-body svg .crosshair { stroke: var(--dsw-alias-label-tertiary, #656d76); stroke-width: 1; }
 .dgd-chart-body svg .hover-dot { stroke: var(--dsw-alias-bg-layer-1, #fff); stroke-width: 2; }
 .dgd-tooltip { position: fixed; z-index: 1000; pointer-events: none; min-width: 130px; padding: 7px 10px; border-radius: 8px; font-size: 12px;
@@ -3365,7 +3434,7 @@ var CSS = `
 .dgd-tooltip .tt-row { display: flex; gap: 10px; align-items: center; }
 .dgd-tooltip .tt-row b { margin-left: auto; font-variant-numeric: tabular-nums; }
 .dgd-tooltip .tt-row i { width: 9px; height: 9px; border-radius: 50%; display: inline-block; }
-.dgd-tooltip .tt-event { color: #a78bfa; font-weight: 600; margin-top: 3px; }
+.dgd-tooltip .tt-event { color: #a78bfa; font-weight: 600; margin-top: 3px; white-space: pre-line; }
 .dgd-events { list-style: none; margin: 0; padding: 0; display: flex; flex-wrap: wrap; gap: 4px 14px; font-size: 12px; }
 .dgd-events li { display: inline-flex; gap: 6px; align-items: baseline; }
 .dgd-ev-name { color: #7c3aed; font-weight: 600; }

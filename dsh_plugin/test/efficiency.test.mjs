@@ -9,9 +9,10 @@ import { after, before, describe, test } from 'node:test'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 import { build } from 'esbuild'
 import { render } from './jsx-shim.mjs'
-import { efficiency, reasonKind, smText, utilText } from '../../sidecar/static/efficiency.js'
+import { dataWait, efficiency, reasonKind, smText, utilText } from '../../sidecar/static/efficiency.js'
 import { cpuMode, gpuChartData, jobChartData } from '../../sidecar/static/history_data.js'
 import { t } from '../../sidecar/static/format.js'
+import { EVENT_MARKERS_MAX, EVENT_MARKER_MIN_PX, eventMarkers } from '../../sidecar/static/charts.js'
 
 const here = dirname(fileURLToPath(import.meta.url))
 let mod
@@ -61,8 +62,8 @@ describe('the efficiency strip', () => {
     const html = render(mod.EfficiencyStrip({ doc: doc([gpu()], [main()]), lang: 'en' }))
     const widths = [...html.matchAll(/data-testid="dsh-gpu-eff-seg" data-key="(\w+)"[^>]*style="width:([\d.]+)%/g)].map((m) => [m[1], Number(m[2])])
     assert.deepEqual(widths, [['data', 50], ['forward', 25], ['optimizer', 5], ['other', 20]])
-    assert.match(html, /Data wait 50 %/)
-    assert.match(html, /200 ms per step · 50 steps in 10 s · pid 42/)
+    assert.match(html, /Data wait 50 % \(last 10 s\)/)
+    assert.match(html, /200 ms per step · 50 steps in the last 10 s · pid 42/)
     assert.match(html, /host syncs<\/span> <b>2 per step/)
   })
   test('clock reasons as badges, problems apart; the PCIe link below its maximum flagged; GPM values', () => {
@@ -109,6 +110,56 @@ describe('the efficiency strip', () => {
     assert.match(html, /硬件温控降频/)
     assert.equal(render(mod.EfficiencyStrip({ doc: doc([], [{ pid: 1, gpu: [], models: [] }]), lang: 'en' })), '')
     assert.equal(efficiency(doc([], []), 'en').empty, true)
+  })
+})
+
+describe('a process\'s data wait, named by its window', () => {
+  const loaderModel = (wait, n) => ({ name: `m${n}`, data_wait_fraction: wait, data_wait_batches: n })
+  test('the step breakdown\'s figure, the very one of the strip\'s bar, over its seconds', () => {
+    const p = main({ models: [loaderModel(0.9, 64)] })
+    const w = dataWait(p, 'en')
+    assert.deepEqual(w, { fraction: 0.5, value: '50 %', window: 'last 10 s', source: 'steps' })
+    const bar = efficiency(doc([gpu()], [p]), 'en').step.segments.find((s) => s.key === 'data')
+    assert.equal(bar.text, `Data wait ${w.value} (${w.window})`)
+    assert.equal(dataWait(p, 'zh').window, '最近 10 秒')
+  })
+  test('without a breakdown: the highest of its models\' loader figures, over their batches', () => {
+    const p = main({ step_breakdown: null, models: [loaderModel(0.1, 64), loaderModel(0.7, 12)] })
+    assert.deepEqual(dataWait(p, 'en'), { fraction: 0.7, value: '70 %', window: 'last 12 batches', source: 'batches' })
+    assert.equal(dataWait(p, 'zh').window, '最近 12 个批次')
+    // a breakdown without a data wait measured falls back too; an older probe names no window
+    const q = main({ step_breakdown: { ...main().step_breakdown, data_wait_fraction: null }, models: [{ name: 'm', data_wait_fraction: 0.2 }] })
+    assert.deepEqual(dataWait(q, 'en'), { fraction: 0.2, value: '20 %', window: null, source: 'batches' })
+    assert.equal(dataWait(main({ step_breakdown: null, models: [{ name: 'm', data_wait_fraction: null }] }), 'en'), null)
+  })
+})
+
+describe('event markers (charts.js, the page\'s and the plugin\'s charts)', () => {
+  const every = (stepS, n, from = 0) => Array.from({ length: n }, (_, i) => ({ time_unix_s: from + i * stepS, name: `e${i}` }))
+  test('an event every 0.4 s for 10 minutes: a bounded number of markers, every event in one of them', () => {
+    const events = every(0.4, 1500)
+    for (const iw of [300, 600, 1400]) {
+      const markers = eventMarkers(events, 0, 600, iw)
+      const spanPx = Math.max(EVENT_MARKER_MIN_PX, iw / (EVENT_MARKERS_MAX - 1))
+      const fit = Math.min(EVENT_MARKERS_MAX, Math.floor(iw / spanPx) + 1) // as many as the chart has room for
+      assert.ok(markers.length <= fit && markers.length >= fit - 1, `${markers.length} markers on ${iw} px (${fit} fit)`)
+      assert.deepEqual(markers.flatMap((m) => m.events), events) // each once, in time order
+      const px = markers.map((m) => (m.time_unix_s / 600) * iw)
+      for (let i = 1; i < px.length; i += 1) assert.ok(px[i] - px[i - 1] >= spanPx / 2 - 1e-9, `markers ${i - 1}, ${i} ${px[i] - px[i - 1]} px apart`)
+    }
+  })
+  test('events far apart keep a marker each; close ones merge at their middle', () => {
+    assert.deepEqual(eventMarkers(every(60, 5), 0, 300, 600).map((m) => m.events.length), [1, 1, 1, 1, 1])
+    const [m, ...rest] = eventMarkers([{ time_unix_s: 101, name: 'b' }, { time_unix_s: 100, name: 'a' }], 0, 300, 600)
+    assert.deepEqual(rest, [])
+    assert.deepEqual(m, { time_unix_s: 100.5, events: [{ time_unix_s: 100, name: 'a' }, { time_unix_s: 101, name: 'b' }] })
+  })
+  test('only the window\'s events; nothing for no window, no width or no list', () => {
+    assert.deepEqual(eventMarkers(every(10, 10), 25, 55, 600).flatMap((m) => m.events.map((e) => e.time_unix_s)), [30, 40, 50])
+    assert.deepEqual(eventMarkers([null, { time_unix_s: NaN }, { name: 'x' }], 0, 10, 600), [])
+    assert.deepEqual(eventMarkers(every(1, 3), 10, 10, 600), [])
+    assert.deepEqual(eventMarkers(every(1, 3), 0, 10, 0), [])
+    assert.deepEqual(eventMarkers(null, 0, 10, 600), [])
   })
 })
 

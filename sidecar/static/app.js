@@ -6,13 +6,13 @@
 
 import {
   CATALOGUE, NA, STATUS_COLORS, STATUS_TEXT_COLORS, UNREACHABLE_COMMAND,
-  UNREACHABLE_COMMAND_RUN, UTIL_COLORS, deviceKind, fmtAgo, fmtClock, fmtCount, fmtFraction, fmtMiB,
+  UNREACHABLE_COMMAND_RUN, UTIL_COLORS, deviceKind, fmtAgo, fmtClock, fmtCount, fmtMiB,
   fmtPct, fmtRate, cmdText, cudaText, gpuFrameworkKey, gpuMemPct, memOfText, unusableGpus, gpuFrameworkText, messageText, modelGpu, schemaMismatch, pickLang, roleText,
   severityOf, sortWarnings, statusOf, statusText, t, utilLevel, warningHint, warningMessage,
 } from './format.js';
 import { jobQuery, renderJobs } from './jobs.js';
 import { h, richText } from './dom.js';
-import { smText, utilText } from './efficiency.js';
+import { dataWait, smText, utilText } from './efficiency.js';
 import { migList, renderStrip } from './strip.js';
 import { createHistoryView } from './history_view.js';
 
@@ -301,8 +301,7 @@ function renderProcs(doc) {
     const probed = p.has_probe === true;
     const models = p.models || [];
     const gpuMem = (p.gpu || []).reduce((a, g) => (num(g.mem_used_mib) ? (a ?? 0) + g.mem_used_mib : a), null);
-    const waits = models.map((m) => m.data_wait_fraction).filter(num);
-    const wait = waits.length ? Math.max(...waits) : null;
+    const wait = dataWait(p, state.lang);
     const inputs = [...new Set(models.map((m) => m.input_device).filter((d) => d !== null && d !== undefined))];
     const cmd = cmdText(p.cmdline);
 
@@ -338,7 +337,9 @@ function renderProcs(doc) {
     h('td', { class: 'num', 'data-testid': 'gpu-mem', 'data-label': tr('col.gpuMem'), title: memTitle, text: fmtMiB(gpuMem) }),
     h('td', { class: 'num', 'data-testid': 'sm', 'data-label': tr('col.sm'), text: smText(p, state.lang) }),
     h('td', { class: 'num', 'data-testid': 'cpu', 'data-label': tr('col.cpu'), text: fmtPct(p.cpu_pct) }),
-    h('td', { class: `num${num(wait) && wait > 0.5 ? ' wait-high' : ''}`, 'data-testid': 'data-wait', 'data-label': tr('col.dataWait'), text: fmtFraction(wait) })));
+    h('td', { class: `num${wait && wait.fraction > 0.5 ? ' wait-high' : ''}`, 'data-testid': 'data-wait', 'data-label': tr('col.dataWait'), 'data-source': wait ? wait.source : null },
+      h('span', { 'data-testid': 'data-wait-value', text: wait ? wait.value : NA }),
+      wait && wait.window ? h('span', { class: 'wait-window', 'data-testid': 'data-wait-window', text: wait.window }) : null)));
     for (const td of body.lastChild.children) if (td !== procCell && td !== roleCell && td.textContent === NA) td.classList.add('na');
   }
 }

@@ -1,8 +1,13 @@
 // charts.js — small hand-written SVG time-series charts (no library, works offline).
 //
-//   const c = new TimeChart(bodyElement, {formatValue, formatTime, tooltip, group});
+//   const c = new TimeChart(bodyElement, {formatValue, formatTime, tooltip, group, eventLabel, eventsLabel});
 //   c.setData({series: [{key, label, color, points: [[t, v], …], dash?, format?}], t0, t1, yMax, events, gapS});
-//   (`dash`: an SVG stroke-dasharray, drawn without the area; `format(v)`: the tooltip's value text)
+//   (`dash`: an SVG stroke-dasharray, drawn without the area; `format(v)`: the tooltip's value text;
+//   `eventLabel(e)`: one event's words; `eventsLabel(n)`: "12 events", for a marker of merged events)
+//
+// Events closer than EVENT_MARKER_MIN_PX on the chart share one marker with their count (eventMarkers),
+// and a chart draws at most EVENT_MARKERS_MAX of them: a job that logs an event every 0.4 s would
+// otherwise hide its chart under the markers.
 //
 // Charts in the same `group` array share a hover crosshair (same time axis).
 
@@ -42,6 +47,37 @@ function nearest(points, t) {
   }
   if (lo > 0 && Math.abs(points[lo - 1][0] - t) <= Math.abs(points[lo][0] - t)) return lo - 1;
   return lo;
+}
+
+export const EVENT_MARKER_MIN_PX = 24; // room for a marker and its count beside it
+export const EVENT_MARKERS_MAX = 24; // per chart, however wide
+const EVENT_TITLE_LINES = 10; // events a merged marker's title lists by name
+
+/**
+ * The markers of `events` on a chart `iw` px wide over [t0, t1] (pure): the events in the window, by
+ * time, gathered from the left into groups that span less than the larger of `minPx` and
+ * iw / (maxMarkers - 1) each, so that no more than `maxMarkers` groups fit. A marker stands at the
+ * middle of its group: [{time_unix_s, events}] in time order; markers are at least half that span apart.
+ */
+export function eventMarkers(events, t0, t1, iw, minPx = EVENT_MARKER_MIN_PX, maxMarkers = EVENT_MARKERS_MAX) {
+  if (!(t1 > t0) || !(iw > 0) || !Array.isArray(events)) return [];
+  const inWindow = events
+    .filter((e) => e && Number.isFinite(e.time_unix_s) && e.time_unix_s >= t0 && e.time_unix_s <= t1)
+    .sort((a, b) => a.time_unix_s - b.time_unix_s);
+  const spanPx = Math.max(minPx, iw / Math.max(1, maxMarkers - 1));
+  const spanS = (spanPx * (t1 - t0)) / iw;
+  const groups = [];
+  for (const e of inWindow) {
+    const g = groups[groups.length - 1];
+    if (g && e.time_unix_s - g.events[0].time_unix_s < spanS) g.events.push(e);
+    else groups.push({ events: [e] });
+  }
+  // (the spans above allow maxMarkers at most; rounding may leave one more: it joins its neighbour)
+  while (groups.length > Math.max(1, maxMarkers)) groups[groups.length - 2].events.push(...groups.pop().events);
+  return groups.map(({ events: evs }) => ({
+    time_unix_s: (evs[0].time_unix_s + evs[evs.length - 1].time_unix_s) / 2,
+    events: evs,
+  }));
 }
 
 export class TimeChart {
@@ -152,18 +188,34 @@ export class TimeChart {
 
   _drawEvents(events) {
     const svg = this.svg;
-    const { x, t0, t1, m, ih } = this._scale;
-    // event markers
+    const { x, t0, t1, m, ih, iw } = this._scale;
     const evg = el('g', { class: 'events' }, svg);
-    for (const ev of events) {
-      if (!(ev.time_unix_s >= t0 && ev.time_unix_s <= t1)) continue;
-      const xx = Math.round(x(ev.time_unix_s)) + 0.5;
-      const g = el('g', { class: 'event', 'data-testid': 'event-marker', 'data-name': ev.name || '' }, evg);
+    this._markers = eventMarkers(events, t0, t1, iw);
+    for (const mk of this._markers) {
+      const n = mk.events.length;
+      const xx = Math.round(x(mk.time_unix_s)) + 0.5;
+      const g = el('g', {
+        class: n > 1 ? 'event event-merged' : 'event', 'data-testid': 'event-marker', 'data-count': n,
+        'data-name': n === 1 ? mk.events[0].name || '' : null,
+      }, evg);
       el('line', { x1: xx, x2: xx, y1: m.t, y2: m.t + ih }, g);
       el('path', { d: `M${xx - 4},${m.t - 6} h8 l-4,6 z` }, g);
-      const title = el('title', null, g);
-      title.textContent = `${fmtClock(ev.time_unix_s)} ${this._eventLabel(ev)}`;
+      if (n > 1) el('text', { x: xx + 5, y: m.t - 1, class: 'event-count' }, g).textContent = String(n);
+      el('title', null, g).textContent = this._markerTitle(mk);
     }
+  }
+
+  /** A marker's title: its event, or "12 events" and the first of them by name. */
+  _markerTitle(mk) {
+    const line = (e) => `${fmtClock(e.time_unix_s)} ${this._eventLabel(e)}`;
+    if (mk.events.length === 1) return line(mk.events[0]);
+    const shown = mk.events.slice(0, EVENT_TITLE_LINES).map(line);
+    const more = mk.events.length - shown.length;
+    return [this._eventsLabel(mk.events.length), ...shown, ...(more > 0 ? [`… +${more}`] : [])].join('\n');
+  }
+
+  _eventsLabel(n) {
+    return this.opts.eventsLabel ? this.opts.eventsLabel(n) : String(n);
   }
 
   _drawSeries(series, gap) {
@@ -238,7 +290,7 @@ export class TimeChart {
 
   _hits(t) {
     const d = this.data;
-    if (!d) return { time: t, rows: [], events: [] };
+    if (!d) return { time: t, rows: [], markers: [] };
     let snapT = null;
     const rows = [];
     for (const s of d.series) {
@@ -249,9 +301,10 @@ export class TimeChart {
       rows.push({ series: s, point: p });
       if (snapT === null) snapT = p[0];
     }
+    // the markers drawn within 6 px of the pointer, as drawn (merged events stay merged)
     const tol = ((d.t1 - d.t0) / Math.max(1, this._scale ? this._scale.iw : 600)) * 6;
-    const events = (d.events || []).filter((e) => Math.abs(e.time_unix_s - t) <= tol);
-    return { time: snapT !== null ? snapT : t, rows, events };
+    const markers = (this._markers || []).filter((mk) => Math.abs(mk.time_unix_s - t) <= tol);
+    return { time: snapT !== null ? snapT : t, rows, markers };
   }
 
   _drawHover() {
@@ -286,10 +339,10 @@ export class TimeChart {
       row.append(dot, label, val);
       tip.appendChild(row);
     }
-    for (const e of hit.events) {
+    for (const mk of hit.markers) {
       const row = document.createElement('div');
       row.className = 'tt-event';
-      row.textContent = `▼ ${this._eventLabel(e)}`;
+      row.textContent = mk.events.length === 1 ? `▼ ${this._eventLabel(mk.events[0])}` : `▼ ${this._markerTitle(mk)}`;
       tip.appendChild(row);
     }
     tip.hidden = false;

@@ -189,7 +189,7 @@ export const SCHEMA = 2
  * @property {string|null} input_device device of the last forward call's first tensor input
  * @property {number} forward_calls forward calls counted since registration
  * @property {number|null} forward_rate_hz forward calls per second over the last 10 s
- * @property {number|null} data_wait_fraction share of step time spent waiting for the next batch (0-1)
+ * @property {number|null} data_wait_fraction share of step time spent waiting for the next batch (0-1), over `data_wait_batches`
  * @property {number|null} train_steps training steps a framework callback counted
  * @property {number|null} step_rate_hz training steps per second over the last 10 s
  * @property {"lightning"|"transformers"|null} step_source the callback counting steps
@@ -198,6 +198,7 @@ export const SCHEMA = 2
  * @property {string|null} autocast `off`, or the dtype autocast ran the last forward in
  * @property {Array<number>|null} input_shape shape of the last forward's first tensor input
  * @property {LoaderSettings|null} loader_settings its DataLoader's settings
+ * @property {number|null} data_wait_batches the newest batches `data_wait_fraction` covers: its window (fewer early on)
  */
 
 /**
@@ -222,10 +223,10 @@ export const SCHEMA = 2
 /**
  * Where this process's training steps spent their wall time over the probe's last window.
  * @typedef {Object} StepBreakdown
- * @property {number} window_s the window
+ * @property {number} window_s the window the figures cover (the newest steps)
  * @property {number} steps steps in it
  * @property {number|null} step_s mean step time
- * @property {number|null} data_wait_fraction waiting for the next batch
+ * @property {number|null} data_wait_fraction waiting for the next batch, over `window_s`
  * @property {number|null} forward_fraction in the registered models' forward
  * @property {number|null} optimizer_fraction in optimizer.step()
  * @property {number|null} other_fraction the rest (backward, logging, host code)

@@ -6,6 +6,7 @@
  *
  *   efficiency(doc, lang)  {step, gpu, precision, loader, syncs, empty}:
  *     step       null | {pid, summary, segments: [{key, color, fraction, label, value, text}]}
+ *                (the data segment's text names the window, as dataWait does);
  *                the step breakdown of the main process (else the first process that has one);
  *                `fraction` is the share of the bar (0-1), the four of them sum to at most 1.
  *     gpu        null | {index, title, cc, items: [{key, label, value, flag}], reasons: [{name, kind, label}],
@@ -20,6 +21,9 @@
  *   smText(proc, lang)      a process's SM % over its GPUs, or "n/a on MIG" when it runs in MIG instances.
  *   utilText(gpu, lang)     a GPU's utilisation, or "n/a on MIG" when MIG mode leaves it unmeasured.
  *   migRows(doc, gpu, lang) the MIG instances of a GPU: [{index, label, ids, mem, pids}].
+ *   dataWait(proc, lang)    a process's data wait as both process tables show it, with its window:
+ *                           null | {fraction, value, window, source}; `source` 'steps' (its step
+ *                           breakdown, the figure of the strip's bar) or 'batches' (its models' loaders).
  *   fmtBytesPerS(b)         1.5e9 → "1.5 GB/s".
  *   fmtStepTime(s)          0.085 → "85 ms", 1.5 → "1.50 s".
  */
@@ -78,19 +82,43 @@ export function stepProcess(doc) {
   return withSteps.find((p) => p.role === 'main') || withSteps[0] || null;
 }
 
+/** The window a step breakdown covers, worded ("last 10 s"). */
+function stepWindow(b, lang) {
+  return isNum(b.window_s) ? t(lang, 'eff.window.s', { s: Math.round(b.window_s) }) : NA;
+}
+
+/**
+ * A process's data wait, named by its window. Its step breakdown's when it has one (the strip's bar
+ * shows the same figure over the same seconds), else the highest of its models' loader timings, over
+ * the batches they cover (`data_wait_batches`; the window unnamed when an older probe leaves it out).
+ */
+export function dataWait(proc, lang) {
+  const b = proc && proc.step_breakdown;
+  if (b && isNum(b.data_wait_fraction)) {
+    return { fraction: b.data_wait_fraction, value: fmtFraction(b.data_wait_fraction), window: stepWindow(b, lang), source: 'steps' };
+  }
+  const models = (proc && Array.isArray(proc.models) ? proc.models : []).filter((m) => m && isNum(m.data_wait_fraction));
+  if (!models.length) return null;
+  const m = models.reduce((a, x) => (x.data_wait_fraction > a.data_wait_fraction ? x : a));
+  const window = isNum(m.data_wait_batches) ? t(lang, 'eff.window.batches', { n: m.data_wait_batches }) : null;
+  return { fraction: m.data_wait_fraction, value: fmtFraction(m.data_wait_fraction), window, source: 'batches' };
+}
+
 function stepFacts(doc, lang) {
   const p = stepProcess(doc);
   if (!p) return null;
   const b = p.step_breakdown;
+  const window = stepWindow(b, lang);
   const sum = STEP_SEGMENTS.reduce((a, s) => a + (isNum(b[s.field]) ? Math.max(0, b[s.field]) : 0), 0);
   const scale = sum > 1 ? sum : 1;
   const segments = STEP_SEGMENTS.map((s) => {
     const f = isNum(b[s.field]) ? Math.max(0, b[s.field]) : null;
     const label = t(lang, s.label);
     const value = fmtFraction(f);
-    return { key: s.key, color: s.color, fraction: f === null ? 0 : f / scale, label, value, text: t(lang, 'eff.seg.value', { label, pct: value }) };
+    // The data wait names its window: the process table shows the same figure with the same words.
+    const text = s.key === 'data' ? t(lang, 'eff.seg.valueWindow', { label, pct: value, window }) : t(lang, 'eff.seg.value', { label, pct: value });
+    return { key: s.key, color: s.color, fraction: f === null ? 0 : f / scale, label, value, text };
   });
-  const window = isNum(b.window_s) ? `${Math.round(b.window_s)} s` : NA;
   const summary = t(lang, 'eff.step.summary', { time: fmtStepTime(b.step_s), steps: isNum(b.steps) ? b.steps : NA, window, pid: p.pid });
   return { pid: p.pid, summary, segments };
 }

@@ -94,7 +94,7 @@ export function createHistoryView({ tr, changed }) {
   const tooltip = $('[data-testid="tooltip"]');
   const eventLabel = (e) => [e.name || NA, e.pid ? tr('events.pid', { pid: e.pid }) : null].filter(Boolean).join(' · ');
   const charts = Object.fromEntries([...GPU_CHARTS, ...JOB_CHARTS].map((name) => [name, new TimeChart(fig(name).querySelector('.chart-body'), {
-    group, tooltip, eventLabel, title: () => tr(`chart.${name}`), formatValue: CHART_FORMATS[name],
+    group, tooltip, eventLabel, eventsLabel: (n) => tr('chart.events', { n }), title: () => tr(`chart.${name}`), formatValue: CHART_FORMATS[name],
   })]));
 
   const ctx = { charts, fig, tr, changed };

@@ -122,6 +122,7 @@ class ModelFacts:
     # Its calls ran inside torch.compile where the probe could not count them (registered, then
     # inlined into a compiled parent): forward_calls and forward_rate_hz miss them.
     compiled_uncounted: bool = False
+    data_wait_batches: int | None = None  # the batches data_wait_fraction covers: its window
     # Device types of its parameters ({"cuda"}, {"cpu", "cuda"}, ...): asked by most rules.
     types: frozenset[str] = field(init=False, repr=False, compare=False)
 

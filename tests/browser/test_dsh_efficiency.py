@@ -1,6 +1,7 @@
 """The plugin's efficiency strip and its CPU charts inside a real DSH 0.1.0-rc.8, fed by a sidecar app
 (`create_app`) serving the hand-made, contract-checked documents of test_efficiency_page.py: a
-throttled H100 with GPM figures, then a machine without an NVIDIA GPU."""
+throttled H100 with GPM figures (and two data waits over two windows), then a machine without an
+NVIDIA GPU."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from tests.browser.dsh_env import (
 from tests.browser.test_dsh_plugin import new_page, open_session, plugin_errors, wait_for_panel
 from tests.browser.test_efficiency_page import (
     FixedSource,
-    gpu_page_doc,
+    data_wait_doc,
     history_doc,
     main_process,
     status_doc,
@@ -40,7 +41,7 @@ def test_strip_and_cpu_charts_in_dsh(chromium, tmp_path: Path) -> None:
         launcher = ensure_dsh()
     except DshUnavailable as exc:
         pytest.skip(f"DSH {DSH_VERSION} cannot be installed on this machine: {exc}")
-    source = FixedSource(*gpu_page_doc())
+    source = FixedSource(*data_wait_doc())
     srv = make_server("127.0.0.1", 0, create_app(ServerConfig(), source), threaded=True)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     home = DshHome.create(tmp_path / "home", launcher)
@@ -63,6 +64,17 @@ def test_strip_and_cpu_charts_in_dsh(chromium, tmp_path: Path) -> None:
         assert problem.inner_text() == "hardware thermal slowdown"
         assert strip.locator('[data-testid="dsh-gpu-eff-pcie"]').get_attribute("data-flag") == "bad"
         assert "62 %" in strip.locator('[data-testid="dsh-gpu-eff-gpm"]').inner_text()
+        # One data wait per window, named, as on the page: the bar's figure in the main process's row.
+        legend = strip.locator('[data-testid="dsh-gpu-eff-seg"][data-key="data"]').get_attribute("title")
+        assert legend == "Data wait 40 % (last 10 s)"
+        page.wait_for_function("""() => document.querySelectorAll('[data-testid="dsh-gpu-process"]').length === 2""")
+        waits = page.eval_on_selector_all(
+            '[data-testid="dsh-gpu-process"]',
+            """rs => rs.map(r => [Number(r.dataset.pid),
+                 r.querySelector('[data-testid="dsh-gpu-data-wait-value"]').textContent,
+                 (r.querySelector('[data-testid="dsh-gpu-data-wait-window"]') || {}).textContent || null])""",
+        )
+        assert sorted(waits) == [[4242, "40 %", "last 10 s"], [4343, "70 %", "last 12 batches"]]
         page.wait_for_selector('[data-testid="dsh-gpu-chart-power"]')
         page.wait_for_function(
             """() => document.querySelectorAll('[data-testid="dsh-gpu-chart-util-body"] path.series').length === 3"""

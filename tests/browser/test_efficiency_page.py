@@ -459,3 +459,54 @@ def test_strip_fits_a_narrow_window(serve, pages):
     assert strip["x"] >= 0 and strip["x"] + strip["width"] <= 420
     screenshot(page, "efficiency-narrow", full_page=True)
     assert not pages.errors, pages.errors
+
+
+def data_wait_doc() -> tuple[dict, dict]:
+    """The main process: its step breakdown waits 40 % of the last 10 s, its model's loader 90 % of
+    its last 64 batches (two windows, two figures). A helper without a breakdown: two models, the
+    second waiting more (70 % of 12 batches)."""
+    main = main_process([obj("ProcessGpu", index=0, mem_used_mib=29_000.0, sm_util_pct=88.0)], device="cuda:0")
+    main["models"][0].update(data_wait_fraction=0.9, data_wait_batches=64)
+    loader = [
+        obj("Model", name=f"m{i}", device="cuda:0", devices=["cuda:0"], data_wait_fraction=w, data_wait_batches=n)
+        for i, (w, n) in enumerate(((0.1, 64), (0.7, 12)))
+    ]
+    helper = obj(
+        "Process", pid=4343, ppid=4242, depth=1, role="child", has_probe=True, probe_state="ok", name="python",
+        models=loader,
+    )
+    return status_doc([h100()], [main, helper]), history_doc(gpu=True)
+
+
+def table_waits(page) -> dict[int, tuple[str, str | None]]:
+    """Each process row's data wait: (its figure, the window it names)."""
+    return {
+        pid: tuple(cell)
+        for pid, cell in page.eval_on_selector_all(
+            "[data-testid=process-row]",
+            """rs => rs.map(r => { const c = r.querySelector('[data-testid=data-wait]');
+                const w = c.querySelector('[data-testid=data-wait-window]');
+                return [Number(r.dataset.pid), [c.querySelector('[data-testid=data-wait-value]').textContent,
+                                                w ? w.textContent : null]]; })""",
+        )
+    }
+
+
+@pytest.mark.parametrize(
+    ("locale", "bar", "main", "helper"),
+    [
+        ("en-US", "Data wait 40 % (last 10 s)", ("40 %", "last 10 s"), ("70 %", "last 12 batches")),
+        ("zh-CN", "等待数据 40 %（最近 10 秒）", ("40 %", "最近 10 秒"), ("70 %", "最近 12 个批次")),
+    ],
+)
+def test_the_bar_and_the_table_show_one_data_wait_each_named_by_its_window(serve, pages, locale, bar, main, helper):
+    page = pages.open(serve(*data_wait_doc()), locale=locale)
+    wait_strip(page)
+    wait_js(page, "() => document.querySelectorAll('[data-testid=process-row]').length === 2")
+    legend = page.inner_text("[data-testid=eff-seg-label][data-key=data]")
+    assert legend == bar
+    # The main process's row: the bar's own figure and window, not its model's 90 % of other batches.
+    assert table_waits(page) == {4242: main, 4343: helper}
+    assert page.get_attribute("[data-testid=eff-seg][data-key=data]", "title") == bar
+    screenshot(page, f"data-wait-{locale}", full_page=True)
+    assert not pages.errors, pages.errors

@@ -1,7 +1,8 @@
 """sidecar/collect.py as it was before its facts and samples were made faster (commit 9a54028), with
 history.pack and history.Sample's packing as they were then: the oracle that
 tests/unit/test_collect_oracle.py and benchmarks/collect_parts.py hold the new code to. Kept verbatim
-but for this docstring and the old `pack` and `Sample` at the end; never imported by the sidecar.
+but for this docstring, the old `pack` and `Sample` at the end, and the model's `data_wait_batches`
+(a field added since, read as the new code reads it); never imported by the sidecar.
 
 Original docstring: Sources → facts: the one place where what the sources read becomes the verdict's
 facts.
@@ -152,6 +153,7 @@ def models_from_payload(payload: dict[str, Any]) -> tuple[ModelFacts, ...]:
                 autocast=_str(m.get("autocast"), MAX_ID_CHARS),
                 input_shape=_shape(m.get("input_shape")),
                 loader_settings=_loader_settings(m.get("loader_settings")),
+                data_wait_batches=None if (n := _int(m.get("data_wait_batches"))) is None else max(0, n),
             )
         )
     return tuple(out)

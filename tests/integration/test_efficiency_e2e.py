@@ -317,6 +317,8 @@ def test_a_real_training_loop_starved_by_its_loader(tmp_path, fake_nvml):
                 "prefetch_factor": None,  # torch's, without workers
             }
             assert m["param_dtypes"] == ["float32"] and m["input_shape"] == [4, 8]
+            # the window of the model's data wait: the batches timed so far (at least the 5 steps')
+            assert m["data_wait_fraction"] > 0.5 and m["data_wait_batches"] >= 5, m
             assert p["math"] is not None and p["syncs_per_step"] is None  # not asked for, and no CUDA
             (w,) = [w for w in doc["warnings"] if w["code"] == "data-starved"]
             # A CPU job: its loader's settings quoted, and never pin_memory (it only speeds copies to

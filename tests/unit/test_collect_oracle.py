@@ -155,6 +155,7 @@ _model = _dicts(
         "autocast": maybe(st.none() | _texts),
         "input_shape": maybe(st.none() | st.lists(_ints | atoms, max_size=4)),
         "loader_settings": maybe(st.none() | _loader),
+        "data_wait_batches": maybe(st.none() | _ints),
     },
 )
 _errors = st.lists(
@@ -248,6 +249,9 @@ def test_models_are_what_they_were(models):
         {"params": True, "forward_calls": False, "train_steps": Int(3), "forward_rate_hz": 1, "step_rate_hz": True},
         {"data_wait_fraction": Int(1), "shared_memory": 1, "param_dtypes": "float32", "input_shape": (1, 2)},
         {"devices": ["cuda:0", "cuda:0", 5, "cpu"], "loader_settings": Dict(num_workers=True)},
+        {"data_wait_batches": -3},
+        {"data_wait_batches": Int(5)},
+        {"data_wait_batches": True},
         Dict(name="sub", devices=["cuda:1"]),
     ],
 )

@@ -138,6 +138,7 @@ def test_every_field_for_a_cpu_model(keep):
         "input_shape": [3, 4],
         "loader_settings": None,
         "compiled_uncounted": False,
+        "data_wait_batches": None,
     }
     assert p["loader"] is None
     assert m["forward_rate_hz"] >= 0.0
@@ -481,6 +482,7 @@ def test_loader_timing_and_worker_init_through_register(keep):
     m = entry("api-loader")
     assert 0.0 < m["data_wait_fraction"] < 0.5  # loading from memory is quick next to a 10 ms step
     assert 0.0 < m["data_wait_s"] < m["step_s"]
+    assert m["data_wait_batches"] == 4  # the window of those figures: the 4 batches so far
     # A second model on the same loader shares its timer; the worker_init_fn is not wrapped twice.
     other = torch.nn.Linear(1, 1)
     keep(other, name="api-loader-2", loader=loader)
@@ -494,6 +496,7 @@ def test_a_non_dataloader_loader_is_an_error(keep):
     with pytest.warns(probe.ProbeWarning, match="needs a torch.utils.data.DataLoader, got list"):
         keep(model, name="api-badloader", loader=[1, 2, 3])
     assert entry("api-badloader")["data_wait_fraction"] is None
+    assert entry("api-badloader")["data_wait_batches"] is None
     assert any(e["where"] == "loader" for e in read_self()["errors"])
 
 

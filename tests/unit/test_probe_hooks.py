@@ -249,15 +249,15 @@ def test_loader_timer_measures_without_changing_batches(persistent):
     loader = torch.utils.data.DataLoader(SlowRange(6, 0.01), batch_size=2, **kwargs)
     timer = LoaderTimer()
     timer.install(loader)
-    assert timer.figures() == (None, None, None)
+    assert timer.figures() == (None, None, None, None)
     for _epoch in range(2):
         got = []
         for batch in loader:
             time.sleep(0.02)  # the "training step"
             got.append(batch.flatten().tolist())
         assert got == [[0, 1], [2, 3], [4, 5]]
-    fraction, wait_s, step_s = timer.figures()
-    assert len(timer.window) == 6
+    fraction, wait_s, step_s, batches = timer.figures()
+    assert len(timer.window) == 6 and batches == 6
     assert 0.0 < fraction < 1.0
     assert wait_s > 0.005 and step_s > wait_s
     if persistent:

@@ -33,6 +33,7 @@ def _full_payload() -> dict:
             "prefetch_factor": 2,
         },
         compiled_uncounted=True,
+        data_wait_batches=64,
     )
     p["models"] = [model, {**model, "name": "head", "loader_settings": None}]
     p["events"].append({"time": 3.0, "name": "second"})

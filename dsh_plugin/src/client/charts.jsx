@@ -37,17 +37,19 @@ function releaseTooltip() {
 }
 
 /** The standalone page's TimeChart (sidecar/static/charts.js), mounted into a React ref. */
-function TimeChartBox({ data, emptyText, formatValue, title, group, testid }) {
+function TimeChartBox({ data, emptyText, formatValue, title, eventsLabel, group, testid }) {
   const bodyRef = useRef(null)
   const chartRef = useRef(null)
-  const optsRef = useRef({ formatValue, title })
+  const optsRef = useRef({ formatValue, title, eventsLabel })
   optsRef.current.formatValue = formatValue
   optsRef.current.title = title
+  optsRef.current.eventsLabel = eventsLabel
   useEffect(() => {
     const tip = acquireTooltip()
     const opts = {
       formatValue: (v, axis) => optsRef.current.formatValue(v, axis),
       title: () => (optsRef.current.title ? optsRef.current.title() : ''),
+      eventsLabel: (n) => optsRef.current.eventsLabel(n),
       tooltip: tip,
       group,
     }
@@ -99,6 +101,7 @@ function ChartFigure({ name, data, lang, group, flag }) {
         emptyText={t(lang, 'chart.noData')}
         formatValue={CHART_FORMATS[name]}
         title={() => t(lang, `chart.${name}`)}
+        eventsLabel={(n) => t(lang, 'chart.events', { n })}
         group={group}
         testid={`dsh-gpu-chart-${name}-body`}
       />

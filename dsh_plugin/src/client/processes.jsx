@@ -5,14 +5,13 @@ import {
   deviceKind,
   deviceText,
   fmtCount,
-  fmtFraction,
   fmtMiB,
   fmtPct,
   fmtRate,
   roleText,
   t,
 } from '../../../sidecar/static/format.js'
-import { smText } from '../../../sidecar/static/efficiency.js'
+import { dataWait, smText } from '../../../sidecar/static/efficiency.js'
 import { isNum } from './shared.jsx'
 
 function DeviceChip({ dev }) {
@@ -22,6 +21,7 @@ function DeviceChip({ dev }) {
 function ProcessRow({ p, lang }) {
   const models = Array.isArray(p.models) ? p.models.filter(Boolean) : []
   const m = models[0] || null
+  const wait = dataWait(p, lang)
   const gpuRows = Array.isArray(p.gpu) ? p.gpu.filter(Boolean) : []
   const mem = gpuRows.reduce((a, g) => (isNum(g.mem_used_mib) ? (a ?? 0) + g.mem_used_mib : a), null)
   return (
@@ -63,7 +63,14 @@ function ProcessRow({ p, lang }) {
       <td className="dgd-num">{fmtMiB(mem)}</td>
       <td className="dgd-num" data-testid="dsh-gpu-sm">{smText(p, lang)}</td>
       <td className="dgd-num">{fmtPct(p.cpu_pct)}</td>
-      <td className="dgd-num">{m ? fmtFraction(m.data_wait_fraction) : NA}</td>
+      <td className="dgd-num" data-testid="dsh-gpu-data-wait" data-source={wait ? wait.source : undefined}>
+        <span data-testid="dsh-gpu-data-wait-value">{wait ? wait.value : NA}</span>
+        {wait && wait.window ? (
+          <span className="dgd-muted dgd-wait-window" data-testid="dsh-gpu-data-wait-window">
+            {wait.window}
+          </span>
+        ) : null}
+      </td>
       <td className="dgd-num">{m ? fmtRate(m.forward_rate_hz) : NA}</td>
     </tr>
   )

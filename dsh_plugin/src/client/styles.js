@@ -105,6 +105,7 @@ export const CSS = `
 .dgd-table td { padding: 7px 10px; border-bottom: 1px solid var(--dsw-alias-border-l1, #eef0f2); vertical-align: top; }
 .dgd-table tr:last-child td { border-bottom: none; }
 .dgd-table .dgd-num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+.dgd-wait-window { display: block; font-size: 11px; }
 .dgd-proc-name { font-weight: 600; }
 .dgd-proc-cmd { display: block; max-width: 360px; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; font-size: 11.5px; color: var(--dsw-alias-label-tertiary, #656d76); }
 .dgd-dev { display: inline-block; font-family: var(--dsh-font-mono, ui-monospace, monospace); font-size: 11.5px; padding: 0 6px; border-radius: 6px; }
@@ -137,6 +138,7 @@ export const CSS = `
 .dgd-chart-body svg .limit-label { fill: var(--dsw-alias-label-tertiary, #9aa1a9); font-size: 10px; }
 .dgd-chart-body svg .event line { stroke: #7c3aed; stroke-width: 1; stroke-dasharray: 3 3; opacity: .75; }
 .dgd-chart-body svg .event path { fill: #7c3aed; }
+.dgd-chart-body svg .event .event-count { fill: #7c3aed; font-size: 9px; font-weight: 700; }
 .dgd-chart-body svg .crosshair { stroke: var(--dsw-alias-label-tertiary, #656d76); stroke-width: 1; }
 .dgd-chart-body svg .hover-dot { stroke: var(--dsw-alias-bg-layer-1, #fff); stroke-width: 2; }
 .dgd-tooltip { position: fixed; z-index: 1000; pointer-events: none; min-width: 130px; padding: 7px 10px; border-radius: 8px; font-size: 12px;
@@ -146,7 +148,7 @@ export const CSS = `
 .dgd-tooltip .tt-row { display: flex; gap: 10px; align-items: center; }
 .dgd-tooltip .tt-row b { margin-left: auto; font-variant-numeric: tabular-nums; }
 .dgd-tooltip .tt-row i { width: 9px; height: 9px; border-radius: 50%; display: inline-block; }
-.dgd-tooltip .tt-event { color: #a78bfa; font-weight: 600; margin-top: 3px; }
+.dgd-tooltip .tt-event { color: #a78bfa; font-weight: 600; margin-top: 3px; white-space: pre-line; }
 .dgd-events { list-style: none; margin: 0; padding: 0; display: flex; flex-wrap: wrap; gap: 4px 14px; font-size: 12px; }
 .dgd-events li { display: inline-flex; gap: 6px; align-items: baseline; }
 .dgd-ev-name { color: #7c3aed; font-weight: 600; }

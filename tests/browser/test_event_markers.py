@@ -1,0 +1,162 @@
+"""The history charts stay readable when a job logs an event every 0.4 s (the demo does): events that
+fall closer than a marker's room share one marker with their count (charts.js eventMarkers), a chart
+draws a bounded number of them, and the screenshot of a chart is mostly chart, not markers.
+
+The page is fed as by a sidecar that ran along a 10-minute job: each /history answer brings the next
+minute (its samples, and the events newer than `since`, the last 100 of them, as the contract says).
+"""
+
+from __future__ import annotations
+
+import base64
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from werkzeug.serving import make_server
+
+from sidecar import contract
+from sidecar.server import ServerConfig, create_app
+from tests.browser.conftest import screenshot, wait_js
+from tests.browser.test_efficiency_page import gpu_page_doc, obj
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]
+
+JOB_S = 600
+EVENT_EVERY_S = 0.4
+MINUTE_S = 60
+MARKER_RGB = (0x7C, 0x3A, 0xED)  # style.css: svg .event
+MARKERS_MAX = 24  # charts.js EVENT_MARKERS_MAX, which the page's own data also tells (data-count)
+
+
+class DemoReplay:
+    """A job of JOB_S seconds (a sample a second, an event every 0.4 s), a minute more per /history."""
+
+    interval_s = 1.0
+
+    def __init__(self) -> None:
+        self.status, _ = gpu_page_doc()
+        self.end = self.status["time_unix_s"]
+        start = self.end - JOB_S
+        gpu = {"util_pct": 90.0, "mem_used_mib": 30_000.0, "power_w": 340.0, "temperature_c": 85.0}
+        self.samples = [
+            obj("Sample", time_unix_s=start + k, gpus=[obj("SampleGpu", index=0, **gpu)], cpu_pct=150.0)
+            for k in range(JOB_S + 1)
+        ]
+        n = int(JOB_S / EVENT_EVERY_S)
+        self.events = [
+            obj("Event", time_unix_s=start + i * EVENT_EVERY_S, name=f"step_{i}", pid=4242) for i in range(n)
+        ]
+        self.now = start + MINUTE_S
+        self.lock = threading.Lock()
+
+    def snapshot(self):
+        return self.status, self.status["time_unix_s"]
+
+    def status_document(self, job=None):
+        return self.status
+
+    def history_document(self, job=None, since=None):
+        with self.lock:
+            now, self.now = self.now, min(self.end, self.now + MINUTE_S)
+        fresh = [e for e in self.events if e["time_unix_s"] <= now and (since is None or e["time_unix_s"] > since)]
+        doc = obj(
+            "HistoryDocument",
+            schema=2,
+            interval_s=self.interval_s,
+            job_id="4242-1",
+            samples=[
+                s for s in self.samples if s["time_unix_s"] <= now and (since is None or s["time_unix_s"] > since)
+            ],
+            events=fresh[-100:],
+            events_omitted=max(0, len(fresh) - 100),
+        )
+        contract.check(doc, "history")
+        return doc
+
+    def jobs_document(self):
+        return None
+
+
+@pytest.fixture
+def demo_page(pages) -> Iterator:
+    source = DemoReplay()
+    srv = make_server("127.0.0.1", 0, create_app(ServerConfig(), source), threaded=True)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    page = pages.open(f"http://127.0.0.1:{srv.server_port}/?refresh=0.2", width=1280, height=1400)
+    # the whole job reached the page: the charts' last sample is the job's last
+    wait_js(
+        page,
+        "end => Number(document.querySelector('[data-testid=chart-util]').dataset.lastTime) === end",
+        source.end,
+        timeout_ms=30_000,
+    )
+    yield page
+    srv.shutdown()
+
+
+def marker_colour_share(page, png: bytes) -> float:
+    """The share of the image's pixels in the markers' colour (decoded by the browser itself)."""
+    return page.evaluate(
+        """async ([b64, rgb]) => {
+            const img = new Image();
+            img.src = `data:image/png;base64,${b64}`;
+            await img.decode();
+            const c = document.createElement('canvas');
+            c.width = img.width; c.height = img.height;
+            const g = c.getContext('2d');
+            g.drawImage(img, 0, 0);
+            const px = g.getImageData(0, 0, c.width, c.height).data;
+            let hit = 0;
+            for (let i = 0; i < px.length; i += 4) {
+              // the marker's purple, drawn solid or at its line's opacity over the chart
+              const [r, gg, b] = [px[i], px[i + 1], px[i + 2]];
+              if (Math.abs(r - rgb[0]) < 45 && Math.abs(gg - rgb[1]) < 60 && Math.abs(b - rgb[2]) < 30) hit += 1;
+            }
+            return hit / (px.length / 4);
+        }""",
+        [base64.b64encode(png).decode(), list(MARKER_RGB)],
+    )
+
+
+def test_an_event_every_0_4_s_leaves_the_charts_readable(demo_page, pages, tmp_path):
+    page = demo_page
+    charts = ("mem", "util", "power", "temp")
+    deadline = time.monotonic() + 10
+    while True:  # the last answer's events drawn too (the page draws after it merged them)
+        markers = {
+            name: page.eval_on_selector_all(
+                f"[data-testid=chart-{name}] [data-testid=event-marker]",
+                "ms => ms.map(m => ({count: Number(m.dataset.count || 1), label: (m.querySelector('.event-count') || {}).textContent || null, title: m.querySelector('title').textContent}))",
+            )
+            for name in charts
+        }
+        if sum(m["count"] for m in markers["util"]) >= 300 or time.monotonic() > deadline:
+            break
+        page.wait_for_timeout(100)
+    total = sum(m["count"] for m in markers["util"])
+    assert total >= 300, f"the page's charts show {total} events of the last 300 s"
+    for name, ms in markers.items():
+        assert 0 < len(ms) <= MARKERS_MAX, f"{name}: {len(ms)} markers"
+        assert sum(m["count"] for m in ms) == total, name  # every chart: the same events
+    merged = [m for m in markers["util"] if m["count"] > 1]
+    assert merged, "events 0.4 s apart merge"
+    for m in merged:
+        assert m["label"] == str(m["count"])
+        lines = m["title"].split("\n")
+        assert lines[0] == f"{m['count']} events" and "step_" in lines[1], m["title"]
+    # The tooltip over a merged marker says how many and lists them.
+    marker = page.locator("[data-testid=chart-util] [data-testid=event-marker].event-merged").nth(2)
+    box = marker.locator("line").bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    wait_js(page, "() => !document.querySelector('[data-testid=tooltip]').hidden")
+    assert " events\n" in page.inner_text("[data-testid=tooltip] .tt-event")
+
+    png_path = tmp_path / "util-chart.png"
+    page.mouse.move(0, 0)
+    png = page.locator("[data-testid=chart-util] .chart-body").screenshot(path=str(png_path))
+    share = marker_colour_share(page, png)
+    assert share < 0.03, f"markers cover {share:.1%} of the utilisation chart ({png_path})"
+    screenshot(page, "events-every-0.4s", element="[data-testid=chart-util]")
+    assert not pages.errors, pages.errors
