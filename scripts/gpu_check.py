@@ -34,8 +34,14 @@ def main() -> int:
         # CPU-only torch) must not pass for one.
         check("cuda available", False, "no CUDA GPU here (or a CPU-only torch): nothing can be checked")
         return report()
+    # A publish with a model reads every runtime fact; asked before anything below initialises CUDA
+    # (get_device_name does).
+    cpu_model = probe.register(torch.nn.Linear(2, 2), name="gpu-check-cpu")
+    probe.refresh()
+    initialised = torch.cuda.is_initialized()
+    probe.unregister(cpu_model)
     check("cuda available", True, f"{torch.cuda.device_count()} device(s): {torch.cuda.get_device_name(0)}")
-    check("probe does not initialise CUDA", not torch.cuda.is_initialized(), "before any model is moved")
+    check("probe does not initialise CUDA", not initialised, "after a publish, before any model is moved")
 
     model = torch.nn.Sequential(torch.nn.Linear(4096, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 10)).to("cuda:0")
     probe.register(model, name="gpu-check-mlp")
