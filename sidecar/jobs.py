@@ -24,6 +24,7 @@ from probe_wire.names import SHM_DIR, list_segments, segment_path
 from probe_wire.procid import process_real_uid
 from sidecar import contract, document
 from sidecar.collect import gpu_facts, job_id
+from sidecar.history import HistoryBudget
 from sidecar.poller import SYSFS_EVERY_POLLS, Poller, _NvmlDown, machine_sources, poll_nvml, read_system_gpus
 from sidecar.sources import lineage
 from sidecar.sources.owners import KnownProcesses
@@ -36,6 +37,9 @@ from sidecar.verdict import Rules
 MAX_CANDIDATES = 1024
 MAX_JOBS = 256  # watched at once; the newest are kept
 REDISCOVER_EVERY_POLLS = 10
+# The samples of every job's history together (history.HistoryBudget): whatever --history, the
+# number of jobs and their GPUs, discovery's histories never hold more (docs/reliability.md).
+HISTORY_MAX_BYTES = 32 << 20
 # A directory whose mtime is younger than this may change again without a new mtime (the kernel
 # stamps it from a coarse clock): its listing is not reused.
 LISTING_SETTLED_S = 0.1
@@ -104,6 +108,7 @@ class JobsPoller:
         self.clock = clock
         self.nvml_source, self.system_gpus_fn = machine_sources(nvml_source, system_gpus_fn)
         self._shared = _SharedNvml()
+        self._history_budget = HistoryBudget(HISTORY_MAX_BYTES)
         self._system_gpus_cache: list = []
         self._gpu_facts: tuple = ()
         self._jobs: dict[str, _Job] = {}
@@ -220,8 +225,7 @@ class JobsPoller:
             # A job found through a process that now has a job above it (a DataLoader worker seen
             # before its trainer's probe started) was never a job of its own: it is absorbed.
             if roots.get(job.root, job.root) != job.root:
-                job.poller.stop()
-                del self._jobs[jid]
+                self._drop(jid)
 
     def _add_jobs(self, new_roots: set[tuple[int, int]], now: float) -> None:
         """A job for each new root that fits in MAX_JOBS shared out among users with the jobs
@@ -256,6 +260,7 @@ class JobsPoller:
             clock=self.clock,
             gpu_facts_fn=self._shared_gpu_facts,
             lazy_document=True,  # a job's whole document is made when someone asks for it
+            history_budget=self._history_budget,
         )
 
     def _shared_gpu_facts(self) -> tuple:
@@ -293,16 +298,20 @@ class JobsPoller:
             except Exception:
                 self.poll_errors["probe"] += 1
         for jid, job in list(self._jobs.items()):
-            try:
-                job.poller.poll_once()
-            except Exception as exc:
-                self.poll_errors["poll"] += 1
-                if isinstance(exc, contract.ContractError):
-                    raise
             ended = job.poller.target_gone_at
-            if ended is not None and now - ended > self.history_s:
-                job.poller.stop()
-                del self._jobs[jid]
+            if ended is None:
+                try:
+                    job.poller.poll_once()  # the poll that finds the root gone is its last
+                except Exception as exc:
+                    self.poll_errors["poll"] += 1
+                    if isinstance(exc, contract.ContractError):
+                        raise
+                if job.poller.target_gone_at is not None:
+                    # An exited job is sampled no more: its last documents and history stand, and
+                    # its sources' files and /proc descriptors are given back now.
+                    job.poller.stop()
+            elif now - ended > self.history_s:
+                self._drop(jid)
         self._trim()
         published = self._publish(now)
         jobs = published.jobs
@@ -314,6 +323,11 @@ class JobsPoller:
             del self.poll_durations_s[:-1000]
         return jobs
 
+    def _drop(self, jid: str) -> None:
+        job = self._jobs.pop(jid)
+        job.poller.stop()
+        self._history_budget.leave(job.poller.history)
+
     def _trim(self) -> None:
         """At most MAX_JOBS, shared out among users (document.fair_share: one user's many jobs never
         push another's out); within a user's, running jobs before exited ones, the newest first."""
@@ -323,10 +337,9 @@ class JobsPoller:
             self._jobs.items(), key=lambda kv: (kv[1].poller.target_gone_at is not None, -kv[1].found_unix_s)
         )
         keep = {jid for jid, _ in document.fair_share(best_first, MAX_JOBS, lambda kv: _owner(kv[1]))}
-        for jid, job in best_first:
+        for jid, _ in best_first:
             if jid not in keep:
-                job.poller.stop()
-                del self._jobs[jid]
+                self._drop(jid)
 
     def _publish(self, now: float) -> _Published:
         """The jobs document, and the status document of every job polled at least once (each made
