@@ -24,10 +24,11 @@ from probe_wire.names import SHM_DIR, list_segments, segment_path
 from probe_wire.procid import process_real_uid
 from sidecar import contract, document
 from sidecar.collect import gpu_facts, job_id
+from sidecar.history import HistoryBudget
 from sidecar.poller import SYSFS_EVERY_POLLS, Poller, _NvmlDown, machine_sources, poll_nvml, read_system_gpus
 from sidecar.sources import lineage
 from sidecar.sources.owners import KnownProcesses
-from sidecar.sources.proctree import open_file_budget
+from sidecar.sources.proctree import ProcessTreeSource, open_file_budget
 from sidecar.sources.segments import FOREIGN_CHECK_EVERY_POLLS, SegmentSource
 from sidecar.verdict import Rules
 
@@ -36,6 +37,9 @@ from sidecar.verdict import Rules
 MAX_CANDIDATES = 1024
 MAX_JOBS = 256  # watched at once; the newest are kept
 REDISCOVER_EVERY_POLLS = 10
+# The samples of every job's history together (history.HistoryBudget): whatever --history, the
+# number of jobs and their GPUs, discovery's histories never hold more (docs/reliability.md).
+HISTORY_MAX_BYTES = 32 << 20
 # A directory whose mtime is younger than this may change again without a new mtime (the kernel
 # stamps it from a coarse clock): its listing is not reused.
 LISTING_SETTLED_S = 0.1
@@ -59,6 +63,7 @@ class _Job:
     root: tuple[int, int]  # the root's identity (pid, start ticks)
     poller: Poller
     found_unix_s: float
+    owner: int | None = None  # the root's real uid when found (its poller's says it after)
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,7 @@ class JobsPoller:
         self.clock = clock
         self.nvml_source, self.system_gpus_fn = machine_sources(nvml_source, system_gpus_fn)
         self._shared = _SharedNvml()
+        self._history_budget = HistoryBudget(HISTORY_MAX_BYTES)
         self._system_gpus_cache: list = []
         self._gpu_facts: tuple = ()
         self._jobs: dict[str, _Job] = {}
@@ -146,13 +152,16 @@ class JobsPoller:
     def _list_segment_pids(self) -> set[int]:
         """Pids with a segment this sidecar may read: its own user's (root: anyone's), and only a
         segment whose file belongs to the process's own user (only the process writes its segment).
-        The owner checks come before the MAX_CANDIDATES cap: names another user planted (any pid,
-        pid 1 included) never make a job, nor take the place of a real one. Whether a file's owner is
-        its pid's user is read from /proc once per file (pid, inode), not at every poll."""
-        out: set[int] = set()
+        The owner checks come before the MAX_CANDIDATES cap, and the cap is shared out among the
+        files' owners (document.fair_share): names another user planted (any pid, pid 1 included)
+        never make a job, and one user's flood of segments (a thousand threads' ids each naming a
+        file) never takes the place of another user's job. Whether a file's owner is its pid's user
+        is read from /proc once per file (pid, inode), not at every poll."""
+        found: list[tuple[int, int]] = []  # (pid, owner), in the listing's order
+        seen: set[int] = set()
         checked: dict[tuple[int, int, int], bool] = {}
         for pid, ticks in list_segments(self.shm_dir):
-            if pid in out:
+            if pid in seen:
                 continue
             try:
                 st = os.lstat(segment_path(pid, ticks, self.shm_dir))
@@ -167,18 +176,20 @@ class JobsPoller:
             checked[key] = ok
             if not ok:
                 continue  # another user's file under this pid's name, or the process is gone
-            out.add(pid)
-            if len(out) >= MAX_CANDIDATES:
-                break
+            seen.add(pid)
+            found.append((pid, st.st_uid))
         self._owner_checked = checked  # forgets files gone since
-        return out
+        return {pid for pid, _ in document.fair_share(found, MAX_CANDIDATES, lambda f: f[1])}
 
     def _candidates(self, nvml) -> tuple[set[int], set[int]]:
         probed = self._segment_pids()
         gpu = {p.pid for d in (nvml.devices if nvml.ok else ()) for p in d.processes}
+        owned = [(pid, self._processes.real_uid(pid)) for pid in sorted(gpu)]
         if self.uid is not None:
-            gpu = {pid for pid in gpu if self._processes.real_uid(pid) == self.uid}
-        return probed, set(list(gpu)[:MAX_CANDIDATES])
+            owned = [(pid, uid) for pid, uid in owned if uid == self.uid]
+        # Shared out among users, as the segments are: one user's thousand GPU processes never hide
+        # another's.
+        return probed, {pid for pid, _ in document.fair_share(owned, MAX_CANDIDATES, lambda f: f[1])}
 
     def _discover(self, now: float, nvml) -> None:
         # After NVML's snapshot and before the listing: each pid listed is looked up as it is now.
@@ -209,29 +220,47 @@ class JobsPoller:
             self._roots = roots  # forgets identities no longer seen
             self._candidates_seen = candidates
         roots = self._roots
-        for root in set(roots.values()):
-            jid = job_id(*root)
-            if jid not in self._jobs:
-                self._jobs[jid] = _Job(root, self._new_poller(root[0]), now)
+        self._add_jobs({r for r in roots.values() if job_id(*r) not in self._jobs}, now)
         for jid, job in list(self._jobs.items()):
             # A job found through a process that now has a job above it (a DataLoader worker seen
             # before its trainer's probe started) was never a job of its own: it is absorbed.
             if roots.get(job.root, job.root) != job.root:
-                job.poller.stop()
-                del self._jobs[jid]
+                self._drop(jid)
+
+    def _add_jobs(self, new_roots: set[tuple[int, int]], now: float) -> None:
+        """A job for each new root that fits in MAX_JOBS shared out among users with the jobs
+        watched (document.fair_share, newest first): a flood of one user's roots never costs a
+        poller each only to be trimmed, nor takes another user's place. Each job's owner is read
+        here, from its root's process: what shares them out even when its own poll fails."""
+        if not new_roots:
+            return
+        owned = [(r, self._processes.real_uid(r[0])) for r in new_roots]
+        if len(self._jobs) + len(owned) > MAX_JOBS:
+            watched = [(job.root, _owner(job)) for job in self._jobs.values()]
+            newest_first = sorted(watched + owned, key=lambda ro: -ro[0][1])
+            kept = {ro[0] for ro in document.fair_share(newest_first, MAX_JOBS, lambda ro: ro[1])}
+            owned = [ro for ro in owned if ro[0] in kept]
+        for root, uid in owned:
+            self._jobs[job_id(*root)] = _Job(root, self._new_poller(root[0]), now, uid)
 
     def _new_poller(self, root_pid: int) -> Poller:
+        # Each job keeps open its share of half the descriptors (MAX_JOBS of them at once): a job of
+        # a thousand threads, watched under many roots, must not spend them all (EMFILE made every
+        # other job's poll read nothing).
+        per_job = open_file_budget(share=0.5, cap=1 << 20) // (2 * MAX_JOBS)  # two sources a job
         return Poller(
             root_pid,
+            tree_source=ProcessTreeSource(root_pid, max_open_files=per_job),
             interval_s=self.interval_s,
             history_s=self.history_s,
             rules=self.rules,
             nvml_source=self._shared,
-            segment_source=SegmentSource(sweep_foreign=False),  # swept once for all jobs, below
+            segment_source=SegmentSource(sweep_foreign=False, max_open=per_job),  # swept once for all jobs, below
             system_gpus_fn=self._system_gpus,
             clock=self.clock,
             gpu_facts_fn=self._shared_gpu_facts,
             lazy_document=True,  # a job's whole document is made when someone asks for it
+            history_budget=self._history_budget,
         )
 
     def _shared_gpu_facts(self) -> tuple:
@@ -269,16 +298,20 @@ class JobsPoller:
             except Exception:
                 self.poll_errors["probe"] += 1
         for jid, job in list(self._jobs.items()):
-            try:
-                job.poller.poll_once()
-            except Exception as exc:
-                self.poll_errors["poll"] += 1
-                if isinstance(exc, contract.ContractError):
-                    raise
             ended = job.poller.target_gone_at
-            if ended is not None and now - ended > self.history_s:
-                job.poller.stop()
-                del self._jobs[jid]
+            if ended is None:
+                try:
+                    job.poller.poll_once()  # the poll that finds the root gone is its last
+                except Exception as exc:
+                    self.poll_errors["poll"] += 1
+                    if isinstance(exc, contract.ContractError):
+                        raise
+                if job.poller.target_gone_at is not None:
+                    # An exited job is sampled no more: its last documents and history stand, and
+                    # its sources' files and /proc descriptors are given back now.
+                    job.poller.stop()
+            elif now - ended > self.history_s:
+                self._drop(jid)
         self._trim()
         published = self._publish(now)
         jobs = published.jobs
@@ -290,6 +323,11 @@ class JobsPoller:
             del self.poll_durations_s[:-1000]
         return jobs
 
+    def _drop(self, jid: str) -> None:
+        job = self._jobs.pop(jid)
+        job.poller.stop()
+        self._history_budget.leave(job.poller.history)
+
     def _trim(self) -> None:
         """At most MAX_JOBS, shared out among users (document.fair_share: one user's many jobs never
         push another's out); within a user's, running jobs before exited ones, the newest first."""
@@ -299,10 +337,9 @@ class JobsPoller:
             self._jobs.items(), key=lambda kv: (kv[1].poller.target_gone_at is not None, -kv[1].found_unix_s)
         )
         keep = {jid for jid, _ in document.fair_share(best_first, MAX_JOBS, lambda kv: _owner(kv[1]))}
-        for jid, job in best_first:
+        for jid, _ in best_first:
             if jid not in keep:
-                job.poller.stop()
-                del self._jobs[jid]
+                self._drop(jid)
 
     def _publish(self, now: float) -> _Published:
         """The jobs document, and the status document of every job polled at least once (each made
@@ -415,8 +452,8 @@ class JobsPoller:
 
 
 def _owner(job: _Job) -> int | None:
-    info = job.poller.root_info()
-    return getattr(info, "uid", None)
+    uid = getattr(job.poller.root_info(), "uid", None)
+    return job.owner if uid is None else uid
 
 
 def _default_job(entries: list[dict[str, Any]]) -> str | None:

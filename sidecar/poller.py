@@ -16,7 +16,7 @@ from typing import Any
 from sidecar import document
 from sidecar.collect import FactCollector, history_sample
 from sidecar.contract import ContractError
-from sidecar.history import History
+from sidecar.history import History, HistoryBudget
 from sidecar.sources.lineage import root_info
 from sidecar.sources.proctree import ProcessTreeSource, pid_visible
 from sidecar.sources.segments import SegmentSource
@@ -43,6 +43,7 @@ class Poller(document.OneJob):
         clock: Callable[[], float] = time.time,
         gpu_facts_fn: Callable[[], tuple] | None = None,
         lazy_document: bool = False,
+        history_budget: HistoryBudget | None = None,
     ):
         self.target_pid = target_pid
         # The NVML snapshot's devices as facts, when someone else made them for this poll
@@ -58,7 +59,7 @@ class Poller(document.OneJob):
         self.segment_source = segment_source or SegmentSource()
         self.nvml_source, self.system_gpus_fn = machine_sources(nvml_source, system_gpus_fn)
         self.clock = clock
-        self.history = History(history_s, interval_s)
+        self.history = History(history_s, interval_s, history_budget)
         self.poll_count = 0
         self.poll_errors: Counter[str] = Counter()
         self.poll_durations_s: list[float] = []  # read (never drained) by the metrics collector

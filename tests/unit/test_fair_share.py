@@ -27,10 +27,11 @@ class _Info:
 
 
 class _StubPoller:
-    """What _trim reads of a job's Poller: when its root exited, whose it is, and stop()."""
+    """What _trim reads of a job's Poller: when its root exited, whose it is, stop() and history."""
 
     def __init__(self, uid: int, gone_at: float | None = None):
         self.target_gone_at, self._uid, self.stopped = gone_at, uid, False
+        self.history = None  # what the budget forgets of a dropped job (none here)
 
     def root_info(self):
         return _Info(self._uid)

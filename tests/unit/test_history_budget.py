@@ -1,0 +1,55 @@
+"""Bounded memory under churn (issue 26 item 9): an exited job is sampled no more, and discovery's
+histories together hold at most a byte budget, however many jobs and GPUs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from probe_wire import read_segment
+from sidecar.history import History, HistoryBudget, Sample, sample_bytes
+from sidecar.jobs import JobsPoller
+from sidecar.verdict import RecentSample
+from tests.helpers.harness import REPO, python_env, wait_for
+
+
+def _sample(t: float, gpus: int = 8) -> Sample:
+    rows = [(i, 50.0, 1000.0, 0.5, 0.4, 0.1, 1410.0, 300.0, 60.0) for i in range(gpus)]
+    return Sample(t, rows, [(100, 900.0, 40.0)], RecentSample(t, None, None, 0, None))
+
+
+def test_histories_sharing_a_budget_never_hold_more_than_it_together():
+    one = sample_bytes(_sample(0.0))
+    budget = HistoryBudget(50 * one)
+    histories = [History(3600.0, 1.5, budget) for _ in range(8)]
+    for n in range(400):  # 8 jobs x 400 samples: 64 times the budget
+        for h in histories:
+            h.append(_sample(float(n)))
+        assert budget.total_bytes <= budget.max_bytes
+    assert budget.total_bytes == sum(h.bytes for h in histories) == sum(sample_bytes(s) for h in histories for s in h.samples())
+    assert all(len(h) >= 5 for h in histories)  # shared out: the largest gives first
+    assert all(h.samples()[-1].time == 399.0 for h in histories)  # the newest kept, the oldest gone
+    budget.leave(histories[0])
+    assert budget.total_bytes == sum(h.bytes for h in histories[1:])
+
+
+def test_an_exited_job_is_sampled_no_more(tmp_path):
+    job = subprocess.Popen([sys.executable, "-m", "tests.stress.jobs", "once"], env=python_env(), cwd=REPO)
+    poller = JobsPoller(nvml_source=object(), system_gpus_fn=list, history_s=3600.0)
+    try:
+        wait_for(lambda: read_segment(job.pid).state == "ok", what="the job's segment")
+        poller.poll_once()
+        (watched,) = [j for j in poller._jobs.values() if j.root[0] == job.pid]
+        job.kill()
+        job.wait()
+        wait_for(lambda: poller.poll_once() and watched.poller.target_gone_at is not None, what="its exit")
+        n = len(watched.poller.history)
+        for _ in range(5):
+            poller.poll_once()
+        assert len(watched.poller.history) == n  # before: one more sample per poll for history_s
+        listed = {j["root_pid"]: j for j in poller.jobs_document()["jobs"]}
+        assert job.pid in listed and listed[job.pid]["alive"] is False  # still listed, as exited
+    finally:
+        job.kill()
+        job.wait()
+        poller.stop()
