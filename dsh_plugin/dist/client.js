@@ -149,6 +149,8 @@ var en_default = {
   "role.workerN": "data worker {n}",
   "probe.none": "no probe",
   "probe.noneTitle": "The probe is not loaded in this process: its model and input devices are unknown.",
+  "proc.exited": "exited",
+  "proc.exitedTitle": "It has exited: its last facts, with the final counts its probe published at exit.",
   "probe.error": "probe error: {error}",
   "model.params": "{n} params",
   "charts.title": "History",
@@ -550,6 +552,8 @@ var zh_default = {
   "role.workerN": "数据加载进程 {n}",
   "probe.none": "无探针",
   "probe.noneTitle": "此进程未加载探针：其模型和输入所在设备未知。",
+  "proc.exited": "已退出",
+  "proc.exitedTitle": "进程已退出：显示其最后的信息，包括探针在退出时发布的最终计数。",
   "probe.error": "探针错误：{error}",
   "model.params": "{n} 个参数",
   "charts.title": "历史",
@@ -2213,11 +2217,15 @@ function ProcessRow({ p, lang }) {
   const wait = dataWait(p, lang);
   const gpuRows = Array.isArray(p.gpu) ? p.gpu.filter(Boolean) : [];
   const mem = gpuRows.reduce((a, g) => isNum3(g.mem_used_mib) ? (a ?? 0) + g.mem_used_mib : a, null);
-  return /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("tr", { "data-testid": "dsh-gpu-process", "data-pid": p.pid ?? "", children: [
+  return /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("tr", { "data-testid": "dsh-gpu-process", "data-pid": p.pid ?? "", "data-exited": p.exited ? "true" : void 0, children: [
     /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("td", { children: [
       /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { className: "dgd-proc-name", children: p.name || NA }),
       " ",
       /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { className: "dgd-mono dgd-muted", children: p.pid ?? NA }),
+      p.exited ? /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("span", { className: "dgd-muted", "data-testid": "dsh-gpu-exited", title: t(lang, "proc.exitedTitle"), children: [
+        " ",
+        t(lang, "proc.exited")
+      ] }) : null,
       cmdText(p.cmdline) ? /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { className: "dgd-proc-cmd", title: cmdText(p.cmdline), children: cmdText(p.cmdline) }) : null,
       p.probe_error ? /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("div", { className: "dgd-probe-error", children: t(lang, "probe.error", { error: p.probe_error }) }) : null
     ] }),

@@ -310,6 +310,7 @@ function renderProcs(doc) {
       h('div', { style: 'min-width:0' },
         h('span', { class: 'proc-name', text: p.name || NA }), ' ',
         h('span', { class: 'proc-pid', 'data-testid': 'pid', text: String(p.pid) }),
+        p.exited ? h('span', { class: 'chip exited', 'data-testid': 'exited', title: tr('proc.exitedTitle'), text: tr('proc.exited') }) : null,
         cmd ? h('span', { class: 'proc-cmd', title: cmd, text: cmd }) : null,
         p.probe_error ? h('span', { class: 'proc-err', text: tr('probe.error', { error: p.probe_error }) }) : null)));
 
@@ -330,7 +331,7 @@ function renderProcs(doc) {
 
     const memTitle = (p.gpu || []).map((g) => `${tr('chart.gpuN', { n: g.index })}: ${fmtMiB(g.mem_used_mib)}`).join('\n');
     body.appendChild(h('tr', {
-      class: probed ? 'proc' : 'proc no-probe', 'data-testid': 'process-row', 'data-pid': p.pid, 'data-ppid': p.ppid,
+      class: (probed ? 'proc' : 'proc no-probe') + (p.exited ? ' exited' : ''), 'data-testid': 'process-row', 'data-pid': p.pid, 'data-ppid': p.ppid,
       'data-depth': depth, 'data-role': p.role || '', 'data-probe': probed ? 'true' : 'false',
     },
     procCell, roleCell, modelCell, inputCell,

@@ -25,9 +25,15 @@ function ProcessRow({ p, lang }) {
   const gpuRows = Array.isArray(p.gpu) ? p.gpu.filter(Boolean) : []
   const mem = gpuRows.reduce((a, g) => (isNum(g.mem_used_mib) ? (a ?? 0) + g.mem_used_mib : a), null)
   return (
-    <tr data-testid="dsh-gpu-process" data-pid={p.pid ?? ''}>
+    <tr data-testid="dsh-gpu-process" data-pid={p.pid ?? ''} data-exited={p.exited ? 'true' : undefined}>
       <td>
         <span className="dgd-proc-name">{p.name || NA}</span> <span className="dgd-mono dgd-muted">{p.pid ?? NA}</span>
+        {p.exited ? (
+          <span className="dgd-muted" data-testid="dsh-gpu-exited" title={t(lang, 'proc.exitedTitle')}>
+            {' '}
+            {t(lang, 'proc.exited')}
+          </span>
+        ) : null}
         {cmdText(p.cmdline) ? (
           <span className="dgd-proc-cmd" title={cmdText(p.cmdline)}>
             {cmdText(p.cmdline)}
