@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from probe_wire.header import HEADER, HEADER_BYTES, SEQ, SEQ_OFFSET
 from probe_wire.prefix import PrefixSlot
 from probe_wire.reader import (
     CLOSED_ERROR,
@@ -21,6 +22,13 @@ FALLBACK_CHECK_EVERY = 8
 # Bytes a follower's check of its last read copies beyond that read's: a new payload up to this much
 # longer is then read whole by that one pread (an event or a longer number adds tens of bytes).
 READ_SLACK_BYTES = 1024
+# Reads that a file gives again for as long as its header stays the same (its payload's bytes, the
+# writer's identity and the identity asked for are all fixed by then): see _judged_read.
+JUDGED_STATES = frozenset({"corrupt", "stale"})
+# Only a payload longer than this is judged by its header: a shorter one is read again each poll
+# (at most PAYLOAD_COPY_BUDGET_BYTES of copies, as ever), so a file rewritten in place with write()
+# under the same header, within one mtime tick, is never misjudged where that costs little.
+JUDGE_BY_HEADER_BYTES = 64 * 1024
 
 
 class SegmentFollower:
@@ -46,6 +54,9 @@ class SegmentFollower:
         self._missing_reads: dict[tuple[int, int], int] = {}  # identity -> reads that found no file
         # identity -> its payloads' prefix (probe_wire/prefix.py): a new publish decodes only the rest
         self._prefixes: dict[tuple[int, int], PrefixSlot] = {}
+        # identity -> {(st_dev, st_ino): (header bytes, the corrupt or stale read made under that
+        # header)}: such a file is judged again only when its header changes (see _judged_read)
+        self._judged: dict[tuple[int, int], dict[tuple[int, int], tuple[bytes, SegmentRead]]] = {}
 
     def __len__(self) -> int:
         return len(self._open)
@@ -66,6 +77,8 @@ class SegmentFollower:
                 if raw is not None:
                     self._keep(ident, fd, size, raw, r, slot)
                     return r
+                if r.state in JUDGED_STATES:
+                    self._remember_judged(ident, fd, os.pread(fd, HEADER_BYTES, 0), r)
                 self._drop(ident)
                 if r.error == CLOSED_ERROR:
                     return r  # the writer's last publish: its name is gone (or another's) by now
@@ -119,15 +132,52 @@ class SegmentFollower:
         fd, size = opened
         keep = False
         try:
+            judged = self._judged_read(ident, fd)
+            if judged is not None:
+                return judged
             slot = self._slot(ident)
             r, raw = read_consistent(fd, pid, size, start_ticks, READ_ATTEMPTS, slot)
             keep = raw is not None and len(self._open) < self.max_open
             if keep:
                 self._keep(ident, fd, size, raw, r, slot)
+            elif r.state in JUDGED_STATES:
+                self._remember_judged(ident, fd, os.pread(fd, HEADER_BYTES, 0), r)
             return r
         finally:
             if not keep:
                 os.close(fd)
+
+    def _judged_read(self, ident: tuple[int, int], fd: int) -> SegmentRead | None:
+        """The corrupt or stale read this very file gave under this very header, if any. A writer
+        moves its seq on every publish, so the same header is the same publish: judged again, a
+        planted 16 MiB file would cost a copy of its payload every poll; judged by its header, one
+        pread. The file's size and mtime are part of it too, so a file rewritten with write() (not
+        how a writer publishes) is judged again."""
+        files = self._judged.get(ident)
+        if not files:
+            return None
+        st = os.fstat(fd)
+        judged = files.get((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+        if judged is None or os.pread(fd, HEADER_BYTES, 0) != judged[0]:
+            return None
+        return judged[1]
+
+    def _remember_judged(self, ident: tuple[int, int], fd: int, head: bytes, r: SegmentRead) -> None:
+        """Keep the corrupt or stale read ``r`` of ``fd``, whose header is ``head`` now."""
+        # The verdict was made under the header it names the seq of (read_consistent checks the seq
+        # again after its copy): when that is the seq in ``head``, ``head`` is that header.
+        if r.state not in JUDGED_STATES or len(head) < HEADER_BYTES or r.seq is None:
+            return
+        if r.seq != SEQ.unpack_from(head, SEQ_OFFSET)[0] or _length(head) <= JUDGE_BY_HEADER_BYTES:
+            return
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            return  # nothing remembered: the next poll judges the file afresh
+        files = self._judged.setdefault(ident, {})
+        if len(files) >= 2:  # a process has two names; more files than that are replaced ones
+            files.clear()
+        files[(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)] = (head, r)
 
     def retain(self, identities: set) -> None:
         """Close the files of every identity not in ``identities`` (processes that left the tree)."""
@@ -141,12 +191,16 @@ class SegmentFollower:
         if not self._prefixes.keys() <= identities:
             for ident in [i for i in self._prefixes if i not in identities]:
                 del self._prefixes[ident]
+        if not self._judged.keys() <= identities:
+            for ident in [i for i in self._judged if i not in identities]:
+                del self._judged[ident]
 
     def close(self) -> None:
         for ident in list(self._open):
             self._drop(ident)
         self._missing_reads.clear()
         self._prefixes.clear()
+        self._judged.clear()
 
     def _drop(self, ident: tuple[int, int]) -> None:
         entry = self._open.pop(ident, None)
@@ -155,3 +209,8 @@ class SegmentFollower:
                 os.close(entry[0])
             except OSError:
                 pass
+
+
+def _length(head: bytes) -> int:
+    """The payload length a header claims."""
+    return HEADER.unpack_from(head)[7]

@@ -38,6 +38,11 @@ __all__ = ["SegmentRead", "read_segment"]
 # is stuck or died mid-publish.
 READ_ATTEMPTS = 16
 _RETRY_SLEEP_S = 0.0002
+# What one read may copy of payloads over its retries: a payload up to half this is retried on every
+# attempt, a longer one copied at most twice (a 16 MiB file whose crc never matches costs 32 MiB,
+# not READ_ATTEMPTS times 16). A writer publishes in microseconds, so a second copy of a large
+# payload that is still torn is a writer that keeps publishing or lies: the next poll reads again.
+PAYLOAD_COPY_BUDGET_BYTES = 1 << 20
 # The error of a segment its writer closed (state "missing", its last payload kept).
 CLOSED_ERROR = "the writer closed this segment"
 
@@ -250,6 +255,7 @@ def read_consistent(
     first try's copy of the header and, when they hold all of it, of the payload, in place of preads
     of their own. They were copied before the seq is read again, as the preads' would have been."""
     last = None
+    copied_bytes = 0  # payload bytes copied by the tries so far
     for attempt in range(attempts):
         if attempt:
             time.sleep(_RETRY_SLEEP_S)
@@ -284,6 +290,9 @@ def read_consistent(
             if _read_seq(fd) != seq:
                 continue
             return (SegmentRead(pid, "corrupt", None, reason, *header), None)
+        if copied_bytes and copied_bytes + length > max(2 * length, PAYLOAD_COPY_BUDGET_BYTES):
+            break  # see PAYLOAD_COPY_BUDGET_BYTES: ``last`` says why the copies so far failed
+        copied_bytes += length
         end = HEADER_BYTES + length
         copied = len(raw) >= end  # the payload came with the header (in ``first``)
         data = raw[HEADER_BYTES:end] if copied else os.pread(fd, length, HEADER_BYTES)
@@ -315,9 +324,9 @@ def _read_seq(fd: int) -> int:
     return SEQ.unpack(raw)[0] if len(raw) == SEQ.size else -1
 
 
-def _finish(data: bytes, expected: int | None, pid: int, header: tuple, slot: PrefixSlot | None = None) -> SegmentRead:
-    """The read of ``data``, a consistent copy of ``pid``'s payload; ``header``: what read_consistent
-    found in the header (SegmentRead's fields after ``error``)."""
+def _identity_problem(pid: int, expected: int | None, header: tuple) -> SegmentRead | None:
+    """Why the header's writer is not ``pid`` as ``expected`` (None: the live process's start
+    ticks), or None. ``header``: SegmentRead's fields after ``error``, as read_consistent found them."""
     wpid, ticks, _, _, _, wns = header
     if wpid != pid & 0xFFFFFFFF:
         return SegmentRead(pid, "corrupt", None, f"header names writer pid {wpid}", *header)
@@ -335,6 +344,16 @@ def _finish(data: bytes, expected: int | None, pid: int, header: tuple, slot: Pr
             )
     elif ticks != expected:
         return SegmentRead(pid, "stale", None, f"writer start_ticks {ticks} != expected {expected}", *header)
+    return None
+
+
+def _finish(data: bytes, expected: int | None, pid: int, header: tuple, slot: PrefixSlot | None = None) -> SegmentRead:
+    """The read of ``data``, a consistent copy of ``pid``'s payload; ``header``: what read_consistent
+    found in the header (SegmentRead's fields after ``error``)."""
+    problem = _identity_problem(pid, expected, header)
+    if problem is not None:
+        return problem
+    ticks = header[1]
     payload = decode_with_prefix(slot.prefix, data) if slot is not None and slot.prefix is not None else None
     if payload is None:
         try:

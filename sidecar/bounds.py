@@ -68,6 +68,24 @@ def one_line(text: str) -> str:
     )
 
 
+def printable(text: str) -> str:
+    """Text a process controls, as data for a program (an agent's structured content): control and
+    format characters (escape sequences, line breaks, bidi overrides, zero-width ones) removed, the
+    space kept. What is left reads the same everywhere it is shown."""
+    return "".join(ch for ch in text if ch == " " or unicodedata.category(ch)[0] not in "CZ")
+
+
+def printable_all(value: Any) -> Any:
+    """``value`` with every string in it made ``printable`` (keys too: a map's keys may be names)."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {printable_all(k): printable_all(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [printable_all(v) for v in value]
+    return value
+
+
 def one_line_all(value: Any) -> Any:
     """``value`` (a document, or a part of one) with every string in it made ``one_line``."""
     if isinstance(value, str):
