@@ -77,7 +77,7 @@ class SegmentFollower:
                 if raw is not None:
                     self._keep(ident, fd, size, raw, r, slot)
                     return r
-                if r.state in JUDGED_STATES:
+                if r.state in JUDGED_STATES and size > HEADER_BYTES + JUDGE_BY_HEADER_BYTES:
                     self._remember_judged(ident, fd, os.pread(fd, HEADER_BYTES, 0), r)
                 self._drop(ident)
                 if r.error == CLOSED_ERROR:
@@ -140,7 +140,8 @@ class SegmentFollower:
             keep = raw is not None and len(self._open) < self.max_open
             if keep:
                 self._keep(ident, fd, size, raw, r, slot)
-            elif r.state in JUDGED_STATES:
+            elif r.state in JUDGED_STATES and size > HEADER_BYTES + JUDGE_BY_HEADER_BYTES:
+                # (a file that cannot hold a payload worth judging by its header costs no more pread)
                 self._remember_judged(ident, fd, os.pread(fd, HEADER_BYTES, 0), r)
             return r
         finally:
