@@ -80,10 +80,11 @@ def test_the_demo_shows_its_job_and_stops_cleanly_on_ctrl_c(fake_nvml):
         )
 
         def three_processes() -> dict | None:
+            # The workers' probes publish a moment after the workers start: wait for their roles too.
             d = demo.get(f"{API}/status")
-            return d if len(d["processes"]) == 3 else None
+            return d if len(d["processes"]) == 3 and all(p["role"] for p in d["processes"]) else None
 
-        doc = wait_for(three_processes, 30, what="the job's three processes")
+        doc = wait_for(three_processes, 30, what="the job's three probed processes")
         assert [m["name"] for p in doc["processes"] for m in p["models"]] == ["spiral-mlp"], doc["processes"]
         roles = sorted(p["role"] or "" for p in doc["processes"])
         assert roles == ["dataloader-worker", "dataloader-worker", "main"], roles

@@ -171,6 +171,7 @@ def test_lightning_breakdown_waits_for_a_slow_loader_and_keeps_the_closure_out_o
         "pin_memory": False,
         "persistent_workers": False,
         "batch_size": 8,
+        "prefetch_factor": None,  # torch's own without workers
     }
     # training_step (inside the closure Lightning runs in optimizer.step) sleeps: that is not the
     # optimizer's time, which starts at on_before_optimizer_step.

@@ -240,7 +240,7 @@ def test_a_closure_given_to_step_is_not_optimizer_time_and_is_returned_unchanged
     probe.register(model, name="bd-closure")
     opt = torch.optim.SGD(unregistered.parameters(), lr=0.1)
     x, y = torch.randn(4, 8), torch.randint(0, 2, (4,))
-    closure_s = 0.02
+    closure_s = 0.2  # far above what an SGD step of a small net costs on a loaded machine
 
     def closure():
         opt.zero_grad()
@@ -253,7 +253,7 @@ def test_a_closure_given_to_step_is_not_optimizer_time_and_is_returned_unchanged
         opt0 = CLOCK.optimizer_s
         loss = opt.step(*args, **kwargs)
         assert isinstance(loss, torch.Tensor) and loss.requires_grad  # the closure's own loss
-        assert CLOCK.optimizer_s - opt0 < closure_s / 4, CLOCK.optimizer_s - opt0
+        assert CLOCK.optimizer_s - opt0 < closure_s / 2, CLOCK.optimizer_s - opt0
     assert CLOCK.opt_closure_s is None and CLOCK.opt_depth == 0
 
     def raising():
