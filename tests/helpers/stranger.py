@@ -53,9 +53,20 @@ class StrangerListener:
 
     def __enter__(self) -> StrangerListener:
         self.proc = subprocess.Popen(
-            ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups",
-             "/usr/bin/python3", "-c", _SCRIPT, str(self.wanted_port)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True, cwd="/",
+            [
+                "setpriv",
+                f"--reuid={self.uid}",
+                f"--regid={self.uid}",
+                "--clear-groups",
+                "/usr/bin/python3",
+                "-c",
+                _SCRIPT,
+                str(self.wanted_port),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd="/",
         )
         first = self.proc.stdout.readline()
         if not first.strip().isdigit():
