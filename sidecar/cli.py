@@ -473,7 +473,7 @@ def _announce(url: str, token: str | None, generated: bool, watching: str) -> No
             flush=True,
         )
     # The URL stays the line's third word (tools parse it); the rest says how to open it: without
-    # the token the page answers 401.
+    # the token the page's data requests answer 401.
     how = (
         "open the page with its token, above"
         if generated

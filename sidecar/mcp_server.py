@@ -36,6 +36,7 @@ from sidecar.bounds import (
     printable_all,
 )
 from sidecar.document import UnknownJob
+from sidecar.hosts import foreign_listener, is_loopback_host
 from sidecar.mcp_schemas import (
     DEFAULT_SECONDS,
     DESCRIPTIONS,
@@ -105,6 +106,13 @@ class HttpBackend:
         self.token = token
         self.timeout_s = timeout_s
         self._opener = urllib.request.build_opener(_NoRedirect())
+        parts = urllib.parse.urlsplit(self.base)
+        try:
+            port = parts.port or 80
+        except ValueError:  # an out-of-range port: urllib refuses it below with its own error
+            port = None
+        # on loopback anyone may bind the port once our sidecar stops: checked before every request
+        self._local_port = port if port and is_loopback_host(parts.hostname or "") else None
 
     def jobs(self) -> dict[str, Any]:
         return self._get("jobs", {}, None)
@@ -122,6 +130,7 @@ class HttpBackend:
         query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
         url = f"{self.base}{API}/{route}" + (f"?{query}" if query else "")
         req = urllib.request.Request(url, headers={"Accept": "application/json"})
+        self._refuse_foreign_listener()
         if self.token:
             req.add_header("Authorization", f"Bearer {self.token}")
         try:
@@ -142,6 +151,17 @@ class HttpBackend:
         except ValueError:
             raise ToolError(f"{self.base} did not answer JSON: check --url points at a dsh-sidecar") from None
         return _checked(doc, route)
+
+    def _refuse_foreign_listener(self) -> None:
+        """No request (and no token) to a loopback port another user listens on: its answers could
+        say anything (a CPU job "on cuda:0") and it would keep the token."""
+        uid = foreign_listener(self._local_port) if self._local_port is not None else None
+        if uid is not None:
+            raise ToolError(
+                f"refused to ask {self.base}: port {self._local_port} is served by another user (uid {uid}), "
+                "not by you or root, so no request and no token was sent there: start your own sidecar "
+                "(`dsh-sidecar`) and pass the URL it prints to --url"
+            )
 
     def _http_error(self, code: int, reason: str, job: str | None) -> str:
         if code == 401:

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from flask import Flask, Response, abort, jsonify, redirect, request, send_from_directory
+from flask import Flask, Response, abort, jsonify, request, send_from_directory
 from werkzeug.exceptions import HTTPException
 
 from sidecar import __version__
@@ -22,15 +22,15 @@ from sidecar.hosts import HostPolicy
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 API = "/api/dsh-gpu-dashboard"
-TOKEN_COOKIE = "dsh_sidecar_token"  # + "_<port>": cookies are per host, not per port
-
-
-def token_cookie_name(port: str | int | None) -> str:
-    """One cookie per sidecar: logging into a second sidecar on the host must not log out the first."""
-    return f"{TOKEN_COOKIE}_{port}" if port else TOKEN_COOKIE
-
-
-PUBLIC_PATHS = ("/healthz",)
+# The page's own files: the same bytes as in the package, no data. They are served without the
+# token because a browser cannot send a header when it navigates or loads a script; the page then
+# sends the token (from `/?token=`, kept in the tab's sessionStorage) as `Authorization: Bearer`.
+# No cookie carries it: a browser sends a cookie to every port of the host, another user's
+# listener included.
+PUBLIC_PATHS = ("/healthz", "/")
+PUBLIC_PREFIXES = ("/static/",)
+# A token cookie (this name, + "_<port>"): never accepted, and expired wherever one arrives.
+LEGACY_TOKEN_COOKIE = "dsh_sidecar_token"
 JSON_SCHEMA = json_schema()  # of every document served here (sidecar/contract.py)
 
 
@@ -41,6 +41,10 @@ class ServerConfig:
     job_name: str | None = None
     static_dir: str = STATIC_DIR
     hosts: HostPolicy = field(default_factory=HostPolicy)
+
+
+def _public(path: str) -> bool:
+    return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)
 
 
 def _token_ok(expected: str, given: str | None) -> bool:
@@ -76,20 +80,12 @@ def _install_guards(app: Flask, config: ServerConfig) -> None:
             )
         if request.method not in ("GET", "HEAD"):
             return _error(405, "method not allowed: this API is read-only (GET, HEAD)")
-        if config.token and request.path not in PUBLIC_PATHS:
+        if config.token and not _public(request.path):
             header = request.headers.get("Authorization", "")
             bearer = header[7:] if header.startswith("Bearer ") else None
-            query_token = request.args.get("token") if request.path == "/" else None
-            cookie = token_cookie_name(request.environ.get("SERVER_PORT"))
-            if query_token is not None and _token_ok(config.token, query_token):
-                # The page cannot send a header on navigation: trade the query token for a cookie
-                # and drop it from the address bar.
-                resp = redirect("./", code=303)
-                resp.set_cookie(cookie, query_token, httponly=True, samesite="Strict")
-                return resp
-            if not (_token_ok(config.token, bearer) or _token_ok(config.token, request.cookies.get(cookie))):
+            if not _token_ok(config.token, bearer):
                 return _error(
-                    401, "missing or wrong token: send 'Authorization: Bearer TOKEN' (or open /?token=TOKEN)"
+                    401, "missing or wrong token: send 'Authorization: Bearer TOKEN' (the page: open /?token=TOKEN)"
                 )
         return None
 
@@ -99,6 +95,9 @@ def _install_guards(app: Flask, config: ServerConfig) -> None:
         resp.headers["X-Frame-Options"] = "SAMEORIGIN"
         resp.headers["Referrer-Policy"] = "no-referrer"
         resp.headers["Cache-Control"] = "no-store"
+        for name in request.cookies:
+            if name.startswith(LEGACY_TOKEN_COOKIE):  # a token in a cookie leaks to every port: drop it
+                resp.delete_cookie(name)
         if resp.mimetype == "text/html":
             resp.headers["Content-Security-Policy"] = (
                 "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; connect-src 'self'"

@@ -432,6 +432,7 @@ var en_default = {
   "settings.state.missing": "Sidecar not installed",
   "settings.startedSidecar": "Sidecar started by the plugin",
   "settings.startedDetail": "{state}, pid {pid}, restarted {restarts}×",
+  "settings.startedBecause": "started because {reason}; ours serves at {url}",
   "settings.started.starting": "starting",
   "settings.started.running": "running",
   "settings.started.backoff": "restarting",
@@ -835,6 +836,7 @@ var zh_default = {
   "settings.state.missing": "未安装 sidecar",
   "settings.startedSidecar": "插件启动的 sidecar",
   "settings.startedDetail": "{state}，pid {pid}，已重启 {restarts} 次",
+  "settings.startedBecause": "启动原因：{reason}；插件启动的 sidecar 地址：{url}",
   "settings.started.starting": "启动中",
   "settings.started.running": "运行中",
   "settings.started.backoff": "重启中",
@@ -1447,7 +1449,7 @@ function classify(resp, path) {
     return { kind: "loading", detail: b && (b.detail || b.error) || null };
   }
   if (resp.httpStatus === 401 || resp.httpStatus === 403) {
-    return { kind: "error", code: "auth", httpStatus: resp.httpStatus, detail: b && (b.detail || b.error) || null };
+    return { kind: "error", code: "auth", httpStatus: resp.httpStatus, url: b && typeof b.url === "string" && b.url || null, detail: b && (b.detail || b.error) || null };
   }
   if (resp.httpStatus === 404 && b && b.error === "not-found" && typeof b.detail === "string" && b.detail.includes(API)) {
     return { kind: "error", code: "http", httpStatus: 404, detail: b.detail };
@@ -1955,7 +1957,11 @@ function StartedSidecarRow({ cfg, lang }) {
         " · ",
         t(lang, "settings.startedDetail", { state, pid: s.pid ?? "—", restarts: s.restarts ?? 0 }),
         s.lastError ? ` · ${s.lastError}` : ""
-      ] })
+      ] }),
+      s.because ? /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("span", { className: "dgd-muted", "data-testid": "dsh-gpu-started-because", children: [
+        " · ",
+        t(lang, "settings.startedBecause", { reason: s.because, url: s.url || "—" })
+      ] }) : null
     ] })
   ] });
 }
@@ -2051,7 +2057,7 @@ function Unreachable({ st, lang }) {
 function problemText(p, lang) {
   if (!p) return "";
   if (p.code === "host-missing") return t(lang, "error.hostMissing", { path: p.path || `${API}/status` });
-  if (p.code === "auth") return t(lang, "error.auth", { status: p.httpStatus });
+  if (p.code === "auth") return (p.url ? t(lang, "unreachable.url", { url: p.url }) + " · " : "") + t(lang, "error.auth", { status: p.httpStatus });
   if (p.code === "bad-response") return t(lang, "error.badResponse", { detail: p.detail || "" });
   if (p.code === "http") return t(lang, "error.http", { status: p.httpStatus, detail: p.detail || "" });
   if (p.code === "schema") return schemaMismatch({ schema: p.got ?? void 0 }, lang);

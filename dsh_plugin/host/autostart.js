@@ -78,34 +78,57 @@ export function listenerUids(port, readFile = fs.readFileSync) {
 }
 
 /**
+ * The uid of another user (neither us nor root, whose node-wide sidecar serves everyone) listening on
+ * `port`, or null. Asked before every request: our sidecar may stop and a stranger bind its port.
+ */
+export function foreignListener(port, uidsOf = listenerUids) {
+  const me = typeof process.getuid === 'function' ? process.getuid() : null
+  const owners = me === null ? null : (uidsOf || listenerUids)(port)
+  const foreign = owners ? [...owners].filter((uid) => uid !== me && uid !== 0) : []
+  return foreign.length ? foreign[0] : null
+}
+
+/** The refusal for a request not sent to `up` (another user's listener), or null to go ahead. */
+export function refusedListener(up, uidsOf) {
+  const uid = foreignListener(up.target.port, uidsOf)
+  return uid === null
+    ? null
+    : `refused: port ${up.target.port} (${up.sidecarUrl}) is served by another user (uid ${uid}), not by you or root; no request and no token was sent there`
+}
+
+/**
  * Where requests go now: {sidecarUrl, target, token, managed}. `managed` is null for the configured
  * sidecar, else the supervisor's snapshot. Call `.start(fetchJson)` once, `.stop()` on disposal.
  */
 export function createUpstream(config, log, options = {}) {
-  const state = { supervisor: null, probing: config.autostart, stopped: false }
+  const state = { supervisor: null, probing: config.autostart, stopped: false, reason: null }
   const command = [config.sidecarCommand, ...config.sidecarArgs].join(' ')
   const configured = () => ({ sidecarUrl: config.sidecarUrl, target: config.target, token: config.token, managed: null })
   const upstream = () => {
     if (state.probing) return { ...configured(), managed: { managed: true, state: 'starting', command, restarts: 0 } }
     if (!state.supervisor) return configured()
-    const snap = state.supervisor.snapshot()
+    // `because`: why the configured sidecar is not used (the card and settings name its URL)
+    const snap = { ...state.supervisor.snapshot(), because: state.reason, configuredUrl: config.sidecarUrl }
     const t = snap.state === 'running' && snap.url ? parseSidecarUrl(snap.url) : null
     if (t && !t.error) return { sidecarUrl: t.url, target: t, token: state.supervisor.token, managed: snap }
     return { ...configured(), sidecarUrl: snap.url || config.sidecarUrl, token: null, managed: snap }
   }
   const start = async (fetchJson) => {
     if (!config.autostart) return
-    // a sidecar already answering at the configured URL (any JSON answer, 401 included) is used,
-    // unless another user listens there: on a shared host anyone may bind 127.0.0.1:8765 first and
-    // answer with made-up jobs linked to our sessions (and be sent the configured token)
-    const me = typeof process.getuid === 'function' ? process.getuid() : null
-    const owners = me === null ? null : (options.listenerUids || listenerUids)(config.target.port)
-    const foreign = owners ? [...owners].filter((uid) => uid !== me && uid !== 0) : []
-    const probe = foreign.length ? { error: 'foreign' } : await fetchJson('/api/dsh-gpu-dashboard/jobs', configured())
+    // a sidecar already answering at the configured URL (any JSON answer but 401) is used, unless
+    // another user listens there: on a shared host anyone may bind 127.0.0.1:8765 first and answer
+    // with made-up jobs linked to our sessions (and be sent the configured token)
+    const foreign = foreignListener(config.target.port, options.listenerUids)
+    const probe = foreign !== null ? { error: 'foreign' } : await fetchJson('/api/dsh-gpu-dashboard/jobs', configured())
     if (state.stopped) return
-    if (foreign.length) log.warn(`${config.sidecarUrl} is served by another user (uid ${foreign[0]}): not using it, starting our own sidecar`)
-    if (!probe.error) log.info(`a sidecar answers at ${config.sidecarUrl}: using it (no autostart)`)
+    // 401: a sidecar that is not for us (root's node-wide one, with a token we were not given)
+    const refusedUs = !probe.error && probe.status === 401
+    if (foreign !== null) state.reason = `${config.sidecarUrl} is served by another user (uid ${foreign})`
+    else if (refusedUs) state.reason = `${config.sidecarUrl} answered HTTP 401 (${config.token ? 'it refused the configured token' : 'it wants a token'})`
+    else if (probe.error) state.reason = `nothing answers at ${config.sidecarUrl} (${probe.error})`
+    if (!probe.error && !refusedUs) log.info(`a sidecar answers at ${config.sidecarUrl}: using it (no autostart)`)
     else {
+      log.warn(`${state.reason}: not using it, starting our own sidecar`)
       const { sidecarCommand, sidecarArgs } = config
       state.supervisor = new SidecarSupervisor({ command: sidecarCommand, args: sidecarArgs, log, spawnFn: options.spawnFn })
       state.supervisor.start()
@@ -127,7 +150,9 @@ export function createUpstream(config, log, options = {}) {
 }
 
 /** GET one sidecar JSON document: {status, body} or {error}. Never rejects. */
-export function fetchJson(agent, timeoutMs, up, upstreamPath) {
+export function fetchJson(agent, timeoutMs, up, upstreamPath, uidsOf = listenerUids) {
+  const refused = refusedListener(up, uidsOf)
+  if (refused) return Promise.resolve({ error: refused })
   return new Promise((resolve) => {
     const headers = { Accept: 'application/json', 'User-Agent': USER_AGENT }
     if (up.token) headers.Authorization = `Bearer ${up.token}`

@@ -24,7 +24,7 @@ import {
   normalizeConfig,
   resolveRoute,
 } from './core.js'
-import { createUpstream, fetchJson, notServingAnswer, sessionAnswer, sessionInfo, sessionOfPid } from './autostart.js'
+import { createUpstream, fetchJson, notServingAnswer, refusedListener, sessionAnswer, sessionInfo, sessionOfPid } from './autostart.js'
 import { registerGpuStatusTool } from './tool.js'
 
 export const name = PLUGIN_NAME
@@ -120,8 +120,8 @@ export function createHandler(config, log, configWarnings = [], deps = {}) {
       hint: START_HINT,
     })
   }
-  const get = (path, up) => fetchJson(agent, config.timeoutMs, up || current(), path)
-  const upstreamCtx = { agent, config, current, noteReachable, unreachable }
+  const get = (path, up) => fetchJson(agent, config.timeoutMs, up || current(), path, deps.listenerUids)
+  const upstreamCtx = { agent, config, current, noteReachable, unreachable, listenerUids: deps.listenerUids }
   const session = (id) => (typeof deps.session === 'function' ? deps.session(id) : { id, workspaces: [process.cwd()] })
   const sessionRoute = (req, res, route) =>
     sessionAnswer(get, route.upstreamPath, session(route.session), deps.sessionOfPid)
@@ -223,6 +223,9 @@ function configAnswer(config, configWarnings, up) {
 function proxy(ctx, req, res, upstreamPath) {
   const { agent, config, unreachable } = ctx
   const up = ctx.current()
+  // asked before every request, not once: our sidecar may stop and another user bind its port
+  const refusal = refusedListener(up, ctx.listenerUids)
+  if (refusal) return void unreachable(req, res, refusal)
   const flow = { finished: false, timer: null }
   flow.done = () => {
     flow.finished = true
@@ -288,6 +291,19 @@ function relayResponse(ctx, flow, req, res, up) {
     return
   }
   noteReachable(true)
+  if (up.statusCode === 401 || up.statusCode === 403) {
+    // the card names the sidecar that refused us (the sidecar's own body does not know its URL)
+    flow.done()
+    up.resume()
+    sendJson(req, res, up.statusCode, {
+      error: 'sidecar-auth',
+      url: config.sidecarUrl,
+      status: up.statusCode,
+      detail: config.token ? 'the sidecar refused the configured token' : 'the sidecar wants a token the plugin was not given',
+      hint: 'Set `token` in the plugin config, or point sidecarUrl at your own sidecar.',
+    })
+    return
+  }
   const declared = Number(up.headers['content-length'])
   if (Number.isFinite(declared) && declared > MAX_BODY_BYTES) {
     flow.done()

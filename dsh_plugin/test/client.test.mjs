@@ -31,6 +31,8 @@ describe('classify', () => {
     assert.equal(classify({ httpStatus: 503, json: true, body: { error: 'no poll has completed yet' } }, path).kind, 'loading')
     const c = classify({ httpStatus: 401, json: true, body: { error: 'missing or wrong token' } }, path)
     assert.deepEqual([c.kind, c.code], ['error', 'auth'])
+    const named = classify({ httpStatus: 401, json: true, body: { error: 'sidecar-auth', url: 'http://127.0.0.1:8765' } }, path)
+    assert.deepEqual([named.code, named.url], ['auth', 'http://127.0.0.1:8765'])
   })
   test('a JSON error body at 200 is not ok', () => {
     assert.equal(classify({ httpStatus: 200, json: true, body: { error: 'x' } }, path).kind, 'error')

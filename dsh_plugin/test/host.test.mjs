@@ -355,3 +355,27 @@ describe('apply', () => {
     apply(undefined, undefined)
   })
 })
+
+describe('a sidecar that refuses the plugin (401/403)', () => {
+  test('the answer names the sidecar URL, so the card can say which sidecar wants a token', async () => {
+    const sidecar = await listen((req, res) => {
+      res.writeHead(401, { 'Content-Type': 'application/json' })
+      res.end(JSON.stringify({ error: 'missing or wrong token', status: 401 }))
+    })
+    const url = `http://127.0.0.1:${sidecar.address().port}`
+    const { config } = normalizeConfig({ sidecarUrl: url, timeoutMs: 1000, autostart: false })
+    const handler = createHandler(config, quiet)
+    const proxy = await listen(handler)
+    try {
+      const r = await request(proxy.address().port, '/dsh-gpu-dashboard/api/status')
+      assert.equal(r.status, 401)
+      assert.equal(r.json.error, 'sidecar-auth')
+      assert.equal(r.json.url, url)
+      assert.match(r.json.detail, /wants a token/)
+    } finally {
+      handler.close()
+      proxy.close()
+      sidecar.close()
+    }
+  })
+})

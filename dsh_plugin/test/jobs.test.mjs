@@ -276,6 +276,18 @@ describe('the supervisor', () => {
     }
     assert.equal(spawned.length, 1)
   })
+  test('upstream: a sidecar answering 401 (root\'s, with a token we lack) is not used: ours starts, and why is said', async () => {
+    const { config } = normalizeConfig({})
+    const { spawnFn, spawned } = fakeSpawner()
+    const up = createUpstream(config, quiet, { spawnFn, listenerUids: () => new Set([0]) })
+    await up.start(async () => ({ status: 401, body: { error: 'missing or wrong token', status: 401 } }))
+    assert.ok(await until(() => up().managed.state === 'running'))
+    assert.equal(spawned.length, 1)
+    assert.equal(up().sidecarUrl, 'http://127.0.0.1:40001')
+    assert.match(up().managed.because, /^http:\/\/127\.0\.0\.1:8765 answered HTTP 401/)
+    assert.equal(up().managed.configuredUrl, 'http://127.0.0.1:8765')
+    await up.stop()
+  })
   test('listenerUids reads the LISTEN sockets of a port from /proc/net/tcp and tcp6', () => {
     const tcp = [
       '  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode',

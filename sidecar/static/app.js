@@ -30,6 +30,23 @@ const MAX_EVENTS = 500;
 
 const params = new URLSearchParams(location.search);
 
+// The token of `/?token=`: kept in this tab's sessionStorage (it belongs to this origin, host and
+// port) and sent as `Authorization: Bearer`, never as a cookie, which a browser would send to every
+// port of the host (another user's listener included). It leaves the address bar at once.
+const TOKEN_KEY = 'dsh-gpu-dashboard.token';
+const token = (() => {
+  const fromUrl = params.get('token');
+  if (fromUrl === null) {
+    try { return sessionStorage.getItem(TOKEN_KEY); } catch { return null; }
+  }
+  params.delete('token');
+  const q = params.toString();
+  history.replaceState(null, '', `${location.pathname}${q ? `?${q}` : ''}${location.hash}`);
+  try { sessionStorage.setItem(TOKEN_KEY, fromUrl); } catch { /* storage off: this page load only */ }
+  return fromUrl;
+})();
+const REQUEST_HEADERS = token ? { Accept: 'application/json', Authorization: `Bearer ${token}` } : { Accept: 'application/json' };
+
 function readRefresh() {
   const v = parseFloat(params.get('refresh'));
   return Number.isFinite(v) && v > 0 ? Math.min(Math.max(v, 0.2), 3600) : 1.5;
@@ -451,7 +468,7 @@ async function fetchJSON(url) {
   const ctl = new AbortController();
   const timer = setTimeout(() => ctl.abort(), Math.max(3000, state.refreshS * 2000));
   try {
-    const res = await fetch(url, { cache: 'no-store', signal: ctl.signal, headers: { Accept: 'application/json' } });
+    const res = await fetch(url, { cache: 'no-store', signal: ctl.signal, headers: REQUEST_HEADERS });
     if (!res.ok) {
       let detail = '';
       try { const body = await res.json(); detail = body && (body.error || body.message) ? `: ${body.error || body.message}` : ''; } catch { /* not JSON */ }

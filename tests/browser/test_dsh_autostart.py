@@ -42,7 +42,8 @@ from tests.browser.test_dsh_plugin import (  # noqa: F401 (dsh_launcher is a fix
     wait_for_panel,
 )
 from tests.fakenvml import FakeNvml, gpu, make_fake_sysfs
-from tests.helpers.harness import FakeJob, cuda_runtime, wait_for
+from tests.helpers.harness import API as API_SIDECAR
+from tests.helpers.harness import FakeJob, Sidecar, cuda_runtime, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.dsh]
 
@@ -470,3 +471,38 @@ def test_a_missing_sidecar_command_shows_how_to_install_it(
         assert "sidecarCommand" in r["value"]["hint"] and body["install"] in r["value"]["hint"]
         assert "cannot be started" in r["content"][0]["text"]
         assert web.process.proc.poll() is None, web.log()
+
+
+def test_a_sidecar_answering_401_at_the_url_makes_the_plugin_start_its_own(
+    chromium, dsh_launcher: Path, fake_nvml_lib_dir: Path, tmp_path: Path  # noqa: F811
+) -> None:
+    """Root's node-wide sidecar (a token the user was not given) on the configured URL: the plugin
+    starts the user's own sidecar instead of showing 401, and the settings row names both URLs."""
+    nvml, gpu_env = simulated_gpu_env(tmp_path, fake_nvml_lib_dir)
+    nvml.write({"gpus": [gpu(0, name=GPU_NAMES[0])]})
+    home = DshHome.create(tmp_path / "home", dsh_launcher)
+    home.add_plugin()
+    with Sidecar(["--port", "0", "--interval", "0.5", "--token", "roots-node-wide-token"], env=nvml.env()) as root:
+        assert root.get(f"{API_SIDECAR}/jobs")[0] == 401
+        home.write_plugin_config(
+            sidecarUrl=root.url, token=None, timeoutMs=2000, sidecarCommand=str(SIDECAR_BIN),
+            sidecarArgs=["--interval", "0.5"],
+        )
+        with start_dsh_web(home, tmp_path / "work", extra_env=gpu_env) as web:
+            ours = wait_running(web)
+            assert ours["url"] and ours["url"] != root.url, ours
+            assert ours["because"].startswith(f"{root.url} answered HTTP 401"), ours
+            wait_for(lambda: get_json(web.url, f"{API}/jobs")[0] == 200, 30, 0.2, "the jobs through our sidecar")
+            errors: list[str] = []
+            ctx, page = new_page(chromium, web.url, errors)
+            try:
+                wait_for_panel(page)
+                page.get_by_role("button", name="Settings").first.click()
+                page.get_by_text("GPU dashboard", exact=True).last.click()
+                because = page.locator('[data-testid="dsh-gpu-started-because"]')
+                because.wait_for()
+                text = because.inner_text()
+                assert root.url in text and "401" in text and ours["url"] in text, text
+                assert not plugin_errors(errors), errors
+            finally:
+                ctx.close()

@@ -287,7 +287,7 @@ def test_roots_discovery_never_serves_every_users_jobs_without_a_token(fake_nvml
         # The "serving" line sends the reader to that link, not to the bare URL (which answers 401).
         serving = next(line for line in sc.lines if line.startswith("dsh-sidecar: serving "))
         assert "with its token" in serving and "open it in a browser" not in serving, serving
-        for path in (f"{API}/jobs", f"{API}/status", f"{API}/history", "/metrics", "/"):
+        for path in (f"{API}/jobs", f"{API}/status", f"{API}/history", "/metrics", "/version"):
             sc.token = None
             assert sc.get(path)[0] == 401, path  # another user, who never saw the line
             sc.token = made

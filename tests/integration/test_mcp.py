@@ -16,6 +16,7 @@ import pytest
 
 from tests.fakenvml import gpu, make_fake_sysfs
 from tests.helpers.harness import REPO, FakeJob, Sidecar, cuda_runtime, python_env
+from tests.helpers.stranger import StrangerListener, can_switch_user
 
 anyio = pytest.importorskip("anyio")
 
@@ -153,6 +154,29 @@ def test_gpu_job_through_a_running_sidecar_with_a_token(tmp_path, fake_nvml, env
                     assert "requires a token" in err(*await call(s, "gpu_status"))
 
             run_async(main)
+
+
+@pytest.mark.skipif(not can_switch_user(), reason="needs root and setpriv to run a second user")
+def test_no_request_and_no_token_to_a_port_another_user_took_over(tmp_path, fake_nvml, env):
+    """Our sidecar answers, then stops; another user (nobody) binds the same port and answers with a
+    made-up "on cuda:0". The next tool call must send nothing there (no token) and say why."""
+    with FakeJob(tmp_path / "job", {"main": CPU_SPEC}) as job:
+        fake_nvml.write({"gpus": [gpu(0)]})
+        port = free_port()
+        args = ["--pid", str(job.pid), "--port", str(port), "--interval", "0.3", "--token", TOKEN]
+
+        async def main():
+            async with mcp_client(["--url", f"http://127.0.0.1:{port}", "--token", TOKEN], env) as s:
+                with Sidecar(args, env=env, token=TOKEN) as sc:
+                    sc.wait_status(lambda d: d["status"] == "CPU")
+                    assert ok(*await call(s, "list_jobs"))["jobs"][0]["root_pid"] == job.pid
+                with StrangerListener(port) as stranger:
+                    for tool in TOOLS:
+                        text = err(*await call(s, tool))
+                        assert "another user (uid 65534)" in text and "no token" in text, text
+                    assert stranger.requests == [], stranger.requests
+
+        run_async(main)
 
 
 def test_cpu_build_job_in_process_with_pid(tmp_path, fake_nvml, env):

@@ -106,7 +106,7 @@ export function Unreachable({ st, lang }) {
 function problemText(p, lang) {
   if (!p) return ''
   if (p.code === 'host-missing') return t(lang, 'error.hostMissing', { path: p.path || `${API}/status` })
-  if (p.code === 'auth') return t(lang, 'error.auth', { status: p.httpStatus })
+  if (p.code === 'auth') return (p.url ? t(lang, 'unreachable.url', { url: p.url }) + ' · ' : '') + t(lang, 'error.auth', { status: p.httpStatus })
   if (p.code === 'bad-response') return t(lang, 'error.badResponse', { detail: p.detail || '' })
   if (p.code === 'http') return t(lang, 'error.http', { status: p.httpStatus, detail: p.detail || '' })
   if (p.code === 'schema') return schemaMismatch({ schema: p.got ?? undefined }, lang)

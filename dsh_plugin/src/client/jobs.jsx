@@ -169,6 +169,12 @@ export function StartedSidecarRow({ cfg, lang }) {
           {t(lang, 'settings.startedDetail', { state, pid: s.pid ?? '—', restarts: s.restarts ?? 0 })}
           {s.lastError ? ` · ${s.lastError}` : ''}
         </span>
+        {s.because ? (
+          <span className="dgd-muted" data-testid="dsh-gpu-started-because">
+            {' · '}
+            {t(lang, 'settings.startedBecause', { reason: s.because, url: s.url || '—' })}
+          </span>
+        ) : null}
       </dd>
     </>
   )

@@ -137,7 +137,7 @@ export function classify(resp, path) {
     return { kind: 'loading', detail: (b && (b.detail || b.error)) || null }
   }
   if (resp.httpStatus === 401 || resp.httpStatus === 403) {
-    return { kind: 'error', code: 'auth', httpStatus: resp.httpStatus, detail: (b && (b.detail || b.error)) || null }
+    return { kind: 'error', code: 'auth', httpStatus: resp.httpStatus, url: (b && typeof b.url === 'string' && b.url) || null, detail: (b && (b.detail || b.error)) || null }
   }
   if (resp.httpStatus === 404 && b && b.error === 'not-found' && typeof b.detail === 'string' && b.detail.includes(API)) {
     // our own host route answered "unknown path": a version mismatch between halves
