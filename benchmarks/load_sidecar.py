@@ -70,14 +70,14 @@ def clients(work: Path, driver: Driver, n: int, seconds: float, period: float) -
             sc.wait_status(lambda d: len(d["processes"]) == 64 and d["processes"][-1]["gpu"], what="busy job")
             port = int(sc.url.rsplit(":", 1)[1])
             time.sleep(3)
-            before = poll_duration(get("127.0.0.1", port, "/metrics")[1].decode())
+            before = poll_duration(get("127.0.0.1", port, "/metrics", sc.token)[1].decode())
             cpu0, rss0, _ = proc_cpu_rss(sc.proc.pid)
             t0, m0 = time.time(), time.monotonic()
-            result = run_clients("127.0.0.1", port, clients=n, duration_s=seconds, period_s=period)
+            result = run_clients("127.0.0.1", port, clients=n, duration_s=seconds, period_s=period, token=sc.token)
             t1, m1 = time.time(), time.monotonic()
             cpu1, rss1, hwm = proc_cpu_rss(sc.proc.pid)
-            after = poll_duration(get("127.0.0.1", port, "/metrics")[1].decode())
-            times = [t for t in history_times("127.0.0.1", port) if t0 - INTERVAL_S <= t <= t1]
+            after = poll_duration(get("127.0.0.1", port, "/metrics", sc.token)[1].decode())
+            times = [t for t in history_times("127.0.0.1", port, token=sc.token) if t0 - INTERVAL_S <= t <= t1]
     summary = result.summary()
     cad = cadence(times, INTERVAL_S)
     polls = after["polls"] - before["polls"]
@@ -132,8 +132,8 @@ def churn(work: Path, driver: Driver, seconds: float, period: float) -> dict:
             while time.monotonic() - t0 < seconds:
                 time.sleep(5)
                 _, rss, _ = proc_cpu_rss(sc.proc.pid)
-                hist = json.loads(get("127.0.0.1", port, f"{API}/history")[1])
-                doc = json.loads(get("127.0.0.1", port, f"{API}/status")[1])
+                hist = json.loads(get("127.0.0.1", port, f"{API}/history", sc.token)[1])
+                doc = json.loads(get("127.0.0.1", port, f"{API}/status", sc.token)[1])
                 series.append(
                     {
                         "t_s": round(time.monotonic() - t0),
@@ -213,7 +213,7 @@ def slowloris(work: Path, driver: Driver, connections: int, seconds: float, line
             sc.wait_status(lambda d: len(d["processes"]) == 8, what="job of 8 processes")
             port = int(sc.url.rsplit(":", 1)[1])
             _, rss0, _ = proc_cpu_rss(sc.proc.pid)
-            result = measure_under_slowloris(sc.proc.pid, port, connections, seconds, line_period_s)
+            result = measure_under_slowloris(sc.proc.pid, port, connections, seconds, line_period_s, token=sc.token)
     print(
         f"\n## {connections} connections trickling one header line every {line_period_s} s, {seconds:.0f} s\n"
     )

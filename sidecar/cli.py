@@ -456,19 +456,22 @@ def _print_to_a_pipe(text: str) -> int:
 
 
 def _serving_token(given: str | None, poller) -> tuple[str | None, bool]:
-    """(the token the server wants, whether it was made here). Root's discovery shows every user's
-    jobs (their commands, working directories, models), and any user of this machine can reach a
-    loopback port: it never serves them without a token; without --token it makes one, shown only
-    to whoever started it (as Jupyter does)."""
-    if not given and getattr(poller, "mode", None) == "discovery" and poller.uid is None:
+    """(the token the server wants, whether it was made here). Any user of this machine can reach a
+    loopback port, and a root sidecar reads every user's processes (discovery: every user's jobs;
+    --pid and `run`: a job's commands, working directory and models), and root's connections are
+    not told apart from the owner's: without --token it makes one, shown only to whoever started
+    it (as Jupyter does). Another user's sidecar without a token serves its own user and root only
+    (sidecar.peers.OwnerOnly)."""
+    if not given and os.geteuid() == 0:
         return secrets.token_urlsafe(24), True
     return given, False
 
 
-def _announce(url: str, token: str | None, generated: bool, watching: str) -> None:
+def _announce(url: str, token: str | None, generated: bool, watching: str, every_user: bool) -> None:
     if generated:  # before the "serving" line, which tools wait for
+        shown = "every user's jobs are shown" if every_user else "it runs as root"
         print(
-            "dsh-sidecar: every user's jobs are shown, so a token keeps the other users of this machine "
+            f"dsh-sidecar: {shown}, so a token keeps the other users of this machine "
             f"out (choose your own with --token or DSH_SIDECAR_TOKEN); the page: {url}?token={token}",
             flush=True,
         )
@@ -479,7 +482,7 @@ def _announce(url: str, token: str | None, generated: bool, watching: str) -> No
         if generated
         else "a token is required, below"
         if token
-        else "open it in a browser"
+        else "open it in a browser; other users of this machine are refused"
     )
     print(f"dsh-sidecar: serving {url} (watching {watching}; {how})", flush=True)
     if token and not generated:
@@ -508,12 +511,14 @@ def _serve(args: argparse.Namespace, poller, sock: socket.socket, child: subproc
     """Serve on `sock` (_listen's) until the job is gone (and its grace is over) or a signal."""
     from sidecar.hosts import host_policy
     from sidecar.metrics import make_metrics
+    from sidecar.peers import OwnerOnly, own_uid
     from sidecar.server import ServerConfig, create_app
     from sidecar.wsgi import create_server
 
     token, generated = _serving_token(args.token, poller)
     config = ServerConfig(
         token=token,
+        peers=None if token else OwnerOnly(own_uid()),
         interval_s=args.interval,
         job_name=args.job_name,
         hosts=host_policy(args.host, tuple(args.allow_host)),
@@ -526,7 +531,7 @@ def _serve(args: argparse.Namespace, poller, sock: socket.socket, child: subproc
     poller.start()
     threading.Thread(target=server.run, name="dsh-sidecar-http", daemon=True).start()
     watching = f"pid {poller.target_pid}" if poller.target_pid is not None else _whose_jobs()
-    _announce(url, token, generated, watching)
+    _announce(url, token, generated, watching, every_user=poller.target_pid is None)
 
     stop, interrupted = _SIGNALS.stop, _SIGNALS.received
     try:

@@ -398,7 +398,11 @@ JOBS_DOCUMENT = Obj(
         "time_unix_s": F(NUM, "when the last poll ran"),
         "interval_s": F(NUM, "time between polls"),
         "mode": F(Enum(("pid", "discovery")), "`pid`: one job given by --pid; `discovery`: every job found"),
-        "default_job": F(STR, "the job /status answers without ?job= (the newest with a model)", null=True),
+        "default_job": F(
+            STR,
+            "the job /status answers without ?job= (the newest with a model; root's discovery: the caller's own)",
+            null=True,
+        ),
         "jobs": F(
             ListOf(JOB, 64),
             "the jobs, newest first (at most 64, shared out among users: one user's many jobs never push another's out)",

@@ -388,6 +388,11 @@ class UnknownJob(LookupError):
     """A ?job=ID that this sidecar does not watch (or no longer lists)."""
 
 
+class NoDefaultJob(LookupError):
+    """No ?job=, and none of the jobs listed is the caller's: a sidecar that lists every user's
+    jobs never answers with another user's (args[0]: the caller's uid, None when unknown)."""
+
+
 def job_entry(summary: dict[str, Any], root=None, ended_unix_s: float | None = None) -> dict[str, Any]:
     """A job's line in the jobs list, from its status summary (status_summary, or
     summary_of_document for a status document); ``root`` is a sources.lineage.RootInfo (owner,

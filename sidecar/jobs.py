@@ -36,6 +36,7 @@ from sidecar.verdict import Rules
 # /dev/shm must not make a poll walk 65,536 ancestries.
 MAX_CANDIDATES = 1024
 MAX_JOBS = 256  # watched at once; the newest are kept
+EVERY_CALLER: Any = object()  # the documents as published: no caller to choose a default job for
 REDISCOVER_EVERY_POLLS = 10
 # The samples of every job's history together (history.HistoryBudget): whatever --history, the
 # number of jobs and their GPUs, discovery's histories never hold more (docs/reliability.md).
@@ -363,17 +364,26 @@ class JobsPoller:
         with self._lock:
             return self._published
 
-    def jobs_document(self) -> dict[str, Any] | None:
+    def jobs_document(self, caller_uid: Any = EVERY_CALLER) -> dict[str, Any] | None:
         published = self._latest()
-        return None if published is None else published.jobs
+        if published is None or caller_uid is EVERY_CALLER:
+            return None if published is None else published.jobs
+        return {**published.jobs, "default_job": _callers_default(published.jobs, caller_uid)}
 
     @staticmethod
     def _job(
-        published: _Published | None, job: str | None
+        published: _Published | None, job: str | None, caller_uid: Any = EVERY_CALLER
     ) -> tuple[str, Poller, Callable[[], dict[str, Any]]] | None:
         if published is None:
             return None
-        jid = job if job is not None else published.jobs["default_job"]
+        if job is not None:
+            jid: str | None = job
+        elif caller_uid is EVERY_CALLER:
+            jid = published.jobs["default_job"]
+        else:
+            jid = _callers_default(published.jobs, caller_uid)
+            if jid is None and published.jobs["jobs"]:
+                raise document.NoDefaultJob(caller_uid)
         found = published.docs.get(jid) if jid is not None else None
         if found is None:
             if job is not None:
@@ -381,21 +391,34 @@ class JobsPoller:
             return None
         return (jid, *found)
 
-    def status_document(self, job: str | None = None) -> dict[str, Any] | None:
-        """A job's document with the jobs list in it; without `job`, the default job's. With no job
-        found yet, None (the server answers 503 until the first poll, then 404 for ?job=)."""
+    def status_document(self, job: str | None = None, caller_uid: Any = EVERY_CALLER) -> dict[str, Any] | None:
+        """A job's document with the jobs list in it; without `job`, the default job's (given a
+        caller_uid: that caller's, see for_caller). With no job found yet, None (the server answers
+        503 until the first poll, then 404 for ?job=)."""
         published = self._latest()
-        found = self._job(published, job)
+        found = self._job(published, job, caller_uid)
         if found is None or published is None:
             return None
-        return contract.check_if_enabled({**found[2](), "jobs": published.jobs["jobs"]}, "status")
+        listed = self.jobs_document(caller_uid) or published.jobs
+        return contract.check_if_enabled({**found[2](), "jobs": listed["jobs"]}, "status")
 
-    def history_document(self, job: str | None = None, since: float | None = None) -> dict[str, Any] | None:
-        found = self._job(self._latest(), job)
+    def history_document(
+        self, job: str | None = None, since: float | None = None, caller_uid: Any = EVERY_CALLER
+    ) -> dict[str, Any] | None:
+        found = self._job(self._latest(), job, caller_uid)
         if found is None:
             return None
         jid, poller, _ = found
         return document.history_document(poller.history, since, poller.interval_s, jid)
+
+    def for_caller(self, caller_uid: Callable[[], int | None]) -> Any:
+        """This poller as one caller sees it. Root's discovery lists every user's jobs, and the job
+        it answers without ?job= (its default) is the caller's own newest, never another user's:
+        none (NoDefaultJob) when the caller has no job or cannot be told (`caller_uid()` None). A
+        user's own discovery lists only that user's jobs: unchanged."""
+        if self.uid is not None:
+            return self
+        return _CallerView(self, caller_uid())
 
     def documents(self) -> list[dict[str, Any]]:
         """Every job's status document (for --once --json and /metrics), each with the jobs list in
@@ -454,6 +477,29 @@ class JobsPoller:
 def _owner(job: _Job) -> int | None:
     uid = getattr(job.poller.root_info(), "uid", None)
     return job.owner if uid is None else uid
+
+
+class _CallerView:
+    """JobsPoller's three documents with its default job chosen for one caller (for_caller)."""
+
+    def __init__(self, poller: JobsPoller, caller_uid: int | None) -> None:
+        self.poller, self.caller_uid = poller, caller_uid
+
+    def jobs_document(self) -> dict[str, Any] | None:
+        return self.poller.jobs_document(self.caller_uid)
+
+    def status_document(self, job: str | None = None) -> dict[str, Any] | None:
+        return self.poller.status_document(job, self.caller_uid)
+
+    def history_document(self, job: str | None = None, since: float | None = None) -> dict[str, Any] | None:
+        return self.poller.history_document(job, since, self.caller_uid)
+
+
+def _callers_default(jobs: dict[str, Any], caller_uid: int | None) -> str | None:
+    """The default job among the listed jobs whose root belongs to `caller_uid` (None: nobody's)."""
+    if caller_uid is None:
+        return None
+    return _default_job([j for j in jobs["jobs"] if j["uid"] == caller_uid])
 
 
 def _default_job(entries: list[dict[str, Any]]) -> str | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import time
 import urllib.error
@@ -35,7 +36,7 @@ from sidecar.bounds import (
     one_line_all,
     printable_all,
 )
-from sidecar.document import UnknownJob
+from sidecar.document import NoDefaultJob, UnknownJob
 from sidecar.hosts import foreign_listener, is_loopback_host
 from sidecar.mcp_schemas import (
     DEFAULT_SECONDS,
@@ -172,6 +173,10 @@ class HttpBackend:
                 else f"the sidecar at {self.base} requires a token (HTTP 401): pass --token TOKEN or set "
                 "DSH_SIDECAR_TOKEN"
             )
+        if code == 404 and job is None and reason.startswith("none of the jobs here is yours"):
+            return NO_JOB_OF_YOURS
+        if code == 403:
+            return f"the sidecar at {self.base} refused this user (HTTP 403): {clip(reason, 300)}"
         if code == 404 and job is not None and reason.startswith("no job"):
             return f"no job {clip(job, MAX_ID_CHARS)!r} on this sidecar: call list_jobs for the job ids"
         if code == 404:
@@ -184,6 +189,13 @@ class HttpBackend:
                 "prints, or start it with --allow-host NAME"
             )
         return f"the sidecar at {self.base} answered HTTP {code}: {clip(reason, 200) or 'no reason given'}"
+
+
+# A sidecar that lists every user's jobs (root's) never answers with another user's job by default.
+NO_JOB_OF_YOURS = (
+    "none of the jobs this sidecar lists is yours, so there is no default job: call list_jobs and "
+    "pass gpu_status the job id you mean"
+)
 
 
 def _read_bounded(resp, base: str) -> bytes:
@@ -212,16 +224,20 @@ class LocalBackend:
     def __init__(self, poller: Any, first_poll_wait_s: float = FIRST_POLL_WAIT_S):
         self.poller = poller
         self.first_poll_wait_s = first_poll_wait_s
+        # The agent is this process's user: root's discovery answers it with root's own job by
+        # default, never another user's (JobsPoller.for_caller).
+        view = getattr(poller, "for_caller", None)
+        self._seen = (lambda: view(os.geteuid)) if view is not None else (lambda: poller)
         poller.start()
 
     def jobs(self) -> dict[str, Any]:
-        return self._ask(self.poller.jobs_document, None)
+        return self._ask(lambda: self._seen().jobs_document(), None)
 
     def status(self, job: str | None) -> dict[str, Any]:
-        return self._ask(lambda: self.poller.status_document(job), job)
+        return self._ask(lambda: self._seen().status_document(job), job)
 
     def history(self, job: str | None, since: float | None) -> dict[str, Any]:
-        return self._ask(lambda: self.poller.history_document(job, since), job)
+        return self._ask(lambda: self._seen().history_document(job, since), job)
 
     def close(self) -> None:
         self.poller.stop()
@@ -234,6 +250,8 @@ class LocalBackend:
             time.sleep(0.1)
         try:
             doc = make()
+        except NoDefaultJob:
+            raise ToolError(NO_JOB_OF_YOURS) from None
         except UnknownJob:
             raise ToolError(
                 f"no job {clip(job or '', MAX_ID_CHARS)!r} here: call list_jobs for the job ids"

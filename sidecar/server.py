@@ -17,8 +17,9 @@ from werkzeug.exceptions import HTTPException
 
 from sidecar import __version__
 from sidecar.contract import json_schema
-from sidecar.document import UnknownJob
+from sidecar.document import NoDefaultJob, UnknownJob
 from sidecar.hosts import HostPolicy
+from sidecar.peers import caller_uid
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 API = "/api/dsh-gpu-dashboard"
@@ -41,6 +42,9 @@ class ServerConfig:
     job_name: str | None = None
     static_dir: str = STATIC_DIR
     hosts: HostPolicy = field(default_factory=HostPolicy)
+    # Who may read it beyond the token (sidecar.peers.OwnerOnly: a sidecar without a token serves
+    # only its own user and root); None: whoever passes the token check.
+    peers: Any = None
 
 
 def _public(path: str) -> bool:
@@ -87,7 +91,7 @@ def _install_guards(app: Flask, config: ServerConfig) -> None:
                 return _error(
                     401, "missing or wrong token: send 'Authorization: Bearer TOKEN' (the page: open /?token=TOKEN)"
                 )
-        return None
+        return _authorise(config)
 
     @app.after_request
     def _headers(resp: Response) -> Response:
@@ -114,8 +118,22 @@ def _install_guards(app: Flask, config: ServerConfig) -> None:
         return _error(500, f"internal error: {type(exc).__name__}")
 
 
+def _authorise(config: ServerConfig):
+    """The caller's user may read this sidecar (config.peers), else 403 saying why."""
+    if config.peers is None or request.path in PUBLIC_PATHS:
+        return None
+    why = config.peers.refusal(request.environ)
+    return _error(403, why) if why else None
+
+
 def _install_routes(app: Flask, config: ServerConfig, source: Any, metrics: Any) -> None:
     """The routes; each serves what the last poll published and never triggers one."""
+
+    def seen() -> Any:
+        """The source as this request's caller sees it: a sidecar listing every user's jobs answers
+        without ?job= with the caller's own job only (JobsPoller.for_caller)."""
+        view = getattr(source, "for_caller", None)
+        return view(lambda: caller_uid(request.environ)) if view is not None else source
 
     @app.get("/healthz")
     def healthz():
@@ -128,17 +146,19 @@ def _install_routes(app: Flask, config: ServerConfig, source: Any, metrics: Any)
             doc = make()
         except UnknownJob as exc:
             return _error(404, f"no job {str(exc.args[0])[:64]!r} here: GET {API}/jobs lists the jobs")
+        except NoDefaultJob:
+            return _error(404, f"none of the jobs here is yours: GET {API}/jobs lists them, then ask for one with ?job=ID")
         if doc is None:
             return _error(503, "no poll has completed yet; retry in a moment")
         return jsonify(doc)
 
     @app.get(f"{API}/status")
     def status():
-        return serve(lambda: source.status_document(request.args.get("job")))
+        return serve(lambda: seen().status_document(request.args.get("job")))
 
     @app.get(f"{API}/jobs")
     def jobs():
-        return serve(source.jobs_document)
+        return serve(seen().jobs_document)
 
     @app.get(f"{API}/history")
     def history():
@@ -151,7 +171,7 @@ def _install_routes(app: Flask, config: ServerConfig, source: Any, metrics: Any)
                 return _error(400, "since must be a UNIX time in seconds, e.g. since=1733140000")
             if not math.isfinite(since):
                 return _error(400, "since must be a finite number")
-        return serve(lambda: source.history_document(request.args.get("job"), since))
+        return serve(lambda: seen().history_document(request.args.get("job"), since))
 
     @app.get(f"{API}/schema")
     def schema():

@@ -25,6 +25,7 @@ import {
   resolveRoute,
 } from './core.js'
 import { createUpstream, fetchJson, notServingAnswer, refusedListener, sessionAnswer, sessionInfo, sessionOfPid } from './autostart.js'
+import { peerRefusal } from './peer.js'
 import { registerGpuStatusTool } from './tool.js'
 
 export const name = PLUGIN_NAME
@@ -180,6 +181,11 @@ export function createHandler(config, log, configWarnings = [], deps = {}) {
 function refused(req, res) {
   if (!isLoopbackAddress(req.socket && req.socket.remoteAddress)) {
     sendJson(req, res, 403, { error: 'forbidden', detail: 'only loopback clients may use this route' })
+    return true
+  }
+  const otherUser = peerRefusal(req.socket) // DSH has no login: another local user is refused here
+  if (otherUser) {
+    sendJson(req, res, 403, { error: 'forbidden-user', detail: otherUser })
     return true
   }
   if (!isLoopbackHostHeader(req.headers.host)) {

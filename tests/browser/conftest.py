@@ -96,6 +96,18 @@ def chromium(playwright_session):
         browser.close()
 
 
+# A root sidecar always has a token (it makes one): the token of each stack's sidecar, by its
+# origin, so a page opened on it sends `Authorization: Bearer` as a user's own client would.
+SIDECAR_TOKENS: dict[str, str] = {}
+
+
+def _origin(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
 @dataclass
 class Pages:
     """Opens pages in fresh browser contexts; records page errors; closes everything at teardown."""
@@ -114,8 +126,12 @@ class Pages:
         color_scheme: str = "light",
         wait_loaded: bool = True,
     ):
+        token = SIDECAR_TOKENS.get(_origin(url))
         ctx = self.browser.new_context(
-            viewport={"width": width, "height": height}, locale=locale, color_scheme=color_scheme
+            viewport={"width": width, "height": height},
+            locale=locale,
+            color_scheme=color_scheme,
+            extra_http_headers={"Authorization": f"Bearer {token}"} if token else None,
         )
         self.contexts.append(ctx)
         page = ctx.new_page()
@@ -361,6 +377,8 @@ class StackFactory:
             raise
         stack = Stack(job, sidecar, nvml)
         self.stacks.append(stack)
+        if sidecar.token and sidecar.url:
+            SIDECAR_TOKENS[_origin(sidecar.url)] = sidecar.token
         # The sidecar must see the whole tree (4 processes with children) before pages look at it.
         try:
             want = len(specs)

@@ -71,7 +71,8 @@ def dsh_gpu(dsh_launcher: Path, gpu_stack, tmp_path_factory: pytest.TempPathFact
     base = tmp_path_factory.mktemp("dsh-gpu")
     home = DshHome.create(base / "home", dsh_launcher)
     home.add_plugin()
-    home.write_plugin_config(sidecarUrl=gpu_stack.sidecar.url, token=None, timeoutMs=2000)
+    # a root sidecar makes a token of its own: the plugin is given it, as a user would give it
+    home.write_plugin_config(sidecarUrl=gpu_stack.sidecar.url, token=gpu_stack.sidecar.token, timeoutMs=2000)
     web = start_dsh_web(home, base / "work")
     try:
         yield web
@@ -224,7 +225,20 @@ def test_proxy_forwards_to_the_real_sidecar(dsh_gpu: DshWeb, gpu_stack) -> None:
 
     code, cfg = get_json(dsh_gpu.url, f"{API}/config")
     assert code == 200
-    assert cfg["sidecarUrl"] == gpu_stack.sidecar.url and cfg["warnings"] == [] and cfg["tokenSet"] is False
+    assert cfg["sidecarUrl"] == gpu_stack.sidecar.url and cfg["warnings"] == [] and cfg["tokenSet"] is True
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
+def test_proxy_serves_only_dshs_own_user(dsh_gpu: DshWeb) -> None:
+    """DSH rc.8 has no login: another local user's curl to DSH's port gets none of the sidecar's
+    data (nor the config), a 403 saying why; DSH's own user (root here) is served."""
+    from tests.integration.test_peer_access import NOBODY, get_as
+
+    for path in ("/status", "/jobs", "/history", "/config", "/jobs?session=s1"):
+        code, body = get_as(NOBODY, f"{dsh_gpu.url}{API}{path}")
+        assert code == 403 and body["error"] == "forbidden-user", (path, code, body)
+        assert f"uid {NOBODY}" in body["detail"] and "DSH's own user" in body["detail"], body
+        assert get_json(dsh_gpu.url, f"{API}{path}")[0] == 200, path
 
 
 def test_proxy_refuses_foreign_host_and_unknown_paths(dsh_gpu: DshWeb) -> None:

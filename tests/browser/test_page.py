@@ -482,7 +482,12 @@ def test_unreachable_after_the_sidecar_stops(stacks, pages):
         "down", gpu_job_specs([gpu(0)["uuid"], gpu(1)["uuid"]]), gpu_scenario, expect_status="GPU"
     )
     # A page whose sidecar never answers shows only the unreachable state (requests refused).
-    ctx = pages.browser.new_context(viewport={"width": 1280, "height": 800}, locale="en-US")
+    token = stack.sidecar.token  # a root sidecar's own (it makes one)
+    ctx = pages.browser.new_context(
+        viewport={"width": 1280, "height": 800},
+        locale="en-US",
+        extra_http_headers={"Authorization": f"Bearer {token}"} if token else None,
+    )
     pages.contexts.append(ctx)
     fresh = ctx.new_page()
     fresh.route("**/api/**", lambda route: route.abort("connectionrefused"))

@@ -33,7 +33,9 @@ def test_a_rebound_name_reads_nothing_and_loopback_still_works(rebinding_browser
         page = ctx.new_page()
         page.set_default_timeout(15_000)
         # The control: the same browser reads the page and the document through 127.0.0.1.
-        page.goto(f"http://127.0.0.1:{port}/")
+        # (a root sidecar makes a token: the user opens the address it prints)
+        token = gpu_stack.sidecar.token
+        page.goto(f"http://127.0.0.1:{port}/" + (f"?token={token}" if token else ""))
         wait_js(page, "() => document.querySelector('[data-testid=badge]')?.textContent.includes('GPU')")
 
         # The attacker's page, now same-origin with the sidecar under the attacker's name.

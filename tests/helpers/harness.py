@@ -135,10 +135,18 @@ class FakeJob:
 class Sidecar:
     """`python -m sidecar.cli ...` on a free port; `.status()`, `.history()`, `.wait_status()`."""
 
-    def __init__(self, args: list[str], env: Mapping[str, str] | None = None, token: str | None = None):
+    def __init__(
+        self,
+        args: list[str],
+        env: Mapping[str, str] | None = None,
+        token: str | None = None,
+        as_uid: int | None = None,
+    ):
         self.token = token
+        # as_uid: the sidecar of another (real) user, started through setpriv
+        user = [] if as_uid is None else ["setpriv", f"--reuid={as_uid}", f"--regid={as_uid}", "--clear-groups"]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sidecar.cli", *args],
+            [*user, sys.executable, "-m", "sidecar.cli", *args],
             env=python_env(base=env),
             cwd=REPO,
             stdout=subprocess.PIPE,

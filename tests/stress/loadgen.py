@@ -278,8 +278,8 @@ def get(host: str, port: int, path: str, token: str | None = None) -> tuple[int,
         conn.close()
 
 
-def history_times(host: str, port: int, since: float | None = None) -> list[float]:
-    status, body = get(host, port, f"{API}/history" + (f"?since={since!r}" if since is not None else ""))
+def history_times(host: str, port: int, since: float | None = None, token: str | None = None) -> list[float]:
+    status, body = get(host, port, f"{API}/history" + (f"?since={since!r}" if since is not None else ""), token)
     assert status == 200, body[:200]
     return [s["time_unix_s"] for s in json.loads(body)["samples"]]
 
@@ -351,12 +351,14 @@ def _still_open(s: socket.socket) -> bool:
         return False
 
 
-def timed_get(host: str, port: int, path: str, timeout_s: float) -> tuple[int | None, float, str]:
+def timed_get(
+    host: str, port: int, path: str, timeout_s: float, token: str | None = None
+) -> tuple[int | None, float, str]:
     """(status or None, seconds, error) of one GET on a fresh connection, as a new client sees it."""
     t = time.monotonic()
     conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
     try:
-        conn.request("GET", path)
+        conn.request("GET", path, headers={"Authorization": f"Bearer {token}"} if token else {})
         r = conn.getresponse()
         r.read()
         return r.status, time.monotonic() - t, ""
@@ -367,7 +369,7 @@ def timed_get(host: str, port: int, path: str, timeout_s: float) -> tuple[int | 
 
 
 def measure_under_slowloris(
-    pid: int, port: int, connections: int, seconds: float, line_period_s: float
+    pid: int, port: int, connections: int, seconds: float, line_period_s: float, token: str | None = None
 ) -> dict:
     """A new client's GETs every 0.5 s while `connections` slow ones trickle (shared with the test)."""
     paths = ["/healthz", f"{API}/status"]
@@ -378,7 +380,7 @@ def measure_under_slowloris(
         t0 = time.monotonic()
         while time.monotonic() - t0 < seconds:
             for path in paths:
-                status, took_s, error = timed_get("127.0.0.1", port, path, timeout_s=5.0)
+                status, took_s, error = timed_get("127.0.0.1", port, path, timeout_s=5.0, token=token)
                 times[path].append(took_s)
                 if status != 200:
                     failed[path].append(f"{status or error} after {took_s:.1f} s")

@@ -50,7 +50,10 @@ def port_of(sc: Sidecar) -> int:
 
 
 def raw(sc: Sidecar, data: bytes, timeout_s: float = 10.0) -> tuple[int | None, bytes]:
-    """Send `data` on a fresh connection, half-close, read to EOF: (status or None, whole response)."""
+    """Send `data` on a fresh connection, half-close, read to EOF: (status or None, whole response).
+    A request with a Host line carries the sidecar's token (a root sidecar always has one)."""
+    if sc.token and b"\r\nHost: " in data and b"Authorization:" not in data:
+        data = data.replace(b"\r\nHost: ", b"\r\nAuthorization: Bearer " + sc.token.encode() + b"\r\nHost: ", 1)
     with socket.create_connection(("127.0.0.1", port_of(sc)), timeout_s) as s:
         try:
             s.sendall(data)
@@ -224,7 +227,7 @@ QUERY_CHARS = st.sampled_from(list("abcdefxyz0123456789.-+eEinfINFaN_%&=;[]$!*'(
 def test_fuzzed_query_strings_never_500(server, query, route):
     conn = http.client.HTTPConnection("127.0.0.1", port_of(server), timeout=10)
     try:
-        conn.request("GET", f"{API}/{route}?{query}")
+        conn.request("GET", f"{API}/{route}?{query}", headers={"Authorization": f"Bearer {server.token}"})
         r = conn.getresponse()
         body = r.read()
     finally:

@@ -43,10 +43,10 @@ def test_50_clients_polling_status_and_history_for_10_s(tmp_path, fake_nvml, sys
             port = int(sc.url.rsplit(":", 1)[1])
             cpu0, _, _ = proc_cpu_rss(sc.proc.pid)
             t0, m0 = time.time(), time.monotonic()
-            result = run_clients("127.0.0.1", port, clients=50, duration_s=10.0, period_s=1.0)
+            result = run_clients("127.0.0.1", port, clients=50, duration_s=10.0, period_s=1.0, token=sc.token)
             t1, m1 = time.time(), time.monotonic()
             cpu1, rss, hwm = proc_cpu_rss(sc.proc.pid)
-            times = [t for t in history_times("127.0.0.1", port) if t0 - DEFAULT_INTERVAL_S <= t <= t1]
+            times = [t for t in history_times("127.0.0.1", port, token=sc.token) if t0 - DEFAULT_INTERVAL_S <= t <= t1]
             summary = result.summary()
             cad = cadence(times, DEFAULT_INTERVAL_S)
             print(
@@ -78,7 +78,7 @@ def test_a_tree_churning_every_100_ms_does_not_grow_the_sidecar(tmp_path, fake_n
                 rss.append(proc_cpu_rss(sc.proc.pid)[1])
                 doc = sc.status()
                 counts.append(len(doc["processes"]))
-                code, body = get("127.0.0.1", port, f"{API}/history")
+                code, body = get("127.0.0.1", port, f"{API}/history", sc.token)
                 assert code == 200
                 hist = json.loads(body)
                 assert len(hist["samples"]) <= History(4, 0.2).capacity
@@ -108,7 +108,9 @@ def test_trickling_connections_never_lock_out_a_new_client(tmp_path, fake_nvml, 
             port = int(sc.url.rsplit(":", 1)[1])
             _, rss0, _ = proc_cpu_rss(sc.proc.pid)
             # 16 s: the 10 s request deadline closes the first slow connections, the 15 s line replaces them.
-            result = measure_under_slowloris(sc.proc.pid, port, connections, seconds=16.0, line_period_s=5.0)
+            result = measure_under_slowloris(
+                sc.proc.pid, port, connections, seconds=16.0, line_period_s=5.0, token=sc.token
+            )
             print(f"\n{connections} slow connections: {json.dumps(result)}")
             for path, r in result["routes"].items():
                 assert r["failed"] == 0, (path, r["first_failures"])

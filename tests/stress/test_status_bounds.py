@@ -158,7 +158,7 @@ def test_the_sidecar_stays_small_with_8_clients_against_a_hostile_segment(tree, 
             deadline = time.monotonic() + 6.0
             while time.monotonic() < deadline:
                 for path in (f"{API}/status", "/metrics", f"{API}/history"):
-                    status, body = get("127.0.0.1", port, path)
+                    status, body = get("127.0.0.1", port, path, sc.token)
                     if status != 200:
                         errors.append(f"{path}: {status}")
                     if path.endswith("status"):

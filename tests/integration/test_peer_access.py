@@ -1,0 +1,189 @@
+"""Who may read a sidecar on this machine (issue 26): real users (setpriv), real sidecars, real
+HTTP over loopback.
+
+- A user's own sidecar without a token answers only that user's and root's connections (the
+  client socket's owner in /proc/net/tcp); every other user gets a 403 saying why; /healthz stays open.
+- A root sidecar (discovery, --pid, run) never serves without a token: it makes one and prints it.
+- The job a root discovery sidecar answers without ?job= (HTTP and `dsh-sidecar mcp`'s gpu_status)
+  is the caller's own newest, never another user's; none, saying so, when the caller has none.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from probe_wire import segment_path
+from probe_wire.procid import process_identity
+from tests.fakenvml import gpu
+from tests.helpers.harness import API, FakeJob, Sidecar, wait_for
+from tests.stress.test_security import write_as
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as other users"),
+]
+
+NOBODY = 65534
+STRANGER = 65533  # a third user, with no job and no sidecar of its own
+
+CLIENT = textwrap.dedent(
+    """
+    import json, sys, urllib.error, urllib.request
+    req = urllib.request.Request(sys.argv[1])
+    if len(sys.argv) > 2:
+        req.add_header("Authorization", "Bearer " + sys.argv[2])
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            code, body = r.status, r.read()
+    except urllib.error.HTTPError as e:
+        code, body = e.code, e.read()
+    try:
+        body = json.loads(body)
+    except ValueError:
+        body = body.decode("utf-8", "replace")[:200]
+    print(json.dumps([code, body]))
+    """
+)
+
+
+def get_as(uid: int, url: str, token: str | None = None) -> tuple[int, object]:
+    """GET `url` from a process of user `uid` (its own socket, as that user's curl would be)."""
+    r = subprocess.run(
+        ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", sys.executable, "-c", CLIENT, url]
+        + ([token] if token else []),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd="/",
+    )
+    assert r.returncode == 0, r.stderr
+    code, body = json.loads(r.stdout)
+    return code, body
+
+
+def test_a_users_sidecar_without_a_token_serves_only_that_user_and_root():
+    env = {**os.environ, "LD_LIBRARY_PATH": "/nonexistent"}  # no driver: nobody cannot read the fake one
+    with Sidecar(["--port", "0", "--interval", "0.3"], env=env, as_uid=NOBODY) as sc:
+        wait_for(lambda: get_as(NOBODY, f"{sc.url}{API}/jobs")[0] == 200, 30, 0.3, "the owner's jobs list")
+        assert sc.get(f"{API}/jobs")[0] == 200  # root (this test process)
+        for path in (f"{API}/jobs", f"{API}/status", f"{API}/history", f"{API}/schema", "/metrics", "/"):
+            code, body = get_as(STRANGER, sc.url + path)
+            assert code == 403, (path, code, body)
+            assert f"uid {STRANGER}" in body["error"] and "serves only its own user" in body["error"], body
+            assert "--token" in body["error"], body  # and what to do about it
+        assert get_as(STRANGER, sc.url + "/healthz")[0] == 200  # liveness says nothing of anyone's jobs
+        serving = next(line for line in sc.lines if line.startswith("dsh-sidecar: serving "))
+        assert sc.token is None and "other users of this machine are refused" in serving, sc.lines
+
+
+@pytest.fixture
+def sleeper():
+    proc = subprocess.Popen(["sleep", "300"], stdin=subprocess.DEVNULL)
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+@pytest.mark.parametrize("how", ["pid", "run"])
+def test_a_root_sidecar_watching_one_job_makes_a_token(how, sleeper, fake_nvml):
+    fake_nvml.write({"gpus": [gpu(0)]})
+    args = ["--pid", str(sleeper.pid)] if how == "pid" else ["run", "--"]
+    head, tail = (args, []) if how == "pid" else (["run"], ["--", "sleep", "300"])
+    with Sidecar([*head, "--port", "0", "--interval", "0.3", *tail], env=fake_nvml.env()) as sc:
+        made = sc.token
+        assert made and len(made) >= 32, sc.lines
+        assert any(f"{sc.url}/?token={made}" in line for line in sc.lines), sc.lines
+        wait_for(lambda: sc.get(f"{API}/status")[0] == 200, 20, what="the status with the token")
+        for path in (f"{API}/status", f"{API}/jobs", "/metrics", "/"):
+            assert get_as(NOBODY, sc.url + path)[0] == 401, path  # another user, who never saw the line
+        assert get_as(NOBODY, f"{sc.url}{API}/status", made)[0] == 200  # whom root gave the token
+
+
+def _job_id(pid: int) -> str:
+    ident = process_identity(pid)
+    assert ident is not None
+    return f"{ident[0]}-{ident[1]}"
+
+
+@pytest.fixture
+def two_users_jobs(tmp_path):
+    """Root's job (a model on the CPU), then a newer one of nobody's (a model on cuda:0)."""
+    model = {"name": "r", "device": "cpu", "devices": ["cpu"], "params": 10}
+    mine = FakeJob(tmp_path / "root-job", {"main": {"payload": {"role": "main", "models": [model]}}}, detach=True)
+    theirs = subprocess.Popen(
+        ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "sleep", "300"],
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(lambda: process_identity(theirs.pid), what="nobody's process")
+        write_as(NOBODY, theirs.pid)
+        yield _job_id(mine.pid), _job_id(theirs.pid)
+    finally:
+        theirs.kill()
+        theirs.wait()
+        mine.stop()
+        if os.path.lexists(segment_path(theirs.pid)):
+            os.unlink(segment_path(theirs.pid))
+
+
+def test_roots_default_job_is_the_callers_own(two_users_jobs, fake_nvml):
+    root_job, nobodys_job = two_users_jobs
+    fake_nvml.write({"gpus": [gpu(0)]})
+    with Sidecar(["--port", "0", "--interval", "0.3"], env=fake_nvml.env()) as sc:
+        wait_for(
+            lambda: {root_job, nobodys_job} <= {j["id"] for j in sc.get(f"{API}/jobs")[1]["jobs"]},
+            30,
+            0.3,
+            "both users' jobs listed",
+        )
+        assert sc.get(f"{API}/status")[1]["job_id"] == root_job  # root: root's job
+        assert sc.get(f"{API}/jobs")[1]["default_job"] == root_job
+        assert sc.get(f"{API}/history")[0] == 200
+        code, doc = get_as(NOBODY, f"{sc.url}{API}/status", sc.token)
+        assert code == 200 and doc["job_id"] == nobodys_job, doc
+        code, doc = get_as(NOBODY, f"{sc.url}{API}/jobs", sc.token)
+        assert code == 200 and doc["default_job"] == nobodys_job, doc
+        for route in ("status", "history"):  # a user with no job of their own gets none of another's
+            code, body = get_as(STRANGER, f"{sc.url}{API}/{route}", sc.token)
+            assert code == 404 and "none of the jobs here is yours" in body["error"], (route, body)
+        code, doc = get_as(STRANGER, f"{sc.url}{API}/jobs", sc.token)
+        assert code == 200 and doc["default_job"] is None, doc
+        # a job asked for by id is served as before
+        code, doc = get_as(STRANGER, f"{sc.url}{API}/status?job={root_job}", sc.token)
+        assert code == 200 and doc["job_id"] == root_job
+
+        from sidecar import mcp_server
+
+        # `dsh-sidecar mcp --url` as root: gpu_status() with no job is root's job
+        out, text = mcp_server.call(mcp_server.HttpBackend(sc.url, sc.token), "gpu_status", {})
+        assert out is not None and out["job_id"] == root_job, text
+        out, text = mcp_server.call(mcp_server.HttpBackend(sc.url, sc.token), "list_jobs", {})
+        assert out is not None and out["default_job"] == root_job, text
+
+
+def test_mcp_gpu_status_without_a_job_is_the_agents_users_own(two_users_jobs):
+    """`dsh-sidecar mcp` as root, polling here: gpu_status() answers root's job, never nobody's newer one."""
+    from sidecar import mcp_server
+    from sidecar.jobs import JobsPoller
+
+    root_job, nobodys_job = two_users_jobs
+    backend = mcp_server.LocalBackend(JobsPoller(interval_s=0.3, history_s=60))
+    try:
+        wait_for(
+            lambda: {root_job, nobodys_job} <= {j["id"] for j in mcp_server.call(backend, "list_jobs", {})[0]["jobs"]},
+            30,
+            0.3,
+            "both users' jobs listed",
+        )
+        out, text = mcp_server.call(backend, "gpu_status", {})
+        assert out is not None and out["job_id"] == root_job, text
+        out, text = mcp_server.call(backend, "gpu_status", {"job": nobodys_job})
+        assert out is not None and out["job_id"] == nobodys_job, text  # asked for by id: served
+    finally:
+        backend.close()
