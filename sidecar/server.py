@@ -28,8 +28,13 @@ API = "/api/dsh-gpu-dashboard"
 # sends the token (from `/?token=`, kept in the tab's sessionStorage) as `Authorization: Bearer`.
 # No cookie carries it: a browser sends a cookie to every port of the host, another user's
 # listener included.
+# Served without the token: the page and its files hold no data, and a browser cannot send the
+# header when it loads them (the page then sends it with every request for data).
 PUBLIC_PATHS = ("/healthz", "/")
 PUBLIC_PREFIXES = ("/static/",)
+# Served to any local user by a sidecar without a token (which serves only its own user and root):
+# nothing else, the page included.
+PEER_PUBLIC_PATHS = ("/healthz",)
 # A token cookie (this name, + "_<port>"): never accepted, and expired wherever one arrives.
 LEGACY_TOKEN_COOKIE = "dsh_sidecar_token"
 JSON_SCHEMA = json_schema()  # of every document served here (sidecar/contract.py)
@@ -120,7 +125,7 @@ def _install_guards(app: Flask, config: ServerConfig) -> None:
 
 def _authorise(config: ServerConfig):
     """The caller's user may read this sidecar (config.peers), else 403 saying why."""
-    if config.peers is None or request.path in PUBLIC_PATHS:
+    if config.peers is None or request.path in PEER_PUBLIC_PATHS:
         return None
     why = config.peers.refusal(request.environ)
     return _error(403, why) if why else None

@@ -18,7 +18,8 @@ def test_the_page_shows_an_exited_jobs_ranks_marked_exited(pages, tmp_path):
         doc = final_document(SPAWN_JOB, tmp_path, grace_s=120, keep=kept)
         ranks = {p["pid"] for p in doc["processes"] if p["models"]}
         assert len(ranks) == 2
-        page = pages.open(kept[0].url + "/")
+        sc = kept[0]  # as root, `run` makes a token and prints the page's address with it
+        page = pages.open(sc.url + "/" + (f"?token={sc.token}" if sc.token else ""))
         rows = "[data-testid=process-row]"
         wait_js(page, f"() => document.querySelectorAll('{rows}').length === {len(doc['processes'])}")
         exited = page.eval_on_selector_all(

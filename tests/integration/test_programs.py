@@ -209,9 +209,6 @@ def test_same_losses_and_checkpoint_with_and_without_the_probe(runs, name):
 
 
 # -- the final state ---------------------------------------------------------------------------------
-ITEM1 = "issue 25 item 1: the final state keeps every probed process, with its last facts"
-ITEM3 = "issue 25 item 3: a model registered then compiled is counted, or warned about"
-ITEM5 = "issue 25 item 5: Lightning with plain register: breakdown and input shape"
 
 
 def model_named(process: dict, name: str) -> dict:
@@ -227,23 +224,7 @@ def assert_cpu_verdict(doc: dict) -> None:
     assert not doc["target"]["alive"]
 
 
-# Every program's last facts, by program; the known gaps are marked.
-LAST_FACTS = [
-    pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=reason)) if reason else name
-    for name, reason in {
-        "imagenet": ITEM1,
-        "word_language_model": ITEM1,
-        "mnist_hogwild": ITEM1,
-        "hf_trainer": ITEM1,
-        "lightning_register": ITEM1,
-        "lightning_callback": ITEM1,
-        "torchrun": ITEM1,
-        "nanogpt": ITEM1,
-        "nanogpt_compile": ITEM3,
-        "accelerate": ITEM1,
-        "dataloader_spawn": ITEM1,
-    }.items()
-]
+LAST_FACTS = list(PROGRAMS)
 
 
 @pytest.mark.parametrize("name", LAST_FACTS)
@@ -267,7 +248,6 @@ def assert_counted(process: dict, name: str, printed: int) -> dict:
     return model
 
 
-@pytest.mark.xfail(strict=True, reason=ITEM1)
 def test_imagenet_mp_spawn_final_state_keeps_the_ranks(runs):
     run = runs("imagenet")
     ranks = sorted(run.role("rank"), key=lambda p: p["rank"])
@@ -278,7 +258,6 @@ def test_imagenet_mp_spawn_final_state_keeps_the_ranks(runs):
     assert_cpu_verdict(run.doc)
 
 
-@pytest.mark.xfail(strict=True, reason=ITEM1)
 def test_mnist_hogwild_final_state_keeps_the_children(runs):
     run = runs("mnist_hogwild")
     main = run.process(run.doc["target"]["pid"])
@@ -292,7 +271,6 @@ def test_mnist_hogwild_final_state_keeps_the_children(runs):
     assert_cpu_verdict(run.doc)
 
 
-@pytest.mark.xfail(strict=True, reason=ITEM1)
 def test_hf_trainer_final_state_counts_steps(runs):
     run = runs("hf_trainer")
     (pid,) = run.probed.forwards
@@ -315,7 +293,6 @@ def assert_lightning_breakdown(run: ProgramRun, pid: int) -> None:
     assert s is not None and s["optimizer_fraction"] < s["forward_fraction"] + s["other_fraction"], s
 
 
-@pytest.mark.xfail(strict=True, reason=ITEM1)
 def test_lightning_with_the_callback_final_state(runs):
     run = runs("lightning_callback")
     (pid,) = run.probed.forwards
@@ -325,7 +302,6 @@ def test_lightning_with_the_callback_final_state(runs):
     assert_cpu_verdict(run.doc)
 
 
-@pytest.mark.xfail(strict=True, reason=f"{ITEM5}; {ITEM1}")
 def test_lightning_with_plain_register_final_state(runs):
     run = runs("lightning_register")
     (pid,) = run.probed.forwards
@@ -335,7 +311,6 @@ def test_lightning_with_plain_register_final_state(runs):
     assert_cpu_verdict(run.doc)
 
 
-@pytest.mark.xfail(strict=True, reason=ITEM1)
 def test_torchrun_found_by_discovery_final_state_keeps_the_ranks(runs):
     run = runs("torchrun")
     launcher = run.process(run.doc["target"]["pid"])
@@ -347,7 +322,6 @@ def test_torchrun_found_by_discovery_final_state_keeps_the_ranks(runs):
     assert_cpu_verdict(run.doc)
 
 
-@pytest.mark.xfail(strict=True, reason=ITEM3)
 def test_nanogpt_registered_then_compiled_is_counted_or_warned(runs):
     run = runs("nanogpt_compile")
     (pid,) = run.probed.forwards
@@ -355,22 +329,20 @@ def test_nanogpt_registered_then_compiled_is_counted_or_warned(runs):
     assert model["forward_calls"] > 0 or "registered-before-compile" in codes(run.doc), model
 
 
-@pytest.mark.xfail(strict=True, reason=ITEM1)
 def test_accelerate_final_state_times_the_prepared_loader(runs):
     run = runs("accelerate")
     (pid,) = run.probed.forwards
     model = assert_counted(run.process(pid), "Sequential", run.probed.forwards[pid])
-    assert model["loader_settings"] == {"num_workers": 0, "pin_memory": False, "persistent_workers": False, "batch_size": 8}
+    assert model["loader_settings"] == {"num_workers": 0, "pin_memory": False, "persistent_workers": False, "batch_size": 8, "prefetch_factor": None}
     assert model["data_wait_fraction"] is not None
     assert_cpu_verdict(run.doc)
 
 
-@pytest.mark.xfail(strict=True, reason=ITEM1)
 def test_spawned_persistent_pinned_loader_final_state(runs):
     run = runs("dataloader_spawn")
     (pid,) = run.probed.forwards
     model = assert_counted(run.process(pid), "Sequential", run.probed.forwards[pid])
-    assert model["loader_settings"] == {"num_workers": 2, "pin_memory": True, "persistent_workers": True, "batch_size": 8}
+    assert model["loader_settings"] == {"num_workers": 2, "pin_memory": True, "persistent_workers": True, "batch_size": 8, "prefetch_factor": 2}
     workers = run.role("dataloader-worker")
     assert sorted(p["worker_id"] for p in workers) == [0, 1] and all(p["ppid"] == pid for p in workers)
     assert_cpu_verdict(run.doc)
