@@ -26,7 +26,17 @@ MAX_PROCESSES_SHOWN = 256  # `processes_omitted` counts the rest
 MAX_PROCESS_BYTES = 512 * 1024  # process entries together, as JSON (the cheap half of the budget)
 MAX_EVENTS_SHOWN = 100  # the most recent ones; `events_omitted` counts the rest
 MAX_JOBS_SHOWN = 64  # the newest jobs in /jobs and in a discovery-mode status document
-MAX_LABEL_CHARS = MAX_TEXT_CHARS  # a /metrics label value
+MAX_LABEL_CHARS = MAX_ID_CHARS  # a /metrics label value: a process names its models and itself
+# /metrics exports per-job series for at most MAX_METRIC_JOBS live jobs (default of
+# --metrics-max-jobs; `dsh_jobs_omitted` counts the rest) and, per job, at most
+# MAX_METRIC_PROCESS_KEYS (role, rank) pairs of processes, MAX_METRIC_MODELS (model, rank) pairs and
+# MAX_METRIC_WARNINGS warnings: a training process chooses its ranks, roles and model names, and
+# every distinct value is a series Prometheus keeps. `sidecar.metrics.series_bound` is the sum.
+MAX_METRIC_JOBS = 32
+MAX_METRIC_JOBS_FLAG = 1024  # the most --metrics-max-jobs accepts (sidecar/jobs.py watches 256)
+MAX_METRIC_PROCESS_KEYS = 16
+MAX_METRIC_MODELS = 16
+MAX_METRIC_WARNINGS = 32
 MAX_STATUS_BYTES = 1024 * 1024  # what the bounds above guarantee for the status document
 PROXY_MAX_BODY_BYTES = 4 * 1024 * 1024  # status or history through the DSH proxy
 

@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 
-from sidecar import __version__
+from sidecar import __version__, bounds
 from sidecar.hosts import is_loopback_host, valid_host_name
 from sidecar.summary import human_summary, jobs_summary
 
@@ -114,6 +114,16 @@ def _pid(text: str) -> int:
     return value
 
 
+def _metric_jobs(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of jobs: {text!r}") from None
+    if not 0 <= value <= bounds.MAX_METRIC_JOBS_FLAG:
+        raise argparse.ArgumentTypeError(f"--metrics-max-jobs is 0-{bounds.MAX_METRIC_JOBS_FLAG}: {text!r}")
+    return value
+
+
 def _host_name(text: str) -> str:
     if not valid_host_name(text):
         raise argparse.ArgumentTypeError(
@@ -151,6 +161,14 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
         "names and, for 0.0.0.0 or ::, this machine's name and its addresses are always answered)",
     )
     p.add_argument("--job-name", default=None, help="adds a job_name label to /metrics")
+    p.add_argument(
+        "--metrics-max-jobs",
+        type=_metric_jobs,
+        default=bounds.MAX_METRIC_JOBS,
+        metavar="N",
+        help=f"per-job series in /metrics for at most N live jobs, the oldest (default {bounds.MAX_METRIC_JOBS}; "
+        "dsh_jobs_omitted counts the rest)",
+    )
     p.add_argument("--stay", action="store_true", help="keep serving after the job has exited")
     p.add_argument(
         "--grace",
@@ -523,7 +541,7 @@ def _serve(args: argparse.Namespace, poller, sock: socket.socket, child: subproc
         job_name=args.job_name,
         hosts=host_policy(args.host, tuple(args.allow_host)),
     )
-    app = create_app(config, poller, metrics=make_metrics(poller, job_name=args.job_name))
+    app = create_app(config, poller, metrics=make_metrics(poller, args.job_name, args.metrics_max_jobs))
     server = create_server(app, sock)
     port = server.effective_port
     host = args.host if ":" not in args.host else f"[{args.host}]"

@@ -10,6 +10,7 @@ meaning are listed in docs/metrics.md.
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -18,7 +19,15 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from sidecar import __version__
-from sidecar.bounds import MAX_LABEL_CHARS, clip
+from sidecar.bounds import (
+    MAX_LABEL_CHARS,
+    MAX_METRIC_JOBS,
+    MAX_METRIC_MODELS,
+    MAX_METRIC_PROCESS_KEYS,
+    MAX_METRIC_WARNINGS,
+    clip,
+)
+from sidecar.document import fair_share
 from sidecar.sources.nvml_names import CLOCK_EVENT_REASONS
 from sidecar.verdict import STATUSES
 
@@ -34,13 +43,18 @@ ERROR_SOURCES = ("proctree", "probe", "nvml", "sysfs", "poll")
 
 GPU_LABELS = ["gpu", "uuid", "name"]  # a GPU is the machine's, not a job's: no job_id
 # Per-job series carry the job's id (`<root pid>-<root start ticks>`, the status document's job_id):
-# one sidecar per node covers every job on it (discovery), and --pid series look the same.
-PROCESS_GPU_LABELS = ["job_id", "pid", "role", "gpu", "rank"]
-MODEL_INFO_LABELS = ["job_id", "pid", "model", "device", "rank"]
-MODEL_CALLS_LABELS = ["job_id", "pid", "model", "rank"]
-RANK_LABELS = ["job_id", "pid", "rank", "local_rank", "world_size"]
+# one sidecar per node covers every job on it (discovery), and --pid series look the same. No
+# per-process series has a `pid`: DataLoader workers and launched helpers get a new pid every epoch or
+# call, and every pid would be a new series for Prometheus to keep; processes of a job that share
+# the other labels are summed (memory, SM use, forward calls) or averaged (step shares).
+PROCESS_GPU_LABELS = ["job_id", "role", "gpu", "rank"]
+MODEL_INFO_LABELS = ["job_id", "model", "device", "rank"]
+MODEL_CALLS_LABELS = ["job_id", "model", "rank"]
+RANK_LABELS = ["job_id", "rank", "local_rank", "world_size"]
 STATUS_LABELS = ["job_id", "status"]
-STEP_LABELS = ["job_id", "pid", "role", "rank", "phase"]
+STEP_LABELS = ["job_id", "role", "rank", "phase"]
+# One series per job with what describes it, so the per-process series need not repeat it.
+JOB_INFO_LABELS = ["job_id", "root_pid", "user", "process"]
 # The GPU's efficiency gauges: (metric, help, Gpu field in the status document, scale to the unit).
 GPU_EFFICIENCY_GAUGES = (
     ("dsh_gpu_sm_clock_hz", "SM clock (NVML).", "sm_clock_mhz", 1e6),
@@ -85,28 +99,41 @@ def _text(x: Any) -> str:
 
 
 class _Family:
-    """A metric family that drops a repeated label set (Prometheus rejects a whole scrape that
-    repeats a series), keeping the first."""
+    """A metric family whose samples are folded by label set: Prometheus rejects a whole scrape that
+    repeats a series, and processes of one job that share every label make one series. `how` says
+    how: "first" keeps the first value (info series), "sum" adds them (memory, SM use, calls),
+    "mean" averages them (shares of a step, each 0-1)."""
 
-    def __init__(self, family: GaugeMetricFamily | CounterMetricFamily, extra: list[str]):
-        self.family = family
+    def __init__(self, family: GaugeMetricFamily | CounterMetricFamily, extra: list[str], how: str = "first"):
+        self._metric = family
         self.extra = extra
-        self._seen: set[tuple[str, ...]] = set()
+        self.how = how
+        self._values: dict[tuple[str, ...], list[float]] = {}  # label set -> [total, count]
 
     def add(self, values: Iterable[Any], value: float) -> None:
         key = (*(_text(v) for v in values), *self.extra)
-        if key in self._seen:
-            return
-        self._seen.add(key)
-        self.family.add_metric(list(key), float(value))
+        seen = self._values.get(key)
+        if seen is None:
+            self._values[key] = [float(value), 1]
+        elif self.how != "first":
+            seen[0] += float(value)
+            seen[1] += 1
+
+    @property
+    def family(self) -> GaugeMetricFamily | CounterMetricFamily:
+        for key, (total, n) in self._values.items():
+            self._metric.add_metric(list(key), total / n if self.how == "mean" else total)
+        self._values = {}
+        return self._metric
 
 
 class SidecarCollector:
     """Reads `poller.snapshot()` (the latest status document and its poll time), `poll_count`,
     `poll_durations_s` (the last 1000 poll durations) and `poll_errors` (a Counter by source)."""
 
-    def __init__(self, poller: Any, job_name: str | None = None):
+    def __init__(self, poller: Any, job_name: str | None = None, max_jobs: int = MAX_METRIC_JOBS):
         self.poller = poller
+        self.max_jobs = max_jobs
         self.job_name = job_name or None  # "" is no name: an empty label is an absent one
         self._lock = threading.Lock()  # waitress serves scrapes on several threads
         self._bucket_counts = [0] * (len(POLL_BUCKETS_S) + 1)  # the last one is +Inf
@@ -120,12 +147,12 @@ class SidecarCollector:
     def _extra(self) -> list[str]:
         return [self.job_name] if self.job_name is not None else []
 
-    def _gauge(self, name: str, doc: str, labels: list[str]) -> _Family:
-        return _Family(GaugeMetricFamily(name, doc, labels=self._label_names(labels)), self._extra())
+    def _gauge(self, name: str, doc: str, labels: list[str], how: str = "first") -> _Family:
+        return _Family(GaugeMetricFamily(name, doc, labels=self._label_names(labels)), self._extra(), how)
 
-    def _counter(self, name: str, doc: str, labels: list[str]) -> _Family:
+    def _counter(self, name: str, doc: str, labels: list[str], how: str = "first") -> _Family:
         # CounterMetricFamily appends `_total` to the sample name: `name` is given without it.
-        return _Family(CounterMetricFamily(name, doc, labels=self._label_names(labels)), self._extra())
+        return _Family(CounterMetricFamily(name, doc, labels=self._label_names(labels)), self._extra(), how)
 
     def _observe_new_polls(self) -> None:
         """Fold the durations of the polls since the last scrape into the cumulative histogram.
@@ -252,87 +279,158 @@ class SidecarCollector:
         yield events.family
 
     def _job_metrics(self, docs: list[dict[str, Any]]) -> Iterator[Metric]:
-        pmem = self._gauge(
-            "dsh_process_gpu_memory_used_bytes",
-            "GPU memory used by a process of the job's tree, per GPU (NVML).",
-            PROCESS_GPU_LABELS,
+        shown = exported_jobs(docs, self.max_jobs)
+        omitted = self._gauge(
+            "dsh_jobs_omitted",
+            "Live jobs with no per-job series: over --metrics-max-jobs (the oldest are exported).",
+            [],
         )
-        psm = self._gauge(
-            "dsh_process_gpu_sm_utilization_percent",
-            "SM utilisation of a process of the job's tree, per GPU, 0-100 (NVML).",
-            PROCESS_GPU_LABELS,
-        )
-        minfo = self._gauge(
-            "dsh_model_info", "A registered model and the device it is on (always 1).", MODEL_INFO_LABELS
-        )
-        mcalls = self._counter(
-            "dsh_model_forward_calls", "Forward calls of a registered model.", MODEL_CALLS_LABELS
-        )
-        rinfo = self._gauge(
-            "dsh_rank_info",
-            "A torch.distributed rank of the job (a process with role 'rank'; always 1).",
-            RANK_LABELS,
-        )
-        status = self._gauge("dsh_status", "The verdict, one-hot over GPU/CPU/MIXED/UNKNOWN.", STATUS_LABELS)
-        warn = self._gauge(
-            "dsh_warning_active",
-            "A warning of the verdict that is active now (always 1).",
-            WARNING_LABELS,
-        )
-        phase = self._gauge(
-            "dsh_process_step_fraction",
-            "Share of a process's training-step wall time in each phase over the probe's window, 0-1.",
-            STEP_LABELS,
-        )
-        for doc in docs:
-            job = doc.get("job_id")
-            for p in doc.get("processes") or ():
-                pid, rank = p.get("pid"), p.get("rank")
-                for g in p.get("gpu") or ():
-                    labels = [job, pid, p.get("role"), g.get("index"), rank]
-                    if g.get("mem_used_mib") is not None:
-                        pmem.add(labels, g["mem_used_mib"] * MIB)
-                    if g.get("sm_util_pct") is not None:
-                        psm.add(labels, g["sm_util_pct"])
-                for name, m in model_labels(p.get("models") or ()):
-                    minfo.add([job, pid, name, m.get("device"), rank], 1)
-                    mcalls.add([job, pid, name, rank], m.get("forward_calls") or 0)
-                if p.get("role") == "rank":
-                    rinfo.add([job, pid, rank, p.get("local_rank"), p.get("world_size")], 1)
-                for name in STEP_PHASES:
-                    share = (p.get("step_breakdown") or {}).get(f"{name}_fraction")
-                    if share is not None:
-                        phase.add([job, pid, p.get("role"), rank, name], share)
-            for s in STATUSES:
-                status.add([job, s], 1 if doc.get("status") == s else 0)
-            for w in doc.get("warnings") or ():
-                warn.add([job, w.get("code"), w.get("severity")], 1)
-        yield from (
-            pmem.family,
-            psm.family,
-            minfo.family,
-            mcalls.family,
-            rinfo.family,
-            status.family,
-            warn.family,
-        )
-        yield phase.family
+        omitted.add([], len(docs) - len(shown))
+        f = {
+            "job": self._gauge(
+                "dsh_job_info",
+                "A live job and what describes it (always 1): its root's pid, user and process name.",
+                JOB_INFO_LABELS,
+            ),
+            "pmem": self._gauge(
+                "dsh_process_gpu_memory_used_bytes",
+                "GPU memory used by the job's processes of one role and rank, per GPU (NVML).",
+                PROCESS_GPU_LABELS,
+                "sum",
+            ),
+            "psm": self._gauge(
+                "dsh_process_gpu_sm_utilization_percent",
+                "SM utilisation of the job's processes of one role and rank, per GPU, 0-100 (NVML).",
+                PROCESS_GPU_LABELS,
+                "sum",
+            ),
+            "minfo": self._gauge(
+                "dsh_model_info", "A registered model and the device it is on (always 1).", MODEL_INFO_LABELS
+            ),
+            "mcalls": self._counter(
+                "dsh_model_forward_calls",
+                "Forward calls of a registered model, summed over the rank's processes.",
+                MODEL_CALLS_LABELS,
+                "sum",
+            ),
+            "rinfo": self._gauge(
+                "dsh_rank_info",
+                "A torch.distributed rank of the job (a process with role 'rank'; always 1).",
+                RANK_LABELS,
+            ),
+            "status": self._gauge(
+                "dsh_status", "The verdict, one-hot over GPU/CPU/MIXED/UNKNOWN.", STATUS_LABELS
+            ),
+            "warn": self._gauge(
+                "dsh_warning_active",
+                "A warning of the verdict that is active now (always 1).",
+                WARNING_LABELS,
+            ),
+            "phase": self._gauge(
+                "dsh_process_step_fraction",
+                "Share of the training-step wall time in each phase over the probe's window, 0-1, "
+                "averaged over the job's processes of one role and rank.",
+                STEP_LABELS,
+                "mean",
+            ),
+        }
+        users = {j.get("id"): j.get("user") for d in docs[:1] for j in d.get("jobs") or ()}
+        for doc in shown:
+            self._one_job(doc, users.get(doc.get("job_id")), f)
+        yield omitted.family
+        yield from (family.family for family in f.values())
+
+    def _one_job(self, doc: dict[str, Any], user: str | None, f: dict[str, _Family]) -> None:
+        """One job's series, within the per-job bounds (series_bound)."""
+        job = doc.get("job_id")
+        target = doc.get("target") or {}
+        f["job"].add([job, target.get("pid"), user, target.get("name")], 1)
+        keys: set[tuple[str, str]] = set()
+        models: set[tuple[str, str]] = set()
+        ranks: set[str] = set()
+        for p in doc.get("processes") or ():
+            rank = p.get("rank")
+            key = (_text(p.get("role")), _text(rank))
+            if key not in keys and len(keys) >= MAX_METRIC_PROCESS_KEYS:
+                continue  # a process claiming yet another role or rank: the status document has it
+            keys.add(key)
+            for g in p.get("gpu") or ():
+                labels = [job, p.get("role"), g.get("index"), rank]
+                if g.get("mem_used_mib") is not None:
+                    f["pmem"].add(labels, g["mem_used_mib"] * MIB)
+                if g.get("sm_util_pct") is not None:
+                    f["psm"].add(labels, g["sm_util_pct"])
+            for name, m in model_labels(p.get("models") or ()):
+                if (name, key[1]) not in models:
+                    if len(models) >= MAX_METRIC_MODELS:
+                        continue
+                    models.add((name, key[1]))
+                    # One device per (model, rank): processes of a rank that disagree keep the first.
+                    f["minfo"].add([job, name, m.get("device"), rank], 1)
+                f["mcalls"].add([job, name, rank], m.get("forward_calls") or 0)
+            if p.get("role") == "rank" and key[1] not in ranks:
+                ranks.add(key[1])
+                f["rinfo"].add([job, rank, p.get("local_rank"), p.get("world_size")], 1)
+            for name in STEP_PHASES:
+                share = (p.get("step_breakdown") or {}).get(f"{name}_fraction")
+                if share is not None:
+                    f["phase"].add([job, p.get("role"), rank, name], share)
+        for s in STATUSES:
+            f["status"].add([job, s], 1 if doc.get("status") == s else 0)
+        for w in (doc.get("warnings") or ())[:MAX_METRIC_WARNINGS]:  # most severe first
+            f["warn"].add([job, w.get("code"), w.get("severity")], 1)
+
+
+def exported_jobs(docs: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+    """The live jobs that get per-job series: at most `limit`, the oldest first, shared out among
+    users (document.fair_share), so a stream of short jobs can neither push a long one's series
+    out nor add series once the cap is reached, and one user's jobs never crowd out another's."""
+    if len(docs) <= limit:
+        return docs
+    uids = {j.get("id"): j.get("uid") for d in docs[:1] for j in d.get("jobs") or ()}
+
+    def started(d: dict[str, Any]) -> tuple[float, str]:
+        when = (d.get("target") or {}).get("create_time_unix_s")
+        return (when if isinstance(when, (int, float)) else math.inf, str(d.get("job_id")))
+
+    oldest = sorted(docs, key=started)
+    return fair_share(oldest, limit, lambda d: uids.get(d.get("job_id")))
+
+
+def series_bound(gpus: int, max_jobs: int = MAX_METRIC_JOBS) -> int:
+    """The most series one scrape can hold with `gpus` GPUs: jobs cap x series per job + per-GPU
+    series + the sidecar's own (docs/metrics.md states the same formula)."""
+    per_key = 2 * gpus + len(STEP_PHASES) + 1  # memory and SM per GPU, the phases, rank info
+    per_job = (
+        1  # dsh_job_info
+        + len(STATUSES)
+        + MAX_METRIC_WARNINGS
+        + MAX_METRIC_PROCESS_KEYS * per_key
+        + 2 * MAX_METRIC_MODELS  # dsh_model_info, dsh_model_forward_calls_total
+    )
+    per_gpu = 3 + len(GPU_EFFICIENCY_GAUGES) + len(CLOCK_EVENT_REASONS)
+    own = 2 + len(POLL_BUCKETS_S) + 3 + len(ERROR_SOURCES) + 1  # info, stamp, histogram, errors, omitted
+    return max_jobs * per_job + gpus * per_gpu + own
 
 
 def model_labels(models: Iterable[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
     """(the `model` label, the model) for one process's models: a name registered twice in one
-    process gets `#2`, `#3`, ... in registration order so each model keeps its own series."""
+    process gets `#2`, `#3`, ... in registration order so each model keeps its own series (the name
+    is clipped to leave room for it)."""
     seen: dict[str, int] = {}
     for m in models:
         name = _text(m.get("name"))
         n = seen.get(name, 0) + 1
         seen[name] = n
-        yield (name if n == 1 else f"{name}#{n}"), m
+        suffix = "" if n == 1 else f"#{n}"
+        yield clip(name, MAX_LABEL_CHARS - len(suffix)) + suffix, m
 
 
-def make_metrics(poller: Any, job_name: str | None = None) -> Callable[[], tuple[bytes, str]]:
+def make_metrics(
+    poller: Any, job_name: str | None = None, max_jobs: int = MAX_METRIC_JOBS
+) -> Callable[[], tuple[bytes, str]]:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SidecarCollector(poller, job_name))
+    registry.register(SidecarCollector(poller, job_name, max_jobs))
 
     def render() -> tuple[bytes, str]:
         return generate_latest(registry), CONTENT_TYPE

@@ -31,11 +31,13 @@ CONTRACT = {
     "dsh_gpu_utilization_percent": {"gpu", "uuid", "name"},
     "dsh_gpu_memory_used_bytes": {"gpu", "uuid", "name"},
     "dsh_gpu_memory_total_bytes": {"gpu", "uuid", "name"},
-    "dsh_process_gpu_memory_used_bytes": {"job_id", "pid", "role", "gpu", "rank"},
-    "dsh_process_gpu_sm_utilization_percent": {"job_id", "pid", "role", "gpu", "rank"},
-    "dsh_model_info": {"job_id", "pid", "model", "device", "rank"},
-    "dsh_model_forward_calls_total": {"job_id", "pid", "model", "rank"},
-    "dsh_rank_info": {"job_id", "pid", "rank", "local_rank", "world_size"},
+    "dsh_process_gpu_memory_used_bytes": {"job_id", "role", "gpu", "rank"},
+    "dsh_process_gpu_sm_utilization_percent": {"job_id", "role", "gpu", "rank"},
+    "dsh_model_info": {"job_id", "model", "device", "rank"},
+    "dsh_model_forward_calls_total": {"job_id", "model", "rank"},
+    "dsh_rank_info": {"job_id", "rank", "local_rank", "world_size"},
+    "dsh_job_info": {"job_id", "root_pid", "user", "process"},
+    "dsh_jobs_omitted": set(),
     "dsh_status": {"job_id", "status"},
     "dsh_warning_active": {"job_id", "code", "severity"},
     "dsh_sidecar_poll_duration_seconds_bucket": {"le"},
@@ -54,6 +56,7 @@ DOC_FAMILIES = {
     "dsh_model_info",
     "dsh_model_forward_calls_total",
     "dsh_rank_info",
+    "dsh_job_info",
     "dsh_status",
     "dsh_warning_active",
     "dsh_gpu_sm_clock_hz",
@@ -111,15 +114,17 @@ def sample_set(samples, names=DOC_FAMILIES) -> set[tuple[str, tuple, float]]:
 
 
 def expected_from_document(doc: dict[str, Any], job_name: str | None) -> set[tuple[str, tuple, float]]:
-    """The contract written out against the status document, independently of sidecar/metrics.py."""
-    out = []
+    """The contract written out against the status document, independently of sidecar/metrics.py:
+    processes of the job that share every label make one series, summed ("sum"), averaged
+    ("mean") or the first one's ("first")."""
+    folded: dict[tuple[str, tuple], tuple[str, list[float]]] = {}
     job = doc.get("job_id")
 
-    def add(name: str, labels: dict[str, Any], value: float) -> None:
+    def add(name: str, labels: dict[str, Any], value: float, how: str = "first") -> None:
         labels = {k: "" if v is None else str(v) for k, v in labels.items()}
         if job_name:
             labels["job_name"] = job_name
-        out.append((name, labels, float(value)))
+        folded.setdefault((name, tuple(sorted(labels.items()))), (how, []))[1].append(float(value))
 
     for g in doc["gpus"]:
         lbl = {"gpu": g["index"], "uuid": g["uuid"], "name": g["name"]}
@@ -137,33 +142,33 @@ def expected_from_document(doc: dict[str, Any], job_name: str | None) -> set[tup
                 add("dsh_gpu_clock_event_active", {**lbl, "reason": reason}, reason in g["clock_event_reasons"])
     for p in doc["processes"]:
         for g in p["gpu"]:
-            lbl = {"job_id": job, "pid": p["pid"], "role": p["role"], "gpu": g["index"], "rank": p["rank"]}
+            lbl = {"job_id": job, "role": p["role"], "gpu": g["index"], "rank": p["rank"]}
             if g["mem_used_mib"] is not None:
-                add("dsh_process_gpu_memory_used_bytes", lbl, g["mem_used_mib"] * MIB)
+                add("dsh_process_gpu_memory_used_bytes", lbl, g["mem_used_mib"] * MIB, "sum")
             if g["sm_util_pct"] is not None:
-                add("dsh_process_gpu_sm_utilization_percent", lbl, g["sm_util_pct"])
+                add("dsh_process_gpu_sm_utilization_percent", lbl, g["sm_util_pct"], "sum")
         for m in p["models"]:
             add(
                 "dsh_model_info",
-                {"job_id": job, "pid": p["pid"], "model": m["name"], "device": m["device"], "rank": p["rank"]},
+                {"job_id": job, "model": m["name"], "device": m["device"], "rank": p["rank"]},
                 1,
             )
             add(
                 "dsh_model_forward_calls_total",
-                {"job_id": job, "pid": p["pid"], "model": m["name"], "rank": p["rank"]},
+                {"job_id": job, "model": m["name"], "rank": p["rank"]},
                 m["forward_calls"],
+                "sum",
             )
         for phase in ("data_wait", "forward", "optimizer", "other"):
             share = (p.get("step_breakdown") or {}).get(f"{phase}_fraction")
             if share is not None:
-                lbl = {"job_id": job, "pid": p["pid"], "role": p["role"], "rank": p["rank"], "phase": phase}
-                add("dsh_process_step_fraction", lbl, share)
+                lbl = {"job_id": job, "role": p["role"], "rank": p["rank"], "phase": phase}
+                add("dsh_process_step_fraction", lbl, share, "mean")
         if p["role"] == "rank":
             add(
                 "dsh_rank_info",
                 {
                     "job_id": job,
-                    "pid": p["pid"],
                     "rank": p["rank"],
                     "local_rank": p["local_rank"],
                     "world_size": p["world_size"],
@@ -174,6 +179,13 @@ def expected_from_document(doc: dict[str, Any], job_name: str | None) -> set[tup
         add("dsh_status", {"job_id": job, "status": s}, 1 if doc["status"] == s else 0)
     for w in doc["warnings"]:
         add("dsh_warning_active", {"job_id": job, "code": w["code"], "severity": w["severity"]}, 1)
+    root = doc["target"]
+    user = next((j["user"] for j in doc.get("jobs") or () if j["id"] == job), None)
+    add("dsh_job_info", {"job_id": job, "root_pid": root["pid"], "user": user, "process": root["name"]}, 1)
+    out = []
+    for (name, labels), (how, values) in folded.items():
+        value = values[0] if how == "first" else sum(values) / (len(values) if how == "mean" else 1)
+        out.append((name, dict(labels), value))
     return sample_set(out)
 
 
@@ -304,31 +316,32 @@ def test_exposition_matches_the_status_document_of_the_same_poll(tmp_path, fake_
             assert got == want, {"missing": want - got, "extra": got - want}
 
             # Spot checks against the scenario itself, so a shared misreading cannot pass.
-            by = {(n, lbl.get("gpu"), lbl.get("pid"), lbl.get("status")): v for n, lbl, v in samples}
+            by = {(n, lbl.get("gpu"), lbl.get("role"), lbl.get("status")): v for n, lbl, v in samples}
             assert by[("dsh_gpu_utilization_percent", "0", None, None)] == 71
             assert ("dsh_gpu_utilization_percent", "1", None, None) not in by
             assert by[("dsh_gpu_memory_used_bytes", "1", None, None)] == USED_BYTES
             assert by[("dsh_gpu_memory_total_bytes", "1", None, None)] == TOTAL_BYTES
             assert doc["gpus"][1]["mem_used_mib"] * MIB == USED_BYTES  # the document's MiB are exact too
             assert by[("dsh_gpu_memory_total_bytes", "0", None, None)] == 81920 * MIB
-            assert by[("dsh_process_gpu_memory_used_bytes", "0", str(r0), None)] == 4800 * MIB
-            assert by[("dsh_process_gpu_sm_utilization_percent", "1", str(r1), None)] == 40
+            assert by[("dsh_process_gpu_memory_used_bytes", "0", "rank", None)] == 4800 * MIB
+            assert by[("dsh_process_gpu_sm_utilization_percent", "1", "rank", None)] == 40
             assert by[("dsh_status", None, None, "GPU")] == 1 and by[("dsh_status", None, None, "CPU")] == 0
             ranks = sorted(
-                (lbl["rank"], lbl["pid"], lbl["local_rank"], lbl["world_size"])
-                for n, lbl, _ in samples
-                if n == "dsh_rank_info"
+                (lbl["rank"], lbl["local_rank"], lbl["world_size"]) for n, lbl, _ in samples if n == "dsh_rank_info"
             )
-            assert ranks == [("0", str(r0), "0", "2"), ("1", str(r1), "1", "2")]
+            assert ranks == [("0", "0", "2"), ("1", "1", "2")]
+            # No series names a pid but dsh_job_info, one per job: its root's.
+            assert not [lbl for _, lbl, _ in samples if "pid" in lbl]
+            (job_info,) = [lbl for n, lbl, _ in samples if n == "dsh_job_info"]
+            assert job_info["root_pid"] == str(job.pid) and job_info["job_id"] == doc["job_id"]
             worker = [
                 lbl
                 for n, lbl, _ in samples
-                if n == "dsh_process_gpu_memory_used_bytes" and lbl["pid"] == str(job.pids["worker"])
+                if n == "dsh_process_gpu_memory_used_bytes" and lbl["role"] == "dataloader-worker"
             ]
             assert worker == [
                 {
                     "job_id": doc["job_id"],
-                    "pid": str(job.pids["worker"]),
                     "role": "dataloader-worker",
                     "gpu": "0",
                     "rank": "0",
@@ -336,9 +349,9 @@ def test_exposition_matches_the_status_document_of_the_same_poll(tmp_path, fake_
                 }
             ]
             models = {
-                lbl["pid"]: (lbl["model"], lbl["device"]) for n, lbl, _ in samples if n == "dsh_model_info"
+                lbl["rank"]: (lbl["model"], lbl["device"]) for n, lbl, _ in samples if n == "dsh_model_info"
             }
-            assert models == {str(r0): ("Net", "cuda:0"), str(r1): ('Odd "name"\\x', "cuda:1")}
+            assert models == {"0": ("Net", "cuda:0"), "1": ('Odd "name"\\x', "cuda:1")}
             warnings = {(lbl["code"], lbl["severity"]) for n, lbl, _ in samples if n == "dsh_warning_active"}
             assert "worker-cuda" in {c for c, _ in warnings}
             assert warnings == {(w["code"], w["severity"]) for w in doc["warnings"]}
@@ -346,12 +359,12 @@ def test_exposition_matches_the_status_document_of_the_same_poll(tmp_path, fake_
             assert info["version"] == __version__
 
             # Counters only go up; forward calls advance with the job.
-            calls = {lbl["pid"]: v for n, lbl, v in samples if n == "dsh_model_forward_calls_total"}
+            calls = {lbl["rank"]: v for n, lbl, v in samples if n == "dsh_model_forward_calls_total"}
 
             def advanced():
                 s = parse(sc.get("/metrics")[1])
-                now = {lbl["pid"]: v for n, lbl, v in s if n == "dsh_model_forward_calls_total"}
-                return s if all(now[pid] > v for pid, v in calls.items()) else None
+                now = {lbl["rank"]: v for n, lbl, v in s if n == "dsh_model_forward_calls_total"}
+                return s if all(now[rank] > v for rank, v in calls.items()) else None
 
             later = wait_for(advanced, 10, what="forward calls to advance")
             polls = [v for n, _, v in later if n == "dsh_sidecar_poll_duration_seconds_count"]

@@ -228,9 +228,9 @@ def test_the_per_rank_table_joins_what_it_shows(dashboard):
     assert table["type"] == "table" and {"merge", "organize"} <= {t["id"] for t in table["transformations"]}
     for t in table["targets"]:
         assert t["format"] == "table" and t["instant"] is True
-        # Every query keeps the join keys, so merge can line the rows up by process.
+        # Every query keeps the join keys, so merge can line the rows up by job and rank.
         by = re.search(r"\bby \(([^)]*)\)", t["expr"]).group(1)
-        assert {"instance", "job_name", "pid"} <= {x.strip() for x in by.split(",")}, t["expr"]
+        assert {"instance", "job_name", "job_id", "rank"} <= {x.strip() for x in by.split(",")}, t["expr"]
 
 
 @pytest.mark.skipif(

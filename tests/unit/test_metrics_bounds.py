@@ -1,0 +1,140 @@
+"""What bounds /metrics' series, series by series: processes folded by role and rank (no pid),
+model names clipped, per-job caps on what a process chooses (roles, ranks, model names), and the
+jobs cap (the oldest live jobs, shared out among users). The churn over a real sidecar is
+tests/stress/test_metrics_cardinality.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from sidecar import bounds
+from sidecar.metrics import make_metrics
+
+
+def _proc(pid: int, role: str, rank: int | None, **over: Any) -> dict[str, Any]:
+    return {
+        "pid": pid,
+        "role": role,
+        "rank": rank,
+        "local_rank": rank,
+        "world_size": 2,
+        "gpu": [],
+        "models": [],
+        **over,
+    }
+
+
+def _doc(job: str, processes: list[dict], start_s: float = 1.0, name: str = "python") -> dict[str, Any]:
+    return {
+        "job_id": job,
+        "time_unix_s": 5.0,
+        "target": {"pid": int(job.split("-")[0]), "alive": True, "name": name, "create_time_unix_s": start_s},
+        "status": "GPU",
+        "warnings": [],
+        "processes": processes,
+        "gpus": [],
+    }
+
+
+class _Poller:
+    poll_count = 0
+    poll_durations_s: list[float] = []
+    poll_errors: dict[str, int] = {}
+
+    def __init__(self, docs: list[dict[str, Any]], jobs: list[dict[str, Any]] | None = None):
+        self.docs = [{**d, "jobs": jobs} for d in docs]
+
+    def snapshot(self):
+        return self.docs[0], 5.0
+
+    def documents(self):
+        return self.docs
+
+
+def _samples(poller: _Poller, max_jobs: int = bounds.MAX_METRIC_JOBS) -> list[tuple[str, dict, float]]:
+    text = make_metrics(poller, max_jobs=max_jobs)()[0].decode()
+    return [
+        (s.name, dict(s.labels), s.value) for f in text_string_to_metric_families(text) for s in f.samples
+    ]
+
+
+def test_processes_of_one_role_and_rank_are_one_series_without_pids():
+    def worker(pid: int, mib: float, wait: float) -> dict:
+        return _proc(
+            pid,
+            "dataloader-worker",
+            0,
+            gpu=[{"index": 0, "mem_used_mib": mib, "sm_util_pct": 10}],
+            step_breakdown={"data_wait_fraction": wait},
+        )
+
+    procs = [
+        _proc(10, "rank", 0, models=[{"name": "Net", "device": "cuda:0", "forward_calls": 5}]),
+        _proc(11, "rank", 0, models=[{"name": "Net", "device": "cpu", "forward_calls": 7}]),
+        worker(12, 100, 0.2),
+        worker(13, 300, 0.6),
+    ]
+    samples = _samples(_Poller([_doc("10-1", procs)], [{"id": "10-1", "uid": 1000, "user": "ann"}]))
+    assert not [lbl for _, lbl, _ in samples if "pid" in lbl]
+    by = {n: [(lbl, v) for m, lbl, v in samples if m == n] for n, _, _ in samples}
+    ((mem_lbl, mem),) = by["dsh_process_gpu_memory_used_bytes"]
+    assert mem == 400 * 2**20 and mem_lbl == {
+        "job_id": "10-1",
+        "role": "dataloader-worker",
+        "gpu": "0",
+        "rank": "0",
+    }
+    assert [v for _, v in by["dsh_process_gpu_sm_utilization_percent"]] == [20]
+    ((_, wait),) = [(lbl, v) for lbl, v in by["dsh_process_step_fraction"] if lbl["phase"] == "data_wait"]
+    assert wait == 0.4  # the mean of the two workers' shares: a share stays 0-1
+    assert [v for _, v in by["dsh_model_forward_calls_total"]] == [12]
+    assert [lbl["device"] for lbl, _ in by["dsh_model_info"]] == ["cuda:0"]  # one per (model, rank)
+    assert len(by["dsh_rank_info"]) == 1
+    assert by["dsh_job_info"] == [
+        ({"job_id": "10-1", "root_pid": "10", "user": "ann", "process": "python"}, 1.0)
+    ]
+
+
+def test_what_a_process_chooses_is_capped_per_job():
+    long_name = "M" * 500
+    procs = [
+        _proc(100 + i, f"role{i}", i, gpu=[{"index": 0, "mem_used_mib": 1, "sm_util_pct": 1}])
+        for i in range(40)
+    ]
+    procs.append(
+        _proc(
+            99,
+            "main",
+            None,
+            models=[{"name": long_name, "forward_calls": 1}, {"name": long_name, "forward_calls": 2}]
+            + [{"name": f"m{i}", "forward_calls": 1} for i in range(40)],
+        )
+    )
+    procs[0]["role"] = "main"
+    procs[0]["rank"] = None  # the models' process shares its (role, rank) with an exported one
+    samples = _samples(_Poller([_doc("10-1", procs)]))
+    keys = {(lbl["role"], lbl["rank"]) for n, lbl, _ in samples if n == "dsh_process_gpu_memory_used_bytes"}
+    assert len(keys) == bounds.MAX_METRIC_PROCESS_KEYS
+    models = [lbl["model"] for n, lbl, _ in samples if n == "dsh_model_forward_calls_total"]
+    assert len(models) == bounds.MAX_METRIC_MODELS
+    assert all(len(m) <= bounds.MAX_LABEL_CHARS for m in models)
+    # The name registered twice keeps its own series, clipped to leave room for "#2".
+    assert models[1].endswith("#2") and models[0] != models[1] and models[0][:10] == models[1][:10]
+
+
+def test_the_oldest_live_jobs_are_exported_shared_out_among_users():
+    # ann has three old jobs, bob one new job; the cap is 2: ann's oldest and bob's.
+    docs = [
+        _doc("30-1", [], start_s=30.0),
+        _doc("10-1", [], start_s=10.0),
+        _doc("20-1", [], start_s=20.0),
+        _doc("40-1", [], start_s=40.0),
+    ]
+    jobs = [{"id": j, "uid": 1000, "user": "ann"} for j in ("10-1", "20-1", "30-1")]
+    jobs.append({"id": "40-1", "uid": 1001, "user": "bob"})
+    samples = _samples(_Poller(docs, jobs), max_jobs=2)
+    exported = {lbl["job_id"] for n, lbl, _ in samples if "job_id" in lbl}
+    assert exported == {"10-1", "40-1"}
+    assert [v for n, _, v in samples if n == "dsh_jobs_omitted"] == [2]
