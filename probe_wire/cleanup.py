@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from probe_wire.header import header_identity
-from probe_wire.names import SCRATCH_RE, SHM_DIR, scan, segment_path
+from probe_wire.names import MAX_LISTED_NAMES, SCRATCH_RE, SHM_DIR, random_name_suffixes, scan, segment_path
 from probe_wire.procid import (
     ZOMBIE_STATES,
     pid_namespace_id,
@@ -36,14 +36,19 @@ def has_live_segment(pid: int, shm_dir: str = SHM_DIR) -> bool:
         if ident is None or uid is None:
             return False
         ns = pid_namespace_id()
-        for name_ticks in (None, ident[1]):  # its own name, then the fallback it takes when squatted
-            head = header_identity(segment_path(pid, name_ticks, shm_dir))
-            if head is None:
-                continue
-            wpid, ticks, wns, st = head
-            names_it = wpid == int(pid) & 0xFFFFFFFF and ticks == ident[1] and (not wns or wns == ns)
-            if names_it and st.st_uid == uid:
-                return True
+        # Its own name, then the fallback it takes when squatted, then the random names it takes
+        # when both are (one listing of shm_dir, only for a process whose two names hold nothing of it).
+        paths = [segment_path(pid, None, shm_dir), segment_path(pid, ident[1], shm_dir)]
+        for i, path in enumerate(paths):
+            head = header_identity(path)
+            if head is not None:
+                wpid, ticks, wns, st = head
+                names_it = wpid == int(pid) & 0xFFFFFFFF and ticks == ident[1] and (not wns or wns == ns)
+                if names_it and st.st_uid == uid:
+                    return True
+            if i == 1:
+                own = random_name_suffixes(pid, ident[1], uid, shm_dir)
+                paths += [segment_path(pid, ident[1], shm_dir, suffix) for suffix in own]
         return False
     except Exception:  # noqa: BLE001 -- asked from inside a training process: never raise into it
         return False
@@ -91,9 +96,11 @@ def remove_if_dead(
     our_pidns: int | None = None,
     owner_uid: int | None = None,
     shm_dir: str = SHM_DIR,
+    suffix: str | None = None,
 ) -> bool:
-    """Unlink the segment ``dsh-probe.<pid>`` (with ``start_ticks``: its fallback name) only if its
-    writer is provably dead in our own PID namespace; True when removed. Never raises.
+    """Unlink the segment ``dsh-probe.<pid>`` (with ``start_ticks``: its fallback name; with
+    ``suffix`` too: its random name) only if its writer is provably dead in our own PID namespace;
+    True when removed. Never raises.
 
     Provably dead: our /proc shows our namespace, the header names ``pid`` and the same PID
     namespace as ours (a segment of another namespace, or of a writer too old to record it, is never
@@ -103,7 +110,7 @@ def remove_if_dead(
         ns = pid_namespace_id() if our_pidns is None else our_pidns
         if not ns or not proc_is_ours():
             return False
-        path = segment_path(pid, start_ticks, shm_dir)
+        path = segment_path(pid, start_ticks, shm_dir, suffix if start_ticks is not None else None)
         head = header_identity(path)
         if head is None:
             return False
@@ -131,9 +138,10 @@ def _unlink_if_same(path: str, st: os.stat_result) -> bool:
 
 
 def _live_writers_name(pid: int, ticks: int | None, skip, listed: set) -> bool:
-    """Whether the name (pid, ticks of a fallback name or None) may be the live writer's that
-    ``skip`` names for ``pid``, without reading it: its fallback name; its own name unless its
-    fallback name is there too (a writer takes its fallback only when its own name was taken)."""
+    """Whether the name (pid, ticks of a fallback or random name or None) may be the live writer's
+    that ``skip`` names for ``pid``, without reading it: its fallback and random names; its own name
+    unless one of those is there too (a writer takes them only when its own name was taken).
+    ``listed``: the (pid, ticks) of every name listed."""
     live = skip.get(pid) if isinstance(skip, dict) else None
     if live is None:
         return True  # which writer lives is not known: every name of the pid may be its
@@ -157,13 +165,13 @@ def sweep_dead_segments(
         ns = pid_namespace_id()
         if not ns or not proc_is_ours():
             return removed
-        names, scratch = scan(shm_dir, 1 << 16)
-        listed = set(names)
-        for pid, ticks in names:
+        names, scratch = scan(shm_dir, MAX_LISTED_NAMES)
+        listed = {(pid, ticks) for pid, ticks, _ in names}
+        for pid, ticks, suffix in names:
             if pid in skip and _live_writers_name(pid, ticks, skip, listed):
                 continue
             # The name as listed in shm_dir: judged and removed there, not under SHM_DIR.
-            if remove_if_dead(pid, ticks, our_pidns=ns, owner_uid=owner_uid, shm_dir=shm_dir):
+            if remove_if_dead(pid, ticks, our_pidns=ns, owner_uid=owner_uid, shm_dir=shm_dir, suffix=suffix):
                 removed.append(pid)
         for name in scratch:
             m = SCRATCH_RE.match(name)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import time
 
 from probe_wire.header import HEADER, HEADER_BYTES, SEQ, SEQ_OFFSET
+from probe_wire.names import LISTING_SETTLED_S, SHM_DIR
 from probe_wire.prefix import PrefixSlot
 from probe_wire.reader import (
     CLOSED_ERROR,
@@ -12,6 +14,7 @@ from probe_wire.reader import (
     SegmentRead,
     better_read,
     open_segment,
+    own_random_names,
     read_consistent,
 )
 
@@ -57,6 +60,9 @@ class SegmentFollower:
         # identity -> {(st_dev, st_ino): (header bytes, the corrupt or stale read made under that
         # header)}: such a file is judged again only when its header changes (see _judged_read)
         self._judged: dict[tuple[int, int], dict[tuple[int, int], tuple[bytes, SegmentRead]]] = {}
+        # identity -> (/dev/shm's (st_dev, st_ino, st_mtime_ns) when listed, the random names of it
+        # then): a process whose two names are squatted costs a listing only when the directory changed
+        self._random: dict[tuple[int, int], tuple[tuple[int, int, int], list[str]]] = {}
 
     def __len__(self) -> int:
         return len(self._open)
@@ -84,8 +90,14 @@ class SegmentFollower:
                     return r  # the writer's last publish: its name is gone (or another's) by now
             r = self._open_read(ident, None)
             if r.state != "ok" and self._try_fallback(ident, r):
-                # Published under the fallback name when its own name was taken.
+                # Published under the fallback name when its own name was taken, under a random name
+                # when both were.
                 r = better_read(r, self._open_read(ident, start_ticks))
+                suffixes = self._random_names(ident) if r.state != "ok" else ()
+                for suffix in suffixes:
+                    r = better_read(r, self._open_read(ident, start_ticks, suffix))
+                    if r.state == "ok":
+                        break
             return r
         except Exception as e:  # noqa: BLE001 -- same contract as read_segment: never raises
             self._drop(ident)
@@ -124,9 +136,28 @@ class SegmentFollower:
         self._missing_reads[ident] = n + 1
         return n % FALLBACK_CHECK_EVERY == 0
 
-    def _open_read(self, ident: tuple[int, int], name_ticks: int | None) -> SegmentRead:
+    def _random_names(self, ident: tuple[int, int]) -> list[str]:
+        """The random names of ``ident`` in /dev/shm (reader.own_random_names), listed again only
+        when the directory changed (a name is made or removed only by changing its mtime) or its
+        last listing was made within LISTING_SETTLED_S of a change."""
+        try:
+            st = os.stat(SHM_DIR)
+        except OSError:
+            return []
+        key = (st.st_dev, st.st_ino, st.st_mtime_ns)
+        cached = self._random.get(ident)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        suffixes = own_random_names(*ident)
+        if time.time_ns() - key[2] > LISTING_SETTLED_S * 1e9:
+            self._random[ident] = (key, suffixes)
+        else:
+            self._random.pop(ident, None)
+        return suffixes
+
+    def _open_read(self, ident: tuple[int, int], name_ticks: int | None, suffix: str | None = None) -> SegmentRead:
         pid, start_ticks = ident
-        opened = open_segment(pid, name_ticks)
+        opened = open_segment(pid, name_ticks, suffix)
         if isinstance(opened, SegmentRead):
             return opened
         fd, size = opened
@@ -195,6 +226,9 @@ class SegmentFollower:
         if not self._judged.keys() <= identities:
             for ident in [i for i in self._judged if i not in identities]:
                 del self._judged[ident]
+        if not self._random.keys() <= identities:
+            for ident in [i for i in self._random if i not in identities]:
+                del self._random[ident]
 
     def close(self) -> None:
         for ident in list(self._open):
@@ -202,6 +236,7 @@ class SegmentFollower:
         self._missing_reads.clear()
         self._prefixes.clear()
         self._judged.clear()
+        self._random.clear()
 
     def _drop(self, ident: tuple[int, int]) -> None:
         entry = self._open.pop(ident, None)

@@ -27,7 +27,7 @@ from probe_wire.header import (
     SEQ,
     SEQ_OFFSET,
 )
-from probe_wire.names import segment_path
+from probe_wire.names import random_name_suffixes, segment_path
 from probe_wire.prefix import PrefixSlot, decode_with_prefix, find_prefix
 from probe_wire.procid import pid_namespace_id, process_real_uid, process_start_ticks
 from probe_wire.schema import validate_payload
@@ -150,18 +150,35 @@ def _read_segment(pid: int, expected_start_ticks: int | None, attempts: int) -> 
     ticks = expected_start_ticks if expected_start_ticks is not None else process_start_ticks(pid)
     if ticks is None:
         return r
-    return better_read(r, _read_named(pid, ticks, expected_start_ticks, attempts))
+    r = better_read(r, _read_named(pid, ticks, expected_start_ticks, attempts))
+    if r.state == "ok":
+        return r
+    # ... or found both taken and published under a random name.
+    for suffix in own_random_names(pid, ticks):
+        r = better_read(r, _read_named(pid, ticks, expected_start_ticks, attempts, suffix))
+        if r.state == "ok":
+            break
+    return r
+
+
+def own_random_names(pid: int, ticks: int) -> list[str]:
+    """The random names of ``pid`` as ``ticks`` (names.random_name_suffixes) that its real user owns:
+    the only ones that can be its segment."""
+    owner = process_real_uid(pid)
+    return [] if owner is None else random_name_suffixes(pid, ticks, owner)
 
 
 def better_read(primary: SegmentRead, fallback: SegmentRead) -> SegmentRead:
-    """The read to report of a process's two names: a good one, else what is there at all."""
+    """The read to report of a process's names: a good one, else what is there at all."""
     if fallback.state == "ok" or (primary.state == "missing" and fallback.state != "missing"):
         return fallback
     return primary
 
 
-def _read_named(pid: int, name_ticks: int | None, expected: int | None, attempts: int) -> SegmentRead:
-    opened = open_segment(pid, name_ticks)
+def _read_named(
+    pid: int, name_ticks: int | None, expected: int | None, attempts: int, suffix: str | None = None
+) -> SegmentRead:
+    opened = open_segment(pid, name_ticks, suffix)
     if isinstance(opened, SegmentRead):
         return opened
     fd, size = opened
@@ -171,9 +188,11 @@ def _read_named(pid: int, name_ticks: int | None, expected: int | None, attempts
         os.close(fd)
 
 
-def open_segment(pid: int, name_ticks: int | None = None) -> tuple[int, int] | SegmentRead:
+def open_segment(
+    pid: int, name_ticks: int | None = None, suffix: str | None = None
+) -> tuple[int, int] | SegmentRead:
     """(fd, size) of a segment file of ``pid`` once it is known to be a plausible one, else why not."""
-    path = segment_path(pid, name_ticks)
+    path = segment_path(pid, name_ticks, suffix=suffix)
     try:
         # O_NONBLOCK: a FIFO planted under our name must not hang the reader; O_NOFOLLOW: nor a link.
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)

@@ -33,10 +33,14 @@ from probe_wire.header import (
     SegmentError,
     header_identity,
 )
-from probe_wire.names import SCRATCH_PREFIX, SHM_DIR, segment_name, segment_path
+from probe_wire.names import SCRATCH_PREFIX, SHM_DIR, random_suffix, segment_name, segment_path
 from probe_wire.procid import pid_namespace_id, process_start_ticks
 
 __all__ = ["SegmentWriter"]
+
+# Random names tried when both of a writer's names are taken: 8 random bytes make even the second
+# try all but certain to find a free name (another user cannot guess one; a clash retries).
+RANDOM_NAME_TRIES = 4
 
 
 def _describe(path: str) -> str:
@@ -69,7 +73,10 @@ class SegmentWriter:
     follows what already sits there. When ``dsh-probe.<pid>`` is taken by anything but a provably
     dead writer's segment (another user's file, a link, a live segment of another PID namespace),
     the writer publishes as ``dsh-probe.<pid>.<start_ticks>`` instead and says why in
-    ``fallback_reason``.
+    ``fallback_reason``; when that is taken too (another user planted both names for the next pids
+    and plausible start ticks), as ``dsh-probe.<pid>.<start_ticks>.<random hex>``, a name no one can
+    plant ahead of it (readers find it by listing /dev/shm and trust it as they trust the others:
+    owned by the process's user, its header naming the process).
     """
 
     def __init__(
@@ -144,7 +151,17 @@ class SegmentWriter:
                         continue
                     taken.append(f"{path} is taken by {_describe(path)}")
                     break
-        raise SegmentError(errno.EEXIST, f"{'; '.join(taken)}: not ours to replace")
+        for _ in range(RANDOM_NAME_TRIES):
+            suffix = random_suffix()
+            path = segment_path(self.pid, self.start_ticks, suffix=suffix)
+            try:
+                # link fails on an existing name (O_EXCL's semantics): a clash draws again.
+                os.link(scratch_path, path, follow_symlinks=False)
+            except FileExistsError:
+                continue
+            self.fallback_reason = f"{'; '.join(taken)}: publishing as {path} instead"
+            return segment_name(self.pid, self.start_ticks, suffix)
+        raise SegmentError(errno.EEXIST, f"{'; '.join(taken)}: not ours to replace, and no random name was free")
 
     def _allocate(self, fd: int) -> None:
         try:

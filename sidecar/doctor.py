@@ -10,7 +10,7 @@ import subprocess
 import sys
 from typing import Any
 
-from probe_wire.names import SHM_DIR, list_segments, segment_path
+from probe_wire.names import SHM_DIR, list_segment_files, segment_path
 from probe_wire.procid import process_real_uid
 from sidecar import catalogue
 from sidecar.collect import system_gpu_facts
@@ -73,8 +73,8 @@ def segment_name_findings(shm_dir: str = SHM_DIR) -> dict[str, Any]:
     links: list[str] = []
     foreign: list[str] = []
     me = os.geteuid()
-    for pid, ticks in list_segments(shm_dir):
-        path = segment_path(pid, ticks, shm_dir)
+    for pid, ticks, suffix in list_segment_files(shm_dir):
+        path = segment_path(pid, ticks, shm_dir, suffix)
         try:
             st = os.lstat(path)
         except OSError:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from probe_wire.cleanup import sweep_dead_segments
-from probe_wire.names import SHM_DIR, list_segments, segment_path
+from probe_wire.names import LISTING_SETTLED_S, SHM_DIR, list_segment_files, segment_path
 from probe_wire.procid import process_real_uid
 from sidecar import contract, document
 from sidecar.collect import gpu_facts, job_id
@@ -41,9 +41,6 @@ REDISCOVER_EVERY_POLLS = 10
 # The samples of every job's history together (history.HistoryBudget): whatever --history, the
 # number of jobs and their GPUs, discovery's histories never hold more (docs/reliability.md).
 HISTORY_MAX_BYTES = 32 << 20
-# A directory whose mtime is younger than this may change again without a new mtime (the kernel
-# stamps it from a coarse clock): its listing is not reused.
-LISTING_SETTLED_S = 0.1
 
 
 class _SharedNvml:
@@ -161,11 +158,11 @@ class JobsPoller:
         found: list[tuple[int, int]] = []  # (pid, owner), in the listing's order
         seen: set[int] = set()
         checked: dict[tuple[int, int, int], bool] = {}
-        for pid, ticks in list_segments(self.shm_dir):
+        for pid, ticks, suffix in list_segment_files(self.shm_dir):
             if pid in seen:
                 continue
             try:
-                st = os.lstat(segment_path(pid, ticks, self.shm_dir))
+                st = os.lstat(segment_path(pid, ticks, self.shm_dir, suffix))
             except OSError:
                 continue
             if not stat.S_ISREG(st.st_mode) or (self.uid is not None and st.st_uid != self.uid):

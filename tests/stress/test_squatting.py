@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 
-from probe_wire import process_start_ticks, segment_path
+from probe_wire import has_live_segment, process_start_ticks, segment_path
+from probe_wire.names import SHM_DIR
 from tests.helpers.harness import REPO, python_env
 
 SQUATTER = 65533
@@ -174,5 +176,132 @@ def test_a_stray_file_under_a_pid_never_makes_the_main_process_a_child(whose):
     finally:
         launcher.communicate("\n", timeout=60)
         for path in planted:
+            if os.path.lexists(path):
+                os.unlink(path)
+
+
+# Issue 26 item 8b: both names squatted for many pids and plausible start ticks (the attack planted
+# 30,012 files for the next pids). Planted here for the pids up to the victim's, which no new
+# process of a neighbour's test gets.
+SQUAT_PIDS = 1000
+SQUAT_TICKS = 7  # start ticks each side of the victim's
+SQUAT_RANDOM = 100  # names under the victim's random prefix too, with a segment forged by the squatter
+
+
+def squat_as(uid: int, pid: int, ticks: int) -> list[str]:
+    """Plant, from a forked child running as ``uid`` (a real second user, as an attacker), both names
+    of every pid in (pid - SQUAT_PIDS, pid] for start ticks within SQUAT_TICKS of ``ticks``: for
+    ``pid`` itself a valid segment that claims a model of the squatter's, under its name and under
+    SQUAT_RANDOM names of its random prefix; empty files elsewhere (created with O_EXCL: never
+    another's file). The paths planted."""
+    from probe_wire import SegmentWriter
+    from tests.stress.jobs import variant
+
+    randoms = [f"{segment_path(pid, ticks)}.{i:016x}" for i in range(SQUAT_RANDOM)]
+    empty = []
+    for p in range(max(1, pid - SQUAT_PIDS + 1), pid + 1):
+        empty += [segment_path(p)] if p != pid else []
+        empty += [segment_path(p, t) for t in range(ticks - SQUAT_TICKS, ticks + SQUAT_TICKS + 1)]
+    child = os.fork()
+    if child == 0:
+        code = 1
+        try:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            forged = SegmentWriter(pid=pid, start_ticks=ticks)  # takes dsh-probe.<pid>, free so far
+            forged.publish(variant(pid, ticks, 0))
+            for path in randoms:
+                os.link(segment_path(pid), path)
+            forged.detach()
+            for path in empty:
+                try:
+                    os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+                except FileExistsError:
+                    pass
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    return [segment_path(pid), *randoms, *empty]
+
+
+@needs_root
+def test_both_names_squatted_for_many_pids_cannot_silence_the_probe():
+    """Issue 26 item 8b: another user holds dsh-probe.<pid> and dsh-probe.<pid>.<start_ticks> (for
+    its pid and a thousand others, fifteen start ticks each) and a forged segment under names of its
+    random prefix. The probe publishes under a random name of its own; the sidecar reads it, by
+    --pid and by discovery, with the job's role and model (never the forged one), and the name goes
+    with the job."""
+    job = subprocess.Popen(
+        [sys.executable, "-c", MAIN_JOB],
+        env=python_env(),
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    planted: list[str] = []
+    try:
+        pid = int(job.stdout.readline())
+        ticks = process_start_ticks(pid)
+        planted = squat_as(SQUATTER, pid, ticks)
+        assert sum(os.path.exists(p) for p in planted) > SQUAT_PIDS * (2 * SQUAT_TICKS + 1)
+        job.stdin.write("\n")  # the job starts its probe
+        job.stdin.flush()
+        status = json.loads(job.stdout.readline())
+        assert status["enabled"] is True, status
+        assert re.fullmatch(rf"/dsh-probe\.{pid}\.{ticks}\.[0-9a-f]{{16}}", status["segment"]), status
+        assert has_live_segment(pid)
+
+        def main_process(doc: dict) -> dict:
+            (p,) = [p for p in doc["processes"] if p["pid"] == pid]
+            assert p["probe_state"] == "ok" and p["role"] == "main", p
+            assert [m["name"] for m in p["models"]] == ["Linear"], p["models"]
+            return p
+
+        main_process(sidecar_once(pid))
+        out = subprocess.run(
+            [sys.executable, "-m", "sidecar.cli", "--once", "--json"],
+            env=python_env({"LD_LIBRARY_PATH": "/nonexistent"}),
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode == 0, out.stderr
+        (doc,) = [d for d in json.loads(out.stdout)["documents"] if any(p["pid"] == pid for p in d["processes"])]
+        main_process(doc)
+    finally:
+        job.communicate("\n", timeout=60)
+        for path in planted:
+            if os.path.lexists(path):
+                os.unlink(path)
+    assert not os.path.exists(SHM_DIR + status["segment"]), "its own exit removes its random name"
+
+
+def test_a_dead_writers_random_name_is_swept():
+    """A writer whose two names were taken, killed (no atexit): the sweep removes its random name,
+    and leaves the files it cannot prove a dead writer's."""
+    from probe_wire import SegmentWriter, sweep_dead_segments
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    taken = [segment_path(gone.pid), segment_path(gone.pid, 12345)]
+    for path in taken:
+        with open(path, "wb") as f:
+            f.write(b"taken")
+    try:
+        writer = SegmentWriter(pid=gone.pid, start_ticks=12345)
+        writer.detach()  # killed: nothing unlinked
+        assert re.fullmatch(rf"/dsh-probe\.{gone.pid}\.12345\.[0-9a-f]{{16}}", writer.name), writer.name
+        assert "is taken by" in writer.fallback_reason
+        assert gone.pid in sweep_dead_segments()
+        assert not os.path.exists(SHM_DIR + writer.name)
+        assert all(os.path.exists(p) for p in taken)
+    finally:
+        for path in taken:
             if os.path.lexists(path):
                 os.unlink(path)
