@@ -178,9 +178,20 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+# The usage line names every command (argparse's own would list only the serve options); lines
+# after the first start with spaces, as argparse's wrapped usage does.
+SERVE_USAGE = """dsh-sidecar [--pid PID] [--once [--json]] [serve options]
+       dsh-sidecar run [serve options] -- CMD [ARGS...]
+       dsh-sidecar doctor [--python PYTHON] [--json]
+       dsh-sidecar mcp [--url URL [--token T] | --pid PID]
+       serve options: [--host HOST] [--port PORT] [--interval S] [--history S] [--token T]
+                      [--allow-host NAME] [--job-name NAME] [--stay] [--grace S]"""
+
+
 def serve_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="dsh-sidecar",
+        usage=SERVE_USAGE,
         description="Watch a training job's process tree and tell whether its model really runs on the GPU.",
         epilog="Other commands: 'dsh-sidecar run -- CMD ...' starts and watches CMD; 'dsh-sidecar doctor' checks "
         "this machine; 'dsh-sidecar mcp' serves MCP tools over stdio (docs/mcp.md).",

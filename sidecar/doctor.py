@@ -120,6 +120,10 @@ def _segment_problems(found: dict[str, Any]) -> list[dict[str, str]]:
     return out
 
 
+# How to point doctor at the training job's own interpreter (the sidecar's may have no torch).
+OTHER_PYTHON = "`dsh-sidecar doctor --python /path/to/python` (e.g. `--python \"$(which python)\"` in the job's environment)"
+
+
 def collect(python: str) -> dict[str, Any]:
     from sidecar.sources.nvml import nvml_summary
     from sidecar.sources.sysfs import list_system_gpus
@@ -162,7 +166,13 @@ def collect(python: str) -> dict[str, Any]:
                 }
             )
     if torch.get("error"):
-        problems.append({"problem": torch["error"], "fix": f"`{python} -m pip install torch`"})
+        problems.append(
+            {
+                "problem": f"{torch['error']}: {python}",
+                "fix": f"if your training job runs under {python}: `{python} -m pip install torch`; "
+                f"else check the Python it runs under: {OTHER_PYTHON}",
+            }
+        )
     elif torch.get("cuda_build") is None:
         if gpus or nvidia_os:
             problems.append(
@@ -182,6 +192,9 @@ def collect(python: str) -> dict[str, Any]:
     problems.extend(_segment_problems(shm))
     unusable = [s for s in facts.system_gpus if s.nvml_index is None and s.vendor != "NVIDIA"]
     return {
+        "python": python,
+        # a venv's python is a link to the base interpreter: compare the paths, not the files
+        "python_is_sidecars": os.path.abspath(python) == os.path.abspath(sys.executable),
         "shm": shm,
         "nvml": nvml,
         "system_gpus": [
@@ -217,8 +230,11 @@ def render(report: dict[str, Any]) -> str:
     else:
         lines.append(f"{note} graphics devices the OS sees: none")
     t = report["torch"]
+    python = report.get("python") or t.get("executable")
+    whose = "the Python dsh-sidecar runs under" if report.get("python_is_sidecars") else "given with --python"
+    lines.append(f"{note} Python checked for torch: {python} ({whose}); another: {OTHER_PYTHON}")
     if t.get("error"):
-        lines.append(f"{bad} torch: {t['error']}")
+        lines.append(f"{bad} torch: {t['error']} ({python})")
     else:
         build = f"CUDA {t['cuda_build']} build" if t.get("cuda_build") else "CPU-only build"
         mark = (

@@ -424,6 +424,10 @@ var en_default = {
   "sessionJobs.linkShell": "started from this session's shell",
   "sessionJobs.linkWorkspace": "in the workspace",
   "sessionJobs.linkAttached": "attached with --pid",
+  "sessionJobs.others": "Your other jobs on this machine, not linked to this session",
+  "sessionJobs.linkNone": "not linked to this session: not started from its shell, and {cwd} is not under {workspace}",
+  "sessionJobs.linkNoneNoCwd": "not linked to this session: not started from its shell, and its working directory cannot be read",
+  "sessionJobs.otherUsers": "{n} job(s) of other users on this machine are not shown.",
   "sessionJobs.select": "Show this job",
   "missing.title": "The sidecar is not installed",
   "missing.body": "The GPU dashboard starts its sidecar by itself, but {command} cannot be run ({error}). Install it:",
@@ -828,6 +832,10 @@ var zh_default = {
   "sessionJobs.linkShell": "由本会话的 shell 启动",
   "sessionJobs.linkWorkspace": "位于工作区内",
   "sessionJobs.linkAttached": "通过 --pid 附加",
+  "sessionJobs.others": "你在本机上的其他作业（未关联到本会话）",
+  "sessionJobs.linkNone": "未关联到本会话：不是由其 shell 启动，且 {cwd} 不在 {workspace} 之下",
+  "sessionJobs.linkNoneNoCwd": "未关联到本会话：不是由其 shell 启动，且无法读取其工作目录",
+  "sessionJobs.otherUsers": "本机上其他用户的 {n} 个作业未显示。",
   "sessionJobs.select": "显示此作业",
   "missing.title": "未安装 sidecar",
   "missing.body": "GPU 仪表盘会自行启动 sidecar，但无法运行 {command}（{error}）。请安装：",
@@ -1867,6 +1875,12 @@ function useJobs(sessionId) {
   return result;
 }
 var LINK_TEXT = { shell: "sessionJobs.linkShell", workspace: "sessionJobs.linkWorkspace", attached: "sessionJobs.linkAttached" };
+function linkText(link, lang) {
+  if (link && link.by === "none") {
+    return link.cwd ? t(lang, "sessionJobs.linkNone", { cwd: link.cwd, workspace: link.workspace || "…" }) : t(lang, "sessionJobs.linkNoneNoCwd");
+  }
+  return t(lang, LINK_TEXT[link && link.by] || "sessionJobs.linkWorkspace");
+}
 function cmdText2(cmd) {
   return Array.isArray(cmd) ? cmd.join(" ") : "";
 }
@@ -1888,9 +1902,9 @@ function JobRow({ job, selected, lang, onSelect }) {
         /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-job-status", style: { background: STATUS_COLORS[code], color: STATUS_TEXT_COLORS[code] }, children: code }),
         /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-job-pid dgd-mono", children: job.root_pid }),
         /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-job-cmd dgd-mono", children: cmdText2(job.command) }),
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("span", { className: "dgd-muted dgd-job-link", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("span", { className: "dgd-muted dgd-job-link", "data-testid": "dsh-gpu-session-job-link", children: [
           job.alive === false ? `${t(lang, "jobs.exited")} · ` : "",
-          t(lang, LINK_TEXT[job.link && job.link.by] || "sessionJobs.linkWorkspace")
+          linkText(job.link, lang)
         ] })
       ]
     }
@@ -1902,8 +1916,10 @@ function SessionJobs({ sessionId, children }) {
   const [, bump] = (0, import_react2.useState)(0);
   const jobs = useJobs(sessionId || null);
   const list = jobs.state === "ok" ? jobs.doc.jobs : [];
+  const others = jobs.state === "ok" && Array.isArray(jobs.doc.unlinked) ? jobs.doc.unlinked : [];
+  const otherUsers = jobs.state === "ok" ? Number(jobs.doc.unlinked_other_users) || 0 : 0;
   const chosen = store.job();
-  const ids = list.map((j) => j.id);
+  const ids = [...list, ...others].map((j) => j.id);
   const selected = ids.includes(chosen) ? chosen : ids[0] || null;
   (0, import_react2.useEffect)(() => {
     if (jobs.state === "ok" && selected && selected !== chosen) store.setJob(selected);
@@ -1917,9 +1933,14 @@ function SessionJobs({ sessionId, children }) {
   return children(
     /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("section", { className: "dgd-jobs", "data-testid": "dsh-gpu-session-jobs", "data-count": list.length, children: [
       /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("h3", { className: "dgd-jobs-title", children: t(lang, "sessionJobs.title") }),
-      list.length === 0 ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-muted", "data-testid": "dsh-gpu-session-empty", children: t(lang, "sessionJobs.none", { workspace: workspace || "…" }) }) : /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("ul", { className: "dgd-jobs-list", children: list.map((j) => /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(JobRow, { job: j, selected: j.id === selected, lang, onSelect: select }, j.id)) })
+      list.length === 0 ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-muted", "data-testid": "dsh-gpu-session-empty", children: t(lang, "sessionJobs.none", { workspace: workspace || "…" }) }) : /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("ul", { className: "dgd-jobs-list", children: list.map((j) => /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(JobRow, { job: j, selected: j.id === selected, lang, onSelect: select }, j.id)) }),
+      others.length > 0 ? /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)(import_jsx_runtime2.Fragment, { children: [
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("h4", { className: "dgd-jobs-title", "data-testid": "dsh-gpu-session-others", "data-count": others.length, children: t(lang, "sessionJobs.others") }),
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("ul", { className: "dgd-jobs-list", children: others.map((j) => /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(JobRow, { job: j, selected: j.id === selected, lang, onSelect: select }, j.id)) })
+      ] }) : null,
+      otherUsers > 0 ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-muted", "data-testid": "dsh-gpu-session-other-users", "data-count": otherUsers, children: t(lang, "sessionJobs.otherUsers", { n: otherUsers }) }) : null
     ] }),
-    list.length > 0
+    ids.length > 0
   );
 }
 function JobsSummary() {

@@ -6,8 +6,8 @@
 // - notServingAnswer: what the proxy answers while the started sidecar is missing or restarting.
 import fs from 'node:fs'
 import http from 'node:http'
-import { MAX_BODY_BYTES, PLUGIN_NAME, parseSidecarUrl } from './core.js'
-import { SIDECAR_INSTALL_HINT, installCommand, sessionIdFromEnviron, sessionJobs } from './jobs.js'
+import { DEFAULT_SIDECAR_COMMAND, MAX_BODY_BYTES, PLUGIN_NAME, parseSidecarUrl } from './core.js'
+import { SIDECAR_INSTALL_HINT, installCommand, resolveSidecarCommand, sessionIdFromEnviron, sessionJobs, unlinkedJobs } from './jobs.js'
 import { SidecarSupervisor } from './supervisor.js'
 
 const USER_AGENT = `${PLUGIN_NAME}-dsh-plugin/0.1.0`
@@ -21,7 +21,22 @@ function checkoutRoot() {
     return null
   }
 }
-export const INSTALL_COMMAND = installCommand(checkoutRoot())
+const CHECKOUT = checkoutRoot()
+/** The command that installs the sidecar into the Python the supervisor runs (`executable`, its snapshot's). */
+export const installCommandFor = (executable) => installCommand(CHECKOUT, executable)
+
+/** The sidecar command autostart runs now (host/jobs.js resolveSidecarCommand: PATH, then this checkout's .venv). */
+export function resolveCommand(command, pathEnv = process.env.PATH) {
+  const isExecutable = (p) => {
+    try {
+      fs.accessSync(p, fs.constants.X_OK)
+      return fs.statSync(p).isFile()
+    } catch {
+      return false
+    }
+  }
+  return resolveSidecarCommand(command, { defaultCommand: DEFAULT_SIDECAR_COMMAND, pathEnv, checkoutRoot: CHECKOUT, isExecutable })
+}
 
 /** DSH_SESSION_ID in a process's environment (DSH's shell tool sets it for its commands), or null. */
 export function sessionOfPid(pid) {
@@ -130,7 +145,9 @@ export function createUpstream(config, log, options = {}) {
     else {
       log.warn(`${state.reason}: not using it, starting our own sidecar`)
       const { sidecarCommand, sidecarArgs } = config
-      state.supervisor = new SidecarSupervisor({ command: sidecarCommand, args: sidecarArgs, log, spawnFn: options.spawnFn })
+      state.supervisor = new SidecarSupervisor({
+        command: sidecarCommand, args: sidecarArgs, log, spawnFn: options.spawnFn, resolve: options.resolveCommand || resolveCommand,
+      })
       state.supervisor.start()
     }
     state.probing = false
@@ -208,7 +225,10 @@ export async function sessionAnswer(get, upstreamPath, session, readSession = se
   if (r.error) return { unreachable: r.error }
   if (r.status !== 200 || !r.body || !Array.isArray(r.body.jobs)) return { status: r.status || 502, body: r.body }
   const jobs = sessionJobs(r.body, session, readSession)
-  return { status: 200, body: { ...r.body, jobs, session: { id: session.id, workspaces: session.workspaces, from: session.from } } }
+  // the user's other jobs, marked as not this session's, so the tab never says "no job" beside a chip counting them
+  const unlinked = unlinkedJobs(r.body, session, readSession)
+  const body = { ...r.body, jobs, unlinked: unlinked.jobs, unlinked_other_users: unlinked.otherUsers }
+  return { status: 200, body: { ...body, session: { id: session.id, workspaces: session.workspaces, from: session.from } } }
 }
 
 /** What the proxy answers while the sidecar it started is not serving: {status, body}. */
@@ -216,7 +236,7 @@ export function notServingAnswer(m) {
   if (m.state === 'missing') {
     return {
       status: 502,
-      body: { error: 'sidecar-missing', command: m.command, detail: m.lastError, hint: SIDECAR_INSTALL_HINT, install: INSTALL_COMMAND },
+      body: { error: 'sidecar-missing', command: m.command, detail: m.lastError, hint: SIDECAR_INSTALL_HINT, install: installCommandFor(m.executable) },
     }
   }
   const detail =

@@ -2,17 +2,46 @@
 // (dsh_plugin/test/jobs.test.mjs exercises every branch).
 
 export const SIDECAR_INSTALL_HINT =
-  'Install the sidecar (the dsh-gpu-dashboard Python package) so that `dsh-sidecar` is on the PATH ' +
-  'of `dsh web`, then restart `dsh web`; or set the plugin config key `sidecarCommand` to the full path ' +
+  'Install the sidecar (the dsh-gpu-dashboard Python package) with the command below (into the ' +
+  "checkout's .venv, where the plugin finds it by itself) or so that `dsh-sidecar` is on the PATH " +
+  'of `dsh web`; or set the plugin config key `sidecarCommand` to the full path ' +
   'of `dsh-sidecar` (e.g. a virtual environment\'s bin/dsh-sidecar).'
 
-/** The command that installs the sidecar: from the checkout this plugin lives in, when it is one. */
-export function installCommand(checkoutRoot) {
+const shellQuote = (text) => (/^[A-Za-z0-9_./-]+$/.test(text) ? text : `'${text.replace(/'/g, `'\\''`)}'`)
+
+/**
+ * The command that installs the sidecar into the Python autostart then runs: from the checkout this
+ * plugin lives in, into a venv (the checkout's .venv, which resolveSidecarCommand finds by itself, or
+ * the venv of a configured `<venv>/bin/dsh-sidecar`): no system Python is touched (Debian's refuses
+ * pip: externally managed).
+ */
+export function installCommand(checkoutRoot, command) {
   if (typeof checkoutRoot === 'string' && checkoutRoot) {
-    const quoted = /^[A-Za-z0-9_./-]+$/.test(checkoutRoot) ? checkoutRoot : `'${checkoutRoot.replace(/'/g, `'\\''`)}'`
-    return `python3 -m pip install -e ${quoted}`
+    const venv = venvOf(command, checkoutRoot)
+    return `python3 -m venv ${shellQuote(venv)} && ${shellQuote(`${venv}/bin/python`)} -m pip install -e ${shellQuote(checkoutRoot)}`
   }
   return 'python3 -m pip install dsh-gpu-dashboard'
+}
+
+/**
+ * What autostart runs for `command`: the default name `dsh-sidecar`, when no directory of `pathEnv`
+ * holds it, falls back to `<checkout>/.venv/bin/dsh-sidecar` (where scripts/demo.sh and the install
+ * card's command put it), so a plugin added from a checkout finds that checkout's sidecar by itself.
+ * A configured name or path other than the default is used as given.
+ */
+export function resolveSidecarCommand(command, { defaultCommand, pathEnv, checkoutRoot, isExecutable }) {
+  if (command !== defaultCommand || command.includes('/')) return command
+  for (const dir of String(pathEnv || '').split(':')) {
+    if (dir && isExecutable(`${dir.replace(/\/+$/, '')}/${command}`)) return command
+  }
+  const local = checkoutRoot ? `${checkoutRoot}/.venv/bin/${command}` : null
+  return local && isExecutable(local) ? local : command
+}
+
+/** The venv the install card installs into: the one of a configured `<venv>/bin/dsh-sidecar`, else the checkout's .venv. */
+function venvOf(command, checkoutRoot) {
+  const m = typeof command === 'string' ? /^(\/.+)\/bin\/dsh-sidecar$/.exec(command) : null
+  return m ? m[1] : `${checkoutRoot}/.venv`
 }
 
 export const BACKOFF_BASE_MS = 1000
@@ -118,6 +147,31 @@ export function sessionJobs(doc, session, sessionOfPid) {
     if (link) kept.push({ ...job, link })
   }
   return worstFirst(kept)
+}
+
+/**
+ * The user's jobs that are not the session's (`sessionJobs` keeps those), the worst first, each with
+ * `link: {by: 'none', cwd, workspace}` (why: not started from the session's shell, and its cwd is not
+ * under the workspace), so a session never reads "no job" while the chip counts the user's jobs.
+ * Another user's job (a root sidecar lists every user's) is only counted: `otherUsers`.
+ * @returns {{jobs: object[], otherUsers: number}}
+ */
+export function unlinkedJobs(doc, session, sessionOfPid, uid = typeof process.getuid === 'function' ? process.getuid() : null) {
+  const jobs = doc && Array.isArray(doc.jobs) ? doc.jobs : []
+  if (doc && doc.mode === 'pid') return { jobs: [], otherUsers: 0 } // its one job shows in every session
+  const workspace = session && Array.isArray(session.workspaces) ? session.workspaces[0] || null : null
+  const kept = []
+  let otherUsers = 0
+  for (const job of jobs) {
+    if (!job || typeof job !== 'object') continue
+    if (Number.isInteger(uid) && Number.isInteger(job.uid) && job.uid !== uid) {
+      otherUsers += 1
+      continue
+    }
+    if (linkOf(job, session, sessionOfPid, uid)) continue
+    kept.push({ ...job, link: { by: 'none', cwd: typeof job.cwd === 'string' ? job.cwd : null, workspace } })
+  }
+  return { jobs: worstFirst(kept), otherUsers }
 }
 
 /** The value of DSH_SESSION_ID in a NUL-separated environ block (/proc/PID/environ), or null. */

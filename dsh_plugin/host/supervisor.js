@@ -37,6 +37,9 @@ export class SidecarSupervisor {
     this.args = Array.isArray(options.args) ? options.args.slice() : []
     this.log = options.log
     this.spawnFn = options.spawnFn || spawn
+    // the command as run: looked up again at each start (the user may install the sidecar while DSH runs)
+    this.resolve = typeof options.resolve === 'function' ? options.resolve : (c) => c
+    this.executable = this.command
     this.baseEnv = options.env || process.env
     this.token = randomBytes(24).toString('hex')
     this.child = null
@@ -61,7 +64,8 @@ export class SidecarSupervisor {
       state: this.phase,
       url: this.url,
       pid: this.child ? this.child.pid : null,
-      command: [this.command, ...this.args].join(' '),
+      command: [this.executable, ...this.args].join(' '),
+      executable: this.executable,
       restarts: this.restarts,
       lastError: this.lastError,
       nextStartInMs: this.nextStartAt ? Math.max(0, this.nextStartAt - Date.now()) : null,
@@ -91,7 +95,8 @@ export class SidecarSupervisor {
     const env = sidecarEnv(this.baseEnv, this.token)
     let child
     try {
-      child = this.spawnFn(this.command, argv, { env, stdio: ['ignore', 'pipe', 'pipe'], detached: false })
+      this.executable = this.resolve(this.command)
+      child = this.spawnFn(this.executable, argv, { env, stdio: ['ignore', 'pipe', 'pipe'], detached: false })
     } catch (err) {
       this.handleSpawnError(err)
       return
@@ -163,7 +168,7 @@ export class SidecarSupervisor {
     clearTimeout(this.startTimer)
     const code = err && err.code
     if (code === 'ENOENT' || code === 'EACCES' || code === 'ENOTDIR') {
-      if (this.phase !== 'missing') this.log.warn(`cannot start the sidecar: ${this.command}: ${code}. ${SIDECAR_INSTALL_HINT}`)
+      if (this.phase !== 'missing') this.log.warn(`cannot start the sidecar: ${this.executable}: ${code}. ${SIDECAR_INSTALL_HINT}`)
       this.phase = 'missing'
       this.lastError = code === 'ENOENT' ? 'command not found' : code === 'EACCES' ? 'not executable' : code
       // look again later: the user may install it while DSH runs

@@ -3,7 +3,7 @@
 // output {schema, render}, execute(args, exec)). It answers "is my model on the GPU?" for the
 // calling session's jobs: canonical JSON (status, message, model and input devices, warnings
 // with hints, GPUs) plus a short text the model reads.
-import { INSTALL_COMMAND } from './autostart.js'
+import { installCommandFor } from './autostart.js'
 import { SIDECAR_INSTALL_HINT, printableAll, sanitizeJobId, sessionJobs, verdictOfStatus, verdictText } from './jobs.js'
 
 export const TOOL_NAME = 'gpu_status'
@@ -47,7 +47,7 @@ export async function gpuStatus(args, exec, { handler, deps }) {
       error: missing
         ? `the dsh-gpu-dashboard sidecar cannot be started (${up.managed.lastError || up.managed.command}).`
         : `the dsh-gpu-dashboard sidecar is ${up.managed.state === 'backoff' ? 'restarting' : 'starting'}; ask again in a few seconds.`,
-      hint: missing ? `${SIDECAR_INSTALL_HINT} The install command: \`${INSTALL_COMMAND}\`.` : null,
+      hint: missing ? `${SIDECAR_INSTALL_HINT} The install command: \`${installCommandFor(up.managed.executable)}\`.` : null,
     }
   }
   const wanted = args && typeof args.job === 'string' ? sanitizeJobId(args.job) : null

@@ -16,7 +16,9 @@ import {
   parseServingUrl,
   sanitizeJobId,
   sessionIdFromEnviron,
+  resolveSidecarCommand,
   sessionJobs,
+  unlinkedJobs,
   verdictOfStatus,
   oneLine,
   verdictText,
@@ -54,8 +56,16 @@ describe('backoff and the start line', () => {
     }
   })
   test('install command from the checkout, quoted when needed', () => {
-    assert.equal(installCommand('/src/dsh-gpu-dashboard'), 'python3 -m pip install -e /src/dsh-gpu-dashboard')
-    assert.equal(installCommand("/a b/it's"), "python3 -m pip install -e '/a b/it'\\''s'")
+    // into the checkout's .venv (autostart's fallback), or the venv of a configured <venv>/bin/dsh-sidecar
+    assert.equal(
+      installCommand('/src/dsh-gpu-dashboard', 'dsh-sidecar'),
+      'python3 -m venv /src/dsh-gpu-dashboard/.venv && /src/dsh-gpu-dashboard/.venv/bin/python -m pip install -e /src/dsh-gpu-dashboard',
+    )
+    assert.equal(
+      installCommand('/src/d', '/opt/env/bin/dsh-sidecar'),
+      'python3 -m venv /opt/env && /opt/env/bin/python -m pip install -e /src/d',
+    )
+    assert.equal(installCommand("/a b/it's"), "python3 -m venv '/a b/it'\\''s/.venv' && '/a b/it'\\''s/.venv/bin/python' -m pip install -e '/a b/it'\\''s'")
     assert.equal(installCommand(null), 'python3 -m pip install dsh-gpu-dashboard')
   })
 })
@@ -118,6 +128,39 @@ describe('session linkage', () => {
     const pid = { mode: 'pid', jobs: [other] }
     assert.deepEqual(sessionJobs(pid, { id: 's', workspaces: ['/w'] }, () => null).map((j) => j.link.by), ['attached'])
     assert.deepEqual(sessionJobs(null, { id: 's', workspaces: ['/w'] }), [])
+  })
+  test('unlinkedJobs: the other jobs of the user, marked with why; other users\' jobs only counted', () => {
+    const me = process.getuid()
+    const mine = { ...job, id: '1-1', root_pid: 11, ancestor_pids: [], cwd: '/w/a', uid: me }
+    const elsewhere = { ...job, id: '2-2', root_pid: 22, ancestor_pids: [], cwd: '/x', uid: me, status: 'CPU' }
+    const noCwd = { ...job, id: '3-3', root_pid: 33, ancestor_pids: [], cwd: null, uid: me }
+    const theirs = { ...job, id: '4-4', root_pid: 44, ancestor_pids: [], cwd: '/w/a', uid: me + 1 }
+    const doc = { mode: 'discovery', jobs: [mine, elsewhere, noCwd, theirs] }
+    const session = { id: 's', workspaces: ['/w'] }
+    const u = unlinkedJobs(doc, session, () => null, me)
+    assert.deepEqual(u.jobs.map((j) => [j.id, j.link]), [
+      ['2-2', { by: 'none', cwd: '/x', workspace: '/w' }],
+      ['3-3', { by: 'none', cwd: null, workspace: '/w' }],
+    ])
+    assert.equal(u.otherUsers, 1)
+    // linked ones and unlinked ones never overlap, and together they are every job of the user
+    const linked = sessionJobs(doc, session, () => null).map((j) => j.id)
+    assert.deepEqual(linked, ['1-1'])
+    // a job started from the session's shell is linked, not listed here
+    assert.deepEqual(unlinkedJobs(doc, session, (pid) => (pid === elsewhere.root_pid ? 's' : null), me).jobs.map((j) => j.id), ['3-3'])
+    // a --pid sidecar's one job shows in every session already
+    assert.deepEqual(unlinkedJobs({ mode: 'pid', jobs: [elsewhere] }, session, () => null, me), { jobs: [], otherUsers: 0 })
+    assert.deepEqual(unlinkedJobs(null, session, () => null, me), { jobs: [], otherUsers: 0 })
+  })
+  test('resolveSidecarCommand: PATH first, then the checkout\'s .venv; a configured command as given', () => {
+    const have = new Set(['/ck/.venv/bin/dsh-sidecar', '/usr/local/bin/dsh-sidecar'])
+    const opts = (pathEnv, checkoutRoot = '/ck') => ({ defaultCommand: 'dsh-sidecar', pathEnv, checkoutRoot, isExecutable: (p) => have.has(p) })
+    assert.equal(resolveSidecarCommand('dsh-sidecar', opts('/usr/bin:/bin')), '/ck/.venv/bin/dsh-sidecar')
+    assert.equal(resolveSidecarCommand('dsh-sidecar', opts('/usr/local/bin/:/usr/bin')), 'dsh-sidecar')
+    assert.equal(resolveSidecarCommand('dsh-sidecar', opts('/usr/bin', null)), 'dsh-sidecar')
+    assert.equal(resolveSidecarCommand('dsh-sidecar', opts('/usr/bin', '/other')), 'dsh-sidecar')
+    assert.equal(resolveSidecarCommand('/x/bin/dsh-sidecar', opts('/usr/bin')), '/x/bin/dsh-sidecar')
+    assert.equal(resolveSidecarCommand('my-sidecar', opts('/usr/bin')), 'my-sidecar')
   })
   test('job ids', () => {
     assert.equal(sanitizeJobId('123-456'), '123-456')
@@ -182,6 +225,21 @@ function fakeSpawner({ line = true, fail = null } = {}) {
 }
 
 describe('the supervisor', () => {
+  test('runs the command as resolved at each start (the checkout\'s .venv when dsh-sidecar is not on PATH)', async () => {
+    const { spawnFn, spawned } = fakeSpawner()
+    let where = '/ck/.venv/bin/dsh-sidecar'
+    const sup = new SidecarSupervisor({ command: 'dsh-sidecar', log: quiet, spawnFn, resolve: (c) => (c === 'dsh-sidecar' ? where : c) })
+    sup.start()
+    await until(() => sup.snapshot().state === 'running')
+    assert.equal(spawned[0].command, '/ck/.venv/bin/dsh-sidecar')
+    assert.equal(sup.snapshot().executable, '/ck/.venv/bin/dsh-sidecar')
+    assert.ok(sup.snapshot().command.startsWith('/ck/.venv/bin/dsh-sidecar'))
+    where = 'dsh-sidecar'
+    spawned[0].child.emit('exit', 1, null)
+    await until(() => spawned.length === 2, 5000)
+    assert.equal(spawned[1].command, 'dsh-sidecar')
+    await sup.stop()
+  })
   test('starts on a free loopback port with the token in the environment, not on argv', async () => {
     const { spawnFn, spawned } = fakeSpawner()
     const env = { PATH: '/bin', DEEPSEEK_API_KEY: 'sk-x', GITHUB_TOKEN: 'g', DSH_SIDECAR_TOKEN: 'old' }

@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from tests.browser.conftest import GPU_NAMES, model, sysfs_cards
-from tests.browser.dsh_env import DshHome, DshWeb, get_json, start_dsh_web
+from tests.browser.dsh_env import REPO, DshHome, DshWeb, get_json, start_dsh_web
 from tests.browser.test_dsh_plugin import (  # noqa: F401 (dsh_launcher is a fixture)
     API,
     dsh_launcher,
@@ -300,12 +300,15 @@ def test_the_gpu_tab_and_the_chip_show_the_workspace_job_and_survive_a_kill(
         assert summary.get_attribute("data-worst") == "CPU"
 
         open_session(page)
-        rows = page.locator('[data-testid="dsh-gpu-session-job"]')
+        rows = page.locator('[data-testid="dsh-gpu-session-job"]:not([data-link="none"])')
         row = page.locator(f'[data-testid="dsh-gpu-session-job"][data-job-id="{job_id}"]')
         row.wait_for(timeout=30_000)
         assert row.get_attribute("data-link") == "workspace"
         assert str(autostarted.job.pid) in row.inner_text()
-        assert page.locator(f'[data-job-id="{other_id}"]').count() == 0  # another project's job
+        # another project's job: listed below, marked as not this session's
+        other_row = page.locator(f'[data-job-id="{other_id}"]')
+        other_row.wait_for(timeout=30_000)
+        assert other_row.get_attribute("data-link") == "none"
         # a job whose environment carries this session's id (as DSH's shell tool sets it) joins
         sid = sessions[-1]
         # the host knows the session (ctx.sessions): its header's cwd is the workspace
@@ -321,7 +324,7 @@ def test_the_gpu_tab_and_the_chip_show_the_workspace_job_and_survive_a_kill(
         shell_row.wait_for(timeout=30_000)
         assert str(shell_job.pid) in shell_row.inner_text()
         assert rows.count() == 2
-        assert page.locator(f'[data-job-id="{other_id}"]').count() == 0
+        assert page.locator(f'[data-job-id="{other_id}"]').get_attribute("data-link") == "none"
         row.click()
         view = page.locator('[data-testid="dsh-gpu-view"][data-state="ok"]')
         view.wait_for(timeout=30_000)
@@ -439,7 +442,7 @@ def test_a_missing_sidecar_command_shows_how_to_install_it(
     home = DshHome.create(tmp_path / "home", dsh_launcher)
     home.add_plugin()
     home.add_plugin(RUNNER_DIR)
-    missing = str(tmp_path / "nowhere" / "dsh-sidecar")
+    missing = str(tmp_path / "nowhere" / "bin" / "dsh-sidecar")  # a venv not made yet
     home.write_plugin_config(
         sidecarUrl=f"http://127.0.0.1:{closed_port()}", token=None, timeoutMs=1000, sidecarCommand=missing
     )
@@ -448,7 +451,10 @@ def test_a_missing_sidecar_command_shows_how_to_install_it(
             lambda: (r := get_json(web.url, f"{API}/status"))[0] == 502 and r, 20, 0.2, "sidecar-missing"
         )
         assert body["error"] == "sidecar-missing" and body["command"] == missing, body
-        assert "pip install" in body["install"] and "sidecarCommand" in body["hint"]
+        # the install goes into the Python autostart runs: the venv of the configured <venv>/bin/dsh-sidecar
+        venv = tmp_path / "nowhere"
+        assert body["install"] == f"python3 -m venv {venv} && {venv}/bin/python -m pip install -e {REPO}", body
+        assert "sidecarCommand" in body["hint"]
         assert managed_sidecar(web)["state"] == "missing"
         errors: list[str] = []
         ctx, page = new_page(chromium, web.url, errors)
@@ -506,3 +512,82 @@ def test_a_sidecar_answering_401_at_the_url_makes_the_plugin_start_its_own(
                 assert not plugin_errors(errors), errors
             finally:
                 ctx.close()
+
+
+def test_a_session_whose_workspace_holds_no_job_shows_the_machines_jobs_marked_unlinked(
+    chromium, dsh_launcher: Path, fake_nvml_lib_dir: Path, tmp_path: Path  # noqa: F811
+) -> None:
+    """DSH started in a folder that is not the job's: the chip counts the user's jobs, so the session's
+    GPU tab lists them too (marked "not linked to this session", with why) and shows the chosen one,
+    instead of "no job"."""
+    nvml, gpu_env = simulated_gpu_env(tmp_path, fake_nvml_lib_dir)
+    nvml.write({"driver_version": "550.54.15", "cuda_driver_version": 12040,
+                "gpus": [gpu(0, name=GPU_NAMES[0], util_gpu=0, memory_used_mib=0)]})
+    project = tmp_path / "project"
+    project.mkdir()
+    job = cpu_model_job(tmp_path / "job", project)
+    home = DshHome.create(tmp_path / "home", dsh_launcher)
+    home.add_plugin()
+    home.write_plugin_config(
+        sidecarUrl=f"http://127.0.0.1:{closed_port()}", token=None, timeoutMs=2000,
+        sidecarCommand=str(SIDECAR_BIN), sidecarArgs=["--interval", "0.5"],
+    )
+    try:
+        with start_dsh_web(home, tmp_path / "empty-workspace", extra_env=gpu_env) as web:
+            wait_running(web)
+            job_id = wait_for(
+                lambda: next((j["id"] for j in get_json(web.url, f"{API}/jobs")[1].get("jobs", [])
+                              if j["root_pid"] == job.pid), None),
+                30, 0.3, "the job in the sidecar's /jobs",
+            )
+            errors: list[str] = []
+            ctx, page = new_page(chromium, web.url, errors)
+            try:
+                wait_for_panel(page)
+                page.locator('[data-testid="dsh-gpu-chip-jobs"]').wait_for(timeout=30_000)
+                open_session(page)
+                row = page.locator(f'[data-testid="dsh-gpu-session-job"][data-job-id="{job_id}"]')
+                try:
+                    row.wait_for(timeout=30_000)
+                except Exception as exc:  # say what the tab and the host showed
+                    shown = page.locator('[data-testid="dsh-gpu-view"]').inner_text()[:2000]
+                    raise AssertionError(f"tab: {shown!r}; /jobs: {get_json(web.url, f'{API}/jobs')}") from exc
+                assert row.get_attribute("data-link") == "none"
+                why = row.locator('[data-testid="dsh-gpu-session-job-link"]').inner_text()
+                assert "not linked to this session" in why and str(project.resolve()) in why, why
+                assert str((tmp_path / "empty-workspace").resolve()) in why, why
+                assert page.locator('[data-testid="dsh-gpu-session-others"]').count() == 1
+                assert page.locator('[data-testid="dsh-gpu-session-empty"]').count() == 1  # none linked
+                # the tab shows a job's verdict, not an empty view: the chosen job's hero
+                row.click()
+                page.wait_for_function(
+                    """([pid]) => { const v = document.querySelector('[data-testid="dsh-gpu-view"]');
+                                   return v && v.dataset.state === 'ok' && v.innerText.includes(pid) }""",
+                    arg=[str(job.pid)],
+                    timeout=30_000,
+                )
+                assert not plugin_errors(errors), errors
+            finally:
+                ctx.close()
+    finally:
+        job.stop()
+
+
+def test_the_plugin_finds_the_sidecar_of_its_checkouts_venv(dsh_launcher: Path, tmp_path: Path) -> None:  # noqa: F811
+    """The README's path: `dsh plugin --profile web add ./dsh_plugin` from a checkout whose sidecar is in
+    .venv (scripts/demo.sh, the install card's command), `dsh web` from a shell whose PATH has no
+    dsh-sidecar, the default config: the plugin starts <checkout>/.venv/bin/dsh-sidecar by itself."""
+    venv_sidecar = REPO / ".venv" / "bin" / "dsh-sidecar"
+    if not venv_sidecar.exists():
+        pytest.skip(f"{venv_sidecar} is not installed (python3 -m venv .venv && .venv/bin/pip install -e .)")
+    path = os.pathsep.join(
+        d for d in os.environ.get("PATH", "").split(os.pathsep) if d and not (Path(d) / "dsh-sidecar").exists()
+    )
+    home = DshHome.create(tmp_path / "home", dsh_launcher)
+    home.add_plugin()
+    home.write_plugin_config(sidecarUrl=f"http://127.0.0.1:{closed_port()}", token=None, timeoutMs=2000)
+    with start_dsh_web(home, tmp_path / "work", extra_env={"PATH": f"{dsh_launcher.parent}{os.pathsep}{path}"}) as web:
+        s = wait_running(web)
+        assert s["executable"] == str(venv_sidecar), s
+        assert cmdline(s["pid"])[1] == str(venv_sidecar) or cmdline(s["pid"])[0] == str(venv_sidecar)
+        wait_for(lambda: get_json(web.url, f"{API}/jobs")[0] == 200, 30, 0.2, "the jobs through the checkout's sidecar")

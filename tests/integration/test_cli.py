@@ -342,3 +342,60 @@ def test_doctor_with_one_gpu_lost_still_lists_the_other_as_usable(fake_nvml):
 def test_doctor_with_a_missing_interpreter():
     r = cli("doctor", "--python", "/nonexistent/python")
     assert r.returncode == 0 and "interpreter not found" in r.stdout
+
+
+def torchless_venv(path) -> str:
+    """A real venv holding the sidecar's dependencies but no torch (links into this venv's
+    site-packages, torch's own packages left out): a sidecar installed apart from the training job."""
+    import sysconfig
+    from pathlib import Path
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True, timeout=60)
+    python = Path(path) / "bin" / "python"
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True, timeout=30,
+    ).stdout.strip()
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        if not entry.name.startswith(("torch", "functorch", "nvidia")):
+            (Path(site) / entry.name).symlink_to(entry)
+    probe = subprocess.run([str(python), "-c", "import torch"], capture_output=True, timeout=60)
+    assert probe.returncode != 0, "the venv must not see torch"
+    return str(python)
+
+
+def test_doctor_from_a_venv_without_torch_names_the_python_and_how_to_check_another(tmp_path):
+    python = torchless_venv(tmp_path / "sidecar-venv")
+    r = subprocess.run(
+        [python, "-m", "sidecar.cli", "doctor"], capture_output=True, text=True,
+        env=python_env(), cwd=REPO, timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    assert f"Python checked for torch: {python} (the Python dsh-sidecar runs under)" in r.stdout, r.stdout
+    assert "dsh-sidecar doctor --python" in r.stdout
+    (problem,) = [p for p in r.stdout.splitlines() if "torch is not installed" in p and p.startswith("  - ")]
+    assert python in problem
+    report = json.loads(
+        subprocess.run([python, "-m", "sidecar.cli", "doctor", "--json"], capture_output=True, text=True,
+                       env=python_env(), cwd=REPO, timeout=120).stdout
+    )
+    assert report["python"] == python and report["python_is_sidecars"] is True
+    (fix,) = [p["fix"] for p in report["problems"] if "torch is not installed" in p["problem"]]
+    assert f"{python} -m pip install torch" in fix and "--python" in fix
+    # the training job's Python, given with --python: checked, and named as given
+    r = subprocess.run(
+        [python, "-m", "sidecar.cli", "doctor", "--python", sys.executable], capture_output=True, text=True,
+        env=python_env(), cwd=REPO, timeout=120,
+    )
+    assert f"Python checked for torch: {sys.executable} (given with --python)" in r.stdout, r.stdout
+    assert "CPU-only build" in r.stdout
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--bogus"], ["docter"]])
+def test_the_usage_line_lists_every_command(args):
+    """`--help` and every usage error show how to call each command, not only the serve options."""
+    r = cli(*args)
+    usage = (r.stdout if args == ["--help"] else r.stderr).split("\n\n")[0]
+    assert usage.startswith("usage: dsh-sidecar"), usage
+    for command in ("dsh-sidecar run ", "dsh-sidecar doctor", "dsh-sidecar mcp", "--pid PID", "--once"):
+        assert command in usage, (command, usage)

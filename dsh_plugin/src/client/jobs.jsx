@@ -52,6 +52,16 @@ export function useJobs(sessionId) {
 
 const LINK_TEXT = { shell: 'sessionJobs.linkShell', workspace: 'sessionJobs.linkWorkspace', attached: 'sessionJobs.linkAttached' }
 
+/** Why a row is (or is not) the session's. */
+function linkText(link, lang) {
+  if (link && link.by === 'none') {
+    return link.cwd
+      ? t(lang, 'sessionJobs.linkNone', { cwd: link.cwd, workspace: link.workspace || '…' })
+      : t(lang, 'sessionJobs.linkNoneNoCwd')
+  }
+  return t(lang, LINK_TEXT[link && link.by] || 'sessionJobs.linkWorkspace')
+}
+
 function cmdText(cmd) {
   return Array.isArray(cmd) ? cmd.join(' ') : ''
 }
@@ -76,9 +86,9 @@ function JobRow({ job, selected, lang, onSelect }) {
         </span>
         <span className="dgd-job-pid dgd-mono">{job.root_pid}</span>
         <span className="dgd-job-cmd dgd-mono">{cmdText(job.command)}</span>
-        <span className="dgd-muted dgd-job-link">
+        <span className="dgd-muted dgd-job-link" data-testid="dsh-gpu-session-job-link">
           {job.alive === false ? `${t(lang, 'jobs.exited')} · ` : ''}
-          {t(lang, LINK_TEXT[job.link && job.link.by] || 'sessionJobs.linkWorkspace')}
+          {linkText(job.link, lang)}
         </span>
       </button>
     </li>
@@ -96,8 +106,11 @@ export function SessionJobs({ sessionId, children }) {
   const [, bump] = useState(0)
   const jobs = useJobs(sessionId || null)
   const list = jobs.state === 'ok' ? jobs.doc.jobs : []
+  // the user's jobs not linked to this session (host/jobs.js unlinkedJobs): shown below, marked
+  const others = jobs.state === 'ok' && Array.isArray(jobs.doc.unlinked) ? jobs.doc.unlinked : []
+  const otherUsers = jobs.state === 'ok' ? Number(jobs.doc.unlinked_other_users) || 0 : 0
   const chosen = store.job()
-  const ids = list.map((j) => j.id)
+  const ids = [...list, ...others].map((j) => j.id)
   const selected = ids.includes(chosen) ? chosen : ids[0] || null
   useEffect(() => {
     if (jobs.state === 'ok' && selected && selected !== chosen) store.setJob(selected)
@@ -122,8 +135,25 @@ export function SessionJobs({ sessionId, children }) {
           ))}
         </ul>
       )}
+      {others.length > 0 ? (
+        <>
+          <h4 className="dgd-jobs-title" data-testid="dsh-gpu-session-others" data-count={others.length}>
+            {t(lang, 'sessionJobs.others')}
+          </h4>
+          <ul className="dgd-jobs-list">
+            {others.map((j) => (
+              <JobRow key={j.id} job={j} selected={j.id === selected} lang={lang} onSelect={select} />
+            ))}
+          </ul>
+        </>
+      ) : null}
+      {otherUsers > 0 ? (
+        <p className="dgd-muted" data-testid="dsh-gpu-session-other-users" data-count={otherUsers}>
+          {t(lang, 'sessionJobs.otherUsers', { n: otherUsers })}
+        </p>
+      ) : null}
     </section>,
-    list.length > 0,
+    ids.length > 0,
   )
 }
 
