@@ -91,6 +91,7 @@ class Probe:
         # The last payload entries of models that made forward calls and were then collected (a
         # rank's model when its worker function returns): what ran, for the job's final state.
         self.finished: collections.deque = collections.deque(maxlen=MAX_FINISHED_MODELS)
+        self.dist_rank: dict | None = None  # rank, world_size, dist_backend once a process group ran
         self.loader_timers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.events: collections.deque = collections.deque(maxlen=MAX_EVENTS)
         self.errors: collections.deque = collections.deque(maxlen=MAX_ERRORS)
@@ -221,6 +222,7 @@ class Probe:
         self.events.clear()
         self.errors.clear()
         self.finished.clear()
+        self.dist_rank = None
         self.publishes = 0
         self.last_body = None
         for rec in self.records:
@@ -253,7 +255,10 @@ class Probe:
                     pass
             writer, self.writer = self.writer, None
             if writer is not None and os.getpid() == self.pid:
-                writer.close(unlink=True)
+                # A process whose last publish named models leaves it behind, marked closed, for a
+                # sidecar whose next poll comes after this process's end: the job's final state.
+                keep = bool(self.last_body and self.last_body[0] is writer and self.last_body[1].get("models"))
+                writer.close(unlink=not keep, keep_final=keep)
         except Exception:  # noqa: BLE001 -- exiting: there is nobody left to tell
             pass
         finally:
@@ -272,7 +277,7 @@ class Probe:
         payload = empty_payload()
         payload.update(facts.identity())
         try:
-            who = facts.role(self.forked)
+            who = self._remembered_rank(facts.role(self.forked))
         except Exception as e:  # noqa: BLE001 -- one bad fact must not hide the others
             self.record_error("role", e)
             who = {}
@@ -306,6 +311,15 @@ class Probe:
         payload["errors"] = [dict(e) for e in tuple(self.errors)]
         payload["published_at"] = now
         return payload
+
+    def _remembered_rank(self, who: dict) -> dict:
+        """A process that ran as a torch.distributed rank stays that rank once its process group is
+        destroyed (the last thing a DDP script does, just before its final publish at exit)."""
+        if who.get("dist_backend") is not None:
+            self.dist_rank = {k: who[k] for k in ("rank", "world_size", "dist_backend")}
+        elif self.dist_rank is not None and who.get("role") in ("main", "child"):
+            who = {**who, **self.dist_rank, "role": "rank"}
+        return who
 
     @staticmethod
     def _model_entry(rec: ModelRecord, **over: object) -> dict:

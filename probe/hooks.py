@@ -45,6 +45,8 @@ INPUT_MAX_DEPTH = 4
 INPUT_MAX_ITEMS = 32  # per container: the first items are where a batch's tensors are
 LOADER_WINDOW_BATCHES = 64
 PARAM_DTYPES_MAX = 16
+# Calls outside training sampled back to back while no training call was (see ModelRecord.sample).
+UNTRAINED_SAMPLES_ARMED = 256
 NAME_MAX_CHARS = 256
 
 
@@ -246,6 +248,7 @@ class ModelRecord:
         "input_device",
         "input_shape",
         "input_shape_training",
+        "untrained_samples",
         "instrumentation",
         "is_compiling",
         "last_forward_time",
@@ -296,6 +299,7 @@ class ModelRecord:
         self.input_device: str | None = None
         self.input_shape: list[int] | None = None
         self.input_shape_training = False  # input_shape came from a call in training (train mode, grad on)
+        self.untrained_samples = 0  # non-training calls sampled while armed for a training one
         self.autocast: str | None = None  # "off" or a dtype name, as of the last armed call
         self.forward_t0 = 0.0  # the pre-hook fallback's start of a timed forward (0.0: none)
         self.param_dtypes: list[str] = []
@@ -333,6 +337,12 @@ class ModelRecord:
                 if training or not self.input_shape_training:
                     self.input_shape = _settings.input_shape(tensor)
                     self.input_shape_training = training
+                if not training and not self.input_shape_training and self.untrained_samples < UNTRAINED_SAMPLES_ARMED:
+                    # Lightning's sanity check validates before the first training step, which may
+                    # then come and go within one publish tick: stay armed for it (boundedly, so an
+                    # inference-only job samples once a tick again after that).
+                    self.untrained_samples += 1
+                    self.armed = True
             self.sample_autocast(tensor)
             if inner is not None and _first_tensor_device(inner) != self.first_device:
                 self.on_device_change()

@@ -226,26 +226,50 @@ class SegmentWriter:
         self.publish_bytes(data, trimmed, published_at if isinstance(published_at, float) else None)
         return trimmed
 
+    def _shrink(self, size: int) -> None:
+        """Cut the (unmapped) file to ``size`` bytes: a kept final publish holds a few KiB of
+        /dev/shm, not the whole segment. Best effort: a file left whole is read the same."""
+        try:
+            fd = os.open(SHM_DIR + self.name, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                os.ftruncate(fd, size)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
     def detach(self) -> None:
         """Unmap without unlinking: what a forked child does with its parent's segment."""
         mm, self._mm = self._mm, None
         if mm is not None:
             mm.close()
 
-    def close(self, unlink: bool = True) -> None:
+    def close(self, unlink: bool = True, keep_final: bool = False) -> None:
         """Unmap, and unlink the name unless told not to. Idempotent.
 
         Unlinking first marks the header closed (FLAG_CLOSED, under the seqlock), so a reader that
-        keeps this file open (SegmentFollower) drops it instead of following a dead file."""
-        if unlink and self._mm is not None and self._seq:
+        keeps this file open (SegmentFollower) drops it instead of following a dead file. With
+        ``keep_final`` the file is marked closed and left under its name, shrunk to its last
+        publish, for a reader that comes after the writer's end (a process that lived less than a
+        monitor's poll): a monitor reads it once and removes it (its writer is provably dead by
+        then: probe_wire.cleanup), and so does the next probe of the same user at its start."""
+        length = None
+        if (unlink or keep_final) and self._mm is not None and self._seq:
             try:
                 self._begin()
                 flags = FLAGS.unpack_from(self._mm, FLAGS_OFFSET)[0]
                 FLAGS.pack_into(self._mm, FLAGS_OFFSET, flags | FLAG_CLOSED)
                 self._end()
+                length = PUBLISH.unpack_from(self._mm, PUBLISH_OFFSET)[0]
             except (ValueError, OSError):
                 pass  # unmapped under us: nothing a reader could still see
         self.detach()
+        if keep_final and length is not None:
+            self._shrink(HEADER_BYTES + length)
+            return
         if unlink:
             try:
                 self._posix_ipc.unlink_shared_memory(self.name)

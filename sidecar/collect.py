@@ -461,13 +461,10 @@ class FactCollector:
                 procs += tuple(self._exited.values())
                 self.proc_info = {**self._exited_info, **self.proc_info}
         else:
-            # Keep showing what the job did, every process that ran its probe included; the driver
-            # no longer sees its processes.
+            # Keep showing what the job did, every process that ran its probe included (the target
+            # first); the driver no longer sees its processes.
             self._depart(tree_pids, departed or {}, every=True)
-            last = [(p.pid, p) for p in self._last_alive]
-            procs = tuple(self._exited.pop(self._identity(pid), p) for pid, p in last)
-            procs += tuple(self._exited.values())
-            self._exited = {self._identity(p.pid): p for p in procs}
+            procs = tuple(sorted(self._exited.values(), key=lambda p: not p.is_target))
             self.proc_info = {**self._exited_info, **self.proc_info}
         self.other_processes = nv.other_processes
         return Facts(
@@ -485,33 +482,32 @@ class FactCollector:
             rules=self.rules,
         )
 
-    def _identity(self, pid: int) -> tuple[int, int | None]:
-        info = self.proc_info.get(pid) or self._exited_info.get(pid)
-        return info.identity if info is not None else (pid, None)
-
     def _depart(self, here: set[int], departed: dict, every: bool) -> None:
-        """Keep the last facts of the last poll's processes that have left the tree, marked exited
-        and with no GPU rows (the driver no longer lists them), from their final publish when the
-        segment source read it. While the job runs only those that registered a model are kept (a
-        DataLoader worker of each epoch is not), at most MAX_EXITED_KEPT, the newest; when it ends,
-        every process of its last poll."""
-        # ``here``: the tree's pids (a pid reused within one poll's interval passes for its process)
+        """Keep the last facts of the last poll's processes that have left the tree (``here``: the
+        tree's pids now), marked exited and with no GPU rows (the driver no longer lists them), from
+        their final publish when the segment source read it. While the job runs, only processes
+        that ran the probe are kept, a DataLoader worker only as the newest of its loader's worker
+        id (workers of each epoch replace those of the last), at most MAX_EXITED_KEPT, the newest;
+        when the job ends, every process of its last poll."""
         for pf in self._last_alive:
-            if pf.pid in here or not (every or pf.models):
+            if pf.pid in here:
                 continue
             info = self.proc_info.get(pf.pid)
             ident = info.identity if info is not None else (pf.pid, None)
-            if ident in self._exited:
-                continue
             read = departed.get(ident)
             if read is not None and info is not None:
                 pf = process_facts(info, read, (), self.target_pid)
-            self._exited[ident] = replace(pf, gpu=(), exited=True)
+            key = _exit_key(pf, ident)
+            kept = self._exited.get(key)
+            if (kept is not None and kept.pid == pf.pid) or not (every or pf.has_probe):
+                continue
+            if kept is not None:  # an earlier epoch's worker: this one stands for it, the newest
+                del self._exited[key]
+            self._exited[key] = replace(pf, gpu=(), exited=True)
             if info is not None:
                 self._exited_info[pf.pid] = info
         while not every and len(self._exited) > MAX_EXITED_KEPT:
-            ident = next(iter(self._exited))
-            self._exited_info.pop(self._exited.pop(ident).pid, None)
+            self._exited_info.pop(self._exited.pop(next(iter(self._exited))).pid, None)
 
     def _pid_namespace_suspect(self, nvml, nv: NvmlFacts, tree_pids: set[int], procs) -> bool:
         """NVML lists processes, none of them ours, while our probes hold CUDA memory, and none of
@@ -584,6 +580,14 @@ def _with_gpu(pf: ProcessFacts, proc, gpu: tuple[ProcGpu, ...], target_pid: int)
     values[_PF_MP_AT[0]], values[_PF_MP_AT[1]] = _mp_flags_of(getattr(proc, "cmdline", None))
     values[at["gpu"]] = gpu
     return ProcessFacts(*values)
+
+
+def _exit_key(pf: ProcessFacts, ident: tuple) -> tuple:
+    """What an exited process is kept under: its identity; a DataLoader worker, its parent, loader
+    and worker id (a worker of the next epoch stands for the one before)."""
+    if pf.role == "dataloader-worker":
+        return ("worker", pf.ppid, pf.loader, pf.worker_id)
+    return ident
 
 
 def history_sample(now: float, facts: Facts, proc_info: dict[int, Any] | None = None) -> Sample:

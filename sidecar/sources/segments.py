@@ -114,7 +114,11 @@ class SegmentSource:
             last = self._last_ok.get(ident)
             try:
                 r = self._follower.read_held(pid, ticks) if ticks is not None else None
-            except Exception:  # the follower promises not to raise, as the reader does
+                if r is None and ticks is not None:
+                    # Never read while it lived (shorter than a poll): the probe leaves a process's
+                    # last publish under its name when it named models (SegmentWriter keep_final).
+                    r = read_segment(pid, expected_start_ticks=ticks)
+            except Exception:  # the follower and the reader promise not to raise
                 r = None
             payload = r.payload if r is not None and r.state in ("ok", "missing") else None
             if payload is not None and (last is None or payload is not last.payload):

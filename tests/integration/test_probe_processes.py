@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from probe_wire import has_live_segment, read_segment, remove_segment, segment_path
+from probe_wire.cleanup import remove_if_dead
+from probe_wire.header import DEFAULT_SEGMENT_BYTES, FIELDS, FIELDS_OFFSET, FLAG_CLOSED, FLAGS, FLAGS_OFFSET
 
 pytest.importorskip("torch")
 
@@ -119,7 +121,8 @@ def test_forked_child_gets_its_own_segment_and_leaves_the_parents_alone():
     (m,) = cp["models"]
     assert m["name"] == "forked-net" and m["forward_calls"] == 5  # the child's own calls only
     assert cp["events"] == [] and cp["errors"] == []
-    assert not report["child_segment_left"]  # its atexit removed its segment...
+    assert report["child_segment_left"]  # its atexit left its final publish, closed...
+    assert left_closed_with_its_final_publish(child["pid"])["models"][0]["forward_calls"] == 5
     before, after = report["parent_before"], report["parent_after"]
     assert after["state"] == "ok"  # ...and not the parent's
     assert after["seq"] == before["seq"] and after["payload"] == before["payload"]
@@ -135,17 +138,31 @@ def test_spawned_child_that_imports_the_probe_is_a_child():
     assert child["payload"]["runtime"]["torch"] is None  # it never imported torch, nor did the probe
 
 
-def test_normal_exit_unlinks_the_segment():
+def left_closed_with_its_final_publish(pid: int) -> dict:
+    """A process whose last publish named models leaves that publish behind at exit, marked closed
+    and shrunk to it, for a monitor whose next poll comes after the process's end (issue 25 item 1);
+    a monitor's cleanup then removes it, its writer being provably dead. Returns the final payload."""
+    path = Path(segment_path(pid))
+    raw = path.read_bytes()
+    assert len(raw) < DEFAULT_SEGMENT_BYTES, len(raw)  # a few KiB of /dev/shm, not the segment
+    assert FLAGS.unpack_from(raw, FLAGS_OFFSET)[0] & FLAG_CLOSED
+    r = read_segment(pid, expected_start_ticks=FIELDS.unpack_from(raw, FIELDS_OFFSET)[2])
+    assert r.state == "missing" and r.payload is not None, (r.state, r.error)
+    assert remove_if_dead(pid) and not path.exists()
+    return r.payload
+
+
+def test_normal_exit_leaves_only_its_final_publish():
     report = run_scenario("register_then", "return")
     assert report["state"] == "ok"
     pid = int(report["status"]["segment"].rsplit(".", 1)[1])
-    assert not os.path.exists(segment_path(pid))
+    assert left_closed_with_its_final_publish(pid)["models"]
 
 
-def test_sys_exit_with_an_error_code_unlinks_too():
+def test_sys_exit_with_an_error_code_leaves_it_too():
     report = run_scenario("register_then", "exception", expect_rc=3)
     pid = int(report["status"]["segment"].rsplit(".", 1)[1])
-    assert not os.path.exists(segment_path(pid))
+    assert left_closed_with_its_final_publish(pid)["models"]
 
 
 def test_sigkilled_process_leaves_a_segment_that_reads_stale_and_can_be_removed():
