@@ -119,12 +119,7 @@ def _static(torch: Any) -> dict:
     global _static_runtime
     if _static_runtime is None:
         version = getattr(torch, "version", None)
-        cudnn = None
         backends = getattr(torch, "backends", None)
-        if getattr(version, "cuda", None) and backends is not None and hasattr(backends, "cudnn"):
-            # Reads the linked library's version; it does not touch the GPU.
-            v = backends.cudnn.version()
-            cudnn = int(v) if v is not None else None
         mps = None
         if backends is not None and hasattr(backends, "mps"):
             mps = bool(backends.mps.is_available())
@@ -134,11 +129,25 @@ def _static(torch: Any) -> dict:
         _static_runtime = {
             "torch": _clip(getattr(torch, "__version__", None), 64),
             "cuda_build": _clip(getattr(version, "cuda", None), 64),
-            "cudnn": cudnn,
             "mps_available": mps,
             "xpu_available": xpu,
         }
     return _static_runtime
+
+
+# [version or None] once read: the linked cuDNN does not change.
+_cudnn: list[int | None] = []
+
+
+def _cudnn_version(torch: Any) -> int | None:
+    """cuDNN's version, asked only once CUDA is initialised: torch.backends.cudnn.version()
+    initialises CUDA itself (seen with torch 2.11 on an H200: a context in every probed process,
+    and a DataLoader forked after it in a "bad fork")."""
+    if not _cudnn:
+        backends = getattr(torch, "backends", None)
+        v = backends.cudnn.version() if backends is not None and hasattr(backends, "cudnn") else None
+        _cudnn.append(int(v) if v is not None else None)
+    return _cudnn[0]
 
 
 def _count_without_cuda_init(torch: Any) -> tuple[bool | None, int | None]:
@@ -243,6 +252,7 @@ def runtime(torch: Any | None) -> dict:
     initialised = cuda.is_initialized()
     if initialised:
         out["cuda_initialized"] = True
+        out["cudnn"] = _cudnn_version(torch)
         if _initialised_devices is None:
             count = int(cuda.device_count())
             devices = []

@@ -171,6 +171,40 @@ def test_runtime_matches_torch_and_never_initialises_cuda():
     assert torch.cuda.is_initialized() is False or rt["cuda_initialized"]
 
 
+def test_runtime_asks_cudnn_only_once_cuda_runs(monkeypatch):
+    """torch.backends.cudnn.version() initialises CUDA (torch 2.11, H200): a CUDA build of torch
+    on a GPU machine, CUDA not yet initialised, must publish without asking it."""
+    from types import SimpleNamespace
+
+    state = {"initialised": False, "asked": 0}
+
+    def version():
+        state["asked"] += 1
+        state["initialised"] = True  # what the real call does
+        return 91900
+
+    fake = SimpleNamespace(
+        __version__="2.11.0+cu130",
+        version=SimpleNamespace(cuda="13.0", hip=None),
+        backends=SimpleNamespace(cudnn=SimpleNamespace(version=version)),
+        cuda=SimpleNamespace(
+            is_initialized=lambda: state["initialised"],
+            _device_count_nvml=lambda: 1,
+            device_count=lambda: 1,
+            get_device_properties=lambda i: SimpleNamespace(name="NVIDIA H200", uuid="GPU-x"),
+        ),
+    )
+    monkeypatch.setattr(facts, "_static_runtime", None)
+    monkeypatch.setattr(facts, "_cudnn", [])
+    monkeypatch.setattr(facts, "_cuda_probe_cache", {})
+    monkeypatch.setattr(facts, "_initialised_devices", None)
+    monkeypatch.setattr(facts, "driver_library", lambda: (True, (13, 0)))
+    rt = facts.runtime(fake)
+    assert state == {"initialised": False, "asked": 0} and rt["cudnn"] is None and rt["cuda_available"]
+    state["initialised"] = True  # the user's code moved a model to the GPU
+    assert facts.runtime(fake)["cudnn"] == 91900 and state["asked"] == 1
+
+
 def test_runtime_without_torch_says_nothing_about_torch(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,0")
     rt = facts.runtime(None)
