@@ -107,7 +107,7 @@ class Probe:
         self.sync_counter = SyncCounter()
         if self.enabled:
             os.register_at_fork(after_in_child=self._after_fork_in_child)
-            atexit.register(self.shutdown)
+            atexit.register(self.shutdown, True)
 
     # -- bookkeeping --------------------------------------------------------------------------------
     def warn_once(self, key: str, message: str) -> None:
@@ -162,7 +162,7 @@ class Probe:
         if mp_util is None or self.mp_finalizer_pid == self.pid:
             return
         try:
-            mp_util.Finalize(None, self.shutdown, exitpriority=100)
+            mp_util.Finalize(None, self.shutdown, args=(True,), exitpriority=100)
             self.mp_finalizer_pid = self.pid
         except Exception as e:  # noqa: BLE001 -- atexit still covers the common case
             self.record_error("finalizer", e)
@@ -237,8 +237,10 @@ class Probe:
         if was_active and self.enabled:
             self._start_thread_locked(first_delay_s=CHILD_GRACE_S)
 
-    def shutdown(self) -> None:
-        """Stop publishing and unlink this process's segment (atexit, multiprocessing finalizer)."""
+    def shutdown(self, at_exit: bool = False) -> None:
+        """Stop publishing and close this process's segment; ``at_exit``: the process is ending
+        (atexit, multiprocessing's finalizer), and a last publish that named models stays for a
+        sidecar whose next poll comes after the end; otherwise the segment is unlinked."""
         self.stopping = True
         self.wake.set()
         locked = self.lock.acquire(timeout=1.0)
@@ -257,7 +259,9 @@ class Probe:
             if writer is not None and os.getpid() == self.pid:
                 # A process whose last publish named models leaves it behind, marked closed, for a
                 # sidecar whose next poll comes after this process's end: the job's final state.
-                keep = bool(self.last_body and self.last_body[0] is writer and self.last_body[1].get("models"))
+                keep = at_exit and bool(
+                    self.last_body and self.last_body[0] is writer and self.last_body[1].get("models")
+                )
                 writer.close(unlink=not keep, keep_final=keep)
         except Exception:  # noqa: BLE001 -- exiting: there is nobody left to tell
             pass

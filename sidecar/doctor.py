@@ -165,29 +165,7 @@ def collect(python: str) -> dict[str, Any]:
                     f"{d['index']}`, with nothing running on it) or a reboot",
                 }
             )
-    if torch.get("error"):
-        problems.append(
-            {
-                "problem": f"{torch['error']}: {python}",
-                "fix": f"if your training job runs under {python}: `{python} -m pip install torch`; "
-                f"else check the Python it runs under: {OTHER_PYTHON}",
-            }
-        )
-    elif torch.get("cuda_build") is None:
-        if gpus or nvidia_os:
-            problems.append(
-                {
-                    "problem": f"torch {torch['torch']} is a CPU-only build: it cannot use the NVIDIA GPU",
-                    # The verdict's hint: the same torch version, from an index whose CUDA the driver runs.
-                    "fix": catalogue.render(cpu_build_hint(torch.get("torch"), facts.cuda_driver)),
-                }
-            )
-    elif not torch.get("cuda_available"):
-        reason_ref, hint_ref = cuda_unavailable_reason(facts, torch)
-        reason, hint = catalogue.render(reason_ref), catalogue.render(hint_ref)
-        if torch.get("cuda_init_error"):
-            reason += f" (torch says: {torch['cuda_init_error']})"
-        problems.append({"problem": f"CUDA is not available to torch: {reason}", "fix": hint})
+    problems.extend(_torch_problems(torch, python, facts, bool(gpus) or nvidia_os))
     shm = segment_name_findings()
     problems.extend(_segment_problems(shm))
     unusable = [s for s in facts.system_gpus if s.nvml_index is None and s.vendor != "NVIDIA"]
@@ -205,6 +183,36 @@ def collect(python: str) -> dict[str, Any]:
         "cannot_run_cuda": [s.name for s in unusable],
         "problems": problems,
     }
+
+
+def _torch_problems(torch: dict[str, Any], python: str, facts: Facts, nvidia_here: bool) -> list[dict[str, str]]:
+    """What keeps the torch of ``python`` from the GPU, with the fix: not installed, a CPU-only
+    build, or CUDA unavailable (and why, in the verdict's words)."""
+    problems: list[dict[str, str]] = []
+    if torch.get("error"):
+        problems.append(
+            {
+                "problem": f"{torch['error']}: {python}",
+                "fix": f"if your training job runs under {python}: `{python} -m pip install torch`; "
+                f"else check the Python it runs under: {OTHER_PYTHON}",
+            }
+        )
+    elif torch.get("cuda_build") is None:
+        if nvidia_here:
+            problems.append(
+                {
+                    "problem": f"torch {torch['torch']} is a CPU-only build: it cannot use the NVIDIA GPU",
+                    # The verdict's hint: the same torch version, from an index whose CUDA the driver runs.
+                    "fix": catalogue.render(cpu_build_hint(torch.get("torch"), facts.cuda_driver)),
+                }
+            )
+    elif not torch.get("cuda_available"):
+        reason_ref, hint_ref = cuda_unavailable_reason(facts, torch)
+        reason, hint = catalogue.render(reason_ref), catalogue.render(hint_ref)
+        if torch.get("cuda_init_error"):
+            reason += f" (torch says: {torch['cuda_init_error']})"
+        problems.append({"problem": f"CUDA is not available to torch: {reason}", "fix": hint})
+    return problems
 
 
 def render(report: dict[str, Any]) -> str:

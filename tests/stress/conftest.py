@@ -98,6 +98,19 @@ class Zygote:
 
 
 @pytest.fixture
+def no_probe_here() -> None:
+    """This test process runs no probe while the test runs: earlier tests in it may have started
+    one (in-process framework tests), and discovery would then group the zygote's jobs under it,
+    their topmost probed ancestor, instead of each on its own."""
+    from probe_wire import has_live_segment
+
+    if has_live_segment(os.getpid()):
+        from probe._state import PROBE
+
+        PROBE.shutdown()
+
+
+@pytest.fixture
 def zygote() -> Iterator[Zygote]:
     z = Zygote()
     yield z

@@ -44,7 +44,7 @@ def listed_roots(sc: Sidecar) -> set[int]:
 
 
 @needs_root
-def test_a_root_discovery_sidecar_under_job_churn_stays_under_its_rss_bound(fake_nvml, zygote, tmp_path):
+def test_a_root_discovery_sidecar_under_job_churn_stays_under_its_rss_bound(no_probe_here, fake_nvml, zygote, tmp_path):
     fake_nvml.write({"gpus": [hopper_gpu(i) for i in range(GPUS)]})
     sysfs = make_fake_sysfs(
         tmp_path / "sys",

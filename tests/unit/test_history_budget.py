@@ -3,10 +3,13 @@ histories together hold at most a byte budget, however many jobs and GPUs."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+from types import SimpleNamespace
 
-from probe_wire import read_segment
+from probe_wire import process_start_ticks, read_segment
 from sidecar.history import History, HistoryBudget, Sample, sample_bytes
 from sidecar.jobs import JobsPoller
 from sidecar.verdict import RecentSample
@@ -34,7 +37,15 @@ def test_histories_sharing_a_budget_never_hold_more_than_it_together():
 
 
 def test_an_exited_job_is_sampled_no_more(tmp_path):
-    job = subprocess.Popen([sys.executable, "-m", "tests.stress.jobs", "once"], env=python_env(), cwd=REPO)
+    # Started through a shell that exits at once: its parent is init, not this test process (which
+    # may run the probe itself and would then be the job's root).
+    out = subprocess.run(
+        ["sh", "-c", '"$0" -m tests.stress.jobs once >/dev/null 2>&1 & echo $!', sys.executable],
+        env=python_env(), cwd=REPO, capture_output=True, text=True, check=True,
+    )
+    job = SimpleNamespace(pid=int(out.stdout))
+    job.kill = lambda: os.kill(job.pid, signal.SIGKILL) if process_start_ticks(job.pid) else None
+    job.wait = lambda: wait_for(lambda: process_start_ticks(job.pid) is None, what="the job's end")
     poller = JobsPoller(nvml_source=object(), system_gpus_fn=list, history_s=3600.0)
     try:
         wait_for(lambda: read_segment(job.pid).state == "ok", what="the job's segment")
