@@ -362,7 +362,11 @@ class JobsPoller:
             return self._published
 
     def jobs_document(self, caller_uid: Any = EVERY_CALLER) -> dict[str, Any] | None:
-        published = self._latest()
+        return self._jobs_of(self._latest(), caller_uid)
+
+    @staticmethod
+    def _jobs_of(published: _Published | None, caller_uid: Any) -> dict[str, Any] | None:
+        """The jobs document of one publication, as `caller_uid` sees it (its default job)."""
         if published is None or caller_uid is EVERY_CALLER:
             return None if published is None else published.jobs
         return {**published.jobs, "default_job": _callers_default(published.jobs, caller_uid)}
@@ -396,7 +400,7 @@ class JobsPoller:
         found = self._job(published, job, caller_uid)
         if found is None or published is None:
             return None
-        listed = self.jobs_document(caller_uid) or published.jobs
+        listed = self._jobs_of(published, caller_uid) or published.jobs  # the same poll's list
         return contract.check_if_enabled({**found[2](), "jobs": listed["jobs"]}, "status")
 
     def history_document(

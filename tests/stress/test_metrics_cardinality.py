@@ -64,7 +64,7 @@ def _scenario(pids: list[int]) -> dict:
 
 
 @pytest.mark.parametrize("churn_s", [30.0])
-def test_series_stay_within_the_bound_over_churn(tmp_path, fake_nvml, churn_s):
+def test_series_stay_within_the_bound_over_churn(no_probe_here, tmp_path, fake_nvml, churn_s):
     fake_nvml.write(_scenario([]))
     procs: list[subprocess.Popen] = []
     try:
