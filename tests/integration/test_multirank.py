@@ -15,6 +15,7 @@ import sys
 import textwrap
 import time
 
+import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -162,9 +163,19 @@ def test_real_two_rank_gloo_job_through_its_launcher(tmp_path, fake_nvml, launch
             doc = sc.wait_status(lambda d: not d["target"]["alive"], what="the job's exit")
             assert "target-exited" in codes(doc)
     finally:
+        stop.write_text("")  # ranks still training leave on their own
+        try:  # torchrun's workers may sit in process groups of their own: every descendant too
+            ranks = psutil.Process(launcher.pid).children(recursive=True)
+        except psutil.Error:
+            ranks = []
         if launcher.poll() is None:
             os.killpg(launcher.pid, signal.SIGKILL)
             launcher.wait()
+        for rank in ranks:
+            try:
+                rank.kill()
+            except psutil.Error:
+                pass
 
 
 # ---------------------------------------------------------------------------------------------
