@@ -13,11 +13,13 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 from sidecar import document
 from sidecar.jobs import JobsPoller, _Job
 from sidecar.poller import Poller, _NvmlDown
 from sidecar.sources.proctree import ProcessTreeSource
+from tests.helpers.harness import wait_for
 
 
 class _NoNvml:
@@ -105,6 +107,9 @@ def test_a_lazy_document_is_the_document_an_eager_poller_makes_and_its_summary_t
     """Discovery's pollers make each job's status summary at every poll and the whole document only
     when asked: the same document, and the same jobs-list entry, as the --pid poller's."""
     target = subprocess.Popen(["sleep", "60"])
+    # Both pollers read its command line once: wait until it is sleep's, not the forked Python's
+    # (empty) between fork and exec.
+    wait_for(lambda: Path(f"/proc/{target.pid}/cmdline").read_bytes().startswith(b"sleep"), what="the exec")
     pollers = [
         Poller(target.pid, nvml_source=_NoNvml(), system_gpus_fn=list, clock=lambda: 0.0, lazy_document=lazy)
         for lazy in (False, True)
