@@ -14,6 +14,8 @@ from one poll to the next.
     status.py      status and message, decide()
     wheels.py      the CUDA wheels of each torch version, the one to suggest for a driver
     hysteresis.py  settle()
+    codes.py       every warning code's group (what the user should do) and summary; codes_docs.py
+                   generates the README's table of codes from it and the rules
 """
 
 from sidecar.verdict import efficiency, facts, hysteresis, rules, status
