@@ -32,8 +32,8 @@ MAGIC = b"DSHPRB\x00\x01"
 FORMAT_VERSION = 1
 # magic, version, header size, seq, writer pid, flags, writer start_ticks, payload length,
 # payload crc32, published_at, writer PID namespace: offsets 0, 8, 12, 16, 24, 28, 32, 40, 44, 48, 56.
-# HEADER leaves the last 8 bytes out (they were reserved and zero before the namespace went there, so
-# a header packed with HEADER is that of a writer that did not record it: still read, never swept).
+# HEADER leaves the last 8 bytes out: a header packed with HEADER has 0 there, the mark of a writer
+# that did not record its namespace (still read, never swept).
 HEADER = struct.Struct("<8sIIQIIQIId8x")
 HEADER_BYTES = HEADER.size  # 64
 SEQ = struct.Struct("<Q")

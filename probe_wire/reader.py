@@ -103,7 +103,7 @@ class SegmentRead:
     def __eq__(self, other: object) -> bool:
         return isinstance(other, SegmentRead) and self._fields() == other._fields()
 
-    __hash__ = None  # mutable payload inside: not hashable, as the frozen dataclass with a dict was not
+    __hash__ = None  # a mutable payload inside: not hashable
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{name}={getattr(self, name)!r}" for name in _READ_FIELDS if name != "payload")

@@ -40,7 +40,7 @@ MIN_INTERVAL_S = 0.1
 CHEAP_INTERVAL_S = 0.5
 DEFAULT_PORT = 8765
 MIN_REMOTE_TOKEN_CHARS = 16
-MAX_HISTORY_S = 86400.0  # a day: 57,601 samples at 1.5 s, 41-115 MiB (docs/reliability.md)
+MAX_HISTORY_S = 86400.0  # a day: 57,601 samples at 1.5 s, 69-143 MiB (docs/performance.md)
 MAX_GRACE_S = 86400.0  # a day; --stay serves for ever
 # Variables that carry the sidecar's own secrets: the job started by `run` never sees them.
 SIDECAR_SECRET_ENV = ("DSH_SIDECAR_TOKEN",)

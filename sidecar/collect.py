@@ -278,8 +278,8 @@ def process_facts(proc, read, gpu: tuple[ProcGpu, ...], target_pid: int) -> Proc
         failure, collected = _publish_failure(errors), _collected_models(errors)
     else:  # no errors (most payloads): what the two give for an empty list
         failure, collected = None, ()
-    # Positional, in its fields' order (test_collect_oracle holds the result to the old collector's,
-    # which names them): keywords cost about 2 us of this call's 8.5.
+    # Positional, in the order of ProcessFacts' fields: keywords would cost about 2 us of this
+    # call's 8.5.
     return ProcessFacts(
         proc.pid,
         proc.ppid,

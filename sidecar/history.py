@@ -69,7 +69,7 @@ def _num(v: float | None) -> float | int | None:
 class Sample:
     """One poll: per GPU (GPU_COLUMNS), per GPU process of the job (PROCESS_COLUMNS), the job's sums
     (JOB_COLUMNS), and what the verdict's windowed rules need. Stored packed: a day of samples must
-    stay small (docs/reliability.md has the figures). `gpus` may come packed already (pack()):
+    stay small (docs/performance.md has the figures). `gpus` may come packed already (pack()):
     discovery's jobs share one poll's GPU rows."""
 
     __slots__ = ("time", "_gpus", "_processes", "_job", "recent")

@@ -1,4 +1,4 @@
-"""The efficiency rules (issue 15): the job is on the GPU, but is it using it well, and if not, why.
+"""The efficiency rules: the job is on the GPU, but is it using it well, and if not, why.
 
 Each rule reads the driver's clocks, PCIe link and GPM activity of the GPUs the job uses, and the
 probe's step breakdown, precision settings and sync counts, and yields a `Finding` whose message and

@@ -47,7 +47,7 @@ class Rules:
     growth_min_fraction: float = 0.10
     growth_monotonic_fraction: float = 0.8
     hysteresis_off_polls: int = 3
-    # Efficiency (issue 15)
+    # Efficiency
     pcie_busy_bytes_per_s: float = 64.0 * 1048576  # GPM's PCIe rates above this: the job moves data
     hollow_util_pct: float = 80.0  # NVML says busy ...
     hollow_sm_activity: float = 0.25  # ... while GPM says few SMs work

@@ -289,7 +289,7 @@ def rule_no_parameters(f: Facts) -> Iterable[Finding]:
 
 
 def rule_registered_before_compile(f: Facts) -> Iterable[Finding]:
-    # Without it a compiled model reads "0/s" while it trains: the reason was only on its stderr.
+    # Without this warning a compiled model reads "0/s" while it trains, the reason only on its stderr.
     hits = [(p, m) for p, m in all_models(f) if m.compiled_uncounted]
     if hits:
         yield _about_models(
