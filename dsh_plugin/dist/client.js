@@ -2442,7 +2442,7 @@ var isNum5 = (x) => typeof x === "number" && Number.isFinite(x);
 function Meter({ m }) {
   const w = isNum5(m.pct) ? Math.max(0, Math.min(100, m.pct)) : 0;
   return /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("div", { className: "dgd-meter", "data-key": m.key, children: [
-    /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { className: "dgd-meter-label", title: m.label, children: m.label }),
+    /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { className: "dgd-meter-label", children: m.label }),
     /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { className: "dgd-bar", role: "meter", "aria-label": m.label, "aria-valuenow": isNum5(m.pct) ? Math.round(m.pct) : void 0, children: /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("i", { style: { width: `${w}%`, background: m.color } }) }),
     /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { className: "dgd-meter-value", children: m.value })
   ] });
@@ -2600,7 +2600,7 @@ function ProcessCell({ row }) {
   ] }) });
 }
 function CellContent({ k, c }) {
-  if (k === "role") return c.probed ? c.text : /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { className: "dgd-muted", children: c.text });
+  if (k === "role") return c.probed ? c.text : /* @__PURE__ */ (0, import_jsx_runtime8.jsx)("span", { className: "dgd-muted", title: c.title, children: c.text });
   if (k === "models") {
     if (c.na) return NA;
     return c.items.map((m, j) => /* @__PURE__ */ (0, import_jsx_runtime8.jsxs)("div", { children: [

@@ -21,7 +21,7 @@ from werkzeug.serving import make_server
 
 from sidecar import contract
 from sidecar.server import ServerConfig, create_app
-from tests.browser.conftest import REPO
+from tests.browser.conftest import REPO, wait_js
 from tests.browser.test_efficiency_page import (
     FixedSource,
     a100_mig,
@@ -252,6 +252,13 @@ def plugin_html(docs: dict[str, dict], lang: str) -> dict[str, dict[str, str]]:
 def read_page(pages, source: FixedSource, url: str, doc: dict, locale: str) -> dict:
     source.status = doc
     page = pages.open(f"{url}?job={doc['job_id']}", locale=locale)
+    # the page leaves its loading state before it draws the first document: wait for the drawing
+    wait_js(
+        page,
+        """([rows, cards]) => document.querySelectorAll('[data-testid=process-row]').length === rows
+            && document.querySelectorAll('[data-testid=gpu-card]').length === cards""",
+        [len(doc["processes"]), len(doc["gpus"])],
+    )
     return page.evaluate(READ_JS, PAGE)
 
 
@@ -273,7 +280,9 @@ def differences(page: dict, plugin: dict) -> list[str]:
         out.append(
             f"row order: page {[r['pid'] for r in page['rows']]} / plugin {[r['pid'] for r in plugin['rows']]}"
         )
-    for a, b in zip(page["rows"], plugin["rows"]):
+    plugin_rows = {r["pid"]: r for r in plugin["rows"]}
+    for a in page["rows"]:
+        b = plugin_rows.get(a["pid"], {"depth": None, "cells": []})
         if a["depth"] != b["depth"]:
             out.append(f"pid {a['pid']} depth: page {a['depth']} / plugin {b['depth']}")
         ca, cb = dict(a["cells"]), dict(b["cells"])

@@ -64,3 +64,11 @@ def test_the_strip_lists_the_contracts_gpm_fields_and_charts_every_history_chart
     for name in charts:
         assert f'data-testid="chart-{name}"' in html, name
         assert f"chart.{name}" in load("en"), name
+
+
+def test_the_flagged_data_wait_is_the_verdicts_data_starved_threshold():
+    from sidecar.verdict.facts import Rules
+
+    text = (SHARED / "view_model.js").read_text(encoding="utf-8")
+    value = float(re.search(r"DATA_WAIT_HIGH_FRACTION = ([\d.]+);", text).group(1))
+    assert value == Rules().data_wait_starved
