@@ -1,4 +1,4 @@
-"""The one catalogue of words: sidecar/static/i18n/{en,zh}.json, shared by the sidecar, the page and
+"""The one catalogue of words: sidecar/static/shared/i18n/{en,zh}.json, shared by the sidecar, the page and
 the DSH plugin (format.js renders the same files the same way).
 
 A text is a reference, `Ref(id, params)`: a catalogue key and the values of its `{name}`
@@ -22,7 +22,7 @@ from functools import cache
 from typing import Any, Union
 
 LANGS = ("en", "zh")
-CATALOGUE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static", "i18n")
+CATALOGUE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static", "shared", "i18n")
 MAX_DEPTH = 4  # references inside references, at most this deep
 PLACEHOLDER = re.compile(r"\{(\w+)\}")
 

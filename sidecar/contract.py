@@ -6,7 +6,7 @@ second, `_bytes` bytes, `_fraction` 0-1). From these declarations come:
 
 - the JSON Schema served at `GET /api/dsh-gpu-dashboard/schema` (`json_schema()`),
 - the field tables of `docs/api.md` (`markdown()`),
-- the JSDoc typedefs of `sidecar/static/contract.js`, used by the page and the DSH plugin (`jsdoc()`).
+- the JSDoc typedefs of `sidecar/static/shared/contract.js`, used by the page and the DSH plugin (`jsdoc()`).
 
 `python -m sidecar.contract --write` regenerates the two files; a test fails when they are not
 current. Every key is always present (absent values are null), and no other key is allowed: a
@@ -97,7 +97,7 @@ SEVERITIES = ("error", "warning", "info")
 
 TEXT_REF = Obj(
     "TextRef",
-    "A text of the catalogue (sidecar/static/i18n/<lang>.json) and what fills its {placeholders}. "
+    "A text of the catalogue (sidecar/static/shared/i18n/<lang>.json) and what fills its {placeholders}. "
     "A param is a display-ready, language-neutral string or number, or itself a TextRef.",
     {
         "id": F(STR, "catalogue key"),

@@ -1,4 +1,4 @@
-"""The files generated from sidecar/contract.py: docs/api.md and sidecar/static/contract.js.
+"""The files generated from sidecar/contract.py: docs/api.md and sidecar/static/shared/contract.js.
 
 `python -m sidecar.contract --write` (or `python -m sidecar.contract_docs --write`) rewrites them;
 tests/unit/test_contract.py fails when they are not current.
@@ -70,7 +70,7 @@ def markdown() -> str:
 
 
 def jsdoc() -> str:
-    """sidecar/static/contract.js: SCHEMA and JSDoc typedefs for the page and the DSH plugin."""
+    """sidecar/static/shared/contract.js: SCHEMA and JSDoc typedefs for the page and the DSH plugin."""
     out = [f"// {GENERATED}", "", f"export const SCHEMA = {SCHEMA}", ""]
     for o in object_types().values():
         out += ["/**", f" * {o.doc}", f" * @typedef {{Object}} {o.name}"]
@@ -84,7 +84,7 @@ def jsdoc() -> str:
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GENERATED_FILES = {
     os.path.join(_ROOT, "docs", "api.md"): markdown,
-    os.path.join(_ROOT, "sidecar", "static", "contract.js"): jsdoc,
+    os.path.join(_ROOT, "sidecar", "static", "shared", "contract.js"): jsdoc,
 }
 
 

@@ -23,6 +23,9 @@ from sidecar.peers import caller_uid
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 API = "/api/dsh-gpu-dashboard"
+# The page served at `/`. Its own files are under static/page/, those it shares with the DSH plugin
+# under static/shared/; all are served under /static/, so its relative URLs work behind a path prefix.
+INDEX_PAGE = "page/index.html"
 # The page's own files: the same bytes as in the package, no data. They are served without the
 # token because a browser cannot send a header when it navigates or loads a script; the page then
 # sends the token (from `/?token=`, kept in the tab's sessionStorage) as `Authorization: Bearer`.
@@ -191,7 +194,7 @@ def _install_routes(app: Flask, config: ServerConfig, source: Any, metrics: Any)
 
     @app.get("/")
     def index():
-        return send_from_directory(config.static_dir, "index.html")
+        return send_from_directory(config.static_dir, INDEX_PAGE)
 
     @app.get("/static/<path:path>")
     def static_files(path: str):

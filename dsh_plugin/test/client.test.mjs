@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict'
 import { describe, test } from 'node:test'
 import { classify, clampRefresh, mergeEvents } from '../src/client/store.js'
-import { CATALOGUE, renderRef, schemaMismatch, summarize, t } from '../../sidecar/static/format.js'
+import { CATALOGUE, renderRef, schemaMismatch, summarize, t } from '../../sidecar/static/shared/format.js'
 
 describe('classify', () => {
   const path = '/dsh-gpu-dashboard/api/status'

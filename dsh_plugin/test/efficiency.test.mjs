@@ -1,6 +1,6 @@
 // The GPU view's efficiency strip (src/client/efficiency.jsx), rendered without React: esbuild bundles
 // it with test/jsx-shim.mjs as the JSX runtime, and the tests read the HTML it makes. Also the shared
-// facts (sidecar/static/efficiency.js) and the history data for a machine without an NVIDIA GPU.
+// facts (sidecar/static/shared/efficiency.js) and the history data for a machine without an NVIDIA GPU.
 import assert from 'node:assert/strict'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -9,10 +9,11 @@ import { after, before, describe, test } from 'node:test'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 import { build } from 'esbuild'
 import { render } from './jsx-shim.mjs'
-import { dataWait, efficiency, reasonKind, smText, utilText } from '../../sidecar/static/efficiency.js'
-import { cpuMode, gpuChartData, jobChartData } from '../../sidecar/static/history_data.js'
-import { t } from '../../sidecar/static/format.js'
-import { EVENT_MARKERS_MAX, EVENT_MARKER_MIN_PX, eventMarkers } from '../../sidecar/static/charts.js'
+import { dataWait, efficiency, reasonKind, smText, utilText } from '../../sidecar/static/shared/efficiency.js'
+import { cpuMode, gpuChartData, jobChartData } from '../../sidecar/static/shared/history_data.js'
+import { t } from '../../sidecar/static/shared/format.js'
+import { gpuCard } from '../../sidecar/static/shared/view_model.js'
+import { EVENT_MARKERS_MAX, EVENT_MARKER_MIN_PX, eventMarkers } from '../../sidecar/static/shared/charts.js'
 
 const here = dirname(fileURLToPath(import.meta.url))
 let mod
@@ -94,14 +95,14 @@ describe('the efficiency strip', () => {
   test('MIG: instances on the card, "n/a on MIG" for a process SM', () => {
     const g = gpu({ mig_mode: true, mig_devices: [{ index: 0, uuid: 'MIG-0', gpu_instance_id: 1, compute_instance_id: 0, mem_used_mib: 10, mem_total_mib: 9856 }] })
     const p = main({ gpu: [{ index: 0, mem_used_mib: 900, sm_util_pct: null, mig_index: 0 }] })
-    const html = render(mod.MigList({ doc: doc([g], [p]), gpu: g, lang: 'en' }))
+    const html = render(mod.MigList({ mig: gpuCard(doc([g], [p]), g, 'en').mig }))
     assert.match(html, /data-testid="dsh-gpu-mig-device" data-mig-index="0">.*MIG 0.*GI 1 · CI 0.*pid 42.*10 MiB of 9.6 GiB/)
     assert.equal(smText(p, 'en'), 'n/a on MIG')
     assert.equal(smText(main(), 'en'), '88 %')
     assert.equal(utilText({ ...g, util_pct: null }, 'en'), 'n/a on MIG')
     assert.equal(utilText(gpu({ util_pct: null }), 'en'), '—')
     assert.equal(utilText(gpu(), 'en'), '90 %')
-    assert.equal(render(mod.MigList({ doc: doc([gpu()], [main()]), gpu: gpu(), lang: 'en' })), '')
+    assert.equal(render(mod.MigList({ mig: gpuCard(doc([gpu()], [main()]), gpu(), 'en').mig })), '')
   })
   test('Chinese, and nothing at all without facts', () => {
     const html = render(mod.EfficiencyStrip({ doc: doc([gpu()], [main()]), lang: 'zh' }))

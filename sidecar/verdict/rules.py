@@ -1,5 +1,5 @@
 """The rules: each yields the findings whose condition holds now, as codes, severities, pids and
-references into the catalogue (sidecar/static/i18n/*.json: `warning.CODE`, `hint.CODE[.VARIANT]`).
+references into the catalogue (sidecar/static/shared/i18n/*.json: `warning.CODE`, `hint.CODE[.VARIANT]`).
 Params are display-ready and the same in every language; words that differ per language are
 references themselves."""
 

@@ -165,7 +165,7 @@ def test_plugin_unit_tests(dsh_launcher: Path) -> None:
 
 def test_committed_bundle_matches_sources(dsh_launcher: Path) -> None:
     """dist/client.js (committed, so `dsh plugin add` works from a checkout) is what the sources
-    and the shared sidecar/static/format.js build to; rebuild with `npm run build` when it is not."""
+    and the shared sidecar/static/shared/format.js build to; rebuild with `npm run build` when it is not."""
     node = str(node_binary(dsh_launcher))
     if not (PLUGIN_DIR / "node_modules" / "esbuild").is_dir():
         npm = shutil.which("npm")

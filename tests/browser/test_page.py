@@ -45,7 +45,7 @@ def hue_sat(color: str) -> tuple[float, float]:
 def format_module(page, expr: str):
     """Evaluate `expr` with F = the page's own format.js (the single source of truth)."""
     return page.evaluate(
-        f"async () => {{ const F = await import(new URL('static/format.js', location.href)); return {expr}; }}"
+        f"async () => {{ const F = await import(new URL('static/shared/format.js', location.href)); return {expr}; }}"
     )
 
 

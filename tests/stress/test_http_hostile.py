@@ -157,7 +157,7 @@ def test_head_answers_without_a_body(server):
         "/static/index.html%00.js",
         "/static/%00",
         "/static/~root",
-        "/static/i18n/../../cli.py",
+        "/static/shared/i18n/../../../cli.py",
         "//etc/passwd",
         "/../../etc/passwd",
         "/%2e%2e/%2e%2e/etc/passwd",
@@ -166,7 +166,7 @@ def test_head_answers_without_a_body(server):
         "http://evil.example/etc/passwd",
         "/static",
         "/static/",
-        "/static/i18n",
+        "/static/shared/i18n",
         "/api/",
         f"{API}/",
         f"{API}/nope",
@@ -182,7 +182,12 @@ def test_traversal_and_unknown_routes_are_4xx_and_leak_nothing(server, path):
 
 
 @pytest.mark.parametrize(
-    "path", ["/static/index.html", "/static/./app.js", "/static/i18n/../format.js", "/static/i18n/en.json"]
+    "path", [
+        "/static/page/index.html",
+        "/static/page/./app.js",
+        "/static/shared/i18n/../format.js",
+        "/static/shared/i18n/en.json",
+    ]
 )
 def test_files_inside_the_package_are_served_and_only_those(server, path):
     status, response = raw(server, req(f"GET {path} HTTP/1.1".encode(), b"Connection: close"))
@@ -337,7 +342,7 @@ def test_no_cookie_carries_the_token_the_page_files_hold_no_data(token_server):
     status, response = raw(token_server, req(b"GET /?token=s3cr3t-t0ken HTTP/1.1", b"Connection: close"))
     head = response.partition(b"\r\n\r\n")[0].lower()
     assert status == 200 and b"text/html" in head and b"set-cookie" not in head, head
-    status, response = raw(token_server, req(b"GET /static/app.js HTTP/1.1", b"Connection: close"))
+    status, response = raw(token_server, req(b"GET /static/page/app.js HTTP/1.1", b"Connection: close"))
     assert status == 200 and str(token_server.target_pid).encode() not in body_of(response)
     cookie = f"Cookie: dsh_sidecar_token_{port_of(token_server)}=s3cr3t-t0ken".encode()
     status, response = raw(token_server, req(f"GET {API}/status HTTP/1.1".encode(), cookie, b"Connection: close"))

@@ -1,4 +1,4 @@
-"""The one catalogue (sidecar/static/i18n/{en,zh}.json): both languages have every key with the same
+"""The one catalogue (sidecar/static/shared/i18n/{en,zh}.json): both languages have every key with the same
 placeholders, every id that the sidecar, the page and the plugin name exists, and every verdict the
 rule tables produce renders with no placeholder left unfilled."""
 
@@ -31,7 +31,7 @@ def _python_sources() -> list[Path]:
 def _js_sources() -> list[Path]:
     static = REPO / "sidecar" / "static"
     plugin = REPO / "dsh_plugin" / "src" / "client"
-    return [static / "format.js", static / "app.js", *sorted(plugin.glob("*.js*"))]
+    return [static / "shared" / "format.js", static / "page" / "app.js", *sorted(plugin.glob("*.js*"))]
 
 
 def test_zh_has_exactly_the_keys_and_placeholders_of_en():
@@ -63,7 +63,7 @@ def test_every_warning_code_has_a_message():
 def test_every_id_the_page_and_the_plugin_name_exists():
     en = load("en")
     ids = {m.group(1) for p in _js_sources() for m in JS_ID.finditer(p.read_text())}
-    ids |= set(HTML_ID.findall((REPO / "sidecar" / "static" / "index.html").read_text()))
+    ids |= set(HTML_ID.findall((REPO / "sidecar" / "static" / "page" / "index.html").read_text()))
     assert len(ids) > 50, "the scan found too few ids: is it broken?"
     assert not ids - set(en), f"ids missing from the catalogue: {sorted(ids - set(en))}"
 

@@ -1,7 +1,7 @@
 """Code shape limits (issue 13): modules stay under 700 lines and functions under 80.
 
 The Python part covers probe/, probe_wire/ and sidecar/ (ast: every def, nested ones too).
-The JavaScript part covers the standalone page (sidecar/static/*.js, less the generated contract.js) and
+The JavaScript part covers the standalone page (sidecar/static/{page,shared}/*.js, less the generated contract.js) and
 the DSH plugin's sources (dsh_plugin/src/client/*, dsh_plugin/host/*.js; never the built dist/).
 Run this file as a script to print the longest functions per file.
 """
@@ -20,12 +20,13 @@ JS_MODULE_MAX_LINES = MODULE_MAX_LINES
 JS_FUNCTION_MAX_LINES = FUNCTION_MAX_LINES
 PY_PACKAGES = ("probe", "probe_wire", "sidecar")
 JS_GLOBS = (
-    "sidecar/static/*.js",
+    "sidecar/static/page/*.js",
+    "sidecar/static/shared/*.js",
     "dsh_plugin/src/client/*.js",
     "dsh_plugin/src/client/*.jsx",
     "dsh_plugin/host/*.js",
 )
-JS_EXCLUDED = {"sidecar/static/contract.js"}  # generated from sidecar/contract.py
+JS_EXCLUDED = {"sidecar/static/shared/contract.js"}  # generated from sidecar/contract.py
 
 # Where a named function starts: `function name(`, `const name = (...) =>` / `= function`, a class method.
 _JS_FUNCTION = re.compile(r"^(?:export\s+)?(?:default\s+)?(?:async\s+)?function\s*\*?\s*(\w+)\s*\(")

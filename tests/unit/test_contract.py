@@ -217,10 +217,10 @@ def test_the_schema_route_serves_the_json_schema():
 
 def test_the_page_and_the_plugin_read_the_generated_typedefs_and_schema():
     here = os.path.dirname(contract.__file__)
-    fmt = open(os.path.join(here, "static", "format.js"), encoding="utf-8").read()
+    fmt = open(os.path.join(here, "static", "shared", "format.js"), encoding="utf-8").read()
     assert re.search(r"import \{ SCHEMA \} from './contract\.js'", fmt)
-    app = open(os.path.join(here, "static", "app.js"), encoding="utf-8").read()
-    assert "import('./contract.js').StatusDocument" in app
+    app = open(os.path.join(here, "static", "page", "app.js"), encoding="utf-8").read()
+    assert "import('../shared/contract.js').StatusDocument" in app
 
 
 def _design_fact_table() -> str:

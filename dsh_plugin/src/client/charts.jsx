@@ -1,9 +1,9 @@
-// History charts of the GPU view: the standalone page's TimeChart (sidecar/static/charts.js) in a React ref,
-// drawing the data of the shared sidecar/static/history_data.js: GPU memory, utilisation (with GPM SM
+// History charts of the GPU view: the standalone page's TimeChart (sidecar/static/shared/charts.js) in a React ref,
+// drawing the data of the shared sidecar/static/shared/history_data.js: GPU memory, utilisation (with GPM SM
 // activity and occupancy), power and temperature; the job's CPU, RSS and rates where there is no NVIDIA GPU.
 import { useEffect, useMemo, useRef, useState } from 'react'
-import { NA, fmtClock, fmtMiB, t } from '../../../sidecar/static/format.js'
-import { TimeChart } from '../../../sidecar/static/charts.js'
+import { NA, fmtClock, fmtMiB, t } from '../../../sidecar/static/shared/format.js'
+import { TimeChart } from '../../../sidecar/static/shared/charts.js'
 import {
   CHART_FORMATS,
   GPU_CHARTS,
@@ -11,7 +11,7 @@ import {
   cpuMode,
   gpuChartData,
   jobChartData,
-} from '../../../sidecar/static/history_data.js'
+} from '../../../sidecar/static/shared/history_data.js'
 import { useHistory } from './shared.jsx'
 
 let tooltipEl = null
@@ -36,7 +36,7 @@ function releaseTooltip() {
   }
 }
 
-/** The standalone page's TimeChart (sidecar/static/charts.js), mounted into a React ref. */
+/** The standalone page's TimeChart (sidecar/static/shared/charts.js), mounted into a React ref. */
 function TimeChartBox({ data, emptyText, formatValue, title, eventsLabel, group, testid }) {
   const bodyRef = useRef(null)
   const chartRef = useRef(null)

@@ -7,7 +7,7 @@ import {
   statusOf,
   summarize,
   t,
-} from '../../../sidecar/static/format.js'
+} from '../../../sidecar/static/shared/format.js'
 import { getStore } from './store.js'
 import { useLang, useStatus, useUi } from './shared.jsx'
 import { JobsSummary } from './jobs.jsx'

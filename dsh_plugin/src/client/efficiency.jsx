@@ -1,8 +1,9 @@
-// The efficiency strip of the GPU view (under the hero) and the MIG list of a GPU card: the facts of the
-// shared sidecar/static/efficiency.js (the standalone page draws the same ones, with the same words).
+// The efficiency strip of the GPU view (under the hero), the facts of the shared
+// sidecar/static/shared/efficiency.js, and the MIG list of a GPU card, from view_model.js (the standalone
+// page draws the same ones, with the same words).
 // Plain function components without hooks (test/efficiency.test.mjs renders them without React).
-import { t } from '../../../sidecar/static/format.js'
-import { efficiency, migRows } from '../../../sidecar/static/efficiency.js'
+import { t } from '../../../sidecar/static/shared/format.js'
+import { efficiency } from '../../../sidecar/static/shared/efficiency.js'
 
 function Item({ it }) {
   return (
@@ -119,19 +120,18 @@ export function EfficiencyStrip({ doc, lang }) {
   )
 }
 
-/** The MIG instances of a GPU card, or nothing when MIG is off. */
-export function MigList({ doc, gpu, lang }) {
-  const rows = migRows(doc, gpu, lang)
-  if (!rows.length) return null
+/** The MIG instances of a GPU card (view_model.js gpuCard's `mig`), or nothing when MIG is off. */
+export function MigList({ mig }) {
+  if (!mig) return null
   return (
     <div className="dgd-gpu-foot" data-testid="dsh-gpu-mig">
-      {t(lang, 'eff.mig.title')}
+      {mig.title}
       <ul className="dgd-gpu-procs">
-        {rows.map((r) => (
+        {mig.rows.map((r) => (
           <li key={r.index} data-testid="dsh-gpu-mig-device" data-mig-index={r.index}>
             <span className="dgd-mono">{r.label}</span>
             {r.ids ? <span className="dgd-muted">{r.ids}</span> : null}
-            {r.pids.length ? <span>{r.pids.map((pid) => t(lang, 'events.pid', { pid })).join(', ')}</span> : null}
+            {r.pidsText ? <span>{r.pidsText}</span> : null}
             <b>{r.mem}</b>
           </li>
         ))}

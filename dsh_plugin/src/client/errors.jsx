@@ -6,7 +6,7 @@ import {
   fmtAgo,
   schemaMismatch,
   t,
-} from '../../../sidecar/static/format.js'
+} from '../../../sidecar/static/shared/format.js'
 import { API, clampRefresh } from './store.js'
 import { useSettings } from './shared.jsx'
 import { SidecarMissing } from './jobs.jsx'

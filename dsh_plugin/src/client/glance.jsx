@@ -1,8 +1,10 @@
 // The glance card floating above the chip.
 import { useEffect, useRef, useState } from 'react'
-import { NA, summarize, t } from '../../../sidecar/static/format.js'
+import { NA, summarize, t } from '../../../sidecar/static/shared/format.js'
+import { gpuCard } from '../../../sidecar/static/shared/view_model.js'
 import { getStore } from './store.js'
-import { Badge, GpuMeters, Updated, Warnings, isNum, targetText, useLang, useStatus, useUi } from './shared.jsx'
+import { Badge, Updated, Warnings, targetText, useLang, useStatus, useUi } from './shared.jsx'
+import { GpuMeters } from './gpus.jsx'
 import { ConnectionNotice } from './errors.jsx'
 
 // ------------------------------------------------------------------ glance card
@@ -84,7 +86,7 @@ function GlanceCardOpen() {
             gpus.map((g, i) => (
               <div className="dgd-glance-gpu" key={`${g.index ?? i}`} data-testid="dsh-gpu-glance-gpu">
                 <span className="dgd-glance-gpu-name">
-                  GPU {isNum(g.index) ? g.index : i} · {g.name || NA}
+                  {gpuCard(doc, g, lang).title} · {gpuCard(doc, g, lang).name}
                 </span>
                 <GpuMeters gpu={g} lang={lang} />
               </div>

@@ -8,7 +8,7 @@
 //   settings.section       sidecar URL (host config snippet), refresh interval, connection state
 // Only `slots` is injected; only `react` / `react/jsx-runtime` come from the shell's module table.
 import { GlanceCard, GpuView, SettingsSection, StatusChip, guarded } from './components.jsx'
-import { t } from '../../../sidecar/static/format.js'
+import { t } from '../../../sidecar/static/shared/format.js'
 import { getStore } from './store.js'
 import { ensureStyle } from './styles.js'
 

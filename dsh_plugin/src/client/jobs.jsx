@@ -4,7 +4,7 @@
 // matches DSH_SESSION_ID in the job's process lineage, or its working directory under the session's
 // workspace), the worst first; GET /dsh-gpu-dashboard/api/jobs every job of the user.
 import { useEffect, useState, useSyncExternalStore } from 'react'
-import { STATUS_COLORS, STATUS_TEXT_COLORS, statusOf, t } from '../../../sidecar/static/format.js'
+import { STATUS_COLORS, STATUS_TEXT_COLORS, statusOf, t } from '../../../sidecar/static/shared/format.js'
 import { worstFirst } from '../../host/jobs.js'
 import { API, clampRefresh, getStore } from './store.js'
 

@@ -1,112 +1,116 @@
-// The process table of the GPU view.
-import {
-  NA,
-  cmdText,
-  deviceKind,
-  deviceText,
-  fmtCount,
-  fmtMiB,
-  fmtPct,
-  fmtRate,
-  roleText,
-  t,
-} from '../../../sidecar/static/format.js'
-import { dataWait, smText } from '../../../sidecar/static/efficiency.js'
-import { isNum } from './shared.jsx'
+// The process table of the GPU view: the cells of the shared view model (sidecar/static/shared/
+// view_model.js, the standalone page lays out the same ones), laid out as React elements.
+// Plain function components without hooks (tests render them without React).
+import { NA, t } from '../../../sidecar/static/shared/format.js'
+import { PROCESS_COLUMNS, processRows } from '../../../sidecar/static/shared/view_model.js'
 
-function DeviceChip({ dev }) {
-  return <span className={`dgd-dev dgd-dev-${deviceKind(dev)}`}>{deviceText(dev)}</span>
+function DeviceChip({ c }) {
+  if (c.device === null) return NA
+  return (
+    <span className={`dgd-dev dgd-dev-${c.kind}`} data-device={c.device}>
+      {c.text}
+    </span>
+  )
 }
 
-function ProcessRow({ p, lang }) {
-  const models = Array.isArray(p.models) ? p.models.filter(Boolean) : []
-  const m = models[0] || null
-  const wait = dataWait(p, lang)
-  const gpuRows = Array.isArray(p.gpu) ? p.gpu.filter(Boolean) : []
-  const mem = gpuRows.reduce((a, g) => (isNum(g.mem_used_mib) ? (a ?? 0) + g.mem_used_mib : a), null)
+function ProcessCell({ row }) {
+  const c = row.cells.process
   return (
-    <tr data-testid="dsh-gpu-process" data-pid={p.pid ?? ''} data-exited={p.exited ? 'true' : undefined}>
-      <td>
-        <span className="dgd-proc-name">{p.name || NA}</span> <span className="dgd-mono dgd-muted">{p.pid ?? NA}</span>
-        {p.exited ? (
-          <span className="dgd-muted" data-testid="dsh-gpu-exited" title={t(lang, 'proc.exitedTitle')}>
+    <td>
+      <div style={{ paddingLeft: row.depth * 14 }}>
+        {row.branch ? <span className="dgd-muted dgd-tree">{row.branch} </span> : null}
+        <span className="dgd-proc-name">{c.name}</span> <span className="dgd-mono dgd-muted">{c.pid}</span>
+        {c.exited ? (
+          <span className="dgd-muted" data-testid="dsh-gpu-exited" title={c.exited.title}>
             {' '}
-            {t(lang, 'proc.exited')}
+            {c.exited.text}
           </span>
         ) : null}
-        {cmdText(p.cmdline) ? (
-          <span className="dgd-proc-cmd" title={cmdText(p.cmdline)}>
-            {cmdText(p.cmdline)}
+        {c.cmd ? (
+          <span className="dgd-proc-cmd" title={c.cmd}>
+            {c.cmd}
           </span>
         ) : null}
-        {p.probe_error ? (
-          <div className="dgd-probe-error">{t(lang, 'probe.error', { error: p.probe_error })}</div>
-        ) : null}
-      </td>
-      <td title={!p.has_probe ? t(lang, 'probe.noneTitle') : undefined}>{roleText(p, lang)}</td>
-      <td>
-        {models.length
-          ? models.map((mm, j) => (
-              <div key={j}>
-                {mm.name || NA}
-                {isNum(mm.param_count) ? (
-                  <span className="dgd-muted"> · {t(lang, 'model.params', { n: fmtCount(mm.param_count) })}</span>
-                ) : null}
-              </div>
-            ))
-          : NA}
-      </td>
-      <td>
-        {models.length ? models.map((mm, j) => <div key={j}><DeviceChip dev={mm.device} /></div>) : <DeviceChip dev={null} />}
-      </td>
-      <td>
-        {models.length ? (
-          models.map((mm, j) => <div key={j}><DeviceChip dev={mm.input_device} /></div>)
-        ) : (
-          <DeviceChip dev={null} />
-        )}
-      </td>
-      <td className="dgd-num">{fmtMiB(mem)}</td>
-      <td className="dgd-num" data-testid="dsh-gpu-sm">{smText(p, lang)}</td>
-      <td className="dgd-num">{fmtPct(p.cpu_pct)}</td>
-      <td className="dgd-num" data-testid="dsh-gpu-data-wait" data-source={wait ? wait.source : undefined}>
-        <span data-testid="dsh-gpu-data-wait-value">{wait ? wait.value : NA}</span>
-        {wait && wait.window ? (
+        {c.probeError ? <div className="dgd-probe-error">{c.probeError}</div> : null}
+      </div>
+    </td>
+  )
+}
+
+function CellContent({ k, c }) {
+  if (k === 'role') return c.probed ? c.text : <span className="dgd-muted" title={c.title}>{c.text}</span>
+  if (k === 'models') {
+    if (c.na) return NA
+    return c.items.map((m, j) => (
+      <div key={j}>
+        <DeviceChip c={m.device} /> <span className="dgd-muted">{m.label}</span>
+      </div>
+    ))
+  }
+  if (k === 'inputs') return c.na ? NA : c.items.map((d, j) => <div key={j}><DeviceChip c={d} /></div>)
+  if (k === 'dataWait') {
+    return (
+      <>
+        <span data-testid="dsh-gpu-data-wait-value">{c.value}</span>
+        {c.window ? (
           <span className="dgd-muted dgd-wait-window" data-testid="dsh-gpu-data-wait-window">
-            {wait.window}
+            {c.window}
           </span>
         ) : null}
-      </td>
-      <td className="dgd-num">{m ? fmtRate(m.forward_rate_hz) : NA}</td>
+      </>
+    )
+  }
+  return c.text
+}
+
+// The cells with a test id of their own (the others are found by their column).
+const CELL_TESTIDS = { sm: 'dsh-gpu-sm', dataWait: 'dsh-gpu-data-wait' }
+
+function ProcessRow({ row, lang }) {
+  return (
+    <tr data-testid="dsh-gpu-process" data-pid={row.pid ?? ''} data-depth={row.depth} data-exited={row.exited ? 'true' : undefined}>
+      {PROCESS_COLUMNS.map((col) => {
+        if (col.key === 'process') return <ProcessCell key={col.key} row={row} />
+        const c = row.cells[col.key]
+        const cls = [col.num ? 'dgd-num' : '', c.na && col.key !== 'role' ? 'dgd-muted' : '', c.flag === 'high' ? 'dgd-bad' : '']
+        return (
+          <td
+            key={col.key}
+            className={cls.filter(Boolean).join(' ') || undefined}
+            data-testid={CELL_TESTIDS[col.key]}
+            data-label={t(lang, col.label)}
+            title={c.title || undefined}
+            data-source={c.source || undefined}
+            data-flag={c.flag || undefined}
+          >
+            <CellContent k={col.key} c={c} />
+          </td>
+        )
+      })}
     </tr>
   )
 }
 
 export function ProcessTable({ doc, lang }) {
-  const procs = Array.isArray(doc.processes) ? doc.processes.filter(Boolean) : []
+  const rows = processRows(doc, lang)
   return (
     <section>
       <h3 className="dgd-section-title">{t(lang, 'procs.title')}</h3>
       <div className="dgd-card dgd-table-wrap">
-        {procs.length ? (
+        {rows.length ? (
           <table className="dgd-table" data-testid="dsh-gpu-processes">
             <thead>
               <tr>
-                <th>{t(lang, 'col.process')}</th>
-                <th>{t(lang, 'col.role')}</th>
-                <th>{t(lang, 'col.model')}</th>
-                <th>{t(lang, 'col.modelDevice')}</th>
-                <th>{t(lang, 'col.inputDevice')}</th>
-                <th className="dgd-num">{t(lang, 'col.gpuMem')}</th>
-                <th className="dgd-num">{t(lang, 'col.sm')}</th>
-                <th className="dgd-num">{t(lang, 'col.cpu')}</th>
-                <th className="dgd-num">{t(lang, 'col.dataWait')}</th>
-                <th className="dgd-num">{t(lang, 'col.rate')}</th>
+                {PROCESS_COLUMNS.map((col) => (
+                  <th key={col.key} className={col.num ? 'dgd-num' : undefined}>
+                    {t(lang, col.label)}
+                  </th>
+                ))}
               </tr>
             </thead>
             <tbody>
-              {procs.map((p, i) => (
-                <ProcessRow key={`${p.pid ?? i}`} p={p} lang={lang} />
+              {rows.map((row, i) => (
+                <ProcessRow key={`${row.pid ?? i}`} row={row} lang={lang} />
               ))}
             </tbody>
           </table>

@@ -6,7 +6,7 @@ import {
   STATUS_COLORS,
   fmtAgo,
   t,
-} from '../../../sidecar/static/format.js'
+} from '../../../sidecar/static/shared/format.js'
 import { REFRESH_MAX_S, REFRESH_MIN_S, clampRefresh, getStore } from './store.js'
 import { Badge, PLUGIN_VERSION, SUPPORTED_DSH, isNum, useLang, useSettings, useStatus, useTick } from './shared.jsx'
 import { ProblemCard, Unreachable } from './errors.jsx'

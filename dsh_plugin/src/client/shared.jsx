@@ -1,24 +1,17 @@
-// Pieces the plugin's panels share: store hooks, the status badge, meters, warnings, "updated" line.
+// Pieces the plugin's panels share: store hooks, the status badge, warnings, "updated" line.
 import { useEffect, useState, useSyncExternalStore } from 'react'
 import {
   NA,
-  SERIES_COLORS,
-  SEVERITY_COLORS,
   STATUS_COLORS,
   STATUS_TEXT_COLORS,
-  UTIL_COLORS,
   fmtAgo,
-  gpuMemPct,
-  memOfText,
   statusOf,
   summarize,
   t,
-  utilLevel,
-} from '../../../sidecar/static/format.js'
-import { utilText } from '../../../sidecar/static/efficiency.js'
+} from '../../../sidecar/static/shared/format.js'
 import { getStore } from './store.js'
 
-/** @typedef {import('../../../sidecar/static/contract.js').StatusDocument} StatusDocument */
+/** @typedef {import('../../../sidecar/static/shared/contract.js').StatusDocument} StatusDocument */
 
 export const PLUGIN_VERSION = '0.1.0'
 export const SUPPORTED_DSH = '0.1.0-rc.8'
@@ -70,41 +63,6 @@ export function Badge({ doc, lang, big }) {
       <span className="dgd-badge-dot" />
       {doc ? summarize(doc, lang).label : t(lang, 'status.noData')}
     </span>
-  )
-}
-
-function Meter({ label, pct, value, color }) {
-  const w = isNum(pct) ? Math.max(0, Math.min(100, pct)) : 0
-  return (
-    <div className="dgd-meter">
-      <span className="dgd-meter-label" title={label}>
-        {label}
-      </span>
-      <span className="dgd-bar" role="meter" aria-label={label} aria-valuenow={isNum(pct) ? Math.round(pct) : undefined}>
-        <i style={{ width: `${w}%`, background: color }} />
-      </span>
-      <span className="dgd-meter-value">{value}</span>
-    </div>
-  )
-}
-
-export function GpuMeters({ gpu, lang }) {
-  const memPct = gpuMemPct(gpu)
-  return (
-    <div className="dgd-meters">
-      <Meter
-        label={t(lang, 'gpu.util')}
-        pct={gpu.util_pct}
-        value={utilText(gpu, lang)}
-        color={UTIL_COLORS[utilLevel(gpu.util_pct)]}
-      />
-      <Meter
-        label={t(lang, 'gpu.mem')}
-        pct={memPct}
-        value={memOfText(gpu, lang)}
-        color={isNum(memPct) && memPct >= 90 ? SEVERITY_COLORS.error : SERIES_COLORS[0]}
-      />
-    </div>
   )
 }
 

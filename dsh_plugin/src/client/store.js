@@ -4,7 +4,7 @@
 //
 // All requests go to the plugin's same-origin host routes (never to the sidecar directly):
 //   GET /dsh-gpu-dashboard/api/status, /history?since=N, /config
-import { SCHEMA, pickLang } from '../../../sidecar/static/format.js'
+import { SCHEMA, pickLang } from '../../../sidecar/static/shared/format.js'
 
 export const API = '/dsh-gpu-dashboard/api'
 export const STORAGE_KEY = 'dsh-gpu-dashboard.settings'

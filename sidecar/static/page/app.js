@@ -5,19 +5,18 @@
 // All URLs are relative so the page also works behind a path prefix.
 
 import {
-  CATALOGUE, NA, STATUS_COLORS, STATUS_TEXT_COLORS, UNREACHABLE_COMMAND,
-  UNREACHABLE_COMMAND_RUN, UTIL_COLORS, deviceKind, fmtAgo, fmtClock, fmtCount, fmtMiB,
-  fmtPct, fmtRate, cmdText, cudaText, gpuFrameworkKey, gpuMemPct, memOfText, unusableGpus, gpuFrameworkText, messageText, modelGpu, schemaMismatch, pickLang, roleText,
-  severityOf, sortWarnings, statusOf, statusText, t, utilLevel, warningHint, warningMessage,
-} from './format.js';
+  CATALOGUE, NA, STATUS_COLORS, STATUS_TEXT_COLORS, UNREACHABLE_COMMAND, UNREACHABLE_COMMAND_RUN,
+  fmtAgo, fmtClock, cmdText, messageText, modelGpu, schemaMismatch, pickLang, severityOf, sortWarnings,
+  statusOf, statusText, t, warningHint, warningMessage,
+} from '../shared/format.js';
+import { PROCESS_COLUMNS, gpuCards, heroFacts, processRows, runtimeFacts } from '../shared/view_model.js';
 import { jobQuery, renderJobs } from './jobs.js';
 import { h, richText } from './dom.js';
-import { dataWait, smText, utilText } from './efficiency.js';
 import { migList, renderStrip } from './strip.js';
 import { createHistoryView } from './history_view.js';
 
-/** @typedef {import('./contract.js').StatusDocument} StatusDocument */
-/** @typedef {import('./contract.js').HistoryDocument} HistoryDocument */
+/** @typedef {import('../shared/contract.js').StatusDocument} StatusDocument */
+/** @typedef {import('../shared/contract.js').HistoryDocument} HistoryDocument */
 
 const STATUS_URL = 'api/dsh-gpu-dashboard/status';
 const HISTORY_URL = 'api/dsh-gpu-dashboard/history';
@@ -99,9 +98,10 @@ function changed(name, value) {
   return true;
 }
 
-function devChip(dev) {
-  if (dev === null || dev === undefined || dev === '') return document.createTextNode(NA);
-  return h('span', { class: `chip dev-${deviceKind(dev)}`, 'data-device': dev, text: dev });
+/** A device chip of the view model (view_model.js chip()). */
+function devChip(c) {
+  if (c.device === null) return document.createTextNode(NA);
+  return h('span', { class: `chip dev-${c.kind}`, 'data-device': c.device, text: c.text });
 }
 
 const num = (x) => typeof x === 'number' && Number.isFinite(x);
@@ -157,17 +157,8 @@ function renderHero(doc) {
   const facts = $('[data-testid="facts"]');
   facts.replaceChildren();
   if (doc) {
-    const fact = (key, value, testid) => h('div', { class: 'fact', 'data-testid': testid }, h('dt', { text: tr(key) }), h('dd', null, value));
-    const rt = doc.runtime || {};
-    const cuda = cudaText(rt, state.lang);
-    const gpu = modelGpu(doc);
-    facts.append(
-      fact('summary.modelDevice', devChip(doc.model_device), 'fact-model-device'),
-      fact('summary.inputDevice', devChip(doc.input_device), 'fact-input-device'),
-      fact('summary.util', utilText(gpu, state.lang), 'fact-util'),
-      fact('summary.mem', fmtMiB(gpu && gpu.mem_used_mib), 'fact-mem'),
-      fact('summary.cuda', cuda, 'fact-cuda'),
-    );
+    facts.append(...heroFacts(doc, state.lang).map((f) => h('div', { class: 'fact', 'data-testid': `fact-${f.key}` },
+      h('dt', { text: f.label }), h('dd', null, f.chip ? devChip(f.chip) : f.text))));
   }
 
   const list = $('[data-testid="warnings"]');
@@ -191,174 +182,112 @@ function setFavicon(color) {
   $('#favicon').href = `data:image/svg+xml,${encodeURIComponent(svg)}`;
 }
 
-// ------------------------------------------------------------------ GPU cards
+// ------------------------------------------------------------------ GPU cards (cells: view_model.js gpuCards)
 
-/** @param {StatusDocument|null} doc */
-function modelCudaIndices(doc) {
-  const set = new Set();
-  const add = (dev) => {
-    const m = /^cuda:(\d+)$/.exec(String(dev || ''));
-    if (m) set.add(Number(m[1]));
-  };
-  add(doc.model_device);
-  for (const p of doc.processes || []) {
-    for (const mdl of p.models || []) {
-      add(mdl.device);
-      for (const d of mdl.devices || []) add(d);
-    }
-  }
-  return set;
+function meter(m) {
+  const w = num(m.pct) ? Math.max(0, Math.min(100, m.pct)) : 0;
+  return h('div', { class: 'meter', 'data-testid': `gpu-${m.key}` },
+    h('span', { class: 'meter-label', text: m.label }),
+    h('div', { class: 'bar' }, h('span', { style: `width:${w.toFixed(1)}%;--fill:${m.color}` })),
+    h('span', { class: 'meter-value', text: m.value }));
 }
 
-function meter(labelKey, pct, valueText, color, testid) {
-  const w = num(pct) ? Math.max(0, Math.min(100, pct)) : 0;
-  return h('div', { class: 'meter', 'data-testid': testid },
-    h('span', { class: 'meter-label', text: tr(labelKey) }),
-    h('div', { class: 'bar' }, h('span', { style: `width:${w.toFixed(1)}%;--fill:${color}` })),
-    h('span', { class: 'meter-value', text: valueText }));
+function gpuCardEl(c) {
+  return h('article', {
+    class: `card gpu-card${c.modelHere ? ' model-here' : ''}`, 'data-testid': 'gpu-card', 'data-index': c.index,
+    'data-util-level': c.utilLevel, 'data-model-here': c.modelHere ? 'true' : 'false',
+  },
+  h('div', { class: 'gpu-head' },
+    h('span', { class: 'gpu-index', text: c.title }),
+    c.tag ? h('span', { class: `tag tag-${c.tag.kind}`, text: c.tag.text }) : null),
+  h('div', { class: 'gpu-name', 'data-testid': 'gpu-name', text: c.name, title: c.nameTitle }),
+  h('div', { class: 'gpu-sub', 'data-testid': 'gpu-framework', text: c.framework }),
+  c.meters.map(meter),
+  h('div', { class: 'gpu-procs', 'data-testid': 'gpu-procs' },
+    h('div', { class: 'gpu-procs-title', text: c.procsTitle }),
+    c.procs.length
+      ? h('ul', null, c.procs.map((p) => h('li', { 'data-pid': p.pid },
+        h('span', { class: 'pid', text: String(p.pid) }),
+        h('span', { class: 'role', text: p.role }),
+        h('span', { class: 'mem', text: p.mem }))))
+      : h('div', { class: 'none', text: c.noProcs })),
+  migList(c.mig));
+}
+
+function igpuCardEl(c) {
+  return h('article', { class: 'card gpu-card igpu-card', 'data-testid': 'igpu-card', 'data-pci': c.pci },
+    h('div', { class: 'gpu-head' },
+      h('span', { class: 'gpu-index', text: c.vendor }),
+      h('span', { class: 'tag tag-off', text: c.badge })),
+    h('div', { class: 'gpu-name', 'data-testid': 'gpu-name', text: c.name, title: c.name === NA ? '' : c.name }),
+    h('div', { class: 'note', text: c.note }),
+    h('div', { class: 'meta', text: c.meta }));
 }
 
 /** @param {StatusDocument|null} doc */
 function renderGpus(doc) {
-  const gpus = (doc && doc.gpus) || [];
-  const igpus = unusableGpus(doc);
-  const procs = (doc && doc.processes) || [];
-  if (!changed('gpus', doc && [gpus, igpus, procs.map((p) => [p.pid, p.role, p.rank, p.worker_id, p.has_probe, p.gpu, p.models && p.models.map((m) => m.devices)]), doc.model_device, doc.nvml])) return;
+  const vm = doc ? gpuCards(doc, state.lang) : null;
+  if (!changed('gpus', vm)) return;
   const grid = $('[data-testid="gpus"]');
   grid.replaceChildren();
-  if (!doc) return;
-  const here = modelCudaIndices(doc);
+  if (!vm) return;
+  if (vm.none) grid.append(h('div', { class: 'card empty', 'data-testid': 'no-gpu' }, h('div', { text: vm.none.text }), vm.none.error ? h('div', { class: 'meta', text: vm.none.error }) : null));
+  grid.append(...vm.cards.map(gpuCardEl), ...vm.unusable.map(igpuCardEl));
+}
 
-  for (const g of gpus) {
-    const level = utilLevel(g.util_pct);
-    const memPct = gpuMemPct(g);
-    const isHere = num(g.framework_index) && here.has(g.framework_index);
-    const users = procs.filter((p) => (p.gpu || []).some((u) => u.index === g.index));
-    const fwKey = gpuFrameworkKey(doc, g);
-    const tag = isHere ? h('span', { class: 'tag tag-model', text: tr('gpu.modelHere') })
-      : fwKey === 'gpu.frameworkHidden' || fwKey === 'gpu.frameworkNotSeen' ? h('span', { class: 'tag tag-off', text: tr('gpu.hiddenTag') }) : null;
-    grid.appendChild(h('article', {
-      class: `card gpu-card${isHere ? ' model-here' : ''}`, 'data-testid': 'gpu-card', 'data-index': g.index,
-      'data-util-level': level, 'data-model-here': isHere ? 'true' : 'false',
-    },
-    h('div', { class: 'gpu-head' },
-      h('span', { class: 'gpu-index', text: tr('chart.gpuN', { n: g.index ?? NA }) }),
-      tag),
-    h('div', { class: 'gpu-name', 'data-testid': 'gpu-name', text: g.name || NA, title: [g.name, g.uuid].filter(Boolean).join('\n') }),
-    h('div', { class: 'gpu-sub', 'data-testid': 'gpu-framework', text: gpuFrameworkText(doc, g, state.lang) }),
-    meter('gpu.util', g.util_pct, utilText(g, state.lang), UTIL_COLORS[level], 'gpu-util'),
-    meter('gpu.mem', memPct, memOfText(g, state.lang), '#7c3aed', 'gpu-mem'),
-    h('div', { class: 'gpu-procs', 'data-testid': 'gpu-procs' },
-      h('div', { class: 'gpu-procs-title', text: tr('gpu.procs') }),
-      users.length
-        ? h('ul', null, users.map((p) => {
-          const u = (p.gpu || []).find((x) => x.index === g.index);
-          return h('li', { 'data-pid': p.pid },
-            h('span', { class: 'pid', text: String(p.pid) }),
-            h('span', { class: 'role', text: roleText(p, state.lang) }),
-            h('span', { class: 'mem', text: fmtMiB(u && u.mem_used_mib) }));
-        }))
-        : h('div', { class: 'none', text: tr('gpu.noProcs') })),
-    migList(doc, g, state.lang)));
-  }
+// ------------------------------------------------------------------ process table (cells: view_model.js processRows)
 
-  for (const g of igpus) {
-    grid.appendChild(h('article', { class: 'card gpu-card igpu-card', 'data-testid': 'igpu-card', 'data-pci': g.pci || '' },
-      h('div', { class: 'gpu-head' },
-        h('span', { class: 'gpu-index', text: g.vendor || NA }),
-        h('span', { class: 'tag tag-off', text: tr('igpu.badge') })),
-      h('div', { class: 'gpu-name', 'data-testid': 'gpu-name', text: g.name || NA, title: g.name || '' }),
-      h('div', { class: 'note', text: tr('igpu.note') }),
-      h('div', { class: 'meta', text: [g.pci && tr('igpu.pci', { pci: g.pci }), g.driver && tr('igpu.driver', { driver: g.driver })].filter(Boolean).join(' · ') })));
-  }
+// Each column's test id and data-label (the label a narrow screen shows beside the value).
+const CELL_TESTIDS = { role: 'role', models: 'model-device', inputs: 'input-device', gpuMem: 'gpu-mem', sm: 'sm', cpu: 'cpu', dataWait: 'data-wait' };
 
-  if (!gpus.length) {
-    const nvmlErr = doc.nvml && doc.nvml.ok === false && doc.nvml.error ? tr('runtime.nvmlError', { error: doc.nvml.error }) : '';
-    grid.prepend(h('div', { class: 'card empty', 'data-testid': 'no-gpu' }, h('div', { text: tr('gpus.none') }), nvmlErr ? h('div', { class: 'meta', text: nvmlErr }) : null));
+function processCellEl(row) {
+  const c = row.cells.process;
+  return h('td', null, h('div', { class: 'proc-cell', style: `--depth:${row.depth}` },
+    row.branch ? h('span', { class: 'tree', text: row.branch }) : null,
+    h('div', { style: 'min-width:0' },
+      h('span', { class: 'proc-name', text: c.name }), ' ',
+      h('span', { class: 'proc-pid', 'data-testid': 'pid', text: c.pid }),
+      c.exited ? h('span', { class: 'chip exited', 'data-testid': 'exited', title: c.exited.title, text: c.exited.text }) : null,
+      c.cmd ? h('span', { class: 'proc-cmd', title: c.cmd, text: c.cmd }) : null,
+      c.probeError ? h('span', { class: 'proc-err', text: c.probeError }) : null)));
+}
+
+function cellContent(key, c) {
+  switch (key) {
+    case 'role': return c.probed ? h('span', { class: 'chip', text: c.text }) : h('span', { class: 'chip no-probe', 'data-testid': 'no-probe', title: c.title, text: c.text });
+    case 'models': return c.na ? NA : c.items.map((m) => h('div', null, devChip(m.device), h('span', { class: 'proc-model', text: m.label })));
+    case 'inputs': return c.na ? NA : c.items.flatMap((d) => [devChip(d), ' ']);
+    case 'dataWait': return [h('span', { 'data-testid': 'data-wait-value', text: c.value }),
+      c.window ? h('span', { class: 'wait-window', 'data-testid': 'data-wait-window', text: c.window }) : null];
+    default: return c.text;
   }
 }
 
-// ------------------------------------------------------------------ process table
-
-function treeOrder(procs) {
-  const byPid = new Map(procs.map((p) => [p.pid, p]));
-  const kids = new Map();
-  const roots = [];
-  for (const p of procs) {
-    if (p.ppid !== null && p.ppid !== undefined && byPid.has(p.ppid) && p.ppid !== p.pid) {
-      if (!kids.has(p.ppid)) kids.set(p.ppid, []);
-      kids.get(p.ppid).push(p);
-    } else roots.push(p);
-  }
-  const out = [];
-  const seen = new Set();
-  const walk = (p, depth, last) => {
-    if (seen.has(p.pid)) return;
-    seen.add(p.pid);
-    out.push({ p, depth, last });
-    const ch = (kids.get(p.pid) || []).sort((a, b) => a.pid - b.pid);
-    ch.forEach((c, i) => walk(c, depth + 1, i === ch.length - 1));
-  };
-  roots.sort((a, b) => a.pid - b.pid).forEach((r) => walk(r, 0, true));
-  return out;
+function cellEl(col, c) {
+  const cls = [col.num ? 'num' : '', col.key !== 'role' && c.na ? 'na' : '', c.flag === 'high' ? 'wait-high' : ''].filter(Boolean).join(' ');
+  return h('td', { class: cls || null, 'data-testid': CELL_TESTIDS[col.key], 'data-label': tr(col.label), title: c.title || null, 'data-source': c.source || null, 'data-flag': c.flag || null },
+    cellContent(col.key, c));
 }
 
 /** @param {StatusDocument|null} doc */
 function renderProcs(doc) {
-  const procs = (doc && doc.processes) || [];
-  if (!changed('procs', procs)) return;
-  const body = $('[data-testid="processes"] tbody');
+  const rows = doc ? processRows(doc, state.lang) : null;
+  if (!changed('procs', rows)) return;
+  const table = $('[data-testid="processes"]');
+  $('thead', table).replaceChildren(h('tr', null, PROCESS_COLUMNS.map((col) => h('th', { class: col.num ? 'num' : null, text: tr(col.label) }))));
+  const body = $('tbody', table);
   body.replaceChildren();
-  if (!doc) return;
-  if (!procs.length) {
-    body.appendChild(h('tr', null, h('td', { colspan: 8, class: 'empty', text: tr('procs.none') })));
+  if (!rows) return;
+  if (!rows.length) {
+    body.appendChild(h('tr', null, h('td', { colspan: PROCESS_COLUMNS.length, class: 'empty', text: tr('procs.none') })));
     return;
   }
-  for (const { p, depth, last } of treeOrder(procs)) {
-    const probed = p.has_probe === true;
-    const models = p.models || [];
-    const gpuMem = (p.gpu || []).reduce((a, g) => (num(g.mem_used_mib) ? (a ?? 0) + g.mem_used_mib : a), null);
-    const wait = dataWait(p, state.lang);
-    const inputs = [...new Set(models.map((m) => m.input_device).filter((d) => d !== null && d !== undefined))];
-    const cmd = cmdText(p.cmdline);
-
-    const procCell = h('td', null, h('div', { class: 'proc-cell', style: `--depth:${depth}` },
-      depth ? h('span', { class: 'tree', text: last ? '└─' : '├─' }) : null,
-      h('div', { style: 'min-width:0' },
-        h('span', { class: 'proc-name', text: p.name || NA }), ' ',
-        h('span', { class: 'proc-pid', 'data-testid': 'pid', text: String(p.pid) }),
-        p.exited ? h('span', { class: 'chip exited', 'data-testid': 'exited', title: tr('proc.exitedTitle'), text: tr('proc.exited') }) : null,
-        cmd ? h('span', { class: 'proc-cmd', title: cmd, text: cmd }) : null,
-        p.probe_error ? h('span', { class: 'proc-err', text: tr('probe.error', { error: p.probe_error }) }) : null)));
-
-    const roleCell = h('td', { 'data-testid': 'role', 'data-label': tr('col.role') }, probed
-      ? h('span', { class: 'chip', text: roleText(p, state.lang) })
-      : h('span', { class: 'chip no-probe', 'data-testid': 'no-probe', title: tr('probe.noneTitle'), text: tr('probe.none') }));
-
-    const modelCell = h('td', { 'data-testid': 'model-device', 'data-label': tr('col.modelDevice') });
-    if (models.length) {
-      for (const m of models) {
-        modelCell.append(h('div', null, devChip(m.device),
-          h('span', { class: 'proc-model', text: [m.name, num(m.param_count) ? tr('model.params', { n: fmtCount(m.param_count) }) : null, num(m.forward_rate_hz) ? tr('model.rate', { n: fmtRate(m.forward_rate_hz) }) : null, num(m.step_rate_hz) ? tr('model.steps', { n: fmtRate(m.step_rate_hz) }) : null].filter(Boolean).join(' · ') })));
-      }
-    } else modelCell.append(NA);
-
-    const inputCell = h('td', { 'data-testid': 'input-device', 'data-label': tr('col.inputDevice') });
-    if (inputs.length) inputs.forEach((d) => inputCell.append(devChip(d), ' ')); else inputCell.append(NA);
-
-    const memTitle = (p.gpu || []).map((g) => `${tr('chart.gpuN', { n: g.index })}: ${fmtMiB(g.mem_used_mib)}`).join('\n');
+  for (const row of rows) {
     body.appendChild(h('tr', {
-      class: (probed ? 'proc' : 'proc no-probe') + (p.exited ? ' exited' : ''), 'data-testid': 'process-row', 'data-pid': p.pid, 'data-ppid': p.ppid,
-      'data-depth': depth, 'data-role': p.role || '', 'data-probe': probed ? 'true' : 'false',
+      class: (row.probed ? 'proc' : 'proc no-probe') + (row.exited ? ' exited' : ''), 'data-testid': 'process-row', 'data-pid': row.pid, 'data-ppid': row.ppid,
+      'data-depth': row.depth, 'data-role': row.role, 'data-probe': row.probed ? 'true' : 'false',
     },
-    procCell, roleCell, modelCell, inputCell,
-    h('td', { class: 'num', 'data-testid': 'gpu-mem', 'data-label': tr('col.gpuMem'), title: memTitle, text: fmtMiB(gpuMem) }),
-    h('td', { class: 'num', 'data-testid': 'sm', 'data-label': tr('col.sm'), text: smText(p, state.lang) }),
-    h('td', { class: 'num', 'data-testid': 'cpu', 'data-label': tr('col.cpu'), text: fmtPct(p.cpu_pct) }),
-    h('td', { class: `num${wait && wait.fraction > 0.5 ? ' wait-high' : ''}`, 'data-testid': 'data-wait', 'data-label': tr('col.dataWait'), 'data-source': wait ? wait.source : null },
-      h('span', { 'data-testid': 'data-wait-value', text: wait ? wait.value : NA }),
-      wait && wait.window ? h('span', { class: 'wait-window', 'data-testid': 'data-wait-window', text: wait.window }) : null)));
-    for (const td of body.lastChild.children) if (td !== procCell && td !== roleCell && td.textContent === NA) td.classList.add('na');
+    PROCESS_COLUMNS.map((col) => (col.key === 'process' ? processCellEl(row) : cellEl(col, row.cells[col.key])))));
   }
 }
 
@@ -370,19 +299,10 @@ function renderRuntime(doc) {
   const foot = $('[data-testid="runtime"]');
   foot.replaceChildren();
   if (!doc) return;
-  const rt = doc.runtime || {};
-  const nv = doc.nvml || {};
-  const item = (key, value, bad) => h('span', null, `${tr(key)} `, h('b', { class: bad ? 'bad' : null, text: value ?? NA }));
-  foot.append(
-    item('runtime.torch', rt.torch),
-    rt.torch && !rt.cuda_build ? item('runtime.cudaBuild', tr('runtime.cudaBuildNone'), true) : item('runtime.cudaBuild', rt.cuda_build),
-    item('runtime.cudnn', rt.cudnn === null || rt.cudnn === undefined ? null : String(rt.cudnn)),
-    item('runtime.visible', rt.cuda_visible_devices === null || rt.cuda_visible_devices === undefined ? null : `"${rt.cuda_visible_devices}"`),
-    item('runtime.driver', nv.driver),
-    item('runtime.cudaDriver', nv.cuda_driver),
-  );
-  if (nv.ok === false && nv.error) foot.append(h('span', { class: 'bad', text: tr('runtime.nvmlError', { error: nv.error }) }));
-  if (num(doc.interval_s)) foot.append(h('span', { text: tr('runtime.interval', { s: doc.interval_s }) }));
+  const facts = runtimeFacts(doc, state.lang);
+  foot.append(...facts.items.map((it) => h('span', { 'data-key': it.key }, `${it.label} `, h('b', { class: it.bad ? 'bad' : null, text: it.value }))));
+  if (facts.error) foot.append(h('span', { class: 'bad', text: facts.error }));
+  if (facts.interval) foot.append(h('span', { text: facts.interval }));
 }
 
 // ------------------------------------------------------------------ history

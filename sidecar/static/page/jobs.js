@@ -2,7 +2,7 @@
 // jobs). Shown when the status document lists more than one job; picking one asks /status and
 // /history for it (?job=ID), and the address keeps the choice so a reload shows the same job.
 
-import { STATUS_COLORS, cmdText, statusOf } from './format.js';
+import { STATUS_COLORS, cmdText, statusOf } from '../shared/format.js';
 
 /** The query string that selects `job` (none: the sidecar's default job), plus `extra` pairs. */
 export function jobQuery(job, extra = {}) {

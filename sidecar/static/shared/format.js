@@ -1,7 +1,7 @@
 /**
  * format.js — the ONE source of truth for how dsh-gpu-dashboard data is worded and coloured.
  *
- * Shared by the standalone page (sidecar/static/app.js) and the DSH plugin (dsh_plugin/, which
+ * Shared by the standalone page (sidecar/static/page/app.js) and the DSH plugin (dsh_plugin/, which
  * bundles this file with esbuild). Plain ES module: pure functions, no DOM, no fetch, no globals,
  * no dependencies other than the one catalogue, ./i18n/en.json and ./i18n/zh.json (JSON modules:
  * the browser imports them from the sidecar, esbuild bundles them into the plugin). The sidecar

@@ -3,9 +3,9 @@
 // listed, or NVML not usable), the job's CPU, resident memory and training rate instead; and the
 // events list. Charts are charts.js's TimeChart; the data comes from the page's merged samples.
 
-import { NA, fmtClock, fmtMiB } from './format.js';
-import { TimeChart } from './charts.js';
-import { CHART_FORMATS, GPU_CHARTS, JOB_CHARTS, cpuMode, gpuChartData, jobChartData } from './history_data.js';
+import { NA, fmtClock, fmtMiB } from '../shared/format.js';
+import { TimeChart } from '../shared/charts.js';
+import { CHART_FORMATS, GPU_CHARTS, JOB_CHARTS, cpuMode, gpuChartData, jobChartData } from '../shared/history_data.js';
 import { h } from './dom.js';
 
 const num = (x) => typeof x === 'number' && Number.isFinite(x);

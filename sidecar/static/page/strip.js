@@ -1,8 +1,8 @@
-// strip.js — the page's efficiency strip (under the summary) and the MIG list of a GPU card, drawn
-// from the facts of efficiency.js (shared with the DSH plugin).
+// strip.js — the page's efficiency strip (under the summary), drawn from the facts of efficiency.js, and
+// the MIG list of a GPU card, from view_model.js (both shared with the DSH plugin).
 
-import { t } from './format.js';
-import { efficiency, migRows } from './efficiency.js';
+import { t } from '../shared/format.js';
+import { efficiency } from '../shared/efficiency.js';
 import { h } from './dom.js';
 
 function item(it) {
@@ -59,15 +59,14 @@ export function renderStrip(root, doc, lang) {
       listBlock('eff.loader', eff.loader, 'eff-loader', lang)));
 }
 
-/** The MIG instances of a GPU card, or null when MIG is off. */
-export function migList(doc, gpu, lang) {
-  const rows = migRows(doc, gpu, lang);
-  if (!rows.length) return null;
+/** The MIG instances of a GPU card (view_model.js gpuCard's `mig`), or null when MIG is off. */
+export function migList(mig) {
+  if (!mig) return null;
   return h('div', { class: 'gpu-mig', 'data-testid': 'gpu-mig' },
-    h('div', { class: 'gpu-procs-title', text: t(lang, 'eff.mig.title') }),
-    h('ul', null, rows.map((r) => h('li', { 'data-testid': 'mig-device', 'data-mig-index': r.index },
+    h('div', { class: 'gpu-procs-title', text: mig.title }),
+    h('ul', null, mig.rows.map((r) => h('li', { 'data-testid': 'mig-device', 'data-mig-index': r.index },
       h('span', { class: 'pid', text: r.label }),
       r.ids ? h('span', { class: 'role', text: r.ids }) : null,
-      r.pids.length ? h('span', { class: 'role', text: r.pids.map((pid) => t(lang, 'events.pid', { pid })).join(', ') }) : null,
+      r.pidsText ? h('span', { class: 'role', text: r.pidsText }) : null,
       h('span', { class: 'mem', text: r.mem })))));
 }

@@ -40,7 +40,7 @@ export const SCHEMA = 2
  */
 
 /**
- * A text of the catalogue (sidecar/static/i18n/<lang>.json) and what fills its {placeholders}. A param is a display-ready, language-neutral string or number, or itself a TextRef.
+ * A text of the catalogue (sidecar/static/shared/i18n/<lang>.json) and what fills its {placeholders}. A param is a display-ready, language-neutral string or number, or itself a TextRef.
  * @typedef {Object} TextRef
  * @property {string} id catalogue key
  * @property {Object<string, (string|number|TextRef)>} params placeholder name -> value

@@ -1,0 +1,275 @@
+/**
+ * view_model.js — what the page and the DSH plugin show of a status document, as plain cells (pure: no
+ * DOM, no React). The page (page/app.js) and the plugin (dsh_plugin/src/client/) only lay these cells
+ * out, so both show the same rows, values, words and flags (tests/browser/test_same_cells.py compares
+ * them); wording and numbers come from format.js and efficiency.js, every word from the catalogue.
+ *
+ *   PROCESS_COLUMNS            [{key, label, num}]: the process table's columns, in order (`label`: a
+ *                              catalogue key; `num`: a right-aligned figure).
+ *   processRows(doc, lang)     the rows of the process table in tree order (children under their
+ *                              parent, by pid): processRow's, with `depth` and `branch` ('├─', '└─',
+ *                              null at the root).
+ *   processRow(doc, proc, lang)  one process: {pid, ppid, role, probed, exited, cells}; `cells` by
+ *                              column key (below); a cell whose value is absent has `na: true`.
+ *     process   {name, pid, exited: null | {text, title}, cmd, probeError}
+ *     role      {text, probed, title}: its role, or "no probe" (has_probe is not true)
+ *     models    {items: [{device: chip, label}], na}: each model, its device and what it is
+ *     inputs    {items: [chip], na}: the devices its models' inputs were on, each once
+ *     gpuMem    {text, title, na}: its memory over its GPUs (the title: per GPU)
+ *     sm        {text, na}: smText (efficiency.js)
+ *     cpu       {text, na}
+ *     dataWait  {value, window, source, flag, na}: dataWait (efficiency.js); `flag` 'high' when the
+ *               verdict would call it data-starved (DATA_WAIT_HIGH_FRACTION)
+ *     chip      {text, kind, device}: deviceText, deviceKind and the device as the document names it.
+ *   gpuCards(doc, lang)        {cards: [gpuCard], unusable: [igpuCard], none: null | {text, error}}:
+ *                              the GPU grid; `none` when NVML lists no GPU.
+ *   gpuCard(doc, gpu, lang)    {index, title, name, nameTitle, modelHere, tag, framework, utilLevel,
+ *                              meters: [{key, label, pct, value, color}], procsTitle, procs: [{pid, role,
+ *                              mem}], noProcs, mig: null | {title, rows}}; `tag` null | {kind, text}; `rows`:
+ *                              migRows (efficiency.js) with `pidsText`, the processes in each instance.
+ *   igpuCard(sysGpu, lang)     {pci, vendor, name, badge, note, meta}: a GPU NVML does not drive.
+ *   heroFacts(doc, lang)       [{key, label, text, chip}]: the summary's facts (`chip` for devices).
+ *   runtimeFacts(doc, lang)    {items: [{key, label, value, bad}], error, interval}: the footer.
+ */
+
+import {
+  NA, UTIL_COLORS, cmdText, cudaText, deviceKind, deviceText, fmtCount, fmtMiB, fmtPct, fmtRate,
+  gpuFrameworkKey, gpuFrameworkText, gpuMemPct, memOfText, modelGpu, roleText, t, unusableGpus, utilLevel,
+} from './format.js';
+import { dataWait, migRows, smText, utilText } from './efficiency.js';
+
+const isNum = (x) => typeof x === 'number' && Number.isFinite(x);
+const present = (x) => x !== null && x !== undefined && x !== '';
+const list = (x) => (Array.isArray(x) ? x.filter(Boolean) : []);
+
+// The verdict's data-starved threshold (Rules.data_wait_starved, sidecar/verdict/facts.py; a test keeps
+// them equal): a data wait at or over it is flagged where it is shown.
+export const DATA_WAIT_HIGH_FRACTION = 0.5;
+// The memory meter's fill: one colour, the verdict flags memory trouble in its warnings.
+export const MEM_METER_COLOR = '#7c3aed';
+
+export const PROCESS_COLUMNS = [
+  { key: 'process', label: 'col.process', num: false },
+  { key: 'role', label: 'col.role', num: false },
+  { key: 'models', label: 'col.modelDevice', num: false },
+  { key: 'inputs', label: 'col.inputDevice', num: false },
+  { key: 'gpuMem', label: 'col.gpuMem', num: true },
+  { key: 'sm', label: 'col.sm', num: true },
+  { key: 'cpu', label: 'col.cpu', num: true },
+  { key: 'dataWait', label: 'col.dataWait', num: true },
+];
+
+/** A device as a chip: its text, its kind (for the colour) and the document's name for it. */
+export function chip(dev) {
+  return { text: deviceText(dev), kind: deviceKind(dev), device: present(dev) ? String(dev) : null };
+}
+
+function modelLabel(m, lang) {
+  return [
+    m.name,
+    isNum(m.param_count) ? t(lang, 'model.params', { n: fmtCount(m.param_count) }) : null,
+    isNum(m.forward_rate_hz) ? t(lang, 'model.rate', { n: fmtRate(m.forward_rate_hz) }) : null,
+    isNum(m.step_rate_hz) ? t(lang, 'model.steps', { n: fmtRate(m.step_rate_hz) }) : null,
+  ].filter(Boolean).join(' · ');
+}
+
+function processCell(p, lang) {
+  return {
+    name: p.name || NA,
+    pid: isNum(p.pid) ? String(p.pid) : NA,
+    exited: p.exited ? { text: t(lang, 'proc.exited'), title: t(lang, 'proc.exitedTitle') } : null,
+    cmd: cmdText(p.cmdline) || null,
+    probeError: p.probe_error ? t(lang, 'probe.error', { error: p.probe_error }) : null,
+  };
+}
+
+function gpuMemCell(p, lang) {
+  const rows = list(p.gpu);
+  const mem = rows.reduce((a, g) => (isNum(g.mem_used_mib) ? (a ?? 0) + g.mem_used_mib : a), null);
+  const title = rows.map((g) => `${t(lang, 'chart.gpuN', { n: g.index })}: ${fmtMiB(g.mem_used_mib)}`).join('\n');
+  return { text: fmtMiB(mem), title, na: mem === null };
+}
+
+function dataWaitCell(p, lang) {
+  const w = dataWait(p, lang);
+  if (!w) return { value: NA, window: null, source: null, flag: null, na: true };
+  return { value: w.value, window: w.window || null, source: w.source, flag: w.fraction >= DATA_WAIT_HIGH_FRACTION ? 'high' : null, na: false };
+}
+
+/** One process of the document as the process table's cells. */
+export function processRow(doc, proc, lang) {
+  const p = proc || {};
+  const probed = p.has_probe === true;
+  const models = list(p.models);
+  const inputs = [...new Set(models.map((m) => m.input_device).filter(present).map(String))];
+  const sm = smText(p, lang);
+  const cpu = fmtPct(p.cpu_pct);
+  return {
+    pid: p.pid,
+    ppid: isNum(p.ppid) ? p.ppid : null,
+    role: p.role || '',
+    probed,
+    exited: !!p.exited,
+    cells: {
+      process: processCell(p, lang),
+      role: probed ? { text: roleText(p, lang), probed, title: null } : { text: t(lang, 'probe.none'), probed, title: t(lang, 'probe.noneTitle') },
+      models: { items: models.map((m) => ({ device: chip(m.device), label: modelLabel(m, lang) })), na: !models.length },
+      inputs: { items: inputs.map(chip), na: !inputs.length },
+      gpuMem: gpuMemCell(p, lang),
+      sm: { text: sm, na: sm === NA },
+      cpu: { text: cpu, na: cpu === NA },
+      dataWait: dataWaitCell(p, lang),
+    },
+  };
+}
+
+/** Processes in tree order: each under its parent (when the parent is listed), siblings by pid. */
+function treeOrder(procs) {
+  const byPid = new Map(procs.map((p) => [p.pid, p]));
+  const kids = new Map();
+  const roots = [];
+  for (const p of procs) {
+    if (present(p.ppid) && byPid.has(p.ppid) && p.ppid !== p.pid) {
+      if (!kids.has(p.ppid)) kids.set(p.ppid, []);
+      kids.get(p.ppid).push(p);
+    } else roots.push(p);
+  }
+  const out = [];
+  const seen = new Set();
+  const walk = (p, depth, last) => {
+    if (seen.has(p.pid)) return;
+    seen.add(p.pid);
+    out.push({ p, depth, last });
+    const ch = (kids.get(p.pid) || []).sort((a, b) => a.pid - b.pid);
+    ch.forEach((c, i) => walk(c, depth + 1, i === ch.length - 1));
+  };
+  roots.sort((a, b) => a.pid - b.pid).forEach((r) => walk(r, 0, true));
+  return out;
+}
+
+export function processRows(doc, lang) {
+  const procs = list(doc && doc.processes);
+  return treeOrder(procs).map(({ p, depth, last }) => ({
+    ...processRow(doc, p, lang), depth, branch: depth ? (last ? '└─' : '├─') : null,
+  }));
+}
+
+// ------------------------------------------------------------------ GPU cards
+
+/** The framework indices of the GPUs the job's models are on (the document's model device and every model's). */
+function modelCudaIndices(doc) {
+  const set = new Set();
+  const add = (dev) => {
+    const m = /^cuda:(\d+)$/.exec(String(dev || ''));
+    if (m) set.add(Number(m[1]));
+  };
+  add(doc && doc.model_device);
+  for (const p of list(doc && doc.processes)) {
+    for (const mdl of list(p.models)) {
+      add(mdl.device);
+      for (const d of Array.isArray(mdl.devices) ? mdl.devices : []) add(d);
+    }
+  }
+  return set;
+}
+
+function gpuTag(doc, g, modelHere, lang) {
+  if (modelHere) return { kind: 'model', text: t(lang, 'gpu.modelHere') };
+  const key = gpuFrameworkKey(doc, g);
+  return key === 'gpu.frameworkHidden' || key === 'gpu.frameworkNotSeen' ? { kind: 'off', text: t(lang, 'gpu.hiddenTag') } : null;
+}
+
+export function gpuMeters(g, lang) {
+  const level = utilLevel(g.util_pct);
+  return [
+    { key: 'util', label: t(lang, 'gpu.util'), pct: isNum(g.util_pct) ? g.util_pct : null, value: utilText(g, lang), color: UTIL_COLORS[level] },
+    { key: 'mem', label: t(lang, 'gpu.mem'), pct: gpuMemPct(g), value: memOfText(g, lang), color: MEM_METER_COLOR },
+  ];
+}
+
+/** The job's processes on GPU `index`, each once, with its memory there (over its MIG instances too). */
+function gpuProcs(doc, index, lang) {
+  const out = [];
+  for (const p of list(doc && doc.processes)) {
+    const rows = list(p.gpu).filter((u) => u.index === index);
+    if (!rows.length) continue;
+    const mem = rows.reduce((a, u) => (isNum(u.mem_used_mib) ? (a ?? 0) + u.mem_used_mib : a), null);
+    out.push({ pid: p.pid, role: roleText(p, lang), mem: fmtMiB(mem) });
+  }
+  return out;
+}
+
+export function gpuCard(doc, gpu, lang) {
+  const g = gpu || {};
+  const modelHere = isNum(g.framework_index) && modelCudaIndices(doc).has(g.framework_index);
+  const mig = migRows(doc, g, lang);
+  return {
+    index: isNum(g.index) ? g.index : null,
+    title: t(lang, 'chart.gpuN', { n: g.index ?? NA }),
+    name: g.name || NA,
+    nameTitle: [g.name, g.uuid].filter(Boolean).join('\n'),
+    modelHere,
+    tag: gpuTag(doc, g, modelHere, lang),
+    framework: gpuFrameworkText(doc, g, lang),
+    utilLevel: utilLevel(g.util_pct),
+    meters: gpuMeters(g, lang),
+    procsTitle: t(lang, 'gpu.procs'),
+    procs: gpuProcs(doc, g.index, lang),
+    noProcs: t(lang, 'gpu.noProcs'),
+    mig: mig.length ? { title: t(lang, 'eff.mig.title'), rows: mig.map((r) => ({ ...r, pidsText: r.pids.map((pid) => t(lang, 'events.pid', { pid })).join(', ') })) } : null,
+  };
+}
+
+export function igpuCard(s, lang) {
+  return {
+    pci: s.pci || '',
+    vendor: s.vendor || NA,
+    name: s.name || NA,
+    badge: t(lang, 'igpu.badge'),
+    note: t(lang, 'igpu.note'),
+    meta: [s.pci && t(lang, 'igpu.pci', { pci: s.pci }), s.driver && t(lang, 'igpu.driver', { driver: s.driver })].filter(Boolean).join(' · '),
+  };
+}
+
+export function gpuCards(doc, lang) {
+  const gpus = list(doc && doc.gpus);
+  const nv = (doc && doc.nvml) || {};
+  return {
+    cards: gpus.map((g) => gpuCard(doc, g, lang)),
+    unusable: unusableGpus(doc).map((s) => igpuCard(s, lang)),
+    none: gpus.length ? null : { text: t(lang, 'gpus.none'), error: nv.ok === false && nv.error ? t(lang, 'runtime.nvmlError', { error: nv.error }) : null },
+  };
+}
+
+// ------------------------------------------------------------------ summary facts and runtime footer
+
+export function heroFacts(doc, lang) {
+  const gpu = modelGpu(doc);
+  const d = doc || {};
+  return [
+    { key: 'model-device', label: t(lang, 'summary.modelDevice'), text: deviceText(d.model_device), chip: chip(d.model_device) },
+    { key: 'input-device', label: t(lang, 'summary.inputDevice'), text: deviceText(d.input_device), chip: chip(d.input_device) },
+    { key: 'util', label: t(lang, 'summary.util'), text: utilText(gpu, lang), chip: null },
+    { key: 'mem', label: t(lang, 'summary.mem'), text: fmtMiB(gpu && gpu.mem_used_mib), chip: null },
+    { key: 'cuda', label: t(lang, 'summary.cuda'), text: cudaText(d.runtime || {}, lang), chip: null },
+  ];
+}
+
+export function runtimeFacts(doc, lang) {
+  const rt = (doc && doc.runtime) || {};
+  const nv = (doc && doc.nvml) || {};
+  const item = (key, label, value, bad = false) => ({ key, label: t(lang, label), value: present(value) ? String(value) : NA, bad });
+  const noCuda = !!rt.torch && !rt.cuda_build;
+  return {
+    items: [
+      item('torch', 'runtime.torch', rt.torch),
+      item('cuda-build', 'runtime.cudaBuild', noCuda ? t(lang, 'runtime.cudaBuildNone') : rt.cuda_build, noCuda),
+      item('cudnn', 'runtime.cudnn', rt.cudnn),
+      item('visible', 'runtime.visible', rt.cuda_visible_devices === null || rt.cuda_visible_devices === undefined ? null : `"${rt.cuda_visible_devices}"`),
+      item('driver', 'runtime.driver', nv.driver),
+      item('cuda-driver', 'runtime.cudaDriver', nv.cuda_driver),
+    ],
+    error: nv.ok === false && nv.error ? t(lang, 'runtime.nvmlError', { error: nv.error }) : null,
+    interval: isNum(doc && doc.interval_s) ? t(lang, 'runtime.interval', { s: doc.interval_s }) : null,
+  };
+}
