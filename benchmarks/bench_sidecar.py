@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/bench_sidecar.py compare   # 8 GPUs, 64 processes: our poll vs nvitop vs gpustat
     .venv/bin/python benchmarks/bench_sidecar.py scaling   # 1/8/64 GPUs x 16/256/1024 processes
     .venv/bin/python benchmarks/bench_sidecar.py idle --seconds 300   # the real sidecar, default interval
+    .venv/bin/python benchmarks/bench_sidecar.py running --seconds 20 --rounds 3   # the real sidecar at 0.25 s beside nvitop
     .venv/bin/python benchmarks/bench_sidecar.py history   # memory of a 24-hour history
     .venv/bin/python benchmarks/bench_sidecar.py all [--quick] [--json out.json]
 
@@ -113,6 +114,33 @@ for _ in range(n):
     cpu.append(time.process_time() - c)
     wall.append(time.perf_counter() - w)
 print(json.dumps({"cpu": cpu, "wall": wall, "gpu_rows": rows}))
+"""
+
+# nvitop polling every `interval` s for `seconds` s, reading the facts the sidecar shows where nvitop
+# has them (memory, utilisation, temperature, power and its limit, clocks, performance state, the
+# processes), as its monitor does: devices kept, a snapshot of every GPU process at every poll.
+NVITOP_RUNNING = r"""
+import json, sys, time
+from nvitop import Device, GpuProcess
+interval, seconds = float(sys.argv[2]), float(sys.argv[3])
+devices = Device.all()
+def poll():
+    rows = 0
+    for d in devices:
+        d.memory_used(); d.memory_total(); d.gpu_utilization(); d.memory_utilization()
+        d.temperature(); d.power_usage(); d.power_limit(); d.sm_clock(); d.memory_clock()
+        d.max_sm_clock(); d.performance_state()
+        rows += len(GpuProcess.take_snapshots(d.processes().values(), failsafe=True))
+    return rows
+polls, rows = 0, 0
+deadline = time.monotonic() + seconds
+next_at = time.monotonic()
+while time.monotonic() < deadline:
+    rows = poll()
+    polls += 1
+    next_at += interval
+    time.sleep(max(0.0, next_at - time.monotonic()))
+print(json.dumps({"polls": polls, "gpu_rows": rows}))
 """
 
 GPUSTAT_POLL = r"""
@@ -357,6 +385,90 @@ def idle(work: Path, driver: Driver, seconds: float, warmup_s: float = 15.0) -> 
     }
 
 
+def _polls_so_far(sc: Sidecar) -> int:
+    """The sidecar's poll count, from /metrics (the poll-duration histogram's count)."""
+    code, body = sc.get("/metrics")
+    if code != 200:
+        raise RuntimeError(f"/metrics answered {code}")
+    for line in body.decode().splitlines():
+        if line.startswith("dsh_sidecar_poll_duration_seconds_count"):
+            return int(float(line.split()[-1]))
+    raise RuntimeError("no dsh_sidecar_poll_duration_seconds_count in /metrics")
+
+
+def _running_ours(job: BusyJob, driver: Driver, interval_s: float, seconds: float, warmup_s: float) -> dict:
+    with Sidecar(["--pid", str(job.pid), "--port", "0", "--interval", str(interval_s)], env=driver.env()) as sc:
+        time.sleep(warmup_s)
+        polls0, (cpu0, _, _) = _polls_so_far(sc), proc_cpu_rss(sc.proc.pid)
+        time.sleep(seconds)
+        polls1, (cpu1, _, _) = _polls_so_far(sc), proc_cpu_rss(sc.proc.pid)
+    return {"cpu_s": cpu1 - cpu0, "polls": polls1 - polls0}
+
+
+def _running_nvitop(driver: Driver, interval_s: float, seconds: float, warmup_s: float) -> dict:
+    """nvitop's loop in its own process; its CPU over the same window, after the same warm-up."""
+    proc = subprocess.Popen(
+        [*PIN, sys.executable, "-c", NVITOP_RUNNING, "0", str(interval_s), str(warmup_s + seconds)],
+        env=driver.env(),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(warmup_s)
+    cpu0 = proc_cpu_rss(proc.pid)[0]
+    t0 = time.monotonic()
+    time.sleep(seconds - 0.5)  # ends before the loop does, so the process is still there to read
+    cpu1 = proc_cpu_rss(proc.pid)[0]
+    elapsed = time.monotonic() - t0
+    out, _ = proc.communicate(timeout=60)
+    done = json.loads(out.strip().splitlines()[-1])
+    return {"cpu_s": cpu1 - cpu0, "polls": elapsed / interval_s, "gpu_rows": done["gpu_rows"]}
+
+
+def running(work: Path, driver: Driver, seconds: float, rounds: int, interval_s: float = 0.25, warmup_s: float = 5.0) -> dict:
+    """The real `dsh-sidecar --pid ROOT --interval 0.25` and nvitop's loop at the same interval, each
+    alone in turns for `rounds` rounds (the order alternating), over one busy job of 64 processes on
+    8 GPUs: each process's whole CPU time over `seconds` (after `warmup_s`) per poll, as a user pays
+    it (the poll, the server's and main thread's wake-ups, garbage collection)."""
+    ours_runs: list[dict] = []
+    nvitop_runs: list[dict] = []
+    with BusyJob(work, processes=64, gpus=8) as job:
+        driver.write(busy_scenario(job.pids, 8))
+        time.sleep(1.5)  # every segment published
+        for r in range(rounds):
+            for tool in ("ours", "nvitop") if r % 2 == 0 else ("nvitop", "ours"):
+                if tool == "ours":
+                    ours_runs.append(_running_ours(job, driver, interval_s, seconds, warmup_s))
+                else:
+                    nvitop_runs.append(_running_nvitop(driver, interval_s, seconds, warmup_s))
+    per_poll = {
+        "ours": [1000 * x["cpu_s"] / x["polls"] for x in ours_runs],
+        "nvitop": [1000 * x["cpu_s"] / x["polls"] for x in nvitop_runs],
+    }
+    ratios = [n / o for o, n in zip(per_poll["ours"], per_poll["nvitop"])]
+    ours_ms, nvitop_ms = statistics.median(per_poll["ours"]), statistics.median(per_poll["nvitop"])
+    print(
+        f"\n## The running sidecar at --interval {interval_s}, 8 GPUs x 64 processes, beside nvitop's loop "
+        f"({rounds} rounds of {seconds:.0f} s each, in turns)\n"
+    )
+    print("| tool | process CPU per poll, median of rounds | per round | nvitop / ours |")
+    print("|---|---|---|---|")
+    print(
+        f"| dsh-sidecar --pid --interval {interval_s} | {ours_ms:.2f} ms | "
+        + ", ".join(f"{x:.2f}" for x in per_poll["ours"])
+        + f" | {nvitop_ms / ours_ms:.1f}x (rounds: {min(ratios):.1f}x to {max(ratios):.1f}x) |"
+    )
+    print(f"| nvitop (same facts, same interval) | {nvitop_ms:.2f} ms | " + ", ".join(f"{x:.2f}" for x in per_poll["nvitop"]) + " | 1.0x |")
+    print(f"\nOur polls per round: {', '.join(str(x['polls']) for x in ours_runs)}; nvitop's GPU process rows: {nvitop_runs[-1]['gpu_rows']}")
+    return {
+        "ours_cpu_ms_per_poll": per_poll["ours"],
+        "nvitop_cpu_ms_per_poll": per_poll["nvitop"],
+        "ratio": nvitop_ms / ours_ms,
+        "round_ratios": ratios,
+        "load_average": os.getloadavg(),
+    }
+
+
 HISTORY_SIZE = r"""
 import json, sys, gc
 from sidecar.poller import Poller
@@ -411,11 +523,11 @@ def history(work: Path, driver: Driver) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["compare", "discovery", "scaling", "idle", "history", "all"])
+    ap.add_argument("what", choices=["compare", "discovery", "running", "scaling", "idle", "history", "all"])
     ap.add_argument("--polls", type=int, default=200)
     ap.add_argument("--seconds", type=float, default=300.0, help="idle: how long to measure (default 300)")
     ap.add_argument("--quick", action="store_true", help="scaling without 1024 processes, idle for 60 s")
-    ap.add_argument("--rounds", type=int, default=3, help="discovery: rounds of ours and nvitop's, in turns (default 3)")
+    ap.add_argument("--rounds", type=int, default=3, help="discovery, running: rounds of ours and nvitop's, in turns (default 3)")
     ap.add_argument(
         "--gap-ms",
         type=float,
@@ -436,6 +548,8 @@ def main() -> int:
             results["compare"] = compare(work, driver, args.polls)
         if args.what in ("discovery", "all"):
             results["discovery"] = discovery(work, driver, args.polls, rounds=args.rounds, gap_s=args.gap_ms / 1000)
+        if args.what in ("running", "all"):
+            results["running"] = running(work, driver, 20.0 if args.what == "all" else args.seconds, args.rounds)
         if args.what in ("scaling", "all"):
             results["scaling"] = scaling(work, driver, args.polls, args.quick)
         if args.what in ("history", "all"):

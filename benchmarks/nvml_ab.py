@@ -1,6 +1,7 @@
-"""NvmlSource.poll as it was (tests/helpers/nvml_before.py) against as it is, in one process.
+"""NvmlSource.poll of another commit against this checkout's, in one process.
 
-    .venv/bin/python benchmarks/nvml_ab.py --rounds 400 --gap 0.03
+    git worktree add /tmp/nvml-base REV
+    .venv/bin/python benchmarks/nvml_ab.py /tmp/nvml-base --rounds 400 --gap 0.03
 
 The simulated driver shows the discovery benchmark's GPUs (8, busy, 64 processes, 8 a GPU). Both
 sources poll it in alternating turns (which one goes first alternates too), each poll after a
@@ -20,12 +21,20 @@ from pathlib import Path
 from bench_sidecar import PIN, REPO, Driver, busy_scenario
 
 AB = r"""
-import dataclasses, json, statistics, sys, time
-from sidecar.sources.nvml import NvmlSource
-from tests.helpers import nvml_before
+import dataclasses, importlib, json, statistics, sys, time
+rounds, gap_s, base = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
 
-rounds, gap_s = int(sys.argv[1]), float(sys.argv[2])
-old, new = nvml_before.NvmlSource(), NvmlSource()
+def source_from(checkout):
+    # NvmlSource as `checkout` has it: its sidecar package imported afresh.
+    for name in [m for m in sys.modules if m == "sidecar" or m.startswith("sidecar.")]:
+        del sys.modules[name]
+    sys.path.insert(0, checkout)
+    try:
+        return importlib.import_module("sidecar.sources.nvml").NvmlSource()
+    finally:
+        sys.path.remove(checkout)
+
+old, new = source_from(base), source_from(".")
 
 def view(snap):
     d = dataclasses.asdict(snap)
@@ -48,6 +57,7 @@ print(json.dumps({k: round(1000 * statistics.median(v), 4) for k, v in spent.ite
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("base", help="a checkout of the commit to compare with (git worktree add DIR REV)")
     parser.add_argument("--rounds", type=int, default=400)
     parser.add_argument("--gap", type=float, default=0.0, help="seconds before each poll (default 0)")
     args = parser.parse_args()
@@ -55,7 +65,7 @@ def main() -> None:
         driver = Driver(Path(d) / "driver")
         driver.write(busy_scenario(list(range(200000, 200064)), 8))  # NvmlSource never looks the pids up
         out = subprocess.run(
-            [*PIN, sys.executable, "-c", AB, str(args.rounds), str(args.gap)],
+            [*PIN, sys.executable, "-c", AB, str(args.rounds), str(args.gap), str(Path(args.base).resolve())],
             env=driver.env(),
             cwd=REPO,
             capture_output=True,

@@ -362,7 +362,7 @@ def write_scenario(path: str | os.PathLike[str], scenario: Mapping[str, Any]) ->
 # What NvmlSource reports in field_errors for a GPU of `gpu()` (an A100) whatever the test: GPM needs
 # Hopper or newer. Tests that expect "no errors" compare against this.
 def _default_field_errors() -> dict[str, str]:
-    from sidecar.sources.nvml_efficiency import GPM_UNSUPPORTED
+    from sidecar.sources.nvml import GPM_UNSUPPORTED
     from sidecar.sources.nvml_names import GPM_FIELDS
 
     return {name: GPM_UNSUPPORTED for name, _id, _scale in GPM_FIELDS}

@@ -55,6 +55,16 @@ static_assert(offsetof(nvmlGpmMetricsGet_t, sample2) == 16, "sample2 at 16");
 static_assert(offsetof(nvmlGpmMetricsGet_t, metrics) == 24, "metrics[] at 24");
 static_assert(sizeof(nvmlGpmMetricsGet_t) == 24 + 40 * NVML_GPM_METRIC_MAX, "no tail padding");
 static_assert(sizeof(nvmlGpmSupport_t) == 8, "{version, isSupportedDevice}");
+/* nvmlFieldValue_t: nvidia-ml-py's c_nvmlFieldValue_t and the sidecar's reader (sources/nvml/direct.py). */
+static_assert(sizeof(nvmlFieldValue_t) == 40, "fieldId, scopeId, timestamp, latencyUsec, valueType, nvmlReturn, value");
+static_assert(offsetof(nvmlFieldValue_t, scopeId) == 4, "scopeId follows fieldId");
+static_assert(offsetof(nvmlFieldValue_t, timestamp) == 8, "timestamp at 8");
+static_assert(offsetof(nvmlFieldValue_t, latencyUsec) == 16, "latencyUsec at 16");
+static_assert(offsetof(nvmlFieldValue_t, valueType) == 24, "valueType at 24");
+static_assert(offsetof(nvmlFieldValue_t, nvmlReturn) == 28, "nvmlReturn at 28");
+static_assert(offsetof(nvmlFieldValue_t, value) == 32, "value union at 32");
+static_assert(NVML_FI_DEV_POWER_AVERAGE == 185 && NVML_FI_DEV_POWER_INSTANT == 186, "power field ids");
+static_assert(NVML_FI_DEV_POWER_CURRENT_LIMIT == 190 && NVML_FI_DEV_GPU_TEMP == 308, "limit, temperature ids");
 static_assert(NVML_GPM_METRICS_GET_VERSION == 1 && NVML_GPM_SUPPORT_VERSION == 1, "versions nvidia-ml-py sends");
 
 #define MAX_GPUS 64
@@ -1068,7 +1078,43 @@ NOT_SUPPORTED_EXPORT(nvmlDeviceGetPersistenceMode, nvmlEnableState_t *mode)
 NOT_SUPPORTED_EXPORT(nvmlDeviceGetTotalEccErrors, nvmlMemoryErrorType_t errorType,
                      nvmlEccCounterType_t counterType, unsigned long long *eccCounts)
 
-/* Batched field queries (nvitop asks for NVLink counts): each field says NOT_SUPPORTED. */
+/*
+ * Batched field queries (nvml.h, nvmlDeviceGetFieldValues): each entry's fieldId (scopeId ignored)
+ * is answered in its own nvmlReturn, with timestamp, latencyUsec and valueType; the call returns
+ * SUCCESS even when every field failed. Modelled, from the scenario: NVML_FI_DEV_POWER_INSTANT and
+ * NVML_FI_DEV_POWER_AVERAGE (mW, UINT; the average "supported on Ampere (except GA100) or newer":
+ * compute capability 8.6 and up here, NOT_SUPPORTED below), NVML_FI_DEV_POWER_CURRENT_LIMIT (the
+ * enforced limit, mW, UINT) and NVML_FI_DEV_GPU_TEMP (DOUBLE, degrees C), each NOT_SUPPORTED with its
+ * getter's not_supported name (power, power_limit, temperature). Every other field is NOT_SUPPORTED
+ * (nvitop asks for NVLink counts). A lost GPU fails the whole call, like every query of it.
+ */
+static void field_value(const struct fake_gpu *g, nvmlFieldValue_t *v) {
+    v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+    switch (v->fieldId) {
+    case NVML_FI_DEV_POWER_AVERAGE:
+        if (g->cc_major * 10 + g->cc_minor < 86) return;
+        /* fall through: the same power, averaged over a second the driver's own way */
+    case NVML_FI_DEV_POWER_INSTANT:
+        if (g->not_supported & NS_POWER) return;
+        v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+        v->value.uiVal = g->power_mw;
+        break;
+    case NVML_FI_DEV_POWER_CURRENT_LIMIT:
+        if (g->not_supported & NS_POWER_LIMIT) return;
+        v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+        v->value.uiVal = g->power_limit_mw;
+        break;
+    case NVML_FI_DEV_GPU_TEMP:
+        if (g->not_supported & NS_TEMPERATURE) return;
+        v->valueType = NVML_VALUE_TYPE_DOUBLE;
+        v->value.dVal = (double)g->temperature_c;
+        break;
+    default:
+        return;
+    }
+    v->nvmlReturn = NVML_SUCCESS;
+}
+
 EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvmlFieldValue_t *values) {
     ENTER_DEVICE(device, 0);
     if (valuesCount < 0 || (valuesCount > 0 && !values)) RETURN(NVML_ERROR_INVALID_ARGUMENT);
@@ -1076,7 +1122,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCoun
     for (int i = 0; i < valuesCount; i++) {
         values[i].timestamp = (long long)t;
         values[i].latencyUsec = 0;
-        values[i].nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        field_value(g, &values[i]);
     }
     RETURN(NVML_SUCCESS);
 }

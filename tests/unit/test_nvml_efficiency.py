@@ -13,7 +13,7 @@ import time
 import pynvml
 import pytest
 
-from sidecar.sources.nvml_efficiency import (
+from sidecar.sources.nvml import (
     GPM_FIRST_SAMPLE,
     GPM_INVALID_VALUE,
     GPM_UNSUPPORTED,
@@ -77,17 +77,17 @@ print(json.dumps(out))
 
 def test_gpm_layouts_agree_between_header_binding_and_reader():
     """nvidia-ml-py's ctypes mirror, nvml.h (fakenvml.c static_asserts the same numbers) and the
-    offsets nvml_efficiency reads the metrics at."""
-    from sidecar.sources import nvml_efficiency as eff
+    offsets the NVML source reads the metrics at."""
+    from sidecar.sources import nvml as eff
 
     header = nvml_header().read_text()
     header_max = int(re.search(r"NVML_GPM_METRIC_MAX\s*=\s*(\d+)", header).group(1))
     assert pynvml.NVML_GPM_METRIC_MAX == header_max
-    assert ctypes.sizeof(pynvml.c_nvmlGpmMetric_t) == eff._GPM_METRIC_BYTES == 40
+    assert ctypes.sizeof(pynvml.c_nvmlGpmMetric_t) == eff.GPM_METRIC_BYTES == 40
     assert pynvml.c_nvmlGpmMetric_t.value.offset == 8 and pynvml.c_nvmlGpmMetric_t.nvmlReturn.offset == 4
-    assert pynvml.c_nvmlGpmMetricsGet_t.metrics.offset == eff._GPM_HEADER_BYTES == 24
+    assert pynvml.c_nvmlGpmMetricsGet_t.metrics.offset == eff.GPM_HEADER_BYTES == 24
     assert ctypes.sizeof(pynvml.c_nvmlGpmMetricsGet_t) == 24 + 40 * header_max
-    assert eff._GPM_ENTRY.size == 16
+    assert eff.GPM_ENTRY.size == 16
     assert pynvml.NVML_GPM_METRICS_GET_VERSION == 1 and pynvml.NVML_GPM_SUPPORT_VERSION == 1
     for name, metric_id, _scale in GPM_FIELDS:  # nvml_names' ids are the header's
         assert re.search(rf"NVML_GPM_METRIC_\w+\s*=\s*{metric_id},", header), name
@@ -280,7 +280,7 @@ def test_throttle_reasons_fallback_on_an_older_driver(fake_nvml, sleepers):
         )
         assert got == [["sw_power_cap"], None, {}, False]
     # Remembered per driver: the new name is not tried again. The source calls it through its
-    # function pointer (sources/nvml_direct.py), looked up by name until found: counted there.
+    # function pointer (sources/nvml/direct.py), looked up by name until found: counted there.
     w(
         "names = []\n"
         "_lookup = pynvml._nvmlGetFunctionPointer\n"
@@ -296,7 +296,7 @@ def test_throttle_reasons_fallback_on_an_older_driver(fake_nvml, sleepers):
 
 
 def test_rare_queries_are_read_every_tenth_poll(fake_nvml):
-    from sidecar.sources.nvml_efficiency import RARE_EVERY_POLLS
+    from sidecar.sources.nvml import RARE_EVERY_POLLS
 
     fake_nvml.write({"gpus": [gpu(0, pcie_width=16)]})
     w = fake_nvml.worker()

@@ -281,8 +281,12 @@ def test_summary_for_doctor(fake_nvml):
 # ------------------------------------------------------------------------- in-process, no driver
 
 
+def _device_query(index: int = 0) -> nvml_mod.DeviceQuery:
+    return nvml_mod.DeviceQuery(nvml_mod.Recorder(), index, nvml_mod.GpuInfo(index=index), None, None, 0)
+
+
 def test_the_helper_turns_errors_into_reasons():
-    calls = nvml_mod._Calls()
+    recorder = nvml_mod.Recorder()
     errors: dict[str, str] = {}
 
     def fails(code):
@@ -292,28 +296,34 @@ def test_the_helper_turns_errors_into_reasons():
         fn.__name__ = f"nvmlFails{code}"
         return fn
 
-    assert calls(errors, "power_w", "GPU 0", fails(pynvml.NVML_ERROR_NOT_SUPPORTED)) is None
-    assert calls.code == pynvml.NVML_ERROR_NOT_SUPPORTED
-    assert calls(errors, "uuid", "GPU 3", fails(pynvml.NVML_ERROR_GPU_IS_LOST)) is None
-    assert (
-        calls(None, "x", "", fails(pynvml.NVML_ERROR_NOT_FOUND), quiet=(pynvml.NVML_ERROR_NOT_FOUND,)) is None
-    )
+    def on(index):
+        q = nvml_mod.DeviceQuery(recorder, index, nvml_mod.GpuInfo(index=index), None, None, 0)
+        q.errors = errors
+        return q
+
+    assert on(0).get("power_w", fails(pynvml.NVML_ERROR_NOT_SUPPORTED)) is None
+    with pytest.raises(nvml_mod.NotSupported):
+        nvml_mod.call(fails(pynvml.NVML_ERROR_NOT_SUPPORTED))
+    with pytest.raises(nvml_mod.GpuLost):  # recorded, and raised: it ends the device's poll
+        on(3).get("uuid", fails(pynvml.NVML_ERROR_GPU_IS_LOST))
+    assert on(3).reading("uuid", fails(pynvml.NVML_ERROR_GPU_IS_LOST)) is None  # recorded only
+    with pytest.raises(nvml_mod.NotFound):  # an expected answer: the caller records it, or not
+        nvml_mod.call(fails(pynvml.NVML_ERROR_NOT_FOUND))
 
     def broken():
         raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "bad byte")
 
-    assert calls(errors, "name", "GPU 1", broken) is None
+    assert on(1).get("name", broken) is None
     assert errors["power_w"] == "Not Supported"
     assert errors["uuid"] == "GPU is lost"
     assert errors["name"].startswith("UnicodeDecodeError")
-    assert calls.call_errors == {
+    assert recorder.call_errors == {
         "nvmlFails15": "GPU 3: GPU is lost",
         "broken": "GPU 1: " + errors["name"],
     }
 
 
 def test_the_helper_retries_a_sizing_race_once():
-    calls = nvml_mod._Calls()
     replies = iter([pynvml.NVML_ERROR_INSUFFICIENT_SIZE, "filled"])
 
     def racy():
@@ -322,13 +332,13 @@ def test_the_helper_retries_a_sizing_race_once():
             raise pynvml.NVMLError(reply)
         return reply
 
-    assert calls({}, "processes", "", racy) == "filled"
+    assert _device_query().get("processes", racy, into={}) == "filled"
 
     def always_short():
         raise pynvml.NVMLError(pynvml.NVML_ERROR_INSUFFICIENT_SIZE)
 
     errors: dict[str, str] = {}
-    assert calls(errors, "processes", "GPU 0", always_short) is None
+    assert _device_query().get("processes", always_short, into=errors) is None
     assert errors == {"processes": "Insufficient Size"}
 
 

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from sidecar.sources.nvml_efficiency import GPM_FIRST_SAMPLE, GPM_UNSUPPORTED
+from sidecar.sources.nvml import GPM_FIRST_SAMPLE, GPM_UNSUPPORTED
 from sidecar.verdict import (
     LoaderSettings,
     MathSettings,

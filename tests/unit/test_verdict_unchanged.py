@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.sources.nvml_efficiency import GPM_FIRST_SAMPLE, GPM_UNSUPPORTED
+from sidecar.sources.nvml import GPM_FIRST_SAMPLE, GPM_UNSUPPORTED
 from sidecar.verdict import (
     Facts,
     GpuFacts,

@@ -1,19 +1,17 @@
 """The NVML calls a poll makes for every GPU, made without nvidia-ml-py's wrappers: the process
-lists and utilisation samples read into buffers kept between polls, and the getters of every poll
-called through their function pointers into outputs kept between calls (see `NvmlSource` in nvml.py,
-the only user; these run only once nvidia-ml-py has initialised NVML)."""
+lists and utilisation samples read into buffers kept between polls, the getters of every poll
+called through their function pointers into outputs kept between calls, and the scalar fields
+batched into one nvmlDeviceGetFieldValues call. These run only once nvidia-ml-py has initialised
+NVML; their errors are the wrappers' (NVMLError), which `_lib.call` turns into its exceptions."""
 
 from __future__ import annotations
 
 import ctypes
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-try:
-    import pynvml
-except ImportError:  # nvml.py reports it; nothing here is called without it
-    pynvml = None  # type: ignore[assignment]
+from sidecar.sources.nvml._lib import INSUFFICIENT_SIZE, SUCCESS, pynvml, raise_code
 
 # The two list queries are read with NVML's own function pointers (resolved and cached by
 # nvidia-ml-py) into plain buffers. nvidia-ml-py's wrappers return one `_PrintableStructure` per
@@ -48,7 +46,7 @@ def _direct(name: str, symbol: str, out: Any, read: Callable[[Any], Any], *fixed
             fn = pynvml._nvmlGetFunctionPointer(symbol)  # cached only once found, as nvidia-ml-py does
         ret = fn(handle, *args)
         if ret != SUCCESS:
-            raise pynvml.NVMLError(ret)
+            raise_code(ret)
         return read(out)
 
     query.__name__ = name  # what call_errors is keyed by
@@ -105,7 +103,7 @@ class Queries:
         self.temperature = _direct(
             temperature, temperature, ctypes.c_uint(), _value, ctypes.c_uint(n.NVML_TEMPERATURE_GPU)
         )
-        # None when the binding predates the 535 rename (nvml_efficiency then uses the older name).
+        # None when the binding predates the 535 rename (efficiency.py then uses the older name).
         events = "nvmlDeviceGetCurrentClocksEventReasons"
         self.clock_events = (
             _direct(events, events, ctypes.c_ulonglong(), _value) if hasattr(n, events) else None
@@ -147,13 +145,13 @@ def read_list(fn: Any, handle: Any, lb: ListBuffer, *tail: Any) -> list[tuple[in
         if ret == SUCCESS:
             return []
     if ret != INSUFFICIENT_SIZE:
-        raise pynvml.NVMLError(ret)
+        raise_code(ret)
     capacity = count.value * 2 + 5
     buf = ctypes.create_string_buffer(capacity * entry.size)
     count.value = capacity
     ret = fn(handle, buf, ctypes.byref(count), *tail) if tail else fn(handle, ctypes.byref(count), buf)
     if ret != SUCCESS:
-        raise pynvml.NVMLError(ret)
+        raise_code(ret)
     lb.buf, lb.capacity = buf, capacity
     return list(entry.iter_unpack(memoryview(buf)[: min(count.value, capacity) * entry.size]))
 
@@ -181,6 +179,66 @@ PROCESS_LISTS = {
 }
 
 
-# Last, as in nvml_efficiency.py: nvml imports this module after defining NVML's codes, and this one
-# needs them only when called. Either can be imported first this way.
-from sidecar.sources.nvml import INSUFFICIENT_SIZE, SUCCESS  # noqa: E402
+# nvmlGpmMetricsGet_t: version, numMetrics, sample1, sample2, then 40-byte nvmlGpmMetric_t entries
+# whose first 16 bytes are metricId, nvmlReturn, value (tests/fakenvml/fakenvml.c static_asserts).
+GPM_HEADER_BYTES = 24
+GPM_METRIC_BYTES = 40
+GPM_ENTRY = struct.Struct("<Iid")
+
+
+# nvmlFieldValue_t (nvml.h; fakenvml.c static_asserts it): fieldId, scopeId, timestamp, latencyUsec,
+# valueType, nvmlReturn, then the value union at 32; 40 bytes.
+FIELD_VALUE_BYTES = 40
+_FIELD_HEAD = struct.Struct("<II16xIi")  # fieldId, scopeId, valueType, nvmlReturn
+_VALUE_AT = 32
+# nvmlValueType_t -> how the union's bytes read: DOUBLE, UNSIGNED_INT, UNSIGNED_LONG,
+# UNSIGNED_LONG_LONG, SIGNED_LONG_LONG, SIGNED_INT, UNSIGNED_SHORT.
+_VALUE_TYPES = {
+    0: struct.Struct("<d"),
+    1: struct.Struct("<I"),
+    2: struct.Struct("<Q"),
+    3: struct.Struct("<Q"),
+    4: struct.Struct("<q"),
+    5: struct.Struct("<i"),
+    6: struct.Struct("<H"),
+}
+
+
+class FieldValues:
+    """A device's batch of NVML fields: one nvmlDeviceGetFieldValues call fills every entry, each
+    with its own nvmlReturn. The buffer (field ids written once) is kept between polls."""
+
+    __slots__ = ("buf", "count", "field_ids")
+
+    def __init__(self, field_ids: Sequence[int]) -> None:
+        self.field_ids = tuple(field_ids)
+        self.count = ctypes.c_int(len(self.field_ids))
+        self.buf = ctypes.create_string_buffer(FIELD_VALUE_BYTES * len(self.field_ids))
+        for i, field_id in enumerate(self.field_ids):
+            struct.pack_into("<II", self.buf, i * FIELD_VALUE_BYTES, field_id, 0)
+
+    def read(self, handle: Any) -> dict[int, tuple[int, Any]]:
+        """field id -> (its nvmlReturn, its value or None); raises NVMLError when the call fails."""
+        ret = _field_values()(handle, self.count, self.buf)
+        if ret != SUCCESS:
+            raise_code(ret)
+        out: dict[int, tuple[int, Any]] = {}
+        buf = self.buf
+        for i in range(len(self.field_ids)):
+            at = i * FIELD_VALUE_BYTES
+            field_id, _scope, value_type, code = _FIELD_HEAD.unpack_from(buf, at)
+            layout = _VALUE_TYPES.get(value_type)
+            if code == SUCCESS and layout is None:
+                code = -1  # a value type this reader does not know: not a value
+            out[field_id] = (code, layout.unpack_from(buf, at + _VALUE_AT)[0] if code == SUCCESS else None)
+        return out
+
+
+_FIELD_VALUES_FN: list[Any] = []
+
+
+def _field_values() -> Any:
+    if not _FIELD_VALUES_FN:  # cached only once found, as nvidia-ml-py does
+        fn = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetFieldValues")
+        _FIELD_VALUES_FN.append(fn)
+    return _FIELD_VALUES_FN[0]
