@@ -3,7 +3,7 @@
 Each case is a script of steps (write a scenario, change what the driver lacks or fails, poll N
 times) run in one process against `tests/fakenvml`; a poll's result is the `repr` of its
 `NvmlSnapshot` as a dict, without the time: values (floats to the bit), types, dict order, field and
-call errors. `tests/unit/nvml_golden.json` keeps every case's reprs as made by the code when they were
+call errors. `tests/unit/nvml_golden.json.gz` keeps every case's reprs as made by the code when they were
 last regenerated; `tests/unit/test_nvml_oracle.py` runs the cases again and compares. The file is
 regenerated only deliberately, by a change meant to change what NVML snapshots say:
 
@@ -14,6 +14,7 @@ Storage: each distinct repr once, keyed by its sha256; each case a list of those
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import sys
@@ -24,7 +25,8 @@ from typing import Any
 
 from tests.fakenvml import FakeNvml, PythonWorker, build_library, gpu, scenarios
 
-GOLDEN = Path(__file__).resolve().parents[1] / "unit" / "nvml_golden.json"
+# gzip: 1.2 MB of reprs compress to ~32 KB; the digests alone would lose the diff a mismatch shows.
+GOLDEN = Path(__file__).resolve().parents[1] / "unit" / "nvml_golden.json.gz"
 
 # The worker's side. Faults are injected at nvidia-ml-py's symbol lookup, so whichever route the
 # source takes to a fact meets them: a function in MISSING is FUNCTION_NOT_FOUND, one in FAIL answers
@@ -218,7 +220,7 @@ def digest(text: str) -> str:
 
 def load() -> tuple[dict[str, str], dict[str, list[str]]]:
     """(repr by digest, digests by case) as committed."""
-    data = json.loads(GOLDEN.read_text())
+    data = json.loads(gzip.decompress(GOLDEN.read_bytes()))
     return data["reprs"], data["cases"]
 
 
@@ -254,7 +256,8 @@ def regenerate() -> None:
             by_case[name] = [digest(v) for v in views]
             for v in views:
                 reprs[digest(v)] = v
-    GOLDEN.write_text(json.dumps({"reprs": reprs, "cases": by_case}, indent=0, sort_keys=True) + "\n")
+    text = json.dumps({"reprs": reprs, "cases": by_case}, indent=0, sort_keys=True) + "\n"
+    GOLDEN.write_bytes(gzip.compress(text.encode(), mtime=0))
     print(f"{GOLDEN}: {len(by_case)} cases, {sum(map(len, by_case.values()))} polls, {len(reprs)} distinct snapshots")
 
 

@@ -1,4 +1,4 @@
-"""NvmlSource against golden snapshots (tests/unit/nvml_golden.json, made by tests/helpers/nvml_golden.py):
+"""NvmlSource against golden snapshots (tests/unit/nvml_golden.json.gz, made by tests/helpers/nvml_golden.py):
 over the simulated driver's scenarios (busy GPUs, the efficiency scenarios, MIG, NOT_SUPPORTED
 everywhere, lost GPUs, a GPU swapped at its index, devices appearing), missing functions and errors
 injected into every call a poll makes, every poll must return the very snapshot recorded: same
