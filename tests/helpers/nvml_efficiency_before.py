@@ -29,7 +29,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sidecar.sources.nvml_names import (
+from sidecar.common.nvml_names import (
     CLOCK_EVENT_REASONS,
     GPM_FIELDS,
     GPM_FIRST_SAMPLE,

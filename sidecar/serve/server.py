@@ -16,12 +16,12 @@ from flask import Flask, Response, abort, jsonify, request, send_from_directory
 from werkzeug.exceptions import HTTPException
 
 from sidecar import __version__
-from sidecar.contract import json_schema
-from sidecar.document import NoDefaultJob, UnknownJob
-from sidecar.hosts import HostPolicy
-from sidecar.peers import caller_uid
+from sidecar.documents.contract import json_schema
+from sidecar.documents.document import NoDefaultJob, UnknownJob
+from sidecar.serve.hosts import HostPolicy
+from sidecar.serve.peers import caller_uid
 
-STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
+STATIC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "static")
 API = "/api/dsh-gpu-dashboard"
 # The page's own files: the same bytes as in the package, no data. They are served without the
 # token because a browser cannot send a header when it navigates or loads a script; the page then
@@ -37,7 +37,7 @@ PUBLIC_PREFIXES = ("/static/",)
 PEER_PUBLIC_PATHS = ("/healthz",)
 # A token cookie (this name, + "_<port>"): never accepted, and expired wherever one arrives.
 LEGACY_TOKEN_COOKIE = "dsh_sidecar_token"
-JSON_SCHEMA = json_schema()  # of every document served here (sidecar/contract.py)
+JSON_SCHEMA = json_schema()  # of every document served here (sidecar/documents/contract.py)
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class ServerConfig:
     job_name: str | None = None
     static_dir: str = STATIC_DIR
     hosts: HostPolicy = field(default_factory=HostPolicy)
-    # Who may read it beyond the token (sidecar.peers.OwnerOnly: a sidecar without a token serves
+    # Who may read it beyond the token (sidecar.serve.peers.OwnerOnly: a sidecar without a token serves
     # only its own user and root); None: whoever passes the token check.
     peers: Any = None
 
