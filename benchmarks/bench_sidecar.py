@@ -39,7 +39,7 @@ from tests.stress.loadgen import BusyJob, busy_scenario, proc_cpu_rss  # noqa: E
 
 OUR_POLL = r"""
 import json, sys, time
-from sidecar.poller import Poller
+from sidecar.poll.poller import Poller
 root, n, gap_s = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
 p = Poller(root, interval_s=1.5)
 for _ in range(5):
@@ -66,7 +66,10 @@ print(json.dumps({"cpu": cpu, "wall": wall, "parts": {k: v / n for k, v in parts
 
 DISCOVERY_POLL = r"""
 import json, os, sys, time
-from sidecar.jobs import JobsPoller
+try:
+    from sidecar.poll.jobs import JobsPoller
+except ImportError:  # discovery_ab.py's checkout of a commit before the layer packages
+    from sidecar.jobs import JobsPoller
 want, n, gap_s = set(json.loads(sys.argv[1])), int(sys.argv[2]), float(sys.argv[3])
 # BENCH_AS_USER=1: keep only this user's jobs, as a sidecar not run by root does (root's keeps all).
 p = JobsPoller(interval_s=1.5, uid=os.getuid() if os.environ.get("BENCH_AS_USER") == "1" else -1)
@@ -471,8 +474,8 @@ def running(work: Path, driver: Driver, seconds: float, rounds: int, interval_s:
 
 HISTORY_SIZE = r"""
 import json, sys, gc
-from sidecar.poller import Poller
-from sidecar.history import History
+from sidecar.poll.poller import Poller
+from sidecar.poll.history import History
 root, n = int(sys.argv[1]), int(sys.argv[2])
 p = Poller(root, interval_s=1.5, history_s=86400)
 for _ in range(n):

@@ -9,7 +9,7 @@ GPUs, republishing every 50 ms, a poll every 60 ms) and keeps what each job's co
 each poll (the process tree, the probe reads, the NVML snapshot, the devices as facts), pickled in
 one piece so that objects shared between polls (an unchanged read, a payload's unchanged prefix
 values) stay shared as they were. `compare` replays them, in one process, through the collector and
-history sample as they were (tests/helpers/collect_before.py) and as they are (sidecar/collect.py):
+history sample as they were (tests/helpers/collect_before.py) and as they are (sidecar/poll/collect.py):
 each poll's facts and samples must be equal, and it prints the CPU per poll of each, best of rounds.
 Not a test: figures for docs/performance.md.
 """
@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 CAPTURE = r"""
 import pickle, sys, time
-import sidecar.collect as collect, sidecar.jobs as jobs
+import sidecar.poll.collect as collect, sidecar.poll.jobs as jobs
 out_path, n, gap_s = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 polls = []  # one list per discovery poll: (target pid, now, tree, reads, nvml, system gpus, gpus) per job
 real = collect.FactCollector.facts
@@ -121,7 +121,7 @@ def _add_foreign_rows(polls, per_gpu: int) -> None:
 
 
 def compare(path: Path, rounds: int, cold: bool, foreign: int, vary_sm: bool) -> None:
-    import sidecar.collect as new
+    import sidecar.poll.collect as new
     from tests.helpers import collect_before as old
 
     with open(path, "rb") as f:

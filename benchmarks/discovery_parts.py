@@ -22,7 +22,7 @@ from bench_sidecar import GAP_S, PUBLISH_S, REPO, Driver, discovery_scenario, ms
 POLL_BY_PARTS = r"""
 import collections, json, sys, time
 import probe_wire.follower as follower
-import sidecar.collect as collect, sidecar.history as history, sidecar.jobs as jobs, sidecar.poller as poller
+import sidecar.poll.collect as collect, sidecar.poll.history as history, sidecar.poll.jobs as jobs, sidecar.poll.poller as poller
 from sidecar.sources.proctree import ProcessTreeSource
 from sidecar.sources.segments import SegmentSource
 

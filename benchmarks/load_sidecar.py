@@ -19,7 +19,7 @@ and keeps 20 s of history.
 Reports its RSS over time, the history length and any segment of a killed child left behind.
 
 `flood`: N connections that send half a request line and then nothing; reports whether a new client
-still gets an answer (sidecar/wsgi.py closes the most stalled connection past 256 and any request
+still gets an answer (sidecar/serve/wsgi.py closes the most stalled connection past 256 and any request
 not complete 10 s after its first byte).
 
 `slowloris`: N connections that each send a request line and then one header line every

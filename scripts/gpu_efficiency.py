@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from sidecar.sources.nvml_names import GPU_EFFICIENCY_FIELDS
+from sidecar.common.nvml_names import GPU_EFFICIENCY_FIELDS
 
 WORKLOAD_S = 12.0  # per workload; the whole script stays well under three minutes
 WARMUP_S = 3.0

@@ -8,7 +8,7 @@ import os
 import pytest
 
 # Every status and history document built in this test session, in this process or in any sidecar
-# it starts (they inherit the environment), is validated against sidecar/contract.py: a document
+# it starts (they inherit the environment), is validated against sidecar/documents/contract.py: a document
 # that breaks schema 2 fails the poll that built it.
 os.environ["DSH_CONTRACT_CHECK"] = "1"
 

@@ -16,7 +16,7 @@ const USER_AGENT = `${PLUGIN_NAME}-dsh-plugin/0.1.0`
 function checkoutRoot() {
   try {
     const root = new URL('../..', import.meta.url).pathname.replace(/\/+$/, '')
-    return fs.existsSync(`${root}/pyproject.toml`) && fs.existsSync(`${root}/sidecar/cli.py`) ? root : null
+    return fs.existsSync(`${root}/pyproject.toml`) && fs.existsSync(`${root}/sidecar/cli/main.py`) ? root : null
   } catch {
     return null
   }

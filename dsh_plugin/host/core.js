@@ -9,7 +9,7 @@ export const DEFAULT_TIMEOUT_MS = 2000
 export const MIN_TIMEOUT_MS = 100
 export const MAX_TIMEOUT_MS = 10000
 // The most the proxy passes on from the sidecar (its status document is bounded to 1 MiB, the
-// history to a few); sidecar/bounds.py PROXY_MAX_BODY_BYTES is the same number (a test checks).
+// history to a few); sidecar/documents/bounds.py PROXY_MAX_BODY_BYTES is the same number (a test checks).
 export const MAX_BODY_BYTES = 4 * 1024 * 1024
 export const START_HINT =
   'Start the sidecar next to your training process: `dsh-sidecar --pid PID` ' +

@@ -56,7 +56,7 @@ export function backoffDelay(failures, baseMs = BACKOFF_BASE_MS, maxMs = BACKOFF
 }
 
 /**
- * The URL in the sidecar's start line (sidecar/cli.py):
+ * The URL in the sidecar's start line (sidecar/cli/main.py):
  *   "dsh-sidecar: serving http://127.0.0.1:PORT/ (watching ...)"
  * Only a loopback http URL counts; anything else gives null.
  */

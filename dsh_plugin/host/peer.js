@@ -6,7 +6,7 @@
 // belongs to DSH's own user or root, as the kernel lists them in /proc/net/tcp{,6} (readable by
 // every user): the row whose local address is the request's remote address and port, and whose
 // remote port is DSH's. A live socket keeps the uid of the process that made it; a TIME_WAIT row
-// (uid 0 whoever made it) is never trusted. The same rule as the sidecar's (sidecar/peers.py).
+// (uid 0 whoever made it) is never trusted. The same rule as the sidecar's (sidecar/serve/peers.py).
 import fs from 'node:fs'
 import os from 'node:os'
 

@@ -1,7 +1,7 @@
 """Where a process comes from: its ancestors, owner and working directory (/proc), and which of
 its ancestors is the root of its job.
 
-Discovery (sidecar/jobs.py) starts from a process it found (a probe segment, an NVML row) and walks
+Discovery (sidecar/poll/jobs.py) starts from a process it found (a probe segment, an NVML row) and walks
 up to the job's root: the topmost ancestor that is probed, uses a GPU, or is a known launcher
 (torchrun, accelerate launch, deepspeed, mpirun, srun) or the parent of a process multiprocessing
 started (spawn, forkserver). Every read is bounded, and a pid is taken

@@ -1,6 +1,6 @@
 """Which process a pid is, and whose: read once per process while that process lives.
 
-Discovery (sidecar/jobs.py) looks up every candidate pid (probed, or listed by NVML) at every
+Discovery (sidecar/poll/jobs.py) looks up every candidate pid (probed, or listed by NVML) at every
 poll: a non-root sidecar keeps only its own user's GPU processes, and the candidates' identities
 (pid, start time) say whether their roots are still the ones found. Reading /proc for each costs
 about 30 µs cold, 2 ms a poll on a node with 64 GPU processes: more than the rest of the discovery's

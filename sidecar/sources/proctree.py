@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import psutil
 
 from probe_wire.procid import process_identity
-from sidecar.redact import redact_args
+from sidecar.sources.redact import redact_args
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096

@@ -40,7 +40,7 @@ class SegmentSource:
     def __init__(self, *, clean_dead: bool = True, max_open: int | None = None, sweep_foreign: bool = True):
         self.clean_dead = clean_dead
         # Discovery watches many jobs, each with its own source: the sweep of the whole of /dev/shm
-        # is done once for all of them (sidecar/jobs.py), not once per job.
+        # is done once for all of them (sidecar/poll/jobs.py), not once per job.
         self.sweep_foreign = sweep_foreign
         self._follower = SegmentFollower(open_file_budget() if max_open is None else max_open)
         self._last_good: dict[tuple[int, int | None], dict[str, Any]] = {}

@@ -2,7 +2,7 @@
 
 `decide(facts)` answers "where does this job's compute go" with a status (GPU, CPU, MIXED,
 UNKNOWN), a message, and the warnings (`Finding`s) whose conditions hold in this poll. Messages and
-hints are references into the one catalogue (sidecar/catalogue.py, static/shared/i18n/*.json), never text:
+hints are references into the one catalogue (sidecar/common/catalogue.py, static/shared/i18n/*.json), never text:
 the document renders them in English, the page and the plugin in the user's language. Each warning
 is one rule in `RULES` (rules.py); tests drive them with tables of facts. Hysteresis (so no warning
 flaps between two polls) is a separate pure step, `settle` (hysteresis.py), that carries a small state

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sidecar.catalogue import Ref, ref
-from sidecar.sources.nvml_names import GPM_FIRST_SAMPLE
+from sidecar.common.catalogue import Ref, ref
+from sidecar.common.nvml_names import GPM_FIRST_SAMPLE
 from sidecar.verdict.facts import (
     ACCELERATOR_TYPES,
     Facts,

@@ -9,8 +9,8 @@ from functools import cached_property, lru_cache
 from typing import Any
 
 from probe_wire.schema import DEVICE_MIXED, DEVICE_NO_PARAMETERS
-from sidecar.catalogue import Ref
-from sidecar.memo import for_the_same_objects
+from sidecar.common.catalogue import Ref
+from sidecar.common.memo import for_the_same_objects
 
 # What `from sidecar.verdict import ...` gives (sidecar/verdict/__init__.py).
 __all__ = ["ACCELERATOR_TYPES", "NVIDIA_VENDOR", "SEVERITY_ORDER", "STATUSES", "Facts", "Finding"]
@@ -207,7 +207,7 @@ class GpuFacts:
     lost: bool = False
     # (field, why it is None) as NVML answered, e.g. ("utilization", "Not Supported")
     field_errors: tuple[tuple[str, str], ...] = ()
-    # Efficiency (sidecar.sources.nvml_names.GPU_EFFICIENCY_FIELDS, named as in the contract)
+    # Efficiency (sidecar.common.nvml_names.GPU_EFFICIENCY_FIELDS, named as in the contract)
     compute_capability: str | None = None
     sm_clock_mhz: int | None = None
     sm_clock_max_mhz: int | None = None

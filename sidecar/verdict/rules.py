@@ -12,8 +12,8 @@ from operator import attrgetter, le
 from typing import Any, NamedTuple
 
 from probe_wire.schema import DEVICE_MIXED, DEVICE_NO_PARAMETERS
-from sidecar.catalogue import Ref, ref
-from sidecar.memo import for_the_same_objects
+from sidecar.common.catalogue import Ref, ref
+from sidecar.common.memo import for_the_same_objects
 from sidecar.verdict.efficiency import EFFICIENCY_RULES
 from sidecar.verdict.facts import (
     NVIDIA_VENDOR,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sidecar.catalogue import Param, Ref, ref
+from sidecar.common.catalogue import Param, Ref, ref
 from sidecar.verdict.facts import (
     ACCELERATOR_TYPES,
     SEVERITY_ORDER,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from werkzeug.serving import make_server
 
-from sidecar.server import ServerConfig, create_app
+from sidecar.serve.server import ServerConfig, create_app
 from tests.browser.conftest import screenshot_path
 from tests.browser.dsh_env import (
     DSH_VERSION,

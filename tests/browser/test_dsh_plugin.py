@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.catalogue import render
+from sidecar.common.catalogue import render
 from tests.browser.conftest import screenshot_path
 from tests.browser.dsh_env import (
     DSH_VERSION,

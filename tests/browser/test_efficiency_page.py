@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from werkzeug.serving import make_server
 
-from sidecar import contract
-from sidecar.server import ServerConfig, create_app
+from sidecar.documents import contract
+from sidecar.serve.server import ServerConfig, create_app
 from tests.browser.conftest import screenshot, wait_js
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]

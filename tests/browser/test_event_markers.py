@@ -16,8 +16,8 @@ from collections.abc import Iterator
 import pytest
 from werkzeug.serving import make_server
 
-from sidecar import contract
-from sidecar.server import ServerConfig, create_app
+from sidecar.documents import contract
+from sidecar.serve.server import ServerConfig, create_app
 from tests.browser.conftest import screenshot, wait_js
 from tests.browser.test_efficiency_page import gpu_page_doc, obj
 

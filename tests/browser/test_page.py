@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from sidecar.catalogue import render
+from sidecar.common.catalogue import render
 from tests.browser.conftest import (
     GPU_NAMES,
     cpu_job_specs,

@@ -20,7 +20,7 @@ import pytest
 from werkzeug.serving import make_server
 
 from sidecar import contract
-from sidecar.server import ServerConfig, create_app
+from sidecar.serve.server import ServerConfig, create_app
 from tests.browser.conftest import REPO, wait_js
 from tests.browser.test_efficiency_page import (
     FixedSource,

@@ -270,7 +270,7 @@ def clock_event_mask(reasons: int | Iterable[str]) -> int:
     """An nvmlClocksEventReason* bit mask from an int or names of nvml_names.CLOCK_EVENT_REASONS."""
     if isinstance(reasons, int):
         return reasons
-    from sidecar.sources.nvml_names import CLOCK_EVENT_REASONS
+    from sidecar.common.nvml_names import CLOCK_EVENT_REASONS
 
     bits = {name: bit for bit, name in CLOCK_EVENT_REASONS}
     mask = 0
@@ -362,8 +362,8 @@ def write_scenario(path: str | os.PathLike[str], scenario: Mapping[str, Any]) ->
 # What NvmlSource reports in field_errors for a GPU of `gpu()` (an A100) whatever the test: GPM needs
 # Hopper or newer. Tests that expect "no errors" compare against this.
 def _default_field_errors() -> dict[str, str]:
+    from sidecar.common.nvml_names import GPM_FIELDS
     from sidecar.sources.nvml import GPM_UNSUPPORTED
-    from sidecar.sources.nvml_names import GPM_FIELDS
 
     return {name: GPM_UNSUPPORTED for name, _id, _scale in GPM_FIELDS}
 

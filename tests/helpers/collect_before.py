@@ -1,4 +1,4 @@
-"""sidecar/collect.py as it was before its facts and samples were made faster (commit 9a54028), with
+"""sidecar/poll/collect.py as it was before its facts and samples were made faster (commit 9a54028), with
 history.pack and history.Sample's packing as they were then: the oracle that
 tests/unit/test_collect_oracle.py and benchmarks/collect_parts.py hold the new code to. Kept verbatim
 but for this docstring, the old `pack` and `Sample` at the end, and the model's `data_wait_batches`
@@ -17,12 +17,12 @@ from operator import attrgetter
 from typing import Any
 
 from probe_wire.schema import MODEL_COLLECTED, PUBLISH_FAILED
-from sidecar import bounds
-from sidecar.bounds import MAX_ID_CHARS, clip, clip_opt
-from sidecar.history import GPU_COLUMNS, Sample, pack
-from sidecar.memo import for_the_same_objects
+from sidecar.common.memo import for_the_same_objects
+from sidecar.common.nvml_names import GPU_EFFICIENCY_FIELDS
+from sidecar.documents import bounds
+from sidecar.documents.bounds import MAX_ID_CHARS, clip, clip_opt
+from sidecar.poll.history import GPU_COLUMNS, Sample, pack
 from sidecar.sources.lineage import PYTHON_C_ARGS, RootInfo, is_mp_child, is_mp_helper
-from sidecar.sources.nvml_names import GPU_EFFICIENCY_FIELDS
 from sidecar.verdict import (
     ACCELERATOR_TYPES,
     Facts,
@@ -47,7 +47,7 @@ STOPPED_STATES = ("T", "t")
 
 
 # ---------------------------------------------------------------------------------------------
-# A probe payload → facts (values from a process: typed and clipped here, sidecar/bounds.py)
+# A probe payload → facts (values from a process: typed and clipped here, sidecar/documents/bounds.py)
 # ---------------------------------------------------------------------------------------------
 def _int(x: Any) -> int | None:
     return x if isinstance(x, int) and not isinstance(x, bool) else None
@@ -60,7 +60,7 @@ def _float(x: Any) -> float | None:
 
 
 def _str(x: Any, limit: int = bounds.MAX_TEXT_CHARS) -> str | None:
-    """A string from a process, clipped (sidecar/bounds.py); anything else None."""
+    """A string from a process, clipped (sidecar/documents/bounds.py); anything else None."""
     # Most strings are short: returned without the two calls of clip_opt (a poll makes hundreds).
     return x if type(x) is str and len(x) <= limit else clip_opt(x, limit)
 
@@ -496,10 +496,10 @@ def packed_gpu_rows(gpus: tuple[GpuFacts, ...]) -> array:
     return pack(tuple(map(_GPU_ROW, gpus)))
 
 
-# history.pack and history.Sample.__init__ as they were (sidecar/history.py, commit 9a54028).
+# history.pack and history.Sample.__init__ as they were (sidecar/poll/history.py, commit 9a54028).
 import math  # noqa: E402
 
-from sidecar import history as _history  # noqa: E402
+from sidecar.poll import history as _history  # noqa: E402
 
 
 def pack(rows: tuple[tuple[float | None, ...], ...]) -> array:  # noqa: F811

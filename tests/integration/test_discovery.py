@@ -185,15 +185,15 @@ def test_a_gpu_process_without_a_probe_is_found_through_nvml(tmp_path, fake_nvml
 AS_NOBODY = textwrap.dedent(
     f"""
     import os, sys
-    import sidecar.cli, sidecar.jobs, sidecar.poller, sidecar.document, sidecar.collect, sidecar.verdict
-    import sidecar.history, sidecar.redact, sidecar.catalogue, sidecar.contract, sidecar.sources.lineage
+    import sidecar.cli.main, sidecar.poll.jobs, sidecar.poll.poller, sidecar.documents.document, sidecar.poll.collect, sidecar.verdict
+    import sidecar.poll.history, sidecar.sources.redact, sidecar.common.catalogue, sidecar.documents.contract, sidecar.sources.lineage
     import sidecar.sources.proctree, sidecar.sources.segments, sidecar.sources.nvml, sidecar.sources.sysfs
     import psutil, pynvml, msgpack, encodings.idna, jsonschema
-    sidecar.catalogue.load("en")
+    sidecar.common.catalogue.load("en")
     os.setgroups([])
     os.setgid({NOBODY})
     os.setuid({NOBODY})
-    sys.exit(sidecar.cli.main(sys.argv[1:]))
+    sys.exit(sidecar.cli.main.main(sys.argv[1:]))
     """
 )
 
@@ -254,7 +254,7 @@ def _once(*flags: str) -> subprocess.CompletedProcess:
 
 
 def test_once_without_a_pid_prints_every_job_and_says_so_when_there_is_none(tmp_path):
-    from sidecar.summary import jobs_summary
+    from sidecar.cli.summary import jobs_summary
 
     job = FakeJob(
         tmp_path / "o", {"main": {"payload": {"role": "main", "models": [model("once")]}}}, detach=True

@@ -9,8 +9,8 @@ import signal
 import subprocess
 import sys
 
-from sidecar.catalogue import render
-from sidecar.poller import Poller
+from sidecar.common.catalogue import render
+from sidecar.poll.poller import Poller
 from tests.helpers.harness import REPO, python_env, wait_for
 
 

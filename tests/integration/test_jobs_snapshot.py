@@ -15,9 +15,9 @@ import threading
 import time
 from pathlib import Path
 
-from sidecar import document
-from sidecar.jobs import JobsPoller, _Job
-from sidecar.poller import Poller, _NvmlDown
+from sidecar.documents import document
+from sidecar.poll.jobs import JobsPoller, _Job
+from sidecar.poll.poller import Poller, _NvmlDown
 from sidecar.sources.proctree import ProcessTreeSource
 from tests.helpers.harness import wait_for
 

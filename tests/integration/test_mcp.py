@@ -31,7 +31,7 @@ def run_async(main) -> None:
 pytest.importorskip("mcp")
 from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
 
-from sidecar import mcp_server  # noqa: E402
+from sidecar.serve import mcp_server  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -203,7 +203,7 @@ def test_cpu_build_job_in_process_with_pid(tmp_path, fake_nvml, env):
 
 
 def test_discovery_in_process_finds_the_job(tmp_path, fake_nvml, env):
-    """Neither --url nor --pid: sidecar.jobs.JobsPoller finds the job through its probe segment."""
+    """Neither --url nor --pid: sidecar.poll.jobs.JobsPoller finds the job through its probe segment."""
     with FakeJob(tmp_path / "job", {"main": GPU_SPEC}, detach=True) as job:  # parent: init, not pytest
         fake_nvml.write(busy_gpu(job.pid))
 
@@ -316,14 +316,14 @@ def test_output_schemas_stay_in_dshs_enforced_subset():
 
 def test_cli_without_the_sdk_and_cli_import_cost():
     env = python_env()
-    blocked = "import sys; sys.modules['mcp'] = None; from sidecar.cli import main; sys.exit(main(['mcp']))"
+    blocked = "import sys; sys.modules['mcp'] = None; from sidecar.cli.main import main; sys.exit(main(['mcp']))"
     r = subprocess.run(
         [sys.executable, "-c", blocked], env=env, cwd=REPO, capture_output=True, text=True, timeout=30
     )
     assert r.returncode == 2 and r.stdout == "", r
     assert r.stderr.strip().count("\n") == 0 and "pip install 'dsh-gpu-dashboard[mcp]'" in r.stderr, r.stderr
     light = (
-        "import sys, sidecar.cli; assert not [m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')]"
+        "import sys, sidecar.cli.main; assert not [m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')]"
     )
     subprocess.run([sys.executable, "-c", light], env=env, cwd=REPO, check=True, timeout=30)
 

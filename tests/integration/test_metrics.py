@@ -17,7 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar import __version__
-from sidecar.metrics import GPU_EFFICIENCY_GAUGES, POLL_BUCKETS_S, SidecarCollector, make_metrics
+from sidecar.serve.metrics import GPU_EFFICIENCY_GAUGES, POLL_BUCKETS_S, SidecarCollector, make_metrics
 from tests.fakenvml import gpu
 from tests.helpers.harness import API, FakeJob, Sidecar, codes, cuda_runtime, wait_for
 
@@ -72,7 +72,7 @@ DOC_FAMILIES = {
     "dsh_gpu_dram_activity_ratio",
     "dsh_process_step_fraction",
 }
-# Written out here, apart from sidecar/metrics.py: metric -> (Gpu field, scale).
+# Written out here, apart from sidecar/serve/metrics.py: metric -> (Gpu field, scale).
 GPU_GAUGES = {
     "dsh_gpu_sm_clock_hz": ("sm_clock_mhz", 1e6),
     "dsh_gpu_power_watts": ("power_w", 1),
@@ -114,7 +114,7 @@ def sample_set(samples, names=DOC_FAMILIES) -> set[tuple[str, tuple, float]]:
 
 
 def expected_from_document(doc: dict[str, Any], job_name: str | None) -> set[tuple[str, tuple, float]]:
-    """The contract written out against the status document, independently of sidecar/metrics.py:
+    """The contract written out against the status document, independently of sidecar/serve/metrics.py:
     processes of the job that share every label make one series, summed ("sum"), averaged
     ("mean") or the first one's ("first")."""
     folded: dict[tuple[str, tuple], tuple[str, list[float]]] = {}
@@ -415,7 +415,7 @@ def test_driver_down_counts_nvml_errors_and_exports_no_gpu_series(tmp_path, fake
 # The collector alone, with a stand-in poller
 # ---------------------------------------------------------------------------------------------
 class StandInPoller:
-    """What the collector reads from sidecar.poller.Poller, settable by the test."""
+    """What the collector reads from sidecar.poll.poller.Poller, settable by the test."""
 
     def __init__(self, doc: dict | None = None):
         self._lock = threading.Lock()

@@ -161,7 +161,7 @@ def test_roots_default_job_is_the_callers_own(two_users_jobs, fake_nvml):
         code, doc = get_as(STRANGER, f"{sc.url}{API}/status?job={root_job}", sc.token)
         assert code == 200 and doc["job_id"] == root_job
 
-        from sidecar import mcp_server
+        from sidecar.serve import mcp_server
 
         # `dsh-sidecar mcp --url` as root: gpu_status() with no job is root's job
         out, text = mcp_server.call(mcp_server.HttpBackend(sc.url, sc.token), "gpu_status", {})
@@ -172,8 +172,8 @@ def test_roots_default_job_is_the_callers_own(two_users_jobs, fake_nvml):
 
 def test_mcp_gpu_status_without_a_job_is_the_agents_users_own(two_users_jobs):
     """`dsh-sidecar mcp` as root, polling here: gpu_status() answers root's job, never nobody's newer one."""
-    from sidecar import mcp_server
-    from sidecar.jobs import JobsPoller
+    from sidecar.poll.jobs import JobsPoller
+    from sidecar.serve import mcp_server
 
     root_job, nobodys_job = two_users_jobs
     backend = mcp_server.LocalBackend(JobsPoller(interval_s=0.3, history_s=60))

@@ -9,7 +9,7 @@ import subprocess
 import threading
 import time
 
-from sidecar.poller import Poller
+from sidecar.poll.poller import Poller
 from sidecar.sources.segments import SegmentSource
 
 

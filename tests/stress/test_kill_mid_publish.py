@@ -20,7 +20,7 @@ import pytest
 
 from probe_wire import process_start_ticks, read_segment, segment_path
 from probe_wire.header import header_identity
-from sidecar.poller import Poller
+from sidecar.poll.poller import Poller
 from tests.fakenvml import gpu
 from tests.helpers.harness import REPO, Sidecar, codes, python_env, wait_for
 from tests.stress.conftest import RecordingSegmentSource, wait_gone

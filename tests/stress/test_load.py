@@ -11,7 +11,7 @@ import time
 import pytest
 
 from probe_wire import segment_path
-from sidecar.history import History
+from sidecar.poll.history import History
 from tests.fakenvml import gpu
 from tests.helpers.harness import API, Sidecar
 from tests.stress.loadgen import (
@@ -123,7 +123,7 @@ def test_trickling_connections_never_lock_out_a_new_client(tmp_path, fake_nvml, 
 def test_a_day_of_history_at_the_default_interval_is_bounded():
     """24 h at 1.5 s is 57,601 samples at most, however long the sidecar runs; its memory is
     measured in benchmarks/bench_sidecar.py (docs/reliability.md)."""
-    from sidecar.history import Sample
+    from sidecar.poll.history import Sample
     from sidecar.verdict import RecentSample
 
     h = History(86400, 1.5)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sidecar.metrics import series_bound
+from sidecar.serve.metrics import series_bound
 from tests.fakenvml import gpu
 from tests.helpers.harness import REPO, Sidecar, python_env, wait_for
 

@@ -13,7 +13,7 @@ import pytest
 
 import probe_wire as segment
 from probe_wire import SegmentWriter, process_start_ticks, read_segment
-from sidecar.poller import Poller
+from sidecar.poll.poller import Poller
 from sidecar.verdict import Rules
 from tests.stress.conftest import RecordingSegmentSource
 

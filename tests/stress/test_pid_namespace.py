@@ -17,7 +17,7 @@ import pytest
 import probe_wire as segment
 from probe_wire import MAGIC, SegmentWriter, process_start_ticks, read_segment, segment_path
 from probe_wire.codec import _pack
-from sidecar.poller import Poller
+from sidecar.poll.poller import Poller
 from sidecar.sources.proctree import TreeSnapshot
 from sidecar.sources.segments import SegmentSource
 from tests.helpers.harness import REPO, python_env, wait_for
@@ -58,7 +58,7 @@ def in_new_pid_namespace(code: str, *args: str, **kw) -> subprocess.Popen:
 def test_a_sidecar_in_another_pid_namespace_never_sweeps_our_live_segments(host_job):
     """The issue's reproduction: such a sidecar took "pid not visible" for "process dead" and
     removed the segments of every job on the host on its first poll."""
-    code = "import sys, sidecar.cli; sys.exit(sidecar.cli.main(['--pid', '1', '--once', '--json']))"
+    code = "import sys, sidecar.cli.main; sys.exit(sidecar.cli.main.main(['--pid', '1', '--once', '--json']))"
     proc = in_new_pid_namespace(code)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0

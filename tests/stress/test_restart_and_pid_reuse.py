@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from probe_wire import process_start_ticks, read_segment, remove_segment, segment_path
-from sidecar.poller import Poller
+from sidecar.poll.poller import Poller
 from tests.fakenvml import gpu
 from tests.helpers.harness import REPO, Sidecar, codes, python_env, wait_for
 from tests.stress.conftest import RecordingSegmentSource, read_json, wait_gone

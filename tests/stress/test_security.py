@@ -14,8 +14,8 @@ import time
 import pytest
 
 from probe_wire import SegmentWriter, process_start_ticks, read_segment, segment_path
-from sidecar.catalogue import render
-from sidecar.server import _token_ok
+from sidecar.common.catalogue import render
+from sidecar.serve.server import _token_ok
 from tests.helpers.harness import REPO, Sidecar, python_env, wait_for
 from tests.stress.jobs import variant
 
@@ -85,13 +85,13 @@ def test_token_comparison_takes_the_same_time_wherever_the_guess_goes_wrong():
 # drops: the interpreter itself lives under /root (mode 0700).
 AS_NOBODY = f"""
 import json, os, sys
-import sidecar.cli, sidecar.poller, sidecar.document, sidecar.verdict, sidecar.history, sidecar.redact
+import sidecar.cli.main, sidecar.poll.poller, sidecar.documents.document, sidecar.verdict, sidecar.poll.history, sidecar.sources.redact
 import sidecar.sources.proctree, sidecar.sources.segments, sidecar.sources.nvml, sidecar.sources.sysfs
 import psutil, pynvml, msgpack, encodings.idna
 os.setgroups([])
 os.setgid({NOBODY})
 os.setuid({NOBODY})
-sys.exit(sidecar.cli.main(sys.argv[1:]))
+sys.exit(sidecar.cli.main.main(sys.argv[1:]))
 """
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the sidecar as another user")

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 import probe_wire as segment
 from probe_wire import HEADER, MAGIC, MAX_SEGMENT_BYTES, SegmentWriter, process_start_ticks, read_segment
 from probe_wire import reader as wire_reader
-from sidecar.poller import Poller
+from sidecar.poll.poller import Poller
 from sidecar.sources.segments import BUSY_POLLS_UNREADABLE
 from sidecar.verdict import Rules
 from tests.helpers.harness import codes

@@ -1,4 +1,4 @@
-"""Size bounds against hostile processes (sidecar/bounds.py): full 16 MiB segments with 1,000
+"""Size bounds against hostile processes (sidecar/documents/bounds.py): full 16 MiB segments with 1,000
 models named with 4,000 emoji, 64 events and 16 errors as long as the probe's reader allows, and
 command lines of 60 arguments of 4,000 emoji each. The status document stays under 1 MiB, every
 string within its bound (with an ellipsis), every list cut with a count; /metrics labels too; the
@@ -17,9 +17,9 @@ import msgpack
 import pytest
 
 from probe_wire import MAX_SEGMENT_BYTES, SegmentWriter, process_start_ticks
-from sidecar import bounds
-from sidecar.metrics import make_metrics
-from sidecar.poller import Poller
+from sidecar.documents import bounds
+from sidecar.poll.poller import Poller
+from sidecar.serve.metrics import make_metrics
 from tests.helpers.harness import API, Sidecar
 from tests.stress.loadgen import get, proc_cpu_rss
 from tests.stress.test_payload_hostile import full_payload

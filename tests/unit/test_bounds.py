@@ -1,11 +1,11 @@
-"""sidecar/bounds.py: clipping strings and command lines; the DSH proxy's cap is the same number."""
+"""sidecar/documents/bounds.py: clipping strings and command lines; the DSH proxy's cap is the same number."""
 
 from __future__ import annotations
 
 import re
 
-from sidecar import bounds
-from sidecar.bounds import ELLIPSIS, clip, clip_args, clip_opt
+from sidecar.documents import bounds
+from sidecar.documents.bounds import ELLIPSIS, clip, clip_args, clip_opt
 from tests.helpers.harness import REPO
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sidecar import catalogue
-from sidecar.catalogue import Ref, load, placeholders, ref, render
+from sidecar.common import catalogue
+from sidecar.common.catalogue import Ref, load, placeholders, ref, render
 from sidecar.verdict import RULES, decide
 from tests.unit.test_verdict import CASES
 

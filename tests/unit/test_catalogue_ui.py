@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from sidecar import contract
-from sidecar.catalogue import load
-from sidecar.sources.nvml_names import CLOCK_EVENT_REASONS
+from sidecar.common.catalogue import load
+from sidecar.common.nvml_names import CLOCK_EVENT_REASONS
+from sidecar.documents import contract
 from sidecar.verdict.efficiency import THROTTLE_REASONS
 
 REPO = Path(__file__).resolve().parents[1].parent

@@ -26,7 +26,7 @@ JS_GLOBS = (
     "dsh_plugin/src/client/*.jsx",
     "dsh_plugin/host/*.js",
 )
-JS_EXCLUDED = {"sidecar/static/shared/contract.js"}  # generated from sidecar/contract.py
+JS_EXCLUDED = {"sidecar/static/shared/contract.js"}  # generated from sidecar/documents/contract.py
 
 # Where a named function starts: `function name(`, `const name = (...) =>` / `= function`, a class method.
 _JS_FUNCTION = re.compile(r"^(?:export\s+)?(?:default\s+)?(?:async\s+)?function\s*\*?\s*(\w+)\s*\(")

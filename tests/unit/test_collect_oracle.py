@@ -1,4 +1,4 @@
-"""The faster facts and history samples (sidecar/collect.py, sidecar/history.py) against the code as
+"""The faster facts and history samples (sidecar/poll/collect.py, sidecar/poll/history.py) against the code as
 it was (tests/helpers/collect_before.py): over random and hostile payloads, NVML snapshots and whole
 polls of several jobs, each builds exactly what the old one built (same types, same values, floats
 to the bit, dicts in the same order), or raises what it raised."""
@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from probe_wire.schema import DEVICE_MIXED, DEVICE_NO_PARAMETERS, MODEL_COLLECTED, PUBLISH_FAILED
-from sidecar import collect as new
-from sidecar import history
+from sidecar.poll import collect as new
+from sidecar.poll import history
 from sidecar.sources.nvml import GpuInfo, GpuProcess, MigDevice, NvmlSnapshot
 from sidecar.sources.proctree import ProcInfo, TreeSnapshot
 from sidecar.sources.segments import ProbeRead

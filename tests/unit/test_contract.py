@@ -1,4 +1,4 @@
-"""sidecar/contract.py: the one definition of the documents (schema 2), what is generated from it,
+"""sidecar/documents/contract.py: the one definition of the documents (schema 2), what is generated from it,
 and that documents the sidecar builds keep to it (and documents that do not, fail)."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from types import SimpleNamespace
 import jsonschema
 import pytest
 
-from sidecar import contract, contract_docs
-from sidecar.collect import TargetInfo, history_sample
-from sidecar.contract import ContractError, check
-from sidecar.document import history_document, status_document
-from sidecar.history import History
-from sidecar.server import API, ServerConfig, create_app
+from sidecar.documents import contract, contract_docs
+from sidecar.documents.contract import ContractError, check
+from sidecar.documents.document import history_document, status_document
+from sidecar.poll.collect import TargetInfo, history_sample
+from sidecar.poll.history import History
+from sidecar.serve.server import API, ServerConfig, create_app
 from sidecar.verdict import (
     Facts,
     GpuFacts,
@@ -35,7 +35,7 @@ from tests.unit.test_server import StaticSource
 def test_the_generated_files_are_current():
     for path, make in contract_docs.GENERATED_FILES.items():
         with open(path, encoding="utf-8") as f:
-            assert f.read() == make(), f"{path} is stale: run `python -m sidecar.contract --write`"
+            assert f.read() == make(), f"{path} is stale: run `python -m sidecar.documents.contract --write`"
 
 
 def test_the_json_schema_is_a_valid_2020_12_schema_and_closed():
@@ -216,7 +216,7 @@ def test_the_schema_route_serves_the_json_schema():
 
 
 def test_the_page_and_the_plugin_read_the_generated_typedefs_and_schema():
-    here = os.path.dirname(contract.__file__)
+    here = os.path.dirname(os.path.dirname(contract.__file__))
     fmt = open(os.path.join(here, "static", "shared", "format.js"), encoding="utf-8").read()
     assert re.search(r"import \{ SCHEMA \} from './contract\.js'", fmt)
     app = open(os.path.join(here, "static", "page", "app.js"), encoding="utf-8").read()
@@ -224,14 +224,14 @@ def test_the_page_and_the_plugin_read_the_generated_typedefs_and_schema():
 
 
 def _design_fact_table() -> str:
-    root = os.path.dirname(os.path.dirname(contract.__file__))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(contract.__file__)))
     text = open(os.path.join(root, "docs", "design.md"), encoding="utf-8").read()
     start = text.index("## The path of a fact")
     return text[start : text.index("\n## ", start + 5)]
 
 
 def test_the_path_of_a_fact_in_the_design_doc_names_what_the_code_has():
-    root = os.path.dirname(os.path.dirname(contract.__file__))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(contract.__file__)))
     code = ""
     for folder in ("probe", "probe_wire", "sidecar"):
         for dp, _, files in os.walk(os.path.join(root, folder)):
@@ -270,7 +270,7 @@ def test_the_path_of_a_fact_in_the_design_doc_names_what_the_code_has():
 
 
 def test_a_jobs_list_made_from_a_status_document_keeps_to_the_contract():
-    from sidecar.document import job_entry, jobs_document, summary_of_document
+    from sidecar.documents.document import job_entry, jobs_document, summary_of_document
     from sidecar.sources.lineage import RootInfo
 
     doc = _status_document()
@@ -290,8 +290,8 @@ def test_a_summary_reuses_the_last_rendering_only_while_the_verdict_is_equal():
     texts are those of a summary made without the memo."""
     from dataclasses import replace
 
-    from sidecar.catalogue import Ref
-    from sidecar.document import status_summary
+    from sidecar.common.catalogue import Ref
+    from sidecar.documents.document import status_summary
 
     facts, memo = _facts(), {}
     target = TargetInfo(10, "python", ["python", "train.py"], 990.0, 99000)
@@ -309,8 +309,8 @@ def test_a_summary_reuses_the_last_rendering_only_while_the_verdict_is_equal():
 
 
 def test_a_summary_reuses_the_target_s_clipped_texts_only_while_they_are_the_same_objects():
-    from sidecar.bounds import MAX_CMDLINE_ARGS
-    from sidecar.document import status_summary
+    from sidecar.documents.bounds import MAX_CMDLINE_ARGS
+    from sidecar.documents.document import status_summary
 
     facts, memo = _facts(), {}
     long_cmdline = ["python", *(f"--arg{i}" for i in range(MAX_CMDLINE_ARGS + 5))]

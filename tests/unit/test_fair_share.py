@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sidecar import bounds
-from sidecar.document import fair_share
-from sidecar.jobs import MAX_JOBS, JobsPoller, _Job
+from sidecar.documents import bounds
+from sidecar.documents.document import fair_share
+from sidecar.poll.jobs import MAX_JOBS, JobsPoller, _Job
 
 
 def test_each_owner_gets_turns_and_the_order_is_kept():
@@ -55,8 +55,8 @@ def test_a_flood_of_another_users_jobs_never_drops_a_watched_job():
 
 
 def test_the_jobs_list_shows_a_victims_job_among_a_flood(monkeypatch):
-    from sidecar import contract
-    from sidecar.document import jobs_document
+    from sidecar.documents import contract
+    from sidecar.documents.document import jobs_document
 
     monkeypatch.setenv(contract.CHECK_ENV, "0")  # entries reduced to the keys the ordering reads
     flood = [

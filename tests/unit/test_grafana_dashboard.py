@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sidecar.metrics import GPU_EFFICIENCY_GAUGES, make_metrics
+from sidecar.serve.metrics import GPU_EFFICIENCY_GAUGES, make_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "deploy" / "grafana" / "dsh-dashboard.json"

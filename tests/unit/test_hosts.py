@@ -7,8 +7,8 @@ import socket
 
 import pytest
 
-from sidecar.hosts import HostPolicy, host_policy, valid_host_name
-from sidecar.server import API, ServerConfig, create_app
+from sidecar.serve.hosts import HostPolicy, host_policy, valid_host_name
+from sidecar.serve.server import API, ServerConfig, create_app
 from tests.unit.test_server import StaticSource
 
 LOOPBACK_OK = [
@@ -102,7 +102,7 @@ def test_the_app_keeps_answering_loopback_hosts():
 
 
 def test_listener_uids_reads_listen_rows_of_the_port_only(tmp_path):
-    from sidecar.hosts import foreign_listener, listener_uids
+    from sidecar.serve.hosts import foreign_listener, listener_uids
 
     table = tmp_path / "tcp"
     table.write_text(

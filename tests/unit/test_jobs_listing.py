@@ -11,7 +11,7 @@ import time
 from types import SimpleNamespace
 
 from probe_wire.procid import process_identity, process_real_uid
-from sidecar.jobs import REDISCOVER_EVERY_POLLS, JobsPoller
+from sidecar.poll.jobs import REDISCOVER_EVERY_POLLS, JobsPoller
 from sidecar.sources.owners import next_recheck
 
 
@@ -68,7 +68,7 @@ def test_the_sweep_of_dead_writers_skips_the_segments_the_jobs_read_ok(tmp_path,
     poll (live writers): reading each of them again cost a poll milliseconds every 20 polls."""
     from types import SimpleNamespace
 
-    import sidecar.jobs as jobs_module
+    import sidecar.poll.jobs as jobs_module
     from sidecar.sources.segments import ProbeRead, SegmentSource
 
     shm = tmp_path / "shm"
@@ -89,7 +89,7 @@ def test_the_sweep_of_dead_writers_skips_the_segments_the_jobs_read_ok(tmp_path,
 
 
 def test_the_os_devices_are_matched_to_nvml_once_for_the_same_inputs():
-    from sidecar.collect import system_gpu_facts
+    from sidecar.poll.collect import system_gpu_facts
     from sidecar.sources.sysfs import SystemGpu
     from sidecar.verdict import GpuFacts
 

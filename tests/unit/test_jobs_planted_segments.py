@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from probe_wire.procid import process_identity
-from sidecar.jobs import MAX_CANDIDATES, JobsPoller
+from sidecar.poll.jobs import MAX_CANDIDATES, JobsPoller
 from tests.helpers.harness import wait_for
 
 NOBODY = 65534

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sidecar.mcp_server import gpu_status
+from sidecar.serve.mcp_server import gpu_status
 
 
 class _Backend:
@@ -72,7 +72,7 @@ class _HistoryBackend:
 def test_history_of_a_job_without_gpu_work_does_not_pass_other_processes_use_as_its_own() -> None:
     """Discovery: a CPU job's history still carries every GPU's figures (another job's 80 %); the text
     must not read as this job's GPU use."""
-    from sidecar.mcp_server import gpu_history
+    from sidecar.serve.mcp_server import gpu_history
 
     _, text = gpu_history(_HistoryBackend([]), {"seconds": 60})
     assert "No process of this job used a GPU" in text, text

@@ -1,8 +1,8 @@
-"""sidecar/memo.py: made again for other objects, even equal ones; not for the very same."""
+"""sidecar/common/memo.py: made again for other objects, even equal ones; not for the very same."""
 
 from __future__ import annotations
 
-from sidecar.memo import for_the_same_objects
+from sidecar.common.memo import for_the_same_objects
 
 
 def test_a_memo_answers_again_only_for_the_very_same_arguments():

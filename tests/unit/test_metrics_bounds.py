@@ -9,8 +9,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from sidecar import bounds
-from sidecar.metrics import make_metrics
+from sidecar.documents import bounds
+from sidecar.serve.metrics import make_metrics
 
 
 def _proc(pid: int, role: str, rank: int | None, **over: Any) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sidecar.metrics import make_metrics
+from sidecar.serve.metrics import make_metrics
 
 
 def _doc(job: str, alive: bool) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import time
 import pynvml
 import pytest
 
+from sidecar.common.nvml_names import GPM_FIELDS
 from sidecar.sources.nvml import (
     GPM_FIRST_SAMPLE,
     GPM_INVALID_VALUE,
@@ -20,7 +21,6 @@ from sidecar.sources.nvml import (
     MAX_MIG_DEVICES,
     MIG_NO_PROCESS_UTILIZATION,
 )
-from sidecar.sources.nvml_names import GPM_FIELDS
 from tests.fakenvml import DEFAULT_FIELD_ERRORS, gpu, nvml_header, scenarios
 
 GPM_NAMES = [name for name, _id, _scale in GPM_FIELDS]

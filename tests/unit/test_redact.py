@@ -6,7 +6,7 @@ import shlex
 
 import pytest
 
-from sidecar.redact import REDACTED, redact_args
+from sidecar.sources.redact import REDACTED, redact_args
 
 # (command line, the same with secrets replaced by ***); equal strings: nothing may change.
 CASES = [

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.document import OneJob
-from sidecar.history import GPU_COLUMNS, JOB_COLUMNS, History, Sample
-from sidecar.server import API, ServerConfig, create_app
+from sidecar.documents.document import OneJob
+from sidecar.poll.history import GPU_COLUMNS, JOB_COLUMNS, History, Sample
+from sidecar.serve.server import API, ServerConfig, create_app
 from sidecar.verdict import RecentSample
 
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from sidecar.catalogue import render
+from sidecar.common.catalogue import render
 from sidecar.verdict import (
     RULES,
     Facts,
@@ -606,7 +606,7 @@ def test_the_multiprocessing_flags_cache_keeps_no_long_command_line():
     whole command line either way."""
     from types import SimpleNamespace
 
-    from sidecar.collect import _mp_flags, process_facts
+    from sidecar.poll.collect import _mp_flags, process_facts
     from sidecar.sources.lineage import is_mp_child, is_mp_helper
 
     def flags(cmdline):
@@ -628,7 +628,7 @@ def test_the_multiprocessing_flags_cache_keeps_no_long_command_line():
 
 
 def test_settle_gives_the_verdict_itself_only_when_it_shows_exactly_its_warnings_in_severity_order():
-    from sidecar.catalogue import ref
+    from sidecar.common.catalogue import ref
     from sidecar.verdict.rules import finding
 
     info = finding("a-note", "info", ref("warning.pid-namespace"), None)

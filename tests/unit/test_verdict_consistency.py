@@ -70,7 +70,7 @@ def test_a_model_moved_to_the_gpu_is_not_still_on_the_cpu():
 
 
 def test_unheld_codes_are_codes_of_rules():
-    from sidecar.catalogue import load
+    from sidecar.common.catalogue import load
 
     known = {k.split(".", 1)[1] for k in load("en") if k.startswith("warning.")}
     assert UNHELD_CODES <= known

@@ -402,7 +402,7 @@ def test_hollow_and_pcie_texts_carry_the_figures():
 def test_mig_is_unknown_not_idle():
     """On MIG, processes have no utilisation samples: the history sums stay unknown, so idle-gpu
     cannot mistake a MIG job for an idle one."""
-    from sidecar.collect import history_sample
+    from sidecar.poll.collect import history_sample
 
     f = facts(
         proc(models=[model("cuda:0")], gpu=[ProcGpu(0, 900, None, mig_index=0)]),
@@ -425,7 +425,7 @@ def test_a_degraded_link_counts_once_the_gpu_is_not_idle():
 
 def test_a_hostile_payload_cannot_push_shares_out_of_range():
     """A process writes its own payload: shares are clamped into 0-1, counts and times at 0."""
-    from sidecar.collect import process_facts
+    from sidecar.poll.collect import process_facts
 
     class Proc:
         pid, ppid, depth, name, cmdline = 7, 1, 0, "python", None

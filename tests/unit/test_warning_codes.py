@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sidecar.catalogue import CATALOGUE_DIR
+from sidecar.common.catalogue import CATALOGUE_DIR
 from sidecar.verdict import codes_docs
 from sidecar.verdict.codes import ACTIONS, CODES
 

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from sidecar.catalogue import render
+from sidecar.common.catalogue import render
 from sidecar.verdict import cpu_build_hint, decide
 from sidecar.verdict.wheels import CUDA_WHEELS, cuda_wheel
 from tests.unit.test_verdict import CPU_RT, CUDA_RT, facts, model, proc

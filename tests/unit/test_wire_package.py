@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 DESIGN = REPO / "docs" / "design.md"
 # What probe_wire/ruff.toml bans, as top-level module names.
 BANNED = ("probe", "sidecar", "torch", "flask", "werkzeug", "waitress", "psutil", "pynvml", "prometheus_client")
-SIDECAR_MODULES = ("sidecar.poller", "sidecar.server", "sidecar.sources.segments", "probe_wire")
+SIDECAR_MODULES = ("sidecar.poll.poller", "sidecar.serve.server", "sidecar.sources.segments", "probe_wire")
 WIRE_MODULES = tuple(
     f"probe_wire.{m.name}" for m in pkgutil.iter_modules(probe_wire.__path__) if not m.name.startswith("_")
 )

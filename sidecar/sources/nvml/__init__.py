@@ -7,6 +7,7 @@ calls that raise `GpuLost` / `NotSupported` / `NvmlError`), `snapshot` (what a p
 (`NvmlSource`) and `summary` (`dsh-sidecar doctor`). What other modules use is exported here.
 """
 
+from sidecar.common.nvml_names import GPM_FIRST_SAMPLE
 from sidecar.sources.nvml._lib import (
     DRIVER_NOT_LOADED,
     FUNCTION_NOT_FOUND,
@@ -50,7 +51,6 @@ from sidecar.sources.nvml.query import DeviceQuery
 from sidecar.sources.nvml.snapshot import GpuInfo, GpuProcess, MigDevice, NvmlSnapshot
 from sidecar.sources.nvml.source import UUID_CHECK_EVERY_POLLS, NvmlSource
 from sidecar.sources.nvml.summary import nvml_summary
-from sidecar.sources.nvml_names import GPM_FIRST_SAMPLE
 
 __all__ = [
     "BATCHED_FIELDS",

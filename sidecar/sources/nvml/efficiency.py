@@ -23,17 +23,17 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from sidecar.sources.nvml import mig
-from sidecar.sources.nvml._lib import FunctionNotFound, GpuLost, NotSupported, NvmlError, pynvml, reason
-from sidecar.sources.nvml.direct import GPM_ENTRY, GPM_HEADER_BYTES, GPM_METRIC_BYTES, FieldValues
-from sidecar.sources.nvml.query import DeviceQuery
-from sidecar.sources.nvml.snapshot import GpuInfo
-from sidecar.sources.nvml_names import (
+from sidecar.common.nvml_names import (
     CLOCK_EVENT_REASONS,
     GPM_FIELDS,
     GPM_FIRST_SAMPLE,
     GPU_EFFICIENCY_FIELDS,
 )
+from sidecar.sources.nvml import mig
+from sidecar.sources.nvml._lib import FunctionNotFound, GpuLost, NotSupported, NvmlError, pynvml, reason
+from sidecar.sources.nvml.direct import GPM_ENTRY, GPM_HEADER_BYTES, GPM_METRIC_BYTES, FieldValues
+from sidecar.sources.nvml.query import DeviceQuery
+from sidecar.sources.nvml.snapshot import GpuInfo
 
 # How often the rarely changing queries are repeated (the same period as the UUID check).
 RARE_EVERY_POLLS = 10

@@ -5,7 +5,7 @@
  * bundles this file with esbuild). Plain ES module: pure functions, no DOM, no fetch, no globals,
  * no dependencies other than the one catalogue, ./i18n/en.json and ./i18n/zh.json (JSON modules:
  * the browser imports them from the sidecar, esbuild bundles them into the plugin). The sidecar
- * renders the same files with sidecar/catalogue.py.
+ * renders the same files with sidecar/common/catalogue.py.
  *
  * Languages: "en" | "zh". Any other value falls back to "en".
  * Absent values (null / undefined / NaN) are always rendered as NA ("—").

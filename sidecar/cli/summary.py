@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sidecar.bounds import one_line_all
+from sidecar.documents.bounds import one_line_all
 
 
 def human_summary(doc: dict[str, Any]) -> str:

@@ -13,10 +13,10 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from sidecar import document
-from sidecar.collect import FactCollector, history_sample
-from sidecar.contract import ContractError
-from sidecar.history import History, HistoryBudget
+from sidecar.documents import document
+from sidecar.documents.contract import ContractError
+from sidecar.poll.collect import FactCollector, history_sample
+from sidecar.poll.history import History, HistoryBudget
 from sidecar.sources.lineage import root_info
 from sidecar.sources.proctree import ProcessTreeSource, pid_visible
 from sidecar.sources.segments import SegmentSource

@@ -19,7 +19,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from sidecar import __version__
-from sidecar.bounds import (
+from sidecar.common.nvml_names import CLOCK_EVENT_REASONS
+from sidecar.documents.bounds import (
     MAX_LABEL_CHARS,
     MAX_METRIC_JOBS,
     MAX_METRIC_MODELS,
@@ -27,8 +28,7 @@ from sidecar.bounds import (
     MAX_METRIC_WARNINGS,
     clip,
 )
-from sidecar.document import fair_share
-from sidecar.sources.nvml_names import CLOCK_EVENT_REASONS
+from sidecar.documents.document import fair_share
 from sidecar.verdict import STATUSES
 
 MIB = 1048576
@@ -38,7 +38,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # A poll is a few ms (one /proc walk, one segment read per process, a handful of NVML calls); the
 # top buckets catch a stalled driver.
 POLL_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
-# Sources the poller counts failures for (sidecar/poller.py); always exported, 0 until one fails.
+# Sources the poller counts failures for (sidecar/poll/poller.py); always exported, 0 until one fails.
 ERROR_SOURCES = ("proctree", "probe", "nvml", "sysfs", "poll")
 
 GPU_LABELS = ["gpu", "uuid", "name"]  # a GPU is the machine's, not a job's: no job_id

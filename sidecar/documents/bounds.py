@@ -31,9 +31,9 @@ MAX_LABEL_CHARS = MAX_ID_CHARS  # a /metrics label value: a process names its mo
 # --metrics-max-jobs; `dsh_jobs_omitted` counts the rest) and, per job, at most
 # MAX_METRIC_PROCESS_KEYS (role, rank) pairs of processes, MAX_METRIC_MODELS (model, rank) pairs and
 # MAX_METRIC_WARNINGS warnings: a training process chooses its ranks, roles and model names, and
-# every distinct value is a series Prometheus keeps. `sidecar.metrics.series_bound` is the sum.
+# every distinct value is a series Prometheus keeps. `sidecar.serve.metrics.series_bound` is the sum.
 MAX_METRIC_JOBS = 32
-MAX_METRIC_JOBS_FLAG = 1024  # the most --metrics-max-jobs accepts (sidecar/jobs.py watches 256)
+MAX_METRIC_JOBS_FLAG = 1024  # the most --metrics-max-jobs accepts (sidecar/poll/jobs.py watches 256)
 MAX_METRIC_PROCESS_KEYS = 16
 MAX_METRIC_MODELS = 16
 MAX_METRIC_WARNINGS = 32

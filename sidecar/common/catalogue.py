@@ -22,7 +22,7 @@ from functools import cache
 from typing import Any, Union
 
 LANGS = ("en", "zh")
-CATALOGUE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static", "shared", "i18n")
+CATALOGUE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "static", "shared", "i18n")
 MAX_DEPTH = 4  # references inside references, at most this deep
 PLACEHOLDER = re.compile(r"\{(\w+)\}")
 

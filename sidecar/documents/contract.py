@@ -8,7 +8,7 @@ second, `_bytes` bytes, `_fraction` 0-1). From these declarations come:
 - the field tables of `docs/api.md` (`markdown()`),
 - the JSDoc typedefs of `sidecar/static/shared/contract.js`, used by the page and the DSH plugin (`jsdoc()`).
 
-`python -m sidecar.contract --write` regenerates the two files; a test fails when they are not
+`python -m sidecar.documents.contract --write` regenerates the two files; a test fails when they are not
 current. Every key is always present (absent values are null), and no other key is allowed: a
 field added to a document without its line here fails every test that builds that document, since
 the tests run with `DSH_CONTRACT_CHECK=1` (`check()`).
@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from sidecar.sources.nvml_names import CLOCK_EVENT_REASONS
+from sidecar.common.nvml_names import CLOCK_EVENT_REASONS
 
 SCHEMA = 2
 SCHEMA_ID = "https://dsh-gpu-dashboard.invalid/schema/2"
@@ -646,6 +646,6 @@ def check_if_enabled(doc: Any, document: str) -> Any:
 
 
 if __name__ == "__main__":
-    from sidecar.contract_docs import main
+    from sidecar.documents.contract_docs import main
 
     sys.exit(main(sys.argv[1:]))

@@ -28,9 +28,10 @@ import sys
 import threading
 import time
 
-from sidecar import __version__, bounds
-from sidecar.hosts import is_loopback_host, valid_host_name
-from sidecar.summary import human_summary, jobs_summary
+from sidecar import __version__
+from sidecar.cli.summary import human_summary, jobs_summary
+from sidecar.documents import bounds
+from sidecar.serve.hosts import is_loopback_host, valid_host_name
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -335,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
         if argv and argv[0] == "run":
             return _main_run(run_parser().parse_args(argv[1:]))
         if argv and argv[0] == "doctor":
-            from sidecar.doctor import run_doctor
+            from sidecar.cli.doctor import run_doctor
 
             return run_doctor(doctor_parser().parse_args(argv[1:]))
         if argv and argv[0] == "mcp":
@@ -377,7 +378,7 @@ def _main_serve(args: argparse.Namespace) -> int:
             f"no process with pid {args.pid}: is the job running? Find it with "
             "`pgrep -af python`, or start it with `dsh-sidecar run -- python train.py`",
         )
-    from sidecar.poller import Poller
+    from sidecar.poll.poller import Poller
 
     rules = _rules_from_env()
     if args.once:
@@ -396,7 +397,7 @@ def _main_serve(args: argparse.Namespace) -> int:
 
 def _main_discover(args: argparse.Namespace) -> int:
     """Without --pid: every job of this user (root: every user's), found by the sidecar."""
-    from sidecar.jobs import JobsPoller
+    from sidecar.poll.jobs import JobsPoller
 
     rules = _rules_from_env()
     sock = None if args.once else _listen(args)
@@ -446,7 +447,7 @@ def _main_mcp(args: argparse.Namespace) -> int:
         import mcp.server.lowlevel  # noqa: F401  (the optional SDK: fail here, before polling)
     except ImportError:
         return _fail(EXIT_USAGE, "the MCP server needs the MCP SDK: pip install 'dsh-gpu-dashboard[mcp]'")
-    from sidecar import mcp_server
+    from sidecar.serve import mcp_server
 
     if args.url is not None:
         if args.pid is not None:
@@ -460,11 +461,11 @@ def _main_mcp(args: argparse.Namespace) -> int:
             return _fail(EXIT_NO_PID, f"no process with pid {args.pid}: is the job running?")
         rules = _rules_from_env()
         if args.pid is not None:
-            from sidecar.poller import Poller
+            from sidecar.poll.poller import Poller
 
             poller = Poller(args.pid, interval_s=args.interval, history_s=args.history, rules=rules)
         else:
-            from sidecar.jobs import JobsPoller
+            from sidecar.poll.jobs import JobsPoller
 
             poller = JobsPoller(interval_s=args.interval, history_s=args.history, rules=rules)
         backend = mcp_server.LocalBackend(poller)
@@ -490,7 +491,7 @@ def _serving_token(given: str | None, poller) -> tuple[str | None, bool]:
     --pid and `run`: a job's commands, working directory and models), and root's connections are
     not told apart from the owner's: without --token it makes one, shown only to whoever started
     it (as Jupyter does). Another user's sidecar without a token serves its own user and root only
-    (sidecar.peers.OwnerOnly)."""
+    (sidecar.serve.peers.OwnerOnly)."""
     if not given and os.geteuid() == 0:
         return secrets.token_urlsafe(24), True
     return given, False
@@ -521,7 +522,7 @@ def _announce(url: str, token: str | None, generated: bool, watching: str, every
 def _listen(args: argparse.Namespace, *, before_job: bool = False) -> socket.socket:
     """The listening socket on --host/--port, bound before the poller (and `run`'s job) starts, so
     a port that is taken ends the sidecar before anything began."""
-    from sidecar.wsgi import bind_listener
+    from sidecar.serve.wsgi import bind_listener
 
     try:
         return bind_listener(args.host, args.port)
@@ -538,11 +539,11 @@ def _listen(args: argparse.Namespace, *, before_job: bool = False) -> socket.soc
 
 def _serve(args: argparse.Namespace, poller, sock: socket.socket, child: subprocess.Popen | None) -> int:
     """Serve on `sock` (_listen's) until the job is gone (and its grace is over) or a signal."""
-    from sidecar.hosts import host_policy
-    from sidecar.metrics import make_metrics
-    from sidecar.peers import OwnerOnly, own_uid
-    from sidecar.server import ServerConfig, create_app
-    from sidecar.wsgi import create_server
+    from sidecar.serve.hosts import host_policy
+    from sidecar.serve.metrics import make_metrics
+    from sidecar.serve.peers import OwnerOnly, own_uid
+    from sidecar.serve.server import ServerConfig, create_app
+    from sidecar.serve.wsgi import create_server
 
     token, generated = _serving_token(args.token, poller)
     config = ServerConfig(
@@ -670,7 +671,7 @@ def _main_run(args: argparse.Namespace) -> int:
     _SIGNALS.child = child
     if _SIGNALS.received:  # a signal came between install and Popen
         child.send_signal(_SIGNALS.received[-1])
-    from sidecar.poller import Poller
+    from sidecar.poll.poller import Poller
 
     poller = Poller(child.pid, interval_s=args.interval, history_s=args.history, rules=rules)
     return _serve(args, poller, sock, child=child)

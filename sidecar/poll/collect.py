@@ -1,7 +1,7 @@
 """Sources → facts: the one place where what the sources read becomes the verdict's facts.
 
 The poller reads the sources and hands their results here; the verdict decides on the facts; the
-document builder (sidecar/document.py) only presents facts and the verdict. Pure functions plus
+document builder (sidecar/documents/document.py) only presents facts and the verdict. Pure functions plus
 `FactCollector`, which keeps what one poll's facts need from earlier polls (reused process facts,
 the last live processes, when each stopped process was first seen stopped).
 """
@@ -15,12 +15,12 @@ from operator import attrgetter, itemgetter
 from typing import Any
 
 from probe_wire.schema import MODEL_COLLECTED, PUBLISH_FAILED
-from sidecar import bounds
-from sidecar.bounds import MAX_ID_CHARS, clip, clip_opt
-from sidecar.history import GPU_COLUMNS, Sample, pack
-from sidecar.memo import for_the_same_objects
+from sidecar.common.memo import for_the_same_objects
+from sidecar.common.nvml_names import GPU_EFFICIENCY_FIELDS
+from sidecar.documents import bounds
+from sidecar.documents.bounds import MAX_ID_CHARS, clip, clip_opt
+from sidecar.poll.history import GPU_COLUMNS, Sample, pack
 from sidecar.sources.lineage import PYTHON_C_ARGS, RootInfo, is_mp_child, is_mp_helper
-from sidecar.sources.nvml_names import GPU_EFFICIENCY_FIELDS
 from sidecar.verdict import (
     ACCELERATOR_TYPES,
     Facts,
@@ -47,7 +47,7 @@ STOPPED_STATES = ("T", "t")
 
 
 # ---------------------------------------------------------------------------------------------
-# A probe payload → facts (values from a process: typed and clipped here, sidecar/bounds.py)
+# A probe payload → facts (values from a process: typed and clipped here, sidecar/documents/bounds.py)
 # ---------------------------------------------------------------------------------------------
 def _int(x: Any) -> int | None:
     return x if isinstance(x, int) and not isinstance(x, bool) else None
@@ -60,7 +60,7 @@ def _float(x: Any) -> float | None:
 
 
 def _str(x: Any, limit: int = bounds.MAX_TEXT_CHARS) -> str | None:
-    """A string from a process, clipped (sidecar/bounds.py); anything else None."""
+    """A string from a process, clipped (sidecar/documents/bounds.py); anything else None."""
     # Most strings are short: returned without the two calls of clip_opt (a poll makes hundreds).
     return x if type(x) is str and len(x) <= limit else clip_opt(x, limit)
 

@@ -1,7 +1,7 @@
 """HTTP: a Flask app factory, served by waitress.
 
-`create_app(config, source)` takes the poller (or anything with `snapshot()` and `history`) so
-tests inject their own. Requests serve the latest poll and never trigger one.
+`create_app(config, source)` takes any `DocumentSource` (sidecar/serve/source.py): a poller, or
+a test's own. Requests serve the latest poll and never trigger one.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import hmac
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,12 +17,13 @@ from flask import Flask, Response, abort, jsonify, request, send_from_directory
 from werkzeug.exceptions import HTTPException
 
 from sidecar import __version__
-from sidecar.contract import json_schema
-from sidecar.document import NoDefaultJob, UnknownJob
-from sidecar.hosts import HostPolicy
-from sidecar.peers import caller_uid
+from sidecar.documents.contract import json_schema
+from sidecar.documents.document import NoDefaultJob, UnknownJob
+from sidecar.serve.hosts import HostPolicy
+from sidecar.serve.peers import caller_uid
+from sidecar.serve.source import Documents, DocumentSource
 
-STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
+STATIC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "static")
 API = "/api/dsh-gpu-dashboard"
 # The page served at `/`. Its own files are under static/page/, those it shares with the DSH plugin
 # under static/shared/; all are served under /static/, so its relative URLs work behind a path prefix.
@@ -40,7 +42,7 @@ PUBLIC_PREFIXES = ("/static/",)
 PEER_PUBLIC_PATHS = ("/healthz",)
 # A token cookie (this name, + "_<port>"): never accepted, and expired wherever one arrives.
 LEGACY_TOKEN_COOKIE = "dsh_sidecar_token"
-JSON_SCHEMA = json_schema()  # of every document served here (sidecar/contract.py)
+JSON_SCHEMA = json_schema()  # of every document served here (sidecar/documents/contract.py)
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,7 @@ class ServerConfig:
     job_name: str | None = None
     static_dir: str = STATIC_DIR
     hosts: HostPolicy = field(default_factory=HostPolicy)
-    # Who may read it beyond the token (sidecar.peers.OwnerOnly: a sidecar without a token serves
+    # Who may read it beyond the token (sidecar.serve.peers.OwnerOnly: a sidecar without a token serves
     # only its own user and root); None: whoever passes the token check.
     peers: Any = None
 
@@ -65,7 +67,9 @@ def _token_ok(expected: str, given: str | None) -> bool:
     return hmac.compare_digest(expected.encode(), given.encode())
 
 
-def create_app(config: ServerConfig, source: Any, metrics: Any = None) -> Flask:
+def create_app(
+    config: ServerConfig, source: DocumentSource, metrics: Callable[[], tuple[bytes, str]] | None = None
+) -> Flask:
     app = Flask(__name__, static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = 1024  # GET-only API: no body is ever needed
     app.json.sort_keys = False
@@ -134,12 +138,14 @@ def _authorise(config: ServerConfig):
     return _error(403, why) if why else None
 
 
-def _install_routes(app: Flask, config: ServerConfig, source: Any, metrics: Any) -> None:
+def _install_routes(
+    app: Flask, config: ServerConfig, source: DocumentSource, metrics: Callable[[], tuple[bytes, str]] | None
+) -> None:
     """The routes; each serves what the last poll published and never triggers one."""
 
-    def seen() -> Any:
+    def seen() -> Documents:
         """The source as this request's caller sees it: a sidecar listing every user's jobs answers
-        without ?job= with the caller's own job only (JobsPoller.for_caller)."""
+        without ?job= with the caller's own job only (a PerCallerSource's for_caller)."""
         view = getattr(source, "for_caller", None)
         return view(lambda: caller_uid(request.environ)) if view is not None else source
 

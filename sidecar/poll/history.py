@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from itertools import chain, pairwise
 from typing import Any
 
-from sidecar.bounds import clip_opt
+from sidecar.documents.bounds import clip_opt
 from sidecar.verdict import RecentSample
 
 MAX_EVENTS = 1000

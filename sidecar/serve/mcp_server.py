@@ -2,7 +2,7 @@
 
 Three tools, each returning structured content (matching its declared output schema) and a short
 English text for the model: `list_jobs`, `gpu_status(job?)`, `gpu_history(job?, seconds?)`. They
-read a running sidecar over HTTP (--url) or poll in this process (sidecar.jobs.JobsPoller; with
+read a running sidecar over HTTP (--url) or poll in this process (sidecar.poll.jobs.JobsPoller; with
 --pid, one job's Poller). Every failure becomes a tool error of one sentence that says what to do.
 
 The `mcp` package (the official SDK, an optional extra) is imported only by `build_server()`: the
@@ -24,8 +24,9 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from probe_wire.schema import DEVICE_MIXED, DEVICE_NO_PARAMETERS
-from sidecar import __version__, contract
-from sidecar.bounds import (
+from sidecar import __version__
+from sidecar.documents import contract
+from sidecar.documents.bounds import (
     MAX_ID_CHARS,
     MAX_JOBS_SHOWN,
     MAX_MESSAGE_CHARS,
@@ -36,9 +37,9 @@ from sidecar.bounds import (
     one_line_all,
     printable_all,
 )
-from sidecar.document import NoDefaultJob, UnknownJob
-from sidecar.hosts import foreign_listener, is_loopback_host
-from sidecar.mcp_schemas import (
+from sidecar.documents.document import NoDefaultJob, UnknownJob
+from sidecar.serve.hosts import foreign_listener, is_loopback_host
+from sidecar.serve.mcp_schemas import (
     DEFAULT_SECONDS,
     DESCRIPTIONS,
     INPUT_SCHEMAS,
@@ -218,7 +219,7 @@ def _error_text(exc: urllib.error.HTTPError) -> str:
 
 
 class LocalBackend:
-    """Polling in this process: a sidecar.jobs.JobsPoller, or one job's sidecar.poller.Poller (--pid).
+    """Polling in this process: a sidecar.poll.jobs.JobsPoller, or one job's sidecar.poll.poller.Poller (--pid).
     Both have the same three document methods; a document is None until the first poll."""
 
     def __init__(self, poller: Any, first_poll_wait_s: float = FIRST_POLL_WAIT_S):

@@ -22,10 +22,17 @@ from typing import Any
 from probe_wire.cleanup import sweep_dead_segments
 from probe_wire.names import LISTING_SETTLED_S, SHM_DIR, list_segment_files, segment_path
 from probe_wire.procid import process_real_uid
-from sidecar import contract, document
-from sidecar.collect import gpu_facts, job_id
-from sidecar.history import HistoryBudget
-from sidecar.poller import SYSFS_EVERY_POLLS, Poller, _NvmlDown, machine_sources, poll_nvml, read_system_gpus
+from sidecar.documents import contract, document
+from sidecar.poll.collect import gpu_facts, job_id
+from sidecar.poll.history import HistoryBudget
+from sidecar.poll.poller import (
+    SYSFS_EVERY_POLLS,
+    Poller,
+    _NvmlDown,
+    machine_sources,
+    poll_nvml,
+    read_system_gpus,
+)
 from sidecar.sources import lineage
 from sidecar.sources.owners import KnownProcesses
 from sidecar.sources.proctree import ProcessTreeSource, open_file_budget

@@ -12,8 +12,8 @@ from typing import Any
 
 from probe_wire.names import SHM_DIR, list_segment_files, segment_path
 from probe_wire.procid import process_real_uid
-from sidecar import catalogue
-from sidecar.collect import system_gpu_facts
+from sidecar.common import catalogue
+from sidecar.poll.collect import system_gpu_facts
 from sidecar.verdict import Facts, GpuFacts, cpu_build_hint, cuda_unavailable_reason
 
 # Runs in the user's interpreter: it may have a broken torch, so everything is guarded and the

@@ -1,8 +1,8 @@
-"""Facts and the verdict → the status and history documents (schema 2, sidecar/contract.py).
+"""Facts and the verdict → the status and history documents (schema 2, sidecar/documents/contract.py).
 
-Presentation only: the facts come from sidecar/collect.py, the decisions from the verdict; nothing
+Presentation only: the facts come from sidecar/poll/collect.py, the decisions from the verdict; nothing
 here reads a source or decides anything. The documents are the contract the page, the DSH plugin,
-`--once --json` and agents share: sidecar/contract.py declares every key (absent values are null,
+`--once --json` and agents share: sidecar/documents/contract.py declares every key (absent values are null,
 never missing keys).
 """
 
@@ -13,10 +13,10 @@ from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
-from sidecar import bounds, contract
-from sidecar.bounds import MAX_ID_CHARS, MAX_MESSAGE_CHARS, clip, clip_args, clip_opt
-from sidecar.catalogue import Ref, render
-from sidecar.sources.nvml_names import GPU_EFFICIENCY_FIELDS
+from sidecar.common.catalogue import Ref, render
+from sidecar.common.nvml_names import GPU_EFFICIENCY_FIELDS
+from sidecar.documents import bounds, contract
+from sidecar.documents.bounds import MAX_ID_CHARS, MAX_MESSAGE_CHARS, clip, clip_args, clip_opt
 from sidecar.verdict import Facts, Finding, ModelFacts, ProcessFacts, Verdict, memory_growth, model_nvml_index
 
 SCHEMA = contract.SCHEMA
@@ -31,7 +31,7 @@ def _bool(x: Any) -> bool | None:
 
 
 def _str(x: Any, limit: int = bounds.MAX_TEXT_CHARS) -> str | None:
-    """A string from a process, clipped (sidecar/bounds.py); anything else None."""
+    """A string from a process, clipped (sidecar/documents/bounds.py); anything else None."""
     return clip_opt(x, limit)
 
 
@@ -268,7 +268,7 @@ def status_document(
 
 
 def _process_entries(facts: Facts, proc_info: dict[int, Any], entry_cache: dict[int, tuple] | None) -> list:
-    """Process entries, within the count and size bounds (sidecar/bounds.py)."""
+    """Process entries, within the count and size bounds (sidecar/documents/bounds.py)."""
     processes = []
     fresh: dict[int, tuple] = {}
     budget_bytes = bounds.MAX_PROCESS_BYTES

@@ -1,0 +1,43 @@
+"""What the HTTP server reads its documents from, declared here so that the server depends on this
+interface and never on a poller: `sidecar.poll.poller.Poller` (--pid, `run`), `sidecar.poll.jobs.JobsPoller`
+(discovery) and the tests' own sources all provide it.
+
+A source answers from the last poll it published and never polls on a request. Each document
+method returns None before the first poll, and raises `sidecar.documents.document.UnknownJob` for
+a `job` it does not watch or `NoDefaultJob` when `job` is None and no job is the caller's."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+Document = dict[str, Any]
+
+
+class Documents(Protocol):
+    """The three documents, for one caller (`status`, `jobs` and `history` routes)."""
+
+    def status_document(self, job: str | None = None) -> Document | None: ...
+
+    def jobs_document(self) -> Document | None: ...
+
+    def history_document(self, job: str | None = None, since: float | None = None) -> Document | None: ...
+
+
+class DocumentSource(Documents, Protocol):
+    """A poller as the server sees it: its documents and the last poll (`/healthz`)."""
+
+    def snapshot(self) -> tuple[Document | None, float | None]:
+        """The default job's status document (None: none yet) and the last poll's UNIX time."""
+        ...
+
+
+class PerCallerSource(DocumentSource, Protocol):
+    """A source that lists several users' jobs (root's discovery): the job it answers without
+    ?job= depends on who asks, so the server asks it for the caller's view first (a source
+    without `for_caller` answers every caller alike)."""
+
+    def for_caller(self, caller_uid: Callable[[], int | None]) -> Documents:
+        """The documents as the caller whose uid `caller_uid()` gives sees them (called at most
+        once, only when the view needs it)."""
+        ...
