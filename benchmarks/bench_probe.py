@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 import probe  # noqa: E402
-from probe import _steps  # noqa: E402
+from probe import _frameworks  # noqa: E402
 from probe._breakdown import CLOCK as STEP_CLOCK  # noqa: E402
 from probe._state import PROBE  # noqa: E402
 from probe.instrument import ENV_INSTRUMENT  # noqa: E402
@@ -110,7 +110,7 @@ def _lightning_callback(model):
     except ImportError:
         return None
     cb = ProbeCallback(name="bench-mlp")
-    cb._steps = _steps.attach_steps(model, "bench-mlp", "lightning")
+    cb._steps = _frameworks.attach_steps(model, "bench-mlp", "lightning")
     cb._found_children = True
     return cb
 
@@ -295,7 +295,7 @@ def bench_callbacks(rounds: int, steps: int) -> dict:
         from probe.lightning import ProbeCallback as LitCallback
 
         lit = LitCallback(name="bench-callback")
-        lit._steps = _steps.attach_steps(model, "bench-callback", "lightning")
+        lit._steps = _frameworks.attach_steps(model, "bench-callback", "lightning")
         lit._found_children = True
 
         def lightning_steps() -> float:

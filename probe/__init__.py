@@ -13,6 +13,20 @@ turns every call into a no-op.
 
 from __future__ import annotations
 
+# The probe's modules import one another downwards only (tests/unit/test_code_shape.py checks it,
+# function-level and type-only imports included); each line imports only lines below it:
+#
+#   lightning, transformers        the framework callbacks (imported by the user, never by us)
+#   _frameworks                    what they call: the process's Probe
+#   probe (this file)              the public API
+#   _state                         Probe: the segment, its thread, fork and exit; composes
+#   _publisher                       the payload and when it is written
+#   _models                          registration, DataLoader timing, each tick's updates
+#   _journal                         errors, events, warnings given
+#   _steps                         step counters, DataLoader wrappers, worker labels
+#   hooks                          ModelRecord, LoaderTimer, ProbeWorkerInit (its starter injected by _state)
+#   instrument                     the forward class swap and hooks
+#   _syncs, _breakdown, _compiled, _settings, _rate, facts      leaves (then probe_wire)
 from probe._state import PROBE as _PROBE
 from probe._state import ProbeWarning
 

@@ -1,62 +1,45 @@
-"""The probe's per-process state: registered models, events, errors, the segment and its publisher.
+"""The probe's per-process state: the one ``Probe`` (``PROBE``), its segment, its publisher thread,
+and what a fork and the process's exit do to them.
 
-One ``Probe`` per process (``PROBE``). Public calls take ``lock``; the forward hooks never do. After a
-fork the child gets fresh state (its own lock, no writer, no thread, counters reset) from the
-``os.register_at_fork`` handler, so it can never write into its parent's segment; it opens its own
-segment lazily.
+``Probe`` composes the rest: ``Journal`` (errors, events, warnings given: probe/_journal.py),
+``Models`` (registration, DataLoader timing, what each tick updates: probe/_models.py) and
+``Publisher`` (the payload and when it is written: probe/_publisher.py). Public calls take ``lock``;
+the forward hooks never do. After a fork the child gets fresh state (its own lock, no writer, no
+thread, counters reset) from the ``os.register_at_fork`` handler, so it can never write into its
+parent's segment; it opens its own segment lazily.
 """
 
 from __future__ import annotations
 
 import atexit
-import collections
 import os
 import sys
 import threading
-import time
-import warnings
-import weakref
 
-from probe import _settings, _steps, facts
+from probe import hooks
 from probe._breakdown import CLOCK
-from probe._syncs import SyncCounter
-from probe.hooks import LoaderTimer, ModelRecord, ProbeWorkerInit
+from probe._journal import Journal, ProbeWarning
+from probe._models import Models
+from probe._publisher import Publisher
 from probe_wire.cleanup import sweep_dead_segments
 from probe_wire.header import DEFAULT_SEGMENT_BYTES, MAX_SEGMENT_BYTES, MIN_SEGMENT_BYTES, SegmentError
 from probe_wire.names import segment_name
-from probe_wire.schema import (
-    MAX_ERRORS,
-    MAX_EVENTS,
-    MAX_MODELS,
-    MODEL_COLLECTED,
-    PUBLISH_FAILED,
-    empty_payload,
-)
 from probe_wire.writer import SegmentWriter
 
 TYPE_CHECKING = False  # typing costs ~2 ms to import; annotations alone do not need it
 if TYPE_CHECKING:
     from typing import Any
 
+__all__ = ["PROBE", "Probe", "ProbeWarning"]
+
 ENV_ENABLE = "DSH_PROBE"
 ENV_INTERVAL_S = "DSH_PROBE_INTERVAL_S"
 ENV_SEGMENT_BYTES = "DSH_PROBE_SEGMENT_BYTES"
 DEFAULT_INTERVAL_S = 1.0
 MIN_INTERVAL_S = 0.05
-# Collected models whose last entries stay in the payload (Probe.finished), the newest.
-MAX_FINISHED_MODELS = 4
-# Every this often the publisher walks all parameters even if the first one did not move, to catch
-# a submodule moved on its own.
-FULL_TRAVERSAL_S = 30.0
 # A forked child waits this long before opening its own segment: children that exec or exit at once
 # (subprocess helpers, short pool tasks) never create one.
 CHILD_GRACE_S = 0.25
-MESSAGE_MAX_CHARS = 512
-EVENT_NAME_MAX_CHARS = 256
-
-
-class ProbeWarning(UserWarning):
-    """The probe could not do something; it carries on (or turns itself off) without raising."""
 
 
 def _env_float(name: str, default: float, low: float, high: float) -> float:
@@ -87,44 +70,49 @@ class Probe:
         self.thread: threading.Thread | None = None
         self.stopping = False
         self.forked = False
-        self.records: list[ModelRecord] = []
-        # The last payload entries of models that made forward calls and were then collected (a
-        # rank's model when its worker function returns): what ran, for the job's final state.
-        self.finished: collections.deque = collections.deque(maxlen=MAX_FINISHED_MODELS)
-        self.dist_rank: dict | None = None  # rank, world_size, dist_backend once a process group ran
-        self.loader_timers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-        self.events: collections.deque = collections.deque(maxlen=MAX_EVENTS)
-        self.errors: collections.deque = collections.deque(maxlen=MAX_ERRORS)
-        self.warned: set[str] = set()
-        self.device_dirty = False
-        self.publishes = 0
-        # What the last publish said (less its time) and through which writer: a periodic tick with
-        # nothing new leaves the segment alone, so its seq stays and readers skip it.
-        self.last_body: tuple[object, dict] | None = None
-        self.last_traversal_mono = 0.0
         self.mp_finalizer_pid: int | None = None
         self.swept: list[int] = []  # pids whose dead segments this process's probe removed at start
-        self.sync_counter = SyncCounter()
+        self.journal = Journal()
+        self.models = Models(self.journal, self._request_publish)
+        self.publisher = Publisher(self.journal, self.models)
+        # A DataLoader worker starts the probe through hooks.ProbeWorkerInit, which hooks cannot
+        # import us for (we import hooks): this process's Probe is the one it starts.
+        hooks.set_worker_starter(self.activate_worker)
         if self.enabled:
             os.register_at_fork(after_in_child=self._after_fork_in_child)
             atexit.register(self.shutdown, True)
 
-    # -- bookkeeping --------------------------------------------------------------------------------
-    def warn_once(self, key: str, message: str) -> None:
-        if key in self.warned:
-            return
-        self.warned.add(key)
-        warnings.warn(message, ProbeWarning, stacklevel=4)
+    # -- what the collaborators hold, under the names callers and tests read -------------------------
+    @property
+    def records(self) -> list:
+        return self.models.records
 
+    @property
+    def sync_counter(self) -> Any:
+        return self.models.sync_counter
+
+    @property
+    def errors(self) -> Any:
+        return self.journal.errors
+
+    @property
+    def events(self) -> Any:
+        return self.journal.events
+
+    @property
+    def warned(self) -> set[str]:
+        return self.journal.warned
+
+    @property
+    def publishes(self) -> int:
+        return self.publisher.publishes
+
+    # -- bookkeeping --------------------------------------------------------------------------------
     def record_error(self, where: str, error: BaseException | str) -> None:
-        if isinstance(error, BaseException):
-            message = f"{type(error).__name__}: {error}"
-        else:
-            message = str(error)
-        self.errors.append({"time": time.time(), "where": where[:64], "message": message[:MESSAGE_MAX_CHARS]})
+        self.journal.record_error(where, error)
 
     def _request_publish(self) -> None:
-        self.device_dirty = True
+        self.models.device_dirty = True
         self.wake.set()
 
     def _check_pid(self) -> None:
@@ -146,10 +134,10 @@ class Probe:
             # Turn the whole probe off: a process without a segment has nothing to publish to.
             self.enabled = False
             self.disabled_reason = f"cannot create shared-memory segment {segment_name(os.getpid())}: {e}"
-            self.warn_once("segment", f"dsh probe disabled: {self.disabled_reason}")
+            self.journal.warn_once("segment", f"dsh probe disabled: {self.disabled_reason}")
             return False
         if self.writer.fallback_reason:  # its name was squatted: it still publishes, under another
-            self.warn_once("segment-name", f"dsh probe: {self.writer.fallback_reason}")
+            self.journal.warn_once("segment-name", f"dsh probe: {self.writer.fallback_reason}")
         self._register_mp_finalizer()
         if start_thread:
             self._start_thread_locked(first_delay_s=None)
@@ -219,16 +207,10 @@ class Probe:
         self.thread = None
         self.stopping = False
         self.forked = True
-        self.events.clear()
-        self.errors.clear()
-        self.finished.clear()
-        self.dist_rank = None
-        self.publishes = 0
-        self.last_body = None
-        for rec in self.records:
-            rec.reset_after_fork()
+        self.journal.reset_after_fork()
+        self.models.reset_after_fork()
+        self.publisher.reset_after_fork()
         CLOCK.reset()
-        self.sync_counter.reset_after_fork()
         if old_writer is not None:
             try:
                 old_writer.detach()  # unmaps our copy of the mapping; the parent's stays intact
@@ -259,9 +241,7 @@ class Probe:
             if writer is not None and os.getpid() == self.pid:
                 # A process whose last publish named models leaves it behind, marked closed, for a
                 # sidecar whose next poll comes after this process's end: the job's final state.
-                keep = at_exit and bool(
-                    self.last_body and self.last_body[0] is writer and self.last_body[1].get("models")
-                )
+                keep = at_exit and self.publisher.last_named_models(writer)
                 writer.close(unlink=not keep, keep_final=keep)
         except Exception:  # noqa: BLE001 -- exiting: there is nobody left to tell
             pass
@@ -276,172 +256,11 @@ class Probe:
 
     # -- publishing -----------------------------------------------------------------------------------
     def build_payload_locked(self) -> dict:
-        now = time.time()
-        torch = sys.modules.get("torch")
-        payload = empty_payload()
-        payload.update(facts.identity())
-        try:
-            who = self._remembered_rank(facts.role(self.forked))
-        except Exception as e:  # noqa: BLE001 -- one bad fact must not hide the others
-            self.record_error("role", e)
-            who = {}
-        payload.update(who)
-        try:
-            payload["runtime"] = facts.runtime(torch)
-            payload["memory"] = facts.memory(torch)
-        except Exception as e:  # noqa: BLE001
-            self.record_error("runtime", e)
-        is_worker = payload["role"] == "dataloader-worker"
-        models = []
-        for rec in self.records:
-            # A worker forked from the trainer carries copies of its models: they are the trainer's.
-            if is_worker and rec.inherited:
-                continue
-            models.append(self._model_entry(rec))
-        models.extend(self.finished)
-        payload["models"] = models[:MAX_MODELS]
-        payload["loader"] = _steps.worker_loader_label() if is_worker else None
-        # tuple() copies in one C call: forward hooks append errors without the lock, and iterating
-        # the deque itself while one does would raise "deque mutated during iteration".
-        if torch is not None:
-            try:
-                payload["math"] = _settings.math_settings(torch)
-            except Exception as e:  # noqa: BLE001
-                self.record_error("math", e)
-        steps, syncs = CLOCK.figures()
-        payload["steps"] = steps
-        payload["syncs_per_step"] = syncs if self.sync_counter.counting() else None
-        payload["events"] = [dict(e) for e in tuple(self.events)]
-        payload["errors"] = [dict(e) for e in tuple(self.errors)]
-        payload["published_at"] = now
-        return payload
-
-    def _remembered_rank(self, who: dict) -> dict:
-        """A process that ran as a torch.distributed rank stays that rank once its process group is
-        destroyed (the last thing a DDP script does, just before its final publish at exit)."""
-        if who.get("dist_backend") is not None:
-            self.dist_rank = {k: who[k] for k in ("rank", "world_size", "dist_backend")}
-        elif self.dist_rank is not None and who.get("role") in ("main", "child"):
-            who = {**who, **self.dist_rank, "role": "rank"}
-        return who
-
-    @staticmethod
-    def _model_entry(rec: ModelRecord, **over: object) -> dict:
-        entry = rec.to_payload()
-        entry.update(_steps.step_fields(rec.steps))
-        entry["shared_memory"] = _steps.shares_memory(rec)
-        entry.update(over)
-        return entry
-
-    def _note_compiled_locked(self, rec: ModelRecord) -> None:
-        # Compiled calls of a frame dynamo compiled are counted after their graph (probe/_compiled.py).
-        # Other compiled calls (a module inlined into a compiled parent, torch without the means)
-        # cannot be: all we know is that at least one ran since the last look, which is enough to
-        # say when the model last ran, and the payload says its count misses them.
-        rec.compiled_seen = False
-        if rec.compiled_counted:
-            rec.compiled_counted = False
-            return
-        rec.compiled_uncounted = True
-        rec.last_forward_time = time.time()
-        if not rec.compiled_noted:
-            rec.compiled_noted = True
-            message = (
-                f"model {rec.name!r} runs inside torch.compile (or was exported), where its forward calls cannot be counted; "
-                "register the compiled module instead: probe.register(torch.compile(model)), "
-                "or call probe.register(model) after torch.compile"
-            )
-            self.record_error("compile", message)
-            # Once per record by compiled_noted. Not warn_once keyed by id(rec): a new model may get
-            # the id of a collected one, and its warning would be swallowed.
-            warnings.warn(f"dsh probe: {message}", ProbeWarning, stacklevel=3)
-
-    def _traverse_all_locked(self) -> None:
-        for rec in self.records:
-            try:
-                rec.traverse()
-            except Exception as e:  # noqa: BLE001
-                self.record_error("traverse", e)
-        self.last_traversal_mono = time.monotonic()
+        return self.publisher.build_payload(self.forked)
 
     def _publish_locked(self, periodic: bool, traverse: bool = False) -> None:
-        if self.writer is None:
-            return
-        now_mono = time.monotonic()
-        # register() holds a model weakly: one nobody else kept (probe.register(Net())) is gone.
-        for rec in self.records:
-            if not rec.alive:
-                if rec.forward_calls:
-                    self.finished.append(self._model_entry(rec, forward_rate_hz=0.0))
-                else:  # registered and dropped unused: probe.register(Net()) with nothing keeping it
-                    self.record_error(MODEL_COLLECTED, rec.name)
-        self.records = [r for r in self.records if r.alive]
-        self._poll_syncs_locked()
-        if periodic:
-            CLOCK.update(now_mono)
-            for rec in self.records:
-                rec.update_rate(now_mono)
-                rec.armed = True
-                if rec.compiled_seen:
-                    self._note_compiled_locked(rec)
-        dirty, self.device_dirty = self.device_dirty, False
-        if not traverse and (dirty or periodic):
-            if now_mono - self.last_traversal_mono >= FULL_TRAVERSAL_S:
-                traverse = True
-            else:
-                for rec in self.records:
-                    try:
-                        if rec.first_device_changed():
-                            traverse = True
-                            break
-                    except Exception as e:  # noqa: BLE001
-                        self.record_error("traverse", e)
-        if traverse:
-            self._traverse_all_locked()
-        payload = self.build_payload_locked()
-        body = dict(payload)
-        del body["published_at"]
-        last = self.last_body
-        if periodic and last is not None and last[0] is self.writer and last[1] == body:
-            return
-        try:
-            self.writer.publish(payload)
-            self.publishes += 1
-            self.last_body = (self.writer, body)
-        except Exception as e:  # noqa: BLE001 -- recorded; the next publish tries again
-            self.record_error("publish", e)
-            self._publish_failure_locked(e)
-
-    def _poll_syncs_locked(self) -> None:
-        """Sync counting follows the models registered with ``syncs=True`` (see probe/_syncs.py)."""
-        counter = self.sync_counter
-        if counter.state == "off" and not any(r.syncs for r in self.records):
-            return
-        try:
-            torch = sys.modules.get("torch")
-            if not any(r.syncs for r in self.records):
-                counter.release(torch)
-            elif torch is not None:
-                why = counter.poll(torch)
-                if why is not None:
-                    self.record_error("syncs", f"host-device syncs are not counted: {why}")
-        except Exception as e:  # noqa: BLE001
-            self.record_error("syncs", e)
-
-    def _publish_failure_locked(self, error: BaseException) -> None:
-        """Publish this process's identity and the error alone: the sidecar then says the probe
-        failed, instead of showing the last facts as current or asking for a register() call."""
-        try:
-            now = time.time()
-            payload = empty_payload()
-            payload.update(facts.identity())
-            message = f"{type(error).__name__}: {error}"[:MESSAGE_MAX_CHARS]
-            payload["errors"] = [{"time": now, "where": PUBLISH_FAILED, "message": message}]
-            payload["published_at"] = now
-            self.writer.publish(payload)
-            self.last_body = None  # the next tick tries the whole payload again
-        except Exception:  # noqa: BLE001 -- nothing smaller to publish
-            pass
+        if self.writer is not None:
+            self.publisher.publish(self.writer, self.forked, periodic, traverse)
 
     # -- public operations (wrapped by probe/__init__.py) ------------------------------------------------
     def register(self, model: Any, name: str | None = None, loader: Any = None, syncs: bool = False) -> Any:
@@ -452,81 +271,19 @@ class Probe:
             if not self._activate_locked():
                 return model
             try:
-                self._register_locked(model, name, loader, syncs)
+                self.models.register(model, name, loader, syncs)
             except Exception as e:  # noqa: BLE001 -- register() never raises into the training script
                 self.record_error("register", e)
-                self.warn_once("register-failed", f"dsh probe: register() failed: {e}")
+                self.journal.warn_once("register-failed", f"dsh probe: register() failed: {e}")
             self._publish_locked(periodic=False, traverse=True)
         return model
-
-    def _register_locked(self, model: Any, name: str | None, loader: Any, syncs: bool = False) -> None:
-        torch = sys.modules.get("torch")
-        if torch is None or not isinstance(model, torch.nn.Module):
-            message = f"register() needs a torch.nn.Module, got {type(model).__name__}"
-            self.record_error("register", message)
-            self.warn_once("register-type", f"dsh probe: {message}; nothing registered")
-            return
-        rec = next((r for r in self.records if r.module_ref() is model), None)
-        if rec is None:
-            rec = ModelRecord(model, name, torch, self.record_error, self._request_publish)
-            rec.install_hook(model)
-            self.records.append(rec)
-        elif name is not None:
-            rec.name = str(name)[:256]
-        if loader is not None:
-            self._attach_loader_locked(rec, loader)
-        if syncs is True:
-            rec.syncs = True
-            self.sync_counter.request()
-        self._install_optimizer_hooks_locked(torch, rec)
-
-    def _install_optimizer_hooks_locked(self, torch: Any, rec: ModelRecord) -> None:
-        """torch's global optimizer step hooks, for the step breakdown: once per process."""
-        try:
-            CLOCK.install_optimizer_hooks(torch, rec.is_compiling)
-        except Exception as e:  # noqa: BLE001 -- the breakdown goes without the optimizer's time
-            CLOCK.handles = ()
-            self.record_error("optimizer-hooks", e)
-
-    def _attach_loader_locked(self, rec: ModelRecord, loader: Any) -> None:
-        # A wrapper (accelerate's DataLoaderShard, ...) is timed through the DataLoader it iterates.
-        loader = _steps.find_dataloader(loader) or loader
-        try:
-            timer = self.loader_timers.get(loader)
-        except TypeError:
-            timer = None  # not weak-referenceable: cannot be a DataLoader
-        if timer is None:
-            timer = LoaderTimer()
-            try:
-                timer.install(loader)
-            except Exception as e:  # noqa: BLE001
-                self.record_error("loader", e)
-                self.warn_once("loader", f"dsh probe: loader timing not installed: {e}")
-                return
-            self.loader_timers[loader] = timer
-            # Spawned workers never import the probe by themselves: have them start it.
-            current = getattr(loader, "worker_init_fn", None)
-            if not isinstance(current, ProbeWorkerInit):
-                try:
-                    loader.worker_init_fn = ProbeWorkerInit(current)
-                except Exception as e:  # noqa: BLE001
-                    self.record_error("loader", e)
-        rec.loader_timer = timer
-        rec.attach_loader(loader)  # weak-referenceable: it is a key of loader_timers
 
     def unregister(self, model: Any) -> bool:
         if not self.enabled:
             return False
         self._check_pid()
         with self.lock:
-            keep, removed = [], False
-            for rec in self.records:
-                if rec.module_ref() is model:
-                    rec.remove_hook()
-                    removed = True
-                else:
-                    keep.append(rec)
-            self.records = keep
+            removed = self.models.unregister(model)
             if removed:
                 self._publish_locked(periodic=False)
             return removed
@@ -538,7 +295,7 @@ class Probe:
         with self.lock:
             if not self._activate_locked():
                 return
-            self.events.append({"time": time.time(), "name": str(name)[:EVENT_NAME_MAX_CHARS]})
+            self.journal.event(name)
             self._publish_locked(periodic=False, traverse=True)
 
     def refresh(self) -> None:

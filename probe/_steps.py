@@ -10,7 +10,6 @@ Nothing here imports torch or a framework; the callbacks' modules do, and only t
 
 from __future__ import annotations
 
-import sys
 import time
 
 from probe._breakdown import CLOCK, FRAMEWORK
@@ -26,6 +25,7 @@ __all__ = [
     "StepCounter",
     "find_dataloader",
     "label_loader",
+    "shares_memory",
     "step_fields",
     "worker_loader_label",
 ]
@@ -179,84 +179,3 @@ def shares_memory(rec: Any) -> bool | None:
     except Exception:  # noqa: BLE001 -- a fact we could not read is an unknown one
         return None
     return None
-
-
-# -- what the callbacks call -----------------------------------------------------------------------
-def attach_steps(model: Any, name: str | None, source: str) -> StepCounter | None:
-    """Register ``model`` (once) and give its record a StepCounter; None when the probe is off.
-
-    The counter's data-wait window becomes the model's own unless ``register(..., loader=)`` already
-    times a real DataLoader for it."""
-    from probe import _state
-
-    torch = sys.modules.get("torch")
-    if torch is None or not isinstance(model, torch.nn.Module):
-        return None  # not something a trainer trains: nothing the user could act on, so no warning
-    probe = _state.PROBE
-    probe.register(model, name=name)
-    with probe.lock:
-        rec = next((r for r in probe.records if r.module_ref() is model), None)
-        if rec is None:
-            return None
-        old = rec.steps
-        if old is None or old.source != source:
-            rec.steps = StepCounter(source)
-        if rec.loader_timer is None or (old is not None and rec.loader_timer is old.timer):
-            rec.loader_timer = rec.steps.timer
-        return rec.steps
-
-
-def attach_loader(model: Any, loader: Any) -> None:
-    """The DataLoader a trainer feeds ``model`` from, for its ``loader_settings`` (unless
-    ``register(..., loader=)`` named one already)."""
-    from probe import _state
-
-    base = find_dataloader(loader)
-    if base is None:
-        return
-    with _state.PROBE.lock:
-        for rec in _state.PROBE.records:
-            if rec.module_ref() is model and (rec.loader_ref is None or rec.loader_ref() is None):
-                rec.attach_loader(base)
-
-
-def record_error(where: str, error: BaseException) -> None:
-    """A callback's failure: recorded in the payload's errors, never raised or printed."""
-    try:
-        from probe import _state
-
-        _state.PROBE.record_error(where, error)
-    except Exception:  # noqa: BLE001 -- nothing left to tell
-        pass
-
-
-def event(name: str) -> None:
-    from probe import _state
-
-    _state.PROBE.event(name)
-
-
-def registered(model: Any) -> bool:
-    from probe import _state
-
-    with _state.PROBE.lock:
-        return any(r.module_ref() is model for r in _state.PROBE.records)
-
-
-def guarded_hook(where: str) -> Any:
-    """Decorate a framework callback's hook: a failure is recorded under ``where``, never raised into
-    the trainer; the hook returns None (a transformers ``control`` is left untouched)."""
-
-    def wrap(fn: Any) -> Any:
-        def hook(self: Any, *args: Any, **kwargs: Any) -> None:
-            try:
-                fn(self, *args, **kwargs)
-            except Exception as e:  # noqa: BLE001 -- the probe must never break the trainer
-                record_error(where, e)
-
-        hook.__name__ = fn.__name__
-        hook.__qualname__ = fn.__qualname__
-        hook.__doc__ = fn.__doc__
-        return hook
-
-    return wrap

@@ -27,6 +27,7 @@ from probe_wire.schema import DEVICE_MIXED, DEVICE_NO_PARAMETERS
 
 TYPE_CHECKING = False  # typing costs ~2 ms to import; annotations alone do not need it
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "ProbeWorkerInit",
     "find_input_device",
     "find_input_tensor",
+    "set_worker_starter",
     "unwrap_model",
 ]
 
@@ -197,6 +199,17 @@ class LoaderTimer:
         return fraction, wait_s / n, step_s / n, n
 
 
+# What ProbeWorkerInit calls in a worker: the process's Probe's activate_worker, set by probe._state
+# when it creates that Probe (importing any probe module runs probe/__init__, which creates it, so it
+# is set before a worker can unpickle a ProbeWorkerInit). Injected, not imported: _state imports us.
+_worker_starter: Callable[[int], None] | None = None
+
+
+def set_worker_starter(start: Callable[[int], None]) -> None:
+    global _worker_starter
+    _worker_starter = start
+
+
 class ProbeWorkerInit:
     """A DataLoader ``worker_init_fn`` that starts the probe in the worker, then calls the user's.
 
@@ -216,9 +229,9 @@ class ProbeWorkerInit:
 
     def __call__(self, worker_id: int) -> None:
         try:
-            from probe import _state
-
-            _state.PROBE.activate_worker(worker_id)
+            start = _worker_starter
+            if start is not None:
+                start(worker_id)
         except Exception:  # noqa: BLE001 -- the probe must never break a user's data loading
             pass
         if self.user_fn is not None:

@@ -38,8 +38,6 @@ TYPE_CHECKING = False  # typing costs ~2 ms to import; annotations alone do not 
 if TYPE_CHECKING:
     from typing import Any
 
-    from probe.hooks import ModelRecord
-
 __all__ = [
     "DETACHED_AUDIT_EVENT",
     "ClassPatch",
@@ -90,7 +88,7 @@ class PreHook:
 
     __slots__ = ("is_compiling", "rec", "timed")
 
-    def __init__(self, rec: ModelRecord, is_compiling: Any) -> None:
+    def __init__(self, rec: Any, is_compiling: Any) -> None:
         self.rec = rec
         self.is_compiling = is_compiling
         self.timed = False  # set once its PostHook is installed: only then is a started time ended
@@ -634,7 +632,7 @@ def _forward_owner(model: Any, module_type: type) -> Any:
 _DISTRIBUTED_WRAPPERS = frozenset({"DistributedDataParallel", "FullyShardedDataParallel"})
 
 
-def install(model: Any, rec: ModelRecord, torch: Any) -> tuple[Any, str]:
+def install(model: Any, rec: Any, torch: Any) -> tuple[Any, str]:
     """Instrument ``model``'s forward for ``rec``: (handle with ``remove()``, how)."""
     owner = _forward_owner(model, torch.nn.Module)
     try:

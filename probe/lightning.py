@@ -23,7 +23,8 @@ never printed, and nothing here touches a batch, an output or the module's state
 
 from __future__ import annotations
 
-from probe import _steps
+import probe
+from probe import _frameworks, _steps
 from probe._breakdown import CLOCK
 
 TYPE_CHECKING = False
@@ -98,39 +99,39 @@ class ProbeCallback(*_callback_bases()):
         self._found_children = False
 
     # -- fit -------------------------------------------------------------------------------------
-    @_steps.guarded_hook("lightning.on_fit_start")
+    @_frameworks.guarded_hook("lightning.on_fit_start")
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
-        self._steps = _steps.attach_steps(pl_module, self._model_name(pl_module), SOURCE)
-        _steps.event("lightning: fit start")
+        self._steps = _frameworks.attach_steps(pl_module, self._model_name(pl_module), SOURCE)
+        _frameworks.event("lightning: fit start")
 
-    @_steps.guarded_hook("lightning.on_fit_end")
+    @_frameworks.guarded_hook("lightning.on_fit_end")
     def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
         self._unwatch()
-        _steps.event(f"lightning: fit end after {self._count()} steps")
+        _frameworks.event(f"lightning: fit end after {self._count()} steps")
 
-    @_steps.guarded_hook("lightning.on_exception")
+    @_frameworks.guarded_hook("lightning.on_exception")
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         self._unwatch()
-        _steps.event(f"lightning: {type(exception).__name__} after {self._count()} steps")
+        _frameworks.event(f"lightning: {type(exception).__name__} after {self._count()} steps")
 
-    @_steps.guarded_hook("lightning.on_train_start")
+    @_frameworks.guarded_hook("lightning.on_train_start")
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         # Both loaders exist by now; workers started later (the next epoch's, each validation
         # run's) say which loader they serve.
         self._label(trainer)
         train = _loaders(getattr(trainer, "train_dataloader", None))
         if train:
-            _steps.attach_loader(pl_module, train[0])
+            _frameworks.attach_loader(pl_module, train[0])
 
     # -- epochs and batches -------------------------------------------------------------------------
-    @_steps.guarded_hook("lightning.on_train_epoch_start")
+    @_frameworks.guarded_hook("lightning.on_train_epoch_start")
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         self._label(trainer)
         if self._steps is not None:
             self._steps.epoch_start()
-        _steps.event(f"lightning: train epoch {int(trainer.current_epoch)}")
+        _frameworks.event(f"lightning: train epoch {int(trainer.current_epoch)}")
 
-    @_steps.guarded_hook("lightning.on_train_batch_start")
+    @_frameworks.guarded_hook("lightning.on_train_batch_start")
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         if self._steps is not None:
             self._steps.batch_start()
@@ -138,7 +139,7 @@ class ProbeCallback(*_callback_bases()):
             self._found_children = True
             self._start_watch(pl_module)
 
-    @_steps.guarded_hook("lightning.on_train_batch_end")
+    @_frameworks.guarded_hook("lightning.on_train_batch_end")
     def on_train_batch_end(
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
@@ -147,17 +148,17 @@ class ProbeCallback(*_callback_bases()):
         if self._steps is not None:
             self._steps.step_end()
 
-    @_steps.guarded_hook("lightning.on_before_optimizer_step")
+    @_frameworks.guarded_hook("lightning.on_before_optimizer_step")
     def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
         # Lightning runs training_step and backward in a closure inside optimizer.step(); this hook
         # runs when that closure returns: the optimizer's own time starts here.
         CLOCK.closure_done()
 
-    @_steps.guarded_hook("lightning.on_validation_start")
+    @_frameworks.guarded_hook("lightning.on_validation_start")
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
         self._label(trainer)
 
-    @_steps.guarded_hook("lightning.on_validation_end")
+    @_frameworks.guarded_hook("lightning.on_validation_end")
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         if self._steps is not None:
             self._steps.resume()  # validation inside an epoch is not a wait for training data
@@ -183,7 +184,7 @@ class ProbeCallback(*_callback_bases()):
             called.add(id(module))
 
         for name, module in _watch_candidates(pl_module):
-            if _steps.registered(module):
+            if _frameworks.registered(module):
                 continue
             self._watch.append((name, module, module.register_forward_pre_hook(seen)))
 
@@ -192,8 +193,6 @@ class ProbeCallback(*_callback_bases()):
         for _, _, handle in watched:
             handle.remove()
         base = self._model_name(pl_module)
-        import probe
-
         for name, module, _ in watched:
             if id(module) in self._called:
                 probe.register(module, name=f"{base}.{name}")
@@ -205,4 +204,4 @@ class ProbeCallback(*_callback_bases()):
             try:
                 handle.remove()
             except Exception as e:  # noqa: BLE001
-                _steps.record_error("lightning.unwatch", e)
+                _frameworks.record_error("lightning.unwatch", e)

@@ -20,7 +20,7 @@ never printed. Callbacks cannot change the forward pass, and this one returns no
 
 from __future__ import annotations
 
-from probe import _steps
+from probe import _frameworks, _steps
 from transformers import TrainerCallback
 
 TYPE_CHECKING = False
@@ -39,11 +39,11 @@ class ProbeCallback(TrainerCallback):
         self.name = name
         self._steps: _steps.StepCounter | None = None
 
-    @_steps.guarded_hook("transformers.on_train_begin")
+    @_frameworks.guarded_hook("transformers.on_train_begin")
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         model = kwargs.get("model")
         if model is not None:
-            self._steps = _steps.attach_steps(model, self.name, SOURCE)
+            self._steps = _frameworks.attach_steps(model, self.name, SOURCE)
             if self._steps is not None:
                 # A resumed run starts at its checkpoint's step: a count, not a step that ended.
                 self._steps.step_end(state.global_step, boundary=False)
@@ -52,40 +52,40 @@ class ProbeCallback(TrainerCallback):
         if loader is not None:
             _steps.label_loader(loader, "train")
             if model is not None:
-                _steps.attach_loader(model, loader)
-        _steps.event("transformers: train begin")
+                _frameworks.attach_loader(model, loader)
+        _frameworks.event("transformers: train begin")
 
-    @_steps.guarded_hook("transformers.on_epoch_begin")
+    @_frameworks.guarded_hook("transformers.on_epoch_begin")
     def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self._steps is not None:
             self._steps.epoch_start()
 
-    @_steps.guarded_hook("transformers.on_step_begin")
+    @_frameworks.guarded_hook("transformers.on_step_begin")
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self._steps is not None:
             self._steps.batch_start()
 
-    @_steps.guarded_hook("transformers.on_step_end")
+    @_frameworks.guarded_hook("transformers.on_step_end")
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self._steps is not None:
             self._steps.step_end(state.global_step)
 
-    @_steps.guarded_hook("transformers.on_evaluate")
+    @_frameworks.guarded_hook("transformers.on_evaluate")
     def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._resume()
-        _steps.event(f"transformers: evaluate at step {int(state.global_step)}")
+        _frameworks.event(f"transformers: evaluate at step {int(state.global_step)}")
 
-    @_steps.guarded_hook("transformers.on_save")
+    @_frameworks.guarded_hook("transformers.on_save")
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._resume()
 
-    @_steps.guarded_hook("transformers.on_log")
+    @_frameworks.guarded_hook("transformers.on_log")
     def on_log(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._resume()
 
-    @_steps.guarded_hook("transformers.on_train_end")
+    @_frameworks.guarded_hook("transformers.on_train_end")
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        _steps.event(f"transformers: train end at step {int(state.global_step)}")
+        _frameworks.event(f"transformers: train end at step {int(state.global_step)}")
 
     def _resume(self) -> None:
         # Logging, saving and evaluating happen between one step's end and the next one's start:

@@ -11,6 +11,7 @@ no sidecar.
     schema    the payload schema (schema 1), its validators, ``empty_payload``, its text for the docs
     codec     msgpack: encoding trimmed to fit, bounded decoding
     prefix    a payload's leading bytes (identity, role, runtime), decoded once per process
+    procfs    where /proc is (``PROCFS_PATH``, ``proc_path``): one root for every reader
     procid    who a process is, read from /proc (pid, start_ticks, uid, PID namespace)
     writer    ``SegmentWriter``
     reader    ``read_segment``, ``SegmentRead``
@@ -31,7 +32,9 @@ import importlib
 # Where the names this package exports live: each module's ``__all__`` says what it exports.
 # Looked in in this order, each after what it imports: a name of the follower costs the reader too,
 # but not the writer (mmap, posix_ipc).
-_MODULES = ("names", "header", "procid", "schema", "codec", "prefix", "cleanup", "reader", "follower", "writer")
+_MODULES = (
+    "names", "header", "procfs", "procid", "schema", "codec", "prefix", "cleanup", "reader", "follower", "writer",
+)
 
 
 def __getattr__(name: str) -> object:

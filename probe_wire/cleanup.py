@@ -8,6 +8,7 @@ import os
 
 from probe_wire.header import header_identity
 from probe_wire.names import MAX_LISTED_NAMES, SCRATCH_RE, SHM_DIR, random_name_suffixes, scan, segment_path
+from probe_wire.procfs import proc_path
 from probe_wire.procid import (
     ZOMBIE_STATES,
     pid_namespace_id,
@@ -78,7 +79,7 @@ def _writer_dead(pid: int, start_ticks: int) -> bool:
     """Provably dead in our PID namespace: no such pid, a zombie, or the pid is another process now.
     A pid whose /proc entry exists but cannot be read (hidepid) proves nothing."""
     try:
-        os.stat(f"/proc/{int(pid)}")
+        os.stat(proc_path(int(pid)))
     except FileNotFoundError:
         return True
     except OSError:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 
+from probe_wire.procfs import proc_path
+
 __all__ = [
     "ZOMBIE_STATES",
     "pid_namespace_id",
@@ -23,7 +25,6 @@ __all__ = [
     "process_state",
 ]
 
-_PROC = "/proc"
 # A zombie or a dead task does nothing more: its segment is finished although its pid still shows.
 ZOMBIE_STATES = ("Z", "X", "x")
 
@@ -31,7 +32,7 @@ ZOMBIE_STATES = ("Z", "X", "x")
 def _stat_fields(pid: int) -> list[bytes] | None:
     """The fields of ``/proc/<pid>/stat`` after the command name; [0] is field 3 (state)."""
     try:
-        with open(f"{_PROC}/{int(pid)}/stat", "rb") as f:
+        with open(proc_path(int(pid), "stat"), "rb") as f:
             data = f.read(4096)
     except (OSError, ValueError):
         return None
@@ -72,7 +73,7 @@ def process_real_uid(pid: int) -> int | None:
     """The real uid of ``pid`` (first field of the ``Uid:`` line of /proc/<pid>/status); None when
     gone or unreadable."""
     try:
-        with open(f"{_PROC}/{int(pid)}/status", "rb") as f:
+        with open(proc_path(int(pid), "status"), "rb") as f:
             for line in f:
                 if line.startswith(b"Uid:"):
                     return int(line.split()[1])
@@ -96,7 +97,7 @@ def pid_namespace_id() -> int:
     if last is not None and last[0] == pid:
         return last[1]
     try:
-        st = os.stat(f"{_PROC}/self/ns/pid")
+        st = os.stat(proc_path("self", "ns", "pid"))
     except OSError:
         return 0
     ns = ((st.st_dev & 0xFFFFFFFF) << 32) | (st.st_ino & 0xFFFFFFFF)
@@ -109,6 +110,6 @@ def proc_is_ours() -> bool:
     ``unshare -p -f`` without ``--mount-proc`` it shows the parent's, where a pid we cannot find
     says nothing about a process of ours."""
     try:
-        return os.readlink(f"{_PROC}/self") == str(os.getpid())
+        return os.readlink(proc_path("self")) == str(os.getpid())
     except OSError:
         return False

@@ -264,6 +264,26 @@ def _file_problem(pid: int, path: str, st: os.stat_result) -> SegmentRead | None
     return None
 
 
+def _header_problem(magic: bytes, version: int, hsize: int, length: int, size: int) -> str | None:
+    """Why a header read whole (an even seq) is not one this reader can use; None when it is."""
+    if magic != MAGIC:
+        return f"bad magic {magic!r}"
+    if version != FORMAT_VERSION:
+        return f"unsupported format version {version}"
+    if hsize != HEADER_BYTES:
+        return f"header size {hsize}, expected {HEADER_BYTES}"
+    if length > size - HEADER_BYTES:
+        return f"payload length {length} exceeds the segment's {size - HEADER_BYTES} bytes"
+    if length == 0:
+        return "payload length 0"
+    return None
+
+
+def _read_bytes(raw: bytes, data: bytes, end: int, copied: bool) -> bytes:
+    """The header and payload bytes of an ok read: ``raw`` when it held the payload too."""
+    return raw[:end] if copied else raw[:HEADER_BYTES] + data
+
+
 def read_consistent(
     fd: int, pid: int, size: int, expected: int | None, attempts: int,
     slot: PrefixSlot | None = None, first: bytes | None = None,
@@ -294,17 +314,7 @@ def read_consistent(
         # its order (positional: a dict of them spread as keywords cost a changed payload 0.6 us of 12).
         header = (wpid, ticks, published_at, bool(flags & FLAG_TRIMMED), seq, wns)
         # Header checks are only trusted once seq proves the header was not being rewritten under us.
-        reason = None
-        if magic != MAGIC:
-            reason = f"bad magic {magic!r}"
-        elif version != FORMAT_VERSION:
-            reason = f"unsupported format version {version}"
-        elif hsize != HEADER_BYTES:
-            reason = f"header size {hsize}, expected {HEADER_BYTES}"
-        elif length > size - HEADER_BYTES:
-            reason = f"payload length {length} exceeds the segment's {size - HEADER_BYTES} bytes"
-        elif length == 0:
-            reason = "payload length 0"
+        reason = _header_problem(magic, version, hsize, length, size)
         if reason is not None:
             if _read_seq(fd) != seq:
                 continue
@@ -330,9 +340,7 @@ def read_consistent(
             # The writer's last publish, made as it exited: the segment is gone ("missing"), and a
             # reader that still held the file learns the final facts (never kept to follow).
             return SegmentRead(pid, "missing", r.payload, CLOSED_ERROR, *header), None
-        if r.state != "ok":
-            return r, None
-        return r, (raw[:end] if copied else raw[:HEADER_BYTES] + data)
+        return r, (_read_bytes(raw, data, end, copied) if r.state == "ok" else None)
     return (
         last if last is not None else SegmentRead(pid=pid, state="busy", error="no consistent read")
     ), None

@@ -239,6 +239,18 @@ def _path(at: Any) -> str:
 
 def _check(value: Any, kind: Any, at: Any) -> Any:
     """Return a clean copy of ``value`` checked against ``kind``; raise _Invalid with the path."""
+    if isinstance(kind, _Opt | _Added):
+        return None if value is None else _check(value, kind.kind, at)
+    if isinstance(kind, _List):
+        return _check_list(value, kind, at)
+    if isinstance(kind, dict):
+        return _check_map(value, kind, at)
+    if isinstance(kind, _Enum | _Exact):
+        return _check_choice(value, kind, at)
+    return _check_scalar(value, kind, at)
+
+
+def _check_scalar(value: Any, kind: Any, at: Any) -> Any:
     if kind is int:
         if type(value) is not int:
             raise _Invalid(f"{_path(at)}: expected int, got {_type_name(value)}")
@@ -249,8 +261,6 @@ def _check(value: Any, kind: Any, at: Any) -> Any:
         if len(value) > MAX_STR_CHARS:
             raise _Invalid(f"{_path(at)}: string longer than {MAX_STR_CHARS}")
         return value
-    if isinstance(kind, _Opt | _Added):
-        return None if value is None else _check(value, kind.kind, at)
     if kind is float:
         if type(value) is not float:
             raise _Invalid(f"{_path(at)}: expected float, got {_type_name(value)}")
@@ -261,35 +271,41 @@ def _check(value: Any, kind: Any, at: Any) -> Any:
         if type(value) is not bool:
             raise _Invalid(f"{_path(at)}: expected bool, got {_type_name(value)}")
         return value
+    raise AssertionError(f"bad schema kind at {_path(at)}")  # a bug in this module, not bad input
+
+
+def _check_choice(value: Any, kind: _Enum | _Exact, at: Any) -> Any:
     if isinstance(kind, _Enum):
         if type(value) is not str or value not in kind.values:
             raise _Invalid(f"{_path(at)}: expected one of {'|'.join(kind.values)}, got {value!r:.40}")
         return value
-    if isinstance(kind, _Exact):
-        if type(value) is not int or value != kind.value:
-            raise _Invalid(f"{_path(at)}: unsupported {kind.what} {value!r:.20} (this reader knows {kind.value})")
-        return value
-    if isinstance(kind, _List):
-        if type(value) is not list:
-            raise _Invalid(f"{_path(at)}: expected array, got {_type_name(value)}")
-        if len(value) > kind.max_items:
-            raise _Invalid(f"{_path(at)}: more than {kind.max_items} items")
-        item = kind.item
-        return [_check(v, item, (at, i)) for i, v in enumerate(value)]
-    if isinstance(kind, dict):
-        if type(value) is not dict:
-            raise _Invalid(f"{_path(at)}: expected map, got {_type_name(value)}")
-        out = {}
-        for key, sub in kind.items():
-            if key not in value:
-                if isinstance(sub, _Added):
-                    out[key] = None
-                    continue
-                raise _Invalid(f"{_path(at)}.{key}: missing")
-            out[key] = _check(value[key], sub, (at, key))
-        # Unknown keys are dropped, not rejected: a newer probe may add fields within schema 1.
-        return out
-    raise AssertionError(f"bad schema kind at {_path(at)}")  # a bug in this module, not bad input
+    if type(value) is not int or value != kind.value:
+        raise _Invalid(f"{_path(at)}: unsupported {kind.what} {value!r:.20} (this reader knows {kind.value})")
+    return value
+
+
+def _check_list(value: Any, kind: _List, at: Any) -> list:
+    if type(value) is not list:
+        raise _Invalid(f"{_path(at)}: expected array, got {_type_name(value)}")
+    if len(value) > kind.max_items:
+        raise _Invalid(f"{_path(at)}: more than {kind.max_items} items")
+    item = kind.item
+    return [_check(v, item, (at, i)) for i, v in enumerate(value)]
+
+
+def _check_map(value: Any, kind: dict, at: Any) -> dict:
+    if type(value) is not dict:
+        raise _Invalid(f"{_path(at)}: expected map, got {_type_name(value)}")
+    out = {}
+    for key, sub in kind.items():
+        if key not in value:
+            if isinstance(sub, _Added):
+                out[key] = None
+                continue
+            raise _Invalid(f"{_path(at)}.{key}: missing")
+        out[key] = _check(value[key], sub, (at, key))
+    # Unknown keys are dropped, not rejected: a newer probe may add fields within schema 1.
+    return out
 
 
 class _Gen:

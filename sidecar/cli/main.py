@@ -539,6 +539,23 @@ def _listen(args: argparse.Namespace, *, before_job: bool = False) -> socket.soc
 
 def _serve(args: argparse.Namespace, poller, sock: socket.socket, child: subprocess.Popen | None) -> int:
     """Serve on `sock` (_listen's) until the job is gone (and its grace is over) or a signal."""
+    server = _start_server(args, poller, sock)
+    try:
+        _supervise(args, poller, child)
+    finally:  # whatever ends the wait: the poller and the server stop, once
+        poller.stop()
+        try:
+            server.close()
+        except Exception:
+            pass
+    if child is not None:
+        rc = child.returncode
+        return 128 - rc if rc is not None and rc < 0 else (rc or 0)
+    return EXIT_OK
+
+
+def _start_server(args: argparse.Namespace, poller, sock: socket.socket):
+    """The app on `sock`, served from its own thread, the poller started, the URL announced."""
     from sidecar.serve.hosts import host_policy
     from sidecar.serve.metrics import make_metrics
     from sidecar.serve.peers import OwnerOnly, own_uid
@@ -555,48 +572,44 @@ def _serve(args: argparse.Namespace, poller, sock: socket.socket, child: subproc
     )
     app = create_app(config, poller, metrics=make_metrics(poller, args.job_name, args.metrics_max_jobs))
     server = create_server(app, sock)
-    port = server.effective_port
     host = args.host if ":" not in args.host else f"[{args.host}]"
-    url = f"http://{host}:{port}/"
+    url = f"http://{host}:{server.effective_port}/"
     poller.start()
     threading.Thread(target=server.run, name="dsh-sidecar-http", daemon=True).start()
     watching = f"pid {poller.target_pid}" if poller.target_pid is not None else _whose_jobs()
     _announce(url, token, generated, watching, every_user=poller.target_pid is None)
+    return server
 
+
+def _supervise(args: argparse.Namespace, poller, child: subprocess.Popen | None) -> None:
+    """Wait until the job is gone and its grace is over (never with --stay), or a signal came."""
     stop, interrupted = _SIGNALS.stop, _SIGNALS.received
-    try:
-        gone_since = None
-        while not stop.is_set():
-            stop.wait(0.2)
-            alive = child.poll() is None if child is not None else poller.target_gone_at is None
-            if alive:
-                continue
-            if gone_since is None:
-                gone_since = time.monotonic()
-                code = child.returncode if child is not None else None
-                if args.stay:
-                    tail = "; still serving (--stay), Ctrl-C to stop"
-                elif interrupted:  # the signal stopped the job: the sidecar follows it now, no grace
-                    tail = "; the sidecar stops now"
-                else:
-                    tail = f"; the sidecar stops in {args.grace:g} s (--stay would keep it serving)"
-                print(f"dsh-sidecar: the job (pid {poller.target_pid}) {exit_note(code)}{tail}", flush=True)
-                if child is not None:
-                    poller.poll_once()  # record the exit now, not one interval later
-            if args.stay:
-                continue
-            if interrupted or time.monotonic() - gone_since >= args.grace:
-                break
-    finally:
-        poller.stop()
-        try:
-            server.close()
-        except Exception:
-            pass
+    gone_since = None
+    while not stop.is_set():
+        stop.wait(0.2)
+        alive = child.poll() is None if child is not None else poller.target_gone_at is None
+        if alive:
+            continue
+        if gone_since is None:
+            gone_since = time.monotonic()
+            _say_job_gone(args, poller, child, interrupted)
+        if args.stay:
+            continue
+        if interrupted or time.monotonic() - gone_since >= args.grace:
+            return
+
+
+def _say_job_gone(args: argparse.Namespace, poller, child: subprocess.Popen | None, interrupted: list) -> None:
+    code = child.returncode if child is not None else None
+    if args.stay:
+        tail = "; still serving (--stay), Ctrl-C to stop"
+    elif interrupted:  # the signal stopped the job: the sidecar follows it now, no grace
+        tail = "; the sidecar stops now"
+    else:
+        tail = f"; the sidecar stops in {args.grace:g} s (--stay would keep it serving)"
+    print(f"dsh-sidecar: the job (pid {poller.target_pid}) {exit_note(code)}{tail}", flush=True)
     if child is not None:
-        rc = child.returncode
-        return 128 - rc if rc is not None and rc < 0 else (rc or 0)
-    return EXIT_OK
+        poller.poll_once()  # record the exit now, not one interval later
 
 
 def _whose_jobs() -> str:

@@ -590,6 +590,30 @@ def _exit_key(pf: ProcessFacts, ident: tuple) -> tuple:
     return ident
 
 
+def _process_sm_util(gpu: tuple) -> float | None:
+    """A GPU process's SM utilisation summed over its GPUs' samples (None: no sample)."""
+    if len(gpu) == 1:  # one GPU (most processes): what sum() of its one sample gives
+        sm = gpu[0].sm_util
+        return sm if sm is None else 0 + sm
+    sms = [g.sm_util for g in gpu if g.sm_util is not None]
+    return sum(sms) if sms else None
+
+
+def _add_model_sums(models: tuple, calls: int, steps: int | None, fwd: float | None, step_rate: float | None):
+    """The history's model sums with one process's models added, in their order: forward calls and
+    training steps of the models on an accelerator, forward and step rates of all."""
+    for m in models:
+        if device_type(m.device) in ACCELERATOR_TYPES or any(device_type(d) == "cuda" for d in m.devices):
+            calls += m.forward_calls
+            if m.train_steps is not None:
+                steps = (steps or 0) + m.train_steps
+        if m.forward_rate_hz is not None:
+            fwd = (fwd or 0.0) + m.forward_rate_hz
+        if m.step_rate_hz is not None:
+            step_rate = (step_rate or 0.0) + m.step_rate_hz
+    return calls, steps, fwd, step_rate
+
+
 def history_sample(now: float, facts: Facts, proc_info: dict[int, Any] | None = None) -> Sample:
     """What one poll adds to the history: per GPU, per GPU process of the tree, the job's sums
     (history.JOB_COLUMNS: its CPU, RSS and rates, what the charts show without a GPU), and the sums
@@ -604,13 +628,7 @@ def history_sample(now: float, facts: Facts, proc_info: dict[int, Any] | None = 
     for p in facts.processes:
         gpu = p.gpu
         if gpu:
-            if len(gpu) == 1:  # one GPU (most processes): what sum() of its one sample gives
-                sm = gpu[0].sm_util
-                if sm is not None:
-                    sm = 0 + sm
-            else:
-                sms = [g.sm_util for g in gpu if g.sm_util is not None]
-                sm = sum(sms) if sms else None
+            sm = _process_sm_util(gpu)
             mem = p.gpu_mem_mib
             proc_rows.append((p.pid, mem, sm))
             mem_total = (mem_total or 0.0) + mem
@@ -623,15 +641,8 @@ def history_sample(now: float, facts: Facts, proc_info: dict[int, Any] | None = 
                     cpu = (cpu or 0.0) + info.cpu_percent
                 if info.rss_mib is not None:
                     rss = (rss or 0.0) + info.rss_mib
-        for m in p.models:
-            if device_type(m.device) in ACCELERATOR_TYPES or any(device_type(d) == "cuda" for d in m.devices):
-                calls += m.forward_calls
-                if m.train_steps is not None:
-                    steps = (steps or 0) + m.train_steps
-            if m.forward_rate_hz is not None:
-                fwd = (fwd or 0.0) + m.forward_rate_hz
-            if m.step_rate_hz is not None:
-                step_rate = (step_rate or 0.0) + m.step_rate_hz
+        if p.models:
+            calls, steps, fwd, step_rate = _add_model_sums(p.models, calls, steps, fwd, step_rate)
     if facts.nvml_ok and sm_total is None and proc_rows and not any(g.mig_mode for g in facts.gpus):
         # Processes listed, no utilisation samples: NVML's NOT_FOUND means idle. Not on MIG, where
         # per-process utilisation does not exist at all (unknown, not idle).

@@ -74,8 +74,9 @@ class _Job:
 @dataclass(frozen=True)
 class _Published:
     """What one poll published for the server, all of a piece: the jobs document and, for each job
-    it lists, that job's poller and status document. A request reads one of these, so a job the
-    poll thread drops meanwhile is still found by a request that saw it listed."""
+    it lists, that job's poller and status document. A request reads one of these, and every
+    document it answers with comes from it, so a job the poll thread drops meanwhile is still found
+    by a request that saw it listed."""
 
     jobs: dict[str, Any]  # the jobs document
     # job id as listed -> (its poller, what gives its status document of that poll: made when first
@@ -84,58 +85,101 @@ class _Published:
     gpus: tuple  # the machine's GPUs as facts, this poll (document.gpu_entries makes them entries)
     nvml_pids_by_gpu: dict[int, int]  # processes NVML lists on each GPU
 
+    def jobs_for(self, caller_uid: Any) -> dict[str, Any]:
+        """The jobs document as `caller_uid` sees it (its default job)."""
+        if caller_uid is EVERY_CALLER:
+            return self.jobs
+        return {**self.jobs, "default_job": _callers_default(self.jobs, caller_uid)}
 
-class JobsPoller:
-    """Watches every job it can find. The documents are built by each job's Poller; this class
-    finds jobs, polls them, and answers for them (the same three methods as document.OneJob)."""
+    def find(self, job: str | None, caller_uid: Any) -> tuple[str, Poller, Callable[[], dict[str, Any]]] | None:
+        """(job id, its poller, its status document) of `job`, else of the caller's default job."""
+        if job is not None:
+            jid: str | None = job
+        elif caller_uid is EVERY_CALLER:
+            jid = self.jobs["default_job"]
+        else:
+            jid = _callers_default(self.jobs, caller_uid)
+            if jid is None and self.jobs["jobs"]:
+                raise document.NoDefaultJob(caller_uid)
+        found = self.docs.get(jid) if jid is not None else None
+        if found is None:
+            if job is not None:
+                raise document.UnknownJob(job)
+            return None
+        return (jid, *found)
 
-    mode = "discovery"
-    target_pid = None  # for the CLI's messages: no single target
-    target_gone_at = None  # discovery never ends with a job
+    def status(self, job: str | None, caller_uid: Any) -> dict[str, Any] | None:
+        found = self.find(job, caller_uid)
+        if found is None:
+            return None
+        listed = self.jobs_for(caller_uid)  # this poll's list: a job is always in its own
+        return contract.check_if_enabled({**found[2](), "jobs": listed["jobs"]}, "status")
 
-    def __init__(
-        self,
-        *,
-        interval_s: float = 1.5,
-        history_s: float = 600.0,
-        rules: Rules | None = None,
-        nvml_source: Any = None,
-        system_gpus_fn: Callable[[], list] | None = None,
-        uid: int | None = -1,
-        shm_dir: str = SHM_DIR,
-        clock: Callable[[], float] = time.time,
-    ):
-        self.interval_s = interval_s
-        self.history_s = history_s
-        self.rules = rules or Rules()
-        self.uid = (os.getuid() or None) if uid == -1 else uid  # None: every user's jobs (root)
+    def history(self, job: str | None, since: float | None, caller_uid: Any) -> dict[str, Any] | None:
+        found = self.find(job, caller_uid)
+        if found is None:
+            return None
+        jid, poller, _ = found
+        return document.history_document(poller.history, since, poller.interval_s, jid)
+
+    def documents(self) -> list[dict[str, Any]]:
+        listed = self.jobs["jobs"]
+        return [{**doc(), "jobs": listed} for _, doc in self.docs.values()]
+
+    def gpus_document(self) -> dict[str, Any]:
+        return {"gpus": document.gpu_entries(self.gpus, self.nvml_pids_by_gpu)}
+
+
+class JobFinder:
+    """Which processes are the roots of jobs: the candidates (the probe segments this sidecar may
+    read, NVML's GPU processes), each walked up to its job's root (sources/lineage.py). The roots are
+    found again only when the candidates change, one of their processes exited, or every
+    REDISCOVER_EVERY_POLLS-th poll."""
+
+    def __init__(self, uid: int | None, shm_dir: str, poll_count: Callable[[], int]) -> None:
+        self.uid = uid  # None: every user's jobs (root)
         self.shm_dir = shm_dir
-        self.clock = clock
-        self.nvml_source, self.system_gpus_fn = machine_sources(nvml_source, system_gpus_fn)
-        self._shared = _SharedNvml()
-        self._history_budget = HistoryBudget(HISTORY_MAX_BYTES)
-        self._system_gpus_cache: list = []
-        self._gpu_facts: tuple = ()
-        self._jobs: dict[str, _Job] = {}
-        self._roots: dict[tuple[int, int], tuple[int, int]] = {}  # candidate identity -> root identity
-        self._candidates_seen: set[int] = set()
+        self.poll_count = poll_count  # the poller's polls so far
+        self.roots: dict[tuple[int, int], tuple[int, int]] = {}  # candidate identity -> root identity
+        self.candidates_seen: set[int] = set()
         # (pid, inode, owner) of each segment file looked at -> its owner is the pid's real user
         self._owner_checked: dict[tuple[int, int, int], bool] = {}
         # The candidates' identities and owners, read once per process (sources/owners.py)
-        self._processes = KnownProcesses(open_file_budget(share=0.125, cap=MAX_CANDIDATES))
+        self.processes = KnownProcesses(open_file_budget(share=0.125, cap=MAX_CANDIDATES))
         self._listed_key: tuple[int, int, int] | None = None  # /dev/shm as _listed_pids saw it
         self._listed_pids: set[int] = set()
-        self.poll_count = 0
-        self.poll_errors: Counter[str] = Counter()
-        self.poll_durations_s: list[float] = []
-        self.last_poll_time: float | None = None
-        self._published: _Published | None = None
-        self._lock = threading.Lock()
-        self._poll_lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
-    # -- finding jobs ----------------------------------------------------------------------------
+    def find(self, nvml) -> dict[tuple[int, int], tuple[int, int]]:
+        """The roots of this poll, by candidate identity (after NVML's snapshot ``nvml``)."""
+        # After NVML's snapshot and before the listing: each pid listed is looked up as it is now.
+        exited = self.processes.new_poll()
+        probed, gpu = self._candidates(nvml)
+
+        def is_job_process(pid: int, argv: tuple[str, ...]) -> bool:
+            return pid in probed or pid in gpu or lineage.is_launcher(argv)
+
+        candidates = probed | gpu
+        # The same candidates as last poll (most polls): the same roots, without a /proc read. A new
+        # candidate (a process that just started its probe, maybe a job's parent) redoes them all,
+        # and so does a candidate's process that exited (its pid may be another's now), and every
+        # REDISCOVER_EVERY_POLLS-th poll (a pid reused between two polls, where no pidfd says so).
+        if (
+            candidates != self.candidates_seen
+            or not exited.isdisjoint(candidates)
+            or self.poll_count() % REDISCOVER_EVERY_POLLS == 0
+        ):
+            roots: dict[tuple[int, int], tuple[int, int]] = {}
+            for pid in candidates:
+                ident = self.processes.identity(pid)
+                if ident is None:
+                    continue
+                root = self.roots.get(ident) or lineage.job_root(pid, is_job_process, owner=self.uid)
+                if root is not None:
+                    roots[ident] = root
+            self.roots = roots  # forgets identities no longer seen
+            self.candidates_seen = candidates
+        return self.roots
+
     def _segment_pids(self) -> set[int]:
         """Pids with a segment this sidecar may read (_list_segment_pids), listed again only when the
         directory changed since the last listing: a name is made, removed or renamed there only by
@@ -147,7 +191,7 @@ class JobsPoller:
             key: tuple[int, int, int] | None = (st.st_dev, st.st_ino, st.st_mtime_ns)
         except OSError:
             key = None
-        if key is not None and key == self._listed_key and self.poll_count % REDISCOVER_EVERY_POLLS:
+        if key is not None and key == self._listed_key and self.poll_count() % REDISCOVER_EVERY_POLLS:
             return self._listed_pids
         pids = self._list_segment_pids()
         settled = key is not None and time.time_ns() - key[2] > LISTING_SETTLED_S * 1e9
@@ -189,42 +233,63 @@ class JobsPoller:
     def _candidates(self, nvml) -> tuple[set[int], set[int]]:
         probed = self._segment_pids()
         gpu = {p.pid for d in (nvml.devices if nvml.ok else ()) for p in d.processes}
-        owned = [(pid, self._processes.real_uid(pid)) for pid in sorted(gpu)]
+        owned = [(pid, self.processes.real_uid(pid)) for pid in sorted(gpu)]
         if self.uid is not None:
             owned = [(pid, uid) for pid, uid in owned if uid == self.uid]
         # Shared out among users, as the segments are: one user's thousand GPU processes never hide
         # another's.
         return probed, {pid for pid, _ in document.fair_share(owned, MAX_CANDIDATES, lambda f: f[1])}
 
+    def close(self) -> None:
+        self.processes.close()
+
+
+class JobsPoller:
+    """Watches every job it can find. The documents are built by each job's Poller; this class
+    finds jobs, polls them, and answers for them (the same three methods as document.OneJob)."""
+
+    mode = "discovery"
+    target_pid = None  # for the CLI's messages: no single target
+    target_gone_at = None  # discovery never ends with a job
+
+    def __init__(
+        self,
+        *,
+        interval_s: float = 1.5,
+        history_s: float = 600.0,
+        rules: Rules | None = None,
+        nvml_source: Any = None,
+        system_gpus_fn: Callable[[], list] | None = None,
+        uid: int | None = -1,
+        shm_dir: str = SHM_DIR,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.interval_s = interval_s
+        self.history_s = history_s
+        self.rules = rules or Rules()
+        self.uid = (os.getuid() or None) if uid == -1 else uid  # None: every user's jobs (root)
+        self.shm_dir = shm_dir
+        self.clock = clock
+        self.nvml_source, self.system_gpus_fn = machine_sources(nvml_source, system_gpus_fn)
+        self._shared = _SharedNvml()
+        self._history_budget = HistoryBudget(HISTORY_MAX_BYTES)
+        self._system_gpus_cache: list = []
+        self._gpu_facts: tuple = ()
+        self._jobs: dict[str, _Job] = {}
+        self._finder = JobFinder(self.uid, shm_dir, lambda: self.poll_count)
+        self.poll_count = 0
+        self.poll_errors: Counter[str] = Counter()
+        self.poll_durations_s: list[float] = []
+        self.last_poll_time: float | None = None
+        self._published: _Published | None = None
+        self._lock = threading.Lock()
+        self._poll_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- finding and dropping jobs ------------------------------------------------------------------
     def _discover(self, now: float, nvml) -> None:
-        # After NVML's snapshot and before the listing: each pid listed is looked up as it is now.
-        exited = self._processes.new_poll()
-        probed, gpu = self._candidates(nvml)
-
-        def is_job_process(pid: int, argv: tuple[str, ...]) -> bool:
-            return pid in probed or pid in gpu or lineage.is_launcher(argv)
-
-        candidates = probed | gpu
-        # The same candidates as last poll (most polls): the same roots, without a /proc read. A new
-        # candidate (a process that just started its probe, maybe a job's parent) redoes them all,
-        # and so does a candidate's process that exited (its pid may be another's now), and every
-        # REDISCOVER_EVERY_POLLS-th poll (a pid reused between two polls, where no pidfd says so).
-        if (
-            candidates != self._candidates_seen
-            or not exited.isdisjoint(candidates)
-            or self.poll_count % REDISCOVER_EVERY_POLLS == 0
-        ):
-            roots: dict[tuple[int, int], tuple[int, int]] = {}
-            for pid in candidates:
-                ident = self._processes.identity(pid)
-                if ident is None:
-                    continue
-                root = self._roots.get(ident) or lineage.job_root(pid, is_job_process, owner=self.uid)
-                if root is not None:
-                    roots[ident] = root
-            self._roots = roots  # forgets identities no longer seen
-            self._candidates_seen = candidates
-        roots = self._roots
+        roots = self._finder.find(nvml)
         self._add_jobs({r for r in roots.values() if job_id(*r) not in self._jobs}, now)
         for jid, job in list(self._jobs.items()):
             # A job found through a process that now has a job above it (a DataLoader worker seen
@@ -239,7 +304,7 @@ class JobsPoller:
         here, from its root's process: what shares them out even when its own poll fails."""
         if not new_roots:
             return
-        owned = [(r, self._processes.real_uid(r[0])) for r in new_roots]
+        owned = [(r, self._finder.processes.real_uid(r[0])) for r in new_roots]
         if len(self._jobs) + len(owned) > MAX_JOBS:
             watched = [(job.root, _owner(job)) for job in self._jobs.values()]
             newest_first = sorted(watched + owned, key=lambda ro: -ro[0][1])
@@ -291,17 +356,34 @@ class JobsPoller:
             )
         self._discover(now, self._shared.snapshot)
         if self.poll_count % FOREIGN_CHECK_EVERY_POLLS == 0:
-            # Dead writers' leftovers, of every job (our own PID namespace only); not the segments
-            # the jobs read ok at the last poll (live writers: each job's source cleans up after its
-            # own processes), which would cost a read of each and of its process's start time. The
-            # other name under such a pid is still swept: a dead writer's that had the pid before.
-            live: dict[int, int | None] = {}
-            for job in self._jobs.values():
-                live.update(job.poller.segment_source.live_writers())
-            try:
-                sweep_dead_segments(skip=live, shm_dir=self.shm_dir)
-            except Exception:
-                self.poll_errors["probe"] += 1
+            self._sweep_dead_writers()
+        self._poll_jobs(now)
+        self._trim()
+        published = self._publish(now)
+        jobs = published.jobs
+        with self._lock:
+            self._published = published
+            self.last_poll_time = now
+            self.poll_count += 1
+            self.poll_durations_s.append(time.perf_counter() - started)
+            del self.poll_durations_s[:-1000]
+        return jobs
+
+    def _sweep_dead_writers(self) -> None:
+        """Dead writers' leftovers, of every job (our own PID namespace only); not the segments the
+        jobs read ok at the last poll (live writers: each job's source cleans up after its own
+        processes), which would cost a read of each and of its process's start time. The other name
+        under such a pid is still swept: a dead writer's that had the pid before."""
+        live: dict[int, int | None] = {}
+        for job in self._jobs.values():
+            live.update(job.poller.segment_source.live_writers())
+        try:
+            sweep_dead_segments(skip=live, shm_dir=self.shm_dir)
+        except Exception:
+            self.poll_errors["probe"] += 1
+
+    def _poll_jobs(self, now: float) -> None:
+        """Each running job polled by its own Poller; an exited one dropped after history_s."""
         for jid, job in list(self._jobs.items()):
             ended = job.poller.target_gone_at
             if ended is None:
@@ -317,16 +399,6 @@ class JobsPoller:
                     job.poller.stop()
             elif now - ended > self.history_s:
                 self._drop(jid)
-        self._trim()
-        published = self._publish(now)
-        jobs = published.jobs
-        with self._lock:
-            self._published = published
-            self.last_poll_time = now
-            self.poll_count += 1
-            self.poll_durations_s.append(time.perf_counter() - started)
-            del self.poll_durations_s[:-1000]
-        return jobs
 
     def _drop(self, jid: str) -> None:
         job = self._jobs.pop(jid)
@@ -369,55 +441,21 @@ class JobsPoller:
             return self._published
 
     def jobs_document(self, caller_uid: Any = EVERY_CALLER) -> dict[str, Any] | None:
-        return self._jobs_of(self._latest(), caller_uid)
-
-    @staticmethod
-    def _jobs_of(published: _Published | None, caller_uid: Any) -> dict[str, Any] | None:
-        """The jobs document of one publication, as `caller_uid` sees it (its default job)."""
-        if published is None or caller_uid is EVERY_CALLER:
-            return None if published is None else published.jobs
-        return {**published.jobs, "default_job": _callers_default(published.jobs, caller_uid)}
-
-    @staticmethod
-    def _job(
-        published: _Published | None, job: str | None, caller_uid: Any = EVERY_CALLER
-    ) -> tuple[str, Poller, Callable[[], dict[str, Any]]] | None:
-        if published is None:
-            return None
-        if job is not None:
-            jid: str | None = job
-        elif caller_uid is EVERY_CALLER:
-            jid = published.jobs["default_job"]
-        else:
-            jid = _callers_default(published.jobs, caller_uid)
-            if jid is None and published.jobs["jobs"]:
-                raise document.NoDefaultJob(caller_uid)
-        found = published.docs.get(jid) if jid is not None else None
-        if found is None:
-            if job is not None:
-                raise document.UnknownJob(job)
-            return None
-        return (jid, *found)
+        published = self._latest()
+        return None if published is None else published.jobs_for(caller_uid)
 
     def status_document(self, job: str | None = None, caller_uid: Any = EVERY_CALLER) -> dict[str, Any] | None:
         """A job's document with the jobs list in it; without `job`, the default job's (given a
         caller_uid: that caller's, see for_caller). With no job found yet, None (the server answers
         503 until the first poll, then 404 for ?job=)."""
         published = self._latest()
-        found = self._job(published, job, caller_uid)
-        if found is None or published is None:
-            return None
-        listed = self._jobs_of(published, caller_uid) or published.jobs  # the same poll's list
-        return contract.check_if_enabled({**found[2](), "jobs": listed["jobs"]}, "status")
+        return None if published is None else published.status(job, caller_uid)
 
     def history_document(
         self, job: str | None = None, since: float | None = None, caller_uid: Any = EVERY_CALLER
     ) -> dict[str, Any] | None:
-        found = self._job(self._latest(), job, caller_uid)
-        if found is None:
-            return None
-        jid, poller, _ = found
-        return document.history_document(poller.history, since, poller.interval_s, jid)
+        published = self._latest()
+        return None if published is None else published.history(job, since, caller_uid)
 
     def for_caller(self, caller_uid: Callable[[], int | None]) -> Any:
         """This poller as one caller sees it. Root's discovery lists every user's jobs, and the job
@@ -432,18 +470,13 @@ class JobsPoller:
         """Every job's status document (for --once --json and /metrics), each with the jobs list in
         it, as status_document gives it."""
         published = self._latest()
-        if published is None:
-            return []
-        listed = published.jobs["jobs"]
-        return [{**doc(), "jobs": listed} for _, doc in published.docs.values()]
+        return [] if published is None else published.documents()
 
     def gpus_document(self) -> dict[str, Any] | None:
         """{"gpus": [...]} of the last poll, as a status document lists them, for /metrics when no
         job is listed (every process on a GPU then counts as another's)."""
         published = self._latest()
-        if published is None:
-            return None
-        return {"gpus": document.gpu_entries(published.gpus, published.nvml_pids_by_gpu)}
+        return None if published is None else published.gpus_document()
 
     def snapshot(self) -> tuple[dict[str, Any] | None, float | None]:
         """The default job's document and the last poll's time (/healthz)."""
@@ -475,7 +508,7 @@ class JobsPoller:
         with self._poll_lock:
             for job in self._jobs.values():
                 job.poller.stop()
-            self._processes.close()
+            self._finder.close()
             try:
                 self.nvml_source.close()
             except Exception:

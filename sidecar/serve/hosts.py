@@ -15,6 +15,8 @@ import re
 import socket
 from dataclasses import dataclass
 
+from probe_wire.procfs import proc_path
+
 LOOPBACK_NAMES = frozenset({"localhost"})
 WILDCARD_BINDS = frozenset({"0.0.0.0", "::", ""})
 # host, or [v6], then an optional :port; what any browser sends (no user@, no path).
@@ -113,15 +115,15 @@ def host_policy(bind_host: str, allow_hosts: tuple[str, ...] = ()) -> HostPolicy
 
 # The LISTEN state in /proc/net/tcp{,6}; column 7 is the owner's uid.
 _TCP_LISTEN = "0A"
-_TCP_TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
+_TCP_TABLES = ("tcp", "tcp6")  # under /proc/net
 
 
-def listener_uids(port: int, tables: tuple[str, ...] = _TCP_TABLES) -> set[int] | None:
+def listener_uids(port: int, tables: tuple[str, ...] | None = None) -> set[int] | None:
     """The uids of the sockets listening on TCP `port` (any local address), or None where the tables
     cannot be read (not Linux). On a shared host any user can bind a loopback port first."""
     seen = False
     uids: set[int] = set()
-    for table in tables:
+    for table in tables or tuple(proc_path("net", t) for t in _TCP_TABLES):
         try:
             with open(table, encoding="latin-1") as f:
                 rows = f.read(16 << 20).splitlines()[1:]  # kernel-made, but bounded all the same

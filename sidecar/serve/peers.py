@@ -16,7 +16,8 @@ import os
 import struct
 from dataclasses import dataclass
 
-PROC_NET_TCP = ("/proc/net/tcp", "/proc/net/tcp6")
+from probe_wire.procfs import proc_path
+
 # A lookup reads at most this many rows per table: a machine with more open sockets than that is
 # refused (safe) rather than costing each request an unbounded read.
 MAX_TABLE_ROWS = 1 << 20
@@ -34,7 +35,7 @@ def _kernel_hex(address: str) -> tuple[str, str] | None:
         return None
     packed = ip.packed
     words = struct.unpack(f"={len(packed) // 4}I", packed)
-    return ("/proc/net/tcp" if ip.version == 4 else "/proc/net/tcp6", "".join(f"{w:08X}" for w in words))
+    return (proc_path("net", "tcp" if ip.version == 4 else "tcp6"), "".join(f"{w:08X}" for w in words))
 
 
 def socket_owner_uid(client_ip: str, client_port: int, server_port: int) -> int | None:

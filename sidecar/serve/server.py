@@ -142,6 +142,12 @@ def _install_routes(
     app: Flask, config: ServerConfig, source: DocumentSource, metrics: Callable[[], tuple[bytes, str]] | None
 ) -> None:
     """The routes; each serves what the last poll published and never triggers one."""
+    _install_document_routes(app, source)
+    _install_page_routes(app, config, metrics)
+
+
+def _install_document_routes(app: Flask, source: Any) -> None:
+    """The health check and the documents of the API, from the source's last poll."""
 
     def seen() -> Documents:
         """The source as this request's caller sees it: a sidecar listing every user's jobs answers
@@ -186,6 +192,10 @@ def _install_routes(
             if not math.isfinite(since):
                 return _error(400, "since must be a finite number")
         return serve(lambda: seen().history_document(request.args.get("job"), since))
+
+
+def _install_page_routes(app: Flask, config: ServerConfig, metrics: Any) -> None:
+    """What is not a document of a poll: the schema, /metrics, the page and its files, the version."""
 
     @app.get(f"{API}/schema")
     def schema():

@@ -15,11 +15,11 @@ import pwd
 from dataclasses import dataclass
 from functools import lru_cache
 
+from probe_wire.procfs import proc_path
 from probe_wire.procid import process_identity, process_real_uid
 
 MAX_ANCESTORS = 32  # a job's root is never deeper than this below pid 1 in practice
 MAX_CMDLINE_BYTES = 4096
-_PROC = "/proc"
 
 # Launchers whose children are the job: argv[0]'s name, or `python -m MODULE`.
 LAUNCHER_NAMES = frozenset({"torchrun", "accelerate", "deepspeed", "mpirun", "mpiexec", "srun", "horovodrun"})
@@ -44,7 +44,7 @@ class RootInfo:
 def parent_pid(pid: int) -> int | None:
     """Field 4 of /proc/PID/stat (after the name in parentheses, which may hold any bytes)."""
     try:
-        with open(f"{_PROC}/{pid}/stat", "rb") as f:
+        with open(proc_path(pid, "stat"), "rb") as f:
             raw = f.read(1024)
         return int(raw[raw.rindex(b")") + 2 :].split()[1])
     except (OSError, ValueError, IndexError):
@@ -63,7 +63,7 @@ def ancestors(pid: int) -> tuple[int, ...]:
 
 def cmdline(pid: int) -> tuple[str, ...]:
     try:
-        with open(f"{_PROC}/{pid}/cmdline", "rb") as f:
+        with open(proc_path(pid, "cmdline"), "rb") as f:
             raw = f.read(MAX_CMDLINE_BYTES)
     except OSError:
         return ()
@@ -126,7 +126,7 @@ def user_name(uid: int) -> str:
 def root_info(pid: int) -> RootInfo:
     uid = process_real_uid(pid)
     try:
-        cwd = os.readlink(f"{_PROC}/{pid}/cwd")
+        cwd = os.readlink(proc_path(pid, "cwd"))
     except OSError:
         cwd = None  # another user's process, or gone
     return RootInfo(uid, user_name(uid) if uid is not None else None, cwd, ancestors(pid))

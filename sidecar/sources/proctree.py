@@ -15,12 +15,12 @@ from dataclasses import dataclass
 
 import psutil
 
+from probe_wire.procfs import proc_path
 from probe_wire.procid import process_identity
 from sidecar.sources.redact import redact_args
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-_PROC = "/proc"
 # The children lists are read at least this often even when no pid was allocated (see _walk_known):
 # a bound on what a /proc that misreports the last pid could hide.
 FULL_WALK_EVERY_POLLS = 10
@@ -144,9 +144,9 @@ class _ProcFiles:
         last field of /proc/loadavg (which LXCFS or a sandbox may make up: a 0 counts as unknown)."""
         raw = self._reread((0, 0))
         if not raw:
-            raw = self._open_read((0, 0), f"{_PROC}/sys/kernel/ns_last_pid")
+            raw = self._open_read((0, 0), proc_path("sys", "kernel", "ns_last_pid"))
             if not raw:
-                raw = self._open_read((0, 0), f"{_PROC}/loadavg")
+                raw = self._open_read((0, 0), proc_path("loadavg"))
         try:
             value = int(raw.rsplit(None, 1)[-1]) if raw else 0
         except ValueError:
@@ -168,7 +168,7 @@ class _ProcFiles:
             # The process it was kept for is gone (ESRCH): whatever has this pid now is another
             # process, so none of the old one's files may be read for it.
             self._forget(pid)
-        raw = self._open_read(key, f"{_PROC}/{pid}/stat")
+        raw = self._open_read(key, proc_path(pid, "stat"))
         st = _parse_stat(raw) if raw else None
         if st is not None:
             if self._ticks.get(pid, st.start_ticks) != st.start_ticks:
@@ -185,7 +185,7 @@ class _ProcFiles:
         # A single-threaded process whose only thread is its leader needs no listing of its tasks.
         if threads != 1 or tids != (pid,):
             try:
-                listed = tuple(int(t) for t in os.listdir(f"{_PROC}/{pid}/task"))
+                listed = tuple(int(t) for t in os.listdir(proc_path(pid, "task")))
             except (OSError, ValueError):
                 return []
             if tids:
@@ -199,7 +199,7 @@ class _ProcFiles:
             raw = (
                 self._reread(key)
                 if key in self._files
-                else self._open_read(key, f"{_PROC}/{pid}/task/{tid}/children")
+                else self._open_read(key, proc_path(pid, "task", tid, "children"))
             )
             if raw:
                 try:
@@ -249,13 +249,13 @@ def _boot_time() -> float:
 
 
 def _has_children_files() -> bool:
-    return os.path.exists(f"{_PROC}/self/task/{os.getpid()}/children")
+    return os.path.exists(proc_path("self", "task", os.getpid(), "children"))
 
 
 def read_nspid(pid: int) -> tuple[int, ...] | None:
     """The pid of a process in each nested PID namespace, outermost (ours) first."""
     try:
-        with open(f"{_PROC}/{pid}/status") as f:
+        with open(proc_path(pid, "status")) as f:
             for line in f:
                 if line.startswith("NSpid:"):
                     return tuple(int(x) for x in line.split()[1:])
@@ -265,7 +265,7 @@ def read_nspid(pid: int) -> tuple[int, ...] | None:
 
 
 def pid_visible(pid: int) -> bool:
-    return os.path.exists(f"{_PROC}/{pid}") if os.path.isdir(_PROC) else psutil.pid_exists(pid)
+    return os.path.exists(proc_path(pid)) if os.path.isdir(proc_path()) else psutil.pid_exists(pid)
 
 
 class ProcessTreeSource:
@@ -275,7 +275,7 @@ class ProcessTreeSource:
     def __init__(self, target_pid: int, *, max_processes: int = 4096, max_open_files: int | None = None):
         self.target_pid = target_pid
         self.max_processes = max_processes
-        self._have_proc = os.path.isdir(_PROC)
+        self._have_proc = os.path.isdir(proc_path())
         self._use_proc = self._have_proc and _has_children_files()
         self._boot_time = _boot_time()
         self._static: dict[tuple[int, int], tuple[str, tuple[str, ...]]] = {}
@@ -413,9 +413,9 @@ class ProcessTreeSource:
         name = ""
         args: list[str] = []
         try:
-            with open(f"{_PROC}/{pid}/comm") as f:
+            with open(proc_path(pid, "comm")) as f:
                 name = f.read().strip()
-            with open(f"{_PROC}/{pid}/cmdline", "rb") as f:
+            with open(proc_path(pid, "cmdline"), "rb") as f:
                 args = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
         except OSError:
             pass

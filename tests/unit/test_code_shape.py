@@ -1,6 +1,8 @@
-"""Code shape limits (issue 13): modules stay under 700 lines and functions under 80.
+"""Code shape limits: modules stay under 700 lines and functions under 80; the probe's own
+modules import one another in one direction.
 
-The Python part covers probe/, probe_wire/ and sidecar/ (ast: every def, nested ones too).
+The Python part covers probe/, probe_wire/ and sidecar/ (ast: every def, nested ones too). The
+complexity lint (C901, PLR0912, PLR0915) is ruff's, configured in pyproject.toml.
 The JavaScript part covers the standalone page (sidecar/static/{page,shared}/*.js, less the generated contract.js) and
 the DSH plugin's sources (dsh_plugin/src/client/*, dsh_plugin/host/*.js; never the built dist/).
 Run this file as a script to print the longest functions per file.
@@ -123,15 +125,15 @@ if __name__ == "__main__":
         print(f"{count:5d} {rel}: {longest}")
 
 
-def py_shape_report() -> list[str]:
+def py_shape_report(root: Path = REPO, packages: tuple[str, ...] = PY_PACKAGES) -> list[str]:
     """Every Python module over MODULE_MAX_LINES and function over FUNCTION_MAX_LINES lines."""
     import ast
 
     out = []
-    for package in PY_PACKAGES:
-        for path in sorted((REPO / package).rglob("*.py")):
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
             text = path.read_text(encoding="utf-8")
-            rel = path.relative_to(REPO)
+            rel = path.relative_to(root)
             if text.count("\n") > MODULE_MAX_LINES:
                 out.append(f"{rel}: {text.count(chr(10))} lines")
             for node in ast.walk(ast.parse(text)):
@@ -144,3 +146,101 @@ def py_shape_report() -> list[str]:
 
 def test_python_modules_and_functions_stay_small():
     assert not py_shape_report(), "split these along what they do:\n" + "\n".join(py_shape_report())
+
+
+def test_the_python_shape_check_reports_a_long_module_and_a_long_function(tmp_path):
+    """The control for the test above: a module of 701 lines and a function of 81 are reported, one
+    of 700 lines and a function of 80 are not."""
+    body = "".join(f"    x{i} = {i}\n" for i in range(78))
+    long_fn = "def long_one():\n" + body + "    x78 = 78\n    return x0\n"
+    ok_fn = "def fine_one():\n" + body + "    return x0\n"
+    pkg = tmp_path / "scratch"
+    pkg.mkdir()
+    (pkg / "funcs.py").write_text(long_fn + "\n\n" + ok_fn)
+    (pkg / "long.py").write_text("x = 1\n" * (MODULE_MAX_LINES + 1))
+    (pkg / "edge.py").write_text("x = 1\n" * MODULE_MAX_LINES)
+    report = py_shape_report(tmp_path, ("scratch",))
+    assert report == ["scratch/funcs.py:1 long_one: 81 lines", f"scratch/long.py: {MODULE_MAX_LINES + 1} lines"]
+
+
+def probe_import_graph(package_dir: Path) -> dict[str, set[str]]:
+    """Module -> the modules of the same package it imports, anywhere in it: at the top, inside
+    functions, under TYPE_CHECKING. ``from pkg import name`` is an import of ``pkg.name`` when that is
+    a module, else of the package itself (its __init__)."""
+    import ast
+
+    package = package_dir.name
+    modules = {p.stem for p in package_dir.glob("*.py")}
+
+    def module_name(stem: str) -> str:
+        return package if stem == "__init__" else f"{package}.{stem}"
+
+    graph: dict[str, set[str]] = {}
+    for path in sorted(package_dir.glob("*.py")):
+        edges: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                edges.update(a.name for a in node.names if a.name.split(".")[0] == package)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                if node.module == package:
+                    edges.update(module_name(a.name) if a.name in modules else package for a in node.names)
+                elif node.module.split(".")[0] == package:
+                    edges.add(node.module)
+        me = module_name(path.stem)
+        graph[me] = edges - {me}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_probe_s_modules_import_one_another_in_one_direction():
+    """The order drawn in probe/__init__.py: no module of the probe imports one above it, even
+    inside a function or for type checking only."""
+    cycles = import_cycles(probe_import_graph(REPO / "probe"))
+    assert cycles == [], f"import cycles in probe/: {cycles}"
+
+
+def test_the_cycle_check_finds_a_cycle_through_a_function_level_import(tmp_path):
+    """The control for the test above."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from pkg.a import A\n")
+    (pkg / "a.py").write_text("from pkg import b\nA = 1\n")
+    (pkg / "b.py").write_text("def f():\n    from pkg import a\n    return a.A\n")
+    (pkg / "c.py").write_text("import pkg.b\n")
+    graph = probe_import_graph(pkg)
+    assert graph == {"pkg": {"pkg.a"}, "pkg.a": {"pkg.b"}, "pkg.b": {"pkg.a"}, "pkg.c": {"pkg.b"}}
+    assert import_cycles(graph) == [["pkg.a", "pkg.b"]]

@@ -18,13 +18,13 @@ from sidecar.sources.owners import next_recheck
 def _poller(shm) -> tuple[JobsPoller, list[int]]:
     p = JobsPoller(shm_dir=str(shm), nvml_source=object(), system_gpus_fn=list)
     listings = []
-    real = p._list_segment_pids
+    real = p._finder._list_segment_pids
 
     def counted() -> set[int]:
         listings.append(1)
         return real()
 
-    p._list_segment_pids = counted  # type: ignore[method-assign]
+    p._finder._list_segment_pids = counted  # type: ignore[method-assign]
     p.poll_count = 1  # not a REDISCOVER poll
     return p, listings
 
@@ -41,13 +41,13 @@ def test_an_unchanged_directory_is_not_listed_again_and_a_new_name_is_found_at_o
     mine.write_bytes(b"")
     _age(shm, 5)
     p, listings = _poller(shm)
-    assert p._segment_pids() == {os.getpid()}
-    assert p._segment_pids() == {os.getpid()} and len(listings) == 1  # reused
+    assert p._finder._segment_pids() == {os.getpid()}
+    assert p._finder._segment_pids() == {os.getpid()} and len(listings) == 1  # reused
     mine.unlink()  # the directory changes: listed again, at once
     _age(shm, 5)
-    assert p._segment_pids() == set() and len(listings) == 2
+    assert p._finder._segment_pids() == set() and len(listings) == 2
     p.poll_count = REDISCOVER_EVERY_POLLS  # and every REDISCOVER_EVERY_POLLS-th poll lists anyway
-    p._segment_pids()
+    p._finder._segment_pids()
     assert len(listings) == 3
 
 
@@ -55,12 +55,12 @@ def test_a_listing_taken_while_the_mtime_was_young_is_not_reused(tmp_path):
     shm = tmp_path / "shm"
     shm.mkdir()
     p, listings = _poller(shm)
-    assert p._segment_pids() == set()  # the directory was made just now: its mtime may move no more
+    assert p._finder._segment_pids() == set()  # the directory was made just now: its mtime may move no more
     # A name made within the same clock tick keeps the directory's mtime: planted here by hand.
     mtime_ns = os.stat(shm).st_mtime_ns
     (shm / f"dsh-probe.{os.getpid()}").write_bytes(b"")
     os.utime(shm, ns=(mtime_ns, mtime_ns))
-    assert p._segment_pids() == {os.getpid()} and len(listings) == 2
+    assert p._finder._segment_pids() == {os.getpid()} and len(listings) == 2
 
 
 def test_the_sweep_of_dead_writers_skips_the_segments_the_jobs_read_ok(tmp_path, monkeypatch):
@@ -167,21 +167,21 @@ def test_a_user_s_discovery_reads_each_gpu_process_s_owner_once_and_keeps_only_i
         shm.mkdir()
         p = JobsPoller(shm_dir=str(shm), nvml_source=object(), system_gpus_fn=list, uid=os.getuid())
         reads: list[int] = []
-        real = p._processes.read_uid
-        p._processes.read_uid = lambda pid: reads.append(pid) or real(pid)
-        p._processes.recheck_every_polls = every = 100
+        real = p._finder.processes.read_uid
+        p._finder.processes.read_uid = lambda pid: reads.append(pid) or real(pid)
+        p._finder.processes.recheck_every_polls = every = 100
 
         def expected_reads(pid: int) -> int:  # the first, and a recheck if one falls in the 5 polls
             return 1 + (next_recheck(1, pid, every) <= 5)
 
         for _ in range(5):
-            p._processes.new_poll()
-            assert p._candidates(nvml)[1] == {mine.pid}
+            p._finder.processes.new_poll()
+            assert p._finder._candidates(nvml)[1] == {mine.pid}
         assert reads.count(mine.pid) == expected_reads(mine.pid) and reads.count(gone) == 5
         if theirs is not None:
             assert reads.count(theirs.pid) == expected_reads(theirs.pid)
         p.stop()
-        assert len(p._processes) == 0
+        assert len(p._finder.processes) == 0
     finally:
         for proc in (mine, theirs):
             if proc is not None:
@@ -201,15 +201,15 @@ def test_a_candidate_whose_process_exited_is_looked_up_again_at_the_next_poll(tm
         p = JobsPoller(shm_dir=str(shm), nvml_source=object(), system_gpus_fn=list)
         p.poll_count = 1  # not a REDISCOVER poll
         p._discover(0.0, nvml)
-        assert ident in p._roots and len(p._jobs) == 1
+        assert ident in p._finder.roots and len(p._jobs) == 1
         p.poll_count = 2
         p._discover(0.0, nvml)
-        assert ident in p._roots  # the same candidates, nothing exited: kept
+        assert ident in p._finder.roots  # the same candidates, nothing exited: kept
         gpu_proc.kill()
         gpu_proc.wait()
         p.poll_count = 3
         p._discover(0.0, nvml)  # NVML's stale list still names the pid
-        assert ident not in p._roots
+        assert ident not in p._finder.roots
         p.stop()
     finally:
         gpu_proc.kill()
@@ -226,11 +226,11 @@ def test_a_root_is_looked_for_only_under_a_fresh_read_of_the_candidate_s_owner(t
         shm.mkdir()
         someone_else = os.getuid() + 4242
         p = JobsPoller(shm_dir=str(shm), nvml_source=object(), system_gpus_fn=list, uid=someone_else)
-        p._processes.read_uid = lambda pid: someone_else  # the stale cache: "the sidecar user's"
+        p._finder.processes.read_uid = lambda pid: someone_else  # the stale cache: "the sidecar user's"
         p.poll_count = 1
         p._discover(0.0, nvml)
-        assert p._candidates_seen == {gpu_proc.pid}  # through the filter, on the cached word
-        assert p._roots == {} and p._jobs == {}  # but the fresh read says whose it is
+        assert p._finder.candidates_seen == {gpu_proc.pid}  # through the filter, on the cached word
+        assert p._finder.roots == {} and p._jobs == {}  # but the fresh read says whose it is
         p.stop()
     finally:
         gpu_proc.kill()

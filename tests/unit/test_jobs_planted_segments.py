@@ -49,7 +49,7 @@ def test_planted_names_neither_make_jobs_nor_hide_a_real_one(tmp_path):
         _plant(shm, "dsh-probe.1", NOBODY)
         _plant(shm, f"dsh-probe.{mine.pid}", NOBODY)
         for uid in (None, VICTIM):  # a root sidecar, and the victim's own
-            assert _poller(shm, uid)._segment_pids() == {victim.pid}, uid
+            assert _poller(shm, uid)._finder._segment_pids() == {victim.pid}, uid
     finally:
         for p in (victim, mine):
             p.kill()

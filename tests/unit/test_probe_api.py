@@ -18,7 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import probe  # noqa: E402
-import probe._state as probe_state  # noqa: E402
+import probe._models as probe_models  # noqa: E402
 from probe._state import PROBE  # noqa: E402
 from probe.hooks import ProbeWorkerInit  # noqa: E402
 from probe_wire import process_start_ticks, read_segment, remove_segment, segment_path, validate_payload  # noqa: E402
@@ -229,13 +229,13 @@ def test_registered_then_compiled_model_still_compiles_to_one_graph(keep, monkey
     # state is process-wide, and dynamo compiles inside its own catch_warnings, so a warning raised
     # meanwhile may never reach a pytest.warns around it. What the probe warns is recorded at its call.
     warned = []
-    real_warn = probe_state.warnings.warn
+    real_warn = probe_models.warnings.warn
 
     def spy(message, category, **kw):
         warned.append((category, message))
         real_warn(message, category, **kw)
 
-    monkeypatch.setattr(probe_state, "warnings", SimpleNamespace(warn=spy))
+    monkeypatch.setattr(probe_models, "warnings", SimpleNamespace(warn=spy))
     for _ in range(12):  # a hook that read its counter would recompile on each call and fail here
         assert torch.equal(compiled(x), net(x))
     assert counters["stats"]["unique_graphs"] == 1
@@ -263,7 +263,7 @@ def test_a_registered_module_inside_a_compiled_parent_is_said_uncounted(keep, mo
     parent = torch.nn.Sequential(inner, torch.nn.ReLU())
     compiled = torch.compile(parent, backend="eager", fullgraph=True)
     warned = []
-    monkeypatch.setattr(probe_state, "warnings", SimpleNamespace(warn=lambda m, c, **kw: warned.append(m)))
+    monkeypatch.setattr(probe_models, "warnings", SimpleNamespace(warn=lambda m, c, **kw: warned.append(m)))
     x = torch.ones(2, 3)
     assert wait_for(
         lambda: compiled(x) is not None and entry("api-inlined")["compiled_uncounted"] is True,
