@@ -260,7 +260,9 @@ class Slow(torch.utils.data.Dataset):
     def __len__(self):
         return 10_000
     def __getitem__(self, i):
-        time.sleep(0.01)  # 4 items a batch: ~40 ms of loading for ~1 ms of compute
+        # 4 items a batch: ~100 ms of loading for ~1 ms of compute, so loading dominates even when
+        # the machine's load stretches the compute (and the data wait's own timing) many times over.
+        time.sleep(0.025)
         return torch.randn(8), torch.tensor(i % 2)
 
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
@@ -291,11 +293,14 @@ def test_a_real_training_loop_starved_by_its_loader(tmp_path, fake_nvml):
     try:
         with sidecar(job.pid, fake_nvml.env()) as sc:
             # data-starved may come from the loader's timing after the first batch; the step
-            # breakdown's window fills after a few steps.
+            # breakdown's window fills after a few steps (its first steps include the start's imports).
             doc = sc.wait_status(
                 lambda d: (
                     "data-starved" in codes(d)
-                    and any((p["step_breakdown"] or {}).get("steps", 0) >= 5 for p in d["processes"])
+                    and any(
+                        (b := p["step_breakdown"] or {}).get("steps", 0) >= 5 and b["data_wait_fraction"] > 0.5
+                        for p in d["processes"]
+                    )
                 ),
                 60,
                 what="data-starved from the real probe, and 5 steps in its breakdown",
