@@ -12,20 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from sidecar import contract
 from sidecar.catalogue import render
 from tests.fakenvml import gpu, make_fake_sysfs
+from tests.helpers.document_keys import GPU_KEYS, MODEL_KEYS, PROCESS_KEYS, STATUS_KEYS
 from tests.helpers.harness import FakeJob, Sidecar, codes, cuda_runtime, wait_for
 
 pytestmark = pytest.mark.slow
 
 UUID0 = gpu(0)["uuid"]
-# The keys every document has: sidecar/contract.py is their one definition (and every document
-# built in tests is validated against it, DSH_CONTRACT_CHECK=1 in tests/conftest.py).
-STATUS_KEYS = set(contract.STATUS_DOCUMENT.fields)
-PROCESS_KEYS = set(contract.PROCESS.fields)
-MODEL_KEYS = set(contract.MODEL.fields)
-GPU_KEYS = set(contract.GPU.fields)
 
 
 @pytest.fixture

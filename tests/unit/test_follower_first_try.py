@@ -41,7 +41,7 @@ from probe_wire.prefix import PrefixSlot, decode_with_prefix, find_prefix
 from probe_wire.procid import pid_namespace_id, process_start_ticks
 from probe_wire.reader import CLOSED_ERROR, READ_ATTEMPTS, SegmentRead, _read_seq, read_consistent
 from probe_wire.schema import validate_payload
-from tests.unit.test_probe_segment import _rich_payload
+from tests.helpers.payloads import rich_payload
 
 PID, TICKS = 4242, 777
 FD = 1_000_003  # no such descriptor: only the scripted pread below answers for it
@@ -236,7 +236,7 @@ def _run(read, states, schedule, size, raw, last, slot):
 
 
 def _payload_bytes(variant: int, events: int) -> bytes:
-    p = _rich_payload(PID)
+    p = rich_payload(PID)
     p["start_ticks"] = TICKS
     p["models"][0]["forward_calls"] += variant
     p["published_at"] = 1000.0 + variant
@@ -464,7 +464,7 @@ def test_a_follower_reads_a_real_writers_publishes_as_read_segment_does(live_pid
     follower = SegmentFollower()
     try:
         for events in (0, 3, 1, 60, 2, 2):
-            payload = _rich_payload(live_pid)
+            payload = rich_payload(live_pid)
             payload["start_ticks"] = ticks
             payload["events"] = [{"time": float(i), "name": f"e{i}"} for i in range(events)]
             writer.publish(payload)
@@ -541,7 +541,7 @@ def test_every_outcome_of_one_read_is_the_old_codes(kind, expected, with_prefix,
     base = _segment(_payload_bytes(0, 1), size, seq=10)
     state = data.draw(_state(size, base, 10))
     if payload_change != "none":
-        p = _rich_payload(PID)
+        p = rich_payload(PID)
         p["start_ticks"] = TICKS
         if payload_change == "pid":
             p["pid"] = PID + 1

@@ -36,8 +36,7 @@ from sidecar.verdict import (
     memory_growth,
 )
 from sidecar.verdict.rules import MemoryGrowth, _idle_window
-from tests.unit.test_verdict import (
-    CASES,
+from tests.helpers.verdict_facts import (
     CPU_RT,
     CUDA_RT,
     H200,
@@ -47,7 +46,7 @@ from tests.unit.test_verdict import (
     model,
     proc,
 )
-from tests.unit.test_verdict_efficiency import EFFICIENCY_CASES
+from tests.helpers.verdict_tables import CASES, EFFICIENCY_CASES
 
 DIGESTS = Path(__file__).with_name("verdict_digests.json")
 RANDOM_FACTS = 600

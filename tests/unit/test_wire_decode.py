@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from probe_wire.codec import decode_payload
 from probe_wire.schema import MAX_MODELS, MAX_STR_CHARS
-from tests.unit.test_probe_segment import _json_like, _rich_payload
+from tests.helpers.payloads import json_like, rich_payload
 
 
 def _old_decode_payload(data: bytes):
@@ -39,8 +39,8 @@ def _bounded(size: int) -> bytes:
 
 
 @settings(max_examples=600, deadline=None)
-@given(data=st.binary(max_size=300) | _json_like.map(msgpack.packb) | st.sampled_from([0, 1]).map(bytes))
-@example(data=msgpack.packb(_rich_payload(7)))
+@given(data=st.binary(max_size=300) | json_like.map(msgpack.packb) | st.sampled_from([0, 1]).map(bytes))
+@example(data=msgpack.packb(rich_payload(7)))
 @example(data=_bounded(63))
 @example(data=_bounded(64))
 @example(data=_bounded(65))
