@@ -8,7 +8,7 @@
     .venv/bin/python benchmarks/bench_sidecar.py all [--quick] [--json out.json]
 
 No GPU needed: the driver is tests/fakenvml (a simulated libnvidia-ml.so.1 that nvidia-ml-py,
-nvitop and gpustat all load), the job is `tests.stress.jobs busy` (a root process and real `sleep`
+nvitop and gpustat all load), the job is `tests.helpers.stress_jobs busy` (a root process and real `sleep`
 children, each with a probe segment, all listed on the GPUs by the simulated driver). Every tool
 runs in its own process against the same scenario; CPU is that process's CPU time
 (time.process_time) per poll, after warm-up polls. Prints Markdown tables; --json keeps the raw
@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.fakenvml import build_library, nvml_env, write_scenario  # noqa: E402
 from tests.helpers.harness import Sidecar  # noqa: E402
-from tests.stress.loadgen import BusyJob, busy_scenario, proc_cpu_rss  # noqa: E402
+from tests.helpers.loadgen import BusyJob, busy_scenario, proc_cpu_rss  # noqa: E402
 
 OUR_POLL = r"""
 import json, sys, time

@@ -48,7 +48,7 @@ from bench_sidecar import Driver  # noqa: E402
 from probe_wire import segment_path  # noqa: E402
 from tests.fakenvml import gpu  # noqa: E402
 from tests.helpers.harness import API, Sidecar  # noqa: E402
-from tests.stress.loadgen import (  # noqa: E402
+from tests.helpers.loadgen import (  # noqa: E402
     BusyJob,
     busy_scenario,
     cadence,

@@ -278,8 +278,8 @@ def process_facts(proc, read, gpu: tuple[ProcGpu, ...], target_pid: int) -> Proc
         failure, collected = _publish_failure(errors), _collected_models(errors)
     else:  # no errors (most payloads): what the two give for an empty list
         failure, collected = None, ()
-    # Positional, in the order of ProcessFacts' fields: keywords would cost about 2 us of this
-    # call's 8.5.
+    # Positional, in its fields' order (tests/unit/test_collect_facts.py holds each field to its
+    # helper's result, by name): keywords cost about 2 us of this call's 8.5.
     return ProcessFacts(
         proc.pid,
         proc.ppid,
@@ -315,7 +315,7 @@ def process_facts(proc, read, gpu: tuple[ProcGpu, ...], target_pid: int) -> Proc
 # ---------------------------------------------------------------------------------------------
 # GpuFacts's fields before field_errors and after it, read from an NVML device in one call each (8 a
 # poll, 33 fields: keyword arguments and a getattr each cost more than the rest of the copy).
-# tests/unit/test_collect_oracle.py holds the positions to GpuFacts's order.
+# tests/unit/test_collect_facts.py holds the positions to GpuFacts's order.
 _GPU_HEAD = attrgetter("index", "uuid", "name", "pci_bus_id", "util_gpu", "util_mem", "mem_used_mib", "mem_total_mib", "lost")
 _GPU_EFFICIENCY = attrgetter(*GPU_EFFICIENCY_FIELDS)
 

@@ -30,18 +30,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.conftest import GPU_NAMES, model, sysfs_cards
-from tests.browser.dsh_env import REPO, DshHome, DshWeb, get_json, start_dsh_web
-from tests.browser.test_dsh_plugin import (  # noqa: F401 (dsh_launcher is a fixture)
-    API,
-    dsh_launcher,
-    new_page,
-    open_session,
-    plugin_errors,
-    shot,
-    wait_for_panel,
-)
 from tests.fakenvml import FakeNvml, gpu, make_fake_sysfs
+from tests.helpers.dashboard_stack import GPU_NAMES, model, sysfs_cards
+from tests.helpers.dsh_env import REPO, DshHome, DshWeb, get_json, start_dsh_web
+from tests.helpers.dsh_page import API, new_page, open_session, plugin_errors, shot, wait_for_panel
 from tests.helpers.harness import API as API_SIDECAR
 from tests.helpers.harness import FakeJob, Sidecar, cuda_runtime, wait_for
 
@@ -199,7 +191,7 @@ def simulated_gpu_env(base: Path, lib_dir: Path) -> tuple[FakeNvml, dict[str, st
 
 
 @pytest.fixture(scope="module")
-def autostarted(dsh_launcher: Path, fake_nvml_lib_dir: Path, tmp_path_factory) -> Iterator[Autostarted]:  # noqa: F811 (the fixture)
+def autostarted(dsh_launcher: Path, fake_nvml_lib_dir: Path, tmp_path_factory) -> Iterator[Autostarted]:
     if not SIDECAR_BIN.exists():
         pytest.skip(f"{SIDECAR_BIN} is not installed (pip install -e .)")
     base = tmp_path_factory.mktemp("dsh-autostart")
@@ -437,7 +429,7 @@ def test_the_sidecar_stops_with_dsh(autostarted: Autostarted) -> None:
 
 
 def test_a_missing_sidecar_command_shows_how_to_install_it(
-    chromium, dsh_launcher: Path, tmp_path: Path  # noqa: F811
+    chromium, dsh_launcher: Path, tmp_path: Path
 ) -> None:
     home = DshHome.create(tmp_path / "home", dsh_launcher)
     home.add_plugin()
@@ -480,7 +472,7 @@ def test_a_missing_sidecar_command_shows_how_to_install_it(
 
 
 def test_a_sidecar_answering_401_at_the_url_makes_the_plugin_start_its_own(
-    chromium, dsh_launcher: Path, fake_nvml_lib_dir: Path, tmp_path: Path  # noqa: F811
+    chromium, dsh_launcher: Path, fake_nvml_lib_dir: Path, tmp_path: Path
 ) -> None:
     """Root's node-wide sidecar (a token the user was not given) on the configured URL: the plugin
     starts the user's own sidecar instead of showing 401, and the settings row names both URLs."""
@@ -515,7 +507,7 @@ def test_a_sidecar_answering_401_at_the_url_makes_the_plugin_start_its_own(
 
 
 def test_a_session_whose_workspace_holds_no_job_shows_the_machines_jobs_marked_unlinked(
-    chromium, dsh_launcher: Path, fake_nvml_lib_dir: Path, tmp_path: Path  # noqa: F811
+    chromium, dsh_launcher: Path, fake_nvml_lib_dir: Path, tmp_path: Path
 ) -> None:
     """DSH started in a folder that is not the job's: the chip counts the user's jobs, so the session's
     GPU tab lists them too (marked "not linked to this session", with why) and shows the chosen one,
@@ -573,7 +565,7 @@ def test_a_session_whose_workspace_holds_no_job_shows_the_machines_jobs_marked_u
         job.stop()
 
 
-def test_the_plugin_finds_the_sidecar_of_its_checkouts_venv(dsh_launcher: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_the_plugin_finds_the_sidecar_of_its_checkouts_venv(dsh_launcher: Path, tmp_path: Path) -> None:
     """The README's path: `dsh plugin --profile web add ./dsh_plugin` from a checkout whose sidecar is in
     .venv (scripts/demo.sh, the install card's command), `dsh web` from a shell whose PATH has no
     dsh-sidecar, the default config: the plugin starts <checkout>/.venv/bin/dsh-sidecar by itself."""

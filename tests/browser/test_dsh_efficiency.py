@@ -13,8 +13,8 @@ import pytest
 from werkzeug.serving import make_server
 
 from sidecar.serve.server import ServerConfig, create_app
-from tests.browser.conftest import screenshot_path
-from tests.browser.dsh_env import (
+from tests.helpers.browser import screenshot_path
+from tests.helpers.dsh_env import (
     DSH_VERSION,
     FAILED_TO_LOAD,
     DshHome,
@@ -22,8 +22,8 @@ from tests.browser.dsh_env import (
     ensure_dsh,
     start_dsh_web,
 )
-from tests.browser.test_dsh_plugin import new_page, open_session, plugin_errors, wait_for_panel
-from tests.browser.test_efficiency_page import (
+from tests.helpers.dsh_page import new_page, open_session, plugin_errors, wait_for_panel
+from tests.helpers.efficiency_docs import (
     FixedSource,
     data_wait_doc,
     history_doc,

@@ -21,7 +21,6 @@ import re
 import shutil
 import socket
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,40 +28,27 @@ from pathlib import Path
 import pytest
 
 from sidecar.common.catalogue import render
-from tests.browser.conftest import screenshot_path
-from tests.browser.dsh_env import (
-    DSH_VERSION,
+from tests.helpers.dsh_env import (
     FAILED_TO_LOAD,
     PLUGIN_DIR,
     DshHome,
-    DshUnavailable,
     DshWeb,
     Managed,
-    ensure_dsh,
     get_json,
     node_binary,
     raw_get,
     start_dsh_web,
 )
+from tests.helpers.dsh_page import API, new_page, open_session, plugin_errors, shot, wait_for_panel
 from tests.helpers.harness import Sidecar, python_env, wait_for
+from tests.helpers.other_users import NOBODY, get_as
 
 pytestmark = [pytest.mark.browser, pytest.mark.dsh]
 
-API = "/dsh-gpu-dashboard/api"
 START_COMMANDS = ("dsh-sidecar --pid", "dsh-sidecar run -- python train.py")
 
 
 # --------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(scope="session")
-def dsh_launcher() -> Path:
-    try:
-        return ensure_dsh()
-    except DshUnavailable as exc:
-        pytest.skip(
-            f"DSH {DSH_VERSION} cannot be installed on this machine, so the plugin cannot be tested: {exc}"
-        )
 
 
 @pytest.fixture(scope="module")
@@ -81,67 +67,9 @@ def dsh_gpu(dsh_launcher: Path, gpu_stack, tmp_path_factory: pytest.TempPathFact
         shutil.rmtree(base, ignore_errors=True)
 
 
-def new_page(browser, url: str, errors: list[str], *, width: int = 1400, height: int = 900):
-    ctx = browser.new_context(
-        viewport={"width": width, "height": height}, locale="en-US", color_scheme="light"
-    )
-    page = ctx.new_page()
-    page.set_default_timeout(20_000)
-    page.on("pageerror", lambda exc: errors.append(f"pageerror: {exc}"))
-    page.on("console", lambda m: errors.append(f"console.{m.type}: {m.text}") if m.type == "error" else None)
-    page.goto(url)
-    return ctx, page
-
-
-def wait_for_panel(page, testid: str = "dsh-gpu-chip", timeout_ms: int = 30_000):
-    """Wait for our test id, racing against DSH's whole-page "Failed to load plugins"."""
-    page.wait_for_function(
-        """([tid, failed]) => !!document.querySelector(`[data-testid="${tid}"]`)
-                              || document.body.innerText.includes(failed)""",
-        arg=[testid, FAILED_TO_LOAD],
-        timeout=timeout_ms,
-    )
-    body = page.inner_text("body")
-    assert FAILED_TO_LOAD not in body, f"DSH could not load its plugins:\n{body[:2000]}"
-    return page.locator(f'[data-testid="{testid}"]')
-
-
-def shot(page, name: str) -> Path:
-    path = screenshot_path(f"dsh-{name}")
-    page.screenshot(path=str(path))
-    return path
-
-
-def open_session(page) -> None:
-    """Create a session the way a user does (workspace = the test's folder), then open its GPU tab."""
-    choose = page.get_by_text("Choose workspace", exact=True)
-    if choose.count():
-        choose.first.click()
-        open_button = page.get_by_role("button", name="Open", exact=True)
-        open_button.wait_for()
-        open_button.click()
-        choose.first.wait_for(state="detached")
-    page.keyboard.press("Escape")  # close a workspace menu, should one be open
-    box = page.locator("textarea").first
-    box.wait_for()
-    box.fill("is my model on the GPU?")
-    box.press("Enter")
-    tab = page.get_by_role("tab", name="GPU", exact=True).first
-    try:
-        tab.wait_for(timeout=20_000)
-    except Exception:
-        page.screenshot(path=os.path.join(tempfile.gettempdir(), "dsh-open-session-failed.png"))
-        raise
-    tab.click()
-
-
 def port_closed(port: int) -> bool:
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) != 0
-
-
-def plugin_errors(errors: list[str]) -> list[str]:
-    return [e for e in errors if "dsh-gpu" in e or "dsh_gpu" in e or "dgd-" in e]
 
 
 # --------------------------------------------------------------------------- the plugin package
@@ -232,8 +160,6 @@ def test_proxy_forwards_to_the_real_sidecar(dsh_gpu: DshWeb, gpu_stack) -> None:
 def test_proxy_serves_only_dshs_own_user(dsh_gpu: DshWeb) -> None:
     """DSH rc.8 has no login: another local user's curl to DSH's port gets none of the sidecar's
     data (nor the config), a 403 saying why; DSH's own user (root here) is served."""
-    from tests.integration.test_peer_access import NOBODY, get_as
-
     for path in ("/status", "/jobs", "/history", "/config", "/jobs?session=s1"):
         code, body = get_as(NOBODY, f"{dsh_gpu.url}{API}{path}")
         assert code == 403 and body["error"] == "forbidden-user", (path, code, body)

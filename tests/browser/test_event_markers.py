@@ -18,8 +18,8 @@ from werkzeug.serving import make_server
 
 from sidecar.documents import contract
 from sidecar.serve.server import ServerConfig, create_app
-from tests.browser.conftest import screenshot, wait_js
-from tests.browser.test_efficiency_page import gpu_page_doc, obj
+from tests.helpers.browser import screenshot, wait_js
+from tests.helpers.efficiency_docs import gpu_page_doc, obj
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]
 

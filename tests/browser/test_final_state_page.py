@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.browser.conftest import screenshot, wait_js
+from tests.helpers.browser import screenshot, wait_js
 from tests.helpers.exit_jobs import SPAWN_JOB, final_document
 
 pytestmark = pytest.mark.browser

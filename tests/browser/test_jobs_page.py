@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.browser.conftest import wait_js
 from tests.fakenvml import gpu
+from tests.helpers.browser import wait_js
 from tests.helpers.harness import FakeJob, Sidecar, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(180)]

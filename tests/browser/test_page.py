@@ -15,14 +15,9 @@ import time
 import pytest
 
 from sidecar.common.catalogue import render
-from tests.browser.conftest import (
-    GPU_NAMES,
-    cpu_job_specs,
-    gpu_scenario,
-    screenshot,
-    wait_js,
-)
 from tests.fakenvml import gpu
+from tests.helpers.browser import screenshot, wait_js
+from tests.helpers.dashboard_stack import GPU_NAMES, cpu_job_specs, gpu_job_specs, gpu_scenario
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -476,8 +471,6 @@ def test_job_without_probe_is_unknown_and_grey(stacks, pages):
 
 
 def test_unreachable_after_the_sidecar_stops(stacks, pages):
-    from tests.browser.conftest import gpu_job_specs
-
     stack = stacks.start(
         "down", gpu_job_specs([gpu(0)["uuid"], gpu(1)["uuid"]]), gpu_scenario, expect_status="GPU"
     )

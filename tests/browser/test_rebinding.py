@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.browser.conftest import launch_chromium, wait_js
+from tests.helpers.browser import launch_chromium, wait_js
 
 pytestmark = [pytest.mark.browser]
 

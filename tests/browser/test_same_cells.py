@@ -19,10 +19,10 @@ from collections.abc import Iterator
 import pytest
 from werkzeug.serving import make_server
 
-from sidecar import contract
+from sidecar.documents import contract
 from sidecar.serve.server import ServerConfig, create_app
-from tests.browser.conftest import REPO, wait_js
-from tests.browser.test_efficiency_page import (
+from tests.helpers.browser import wait_js
+from tests.helpers.efficiency_docs import (
     FixedSource,
     a100_mig,
     h100,
@@ -31,6 +31,7 @@ from tests.browser.test_efficiency_page import (
     obj,
     status_doc,
 )
+from tests.helpers.harness import REPO
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
 

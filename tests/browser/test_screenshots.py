@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from tests.browser.conftest import REPO, SCREENSHOTS_ENV, screenshot
+from tests.helpers.browser import SCREENSHOTS_ENV, screenshot
+from tests.helpers.harness import REPO
 
 pytestmark = [pytest.mark.browser]
 

@@ -11,19 +11,9 @@ import time
 import pytest
 
 from tests.fakenvml import gpu
+from tests.helpers.document_keys import MODEL_KEYS, PROCESS_KEYS, STATUS_KEYS
 from tests.helpers.harness import REPO, FakeJob, Sidecar, cuda_runtime, python_env
-from tests.integration.test_sidecar_e2e import MODEL_KEYS, PROCESS_KEYS, STATUS_KEYS
-
-
-def cli(*args: str, env=None, timeout_s: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "sidecar.cli", *args],
-        capture_output=True,
-        text=True,
-        env=python_env(base=env),
-        cwd=REPO,
-        timeout=timeout_s,
-    )
+from tests.helpers.sidecar_cli import cli
 
 
 def dead_pid() -> int:

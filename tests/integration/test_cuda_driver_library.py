@@ -19,7 +19,7 @@ import pytest
 
 from tests.fakenvml import gpu
 from tests.helpers.harness import REPO, Sidecar, codes, python_env
-from tests.integration.test_cli import cli
+from tests.helpers.sidecar_cli import cli
 
 pytest.importorskip("torch")
 

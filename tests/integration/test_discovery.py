@@ -19,9 +19,9 @@ import pytest
 from probe_wire import segment_path
 from probe_wire.procid import process_identity
 from tests.fakenvml import gpu
+from tests.helpers.gloo_job import DDP_JOB
 from tests.helpers.harness import REPO, FakeJob, Sidecar, python_env, wait_for
-from tests.integration.test_multirank import JOB as DDP_JOB
-from tests.stress.test_security import write_as
+from tests.helpers.other_users import write_as
 
 pytestmark = pytest.mark.slow
 

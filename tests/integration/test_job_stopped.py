@@ -21,7 +21,7 @@ def _state(pid: int) -> str:
 
 def test_a_stopped_job_is_reported_with_how_long_and_not_after_it_resumes():
     job = subprocess.Popen(
-        [sys.executable, "-m", "tests.stress.jobs", "once"], env=python_env(), cwd=REPO, stdout=subprocess.PIPE
+        [sys.executable, "-m", "tests.helpers.stress_jobs", "once"], env=python_env(), cwd=REPO, stdout=subprocess.PIPE
     )
     now = [1000.0]
     poller = Poller(job.pid, interval_s=1.0, system_gpus_fn=list, clock=lambda: now[0])

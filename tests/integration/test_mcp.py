@@ -387,7 +387,7 @@ console.log('ok', Object.keys(values).length);
 def test_dsh_mcp_client_boots_with_it_and_enforces_its_schemas(tmp_path, fake_nvml, env):
     """DSH's validator accepts the schemas and real answers; `dsh web` with the docs/mcp.md row and
     failOnStartupError boots only when the client connected and registered the tools."""
-    dsh_env = pytest.importorskip("tests.browser.dsh_env")
+    dsh_env = pytest.importorskip("tests.helpers.dsh_env")
     try:
         launcher = dsh_env.ensure_dsh()
     except dsh_env.DshUnavailable as exc:

@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 
 import psutil
@@ -21,61 +20,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from probe_wire import read_segment
 from tests.fakenvml import gpu
+from tests.helpers.gloo_job import DDP_JOB
 from tests.helpers.harness import REPO, FakeJob, Sidecar, codes, cuda_runtime, python_env, wait_for
 
 pytestmark = pytest.mark.slow
 
 UUIDS = [gpu(0)["uuid"], gpu(1)["uuid"]]
 
-# The training script: two ranks, gloo, a small model each, gradients averaged every step. Started by
-# torchrun (one process per rank, RANK/LOCAL_RANK/WORLD_SIZE in the environment) or by
-# torch.multiprocessing.spawn (LOCAL_RANK set the way torchrun sets it; RANK and WORLD_SIZE left to
-# torch.distributed, so the ranks the sidecar shows come from the initialised process group).
-JOB = textwrap.dedent(
-    """
-    import os, sys, time
-    import torch
-    import torch.distributed as dist
-    import torch.multiprocessing as mp
-    import probe
-
-    def train(rank, world_size, init_method, stop):
-        torch.set_num_threads(1)
-        dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world_size)
-        model = probe.register(torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)))
-        opt = torch.optim.SGD(model.parameters(), lr=0.01)
-        while True:
-            loss = model(torch.randn(8, 16)).pow(2).mean()
-            loss.backward()
-            for p in model.parameters():  # what DDP does: average the gradients over the ranks
-                dist.all_reduce(p.grad)
-                p.grad /= world_size
-            opt.step()
-            opt.zero_grad()
-            done = torch.tensor([1.0 if os.path.exists(stop) else 0.0])
-            dist.all_reduce(done)  # both ranks leave on the same step
-            if done.item() > 0:
-                break
-            time.sleep(0.05)
-        # Both ranks done with their collectives before either tears gloo down: a rank that leaves
-        # first can make the other's teardown abort ("terminate called without an active
-        # exception", SIGABRT after its last Python line). torch's, not the probe's: 6 of 40 runs of
-        # this script without the probe aborted so, 0 of 40 with the barrier.
-        dist.barrier()
-        dist.destroy_process_group()
-
-    def spawned(local_rank, world_size, init_method, stop):
-        os.environ["LOCAL_RANK"] = str(local_rank)
-        train(local_rank, world_size, init_method, stop)
-
-    if __name__ == "__main__":
-        store, stop = sys.argv[1], sys.argv[2]
-        if "LOCAL_RANK" in os.environ:  # torchrun: this process is one rank
-            train(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), "env://", stop)
-        else:
-            mp.spawn(spawned, args=(2, "file://" + store, stop), nprocs=2, join=True)
-    """
-)
 LAUNCHERS = {
     "spawn": [sys.executable],
     "torchrun": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"],
@@ -93,7 +44,7 @@ def metric_samples(body: bytes) -> list[tuple[str, dict[str, str], float]]:
 @pytest.mark.parametrize("launcher_kind", sorted(LAUNCHERS))
 def test_real_two_rank_gloo_job_through_its_launcher(tmp_path, fake_nvml, launcher_kind):
     script = tmp_path / "train_ddp.py"
-    script.write_text(JOB)
+    script.write_text(DDP_JOB)
     stop = tmp_path / "stop"
     # One idle NVIDIA GPU the CPU-only ranks do not use.
     fake_nvml.write({"gpus": [gpu(0)]})

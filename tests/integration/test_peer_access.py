@@ -10,11 +10,8 @@ HTTP over loopback.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import sys
-import textwrap
 
 import pytest
 
@@ -22,49 +19,12 @@ from probe_wire import segment_path
 from probe_wire.procid import process_identity
 from tests.fakenvml import gpu
 from tests.helpers.harness import API, FakeJob, Sidecar, wait_for
-from tests.stress.test_security import write_as
+from tests.helpers.other_users import NOBODY, STRANGER, get_as, write_as
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as other users"),
 ]
-
-NOBODY = 65534
-STRANGER = 65533  # a third user, with no job and no sidecar of its own
-
-CLIENT = textwrap.dedent(
-    """
-    import json, sys, urllib.error, urllib.request
-    req = urllib.request.Request(sys.argv[1])
-    if len(sys.argv) > 2:
-        req.add_header("Authorization", "Bearer " + sys.argv[2])
-    try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            code, body = r.status, r.read()
-    except urllib.error.HTTPError as e:
-        code, body = e.code, e.read()
-    try:
-        body = json.loads(body)
-    except ValueError:
-        body = body.decode("utf-8", "replace")[:200]
-    print(json.dumps([code, body]))
-    """
-)
-
-
-def get_as(uid: int, url: str, token: str | None = None) -> tuple[int, object]:
-    """GET `url` from a process of user `uid` (its own socket, as that user's curl would be)."""
-    r = subprocess.run(
-        ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", sys.executable, "-c", CLIENT, url]
-        + ([token] if token else []),
-        capture_output=True,
-        text=True,
-        timeout=30,
-        cwd="/",
-    )
-    assert r.returncode == 0, r.stderr
-    code, body = json.loads(r.stdout)
-    return code, body
 
 
 def test_a_users_sidecar_without_a_token_serves_only_that_user_and_root():

@@ -1,7 +1,7 @@
 """The probe across real processes: DataLoader workers (fork, spawn), forked and spawned children,
 exit and kill, DSH_PROBE=0, a missing posix_ipc, and what ``import probe`` costs.
 
-Each scenario runs in its own interpreter (tests/integration/test_probe_support.py) and reports JSON.
+Each scenario runs in its own interpreter (tests/helpers/probe_scenarios.py) and reports JSON.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def run_scenario(*args: str, env: dict | None = None, timeout_s: float = 120, ex
     full_env["DSH_PROBE_INTERVAL_S"] = "600"
     full_env.update(env or {})
     out = subprocess.run(
-        [sys.executable, "-m", "tests.integration.test_probe_support", *args],
+        [sys.executable, "-m", "tests.helpers.probe_scenarios", *args],
         cwd=REPO,
         env=full_env,
         capture_output=True,

@@ -2,7 +2,7 @@
 killed with SIGKILL mid-publish. A torn or inconsistent payload must never be accepted as "ok".
 
 The writers publish payloads whose every part repeats the publish counter (see
-test_probe_support.consistent_payload) and change length with it, so any mix of two publishes shows.
+tests/helpers/probe_scenarios.consistent_payload) and change length with it, so any mix of two publishes shows.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ import time
 from pathlib import Path
 
 from probe_wire import read_segment, remove_segment
-from tests.integration.test_probe_support import payload_problem
+from tests.helpers.probe_scenarios import payload_problem
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def start(*args: str) -> tuple[subprocess.Popen, dict]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.integration.test_probe_support", *args],
+        [sys.executable, "-m", "tests.helpers.probe_scenarios", *args],
         cwd=REPO,
         env=dict(os.environ, PYTHONPATH=str(REPO)),
         stdout=subprocess.PIPE,

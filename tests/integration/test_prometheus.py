@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from tests.fakenvml import gpu, scenarios
+from tests.helpers.grafana_dashboard import dashboard_expressions, substitute_variables
 from tests.helpers.harness import REPO, FakeJob, Sidecar, codes, cuda_runtime, wait_for
-from tests.integration.test_metrics import DOC_FAMILIES, expected_from_document, sample_set
-from tests.unit.test_grafana_dashboard import dashboard_expressions, substitute_variables
+from tests.helpers.metrics_expected import DOC_FAMILIES, expected_from_document, sample_set
 
 PROMETHEUS = shutil.which("prometheus") or (
     "/usr/bin/prometheus" if os.access("/usr/bin/prometheus", os.X_OK) else None

@@ -13,19 +13,13 @@ from pathlib import Path
 import pytest
 
 from sidecar.common.catalogue import render
-from sidecar.documents import contract
 from tests.fakenvml import gpu, make_fake_sysfs
+from tests.helpers.document_keys import GPU_KEYS, MODEL_KEYS, PROCESS_KEYS, STATUS_KEYS
 from tests.helpers.harness import FakeJob, Sidecar, codes, cuda_runtime, wait_for
 
 pytestmark = pytest.mark.slow
 
 UUID0 = gpu(0)["uuid"]
-# The keys every document has: sidecar/documents/contract.py is their one definition (and every document
-# built in tests is validated against it, DSH_CONTRACT_CHECK=1 in tests/conftest.py).
-STATUS_KEYS = set(contract.STATUS_DOCUMENT.fields)
-PROCESS_KEYS = set(contract.PROCESS.fields)
-MODEL_KEYS = set(contract.MODEL.fields)
-GPU_KEYS = set(contract.GPU.fields)
 
 
 @pytest.fixture

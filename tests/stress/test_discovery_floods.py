@@ -16,7 +16,7 @@ from probe_wire import segment_path
 from probe_wire.procid import process_identity
 from sidecar.poll.jobs import MAX_CANDIDATES
 from tests.helpers.harness import REPO, python_env, wait_for
-from tests.stress.test_security import FORGER, NOBODY, write_as
+from tests.helpers.other_users import FORGER, NOBODY, write_as
 
 pytestmark = [
     pytest.mark.slow,

@@ -23,8 +23,9 @@ from probe_wire.header import header_identity
 from sidecar.poll.poller import Poller
 from tests.fakenvml import gpu
 from tests.helpers.harness import REPO, Sidecar, codes, python_env, wait_for
-from tests.stress.conftest import RecordingSegmentSource, wait_gone
-from tests.stress.jobs import is_exact_variant
+from tests.helpers.recording_source import RecordingSegmentSource
+from tests.helpers.stress_jobs import is_exact_variant
+from tests.helpers.zygote import wait_gone
 
 KILLS = 100
 CONCURRENT = 6
@@ -163,7 +164,7 @@ def kill_mid_publish(pid: int, tries: int = 500) -> int:
 
 @pytest.mark.slow
 def test_sidecar_keeps_last_state_and_history_after_sigkill_mid_publish(tmp_path, fake_nvml, sidecar_env):
-    job = subprocess.Popen([sys.executable, "-m", "tests.stress.jobs", "slow"], env=python_env(), cwd=REPO)
+    job = subprocess.Popen([sys.executable, "-m", "tests.helpers.stress_jobs", "slow"], env=python_env(), cwd=REPO)
     try:
         wait_for(lambda: read_segment(job.pid).state in ("ok", "busy"), what="writer's segment")
         ticks = process_start_ticks(job.pid)

@@ -14,7 +14,7 @@ from probe_wire import segment_path
 from sidecar.poll.history import History
 from tests.fakenvml import gpu
 from tests.helpers.harness import API, Sidecar
-from tests.stress.loadgen import (
+from tests.helpers.loadgen import (
     BusyJob,
     busy_scenario,
     cadence,

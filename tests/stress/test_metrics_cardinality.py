@@ -30,9 +30,9 @@ SHORT_JOBS_AT_ONCE = 3
 
 
 def _busy(out: Path, children: int, churn_period_s: float = 0.0) -> subprocess.Popen:
-    """A probed job tree (tests/stress/jobs.py busy): a root with role main and `children`
+    """A probed job tree (tests/helpers/stress_jobs.py busy): a root with role main and `children`
     processes (rank 1, then DataLoader workers), the oldest worker replaced every churn period."""
-    cmd = [sys.executable, "-m", "tests.stress.jobs", "busy", "--children", str(children)]
+    cmd = [sys.executable, "-m", "tests.helpers.stress_jobs", "busy", "--children", str(children)]
     cmd += ["--gpus", str(GPUS), "--out", str(out), "--publish-interval", "0.3"]
     if churn_period_s:
         cmd += ["--churn-period", str(churn_period_s)]

@@ -11,101 +11,11 @@ import subprocess
 import msgpack
 import pytest
 
-import probe_wire as segment
 from probe_wire import SegmentWriter, process_start_ticks, read_segment
 from sidecar.poll.poller import Poller
 from sidecar.verdict import Rules
-from tests.stress.conftest import RecordingSegmentSource
-
-
-def full_payload(pid: int, ticks: int) -> dict:
-    """A schema-1 payload with every optional field set and every list holding one item, so every
-    field of the schema has a value to replace."""
-    p = segment.empty_payload(pid, ticks)
-    p.update(
-        ppid=1,
-        argv0="python",
-        script="train.py",
-        hostname="node1",
-        role="rank",
-        worker_id=0,
-        rank=0,
-        local_rank=0,
-        world_size=2,
-        dist_backend="nccl",
-        loader="train",
-        runtime={
-            "torch": "2.5.1",
-            "cuda_build": "12.4",
-            "cudnn": 90100,
-            "cuda_available": True,
-            "cuda_initialized": True,
-            "device_count": 1,
-            "devices": [{"index": 0, "name": "A100", "uuid": "GPU-1"}],
-            "cuda_visible_devices": "0",
-            "cuda_device_order": "PCI_BUS_ID",
-            "mps_available": False,
-            "xpu_available": False,
-        },
-        memory=[
-            {
-                "device": "cuda:0",
-                "allocated_bytes": 1,
-                "reserved_bytes": 2,
-                "peak_allocated_bytes": 3,
-                "peak_reserved_bytes": 4,
-            }
-        ],
-        models=[
-            {
-                "name": "m",
-                "class": "M",
-                "params": 1,
-                "device": "cuda:0",
-                "devices": ["cuda:0"],
-                "input_device": "cuda:0",
-                "forward_calls": 1,
-                "forward_rate_hz": 1.0,
-                "last_forward_time": 1.0,
-                "data_wait_fraction": 0.1,
-                "data_wait_s": 0.1,
-                "step_s": 0.1,
-                "train_steps": 1,
-                "step_rate_hz": 1.0,
-                "step_source": "lightning",
-                "shared_memory": False,
-                "param_dtypes": ["float32"],
-                "autocast": "off",
-                "input_shape": [8, 3],
-                "loader_settings": {
-                    "num_workers": 2,
-                    "pin_memory": True,
-                    "persistent_workers": False,
-                    "batch_size": 8,
-                },
-            }
-        ],
-        steps={
-            "window_s": 10.0,
-            "steps": 4,
-            "step_s": 2.5,
-            "data_wait_fraction": 0.5,
-            "forward_fraction": 0.2,
-            "optimizer_fraction": 0.1,
-            "other_fraction": 0.2,
-        },
-        math={
-            "allow_tf32_matmul": False,
-            "cudnn_allow_tf32": True,
-            "float32_matmul_precision": "highest",
-            "cudnn_benchmark": False,
-        },
-        syncs_per_step=3.0,
-        events=[{"time": 1.0, "name": "e"}],
-        errors=[{"time": 1.0, "where": "w", "message": "m"}],
-        published_at=1.0,
-    )
-    return p
+from tests.helpers.payloads import full_payload
+from tests.helpers.recording_source import RecordingSegmentSource
 
 
 def leaves(obj, path="payload"):

@@ -21,8 +21,8 @@ from sidecar.poll.poller import Poller
 from sidecar.sources.proctree import TreeSnapshot
 from sidecar.sources.segments import SegmentSource
 from tests.helpers.harness import REPO, python_env, wait_for
-from tests.stress.conftest import RecordingSegmentSource
-from tests.stress.jobs import variant
+from tests.helpers.recording_source import RecordingSegmentSource
+from tests.helpers.stress_jobs import variant
 
 needs_unshare = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare(1)"
@@ -33,7 +33,7 @@ needs_unshare = pytest.mark.skipif(
 def host_job():
     """A live writer in our namespace: its segment must survive every foreign sidecar."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.stress.jobs", "once"], env=python_env(), cwd=REPO, stdout=subprocess.PIPE
+        [sys.executable, "-m", "tests.helpers.stress_jobs", "once"], env=python_env(), cwd=REPO, stdout=subprocess.PIPE
     )
     assert proc.stdout.readline() == b"published\n"
     yield proc.pid

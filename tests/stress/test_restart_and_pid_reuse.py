@@ -6,6 +6,7 @@ the exact pid of one it just killed."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -20,8 +21,9 @@ from probe_wire import process_start_ticks, read_segment, remove_segment, segmen
 from sidecar.poll.poller import Poller
 from tests.fakenvml import gpu
 from tests.helpers.harness import REPO, Sidecar, codes, python_env, wait_for
-from tests.stress.conftest import RecordingSegmentSource, read_json, wait_gone
-from tests.stress.jobs import is_exact_variant, set_next_pid
+from tests.helpers.recording_source import RecordingSegmentSource
+from tests.helpers.stress_jobs import is_exact_variant, set_next_pid
+from tests.helpers.zygote import wait_gone
 
 NS_LAST_PID = "/proc/sys/kernel/ns_last_pid"
 
@@ -48,7 +50,7 @@ def test_sidecar_sigkilled_and_restarted_reattaches_and_the_job_never_notices(
     out, stop = tmp_path / "train.json", tmp_path / "stop"
     fake_nvml.write({"gpus": [gpu(0)]})
     job = subprocess.Popen(
-        [sys.executable, "-m", "tests.stress.jobs", "train", "--out", str(out), "--stop-file", str(stop)],
+        [sys.executable, "-m", "tests.helpers.stress_jobs", "train", "--out", str(out), "--stop-file", str(stop)],
         env=python_env({"DSH_PROBE_INTERVAL_S": "0.1"}),
         cwd=REPO,
         stdout=subprocess.PIPE,
@@ -170,7 +172,7 @@ def test_a_new_writer_replaces_the_leftover_of_its_pid_and_cleaners_spare_it(zyg
 def test_sidecar_does_not_adopt_a_process_that_reuses_the_target_pid(tmp_path: Path, fake_nvml, sidecar_env):
     fake_nvml.write({"gpus": [gpu(0)]})
     target = subprocess.Popen(
-        [sys.executable, "-m", "tests.stress.jobs", "once"],
+        [sys.executable, "-m", "tests.helpers.stress_jobs", "once"],
         env=python_env(),
         cwd=REPO,
         stdout=subprocess.PIPE,
@@ -187,7 +189,7 @@ def test_sidecar_does_not_adopt_a_process_that_reuses_the_target_pid(tmp_path: P
             target.wait()
             newcomer = spawn_at(
                 pid,
-                [sys.executable, "-m", "tests.stress.jobs", "wait", "--name", "imposter"],
+                [sys.executable, "-m", "tests.helpers.stress_jobs", "wait", "--name", "imposter"],
                 env=python_env(),
                 cwd=REPO,
                 stdin=subprocess.PIPE,
@@ -214,3 +216,13 @@ def test_sidecar_does_not_adopt_a_process_that_reuses_the_target_pid(tmp_path: P
             if p is not None and p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def read_json(path: Path, timeout_s: float = 30.0) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            return json.loads(path.read_text())
+        except (FileNotFoundError, ValueError):
+            time.sleep(0.05)
+    raise AssertionError(f"{path} did not appear in {timeout_s} s")

@@ -17,9 +17,8 @@ from probe_wire import SegmentWriter, process_start_ticks, read_segment, segment
 from sidecar.common.catalogue import render
 from sidecar.serve.server import _token_ok
 from tests.helpers.harness import REPO, Sidecar, python_env, wait_for
-from tests.stress.jobs import variant
-
-NOBODY = 65534
+from tests.helpers.other_users import FORGER, NOBODY, write_as
+from tests.helpers.stress_jobs import variant
 
 
 def listening_addresses(port: int) -> set[str]:
@@ -129,7 +128,7 @@ def sidecar_once(pid: int, as_nobody: bool, json_out: bool = True) -> subprocess
 
 def test_segments_are_0600_whatever_the_umask(tmp_path):
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.stress.jobs", "once"],
+        [sys.executable, "-m", "tests.helpers.stress_jobs", "once"],
         env=python_env(),
         cwd=REPO,
         stdout=subprocess.PIPE,
@@ -161,30 +160,6 @@ def test_sidecar_as_another_user_refuses_the_segment_and_says_why(job_with_segme
     human = sidecar_once(pid, as_nobody=True, json_out=False)
     assert "probe-unreadable" in human.stdout and why in human.stdout and "same user" in human.stdout
     assert os.path.exists(segment_path(pid)), "an unprivileged sidecar removed another user's segment"
-
-
-FORGER = NOBODY - 1  # a second unprivileged uid: the neighbour who forges
-
-
-def write_as(uid: int, pid: int, payload_k: int = 0) -> None:
-    """Publish a valid segment for `pid` from a forked child running as `uid` (a real second user:
-    the file is created by that uid, as an attacker's would be). The child leaves the file behind."""
-    ticks = process_start_ticks(pid)
-    child = os.fork()
-    if child == 0:
-        code = 1
-        try:
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-            w = SegmentWriter(pid=pid, start_ticks=ticks)
-            w.publish(variant(pid, ticks, payload_k))
-            w.detach()
-            code = 0
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(child, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
 
 
 @pytest.fixture

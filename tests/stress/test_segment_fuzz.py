@@ -27,8 +27,8 @@ from sidecar.poll.poller import Poller
 from sidecar.sources.segments import BUSY_POLLS_UNREADABLE
 from sidecar.verdict import Rules
 from tests.helpers.harness import codes
-from tests.stress.conftest import RecordingSegmentSource
-from tests.stress.jobs import variant
+from tests.helpers.recording_source import RecordingSegmentSource
+from tests.helpers.stress_jobs import variant
 
 RANDOM_CASES = 4000
 MUTATED_CASES = 6000  # with RANDOM_CASES: the 10,000

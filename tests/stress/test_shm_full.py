@@ -64,7 +64,7 @@ def train_in_small_shm(tmp_path: Path, fill_kib: int, *args: str) -> dict:
             "sh",
             sys.executable,
             "-m",
-            "tests.stress.jobs",
+            "tests.helpers.stress_jobs",
             "train",
             "--out",
             str(out),

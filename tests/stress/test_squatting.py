@@ -196,7 +196,7 @@ def squat_as(uid: int, pid: int, ticks: int) -> list[str]:
     SQUAT_RANDOM names of its random prefix; empty files elsewhere (created with O_EXCL: never
     another's file). The paths planted."""
     from probe_wire import SegmentWriter
-    from tests.stress.jobs import variant
+    from tests.helpers.stress_jobs import variant
 
     randoms = [f"{segment_path(pid, ticks)}.{i:016x}" for i in range(SQUAT_RANDOM)]
     empty = []

@@ -21,8 +21,8 @@ from sidecar.documents import bounds
 from sidecar.poll.poller import Poller
 from sidecar.serve.metrics import make_metrics
 from tests.helpers.harness import API, Sidecar
-from tests.stress.loadgen import get, proc_cpu_rss
-from tests.stress.test_payload_hostile import full_payload
+from tests.helpers.loadgen import get, proc_cpu_rss
+from tests.helpers.payloads import full_payload
 
 EMOJI = "\U0001f600"
 LONG = EMOJI * 4000  # the reader's longest string (MAX_STR_CHARS = 4096)

@@ -12,7 +12,7 @@ import pytest
 from sidecar.common import catalogue
 from sidecar.common.catalogue import Ref, load, placeholders, ref, render
 from sidecar.verdict import RULES, decide
-from tests.unit.test_verdict import CASES
+from tests.helpers.verdict_tables import CASES
 
 REPO = Path(__file__).resolve().parents[2]
 # Families of ids only the verdict (Python) uses; the page and the plugin render them from refs.

@@ -29,7 +29,7 @@ from sidecar.verdict import (
     SystemGpuFacts,
     decide,
 )
-from tests.unit.test_server import StaticSource
+from tests.helpers.static_source import StaticSource
 
 
 def test_the_generated_files_are_current():

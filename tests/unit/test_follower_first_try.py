@@ -1,6 +1,9 @@
 """A follower's read of a kept file, whose check of the last read's bytes is the first try of the
-new read (read_consistent's ``first``), gives the very read the follower gave before: the old path
-is kept here as the oracle, and both read the same scripted file.
+new read (read_consistent's ``first``), is the plain read of the file: the check, then
+read_consistent with no first try. Both read the same scripted file; every read is also held to the
+reader's specification (docs/design.md, "Reading a segment"): an ok read hands out a payload some
+state of the file published whole, with that state's bytes kept, and one state read alone gives the
+state and error its kind of damage calls for.
 
 The file is a timeline of states (whole segment files: publishes, a writer mid-publish, flipped
 bytes, a truncated file, a closed one). A writer may move on only where a reader could see it move:
@@ -23,7 +26,6 @@ from hypothesis import strategies as st
 
 from probe_wire import SegmentWriter, read_segment
 from probe_wire import follower as follower_module
-from probe_wire.codec import decode_payload
 from probe_wire.follower import READ_SLACK_BYTES, SegmentFollower
 from probe_wire.header import (
     FLAG_CLOSED,
@@ -37,132 +39,27 @@ from probe_wire.header import (
     SEQ,
     SEQ_OFFSET,
 )
-from probe_wire.prefix import PrefixSlot, decode_with_prefix, find_prefix
+from probe_wire.prefix import PrefixSlot
 from probe_wire.procid import pid_namespace_id, process_start_ticks
-from probe_wire.reader import CLOSED_ERROR, READ_ATTEMPTS, SegmentRead, _read_seq, read_consistent
-from probe_wire.schema import validate_payload
-from tests.unit.test_probe_segment import _rich_payload
+from probe_wire.reader import CLOSED_ERROR, READ_ATTEMPTS, SegmentRead, read_consistent
+from probe_wire.schema import MAX_EVENTS, validate_payload
+from tests.helpers.payloads import rich_payload
 
 PID, TICKS = 4242, 777
 FD = 1_000_003  # no such descriptor: only the scripted pread below answers for it
 
 
 # -------------------------------------------------------------------------------------------------
-# The oracle: the follower's read of a kept file as it was before (probe_wire at 9a54028; _finish as
-# it was at f765130, before the header's values went positionally into SegmentRead).
+# The plain path: the check of the last read's bytes, then a read of the file from its first byte.
 
 
-def _old_read_consistent(fd, pid, size, expected, attempts, slot=None):
-    last = None
-    for attempt in range(attempts):
-        if attempt:
-            time.sleep(0.0002)
-        raw = os.pread(fd, HEADER_BYTES, 0)
-        if len(raw) < HEADER_BYTES:
-            return (SegmentRead(pid=pid, state="corrupt", error="file shorter than the header"), None)
-        magic, version, hsize, seq, wpid, flags, ticks, length, crc, published_at = HEADER.unpack(raw)
-        wns = PIDNS.unpack_from(raw, PIDNS_OFFSET)[0]
-        if seq & 1:
-            last = SegmentRead(
-                pid=pid, state="busy", error=f"writer mid-publish (seq {seq} odd) on every try", seq=seq
-            )
-            continue
-        if seq == 0 and magic == b"\0" * 8:
-            return (SegmentRead(pid=pid, state="initialising", error="header not written yet"), None)
-        common = dict(
-            pid=pid,
-            writer_pid=wpid,
-            writer_start_ticks=ticks,
-            published_at=published_at,
-            trimmed=bool(flags & FLAG_TRIMMED),
-            seq=seq,
-            writer_pidns=wns,
-        )
-        reason = None
-        if magic != MAGIC:
-            reason = f"bad magic {magic!r}"
-        elif version != FORMAT_VERSION:
-            reason = f"unsupported format version {version}"
-        elif hsize != HEADER_BYTES:
-            reason = f"header size {hsize}, expected {HEADER_BYTES}"
-        elif length > size - HEADER_BYTES:
-            reason = f"payload length {length} exceeds the segment's {size - HEADER_BYTES} bytes"
-        elif length == 0:
-            reason = "payload length 0"
-        if reason is not None:
-            if _read_seq(fd) != seq:
-                continue
-            return (SegmentRead(state="corrupt", error=reason, **common), None)
-        data = os.pread(fd, length, HEADER_BYTES)
-        if _read_seq(fd) != seq:
-            last = SegmentRead(state="busy", error="writer kept publishing during every try", **common)
-            continue
-        if len(data) != length:
-            return (
-                SegmentRead(state="corrupt", error="file shorter than the payload length", **common),
-                None,
-            )
-        if zlib.crc32(data) != crc:
-            last = SegmentRead(state="corrupt", error="payload crc32 mismatch", **common)
-            continue
-        r = _old_finish(data, expected, common, slot)
-        if flags & FLAG_CLOSED:  # issue 25: a closed segment's last payload, never kept
-            return SegmentRead(state="missing", payload=r.payload, error=CLOSED_ERROR, **common), None
-        return r, (raw + data if r.state == "ok" else None)
-    return (
-        last if last is not None else SegmentRead(pid=pid, state="busy", error="no consistent read")
-    ), None
-
-
-def _old_finish(data, expected, common, slot=None):
-    pid = common["pid"]
-    if common["writer_pid"] != pid & 0xFFFFFFFF:
-        return SegmentRead(state="corrupt", error=f"header names writer pid {common['writer_pid']}", **common)
-    ticks = common["writer_start_ticks"]
-    wns, ours = common["writer_pidns"], pid_namespace_id()
-    if wns and ours and wns != ours:
-        return SegmentRead(state="stale", error=f"written in another PID namespace ({wns:#x})", **common)
-    if expected is None:
-        live = process_start_ticks(pid)
-        if live is None:
-            return SegmentRead(state="stale", error=f"process {pid} is not running", **common)
-        if ticks != live:
-            return SegmentRead(
-                state="stale",
-                error=f"writer start_ticks {ticks} != live process's {live} (pid reused)",
-                **common,
-            )
-    elif ticks != expected:
-        return SegmentRead(
-            state="stale", error=f"writer start_ticks {ticks} != expected {expected}", **common
-        )
-    payload = decode_with_prefix(slot.prefix, data) if slot is not None and slot.prefix is not None else None
-    if payload is None:
-        try:
-            obj = decode_payload(data)
-        except Exception as e:  # noqa: BLE001
-            return SegmentRead(state="corrupt", error=f"bad msgpack: {type(e).__name__}: {e}"[:300], **common)
-        payload, reason = validate_payload(obj)
-        if payload is None:
-            return SegmentRead(state="corrupt", error=reason, **common)
-        if slot is not None:
-            slot.prefix = find_prefix(data, obj, payload)
-    if payload["pid"] != pid:
-        return SegmentRead(
-            state="corrupt", error=f"payload.pid {payload['pid']} in segment of {pid}", **common
-        )
-    if payload["start_ticks"] is not None and payload["start_ticks"] != ticks:
-        return SegmentRead(state="corrupt", error="payload.start_ticks differs from the header's", **common)
-    return SegmentRead(state="ok", payload=payload, **common)
-
-
-def _old_read_again(fd, pid, size, expected, raw, last, slot):
+def _plain_read_again(fd, pid, size, expected, raw, last, slot):
     if os.pread(fd, len(raw), 0) == raw:
         return last, raw
-    return _old_read_consistent(fd, pid, size, expected, READ_ATTEMPTS, slot)
+    return read_consistent(fd, pid, size, expected, READ_ATTEMPTS, slot)
 
 
-# The new path, twice: read_consistent given the check's bytes as its first try (every read it makes,
+# The first-try path, twice: read_consistent given the check's bytes as its first try (every read it makes,
 # kept or not), and the follower's own read of a kept file (what it returns and keeps).
 
 
@@ -236,7 +133,7 @@ def _run(read, states, schedule, size, raw, last, slot):
 
 
 def _payload_bytes(variant: int, events: int) -> bytes:
-    p = _rich_payload(PID)
+    p = rich_payload(PID)
     p["start_ticks"] = TICKS
     p["models"][0]["forward_calls"] += variant
     p["published_at"] = 1000.0 + variant
@@ -290,12 +187,13 @@ _HOSTILE = st.sampled_from(
 
 
 @st.composite
-def _state(draw, size: int, base: bytes, seq: int) -> bytes:
+def _state(draw, size: int, base: bytes, seq: int, kind: str | None = None) -> bytes:
     variant = draw(st.integers(0, 3))
-    # Shorter, a little longer (within the slack), or much longer than the last read's payload.
-    events = draw(st.sampled_from([0, 1, 2, 5, 40, 120]))
+    # Shorter, a little longer (within the slack), or much longer than the last read's payload; at
+    # most the schema's MAX_EVENTS, so a whole publish is a valid one (the spec's "clean" is "ok").
+    events = draw(st.sampled_from([0, 1, 2, 5, 40, MAX_EVENTS]))
     payload = _payload_bytes(variant, events)
-    kind = draw(_HOSTILE)
+    kind = draw(_HOSTILE) if kind is None else kind
     if kind == "mid-publish":
         cut = draw(st.integers(0, len(payload)))
         half = bytearray(base)
@@ -346,12 +244,12 @@ def _state(draw, size: int, base: bytes, seq: int) -> bytes:
 
 
 def _good_read(state: bytes, size: int, slot: PrefixSlot) -> tuple[SegmentRead, bytes]:
-    """The follower's last good read of ``state``, made by the oracle (as the follower made it)."""
+    """The follower's last good read of ``state``, made as the follower made it (its first read)."""
     timeline = Timeline([state], [], size)
     real = os.pread
     os.pread = timeline.pread
     try:
-        r, raw = _old_read_consistent(FD, PID, size, TICKS, READ_ATTEMPTS, slot)
+        r, raw = read_consistent(FD, PID, size, TICKS, READ_ATTEMPTS, slot)
     finally:
         os.pread = real
     assert r.state == "ok", r
@@ -361,6 +259,39 @@ def _good_read(state: bytes, size: int, slot: PrefixSlot) -> tuple[SegmentRead, 
 def _same_read(a: SegmentRead, b: SegmentRead) -> bool:
     # msgpack tells 1, 1.0 and True apart where == does not.
     return a == b and msgpack.packb(a.payload) == msgpack.packb(b.payload)
+
+
+def _published(state: bytes) -> tuple[dict, bytes] | None:
+    """(payload, bytes to keep) of a state that holds a whole publish: an even seq, a msgpack payload
+    of its header's length whose crc32 is its header's; None for any other state."""
+    if len(state) < HEADER_BYTES:
+        return None
+    header = HEADER.unpack_from(state)
+    seq, length, crc = header[3], header[7], header[8]
+    data = state[HEADER_BYTES : HEADER_BYTES + length]
+    if seq & 1 or header[0] != MAGIC or not length or len(data) != length or zlib.crc32(data) != crc:
+        return None
+    try:
+        return msgpack.unpackb(data), state[: HEADER_BYTES + length]
+    except ValueError:  # a whole publish of bytes that are not msgpack
+        return None
+
+
+def check_read_of_timeline(r: SegmentRead, kept, states, raw, last) -> None:
+    """What the reader's specification says of a read of a file that went through ``states``: the
+    last read again exactly when the file still began with its bytes; an ok read never a torn one
+    (the payload one state published whole, with its header's seq, and that state's bytes kept)."""
+    unchanged = states[0].startswith(raw)
+    assert (r is last) == unchanged, (r, unchanged)
+    if r is last:
+        assert kept is raw
+    elif r.state == "ok":
+        whole = [_published(state) for state in states]
+        match = [w for w, state in zip(whole, states) if w and w[1] == kept and HEADER.unpack_from(state)[3] == r.seq]
+        assert match, (r, "an ok read of no state's whole publish")
+        assert msgpack.packb(r.payload) == msgpack.packb(validate_payload(match[0][0])[0])
+    else:
+        assert kept is None  # only an ok read is kept
 
 
 def _prefix_of(slot: PrefixSlot):
@@ -392,31 +323,32 @@ def _compare(size, base, with_prefix, states, schedule):
         if not with_prefix:
             slot.prefix = None
         slots.append((slot, last, raw))
-    (old_slot, last, raw), (new_slot, _, _), (follower_slot, _, _) = slots
-    r_old, kept_old, t_old = _run(_old_read_again, states, schedule, size, raw, last, old_slot)
+    (plain_slot, last, raw), (new_slot, _, _), (follower_slot, _, _) = slots
+    r_plain, kept_plain, t_plain = _run(_plain_read_again, states, schedule, size, raw, last, plain_slot)
     r_new, kept_new, t_new = _run(_first_try_read_again, states, schedule, size, raw, last, new_slot)
-    assert _same_read(r_old, r_new), (r_old, r_new)
-    assert kept_old == kept_new and (kept_old is raw) == (kept_new is raw)
-    assert (r_new is last) == (r_old is last)
-    assert _prefix_of(old_slot) == _prefix_of(new_slot)
-    assert t_new.events == t_old.events  # the writer could move at the same moments in both
+    check_read_of_timeline(r_plain, kept_plain, states, raw, last)
+    assert _same_read(r_plain, r_new), (r_plain, r_new)
+    assert kept_plain == kept_new and (kept_plain is raw) == (kept_new is raw)
+    assert (r_new is last) == (r_plain is last)
+    assert _prefix_of(plain_slot) == _prefix_of(new_slot)
+    assert t_new.events == t_plain.events  # the writer could move at the same moments in both
     # The follower: the same read when it is ok (the very same object when unchanged), the same
     # bytes kept, the same prefix; a read that is not ok drops the file.
     r_fol, kept_fol, t_fol = _run(_follower_read_again, states, schedule, size, raw, last, follower_slot)
-    if r_old.state == "ok":
-        assert _same_read(r_old, r_fol) and (r_fol is last) == (r_old is last) and kept_fol == kept_old
-    elif r_old.error == CLOSED_ERROR:  # the writer's last publish: returned, the file dropped
-        assert _same_read(r_old, r_fol) and kept_fol is None
+    if r_plain.state == "ok":
+        assert _same_read(r_plain, r_fol) and (r_fol is last) == (r_plain is last) and kept_fol == kept_plain
+    elif r_plain.error == CLOSED_ERROR:  # the writer's last publish: returned, the file dropped
+        assert _same_read(r_plain, r_fol) and kept_fol is None
     else:
         assert r_fol is REOPENED and kept_fol is None
-    assert _prefix_of(follower_slot) == _prefix_of(old_slot)
+    assert _prefix_of(follower_slot) == _prefix_of(plain_slot)
     assert (t_fol.events, t_fol.preads) == (t_new.events, t_new.preads)
-    return r_new, t_old, t_new
+    return r_new, t_plain, t_new
 
 
 @settings(max_examples=1500, deadline=None)
 @given(_scenario())
-def test_a_kept_files_read_is_the_old_paths_read(scenario):
+def test_a_kept_files_read_is_the_plain_read(scenario):
     _compare(*scenario)
 
 
@@ -442,11 +374,11 @@ def test_a_publish_read_by_a_protocol_writer_timeline(last_events, events, varia
     states = ([bytes(half)] if mid_publish else []) + [done]
     if seq_moves:  # and again, while the reader copies
         states.append(_segment(_payload_bytes(variant + 1, events), size, seq=14))
-    r, t_old, t_new = _compare(size, base, True, states, [True, True, False, True])
+    r, t_plain, t_new = _compare(size, base, True, states, [True, True, False, True])
     assert r.state == "ok"
     if not mid_publish and not seq_moves and len(new) <= len(_payload_bytes(0, last_events)) + READ_SLACK_BYTES:
         # The check's copy held the whole new payload: the seq check was the read's one more pread.
-        assert (t_new.preads, t_old.preads) == (2, 4)
+        assert (t_new.preads, t_plain.preads) == (2, 4)
 
 
 def test_a_follower_reads_a_real_writers_publishes_as_read_segment_does(live_pid, monkeypatch):
@@ -464,7 +396,7 @@ def test_a_follower_reads_a_real_writers_publishes_as_read_segment_does(live_pid
     follower = SegmentFollower()
     try:
         for events in (0, 3, 1, 60, 2, 2):
-            payload = _rich_payload(live_pid)
+            payload = rich_payload(live_pid)
             payload["start_ticks"] = ticks
             payload["events"] = [{"time": float(i), "name": f"e{i}"} for i in range(events)]
             writer.publish(payload)
@@ -478,16 +410,7 @@ def test_a_follower_reads_a_real_writers_publishes_as_read_segment_does(live_pid
 
 
 # -------------------------------------------------------------------------------------------------
-# retain: what it closes and forgets, in the order it did before its subset tests.
-
-
-def _old_retain(follower, identities):
-    for ident in [i for i in follower._open if i not in identities]:
-        follower._drop(ident)
-    for ident in [i for i in follower._missing_reads if i not in identities]:
-        del follower._missing_reads[ident]
-    for ident in [i for i in follower._prefixes if i not in identities]:
-        del follower._prefixes[ident]
+# retain: what it closes and forgets.
 
 
 class _Recording(SegmentFollower):
@@ -501,28 +424,81 @@ class _Recording(SegmentFollower):
 
 
 _IDENTS = st.lists(st.tuples(st.integers(1, 6), st.integers(0, 2)), max_size=8)
+_FORGETS = ("_open", "_missing_reads", "_prefixes", "_judged", "_random")
 
 
 @settings(max_examples=300, deadline=None)
-@given(opened=_IDENTS, missing=_IDENTS, prefixes=_IDENTS, kept=_IDENTS)
-def test_retain_closes_and_forgets_what_it_did_before(opened, missing, prefixes, kept):
-    followers = []
-    for _ in range(2):
-        f = _Recording()
-        for i in opened:
-            f._open[i] = (FD,)
-        for n, i in enumerate(missing):
-            f._missing_reads[i] = n
-        for i in prefixes:
-            f._prefixes[i] = PrefixSlot()
-        followers.append(f)
-    old, new = followers
-    _old_retain(old, set(kept))
-    new.retain(set(kept))
-    assert new.dropped == old.dropped
-    assert list(new._open) == list(old._open)
-    assert list(new._missing_reads.items()) == list(old._missing_reads.items())
-    assert list(new._prefixes) == list(old._prefixes)
+@given(opened=_IDENTS, missing=_IDENTS, prefixes=_IDENTS, judged=_IDENTS, random_names=_IDENTS, kept=_IDENTS)
+def test_retain_closes_and_forgets_every_identity_it_is_not_given(opened, missing, prefixes, judged, random_names, kept):
+    """retain(identities): "close the files of every identity not in identities": each such file
+    closed once, in the order the files were opened; whatever else is remembered of such an
+    identity forgotten; what is remembered of the others kept as it was, in its order."""
+    f = _Recording()
+    for n, (name, idents) in enumerate(zip(_FORGETS, (opened, missing, prefixes, judged, random_names))):
+        table = getattr(f, name)
+        for k, ident in enumerate(idents):
+            table[ident] = (FD,) if name == "_open" else (n, k)
+    before = {name: list(getattr(f, name).items()) for name in _FORGETS}
+    f.retain(set(kept))
+    assert f.dropped == [i for i, _ in before["_open"] if i not in kept]
+    for name in _FORGETS:
+        assert list(getattr(f, name).items()) == [(i, v) for i, v in before[name] if i in kept], name
+
+
+# -------------------------------------------------------------------------------------------------
+# One read of one state: the state and error the reader's specification gives each kind of file.
+
+# Kinds whose header the reader refuses before it looks at the payload, and what it says.
+_HEADER_REFUSED = {
+    "bad-magic": ("corrupt", "bad magic b'DSHPRB\\x00\\x02'"),
+    "bad-version": ("corrupt", "unsupported format version 2"),
+    "bad-header-size": ("corrupt", f"header size 72, expected {HEADER_BYTES}"),
+    "length-zero": ("corrupt", "payload length 0"),
+    "bad-crc": ("corrupt", "payload crc32 mismatch"),
+    "other-writer-pid": ("corrupt", f"header names writer pid {PID + 1}"),
+    "other-pidns": ("stale", "written in another PID namespace"),
+    "not-msgpack": ("corrupt", "bad msgpack: "),
+    "zeroed": ("initialising", "header not written yet"),
+    "mid-publish": ("busy", "writer mid-publish (seq 11 odd) on every try"),
+}
+# Kinds that leave the publish whole: read as any publish is.
+_WHOLE = {"clean", "same-seq", "trimmed", "our-pidns", "closed"}
+
+
+def expected_one_read(kind: str, expected: int | None, payload_change: str, state: bytes, size: int):
+    """(state, error or its start) that the specification gives one read of ``state``, None for a
+    kind whose outcome depends on which byte it damaged (flips, truncations)."""
+    if payload_change != "none":
+        kind = "clean"  # a whole publish of a changed payload
+    if kind == "length-past-size":
+        length = HEADER.unpack_from(state)[7]
+        return "corrupt", f"payload length {length} exceeds the segment's {size - HEADER_BYTES} bytes"
+    if kind in _HEADER_REFUSED and kind != "not-msgpack":
+        return _HEADER_REFUSED[kind]
+    if kind not in _WHOLE and kind not in ("other-ticks", "not-msgpack"):
+        return None
+    # The header's writer, then the payload: its identity first, then its bytes, then its fields.
+    ticks = TICKS + 1 if kind == "other-ticks" else TICKS
+    payload_pid = PID + 1 if payload_change == "pid" else PID
+    payload_ticks = {"start_ticks": TICKS + 5, "no-start-ticks": None}.get(payload_change, TICKS)
+    live = process_start_ticks(PID)
+    if expected is None and live is None:
+        identity = ("stale", f"process {PID} is not running")
+    elif expected is None and ticks != live:
+        identity = ("stale", f"writer start_ticks {ticks} != live process's {live} (pid reused)")
+    elif expected is not None and ticks != expected:
+        identity = ("stale", f"writer start_ticks {ticks} != expected {expected}")
+    elif kind == "not-msgpack":
+        identity = _HEADER_REFUSED[kind]
+    elif payload_pid != PID:
+        identity = ("corrupt", f"payload.pid {payload_pid} in segment of {PID}")
+    elif payload_ticks is not None and payload_ticks != ticks:
+        identity = ("corrupt", "payload.start_ticks differs from the header's")
+    else:
+        identity = ("ok", None)
+    if kind == "closed":
+        return "missing", CLOSED_ERROR  # the writer's last publish, whatever its identity said
+    return identity
 
 
 @settings(max_examples=400, deadline=None)
@@ -533,15 +509,15 @@ def test_retain_closes_and_forgets_what_it_did_before(opened, missing, prefixes,
     payload_change=st.sampled_from(["none", "pid", "start_ticks", "no-start-ticks"]),
     data=st.data(),
 )
-def test_every_outcome_of_one_read_is_the_old_codes(kind, expected, with_prefix, payload_change, data):
-    """read_consistent against the oracle on one state of the file, for every outcome: the header's
-    values go into SegmentRead positionally now (no dict of them), in SegmentRead's order, on
-    every path (a process that is not running, when no start_ticks is expected, included)."""
+def test_every_outcome_of_one_read(kind, expected, with_prefix, payload_change, data):
+    """read_consistent on one state of the file, for every outcome: the state and error the
+    specification gives its kind; the header's values in the read wherever the header was whole and
+    consistent; an ok read's payload the published one; a payload prefix never changes a read."""
     size = 8192
     base = _segment(_payload_bytes(0, 1), size, seq=10)
-    state = data.draw(_state(size, base, 10))
+    state = data.draw(_state(size, base, 10, kind))
     if payload_change != "none":
-        p = _rich_payload(PID)
+        p = rich_payload(PID)
         p["start_ticks"] = TICKS
         if payload_change == "pid":
             p["pid"] = PID + 1
@@ -552,16 +528,29 @@ def test_every_outcome_of_one_read_is_the_old_codes(kind, expected, with_prefix,
         state = _segment(msgpack.packb(p, use_bin_type=True), size, seq=12)
     slots = [PrefixSlot(), PrefixSlot()]
     if with_prefix:
-        for slot in slots:
-            _good_read(base, size, slot)
+        _good_read(base, size, slots[0])
     real = os.pread
     reads = []
-    for slot, read in zip(slots, (_old_read_consistent, read_consistent)):
+    for slot in slots:
         os.pread = Timeline([state], [], size).pread
         try:
-            reads.append(read(FD, PID, size, expected, READ_ATTEMPTS, slot))
+            reads.append(read_consistent(FD, PID, size, expected, READ_ATTEMPTS, slot))
         finally:
             os.pread = real
-    (r_old, kept_old), (r_new, kept_new) = reads
-    assert _same_read(r_old, r_new) and kept_old == kept_new, (r_old, r_new)
-    assert _prefix_of(slots[0]) == _prefix_of(slots[1])
+    (r, kept), (r_fresh, kept_fresh) = reads
+    assert _same_read(r, r_fresh) and kept == kept_fresh, (r, r_fresh)  # the prefix changes nothing
+    want = expected_one_read(kind, expected, payload_change, state, size)
+    if want is not None:
+        assert r.state == want[0] and (r.error or "").startswith(want[1] or ""), (kind, r, want)
+        assert (r.error is None) == (want[1] is None), (kind, r)
+    assert (kept is not None) == (r.state == "ok")
+    whole = _published(state)
+    if r.state == "ok":
+        assert whole is not None and kept == whole[1]
+        assert msgpack.packb(r.payload) == msgpack.packb(validate_payload(whole[0])[0])
+    if r.state not in ("busy", "initialising") and r.error != "file shorter than the header":
+        # The header's values, positionally in SegmentRead's order, on every path that read it whole.
+        header = HEADER.unpack_from(state)
+        wanted = (header[4], header[6], header[9], bool(header[5] & FLAG_TRIMMED), header[3])
+        assert (r.writer_pid, r.writer_start_ticks, r.published_at, r.trimmed, r.seq) == wanted, (kind, r)
+        assert r.writer_pidns == PIDNS.unpack_from(state, PIDNS_OFFSET)[0]

@@ -16,6 +16,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar.serve.metrics import GPU_EFFICIENCY_GAUGES, make_metrics
+from tests.helpers.grafana_dashboard import (
+    dashboard_expressions,
+    dashboard_panels,
+    substitute_variables,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "deploy" / "grafana" / "dsh-dashboard.json"
@@ -98,31 +103,6 @@ def dashboard() -> dict[str, Any]:
     return json.loads(DASHBOARD.read_text())
 
 
-def _panels(dash: dict[str, Any]):
-    for p in dash["panels"]:
-        yield p
-        yield from p.get("panels", ())  # panels inside a collapsed row
-
-
-def _queries(dash: dict[str, Any]) -> list[tuple[str, str]]:
-    """(where, PromQL or Grafana variable query) for every query of the dashboard."""
-    out = []
-    for p in _panels(dash):
-        for t in p.get("targets", ()):
-            out.append((f"panel {p['title']!r} {t['refId']}", t["expr"]))
-    for v in dash["templating"]["list"]:
-        if v["type"] == "query":
-            q = v["query"]["query"] if isinstance(v["query"], dict) else v["query"]
-            out.append((f"variable {v['name']}", q))
-    return out
-
-
-def substitute_variables(expr: str) -> str:
-    """What Grafana sends: variables replaced by a value of their kind."""
-    expr = expr.replace("$__rate_interval", "1m").replace("$__interval", "1m").replace("$__range", "1h")
-    return re.sub(r"\$\{?(\w+)\}?", ".*", expr)
-
-
 def _selectors(promql: str) -> list[tuple[str, list[str]]]:
     """(metric name, label names in its matchers) for every vector selector of an expression."""
     s = re.sub(r'"(?:\\.|[^"\\])*"', '""', promql)  # string literals
@@ -138,19 +118,10 @@ def _selectors(promql: str) -> list[tuple[str, list[str]]]:
     return out
 
 
-def dashboard_expressions(dash) -> list[tuple[str, str]]:
-    """(where, PromQL) with label_values(...) variable queries reduced to their selector."""
-    out = []
-    for where, q in _queries(dash):
-        m = re.fullmatch(r"\s*label_values\((.*),\s*(\w+)\)\s*", q)
-        out.append((where, m.group(1) if m else q))
-    return out
-
-
 def test_dashboard_is_a_well_formed_grafana_dashboard(dashboard):
     assert dashboard["title"] and dashboard["uid"] == "dsh-gpu-dashboard"
     assert isinstance(dashboard["schemaVersion"], int) and dashboard["schemaVersion"] >= 36
-    panels = list(_panels(dashboard))
+    panels = list(dashboard_panels(dashboard))
     ids = [p["id"] for p in panels]
     assert len(ids) == len(set(ids)), "panel ids must be unique"
     variables = {v["name"]: v for v in dashboard["templating"]["list"]}
@@ -224,7 +195,7 @@ def test_the_query_checker_catches_mistakes(exported):
 
 
 def test_the_per_rank_table_joins_what_it_shows(dashboard):
-    (table,) = [p for p in _panels(dashboard) if p["title"] == "Ranks"]
+    (table,) = [p for p in dashboard_panels(dashboard) if p["title"] == "Ranks"]
     assert table["type"] == "table" and {"merge", "organize"} <= {t["id"] for t in table["transformations"]}
     for t in table["targets"]:
         assert t["format"] == "table" and t["instant"] is True
@@ -269,7 +240,7 @@ def test_every_series_of_a_time_series_is_shown_in_its_metrics_unit(dashboard):
     """A panel that mixes units (power in W, temperature in °C) overrides the unit per query, so no
     temperature is read as watts."""
     checked = 0
-    for p in _panels(dashboard):
+    for p in dashboard_panels(dashboard):
         if p.get("type") != "timeseries":
             continue
         fc = p.get("fieldConfig", {})

@@ -40,7 +40,7 @@ def test_an_exited_job_is_sampled_no_more(tmp_path):
     # Started through a shell that exits at once: its parent is init, not this test process (which
     # may run the probe itself and would then be the job's root).
     out = subprocess.run(
-        ["sh", "-c", '"$0" -m tests.stress.jobs once >/dev/null 2>&1 & echo $!', sys.executable],
+        ["sh", "-c", '"$0" -m tests.helpers.stress_jobs once >/dev/null 2>&1 & echo $!', sys.executable],
         env=python_env(), cwd=REPO, capture_output=True, text=True, check=True,
     )
     job = SimpleNamespace(pid=int(out.stdout))

@@ -9,7 +9,7 @@ import pytest
 
 from sidecar.serve.hosts import HostPolicy, host_policy, valid_host_name
 from sidecar.serve.server import API, ServerConfig, create_app
-from tests.unit.test_server import StaticSource
+from tests.helpers.static_source import StaticSource
 
 LOOPBACK_OK = [
     "127.0.0.1",

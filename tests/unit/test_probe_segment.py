@@ -36,6 +36,7 @@ from probe_wire import (
 )
 from probe_wire.reader import CLOSED_ERROR
 from probe_wire.schema import _fast_validate, _slow_validate
+from tests.helpers.payloads import RICH_PATHS, json_like, mutated, rich_payload
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -547,17 +548,8 @@ def test_fuzz_raw_header_and_body(fuzz_pid, body, seq, length):
     assert (r.payload is not None) == (r.state == "ok")
 
 
-_json_like = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats() | st.text(max_size=20),
-    lambda children: (
-        st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=10), children, max_size=5)
-    ),
-    max_leaves=30,
-)
-
-
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(key=st.sampled_from(sorted(empty_payload(pid=1))), value=_json_like)
+@given(key=st.sampled_from(sorted(empty_payload(pid=1))), value=json_like)
 def test_fuzz_schema_values_with_a_valid_crc(fuzz_pid, key, value):
     payload = empty_payload(pid=fuzz_pid, start_ticks=process_start_ticks(fuzz_pid))
     payload[key] = value
@@ -572,49 +564,10 @@ def test_fuzz_schema_values_with_a_valid_crc(fuzz_pid, key, value):
 # The generated validator accepts exactly what the field-naming checker accepts.
 
 
-def _set_path(payload: dict, path: tuple, value) -> None:
-    node = payload
-    for step in path[:-1]:
-        node = node[step]
-    node[path[-1]] = value
-
-
-def _mutated(payload: dict, path: tuple, value, drop: bool) -> dict:
-    """``payload`` with the key at ``path`` removed (``drop``, where it is a map's) or set to ``value``."""
-    if drop and isinstance(path[-1], str):
-        node = payload
-        for step in path[:-1]:
-            node = node[step]
-        del node[path[-1]]
-    else:
-        _set_path(payload, path, value)
-    return payload
-
-
-def _paths(node, prefix=()):
-    """Every (container, key) position in a payload, nested lists and maps included."""
-    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
-    for key, value in items:
-        yield (*prefix, key)
-        yield from _paths(value, (*prefix, key))
-
-
-def _rich_payload(pid: int) -> dict:
-    from tests.stress.jobs import _payload
-
-    p = _payload(pid, 1234, 1, "rank", 1, 2, 100)
-    p["events"] = [{"time": 1.0, "name": "start"}]
-    p["errors"] = [{"time": 2.0, "where": "hook", "message": "x"}]
-    return p
-
-
-_RICH_PATHS = sorted(_paths(_rich_payload(7)), key=repr)
-
-
 @settings(max_examples=1500, deadline=None)
 @given(
-    path=st.sampled_from(_RICH_PATHS),
-    value=_json_like,
+    path=st.sampled_from(RICH_PATHS),
+    value=json_like,
     drop=st.booleans(),
 )
 # Schema values the random draw hits only now and then (it made this test fail about 1 run in 4
@@ -625,7 +578,7 @@ _RICH_PATHS = sorted(_paths(_rich_payload(7)), key=repr)
 @example(path=("schema",), value=True, drop=False)
 @example(path=("schema",), value=1.0, drop=False)
 def test_generated_validator_agrees_with_the_checker(path, value, drop):
-    payload = _mutated(_rich_payload(7), path, value, drop)
+    payload = mutated(rich_payload(7), path, value, drop)
     fast = _fast_validate(payload)
     slow, reason = _slow_validate(payload)
     # Same verdict, and the same clean copy to the type (msgpack tells 1, 1.0 and True apart).
@@ -636,7 +589,7 @@ def test_generated_validator_agrees_with_the_checker(path, value, drop):
 
 
 def test_generated_validator_accepts_the_payloads_the_probe_writes():
-    for payload in (empty_payload(pid=5, start_ticks=9), _rich_payload(5)):
+    for payload in (empty_payload(pid=5, start_ticks=9), rich_payload(5)):
         clean = _fast_validate(msgpack.unpackb(packed(payload)))
         assert clean is not None and packed(clean) == packed(_slow_validate(payload)[0])
 

@@ -240,7 +240,7 @@ def test_the_psutil_fallback_uses_the_probe_s_identity_and_keeps_live_segments(m
 
     monkeypatch.setattr(proctree, "_has_children_files", lambda: False)  # such a kernel
     job = subprocess.Popen(
-        ["sh", "-c", f"{sys.executable} -m tests.stress.jobs once & wait"],
+        ["sh", "-c", f"{sys.executable} -m tests.helpers.stress_jobs once & wait"],
         cwd=REPO,
         env=python_env(),
         stdout=subprocess.PIPE,

@@ -11,12 +11,12 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from probe_wire.schema import PREFIX_KEYS, _fast_validate, _slow_validate, validate_payload, validate_rest
-from tests.unit.test_probe_segment import _json_like, _mutated, _paths, _rich_payload
+from tests.helpers.payloads import json_like, mutated, payload_paths, rich_payload
 
 
 def _full_payload() -> dict:
     """The probe's payload with every field added within schema 1 set too, and two of each list."""
-    p = _rich_payload(7)
+    p = rich_payload(7)
     p["loader"] = "train"
     p["runtime"]["cuda_driver_loadable"] = True
     p["memory"] = p["memory"] * 2
@@ -56,7 +56,7 @@ def _full_payload() -> dict:
     return p
 
 
-_FULL_PATHS = sorted(_paths(_full_payload()), key=repr)
+_FULL_PATHS = sorted(payload_paths(_full_payload()), key=repr)
 _ODD = st.sampled_from(
     [None, True, False, 0, 1, -1, 2**64 - 1, 0.0, -0.0, 1.5, math.inf, -math.inf, math.nan, 5e-324,
      1.7976931348623157e308, "", "x" * 4096, "x" * 4097, [], {}, [1.0], {"a": 1}]
@@ -69,11 +69,11 @@ def _packed(value) -> bytes:
 
 
 @settings(max_examples=2500, deadline=None)
-@given(path=st.sampled_from(_FULL_PATHS), value=_ODD | _json_like, drop=st.booleans())
+@given(path=st.sampled_from(_FULL_PATHS), value=_ODD | json_like, drop=st.booleans())
 @example(path=("steps", "window_s"), value=math.inf, drop=False)
 @example(path=("models", 1, "loader_settings"), value={"num_workers": 1}, drop=False)
 def test_the_generated_validators_agree_with_the_checker_on_every_field(path, value, drop):
-    payload = _mutated(_full_payload(), path, value, drop)
+    payload = mutated(_full_payload(), path, value, drop)
     slow, reason = _slow_validate(payload)
     fast = _fast_validate(payload)
     assert (fast is None) == (slow is None), (path, value, reason)

@@ -17,7 +17,7 @@ import pytest
 import probe_wire as segment
 from probe_wire import HEADER, MAGIC, MAX_SEGMENT_BYTES, process_start_ticks, read_segment
 from probe_wire.follower import SegmentFollower
-from tests.stress.jobs import variant
+from tests.helpers.stress_jobs import variant
 
 # A poll that judges a file by its header reads the header and its seq: a few hundred bytes. The
 # first sight of a 16 MiB payload reads it at most twice (a crc mismatch is retried once).

@@ -6,375 +6,35 @@ from dataclasses import replace
 
 import pytest
 
-from sidecar.common.catalogue import render
 from sidecar.verdict import (
     RULES,
-    Facts,
     GpuFacts,
     HysteresisState,
-    ModelFacts,
     ProcessFacts,
     ProcGpu,
     RecentSample,
     Rules,
-    SystemGpuFacts,
     decide,
     map_cuda_index,
     memory_growth,
     settle,
 )
-
-CPU_RT = {"torch": "2.13.0+cpu", "cuda_build": None, "cuda_available": False, "device_count": 0}
-CUDA_RT = {
-    "torch": "2.5.1+cu124",
-    "cuda_build": "12.4",
-    "cuda_available": True,
-    "device_count": 1,
-    "devices": [{"index": 0, "name": "NVIDIA H200", "uuid": "GPU-aaaa"}],
-}
-TWO_GPU_RT = {**CUDA_RT, "device_count": 2}
-H200 = GpuFacts(
-    0, uuid="GPU-aaaa", name="NVIDIA H200", pci_bus_id="00000000:01:00.0", util=80.0, mem_used_mib=1000
+from tests.helpers.verdict_facts import (
+    CPU_RT,
+    CUDA_RT,
+    INTEL_CARD,
+    NVIDIA_CARD,
+    en,
+    facts,
+    idle_recent,
+    model,
+    proc,
+    zh,
 )
-NVIDIA_CARD = SystemGpuFacts("NVIDIA", "NVIDIA GPU", "0000:01:00.0", "nvidia", 0)
-INTEL_CARD = SystemGpuFacts("Intel", "Intel integrated graphics", "0000:00:02.0", "i915", None)
-
-
-def en(text):
-    return render(text, "en")
-
-
-def zh(text):
-    return render(text, "zh")
-
-
-def model(device, *, devices=None, inp=None, calls=10, name="Net", wait=None):
-    devs = devices if devices is not None else ((device,) if device not in ("mixed", "no-parameters") else ())
-    return ModelFacts(name, device, tuple(devs), 1000, inp, calls, 5.0, wait)
-
-
-def proc(pid=100, *, runtime=CUDA_RT, models=(), gpu=(), role="main", is_target=True, **kw):
-    return ProcessFacts(
-        pid=pid,
-        role=role,
-        runtime=runtime,
-        models=tuple(models),
-        gpu=tuple(gpu),
-        is_target=is_target,
-        probe_state="ok" if runtime else "missing",
-        **kw,
-    )
-
-
-def facts(*procs, gpus=(H200,), nvml_ok=True, system=(), **kw):
-    return Facts(
-        target_pid=procs[0].pid if procs else 100,
-        processes=tuple(procs),
-        gpus=tuple(gpus),
-        nvml_ok=nvml_ok,
-        driver="550.54" if nvml_ok else None,
-        cuda_driver="12.4" if nvml_ok else None,
-        nvml_error=None if nvml_ok else "NVML library not found",
-        system_gpus=tuple(system),
-        **kw,
-    )
-
-
-def idle_recent(util, calls_start=0, calls_end=100, span_s=12.0, n=9, steps=None):
-    return tuple(
-        RecentSample(
-            1000.0 + i * span_s / (n - 1),
-            util,
-            500.0,
-            calls_start + (calls_end - calls_start) * i // (n - 1),
-            util,
-            None if steps is None else steps[0] + (steps[1] - steps[0]) * i // (n - 1),
-        )
-        for i in range(n)
-    )
-
-
-def stepped(device="cuda:0", **kw):
-    """A LightningModule as ProbeCallback reports it: steps counted, its own forward never called."""
-    return replace(model(device, calls=0), train_steps=625, step_rate_hz=20.0, step_source="lightning", **kw)
-
-
-CASES = [
-    # id, facts, status, codes that must be present, codes that must be absent
-    (
-        "cpu model, cpu-only torch, NVIDIA GPU present",
-        facts(proc(runtime=CPU_RT, models=[model("cpu")])),
-        "CPU",
-        {"cpu-build"},
-        {"model-on-cpu"},
-    ),
-    (
-        "cpu model on a cpu-only machine: no cpu-build nag",
-        facts(proc(runtime=CPU_RT, models=[model("cpu")]), gpus=(), nvml_ok=False),
-        "CPU",
-        {"nvml-unavailable"},
-        {"cpu-build", "model-on-cpu"},
-    ),
-    (
-        "model on cuda:0",
-        facts(proc(models=[model("cuda:0")], gpu=[ProcGpu(0, 900, 70)])),
-        "GPU",
-        set(),
-        {"model-on-cpu", "input-mismatch", "no-probe"},
-    ),
-    (
-        "gpu usable, model left on cpu",
-        facts(proc(models=[model("cpu")])),
-        "CPU",
-        {"model-on-cpu"},
-        {"cpu-build"},
-    ),
-    (
-        "inputs left on the cpu",
-        facts(proc(models=[model("cuda:0", inp="cpu")], gpu=[ProcGpu(0, 900, 70)])),
-        "GPU",
-        {"input-mismatch"},
-        set(),
-    ),
-    (
-        "parameters on two devices",
-        facts(proc(models=[model("mixed", devices=("cpu", "cuda:0"))])),
-        "MIXED",
-        {"mixed-devices"},
-        set(),
-    ),
-    (
-        "two models on two device types",
-        facts(proc(models=[model("cpu", name="A"), model("cuda:0", name="B")])),
-        "MIXED",
-        {"mixed-devices"},
-        set(),
-    ),
-    ("no probe, no gpu work", facts(proc(runtime=None)), "UNKNOWN", {"no-probe"}, set()),
-    (
-        "no probe but a child does gpu work",
-        facts(
-            proc(runtime=None),
-            proc(101, runtime=None, is_target=False, role=None, gpu=[ProcGpu(0, 2000, 50)]),
-        ),
-        "GPU",
-        {"no-probe", "unregistered-gpu-process", "gpu-work-in-child"},
-        set(),
-    ),
-    ("probe without a model", facts(proc()), "UNKNOWN", set(), {"no-probe"}),
-    ("no-parameter model", facts(proc(models=[model("no-parameters")])), "UNKNOWN", {"no-parameters"}, set()),
-    (
-        "registered, then compiled inside a parent: its calls are not counted, and the verdict says why",
-        facts(
-            proc(
-                models=[replace(model("cuda:0", calls=0), forward_rate_hz=0.0, compiled_uncounted=True)],
-                gpu=[ProcGpu(0, 900, 70)],
-            )
-        ),
-        "GPU",
-        {"registered-before-compile"},
-        set(),
-    ),
-    (
-        "dataloader worker holds cuda memory",
-        facts(
-            proc(models=[model("cuda:0")], gpu=[ProcGpu(0, 900, 70)]),
-            proc(101, role="dataloader-worker", is_target=False, gpu=[ProcGpu(0, 300, 0)]),
-        ),
-        "GPU",
-        {"worker-cuda"},
-        {"unregistered-gpu-process"},
-    ),
-    (
-        "launcher with a training child on the gpu",
-        facts(
-            proc(runtime=None, role=None),
-            proc(101, is_target=False, models=[model("cuda:0")], gpu=[ProcGpu(0, 900, 60)]),
-        ),
-        "GPU",
-        {"gpu-work-in-child"},
-        {"unregistered-gpu-process"},
-    ),
-    (
-        "iGPU + dGPU laptop",
-        facts(proc(models=[model("cuda:0")]), system=(INTEL_CARD, NVIDIA_CARD)),
-        "GPU",
-        {"device-count-mismatch"},
-        set(),
-    ),
-    (
-        "only the dGPU: no mismatch",
-        facts(proc(models=[model("cuda:0")]), system=(NVIDIA_CARD,)),
-        "GPU",
-        set(),
-        {"device-count-mismatch"},
-    ),
-    (
-        "cuda build hidden by CUDA_VISIBLE_DEVICES",
-        facts(
-            proc(
-                runtime={**CUDA_RT, "cuda_available": False, "device_count": 0, "cuda_visible_devices": ""},
-                models=[model("cpu")],
-            )
-        ),
-        "CPU",
-        {"cuda-unavailable"},
-        {"model-on-cpu"},
-    ),
-    (
-        "driver older than torch's cuda",
-        replace(
-            facts(
-                proc(
-                    runtime={**CUDA_RT, "cuda_available": False, "cuda_build": "12.8"}, models=[model("cpu")]
-                )
-            ),
-            cuda_driver="12.2",
-        ),
-        "CPU",
-        {"cuda-unavailable"},
-        set(),
-    ),
-    (
-        "target exited",
-        replace(facts(proc(models=[model("cuda:0")])), target_alive=False),
-        "GPU",
-        {"target-exited"},
-        set(),
-    ),
-    (
-        "pid namespace",
-        facts(proc(models=[model("cuda:0")]), pid_namespace_suspect=True),
-        "GPU",
-        {"pid-namespace"},
-        set(),
-    ),
-    (
-        "unreadable probe",
-        facts(proc(runtime=None, probe_unreadable=True, probe_error="bad magic")),
-        "UNKNOWN",
-        {"probe-unreadable"},
-        set(),
-    ),
-    (
-        "probe cannot publish",
-        facts(proc(runtime=None, publish_failure="SegmentError: payload needs 9000 bytes")),
-        "UNKNOWN",
-        {"probe-error"},
-        set(),
-    ),
-    (
-        "idle gpu while forward calls continue",
-        facts(proc(models=[model("cuda:0")], gpu=[ProcGpu(0, 900, 0)]), recent=idle_recent(1.0)),
-        "GPU",
-        {"idle-gpu"},
-        set(),
-    ),
-    (
-        "busy gpu is not idle",
-        facts(proc(models=[model("cuda:0")]), recent=idle_recent(60.0)),
-        "GPU",
-        set(),
-        {"idle-gpu"},
-    ),
-    (
-        "idle but no forward calls: paused, not starved",
-        facts(proc(models=[model("cuda:0")]), recent=idle_recent(0.0, 50, 50)),
-        "GPU",
-        set(),
-        {"idle-gpu"},
-    ),
-    (
-        "idle for too short a time",
-        facts(proc(models=[model("cuda:0")]), recent=idle_recent(0.0, span_s=4.0)),
-        "GPU",
-        set(),
-        {"idle-gpu"},
-    ),
-    (
-        "idle gpu while training steps continue, the module's own forward never called (Lightning)",
-        facts(
-            proc(models=[stepped()], gpu=[ProcGpu(0, 900, 0)]),
-            recent=idle_recent(1.0, 34, 34, steps=(0, 625)),
-        ),
-        "GPU",
-        {"idle-gpu"},
-        set(),
-    ),
-    (
-        "idle, forward calls move but no training step does: evaluating, not starved",
-        facts(proc(models=[stepped()]), recent=idle_recent(0.0, 0, 100, steps=(625, 625))),
-        "GPU",
-        set(),
-        {"idle-gpu"},
-    ),
-    (
-        "hogwild: a shared model and spawned children without the probe",
-        facts(
-            proc(runtime=CPU_RT, models=[replace(model("cpu", name="hog", calls=0), shared_memory=True)]),
-            proc(201, runtime=None, role=None, is_target=False, ppid=100),
-            proc(202, runtime=None, role=None, is_target=False, ppid=100, mp_helper=True),
-            gpus=(),
-            nvml_ok=False,
-        ),
-        "CPU",
-        {"shared-model-unprobed-child"},
-        set(),
-    ),
-    (
-        "hogwild under fork: the children run the probe and count their calls",
-        facts(
-            proc(runtime=CPU_RT, models=[replace(model("cpu", name="hog"), shared_memory=True)]),
-            proc(201, runtime=CPU_RT, role="child", is_target=False, ppid=100, models=[model("cpu", name="hog")]),
-            gpus=(),
-            nvml_ok=False,
-        ),
-        "CPU",
-        set(),
-        {"shared-model-unprobed-child"},
-    ),
-    (
-        "a model not in shared memory: its children are none of its business",
-        facts(
-            proc(runtime=CPU_RT, models=[model("cpu")]),
-            proc(201, runtime=None, role=None, is_target=False, ppid=100),
-            gpus=(),
-            nvml_ok=False,
-        ),
-        "CPU",
-        set(),
-        {"shared-model-unprobed-child"},
-    ),
-    (
-        "two ranks on one gpu",
-        facts(
-            proc(runtime=None, role=None),
-            proc(
-                101, role="rank", is_target=False, local_rank=0, models=[model("cuda:0")], runtime=TWO_GPU_RT
-            ),
-            proc(
-                102, role="rank", is_target=False, local_rank=1, models=[model("cuda:0")], runtime=TWO_GPU_RT
-            ),
-        ),
-        "GPU",
-        {"rank-shared-gpu", "rank-device-mismatch"},
-        set(),
-    ),
-    (
-        "a stopped job (kill -STOP): its last figures are not a healthy job",
-        facts(proc(models=[model("cuda:0")], gpu=[ProcGpu(0, 900, 70)]), stopped=((100, 12.0),)),
-        "GPU",
-        {"job-stopped"},
-        set(),
-    ),
-    (
-        "a stopped job that has exited since: only target-exited",
-        facts(proc(models=[model("cuda:0")]), stopped=((100, 12.0),), target_alive=False),
-        "GPU",
-        {"target-exited"},
-        {"job-stopped"},
-    ),
-]
+from tests.helpers.verdict_tables import (
+    CASES,
+    EFFICIENCY_CASES,
+)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
@@ -392,8 +52,6 @@ def test_verdict_table(case):
 
 
 def test_every_rule_is_exercised_by_the_table():
-    from tests.unit.test_verdict_efficiency import EFFICIENCY_CASES
-
     fired = set()
     for _, f, *_ in CASES + EFFICIENCY_CASES:
         fired |= {w.code for w in decide(f).warnings}

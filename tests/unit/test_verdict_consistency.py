@@ -11,7 +11,7 @@ import pytest
 
 from sidecar.verdict import HysteresisState, ProcessFacts, Rules, decide, settle
 from sidecar.verdict.rules import PROBE_PRESENT_STATES, UNHELD_CODES
-from tests.unit.test_verdict import CPU_RT, en, facts, model, proc
+from tests.helpers.verdict_facts import CPU_RT, en, facts, model, proc
 
 RULES = Rules(hysteresis_off_polls=3)
 

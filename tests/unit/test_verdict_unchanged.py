@@ -1,11 +1,14 @@
-"""The verdict's fast paths give what the plain code they replaced gave.
+"""The verdict's windowed rules and its verdicts, held to their specification and to frozen digests.
 
-- `_idle_window` and `memory_growth` beside their first implementations (kept here, word for word)
-  over random sample sequences: times in order, out of order (a clock stepped back), equal, with
-  gaps in the memory figures, spans shorter and longer than the rules' windows.
-- `decide()` over facts made with the verdict tests' helpers, tables and random ones, beside the
-  verdicts the code gave before its fast paths (a digest of each verdict's repr, in
-  verdict_digests.json). A change meant to change verdicts regenerates it:
+- `_idle_window` and `memory_growth` over random sample sequences (times in order, out of order: a
+  clock stepped back, equal, with gaps in the memory figures, spans shorter and longer than the
+  rules' windows) and odd ones (NaN and infinite times and windows): each result has the properties
+  its docstring states, and all the results together have the digest WINDOWS_DIGEST.
+- `decide()` over facts made with the verdict tests' helpers, tables and random ones: a digest of
+  each verdict's repr, in verdict_digests.json.
+
+Both digests were computed by the code once and frozen. A change meant to change verdicts or
+windows regenerates them deliberately, and says why in its commit:
 
       .venv/bin/python -m tests.unit.test_verdict_unchanged --regenerate
 """
@@ -36,8 +39,7 @@ from sidecar.verdict import (
     memory_growth,
 )
 from sidecar.verdict.rules import MemoryGrowth, _idle_window
-from tests.unit.test_verdict import (
-    CASES,
+from tests.helpers.verdict_facts import (
     CPU_RT,
     CUDA_RT,
     H200,
@@ -47,50 +49,15 @@ from tests.unit.test_verdict import (
     model,
     proc,
 )
-from tests.unit.test_verdict_efficiency import EFFICIENCY_CASES
+from tests.helpers.verdict_tables import CASES, EFFICIENCY_CASES
 
 DIGESTS = Path(__file__).with_name("verdict_digests.json")
 RANDOM_FACTS = 600
 
 
-# ---------------------------------------------------------------------------------------------
-# The first implementations, word for word
-# ---------------------------------------------------------------------------------------------
-def old_idle_window(f: Facts) -> list[RecentSample] | None:
-    if not f.recent:
-        return None
-    now = f.recent[-1].time
-    window = [s for s in f.recent if s.time >= now - f.rules.idle_window_s]
-    older = [s for s in f.recent if s.time < now - f.rules.idle_window_s]
-    if not older and (now - window[0].time) < f.rules.idle_window_s:
-        return None
-    if older:
-        window = [older[-1], *window]
-    return window
-
-
-def old_memory_growth(samples, rules: Rules) -> MemoryGrowth | None:
-    pts = [(s.time, s.tree_gpu_mem_mib) for s in samples if s.tree_gpu_mem_mib is not None]
-    if len(pts) < 3:
-        return None
-    now = pts[-1][0]
-    pts = [pt for pt in pts if pt[0] >= now - rules.growth_window_s]
-    if len(pts) < 3 or pts[-1][0] - pts[0][0] < rules.growth_min_span_s:
-        return None
-    first, last = pts[0][1], pts[-1][1]
-    grown = last - first
-    if grown < rules.growth_min_mib or grown < rules.growth_min_fraction * max(first, 1.0):
-        return None
-    steps = [b[1] - a[1] for a, b in zip(pts, pts[1:])]
-    non_decreasing = sum(1 for d in steps if d >= 0) / len(steps)
-    if non_decreasing < rules.growth_monotonic_fraction:
-        return None
-    return MemoryGrowth(first, last, pts[0][0], pts[-1][0])
-
-
 def outcome(fn, *args):
-    """What a call gives: its value, or the type of what it raised (the old code raised on some
-    impossible inputs, e.g. a NaN time; the new one must raise alike)."""
+    """What a call gives: its value, or the type of what it raised (some impossible inputs raise,
+    e.g. a NaN time: the digests hold that too)."""
     try:
         return "value", fn(*args)
     except Exception as e:  # noqa: BLE001
@@ -180,21 +147,90 @@ def random_rules(rng: random.Random) -> Rules:
     )
 
 
-@pytest.mark.parametrize("seed", range(40))
-def test_idle_window_and_memory_growth_as_before(seed):
+# ---------------------------------------------------------------------------------------------
+# What each function's docstring promises, on finite times and windows
+# ---------------------------------------------------------------------------------------------
+def _finite(recent, *windows: float) -> bool:
+    return all(math.isfinite(s.time) for s in recent) and not any(w != w for w in windows)
+
+
+def check_idle_window(f: Facts) -> None:
+    """_idle_window: "the recent samples covering the idle window (and the one before it), or None
+    when history is too short" (the window: the idle_window_s seconds up to the newest sample)."""
+    recent, window_s = f.recent, f.rules.idle_window_s
+    got = _idle_window(f)
+    if not recent:
+        assert got is None
+        return
+    now = recent[-1].time
+    cutoff = now - window_s
+    inside = [i for i, s in enumerate(recent) if s.time >= cutoff]
+    before = [i for i, s in enumerate(recent) if s.time < cutoff]
+    too_short = not before and now - recent[inside[0]].time < window_s
+    assert (got is None) == too_short, (got, window_s, [s.time for s in recent])
+    if got is None:
+        return
+    at = {id(s): i for i, s in enumerate(recent)}
+    picked = [at.get(id(s)) for s in got]  # the very samples of the history
+    # Every sample of the window in the history's order, after the last one before it (the last in
+    # the history's order: a clock stepped back may put it after some of the window's).
+    assert picked == ([before[-1]] if before else []) + inside, (picked, before, inside)
+
+
+def check_memory_growth(recent, rules: Rules) -> None:
+    """memory_growth, as its docstring states it: the window is the samples with a memory figure
+    from growth_window_s before the last such sample to it; it grows when it holds 3 figures or more
+    over growth_min_span_s at least, its last figure exceeds its first by growth_min_mib and
+    growth_min_fraction of the first, and growth_monotonic_fraction of its steps do not decrease.
+    Any iterable of samples gives the same."""
+    got = memory_growth(recent, rules)
+    assert repr(memory_growth(iter(recent), rules)) == repr(got)
+    assert repr(memory_growth(list(recent), rules)) == repr(got)
+    figures = [(s.time, s.tree_gpu_mem_mib) for s in recent if s.tree_gpu_mem_mib is not None]
+    window = [(t, m) for t, m in figures if t >= figures[-1][0] - rules.growth_window_s] if figures else []
+    if len(window) < 3:
+        assert got is None, (got, window)
+        return
+    (t0, first), (t1, last) = window[0], window[-1]
+    steps = [b - a for (_, a), (_, b) in zip(window, window[1:])]
+    grows = (
+        t1 - t0 >= rules.growth_min_span_s
+        and last - first >= rules.growth_min_mib
+        and last - first >= rules.growth_min_fraction * max(first, 1.0)
+        and sum(d >= 0 for d in steps) / len(steps) >= rules.growth_monotonic_fraction
+    )
+    assert (got is not None) == grows, (got, window, rules)
+    if got is not None:
+        # The window's own figures and times, of their own types (an int figure stays an int).
+        assert repr(got) == repr(MemoryGrowth(first, last, t0, t1)), (got, window)
+
+
+def window_outcomes(recent, rules: Rules) -> str:
+    """Both functions' outcomes on one case, as text for WINDOWS_DIGEST: the idle window as the
+    indices of its samples (each the very sample of the history: ids map back to indices)."""
+    f = Facts(target_pid=1, recent=recent, rules=rules)
+    kind, window = outcome(_idle_window, f)
+    if kind == "value" and window is not None:
+        at = {id(s): i for i, s in enumerate(recent)}
+        window = [at.get(id(s)) for s in window]
+    return f"{kind} {window!r} | {outcome(memory_growth, recent, rules)!r}"
+
+
+def random_cases(seed: int) -> list[tuple[tuple[RecentSample, ...], Rules]]:
     rng = random.Random(seed)
-    for _ in range(100):
-        recent, rules = random_samples(rng), random_rules(rng)
-        f = Facts(target_pid=1, recent=recent, rules=rules)
-        got, want = outcome(_idle_window, f), outcome(old_idle_window, f)
-        assert got == want
-        if got[0] == "value" and got[1] is not None:
-            assert [id(s) for s in got[1]] == [id(s) for s in want[1]]  # the very samples
-        got, want = outcome(memory_growth, recent, rules), outcome(old_memory_growth, recent, rules)
-        assert repr(got) == repr(want)  # MemoryGrowth's figures, and their types (int, float)
-        as_iter = outcome(memory_growth, iter(recent), rules)
-        assert repr(as_iter) == repr(want)  # the document may hand any iterable of samples
-        assert outcome(memory_growth, list(recent), rules) == want
+    return [(random_samples(rng), random_rules(rng)) for _ in range(100)]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_idle_window_and_memory_growth_keep_their_promises(seed):
+    checked = 0
+    for recent, rules in random_cases(seed):
+        if _finite(recent, rules.idle_window_s):
+            check_idle_window(Facts(target_pid=1, recent=recent, rules=rules))
+        if _finite(recent, rules.growth_window_s):
+            check_memory_growth(recent, rules)
+            checked += 1
+    assert checked >= 60  # most random cases are finite: the promises are checked on them
 
 
 def _at(*times, mem=1000.0):
@@ -233,10 +269,31 @@ EDGE_RULES = [
 
 @pytest.mark.parametrize("rules", EDGE_RULES, ids=repr)
 @pytest.mark.parametrize("recent", EDGE_SAMPLES, ids=lambda r: ",".join(f"{s.time:g}" for s in r[:5]))
-def test_odd_samples_and_rules_as_before(recent, rules):
-    f = Facts(target_pid=1, recent=recent, rules=rules)
-    assert outcome(_idle_window, f) == outcome(old_idle_window, f)
-    assert repr(outcome(memory_growth, recent, rules)) == repr(outcome(old_memory_growth, recent, rules))
+def test_odd_samples_and_rules_keep_the_promises_where_they_apply(recent, rules):
+    if _finite(recent, rules.idle_window_s):
+        check_idle_window(Facts(target_pid=1, recent=recent, rules=rules))
+    if _finite(recent, rules.growth_window_s):
+        check_memory_growth(recent, rules)
+
+
+def windows_digest() -> str:
+    cases = [case for seed in range(40) for case in random_cases(seed)]
+    cases += [(recent, rules) for rules in EDGE_RULES for recent in EDGE_SAMPLES]
+    text = "\n".join(window_outcomes(recent, rules) for recent, rules in cases)
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+# windows_digest() as the code gave it: NaN times and windows included, which no promise above
+# covers (a NaN time makes either function raise or give None). Regenerate deliberately: see the
+# module's docstring.
+WINDOWS_DIGEST = "443d47805d1b2b5f4f85"
+
+
+def test_idle_window_and_memory_growth_give_the_frozen_outcomes():
+    assert windows_digest() == WINDOWS_DIGEST, (
+        "the idle window or memory growth changed on some case (a change meant to change them "
+        "regenerates the digest: see this module's docstring)"
+    )
 
 
 def test_random_samples_cover_the_cases():
@@ -248,8 +305,8 @@ def test_random_samples_cover_the_cases():
         f = Facts(target_pid=1, recent=recent, rules=rules)
         times = [s.time for s in recent]
         in_order = all(a <= b for a, b in zip(times, times[1:]))
-        seen.add(("in order" if in_order else "out of order", outcome(old_idle_window, f)[1] is None))
-        grown = outcome(old_memory_growth, recent, rules)
+        seen.add(("in order" if in_order else "out of order", outcome(_idle_window, f)[1] is None))
+        grown = outcome(memory_growth, recent, rules)
         seen.add(("growth", in_order, grown[0], grown[1] is None))
     assert {("in order", True), ("in order", False), ("out of order", True), ("out of order", False)} <= seen
     assert {("growth", True, "value", False), ("growth", False, "value", False)} <= seen
@@ -443,8 +500,8 @@ def digest(f: Facts) -> str:
 
 
 def test_decide_gives_the_verdicts_it_gave():
-    """Each case of the digests file, as the verdict before its fast paths saw it. A table case added
-    since is not in the file (regenerating adds it); an edited one says so by its digest."""
+    """Each case of the digests file, as the verdict gave it when the file was frozen. A table case
+    added since is not in the file (regenerating adds it); an edited one says so by its digest."""
     want = json.loads(DIGESTS.read_text())
     cases = [(name, f) for name, f in all_cases() if name in want]
     assert sum(name.startswith("random ") for name, _ in cases) == RANDOM_FACTS
@@ -476,3 +533,8 @@ def test_random_facts_reach_the_rules():
 if __name__ == "__main__" and "--regenerate" in sys.argv:
     DIGESTS.write_text(json.dumps({name: digest(f) for name, f in all_cases()}, indent=0) + "\n")
     print(f"{DIGESTS}: {len(all_cases())} verdicts")
+    source = Path(__file__).read_text()
+    frozen = f'WINDOWS_DIGEST = "{WINDOWS_DIGEST}"'
+    assert source.count(frozen) == 1, frozen
+    Path(__file__).write_text(source.replace(frozen, f'WINDOWS_DIGEST = "{windows_digest()}"'))
+    print(f"{__file__}: WINDOWS_DIGEST")

@@ -11,7 +11,7 @@ import pytest
 from sidecar.common.catalogue import render
 from sidecar.verdict import cpu_build_hint, decide
 from sidecar.verdict.wheels import CUDA_WHEELS, cuda_wheel
-from tests.unit.test_verdict import CPU_RT, CUDA_RT, facts, model, proc
+from tests.helpers.verdict_facts import CPU_RT, CUDA_RT, facts, model, proc
 
 COMMAND = re.compile(
     r"pip install --force-reinstall torch==(\S+) --index-url https://download\.pytorch\.org/whl/(cu\d+)"

@@ -13,7 +13,7 @@ from probe_wire.codec import decode_payload
 from probe_wire.prefix import Prefix, decode_with_prefix, find_prefix
 from probe_wire.procid import process_start_ticks
 from probe_wire.schema import PREFIX_KEYS, validate_payload
-from tests.unit.test_probe_segment import _RICH_PATHS, _json_like, _mutated, _rich_payload
+from tests.helpers.payloads import RICH_PATHS, json_like, mutated, rich_payload
 
 
 def _whole(data: bytes) -> dict | None:
@@ -39,9 +39,9 @@ def _same(a: dict | None, b: dict | None) -> bool:
 
 
 def test_the_probes_payload_has_a_prefix_and_a_new_publish_reads_through_it():
-    data, prefix = _prefix_of(_rich_payload(7))
+    data, prefix = _prefix_of(rich_payload(7))
     assert set(prefix.clean) == PREFIX_KEYS and len(prefix.data) > len(data) // 3
-    changed = _rich_payload(7)
+    changed = rich_payload(7)
     changed["models"][0]["forward_calls"] += 20
     changed["published_at"] += 1.0
     new = msgpack.packb(changed)
@@ -51,10 +51,10 @@ def test_the_probes_payload_has_a_prefix_and_a_new_publish_reads_through_it():
 
 
 @settings(max_examples=1500, deadline=None)
-@given(path=st.sampled_from(_RICH_PATHS), value=_json_like, drop=st.booleans())
+@given(path=st.sampled_from(RICH_PATHS), value=json_like, drop=st.booleans())
 def test_a_payload_read_through_a_prefix_is_the_whole_reads_payload(path, value, drop):
-    _, prefix = _prefix_of(_rich_payload(7))
-    payload = _mutated(_rich_payload(7), path, value, drop)
+    _, prefix = _prefix_of(rich_payload(7))
+    payload = mutated(rich_payload(7), path, value, drop)
     data = msgpack.packb(payload)
     via, whole = decode_with_prefix(prefix, data), _whole(data)
     if via is not None:
@@ -71,8 +71,8 @@ def _with_rest(data: bytes, extra: bytes, pairs: int) -> bytes:
 
 
 def test_a_prefix_key_again_after_the_prefix_falls_back_to_the_whole_payload():
-    _, prefix = _prefix_of(_rich_payload(7))
-    shorter = _rich_payload(7)
+    _, prefix = _prefix_of(rich_payload(7))
+    shorter = rich_payload(7)
     del shorter["syncs_per_step"]  # one pair fewer: "pid" again takes its place, same map header
     forged = _with_rest(msgpack.packb(shorter), msgpack.packb("pid") + msgpack.packb(8), 1)
     assert forged.startswith(prefix.data)
@@ -88,27 +88,27 @@ def test_a_prefix_key_again_after_the_prefix_falls_back_to_the_whole_payload():
     ],
 )
 def test_a_rest_that_does_not_decode_falls_back(tail):
-    data, prefix = _prefix_of(_rich_payload(7))
+    data, prefix = _prefix_of(rich_payload(7))
     assert decode_with_prefix(prefix, data + tail) is None and _whole(data + tail) is None
 
 
 def test_other_leading_bytes_or_an_invalid_rest_fall_back():
-    data, prefix = _prefix_of(_rich_payload(7))
-    other = _rich_payload(7)
+    data, prefix = _prefix_of(rich_payload(7))
+    other = rich_payload(7)
     other["runtime"]["device_count"] = 3
     assert decode_with_prefix(prefix, msgpack.packb(other)) is None
-    bad = _rich_payload(7)
+    bad = rich_payload(7)
     bad["models"][0]["forward_calls"] = "many"
     assert decode_with_prefix(prefix, msgpack.packb(bad)) is None and _whole(msgpack.packb(bad)) is None
 
 
 def test_no_prefix_for_a_payload_in_another_order_or_with_a_key_twice():
-    payload = _rich_payload(7)
+    payload = rich_payload(7)
     reordered = {"memory": payload.pop("memory"), **payload}
     data = msgpack.packb(reordered)
     obj = decode_payload(data)
     assert find_prefix(data, obj, validate_payload(obj)[0]) is None
-    data, _ = _prefix_of(_rich_payload(7))
+    data, _ = _prefix_of(rich_payload(7))
     twice = _with_rest(data, msgpack.packb("models") + msgpack.packb([]), 1)
     obj = decode_payload(twice)
     assert find_prefix(twice, obj, validate_payload(obj)[0]) is None
@@ -116,7 +116,7 @@ def test_no_prefix_for_a_payload_in_another_order_or_with_a_key_twice():
 
 def test_a_follower_reads_a_new_publish_through_its_prefix(live_pid):
     ticks = process_start_ticks(live_pid)
-    payload = _rich_payload(live_pid)
+    payload = rich_payload(live_pid)
     payload["start_ticks"] = ticks
     writer = wire.SegmentWriter(pid=live_pid, start_ticks=ticks)
     follower = wire.SegmentFollower()
@@ -145,12 +145,12 @@ def test_no_prefix_is_kept_for_leading_bytes_beyond_the_probes_own():
     validation, megabytes of them), so a prefix longer than MAX_PREFIX_BYTES is not kept."""
     from probe_wire.prefix import MAX_PREFIX_BYTES
 
-    payload = _rich_payload(7)
+    payload = rich_payload(7)
     payload["runtime"]["padding"] = ["x" * 4000] * (MAX_PREFIX_BYTES // 4000 + 1)
     data = msgpack.packb(payload)
     obj = decode_payload(data)
     clean = validate_payload(obj)[0]
     assert clean is not None and "padding" not in clean["runtime"]
     assert find_prefix(data, obj, clean) is None
-    data, prefix = _prefix_of(_rich_payload(7))  # the probe's own, on 8 GPUs: well within
+    data, prefix = _prefix_of(rich_payload(7))  # the probe's own, on 8 GPUs: well within
     assert len(prefix.data) * 4 < MAX_PREFIX_BYTES

@@ -2,14 +2,14 @@
 `SegmentWriter` (the bytes the probe writes), a real torch job with the real probe, and a busy job
 tree for load figures.
 
-    python -m tests.stress.jobs hot                  # publish VARIANTS as fast as possible, forever
-    python -m tests.stress.jobs paced                # the same with a 2 ms pause after each publish
-    python -m tests.stress.jobs slow                 # ~100 publishes/s, each stalled 4 ms mid-publish
-    python -m tests.stress.jobs once                 # publish variant 0, then sleep
-    python -m tests.stress.jobs wait                 # sleep; publish variant 0 when a line arrives on stdin
-    python -m tests.stress.jobs zygote               # fork writers on command (stdin), reap them
-    python -m tests.stress.jobs busy --children 63 --gpus 8 --out pids.json [--churn-period 0.1]
-    python -m tests.stress.jobs train --out result.json [--stop-file F] [--fill-shm-after 50]
+    python -m tests.helpers.stress_jobs hot                  # publish VARIANTS as fast as possible, forever
+    python -m tests.helpers.stress_jobs paced                # the same with a 2 ms pause after each publish
+    python -m tests.helpers.stress_jobs slow                 # ~100 publishes/s, each stalled 4 ms mid-publish
+    python -m tests.helpers.stress_jobs once                 # publish variant 0, then sleep
+    python -m tests.helpers.stress_jobs wait                 # sleep; publish variant 0 when a line arrives on stdin
+    python -m tests.helpers.stress_jobs zygote               # fork writers on command (stdin), reap them
+    python -m tests.helpers.stress_jobs busy --children 63 --gpus 8 --out pids.json [--churn-period 0.1]
+    python -m tests.helpers.stress_jobs train --out result.json [--stop-file F] [--fill-shm-after 50]
 
 Every payload a writer here publishes is one of `variant(pid, start_ticks, k)`, k < N_VARIANTS, with
 sizes from ~1 KB to ~57 KB: a reader that hands out anything else has accepted a torn payload. All
@@ -500,7 +500,7 @@ def _fill_shm() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tests.stress.jobs")
+    p = argparse.ArgumentParser(prog="python -m tests.helpers.stress_jobs")
     p.add_argument("mode", choices=["hot", "paced", "slow", "once", "wait", "zygote", "busy", "train"])
     p.add_argument("--name", default="net")
     p.add_argument("--children", type=int, default=63)

@@ -27,7 +27,7 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 class BusyJob:
-    """`python -m tests.stress.jobs busy`: a root publishing its probe segment and one for each of
+    """`python -m tests.helpers.stress_jobs busy`: a root publishing its probe segment and one for each of
     its `processes - 1` children (real `sleep` processes), optionally starting one child and
     stopping the oldest every `churn_period_s` (every other one with SIGKILL, its segment left for
     the sidecar to clean up)."""
@@ -48,7 +48,7 @@ class BusyJob:
             [
                 sys.executable,
                 "-m",
-                "tests.stress.jobs",
+                "tests.helpers.stress_jobs",
                 "busy",
                 "--children",
                 str(processes - 1),

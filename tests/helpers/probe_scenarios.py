@@ -1,6 +1,6 @@
 """Programs the probe's integration tests run in their own processes (no tests in here).
 
-Run as ``python -m tests.integration.test_probe_support SCENARIO [ARGS...]`` from the repository
+Run as ``python -m tests.helpers.probe_scenarios SCENARIO [ARGS...]`` from the repository
 root; each scenario prints one JSON line on stdout for the test to check. It is a module in an
 importable package, not a loose script, because DataLoader workers under ``spawn`` re-import the
 main module and unpickle the dataset and worker_init_fn from it by name. It imports no torch and no
@@ -399,7 +399,7 @@ def scenario_spawn_child() -> None:
 
     probe.activate()
     out = subprocess.run(
-        [sys.executable, "-m", "tests.integration.test_probe_support", "activate_and_report"],
+        [sys.executable, "-m", "tests.helpers.probe_scenarios", "activate_and_report"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -1,0 +1,142 @@
+"""Debian's Chromium through Playwright for the browser tests: launching it, pages that record
+their errors, waiting on a page, screenshots. The fixtures that use these live in
+tests/browser/conftest.py. Never runs `playwright install`: the browser is /usr/bin/chromium.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+CHROMIUM = os.environ.get("DSH_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+# Where screenshots go. Tests write only to temporary folders: scripts/screenshots.sh sets this to
+# docs/screenshots to refresh the documentation's pictures; otherwise a folder of the test session.
+SCREENSHOTS_ENV = "DSH_SCREENSHOTS_DIR"
+_screenshots: dict[str, Path] = {}
+
+
+def wait_js(page, expression: str, arg: Any = None, timeout_ms: int = 15_000, interval_ms: int = 100):
+    """Poll `expression` (a JS function source, called with `arg`) until it returns something truthy.
+
+    Not page.wait_for_function: its polling evals the predicate inside the page, which the sidecar's
+    Content-Security-Policy (no 'unsafe-eval') rightly forbids; page.evaluate is not subject to it.
+    """
+    deadline = time.monotonic() + timeout_ms / 1000
+    last = None
+    while True:
+        last = page.evaluate(expression, arg)
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"timed out after {timeout_ms} ms waiting for JS: {expression[:200]} (last: {last!r})"
+            )
+        page.wait_for_timeout(interval_ms)
+
+
+def launch_chromium(pw, extra_args: tuple[str, ...] = ()):
+    return pw.chromium.launch(executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, *extra_args])
+
+
+# A root sidecar always has a token (it makes one): the token of each stack's sidecar, by its
+# origin, so a page opened on it sends `Authorization: Bearer` as a user's own client would.
+SIDECAR_TOKENS: dict[str, str] = {}
+
+
+def origin(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+@dataclass
+class Pages:
+    """Opens pages in fresh browser contexts; records page errors; closes everything at teardown."""
+
+    browser: Any
+    contexts: list[Any] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def open(
+        self,
+        url: str,
+        *,
+        width: int = 1280,
+        height: int = 800,
+        locale: str = "en-US",
+        color_scheme: str = "light",
+        wait_loaded: bool = True,
+    ):
+        token = SIDECAR_TOKENS.get(origin(url))
+        ctx = self.browser.new_context(
+            viewport={"width": width, "height": height},
+            locale=locale,
+            color_scheme=color_scheme,
+            extra_http_headers={"Authorization": f"Bearer {token}"} if token else None,
+        )
+        self.contexts.append(ctx)
+        page = ctx.new_page()
+        page.set_default_timeout(15_000)
+        page.on("pageerror", lambda exc: self.errors.append(f"pageerror: {exc}"))
+        page.on(
+            "console",
+            lambda msg: (
+                self.errors.append(f"console.{msg.type}: {msg.text}") if msg.type == "error" else None
+            ),
+        )
+        page.goto(url)
+        if wait_loaded:
+            wait_js(page, "() => !document.body.classList.contains('loading')")
+        return page
+
+    def close(self) -> None:
+        for ctx in self.contexts:
+            try:
+                ctx.close()
+            except Exception:
+                pass
+        self.contexts.clear()
+
+
+def set_screenshots_dir(path: Path) -> None:
+    """Where this session's screenshots go (the conftest's screenshots_dir fixture decides)."""
+    _screenshots["dir"] = path
+
+
+def screenshot_path(name: str) -> Path:
+    """The file for screenshot NAME (e.g. "page-gpu") in the session's screenshot folder."""
+    return _screenshots["dir"] / f"{name}.png"
+
+
+def screenshot(
+    page, name: str, full_page: bool = False, element: str | None = None, keep_mouse: bool = False
+) -> Path:
+    """Save page-NAME.png in the screenshot folder (docs/screenshots via scripts/screenshots.sh)."""
+    path = screenshot_path(f"page-{name}")
+    if not keep_mouse:
+        page.mouse.move(0, 0)
+    if element:  # the element with a margin of page around it, so its borders are not cut
+        loc = page.locator(element)
+        loc.scroll_into_view_if_needed()
+        box = loc.bounding_box()
+        vw = page.viewport_size["width"]
+        x, y = max(0, box["x"] - 12), max(0, box["y"] - 12)
+        page.screenshot(
+            path=str(path),
+            clip={"x": x, "y": y, "width": min(vw - x, box["width"] + 24), "height": box["height"] + 24},
+        )
+    else:
+        page.screenshot(path=str(path), full_page=full_page)
+    return path
