@@ -12,6 +12,8 @@ no sidecar.
     codec     msgpack: encoding trimmed to fit, bounded decoding
     prefix    a payload's leading bytes (identity, role, runtime), decoded once per process
     procid    who a process is, read from /proc (pid, start_ticks, uid, PID namespace)
+    procroot  files inside another process's root (/proc/<pid>/root), its links followed inside it
+    home      where the segment of a process in other namespaces (a container) is: ``segment_home``
     writer    ``SegmentWriter``
     reader    ``read_segment``, ``SegmentRead``
     follower  ``SegmentFollower``: a monitor's reader, keeping files open poll after poll
@@ -31,7 +33,7 @@ import importlib
 # Where the names this package exports live: each module's ``__all__`` says what it exports.
 # Looked in in this order, each after what it imports: a name of the follower costs the reader too,
 # but not the writer (mmap, posix_ipc).
-_MODULES = ("names", "header", "procid", "schema", "codec", "prefix", "cleanup", "reader", "follower", "writer")
+_MODULES = ("names", "header", "procid", "procroot", "home", "schema", "codec", "prefix", "cleanup", "reader", "follower", "writer")
 
 
 def __getattr__(name: str) -> object:
