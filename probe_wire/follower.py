@@ -178,7 +178,7 @@ class SegmentFollower:
             if judged is not None:
                 return judged
             slot = self._slot(ident)
-            r, raw = read_consistent(fd, pid, size, start_ticks, READ_ATTEMPTS, slot, home=home)
+            r, raw = read_consistent(fd, pid, size, start_ticks, READ_ATTEMPTS, slot, None, home)
             keep = raw is not None and len(self._open) < self.max_open
             if keep:
                 self._keep(ident, fd, size, raw, r, slot)
