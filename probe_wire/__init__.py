@@ -13,6 +13,8 @@ no sidecar.
     prefix    a payload's leading bytes (identity, role, runtime), decoded once per process
     procfs    where /proc is (``PROCFS_PATH``, ``proc_path``): one root for every reader
     procid    who a process is, read from /proc (pid, start_ticks, uid, PID namespace)
+    procroot  files inside another process's root (/proc/<pid>/root), its links followed inside it
+    home      where the segment of a process in other namespaces (a container) is: ``segment_home``
     writer    ``SegmentWriter``
     reader    ``read_segment``, ``SegmentRead``
     follower  ``SegmentFollower``: a monitor's reader, keeping files open poll after poll
@@ -33,7 +35,8 @@ import importlib
 # Looked in in this order, each after what it imports: a name of the follower costs the reader too,
 # but not the writer (mmap, posix_ipc).
 _MODULES = (
-    "names", "header", "procfs", "procid", "schema", "codec", "prefix", "cleanup", "reader", "follower", "writer",
+    "names", "header", "procfs", "procid", "procroot", "home", "schema", "codec", "prefix", "cleanup", "reader",
+    "follower", "writer",
 )
 
 

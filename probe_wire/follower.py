@@ -18,6 +18,10 @@ from probe_wire.reader import (
     read_consistent,
 )
 
+TYPE_CHECKING = False  # typing costs ~2 ms to import; annotations alone do not need it
+if TYPE_CHECKING:
+    from probe_wire.home import SegmentHome
+
 __all__ = ["FALLBACK_CHECK_EVERY", "SegmentFollower"]
 
 # A follower looks for the fallback name of a process whose own name is free every this many reads.
@@ -67,7 +71,8 @@ class SegmentFollower:
     def __len__(self) -> int:
         return len(self._open)
 
-    def read(self, pid: int, start_ticks: int) -> SegmentRead:
+    def read(self, pid: int, start_ticks: int, home: SegmentHome | None = None) -> SegmentRead:
+        """``home``: where a process in other namespaces keeps its segment (probe_wire.home)."""
         ident = (pid, start_ticks)
         try:
             entry = self._open.get(ident)
@@ -79,7 +84,7 @@ class SegmentFollower:
                 first = os.pread(fd, want, 0)
                 if first.startswith(raw):
                     return last
-                r, raw = read_consistent(fd, pid, size, start_ticks, READ_ATTEMPTS, slot, first)
+                r, raw = read_consistent(fd, pid, size, start_ticks, READ_ATTEMPTS, slot, first, home)
                 if raw is not None:
                     self._keep(ident, fd, size, raw, r, slot)
                     return r
@@ -88,14 +93,14 @@ class SegmentFollower:
                 self._drop(ident)
                 if r.error == CLOSED_ERROR:
                     return r  # the writer's last publish: its name is gone (or another's) by now
-            r = self._open_read(ident, None)
+            r = self._open_read(ident, None, None, home)
             if r.state != "ok" and self._try_fallback(ident, r):
                 # Published under the fallback name when its own name was taken, under a random name
                 # when both were.
-                r = better_read(r, self._open_read(ident, start_ticks))
-                suffixes = self._random_names(ident) if r.state != "ok" else ()
+                r = better_read(r, self._open_read(ident, start_ticks, None, home))
+                suffixes = self._random_names(ident, home) if r.state != "ok" else ()
                 for suffix in suffixes:
-                    r = better_read(r, self._open_read(ident, start_ticks, suffix))
+                    r = better_read(r, self._open_read(ident, start_ticks, suffix, home))
                     if r.state == "ok":
                         break
             return r
@@ -136,10 +141,13 @@ class SegmentFollower:
         self._missing_reads[ident] = n + 1
         return n % FALLBACK_CHECK_EVERY == 0
 
-    def _random_names(self, ident: tuple[int, int]) -> list[str]:
+    def _random_names(self, ident: tuple[int, int], home: SegmentHome | None = None) -> list[str]:
         """The random names of ``ident`` in /dev/shm (reader.own_random_names), listed again only
         when the directory changed (a name is made or removed only by changing its mtime) or its
-        last listing was made within LISTING_SETTLED_S of a change."""
+        last listing was made within LISTING_SETTLED_S of a change. In another process's root
+        (``home``) they are listed each time: both its names squatted there is rare."""
+        if home is not None:
+            return own_random_names(*ident, home)
         try:
             st = os.stat(SHM_DIR)
         except OSError:
@@ -155,9 +163,12 @@ class SegmentFollower:
             self._random.pop(ident, None)
         return suffixes
 
-    def _open_read(self, ident: tuple[int, int], name_ticks: int | None, suffix: str | None = None) -> SegmentRead:
+    def _open_read(
+        self, ident: tuple[int, int], name_ticks: int | None, suffix: str | None = None,
+        home: SegmentHome | None = None,
+    ) -> SegmentRead:
         pid, start_ticks = ident
-        opened = open_segment(pid, name_ticks, suffix)
+        opened = open_segment(pid, name_ticks, suffix, home)
         if isinstance(opened, SegmentRead):
             return opened
         fd, size = opened
@@ -167,7 +178,7 @@ class SegmentFollower:
             if judged is not None:
                 return judged
             slot = self._slot(ident)
-            r, raw = read_consistent(fd, pid, size, start_ticks, READ_ATTEMPTS, slot)
+            r, raw = read_consistent(fd, pid, size, start_ticks, READ_ATTEMPTS, slot, None, home)
             keep = raw is not None and len(self._open) < self.max_open
             if keep:
                 self._keep(ident, fd, size, raw, r, slot)

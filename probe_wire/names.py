@@ -92,12 +92,13 @@ def list_segment_files(
     return scan(shm_dir, max_names)[0]
 
 
-def random_name_suffixes(pid: int, start_ticks: int, owner_uid: int, shm_dir: str = SHM_DIR) -> list[str]:
+def random_name_suffixes(pid: int, start_ticks: int, owner_uid: int, shm_dir: str | int = SHM_DIR) -> list[str]:
     """The suffixes of the random names ``dsh-probe.<pid>.<start_ticks>.<hex>`` in ``shm_dir`` whose
     file is a regular file of ``owner_uid`` (the process's real user: only it writes its segment),
     at most MAX_OWN_RANDOM_NAMES ([] when unreadable). One listing of the directory, for a process
     whose two other names hold no segment of its; another user's names under the same prefix (any
-    number of them) cost an lstat each and never take the place of the process's own."""
+    number of them) cost an lstat each and never take the place of the process's own. ``shm_dir``
+    may be an open directory's descriptor (another process's /dev/shm, probe_wire.procroot)."""
     prefix = f"{_file_name(pid, start_ticks)}."
     found: list[str] = []
     looked = 0

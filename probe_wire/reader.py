@@ -30,7 +30,12 @@ from probe_wire.header import (
 from probe_wire.names import random_name_suffixes, segment_path
 from probe_wire.prefix import PrefixSlot, decode_with_prefix, find_prefix
 from probe_wire.procid import pid_namespace_id, process_real_uid, process_start_ticks
+from probe_wire.procroot import open_in_root
 from probe_wire.schema import validate_payload
+
+TYPE_CHECKING = False  # typing costs ~2 ms to import; annotations alone do not need it
+if TYPE_CHECKING:
+    from probe_wire.home import SegmentHome
 
 __all__ = ["SegmentRead", "read_segment"]
 
@@ -125,47 +130,66 @@ _READ_FIELDS = (
 
 
 def read_segment(
-    pid: int, expected_start_ticks: int | None = None, *, attempts: int = READ_ATTEMPTS
+    pid: int,
+    expected_start_ticks: int | None = None,
+    *,
+    attempts: int = READ_ATTEMPTS,
+    home: SegmentHome | None = None,
 ) -> SegmentRead:
     """Read and validate ``pid``'s segment. Never raises; see SegmentRead.state for the outcomes.
 
     ``stale``: the header's writer start_ticks differs from ``expected_start_ticks`` or, when that is
     None, from the live process's (a pid that is not running makes every segment of it stale).
+    ``home``: where the segment of a process in other namespaces is (probe_wire.home.segment_home);
+    None: ``/dev/shm/dsh-probe.<pid>``, written in our PID namespace.
     """
     try:
         pid = int(pid)
     except (TypeError, ValueError):
         return SegmentRead(pid=-1, state="missing", error=f"not a pid: {pid!r:.40}")
     try:
-        return _read_segment(pid, expected_start_ticks, max(1, int(attempts)))
+        return _read_segment(pid, expected_start_ticks, max(1, int(attempts)), home)
     except Exception as e:  # noqa: BLE001 -- the contract is "never raises"; say what went wrong instead
         return SegmentRead(pid=pid, state="corrupt", error=f"reader failed: {type(e).__name__}: {e}"[:300])
 
 
-def _read_segment(pid: int, expected_start_ticks: int | None, attempts: int) -> SegmentRead:
-    r = _read_named(pid, None, expected_start_ticks, attempts)
+def _read_segment(
+    pid: int, expected_start_ticks: int | None, attempts: int, home: SegmentHome | None = None
+) -> SegmentRead:
+    r = _read_named(pid, None, expected_start_ticks, attempts, None, home)
     if r.state == "ok":
         return r
     # The writer may have found its name taken and published under its fallback name.
     ticks = expected_start_ticks if expected_start_ticks is not None else process_start_ticks(pid)
     if ticks is None:
         return r
-    r = better_read(r, _read_named(pid, ticks, expected_start_ticks, attempts))
+    r = better_read(r, _read_named(pid, ticks, expected_start_ticks, attempts, None, home))
     if r.state == "ok":
         return r
     # ... or found both taken and published under a random name.
-    for suffix in own_random_names(pid, ticks):
-        r = better_read(r, _read_named(pid, ticks, expected_start_ticks, attempts, suffix))
+    for suffix in own_random_names(pid, ticks, home):
+        r = better_read(r, _read_named(pid, ticks, expected_start_ticks, attempts, suffix, home))
         if r.state == "ok":
             break
     return r
 
 
-def own_random_names(pid: int, ticks: int) -> list[str]:
+def own_random_names(pid: int, ticks: int, home: SegmentHome | None = None) -> list[str]:
     """The random names of ``pid`` as ``ticks`` (names.random_name_suffixes) that its real user owns:
     the only ones that can be its segment."""
     owner = process_real_uid(pid)
-    return [] if owner is None else random_name_suffixes(pid, ticks, owner)
+    if owner is None:
+        return []
+    if home is None:
+        return random_name_suffixes(pid, ticks, owner)
+    try:
+        fd = open_in_root(home.root, "dev/shm", os.O_RDONLY | os.O_DIRECTORY, follow_last=True)
+    except OSError:
+        return []
+    try:
+        return random_name_suffixes(home.name_pid, ticks, owner, fd)
+    finally:
+        os.close(fd)
 
 
 def better_read(primary: SegmentRead, fallback: SegmentRead) -> SegmentRead:
@@ -176,26 +200,36 @@ def better_read(primary: SegmentRead, fallback: SegmentRead) -> SegmentRead:
 
 
 def _read_named(
-    pid: int, name_ticks: int | None, expected: int | None, attempts: int, suffix: str | None = None
+    pid: int,
+    name_ticks: int | None,
+    expected: int | None,
+    attempts: int,
+    suffix: str | None = None,
+    home: SegmentHome | None = None,
 ) -> SegmentRead:
-    opened = open_segment(pid, name_ticks, suffix)
+    opened = open_segment(pid, name_ticks, suffix, home)
     if isinstance(opened, SegmentRead):
         return opened
     fd, size = opened
     try:
-        return read_consistent(fd, pid, size, expected, attempts)[0]
+        return read_consistent(fd, pid, size, expected, attempts, home=home)[0]
     finally:
         os.close(fd)
 
 
 def open_segment(
-    pid: int, name_ticks: int | None = None, suffix: str | None = None
+    pid: int, name_ticks: int | None = None, suffix: str | None = None, home: SegmentHome | None = None
 ) -> tuple[int, int] | SegmentRead:
     """(fd, size) of a segment file of ``pid`` once it is known to be a plausible one, else why not."""
-    path = segment_path(pid, name_ticks, suffix=suffix)
     try:
         # O_NONBLOCK: a FIFO planted under our name must not hang the reader; O_NOFOLLOW: nor a link.
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        if home is None:
+            path = segment_path(pid, name_ticks, suffix=suffix)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        else:
+            inside = segment_path(home.name_pid, name_ticks, "dev/shm", suffix)
+            path = f"{home.root}/{inside}"
+            fd = open_in_root(home.root, inside, os.O_RDONLY | os.O_NONBLOCK, follow_last=False)
     except FileNotFoundError:
         return SegmentRead(pid=pid, state="missing", error=f"{path} does not exist")
     except PermissionError as e:
@@ -286,7 +320,7 @@ def _read_bytes(raw: bytes, data: bytes, end: int, copied: bool) -> bytes:
 
 def read_consistent(
     fd: int, pid: int, size: int, expected: int | None, attempts: int,
-    slot: PrefixSlot | None = None, first: bytes | None = None,
+    slot: PrefixSlot | None = None, first: bytes | None = None, home: SegmentHome | None = None,
 ) -> tuple[SegmentRead, bytes | None]:
     """The read, and for an ok one the header and payload bytes it was made from. ``slot``: the
     process's payload prefix (probe_wire/prefix.py), used and kept up to date by a follower.
@@ -335,7 +369,7 @@ def read_consistent(
             # the seq check, and the next try sees the writer's finished state.
             last = SegmentRead(pid, "corrupt", None, "payload crc32 mismatch", *header)
             continue
-        r = _finish(data, expected, pid, header, slot)
+        r = _finish(data, expected, pid, header, slot, home)
         if flags & FLAG_CLOSED:
             # The writer's last publish, made as it exited: the segment is gone ("missing"), and a
             # reader that still held the file learns the final facts (never kept to follow).
@@ -351,13 +385,16 @@ def _read_seq(fd: int) -> int:
     return SEQ.unpack(raw)[0] if len(raw) == SEQ.size else -1
 
 
-def _identity_problem(pid: int, expected: int | None, header: tuple) -> SegmentRead | None:
+def _identity_problem(
+    pid: int, expected: int | None, header: tuple, home: SegmentHome | None = None
+) -> SegmentRead | None:
     """Why the header's writer is not ``pid`` as ``expected`` (None: the live process's start
-    ticks), or None. ``header``: SegmentRead's fields after ``error``, as read_consistent found them."""
+    ticks), or None. ``header``: SegmentRead's fields after ``error``, as read_consistent found them.
+    With ``home``, the writer is named by its pid in its own namespace, which is ``home``'s."""
     wpid, ticks, _, _, _, wns = header
-    if wpid != pid & 0xFFFFFFFF:
+    if wpid != (pid if home is None else home.name_pid) & 0xFFFFFFFF:
         return SegmentRead(pid, "corrupt", None, f"header names writer pid {wpid}", *header)
-    ours = pid_namespace_id()
+    ours = pid_namespace_id() if home is None else home.pidns
     if wns and ours and wns != ours:
         # Its pid is a pid of that namespace: whatever runs under that number here, it is not this.
         return SegmentRead(pid, "stale", None, f"written in another PID namespace ({wns:#x})", *header)
@@ -374,10 +411,13 @@ def _identity_problem(pid: int, expected: int | None, header: tuple) -> SegmentR
     return None
 
 
-def _finish(data: bytes, expected: int | None, pid: int, header: tuple, slot: PrefixSlot | None = None) -> SegmentRead:
+def _finish(
+    data: bytes, expected: int | None, pid: int, header: tuple, slot: PrefixSlot | None = None,
+    home: SegmentHome | None = None,
+) -> SegmentRead:
     """The read of ``data``, a consistent copy of ``pid``'s payload; ``header``: what read_consistent
     found in the header (SegmentRead's fields after ``error``)."""
-    problem = _identity_problem(pid, expected, header)
+    problem = _identity_problem(pid, expected, header, home)
     if problem is not None:
         return problem
     ticks = header[1]
@@ -392,7 +432,7 @@ def _finish(data: bytes, expected: int | None, pid: int, header: tuple, slot: Pr
             return SegmentRead(pid, "corrupt", None, reason, *header)
         if slot is not None:
             slot.prefix = find_prefix(data, obj, payload)
-    if payload["pid"] != pid:
+    if payload["pid"] != (pid if home is None else home.name_pid):
         return SegmentRead(pid, "corrupt", None, f"payload.pid {payload['pid']} in segment of {pid}", *header)
     if payload["start_ticks"] is not None and payload["start_ticks"] != ticks:
         return SegmentRead(pid, "corrupt", None, "payload.start_ticks differs from the header's", *header)

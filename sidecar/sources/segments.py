@@ -12,6 +12,7 @@ from typing import Any
 
 from probe_wire.cleanup import remove_if_dead, sweep_dead_segments
 from probe_wire.follower import SegmentFollower
+from probe_wire.home import SegmentHome, segment_home
 from probe_wire.reader import read_segment
 from sidecar.sources.proctree import TreeSnapshot, open_file_budget
 
@@ -51,6 +52,9 @@ class SegmentSource:
         # identity -> the last read of each probed process that left the tree at the last poll
         self.departed: dict[tuple[int, int | None], ProbeRead] = {}
         self._cleanups = 0
+        # identity -> where its segment is when it runs in other namespaces (a container), None when
+        # it shares ours: looked up once per process (a process never changes PID namespace)
+        self._homes: dict[tuple[int, int | None], SegmentHome | None] = {}
 
     def poll(self, tree: TreeSnapshot) -> dict[int, ProbeRead]:
         out: dict[int, ProbeRead] = {}
@@ -60,10 +64,13 @@ class SegmentSource:
             ident = proc.identity
             live.add(ident)
             try:
+                home = self._homes.get(ident, False)
+                if home is False:
+                    home = self._homes[ident] = segment_home(proc.pid)
                 if proc.start_ticks is None:
-                    r = read_segment(proc.pid)
+                    r = read_segment(proc.pid, home=home)
                 else:
-                    r = follower.read(proc.pid, proc.start_ticks)
+                    r = follower.read(proc.pid, proc.start_ticks, home)
             except Exception as exc:  # the reader promises not to raise; a poll must not trust that
                 out[proc.pid] = ProbeRead(proc.pid, "corrupt", None, f"reader failed: {exc}", True)
                 continue
@@ -97,6 +104,7 @@ class SegmentSource:
         follower.retain(live)
         self._prev_live = live
         for ident in gone:
+            self._homes.pop(ident, None)
             self._last_good.pop(ident, None)
             self._last_ok.pop(ident, None)
             self._busy_count.pop(ident, None)
@@ -117,7 +125,7 @@ class SegmentSource:
                 if r is None and ticks is not None:
                     # Never read while it lived (shorter than a poll): the probe leaves a process's
                     # last publish under its name when it named models (SegmentWriter keep_final).
-                    r = read_segment(pid, expected_start_ticks=ticks)
+                    r = read_segment(pid, expected_start_ticks=ticks, home=self._homes.get(ident))
             except Exception:  # the follower and the reader promise not to raise
                 r = None
             payload = r.payload if r is not None and r.state in ("ok", "missing") else None

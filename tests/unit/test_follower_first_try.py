@@ -77,7 +77,7 @@ def _follower_read_again(fd, pid, size, expected, raw, last, slot):
     follower = SegmentFollower()
     follower._keep((pid, expected), fd, size, raw, last, slot)
     follower._prefixes[(pid, expected)] = slot
-    follower._open_read = lambda ident, name_ticks: REOPENED  # what a drop leads to: not this test's
+    follower._open_read = lambda ident, name_ticks, *where: REOPENED  # what a drop leads to: not this test's
     r = follower.read(pid, expected)
     entry = follower._open.get((pid, expected))
     # A dropped file is looked for again by its path, unless it was closed: its last publish is the read.
