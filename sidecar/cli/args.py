@@ -1,0 +1,314 @@
+"""The command line's words: its parsers, the checks of what they parsed, its exit codes and limits.
+
+One definition each, used by `main` (sidecar/cli/main.py) and the usage text it prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+
+from sidecar import __version__
+from sidecar.documents import bounds
+from sidecar.serve.hosts import is_loopback_host, valid_host_name
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+EXIT_NO_PID = 3
+EXIT_PORT = 4
+MIN_INTERVAL_S = 0.1
+CHEAP_INTERVAL_S = 0.5
+DEFAULT_PORT = 8765
+MIN_REMOTE_TOKEN_CHARS = 16
+MAX_HISTORY_S = 86400.0  # a day: 57,601 samples at 1.5 s, 69-143 MiB (docs/performance.md)
+MAX_GRACE_S = 86400.0  # a day; --stay serves for ever
+# Variables that carry the sidecar's own secrets: the job started by `run` never sees them.
+SIDECAR_SECRET_ENV = ("DSH_SIDECAR_TOKEN",)
+
+
+class UsageError(Exception):
+    pass
+
+
+class PortError(Exception):
+    """The port cannot be bound: EXIT_PORT."""
+
+
+def fail(code: int, message: str) -> int:
+    print(f"dsh-sidecar: error: {message}", file=sys.stderr, flush=True)
+    return code
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse's message, our exit code and one hint line
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: error: {message} (see --help)", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_USAGE)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (value > 0 and value < float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds: {text!r}")
+    return value
+
+
+def _bounded_seconds(limit_s: float, *, zero_ok: bool):
+    """An argparse type: a finite number of seconds, at most `limit_s` (inf, nan and 1e12 are
+    refused: they would never end or would size a buffer by them)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        low_ok = value >= 0 if zero_ok else value > 0
+        if not (low_ok and value <= limit_s):  # also refuses nan
+            least = "0 or more" if zero_ok else "a positive number of"
+            raise argparse.ArgumentTypeError(f"must be {least} seconds, at most {limit_s:.0f}: {text!r}")
+        return value
+
+    return parse
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be 0-65535 (0 picks a free port): {text!r}")
+    return value
+
+
+def _pid(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a process id: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"a process id is a positive integer: {text!r}")
+    return value
+
+
+def _metric_jobs(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of jobs: {text!r}") from None
+    if not 0 <= value <= bounds.MAX_METRIC_JOBS_FLAG:
+        raise argparse.ArgumentTypeError(f"--metrics-max-jobs is 0-{bounds.MAX_METRIC_JOBS_FLAG}: {text!r}")
+    return value
+
+
+def _host_name(text: str) -> str:
+    if not valid_host_name(text):
+        raise argparse.ArgumentTypeError(
+            f"not a host name or IP address: {text!r} (give the name alone, e.g. gpu-node-07.example.org)"
+        )
+    return text.strip()
+
+
+def _add_serve_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; others need --token)"
+    )
+    p.add_argument("--port", type=_port, default=DEFAULT_PORT, help="port (default 8765; 0 picks a free one)")
+    p.add_argument(
+        "--interval", type=_positive_float, default=1.5, help="seconds between polls (default 1.5)"
+    )
+    p.add_argument(
+        "--history",
+        type=_bounded_seconds(MAX_HISTORY_S, zero_ok=False),
+        default=600.0,
+        help=f"seconds of history to keep (default 600, at most {MAX_HISTORY_S:.0f})",
+    )
+    p.add_argument(
+        "--token",
+        default=os.environ.get("DSH_SIDECAR_TOKEN"),
+        help="require 'Authorization: Bearer TOKEN' (default: $DSH_SIDECAR_TOKEN)",
+    )
+    p.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        type=_host_name,
+        metavar="NAME",
+        help="also answer requests whose Host header is NAME (repeatable; the bound host, loopback "
+        "names and, for 0.0.0.0 or ::, this machine's name and its addresses are always answered)",
+    )
+    p.add_argument("--job-name", default=None, help="adds a job_name label to /metrics")
+    p.add_argument(
+        "--metrics-max-jobs",
+        type=_metric_jobs,
+        default=bounds.MAX_METRIC_JOBS,
+        metavar="N",
+        help=f"per-job series in /metrics for at most N live jobs, the oldest (default {bounds.MAX_METRIC_JOBS}; "
+        "dsh_jobs_omitted counts the rest)",
+    )
+    p.add_argument("--stay", action="store_true", help="keep serving after the job has exited")
+    p.add_argument(
+        "--grace",
+        type=_bounded_seconds(MAX_GRACE_S, zero_ok=True),
+        default=10.0,
+        help=f"seconds to keep serving after the job exits (default 10, at most {MAX_GRACE_S:.0f}; see --stay)",
+    )
+
+
+# The usage line names every command (argparse's own would list only the serve options); lines
+# after the first start with spaces, as argparse's wrapped usage does.
+SERVE_USAGE = """dsh-sidecar [--pid PID] [--once [--json]] [serve options]
+       dsh-sidecar run [serve options] -- CMD [ARGS...]
+       dsh-sidecar doctor [--python PYTHON] [--json]
+       dsh-sidecar mcp [--url URL [--token T] | --pid PID]
+       serve options: [--host HOST] [--port PORT] [--interval S] [--history S] [--token T]
+                      [--allow-host NAME] [--job-name NAME] [--stay] [--grace S]"""
+
+
+def serve_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="dsh-sidecar",
+        usage=SERVE_USAGE,
+        description="Watch a training job's process tree and tell whether its model really runs on the GPU.",
+        epilog="Other commands: 'dsh-sidecar run -- CMD ...' starts and watches CMD; 'dsh-sidecar doctor' checks "
+        "this machine; 'dsh-sidecar mcp' serves MCP tools over stdio (docs/mcp.md).",
+    )
+    p.add_argument(
+        "--pid",
+        type=_pid,
+        default=None,
+        help="process id of one training job (or its launcher); without it, every job of this user is "
+        "found and watched (root: of every user)",
+    )
+    p.add_argument("--once", action="store_true", help="poll once, print a summary and exit")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="with --once: print the status document as JSON (without --pid: the jobs list and every "
+        "job's document)",
+    )
+    p.add_argument("--version", action="version", version=f"dsh-sidecar {__version__}")
+    _add_serve_options(p)
+    return p
+
+
+def run_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="dsh-sidecar run", description="Start CMD, watch it, and serve the dashboard.")
+    _add_serve_options(p)
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
+    return p
+
+
+def doctor_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="dsh-sidecar doctor", description="Check this machine: driver, GPUs, torch.")
+    p.add_argument("--python", default=sys.executable, help="the Python interpreter of your training job")
+    p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    return p
+
+
+def mcp_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="dsh-sidecar mcp",
+        description="An MCP server over stdio with the tools list_jobs, gpu_status and gpu_history "
+        "(docs/mcp.md). It reads a running sidecar (--url) or polls in this process.",
+    )
+    p.add_argument(
+        "--url", default=None, help="a running sidecar, e.g. http://127.0.0.1:8765 (default: poll here)"
+    )
+    p.add_argument(
+        "--token",
+        default=os.environ.get("DSH_SIDECAR_TOKEN"),
+        help="the sidecar's token, sent as 'Authorization: Bearer TOKEN' (default: $DSH_SIDECAR_TOKEN)",
+    )
+    p.add_argument("--pid", type=_pid, default=None, help="without --url: watch only the job under PID")
+    p.add_argument(
+        "--interval",
+        type=_positive_float,
+        default=1.5,
+        help="without --url: seconds between polls (default 1.5)",
+    )
+    p.add_argument(
+        "--history",
+        type=_bounded_seconds(MAX_HISTORY_S, zero_ok=False),
+        default=600.0,
+        help=f"without --url: seconds of history to keep (default 600, at most {MAX_HISTORY_S:.0f})",
+    )
+    return p
+
+
+def check_serve_args(args: argparse.Namespace) -> None:
+    if args.interval < MIN_INTERVAL_S:
+        raise UsageError(
+            f"--interval {args.interval} is below {MIN_INTERVAL_S} s: polling NVML and /proc that often "
+            "costs a core; use 0.5 or more"
+        )
+    if args.interval < CHEAP_INTERVAL_S:
+        print(
+            f"dsh-sidecar: warning: --interval {args.interval} s is short: NVML polling itself costs CPU, and the "
+            "driver's utilisation samples are ~1/6-1 s apart",
+            file=sys.stderr,
+            flush=True,
+        )
+    if not is_loopback_host(args.host) and not args.token:
+        raise UsageError(
+            f"--host {args.host} is reachable from other machines: add --token TOKEN (or set "
+            "DSH_SIDECAR_TOKEN) so only you can read it"
+        )
+    try:  # before anything starts (`run` would otherwise start the job first)
+        socket.getaddrinfo(args.host, None)
+    except (OSError, UnicodeError):
+        raise UsageError(bad_host(args.host)) from None
+    check_token(args.token, loopback=is_loopback_host(args.host))
+
+
+def check_token(token: str | None, loopback: bool) -> None:
+    """A Bearer header carries printable ASCII only: any other token would never match. Beyond
+    loopback anyone on the network may guess, so it must be long too."""
+    if not token:
+        return
+    if not all("!" <= c <= "~" for c in token):
+        raise UsageError(
+            "the token must be printable ASCII without spaces (a Bearer header cannot carry other "
+            "characters), e.g. one from `openssl rand -hex 16`"
+        )
+    if not loopback and len(token) < MIN_REMOTE_TOKEN_CHARS:
+        raise UsageError(
+            f"the token is {len(token)} characters: a sidecar reachable from other machines needs at "
+            f"least {MIN_REMOTE_TOKEN_CHARS} (e.g. `openssl rand -hex 16`)"
+        )
+
+
+def bad_host(host: str) -> str:
+    return (
+        f"--host {host!r} is neither an address nor a name this machine can resolve: give an IP "
+        "address (127.0.0.1, or 0.0.0.0 for every interface) or a resolvable host name"
+    )
+
+
+def rules_from_env():
+    """DSH_SIDECAR_RULES='{"idle_window_s": 3}' tunes the verdict's thresholds (also used by tests)."""
+    from sidecar.verdict import Rules
+
+    raw = os.environ.get("DSH_SIDECAR_RULES")
+    if not raw:
+        return Rules()
+    try:
+        values = json.loads(raw)
+        rules = Rules(**values)
+        for name, value in vars(rules).items():  # every threshold is a number; a str fails every poll
+            if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+                raise TypeError(f"{name} must be a number, got {value!r}")
+        return rules
+    except (ValueError, TypeError) as exc:
+        raise UsageError(
+            f"DSH_SIDECAR_RULES is not valid ({exc}); expected JSON like '{{\"idle_window_s\": 10}}'"
+        ) from None
+
+
+# ---------------------------------------------------------------------------------------------
