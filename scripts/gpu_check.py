@@ -79,7 +79,8 @@ def main() -> int:
     allocated = torch.cuda.memory_allocated(0) / 2**20
     check("torch allocated", allocated > 0, f"{allocated:.0f} MiB allocated")
     efficiency()
-    edges()
+    steps("gpu_edges")
+    steps("gpu_nvml")
     return report()
 
 
@@ -94,11 +95,12 @@ def efficiency() -> None:
             check(step.__name__, False, f"{type(exc).__name__}: {exc}"[:120])
 
 
-def edges() -> None:
-    """Issue 25: the final state of mp.spawn ranks, NVML without libcuda, register then compile."""
-    import gpu_edges  # scripts/, beside this file
+def steps(module: str) -> None:
+    """The STEPS of a module beside this file (gpu_edges: the final state of mp.spawn ranks, NVML
+    without libcuda, register then compile; gpu_nvml: the batched NVML fields against the getters)."""
+    import importlib
 
-    for step in gpu_edges.STEPS:
+    for step in importlib.import_module(module).STEPS:
         try:
             step(check)
         except Exception as exc:  # report it as a failed check, keep the table

@@ -4,7 +4,8 @@
 # real driver, every efficiency field (clocks, power, PCIe, GPM, MIG) through NvmlSource, and two
 # workloads (busy-but-hollow, tensor-heavy) with NVML util beside GPM SM/tensor activity, and the
 # edges of a job (scripts/gpu_edges.py: mp.spawn ranks' final state, NVML without libcuda, register
-# then compile). Prints a table; exits non-zero when a check fails, and at once (FAIL) without a CUDA GPU.
+# then compile; scripts/gpu_nvml.py: the batched NVML fields against their getters). Prints a table;
+# exits non-zero when a check fails, and at once (FAIL) without a CUDA GPU.
 #
 #   scripts/gpu_check.sh            # uses python3 (or $PYTHON)
 #
