@@ -19,6 +19,7 @@ EXIT_OK = 0
 EXIT_USAGE = 2
 EXIT_NO_PID = 3
 EXIT_PORT = 4
+EXIT_PROMETHEUS = 5  # `cluster`: Prometheus did not answer a query
 MIN_INTERVAL_S = 0.1
 CHEAP_INTERVAL_S = 0.5
 DEFAULT_PORT = 8765
@@ -167,6 +168,7 @@ SERVE_USAGE = """dsh-sidecar [--pid PID] [--once [--json]] [serve options]
        dsh-sidecar run [serve options] -- CMD [ARGS...]
        dsh-sidecar doctor [--python PYTHON] [--json]
        dsh-sidecar mcp [--url URL [--token T] | --pid PID]
+       dsh-sidecar cluster --prometheus URL [--job KEY] [--json]
        serve options: [--host HOST] [--port PORT] [--interval S] [--history S] [--token T]
                       [--allow-host NAME] [--job-name NAME] [--stay] [--grace S]"""
 
@@ -238,6 +240,32 @@ def mcp_parser() -> argparse.ArgumentParser:
         type=_bounded_seconds(MAX_HISTORY_S, zero_ok=False),
         default=600.0,
         help=f"without --url: seconds of history to keep (default 600, at most {MAX_HISTORY_S:.0f})",
+    )
+    return p
+
+
+def cluster_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="dsh-sidecar cluster",
+        description="One view of a job across nodes: every node's GPUs, every rank's step shares and "
+        "forward rate, and nodes that stopped reporting, read from the Prometheus that scrapes the "
+        "nodes' sidecars (docs/deploy.md).",
+    )
+    p.add_argument(
+        "--prometheus",
+        default=os.environ.get("DSH_PROMETHEUS_URL"),
+        metavar="URL",
+        help="Prometheus's web address, e.g. http://prometheus:9090 (default: $DSH_PROMETHEUS_URL)",
+    )
+    p.add_argument(
+        "--job", default=None, metavar="KEY", help="only the job of this key (the `job_key` label) or job_id"
+    )
+    p.add_argument("--json", action="store_true", help="print the cluster document as JSON")
+    p.add_argument(
+        "--timeout",
+        type=_bounded_seconds(60.0, zero_ok=False),
+        default=5.0,
+        help="seconds to wait for each answer (default 5, at most 60)",
     )
     return p
 

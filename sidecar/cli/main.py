@@ -8,10 +8,13 @@
     dsh-sidecar doctor [--python PYTHON] [--json]
     dsh-sidecar mcp [--url URL [--token T] | --pid PID] [--interval 1.5] [--history 600]
                                     an MCP server over stdio (docs/mcp.md; needs the [mcp] extra)
+    dsh-sidecar cluster --prometheus URL [--job KEY] [--json]
+                                    one job across nodes, from Prometheus (docs/deploy.md)
 
 Exit codes: 0 ok; 2 bad usage; 3 the target pid does not exist; 4 the port is in use or cannot be
-bound (`run` binds it before it starts the job: on 4 the job never started). Every failure prints one
-line saying what happened and what to do, never a traceback.
+bound (`run` binds it before it starts the job: on 4 the job never started); `cluster`: 1 a node or
+ranks missing, 5 Prometheus did not answer. Every failure prints one line saying what happened and
+what to do, never a traceback.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from sidecar.cli.args import (
     bad_host,
     check_serve_args,
     check_token,
+    cluster_parser,
     doctor_parser,
     fail,
     mcp_parser,
@@ -62,6 +66,10 @@ def main(argv: list[str] | None = None) -> int:
             return run_doctor(doctor_parser().parse_args(argv[1:]))
         if argv and argv[0] == "mcp":
             return _main_mcp(mcp_parser().parse_args(argv[1:]))
+        if argv and argv[0] == "cluster":
+            from sidecar.cli.cluster import run_cluster
+
+            return run_cluster(cluster_parser().parse_args(argv[1:]))
         return _main_serve(serve_parser().parse_args(argv))
     except UsageError as exc:
         return fail(EXIT_USAGE, str(exc))
@@ -320,7 +328,9 @@ def _supervise(args: argparse.Namespace, poller, child: subprocess.Popen | None)
             return
 
 
-def _say_job_gone(args: argparse.Namespace, poller, child: subprocess.Popen | None, interrupted: list) -> None:
+def _say_job_gone(
+    args: argparse.Namespace, poller, child: subprocess.Popen | None, interrupted: list
+) -> None:
     code = child.returncode if child is not None else None
     if args.stay:
         tail = "; still serving (--stay), Ctrl-C to stop"

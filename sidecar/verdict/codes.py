@@ -74,6 +74,13 @@ CODES: dict[str, Code] = {
         "fix-environment",
         "a process's probe segment cannot be read (another user's, corrupt), with the reason",
     ),
+    "node-missing": Code(
+        "fix-environment",
+        "`dsh-sidecar cluster`: a node that ran the job stopped reporting to Prometheus (down, gone or stale)",
+    ),
+    "ranks-missing": Code(
+        "fix-environment", "`dsh-sidecar cluster`: fewer ranks report than the job's world size"
+    ),
     "probe-error": Code("fix-environment", "the probe could not publish, with the reason"),
     # performance
     "idle-gpu": Code(

@@ -1,0 +1,126 @@
+"""`dsh-sidecar cluster`: the cluster document (sidecar/documents/cluster.py) as a table or JSON.
+
+Exit codes: 0 every node reports; 1 the view has a warning (a node missing, ranks missing);
+2 bad usage; 5 Prometheus did not answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from sidecar.cli.args import EXIT_OK, EXIT_PROMETHEUS, EXIT_USAGE, fail
+from sidecar.poll.cluster import read_cluster
+from sidecar.sources.prometheus import PrometheusApi, PrometheusError
+
+EXIT_WARNINGS = 1
+
+
+def run_cluster(args: argparse.Namespace) -> int:
+    if not args.prometheus:
+        return fail(
+            EXIT_USAGE, "give Prometheus's address: --prometheus http://HOST:9090 (or $DSH_PROMETHEUS_URL)"
+        )
+    try:
+        api = PrometheusApi(args.prometheus, timeout_s=args.timeout)
+    except ValueError as exc:
+        return fail(EXIT_USAGE, str(exc))
+    try:
+        doc = read_cluster(api, job=args.job)
+    except PrometheusError as exc:
+        return fail(EXIT_PROMETHEUS, str(exc))
+    if args.json:
+        json.dump(doc, sys.stdout, indent=1, ensure_ascii=True)
+        print()
+    else:
+        sys.stdout.write(cluster_text(doc))
+    warned = doc["warnings"] or any(j["warnings"] for j in doc["jobs"])
+    return EXIT_WARNINGS if warned else EXIT_OK
+
+
+def _cell(value: Any, fmt: str = "{}") -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def _pct(fraction: float | None) -> str:
+    return "-" if fraction is None else f"{fraction * 100:.0f}%"
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+
+
+def _node_lines(doc: dict[str, Any]) -> list[str]:
+    rows = [["node", "state", "gpu", "util", "memory MiB", "SM clock", "SM active", "slowed by"]]
+    for n in doc["nodes"]:
+        state = "ok" if n["reporting"] else f"MISSING ({n['why']})"
+        if not n["gpus"]:
+            rows.append([n["node"], state, "-", "", "", "", "", ""])
+        for i, g in enumerate(n["gpus"]):
+            memory = f"{_cell(g['mem_used_mib'], '{:.0f}')}/{_cell(g['mem_total_mib'], '{:.0f}')}"
+            rows.append(
+                [
+                    n["node"] if i == 0 else "",
+                    state if i == 0 else "",
+                    _cell(g["index"]),
+                    _cell(g["util_pct"], "{:.0f}%"),
+                    memory,
+                    _cell(g["sm_clock_mhz"], "{:.0f} MHz"),
+                    _pct(g["sm_activity_fraction"]),
+                    ",".join(g["clock_events"]) or "-",
+                ]
+            )
+    return _table(rows)
+
+
+def _job_lines(job: dict[str, Any]) -> list[str]:
+    size = _cell(job["world_size"])
+    lines = [
+        f"job {job['job_key']}: {job['status'] or '?'}, {len(job['ranks'])} of {size} ranks on "
+        f"{len(job['nodes'])} node(s): {', '.join(job['nodes'])}"
+    ]
+    if job["ranks"]:
+        rows = [["rank", "node", "local", "gpu", "fwd/s", "data wait", "forward", "optimizer", "other"]]
+        for r in job["ranks"]:
+            rows.append(
+                [
+                    str(r["rank"]),
+                    r["node"],
+                    _cell(r["local_rank"]),
+                    ",".join(map(str, r["gpus"])) or "-",
+                    _cell(r["forward_rate_per_s"], "{:.1f}"),
+                    _pct(r["data_wait_fraction"]),
+                    _pct(r["forward_fraction"]),
+                    _pct(r["optimizer_fraction"]),
+                    _pct(r["other_fraction"]),
+                ]
+            )
+        lines += ["  " + line for line in _table(rows)]
+    lines += _warning_lines(job["warnings"])
+    return lines
+
+
+def _warning_lines(warnings: list[dict[str, Any]]) -> list[str]:
+    out = []
+    for w in warnings:
+        out.append(f"  {w['severity']}: {w['code']}: {w['message']}")
+        if w.get("hint"):
+            out.append(f"    hint: {w['hint']}")
+    return out
+
+
+def cluster_text(doc: dict[str, Any]) -> str:
+    lines = [f"cluster from {doc['prometheus']}: {len(doc['nodes'])} node(s), {len(doc['jobs'])} job(s)"]
+    if doc["nodes"]:
+        lines += _node_lines(doc)
+    else:
+        lines.append("no node has reported: does Prometheus scrape the sidecars (deploy/prometheus.yml)?")
+    lines += _warning_lines(doc["warnings"])
+    for job in doc["jobs"]:
+        lines += ["", *_job_lines(job)]
+    if doc["job"] and not doc["jobs"]:
+        lines.append(f"no job {doc['job']} in the last 10 minutes")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,281 @@
+"""The cluster document: one view of every node and every multi-node job, built from what the nodes'
+sidecars exported and one Prometheus scraped (docs/deploy.md, "One job across nodes").
+
+Pure: the answers to QUERIES in, a JSON-ready document out. A node is the target's `node` label
+(deploy/prometheus.yml sets it from the target file or the host name), else its `instance`. A job
+spans nodes by its `job_key` (the probe's distributed identity on `dsh_job_info`); a job without
+one is its node's alone. Every series is matched to its node through `instance`, so two sidecars on
+one node (one per job) stay apart.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from sidecar.common.catalogue import render
+from sidecar.common.nvml_names import CLOCK_EVENT_REASONS
+from sidecar.verdict.cluster import JobFacts, NodeFacts, job_findings, node_findings
+
+LOOK_BACK = "10m"  # a node that reported within this and no longer does is `node-missing`
+STALE_POLL_S = 30.0  # a sidecar whose last poll is older than this is stuck: its figures are old
+MAX_CLUSTER_NODES = 512
+MAX_CLUSTER_JOBS = 64
+MAX_JOB_RANKS = 4096
+MIB = 1048576
+REASON_NAMES = frozenset(name for _, name in CLOCK_EVENT_REASONS)
+
+# name -> PromQL. Every answer is a vector; the document builder reads them by name.
+QUERIES: dict[str, str] = {
+    "sidecars": "dsh_sidecar_info",
+    "sidecars_recent": f"max_over_time(dsh_sidecar_info[{LOOK_BACK}])",
+    "up": "up",
+    "poll_age_s": "time() - dsh_sidecar_last_poll_timestamp_seconds",
+    "jobs": "dsh_job_info",
+    "jobs_recent": f"max_over_time(dsh_job_info[{LOOK_BACK}])",
+    "status": "dsh_status == 1",
+    "ranks": "dsh_rank_info",
+    "step_fraction": "dsh_process_step_fraction",
+    "forward_rate": "sum without (model) (rate(dsh_model_forward_calls_total[1m]))",
+    "rank_gpu_mem": "dsh_process_gpu_memory_used_bytes",
+    "gpu_util": "dsh_gpu_utilization_percent",
+    "gpu_mem_used": "dsh_gpu_memory_used_bytes",
+    "gpu_mem_total": "dsh_gpu_memory_total_bytes",
+    "gpu_sm_clock": "dsh_gpu_sm_clock_hz",
+    "gpu_sm_activity": "dsh_gpu_sm_activity_ratio",
+    "gpu_clock_events": "dsh_gpu_clock_event_active == 1",
+}
+STEP_PHASES = ("data_wait", "forward", "optimizer", "other")
+Samples = Sequence[tuple[Mapping[str, str], float]]
+
+
+def node_of(labels: Mapping[str, str]) -> str:
+    return labels.get("node") or labels.get("instance") or "?"
+
+
+def _number(x: float, digits: int = 3) -> float | None:
+    return round(x, digits) if isinstance(x, (int, float)) and math.isfinite(x) else None
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text) if text not in (None, "") else None
+    except ValueError:
+        return None
+
+
+def _node_facts(results: Mapping[str, Samples]) -> dict[str, NodeFacts]:
+    """Every node seen within the look-back window, and whether it reports now."""
+    now = {node_of(labels) for labels, _ in results.get("sidecars", ())}
+    down = {node_of(labels) for labels, v in results.get("up", ()) if v == 0}
+    ages: dict[str, float] = {}
+    for labels, age in results.get("poll_age_s", ()):
+        node = node_of(labels)
+        ages[node] = max(ages.get(node, 0.0), age)  # the stalest sidecar of the node speaks for it
+    seen = now | {node_of(labels) for labels, _ in results.get("sidecars_recent", ())}
+    facts = {}
+    for node in sorted(seen)[:MAX_CLUSTER_NODES]:
+        age = _number(ages[node], 1) if node in ages else None
+        why = _silence(node in down, node in now, age)
+        facts[node] = NodeFacts(node, why == "", why, age)
+    return facts
+
+
+def _silence(scrape_fails: bool, sampled_now: bool, poll_age_s: float | None) -> str:
+    """Why a node does not report ("" when it does): Prometheus cannot scrape it, it has no sample
+    now (its sidecar stopped or left the targets), or its sidecar's last poll is too old."""
+    if scrape_fails:
+        return "down"
+    if not sampled_now:
+        return "gone"
+    if poll_age_s is not None and poll_age_s > STALE_POLL_S:
+        return "stale"
+    return ""
+
+
+def _gpus(results: Mapping[str, Samples]) -> dict[str, list[dict[str, Any]]]:
+    """Each node's GPUs: (node, gpu index) -> the figures the cluster view shows."""
+    gpus: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def entry(labels: Mapping[str, str]) -> dict[str, Any]:
+        key = (node_of(labels), labels.get("gpu", ""))
+        if key not in gpus:
+            gpus[key] = {
+                "index": _int(labels.get("gpu")),
+                "uuid": labels.get("uuid"),
+                "name": labels.get("name"),
+                "util_pct": None,
+                "mem_used_mib": None,
+                "mem_total_mib": None,
+                "sm_clock_mhz": None,
+                "sm_activity_fraction": None,
+                "clock_events": [],
+            }
+        return gpus[key]
+
+    for name, field, scale in (
+        ("gpu_util", "util_pct", 1.0),
+        ("gpu_mem_used", "mem_used_mib", 1 / MIB),
+        ("gpu_mem_total", "mem_total_mib", 1 / MIB),
+        ("gpu_sm_clock", "sm_clock_mhz", 1e-6),
+        ("gpu_sm_activity", "sm_activity_fraction", 1.0),
+    ):
+        for labels, value in results.get(name, ()):
+            entry(labels)[field] = _number(value * scale, 1 if scale != 1.0 else 3)
+    for labels, _ in results.get("gpu_clock_events", ()):
+        reason = labels.get("reason", "")
+        if reason in REASON_NAMES:  # only names the sidecar exports: nothing else is trusted
+            entry(labels)["clock_events"].append(reason)
+    by_node: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for (node, _), g in sorted(gpus.items(), key=lambda kv: (kv[0][0], kv[1]["index"] or 0)):
+        g["clock_events"].sort()
+        by_node[node].append(g)
+    return by_node
+
+
+def _job_keys(results: Mapping[str, Samples], name: str) -> dict[tuple[str, str], str]:
+    """(instance, job_id) -> the job's cross-node key: its `job_key`, else node/job_id."""
+    keys = {}
+    for labels, _ in results.get(name, ()):
+        local = (labels.get("instance", ""), labels.get("job_id", ""))
+        keys[local] = labels.get("job_key") or f"{node_of(labels)}/{labels.get('job_id', '')}"
+    return keys
+
+
+def _ranks(
+    results: Mapping[str, Samples], keys: Mapping[tuple[str, str], str]
+) -> tuple[dict[str, dict[str, dict]], dict[str, int]]:
+    """(job key -> rank label -> the rank's row (node, local rank, step shares, forward rate, GPUs),
+    job key -> world size)."""
+    jobs: dict[str, dict[str, dict]] = defaultdict(dict)
+
+    def row(labels: Mapping[str, str]) -> dict[str, Any] | None:
+        key = keys.get((labels.get("instance", ""), labels.get("job_id", "")))
+        rank = labels.get("rank", "")
+        if key is None or rank == "" or _int(rank) is None:
+            return None
+        rows = jobs[key]
+        if rank not in rows:
+            if len(rows) >= MAX_JOB_RANKS:
+                return None
+            rows[rank] = {
+                "rank": _int(rank),
+                "local_rank": None,
+                "node": node_of(labels),
+                "job_id": labels.get("job_id"),
+                "gpus": [],
+                "forward_rate_per_s": None,
+                **{f"{p}_fraction": None for p in STEP_PHASES},
+            }
+        return rows[rank]
+
+    world: dict[str, int] = {}
+    for labels, _ in results.get("ranks", ()):
+        r = row(labels)
+        if r is not None:
+            r["local_rank"] = _int(labels.get("local_rank"))
+            size = _int(labels.get("world_size"))
+            if size:
+                world[keys[(labels.get("instance", ""), labels.get("job_id", ""))]] = size
+    for labels, value in results.get("step_fraction", ()):
+        r = row(labels) if labels.get("role") == "rank" and labels.get("phase") in STEP_PHASES else None
+        if r is not None:
+            r[f"{labels['phase']}_fraction"] = _number(value)
+    for labels, value in results.get("forward_rate", ()):
+        r = row(labels)
+        if r is not None:
+            r["forward_rate_per_s"] = _number((r["forward_rate_per_s"] or 0.0) + value, 2)
+    for labels, _ in results.get("rank_gpu_mem", ()):
+        r = row(labels) if labels.get("role") == "rank" else None
+        gpu = _int(labels.get("gpu"))
+        if r is not None and gpu is not None and gpu not in r["gpus"]:
+            r["gpus"].append(gpu)
+    return jobs, world
+
+
+def _warning(f) -> dict[str, Any]:
+    return {
+        "code": f.code,
+        "severity": f.severity,
+        "message": render(f.message),
+        "hint": render(f.hint) if f.hint else None,
+    }
+
+
+def build_cluster(
+    results: Mapping[str, Samples], *, now_unix_s: float, prometheus: str, job: str | None = None
+) -> dict[str, Any]:
+    """The cluster document (docs/api.md, "Cluster"). `job` keeps only the job of that key (or
+    job_id); without it every job is shown, multi-node ones first."""
+    nodes = _node_facts(results)
+    gpus = _gpus(results)
+    keys_now = _job_keys(results, "jobs")
+    keys_recent = {**keys_now, **_job_keys(results, "jobs_recent")}
+    ranks, world = _ranks(results, keys_recent)
+    node_by_instance = {
+        labels.get("instance", ""): node_of(labels)
+        for name in ("jobs_recent", "sidecars", "sidecars_recent")
+        for labels, _ in results.get(name, ())
+    }
+    status = {
+        (labels.get("instance", ""), labels.get("job_id", "")): labels.get("status")
+        for labels, _ in results.get("status", ())
+    }
+    where_now: dict[str, set[str]] = defaultdict(set)
+    where_recent: dict[str, set[str]] = defaultdict(set)
+    statuses: dict[str, set[str]] = defaultdict(set)
+    for (instance, job_id), key in keys_recent.items():
+        node = node_by_instance.get(instance) or instance or "?"
+        where_recent[key].add(node)
+        if (instance, job_id) in keys_now:
+            where_now[key].add(node)
+            if status.get((instance, job_id)):
+                statuses[key].add(status[(instance, job_id)])
+    wanted = [k for k in where_recent if job is None or k == job or k.endswith(f"/{job}")]
+    wanted.sort(key=lambda k: (-len(where_recent[k]), k))
+    jobs = []
+    for key in wanted[:MAX_CLUSTER_JOBS]:
+        rows = ranks.get(key, {})
+        size = world.get(key)
+        facts = JobFacts(
+            key,
+            size,
+            frozenset(r["rank"] for r in rows.values()),
+            frozenset(where_now[key]),
+            frozenset(where_recent[key]),
+        )
+        jobs.append(
+            {
+                "job_key": key,
+                "world_size": size,
+                "nodes": sorted(where_recent[key]),
+                "status": _one_status(statuses[key]),
+                "ranks": sorted(rows.values(), key=lambda r: r["rank"]),
+                "warnings": [_warning(f) for f in job_findings(facts, list(nodes.values()))],
+            }
+        )
+    return {
+        "time_unix_s": round(now_unix_s, 3),
+        "prometheus": prometheus,
+        "job": job,
+        "nodes": [
+            {
+                "node": n.node,
+                "reporting": n.reporting,
+                "why": n.why or None,
+                "poll_age_s": n.poll_age_s,
+                "gpus": gpus.get(n.node, []),
+            }
+            for n in nodes.values()
+        ],
+        "jobs": jobs,
+        "warnings": [_warning(f) for f in node_findings(list(nodes.values()))],
+    }
+
+
+def _one_status(statuses: Iterable[str]) -> str | None:
+    """The job's status over its nodes: one they agree on, MIXED where they differ."""
+    found = set(statuses)
+    return None if not found else found.pop() if len(found) == 1 else "MIXED"

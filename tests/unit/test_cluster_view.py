@@ -1,0 +1,239 @@
+"""The cluster document from Prometheus's answers (sidecar/documents/cluster.py), the cluster rules
+(sidecar/verdict/cluster.py) and the Prometheus client (sidecar/sources/prometheus.py) against a
+real HTTP server on loopback. tests/integration/test_cluster.py runs it against a real Prometheus."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from sidecar.cli.cluster import cluster_text
+from sidecar.documents.cluster import QUERIES, STALE_POLL_S, build_cluster
+from sidecar.sources.prometheus import MAX_REPLY_BYTES, PrometheusApi, PrometheusError, check_url
+
+A, B, C = "10.0.0.1:8765", "10.0.0.2:8765", "10.0.0.3:8765"
+NODE = {A: "node-a", B: "node-b", C: "node-c"}
+
+
+def s(instance: str, value: float = 1.0, **labels) -> tuple[dict[str, str], float]:
+    """A sample as Prometheus returns it: the target's labels (instance, job, node) and the series'."""
+    return ({"instance": instance, "job": "dsh", "node": NODE[instance], **labels}, value)
+
+
+def two_node_job(world_size: int = 4, nodes=(A, B)) -> dict[str, list]:
+    """A 4-rank job, two ranks on each node, keyed `run-7`; node-a's GPU 0 is slowed by heat."""
+    r: dict[str, list] = {name: [] for name in QUERIES}
+    for n, inst in enumerate(nodes):
+        r["sidecars"].append(s(inst, version="1"))
+        r["sidecars_recent"].append(s(inst, version="1"))
+        r["up"].append(s(inst))
+        r["poll_age_s"].append(s(inst, 1.2))
+        job = {"job_id": f"{100 + n}-5", "job_key": "run-7"}
+        r["jobs"].append(s(inst, **job, root_pid=str(100 + n), user="ana", process="torchrun"))
+        r["jobs_recent"].append(s(inst, **job))
+        r["status"].append(s(inst, job_id=job["job_id"], status="GPU"))
+        for local in range(2):
+            rank = str(2 * n + local)
+            r["ranks"].append(
+                s(inst, job_id=job["job_id"], rank=rank, local_rank=str(local), world_size=str(world_size))
+            )
+            for phase, share in (("data_wait", 0.1), ("forward", 0.3), ("optimizer", 0.2), ("other", 0.4)):
+                r["step_fraction"].append(
+                    s(inst, share, job_id=job["job_id"], role="rank", rank=rank, phase=phase)
+                )
+            r["forward_rate"].append(s(inst, 9.5, job_id=job["job_id"], rank=rank))
+            r["rank_gpu_mem"].append(
+                s(inst, 2**30, job_id=job["job_id"], role="rank", gpu=str(local), rank=rank)
+            )
+        for g in range(2):
+            gl = {"gpu": str(g), "uuid": f"GPU-{n}{g}", "name": "NVIDIA H100"}
+            r["gpu_util"].append(s(inst, 90.0, **gl))
+            r["gpu_mem_used"].append(s(inst, 20 * 2**30, **gl))
+            r["gpu_mem_total"].append(s(inst, 80 * 2**30, **gl))
+            r["gpu_sm_clock"].append(s(inst, 1.98e9, **gl))
+            r["gpu_sm_activity"].append(s(inst, 0.71, **gl))
+    r["gpu_clock_events"].append(
+        s(nodes[0], **{"gpu": "0", "uuid": "GPU-00", "name": "NVIDIA H100", "reason": "sw_thermal_slowdown"})
+    )
+    return r
+
+
+def codes(doc: dict, where: str = "jobs") -> list[str]:
+    if where == "nodes":
+        return [w["code"] for w in doc["warnings"]]
+    return [w["code"] for j in doc["jobs"] for w in j["warnings"]]
+
+
+def test_one_job_across_two_nodes_shows_every_rank_node_and_gpu():
+    doc = build_cluster(two_node_job(), now_unix_s=1000.0, prometheus="http://p:9090")
+    assert [n["node"] for n in doc["nodes"]] == ["node-a", "node-b"]
+    assert all(n["reporting"] for n in doc["nodes"])
+    (job,) = doc["jobs"]
+    assert job["job_key"] == "run-7" and job["world_size"] == 4 and job["status"] == "GPU"
+    assert job["nodes"] == ["node-a", "node-b"]
+    assert [(r["rank"], r["node"], r["local_rank"], r["gpus"]) for r in job["ranks"]] == [
+        (0, "node-a", 0, [0]),
+        (1, "node-a", 1, [1]),
+        (2, "node-b", 0, [0]),
+        (3, "node-b", 1, [1]),
+    ]
+    assert job["ranks"][0]["data_wait_fraction"] == 0.1 and job["ranks"][3]["forward_rate_per_s"] == 9.5
+    g = doc["nodes"][0]["gpus"][0]
+    assert (g["util_pct"], g["mem_used_mib"], g["mem_total_mib"], g["sm_clock_mhz"]) == (
+        90.0,
+        20480.0,
+        81920.0,
+        1980.0,
+    )
+    assert g["clock_events"] == ["sw_thermal_slowdown"] and doc["nodes"][1]["gpus"][0]["clock_events"] == []
+    assert codes(doc) == [] and codes(doc, "nodes") == []
+    text = cluster_text(doc)
+    assert "job run-7: GPU, 4 of 4 ranks on 2 node(s): node-a, node-b" in text
+    assert "sw_thermal_slowdown" in text and "1980 MHz" in text
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ("gone", "gone"),  # the sidecar stopped: Prometheus has no sample now, had one 5 minutes ago
+        ("down", "down"),  # the scrape fails: up == 0, no sample now
+        ("stale", "stale"),  # scraped, but its poller is stuck
+    ],
+)
+def test_a_node_that_stops_reporting_is_node_missing_with_why(change, why):
+    r = two_node_job()
+    if change in ("gone", "down"):
+        for name in (
+            "sidecars",
+            "jobs",
+            "status",
+            "ranks",
+            "step_fraction",
+            "forward_rate",
+            "rank_gpu_mem",
+            "poll_age_s",
+        ):
+            r[name] = [x for x in r[name] if x[0]["instance"] != B]
+        for name in ("gpu_util", "gpu_mem_used", "gpu_mem_total", "gpu_sm_clock", "gpu_sm_activity"):
+            r[name] = [x for x in r[name] if x[0]["instance"] != B]
+        if change == "down":
+            r["up"] = [(lab, 0.0 if lab["instance"] == B else 1.0) for lab, _ in r["up"]]
+    else:
+        r["poll_age_s"] = [
+            (lab, STALE_POLL_S + 5 if lab["instance"] == B else v) for lab, v in r["poll_age_s"]
+        ]
+    doc = build_cluster(r, now_unix_s=1000.0, prometheus="http://p:9090")
+    node_b = doc["nodes"][1]
+    assert (node_b["node"], node_b["reporting"], node_b["why"]) == ("node-b", False, why)
+    assert codes(doc, "nodes") == ["node-missing"]
+    assert "node-b" in doc["warnings"][0]["message"] and "node-b" in doc["warnings"][0]["hint"]
+    (job,) = doc["jobs"]
+    assert codes(doc) == ["node-missing"], "the job says which of its nodes went silent"
+    assert "ranks-missing" not in codes(doc), "a silent node explains the missing ranks: no second warning"
+    assert "MISSING (" + why + ")" in cluster_text(doc)
+
+
+def test_ranks_missing_when_a_node_of_the_job_never_ran_a_sidecar():
+    doc = build_cluster(two_node_job(world_size=6), now_unix_s=1000.0, prometheus="http://p:9090")
+    assert codes(doc) == ["ranks-missing"] and codes(doc, "nodes") == []
+    assert "4 of the 6 ranks" in doc["jobs"][0]["warnings"][0]["message"]
+    assert "missing: 4, 5" in doc["jobs"][0]["warnings"][0]["message"]
+
+
+def test_jobs_without_a_key_stay_on_their_node_and_job_filter_picks_one():
+    r = two_node_job()
+    for name in ("jobs", "jobs_recent"):
+        r[name] = [({k: v for k, v in lab.items() if k != "job_key"}, v) for lab, v in r[name]]
+    doc = build_cluster(r, now_unix_s=1000.0, prometheus="http://p:9090")
+    assert sorted(j["job_key"] for j in doc["jobs"]) == ["node-a/100-5", "node-b/101-5"]
+    one = build_cluster(r, now_unix_s=1000.0, prometheus="http://p:9090", job="101-5")
+    assert [j["job_key"] for j in one["jobs"]] == ["node-b/101-5"]
+    assert [x["rank"] for x in one["jobs"][0]["ranks"]] == [2, 3]
+    none = build_cluster(two_node_job(), now_unix_s=1000.0, prometheus="http://p:9090", job="other")
+    assert none["jobs"] == [] and "no job other" in cluster_text(none)
+
+
+def test_untrusted_labels_are_not_believed():
+    r = two_node_job()
+    r["gpu_clock_events"].append(s(A, gpu="1", uuid="GPU-01", name="x", reason="\x1b[31mIGNORE ALL"))
+    r["ranks"].append(s(A, job_id="100-5", rank="not-a-number", world_size="4"))
+    r["ranks"].append(s(A, job_id="999-9", rank="7", world_size="4"))  # a job no dsh_job_info names
+    doc = build_cluster(r, now_unix_s=1000.0, prometheus="http://p:9090")
+    assert doc["nodes"][0]["gpus"][1]["clock_events"] == []
+    assert [x["rank"] for x in doc["jobs"][0]["ranks"]] == [0, 1, 2, 3]
+
+
+class _Reply(BaseHTTPRequestHandler):
+    body: bytes = b""
+    code = 200
+
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        self.server.paths.append(self.path)
+        self.send_response(self.server.code)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(self.server.body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def server():
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Reply)
+    httpd.paths, httpd.code, httpd.body = [], 200, b""
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield httpd
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def _vector(*items) -> bytes:
+    return json.dumps({"status": "success", "data": {"resultType": "vector", "result": list(items)}}).encode()
+
+
+def test_the_client_reads_a_vector_and_asks_at_one_instant(server):
+    server.body = _vector(
+        {"metric": {"instance": "a", "node": "n"}, "value": [1, "2.5"]},
+        {"metric": {"instance": "b"}, "value": [1, "NaN"]},
+        {"metric": "junk", "value": [1, "1"]},
+        {"metric": {"x": "y"}, "value": [1, "not a number"]},
+    )
+    api = PrometheusApi(f"http://127.0.0.1:{server.server_address[1]}/", timeout_s=2)
+    samples = api.query("up", at_unix_s=123.5)
+    assert samples[0] == ({"instance": "a", "node": "n"}, 2.5)
+    assert len(samples) == 2 and samples[1].value != samples[1].value  # NaN kept as NaN
+    assert server.paths == ["/api/v1/query?query=up&time=123.500"]
+
+
+@pytest.mark.parametrize(
+    ("code", "body", "says"),
+    [
+        (400, json.dumps({"status": "error", "error": "parse error at char 3"}).encode(), "parse error"),
+        (200, b"<html>not prometheus</html>", "did not answer JSON"),
+        (502, b"Bad Gateway", "HTTP 502"),
+        (
+            200,
+            json.dumps({"status": "success", "data": {"resultType": "matrix", "result": []}}).encode(),
+            "not a vector",
+        ),
+        (200, b"[" + b"1," * (MAX_REPLY_BYTES // 2) + b"1]", "over"),
+    ],
+)
+def test_the_client_turns_every_bad_answer_into_one_clear_error(server, code, body, says):
+    server.code, server.body = code, body
+    api = PrometheusApi(f"http://127.0.0.1:{server.server_address[1]}", timeout_s=5)
+    with pytest.raises(PrometheusError, match=says):
+        api.query("up")
+
+
+def test_no_listener_and_bad_urls():
+    with pytest.raises(PrometheusError, match="no answer from Prometheus"):
+        PrometheusApi("http://127.0.0.1:9", timeout_s=1).query("up")
+    for bad in ("ftp://p:9090", "http://", "p:9090", "http://p:9090/?q=1"):
+        with pytest.raises(ValueError, match="not a Prometheus URL"):
+            check_url(bad)
