@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 import time
 
-from probe import _settings, _steps, facts
+from probe import _distributed, _settings, _steps, facts
 from probe._breakdown import CLOCK
 from probe._journal import MESSAGE_MAX_CHARS, Journal
 from probe._models import Models
@@ -49,6 +49,7 @@ class Publisher:
         payload.update(facts.identity())
         try:
             who = self._remembered_rank(facts.role(forked))
+            who.update(_distributed.distributed(who.get("role") == "rank", payload["hostname"]))
         except Exception as e:  # noqa: BLE001 -- one bad fact must not hide the others
             self.journal.record_error("role", e)
             who = {}

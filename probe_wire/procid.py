@@ -20,6 +20,7 @@ __all__ = [
     "pid_namespace_id",
     "proc_is_ours",
     "process_identity",
+    "process_parent",
     "process_real_uid",
     "process_start_ticks",
     "process_state",
@@ -54,6 +55,20 @@ def process_identity(pid: int) -> tuple[int, int] | None:
         return (int(pid), int(rest[19]))  # rest[0] is field 3 (state), so field 22 is rest[19]
     except ValueError:
         return None
+
+
+def process_parent(pid: int) -> tuple[int, int] | None:
+    """``(pid, start_ticks)`` of the parent of a running ``pid`` (field 4 of its stat, then the
+    parent's own identity); None when either is gone or /proc cannot say. A launcher's identity:
+    every process it started names the same one, and a pid reused later names another."""
+    rest = _stat_fields(pid)
+    if rest is None:
+        return None
+    try:
+        ppid = int(rest[1])  # rest[0] is field 3 (state), so field 4 (ppid) is rest[1]
+    except ValueError:
+        return None
+    return process_identity(ppid) if ppid > 0 else None
 
 
 def process_start_ticks(pid: int) -> int | None:

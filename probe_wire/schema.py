@@ -203,6 +203,12 @@ _PAYLOAD = {
     "local_rank": _Opt(int),
     "world_size": _Opt(int),
     "dist_backend": _Opt(str),
+    # Added within schema 1: the job's distributed identity (probe/_distributed.py). The source is a
+    # str, not an enum: a newer probe's new source must not make the whole payload invalid.
+    "job_key": _Added(str),  # the key every process of the job agrees on, across nodes
+    "job_key_source": _Added(str),  # "torchelastic" | "slurm" | "pod" | "launch"
+    "node_rank": _Added(int),  # GROUP_RANK (torchrun), NODE_RANK, SLURM_NODEID
+    "restart_count": _Added(int),  # TORCHELASTIC_RESTART_COUNT, SLURM_RESTART_COUNT
     "loader": _Added(str),  # a DataLoader worker: the label of the loader it serves ("train", "validation")
     "runtime": _RUNTIME,
     "memory": _List(_MEMORY, MAX_DEVICES),

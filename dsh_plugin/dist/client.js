@@ -102,6 +102,16 @@ var en_default = {
   "summary.cuda": "CUDA",
   "summary.cudaYes": "available · {n} device(s)",
   "summary.cudaNo": "not available",
+  "summary.run": "Distributed run",
+  "summary.pod": "Pod",
+  "run.key": "{key} ({source})",
+  "run.node": "node {n}",
+  "run.ranksOf": "ranks {ranks} of {n}",
+  "run.ranks": "ranks {ranks}",
+  "run.world": "{n} ranks",
+  "run.restarts": "{n} restart(s)",
+  "pod.unnamed": "unnamed pod {uid}",
+  "pod.container": "container {name}",
   "runtime.torch": "PyTorch",
   "runtime.cudaBuild": "CUDA build",
   "runtime.cudaBuildNone": "CPU-only build",
@@ -510,6 +520,16 @@ var zh_default = {
   "summary.cuda": "CUDA",
   "summary.cudaYes": "可用 · {n} 个设备",
   "summary.cudaNo": "不可用",
+  "summary.run": "分布式运行",
+  "summary.pod": "Pod",
+  "run.key": "{key}（{source}）",
+  "run.node": "节点 {n}",
+  "run.ranksOf": "rank {ranks}，共 {n} 个",
+  "run.ranks": "rank {ranks}",
+  "run.world": "{n} 个 rank",
+  "run.restarts": "重启 {n} 次",
+  "pod.unnamed": "未命名的 pod {uid}",
+  "pod.container": "容器 {name}",
   "runtime.torch": "PyTorch",
   "runtime.cudaBuild": "CUDA 构建",
   "runtime.cudaBuildNone": "仅 CPU 版本",
@@ -2326,8 +2346,35 @@ function heroFacts(doc, lang) {
     { key: "input-device", label: t(lang, "summary.inputDevice"), text: deviceText(d.input_device), chip: chip(d.input_device) },
     { key: "util", label: t(lang, "summary.util"), text: utilText(gpu, lang), chip: null },
     { key: "mem", label: t(lang, "summary.mem"), text: fmtMiB(gpu && gpu.mem_used_mib), chip: null },
-    { key: "cuda", label: t(lang, "summary.cuda"), text: cudaText(d.runtime || {}, lang), chip: null }
+    { key: "cuda", label: t(lang, "summary.cuda"), text: cudaText(d.runtime || {}, lang), chip: null },
+    ...d.distributed ? [{ key: "run", label: t(lang, "summary.run"), text: runText(d.distributed, lang), chip: null }] : [],
+    ...d.pod ? [{ key: "pod", label: t(lang, "summary.pod"), text: podText(d.pod, lang), chip: null }] : []
   ];
+}
+function rankRanges(ranks) {
+  const out = [];
+  const sorted = [...new Set(Array.isArray(ranks) ? ranks.filter(isNum4) : [])].sort((a, b) => a - b);
+  for (const r of sorted) {
+    const last = out[out.length - 1];
+    if (last && r === last[1] + 1) last[1] = r;
+    else out.push([r, r]);
+  }
+  return out.map(([a, b]) => a === b ? String(a) : `${a}–${b}`).join(", ");
+}
+function runText(run, lang) {
+  const ranks = rankRanges(run.ranks);
+  return [
+    present(run.job_key) ? t(lang, "run.key", { key: run.job_key, source: run.job_key_source || NA }) : null,
+    isNum4(run.node_rank) ? t(lang, "run.node", { n: run.node_rank }) : null,
+    ranks && isNum4(run.world_size) ? t(lang, "run.ranksOf", { ranks, n: run.world_size }) : null,
+    ranks && !isNum4(run.world_size) ? t(lang, "run.ranks", { ranks }) : null,
+    !ranks && isNum4(run.world_size) ? t(lang, "run.world", { n: run.world_size }) : null,
+    isNum4(run.restart_count) && run.restart_count > 0 ? t(lang, "run.restarts", { n: run.restart_count }) : null
+  ].filter(Boolean).join(" · ") || NA;
+}
+function podText(pod, lang) {
+  const name2 = present(pod.pod) ? present(pod.namespace) ? `${pod.namespace}/${pod.pod}` : pod.pod : t(lang, "pod.unnamed", { uid: pod.uid || NA });
+  return [name2, present(pod.container) ? t(lang, "pod.container", { name: pod.container }) : null].filter(Boolean).join(" · ");
 }
 function runtimeFacts(doc, lang) {
   const rt = doc && doc.runtime || {};

@@ -362,6 +362,45 @@ MEMORY_GROWTH = Obj(
     },
 )
 
+DISTRIBUTED = Obj(
+    "Distributed",
+    "Where the job sits in a distributed run (its probed processes' payloads; the ranks' first).",
+    {
+        "job_key": F(
+            STR,
+            "the same for every process of the run, on every node (join nodes on it; `dsh_job_info`'s `job_key`)",
+            null=True,
+        ),
+        "job_key_source": F(
+            STR,
+            "torchelastic (torchrun's run id), slurm (job.step), pod (a JobSet), launch (a hash of "
+            "MASTER_ADDR:MASTER_PORT across nodes, of the launcher on one node)",
+            null=True,
+        ),
+        "world_size": F(INT, "WORLD_SIZE: ranks in the run, all nodes", null=True),
+        "node_rank": F(INT, "this node's rank (GROUP_RANK, NODE_RANK, SLURM_NODEID)", null=True),
+        "restart_count": F(INT, "restarts of the run's workers (TORCHELASTIC_RESTART_COUNT)", null=True),
+        "hostname": F(STR, "the host name the ranks see (a pod's name in Kubernetes)", null=True),
+        "ranks": F(ListOf(INT, 64), "the global ranks of the job's processes here, ascending"),
+    },
+)
+
+POD = Obj(
+    "Pod",
+    "The Kubernetes pod the job's root runs in (its cgroup names the pod; the kubelet its name).",
+    {
+        "namespace": F(STR, "the pod's namespace", null=True),
+        "pod": F(STR, "the pod's name", null=True),
+        "uid": F(STR, "the pod's UID (from the cgroup)"),
+        "container": F(STR, "the container's name", null=True),
+        "source": F(
+            STR,
+            "what named it: kubelet (Pods API), pod-resources, process (its own environment); null: none could",
+            null=True,
+        ),
+    },
+)
+
 JOB = Obj(
     "Job",
     "One job: a process tree found through its probe segments or its GPU use, grouped under its root "
@@ -387,6 +426,8 @@ JOB = Obj(
         "gpus": F(ListOf(INT), "NVML indices of the GPUs the job uses"),
         "process_count": F(INT, "processes in its tree"),
         "has_model": F(BOOL, "a model is registered with the probe"),
+        "distributed": F(DISTRIBUTED, "its distributed run, null when it is none", null=True),
+        "pod": F(POD, "its Kubernetes pod, null outside one", null=True),
     },
 )
 
@@ -428,6 +469,8 @@ STATUS_DOCUMENT = Obj(
         "input_device": F(STR, "device of its inputs", null=True),
         "model_gpu_index": F(INT, "NVML index of the GPU that model is on (see `gpus`)", null=True),
         "memory_growth": F(MEMORY_GROWTH, "present while GPU memory keeps growing", null=True),
+        "distributed": F(DISTRIBUTED, "the distributed run the job is part of, null when it is none", null=True),
+        "pod": F(POD, "the Kubernetes pod the job runs in, null outside one", null=True),
         "runtime": F(RUNTIME, "the torch build"),
         "nvml": F(NVML, "the driver"),
         "gpus": F(ListOf(GPU), "NVIDIA GPUs, by NVML index"),

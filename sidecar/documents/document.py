@@ -132,13 +132,17 @@ def process_entry(p: ProcessFacts, cmdline: tuple[str, ...] | None) -> dict[str,
     }
 
 
-def status_summary(facts: Facts, verdict: Verdict, *, target, memo: dict | None = None) -> dict[str, Any]:
+def status_summary(
+    facts: Facts, verdict: Verdict, *, target, memo: dict | None = None, placement: tuple | None = None
+) -> dict[str, Any]:
     """What a jobs-list entry is made of (`job_entry` reads only these): the job, its verdict, and
     its processes in brief (`job_processes`), made from the facts. Discovery makes this for every
     job at every poll, and a job's whole document (its process entries) only when it is asked for.
     ``memo`` (owned by the caller, kept between calls): a verdict's texts equal to the last call's
-    are not rendered again (documents are never modified, so they may share them)."""
+    are not rendered again (documents are never modified, so they may share them). ``placement``:
+    the job's (distributed, pod) objects (sidecar/poll/placement.py), None when unknown."""
     memo = memo if memo is not None else {}
+    distributed, pod = placement if placement is not None else (None, None)
     message, warnings = _rendered(verdict, memo)
     name, cmdline = _target_texts(target, memo)
     return {
@@ -161,6 +165,8 @@ def status_summary(facts: Facts, verdict: Verdict, *, target, memo: dict | None 
             any(p.models for p in facts.processes),
             verdict.model_gpu_index,
         ),
+        "distributed": distributed,
+        "pod": pod,
     }
 
 
@@ -246,6 +252,8 @@ def status_document(
         "input_device": verdict.input_device,
         "model_gpu_index": summary["model_gpu_index"],
         "memory_growth": _memory_growth(facts),
+        "distributed": summary["distributed"],
+        "pod": summary["pod"],
         "runtime": _runtime_summary(facts),
         "nvml": {
             "ok": facts.nvml_ok,
@@ -418,6 +426,9 @@ def job_entry(summary: dict[str, Any], root=None, ended_unix_s: float | None = N
         "gpus": brief["gpus"],
         "process_count": brief["process_count"],
         "has_model": brief["has_model"],
+        # .get: a peer's document from a sidecar before these fields (sidecar/serve/peers.py)
+        "distributed": summary.get("distributed"),
+        "pod": summary.get("pod"),
     }
 
 

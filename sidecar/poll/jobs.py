@@ -34,6 +34,7 @@ from sidecar.poll.poller import (
     read_system_gpus,
 )
 from sidecar.sources import lineage
+from sidecar.sources.kubelet.lookup import ProcessPods
 from sidecar.sources.owners import KnownProcesses
 from sidecar.sources.proctree import ProcessTreeSource, open_file_budget
 from sidecar.sources.segments import FOREIGN_CHECK_EVERY_POLLS, SegmentSource
@@ -273,6 +274,7 @@ class JobsPoller:
         self.nvml_source, self.system_gpus_fn = machine_sources(nvml_source, system_gpus_fn)
         self._shared = _SharedNvml()
         self._history_budget = HistoryBudget(HISTORY_MAX_BYTES)
+        self._pods = ProcessPods()  # one PodLookup for every job: one kubelet call per interval
         self._system_gpus_cache: list = []
         self._gpu_facts: tuple = ()
         self._jobs: dict[str, _Job] = {}
@@ -331,6 +333,7 @@ class JobsPoller:
             gpu_facts_fn=self._shared_gpu_facts,
             lazy_document=True,  # a job's whole document is made when someone asks for it
             history_budget=self._history_budget,
+            pods=self._pods,
         )
 
     def _shared_gpu_facts(self) -> tuple:

@@ -17,6 +17,8 @@ from sidecar.documents import document
 from sidecar.documents.contract import ContractError
 from sidecar.poll.collect import FactCollector, history_sample
 from sidecar.poll.history import History, HistoryBudget
+from sidecar.poll.placement import Placement
+from sidecar.sources.kubelet.lookup import ProcessPods
 from sidecar.sources.lineage import root_info
 from sidecar.sources.proctree import ProcessTreeSource, pid_visible
 from sidecar.sources.segments import SegmentSource
@@ -44,6 +46,7 @@ class Poller(document.OneJob):
         gpu_facts_fn: Callable[[], tuple] | None = None,
         lazy_document: bool = False,
         history_budget: HistoryBudget | None = None,
+        pods: ProcessPods | None = None,
     ):
         self.target_pid = target_pid
         # The NVML snapshot's devices as facts, when someone else made them for this poll
@@ -70,6 +73,8 @@ class Poller(document.OneJob):
         self._hysteresis = HysteresisState()
         self._system_gpus: list = []
         self._collector = FactCollector(target_pid, self.rules, pid_visible, root_info)
+        # The job's distributed identity and pod; ``pods`` is shared by discovery's jobs.
+        self._placement = Placement(pods if pods is not None else ProcessPods())
         self._entry_cache: dict[int, tuple] = {}
         self._entry_lock = threading.Lock()
         self._summary_memo: dict[str, Any] = {}
@@ -119,7 +124,10 @@ class Poller(document.OneJob):
             other_processes=self._collector.other_processes,
             events=self.history.events(),
         )
-        summary = document.status_summary(facts, verdict, target=made["target"], memo=self._summary_memo)
+        placement = self._placement.update(tree, reads, facts)
+        summary = document.status_summary(
+            facts, verdict, target=made["target"], memo=self._summary_memo, placement=placement
+        )
         if self.lazy_document:
             doc: Any = _Deferred(partial(self._document, facts, verdict, summary, made))
         else:

@@ -53,8 +53,11 @@ MODEL_CALLS_LABELS = ["job_id", "model", "rank"]
 RANK_LABELS = ["job_id", "rank", "local_rank", "world_size"]
 STATUS_LABELS = ["job_id", "status"]
 STEP_LABELS = ["job_id", "role", "rank", "phase"]
-# One series per job with what describes it, so the per-process series need not repeat it.
+# One series per job with what describes it, so the per-process series need not repeat it: where it
+# runs too (its distributed run's key, the same on every node, and its pod), which the high-rate
+# series get through a join on job_id rather than as labels of their own.
 JOB_INFO_LABELS = ["job_id", "root_pid", "user", "process"]
+JOB_INFO_LABELS += ["job_key", "job_key_source", "world_size", "node_rank", "hostname", "namespace", "pod", "container"]
 # The GPU's efficiency gauges: (metric, help, Gpu field in the status document, scale to the unit).
 GPU_EFFICIENCY_GAUGES = (
     ("dsh_gpu_sm_clock_hz", "SM clock (NVML).", "sm_clock_mhz", 1e6),
@@ -289,7 +292,8 @@ class SidecarCollector:
         f = {
             "job": self._gauge(
                 "dsh_job_info",
-                "A live job and what describes it (always 1): its root's pid, user and process name.",
+                "A live job and what describes it (always 1): its root's pid, user and process name, its "
+                "distributed run (key, world size, node rank, host) and its Kubernetes pod.",
                 JOB_INFO_LABELS,
             ),
             "pmem": self._gauge(
@@ -344,7 +348,16 @@ class SidecarCollector:
         """One job's series, within the per-job bounds (series_bound)."""
         job = doc.get("job_id")
         target = doc.get("target") or {}
-        f["job"].add([job, target.get("pid"), user, target.get("name")], 1)
+        run = doc.get("distributed") or {}
+        pod = doc.get("pod") or {}
+        f["job"].add(
+            [
+                job, target.get("pid"), user, target.get("name"),
+                run.get("job_key"), run.get("job_key_source"), run.get("world_size"), run.get("node_rank"),
+                run.get("hostname"), pod.get("namespace"), pod.get("pod"), pod.get("container"),
+            ],
+            1,
+        )
         keys: set[tuple[str, str]] = set()
         models: set[tuple[str, str]] = set()
         ranks: set[str] = set()

@@ -274,6 +274,9 @@ def _payload(pid: int, ticks: int, ppid: int | None, role: str, index: int, gpus
     p["script"] = "train.py"
     p["runtime"] = cuda_runtime(gpus)
     device = f"cuda:{index % gpus}"
+    # The run's key as a probe would publish it under torchrun (its run id; probe/_distributed.py).
+    if os.environ.get("TORCHELASTIC_RUN_ID"):
+        p["job_key"], p["job_key_source"] = os.environ["TORCHELASTIC_RUN_ID"], "torchelastic"
     if role == "dataloader-worker":
         p["worker_id"] = index
         p["loader"] = "train"

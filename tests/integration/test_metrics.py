@@ -39,7 +39,10 @@ CONTRACT = {
     "dsh_model_info": {"job_id", "model", "device", "rank"},
     "dsh_model_forward_calls_total": {"job_id", "model", "rank"},
     "dsh_rank_info": {"job_id", "rank", "local_rank", "world_size"},
-    "dsh_job_info": {"job_id", "root_pid", "user", "process"},
+    "dsh_job_info": {
+        "job_id", "root_pid", "user", "process",
+        "job_key", "job_key_source", "world_size", "node_rank", "hostname", "namespace", "pod", "container",
+    },
     "dsh_jobs_omitted": set(),
     "dsh_status": {"job_id", "status"},
     "dsh_warning_active": {"job_id", "code", "severity"},

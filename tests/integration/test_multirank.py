@@ -87,6 +87,13 @@ def test_real_two_rank_gloo_job_through_its_launcher(tmp_path, fake_nvml, launch
             for p in ranks:
                 payload = read_segment(p["pid"]).payload
                 assert payload["dist_backend"] == "gloo" and payload["rank"] == p["rank"]
+            # One run, one key: the ranks' own, in the document and on dsh_job_info.
+            run = doc["distributed"]
+            keys = {read_segment(p["pid"]).payload["job_key"] for p in ranks}
+            assert keys == {run["job_key"]} and run["job_key"]
+            assert run["job_key_source"] == ("torchelastic" if launcher_kind == "torchrun" else "launch")
+            assert (run["ranks"], run["world_size"]) == ([0, 1], 2)
+            assert doc["pod"] is None
             # A CPU-only torch on a machine with an NVIDIA GPU.
             assert doc["status"] == "CPU" and "cpu-build" in codes(doc)
             assert not codes(doc) & {"rank-shared-gpu", "rank-device-mismatch"}
@@ -107,6 +114,8 @@ def test_real_two_rank_gloo_job_through_its_launcher(tmp_path, fake_nvml, launch
             )
             assert models == [("0", "cpu", "Sequential"), ("1", "cpu", "Sequential")]
             assert {lbl["status"] for n, lbl, v in samples if n == "dsh_status" and v == 1} == {"CPU"}
+            (job_info,) = [lbl for n, lbl, _ in samples if n == "dsh_job_info"]
+            assert (job_info["job_key"], job_info["world_size"]) == (run["job_key"], "2")
 
             # The job ends on its own: both ranks leave the group and the launcher exits 0.
             stop.write_text("")

@@ -29,14 +29,16 @@ SHORT_JOB_S = 1.5  # how long each short job lives
 SHORT_JOBS_AT_ONCE = 3
 
 
-def _busy(out: Path, children: int, churn_period_s: float = 0.0) -> subprocess.Popen:
+def _busy(out: Path, children: int, churn_period_s: float = 0.0, run_id: str | None = None) -> subprocess.Popen:
     """A probed job tree (tests/helpers/stress_jobs.py busy): a root with role main and `children`
     processes (rank 1, then DataLoader workers), the oldest worker replaced every churn period."""
     cmd = [sys.executable, "-m", "tests.helpers.stress_jobs", "busy", "--children", str(children)]
     cmd += ["--gpus", str(GPUS), "--out", str(out), "--publish-interval", "0.3"]
     if churn_period_s:
         cmd += ["--churn-period", str(churn_period_s)]
-    return subprocess.Popen(cmd, cwd=REPO, env=python_env(), stdin=subprocess.DEVNULL)
+    # Each job a distributed run of its own (torchrun's run id): its key is on dsh_job_info alone.
+    env = python_env({"TORCHELASTIC_RUN_ID": run_id or out.stem})
+    return subprocess.Popen(cmd, cwd=REPO, env=env, stdin=subprocess.DEVNULL)
 
 
 def _pids(out: Path) -> list[int]:
@@ -121,6 +123,11 @@ def test_series_stay_within_the_bound_over_churn(no_probe_here, tmp_path, fake_n
         per_process = [dict(lbl) for name, lbl in seen if name == "dsh_process_gpu_memory_used_bytes"]
         assert any(lbl["role"] == "dataloader-worker" for lbl in per_process), per_process
         assert not any("pid" in dict(lbl) for _, lbl in seen)
+        # Every job has its own run key, short ones too: one dsh_job_info series per exported job,
+        # and the key on no other series.
+        runs = sorted(dict(lbl)["job_key"] for name, lbl in seen if name == "dsh_job_info")
+        assert runs == ["long0", "long1"], runs
+        assert not any("job_key" in dict(lbl) for name, lbl in seen if name != "dsh_job_info")
     finally:
         for p in procs:
             if p.poll() is None:

@@ -1,18 +1,23 @@
 """Processes in real cgroups named as the kubelet names them (cgroup v2 mounted by the test, as
-root): the sidecar's lookup names each one's pod UID and container. Cleaned up always: processes
-moved back and killed, cgroups removed, the hierarchy unmounted."""
+root): the sidecar's lookup names each one's pod UID and container, and a sidecar watching one of
+them shows its pod (named by a kubelet Pods API on loopback) in the status document and on
+dsh_job_info. Cleaned up always: processes moved back and killed, cgroups removed, the hierarchy
+unmounted."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import tempfile
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from sidecar.sources.kubelet.lookup import PodLookup
-from tests.helpers.harness import REPO, python_env
+from tests.helpers.harness import API, REPO, Sidecar, python_env
 
 UID = "1f2e3d4c-5b6a-4980-a1b2-c3d4e5f60718"
 CID = "cd" * 32
@@ -83,3 +88,54 @@ def test_probed_processes_in_kubelet_cgroups_are_named_by_pod_and_container(cgro
     assert (b.uid, b.container_id) == (CGROUPFS_UID, CID), b
     assert lookup.pod_of(plain.pid) is None
     assert lookup.pod_of(os.getpid()) is None
+
+
+def _pods_api(pods: dict) -> ThreadingHTTPServer:
+    """A kubelet's ``GET /pods`` on loopback answering ``pods`` (a PodList)."""
+    body = json.dumps(pods).encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 -- http.server's name
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_a_watched_job_in_a_pod_shows_its_pod_in_the_document_and_on_job_info(cgroup2, sidecar_env):
+    root, made, procs = cgroup2
+    job = _job(procs)
+    _move(root, made, f"{BURSTABLE}/cri-containerd-{CID}.scope", job.pid)
+    pod_list = {
+        "kind": "PodList",
+        "items": [
+            {
+                "metadata": {"uid": UID, "namespace": "research", "name": "trainer-0"},
+                "status": {"containerStatuses": [{"name": "pytorch", "containerID": f"containerd://{CID}"}]},
+            }
+        ],
+    }
+    server = _pods_api(pod_list)
+    try:
+        env = {**sidecar_env, "DSH_KUBELET_PODS_URL": f"http://127.0.0.1:{server.server_port}/pods"}
+        with Sidecar(["--pid", str(job.pid), "--port", "0", "--interval", "0.2"], env=env) as sc:
+            doc = sc.wait_status(lambda d: d["pod"] is not None, what="the job's pod")
+            assert doc["pod"] == {
+                "namespace": "research", "pod": "trainer-0", "uid": UID, "container": "pytorch", "source": "kubelet"
+            }
+            code, jobs = sc.get(f"{API}/jobs")
+            assert code == 200 and jobs["jobs"][0]["pod"] == doc["pod"]
+            code, body = sc.get("/metrics")
+            (info,) = [line for line in body.decode().splitlines() if line.startswith("dsh_job_info{")]
+            assert 'namespace="research"' in info and 'pod="trainer-0"' in info and 'container="pytorch"' in info
+    finally:
+        server.shutdown()
+        server.server_close()

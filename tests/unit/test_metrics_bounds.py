@@ -10,7 +10,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar.documents import bounds
-from sidecar.serve.metrics import make_metrics
+from sidecar.serve.metrics import JOB_INFO_LABELS, make_metrics, series_bound
 
 
 def _proc(pid: int, role: str, rank: int | None, **over: Any) -> dict[str, Any]:
@@ -92,9 +92,38 @@ def test_processes_of_one_role_and_rank_are_one_series_without_pids():
     assert [v for _, v in by["dsh_model_forward_calls_total"]] == [12]
     assert [lbl["device"] for lbl, _ in by["dsh_model_info"]] == ["cuda:0"]  # one per (model, rank)
     assert len(by["dsh_rank_info"]) == 1
+    no_placement = dict.fromkeys(JOB_INFO_LABELS[4:], "")  # no distributed run, no pod: empty labels
     assert by["dsh_job_info"] == [
-        ({"job_id": "10-1", "root_pid": "10", "user": "ann", "process": "python"}, 1.0)
+        ({"job_id": "10-1", "root_pid": "10", "user": "ann", "process": "python", **no_placement}, 1.0)
     ]
+
+
+def test_a_distributed_run_is_described_once_per_job_and_keyed_by_job_id_and_rank_elsewhere():
+    """A node of a 64-rank run in a pod: its placement labels are on one dsh_job_info series; every
+    other per-job series has the same keys as without them, within the same bound."""
+    gpus = 8
+    procs = [
+        _proc(100 + r, "rank", 8 + r, gpu=[{"index": r, "mem_used_mib": 10, "sm_util_pct": 5}], world_size=64)
+        for r in range(gpus)
+    ]
+    procs += [_proc(200 + r, "dataloader-worker", 8 + r) for r in range(gpus)]
+    doc = _doc("10-1", procs)
+    doc["distributed"] = {
+        "job_key": "exp-42", "job_key_source": "torchelastic", "world_size": 64, "node_rank": 1,
+        "restart_count": 0, "hostname": "trainer-1", "ranks": list(range(8, 16)),
+    }
+    doc["pod"] = {"namespace": "research", "pod": "trainer-1", "uid": "u", "container": "pytorch", "source": "kubelet"}
+    plain = _samples(_Poller([_doc("10-1", procs)]))
+    samples = _samples(_Poller([doc]))
+    (info,) = [lbl for n, lbl, _ in samples if n == "dsh_job_info"]
+    assert info == {
+        "job_id": "10-1", "root_pid": "10", "user": "", "process": "python",
+        "job_key": "exp-42", "job_key_source": "torchelastic", "world_size": "64", "node_rank": "1",
+        "hostname": "trainer-1", "namespace": "research", "pod": "trainer-1", "container": "pytorch",
+    }
+    placement = set(JOB_INFO_LABELS[4:]) - {"world_size"}  # dsh_rank_info has it too (one per rank)
+    assert not [(n, lbl) for n, lbl, _ in samples if n != "dsh_job_info" and placement & set(lbl)]
+    assert len(samples) == len(plain) <= series_bound(gpus, 1)
 
 
 def test_what_a_process_chooses_is_capped_per_job():

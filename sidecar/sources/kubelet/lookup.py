@@ -186,3 +186,34 @@ def _small_file(pid: int, path: str) -> str | None:
         return None
     finally:
         os.close(fd)
+
+
+MAX_PROCESSES_CACHED = 1024
+
+
+class ProcessPods:
+    """The pod of a process by its identity (pid, start ticks): its cgroup read once (a process
+    stays in its pod), its name from ``lookup`` (one PodLookup for all jobs: the kubelet is asked
+    at most once per ``list_every_s``, within its timeout, whatever the number of jobs). Called
+    inside the poll; never raises."""
+
+    def __init__(self, lookup: PodLookup | None = None, max_processes: int = MAX_PROCESSES_CACHED):
+        self.lookup = lookup if lookup is not None else PodLookup()
+        self.max_processes = max_processes
+        self._cgroups: OrderedDict[tuple[int, int | None], CgroupPod | None] = OrderedDict()
+
+    def pod_of(
+        self, pid: int, start_ticks: int | None, *, hostname: str | None = None, gpu_uuids: Iterable[str] = ()
+    ) -> PodInfo | None:
+        key = (pid, start_ticks)
+        try:
+            if key in self._cgroups:
+                cg = self._cgroups[key]
+                self._cgroups.move_to_end(key)
+            else:
+                cg = self._cgroups[key] = process_pod(pid)
+                while len(self._cgroups) > self.max_processes:
+                    self._cgroups.popitem(last=False)
+            return None if cg is None else self.lookup.lookup(cg, pid, hostname=hostname, gpu_uuids=gpu_uuids)
+        except Exception:  # noqa: BLE001 -- a poll never fails on a pod's name
+            return None

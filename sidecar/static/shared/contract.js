@@ -18,6 +18,8 @@ export const SCHEMA = 2
  * @property {string|null} input_device device of its inputs
  * @property {number|null} model_gpu_index NVML index of the GPU that model is on (see `gpus`)
  * @property {MemoryGrowth|null} memory_growth present while GPU memory keeps growing
+ * @property {Distributed|null} distributed the distributed run the job is part of, null when it is none
+ * @property {Pod|null} pod the Kubernetes pod the job runs in, null outside one
  * @property {Runtime} runtime the torch build
  * @property {Nvml} nvml the driver
  * @property {Array<Gpu>} gpus NVIDIA GPUs, by NVML index
@@ -66,6 +68,28 @@ export const SCHEMA = 2
  * @property {number} start_unix_s the window's start
  * @property {number} end_unix_s the window's end (the last poll)
  * @property {number} rate_mib_per_min (last - first) / window
+ */
+
+/**
+ * Where the job sits in a distributed run (its probed processes' payloads; the ranks' first).
+ * @typedef {Object} Distributed
+ * @property {string|null} job_key the same for every process of the run, on every node (join nodes on it; `dsh_job_info`'s `job_key`)
+ * @property {string|null} job_key_source torchelastic (torchrun's run id), slurm (job.step), pod (a JobSet), launch (a hash of MASTER_ADDR:MASTER_PORT across nodes, of the launcher on one node)
+ * @property {number|null} world_size WORLD_SIZE: ranks in the run, all nodes
+ * @property {number|null} node_rank this node's rank (GROUP_RANK, NODE_RANK, SLURM_NODEID)
+ * @property {number|null} restart_count restarts of the run's workers (TORCHELASTIC_RESTART_COUNT)
+ * @property {string|null} hostname the host name the ranks see (a pod's name in Kubernetes)
+ * @property {Array<number>} ranks the global ranks of the job's processes here, ascending
+ */
+
+/**
+ * The Kubernetes pod the job's root runs in (its cgroup names the pod; the kubelet its name).
+ * @typedef {Object} Pod
+ * @property {string|null} namespace the pod's namespace
+ * @property {string|null} pod the pod's name
+ * @property {string} uid the pod's UID (from the cgroup)
+ * @property {string|null} container the container's name
+ * @property {string|null} source what named it: kubelet (Pods API), pod-resources, process (its own environment); null: none could
  */
 
 /**
@@ -270,6 +294,8 @@ export const SCHEMA = 2
  * @property {Array<number>} gpus NVML indices of the GPUs the job uses
  * @property {number} process_count processes in its tree
  * @property {boolean} has_model a model is registered with the probe
+ * @property {Distributed|null} distributed its distributed run, null when it is none
+ * @property {Pod|null} pod its Kubernetes pod, null outside one
  */
 
 /**

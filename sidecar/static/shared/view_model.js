@@ -28,7 +28,8 @@
  *                              mem}], noProcs, mig: null | {title, rows}}; `tag` null | {kind, text}; `rows`:
  *                              migRows (efficiency.js) with `pidsText`, the processes in each instance.
  *   igpuCard(sysGpu, lang)     {pci, vendor, name, badge, note, meta}: a GPU NVML does not drive.
- *   heroFacts(doc, lang)       [{key, label, text, chip}]: the summary's facts (`chip` for devices).
+ *   heroFacts(doc, lang)       [{key, label, text, chip}]: the summary's facts (`chip` for devices);
+ *                              `run` and `pod` only for a job of a distributed run, or in a pod.
  *   runtimeFacts(doc, lang)    {items: [{key, label, value, bad}], error, interval}: the footer.
  */
 
@@ -252,7 +253,41 @@ export function heroFacts(doc, lang) {
     { key: 'util', label: t(lang, 'summary.util'), text: utilText(gpu, lang), chip: null },
     { key: 'mem', label: t(lang, 'summary.mem'), text: fmtMiB(gpu && gpu.mem_used_mib), chip: null },
     { key: 'cuda', label: t(lang, 'summary.cuda'), text: cudaText(d.runtime || {}, lang), chip: null },
+    ...(d.distributed ? [{ key: 'run', label: t(lang, 'summary.run'), text: runText(d.distributed, lang), chip: null }] : []),
+    ...(d.pod ? [{ key: 'pod', label: t(lang, 'summary.pod'), text: podText(d.pod, lang), chip: null }] : []),
   ];
+}
+
+/** Ascending ranks as ranges: [0, 1, 2, 5] -> "0–2, 5". */
+export function rankRanges(ranks) {
+  const out = [];
+  // Not list(): rank 0 is falsy.
+  const sorted = [...new Set(Array.isArray(ranks) ? ranks.filter(isNum) : [])].sort((a, b) => a - b);
+  for (const r of sorted) {
+    const last = out[out.length - 1];
+    if (last && r === last[1] + 1) last[1] = r;
+    else out.push([r, r]);
+  }
+  return out.map(([a, b]) => (a === b ? String(a) : `${a}–${b}`)).join(', ');
+}
+
+/** A job's distributed run in one line: its key (and where the key comes from), this node, its ranks here. */
+export function runText(run, lang) {
+  const ranks = rankRanges(run.ranks);
+  return [
+    present(run.job_key) ? t(lang, 'run.key', { key: run.job_key, source: run.job_key_source || NA }) : null,
+    isNum(run.node_rank) ? t(lang, 'run.node', { n: run.node_rank }) : null,
+    ranks && isNum(run.world_size) ? t(lang, 'run.ranksOf', { ranks, n: run.world_size }) : null,
+    ranks && !isNum(run.world_size) ? t(lang, 'run.ranks', { ranks }) : null,
+    !ranks && isNum(run.world_size) ? t(lang, 'run.world', { n: run.world_size }) : null,
+    isNum(run.restart_count) && run.restart_count > 0 ? t(lang, 'run.restarts', { n: run.restart_count }) : null,
+  ].filter(Boolean).join(' · ') || NA;
+}
+
+/** A job's pod in one line: namespace/name · container, or its UID when no source named it. */
+export function podText(pod, lang) {
+  const name = present(pod.pod) ? (present(pod.namespace) ? `${pod.namespace}/${pod.pod}` : pod.pod) : t(lang, 'pod.unnamed', { uid: pod.uid || NA });
+  return [name, present(pod.container) ? t(lang, 'pod.container', { name: pod.container }) : null].filter(Boolean).join(' · ');
 }
 
 export function runtimeFacts(doc, lang) {

@@ -1,0 +1,120 @@
+"""Where a job runs: its distributed identity (the key its processes publish, its ranks on this
+node, the node's rank) and its Kubernetes pod. The status document's ``distributed`` and ``pod``
+objects, the jobs list's too, and the labels of ``dsh_job_info``.
+
+Both are the job's, not a process's: the key and the node come from its probed processes' payloads
+(the ranks' first: a DataLoader worker names no launch key), the pod from its root's cgroup
+(a job's tree is one container's). Each poll's answer is kept when the next one has none (the
+ranks of an mp.spawn job exit before their launcher; a job that has ended still shows where it ran).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from sidecar.documents.bounds import MAX_ID_CHARS, MAX_TEXT_CHARS, clip_opt
+from sidecar.sources.kubelet.lookup import ProcessPods
+
+# The ranks a job's `distributed` lists (those on this node: a node runs at most a few dozen).
+MAX_RANKS_SHOWN = 64
+
+
+@dataclass(frozen=True, slots=True)
+class DistributedFacts:
+    job_key: str | None  # what every process of the job publishes alike, on every node
+    job_key_source: str | None  # torchelastic, slurm, pod, launch
+    world_size: int | None
+    node_rank: int | None
+    restart_count: int | None
+    hostname: str | None
+    ranks: tuple[int, ...]  # the global ranks of its processes on this node, ascending
+
+
+@dataclass(frozen=True, slots=True)
+class PodFacts:
+    namespace: str | None
+    pod: str | None
+    uid: str
+    container: str | None
+    source: str | None  # kubelet, pod-resources, process; None: no source named it
+
+
+def distributed_facts(payloads: list[dict[str, Any]]) -> DistributedFacts | None:
+    """The job's distributed identity from its processes' payloads (validated); None when none of
+    them is a rank or names a job key."""
+    ranks = [p for p in payloads if p.get("role") == "rank"]
+    keyed = [p for p in (ranks or payloads) if p.get("job_key") is not None] or [
+        p for p in payloads if p.get("job_key") is not None
+    ]
+    if not ranks and not keyed:
+        return None
+    key = source = None
+    if keyed:
+        # Processes of one tree that disagree (a hand-made environment): the most common key,
+        # the lowest rank's among equals.
+        votes = Counter(p["job_key"] for p in keyed)
+        key = max(votes, key=lambda k: (votes[k], -min(_rank(p) for p in keyed if p["job_key"] == k)))
+        source = next(p.get("job_key_source") for p in keyed if p["job_key"] == key)
+    about = ranks or keyed
+    return DistributedFacts(
+        clip_opt(key, MAX_TEXT_CHARS),
+        clip_opt(source, MAX_ID_CHARS),
+        _first(about, "world_size"),
+        _first(about, "node_rank"),
+        max((p["restart_count"] for p in about if p.get("restart_count") is not None), default=None),
+        clip_opt(_first(about, "hostname")),
+        tuple(sorted({p["rank"] for p in ranks if p.get("rank") is not None}))[:MAX_RANKS_SHOWN],
+    )
+
+
+def _rank(p: dict[str, Any]) -> int:
+    r = p.get("rank")
+    return r if r is not None else 1 << 62
+
+
+def _first(payloads: list[dict[str, Any]], key: str) -> Any:
+    return next((p[key] for p in payloads if p.get(key) is not None), None)
+
+
+class Placement:
+    """One job's placement, kept between polls. ``pods``: shared by the jobs of one sidecar (one
+    PodLookup, so one kubelet call per interval for all of them); None looks no pod up."""
+
+    def __init__(self, pods: ProcessPods | None = None):
+        self.pods = pods
+        self.distributed: DistributedFacts | None = None
+        self.pod: PodFacts | None = None
+        self._pod_of: tuple[int, int | None] | None = None  # the root whose pod was found
+
+    def update(self, tree, reads: dict[int, Any], facts) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """This poll's (distributed, pod) document objects (contract: Distributed, Pod)."""
+        payloads = [r.payload for p in tree.processes if (r := reads.get(p.pid)) is not None and r.payload]
+        found = distributed_facts(payloads)
+        if found is not None:
+            self.distributed = found
+        if self.pods is not None and tree.target_alive and tree.processes:
+            self._update_pod(tree.processes[0], payloads, facts)
+        return (
+            None if self.distributed is None else {**asdict(self.distributed), "ranks": list(self.distributed.ranks)},
+            None if self.pod is None else asdict(self.pod),
+        )
+
+    def _update_pod(self, root, payloads: list[dict[str, Any]], facts) -> None:
+        ident = (root.pid, root.start_ticks)
+        if self.pod is not None and self.pod.source is not None and self._pod_of == ident:
+            return  # named: a pod's name never changes
+        hostname = next((p.get("hostname") for p in payloads if p.get("hostname")), None)
+        used = {g.index for p in facts.processes for g in p.gpu}
+        uuids = [g.uuid for g in facts.gpus if g.index in used and g.uuid]
+        info = self.pods.pod_of(root.pid, root.start_ticks, hostname=hostname, gpu_uuids=uuids)
+        self._pod_of = ident
+        if info is not None:
+            self.pod = PodFacts(
+                clip_opt(info.namespace, MAX_ID_CHARS),
+                clip_opt(info.name),
+                info.uid,
+                clip_opt(info.container, MAX_ID_CHARS),
+                info.source,
+            )

@@ -1,0 +1,75 @@
+"""A job's placement from its processes' payloads (sidecar/poll/placement.py): the ranks' key first,
+the most common key when processes disagree, what an older probe's payload (no key) still gives,
+and the last answer kept once the ranks are gone; ProcessPods on processes in no pod."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+
+from probe_wire.procid import process_start_ticks
+from sidecar.poll.placement import Placement, distributed_facts
+from sidecar.sources.kubelet.lookup import PodLookup, ProcessPods
+
+
+def payload(role: str, rank: int | None, key: str | None = "k1", **over) -> dict:
+    return {
+        "role": role, "rank": rank, "world_size": 4, "hostname": "node-a", "job_key": key,
+        "job_key_source": "launch" if key else None, "node_rank": 1, "restart_count": 0, **over,
+    }
+
+
+def test_ranks_name_the_run_and_workers_follow():
+    found = distributed_facts([
+        payload("main", None, key=None),
+        payload("rank", 3),
+        payload("rank", 2, restart_count=2),
+        payload("dataloader-worker", 2, key=None),
+    ])
+    assert (found.job_key, found.job_key_source, found.world_size, found.node_rank) == ("k1", "launch", 4, 1)
+    assert (found.restart_count, found.hostname, found.ranks) == (2, "node-a", (2, 3))
+
+
+def test_disagreeing_processes_take_the_most_common_key_then_the_lowest_rank():
+    assert distributed_facts([payload("rank", 1, "b"), payload("rank", 0, "a"), payload("rank", 2, "b")]).job_key == "b"
+    assert distributed_facts([payload("rank", 1, "b"), payload("rank", 0, "a")]).job_key == "a"
+
+
+def test_a_plain_job_is_no_run_and_an_old_probe_s_rank_is_one_without_key():
+    assert distributed_facts([payload("main", None, key=None)]) is None
+    assert distributed_facts([]) is None
+    old = {"role": "rank", "rank": 0, "world_size": 2}  # a payload from before job_key: read as None
+    found = distributed_facts([old])
+    assert (found.job_key, found.world_size, found.ranks) == (None, 2, (0,))
+    # A Slurm job that is no rank still names its run.
+    slurm = distributed_facts([payload("main", None, "123.0", job_key_source="slurm")])
+    assert (slurm.job_key, slurm.job_key_source, slurm.ranks) == ("123.0", "slurm", ())
+
+
+def test_the_last_placement_stays_once_the_ranks_are_gone():
+    def tree(*pids):
+        return SimpleNamespace(processes=[SimpleNamespace(pid=p, start_ticks=1) for p in pids], target_alive=True)
+
+    facts = SimpleNamespace(processes=(), gpus=())
+    place = Placement(None)
+    reads = {11: SimpleNamespace(payload=payload("rank", 0)), 12: SimpleNamespace(payload=payload("rank", 1))}
+    first, pod = place.update(tree(10, 11, 12), reads, facts)
+    assert first["job_key"] == "k1" and first["ranks"] == [0, 1] and pod is None
+    assert place.update(tree(10), {}, facts)[0] == first
+
+
+def test_process_pods_of_processes_in_no_pod(tmp_path):
+    pods = ProcessPods(PodLookup(pods_url="", socket_path=str(tmp_path / "absent.sock")), max_processes=2)
+    children = [subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE) for _ in range(3)]
+    try:
+        for c in children:
+            assert pods.pod_of(c.pid, process_start_ticks(c.pid)) is None
+        assert len(pods._cgroups) == 2  # bounded: the oldest identity forgotten
+        assert pods.pod_of(os.getpid(), process_start_ticks(os.getpid())) is None
+        assert pods.pod_of(2**22 + 999, None) is None  # gone: no pod, no error
+    finally:
+        for c in children:
+            c.stdin.close()
+            c.wait()
