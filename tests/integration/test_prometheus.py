@@ -9,12 +9,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
-import socket
 import subprocess
-import urllib.parse
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -23,10 +19,8 @@ from tests.fakenvml import gpu, scenarios
 from tests.helpers.grafana_dashboard import dashboard_expressions, substitute_variables
 from tests.helpers.harness import REPO, FakeJob, Sidecar, codes, cuda_runtime, wait_for
 from tests.helpers.metrics_expected import DOC_FAMILIES, expected_from_document, sample_set
+from tests.helpers.prometheus import PROMETHEUS, Prometheus
 
-PROMETHEUS = shutil.which("prometheus") or (
-    "/usr/bin/prometheus" if os.access("/usr/bin/prometheus", os.X_OK) else None
-)
 PROMTOOL = shutil.which("promtool")
 pytestmark = [
     pytest.mark.prometheus,
@@ -41,12 +35,6 @@ TOKEN = "prom-s3cret"
 UUIDS = [gpu(0)["uuid"], gpu(1)["uuid"]]
 TARGET_LABELS = ("instance", "job", "node")
 COUNTER = "dsh_model_forward_calls_total"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def replace_once(text: str, old: str, new: str) -> str:
@@ -77,64 +65,6 @@ def test_config(directory: Path, sidecar_port: int) -> Path:
 
 
 test_config.__test__ = False  # a helper, not a test
-
-
-class Prometheus:
-    def __init__(self, config: Path, directory: Path):
-        self.log = directory / "prometheus.log"
-        for _attempt in range(3):  # another process may take the free port before we bind it
-            self.port = free_port()
-            with open(self.log, "wb") as log:
-                self.proc = subprocess.Popen(
-                    [
-                        PROMETHEUS,
-                        f"--config.file={config}",
-                        f"--storage.tsdb.path={directory / 'data'}",
-                        f"--web.listen-address=127.0.0.1:{self.port}",
-                        "--log.level=warn",
-                    ],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                )
-            self.url = f"http://127.0.0.1:{self.port}"
-            try:
-                wait_for(self._ready, 30, 0.2, "Prometheus to be ready")
-                return
-            except AssertionError:
-                self.stop()
-                if "address already in use" not in self.log.read_text():
-                    raise AssertionError(
-                        f"Prometheus did not start: {self.log.read_text()[-3000:]}"
-                    ) from None
-        raise AssertionError("no free port for Prometheus after 3 tries")
-
-    def _ready(self) -> bool:
-        if self.proc.poll() is not None:
-            raise AssertionError(f"Prometheus exited with {self.proc.returncode}")
-        with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as r:
-            return r.status == 200
-
-    def api(self, path: str, **params) -> dict:
-        url = f"{self.url}/api/v1/{path}" + ("?" + urllib.parse.urlencode(params) if params else "")
-        with urllib.request.urlopen(url, timeout=10) as r:
-            body = json.loads(r.read())
-        assert body["status"] == "success", body
-        return body["data"]
-
-    def query(self, promql: str) -> list[tuple[dict[str, str], float]]:
-        data = self.api("query", query=promql)
-        assert data["resultType"] == "vector", data
-        return [(s["metric"], float(s["value"][1])) for s in data["result"]]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 def rank(r: int) -> dict:

@@ -1,0 +1,83 @@
+"""A real Prometheus (the Debian package) on a free loopback port with a temporary storage directory,
+for the tests that scrape real sidecars (tests/integration/test_prometheus.py, test_cluster.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+from tests.helpers.harness import wait_for
+
+PROMETHEUS = shutil.which("prometheus") or (
+    "/usr/bin/prometheus" if os.access("/usr/bin/prometheus", os.X_OK) else None
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Prometheus:
+    def __init__(self, config: Path, directory: Path):
+        self.log = directory / "prometheus.log"
+        for _attempt in range(3):  # another process may take the free port before we bind it
+            self.port = free_port()
+            with open(self.log, "wb") as log:
+                self.proc = subprocess.Popen(
+                    [
+                        PROMETHEUS,
+                        f"--config.file={config}",
+                        f"--storage.tsdb.path={directory / 'data'}",
+                        f"--web.listen-address=127.0.0.1:{self.port}",
+                        "--log.level=warn",
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                )
+            self.url = f"http://127.0.0.1:{self.port}"
+            try:
+                wait_for(self._ready, 30, 0.2, "Prometheus to be ready")
+                return
+            except AssertionError:
+                self.stop()
+                if "address already in use" not in self.log.read_text():
+                    raise AssertionError(
+                        f"Prometheus did not start: {self.log.read_text()[-3000:]}"
+                    ) from None
+        raise AssertionError("no free port for Prometheus after 3 tries")
+
+    def _ready(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"Prometheus exited with {self.proc.returncode}")
+        with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as r:
+            return r.status == 200
+
+    def api(self, path: str, **params) -> dict:
+        url = f"{self.url}/api/v1/{path}" + ("?" + urllib.parse.urlencode(params) if params else "")
+        with urllib.request.urlopen(url, timeout=10) as r:
+            body = json.loads(r.read())
+        assert body["status"] == "success", body
+        return body["data"]
+
+    def query(self, promql: str) -> list[tuple[dict[str, str], float]]:
+        data = self.api("query", query=promql)
+        assert data["resultType"] == "vector", data
+        return [(s["metric"], float(s["value"][1])) for s in data["result"]]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
