@@ -290,6 +290,11 @@ STEP_BREAKDOWN = Obj(
         "forward_fraction": F(NUM, "in the registered models' forward", null=True),
         "optimizer_fraction": F(NUM, "in optimizer.step()", null=True),
         "other_fraction": F(NUM, "the rest (backward, logging, host code)", null=True),
+        "backward_fraction": F(
+            NUM,
+            "the part of `other_fraction` between optimizer steps less forward and data wait: backward, the loss, and the collectives run there (DDP's all-reduce)",
+            null=True,
+        ),
     },
 )
 

@@ -230,6 +230,7 @@ export const SCHEMA = 2
  * @property {number|null} forward_fraction in the registered models' forward
  * @property {number|null} optimizer_fraction in optimizer.step()
  * @property {number|null} other_fraction the rest (backward, logging, host code)
+ * @property {number|null} backward_fraction the part of `other_fraction` between optimizer steps less forward and data wait: backward, the loss, and the collectives run there (DDP's all-reduce)
  */
 
 /**
