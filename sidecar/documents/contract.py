@@ -367,6 +367,25 @@ MEMORY_GROWTH = Obj(
     },
 )
 
+RANK_WAIT = Obj(
+    "RankWait",
+    "One torch.distributed rank of the job and its wait in the collectives, from its step breakdown "
+    "(the `straggler-rank` warning's evidence). Step time is the same on every rank; what differs is "
+    "where it goes: the rank the others wait for waits least.",
+    {
+        "rank": F(INT, "torch.distributed rank"),
+        "pid": F(INT, "its process"),
+        "steps": F(INT, "steps in its breakdown's window"),
+        "collective_wait_fraction": F(
+            NUM, "its `backward_fraction` beyond the least of any rank's: its wait for the slowest rank"
+        ),
+        "data_wait_fraction": F(NUM, "as in its step breakdown", null=True),
+        "forward_fraction": F(NUM, "as in its step breakdown", null=True),
+        "optimizer_fraction": F(NUM, "as in its step breakdown", null=True),
+        "gpu_index": F(INT, "NVML index of its model's GPU", null=True),
+    },
+)
+
 JOB = Obj(
     "Job",
     "One job: a process tree found through its probe segments or its GPU use, grouped under its root "
@@ -433,6 +452,11 @@ STATUS_DOCUMENT = Obj(
         "input_device": F(STR, "device of its inputs", null=True),
         "model_gpu_index": F(INT, "NVML index of the GPU that model is on (see `gpus`)", null=True),
         "memory_growth": F(MEMORY_GROWTH, "present while GPU memory keeps growing", null=True),
+        "rank_waits": F(
+            ListOf(RANK_WAIT, 256),
+            "each rank's wait in the collectives, by rank; null with fewer than two ranks measured",
+            null=True,
+        ),
         "runtime": F(RUNTIME, "the torch build"),
         "nvml": F(NVML, "the driver"),
         "gpus": F(ListOf(GPU), "NVIDIA GPUs, by NVML index"),

@@ -53,6 +53,7 @@ MODEL_CALLS_LABELS = ["job_id", "model", "rank"]
 RANK_LABELS = ["job_id", "rank", "local_rank", "world_size"]
 STATUS_LABELS = ["job_id", "status"]
 STEP_LABELS = ["job_id", "role", "rank", "phase"]
+RANK_WAIT_LABELS = ["job_id", "rank"]  # no node, no GPU: the rank names them (dsh_rank_info, the pod)
 # One series per job with what describes it, so the per-process series need not repeat it.
 JOB_INFO_LABELS = ["job_id", "root_pid", "user", "process"]
 # The GPU's efficiency gauges: (metric, help, Gpu field in the status document, scale to the unit).
@@ -326,6 +327,12 @@ class SidecarCollector:
                 "A warning of the verdict that is active now (always 1).",
                 WARNING_LABELS,
             ),
+            "rwait": self._gauge(
+                "dsh_rank_collective_wait_fraction",
+                "Share of the rank's training step spent waiting in the collectives for the slowest "
+                "rank, 0-1 (its backward beyond the least of this node's ranks; the slowest waits least).",
+                RANK_WAIT_LABELS,
+            ),
             "phase": self._gauge(
                 "dsh_process_step_fraction",
                 "Share of the training-step wall time in each phase over the probe's window, 0-1, "
@@ -375,6 +382,8 @@ class SidecarCollector:
                 share = (p.get("step_breakdown") or {}).get(f"{name}_fraction")
                 if share is not None:
                     f["phase"].add([job, p.get("role"), rank, name], share)
+        for w in (doc.get("rank_waits") or ())[:MAX_METRIC_PROCESS_KEYS]:
+            f["rwait"].add([job, w.get("rank")], w.get("collective_wait_fraction"))
         for s in STATUSES:
             f["status"].add([job, s], 1 if doc.get("status") == s else 0)
         for w in (doc.get("warnings") or ())[:MAX_METRIC_WARNINGS]:  # most severe first
@@ -400,7 +409,8 @@ def exported_jobs(docs: list[dict[str, Any]], limit: int) -> list[dict[str, Any]
 def series_bound(gpus: int, max_jobs: int = MAX_METRIC_JOBS) -> int:
     """The most series one scrape can hold with `gpus` GPUs: jobs cap x series per job + per-GPU
     series + the sidecar's own (docs/metrics.md states the same formula)."""
-    per_key = 2 * gpus + len(STEP_PHASES) + 1  # memory and SM per GPU, the phases, rank info
+    # memory and SM per GPU, the phases, rank info, the rank's collective wait
+    per_key = 2 * gpus + len(STEP_PHASES) + 2
     per_job = (
         1  # dsh_job_info
         + len(STATUSES)

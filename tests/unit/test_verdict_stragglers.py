@@ -7,6 +7,9 @@ from dataclasses import replace
 
 import pytest
 
+from sidecar.documents.contract import check
+from sidecar.documents.document import status_document
+from sidecar.poll.collect import TargetInfo
 from sidecar.verdict import GpuFacts, RecentSample, StepBreakdown, decide
 from sidecar.verdict.stragglers import rank_waits, straggler_candidate
 from tests.helpers.verdict_facts import en, facts, model, proc, zh
@@ -142,3 +145,35 @@ def test_ranks_without_a_backward_figure_are_left_out():
 def test_an_exited_target_gets_no_straggler():
     f = job(slow(1, **DATA_SLOW), target_alive=False)
     assert stragglers(f) == []
+
+
+def test_the_status_document_lists_each_ranks_wait_within_the_contract():
+    f = job(slow(3, **DATA_SLOW))
+    doc = status_document(
+        f,
+        decide(f),
+        time_s=103.0,
+        interval_s=1.5,
+        target=TargetInfo(100, "python", ["python", "train.py"], 90.0, 9000),
+        proc_info={},
+        other_processes={},
+        events=[],
+    )
+    check(doc, "status")
+    assert [w["rank"] for w in doc["rank_waits"]] == [0, 1, 2, 3]
+    assert [round(w["collective_wait_fraction"], 6) for w in doc["rank_waits"]] == [0.2, 0.2, 0.2, 0.0]
+    assert doc["rank_waits"][3] == {
+        "rank": 3,
+        "pid": 203,
+        "steps": 40,
+        "collective_wait_fraction": 0.0,
+        "data_wait_fraction": 0.30,
+        "forward_fraction": 0.30,
+        "optimizer_fraction": 0.10,
+        "gpu_index": 3,
+    }
+    assert any(w["code"] == "straggler-rank" for w in doc["warnings"])
+    single = job([rank(0)])
+    assert status_document(single, decide(single), time_s=1.0, interval_s=1.5,
+                           target=TargetInfo(100, "python", ["python"], 0.0, 1), proc_info={},
+                           other_processes={}, events=[])["rank_waits"] is None

@@ -18,6 +18,7 @@ export const SCHEMA = 2
  * @property {string|null} input_device device of its inputs
  * @property {number|null} model_gpu_index NVML index of the GPU that model is on (see `gpus`)
  * @property {MemoryGrowth|null} memory_growth present while GPU memory keeps growing
+ * @property {Array<RankWait>|null} rank_waits each rank's wait in the collectives, by rank; null with fewer than two ranks measured
  * @property {Runtime} runtime the torch build
  * @property {Nvml} nvml the driver
  * @property {Array<Gpu>} gpus NVIDIA GPUs, by NVML index
@@ -66,6 +67,19 @@ export const SCHEMA = 2
  * @property {number} start_unix_s the window's start
  * @property {number} end_unix_s the window's end (the last poll)
  * @property {number} rate_mib_per_min (last - first) / window
+ */
+
+/**
+ * One torch.distributed rank of the job and its wait in the collectives, from its step breakdown (the `straggler-rank` warning's evidence). Step time is the same on every rank; what differs is where it goes: the rank the others wait for waits least.
+ * @typedef {Object} RankWait
+ * @property {number} rank torch.distributed rank
+ * @property {number} pid its process
+ * @property {number} steps steps in its breakdown's window
+ * @property {number} collective_wait_fraction its `backward_fraction` beyond the least of any rank's: its wait for the slowest rank
+ * @property {number|null} data_wait_fraction as in its step breakdown
+ * @property {number|null} forward_fraction as in its step breakdown
+ * @property {number|null} optimizer_fraction as in its step breakdown
+ * @property {number|null} gpu_index NVML index of its model's GPU
  */
 
 /**
