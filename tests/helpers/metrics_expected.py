@@ -31,6 +31,7 @@ DOC_FAMILIES = {
     "dsh_gpu_tensor_activity_ratio",
     "dsh_gpu_dram_activity_ratio",
     "dsh_process_step_fraction",
+    "dsh_rank_collective_wait_fraction",
 }
 # Written out here, apart from sidecar/serve/metrics.py: metric -> (Gpu field, scale).
 GPU_GAUGES = {
@@ -130,6 +131,8 @@ def expected_from_document(doc: dict[str, Any], job_name: str | None) -> set[tup
                 },
                 1,
             )
+    for w in doc.get("rank_waits") or ():
+        add("dsh_rank_collective_wait_fraction", {"job_id": job, "rank": w["rank"]}, w["collective_wait_fraction"])
     for s in ("GPU", "CPU", "MIXED", "UNKNOWN"):
         add("dsh_status", {"job_id": job, "status": s}, 1 if doc["status"] == s else 0)
     for w in doc["warnings"]:
