@@ -333,6 +333,13 @@ class SidecarCollector:
                 "rank, 0-1 (its backward beyond the least of this node's ranks; the slowest waits least).",
                 RANK_WAIT_LABELS,
             ),
+            "rbackward": self._gauge(
+                "dsh_rank_backward_fraction",
+                "Share of the rank's training step between optimizer steps less forward and data wait: "
+                "backward and the collectives, 0-1. Across nodes, the rank with the least is the one the "
+                "others wait for.",
+                RANK_WAIT_LABELS,
+            ),
             "phase": self._gauge(
                 "dsh_process_step_fraction",
                 "Share of the training-step wall time in each phase over the probe's window, 0-1, "
@@ -377,7 +384,7 @@ class SidecarCollector:
                 f["mcalls"].add([job, name, rank], m.get("forward_calls") or 0)
             if p.get("role") == "rank" and key[1] not in ranks:
                 ranks.add(key[1])
-                f["rinfo"].add([job, rank, p.get("local_rank"), p.get("world_size")], 1)
+                self._one_rank(job, p, f)
             for name in STEP_PHASES:
                 share = (p.get("step_breakdown") or {}).get(f"{name}_fraction")
                 if share is not None:
@@ -388,6 +395,15 @@ class SidecarCollector:
             f["status"].add([job, s], 1 if doc.get("status") == s else 0)
         for w in (doc.get("warnings") or ())[:MAX_METRIC_WARNINGS]:  # most severe first
             f["warn"].add([job, w.get("code"), w.get("severity")], 1)
+
+    @staticmethod
+    def _one_rank(job: Any, p: dict[str, Any], f: dict[str, _Family]) -> None:
+        """A rank's own series (the first process of the rank): what it is, and its backward share."""
+        rank = p.get("rank")
+        f["rinfo"].add([job, rank, p.get("local_rank"), p.get("world_size")], 1)
+        backward = (p.get("step_breakdown") or {}).get("backward_fraction")
+        if backward is not None:
+            f["rbackward"].add([job, rank], backward)
 
 
 def exported_jobs(docs: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
@@ -409,8 +425,8 @@ def exported_jobs(docs: list[dict[str, Any]], limit: int) -> list[dict[str, Any]
 def series_bound(gpus: int, max_jobs: int = MAX_METRIC_JOBS) -> int:
     """The most series one scrape can hold with `gpus` GPUs: jobs cap x series per job + per-GPU
     series + the sidecar's own (docs/metrics.md states the same formula)."""
-    # memory and SM per GPU, the phases, rank info, the rank's collective wait
-    per_key = 2 * gpus + len(STEP_PHASES) + 2
+    # memory and SM per GPU, the phases, rank info, the rank's backward and collective wait
+    per_key = 2 * gpus + len(STEP_PHASES) + 3
     per_job = (
         1  # dsh_job_info
         + len(STATUSES)

@@ -115,6 +115,9 @@ def test_the_slow_rank_and_its_cause_are_named(tmp_path, fake_nvml, world, slow_
     assert sorted(series) == [str(r) for r in range(world)]
     assert all(labels == {"job_id", "rank"} for labels, _ in series.values())
     assert min(series.items(), key=lambda kv: kv[1][1])[0] == str(slow_rank)
+    # What a comparison across nodes needs: each rank's own backward, the straggler's the least.
+    backward = {lbl["rank"]: v for n, lbl, v in samples if n == "dsh_rank_backward_fraction"}
+    assert sorted(backward) == sorted(series) and min(backward, key=backward.get) == str(slow_rank)
 
 
 def test_a_balanced_job_gets_no_straggler(tmp_path, fake_nvml):

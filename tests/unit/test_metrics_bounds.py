@@ -152,3 +152,12 @@ def test_each_ranks_collective_wait_is_one_series_of_job_and_rank():
     assert {labels["rank"]: v for labels, v in got}["3"] == 0.0
     assert {labels["rank"]: v for labels, v in got}["0"] == 0.2
     assert not any(name == "dsh_rank_collective_wait_fraction" for name, _, _ in _samples(_Poller([_doc("8-1", [])])))
+
+
+def test_each_ranks_backward_is_exported_alone_on_its_node_too():
+    """A node with one rank of a multi-node job has no collective wait of its own to say (no other
+    rank here), but its backward share is what a query across nodes compares."""
+    lone = _proc(10, "rank", 5, step_breakdown={"backward_fraction": 0.25})
+    worker = _proc(11, "dataloader-worker", None, step_breakdown={"backward_fraction": 0.9})
+    got = [(labels, v) for name, labels, v in _samples(_Poller([_doc("7-1", [lone, worker])])) if name == "dsh_rank_backward_fraction"]
+    assert got == [({"job_id": "7-1", "rank": "5"}, 0.25)]
