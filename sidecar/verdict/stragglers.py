@@ -23,8 +23,17 @@ from dataclasses import dataclass
 from statistics import median
 
 from sidecar.common.catalogue import Ref, ref
+from sidecar.common.memo import for_the_same_objects
 from sidecar.verdict.efficiency import THROTTLE_REASONS
-from sidecar.verdict.facts import Facts, Finding, GpuFacts, ProcessFacts, RecentSample, model_gpu_index
+from sidecar.verdict.facts import (
+    Facts,
+    Finding,
+    GpuFacts,
+    ProcessFacts,
+    RecentSample,
+    Rules,
+    model_nvml_index,
+)
 
 __all__ = ["STRAGGLER_RULES", "RankWait", "Straggler", "rank_waits", "straggler_candidate"]
 
@@ -68,9 +77,9 @@ class Straggler:
     gpu_index: int | None
 
 
-def _gpu_of(f: Facts, p: ProcessFacts) -> int | None:
+def _gpu_of(p: ProcessFacts, gpus: tuple[GpuFacts, ...]) -> int | None:
     for m in p.models:
-        index = model_gpu_index(f, p, m)
+        index = model_nvml_index(p, m, gpus)
         if index is not None:
             return index
     used = [g.index for g in p.gpu if g.in_use]
@@ -80,8 +89,13 @@ def _gpu_of(f: Facts, p: ProcessFacts) -> int | None:
 def rank_waits(f: Facts) -> tuple[RankWait, ...]:
     """Each live rank with a measured backward (one process a rank, the first), by rank; () with
     fewer than two such ranks, where no rank can wait for another."""
+    return _rank_waits(f.processes, f.gpus)
+
+
+@for_the_same_objects  # asked by the history's sample, the rule and the document of one poll
+def _rank_waits(processes: tuple[ProcessFacts, ...], gpus: tuple[GpuFacts, ...]) -> tuple[RankWait, ...]:
     seen: dict[int, ProcessFacts] = {}
-    for p in f.processes:
+    for p in processes:
         s = p.steps
         if p.role != "rank" or p.rank is None or p.exited or s is None or s.backward_fraction is None:
             continue
@@ -99,7 +113,7 @@ def rank_waits(f: Facts) -> tuple[RankWait, ...]:
             p.steps.data_wait_fraction,
             p.steps.forward_fraction,
             p.steps.optimizer_fraction,
-            _gpu_of(f, p),
+            _gpu_of(p, gpus),
         )
         for rank, p in sorted(seen.items())
     )
@@ -111,7 +125,7 @@ def _throttle(g: GpuFacts | None) -> str | None:
     return next((r for r in THROTTLE_REASONS if r in active), None)
 
 
-def _cause(f: Facts, slow: RankWait, others: Sequence[RankWait], wait: float) -> str:
+def _cause(gpus: dict[int, GpuFacts], slow: RankWait, others: Sequence[RankWait], wait: float) -> str:
     """What the straggler spends more time on than the others: the phase with the largest excess,
     its GPU when that alone among the ranks' is throttled (a throttled GPU slows forward and
     optimizer, not the data wait), else other."""
@@ -123,8 +137,8 @@ def _cause(f: Facts, slow: RankWait, others: Sequence[RankWait], wait: float) ->
             excess[cause] = mine - (median(theirs) if theirs else 0.0)
     best = max(excess, key=excess.__getitem__, default=None)
     named = best if best is not None and excess[best] >= _CAUSE_SHARE * wait else "other"
-    if named != "data-wait" and _throttle(f.gpus_by_index.get(slow.gpu_index)) is not None:
-        if not any(_throttle(f.gpus_by_index.get(o.gpu_index)) for o in others if o.gpu_index != slow.gpu_index):
+    if named != "data-wait" and _throttle(gpus.get(slow.gpu_index)) is not None:
+        if not any(_throttle(gpus.get(o.gpu_index)) for o in others if o.gpu_index != slow.gpu_index):
             return "throttled-gpu"
     return named
 
@@ -132,10 +146,14 @@ def _cause(f: Facts, slow: RankWait, others: Sequence[RankWait], wait: float) ->
 def straggler_candidate(f: Facts) -> Straggler | None:
     """The rank every other rank waits for at this poll, and why; None on a balanced job, before
     each rank's window holds enough steps, or where two ranks or more wait about as little."""
-    waits = rank_waits(f)
+    return _candidate(f.processes, f.gpus, f.rules)
+
+
+@for_the_same_objects  # as _rank_waits: one poll's facts, asked twice
+def _candidate(processes: tuple[ProcessFacts, ...], gpus: tuple[GpuFacts, ...], rules: Rules) -> Straggler | None:
+    waits = _rank_waits(processes, gpus)
     if not waits:
         return None
-    rules = f.rules
     fewest = min(w.steps for w in waits)
     if fewest < rules.straggler_min_steps:
         return None
@@ -144,7 +162,8 @@ def straggler_candidate(f: Facts) -> Straggler | None:
     if others[0].collective_wait_fraction < rules.straggler_wait_fraction:
         return None  # some other rank waits about as little: no one rank holds the rest back
     wait = sum(o.collective_wait_fraction for o in others) / len(others)
-    return Straggler(slow.rank, slow.pid, wait, _cause(f, slow, others, wait), fewest, slow.gpu_index)
+    by_index = {g.index: g for g in reversed(gpus)}  # the first of a repeated index, as Facts does
+    return Straggler(slow.rank, slow.pid, wait, _cause(by_index, slow, others, wait), fewest, slow.gpu_index)
 
 
 def confirmed(recent: Sequence[RecentSample], rank: int, confirm_s: float) -> bool:
