@@ -1,10 +1,13 @@
-"""Where a training step's wall time goes: waiting for data, forward, optimizer step, the rest.
+"""Where a training step's wall time goes: waiting for data, forward, backward, optimizer step, the rest.
 
 One ``StepClock`` per process (``CLOCK``). The training thread only adds to running totals (plain
 attribute writes, no lock): the registered models' forwards (probe/instrument.py times the outermost
 one, so a registered model inside another is not counted twice), the optimizer steps (torch's global
 optimizer step hooks, installed once), and the data waits the loader timers and the framework
-callbacks measure. At each step boundary it stores one tuple of those totals (``mark``); the
+callbacks measure. Backward, a part of the rest, is what lies between one optimizer step's end and the next one's start,
+less the forwards and data waits in it, plus a step closure's time less its forwards: the backward
+pass, the loss, and the collectives run there (DDP's gradient all-reduce). Across the ranks of a job
+it is what differs: the ranks wait there for the slowest one (sidecar/verdict/stragglers.py). At each step boundary it stores one tuple of those totals (``mark``); the
 publisher compares the newest mark with the one at the start of its window (the same ~10 s window as
 the rates, probe/_rate.py), so the figures cover whole steps only.
 
@@ -34,7 +37,7 @@ __all__ = ["CLOCK", "FRAMEWORK", "LOADER", "OPTIMIZER", "StepClock"]
 # What marks a step boundary, weakest first.
 LOADER, OPTIMIZER, FRAMEWORK = 1, 2, 3
 # The fields of a mark: the totals as they stood at a step boundary.
-_LEVEL, _STEPS, _T, _FWD, _OPT, _LWAIT, _LWAITS, _FWAIT, _FWAITS, _SYNCS, _SYNC_EPOCH = range(11)
+_LEVEL, _STEPS, _T, _FWD, _OPT, _LWAIT, _LWAITS, _FWAIT, _FWAITS, _SYNCS, _SYNC_EPOCH, _BWD = range(12)
 _perf = time.perf_counter
 # An optimizer step "in progress" for this long raised before its post-hook: steps of other
 # optimizers are no longer taken as nested in it.
@@ -49,6 +52,7 @@ class StepClock:
     """Running totals written by the training thread; figures over the window read by the publisher."""
 
     __slots__ = (
+        "backward_s",
         "forward_s",
         "framework_wait_s",
         "framework_waits",
@@ -62,6 +66,8 @@ class StepClock:
         "mark",
         "opt_closure_s",
         "opt_depth",
+        "opt_end_t",
+        "opt_end_spent_s",
         "opt_forward0_s",
         "opt_outer",
         "opt_t0",
@@ -84,6 +90,11 @@ class StepClock:
         self.inside = False  # a registered forward is being timed; forwards nested in it are not
         self.forward_s = 0.0
         self.optimizer_s = 0.0
+        self.backward_s = 0.0
+        # When the last outermost optimizer step ended (0.0: none yet), and the forward and data-wait
+        # time then: the next step's start takes both off the time in between to find the backward.
+        self.opt_end_t = 0.0
+        self.opt_end_spent_s = 0.0
         self.loader_wait_s = 0.0
         self.loader_waits = 0
         self.framework_wait_s = 0.0
@@ -131,6 +142,7 @@ class StepClock:
             self.framework_waits,
             self.syncs,
             self.sync_epoch,
+            self.backward_s,
         )
         if self.level_start is None:
             self.level_start = mark
@@ -177,6 +189,17 @@ class StepClock:
             return (args[0], self._timed_closure(args[1])), kwargs
         return None
 
+    def _forward_and_waits_s(self) -> float:
+        return self.forward_s + self.loader_wait_s + self.framework_wait_s
+
+    def _backward_until(self, now: float) -> None:
+        """An optimizer step starts at ``now``: the time since the last one ended, less its forwards
+        and data waits, is backward (the loss, the backward pass, the collectives in between)."""
+        if self.opt_end_t:
+            gap_s = (now - self.opt_end_t) - (self._forward_and_waits_s() - self.opt_end_spent_s)
+            if gap_s > 0.0:
+                self.backward_s += gap_s
+
     def _pre_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         """torch's global optimizer step pre-hook: returns None (the step's arguments stay as given),
         or, for a step given a closure, the same arguments with the closure timed."""
@@ -187,6 +210,7 @@ class StepClock:
                 self.opt_depth = 0  # the step being timed raised before its post-hook ran
             timed = None
             if self.opt_depth == 0:
+                self._backward_until(_perf())
                 self.opt_outer = id(optimizer)
                 self.opt_forward0_s = self.forward_s
                 timed = self._closure_args(args, kwargs)
@@ -208,9 +232,13 @@ class StepClock:
             # Forwards run inside the step (a closure's) are forward time, not the optimizer's.
             # So is its closure's time (its backward): the part of a step a plain loop spends outside.
             spent_s = (_perf() - self.opt_t0) - (self.forward_s - self.opt_forward0_s) - (self.opt_closure_s or 0.0)
+            if self.opt_closure_s:
+                self.backward_s += self.opt_closure_s  # Lightning's backward runs in the closure
             self.opt_closure_s = None
             if spent_s > 0.0:
                 self.optimizer_s += spent_s
+            self.opt_end_t = _perf()
+            self.opt_end_spent_s = self._forward_and_waits_s()
             if self.primary_id != id(optimizer):
                 primary = self.primary_opt
                 if primary is not None and primary() is not None:
@@ -278,6 +306,7 @@ class StepClock:
             "data_wait_fraction": None,
             "forward_fraction": None,
             "optimizer_fraction": None,
+            "backward_fraction": None,
             "other_fraction": None,
         }
         n = cur[_STEPS] - base[_STEPS] if base is not None else 0
@@ -301,7 +330,9 @@ class StepClock:
                 fraction = float(min(1.0, max(0.0, spent_s / wall_s)))
                 out[key] = fraction
                 known += fraction
-        out["other_fraction"] = float(max(0.0, 1.0 - known))
+        out["other_fraction"] = other = float(max(0.0, 1.0 - known))
+        if cur[_BWD] > base[_BWD]:  # a part of the other: the four still sum to one
+            out["backward_fraction"] = float(min(other, (cur[_BWD] - base[_BWD]) / wall_s))
         syncs = None
         if cur[_SYNC_EPOCH] and base[_SYNC_EPOCH] == cur[_SYNC_EPOCH]:
             syncs = float((cur[_SYNCS] - base[_SYNCS]) / n)

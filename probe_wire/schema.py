@@ -144,6 +144,8 @@ _STEPS = {
     "forward_fraction": _Opt(float),
     "optimizer_fraction": _Opt(float),
     "other_fraction": _Opt(float),
+    # Of other_fraction: between optimizer steps less forward and data wait (backward, collectives).
+    "backward_fraction": _Added(float),
 }
 # The process's math settings that decide whether tensor cores can work (None: torch not imported).
 _MATH = {

@@ -207,7 +207,7 @@ def _warning(f) -> dict[str, Any]:
 def build_cluster(
     results: Mapping[str, Samples], *, now_unix_s: float, prometheus: str, job: str | None = None
 ) -> dict[str, Any]:
-    """The cluster document (docs/api.md, "Cluster"). `job` keeps only the job of that key (or
+    """The cluster document (docs/deploy.md, "One job across nodes"). `job` keeps only the job of that key (or
     job_id); without it every job is shown, multi-node ones first."""
     nodes = _node_facts(results)
     gpus = _gpus(results)

@@ -18,75 +18,27 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
 from typing import Any
 
 from sidecar.common.nvml_names import CLOCK_EVENT_REASONS
+from sidecar.documents.contract_types import (  # noqa: F401  (re-exported: the contract's words)
+    BOOL,
+    INT,
+    NUM,
+    STR,
+    Enum,
+    F,
+    Lazy,
+    ListOf,
+    MapOf,
+    Obj,
+    OneOf,
+    Prim,
+)
 
 SCHEMA = 2
 SCHEMA_ID = "https://dsh-gpu-dashboard.invalid/schema/2"
 CHECK_ENV = "DSH_CONTRACT_CHECK"
-
-
-# ---------------------------------------------------------------------------------------------
-# The type language: small on purpose (JSON's types, lists, objects, maps, enums)
-# ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Prim:
-    json: str  # JSON Schema type name
-    js: str  # JSDoc type
-
-
-INT = Prim("integer", "number")
-NUM = Prim("number", "number")
-STR = Prim("string", "string")
-BOOL = Prim("boolean", "boolean")
-
-
-@dataclass(frozen=True)
-class Enum:
-    values: tuple[Any, ...]
-
-
-@dataclass(frozen=True)
-class ListOf:
-    item: Any
-    max_items: int | None = None
-
-
-@dataclass(frozen=True)
-class MapOf:
-    """An object with free string keys (values all of one type)."""
-
-    value: Any
-
-
-@dataclass(frozen=True)
-class OneOf:
-    options: tuple[Any, ...]
-
-
-@dataclass(frozen=True)
-class F:
-    """A field: its type, whether it may be null, and what it means (units are in the name)."""
-
-    type: Any
-    doc: str
-    null: bool = False
-
-
-@dataclass(frozen=True)
-class Obj:
-    name: str
-    doc: str
-    fields: dict[str, F]
-
-
-class Lazy:
-    """A reference to an object type declared later (recursive types)."""
-
-    def __init__(self, name: str):
-        self.name = name
 
 
 # ---------------------------------------------------------------------------------------------
@@ -255,7 +207,11 @@ MODEL = Obj(
         "input_device": F(STR, "device of the last forward call's first tensor input", null=True),
         "forward_calls": F(INT, "forward calls counted since registration"),
         "forward_rate_hz": F(NUM, "forward calls per second over the last 10 s", null=True),
-        "data_wait_fraction": F(NUM, "share of step time spent waiting for the next batch (0-1), over `data_wait_batches`", null=True),
+        "data_wait_fraction": F(
+            NUM,
+            "share of step time spent waiting for the next batch (0-1), over `data_wait_batches`",
+            null=True,
+        ),
         "train_steps": F(INT, "training steps a framework callback counted", null=True),
         "step_rate_hz": F(NUM, "training steps per second over the last 10 s", null=True),
         "step_source": F(Enum(("lightning", "transformers")), "the callback counting steps", null=True),
@@ -264,7 +220,9 @@ MODEL = Obj(
         "autocast": F(STR, "`off`, or the dtype autocast ran the last forward in", null=True),
         "input_shape": F(ListOf(INT, 8), "shape of the last forward's first tensor input", null=True),
         "loader_settings": F(LOADER_SETTINGS, "its DataLoader's settings", null=True),
-        "data_wait_batches": F(INT, "the newest batches `data_wait_fraction` covers: its window (fewer early on)", null=True),
+        "data_wait_batches": F(
+            INT, "the newest batches `data_wait_fraction` covers: its window (fewer early on)", null=True
+        ),
     },
 )
 
@@ -290,6 +248,11 @@ STEP_BREAKDOWN = Obj(
         "forward_fraction": F(NUM, "in the registered models' forward", null=True),
         "optimizer_fraction": F(NUM, "in optimizer.step()", null=True),
         "other_fraction": F(NUM, "the rest (backward, logging, host code)", null=True),
+        "backward_fraction": F(
+            NUM,
+            "the part of `other_fraction` between optimizer steps less forward and data wait: backward, the loss, and the collectives run there (DDP's all-reduce)",
+            null=True,
+        ),
     },
 )
 
@@ -313,7 +276,10 @@ PROCESS = Obj(
         "depth": F(INT, "0 for the target, 1 for its children, ..."),
         "role": F(STR, "main, dataloader-worker, rank, child (null without a probe)", null=True),
         "has_probe": F(BOOL, "its probe's facts are read"),
-        "exited": F(BOOL, "it has exited: its last facts (the final counts its probe published at exit), kept for the job's final state"),
+        "exited": F(
+            BOOL,
+            "it has exited: its last facts (the final counts its probe published at exit), kept for the job's final state",
+        ),
         "probe_state": F(STR, "ok, missing, busy, corrupt, stale, owner-mismatch, ..."),
         "probe_error": F(STR, "why its probe cannot be read", null=True),
         "name": F(STR, "process name"),
@@ -401,6 +367,25 @@ POD = Obj(
     },
 )
 
+RANK_WAIT = Obj(
+    "RankWait",
+    "One torch.distributed rank of the job and its wait in the collectives, from its step breakdown "
+    "(the `straggler-rank` warning's evidence). Step time is the same on every rank; what differs is "
+    "where it goes: the rank the others wait for waits least.",
+    {
+        "rank": F(INT, "torch.distributed rank"),
+        "pid": F(INT, "its process"),
+        "steps": F(INT, "steps in its breakdown's window"),
+        "collective_wait_fraction": F(
+            NUM, "its `backward_fraction` beyond the least of any rank's: its wait for the slowest rank"
+        ),
+        "data_wait_fraction": F(NUM, "as in its step breakdown", null=True),
+        "forward_fraction": F(NUM, "as in its step breakdown", null=True),
+        "optimizer_fraction": F(NUM, "as in its step breakdown", null=True),
+        "gpu_index": F(INT, "NVML index of its model's GPU", null=True),
+    },
+)
+
 JOB = Obj(
     "Job",
     "One job: a process tree found through its probe segments or its GPU use, grouped under its root "
@@ -469,8 +454,15 @@ STATUS_DOCUMENT = Obj(
         "input_device": F(STR, "device of its inputs", null=True),
         "model_gpu_index": F(INT, "NVML index of the GPU that model is on (see `gpus`)", null=True),
         "memory_growth": F(MEMORY_GROWTH, "present while GPU memory keeps growing", null=True),
-        "distributed": F(DISTRIBUTED, "the distributed run the job is part of, null when it is none", null=True),
+        "distributed": F(
+            DISTRIBUTED, "the distributed run the job is part of, null when it is none", null=True
+        ),
         "pod": F(POD, "the Kubernetes pod the job runs in, null outside one", null=True),
+        "rank_waits": F(
+            ListOf(RANK_WAIT, 256),
+            "each rank's wait in the collectives, by rank; null with fewer than two ranks measured",
+            null=True,
+        ),
         "runtime": F(RUNTIME, "the torch build"),
         "nvml": F(NVML, "the driver"),
         "gpus": F(ListOf(GPU), "NVIDIA GPUs, by NVML index"),

@@ -18,6 +18,7 @@ from sidecar.common.nvml_names import GPU_EFFICIENCY_FIELDS
 from sidecar.documents import bounds, contract
 from sidecar.documents.bounds import MAX_ID_CHARS, MAX_MESSAGE_CHARS, clip, clip_args, clip_opt
 from sidecar.verdict import Facts, Finding, ModelFacts, ProcessFacts, Verdict, memory_growth, model_nvml_index
+from sidecar.verdict.stragglers import rank_waits
 
 SCHEMA = contract.SCHEMA
 
@@ -254,6 +255,7 @@ def status_document(
         "memory_growth": _memory_growth(facts),
         "distributed": summary["distributed"],
         "pod": summary["pod"],
+        "rank_waits": _rank_waits(facts),
         "runtime": _runtime_summary(facts),
         "nvml": {
             "ok": facts.nvml_ok,
@@ -347,6 +349,26 @@ def _memory_growth(facts: Facts) -> dict[str, float] | None:
         "end_unix_s": grown.end_unix_s,
         "rate_mib_per_min": (grown.last_mib - grown.first_mib) * 60.0 / span_s if span_s > 0 else 0.0,
     }
+
+
+def _rank_waits(facts: Facts) -> list[dict[str, Any]] | None:
+    """Each rank's wait in the collectives (verdict.stragglers measures; this only presents)."""
+    waits = rank_waits(facts)[: bounds.MAX_PROCESSES_SHOWN]
+    if not waits:
+        return None
+    return [
+        {
+            "rank": w.rank,
+            "pid": w.pid,
+            "steps": w.steps,
+            "collective_wait_fraction": w.collective_wait_fraction,
+            "data_wait_fraction": w.data_wait_fraction,
+            "forward_fraction": w.forward_fraction,
+            "optimizer_fraction": w.optimizer_fraction,
+            "gpu_index": w.gpu_index,
+        }
+        for w in waits
+    ]
 
 
 def history_document(history, since: float | None, interval_s: float, job_id: str) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from sidecar.verdict import (
     device_type,
     primary_model_gpu_index,
 )
+from sidecar.verdict.stragglers import straggler_candidate
 
 MIB = 1048576.0
 # Exited processes of a running job whose last facts are kept (the ones that registered a model).
@@ -118,6 +119,7 @@ def step_breakdown(x: Any) -> StepBreakdown | None:
         forward_fraction=_fraction(x.get("forward_fraction")),
         optimizer_fraction=_fraction(x.get("optimizer_fraction")),
         other_fraction=_fraction(x.get("other_fraction")),
+        backward_fraction=_fraction(x.get("backward_fraction")),
     )
 
 
@@ -653,7 +655,9 @@ def history_sample(now: float, facts: Facts, proc_info: dict[int, Any] | None = 
         if g.index == model_gpu:
             util = g.util
             break
-    recent = RecentSample(now, sm_total, mem_total if facts.nvml_ok else None, calls, util, steps)
+    slow = straggler_candidate(facts)
+    straggler = None if slow is None else (slow.rank, slow.cause)
+    recent = RecentSample(now, sm_total, mem_total if facts.nvml_ok else None, calls, util, steps, straggler)
     return Sample(
         time=now,
         gpus=packed_gpu_rows(facts.gpus),

@@ -53,6 +53,7 @@ MODEL_CALLS_LABELS = ["job_id", "model", "rank"]
 RANK_LABELS = ["job_id", "rank", "local_rank", "world_size"]
 STATUS_LABELS = ["job_id", "status"]
 STEP_LABELS = ["job_id", "role", "rank", "phase"]
+RANK_WAIT_LABELS = ["job_id", "rank"]  # no node, no GPU: the rank names them (dsh_rank_info, the pod)
 # One series per job with what describes it, so the per-process series need not repeat it: where it
 # runs too (its distributed run's key, the same on every node, and its pod), which the high-rate
 # series get through a join on job_id rather than as labels of their own.
@@ -330,6 +331,19 @@ class SidecarCollector:
                 "A warning of the verdict that is active now (always 1).",
                 WARNING_LABELS,
             ),
+            "rwait": self._gauge(
+                "dsh_rank_collective_wait_fraction",
+                "Share of the rank's training step spent waiting in the collectives for the slowest "
+                "rank, 0-1 (its backward beyond the least of this node's ranks; the slowest waits least).",
+                RANK_WAIT_LABELS,
+            ),
+            "rbackward": self._gauge(
+                "dsh_rank_backward_fraction",
+                "Share of the rank's training step between optimizer steps less forward and data wait: "
+                "backward and the collectives, 0-1. Across nodes, the rank with the least is the one the "
+                "others wait for.",
+                RANK_WAIT_LABELS,
+            ),
             "phase": self._gauge(
                 "dsh_process_step_fraction",
                 "Share of the training-step wall time in each phase over the probe's window, 0-1, "
@@ -383,15 +397,26 @@ class SidecarCollector:
                 f["mcalls"].add([job, name, rank], m.get("forward_calls") or 0)
             if p.get("role") == "rank" and key[1] not in ranks:
                 ranks.add(key[1])
-                f["rinfo"].add([job, rank, p.get("local_rank"), p.get("world_size")], 1)
+                self._one_rank(job, p, f)
             for name in STEP_PHASES:
                 share = (p.get("step_breakdown") or {}).get(f"{name}_fraction")
                 if share is not None:
                     f["phase"].add([job, p.get("role"), rank, name], share)
+        for w in (doc.get("rank_waits") or ())[:MAX_METRIC_PROCESS_KEYS]:
+            f["rwait"].add([job, w.get("rank")], w.get("collective_wait_fraction"))
         for s in STATUSES:
             f["status"].add([job, s], 1 if doc.get("status") == s else 0)
         for w in (doc.get("warnings") or ())[:MAX_METRIC_WARNINGS]:  # most severe first
             f["warn"].add([job, w.get("code"), w.get("severity")], 1)
+
+    @staticmethod
+    def _one_rank(job: Any, p: dict[str, Any], f: dict[str, _Family]) -> None:
+        """A rank's own series (the first process of the rank): what it is, and its backward share."""
+        rank = p.get("rank")
+        f["rinfo"].add([job, rank, p.get("local_rank"), p.get("world_size")], 1)
+        backward = (p.get("step_breakdown") or {}).get("backward_fraction")
+        if backward is not None:
+            f["rbackward"].add([job, rank], backward)
 
 
 def exported_jobs(docs: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
@@ -413,7 +438,8 @@ def exported_jobs(docs: list[dict[str, Any]], limit: int) -> list[dict[str, Any]
 def series_bound(gpus: int, max_jobs: int = MAX_METRIC_JOBS) -> int:
     """The most series one scrape can hold with `gpus` GPUs: jobs cap x series per job + per-GPU
     series + the sidecar's own (docs/metrics.md states the same formula)."""
-    per_key = 2 * gpus + len(STEP_PHASES) + 1  # memory and SM per GPU, the phases, rank info
+    # memory and SM per GPU, the phases, rank info, the rank's backward and collective wait
+    per_key = 2 * gpus + len(STEP_PHASES) + 3
     per_job = (
         1  # dsh_job_info
         + len(STATUSES)

@@ -11,6 +11,7 @@ from one poll to the next.
     facts.py       the facts, the value types (Finding, Verdict) and device helpers
     rules.py       the rules
     efficiency.py  the efficiency rules (clocks, PCIe, GPM, precision, syncs, data wait, MIG)
+    stragglers.py  the rank the others wait for (straggler-rank), from the ranks' step breakdowns
     status.py      status and message, decide()
     wheels.py      the CUDA wheels of each torch version, the one to suggest for a driver
     hysteresis.py  settle()

@@ -16,6 +16,14 @@ from sidecar.verdict.facts import Finding
 from sidecar.verdict.rules import finding
 
 
+# Why a node is silent -> what the user reads (each id written out: the catalogue test scans for them).
+SILENCE_MESSAGES = {
+    "down": "warning.node-missing.down",
+    "gone": "warning.node-missing.gone",
+    "stale": "warning.node-missing.stale",
+}
+
+
 @dataclass(frozen=True)
 class NodeFacts:
     node: str
@@ -46,7 +54,7 @@ def node_findings(nodes: Sequence[NodeFacts]) -> list[Finding]:
                 finding(
                     "node-missing",
                     "warning",
-                    ref(f"warning.node-missing.{n.why}", node=n.node, age=_age(n.poll_age_s)),
+                    ref(SILENCE_MESSAGES[n.why], node=n.node, age=_age(n.poll_age_s)),
                     ref("hint.node-missing", node=n.node),
                 )
             )

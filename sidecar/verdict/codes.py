@@ -108,6 +108,10 @@ CODES: dict[str, Code] = {
     "host-syncs": Code(
         "performance", "many `.item()`-style syncs per step, counted with `probe.register(model, syncs=True)`"
     ),
+    "straggler-rank": Code(
+        "performance",
+        "one `torch.distributed` rank makes the others wait in the collectives, with the share of each step and why (data wait, forward, optimizer, a throttled GPU), over 30 steps or more and two polls",
+    ),
     # the job's state, and informational
     "gpu-work-in-child": Code("informational", "the launcher's child process does the GPU work"),
     "target-exited": Code("job-state", "the watched process has exited; its last state is shown"),

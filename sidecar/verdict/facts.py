@@ -63,6 +63,11 @@ class Rules:
     # per-batch work is what to look at. prefetch_factor at or under torch's default (2) is worth raising.
     loader_workers_enough: int = 4
     loader_prefetch_default: int = 2
+    # straggler-rank: every rank's window holds this many steps, the others wait this share of each
+    # step more than the straggler, at consecutive polls this far apart (sidecar/verdict/stragglers.py)
+    straggler_min_steps: int = 30
+    straggler_wait_fraction: float = 0.10
+    straggler_confirm_s: float = 2.0
 
 
 # Facts built per process on every poll are plain slotted dataclasses, not frozen ones: a frozen
@@ -88,6 +93,8 @@ class StepBreakdown:
     forward_fraction: float | None = None
     optimizer_fraction: float | None = None
     other_fraction: float | None = None
+    # Of other_fraction: between optimizer steps less forward and data wait (backward, collectives).
+    backward_fraction: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,6 +257,8 @@ class RecentSample:
     model_gpu_util: float | None  # device utilisation of the GPU the model is on
     # Summed over models on an accelerator that count training steps; None when none does.
     train_steps: int | None = None
+    # The rank the others waited for at this poll (stragglers.straggler_candidate), as (rank, cause).
+    straggler: tuple[int, str] | None = None
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from sidecar.verdict.facts import (
     runtimes,
     version_tuple,
 )
+from sidecar.verdict.stragglers import STRAGGLER_RULES
 from sidecar.verdict.wheels import CUDA_WHEELS, cuda_wheel
 
 # What `from sidecar.verdict import ...` gives (sidecar/verdict/__init__.py).
@@ -692,4 +693,5 @@ RULES: tuple[Rule, ...] = (
     rule_no_parameters,
     rule_registered_before_compile,
     *EFFICIENCY_RULES,
+    *STRAGGLER_RULES,
 )

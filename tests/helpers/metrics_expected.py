@@ -31,6 +31,8 @@ DOC_FAMILIES = {
     "dsh_gpu_tensor_activity_ratio",
     "dsh_gpu_dram_activity_ratio",
     "dsh_process_step_fraction",
+    "dsh_rank_collective_wait_fraction",
+    "dsh_rank_backward_fraction",
 }
 # Written out here, apart from sidecar/serve/metrics.py: metric -> (Gpu field, scale).
 GPU_GAUGES = {
@@ -62,6 +64,18 @@ CLOCK_REASONS = (
 
 def sample_set(samples, names=DOC_FAMILIES) -> set[tuple[str, tuple, float]]:
     return {(n, tuple(sorted(lbl.items())), v) for n, lbl, v in samples if n in names}
+
+
+def _expected_rank(add, job: str, p: dict[str, Any]) -> None:
+    """A rank process's own series: what it is, and its backward share."""
+    add(
+        "dsh_rank_info",
+        {"job_id": job, "rank": p["rank"], "local_rank": p["local_rank"], "world_size": p["world_size"]},
+        1,
+    )
+    backward = (p.get("step_breakdown") or {}).get("backward_fraction")
+    if backward is not None:
+        add("dsh_rank_backward_fraction", {"job_id": job, "rank": p["rank"]}, backward)
 
 
 def expected_from_document(doc: dict[str, Any], job_name: str | None) -> set[tuple[str, tuple, float]]:
@@ -120,16 +134,9 @@ def expected_from_document(doc: dict[str, Any], job_name: str | None) -> set[tup
                 lbl = {"job_id": job, "role": p["role"], "rank": p["rank"], "phase": phase}
                 add("dsh_process_step_fraction", lbl, share, "mean")
         if p["role"] == "rank":
-            add(
-                "dsh_rank_info",
-                {
-                    "job_id": job,
-                    "rank": p["rank"],
-                    "local_rank": p["local_rank"],
-                    "world_size": p["world_size"],
-                },
-                1,
-            )
+            _expected_rank(add, job, p)
+    for w in doc.get("rank_waits") or ():
+        add("dsh_rank_collective_wait_fraction", {"job_id": job, "rank": w["rank"]}, w["collective_wait_fraction"])
     for s in ("GPU", "CPU", "MIXED", "UNKNOWN"):
         add("dsh_status", {"job_id": job, "status": s}, 1 if doc["status"] == s else 0)
     for w in doc["warnings"]:

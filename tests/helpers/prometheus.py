@@ -12,7 +12,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from tests.helpers.harness import wait_for
+from tests.helpers.harness import REPO, wait_for
 
 PROMETHEUS = shutil.which("prometheus") or (
     "/usr/bin/prometheus" if os.access("/usr/bin/prometheus", os.X_OK) else None
@@ -81,3 +81,33 @@ class Prometheus:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+def _replace_once(text: str, old: str, new: str) -> str:
+    assert text.count(old) == 1, f"deploy/prometheus.yml no longer has exactly one {old!r}"
+    return text.replace(old, new)
+
+
+def shipped_config(directory: Path, targets: list[tuple[int, str | None]], token: str) -> Path:
+    """deploy/prometheus.yml with its /etc paths moved to `directory` and 1 s intervals, scraping the
+    sidecars on loopback `targets` ((port, node label or None for the host name)) with `token`."""
+    (directory / "targets").mkdir()
+    entries = [
+        {"targets": [f"127.0.0.1:{port}"], **({"labels": {"node": node}} if node else {})}
+        for port, node in targets
+    ]
+    (directory / "targets" / "sidecars.json").write_text(json.dumps(entries))
+    token_file = directory / "dsh-sidecar.token"
+    token_file.write_text(token + "\n")
+    token_file.chmod(0o600)
+    text = (REPO / "deploy" / "prometheus.yml").read_text()
+    text = _replace_once(text, "/etc/prometheus/dsh-sidecar.token", str(token_file))
+    text = _replace_once(text, "/etc/prometheus/dsh-targets/*.json", str(directory / "targets" / "*.json"))
+    text = _replace_once(text, "  scrape_interval: 15s", "  scrape_interval: 1s")
+    text = _replace_once(text, "  evaluation_interval: 15s", "  evaluation_interval: 1s")
+    text = _replace_once(text, "    scrape_interval: 5s", "    scrape_interval: 1s")
+    text = _replace_once(text, "    scrape_timeout: 4s", "    scrape_timeout: 1s")
+    shutil.copy(REPO / "deploy" / "dsh-alerts.yml", directory / "dsh-alerts.yml")
+    path = directory / "prometheus.yml"
+    path.write_text(text)
+    return path

@@ -14,6 +14,7 @@ from sidecar.verdict import (
     LoaderSettings,
     MathSettings,
     ProcGpu,
+    RecentSample,
     StepBreakdown,
 )
 from tests.helpers.verdict_facts import (
@@ -29,6 +30,19 @@ from tests.helpers.verdict_facts import (
     proc,
     stepped,
 )
+
+
+def ranks(backward_fractions, data_wait_fractions, confirmed=True):
+    """A job of CPU ranks with these step breakdowns (40 steps each); with ``confirmed``, the polls
+    2.5 s apart that named the rank that waits least."""
+    procs = [proc(1, runtime=CPU_RT, role="main")]
+    for r, (backward, wait) in enumerate(zip(backward_fractions, data_wait_fractions)):
+        breakdown = StepBreakdown(10.0, 40, 0.25, wait, 0.1, 0.05, 1.0 - wait - 0.15, backward)
+        procs.append(proc(10 + r, runtime=CPU_RT, role="rank", rank=r, is_target=False, models=[model("cpu")], steps=breakdown))
+    least = backward_fractions.index(min(backward_fractions))
+    recent = tuple(RecentSample(t, None, None, 0, None, None, (least, "data-wait")) for t in (100.0, 102.5))
+    return facts(*procs, recent=recent if confirmed else ())
+
 
 CASES = [
     # id, facts, status, codes that must be present, codes that must be absent
@@ -311,6 +325,27 @@ CASES = [
         "GPU",
         {"target-exited"},
         {"job-stopped"},
+    ),
+    (
+        "rank 1 makes the others wait in the all-reduce: it waits on its data",
+        ranks([0.6, 0.3, 0.6], [0.1, 0.4, 0.1]),
+        "CPU",
+        {"straggler-rank"},
+        set(),
+    ),
+    (
+        "ranks alike",
+        ranks([0.4, 0.41, 0.4], [0.1, 0.1, 0.1]),
+        "CPU",
+        set(),
+        {"straggler-rank"},
+    ),
+    (
+        "a slow rank seen at one poll only",
+        ranks([0.6, 0.3, 0.6], [0.1, 0.4, 0.1], confirmed=False),
+        "CPU",
+        set(),
+        {"straggler-rank"},
     ),
 ]
 HOPPER = replace(H200, compute_capability="9.0", sm_clock_mhz=1980, sm_clock_max_mhz=1980)

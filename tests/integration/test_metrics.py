@@ -474,10 +474,11 @@ def test_docs_list_every_exported_metric():
         role="rank",
         rank=0,
         gpu=[{"index": 0, "mem_used_mib": 1, "sm_util_pct": 2}],
-        step_breakdown={"data_wait_fraction": 0.5, "forward_fraction": 0.2},
+        step_breakdown={"data_wait_fraction": 0.5, "forward_fraction": 0.2, "backward_fraction": 0.1},
     )
     gpu = dict(document()["gpus"][0], clock_event_reasons=[], **{key: 1 for _, _, key, _ in GPU_EFFICIENCY_GAUGES})
-    exported = {n for n, _, _ in scrape(StandInPoller(document(processes=[proc], gpus=[gpu])))}
+    waits = [{"rank": 0, "pid": 7, "collective_wait_fraction": 0.2}]
+    exported = {n for n, _, _ in scrape(StandInPoller(document(processes=[proc], gpus=[gpu], rank_waits=waits)))}
     families = {re.sub(r"_(bucket|sum|count)$", "", n) if "poll_duration" in n else n for n in exported}
     assert families <= documented, sorted(families - documented)
     assert documented <= families, sorted(documented - families)

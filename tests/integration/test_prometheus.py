@@ -11,7 +11,6 @@ import json
 import math
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -19,7 +18,7 @@ from tests.fakenvml import gpu, scenarios
 from tests.helpers.grafana_dashboard import dashboard_expressions, substitute_variables
 from tests.helpers.harness import REPO, FakeJob, Sidecar, codes, cuda_runtime, wait_for
 from tests.helpers.metrics_expected import DOC_FAMILIES, expected_from_document, sample_set
-from tests.helpers.prometheus import PROMETHEUS, Prometheus
+from tests.helpers.prometheus import PROMETHEUS, Prometheus, shipped_config
 
 PROMTOOL = shutil.which("promtool")
 pytestmark = [
@@ -35,36 +34,6 @@ TOKEN = "prom-s3cret"
 UUIDS = [gpu(0)["uuid"], gpu(1)["uuid"]]
 TARGET_LABELS = ("instance", "job", "node")
 COUNTER = "dsh_model_forward_calls_total"
-
-
-def replace_once(text: str, old: str, new: str) -> str:
-    assert text.count(old) == 1, f"deploy/prometheus.yml no longer has exactly one {old!r}"
-    return text.replace(old, new)
-
-
-def test_config(directory: Path, sidecar_port: int) -> Path:
-    """deploy/prometheus.yml with its /etc paths moved to `directory` and 1 s intervals."""
-    (directory / "targets").mkdir()
-    (directory / "targets" / "sidecar.json").write_text(
-        json.dumps([{"targets": [f"127.0.0.1:{sidecar_port}"]}])
-    )
-    token = directory / "dsh-sidecar.token"
-    token.write_text(TOKEN + "\n")
-    token.chmod(0o600)
-    text = (REPO / "deploy" / "prometheus.yml").read_text()
-    text = replace_once(text, "/etc/prometheus/dsh-sidecar.token", str(token))
-    text = replace_once(text, "/etc/prometheus/dsh-targets/*.json", str(directory / "targets" / "*.json"))
-    text = replace_once(text, "  scrape_interval: 15s", "  scrape_interval: 1s")
-    text = replace_once(text, "  evaluation_interval: 15s", "  evaluation_interval: 1s")
-    text = replace_once(text, "    scrape_interval: 5s", "    scrape_interval: 1s")
-    text = replace_once(text, "    scrape_timeout: 4s", "    scrape_timeout: 1s")
-    shutil.copy(REPO / "deploy" / "dsh-alerts.yml", directory / "dsh-alerts.yml")
-    path = directory / "prometheus.yml"
-    path.write_text(text)
-    return path
-
-
-test_config.__test__ = False  # a helper, not a test
 
 
 def rank(r: int) -> dict:
@@ -145,7 +114,7 @@ def test_prometheus_scrapes_the_sidecar(tmp_path, fake_nvml):
                 what="both ranks on GPU 0",
             )
             sidecar_port = int(sc.url.rsplit(":", 1)[1])
-            config = test_config(tmp_path, sidecar_port)
+            config = shipped_config(tmp_path, [(sidecar_port, None)], TOKEN)
             if PROMTOOL:
                 check = subprocess.run(
                     [PROMTOOL, "check", "config", str(config)], capture_output=True, text=True, timeout=60

@@ -176,7 +176,7 @@ def digests() -> dict[str, str]:
 
 
 # digests() as the code gave them. Regenerate deliberately: see the module's docstring.
-DIGESTS = {"history_samples": "a34e97e54e83bb042959", "whole_polls": "363db21cfff836c72fd4", "process_facts": "24eef8b02c75ec626a4d"}
+DIGESTS = {"history_samples": "b1c074e0f154135d6830", "whole_polls": "93730463bf2df8352681", "process_facts": "6fab91e14779b604e3d4"}
 
 
 def test_the_seeded_polls_samples_and_facts_give_the_frozen_outcomes():

@@ -167,3 +167,26 @@ def test_the_oldest_live_jobs_are_exported_shared_out_among_users():
     exported = {lbl["job_id"] for n, lbl, _ in samples if "job_id" in lbl}
     assert exported == {"10-1", "40-1"}
     assert [v for n, _, v in samples if n == "dsh_jobs_omitted"] == [2]
+
+
+def test_each_ranks_collective_wait_is_one_series_of_job_and_rank():
+    waits = [
+        {"rank": r, "pid": 10 + r, "steps": 40, "collective_wait_fraction": 0.0 if r == 3 else 0.2}
+        for r in range(bounds.MAX_METRIC_PROCESS_KEYS + 4)  # a job claiming more ranks than the cap
+    ]
+    doc = {**_doc("7-1", [_proc(10 + r, "rank", r) for r in range(4)]), "rank_waits": waits}
+    got = [(labels, v) for name, labels, v in _samples(_Poller([doc])) if name == "dsh_rank_collective_wait_fraction"]
+    assert len(got) == bounds.MAX_METRIC_PROCESS_KEYS
+    assert all(set(labels) == {"job_id", "rank"} for labels, _ in got)
+    assert {labels["rank"]: v for labels, v in got}["3"] == 0.0
+    assert {labels["rank"]: v for labels, v in got}["0"] == 0.2
+    assert not any(name == "dsh_rank_collective_wait_fraction" for name, _, _ in _samples(_Poller([_doc("8-1", [])])))
+
+
+def test_each_ranks_backward_is_exported_alone_on_its_node_too():
+    """A node with one rank of a multi-node job has no collective wait of its own to say (no other
+    rank here), but its backward share is what a query across nodes compares."""
+    lone = _proc(10, "rank", 5, step_breakdown={"backward_fraction": 0.25})
+    worker = _proc(11, "dataloader-worker", None, step_breakdown={"backward_fraction": 0.9})
+    got = [(labels, v) for name, labels, v in _samples(_Poller([_doc("7-1", [lone, worker])])) if name == "dsh_rank_backward_fraction"]
+    assert got == [({"job_id": "7-1", "rank": "5"}, 0.25)]

@@ -151,6 +151,45 @@ def test_slow_forward_makes_forward_dominate_and_adam_is_counted():
     assert_sums_to_one(s)
 
 
+def test_time_between_forward_and_the_optimizer_step_is_backward_a_part_of_the_rest():
+    """What a rank of a DDP job spends waiting in the gradient all-reduce (a sleep here) lies between
+    its forward and its optimizer step: backward_fraction, a part of other_fraction."""
+    loader = torch.utils.data.DataLoader(SlowData(96, 0.0), batch_size=4)
+    model = Net(forward_sleep_s=0.004)
+    probe.register(model, name="bd-backward", loader=loader)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    backward_s = wall_s = 0.0
+    t_start = None  # the first optimizer step's end: the probe's first step boundary
+    for x, y in loader:
+        out = model(x)
+        t0 = time.perf_counter()
+        torch.nn.functional.cross_entropy(out, y).backward()
+        time.sleep(0.02)  # the all-reduce waiting for a slower rank
+        t1 = time.perf_counter()
+        opt.step()
+        opt.zero_grad()
+        if t_start is not None:
+            backward_s += t1 - t0
+            wall_s = time.perf_counter() - t_start
+        else:
+            t_start = time.perf_counter()
+    s = snapshot()["steps"]
+    assert s["backward_fraction"] is not None and s["backward_fraction"] > 0.5, s
+    assert s["backward_fraction"] <= s["other_fraction"], s
+    assert s["backward_fraction"] == pytest.approx(backward_s / wall_s, abs=0.1), (s, backward_s, wall_s)
+    assert_sums_to_one(s)
+
+
+def test_a_loop_without_an_optimizer_has_no_backward_figure():
+    loader = torch.utils.data.DataLoader(SlowData(32, 0.0), batch_size=4)
+    model = Net()
+    probe.register(model, name="bd-no-optimizer", loader=loader)
+    for x, _ in loader:
+        model(x)
+    s = snapshot()["steps"]
+    assert s["steps"] > 0 and s["backward_fraction"] is None, s
+
+
 def test_nested_registered_forwards_are_timed_once():
     outer = Net(forward_sleep_s=0.005)
     probe.register(outer, name="bd-outer")

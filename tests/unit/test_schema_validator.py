@@ -45,6 +45,7 @@ def _full_payload() -> dict:
         "forward_fraction": 0.3,
         "optimizer_fraction": 0.2,
         "other_fraction": 0.4,
+        "backward_fraction": 0.3,
     }
     p["math"] = {
         "allow_tf32_matmul": True,

@@ -20,6 +20,7 @@ export const SCHEMA = 2
  * @property {MemoryGrowth|null} memory_growth present while GPU memory keeps growing
  * @property {Distributed|null} distributed the distributed run the job is part of, null when it is none
  * @property {Pod|null} pod the Kubernetes pod the job runs in, null outside one
+ * @property {Array<RankWait>|null} rank_waits each rank's wait in the collectives, by rank; null with fewer than two ranks measured
  * @property {Runtime} runtime the torch build
  * @property {Nvml} nvml the driver
  * @property {Array<Gpu>} gpus NVIDIA GPUs, by NVML index
@@ -90,6 +91,19 @@ export const SCHEMA = 2
  * @property {string} uid the pod's UID (from the cgroup)
  * @property {string|null} container the container's name
  * @property {string|null} source what named it: kubelet (Pods API), pod-resources, process (its own environment); null: none could
+ */
+
+/**
+ * One torch.distributed rank of the job and its wait in the collectives, from its step breakdown (the `straggler-rank` warning's evidence). Step time is the same on every rank; what differs is where it goes: the rank the others wait for waits least.
+ * @typedef {Object} RankWait
+ * @property {number} rank torch.distributed rank
+ * @property {number} pid its process
+ * @property {number} steps steps in its breakdown's window
+ * @property {number} collective_wait_fraction its `backward_fraction` beyond the least of any rank's: its wait for the slowest rank
+ * @property {number|null} data_wait_fraction as in its step breakdown
+ * @property {number|null} forward_fraction as in its step breakdown
+ * @property {number|null} optimizer_fraction as in its step breakdown
+ * @property {number|null} gpu_index NVML index of its model's GPU
  */
 
 /**
@@ -254,6 +268,7 @@ export const SCHEMA = 2
  * @property {number|null} forward_fraction in the registered models' forward
  * @property {number|null} optimizer_fraction in optimizer.step()
  * @property {number|null} other_fraction the rest (backward, logging, host code)
+ * @property {number|null} backward_fraction the part of `other_fraction` between optimizer steps less forward and data wait: backward, the loss, and the collectives run there (DDP's all-reduce)
  */
 
 /**

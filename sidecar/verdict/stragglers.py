@@ -1,0 +1,219 @@
+"""The rank the others wait for (`straggler-rank`), from each rank's step breakdown.
+
+Step time cannot find a slow rank: the collectives make every rank's step as long as the slowest
+one's. What differs is where each rank spends it. A rank that reaches the collective late waits
+least in it, and the others wait for it there. The probe's `backward_fraction` is the time between
+optimizer steps less forward and data wait: the backward pass, the loss, and the collectives
+(DDP's gradient all-reduce runs in the backward). The ranks' own backward compute is about the same
+(one model, one batch size), so what a rank spends there beyond the rank that spends least is its
+collective wait, and the rank that spends least is the straggler. Its cause is the phase in which
+it spends more than the others (data wait, forward, optimizer), or its GPU when that one alone is
+throttled.
+
+The finding is made only from a window of at least `straggler_min_steps` steps on every rank, and
+only once the same rank has been the straggler at consecutive polls at least
+`straggler_confirm_s` apart (`RecentSample.straggler`, which collect.history_sample fills with
+`straggler_candidate` at each poll).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from statistics import median
+
+from sidecar.common.catalogue import Ref, ref
+from sidecar.common.memo import for_the_same_objects
+from sidecar.verdict.efficiency import THROTTLE_REASONS
+from sidecar.verdict.facts import (
+    Facts,
+    Finding,
+    GpuFacts,
+    ProcessFacts,
+    RecentSample,
+    Rules,
+    model_nvml_index,
+)
+
+__all__ = ["STRAGGLER_RULES", "RankWait", "Straggler", "rank_waits", "straggler_candidate"]
+
+# The phases compared to name the cause: (cause, the StepBreakdown field).
+_PHASES = (("data-wait", "data_wait_fraction"), ("forward", "forward_fraction"), ("optimizer", "optimizer_fraction"))
+# Each cause's hint, written out so the catalogue's test finds every id the verdict names.
+_HINTS = {
+    "data-wait": "hint.straggler-rank.data-wait",
+    "forward": "hint.straggler-rank.forward",
+    "optimizer": "hint.straggler-rank.optimizer",
+    "throttled-gpu": "hint.straggler-rank.throttled-gpu",
+    "other": "hint.straggler-rank.other",
+}
+# A phase is the cause when the straggler spends this share of the others' wait more in it than
+# they do (a 200 ms sleep in forward: about all of it).
+_CAUSE_SHARE = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class RankWait:
+    """One rank's share of its steps in each phase, and its wait in the collectives (0-1)."""
+
+    rank: int
+    pid: int
+    steps: int
+    collective_wait_fraction: float
+    backward_fraction: float
+    data_wait_fraction: float | None
+    forward_fraction: float | None
+    optimizer_fraction: float | None
+    gpu_index: int | None  # NVML index of its model's GPU
+
+
+@dataclass(frozen=True, slots=True)
+class Straggler:
+    rank: int
+    pid: int
+    wait_fraction: float  # the others' mean collective wait: what the straggler costs each step
+    cause: str  # data-wait | forward | optimizer | throttled-gpu | other
+    steps: int  # the fewest steps a rank's window holds
+    gpu_index: int | None
+
+
+def _gpu_of(p: ProcessFacts, gpus: tuple[GpuFacts, ...]) -> int | None:
+    for m in p.models:
+        index = model_nvml_index(p, m, gpus)
+        if index is not None:
+            return index
+    used = [g.index for g in p.gpu if g.in_use]
+    return used[0] if len(used) == 1 else None
+
+
+def rank_waits(f: Facts) -> tuple[RankWait, ...]:
+    """Each live rank with a measured backward (one process a rank, the first), by rank; () with
+    fewer than two such ranks, where no rank can wait for another."""
+    return _rank_waits(f.processes, f.gpus)
+
+
+@for_the_same_objects  # asked by the history's sample, the rule and the document of one poll
+def _rank_waits(processes: tuple[ProcessFacts, ...], gpus: tuple[GpuFacts, ...]) -> tuple[RankWait, ...]:
+    seen: dict[int, ProcessFacts] = {}
+    for p in processes:
+        s = p.steps
+        if p.role != "rank" or p.rank is None or p.exited or s is None or s.backward_fraction is None:
+            continue
+        seen.setdefault(p.rank, p)
+    if len(seen) < 2:
+        return ()
+    least = min(p.steps.backward_fraction for p in seen.values())
+    return tuple(
+        RankWait(
+            rank,
+            p.pid,
+            p.steps.steps,
+            max(0.0, p.steps.backward_fraction - least),
+            p.steps.backward_fraction,
+            p.steps.data_wait_fraction,
+            p.steps.forward_fraction,
+            p.steps.optimizer_fraction,
+            _gpu_of(p, gpus),
+        )
+        for rank, p in sorted(seen.items())
+    )
+
+
+def _throttle(g: GpuFacts | None) -> str | None:
+    """The reason the hardware brakes this GPU, most telling first; None when it does not."""
+    active = set((g.clock_event_reasons or ()) if g is not None else ())
+    return next((r for r in THROTTLE_REASONS if r in active), None)
+
+
+def _cause(gpus: dict[int, GpuFacts], slow: RankWait, others: Sequence[RankWait], wait: float) -> str:
+    """What the straggler spends more time on than the others: the phase with the largest excess,
+    its GPU when that alone among the ranks' is throttled (a throttled GPU slows forward and
+    optimizer, not the data wait), else other."""
+    excess = {}
+    for cause, name in _PHASES:
+        mine = getattr(slow, name)
+        theirs = [v for o in others if (v := getattr(o, name)) is not None]
+        if mine is not None:
+            excess[cause] = mine - (median(theirs) if theirs else 0.0)
+    best = max(excess, key=excess.__getitem__, default=None)
+    named = best if best is not None and excess[best] >= _CAUSE_SHARE * wait else "other"
+    if named != "data-wait" and _throttle(gpus.get(slow.gpu_index)) is not None:
+        if not any(_throttle(gpus.get(o.gpu_index)) for o in others if o.gpu_index != slow.gpu_index):
+            return "throttled-gpu"
+    return named
+
+
+def straggler_candidate(f: Facts) -> Straggler | None:
+    """The rank every other rank waits for at this poll, and why; None on a balanced job, before
+    each rank's window holds enough steps, or where two ranks or more wait about as little."""
+    return _candidate(f.processes, f.gpus, f.rules)
+
+
+@for_the_same_objects  # as _rank_waits: one poll's facts, asked twice
+def _candidate(processes: tuple[ProcessFacts, ...], gpus: tuple[GpuFacts, ...], rules: Rules) -> Straggler | None:
+    waits = _rank_waits(processes, gpus)
+    if not waits:
+        return None
+    fewest = min(w.steps for w in waits)
+    if fewest < rules.straggler_min_steps:
+        return None
+    ordered = sorted(waits, key=lambda w: w.collective_wait_fraction)
+    slow, others = ordered[0], ordered[1:]
+    if others[0].collective_wait_fraction < rules.straggler_wait_fraction:
+        return None  # some other rank waits about as little: no one rank holds the rest back
+    wait = sum(o.collective_wait_fraction for o in others) / len(others)
+    by_index = {g.index: g for g in reversed(gpus)}  # the first of a repeated index, as Facts does
+    return Straggler(slow.rank, slow.pid, wait, _cause(by_index, slow, others, wait), fewest, slow.gpu_index)
+
+
+def confirmed(recent: Sequence[RecentSample], rank: int, confirm_s: float) -> bool:
+    """The newest polls, back to one at least `confirm_s` older than the newest, all named `rank`."""
+    newest = None
+    for s in reversed(recent):
+        if s.straggler is None or s.straggler[0] != rank:
+            return False
+        if newest is None:
+            newest = s.time
+        elif newest - s.time >= confirm_s:
+            return True
+    return False
+
+
+def _cause_ref(f: Facts, s: Straggler) -> Ref:
+    if s.cause != "throttled-gpu":
+        return ref(f"straggler-cause.{s.cause}")
+    g = f.gpus_by_index.get(s.gpu_index)
+    clock = "?" if g is None or g.sm_clock_mhz is None else f"{g.sm_clock_mhz} MHz"
+    return ref("straggler-cause.throttled-gpu", gpu=s.gpu_index, reason=ref(f"clock-reason.{_throttle(g)}"), clock=clock)
+
+
+def _where(f: Facts, s: Straggler) -> str:
+    """", node N, GPU G" as far as known: display-ready, the same in every language."""
+    proc = next((p for p in f.processes if p.pid == s.pid), None)
+    # The node a rank runs on, once the facts carry each process's hostname (its probe reports it).
+    node = getattr(proc, "hostname", None)
+    parts = ([f"node {node}"] if node else []) + ([f"GPU {s.gpu_index}"] if s.gpu_index is not None else [])
+    return "".join(f", {part}" for part in parts)
+
+
+def rule_straggler_rank(f: Facts) -> Iterable[Finding]:
+    if not f.target_alive:
+        return
+    s = straggler_candidate(f)
+    if s is None or not confirmed(f.recent, s.rank, f.rules.straggler_confirm_s):
+        return
+    message = ref(
+        "warning.straggler-rank",
+        rank=s.rank,
+        pid=s.pid,
+        where=_where(f, s),
+        wait=f"{s.wait_fraction:.0%}",
+        cause=_cause_ref(f, s),
+        steps=s.steps,
+    )
+    hint = ref(_HINTS[s.cause], rank=s.rank, pid=s.pid)
+    others = sorted(w.pid for w in rank_waits(f) if w.pid != s.pid)
+    yield Finding("straggler-rank", "warning", message, hint, (s.pid, *others))
+
+
+STRAGGLER_RULES = (rule_straggler_rank,)

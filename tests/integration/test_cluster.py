@@ -1,0 +1,196 @@
+"""One job across two nodes, as `dsh-sidecar cluster` shows it: a torchrun `--nnodes 2` job on gloo
+(one agent per "node", rendezvous on loopback), one sidecar per node (`--pid` its agent), a real
+Prometheus scraping both through the shipped deploy/prometheus.yml with each target's `node` label,
+and the real command reading Prometheus's HTTP API. Then node-b's sidecar stops: `node-missing`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.fakenvml import gpu
+from tests.helpers.gloo_job import DDP_JOB
+from tests.helpers.harness import REPO, Sidecar, python_env, wait_for
+from tests.helpers.prometheus import PROMETHEUS, Prometheus, free_port, shipped_config
+
+pytestmark = [
+    pytest.mark.prometheus,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        PROMETHEUS is None,
+        reason="the prometheus binary is not installed (Debian: apt-get install prometheus; scripts/test.sh does it)",
+    ),
+]
+
+TOKEN = "cluster-test-token-0123456789"
+NODES = ("node-a", "node-b")
+
+
+def cluster(prom: Prometheus, *args: str) -> tuple[int, str]:
+    r = subprocess.run(
+        [sys.executable, "-m", "sidecar.cli", "cluster", "--prometheus", prom.url, *args],
+        env=python_env(),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode in (0, 1), (r.returncode, r.stdout, r.stderr)
+    return r.returncode, r.stdout
+
+
+def agent(node_rank: int, master_port: int, script, stop, log) -> subprocess.Popen:
+    """torchrun's agent of one node: one rank each, static rendezvous on loopback."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            "2",
+            "--nproc-per-node",
+            "1",
+            "--node-rank",
+            str(node_rank),
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            str(master_port),
+            str(script),
+            str(script.with_name("store")),
+            str(stop),
+        ],
+        env=python_env(),
+        cwd=script.parent,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_a_two_node_job_in_the_cluster_view_and_a_node_that_goes_missing(tmp_path, fake_nvml):
+    fake_nvml.write({"gpus": [gpu(0, util_gpu=37, memory_used_mib=5000)]})
+    script, stop = tmp_path / "ddp.py", tmp_path / "stop"
+    script.write_text(DDP_JOB)
+    master_port = free_port()
+    logs = [open(tmp_path / f"agent{n}.log", "wb") for n in range(2)]
+    agents = [agent(n, master_port, script, stop, logs[n]) for n in range(2)]
+    sidecars: list[Sidecar] = []
+    prom = None
+    try:
+        for a in agents:
+            args = ["--pid", str(a.pid), "--port", "0", "--interval", "0.5", "--token", TOKEN]
+            sidecars.append(Sidecar(args, env=fake_nvml.env(), token=TOKEN))
+        keys = [
+            sc.wait_status(lambda d: (d.get("distributed") or {}).get("job_key"), 60, "the rank's job key")[
+                "distributed"
+            ]["job_key"]
+            for sc in sidecars
+        ]
+        assert keys[0] == keys[1], f"both nodes' ranks agree on the job key: {keys}"
+        ports = [int(sc.url.rsplit(":", 1)[1]) for sc in sidecars]
+        prom = Prometheus(shipped_config(tmp_path, list(zip(ports, NODES)), TOKEN), tmp_path)
+
+        def whole_job():
+            rc, out = cluster(prom, "--json", "--job", keys[0])
+            doc = json.loads(out)
+            jobs = doc["jobs"]
+            ok = (
+                rc == 0
+                and len(jobs) == 1
+                and [r["rank"] for r in jobs[0]["ranks"]] == [0, 1]
+                and all(r["forward_rate_per_s"] for r in jobs[0]["ranks"])
+            )
+            return doc if ok else None
+
+        doc = wait_for(whole_job, 60, 1.0, "the cluster view to show both ranks with their rates")
+        (job,) = doc["jobs"]
+        assert job["job_key"] == keys[0] and job["world_size"] == 2 and job["nodes"] == list(NODES)
+        assert [(r["rank"], r["node"], r["local_rank"]) for r in job["ranks"]] == [
+            (0, "node-a", 0),
+            (1, "node-b", 0),
+        ]
+        assert all(r["forward_fraction"] is not None for r in job["ranks"])
+        assert job["status"] == "CPU" and job["warnings"] == []
+        assert [(n["node"], n["reporting"]) for n in doc["nodes"]] == [("node-a", True), ("node-b", True)]
+        assert [(g["index"], g["util_pct"]) for n in doc["nodes"] for g in n["gpus"]] == [
+            (0, 37.0),
+            (0, 37.0),
+        ]
+        rc, text = cluster(prom, "--job", keys[0])
+        assert rc == 0 and f"job {keys[0]}: CPU, 2 of 2 ranks on 2 node(s): node-a, node-b" in text, text
+        print(text)  # docs/deploy.md shows this view
+
+        # node-b's sidecar stops: Prometheus's scrape of it fails, and the view says so.
+        sidecars.pop().stop()
+        stopped_at = time.monotonic()
+
+        def missing():
+            rc, out = cluster(prom, "--json")
+            d = json.loads(out)
+            b = [n for n in d["nodes"] if n["node"] == "node-b"]
+            return (rc, d) if b and not b[0]["reporting"] else None
+
+        rc, doc = wait_for(missing, 30, 0.5, "node-b to be missing")
+        assert time.monotonic() - stopped_at < 30
+        assert rc == 1
+        assert [(n["node"], n["reporting"], n["why"]) for n in doc["nodes"]] == [
+            ("node-a", True, None),
+            ("node-b", False, "down"),
+        ]
+        assert [w["code"] for w in doc["warnings"]] == ["node-missing"]
+        (job,) = [j for j in doc["jobs"] if j["job_key"] == keys[0]]
+        assert [w["code"] for w in job["warnings"]] == ["node-missing"] and "node-b" in job["warnings"][0][
+            "message"
+        ]
+        rc, text = cluster(prom)
+        assert rc == 1 and "node-b  MISSING (down)" in text, text
+    finally:
+        stop.touch()
+        for sc in sidecars:
+            sc.stop()
+        if prom is not None:
+            prom.stop()
+        for a in agents:
+            try:
+                a.wait(60)
+            except subprocess.TimeoutExpired:
+                a.kill()
+                a.wait()
+        for log in logs:
+            log.close()
+
+
+def test_cluster_without_prometheus_says_so_and_exits_5():
+    port = free_port()  # nothing listens there
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sidecar.cli",
+            "cluster",
+            "--prometheus",
+            f"http://127.0.0.1:{port}",
+            "--timeout",
+            "2",
+        ],
+        env=python_env(),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 5 and "no answer from Prometheus" in r.stderr and "Traceback" not in r.stderr
+    r = subprocess.run(
+        [sys.executable, "-m", "sidecar.cli", "cluster"],
+        env={k: v for k, v in python_env().items() if k != "DSH_PROMETHEUS_URL"},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2 and "--prometheus" in r.stderr
