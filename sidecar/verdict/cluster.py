@@ -15,7 +15,6 @@ from sidecar.common.catalogue import ref
 from sidecar.verdict.facts import Finding
 from sidecar.verdict.rules import finding
 
-
 # Why a node is silent -> what the user reads (each id written out: the catalogue test scans for them).
 SILENCE_MESSAGES = {
     "down": "warning.node-missing.down",
