@@ -13,6 +13,14 @@ import pytest
 os.environ["DSH_CONTRACT_CHECK"] = "1"
 
 from tests.fakenvml.fixtures import *  # noqa: F401,F403  (pytest fixtures)
+from tests.helpers import hypothesis_profiles
+
+# Before any test module is imported: their @settings inherit from the profile loaded here.
+HYPOTHESIS_PROFILE = hypothesis_profiles.load()
+
+
+def pytest_report_header(config):
+    return f"hypothesis profile: {HYPOTHESIS_PROFILE} (HYPOTHESIS_PROFILE=thorough for the full counts)"
 
 
 @pytest.fixture
