@@ -32,6 +32,7 @@ MACHINE_WIDE_FILES = frozenset(
         "tests/integration/test_mcp.py",
         "tests/integration/test_metrics_idle_node.py",
         "tests/integration/test_peer_access.py",
+        "tests/integration/test_probe_start_sweep.py",
         "tests/integration/test_programs.py",
         "tests/stress/test_churn_rss.py",
         "tests/stress/test_container_segments.py",
@@ -49,8 +50,14 @@ MACHINE_WIDE_FILES = frozenset(
 def pytest_collection_modifyitems(config, items):
     root = config.rootpath
     for item in items:
-        if item.path.relative_to(root).as_posix() in MACHINE_WIDE_FILES:
+        path = item.path.relative_to(root).as_posix()
+        if path in MACHINE_WIDE_FILES:
             item.add_marker(pytest.mark.machine_wide)
+        # scripts/test.sh distributes with --dist loadgroup: a file's tests stay on one worker, in
+        # file order, with its module fixtures (as --dist loadfile would), unless they name a
+        # finer group (test_programs.py: one per program, its slowest file split).
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(path))
 
 
 def pytest_report_header(config):
