@@ -6,7 +6,7 @@
 # Needs root or sudo for apt-get the first time (chromium, prometheus, gcc, npm).
 #
 # Two phases: the tests not marked `alone` on pytest-xdist workers (one per core, at least 2), a
-# test file on one worker (tests/conftest.py groups them by file; test_programs.py by program); then
+# test file on one worker (--dist loadfile: module fixtures and file order hold); then
 # the `alone` ones (timing, cadence and load bounds that need the machine to themselves) one at a
 # time. As root each worker runs in its own PID namespace, /dev/shm and loopback
 # (scripts/isolated_worker.sh); without that, the `machine_wide` tests (they see every segment in
@@ -75,7 +75,7 @@ else
 fi
 started=$(date +%s)
 set +e
-.venv/bin/python -m pytest --durations=30 "${parallel[@]}" --dist loadgroup -m "$parallel_mark" "$@"
+.venv/bin/python -m pytest --durations=30 "${parallel[@]}" --dist loadfile -m "$parallel_mark" "$@"
 rc1=$?
 parallel_s=$(( $(date +%s) - started ))
 .venv/bin/python -m pytest --durations=30 -m "$serial_mark" "$@"

@@ -53,9 +53,9 @@ def pytest_collection_modifyitems(config, items):
         path = item.path.relative_to(root).as_posix()
         if path in MACHINE_WIDE_FILES:
             item.add_marker(pytest.mark.machine_wide)
-        # scripts/test.sh distributes with --dist loadgroup: a file's tests stay on one worker, in
-        # file order, with its module fixtures (as --dist loadfile would), unless they name a
-        # finer group (test_programs.py: one per program, its slowest file split).
+        # For --dist loadgroup: a file's tests on one worker, in file order, with its module
+        # fixtures (as --dist loadfile), unless they name a finer group (test_programs.py: one per
+        # program). scripts/test.sh still uses loadfile: a loadgroup check split a file.
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(path))
 

@@ -56,7 +56,9 @@ class Program:
 PROGRAMS = {
     "imagenet": Program(
         # The probe names a wrapped model by the module inside (its class: DistributedDataParallel(Sequential)).
-        "imagenet_ddp.py", "checkpoint.pth.tar", "Sequential", roles=("rank", "rank")
+        # One epoch (the example's loop, its checkpoint and scheduler step all run once): each epoch
+        # starts DataLoader workers in both ranks, and a second proved nothing a first does not.
+        "imagenet_ddp.py", "checkpoint.pth.tar", "Sequential", roles=("rank", "rank"), args=("--epochs", "1")
     ),
     "word_language_model": Program("word_language_model.py", "model.pt", "RNNModel"),
     "mnist_hogwild": Program("mnist_hogwild.py", "MNIST_hogwild.pt", "Net", roles=("child", "child", "main")),
