@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # Install everything the tests need (Debian, Python and npm packages) and run the whole suite.
 #   ./scripts/test.sh                 # everything
-#   ./scripts/test.sh tests/unit -x   # arguments go to pytest
+#   ./scripts/test.sh tests/unit -x   # arguments go to pytest (to both phases)
+#   HYPOTHESIS_PROFILE=thorough ./scripts/test.sh   # every property test at its full example count
 # Needs root or sudo for apt-get the first time (chromium, prometheus, gcc, npm).
-set -euo pipefail
-cd "$(dirname "$0")/.."
+#
+# Two phases: the tests not marked `alone` on pytest-xdist workers (one per core, at least 2), a
+# test file on one worker (--dist loadfile: module fixtures and file order hold); then
+# the `alone` ones (timing, cadence and load bounds that need the machine to themselves) one at a
+# time. As root each worker runs in its own PID namespace, /dev/shm and loopback
+# (scripts/isolated_worker.sh); without that, the `machine_wide` tests (they see every segment in
+# /dev/shm or every pid) run in the serial phase too.
 
 log() { printf 'test.sh: %s\n' "$*" >&2; }
 SUDO=""
@@ -17,6 +23,7 @@ command -v prometheus >/dev/null 2>&1 || [ -x /usr/bin/prometheus ] || apt_want+
 command -v gcc >/dev/null 2>&1 || apt_want+=(gcc libc6-dev)
 command -v npm >/dev/null 2>&1 || apt_want+=(npm)
 command -v flock >/dev/null 2>&1 || apt_want+=(util-linux)
+command -v ip >/dev/null 2>&1 || apt_want+=(iproute2)  # scripts/isolated_worker.sh: the worker's loopback
 if [ ${#apt_want[@]} -gt 0 ]; then
   log "installing Debian packages: ${apt_want[*]}"
   $SUDO apt-get update -q >/dev/null
@@ -52,12 +59,37 @@ log "ruff"
 .venv/bin/ruff check probe probe_wire sidecar tests scripts benchmarks
 log "pytest"
 export DSH_REQUIRE_ALL=1
+workers=$(nproc)
+[ "$workers" -ge 2 ] || workers=2
+[ "$workers" -le 8 ] || workers=8
+if [ "$(id -u)" -eq 0 ] && unshare --fork --pid --mount-proc --mount --net true >/dev/null 2>&1; then
+  export DSH_WORKER_PYTHON="$PWD/.venv/bin/python"
+  parallel=(--tx "${workers}*popen//python=$PWD/scripts/isolated_worker.sh")
+  parallel_mark="not alone"
+  serial_mark="alone"
+else
+  log "no PID, mount and network namespaces here: the machine_wide tests run in the serial phase"
+  parallel=(-n "$workers")
+  parallel_mark="not alone and not machine_wide"
+  serial_mark="alone or machine_wide"
+fi
+started=$(date +%s)
 set +e
-.venv/bin/python -m pytest "$@"
-rc=$?
+.venv/bin/python -m pytest --durations=30 "${parallel[@]}" --dist loadfile -m "$parallel_mark" "$@"
+rc1=$?
+parallel_s=$(( $(date +%s) - started ))
+.venv/bin/python -m pytest --durations=30 -m "$serial_mark" "$@"
+rc2=$?
 set -e
-if [ $rc -eq 5 ]; then
+total_s=$(( $(date +%s) - started ))
+log "parallel phase ($workers workers): exit $rc1 in ${parallel_s} s; serial phase: exit $rc2 in $(( total_s - parallel_s )) s"
+log "suite took ${total_s} s"
+# pytest's 5 is "collected nothing": one phase may have nothing to run (`./scripts/test.sh tests/unit`),
+# not both.
+if [ $rc1 -eq 5 ] && [ $rc2 -eq 5 ]; then
   log "pytest collected no tests"
   exit 1
 fi
-exit $rc
+[ $rc1 -eq 0 ] || [ $rc1 -eq 5 ] || exit $rc1
+[ $rc2 -eq 0 ] || [ $rc2 -eq 5 ] || exit $rc2
+exit 0

@@ -13,6 +13,55 @@ import pytest
 os.environ["DSH_CONTRACT_CHECK"] = "1"
 
 from tests.fakenvml.fixtures import *  # noqa: F401,F403  (pytest fixtures)
+from tests.helpers import hypothesis_profiles
+
+# Before any test module is imported: their @settings inherit from the profile loaded here.
+HYPOTHESIS_PROFILE = hypothesis_profiles.load()
+
+
+# Test files whose sidecars discover jobs machine-wide (no --pid), or that plant, list, fill or sweep
+# segments across all of /dev/shm: two of them at once in one namespace see each other's jobs and
+# segments. scripts/test.sh runs them on isolated workers (scripts/isolated_worker.sh), or in its
+# serial phase where namespaces are not available.
+MACHINE_WIDE_FILES = frozenset(
+    {
+        "tests/browser/test_dsh_autostart.py",
+        "tests/browser/test_jobs_page.py",
+        "tests/integration/test_discovery.py",
+        "tests/integration/test_jobs_snapshot.py",
+        "tests/integration/test_mcp.py",
+        "tests/integration/test_metrics_idle_node.py",
+        "tests/integration/test_peer_access.py",
+        "tests/integration/test_probe_start_sweep.py",
+        "tests/integration/test_programs.py",
+        "tests/stress/test_churn_rss.py",
+        "tests/stress/test_container_segments.py",
+        "tests/stress/test_discovery_floods.py",
+        "tests/stress/test_metrics_cardinality.py",
+        "tests/stress/test_shm_full.py",
+        "tests/stress/test_squatting.py",
+        "tests/unit/test_jobs_listing.py",
+        "tests/unit/test_jobs_planted_segments.py",
+    }
+)
+
+
+@pytest.hookimpl(tryfirst=True)  # before the -m selection reads the markers
+def pytest_collection_modifyitems(config, items):
+    root = config.rootpath
+    for item in items:
+        path = item.path.relative_to(root).as_posix()
+        if path in MACHINE_WIDE_FILES:
+            item.add_marker(pytest.mark.machine_wide)
+        # For --dist loadgroup: a file's tests on one worker, in file order, with its module
+        # fixtures (as --dist loadfile), unless they name a finer group (test_programs.py: one per
+        # program). scripts/test.sh still uses loadfile: a loadgroup check split a file.
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(path))
+
+
+def pytest_report_header(config):
+    return f"hypothesis profile: {HYPOTHESIS_PROFILE} (HYPOTHESIS_PROFILE=thorough for the full counts)"
 
 
 @pytest.fixture

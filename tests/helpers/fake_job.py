@@ -7,8 +7,8 @@ the simulated driver reports the same pid on a GPU.
     python -m tests.helpers.fake_job DIR NAME
 
 reads DIR/NAME.json (re-read whenever it changes): {"payload": {...}, "children": [names],
-"forward_rate_hz": 20, "probe": true}; writes its pid to DIR/NAME.pid; starts each child the same
-way; publishes every 0.2 s with forward_calls advancing at forward_rate_hz. It exits on SIGTERM or
+"forward_rate_hz": 20, "probe": true}; starts each child the same way, publishes its first segment,
+then writes its pid to DIR/NAME.pid (so a test that has the pid file has the segment too); publishes every 0.2 s with forward_calls advancing at forward_rate_hz. It exits on SIGTERM or
 when DIR/NAME.json disappears.
 """
 
@@ -49,15 +49,20 @@ def _merge(base: dict, over: dict) -> dict:
     return out
 
 
+def _write_pid_file(directory: str, name: str) -> None:
+    # Written whole (rename) so a reader never sees a partial pid.
+    with open(os.path.join(directory, f"{name}.pid.tmp"), "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(os.path.join(directory, f"{name}.pid.tmp"), os.path.join(directory, f"{name}.pid"))
+
+
 def main() -> int:
     directory, name = sys.argv[1], sys.argv[2]
     spec_path = os.path.join(directory, f"{name}.json")
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     kids: list[subprocess.Popen] = []
-    with open(os.path.join(directory, f"{name}.pid.tmp"), "w") as f:
-        f.write(str(os.getpid()))
-    os.replace(os.path.join(directory, f"{name}.pid.tmp"), os.path.join(directory, f"{name}.pid"))
+    announced = False
     writer = None
     spec_mtime = None
     spec: dict = {}
@@ -98,6 +103,9 @@ def main() -> int:
                 payload["models"][i] = full
             payload["published_at"] = time.time()
             writer.publish(payload)
+        if not announced:
+            announced = True
+            _write_pid_file(directory, name)
         time.sleep(0.2)
     for k in kids:
         k.terminate()

@@ -6,7 +6,6 @@ import json
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -134,8 +133,7 @@ def test_once_json_matches_the_status_schema(tmp_path, fake_nvml):
             ],
         }
     }
-    with FakeJob(tmp_path / "job", {"main": spec}) as job:
-        time.sleep(0.5)
+    with FakeJob(tmp_path / "job", {"main": spec}) as job:  # its segment is there once its pid is
         r = cli("--pid", str(job.pid), "--once", "--json", env=fake_nvml.env())
         assert r.returncode == 0, r.stderr
         doc = json.loads(r.stdout)

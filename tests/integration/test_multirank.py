@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import psutil
 import pytest
@@ -295,7 +294,7 @@ def test_one_visible_gpu_per_rank_is_not_a_mismatch(tmp_path, fake_nvml):
                 lambda d: sum(1 for p in d["processes"] if p["role"] == "rank" and p["gpu"]) == 2,
                 what="both ranks on their GPUs",
             )
-            time.sleep(1.0)  # a few more polls
-            doc = sc.status()
+            # Three more polls (0.3 s each): a warning that needs a few polls to show would be there.
+            doc = sc.wait_status(lambda d, t0=doc["time_unix_s"]: d["time_unix_s"] >= t0 + 0.9, what="three more polls")
             assert "rank-shared-gpu" not in codes(doc)
             assert "rank-device-mismatch" not in codes(doc)

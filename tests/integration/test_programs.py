@@ -56,7 +56,9 @@ class Program:
 PROGRAMS = {
     "imagenet": Program(
         # The probe names a wrapped model by the module inside (its class: DistributedDataParallel(Sequential)).
-        "imagenet_ddp.py", "checkpoint.pth.tar", "Sequential", roles=("rank", "rank")
+        # One epoch (the example's loop, its checkpoint and scheduler step all run once): each epoch
+        # starts DataLoader workers in both ranks, and a second proved nothing a first does not.
+        "imagenet_ddp.py", "checkpoint.pth.tar", "Sequential", roles=("rank", "rank"), args=("--epochs", "1")
     ),
     "word_language_model": Program("word_language_model.py", "model.pt", "RNNModel"),
     "mnist_hogwild": Program("mnist_hogwild.py", "MNIST_hogwild.pt", "Net", roles=("child", "child", "main")),
@@ -78,6 +80,12 @@ PROGRAMS = {
     "accelerate": Program("accelerate_loop.py", "model.pt", "Sequential"),
     "dataloader_spawn": Program("dataloader_spawn.py", "model.pt", "Sequential"),
 }
+
+
+def on_its_worker(name: str) -> pytest.MarkDecorator:
+    """The tests of one program share its two runs (the `runs` fixture): under scripts/test.sh they go
+    to one xdist worker together (--dist loadgroup), and the programs spread over the workers."""
+    return pytest.mark.xdist_group(f"program-{name}")
 
 
 @dataclass
@@ -200,7 +208,7 @@ def runs(machine, tmp_path_factory):
 
 
 # -- the probe changes nothing -----------------------------------------------------------------------
-@pytest.mark.parametrize("name", list(PROGRAMS))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=on_its_worker(n)) for n in PROGRAMS])
 def test_same_losses_and_checkpoint_with_and_without_the_probe(runs, name):
     run = runs(name)
     assert len(run.plain.losses) >= 8, run.plain.losses
@@ -228,7 +236,7 @@ def assert_cpu_verdict(doc: dict) -> None:
 LAST_FACTS = list(PROGRAMS)
 
 
-@pytest.mark.parametrize("name", LAST_FACTS)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=on_its_worker(n)) for n in LAST_FACTS])
 def test_final_state_has_every_process_with_its_last_facts_and_the_verdict(runs, name):
     """Each process that printed a forward count is in the final state with its role and its model:
     on the CPU, fed CPU inputs, with exactly the forwards the process made; the verdict is CPU."""
@@ -251,6 +259,7 @@ def assert_counted(process: dict, name: str, printed: int) -> dict:
     return model
 
 
+@on_its_worker("imagenet")
 def test_imagenet_mp_spawn_final_state_keeps_the_ranks(runs):
     run = runs("imagenet")
     ranks = sorted(run.role("rank"), key=lambda p: p["rank"])
@@ -261,6 +270,7 @@ def test_imagenet_mp_spawn_final_state_keeps_the_ranks(runs):
     assert_cpu_verdict(run.doc)
 
 
+@on_its_worker("mnist_hogwild")
 def test_mnist_hogwild_final_state_keeps_the_children(runs):
     run = runs("mnist_hogwild")
     main = run.process(run.doc["target"]["pid"])
@@ -274,6 +284,7 @@ def test_mnist_hogwild_final_state_keeps_the_children(runs):
     assert_cpu_verdict(run.doc)
 
 
+@on_its_worker("hf_trainer")
 def test_hf_trainer_final_state_counts_steps(runs):
     run = runs("hf_trainer")
     (pid,) = run.probed.forwards
@@ -296,6 +307,7 @@ def assert_lightning_breakdown(run: ProgramRun, pid: int) -> None:
     assert s is not None and s["optimizer_fraction"] < s["forward_fraction"] + s["other_fraction"], s
 
 
+@on_its_worker("lightning_callback")
 def test_lightning_with_the_callback_final_state(runs):
     run = runs("lightning_callback")
     (pid,) = run.probed.forwards
@@ -305,6 +317,7 @@ def test_lightning_with_the_callback_final_state(runs):
     assert_cpu_verdict(run.doc)
 
 
+@on_its_worker("lightning_register")
 def test_lightning_with_plain_register_final_state(runs):
     run = runs("lightning_register")
     (pid,) = run.probed.forwards
@@ -314,6 +327,7 @@ def test_lightning_with_plain_register_final_state(runs):
     assert_cpu_verdict(run.doc)
 
 
+@on_its_worker("torchrun")
 def test_torchrun_found_by_discovery_final_state_keeps_the_ranks(runs):
     run = runs("torchrun")
     launcher = run.process(run.doc["target"]["pid"])
@@ -325,6 +339,7 @@ def test_torchrun_found_by_discovery_final_state_keeps_the_ranks(runs):
     assert_cpu_verdict(run.doc)
 
 
+@on_its_worker("nanogpt_compile")
 def test_nanogpt_registered_then_compiled_is_counted_or_warned(runs):
     run = runs("nanogpt_compile")
     (pid,) = run.probed.forwards
@@ -332,6 +347,7 @@ def test_nanogpt_registered_then_compiled_is_counted_or_warned(runs):
     assert model["forward_calls"] > 0 or "registered-before-compile" in codes(run.doc), model
 
 
+@on_its_worker("accelerate")
 def test_accelerate_final_state_times_the_prepared_loader(runs):
     run = runs("accelerate")
     (pid,) = run.probed.forwards
@@ -341,6 +357,7 @@ def test_accelerate_final_state_times_the_prepared_loader(runs):
     assert_cpu_verdict(run.doc)
 
 
+@on_its_worker("dataloader_spawn")
 def test_spawned_persistent_pinned_loader_final_state(runs):
     run = runs("dataloader_spawn")
     (pid,) = run.probed.forwards

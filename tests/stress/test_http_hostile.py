@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from tests.fakenvml import FakeNvml, gpu
 from tests.helpers.harness import API, REPO, FakeJob, Sidecar, cuda_runtime
+from tests.helpers.hypothesis_profiles import examples
 
 STATIC = REPO / "sidecar" / "static"
 STATIC_FILES = {p.read_bytes() for p in STATIC.rglob("*") if p.is_file()}
@@ -227,7 +228,7 @@ def test_malformed_query_strings(server, query):
 QUERY_CHARS = st.sampled_from(list("abcdefxyz0123456789.-+eEinfINFaN_%&=;[]$!*'(),/?:@~"))
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(query=st.lists(QUERY_CHARS, max_size=80).map("".join), route=st.sampled_from(["history", "status"]))
 def test_fuzzed_query_strings_never_500(server, query, route):
     conn = http.client.HTTPConnection("127.0.0.1", port_of(server), timeout=10)

@@ -40,6 +40,7 @@ from sidecar.verdict import (
 from tests.helpers.collect_inputs import DEVICES, Dict, Int, Str
 from tests.helpers.collect_inputs import proc_info as _proc
 from tests.helpers.exact import canon, outcome
+from tests.helpers.hypothesis_profiles import examples
 
 
 def test_canon_tells_apart_what_equality_does_not():
@@ -250,7 +251,7 @@ def expected_process(proc: ProcInfo, read: ProbeRead | None, gpu, target_pid: in
     )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(
     payload=any_payload,
     state=st.sampled_from(["ok", "busy", "stale"]),
@@ -267,7 +268,7 @@ def test_a_processs_facts_are_its_payloads_values_typed_and_clipped(payload, sta
     assert outcome(c.process_facts, proc, read, gpu, 5) == outcome(expected_process, proc, read, gpu, 5)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(models=maybe(st.lists(_model | atoms, max_size=5)))
 def test_a_payloads_models_are_its_values_typed_and_clipped(models):
     payload = {"models": models}
@@ -395,7 +396,7 @@ def snapshots(draw) -> NvmlSnapshot:
     return NvmlSnapshot(ok=draw(st.integers(0, 9)) > 0, devices=devices)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(nvml=snapshots(), trees=st.lists(st.sets(st.integers(1, 45), max_size=14), min_size=1, max_size=4))
 def test_a_snapshot_split_by_a_tree_gives_each_tree_pid_its_rows_and_counts_the_rest(nvml, trees):
     devices = nvml.devices if nvml.ok else []
@@ -440,7 +441,7 @@ def devices(draw) -> GpuInfo:
 _RENAMED = {"util": "util_gpu", "mem_util": "util_mem"}
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(d=devices())
 def test_a_devices_facts_are_its_fields(d):
     got = c.gpu_facts(d)
@@ -464,7 +465,7 @@ def test_a_devices_facts_are_its_fields(d):
 _values = st.none() | _floats | st.integers(-(2**40), 2**40) | st.booleans()
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(rows=st.lists(st.lists(_values, max_size=5), max_size=6))
 def test_pack_is_each_value_as_a_double_nan_for_none(rows):
     """history.pack: "rows as doubles, NaN for 'no value'" (None, and a NaN or infinite value)."""

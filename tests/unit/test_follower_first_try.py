@@ -43,6 +43,7 @@ from probe_wire.prefix import PrefixSlot
 from probe_wire.procid import pid_namespace_id, process_start_ticks
 from probe_wire.reader import CLOSED_ERROR, READ_ATTEMPTS, SegmentRead, read_consistent
 from probe_wire.schema import MAX_EVENTS, validate_payload
+from tests.helpers.hypothesis_profiles import examples
 from tests.helpers.payloads import rich_payload
 
 PID, TICKS = 4242, 777
@@ -346,13 +347,13 @@ def _compare(size, base, with_prefix, states, schedule):
     return r_new, t_plain, t_new
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=examples(1500), deadline=None)
 @given(_scenario())
 def test_a_kept_files_read_is_the_plain_read(scenario):
     _compare(*scenario)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     last_events=st.sampled_from([0, 5, 40]),
     events=st.sampled_from([0, 1, 2, 5, 40, 41]),
@@ -427,7 +428,7 @@ _IDENTS = st.lists(st.tuples(st.integers(1, 6), st.integers(0, 2)), max_size=8)
 _FORGETS = ("_open", "_missing_reads", "_prefixes", "_judged", "_random")
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(opened=_IDENTS, missing=_IDENTS, prefixes=_IDENTS, judged=_IDENTS, random_names=_IDENTS, kept=_IDENTS)
 def test_retain_closes_and_forgets_every_identity_it_is_not_given(opened, missing, prefixes, judged, random_names, kept):
     """retain(identities): "close the files of every identity not in identities": each such file
@@ -501,7 +502,7 @@ def expected_one_read(kind: str, expected: int | None, payload_change: str, stat
     return identity
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(
     kind=_HOSTILE,
     expected=st.sampled_from([None, TICKS, TICKS + 1]),

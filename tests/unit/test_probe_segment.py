@@ -36,6 +36,7 @@ from probe_wire import (
 )
 from probe_wire.reader import CLOSED_ERROR
 from probe_wire.schema import _fast_validate, _slow_validate
+from tests.helpers.hypothesis_profiles import examples
 from tests.helpers.payloads import RICH_PATHS, json_like, mutated, rich_payload
 
 REPO = Path(__file__).resolve().parents[2]
@@ -539,7 +540,7 @@ def fuzz_pid():
     wire.remove_segment(proc.pid)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(body=st.binary(max_size=2048), seq=st.integers(0, 2**64 - 1), length=st.integers(0, 2**32 - 1))
 def test_fuzz_raw_header_and_body(fuzz_pid, body, seq, length):
     write_raw(fuzz_pid, body, seq=seq, length=length if length % 2 else len(body))
@@ -548,7 +549,7 @@ def test_fuzz_raw_header_and_body(fuzz_pid, body, seq, length):
     assert (r.payload is not None) == (r.state == "ok")
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(key=st.sampled_from(sorted(empty_payload(pid=1))), value=json_like)
 def test_fuzz_schema_values_with_a_valid_crc(fuzz_pid, key, value):
     payload = empty_payload(pid=fuzz_pid, start_ticks=process_start_ticks(fuzz_pid))
@@ -564,7 +565,7 @@ def test_fuzz_schema_values_with_a_valid_crc(fuzz_pid, key, value):
 # The generated validator accepts exactly what the field-naming checker accepts.
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=examples(1500), deadline=None)
 @given(
     path=st.sampled_from(RICH_PATHS),
     value=json_like,

@@ -16,6 +16,7 @@ import time
 import pytest
 
 from sidecar.sources.proctree import ProcessTreeSource
+from tests.helpers.harness import wait_for
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux /proc")
 
@@ -74,6 +75,32 @@ def parent():
     subprocess.run(["pkill", "-KILL", "-P", str(p.proc.pid)], check=False)
 
 
+def _stat(pid: int) -> list[str]:
+    """/proc/PID/stat's fields after the command name (state first)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/children") as f:
+            out += [int(c) for c in f.read().split()]
+    return out
+
+
+def _settled(pid: int) -> bool:
+    """True once `pid` runs `sleep` and its stat reads the same twice in a row (the caller polls)."""
+    with open(f"/proc/{pid}/comm") as f:
+        comm = f.read().strip()
+    now = _stat(pid)
+    before, _last_stat[pid] = _last_stat.get(pid), now
+    return comm == "sleep" and now[0] == "S" and now == before
+
+
+_last_stat: dict[int, list[str]] = {}
+
+
 def shape(snap) -> dict[int, tuple[int | None, int]]:
     return {p.pid: (p.ppid, p.depth) for p in snap.processes}
 
@@ -126,7 +153,8 @@ def test_a_kid_that_exits_leaves_the_tree_and_its_files_are_closed(parent):
 def test_a_zombie_is_not_listed(parent):
     src = ProcessTreeSource(parent.proc.pid)
     parent.do("zombie")
-    time.sleep(0.2)  # `true` has exited, unreaped
+    # `true` has exited, unreaped: its parent's only child, in state Z.
+    wait_for(lambda: [_stat(c)[0] for c in _children(parent.proc.pid)] == ["Z"], 10, 0.01, "a zombie")
     assert set(shape(src.poll())) == {parent.proc.pid}
     src.close()
 
@@ -277,7 +305,8 @@ def _fresh_fields(info) -> tuple:
 def test_an_idle_process_keeps_its_info_object_and_any_change_in_its_stat_makes_a_new_one(parent):
     src = ProcessTreeSource(parent.proc.pid)
     ((kid, _),) = parent.do("kid")
-    time.sleep(0.2)  # the kid has exec'd sleep and sleeps: its stat stops changing
+    # The kid has exec'd sleep and sleeps: its stat stops changing.
+    wait_for(lambda: _settled(kid), 10, 0.02, f"kid {kid} to settle in sleep")
     infos = [{p.pid: p for p in src.poll().processes}[kid] for _ in range(3)]
     assert infos[0].cpu_percent is None and infos[1].cpu_percent == 0.0
     assert infos[2] is infos[1]  # nothing changed: the same object

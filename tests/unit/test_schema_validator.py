@@ -11,6 +11,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from probe_wire.schema import PREFIX_KEYS, _fast_validate, _slow_validate, validate_payload, validate_rest
+from tests.helpers.hypothesis_profiles import examples
 from tests.helpers.payloads import json_like, mutated, payload_paths, rich_payload
 
 
@@ -69,7 +70,7 @@ def _packed(value) -> bytes:
     return msgpack.packb(value, use_bin_type=True)
 
 
-@settings(max_examples=2500, deadline=None)
+@settings(max_examples=examples(2500), deadline=None)
 @given(path=st.sampled_from(_FULL_PATHS), value=_ODD | json_like, drop=st.booleans())
 @example(path=("steps", "window_s"), value=math.inf, drop=False)
 @example(path=("models", 1, "loader_settings"), value={"num_workers": 1}, drop=False)

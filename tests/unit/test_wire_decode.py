@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from probe_wire.codec import decode_payload
 from probe_wire.schema import MAX_MODELS, MAX_STR_CHARS
+from tests.helpers.hypothesis_profiles import examples
 from tests.helpers.payloads import json_like, rich_payload
 
 MAX_STR_BYTES = MAX_STR_CHARS * 4
@@ -68,7 +69,7 @@ def _bounded(size: int) -> bytes:
     return msgpack.packb(["x" * size, list(range(size)), {str(i): 0 for i in range(size)}])
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=examples(600), deadline=None)
 @given(data=st.binary(max_size=300) | json_like.map(msgpack.packb) | st.sampled_from([0, 1]).map(bytes))
 @example(data=msgpack.packb(rich_payload(7)))
 @example(data=_bounded(63))

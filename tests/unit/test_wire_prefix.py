@@ -13,6 +13,7 @@ from probe_wire.codec import decode_payload
 from probe_wire.prefix import Prefix, decode_with_prefix, find_prefix
 from probe_wire.procid import process_start_ticks
 from probe_wire.schema import PREFIX_KEYS, validate_payload
+from tests.helpers.hypothesis_profiles import examples
 from tests.helpers.payloads import RICH_PATHS, json_like, mutated, rich_payload
 
 
@@ -50,7 +51,7 @@ def test_the_probes_payload_has_a_prefix_and_a_new_publish_reads_through_it():
     assert via["runtime"] is prefix.clean["runtime"]  # not decoded again
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=examples(1500), deadline=None)
 @given(path=st.sampled_from(RICH_PATHS), value=json_like, drop=st.booleans())
 def test_a_payload_read_through_a_prefix_is_the_whole_reads_payload(path, value, drop):
     _, prefix = _prefix_of(rich_payload(7))
