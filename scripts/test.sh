@@ -11,6 +11,8 @@
 # time. As root each worker runs in its own PID namespace, /dev/shm and loopback
 # (scripts/isolated_worker.sh); without that, the `machine_wide` tests (they see every segment in
 # /dev/shm or every pid) run in the serial phase too.
+set -euo pipefail
+cd "$(dirname "$0")/.."
 
 log() { printf 'test.sh: %s\n' "$*" >&2; }
 SUDO=""
