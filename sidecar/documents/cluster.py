@@ -17,13 +17,18 @@ from typing import Any
 
 from sidecar.common.catalogue import render
 from sidecar.common.nvml_names import CLOCK_EVENT_REASONS
+from sidecar.documents import contract
+from sidecar.documents.bounds import MAX_MESSAGE_CHARS, clip
+from sidecar.documents.contract_cluster import (  # the bounds, declared with the document
+    MAX_CLUSTER_JOBS,
+    MAX_CLUSTER_NODES,
+    MAX_JOB_RANKS,
+    MAX_NODE_GPUS,
+)
 from sidecar.verdict.cluster import JobFacts, NodeFacts, job_findings, node_findings
 
 LOOK_BACK = "10m"  # a node that reported within this and no longer does is `node-missing`
 STALE_POLL_S = 30.0  # a sidecar whose last poll is older than this is stuck: its figures are old
-MAX_CLUSTER_NODES = 512
-MAX_CLUSTER_JOBS = 64
-MAX_JOB_RANKS = 4096
 MIB = 1048576
 REASON_NAMES = frozenset(name for _, name in CLOCK_EVENT_REASONS)
 
@@ -196,11 +201,16 @@ def _ranks(
 
 
 def _warning(f) -> dict[str, Any]:
+    """A finding in English (the CLI, agents) and as catalogue references (the page and the plugin
+    render them in the reader's language); node and job names come from labels, so they are clipped."""
+    message, hint = f.message.as_dict(clip), f.hint.as_dict(clip) if f.hint else None
     return {
         "code": f.code,
         "severity": f.severity,
-        "message": render(f.message),
-        "hint": render(f.hint) if f.hint else None,
+        "message": clip(render(message), MAX_MESSAGE_CHARS),
+        "hint": clip(render(hint), MAX_MESSAGE_CHARS) if hint else None,
+        "message_ref": message,
+        "hint_ref": hint,
     }
 
 
@@ -231,7 +241,7 @@ def build_cluster(
         where_recent[key].add(node)
         if (instance, job_id) in keys_now:
             where_now[key].add(node)
-            if status.get((instance, job_id)):
+            if status.get((instance, job_id)) in contract.STATUSES:  # a label: only the verdict's words
                 statuses[key].add(status[(instance, job_id)])
     wanted = [k for k in where_recent if job is None or k == job or k.endswith(f"/{job}")]
     wanted.sort(key=lambda k: (-len(where_recent[k]), k))
@@ -256,7 +266,8 @@ def build_cluster(
                 "warnings": [_warning(f) for f in job_findings(facts, list(nodes.values()))],
             }
         )
-    return {
+    doc = {
+        "schema": contract.SCHEMA,
         "time_unix_s": round(now_unix_s, 3),
         "prometheus": prometheus,
         "job": job,
@@ -266,13 +277,14 @@ def build_cluster(
                 "reporting": n.reporting,
                 "why": n.why or None,
                 "poll_age_s": n.poll_age_s,
-                "gpus": gpus.get(n.node, []),
+                "gpus": gpus.get(n.node, [])[:MAX_NODE_GPUS],
             }
             for n in nodes.values()
         ],
         "jobs": jobs,
         "warnings": [_warning(f) for f in node_findings(list(nodes.values()))],
     }
+    return contract.check_if_enabled(doc, "cluster")
 
 
 def _one_status(statuses: Iterable[str]) -> str | None:

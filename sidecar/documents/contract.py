@@ -21,6 +21,7 @@ import sys
 from typing import Any
 
 from sidecar.common.nvml_names import CLOCK_EVENT_REASONS
+from sidecar.documents.contract_cluster import cluster_document
 from sidecar.documents.contract_types import (  # noqa: F401  (re-exported: the contract's words)
     BOOL,
     INT,
@@ -530,7 +531,14 @@ HISTORY_DOCUMENT = Obj(
     },
 )
 
-DOCUMENTS = {"status": STATUS_DOCUMENT, "history": HISTORY_DOCUMENT, "jobs": JOBS_DOCUMENT}
+CLUSTER_DOCUMENT = cluster_document(SCHEMA, STATUSES, SEVERITIES)  # declared in contract_cluster.py
+
+DOCUMENTS = {
+    "status": STATUS_DOCUMENT,
+    "history": HISTORY_DOCUMENT,
+    "jobs": JOBS_DOCUMENT,
+    "cluster": CLUSTER_DOCUMENT,
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -665,7 +673,7 @@ def _problem(v: Any, t: Any, null: bool, at: str) -> str | None:
 
 
 def check(doc: Any, document: str) -> None:
-    """Raise ContractError when `doc` is not a valid `document` ("status", "history", "jobs")."""
+    """Raise ContractError when `doc` is not a valid `document` ("status", "history", "jobs", "cluster")."""
     if not _OBJECTS:
         _OBJECTS.update(object_types())
     problem = _problem(doc, DOCUMENTS[document], False, document)

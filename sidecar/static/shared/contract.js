@@ -369,3 +369,76 @@ export const SCHEMA = 2
  * @property {Array<Job>} jobs the jobs, newest first (at most 64, shared out among users: one user's many jobs never push another's out)
  * @property {number} jobs_omitted jobs left out
  */
+
+/**
+ * GET /api/dsh-gpu-dashboard/cluster[?job=KEY] (a sidecar started with --prometheus), `dsh-sidecar cluster --json`: every node and multi-node job Prometheus has.
+ * @typedef {Object} ClusterDocument
+ * @property {2} schema the document's schema; a client that reads another says so
+ * @property {number} time_unix_s the instant every query was evaluated at
+ * @property {string} prometheus the Prometheus it was read from
+ * @property {string|null} job the job asked for (?job=KEY), null: every job
+ * @property {Array<ClusterNode>} nodes every node seen within the last 10 minutes, by name
+ * @property {Array<ClusterJob>} jobs the jobs, those on most nodes first
+ * @property {Array<ClusterWarning>} warnings `node-missing` for each silent node
+ */
+
+/**
+ * One node: the `node` label of its scrape target, else its `instance`.
+ * @typedef {Object} ClusterNode
+ * @property {string} node its name
+ * @property {boolean} reporting scraped now, with a fresh poll
+ * @property {"down"|"gone"|"stale"|null} why why it does not report: `down` (the scrape fails), `gone` (no sample now), `stale` (its last poll is old)
+ * @property {number|null} poll_age_s since its sidecar's last poll (the stalest of its sidecars)
+ * @property {Array<ClusterGpu>} gpus its GPUs, by index
+ */
+
+/**
+ * One GPU of a node, as its sidecar exported it (`dsh_gpu_*`).
+ * @typedef {Object} ClusterGpu
+ * @property {number|null} index NVML index on its node
+ * @property {string|null} uuid GPU-... UUID
+ * @property {string|null} name product name
+ * @property {number|null} util_pct utilisation
+ * @property {number|null} mem_used_mib memory in use
+ * @property {number|null} mem_total_mib memory in all
+ * @property {number|null} sm_clock_mhz SM clock now
+ * @property {number|null} sm_activity_fraction GPM: share of SMs busy (Hopper and newer)
+ * @property {Array<"gpu_idle"|"applications_clocks_setting"|"sw_power_cap"|"hw_slowdown"|"sync_boost"|"sw_thermal_slowdown"|"hw_thermal_slowdown"|"hw_power_brake_slowdown"|"display_clock_setting"|"board_limit"|"reliability">} clock_events why its clocks are held down now (NVML's clock event reasons); empty: nothing holds them
+ */
+
+/**
+ * A job over the nodes that ran it, keyed by its distributed `job_key` (a job without one: `<node>/<job_id>`).
+ * @typedef {Object} ClusterJob
+ * @property {string} job_key the key that joins its nodes' jobs
+ * @property {number|null} world_size WORLD_SIZE its ranks report
+ * @property {Array<string>} nodes the nodes that ran it within the last 10 minutes
+ * @property {"GPU"|"CPU"|"MIXED"|"UNKNOWN"|null} status its verdict where its nodes agree, MIXED where they differ
+ * @property {Array<ClusterRank>} ranks its ranks, by rank
+ * @property {Array<ClusterWarning>} warnings `node-missing` for its silent nodes, `ranks-missing`
+ */
+
+/**
+ * One torch.distributed rank of a job, from its node's sidecar.
+ * @typedef {Object} ClusterRank
+ * @property {number} rank global rank
+ * @property {number|null} local_rank LOCAL_RANK
+ * @property {string} node the node it runs on
+ * @property {string|null} job_id the job's id on that node's sidecar
+ * @property {Array<number>} gpus NVML indices of the GPUs it uses on its node
+ * @property {number|null} forward_rate_per_s forward calls per second over the last minute
+ * @property {number|null} data_wait_fraction share of its step time waiting for the next batch
+ * @property {number|null} forward_fraction in forward
+ * @property {number|null} optimizer_fraction in optimizer.step()
+ * @property {number|null} other_fraction the rest (backward, collectives, host code)
+ */
+
+/**
+ * A finding of the cluster view (`node-missing`, `ranks-missing`), in English and as catalogue references.
+ * @typedef {Object} ClusterWarning
+ * @property {string} code stable identifier (README lists them)
+ * @property {"error"|"warning"|"info"} severity error, warning or info
+ * @property {string} message what is wrong, in English
+ * @property {string|null} hint what to do, in English
+ * @property {TextRef} message_ref the message in the catalogue, for any language
+ * @property {TextRef|null} hint_ref the hint in the catalogue
+ */
