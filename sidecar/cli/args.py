@@ -153,6 +153,13 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
         help=f"per-job series in /metrics for at most N live jobs, the oldest (default {bounds.MAX_METRIC_JOBS}; "
         "dsh_jobs_omitted counts the rest)",
     )
+    p.add_argument(
+        "--prometheus",
+        default=os.environ.get("DSH_PROMETHEUS_URL"),
+        metavar="URL",
+        help="the Prometheus that scrapes every node's sidecar, e.g. http://prometheus:9090: serves "
+        "the cluster view at /api/dsh-gpu-dashboard/cluster and on the page (default: $DSH_PROMETHEUS_URL)",
+    )
     p.add_argument("--stay", action="store_true", help="keep serving after the job has exited")
     p.add_argument(
         "--grace",
@@ -170,7 +177,7 @@ SERVE_USAGE = """dsh-sidecar [--pid PID] [--once [--json]] [serve options]
        dsh-sidecar mcp [--url URL [--token T] | --pid PID]
        dsh-sidecar cluster --prometheus URL [--job KEY] [--json]
        serve options: [--host HOST] [--port PORT] [--interval S] [--history S] [--token T]
-                      [--allow-host NAME] [--job-name NAME] [--stay] [--grace S]"""
+                      [--allow-host NAME] [--job-name NAME] [--prometheus URL] [--stay] [--grace S]"""
 
 
 def serve_parser() -> argparse.ArgumentParser:
@@ -293,6 +300,13 @@ def check_serve_args(args: argparse.Namespace) -> None:
     except (OSError, UnicodeError):
         raise UsageError(bad_host(args.host)) from None
     check_token(args.token, loopback=is_loopback_host(args.host))
+    if args.prometheus:
+        from sidecar.sources.prometheus import check_url  # urllib.request: only when asked for
+
+        try:
+            check_url(args.prometheus)
+        except ValueError as exc:
+            raise UsageError(f"--prometheus: {exc}") from None
 
 
 def check_token(token: str | None, loopback: bool) -> None:

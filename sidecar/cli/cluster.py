@@ -13,6 +13,7 @@ from typing import Any
 
 from sidecar.cli.args import EXIT_OK, EXIT_PROMETHEUS, EXIT_USAGE, fail
 from sidecar.poll.cluster import read_cluster
+from sidecar.serve.cluster import ClusterCache, ClusterError
 from sidecar.sources.prometheus import PrometheusApi, PrometheusError
 
 EXIT_WARNINGS = 1
@@ -38,6 +39,22 @@ def run_cluster(args: argparse.Namespace) -> int:
         sys.stdout.write(cluster_text(doc))
     warned = doc["warnings"] or any(j["warnings"] for j in doc["jobs"])
     return EXIT_WARNINGS if warned else EXIT_OK
+
+
+def cluster_cache(url: str | None, timeout_s: float = 5.0) -> ClusterCache | None:
+    """The serve options' --prometheus as the server's cluster reader (sidecar/serve/cluster.py);
+    None without one (the route then says how to turn it on). The URL was checked with the options."""
+    if not url:
+        return None
+    api = PrometheusApi(url, timeout_s=timeout_s)
+
+    def read(job: str | None) -> dict[str, Any]:
+        try:
+            return read_cluster(api, job=job)
+        except PrometheusError as exc:
+            raise ClusterError(str(exc)) from None
+
+    return ClusterCache(read)
 
 
 def _cell(value: Any, fmt: str = "{}") -> str:

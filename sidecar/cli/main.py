@@ -285,6 +285,7 @@ def _serve(args: argparse.Namespace, poller, sock: socket.socket, child: subproc
 
 def _start_server(args: argparse.Namespace, poller, sock: socket.socket):
     """The app on `sock`, served from its own thread, the poller started, the URL announced."""
+    from sidecar.cli.cluster import cluster_cache
     from sidecar.serve.hosts import host_policy
     from sidecar.serve.metrics import make_metrics
     from sidecar.serve.peers import OwnerOnly, own_uid
@@ -299,7 +300,12 @@ def _start_server(args: argparse.Namespace, poller, sock: socket.socket):
         job_name=args.job_name,
         hosts=host_policy(args.host, tuple(args.allow_host)),
     )
-    app = create_app(config, poller, metrics=make_metrics(poller, args.job_name, args.metrics_max_jobs))
+    app = create_app(
+        config,
+        poller,
+        metrics=make_metrics(poller, args.job_name, args.metrics_max_jobs),
+        cluster=cluster_cache(args.prometheus),
+    )
     server = create_server(app, sock)
     host = args.host if ":" not in args.host else f"[{args.host}]"
     url = f"http://{host}:{server.effective_port}/"

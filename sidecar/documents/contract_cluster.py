@@ -16,9 +16,61 @@ MAX_JOB_RANKS = 4096
 MAX_NODE_GPUS = 64
 
 
-def cluster_document(schema: int, statuses: tuple[str, ...], severities: tuple[str, ...]) -> Obj:
-    """The ClusterDocument, in the words contract.py gives it (its schema, statuses, severities)."""
-    warning = Obj(
+CLUSTER_GPU = Obj(
+    "ClusterGpu",
+    "One GPU of a node, as its sidecar exported it (`dsh_gpu_*`).",
+    {
+        "index": F(INT, "NVML index on its node", null=True),
+        "uuid": F(STR, "GPU-... UUID", null=True),
+        "name": F(STR, "product name", null=True),
+        "util_pct": F(NUM, "utilisation", null=True),
+        "mem_used_mib": F(NUM, "memory in use", null=True),
+        "mem_total_mib": F(NUM, "memory in all", null=True),
+        "sm_clock_mhz": F(NUM, "SM clock now", null=True),
+        "sm_activity_fraction": F(NUM, "GPM: share of SMs busy (Hopper and newer)", null=True),
+        "clock_events": F(
+            ListOf(Enum(tuple(name for _, name in CLOCK_EVENT_REASONS))),
+            "why its clocks are held down now (NVML's clock event reasons); empty: nothing holds them",
+        ),
+    },
+)
+
+CLUSTER_NODE = Obj(
+    "ClusterNode",
+    "One node: the `node` label of its scrape target, else its `instance`.",
+    {
+        "node": F(STR, "its name"),
+        "reporting": F(BOOL, "scraped now, with a fresh poll"),
+        "why": F(
+            Enum(SILENCES),
+            "why it does not report: `down` (the scrape fails), `gone` (no sample now), `stale` (its last poll is old)",
+            null=True,
+        ),
+        "poll_age_s": F(NUM, "since its sidecar's last poll (the stalest of its sidecars)", null=True),
+        "gpus": F(ListOf(CLUSTER_GPU, MAX_NODE_GPUS), "its GPUs, by index"),
+    },
+)
+
+CLUSTER_RANK = Obj(
+    "ClusterRank",
+    "One torch.distributed rank of a job, from its node's sidecar.",
+    {
+        "rank": F(INT, "global rank"),
+        "local_rank": F(INT, "LOCAL_RANK", null=True),
+        "node": F(STR, "the node it runs on"),
+        "job_id": F(STR, "the job's id on that node's sidecar", null=True),
+        "gpus": F(ListOf(INT, MAX_NODE_GPUS), "NVML indices of the GPUs it uses on its node"),
+        "forward_rate_per_s": F(NUM, "forward calls per second over the last minute", null=True),
+        "data_wait_fraction": F(NUM, "share of its step time waiting for the next batch", null=True),
+        "forward_fraction": F(NUM, "in forward", null=True),
+        "optimizer_fraction": F(NUM, "in optimizer.step()", null=True),
+        "other_fraction": F(NUM, "the rest (backward, collectives, host code)", null=True),
+    },
+)
+
+
+def _warning(severities: tuple[str, ...]) -> Obj:
+    return Obj(
         "ClusterWarning",
         "A finding of the cluster view (`node-missing`, `ranks-missing`), in English and as catalogue references.",
         {
@@ -30,55 +82,11 @@ def cluster_document(schema: int, statuses: tuple[str, ...], severities: tuple[s
             "hint_ref": F(Lazy("TextRef"), "the hint in the catalogue", null=True),
         },
     )
-    gpu = Obj(
-        "ClusterGpu",
-        "One GPU of a node, as its sidecar exported it (`dsh_gpu_*`).",
-        {
-            "index": F(INT, "NVML index on its node", null=True),
-            "uuid": F(STR, "GPU-... UUID", null=True),
-            "name": F(STR, "product name", null=True),
-            "util_pct": F(NUM, "utilisation", null=True),
-            "mem_used_mib": F(NUM, "memory in use", null=True),
-            "mem_total_mib": F(NUM, "memory in all", null=True),
-            "sm_clock_mhz": F(NUM, "SM clock now", null=True),
-            "sm_activity_fraction": F(NUM, "GPM: share of SMs busy (Hopper and newer)", null=True),
-            "clock_events": F(
-                ListOf(Enum(tuple(name for _, name in CLOCK_EVENT_REASONS))),
-                "why its clocks are held down now (NVML's clock event reasons); empty: nothing holds them",
-            ),
-        },
-    )
-    node = Obj(
-        "ClusterNode",
-        "One node: the `node` label of its scrape target, else its `instance`.",
-        {
-            "node": F(STR, "its name"),
-            "reporting": F(BOOL, "scraped now, with a fresh poll"),
-            "why": F(
-                Enum(SILENCES),
-                "why it does not report: `down` (the scrape fails), `gone` (no sample now), `stale` (its last poll is old)",
-                null=True,
-            ),
-            "poll_age_s": F(NUM, "since its sidecar's last poll (the stalest of its sidecars)", null=True),
-            "gpus": F(ListOf(gpu, MAX_NODE_GPUS), "its GPUs, by index"),
-        },
-    )
-    rank = Obj(
-        "ClusterRank",
-        "One torch.distributed rank of a job, from its node's sidecar.",
-        {
-            "rank": F(INT, "global rank"),
-            "local_rank": F(INT, "LOCAL_RANK", null=True),
-            "node": F(STR, "the node it runs on"),
-            "job_id": F(STR, "the job's id on that node's sidecar", null=True),
-            "gpus": F(ListOf(INT, MAX_NODE_GPUS), "NVML indices of the GPUs it uses on its node"),
-            "forward_rate_per_s": F(NUM, "forward calls per second over the last minute", null=True),
-            "data_wait_fraction": F(NUM, "share of its step time waiting for the next batch", null=True),
-            "forward_fraction": F(NUM, "in forward", null=True),
-            "optimizer_fraction": F(NUM, "in optimizer.step()", null=True),
-            "other_fraction": F(NUM, "the rest (backward, collectives, host code)", null=True),
-        },
-    )
+
+
+def cluster_document(schema: int, statuses: tuple[str, ...], severities: tuple[str, ...]) -> Obj:
+    """The ClusterDocument, in the words contract.py gives it (its schema, statuses, severities)."""
+    warning = _warning(severities)
     job = Obj(
         "ClusterJob",
         "A job over the nodes that ran it, keyed by its distributed `job_key` (a job without one: `<node>/<job_id>`).",
@@ -91,7 +99,7 @@ def cluster_document(schema: int, statuses: tuple[str, ...], severities: tuple[s
                 "its verdict where its nodes agree, MIXED where they differ",
                 null=True,
             ),
-            "ranks": F(ListOf(rank, MAX_JOB_RANKS), "its ranks, by rank"),
+            "ranks": F(ListOf(CLUSTER_RANK, MAX_JOB_RANKS), "its ranks, by rank"),
             "warnings": F(ListOf(warning), "`node-missing` for its silent nodes, `ranks-missing`"),
         },
     )
@@ -104,7 +112,9 @@ def cluster_document(schema: int, statuses: tuple[str, ...], severities: tuple[s
             "time_unix_s": F(NUM, "the instant every query was evaluated at"),
             "prometheus": F(STR, "the Prometheus it was read from"),
             "job": F(STR, "the job asked for (?job=KEY), null: every job", null=True),
-            "nodes": F(ListOf(node, MAX_CLUSTER_NODES), "every node seen within the last 10 minutes, by name"),
+            "nodes": F(
+                ListOf(CLUSTER_NODE, MAX_CLUSTER_NODES), "every node seen within the last 10 minutes, by name"
+            ),
             "jobs": F(ListOf(job, MAX_CLUSTER_JOBS), "the jobs, those on most nodes first"),
             "warnings": F(ListOf(warning), "`node-missing` for each silent node"),
         },

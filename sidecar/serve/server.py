@@ -19,6 +19,7 @@ from werkzeug.exceptions import HTTPException
 from sidecar import __version__
 from sidecar.documents.contract import json_schema
 from sidecar.documents.document import NoDefaultJob, UnknownJob
+from sidecar.serve.cluster import MAX_JOB_CHARS, ClusterBusy, ClusterCache, ClusterError
 from sidecar.serve.hosts import HostPolicy
 from sidecar.serve.peers import caller_uid
 from sidecar.serve.source import Documents, DocumentSource
@@ -68,8 +69,13 @@ def _token_ok(expected: str, given: str | None) -> bool:
 
 
 def create_app(
-    config: ServerConfig, source: DocumentSource, metrics: Callable[[], tuple[bytes, str]] | None = None
+    config: ServerConfig,
+    source: DocumentSource,
+    metrics: Callable[[], tuple[bytes, str]] | None = None,
+    cluster: ClusterCache | None = None,
 ) -> Flask:
+    """The app. `cluster`: the cluster document's reader (a sidecar started with --prometheus);
+    None: the cluster route answers 404 saying how to turn it on."""
     app = Flask(__name__, static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = 1024  # GET-only API: no body is ever needed
     app.json.sort_keys = False
@@ -78,6 +84,7 @@ def create_app(
 
     _install_guards(app, config)
     _install_routes(app, config, source, metrics)
+    _install_cluster_route(app, cluster)
     return app
 
 
@@ -192,6 +199,31 @@ def _install_document_routes(app: Flask, source: Any) -> None:
             if not math.isfinite(since):
                 return _error(400, "since must be a finite number")
         return serve(lambda: seen().history_document(request.args.get("job"), since))
+
+
+def _install_cluster_route(app: Flask, cluster: ClusterCache | None) -> None:
+    """GET /api/dsh-gpu-dashboard/cluster[?job=KEY]: the cluster document from Prometheus (cached,
+    one query set in flight); 404 without --prometheus, 502 when Prometheus fails."""
+
+    @app.get(f"{API}/cluster")
+    def cluster_route():
+        if cluster is None:
+            return _error(
+                404,
+                "no cluster view: this sidecar was started without --prometheus URL "
+                "(or $DSH_PROMETHEUS_URL), the Prometheus that scrapes every node's sidecar",
+            )
+        job = request.args.get("job") or None
+        if job is not None and len(job) > MAX_JOB_CHARS:
+            return _error(400, f"job must be a job key or job id of at most {MAX_JOB_CHARS} characters")
+        try:
+            return jsonify(cluster.get(job))
+        except ClusterBusy as exc:
+            resp = _error(503, str(exc))
+            resp.headers["Retry-After"] = "1"
+            return resp
+        except ClusterError as exc:
+            return _error(502, f"Prometheus did not answer: {exc}")
 
 
 def _install_page_routes(app: Flask, config: ServerConfig, metrics: Any) -> None:
