@@ -31,13 +31,28 @@
  *   heroFacts(doc, lang)       [{key, label, text, chip}]: the summary's facts (`chip` for devices);
  *                              `run` and `pod` only for a job of a distributed run, or in a pod.
  *   runtimeFacts(doc, lang)    {items: [{key, label, value, bad}], error, interval}: the footer.
+ *
+ * The cluster view (a ClusterDocument, GET /api/dsh-gpu-dashboard/cluster, from a sidecar started with --prometheus):
+ *   CLUSTER_NODE_COLUMNS, CLUSTER_RANK_COLUMNS  [{key, label, num}], as PROCESS_COLUMNS.
+ *   clusterNodeRows(cluster, lang)  one row per GPU of each node (one for a node without GPUs):
+ *                              {node, first, reporting, cells}; `first` on a node's first row (node and
+ *                              state are shown there); cells node {text}, state {text, flag: null |
+ *                              'missing', title}, gpu, util {text, level}, mem, clock, sm {text, na},
+ *                              slowedBy {items: [{name, kind, label}], text, na}.
+ *   clusterRankRows(job, lang)  {rank, node, cells} by rank: rank, node, gpus, rate, dataWait (`flag`
+ *                              'high' as in the process table), forward, optimizer, other.
+ *   clusterView(cluster, statusDoc, lang)  {summary, nodes: rows, warnings: [{code, severity, sev, message,
+ *                              hint}], jobs: [{key, title, status, warnings, ranks: rows}], matched}: the
+ *                              job whose job_key is the status document's distributed.job_key (`matched`),
+ *                              else every job.
  */
 
 import {
   NA, UTIL_COLORS, cmdText, cudaText, deviceKind, deviceText, fmtCount, fmtMiB, fmtPct, fmtRate,
-  gpuFrameworkKey, gpuFrameworkText, gpuMemPct, memOfText, modelGpu, roleText, t, unusableGpus, utilLevel,
+  fmtAgo, fmtFraction, gpuFrameworkKey, gpuFrameworkText, gpuMemPct, memOfText, modelGpu, roleText, severityOf,
+  sortWarnings, t, unusableGpus, utilLevel, warningHint, warningMessage,
 } from './format.js';
-import { dataWait, migRows, smText, utilText } from './efficiency.js';
+import { dataWait, migRows, reasonKind, smText, utilText } from './efficiency.js';
 
 const isNum = (x) => typeof x === 'number' && Number.isFinite(x);
 const present = (x) => x !== null && x !== undefined && x !== '';
@@ -306,5 +321,108 @@ export function runtimeFacts(doc, lang) {
     ],
     error: nv.ok === false && nv.error ? t(lang, 'runtime.nvmlError', { error: nv.error }) : null,
     interval: isNum(doc && doc.interval_s) ? t(lang, 'runtime.interval', { s: doc.interval_s }) : null,
+  };
+}
+
+// ------------------------------------------------------------------ cluster view (a ClusterDocument)
+
+export const CLUSTER_NODE_COLUMNS = [
+  { key: 'node', label: 'col.node', num: false },
+  { key: 'state', label: 'col.state', num: false },
+  { key: 'gpu', label: 'col.gpu', num: true },
+  { key: 'util', label: 'col.util', num: true },
+  { key: 'mem', label: 'col.gpuMem', num: true },
+  { key: 'clock', label: 'col.smClock', num: true },
+  { key: 'sm', label: 'col.smActivity', num: true },
+  { key: 'slowedBy', label: 'col.slowedBy', num: false },
+];
+
+export const CLUSTER_RANK_COLUMNS = [
+  { key: 'rank', label: 'col.rank', num: true },
+  { key: 'node', label: 'col.node', num: false },
+  { key: 'gpus', label: 'col.gpus', num: false },
+  { key: 'rate', label: 'col.fwdRate', num: true },
+  { key: 'dataWait', label: 'col.dataWait', num: true },
+  { key: 'forward', label: 'col.forward', num: true },
+  { key: 'optimizer', label: 'col.optimizer', num: true },
+  { key: 'other', label: 'col.other', num: true },
+];
+
+const textCell = (text) => ({ text, na: text === NA });
+
+function nodeState(n, lang) {
+  if (n.reporting) return { text: t(lang, 'cluster.reporting'), flag: null, title: null };
+  const why = ['down', 'gone', 'stale'].includes(n.why) ? n.why : 'gone';
+  return { text: t(lang, `cluster.missing.${why}`), flag: 'missing', title: t(lang, 'cluster.pollAge', { ago: fmtAgo(n.poll_age_s, lang) }) };
+}
+
+function clusterGpuCells(g, lang) {
+  const reasons = list(g.clock_events).map((name) => ({ name, kind: reasonKind(name), label: t(lang, `clock-reason.${name}`) }));
+  return {
+    gpu: textCell(isNum(g.index) ? String(g.index) : NA),
+    util: { ...textCell(fmtPct(g.util_pct)), level: utilLevel(g.util_pct) },
+    mem: textCell(isNum(g.mem_used_mib) ? memOfText(g, lang) : NA),
+    clock: textCell(isNum(g.sm_clock_mhz) ? t(lang, 'eff.clock.now', { now: String(Math.round(g.sm_clock_mhz)) }) : NA),
+    sm: textCell(fmtFraction(g.sm_activity_fraction)),
+    slowedBy: { items: reasons, text: reasons.map((r) => r.label).join(', ') || NA, na: !reasons.length },
+  };
+}
+
+export function clusterNodeRows(cluster, lang) {
+  const rows = [];
+  for (const n of list(cluster && cluster.nodes)) {
+    const head = { node: { text: n.node || NA }, state: nodeState(n, lang) };
+    const gpus = list(n.gpus);
+    const empty = { gpu: textCell(NA), util: { ...textCell(NA), level: null }, mem: textCell(NA), clock: textCell(NA), sm: textCell(NA), slowedBy: { items: [], text: NA, na: true } };
+    (gpus.length ? gpus : [null]).forEach((g, i) => rows.push({
+      node: n.node, first: i === 0, reporting: n.reporting === true, cells: { ...head, ...(g ? clusterGpuCells(g, lang) : empty) },
+    }));
+  }
+  return rows;
+}
+
+export function clusterRankRows(job, lang) {
+  return list(job && job.ranks).slice().sort((a, b) => a.rank - b.rank).map((r) => {
+    const wait = fmtFraction(r.data_wait_fraction);
+    return {
+      rank: r.rank,
+      node: r.node,
+      cells: {
+        rank: textCell(isNum(r.rank) ? String(r.rank) : NA),
+        node: textCell(r.node || NA),
+        gpus: textCell(Array.isArray(r.gpus) && r.gpus.length ? r.gpus.join(', ') : NA),
+        rate: textCell(isNum(r.forward_rate_per_s) ? t(lang, 'model.rate', { n: fmtRate(r.forward_rate_per_s) }) : NA),
+        dataWait: { ...textCell(wait), flag: isNum(r.data_wait_fraction) && r.data_wait_fraction >= DATA_WAIT_HIGH_FRACTION ? 'high' : null },
+        forward: textCell(fmtFraction(r.forward_fraction)),
+        optimizer: textCell(fmtFraction(r.optimizer_fraction)),
+        other: textCell(fmtFraction(r.other_fraction)),
+      },
+    };
+  });
+}
+
+function clusterWarnings(ws, lang) {
+  return sortWarnings(ws).map((w) => ({ code: w.code, severity: t(lang, `severity.${severityOf(w)}`), sev: severityOf(w), message: warningMessage(w, lang), hint: warningHint(w, lang) || null }));
+}
+
+export function clusterView(cluster, statusDoc, lang) {
+  const c = cluster || {};
+  const key = statusDoc && statusDoc.distributed ? statusDoc.distributed.job_key : null;
+  const all = list(c.jobs);
+  const mine = present(key) ? all.filter((j) => j.job_key === key) : [];
+  const jobs = (mine.length ? mine : all).map((j) => ({
+    key: j.job_key,
+    title: t(lang, 'cluster.job', { job: j.job_key, status: present(j.status) ? t(lang, `status.${j.status}`) : NA }),
+    status: j.status || null,
+    detail: t(lang, 'cluster.jobRanks', { seen: list(j.ranks).length, world: isNum(j.world_size) ? j.world_size : NA, nodes: list(j.nodes).join(', ') || NA }),
+    warnings: clusterWarnings(j.warnings, lang),
+    ranks: clusterRankRows(j, lang),
+  }));
+  return {
+    summary: t(lang, 'cluster.summary', { nodes: list(c.nodes).length, jobs: all.length, prometheus: c.prometheus || NA }),
+    nodes: clusterNodeRows(c, lang),
+    warnings: clusterWarnings(c.warnings, lang),
+    jobs,
+    matched: mine.length > 0,
   };
 }
