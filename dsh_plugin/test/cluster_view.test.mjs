@@ -70,7 +70,7 @@ describe('cluster view', () => {
     const every = clusterView(cluster(), { distributed: null }, 'en')
     assert.equal(every.matched, false)
     assert.deepEqual(every.jobs.map((j) => j.key), ['run-7', 'node-a/200-1'])
-    assert.equal(every.summary, '3 nodes · 2 jobs · from http://prometheus:9090')
+    assert.equal(every.summary, '3 node(s) · 2 job(s) · from http://prometheus:9090')
   })
   test('cluster warnings in the reader\'s language, English where the reference is absent', () => {
     const en = clusterView(cluster(), null, 'en').warnings

@@ -14,6 +14,7 @@ import { jobQuery, renderJobs } from './jobs.js';
 import { h, richText } from './dom.js';
 import { migList, renderStrip } from './strip.js';
 import { createHistoryView } from './history_view.js';
+import { createClusterPanel } from './cluster.js';
 
 /** @typedef {import('../shared/contract.js').StatusDocument} StatusDocument */
 /** @typedef {import('../shared/contract.js').HistoryDocument} HistoryDocument */
@@ -354,6 +355,13 @@ function renderCharts() {
   historyView.render(state);
 }
 
+// ------------------------------------------------------------------ cluster (cluster.js)
+
+const clusterPanel = createClusterPanel({
+  root: $('[data-testid="cluster"]'), h, richText, tr, changed, fetchJSON: (url) => fetchJSON(url),
+  lang: () => state.lang, statusDoc: () => state.doc, onChange: () => clusterPanel.render(),
+});
+
 // ------------------------------------------------------------------ reachability + last updated
 
 function renderUpdated() {
@@ -412,6 +420,7 @@ function renderAll() {
   renderRuntime(doc);
   renderJobs($('[data-testid="jobs"]'), doc, { h, tr, onPick: pickJob });
   renderCharts();
+  clusterPanel.render();
   renderUpdated();
 }
 
@@ -444,6 +453,7 @@ async function poll() {
     try {
       mergeHistory(await fetchJSON(HISTORY_URL + jobQuery(state.job, { since: state.lastSampleT })));
     } catch { /* charts keep what they have */ }
+    clusterPanel.maybeFetch();
     renderAll();
   } finally {
     state.inflight = false;
