@@ -507,7 +507,35 @@ var en_default = {
   "warning.host-syncs": "Process {pids} makes the CPU wait for the GPU {syncs} times per training step.",
   "hint.host-syncs": 'Each `.item()`, `.cpu()`, `.tolist()`, `print(tensor)`, `torch.cuda.synchronize()` or a tensor in an `if` stops the CPU until the GPU has caught up. Keep running metrics on the GPU and read them every N steps; `torch.cuda.set_sync_debug_mode("warn")` shows where each sync happens.',
   "warning.mig-no-process-util": "GPU {gpu} is in MIG mode: the driver gives no per-process utilisation there, so the job's SM use shows as n/a, not 0%.",
-  "hint.mig-no-process-util": "The MIG instance's memory and the job's memory are still shown. For activity inside a MIG instance use DCGM's profiling metrics (`dcgmi dmon -e 1002`), or run on a GPU without MIG to see per-process utilisation."
+  "hint.mig-no-process-util": "The MIG instance's memory and the job's memory are still shown. For activity inside a MIG instance use DCGM's profiling metrics (`dcgmi dmon -e 1002`), or run on a GPU without MIG to see per-process utilisation.",
+  "cluster.title": "Cluster",
+  "cluster.summary": "{nodes} node(s) · {jobs} job(s) · from {prometheus}",
+  "cluster.nodes": "Nodes",
+  "cluster.reporting": "reporting",
+  "cluster.missing.down": "missing: the scrape fails",
+  "cluster.missing.gone": "missing: no longer reports",
+  "cluster.missing.stale": "stale: old figures",
+  "cluster.pollAge": "last poll {ago} ago",
+  "cluster.job": "Job {job} · {status}",
+  "cluster.jobRanks": "{seen} of {world} ranks on {nodes}",
+  "cluster.noNodes": "No node has reported: does Prometheus scrape the sidecars (deploy/prometheus.yml)?",
+  "cluster.noJob": "No job across nodes in the last 10 minutes.",
+  "cluster.noRanks": "No rank reports.",
+  "cluster.otherJobs": "This job has no distributed key Prometheus knows: every job is shown.",
+  "cluster.error": "Prometheus did not answer: {error}",
+  "col.node": "Node",
+  "col.state": "State",
+  "col.gpu": "GPU",
+  "col.util": "Util.",
+  "col.smClock": "SM clock",
+  "col.smActivity": "SM active",
+  "col.slowedBy": "Slowed by",
+  "col.rank": "Rank",
+  "col.gpus": "GPUs",
+  "col.fwdRate": "Forward/s",
+  "col.forward": "Forward",
+  "col.optimizer": "Optimizer",
+  "col.other": "Other"
 };
 
 // ../sidecar/static/shared/i18n/zh.json
@@ -943,7 +971,35 @@ var zh_default = {
   "warning.host-syncs": "进程 {pids} 每个训练步让 CPU 等待 GPU {syncs} 次。",
   "hint.host-syncs": '每次 `.item()`、`.cpu()`、`.tolist()`、`print(tensor)`、`torch.cuda.synchronize()` 或在 `if` 中使用张量，都会让 CPU 停下来等 GPU 追上。把运行中的指标留在 GPU 上，每 N 步读取一次；`torch.cuda.set_sync_debug_mode("warn")` 能显示每次同步发生的位置。',
   "warning.mig-no-process-util": "GPU {gpu} 处于 MIG 模式：驱动在此不提供按进程的利用率，因此作业的 SM 使用显示为 n/a，而不是 0%。",
-  "hint.mig-no-process-util": "MIG 实例的显存和作业的显存仍会显示。要查看 MIG 实例内部的活动，请使用 DCGM 的性能分析指标（`dcgmi dmon -e 1002`），或在未启用 MIG 的 GPU 上运行以查看按进程的利用率。"
+  "hint.mig-no-process-util": "MIG 实例的显存和作业的显存仍会显示。要查看 MIG 实例内部的活动，请使用 DCGM 的性能分析指标（`dcgmi dmon -e 1002`），或在未启用 MIG 的 GPU 上运行以查看按进程的利用率。",
+  "cluster.title": "集群",
+  "cluster.summary": "{nodes} 个节点 · {jobs} 个作业 · 来自 {prometheus}",
+  "cluster.nodes": "节点",
+  "cluster.reporting": "正常上报",
+  "cluster.missing.down": "缺失：抓取失败",
+  "cluster.missing.gone": "缺失：已停止上报",
+  "cluster.missing.stale": "过期：数据陈旧",
+  "cluster.pollAge": "上次轮询于 {ago} 前",
+  "cluster.job": "作业 {job} · {status}",
+  "cluster.jobRanks": "{world} 个 rank 中的 {seen} 个，位于 {nodes}",
+  "cluster.noNodes": "没有节点上报：Prometheus 是否在抓取各个 sidecar（deploy/prometheus.yml）？",
+  "cluster.noJob": "最近 10 分钟内没有跨节点作业。",
+  "cluster.noRanks": "没有 rank 上报。",
+  "cluster.otherJobs": "Prometheus 不知道此作业的分布式键：显示所有作业。",
+  "cluster.error": "Prometheus 没有应答：{error}",
+  "col.node": "节点",
+  "col.state": "状态",
+  "col.gpu": "GPU",
+  "col.util": "利用率",
+  "col.smClock": "SM 时钟",
+  "col.smActivity": "SM 活跃",
+  "col.slowedBy": "降速原因",
+  "col.rank": "Rank",
+  "col.gpus": "GPU",
+  "col.fwdRate": "前向/秒",
+  "col.forward": "前向",
+  "col.optimizer": "优化器",
+  "col.other": "其他"
 };
 
 // ../sidecar/static/shared/format.js
@@ -2430,6 +2486,101 @@ function runtimeFacts(doc, lang) {
     interval: isNum4(doc && doc.interval_s) ? t(lang, "runtime.interval", { s: doc.interval_s }) : null
   };
 }
+var CLUSTER_NODE_COLUMNS = [
+  { key: "node", label: "col.node", num: false },
+  { key: "state", label: "col.state", num: false },
+  { key: "gpu", label: "col.gpu", num: true },
+  { key: "util", label: "col.util", num: true },
+  { key: "mem", label: "col.gpuMem", num: true },
+  { key: "clock", label: "col.smClock", num: true },
+  { key: "sm", label: "col.smActivity", num: true },
+  { key: "slowedBy", label: "col.slowedBy", num: false }
+];
+var CLUSTER_RANK_COLUMNS = [
+  { key: "rank", label: "col.rank", num: true },
+  { key: "node", label: "col.node", num: false },
+  { key: "gpus", label: "col.gpus", num: false },
+  { key: "rate", label: "col.fwdRate", num: true },
+  { key: "dataWait", label: "col.dataWait", num: true },
+  { key: "forward", label: "col.forward", num: true },
+  { key: "optimizer", label: "col.optimizer", num: true },
+  { key: "other", label: "col.other", num: true }
+];
+var textCell = (text) => ({ text, na: text === NA });
+function nodeState(n, lang) {
+  if (n.reporting) return { text: t(lang, "cluster.reporting"), flag: null, title: null };
+  const why = ["down", "gone", "stale"].includes(n.why) ? n.why : "gone";
+  return { text: t(lang, `cluster.missing.${why}`), flag: "missing", title: t(lang, "cluster.pollAge", { ago: fmtAgo(n.poll_age_s, lang) }) };
+}
+function clusterGpuCells(g, lang) {
+  const reasons = list(g.clock_events).map((name2) => ({ name: name2, kind: reasonKind(name2), label: t(lang, `clock-reason.${name2}`) }));
+  return {
+    gpu: textCell(isNum4(g.index) ? String(g.index) : NA),
+    util: { ...textCell(fmtPct(g.util_pct)), level: utilLevel(g.util_pct) },
+    mem: textCell(isNum4(g.mem_used_mib) ? memOfText(g, lang) : NA),
+    clock: textCell(isNum4(g.sm_clock_mhz) ? t(lang, "eff.clock.now", { now: String(Math.round(g.sm_clock_mhz)) }) : NA),
+    sm: textCell(fmtFraction(g.sm_activity_fraction)),
+    slowedBy: { items: reasons, text: reasons.map((r) => r.label).join(", ") || NA, na: !reasons.length }
+  };
+}
+function clusterNodeRows(cluster, lang) {
+  const rows = [];
+  for (const n of list(cluster && cluster.nodes)) {
+    const head = { node: { text: n.node || NA }, state: nodeState(n, lang) };
+    const gpus = list(n.gpus);
+    const empty = { gpu: textCell(NA), util: { ...textCell(NA), level: null }, mem: textCell(NA), clock: textCell(NA), sm: textCell(NA), slowedBy: { items: [], text: NA, na: true } };
+    (gpus.length ? gpus : [null]).forEach((g, i) => rows.push({
+      node: n.node,
+      first: i === 0,
+      reporting: n.reporting === true,
+      cells: { ...head, ...g ? clusterGpuCells(g, lang) : empty }
+    }));
+  }
+  return rows;
+}
+function clusterRankRows(job, lang) {
+  return list(job && job.ranks).slice().sort((a, b) => a.rank - b.rank).map((r) => {
+    const wait = fmtFraction(r.data_wait_fraction);
+    return {
+      rank: r.rank,
+      node: r.node,
+      cells: {
+        rank: textCell(isNum4(r.rank) ? String(r.rank) : NA),
+        node: textCell(r.node || NA),
+        gpus: textCell(Array.isArray(r.gpus) && r.gpus.length ? r.gpus.join(", ") : NA),
+        rate: textCell(isNum4(r.forward_rate_per_s) ? t(lang, "model.rate", { n: fmtRate(r.forward_rate_per_s) }) : NA),
+        dataWait: { ...textCell(wait), flag: isNum4(r.data_wait_fraction) && r.data_wait_fraction >= DATA_WAIT_HIGH_FRACTION ? "high" : null },
+        forward: textCell(fmtFraction(r.forward_fraction)),
+        optimizer: textCell(fmtFraction(r.optimizer_fraction)),
+        other: textCell(fmtFraction(r.other_fraction))
+      }
+    };
+  });
+}
+function clusterWarnings(ws, lang) {
+  return sortWarnings(ws).map((w) => ({ code: w.code, severity: t(lang, `severity.${severityOf(w)}`), sev: severityOf(w), message: warningMessage(w, lang), hint: warningHint(w, lang) || null }));
+}
+function clusterView(cluster, statusDoc, lang) {
+  const c = cluster || {};
+  const key = statusDoc && statusDoc.distributed ? statusDoc.distributed.job_key : null;
+  const all = list(c.jobs);
+  const mine = present(key) ? all.filter((j) => j.job_key === key) : [];
+  const jobs = (mine.length ? mine : all).map((j) => ({
+    key: j.job_key,
+    title: t(lang, "cluster.job", { job: j.job_key, status: present(j.status) ? t(lang, `status.${j.status}`) : NA }),
+    status: j.status || null,
+    detail: t(lang, "cluster.jobRanks", { seen: list(j.ranks).length, world: isNum4(j.world_size) ? j.world_size : NA, nodes: list(j.nodes).join(", ") || NA }),
+    warnings: clusterWarnings(j.warnings, lang),
+    ranks: clusterRankRows(j, lang)
+  }));
+  return {
+    summary: t(lang, "cluster.summary", { nodes: list(c.nodes).length, jobs: all.length, prometheus: c.prometheus || NA }),
+    nodes: clusterNodeRows(c, lang),
+    warnings: clusterWarnings(c.warnings, lang),
+    jobs,
+    matched: mine.length > 0
+  };
+}
 
 // src/client/efficiency.jsx
 var import_jsx_runtime5 = require("react/jsx-runtime");
@@ -3330,61 +3481,183 @@ function HistoryCharts({ doc, lang }) {
   ] });
 }
 
-// src/client/view.jsx
+// src/client/cluster.jsx
+var import_react6 = require("react");
 var import_jsx_runtime10 = require("react/jsx-runtime");
+var CLUSTER_EVERY_MS = 5e3;
+var CLUSTER_TIMEOUT_MS = 1e4;
+function Cell({ col, c, lang }) {
+  const cls = [col.num ? "dgd-num" : "", c.na ? "dgd-muted" : "", c.flag ? "dgd-bad" : ""].filter(Boolean).join(" ");
+  const body = col.key === "slowedBy" && !c.na ? /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("span", { className: "dgd-eff-reasons", children: c.items.map((r) => /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("span", { className: `dgd-tag dgd-eff-reason-${r.kind}`, "data-reason": r.name, children: r.label }, r.name)) }) : c.text;
+  return /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("td", { className: cls || void 0, "data-col": col.key, "data-label": t(lang, col.label), title: c.title || void 0, "data-flag": c.flag || void 0, children: body });
+}
+function Table({ testid, columns, rows, rowProps, lang, empty }) {
+  return /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("div", { className: "dgd-card dgd-table-wrap", children: /* @__PURE__ */ (0, import_jsx_runtime10.jsxs)("table", { className: "dgd-table", "data-testid": testid, children: [
+    /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("thead", { children: /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("tr", { children: columns.map((col) => /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("th", { className: col.num ? "dgd-num" : void 0, children: t(lang, col.label) }, col.key)) }) }),
+    /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("tbody", { children: rows.length ? rows.map((row, i) => /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("tr", { ...rowProps(row), children: columns.map((col) => row.hide && row.hide.includes(col.key) ? /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("td", {}, col.key) : /* @__PURE__ */ (0, import_jsx_runtime10.jsx)(Cell, { col, c: row.cells[col.key], lang }, col.key)) }, i)) : /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("tr", { children: /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("td", { colSpan: columns.length, className: "dgd-muted", children: empty }) }) })
+  ] }) });
+}
+function ClusterWarnings({ warnings }) {
+  if (!warnings.length) return null;
+  return /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("ul", { className: "dgd-warnings", children: warnings.map((w, i) => /* @__PURE__ */ (0, import_jsx_runtime10.jsxs)("li", { className: "dgd-warning", "data-testid": "dsh-gpu-cluster-warning", "data-code": w.code, "data-severity": w.sev, children: [
+    /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("span", { className: "dgd-warning-sev", children: w.severity }),
+    /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("span", { className: "dgd-warning-msg", children: w.message }),
+    w.hint ? /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("div", { className: "dgd-warning-hint", children: w.hint }) : null
+  ] }, i)) });
+}
+function ClusterTables({ cluster, doc, error, lang }) {
+  const vm = cluster ? clusterView(cluster, doc, lang) : null;
+  return /* @__PURE__ */ (0, import_jsx_runtime10.jsxs)("section", { "data-testid": "dsh-gpu-cluster", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime10.jsxs)("h3", { className: "dgd-section-title", children: [
+      t(lang, "cluster.title"),
+      " ",
+      vm ? /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("span", { className: "dgd-muted", children: vm.summary }) : null
+    ] }),
+    error ? /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("div", { className: "dgd-bad", "data-testid": "dsh-gpu-cluster-error", children: t(lang, "cluster.error", { error }) }) : null,
+    vm ? /* @__PURE__ */ (0, import_jsx_runtime10.jsxs)(import_jsx_runtime10.Fragment, { children: [
+      /* @__PURE__ */ (0, import_jsx_runtime10.jsx)(ClusterWarnings, { warnings: vm.warnings }),
+      /* @__PURE__ */ (0, import_jsx_runtime10.jsx)(
+        Table,
+        {
+          testid: "dsh-gpu-cluster-nodes",
+          columns: CLUSTER_NODE_COLUMNS,
+          lang,
+          empty: t(lang, "cluster.noNodes"),
+          rows: vm.nodes.map((r) => ({ ...r, hide: r.first ? null : ["node", "state"] })),
+          rowProps: (r) => ({ "data-testid": "dsh-gpu-cluster-node", "data-node": r.node, "data-reporting": r.reporting ? "true" : "false" })
+        }
+      ),
+      vm.jobs.length ? null : /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("div", { className: "dgd-muted", children: t(lang, "cluster.noJob") }),
+      vm.jobs.map((job) => /* @__PURE__ */ (0, import_jsx_runtime10.jsxs)("div", { "data-testid": "dsh-gpu-cluster-job", "data-job-key": job.key, children: [
+        /* @__PURE__ */ (0, import_jsx_runtime10.jsxs)("h4", { className: "dgd-section-title", children: [
+          job.title,
+          " ",
+          /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("span", { className: "dgd-muted", children: job.detail })
+        ] }),
+        /* @__PURE__ */ (0, import_jsx_runtime10.jsx)(ClusterWarnings, { warnings: job.warnings }),
+        /* @__PURE__ */ (0, import_jsx_runtime10.jsx)(
+          Table,
+          {
+            testid: "dsh-gpu-cluster-ranks",
+            columns: CLUSTER_RANK_COLUMNS,
+            rows: job.ranks,
+            lang,
+            empty: t(lang, "cluster.noRanks"),
+            rowProps: (r) => ({ "data-testid": "dsh-gpu-cluster-rank", "data-rank": r.rank })
+          }
+        )
+      ] }, job.key))
+    ] }) : null
+  ] });
+}
+async function fetchCluster(key) {
+  const ctrl = new AbortController();
+  const timer = setTimeout(() => ctrl.abort(), CLUSTER_TIMEOUT_MS);
+  try {
+    const res = await fetch(`${API}/cluster${key ? `?job=${encodeURIComponent(key)}` : ""}`, { headers: { Accept: "application/json" }, cache: "no-store", credentials: "same-origin", signal: ctrl.signal });
+    let body = null;
+    try {
+      body = await res.json();
+    } catch {
+      body = null;
+    }
+    return { status: res.status, body };
+  } finally {
+    clearTimeout(timer);
+  }
+}
+function nextCluster(prev, status, body) {
+  if (status === 200 && body && Array.isArray(body.nodes)) return { shown: true, cluster: body, error: null };
+  if (status === 404) return { shown: false, cluster: null, error: null };
+  if (status === 503) return prev;
+  const detail = body && (body.detail || body.error) || `HTTP ${status}`;
+  return { shown: prev.shown || status === 502, cluster: prev.cluster, error: String(detail) };
+}
+function ClusterSection({ doc, lang }) {
+  const key = doc && doc.distributed && doc.distributed.job_key || null;
+  const [st, setSt] = (0, import_react6.useState)({ shown: false, cluster: null, error: null });
+  (0, import_react6.useEffect)(() => {
+    let stopped = false;
+    let timer = null;
+    const poll = async () => {
+      if (stopped) return;
+      if (typeof document === "undefined" || !document.hidden) {
+        try {
+          let r = await fetchCluster(key);
+          if (key && r.status === 200 && r.body && Array.isArray(r.body.jobs) && !r.body.jobs.length) r = await fetchCluster(null);
+          if (!stopped) setSt((prev) => nextCluster(prev, r.status, r.body));
+        } catch (err) {
+          if (!stopped) setSt((prev) => ({ ...prev, error: String(err && err.message || err) }));
+        }
+      }
+      if (!stopped) timer = setTimeout(poll, CLUSTER_EVERY_MS);
+    };
+    poll();
+    return () => {
+      stopped = true;
+      clearTimeout(timer);
+    };
+  }, [key]);
+  if (!st.shown) return null;
+  return /* @__PURE__ */ (0, import_jsx_runtime10.jsx)(ClusterTables, { cluster: st.cluster, doc, error: st.error, lang });
+}
+
+// src/client/view.jsx
+var import_jsx_runtime11 = require("react/jsx-runtime");
 function Hero({ doc, lang, lastOk }) {
-  return /* @__PURE__ */ (0, import_jsx_runtime10.jsxs)("section", { className: "dgd-card dgd-hero", "data-testid": "dsh-gpu-hero", children: [
-    /* @__PURE__ */ (0, import_jsx_runtime10.jsxs)("div", { className: "dgd-hero-main", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime10.jsx)(Badge, { doc, lang, big: true }),
-      /* @__PURE__ */ (0, import_jsx_runtime10.jsxs)("div", { className: "dgd-hero-text", children: [
-        /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("p", { className: "dgd-message", "data-testid": "dsh-gpu-message", children: summarize(doc, lang).message || NA }),
-        targetText(doc, lang) ? /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("span", { className: "dgd-muted", "data-testid": "dsh-gpu-target", children: targetText(doc, lang) }) : null,
-        /* @__PURE__ */ (0, import_jsx_runtime10.jsx)(Updated, { lastOk, lang })
+  return /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)("section", { className: "dgd-card dgd-hero", "data-testid": "dsh-gpu-hero", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)("div", { className: "dgd-hero-main", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(Badge, { doc, lang, big: true }),
+      /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)("div", { className: "dgd-hero-text", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("p", { className: "dgd-message", "data-testid": "dsh-gpu-message", children: summarize(doc, lang).message || NA }),
+        targetText(doc, lang) ? /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("span", { className: "dgd-muted", "data-testid": "dsh-gpu-target", children: targetText(doc, lang) }) : null,
+        /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(Updated, { lastOk, lang })
       ] })
     ] }),
-    /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("dl", { className: "dgd-facts", "data-testid": "dsh-gpu-facts", children: heroFacts(doc, lang).map((f) => /* @__PURE__ */ (0, import_jsx_runtime10.jsxs)("div", { "data-key": f.key, children: [
-      /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("dt", { children: f.label }),
-      /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("dd", { title: f.text, children: f.chip && f.chip.device !== null ? /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("span", { className: `dgd-dev dgd-dev-${f.chip.kind}`, children: f.text }) : f.text })
+    /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("dl", { className: "dgd-facts", "data-testid": "dsh-gpu-facts", children: heroFacts(doc, lang).map((f) => /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)("div", { "data-key": f.key, children: [
+      /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("dt", { children: f.label }),
+      /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("dd", { title: f.text, children: f.chip && f.chip.device !== null ? /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("span", { className: `dgd-dev dgd-dev-${f.chip.kind}`, children: f.text }) : f.text })
     ] }, f.key)) }),
-    /* @__PURE__ */ (0, import_jsx_runtime10.jsx)(Warnings, { doc, lang })
+    /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(Warnings, { doc, lang })
   ] });
 }
 function RuntimeFooter({ doc, lang }) {
   const facts = runtimeFacts(doc, lang);
-  return /* @__PURE__ */ (0, import_jsx_runtime10.jsxs)("footer", { className: "dgd-runtime", "data-testid": "dsh-gpu-runtime", children: [
-    facts.items.map((it) => /* @__PURE__ */ (0, import_jsx_runtime10.jsxs)("span", { "data-key": it.key, children: [
+  return /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)("footer", { className: "dgd-runtime", "data-testid": "dsh-gpu-runtime", children: [
+    facts.items.map((it) => /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)("span", { "data-key": it.key, children: [
       it.label,
       " ",
-      /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("b", { className: it.bad ? "dgd-bad" : void 0, children: it.value })
+      /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("b", { className: it.bad ? "dgd-bad" : void 0, children: it.value })
     ] }, it.key)),
-    facts.error ? /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("span", { className: "dgd-bad", children: facts.error }) : null,
-    facts.interval ? /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("span", { children: facts.interval }) : null
+    facts.error ? /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("span", { className: "dgd-bad", children: facts.error }) : null,
+    facts.interval ? /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("span", { children: facts.interval }) : null
   ] });
 }
 function GpuView(props) {
-  return /* @__PURE__ */ (0, import_jsx_runtime10.jsx)(SessionJobs, { sessionId: props && props.sessionId, children: (header, showJob) => /* @__PURE__ */ (0, import_jsx_runtime10.jsx)(GpuViewBody, { header, showJob }) });
+  return /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(SessionJobs, { sessionId: props && props.sessionId, children: (header, showJob) => /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(GpuViewBody, { header, showJob }) });
 }
 function GpuViewBody({ header, showJob }) {
   const st = useStatus();
   const lang = useLang();
   const doc = st.doc;
-  return /* @__PURE__ */ (0, import_jsx_runtime10.jsxs)("div", { className: "dgd-root dgd-view", "data-testid": "dsh-gpu-view", "data-state": st.state, children: [
+  return /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)("div", { className: "dgd-root dgd-view", "data-testid": "dsh-gpu-view", "data-state": st.state, children: [
     header,
-    /* @__PURE__ */ (0, import_jsx_runtime10.jsx)(ConnectionNotice, { st, lang }),
-    doc && showJob ? /* @__PURE__ */ (0, import_jsx_runtime10.jsxs)(import_jsx_runtime10.Fragment, { children: [
-      /* @__PURE__ */ (0, import_jsx_runtime10.jsx)(Hero, { doc, lang, lastOk: st.lastOk }),
-      /* @__PURE__ */ (0, import_jsx_runtime10.jsx)(EfficiencyStrip, { doc, lang }),
-      /* @__PURE__ */ (0, import_jsx_runtime10.jsx)(GpuCards, { doc, lang }),
-      /* @__PURE__ */ (0, import_jsx_runtime10.jsx)(ProcessTable, { doc, lang }),
-      /* @__PURE__ */ (0, import_jsx_runtime10.jsx)(HistoryCharts, { doc, lang }),
-      /* @__PURE__ */ (0, import_jsx_runtime10.jsx)(RuntimeFooter, { doc, lang })
+    /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(ConnectionNotice, { st, lang }),
+    doc && showJob ? /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)(import_jsx_runtime11.Fragment, { children: [
+      /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(Hero, { doc, lang, lastOk: st.lastOk }),
+      /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(EfficiencyStrip, { doc, lang }),
+      /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(GpuCards, { doc, lang }),
+      /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(ProcessTable, { doc, lang }),
+      /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(ClusterSection, { doc, lang }),
+      /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(HistoryCharts, { doc, lang }),
+      /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(RuntimeFooter, { doc, lang })
     ] }) : null
   ] });
 }
 
 // src/client/settings.jsx
-var import_react6 = require("react");
-var import_jsx_runtime11 = require("react/jsx-runtime");
+var import_react7 = require("react");
+var import_jsx_runtime12 = require("react/jsx-runtime");
 function vetUrl(value) {
   let u;
   try {
@@ -3403,7 +3676,8 @@ function autostartLines(cfg) {
   return [
     `    autostart: ${cfg.autostart}`,
     `    sidecarCommand: ${JSON.stringify(cfg.sidecarCommand || "dsh-sidecar")}`,
-    `    sidecarArgs: ${JSON.stringify(args)}`
+    `    sidecarArgs: ${JSON.stringify(args)}`,
+    `    prometheusUrl: ${cfg.prometheusUrl ? JSON.stringify(cfg.prometheusUrl) : "null"}`
   ];
 }
 function yamlSnippet(url, cfg) {
@@ -3427,7 +3701,7 @@ function connectionColor(state) {
   return STATUS_COLORS.UNKNOWN;
 }
 function useFlash() {
-  const [on, setOn] = (0, import_react6.useState)(false);
+  const [on, setOn] = (0, import_react7.useState)(false);
   const flash = () => {
     setOn(true);
     setTimeout(() => setOn(false), 1500);
@@ -3435,42 +3709,42 @@ function useFlash() {
   return [on, flash];
 }
 function Field({ id, label, children }) {
-  return /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)("section", { className: "dgd-field", children: [
-    /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("label", { className: "dgd-field-label", htmlFor: id, children: label }),
+  return /* @__PURE__ */ (0, import_jsx_runtime12.jsxs)("section", { className: "dgd-field", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("label", { className: "dgd-field-label", htmlFor: id, children: label }),
     children
   ] });
 }
 function ConnectionField({ st, cfg, effective, lang }) {
   const store = getStore();
-  return /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)("section", { className: "dgd-field", "data-testid": "dsh-gpu-connection", "data-state": st.state, children: [
-    /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("span", { className: "dgd-field-label", children: t(lang, "settings.connection") }),
-    /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)("div", { className: "dgd-conn", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)("span", { className: "dgd-conn-state", children: [
-        /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("span", { className: "dgd-conn-dot", style: { background: connectionColor(st.state) } }),
-        /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("span", { "data-testid": "dsh-gpu-connection-state", children: t(lang, `settings.state.${st.state}`) }),
-        st.state === "ok" && st.doc ? /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(Badge, { doc: st.doc, lang }) : null
+  return /* @__PURE__ */ (0, import_jsx_runtime12.jsxs)("section", { className: "dgd-field", "data-testid": "dsh-gpu-connection", "data-state": st.state, children: [
+    /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("span", { className: "dgd-field-label", children: t(lang, "settings.connection") }),
+    /* @__PURE__ */ (0, import_jsx_runtime12.jsxs)("div", { className: "dgd-conn", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime12.jsxs)("span", { className: "dgd-conn-state", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("span", { className: "dgd-conn-dot", style: { background: connectionColor(st.state) } }),
+        /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("span", { "data-testid": "dsh-gpu-connection-state", children: t(lang, `settings.state.${st.state}`) }),
+        st.state === "ok" && st.doc ? /* @__PURE__ */ (0, import_jsx_runtime12.jsx)(Badge, { doc: st.doc, lang }) : null
       ] }),
-      /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)("dl", { className: "dgd-kv", children: [
-        /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("dt", { children: t(lang, "settings.effectiveUrl") }),
-        /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)("dd", { className: "dgd-mono", "data-testid": "dsh-gpu-effective-url", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime12.jsxs)("dl", { className: "dgd-kv", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("dt", { children: t(lang, "settings.effectiveUrl") }),
+        /* @__PURE__ */ (0, import_jsx_runtime12.jsxs)("dd", { className: "dgd-mono", "data-testid": "dsh-gpu-effective-url", children: [
           effective || NA,
-          cfg ? /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)("span", { className: "dgd-muted", children: [
+          cfg ? /* @__PURE__ */ (0, import_jsx_runtime12.jsxs)("span", { className: "dgd-muted", children: [
             " · ",
             cfg.tokenSet ? t(lang, "settings.tokenSet") : t(lang, "settings.tokenUnset")
           ] }) : null
         ] }),
-        /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(StartedSidecarRow, { cfg, lang }),
-        /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("dt", { children: t(lang, "settings.lastUpdate") }),
-        /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("dd", { children: st.lastOk ? fmtAgo((Date.now() - st.lastOk) / 1e3, lang) : t(lang, "updated.never") }),
-        cfg && Array.isArray(cfg.warnings) && cfg.warnings.length ? /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)(import_jsx_runtime11.Fragment, { children: [
-          /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("dt", { children: t(lang, "settings.hostWarnings") }),
-          /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("dd", { className: "dgd-note-warn", "data-testid": "dsh-gpu-host-warnings", children: cfg.warnings.map((w, i) => /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("div", { children: w }, i)) })
+        /* @__PURE__ */ (0, import_jsx_runtime12.jsx)(StartedSidecarRow, { cfg, lang }),
+        /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("dt", { children: t(lang, "settings.lastUpdate") }),
+        /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("dd", { children: st.lastOk ? fmtAgo((Date.now() - st.lastOk) / 1e3, lang) : t(lang, "updated.never") }),
+        cfg && Array.isArray(cfg.warnings) && cfg.warnings.length ? /* @__PURE__ */ (0, import_jsx_runtime12.jsxs)(import_jsx_runtime12.Fragment, { children: [
+          /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("dt", { children: t(lang, "settings.hostWarnings") }),
+          /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("dd", { className: "dgd-note-warn", "data-testid": "dsh-gpu-host-warnings", children: cfg.warnings.map((w, i) => /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("div", { children: w }, i)) })
         ] }) : null
       ] }),
-      st.state === "unreachable" ? /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(Unreachable, { st, lang }) : null,
-      st.state === "missing" ? /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(SidecarMissing, { st, lang }) : null,
-      st.state === "error" ? /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(ProblemCard, { st, lang }) : null,
-      /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("button", { type: "button", className: "dgd-btn", onClick: () => store.refreshNow(), "data-testid": "dsh-gpu-test", children: t(lang, "settings.test") }) })
+      st.state === "unreachable" ? /* @__PURE__ */ (0, import_jsx_runtime12.jsx)(Unreachable, { st, lang }) : null,
+      st.state === "missing" ? /* @__PURE__ */ (0, import_jsx_runtime12.jsx)(SidecarMissing, { st, lang }) : null,
+      st.state === "error" ? /* @__PURE__ */ (0, import_jsx_runtime12.jsx)(ProblemCard, { st, lang }) : null,
+      /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("button", { type: "button", className: "dgd-btn", onClick: () => store.refreshNow(), "data-testid": "dsh-gpu-test", children: t(lang, "settings.test") }) })
     ] })
   ] });
 }
@@ -3487,8 +3761,8 @@ function UrlField({ url, setUrl, cfg, effective, lang }) {
     } catch {
     }
   };
-  return /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)(Field, { id: "dgd-url", label: t(lang, "settings.sidecarUrl"), children: [
-    /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(
+  return /* @__PURE__ */ (0, import_jsx_runtime12.jsxs)(Field, { id: "dgd-url", label: t(lang, "settings.sidecarUrl"), children: [
+    /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime12.jsx)(
       "input",
       {
         id: "dgd-url",
@@ -3499,19 +3773,19 @@ function UrlField({ url, setUrl, cfg, effective, lang }) {
         onChange: (e) => setUrl(e.target.value)
       }
     ) }),
-    vet === "invalid" ? /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("p", { className: "dgd-note-warn", children: t(lang, "settings.urlInvalid") }) : null,
-    vet === "not-loopback" ? /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("p", { className: "dgd-note-warn", children: t(lang, "settings.urlNotLoopback", { def: cfg && cfg.defaultSidecarUrl || DEFAULT_URL }) }) : null,
-    vet === "ok" && !differs && effective ? /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("p", { className: "dgd-note-ok", children: t(lang, "settings.urlSame") }) : null,
-    differs ? /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("p", { className: "dgd-note-warn", "data-testid": "dsh-gpu-url-differs", children: t(lang, "settings.urlDiffers", { url: effective }) }) : null,
-    /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("p", { className: "dgd-field-help", children: t(lang, "settings.sidecarUrlHelp", { file: "$DSH_HOME/profiles/web/cordis.patch.yml" }) }),
-    /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("pre", { className: "dgd-pre", "data-testid": "dsh-gpu-yaml", children: snippet }),
-    /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("button", { type: "button", className: "dgd-btn", onClick: copy, children: copied ? t(lang, "settings.copied") : t(lang, "settings.copy") }) })
+    vet === "invalid" ? /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("p", { className: "dgd-note-warn", children: t(lang, "settings.urlInvalid") }) : null,
+    vet === "not-loopback" ? /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("p", { className: "dgd-note-warn", children: t(lang, "settings.urlNotLoopback", { def: cfg && cfg.defaultSidecarUrl || DEFAULT_URL }) }) : null,
+    vet === "ok" && !differs && effective ? /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("p", { className: "dgd-note-ok", children: t(lang, "settings.urlSame") }) : null,
+    differs ? /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("p", { className: "dgd-note-warn", "data-testid": "dsh-gpu-url-differs", children: t(lang, "settings.urlDiffers", { url: effective }) }) : null,
+    /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("p", { className: "dgd-field-help", children: t(lang, "settings.sidecarUrlHelp", { file: "$DSH_HOME/profiles/web/cordis.patch.yml" }) }),
+    /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("pre", { className: "dgd-pre", "data-testid": "dsh-gpu-yaml", children: snippet }),
+    /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("button", { type: "button", className: "dgd-btn", onClick: copy, children: copied ? t(lang, "settings.copied") : t(lang, "settings.copy") }) })
   ] });
 }
 function RefreshField({ refresh, setRefresh, lang }) {
-  return /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)(Field, { id: "dgd-refresh", label: t(lang, "settings.refresh"), children: [
-    /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)("div", { className: "dgd-row", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(
+  return /* @__PURE__ */ (0, import_jsx_runtime12.jsxs)(Field, { id: "dgd-refresh", label: t(lang, "settings.refresh"), children: [
+    /* @__PURE__ */ (0, import_jsx_runtime12.jsxs)("div", { className: "dgd-row", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime12.jsx)(
         "input",
         {
           id: "dgd-refresh",
@@ -3525,14 +3799,14 @@ function RefreshField({ refresh, setRefresh, lang }) {
           onChange: (e) => setRefresh(e.target.value)
         }
       ),
-      /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("span", { className: "dgd-muted", children: t(lang, "settings.seconds") })
+      /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("span", { className: "dgd-muted", children: t(lang, "settings.seconds") })
     ] }),
-    /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("p", { className: "dgd-field-help", children: t(lang, "settings.refreshHelp", { min: REFRESH_MIN_S, max: REFRESH_MAX_S }) })
+    /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("p", { className: "dgd-field-help", children: t(lang, "settings.refreshHelp", { min: REFRESH_MIN_S, max: REFRESH_MAX_S }) })
   ] });
 }
 function LanguageField({ settings, lang }) {
   const store = getStore();
-  return /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(Field, { id: "dgd-lang", label: t(lang, "settings.language"), children: /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)(
+  return /* @__PURE__ */ (0, import_jsx_runtime12.jsx)(Field, { id: "dgd-lang", label: t(lang, "settings.language"), children: /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime12.jsxs)(
     "select",
     {
       id: "dgd-lang",
@@ -3541,9 +3815,9 @@ function LanguageField({ settings, lang }) {
       onChange: (e) => store.saveSettings({ lang: e.target.value }),
       "data-testid": "dsh-gpu-lang-select",
       children: [
-        /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("option", { value: "auto", children: t(lang, "settings.langAuto") }),
-        /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("option", { value: "en", children: "English" }),
-        /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("option", { value: "zh", children: "中文" })
+        /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("option", { value: "auto", children: t(lang, "settings.langAuto") }),
+        /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("option", { value: "en", children: "English" }),
+        /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("option", { value: "zh", children: "中文" })
       ]
     }
   ) }) });
@@ -3556,10 +3830,10 @@ function SettingsSection() {
   useTick(1e3);
   const cfg = st.config;
   const effective = cfg && cfg.sidecarUrl || st.problem && st.problem.url || null;
-  const [url, setUrl] = (0, import_react6.useState)(settings.sidecarUrl || effective || DEFAULT_URL);
-  const [refresh, setRefresh] = (0, import_react6.useState)(String(settings.refreshS));
+  const [url, setUrl] = (0, import_react7.useState)(settings.sidecarUrl || effective || DEFAULT_URL);
+  const [refresh, setRefresh] = (0, import_react7.useState)(String(settings.refreshS));
   const [saved, flashSaved] = useFlash();
-  (0, import_react6.useEffect)(() => {
+  (0, import_react7.useEffect)(() => {
     if (!settings.sidecarUrl && effective && url === DEFAULT_URL) setUrl(effective);
   }, [effective]);
   const save = () => {
@@ -3567,14 +3841,14 @@ function SettingsSection() {
     setRefresh(String(clampRefresh(refresh)));
     flashSaved();
   };
-  return /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)("div", { className: "dgd-root dgd-settings", "data-testid": "dsh-gpu-settings", children: [
-    /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(ConnectionField, { st, cfg, effective, lang }),
-    /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(UrlField, { url, setUrl, cfg, effective, lang }),
-    /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(RefreshField, { refresh, setRefresh, lang }),
-    /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(LanguageField, { settings, lang }),
-    /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)("div", { className: "dgd-row", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("button", { type: "button", className: "dgd-btn", onClick: save, "data-testid": "dsh-gpu-save", children: saved ? t(lang, "settings.saved") : t(lang, "settings.save") }),
-      /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("span", { className: "dgd-muted", style: { marginLeft: "auto", fontSize: 11.5 }, children: t(lang, "settings.version", { version: cfg && cfg.version || PLUGIN_VERSION, dsh: SUPPORTED_DSH }) })
+  return /* @__PURE__ */ (0, import_jsx_runtime12.jsxs)("div", { className: "dgd-root dgd-settings", "data-testid": "dsh-gpu-settings", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime12.jsx)(ConnectionField, { st, cfg, effective, lang }),
+    /* @__PURE__ */ (0, import_jsx_runtime12.jsx)(UrlField, { url, setUrl, cfg, effective, lang }),
+    /* @__PURE__ */ (0, import_jsx_runtime12.jsx)(RefreshField, { refresh, setRefresh, lang }),
+    /* @__PURE__ */ (0, import_jsx_runtime12.jsx)(LanguageField, { settings, lang }),
+    /* @__PURE__ */ (0, import_jsx_runtime12.jsxs)("div", { className: "dgd-row", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("button", { type: "button", className: "dgd-btn", onClick: save, "data-testid": "dsh-gpu-save", children: saved ? t(lang, "settings.saved") : t(lang, "settings.save") }),
+      /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("span", { className: "dgd-muted", style: { marginLeft: "auto", fontSize: 11.5 }, children: t(lang, "settings.version", { version: cfg && cfg.version || PLUGIN_VERSION, dsh: SUPPORTED_DSH }) })
     ] })
   ] });
 }

@@ -111,13 +111,18 @@ export function refusedListener(up, uidsOf) {
     : `refused: port ${up.target.port} (${up.sidecarUrl}) is served by another user (uid ${uid}), not by you or root; no request and no token was sent there`
 }
 
+/** The started sidecar's arguments: sidecarArgs, then `--prometheus URL` when prometheusUrl is set. */
+export function sidecarArgsOf(config) {
+  return [...config.sidecarArgs, ...(config.prometheusUrl ? ['--prometheus', config.prometheusUrl] : [])]
+}
+
 /**
  * Where requests go now: {sidecarUrl, target, token, managed}. `managed` is null for the configured
  * sidecar, else the supervisor's snapshot. Call `.start(fetchJson)` once, `.stop()` on disposal.
  */
 export function createUpstream(config, log, options = {}) {
   const state = { supervisor: null, probing: config.autostart, stopped: false, reason: null }
-  const command = [config.sidecarCommand, ...config.sidecarArgs].join(' ')
+  const command = [config.sidecarCommand, ...sidecarArgsOf(config)].join(' ')
   const configured = () => ({ sidecarUrl: config.sidecarUrl, target: config.target, token: config.token, managed: null })
   const upstream = () => {
     if (state.probing) return { ...configured(), managed: { managed: true, state: 'starting', command, restarts: 0 } }
@@ -144,9 +149,8 @@ export function createUpstream(config, log, options = {}) {
     if (!probe.error && !refusedUs) log.info(`a sidecar answers at ${config.sidecarUrl}: using it (no autostart)`)
     else {
       log.warn(`${state.reason}: not using it, starting our own sidecar`)
-      const { sidecarCommand, sidecarArgs } = config
       state.supervisor = new SidecarSupervisor({
-        command: sidecarCommand, args: sidecarArgs, log, spawnFn: options.spawnFn, resolve: options.resolveCommand || resolveCommand,
+        command: config.sidecarCommand, args: sidecarArgsOf(config), log, spawnFn: options.spawnFn, resolve: options.resolveCommand || resolveCommand,
       })
       state.supervisor.start()
     }

@@ -20,9 +20,13 @@ export const ROUTES = Object.freeze({
   '/status': { upstream: '/api/dsh-gpu-dashboard/status', query: ['job'] },
   '/history': { upstream: '/api/dsh-gpu-dashboard/history', query: ['since', 'job'] },
   '/jobs': { upstream: '/api/dsh-gpu-dashboard/jobs', query: [], session: true },
+  // the cluster view of a sidecar started with --prometheus (prometheusUrl); `job` is a job key here
+  '/cluster': { upstream: '/api/dsh-gpu-dashboard/cluster', query: ['jobKey'] },
 })
+// A distributed job key as the cluster route takes it (a label value: torchrun's run id, a Slurm job id, ...).
+const JOB_KEY = /^[A-Za-z0-9._:@+=\/-]{1,256}$/
 export const DEFAULT_SIDECAR_COMMAND = 'dsh-sidecar'
-const CONFIG_KEYS = ['sidecarUrl', 'token', 'timeoutMs', 'autostart', 'sidecarCommand', 'sidecarArgs']
+const CONFIG_KEYS = ['sidecarUrl', 'token', 'timeoutMs', 'autostart', 'sidecarCommand', 'sidecarArgs', 'prometheusUrl']
 
 const LOOPBACK_NAMES = new Set(['localhost', 'localhost.', '::1', '0:0:0:0:0:0:0:1'])
 
@@ -131,6 +135,7 @@ export function normalizeConfig(raw) {
   }
 
   const { autostart, sidecarCommand, sidecarArgs } = normalizeAutostart(input, warnings)
+  const prometheusUrl = normalizePrometheusUrl(input.prometheusUrl, warnings)
 
   return {
     config: {
@@ -140,6 +145,7 @@ export function normalizeConfig(raw) {
       autostart,
       sidecarCommand,
       sidecarArgs,
+      prometheusUrl,
       target: { protocol: target.protocol, hostname: target.hostname, port: target.port, basePath: target.basePath },
     },
     warnings,
@@ -173,6 +179,26 @@ function normalizeAutostart(input, warnings) {
     else warnings.push(`sidecarArgs must be a list of strings (got ${describe(input.sidecarArgs)}); using none`)
   }
   return { autostart, sidecarCommand, sidecarArgs }
+}
+
+/**
+ * The Prometheus that scrapes every node's sidecar, passed to the sidecar the plugin starts as
+ * `--prometheus` (the sidecar asks it, never the browser or this host); null: no cluster view.
+ * Any host is allowed (Prometheus runs elsewhere); http(s), no credentials, query or fragment.
+ */
+export function normalizePrometheusUrl(value, warnings) {
+  if (value === undefined || value === null || value === '') return null
+  let u = null
+  try {
+    u = typeof value === 'string' && value.length <= 2048 ? new URL(value) : null
+  } catch {
+    u = null
+  }
+  if (!u || !['http:', 'https:'].includes(u.protocol) || !u.hostname || u.username || u.password || u.search || u.hash) {
+    warnings.push(`prometheusUrl must be Prometheus's http(s) address, e.g. http://prometheus:9090 (got ${describe(value)}); no cluster view`)
+    return null
+  }
+  return u.href.replace(/\/+$/, '')
 }
 
 /** Parse and vet a sidecar URL: http only, loopback host only, no credentials/query/fragment. */
@@ -233,6 +259,10 @@ export function resolveRoute(reqUrl) {
     if (key === 'since') {
       const since = sanitizeSince(u.searchParams.get('since'))
       if (since !== null) params.set('since', since)
+    }
+    if (key === 'jobKey') {
+      const job = u.searchParams.get('job')
+      if (typeof job === 'string' && JOB_KEY.test(job)) params.set('job', job)
     }
     if (key === 'job') {
       const job = u.searchParams.get('job')

@@ -219,9 +219,10 @@ function configAnswer(config, configWarnings, up) {
     autostart: config.autostart,
     sidecarCommand: config.sidecarCommand,
     sidecarArgs: config.sidecarArgs,
+    prometheusUrl: config.prometheusUrl,
     sidecar: up.managed, // null: the configured sidecar; else the one this plugin started (never its token)
     warnings: configWarnings,
-    routes: [`${API_PREFIX}/status?job=ID`, `${API_PREFIX}/history?since=N&job=ID`, `${API_PREFIX}/jobs?session=ID`, `${API_PREFIX}/config`],
+    routes: [`${API_PREFIX}/status?job=ID`, `${API_PREFIX}/history?since=N&job=ID`, `${API_PREFIX}/jobs?session=ID`, `${API_PREFIX}/cluster?job=KEY`, `${API_PREFIX}/config`],
   }
 }
 

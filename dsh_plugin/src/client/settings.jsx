@@ -35,6 +35,7 @@ function autostartLines(cfg) {
     `    autostart: ${cfg.autostart}`,
     `    sidecarCommand: ${JSON.stringify(cfg.sidecarCommand || 'dsh-sidecar')}`,
     `    sidecarArgs: ${JSON.stringify(args)}`,
+    `    prometheusUrl: ${cfg.prometheusUrl ? JSON.stringify(cfg.prometheusUrl) : 'null'}`,
   ]
 }
 

@@ -1,4 +1,4 @@
-// The GPU view (conversation tab): hero, GPU cards, process table, history charts, runtime footer.
+// The GPU view (conversation tab): hero, GPU cards, process table, cluster (with --prometheus), history charts, runtime footer.
 import { NA, summarize } from '../../../sidecar/static/shared/format.js'
 import { heroFacts, runtimeFacts } from '../../../sidecar/static/shared/view_model.js'
 import { Badge, Updated, Warnings, targetText, useLang, useStatus } from './shared.jsx'
@@ -8,6 +8,7 @@ import { GpuCards } from './gpus.jsx'
 import { HistoryCharts } from './charts.jsx'
 import { SessionJobs } from './jobs.jsx'
 import { EfficiencyStrip } from './efficiency.jsx'
+import { ClusterSection } from './cluster.jsx'
 
 function Hero({ doc, lang, lastOk }) {
   return (
@@ -77,6 +78,7 @@ function GpuViewBody({ header, showJob }) {
           <EfficiencyStrip doc={doc} lang={lang} />
           <GpuCards doc={doc} lang={lang} />
           <ProcessTable doc={doc} lang={lang} />
+          <ClusterSection doc={doc} lang={lang} />
           <HistoryCharts doc={doc} lang={lang} />
           <RuntimeFooter doc={doc} lang={lang} />
         </>
