@@ -3578,6 +3578,7 @@ function ClusterSection({ doc, lang }) {
   const [st, setSt] = (0, import_react6.useState)({ shown: false, cluster: null, error: null });
   (0, import_react6.useEffect)(() => {
     let stopped = false;
+    let gone = false;
     let timer = null;
     const poll = async () => {
       if (stopped) return;
@@ -3585,12 +3586,13 @@ function ClusterSection({ doc, lang }) {
         try {
           let r = await fetchCluster(key);
           if (key && r.status === 200 && r.body && Array.isArray(r.body.jobs) && !r.body.jobs.length) r = await fetchCluster(null);
+          gone = r.status === 404;
           if (!stopped) setSt((prev) => nextCluster(prev, r.status, r.body));
         } catch (err) {
           if (!stopped) setSt((prev) => ({ ...prev, error: String(err && err.message || err) }));
         }
       }
-      if (!stopped) timer = setTimeout(poll, CLUSTER_EVERY_MS);
+      if (!stopped && !gone) timer = setTimeout(poll, CLUSTER_EVERY_MS);
     };
     poll();
     return () => {

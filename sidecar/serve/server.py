@@ -83,7 +83,7 @@ def create_app(
     app.url_map.merge_slashes = False  # "//etc/passwd" gets a 404, not a redirect
 
     _install_guards(app, config)
-    _install_routes(app, config, source, metrics)
+    _install_routes(app, config, source, metrics, cluster)
     _install_cluster_route(app, cluster)
     return app
 
@@ -146,11 +146,15 @@ def _authorise(config: ServerConfig):
 
 
 def _install_routes(
-    app: Flask, config: ServerConfig, source: DocumentSource, metrics: Callable[[], tuple[bytes, str]] | None
+    app: Flask,
+    config: ServerConfig,
+    source: DocumentSource,
+    metrics: Callable[[], tuple[bytes, str]] | None,
+    cluster: ClusterCache | None,
 ) -> None:
     """The routes; each serves what the last poll published and never triggers one."""
     _install_document_routes(app, source)
-    _install_page_routes(app, config, metrics)
+    _install_page_routes(app, config, metrics, cluster)
 
 
 def _install_document_routes(app: Flask, source: Any) -> None:
@@ -226,7 +230,7 @@ def _install_cluster_route(app: Flask, cluster: ClusterCache | None) -> None:
             return _error(502, f"Prometheus did not answer: {exc}")
 
 
-def _install_page_routes(app: Flask, config: ServerConfig, metrics: Any) -> None:
+def _install_page_routes(app: Flask, config: ServerConfig, metrics: Any, cluster: Any) -> None:
     """What is not a document of a poll: the schema, /metrics, the page and its files, the version."""
 
     @app.get(f"{API}/schema")
@@ -251,7 +255,9 @@ def _install_page_routes(app: Flask, config: ServerConfig, metrics: Any) -> None
 
     @app.get("/version")
     def version():
-        return jsonify({"version": __version__})
+        # `cluster`: the cluster route serves (--prometheus); the page asks it only then, so a sidecar
+        # without Prometheus shows no 404 in the browser's console on every poll
+        return jsonify({"version": __version__, "cluster": cluster is not None})
 
 
 def _error(code: int, message: str):

@@ -52,6 +52,7 @@ def test_the_route_serves_the_cluster_document_by_the_contract(sidecar):
     assert doc["warnings"][0]["message_ref"]["id"] == "warning.node-missing.gone"
     (job,) = doc["jobs"]
     assert (job["job_key"], job["status"], [r["rank"] for r in job["ranks"]]) == ("run-7", "GPU", [0, 1, 2, 3])
+    assert sidecar.get("/version")[1]["cluster"] is True  # the page asks the route only then
     code, only = sidecar.get(f"{API}/cluster?job=no-such-job")
     assert code == 200 and only["job"] == "no-such-job" and only["jobs"] == []
 
@@ -84,6 +85,7 @@ def test_without_prometheus_404_and_a_failing_one_502():
     with Sidecar(["--port", "0"], env=_env()) as plain:
         code, body = plain.get(f"{API}/cluster")
         assert code == 404 and "--prometheus" in body["error"]
+        assert plain.get("/version")[1]["cluster"] is False
     with FakePrometheus({}) as failing:
         failing.failing = True
         with Sidecar(["--port", "0", "--prometheus", failing.url], env=_env()) as s:

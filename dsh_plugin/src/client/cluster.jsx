@@ -103,12 +103,13 @@ export function nextCluster(prev, status, body) {
   return { shown: prev.shown || status === 502, cluster: prev.cluster, error: String(detail) }
 }
 
-/** The section, polled every CLUSTER_EVERY_MS while mounted and the tab is shown. */
+/** The section, polled every CLUSTER_EVERY_MS while mounted and the tab is shown (not after a 404). */
 export function ClusterSection({ doc, lang }) {
   const key = (doc && doc.distributed && doc.distributed.job_key) || null
   const [st, setSt] = useState({ shown: false, cluster: null, error: null })
   useEffect(() => {
     let stopped = false
+    let gone = false
     let timer = null
     const poll = async () => {
       if (stopped) return
@@ -116,12 +117,14 @@ export function ClusterSection({ doc, lang }) {
         try {
           let r = await fetchCluster(key)
           if (key && r.status === 200 && r.body && Array.isArray(r.body.jobs) && !r.body.jobs.length) r = await fetchCluster(null)
+          gone = r.status === 404
           if (!stopped) setSt((prev) => nextCluster(prev, r.status, r.body))
         } catch (err) {
           if (!stopped) setSt((prev) => ({ ...prev, error: String((err && err.message) || err) }))
         }
       }
-      if (!stopped) timer = setTimeout(poll, CLUSTER_EVERY_MS)
+      // a 404 (no --prometheus) is not asked again while the tab stays open: no failing request every 5 s
+      if (!stopped && !gone) timer = setTimeout(poll, CLUSTER_EVERY_MS)
     }
     poll()
     return () => {

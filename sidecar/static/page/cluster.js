@@ -6,6 +6,10 @@
 import { CLUSTER_NODE_COLUMNS, CLUSTER_RANK_COLUMNS, clusterView } from '../shared/view_model.js';
 
 const CLUSTER_URL = 'api/dsh-gpu-dashboard/cluster';
+// `cluster` of /version says whether the route serves (--prometheus): asked again this often, so a
+// sidecar restarted with it is seen, and no request that must fail (404) is ever made.
+const VERSION_URL = 'version';
+const VERSION_EVERY_S = 60;
 // The sidecar caches the answer 5 s and Prometheus scrapes every 15 s: asking more often shows nothing new.
 const CLUSTER_EVERY_S = 5;
 
@@ -41,13 +45,23 @@ function warningList(h, richText, tr, warnings, testid) {
  * CLUSTER_EVERY_S), `render()` from each render. `fetchJSON` throws an Error with `status` on HTTP errors.
  */
 export function createClusterPanel({ root, h, richText, tr, lang, statusDoc, fetchJSON, changed, onChange }) {
-  const st = { doc: null, error: null, shown: false, at: 0, inflight: false };
+  const st = { doc: null, error: null, shown: false, at: 0, inflight: false, served: false, versionAt: 0 };
+
+  async function served() {
+    if (Date.now() - st.versionAt >= VERSION_EVERY_S * 1000) {
+      st.versionAt = Date.now();
+      try { st.served = (await fetchJSON(VERSION_URL)).cluster === true; } catch { /* keep what we knew */ }
+      if (!st.served) st.shown = false;
+    }
+    return st.served;
+  }
 
   async function maybeFetch() {
     if (st.inflight || Date.now() - st.at < CLUSTER_EVERY_S * 1000) return;
     st.inflight = true;
     st.at = Date.now();
     try {
+      if (!(await served())) return;
       const doc = statusDoc();
       const key = doc && doc.distributed && doc.distributed.job_key;
       st.doc = await fetchJSON(CLUSTER_URL + (key ? `?job=${encodeURIComponent(key)}` : ''));
