@@ -24,6 +24,10 @@ _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 # The children lists are read at least this often even when no pid was allocated (see _walk_known):
 # a bound on what a /proc that misreports the last pid could hide.
 FULL_WALK_EVERY_POLLS = 10
+# When other processes of the machine moved the last pid since the last walk, the pids allocated
+# meanwhile are looked at one by one (is any a child of the tree?) if there are at most this many;
+# past it, the children lists are read (a /proc/PID/stat read costs about what a member's list does).
+NEW_PIDS_CHECKED_MAX = 32
 
 
 @dataclass(slots=True)  # not frozen: see verdict.ModelFacts
@@ -319,9 +323,9 @@ class ProcessTreeSource:
         self._polls_since_full += 1
         if (
             last_pid is not None
-            and last_pid == self._walk_last_pid
             and self._known_kids is not None
             and self._polls_since_full < FULL_WALK_EVERY_POLLS
+            and (last_pid == self._walk_last_pid or self._none_joined(self._walk_last_pid, last_pid))
         ):
             walk = self._walk_known(root)
         same_tree = walk is not None
@@ -375,6 +379,36 @@ class ProcessTreeSource:
             known[pid] = tuple(mine)
         self._known_kids = known
         return walk
+
+    def _none_joined(self, since: int | None, last: int) -> bool:
+        """Whether no process (or thread) allocated a pid in (since, last] can have joined the tree:
+        each is gone, or its parent is no member of the last walk. A process joins the tree only as
+        a new child of a member (forked: a new pid, so in that range) or as an orphan handed to a
+        member that is a subreaper (its parent died: _walk_known sees the parent gone); an orphan
+        that was forked since is in the range too, with the member as its parent by now. A thread
+        of a member names the member's parent: counted as joined (a full walk, never a miss).
+        False when the range is unknown, wrapped round or larger than NEW_PIDS_CHECKED_MAX."""
+        if since is None or not 0 < last - since <= NEW_PIDS_CHECKED_MAX:
+            return False
+        members = self._known_kids
+        assert members is not None
+        for pid in range(since + 1, last + 1):
+            try:
+                fd = os.open(proc_path(pid, "stat"), os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue  # gone already (its children, if any, have pids in the range too)
+            except OSError:
+                return False
+            try:
+                raw = os.read(fd, 4096)
+            except OSError:
+                return False  # e.g. ESRCH: it exited between the open and the read; be safe
+            finally:
+                os.close(fd)
+            st = _parse_stat(raw) if raw else None
+            if st is None or st.ppid in members:
+                return False
+        return True
 
     def _walk_known(self, root: _Stat) -> list[tuple[int, int, _Stat]] | None:
         """The last walk's tree again, when no process was created since (the namespace's last pid
