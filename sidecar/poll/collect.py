@@ -11,7 +11,7 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
-from operator import attrgetter, itemgetter
+from operator import attrgetter, is_, itemgetter
 from typing import Any
 
 from probe_wire.schema import MODEL_COLLECTED, PUBLISH_FAILED
@@ -614,18 +614,22 @@ def _add_model_sums(models: tuple, calls: int, steps: int | None, fwd: float | N
     return calls, steps, fwd, step_rate
 
 
-def history_sample(now: float, facts: Facts, proc_info: dict[int, Any] | None = None) -> Sample:
-    """What one poll adds to the history: per GPU, per GPU process of the tree, the job's sums
-    (history.JOB_COLUMNS: its CPU, RSS and rates, what the charts show without a GPU), and the sums
-    the verdict's windowed rules (idle GPU, memory growth) read back. One pass over the processes
-    and their models; each sum adds in the processes' order."""
+class SampleMemo:
+    """What history_sample made of the last poll's processes (one poller's): a process's facts are
+    the very same object while nothing they are made of changed (FactCollector reuses them), and so
+    are the GPU rows and model sums made of them. `last`: (those facts, _process_part's), or None."""
+
+    __slots__ = ("last",)
+
+
+def _process_part(processes: tuple) -> tuple:
+    """(GPU rows, SM sum, memory sum, forward calls, steps, forward rate, step rate) of the
+    processes, each sum added in their order."""
     proc_rows = []
     sm_total = mem_total = None
     calls = 0
-    steps = None
-    cpu = rss = fwd = step_rate = None
-    info_of = proc_info.get if proc_info else None
-    for p in facts.processes:
+    steps = fwd = step_rate = None
+    for p in processes:
         gpu = p.gpu
         if gpu:
             sm = _process_sm_util(gpu)
@@ -634,15 +638,37 @@ def history_sample(now: float, facts: Facts, proc_info: dict[int, Any] | None = 
             mem_total = (mem_total or 0.0) + mem
             if sm is not None:
                 sm_total = (sm_total or 0.0) + sm
-        if info_of is not None:
+        if p.models:
+            calls, steps, fwd, step_rate = _add_model_sums(p.models, calls, steps, fwd, step_rate)
+    return tuple(proc_rows), sm_total, mem_total, calls, steps, fwd, step_rate
+
+
+def history_sample(
+    now: float, facts: Facts, proc_info: dict[int, Any] | None = None, memo: SampleMemo | None = None
+) -> Sample:
+    """What one poll adds to the history: per GPU, per GPU process of the tree, the job's sums
+    (history.JOB_COLUMNS: its CPU, RSS and rates, what the charts show without a GPU), and the sums
+    the verdict's windowed rules (idle GPU, memory growth) read back. Each sum adds in the
+    processes' order. ``memo``: the caller's SampleMemo, kept between its polls."""
+    procs = facts.processes
+    hit = getattr(memo, "last", None)
+    if hit is not None and len(hit[0]) == len(procs) and all(map(is_, hit[0], procs)):
+        part = hit[1]
+    else:
+        part = _process_part(procs)
+        if memo is not None:
+            memo.last = (procs, part)
+    proc_rows, sm_total, mem_total, calls, steps, fwd, step_rate = part
+    cpu = rss = None
+    if proc_info:
+        info_of = proc_info.get
+        for p in procs:
             info = info_of(p.pid)
             if info is not None:
                 if info.cpu_percent is not None:
                     cpu = (cpu or 0.0) + info.cpu_percent
                 if info.rss_mib is not None:
                     rss = (rss or 0.0) + info.rss_mib
-        if p.models:
-            calls, steps, fwd, step_rate = _add_model_sums(p.models, calls, steps, fwd, step_rate)
     if facts.nvml_ok and sm_total is None and proc_rows and not any(g.mig_mode for g in facts.gpus):
         # Processes listed, no utilisation samples: NVML's NOT_FOUND means idle. Not on MIG, where
         # per-process utilisation does not exist at all (unknown, not idle).
@@ -657,7 +683,7 @@ def history_sample(now: float, facts: Facts, proc_info: dict[int, Any] | None = 
     return Sample(
         time=now,
         gpus=packed_gpu_rows(facts.gpus),
-        processes=tuple(proc_rows),
+        processes=proc_rows,
         recent=recent,
         job=(cpu, rss, fwd, step_rate),
     )

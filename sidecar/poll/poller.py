@@ -15,7 +15,7 @@ from typing import Any
 
 from sidecar.documents import document
 from sidecar.documents.contract import ContractError
-from sidecar.poll.collect import FactCollector, history_sample
+from sidecar.poll.collect import FactCollector, SampleMemo, history_sample
 from sidecar.poll.history import History, HistoryBudget
 from sidecar.sources.lineage import root_info
 from sidecar.sources.proctree import ProcessTreeSource, pid_visible
@@ -70,6 +70,7 @@ class Poller(document.OneJob):
         self.target_gone_at: float | None = None
         self._hysteresis = HysteresisState()
         self._verdict_memo = VerdictMemo()  # the last poll's verdict, reused where the facts are the same
+        self._sample_memo = SampleMemo()  # the same for the history sample's process rows and sums
         self._system_gpus: list = []
         self._collector = FactCollector(target_pid, self.rules, pid_visible, root_info)
         self._entry_cache: dict[int, tuple] = {}
@@ -106,7 +107,7 @@ class Poller(document.OneJob):
         gpus = self.gpu_facts_fn() if self.gpu_facts_fn is not None else None
         departed = getattr(self.segment_source, "departed", None)
         facts = self._collector.facts(now, tree, reads, nvml, self._system_gpus, gpus, departed)
-        self.history.append(history_sample(now, facts, self._collector.proc_info))
+        self.history.append(history_sample(now, facts, self._collector.proc_info, self._sample_memo))
         facts = facts.with_recent(
             self.history.recent(max(self.rules.idle_window_s, self.rules.growth_window_s))
         )
