@@ -76,7 +76,11 @@ def main() -> None:
             driver.write(busy_scenario(job.pids, 8))
             time.sleep(1.5)  # every segment published
             out = run_snippet(POLL_BY_PARTS, driver, job.pid, args.polls, args.interval, args.checkout.resolve())
-    print(f"CPU per poll, median: {ms(out['cpu']):.2f} ms (a poll every {args.interval} s)")
+    mean = 1000 * sum(out["cpu"]) / len(out["cpu"])
+    print(
+        f"CPU per poll: median {ms(out['cpu']):.2f} ms, mean {mean:.2f} ms, p90 {ms(out['cpu'], 90):.2f} ms "
+        f"(a poll every {args.interval} s; the parts are means)"
+    )
     for label, value in sorted(out["parts"].items(), key=lambda kv: -kv[1]):
         print(f"  {label:<18} {value:6.3f} ms")
     print(json.dumps(out["parts"]))

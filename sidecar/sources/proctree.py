@@ -159,8 +159,13 @@ class _ProcFiles:
 
     def stat(self, pid: int) -> _Stat | None:
         key = (pid, 0)
-        if key in self._files:
-            raw = self._reread(key)
+        fd = self._files.get(key)
+        if fd is not None:
+            # _reread, inlined: every process of the tree, every poll
+            try:
+                raw = os.pread(fd, 4096, 0)
+            except OSError:
+                raw = None
             if raw:
                 last = self._parsed.get(pid)
                 if last is not None and last[0] == raw:
@@ -334,19 +339,24 @@ class ProcessTreeSource:
             self._polls_since_full = 0
         self._walk_last_pid = last_pid
         out: list[ProcInfo] = []
-        seen: set[tuple[int, int]] = set()
-        last_infos, self._infos = self._infos, {}
+        last_infos, infos = self._infos, {}
+        prev_cpu = self._prev_cpu
         for pid, depth, st in walk:
             ident = (pid, st.start_ticks)
-            seen.add(ident)
-            cpu = self._cpu_percent(ident, st.cpu_ticks, now)
+            # _cpu_percent, inlined: this loop runs for every process of the tree at every poll
+            ticks = st.cpu_ticks
+            prev = prev_cpu.get(ident)
+            prev_cpu[ident] = (ticks, now)
+            cpu = None if prev is None or now <= prev[1] else round(100.0 * (ticks - prev[0]) / _CLK_TCK / (now - prev[1]), 1)
             last = last_infos.get(ident)
             # An idle process's stat parses to the very same _Stat (see _ProcFiles.stat): its last
             # ProcInfo again, one object less to make and for the facts' caches to compare.
             if last is None or last[0] is not st or last[1].depth != depth or last[1].cpu_percent != cpu:
                 last = (st, self._proc_info(pid, ident, st, cpu, depth))
-            self._infos[ident] = last
+            infos[ident] = last
             out.append(last[1])
+        self._infos = infos
+        seen = infos.keys()  # the identities walked (a walk lists each process once)
         if not same_tree:
             files.retain({pid for pid, _, _ in walk})
             # Forget identities that are gone, so the caches stay bounded by the live tree.
@@ -456,13 +466,6 @@ class ProcessTreeSource:
         info = (name, tuple(redact_args(args)))
         self._static[ident] = info
         return info
-
-    def _cpu_percent(self, ident: tuple[int, int], cpu_ticks: int, now: float) -> float | None:
-        prev = self._prev_cpu.get(ident)
-        self._prev_cpu[ident] = (cpu_ticks, now)
-        if prev is None or now <= prev[1]:
-            return None
-        return round(100.0 * (cpu_ticks - prev[0]) / _CLK_TCK / (now - prev[1]), 1)
 
     # -- portable: psutil ------------------------------------------------------------------------
     def _start_ticks(self, p: psutil.Process) -> int | None:
