@@ -345,22 +345,25 @@ class NvmlFacts:
     by_pid: dict[int, list[ProcGpu]] = field(default_factory=dict)
     other_processes: dict[int, int] = field(default_factory=dict)
     pids: set[int] = field(default_factory=set)  # every pid NVML listed
+    rows: dict[tuple, ProcGpu] = field(default_factory=dict)  # the tree's rows by their values
 
 
-def nvml_facts(nvml, tree_pids: set[int], gpus: tuple[GpuFacts, ...] | None = None) -> NvmlFacts:
-    """``gpus``: the snapshot's devices as facts when the caller made them already (discovery makes
-    them once per poll for all its jobs)."""
+def nvml_facts(nvml, tree_pids: set[int], gpus: tuple[GpuFacts, ...] | None = None, rows: dict | None = None) -> NvmlFacts:
+    """``gpus``: the snapshot's devices as facts when the caller made them already (discovery: once
+    per poll for all its jobs). ``rows``: the last poll's NvmlFacts.rows: a row that reads the same
+    is the same object (the facts' caches compare rows: `is` first)."""
     out = NvmlFacts()
     made = []
+    last, now = rows or {}, out.rows
     for d in nvml.devices if nvml.ok else ():
         if gpus is None:
             made.append(gpu_facts(d))
         for gp in d.processes:
             out.pids.add(gp.pid)
             if gp.pid in tree_pids:
-                out.by_pid.setdefault(gp.pid, []).append(
-                    ProcGpu(d.index, gp.used_mib, gp.sm_util, getattr(gp, "mig_index", None))
-                )
+                key = (d.index, gp.used_mib, gp.sm_util, getattr(gp, "mig_index", None))
+                row = now[key] = last.get(key) or ProcGpu(*key)
+                out.by_pid.setdefault(gp.pid, []).append(row)
             else:
                 out.other_processes[d.index] = out.other_processes.get(d.index, 0) + 1
     out.gpus = tuple(made) if gpus is None else gpus
@@ -380,7 +383,7 @@ def _norm_pci(pci: str | None) -> str | None:
 
 def system_gpu_facts(system_gpus, gpus: tuple[GpuFacts, ...]) -> tuple[SystemGpuFacts, ...]:
     """Match OS graphics devices to NVML devices by PCI address."""
-    return _system_gpu_facts(gpus, *system_gpus)
+    return _system_gpu_facts(gpus, *system_gpus) if system_gpus else ()
 
 
 # Discovery's jobs share one poll's devices, and each job's list of the OS's devices (a list of its
@@ -434,6 +437,7 @@ class FactCollector:
         self._exited: dict[tuple[int, int | None], ProcessFacts] = {}
         self._exited_info: dict[int, Any] = {}  # pid -> its proctree.ProcInfo (command line)
         self._cache: dict[int, tuple] = {}
+        self._rows: dict[tuple, ProcGpu] = {}  # the last poll's NVML rows of the tree (nvml_facts)
         self._stopped_since: dict[tuple, float] = {}
 
     def facts(
@@ -443,7 +447,7 @@ class FactCollector:
         """``departed``: the segment source's last reads of the processes that left the tree since
         the last poll (SegmentSource.departed), by identity."""
         tree_pids = tree.pids()
-        nv = nvml_facts(nvml, tree_pids, gpus)
+        nv = nvml_facts(nvml, tree_pids, gpus, self._rows)
         if tree.target_alive:
             procs = self._process_facts(tree, reads, nv.by_pid)
             if self._last_alive:
@@ -466,7 +470,7 @@ class FactCollector:
             self._depart(tree_pids, departed or {}, every=True)
             procs = tuple(sorted(self._exited.values(), key=lambda p: not p.is_target))
             self.proc_info = {**self._exited_info, **self.proc_info}
-        self.other_processes = nv.other_processes
+        self.other_processes, self._rows = nv.other_processes, nv.rows
         return Facts(
             target_pid=self.target_pid,
             target_alive=tree.target_alive,
@@ -615,16 +619,14 @@ def _add_model_sums(models: tuple, calls: int, steps: int | None, fwd: float | N
 
 
 class SampleMemo:
-    """What history_sample made of the last poll's processes (one poller's): a process's facts are
-    the very same object while nothing they are made of changed (FactCollector reuses them), and so
-    are the GPU rows and model sums made of them. `last`: (those facts, _process_part's), or None."""
+    """`last`: one poller's last processes' facts and history_sample's rows and sums of them: the
+    same again while each process's facts are the very same object (FactCollector reuses them)."""
 
     __slots__ = ("last",)
 
 
 def _process_part(processes: tuple) -> tuple:
-    """(GPU rows, SM sum, memory sum, forward calls, steps, forward rate, step rate) of the
-    processes, each sum added in their order."""
+    """(GPU rows, SM, memory, forward calls, steps, forward rate, step rate) of the processes."""
     proc_rows = []
     sm_total = mem_total = None
     calls = 0
@@ -661,9 +663,7 @@ def history_sample(
     proc_rows, sm_total, mem_total, calls, steps, fwd, step_rate = part
     cpu = rss = None
     if proc_info:
-        info_of = proc_info.get
-        for p in procs:
-            info = info_of(p.pid)
+        for info in map(proc_info.get, (p.pid for p in procs)):
             if info is not None:
                 if info.cpu_percent is not None:
                     cpu = (cpu or 0.0) + info.cpu_percent
