@@ -119,7 +119,7 @@ def _main_serve(args: argparse.Namespace) -> int:
         text = json.dumps(doc, indent=2, ensure_ascii=False) if args.json else human_summary(doc)
         return _print_to_a_pipe(text)
     sock = _listen(args)
-    poller = Poller(args.pid, interval_s=args.interval, history_s=args.history, rules=rules)
+    poller = Poller(args.pid, interval_s=args.interval, history_s=args.history, rules=rules, lazy_document=True)
     _SIGNALS.install()
     return _serve(args, poller, sock, child=None)
 
@@ -423,7 +423,7 @@ def _main_run(args: argparse.Namespace) -> int:
         child.send_signal(_SIGNALS.received[-1])
     from sidecar.poll.poller import Poller
 
-    poller = Poller(child.pid, interval_s=args.interval, history_s=args.history, rules=rules)
+    poller = Poller(child.pid, interval_s=args.interval, history_s=args.history, rules=rules, lazy_document=True)
     return _serve(args, poller, sock, child=child)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
-from operator import attrgetter, itemgetter
+from operator import attrgetter, is_, itemgetter
 from typing import Any
 
 from probe_wire.schema import MODEL_COLLECTED, PUBLISH_FAILED
@@ -347,22 +347,25 @@ class NvmlFacts:
     by_pid: dict[int, list[ProcGpu]] = field(default_factory=dict)
     other_processes: dict[int, int] = field(default_factory=dict)
     pids: set[int] = field(default_factory=set)  # every pid NVML listed
+    rows: dict[tuple, ProcGpu] = field(default_factory=dict)  # the tree's rows by their values
 
 
-def nvml_facts(nvml, tree_pids: set[int], gpus: tuple[GpuFacts, ...] | None = None) -> NvmlFacts:
-    """``gpus``: the snapshot's devices as facts when the caller made them already (discovery makes
-    them once per poll for all its jobs)."""
+def nvml_facts(nvml, tree_pids: set[int], gpus: tuple[GpuFacts, ...] | None = None, rows: dict | None = None) -> NvmlFacts:
+    """``gpus``: the snapshot's devices as facts when the caller made them already (discovery: once
+    per poll for all its jobs). ``rows``: the last poll's NvmlFacts.rows: a row that reads the same
+    is the same object (the facts' caches compare rows: `is` first)."""
     out = NvmlFacts()
     made = []
+    last, now = rows or {}, out.rows
     for d in nvml.devices if nvml.ok else ():
         if gpus is None:
             made.append(gpu_facts(d))
         for gp in d.processes:
             out.pids.add(gp.pid)
             if gp.pid in tree_pids:
-                out.by_pid.setdefault(gp.pid, []).append(
-                    ProcGpu(d.index, gp.used_mib, gp.sm_util, getattr(gp, "mig_index", None))
-                )
+                key = (d.index, gp.used_mib, gp.sm_util, getattr(gp, "mig_index", None))
+                row = now[key] = last.get(key) or ProcGpu(*key)
+                out.by_pid.setdefault(gp.pid, []).append(row)
             else:
                 out.other_processes[d.index] = out.other_processes.get(d.index, 0) + 1
     out.gpus = tuple(made) if gpus is None else gpus
@@ -382,7 +385,7 @@ def _norm_pci(pci: str | None) -> str | None:
 
 def system_gpu_facts(system_gpus, gpus: tuple[GpuFacts, ...]) -> tuple[SystemGpuFacts, ...]:
     """Match OS graphics devices to NVML devices by PCI address."""
-    return _system_gpu_facts(gpus, *system_gpus)
+    return _system_gpu_facts(gpus, *system_gpus) if system_gpus else ()
 
 
 # Discovery's jobs share one poll's devices, and each job's list of the OS's devices (a list of its
@@ -436,6 +439,7 @@ class FactCollector:
         self._exited: dict[tuple[int, int | None], ProcessFacts] = {}
         self._exited_info: dict[int, Any] = {}  # pid -> its proctree.ProcInfo (command line)
         self._cache: dict[int, tuple] = {}
+        self._rows: dict[tuple, ProcGpu] = {}  # the last poll's NVML rows of the tree (nvml_facts)
         self._stopped_since: dict[tuple, float] = {}
 
     def facts(
@@ -445,7 +449,7 @@ class FactCollector:
         """``departed``: the segment source's last reads of the processes that left the tree since
         the last poll (SegmentSource.departed), by identity."""
         tree_pids = tree.pids()
-        nv = nvml_facts(nvml, tree_pids, gpus)
+        nv = nvml_facts(nvml, tree_pids, gpus, self._rows)
         if tree.target_alive:
             procs = self._process_facts(tree, reads, nv.by_pid)
             if self._last_alive:
@@ -468,7 +472,7 @@ class FactCollector:
             self._depart(tree_pids, departed or {}, every=True)
             procs = tuple(sorted(self._exited.values(), key=lambda p: not p.is_target))
             self.proc_info = {**self._exited_info, **self.proc_info}
-        self.other_processes = nv.other_processes
+        self.other_processes, self._rows = nv.other_processes, nv.rows
         return Facts(
             target_pid=self.target_pid,
             target_alive=tree.target_alive,
@@ -616,18 +620,20 @@ def _add_model_sums(models: tuple, calls: int, steps: int | None, fwd: float | N
     return calls, steps, fwd, step_rate
 
 
-def history_sample(now: float, facts: Facts, proc_info: dict[int, Any] | None = None) -> Sample:
-    """What one poll adds to the history: per GPU, per GPU process of the tree, the job's sums
-    (history.JOB_COLUMNS: its CPU, RSS and rates, what the charts show without a GPU), and the sums
-    the verdict's windowed rules (idle GPU, memory growth) read back. One pass over the processes
-    and their models; each sum adds in the processes' order."""
+class SampleMemo:
+    """`last`: one poller's last processes' facts and history_sample's rows and sums of them: the
+    same again while each process's facts are the very same object (FactCollector reuses them)."""
+
+    __slots__ = ("last",)
+
+
+def _process_part(processes: tuple) -> tuple:
+    """(GPU rows, SM, memory, forward calls, steps, forward rate, step rate) of the processes."""
     proc_rows = []
     sm_total = mem_total = None
     calls = 0
-    steps = None
-    cpu = rss = fwd = step_rate = None
-    info_of = proc_info.get if proc_info else None
-    for p in facts.processes:
+    steps = fwd = step_rate = None
+    for p in processes:
         gpu = p.gpu
         if gpu:
             sm = _process_sm_util(gpu)
@@ -636,15 +642,35 @@ def history_sample(now: float, facts: Facts, proc_info: dict[int, Any] | None = 
             mem_total = (mem_total or 0.0) + mem
             if sm is not None:
                 sm_total = (sm_total or 0.0) + sm
-        if info_of is not None:
-            info = info_of(p.pid)
+        if p.models:
+            calls, steps, fwd, step_rate = _add_model_sums(p.models, calls, steps, fwd, step_rate)
+    return tuple(proc_rows), sm_total, mem_total, calls, steps, fwd, step_rate
+
+
+def history_sample(
+    now: float, facts: Facts, proc_info: dict[int, Any] | None = None, memo: SampleMemo | None = None
+) -> Sample:
+    """What one poll adds to the history: per GPU, per GPU process of the tree, the job's sums
+    (history.JOB_COLUMNS: its CPU, RSS and rates, what the charts show without a GPU), and the sums
+    the verdict's windowed rules (idle GPU, memory growth) read back. Each sum adds in the
+    processes' order. ``memo``: the caller's SampleMemo, kept between its polls."""
+    procs = facts.processes
+    hit = getattr(memo, "last", None)
+    if hit is not None and len(hit[0]) == len(procs) and all(map(is_, hit[0], procs)):
+        part = hit[1]
+    else:
+        part = _process_part(procs)
+        if memo is not None:
+            memo.last = (procs, part)
+    proc_rows, sm_total, mem_total, calls, steps, fwd, step_rate = part
+    cpu = rss = None
+    if proc_info:
+        for info in map(proc_info.get, (p.pid for p in procs)):
             if info is not None:
                 if info.cpu_percent is not None:
                     cpu = (cpu or 0.0) + info.cpu_percent
                 if info.rss_mib is not None:
                     rss = (rss or 0.0) + info.rss_mib
-        if p.models:
-            calls, steps, fwd, step_rate = _add_model_sums(p.models, calls, steps, fwd, step_rate)
     if facts.nvml_ok and sm_total is None and proc_rows and not any(g.mig_mode for g in facts.gpus):
         # Processes listed, no utilisation samples: NVML's NOT_FOUND means idle. Not on MIG, where
         # per-process utilisation does not exist at all (unknown, not idle).
@@ -661,7 +687,7 @@ def history_sample(now: float, facts: Facts, proc_info: dict[int, Any] | None = 
     return Sample(
         time=now,
         gpus=packed_gpu_rows(facts.gpus),
-        processes=tuple(proc_rows),
+        processes=proc_rows,
         recent=recent,
         job=(cpu, rss, fwd, step_rate),
     )

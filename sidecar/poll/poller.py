@@ -15,14 +15,14 @@ from typing import Any
 
 from sidecar.documents import document
 from sidecar.documents.contract import ContractError
-from sidecar.poll.collect import FactCollector, history_sample
+from sidecar.poll.collect import FactCollector, SampleMemo, history_sample
 from sidecar.poll.history import History, HistoryBudget
 from sidecar.poll.placement import Placement
 from sidecar.sources.kubelet.lookup import ProcessPods
 from sidecar.sources.lineage import root_info
 from sidecar.sources.proctree import ProcessTreeSource, pid_visible
 from sidecar.sources.segments import SegmentSource
-from sidecar.verdict import HysteresisState, Rules, Verdict, decide, settle
+from sidecar.verdict import HysteresisState, Rules, Verdict, VerdictMemo, decide, settle
 
 # How often the OS graphics devices are re-read: they change only on hot-plug.
 SYSFS_EVERY_POLLS = 20
@@ -53,7 +53,8 @@ class Poller(document.OneJob):
         # (discovery: once for all its jobs); None: this poller makes them.
         self.gpu_facts_fn = gpu_facts_fn
         # Make only the status summary at each poll, the whole document when it is first asked for
-        # (snapshot()): discovery, whose server asks for one job's document at a time.
+        # (snapshot()): a serving sidecar, whose document is made only when a route asks for it
+        # (a page open, /metrics scraped), and discovery, whose server asks for one job's at a time.
         self.lazy_document = lazy_document
         self._latest_summary: dict[str, Any] | None = None
         self.interval_s = interval_s
@@ -71,6 +72,8 @@ class Poller(document.OneJob):
         self.latest_verdict: Verdict | None = None
         self.target_gone_at: float | None = None
         self._hysteresis = HysteresisState()
+        self._verdict_memo = VerdictMemo()  # the last poll's verdict, reused where the facts are the same
+        self._sample_memo = SampleMemo()  # the same for the history sample's process rows and sums
         self._system_gpus: list = []
         self._collector = FactCollector(target_pid, self.rules, pid_visible, root_info)
         # The job's distributed identity and pod; ``pods`` is shared by discovery's jobs.
@@ -109,12 +112,12 @@ class Poller(document.OneJob):
         gpus = self.gpu_facts_fn() if self.gpu_facts_fn is not None else None
         departed = getattr(self.segment_source, "departed", None)
         facts = self._collector.facts(now, tree, reads, nvml, self._system_gpus, gpus, departed)
-        self.history.append(history_sample(now, facts, self._collector.proc_info))
+        self.history.append(history_sample(now, facts, self._collector.proc_info, self._sample_memo))
         facts = facts.with_recent(
             self.history.recent(max(self.rules.idle_window_s, self.rules.growth_window_s))
         )
         live = {p.pid for p in facts.processes}
-        verdict, self._hysteresis = settle(self._hysteresis, decide(facts), self.rules, live)
+        verdict, self._hysteresis = settle(self._hysteresis, decide(facts, self._verdict_memo), self.rules, live)
         self.history.add_events(self._events(reads))
         made = dict(
             time_s=now,

@@ -24,6 +24,10 @@ _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 # The children lists are read at least this often even when no pid was allocated (see _walk_known):
 # a bound on what a /proc that misreports the last pid could hide.
 FULL_WALK_EVERY_POLLS = 10
+# When other processes of the machine moved the last pid since the last walk, the pids allocated
+# meanwhile are looked at one by one (is any a child of the tree?) if there are at most this many;
+# past it, the children lists are read (a /proc/PID/stat read costs about what a member's list does).
+NEW_PIDS_CHECKED_MAX = 32
 
 
 @dataclass(slots=True)  # not frozen: see verdict.ModelFacts
@@ -155,8 +159,13 @@ class _ProcFiles:
 
     def stat(self, pid: int) -> _Stat | None:
         key = (pid, 0)
-        if key in self._files:
-            raw = self._reread(key)
+        fd = self._files.get(key)
+        if fd is not None:
+            # _reread, inlined: every process of the tree, every poll
+            try:
+                raw = os.pread(fd, 4096, 0)
+            except OSError:
+                raw = None
             if raw:
                 last = self._parsed.get(pid)
                 if last is not None and last[0] == raw:
@@ -319,9 +328,9 @@ class ProcessTreeSource:
         self._polls_since_full += 1
         if (
             last_pid is not None
-            and last_pid == self._walk_last_pid
             and self._known_kids is not None
             and self._polls_since_full < FULL_WALK_EVERY_POLLS
+            and (last_pid == self._walk_last_pid or self._none_joined(self._walk_last_pid, last_pid))
         ):
             walk = self._walk_known(root)
         same_tree = walk is not None
@@ -330,19 +339,24 @@ class ProcessTreeSource:
             self._polls_since_full = 0
         self._walk_last_pid = last_pid
         out: list[ProcInfo] = []
-        seen: set[tuple[int, int]] = set()
-        last_infos, self._infos = self._infos, {}
+        last_infos, infos = self._infos, {}
+        prev_cpu = self._prev_cpu
         for pid, depth, st in walk:
             ident = (pid, st.start_ticks)
-            seen.add(ident)
-            cpu = self._cpu_percent(ident, st.cpu_ticks, now)
+            # _cpu_percent, inlined: this loop runs for every process of the tree at every poll
+            ticks = st.cpu_ticks
+            prev = prev_cpu.get(ident)
+            prev_cpu[ident] = (ticks, now)
+            cpu = None if prev is None or now <= prev[1] else round(100.0 * (ticks - prev[0]) / _CLK_TCK / (now - prev[1]), 1)
             last = last_infos.get(ident)
             # An idle process's stat parses to the very same _Stat (see _ProcFiles.stat): its last
             # ProcInfo again, one object less to make and for the facts' caches to compare.
             if last is None or last[0] is not st or last[1].depth != depth or last[1].cpu_percent != cpu:
                 last = (st, self._proc_info(pid, ident, st, cpu, depth))
-            self._infos[ident] = last
+            infos[ident] = last
             out.append(last[1])
+        self._infos = infos
+        seen = infos.keys()  # the identities walked (a walk lists each process once)
         if not same_tree:
             files.retain({pid for pid, _, _ in walk})
             # Forget identities that are gone, so the caches stay bounded by the live tree.
@@ -375,6 +389,36 @@ class ProcessTreeSource:
             known[pid] = tuple(mine)
         self._known_kids = known
         return walk
+
+    def _none_joined(self, since: int | None, last: int) -> bool:
+        """Whether no process (or thread) allocated a pid in (since, last] can have joined the tree:
+        each is gone, or its parent is no member of the last walk. A process joins the tree only as
+        a new child of a member (forked: a new pid, so in that range) or as an orphan handed to a
+        member that is a subreaper (its parent died: _walk_known sees the parent gone); an orphan
+        that was forked since is in the range too, with the member as its parent by now. A thread
+        of a member names the member's parent: counted as joined (a full walk, never a miss).
+        False when the range is unknown, wrapped round or larger than NEW_PIDS_CHECKED_MAX."""
+        if since is None or not 0 < last - since <= NEW_PIDS_CHECKED_MAX:
+            return False
+        members = self._known_kids
+        assert members is not None
+        for pid in range(since + 1, last + 1):
+            try:
+                fd = os.open(proc_path(pid, "stat"), os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue  # gone already (its children, if any, have pids in the range too)
+            except OSError:
+                return False
+            try:
+                raw = os.read(fd, 4096)
+            except OSError:
+                return False  # e.g. ESRCH: it exited between the open and the read; be safe
+            finally:
+                os.close(fd)
+            st = _parse_stat(raw) if raw else None
+            if st is None or st.ppid in members:
+                return False
+        return True
 
     def _walk_known(self, root: _Stat) -> list[tuple[int, int, _Stat]] | None:
         """The last walk's tree again, when no process was created since (the namespace's last pid
@@ -422,13 +466,6 @@ class ProcessTreeSource:
         info = (name, tuple(redact_args(args)))
         self._static[ident] = info
         return info
-
-    def _cpu_percent(self, ident: tuple[int, int], cpu_ticks: int, now: float) -> float | None:
-        prev = self._prev_cpu.get(ident)
-        self._prev_cpu[ident] = (cpu_ticks, now)
-        if prev is None or now <= prev[1]:
-            return None
-        return round(100.0 * (cpu_ticks - prev[0]) / _CLK_TCK / (now - prev[1]), 1)
 
     # -- portable: psutil ------------------------------------------------------------------------
     def _start_ticks(self, p: psutil.Process) -> int | None:

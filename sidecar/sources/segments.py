@@ -60,24 +60,24 @@ class SegmentSource:
         out: dict[int, ProbeRead] = {}
         live = set()
         follower = self._follower
+        # Looked up once for the loop, which runs for every process of the tree at every poll.
+        homes, last_ok, follow, add_live = self._homes, self._last_ok, follower.read, live.add
         for proc in tree.processes:
-            ident = proc.identity
-            live.add(ident)
+            pid, ticks = proc.pid, proc.start_ticks
+            ident = (pid, ticks)  # proc.identity
+            add_live(ident)
             try:
-                home = self._homes.get(ident, False)
+                home = homes.get(ident, False)
                 if home is False:
-                    home = self._homes[ident] = segment_home(proc.pid)
-                if proc.start_ticks is None:
-                    r = read_segment(proc.pid, home=home)
-                else:
-                    r = follower.read(proc.pid, proc.start_ticks, home)
+                    home = homes[ident] = segment_home(pid)
+                r = read_segment(pid, home=home) if ticks is None else follow(pid, ticks, home)
             except Exception as exc:  # the reader promises not to raise; a poll must not trust that
-                out[proc.pid] = ProbeRead(proc.pid, "corrupt", None, f"reader failed: {exc}", True)
+                out[pid] = ProbeRead(pid, "corrupt", None, f"reader failed: {exc}", True)
                 continue
             if r.state == "ok":
-                prev = self._last_ok.get(ident)
+                prev = last_ok.get(ident)
                 if prev is not None and prev.payload is r.payload:
-                    out[proc.pid] = prev  # not republished since: the very same read, for caches downstream
+                    out[pid] = prev  # not republished since: the very same read, for caches downstream
                     continue
                 self._last_good[ident] = r.payload
                 self._busy_count.pop(ident, None)

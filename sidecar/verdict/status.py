@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from operator import attrgetter
 
 from sidecar.common.catalogue import Param, Ref, ref
 from sidecar.verdict.facts import (
@@ -18,11 +19,17 @@ from sidecar.verdict.facts import (
     model_gpu_index,
     pct,
 )
-from sidecar.verdict.rules import RULES, cuda_unavailable_reason, probe_present
+from sidecar.verdict.rules import (
+    RULES,
+    cuda_unavailable_reason,
+    probe_present,
+    rule_idle_gpu,
+    rule_memory_growth,
+)
 
 # What `from sidecar.verdict import ...` gives (sidecar/verdict/__init__.py).
 __all__ = ["StatusMessage", "candidate_warnings", "decide", "primary_model_gpu_index"]
-__all__ += ["status_and_message"]
+__all__ += ["RECENT_RULES", "VerdictMemo", "status_and_message"]
 
 
 @dataclass(frozen=True)
@@ -131,10 +138,51 @@ def candidate_warnings(f: Facts) -> list[Finding]:
     return [w for rule in RULES for w in rule(f)]
 
 
-def decide(f: Facts) -> Verdict:
-    sm = status_and_message(f)
+# The rules that read Facts.recent (the history window, new at every poll): asked at every poll.
+# Every other rule, and the status and message, depend only on the rest of the facts
+# (tests/unit/test_verdict_memo.py holds them to that with facts whose `recent` cannot be read).
+RECENT_RULES = frozenset({rule_idle_gpu, rule_memory_growth})
+# The facts a memoised verdict is keyed on: every field but `recent` (a field added later is in it).
+_KEY_FIELDS = attrgetter(*(f.name for f in fields(Facts) if f.name != "recent"))
+
+
+class VerdictMemo:
+    """What `decide` made of the last poll's facts, for a poller to hand to the next poll's: when
+    the facts other than the recent window are equal to last poll's (most polls of a steady job:
+    nothing republished, the same GPU readings), the status and the findings of the rules that do
+    not read the window are the same, and only RECENT_RULES are asked again. Equal, not identical:
+    the facts are made afresh each poll, but their unchanged parts are the very same objects, so
+    the comparison is mostly identity checks (tuple comparison tries `is` first)."""
+
+    __slots__ = ("findings", "key", "status")
+
+    def __init__(self) -> None:
+        self.key: tuple | None = None
+        self.status: StatusMessage | None = None
+        # per rule of RULES, in order: its findings, or None for a rule asked at every poll
+        self.findings: tuple[tuple[Finding, ...] | None, ...] = ()
+
+
+def _status_and_findings(f: Facts, memo: VerdictMemo | None) -> tuple[StatusMessage, list[Finding]]:
+    if memo is None:
+        return status_and_message(f), candidate_warnings(f)
+    key = _KEY_FIELDS(f)
+    if memo.key is None or memo.key != key:
+        memo.key = None  # a rule that raises leaves no half-made entry
+        memo.status = status_and_message(f)
+        memo.findings = tuple(None if rule in RECENT_RULES else tuple(rule(f)) for rule in RULES)
+        memo.key = key
+    assert memo.status is not None
+    found = [w for rule, kept in zip(RULES, memo.findings) for w in (rule(f) if kept is None else kept)]
+    return memo.status, found
+
+
+def decide(f: Facts, memo: VerdictMemo | None = None) -> Verdict:
+    """The verdict of `f`; `memo` (the caller's, kept between its polls) spares re-deriving what
+    did not change since the last call with the same memo (VerdictMemo)."""
+    sm, found = _status_and_findings(f, memo)
     message = sm.message
     if not f.target_alive and f.processes:
         message = ref("message.exited", pid=f.target_pid, message=message)
-    warnings = tuple(sorted(candidate_warnings(f), key=lambda w: SEVERITY_ORDER[w.severity]))
+    warnings = tuple(sorted(found, key=lambda w: SEVERITY_ORDER[w.severity]))
     return Verdict(sm.status, message, warnings, sm.model_device, sm.input_device, sm.model_gpu_index)

@@ -194,6 +194,65 @@ def test_without_new_processes_the_children_lists_are_not_read_again(parent, mon
     src.close()
 
 
+def _quiet_poll(src, listed: list, before=None, tries: int = 50):
+    """Poll until one poll's pid range held only what ``before`` (a callable run just before the
+    poll) started: no other process of the machine started one meanwhile. The pids the children
+    lists were read for at that poll, and the tree it found."""
+    for _ in range(tries):
+        listed.clear()
+        start = src._files.last_pid()
+        if before is not None:
+            before()
+        mid = src._files.last_pid()
+        got = shape(src.poll())
+        if src._files.last_pid() == mid and (before is None or mid != start):
+            return list(listed), got
+        time.sleep(0.02)
+    pytest.fail("no quiet moment on this machine to check the shortcut in")
+
+
+def test_processes_started_outside_the_tree_cost_no_walk_of_the_children_lists(parent, monkeypatch):
+    src = ProcessTreeSource(parent.proc.pid)
+    ((kid, grandkid),) = parent.do("grandkid")
+    first = shape(src.poll())
+    listed: list[int] = []
+    real = src._files.children
+    monkeypatch.setattr(src._files, "children", lambda pid, threads: listed.append(pid) or real(pid, threads))
+    outsiders: list[subprocess.Popen] = []
+    try:
+        # A process of this test (no member of the tree) starts and stays; another starts and ends.
+        read, got = _quiet_poll(
+            src,
+            listed,
+            lambda: outsiders.append(subprocess.Popen(["sleep", "60"])) or subprocess.run(["true"], check=True),
+        )
+        assert got == first and read == []
+        # Past NEW_PIDS_CHECKED_MAX new pids, the lists are read.
+        monkeypatch.setattr("sidecar.sources.proctree.NEW_PIDS_CHECKED_MAX", 0)
+        read, got = _quiet_poll(src, listed, lambda: subprocess.run(["true"], check=True))
+        assert got == first and parent.proc.pid in read
+    finally:
+        for p in outsiders:
+            p.kill()
+            p.wait()
+    src.close()
+
+
+@pytest.mark.parametrize("how", ["kid", "threadkid", "grandkid"])
+def test_a_member_that_forks_is_walked_at_the_next_poll_beside_outside_processes(parent, how):
+    """The pids allocated since the last walk are looked at: a new child of a member (started by a
+    thread, whose own pid names the member's parent; or a child that forked a grandkid at once) is
+    found at the very next poll, with processes outside the tree started in the same interval."""
+    src = ProcessTreeSource(parent.proc.pid)
+    assert set(shape(src.poll())) == {parent.proc.pid}
+    subprocess.run(["true"], check=True)
+    ((kid, grandkid),) = parent.do(how)
+    subprocess.run(["true"], check=True)
+    want = {parent.proc.pid, kid} | ({grandkid} if grandkid else set())
+    assert set(shape(src.poll())) == want
+    src.close()
+
+
 def test_an_exit_that_moves_a_grandkid_to_a_subreaper_is_seen_without_any_new_process(parent):
     src = ProcessTreeSource(parent.proc.pid)
     parent.do("subreaper")

@@ -11,7 +11,7 @@ import struct
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sidecar.sources.nvml._lib import INSUFFICIENT_SIZE, SUCCESS, pynvml, raise_code
+from sidecar.sources.nvml._lib import INSUFFICIENT_SIZE, NOT_FOUND, SUCCESS, pynvml, raise_code
 
 # The two list queries are read with NVML's own function pointers (resolved and cached by
 # nvidia-ml-py) into plain buffers. nvidia-ml-py's wrappers return one `_PrintableStructure` per
@@ -122,7 +122,7 @@ class ListBuffer:
         self.buf: Any = None
 
 
-def read_list(fn: Any, handle: Any, lb: ListBuffer, *tail: Any) -> list[tuple[int, ...]]:
+def read_list(fn: Any, handle: Any, lb: ListBuffer, *tail: Any, empty: int | None = None) -> list[tuple[int, ...]]:
     """NVML's sizing protocol, with the buffer of the last poll offered first.
 
     A call with a buffer of ``capacity`` entries fills it (SUCCESS) or says how many are needed
@@ -130,7 +130,9 @@ def read_list(fn: Any, handle: Any, lb: ListBuffer, *tail: Any) -> list[tuple[in
     does, and only a list that outgrew it costs the count and a fill into a new buffer with room to
     spare (2n+5, as nvidia-ml-py allocates), which absorbs processes appearing between the two
     calls. If even that is not enough the fill fails INSUFFICIENT_SIZE and the helper retries once.
-    An empty list is SUCCESS, or NOT_FOUND (process samples).
+    An empty list is SUCCESS, or NOT_FOUND (process samples): ``empty``, the code that reads as an
+    empty list here rather than as an error (an idle GPU answers it at every poll; raised, it cost two
+    exceptions per GPU).
     """
     entry = lb.entry
     count = ctypes.c_uint(lb.capacity)
@@ -144,12 +146,16 @@ def read_list(fn: Any, handle: Any, lb: ListBuffer, *tail: Any) -> list[tuple[in
         ret = fn(handle, None, ctypes.byref(count), *tail) if tail else fn(handle, ctypes.byref(count), None)
         if ret == SUCCESS:
             return []
+    if ret == empty:
+        return []
     if ret != INSUFFICIENT_SIZE:
         raise_code(ret)
     capacity = count.value * 2 + 5
     buf = ctypes.create_string_buffer(capacity * entry.size)
     count.value = capacity
     ret = fn(handle, buf, ctypes.byref(count), *tail) if tail else fn(handle, ctypes.byref(count), buf)
+    if ret == empty:
+        return []
     if ret != SUCCESS:
         raise_code(ret)
     lb.buf, lb.capacity = buf, capacity
@@ -166,7 +172,7 @@ def running_processes(symbol: str) -> Callable[[Any, ListBuffer], list[tuple[int
 
 def process_samples(handle: Any, lb: ListBuffer, last_seen_us: int) -> list[tuple[int, ...]]:
     fn = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetProcessUtilization")
-    return read_list(fn, handle, lb, ctypes.c_ulonglong(last_seen_us))
+    return read_list(fn, handle, lb, ctypes.c_ulonglong(last_seen_us), empty=NOT_FOUND)
 
 
 process_samples.__name__ = "nvmlDeviceGetProcessUtilization"

@@ -66,7 +66,7 @@ def utilisation(q: DeviceQuery, processes: list[GpuProcess], hold_s: float) -> N
     try:
         samples = call(process_samples, st.handle, st.lists["samples"], st.last_seen_us)
     except NotFound:
-        samples = None  # no new samples: nobody used the GPU since last time
+        samples = None  # no new samples: nobody used the GPU since last time (where NOT_FOUND is raised)
     except NvmlError as err:
         q.record(err, "process_utilization")
         if isinstance(err, GpuLost):
