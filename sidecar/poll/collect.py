@@ -8,10 +8,9 @@ the last live processes, when each stopped process was first seen stopped).
 
 from __future__ import annotations
 
-from array import array
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
-from operator import attrgetter, is_, itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from probe_wire.schema import MODEL_COLLECTED, PUBLISH_FAILED
@@ -19,10 +18,8 @@ from sidecar.common.memo import for_the_same_objects
 from sidecar.common.nvml_names import GPU_EFFICIENCY_FIELDS
 from sidecar.documents import bounds
 from sidecar.documents.bounds import MAX_ID_CHARS, clip, clip_opt
-from sidecar.poll.history import GPU_COLUMNS, Sample, pack
 from sidecar.sources.lineage import PYTHON_C_ARGS, RootInfo, is_mp_child, is_mp_helper
 from sidecar.verdict import (
-    ACCELERATOR_TYPES,
     Facts,
     GpuFacts,
     LoaderSettings,
@@ -31,14 +28,10 @@ from sidecar.verdict import (
     ModelFacts,
     ProcessFacts,
     ProcGpu,
-    RecentSample,
     Rules,
     StepBreakdown,
     SystemGpuFacts,
-    device_type,
-    primary_model_gpu_index,
 )
-from sidecar.verdict.stragglers import straggler_candidate
 
 MIB = 1048576.0
 # Exited processes of a running job whose last facts are kept (the ones that registered a model).
@@ -594,110 +587,3 @@ def _exit_key(pf: ProcessFacts, ident: tuple) -> tuple:
     if pf.role == "dataloader-worker":
         return ("worker", pf.ppid, pf.loader, pf.worker_id)
     return ident
-
-
-def _process_sm_util(gpu: tuple) -> float | None:
-    """A GPU process's SM utilisation summed over its GPUs' samples (None: no sample)."""
-    if len(gpu) == 1:  # one GPU (most processes): what sum() of its one sample gives
-        sm = gpu[0].sm_util
-        return sm if sm is None else 0 + sm
-    sms = [g.sm_util for g in gpu if g.sm_util is not None]
-    return sum(sms) if sms else None
-
-
-def _add_model_sums(models: tuple, calls: int, steps: int | None, fwd: float | None, step_rate: float | None):
-    """The history's model sums with one process's models added, in their order: forward calls and
-    training steps of the models on an accelerator, forward and step rates of all."""
-    for m in models:
-        if device_type(m.device) in ACCELERATOR_TYPES or any(device_type(d) == "cuda" for d in m.devices):
-            calls += m.forward_calls
-            if m.train_steps is not None:
-                steps = (steps or 0) + m.train_steps
-        if m.forward_rate_hz is not None:
-            fwd = (fwd or 0.0) + m.forward_rate_hz
-        if m.step_rate_hz is not None:
-            step_rate = (step_rate or 0.0) + m.step_rate_hz
-    return calls, steps, fwd, step_rate
-
-
-class SampleMemo:
-    """`last`: one poller's last processes' facts and history_sample's rows and sums of them: the
-    same again while each process's facts are the very same object (FactCollector reuses them)."""
-
-    __slots__ = ("last",)
-
-
-def _process_part(processes: tuple) -> tuple:
-    """(GPU rows, SM, memory, forward calls, steps, forward rate, step rate) of the processes."""
-    proc_rows = []
-    sm_total = mem_total = None
-    calls = 0
-    steps = fwd = step_rate = None
-    for p in processes:
-        gpu = p.gpu
-        if gpu:
-            sm = _process_sm_util(gpu)
-            mem = p.gpu_mem_mib
-            proc_rows.append((p.pid, mem, sm))
-            mem_total = (mem_total or 0.0) + mem
-            if sm is not None:
-                sm_total = (sm_total or 0.0) + sm
-        if p.models:
-            calls, steps, fwd, step_rate = _add_model_sums(p.models, calls, steps, fwd, step_rate)
-    return tuple(proc_rows), sm_total, mem_total, calls, steps, fwd, step_rate
-
-
-def history_sample(
-    now: float, facts: Facts, proc_info: dict[int, Any] | None = None, memo: SampleMemo | None = None
-) -> Sample:
-    """What one poll adds to the history: per GPU, per GPU process of the tree, the job's sums
-    (history.JOB_COLUMNS: its CPU, RSS and rates, what the charts show without a GPU), and the sums
-    the verdict's windowed rules (idle GPU, memory growth) read back. Each sum adds in the
-    processes' order. ``memo``: the caller's SampleMemo, kept between its polls."""
-    procs = facts.processes
-    hit = getattr(memo, "last", None)
-    if hit is not None and len(hit[0]) == len(procs) and all(map(is_, hit[0], procs)):
-        part = hit[1]
-    else:
-        part = _process_part(procs)
-        if memo is not None:
-            memo.last = (procs, part)
-    proc_rows, sm_total, mem_total, calls, steps, fwd, step_rate = part
-    cpu = rss = None
-    if proc_info:
-        for info in map(proc_info.get, (p.pid for p in procs)):
-            if info is not None:
-                if info.cpu_percent is not None:
-                    cpu = (cpu or 0.0) + info.cpu_percent
-                if info.rss_mib is not None:
-                    rss = (rss or 0.0) + info.rss_mib
-    if facts.nvml_ok and sm_total is None and proc_rows and not any(g.mig_mode for g in facts.gpus):
-        # Processes listed, no utilisation samples: NVML's NOT_FOUND means idle. Not on MIG, where
-        # per-process utilisation does not exist at all (unknown, not idle).
-        sm_total = 0.0
-    model_gpu = primary_model_gpu_index(facts)
-    util = None
-    for g in facts.gpus:
-        if g.index == model_gpu:
-            util = g.util
-            break
-    slow = straggler_candidate(facts)
-    straggler = None if slow is None else (slow.rank, slow.cause)
-    recent = RecentSample(now, sm_total, mem_total if facts.nvml_ok else None, calls, util, steps, straggler)
-    return Sample(
-        time=now,
-        gpus=packed_gpu_rows(facts.gpus),
-        processes=proc_rows,
-        recent=recent,
-        job=(cpu, rss, fwd, step_rate),
-    )
-
-
-# A GpuFacts' values behind history.GPU_COLUMNS, in that order.
-_GPU_ROW = attrgetter("index", "util", "mem_used_mib", *GPU_COLUMNS[3:])
-
-
-@for_the_same_objects  # discovery gives its jobs one GpuFacts tuple a poll: their samples share the rows
-def packed_gpu_rows(gpus: tuple[GpuFacts, ...]) -> array:
-    """history.GPU_COLUMNS of each GPU, packed (history.pack)."""
-    return pack(tuple(map(_GPU_ROW, gpus)))

@@ -24,7 +24,7 @@ _NAN = float("nan")
 
 
 # The columns of a sample's rows, named as in the contract's SampleGpu / SampleProcess / Sample; the
-# first column of a row is its index or pid. collect.history_sample fills them in this order.
+# first column of a row is its index or pid. samples.history_sample fills them in this order.
 GPU_COLUMNS = (
     "index",
     "util_pct",

@@ -15,9 +15,10 @@ from typing import Any
 
 from sidecar.documents import document
 from sidecar.documents.contract import ContractError
-from sidecar.poll.collect import FactCollector, SampleMemo, history_sample
+from sidecar.poll.collect import FactCollector
 from sidecar.poll.history import History, HistoryBudget
 from sidecar.poll.placement import Placement
+from sidecar.poll.samples import SampleMemo, history_sample
 from sidecar.sources.kubelet.lookup import ProcessPods
 from sidecar.sources.lineage import root_info
 from sidecar.sources.proctree import ProcessTreeSource, pid_visible

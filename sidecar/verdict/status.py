@@ -26,6 +26,7 @@ from sidecar.verdict.rules import (
     rule_idle_gpu,
     rule_memory_growth,
 )
+from sidecar.verdict.stragglers import rule_straggler_rank
 
 # What `from sidecar.verdict import ...` gives (sidecar/verdict/__init__.py).
 __all__ = ["StatusMessage", "candidate_warnings", "decide", "primary_model_gpu_index"]
@@ -141,7 +142,7 @@ def candidate_warnings(f: Facts) -> list[Finding]:
 # The rules that read Facts.recent (the history window, new at every poll): asked at every poll.
 # Every other rule, and the status and message, depend only on the rest of the facts
 # (tests/unit/test_verdict_memo.py holds them to that with facts whose `recent` cannot be read).
-RECENT_RULES = frozenset({rule_idle_gpu, rule_memory_growth})
+RECENT_RULES = frozenset({rule_idle_gpu, rule_memory_growth, rule_straggler_rank})
 # The facts a memoised verdict is keyed on: every field but `recent` (a field added later is in it).
 _KEY_FIELDS = attrgetter(*(f.name for f in fields(Facts) if f.name != "recent"))
 

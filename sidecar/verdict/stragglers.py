@@ -12,7 +12,7 @@ throttled.
 
 The finding is made only from a window of at least `straggler_min_steps` steps on every rank, and
 only once the same rank has been the straggler at consecutive polls at least
-`straggler_confirm_s` apart (`RecentSample.straggler`, which collect.history_sample fills with
+`straggler_confirm_s` apart (`RecentSample.straggler`, which samples.history_sample fills with
 `straggler_candidate` at each poll).
 """
 

@@ -15,8 +15,9 @@ import pytest
 from sidecar.documents import contract, contract_docs
 from sidecar.documents.contract import ContractError, check
 from sidecar.documents.document import history_document, status_document
-from sidecar.poll.collect import TargetInfo, history_sample
+from sidecar.poll.collect import TargetInfo
 from sidecar.poll.history import History
+from sidecar.poll.samples import history_sample
 from sidecar.serve.server import API, ServerConfig, create_app
 from sidecar.verdict import (
     Facts,

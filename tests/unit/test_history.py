@@ -9,8 +9,8 @@ import random
 from array import array
 from dataclasses import fields, replace
 
-from sidecar.poll.collect import history_sample
 from sidecar.poll.history import History, Sample, pack
+from sidecar.poll.samples import history_sample
 from sidecar.verdict import Facts, GpuFacts, ModelFacts, ProcessFacts, ProcGpu, RecentSample
 from sidecar.verdict.facts import _DERIVED_FACTS
 

@@ -11,8 +11,8 @@ import json
 
 import pytest
 
-from sidecar.poll.collect import SampleMemo
 from sidecar.poll.poller import Poller
+from sidecar.poll.samples import SampleMemo
 from sidecar.verdict import VerdictMemo
 from tests.helpers.scripted_poll import ROOT, ScriptedJob, ScriptedSources
 

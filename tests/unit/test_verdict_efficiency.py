@@ -153,7 +153,7 @@ def test_hollow_and_pcie_texts_carry_the_figures():
 def test_mig_is_unknown_not_idle():
     """On MIG, processes have no utilisation samples: the history sums stay unknown, so idle-gpu
     cannot mistake a MIG job for an idle one."""
-    from sidecar.poll.collect import history_sample
+    from sidecar.poll.samples import history_sample
 
     f = facts(
         proc(models=[model("cuda:0")], gpu=[ProcGpu(0, 900, None, mig_index=0)]),
