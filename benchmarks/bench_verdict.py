@@ -125,7 +125,7 @@ def facts_of(data: bytes, package: str, as_poller: bool) -> list:
         f.__dict__.update(d)
         f.__dict__["recent"] = tuple([*d["recent"]])  # a new tuple each poll, as History.recent gives
         if as_poller:
-            primary(f)  # collect.history_sample's question
+            primary(f)  # samples.history_sample's question
         return f
 
     return fields, fresh

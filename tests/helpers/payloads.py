@@ -71,6 +71,10 @@ def full_payload(pid: int, ticks: int) -> dict:
         local_rank=0,
         world_size=2,
         dist_backend="nccl",
+        job_key="run-7",
+        job_key_source="torchelastic",
+        node_rank=0,
+        restart_count=0,
         loader="train",
         runtime={
             "torch": "2.5.1",
@@ -131,6 +135,7 @@ def full_payload(pid: int, ticks: int) -> dict:
             "forward_fraction": 0.2,
             "optimizer_fraction": 0.1,
             "other_fraction": 0.2,
+            "backward_fraction": 0.15,
         },
         math={
             "allow_tf32_matmul": False,

@@ -15,7 +15,8 @@ import pytest
 
 from tests.helpers.harness import REPO, python_env
 
-pytestmark = pytest.mark.slow
+# alone: the training runs for a fixed time and must make 50 steps in it (45 beside a full worker).
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 SETUP = """
 set -e

@@ -1,4 +1,4 @@
-"""History samples and whole polls (sidecar/poll/collect.py, sidecar/poll/history.py) over fixed seeds, held to
+"""History samples and whole polls (sidecar/poll/collect.py, sidecar/poll/samples.py, sidecar/poll/history.py) over fixed seeds, held to
 the outcomes frozen in DIGESTS: several jobs sharing snapshots, reads kept or replaced, NVML rows
 that change, processes that exec or move, targets that die; hostile payloads in each. The digests
 were computed by the code once; a change meant to change them regenerates them deliberately and
@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from sidecar.poll import collect as c
+from sidecar.poll import samples
 from sidecar.sources.nvml import GpuInfo, GpuProcess, NvmlSnapshot
 from sidecar.sources.proctree import ProcInfo, TreeSnapshot
 from sidecar.sources.segments import ProbeRead
@@ -154,7 +155,7 @@ def poll_outcomes(seed: int) -> list:
                 out.append(("raises", type(exc).__name__))
                 continue
             out.append(canon((facts, collector.proc_info, collector.other_processes, collector.target)))
-            out.append(outcome(c.history_sample, now, facts, collector.proc_info))
+            out.append(outcome(samples.history_sample, now, facts, collector.proc_info))
         world.step()
     return out
 
@@ -165,7 +166,7 @@ def digests() -> dict[str, str]:
 
     return {
         "history_samples": digest(
-            outcome(c.history_sample, *case) for seed in range(60) for case in sample_cases(seed)
+            outcome(samples.history_sample, *case) for seed in range(60) for case in sample_cases(seed)
         ),
         "whole_polls": digest(o for seed in range(120) for o in poll_outcomes(seed)),
         "process_facts": digest(

@@ -23,7 +23,7 @@ from probe_wire.schema import MODEL_COLLECTED, PUBLISH_FAILED
 from sidecar.documents import bounds
 from sidecar.documents.bounds import ELLIPSIS, MAX_ID_CHARS, MAX_TEXT_CHARS
 from sidecar.poll import collect as c
-from sidecar.poll import history
+from sidecar.poll import history, samples
 from sidecar.sources.lineage import is_mp_child, is_mp_helper
 from sidecar.sources.nvml import GpuInfo, GpuProcess, MigDevice, NvmlSnapshot
 from sidecar.sources.proctree import ProcInfo
@@ -481,7 +481,7 @@ def test_a_processs_utilisation_is_the_sum_of_its_rows(sm, rows):
     # job's, the sum of its processes'. No row with a figure: none.
     gpu = tuple(ProcGpu(i, 10.0, sm) for i in range(rows))
     facts = Facts(target_pid=1, processes=(ProcessFacts(pid=1, gpu=gpu),), nvml_ok=True, gpus=(GpuFacts(0),))
-    sample = c.history_sample(1.0, facts, None)
+    sample = samples.history_sample(1.0, facts, None)
     want = None if sm is None else sum([sm] * rows)
     # No figure from a listed process: NVML's "no recent sample", an idle GPU (not on MIG): 0.
     assert canon(sample.recent.tree_sm_util) == canon(0.0 if want is None else 0.0 + want)
