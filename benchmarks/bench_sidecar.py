@@ -203,6 +203,23 @@ def run_snippet(code: str, driver: Driver, root: int | str, n: int, gap_s: float
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+# The parts benchmarks' timer (running_parts.py, discovery_parts.py): `timed(owner, name, label)`
+# wraps owner.name and adds its CPU time to spent[label]. Needs `collections` and `time` imported.
+TIMED_SNIPPET = r"""
+spent = collections.Counter()
+
+def timed(owner, name, label):
+    real = getattr(owner, name)
+    def wrapper(*args, **kwargs):
+        t = time.process_time()
+        try:
+            return real(*args, **kwargs)
+        finally:
+            spent[label] += time.process_time() - t
+    setattr(owner, name, wrapper)
+"""
+
+
 def ms(values: list[float], q: float = 50) -> float:
     s = sorted(values)
     return 1000 * s[min(len(s) - 1, int(len(s) * q / 100))]

@@ -17,7 +17,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from bench_sidecar import GAP_S, PUBLISH_S, REPO, Driver, discovery_scenario, ms, run_snippet
+from bench_sidecar import GAP_S, PUBLISH_S, REPO, TIMED_SNIPPET, Driver, discovery_scenario, ms, run_snippet
 
 POLL_BY_PARTS = r"""
 import collections, json, sys, time
@@ -26,18 +26,7 @@ import sidecar.poll.collect as collect, sidecar.poll.history as history, sidecar
 from sidecar.sources.proctree import ProcessTreeSource
 from sidecar.sources.segments import SegmentSource
 
-spent = collections.Counter()
-
-def timed(owner, name, label):
-    real = getattr(owner, name)
-    def wrapper(*args, **kwargs):
-        t = time.process_time()
-        try:
-            return real(*args, **kwargs)
-        finally:
-            spent[label] += time.process_time() - t
-    setattr(owner, name, wrapper)
-
+""" + TIMED_SNIPPET + r"""
 for owner, name, label in [
     (jobs, "poll_nvml", "nvml"), (jobs.JobsPoller, "_discover", "discover"), (jobs, "sweep_dead_segments", "sweep"),
     (jobs.JobsPoller, "_publish", "publish"), (poller.Poller, "poll_once", "job polls"),

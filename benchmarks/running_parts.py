@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_sidecar import Driver, ms, run_snippet
+from bench_sidecar import TIMED_SNIPPET, Driver, ms, run_snippet
 
 from tests.helpers.loadgen import BusyJob, busy_scenario
 
@@ -26,18 +26,7 @@ import sidecar.poll.collect as collect, sidecar.poll.poller as poller
 from sidecar.sources.proctree import ProcessTreeSource
 from sidecar.sources.segments import SegmentSource
 
-spent = collections.Counter()
-
-def timed(owner, name, label):
-    real = getattr(owner, name)
-    def wrapper(*args, **kwargs):
-        t = time.process_time()
-        try:
-            return real(*args, **kwargs)
-        finally:
-            spent[label] += time.process_time() - t
-    setattr(owner, name, wrapper)
-
+""" + TIMED_SNIPPET + r"""
 for owner, name, label in [
     (poller, "poll_nvml", "nvml"), (ProcessTreeSource, "poll", "process tree"), (SegmentSource, "poll", "segments"),
     (follower, "read_consistent", "read_consistent"), (collect.FactCollector, "facts", "facts"),

@@ -12,11 +12,22 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from tests.helpers.harness import REPO, wait_for
 
 PROMETHEUS = shutil.which("prometheus") or (
     "/usr/bin/prometheus" if os.access("/usr/bin/prometheus", os.X_OK) else None
 )
+# The marks of a test module that runs a real Prometheus (DSH_REQUIRE_ALL=1 turns the skip into a failure).
+NEEDS_PROMETHEUS = [
+    pytest.mark.prometheus,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        PROMETHEUS is None,
+        reason="the prometheus binary is not installed (Debian: apt-get install prometheus; scripts/test.sh does it)",
+    ),
+]
 
 
 def free_port() -> int:

@@ -10,21 +10,12 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 from tests.fakenvml import gpu
 from tests.helpers.gloo_job import DDP_JOB
 from tests.helpers.harness import REPO, Sidecar, python_env, wait_for
-from tests.helpers.prometheus import PROMETHEUS, Prometheus, free_port, shipped_config
+from tests.helpers.prometheus import NEEDS_PROMETHEUS, Prometheus, free_port, shipped_config
 
-pytestmark = [
-    pytest.mark.prometheus,
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        PROMETHEUS is None,
-        reason="the prometheus binary is not installed (Debian: apt-get install prometheus; scripts/test.sh does it)",
-    ),
-]
+pytestmark = NEEDS_PROMETHEUS
 
 TOKEN = "cluster-test-token-0123456789"
 NODES = ("node-a", "node-b")

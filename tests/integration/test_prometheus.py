@@ -12,23 +12,14 @@ import math
 import shutil
 import subprocess
 
-import pytest
-
 from tests.fakenvml import gpu, scenarios
 from tests.helpers.grafana_dashboard import dashboard_expressions, substitute_variables
 from tests.helpers.harness import REPO, FakeJob, Sidecar, codes, cuda_runtime, wait_for
 from tests.helpers.metrics_expected import DOC_FAMILIES, expected_from_document, sample_set
-from tests.helpers.prometheus import PROMETHEUS, Prometheus, shipped_config
+from tests.helpers.prometheus import NEEDS_PROMETHEUS, Prometheus, shipped_config
 
 PROMTOOL = shutil.which("promtool")
-pytestmark = [
-    pytest.mark.prometheus,
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        PROMETHEUS is None,
-        reason="the prometheus binary is not installed (Debian: apt-get install prometheus; scripts/test.sh does it)",
-    ),
-]
+pytestmark = NEEDS_PROMETHEUS
 
 TOKEN = "prom-s3cret"
 UUIDS = [gpu(0)["uuid"], gpu(1)["uuid"]]
