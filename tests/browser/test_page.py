@@ -467,6 +467,24 @@ def test_job_without_probe_is_unknown_and_grey(stacks, pages):
     assert not pages.errors, pages.errors
 
 
+def test_a_page_without_a_document_claims_no_status(stacks, pages):
+    # Before the first document the badge says so and carries no status: a reader waiting for
+    # UNKNOWN (a person or a script) must not take "not loaded yet" for the verdict.
+    stack = stacks.start(
+        "nodoc", {"main": {"probe": False}}, {"gpus": [gpu(0)]}, n_sysfs_nvidia=1, expect_status="UNKNOWN"
+    )
+    ctx = pages.browser.new_context(viewport={"width": 1280, "height": 800}, locale="en-US")
+    pages.contexts.append(ctx)
+    held = ctx.new_page()
+    held.route("**/api/**", lambda route: None)  # never answered
+    held.goto(stack.url)
+    b = badge_state(held)
+    assert (b["status"], b["text"]) == ("", "No status yet")
+    page = pages.open(stack.url)
+    wait_badge(page, "UNKNOWN")
+    assert badge_state(page)["text"] == "Unknown"
+
+
 # --------------------------------------------------------------------------- unreachable
 
 

@@ -130,7 +130,8 @@ function renderHero(doc) {
   root.style.setProperty('--status', STATUS_COLORS[status]);
   root.style.setProperty('--status-text', STATUS_TEXT_COLORS[status]);
   const badge = $('[data-testid="badge"]');
-  badge.dataset.status = status;
+  // No document yet is not a verdict: the badge carries no status until one arrives.
+  badge.dataset.status = doc ? status : '';
   $('.badge-text', badge).textContent = doc ? statusText(doc, state.lang) : tr('status.noData');
   const label = doc ? statusText(doc, state.lang) : tr('status.noData');
   document.title = `${label} · ${tr('app.title')}`;
