@@ -5,6 +5,8 @@ sharing a pipe (ranks, hogwild children) never interleave:
 
     dsh-program loss TAG STEP VALUE      (VALUE: repr of the float, exact)
     dsh-program forwards PID COUNT       (the registered model's forward calls this process made)
+    dsh-program native-threads PID BEFORE AFTER   (threads Python did not start, before the process
+                                         group and after its teardown: torchrun_ddp.py)
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class Printed:
 
     losses: dict[tuple[str, int], float] = field(default_factory=dict)
     forwards: dict[int, int] = field(default_factory=dict)
+    native_threads: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
 def parse(lines: list[str]) -> Printed:
@@ -47,4 +50,6 @@ def parse(lines: list[str]) -> Printed:
             out.losses[key] = float(parts[4])
         elif parts[1] == "forwards":
             out.forwards[int(parts[2])] = int(parts[3])
+        elif parts[1] == "native-threads":
+            out.native_threads[int(parts[2])] = (int(parts[3]), int(parts[4]))
     return out

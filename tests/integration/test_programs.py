@@ -339,6 +339,19 @@ def test_torchrun_found_by_discovery_final_state_keeps_the_ranks(runs):
     assert_cpu_verdict(run.doc)
 
 
+@on_its_worker("torchrun")
+def test_torchrun_ranks_join_gloo_threads_before_exit(runs):
+    # A gloo worker still running at interpreter shutdown can free a work holding a Python object
+    # there and abort the rank (std::terminate; see the teardown in tests/programs/torchrun_ddp.py).
+    # Its threads are joined by the group's teardown only when nothing else holds the group: each
+    # rank, plain and probed, ends with no more native threads than it began with.
+    run = runs("torchrun")
+    for printed in (run.plain, run.probed):
+        assert set(printed.native_threads) == set(printed.forwards), printed.native_threads
+        for pid, (before, after) in printed.native_threads.items():
+            assert after == before, (pid, before, after)
+
+
 @on_its_worker("nanogpt_compile")
 def test_nanogpt_registered_then_compiled_is_counted_or_warned(runs):
     run = runs("nanogpt_compile")
