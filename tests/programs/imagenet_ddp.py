@@ -5,9 +5,11 @@ validates, and rank 0 saves the checkpoint. The ranks exit, then the parent. ``-
 probe line (after the model is wrapped, where a user puts it)."""
 
 import argparse
+import gc
 import os
 
 import torch
+import torch._dynamo  # noqa: F401 -- before init_process_group: the teardown in torchrun_ddp.py says why
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn as nn
@@ -91,6 +93,10 @@ def main_worker(gpu, ngpus_per_node, args):
             torch.save(state, os.path.join(args.out, "checkpoint.pth.tar"))
     programs.forwards(calls)
     dist.barrier()  # both ranks done before either tears gloo down (see tests/integration/test_multirank.py)
+    # Nothing may hold the group when it is destroyed, or gloo's threads outlive it into interpreter
+    # shutdown and can abort the rank: tests/programs/torchrun_ddp.py's teardown.
+    del model, optimizer, scheduler
+    gc.collect()
     dist.destroy_process_group()
 
 
