@@ -100,7 +100,7 @@ def _job_lines(job: dict[str, Any]) -> list[str]:
         f"{len(job['nodes'])} node(s): {', '.join(job['nodes'])}"
     ]
     if job["ranks"]:
-        rows = [["rank", "node", "local", "gpu", "fwd/s", "data wait", "forward", "optimizer", "other"]]
+        rows = [["rank", "node", "local", "gpu", "fwd/s", "data wait", "forward", "optimizer", "other", "waits"]]
         for r in job["ranks"]:
             rows.append(
                 [
@@ -113,6 +113,7 @@ def _job_lines(job: dict[str, Any]) -> list[str]:
                     _pct(r["forward_fraction"]),
                     _pct(r["optimizer_fraction"]),
                     _pct(r["other_fraction"]),
+                    _pct(r["collective_wait_fraction"]),
                 ]
             )
         lines += ["  " + line for line in _table(rows)]

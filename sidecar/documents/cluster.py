@@ -25,10 +25,21 @@ from sidecar.documents.contract_cluster import (  # the bounds, declared with th
     MAX_JOB_RANKS,
     MAX_NODE_GPUS,
 )
-from sidecar.verdict.cluster import JobFacts, NodeFacts, job_findings, node_findings
+from sidecar.verdict.cluster import (
+    ClusterGpus,
+    JobFacts,
+    NodeFacts,
+    job_findings,
+    job_straggler,
+    node_findings,
+)
+from sidecar.verdict.stragglers import RankWait, relative_waits, throttle_reason
 
 LOOK_BACK = "10m"  # a node that reported within this and no longer does is `node-missing`
 STALE_POLL_S = 30.0  # a sidecar whose last poll is older than this is stuck: its figures are old
+# A cross-node straggler is named only when the same rank was the straggler this long before too:
+# three scrapes at the shipped 5 s interval, so two different samples of every rank.
+STRAGGLER_CONFIRM_S = 15
 MIB = 1048576
 REASON_NAMES = frozenset(name for _, name in CLOCK_EVENT_REASONS)
 
@@ -43,6 +54,10 @@ QUERIES: dict[str, str] = {
     "status": "dsh_status == 1",
     "ranks": "dsh_rank_info",
     "step_fraction": "dsh_process_step_fraction",
+    "rank_backward": "dsh_rank_backward_fraction",
+    "rank_steps": "dsh_rank_window_steps",
+    "rank_backward_before": f"dsh_rank_backward_fraction offset {STRAGGLER_CONFIRM_S}s",
+    "rank_steps_before": f"dsh_rank_window_steps offset {STRAGGLER_CONFIRM_S}s",
     "forward_rate": "sum without (model) (rate(dsh_model_forward_calls_total[1m]))",
     "rank_gpu_mem": "dsh_process_gpu_memory_used_bytes",
     "gpu_util": "dsh_gpu_utilization_percent",
@@ -69,6 +84,10 @@ def _int(text: str | None) -> int | None:
         return int(text) if text not in (None, "") else None
     except ValueError:
         return None
+
+
+def _count(x: float) -> int | None:
+    return int(x) if isinstance(x, (int, float)) and math.isfinite(x) and 0 <= x < 1 << 53 else None
 
 
 def _node_facts(results: Mapping[str, Samples]) -> dict[str, NodeFacts]:
@@ -149,19 +168,20 @@ def _job_keys(results: Mapping[str, Samples], name: str) -> dict[tuple[str, str]
     return keys
 
 
-def _ranks(
-    results: Mapping[str, Samples], keys: Mapping[tuple[str, str], str]
-) -> tuple[dict[str, dict[str, dict]], dict[str, int]]:
-    """(job key -> rank label -> the rank's row (node, local rank, step shares, forward rate, GPUs),
-    job key -> world size)."""
-    jobs: dict[str, dict[str, dict]] = defaultdict(dict)
+class _RankRows:
+    """Each job's rank rows as the series name them: (instance, job_id) -> job key, rank label -> row."""
 
-    def row(labels: Mapping[str, str]) -> dict[str, Any] | None:
-        key = keys.get((labels.get("instance", ""), labels.get("job_id", "")))
+    def __init__(self, keys: Mapping[tuple[str, str], str]) -> None:
+        self.keys = keys
+        self.jobs: dict[str, dict[str, dict]] = defaultdict(dict)
+        self.world: dict[str, int] = {}
+
+    def row(self, labels: Mapping[str, str]) -> dict[str, Any] | None:
+        key = self.keys.get((labels.get("instance", ""), labels.get("job_id", "")))
         rank = labels.get("rank", "")
         if key is None or rank == "" or _int(rank) is None:
             return None
-        rows = jobs[key]
+        rows = self.jobs[key]
         if rank not in rows:
             if len(rows) >= MAX_JOB_RANKS:
                 return None
@@ -173,31 +193,114 @@ def _ranks(
                 "gpus": [],
                 "forward_rate_per_s": None,
                 **{f"{p}_fraction": None for p in STEP_PHASES},
+                "backward_fraction": None,
+                "collective_wait_fraction": None,
+                "window_steps": None,
             }
         return rows[rank]
 
-    world: dict[str, int] = {}
-    for labels, _ in results.get("ranks", ()):
-        r = row(labels)
-        if r is not None:
-            r["local_rank"] = _int(labels.get("local_rank"))
-            size = _int(labels.get("world_size"))
-            if size:
-                world[keys[(labels.get("instance", ""), labels.get("job_id", ""))]] = size
-    for labels, value in results.get("step_fraction", ()):
-        r = row(labels) if labels.get("role") == "rank" and labels.get("phase") in STEP_PHASES else None
-        if r is not None:
-            r[f"{labels['phase']}_fraction"] = _number(value)
-    for labels, value in results.get("forward_rate", ()):
-        r = row(labels)
-        if r is not None:
-            r["forward_rate_per_s"] = _number((r["forward_rate_per_s"] or 0.0) + value, 2)
-    for labels, _ in results.get("rank_gpu_mem", ()):
-        r = row(labels) if labels.get("role") == "rank" else None
-        gpu = _int(labels.get("gpu"))
-        if r is not None and gpu is not None and gpu not in r["gpus"]:
-            r["gpus"].append(gpu)
-    return jobs, world
+    def add_ranks(self, samples: Samples) -> None:
+        for labels, _ in samples:
+            r = self.row(labels)
+            if r is not None:
+                r["local_rank"] = _int(labels.get("local_rank"))
+                size = _int(labels.get("world_size"))
+                if size:
+                    self.world[self.keys[(labels.get("instance", ""), labels.get("job_id", ""))]] = size
+
+    def add_values(self, samples: Samples, field: str, convert, *, rank_role: bool = False) -> None:
+        """Each sample's value, converted, into its row's `field` (`{phase}` in it: the sample's phase)."""
+        for labels, value in samples:
+            if rank_role and labels.get("role") != "rank":
+                continue
+            if "{phase}" in field and labels.get("phase") not in STEP_PHASES:
+                continue
+            r = self.row(labels)
+            if r is not None:
+                r[field.format(phase=labels.get("phase"))] = convert(value)
+
+    def add_forward_rates(self, samples: Samples) -> None:
+        for labels, value in samples:
+            r = self.row(labels)
+            if r is not None:
+                r["forward_rate_per_s"] = _number((r["forward_rate_per_s"] or 0.0) + value, 2)
+
+    def add_gpus(self, samples: Samples) -> None:
+        for labels, _ in samples:
+            r = self.row(labels) if labels.get("role") == "rank" else None
+            gpu = _int(labels.get("gpu"))
+            if r is not None and gpu is not None and gpu not in r["gpus"]:
+                r["gpus"].append(gpu)
+
+
+def _ranks(
+    results: Mapping[str, Samples], keys: Mapping[tuple[str, str], str]
+) -> tuple[dict[str, dict[str, dict]], dict[str, int]]:
+    """(job key -> rank label -> the rank's row (node, local rank, step shares, forward rate, GPUs),
+    job key -> world size)."""
+    rows = _RankRows(keys)
+    rows.add_ranks(results.get("ranks", ()))
+    rows.add_values(results.get("step_fraction", ()), "{phase}_fraction", _number, rank_role=True)
+    rows.add_values(results.get("rank_backward", ()), "backward_fraction", _number)
+    rows.add_values(results.get("rank_steps", ()), "window_steps", _count)
+    rows.add_forward_rates(results.get("forward_rate", ()))
+    rows.add_gpus(results.get("rank_gpu_mem", ()))
+    return rows.jobs, rows.world
+
+
+def _rank_wait(rank: int, node: str, backward: float | None, steps: int | None, row=None) -> RankWait | None:
+    if backward is None or steps is None:
+        return None
+    row = row or {}
+    gpus = row.get("gpus") or ()
+    return RankWait(
+        rank,
+        None,  # Prometheus's series carry no pid
+        steps,
+        0.0,
+        backward,
+        row.get("data_wait_fraction"),
+        row.get("forward_fraction"),
+        row.get("optimizer_fraction"),
+        gpus[0] if len(gpus) == 1 else None,
+        node,
+    )
+
+
+def _waits_now(rows: Iterable[dict[str, Any]]) -> tuple[RankWait, ...]:
+    """The job's ranks with a measured backward now, each with its collective wait; the rows get it."""
+    found = (_rank_wait(r["rank"], r["node"], r["backward_fraction"], r["window_steps"], r) for r in rows)
+    waits = relative_waits(w for w in found if w is not None)
+    by_rank = {w.rank: w.collective_wait_fraction for w in waits}
+    for r in rows:
+        r["collective_wait_fraction"] = _number(by_rank[r["rank"]]) if r["rank"] in by_rank else None
+    return waits
+
+
+def _waits_before(results: Mapping[str, Samples], keys: Mapping[tuple[str, str], str]) -> dict[str, list[RankWait]]:
+    """job key -> its ranks' backward shares STRAGGLER_CONFIRM_S ago (one a rank: the first)."""
+    steps = {
+        (labels.get("instance", ""), labels.get("job_id", ""), labels.get("rank", "")): _count(v)
+        for labels, v in results.get("rank_steps_before", ())
+    }
+    jobs: dict[str, dict[int, RankWait]] = defaultdict(dict)
+    for labels, value in results.get("rank_backward_before", ()):
+        local = (labels.get("instance", ""), labels.get("job_id", ""))
+        key, rank = keys.get(local), _int(labels.get("rank"))
+        if key is None or rank is None or len(jobs[key]) >= MAX_JOB_RANKS:
+            continue
+        w = _rank_wait(rank, node_of(labels), _number(value), steps.get((*local, labels.get("rank", ""))))
+        if w is not None:
+            jobs[key].setdefault(rank, w)
+    return {key: list(ranks.values()) for key, ranks in jobs.items()}
+
+
+def _cluster_gpus(gpus: Mapping[str, list[dict[str, Any]]]) -> ClusterGpus:
+    return {
+        (node, g["index"]): (throttle_reason(g["clock_events"]), g["sm_clock_mhz"])
+        for node, listed in gpus.items()
+        for g in listed
+    }
 
 
 def _warning(f) -> dict[str, Any]:
@@ -224,6 +327,8 @@ def build_cluster(
     keys_now = _job_keys(results, "jobs")
     keys_recent = {**keys_now, **_job_keys(results, "jobs_recent")}
     ranks, world = _ranks(results, keys_recent)
+    before = _waits_before(results, keys_recent)
+    cluster_gpus = _cluster_gpus(gpus)
     node_by_instance = {
         labels.get("instance", ""): node_of(labels)
         for name in ("jobs_recent", "sidecars", "sidecars_recent")
@@ -256,6 +361,9 @@ def build_cluster(
             frozenset(where_now[key]),
             frozenset(where_recent[key]),
         )
+        now = _waits_now(rows.values())
+        findings = job_findings(facts, list(nodes.values()))
+        slow = job_straggler(key, now, before.get(key, ()), cluster_gpus, STRAGGLER_CONFIRM_S)
         jobs.append(
             {
                 "job_key": key,
@@ -263,7 +371,7 @@ def build_cluster(
                 "nodes": sorted(where_recent[key]),
                 "status": _one_status(statuses[key]),
                 "ranks": sorted(rows.values(), key=lambda r: r["rank"]),
-                "warnings": [_warning(f) for f in job_findings(facts, list(nodes.values()))],
+                "warnings": [_warning(f) for f in (*findings, *([slow] if slow else []))],
             }
         )
     doc = {

@@ -65,6 +65,16 @@ CLUSTER_RANK = Obj(
         "forward_fraction": F(NUM, "in forward", null=True),
         "optimizer_fraction": F(NUM, "in optimizer.step()", null=True),
         "other_fraction": F(NUM, "the rest (backward, collectives, host code)", null=True),
+        "backward_fraction": F(
+            NUM, "between optimizer steps less forward and data wait: backward and the collectives", null=True
+        ),
+        "collective_wait_fraction": F(
+            NUM,
+            "its `backward_fraction` beyond the least of the job's ranks on every node: its wait for the "
+            "slowest rank (about 0: the rank the others wait for)",
+            null=True,
+        ),
+        "window_steps": F(INT, "steps in the window its fractions are measured over", null=True),
     },
 )
 
@@ -72,7 +82,7 @@ CLUSTER_RANK = Obj(
 def _warning(severities: tuple[str, ...]) -> Obj:
     return Obj(
         "ClusterWarning",
-        "A finding of the cluster view (`node-missing`, `ranks-missing`), in English and as catalogue references.",
+        "A finding of the cluster view (`node-missing`, `ranks-missing`, `straggler-rank`), in English and as catalogue references.",
         {
             "code": F(STR, "stable identifier (README lists them)"),
             "severity": F(Enum(severities), "error, warning or info"),
@@ -100,7 +110,7 @@ def cluster_document(schema: int, statuses: tuple[str, ...], severities: tuple[s
                 null=True,
             ),
             "ranks": F(ListOf(CLUSTER_RANK, MAX_JOB_RANKS), "its ranks, by rank"),
-            "warnings": F(ListOf(warning), "`node-missing` for its silent nodes, `ranks-missing`"),
+            "warnings": F(ListOf(warning), "`node-missing` for its silent nodes, `ranks-missing`, `straggler-rank`"),
         },
     )
     return Obj(

@@ -255,7 +255,7 @@ def _mp_flags_of(cmdline: Any) -> tuple[bool, bool]:
 
 # Read from a payload by process_facts, in this order (_values).
 _PAYLOAD_KEYS = ("role", "worker_id", "rank", "local_rank", "world_size", "dist_backend", "loader", "runtime")
-_PAYLOAD_KEYS += ("memory", "models", "errors", "steps", "math", "syncs_per_step")
+_PAYLOAD_KEYS += ("memory", "models", "errors", "steps", "math", "syncs_per_step", "hostname")
 _payload_values = itemgetter(*_PAYLOAD_KEYS)
 _NO_PAYLOAD = (None,) * len(_PAYLOAD_KEYS)
 
@@ -265,7 +265,7 @@ def process_facts(proc, read, gpu: tuple[ProcGpu, ...], target_pid: int) -> Proc
     typed and clipped by the helpers above, the common ones (a short string, an int, None) without
     a call (this runs for every process whose payload changed, most of them at every poll)."""
     payload = read.payload if read is not None else None
-    role, worker_id, rank, local_rank, world_size, backend, loader, runtime, memory, models, errors, steps, math, syncs = (
+    role, worker_id, rank, local_rank, world_size, backend, loader, runtime, memory, models, errors, steps, math, syncs, host = (
         _values(payload, _payload_values, _PAYLOAD_KEYS) if payload else _NO_PAYLOAD
     )
     mp_helper, mp_child = _mp_flags_of(getattr(proc, "cmdline", None))
@@ -302,6 +302,7 @@ def process_facts(proc, read, gpu: tuple[ProcGpu, ...], target_pid: int) -> Proc
         None if steps is None else step_breakdown(steps),
         None if math is None else math_settings(math),
         None if syncs is None else _nonnegative(syncs),
+        host if host is None else _str(host),  # hostname
     )
 
 

@@ -344,6 +344,11 @@ class SidecarCollector:
                 "others wait for.",
                 RANK_WAIT_LABELS,
             ),
+            "rsteps": self._gauge(
+                "dsh_rank_window_steps",
+                "Training steps in the probe's window that the rank's step fractions are measured over.",
+                RANK_WAIT_LABELS,
+            ),
             "phase": self._gauge(
                 "dsh_process_step_fraction",
                 "Share of the training-step wall time in each phase over the probe's window, 0-1, "
@@ -411,12 +416,15 @@ class SidecarCollector:
 
     @staticmethod
     def _one_rank(job: Any, p: dict[str, Any], f: dict[str, _Family]) -> None:
-        """A rank's own series (the first process of the rank): what it is, and its backward share."""
+        """A rank's own series (the first process of the rank): what it is, its backward share and
+        the steps that share is measured over (the cluster view compares ranks across nodes by them)."""
         rank = p.get("rank")
         f["rinfo"].add([job, rank, p.get("local_rank"), p.get("world_size")], 1)
-        backward = (p.get("step_breakdown") or {}).get("backward_fraction")
-        if backward is not None:
-            f["rbackward"].add([job, rank], backward)
+        steps = p.get("step_breakdown") or {}
+        if steps.get("backward_fraction") is not None:
+            f["rbackward"].add([job, rank], steps["backward_fraction"])
+            if steps.get("steps") is not None:
+                f["rsteps"].add([job, rank], steps["steps"])
 
 
 def exported_jobs(docs: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:

@@ -8,12 +8,13 @@ shows only as ranks missing against the job's world size.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from sidecar.common.catalogue import ref
-from sidecar.verdict.facts import Finding
+from sidecar.verdict.facts import Finding, Rules
 from sidecar.verdict.rules import finding
+from sidecar.verdict.stragglers import RankWait, cause_ref, hint_ref, pick_straggler, relative_waits, where
 
 # Why a node is silent -> what the user reads (each id written out: the catalogue test scans for them).
 SILENCE_MESSAGES = {
@@ -91,3 +92,43 @@ def job_findings(job: JobFacts, nodes: Sequence[NodeFacts]) -> list[Finding]:
             )
         )
     return out
+
+
+# A GPU of the cluster, (node, NVML index) -> (its throttle reason or None, its SM clock in MHz or None).
+ClusterGpus = Mapping[tuple[str | None, int | None], tuple[str | None, float | None]]
+
+
+def job_straggler(
+    job: str,
+    now: Sequence[RankWait],
+    before: Sequence[RankWait],
+    gpus: ClusterGpus,
+    confirm_s: float,
+    rules: Rules = Rules(),
+) -> Finding | None:
+    """`straggler-rank` across nodes: the rank of `job` every other rank waits for in the ranks'
+    figures now (`now`, their backward shares, one node's or many) and `confirm_s` earlier
+    (`before`), the same rank both times; as on one node (sidecar/verdict/stragglers.py), with the
+    node named."""
+
+    def throttle_of(w: RankWait) -> str | None:
+        return gpus.get((w.node, w.gpu_index), (None, None))[0]
+
+    s = pick_straggler(relative_waits(now), rules, throttle_of)
+    if s is None:
+        return None
+    earlier = pick_straggler(relative_waits(before), rules, lambda w: None)
+    if earlier is None or earlier.rank != s.rank:
+        return None
+    reason, clock = gpus.get((s.node, s.gpu_index), (None, None))
+    message = ref(
+        "warning.straggler-rank.cluster",
+        rank=s.rank,
+        where=where(s.node, s.gpu_index).removeprefix(", "),
+        job=job,
+        wait=f"{s.wait_fraction:.0%}",
+        cause=cause_ref(s, reason, clock),
+        steps=s.steps,
+        confirm=f"{confirm_s:.0f} s",
+    )
+    return finding("straggler-rank", "warning", message, hint_ref(s))

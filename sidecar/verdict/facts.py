@@ -179,6 +179,7 @@ class ProcessFacts:
     steps: StepBreakdown | None = None
     math: MathSettings | None = None
     syncs_per_step: float | None = None  # only with register(model, syncs=True)
+    hostname: str | None = None  # the node it runs on, as its probe reports it
     exited: bool = False  # gone: its last facts, kept for the job's final state
     # Derived once here rather than in each rule that asks (several, for every process, every poll).
     has_probe: bool = field(init=False, repr=False, compare=False)

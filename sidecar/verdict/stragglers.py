@@ -18,8 +18,8 @@ only once the same rank has been the straggler at consecutive polls at least
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from statistics import median
 
 from sidecar.common.catalogue import Ref, ref
@@ -35,7 +35,7 @@ from sidecar.verdict.facts import (
     model_nvml_index,
 )
 
-__all__ = ["STRAGGLER_RULES", "RankWait", "Straggler", "rank_waits", "straggler_candidate"]
+__all__ = ["STRAGGLER_RULES", "RankWait", "Straggler", "pick_straggler", "rank_waits", "straggler_candidate", "throttle_reason"]
 
 # The phases compared to name the cause: (cause, the StepBreakdown field).
 _PHASES = (("data-wait", "data_wait_fraction"), ("forward", "forward_fraction"), ("optimizer", "optimizer_fraction"))
@@ -47,6 +47,7 @@ _HINTS = {
     "throttled-gpu": "hint.straggler-rank.throttled-gpu",
     "other": "hint.straggler-rank.other",
 }
+Throttle = Callable[["RankWait"], "str | None"]  # a rank -> its GPU's throttle reason, None: not braked
 # A phase is the cause when the straggler spends this share of the others' wait more in it than
 # they do (a 200 ms sleep in forward: about all of it).
 _CAUSE_SHARE = 0.5
@@ -57,7 +58,7 @@ class RankWait:
     """One rank's share of its steps in each phase, and its wait in the collectives (0-1)."""
 
     rank: int
-    pid: int
+    pid: int | None  # None where the source has no pids (the cluster view: Prometheus's series)
     steps: int
     collective_wait_fraction: float
     backward_fraction: float
@@ -65,16 +66,18 @@ class RankWait:
     forward_fraction: float | None
     optimizer_fraction: float | None
     gpu_index: int | None  # NVML index of its model's GPU
+    node: str | None = None  # the node it runs on, where ranks of several nodes are compared
 
 
 @dataclass(frozen=True, slots=True)
 class Straggler:
     rank: int
-    pid: int
+    pid: int | None
     wait_fraction: float  # the others' mean collective wait: what the straggler costs each step
     cause: str  # data-wait | forward | optimizer | throttled-gpu | other
     steps: int  # the fewest steps a rank's window holds
     gpu_index: int | None
+    node: str | None = None
 
 
 def _gpu_of(p: ProcessFacts, gpus: tuple[GpuFacts, ...]) -> int | None:
@@ -102,13 +105,12 @@ def _rank_waits(processes: tuple[ProcessFacts, ...], gpus: tuple[GpuFacts, ...])
         seen.setdefault(p.rank, p)
     if len(seen) < 2:
         return ()
-    least = min(p.steps.backward_fraction for p in seen.values())
-    return tuple(
+    return relative_waits(
         RankWait(
             rank,
             p.pid,
             p.steps.steps,
-            max(0.0, p.steps.backward_fraction - least),
+            0.0,
             p.steps.backward_fraction,
             p.steps.data_wait_fraction,
             p.steps.forward_fraction,
@@ -119,13 +121,28 @@ def _rank_waits(processes: tuple[ProcessFacts, ...], gpus: tuple[GpuFacts, ...])
     )
 
 
-def _throttle(g: GpuFacts | None) -> str | None:
-    """The reason the hardware brakes this GPU, most telling first; None when it does not."""
-    active = set((g.clock_event_reasons or ()) if g is not None else ())
+def relative_waits(ranks: Iterable[RankWait]) -> tuple[RankWait, ...]:
+    """The ranks (one each) with their collective wait: their backward beyond the least of them;
+    () with fewer than two, where no rank can wait for another."""
+    ranks = tuple(ranks)
+    if len(ranks) < 2:
+        return ()
+    least = min(w.backward_fraction for w in ranks)
+    return tuple(replace(w, collective_wait_fraction=max(0.0, w.backward_fraction - least)) for w in ranks)
+
+
+def throttle_reason(reasons: Iterable[str] | None) -> str | None:
+    """The reason the hardware brakes a GPU with these active clock event reasons, most telling
+    first; None when it does not."""
+    active = set(reasons or ())
     return next((r for r in THROTTLE_REASONS if r in active), None)
 
 
-def _cause(gpus: dict[int, GpuFacts], slow: RankWait, others: Sequence[RankWait], wait: float) -> str:
+def _throttle(g: GpuFacts | None) -> str | None:
+    return throttle_reason(g.clock_event_reasons if g is not None else None)
+
+
+def _cause(throttle_of: Throttle, slow: RankWait, others: Sequence[RankWait], wait: float) -> str:
     """What the straggler spends more time on than the others: the phase with the largest excess,
     its GPU when that alone among the ranks' is throttled (a throttled GPU slows forward and
     optimizer, not the data wait), else other."""
@@ -137,10 +154,29 @@ def _cause(gpus: dict[int, GpuFacts], slow: RankWait, others: Sequence[RankWait]
             excess[cause] = mine - (median(theirs) if theirs else 0.0)
     best = max(excess, key=excess.__getitem__, default=None)
     named = best if best is not None and excess[best] >= _CAUSE_SHARE * wait else "other"
-    if named != "data-wait" and _throttle(gpus.get(slow.gpu_index)) is not None:
-        if not any(_throttle(gpus.get(o.gpu_index)) for o in others if o.gpu_index != slow.gpu_index):
+    if named != "data-wait" and throttle_of(slow) is not None:
+        mine = (slow.node, slow.gpu_index)
+        if not any(throttle_of(o) for o in others if (o.node, o.gpu_index) != mine):
             return "throttled-gpu"
     return named
+
+
+def pick_straggler(waits: Sequence[RankWait], rules: Rules, throttle_of: Throttle) -> Straggler | None:
+    """The rank every other rank waits for, and why (`throttle_of(rank)`: its GPU's throttle reason
+    or None); None on a balanced job, before each rank's window holds enough steps, or where two
+    ranks or more wait about as little. Pure: the node's rule and the cluster view share it."""
+    if len(waits) < 2:
+        return None
+    fewest = min(w.steps for w in waits)
+    if fewest < rules.straggler_min_steps:
+        return None
+    ordered = sorted(waits, key=lambda w: w.collective_wait_fraction)
+    slow, others = ordered[0], ordered[1:]
+    if others[0].collective_wait_fraction < rules.straggler_wait_fraction:
+        return None  # some other rank waits about as little: no one rank holds the rest back
+    wait = sum(o.collective_wait_fraction for o in others) / len(others)
+    cause = _cause(throttle_of, slow, others, wait)
+    return Straggler(slow.rank, slow.pid, wait, cause, fewest, slow.gpu_index, slow.node)
 
 
 def straggler_candidate(f: Facts) -> Straggler | None:
@@ -151,19 +187,8 @@ def straggler_candidate(f: Facts) -> Straggler | None:
 
 @for_the_same_objects  # as _rank_waits: one poll's facts, asked twice
 def _candidate(processes: tuple[ProcessFacts, ...], gpus: tuple[GpuFacts, ...], rules: Rules) -> Straggler | None:
-    waits = _rank_waits(processes, gpus)
-    if not waits:
-        return None
-    fewest = min(w.steps for w in waits)
-    if fewest < rules.straggler_min_steps:
-        return None
-    ordered = sorted(waits, key=lambda w: w.collective_wait_fraction)
-    slow, others = ordered[0], ordered[1:]
-    if others[0].collective_wait_fraction < rules.straggler_wait_fraction:
-        return None  # some other rank waits about as little: no one rank holds the rest back
-    wait = sum(o.collective_wait_fraction for o in others) / len(others)
     by_index = {g.index: g for g in reversed(gpus)}  # the first of a repeated index, as Facts does
-    return Straggler(slow.rank, slow.pid, wait, _cause(by_index, slow, others, wait), fewest, slow.gpu_index)
+    return pick_straggler(_rank_waits(processes, gpus), rules, lambda w: _throttle(by_index.get(w.gpu_index)))
 
 
 def confirmed(recent: Sequence[RecentSample], rank: int, confirm_s: float) -> bool:
@@ -179,21 +204,26 @@ def confirmed(recent: Sequence[RecentSample], rank: int, confirm_s: float) -> bo
     return False
 
 
-def _cause_ref(f: Facts, s: Straggler) -> Ref:
+def cause_ref(s: Straggler, reason: str | None, sm_clock_mhz: float | None) -> Ref:
+    """The straggler's cause as the message names it; a throttled GPU with its reason and clock."""
     if s.cause != "throttled-gpu":
         return ref(f"straggler-cause.{s.cause}")
-    g = f.gpus_by_index.get(s.gpu_index)
-    clock = "?" if g is None or g.sm_clock_mhz is None else f"{g.sm_clock_mhz} MHz"
-    return ref("straggler-cause.throttled-gpu", gpu=s.gpu_index, reason=ref(f"clock-reason.{_throttle(g)}"), clock=clock)
+    clock = "?" if sm_clock_mhz is None else f"{sm_clock_mhz:g} MHz"
+    return ref("straggler-cause.throttled-gpu", gpu=s.gpu_index, reason=ref(f"clock-reason.{reason}"), clock=clock)
 
 
-def _where(f: Facts, s: Straggler) -> str:
+def hint_ref(s: Straggler) -> Ref:
+    return ref(_HINTS[s.cause], rank=s.rank, pid=s.pid if s.pid is not None else "<pid>")
+
+
+def where(node: str | None, gpu_index: int | None) -> str:
     """", node N, GPU G" as far as known: display-ready, the same in every language."""
-    proc = next((p for p in f.processes if p.pid == s.pid), None)
-    # The node a rank runs on, once the facts carry each process's hostname (its probe reports it).
-    node = getattr(proc, "hostname", None)
-    parts = ([f"node {node}"] if node else []) + ([f"GPU {s.gpu_index}"] if s.gpu_index is not None else [])
+    parts = ([f"node {node}"] if node else []) + ([f"GPU {gpu_index}"] if gpu_index is not None else [])
     return "".join(f", {part}" for part in parts)
+
+
+def _hostname(f: Facts, pid: int | None) -> str | None:
+    return next((p.hostname for p in f.processes if p.pid == pid), None)
 
 
 def rule_straggler_rank(f: Facts) -> Iterable[Finding]:
@@ -202,16 +232,17 @@ def rule_straggler_rank(f: Facts) -> Iterable[Finding]:
     s = straggler_candidate(f)
     if s is None or not confirmed(f.recent, s.rank, f.rules.straggler_confirm_s):
         return
+    g = f.gpus_by_index.get(s.gpu_index)
     message = ref(
         "warning.straggler-rank",
         rank=s.rank,
         pid=s.pid,
-        where=_where(f, s),
+        where=where(_hostname(f, s.pid), s.gpu_index),
         wait=f"{s.wait_fraction:.0%}",
-        cause=_cause_ref(f, s),
+        cause=cause_ref(s, _throttle(g), g.sm_clock_mhz if g is not None else None),
         steps=s.steps,
     )
-    hint = ref(_HINTS[s.cause], rank=s.rank, pid=s.pid)
+    hint = hint_ref(s)
     others = sorted(w.pid for w in rank_waits(f) if w.pid != s.pid)
     yield Finding("straggler-rank", "warning", message, hint, (s.pid, *others))
 

@@ -33,6 +33,7 @@ DOC_FAMILIES = {
     "dsh_process_step_fraction",
     "dsh_rank_collective_wait_fraction",
     "dsh_rank_backward_fraction",
+    "dsh_rank_window_steps",
 }
 # Written out here, apart from sidecar/serve/metrics.py: metric -> (Gpu field, scale).
 GPU_GAUGES = {
@@ -67,15 +68,17 @@ def sample_set(samples, names=DOC_FAMILIES) -> set[tuple[str, tuple, float]]:
 
 
 def _expected_rank(add, job: str, p: dict[str, Any]) -> None:
-    """A rank process's own series: what it is, and its backward share."""
+    """A rank process's own series: what it is, its backward share and its window's steps."""
     add(
         "dsh_rank_info",
         {"job_id": job, "rank": p["rank"], "local_rank": p["local_rank"], "world_size": p["world_size"]},
         1,
     )
-    backward = (p.get("step_breakdown") or {}).get("backward_fraction")
-    if backward is not None:
-        add("dsh_rank_backward_fraction", {"job_id": job, "rank": p["rank"]}, backward)
+    steps = p.get("step_breakdown") or {}
+    if steps.get("backward_fraction") is not None:
+        add("dsh_rank_backward_fraction", {"job_id": job, "rank": p["rank"]}, steps["backward_fraction"])
+        if steps.get("steps") is not None:
+            add("dsh_rank_window_steps", {"job_id": job, "rank": p["rank"]}, steps["steps"])
 
 
 def expected_from_document(doc: dict[str, Any], job_name: str | None) -> set[tuple[str, tuple, float]]:

@@ -3,6 +3,9 @@ slower than the others, in its DataLoader or in its forward: what the straggler 
 
     python straggler_job.py STORE STOP WORLD_SIZE SLOW_RANK MODE SLOW_S
 
+Started so, it spawns WORLD_SIZE ranks (torch.multiprocessing); started by torchrun (LOCAL_RANK set),
+it is one rank of torchrun's job (RANK, WORLD_SIZE from the environment; STORE and WORLD_SIZE unused).
+
 MODE is `data` (the slow rank's dataset sleeps SLOW_S more per batch), `forward` (its model's forward
 sleeps SLOW_S more) or `none` (a balanced job). Every rank's dataset sleeps BASE_SLEEP_S per batch,
 so the ranks spend little CPU (the tests share two cores) and a step is long enough to measure.
@@ -74,7 +77,11 @@ STRAGGLER_JOB = textwrap.dedent(
 
     if __name__ == "__main__":
         store, stop, world, slow_rank, mode, slow_s = sys.argv[1:7]
-        args = (int(world), "file://" + store, stop, int(slow_rank), mode, float(slow_s))
-        mp.spawn(spawned, args=args, nprocs=int(world), join=True)
+        if "LOCAL_RANK" in os.environ:  # torchrun: this process is one rank
+            args = (int(os.environ["WORLD_SIZE"]), "env://", stop, int(slow_rank), mode, float(slow_s))
+            train(int(os.environ["RANK"]), *args)
+        else:
+            args = (int(world), "file://" + store, stop, int(slow_rank), mode, float(slow_s))
+            mp.spawn(spawned, args=args, nprocs=int(world), join=True)
     """
 )

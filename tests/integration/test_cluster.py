@@ -1,7 +1,9 @@
 """One job across two nodes, as `dsh-sidecar cluster` shows it: a torchrun `--nnodes 2` job on gloo
-(one agent per "node", rendezvous on loopback), one sidecar per node (`--pid` its agent), a real
-Prometheus scraping both through the shipped deploy/prometheus.yml with each target's `node` label,
-and the real command reading Prometheus's HTTP API. Then node-b's sidecar stops: `node-missing`."""
+(one agent per "node", rendezvous on loopback) whose rank on node-b is slower in its forward, one
+sidecar per node (`--pid` its agent), a real Prometheus scraping both through the shipped
+deploy/prometheus.yml with each target's `node` label, and the real command reading Prometheus's
+HTTP API: every rank and node, then `straggler-rank` for node-b's rank, which neither node's sidecar
+can see alone. Then node-b's sidecar stops: `node-missing`."""
 
 from __future__ import annotations
 
@@ -11,14 +13,15 @@ import sys
 import time
 
 from tests.fakenvml import gpu
-from tests.helpers.gloo_job import DDP_JOB
 from tests.helpers.harness import REPO, Sidecar, python_env, wait_for
 from tests.helpers.prometheus import NEEDS_PROMETHEUS, Prometheus, free_port, shipped_config
+from tests.helpers.straggler_job import STRAGGLER_JOB
 
 pytestmark = NEEDS_PROMETHEUS
 
 TOKEN = "cluster-test-token-0123456789"
 NODES = ("node-a", "node-b")
+SLOW_S = 0.15  # what rank 1 (node-b) adds to each forward
 
 
 def cluster(prom: Prometheus, *args: str) -> tuple[int, str]:
@@ -32,6 +35,10 @@ def cluster(prom: Prometheus, *args: str) -> tuple[int, str]:
     )
     assert r.returncode in (0, 1), (r.returncode, r.stdout, r.stderr)
     return r.returncode, r.stdout
+
+
+def codes(job: dict) -> list[str]:
+    return [w["code"] for w in job["warnings"]]
 
 
 def agent(node_rank: int, master_port: int, script, stop, log) -> subprocess.Popen:
@@ -52,10 +59,9 @@ def agent(node_rank: int, master_port: int, script, stop, log) -> subprocess.Pop
             "--master-port",
             str(master_port),
             str(script),
-            str(script.with_name("store")),
-            str(stop),
+            *(str(script.with_name("store")), str(stop), "2", "1", "forward", str(SLOW_S)),
         ],
-        env=python_env(),
+        env=python_env({"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "DSH_PROBE_INTERVAL_S": "0.25"}),
         cwd=script.parent,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -66,7 +72,7 @@ def agent(node_rank: int, master_port: int, script, stop, log) -> subprocess.Pop
 def test_a_two_node_job_in_the_cluster_view_and_a_node_that_goes_missing(tmp_path, fake_nvml):
     fake_nvml.write({"gpus": [gpu(0, util_gpu=37, memory_used_mib=5000)]})
     script, stop = tmp_path / "ddp.py", tmp_path / "stop"
-    script.write_text(DDP_JOB)
+    script.write_text(STRAGGLER_JOB)
     master_port = free_port()
     logs = [open(tmp_path / f"agent{n}.log", "wb") for n in range(2)]
     agents = [agent(n, master_port, script, stop, logs[n]) for n in range(2)]
@@ -106,14 +112,31 @@ def test_a_two_node_job_in_the_cluster_view_and_a_node_that_goes_missing(tmp_pat
             (1, "node-b", 0),
         ]
         assert all(r["forward_fraction"] is not None for r in job["ranks"])
-        assert job["status"] == "CPU" and job["warnings"] == []
+        assert job["status"] == "CPU" and "node-missing" not in codes(job) and "ranks-missing" not in codes(job)
         assert [(n["node"], n["reporting"]) for n in doc["nodes"]] == [("node-a", True), ("node-b", True)]
         assert [(g["index"], g["util_pct"]) for n in doc["nodes"] for g in n["gpus"]] == [
             (0, 37.0),
             (0, 37.0),
         ]
+
+        # Each node's sidecar sees one rank: only the view across nodes finds the one the other waits for.
+        def straggler():
+            rc, out = cluster(prom, "--json", "--job", keys[0])
+            (job,) = json.loads(out)["jobs"]
+            found = [w for w in job["warnings"] if w["code"] == "straggler-rank"]
+            return (rc, job, found[0]) if found else None
+
+        rc, job, w = wait_for(straggler, 90, 1.0, "straggler-rank for rank 1 on node-b")
+        assert rc == 1 and codes(job) == ["straggler-rank"], job["warnings"]
+        assert w["message"].startswith(f"Rank 1 (node node-b) makes the other ranks of job {keys[0]} wait "), w
+        assert "because of its forward" in w["message"], w["message"]
+        waits = {r["rank"]: r["collective_wait_fraction"] for r in job["ranks"]}
+        assert waits[1] == 0.0 and waits[0] >= 0.3, waits
+        for d in (sc.status() for sc in sidecars):
+            assert not d["rank_waits"] and "straggler-rank" not in [w["code"] for w in d["warnings"]], d["warnings"]
         rc, text = cluster(prom, "--job", keys[0])
-        assert rc == 0 and f"job {keys[0]}: CPU, 2 of 2 ranks on 2 node(s): node-a, node-b" in text, text
+        assert rc == 1 and f"job {keys[0]}: CPU, 2 of 2 ranks on 2 node(s): node-a, node-b" in text, text
+        assert "warning: straggler-rank: Rank 1 (node node-b)" in text, text
         print(text)  # docs/deploy.md shows this view
 
         # node-b's sidecar stops: Prometheus's scrape of it fails, and the view says so.

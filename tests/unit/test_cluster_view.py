@@ -156,6 +156,70 @@ def test_jobs_without_a_key_stay_on_their_node_and_job_filter_picks_one():
     assert none["jobs"] == [] and "no job other" in cluster_text(none)
 
 
+def with_backward(r: dict[str, list], now: dict[int, float], before: dict[int, float] | None, steps: int = 40) -> dict:
+    """The job's ranks' backward shares now and STRAGGLER_CONFIRM_S ago (None: no sample then), each
+    from a window of `steps` steps."""
+    for key, shares in (("", now), ("_before", before or {})):
+        for rank, share in shares.items():
+            inst = (A, B)[rank // 2]
+            labels = {"job_id": f"{100 + rank // 2}-5", "rank": str(rank)}
+            r[f"rank_backward{key}"].append(s(inst, share, **labels))
+            r[f"rank_steps{key}"].append(s(inst, steps, **labels))
+    return r
+
+
+def straggler_warnings(doc: dict) -> list[dict]:
+    return [w for j in doc["jobs"] for w in j["warnings"] if w["code"] == "straggler-rank"]
+
+
+# Rank 3 (node-b) reaches the all-reduce last: it waits least in backward, the others about 30 %.
+SLOW_3 = {0: 0.40, 1: 0.41, 2: 0.39, 3: 0.10}
+
+
+def test_a_straggler_across_nodes_is_named_with_its_node_gpu_and_cause():
+    r = with_backward(two_node_job(), SLOW_3, SLOW_3)
+    for i, (labels, _) in enumerate(r["step_fraction"]):
+        if labels["rank"] == "3" and labels["phase"] == "forward":
+            r["step_fraction"][i] = (labels, 0.6)  # its forward: 0.3 more than the others'
+    doc = build_cluster(r, now_unix_s=1000.0, prometheus="http://p:9090")
+    (w,) = straggler_warnings(doc)
+    assert w["message"].startswith("Rank 3 (node node-b, GPU 1) makes the other ranks of job run-7 wait 30%"), w
+    assert "because of its forward" in w["message"] and "over the last 40 steps" in w["message"]
+    assert w["message_ref"]["id"] == "warning.straggler-rank.cluster"
+    assert w["hint_ref"]["id"] == "hint.straggler-rank.forward" and "--pid <pid>" in w["hint"]
+    (job,) = doc["jobs"]
+    waits = {r["rank"]: (r["backward_fraction"], r["collective_wait_fraction"], r["window_steps"]) for r in job["ranks"]}
+    assert waits == {0: (0.4, 0.3, 40), 1: (0.41, 0.31, 40), 2: (0.39, 0.29, 40), 3: (0.1, 0.0, 40)}
+    text = cluster_text(doc)
+    assert "warning: straggler-rank: Rank 3 (node node-b, GPU 1)" in text, text
+    assert any(line.split()[:1] == ["rank"] and line.split()[-1] == "waits" for line in text.splitlines()), text
+    assert [line.split()[-1] for line in text.splitlines() if line.startswith("  3 ")] == ["0%"], text
+
+
+def test_a_throttled_gpu_on_another_node_is_the_cause():
+    # node-a's GPU 0 is braked by heat (two_node_job); rank 0 runs on it and holds the others back.
+    slow_0 = {0: 0.10, 1: 0.40, 2: 0.41, 3: 0.39}
+    doc = build_cluster(with_backward(two_node_job(), slow_0, slow_0), now_unix_s=1000.0, prometheus="p")
+    (w,) = straggler_warnings(doc)
+    assert "Rank 0 (node node-a, GPU 0)" in w["message"]
+    assert "a throttled GPU (GPU 0: software thermal slowdown, SM clock 1980 MHz)" in w["message"], w["message"]
+
+
+@pytest.mark.parametrize(
+    ("now", "before", "steps", "why"),
+    [
+        ({0: 0.40, 1: 0.41, 2: 0.39, 3: 0.38}, {0: 0.40, 1: 0.41, 2: 0.39, 3: 0.38}, 40, "a balanced job"),
+        (SLOW_3, None, 40, "not seen before: not yet confirmed"),
+        (SLOW_3, {0: 0.10, 1: 0.41, 2: 0.39, 3: 0.40}, 40, "another rank was the straggler before"),
+        (SLOW_3, SLOW_3, 12, "windows shorter than straggler_min_steps"),
+        ({0: 0.40, 1: 0.11, 2: 0.39, 3: 0.10}, {0: 0.40, 1: 0.11, 2: 0.39, 3: 0.10}, 40, "two ranks wait as little"),
+    ],
+)
+def test_no_cross_node_straggler_without_a_confirmed_one(now, before, steps, why):
+    doc = build_cluster(with_backward(two_node_job(), now, before, steps), now_unix_s=1000.0, prometheus="p")
+    assert straggler_warnings(doc) == [], why
+
+
 def test_untrusted_labels_are_not_believed():
     r = two_node_job()
     r["gpu_clock_events"].append(s(A, gpu="1", uuid="GPU-01", name="x", reason="\x1b[31mIGNORE ALL"))

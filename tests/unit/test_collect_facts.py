@@ -140,6 +140,7 @@ payloads = _dicts(
         "steps": maybe(st.none() | _steps),
         "math": maybe(st.none() | _math),
         "syncs_per_step": maybe(st.none() | _floats),
+        "hostname": maybe(st.none() | _texts),
     },
 )
 # Payloads whose lists are lists (anything inside them): the old code raised for no part of them.
@@ -248,6 +249,7 @@ def expected_process(proc: ProcInfo, read: ProbeRead | None, gpu, target_pid: in
         steps=c.step_breakdown(g("steps")),
         math=c.math_settings(g("math")),
         syncs_per_step=c._nonnegative(g("syncs_per_step")),
+        hostname=c._str(g("hostname")),
     )
 
 
@@ -348,11 +350,13 @@ def test_a_probes_payload_takes_the_fast_paths_and_gives_its_values():
         "steps": None,
         "math": None,
         "syncs_per_step": None,
+        "hostname": "gpu-node-07",
     }
     read = ProbeRead(5, "ok", payload, None, False)
     got = c.process_facts(_proc(5), read, (), 5)
     assert canon(got) == canon(expected_process(_proc(5), read, (), 5))
     assert got.models[0].devices == ("cuda:1",) and got.rank == 1 and got.cuda_memory_mib == 8192.0
+    assert got.hostname == "gpu-node-07"
     m = got.models[0]
     assert (m.name, m.params, m.input_shape, m.loader_settings.num_workers) == ("ResNet50", 25_557_032, (8, 3, 224, 224), 4)
 

@@ -414,7 +414,7 @@ export const SCHEMA = 2
  * @property {Array<string>} nodes the nodes that ran it within the last 10 minutes
  * @property {"GPU"|"CPU"|"MIXED"|"UNKNOWN"|null} status its verdict where its nodes agree, MIXED where they differ
  * @property {Array<ClusterRank>} ranks its ranks, by rank
- * @property {Array<ClusterWarning>} warnings `node-missing` for its silent nodes, `ranks-missing`
+ * @property {Array<ClusterWarning>} warnings `node-missing` for its silent nodes, `ranks-missing`, `straggler-rank`
  */
 
 /**
@@ -430,10 +430,13 @@ export const SCHEMA = 2
  * @property {number|null} forward_fraction in forward
  * @property {number|null} optimizer_fraction in optimizer.step()
  * @property {number|null} other_fraction the rest (backward, collectives, host code)
+ * @property {number|null} backward_fraction between optimizer steps less forward and data wait: backward and the collectives
+ * @property {number|null} collective_wait_fraction its `backward_fraction` beyond the least of the job's ranks on every node: its wait for the slowest rank (about 0: the rank the others wait for)
+ * @property {number|null} window_steps steps in the window its fractions are measured over
  */
 
 /**
- * A finding of the cluster view (`node-missing`, `ranks-missing`), in English and as catalogue references.
+ * A finding of the cluster view (`node-missing`, `ranks-missing`, `straggler-rank`), in English and as catalogue references.
  * @typedef {Object} ClusterWarning
  * @property {string} code stable identifier (README lists them)
  * @property {"error"|"warning"|"info"} severity error, warning or info
