@@ -102,7 +102,8 @@ def test_the_slow_rank_and_its_cause_are_named(tmp_path, fake_nvml, world, slow_
     (w,) = stragglers(doc)
     ranks = {p["rank"]: p["pid"] for p in doc["processes"] if p["role"] == "rank"}
     assert w["pids"][0] == ranks[slow_rank] and sorted(w["pids"]) == sorted(ranks.values())
-    assert f"Rank {slow_rank} (pid {ranks[slow_rank]})" in w["message"], w["message"]
+    # Its node is the host name its probe reports.
+    assert f"Rank {slow_rank} (pid {ranks[slow_rank]}, node {os.uname().nodename})" in w["message"], w["message"]
     assert f"because of {cause}," in w["message"], w["message"]
     waits = {r["rank"]: r for r in doc["rank_waits"]}
     assert waits[slow_rank]["collective_wait_fraction"] == 0.0
@@ -193,7 +194,7 @@ def test_a_rank_on_a_throttled_gpu_is_named_with_its_gpu(tmp_path, fake_nvml):
             doc = sc.wait_status(lambda d: stragglers(d), timeout_s=30, what="straggler-rank")
             (w,) = stragglers(doc)
             assert w["pids"][0] == pids[1]
-            assert f"Rank 1 (pid {pids[1]}, GPU 1)" in w["message"], w["message"]
+            assert f"Rank 1 (pid {pids[1]}, GPU 1)" in w["message"], w["message"]  # its payload names no host
             assert "a throttled GPU (GPU 1: hardware thermal slowdown, SM clock 1005 MHz)" in w["message"]
             assert "cooling" in w["hint"]
             assert "throttled" in codes(doc)  # the GPU's own warning beside it

@@ -3,6 +3,7 @@ rank's step breakdown; table-driven over facts, as the collector hands them to t
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
 
 import pytest
@@ -110,6 +111,12 @@ def test_the_straggler_and_its_cause(case, ranks, gpus, expected):
 def test_the_throttled_cause_names_the_gpu_reason_and_clock():
     (w,) = stragglers(job(slow(2, **FORWARD_SLOW), THROTTLED))
     assert "a throttled GPU (GPU 2: hardware thermal slowdown, SM clock 1100 MHz)" in en(w.message)
+
+
+def test_the_rank_is_named_with_the_node_its_probe_reports():
+    ranks = [dataclasses.replace(p, hostname=f"gpu-node-0{p.rank}") for p in slow(2, **FORWARD_SLOW)]
+    (w,) = stragglers(job(ranks))
+    assert "Rank 2 (pid 202, node gpu-node-02, GPU 2)" in en(w.message)
 
 
 def test_a_single_poll_reports_nothing():
