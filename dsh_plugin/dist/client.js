@@ -475,6 +475,7 @@ var en_default = {
   "clock-reason.board_limit": "board limit",
   "clock-reason.reliability": "reliability limit",
   "warning.straggler-rank": "Rank {rank} (pid {pid}{where}) makes the other ranks wait {wait} of each step, because of {cause}, over the last {steps} steps.",
+  "warning.straggler-rank.cluster": "Rank {rank} ({where}) makes the other ranks of job {job} wait {wait} of each step, because of {cause}, over the last {steps} steps (seen {confirm} apart in Prometheus).",
   "straggler-cause.data-wait": "its data wait",
   "straggler-cause.forward": "its forward",
   "straggler-cause.optimizer": "its optimizer step",
@@ -535,7 +536,8 @@ var en_default = {
   "col.fwdRate": "Forward/s",
   "col.forward": "Forward",
   "col.optimizer": "Optimizer",
-  "col.other": "Other"
+  "col.other": "Other",
+  "col.collectiveWait": "Waits for others"
 };
 
 // ../sidecar/static/shared/i18n/zh.json
@@ -939,6 +941,7 @@ var zh_default = {
   "clock-reason.board_limit": "主板限制",
   "clock-reason.reliability": "可靠性限制",
   "warning.straggler-rank": "Rank {rank}（pid {pid}{where}）让其他 rank 在每步中等待 {wait}，原因是{cause}，统计最近 {steps} 步。",
+  "warning.straggler-rank.cluster": "任务 {job} 的 Rank {rank}（{where}）让其他 rank 在每步中等待 {wait}，原因是{cause}，统计最近 {steps} 步（Prometheus 中相隔 {confirm} 两次所见）。",
   "straggler-cause.data-wait": "它的数据等待",
   "straggler-cause.forward": "它的前向计算",
   "straggler-cause.optimizer": "它的优化器步骤",
@@ -999,7 +1002,8 @@ var zh_default = {
   "col.fwdRate": "前向/秒",
   "col.forward": "前向",
   "col.optimizer": "优化器",
-  "col.other": "其他"
+  "col.other": "其他",
+  "col.collectiveWait": "等待其他 rank"
 };
 
 // ../sidecar/static/shared/format.js
@@ -2504,7 +2508,8 @@ var CLUSTER_RANK_COLUMNS = [
   { key: "dataWait", label: "col.dataWait", num: true },
   { key: "forward", label: "col.forward", num: true },
   { key: "optimizer", label: "col.optimizer", num: true },
-  { key: "other", label: "col.other", num: true }
+  { key: "other", label: "col.other", num: true },
+  { key: "collectiveWait", label: "col.collectiveWait", num: true }
 ];
 var textCell = (text) => ({ text, na: text === NA });
 function nodeState(n, lang) {
@@ -2552,7 +2557,9 @@ function clusterRankRows(job, lang) {
         dataWait: { ...textCell(wait), flag: isNum4(r.data_wait_fraction) && r.data_wait_fraction >= DATA_WAIT_HIGH_FRACTION ? "high" : null },
         forward: textCell(fmtFraction(r.forward_fraction)),
         optimizer: textCell(fmtFraction(r.optimizer_fraction)),
-        other: textCell(fmtFraction(r.other_fraction))
+        other: textCell(fmtFraction(r.other_fraction)),
+        // Its wait in the collectives for the slowest rank: about 0 on the rank the others wait for.
+        collectiveWait: textCell(fmtFraction(r.collective_wait_fraction))
       }
     };
   });

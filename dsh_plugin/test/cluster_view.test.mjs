@@ -7,7 +7,7 @@ import {
 } from '../../sidecar/static/shared/view_model.js'
 
 const gpu = (over = {}) => ({ index: 0, uuid: 'GPU-0', name: 'NVIDIA H100', util_pct: 90, mem_used_mib: 20480, mem_total_mib: 81920, sm_clock_mhz: 1980, sm_activity_fraction: 0.71, clock_events: [], ...over })
-const rank = (over = {}) => ({ rank: 0, local_rank: 0, node: 'node-a', job_id: '100-5', gpus: [0], forward_rate_per_s: 9.5, data_wait_fraction: 0.1, forward_fraction: 0.3, optimizer_fraction: 0.1, other_fraction: 0.2, ...over })
+const rank = (over = {}) => ({ rank: 0, local_rank: 0, node: 'node-a', job_id: '100-5', gpus: [0], forward_rate_per_s: 9.5, data_wait_fraction: 0.1, forward_fraction: 0.3, optimizer_fraction: 0.1, other_fraction: 0.2, backward_fraction: 0.15, collective_wait_fraction: 0.05, window_steps: 40, ...over })
 const warning = (code, id, params) => ({ code, severity: 'warning', message: `english ${code}`, hint: null, message_ref: { id, params }, hint_ref: null })
 const cluster = (over = {}) => ({
   schema: 2,
@@ -52,10 +52,12 @@ describe('cluster ranks', () => {
   test('by rank, with rate, step shares and the data wait flagged at the verdict threshold', () => {
     const rows = clusterRankRows(cluster().jobs[0], 'en')
     assert.deepEqual(rows.map((r) => r.rank), [0, 1, 2])
-    assert.deepEqual(CLUSTER_RANK_COLUMNS.map((c) => c.key), ['rank', 'node', 'gpus', 'rate', 'dataWait', 'forward', 'optimizer', 'other'])
-    assert.deepEqual(Object.values(rows[0].cells).map((c) => c.text), ['0', 'node-a', '0', '9.5/s', '10 %', '30 %', '10 %', '20 %'])
+    assert.deepEqual(CLUSTER_RANK_COLUMNS.map((c) => c.key), ['rank', 'node', 'gpus', 'rate', 'dataWait', 'forward', 'optimizer', 'other', 'collectiveWait'])
+    assert.deepEqual(Object.values(rows[0].cells).map((c) => c.text), ['0', 'node-a', '0', '9.5/s', '10 %', '30 %', '10 %', '20 %', '5 %'])
     assert.equal(rows[1].cells.rate.na, true)
     assert.deepEqual(rows.map((r) => r.cells.dataWait.flag), [null, null, 'high'])
+    const unmeasured = clusterRankRows({ ranks: [rank({ collective_wait_fraction: null })] }, 'en')[0]
+    assert.equal(unmeasured.cells.collectiveWait.na, true)
   })
 })
 

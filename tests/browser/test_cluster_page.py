@@ -25,7 +25,7 @@ def test_the_cluster_section_shows_both_nodes_and_the_missing_one(tmp_path, fake
     fake_nvml.write({"gpus": [gpu(0)]})
     env = {k: v for k, v in fake_nvml.env().items() if k != "DSH_PROMETHEUS_URL"}
     with (
-        FakePrometheus(two_nodes_and_a_silent_one()) as prometheus,
+        FakePrometheus(two_nodes_and_a_silent_one(straggler=3)) as prometheus,
         FakeJob(tmp_path / "job", SPEC, detach=True) as job,
         Sidecar(["--pid", str(job.pid), "--port", "0", "--interval", "0.3", "--prometheus", prometheus.url], env=env) as sc,
     ):
@@ -43,9 +43,15 @@ def test_the_cluster_section_shows_both_nodes_and_the_missing_one(tmp_path, fake
         reasons = page.eval_on_selector_all("[data-reason]", "es => es.map((e) => e.textContent)")
         assert reasons == ["software thermal slowdown"]
         codes = page.eval_on_selector_all("[data-testid=cluster-warning]", "es => es.map((e) => e.dataset.code)")
-        assert codes == ["node-missing"]
+        assert codes == ["node-missing", "straggler-rank"]
+        slow = page.inner_text("[data-testid=cluster-warning][data-code=straggler-rank]")
+        assert "Rank 3 (node node-b, GPU 1)" in slow and "because of its data wait" in slow, slow
         high = page.eval_on_selector_all("[data-testid=cluster-rank-row] [data-flag=high]", "es => es.length")
         assert high == 1, "rank 3's data wait (60 %) is flagged"
+        waits = page.eval_on_selector_all(
+            "[data-testid=cluster-rank-row] [data-col=collectiveWait]", "es => es.map((e) => e.textContent)"
+        )
+        assert waits == ["40 %", "40 %", "40 %", "0 %"], waits
         if os.environ.get("DSH_SCREENSHOTS_DIR"):
             screenshot(page, "cluster", element="[data-testid=cluster]")
         page.click("[data-testid=lang-switch]")

@@ -34,6 +34,7 @@ from tests.fakenvml import FakeNvml, gpu, make_fake_sysfs
 from tests.helpers.dashboard_stack import GPU_NAMES, model, sysfs_cards
 from tests.helpers.dsh_env import REPO, DshHome, DshWeb, get_json, start_dsh_web
 from tests.helpers.dsh_page import API, new_page, open_session, plugin_errors, shot, wait_for_panel
+from tests.helpers.fake_prometheus import FakePrometheus, two_nodes_and_a_silent_one
 from tests.helpers.harness import API as API_SIDECAR
 from tests.helpers.harness import FakeJob, Sidecar, cuda_runtime, wait_for
 
@@ -166,6 +167,7 @@ class Autostarted:
     home: DshHome
     base: Path
     llm: FakeLlm
+    prometheus: FakePrometheus
 
 
 def cpu_model_job(directory: Path, cwd: Path, env: dict[str, str] | None = None) -> FakeJob:
@@ -205,6 +207,8 @@ def autostarted(dsh_launcher: Path, fake_nvml_lib_dir: Path, tmp_path_factory) -
     other = cpu_model_job(base / "other", elsewhere)
     web = None
     llm = FakeLlm()  # the session's agent asks this "model", which calls gpu_status
+    # the Prometheus of the plugin's prometheusUrl: a two-node job whose rank 3 the others wait for
+    prometheus = FakePrometheus(two_nodes_and_a_silent_one(straggler=3))
     try:
         nvml.write({"driver_version": "550.54.15", "cuda_driver_version": 12040,
                     "gpus": [gpu(0, name=GPU_NAMES[0], util_gpu=0, memory_used_mib=0)]})
@@ -219,12 +223,14 @@ def autostarted(dsh_launcher: Path, fake_nvml_lib_dir: Path, tmp_path_factory) -
             autostart=True,
             sidecarCommand=str(SIDECAR_BIN),
             sidecarArgs=["--interval", "0.5"],  # discovery: every job of the user
+            prometheusUrl=prometheus.url,
         )
         web = start_dsh_web(home, workspace, extra_env={**gpu_env, "DEEPSEEK_BASE_URL": llm.url})
-        yield Autostarted(web, job, other, workspace, home, base, llm)
+        yield Autostarted(web, job, other, workspace, home, base, llm, prometheus)
     finally:
         if web is not None:
             web.stop()
+        prometheus.close()
         llm.close()
         job.stop()
         other.stop()
@@ -239,6 +245,8 @@ def test_the_plugin_starts_the_sidecar_itself(autostarted: Autostarted) -> None:
     # a real dsh-sidecar process, a child of DSH, on a free loopback port, its token kept off argv
     assert any(Path(a).name == "dsh-sidecar" for a in argv[:2]), argv
     assert argv[-4:] == ["--host", "127.0.0.1", "--port", "0"], argv
+    # the plugin's prometheusUrl setting becomes the started sidecar's --prometheus
+    assert argv[argv.index("--prometheus") + 1] == autostarted.prometheus.url, argv
     assert web.process.pid in ancestors(pid), (ancestors(pid), web.process.pid)
     environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     token = [e for e in environ if e.startswith(b"DSH_SIDECAR_TOKEN=")]
@@ -366,6 +374,50 @@ def test_the_gpu_tab_and_the_chip_show_the_workspace_job_and_survive_a_kill(
         ctx.close()
         if shell_job is not None:
             shell_job.stop()
+
+
+CLUSTER_CELLS = """() => {
+  const all = (sel) => [...document.querySelectorAll(sel)];
+  const slow = document.querySelector('[data-testid="dsh-gpu-cluster-warning"][data-code="straggler-rank"]');
+  return {
+    nodes: all('[data-testid="dsh-gpu-cluster-node"]').map((r) => [r.dataset.node, r.dataset.reporting]),
+    codes: all('[data-testid="dsh-gpu-cluster-warning"]').map((e) => e.dataset.code),
+    straggler: slow ? slow.textContent : '',
+    waits: all('[data-testid="dsh-gpu-cluster-rank"] [data-col="collectiveWait"]').map((e) => e.textContent),
+  };
+}"""
+
+
+def test_the_gpu_tab_shows_the_cluster_of_the_prometheus_setting(chromium, autostarted: Autostarted) -> None:
+    # prometheusUrl set: the GPU tab's Cluster section, through the plugin's proxy and the sidecar
+    # it started with --prometheus, lays out the same cells as the page (tests/browser/test_cluster_page.py).
+    wait_running(autostarted.web)
+    errors: list[str] = []
+    ctx, page = new_page(chromium, autostarted.web.url, errors)
+    try:
+        wait_for_panel(page)
+        open_session(page)
+        section = page.locator('[data-testid="dsh-gpu-cluster"]')
+        section.wait_for(timeout=30_000)
+        # Read in one evaluation: the view may remount the section while it settles on the session's job.
+        expected_nodes = [["node-a", "true"], ["node-a", "true"], ["node-b", "true"], ["node-b", "true"], ["node-c", "false"]]
+        shown = wait_for(
+            lambda: (v := page.evaluate(CLUSTER_CELLS))["nodes"] == expected_nodes and len(v["waits"]) == 4 and v,
+            30,
+            0.3,
+            "the Cluster section with both nodes, the silent one and four ranks",
+        )
+        assert sorted(shown["codes"]) == ["node-missing", "straggler-rank"], shown
+        assert "Rank 3 (node node-b, GPU 1)" in shown["straggler"], shown
+        assert "because of its data wait" in shown["straggler"], shown
+        assert shown["waits"] == ["40 %", "40 %", "40 %", "0 %"], shown
+        section.scroll_into_view_if_needed()
+        page.mouse.move(0, 0)
+        shot(page, "cluster")
+        assert page.locator('[data-testid="dsh-gpu-cluster-error"]').count() == 0
+        assert not plugin_errors(errors), errors
+    finally:
+        ctx.close()
 
 
 def test_gpu_status_tool_through_dsh_tool_pipeline(autostarted: Autostarted) -> None:

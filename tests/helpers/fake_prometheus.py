@@ -23,9 +23,11 @@ def sample(instance: str, value: float = 1.0, **labels: str) -> tuple[dict[str, 
     return ({"instance": instance, "job": "dsh", "node": NODE_NAMES[instance], **labels}, value)
 
 
-def two_nodes_and_a_silent_one(job_key: str = "run-7") -> dict[str, list]:
+def two_nodes_and_a_silent_one(job_key: str = "run-7", straggler: int | None = None) -> dict[str, list]:
     """Job `job_key` with ranks 0-1 on node-a and 2-3 on node-b, each node two H100s (node-a's GPU 0
-    slowed by heat); node-c reported within the look-back window and has no sample now (`gone`)."""
+    slowed by heat); node-c reported within the look-back window and has no sample now (`gone`).
+    Rank 3 waits longest for its data; with `straggler`, that rank's backward is the least of the
+    four now and STRAGGLER_CONFIRM_S ago (windows of 40 steps): the one the others wait for."""
     r: dict[str, list] = {name: [] for name in QUERIES}
     r["sidecars_recent"].append(sample(NODE_C, version="1"))
     for n, inst in enumerate((NODE_A, NODE_B)):
@@ -45,6 +47,10 @@ def two_nodes_and_a_silent_one(job_key: str = "run-7") -> dict[str, list]:
                 r["step_fraction"].append(sample(inst, share, **ids, role="rank", phase=phase))
             r["forward_rate"].append(sample(inst, 9.5, **ids))
             r["rank_gpu_mem"].append(sample(inst, 2**30, **ids, role="rank", gpu=str(local)))
+            backward = 0.1 if straggler == int(rank) else 0.5
+            for when in ("", "_before"):
+                r[f"rank_backward{when}"].append(sample(inst, backward, **ids))
+                r[f"rank_steps{when}"].append(sample(inst, 40, **ids))
         for g in range(2):
             gl = {"gpu": str(g), "uuid": f"GPU-{n}{g}", "name": "NVIDIA H100"}
             r["gpu_util"].append(sample(inst, 90.0 - 40 * g, **gl))

@@ -40,7 +40,8 @@
  *                              'missing', title}, gpu, util {text, level}, mem, clock, sm {text, na},
  *                              slowedBy {items: [{name, kind, label}], text, na}.
  *   clusterRankRows(job, lang)  {rank, node, cells} by rank: rank, node, gpus, rate, dataWait (`flag`
- *                              'high' as in the process table), forward, optimizer, other.
+ *                              'high' as in the process table), forward, optimizer, other,
+ *                              collectiveWait (its wait for the slowest rank; `straggler-rank` names it).
  *   clusterView(cluster, statusDoc, lang)  {summary, nodes: rows, warnings: [{code, severity, sev, message,
  *                              hint}], jobs: [{key, title, status, warnings, ranks: rows}], matched}: the
  *                              job whose job_key is the status document's distributed.job_key (`matched`),
@@ -346,6 +347,7 @@ export const CLUSTER_RANK_COLUMNS = [
   { key: 'forward', label: 'col.forward', num: true },
   { key: 'optimizer', label: 'col.optimizer', num: true },
   { key: 'other', label: 'col.other', num: true },
+  { key: 'collectiveWait', label: 'col.collectiveWait', num: true },
 ];
 
 const textCell = (text) => ({ text, na: text === NA });
@@ -396,6 +398,8 @@ export function clusterRankRows(job, lang) {
         forward: textCell(fmtFraction(r.forward_fraction)),
         optimizer: textCell(fmtFraction(r.optimizer_fraction)),
         other: textCell(fmtFraction(r.other_fraction)),
+        // Its wait in the collectives for the slowest rank: about 0 on the rank the others wait for.
+        collectiveWait: textCell(fmtFraction(r.collective_wait_fraction)),
       },
     };
   });
