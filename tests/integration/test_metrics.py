@@ -474,7 +474,7 @@ def test_docs_list_every_exported_metric():
         role="rank",
         rank=0,
         gpu=[{"index": 0, "mem_used_mib": 1, "sm_util_pct": 2}],
-        step_breakdown={"data_wait_fraction": 0.5, "forward_fraction": 0.2, "backward_fraction": 0.1},
+        step_breakdown={"steps": 40, "data_wait_fraction": 0.5, "forward_fraction": 0.2, "backward_fraction": 0.1},
     )
     gpu = dict(document()["gpus"][0], clock_event_reasons=[], **{key: 1 for _, _, key, _ in GPU_EFFICIENCY_GAUGES})
     waits = [{"rank": 0, "pid": 7, "collective_wait_fraction": 0.2}]

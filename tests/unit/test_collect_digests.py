@@ -177,7 +177,7 @@ def digests() -> dict[str, str]:
 
 
 # digests() as the code gave them. Regenerate deliberately: see the module's docstring.
-DIGESTS = {"history_samples": "b1c074e0f154135d6830", "whole_polls": "93730463bf2df8352681", "process_facts": "6fab91e14779b604e3d4"}
+DIGESTS = {"history_samples": "b1c074e0f154135d6830", "whole_polls": "a6cadb59d3af923213af", "process_facts": "087430be49fd2305d273"}
 
 
 def test_the_seeded_polls_samples_and_facts_give_the_frozen_outcomes():
