@@ -8,6 +8,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
 from tests.helpers.browser import screenshot_path
 from tests.helpers.dsh_env import (
     FAILED_TO_LOAD,
@@ -55,7 +57,7 @@ def open_session(page) -> None:
         open_button = page.get_by_role("button", name="Open", exact=True)
         try:
             open_button.wait_for(timeout=10_000)
-        except Exception:
+        except PlaywrightTimeout:
             # DSH restored a workspace of an earlier session meanwhile: the picker closed on its own,
             # and the session box below is there (its wait fails the test if not).
             pass
