@@ -4,6 +4,7 @@ The simulated NVIDIA driver's fixtures live with the driver (tests/fakenvml/fixt
 """
 
 import os
+import sys
 
 import pytest
 
@@ -14,6 +15,7 @@ os.environ["DSH_CONTRACT_CHECK"] = "1"
 
 from tests.fakenvml.fixtures import *  # noqa: F401,F403  (pytest fixtures)
 from tests.helpers import hypothesis_profiles
+from tests.helpers.browser_fixtures import *  # noqa: F401,F403  (pytest fixtures: pages, chromium)
 
 # Before any test module is imported: their @settings inherit from the profile loaded here.
 HYPOTHESIS_PROFILE = hypothesis_profiles.load()
@@ -62,6 +64,19 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_report_header(config):
     return f"hypothesis profile: {HYPOTHESIS_PROFILE} (HYPOTHESIS_PROFILE=thorough for the full counts)"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_probe_left_running():
+    """A test module that ran the probe inside the test process stops it when it ends: a worker left
+    publishing would be the probed ancestor of every job later tests start as its children
+    (tests/helpers/in_process_probe.py)."""
+    yield
+    if "probe._state" in sys.modules:  # never imports the probe into a process that did not
+        from tests.helpers.in_process_probe import in_process_probe_running, stop_in_process_probe
+
+        if in_process_probe_running():
+            stop_in_process_probe()
 
 
 @pytest.fixture

@@ -3649,19 +3649,29 @@ function GpuViewBody({ header, showJob }) {
   const st = useStatus();
   const lang = useLang();
   const doc = st.doc;
-  return /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)("div", { className: "dgd-root dgd-view", "data-testid": "dsh-gpu-view", "data-state": st.state, children: [
-    header,
-    /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(ConnectionNotice, { st, lang }),
-    doc && showJob ? /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)(import_jsx_runtime11.Fragment, { children: [
-      /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(Hero, { doc, lang, lastOk: st.lastOk }),
-      /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(EfficiencyStrip, { doc, lang }),
-      /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(GpuCards, { doc, lang }),
-      /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(ProcessTable, { doc, lang }),
-      /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(ClusterSection, { doc, lang }),
-      /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(HistoryCharts, { doc, lang }),
-      /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(RuntimeFooter, { doc, lang })
-    ] }) : null
-  ] });
+  return /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)(
+    "div",
+    {
+      className: "dgd-root dgd-view",
+      "data-testid": "dsh-gpu-view",
+      "data-state": st.state,
+      "data-selected-job": getStore().job() || "",
+      "data-job-id": doc && showJob ? doc.job_id || "" : "",
+      children: [
+        header,
+        /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(ConnectionNotice, { st, lang }),
+        doc && showJob ? /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)(import_jsx_runtime11.Fragment, { children: [
+          /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(Hero, { doc, lang, lastOk: st.lastOk }),
+          /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(EfficiencyStrip, { doc, lang }),
+          /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(GpuCards, { doc, lang }),
+          /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(ProcessTable, { doc, lang }),
+          /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(ClusterSection, { doc, lang }),
+          /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(HistoryCharts, { doc, lang }),
+          /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(RuntimeFooter, { doc, lang })
+        ] }) : null
+      ]
+    }
+  );
 }
 
 // src/client/settings.jsx

@@ -171,7 +171,8 @@ class Autostarted:
 
 
 def cpu_model_job(directory: Path, cwd: Path, env: dict[str, str] | None = None) -> FakeJob:
-    """A training job whose model stays on the CPU of a GPU machine."""
+    """A training job whose model stays on the CPU of a GPU machine. Detached (its parent is init):
+    discovery groups a job under its topmost probed ancestor, which must not be the test process."""
     spec = {
         "payload": {
             "role": "main",
@@ -180,7 +181,7 @@ def cpu_model_job(directory: Path, cwd: Path, env: dict[str, str] | None = None)
             "models": [model("net", "cpu", input_device="cpu")],
         }
     }
-    return FakeJob(directory, {"main": spec}, env=env, cwd=cwd)
+    return FakeJob(directory, {"main": spec}, env=env, cwd=cwd, detach=True)
 
 
 def simulated_gpu_env(base: Path, lib_dir: Path) -> tuple[FakeNvml, dict[str, str]]:

@@ -275,7 +275,13 @@ def test_chip_glance_view_and_settings_show_the_sidecar_data(chromium, dsh_gpu: 
         open_session(page)
         view = page.locator('[data-testid="dsh-gpu-view"]')
         view.wait_for()
-        page.wait_for_selector('[data-testid="dsh-gpu-view"][data-state="ok"]')
+        # The tab shows the job once the session's job list has answered, the job is chosen from it
+        # and its status fetched (choosing starts the status afresh): wait for that, not for the
+        # first "ok", which may be the status fetched before the job was chosen.
+        job = doc["job_id"]
+        page.wait_for_selector(
+            f'[data-testid="dsh-gpu-view"][data-state="ok"][data-selected-job="{job}"][data-job-id="{job}"]'
+        )
         assert view.locator('[data-testid="dsh-gpu-badge"]').first.get_attribute("data-status") == "GPU"
         assert view.locator('[data-testid="dsh-gpu-card"]').count() == len(doc["gpus"])
         assert view.locator('[data-testid="dsh-gpu-igpu"]').count() == 1  # the Intel iGPU: display only

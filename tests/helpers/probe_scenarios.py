@@ -81,15 +81,20 @@ def payload_problem(p: dict, header_published_at: float | None) -> str | None:
 
 
 def scenario_stress_writer(duration_s: str) -> None:
-    """Publish consistent payloads as fast as possible for duration_s."""
+    """Publish consistent payloads as fast as possible until a line (or the end) of stdin, for
+    duration_s at most: the reader says when it is done, so no timing decides who stops first."""
+    import threading
+
     from probe_wire import SegmentWriter
 
+    stop = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.readline(), stop.set()), daemon=True).start()
     writer = SegmentWriter()
     n = 0
     writer.publish(consistent_payload(writer.pid, writer.start_ticks, n))
     emit({"ready": True, "pid": writer.pid, "start_ticks": writer.start_ticks})
     deadline = time.monotonic() + float(duration_s)
-    while time.monotonic() < deadline:
+    while not stop.is_set() and time.monotonic() < deadline:
         n += 1
         writer.publish(consistent_payload(writer.pid, writer.start_ticks, n))
     emit({"published": n})

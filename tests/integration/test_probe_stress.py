@@ -27,6 +27,7 @@ def start(*args: str) -> tuple[subprocess.Popen, dict]:
         [sys.executable, "-m", "tests.helpers.probe_scenarios", *args],
         cwd=REPO,
         env=dict(os.environ, PYTHONPATH=str(REPO)),
+        stdin=subprocess.PIPE,  # a stress writer publishes until a line comes here
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -36,7 +37,7 @@ def start(*args: str) -> tuple[subprocess.Popen, dict]:
 
 
 def test_concurrent_reader_never_accepts_a_torn_payload():
-    writer, ready = start("stress_writer", "4")
+    writer, ready = start("stress_writer", "60")
     pid, ticks = ready["pid"], ready["start_ticks"]
     states: dict[str, int] = {}
     counters = []
@@ -51,6 +52,8 @@ def test_concurrent_reader_never_accepts_a_torn_payload():
                 counters.append(r.payload["models"][0]["forward_calls"])
             else:
                 assert r.state == "busy", (r.state, r.error)
+        writer.stdin.write("\n")
+        writer.stdin.flush()
         published = json.loads(writer.stdout.readline())["published"]
     finally:
         writer.kill()

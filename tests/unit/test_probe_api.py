@@ -21,8 +21,8 @@ import probe  # noqa: E402
 import probe._models as probe_models  # noqa: E402
 from probe._state import PROBE  # noqa: E402
 from probe.hooks import ProbeWorkerInit  # noqa: E402
-from probe_wire import process_start_ticks, read_segment, remove_segment, segment_path, validate_payload  # noqa: E402
-from probe_wire.reader import CLOSED_ERROR  # noqa: E402
+from probe_wire import process_start_ticks, read_segment, segment_path, validate_payload  # noqa: E402
+from tests.helpers.in_process_probe import stop_in_process_probe  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -30,16 +30,7 @@ def probe_enabled():
     if not PROBE.enabled:
         pytest.skip(f"the probe is off in this process: {PROBE.disabled_reason}")
     yield
-    for rec in list(PROBE.records):
-        model = rec.module_ref()
-        if model is not None:
-            probe.unregister(model)
-    PROBE.shutdown()
-    if os.path.exists(segment_path(os.getpid())):
-        # Its last publish named models (collected ones that made calls): left closed, for a sidecar
-        # whose next poll comes after the end; nobody reads it here.
-        assert read_segment(os.getpid()).error == CLOSED_ERROR
-        remove_segment(os.getpid())
+    stop_in_process_probe()
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import { HistoryCharts } from './charts.jsx'
 import { SessionJobs } from './jobs.jsx'
 import { EfficiencyStrip } from './efficiency.jsx'
 import { ClusterSection } from './cluster.jsx'
+import { getStore } from './store.js'
 
 function Hero({ doc, lang, lastOk }) {
   return (
@@ -68,8 +69,11 @@ function GpuViewBody({ header, showJob }) {
   const st = useStatus()
   const lang = useLang()
   const doc = st.doc
+  // data-selected-job (the job chosen in the session's list) and data-job-id (the job the shown
+  // document is of) agree once the view shows the chosen job: what a test waits for.
   return (
-    <div className="dgd-root dgd-view" data-testid="dsh-gpu-view" data-state={st.state}>
+    <div className="dgd-root dgd-view" data-testid="dsh-gpu-view" data-state={st.state}
+      data-selected-job={getStore().job() || ''} data-job-id={doc && showJob ? doc.job_id || '' : ''}>
       {header}
       <ConnectionNotice st={st} lang={lang} />
       {doc && showJob ? (
