@@ -3,8 +3,11 @@ slower than the others, in its DataLoader or in its forward: what the straggler 
 
     python straggler_job.py STORE STOP WORLD_SIZE SLOW_RANK MODE SLOW_S
 
-Started so, it spawns WORLD_SIZE ranks (torch.multiprocessing); started by torchrun (LOCAL_RANK set),
-it is one rank of torchrun's job (RANK, WORLD_SIZE from the environment; STORE and WORLD_SIZE unused).
+Started so, it starts WORLD_SIZE ranks (torch.multiprocessing, forked: the ranks inherit the imported
+torch instead of importing it again, which costs the tests' two cores seconds per rank; how ranks are
+launched is not what these tests are about, tests/unit/test_job_key.py is); started by torchrun
+(LOCAL_RANK set), it is one rank of torchrun's job (RANK, WORLD_SIZE from the environment; STORE and
+WORLD_SIZE unused).
 
 MODE is `data` (the slow rank's dataset sleeps SLOW_S more per batch), `forward` (its model's forward
 sleeps SLOW_S more) or `none` (a balanced job). Every rank's dataset sleeps BASE_SLEEP_S per batch,
@@ -82,6 +85,6 @@ STRAGGLER_JOB = textwrap.dedent(
             train(int(os.environ["RANK"]), *args)
         else:
             args = (int(world), "file://" + store, stop, int(slow_rank), mode, float(slow_s))
-            mp.spawn(spawned, args=args, nprocs=int(world), join=True)
+            mp.start_processes(spawned, args=args, nprocs=int(world), join=True, start_method="fork")
     """
 )

@@ -445,6 +445,8 @@ def run_train(args: argparse.Namespace) -> None:
         while not stop and time.monotonic() < deadline:
             if args.stop_file and os.path.exists(args.stop_file):
                 break
+            if args.steps and steps >= args.steps:
+                break
             i = steps % 8
             loss = torch.nn.functional.mse_loss(model(x[i * 32 : (i + 1) * 32]), y[i * 32 : (i + 1) * 32])
             opt.zero_grad()
@@ -512,6 +514,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--churn-period", type=float, default=0.0)
     p.add_argument("--out", default="")
     p.add_argument("--seconds", type=float, default=600.0)
+    p.add_argument("--steps", type=int, default=0, help="train: stop after this many steps (0: no limit)")
     p.add_argument("--stop-file", default="")
     p.add_argument("--fill-shm-after", type=int, default=0)
     p.add_argument("--step-sleep", type=float, default=0.002)

@@ -30,7 +30,7 @@ def stragglers(doc: dict) -> list[dict]:
 
 
 class Job:
-    """The straggler job launched through torch.multiprocessing.spawn; ended (every rank) on exit."""
+    """The straggler job, its ranks started by torch.multiprocessing (fork); ended (every rank) on exit."""
 
     def __init__(self, tmp_path, world: int, slow_rank: int, mode: str):
         script = tmp_path / "train_straggler.py"
