@@ -2,6 +2,7 @@
 # Refresh the documentation's screenshots (docs/screenshots/*.png) from the browser tests.
 #   ./scripts/screenshots.sh              # the page and the DSH plugin (DSH via scripts/install_dsh.sh)
 #   ./scripts/screenshots.sh page         # only the standalone page (page-*.png)
+#   ./scripts/screenshots.sh cluster      # the two-node job of tests/integration/test_cluster.py (needs Prometheus)
 #   PYTHON=/path/to/python ./scripts/screenshots.sh
 # The tests themselves write screenshots to a temporary folder; only this script points them at
 # docs/screenshots (through DSH_SCREENSHOTS_DIR). Needs what scripts/test.sh installs.
@@ -13,8 +14,9 @@ OUT=docs/screenshots
 case "${1:-all}" in
   page) tests=(tests/browser/test_page.py) ;;
   dsh) tests=(tests/browser/test_dsh_plugin.py tests/browser/test_dsh_autostart.py) ;;
-  all) tests=(tests/browser/test_page.py tests/browser/test_dsh_plugin.py tests/browser/test_dsh_autostart.py) ;;
-  *) echo "screenshots.sh: unknown set '$1' (page, dsh or all)" >&2; exit 2 ;;
+  cluster) tests=(tests/integration/test_cluster.py) ;;
+  all) tests=(tests/browser/test_page.py tests/browser/test_dsh_plugin.py tests/browser/test_dsh_autostart.py tests/integration/test_cluster.py) ;;
+  *) echo "screenshots.sh: unknown set '$1' (page, dsh, cluster or all)" >&2; exit 2 ;;
 esac
 
 mkdir -p "$OUT"

@@ -3,7 +3,8 @@
 sidecar per node (`--pid` its agent), a real Prometheus scraping both through the shipped
 deploy/prometheus.yml with each target's `node` label, and the real command reading Prometheus's
 HTTP API: every rank and node, then `straggler-rank` for node-b's rank, which neither node's sidecar
-can see alone. Then node-b's sidecar stops: `node-missing`."""
+can see alone, on the command line and on the page of a sidecar started with `--prometheus` (the
+picture in docs/deploy.md). Then node-b's sidecar stops: `node-missing`."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import sys
 import time
 
 from tests.fakenvml import gpu
+from tests.helpers.browser import screenshot, wait_js
 from tests.helpers.harness import REPO, Sidecar, python_env, wait_for
 from tests.helpers.prometheus import NEEDS_PROMETHEUS, Prometheus, free_port, shipped_config
 from tests.helpers.straggler_job import STRAGGLER_JOB
@@ -69,7 +71,31 @@ def agent(node_rank: int, master_port: int, script, stop, log) -> subprocess.Pop
     )
 
 
-def test_a_two_node_job_in_the_cluster_view_and_a_node_that_goes_missing(tmp_path, fake_nvml):
+# The page's Cluster section: every node row, every rank row, and the job's straggler warning.
+PAGE_VIEW = """() => {
+  const ranks = [...document.querySelectorAll('[data-testid=cluster-rank-row]')];
+  const slow = document.querySelector('[data-testid=cluster-job-warnings] [data-code=straggler-rank]');
+  if (ranks.length < 2 || !slow) return null;
+  return {
+    nodes: [...document.querySelectorAll('[data-testid=cluster-node-row]')].map((r) => [r.dataset.node, r.dataset.reporting]),
+    ranks: ranks.map((r) => [r.dataset.rank, r.querySelector('[data-col=node]').textContent]),
+    straggler: slow.textContent,
+  };
+}"""
+
+
+def page_of_the_job(pages, prom: Prometheus, agent_pid: int, env: dict) -> dict:
+    """What the page of a sidecar started with --prometheus shows of the job (and its picture)."""
+    args = ["--pid", str(agent_pid), "--port", "0", "--interval", "0.5", "--token", TOKEN, "--prometheus", prom.url]
+    with Sidecar(args, env=env, token=TOKEN) as viewer:
+        page = pages.open(f"{viewer.url}/?token={TOKEN}")
+        shown = wait_js(page, PAGE_VIEW, timeout_ms=30_000)
+        screenshot(page, "cluster-two-nodes", element="[data-testid=cluster]")
+        assert not pages.errors, pages.errors
+        return shown
+
+
+def test_a_two_node_job_in_the_cluster_view_and_a_node_that_goes_missing(tmp_path, fake_nvml, pages):
     fake_nvml.write({"gpus": [gpu(0, util_gpu=37, memory_used_mib=5000)]})
     script, stop = tmp_path / "ddp.py", tmp_path / "stop"
     script.write_text(STRAGGLER_JOB)
@@ -138,6 +164,10 @@ def test_a_two_node_job_in_the_cluster_view_and_a_node_that_goes_missing(tmp_pat
         assert rc == 1 and f"job {keys[0]}: CPU, 2 of 2 ranks on 2 node(s): node-a, node-b" in text, text
         assert "warning: straggler-rank: Rank 1 (node node-b)" in text, text
         print(text)  # docs/deploy.md shows this view
+        shown = page_of_the_job(pages, prom, agents[0].pid, fake_nvml.env())
+        assert shown["nodes"] == [["node-a", "true"], ["node-b", "true"]], shown
+        assert shown["ranks"] == [["0", "node-a"], ["1", "node-b"]], shown
+        assert "Rank 1 (node node-b)" in shown["straggler"] and "because of its forward" in shown["straggler"], shown
 
         # node-b's sidecar stops: Prometheus's scrape of it fails, and the view says so.
         sidecars.pop().stop()
