@@ -13,18 +13,24 @@ from probe_wire import read_segment, remove_segment, segment_path
 from probe_wire.reader import CLOSED_ERROR
 
 
-def stop_in_process_probe() -> None:
-    """Unregister what is still registered, shut the probe down and remove this process's segment."""
+def stop_in_process_probe() -> str | None:
+    """Unregister what is still registered and shut the probe down; remove what it left at this
+    process's name if that is its closed segment. Returns the reader's error for what was left there
+    (CLOSED_ERROR: the probe's own last publish, removed now), None when nothing was."""
     for rec in list(PROBE.records):
         model = rec.module_ref()
         if model is not None:
             probe.unregister(model)
     PROBE.shutdown()
-    if os.path.exists(segment_path(os.getpid())):
-        # Its last publish named models (collected ones that made calls): left closed, for a sidecar
-        # whose next poll comes after the end; nobody reads it here.
-        assert read_segment(os.getpid()).error == CLOSED_ERROR
+    if not os.path.exists(segment_path(os.getpid())):
+        return None
+    # A last publish that named models (collected ones that made calls) is left closed, for a
+    # sidecar whose next poll comes after the end; nobody reads it here. Anything else at this
+    # name is not the probe's: left as it is.
+    left = read_segment(os.getpid()).error
+    if left == CLOSED_ERROR:
         remove_segment(os.getpid())
+    return left
 
 
 def in_process_probe_running() -> bool:

@@ -22,6 +22,7 @@ import probe._models as probe_models  # noqa: E402
 from probe._state import PROBE  # noqa: E402
 from probe.hooks import ProbeWorkerInit  # noqa: E402
 from probe_wire import process_start_ticks, read_segment, segment_path, validate_payload  # noqa: E402
+from probe_wire.reader import CLOSED_ERROR  # noqa: E402
 from tests.helpers.in_process_probe import stop_in_process_probe  # noqa: E402
 
 
@@ -30,7 +31,7 @@ def probe_enabled():
     if not PROBE.enabled:
         pytest.skip(f"the probe is off in this process: {PROBE.disabled_reason}")
     yield
-    stop_in_process_probe()
+    assert stop_in_process_probe() in (None, CLOSED_ERROR)  # nothing left, or its own closed segment
 
 
 @pytest.fixture
