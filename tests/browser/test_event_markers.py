@@ -20,6 +20,7 @@ from sidecar.documents import contract
 from sidecar.serve.server import ServerConfig, create_app
 from tests.helpers.browser import screenshot, wait_js
 from tests.helpers.efficiency_docs import gpu_page_doc, obj
+from tests.helpers.harness import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]
 
@@ -148,7 +149,8 @@ def test_an_event_every_0_4_s_leaves_the_charts_readable(demo_page, pages, tmp_p
         assert lines[0] == f"{m['count']} events" and "step_" in lines[1], m["title"]
     # The tooltip over a merged marker says how many and lists them.
     marker = page.locator("[data-testid=chart-util] [data-testid=event-marker].event-merged").nth(2)
-    box = marker.locator("line").bounding_box()
+    # None while the page redraws the chart (every 0.2 s here): asked again until it is drawn.
+    box = wait_for(lambda: marker.locator("line").bounding_box(), 10, 0.05, "a merged marker drawn")
     page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
     wait_js(page, "() => !document.querySelector('[data-testid=tooltip]').hidden")
     assert " events\n" in page.inner_text("[data-testid=tooltip] .tt-event")
