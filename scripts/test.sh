@@ -57,6 +57,12 @@ if [ -f dsh_plugin/package.json ] && [ ! -d dsh_plugin/node_modules ]; then
 fi
 
 # --- lint, then the suite ----------------------------------------------------------------------
+# Bytecode: the suite starts hundreds of Python processes (sidecars, jobs, pytest workers) that
+# import this tree; compiled once here, none of them compiles it again. PYTHONDONTWRITEBYTECODE
+# (set by some images) would make every one of them compile from source, and every pytest worker
+# rewrite every test module's asserts anew.
+unset PYTHONDONTWRITEBYTECODE
+.venv/bin/python -m compileall -q -j 0 probe probe_wire sidecar tests benchmarks scripts >/dev/null
 log "ruff"
 .venv/bin/ruff check probe probe_wire sidecar tests scripts benchmarks
 log "pytest"

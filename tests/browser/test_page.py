@@ -158,6 +158,16 @@ def test_gpu_job_badge_cards_and_process_tree(gpu_stack, pages):
     assert not pages.errors, pages.errors
 
 
+def test_the_live_pulse_stops_for_a_reader_who_asked_for_less_motion(gpu_stack, pages):
+    def dot_animation(page) -> str:
+        wait_js(page, "() => document.body.classList.contains('live')")
+        return page.evaluate("getComputedStyle(document.querySelector('.badge-dot')).animationName")
+
+    assert dot_animation(pages.open(gpu_stack.url, reduced_motion="no-preference")) == "pulse"
+    assert dot_animation(pages.open(gpu_stack.url, reduced_motion="reduce")) == "none"
+    assert not pages.errors, pages.errors
+
+
 def test_warnings_with_hints(gpu_stack, pages):
     page = pages.open(gpu_stack.url)
     wait_badge(page, "GPU")

@@ -19,6 +19,9 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
     "--no-first-run",
+    # The page's "live" pulse (and DSH's motion) redraws every frame: a third of an open page's CPU.
+    # A test that needs the motion asks for it with a context's reduced_motion="no-preference".
+    "--force-prefers-reduced-motion",
 ]
 # Where screenshots go. Tests write only to temporary folders: scripts/screenshots.sh sets this to
 # docs/screenshots to refresh the documentation's pictures; otherwise a folder of the test session.
@@ -77,6 +80,7 @@ class Pages:
         height: int = 800,
         locale: str = "en-US",
         color_scheme: str = "light",
+        reduced_motion: str | None = None,  # None: the browser's (reduced, CHROMIUM_ARGS)
         wait_loaded: bool = True,
     ):
         token = SIDECAR_TOKENS.get(origin(url))
@@ -84,6 +88,7 @@ class Pages:
             viewport={"width": width, "height": height},
             locale=locale,
             color_scheme=color_scheme,
+            reduced_motion=reduced_motion,
             extra_http_headers={"Authorization": f"Bearer {token}"} if token else None,
         )
         self.contexts.append(ctx)

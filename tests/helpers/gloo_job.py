@@ -12,8 +12,9 @@ import textwrap
 # torch.distributed, so the ranks the sidecar shows come from the initialised process group).
 DDP_JOB = textwrap.dedent(
     """
-    import os, sys, time
+    import gc, os, sys, time
     import torch
+    import torch._dynamo  # before init_process_group: the teardown below says why
     import torch.distributed as dist
     import torch.multiprocessing as mp
     import probe
@@ -36,11 +37,14 @@ DDP_JOB = textwrap.dedent(
             if done.item() > 0:
                 break
             time.sleep(0.05)
-        # Both ranks done with their collectives before either tears gloo down: a rank that leaves
-        # first can make the other's teardown abort ("terminate called without an active
-        # exception", SIGABRT after its last Python line). torch's, not the probe's: 6 of 40 runs of
-        # this script without the probe aborted so, 0 of 40 with the barrier.
+        # Both ranks done with their collectives before either tears gloo down, and nothing holding
+        # the group when it is destroyed (the optimizer's first step imports torch._dynamo, which
+        # keeps references to a group that exists by then: imported above, first): else gloo's
+        # threads outlive the teardown and a rank can abort after its last line ("terminate called
+        # without an active exception"). torch's, not the probe's: tests/programs/torchrun_ddp.py.
         dist.barrier()
+        del model, opt
+        gc.collect()
         dist.destroy_process_group()
 
     def spawned(local_rank, world_size, init_method, stop):

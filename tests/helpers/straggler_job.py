@@ -20,8 +20,9 @@ import textwrap
 
 STRAGGLER_JOB = textwrap.dedent(
     """
-    import os, sys, time
+    import gc, os, sys, time
     import torch
+    import torch._dynamo  # before init_process_group: tests/helpers/gloo_job.py's teardown says why
     import torch.distributed as dist
     import torch.multiprocessing as mp
     from torch.nn.parallel import DistributedDataParallel
@@ -72,6 +73,8 @@ STRAGGLER_JOB = textwrap.dedent(
             if done.item() > 0:
                 break
         dist.barrier()  # all done with their collectives before any tears gloo down
+        del model, net, opt, loader  # nothing holds the group when it is destroyed
+        gc.collect()
         dist.destroy_process_group()
 
     def spawned(local_rank, *args):

@@ -86,6 +86,8 @@ def test_real_two_rank_gloo_job_through_its_launcher(tmp_path, fake_nvml, launch
             for p in ranks:
                 payload = read_segment(p["pid"]).payload
                 assert payload["dist_backend"] == "gloo" and payload["rank"] == p["rank"]
+                # GROUP_RANK: one node (torchrun sets it; mp.spawn sets nothing to read).
+                assert payload["node_rank"] == (0 if launcher_kind == "torchrun" else None), payload
             # One run, one key: the ranks' own, in the document and on dsh_job_info.
             run = doc["distributed"]
             keys = {read_segment(p["pid"]).payload["job_key"] for p in ranks}

@@ -5,7 +5,9 @@ under a real sidecar with the simulated driver (one idle NVIDIA GPU; torch here 
 For each program: the losses printed step by step and the checkpoint's bytes are the same with and
 without the probe; the final status document (after the job exited) names the job's processes with
 their roles, models and devices, counts exactly the forwards the program says it made, and gives the
-verdict. Each program runs once per session (``runs``); the tests read its results.
+verdict. Each program runs once per session (``runs``); the tests read its results. Two programs
+that differ only in how the probe line is added (lightning_register, lightning_callback) share
+their plain run.
 
 The final state misses facts today (issue 25 items 1, 3 and 5): its tests are strict expected
 failures naming the item, so that each passes, and must be unmarked, once its item is fixed."""
@@ -40,6 +42,7 @@ class Program:
     model: str  # the registered model's name, in every process that prints a forward count
     roles: tuple[str, ...] = ("main",)  # the roles of those processes
     args: tuple[str, ...] = ()
+    probe_args: tuple[str, ...] = ()  # only with the probe line (how it is added)
     launcher: tuple[str, ...] = (sys.executable,)
     discovery: bool = False  # watched by `dsh-sidecar` without --pid, not `dsh-sidecar run`
 
@@ -49,8 +52,13 @@ class Program:
 
     def command(self, out: Path, probe: bool) -> list[str]:
         return [*self.launcher, str(PROGRAMS_DIR / self.script), "--out", str(out), *self.args] + (
-            ["--probe"] if probe else []
+            ["--probe", *self.probe_args] if probe else []
         )
+
+    @property
+    def plain_key(self) -> tuple[str, ...]:
+        """Programs run alike without the probe line share one plain run."""
+        return (*self.launcher, self.script, *self.args)
 
 
 PROGRAMS = {
@@ -64,7 +72,7 @@ PROGRAMS = {
     "mnist_hogwild": Program("mnist_hogwild.py", "MNIST_hogwild.pt", "Net", roles=("child", "child", "main")),
     "hf_trainer": Program("hf_trainer.py", "model.pt", "GPT2LMHeadModel"),
     "lightning_register": Program("lightning_fit.py", "model.pt", "Lit"),
-    "lightning_callback": Program("lightning_fit.py", "model.pt", "Lit", args=("--callback",)),
+    "lightning_callback": Program("lightning_fit.py", "model.pt", "Lit", probe_args=("--callback",)),
     "torchrun": Program(
         "torchrun_ddp.py",
         "model.pt",
@@ -174,9 +182,23 @@ def machine(fake_nvml_lib_dir, tmp_path_factory):
     nvml.close()
 
 
+@dataclass(frozen=True)
+class PlainRun:
+    printed: programs.Printed
+    checkpoint: bytes
+
+
 @pytest.fixture(scope="module")
 def runs(machine, tmp_path_factory):
     done: dict[str, ProgramRun | BaseException] = {}
+    plain_runs: dict[tuple[str, ...], PlainRun] = {}
+
+    def plain_run(program: Program) -> PlainRun:
+        if program.plain_key not in plain_runs:
+            out = tmp_path_factory.mktemp(f"{program.script.removesuffix('.py')}-plain")
+            printed = run_plain(program, out)
+            plain_runs[program.plain_key] = PlainRun(printed, (out / program.checkpoint).read_bytes())
+        return plain_runs[program.plain_key]
 
     def get(name: str) -> ProgramRun:
         if name not in done:
@@ -190,18 +212,13 @@ def runs(machine, tmp_path_factory):
 
     def run_program(name: str) -> ProgramRun:
         program = PROGRAMS[name]
-        plain_out, probed_out = tmp_path_factory.mktemp(f"{name}-plain"), tmp_path_factory.mktemp(f"{name}-probe")
-        plain = run_plain(program, plain_out)
+        plain = plain_run(program)
+        probed_out = tmp_path_factory.mktemp(f"{name}-probe")
         watch = run_under_discovery if program.discovery else run_under_run
         probed, doc = watch(program, probed_out, machine)
         (probed_out / "final-status.json").write_text(json.dumps(doc, indent=1))  # for a failure's reader
         return ProgramRun(
-            program,
-            plain,
-            probed,
-            (plain_out / program.checkpoint).read_bytes(),
-            (probed_out / program.checkpoint).read_bytes(),
-            doc,
+            program, plain.printed, probed, plain.checkpoint, (probed_out / program.checkpoint).read_bytes(), doc
         )
 
     return get

@@ -90,10 +90,12 @@ def watch(tmp_path, fake_nvml, world: int, slow_rank: int, mode: str, pred, what
             return doc, samples
 
 
+# The cause (data or forward) and the job's size are found independently: each cause once, the
+# slow rank once the last of four and once rank 0 of two.
 @pytest.mark.parametrize(
     ("world", "slow_rank", "mode", "cause"),
-    [(2, 1, "data", "its data wait"), (4, 3, "data", "its data wait"), (2, 0, "forward", "its forward"), (4, 2, "forward", "its forward")],
-    ids=["2-ranks-data", "4-ranks-data", "2-ranks-forward", "4-ranks-forward"],
+    [(4, 3, "data", "its data wait"), (2, 0, "forward", "its forward")],
+    ids=["4-ranks-data", "2-ranks-forward"],
 )
 def test_the_slow_rank_and_its_cause_are_named(tmp_path, fake_nvml, world, slow_rank, mode, cause):
     doc, samples = watch(

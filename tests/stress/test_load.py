@@ -12,6 +12,7 @@ import pytest
 
 from probe_wire import segment_path
 from sidecar.poll.history import History
+from sidecar.serve.wsgi import REQUEST_DEADLINE_S
 from tests.fakenvml import gpu
 from tests.helpers.harness import API, Sidecar, wait_for
 from tests.helpers.loadgen import (
@@ -119,7 +120,7 @@ def test_a_tree_churning_every_100_ms_does_not_grow_the_sidecar(tmp_path, fake_n
 @pytest.mark.alone  # a new client served within 2 s while 600 connections trickle
 @pytest.mark.parametrize("connections", [200, 600])  # 600: over the connection limit (eviction)
 def test_trickling_connections_never_lock_out_a_new_client(tmp_path, fake_nvml, connections):
-    """Slowloris: each slow connection sends a header line every 5 s and never finishes (the
+    """Slowloris: each slow connection sends a header line every 2 s and never finishes (the
     sidecar's deadline closes it; it comes back at once). A new client is served within 2 s."""
     with BusyJob(tmp_path, processes=4, gpus=1) as job:
         fake_nvml.write(busy_scenario(job.pids, 1))
@@ -127,9 +128,9 @@ def test_trickling_connections_never_lock_out_a_new_client(tmp_path, fake_nvml, 
             sc.wait_status(lambda d: len(d["processes"]) == 4, what="job of 4 processes")
             port = int(sc.url.rsplit(":", 1)[1])
             _, rss0, _ = proc_cpu_rss(sc.proc.pid)
-            # 16 s: the 10 s request deadline closes the first slow connections, the 15 s line replaces them.
+            # The request deadline closes the first slow connections, the next line replaces them.
             result = measure_under_slowloris(
-                sc.proc.pid, port, connections, seconds=16.0, line_period_s=5.0, token=sc.token
+                sc.proc.pid, port, connections, seconds=REQUEST_DEADLINE_S + 3, line_period_s=2.0, token=sc.token
             )
             print(f"\n{connections} slow connections: {json.dumps(result)}")
             for path, r in result["routes"].items():

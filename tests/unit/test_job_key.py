@@ -1,7 +1,8 @@
 """All ranks of a real two-rank gloo job (tests/helpers/gloo_job.py) publish one job key, however
 it was launched: torchrun with a static rendezvous (its run id is "none": the launch hash of the
-master and the agent), torchrun --standalone (its random run id) and mp.spawn (no master in the
-environment: the hash of the spawning parent). Two runs of the same command are two keys."""
+master and the agent) and mp.spawn (no master in the environment: the hash of the spawning parent).
+Two runs of the same command are two keys. torchrun --standalone (its random run id, source
+"torchelastic") is tests/integration/test_multirank.py's job: its ranks agree on it there."""
 
 from __future__ import annotations
 
@@ -32,8 +33,6 @@ def _launcher(kind: str) -> list[str]:
     run = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2"]
     if kind == "torchrun-static":
         return [*run, "--nnodes=1", "--master-addr=127.0.0.1", f"--master-port={_free_port()}"]
-    if kind == "torchrun-standalone":
-        return [*run, "--standalone"]
     return [sys.executable]
 
 
@@ -80,7 +79,7 @@ def _run_keys(tmp_path, kind: str) -> list[tuple]:
 
 @pytest.mark.parametrize(
     ("kind", "source"),
-    [("torchrun-static", "launch"), ("torchrun-standalone", "torchelastic"), ("spawn", "launch")],
+    [("torchrun-static", "launch"), ("spawn", "launch")],
 )
 def test_all_local_ranks_agree_on_the_job_key(tmp_path, kind, source):
     first = _run_keys(tmp_path, kind)
