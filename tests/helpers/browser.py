@@ -22,6 +22,10 @@ CHROMIUM_ARGS = [
     # The page's "live" pulse (and DSH's motion) redraws every frame: a third of an open page's CPU.
     # A test that needs the motion asks for it with a context's reduced_motion="no-preference".
     "--force-prefers-reduced-motion",
+    # Chromium's new headless mode is the whole browser: every window preloads its address bar's
+    # suggestion popup (a WebUI page in a renderer of its own, about 0.7 CPU-s per window). Nobody
+    # types into an address bar here. Chromium merges this list with Playwright's own.
+    "--disable-features=WebUIOmniboxPopup,WebUIOmniboxAimPopup,WebUIOmniboxFullPopup",
 ]
 # Where screenshots go. Tests write only to temporary folders: scripts/screenshots.sh sets this to
 # docs/screenshots to refresh the documentation's pictures; otherwise a folder of the test session.
