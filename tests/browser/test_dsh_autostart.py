@@ -38,7 +38,7 @@ from tests.helpers.fake_prometheus import FakePrometheus, two_nodes_and_a_silent
 from tests.helpers.harness import API as API_SIDECAR
 from tests.helpers.harness import FakeJob, Sidecar, cuda_runtime, wait_for
 
-pytestmark = [pytest.mark.browser, pytest.mark.dsh]
+pytestmark = [pytest.mark.browser, pytest.mark.dsh, pytest.mark.slow]
 
 RUNNER_DIR = Path(__file__).resolve().parent / "dsh_tool_runner"
 SIDECAR_BIN = Path(sys.executable).parent / "dsh-sidecar"

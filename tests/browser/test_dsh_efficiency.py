@@ -31,7 +31,7 @@ from tests.helpers.efficiency_docs import (
     status_doc,
 )
 
-pytestmark = [pytest.mark.browser, pytest.mark.dsh, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.browser, pytest.mark.dsh, pytest.mark.slow, pytest.mark.timeout(300)]
 
 VIEW = '[data-testid="dsh-gpu-view"]'
 

@@ -43,7 +43,7 @@ from tests.helpers.dsh_page import API, new_page, open_session, plugin_errors, s
 from tests.helpers.harness import Sidecar, python_env, wait_for
 from tests.helpers.other_users import NOBODY, get_as
 
-pytestmark = [pytest.mark.browser, pytest.mark.dsh]
+pytestmark = [pytest.mark.browser, pytest.mark.dsh, pytest.mark.slow]
 
 START_COMMANDS = ("dsh-sidecar --pid", "dsh-sidecar run -- python train.py")
 

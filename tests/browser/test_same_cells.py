@@ -33,7 +33,7 @@ from tests.helpers.efficiency_docs import (
 )
 from tests.helpers.harness import REPO
 
-pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(180)]
 
 PLUGIN = REPO / "dsh_plugin"
 

@@ -5,7 +5,7 @@ slower than the others, in its DataLoader or in its forward: what the straggler 
 
 Started so, it starts WORLD_SIZE ranks (torch.multiprocessing, forked: the ranks inherit the imported
 torch instead of importing it again, which costs the tests' two cores seconds per rank; how ranks are
-launched is not what these tests are about, tests/unit/test_job_key.py is); started by torchrun
+launched is not what these tests are about, tests/integration/test_job_key.py is); started by torchrun
 (LOCAL_RANK set), it is one rank of torchrun's job (RANK, WORLD_SIZE from the environment; STORE and
 WORLD_SIZE unused).
 

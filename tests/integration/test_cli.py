@@ -14,6 +14,8 @@ from tests.helpers.document_keys import MODEL_KEYS, PROCESS_KEYS, STATUS_KEYS
 from tests.helpers.harness import REPO, FakeJob, Sidecar, cuda_runtime, python_env
 from tests.helpers.sidecar_cli import cli
 
+pytestmark = pytest.mark.slow
+
 
 def dead_pid() -> int:
     p = subprocess.Popen(["true"])

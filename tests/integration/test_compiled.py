@@ -15,6 +15,8 @@ pytest.importorskip("torch")
 
 from tests.helpers.harness import REPO, Sidecar, codes, python_env  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 CALLS = 12
 
 

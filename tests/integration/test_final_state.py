@@ -15,6 +15,8 @@ from tests.helpers.harness import codes
 
 pytest.importorskip("torch")
 
+pytestmark = pytest.mark.slow
+
 
 def probed(doc: dict) -> list[dict]:
     return [p for p in doc["processes"] if p["models"]]

@@ -22,6 +22,8 @@ from probe_wire import read_segment, validate_payload  # noqa: E402
 from tests.helpers import frameworks  # noqa: E402
 from tests.helpers.harness import REPO, Sidecar, codes, python_env, wait_for  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module", autouse=True)
 def probe_on():

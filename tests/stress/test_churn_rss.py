@@ -17,6 +17,8 @@ from tests.fakenvml import make_fake_sysfs
 from tests.fakenvml.scenarios import hopper_gpu
 from tests.helpers.harness import API, Sidecar, wait_for
 
+pytestmark = pytest.mark.slow
+
 GPUS = 8
 JOBS = 800  # started over the test, BATCH at a time
 BATCH = 8

@@ -23,6 +23,8 @@ from sidecar.serve.metrics import series_bound
 from tests.fakenvml import gpu
 from tests.helpers.harness import REPO, Sidecar, python_env, wait_for
 
+pytestmark = pytest.mark.slow
+
 GPUS = 2
 MAX_JOBS = 2  # --metrics-max-jobs: small, so the cap is reached by the churn
 SHORT_JOB_S = 1.5  # how long each short job lives
