@@ -16,6 +16,7 @@ os.environ["DSH_CONTRACT_CHECK"] = "1"
 from tests.fakenvml.fixtures import *  # noqa: F401,F403  (pytest fixtures)
 from tests.helpers import hypothesis_profiles
 from tests.helpers.browser_fixtures import *  # noqa: F401,F403  (pytest fixtures: pages, chromium)
+from tests.helpers.dispatch_order import slow_first
 
 # Before any test module is imported: their @settings inherit from the profile loaded here.
 HYPOTHESIS_PROFILE = hypothesis_profiles.load()
@@ -61,20 +62,6 @@ def pytest_collection_modifyitems(config, items):
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(path))
     slow_first(items)
-
-
-def slow_first(items: list[pytest.Item]) -> None:
-    """Files that hold a `slow` test first, each file's tests still together and in order.
-
-    scripts/test.sh hands files to its workers in this order (--dist loadfile
-    --no-loadscope-reorder): the longest work goes out first and the many short files fill the end,
-    so no worker is left running a 30 s file while the others wait. (pytest-xdist's own order,
-    files with the most tests first, sent the one-test process-heavy files last.)"""
-    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
-    first_seen: dict = {}
-    for item in items:
-        first_seen.setdefault(item.path, len(first_seen))
-    items.sort(key=lambda item: (item.path not in slow_files, first_seen[item.path]))
 
 
 def pytest_report_header(config):
