@@ -7,7 +7,7 @@
 #
 # Two phases: the tests not marked `alone` on pytest-xdist workers (one more than cores, at least 2), a
 # test file on one worker (--dist loadfile: module fixtures and file order hold), the files with
-# `slow` tests handed out first (tests/conftest.py slow_first); then
+# `slow` tests handed out first (tests/helpers/dispatch_order.py); then
 # the `alone` ones (timing, cadence and load bounds that need the machine free of the first phase's
 # load), four at a time. As root each worker runs in its own PID namespace, /dev/shm and loopback
 # (scripts/isolated_worker.sh); without that, the `machine_wide` tests (they see every segment in
