@@ -1,8 +1,10 @@
 """Where a command's CPU goes, by kind of process: run COMMAND (the test suite) while every process on
 the machine is sampled from /proc, then print each kind's CPU seconds and process count.
 
-    .venv/bin/python benchmarks/suite_cpu.py -- bash scripts/test.sh
-    .venv/bin/python benchmarks/suite_cpu.py --json cpu.json -- bash scripts/test.sh tests/unit
+    python3 benchmarks/suite_cpu.py -- bash scripts/test.sh
+    python3 benchmarks/suite_cpu.py --json cpu.json -- .ci/run   # a fresh clone: install included
+
+Stdlib only, so it runs before scripts/test.sh has made `.venv`.
 
 Every process that starts while COMMAND runs is counted, in every PID namespace (the isolated test
 workers' included), whoever reaps it: its user + system time at the last sample. A process that
@@ -11,7 +13,7 @@ only up to COMMAND's end. The samples cost the machine about 1 % of a core.
 
 A kind is the program a process runs, read from its command line: a torch training program, a
 pytest worker, a sidecar, Chromium, DSH's node. `import torch` alone costs a process about
-1.5 CPU-s on a 2-vCPU VM, so the count of torch processes bounds how fast the suite can be.
+1.6 CPU-s on a 2-vCPU VM, so the count of torch processes bounds how fast the suite can be.
 """
 
 from __future__ import annotations

@@ -80,9 +80,9 @@ if [ "$(id -u)" -eq 0 ] && unshare --fork --pid --mount-proc --mount --net true 
   # machine-wide: a worker's namespaces hold exactly that worker's jobs, so they run there too.
   parallel_mark="not alone"
   serial_mark="alone"
-  # The `alone` tests mostly wait (trickling connections, a 10 s cadence window): all four at once
-  # on 2 cores keep their bounds with the same margin as one at a time (cadence within 0.03 % of its
-  # 10 % bound, a new client served in under 75 ms of its 2 s bound), in half the time.
+  # The `alone` tests mostly wait (trickling connections, a 10 s cadence window): four at a time on
+  # 2 cores they keep their bounds with the same margin as one at a time (cadence within 0.03 % of
+  # its 10 % bound, a new client served in under 75 ms of its 2 s bound), in half the time.
   serial=(--tx "4*popen//python=$PWD/scripts/isolated_worker.sh" --dist load)
 else
   log "no PID, mount and network namespaces here: the machine_wide tests run in the serial phase"
