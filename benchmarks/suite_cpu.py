@@ -141,10 +141,11 @@ def main() -> int:
         count[kind] += 1
     total = sum(cpu_s.values())
     print(f"\n`{' '.join(command)}`: exit {proc.returncode}, {wall_s:.0f} s, {total:.0f} CPU-s in {len(seen)} processes")
-    print(f"({os.cpu_count()} CPUs: {total / wall_s:.2f} of them busy on average)\n")
+    print(f"({os.cpu_count()} CPUs: {total / max(wall_s, 1e-9):.2f} of them busy on average)\n")
     print("| kind of process | CPU-s | share | processes |\n|---|---:|---:|---:|")
     for kind, s in cpu_s.most_common():
-        print(f"| {kind} | {s:.1f} | {100 * s / total:.0f} % | {count[kind]} |")
+        share = 100 * s / total if total else 0.0  # a command that took no measurable CPU
+        print(f"| {kind} | {s:.1f} | {share:.0f} % | {count[kind]} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump([{"command": s.command, "cpu_s": s.ticks / TICKS_PER_S} for s in seen.values()], f)
