@@ -126,7 +126,10 @@ def main() -> int:
     before = existing()
     seen: dict[tuple[str, int], Seen] = {}
     started = time.monotonic()
-    proc = subprocess.Popen(command)
+    try:
+        proc = subprocess.Popen(command)
+    except OSError as e:
+        parser.error(f"cannot run {command[0]!r}: {e.strerror}")
     while proc.poll() is None:
         sample(before, seen)
         time.sleep(args.period_s)
