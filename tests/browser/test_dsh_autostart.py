@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakenvml import FakeNvml, gpu, make_fake_sysfs
+from tests.helpers.browser import scroll_into_view
 from tests.helpers.dashboard_stack import GPU_NAMES, model, sysfs_cards
 from tests.helpers.dsh_env import REPO, DshHome, DshWeb, get_json, start_dsh_web
 from tests.helpers.dsh_page import API, new_page, open_session, plugin_errors, shot, wait_for_panel
@@ -412,7 +413,7 @@ def test_the_gpu_tab_shows_the_cluster_of_the_prometheus_setting(chromium, autos
         assert "Rank 3 (node node-b, GPU 1)" in shown["straggler"], shown
         assert "because of its data wait" in shown["straggler"], shown
         assert shown["waits"] == ["40 %", "40 %", "40 %", "0 %"], shown
-        section.scroll_into_view_if_needed()
+        scroll_into_view(page, '[data-testid="dsh-gpu-cluster"]')  # the view may still remount it
         page.mouse.move(0, 0)
         shot(page, "cluster")
         assert page.locator('[data-testid="dsh-gpu-cluster-error"]').count() == 0

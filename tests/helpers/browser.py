@@ -124,6 +124,18 @@ def set_screenshots_dir(path: Path) -> None:
     _screenshots["dir"] = path
 
 
+def scroll_into_view(page, css: str) -> None:
+    """Scroll the element that `css` selects into view, found and scrolled in one turn of the page's
+    JS. A locator's scroll_into_view_if_needed resolves the element first and fails ("not attached
+    to the DOM") when a re-render replaces it before the scroll; a view that remounts a section while
+    it settles does that."""
+    found = page.evaluate(
+        "css => { const e = document.querySelector(css); if (e) e.scrollIntoView({block: 'nearest'}); return !!e; }",
+        css,
+    )
+    assert found, f"nothing on the page matches {css}"
+
+
 def screenshot_path(name: str) -> Path:
     """The file for screenshot NAME (e.g. "page-gpu") in the session's screenshot folder."""
     return _screenshots["dir"] / f"{name}.png"
