@@ -67,50 +67,6 @@ export function sessionInfo(ctx, id) {
   return { id: id || null, workspaces: [root], from: cwd ? 'session' : 'dsh' }
 }
 
-/**
- * The uids of the sockets listening on TCP `port` (/proc/net/tcp and tcp6), or null where they
- * cannot be read (not Linux). On a shared host any user can bind a loopback port first.
- */
-export function listenerUids(port, readFile = fs.readFileSync) {
-  let seen = false
-  const uids = new Set()
-  for (const table of ['/proc/net/tcp', '/proc/net/tcp6']) {
-    let text
-    try {
-      text = readFile(table, 'latin1')
-    } catch {
-      continue
-    }
-    seen = true
-    for (const line of text.split('\n').slice(1)) {
-      const f = line.trim().split(/\s+/)
-      if (f.length < 8 || f[3] !== '0A') continue // 0A: LISTEN
-      const local = f[1].split(':')
-      if (parseInt(local[local.length - 1], 16) === port) uids.add(Number(f[7]))
-    }
-  }
-  return seen ? uids : null
-}
-
-/**
- * The uid of another user (neither us nor root, whose node-wide sidecar serves everyone) listening on
- * `port`, or null. Asked before every request: our sidecar may stop and a stranger bind its port.
- */
-export function foreignListener(port, uidsOf = listenerUids) {
-  const me = typeof process.getuid === 'function' ? process.getuid() : null
-  const owners = me === null ? null : (uidsOf || listenerUids)(port)
-  const foreign = owners ? [...owners].filter((uid) => uid !== me && uid !== 0) : []
-  return foreign.length ? foreign[0] : null
-}
-
-/** The refusal for a request not sent to `up` (another user's listener), or null to go ahead. */
-export function refusedListener(up, uidsOf) {
-  const uid = foreignListener(up.target.port, uidsOf)
-  return uid === null
-    ? null
-    : `refused: port ${up.target.port} (${up.sidecarUrl}) is served by another user (uid ${uid}), not by you or root; no request and no token was sent there`
-}
-
 /** The started sidecar's arguments: sidecarArgs, then `--prometheus URL` when prometheusUrl is set. */
 export function sidecarArgsOf(config) {
   return [...config.sidecarArgs, ...(config.prometheusUrl ? ['--prometheus', config.prometheusUrl] : [])]
@@ -136,14 +92,17 @@ export function createUpstream(config, log, options = {}) {
   const start = async (fetchJson) => {
     if (!config.autostart) return
     // a sidecar already answering at the configured URL (any JSON answer but 401) is used, unless
-    // another user listens there: on a shared host anyone may bind 127.0.0.1:8765 first and answer
-    // with made-up jobs linked to our sessions (and be sent the configured token)
-    const foreign = foreignListener(config.target.port, options.listenerUids)
-    const probe = foreign !== null ? { error: 'foreign' } : await fetchJson('/api/dsh-gpu-dashboard/jobs', configured())
+    // another user serves it: on a shared host anyone may bind 127.0.0.1:8765 first and answer with
+    // made-up jobs linked to our sessions. The agent (peer.js ProvedAgent) proves the connection's
+    // server before the request and the configured token go out: `foreignUid` says it refused.
+    const probe = await fetchJson('/api/dsh-gpu-dashboard/jobs', configured())
     if (state.stopped) return
+    const foreign = probe.error && probe.foreignUid !== undefined ? probe.foreignUid : null
     // 401: a sidecar that is not for us (root's node-wide one, with a token we were not given)
     const refusedUs = !probe.error && probe.status === 401
-    if (foreign !== null) state.reason = `${config.sidecarUrl} is served by another user (uid ${foreign})`
+    if (probe.error && probe.foreignUid !== undefined) {
+      state.reason = `${config.sidecarUrl} is served by ${foreign === null ? 'a user who cannot be told' : `another user (uid ${foreign})`}`
+    }
     else if (refusedUs) state.reason = `${config.sidecarUrl} answered HTTP 401 (${config.token ? 'it refused the configured token' : 'it wants a token'})`
     else if (probe.error) state.reason = `nothing answers at ${config.sidecarUrl} (${probe.error})`
     if (!probe.error && !refusedUs) log.info(`a sidecar answers at ${config.sidecarUrl}: using it (no autostart)`)
@@ -170,10 +129,11 @@ export function createUpstream(config, log, options = {}) {
   return upstream
 }
 
-/** GET one sidecar JSON document: {status, body} or {error}. Never rejects. */
-export function fetchJson(agent, timeoutMs, up, upstreamPath, uidsOf = listenerUids) {
-  const refused = refusedListener(up, uidsOf)
-  if (refused) return Promise.resolve({ error: refused })
+/**
+ * GET one sidecar JSON document: {status, body} or {error} (with `foreignUid` when the agent refused
+ * the connection's server: peer.js ProvedAgent). Never rejects.
+ */
+export function fetchJson(agent, timeoutMs, up, upstreamPath) {
   return new Promise((resolve) => {
     const headers = { Accept: 'application/json', 'User-Agent': USER_AGENT }
     if (up.token) headers.Authorization = `Bearer ${up.token}`
@@ -197,7 +157,10 @@ export function fetchJson(agent, timeoutMs, up, upstreamPath, uidsOf = listenerU
       r.destroy(new Error('timeout'))
       finish({ error: `no answer within ${timeoutMs} ms` })
     }, timeoutMs)
-    r.on('error', (err) => finish({ error: (err && (err.code || err.message)) || 'connection failed' }))
+    r.on('error', (err) => {
+      const error = (err && (err.code || err.message)) || 'connection failed'
+      finish(err && 'foreignUid' in err ? { error, foreignUid: err.foreignUid } : { error })
+    })
     r.on('response', (resp) => readJson(resp, finish))
     r.end()
   })

@@ -24,8 +24,8 @@ import {
   normalizeConfig,
   resolveRoute,
 } from './core.js'
-import { createUpstream, fetchJson, notServingAnswer, refusedListener, sessionAnswer, sessionInfo, sessionOfPid } from './autostart.js'
-import { peerRefusal } from './peer.js'
+import { createUpstream, fetchJson, notServingAnswer, sessionAnswer, sessionInfo, sessionOfPid } from './autostart.js'
+import { ProvedAgent, peerRefusal } from './peer.js'
 import { registerGpuStatusTool } from './tool.js'
 
 export const name = PLUGIN_NAME
@@ -100,7 +100,8 @@ function sendJson(req, res, status, body, extraHeaders = {}) {
  * @param {string[]} configWarnings shown by /api/config
  */
 export function createHandler(config, log, configWarnings = [], deps = {}) {
-  const agent = new http.Agent({ keepAlive: true, maxSockets: 4, keepAliveMsecs: 1000 })
+  // every connection to a sidecar is proved ours or root's before a request (and the token) goes out
+  const agent = new ProvedAgent({ keepAlive: true, maxSockets: 4, keepAliveMsecs: 1000 }, deps.peer || {})
   let lastReachable = null // log only transitions, the panel polls every few seconds
   // where requests go: the configured sidecar, or the one autostart started (host/autostart.js)
   const current = typeof deps.upstream === 'function' ? deps.upstream : () => ({ ...config, managed: null })
@@ -121,8 +122,8 @@ export function createHandler(config, log, configWarnings = [], deps = {}) {
       hint: START_HINT,
     })
   }
-  const get = (path, up) => fetchJson(agent, config.timeoutMs, up || current(), path, deps.listenerUids)
-  const upstreamCtx = { agent, config, current, noteReachable, unreachable, listenerUids: deps.listenerUids }
+  const get = (path, up) => fetchJson(agent, config.timeoutMs, up || current(), path)
+  const upstreamCtx = { agent, config, current, noteReachable, unreachable }
   const session = (id) => (typeof deps.session === 'function' ? deps.session(id) : { id, workspaces: [process.cwd()] })
   const sessionRoute = (req, res, route) =>
     sessionAnswer(get, route.upstreamPath, session(route.session), deps.sessionOfPid)
@@ -230,9 +231,6 @@ function configAnswer(config, configWarnings, up) {
 function proxy(ctx, req, res, upstreamPath) {
   const { agent, config, unreachable } = ctx
   const up = ctx.current()
-  // asked before every request, not once: our sidecar may stop and another user bind its port
-  const refusal = refusedListener(up, ctx.listenerUids)
-  if (refusal) return void unreachable(req, res, refusal)
   const flow = { finished: false, timer: null }
   flow.done = () => {
     flow.finished = true

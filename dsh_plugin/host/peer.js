@@ -8,6 +8,8 @@
 // remote port is DSH's. A live socket keeps the uid of the process that made it; a TIME_WAIT row
 // (uid 0 whoever made it) is never trusted. The same rule as the sidecar's (sidecar/serve/peers.py).
 import fs from 'node:fs'
+import http from 'node:http'
+import net from 'node:net'
 import os from 'node:os'
 
 const TABLES = { 4: '/proc/net/tcp', 6: '/proc/net/tcp6' }
@@ -84,34 +86,86 @@ function readBounded(path) {
   }
 }
 
-/** The uid owning the client socket (address, port) connected to our localPort; null when unknown. */
-export function socketOwnerUid(address, port, localPort, readTable = readBounded) {
+/** [family, ADDR:PORT as the tables print it] for each form an address takes there (an IPv4 peer of a dual-stack socket is ::ffff:a.b.c.d in tcp6). */
+function tableForms(address, port) {
   const bytes = addressBytes(address)
-  if (!bytes || !Number.isInteger(port) || !Number.isInteger(localPort)) return null
-  const candidates = [[bytes.length === 4 ? 4 : 6, kernelHex(bytes)]]
+  if (!bytes || !Number.isInteger(port)) return []
+  const suffix = `:${hexPort(port)}`
+  const forms = [[bytes.length === 4 ? 4 : 6, kernelHex(bytes) + suffix]]
   if (bytes.length === 4) {
     const mapped = Buffer.alloc(16)
     mapped.writeUInt16BE(0xffff, 10)
     bytes.copy(mapped, 12)
-    candidates.push([6, kernelHex(mapped)])
+    forms.push([6, kernelHex(mapped) + suffix])
   } else if (bytes.subarray(0, 12).equals(Buffer.from([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff]))) {
-    candidates.push([4, kernelHex(bytes.subarray(12))]) // Node shows an IPv4 client as ::ffff:a.b.c.d
+    forms.push([4, kernelHex(bytes.subarray(12)) + suffix]) // Node shows an IPv4 peer as ::ffff:a.b.c.d
   }
-  const local = `:${hexPort(port)}`
-  const remotePort = `:${hexPort(localPort)}`
-  for (const [family, hex] of candidates) {
+  return forms
+}
+
+/** The uid of the first row whose local end is one of `localForms` and whose remote end is one of `remoteForms` (null: any address at `remotePort`). */
+function findRowUid(localForms, remoteForms, remotePort, readTable) {
+  for (const family of [4, 6]) {
+    const locals = new Set(localForms.filter(([f]) => f === family).map(([, t]) => t))
+    if (!locals.size) continue
+    const remotes = remoteForms && new Set(remoteForms.filter(([f]) => f === family).map(([, t]) => t))
     const table = readTable(TABLES[family])
     if (table === null) continue
     for (const line of table.split('\n').slice(1)) {
       const f = line.trim().split(/\s+/)
       // sl local rem st tx:rx tr:when retrnsmt uid ...
-      if (f.length < 8 || f[1] !== hex + local || !f[2].endsWith(remotePort)) continue
+      if (f.length < 8 || !locals.has(f[1])) continue
+      if (remotes ? !remotes.has(f[2]) : !f[2].endsWith(`:${hexPort(remotePort)}`)) continue
       if (f[3] === TCP_TIME_WAIT) return null
       const uid = Number(f[7])
       return Number.isInteger(uid) ? uid : null
     }
   }
   return null
+}
+
+/** The uid owning the client socket (address, port) connected to our localPort; null when unknown. */
+export function socketOwnerUid(address, port, localPort, readTable = readBounded) {
+  if (!Number.isInteger(localPort)) return null
+  const forms = tableForms(address, port)
+  return forms.length ? findRowUid(forms, null, localPort, readTable) : null
+}
+
+/**
+ * Who serves the connected socket `socket` (ours, a client): the row whose local end is its peer
+ * and whose remote end is its own address. An accepted connection's row carries its listener's uid
+ * from the SYN on, so no later bind of the port by anyone changes it. null: no such row here (the
+ * server is another host) or the tables cannot be read.
+ */
+export function connectionServerUid(socket, readTable = readBounded) {
+  const server = tableForms(socket && socket.remoteAddress, socket && socket.remotePort)
+  const client = tableForms(socket && socket.localAddress, socket && socket.localPort)
+  return server.length && client.length ? findRowUid(server, client, null, readTable) : null
+}
+
+const isLoopbackPeer = (address) => {
+  const bytes = addressBytes(address)
+  if (!bytes) return false
+  const v4 = bytes.length === 4 ? bytes : bytes.subarray(0, 12).equals(Buffer.from([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff])) ? bytes.subarray(12) : null
+  if (v4) return v4[0] === 127
+  return bytes.equals(Buffer.from([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]))
+}
+
+/**
+ * Why nothing may be sent over the connected socket `socket` (another local user serves it, or a
+ * loopback server whose owner cannot be told), or null to go ahead: ours, root's, or another host's.
+ * `serverUid` replaces the table lookup in tests. Linux only: elsewhere nothing is refused here.
+ */
+export function serverRefusal(socket, deps = {}) {
+  const platform = deps.platform || process.platform
+  if (platform !== 'linux') return null
+  const ownUid = typeof deps.ownUid === 'number' ? deps.ownUid : process.geteuid()
+  const uid = (deps.serverUid || connectionServerUid)(socket)
+  if (uid === null && !isLoopbackPeer(socket.remoteAddress)) return null
+  if (uid !== null && (uid === ownUid || uid === ROOT_UID)) return null
+  const port = socket.remotePort
+  const who = uid === null ? 'its user cannot be told' : `it is served by another user (uid ${uid})`
+  return { uid, message: `refused: port ${port} ${who}, not by you or root; no request and no token was sent there` }
 }
 
 /**
@@ -130,4 +184,36 @@ export function peerRefusal(socket, deps = {}) {
     'because DSH has no login and any user of this machine can reach its port. ' +
     'Start your own DSH or `dsh-sidecar` to see your jobs.'
   )
+}
+
+/**
+ * An http.Agent that hands a connection to a request only once `serverRefusal` found its server
+ * ours, root's or another host's: the request, and its token, are written after that check, on the
+ * connection it checked. A check of the port's listener before connecting would race another user
+ * who binds the port for a moment. A refused connection fails the request with the reason (and
+ * `foreignUid`). `peerDeps` (platform, ownUid, serverUid) are for tests.
+ */
+export class ProvedAgent extends http.Agent {
+  constructor(options = {}, peerDeps = {}) {
+    super(options)
+    this.peerDeps = peerDeps
+  }
+
+  createConnection(options, callback) {
+    const socket = net.createConnection(options)
+    let settled = false
+    const settle = (err, s) => {
+      if (settled) return
+      settled = true
+      callback(err, s)
+    }
+    socket.once('error', (err) => settle(err))
+    socket.once('connect', () => {
+      const refusal = serverRefusal(socket, this.peerDeps)
+      if (!refusal) return settle(null, socket)
+      socket.destroy()
+      return settle(Object.assign(new Error(refusal.message), { foreignUid: refusal.uid }))
+    })
+    return undefined
+  }
 }

@@ -22,9 +22,33 @@ const s = http.createServer((req, res) => {
 s.listen(Number(process.argv[1]), '127.0.0.1', () => console.log(s.address().port))
 `
 
-function startStranger(port) {
+// the same, but binding the port 2 ms at a time with 2 ms free between (racing a check of the port's
+// listener before connecting); answers what reached it while bound
+const TOGGLER = `
+const net = require('node:net')
+const DOC = JSON.stringify({ schema: 2, jobs: [], status: 'GPU', message: 'Yes: the model is on cuda:0' })
+const cycle = () => {
+  const s = net.createServer((c) => {
+    let buf = ''
+    c.on('error', () => {})
+    c.on('data', (d) => {
+      buf += d
+      if (!buf.includes('\\r\\n\\r\\n')) return
+      const auth = /^authorization:\\s*(.*)$/im.exec(buf)
+      console.log(JSON.stringify({ url: buf.split(' ')[1], headers: { authorization: auth ? auth[1].trim() : undefined } }))
+      c.end('HTTP/1.1 200 OK\\r\\nContent-Type: application/json\\r\\nConnection: close\\r\\nContent-Length: ' + DOC.length + '\\r\\n\\r\\n' + DOC)
+    })
+  })
+  s.on('error', () => setTimeout(cycle, 2))
+  s.listen(Number(process.argv[1]), '127.0.0.1', () => setTimeout(() => s.close(() => {}) && setTimeout(cycle, 2), 2))
+}
+cycle()
+console.log(process.argv[1])
+`
+
+function startStranger(port, script = STRANGER) {
   return new Promise((resolve) => {
-    const child = spawn('setpriv', [`--reuid=${NOBODY}`, `--regid=${NOBODY}`, '--clear-groups', process.execPath, '-e', STRANGER, String(port)], {
+    const child = spawn('setpriv', [`--reuid=${NOBODY}`, `--regid=${NOBODY}`, '--clear-groups', process.execPath, '-e', script, String(port)], {
       stdio: ['ignore', 'pipe', 'ignore'],
       cwd: '/',
     })
@@ -110,5 +134,36 @@ describe('a port another user took over', { skip: !canSwitchUser && 'needs root 
     assert.match(tool.error, /another user \(uid 65534\)/)
     assert.deepEqual(tool.jobs, [])
     assert.deepEqual(stranger.seen, [], 'a request (and the token) reached another user')
+  })
+
+  test('a user who binds the port in 2 ms bursts gets no request and no token in 200 page polls and tool calls', async (t) => {
+    const free = await listen(() => {})
+    const port = free.address().port
+    await new Promise((r) => free.close(r))
+    const { config } = normalizeConfig({ sidecarUrl: `http://127.0.0.1:${port}`, token: 'victims-token', timeoutMs: 1000, autostart: false })
+    const handler = createHandler(config, quiet)
+    const proxy = await listen(handler)
+    cleanup.push(() => new Promise((r) => proxy.close(r)), () => handler.close())
+    const stranger = await startStranger(port, TOGGLER)
+    if (!stranger) return t.skip('setpriv or node not usable by another user here')
+    cleanup.push(() => stranger.child.kill('SIGKILL'))
+    const told = []
+    const answered = [] // what came back as if a sidecar had answered
+    for (let n = 0; n < 200; n++) {
+      if (n % 2) {
+        const r = await get(proxy.address().port, '/dsh-gpu-dashboard/api/status')
+        if (r.status !== 502) answered.push(r.json)
+        told.push(String(r.json.detail))
+      } else {
+        const tool = await gpuStatus({}, {}, { handler, deps: {} })
+        if (!tool.error) answered.push(tool)
+        told.push(String(tool.error))
+      }
+    }
+    const tokens = stranger.seen.filter((r) => r.headers.authorization).length
+    assert.deepEqual(stranger.seen, [], `${stranger.seen.length} requests (${tokens} with the token) reached another user`)
+    assert.deepEqual(answered, [])
+    assert.ok(told.some((d) => /another user \(uid 65534\)/.test(d)), 'the listener was never met: no race was run')
+    assert.ok(!told.some((d) => /cuda:0/.test(d)))
   })
 })

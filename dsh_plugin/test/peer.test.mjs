@@ -3,7 +3,7 @@ import assert from 'node:assert/strict'
 import net from 'node:net'
 import { test } from 'node:test'
 
-import { addressBytes, kernelHex, peerRefusal, socketOwnerUid } from '../host/peer.js'
+import { addressBytes, connectionServerUid, kernelHex, peerRefusal, serverRefusal, socketOwnerUid } from '../host/peer.js'
 
 test('addresses parse as inet_pton does', () => {
   assert.deepEqual([...addressBytes('127.0.0.1')], [127, 0, 0, 1])
@@ -40,6 +40,32 @@ test('a live loopback connection is owned by this process user; TIME_WAIT rows a
     assert.equal(socketOwnerUid('127.0.0.1', client.localPort, port, () => row('01', 1234)), 1234)
     assert.equal(socketOwnerUid('127.0.0.1', client.localPort, port, () => row('06', 0)), null)
     assert.match(peerRefusal(sock, { ownUid: 4242, readTable: () => row('01', 1234) }), /uid 1234.*uid 4242/)
+  } finally {
+    client.destroy()
+    server.close()
+  }
+})
+
+test('the server end of a real connection names its user; another user or an untold loopback owner is refused', async () => {
+  if (process.platform !== 'linux') return
+  const server = net.createServer(() => {})
+  await new Promise((r) => server.listen(0, '127.0.0.1', r))
+  const client = net.connect(server.address().port, '127.0.0.1')
+  await new Promise((r) => client.on('connect', r))
+  try {
+    assert.equal(connectionServerUid(client), process.geteuid())
+    assert.equal(serverRefusal(client), null)
+    const hex = (p) => p.toString(16).toUpperCase().padStart(4, '0')
+    const row = (local, remote, uid) => `   0: 0100007F:${hex(local)} 0100007F:${hex(remote)} 01 0:0 0:0 0 ${uid} 0 1`
+    const table = (...rows) => () => ['  sl  local_address rem_address   st', ...rows].join('\n')
+    // the listener's row and another client's connection do not count: only this connection's server end
+    const theirs = table(row(client.remotePort, client.localPort + 1, 0), row(client.remotePort, client.localPort, 65534))
+    assert.equal(connectionServerUid(client, theirs), 65534)
+    assert.match(serverRefusal(client, { serverUid: () => 65534 }).message, /another user \(uid 65534\).*no token/)
+    assert.equal(serverRefusal(client, { serverUid: () => 0, ownUid: 4242 }), null) // root's node-wide sidecar
+    assert.match(serverRefusal(client, { serverUid: () => null }).message, /cannot be told/) // loopback, no row
+    const remote = { remoteAddress: '10.1.2.3', remotePort: 8765, localAddress: '10.1.2.4', localPort: 40000 }
+    assert.equal(serverRefusal(remote, { serverUid: () => null }), null) // another host: no table of ours lists it
   } finally {
     client.destroy()
     server.close()

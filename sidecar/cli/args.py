@@ -39,7 +39,9 @@ class PortError(Exception):
 
 
 def fail(code: int, message: str) -> int:
-    print(f"dsh-sidecar: error: {message}", file=sys.stderr, flush=True)
+    # a message may quote what another program said (Prometheus's error, a process's name): one line,
+    # never an escape sequence of theirs on the user's terminal
+    print(f"dsh-sidecar: error: {bounds.one_line(message)}", file=sys.stderr, flush=True)
     return code
 
 
@@ -160,6 +162,7 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
         help="the Prometheus that scrapes every node's sidecar, e.g. http://prometheus:9090: serves "
         "the cluster view at /api/dsh-gpu-dashboard/cluster and on the page (default: $DSH_PROMETHEUS_URL)",
     )
+    _prometheus_user_option(p)
     p.add_argument("--stay", action="store_true", help="keep serving after the job has exited")
     p.add_argument(
         "--grace",
@@ -264,6 +267,7 @@ def cluster_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="Prometheus's web address, e.g. http://prometheus:9090 (default: $DSH_PROMETHEUS_URL)",
     )
+    _prometheus_user_option(p)
     p.add_argument(
         "--job", default=None, metavar="KEY", help="only the job of this key (the `job_key` label) or job_id"
     )
@@ -272,9 +276,45 @@ def cluster_parser() -> argparse.ArgumentParser:
         "--timeout",
         type=_bounded_seconds(60.0, zero_ok=False),
         default=5.0,
-        help="seconds to wait for each answer (default 5, at most 60)",
+        help="seconds to wait for all of the view's answers (default 5, at most 60)",
     )
     return p
+
+
+def _prometheus_user_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--prometheus-user",
+        type=_user_uid,
+        default=None,
+        metavar="USER",
+        help="a Prometheus on this machine is asked only when its port is served by you or root, or by "
+        "this user (a name or uid: the `prometheus` user a distribution's package runs it as); "
+        "default: $DSH_PROMETHEUS_USER",
+    )
+
+
+def _user_uid(text: str) -> int:
+    """A user name or uid, as a uid (argparse type)."""
+    import pwd
+
+    text = text.strip()
+    if text.isdigit():
+        return int(text)
+    try:
+        return pwd.getpwnam(text).pw_uid
+    except KeyError:
+        raise argparse.ArgumentTypeError(f"no user {text!r} on this machine") from None
+
+
+def prometheus_trusted_uids(args: argparse.Namespace) -> frozenset[int]:
+    """The users besides ours and root whose local Prometheus may be asked (--prometheus-user)."""
+    uid = args.prometheus_user
+    if uid is None and os.environ.get("DSH_PROMETHEUS_USER"):
+        try:
+            uid = _user_uid(os.environ["DSH_PROMETHEUS_USER"])
+        except argparse.ArgumentTypeError as exc:
+            raise UsageError(f"$DSH_PROMETHEUS_USER: {exc}") from None
+    return frozenset() if uid is None else frozenset({uid})
 
 
 def check_serve_args(args: argparse.Namespace) -> None:
@@ -307,6 +347,7 @@ def check_serve_args(args: argparse.Namespace) -> None:
             check_url(args.prometheus)
         except ValueError as exc:
             raise UsageError(f"--prometheus: {exc}") from None
+        prometheus_trusted_uids(args)  # a $DSH_PROMETHEUS_USER that names no user: said now
 
 
 def check_token(token: str | None, loopback: bool) -> None:

@@ -11,7 +11,8 @@ import json
 import sys
 from typing import Any
 
-from sidecar.cli.args import EXIT_OK, EXIT_PROMETHEUS, EXIT_USAGE, fail
+from sidecar.cli.args import EXIT_OK, EXIT_PROMETHEUS, EXIT_USAGE, UsageError, fail, prometheus_trusted_uids
+from sidecar.documents.bounds import one_line_all
 from sidecar.poll.cluster import read_cluster
 from sidecar.serve.cluster import ClusterCache, ClusterError
 from sidecar.sources.prometheus import PrometheusApi, PrometheusError
@@ -25,8 +26,8 @@ def run_cluster(args: argparse.Namespace) -> int:
             EXIT_USAGE, "give Prometheus's address: --prometheus http://HOST:9090 (or $DSH_PROMETHEUS_URL)"
         )
     try:
-        api = PrometheusApi(args.prometheus, timeout_s=args.timeout)
-    except ValueError as exc:
+        api = PrometheusApi(args.prometheus, timeout_s=args.timeout, trusted_uids=prometheus_trusted_uids(args))
+    except (ValueError, UsageError) as exc:
         return fail(EXIT_USAGE, str(exc))
     try:
         doc = read_cluster(api, job=args.job)
@@ -36,17 +37,18 @@ def run_cluster(args: argparse.Namespace) -> int:
         json.dump(doc, sys.stdout, indent=1, ensure_ascii=True)
         print()
     else:
-        sys.stdout.write(cluster_text(doc))
+        sys.stdout.write(cluster_text(one_line_all(doc)))  # labels are any node's text: no escapes
     warned = doc["warnings"] or any(j["warnings"] for j in doc["jobs"])
     return EXIT_WARNINGS if warned else EXIT_OK
 
 
-def cluster_cache(url: str | None, timeout_s: float = 5.0) -> ClusterCache | None:
+def cluster_cache(args: argparse.Namespace, timeout_s: float = 5.0) -> ClusterCache | None:
     """The serve options' --prometheus as the server's cluster reader (sidecar/serve/cluster.py);
-    None without one (the route then says how to turn it on). The URL was checked with the options."""
-    if not url:
+    None without one (the route then says how to turn it on). The URL was checked with the options.
+    One view's queries take at most `timeout_s` in all: the route's request waits no longer."""
+    if not args.prometheus:
         return None
-    api = PrometheusApi(url, timeout_s=timeout_s)
+    api = PrometheusApi(args.prometheus, timeout_s=timeout_s, trusted_uids=prometheus_trusted_uids(args))
 
     def read(job: str | None) -> dict[str, Any]:
         try:

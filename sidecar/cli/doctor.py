@@ -13,6 +13,7 @@ from typing import Any
 from probe_wire.names import SHM_DIR, list_segment_files, segment_path
 from probe_wire.procid import process_real_uid
 from sidecar.common import catalogue
+from sidecar.documents.bounds import json_text, one_line_all
 from sidecar.poll.collect import system_gpu_facts
 from sidecar.verdict import Facts, GpuFacts, cpu_build_hint, cuda_unavailable_reason
 
@@ -276,8 +277,8 @@ def render(report: dict[str, Any]) -> str:
 def run_doctor(args) -> int:
     report = collect(args.python)
     if args.json:
-        print(json.dumps(report, indent=2, ensure_ascii=False))
-    else:
-        print(render(report))
+        print(json_text(report, indent=2))
+    else:  # segment names, paths and errors are other programs' text: one line each, no escapes
+        print(render(one_line_all(report)))
     sys.stdout.flush()
     return 0

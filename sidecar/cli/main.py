@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import json
 import os
 import secrets
 import signal
@@ -52,6 +51,7 @@ from sidecar.cli.args import (
     serve_parser,
 )
 from sidecar.cli.summary import human_summary, jobs_summary
+from sidecar.documents.bounds import json_text
 from sidecar.serve.hosts import is_loopback_host
 
 
@@ -116,7 +116,7 @@ def _main_serve(args: argparse.Namespace) -> int:
             doc = poller.poll_once()
         finally:
             poller.stop()
-        text = json.dumps(doc, indent=2, ensure_ascii=False) if args.json else human_summary(doc)
+        text = json_text(doc, indent=2) if args.json else human_summary(doc)
         return _print_to_a_pipe(text)
     sock = _listen(args)
     poller = Poller(args.pid, interval_s=args.interval, history_s=args.history, rules=rules, lazy_document=True)
@@ -138,7 +138,7 @@ def _main_discover(args: argparse.Namespace) -> int:
         finally:
             poller.stop()
         if args.json:
-            text = json.dumps({"jobs": jobs, "documents": docs}, indent=2, ensure_ascii=False)
+            text = json_text({"jobs": jobs, "documents": docs}, indent=2)
         else:
             text = jobs_summary(jobs, docs)
         return _print_to_a_pipe(text)
@@ -182,7 +182,9 @@ def _main_mcp(args: argparse.Namespace) -> int:
         if args.pid is not None:
             raise UsageError("--url reads a running sidecar and --pid polls here: give one of them")
         check_token(args.token, loopback=True)
-        backend = mcp_server.HttpBackend(_mcp_url(args.url, args.token), args.token)
+        from sidecar.sources import http_get
+
+        backend = mcp_server.HttpBackend(_mcp_url(args.url, args.token), args.token, get=http_get.get)
     else:
         if args.interval < MIN_INTERVAL_S:
             raise UsageError(f"--interval must be at least {MIN_INTERVAL_S} s")
@@ -291,11 +293,13 @@ def _start_server(args: argparse.Namespace, poller, sock: socket.socket):
     from sidecar.serve.peers import OwnerOnly, own_uid
     from sidecar.serve.server import ServerConfig, create_app
     from sidecar.serve.wsgi import create_server
+    from sidecar.sources.sockets import client_socket_uid
 
     token, generated = _serving_token(args.token, poller)
     config = ServerConfig(
         token=token,
-        peers=None if token else OwnerOnly(own_uid()),
+        peers=None if token else OwnerOnly(own_uid(), client_socket_uid),
+        socket_owner=client_socket_uid,
         interval_s=args.interval,
         job_name=args.job_name,
         hosts=host_policy(args.host, tuple(args.allow_host)),
@@ -304,7 +308,7 @@ def _start_server(args: argparse.Namespace, poller, sock: socket.socket):
         config,
         poller,
         metrics=make_metrics(poller, args.job_name, args.metrics_max_jobs),
-        cluster=cluster_cache(args.prometheus),
+        cluster=cluster_cache(args),
     )
     server = create_server(app, sock)
     host = args.host if ":" not in args.host else f"[{args.host}]"

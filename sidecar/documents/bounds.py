@@ -10,6 +10,8 @@ PROXY_MAX_BODY_BYTES (dsh_plugin/host/index.js repeats the number; a test keeps 
 
 from __future__ import annotations
 
+import json
+import re
 import unicodedata
 from collections.abc import Iterable
 from typing import Any
@@ -105,3 +107,36 @@ def one_line_all(value: Any) -> Any:
     if isinstance(value, list):
         return [one_line_all(v) for v in value]
     return value
+
+
+# Characters that steer how text is shown rather than being shown: C1 controls and DEL, bidi and
+# other format characters (U+202E, zero-width ones, tags), line and paragraph separators, lone
+# surrogates. JSON may carry them raw; no JSON of ours does. The classes Cc, Cf, Zl, Zp and Cs of
+# Unicode 15, beyond ASCII (JSON escapes C0 itself); tests/unit/test_bounds_text.py checks the set
+# against the interpreter's unicodedata.
+_STEERING_CHARS = re.compile(
+    "[\x7f-\x9f\xad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f"
+    "\u2028-\u202e\u2060-\u2064\u2066-\u206f\ud800-\udfff\ufeff\ufff9-\ufffb\U000110bd"
+    "\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001"
+    "\U000e0020-\U000e007f]"
+)
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+def escape_steering(json_text: str) -> str:
+    """JSON text with every steering character escaped as \\uXXXX. In the output of json.dumps they
+    can stand only inside strings, where the escape means the same character."""
+    return _STEERING_CHARS.sub(_json_escape, json_text)
+
+
+def json_text(value: Any, indent: int | None = None) -> str:
+    """JSON for a reader (a terminal, a page, an agent): other scripts' letters as they are (1-4 bytes,
+    not 6-12), but no steering character raw."""
+    return escape_steering(json.dumps(value, ensure_ascii=False, indent=indent))

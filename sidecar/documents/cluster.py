@@ -318,7 +318,12 @@ def _warning(f) -> dict[str, Any]:
 
 
 def build_cluster(
-    results: Mapping[str, Samples], *, now_unix_s: float, prometheus: str, job: str | None = None
+    results: Mapping[str, Samples],
+    *,
+    now_unix_s: float,
+    prometheus: str,
+    prometheus_uid: int | None = None,
+    job: str | None = None,
 ) -> dict[str, Any]:
     """The cluster document (docs/deploy.md, "One job across nodes"). `job` keeps only the job of that key (or
     job_id); without it every job is shown, multi-node ones first."""
@@ -378,21 +383,26 @@ def build_cluster(
         "schema": contract.SCHEMA,
         "time_unix_s": round(now_unix_s, 3),
         "prometheus": prometheus,
+        "prometheus_uid": prometheus_uid,
         "job": job,
-        "nodes": [
-            {
-                "node": n.node,
-                "reporting": n.reporting,
-                "why": n.why or None,
-                "poll_age_s": n.poll_age_s,
-                "gpus": gpus.get(n.node, [])[:MAX_NODE_GPUS],
-            }
-            for n in nodes.values()
-        ],
+        "nodes": _node_rows(nodes, gpus),
         "jobs": jobs,
         "warnings": [_warning(f) for f in node_findings(list(nodes.values()))],
     }
     return contract.check_if_enabled(doc, "cluster")
+
+
+def _node_rows(nodes: Mapping[str, NodeFacts], gpus: Mapping[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    return [
+        {
+            "node": n.node,
+            "reporting": n.reporting,
+            "why": n.why or None,
+            "poll_age_s": n.poll_age_s,
+            "gpus": gpus.get(n.node, [])[:MAX_NODE_GPUS],
+        }
+        for n in nodes.values()
+    ]
 
 
 def _one_status(statuses: Iterable[str]) -> str | None:

@@ -121,6 +121,12 @@ def cluster_document(schema: int, statuses: tuple[str, ...], severities: tuple[s
             "schema": F(Enum((schema,)), "the document's schema; a client that reads another says so"),
             "time_unix_s": F(NUM, "the instant every query was evaluated at"),
             "prometheus": F(STR, "the Prometheus it was read from"),
+            "prometheus_uid": F(
+                INT,
+                "the user whose process served that Prometheus on this machine (ours, root or a "
+                "--prometheus-user: no other is asked); null: another host",
+                null=True,
+            ),
             "job": F(STR, "the job asked for (?job=KEY), null: every job", null=True),
             "nodes": F(
                 ListOf(CLUSTER_NODE, MAX_CLUSTER_NODES), "every node seen within the last 10 minutes, by name"

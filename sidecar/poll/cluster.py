@@ -15,7 +15,10 @@ def read_cluster(
 ) -> dict[str, Any]:
     """The cluster document as Prometheus has it at `now_unix_s` (default: now). Every query is
     evaluated at the same instant, so a node cannot be counted up by one and missing by another.
-    Raises PrometheusError (sidecar/sources/prometheus.py) when Prometheus does not answer."""
+    Raises PrometheusError (sidecar/sources/prometheus.py) when Prometheus does not answer every
+    query within the api's timeout."""
     at = time.time() if now_unix_s is None else now_unix_s
-    results = {name: api.query(promql, at_unix_s=at) for name, promql in QUERIES.items()}
-    return build_cluster(results, now_unix_s=at, prometheus=api.url, job=job)
+    answers = api.query_all(QUERIES, at_unix_s=at)  # one deadline for all of them
+    return build_cluster(
+        answers.results, now_unix_s=at, prometheus=api.url, prometheus_uid=answers.server_uid, job=job
+    )

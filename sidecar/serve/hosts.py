@@ -3,19 +3,14 @@
 A web page the user visits can make its own name (evil.example) resolve to 127.0.0.1 and then read
 the sidecar as if it were same-origin; the only sign is the `Host:` header, which carries the
 page's name. No Flask here: the CLI checks --host and --allow-host before anything starts.
-Also who listens on a local port (`foreign_listener`): a client of a sidecar on loopback sends its
-token and trusts the answers only where the listener is its own user's or root's.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import os
 import re
 import socket
 from dataclasses import dataclass
-
-from probe_wire.procfs import proc_path
 
 LOOPBACK_NAMES = frozenset({"localhost"})
 WILDCARD_BINDS = frozenset({"0.0.0.0", "::", ""})
@@ -111,41 +106,3 @@ def host_policy(bind_host: str, allow_hosts: tuple[str, ...] = ()) -> HostPolicy
     return HostPolicy(
         names=frozenset(names), loopback_literals=bind in WILDCARD_BINDS, any_literal=bind in WILDCARD_BINDS
     )
-
-
-# The LISTEN state in /proc/net/tcp{,6}; column 7 is the owner's uid.
-_TCP_LISTEN = "0A"
-_TCP_TABLES = ("tcp", "tcp6")  # under /proc/net
-
-
-def listener_uids(port: int, tables: tuple[str, ...] | None = None) -> set[int] | None:
-    """The uids of the sockets listening on TCP `port` (any local address), or None where the tables
-    cannot be read (not Linux). On a shared host any user can bind a loopback port first."""
-    seen = False
-    uids: set[int] = set()
-    for table in tables or tuple(proc_path("net", t) for t in _TCP_TABLES):
-        try:
-            with open(table, encoding="latin-1") as f:
-                rows = f.read(16 << 20).splitlines()[1:]  # kernel-made, but bounded all the same
-        except OSError:
-            continue
-        seen = True
-        for row in rows:
-            fields = row.split()
-            if len(fields) < 8 or fields[3] != _TCP_LISTEN:
-                continue
-            try:
-                if int(fields[1].rpartition(":")[2], 16) == port:
-                    uids.add(int(fields[7]))
-            except ValueError:
-                continue
-    return uids if seen else None
-
-
-def foreign_listener(port: int, uids: set[int] | None = None) -> int | None:
-    """The uid of another user (neither us nor root) listening on `port`, or None. A token or a
-    request goes only to a listener of ours or root's (a node-wide sidecar)."""
-    owners = listener_uids(port) if uids is None else uids
-    me = os.getuid()
-    others = sorted(uid for uid in owners or () if uid not in (me, 0))
-    return others[0] if others else None

@@ -17,14 +17,13 @@ import math
 import os
 import re
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from probe_wire.schema import DEVICE_MIXED, DEVICE_NO_PARAMETERS
 from sidecar import __version__
+from sidecar.common.http_answer import HttpAnswer, HttpError
 from sidecar.documents import contract
 from sidecar.documents.bounds import (
     MAX_ID_CHARS,
@@ -38,7 +37,6 @@ from sidecar.documents.bounds import (
     printable_all,
 )
 from sidecar.documents.document import NoDefaultJob, UnknownJob
-from sidecar.serve.hosts import foreign_listener, is_loopback_host
 from sidecar.serve.mcp_schemas import (
     DEFAULT_SECONDS,
     DESCRIPTIONS,
@@ -92,29 +90,21 @@ def _checked(doc: Any, what: str) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 # Backends
 # ---------------------------------------------------------------------------------------------
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: PLR0913 (urllib's signature)
-        raise ToolError(
-            f"the sidecar URL redirects (HTTP {code}) to {clip(newurl, 120)!r}, which this MCP server never "
-            "follows: give --url the sidecar's own address (as `dsh-sidecar` prints it)"
-        )
+# get(url, timeout_s=, max_body_bytes=, headers=) -> HttpAnswer, raising HttpError: the sources' one
+# door for HTTP answers (sidecar/sources/http_get.py), handed in by the CLI.
+HttpGet = Callable[..., HttpAnswer]
 
 
 class HttpBackend:
-    """A running sidecar, over HTTP (urllib; 5 s timeout; redirects refused; 4 MiB at most)."""
+    """A running sidecar, over HTTP: `get` proves, on the connection that carries the request, that
+    a sidecar on this machine is ours or root's before the token goes out; 5 s for each answer in
+    all; redirects refused; 4 MiB at most."""
 
-    def __init__(self, url: str, token: str | None = None, timeout_s: float = HTTP_TIMEOUT_S):
+    def __init__(self, url: str, token: str | None = None, *, get: HttpGet, timeout_s: float = HTTP_TIMEOUT_S):
         self.base = url.rstrip("/")
         self.token = token
         self.timeout_s = timeout_s
-        self._opener = urllib.request.build_opener(_NoRedirect())
-        parts = urllib.parse.urlsplit(self.base)
-        try:
-            port = parts.port or 80
-        except ValueError:  # an out-of-range port: urllib refuses it below with its own error
-            port = None
-        # on loopback anyone may bind the port once our sidecar stops: checked before every request
-        self._local_port = port if port and is_loopback_host(parts.hostname or "") else None
+        self._http_get = get
 
     def jobs(self) -> dict[str, Any]:
         return self._get("jobs", {}, None)
@@ -131,39 +121,40 @@ class HttpBackend:
     def _get(self, route: str, params: dict[str, str | None], job: str | None) -> dict[str, Any]:
         query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
         url = f"{self.base}{API}/{route}" + (f"?{query}" if query else "")
-        req = urllib.request.Request(url, headers={"Accept": "application/json"})
-        self._refuse_foreign_listener()
+        headers = {"Accept": "application/json", "User-Agent": f"dsh-sidecar-mcp/{__version__}"}
         if self.token:
-            req.add_header("Authorization", f"Bearer {self.token}")
+            headers["Authorization"] = f"Bearer {self.token}"
         try:
-            with self._opener.open(req, timeout=self.timeout_s) as resp:
-                body = _read_bounded(resp, self.base)
-        except urllib.error.HTTPError as exc:
-            with exc:
-                raise ToolError(self._http_error(exc.code, _error_text(exc), job)) from None
-        except ToolError:
-            raise
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            reason = getattr(exc, "reason", None) or exc
-            raise ToolError(
-                f"no sidecar answers at {self.base} ({clip(str(reason), 120)}): {START_HINT}, or check --url"
-            ) from None
+            answer = self._http_get(url, timeout_s=self.timeout_s, max_body_bytes=MAX_RESPONSE_BYTES, headers=headers)
+        except HttpError as exc:
+            raise ToolError(self._transport_error(exc)) from None
+        if answer.status != 200:
+            raise ToolError(self._http_error(answer.status, _error_text(answer.body), job))
         try:
-            doc = json.loads(body)
-        except ValueError:
+            doc = json.loads(answer.body)
+        except (ValueError, RecursionError):
             raise ToolError(f"{self.base} did not answer JSON: check --url points at a dsh-sidecar") from None
         return _checked(doc, route)
 
-    def _refuse_foreign_listener(self) -> None:
-        """No request (and no token) to a loopback port another user listens on: its answers could
-        say anything (a CPU job "on cuda:0") and it would keep the token."""
-        uid = foreign_listener(self._local_port) if self._local_port is not None else None
-        if uid is not None:
-            raise ToolError(
-                f"refused to ask {self.base}: port {self._local_port} is served by another user (uid {uid}), "
-                "not by you or root, so no request and no token was sent there: start your own sidecar "
-                "(`dsh-sidecar`) and pass the URL it prints to --url"
+    def _transport_error(self, exc: HttpError) -> str:
+        if exc.kind == "peer":
+            whose = "another user" if exc.peer_uid is None else f"another user (uid {exc.peer_uid})"
+            return (
+                f"refused to ask {self.base}: it is served by {whose}, not by you or root, so no request "
+                "and no token was sent there: start your own sidecar (`dsh-sidecar`) and pass the URL it "
+                "prints to --url"
             )
+        if exc.kind == "redirect":
+            return (
+                f"the sidecar URL redirects to {clip(exc.location, 120)!r}, which this MCP server never "
+                "follows: give --url the sidecar's own address (as `dsh-sidecar` prints it)"
+            )
+        if exc.kind == "too-large":
+            return (
+                f"the sidecar at {self.base} answered more than {MAX_RESPONSE_BYTES >> 20} MiB, which this MCP "
+                "server refuses: ask for a shorter history (seconds) or check --url"
+            )
+        return f"no sidecar answers at {self.base} ({clip(str(exc), 120)}): {START_HINT}, or check --url"
 
     def _http_error(self, code: int, reason: str, job: str | None) -> str:
         if code == 401:
@@ -199,22 +190,12 @@ NO_JOB_OF_YOURS = (
 )
 
 
-def _read_bounded(resp, base: str) -> bytes:
-    body = resp.read(MAX_RESPONSE_BYTES + 1)
-    if len(body) > MAX_RESPONSE_BYTES:
-        raise ToolError(
-            f"the sidecar at {base} answered more than {MAX_RESPONSE_BYTES >> 20} MiB, which this MCP server "
-            "refuses: ask for a shorter history (seconds) or check --url"
-        )
-    return body
-
-
-def _error_text(exc: urllib.error.HTTPError) -> str:
+def _error_text(body: bytes) -> str:
     """The sidecar's {"error": ...} of an HTTP error, or ''."""
     try:
-        doc = json.loads(exc.read(64 * 1024))
+        doc = json.loads(body[: 64 * 1024])
         return str(doc.get("error") or "") if isinstance(doc, dict) else ""
-    except (OSError, ValueError):
+    except (ValueError, RecursionError):
         return ""
 
 

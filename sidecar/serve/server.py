@@ -14,14 +14,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flask import Flask, Response, abort, jsonify, request, send_from_directory
+from flask.json.provider import DefaultJSONProvider
 from werkzeug.exceptions import HTTPException
 
 from sidecar import __version__
+from sidecar.documents.bounds import escape_steering
 from sidecar.documents.contract import json_schema
 from sidecar.documents.document import NoDefaultJob, UnknownJob
 from sidecar.serve.cluster import MAX_JOB_CHARS, ClusterBusy, ClusterCache, ClusterError
 from sidecar.serve.hosts import HostPolicy
-from sidecar.serve.peers import caller_uid
+from sidecar.serve.peers import SocketOwner, caller_uid
 from sidecar.serve.source import Documents, DocumentSource
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "static")
@@ -56,6 +58,18 @@ class ServerConfig:
     # Who may read it beyond the token (sidecar.serve.peers.OwnerOnly: a sidecar without a token serves
     # only its own user and root); None: whoever passes the token check.
     peers: Any = None
+    # The uid owning a request's client socket (sidecar.serve.peers.SocketOwner, the CLI hands in the
+    # sources' lookup): root's discovery answers each caller with its own job by default. None: no
+    # caller is told apart (tests of the app alone).
+    socket_owner: SocketOwner | None = None
+
+
+class _JsonProvider(DefaultJSONProvider):
+    """Flask's JSON with no steering character raw (bidi overrides, C1 controls, U+2028): a name a
+    process chose reaches a page, a terminal (`curl`) or an agent escaped (bounds.escape_steering)."""
+
+    def dumps(self, obj: Any, **kwargs: Any) -> str:
+        return escape_steering(super().dumps(obj, **kwargs))
 
 
 def _public(path: str) -> bool:
@@ -78,6 +92,7 @@ def create_app(
     None: the cluster route answers 404 saying how to turn it on."""
     app = Flask(__name__, static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = 1024  # GET-only API: no body is ever needed
+    app.json = _JsonProvider(app)
     app.json.sort_keys = False
     app.json.ensure_ascii = False  # UTF-8: a non-ASCII name costs its bytes, not 6-12 per character
     app.url_map.merge_slashes = False  # "//etc/passwd" gets a 404, not a redirect
@@ -153,18 +168,18 @@ def _install_routes(
     cluster: ClusterCache | None,
 ) -> None:
     """The routes; each serves what the last poll published and never triggers one."""
-    _install_document_routes(app, source)
+    _install_document_routes(app, source, config.socket_owner)
     _install_page_routes(app, config, metrics, cluster)
 
 
-def _install_document_routes(app: Flask, source: Any) -> None:
+def _install_document_routes(app: Flask, source: Any, socket_owner: SocketOwner | None) -> None:
     """The health check and the documents of the API, from the source's last poll."""
 
     def seen() -> Documents:
         """The source as this request's caller sees it: a sidecar listing every user's jobs answers
         without ?job= with the caller's own job only (a PerCallerSource's for_caller)."""
         view = getattr(source, "for_caller", None)
-        return view(lambda: caller_uid(request.environ)) if view is not None else source
+        return view(lambda: caller_uid(request.environ, socket_owner)) if view is not None else source
 
     @app.get("/healthz")
     def healthz():

@@ -16,7 +16,7 @@ import pytest
 
 from tests.fakenvml import gpu, make_fake_sysfs
 from tests.helpers.harness import REPO, FakeJob, Sidecar, cuda_runtime, python_env
-from tests.helpers.stranger import StrangerListener, can_switch_user
+from tests.helpers.stranger import PortToggler, StrangerListener, can_switch_user
 
 anyio = pytest.importorskip("anyio")
 
@@ -32,6 +32,7 @@ pytest.importorskip("mcp")
 from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
 
 from sidecar.serve import mcp_server  # noqa: E402
+from sidecar.sources import http_get  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -179,6 +180,32 @@ def test_no_request_and_no_token_to_a_port_another_user_took_over(tmp_path, fake
         run_async(main)
 
 
+RACE_CALLS = 200
+
+
+@pytest.mark.skipif(not can_switch_user(), reason="needs root and setpriv to act as another user")
+def test_no_token_to_a_user_who_binds_the_port_in_bursts(env):
+    """The sidecar is gone and another user binds its port 2 ms at a time, 2 ms free between: a
+    check of the port's listener before connecting races that (70 of 200 calls sent the token when
+    it was the check). The connection that would carry the token is proved instead: 0 of 200."""
+    port = free_port()
+
+    async def main():
+        async with mcp_client(["--url", f"http://127.0.0.1:{port}", "--token", TOKEN], env) as s:
+            with PortToggler(port) as toggler:
+                told = []
+                for n in range(RACE_CALLS):
+                    told.append(err(*await call(s, sorted(TOOLS)[n % len(TOOLS)])))
+                got = list(toggler.requests)
+        assert toggler.tokens() == [] and got == [], (len(toggler.tokens()), len(got))
+        refused = [t for t in told if "another user (uid 65534)" in t and "no token" in t]
+        assert not any("cuda:0" in t for t in told)
+        # the listener was met (not only a closed port) in some of the calls
+        assert refused, told[:5]
+
+    run_async(main)
+
+
 def test_cpu_build_job_in_process_with_pid(tmp_path, fake_nvml, env):
     """No --url: this process polls (--pid: one job's Poller); the cpu-build warning and its hint."""
     fake_nvml.write({"gpus": [gpu(0)]})
@@ -269,22 +296,22 @@ def test_http_backend_refuses_big_answers_redirects_and_other_schemas(foreign):
     base, routes = foreign
     jobs = "/api/dsh-gpu-dashboard/jobs"
     routes[jobs] = (200, {"Content-Type": "application/json"}, b" " * (mcp_server.MAX_RESPONSE_BYTES + 1))
-    assert "more than 4 MiB" in mcp_server.call(mcp_server.HttpBackend(base), "list_jobs", {})[1]
+    assert "more than 4 MiB" in mcp_server.call(mcp_server.HttpBackend(base, get=http_get.get), "list_jobs", {})[1]
     routes[jobs] = (302, {"Location": "http://evil.example/steal"}, b"")
-    structured, text = mcp_server.call(mcp_server.HttpBackend(base), "list_jobs", {})
+    structured, text = mcp_server.call(mcp_server.HttpBackend(base, get=http_get.get), "list_jobs", {})
     assert structured is None and "never follows" in text and "evil.example" in text
     routes[jobs] = (200, {}, json.dumps({"schema": 3, "jobs": []}).encode())
-    assert "schema 3" in mcp_server.call(mcp_server.HttpBackend(base), "list_jobs", {})[1]
+    assert "schema 3" in mcp_server.call(mcp_server.HttpBackend(base, get=http_get.get), "list_jobs", {})[1]
     routes[jobs] = (200, {}, b"<html>")
-    assert "did not answer JSON" in mcp_server.call(mcp_server.HttpBackend(base), "list_jobs", {})[1]
+    assert "did not answer JSON" in mcp_server.call(mcp_server.HttpBackend(base, get=http_get.get), "list_jobs", {})[1]
     routes[jobs] = (200, {}, json.dumps({"schema": 2, "jobs": [{"id": "x"}]}).encode())  # off the contract
-    assert "not a schema 2 document" in mcp_server.call(mcp_server.HttpBackend(base), "list_jobs", {})[1]
-    assert "does not serve" in mcp_server.call(mcp_server.HttpBackend(base + "/nope"), "list_jobs", {})[1]
+    assert "not a schema 2 document" in mcp_server.call(mcp_server.HttpBackend(base, get=http_get.get), "list_jobs", {})[1]
+    assert "does not serve" in mcp_server.call(mcp_server.HttpBackend(base + "/nope", get=http_get.get), "list_jobs", {})[1]
     job = {"id": "1-2", "root_pid": 1, "command": ["x"] * 100, "user": "u" * 5000, "status": "GPU"}
     job |= {"message": "m" * 10_000, "first_warning": None, "gpus": list(range(500)), "alive": True}
     jobs_doc = {"schema": 2, "mode": "pid", "default_job": "1-2", "jobs": [job] * 100, "jobs_omitted": 0}
     routes[jobs] = (200, {}, json.dumps(jobs_doc).encode())
-    out, text = mcp_server.call(mcp_server.HttpBackend(base), "list_jobs", {})
+    out, text = mcp_server.call(mcp_server.HttpBackend(base, get=http_get.get), "list_jobs", {})
     assert len(out["jobs"]) == 64 and out["jobs_omitted"] == 36 and len(text) < 64 * 1200, len(text)
     j = out["jobs"][0]
     assert (
@@ -294,7 +321,7 @@ def test_http_backend_refuses_big_answers_redirects_and_other_schemas(foreign):
         and len(j["command"]) == 33
     )
     routes[jobs] = (200, {}, json.dumps({**jobs_doc, "jobs": [{**job, "root_pid": "one"}]}).encode())
-    out, text = mcp_server.call(mcp_server.HttpBackend(base), "list_jobs", {})
+    out, text = mcp_server.call(mcp_server.HttpBackend(base, get=http_get.get), "list_jobs", {})
     assert out is None and "not a schema 2 document" in text and "'one'" in text, text
 
 
@@ -397,7 +424,7 @@ def test_dsh_mcp_client_boots_with_it_and_enforces_its_schemas(tmp_path, fake_nv
         args = ["--pid", str(job.pid), "--port", "0", "--interval", "0.3", "--token", TOKEN]
         with Sidecar(args, env=env, token=TOKEN) as sc:
             sc.wait_status(lambda d: d["status"] == "GPU")
-            backend = mcp_server.HttpBackend(sc.url, TOKEN)
+            backend = mcp_server.HttpBackend(sc.url, TOKEN, get=http_get.get)
             values = {n: mcp_server.call(backend, n, {"seconds": 30})[0] for n in mcp_server.TOOLS}
             assert all(values.values()), values
             payload = tmp_path / "check.json"

@@ -122,11 +122,12 @@ def test_roots_default_job_is_the_callers_own(two_users_jobs, fake_nvml):
         assert code == 200 and doc["job_id"] == root_job
 
         from sidecar.serve import mcp_server
+        from sidecar.sources import http_get
 
         # `dsh-sidecar mcp --url` as root: gpu_status() with no job is root's job
-        out, text = mcp_server.call(mcp_server.HttpBackend(sc.url, sc.token), "gpu_status", {})
+        out, text = mcp_server.call(mcp_server.HttpBackend(sc.url, sc.token, get=http_get.get), "gpu_status", {})
         assert out is not None and out["job_id"] == root_job, text
-        out, text = mcp_server.call(mcp_server.HttpBackend(sc.url, sc.token), "list_jobs", {})
+        out, text = mcp_server.call(mcp_server.HttpBackend(sc.url, sc.token, get=http_get.get), "list_jobs", {})
         assert out is not None and out["default_job"] == root_job, text
 
 

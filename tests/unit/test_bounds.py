@@ -39,3 +39,29 @@ def test_the_dsh_proxy_caps_at_the_same_number():
         value *= int(factor)
     assert value == bounds.PROXY_MAX_BODY_BYTES
     assert bounds.PROXY_MAX_BODY_BYTES > bounds.MAX_STATUS_BYTES
+
+
+def test_json_text_escapes_every_steering_character_the_interpreter_knows():
+    """The set in bounds is written out (a scan of every code point at import would cost the sidecar
+    0.3 s to start): it must hold every Cc, Cf, Zl, Zp and Cs character beyond ASCII of this
+    Python's Unicode, and nothing a reader needs raw (letters, CJK, emoji)."""
+    import json as json_module
+    import sys
+    import unicodedata
+
+    from sidecar.documents.bounds import json_text
+
+    steering = [
+        chr(c)
+        for c in range(0x7F, sys.maxunicode + 1)
+        if unicodedata.category(chr(c)) in ("Cc", "Cf", "Zl", "Zp", "Cs")
+    ]
+    text = "".join(steering)
+    out = json_text({"k" + text: text})
+    assert out.isascii(), [hex(ord(ch)) for ch in out if not ch.isascii()][:20]
+    # lone surrogates side by side read back as pairs (JSON's own rule), so they go back one at a time
+    plain = "".join(ch for ch in steering if unicodedata.category(ch) != "Cs")
+    assert json_module.loads(json_text({"k" + plain: plain})) == {"k" + plain: plain}
+    assert json_module.loads(json_text("a\ud800b")) == "a\ud800b"
+    kept = "名前 é ñ 😀 Ω"
+    assert json_text(kept) == f'"{kept}"'

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import socket
 
 import pytest
@@ -99,20 +98,3 @@ def test_the_app_keeps_answering_loopback_hosts():
     c = create_app(ServerConfig(), StaticSource({"schema": 2, "status": "GPU"}, 1.0)).test_client()
     for header in LOOPBACK_OK:
         assert c.get(f"{API}/status", headers={"Host": header}).json["status"] == "GPU", header
-
-
-def test_listener_uids_reads_listen_rows_of_the_port_only(tmp_path):
-    from sidecar.serve.hosts import foreign_listener, listener_uids
-
-    table = tmp_path / "tcp"
-    table.write_text(
-        "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
-        "   0: 0100007F:223D 00000000:0000 0A 00000000:00000000 00:00000000 00000000 65534 0 1 1\n"
-        "   1: 0100007F:223D 0100007F:9C40 01 00000000:00000000 00:00000000 00000000  1000 0 2 1\n"
-        "   2: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1001 0 3 1\n"
-        "   3: garbage\n"
-    )
-    assert listener_uids(8765, (str(table), str(tmp_path / "missing"))) == {65534}
-    assert listener_uids(8765, (str(tmp_path / "missing"),)) is None
-    assert foreign_listener(8765, {65534}) == 65534
-    assert foreign_listener(8765, {0, os.getuid()}) is None and foreign_listener(8765, set()) is None

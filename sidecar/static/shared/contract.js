@@ -376,6 +376,7 @@ export const SCHEMA = 2
  * @property {2} schema the document's schema; a client that reads another says so
  * @property {number} time_unix_s the instant every query was evaluated at
  * @property {string} prometheus the Prometheus it was read from
+ * @property {number|null} prometheus_uid the user whose process served that Prometheus on this machine (ours, root or a --prometheus-user: no other is asked); null: another host
  * @property {string|null} job the job asked for (?job=KEY), null: every job
  * @property {Array<ClusterNode>} nodes every node seen within the last 10 minutes, by name
  * @property {Array<ClusterJob>} jobs the jobs, those on most nodes first
