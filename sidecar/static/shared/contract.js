@@ -81,6 +81,7 @@ export const SCHEMA = 2
  * @property {number|null} restart_count restarts of the run's workers (TORCHELASTIC_RESTART_COUNT)
  * @property {string|null} hostname the host name the ranks see (a pod's name in Kubernetes)
  * @property {Array<number>} ranks the global ranks of the job's processes here, ascending
+ * @property {number|null} uid the real uid of the job's root: with `job_key`, the run's key (any user can set another's run id: a process of another uid under the same key is another job; `dsh_job_info`'s `uid`)
  */
 
 /**
