@@ -1,12 +1,13 @@
 """Where a job runs: its distributed identity (the key its processes publish, its owner, its ranks
-on this node, the node's rank) and its Kubernetes pod. The status document's ``distributed`` and ``pod``
-objects, the jobs list's too, and the labels of ``dsh_job_info``.
+on this node, the node's rank) and its Kubernetes pod. The status document's ``distributed`` and
+``pod`` objects, the jobs list's too, and the labels of ``dsh_job_info``.
 
 Both are the job's, not a process's: the key and the node come from its probed processes' payloads
 (the ranks' first: a DataLoader worker names no launch key), the pod from its root's cgroup
-(a job's tree is one container's). The key is the run's only with its owner, the real uid of the
-job's root: any user can set TORCHELASTIC_RUN_ID to another's run id, so a process of another user
-under the same key is another job, here and across nodes (sidecar/documents/cluster.py). Each poll's answer is kept when the next one has none (the
+(a job's tree is one container's). The key names a run only with its owner, the real uid of the
+job's root: any user can set TORCHELASTIC_RUN_ID to another's run id, so another user's process
+under the same key is another job (a tree of its own here, a job of its own across nodes:
+sidecar/documents/cluster.py). Each poll's answer is kept when the next one has none (the
 ranks of an mp.spawn job exit before their launcher; a job that has ended still shows where it ran).
 """
 
