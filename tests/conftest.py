@@ -31,6 +31,7 @@ MACHINE_WIDE_FILES = frozenset(
         "tests/browser/test_dsh_autostart.py",
         "tests/browser/test_jobs_page.py",
         "tests/integration/test_discovery.py",
+        "tests/integration/test_job_key_owners.py",
         "tests/integration/test_jobs_snapshot.py",
         "tests/integration/test_mcp.py",
         "tests/integration/test_metrics_idle_node.py",

@@ -2569,9 +2569,11 @@ function clusterWarnings(ws, lang) {
 }
 function clusterView(cluster, statusDoc, lang) {
   const c = cluster || {};
-  const key = statusDoc && statusDoc.distributed ? statusDoc.distributed.job_key : null;
+  const run = statusDoc && statusDoc.distributed ? statusDoc.distributed : null;
+  const key = run ? run.job_key : null;
   const all = list(c.jobs);
-  const mine = present(key) ? all.filter((j) => j.job_key === key) : [];
+  const owner = (j) => !run || !isNum4(run.uid) || !isNum4(j.uid) || j.uid === run.uid;
+  const mine = present(key) ? all.filter((j) => j.job_key === key && owner(j)) : [];
   const jobs = (mine.length ? mine : all).map((j) => ({
     key: j.job_key,
     title: t(lang, "cluster.job", { job: j.job_key, status: present(j.status) ? t(lang, `status.${j.status}`) : NA }),

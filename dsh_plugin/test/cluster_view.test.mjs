@@ -74,6 +74,17 @@ describe('cluster view', () => {
     assert.deepEqual(every.jobs.map((j) => j.key), ['run-7', 'node-a/200-1'])
     assert.equal(every.summary, '3 node(s) · 2 job(s) · from http://prometheus:9090')
   })
+  test("another user's job under the same key is never the status document's", () => {
+    const theirs = { job_key: 'run-7', uid: 65533, world_size: 8, nodes: ['node-a'], status: 'CPU', ranks: [rank({ rank: 1, job_id: '300-9' })], warnings: [] }
+    const c = cluster({ jobs: [{ ...cluster().jobs[0], uid: 1000 }, theirs] })
+    const mine = clusterView(c, { distributed: { job_key: 'run-7', uid: 1000 } }, 'en')
+    assert.equal(mine.matched, true)
+    assert.deepEqual(mine.jobs.map((j) => j.detail), ['3 of 4 ranks on node-a, node-b'])
+    const attacker = clusterView(c, { distributed: { job_key: 'run-7', uid: 65533 } }, 'en')
+    assert.deepEqual(attacker.jobs.map((j) => j.detail), ['1 of 8 ranks on node-a'])
+    // An older sidecar's status document names no uid: every job of the key, each on its own.
+    assert.equal(clusterView(c, { distributed: { job_key: 'run-7' } }, 'en').jobs.length, 2)
+  })
   test('cluster warnings in the reader\'s language, English where the reference is absent', () => {
     const en = clusterView(cluster(), null, 'en').warnings
     assert.deepEqual(en.map((w) => [w.code, w.sev]), [['node-missing', 'warning']])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from typing import Any
 
 from sidecar.cli.args import EXIT_OK, EXIT_PROMETHEUS, EXIT_USAGE, UsageError, fail, prometheus_trusted_uids
@@ -95,10 +96,12 @@ def _node_lines(doc: dict[str, Any]) -> list[str]:
     return _table(rows)
 
 
-def _job_lines(job: dict[str, Any]) -> list[str]:
+def _job_lines(job: dict[str, Any], shared_key: bool = False) -> list[str]:
+    """``shared_key``: another job shown has the same key (another owner's): its uid tells them apart."""
     size = _cell(job["world_size"])
+    owner = f" (uid {_cell(job['uid'])})" if shared_key else ""
     lines = [
-        f"job {job['job_key']}: {job['status'] or '?'}, {len(job['ranks'])} of {size} ranks on "
+        f"job {job['job_key']}{owner}: {job['status'] or '?'}, {len(job['ranks'])} of {size} ranks on "
         f"{len(job['nodes'])} node(s): {', '.join(job['nodes'])}"
     ]
     if job["ranks"]:
@@ -139,8 +142,9 @@ def cluster_text(doc: dict[str, Any]) -> str:
     else:
         lines.append("no node has reported: does Prometheus scrape the sidecars (deploy/prometheus.yml)?")
     lines += _warning_lines(doc["warnings"])
+    keys = Counter(job["job_key"] for job in doc["jobs"])
     for job in doc["jobs"]:
-        lines += ["", *_job_lines(job)]
+        lines += ["", *_job_lines(job, keys[job["job_key"]] > 1)]
     if doc["job"] and not doc["jobs"]:
         lines.append(f"no job {doc['job']} in the last 10 minutes")
     return "\n".join(lines) + "\n"

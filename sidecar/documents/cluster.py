@@ -3,8 +3,12 @@ sidecars exported and one Prometheus scraped (docs/deploy.md, "One job across no
 
 Pure: the answers to QUERIES in, a JSON-ready document out. A node is the target's `node` label
 (deploy/prometheus.yml sets it from the target file or the host name), else its `instance`. A job
-spans nodes by its `job_key` (the probe's distributed identity on `dsh_job_info`); a job without
-one is its node's alone. Every series is matched to its node through `instance`, so two sidecars on
+spans nodes by its `job_key` (the probe's distributed identity on `dsh_job_info`) with its owner's
+`uid`: a job key is whatever a process's environment says (TORCHELASTIC_RUN_ID), so another user's
+process that names the victim's run is a job of its own, never a rank of the victim's. A uid is
+numeric and per node: a user with a different uid on each node makes one job per uid (the nodes
+of one cluster share their users' uids in practice: LDAP, Slurm). A job without a key is its
+node's alone. Every series is matched to its node through `instance`, so two sidecars on
 one node (one per job) stay apart.
 """
 
@@ -69,6 +73,8 @@ QUERIES: dict[str, str] = {
 }
 STEP_PHASES = ("data_wait", "forward", "optimizer", "other")
 Samples = Sequence[tuple[Mapping[str, str], float]]
+# A job across nodes: (its `job_key`, else `<node>/<job_id>`; its owner's `uid` label, "" when none).
+JobKey = tuple[str, str]
 
 
 def node_of(labels: Mapping[str, str]) -> str:
@@ -159,22 +165,25 @@ def _gpus(results: Mapping[str, Samples]) -> dict[str, list[dict[str, Any]]]:
     return by_node
 
 
-def _job_keys(results: Mapping[str, Samples], name: str) -> dict[tuple[str, str], str]:
-    """(instance, job_id) -> the job's cross-node key: its `job_key`, else node/job_id."""
+def _job_keys(results: Mapping[str, Samples], name: str) -> dict[tuple[str, str], JobKey]:
+    """(instance, job_id) -> the job's cross-node key: its `job_key`, else node/job_id, with its
+    owner's uid (an older sidecar's job without one: ""). Two owners' jobs under one `job_key` are
+    two jobs, wherever they run."""
     keys = {}
     for labels, _ in results.get(name, ()):
         local = (labels.get("instance", ""), labels.get("job_id", ""))
-        keys[local] = labels.get("job_key") or f"{node_of(labels)}/{labels.get('job_id', '')}"
+        key = labels.get("job_key") or f"{node_of(labels)}/{labels.get('job_id', '')}"
+        keys[local] = (key, labels.get("uid", ""))
     return keys
 
 
 class _RankRows:
     """Each job's rank rows as the series name them: (instance, job_id) -> job key, rank label -> row."""
 
-    def __init__(self, keys: Mapping[tuple[str, str], str]) -> None:
+    def __init__(self, keys: Mapping[tuple[str, str], JobKey]) -> None:
         self.keys = keys
-        self.jobs: dict[str, dict[str, dict]] = defaultdict(dict)
-        self.world: dict[str, int] = {}
+        self.jobs: dict[JobKey, dict[str, dict]] = defaultdict(dict)
+        self.world: dict[JobKey, int] = {}
 
     def row(self, labels: Mapping[str, str]) -> dict[str, Any] | None:
         key = self.keys.get((labels.get("instance", ""), labels.get("job_id", "")))
@@ -234,8 +243,8 @@ class _RankRows:
 
 
 def _ranks(
-    results: Mapping[str, Samples], keys: Mapping[tuple[str, str], str]
-) -> tuple[dict[str, dict[str, dict]], dict[str, int]]:
+    results: Mapping[str, Samples], keys: Mapping[tuple[str, str], JobKey]
+) -> tuple[dict[JobKey, dict[str, dict]], dict[JobKey, int]]:
     """(job key -> rank label -> the rank's row (node, local rank, step shares, forward rate, GPUs),
     job key -> world size)."""
     rows = _RankRows(keys)
@@ -277,13 +286,15 @@ def _waits_now(rows: Iterable[dict[str, Any]]) -> tuple[RankWait, ...]:
     return waits
 
 
-def _waits_before(results: Mapping[str, Samples], keys: Mapping[tuple[str, str], str]) -> dict[str, list[RankWait]]:
+def _waits_before(
+    results: Mapping[str, Samples], keys: Mapping[tuple[str, str], JobKey]
+) -> dict[JobKey, list[RankWait]]:
     """job key -> its ranks' backward shares STRAGGLER_CONFIRM_S ago (one a rank: the first)."""
     steps = {
         (labels.get("instance", ""), labels.get("job_id", ""), labels.get("rank", "")): _count(v)
         for labels, v in results.get("rank_steps_before", ())
     }
-    jobs: dict[str, dict[int, RankWait]] = defaultdict(dict)
+    jobs: dict[JobKey, dict[int, RankWait]] = defaultdict(dict)
     for labels, value in results.get("rank_backward_before", ()):
         local = (labels.get("instance", ""), labels.get("job_id", ""))
         key, rank = keys.get(local), _int(labels.get("rank"))
@@ -325,8 +336,8 @@ def build_cluster(
     prometheus_uid: int | None = None,
     job: str | None = None,
 ) -> dict[str, Any]:
-    """The cluster document (docs/deploy.md, "One job across nodes"). `job` keeps only the job of that key (or
-    job_id); without it every job is shown, multi-node ones first."""
+    """The cluster document (docs/deploy.md, "One job across nodes"). `job` keeps only the jobs of that key (or
+    job_id), whoever owns them; without it every job is shown, multi-node ones first."""
     nodes = _node_facts(results)
     gpus = _gpus(results)
     keys_now = _job_keys(results, "jobs")
@@ -343,9 +354,9 @@ def build_cluster(
         (labels.get("instance", ""), labels.get("job_id", "")): labels.get("status")
         for labels, _ in results.get("status", ())
     }
-    where_now: dict[str, set[str]] = defaultdict(set)
-    where_recent: dict[str, set[str]] = defaultdict(set)
-    statuses: dict[str, set[str]] = defaultdict(set)
+    where_now: dict[JobKey, set[str]] = defaultdict(set)
+    where_recent: dict[JobKey, set[str]] = defaultdict(set)
+    statuses: dict[JobKey, set[str]] = defaultdict(set)
     for (instance, job_id), key in keys_recent.items():
         node = node_by_instance.get(instance) or instance or "?"
         where_recent[key].add(node)
@@ -353,14 +364,14 @@ def build_cluster(
             where_now[key].add(node)
             if status.get((instance, job_id)) in contract.STATUSES:  # a label: only the verdict's words
                 statuses[key].add(status[(instance, job_id)])
-    wanted = [k for k in where_recent if job is None or k == job or k.endswith(f"/{job}")]
-    wanted.sort(key=lambda k: (-len(where_recent[k]), k))
+    wanted = [k for k in where_recent if job is None or k[0] == job or k[0].endswith(f"/{job}")]
+    wanted.sort(key=lambda k: (-len(where_recent[k]), k[0], _int(k[1]) or 0, k[1]))
     jobs = []
     for key in wanted[:MAX_CLUSTER_JOBS]:
         rows = ranks.get(key, {})
         size = world.get(key)
         facts = JobFacts(
-            key,
+            key[0],
             size,
             frozenset(r["rank"] for r in rows.values()),
             frozenset(where_now[key]),
@@ -368,10 +379,11 @@ def build_cluster(
         )
         now = _waits_now(rows.values())
         findings = job_findings(facts, list(nodes.values()))
-        slow = job_straggler(key, now, before.get(key, ()), cluster_gpus, STRAGGLER_CONFIRM_S)
+        slow = job_straggler(key[0], now, before.get(key, ()), cluster_gpus, STRAGGLER_CONFIRM_S)
         jobs.append(
             {
-                "job_key": key,
+                "job_key": key[0],
+                "uid": _int(key[1]),
                 "world_size": size,
                 "nodes": sorted(where_recent[key]),
                 "status": _one_status(statuses[key]),

@@ -349,6 +349,12 @@ DISTRIBUTED = Obj(
         "restart_count": F(INT, "restarts of the run's workers (TORCHELASTIC_RESTART_COUNT)", null=True),
         "hostname": F(STR, "the host name the ranks see (a pod's name in Kubernetes)", null=True),
         "ranks": F(ListOf(INT, 64), "the global ranks of the job's processes here, ascending"),
+        "uid": F(
+            INT,
+            "the real uid of the job's root: with `job_key`, the run's key (any user can set another's "
+            "run id: a process of another uid under the same key is another job; `dsh_job_info`'s `uid`)",
+            null=True,
+        ),
     },
 )
 

@@ -99,9 +99,16 @@ def cluster_document(schema: int, statuses: tuple[str, ...], severities: tuple[s
     warning = _warning(severities)
     job = Obj(
         "ClusterJob",
-        "A job over the nodes that ran it, keyed by its distributed `job_key` (a job without one: `<node>/<job_id>`).",
+        "A job over the nodes that ran it, keyed by its distributed `job_key` (a job without one: `<node>/<job_id>`) "
+        "and its owner's `uid`: another user's processes under the same key are another job. A uid is a "
+        "node's: one user with a different uid on each node is one job per uid.",
         {
             "job_key": F(STR, "the key that joins its nodes' jobs"),
+            "uid": F(
+                INT,
+                "the real uid of its root on every node (`dsh_job_info`'s `uid`); null: its sidecars export none",
+                null=True,
+            ),
             "world_size": F(INT, "WORLD_SIZE its ranks report", null=True),
             "nodes": F(ListOf(STR, MAX_CLUSTER_NODES), "the nodes that ran it within the last 10 minutes"),
             "status": F(

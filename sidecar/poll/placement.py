@@ -1,10 +1,13 @@
-"""Where a job runs: its distributed identity (the key its processes publish, its ranks on this
-node, the node's rank) and its Kubernetes pod. The status document's ``distributed`` and ``pod``
-objects, the jobs list's too, and the labels of ``dsh_job_info``.
+"""Where a job runs: its distributed identity (the key its processes publish, its owner, its ranks
+on this node, the node's rank) and its Kubernetes pod. The status document's ``distributed`` and
+``pod`` objects, the jobs list's too, and the labels of ``dsh_job_info``.
 
 Both are the job's, not a process's: the key and the node come from its probed processes' payloads
 (the ranks' first: a DataLoader worker names no launch key), the pod from its root's cgroup
-(a job's tree is one container's). Each poll's answer is kept when the next one has none (the
+(a job's tree is one container's). The key names a run only with its owner, the real uid of the
+job's root: any user can set TORCHELASTIC_RUN_ID to another's run id, so another user's process
+under the same key is another job (a tree of its own here, a job of its own across nodes:
+sidecar/documents/cluster.py). Each poll's answer is kept when the next one has none (the
 ranks of an mp.spawn job exit before their launcher; a job that has ended still shows where it ran).
 """
 
@@ -86,10 +89,17 @@ class Placement:
         self.pods = pods
         self.distributed: DistributedFacts | None = None
         self.pod: PodFacts | None = None
+        self.owner_uid: int | None = None  # the job's root's real uid, once known
         self._pod_of: tuple[int, int | None] | None = None  # the root whose pod was found
 
-    def update(self, tree, reads: dict[int, Any], facts) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-        """This poll's (distributed, pod) document objects (contract: Distributed, Pod)."""
+    def update(
+        self, tree, reads: dict[int, Any], facts, owner_uid: int | None = None
+    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """This poll's (distributed, pod) document objects (contract: Distributed, Pod). ``owner_uid``:
+        the real uid of the job's root (None: unknown), the half of the run's key that no process
+        of the job chooses."""
+        if owner_uid is not None:
+            self.owner_uid = owner_uid
         payloads = [r.payload for p in tree.processes if (r := reads.get(p.pid)) is not None and r.payload]
         found = distributed_facts(payloads)
         if found is not None:
@@ -97,7 +107,9 @@ class Placement:
         if self.pods is not None and tree.target_alive and tree.processes:
             self._update_pod(tree.processes[0], payloads, facts)
         return (
-            None if self.distributed is None else {**asdict(self.distributed), "ranks": list(self.distributed.ranks)},
+            None
+            if self.distributed is None
+            else {**asdict(self.distributed), "ranks": list(self.distributed.ranks), "uid": self.owner_uid},
             None if self.pod is None else asdict(self.pod),
         )
 

@@ -128,7 +128,8 @@ class Poller(document.OneJob):
             other_processes=self._collector.other_processes,
             events=self.history.events(),
         )
-        placement = self._placement.update(tree, reads, facts)
+        root = self._collector.target.root  # None until the root was read
+        placement = self._placement.update(tree, reads, facts, root.uid if root is not None else None)
         summary = document.status_summary(
             facts, verdict, target=made["target"], memo=self._summary_memo, placement=placement
         )

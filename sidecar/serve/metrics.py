@@ -59,6 +59,9 @@ RANK_WAIT_LABELS = ["job_id", "rank"]  # no node, no GPU: the rank names them (d
 # series get through a join on job_id rather than as labels of their own.
 JOB_INFO_LABELS = ["job_id", "root_pid", "user", "process"]
 JOB_INFO_LABELS += ["job_key", "job_key_source", "world_size", "node_rank", "hostname", "namespace", "pod", "container"]
+# The run's owner (its root's real uid): a job key is anyone's to set, so a run across nodes is
+# (job_key, uid) (sidecar/documents/cluster.py); empty, as job_key, for a job that is no run.
+JOB_INFO_LABELS += ["uid"]
 # The GPU's efficiency gauges: (metric, help, Gpu field in the status document, scale to the unit).
 GPU_EFFICIENCY_GAUGES = (
     ("dsh_gpu_sm_clock_hz", "SM clock (NVML).", "sm_clock_mhz", 1e6),
@@ -294,7 +297,7 @@ class SidecarCollector:
             "job": self._gauge(
                 "dsh_job_info",
                 "A live job and what describes it (always 1): its root's pid, user and process name, its "
-                "distributed run (key, world size, node rank, host) and its Kubernetes pod.",
+                "distributed run (key and owner uid, world size, node rank, host) and its Kubernetes pod.",
                 JOB_INFO_LABELS,
             ),
             "pmem": self._gauge(
@@ -374,6 +377,7 @@ class SidecarCollector:
                 job, target.get("pid"), user, target.get("name"),
                 run.get("job_key"), run.get("job_key_source"), run.get("world_size"), run.get("node_rank"),
                 run.get("hostname"), pod.get("namespace"), pod.get("pod"), pod.get("container"),
+                run.get("uid"),
             ],
             1,
         )

@@ -41,7 +41,7 @@ CONTRACT = {
     "dsh_rank_info": {"job_id", "rank", "local_rank", "world_size"},
     "dsh_job_info": {
         "job_id", "root_pid", "user", "process",
-        "job_key", "job_key_source", "world_size", "node_rank", "hostname", "namespace", "pod", "container",
+        "job_key", "job_key_source", "world_size", "node_rank", "hostname", "namespace", "pod", "container", "uid",
     },
     "dsh_jobs_omitted": set(),
     "dsh_status": {"job_id", "status"},

@@ -156,6 +156,74 @@ def test_jobs_without_a_key_stay_on_their_node_and_job_filter_picks_one():
     assert none["jobs"] == [] and "no job other" in cluster_text(none)
 
 
+def owned_by(r: dict[str, list], uid: str) -> dict[str, list]:
+    """The job's dsh_job_info series with its owner's uid, as a sidecar exports it."""
+    for name in ("jobs", "jobs_recent"):
+        r[name] = [({**lab, "uid": uid}, v) for lab, v in r[name]]
+    return r
+
+
+def another_users_rank(r: dict[str, list], inst: str, job_id: str, rank: str = "1", world_size: str = "8") -> None:
+    """A process of uid 65533 on node `inst` that set the victim's TORCHELASTIC_RUN_ID (`run-7`),
+    RANK and WORLD_SIZE: a job of its own on its node (its own root), CPU, with a forward rate."""
+    job = {"job_id": job_id, "job_key": "run-7", "uid": "65533"}
+    r["jobs"].append(s(inst, **job, root_pid=job_id.split("-")[0], user="mallory", process="python"))
+    r["jobs_recent"].append(s(inst, **job))
+    r["status"].append(s(inst, job_id=job_id, status="CPU"))
+    r["ranks"].append(s(inst, job_id=job_id, rank=rank, local_rank="0", world_size=world_size))
+    r["forward_rate"].append(s(inst, 9.5, job_id=job_id, rank=rank))
+    r["rank_backward"].append(s(inst, 0.05, job_id=job_id, rank=rank))
+    r["rank_steps"].append(s(inst, 40, job_id=job_id, rank=rank))
+
+
+def test_another_owner_under_the_same_key_is_a_job_of_its_own_on_each_node():
+    """The grouping: a job across nodes is (job_key, uid). Another user's processes under the victim's
+    key, on a node of the victim's run and on a node of their own, make one job of that user."""
+    r = owned_by(two_node_job(), "1000")
+    for name in ("sidecars", "sidecars_recent", "up"):
+        r[name].append(s(C, version="1") if name != "up" else s(C))
+    another_users_rank(r, A, "300-9", rank="1")
+    another_users_rank(r, C, "400-9", rank="5")
+    doc = build_cluster(r, now_unix_s=1000.0, prometheus="http://p:9090")
+    assert [(j["job_key"], j["uid"], j["nodes"]) for j in doc["jobs"]] == [
+        ("run-7", 1000, ["node-a", "node-b"]),
+        ("run-7", 65533, ["node-a", "node-c"]),
+    ]
+    assert [(x["rank"], x["node"], x["job_id"]) for x in doc["jobs"][1]["ranks"]] == [
+        (1, "node-a", "300-9"),
+        (5, "node-c", "400-9"),
+    ]
+    # Without a uid label (a sidecar from before it): grouped by the key alone, as then.
+    assert [j["uid"] for j in build_cluster(two_node_job(), now_unix_s=1000.0, prometheus="p")["jobs"]] == [None]
+
+
+def test_another_users_rank_under_the_victims_key_leaves_the_victims_job_untouched():
+    """Issue 37 item 5: uid 65533 runs one CPU process with TORCHELASTIC_RUN_ID=run-7, RANK=1,
+    WORLD_SIZE=8 on node-a. Keyed by job_key alone it merged into the victim's run: status MIXED,
+    world size 8, `ranks-missing`, rank 1's forward rate doubled. It is a job of its own."""
+    r = owned_by(two_node_job(), "1000")
+    another_users_rank(r, A, "300-9")
+    doc = build_cluster(r, now_unix_s=1000.0, prometheus="http://p:9090")
+    victim, other = doc["jobs"]
+    assert (victim["job_key"], victim["uid"], victim["status"], victim["world_size"]) == ("run-7", 1000, "GPU", 4)
+    assert [(x["rank"], x["node"], x["forward_rate_per_s"]) for x in victim["ranks"]] == [
+        (0, "node-a", 9.5),
+        (1, "node-a", 9.5),
+        (2, "node-b", 9.5),
+        (3, "node-b", 9.5),
+    ]
+    assert victim["warnings"] == [] and victim["nodes"] == ["node-a", "node-b"]
+    assert (other["job_key"], other["uid"], other["status"], other["world_size"]) == ("run-7", 65533, "CPU", 8)
+    assert [(x["rank"], x["job_id"], x["forward_rate_per_s"]) for x in other["ranks"]] == [(1, "300-9", 9.5)]
+    assert [w["code"] for w in other["warnings"]] == ["ranks-missing"]
+    # `--job run-7` shows both, each under its owner's uid.
+    one = build_cluster(r, now_unix_s=1000.0, prometheus="http://p:9090", job="run-7")
+    assert [(j["job_key"], j["uid"]) for j in one["jobs"]] == [("run-7", 1000), ("run-7", 65533)]
+    text = cluster_text(one)
+    assert "job run-7 (uid 1000): GPU, 4 of 4 ranks on 2 node(s): node-a, node-b" in text, text
+    assert "job run-7 (uid 65533): CPU, 1 of 8 ranks on 1 node(s): node-a" in text, text
+
+
 def with_backward(r: dict[str, list], now: dict[int, float], before: dict[int, float] | None, steps: int = 40) -> dict:
     """The job's ranks' backward shares now and STRAGGLER_CONFIRM_S ago (None: no sample then), each
     from a window of `steps` steps."""

@@ -110,7 +110,7 @@ def test_a_distributed_run_is_described_once_per_job_and_keyed_by_job_id_and_ran
     doc = _doc("10-1", procs)
     doc["distributed"] = {
         "job_key": "exp-42", "job_key_source": "torchelastic", "world_size": 64, "node_rank": 1,
-        "restart_count": 0, "hostname": "trainer-1", "ranks": list(range(8, 16)),
+        "restart_count": 0, "hostname": "trainer-1", "ranks": list(range(8, 16)), "uid": 1000,
     }
     doc["pod"] = {"namespace": "research", "pod": "trainer-1", "uid": "u", "container": "pytorch", "source": "kubelet"}
     plain = _samples(_Poller([_doc("10-1", procs)]))
@@ -120,6 +120,7 @@ def test_a_distributed_run_is_described_once_per_job_and_keyed_by_job_id_and_ran
         "job_id": "10-1", "root_pid": "10", "user": "", "process": "python",
         "job_key": "exp-42", "job_key_source": "torchelastic", "world_size": "64", "node_rank": "1",
         "hostname": "trainer-1", "namespace": "research", "pod": "trainer-1", "container": "pytorch",
+        "uid": "1000",
     }
     placement = set(JOB_INFO_LABELS[4:]) - {"world_size"}  # dsh_rank_info has it too (one per rank)
     assert not [(n, lbl) for n, lbl, _ in samples if n != "dsh_job_info" and placement & set(lbl)]

@@ -1,6 +1,7 @@
 """A job's placement from its processes' payloads (sidecar/poll/placement.py): the ranks' key first,
 the most common key when processes disagree, what an older probe's payload (no key) still gives,
-and the last answer kept once the ranks are gone; ProcessPods on processes in no pod."""
+the last answer kept once the ranks are gone, the run's owner beside its key; ProcessPods on
+processes in no pod."""
 
 from __future__ import annotations
 
@@ -58,6 +59,19 @@ def test_the_last_placement_stays_once_the_ranks_are_gone():
     first, pod = place.update(tree(10, 11, 12), reads, facts)
     assert first["job_key"] == "k1" and first["ranks"] == [0, 1] and pod is None
     assert place.update(tree(10), {}, facts)[0] == first
+
+
+def test_the_run_s_key_carries_its_owner_which_no_process_chooses():
+    """Any user can set TORCHELASTIC_RUN_ID: the key is the run's with the uid of the job's root (what
+    the cluster view and `dsh_job_info` key a run on), kept once known."""
+    tree = SimpleNamespace(processes=[SimpleNamespace(pid=10, start_ticks=1)], target_alive=True)
+    facts = SimpleNamespace(processes=(), gpus=())
+    place = Placement(None)
+    run, _ = place.update(tree, {10: SimpleNamespace(payload=payload("rank", 1, "run-42"))}, facts, 65533)
+    assert (run["job_key"], run["uid"], run["ranks"]) == ("run-42", 65533, [1])
+    assert place.update(tree, {}, facts, None)[0]["uid"] == 65533
+    unknown, _ = Placement(None).update(tree, {10: SimpleNamespace(payload=payload("rank", 0))}, facts)
+    assert unknown["uid"] is None  # the root's owner unread (gone before it was): no uid, never a guess
 
 
 def test_process_pods_of_processes_in_no_pod(tmp_path):

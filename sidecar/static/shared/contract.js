@@ -81,6 +81,7 @@ export const SCHEMA = 2
  * @property {number|null} restart_count restarts of the run's workers (TORCHELASTIC_RESTART_COUNT)
  * @property {string|null} hostname the host name the ranks see (a pod's name in Kubernetes)
  * @property {Array<number>} ranks the global ranks of the job's processes here, ascending
+ * @property {number|null} uid the real uid of the job's root: with `job_key`, the run's key (any user can set another's run id: a process of another uid under the same key is another job; `dsh_job_info`'s `uid`)
  */
 
 /**
@@ -408,9 +409,10 @@ export const SCHEMA = 2
  */
 
 /**
- * A job over the nodes that ran it, keyed by its distributed `job_key` (a job without one: `<node>/<job_id>`).
+ * A job over the nodes that ran it, keyed by its distributed `job_key` (a job without one: `<node>/<job_id>`) and its owner's `uid`: another user's processes under the same key are another job. A uid is a node's: one user with a different uid on each node is one job per uid.
  * @typedef {Object} ClusterJob
  * @property {string} job_key the key that joins its nodes' jobs
+ * @property {number|null} uid the real uid of its root on every node (`dsh_job_info`'s `uid`); null: its sidecars export none
  * @property {number|null} world_size WORLD_SIZE its ranks report
  * @property {Array<string>} nodes the nodes that ran it within the last 10 minutes
  * @property {"GPU"|"CPU"|"MIXED"|"UNKNOWN"|null} status its verdict where its nodes agree, MIXED where they differ

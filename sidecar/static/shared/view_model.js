@@ -44,8 +44,8 @@
  *                              collectiveWait (its wait for the slowest rank; `straggler-rank` names it).
  *   clusterView(cluster, statusDoc, lang)  {summary, nodes: rows, warnings: [{code, severity, sev, message,
  *                              hint}], jobs: [{key, title, status, warnings, ranks: rows}], matched}: the
- *                              job whose job_key is the status document's distributed.job_key (`matched`),
- *                              else every job.
+ *                              job whose job_key and uid are the status document's distributed.job_key and
+ *                              .uid (`matched`), else every job.
  */
 
 import {
@@ -411,9 +411,14 @@ function clusterWarnings(ws, lang) {
 
 export function clusterView(cluster, statusDoc, lang) {
   const c = cluster || {};
-  const key = statusDoc && statusDoc.distributed ? statusDoc.distributed.job_key : null;
+  const run = statusDoc && statusDoc.distributed ? statusDoc.distributed : null;
+  const key = run ? run.job_key : null;
   const all = list(c.jobs);
-  const mine = present(key) ? all.filter((j) => j.job_key === key) : [];
+  // A job key is anyone's to set (TORCHELASTIC_RUN_ID): the run is its key with its owner's uid, so
+  // another user's job under the same key is never shown as this one (a side without a uid: an
+  // older sidecar, matched by the key alone).
+  const owner = (j) => !run || !isNum(run.uid) || !isNum(j.uid) || j.uid === run.uid;
+  const mine = present(key) ? all.filter((j) => j.job_key === key && owner(j)) : [];
   const jobs = (mine.length ? mine : all).map((j) => ({
     key: j.job_key,
     title: t(lang, 'cluster.job', { job: j.job_key, status: present(j.status) ? t(lang, `status.${j.status}`) : NA }),
