@@ -156,6 +156,20 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
         "dsh_jobs_omitted counts the rest)",
     )
     p.add_argument(
+        "--metrics-min-job-age",
+        type=_bounded_seconds(3600.0, zero_ok=True),
+        default=bounds.METRICS_MIN_JOB_AGE_S,
+        metavar="S",
+        help=f"a job gets per-job series in /metrics once it has run S seconds (default "
+        f"{bounds.METRICS_MIN_JOB_AGE_S:g}): a stream of short jobs adds none",
+    )
+    p.add_argument(
+        "--metrics-per-user",
+        action="store_true",
+        help="per-user aggregates instead of per-job series in /metrics (label `user`, no job_id): "
+        "for fleets, series that do not grow with the jobs",
+    )
+    p.add_argument(
         "--prometheus",
         default=os.environ.get("DSH_PROMETHEUS_URL"),
         metavar="URL",

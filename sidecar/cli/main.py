@@ -307,7 +307,13 @@ def _start_server(args: argparse.Namespace, poller, sock: socket.socket):
     app = create_app(
         config,
         poller,
-        metrics=make_metrics(poller, args.job_name, args.metrics_max_jobs),
+        metrics=make_metrics(
+            poller,
+            args.job_name,
+            args.metrics_max_jobs,
+            min_job_age_s=args.metrics_min_job_age,
+            per_user=args.metrics_per_user,
+        ),
         cluster=cluster_cache(args),
     )
     server = create_server(app, sock)

@@ -35,6 +35,10 @@ MAX_LABEL_CHARS = MAX_ID_CHARS  # a /metrics label value: a process names its mo
 # MAX_METRIC_WARNINGS warnings: a training process chooses its ranks, roles and model names, and
 # every distinct value is a series Prometheus keeps. `sidecar.serve.metrics.series_bound` is the sum.
 MAX_METRIC_JOBS = 32
+# A job gets per-job series in /metrics once it has run this long (--metrics-min-job-age): two of
+# the shipped 5 s scrapes. A shorter job is gone before a scrape could show it, and each one would
+# be a set of series of its own (a stream of 4 short jobs a second made ~288,000 series an hour).
+METRICS_MIN_JOB_AGE_S = 10.0
 MAX_METRIC_JOBS_FLAG = 1024  # the most --metrics-max-jobs accepts (sidecar/poll/jobs.py watches 256)
 MAX_METRIC_PROCESS_KEYS = 16
 MAX_METRIC_MODELS = 16

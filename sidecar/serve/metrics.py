@@ -26,6 +26,7 @@ from sidecar.documents.bounds import (
     MAX_METRIC_MODELS,
     MAX_METRIC_PROCESS_KEYS,
     MAX_METRIC_WARNINGS,
+    METRICS_MIN_JOB_AGE_S,
     clip,
 )
 from sidecar.documents.document import fair_share
@@ -136,11 +137,26 @@ class _Family:
 
 class SidecarCollector:
     """Reads `poller.snapshot()` (the latest status document and its poll time), `poll_count`,
-    `poll_durations_s` (the last 1000 poll durations) and `poll_errors` (a Counter by source)."""
+    `poll_durations_s` (the last 1000 poll durations) and `poll_errors` (a Counter by source).
 
-    def __init__(self, poller: Any, job_name: str | None = None, max_jobs: int = MAX_METRIC_JOBS):
+    `min_job_age_s`: a job younger than this has no per-job series yet (a stream of short jobs adds
+    none); `per_user`: the per-job families are labelled by `user` instead of `job_id` and summed
+    (or averaged) over each user's jobs, with no `dsh_job_info` and no counters (a sum of counters
+    would drop as a job ends): a fleet's series then do not grow with its jobs at all."""
+
+    def __init__(
+        self,
+        poller: Any,
+        job_name: str | None = None,
+        max_jobs: int = MAX_METRIC_JOBS,
+        *,
+        min_job_age_s: float = METRICS_MIN_JOB_AGE_S,
+        per_user: bool = False,
+    ):
         self.poller = poller
         self.max_jobs = max_jobs
+        self.min_job_age_s = min_job_age_s
+        self.per_user = per_user
         self.job_name = job_name or None  # "" is no name: an empty label is an absent one
         self._lock = threading.Lock()  # waitress serves scrapes on several threads
         self._bucket_counts = [0] * (len(POLL_BUCKETS_S) + 1)  # the last one is +Inf
@@ -156,6 +172,17 @@ class SidecarCollector:
 
     def _gauge(self, name: str, doc: str, labels: list[str], how: str = "first") -> _Family:
         return _Family(GaugeMetricFamily(name, doc, labels=self._label_names(labels)), self._extra(), how)
+
+    def _job_counter(self, name: str, doc: str, labels: list[str], how: str = "first") -> _Family:
+        names = ["user", *labels[1:]] if self.per_user else labels
+        return self._counter(name, doc, names, how)
+
+    def _job_gauge(self, name: str, doc: str, labels: list[str], how: str = "first", per_user_how: str = "") -> _Family:
+        """A per-job family: labelled by `user` instead of `job_id` with --metrics-per-user, where the
+        jobs of one user fold together `per_user_how` (default: as `how`)."""
+        if self.per_user:
+            return self._gauge(name, doc, ["user", *labels[1:]], per_user_how or how)
+        return self._gauge(name, doc, labels, how)
 
     def _counter(self, name: str, doc: str, labels: list[str], how: str = "first") -> _Family:
         # CounterMetricFamily appends `_total` to the sample name: `name` is given without it.
@@ -286,73 +313,80 @@ class SidecarCollector:
         yield events.family
 
     def _job_metrics(self, docs: list[dict[str, Any]]) -> Iterator[Metric]:
-        shown = exported_jobs(docs, self.max_jobs)
+        # A job gets series once it has lived min_job_age_s: a short job is gone before a scrape
+        # could carry its figures, and each would be series of its own for Prometheus to keep.
+        grown = [d for d in docs if _job_age_s(d) >= self.min_job_age_s]
+        shown = grown if self.per_user else exported_jobs(grown, self.max_jobs)
         omitted = self._gauge(
             "dsh_jobs_omitted",
             "Live jobs with no per-job series: over --metrics-max-jobs (the oldest are exported).",
             [],
         )
-        omitted.add([], len(docs) - len(shown))
+        omitted.add([], len(grown) - len(shown))
         f = {
-            "job": self._gauge(
+            "job": self._job_gauge(
                 "dsh_job_info",
                 "A live job and what describes it (always 1): its root's pid, user and process name, its "
                 "distributed run (key and owner uid, world size, node rank, host) and its Kubernetes pod.",
                 JOB_INFO_LABELS,
             ),
-            "pmem": self._gauge(
+            "pmem": self._job_gauge(
                 "dsh_process_gpu_memory_used_bytes",
                 "GPU memory used by the job's processes of one role and rank, per GPU (NVML).",
                 PROCESS_GPU_LABELS,
                 "sum",
             ),
-            "psm": self._gauge(
+            "psm": self._job_gauge(
                 "dsh_process_gpu_sm_utilization_percent",
                 "SM utilisation of the job's processes of one role and rank, per GPU, 0-100 (NVML).",
                 PROCESS_GPU_LABELS,
                 "sum",
             ),
-            "minfo": self._gauge(
+            "minfo": self._job_gauge(
                 "dsh_model_info", "A registered model and the device it is on (always 1).", MODEL_INFO_LABELS
             ),
-            "mcalls": self._counter(
+            "mcalls": self._job_counter(
                 "dsh_model_forward_calls",
                 "Forward calls of a registered model, summed over the rank's processes.",
                 MODEL_CALLS_LABELS,
                 "sum",
             ),
-            "rinfo": self._gauge(
+            "rinfo": self._job_gauge(
                 "dsh_rank_info",
                 "A torch.distributed rank of the job (a process with role 'rank'; always 1).",
                 RANK_LABELS,
             ),
-            "status": self._gauge(
-                "dsh_status", "The verdict, one-hot over GPU/CPU/MIXED/UNKNOWN.", STATUS_LABELS
+            "status": self._job_gauge(
+                "dsh_status",
+                "The verdict, one-hot over GPU/CPU/MIXED/UNKNOWN (--metrics-per-user: the user's jobs with it).",
+                STATUS_LABELS,
+                per_user_how="sum",
             ),
-            "warn": self._gauge(
+            "warn": self._job_gauge(
                 "dsh_warning_active",
-                "A warning of the verdict that is active now (always 1).",
+                "A warning of the verdict that is active now (always 1; --metrics-per-user: the user's jobs with it).",
                 WARNING_LABELS,
+                per_user_how="sum",
             ),
-            "rwait": self._gauge(
+            "rwait": self._job_gauge(
                 "dsh_rank_collective_wait_fraction",
                 "Share of the rank's training step spent waiting in the collectives for the slowest "
                 "rank, 0-1 (its backward beyond the least of this node's ranks; the slowest waits least).",
                 RANK_WAIT_LABELS,
             ),
-            "rbackward": self._gauge(
+            "rbackward": self._job_gauge(
                 "dsh_rank_backward_fraction",
                 "Share of the rank's training step between optimizer steps less forward and data wait: "
                 "backward and the collectives, 0-1. Across nodes, the rank with the least is the one the "
                 "others wait for.",
                 RANK_WAIT_LABELS,
             ),
-            "rsteps": self._gauge(
+            "rsteps": self._job_gauge(
                 "dsh_rank_window_steps",
                 "Training steps in the probe's window that the rank's step fractions are measured over.",
                 RANK_WAIT_LABELS,
             ),
-            "phase": self._gauge(
+            "phase": self._job_gauge(
                 "dsh_process_step_fraction",
                 "Share of the training-step wall time in each phase over the probe's window, 0-1, "
                 "averaged over the job's processes of one role and rank.",
@@ -360,15 +394,18 @@ class SidecarCollector:
                 "mean",
             ),
         }
-        users = {j.get("id"): j.get("user") for d in docs[:1] for j in d.get("jobs") or ()}
+        users = {j.get("id"): j.get("user") or j.get("uid") for d in docs[:1] for j in d.get("jobs") or ()}
         for doc in shown:
-            self._one_job(doc, users.get(doc.get("job_id")), f)
+            user = users.get(doc.get("job_id"))
+            self._one_job(doc, user, f, user if self.per_user else doc.get("job_id"))
+        if self.per_user:  # per job by nature (info) or not summable (a counter drops as a job ends)
+            del f["job"], f["mcalls"]
         yield omitted.family
         yield from (family.family for family in f.values())
 
-    def _one_job(self, doc: dict[str, Any], user: str | None, f: dict[str, _Family]) -> None:
-        """One job's series, within the per-job bounds (series_bound)."""
-        job = doc.get("job_id")
+    def _one_job(self, doc: dict[str, Any], user: str | None, f: dict[str, _Family], job: Any) -> None:
+        """One job's series, within the per-job bounds (series_bound); `job` is the value of the
+        families' first label (the job's id, or its user's name with --metrics-per-user)."""
         target = doc.get("target") or {}
         run = doc.get("distributed") or {}
         pod = doc.get("pod") or {}
@@ -431,6 +468,16 @@ class SidecarCollector:
                 f["rsteps"].add([job, rank], steps["steps"])
 
 
+def _job_age_s(doc: dict[str, Any]) -> float:
+    """How long the job has run at its document's poll (its root's start to the poll); infinite
+    where either is unknown: a document that cannot say is not held back."""
+    started = (doc.get("target") or {}).get("create_time_unix_s")
+    now = doc.get("time_unix_s")
+    if not isinstance(started, (int, float)) or not isinstance(now, (int, float)):
+        return math.inf
+    return now - started
+
+
 def exported_jobs(docs: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
     """The live jobs that get per-job series: at most `limit`, the oldest first, shared out among
     users (document.fair_share), so a stream of short jobs can neither push a long one's series
@@ -478,10 +525,17 @@ def model_labels(models: Iterable[dict[str, Any]]) -> Iterator[tuple[str, dict[s
 
 
 def make_metrics(
-    poller: Any, job_name: str | None = None, max_jobs: int = MAX_METRIC_JOBS
+    poller: Any,
+    job_name: str | None = None,
+    max_jobs: int = MAX_METRIC_JOBS,
+    *,
+    min_job_age_s: float = METRICS_MIN_JOB_AGE_S,
+    per_user: bool = False,
 ) -> Callable[[], tuple[bytes, str]]:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SidecarCollector(poller, job_name, max_jobs))
+    registry.register(
+        SidecarCollector(poller, job_name, max_jobs, min_job_age_s=min_job_age_s, per_user=per_user)
+    )
 
     def render() -> tuple[bytes, str]:
         return generate_latest(registry), CONTENT_TYPE

@@ -40,7 +40,7 @@ from tests.helpers.dsh_env import (
     start_dsh_web,
 )
 from tests.helpers.dsh_page import API, new_page, open_session, plugin_errors, shot, wait_for_panel
-from tests.helpers.harness import Sidecar, python_env, wait_for
+from tests.helpers.harness import METRICS_AT_ONCE, Sidecar, python_env, wait_for
 from tests.helpers.other_users import NOBODY, get_as
 
 pytestmark = [pytest.mark.browser, pytest.mark.dsh, pytest.mark.slow]
@@ -338,7 +338,7 @@ def test_sidecar_down_dsh_still_boots_and_the_panel_says_unreachable(
     # A real sidecar on a real (sleeping) process, then stopped: its port is closed from here on.
     child = Managed.start("sleeping job", ["sleep", "600"], env=python_env(), cwd=tmp_path)
     try:
-        sidecar = Sidecar(["--pid", str(child.pid), "--port", "0", "--interval", "0.5", "--stay"])
+        sidecar = Sidecar(["--pid", str(child.pid), "--port", "0", *METRICS_AT_ONCE, "--interval", "0.5", "--stay"])
         try:
             url = sidecar.url
             sidecar.wait_status(lambda d: d["status"] in ("UNKNOWN", "CPU"), what="a first verdict")
@@ -379,7 +379,7 @@ def test_sidecar_down_dsh_still_boots_and_the_panel_says_unreachable(
                 # user patch, which DSH hot-reloads) turns the chip green without a page reload
                 token = "t0ken-for-the-test"
                 sidecar2 = Sidecar(
-                    ["--pid", str(child.pid), "--port", "0", "--interval", "0.5", "--stay", "--token", token],
+                    ["--pid", str(child.pid), "--port", "0", *METRICS_AT_ONCE, "--interval", "0.5", "--stay", "--token", token],
                     token=token,
                 )
                 try:

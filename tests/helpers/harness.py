@@ -132,6 +132,12 @@ class FakeJob:
         self.stop()
 
 
+# Sidecar arguments for tests that read a fresh job's per-job series in /metrics: a job has them
+# from its first poll instead of after --metrics-min-job-age (tests/unit/test_metrics_bounds.py and
+# tests/stress/test_metrics_cardinality.py test that gate itself).
+METRICS_AT_ONCE = ("--metrics-min-job-age", "0")
+
+
 class Sidecar:
     """`python -m sidecar.cli ...` on a free port; `.status()`, `.history()`, `.wait_status()`."""
 

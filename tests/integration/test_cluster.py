@@ -15,7 +15,7 @@ import time
 
 from tests.fakenvml import gpu
 from tests.helpers.browser import screenshot, wait_js
-from tests.helpers.harness import REPO, Sidecar, python_env, wait_for
+from tests.helpers.harness import METRICS_AT_ONCE, REPO, Sidecar, python_env, wait_for
 from tests.helpers.prometheus import NEEDS_PROMETHEUS, Prometheus, free_port, shipped_config
 from tests.helpers.straggler_job import STRAGGLER_JOB
 
@@ -86,7 +86,7 @@ PAGE_VIEW = """() => {
 
 def page_of_the_job(pages, prom: Prometheus, agent_pid: int, env: dict) -> dict:
     """What the page of a sidecar started with --prometheus shows of the job (and its picture)."""
-    args = ["--pid", str(agent_pid), "--port", "0", "--interval", "0.5", "--token", TOKEN, "--prometheus", prom.url]
+    args = ["--pid", str(agent_pid), "--port", "0", *METRICS_AT_ONCE, "--interval", "0.5", "--token", TOKEN, "--prometheus", prom.url]
     with Sidecar(args, env=env, token=TOKEN) as viewer:
         page = pages.open(f"{viewer.url}/?token={TOKEN}")
         shown = wait_js(page, PAGE_VIEW, timeout_ms=30_000)
@@ -106,7 +106,7 @@ def test_a_two_node_job_in_the_cluster_view_and_a_node_that_goes_missing(tmp_pat
     prom = None
     try:
         for a in agents:
-            args = ["--pid", str(a.pid), "--port", "0", "--interval", "0.5", "--token", TOKEN]
+            args = ["--pid", str(a.pid), "--port", "0", *METRICS_AT_ONCE, "--interval", "0.5", "--token", TOKEN]
             sidecars.append(Sidecar(args, env=fake_nvml.env(), token=TOKEN))
         keys = [
             sc.wait_status(lambda d: (d.get("distributed") or {}).get("job_key"), 60, "the rank's job key")[

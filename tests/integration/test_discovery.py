@@ -20,7 +20,7 @@ from probe_wire import segment_path
 from probe_wire.procid import process_identity
 from tests.fakenvml import gpu
 from tests.helpers.gloo_job import DDP_JOB
-from tests.helpers.harness import REPO, FakeJob, Sidecar, python_env, wait_for
+from tests.helpers.harness import METRICS_AT_ONCE, REPO, FakeJob, Sidecar, python_env, wait_for
 from tests.helpers.other_users import write_as
 
 pytestmark = pytest.mark.slow
@@ -83,7 +83,7 @@ def test_three_jobs_found_without_a_pid_and_grouped_under_their_roots(tmp_path, 
     launcher_cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
     detached([*launcher_cmd, str(script), str(tmp_path / "store"), str(stop)], env, tmp_path)
     try:
-        with Sidecar(["--port", "0", "--interval", "0.5"], env=fake_nvml.env()) as sc:
+        with Sidecar(["--port", "0", *METRICS_AT_ONCE, "--interval", "0.5"], env=fake_nvml.env()) as sc:
 
             def launcher_job():
                 for j in jobs_by_root(sc).values():
@@ -145,7 +145,7 @@ def test_three_jobs_found_without_a_pid_and_grouped_under_their_roots(tmp_path, 
 
 def test_a_job_started_and_ended_while_the_sidecar_runs_stays_listed_as_exited(tmp_path, fake_nvml):
     fake_nvml.write({"gpus": [gpu(0)]})
-    with Sidecar(["--port", "0", "--interval", "0.3"], env=fake_nvml.env()) as sc:
+    with Sidecar(["--port", "0", *METRICS_AT_ONCE, "--interval", "0.3"], env=fake_nvml.env()) as sc:
         sc.get(f"{API}/jobs")
         job = FakeJob(
             tmp_path / "j", {"main": {"payload": {"role": "main", "models": [model("late")]}}}, detach=True
@@ -171,7 +171,7 @@ def test_a_gpu_process_without_a_probe_is_found_through_nvml(tmp_path, fake_nvml
         fake_nvml.write(
             {"gpus": [gpu(0, util_gpu=70, processes=[{"pid": job.pid, "used_mib": 3000, "sm_util": 70}])]}
         )
-        with Sidecar(["--port", "0", "--interval", "0.3"], env=fake_nvml.env()) as sc:
+        with Sidecar(["--port", "0", *METRICS_AT_ONCE, "--interval", "0.3"], env=fake_nvml.env()) as sc:
             found = wait_for(lambda: jobs_by_root(sc).get(job.pid), 20, what="the GPU process as a job")
             assert found["gpus"] == [0] and not found["has_model"] and found["status"] == "GPU"
             doc = job_doc(sc, found["id"])
@@ -280,7 +280,7 @@ def test_roots_discovery_never_serves_every_users_jobs_without_a_token(fake_nvml
     of the machine can connect to a loopback port: without --token it makes a token of its own and
     shows it only to whoever started it; a token given is used as given."""
     fake_nvml.write({"gpus": [gpu(0)]})
-    with Sidecar(["--port", "0", "--interval", "0.3"], env=fake_nvml.env()) as sc:
+    with Sidecar(["--port", "0", *METRICS_AT_ONCE, "--interval", "0.3"], env=fake_nvml.env()) as sc:
         made = sc.token
         assert made and len(made) >= 32, sc.lines
         assert any(f"{sc.url}/?token={made}" in line for line in sc.lines), sc.lines
@@ -295,7 +295,7 @@ def test_roots_discovery_never_serves_every_users_jobs_without_a_token(fake_nvml
         sc.token = None
         assert sc.get("/healthz")[0] == 200  # liveness says nothing of anyone's jobs
     with Sidecar(
-        ["--port", "0", "--interval", "0.3", "--token", "chosen-token"],
+        ["--port", "0", *METRICS_AT_ONCE, "--interval", "0.3", "--token", "chosen-token"],
         env=fake_nvml.env(),
         token="chosen-token",
     ) as sc:

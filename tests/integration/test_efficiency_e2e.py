@@ -14,7 +14,16 @@ from pathlib import Path
 import pytest
 
 from tests.fakenvml import gpu, make_fake_sysfs, scenarios
-from tests.helpers.harness import REPO, FakeJob, Sidecar, codes, cuda_runtime, python_env, wait_for
+from tests.helpers.harness import (
+    METRICS_AT_ONCE,
+    REPO,
+    FakeJob,
+    Sidecar,
+    codes,
+    cuda_runtime,
+    python_env,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -32,7 +41,7 @@ def env(fake_nvml, tmp_path: Path):
 
 
 def sidecar(pid: int, env, *extra: str) -> Sidecar:
-    return Sidecar(["--pid", str(pid), "--port", "0", "--interval", "0.3", *extra], env=env)
+    return Sidecar(["--pid", str(pid), "--port", "0", *METRICS_AT_ONCE, "--interval", "0.3", *extra], env=env)
 
 
 STEPS = {

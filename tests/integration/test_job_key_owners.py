@@ -20,7 +20,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fakenvml import gpu
-from tests.helpers.harness import API, REPO, Sidecar, python_env, wait_for
+from tests.helpers.harness import API, METRICS_AT_ONCE, REPO, Sidecar, python_env, wait_for
 from tests.helpers.other_users import STRANGER
 from tests.helpers.prometheus import NEEDS_PROMETHEUS, Prometheus, free_port, shipped_config
 from tests.helpers.straggler_job import STRAGGLER_JOB
@@ -166,7 +166,7 @@ def test_another_users_process_under_the_victims_run_id_is_a_job_of_its_own(tmp_
     try:
         victim = _start_victim(tmp_path)
         attacker = _start_attacker()
-        args = ["--port", "0", "--interval", "0.5", "--token", TOKEN]
+        args = ["--port", "0", *METRICS_AT_ONCE, "--interval", "0.5", "--token", TOKEN]
         with Sidecar(args, env=fake_nvml.env(), token=TOKEN) as sc:
             runs = wait_for(lambda: _runs(sc), 90, 0.5, "both owners' processes of run-42 listed")
             mine, theirs = runs[0], runs[STRANGER]

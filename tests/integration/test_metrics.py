@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sidecar import __version__
 from sidecar.serve.metrics import GPU_EFFICIENCY_GAUGES, POLL_BUCKETS_S, SidecarCollector, make_metrics
 from tests.fakenvml import gpu
-from tests.helpers.harness import API, FakeJob, Sidecar, codes, cuda_runtime, wait_for
+from tests.helpers.harness import API, METRICS_AT_ONCE, FakeJob, Sidecar, codes, cuda_runtime, wait_for
 from tests.helpers.metrics_expected import (
     MIB,
     expected_from_document,
@@ -158,6 +158,7 @@ def test_exposition_matches_the_status_document_of_the_same_poll(tmp_path, fake_
             str(job.pid),
             "--port",
             "0",
+            *METRICS_AT_ONCE,
             "--interval",
             "0.5",
             "--job-name",
@@ -260,7 +261,7 @@ def test_driver_down_counts_nvml_errors_and_exports_no_gpu_series(tmp_path, fake
     # No scenario written: the simulated driver answers nvmlInit with DRIVER_NOT_LOADED.
     spec = rank_spec(0, "cuda:0")
     with FakeJob(tmp_path / "job", {"main": spec}) as job:
-        with Sidecar(["--pid", str(job.pid), "--port", "0", "--interval", "0.3"], env=fake_nvml.env()) as sc:
+        with Sidecar(["--pid", str(job.pid), "--port", "0", *METRICS_AT_ONCE, "--interval", "0.3"], env=fake_nvml.env()) as sc:
             sc.wait_status(lambda d: "nvml-unavailable" in codes(d), what="nvml-unavailable")
 
             def nvml_errors():

@@ -20,7 +20,16 @@ from prometheus_client.parser import text_string_to_metric_families
 from probe_wire import read_segment
 from tests.fakenvml import gpu
 from tests.helpers.gloo_job import DDP_JOB
-from tests.helpers.harness import REPO, FakeJob, Sidecar, codes, cuda_runtime, python_env, wait_for
+from tests.helpers.harness import (
+    METRICS_AT_ONCE,
+    REPO,
+    FakeJob,
+    Sidecar,
+    codes,
+    cuda_runtime,
+    python_env,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -55,7 +64,7 @@ def test_real_two_rank_gloo_job_through_its_launcher(tmp_path, fake_nvml, launch
         start_new_session=True,  # the whole job can be ended as one process group
     )
     try:
-        args = ["--pid", str(launcher.pid), "--port", "0", "--interval", "0.5", "--job-name", "ddp"]
+        args = ["--pid", str(launcher.pid), "--port", "0", *METRICS_AT_ONCE, "--interval", "0.5", "--job-name", "ddp"]
         with Sidecar(args, env=fake_nvml.env()) as sc:
 
             def two_ranks(d):
@@ -208,7 +217,7 @@ def test_ranks_sharing_a_gpu_and_a_rank_on_the_wrong_gpu(tmp_path, fake_nvml):
     with FakeJob(tmp_path / "job", specs, root="launcher") as job:
         r0, r1 = job.pids["rank0"], job.pids["rank1"]
         fake_nvml.write(nvml_ranks(r0, 0, r1, 0))
-        with Sidecar(["--pid", str(job.pid), "--port", "0", "--interval", "0.3"], env=fake_nvml.env()) as sc:
+        with Sidecar(["--pid", str(job.pid), "--port", "0", *METRICS_AT_ONCE, "--interval", "0.3"], env=fake_nvml.env()) as sc:
             doc = sc.wait_status(lambda d: "rank-shared-gpu" in codes(d), what="rank-shared-gpu")
             (w,) = [w for w in doc["warnings"] if w["code"] == "rank-shared-gpu"]
             assert sorted(w["pids"]) == sorted([r0, r1]) and "GPU 0" in w["message"]
@@ -258,7 +267,7 @@ def test_swapped_ranks_are_a_device_mismatch_without_sharing(tmp_path, fake_nvml
     with FakeJob(tmp_path / "job", specs, root="launcher") as job:
         r0, r1 = job.pids["rank0"], job.pids["rank1"]
         fake_nvml.write(nvml_ranks(r0, 1, r1, 0))
-        with Sidecar(["--pid", str(job.pid), "--port", "0", "--interval", "0.3"], env=fake_nvml.env()) as sc:
+        with Sidecar(["--pid", str(job.pid), "--port", "0", *METRICS_AT_ONCE, "--interval", "0.3"], env=fake_nvml.env()) as sc:
             doc = sc.wait_status(lambda d: "rank-device-mismatch" in codes(d), what="rank-device-mismatch")
             (w,) = [w for w in doc["warnings"] if w["code"] == "rank-device-mismatch"]
             assert sorted(w["pids"]) == sorted([r0, r1])
@@ -291,7 +300,7 @@ def test_one_visible_gpu_per_rank_is_not_a_mismatch(tmp_path, fake_nvml):
     }
     with FakeJob(tmp_path / "job", specs, root="launcher") as job:
         fake_nvml.write(nvml_ranks(job.pids["rank0"], 0, job.pids["rank1"], 1))
-        with Sidecar(["--pid", str(job.pid), "--port", "0", "--interval", "0.3"], env=fake_nvml.env()) as sc:
+        with Sidecar(["--pid", str(job.pid), "--port", "0", *METRICS_AT_ONCE, "--interval", "0.3"], env=fake_nvml.env()) as sc:
             doc = sc.wait_status(
                 lambda d: sum(1 for p in d["processes"] if p["role"] == "rank" and p["gpu"]) == 2,
                 what="both ranks on their GPUs",

@@ -18,7 +18,7 @@ import pytest
 from probe_wire import segment_path
 from probe_wire.procid import process_identity
 from tests.fakenvml import gpu
-from tests.helpers.harness import API, FakeJob, Sidecar, wait_for
+from tests.helpers.harness import API, METRICS_AT_ONCE, FakeJob, Sidecar, wait_for
 from tests.helpers.other_users import NOBODY, STRANGER, get_as, write_as
 
 pytestmark = [
@@ -29,7 +29,7 @@ pytestmark = [
 
 def test_a_users_sidecar_without_a_token_serves_only_that_user_and_root():
     env = {**os.environ, "LD_LIBRARY_PATH": "/nonexistent"}  # no driver: nobody cannot read the fake one
-    with Sidecar(["--port", "0", "--interval", "0.3"], env=env, as_uid=NOBODY) as sc:
+    with Sidecar(["--port", "0", *METRICS_AT_ONCE, "--interval", "0.3"], env=env, as_uid=NOBODY) as sc:
         wait_for(lambda: get_as(NOBODY, f"{sc.url}{API}/jobs")[0] == 200, 30, 0.3, "the owner's jobs list")
         assert sc.get(f"{API}/jobs")[0] == 200  # root (this test process)
         for path in (f"{API}/jobs", f"{API}/status", f"{API}/history", f"{API}/schema", "/metrics", "/"):
@@ -55,7 +55,7 @@ def test_a_root_sidecar_watching_one_job_makes_a_token(how, sleeper, fake_nvml):
     fake_nvml.write({"gpus": [gpu(0)]})
     args = ["--pid", str(sleeper.pid)] if how == "pid" else ["run", "--"]
     head, tail = (args, []) if how == "pid" else (["run"], ["--", "sleep", "300"])
-    with Sidecar([*head, "--port", "0", "--interval", "0.3", *tail], env=fake_nvml.env()) as sc:
+    with Sidecar([*head, "--port", "0", *METRICS_AT_ONCE, "--interval", "0.3", *tail], env=fake_nvml.env()) as sc:
         made = sc.token
         assert made and len(made) >= 32, sc.lines
         assert any(f"{sc.url}/?token={made}" in line for line in sc.lines), sc.lines
@@ -98,7 +98,7 @@ def two_users_jobs(tmp_path):
 def test_roots_default_job_is_the_callers_own(two_users_jobs, fake_nvml):
     root_job, nobodys_job = two_users_jobs
     fake_nvml.write({"gpus": [gpu(0)]})
-    with Sidecar(["--port", "0", "--interval", "0.3"], env=fake_nvml.env()) as sc:
+    with Sidecar(["--port", "0", *METRICS_AT_ONCE, "--interval", "0.3"], env=fake_nvml.env()) as sc:
         wait_for(
             lambda: {root_job, nobodys_job} <= {j["id"] for j in sc.get(f"{API}/jobs")[1]["jobs"]},
             30,

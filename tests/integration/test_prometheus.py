@@ -14,7 +14,7 @@ import subprocess
 
 from tests.fakenvml import gpu, scenarios
 from tests.helpers.grafana_dashboard import dashboard_expressions, substitute_variables
-from tests.helpers.harness import REPO, FakeJob, Sidecar, codes, cuda_runtime, wait_for
+from tests.helpers.harness import METRICS_AT_ONCE, REPO, FakeJob, Sidecar, codes, cuda_runtime, wait_for
 from tests.helpers.metrics_expected import DOC_FAMILIES, expected_from_document, sample_set
 from tests.helpers.prometheus import NEEDS_PROMETHEUS, Prometheus, shipped_config
 
@@ -87,6 +87,7 @@ def test_prometheus_scrapes_the_sidecar(tmp_path, fake_nvml):
             str(job.pid),
             "--port",
             "0",
+            *METRICS_AT_ONCE,
             "--interval",
             "0.5",
             "--job-name",

@@ -16,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fakenvml import gpu
-from tests.helpers.harness import REPO, FakeJob, Sidecar, codes, cuda_runtime, python_env
+from tests.helpers.harness import METRICS_AT_ONCE, REPO, FakeJob, Sidecar, codes, cuda_runtime, python_env
 from tests.helpers.straggler_job import STRAGGLER_JOB
 
 pytestmark = pytest.mark.slow
@@ -77,7 +77,7 @@ def watch(tmp_path, fake_nvml, world: int, slow_rank: int, mode: str, pred, what
     """Run the job under a sidecar until ``pred(status)`` holds; (that status, /metrics samples)."""
     fake_nvml.write({"gpus": [gpu(0)]})
     with Job(tmp_path, world, slow_rank, mode) as job:
-        args = ["--pid", str(job.proc.pid), "--port", "0", "--interval", "0.5"]
+        args = ["--pid", str(job.proc.pid), "--port", "0", *METRICS_AT_ONCE, "--interval", "0.5"]
         with Sidecar(args, env=fake_nvml.env()) as sc:
             doc = sc.wait_status(pred, timeout_s=90, what=what)
             code, body = sc.get("/metrics")
@@ -192,7 +192,7 @@ def test_a_rank_on_a_throttled_gpu_is_named_with_its_gpu(tmp_path, fake_nvml):
             }
         )
         start = time.monotonic()
-        with Sidecar(["--pid", str(job.pid), "--port", "0", "--interval", "0.3"], env=fake_nvml.env()) as sc:
+        with Sidecar(["--pid", str(job.pid), "--port", "0", *METRICS_AT_ONCE, "--interval", "0.3"], env=fake_nvml.env()) as sc:
             doc = sc.wait_status(lambda d: stragglers(d), timeout_s=30, what="straggler-rank")
             (w,) = stragglers(doc)
             assert w["pids"][0] == pids[1]

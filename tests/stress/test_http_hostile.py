@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.fakenvml import FakeNvml, gpu
-from tests.helpers.harness import API, REPO, FakeJob, Sidecar, cuda_runtime
+from tests.helpers.harness import API, METRICS_AT_ONCE, REPO, FakeJob, Sidecar, cuda_runtime
 from tests.helpers.hypothesis_profiles import examples
 
 STATIC = REPO / "sidecar" / "static"
@@ -39,7 +39,7 @@ def server(fake_nvml_lib_dir, tmp_path_factory) -> Iterator[Sidecar]:
     }
     with FakeJob(tmp / "job", {"main": spec}) as job:
         nvml.write({"gpus": [gpu(0, processes=[{"pid": job.pid, "used_mib": 100}])]})
-        with Sidecar(["--pid", str(job.pid), "--port", "0", "--interval", "0.2"], env=nvml.env()) as sc:
+        with Sidecar(["--pid", str(job.pid), "--port", "0", *METRICS_AT_ONCE, "--interval", "0.2"], env=nvml.env()) as sc:
             sc.wait_status(lambda d: d["processes"] and d["processes"][0]["models"], what="first poll")
             yield sc
             assert sc.proc.poll() is None, "the server died"
@@ -284,7 +284,7 @@ def token_server(fake_nvml_lib_dir, tmp_path_factory) -> Iterator[Sidecar]:
     sleeper = subprocess.Popen(["sleep", "600"], stdin=subprocess.DEVNULL)
     try:
         with Sidecar(
-            ["--pid", str(sleeper.pid), "--port", "0", "--interval", "0.2", "--token", "s3cr3t-t0ken"],
+            ["--pid", str(sleeper.pid), "--port", "0", *METRICS_AT_ONCE, "--interval", "0.2", "--token", "s3cr3t-t0ken"],
             env=nvml.env(),
         ) as sc:
             sc.target_pid = sleeper.pid

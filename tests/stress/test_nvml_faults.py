@@ -9,7 +9,7 @@ import re
 import pytest
 
 from tests.fakenvml import DEFAULT_FIELD_ERRORS, gpu
-from tests.helpers.harness import API, FakeJob, Sidecar, codes, cuda_runtime, wait_for
+from tests.helpers.harness import API, METRICS_AT_ONCE, FakeJob, Sidecar, codes, cuda_runtime, wait_for
 
 UUID0 = gpu(0)["uuid"]
 TRAINER = {
@@ -37,7 +37,7 @@ def test_driver_faults_cost_fields_never_the_poll(tmp_path, fake_nvml, sidecar_e
     fake_nvml.write({"init_error": "NO_PERMISSION", "gpus": [gpu(0), gpu(1)]})
     with FakeJob(tmp_path / "job", {"main": TRAINER}) as job:
         busy = {"pid": job.pid, "used_mib": 4000, "sm_util": 80}
-        with Sidecar(["--pid", str(job.pid), "--port", "0", "--interval", "0.2"], env=sidecar_env) as sc:
+        with Sidecar(["--pid", str(job.pid), "--port", "0", *METRICS_AT_ONCE, "--interval", "0.2"], env=sidecar_env) as sc:
             # 1. nvmlInit refused: served anyway, the verdict from the probe alone, the reason given.
             doc = sc.wait_status(lambda d: d["processes"] and d["processes"][0]["models"], what="first polls")
             assert doc["nvml"]["ok"] is False and "permission" in doc["nvml"]["error"].lower()
@@ -191,7 +191,7 @@ def test_a_driver_that_disappears_and_comes_back_under_load(tmp_path, fake_nvml,
             time.sleep(0.05)
 
     with FakeJob(tmp_path / "job", {"main": TRAINER}) as job:
-        with Sidecar(["--pid", str(job.pid), "--port", "0", "--interval", "0.1"], env=sidecar_env) as sc:
+        with Sidecar(["--pid", str(job.pid), "--port", "0", *METRICS_AT_ONCE, "--interval", "0.1"], env=sidecar_env) as sc:
             sc.wait_status(lambda d: d["nvml"]["ok"], what="first poll")
             flipper = threading.Thread(target=flip, daemon=True)
             flipper.start()

@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from sidecar.sources.kubelet.lookup import PodLookup
-from tests.helpers.harness import API, REPO, Sidecar, python_env
+from tests.helpers.harness import API, METRICS_AT_ONCE, REPO, Sidecar, python_env
 
 UID = "1f2e3d4c-5b6a-4980-a1b2-c3d4e5f60718"
 CID = "cd" * 32
@@ -126,7 +126,7 @@ def test_a_watched_job_in_a_pod_shows_its_pod_in_the_document_and_on_job_info(cg
     server = _pods_api(pod_list)
     try:
         env = {**sidecar_env, "DSH_KUBELET_PODS_URL": f"http://127.0.0.1:{server.server_port}/pods"}
-        with Sidecar(["--pid", str(job.pid), "--port", "0", "--interval", "0.2"], env=env) as sc:
+        with Sidecar(["--pid", str(job.pid), "--port", "0", *METRICS_AT_ONCE, "--interval", "0.2"], env=env) as sc:
             doc = sc.wait_status(lambda d: d["pod"] is not None, what="the job's pod")
             assert doc["pod"] == {
                 "namespace": "research", "pod": "trainer-0", "uid": UID, "container": "pytorch", "source": "kubelet"

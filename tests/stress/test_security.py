@@ -16,7 +16,7 @@ import pytest
 from probe_wire import SegmentWriter, process_start_ticks, read_segment, segment_path
 from sidecar.common.catalogue import render
 from sidecar.serve.server import _token_ok
-from tests.helpers.harness import REPO, Sidecar, python_env, wait_for
+from tests.helpers.harness import METRICS_AT_ONCE, REPO, Sidecar, python_env, wait_for
 from tests.helpers.other_users import FORGER, NOBODY, write_as
 from tests.helpers.stress_jobs import variant
 
@@ -44,7 +44,7 @@ def listening_addresses(port: int) -> set[str]:
 
 def test_default_bind_is_loopback_only(fake_nvml):
     fake_nvml.write({"gpus": []})
-    with Sidecar(["--pid", str(os.getpid()), "--port", "0"], env=fake_nvml.env()) as sc:
+    with Sidecar(["--pid", str(os.getpid()), "--port", "0", *METRICS_AT_ONCE], env=fake_nvml.env()) as sc:
         port = int(sc.url.rsplit(":", 1)[1])
         assert sc.url.startswith("http://127.0.0.1:")
         assert listening_addresses(port) == {"127.0.0.1"}
@@ -265,7 +265,7 @@ def test_secrets_in_command_lines_are_redacted_everywhere(fake_nvml):
         kid = int(job.stdout.readline())
         wait_for(lambda: os.path.exists(f"/proc/{kid}"), what="child")
         with Sidecar(
-            ["--pid", str(job.pid), "--port", "0", "--interval", "0.2", "--job-name", "redaction"],
+            ["--pid", str(job.pid), "--port", "0", *METRICS_AT_ONCE, "--interval", "0.2", "--job-name", "redaction"],
             env=fake_nvml.env(),
         ) as sc:
             doc = sc.wait_status(lambda d: len(d["processes"]) == 2, what="both processes")

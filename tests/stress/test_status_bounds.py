@@ -20,7 +20,7 @@ from probe_wire import MAX_SEGMENT_BYTES, SegmentWriter, process_start_ticks
 from sidecar.documents import bounds
 from sidecar.poll.poller import Poller
 from sidecar.serve.metrics import make_metrics
-from tests.helpers.harness import API, Sidecar
+from tests.helpers.harness import API, METRICS_AT_ONCE, Sidecar
 from tests.helpers.loadgen import get, proc_cpu_rss
 from tests.helpers.payloads import full_payload
 
@@ -144,7 +144,7 @@ def test_hostile_segments_and_command_lines_yield_a_bounded_document(tree, fake_
 @pytest.mark.parametrize("tree", [1], indirect=True)  # the reader's own cost grows with each segment
 def test_the_sidecar_stays_small_with_8_clients_against_a_hostile_segment(tree, fake_nvml):
     fake_nvml.write({"gpus": []})
-    with Sidecar(["--pid", str(tree.pid), "--port", "0", "--interval", "0.5"], env=fake_nvml.env()) as sc:
+    with Sidecar(["--pid", str(tree.pid), "--port", "0", *METRICS_AT_ONCE, "--interval", "0.5"], env=fake_nvml.env()) as sc:
         want = len(tree.children)
         doc = sc.wait_status(
             lambda d: sum(p["probe_state"] == "ok" for p in d["processes"]) == want, what="probes"

@@ -26,10 +26,13 @@ def _proc(pid: int, role: str, rank: int | None, **over: Any) -> dict[str, Any]:
     }
 
 
+NOW_S = 100.0  # the poll's time: jobs that started at 1-40 s have run long enough for series
+
+
 def _doc(job: str, processes: list[dict], start_s: float = 1.0, name: str = "python") -> dict[str, Any]:
     return {
         "job_id": job,
-        "time_unix_s": 5.0,
+        "time_unix_s": NOW_S,
         "target": {"pid": int(job.split("-")[0]), "alive": True, "name": name, "create_time_unix_s": start_s},
         "status": "GPU",
         "warnings": [],
@@ -53,8 +56,8 @@ class _Poller:
         return self.docs
 
 
-def _samples(poller: _Poller, max_jobs: int = bounds.MAX_METRIC_JOBS) -> list[tuple[str, dict, float]]:
-    text = make_metrics(poller, max_jobs=max_jobs)()[0].decode()
+def _samples(poller: _Poller, max_jobs: int = bounds.MAX_METRIC_JOBS, **options: Any) -> list[tuple[str, dict, float]]:
+    text = make_metrics(poller, max_jobs=max_jobs, **options)()[0].decode()
     return [
         (s.name, dict(s.labels), s.value) for f in text_string_to_metric_families(text) for s in f.samples
     ]
@@ -191,3 +194,39 @@ def test_each_ranks_backward_is_exported_alone_on_its_node_too():
     worker = _proc(11, "dataloader-worker", None, step_breakdown={"backward_fraction": 0.9})
     got = [(labels, v) for name, labels, v in _samples(_Poller([_doc("7-1", [lone, worker])])) if name == "dsh_rank_backward_fraction"]
     assert got == [({"job_id": "7-1", "rank": "5"}, 0.25)]
+
+
+def test_a_job_gets_series_once_it_has_run_the_minimum_age():
+    """A stream of short jobs adds no series: a job younger than --metrics-min-job-age has none yet
+    (nor is it counted as omitted), and gets them once it is old enough."""
+    young = _doc("50-1", [_proc(50, "rank", 0)], start_s=NOW_S - bounds.METRICS_MIN_JOB_AGE_S + 1)
+    old = _doc("10-1", [_proc(10, "rank", 0)], start_s=1.0)
+    jobs = [{"id": "50-1", "uid": 1000, "user": "ann"}, {"id": "10-1", "uid": 1000, "user": "ann"}]
+    samples = _samples(_Poller([young, old], jobs))
+    assert {lbl.get("job_id") for _, lbl, _ in samples if "job_id" in lbl} == {"10-1"}
+    assert [v for n, _, v in samples if n == "dsh_jobs_omitted"] == [0]
+    samples = _samples(_Poller([young, old], jobs), min_job_age_s=0)
+    assert {lbl.get("job_id") for _, lbl, _ in samples if "job_id" in lbl} == {"10-1", "50-1"}
+
+
+def test_per_user_aggregates_have_no_job_id_and_do_not_grow_with_jobs():
+    def gpu_proc(pid: int, mib: float) -> dict:
+        return _proc(pid, "rank", 0, gpu=[{"index": 0, "mem_used_mib": mib, "sm_util_pct": 10}],
+                     models=[{"name": "Net", "device": "cuda:0", "forward_calls": 5}])
+
+    def run(n_jobs: int) -> list[tuple[str, dict, float]]:
+        docs = [_doc(f"{10 + i}-1", [gpu_proc(10 + i, 100)], start_s=1.0 + i) for i in range(n_jobs)]
+        jobs = [{"id": f"{10 + i}-1", "uid": 1000 + i % 2, "user": "ann" if i % 2 == 0 else "bob"} for i in range(n_jobs)]
+        return _samples(_Poller(docs, jobs), per_user=True)
+
+    few, many = run(2), run(40)
+    assert not [lbl for _, lbl, _ in many if "job_id" in lbl]
+    assert {(n, tuple(sorted(lbl.items()))) for n, lbl, _ in few} == {
+        (n, tuple(sorted(lbl.items()))) for n, lbl, _ in many
+    }  # the same series for 2 jobs as for 40
+    names = {n for n, _, _ in many}
+    assert "dsh_job_info" not in names and "dsh_model_forward_calls_total" not in names
+    mem = {lbl["user"]: v for n, lbl, v in many if n == "dsh_process_gpu_memory_used_bytes"}
+    assert mem == {"ann": 20 * 100 * 1048576, "bob": 20 * 100 * 1048576}
+    gpu_jobs = {lbl["user"]: v for n, lbl, v in many if n == "dsh_status" and lbl["status"] == "GPU"}
+    assert gpu_jobs == {"ann": 20, "bob": 20}  # the user's jobs with that verdict
