@@ -146,14 +146,15 @@ def test_a_process_s_claims_name_no_pod_for_the_kubelet_nor_poison_the_victim_s(
     try:
         # The attacker's claim comes first, under the victim's UID, with its own pod's hostname.
         first = lookup.lookup(CgroupPod(VICTIM_UID, None, None), claims_victim.pid, hostname="attacker-pod")
-        assert first.source == "self-reported" and (first.namespace, first.name) == ("research", "trainer-0")
-        # Its hostname the victim's pod name, in its own pod: its claim, not the kubelet's answer.
+        # Its hostname the victim's pod name, in its own pod.
         mimic = lookup.lookup(CgroupPod(ATTACKER_UID, None, None), os.getpid(), hostname="trainer-0")
-        assert (mimic.source, mimic.name, mimic.container) == ("self-reported", "trainer-0", None)
         # The victim's job, holding the GPU: its own pod, from the devices its pod holds.
         victim = lookup.lookup(CgroupPod(VICTIM_UID, VICTIM_CID, "containerd"), os.getpid(), gpu_uuids=[GPU])
         assert (victim.namespace, victim.name, victim.container, victim.source) == ("research", "trainer-0", "pytorch", "pod-resources")
         assert victim.container_id == VICTIM_CID
+        # The claims are shown as what they are, never as the kubelet's answer.
+        assert first.source == "self-reported" and (first.namespace, first.name) == ("research", "trainer-0")
+        assert (mimic.source, mimic.name, mimic.container) == ("self-reported", "trainer-0", None)
     finally:
         claims_victim.communicate(b"", timeout=30)
 
