@@ -112,6 +112,9 @@ var en_default = {
   "run.restarts": "{n} restart(s)",
   "pod.unnamed": "unnamed pod {uid}",
   "pod.container": "container {name}",
+  "pod.containerNamed": "container {name} ({id})",
+  "pod.selfReported": "{name} (self-reported)",
+  "pod.title": "pod UID {uid} · container id {id}",
   "runtime.torch": "PyTorch",
   "runtime.cudaBuild": "CUDA build",
   "runtime.cudaBuildNone": "CPU-only build",
@@ -578,6 +581,9 @@ var zh_default = {
   "run.restarts": "重启 {n} 次",
   "pod.unnamed": "未命名的 pod {uid}",
   "pod.container": "容器 {name}",
+  "pod.containerNamed": "容器 {name}（{id}）",
+  "pod.selfReported": "{name}（进程自报）",
+  "pod.title": "pod UID {uid} · 容器 ID {id}",
   "runtime.torch": "PyTorch",
   "runtime.cudaBuild": "CUDA 构建",
   "runtime.cudaBuildNone": "仅 CPU 版本",
@@ -2444,7 +2450,7 @@ function heroFacts(doc, lang) {
     { key: "mem", label: t(lang, "summary.mem"), text: fmtMiB(gpu && gpu.mem_used_mib), chip: null },
     { key: "cuda", label: t(lang, "summary.cuda"), text: cudaText(d.runtime || {}, lang), chip: null },
     ...d.distributed ? [{ key: "run", label: t(lang, "summary.run"), text: runText(d.distributed, lang), chip: null }] : [],
-    ...d.pod ? [{ key: "pod", label: t(lang, "summary.pod"), text: podText(d.pod, lang), chip: null }] : []
+    ...d.pod ? [{ key: "pod", label: t(lang, "summary.pod"), text: podText(d.pod, lang), chip: null, title: podTitle(d.pod, lang) }] : []
   ];
 }
 function rankRanges(ranks) {
@@ -2468,9 +2474,16 @@ function runText(run, lang) {
     isNum4(run.restart_count) && run.restart_count > 0 ? t(lang, "run.restarts", { n: run.restart_count }) : null
   ].filter(Boolean).join(" · ") || NA;
 }
+var CONTAINER_ID_SHORT_CHARS = 12;
 function podText(pod, lang) {
-  const name2 = present(pod.pod) ? present(pod.namespace) ? `${pod.namespace}/${pod.pod}` : pod.pod : t(lang, "pod.unnamed", { uid: pod.uid || NA });
-  return [name2, present(pod.container) ? t(lang, "pod.container", { name: pod.container }) : null].filter(Boolean).join(" · ");
+  const named = present(pod.pod) ? present(pod.namespace) ? `${pod.namespace}/${pod.pod}` : pod.pod : null;
+  const name2 = named === null ? t(lang, "pod.unnamed", { uid: pod.uid || NA }) : pod.source === "self-reported" ? t(lang, "pod.selfReported", { name: named }) : named;
+  const id = present(pod.container_id) ? String(pod.container_id).slice(0, CONTAINER_ID_SHORT_CHARS) : null;
+  const container = present(pod.container) ? id ? t(lang, "pod.containerNamed", { name: pod.container, id }) : t(lang, "pod.container", { name: pod.container }) : id ? t(lang, "pod.container", { name: id }) : null;
+  return [name2, container].filter(Boolean).join(" · ");
+}
+function podTitle(pod, lang) {
+  return present(pod.container_id) ? t(lang, "pod.title", { uid: pod.uid || NA, id: pod.container_id }) : null;
 }
 function runtimeFacts(doc, lang) {
   const rt = doc && doc.runtime || {};
@@ -3627,7 +3640,7 @@ function Hero({ doc, lang, lastOk }) {
     ] }),
     /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("dl", { className: "dgd-facts", "data-testid": "dsh-gpu-facts", children: heroFacts(doc, lang).map((f) => /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)("div", { "data-key": f.key, children: [
       /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("dt", { children: f.label }),
-      /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("dd", { title: f.text, children: f.chip && f.chip.device !== null ? /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("span", { className: `dgd-dev dgd-dev-${f.chip.kind}`, children: f.text }) : f.text })
+      /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("dd", { title: f.title || f.text, children: f.chip && f.chip.device !== null ? /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("span", { className: `dgd-dev dgd-dev-${f.chip.kind}`, children: f.text }) : f.text })
     ] }, f.key)) }),
     /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(Warnings, { doc, lang })
   ] });

@@ -86,6 +86,17 @@ describe('summary facts and runtime footer', () => {
     assert.deepEqual(f.map((x) => [x.key, x.text]), [['model-device', 'cuda:0'], ['input-device', 'cuda:0'], ['util', '90 %'], ['mem', '2 GiB'], ['cuda', f[4].text]])
     assert.equal(f[0].chip.kind, 'cuda')
   })
+  test("the pod: the kubelet's name, a process's own claim as self-reported, the container's short id with the full one in the title", () => {
+    const cid = '0123456789ab' + 'cd'.repeat(26)
+    const pod = (over) => heroFacts(doc({ pod: { namespace: 'research', pod: 'trainer-0', uid: 'u-1', container: 'pytorch', container_id: cid, source: 'kubelet', ...over } }), 'en').find((f) => f.key === 'pod')
+    assert.deepEqual([pod().text, pod().title], ['research/trainer-0 · container pytorch (0123456789ab)', `pod UID u-1 · container id ${cid}`])
+    // What the process says of itself (POD_NAME, its hostname) is its claim, not the kubelet's.
+    assert.equal(pod({ namespace: 'team-b', pod: 'victim-pod', container: null, source: 'self-reported' }).text, 'team-b/victim-pod (self-reported) · container 0123456789ab')
+    // No kubelet answered: the cgroup's UID and container id alone.
+    assert.equal(pod({ namespace: null, pod: null, container: null, source: 'cgroup' }).text, 'unnamed pod u-1 · container 0123456789ab')
+    // A document without the id (an older sidecar): no title.
+    assert.deepEqual([pod({ container_id: undefined }).text, pod({ container_id: undefined }).title], ['research/trainer-0 · container pytorch', null])
+  })
   test('every item, absent ones as —; a CPU-only build flagged', () => {
     const r = runtimeFacts(doc({ runtime: { torch: '2.13.0+cpu', cuda_build: null } }), 'en')
     assert.deepEqual(r.items.map((i) => [i.key, i.value, i.bad]), [['torch', '2.13.0+cpu', false], ['cuda-build', r.items[1].value, true], ['cudnn', '—', false], ['visible', '—', false], ['driver', '560.35', false], ['cuda-driver', '—', false]])

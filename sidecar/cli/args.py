@@ -14,6 +14,7 @@ import sys
 from sidecar import __version__
 from sidecar.documents import bounds
 from sidecar.serve.hosts import is_loopback_host, valid_host_name
+from sidecar.sources.pods import cgroup_root_prefixes
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -28,6 +29,7 @@ MAX_HISTORY_S = 86400.0  # a day: 57,601 samples at 1.5 s, 69-143 MiB (docs/perf
 MAX_GRACE_S = 86400.0  # a day; --stay serves for ever
 # Variables that carry the sidecar's own secrets: the job started by `run` never sees them.
 SIDECAR_SECRET_ENV = ("DSH_SIDECAR_TOKEN",)
+KUBELET_CGROUP_ROOT_ENV = "DSH_KUBELET_CGROUP_ROOT"  # sources/kubelet/lookup.py reads the same
 
 
 class UsageError(Exception):
@@ -118,6 +120,25 @@ def _host_name(text: str) -> str:
     return text.strip()
 
 
+def _cgroup_root(text: str) -> str:
+    try:
+        cgroup_root_prefixes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} (give the kubelet's --cgroup-root, e.g. /kube)") from None
+    return text
+
+
+def _add_kubelet_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--kubelet-cgroup-root",
+        type=_cgroup_root,
+        default=os.environ.get(KUBELET_CGROUP_ROOT_ENV) or None,
+        metavar="PATH",
+        help="the kubelet's --cgroup-root when it is neither / nor kind's /kubelet: a process's cgroup "
+        "names a pod only when rooted there (default: $DSH_KUBELET_CGROUP_ROOT)",
+    )
+
+
 def _add_serve_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; others need --token)"
@@ -184,6 +205,7 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
         default=10.0,
         help=f"seconds to keep serving after the job exits (default 10, at most {MAX_GRACE_S:.0f}; see --stay)",
     )
+    _add_kubelet_option(p)
 
 
 # The usage line names every command (argparse's own would list only the serve options); lines
@@ -194,7 +216,8 @@ SERVE_USAGE = """dsh-sidecar [--pid PID] [--once [--json]] [serve options]
        dsh-sidecar mcp [--url URL [--token T] | --pid PID]
        dsh-sidecar cluster --prometheus URL [--job KEY] [--json]
        serve options: [--host HOST] [--port PORT] [--interval S] [--history S] [--token T]
-                      [--allow-host NAME] [--job-name NAME] [--prometheus URL] [--stay] [--grace S]"""
+                      [--allow-host NAME] [--job-name NAME] [--prometheus URL] [--stay] [--grace S]
+                      [--kubelet-cgroup-root PATH]"""
 
 
 def serve_parser() -> argparse.ArgumentParser:
@@ -265,6 +288,7 @@ def mcp_parser() -> argparse.ArgumentParser:
         default=600.0,
         help=f"without --url: seconds of history to keep (default 600, at most {MAX_HISTORY_S:.0f})",
     )
+    _add_kubelet_option(p)
     return p
 
 

@@ -90,6 +90,13 @@ def _pid_exists(pid: int) -> bool:
         return True  # exists but belongs to someone else
 
 
+def _pods(args: argparse.Namespace):
+    """The pod lookup the pollers share: the kubelet's cgroup root is --kubelet-cgroup-root's."""
+    from sidecar.sources.kubelet.lookup import PodLookup, ProcessPods
+
+    return ProcessPods(PodLookup(cgroup_root=args.kubelet_cgroup_root))
+
+
 def _main_serve(args: argparse.Namespace) -> int:
     if args.json and not args.once:
         raise UsageError(
@@ -111,7 +118,7 @@ def _main_serve(args: argparse.Namespace) -> int:
 
     rules = rules_from_env()
     if args.once:
-        poller = Poller(args.pid, interval_s=args.interval, history_s=args.history, rules=rules)
+        poller = Poller(args.pid, interval_s=args.interval, history_s=args.history, rules=rules, pods=_pods(args))
         try:
             doc = poller.poll_once()
         finally:
@@ -119,7 +126,9 @@ def _main_serve(args: argparse.Namespace) -> int:
         text = json_text(doc, indent=2) if args.json else human_summary(doc)
         return _print_to_a_pipe(text)
     sock = _listen(args)
-    poller = Poller(args.pid, interval_s=args.interval, history_s=args.history, rules=rules, lazy_document=True)
+    poller = Poller(
+        args.pid, interval_s=args.interval, history_s=args.history, rules=rules, lazy_document=True, pods=_pods(args)
+    )
     _SIGNALS.install()
     return _serve(args, poller, sock, child=None)
 
@@ -130,7 +139,7 @@ def _main_discover(args: argparse.Namespace) -> int:
 
     rules = rules_from_env()
     sock = None if args.once else _listen(args)
-    poller = JobsPoller(interval_s=args.interval, history_s=args.history, rules=rules)
+    poller = JobsPoller(interval_s=args.interval, history_s=args.history, rules=rules, pods=_pods(args))
     if args.once:
         try:
             jobs = poller.poll_once()
@@ -194,11 +203,11 @@ def _main_mcp(args: argparse.Namespace) -> int:
         if args.pid is not None:
             from sidecar.poll.poller import Poller
 
-            poller = Poller(args.pid, interval_s=args.interval, history_s=args.history, rules=rules)
+            poller = Poller(args.pid, interval_s=args.interval, history_s=args.history, rules=rules, pods=_pods(args))
         else:
             from sidecar.poll.jobs import JobsPoller
 
-            poller = JobsPoller(interval_s=args.interval, history_s=args.history, rules=rules)
+            poller = JobsPoller(interval_s=args.interval, history_s=args.history, rules=rules, pods=_pods(args))
         backend = mcp_server.LocalBackend(poller)
     mcp_server.serve(backend)
     return EXIT_OK
@@ -433,7 +442,9 @@ def _main_run(args: argparse.Namespace) -> int:
         child.send_signal(_SIGNALS.received[-1])
     from sidecar.poll.poller import Poller
 
-    poller = Poller(child.pid, interval_s=args.interval, history_s=args.history, rules=rules, lazy_document=True)
+    poller = Poller(
+        child.pid, interval_s=args.interval, history_s=args.history, rules=rules, lazy_document=True, pods=_pods(args)
+    )
     return _serve(args, poller, sock, child=child)
 
 

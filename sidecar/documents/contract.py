@@ -360,17 +360,16 @@ DISTRIBUTED = Obj(
 
 POD = Obj(
     "Pod",
-    "The Kubernetes pod the job's root runs in (its cgroup names the pod; the kubelet its name).",
+    "The Kubernetes pod the job's root runs in (its cgroup, where the kubelet puts pods; the kubelet its name).",
     {
         "namespace": F(STR, "the pod's namespace", null=True),
         "pod": F(STR, "the pod's name", null=True),
         "uid": F(STR, "the pod's UID (from the cgroup)"),
         "container": F(STR, "the container's name", null=True),
-        "source": F(
-            STR,
-            "what named it: kubelet (Pods API), pod-resources, process (its own environment); null: none could",
-            null=True,
-        ),
+        "container_id": F(STR, "the container's id, 64 hex digits (from the cgroup, named or not)", null=True),
+        "source": F(STR, "what named it: kubelet (Pods API, by the UID), pod-resources (the pod holding the job's "
+                    "GPUs), self-reported (the process's own environment and hostname: a claim), cgroup (nothing "
+                    "named it: the UID and container id only)", null=True),
     },
 )
 

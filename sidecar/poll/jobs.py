@@ -264,6 +264,7 @@ class JobsPoller:
         uid: int | None = -1,
         shm_dir: str = SHM_DIR,
         clock: Callable[[], float] = time.time,
+        pods: ProcessPods | None = None,
     ):
         self.interval_s = interval_s
         self.history_s = history_s
@@ -274,7 +275,8 @@ class JobsPoller:
         self.nvml_source, self.system_gpus_fn = machine_sources(nvml_source, system_gpus_fn)
         self._shared = _SharedNvml()
         self._history_budget = HistoryBudget(HISTORY_MAX_BYTES)
-        self._pods = ProcessPods()  # one PodLookup for every job: one kubelet call per interval
+        # One PodLookup for every job: one kubelet call per interval.
+        self._pods = pods if pods is not None else ProcessPods()
         self._system_gpus_cache: list = []
         self._gpu_facts: tuple = ()
         self._jobs: dict[str, _Job] = {}

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from sidecar.documents.bounds import MAX_ID_CHARS, MAX_TEXT_CHARS, clip_opt
-from sidecar.sources.kubelet.lookup import ProcessPods
+from sidecar.sources.kubelet.lookup import TRUSTED_SOURCES, ProcessPods
 
 # The ranks a job's `distributed` lists (those on this node: a node runs at most a few dozen).
 MAX_RANKS_SHOWN = 64
@@ -41,7 +41,8 @@ class PodFacts:
     pod: str | None
     uid: str
     container: str | None
-    source: str | None  # kubelet, pod-resources, process; None: no source named it
+    container_id: str | None  # 64 hex digits, from the cgroup (named or not)
+    source: str | None  # kubelet, pod-resources, self-reported, cgroup (lookup.py's SOURCE_*)
 
 
 def distributed_facts(payloads: list[dict[str, Any]]) -> DistributedFacts | None:
@@ -115,8 +116,8 @@ class Placement:
 
     def _update_pod(self, root, payloads: list[dict[str, Any]], facts) -> None:
         ident = (root.pid, root.start_ticks)
-        if self.pod is not None and self.pod.source is not None and self._pod_of == ident:
-            return  # named: a pod's name never changes
+        if self.pod is not None and self.pod.source in TRUSTED_SOURCES and self._pod_of == ident:
+            return  # named by the kubelet: a pod's name never changes
         hostname = next((p.get("hostname") for p in payloads if p.get("hostname")), None)
         used = {g.index for p in facts.processes for g in p.gpu}
         uuids = [g.uuid for g in facts.gpus if g.index in used and g.uuid]
@@ -128,5 +129,6 @@ class Placement:
                 clip_opt(info.name),
                 info.uid,
                 clip_opt(info.container, MAX_ID_CHARS),
+                info.container_id,
                 info.source,
             )

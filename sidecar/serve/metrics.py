@@ -63,6 +63,8 @@ JOB_INFO_LABELS += ["job_key", "job_key_source", "world_size", "node_rank", "hos
 # The run's owner (its root's real uid): a job key is anyone's to set, so a run across nodes is
 # (job_key, uid) (sidecar/documents/cluster.py); empty, as job_key, for a job that is no run.
 JOB_INFO_LABELS += ["uid"]
+# What named the pod (the document's pod.source): a self-reported name is the process's claim.
+JOB_INFO_LABELS += ["pod_source"]
 # The GPU's efficiency gauges: (metric, help, Gpu field in the status document, scale to the unit).
 GPU_EFFICIENCY_GAUGES = (
     ("dsh_gpu_sm_clock_hz", "SM clock (NVML).", "sm_clock_mhz", 1e6),
@@ -415,6 +417,7 @@ class SidecarCollector:
                 run.get("job_key"), run.get("job_key_source"), run.get("world_size"), run.get("node_rank"),
                 run.get("hostname"), pod.get("namespace"), pod.get("pod"), pod.get("container"),
                 run.get("uid"),
+                pod.get("source"),
             ],
             1,
         )

@@ -244,3 +244,18 @@ def test_the_bar_and_the_table_show_one_data_wait_each_named_by_its_window(serve
     assert page.get_attribute("[data-testid=eff-seg][data-key=data]", "title") == bar
     screenshot(page, f"data-wait-{locale}", full_page=True)
     assert not pages.errors, pages.errors
+
+
+def test_a_pod_no_kubelet_named_shows_its_container_id(serve, pages):
+    """Issue 37 item 8: the cgroup's container id, with no kubelet to name the pod, is on the page
+    where the pod is: its short form, the full id in the title."""
+    cid = "0123456789ab" + "cd" * 26
+    uid = "1f2e3d4c-5b6a-4980-a1b2-c3d4e5f60718"
+    doc = status_doc([], [main_process([], device="cpu")], model_gpu=None)
+    doc["pod"] = obj("Pod", uid=uid, container_id=cid, source="cgroup")
+    page = pages.open(serve(doc, history_doc(gpu=False)))
+    wait_js(page, "() => !!document.querySelector('[data-testid=fact-pod] dd')")
+    dd = page.locator("[data-testid=fact-pod] dd")
+    assert dd.inner_text() == f"unnamed pod {uid} · container 0123456789ab"
+    assert dd.get_attribute("title") == f"pod UID {uid} · container id {cid}"
+    assert not pages.errors, pages.errors

@@ -148,7 +148,7 @@ def expected_from_document(doc: dict[str, Any], job_name: str | None) -> set[tup
     user = next((j["user"] for j in doc.get("jobs") or () if j["id"] == job), None)
     run, pod = doc["distributed"] or {}, doc["pod"] or {}
     placement = {k: run.get(k) for k in ("job_key", "job_key_source", "world_size", "node_rank", "hostname", "uid")}
-    placement |= {k: pod.get(k) for k in ("namespace", "pod", "container")}
+    placement |= {k: pod.get(k) for k in ("namespace", "pod", "container")} | {"pod_source": pod.get("source")}
     add("dsh_job_info", {"job_id": job, "root_pid": root["pid"], "user": user, "process": root["name"], **placement}, 1)
     out = []
     for (name, labels), (how, values) in folded.items():

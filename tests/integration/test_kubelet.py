@@ -1,7 +1,8 @@
 """The sidecar's kubelet clients against real servers: a gRPC server on a unix socket speaking the
 real pod-resources v1 protobuf (the stubs in sidecar/sources/kubelet), a kubelet Pods API over
 HTTP, and the fallbacks: no socket, a socket that is not gRPC, one that never answers (bounded),
-and the process's own view (the downward API's variables)."""
+and the process's own view (the downward API's variables), shown as self-reported and never
+taken for the kubelet's answer nor kept for another process."""
 
 from __future__ import annotations
 
@@ -50,22 +51,29 @@ def resources_response() -> api_pb2.ListPodResourcesResponse:
 
 
 class Lister(api_pb2_grpc.PodResourcesListerServicer):
-    def __init__(self):
+    def __init__(self, response: api_pb2.ListPodResourcesResponse):
         self.calls = 0
+        self.response = response
 
     def List(self, request, context):  # noqa: N802 -- the service's method name
         self.calls += 1
-        return resources_response()
+        return self.response
+
+
+def _serve_pod_resources(path: str, response: api_pb2.ListPodResourcesResponse):
+    """A kubelet's pod-resources server on the unix socket ``path`` answering ``response``."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    lister = Lister(response)
+    api_pb2_grpc.add_PodResourcesListerServicer_to_server(lister, server)
+    server.add_insecure_port(f"unix://{path}")
+    server.start()
+    return server, lister
 
 
 @pytest.fixture
 def kubelet_socket(tmp_path):
     path = str(tmp_path / "kubelet.sock")
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    lister = Lister()
-    api_pb2_grpc.add_PodResourcesListerServicer_to_server(lister, server)
-    server.add_insecure_port(f"unix://{path}")
-    server.start()
+    server, lister = _serve_pod_resources(path, resources_response())
     yield path, lister
     server.stop(grace=None)
 
@@ -79,21 +87,76 @@ def test_list_reads_the_real_protobuf(kubelet_socket):
     assert lister.calls == 1
 
 
-def test_lookup_names_a_pod_by_its_gpu_then_by_hostname_and_asks_once(kubelet_socket):
+def test_lookup_names_a_pod_by_its_gpu_and_asks_once(kubelet_socket):
     path, lister = kubelet_socket
     now = [100.0]
     lookup = PodLookup(pods_url="", socket_path=path, clock=lambda: now[0])
     by_gpu = lookup.lookup(CgroupPod(UID, CID, "containerd"), os.getpid(), gpu_uuids=[GPU])
     assert (by_gpu.namespace, by_gpu.name, by_gpu.container, by_gpu.source) == ("research", "trainer-0", "pytorch", "pod-resources")
     assert by_gpu.uid == UID and by_gpu.container_id == CID and by_gpu.why is None
-    # Cached by UID: asked again, the kubelet is not.
-    assert lookup.lookup(CgroupPod(UID, CID, "containerd"), os.getpid()).name == "trainer-0"
+    # A hostname is what the process says: it names no pod through pod-resources.
     by_name = lookup.lookup(CgroupPod(OTHER_UID, None, None), os.getpid(), hostname="web-7f9c")
-    assert (by_name.namespace, by_name.name, by_name.container) == ("default", "web-7f9c", None)
+    assert by_name.source == "self-reported" and by_name.name == "web-7f9c" and by_name.namespace is None
     assert lister.calls == 1  # one List within list_every_s, whatever the number of new pods
     now[0] += 11
-    lookup.lookup(CgroupPod("0" * 32, None, None), os.getpid(), hostname="nobody")
+    lookup.lookup(CgroupPod("0" * 32, None, None), os.getpid(), gpu_uuids=[GPU])
     assert lister.calls == 2
+
+
+VICTIM_UID = "7c1d2e3f-4a5b-4c6d-8e9f-0a1b2c3d4e5f"
+ATTACKER_UID = "3e4f5a6b-7c8d-4e9f-a0b1-c2d3e4f5a6b7"
+VICTIM_CID = "ef" * 32
+
+
+def attack_response() -> api_pb2.ListPodResourcesResponse:
+    """The node's pods: the victim's holding the GPU, the attacker's holding none."""
+    gpu = api_pb2.ContainerDevices(resource_name="nvidia.com/gpu", device_ids=[GPU])
+    return api_pb2.ListPodResourcesResponse(
+        pod_resources=[
+            api_pb2.PodResources(
+                name="trainer-0", namespace="research", containers=[api_pb2.ContainerResources(name="pytorch", devices=[gpu])]
+            ),
+            api_pb2.PodResources(name="attacker-pod", namespace="team-b", containers=[api_pb2.ContainerResources(name="main")]),
+        ]
+    )
+
+
+@pytest.fixture
+def attack_socket(tmp_path):
+    path = str(tmp_path / "kubelet.sock")
+    server, _ = _serve_pod_resources(path, attack_response())
+    yield path
+    server.stop(grace=None)
+
+
+def _waiting_process(env: dict[str, str]) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", READY_THEN_WAIT], env={**os.environ, **env}, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    # Read only once it runs: during its execve its environment reads empty.
+    assert proc.stdout.readline() == b"ready\n"
+    return proc
+
+
+def test_a_process_s_claims_name_no_pod_for_the_kubelet_nor_poison_the_victim_s(attack_socket):
+    """Issue 37 item 7: a process whose hostname was another pod's name was named after that pod
+    (source pod-resources), and an attacker's claim looked up first under the victim's next pod
+    UID was kept for that UID: the victim's job, holding that pod's GPU, shown as
+    team-b/attacker-pod."""
+    lookup = PodLookup(pods_url="", socket_path=attack_socket)
+    claims_victim = _waiting_process({"POD_NAME": "trainer-0", "POD_NAMESPACE": "research"})
+    try:
+        # The attacker's claim comes first, under the victim's UID, with its own pod's hostname.
+        first = lookup.lookup(CgroupPod(VICTIM_UID, None, None), claims_victim.pid, hostname="attacker-pod")
+        # Its hostname the victim's pod name, in its own pod.
+        mimic = lookup.lookup(CgroupPod(ATTACKER_UID, None, None), os.getpid(), hostname="trainer-0")
+        # The victim's job, holding the GPU: its own pod, from the devices its pod holds.
+        victim = lookup.lookup(CgroupPod(VICTIM_UID, VICTIM_CID, "containerd"), os.getpid(), gpu_uuids=[GPU])
+        assert (victim.namespace, victim.name, victim.container, victim.source) == ("research", "trainer-0", "pytorch", "pod-resources")
+        assert victim.container_id == VICTIM_CID
+        # The claims are shown as what they are, never as the kubelet's answer.
+        assert first.source == "self-reported" and (first.namespace, first.name) == ("research", "trainer-0")
+        assert (mimic.source, mimic.name, mimic.container) == ("self-reported", "trainer-0", None)
+    finally:
+        claims_victim.communicate(b"", timeout=30)
 
 
 def test_without_a_socket_the_lookup_says_why_and_takes_the_process_s_own_view(tmp_path):
@@ -108,10 +171,10 @@ def test_without_a_socket_the_lookup_says_why_and_takes_the_process_s_own_view(t
     assert proc.stdout.readline() == b"ready\n"
     try:
         info = lookup.lookup(CgroupPod(UID, CID, "containerd"), proc.pid)
-        assert (info.namespace, info.name, info.source) == ("team-a", "trainer-1", "process")
-        # No view of its own: nothing named, and why.
-        bare = lookup.lookup(CgroupPod(OTHER_UID, None, None), os.getpid())
-        assert bare.source is None and bare.name is None
+        assert (info.namespace, info.name, info.source) == ("team-a", "trainer-1", "self-reported")
+        # No view of its own: nothing named, and why; the cgroup's UID and container id still.
+        bare = lookup.lookup(CgroupPod(OTHER_UID, CID, None), os.getpid())
+        assert (bare.source, bare.name, bare.uid, bare.container_id) == ("cgroup", None, OTHER_UID, CID)
         assert "not configured" in bare.why and "no kubelet pod-resources socket" in bare.why
     finally:
         proc.communicate(b"", timeout=30)
@@ -210,11 +273,12 @@ POD_LIST = {
 }
 
 
-@pytest.fixture
-def pods_endpoint():
+def _pods_api(pod_list: dict) -> ThreadingHTTPServer:
+    """A kubelet's ``GET /pods`` on loopback answering ``pod_list``."""
+    body = json.dumps(pod_list).encode()
+
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802
-            body = json.dumps(POD_LIST).encode()
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -225,8 +289,15 @@ def pods_endpoint():
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.fixture
+def pods_endpoint():
+    server = _pods_api(POD_LIST)
     yield f"http://127.0.0.1:{server.server_address[1]}/pods"
     server.shutdown()
+    server.server_close()
 
 
 def test_the_kubelet_pods_api_names_pod_and_container_by_uid_and_id(pods_endpoint, tmp_path):
@@ -246,8 +317,16 @@ def test_a_kubelet_pods_api_that_is_down_says_why(tmp_path):
     assert pods is None and why.startswith("kubelet Pods API: URLError"), why
 
 
-def test_the_cache_is_bounded(tmp_path):
-    lookup = PodLookup(pods_url="", socket_path=str(tmp_path / "absent.sock"), max_pods=8)
-    for i in range(50):
-        lookup.lookup(CgroupPod(f"{i:032x}", None, None), os.getpid())
-    assert len(lookup._cache) == 8
+def test_the_cache_is_bounded_and_holds_the_kubelet_s_answers_alone(tmp_path):
+    many = {"kind": "PodList", "items": [{"metadata": {"name": f"p-{i}", "namespace": "ns", "uid": f"{i:032x}"}} for i in range(50)]}
+    server = _pods_api(many)
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/pods"
+        lookup = PodLookup(pods_url=url, socket_path=str(tmp_path / "absent.sock"), max_pods=8)
+        for i in range(50):
+            assert lookup.lookup(CgroupPod(f"{i:032x}", None, None), os.getpid()).name == f"p-{i}"
+        lookup.lookup(CgroupPod("f" * 32, None, None), os.getpid(), hostname="p-1")  # a claim: not kept
+        assert len(lookup._by_uid) == 8 and "f" * 32 not in lookup._by_uid
+    finally:
+        server.shutdown()
+        server.server_close()

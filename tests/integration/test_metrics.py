@@ -42,6 +42,7 @@ CONTRACT = {
     "dsh_job_info": {
         "job_id", "root_pid", "user", "process",
         "job_key", "job_key_source", "world_size", "node_rank", "hostname", "namespace", "pod", "container", "uid",
+        "pod_source",
     },
     "dsh_jobs_omitted": set(),
     "dsh_status": {"job_id", "status"},

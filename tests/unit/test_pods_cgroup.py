@@ -7,11 +7,14 @@ from __future__ import annotations
 import pytest
 
 from sidecar.sources.pods import (
+    DEFAULT_PREFIXES,
     MAX_CGROUP_FILE_BYTES,
     CgroupPod,
+    cgroup_root_prefixes,
     pod_from_cgroup_file,
     pod_from_path,
     pod_uid,
+    trusted_prefixes,
 )
 
 UID = "1f2e3d4c-5b6a-4980-a1b2-c3d4e5f60718"
@@ -123,3 +126,72 @@ def test_hostile_files_are_bounded():
     padded = b"1:x:/" + b"y" * MAX_CGROUP_FILE_BYTES + f"\n0::/kubepods/pod{UID}/{CID}\n".encode()
     assert pod_from_cgroup_file(padded) is None
     assert pod_from_cgroup_file(b"\xff\xfe:\x00:" + b"/kubepods/pod\xff" * 10) is None
+
+
+# Issue 37 item 6: a user's delegated cgroup subtree (systemd's user@UID.service, a rootless
+# container's) can hold any names below it; only the kubelet's root names a pod.
+CRAFTED = [
+    f"/user.slice/user-1000.slice/user@1000.service/kubepods/pod{UID}/{CID}",
+    f"/user.slice/user-1000.slice/user@1000.service/app.slice/kubepods.slice/kubepods-pod{SYSTEMD_UID}.slice/cri-containerd-{CID}.scope",
+    f"/system.slice/kubepods/burstable/pod{UID}/{CID}",
+    f"/kubepods-evil/pod{UID}/{CID}",  # a name with "kubepods" in it is not the kubelet's
+    f"/../user.slice/user-1000.slice/user@1000.service/kubepods/pod{UID}/{CID}",  # climbing first, then a user's
+]
+
+
+@pytest.mark.parametrize("path", CRAFTED)
+def test_a_delegated_subtree_names_no_pod(path):
+    assert pod_from_path(path) is None
+    assert pod_from_cgroup_file(f"0::{path}\n".encode()) is None
+    # Configured elsewhere, the kubelet's root still is not a user's subtree.
+    assert pod_from_path(path, trusted_prefixes("/kube")) is None
+
+
+def test_a_pod_nested_in_a_container_s_own_cgroups_is_the_outer_pod():
+    # A container that may write its own cgroups (privileged, or v2 delegation) nests another pod's
+    # names below its own: the first pod below kubepods is the one it runs in.
+    other = "9a8b7c6d-5e4f-4a3b-9c2d-1e0f9a8b7c6d"
+    path = f"/kubepods/burstable/pod{UID}/{CID}/kubepods/pod{other}/{'e' * 64}"
+    assert pod_from_path(path) == CgroupPod(UID, CID, None)
+    systemd = (
+        f"/kubepods.slice/kubepods-pod{SYSTEMD_UID}.slice/cri-containerd-{CID}.scope/"
+        f"kubepods-pod{other.replace('-', '_')}.slice/cri-containerd-{'e' * 64}.scope"
+    )
+    assert pod_from_path(systemd) == CgroupPod(UID, CID, "containerd")
+
+
+@pytest.mark.parametrize(
+    ("root", "path", "runtime"),
+    [
+        # the kubelet's --cgroup-root=/kube with the cgroupfs driver, and with systemd's
+        ("/kube", f"/kube/kubepods/besteffort/pod{UID}/{CID}", None),
+        ("/kube", f"/kube.slice/kube-kubepods.slice/kube-kubepods-pod{SYSTEMD_UID}.slice/crio-{CID}.scope", "cri-o"),
+        # the root given as systemd's slices
+        ("/kube.slice", f"/kube.slice/kube-kubepods.slice/kube-kubepods-pod{SYSTEMD_UID}.slice/crio-{CID}.scope", "cri-o"),
+        # two levels deep
+        ("/nodes/n1", f"/nodes/n1/kubepods/pod{UID}/{CID}", None),
+    ],
+)
+def test_a_configured_cgroup_root_names_pods_below_it_alone(root, path, runtime):
+    assert pod_from_path(path) is None  # not where the kubelet puts pods by default
+    assert pod_from_path(path, trusted_prefixes(root)) == CgroupPod(UID, CID, runtime)
+    assert pod_from_path(f"/user.slice{path}", trusted_prefixes(root)) is None  # below a user's: not it
+
+
+def test_the_top_of_the_hierarchy_and_kind_s_root_are_the_defaults():
+    for path in (
+        f"/kubepods/pod{UID}/{CID}",
+        f"/kubepods.slice/kubepods-pod{SYSTEMD_UID}.slice/cri-containerd-{CID}.scope",
+        f"/kubelet/kubepods/burstable/pod{UID}/{CID}",
+        f"/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-pod{SYSTEMD_UID}.slice/cri-containerd-{CID}.scope",
+        f"/../../kubepods-burstable-pod{SYSTEMD_UID}.slice/cri-containerd-{CID}.scope",
+        f"/../../../kubepods-besteffort.slice/kubepods-besteffort-pod{SYSTEMD_UID}.slice/cri-containerd-{CID}.scope",
+    ):
+        found = pod_from_path(path, DEFAULT_PREFIXES)
+        assert found is not None and (found.uid, found.container_id) == (UID, CID), path
+
+
+@pytest.mark.parametrize("root", ["kube", "", "/a/../b", "/a/./b", "/a b", "/" + "x" * 2000, "/a\nb"])
+def test_a_cgroup_root_that_is_no_absolute_cgroup_path_is_refused(root):
+    with pytest.raises(ValueError):
+        cgroup_root_prefixes(root)

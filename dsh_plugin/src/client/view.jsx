@@ -32,7 +32,7 @@ function Hero({ doc, lang, lastOk }) {
         {heroFacts(doc, lang).map((f) => (
           <div key={f.key} data-key={f.key}>
             <dt>{f.label}</dt>
-            <dd title={f.text}>{f.chip && f.chip.device !== null ? <span className={`dgd-dev dgd-dev-${f.chip.kind}`}>{f.text}</span> : f.text}</dd>
+            <dd title={f.title || f.text}>{f.chip && f.chip.device !== null ? <span className={`dgd-dev dgd-dev-${f.chip.kind}`}>{f.text}</span> : f.text}</dd>
           </div>
         ))}
       </dl>

@@ -2,8 +2,9 @@
 device ids each holds (a GPU's UUID for ``nvidia.com/gpu``). gRPC over the kubelet's unix socket.
 
 It names pods by namespace and name, never by UID: the lookup (``sources/kubelet/lookup.py``) joins
-a process to its pod through the GPUs the process uses or its hostname. grpcio is optional: without
-it ``list_pods`` says so and the sidecar goes on.
+a process to its pod only through the devices the pod holds (the GPUs the process uses), never
+through what the process says of itself. grpcio is optional: without it ``list_pods`` says so and
+the sidecar goes on.
 """
 
 from __future__ import annotations

@@ -160,7 +160,7 @@ function renderHero(doc) {
   facts.replaceChildren();
   if (doc) {
     facts.append(...heroFacts(doc, state.lang).map((f) => h('div', { class: 'fact', 'data-testid': `fact-${f.key}` },
-      h('dt', { text: f.label }), h('dd', null, f.chip ? devChip(f.chip) : f.text))));
+      h('dt', { text: f.label }), h('dd', { title: f.title || null }, f.chip ? devChip(f.chip) : f.text))));
   }
 
   const list = $('[data-testid="warnings"]');

@@ -85,13 +85,14 @@ export const SCHEMA = 2
  */
 
 /**
- * The Kubernetes pod the job's root runs in (its cgroup names the pod; the kubelet its name).
+ * The Kubernetes pod the job's root runs in (its cgroup, where the kubelet puts pods; the kubelet its name).
  * @typedef {Object} Pod
  * @property {string|null} namespace the pod's namespace
  * @property {string|null} pod the pod's name
  * @property {string} uid the pod's UID (from the cgroup)
  * @property {string|null} container the container's name
- * @property {string|null} source what named it: kubelet (Pods API), pod-resources, process (its own environment); null: none could
+ * @property {string|null} container_id the container's id, 64 hex digits (from the cgroup, named or not)
+ * @property {string|null} source what named it: kubelet (Pods API, by the UID), pod-resources (the pod holding the job's GPUs), self-reported (the process's own environment and hostname: a claim), cgroup (nothing named it: the UID and container id only)
  */
 
 /**

@@ -28,8 +28,9 @@
  *                              mem}], noProcs, mig: null | {title, rows}}; `tag` null | {kind, text}; `rows`:
  *                              migRows (efficiency.js) with `pidsText`, the processes in each instance.
  *   igpuCard(sysGpu, lang)     {pci, vendor, name, badge, note, meta}: a GPU NVML does not drive.
- *   heroFacts(doc, lang)       [{key, label, text, chip}]: the summary's facts (`chip` for devices);
- *                              `run` and `pod` only for a job of a distributed run, or in a pod.
+ *   heroFacts(doc, lang)       [{key, label, text, chip, title}]: the summary's facts (`chip` for devices;
+ *                              `title` null, or podTitle for the pod); `run` and `pod` only for a job of a
+ *                              distributed run, or in a pod.
  *   runtimeFacts(doc, lang)    {items: [{key, label, value, bad}], error, interval}: the footer.
  *
  * The cluster view (a ClusterDocument, GET /api/dsh-gpu-dashboard/cluster, from a sidecar started with --prometheus):
@@ -270,7 +271,7 @@ export function heroFacts(doc, lang) {
     { key: 'mem', label: t(lang, 'summary.mem'), text: fmtMiB(gpu && gpu.mem_used_mib), chip: null },
     { key: 'cuda', label: t(lang, 'summary.cuda'), text: cudaText(d.runtime || {}, lang), chip: null },
     ...(d.distributed ? [{ key: 'run', label: t(lang, 'summary.run'), text: runText(d.distributed, lang), chip: null }] : []),
-    ...(d.pod ? [{ key: 'pod', label: t(lang, 'summary.pod'), text: podText(d.pod, lang), chip: null }] : []),
+    ...(d.pod ? [{ key: 'pod', label: t(lang, 'summary.pod'), text: podText(d.pod, lang), chip: null, title: podTitle(d.pod, lang) }] : []),
   ];
 }
 
@@ -300,10 +301,28 @@ export function runText(run, lang) {
   ].filter(Boolean).join(' · ') || NA;
 }
 
-/** A job's pod in one line: namespace/name · container, or its UID when no source named it. */
+// A container id as `docker ps` and `crictl ps` show it: its first 12 hex digits.
+export const CONTAINER_ID_SHORT_CHARS = 12;
+
+/**
+ * A job's pod in one line: namespace/name · container (its name, and its short id from the cgroup),
+ * or its UID when nothing named it. A name the process gave itself (source `self-reported`: its
+ * environment, its hostname) is shown as its claim, never as the kubelet's.
+ */
 export function podText(pod, lang) {
-  const name = present(pod.pod) ? (present(pod.namespace) ? `${pod.namespace}/${pod.pod}` : pod.pod) : t(lang, 'pod.unnamed', { uid: pod.uid || NA });
-  return [name, present(pod.container) ? t(lang, 'pod.container', { name: pod.container }) : null].filter(Boolean).join(' · ');
+  const named = present(pod.pod) ? (present(pod.namespace) ? `${pod.namespace}/${pod.pod}` : pod.pod) : null;
+  const name = named === null ? t(lang, 'pod.unnamed', { uid: pod.uid || NA })
+    : pod.source === 'self-reported' ? t(lang, 'pod.selfReported', { name: named }) : named;
+  const id = present(pod.container_id) ? String(pod.container_id).slice(0, CONTAINER_ID_SHORT_CHARS) : null;
+  const container = present(pod.container)
+    ? (id ? t(lang, 'pod.containerNamed', { name: pod.container, id }) : t(lang, 'pod.container', { name: pod.container }))
+    : (id ? t(lang, 'pod.container', { name: id }) : null);
+  return [name, container].filter(Boolean).join(' · ');
+}
+
+/** The pod's full UID and container id, for the title of the line podText makes; null without an id. */
+export function podTitle(pod, lang) {
+  return present(pod.container_id) ? t(lang, 'pod.title', { uid: pod.uid || NA, id: pod.container_id }) : null;
 }
 
 export function runtimeFacts(doc, lang) {
