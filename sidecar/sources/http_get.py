@@ -49,8 +49,8 @@ def get(
     """GET `url` (http or https) within `timeout_s` in all; HttpError when there is no answer to use.
     Any status that is not a redirect is an answer: the caller reads 4xx and 5xx bodies itself.
     `trusted_uids`: users besides ours and root whose local server may be asked (a Prometheus run
-    by its own system user). Over https the certificate names the server, so any local user's
-    server that presents a valid one for the host is asked too."""
+    by its own system user). Over https with a checked certificate the certificate names the
+    server, so any local user's server that presents a valid one for the host is asked too."""
     deadline = time.monotonic() + timeout_s
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -62,7 +62,9 @@ def get(
     host = parts.hostname
     sock = _connect(host, port, deadline)
     try:
-        server_uid = _prove_peer(sock, host, port, trusted_uids, tls=parts.scheme == "https")
+        # a certificate names the server only where it is checked (not with CERT_NONE)
+        verified = parts.scheme == "https" and (ssl_context is None or ssl_context.verify_mode != ssl.CERT_NONE)
+        server_uid = _prove_peer(sock, host, port, trusted_uids, tls=verified)
         if parts.scheme == "https":
             sock = _wrap_tls(sock, host, deadline, ssl_context)
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")

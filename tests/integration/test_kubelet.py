@@ -24,6 +24,7 @@ from sidecar.sources.kubelet import api_pb2, api_pb2_grpc, pod_resources, pods_a
 from sidecar.sources.kubelet.lookup import PodLookup  # noqa: E402
 from sidecar.sources.pods import CgroupPod  # noqa: E402
 from tests.helpers.harness import REPO, python_env  # noqa: E402
+from tests.helpers.stranger import StrangerListener, can_switch_user  # noqa: E402
 
 UID = "1f2e3d4c-5b6a-4980-a1b2-c3d4e5f60718"
 OTHER_UID = "9a8b7c6d-5e4f-4a3b-9c2d-1e0f9a8b7c6d"
@@ -314,7 +315,17 @@ def test_a_kubelet_pods_api_that_is_down_says_why(tmp_path):
     port = s.getsockname()[1]
     s.close()  # nothing listens there now
     pods, why = pods_api.fetch_pods(f"http://127.0.0.1:{port}/pods", timeout_s=0.5)
-    assert pods is None and why.startswith("kubelet Pods API: URLError"), why
+    assert pods is None and why.startswith("kubelet Pods API: cannot connect") and "refused" in why, why
+
+
+@pytest.mark.skipif(not can_switch_user(), reason="needs root and setpriv to act as another user")
+def test_a_pods_api_port_another_user_serves_is_not_asked():
+    """The Pods API is asked with the service account's token: a server on this machine gets the
+    request only when it is root's (the kubelet) or ours (sidecar/sources/http_get.py)."""
+    with StrangerListener() as stranger:
+        pods, why = pods_api.fetch_pods(f"{stranger.url}/pods", timeout_s=2)
+        assert pods is None and "another user (uid 65534)" in why, why
+        assert stranger.requests == []
 
 
 def test_the_cache_is_bounded_and_holds_the_kubelet_s_answers_alone(tmp_path):
