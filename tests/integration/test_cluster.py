@@ -17,6 +17,7 @@ from tests.fakenvml import gpu
 from tests.helpers.browser import screenshot, wait_js
 from tests.helpers.harness import METRICS_AT_ONCE, REPO, Sidecar, python_env, wait_for
 from tests.helpers.prometheus import NEEDS_PROMETHEUS, Prometheus, free_port, shipped_config
+from tests.helpers.sidecar_cli import cli
 from tests.helpers.straggler_job import STRAGGLER_JOB
 
 pytestmark = NEEDS_PROMETHEUS
@@ -27,14 +28,7 @@ SLOW_S = 0.15  # what rank 1 (node-b) adds to each forward
 
 
 def cluster(prom: Prometheus, *args: str) -> tuple[int, str]:
-    r = subprocess.run(
-        [sys.executable, "-m", "sidecar.cli", "cluster", "--prometheus", prom.url, *args],
-        env=python_env(),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    r = cli("cluster", "--prometheus", prom.url, *args)
     assert r.returncode in (0, 1), (r.returncode, r.stdout, r.stderr)
     return r.returncode, r.stdout
 

@@ -20,9 +20,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fakenvml import gpu
-from tests.helpers.harness import API, METRICS_AT_ONCE, REPO, Sidecar, python_env, wait_for
+from tests.helpers.harness import API, METRICS_AT_ONCE, Sidecar, python_env, wait_for
 from tests.helpers.other_users import STRANGER
 from tests.helpers.prometheus import NEEDS_PROMETHEUS, Prometheus, free_port, shipped_config
+from tests.helpers.sidecar_cli import cli
 from tests.helpers.straggler_job import STRAGGLER_JOB
 
 pytestmark = [
@@ -63,14 +64,7 @@ ATTACKER = textwrap.dedent(
 
 
 def _cluster_json(prom: Prometheus) -> dict:
-    r = subprocess.run(
-        [sys.executable, "-m", "sidecar.cli", "cluster", "--prometheus", prom.url, "--json", "--job", RUN_ID],
-        env=python_env(),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    r = cli("cluster", "--prometheus", prom.url, "--json", "--job", RUN_ID)
     assert r.returncode in (0, 1), (r.returncode, r.stdout, r.stderr)
     return json.loads(r.stdout)
 
