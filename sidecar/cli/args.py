@@ -379,7 +379,7 @@ def check_serve_args(args: argparse.Namespace) -> None:
         raise UsageError(bad_host(args.host)) from None
     check_token(args.token, loopback=is_loopback_host(args.host))
     if args.prometheus:
-        from sidecar.sources.prometheus import check_url  # urllib.request: only when asked for
+        from sidecar.sources.prometheus import check_url  # the HTTP door: imported only when asked for
 
         try:
             check_url(args.prometheus)
