@@ -325,7 +325,19 @@ class SidecarCollector:
             [],
         )
         omitted.add([], len(grown) - len(shown))
-        f = {
+        f = self._job_families()
+        users = {j.get("id"): j.get("user") or j.get("uid") for d in docs[:1] for j in d.get("jobs") or ()}
+        for doc in shown:
+            user = users.get(doc.get("job_id"))
+            self._one_job(doc, user, f, user if self.per_user else doc.get("job_id"))
+        if self.per_user:  # per job by nature (info) or not summable (a counter drops as a job ends)
+            del f["job"], f["mcalls"]
+        yield omitted.family
+        yield from (family.family for family in f.values())
+
+    def _job_families(self) -> dict[str, _Family]:
+        """The per-job families, empty, by the short name `_one_job` fills them through."""
+        return {
             "job": self._job_gauge(
                 "dsh_job_info",
                 "A live job and what describes it (always 1): its root's pid, user and process name, its "
@@ -396,14 +408,6 @@ class SidecarCollector:
                 "mean",
             ),
         }
-        users = {j.get("id"): j.get("user") or j.get("uid") for d in docs[:1] for j in d.get("jobs") or ()}
-        for doc in shown:
-            user = users.get(doc.get("job_id"))
-            self._one_job(doc, user, f, user if self.per_user else doc.get("job_id"))
-        if self.per_user:  # per job by nature (info) or not summable (a counter drops as a job ends)
-            del f["job"], f["mcalls"]
-        yield omitted.family
-        yield from (family.family for family in f.values())
 
     def _one_job(self, doc: dict[str, Any], user: str | None, f: dict[str, _Family], job: Any) -> None:
         """One job's series, within the per-job bounds (series_bound); `job` is the value of the
