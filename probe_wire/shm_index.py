@@ -346,6 +346,13 @@ class NameIndex:
     def scratch_names(self) -> list[str]:
         return list(self._scratch)
 
+    def scratch_after(self, name: str, most: int) -> list[str]:
+        """At most ``most`` scratch names after ``name`` (in name order, from the first again past
+        the last): a sweep's part of them."""
+        names = sorted(self._scratch)
+        start = bisect.bisect_right(names, name) % max(1, len(names))
+        return (names[start:] + names[:start])[:most]
+
     def names_after(self, pid: int, most: int) -> tuple[list[tuple[int, int | None, str | None]], int]:
         """Every kept name of the pids after ``pid`` (in pid order, from the first again past the
         last) until at least ``most`` names, or all; and the last pid taken (-1 when none): a

@@ -124,3 +124,8 @@ def test_a_sweep_takes_the_names_a_part_at_a_time_each_pid_whole(shm, index):
     assert part == [(10, None, None), (10, 7, None), (20, None, None), (20, 7, None)] and last == 20
     part, last = index.names_after(last, 3)
     assert part == [(30, None, None), (30, 7, None), (10, None, None), (10, 7, None)] and last == 10
+    scratch = [f"dsh-probe-new.1.{pid}.7.0badcafe" for pid in (10, 20, 30)]
+    for name in scratch:
+        _touch(shm / name)
+    index.refresh()
+    assert index.scratch_after("", 2) == scratch[:2] and index.scratch_after(scratch[1], 2) == [scratch[2], scratch[0]]
