@@ -65,7 +65,9 @@ class SegmentOwners:
                 pid = next(iter(waiting))
                 del waiting[pid]
                 self._judge(pid)
-            if not waiting:
+            if waiting:
+                self.deferred.add(owner)
+            else:
                 self._waiting.pop(owner, None)
 
     def flooding(self) -> set[int]:
@@ -87,28 +89,45 @@ class SegmentOwners:
         return stats
 
     def _judge(self, pid: int) -> None:
+        """Whether ``pid`` has a file of its own: the first of its files whose verdict says so. A
+        file whose owner has no check left this poll is passed over; when no other is the
+        process's own, the pid waits for that owner's next checks (what was found of it stands)."""
         verdicts = self._verdicts.setdefault(pid, {})
+        waits_on = None
         for key in self._file_stats(pid):
             ok = verdicts.get(key)
             if ok is None:
-                owner = key[1]
-                if self._checks.get(owner, 0) >= self._most:
-                    self._waiting.setdefault(owner, {})[pid] = None
-                    self.deferred.add(owner)
-                    return  # judged when its turn comes: what was found of it stands till then
-                if pid not in self._leaders:
-                    self._checks[owner] = self._checks.get(owner, 0) + 1
-                    self._leaders[pid] = leader_real_uid(pid)
-                ok = verdicts[key] = self._leaders[pid] == owner  # None (no such process) is nobody's
+                leader = self._leader(pid, key[1])
+                if leader is _SPENT:
+                    waits_on = key[1] if waits_on is None else waits_on
+                    continue
+                ok = verdicts[key] = leader == key[1]  # None (no such process) is nobody's
             if ok:
                 if self.found.get(pid) != key[1]:
                     self.found[pid] = key[1]
                     self.version += 1
                 return
+        if waits_on is not None:
+            self._waiting.setdefault(waits_on, {})[pid] = None
+            self.deferred.add(waits_on)
+            return
         if self.found.pop(pid, None) is not None:
             self.version += 1
         if not verdicts:
             self._verdicts.pop(pid, None)
+
+    def _leader(self, pid: int, owner: int) -> object:
+        """leader_real_uid(pid), read once a poll, on ``owner``'s checks; _SPENT when none is left."""
+        if pid in self._leaders:
+            return self._leaders[pid]
+        if self._checks.get(owner, 0) >= self._most:
+            return _SPENT
+        self._checks[owner] = self._checks.get(owner, 0) + 1
+        leader = self._leaders[pid] = leader_real_uid(pid)
+        return leader
+
+
+_SPENT = object()  # a user's checks of this poll are spent
 
 
 def _file_name(pid: int, ticks: int | None, suffix: str | None) -> str:
