@@ -20,9 +20,10 @@ from sidecar.sources.proctree import open_file_budget
 MAX_CANDIDATES = 1024
 REDISCOVER_EVERY_POLLS = 10
 # Processes whose owner a poll reads from /proc for the segment files of one user (the files' owner):
-# a user's thousand names cost each poll at most this many reads (about 20 µs each), another user's
-# new segment is looked at in the same poll whatever that user does.
-OWNER_CHECKS_PER_POLL = 16
+# a user's thousand names cost each poll at most this many reads (about 30 µs each here), another
+# user's new segment is looked at in the same poll whatever that user does; a job that starts with
+# a hundred probed processes (ranks and their DataLoader workers) is whole by the second poll.
+OWNER_CHECKS_PER_POLL = 64
 # A user with more files than this waiting for their checks is flooding: flagged (poll/jobs.py).
 FLOODING_WAITING = 4 * OWNER_CHECKS_PER_POLL
 

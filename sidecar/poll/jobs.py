@@ -259,9 +259,11 @@ class JobsPoller:
             history_s=self.history_s,
             rules=self.rules,
             nvml_source=self._shared,
-            # swept once for all jobs, below; /dev/shm's names and the reading budget shared by all
+            # swept once for all jobs, below; /dev/shm's names (where the followers read: SHM_DIR)
+            # and the reading budget shared by all
             segment_source=SegmentSource(
-                sweep_foreign=False, max_open=per_job, names=self._finder.names, budget=self._reads
+                sweep_foreign=False, max_open=per_job, budget=self._reads,
+                names=self._finder.names if self.shm_dir == SHM_DIR else None,
             ),
             system_gpus_fn=self._system_gpus,
             clock=self.clock,

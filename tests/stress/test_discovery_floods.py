@@ -213,5 +213,5 @@ def test_16_segments_of_16_mib_whose_writer_only_moves_the_seq():
 def test_1030_segments_one_per_thread():
     """Before: 256 jobs, one per thread id, each listing the 1,031 threads: one poll 4.9 s, the mean
     804x. Now a thread id names no probe's segment (probe_wire.procid.leader_real_uid), and a user's
-    names have 16 owner checks a poll."""
+    names have 64 owner checks a poll."""
     _flood_beside_control("threads")
