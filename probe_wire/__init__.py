@@ -17,7 +17,9 @@ no sidecar.
     home      where the segment of a process in other namespaces (a container) is: ``segment_home``
     writer    ``SegmentWriter``
     reader    ``read_segment``, ``SegmentRead``
-    follower  ``SegmentFollower``: a monitor's reader, keeping files open poll after poll
+    follower  ``SegmentFollower``: a monitor's reader, keeping files open poll after poll;
+              ``ReadBudget``: what reading large payloads may cost a monitor's poll, per user
+    shm_index ``NameIndex``: /dev/shm's names for a monitor, kept from inotify's events
     cleanup   ``remove_segment``, ``remove_if_dead``, ``sweep_dead_segments``
 
 Importing this package runs nothing and imports none of them. The names the modules export (their
@@ -36,7 +38,7 @@ import importlib
 # but not the writer (mmap, posix_ipc).
 _MODULES = (
     "names", "header", "procfs", "procid", "procroot", "home", "schema", "codec", "prefix", "cleanup", "reader",
-    "follower", "writer",
+    "follower", "shm_index", "writer",
 )
 
 

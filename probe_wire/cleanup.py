@@ -153,6 +153,7 @@ def sweep_dead_segments(
     skip: Collection[int] | dict[int, int | None] = frozenset(),
     shm_dir: str = SHM_DIR,
     owner_uid: int | None = None,
+    names: tuple[list[tuple[int, int | None, str | None]], list[str]] | None = None,
 ) -> list[int]:
     """``remove_if_dead`` over every segment name in ``shm_dir`` but those ``skip`` leaves out, and
     over the writers' scratch files (``SCRATCH_RE``) left by a writer killed while creating its
@@ -160,13 +161,16 @@ def sweep_dead_segments(
 
     ``skip``: pids whose names are all left out, or a dict of live writers' pids to their
     start_ticks (None: not known), whose names are left out only where that writer may hold them
-    (_live_writers_name): a dead writer that had the pid before may have left the other one."""
+    (_live_writers_name): a dead writer that had the pid before may have left the other one.
+    ``names``: the (segment names, scratch names) to judge, every name of each pid among them, in
+    place of a listing of ``shm_dir`` (a monitor that follows the directory's names sweeps a part of
+    them at a time: probe_wire/shm_index.py)."""
     removed: list[int] = []
     try:
         ns = pid_namespace_id()
         if not ns or not proc_is_ours():
             return removed
-        names, scratch = scan(shm_dir, MAX_LISTED_NAMES)
+        names, scratch = scan(shm_dir, MAX_LISTED_NAMES) if names is None else names
         listed = {(pid, ticks) for pid, ticks, _ in names}
         for pid, ticks, suffix in names:
             if pid in skip and _live_writers_name(pid, ticks, skip, listed):

@@ -8,6 +8,7 @@ import time
 from probe_wire.header import HEADER, HEADER_BYTES, SEQ, SEQ_OFFSET
 from probe_wire.names import LISTING_SETTLED_S, SHM_DIR
 from probe_wire.prefix import PrefixSlot
+from probe_wire.procid import process_real_uid
 from probe_wire.reader import (
     CLOSED_ERROR,
     READ_ATTEMPTS,
@@ -21,8 +22,9 @@ from probe_wire.reader import (
 TYPE_CHECKING = False  # typing costs ~2 ms to import; annotations alone do not need it
 if TYPE_CHECKING:
     from probe_wire.home import SegmentHome
+    from probe_wire.shm_index import NameIndex
 
-__all__ = ["FALLBACK_CHECK_EVERY", "SegmentFollower"]
+__all__ = ["FALLBACK_CHECK_EVERY", "ReadBudget", "SegmentFollower"]
 
 # A follower looks for the fallback name of a process whose own name is free every this many reads.
 FALLBACK_CHECK_EVERY = 8
@@ -36,6 +38,47 @@ JUDGED_STATES = frozenset({"corrupt", "stale"})
 # (at most PAYLOAD_COPY_BUDGET_BYTES of copies, as ever), so a file rewritten in place with write()
 # under the same header, within one mtime tick, is never misjudged where that costs little.
 JUDGE_BY_HEADER_BYTES = 64 * 1024
+# What reading one user's payloads longer than JUDGE_BY_HEADER_BYTES (a probe's default segment holds
+# 64 KiB; only a probe given a larger DSH_PROBE_SEGMENT_BYTES writes more) may cost a monitor's poll,
+# on average: a copy, crc and decode of 16 MiB takes 20 ms and more here.
+LARGE_READ_S_PER_POLL = 0.00025
+
+
+class ReadBudget:
+    """The time a monitor's polls give to reading large payloads (over JUDGE_BY_HEADER_BYTES), per
+    user: the owner of the files, whose processes wrote them. Each poll (``new_poll()``) gives each
+    user ``per_poll_s`` more, up to ``per_poll_s``; a large payload is read only while its user's time
+    is above 0, and what the read took is taken off (a long read is owed: that user's next large
+    reads wait until the polls have paid it back). One user's sixteen 16 MiB segments republished
+    at every poll then cost the poll ``per_poll_s`` on average, and nothing of another user's time.
+    Shared by the followers of every job of a discovery sidecar. ``deferred``: the users whose reads
+    waited this poll."""
+
+    def __init__(self, per_poll_s: float = LARGE_READ_S_PER_POLL) -> None:
+        self.per_poll_s = per_poll_s
+        self._left: dict[int, float] = {}  # uid -> seconds left, when less than per_poll_s
+        self.deferred: set[int] = set()
+
+    def new_poll(self) -> None:
+        for uid, left in list(self._left.items()):
+            if left + self.per_poll_s >= self.per_poll_s:
+                del self._left[uid]  # whole again
+            else:
+                self._left[uid] = left + self.per_poll_s
+        self.deferred = set()
+
+    def allows(self, uid: int) -> bool:
+        if self._left.get(uid, self.per_poll_s) > 0:
+            return True
+        self.deferred.add(uid)
+        return False
+
+    def owing(self) -> set[int]:
+        """The users whose reads took more than their time: their next ones wait."""
+        return {uid for uid, left in self._left.items() if left <= 0}
+
+    def spend(self, uid: int, seconds: float) -> None:
+        self._left[uid] = self._left.get(uid, self.per_poll_s) - seconds
 
 
 class SegmentFollower:
@@ -53,8 +96,12 @@ class SegmentFollower:
     Not thread-safe: one poller owns it. ``read`` never raises.
     """
 
-    def __init__(self, max_open: int = 256) -> None:
+    def __init__(self, max_open: int = 256, names: NameIndex | None = None, budget: ReadBudget | None = None) -> None:
+        """``names``: /dev/shm's names as a monitor follows them (the random names are looked up
+        there, not listed); ``budget``: what reading large payloads may cost a poll, per user."""
         self.max_open = max(0, int(max_open))
+        self.names = names
+        self.budget = budget
         # identity -> (fd, size when opened, bytes of the last good read, that read, bytes to copy
         # when reading it again, its prefix slot): see _keep
         self._open: dict[tuple[int, int], tuple] = {}
@@ -77,22 +124,9 @@ class SegmentFollower:
         try:
             entry = self._open.get(ident)
             if entry is not None:
-                fd, size, raw, last, want, slot = entry
-                # The check of the last read's bytes is the first try of a new read too: it copies
-                # them and a little more, and a new publish that fits in that costs the seqlock
-                # read only its seq check (read_consistent's ``first``).
-                first = os.pread(fd, want, 0)
-                if first.startswith(raw):
-                    return last
-                r, raw = read_consistent(fd, pid, size, start_ticks, READ_ATTEMPTS, slot, first, home)
-                if raw is not None:
-                    self._keep(ident, fd, size, raw, r, slot)
+                r = self._reread(ident, entry, home)
+                if r is not None:
                     return r
-                if r.state in JUDGED_STATES and size > HEADER_BYTES + JUDGE_BY_HEADER_BYTES:
-                    self._remember_judged(ident, fd, os.pread(fd, HEADER_BYTES, 0), r)
-                self._drop(ident)
-                if r.error == CLOSED_ERROR:
-                    return r  # the writer's last publish: its name is gone (or another's) by now
             r = self._open_read(ident, None, None, home)
             if r.state != "ok" and self._try_fallback(ident, r):
                 # Published under the fallback name when its own name was taken, under a random name
@@ -109,6 +143,58 @@ class SegmentFollower:
             return SegmentRead(
                 pid=pid, state="corrupt", error=f"reader failed: {type(e).__name__}: {e}"[:300]
             )
+
+    def _reread(self, ident: tuple[int, int], entry: tuple, home: SegmentHome | None) -> SegmentRead | None:
+        """A read of the file kept for ``ident`` (``entry``); None when it was dropped, to be read
+        afresh by its name."""
+        fd, size, raw, last, want, slot = entry
+        if len(raw) > HEADER_BYTES + JUDGE_BY_HEADER_BYTES:
+            # A large payload is judged by its header: the same header is the same publish (a
+            # writer moves seq at each), for one pread of 64 bytes rather than a copy of it all.
+            first = os.pread(fd, HEADER_BYTES, 0)
+            if first == raw[:HEADER_BYTES]:
+                return last
+        else:
+            # The check of the last read's bytes is the first try of a new read too: it copies
+            # them and a little more, and a new publish that fits in that costs the seqlock read
+            # only its seq check (read_consistent's ``first``).
+            first = os.pread(fd, want, 0)
+            if first.startswith(raw):
+                return last
+        uid = self._large_read_owner(fd, first)
+        if uid is not None and not self.budget.allows(uid):
+            return last  # its user's reading time is spent: the last payload stands till its turn
+        started = time.perf_counter()
+        r, raw = read_consistent(fd, ident[0], size, ident[1], READ_ATTEMPTS, slot, first, home)
+        if uid is not None:
+            self.budget.spend(uid, time.perf_counter() - started)
+        if raw is not None:
+            self._keep(ident, fd, size, raw, r, slot)
+            return r
+        if r.state in JUDGED_STATES and size > HEADER_BYTES + JUDGE_BY_HEADER_BYTES:
+            self._remember_judged(ident, fd, os.pread(fd, HEADER_BYTES, 0), r)
+        self._drop(ident)
+        if r.error == CLOSED_ERROR:
+            return r  # the writer's last publish: its name is gone (or another's) by now
+        return None
+
+    def _large_read_owner(self, fd: int, head: bytes) -> int | None:
+        """The owner of the file ``fd`` when its header ``head`` announces a payload over
+        JUDGE_BY_HEADER_BYTES and the follower has a ReadBudget to charge its read to; else None."""
+        if self.budget is None or len(head) < HEADER_BYTES or _length(head) <= JUDGE_BY_HEADER_BYTES:
+            return None
+        return os.fstat(fd).st_uid
+
+    def _put_off(self, ident: tuple[int, int], length: int, uid: int) -> SegmentRead:
+        """What a read put off by the budget gives: the last verdict on a file of ``ident`` made by
+        its header (corrupt, stale), else "busy", saying why (unreadable after a few polls)."""
+        files = self._judged.get(ident)
+        if files:
+            return next(reversed(files.values()))[1]
+        return SegmentRead(
+            pid=ident[0], state="busy",
+            error=f"a payload of {length} bytes put off: uid {uid}'s large segments had their reading time",
+        )
 
     def read_held(self, pid: int, start_ticks: int) -> SegmentRead | None:
         """A read of the file held for (pid, start_ticks), None when none is held: what a process
@@ -148,6 +234,15 @@ class SegmentFollower:
         (``home``) they are listed each time: both its names squatted there is rare."""
         if home is not None:
             return own_random_names(*ident, home)
+        if self.names is not None:
+            # The monitor follows the directory's names (probe_wire/shm_index.py): no listing.
+            cached = self._random.get(ident)
+            key = (-1, -1, self.names.version)
+            if cached is None or cached[0] != key:
+                owner = process_real_uid(ident[0])
+                suffixes = [] if owner is None else self.names.random_suffixes(*ident, owner)
+                cached = self._random[ident] = (key, suffixes)
+            return cached[1]
         try:
             st = os.stat(SHM_DIR)
         except OSError:
@@ -177,8 +272,17 @@ class SegmentFollower:
             judged = self._judged_read(ident, fd)
             if judged is not None:
                 return judged
+            first = None
+            if self.budget is not None and size > HEADER_BYTES + JUDGE_BY_HEADER_BYTES:
+                first = os.pread(fd, HEADER_BYTES, 0)  # the header says how long the payload is
+            uid = None if first is None else self._large_read_owner(fd, first)
+            if uid is not None and not self.budget.allows(uid):
+                return self._put_off(ident, _length(first), uid)
             slot = self._slot(ident)
-            r, raw = read_consistent(fd, pid, size, start_ticks, READ_ATTEMPTS, slot, None, home)
+            started = time.perf_counter()
+            r, raw = read_consistent(fd, pid, size, start_ticks, READ_ATTEMPTS, slot, first, home)
+            if uid is not None:
+                self.budget.spend(uid, time.perf_counter() - started)
             keep = raw is not None and len(self._open) < self.max_open
             if keep:
                 self._keep(ident, fd, size, raw, r, slot)

@@ -18,6 +18,7 @@ __all__ = [
     "list_segment_files",
     "list_segment_pids",
     "list_segments",
+    "parse_name",
     "random_name_suffixes",
     "segment_name",
     "segment_path",
@@ -70,6 +71,15 @@ def _file_name(pid: int, start_ticks: int | None, suffix: str | None = None) -> 
     if not _SUFFIX_RE.match(suffix):
         raise ValueError(f"not a segment name's random suffix: {suffix!r:.40}")
     return f"{base}.{int(start_ticks)}.{suffix}"
+
+
+def parse_name(name: str) -> tuple[int, int | None, str | None] | None:
+    """(pid, start_ticks or None, random suffix or None) of a segment's file name, None for any
+    other name."""
+    m = _NAME_RE.match(name)
+    if m is None:
+        return None
+    return int(m.group(1)), None if m.group(2) is None else int(m.group(2)), m.group(3)
 
 
 def random_suffix() -> str:

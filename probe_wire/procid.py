@@ -17,6 +17,7 @@ from probe_wire.procfs import proc_path
 
 __all__ = [
     "ZOMBIE_STATES",
+    "leader_real_uid",
     "pid_namespace_id",
     "proc_is_ours",
     "process_identity",
@@ -92,6 +93,23 @@ def process_real_uid(pid: int) -> int | None:
             for line in f:
                 if line.startswith(b"Uid:"):
                     return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def leader_real_uid(pid: int) -> int | None:
+    """The real uid of ``pid`` when it is a process (the leader of its thread group: the pid a
+    process's own getpid() gives, which names its segment); None when it is another process's
+    thread, gone or unreadable. /proc answers for a thread's id as for a process's."""
+    tgid = None
+    try:
+        with open(proc_path(int(pid), "status"), "rb") as f:
+            for line in f:
+                if line.startswith(b"Tgid:"):
+                    tgid = int(line.split()[1])
+                elif line.startswith(b"Uid:"):
+                    return int(line.split()[1]) if tgid == int(pid) else None
     except (OSError, ValueError, IndexError):
         return None
     return None

@@ -1,17 +1,19 @@
 """Discovery: every job of the user (root: of every user), without a pid.
 
-A job is found through its probe segments (one listing of /dev/shm per poll, never a scan of /proc)
-and through NVML's per-process lists (GPU work without a probe), then grouped under its root: the
-topmost ancestor that is probed, uses a GPU, or is a known launcher (sources/lineage.py). Each job
-is watched by its own `Poller` (the --pid machinery, unchanged: its process tree, its segments, its
-verdict, its history); NVML and sysfs are read once per poll for all of them. A finished job stays
-listed, marked exited, for `history_s` seconds.
+A job is found through its probe segments (/dev/shm's names, followed from inotify's events by
+probe_wire/shm_index.py; never a scan of /proc) and through NVML's per-process lists (GPU work without
+a probe), then grouped under its root (poll/finder.py): the topmost ancestor that is probed, uses a
+GPU, or is a known launcher (sources/lineage.py). Each job is watched by its own `Poller` (the --pid
+machinery, unchanged: its process tree, its segments, its verdict, its history); NVML and sysfs are
+read once per poll for all of them. A finished job stays listed, marked exited, for `history_s`
+seconds. What one user's segments may cost a poll is bounded per user (names kept, owner checks,
+the reading time of large payloads; a user past a budget has its jobs polled in turn: JobTurns), so
+that another user's jobs are found and polled on time whatever that user does.
 """
 
 from __future__ import annotations
 
 import os
-import stat
 import threading
 import time
 from collections import Counter
@@ -20,10 +22,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from probe_wire.cleanup import sweep_dead_segments
-from probe_wire.names import LISTING_SETTLED_S, SHM_DIR, list_segment_files, segment_path
-from probe_wire.procid import process_real_uid
+from probe_wire.follower import ReadBudget
+from probe_wire.names import SHM_DIR
 from sidecar.documents import contract, document
 from sidecar.poll.collect import gpu_facts, job_id
+from sidecar.poll.finder import MAX_CANDIDATES, REDISCOVER_EVERY_POLLS, JobFinder
 from sidecar.poll.history import HistoryBudget
 from sidecar.poll.poller import (
     SYSFS_EVERY_POLLS,
@@ -33,22 +36,24 @@ from sidecar.poll.poller import (
     poll_nvml,
     read_system_gpus,
 )
-from sidecar.sources import lineage
 from sidecar.sources.kubelet.lookup import ProcessPods
-from sidecar.sources.owners import KnownProcesses
 from sidecar.sources.proctree import ProcessTreeSource, open_file_budget
 from sidecar.sources.segments import FOREIGN_CHECK_EVERY_POLLS, SegmentSource
 from sidecar.verdict import Rules
 
-# Candidates seen at once at most (segments + NVML rows): a neighbour creating 65,536 files in
-# /dev/shm must not make a poll walk 65,536 ancestries.
-MAX_CANDIDATES = 1024
 MAX_JOBS = 256  # watched at once; the newest are kept
 EVERY_CALLER: Any = object()  # the documents as published: no caller to choose a default job for
-REDISCOVER_EVERY_POLLS = 10
 # The samples of every job's history together (history.HistoryBudget): whatever --history, the
 # number of jobs and their GPUs, discovery's histories never hold more (docs/reliability.md).
 HISTORY_MAX_BYTES = 32 << 20
+# Names the sweep of dead writers' segments judges at a time (every FOREIGN_CHECK_EVERY_POLLS polls,
+# each name an open and a read of its header, ~20 µs): /dev/shm's names are swept a part at a time.
+SWEEP_NAMES = 128
+# A user who ran past a budget (the reading time of large payloads, probe_wire/follower.py
+# ReadBudget; the owner checks of a flood of names, poll/finder.py) in this poll or the FLAGGED_POLLS
+# before is "flagged": FLAGGED_JOB_POLLS of their jobs polled a poll (one every other poll), in turn.
+FLAGGED_POLLS = 20
+FLAGGED_JOB_POLLS = 0.5
 
 
 class _SharedNvml:
@@ -70,6 +75,41 @@ class _Job:
     poller: Poller
     found_unix_s: float
     owner: int | None = None  # the root's real uid when found (its poller's says it after)
+    polled: int = -1  # the poll that polled it last
+
+
+class JobTurns:
+    """Which running jobs a poll polls: every one, but of a flagged user (``flag``: ran past a
+    budget) FLAGGED_JOB_POLLS a poll, the longest unpolled first (a job is always polled once when
+    found, to be listed). What one user does never takes a turn from another user's jobs."""
+
+    def __init__(self) -> None:
+        self._flagged: dict[int, int] = {}  # uid -> the poll its flag ends at
+        self._credit: dict[int, float] = {}  # uid (flagged) -> job polls it has in hand
+
+    def flag(self, uids: set[int], poll: int) -> None:
+        """``uids`` ran past a budget at poll ``poll``: flagged for FLAGGED_POLLS polls after it."""
+        for uid in uids:
+            self._flagged[uid] = poll + 1 + FLAGGED_POLLS
+        for uid in [u for u, until in self._flagged.items() if until <= poll + 1]:
+            del self._flagged[uid]
+            self._credit.pop(uid, None)
+
+    def to_poll(self, jobs: list[tuple[str, _Job]]) -> list[tuple[str, _Job]]:
+        running = [(jid, job) for jid, job in jobs if job.poller.target_gone_at is None]
+        if not self._flagged:
+            return running  # most polls: every job
+        for uid in self._flagged:
+            self._credit[uid] = min(1.0, self._credit.get(uid, 0.0) + FLAGGED_JOB_POLLS)
+        out = []
+        for jid, job in sorted(running, key=lambda kv: kv[1].polled):  # the longest unpolled first
+            uid = _owner(job)
+            if uid in self._flagged and job.polled >= 0:
+                if self._credit[uid] < 1:
+                    continue
+                self._credit[uid] -= 1
+            out.append((jid, job))
+        return out
 
 
 @dataclass(frozen=True)
@@ -131,120 +171,6 @@ class _Published:
         return {"gpus": document.gpu_entries(self.gpus, self.nvml_pids_by_gpu)}
 
 
-class JobFinder:
-    """Which processes are the roots of jobs: the candidates (the probe segments this sidecar may
-    read, NVML's GPU processes), each walked up to its job's root (sources/lineage.py). The roots are
-    found again only when the candidates change, one of their processes exited, or every
-    REDISCOVER_EVERY_POLLS-th poll."""
-
-    def __init__(self, uid: int | None, shm_dir: str, poll_count: Callable[[], int]) -> None:
-        self.uid = uid  # None: every user's jobs (root)
-        self.shm_dir = shm_dir
-        self.poll_count = poll_count  # the poller's polls so far
-        self.roots: dict[tuple[int, int], tuple[int, int]] = {}  # candidate identity -> root identity
-        self.candidates_seen: set[int] = set()
-        # (pid, inode, owner) of each segment file looked at -> its owner is the pid's real user
-        self._owner_checked: dict[tuple[int, int, int], bool] = {}
-        # The candidates' identities and owners, read once per process (sources/owners.py)
-        self.processes = KnownProcesses(open_file_budget(share=0.125, cap=MAX_CANDIDATES))
-        self._listed_key: tuple[int, int, int] | None = None  # /dev/shm as _listed_pids saw it
-        self._listed_pids: set[int] = set()
-
-    def find(self, nvml) -> dict[tuple[int, int], tuple[int, int]]:
-        """The roots of this poll, by candidate identity (after NVML's snapshot ``nvml``)."""
-        # After NVML's snapshot and before the listing: each pid listed is looked up as it is now.
-        exited = self.processes.new_poll()
-        probed, gpu = self._candidates(nvml)
-
-        def is_job_process(pid: int, argv: tuple[str, ...]) -> bool:
-            return pid in probed or pid in gpu or lineage.is_launcher(argv)
-
-        candidates = probed | gpu
-        # The same candidates as last poll (most polls): the same roots, without a /proc read. A new
-        # candidate (a process that just started its probe, maybe a job's parent) redoes them all,
-        # and so does a candidate's process that exited (its pid may be another's now), and every
-        # REDISCOVER_EVERY_POLLS-th poll (a pid reused between two polls, where no pidfd says so).
-        if (
-            candidates != self.candidates_seen
-            or not exited.isdisjoint(candidates)
-            or self.poll_count() % REDISCOVER_EVERY_POLLS == 0
-        ):
-            roots: dict[tuple[int, int], tuple[int, int]] = {}
-            for pid in candidates:
-                ident = self.processes.identity(pid)
-                if ident is None:
-                    continue
-                root = self.roots.get(ident) or lineage.job_root(pid, is_job_process, owner=self.uid)
-                if root is not None:
-                    roots[ident] = root
-            self.roots = roots  # forgets identities no longer seen
-            self.candidates_seen = candidates
-        return self.roots
-
-    def _segment_pids(self) -> set[int]:
-        """Pids with a segment this sidecar may read (_list_segment_pids), listed again only when the
-        directory changed since the last listing: a name is made, removed or renamed there only by
-        changing the directory's mtime. A listing is trusted only when the mtime it saw was older
-        than LISTING_SETTLED_S (a second change within the clock's granularity keeps the mtime), and
-        every REDISCOVER_EVERY_POLLS-th poll lists anyway."""
-        try:
-            st = os.stat(self.shm_dir)
-            key: tuple[int, int, int] | None = (st.st_dev, st.st_ino, st.st_mtime_ns)
-        except OSError:
-            key = None
-        if key is not None and key == self._listed_key and self.poll_count() % REDISCOVER_EVERY_POLLS:
-            return self._listed_pids
-        pids = self._list_segment_pids()
-        settled = key is not None and time.time_ns() - key[2] > LISTING_SETTLED_S * 1e9
-        self._listed_key, self._listed_pids = (key if settled else None), pids
-        return pids
-
-    def _list_segment_pids(self) -> set[int]:
-        """Pids with a segment this sidecar may read: its own user's (root: anyone's), and only a
-        segment whose file belongs to the process's own user (only the process writes its segment).
-        The owner checks come before the MAX_CANDIDATES cap, and the cap is shared out among the
-        files' owners (document.fair_share): names another user planted (any pid, pid 1 included)
-        never make a job, and one user's flood of segments (a thousand threads' ids each naming a
-        file) never takes the place of another user's job. Whether a file's owner is its pid's user
-        is read from /proc once per file (pid, inode), not at every poll."""
-        found: list[tuple[int, int]] = []  # (pid, owner), in the listing's order
-        seen: set[int] = set()
-        checked: dict[tuple[int, int, int], bool] = {}
-        for pid, ticks, suffix in list_segment_files(self.shm_dir):
-            if pid in seen:
-                continue
-            try:
-                st = os.lstat(segment_path(pid, ticks, self.shm_dir, suffix))
-            except OSError:
-                continue
-            if not stat.S_ISREG(st.st_mode) or (self.uid is not None and st.st_uid != self.uid):
-                continue
-            key = (pid, st.st_ino, st.st_uid)
-            ok = self._owner_checked.get(key)
-            if ok is None:
-                ok = process_real_uid(pid) == st.st_uid  # None (no such process) is nobody's
-            checked[key] = ok
-            if not ok:
-                continue  # another user's file under this pid's name, or the process is gone
-            seen.add(pid)
-            found.append((pid, st.st_uid))
-        self._owner_checked = checked  # forgets files gone since
-        return {pid for pid, _ in document.fair_share(found, MAX_CANDIDATES, lambda f: f[1])}
-
-    def _candidates(self, nvml) -> tuple[set[int], set[int]]:
-        probed = self._segment_pids()
-        gpu = {p.pid for d in (nvml.devices if nvml.ok else ()) for p in d.processes}
-        owned = [(pid, self.processes.real_uid(pid)) for pid in sorted(gpu)]
-        if self.uid is not None:
-            owned = [(pid, uid) for pid, uid in owned if uid == self.uid]
-        # Shared out among users, as the segments are: one user's thousand GPU processes never hide
-        # another's.
-        return probed, {pid for pid, _ in document.fair_share(owned, MAX_CANDIDATES, lambda f: f[1])}
-
-    def close(self) -> None:
-        self.processes.close()
-
-
 class JobsPoller:
     """Watches every job it can find. The documents are built by each job's Poller; this class
     finds jobs, polls them, and answers for them (the same three methods as document.OneJob)."""
@@ -281,6 +207,10 @@ class JobsPoller:
         self._gpu_facts: tuple = ()
         self._jobs: dict[str, _Job] = {}
         self._finder = JobFinder(self.uid, shm_dir, lambda: self.poll_count)
+        self._reads = ReadBudget()  # large payloads' reading time per user, shared by every job's segments
+        self._turns = JobTurns()
+        self._swept_to = -1  # the last pid the last sweep judged the names of
+        self._scratch_swept_to = ""  # and the last scratch name
         self.poll_count = 0
         self.poll_errors: Counter[str] = Counter()
         self.poll_durations_s: list[float] = []
@@ -329,7 +259,12 @@ class JobsPoller:
             history_s=self.history_s,
             rules=self.rules,
             nvml_source=self._shared,
-            segment_source=SegmentSource(sweep_foreign=False, max_open=per_job),  # swept once for all jobs, below
+            # swept once for all jobs, below; /dev/shm's names (where the followers read: SHM_DIR)
+            # and the reading budget shared by all
+            segment_source=SegmentSource(
+                sweep_foreign=False, max_open=per_job, budget=self._reads,
+                names=self._finder.names if self.shm_dir == SHM_DIR else None,
+            ),
             system_gpus_fn=self._system_gpus,
             clock=self.clock,
             gpu_facts_fn=self._shared_gpu_facts,
@@ -352,6 +287,7 @@ class JobsPoller:
     def _poll_once_locked(self) -> dict[str, Any]:
         started = time.perf_counter()
         now = self.clock()
+        self._reads.new_poll()
         self._shared.snapshot = snap = poll_nvml(self.nvml_source, self.poll_errors)
         # The devices as facts once for every job (each job's collector splits the rows by its tree).
         self._gpu_facts = tuple(gpu_facts(d) for d in snap.devices) if snap.ok else ()
@@ -382,28 +318,37 @@ class JobsPoller:
         live: dict[int, int | None] = {}
         for job in self._jobs.values():
             live.update(job.poller.segment_source.live_writers())
+        # A part of the names as discovery follows them, each pid's whole, from where the last sweep
+        # stopped: a directory flooded with names costs a sweep SWEEP_NAMES judgements.
+        names = self._finder.names
+        part, self._swept_to = names.names_after(self._swept_to, SWEEP_NAMES)
+        scratch = names.scratch_after(self._scratch_swept_to, SWEEP_NAMES)
+        self._scratch_swept_to = scratch[-1] if scratch else ""
         try:
-            sweep_dead_segments(skip=live, shm_dir=self.shm_dir)
+            sweep_dead_segments(skip=live, shm_dir=self.shm_dir, names=(part, scratch))
         except Exception:
             self.poll_errors["probe"] += 1
 
     def _poll_jobs(self, now: float) -> None:
-        """Each running job polled by its own Poller; an exited one dropped after history_s."""
+        """The running jobs whose turn it is (JobTurns) polled, each by its own Poller; an exited one
+        dropped after history_s."""
+        for _, job in self._turns.to_poll(list(self._jobs.items())):
+            job.polled = self.poll_count
+            try:
+                job.poller.poll_once()  # the poll that finds the root gone is its last
+            except Exception as exc:
+                self.poll_errors["poll"] += 1
+                if isinstance(exc, contract.ContractError):
+                    raise
+            if job.poller.target_gone_at is not None:
+                # An exited job is sampled no more: its last documents and history stand, and its
+                # sources' files and /proc descriptors are given back now.
+                job.poller.stop()
         for jid, job in list(self._jobs.items()):
             ended = job.poller.target_gone_at
-            if ended is None:
-                try:
-                    job.poller.poll_once()  # the poll that finds the root gone is its last
-                except Exception as exc:
-                    self.poll_errors["poll"] += 1
-                    if isinstance(exc, contract.ContractError):
-                        raise
-                if job.poller.target_gone_at is not None:
-                    # An exited job is sampled no more: its last documents and history stand, and
-                    # its sources' files and /proc descriptors are given back now.
-                    job.poller.stop()
-            elif now - ended > self.history_s:
+            if ended is not None and now - ended > self.history_s:
                 self._drop(jid)
+        self._turns.flag(self._reads.deferred | self._reads.owing() | self._finder.owners.flooding(), self.poll_count)
 
     def _drop(self, jid: str) -> None:
         job = self._jobs.pop(jid)
@@ -559,4 +504,4 @@ def _default_job(entries: list[dict[str, Any]]) -> str | None:
     return None
 
 
-__all__ = ["JobsPoller", "MAX_CANDIDATES", "MAX_JOBS"]
+__all__ = ["MAX_CANDIDATES", "MAX_JOBS", "REDISCOVER_EVERY_POLLS", "JobsPoller"]

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from probe_wire.cleanup import remove_if_dead, sweep_dead_segments
-from probe_wire.follower import SegmentFollower
+from probe_wire.follower import ReadBudget, SegmentFollower
 from probe_wire.home import SegmentHome, segment_home
 from probe_wire.reader import read_segment
+from probe_wire.shm_index import NameIndex
 from sidecar.sources.proctree import TreeSnapshot, open_file_budget
 
 # Consecutive busy reads after which a segment counts as unreadable rather than mid-publish.
@@ -38,12 +39,17 @@ class ProbeRead:
 
 
 class SegmentSource:
-    def __init__(self, *, clean_dead: bool = True, max_open: int | None = None, sweep_foreign: bool = True):
+    def __init__(
+        self, *, clean_dead: bool = True, max_open: int | None = None, sweep_foreign: bool = True,
+        names: NameIndex | None = None, budget: ReadBudget | None = None,
+    ):
+        """``names`` and ``budget``: what discovery shares among its jobs' sources (/dev/shm's names
+        as it follows them, the reading time of large payloads per user): probe_wire.follower."""
         self.clean_dead = clean_dead
         # Discovery watches many jobs, each with its own source: the sweep of the whole of /dev/shm
         # is done once for all of them (sidecar/poll/jobs.py), not once per job.
         self.sweep_foreign = sweep_foreign
-        self._follower = SegmentFollower(open_file_budget() if max_open is None else max_open)
+        self._follower = SegmentFollower(open_file_budget() if max_open is None else max_open, names, budget)
         self._last_good: dict[tuple[int, int | None], dict[str, Any]] = {}
         self._last_ok: dict[tuple[int, int | None], ProbeRead] = {}
         self._busy_count: dict[tuple[int, int | None], int] = {}

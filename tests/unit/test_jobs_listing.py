@@ -1,6 +1,7 @@
-"""Discovery lists /dev/shm again only when the directory changed (its mtime), and never trusts a
-listing whose mtime was too young to be settled (the kernel stamps directories from a coarse clock:
-two changes within one tick leave one mtime)."""
+"""Discovery follows /dev/shm's names (probe_wire/shm_index.py): from inotify's events, listing
+the directory once; without them, listing it again only when the directory changed (its mtime), and
+never trusting a listing whose mtime was too young to be settled (the kernel stamps directories from a
+coarse clock: two changes within one tick leave one mtime)."""
 
 from __future__ import annotations
 
@@ -10,23 +11,35 @@ import subprocess
 import time
 from types import SimpleNamespace
 
+import pytest
+
 from probe_wire.procid import process_identity, process_real_uid
+from sidecar.poll.finder import JobFinder
 from sidecar.poll.jobs import REDISCOVER_EVERY_POLLS, JobsPoller
 from sidecar.sources.owners import next_recheck
 
 
-def _poller(shm) -> tuple[JobsPoller, list[int]]:
+def _poller(shm) -> JobsPoller:
     p = JobsPoller(shm_dir=str(shm), nvml_source=object(), system_gpus_fn=list)
-    listings = []
-    real = p._finder._list_segment_pids
-
-    def counted() -> set[int]:
-        listings.append(1)
-        return real()
-
-    p._finder._list_segment_pids = counted  # type: ignore[method-assign]
     p.poll_count = 1  # not a REDISCOVER poll
-    return p, listings
+    return p
+
+
+class _Finder:
+    """A discovery's finder of segments, following the directory's events or not (``watch``), with
+    the polls it counts and the listings of the directory it made."""
+
+    def __init__(self, shm, watch: bool) -> None:
+        self.poll = 1  # not a REDISCOVER poll
+        self.finder = JobFinder(None, str(shm), lambda: self.poll, watch=watch)
+        assert self.finder.names.watching == watch
+
+    def pids(self) -> set[int]:
+        return self.finder._segment_pids()
+
+    @property
+    def listings(self) -> int:
+        return self.finder.names._listings
 
 
 def _age(path, seconds: float) -> None:
@@ -34,33 +47,36 @@ def _age(path, seconds: float) -> None:
     os.utime(path, (t, t))
 
 
-def test_an_unchanged_directory_is_not_listed_again_and_a_new_name_is_found_at_once(tmp_path):
+@pytest.mark.parametrize("watch", [True, False], ids=["inotify", "mtime"])
+def test_an_unchanged_directory_is_not_listed_again_and_a_new_name_is_found_at_once(tmp_path, watch):
     shm = tmp_path / "shm"
     shm.mkdir()
     mine = shm / f"dsh-probe.{os.getpid()}"
     mine.write_bytes(b"")
     _age(shm, 5)
-    p, listings = _poller(shm)
-    assert p._finder._segment_pids() == {os.getpid()}
-    assert p._finder._segment_pids() == {os.getpid()} and len(listings) == 1  # reused
-    mine.unlink()  # the directory changes: listed again, at once
+    f = _Finder(shm, watch)
+    assert f.pids() == {os.getpid()}
+    assert f.pids() == {os.getpid()} and f.listings == 1  # reused
+    mine.unlink()  # the directory changes: found at once (by its event, or listed again)
     _age(shm, 5)
-    assert p._finder._segment_pids() == set() and len(listings) == 2
-    p.poll_count = REDISCOVER_EVERY_POLLS  # and every REDISCOVER_EVERY_POLLS-th poll lists anyway
-    p._finder._segment_pids()
-    assert len(listings) == 3
+    assert f.pids() == set() and f.listings == (1 if watch else 2)
+    f.poll = REDISCOVER_EVERY_POLLS  # and, without events, every REDISCOVER_EVERY_POLLS-th poll lists anyway
+    f.pids()
+    assert f.listings == (1 if watch else 3)
 
 
-def test_a_listing_taken_while_the_mtime_was_young_is_not_reused(tmp_path):
+@pytest.mark.parametrize("watch", [True, False], ids=["inotify", "mtime"])
+def test_a_listing_taken_while_the_mtime_was_young_is_not_reused(tmp_path, watch):
     shm = tmp_path / "shm"
     shm.mkdir()
-    p, listings = _poller(shm)
-    assert p._finder._segment_pids() == set()  # the directory was made just now: its mtime may move no more
+    f = _Finder(shm, watch)
+    assert f.pids() == set()  # the directory was made just now: its mtime may move no more
+    listed = f.listings
     # A name made within the same clock tick keeps the directory's mtime: planted here by hand.
     mtime_ns = os.stat(shm).st_mtime_ns
     (shm / f"dsh-probe.{os.getpid()}").write_bytes(b"")
     os.utime(shm, ns=(mtime_ns, mtime_ns))
-    assert p._finder._segment_pids() == {os.getpid()} and len(listings) == 2
+    assert f.pids() == {os.getpid()} and f.listings == listed + (0 if watch else 1)
 
 
 def test_the_sweep_of_dead_writers_skips_the_segments_the_jobs_read_ok(tmp_path, monkeypatch):
@@ -73,7 +89,7 @@ def test_the_sweep_of_dead_writers_skips_the_segments_the_jobs_read_ok(tmp_path,
 
     shm = tmp_path / "shm"
     shm.mkdir()
-    p, _ = _poller(shm)
+    p = _poller(shm)
     source = SegmentSource(sweep_foreign=False)
     source._last_ok[(4242, 7)] = ProbeRead(4242, "ok", {}, None, False)
     job = SimpleNamespace(poller=SimpleNamespace(segment_source=source, poll_once=lambda: None, target_gone_at=None))
@@ -85,7 +101,8 @@ def test_the_sweep_of_dead_writers_skips_the_segments_the_jobs_read_ok(tmp_path,
     monkeypatch.setattr(jobs_module, "poll_nvml", lambda source, errors: SimpleNamespace(ok=False, devices=()))
     p.poll_count = 0  # a sweep poll
     p.poll_once()
-    assert swept == [{"skip": {4242: 7}, "shm_dir": str(shm)}]
+    # The names as discovery follows them, a part at a time: here none.
+    assert swept == [{"skip": {4242: 7}, "shm_dir": str(shm), "names": ([], [])}]
 
 
 def test_the_os_devices_are_matched_to_nvml_once_for_the_same_inputs():

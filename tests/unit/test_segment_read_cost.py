@@ -16,7 +16,7 @@ import pytest
 
 import probe_wire as segment
 from probe_wire import HEADER, MAGIC, MAX_SEGMENT_BYTES, process_start_ticks, read_segment
-from probe_wire.follower import SegmentFollower
+from probe_wire.follower import JUDGE_BY_HEADER_BYTES, ReadBudget, SegmentFollower
 from tests.helpers.stress_jobs import variant
 
 # A poll that judges a file by its header reads the header and its seq: a few hundred bytes. The
@@ -149,3 +149,96 @@ def test_read_segment_copies_a_crc_mismatched_payload_at_most_twice(planted, pre
     r = read_segment(planted.pid, expected_start_ticks=planted.ticks)
     assert r.state == "corrupt" and "crc32" in r.error, r
     assert sum(pread_bytes) <= FIRST_POLL_BYTES, sum(pread_bytes)
+
+
+# -- A monitor's budget for large payloads (probe_wire.follower.ReadBudget): one user's large segments
+# republished at every poll cost the poll their share of time, not a copy each.
+
+
+def _large_valid_body(planted: Planted, k: int) -> bytes:
+    """A valid payload over JUDGE_BY_HEADER_BYTES: variant ``k`` with its models repeated."""
+    payload = variant(planted.pid, planted.ticks, k)
+    payload["models"] = (payload["models"] * 40)[:40]
+    body = msgpack.packb(payload)
+    assert len(body) > JUDGE_BY_HEADER_BYTES
+    return body
+
+
+def test_a_large_segment_republished_at_every_poll_is_read_as_its_users_time_allows(planted, pread_bytes):
+    """A 16 MiB corrupt payload whose seq moves at every poll (a writer that only bumps it): without
+    a budget (`--pid`) each poll copies it again; with one, the first poll reads it and the time that
+    took is owed: later polls give the verdict of the last read from its header alone, until the
+    polls have paid it back."""
+    planted.put(b"\xc1" * FULL)
+    budget = ReadBudget(per_poll_s=1e-9)  # paid back only after far more polls than this test makes
+    per_poll, follower = [], SegmentFollower(budget=budget)
+    try:
+        for seq in range(2, 2 + 2 * POLLS, 2):
+            planted.put(b"\xc1" * FULL, seq=seq)
+            budget.new_poll()
+            pread_bytes.clear()
+            r = follower.read(planted.pid, planted.ticks)
+            per_poll.append(sum(pread_bytes))
+            assert r.state == "corrupt" and r.error.startswith("bad msgpack"), r
+    finally:
+        follower.close()
+    assert per_poll[0] >= FULL and max(per_poll[1:]) <= LATER_POLL_BYTES, per_poll
+    assert budget.owing() == {os.getuid()} and budget.deferred == {os.getuid()}
+    unbudgeted = SegmentFollower()
+    try:
+        for seq in (100, 102):
+            planted.put(b"\xc1" * FULL, seq=seq)
+            pread_bytes.clear()
+            assert unbudgeted.read(planted.pid, planted.ticks).state == "corrupt"
+            assert sum(pread_bytes) >= FULL  # read again: each new header is a new publish
+    finally:
+        unbudgeted.close()
+
+
+def test_a_large_ok_payload_is_judged_by_its_header_and_its_last_read_stands_while_put_off(planted, pread_bytes):
+    """A large valid payload kept open: its unchanged header is its last read again (64 bytes); a
+    new publish put off by the budget leaves the last payload in place (shown late), and is read
+    once the user's time is back."""
+    planted.put(_large_valid_body(planted, 1))
+    budget = ReadBudget(per_poll_s=1.0)
+    follower = SegmentFollower(budget=budget)
+    try:
+        first = follower.read(planted.pid, planted.ticks)
+        assert first.state == "ok" and first.payload["published_at"] == 1001.0
+        pread_bytes.clear()
+        assert follower.read(planted.pid, planted.ticks) is first and sum(pread_bytes) <= HEADER.size
+        budget.spend(os.getuid(), 2.0)  # owes a second: the next large read waits
+        planted.put(_large_valid_body(planted, 2), seq=4)
+        pread_bytes.clear()
+        assert follower.read(planted.pid, planted.ticks) is first and sum(pread_bytes) <= HEADER.size
+        budget.new_poll()
+        budget.new_poll()  # paid back
+        assert follower.read(planted.pid, planted.ticks).payload["published_at"] == 1002.0
+    finally:
+        follower.close()
+
+
+def test_a_small_payload_is_never_put_off(planted):
+    """Payloads a probe's default segment holds (64 KiB) are read at every new publish whatever the
+    budget says: it bounds only what larger ones cost."""
+    budget = ReadBudget(per_poll_s=1e-9)
+    budget.spend(os.getuid(), 10.0)
+    follower = SegmentFollower(budget=budget)
+    try:
+        for k in (1, 2, 3):
+            planted.put(msgpack.packb(variant(planted.pid, planted.ticks, k)), seq=2 * k)
+            assert follower.read(planted.pid, planted.ticks).payload["published_at"] == 1000.0 + k
+    finally:
+        follower.close()
+
+
+def test_the_budget_gives_each_user_its_time_and_takes_what_reads_took():
+    budget = ReadBudget(per_poll_s=0.001)
+    assert budget.allows(1) and budget.allows(2)
+    budget.spend(1, 0.0035)  # 2.5 ms owed
+    assert not budget.allows(1) and budget.allows(2) and budget.deferred == {1}
+    polls = 0
+    while not budget.allows(1):
+        budget.new_poll()
+        polls += 1
+    assert polls == 3 and budget.owing() == set() and budget.deferred == set()
