@@ -91,7 +91,8 @@ def test_our_sidecar_never_sweeps_the_segment_of_a_writer_in_another_namespace()
         src = SegmentSource()
         src.poll(TreeSnapshot(os.getpid(), True, ()))  # the first poll sweeps the whole of /dev/shm
         assert segment.sweep_dead_segments() == []
-        assert os.path.exists(segment_path(1)) and src.removed == []
+        # (a dead writer's segment another test left in this /dev/shm may go: that sweep is right)
+        assert os.path.exists(segment_path(1)) and 1 not in src.removed, src.removed
     finally:
         proc.communicate("\n", timeout=30)
     assert not os.path.exists(segment_path(1))  # its own close still removes it
