@@ -19,6 +19,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from sidecar.common import metric_names as names
 from sidecar.common.catalogue import render
 from sidecar.common.nvml_names import CLOCK_EVENT_REASONS
 from sidecar.documents import contract
@@ -49,27 +50,27 @@ REASON_NAMES = frozenset(name for _, name in CLOCK_EVENT_REASONS)
 
 # name -> PromQL. Every answer is a vector; the document builder reads them by name.
 QUERIES: dict[str, str] = {
-    "sidecars": "dsh_sidecar_info",
-    "sidecars_recent": f"max_over_time(dsh_sidecar_info[{LOOK_BACK}])",
+    "sidecars": names.SIDECAR_INFO,
+    "sidecars_recent": f"max_over_time({names.SIDECAR_INFO}[{LOOK_BACK}])",
     "up": "up",
-    "poll_age_s": "time() - dsh_sidecar_last_poll_timestamp_seconds",
-    "jobs": "dsh_job_info",
-    "jobs_recent": f"max_over_time(dsh_job_info[{LOOK_BACK}])",
-    "status": "dsh_status == 1",
-    "ranks": "dsh_rank_info",
-    "step_fraction": "dsh_process_step_fraction",
-    "rank_backward": "dsh_rank_backward_fraction",
-    "rank_steps": "dsh_rank_window_steps",
-    "rank_backward_before": f"dsh_rank_backward_fraction offset {STRAGGLER_CONFIRM_S}s",
-    "rank_steps_before": f"dsh_rank_window_steps offset {STRAGGLER_CONFIRM_S}s",
-    "forward_rate": "sum without (model) (rate(dsh_model_forward_calls_total[1m]))",
-    "rank_gpu_mem": "dsh_process_gpu_memory_used_bytes",
-    "gpu_util": "dsh_gpu_utilization_percent",
-    "gpu_mem_used": "dsh_gpu_memory_used_bytes",
-    "gpu_mem_total": "dsh_gpu_memory_total_bytes",
-    "gpu_sm_clock": "dsh_gpu_sm_clock_hz",
-    "gpu_sm_activity": "dsh_gpu_sm_activity_ratio",
-    "gpu_clock_events": "dsh_gpu_clock_event_active == 1",
+    "poll_age_s": f"time() - {names.SIDECAR_LAST_POLL}",
+    "jobs": names.JOB_INFO,
+    "jobs_recent": f"max_over_time({names.JOB_INFO}[{LOOK_BACK}])",
+    "status": f"{names.STATUS} == 1",
+    "ranks": names.RANK_INFO,
+    "step_fraction": names.PROCESS_STEP_FRACTION,
+    "rank_backward": names.RANK_BACKWARD_FRACTION,
+    "rank_steps": names.RANK_WINDOW_STEPS,
+    "rank_backward_before": f"{names.RANK_BACKWARD_FRACTION} offset {STRAGGLER_CONFIRM_S}s",
+    "rank_steps_before": f"{names.RANK_WINDOW_STEPS} offset {STRAGGLER_CONFIRM_S}s",
+    "forward_rate": f"sum without (model) (rate({names.MODEL_FORWARD_CALLS}_total[1m]))",
+    "rank_gpu_mem": names.PROCESS_GPU_MEMORY,
+    "gpu_util": names.GPU_UTILIZATION,
+    "gpu_mem_used": names.GPU_MEMORY_USED,
+    "gpu_mem_total": names.GPU_MEMORY_TOTAL,
+    "gpu_sm_clock": names.GPU_SM_CLOCK,
+    "gpu_sm_activity": names.GPU_SM_ACTIVITY,
+    "gpu_clock_events": f"{names.GPU_CLOCK_EVENT_ACTIVE} == 1",
 }
 STEP_PHASES = ("data_wait", "forward", "optimizer", "other")
 Samples = Sequence[tuple[Mapping[str, str], float]]

@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from sidecar import __version__
+from sidecar.common import metric_names as names
 from sidecar.common.nvml_names import CLOCK_EVENT_REASONS
 from sidecar.documents.bounds import (
     MAX_LABEL_CHARS,
@@ -67,14 +68,14 @@ JOB_INFO_LABELS += ["uid"]
 JOB_INFO_LABELS += ["pod_source"]
 # The GPU's efficiency gauges: (metric, help, Gpu field in the status document, scale to the unit).
 GPU_EFFICIENCY_GAUGES = (
-    ("dsh_gpu_sm_clock_hz", "SM clock (NVML).", "sm_clock_mhz", 1e6),
+    (names.GPU_SM_CLOCK, "SM clock (NVML).", "sm_clock_mhz", 1e6),
     ("dsh_gpu_power_watts", "Power draw (NVML).", "power_w", 1.0),
     ("dsh_gpu_power_limit_watts", "Enforced power limit (NVML).", "power_limit_w", 1.0),
     ("dsh_gpu_temperature_celsius", "GPU temperature (NVML).", "temperature_c", 1.0),
     ("dsh_gpu_pcie_link_generation", "PCIe link generation now (NVML).", "pcie_link_gen", 1.0),
     ("dsh_gpu_pcie_link_width", "PCIe link width now, lanes (NVML).", "pcie_link_width", 1.0),
     (
-        "dsh_gpu_sm_activity_ratio",
+        names.GPU_SM_ACTIVITY,
         "Share of SMs busy, 0-1 (NVML GPM, Hopper and newer).",
         "sm_activity_fraction",
         1.0,
@@ -240,12 +241,12 @@ class SidecarCollector:
                 yield from self._gpu_metrics(gpus)
 
     def _self_metrics(self, doc: dict[str, Any] | None, last_poll: float | None) -> Iterator[Metric]:
-        info = self._gauge("dsh_sidecar_info", "The sidecar's version (always 1).", ["version"])
+        info = self._gauge(names.SIDECAR_INFO, "The sidecar's version (always 1).", ["version"])
         info.add([__version__], 1)
         yield info.family
 
         stamp = self._gauge(
-            "dsh_sidecar_last_poll_timestamp_seconds",
+            names.SIDECAR_LAST_POLL,
             "UNIX time of the poll these metrics come from: the status document's `time_unix_s`.",
             [],
         )
@@ -278,9 +279,9 @@ class SidecarCollector:
         yield errors.family
 
     def _gpu_metrics(self, doc: dict[str, Any]) -> Iterator[Metric]:
-        util = self._gauge("dsh_gpu_utilization_percent", "GPU utilisation, 0-100 (NVML).", GPU_LABELS)
-        used = self._gauge("dsh_gpu_memory_used_bytes", "GPU memory in use (NVML).", GPU_LABELS)
-        total = self._gauge("dsh_gpu_memory_total_bytes", "GPU memory in all (NVML).", GPU_LABELS)
+        util = self._gauge(names.GPU_UTILIZATION, "GPU utilisation, 0-100 (NVML).", GPU_LABELS)
+        used = self._gauge(names.GPU_MEMORY_USED, "GPU memory in use (NVML).", GPU_LABELS)
+        total = self._gauge(names.GPU_MEMORY_TOTAL, "GPU memory in all (NVML).", GPU_LABELS)
         for g in doc.get("gpus") or ():
             labels = [g.get("index"), g.get("uuid"), g.get("name")]
             if g.get("util_pct") is not None:
@@ -298,7 +299,7 @@ class SidecarCollector:
             for name, help, key, scale in GPU_EFFICIENCY_GAUGES
         ]
         events = self._gauge(
-            "dsh_gpu_clock_event_active",
+            names.GPU_CLOCK_EVENT_ACTIVE,
             "1 while NVML reports this clock event reason (what holds the clocks down), else 0.",
             [*GPU_LABELS, "reason"],
         )
@@ -339,13 +340,13 @@ class SidecarCollector:
         """The per-job families, empty, by the short name `_one_job` fills them through."""
         return {
             "job": self._job_gauge(
-                "dsh_job_info",
+                names.JOB_INFO,
                 "A live job and what describes it (always 1): its root's pid, user and process name, its "
                 "distributed run (key and owner uid, world size, node rank, host) and its Kubernetes pod.",
                 JOB_INFO_LABELS,
             ),
             "pmem": self._job_gauge(
-                "dsh_process_gpu_memory_used_bytes",
+                names.PROCESS_GPU_MEMORY,
                 "GPU memory used by the job's processes of one role and rank, per GPU (NVML).",
                 PROCESS_GPU_LABELS,
                 "sum",
@@ -360,18 +361,18 @@ class SidecarCollector:
                 "dsh_model_info", "A registered model and the device it is on (always 1).", MODEL_INFO_LABELS
             ),
             "mcalls": self._job_counter(
-                "dsh_model_forward_calls",
+                names.MODEL_FORWARD_CALLS,
                 "Forward calls of a registered model, summed over the rank's processes.",
                 MODEL_CALLS_LABELS,
                 "sum",
             ),
             "rinfo": self._job_gauge(
-                "dsh_rank_info",
+                names.RANK_INFO,
                 "A torch.distributed rank of the job (a process with role 'rank'; always 1).",
                 RANK_LABELS,
             ),
             "status": self._job_gauge(
-                "dsh_status",
+                names.STATUS,
                 "The verdict, one-hot over GPU/CPU/MIXED/UNKNOWN (--metrics-per-user: the user's jobs with it).",
                 STATUS_LABELS,
                 per_user_how="sum",
@@ -389,19 +390,19 @@ class SidecarCollector:
                 RANK_WAIT_LABELS,
             ),
             "rbackward": self._job_gauge(
-                "dsh_rank_backward_fraction",
+                names.RANK_BACKWARD_FRACTION,
                 "Share of the rank's training step between optimizer steps less forward and data wait: "
                 "backward and the collectives, 0-1. Across nodes, the rank with the least is the one the "
                 "others wait for.",
                 RANK_WAIT_LABELS,
             ),
             "rsteps": self._job_gauge(
-                "dsh_rank_window_steps",
+                names.RANK_WINDOW_STEPS,
                 "Training steps in the probe's window that the rank's step fractions are measured over.",
                 RANK_WAIT_LABELS,
             ),
             "phase": self._job_gauge(
-                "dsh_process_step_fraction",
+                names.PROCESS_STEP_FRACTION,
                 "Share of the training-step wall time in each phase over the probe's window, 0-1, "
                 "averaged over the job's processes of one role and rank.",
                 STEP_LABELS,

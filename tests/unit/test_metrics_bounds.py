@@ -231,3 +231,21 @@ def test_per_user_aggregates_have_no_job_id_and_do_not_grow_with_jobs():
     assert mem == {"ann": 20 * 100 * 1048576, "bob": 20 * 100 * 1048576}
     gpu_jobs = {lbl["user"]: v for n, lbl, v in many if n == "dsh_status" and lbl["status"] == "GPU"}
     assert gpu_jobs == {"ann": 20, "bob": 20}  # the user's jobs with that verdict
+
+
+def test_every_metric_the_cluster_view_queries_is_one_the_exporter_writes():
+    """The cluster view reads back through Prometheus what every node's sidecar exports: each name
+    its queries use must be a family a scrape holds (both take it from sidecar/common/metric_names)."""
+    import re
+
+    from sidecar.documents.cluster import QUERIES
+
+    gpu0 = {"index": 0, "uuid": "GPU-0", "name": "H100", "util_pct": 50, "mem_used_mib": 10, "mem_total_mib": 80,
+            "sm_clock_mhz": 1980, "sm_activity_fraction": 0.5, "clock_event_reasons": []}
+    rank = _proc(10, "rank", 0, gpu=[{"index": 0, "mem_used_mib": 10, "sm_util_pct": 5}],
+                 models=[{"name": "Net", "device": "cuda:0", "forward_calls": 5}],
+                 step_breakdown={"forward_fraction": 0.5, "backward_fraction": 0.3, "steps": 40})
+    doc = {**_doc("10-1", [rank]), "gpus": [gpu0]}
+    exported = {n for n, _, _ in _samples(_Poller([doc], [{"id": "10-1", "uid": 0, "user": "root"}]))}
+    queried = {m for promql in QUERIES.values() for m in re.findall(r"\bdsh_\w+", promql)}
+    assert queried and queried <= exported, sorted(queried - exported)
