@@ -127,12 +127,3 @@ class HostilePrometheus:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def wait_until(predicate, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
