@@ -1,4 +1,4 @@
-"""The sidecar under load, for the figures in docs/reliability.md.
+"""The sidecar under load: longer runs of tests/stress/test_load.py (what holds: docs/reliability.md).
 
     .venv/bin/python benchmarks/load_sidecar.py clients [--clients 50 --seconds 60 --period 1.0]
     .venv/bin/python benchmarks/load_sidecar.py churn [--seconds 60 --churn-period 0.1]

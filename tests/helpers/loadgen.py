@@ -1,5 +1,5 @@
 """Load against a real sidecar, shared by tests/stress/test_load.py (short runs) and
-benchmarks/load_sidecar.py (the figures in docs/reliability.md): a busy simulated job, page-like
+benchmarks/load_sidecar.py (longer runs; what holds: docs/reliability.md): a busy simulated job, page-like
 HTTP clients, and the measurements (latency percentiles, poll cadence, CPU share, RSS)."""
 
 from __future__ import annotations

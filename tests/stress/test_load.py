@@ -1,6 +1,6 @@
 """Load held: 50 page-like clients against a sidecar watching a busy job (8 GPUs, 64 processes, each
 with a probe segment), a process tree churning every 100 ms, and the history's bound. Short runs;
-benchmarks/load_sidecar.py runs the same for the figures in docs/reliability.md."""
+benchmarks/load_sidecar.py runs the same for longer, printing its figures."""
 
 from __future__ import annotations
 
@@ -143,7 +143,7 @@ def test_trickling_connections_never_lock_out_a_new_client(tmp_path, fake_nvml, 
 
 def test_a_day_of_history_at_the_default_interval_is_bounded():
     """24 h at 1.5 s is 57,601 samples at most, however long the sidecar runs; its memory is
-    measured in benchmarks/bench_sidecar.py (docs/reliability.md)."""
+    measured in benchmarks/bench_sidecar.py (docs/performance.md)."""
     from sidecar.poll.history import Sample
     from sidecar.verdict import RecentSample
 
