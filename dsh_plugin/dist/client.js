@@ -437,6 +437,7 @@ var en_default = {
   "hint.rank-device-mismatch": "Use `device = torch.device('cuda', int(os.environ['LOCAL_RANK']))` and `torch.cuda.set_device(device)`.",
   "jobs.title": "{n} jobs:",
   "jobs.exited": "exited",
+  "jobs.exitedCount": "Exited jobs ({n})",
   "sessionJobs.title": "Jobs of this session",
   "sessionJobs.none": "No PyTorch job of this session yet. Jobs started from this session's shell, or with their working directory under {workspace}, show here.",
   "sessionJobs.countOne": "1 job",
@@ -906,6 +907,7 @@ var zh_default = {
   "hint.rank-device-mismatch": "使用 `device = torch.device('cuda', int(os.environ['LOCAL_RANK']))` 并调用 `torch.cuda.set_device(device)`。",
   "jobs.title": "{n} 个任务：",
   "jobs.exited": "已退出",
+  "jobs.exitedCount": "已退出的任务（{n}）",
   "sessionJobs.title": "本会话的作业",
   "sessionJobs.none": "本会话还没有 PyTorch 作业。从本会话的 shell 启动、或工作目录位于 {workspace} 之下的作业会显示在这里。",
   "sessionJobs.countOne": "1 个作业",
@@ -1268,13 +1270,82 @@ function unusableGpus(doc) {
   return all.filter((s) => s && (s.nvml_index === null || s.nvml_index === void 0));
 }
 
+// ../sidecar/static/shared/store.js
+var HISTORY_MAX_SAMPLES = 2e4;
+var HISTORY_MAX_EVENTS = 500;
+var isNum2 = (x) => typeof x === "number" && Number.isFinite(x);
+var byTime = (a, b) => a.time_unix_s - b.time_unix_s;
+function emptyHistory(jobId = null) {
+  return { jobId, samples: [], events: [], intervalS: null, lastTime: null, error: null };
+}
+function unique(list2, keyOf) {
+  const out = [];
+  const seen = /* @__PURE__ */ new Set();
+  let time = null;
+  for (const item of list2) {
+    if (item.time_unix_s !== time) {
+      time = item.time_unix_s;
+      seen.clear();
+    }
+    const key = keyOf(item);
+    if (seen.has(key)) continue;
+    seen.add(key);
+    out.push(item);
+  }
+  return out;
+}
+function merge(have, fresh, keyOf, cap) {
+  const old = Array.isArray(have) ? have : [];
+  const add = (Array.isArray(fresh) ? fresh : []).filter((x) => x && typeof x === "object" && isNum2(x.time_unix_s));
+  if (!add.length) return old;
+  add.sort(byTime);
+  let out;
+  if (!old.length || add[0].time_unix_s > old[old.length - 1].time_unix_s) {
+    out = old.concat(unique(add, keyOf));
+  } else {
+    out = unique(old.concat(add).sort(byTime), keyOf);
+    if (out.length === old.length) return old;
+  }
+  return out.length > cap ? out.slice(out.length - cap) : out;
+}
+var sampleKey = () => "";
+var eventKey = (e) => `${e.name}|${e.pid}`;
+function mergeSamples(have, fresh) {
+  return merge(have, fresh, sampleKey, HISTORY_MAX_SAMPLES);
+}
+function mergeEvents(have, fresh) {
+  return merge(have, fresh, eventKey, HISTORY_MAX_EVENTS);
+}
+var jobOf = (doc) => doc && typeof doc.job_id === "string" && doc.job_id ? doc.job_id : null;
+var another = (history, jobId) => jobId !== null && history.jobId !== null && jobId !== history.jobId;
+function withStatus(history, doc) {
+  const job = jobOf(doc);
+  const base = another(history, job) ? emptyHistory(job) : history;
+  const events = mergeEvents(base.events, doc && doc.events);
+  const jobId = base.jobId ?? job;
+  return base === history && events === history.events && jobId === history.jobId ? history : { ...base, jobId, events };
+}
+function withHistory(history, body, since = null) {
+  const job = jobOf(body);
+  if (!body || !Array.isArray(body.samples) || another(history, job)) return history;
+  if (since !== null && since !== history.lastTime) return history;
+  const samples = mergeSamples(history.samples, body.samples);
+  return {
+    jobId: history.jobId ?? job,
+    samples,
+    events: mergeEvents(history.events, body.events),
+    intervalS: isNum2(body.interval_s) ? body.interval_s : history.intervalS,
+    lastTime: samples.length ? samples[samples.length - 1].time_unix_s : history.lastTime,
+    error: null
+  };
+}
+
 // src/client/store.js
 var API = "/dsh-gpu-dashboard/api";
 var STORAGE_KEY = "dsh-gpu-dashboard.settings";
 var REFRESH_MIN_S = 0.5;
 var REFRESH_MAX_S = 60;
 var DEFAULT_REFRESH_S = 2;
-var HISTORY_MAX_SAMPLES = 7200;
 var FETCH_TIMEOUT_MS = 6e3;
 function readSettings() {
   const d = { refreshS: DEFAULT_REFRESH_S, sidecarUrl: "", lang: "auto" };
@@ -1392,43 +1463,12 @@ function classify(resp, path) {
     detail: b && (b.detail || b.error || b.message) || "unexpected answer"
   };
 }
-function mergeEvents(old, fresh) {
-  const out = Array.isArray(old) ? old.slice() : [];
-  const seen = new Set(out.map((e) => `${e && e.time_unix_s}|${e && e.name}|${e && e.pid}`));
-  for (const e of Array.isArray(fresh) ? fresh : []) {
-    if (!e || typeof e !== "object") continue;
-    const key = `${e.time_unix_s}|${e.name}|${e.pid}`;
-    if (seen.has(key)) continue;
-    seen.add(key);
-    out.push(e);
-  }
-  out.sort((a, b) => (Number(a.time_unix_s) || 0) - (Number(b.time_unix_s) || 0));
-  return out.length > 500 ? out.slice(out.length - 500) : out;
-}
 function isHidden() {
   try {
     return typeof document !== "undefined" && document.visibilityState === "hidden";
   } catch {
     return false;
   }
-}
-var EMPTY_HISTORY = { samples: [], events: [], intervalS: null, lastTime: null, error: null };
-function nextHistory(cur, body) {
-  let samples = cur.samples;
-  const fresh = body.samples.filter(
-    (s) => s && typeof s.time_unix_s === "number" && (cur.lastTime === null || s.time_unix_s > cur.lastTime)
-  );
-  if (fresh.length) {
-    samples = samples.concat(fresh);
-    if (samples.length > HISTORY_MAX_SAMPLES) samples = samples.slice(samples.length - HISTORY_MAX_SAMPLES);
-  }
-  return {
-    samples,
-    events: mergeEvents(cur.events, body.events),
-    intervalS: typeof body.interval_s === "number" ? body.interval_s : cur.intervalS,
-    lastTime: samples.length ? samples[samples.length - 1].time_unix_s : cur.lastTime,
-    error: null
-  };
 }
 function createPollers(status, history, sel = { job: null }) {
   const jobQuery = (sep) => sel.job ? `${sep}job=${encodeURIComponent(sel.job)}` : "";
@@ -1440,7 +1480,7 @@ function createPollers(status, history, sel = { job: null }) {
         flags.configFetched = true;
         const prev = status.get().config;
         if (prev && prev.sidecarUrl !== r.body.sidecarUrl) {
-          history.set({ ...EMPTY_HISTORY });
+          history.set(emptyHistory());
         }
         status.set({ ...status.get(), config: r.body });
       }
@@ -1459,6 +1499,9 @@ function createPollers(status, history, sel = { job: null }) {
       const prev = status.get();
       if (c.kind === "ok") {
         status.set({ ...prev, state: "ok", doc: r.body, problem: null, lastOk: Date.now(), lastTry: Date.now() });
+        const h = history.get();
+        const next = withStatus(h, r.body);
+        if (next !== h) history.set(next);
       } else {
         status.set({ ...prev, state: c.kind, problem: c, lastTry: Date.now() });
       }
@@ -1478,13 +1521,13 @@ function createPollers(status, history, sel = { job: null }) {
     if (flags.historyInFlight) return;
     flags.historyInFlight = true;
     try {
-      const h = history.get();
-      const since = h.lastTime !== null ? `?since=${encodeURIComponent(String(h.lastTime))}` : "";
+      const since = history.get().lastTime;
+      const query = since !== null ? `?since=${encodeURIComponent(String(since))}` : "";
       const asked = sel.job;
-      const r = await getJson(`${API}/history${since}${jobQuery(since ? "&" : "?")}`);
+      const r = await getJson(`${API}/history${query}${jobQuery(query ? "&" : "?")}`);
       if (asked !== sel.job) return;
       if (r.httpStatus === 200 && r.json && r.body && Array.isArray(r.body.samples)) {
-        history.set(nextHistory(history.get(), r.body));
+        history.set(withHistory(history.get(), r.body, since));
       } else {
         history.set({ ...history.get(), error: r.httpStatus });
       }
@@ -1530,7 +1573,7 @@ function selectJob(sel, id, { status, history, statusLoop, historyLoop, historyU
   const next = typeof id === "string" && id ? id : null;
   if (next === sel.job) return;
   sel.job = next;
-  history.set({ ...EMPTY_HISTORY });
+  history.set(emptyHistory());
   status.set({ ...status.get(), doc: null, state: "loading" });
   if (status.size()) statusLoop.schedule(0);
   if (historyUsers()) historyLoop.schedule(0);
@@ -1549,7 +1592,7 @@ function createStore() {
     config: null
     // /api/config answer
   });
-  const history = observable({ ...EMPTY_HISTORY });
+  const history = observable(emptyHistory());
   let historyUsers = 0;
   const lang = () => {
     const l = settings.get().lang;
@@ -1623,7 +1666,7 @@ function getStore() {
 var import_jsx_runtime = require("react/jsx-runtime");
 var PLUGIN_VERSION = "0.1.0";
 var SUPPORTED_DSH = "0.1.0-rc.8";
-var isNum2 = (x) => typeof x === "number" && Number.isFinite(x);
+var isNum3 = (x) => typeof x === "number" && Number.isFinite(x);
 function useStatus() {
   const store = getStore();
   return (0, import_react.useSyncExternalStore)(store.subscribeStatus, store.status.get, store.status.get);
@@ -1669,7 +1712,7 @@ function Badge({ doc, lang, big }) {
 }
 function Warnings({ doc, lang, limit }) {
   const all = summarize(doc, lang).warnings;
-  const list2 = isNum2(limit) ? all.slice(0, limit) : all;
+  const list2 = isNum3(limit) ? all.slice(0, limit) : all;
   if (!all.length) return null;
   return /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("ul", { className: "dgd-warnings", "data-testid": "dsh-gpu-warnings", children: [
     list2.map((w, i) => /* @__PURE__ */ (0, import_jsx_runtime.jsxs)("li", { className: "dgd-warning", style: { borderLeftColor: w.color }, "data-code": w.code || "", children: [
@@ -1690,11 +1733,11 @@ function targetText(doc, lang) {
   const tg = doc && doc.target;
   if (!tg || typeof tg !== "object") return "";
   const parts = [];
-  if (isNum2(tg.pid)) parts.push(t(lang, "target.pid", { pid: tg.pid }));
+  if (isNum3(tg.pid)) parts.push(t(lang, "target.pid", { pid: tg.pid }));
   if (tg.name) parts.push(String(tg.name));
   if (tg.alive === true) parts.push(t(lang, "target.running"));
   if (tg.alive === false) parts.push(t(lang, "target.exited"));
-  if (isNum2(tg.create_time_unix_s)) parts.push(t(lang, "target.since", { ago: fmtAgo(Date.now() / 1e3 - tg.create_time_unix_s, lang) }));
+  if (isNum3(tg.create_time_unix_s)) parts.push(t(lang, "target.since", { ago: fmtAgo(Date.now() / 1e3 - tg.create_time_unix_s, lang) }));
   return parts.join(" · ");
 }
 
@@ -1703,6 +1746,601 @@ var import_react3 = require("react");
 
 // src/client/jobs.jsx
 var import_react2 = require("react");
+
+// ../sidecar/static/shared/efficiency.js
+var isNum4 = (x) => typeof x === "number" && Number.isFinite(x);
+var STEP_SEGMENTS = [
+  { key: "data", field: "data_wait_fraction", label: "eff.seg.data", color: "#f59e0b" },
+  { key: "forward", field: "forward_fraction", label: "eff.seg.forward", color: "#2563eb" },
+  { key: "optimizer", field: "optimizer_fraction", label: "eff.seg.optimizer", color: "#7c3aed" },
+  { key: "other", field: "other_fraction", label: "eff.seg.other", color: "#9ca3af" }
+];
+var PROBLEM_REASONS = ["hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown", "hw_power_brake_slowdown"];
+var GPM_FIELDS = [
+  { key: "sm_activity_fraction", label: "eff.gpm.smActivity" },
+  { key: "sm_occupancy_fraction", label: "eff.gpm.smOccupancy" },
+  { key: "tensor_activity_fraction", label: "eff.gpm.tensor" },
+  { key: "dram_activity_fraction", label: "eff.gpm.dram" }
+];
+var GPM_TRAFFIC = [
+  { key: "pcie", tx: "pcie_tx_bytes_per_s", rx: "pcie_rx_bytes_per_s", label: "eff.gpm.pcie" },
+  { key: "nvlink", tx: "nvlink_tx_bytes_per_s", rx: "nvlink_rx_bytes_per_s", label: "eff.gpm.nvlink" }
+];
+function reasonKind(name2) {
+  return PROBLEM_REASONS.includes(name2) ? "problem" : "neutral";
+}
+function fmtStepTime(s) {
+  if (!isNum4(s)) return NA;
+  if (s < 1) return `${s < 0.01 ? (s * 1e3).toFixed(1) : Math.round(s * 1e3)} ms`;
+  return `${s.toFixed(2)} s`;
+}
+function fmtBytesPerS(b) {
+  if (!isNum4(b)) return NA;
+  const units = ["B/s", "kB/s", "MB/s", "GB/s", "TB/s"];
+  let v = Math.abs(b);
+  let i = 0;
+  while (v >= 1e3 && i < units.length - 1) {
+    v /= 1e3;
+    i += 1;
+  }
+  return `${v < 10 && i ? v.toFixed(1) : Math.round(v)} ${units[i]}`;
+}
+var onOff = (v, lang) => v === true ? t(lang, "eff.on") : v === false ? t(lang, "eff.off") : null;
+var procs = (doc) => doc && Array.isArray(doc.processes) ? doc.processes.filter(Boolean) : [];
+function stepProcess(doc) {
+  const withSteps = procs(doc).filter((p) => p.step_breakdown);
+  return withSteps.find((p) => p.role === "main") || withSteps[0] || null;
+}
+function stepWindow(b, lang) {
+  return isNum4(b.window_s) ? t(lang, "eff.window.s", { s: Math.round(b.window_s) }) : NA;
+}
+function dataWait(proc, lang) {
+  const b = proc && proc.step_breakdown;
+  if (b && isNum4(b.data_wait_fraction)) {
+    return { fraction: b.data_wait_fraction, value: fmtFraction(b.data_wait_fraction), window: stepWindow(b, lang), source: "steps" };
+  }
+  const models = (proc && Array.isArray(proc.models) ? proc.models : []).filter((m2) => m2 && isNum4(m2.data_wait_fraction));
+  if (!models.length) return null;
+  const m = models.reduce((a, x) => x.data_wait_fraction > a.data_wait_fraction ? x : a);
+  const window2 = isNum4(m.data_wait_batches) ? t(lang, "eff.window.batches", { n: m.data_wait_batches }) : null;
+  return { fraction: m.data_wait_fraction, value: fmtFraction(m.data_wait_fraction), window: window2, source: "batches" };
+}
+function stepFacts(doc, lang) {
+  const p = stepProcess(doc);
+  if (!p) return null;
+  const b = p.step_breakdown;
+  const window2 = stepWindow(b, lang);
+  const sum = STEP_SEGMENTS.reduce((a, s) => a + (isNum4(b[s.field]) ? Math.max(0, b[s.field]) : 0), 0);
+  const scale = sum > 1 ? sum : 1;
+  const segments = STEP_SEGMENTS.map((s) => {
+    const f = isNum4(b[s.field]) ? Math.max(0, b[s.field]) : null;
+    const label = t(lang, s.label);
+    const value = fmtFraction(f);
+    const text = s.key === "data" ? t(lang, "eff.seg.valueWindow", { label, pct: value, window: window2 }) : t(lang, "eff.seg.value", { label, pct: value });
+    return { key: s.key, color: s.color, fraction: f === null ? 0 : f / scale, label, value, text };
+  });
+  const summary = t(lang, "eff.step.summary", { time: fmtStepTime(b.step_s), steps: isNum4(b.steps) ? b.steps : NA, window: window2, pid: p.pid });
+  return { pid: p.pid, summary, segments };
+}
+function stripGpu(doc) {
+  const g = modelGpu(doc);
+  if (g) return g;
+  const gpus = doc && Array.isArray(doc.gpus) ? doc.gpus.filter(Boolean) : [];
+  const used = new Set(procs(doc).flatMap((p) => (p.gpu || []).map((u) => u && u.index)));
+  return gpus.find((x) => used.has(x.index)) || null;
+}
+function pcieItem(g, lang) {
+  if (!isNum4(g.pcie_link_gen) && !isNum4(g.pcie_link_width)) return null;
+  const link = (gen, width) => t(lang, "eff.pcie.link", { gen: isNum4(gen) ? gen : "?", width: isNum4(width) ? width : "?" });
+  const now = link(g.pcie_link_gen, g.pcie_link_width);
+  const hasMax = isNum4(g.pcie_link_gen_max) || isNum4(g.pcie_link_width_max);
+  const degraded = isNum4(g.pcie_link_gen_max) && isNum4(g.pcie_link_gen) && g.pcie_link_gen < g.pcie_link_gen_max || isNum4(g.pcie_link_width_max) && isNum4(g.pcie_link_width) && g.pcie_link_width < g.pcie_link_width_max;
+  const value = hasMax ? t(lang, "eff.pcie.ofMax", { now, max: link(g.pcie_link_gen_max ?? g.pcie_link_gen, g.pcie_link_width_max ?? g.pcie_link_width) }) : now;
+  return { key: "pcie", label: t(lang, "eff.pcie"), value, flag: degraded ? "bad" : null, note: degraded ? t(lang, "eff.pcie.degraded") : null };
+}
+function gpuItems(g, lang) {
+  const items = [];
+  const mhz = (v) => String(Math.round(v));
+  if (isNum4(g.sm_clock_mhz)) {
+    const value = isNum4(g.sm_clock_max_mhz) ? t(lang, "eff.clock.value", { now: mhz(g.sm_clock_mhz), max: mhz(g.sm_clock_max_mhz) }) : t(lang, "eff.clock.now", { now: mhz(g.sm_clock_mhz) });
+    const pct2 = isNum4(g.sm_clock_max_mhz) && g.sm_clock_max_mhz > 0 ? 100 * g.sm_clock_mhz / g.sm_clock_max_mhz : null;
+    items.push({ key: "clock", label: t(lang, "eff.clock"), value, pct: pct2, note: isNum4(g.mem_clock_mhz) ? t(lang, "eff.clock.mem", { mhz: mhz(g.mem_clock_mhz) }) : null });
+  }
+  if (isNum4(g.power_w)) {
+    const w = String(Math.round(g.power_w));
+    const value = isNum4(g.power_limit_w) ? t(lang, "eff.power.value", { w, limit: String(Math.round(g.power_limit_w)) }) : t(lang, "eff.power.now", { w });
+    const pct2 = isNum4(g.power_limit_w) && g.power_limit_w > 0 ? 100 * g.power_w / g.power_limit_w : null;
+    items.push({ key: "power", label: t(lang, "eff.power"), value, pct: pct2 });
+  }
+  if (isNum4(g.temperature_c)) items.push({ key: "temp", label: t(lang, "eff.temp"), value: t(lang, "eff.temp.value", { c: String(Math.round(g.temperature_c)) }) });
+  const pcie = pcieItem(g, lang);
+  if (pcie) items.push(pcie);
+  return items;
+}
+function gpmFacts(g, lang) {
+  const errors = g.field_errors || {};
+  const gpm = [];
+  const missing = [];
+  for (const f of GPM_FIELDS) {
+    if (isNum4(g[f.key])) gpm.push({ key: f.key, label: t(lang, f.label), value: fmtFraction(g[f.key]) });
+    else if (errors[f.key]) missing.push([t(lang, f.label), String(errors[f.key])]);
+  }
+  for (const f of GPM_TRAFFIC) {
+    if (isNum4(g[f.tx]) || isNum4(g[f.rx])) gpm.push({ key: f.key, label: t(lang, f.label), value: t(lang, "eff.gpm.traffic", { tx: fmtBytesPerS(g[f.tx]), rx: fmtBytesPerS(g[f.rx]) }) });
+    else if (errors[f.tx] || errors[f.rx]) missing.push([t(lang, f.label), String(errors[f.tx] || errors[f.rx])]);
+  }
+  if (!missing.length) return { gpm, gpmNa: null };
+  const reason = [...new Set(missing.map((m) => m[1]))].join("; ");
+  const gpmNa = gpm.length ? t(lang, "eff.gpm.someNa", { fields: missing.map((m) => m[0]).join(", "), reason }) : t(lang, "eff.gpm.na", { reason });
+  return { gpm, gpmNa };
+}
+function gpuFacts(doc, lang) {
+  const g = stripGpu(doc);
+  if (!g) return null;
+  const reasons = (Array.isArray(g.clock_event_reasons) ? g.clock_event_reasons : []).map((name2) => ({ name: name2, kind: reasonKind(name2), label: t(lang, `clock-reason.${name2}`) }));
+  return {
+    index: g.index,
+    title: t(lang, "eff.gpu.title", { n: g.index }),
+    cc: g.compute_capability ? t(lang, "eff.gpu.cc", { cc: g.compute_capability }) : null,
+    items: gpuItems(g, lang),
+    reasons,
+    reasonsNone: Array.isArray(g.clock_event_reasons) && !g.clock_event_reasons.length ? t(lang, "eff.reasons.none") : null,
+    ...gpmFacts(g, lang)
+  };
+}
+function firstModel(doc) {
+  const order = [stepProcess(doc), ...procs(doc).filter((p) => p.role === "main"), ...procs(doc)].filter(Boolean);
+  for (const p of order) if (Array.isArray(p.models) && p.models.length) return { proc: p, model: p.models[0] };
+  return { proc: order[0] || null, model: null };
+}
+function precisionFacts(doc, lang) {
+  const { proc, model } = firstModel(doc);
+  const mathProc = [proc, ...procs(doc)].find((p) => p && p.math) || null;
+  const math = mathProc && mathProc.math || {};
+  const out = [];
+  const add = (key, label, value) => {
+    if (value !== null && value !== void 0 && value !== "") out.push({ key, label: t(lang, label), value: String(value) });
+  };
+  if (model && Array.isArray(model.param_dtypes) && model.param_dtypes.length) add("dtypes", "eff.dtypes", model.param_dtypes.join(", "));
+  if (model) add("autocast", "eff.autocast", model.autocast === "off" ? t(lang, "eff.off") : model.autocast);
+  add("tf32", "eff.tf32", onOff(math.allow_tf32_matmul, lang));
+  add("tf32Cudnn", "eff.tf32Cudnn", onOff(math.cudnn_allow_tf32, lang));
+  add("matmulPrecision", "eff.matmulPrecision", math.float32_matmul_precision);
+  add("cudnnBenchmark", "eff.cudnnBenchmark", onOff(math.cudnn_benchmark, lang));
+  return out;
+}
+function loaderFacts(doc, lang) {
+  const { model } = firstModel(doc);
+  const ls = model && model.loader_settings || {};
+  const out = [];
+  const add = (key, label, value) => {
+    if (value !== null && value !== void 0) out.push({ key, label: t(lang, label), value: String(value) });
+  };
+  add("workers", "eff.loader.workers", isNum4(ls.num_workers) ? ls.num_workers : null);
+  add("pin", "eff.loader.pin", typeof ls.pin_memory === "boolean" ? String(ls.pin_memory) : null);
+  add("persistent", "eff.loader.persistent", typeof ls.persistent_workers === "boolean" ? String(ls.persistent_workers) : null);
+  add("batch", "eff.loader.batch", isNum4(ls.batch_size) ? ls.batch_size : null);
+  if (model && Array.isArray(model.input_shape)) add("input", "eff.input", `[${model.input_shape.join(", ")}]`);
+  return out;
+}
+function syncsFact(doc, lang) {
+  const p = [stepProcess(doc), firstModel(doc).proc, ...procs(doc)].find((x) => x && isNum4(x.syncs_per_step));
+  return p ? { key: "syncs", label: t(lang, "eff.syncs"), value: t(lang, "eff.syncs.value", { n: Math.round(p.syncs_per_step * 10) / 10 }) } : null;
+}
+function efficiency(doc, lang) {
+  const step = stepFacts(doc, lang);
+  const gpu = gpuFacts(doc, lang);
+  const precision = precisionFacts(doc, lang);
+  const loader = loaderFacts(doc, lang);
+  const syncs = syncsFact(doc, lang);
+  const gpuEmpty = !gpu || !gpu.items.length && !gpu.reasons.length && !gpu.gpm.length && !gpu.gpmNa;
+  const empty = !step && gpuEmpty && !precision.length && !loader.length && !syncs;
+  return { step, gpu: gpuEmpty ? null : gpu, precision, loader, syncs, empty };
+}
+function smText(proc, lang) {
+  const rows = (proc && Array.isArray(proc.gpu) ? proc.gpu : []).filter(Boolean);
+  const sm = rows.reduce((a, g) => isNum4(g.sm_util_pct) ? (a ?? 0) + g.sm_util_pct : a, null);
+  if (sm === null && rows.length && rows.every((g) => isNum4(g.mig_index))) return t(lang, "eff.migNa");
+  return fmtPct(sm);
+}
+function utilText(gpu, lang) {
+  if (gpu && !isNum4(gpu.util_pct) && gpu.mig_mode === true) return t(lang, "eff.migNa");
+  return fmtPct(gpu ? gpu.util_pct : null);
+}
+function migRows(doc, gpu, lang) {
+  const devs = gpu && Array.isArray(gpu.mig_devices) ? gpu.mig_devices.filter(Boolean) : [];
+  return devs.map((d) => ({
+    index: d.index,
+    label: t(lang, "eff.mig.item", { index: d.index }),
+    ids: isNum4(d.gpu_instance_id) ? t(lang, "eff.mig.ids", { gi: d.gpu_instance_id, ci: isNum4(d.compute_instance_id) ? d.compute_instance_id : NA }) : "",
+    mem: isNum4(d.mem_total_mib) ? t(lang, "gpu.memOf", { used: fmtMiB(d.mem_used_mib), total: fmtMiB(d.mem_total_mib) }) : fmtMiB(d.mem_used_mib),
+    pids: procs(doc).filter((p) => (p.gpu || []).some((u) => u && u.index === gpu.index && u.mig_index === d.index)).map((p) => p.pid)
+  }));
+}
+
+// ../sidecar/static/shared/view_model.js
+var isNum5 = (x) => typeof x === "number" && Number.isFinite(x);
+var present = (x) => x !== null && x !== void 0 && x !== "";
+var list = (x) => Array.isArray(x) ? x.filter(Boolean) : [];
+var DATA_WAIT_HIGH_FRACTION = 0.5;
+var MEM_METER_COLOR = "#7c3aed";
+var PROCESS_COLUMNS = [
+  { key: "process", label: "col.process", num: false },
+  { key: "role", label: "col.role", num: false },
+  { key: "models", label: "col.modelDevice", num: false },
+  { key: "inputs", label: "col.inputDevice", num: false },
+  { key: "gpuMem", label: "col.gpuMem", num: true },
+  { key: "sm", label: "col.sm", num: true },
+  { key: "cpu", label: "col.cpu", num: true },
+  { key: "dataWait", label: "col.dataWait", num: true }
+];
+function chip(dev) {
+  return { text: deviceText(dev), kind: deviceKind(dev), device: present(dev) ? String(dev) : null };
+}
+function modelLabel(m, lang) {
+  return [
+    m.name,
+    isNum5(m.param_count) ? t(lang, "model.params", { n: fmtCount(m.param_count) }) : null,
+    isNum5(m.forward_rate_hz) ? t(lang, "model.rate", { n: fmtRate(m.forward_rate_hz) }) : null,
+    isNum5(m.step_rate_hz) ? t(lang, "model.steps", { n: fmtRate(m.step_rate_hz) }) : null
+  ].filter(Boolean).join(" · ");
+}
+function processCell(p, lang) {
+  return {
+    name: p.name || NA,
+    pid: isNum5(p.pid) ? String(p.pid) : NA,
+    exited: p.exited ? { text: t(lang, "proc.exited"), title: t(lang, "proc.exitedTitle") } : null,
+    cmd: cmdText(p.cmdline) || null,
+    probeError: p.probe_error ? t(lang, "probe.error", { error: p.probe_error }) : null
+  };
+}
+function gpuMemCell(p, lang) {
+  const rows = list(p.gpu);
+  const mem = rows.reduce((a, g) => isNum5(g.mem_used_mib) ? (a ?? 0) + g.mem_used_mib : a, null);
+  const title = rows.map((g) => `${t(lang, "chart.gpuN", { n: g.index })}: ${fmtMiB(g.mem_used_mib)}`).join("\n");
+  return { text: fmtMiB(mem), title, na: mem === null };
+}
+function dataWaitCell(p, lang) {
+  const w = dataWait(p, lang);
+  if (!w) return { value: NA, window: null, source: null, flag: null, na: true };
+  return { value: w.value, window: w.window || null, source: w.source, flag: w.fraction >= DATA_WAIT_HIGH_FRACTION ? "high" : null, na: false };
+}
+function processRow(doc, proc, lang) {
+  const p = proc || {};
+  const probed = p.has_probe === true;
+  const models = list(p.models);
+  const inputs = [...new Set(models.map((m) => m.input_device).filter(present).map(String))];
+  const sm = smText(p, lang);
+  const cpu = fmtPct(p.cpu_pct);
+  return {
+    pid: p.pid,
+    ppid: isNum5(p.ppid) ? p.ppid : null,
+    role: p.role || "",
+    probed,
+    exited: !!p.exited,
+    cells: {
+      process: processCell(p, lang),
+      role: probed ? { text: roleText(p, lang), probed, title: null } : { text: t(lang, "probe.none"), probed, title: t(lang, "probe.noneTitle") },
+      models: { items: models.map((m) => ({ device: chip(m.device), label: modelLabel(m, lang) })), na: !models.length },
+      inputs: { items: inputs.map(chip), na: !inputs.length },
+      gpuMem: gpuMemCell(p, lang),
+      sm: { text: sm, na: sm === NA },
+      cpu: { text: cpu, na: cpu === NA },
+      dataWait: dataWaitCell(p, lang)
+    }
+  };
+}
+function treeOrder(procs2) {
+  const byPid = new Map(procs2.map((p) => [p.pid, p]));
+  const kids = /* @__PURE__ */ new Map();
+  const roots = [];
+  for (const p of procs2) {
+    if (present(p.ppid) && byPid.has(p.ppid) && p.ppid !== p.pid) {
+      if (!kids.has(p.ppid)) kids.set(p.ppid, []);
+      kids.get(p.ppid).push(p);
+    } else roots.push(p);
+  }
+  const out = [];
+  const seen = /* @__PURE__ */ new Set();
+  const walk = (p, depth, last) => {
+    if (seen.has(p.pid)) return;
+    seen.add(p.pid);
+    out.push({ p, depth, last });
+    const ch = (kids.get(p.pid) || []).sort((a, b) => a.pid - b.pid);
+    ch.forEach((c, i) => walk(c, depth + 1, i === ch.length - 1));
+  };
+  roots.sort((a, b) => a.pid - b.pid).forEach((r) => walk(r, 0, true));
+  return out;
+}
+function processRows(doc, lang) {
+  const procs2 = list(doc && doc.processes);
+  return treeOrder(procs2).map(({ p, depth, last }) => ({
+    ...processRow(doc, p, lang),
+    depth,
+    branch: depth ? last ? "└─" : "├─" : null
+  }));
+}
+function modelCudaIndices(doc) {
+  const set = /* @__PURE__ */ new Set();
+  const add = (dev) => {
+    const m = /^cuda:(\d+)$/.exec(String(dev || ""));
+    if (m) set.add(Number(m[1]));
+  };
+  add(doc && doc.model_device);
+  for (const p of list(doc && doc.processes)) {
+    for (const mdl of list(p.models)) {
+      add(mdl.device);
+      for (const d of Array.isArray(mdl.devices) ? mdl.devices : []) add(d);
+    }
+  }
+  return set;
+}
+function gpuTag(doc, g, modelHere, lang) {
+  if (modelHere) return { kind: "model", text: t(lang, "gpu.modelHere") };
+  const key = gpuFrameworkKey(doc, g);
+  return key === "gpu.frameworkHidden" || key === "gpu.frameworkNotSeen" ? { kind: "off", text: t(lang, "gpu.hiddenTag") } : null;
+}
+function gpuMeters(g, lang) {
+  const level = utilLevel(g.util_pct);
+  return [
+    { key: "util", label: t(lang, "gpu.util"), pct: isNum5(g.util_pct) ? g.util_pct : null, value: utilText(g, lang), color: UTIL_COLORS[level] },
+    { key: "mem", label: t(lang, "gpu.mem"), pct: gpuMemPct(g), value: memOfText(g, lang), color: MEM_METER_COLOR }
+  ];
+}
+function gpuProcs(doc, index, lang) {
+  const out = [];
+  for (const p of list(doc && doc.processes)) {
+    const rows = list(p.gpu).filter((u) => u.index === index);
+    if (!rows.length) continue;
+    const mem = rows.reduce((a, u) => isNum5(u.mem_used_mib) ? (a ?? 0) + u.mem_used_mib : a, null);
+    out.push({ pid: p.pid, role: roleText(p, lang), mem: fmtMiB(mem) });
+  }
+  return out;
+}
+function gpuCard(doc, gpu, lang) {
+  const g = gpu || {};
+  const modelHere = isNum5(g.framework_index) && modelCudaIndices(doc).has(g.framework_index);
+  const mig = migRows(doc, g, lang);
+  return {
+    index: isNum5(g.index) ? g.index : null,
+    title: t(lang, "chart.gpuN", { n: g.index ?? NA }),
+    name: g.name || NA,
+    nameTitle: [g.name, g.uuid].filter(Boolean).join("\n"),
+    modelHere,
+    tag: gpuTag(doc, g, modelHere, lang),
+    framework: gpuFrameworkText(doc, g, lang),
+    utilLevel: utilLevel(g.util_pct),
+    meters: gpuMeters(g, lang),
+    procsTitle: t(lang, "gpu.procs"),
+    procs: gpuProcs(doc, g.index, lang),
+    noProcs: t(lang, "gpu.noProcs"),
+    mig: mig.length ? { title: t(lang, "eff.mig.title"), rows: mig.map((r) => ({ ...r, pidsText: r.pids.map((pid) => t(lang, "events.pid", { pid })).join(", ") })) } : null
+  };
+}
+function igpuCard(s, lang) {
+  return {
+    pci: s.pci || "",
+    vendor: s.vendor || NA,
+    name: s.name || NA,
+    badge: t(lang, "igpu.badge"),
+    note: t(lang, "igpu.note"),
+    meta: [s.pci && t(lang, "igpu.pci", { pci: s.pci }), s.driver && t(lang, "igpu.driver", { driver: s.driver })].filter(Boolean).join(" · ")
+  };
+}
+function gpuCards(doc, lang) {
+  const gpus = list(doc && doc.gpus);
+  const nv = doc && doc.nvml || {};
+  return {
+    cards: gpus.map((g) => gpuCard(doc, g, lang)),
+    unusable: unusableGpus(doc).map((s) => igpuCard(s, lang)),
+    none: gpus.length ? null : { text: t(lang, "gpus.none"), error: nv.ok === false && nv.error ? t(lang, "runtime.nvmlError", { error: nv.error }) : null }
+  };
+}
+function heroFacts(doc, lang) {
+  const gpu = modelGpu(doc);
+  const d = doc || {};
+  return [
+    { key: "model-device", label: t(lang, "summary.modelDevice"), text: deviceText(d.model_device), chip: chip(d.model_device) },
+    { key: "input-device", label: t(lang, "summary.inputDevice"), text: deviceText(d.input_device), chip: chip(d.input_device) },
+    { key: "util", label: t(lang, "summary.util"), text: utilText(gpu, lang), chip: null },
+    { key: "mem", label: t(lang, "summary.mem"), text: fmtMiB(gpu && gpu.mem_used_mib), chip: null },
+    { key: "cuda", label: t(lang, "summary.cuda"), text: cudaText(d.runtime || {}, lang), chip: null },
+    ...d.distributed ? [{ key: "run", label: t(lang, "summary.run"), text: runText(d.distributed, lang), chip: null }] : [],
+    ...d.pod ? [{ key: "pod", label: t(lang, "summary.pod"), text: podText(d.pod, lang), chip: null, title: podTitle(d.pod, lang) }] : []
+  ];
+}
+function rankRanges(ranks) {
+  const out = [];
+  const sorted = [...new Set(Array.isArray(ranks) ? ranks.filter(isNum5) : [])].sort((a, b) => a - b);
+  for (const r of sorted) {
+    const last = out[out.length - 1];
+    if (last && r === last[1] + 1) last[1] = r;
+    else out.push([r, r]);
+  }
+  return out.map(([a, b]) => a === b ? String(a) : `${a}–${b}`).join(", ");
+}
+function runText(run, lang) {
+  const ranks = rankRanges(run.ranks);
+  return [
+    present(run.job_key) ? t(lang, "run.key", { key: run.job_key, source: run.job_key_source || NA }) : null,
+    isNum5(run.node_rank) ? t(lang, "run.node", { n: run.node_rank }) : null,
+    ranks && isNum5(run.world_size) ? t(lang, "run.ranksOf", { ranks, n: run.world_size }) : null,
+    ranks && !isNum5(run.world_size) ? t(lang, "run.ranks", { ranks }) : null,
+    !ranks && isNum5(run.world_size) ? t(lang, "run.world", { n: run.world_size }) : null,
+    isNum5(run.restart_count) && run.restart_count > 0 ? t(lang, "run.restarts", { n: run.restart_count }) : null
+  ].filter(Boolean).join(" · ") || NA;
+}
+var CONTAINER_ID_SHORT_CHARS = 12;
+function podText(pod, lang) {
+  const named = present(pod.pod) ? present(pod.namespace) ? `${pod.namespace}/${pod.pod}` : pod.pod : null;
+  const name2 = named === null ? t(lang, "pod.unnamed", { uid: pod.uid || NA }) : pod.source === "self-reported" ? t(lang, "pod.selfReported", { name: named }) : named;
+  const id = present(pod.container_id) ? String(pod.container_id).slice(0, CONTAINER_ID_SHORT_CHARS) : null;
+  const container = present(pod.container) ? id ? t(lang, "pod.containerNamed", { name: pod.container, id }) : t(lang, "pod.container", { name: pod.container }) : id ? t(lang, "pod.container", { name: id }) : null;
+  return [name2, container].filter(Boolean).join(" · ");
+}
+function podTitle(pod, lang) {
+  return present(pod.container_id) ? t(lang, "pod.title", { uid: pod.uid || NA, id: pod.container_id }) : null;
+}
+function runtimeFacts(doc, lang) {
+  const rt = doc && doc.runtime || {};
+  const nv = doc && doc.nvml || {};
+  const item = (key, label, value, bad = false) => ({ key, label: t(lang, label), value: present(value) ? String(value) : NA, bad });
+  const noCuda = !!rt.torch && !rt.cuda_build;
+  return {
+    items: [
+      item("torch", "runtime.torch", rt.torch),
+      item("cuda-build", "runtime.cudaBuild", noCuda ? t(lang, "runtime.cudaBuildNone") : rt.cuda_build, noCuda),
+      item("cudnn", "runtime.cudnn", rt.cudnn),
+      item("visible", "runtime.visible", rt.cuda_visible_devices === null || rt.cuda_visible_devices === void 0 ? null : `"${rt.cuda_visible_devices}"`),
+      item("driver", "runtime.driver", nv.driver),
+      item("cuda-driver", "runtime.cudaDriver", nv.cuda_driver)
+    ],
+    error: nv.ok === false && nv.error ? t(lang, "runtime.nvmlError", { error: nv.error }) : null,
+    interval: isNum5(doc && doc.interval_s) ? t(lang, "runtime.interval", { s: doc.interval_s }) : null
+  };
+}
+var CLUSTER_NODE_COLUMNS = [
+  { key: "node", label: "col.node", num: false },
+  { key: "state", label: "col.state", num: false },
+  { key: "gpu", label: "col.gpu", num: true },
+  { key: "util", label: "col.util", num: true },
+  { key: "mem", label: "col.gpuMem", num: true },
+  { key: "clock", label: "col.smClock", num: true },
+  { key: "sm", label: "col.smActivity", num: true },
+  { key: "slowedBy", label: "col.slowedBy", num: false }
+];
+var CLUSTER_RANK_COLUMNS = [
+  { key: "rank", label: "col.rank", num: true },
+  { key: "node", label: "col.node", num: false },
+  { key: "gpus", label: "col.gpus", num: false },
+  { key: "rate", label: "col.fwdRate", num: true },
+  { key: "dataWait", label: "col.dataWait", num: true },
+  { key: "forward", label: "col.forward", num: true },
+  { key: "optimizer", label: "col.optimizer", num: true },
+  { key: "other", label: "col.other", num: true },
+  { key: "collectiveWait", label: "col.collectiveWait", num: true }
+];
+var textCell = (text) => ({ text, na: text === NA });
+function nodeState(n, lang) {
+  if (n.reporting) return { text: t(lang, "cluster.reporting"), flag: null, title: null };
+  const why = ["down", "gone", "stale"].includes(n.why) ? n.why : "gone";
+  return { text: t(lang, `cluster.missing.${why}`), flag: "missing", title: t(lang, "cluster.pollAge", { ago: fmtAgo(n.poll_age_s, lang) }) };
+}
+function clusterGpuCells(g, lang) {
+  const reasons = list(g.clock_events).map((name2) => ({ name: name2, kind: reasonKind(name2), label: t(lang, `clock-reason.${name2}`) }));
+  return {
+    gpu: textCell(isNum5(g.index) ? String(g.index) : NA),
+    util: { ...textCell(fmtPct(g.util_pct)), level: utilLevel(g.util_pct) },
+    mem: textCell(isNum5(g.mem_used_mib) ? memOfText(g, lang) : NA),
+    clock: textCell(isNum5(g.sm_clock_mhz) ? t(lang, "eff.clock.now", { now: String(Math.round(g.sm_clock_mhz)) }) : NA),
+    sm: textCell(fmtFraction(g.sm_activity_fraction)),
+    slowedBy: { items: reasons, text: reasons.map((r) => r.label).join(", ") || NA, na: !reasons.length }
+  };
+}
+function clusterNodeRows(cluster, lang) {
+  const rows = [];
+  for (const n of list(cluster && cluster.nodes)) {
+    const head = { node: { text: n.node || NA }, state: nodeState(n, lang) };
+    const gpus = list(n.gpus);
+    const empty = { gpu: textCell(NA), util: { ...textCell(NA), level: null }, mem: textCell(NA), clock: textCell(NA), sm: textCell(NA), slowedBy: { items: [], text: NA, na: true } };
+    (gpus.length ? gpus : [null]).forEach((g, i) => rows.push({
+      node: n.node,
+      first: i === 0,
+      reporting: n.reporting === true,
+      cells: { ...head, ...g ? clusterGpuCells(g, lang) : empty }
+    }));
+  }
+  return rows;
+}
+function clusterRankRows(job, lang) {
+  return list(job && job.ranks).slice().sort((a, b) => a.rank - b.rank).map((r) => {
+    const wait = fmtFraction(r.data_wait_fraction);
+    return {
+      rank: r.rank,
+      node: r.node,
+      cells: {
+        rank: textCell(isNum5(r.rank) ? String(r.rank) : NA),
+        node: textCell(r.node || NA),
+        gpus: textCell(Array.isArray(r.gpus) && r.gpus.length ? r.gpus.join(", ") : NA),
+        rate: textCell(isNum5(r.forward_rate_per_s) ? t(lang, "model.rate", { n: fmtRate(r.forward_rate_per_s) }) : NA),
+        dataWait: { ...textCell(wait), flag: isNum5(r.data_wait_fraction) && r.data_wait_fraction >= DATA_WAIT_HIGH_FRACTION ? "high" : null },
+        forward: textCell(fmtFraction(r.forward_fraction)),
+        optimizer: textCell(fmtFraction(r.optimizer_fraction)),
+        other: textCell(fmtFraction(r.other_fraction)),
+        // Its wait in the collectives for the slowest rank: about 0 on the rank the others wait for.
+        collectiveWait: textCell(fmtFraction(r.collective_wait_fraction))
+      }
+    };
+  });
+}
+function clusterWarnings(ws, lang) {
+  return sortWarnings(ws).map((w) => ({ code: w.code, severity: t(lang, `severity.${severityOf(w)}`), sev: severityOf(w), message: warningMessage(w, lang), hint: warningHint(w, lang) || null }));
+}
+function clusterView(cluster, statusDoc, lang) {
+  const c = cluster || {};
+  const run = statusDoc && statusDoc.distributed ? statusDoc.distributed : null;
+  const key = run ? run.job_key : null;
+  const all = list(c.jobs);
+  const owner = (j) => !run || !isNum5(run.uid) || !isNum5(j.uid) || j.uid === run.uid;
+  const mine = present(key) ? all.filter((j) => j.job_key === key && owner(j)) : [];
+  const jobs = (mine.length ? mine : all).map((j) => ({
+    key: j.job_key,
+    title: t(lang, "cluster.job", { job: j.job_key, status: present(j.status) ? t(lang, `status.${j.status}`) : NA }),
+    status: j.status || null,
+    detail: t(lang, "cluster.jobRanks", { seen: list(j.ranks).length, world: isNum5(j.world_size) ? j.world_size : NA, nodes: list(j.nodes).join(", ") || NA }),
+    warnings: clusterWarnings(j.warnings, lang),
+    ranks: clusterRankRows(j, lang)
+  }));
+  return {
+    summary: t(lang, "cluster.summary", { nodes: list(c.nodes).length, jobs: all.length, prometheus: c.prometheus || NA }),
+    nodes: clusterNodeRows(c, lang),
+    warnings: clusterWarnings(c.warnings, lang),
+    jobs,
+    matched: mine.length > 0
+  };
+}
+var isLive = (j) => j.alive !== false;
+var startOf = (j) => isNum5(j.start_time_unix_s) ? j.start_time_unix_s : -Infinity;
+var endOf = (j) => isNum5(j.ended_unix_s) ? j.ended_unix_s : startOf(j);
+var newestBy = (at) => (a, b) => {
+  const x = at(a);
+  const y = at(b);
+  return x > y ? -1 : x < y ? 1 : 0;
+};
+function orderJobs(jobs) {
+  const all = list(jobs).filter((j) => typeof j === "object");
+  return {
+    live: all.filter(isLive).sort(newestBy(startOf)),
+    exited: all.filter((j) => !isLive(j)).sort(newestBy(endOf))
+  };
+}
+function jobRow(job, lang) {
+  return {
+    id: job.id,
+    status: statusOf(job),
+    alive: isLive(job),
+    pid: isNum5(job.root_pid) ? String(job.root_pid) : NA,
+    cmd: cmdText(job.command),
+    user: present(job.user) ? String(job.user) : null,
+    exited: isLive(job) ? null : t(lang, "jobs.exited"),
+    message: messageText(job, lang) || ""
+  };
+}
+function jobList(jobs, lang, shown = null) {
+  const { live, exited } = orderJobs(jobs);
+  const row = (j) => ({ ...jobRow(j, lang), shown: j.id === shown });
+  return {
+    live: live.map(row),
+    exited: exited.map(row),
+    exitedLabel: exited.length ? t(lang, "jobs.exitedCount", { n: exited.length }) : null,
+    exitedOpen: exited.some((j) => j.id === shown)
+  };
+}
+function defaultJobId(...groups) {
+  const ordered = groups.map(orderJobs);
+  const first = ordered.find((g) => g.live.length) || ordered.find((g) => g.exited.length);
+  return first ? (first.live[0] || first.exited[0]).id : null;
+}
 
 // host/jobs.js
 var STATUS_RANK = { CPU: 0, MIXED: 1, UNKNOWN: 2, GPU: 3 };
@@ -1728,11 +2366,6 @@ var UNTRUSTED_NOTICE = `What the training processes wrote (commands, names, even
 
 // src/client/jobs.jsx
 var import_jsx_runtime2 = require("react/jsx-runtime");
-function useLang2() {
-  const store = getStore();
-  (0, import_react2.useSyncExternalStore)(store.settings.subscribe, store.settings.get, store.settings.get);
-  return store.lang();
-}
 function useJobs(sessionId) {
   const store = getStore();
   const settings = (0, import_react2.useSyncExternalStore)(store.settings.subscribe, store.settings.get, store.settings.get);
@@ -1773,37 +2406,45 @@ function linkText(link, lang) {
   }
   return t(lang, LINK_TEXT[link && link.by] || "sessionJobs.linkWorkspace");
 }
-function cmdText2(cmd) {
-  return Array.isArray(cmd) ? cmd.join(" ") : "";
-}
-function JobRow({ job, selected, lang, onSelect }) {
-  const code = statusOf(job);
+function JobRow({ row, link, lang, onSelect }) {
   return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("li", { children: /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)(
     "button",
     {
       type: "button",
-      className: `dgd-job${selected ? " dgd-job-on" : ""}`,
+      className: `dgd-job${row.shown ? " dgd-job-on" : ""}`,
       "data-testid": "dsh-gpu-session-job",
-      "data-job-id": job.id,
-      "data-status": code,
-      "data-link": job.link ? job.link.by : "",
-      "aria-pressed": selected ? "true" : "false",
+      "data-job-id": row.id,
+      "data-status": row.status,
+      "data-link": link ? link.by : "",
+      "aria-pressed": row.shown ? "true" : "false",
       title: t(lang, "sessionJobs.select"),
-      onClick: () => onSelect(job.id),
+      onClick: () => onSelect(row.id),
       children: [
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-job-status", style: { background: STATUS_COLORS[code], color: STATUS_TEXT_COLORS[code] }, children: code }),
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-job-pid dgd-mono", children: job.root_pid }),
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-job-cmd dgd-mono", children: cmdText2(job.command) }),
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-job-status", style: { background: STATUS_COLORS[row.status], color: STATUS_TEXT_COLORS[row.status] }, children: row.status }),
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-job-pid dgd-mono", children: row.pid }),
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("span", { className: "dgd-job-cmd dgd-mono", children: row.cmd }),
         /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("span", { className: "dgd-muted dgd-job-link", "data-testid": "dsh-gpu-session-job-link", children: [
-          job.alive === false ? `${t(lang, "jobs.exited")} · ` : "",
-          linkText(job.link, lang)
+          row.exited ? `${row.exited} · ` : "",
+          linkText(link, lang)
         ] })
       ]
     }
   ) });
 }
+function JobRows({ jobs, selected, lang, onSelect }) {
+  const vm = jobList(jobs, lang, selected);
+  const links = new Map(jobs.map((j) => [j.id, j.link]));
+  const rows = (list2) => list2.map((row) => /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(JobRow, { row, link: links.get(row.id), lang, onSelect }, row.id));
+  return /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)(import_jsx_runtime2.Fragment, { children: [
+    vm.live.length ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("ul", { className: "dgd-jobs-list", children: rows(vm.live) }) : null,
+    vm.exited.length ? /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("details", { className: "dgd-jobs-exited", "data-testid": "dsh-gpu-session-exited", "data-count": vm.exited.length, open: vm.exitedOpen || void 0, children: [
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("summary", { className: "dgd-muted", children: vm.exitedLabel }),
+      /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("ul", { className: "dgd-jobs-list", children: rows(vm.exited) })
+    ] }) : null
+  ] });
+}
 function SessionJobs({ sessionId, children }) {
-  const lang = useLang2();
+  const lang = useLang();
   const store = getStore();
   const [, bump] = (0, import_react2.useState)(0);
   const jobs = useJobs(sessionId || null);
@@ -1812,7 +2453,7 @@ function SessionJobs({ sessionId, children }) {
   const otherUsers = jobs.state === "ok" ? Number(jobs.doc.unlinked_other_users) || 0 : 0;
   const chosen = store.job();
   const ids = [...list2, ...others].map((j) => j.id);
-  const selected = ids.includes(chosen) ? chosen : ids[0] || null;
+  const selected = ids.includes(chosen) ? chosen : defaultJobId(list2, others);
   (0, import_react2.useEffect)(() => {
     if (jobs.state === "ok" && selected && selected !== chosen) store.setJob(selected);
   }, [jobs.state, selected, chosen]);
@@ -1825,10 +2466,10 @@ function SessionJobs({ sessionId, children }) {
   return children(
     /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)("section", { className: "dgd-jobs", "data-testid": "dsh-gpu-session-jobs", "data-count": list2.length, children: [
       /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("h3", { className: "dgd-jobs-title", children: t(lang, "sessionJobs.title") }),
-      list2.length === 0 ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-muted", "data-testid": "dsh-gpu-session-empty", children: t(lang, "sessionJobs.none", { workspace: workspace || "…" }) }) : /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("ul", { className: "dgd-jobs-list", children: list2.map((j) => /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(JobRow, { job: j, selected: j.id === selected, lang, onSelect: select }, j.id)) }),
+      list2.length === 0 ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-muted", "data-testid": "dsh-gpu-session-empty", children: t(lang, "sessionJobs.none", { workspace: workspace || "…" }) }) : /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(JobRows, { jobs: list2, selected, lang, onSelect: select }),
       others.length > 0 ? /* @__PURE__ */ (0, import_jsx_runtime2.jsxs)(import_jsx_runtime2.Fragment, { children: [
         /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("h4", { className: "dgd-jobs-title", "data-testid": "dsh-gpu-session-others", "data-count": others.length, children: t(lang, "sessionJobs.others") }),
-        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("ul", { className: "dgd-jobs-list", children: others.map((j) => /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(JobRow, { job: j, selected: j.id === selected, lang, onSelect: select }, j.id)) })
+        /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(JobRows, { jobs: others, selected, lang, onSelect: select })
       ] }) : null,
       otherUsers > 0 ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)("p", { className: "dgd-muted", "data-testid": "dsh-gpu-session-other-users", "data-count": otherUsers, children: t(lang, "sessionJobs.otherUsers", { n: otherUsers }) }) : null
     ] }),
@@ -1836,12 +2477,16 @@ function SessionJobs({ sessionId, children }) {
   );
 }
 function JobsSummary() {
-  const lang = useLang2();
+  const lang = useLang();
   const jobs = useJobs(null);
-  if (jobs.state !== "ok" || !jobs.doc.jobs.length) return null;
-  const sorted = worstFirst(jobs.doc.jobs);
+  return jobs.state === "ok" ? /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(JobsCount, { jobs: jobs.doc.jobs, lang }) : null;
+}
+function JobsCount({ jobs, lang }) {
+  const live = orderJobs(jobs).live;
+  if (!live.length) return null;
+  const sorted = worstFirst(live);
   const worst = statusOf(sorted[0]);
-  const n = sorted.length;
+  const n = live.length;
   return /* @__PURE__ */ (0, import_jsx_runtime2.jsx)(
     "span",
     {
@@ -2051,559 +2696,6 @@ function StatusChip({ wide }) {
 // src/client/glance.jsx
 var import_react4 = require("react");
 
-// ../sidecar/static/shared/efficiency.js
-var isNum3 = (x) => typeof x === "number" && Number.isFinite(x);
-var STEP_SEGMENTS = [
-  { key: "data", field: "data_wait_fraction", label: "eff.seg.data", color: "#f59e0b" },
-  { key: "forward", field: "forward_fraction", label: "eff.seg.forward", color: "#2563eb" },
-  { key: "optimizer", field: "optimizer_fraction", label: "eff.seg.optimizer", color: "#7c3aed" },
-  { key: "other", field: "other_fraction", label: "eff.seg.other", color: "#9ca3af" }
-];
-var PROBLEM_REASONS = ["hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown", "hw_power_brake_slowdown"];
-var GPM_FIELDS = [
-  { key: "sm_activity_fraction", label: "eff.gpm.smActivity" },
-  { key: "sm_occupancy_fraction", label: "eff.gpm.smOccupancy" },
-  { key: "tensor_activity_fraction", label: "eff.gpm.tensor" },
-  { key: "dram_activity_fraction", label: "eff.gpm.dram" }
-];
-var GPM_TRAFFIC = [
-  { key: "pcie", tx: "pcie_tx_bytes_per_s", rx: "pcie_rx_bytes_per_s", label: "eff.gpm.pcie" },
-  { key: "nvlink", tx: "nvlink_tx_bytes_per_s", rx: "nvlink_rx_bytes_per_s", label: "eff.gpm.nvlink" }
-];
-function reasonKind(name2) {
-  return PROBLEM_REASONS.includes(name2) ? "problem" : "neutral";
-}
-function fmtStepTime(s) {
-  if (!isNum3(s)) return NA;
-  if (s < 1) return `${s < 0.01 ? (s * 1e3).toFixed(1) : Math.round(s * 1e3)} ms`;
-  return `${s.toFixed(2)} s`;
-}
-function fmtBytesPerS(b) {
-  if (!isNum3(b)) return NA;
-  const units = ["B/s", "kB/s", "MB/s", "GB/s", "TB/s"];
-  let v = Math.abs(b);
-  let i = 0;
-  while (v >= 1e3 && i < units.length - 1) {
-    v /= 1e3;
-    i += 1;
-  }
-  return `${v < 10 && i ? v.toFixed(1) : Math.round(v)} ${units[i]}`;
-}
-var onOff = (v, lang) => v === true ? t(lang, "eff.on") : v === false ? t(lang, "eff.off") : null;
-var procs = (doc) => doc && Array.isArray(doc.processes) ? doc.processes.filter(Boolean) : [];
-function stepProcess(doc) {
-  const withSteps = procs(doc).filter((p) => p.step_breakdown);
-  return withSteps.find((p) => p.role === "main") || withSteps[0] || null;
-}
-function stepWindow(b, lang) {
-  return isNum3(b.window_s) ? t(lang, "eff.window.s", { s: Math.round(b.window_s) }) : NA;
-}
-function dataWait(proc, lang) {
-  const b = proc && proc.step_breakdown;
-  if (b && isNum3(b.data_wait_fraction)) {
-    return { fraction: b.data_wait_fraction, value: fmtFraction(b.data_wait_fraction), window: stepWindow(b, lang), source: "steps" };
-  }
-  const models = (proc && Array.isArray(proc.models) ? proc.models : []).filter((m2) => m2 && isNum3(m2.data_wait_fraction));
-  if (!models.length) return null;
-  const m = models.reduce((a, x) => x.data_wait_fraction > a.data_wait_fraction ? x : a);
-  const window2 = isNum3(m.data_wait_batches) ? t(lang, "eff.window.batches", { n: m.data_wait_batches }) : null;
-  return { fraction: m.data_wait_fraction, value: fmtFraction(m.data_wait_fraction), window: window2, source: "batches" };
-}
-function stepFacts(doc, lang) {
-  const p = stepProcess(doc);
-  if (!p) return null;
-  const b = p.step_breakdown;
-  const window2 = stepWindow(b, lang);
-  const sum = STEP_SEGMENTS.reduce((a, s) => a + (isNum3(b[s.field]) ? Math.max(0, b[s.field]) : 0), 0);
-  const scale = sum > 1 ? sum : 1;
-  const segments = STEP_SEGMENTS.map((s) => {
-    const f = isNum3(b[s.field]) ? Math.max(0, b[s.field]) : null;
-    const label = t(lang, s.label);
-    const value = fmtFraction(f);
-    const text = s.key === "data" ? t(lang, "eff.seg.valueWindow", { label, pct: value, window: window2 }) : t(lang, "eff.seg.value", { label, pct: value });
-    return { key: s.key, color: s.color, fraction: f === null ? 0 : f / scale, label, value, text };
-  });
-  const summary = t(lang, "eff.step.summary", { time: fmtStepTime(b.step_s), steps: isNum3(b.steps) ? b.steps : NA, window: window2, pid: p.pid });
-  return { pid: p.pid, summary, segments };
-}
-function stripGpu(doc) {
-  const g = modelGpu(doc);
-  if (g) return g;
-  const gpus = doc && Array.isArray(doc.gpus) ? doc.gpus.filter(Boolean) : [];
-  const used = new Set(procs(doc).flatMap((p) => (p.gpu || []).map((u) => u && u.index)));
-  return gpus.find((x) => used.has(x.index)) || null;
-}
-function pcieItem(g, lang) {
-  if (!isNum3(g.pcie_link_gen) && !isNum3(g.pcie_link_width)) return null;
-  const link = (gen, width) => t(lang, "eff.pcie.link", { gen: isNum3(gen) ? gen : "?", width: isNum3(width) ? width : "?" });
-  const now = link(g.pcie_link_gen, g.pcie_link_width);
-  const hasMax = isNum3(g.pcie_link_gen_max) || isNum3(g.pcie_link_width_max);
-  const degraded = isNum3(g.pcie_link_gen_max) && isNum3(g.pcie_link_gen) && g.pcie_link_gen < g.pcie_link_gen_max || isNum3(g.pcie_link_width_max) && isNum3(g.pcie_link_width) && g.pcie_link_width < g.pcie_link_width_max;
-  const value = hasMax ? t(lang, "eff.pcie.ofMax", { now, max: link(g.pcie_link_gen_max ?? g.pcie_link_gen, g.pcie_link_width_max ?? g.pcie_link_width) }) : now;
-  return { key: "pcie", label: t(lang, "eff.pcie"), value, flag: degraded ? "bad" : null, note: degraded ? t(lang, "eff.pcie.degraded") : null };
-}
-function gpuItems(g, lang) {
-  const items = [];
-  const mhz = (v) => String(Math.round(v));
-  if (isNum3(g.sm_clock_mhz)) {
-    const value = isNum3(g.sm_clock_max_mhz) ? t(lang, "eff.clock.value", { now: mhz(g.sm_clock_mhz), max: mhz(g.sm_clock_max_mhz) }) : t(lang, "eff.clock.now", { now: mhz(g.sm_clock_mhz) });
-    const pct2 = isNum3(g.sm_clock_max_mhz) && g.sm_clock_max_mhz > 0 ? 100 * g.sm_clock_mhz / g.sm_clock_max_mhz : null;
-    items.push({ key: "clock", label: t(lang, "eff.clock"), value, pct: pct2, note: isNum3(g.mem_clock_mhz) ? t(lang, "eff.clock.mem", { mhz: mhz(g.mem_clock_mhz) }) : null });
-  }
-  if (isNum3(g.power_w)) {
-    const w = String(Math.round(g.power_w));
-    const value = isNum3(g.power_limit_w) ? t(lang, "eff.power.value", { w, limit: String(Math.round(g.power_limit_w)) }) : t(lang, "eff.power.now", { w });
-    const pct2 = isNum3(g.power_limit_w) && g.power_limit_w > 0 ? 100 * g.power_w / g.power_limit_w : null;
-    items.push({ key: "power", label: t(lang, "eff.power"), value, pct: pct2 });
-  }
-  if (isNum3(g.temperature_c)) items.push({ key: "temp", label: t(lang, "eff.temp"), value: t(lang, "eff.temp.value", { c: String(Math.round(g.temperature_c)) }) });
-  const pcie = pcieItem(g, lang);
-  if (pcie) items.push(pcie);
-  return items;
-}
-function gpmFacts(g, lang) {
-  const errors = g.field_errors || {};
-  const gpm = [];
-  const missing = [];
-  for (const f of GPM_FIELDS) {
-    if (isNum3(g[f.key])) gpm.push({ key: f.key, label: t(lang, f.label), value: fmtFraction(g[f.key]) });
-    else if (errors[f.key]) missing.push([t(lang, f.label), String(errors[f.key])]);
-  }
-  for (const f of GPM_TRAFFIC) {
-    if (isNum3(g[f.tx]) || isNum3(g[f.rx])) gpm.push({ key: f.key, label: t(lang, f.label), value: t(lang, "eff.gpm.traffic", { tx: fmtBytesPerS(g[f.tx]), rx: fmtBytesPerS(g[f.rx]) }) });
-    else if (errors[f.tx] || errors[f.rx]) missing.push([t(lang, f.label), String(errors[f.tx] || errors[f.rx])]);
-  }
-  if (!missing.length) return { gpm, gpmNa: null };
-  const reason = [...new Set(missing.map((m) => m[1]))].join("; ");
-  const gpmNa = gpm.length ? t(lang, "eff.gpm.someNa", { fields: missing.map((m) => m[0]).join(", "), reason }) : t(lang, "eff.gpm.na", { reason });
-  return { gpm, gpmNa };
-}
-function gpuFacts(doc, lang) {
-  const g = stripGpu(doc);
-  if (!g) return null;
-  const reasons = (Array.isArray(g.clock_event_reasons) ? g.clock_event_reasons : []).map((name2) => ({ name: name2, kind: reasonKind(name2), label: t(lang, `clock-reason.${name2}`) }));
-  return {
-    index: g.index,
-    title: t(lang, "eff.gpu.title", { n: g.index }),
-    cc: g.compute_capability ? t(lang, "eff.gpu.cc", { cc: g.compute_capability }) : null,
-    items: gpuItems(g, lang),
-    reasons,
-    reasonsNone: Array.isArray(g.clock_event_reasons) && !g.clock_event_reasons.length ? t(lang, "eff.reasons.none") : null,
-    ...gpmFacts(g, lang)
-  };
-}
-function firstModel(doc) {
-  const order = [stepProcess(doc), ...procs(doc).filter((p) => p.role === "main"), ...procs(doc)].filter(Boolean);
-  for (const p of order) if (Array.isArray(p.models) && p.models.length) return { proc: p, model: p.models[0] };
-  return { proc: order[0] || null, model: null };
-}
-function precisionFacts(doc, lang) {
-  const { proc, model } = firstModel(doc);
-  const mathProc = [proc, ...procs(doc)].find((p) => p && p.math) || null;
-  const math = mathProc && mathProc.math || {};
-  const out = [];
-  const add = (key, label, value) => {
-    if (value !== null && value !== void 0 && value !== "") out.push({ key, label: t(lang, label), value: String(value) });
-  };
-  if (model && Array.isArray(model.param_dtypes) && model.param_dtypes.length) add("dtypes", "eff.dtypes", model.param_dtypes.join(", "));
-  if (model) add("autocast", "eff.autocast", model.autocast === "off" ? t(lang, "eff.off") : model.autocast);
-  add("tf32", "eff.tf32", onOff(math.allow_tf32_matmul, lang));
-  add("tf32Cudnn", "eff.tf32Cudnn", onOff(math.cudnn_allow_tf32, lang));
-  add("matmulPrecision", "eff.matmulPrecision", math.float32_matmul_precision);
-  add("cudnnBenchmark", "eff.cudnnBenchmark", onOff(math.cudnn_benchmark, lang));
-  return out;
-}
-function loaderFacts(doc, lang) {
-  const { model } = firstModel(doc);
-  const ls = model && model.loader_settings || {};
-  const out = [];
-  const add = (key, label, value) => {
-    if (value !== null && value !== void 0) out.push({ key, label: t(lang, label), value: String(value) });
-  };
-  add("workers", "eff.loader.workers", isNum3(ls.num_workers) ? ls.num_workers : null);
-  add("pin", "eff.loader.pin", typeof ls.pin_memory === "boolean" ? String(ls.pin_memory) : null);
-  add("persistent", "eff.loader.persistent", typeof ls.persistent_workers === "boolean" ? String(ls.persistent_workers) : null);
-  add("batch", "eff.loader.batch", isNum3(ls.batch_size) ? ls.batch_size : null);
-  if (model && Array.isArray(model.input_shape)) add("input", "eff.input", `[${model.input_shape.join(", ")}]`);
-  return out;
-}
-function syncsFact(doc, lang) {
-  const p = [stepProcess(doc), firstModel(doc).proc, ...procs(doc)].find((x) => x && isNum3(x.syncs_per_step));
-  return p ? { key: "syncs", label: t(lang, "eff.syncs"), value: t(lang, "eff.syncs.value", { n: Math.round(p.syncs_per_step * 10) / 10 }) } : null;
-}
-function efficiency(doc, lang) {
-  const step = stepFacts(doc, lang);
-  const gpu = gpuFacts(doc, lang);
-  const precision = precisionFacts(doc, lang);
-  const loader = loaderFacts(doc, lang);
-  const syncs = syncsFact(doc, lang);
-  const gpuEmpty = !gpu || !gpu.items.length && !gpu.reasons.length && !gpu.gpm.length && !gpu.gpmNa;
-  const empty = !step && gpuEmpty && !precision.length && !loader.length && !syncs;
-  return { step, gpu: gpuEmpty ? null : gpu, precision, loader, syncs, empty };
-}
-function smText(proc, lang) {
-  const rows = (proc && Array.isArray(proc.gpu) ? proc.gpu : []).filter(Boolean);
-  const sm = rows.reduce((a, g) => isNum3(g.sm_util_pct) ? (a ?? 0) + g.sm_util_pct : a, null);
-  if (sm === null && rows.length && rows.every((g) => isNum3(g.mig_index))) return t(lang, "eff.migNa");
-  return fmtPct(sm);
-}
-function utilText(gpu, lang) {
-  if (gpu && !isNum3(gpu.util_pct) && gpu.mig_mode === true) return t(lang, "eff.migNa");
-  return fmtPct(gpu ? gpu.util_pct : null);
-}
-function migRows(doc, gpu, lang) {
-  const devs = gpu && Array.isArray(gpu.mig_devices) ? gpu.mig_devices.filter(Boolean) : [];
-  return devs.map((d) => ({
-    index: d.index,
-    label: t(lang, "eff.mig.item", { index: d.index }),
-    ids: isNum3(d.gpu_instance_id) ? t(lang, "eff.mig.ids", { gi: d.gpu_instance_id, ci: isNum3(d.compute_instance_id) ? d.compute_instance_id : NA }) : "",
-    mem: isNum3(d.mem_total_mib) ? t(lang, "gpu.memOf", { used: fmtMiB(d.mem_used_mib), total: fmtMiB(d.mem_total_mib) }) : fmtMiB(d.mem_used_mib),
-    pids: procs(doc).filter((p) => (p.gpu || []).some((u) => u && u.index === gpu.index && u.mig_index === d.index)).map((p) => p.pid)
-  }));
-}
-
-// ../sidecar/static/shared/view_model.js
-var isNum4 = (x) => typeof x === "number" && Number.isFinite(x);
-var present = (x) => x !== null && x !== void 0 && x !== "";
-var list = (x) => Array.isArray(x) ? x.filter(Boolean) : [];
-var DATA_WAIT_HIGH_FRACTION = 0.5;
-var MEM_METER_COLOR = "#7c3aed";
-var PROCESS_COLUMNS = [
-  { key: "process", label: "col.process", num: false },
-  { key: "role", label: "col.role", num: false },
-  { key: "models", label: "col.modelDevice", num: false },
-  { key: "inputs", label: "col.inputDevice", num: false },
-  { key: "gpuMem", label: "col.gpuMem", num: true },
-  { key: "sm", label: "col.sm", num: true },
-  { key: "cpu", label: "col.cpu", num: true },
-  { key: "dataWait", label: "col.dataWait", num: true }
-];
-function chip(dev) {
-  return { text: deviceText(dev), kind: deviceKind(dev), device: present(dev) ? String(dev) : null };
-}
-function modelLabel(m, lang) {
-  return [
-    m.name,
-    isNum4(m.param_count) ? t(lang, "model.params", { n: fmtCount(m.param_count) }) : null,
-    isNum4(m.forward_rate_hz) ? t(lang, "model.rate", { n: fmtRate(m.forward_rate_hz) }) : null,
-    isNum4(m.step_rate_hz) ? t(lang, "model.steps", { n: fmtRate(m.step_rate_hz) }) : null
-  ].filter(Boolean).join(" · ");
-}
-function processCell(p, lang) {
-  return {
-    name: p.name || NA,
-    pid: isNum4(p.pid) ? String(p.pid) : NA,
-    exited: p.exited ? { text: t(lang, "proc.exited"), title: t(lang, "proc.exitedTitle") } : null,
-    cmd: cmdText(p.cmdline) || null,
-    probeError: p.probe_error ? t(lang, "probe.error", { error: p.probe_error }) : null
-  };
-}
-function gpuMemCell(p, lang) {
-  const rows = list(p.gpu);
-  const mem = rows.reduce((a, g) => isNum4(g.mem_used_mib) ? (a ?? 0) + g.mem_used_mib : a, null);
-  const title = rows.map((g) => `${t(lang, "chart.gpuN", { n: g.index })}: ${fmtMiB(g.mem_used_mib)}`).join("\n");
-  return { text: fmtMiB(mem), title, na: mem === null };
-}
-function dataWaitCell(p, lang) {
-  const w = dataWait(p, lang);
-  if (!w) return { value: NA, window: null, source: null, flag: null, na: true };
-  return { value: w.value, window: w.window || null, source: w.source, flag: w.fraction >= DATA_WAIT_HIGH_FRACTION ? "high" : null, na: false };
-}
-function processRow(doc, proc, lang) {
-  const p = proc || {};
-  const probed = p.has_probe === true;
-  const models = list(p.models);
-  const inputs = [...new Set(models.map((m) => m.input_device).filter(present).map(String))];
-  const sm = smText(p, lang);
-  const cpu = fmtPct(p.cpu_pct);
-  return {
-    pid: p.pid,
-    ppid: isNum4(p.ppid) ? p.ppid : null,
-    role: p.role || "",
-    probed,
-    exited: !!p.exited,
-    cells: {
-      process: processCell(p, lang),
-      role: probed ? { text: roleText(p, lang), probed, title: null } : { text: t(lang, "probe.none"), probed, title: t(lang, "probe.noneTitle") },
-      models: { items: models.map((m) => ({ device: chip(m.device), label: modelLabel(m, lang) })), na: !models.length },
-      inputs: { items: inputs.map(chip), na: !inputs.length },
-      gpuMem: gpuMemCell(p, lang),
-      sm: { text: sm, na: sm === NA },
-      cpu: { text: cpu, na: cpu === NA },
-      dataWait: dataWaitCell(p, lang)
-    }
-  };
-}
-function treeOrder(procs2) {
-  const byPid = new Map(procs2.map((p) => [p.pid, p]));
-  const kids = /* @__PURE__ */ new Map();
-  const roots = [];
-  for (const p of procs2) {
-    if (present(p.ppid) && byPid.has(p.ppid) && p.ppid !== p.pid) {
-      if (!kids.has(p.ppid)) kids.set(p.ppid, []);
-      kids.get(p.ppid).push(p);
-    } else roots.push(p);
-  }
-  const out = [];
-  const seen = /* @__PURE__ */ new Set();
-  const walk = (p, depth, last) => {
-    if (seen.has(p.pid)) return;
-    seen.add(p.pid);
-    out.push({ p, depth, last });
-    const ch = (kids.get(p.pid) || []).sort((a, b) => a.pid - b.pid);
-    ch.forEach((c, i) => walk(c, depth + 1, i === ch.length - 1));
-  };
-  roots.sort((a, b) => a.pid - b.pid).forEach((r) => walk(r, 0, true));
-  return out;
-}
-function processRows(doc, lang) {
-  const procs2 = list(doc && doc.processes);
-  return treeOrder(procs2).map(({ p, depth, last }) => ({
-    ...processRow(doc, p, lang),
-    depth,
-    branch: depth ? last ? "└─" : "├─" : null
-  }));
-}
-function modelCudaIndices(doc) {
-  const set = /* @__PURE__ */ new Set();
-  const add = (dev) => {
-    const m = /^cuda:(\d+)$/.exec(String(dev || ""));
-    if (m) set.add(Number(m[1]));
-  };
-  add(doc && doc.model_device);
-  for (const p of list(doc && doc.processes)) {
-    for (const mdl of list(p.models)) {
-      add(mdl.device);
-      for (const d of Array.isArray(mdl.devices) ? mdl.devices : []) add(d);
-    }
-  }
-  return set;
-}
-function gpuTag(doc, g, modelHere, lang) {
-  if (modelHere) return { kind: "model", text: t(lang, "gpu.modelHere") };
-  const key = gpuFrameworkKey(doc, g);
-  return key === "gpu.frameworkHidden" || key === "gpu.frameworkNotSeen" ? { kind: "off", text: t(lang, "gpu.hiddenTag") } : null;
-}
-function gpuMeters(g, lang) {
-  const level = utilLevel(g.util_pct);
-  return [
-    { key: "util", label: t(lang, "gpu.util"), pct: isNum4(g.util_pct) ? g.util_pct : null, value: utilText(g, lang), color: UTIL_COLORS[level] },
-    { key: "mem", label: t(lang, "gpu.mem"), pct: gpuMemPct(g), value: memOfText(g, lang), color: MEM_METER_COLOR }
-  ];
-}
-function gpuProcs(doc, index, lang) {
-  const out = [];
-  for (const p of list(doc && doc.processes)) {
-    const rows = list(p.gpu).filter((u) => u.index === index);
-    if (!rows.length) continue;
-    const mem = rows.reduce((a, u) => isNum4(u.mem_used_mib) ? (a ?? 0) + u.mem_used_mib : a, null);
-    out.push({ pid: p.pid, role: roleText(p, lang), mem: fmtMiB(mem) });
-  }
-  return out;
-}
-function gpuCard(doc, gpu, lang) {
-  const g = gpu || {};
-  const modelHere = isNum4(g.framework_index) && modelCudaIndices(doc).has(g.framework_index);
-  const mig = migRows(doc, g, lang);
-  return {
-    index: isNum4(g.index) ? g.index : null,
-    title: t(lang, "chart.gpuN", { n: g.index ?? NA }),
-    name: g.name || NA,
-    nameTitle: [g.name, g.uuid].filter(Boolean).join("\n"),
-    modelHere,
-    tag: gpuTag(doc, g, modelHere, lang),
-    framework: gpuFrameworkText(doc, g, lang),
-    utilLevel: utilLevel(g.util_pct),
-    meters: gpuMeters(g, lang),
-    procsTitle: t(lang, "gpu.procs"),
-    procs: gpuProcs(doc, g.index, lang),
-    noProcs: t(lang, "gpu.noProcs"),
-    mig: mig.length ? { title: t(lang, "eff.mig.title"), rows: mig.map((r) => ({ ...r, pidsText: r.pids.map((pid) => t(lang, "events.pid", { pid })).join(", ") })) } : null
-  };
-}
-function igpuCard(s, lang) {
-  return {
-    pci: s.pci || "",
-    vendor: s.vendor || NA,
-    name: s.name || NA,
-    badge: t(lang, "igpu.badge"),
-    note: t(lang, "igpu.note"),
-    meta: [s.pci && t(lang, "igpu.pci", { pci: s.pci }), s.driver && t(lang, "igpu.driver", { driver: s.driver })].filter(Boolean).join(" · ")
-  };
-}
-function gpuCards(doc, lang) {
-  const gpus = list(doc && doc.gpus);
-  const nv = doc && doc.nvml || {};
-  return {
-    cards: gpus.map((g) => gpuCard(doc, g, lang)),
-    unusable: unusableGpus(doc).map((s) => igpuCard(s, lang)),
-    none: gpus.length ? null : { text: t(lang, "gpus.none"), error: nv.ok === false && nv.error ? t(lang, "runtime.nvmlError", { error: nv.error }) : null }
-  };
-}
-function heroFacts(doc, lang) {
-  const gpu = modelGpu(doc);
-  const d = doc || {};
-  return [
-    { key: "model-device", label: t(lang, "summary.modelDevice"), text: deviceText(d.model_device), chip: chip(d.model_device) },
-    { key: "input-device", label: t(lang, "summary.inputDevice"), text: deviceText(d.input_device), chip: chip(d.input_device) },
-    { key: "util", label: t(lang, "summary.util"), text: utilText(gpu, lang), chip: null },
-    { key: "mem", label: t(lang, "summary.mem"), text: fmtMiB(gpu && gpu.mem_used_mib), chip: null },
-    { key: "cuda", label: t(lang, "summary.cuda"), text: cudaText(d.runtime || {}, lang), chip: null },
-    ...d.distributed ? [{ key: "run", label: t(lang, "summary.run"), text: runText(d.distributed, lang), chip: null }] : [],
-    ...d.pod ? [{ key: "pod", label: t(lang, "summary.pod"), text: podText(d.pod, lang), chip: null, title: podTitle(d.pod, lang) }] : []
-  ];
-}
-function rankRanges(ranks) {
-  const out = [];
-  const sorted = [...new Set(Array.isArray(ranks) ? ranks.filter(isNum4) : [])].sort((a, b) => a - b);
-  for (const r of sorted) {
-    const last = out[out.length - 1];
-    if (last && r === last[1] + 1) last[1] = r;
-    else out.push([r, r]);
-  }
-  return out.map(([a, b]) => a === b ? String(a) : `${a}–${b}`).join(", ");
-}
-function runText(run, lang) {
-  const ranks = rankRanges(run.ranks);
-  return [
-    present(run.job_key) ? t(lang, "run.key", { key: run.job_key, source: run.job_key_source || NA }) : null,
-    isNum4(run.node_rank) ? t(lang, "run.node", { n: run.node_rank }) : null,
-    ranks && isNum4(run.world_size) ? t(lang, "run.ranksOf", { ranks, n: run.world_size }) : null,
-    ranks && !isNum4(run.world_size) ? t(lang, "run.ranks", { ranks }) : null,
-    !ranks && isNum4(run.world_size) ? t(lang, "run.world", { n: run.world_size }) : null,
-    isNum4(run.restart_count) && run.restart_count > 0 ? t(lang, "run.restarts", { n: run.restart_count }) : null
-  ].filter(Boolean).join(" · ") || NA;
-}
-var CONTAINER_ID_SHORT_CHARS = 12;
-function podText(pod, lang) {
-  const named = present(pod.pod) ? present(pod.namespace) ? `${pod.namespace}/${pod.pod}` : pod.pod : null;
-  const name2 = named === null ? t(lang, "pod.unnamed", { uid: pod.uid || NA }) : pod.source === "self-reported" ? t(lang, "pod.selfReported", { name: named }) : named;
-  const id = present(pod.container_id) ? String(pod.container_id).slice(0, CONTAINER_ID_SHORT_CHARS) : null;
-  const container = present(pod.container) ? id ? t(lang, "pod.containerNamed", { name: pod.container, id }) : t(lang, "pod.container", { name: pod.container }) : id ? t(lang, "pod.container", { name: id }) : null;
-  return [name2, container].filter(Boolean).join(" · ");
-}
-function podTitle(pod, lang) {
-  return present(pod.container_id) ? t(lang, "pod.title", { uid: pod.uid || NA, id: pod.container_id }) : null;
-}
-function runtimeFacts(doc, lang) {
-  const rt = doc && doc.runtime || {};
-  const nv = doc && doc.nvml || {};
-  const item = (key, label, value, bad = false) => ({ key, label: t(lang, label), value: present(value) ? String(value) : NA, bad });
-  const noCuda = !!rt.torch && !rt.cuda_build;
-  return {
-    items: [
-      item("torch", "runtime.torch", rt.torch),
-      item("cuda-build", "runtime.cudaBuild", noCuda ? t(lang, "runtime.cudaBuildNone") : rt.cuda_build, noCuda),
-      item("cudnn", "runtime.cudnn", rt.cudnn),
-      item("visible", "runtime.visible", rt.cuda_visible_devices === null || rt.cuda_visible_devices === void 0 ? null : `"${rt.cuda_visible_devices}"`),
-      item("driver", "runtime.driver", nv.driver),
-      item("cuda-driver", "runtime.cudaDriver", nv.cuda_driver)
-    ],
-    error: nv.ok === false && nv.error ? t(lang, "runtime.nvmlError", { error: nv.error }) : null,
-    interval: isNum4(doc && doc.interval_s) ? t(lang, "runtime.interval", { s: doc.interval_s }) : null
-  };
-}
-var CLUSTER_NODE_COLUMNS = [
-  { key: "node", label: "col.node", num: false },
-  { key: "state", label: "col.state", num: false },
-  { key: "gpu", label: "col.gpu", num: true },
-  { key: "util", label: "col.util", num: true },
-  { key: "mem", label: "col.gpuMem", num: true },
-  { key: "clock", label: "col.smClock", num: true },
-  { key: "sm", label: "col.smActivity", num: true },
-  { key: "slowedBy", label: "col.slowedBy", num: false }
-];
-var CLUSTER_RANK_COLUMNS = [
-  { key: "rank", label: "col.rank", num: true },
-  { key: "node", label: "col.node", num: false },
-  { key: "gpus", label: "col.gpus", num: false },
-  { key: "rate", label: "col.fwdRate", num: true },
-  { key: "dataWait", label: "col.dataWait", num: true },
-  { key: "forward", label: "col.forward", num: true },
-  { key: "optimizer", label: "col.optimizer", num: true },
-  { key: "other", label: "col.other", num: true },
-  { key: "collectiveWait", label: "col.collectiveWait", num: true }
-];
-var textCell = (text) => ({ text, na: text === NA });
-function nodeState(n, lang) {
-  if (n.reporting) return { text: t(lang, "cluster.reporting"), flag: null, title: null };
-  const why = ["down", "gone", "stale"].includes(n.why) ? n.why : "gone";
-  return { text: t(lang, `cluster.missing.${why}`), flag: "missing", title: t(lang, "cluster.pollAge", { ago: fmtAgo(n.poll_age_s, lang) }) };
-}
-function clusterGpuCells(g, lang) {
-  const reasons = list(g.clock_events).map((name2) => ({ name: name2, kind: reasonKind(name2), label: t(lang, `clock-reason.${name2}`) }));
-  return {
-    gpu: textCell(isNum4(g.index) ? String(g.index) : NA),
-    util: { ...textCell(fmtPct(g.util_pct)), level: utilLevel(g.util_pct) },
-    mem: textCell(isNum4(g.mem_used_mib) ? memOfText(g, lang) : NA),
-    clock: textCell(isNum4(g.sm_clock_mhz) ? t(lang, "eff.clock.now", { now: String(Math.round(g.sm_clock_mhz)) }) : NA),
-    sm: textCell(fmtFraction(g.sm_activity_fraction)),
-    slowedBy: { items: reasons, text: reasons.map((r) => r.label).join(", ") || NA, na: !reasons.length }
-  };
-}
-function clusterNodeRows(cluster, lang) {
-  const rows = [];
-  for (const n of list(cluster && cluster.nodes)) {
-    const head = { node: { text: n.node || NA }, state: nodeState(n, lang) };
-    const gpus = list(n.gpus);
-    const empty = { gpu: textCell(NA), util: { ...textCell(NA), level: null }, mem: textCell(NA), clock: textCell(NA), sm: textCell(NA), slowedBy: { items: [], text: NA, na: true } };
-    (gpus.length ? gpus : [null]).forEach((g, i) => rows.push({
-      node: n.node,
-      first: i === 0,
-      reporting: n.reporting === true,
-      cells: { ...head, ...g ? clusterGpuCells(g, lang) : empty }
-    }));
-  }
-  return rows;
-}
-function clusterRankRows(job, lang) {
-  return list(job && job.ranks).slice().sort((a, b) => a.rank - b.rank).map((r) => {
-    const wait = fmtFraction(r.data_wait_fraction);
-    return {
-      rank: r.rank,
-      node: r.node,
-      cells: {
-        rank: textCell(isNum4(r.rank) ? String(r.rank) : NA),
-        node: textCell(r.node || NA),
-        gpus: textCell(Array.isArray(r.gpus) && r.gpus.length ? r.gpus.join(", ") : NA),
-        rate: textCell(isNum4(r.forward_rate_per_s) ? t(lang, "model.rate", { n: fmtRate(r.forward_rate_per_s) }) : NA),
-        dataWait: { ...textCell(wait), flag: isNum4(r.data_wait_fraction) && r.data_wait_fraction >= DATA_WAIT_HIGH_FRACTION ? "high" : null },
-        forward: textCell(fmtFraction(r.forward_fraction)),
-        optimizer: textCell(fmtFraction(r.optimizer_fraction)),
-        other: textCell(fmtFraction(r.other_fraction)),
-        // Its wait in the collectives for the slowest rank: about 0 on the rank the others wait for.
-        collectiveWait: textCell(fmtFraction(r.collective_wait_fraction))
-      }
-    };
-  });
-}
-function clusterWarnings(ws, lang) {
-  return sortWarnings(ws).map((w) => ({ code: w.code, severity: t(lang, `severity.${severityOf(w)}`), sev: severityOf(w), message: warningMessage(w, lang), hint: warningHint(w, lang) || null }));
-}
-function clusterView(cluster, statusDoc, lang) {
-  const c = cluster || {};
-  const run = statusDoc && statusDoc.distributed ? statusDoc.distributed : null;
-  const key = run ? run.job_key : null;
-  const all = list(c.jobs);
-  const owner = (j) => !run || !isNum4(run.uid) || !isNum4(j.uid) || j.uid === run.uid;
-  const mine = present(key) ? all.filter((j) => j.job_key === key && owner(j)) : [];
-  const jobs = (mine.length ? mine : all).map((j) => ({
-    key: j.job_key,
-    title: t(lang, "cluster.job", { job: j.job_key, status: present(j.status) ? t(lang, `status.${j.status}`) : NA }),
-    status: j.status || null,
-    detail: t(lang, "cluster.jobRanks", { seen: list(j.ranks).length, world: isNum4(j.world_size) ? j.world_size : NA, nodes: list(j.nodes).join(", ") || NA }),
-    warnings: clusterWarnings(j.warnings, lang),
-    ranks: clusterRankRows(j, lang)
-  }));
-  return {
-    summary: t(lang, "cluster.summary", { nodes: list(c.nodes).length, jobs: all.length, prometheus: c.prometheus || NA }),
-    nodes: clusterNodeRows(c, lang),
-    warnings: clusterWarnings(c.warnings, lang),
-    jobs,
-    matched: mine.length > 0
-  };
-}
-
 // src/client/efficiency.jsx
 var import_jsx_runtime5 = require("react/jsx-runtime");
 function Item({ it }) {
@@ -2694,12 +2786,12 @@ function MigList({ mig }) {
 
 // src/client/gpus.jsx
 var import_jsx_runtime6 = require("react/jsx-runtime");
-var isNum5 = (x) => typeof x === "number" && Number.isFinite(x);
+var isNum6 = (x) => typeof x === "number" && Number.isFinite(x);
 function Meter({ m }) {
-  const w = isNum5(m.pct) ? Math.max(0, Math.min(100, m.pct)) : 0;
+  const w = isNum6(m.pct) ? Math.max(0, Math.min(100, m.pct)) : 0;
   return /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("div", { className: "dgd-meter", "data-key": m.key, children: [
     /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { className: "dgd-meter-label", children: m.label }),
-    /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { className: "dgd-bar", role: "meter", "aria-label": m.label, "aria-valuenow": isNum5(m.pct) ? Math.round(m.pct) : void 0, children: /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("i", { style: { width: `${w}%`, background: m.color } }) }),
+    /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { className: "dgd-bar", role: "meter", "aria-label": m.label, "aria-valuenow": isNum6(m.pct) ? Math.round(m.pct) : void 0, children: /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("i", { style: { width: `${w}%`, background: m.color } }) }),
     /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { className: "dgd-meter-value", children: m.value })
   ] });
 }
@@ -3477,7 +3569,7 @@ function HistoryCharts({ doc, lang }) {
     const tr = (key, vars) => t(lang, key, vars);
     return cpu ? jobChartData(samples, t0, tr) : gpuChartData(doc, samples, t0, tr);
   }, [samples, doc, lang, t0, cpu]);
-  const events = (h.events && h.events.length ? h.events : doc && doc.events || []).filter(Boolean);
+  const events = h.events;
   const gapS = Math.max(5, (h.intervalS || 1) * 4);
   const names = cpu ? JOB_CHARTS : GPU_CHARTS.filter((n) => n === "mem" || n === "util" || data[n].series.some((s) => s.points.length));
   const growth = doc && doc.memory_growth;
@@ -3716,7 +3808,7 @@ function autostartLines(cfg) {
 }
 function yamlSnippet(url, cfg) {
   const token = cfg && cfg.tokenSet ? "<your token>" : "null";
-  const timeout = cfg && isNum2(cfg.timeoutMs) ? cfg.timeoutMs : 2e3;
+  const timeout = cfg && isNum3(cfg.timeoutMs) ? cfg.timeoutMs : 2e3;
   return [
     "- id: dsh-gpu-dashboard",
     "  config:",
@@ -3924,6 +4016,9 @@ var CSS = `
 .dgd-job-pid { flex: none; }
 .dgd-job-cmd { min-width: 0; flex: 1; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
 .dgd-job-link { flex: none; font-size: 12px; }
+.dgd-jobs-exited { margin-top: 4px; }
+.dgd-jobs-exited > summary { cursor: pointer; width: max-content; padding: 2px 10px; font-size: 12px; }
+.dgd-jobs-exited[open] > summary { margin-bottom: 4px; }
 
 /* ---- glance card (shell.overlay) */
 .dgd-glance { position: fixed; left: 12px; bottom: 64px; z-index: 30; pointer-events: auto; width: 380px; max-width: calc(100vw - 24px);

@@ -1,8 +1,8 @@
 // Unit tests of the browser half's pure parts (node --test test/): response classification,
-// event merging, the shared catalogue (en/zh parity, plugin strings, references to render).
+// the shared catalogue (en/zh parity, plugin strings, references to render).
 import assert from 'node:assert/strict'
 import { describe, test } from 'node:test'
-import { classify, clampRefresh, mergeEvents } from '../src/client/store.js'
+import { classify, clampRefresh } from '../src/client/store.js'
 import { CATALOGUE, renderRef, schemaMismatch, summarize, t } from '../../sidecar/static/shared/format.js'
 
 describe('classify', () => {
@@ -38,15 +38,6 @@ describe('classify', () => {
     assert.equal(classify({ httpStatus: 200, json: true, body: { error: 'x' } }, path).kind, 'error')
     assert.equal(classify({ httpStatus: 200, json: true, body: [] }, path).kind, 'error')
   })
-})
-
-test('mergeEvents dedupes, sorts and caps', () => {
-  const a = [{ time_unix_s: 2, name: 'b', pid: 1 }]
-  const merged = mergeEvents(a, [{ time_unix_s: 1, name: 'a', pid: 1 }, { time_unix_s: 2, name: 'b', pid: 1 }, null, 'x'])
-  assert.deepEqual(merged.map((e) => e.name), ['a', 'b'])
-  const many = Array.from({ length: 600 }, (_, i) => ({ time_unix_s: i, name: 'e', pid: 1 }))
-  assert.equal(mergeEvents([], many).length, 500)
-  assert.deepEqual(mergeEvents(undefined, undefined), [])
 })
 
 test('clampRefresh', () => {

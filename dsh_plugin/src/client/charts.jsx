@@ -145,7 +145,7 @@ export function HistoryCharts({ doc, lang }) {
     const tr = (key, vars) => t(lang, key, vars)
     return cpu ? jobChartData(samples, t0, tr) : gpuChartData(doc, samples, t0, tr)
   }, [samples, doc, lang, t0, cpu])
-  const events = (h.events && h.events.length ? h.events : (doc && doc.events) || []).filter(Boolean)
+  const events = h.events // the status document's merged in too (shared/store.js withStatus)
   const gapS = Math.max(5, (h.intervalS || 1) * 4)
   // power and temperature only where the driver reports them
   const names = cpu ? JOB_CHARTS : GPU_CHARTS.filter((n) => n === 'mem' || n === 'util' || data[n].series.some((s) => s.points.length))

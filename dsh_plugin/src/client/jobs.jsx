@@ -1,18 +1,15 @@
-// The session's jobs (GPU tab), the chip's summary of every job, and the "sidecar missing" card.
+// The session's jobs (GPU tab), the chip's summary of the live jobs, and the "sidecar missing" card.
 //
 // GET /dsh-gpu-dashboard/api/jobs?session=ID answers the jobs linked to that DSH session (the host
 // matches DSH_SESSION_ID in the job's process lineage, or its working directory under the session's
-// workspace), the worst first; GET /dsh-gpu-dashboard/api/jobs every job of the user.
+// workspace); GET /dsh-gpu-dashboard/api/jobs every job of the user. Both lists are shown in the
+// order, and with the rows, of the shared view model (view_model.js jobList), as the page's are.
 import { useEffect, useState, useSyncExternalStore } from 'react'
 import { STATUS_COLORS, STATUS_TEXT_COLORS, statusOf, t } from '../../../sidecar/static/shared/format.js'
+import { defaultJobId, jobList, orderJobs } from '../../../sidecar/static/shared/view_model.js'
 import { worstFirst } from '../../host/jobs.js'
 import { API, clampRefresh, getStore } from './store.js'
-
-function useLang() {
-  const store = getStore()
-  useSyncExternalStore(store.settings.subscribe, store.settings.get, store.settings.get)
-  return store.lang()
-}
+import { useLang } from './shared.jsx'
 
 /** Poll /jobs (for one session, or all) while mounted. {state: loading|ok|none|error, doc} */
 export function useJobs(sessionId) {
@@ -62,42 +59,55 @@ function linkText(link, lang) {
   return t(lang, LINK_TEXT[link && link.by] || 'sessionJobs.linkWorkspace')
 }
 
-function cmdText(cmd) {
-  return Array.isArray(cmd) ? cmd.join(' ') : ''
-}
-
-function JobRow({ job, selected, lang, onSelect }) {
-  const code = statusOf(job)
+function JobRow({ row, link, lang, onSelect }) {
   return (
     <li>
       <button
         type="button"
-        className={`dgd-job${selected ? ' dgd-job-on' : ''}`}
+        className={`dgd-job${row.shown ? ' dgd-job-on' : ''}`}
         data-testid="dsh-gpu-session-job"
-        data-job-id={job.id}
-        data-status={code}
-        data-link={job.link ? job.link.by : ''}
-        aria-pressed={selected ? 'true' : 'false'}
+        data-job-id={row.id}
+        data-status={row.status}
+        data-link={link ? link.by : ''}
+        aria-pressed={row.shown ? 'true' : 'false'}
         title={t(lang, 'sessionJobs.select')}
-        onClick={() => onSelect(job.id)}
+        onClick={() => onSelect(row.id)}
       >
-        <span className="dgd-job-status" style={{ background: STATUS_COLORS[code], color: STATUS_TEXT_COLORS[code] }}>
-          {code}
+        <span className="dgd-job-status" style={{ background: STATUS_COLORS[row.status], color: STATUS_TEXT_COLORS[row.status] }}>
+          {row.status}
         </span>
-        <span className="dgd-job-pid dgd-mono">{job.root_pid}</span>
-        <span className="dgd-job-cmd dgd-mono">{cmdText(job.command)}</span>
+        <span className="dgd-job-pid dgd-mono">{row.pid}</span>
+        <span className="dgd-job-cmd dgd-mono">{row.cmd}</span>
         <span className="dgd-muted dgd-job-link" data-testid="dsh-gpu-session-job-link">
-          {job.alive === false ? `${t(lang, 'jobs.exited')} · ` : ''}
-          {linkText(job.link, lang)}
+          {row.exited ? `${row.exited} · ` : ''}
+          {linkText(link, lang)}
         </span>
       </button>
     </li>
   )
 }
 
+/** One list of jobs: the live ones, then the exited ones under "Exited jobs (N)", collapsed unless the chosen job is one of them. */
+export function JobRows({ jobs, selected, lang, onSelect }) {
+  const vm = jobList(jobs, lang, selected)
+  const links = new Map(jobs.map((j) => [j.id, j.link]))
+  const rows = (list) => list.map((row) => <JobRow key={row.id} row={row} link={links.get(row.id)} lang={lang} onSelect={onSelect} />)
+  return (
+    <>
+      {vm.live.length ? <ul className="dgd-jobs-list">{rows(vm.live)}</ul> : null}
+      {vm.exited.length ? (
+        <details className="dgd-jobs-exited" data-testid="dsh-gpu-session-exited" data-count={vm.exited.length} open={vm.exitedOpen || undefined}>
+          <summary className="dgd-muted">{vm.exitedLabel}</summary>
+          <ul className="dgd-jobs-list">{rows(vm.exited)}</ul>
+        </details>
+      ) : null}
+    </>
+  )
+}
+
 /**
  * The GPU tab of one session: `children(header, showJob)` renders the view with the session's jobs
- * (worst first) as its header; showJob is false while the session has none. Without a session id,
+ * (JobRows) as its header; showJob is false while the session has none. Without a session id,
  * or when the sidecar has no /jobs, the view is shown as it is: children(null, true).
  */
 export function SessionJobs({ sessionId, children }) {
@@ -111,7 +121,8 @@ export function SessionJobs({ sessionId, children }) {
   const otherUsers = jobs.state === 'ok' ? Number(jobs.doc.unlinked_other_users) || 0 : 0
   const chosen = store.job()
   const ids = [...list, ...others].map((j) => j.id)
-  const selected = ids.includes(chosen) ? chosen : ids[0] || null
+  // none chosen yet (or gone): the newest live job of the session, else of the user's others, else the newest exited
+  const selected = ids.includes(chosen) ? chosen : defaultJobId(list, others)
   useEffect(() => {
     if (jobs.state === 'ok' && selected && selected !== chosen) store.setJob(selected)
   }, [jobs.state, selected, chosen])
@@ -129,22 +140,14 @@ export function SessionJobs({ sessionId, children }) {
           {t(lang, 'sessionJobs.none', { workspace: workspace || '…' })}
         </p>
       ) : (
-        <ul className="dgd-jobs-list">
-          {list.map((j) => (
-            <JobRow key={j.id} job={j} selected={j.id === selected} lang={lang} onSelect={select} />
-          ))}
-        </ul>
+        <JobRows jobs={list} selected={selected} lang={lang} onSelect={select} />
       )}
       {others.length > 0 ? (
         <>
           <h4 className="dgd-jobs-title" data-testid="dsh-gpu-session-others" data-count={others.length}>
             {t(lang, 'sessionJobs.others')}
           </h4>
-          <ul className="dgd-jobs-list">
-            {others.map((j) => (
-              <JobRow key={j.id} job={j} selected={j.id === selected} lang={lang} onSelect={select} />
-            ))}
-          </ul>
+          <JobRows jobs={others} selected={selected} lang={lang} onSelect={select} />
         </>
       ) : null}
       {otherUsers > 0 ? (
@@ -157,14 +160,20 @@ export function SessionJobs({ sessionId, children }) {
   )
 }
 
-/** Inside the sidebar chip: how many jobs, coloured by the worst one. */
+/** Inside the sidebar chip: how many jobs are live, coloured by the worst of them. */
 export function JobsSummary() {
   const lang = useLang()
   const jobs = useJobs(null)
-  if (jobs.state !== 'ok' || !jobs.doc.jobs.length) return null
-  const sorted = worstFirst(jobs.doc.jobs)
+  return jobs.state === 'ok' ? <JobsCount jobs={jobs.doc.jobs} lang={lang} /> : null
+}
+
+/** The chip's count of `jobs` (those live; none: nothing). */
+export function JobsCount({ jobs, lang }) {
+  const live = orderJobs(jobs).live
+  if (!live.length) return null
+  const sorted = worstFirst(live)
   const worst = statusOf(sorted[0])
-  const n = sorted.length
+  const n = live.length
   return (
     <span
       className="dgd-chip-jobs"

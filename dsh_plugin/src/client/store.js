@@ -1,17 +1,18 @@
 // Browser-side data layer: settings in localStorage, and one poller shared by every slot entry
 // (chip, glance card, GPU view, settings page). Polling runs only while something is subscribed,
-// and pauses while the tab is hidden.
+// and pauses while the tab is hidden. What is kept of a job's history, and how each answer changes
+// it, is the data layer the standalone page shares (../../../sidecar/static/shared/store.js).
 //
 // All requests go to the plugin's same-origin host routes (never to the sidecar directly):
 //   GET /dsh-gpu-dashboard/api/status, /history?since=N, /config
 import { SCHEMA, pickLang } from '../../../sidecar/static/shared/format.js'
+import { emptyHistory, withHistory, withStatus } from '../../../sidecar/static/shared/store.js'
 
 export const API = '/dsh-gpu-dashboard/api'
 export const STORAGE_KEY = 'dsh-gpu-dashboard.settings'
 export const REFRESH_MIN_S = 0.5
 export const REFRESH_MAX_S = 60
 export const DEFAULT_REFRESH_S = 2
-export const HISTORY_MAX_SAMPLES = 7200
 const FETCH_TIMEOUT_MS = 6000
 
 // ------------------------------------------------------------------ settings (localStorage)
@@ -151,21 +152,6 @@ export function classify(resp, path) {
   }
 }
 
-/** Events arrive incrementally (history?since=N returns only newer ones): merge, dedupe, cap. */
-export function mergeEvents(old, fresh) {
-  const out = Array.isArray(old) ? old.slice() : []
-  const seen = new Set(out.map((e) => `${e && e.time_unix_s}|${e && e.name}|${e && e.pid}`))
-  for (const e of Array.isArray(fresh) ? fresh : []) {
-    if (!e || typeof e !== 'object') continue
-    const key = `${e.time_unix_s}|${e.name}|${e.pid}`
-    if (seen.has(key)) continue
-    seen.add(key)
-    out.push(e)
-  }
-  out.sort((a, b) => (Number(a.time_unix_s) || 0) - (Number(b.time_unix_s) || 0))
-  return out.length > 500 ? out.slice(out.length - 500) : out
-}
-
 // ------------------------------------------------------------------ the store
 
 function isHidden() {
@@ -173,27 +159,6 @@ function isHidden() {
     return typeof document !== 'undefined' && document.visibilityState === 'hidden'
   } catch {
     return false
-  }
-}
-
-const EMPTY_HISTORY = { samples: [], events: [], intervalS: null, lastTime: null, error: null }
-
-/** The history after a /history answer `body` (samples newer than the last one appended, events merged). */
-function nextHistory(cur, body) {
-  let samples = cur.samples
-  const fresh = body.samples.filter(
-    (s) => s && typeof s.time_unix_s === 'number' && (cur.lastTime === null || s.time_unix_s > cur.lastTime),
-  )
-  if (fresh.length) {
-    samples = samples.concat(fresh)
-    if (samples.length > HISTORY_MAX_SAMPLES) samples = samples.slice(samples.length - HISTORY_MAX_SAMPLES)
-  }
-  return {
-    samples,
-    events: mergeEvents(cur.events, body.events),
-    intervalS: typeof body.interval_s === 'number' ? body.interval_s : cur.intervalS,
-    lastTime: samples.length ? samples[samples.length - 1].time_unix_s : cur.lastTime,
-    error: null,
   }
 }
 
@@ -213,7 +178,7 @@ function createPollers(status, history, sel = { job: null }) {
         const prev = status.get().config
         if (prev && prev.sidecarUrl !== r.body.sidecarUrl) {
           // another sidecar (another job): its history is not a continuation of the old one
-          history.set({ ...EMPTY_HISTORY })
+          history.set(emptyHistory())
         }
         status.set({ ...status.get(), config: r.body })
       }
@@ -234,6 +199,10 @@ function createPollers(status, history, sel = { job: null }) {
       const prev = status.get()
       if (c.kind === 'ok') {
         status.set({ ...prev, state: 'ok', doc: r.body, problem: null, lastOk: Date.now(), lastTry: Date.now() })
+        // its events, and another job's document (the sidecar's default job changed) starts another history
+        const h = history.get()
+        const next = withStatus(h, r.body)
+        if (next !== h) history.set(next)
       } else {
         status.set({ ...prev, state: c.kind, problem: c, lastTry: Date.now() })
       }
@@ -254,13 +223,13 @@ function createPollers(status, history, sel = { job: null }) {
     if (flags.historyInFlight) return
     flags.historyInFlight = true
     try {
-      const h = history.get()
-      const since = h.lastTime !== null ? `?since=${encodeURIComponent(String(h.lastTime))}` : ''
+      const since = history.get().lastTime
+      const query = since !== null ? `?since=${encodeURIComponent(String(since))}` : ''
       const asked = sel.job
-      const r = await getJson(`${API}/history${since}${jobQuery(since ? '&' : '?')}`)
+      const r = await getJson(`${API}/history${query}${jobQuery(query ? '&' : '?')}`)
       if (asked !== sel.job) return // another job was chosen meanwhile
       if (r.httpStatus === 200 && r.json && r.body && Array.isArray(r.body.samples)) {
-        history.set(nextHistory(history.get(), r.body))
+        history.set(withHistory(history.get(), r.body, since))
       } else {
         history.set({ ...history.get(), error: r.httpStatus })
       }
@@ -315,7 +284,7 @@ function selectJob(sel, id, { status, history, statusLoop, historyLoop, historyU
   const next = typeof id === 'string' && id ? id : null
   if (next === sel.job) return
   sel.job = next
-  history.set({ ...EMPTY_HISTORY })
+  history.set(emptyHistory())
   status.set({ ...status.get(), doc: null, state: 'loading' })
   if (status.size()) statusLoop.schedule(0)
   if (historyUsers()) historyLoop.schedule(0)
@@ -332,7 +301,7 @@ function createStore() {
     lastTry: null,
     config: null, // /api/config answer
   })
-  const history = observable({ ...EMPTY_HISTORY })
+  const history = observable(emptyHistory())
   let historyUsers = 0
 
   const lang = () => {

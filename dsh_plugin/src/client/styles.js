@@ -38,6 +38,9 @@ export const CSS = `
 .dgd-job-pid { flex: none; }
 .dgd-job-cmd { min-width: 0; flex: 1; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
 .dgd-job-link { flex: none; font-size: 12px; }
+.dgd-jobs-exited { margin-top: 4px; }
+.dgd-jobs-exited > summary { cursor: pointer; width: max-content; padding: 2px 10px; font-size: 12px; }
+.dgd-jobs-exited[open] > summary { margin-bottom: 4px; }
 
 /* ---- glance card (shell.overlay) */
 .dgd-glance { position: fixed; left: 12px; bottom: 64px; z-index: 30; pointer-events: auto; width: 380px; max-width: calc(100vw - 24px);

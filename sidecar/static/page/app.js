@@ -1,16 +1,19 @@
 // app.js — the standalone dsh-gpu-dashboard page served by the sidecar at GET /.
-// No framework: fetch the status document every `refresh` seconds (paused while the tab is hidden),
+// No framework: fetch the status document and the history after it every `refresh` seconds (feed.js,
+// kept with the data layer the DSH plugin shares, ../shared/store.js; paused while the tab is hidden),
 // render it with the shared rules of format.js, the efficiency strip with strip.js, and the history with
 // history_view.js (charts.js underneath).
 // All URLs are relative so the page also works behind a path prefix.
 
 import {
   CATALOGUE, NA, STATUS_COLORS, STATUS_TEXT_COLORS, UNREACHABLE_COMMAND, UNREACHABLE_COMMAND_RUN,
-  fmtAgo, fmtClock, cmdText, messageText, modelGpu, schemaMismatch, pickLang, severityOf, sortWarnings,
+  fmtAgo, fmtClock, cmdText, messageText, modelGpu, pickLang, severityOf, sortWarnings,
   statusOf, statusText, t, warningHint, warningMessage,
 } from '../shared/format.js';
 import { PROCESS_COLUMNS, gpuCards, heroFacts, processRows, runtimeFacts } from '../shared/view_model.js';
-import { jobQuery, renderJobs } from './jobs.js';
+import { emptyHistory } from '../shared/store.js';
+import { pollJob } from './feed.js';
+import { renderJobs } from './jobs.js';
 import { h, richText } from './dom.js';
 import { migList, renderStrip } from './strip.js';
 import { createHistoryView } from './history_view.js';
@@ -19,12 +22,8 @@ import { createClusterPanel } from './cluster.js';
 /** @typedef {import('../shared/contract.js').StatusDocument} StatusDocument */
 /** @typedef {import('../shared/contract.js').HistoryDocument} HistoryDocument */
 
-const STATUS_URL = 'api/dsh-gpu-dashboard/status';
-const HISTORY_URL = 'api/dsh-gpu-dashboard/history';
 const LANG_KEY = 'dsh-gpu-dashboard.lang';
 const WINDOW_KEY = 'dsh-gpu-dashboard.window';
-const MAX_SAMPLES = 20000;
-const MAX_EVENTS = 500;
 
 // ------------------------------------------------------------------ config
 
@@ -74,11 +73,7 @@ const state = {
   okAt: null,          // Date.now() of the last successful status fetch
   reachable: null,     // null until the first answer
   error: null,
-  samples: [],
-  events: [],
-  lastSampleT: null,
-  identity: null,
-  interval: null,
+  history: emptyHistory(), // ../shared/store.js: the job's samples and events, oldest first
   window: ['60', '300', '900', 'all'].includes(storageGet(WINDOW_KEY)) ? storageGet(WINDOW_KEY) : '300',
   timer: null,
   inflight: false,
@@ -311,47 +306,6 @@ function renderRuntime(doc) {
 
 const historyView = createHistoryView({ tr, changed });
 
-function resetHistory() {
-  state.samples = [];
-  state.events = [];
-  state.lastSampleT = null;
-}
-
-function eventKey(e) {
-  return `${e.time_unix_s}|${e.name}|${e.pid}`;
-}
-
-function mergeEvents(list) {
-  if (!Array.isArray(list) || !list.length) return;
-  const have = new Set(state.events.map(eventKey));
-  let added = false;
-  for (const e of list) {
-    if (!e || !num(e.time_unix_s)) continue;
-    const k = eventKey(e);
-    if (have.has(k)) continue;
-    have.add(k);
-    state.events.push(e);
-    added = true;
-  }
-  if (added) {
-    state.events.sort((a, b) => a.time_unix_s - b.time_unix_s);
-    if (state.events.length > MAX_EVENTS) state.events.splice(0, state.events.length - MAX_EVENTS);
-  }
-}
-
-function mergeHistory(hist) {
-  if (!hist || !Array.isArray(hist.samples)) return;
-  if (num(hist.interval_s)) state.interval = hist.interval_s;
-  const fresh = hist.samples.filter((s) => s && num(s.time_unix_s) && (state.lastSampleT === null || s.time_unix_s > state.lastSampleT));
-  if (fresh.length) {
-    fresh.sort((a, b) => a.time_unix_s - b.time_unix_s);
-    state.samples.push(...fresh);
-    state.lastSampleT = state.samples[state.samples.length - 1].time_unix_s;
-    if (state.samples.length > MAX_SAMPLES) state.samples.splice(0, state.samples.length - MAX_SAMPLES);
-  }
-  mergeEvents(hist.events);
-}
-
 function renderCharts() {
   historyView.render(state);
 }
@@ -419,7 +373,7 @@ function renderAll() {
   renderGpus(doc);
   renderProcs(doc);
   renderRuntime(doc);
-  renderJobs($('[data-testid="jobs"]'), doc, { h, tr, onPick: pickJob });
+  renderJobs($('[data-testid="jobs"]'), doc, { h, tr, lang: state.lang, onPick: pickJob });
   renderCharts();
   clusterPanel.render();
   renderUpdated();
@@ -430,11 +384,10 @@ async function poll() {
   state.inflight = true;
   clearTimeout(state.timer);
   try {
-    let doc;
+    let got;
+    const asked = state.job;
     try {
-      doc = await fetchJSON(STATUS_URL + jobQuery(state.job));
-      const mismatch = schemaMismatch(doc, state.lang);
-      if (mismatch) throw new Error(mismatch);
+      got = await pollJob(fetchJSON, { job: asked, history: state.history, lang: state.lang });
     } catch (e) {
       if (e && e.status === 404 && state.job) { pickJob(null); return; } // the job is no longer listed
       state.reachable = false;
@@ -442,18 +395,13 @@ async function poll() {
       renderUpdated();
       return;
     }
-    state.doc = doc;
+    if (asked !== state.job) return; // another job was picked meanwhile
+    state.doc = got.doc;
+    state.history = got.history;
     state.okAt = Date.now();
     state.reachable = true;
     state.error = null;
     document.body.classList.remove('loading');
-    const tgt = doc && doc.target;
-    const identity = tgt ? `${tgt.pid}|${tgt.create_time_unix_s}` : null;
-    if (identity !== state.identity) { state.identity = identity; resetHistory(); }
-    mergeEvents(doc.events);
-    try {
-      mergeHistory(await fetchJSON(HISTORY_URL + jobQuery(state.job, { since: state.lastSampleT })));
-    } catch { /* charts keep what they have */ }
     clusterPanel.maybeFetch();
     renderAll();
   } finally {
@@ -469,8 +417,7 @@ function pickJob(job) {
   else params.delete('job');
   const q = params.toString();
   history.replaceState(null, '', `${location.pathname}${q ? `?${q}` : ''}${location.hash}`);
-  state.identity = null;
-  resetHistory();
+  state.history = emptyHistory();
   setTimeout(poll, 0);
 }
 

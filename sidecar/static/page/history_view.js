@@ -1,7 +1,8 @@
 // history_view.js — the page's history block: per GPU, memory, utilisation (with GPM SM activity and
 // occupancy where the GPU has GPM), power and temperature; on a machine without an NVIDIA GPU (no GPU
 // listed, or NVML not usable), the job's CPU, resident memory and training rate instead; and the
-// events list. Charts are charts.js's TimeChart; the data comes from the page's merged samples.
+// events list. Charts are charts.js's TimeChart; the data is the page's history (state.history, kept by
+// ../shared/store.js).
 
 import { NA, fmtClock, fmtMiB } from '../shared/format.js';
 import { TimeChart } from '../shared/charts.js';
@@ -18,7 +19,7 @@ function timeWindow(state, samples, doc) {
   if (state.window === 'all') {
     t0 = samples.length ? samples[0].time_unix_s : last - 60;
     // show task events that came just before the first sample (e.g. train_start), within a minute
-    if (state.events.length) t0 = Math.min(t0, Math.max(state.events[0].time_unix_s - 1, t0 - 60));
+    if (state.history.events.length) t0 = Math.min(t0, Math.max(state.history.events[0].time_unix_s - 1, t0 - 60));
   }
   if (!(last - t0 >= 10)) t0 = last - 10;
   return { t0, t1: last, last };
@@ -50,7 +51,7 @@ function jobCharts({ charts }, samples, common, tr) {
 function render(ctx, state) {
   const { charts, fig, tr } = ctx;
   const doc = state.doc;
-  const samples = state.samples;
+  const samples = state.history.samples;
   const cpu = cpuMode(doc);
   for (const c of Object.values(charts)) c.setEmptyText(tr('chart.noData'));
   for (const name of JOB_CHARTS) fig(name).hidden = !cpu;
@@ -58,8 +59,8 @@ function render(ctx, state) {
   document.querySelector('[data-testid="chart-cpu-note"]').hidden = !cpu;
   const win = timeWindow(state, samples, doc);
   if (win) {
-    const events = state.events.filter((e) => e.time_unix_s >= win.t0 && e.time_unix_s <= win.t1);
-    const common = { t0: win.t0, t1: win.t1, events, gapS: Math.max(5, 3 * (state.interval || (doc && doc.interval_s) || 1)) };
+    const events = state.history.events.filter((e) => e.time_unix_s >= win.t0 && e.time_unix_s <= win.t1);
+    const common = { t0: win.t0, t1: win.t1, events, gapS: Math.max(5, 3 * (state.history.intervalS || (doc && doc.interval_s) || 1)) };
     const drawn = cpu ? jobCharts(ctx, samples, common, tr) : gpuCharts(ctx, doc, samples, common);
     for (const [name, series] of Object.entries(drawn)) {
       legend(ctx, name, series);
@@ -74,7 +75,7 @@ function render(ctx, state) {
 }
 
 function renderEvents({ tr, changed }, state) {
-  const evs = state.events.slice(-12).reverse();
+  const evs = state.history.events.slice(-12).reverse();
   if (!changed('events', evs)) return;
   const list = document.querySelector('.event-list');
   list.replaceChildren();

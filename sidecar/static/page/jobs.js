@@ -1,44 +1,60 @@
 // jobs.js — the job switcher of the standalone page (discovery mode: the sidecar watches several
-// jobs). Shown when the status document lists more than one job; picking one asks /status and
-// /history for it (?job=ID), and the address keeps the choice so a reload shows the same job.
+// jobs). Shown when the status document lists more than one job, in the order and with the rows of
+// the shared view model (view_model.js jobList: live jobs the newest first, then the exited ones,
+// collapsed); picking one asks /status and /history for it (?job=ID, feed.js), and the address
+// keeps the choice so a reload shows the same job.
 
-import { STATUS_COLORS, cmdText, statusOf } from '../shared/format.js';
+import { STATUS_COLORS } from '../shared/format.js';
+import { jobList } from '../shared/view_model.js';
 
-/** The query string that selects `job` (none: the sidecar's default job), plus `extra` pairs. */
-export function jobQuery(job, extra = {}) {
-  const q = new URLSearchParams();
-  if (job) q.set('job', job);
-  for (const [k, v] of Object.entries(extra)) if (v !== null && v !== undefined) q.set(k, String(v));
-  const s = q.toString();
-  return s ? `?${s}` : '';
+const CMD_MAX_CHARS = 60;
+
+// The exited jobs' disclosure as the user left it (null: as jobList says, open only to show the chosen job).
+let exitedOpen = null;
+let drawn = null;
+
+function jobButton(row, { h, onPick }) {
+  const cmd = row.cmd || row.pid;
+  const b = h(
+    'button',
+    {
+      type: 'button',
+      class: `job${row.alive ? '' : ' exited'}`,
+      'data-testid': 'job',
+      'data-job-id': row.id,
+      'data-status': row.status,
+      'aria-pressed': row.shown ? 'true' : 'false',
+      title: `${row.id}: ${row.message}`,
+    },
+    h('i', { class: 'job-dot', style: `background:${STATUS_COLORS[row.status]}` }),
+    h('span', { class: 'job-cmd', text: cmd.length > CMD_MAX_CHARS ? `${cmd.slice(0, CMD_MAX_CHARS - 1)}…` : cmd }),
+    h('span', { class: 'job-meta', text: [row.user, row.exited].filter(Boolean).join(' · ') }),
+  );
+  b.addEventListener('click', () => onPick(row.id));
+  return b;
 }
 
-/** One line per job, newest first (as /jobs orders them); the shown job is pressed. */
-export function renderJobs(nav, doc, { h, tr, onPick }) {
+/** The jobs of `doc` into `nav`: the live ones, then "Exited jobs (N)" over the exited ones. */
+export function renderJobs(nav, doc, { h, tr, lang, onPick }) {
   const jobs = doc && Array.isArray(doc.jobs) ? doc.jobs : [];
   nav.hidden = jobs.length < 2;
   if (nav.hidden) return;
-  const shown = doc.job_id;
-  const items = jobs.map((j) => {
-    const status = statusOf(j);
-    const cmd = cmdText(j.command) || String(j.root_pid);
-    const b = h(
-      'button',
-      {
-        type: 'button',
-        class: `job${j.alive ? '' : ' exited'}`,
-        'data-testid': 'job',
-        'data-job-id': j.id,
-        'data-status': status,
-        'aria-pressed': j.id === shown ? 'true' : 'false',
-        title: `${j.id}: ${j.message || ''}`,
-      },
-      h('i', { class: 'job-dot', style: `background:${STATUS_COLORS[status]}` }),
-      h('span', { class: 'job-cmd', text: cmd.length > 60 ? `${cmd.slice(0, 59)}…` : cmd }),
-      h('span', { class: 'job-meta', text: [j.user, j.alive ? null : tr('jobs.exited')].filter(Boolean).join(' · ') }),
-    );
-    b.addEventListener('click', () => onPick(j.id));
-    return b;
-  });
-  nav.replaceChildren(h('span', { class: 'jobs-title', text: tr('jobs.title', { n: jobs.length }) }), ...items);
+  const vm = jobList(jobs, lang, doc.job_id);
+  const open = exitedOpen ?? vm.exitedOpen;
+  const key = JSON.stringify([vm, open]);
+  if (key === drawn) return; // unchanged: keep the buttons (focus, hover) as they are
+  drawn = key;
+  const button = (row) => jobButton(row, { h, onPick });
+  let exited = null;
+  if (vm.exited.length) {
+    exited = h('details', { class: 'jobs-exited', 'data-testid': 'jobs-exited', 'data-count': vm.exited.length },
+      h('summary', { text: vm.exitedLabel }), vm.exited.map(button));
+    exited.open = open;
+    exited.addEventListener('toggle', () => {
+      // the user's choice, kept until it is the default again (setting `open` above fires this too)
+      exitedOpen = exited.open === vm.exitedOpen ? null : exited.open;
+      drawn = JSON.stringify([vm, exited.open]);
+    });
+  }
+  nav.replaceChildren(h('span', { class: 'jobs-title', text: tr('jobs.title', { n: jobs.length }) }), ...vm.live.map(button), ...(exited ? [exited] : []));
 }

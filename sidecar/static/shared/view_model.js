@@ -33,6 +33,16 @@
  *                              distributed run, or in a pod.
  *   runtimeFacts(doc, lang)    {items: [{key, label, value, bad}], error, interval}: the footer.
  *
+ * A list of jobs (Job of a status or jobs document: the page's job switcher, the plugin's session jobs):
+ *   orderJobs(jobs)            {live, exited}: the one order of every job list. Live jobs first, the newest
+ *                              started first; then exited ones, the newest ended first.
+ *   jobList(jobs, lang, shown)  {live: [jobRow], exited: [jobRow], exitedLabel, exitedOpen}: the rows in
+ *                              that order; the exited ones are collapsed under `exitedLabel` ("Exited jobs
+ *                              (N)"; null: none), open (`exitedOpen`) only when the shown job is one of them.
+ *   jobRow(job, lang)          {id, status, alive, pid, cmd, user, exited: null | text, message}.
+ *   defaultJobId(...groups)    the job shown when none is chosen: the newest live job of the first group
+ *                              with one, else the newest exited one of the first group with any; null.
+ *
  * The cluster view (a ClusterDocument, GET /api/dsh-gpu-dashboard/cluster, from a sidecar started with --prometheus):
  *   CLUSTER_NODE_COLUMNS, CLUSTER_RANK_COLUMNS  [{key, label, num}], as PROCESS_COLUMNS.
  *   clusterNodeRows(cluster, lang)  one row per GPU of each node (one for a node without GPUs):
@@ -51,8 +61,8 @@
 
 import {
   NA, UTIL_COLORS, cmdText, cudaText, deviceKind, deviceText, fmtCount, fmtMiB, fmtPct, fmtRate,
-  fmtAgo, fmtFraction, gpuFrameworkKey, gpuFrameworkText, gpuMemPct, memOfText, modelGpu, roleText, severityOf,
-  sortWarnings, t, unusableGpus, utilLevel, warningHint, warningMessage,
+  fmtAgo, fmtFraction, gpuFrameworkKey, gpuFrameworkText, gpuMemPct, memOfText, messageText, modelGpu, roleText,
+  severityOf, sortWarnings, statusOf, t, unusableGpus, utilLevel, warningHint, warningMessage,
 } from './format.js';
 import { dataWait, migRows, reasonKind, smText, utilText } from './efficiency.js';
 
@@ -453,4 +463,54 @@ export function clusterView(cluster, statusDoc, lang) {
     jobs,
     matched: mine.length > 0,
   };
+}
+
+// ------------------------------------------------------------------ job lists
+
+const isLive = (j) => j.alive !== false;
+// A job whose start (or end) is unknown sorts after those whose is known.
+const startOf = (j) => (isNum(j.start_time_unix_s) ? j.start_time_unix_s : -Infinity);
+const endOf = (j) => (isNum(j.ended_unix_s) ? j.ended_unix_s : startOf(j));
+const newestBy = (at) => (a, b) => {
+  const x = at(a);
+  const y = at(b);
+  return x > y ? -1 : x < y ? 1 : 0;
+};
+
+export function orderJobs(jobs) {
+  const all = list(jobs).filter((j) => typeof j === 'object');
+  return {
+    live: all.filter(isLive).sort(newestBy(startOf)),
+    exited: all.filter((j) => !isLive(j)).sort(newestBy(endOf)),
+  };
+}
+
+export function jobRow(job, lang) {
+  return {
+    id: job.id,
+    status: statusOf(job),
+    alive: isLive(job),
+    pid: isNum(job.root_pid) ? String(job.root_pid) : NA,
+    cmd: cmdText(job.command),
+    user: present(job.user) ? String(job.user) : null,
+    exited: isLive(job) ? null : t(lang, 'jobs.exited'),
+    message: messageText(job, lang) || '',
+  };
+}
+
+export function jobList(jobs, lang, shown = null) {
+  const { live, exited } = orderJobs(jobs);
+  const row = (j) => ({ ...jobRow(j, lang), shown: j.id === shown });
+  return {
+    live: live.map(row),
+    exited: exited.map(row),
+    exitedLabel: exited.length ? t(lang, 'jobs.exitedCount', { n: exited.length }) : null,
+    exitedOpen: exited.some((j) => j.id === shown),
+  };
+}
+
+export function defaultJobId(...groups) {
+  const ordered = groups.map(orderJobs);
+  const first = ordered.find((g) => g.live.length) || ordered.find((g) => g.exited.length);
+  return first ? (first.live[0] || first.exited[0]).id : null;
 }
