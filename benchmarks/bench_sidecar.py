@@ -67,7 +67,7 @@ print(json.dumps({"cpu": cpu, "wall": wall, "parts": {k: v / n for k, v in parts
 DISCOVERY_POLL = r"""
 import json, os, sys, time
 try:
-    from sidecar.poll.jobs import JobsPoller
+    from sidecar.poll.discovery import JobsPoller
 except ImportError:  # discovery_ab.py's checkout of a commit before the layer packages
     from sidecar.jobs import JobsPoller
 want, n, gap_s = set(json.loads(sys.argv[1])), int(sys.argv[2]), float(sys.argv[3])

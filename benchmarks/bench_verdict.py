@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 CAPTURE = r"""
 import json, pickle, sys
-import sidecar.poll.jobs as jobs, sidecar.poll.poller as poller
+import sidecar.poll.discovery as jobs, sidecar.poll.poller as poller
 from sidecar.verdict.facts import _DERIVED_FACTS
 target, n = json.loads(sys.argv[1]), int(sys.argv[2])  # (bench_sidecar.run_snippet's arguments)
 out, roots = target["out"], set(target["roots"])

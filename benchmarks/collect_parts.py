@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 CAPTURE = r"""
 import pickle, sys, time
-import sidecar.poll.collect as collect, sidecar.poll.jobs as jobs
+import sidecar.poll.collect as collect, sidecar.poll.discovery as jobs
 out_path, n, gap_s = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 polls = []  # one list per discovery poll: (target pid, now, tree, reads, nvml, system gpus, gpus) per job
 real = collect.FactCollector.facts

@@ -22,7 +22,7 @@ from bench_sidecar import GAP_S, PUBLISH_S, REPO, TIMED_SNIPPET, Driver, discove
 POLL_BY_PARTS = r"""
 import collections, json, sys, time
 import probe_wire.follower as follower
-import sidecar.poll.collect as collect, sidecar.poll.history as history, sidecar.poll.jobs as jobs, sidecar.poll.poller as poller
+import sidecar.poll.collect as collect, sidecar.poll.history as history, sidecar.poll.discovery as jobs, sidecar.poll.poller as poller
 from sidecar.sources.proctree import ProcessTreeSource
 from sidecar.sources.segments import SegmentSource
 

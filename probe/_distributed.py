@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 
-from probe_wire.procid import process_parent
+from hostfs.procid import process_parent
 
 __all__ = ["KEY_MAX_CHARS", "distributed", "job_key"]
 

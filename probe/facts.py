@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 import sys
 
+from hostfs.procid import process_start_ticks
 from probe_wire.cleanup import has_live_segment
-from probe_wire.procid import process_start_ticks
 from probe_wire.schema import empty_runtime
 
 TYPE_CHECKING = False  # typing costs ~2 ms to import; annotations alone do not need it

@@ -3,17 +3,14 @@
 One POSIX shared-memory segment per process, ``/dsh-probe.<pid>`` (``/dev/shm/dsh-probe.<pid>`` on
 Linux), mode 0600, fixed size: a 64-byte little-endian header guarded by a seqlock, then a msgpack
 payload. The probe writes it inside training processes; the sidecar reads it without importing the
-probe. Standard library, msgpack, and posix_ipc (only when a writer is created): no torch, no probe,
-no sidecar.
+probe. Standard library, msgpack, posix_ipc (only when a writer is created) and hostfs (who a
+process is, from /proc): no torch, no probe, no sidecar.
 
     names     segment names and paths, listing /dev/shm
     header    the header's layout, magic, flags and sizes; the seqlock protocol
     schema    the payload schema (schema 1), its validators, ``empty_payload``, its text for the docs
     codec     msgpack: encoding trimmed to fit, bounded decoding
     prefix    a payload's leading bytes (identity, role, runtime), decoded once per process
-    procfs    where /proc is (``PROCFS_PATH``, ``proc_path``): one root for every reader
-    procid    who a process is, read from /proc (pid, start_ticks, uid, PID namespace)
-    procroot  files inside another process's root (/proc/<pid>/root), its links followed inside it
     home      where the segment of a process in other namespaces (a container) is: ``segment_home``
     writer    ``SegmentWriter``
     reader    ``read_segment``, ``SegmentRead``
@@ -37,8 +34,8 @@ import importlib
 # Looked in in this order, each after what it imports: a name of the follower costs the reader too,
 # but not the writer (mmap, posix_ipc).
 _MODULES = (
-    "names", "header", "procfs", "procid", "procroot", "home", "schema", "codec", "prefix", "cleanup", "reader",
-    "follower", "shm_index", "writer",
+    "names", "header", "home", "schema", "codec", "prefix", "cleanup", "reader", "follower", "shm_index",
+    "writer",
 )
 
 

@@ -1,15 +1,14 @@
 """Whose a segment is: a live process's own (``has_live_segment``); removing a writer's own
 (``remove_segment``) and those of writers provably dead (``remove_if_dead``, ``sweep_dead_segments``),
-never a live process's nor another PID namespace's."""
+never a live process's nor another PID namespace's. Each reads the /proc of ``host`` (the host's
+own by default: hostfs.paths)."""
 
 from __future__ import annotations
 
 import os
 
-from probe_wire.header import header_identity
-from probe_wire.names import MAX_LISTED_NAMES, SCRATCH_RE, SHM_DIR, random_name_suffixes, scan, segment_path
-from probe_wire.procfs import proc_path
-from probe_wire.procid import (
+from hostfs.paths import HOST, HostPaths
+from hostfs.procid import (
     ZOMBIE_STATES,
     pid_namespace_id,
     proc_is_ours,
@@ -17,6 +16,8 @@ from probe_wire.procid import (
     process_real_uid,
     process_state,
 )
+from probe_wire.header import header_identity
+from probe_wire.names import MAX_LISTED_NAMES, SCRATCH_RE, SHM_DIR, random_name_suffixes, scan, segment_path
 
 TYPE_CHECKING = False  # typing costs ~2 ms to import; annotations alone do not need it
 if TYPE_CHECKING:
@@ -25,18 +26,18 @@ if TYPE_CHECKING:
 __all__ = ["has_live_segment", "remove_if_dead", "remove_segment", "sweep_dead_segments"]
 
 
-def has_live_segment(pid: int, shm_dir: str = SHM_DIR) -> bool:
+def has_live_segment(pid: int, shm_dir: str = SHM_DIR, *, host: HostPaths = HOST) -> bool:
     """Whether the running process ``pid`` has a segment of its own under one of its names: a
     regular file owned by its real uid (only the process writes its segment) whose header names it,
     pid and start_ticks, and our PID namespace when the header records one. A name alone proves
     nothing: another user's file planted under it, a leftover of a dead writer that had the pid
     before, another namespace's segment are not its. Never raises."""
     try:
-        ident = process_identity(pid)
-        uid = process_real_uid(pid)
+        ident = process_identity(pid, host=host)
+        uid = process_real_uid(pid, host=host)
         if ident is None or uid is None:
             return False
-        ns = pid_namespace_id()
+        ns = pid_namespace_id(host=host)
         # Its own name, then the fallback it takes when squatted, then the random names it takes
         # when both are (one listing of shm_dir, only for a process whose two names hold nothing of it).
         paths = [segment_path(pid, None, shm_dir), segment_path(pid, ident[1], shm_dir)]
@@ -75,18 +76,18 @@ def remove_segment(pid: int, expected_start_ticks: int | None = None) -> bool:
         return False
 
 
-def _writer_dead(pid: int, start_ticks: int) -> bool:
+def _writer_dead(pid: int, start_ticks: int, host: HostPaths) -> bool:
     """Provably dead in our PID namespace: no such pid, a zombie, or the pid is another process now.
     A pid whose /proc entry exists but cannot be read (hidepid) proves nothing."""
     try:
-        os.stat(proc_path(int(pid)))
+        os.stat(host.proc_path(int(pid)))
     except FileNotFoundError:
         return True
     except OSError:
         return False
-    if process_state(pid) in ZOMBIE_STATES:
+    if process_state(pid, host=host) in ZOMBIE_STATES:
         return True
-    ident = process_identity(pid)
+    ident = process_identity(pid, host=host)
     return ident is not None and ident[1] != start_ticks
 
 
@@ -98,6 +99,7 @@ def remove_if_dead(
     owner_uid: int | None = None,
     shm_dir: str = SHM_DIR,
     suffix: str | None = None,
+    host: HostPaths = HOST,
 ) -> bool:
     """Unlink the segment ``dsh-probe.<pid>`` (with ``start_ticks``: its fallback name; with
     ``suffix`` too: its random name) only if its writer is provably dead in our own PID namespace;
@@ -108,8 +110,8 @@ def remove_if_dead(
     removed: "not visible here" is not "dead"), and that writer no longer runs (_writer_dead). The
     name is unlinked only while it still is the very file judged, so a newcomer's is never removed."""
     try:
-        ns = pid_namespace_id() if our_pidns is None else our_pidns
-        if not ns or not proc_is_ours():
+        ns = pid_namespace_id(host=host) if our_pidns is None else our_pidns
+        if not ns or not proc_is_ours(host=host):
             return False
         path = segment_path(pid, start_ticks, shm_dir, suffix if start_ticks is not None else None)
         head = header_identity(path)
@@ -120,7 +122,7 @@ def remove_if_dead(
             return False
         if wns != ns or wpid != int(pid) & 0xFFFFFFFF or (start_ticks is not None and ticks != start_ticks):
             return False
-        if not _writer_dead(pid, ticks):
+        if not _writer_dead(pid, ticks, host):
             return False
         return _unlink_if_same(path, st)
     except Exception:  # noqa: BLE001 -- a cleaner must never fail its caller's poll
@@ -154,6 +156,8 @@ def sweep_dead_segments(
     shm_dir: str = SHM_DIR,
     owner_uid: int | None = None,
     names: tuple[list[tuple[int, int | None, str | None]], list[str]] | None = None,
+    *,
+    host: HostPaths = HOST,
 ) -> list[int]:
     """``remove_if_dead`` over every segment name in ``shm_dir`` but those ``skip`` leaves out, and
     over the writers' scratch files (``SCRATCH_RE``) left by a writer killed while creating its
@@ -167,8 +171,8 @@ def sweep_dead_segments(
     them at a time: probe_wire/shm_index.py)."""
     removed: list[int] = []
     try:
-        ns = pid_namespace_id()
-        if not ns or not proc_is_ours():
+        ns = pid_namespace_id(host=host)
+        if not ns or not proc_is_ours(host=host):
             return removed
         names, scratch = scan(shm_dir, MAX_LISTED_NAMES) if names is None else names
         listed = {(pid, ticks) for pid, ticks, _ in names}
@@ -176,11 +180,13 @@ def sweep_dead_segments(
             if pid in skip and _live_writers_name(pid, ticks, skip, listed):
                 continue
             # The name as listed in shm_dir: judged and removed there, not under SHM_DIR.
-            if remove_if_dead(pid, ticks, our_pidns=ns, owner_uid=owner_uid, shm_dir=shm_dir, suffix=suffix):
+            if remove_if_dead(
+                pid, ticks, our_pidns=ns, owner_uid=owner_uid, shm_dir=shm_dir, suffix=suffix, host=host
+            ):
                 removed.append(pid)
         for name in scratch:
             m = SCRATCH_RE.match(name)
-            if m and int(m.group(1)) == ns and _writer_dead(int(m.group(2)), int(m.group(3))):
+            if m and int(m.group(1)) == ns and _writer_dead(int(m.group(2)), int(m.group(3)), host):
                 try:
                     if owner_uid is not None and os.lstat(os.path.join(shm_dir, name)).st_uid != owner_uid:
                         continue

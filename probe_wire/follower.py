@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import time
 
+from hostfs.paths import HOST, HostPaths
+from hostfs.procid import process_real_uid
 from probe_wire.header import HEADER, HEADER_BYTES, SEQ, SEQ_OFFSET
 from probe_wire.names import LISTING_SETTLED_S, SHM_DIR
 from probe_wire.prefix import PrefixSlot
-from probe_wire.procid import process_real_uid
 from probe_wire.reader import (
     CLOSED_ERROR,
     READ_ATTEMPTS,
@@ -96,10 +97,15 @@ class SegmentFollower:
     Not thread-safe: one poller owns it. ``read`` never raises.
     """
 
-    def __init__(self, max_open: int = 256, names: NameIndex | None = None, budget: ReadBudget | None = None) -> None:
+    def __init__(
+        self, max_open: int = 256, names: NameIndex | None = None, budget: ReadBudget | None = None,
+        *, host: HostPaths = HOST,
+    ) -> None:
         """``names``: /dev/shm's names as a monitor follows them (the random names are looked up
-        there, not listed); ``budget``: what reading large payloads may cost a poll, per user."""
+        there, not listed); ``budget``: what reading large payloads may cost a poll, per user;
+        ``host``: whose /proc says who the processes are (hostfs.paths)."""
         self.max_open = max(0, int(max_open))
+        self.host = host
         self.names = names
         self.budget = budget
         # identity -> (fd, size when opened, bytes of the last good read, that read, bytes to copy
@@ -165,7 +171,7 @@ class SegmentFollower:
         if uid is not None and not self.budget.allows(uid):
             return last  # its user's reading time is spent: the last payload stands till its turn
         started = time.perf_counter()
-        r, raw = read_consistent(fd, ident[0], size, ident[1], READ_ATTEMPTS, slot, first, home)
+        r, raw = read_consistent(fd, ident[0], size, ident[1], READ_ATTEMPTS, slot, first, home, self.host)
         if uid is not None:
             self.budget.spend(uid, time.perf_counter() - started)
         if raw is not None:
@@ -233,13 +239,13 @@ class SegmentFollower:
         last listing was made within LISTING_SETTLED_S of a change. In another process's root
         (``home``) they are listed each time: both its names squatted there is rare."""
         if home is not None:
-            return own_random_names(*ident, home)
+            return own_random_names(*ident, home, host=self.host)
         if self.names is not None:
             # The monitor follows the directory's names (probe_wire/shm_index.py): no listing.
             cached = self._random.get(ident)
             key = (-1, -1, self.names.version)
             if cached is None or cached[0] != key:
-                owner = process_real_uid(ident[0])
+                owner = process_real_uid(ident[0], host=self.host)
                 suffixes = [] if owner is None else self.names.random_suffixes(*ident, owner)
                 cached = self._random[ident] = (key, suffixes)
             return cached[1]
@@ -251,7 +257,7 @@ class SegmentFollower:
         cached = self._random.get(ident)
         if cached is not None and cached[0] == key:
             return cached[1]
-        suffixes = own_random_names(*ident)
+        suffixes = own_random_names(*ident, host=self.host)
         if time.time_ns() - key[2] > LISTING_SETTLED_S * 1e9:
             self._random[ident] = (key, suffixes)
         else:
@@ -263,7 +269,7 @@ class SegmentFollower:
         home: SegmentHome | None = None,
     ) -> SegmentRead:
         pid, start_ticks = ident
-        opened = open_segment(pid, name_ticks, suffix, home)
+        opened = open_segment(pid, name_ticks, suffix, home, host=self.host)
         if isinstance(opened, SegmentRead):
             return opened
         fd, size = opened
@@ -280,7 +286,7 @@ class SegmentFollower:
                 return self._put_off(ident, _length(first), uid)
             slot = self._slot(ident)
             started = time.perf_counter()
-            r, raw = read_consistent(fd, pid, size, start_ticks, READ_ATTEMPTS, slot, first, home)
+            r, raw = read_consistent(fd, pid, size, start_ticks, READ_ATTEMPTS, slot, first, home, self.host)
             if uid is not None:
                 self.budget.spend(uid, time.perf_counter() - started)
             keep = raw is not None and len(self._open) < self.max_open

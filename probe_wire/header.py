@@ -47,7 +47,7 @@ FIELDS_OFFSET = 24
 # the identity could leave pid 0 there, and no cleaner could then prove the segment's writer dead.
 PUBLISH = struct.Struct("<IId")
 PUBLISH_OFFSET = 40
-# Written once at creation (probe_wire.procid.pid_namespace_id; 0: unknown), never under the seqlock.
+# Written once at creation (hostfs.procid.pid_namespace_id; 0: unknown), never under the seqlock.
 PIDNS = struct.Struct("<Q")
 PIDNS_OFFSET = 56
 FLAGS = struct.Struct("<I")

@@ -3,17 +3,18 @@ node, a process in a container): ``segment_home``.
 
 A probe in a container writes ``/dev/shm/dsh-probe.<its pid>`` in its own ``/dev/shm`` (a pod's
 own tmpfs) under the pid it has in its own PID namespace. A reader in another mount namespace
-reaches that directory through ``/proc/<pid>/root`` (``probe_wire.procroot``), and takes the
+reaches that directory through ``/proc/<pid>/root`` (``hostfs.procroot``), and takes the
 innermost pid of the ``NSpid:`` line of ``/proc/<pid>/status`` as the name's pid and the header's
 writer; the header's PID namespace must be the process's own (``/proc/<pid>/ns/pid``). The owner
-checks are those of every read: the file's owner is the process's real uid. Standard library only.
+checks are those of every read: the file's owner is the process's real uid. /proc is ``host``'s
+(hostfs.paths; the host's own by default). Standard library only.
 """
 
 from __future__ import annotations
 
 import os
 
-from probe_wire.procfs import proc_path
+from hostfs.paths import HOST, HostPaths
 
 __all__ = ["SegmentHome", "segment_home"]
 
@@ -51,10 +52,10 @@ def _ns_id(path: str) -> int | None:
     return ((st.st_dev & 0xFFFFFFFF) << 32) | (st.st_ino & 0xFFFFFFFF)
 
 
-def innermost_pid(pid: int) -> int | None:
+def innermost_pid(pid: int, *, host: HostPaths = HOST) -> int | None:
     """The pid ``pid`` has in its own PID namespace: the last of its ``NSpid:`` line."""
     try:
-        with open(proc_path(int(pid), "status"), "rb") as f:
+        with open(host.proc_path(int(pid), "status"), "rb") as f:
             data = f.read(MAX_STATUS_BYTES)
     except (OSError, ValueError):
         return None
@@ -68,15 +69,16 @@ def innermost_pid(pid: int) -> int | None:
     return None
 
 
-def segment_home(pid: int) -> SegmentHome | None:
+def segment_home(pid: int, *, host: HostPaths = HOST) -> SegmentHome | None:
     """Where ``pid``'s segment is when the process runs in another mount or PID namespace than the
     reader; None when it shares both (its segment is the reader's ``/dev/shm/dsh-probe.<pid>``) or
     its namespaces cannot be read (another user's process, without CAP_SYS_PTRACE: read as ever)."""
-    mnt, own_mnt = _ns_id(proc_path(int(pid), "ns", "mnt")), _ns_id(proc_path("self", "ns", "mnt"))
-    pidns, own_pidns = _ns_id(proc_path(int(pid), "ns", "pid")), _ns_id(proc_path("self", "ns", "pid"))
+    proc = host.proc_path
+    mnt, own_mnt = _ns_id(proc(int(pid), "ns", "mnt")), _ns_id(proc("self", "ns", "mnt"))
+    pidns, own_pidns = _ns_id(proc(int(pid), "ns", "pid")), _ns_id(proc("self", "ns", "pid"))
     if None in (mnt, own_mnt, pidns, own_pidns) or (mnt == own_mnt and pidns == own_pidns):
         return None
-    name_pid = innermost_pid(pid) if pidns != own_pidns else int(pid)
+    name_pid = innermost_pid(pid, host=host) if pidns != own_pidns else int(pid)
     if name_pid is None:
         return None
-    return SegmentHome(int(pid), name_pid, pidns, proc_path(int(pid), "root"))
+    return SegmentHome(int(pid), name_pid, pidns, proc(int(pid), "root"))

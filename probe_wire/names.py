@@ -108,7 +108,7 @@ def random_name_suffixes(pid: int, start_ticks: int, owner_uid: int, shm_dir: st
     at most MAX_OWN_RANDOM_NAMES ([] when unreadable). One listing of the directory, for a process
     whose two other names hold no segment of its; another user's names under the same prefix (any
     number of them) cost an lstat each and never take the place of the process's own. ``shm_dir``
-    may be an open directory's descriptor (another process's /dev/shm, probe_wire.procroot)."""
+    may be an open directory's descriptor (another process's /dev/shm, hostfs.procroot)."""
     prefix = f"{_file_name(pid, start_ticks)}."
     found: list[str] = []
     looked = 0

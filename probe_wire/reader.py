@@ -2,7 +2,8 @@
 
 Everything the reader sees is untrusted input (any process of the same uid can write the file), so
 ``read_segment`` never raises, never reads more than the file's bounded size, and validates every
-payload type against the schema before handing the payload out. Standard library and msgpack only.
+payload type against the schema before handing the payload out. /proc is ``host``'s (hostfs.paths;
+the host's own by default). Standard library and msgpack only.
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ import stat
 import time
 import zlib
 
+from hostfs.paths import HOST, HostPaths
+from hostfs.procid import pid_namespace_id, process_real_uid, process_start_ticks
+from hostfs.procroot import open_in_root
 from probe_wire.codec import decode_payload
 from probe_wire.header import (
     FLAG_CLOSED,
@@ -29,8 +33,6 @@ from probe_wire.header import (
 )
 from probe_wire.names import random_name_suffixes, segment_path
 from probe_wire.prefix import PrefixSlot, decode_with_prefix, find_prefix
-from probe_wire.procid import pid_namespace_id, process_real_uid, process_start_ticks
-from probe_wire.procroot import open_in_root
 from probe_wire.schema import validate_payload
 
 TYPE_CHECKING = False  # typing costs ~2 ms to import; annotations alone do not need it
@@ -135,49 +137,53 @@ def read_segment(
     *,
     attempts: int = READ_ATTEMPTS,
     home: SegmentHome | None = None,
+    host: HostPaths = HOST,
 ) -> SegmentRead:
     """Read and validate ``pid``'s segment. Never raises; see SegmentRead.state for the outcomes.
 
     ``stale``: the header's writer start_ticks differs from ``expected_start_ticks`` or, when that is
     None, from the live process's (a pid that is not running makes every segment of it stale).
     ``home``: where the segment of a process in other namespaces is (probe_wire.home.segment_home);
-    None: ``/dev/shm/dsh-probe.<pid>``, written in our PID namespace.
+    None: ``/dev/shm/dsh-probe.<pid>``, written in our PID namespace. ``host``: whose /proc says
+    who the process is (hostfs.paths).
     """
     try:
         pid = int(pid)
     except (TypeError, ValueError):
         return SegmentRead(pid=-1, state="missing", error=f"not a pid: {pid!r:.40}")
     try:
-        return _read_segment(pid, expected_start_ticks, max(1, int(attempts)), home)
+        return _read_segment(pid, expected_start_ticks, max(1, int(attempts)), home, host)
     except Exception as e:  # noqa: BLE001 -- the contract is "never raises"; say what went wrong instead
         return SegmentRead(pid=pid, state="corrupt", error=f"reader failed: {type(e).__name__}: {e}"[:300])
 
 
 def _read_segment(
-    pid: int, expected_start_ticks: int | None, attempts: int, home: SegmentHome | None = None
+    pid: int, expected_start_ticks: int | None, attempts: int, home: SegmentHome | None, host: HostPaths
 ) -> SegmentRead:
-    r = _read_named(pid, None, expected_start_ticks, attempts, None, home)
+    r = _read_named(pid, None, expected_start_ticks, attempts, None, home, host)
     if r.state == "ok":
         return r
     # The writer may have found its name taken and published under its fallback name.
-    ticks = expected_start_ticks if expected_start_ticks is not None else process_start_ticks(pid)
+    ticks = expected_start_ticks if expected_start_ticks is not None else process_start_ticks(pid, host=host)
     if ticks is None:
         return r
-    r = better_read(r, _read_named(pid, ticks, expected_start_ticks, attempts, None, home))
+    r = better_read(r, _read_named(pid, ticks, expected_start_ticks, attempts, None, home, host))
     if r.state == "ok":
         return r
     # ... or found both taken and published under a random name.
-    for suffix in own_random_names(pid, ticks, home):
-        r = better_read(r, _read_named(pid, ticks, expected_start_ticks, attempts, suffix, home))
+    for suffix in own_random_names(pid, ticks, home, host=host):
+        r = better_read(r, _read_named(pid, ticks, expected_start_ticks, attempts, suffix, home, host))
         if r.state == "ok":
             break
     return r
 
 
-def own_random_names(pid: int, ticks: int, home: SegmentHome | None = None) -> list[str]:
+def own_random_names(
+    pid: int, ticks: int, home: SegmentHome | None = None, *, host: HostPaths = HOST
+) -> list[str]:
     """The random names of ``pid`` as ``ticks`` (names.random_name_suffixes) that its real user owns:
     the only ones that can be its segment."""
-    owner = process_real_uid(pid)
+    owner = process_real_uid(pid, host=host)
     if owner is None:
         return []
     if home is None:
@@ -206,19 +212,21 @@ def _read_named(
     attempts: int,
     suffix: str | None = None,
     home: SegmentHome | None = None,
+    host: HostPaths = HOST,
 ) -> SegmentRead:
-    opened = open_segment(pid, name_ticks, suffix, home)
+    opened = open_segment(pid, name_ticks, suffix, home, host=host)
     if isinstance(opened, SegmentRead):
         return opened
     fd, size = opened
     try:
-        return read_consistent(fd, pid, size, expected, attempts, home=home)[0]
+        return read_consistent(fd, pid, size, expected, attempts, home=home, host=host)[0]
     finally:
         os.close(fd)
 
 
 def open_segment(
-    pid: int, name_ticks: int | None = None, suffix: str | None = None, home: SegmentHome | None = None
+    pid: int, name_ticks: int | None = None, suffix: str | None = None, home: SegmentHome | None = None,
+    *, host: HostPaths = HOST,
 ) -> tuple[int, int] | SegmentRead:
     """(fd, size) of a segment file of ``pid`` once it is known to be a plausible one, else why not."""
     try:
@@ -233,7 +241,7 @@ def open_segment(
     except FileNotFoundError:
         return SegmentRead(pid=pid, state="missing", error=f"{path} does not exist")
     except PermissionError as e:
-        return _owner_mismatch(pid, path) or SegmentRead(
+        return _owner_mismatch(pid, path, host) or SegmentRead(
             pid=pid, state="foreign-owner", error=f"cannot open {path}: {e.strerror}"
         )
     except OSError as e:
@@ -241,7 +249,7 @@ def open_segment(
             return SegmentRead(pid=pid, state="corrupt", error=f"{path} is a symbolic link")
         return SegmentRead(pid=pid, state="corrupt", error=f"cannot open {path}: {e.strerror}")
     try:
-        problem = _file_problem(pid, path, os.fstat(fd))
+        problem = _file_problem(pid, path, os.fstat(fd), host)
     except BaseException:
         os.close(fd)
         raise
@@ -251,12 +259,12 @@ def open_segment(
     return fd, os.fstat(fd).st_size
 
 
-def _owner_mismatch(pid: int, path: str, st: os.stat_result | None = None) -> SegmentRead | None:
+def _owner_mismatch(pid: int, path: str, host: HostPaths, st: os.stat_result | None = None) -> SegmentRead | None:
     """Only the process itself writes its segment, so the file's owner is the uid it runs as.
     Whoever reads (root included), another owner means another user wrote it: never believed. A
     process gone meanwhile has no uid to compare: its file is judged by its header alone (nothing of
     a process that is not running is shown as running)."""
-    owner = process_real_uid(pid)
+    owner = process_real_uid(pid, host=host)
     if owner is None:
         return None
     if st is None:
@@ -273,13 +281,13 @@ def _owner_mismatch(pid: int, path: str, st: os.stat_result | None = None) -> Se
     )
 
 
-def _file_problem(pid: int, path: str, st: os.stat_result) -> SegmentRead | None:
+def _file_problem(pid: int, path: str, st: os.stat_result, host: HostPaths) -> SegmentRead | None:
     """Why the opened file at ``path`` cannot be ``pid``'s segment, or None."""
     if not stat.S_ISREG(st.st_mode):
         return SegmentRead(pid=pid, state="corrupt", error=f"{path} is not a regular file")
     # Only the process itself writes its segment, so the file's owner is the uid it runs as.
     # Whoever reads (root included), another owner means another user wrote it: never believed.
-    mismatch = _owner_mismatch(pid, path, st)
+    mismatch = _owner_mismatch(pid, path, host, st)
     if mismatch is not None:
         return mismatch
     euid = os.geteuid()
@@ -321,6 +329,7 @@ def _read_bytes(raw: bytes, data: bytes, end: int, copied: bool) -> bytes:
 def read_consistent(
     fd: int, pid: int, size: int, expected: int | None, attempts: int,
     slot: PrefixSlot | None = None, first: bytes | None = None, home: SegmentHome | None = None,
+    host: HostPaths = HOST,
 ) -> tuple[SegmentRead, bytes | None]:
     """The read, and for an ok one the header and payload bytes it was made from. ``slot``: the
     process's payload prefix (probe_wire/prefix.py), used and kept up to date by a follower.
@@ -369,7 +378,7 @@ def read_consistent(
             # the seq check, and the next try sees the writer's finished state.
             last = SegmentRead(pid, "corrupt", None, "payload crc32 mismatch", *header)
             continue
-        r = _finish(data, expected, pid, header, slot, home)
+        r = _finish(data, expected, pid, header, slot, home, host)
         if flags & FLAG_CLOSED:
             # The writer's last publish, made as it exited: the segment is gone ("missing"), and a
             # reader that still held the file learns the final facts (never kept to follow).
@@ -386,7 +395,7 @@ def _read_seq(fd: int) -> int:
 
 
 def _identity_problem(
-    pid: int, expected: int | None, header: tuple, home: SegmentHome | None = None
+    pid: int, expected: int | None, header: tuple, home: SegmentHome | None, host: HostPaths
 ) -> SegmentRead | None:
     """Why the header's writer is not ``pid`` as ``expected`` (None: the live process's start
     ticks), or None. ``header``: SegmentRead's fields after ``error``, as read_consistent found them.
@@ -394,12 +403,12 @@ def _identity_problem(
     wpid, ticks, _, _, _, wns = header
     if wpid != (pid if home is None else home.name_pid) & 0xFFFFFFFF:
         return SegmentRead(pid, "corrupt", None, f"header names writer pid {wpid}", *header)
-    ours = pid_namespace_id() if home is None else home.pidns
+    ours = pid_namespace_id(host=host) if home is None else home.pidns
     if wns and ours and wns != ours:
         # Its pid is a pid of that namespace: whatever runs under that number here, it is not this.
         return SegmentRead(pid, "stale", None, f"written in another PID namespace ({wns:#x})", *header)
     if expected is None:
-        live = process_start_ticks(pid)
+        live = process_start_ticks(pid, host=host)
         if live is None:
             return SegmentRead(pid, "stale", None, f"process {pid} is not running", *header)
         if ticks != live:
@@ -413,11 +422,11 @@ def _identity_problem(
 
 def _finish(
     data: bytes, expected: int | None, pid: int, header: tuple, slot: PrefixSlot | None = None,
-    home: SegmentHome | None = None,
+    home: SegmentHome | None = None, host: HostPaths = HOST,
 ) -> SegmentRead:
     """The read of ``data``, a consistent copy of ``pid``'s payload; ``header``: what read_consistent
     found in the header (SegmentRead's fields after ``error``)."""
-    problem = _identity_problem(pid, expected, header, home)
+    problem = _identity_problem(pid, expected, header, home, host)
     if problem is not None:
         return problem
     ticks = header[1]

@@ -11,8 +11,8 @@ mtime moved, as the monitor did before.
 
 What it keeps is bounded: MAX_NAMES_PER_PID names of one pid and MAX_LISTED_NAMES in all; past those
 a name is kept only when it is the running process's own (a regular file of its real uid, under its
-start ticks or none), up to as many again, so that another user's names under a pid never take the
-place of its process's. The names not kept are counted per pid (``crowded``). Linux and the standard
+start ticks or none, as the /proc of its ``host`` says: hostfs.paths), up to as many again, so that
+another user's names under a pid never take the place of its process's. The names not kept are counted per pid (``crowded``). Linux and the standard
 library only (ctypes for inotify). Not thread-safe: one poller owns it.
 """
 
@@ -24,6 +24,8 @@ import stat
 import struct
 import time
 
+from hostfs.paths import HOST, HostPaths
+from hostfs.procid import process_identity, process_real_uid
 from probe_wire.names import (
     LISTING_SETTLED_S,
     MAX_LISTED_NAMES,
@@ -32,7 +34,6 @@ from probe_wire.names import (
     SHM_DIR,
     parse_name,
 )
-from probe_wire.procid import process_identity, process_real_uid
 
 __all__ = ["NameIndex"]
 
@@ -94,8 +95,10 @@ class NameIndex:
         names_per_pid: int = MAX_NAMES_PER_PID,
         scan_per_refresh: int = SCAN_NAMES_PER_REFRESH,
         watch: bool = True,
+        host: HostPaths = HOST,
     ) -> None:
         self.shm_dir = shm_dir
+        self.host = host
         self.max_names = max_names
         self.names_per_pid = names_per_pid
         self.scan_per_refresh = scan_per_refresh
@@ -263,7 +266,7 @@ class NameIndex:
         start ticks (or none), a regular file of its real uid (only the process writes its own)."""
         proc = self._procs.get(pid, _NOT_READ)
         if proc is _NOT_READ:
-            ident, uid = process_identity(pid), process_real_uid(pid)
+            ident, uid = process_identity(pid, host=self.host), process_real_uid(pid, host=self.host)
             proc = self._procs[pid] = None if ident is None or uid is None else (ident[1], uid)
         if proc is None or (ticks is not None and ticks != proc[0]):
             return False

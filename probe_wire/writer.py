@@ -9,6 +9,7 @@ import stat
 import time
 import zlib
 
+from hostfs.procid import pid_namespace_id, process_start_ticks
 from probe_wire.cleanup import remove_if_dead
 from probe_wire.codec import encode_payload
 from probe_wire.header import (
@@ -34,7 +35,6 @@ from probe_wire.header import (
     header_identity,
 )
 from probe_wire.names import SCRATCH_PREFIX, SHM_DIR, random_suffix, segment_name, segment_path
-from probe_wire.procid import pid_namespace_id, process_start_ticks
 
 __all__ = ["SegmentWriter"]
 

@@ -63,9 +63,9 @@ fi
 # (set by some images) would make every one of them compile from source, and every pytest worker
 # rewrite every test module's asserts anew.
 unset PYTHONDONTWRITEBYTECODE
-.venv/bin/python -m compileall -q -j 0 probe probe_wire sidecar tests benchmarks scripts >/dev/null
+.venv/bin/python -m compileall -q -j 0 hostfs probe probe_wire sidecar tests benchmarks scripts >/dev/null
 log "ruff"
-.venv/bin/ruff check probe probe_wire sidecar tests scripts benchmarks
+.venv/bin/ruff check hostfs probe probe_wire sidecar tests scripts benchmarks
 log "pytest"
 export DSH_REQUIRE_ALL=1
 # One worker more than cores: the tests wait on jobs and browsers a fifth of the time, which a

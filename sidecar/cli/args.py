@@ -14,6 +14,7 @@ import sys
 from sidecar import __version__
 from sidecar.documents import bounds
 from sidecar.serve.hosts import is_loopback_host, valid_host_name
+from sidecar.sources.host import HOST, HostPaths
 from sidecar.sources.pods import cgroup_root_prefixes
 
 EXIT_OK = 0
@@ -139,6 +140,39 @@ def _add_kubelet_option(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _root_path(text: str) -> str:
+    if not text or "\0" in text:
+        raise argparse.ArgumentTypeError(f"not a directory's path: {text!r}")
+    return text
+
+
+def _add_path_options(p: argparse.ArgumentParser) -> None:
+    """--path.procfs and --path.sysfs (node_exporter's names): where the host's /proc and /sys are,
+    for a sidecar in a container that mounts them elsewhere (e.g. /host/proc, /host/sys)."""
+    p.add_argument(
+        "--path.procfs",
+        dest="path_procfs",
+        type=_root_path,
+        default=HOST.procfs,
+        metavar="PATH",
+        help=f"where the host's /proc is mounted: processes, their owners and sockets are read there "
+        f"(default {HOST.procfs})",
+    )
+    p.add_argument(
+        "--path.sysfs",
+        dest="path_sysfs",
+        type=_root_path,
+        default=HOST.sysfs,
+        metavar="PATH",
+        help=f"where the host's /sys is mounted: the OS's graphics devices are read there (default {HOST.sysfs})",
+    )
+
+
+def host_paths(args: argparse.Namespace) -> HostPaths:
+    """The /proc and /sys that --path.procfs and --path.sysfs name, handed to every source."""
+    return HostPaths(procfs=args.path_procfs, sysfs=args.path_sysfs)
+
+
 def _add_serve_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; others need --token)"
@@ -206,6 +240,7 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
         help=f"seconds to keep serving after the job exits (default 10, at most {MAX_GRACE_S:.0f}; see --stay)",
     )
     _add_kubelet_option(p)
+    _add_path_options(p)
 
 
 # The usage line names every command (argparse's own would list only the serve options); lines
@@ -217,7 +252,7 @@ SERVE_USAGE = """dsh-sidecar [--pid PID] [--once [--json]] [serve options]
        dsh-sidecar cluster --prometheus URL [--job KEY] [--json]
        serve options: [--host HOST] [--port PORT] [--interval S] [--history S] [--token T]
                       [--allow-host NAME] [--job-name NAME] [--prometheus URL] [--stay] [--grace S]
-                      [--kubelet-cgroup-root PATH]"""
+                      [--kubelet-cgroup-root PATH] [--path.procfs PATH] [--path.sysfs PATH]"""
 
 
 def serve_parser() -> argparse.ArgumentParser:
@@ -258,6 +293,7 @@ def doctor_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="dsh-sidecar doctor", description="Check this machine: driver, GPUs, torch.")
     p.add_argument("--python", default=sys.executable, help="the Python interpreter of your training job")
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    _add_path_options(p)
     return p
 
 
@@ -289,6 +325,7 @@ def mcp_parser() -> argparse.ArgumentParser:
         help=f"without --url: seconds of history to keep (default 600, at most {MAX_HISTORY_S:.0f})",
     )
     _add_kubelet_option(p)
+    _add_path_options(p)
     return p
 
 
@@ -316,6 +353,7 @@ def cluster_parser() -> argparse.ArgumentParser:
         default=5.0,
         help="seconds to wait for all of the view's answers (default 5, at most 60)",
     )
+    _add_path_options(p)
     return p
 
 

@@ -10,12 +10,22 @@ import argparse
 import json
 import sys
 from collections import Counter
+from functools import partial
 from typing import Any
 
-from sidecar.cli.args import EXIT_OK, EXIT_PROMETHEUS, EXIT_USAGE, UsageError, fail, prometheus_trusted_uids
+from sidecar.cli.args import (
+    EXIT_OK,
+    EXIT_PROMETHEUS,
+    EXIT_USAGE,
+    UsageError,
+    fail,
+    host_paths,
+    prometheus_trusted_uids,
+)
 from sidecar.documents.bounds import one_line_all
 from sidecar.poll.cluster import read_cluster
 from sidecar.serve.cluster import ClusterCache, ClusterError
+from sidecar.sources import http_get
 from sidecar.sources.prometheus import PrometheusApi, PrometheusError
 
 EXIT_WARNINGS = 1
@@ -27,7 +37,7 @@ def run_cluster(args: argparse.Namespace) -> int:
             EXIT_USAGE, "give Prometheus's address: --prometheus http://HOST:9090 (or $DSH_PROMETHEUS_URL)"
         )
     try:
-        api = PrometheusApi(args.prometheus, timeout_s=args.timeout, trusted_uids=prometheus_trusted_uids(args))
+        api = _api(args, args.timeout)
     except (ValueError, UsageError) as exc:
         return fail(EXIT_USAGE, str(exc))
     try:
@@ -49,7 +59,7 @@ def cluster_cache(args: argparse.Namespace, timeout_s: float = 5.0) -> ClusterCa
     One view's queries take at most `timeout_s` in all: the route's request waits no longer."""
     if not args.prometheus:
         return None
-    api = PrometheusApi(args.prometheus, timeout_s=timeout_s, trusted_uids=prometheus_trusted_uids(args))
+    api = _api(args, timeout_s)
 
     def read(job: str | None) -> dict[str, Any]:
         try:
@@ -58,6 +68,13 @@ def cluster_cache(args: argparse.Namespace, timeout_s: float = 5.0) -> ClusterCa
             raise ClusterError(str(exc)) from None
 
     return ClusterCache(read)
+
+
+def _api(args: argparse.Namespace, timeout_s: float) -> PrometheusApi:
+    """--prometheus's API; a Prometheus on this machine is asked once the socket tables of
+    --path.procfs say who serves it (sources/http_get.py)."""
+    get = partial(http_get.get, host=host_paths(args))
+    return PrometheusApi(args.prometheus, timeout_s=timeout_s, trusted_uids=prometheus_trusted_uids(args), get=get)
 
 
 def _cell(value: Any, fmt: str = "{}") -> str:

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import subprocess
 import sys
 from typing import Any
 
-from probe_wire.names import SHM_DIR, list_segment_files, segment_path
-from probe_wire.procid import process_real_uid
+from sidecar.cli.args import host_paths
 from sidecar.common import catalogue
 from sidecar.documents.bounds import json_text, one_line_all
 from sidecar.poll.collect import system_gpu_facts
+from sidecar.sources.host import HOST, HostPaths
+from sidecar.sources.segment_dir import SHM_DIR, planted_names
 from sidecar.verdict import Facts, GpuFacts, cpu_build_hint, cuda_unavailable_reason
 
 # Runs in the user's interpreter: it may have a broken torch, so everything is guarded and the
@@ -63,38 +63,17 @@ def torch_report(python: str, timeout_s: float = 120.0) -> dict[str, Any]:
 
 
 SHOWN_EXAMPLES = 5
-MAX_LISTED = 100
 
 
-def segment_name_findings(shm_dir: str = SHM_DIR) -> dict[str, Any]:
-    """Segment names that someone else holds: links or other non-files planted under them, and files
-    owned by another user than the process they name (forged facts, or a name squatted so that the
-    process's probe must fall back to dsh-probe.PID.START_TICKS). For a pid that does not run, a
-    file of another user than us counts (it waits for the next process to get that pid)."""
-    links: list[str] = []
-    foreign: list[str] = []
-    me = os.geteuid()
-    for pid, ticks, suffix in list_segment_files(shm_dir):
-        path = segment_path(pid, ticks, shm_dir, suffix)
-        try:
-            st = os.lstat(path)
-        except OSError:
-            continue
-        if not stat.S_ISREG(st.st_mode):
-            kind = "symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
-            links.append(f"{path} ({kind})")
-            continue
-        owner = process_real_uid(pid)
-        if owner is not None and st.st_uid != owner:
-            foreign.append(f"{path}: owned by uid {st.st_uid}, process {pid} runs as uid {owner}")
-        elif owner is None and st.st_uid != me:
-            foreign.append(f"{path}: owned by uid {st.st_uid}, no process {pid} runs")
-    # Counted in full, listed in part: a flood of planted names must not flood the report.
+def segment_name_findings(shm_dir: str = SHM_DIR, host: HostPaths = HOST) -> dict[str, Any]:
+    """Segment names that someone else holds (sources/segment_dir.py planted_names), for the report:
+    each kind counted in full, listed in part."""
+    found = planted_names(shm_dir, host=host)
     return {
-        "links_count": len(links),
-        "links": links[:MAX_LISTED],
-        "foreign_files_count": len(foreign),
-        "foreign_files": foreign[:MAX_LISTED],
+        "links_count": found.links_count,
+        "links": list(found.links),
+        "foreign_files_count": found.foreign_files_count,
+        "foreign_files": list(found.foreign_files),
     }
 
 
@@ -125,12 +104,13 @@ def _segment_problems(found: dict[str, Any]) -> list[dict[str, str]]:
 OTHER_PYTHON = "`dsh-sidecar doctor --python /path/to/python` (e.g. `--python \"$(which python)\"` in the job's environment)"
 
 
-def collect(python: str) -> dict[str, Any]:
+def collect(python: str, host: HostPaths = HOST) -> dict[str, Any]:
+    """The report; /proc and /sys are ``host``'s (--path.procfs, --path.sysfs)."""
     from sidecar.sources.nvml import nvml_summary
     from sidecar.sources.sysfs import list_system_gpus
 
     nvml = nvml_summary()
-    system = list_system_gpus()
+    system = list_system_gpus(host=host)
     torch = torch_report(python)
     gpus = tuple(
         GpuFacts(d["index"], uuid=d.get("uuid"), name=d.get("name"), pci_bus_id=d.get("pci_bus_id"))
@@ -167,7 +147,7 @@ def collect(python: str) -> dict[str, Any]:
                 }
             )
     problems.extend(_torch_problems(torch, python, facts, bool(gpus) or nvidia_os))
-    shm = segment_name_findings()
+    shm = segment_name_findings(host=host)
     problems.extend(_segment_problems(shm))
     unusable = [s for s in facts.system_gpus if s.nvml_index is None and s.vendor != "NVIDIA"]
     return {
@@ -275,7 +255,7 @@ def render(report: dict[str, Any]) -> str:
 
 
 def run_doctor(args) -> int:
-    report = collect(args.python)
+    report = collect(args.python, host_paths(args))
     if args.json:
         print(json_text(report, indent=2))
     else:  # segment names, paths and errors are other programs' text: one line each, no escapes

@@ -29,6 +29,7 @@ import subprocess
 import sys
 import threading
 import time
+from functools import partial
 
 from sidecar.cli.args import (
     EXIT_NO_PID,
@@ -45,6 +46,7 @@ from sidecar.cli.args import (
     cluster_parser,
     doctor_parser,
     fail,
+    host_paths,
     mcp_parser,
     rules_from_env,
     run_parser,
@@ -79,22 +81,24 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def _pid_exists(pid: int) -> bool:
-    import psutil
+def _pid_exists(args: argparse.Namespace) -> bool:
+    """Whether --pid names a process that has not exited, in --path.procfs."""
+    from sidecar.sources.proctree import pid_exists
 
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-    except psutil.Error:
-        return True  # exists but belongs to someone else
+    return pid_exists(args.pid, host=host_paths(args))
 
 
 def _pods(args: argparse.Namespace):
     """The pod lookup the pollers share: the kubelet's cgroup root is --kubelet-cgroup-root's."""
     from sidecar.sources.kubelet.lookup import PodLookup, ProcessPods
 
-    return ProcessPods(PodLookup(cgroup_root=args.kubelet_cgroup_root))
+    return ProcessPods(PodLookup(cgroup_root=args.kubelet_cgroup_root, host=host_paths(args)))
+
+
+def _poller_options(args: argparse.Namespace, rules) -> dict:
+    """What every poller of the serve, run and mcp commands is given: the options' interval,
+    history and rules, the shared pod lookup, and where /proc and /sys are."""
+    return dict(interval_s=args.interval, history_s=args.history, rules=rules, pods=_pods(args), host=host_paths(args))
 
 
 def _main_serve(args: argparse.Namespace) -> int:
@@ -108,7 +112,7 @@ def _main_serve(args: argparse.Namespace) -> int:
         raise UsageError(f"--interval must be at least {MIN_INTERVAL_S} s")
     if args.pid is None:
         return _main_discover(args)
-    if not _pid_exists(args.pid):
+    if not _pid_exists(args):
         return fail(
             EXIT_NO_PID,
             f"no process with pid {args.pid}: is the job running? Find it with "
@@ -118,7 +122,7 @@ def _main_serve(args: argparse.Namespace) -> int:
 
     rules = rules_from_env()
     if args.once:
-        poller = Poller(args.pid, interval_s=args.interval, history_s=args.history, rules=rules, pods=_pods(args))
+        poller = Poller(args.pid, **_poller_options(args, rules))
         try:
             doc = poller.poll_once()
         finally:
@@ -126,20 +130,18 @@ def _main_serve(args: argparse.Namespace) -> int:
         text = json_text(doc, indent=2) if args.json else human_summary(doc)
         return _print_to_a_pipe(text)
     sock = _listen(args)
-    poller = Poller(
-        args.pid, interval_s=args.interval, history_s=args.history, rules=rules, lazy_document=True, pods=_pods(args)
-    )
+    poller = Poller(args.pid, lazy_document=True, **_poller_options(args, rules))
     _SIGNALS.install()
     return _serve(args, poller, sock, child=None)
 
 
 def _main_discover(args: argparse.Namespace) -> int:
     """Without --pid: every job of this user (root: every user's), found by the sidecar."""
-    from sidecar.poll.jobs import JobsPoller
+    from sidecar.poll.discovery import JobsPoller
 
     rules = rules_from_env()
     sock = None if args.once else _listen(args)
-    poller = JobsPoller(interval_s=args.interval, history_s=args.history, rules=rules, pods=_pods(args))
+    poller = JobsPoller(**_poller_options(args, rules))
     if args.once:
         try:
             jobs = poller.poll_once()
@@ -193,21 +195,22 @@ def _main_mcp(args: argparse.Namespace) -> int:
         check_token(args.token, loopback=True)
         from sidecar.sources import http_get
 
-        backend = mcp_server.HttpBackend(_mcp_url(args.url, args.token), args.token, get=http_get.get)
+        get = partial(http_get.get, host=host_paths(args))  # whose server it is: --path.procfs's tables
+        backend = mcp_server.HttpBackend(_mcp_url(args.url, args.token), args.token, get=get)
     else:
         if args.interval < MIN_INTERVAL_S:
             raise UsageError(f"--interval must be at least {MIN_INTERVAL_S} s")
-        if args.pid is not None and not _pid_exists(args.pid):
+        if args.pid is not None and not _pid_exists(args):
             return fail(EXIT_NO_PID, f"no process with pid {args.pid}: is the job running?")
         rules = rules_from_env()
         if args.pid is not None:
             from sidecar.poll.poller import Poller
 
-            poller = Poller(args.pid, interval_s=args.interval, history_s=args.history, rules=rules, pods=_pods(args))
+            poller = Poller(args.pid, **_poller_options(args, rules))
         else:
-            from sidecar.poll.jobs import JobsPoller
+            from sidecar.poll.discovery import JobsPoller
 
-            poller = JobsPoller(interval_s=args.interval, history_s=args.history, rules=rules, pods=_pods(args))
+            poller = JobsPoller(**_poller_options(args, rules))
         backend = mcp_server.LocalBackend(poller)
     mcp_server.serve(backend)
     return EXIT_OK
@@ -305,10 +308,11 @@ def _start_server(args: argparse.Namespace, poller, sock: socket.socket):
     from sidecar.sources.sockets import client_socket_uid
 
     token, generated = _serving_token(args.token, poller)
+    socket_owner = partial(client_socket_uid, host=host_paths(args))  # the tables of --path.procfs
     config = ServerConfig(
         token=token,
-        peers=None if token else OwnerOnly(own_uid(), client_socket_uid),
-        socket_owner=client_socket_uid,
+        peers=None if token else OwnerOnly(own_uid(), socket_owner),
+        socket_owner=socket_owner,
         interval_s=args.interval,
         job_name=args.job_name,
         hosts=host_policy(args.host, tuple(args.allow_host)),
@@ -442,9 +446,7 @@ def _main_run(args: argparse.Namespace) -> int:
         child.send_signal(_SIGNALS.received[-1])
     from sidecar.poll.poller import Poller
 
-    poller = Poller(
-        child.pid, interval_s=args.interval, history_s=args.history, rules=rules, lazy_document=True, pods=_pods(args)
-    )
+    poller = Poller(child.pid, lazy_document=True, **_poller_options(args, rules))
     return _serve(args, poller, sock, child=child)
 
 

@@ -39,7 +39,7 @@ MAX_METRIC_JOBS = 32
 # the shipped 5 s scrapes. A shorter job is gone before a scrape could show it, and each one would
 # be a set of series of its own (a stream of 4 short jobs a second made ~288,000 series an hour).
 METRICS_MIN_JOB_AGE_S = 10.0
-MAX_METRIC_JOBS_FLAG = 1024  # the most --metrics-max-jobs accepts (sidecar/poll/jobs.py watches 256)
+MAX_METRIC_JOBS_FLAG = 1024  # the most --metrics-max-jobs accepts (sidecar/poll/discovery.py watches 256)
 MAX_METRIC_PROCESS_KEYS = 16
 MAX_METRIC_MODELS = 16
 MAX_METRIC_WARNINGS = 32

@@ -19,6 +19,7 @@ from sidecar.poll.collect import FactCollector
 from sidecar.poll.history import History, HistoryBudget
 from sidecar.poll.placement import Placement
 from sidecar.poll.samples import SampleMemo, history_sample
+from sidecar.sources.host import HOST, HostPaths
 from sidecar.sources.kubelet.lookup import ProcessPods
 from sidecar.sources.lineage import root_info
 from sidecar.sources.proctree import ProcessTreeSource, pid_visible
@@ -48,7 +49,9 @@ class Poller(document.OneJob):
         lazy_document: bool = False,
         history_budget: HistoryBudget | None = None,
         pods: ProcessPods | None = None,
+        host: HostPaths = HOST,
     ):
+        """``host``: where the /proc and /sys that the sources made here read are (the host's own)."""
         self.target_pid = target_pid
         # The NVML snapshot's devices as facts, when someone else made them for this poll
         # (discovery: once for all its jobs); None: this poller makes them.
@@ -60,9 +63,9 @@ class Poller(document.OneJob):
         self._latest_summary: dict[str, Any] | None = None
         self.interval_s = interval_s
         self.rules = rules or Rules()
-        self.tree_source = tree_source or ProcessTreeSource(target_pid)
-        self.segment_source = segment_source or SegmentSource()
-        self.nvml_source, self.system_gpus_fn = machine_sources(nvml_source, system_gpus_fn)
+        self.tree_source = tree_source or ProcessTreeSource(target_pid, host=host)
+        self.segment_source = segment_source or SegmentSource(host=host)
+        self.nvml_source, self.system_gpus_fn = machine_sources(nvml_source, system_gpus_fn, host)
         self.clock = clock
         self.history = History(history_s, interval_s, history_budget)
         self.poll_count = 0
@@ -76,9 +79,11 @@ class Poller(document.OneJob):
         self._verdict_memo = VerdictMemo()  # the last poll's verdict, reused where the facts are the same
         self._sample_memo = SampleMemo()  # the same for the history sample's process rows and sums
         self._system_gpus: list = []
-        self._collector = FactCollector(target_pid, self.rules, pid_visible, root_info)
+        self._collector = FactCollector(
+            target_pid, self.rules, partial(pid_visible, host=host), partial(root_info, host=host)
+        )
         # The job's distributed identity and pod; ``pods`` is shared by discovery's jobs.
-        self._placement = Placement(pods if pods is not None else ProcessPods())
+        self._placement = Placement(pods if pods is not None else ProcessPods(host=host))
         self._entry_cache: dict[int, tuple] = {}
         self._entry_lock = threading.Lock()
         self._summary_memo: dict[str, Any] = {}
@@ -231,9 +236,11 @@ class Poller(document.OneJob):
             return self._latest_summary, self.last_poll_time
 
 
-def machine_sources(nvml_source: Any, system_gpus_fn: Callable[[], list] | None) -> tuple[Any, Callable[[], list]]:
-    """The sources of what the machine has (NVML, the OS's graphics devices), the real ones unless
-    given (tests give their own)."""
+def machine_sources(
+    nvml_source: Any, system_gpus_fn: Callable[[], list] | None, host: HostPaths = HOST
+) -> tuple[Any, Callable[[], list]]:
+    """The sources of what the machine has (NVML, the OS's graphics devices under ``host``'s
+    sysfs), the real ones unless given (tests give their own)."""
     if nvml_source is None:
         from sidecar.sources.nvml import NvmlSource
 
@@ -241,7 +248,7 @@ def machine_sources(nvml_source: Any, system_gpus_fn: Callable[[], list] | None)
     if system_gpus_fn is None:
         from sidecar.sources.sysfs import list_system_gpus
 
-        system_gpus_fn = list_system_gpus
+        system_gpus_fn = partial(list_system_gpus, host=host)
     return nvml_source, system_gpus_fn
 
 

@@ -2,7 +2,7 @@
 
 Three tools, each returning structured content (matching its declared output schema) and a short
 English text for the model: `list_jobs`, `gpu_status(job?)`, `gpu_history(job?, seconds?)`. They
-read a running sidecar over HTTP (--url) or poll in this process (sidecar.poll.jobs.JobsPoller; with
+read a running sidecar over HTTP (--url) or poll in this process (sidecar.poll.discovery.JobsPoller; with
 --pid, one job's Poller). Every failure becomes a tool error of one sentence that says what to do.
 
 The `mcp` package (the official SDK, an optional extra) is imported only by `build_server()`: the
@@ -200,7 +200,7 @@ def _error_text(body: bytes) -> str:
 
 
 class LocalBackend:
-    """Polling in this process: a sidecar.poll.jobs.JobsPoller, or one job's sidecar.poll.poller.Poller (--pid).
+    """Polling in this process: a sidecar.poll.discovery.JobsPoller, or one job's sidecar.poll.poller.Poller (--pid).
     Both have the same three document methods; a document is None until the first poll."""
 
     def __init__(self, poller: Any, first_poll_wait_s: float = FIRST_POLL_WAIT_S):

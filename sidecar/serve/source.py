@@ -1,5 +1,5 @@
 """What the HTTP server reads its documents from, declared here so that the server depends on this
-interface and never on a poller: `sidecar.poll.poller.Poller` (--pid, `run`), `sidecar.poll.jobs.JobsPoller`
+interface and never on a poller: `sidecar.poll.poller.Poller` (--pid, `run`), `sidecar.poll.discovery.JobsPoller`
 (discovery) and the tests' own sources all provide it.
 
 A source answers from the last poll it published and never polls on a request. Each document

@@ -27,6 +27,7 @@ import time
 import urllib.parse
 from typing import Any
 
+from hostfs.paths import HOST, HostPaths
 from sidecar.common.http_answer import HttpAnswer, HttpError
 from sidecar.sources.sockets import connection_server_uid
 
@@ -45,12 +46,14 @@ def get(
     headers: dict[str, str] | None = None,
     ssl_context: ssl.SSLContext | None = None,
     trusted_uids: frozenset[int] = frozenset(),
+    host: HostPaths = HOST,
 ) -> HttpAnswer:
     """GET `url` (http or https) within `timeout_s` in all; HttpError when there is no answer to use.
     Any status that is not a redirect is an answer: the caller reads 4xx and 5xx bodies itself.
     `trusted_uids`: users besides ours and root whose local server may be asked (a Prometheus run
     by its own system user). Over https with a checked certificate the certificate names the
-    server, so any local user's server that presents a valid one for the host is asked too."""
+    server, so any local user's server that presents a valid one for the host is asked too. `host`:
+    whose /proc holds the socket tables that say who serves a local address (hostfs.paths)."""
     deadline = time.monotonic() + timeout_s
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -59,16 +62,16 @@ def get(
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
         raise HttpError("malformed", f"not a port in {url[:200]!r}") from None
-    host = parts.hostname
-    sock = _connect(host, port, deadline)
+    name = parts.hostname
+    sock = _connect(name, port, deadline)
     try:
         # a certificate names the server only where it is checked (not with CERT_NONE)
         verified = parts.scheme == "https" and (ssl_context is None or ssl_context.verify_mode != ssl.CERT_NONE)
-        server_uid = _prove_peer(sock, host, port, trusted_uids, tls=verified)
+        server_uid = _prove_peer(sock, name, port, trusted_uids, tls=verified, paths=host)
         if parts.scheme == "https":
-            sock = _wrap_tls(sock, host, deadline, ssl_context)
+            sock = _wrap_tls(sock, name, deadline, ssl_context)
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        _send(sock, _request(host, port, path, headers or {}), deadline)
+        _send(sock, _request(name, port, path, headers or {}), deadline)
         reader = _Reader(sock, deadline)
         status, head = _read_head(reader)
         if 300 <= status < 400:
@@ -121,11 +124,13 @@ def _is_loopback(host: str, sock: socket.socket) -> bool:
     return peer.is_loopback
 
 
-def _prove_peer(sock: socket.socket, host: str, port: int, trusted: frozenset[int], tls: bool) -> int | None:
+def _prove_peer(
+    sock: socket.socket, host: str, port: int, trusted: frozenset[int], tls: bool, paths: HostPaths
+) -> int | None:
     """Nothing is sent unless the server's end of this very connection is ours, root's or a trusted
     user's (or on another host, or proved by TLS): its uid, None for another host. The row of an
     accepted connection carries its listener's uid from the SYN on."""
-    uid = connection_server_uid(sock)
+    uid = connection_server_uid(sock, host=paths)
     if uid is None and not _is_loopback(host, sock):
         return None  # the server is on another host: no table of ours lists its socket
     if uid is not None and (uid in (os.geteuid(), ROOT_UID) or uid in trusted or tls):

@@ -1,11 +1,12 @@
 """Where a process comes from: its ancestors, owner and working directory (/proc), and which of
 its ancestors is the root of its job.
 
-Discovery (sidecar/poll/jobs.py) starts from a process it found (a probe segment, an NVML row) and walks
+Discovery (sidecar/poll/discovery.py) starts from a process it found (a probe segment, an NVML row) and walks
 up to the job's root: the topmost ancestor that is probed, uses a GPU, or is a known launcher
 (torchrun, accelerate launch, deepspeed, mpirun, srun) or the parent of a process multiprocessing
 started (spawn, forkserver). Every read is bounded, and a pid is taken
-with its start ticks, never alone.
+with its start ticks, never alone. /proc is ``host``'s (hostfs.paths: --path.procfs), the host's own
+by default.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import pwd
 from dataclasses import dataclass
 from functools import lru_cache
 
-from probe_wire.procfs import proc_path
-from probe_wire.procid import process_identity, process_real_uid
+from hostfs.paths import HOST, HostPaths
+from hostfs.procid import process_identity, process_real_uid
 
 MAX_ANCESTORS = 32  # a job's root is never deeper than this below pid 1 in practice
 MAX_CMDLINE_BYTES = 4096
@@ -41,29 +42,29 @@ class RootInfo:
     ancestor_pids: tuple[int, ...]
 
 
-def parent_pid(pid: int) -> int | None:
+def parent_pid(pid: int, *, host: HostPaths = HOST) -> int | None:
     """Field 4 of /proc/PID/stat (after the name in parentheses, which may hold any bytes)."""
     try:
-        with open(proc_path(pid, "stat"), "rb") as f:
+        with open(host.proc_path(pid, "stat"), "rb") as f:
             raw = f.read(1024)
         return int(raw[raw.rindex(b")") + 2 :].split()[1])
     except (OSError, ValueError, IndexError):
         return None
 
 
-def ancestors(pid: int) -> tuple[int, ...]:
+def ancestors(pid: int, *, host: HostPaths = HOST) -> tuple[int, ...]:
     """Parent, grandparent, ... up to (not including) pid 0, at most MAX_ANCESTORS."""
     out: list[int] = []
-    cur = parent_pid(pid)
+    cur = parent_pid(pid, host=host)
     while cur and cur > 0 and len(out) < MAX_ANCESTORS and cur not in out:
         out.append(cur)
-        cur = parent_pid(cur)
+        cur = parent_pid(cur, host=host)
     return tuple(out)
 
 
-def cmdline(pid: int) -> tuple[str, ...]:
+def cmdline(pid: int, *, host: HostPaths = HOST) -> tuple[str, ...]:
     try:
-        with open(proc_path(pid, "cmdline"), "rb") as f:
+        with open(host.proc_path(pid, "cmdline"), "rb") as f:
             raw = f.read(MAX_CMDLINE_BYTES)
     except OSError:
         return ()
@@ -123,37 +124,39 @@ def user_name(uid: int) -> str:
         return str(uid)
 
 
-def root_info(pid: int) -> RootInfo:
-    uid = process_real_uid(pid)
+def root_info(pid: int, *, host: HostPaths = HOST) -> RootInfo:
+    uid = process_real_uid(pid, host=host)
     try:
-        cwd = os.readlink(proc_path(pid, "cwd"))
+        cwd = os.readlink(host.proc_path(pid, "cwd"))
     except OSError:
         cwd = None  # another user's process, or gone
-    return RootInfo(uid, user_name(uid) if uid is not None else None, cwd, ancestors(pid))
+    return RootInfo(uid, user_name(uid) if uid is not None else None, cwd, ancestors(pid, host=host))
 
 
-def job_root(pid: int, is_job_process, owner: int | None = None) -> tuple[int, int] | None:
+def job_root(
+    pid: int, is_job_process, owner: int | None = None, *, host: HostPaths = HOST
+) -> tuple[int, int] | None:
     """The identity (pid, start ticks) of the topmost ancestor of ``pid`` (itself included) for
     which ``is_job_process(pid, argv)`` holds, walking up while the owner stays the same; None when
     ``pid`` is gone, or is not ``owner``'s (a real uid) when one is given: a non-root discovery's
     check of a candidate, read here afresh whatever it read before (sources/owners.py).
     `is_job_process` says whether a process is probed, uses a GPU, or launches."""
-    ident = process_identity(pid)
+    ident = process_identity(pid, host=host)
     if ident is None:
         return None
-    uid = process_real_uid(pid)
+    uid = process_real_uid(pid, host=host)
     if owner is not None and uid != owner:
         return None
     root = ident
-    below = cmdline(pid)
-    for up in ancestors(pid):
-        if up == 1 or process_real_uid(up) != uid:
+    below = cmdline(pid, host=host)
+    for up in ancestors(pid, host=host):
+        if up == 1 or process_real_uid(up, host=host) != uid:
             break  # init, or another user's process (a shell of root's, sudo): never a job's root
-        argv = cmdline(up)
+        argv = cmdline(up, host=host)
         # A process multiprocessing started (spawn, forkserver: a rank of mp.spawn, a worker) runs
         # what its parent handed it: the parent is part of the job.
         if is_job_process(up, argv) or is_mp_child(below):
-            up_ident = process_identity(up)
+            up_ident = process_identity(up, host=host)
             if up_ident is not None:
                 root = up_ident
         below = argv

@@ -1,6 +1,6 @@
 """Which process a pid is, and whose: read once per process while that process lives.
 
-Discovery (sidecar/poll/jobs.py) looks up every candidate pid (probed, or listed by NVML) at every
+Discovery (sidecar/poll/discovery.py) looks up every candidate pid (probed, or listed by NVML) at every
 poll: a non-root sidecar keeps only its own user's GPU processes, and the candidates' identities
 (pid, start time) say whether their roots are still the ones found. Reading /proc for each costs
 about 30 µs cold, 2 ms a poll on a node with 64 GPU processes: more than the rest of the discovery's
@@ -9,7 +9,7 @@ readable when that process exits: one poll(2) over all of them says which pids a
 processes that were read. A process's start time never changes; its real uid changes only when a
 privileged process calls setuid(2) (a root launcher dropping to a user, `su`), so that is read
 again every RECHECK_EVERY_POLLS polls as well. Without pidfds (another kernel or OS, a descriptor
-budget spent) every lookup reads /proc again.
+budget spent) every lookup reads /proc again. /proc is ``host``'s (hostfs.paths: --path.procfs).
 """
 
 from __future__ import annotations
@@ -17,8 +17,10 @@ from __future__ import annotations
 import os
 import select
 from collections.abc import Callable
+from functools import partial
 
-from probe_wire.procid import proc_is_ours, process_identity, process_real_uid
+from hostfs.paths import HOST, HostPaths
+from hostfs.procid import proc_is_ours, process_identity, process_real_uid
 
 # A live process's uid is read again this often (polls): the bound on how long a setuid(2) by a
 # privileged process goes unseen. Discovery redoes its roots as often (jobs.REDISCOVER_EVERY_POLLS).
@@ -42,7 +44,7 @@ def _exited(fd: int) -> bool:
 
 
 class KnownProcesses:
-    """What probe_wire.procid says of a pid (`identity`, `real_uid`), remembered per process.
+    """What hostfs.procid says of a pid (`identity`, `real_uid`), remembered per process.
 
     Call `new_poll()` once per poll, after the pids to look up were listed (NVML's snapshot, the
     segment listing): it forgets the processes that exited, so a pid listed after its process
@@ -53,13 +55,16 @@ class KnownProcesses:
         self,
         max_open: int,
         *,
-        read_identity: Callable[[int], tuple[int, int] | None] = process_identity,
-        read_uid: Callable[[int], int | None] = process_real_uid,
+        read_identity: Callable[[int], tuple[int, int] | None] | None = None,
+        read_uid: Callable[[int], int | None] | None = None,
         recheck_every_polls: int = RECHECK_EVERY_POLLS,
+        host: HostPaths = HOST,
     ):
+        """``read_identity`` and ``read_uid``: hostfs.procid's readers of ``host``'s /proc unless
+        given (a test counts the reads)."""
         self.max_open = max(0, int(max_open))
-        self.read_identity = read_identity
-        self.read_uid = read_uid
+        self.read_identity = read_identity or partial(process_identity, host=host)
+        self.read_uid = read_uid or partial(process_real_uid, host=host)
         self.recheck_every_polls = recheck_every_polls
         # pid -> [pidfd, identity, real uid, poll to read the uid again at, poll last asked at];
         # None: not read yet
@@ -69,7 +74,7 @@ class KnownProcesses:
         self._poll = 0
         # A pidfd names the pid in our PID namespace, /proc in its own: only where they agree
         # (not under `unshare -p` without a /proc of its own) is a pidfd the process /proc shows.
-        self._have_pidfd = hasattr(os, "pidfd_open") and proc_is_ours()
+        self._have_pidfd = hasattr(os, "pidfd_open") and proc_is_ours(host=host)
 
     def __len__(self) -> int:
         return len(self._known)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from probe_wire.procfs import proc_path
+from hostfs.paths import HOST, HostPaths
 
 # What one /proc/PID/cgroup read takes at most: a v1 machine lists a line per hierarchy (about 13),
 # each path under 4 KiB in practice; a longer file is cut, never read whole.
@@ -174,11 +174,13 @@ def pod_from_cgroup_file(data: bytes, prefixes: tuple[tuple[str, ...], ...] = DE
     return unified or legacy
 
 
-def process_pod(pid: int, prefixes: tuple[tuple[str, ...], ...] = DEFAULT_PREFIXES) -> CgroupPod | None:
-    """The pod of a running process (``/proc/PID/cgroup``); None when it runs in none or its
-    cgroup file cannot be read."""
+def process_pod(
+    pid: int, prefixes: tuple[tuple[str, ...], ...] = DEFAULT_PREFIXES, *, host: HostPaths = HOST
+) -> CgroupPod | None:
+    """The pod of a running process (``/proc/PID/cgroup`` of ``host``'s /proc); None when it runs in
+    none or its cgroup file cannot be read."""
     try:
-        with open(proc_path(int(pid), "cgroup"), "rb") as f:
+        with open(host.proc_path(int(pid), "cgroup"), "rb") as f:
             data = f.read(MAX_CGROUP_FILE_BYTES)
     except (OSError, ValueError):
         return None

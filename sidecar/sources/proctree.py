@@ -5,6 +5,7 @@ the kernel lists a task's children in /proc/<pid>/task/<tid>/children, and one r
 /proc/<pid>/stat gives ppid, CPU ticks, RSS and the start time, so a poll costs a few reads per
 process instead of psutil's scan of every process on the machine. What never changes for a
 process (name, cmdline, create time) is read once per identity. Elsewhere psutil does the work.
+/proc is ``host``'s (hostfs.paths: --path.procfs), the host's own by default.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from dataclasses import dataclass
 
 import psutil
 
-from probe_wire.procfs import proc_path
-from probe_wire.procid import process_identity
+from hostfs.paths import HOST, HostPaths
+from hostfs.procid import process_identity, process_state
 from sidecar.sources.redact import redact_args
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -107,8 +108,9 @@ class _ProcFiles:
     process is gone it reads nothing (ESRCH), never the stat of a newcomer that reused the pid.
     """
 
-    def __init__(self, max_open: int):
+    def __init__(self, max_open: int, host: HostPaths = HOST):
         self.max_open = max_open
+        self.host = host
         self._files: dict[tuple[int, int], int] = {}  # (pid, tid or 0 for stat) -> fd
         self._tids: dict[int, tuple[int, ...]] = {}  # pid -> its threads at the last listing
         self._ticks: dict[int, int] = {}  # pid -> start_ticks of the process the files are of
@@ -148,9 +150,9 @@ class _ProcFiles:
         last field of /proc/loadavg (which LXCFS or a sandbox may make up: a 0 counts as unknown)."""
         raw = self._reread((0, 0))
         if not raw:
-            raw = self._open_read((0, 0), proc_path("sys", "kernel", "ns_last_pid"))
+            raw = self._open_read((0, 0), self.host.proc_path("sys", "kernel", "ns_last_pid"))
             if not raw:
-                raw = self._open_read((0, 0), proc_path("loadavg"))
+                raw = self._open_read((0, 0), self.host.proc_path("loadavg"))
         try:
             value = int(raw.rsplit(None, 1)[-1]) if raw else 0
         except ValueError:
@@ -177,7 +179,7 @@ class _ProcFiles:
             # The process it was kept for is gone (ESRCH): whatever has this pid now is another
             # process, so none of the old one's files may be read for it.
             self._forget(pid)
-        raw = self._open_read(key, proc_path(pid, "stat"))
+        raw = self._open_read(key, self.host.proc_path(pid, "stat"))
         st = _parse_stat(raw) if raw else None
         if st is not None:
             if self._ticks.get(pid, st.start_ticks) != st.start_ticks:
@@ -194,7 +196,7 @@ class _ProcFiles:
         # A single-threaded process whose only thread is its leader needs no listing of its tasks.
         if threads != 1 or tids != (pid,):
             try:
-                listed = tuple(int(t) for t in os.listdir(proc_path(pid, "task")))
+                listed = tuple(int(t) for t in os.listdir(self.host.proc_path(pid, "task")))
             except (OSError, ValueError):
                 return []
             if tids:
@@ -208,7 +210,7 @@ class _ProcFiles:
             raw = (
                 self._reread(key)
                 if key in self._files
-                else self._open_read(key, proc_path(pid, "task", tid, "children"))
+                else self._open_read(key, self.host.proc_path(pid, "task", tid, "children"))
             )
             if raw:
                 try:
@@ -250,21 +252,33 @@ class _ProcFiles:
                 pass
 
 
-def _boot_time() -> float:
+def _boot_time(host: HostPaths) -> float:
+    """When the machine booted (Unix seconds): the ``btime`` line of ``host``'s /proc/stat, as
+    psutil.boot_time() reads the host's own; psutil's answer only where there is no /proc (not
+    Linux), which it reads from elsewhere."""
     try:
-        return psutil.boot_time()
+        with open(host.proc_path("stat"), "rb") as f:
+            for line in f:
+                if line.startswith(b"btime "):
+                    return float(int(line.split()[1]))
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        if not os.path.isdir(host.proc_path()):
+            return psutil.boot_time()
     except Exception:  # psutil raises its own and OSError types on odd systems
-        return time.time() - time.monotonic()
+        pass
+    return time.time() - time.monotonic()
 
 
-def _has_children_files() -> bool:
-    return os.path.exists(proc_path("self", "task", os.getpid(), "children"))
+def _has_children_files(host: HostPaths) -> bool:
+    return os.path.exists(host.proc_path("self", "task", os.getpid(), "children"))
 
 
-def read_nspid(pid: int) -> tuple[int, ...] | None:
+def read_nspid(pid: int, *, host: HostPaths = HOST) -> tuple[int, ...] | None:
     """The pid of a process in each nested PID namespace, outermost (ours) first."""
     try:
-        with open(proc_path(pid, "status")) as f:
+        with open(host.proc_path(pid, "status")) as f:
             for line in f:
                 if line.startswith("NSpid:"):
                     return tuple(int(x) for x in line.split()[1:])
@@ -273,25 +287,50 @@ def read_nspid(pid: int) -> tuple[int, ...] | None:
     return None
 
 
-def pid_visible(pid: int) -> bool:
-    return os.path.exists(proc_path(pid)) if os.path.isdir(proc_path()) else psutil.pid_exists(pid)
+def pid_visible(pid: int, *, host: HostPaths = HOST) -> bool:
+    if os.path.isdir(host.proc_path()):
+        return os.path.exists(host.proc_path(pid))
+    return psutil.pid_exists(pid)
+
+
+def pid_exists(pid: int, *, host: HostPaths = HOST) -> bool:
+    """Whether ``pid`` is a process that has not exited (a zombie has): the CLI's check of --pid.
+    A process whose state cannot be read (another user's, under hidepid) exists."""
+    if not os.path.isdir(host.proc_path()):
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+        except psutil.Error:
+            return True  # exists but belongs to someone else
+    try:
+        os.stat(host.proc_path(int(pid)))
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError):
+        return True  # there, but not ours to read
+    return process_state(pid, host=host) != "Z"
 
 
 class ProcessTreeSource:
     """Polls the tree under one target pid. The target is pinned by its start time, so a pid
     reused after the job died is reported as "exited", never adopted."""
 
-    def __init__(self, target_pid: int, *, max_processes: int = 4096, max_open_files: int | None = None):
+    def __init__(
+        self, target_pid: int, *, max_processes: int = 4096, max_open_files: int | None = None,
+        host: HostPaths = HOST,
+    ):
         self.target_pid = target_pid
         self.max_processes = max_processes
-        self._have_proc = os.path.isdir(proc_path())
-        self._use_proc = self._have_proc and _has_children_files()
-        self._boot_time = _boot_time()
+        self.host = host
+        self._have_proc = os.path.isdir(host.proc_path())
+        self._use_proc = self._have_proc and _has_children_files(host)
+        self._boot_time = _boot_time(host)
         self._static: dict[tuple[int, int], tuple[str, tuple[str, ...]]] = {}
         self._prev_cpu: dict[tuple[int, int], tuple[int, float]] = {}
         self._infos: dict[tuple[int, int], tuple[_Stat, ProcInfo]] = {}  # the last poll's, by identity
         self._psutil_procs: dict[int, psutil.Process] = {}
-        self._files = _ProcFiles(open_file_budget() if max_open_files is None else max_open_files)
+        self._files = _ProcFiles(open_file_budget() if max_open_files is None else max_open_files, host)
         self._known_kids: dict[int, tuple[int, ...]] | None = None  # pid -> its children, last walk
         self._walk_last_pid: int | None = None
         self._polls_since_full = 0
@@ -404,7 +443,7 @@ class ProcessTreeSource:
         assert members is not None
         for pid in range(since + 1, last + 1):
             try:
-                fd = os.open(proc_path(pid, "stat"), os.O_RDONLY | os.O_CLOEXEC)
+                fd = os.open(self.host.proc_path(pid, "stat"), os.O_RDONLY | os.O_CLOEXEC)
             except FileNotFoundError:
                 continue  # gone already (its children, if any, have pids in the range too)
             except OSError:
@@ -457,9 +496,9 @@ class ProcessTreeSource:
         name = ""
         args: list[str] = []
         try:
-            with open(proc_path(pid, "comm")) as f:
+            with open(self.host.proc_path(pid, "comm")) as f:
                 name = f.read().strip()
-            with open(proc_path(pid, "cmdline"), "rb") as f:
+            with open(self.host.proc_path(pid, "cmdline"), "rb") as f:
                 args = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
         except OSError:
             pass
@@ -469,11 +508,11 @@ class ProcessTreeSource:
 
     # -- portable: psutil ------------------------------------------------------------------------
     def _start_ticks(self, p: psutil.Process) -> int | None:
-        """The identity the probe writes (ticks since boot, probe_wire.procid), never psutil's
+        """The identity the probe writes (ticks since boot, hostfs.procid), never psutil's
         create_time in ticks since 1970: a kernel without the children files still has /proc/PID/stat.
         Without /proc (not Linux) it is worked back from create_time. None: gone or a zombie."""
         if self._have_proc:
-            ident = process_identity(p.pid)
+            ident = process_identity(p.pid, host=self.host)
             return None if ident is None else ident[1]
         return round((p.create_time() - self._boot_time) * _CLK_TCK)
 

@@ -2,7 +2,8 @@
 
 Each read fails alone: a corrupt, busy, stale or foreign segment is reported for its pid and the
 poll goes on. A segment that is busy for one read keeps its last good payload (a writer was caught
-mid-publish); only a segment that stays unreadable is reported as such.
+mid-publish); only a segment that stays unreadable is reported as such. Who a process is comes from
+the /proc of ``host`` (hostfs.paths: --path.procfs).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from hostfs.paths import HOST, HostPaths
 from probe_wire.cleanup import remove_if_dead, sweep_dead_segments
 from probe_wire.follower import ReadBudget, SegmentFollower
 from probe_wire.home import SegmentHome, segment_home
@@ -41,15 +43,16 @@ class ProbeRead:
 class SegmentSource:
     def __init__(
         self, *, clean_dead: bool = True, max_open: int | None = None, sweep_foreign: bool = True,
-        names: NameIndex | None = None, budget: ReadBudget | None = None,
+        names: NameIndex | None = None, budget: ReadBudget | None = None, host: HostPaths = HOST,
     ):
         """``names`` and ``budget``: what discovery shares among its jobs' sources (/dev/shm's names
         as it follows them, the reading time of large payloads per user): probe_wire.follower."""
         self.clean_dead = clean_dead
+        self.host = host
         # Discovery watches many jobs, each with its own source: the sweep of the whole of /dev/shm
-        # is done once for all of them (sidecar/poll/jobs.py), not once per job.
+        # is done once for all of them (sidecar/poll/discovery.py), not once per job.
         self.sweep_foreign = sweep_foreign
-        self._follower = SegmentFollower(open_file_budget() if max_open is None else max_open, names, budget)
+        self._follower = SegmentFollower(open_file_budget() if max_open is None else max_open, names, budget, host=host)
         self._last_good: dict[tuple[int, int | None], dict[str, Any]] = {}
         self._last_ok: dict[tuple[int, int | None], ProbeRead] = {}
         self._busy_count: dict[tuple[int, int | None], int] = {}
@@ -75,8 +78,8 @@ class SegmentSource:
             try:
                 home = homes.get(ident, False)
                 if home is False:
-                    home = homes[ident] = segment_home(pid)
-                r = read_segment(pid, home=home) if ticks is None else follow(pid, ticks, home)
+                    home = homes[ident] = segment_home(pid, host=self.host)
+                r = read_segment(pid, home=home, host=self.host) if ticks is None else follow(pid, ticks, home)
             except Exception as exc:  # the reader promises not to raise; a poll must not trust that
                 out[pid] = ProbeRead(pid, "corrupt", None, f"reader failed: {exc}", True)
                 continue
@@ -131,7 +134,7 @@ class SegmentSource:
                 if r is None and ticks is not None:
                     # Never read while it lived (shorter than a poll): the probe leaves a process's
                     # last publish under its name when it named models (SegmentWriter keep_final).
-                    r = read_segment(pid, expected_start_ticks=ticks, home=self._homes.get(ident))
+                    r = read_segment(pid, expected_start_ticks=ticks, home=self._homes.get(ident), host=self.host)
             except Exception:  # the follower and the reader promise not to raise
                 r = None
             payload = r.payload if r is not None and r.state in ("ok", "missing") else None
@@ -159,15 +162,15 @@ class SegmentSource:
         other jobs) is looked at on the first poll and then every FOREIGN_CHECK_EVERY_POLLS polls:
         on a node running other jobs it would otherwise cost a read of every foreign segment."""
         for pid, read in reads.items():
-            if read.state == "stale" and remove_if_dead(pid):
+            if read.state == "stale" and remove_if_dead(pid, host=self.host):
                 self.removed.append(pid)
         for pid, ticks in gone:
             if pid in reads:
                 continue  # the pid is back in the tree as a new process: its read decided above
             for name_ticks in (None, ticks) if ticks is not None else (None,):
-                if remove_if_dead(pid, name_ticks):
+                if remove_if_dead(pid, name_ticks, host=self.host):
                     self.removed.append(pid)
         self._cleanups += 1
         if self.sweep_foreign and (self._cleanups - 1) % FOREIGN_CHECK_EVERY_POLLS == 0:
-            self.removed.extend(sweep_dead_segments(skip=set(reads)))
+            self.removed.extend(sweep_dead_segments(skip=set(reads), host=self.host))
         del self.removed[:-256]

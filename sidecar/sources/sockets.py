@@ -14,7 +14,8 @@ Two questions are asked here:
 
 A TIME_WAIT row is uid 0 whoever made the socket, so it is never taken as root's. A table is read
 at most MAX_TABLE_BYTES: a machine with more sockets than that gets "cannot tell" (refused, safe)
-rather than an unbounded read per request.
+rather than an unbounded read per request. The tables are those of ``host``'s /proc (hostfs.paths:
+--path.procfs), the host's own by default.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import socket
 import struct
 from collections.abc import Iterator
 
-from probe_wire.procfs import proc_path
+from hostfs.paths import HOST, HostPaths
 
 MAX_TABLE_BYTES = 64 << 20  # ~450,000 rows of 150 bytes
 TCP_TIME_WAIT = "06"
@@ -54,10 +55,10 @@ def _forms(address: str, port: int) -> list[tuple[int, str]]:
     return forms
 
 
-def _rows(family: int) -> Iterator[list[str]]:
+def _rows(family: int, host: HostPaths) -> Iterator[list[str]]:
     """The split rows of one table (none when it cannot be read or is over MAX_TABLE_BYTES)."""
     try:
-        with open(proc_path("net", _TABLES[family]), "rb") as f:
+        with open(host.proc_path("net", _TABLES[family]), "rb") as f:
             raw = f.read(MAX_TABLE_BYTES + 1)
     except OSError:
         return
@@ -79,13 +80,15 @@ def _uid_of(fields: list[str]) -> int | None:
         return None
 
 
-def _match(local_forms: list[tuple[int, str]], remote_forms: list[tuple[int, str]] | None, remote_port: str) -> int | None:
+def _match(
+    local_forms: list[tuple[int, str]], remote_forms: list[tuple[int, str]] | None, remote_port: str, host: HostPaths
+) -> int | None:
     """The uid of the first row, in the tables the local forms name, whose local end is one of
     `local_forms` and whose remote end is one of `remote_forms` (None: any address at `remote_port`)."""
     for family in sorted({fam for fam, _ in local_forms}):
         wanted_local = {text for fam, text in local_forms if fam == family}
         wanted_remote = None if remote_forms is None else {text for fam, text in remote_forms if fam == family}
-        for fields in _rows(family):
+        for fields in _rows(family, host):
             if fields[1] not in wanted_local:
                 continue
             if wanted_remote is not None and fields[2] not in wanted_remote:
@@ -96,7 +99,7 @@ def _match(local_forms: list[tuple[int, str]], remote_forms: list[tuple[int, str
     return None
 
 
-def connection_server_uid(sock: socket.socket) -> int | None:
+def connection_server_uid(sock: socket.socket, *, host: HostPaths = HOST) -> int | None:
     """The uid serving the connected socket `sock` (a client socket of ours): the row whose local
     end is our peer's address and whose remote end is our own. None where no such row is in this
     machine's tables (the server is on another host) or a table cannot be read."""
@@ -107,11 +110,11 @@ def connection_server_uid(sock: socket.socket) -> int | None:
         return None
     server = _forms(theirs[0], theirs[1])
     client = _forms(ours[0], ours[1])
-    return _match(server, client, "") if server and client else None
+    return _match(server, client, "", host) if server and client else None
 
 
-def client_socket_uid(client_ip: str, client_port: int, server_port: int) -> int | None:
+def client_socket_uid(client_ip: str, client_port: int, server_port: int, *, host: HostPaths = HOST) -> int | None:
     """The uid owning the client socket (client_ip, client_port) connected to our `server_port`;
     None when no live row says so (gone, unknown address, a table too large)."""
     forms = _forms(client_ip, client_port)
-    return _match(forms, None, f":{server_port:04X}") if forms else None
+    return _match(forms, None, f":{server_port:04X}", host) if forms else None

@@ -4,8 +4,8 @@ NVML only knows NVIDIA GPUs. On a laptop with Intel or AMD integrated graphics b
 card, or a machine whose NVIDIA card has no driver bound, only the kernel's view tells the whole
 story ("your GPU is there but nouveau owns it", "this laptop has only Intel graphics").
 
-`list_system_gpus()` never raises; the tree root is /sys unless DSH_SYSFS_ROOT names another (tests
-build fake trees with `tests.fakenvml.make_fake_sysfs`).
+`list_system_gpus()` never raises; the tree read is ``host``'s sysfs (hostfs.paths: --path.sysfs),
+the host's own /sys by default (tests build fake trees with `tests.fakenvml.make_fake_sysfs`).
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+
+from hostfs.paths import HOST, HostPaths
 
 VENDORS = {"0x10de": "NVIDIA", "0x8086": "Intel", "0x1002": "AMD"}
 _GENERIC_NAMES = {
@@ -37,10 +39,6 @@ class SystemGpu:
     pci_class: str | None = None  # "0x030000" VGA, "0x030200" 3D controller (the Optimus dGPU)
 
 
-def sysfs_root() -> str:
-    return os.environ.get("DSH_SYSFS_ROOT") or "/sys"
-
-
 def _read(path: str) -> str | None:
     try:
         with open(path, encoding="ascii", errors="replace") as f:
@@ -58,9 +56,9 @@ def _card_number(name: str) -> int:
     return int(name[4:])
 
 
-def list_system_gpus(root: str | None = None) -> list[SystemGpu]:
+def list_system_gpus(*, host: HostPaths = HOST) -> list[SystemGpu]:
     """Every DRM card backed by a device with a vendor id, in card order; [] when none or no /sys."""
-    base = os.path.join(root or sysfs_root(), "class", "drm")
+    base = host.sys_path("class", "drm")
     try:
         names = [n for n in os.listdir(base) if _CARD.fullmatch(n)]
     except OSError:

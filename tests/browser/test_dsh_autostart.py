@@ -185,13 +185,15 @@ def cpu_model_job(directory: Path, cwd: Path, env: dict[str, str] | None = None)
     return FakeJob(directory, {"main": spec}, env=env, cwd=cwd, detach=True)
 
 
-def simulated_gpu_env(base: Path, lib_dir: Path) -> tuple[FakeNvml, dict[str, str]]:
+def simulated_gpu_env(base: Path, lib_dir: Path) -> tuple[FakeNvml, dict[str, str], list[str]]:
+    """The simulated driver, the environment it adds, and the sidecar's arguments that make it read
+    a fake /sys with one NVIDIA card (not the machine's)."""
     nvml = FakeNvml(lib_dir=lib_dir, scenario_path=base / "scenario.txt")
     sysfs = make_fake_sysfs(base / "sys", sysfs_cards(1))
-    full = nvml.env({"DSH_SYSFS_ROOT": str(sysfs)})
+    full = nvml.env()
     # only what the simulated driver adds: DSH's own environment (HOME, DSH_HOME, PATH) stays
-    keys = ("LD_LIBRARY_PATH", "FAKE_NVML_SCENARIO", "PYTHONPATH", "DSH_SYSFS_ROOT")
-    return nvml, {k: full[k] for k in keys if k in full}
+    keys = ("LD_LIBRARY_PATH", "FAKE_NVML_SCENARIO", "PYTHONPATH")
+    return nvml, {k: full[k] for k in keys if k in full}, ["--path.sysfs", str(sysfs)]
 
 
 @pytest.fixture(scope="module")
@@ -203,7 +205,7 @@ def autostarted(dsh_launcher: Path, fake_nvml_lib_dir: Path, tmp_path_factory) -
     workspace.mkdir()
     elsewhere = base / "elsewhere"
     elsewhere.mkdir()
-    nvml, gpu_env = simulated_gpu_env(base, fake_nvml_lib_dir)
+    nvml, gpu_env, sysfs_args = simulated_gpu_env(base, fake_nvml_lib_dir)
     # a training job started from the workspace, and one of another project (not this session's)
     job = cpu_model_job(base / "job", workspace)
     other = cpu_model_job(base / "other", elsewhere)
@@ -224,7 +226,7 @@ def autostarted(dsh_launcher: Path, fake_nvml_lib_dir: Path, tmp_path_factory) -
             timeoutMs=2000,
             autostart=True,
             sidecarCommand=str(SIDECAR_BIN),
-            sidecarArgs=["--interval", "0.5"],  # discovery: every job of the user
+            sidecarArgs=["--interval", "0.5", *sysfs_args],  # discovery: every job of the user
             prometheusUrl=prometheus.url,
         )
         web = start_dsh_web(home, workspace, extra_env={**gpu_env, "DEEPSEEK_BASE_URL": llm.url})
@@ -530,7 +532,7 @@ def test_a_sidecar_answering_401_at_the_url_makes_the_plugin_start_its_own(
 ) -> None:
     """Root's node-wide sidecar (a token the user was not given) on the configured URL: the plugin
     starts the user's own sidecar instead of showing 401, and the settings row names both URLs."""
-    nvml, gpu_env = simulated_gpu_env(tmp_path, fake_nvml_lib_dir)
+    nvml, gpu_env, sysfs_args = simulated_gpu_env(tmp_path, fake_nvml_lib_dir)
     nvml.write({"gpus": [gpu(0, name=GPU_NAMES[0])]})
     home = DshHome.create(tmp_path / "home", dsh_launcher)
     home.add_plugin()
@@ -538,7 +540,7 @@ def test_a_sidecar_answering_401_at_the_url_makes_the_plugin_start_its_own(
         assert root.get(f"{API_SIDECAR}/jobs")[0] == 401
         home.write_plugin_config(
             sidecarUrl=root.url, token=None, timeoutMs=2000, sidecarCommand=str(SIDECAR_BIN),
-            sidecarArgs=["--interval", "0.5"],
+            sidecarArgs=["--interval", "0.5", *sysfs_args],
         )
         with start_dsh_web(home, tmp_path / "work", extra_env=gpu_env) as web:
             ours = wait_running(web)
@@ -566,7 +568,7 @@ def test_a_session_whose_workspace_holds_no_job_shows_the_machines_jobs_marked_u
     """DSH started in a folder that is not the job's: the chip counts the user's jobs, so the session's
     GPU tab lists them too (marked "not linked to this session", with why) and shows the chosen one,
     instead of "no job"."""
-    nvml, gpu_env = simulated_gpu_env(tmp_path, fake_nvml_lib_dir)
+    nvml, gpu_env, sysfs_args = simulated_gpu_env(tmp_path, fake_nvml_lib_dir)
     nvml.write({"driver_version": "550.54.15", "cuda_driver_version": 12040,
                 "gpus": [gpu(0, name=GPU_NAMES[0], util_gpu=0, memory_used_mib=0)]})
     project = tmp_path / "project"
@@ -576,7 +578,7 @@ def test_a_session_whose_workspace_holds_no_job_shows_the_machines_jobs_marked_u
     home.add_plugin()
     home.write_plugin_config(
         sidecarUrl=f"http://127.0.0.1:{closed_port()}", token=None, timeoutMs=2000,
-        sidecarCommand=str(SIDECAR_BIN), sidecarArgs=["--interval", "0.5"],
+        sidecarCommand=str(SIDECAR_BIN), sidecarArgs=["--interval", "0.5", *sysfs_args],
     )
     try:
         with start_dsh_web(home, tmp_path / "empty-workspace", extra_env=gpu_env) as web:

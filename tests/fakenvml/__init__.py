@@ -553,7 +553,7 @@ def make_fake_sysfs(root: str | os.PathLike[str], cards: Iterable[Mapping[str, A
     "class": "0x030000", "driver": "i915" or None (no driver bound), "card": "card0" (default by
     position), "connectors": ["eDP-1"], "vendor_file": False (omit the vendor file, as for a
     non-PCI framebuffer), "dangling": True (class/drm link points nowhere)}.
-    Returns `root`; point DSH_SYSFS_ROOT at it.
+    Returns `root`; give it to the sidecar with `--path.sysfs ROOT` (a reader: `HostPaths(sysfs=ROOT)`).
     """
     root = Path(root)
     drm = root / "class" / "drm"

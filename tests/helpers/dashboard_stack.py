@@ -190,8 +190,9 @@ class StackFactory:
         try:
             nvml.write(scenario(job.pids) if callable(scenario) else scenario)
             sysfs = make_fake_sysfs(root / "sys", sysfs_cards(n_sysfs_nvidia))
-            env = nvml.env({"DSH_SYSFS_ROOT": str(sysfs), **(extra_env or {})})
-            sidecar = Sidecar(["--pid", str(job.pid), "--port", "0", "--interval", "0.5", "--stay"], env=env)
+            env = nvml.env(extra_env)
+            args = ["--pid", str(job.pid), "--port", "0", "--interval", "0.5", "--stay", "--path.sysfs", str(sysfs)]
+            sidecar = Sidecar(args, env=env)
         except BaseException:
             job.stop()
             raise

@@ -33,6 +33,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from hostfs.procid import pid_namespace_id, process_identity, process_start_ticks
 from probe_wire.header import (
     FORMAT_VERSION,
     HEADER,
@@ -45,8 +46,7 @@ from probe_wire.header import (
     SEQ_OFFSET,
 )
 from probe_wire.names import SHM_DIR, segment_path
-from probe_wire.procid import pid_namespace_id, process_identity, process_start_ticks
-from sidecar.poll.jobs import JobsPoller
+from sidecar.poll.discovery import JobsPoller
 from tests.helpers.other_users import FORGER, NOBODY, write_as
 
 FLOODER, VICTIM = NOBODY, FORGER

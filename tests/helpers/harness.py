@@ -114,7 +114,7 @@ class FakeJob:
                 self.proc.wait()
 
     def _stop_detached(self) -> None:
-        from probe_wire.procid import process_identity
+        from hostfs.procid import process_identity
 
         ident = process_identity(self.pid)
         if ident is None:

@@ -10,7 +10,8 @@ import subprocess
 import sys
 import textwrap
 
-from probe_wire import SegmentWriter, process_start_ticks
+from hostfs.procid import process_start_ticks
+from probe_wire import SegmentWriter
 from tests.helpers.stress_jobs import variant
 
 NOBODY = 65534

@@ -45,6 +45,8 @@ def assert_one_clear_line(r: subprocess.CompletedProcess, code: int, *needles: s
         (["--pid", "1", "--interval", "nan"], ["positive"]),
         (["--pid", "1", "--bogus"], ["unrecognized arguments: --bogus"]),
         (["--pid", "1", "--kubelet-cgroup-root", "kube/../x"], ["--kubelet-cgroup-root", "absolute cgroup path"]),
+        (["--pid", "1", "--path.procfs", ""], ["--path.procfs", "not a directory's path"]),
+        (["doctor", "--path.sysfs", ""], ["--path.sysfs", "not a directory's path"]),
         (["--pid", "1", "--host", "0.0.0.0"], ["--token"]),
         (["run"], ["nothing to run"]),
         (["run", "--", "/nonexistent/binary"], ["cannot start"]),

@@ -16,8 +16,8 @@ import textwrap
 
 import pytest
 
+from hostfs.procid import process_identity
 from probe_wire import segment_path
-from probe_wire.procid import process_identity
 from tests.fakenvml import gpu
 from tests.helpers.gloo_job import DDP_JOB
 from tests.helpers.harness import METRICS_AT_ONCE, REPO, FakeJob, Sidecar, python_env, wait_for
@@ -185,7 +185,7 @@ def test_a_gpu_process_without_a_probe_is_found_through_nvml(tmp_path, fake_nvml
 AS_NOBODY = textwrap.dedent(
     f"""
     import os, sys
-    import sidecar.cli.main, sidecar.poll.jobs, sidecar.poll.poller, sidecar.documents.document, sidecar.poll.collect, sidecar.verdict
+    import sidecar.cli.main, sidecar.poll.discovery, sidecar.poll.poller, sidecar.documents.document, sidecar.poll.collect, sidecar.verdict
     import sidecar.poll.history, sidecar.sources.redact, sidecar.common.catalogue, sidecar.documents.contract, sidecar.sources.lineage
     import sidecar.sources.proctree, sidecar.sources.segments, sidecar.sources.nvml, sidecar.sources.sysfs
     import psutil, pynvml, msgpack, encodings.idna, jsonschema

@@ -31,17 +31,23 @@ UUID0 = gpu(0)["uuid"]
 
 
 @pytest.fixture
-def env(fake_nvml, tmp_path: Path):
-    sysfs = make_fake_sysfs(
+def sysfs(tmp_path: Path) -> Path:
+    return make_fake_sysfs(
         tmp_path / "sys", [{"pci": "0000:10:00.0", "vendor": "0x10de", "driver": "nvidia"}]
     )
-    return fake_nvml.env(
-        {"DSH_SYSFS_ROOT": str(sysfs), "DSH_SIDECAR_RULES": json.dumps({"idle_window_s": 2.0})}
+
+
+@pytest.fixture
+def env(fake_nvml):
+    return fake_nvml.env({"DSH_SIDECAR_RULES": json.dumps({"idle_window_s": 2.0})})
+
+
+def sidecar(pid: int, env, *extra: str, sysfs: Path | None = None) -> Sidecar:
+    """The sidecar of the job under `pid`; with `sysfs`, the OS's graphics devices are that fake /sys's."""
+    paths = [] if sysfs is None else ["--path.sysfs", str(sysfs)]
+    return Sidecar(
+        ["--pid", str(pid), "--port", "0", *METRICS_AT_ONCE, "--interval", "0.3", *paths, *extra], env=env
     )
-
-
-def sidecar(pid: int, env, *extra: str) -> Sidecar:
-    return Sidecar(["--pid", str(pid), "--port", "0", *METRICS_AT_ONCE, "--interval", "0.3", *extra], env=env)
 
 
 STEPS = {
@@ -73,7 +79,7 @@ def model(device="cuda:0", **kw):
 
 
 def test_step_breakdown_syncs_and_loader_settings_reach_document_warnings_and_metrics(
-    tmp_path, fake_nvml, env
+    tmp_path, fake_nvml, env, sysfs
 ):
     spec = {
         "payload": {
@@ -94,7 +100,7 @@ def test_step_breakdown_syncs_and_loader_settings_reach_document_warnings_and_me
         fake_nvml.write(
             {"gpus": [gpu(0, util_gpu=30, processes=[{"pid": job.pid, "used_mib": 2048, "sm_util": 30}])]}
         )
-        with sidecar(job.pid, env) as sc:
+        with sidecar(job.pid, env, sysfs=sysfs) as sc:
             doc = sc.wait_status(
                 lambda d: {"data-starved", "host-syncs"} <= codes(d), what="the probe's warnings"
             )
@@ -179,10 +185,10 @@ def metric_lines(sc, name):
     return [x for x in body.decode().splitlines() if x.startswith(name + "{")]
 
 
-def test_throttled_by_heat_and_power_brake_but_never_by_the_power_cap_alone(tmp_path, fake_nvml, env):
+def test_throttled_by_heat_and_power_brake_but_never_by_the_power_cap_alone(tmp_path, fake_nvml, env, sysfs):
     with gpu_job(tmp_path) as job:
         fake_nvml.write(scenarios.throttled(job.pid))
-        with sidecar(job.pid, env) as sc:
+        with sidecar(job.pid, env, sysfs=sysfs) as sc:
             doc = sc.wait_status(lambda d: "throttled" in codes(d), what="throttled")
             (g,) = doc["gpus"]
             assert {"hw_thermal_slowdown", "hw_power_brake_slowdown"} <= set(g["clock_event_reasons"])
@@ -206,10 +212,10 @@ def test_throttled_by_heat_and_power_brake_but_never_by_the_power_cap_alone(tmp_
             )
 
 
-def test_degraded_link_while_the_job_works(tmp_path, fake_nvml, env):
+def test_degraded_link_while_the_job_works(tmp_path, fake_nvml, env, sysfs):
     with gpu_job(tmp_path) as job:
         fake_nvml.write(scenarios.degraded_link(job.pid))
-        with sidecar(job.pid, env) as sc:
+        with sidecar(job.pid, env, sysfs=sysfs) as sc:
             doc = sc.wait_status(lambda d: "pcie-degraded" in codes(d), what="pcie-degraded")
             g = doc["gpus"][0]
             assert (
@@ -224,10 +230,10 @@ def test_degraded_link_while_the_job_works(tmp_path, fake_nvml, env):
             assert g["sm_activity_fraction"] is None and g["field_errors"].get("sm_activity_fraction")
 
 
-def test_busy_but_hollow_and_tensor_cores_told_apart(tmp_path, fake_nvml, env):
+def test_busy_but_hollow_and_tensor_cores_told_apart(tmp_path, fake_nvml, env, sysfs):
     with gpu_job(tmp_path) as job:
         fake_nvml.write(scenarios.busy_but_hollow(job.pid))
-        with sidecar(job.pid, env) as sc:
+        with sidecar(job.pid, env, sysfs=sysfs) as sc:
             doc = sc.wait_status(
                 lambda d: {"hollow-utilisation", "no-tensor-cores"} <= codes(d),
                 what="hollow and fp32 on Hopper",
@@ -248,10 +254,10 @@ def test_busy_but_hollow_and_tensor_cores_told_apart(tmp_path, fake_nvml, env):
             )
 
 
-def test_mig_shows_instances_and_says_per_process_utilisation_is_unavailable(tmp_path, fake_nvml, env):
+def test_mig_shows_instances_and_says_per_process_utilisation_is_unavailable(tmp_path, fake_nvml, env, sysfs):
     with gpu_job(tmp_path) as job:
         fake_nvml.write(scenarios.mig((job.pid, None)))
-        with sidecar(job.pid, env, "--history", "60") as sc:
+        with sidecar(job.pid, env, "--history", "60", sysfs=sysfs) as sc:
             doc = sc.wait_status(lambda d: "mig-no-process-util" in codes(d), what="mig-no-process-util")
             g = doc["gpus"][0]
             assert g["mig_mode"] is True and [m["gpu_instance_id"] for m in g["mig_devices"]] == [1, 2]

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from sidecar.documents import document
-from sidecar.poll.jobs import JobsPoller, _Job
+from sidecar.poll.discovery import JobsPoller, _Job
 from sidecar.poll.poller import Poller, _NvmlDown
 from sidecar.sources.proctree import ProcessTreeSource
 from tests.helpers.harness import wait_for

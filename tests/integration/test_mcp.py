@@ -42,13 +42,17 @@ TOOLS = {"list_jobs", "gpu_status", "gpu_history"}
 
 
 @pytest.fixture
-def env(fake_nvml, tmp_path: Path):
+def env(fake_nvml):
+    return fake_nvml.env({"DSH_SIDECAR_RULES": json.dumps({"idle_window_s": 2.0})})
+
+
+@pytest.fixture
+def sysfs_args(tmp_path: Path) -> list[str]:
+    """A sidecar that polls reads this fake /sys (one NVIDIA card), not the machine's."""
     sysfs = make_fake_sysfs(
         tmp_path / "sys", [{"pci": "0000:10:00.0", "vendor": "0x10de", "driver": "nvidia"}]
     )
-    return fake_nvml.env(
-        {"DSH_SYSFS_ROOT": str(sysfs), "DSH_SIDECAR_RULES": json.dumps({"idle_window_s": 2.0})}
-    )
+    return ["--path.sysfs", str(sysfs)]
 
 
 def model(device: str, name: str = "ResNet") -> dict:
@@ -115,10 +119,10 @@ def err(result, text: str) -> str:
     return text
 
 
-def test_gpu_job_through_a_running_sidecar_with_a_token(tmp_path, fake_nvml, env):
+def test_gpu_job_through_a_running_sidecar_with_a_token(tmp_path, fake_nvml, env, sysfs_args):
     with FakeJob(tmp_path / "job", {"main": GPU_SPEC}) as job:
         fake_nvml.write(busy_gpu(job.pid))
-        args = ["--pid", str(job.pid), "--port", "0", "--interval", "0.3", "--token", TOKEN]
+        args = ["--pid", str(job.pid), "--port", "0", "--interval", "0.3", "--token", TOKEN, *sysfs_args]
         with Sidecar(args, env=env, token=TOKEN) as sc:
             doc = sc.wait_status(lambda d: d["status"] == "GPU" and d["gpus"][0]["util_pct"] == 87)
 
@@ -158,13 +162,13 @@ def test_gpu_job_through_a_running_sidecar_with_a_token(tmp_path, fake_nvml, env
 
 
 @pytest.mark.skipif(not can_switch_user(), reason="needs root and setpriv to run a second user")
-def test_no_request_and_no_token_to_a_port_another_user_took_over(tmp_path, fake_nvml, env):
+def test_no_request_and_no_token_to_a_port_another_user_took_over(tmp_path, fake_nvml, env, sysfs_args):
     """Our sidecar answers, then stops; another user (nobody) binds the same port and answers with a
     made-up "on cuda:0". The next tool call must send nothing there (no token) and say why."""
     with FakeJob(tmp_path / "job", {"main": CPU_SPEC}) as job:
         fake_nvml.write({"gpus": [gpu(0)]})
         port = free_port()
-        args = ["--pid", str(job.pid), "--port", str(port), "--interval", "0.3", "--token", TOKEN]
+        args = ["--pid", str(job.pid), "--port", str(port), "--interval", "0.3", "--token", TOKEN, *sysfs_args]
 
         async def main():
             async with mcp_client(["--url", f"http://127.0.0.1:{port}", "--token", TOKEN], env) as s:
@@ -206,13 +210,13 @@ def test_no_token_to_a_user_who_binds_the_port_in_bursts(env):
     run_async(main)
 
 
-def test_cpu_build_job_in_process_with_pid(tmp_path, fake_nvml, env):
+def test_cpu_build_job_in_process_with_pid(tmp_path, fake_nvml, env, sysfs_args):
     """No --url: this process polls (--pid: one job's Poller); the cpu-build warning and its hint."""
     fake_nvml.write({"gpus": [gpu(0)]})
     with FakeJob(tmp_path / "job", {"main": CPU_SPEC}) as job:
 
         async def main():
-            async with mcp_client(["--pid", str(job.pid), "--interval", "0.3"], env) as s:
+            async with mcp_client(["--pid", str(job.pid), "--interval", "0.3", *sysfs_args], env) as s:
                 for _ in range(50):  # the probe's facts may take a poll or two to appear
                     result, text = await call(s, "gpu_status")
                     st = ok(result, text)
@@ -229,13 +233,13 @@ def test_cpu_build_job_in_process_with_pid(tmp_path, fake_nvml, env):
         run_async(main)
 
 
-def test_discovery_in_process_finds_the_job(tmp_path, fake_nvml, env):
-    """Neither --url nor --pid: sidecar.poll.jobs.JobsPoller finds the job through its probe segment."""
+def test_discovery_in_process_finds_the_job(tmp_path, fake_nvml, env, sysfs_args):
+    """Neither --url nor --pid: sidecar.poll.discovery.JobsPoller finds the job through its probe segment."""
     with FakeJob(tmp_path / "job", {"main": GPU_SPEC}, detach=True) as job:  # parent: init, not pytest
         fake_nvml.write(busy_gpu(job.pid))
 
         async def main():
-            async with mcp_client(["--interval", "0.3"], env) as s:
+            async with mcp_client(["--interval", "0.3", *sysfs_args], env) as s:
                 for _ in range(50):
                     result, text = await call(s, "list_jobs")
                     mine = [j for j in (structured(result) or {}).get("jobs", []) if j["root_pid"] == job.pid]
@@ -411,7 +415,7 @@ console.log('ok', Object.keys(values).length);
 
 
 @pytest.mark.dsh
-def test_dsh_mcp_client_boots_with_it_and_enforces_its_schemas(tmp_path, fake_nvml, env):
+def test_dsh_mcp_client_boots_with_it_and_enforces_its_schemas(tmp_path, fake_nvml, env, sysfs_args):
     """DSH's validator accepts the schemas and real answers; `dsh web` with the docs/mcp.md row and
     failOnStartupError boots only when the client connected and registered the tools."""
     dsh_env = pytest.importorskip("tests.helpers.dsh_env")
@@ -421,7 +425,7 @@ def test_dsh_mcp_client_boots_with_it_and_enforces_its_schemas(tmp_path, fake_nv
         pytest.skip(str(exc))
     with FakeJob(tmp_path / "job", {"main": GPU_SPEC}) as job:
         fake_nvml.write(busy_gpu(job.pid))
-        args = ["--pid", str(job.pid), "--port", "0", "--interval", "0.3", "--token", TOKEN]
+        args = ["--pid", str(job.pid), "--port", "0", "--interval", "0.3", "--token", TOKEN, *sysfs_args]
         with Sidecar(args, env=env, token=TOKEN) as sc:
             sc.wait_status(lambda d: d["status"] == "GPU")
             backend = mcp_server.HttpBackend(sc.url, TOKEN, get=http_get.get)

@@ -20,7 +20,7 @@ def test_a_node_without_jobs_still_exports_its_gpus(fake_nvml, tmp_path):
     out = fake_nvml.run(
         f"""
         import json
-        from sidecar.poll.jobs import JobsPoller
+        from sidecar.poll.discovery import JobsPoller
         from sidecar.serve.metrics import make_metrics
         p = JobsPoller(shm_dir={str(tmp_path)!r}, system_gpus_fn=list)  # an empty /dev/shm: no probe
         p.poll_once()

@@ -15,8 +15,8 @@ import subprocess
 
 import pytest
 
+from hostfs.procid import process_identity
 from probe_wire import segment_path
-from probe_wire.procid import process_identity
 from tests.fakenvml import gpu
 from tests.helpers.harness import API, METRICS_AT_ONCE, FakeJob, Sidecar, wait_for
 from tests.helpers.other_users import NOBODY, STRANGER, get_as, write_as
@@ -133,7 +133,7 @@ def test_roots_default_job_is_the_callers_own(two_users_jobs, fake_nvml):
 
 def test_mcp_gpu_status_without_a_job_is_the_agents_users_own(two_users_jobs):
     """`dsh-sidecar mcp` as root, polling here: gpu_status() answers root's job, never nobody's newer one."""
-    from sidecar.poll.jobs import JobsPoller
+    from sidecar.poll.discovery import JobsPoller
     from sidecar.serve import mcp_server
 
     root_job, nobodys_job = two_users_jobs

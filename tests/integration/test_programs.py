@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from probe_wire.procid import process_start_ticks
+from hostfs.procid import process_start_ticks
 from tests.fakenvml import FakeNvml, gpu
 from tests.helpers import programs
 from tests.helpers.harness import API, REPO, Sidecar, codes, python_env, wait_for

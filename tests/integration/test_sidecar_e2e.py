@@ -30,10 +30,8 @@ def sysfs(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def env(fake_nvml, sysfs):
-    return fake_nvml.env(
-        {"DSH_SYSFS_ROOT": str(sysfs), "DSH_SIDECAR_RULES": json.dumps({"idle_window_s": 2.0})}
-    )
+def env(fake_nvml):
+    return fake_nvml.env({"DSH_SIDECAR_RULES": json.dumps({"idle_window_s": 2.0})})
 
 
 def gpu_model(device="cuda:0", inp="cuda:0", name="ResNet", **kw):
@@ -52,11 +50,14 @@ def trainer_spec(**payload):
     return {"payload": {"runtime": cuda_runtime([UUID0]), "models": [gpu_model()], **payload}}
 
 
-def sidecar(pid: int, env, *extra: str) -> Sidecar:
-    return Sidecar(["--pid", str(pid), "--port", "0", "--interval", "0.3", *extra], env=env)
+def sidecar(pid: int, env, sysfs: Path, *extra: str) -> Sidecar:
+    """The sidecar of the job under `pid`; the OS's graphics devices are the fake /sys's."""
+    return Sidecar(
+        ["--pid", str(pid), "--port", "0", "--interval", "0.3", "--path.sysfs", str(sysfs), *extra], env=env
+    )
 
 
-def test_status_document_schema_and_gpu_verdict(tmp_path, fake_nvml, env):
+def test_status_document_schema_and_gpu_verdict(tmp_path, fake_nvml, env, sysfs):
     with FakeJob(tmp_path / "job", {"main": trainer_spec()}) as job:
         fake_nvml.write(
             {
@@ -70,7 +71,7 @@ def test_status_document_schema_and_gpu_verdict(tmp_path, fake_nvml, env):
                 ]
             }
         )
-        with sidecar(job.pid, env) as sc:
+        with sidecar(job.pid, env, sysfs) as sc:
             doc = sc.wait_status(
                 lambda d: d["status"] == "GPU" and d["processes"][0]["gpu"], what="GPU verdict"
             )
@@ -98,11 +99,11 @@ def test_status_document_schema_and_gpu_verdict(tmp_path, fake_nvml, env):
             assert not codes(doc) & {"input-mismatch", "no-probe", "nvml-unavailable", "model-on-cpu"}
 
 
-def test_cpu_model_with_an_nvidia_gpu_present_is_cpu_build(tmp_path, fake_nvml, env):
+def test_cpu_model_with_an_nvidia_gpu_present_is_cpu_build(tmp_path, fake_nvml, env, sysfs):
     cpu_rt = {"torch": "2.13.0+cpu", "cuda_build": None, "cuda_available": False, "device_count": 0}
     spec = {"payload": {"runtime": cpu_rt, "models": [gpu_model("cpu", "cpu", name="MLP")]}}
     fake_nvml.write({"gpus": [gpu(0)]})
-    with FakeJob(tmp_path / "job", {"main": spec}) as job, sidecar(job.pid, env) as sc:
+    with FakeJob(tmp_path / "job", {"main": spec}) as job, sidecar(job.pid, env, sysfs) as sc:
         doc = sc.wait_status(lambda d: d["status"] == "CPU", what="CPU verdict")
         assert "cpu-build" in codes(doc)
         assert doc["warnings"][0]["code"] == "cpu-build" and doc["warnings"][0]["severity"] == "error"
@@ -112,12 +113,12 @@ def test_cpu_model_with_an_nvidia_gpu_present_is_cpu_build(tmp_path, fake_nvml, 
         assert "CPU" in render(first["message_ref"], "zh") and render(first["hint_ref"], "zh")
 
 
-def test_inputs_left_on_cpu_then_idle_gpu_then_memory_freed(tmp_path, fake_nvml, env):
+def test_inputs_left_on_cpu_then_idle_gpu_then_memory_freed(tmp_path, fake_nvml, env, sysfs):
     spec = trainer_spec(models=[gpu_model(inp="cpu")])
     with FakeJob(tmp_path / "job", {"main": spec}) as job:
         busy = {"pid": job.pid, "used_mib": 4000, "sm_util": 80}
         fake_nvml.write({"gpus": [gpu(0, memory_used_mib=4100, util_gpu=80, processes=[busy])]})
-        with sidecar(job.pid, env) as sc:
+        with sidecar(job.pid, env, sysfs) as sc:
             doc = sc.wait_status(lambda d: "input-mismatch" in codes(d), what="input-mismatch")
             assert doc["input_device"] == "cpu" and doc["status"] == "GPU"
             # The GPU goes idle while forward calls continue: idle-gpu after the (shortened) window.
@@ -154,7 +155,7 @@ def test_inputs_left_on_cpu_then_idle_gpu_then_memory_freed(tmp_path, fake_nvml,
             assert all(a["time_unix_s"] < b["time_unix_s"] for a, b in zip(samples, samples[1:]))
 
 
-def test_blind_spot_launcher_child_and_workers(tmp_path, fake_nvml, env):
+def test_blind_spot_launcher_child_and_workers(tmp_path, fake_nvml, env, sysfs):
     """Attached to a launcher that does no GPU work, the sidecar finds the training child and its
     DataLoader workers, with the GPU use the driver assigns to the child."""
     specs = {
@@ -181,7 +182,7 @@ def test_blind_spot_launcher_child_and_workers(tmp_path, fake_nvml, env):
                 ]
             }
         )
-        with sidecar(job.pid, env) as sc:
+        with sidecar(job.pid, env, sysfs) as sc:
             doc = sc.wait_status(
                 lambda d: len(d["processes"]) == 4 and d["status"] == "GPU", what="whole tree"
             )
@@ -226,9 +227,9 @@ def test_igpu_beside_dgpu_names_the_intel_device(tmp_path, fake_nvml):
             {"pci": "0000:10:00.0", "vendor": "0x10de", "device": "0x2684", "driver": "nvidia"},
         ],
     )
-    env = fake_nvml.env({"DSH_SYSFS_ROOT": str(sysfs)})
+    env = fake_nvml.env()
     fake_nvml.write({"gpus": [gpu(0)]})
-    with FakeJob(tmp_path / "job", {"main": trainer_spec()}) as job, sidecar(job.pid, env) as sc:
+    with FakeJob(tmp_path / "job", {"main": trainer_spec()}) as job, sidecar(job.pid, env, sysfs) as sc:
         doc = sc.wait_status(lambda d: "device-count-mismatch" in codes(d), what="device-count-mismatch")
         (w,) = [w for w in doc["warnings"] if w["code"] == "device-count-mismatch"]
         assert "Intel" in w["message"] and "0000:00:02.0" in w["message"] and "can use 1" in w["message"]
@@ -239,17 +240,17 @@ def test_igpu_beside_dgpu_names_the_intel_device(tmp_path, fake_nvml):
 def test_no_driver_then_failing_driver(tmp_path, fake_nvml, sysfs):
     empty = tmp_path / "no-driver"
     empty.mkdir()
-    env = fake_nvml.env({"DSH_SYSFS_ROOT": str(sysfs)})
+    env = fake_nvml.env()
     env["LD_LIBRARY_PATH"] = str(empty)
     with FakeJob(tmp_path / "job", {"main": trainer_spec()}) as job:
-        with sidecar(job.pid, env) as sc:
+        with sidecar(job.pid, env, sysfs) as sc:
             doc = sc.wait_status(lambda d: d["status"] == "GPU", what="verdict from the probe alone")
             assert doc["nvml"]["ok"] is False and "not found" in doc["nvml"]["error"]
             assert doc["gpus"] == [] and "nvml-unavailable" in codes(doc)
             (w,) = [w for w in doc["warnings"] if w["code"] == "nvml-unavailable"]
             assert w["severity"] == "warning"  # the OS sees an NVIDIA card: this is a real problem
         fake_nvml.write({"init_error": "DRIVER_NOT_LOADED", "gpus": [gpu(0)]})
-        with sidecar(job.pid, fake_nvml.env({"DSH_SYSFS_ROOT": str(sysfs)})) as sc:
+        with sidecar(job.pid, fake_nvml.env(), sysfs) as sc:
             doc = sc.wait_status(lambda d: "nvml-unavailable" in codes(d), what="driver not loaded")
             assert doc["nvml"]["ok"] is False and "not loaded" in doc["nvml"]["error"].lower()
             # The driver comes up: the sidecar retries with backoff and recovers without a restart.
@@ -258,9 +259,9 @@ def test_no_driver_then_failing_driver(tmp_path, fake_nvml, sysfs):
             assert doc["gpus"][0]["util_pct"] == 55
 
 
-def test_gpu_lost_and_not_supported(tmp_path, fake_nvml, env):
+def test_gpu_lost_and_not_supported(tmp_path, fake_nvml, env, sysfs):
     fake_nvml.write({"gpus": [gpu(0, util_gpu=40), gpu(1, util_gpu=60, not_supported=["utilization"])]})
-    with FakeJob(tmp_path / "job", {"main": trainer_spec()}) as job, sidecar(job.pid, env) as sc:
+    with FakeJob(tmp_path / "job", {"main": trainer_spec()}) as job, sidecar(job.pid, env, sysfs) as sc:
         doc = sc.wait_status(lambda d: len(d["gpus"]) == 2, what="two GPUs")
         assert doc["gpus"][0]["util_pct"] == 40 and doc["gpus"][1]["util_pct"] is None
         assert doc["gpus"][1]["mem_total_mib"] == 81920
@@ -271,10 +272,10 @@ def test_gpu_lost_and_not_supported(tmp_path, fake_nvml, env):
         assert sc.get("/healthz")[1]["ok"] is True
 
 
-def test_target_exit_keeps_last_state_and_cleans_segment(tmp_path, fake_nvml, env):
+def test_target_exit_keeps_last_state_and_cleans_segment(tmp_path, fake_nvml, env, sysfs):
     fake_nvml.write({"gpus": [gpu(0)]})
     job = FakeJob(tmp_path / "job", {"main": trainer_spec()})
-    with sidecar(job.pid, env, "--grace", "2") as sc:
+    with sidecar(job.pid, env, sysfs, "--grace", "2") as sc:
         sc.wait_status(lambda d: d["status"] == "GPU")
         os.kill(job.pid, signal.SIGKILL)  # no atexit: the segment stays behind
         job.proc.wait()

@@ -43,9 +43,13 @@ def sysfs(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def sidecar_env(fake_nvml, sysfs):
-    return fake_nvml.env(
-        {"DSH_SYSFS_ROOT": str(sysfs), "DSH_SIDECAR_RULES": json.dumps({"idle_window_s": 2.0})}
-    )
+def sysfs_args(sysfs: Path) -> list[str]:
+    """A sidecar's arguments that make it read the fake /sys (`sysfs`), not the machine's."""
+    return ["--path.sysfs", str(sysfs)]
+
+
+@pytest.fixture
+def sidecar_env(fake_nvml):
+    return fake_nvml.env({"DSH_SIDECAR_RULES": json.dumps({"idle_window_s": 2.0})})
 
 

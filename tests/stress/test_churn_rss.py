@@ -52,8 +52,9 @@ def test_a_root_discovery_sidecar_under_job_churn_stays_under_its_rss_bound(no_p
         tmp_path / "sys",
         [{"pci": f"0000:{0x10 + i:02x}:00.0", "vendor": "0x10de", "driver": "nvidia"} for i in range(GPUS)],
     )
-    env = fake_nvml.env({"DSH_SYSFS_ROOT": str(sysfs)})
-    with Sidecar(["--port", "0", "--interval", "0.25", "--history", "3600"], env=env) as sc:
+    env = fake_nvml.env()
+    args = ["--port", "0", "--interval", "0.25", "--history", "3600", "--path.sysfs", str(sysfs)]
+    with Sidecar(args, env=env) as sc:
         running: deque[list[int]] = deque()
         seen: set[int] = set()
         started = 0

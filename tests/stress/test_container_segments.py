@@ -14,9 +14,9 @@ import sys
 
 import pytest
 
+from hostfs.procroot import open_in_root
 from probe_wire import read_segment
 from probe_wire.home import segment_home
-from probe_wire.procroot import open_in_root
 from sidecar.sources.proctree import ProcessTreeSource
 from sidecar.sources.segments import SegmentSource
 from tests.helpers.harness import REPO, python_env, wait_for

@@ -12,9 +12,9 @@ import threading
 
 import pytest
 
+from hostfs.procid import process_identity
 from probe_wire import segment_path
-from probe_wire.procid import process_identity
-from sidecar.poll.jobs import MAX_CANDIDATES
+from sidecar.poll.discovery import MAX_CANDIDATES
 from tests.helpers.harness import REPO, python_env, wait_for
 from tests.helpers.other_users import FORGER, NOBODY, write_as
 
@@ -212,6 +212,6 @@ def test_16_segments_of_16_mib_whose_writer_only_moves_the_seq():
 
 def test_1030_segments_one_per_thread():
     """Before: 256 jobs, one per thread id, each listing the 1,031 threads: one poll 4.9 s, the mean
-    804x. Now a thread id names no probe's segment (probe_wire.procid.leader_real_uid), and a user's
+    804x. Now a thread id names no probe's segment (hostfs.procid.leader_real_uid), and a user's
     names have 64 owner checks a poll."""
     _flood_beside_control("threads")

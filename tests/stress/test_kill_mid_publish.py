@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from probe_wire import process_start_ticks, read_segment, segment_path
+from hostfs.procid import process_start_ticks
+from probe_wire import read_segment, segment_path
 from probe_wire.header import header_identity
 from sidecar.poll.poller import Poller
 from tests.fakenvml import gpu
@@ -163,7 +164,7 @@ def kill_mid_publish(pid: int, tries: int = 500) -> int:
 
 
 @pytest.mark.slow
-def test_sidecar_keeps_last_state_and_history_after_sigkill_mid_publish(tmp_path, fake_nvml, sidecar_env):
+def test_sidecar_keeps_last_state_and_history_after_sigkill_mid_publish(tmp_path, fake_nvml, sidecar_env, sysfs_args):
     job = subprocess.Popen([sys.executable, "-m", "tests.helpers.stress_jobs", "slow"], env=python_env(), cwd=REPO)
     try:
         wait_for(lambda: read_segment(job.pid).state in ("ok", "busy"), what="writer's segment")
@@ -176,7 +177,7 @@ def test_sidecar_keeps_last_state_and_history_after_sigkill_mid_publish(tmp_path
             }
         )
         with Sidecar(
-            ["--pid", str(job.pid), "--port", "0", "--interval", "0.2", "--stay"], env=sidecar_env
+            ["--pid", str(job.pid), "--port", "0", "--interval", "0.2", "--stay", *sysfs_args], env=sidecar_env
         ) as sc:
             docs = []
 

@@ -39,8 +39,9 @@ def history_span_s(port: int, token: str | None) -> float:
 def test_50_clients_polling_status_and_history_for_10_s(tmp_path, fake_nvml, sysfs):
     with BusyJob(tmp_path, processes=64, gpus=8) as job:
         fake_nvml.write(busy_scenario(job.pids, 8))
-        env = fake_nvml.env({"DSH_SYSFS_ROOT": str(sysfs)})
-        with Sidecar(["--pid", str(job.pid), "--port", "0"], env=env) as sc:  # the default interval
+        env = fake_nvml.env()
+        args = ["--pid", str(job.pid), "--port", "0", "--path.sysfs", str(sysfs)]
+        with Sidecar(args, env=env) as sc:  # the default interval
             doc = sc.wait_status(
                 lambda d: len(d["processes"]) == 64 and len(d["gpus"]) == 8 and d["processes"][-1]["gpu"],
                 what="the whole busy job",
@@ -72,8 +73,8 @@ def test_a_tree_churning_every_100_ms_does_not_grow_the_sidecar(tmp_path, fake_n
     fake_nvml.write({"gpus": [gpu(0)]})
     with BusyJob(tmp_path, processes=16, gpus=1, churn_period_s=0.1) as job:
         fake_nvml.write({"gpus": [gpu(0, util_gpu=90, processes=[{"pid": job.pid, "used_mib": 5000}])]})
-        env = fake_nvml.env({"DSH_SYSFS_ROOT": str(sysfs)})
-        args = ["--pid", str(job.pid), "--port", "0", "--interval", "0.2", "--history", "4"]
+        env = fake_nvml.env()
+        args = ["--pid", str(job.pid), "--port", "0", "--interval", "0.2", "--history", "4", "--path.sysfs", str(sysfs)]
         with Sidecar(args, env=env) as sc:
             port = int(sc.url.rsplit(":", 1)[1])
             sc.wait_status(lambda d: len(d["processes"]) >= 10, what="the churning tree")

@@ -33,11 +33,11 @@ def poll_errors(sc: Sidecar) -> dict[str, float]:
 
 
 @pytest.mark.slow
-def test_driver_faults_cost_fields_never_the_poll(tmp_path, fake_nvml, sidecar_env):
+def test_driver_faults_cost_fields_never_the_poll(tmp_path, fake_nvml, sidecar_env, sysfs_args):
     fake_nvml.write({"init_error": "NO_PERMISSION", "gpus": [gpu(0), gpu(1)]})
     with FakeJob(tmp_path / "job", {"main": TRAINER}) as job:
         busy = {"pid": job.pid, "used_mib": 4000, "sm_util": 80}
-        with Sidecar(["--pid", str(job.pid), "--port", "0", *METRICS_AT_ONCE, "--interval", "0.2"], env=sidecar_env) as sc:
+        with Sidecar(["--pid", str(job.pid), "--port", "0", *METRICS_AT_ONCE, "--interval", "0.2", *sysfs_args], env=sidecar_env) as sc:
             # 1. nvmlInit refused: served anyway, the verdict from the probe alone, the reason given.
             doc = sc.wait_status(lambda d: d["processes"] and d["processes"][0]["models"], what="first polls")
             assert doc["nvml"]["ok"] is False and "permission" in doc["nvml"]["error"].lower()
@@ -168,7 +168,7 @@ def test_insufficient_size_race_is_retried_and_a_persistent_one_costs_one_field(
         assert r["ok"] and len(r["pids0"]) == r["n"] == 442 and r["errors0"] == {} and not r["call_errors"]
 
 
-def test_a_driver_that_disappears_and_comes_back_under_load(tmp_path, fake_nvml, sidecar_env):
+def test_a_driver_that_disappears_and_comes_back_under_load(tmp_path, fake_nvml, sidecar_env, sysfs_args):
     """The scenario file flips every ~50 ms between 8 GPUs, 0 GPUs, a lost GPU and unsupported
     queries while the sidecar polls every 0.1 s: every answer is a consistent document."""
     import threading
@@ -191,7 +191,7 @@ def test_a_driver_that_disappears_and_comes_back_under_load(tmp_path, fake_nvml,
             time.sleep(0.05)
 
     with FakeJob(tmp_path / "job", {"main": TRAINER}) as job:
-        with Sidecar(["--pid", str(job.pid), "--port", "0", *METRICS_AT_ONCE, "--interval", "0.1"], env=sidecar_env) as sc:
+        with Sidecar(["--pid", str(job.pid), "--port", "0", *METRICS_AT_ONCE, "--interval", "0.1", *sysfs_args], env=sidecar_env) as sc:
             sc.wait_status(lambda d: d["nvml"]["ok"], what="first poll")
             flipper = threading.Thread(target=flip, daemon=True)
             flipper.start()

@@ -11,7 +11,8 @@ import subprocess
 import msgpack
 import pytest
 
-from probe_wire import SegmentWriter, process_start_ticks, read_segment
+from hostfs.procid import process_start_ticks
+from probe_wire import SegmentWriter, read_segment
 from sidecar.poll.poller import Poller
 from sidecar.verdict import Rules
 from tests.helpers.payloads import full_payload

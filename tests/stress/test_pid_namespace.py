@@ -15,7 +15,8 @@ import zlib
 import pytest
 
 import probe_wire as segment
-from probe_wire import MAGIC, SegmentWriter, process_start_ticks, read_segment, segment_path
+from hostfs.procid import pid_namespace_id, process_start_ticks
+from probe_wire import MAGIC, SegmentWriter, read_segment, segment_path
 from probe_wire.codec import _pack
 from sidecar.poll.poller import Poller
 from sidecar.sources.proctree import TreeSnapshot
@@ -69,7 +70,8 @@ def test_a_sidecar_in_another_pid_namespace_never_sweeps_our_live_segments(host_
 
 WRITER_IN_NS = """
 import os, sys
-from probe_wire import SegmentWriter, empty_payload, process_start_ticks
+from hostfs.procid import process_start_ticks
+from probe_wire import SegmentWriter, empty_payload
 w = SegmentWriter()
 w.publish(empty_payload(start_ticks=w.start_ticks))
 print(w.name, w.pidns, flush=True)
@@ -85,7 +87,7 @@ def test_our_sidecar_never_sweeps_the_segment_of_a_writer_in_another_namespace()
     proc = in_new_pid_namespace(WRITER_IN_NS)
     try:
         name, pidns = proc.stdout.readline().split()
-        assert name == "/dsh-probe.1" and int(pidns) != segment.pid_namespace_id()
+        assert name == "/dsh-probe.1" and int(pidns) != pid_namespace_id()
         r = read_segment(1)
         assert r.state == "stale" and "another PID namespace" in r.error, r
         src = SegmentSource()

@@ -114,7 +114,7 @@ def _pods_api(pods: dict) -> ThreadingHTTPServer:
     return server
 
 
-def test_a_watched_job_in_a_pod_shows_its_pod_in_the_document_and_on_job_info(cgroup2, sidecar_env):
+def test_a_watched_job_in_a_pod_shows_its_pod_in_the_document_and_on_job_info(cgroup2, sidecar_env, sysfs_args):
     root, made, procs = cgroup2
     job = _job(procs)
     _move(root, made, f"{BURSTABLE}/cri-containerd-{CID}.scope", job.pid)
@@ -130,7 +130,7 @@ def test_a_watched_job_in_a_pod_shows_its_pod_in_the_document_and_on_job_info(cg
     server = _pods_api(pod_list)
     try:
         env = {**sidecar_env, "DSH_KUBELET_PODS_URL": f"http://127.0.0.1:{server.server_port}/pods"}
-        with Sidecar(["--pid", str(job.pid), "--port", "0", *METRICS_AT_ONCE, "--interval", "0.2"], env=env) as sc:
+        with Sidecar(["--pid", str(job.pid), "--port", "0", *METRICS_AT_ONCE, "--interval", "0.2", *sysfs_args], env=env) as sc:
             doc = sc.wait_status(lambda d: d["pod"] is not None, what="the job's pod")
             assert doc["pod"] == {
                 "namespace": "research", "pod": "trainer-0", "uid": UID, "container": "pytorch", "container_id": CID,
@@ -173,7 +173,7 @@ def _polls_on(sc, seconds: float) -> dict:
     return sc.wait_status(lambda d: d["time_unix_s"] >= first["time_unix_s"] + seconds, what=f"{seconds} s of polls")
 
 
-def test_a_pod_s_names_in_a_user_s_delegated_subtree_name_no_pod(cgroup2, sidecar_env):
+def test_a_pod_s_names_in_a_user_s_delegated_subtree_name_no_pod(cgroup2, sidecar_env, sysfs_args):
     """Issue 37 item 6: a process in ``<delegated subtree>/kubepods/pod<victim UID>/<victim
     container id>`` was attributed to the victim's pod and container (source kubelet)."""
     root, made, procs = cgroup2
@@ -183,7 +183,7 @@ def test_a_pod_s_names_in_a_user_s_delegated_subtree_name_no_pod(cgroup2, sideca
     try:
         env = {**sidecar_env, "DSH_KUBELET_PODS_URL": f"http://127.0.0.1:{server.server_port}/pods"}
         assert PodLookup(pods_url=env["DSH_KUBELET_PODS_URL"]).pod_of(crafted.pid) is None
-        with Sidecar(["--pid", str(crafted.pid), "--port", "0", *METRICS_AT_ONCE, "--interval", "0.2"], env=env) as sc:
+        with Sidecar(["--pid", str(crafted.pid), "--port", "0", *METRICS_AT_ONCE, "--interval", "0.2", *sysfs_args], env=env) as sc:
             doc = _polls_on(sc, 1.0)
             assert doc["pod"] is None
             info = _job_info(sc)
@@ -193,7 +193,7 @@ def test_a_pod_s_names_in_a_user_s_delegated_subtree_name_no_pod(cgroup2, sideca
         server.server_close()
 
 
-def test_a_configured_kubelet_cgroup_root_names_the_pods_below_it(cgroup2, sidecar_env):
+def test_a_configured_kubelet_cgroup_root_names_the_pods_below_it(cgroup2, sidecar_env, sysfs_args):
     root, made, procs = cgroup2
     job = _job(procs)
     _move(root, made, f"kube/kubepods/besteffort/pod{UID}/{CID}", job.pid)
@@ -201,6 +201,7 @@ def test_a_configured_kubelet_cgroup_root_names_the_pods_below_it(cgroup2, sidec
     try:
         env = {**sidecar_env, "DSH_KUBELET_PODS_URL": f"http://127.0.0.1:{server.server_port}/pods"}
         args = ["--pid", str(job.pid), "--port", "0", *METRICS_AT_ONCE, "--interval", "0.2", "--kubelet-cgroup-root", "/kube"]
+        args += sysfs_args
         with Sidecar(args, env=env) as sc:
             doc = sc.wait_status(lambda d: d["pod"] is not None, what="the job's pod")
             assert (doc["pod"]["pod"], doc["pod"]["container_id"], doc["pod"]["source"]) == ("trainer-0", CID, "kubelet")
@@ -209,7 +210,7 @@ def test_a_configured_kubelet_cgroup_root_names_the_pods_below_it(cgroup2, sidec
         server.server_close()
 
 
-def test_without_a_kubelet_the_cgroup_s_pod_and_container_id_show(cgroup2, sidecar_env, tmp_path):
+def test_without_a_kubelet_the_cgroup_s_pod_and_container_id_show(cgroup2, sidecar_env, sysfs_args, tmp_path):
     """Issue 37 item 8: the container's id, parsed from the cgroup, reaches the document when no
     kubelet answers (no Pods API, no pod-resources socket)."""
     root, made, procs = cgroup2
@@ -217,7 +218,7 @@ def test_without_a_kubelet_the_cgroup_s_pod_and_container_id_show(cgroup2, sidec
     _move(root, made, f"{BURSTABLE}/cri-containerd-{CID}.scope", job.pid)
     env = {k: v for k, v in sidecar_env.items() if k != "DSH_KUBELET_PODS_URL"}
     env["DSH_KUBELET_POD_RESOURCES_SOCKET"] = str(tmp_path / "absent.sock")
-    with Sidecar(["--pid", str(job.pid), "--port", "0", *METRICS_AT_ONCE, "--interval", "0.2"], env=env) as sc:
+    with Sidecar(["--pid", str(job.pid), "--port", "0", *METRICS_AT_ONCE, "--interval", "0.2", *sysfs_args], env=env) as sc:
         doc = sc.wait_status(lambda d: d["pod"] is not None, what="the job's pod")
         assert doc["pod"] == {
             "namespace": None, "pod": None, "uid": UID, "container": None, "container_id": CID, "source": "cgroup"

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from probe_wire import process_start_ticks, read_segment, remove_segment, segment_path
+from hostfs.procid import process_start_ticks
+from probe_wire import read_segment, remove_segment, segment_path
 from sidecar.poll.poller import Poller
 from tests.fakenvml import gpu
 from tests.helpers.harness import REPO, Sidecar, codes, python_env, wait_for
@@ -45,7 +46,7 @@ def free_port() -> int:
 
 @pytest.mark.slow
 def test_sidecar_sigkilled_and_restarted_reattaches_and_the_job_never_notices(
-    tmp_path, fake_nvml, sidecar_env
+    tmp_path, fake_nvml, sidecar_env, sysfs_args
 ):
     out, stop = tmp_path / "train.json", tmp_path / "stop"
     fake_nvml.write({"gpus": [gpu(0)]})
@@ -59,7 +60,7 @@ def test_sidecar_sigkilled_and_restarted_reattaches_and_the_job_never_notices(
     try:
         assert job.stdout.readline().strip() == "training"
         port = free_port()
-        args = ["--pid", str(job.pid), "--port", str(port), "--interval", "0.2"]
+        args = ["--pid", str(job.pid), "--port", str(port), "--interval", "0.2", *sysfs_args]
 
         def calls(doc: dict) -> int:
             models = doc["processes"][0]["models"] if doc["processes"] else []
@@ -169,7 +170,7 @@ def test_a_new_writer_replaces_the_leftover_of_its_pid_and_cleaners_spare_it(zyg
 
 @needs_pid_control
 @pytest.mark.slow
-def test_sidecar_does_not_adopt_a_process_that_reuses_the_target_pid(tmp_path: Path, fake_nvml, sidecar_env):
+def test_sidecar_does_not_adopt_a_process_that_reuses_the_target_pid(tmp_path: Path, fake_nvml, sidecar_env, sysfs_args):
     fake_nvml.write({"gpus": [gpu(0)]})
     target = subprocess.Popen(
         [sys.executable, "-m", "tests.helpers.stress_jobs", "once"],
@@ -181,7 +182,7 @@ def test_sidecar_does_not_adopt_a_process_that_reuses_the_target_pid(tmp_path: P
     try:
         assert target.stdout.readline() == b"published\n"
         with Sidecar(
-            ["--pid", str(target.pid), "--port", "0", "--interval", "0.2", "--stay"], env=sidecar_env
+            ["--pid", str(target.pid), "--port", "0", "--interval", "0.2", "--stay", *sysfs_args], env=sidecar_env
         ) as sc:
             sc.wait_status(lambda d: d["processes"] and d["processes"][0]["models"], what="target's model")
             pid = target.pid

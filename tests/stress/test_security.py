@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from probe_wire import SegmentWriter, process_start_ticks, read_segment, segment_path
+from hostfs.procid import process_start_ticks
+from probe_wire import SegmentWriter, read_segment, segment_path
 from sidecar.common.catalogue import render
 from sidecar.serve.server import _token_ok
 from tests.helpers.harness import METRICS_AT_ONCE, REPO, Sidecar, python_env, wait_for

@@ -22,7 +22,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import probe_wire as segment
-from probe_wire import HEADER, MAGIC, MAX_SEGMENT_BYTES, SegmentWriter, process_start_ticks, read_segment
+from hostfs.procid import process_start_ticks
+from probe_wire import HEADER, MAGIC, MAX_SEGMENT_BYTES, SegmentWriter, read_segment
 from probe_wire import reader as wire_reader
 from sidecar.poll.poller import Poller
 from sidecar.sources.segments import BUSY_POLLS_UNREADABLE

@@ -13,7 +13,8 @@ import sys
 
 import pytest
 
-from probe_wire import has_live_segment, process_start_ticks, segment_path
+from hostfs.procid import process_start_ticks
+from probe_wire import has_live_segment, segment_path
 from probe_wire.cleanup import sweep_dead_segments
 from probe_wire.names import SHM_DIR
 from tests.helpers.harness import REPO, python_env

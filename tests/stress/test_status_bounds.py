@@ -16,7 +16,8 @@ from collections.abc import Iterator
 import msgpack
 import pytest
 
-from probe_wire import MAX_SEGMENT_BYTES, SegmentWriter, process_start_ticks
+from hostfs.procid import process_start_ticks
+from probe_wire import MAX_SEGMENT_BYTES, SegmentWriter
 from sidecar.documents import bounds
 from sidecar.poll.poller import Poller
 from sidecar.serve.metrics import make_metrics

@@ -234,7 +234,7 @@ def _design_fact_table() -> str:
 def test_the_path_of_a_fact_in_the_design_doc_names_what_the_code_has():
     root = os.path.dirname(os.path.dirname(os.path.dirname(contract.__file__)))
     code = ""
-    for folder in ("probe", "probe_wire", "sidecar"):
+    for folder in ("hostfs", "probe", "probe_wire", "sidecar"):
         for dp, _, files in os.walk(os.path.join(root, folder)):
             for f in files:
                 if f.endswith((".py", ".js")):

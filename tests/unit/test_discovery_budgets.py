@@ -1,6 +1,6 @@
 """What one user's segments may cost root's discovery a poll (issue 37 item 9): the owner checks of
-a user's names (poll/finder.py SegmentOwners: OWNER_CHECKS_PER_POLL a poll, the rest waiting in
-turn; never another user's), and the turns of a flagged user's jobs (poll/jobs.py JobTurns)."""
+a user's names (sources/segment_dir.py SegmentOwners: OWNER_CHECKS_PER_POLL a poll, the rest waiting in
+turn; never another user's), and the turns of a flagged user's jobs (poll/discovery.py JobTurns)."""
 
 from __future__ import annotations
 
@@ -11,21 +11,21 @@ from types import SimpleNamespace
 
 import pytest
 
-import sidecar.poll.finder as finder
-from probe_wire.procid import process_start_ticks
+import sidecar.sources.segment_dir as segment_dir
+from hostfs.procid import process_start_ticks
 from probe_wire.shm_index import NameIndex
-from sidecar.poll.finder import FLOODING_WAITING, OWNER_CHECKS_PER_POLL, SegmentOwners
-from sidecar.poll.jobs import FLAGGED_POLLS, JobTurns
+from sidecar.poll.discovery import FLAGGED_POLLS, JobTurns
+from sidecar.sources.segment_dir import FLOODING_WAITING, OWNER_CHECKS_PER_POLL, SegmentOwners
 
 OTHER = 65534
 
 
 @pytest.fixture
 def checks(monkeypatch) -> list[int]:
-    """The pids whose process finder.leader_real_uid read, since the list was last cleared."""
+    """The pids whose process segment_dir.leader_real_uid read, since the list was last cleared."""
     read: list[int] = []
-    real = finder.leader_real_uid
-    monkeypatch.setattr(finder, "leader_real_uid", lambda pid: read.append(pid) or real(pid))
+    real = segment_dir.leader_real_uid
+    monkeypatch.setattr(segment_dir, "leader_real_uid", lambda pid, **kw: read.append(pid) or real(pid, **kw))
     return read
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from sidecar.documents import bounds
 from sidecar.documents.document import fair_share
-from sidecar.poll.jobs import MAX_JOBS, JobsPoller, _Job
+from sidecar.poll.discovery import MAX_JOBS, JobsPoller, _Job
 
 
 def test_each_owner_gets_turns_and_the_order_is_kept():

@@ -24,6 +24,7 @@ import msgpack
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from hostfs.procid import pid_namespace_id, process_start_ticks
 from probe_wire import SegmentWriter, read_segment
 from probe_wire import follower as follower_module
 from probe_wire.follower import READ_SLACK_BYTES, SegmentFollower
@@ -40,7 +41,6 @@ from probe_wire.header import (
     SEQ_OFFSET,
 )
 from probe_wire.prefix import PrefixSlot
-from probe_wire.procid import pid_namespace_id, process_start_ticks
 from probe_wire.reader import CLOSED_ERROR, READ_ATTEMPTS, SegmentRead, read_consistent
 from probe_wire.schema import MAX_EVENTS, validate_payload
 from tests.helpers.hypothesis_profiles import examples

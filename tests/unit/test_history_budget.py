@@ -9,9 +9,10 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
-from probe_wire import process_start_ticks, read_segment
+from hostfs.procid import process_start_ticks
+from probe_wire import read_segment
+from sidecar.poll.discovery import JobsPoller
 from sidecar.poll.history import History, HistoryBudget, Sample, sample_bytes
-from sidecar.poll.jobs import JobsPoller
 from sidecar.verdict import RecentSample
 from tests.helpers.harness import REPO, python_env, wait_for
 

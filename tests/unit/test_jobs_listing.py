@@ -13,9 +13,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from probe_wire.procid import process_identity, process_real_uid
+from hostfs.procid import process_identity, process_real_uid
+from sidecar.poll.discovery import REDISCOVER_EVERY_POLLS, JobsPoller
 from sidecar.poll.finder import JobFinder
-from sidecar.poll.jobs import REDISCOVER_EVERY_POLLS, JobsPoller
 from sidecar.sources.owners import next_recheck
 
 
@@ -84,7 +84,9 @@ def test_the_sweep_of_dead_writers_skips_the_segments_the_jobs_read_ok(tmp_path,
     poll (live writers): reading each of them again cost a poll milliseconds every 20 polls."""
     from types import SimpleNamespace
 
-    import sidecar.poll.jobs as jobs_module
+    import sidecar.poll.discovery as discovery
+    import sidecar.sources.segment_dir as segment_dir
+    from hostfs.paths import HOST
     from sidecar.sources.segments import ProbeRead, SegmentSource
 
     shm = tmp_path / "shm"
@@ -97,12 +99,12 @@ def test_the_sweep_of_dead_writers_skips_the_segments_the_jobs_read_ok(tmp_path,
     p._discover = lambda now, nvml: None  # type: ignore[method-assign]
     p._publish = lambda now: SimpleNamespace(jobs={})  # type: ignore[method-assign]
     swept = []
-    monkeypatch.setattr(jobs_module, "sweep_dead_segments", lambda **kw: swept.append(kw))
-    monkeypatch.setattr(jobs_module, "poll_nvml", lambda source, errors: SimpleNamespace(ok=False, devices=()))
+    monkeypatch.setattr(segment_dir, "sweep_dead_segments", lambda **kw: swept.append(kw))
+    monkeypatch.setattr(discovery, "poll_nvml", lambda source, errors: SimpleNamespace(ok=False, devices=()))
     p.poll_count = 0  # a sweep poll
     p.poll_once()
     # The names as discovery follows them, a part at a time: here none.
-    assert swept == [{"skip": {4242: 7}, "shm_dir": str(shm), "names": ([], [])}]
+    assert swept == [{"skip": {4242: 7}, "shm_dir": str(shm), "names": ([], []), "host": HOST}]
 
 
 def test_the_os_devices_are_matched_to_nvml_once_for_the_same_inputs():
@@ -126,8 +128,8 @@ def test_the_sweep_skips_only_the_names_a_live_writer_may_hold(monkeypatch):
     import subprocess
 
     import probe_wire as wire
+    from hostfs.procid import process_start_ticks
     from probe_wire.names import segment_path
-    from probe_wire.procid import process_start_ticks
 
     proc = subprocess.Popen(["sleep", "60"])
     pid, writers = proc.pid, []

@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from probe_wire.procid import process_identity
-from sidecar.poll.jobs import MAX_CANDIDATES, JobsPoller
+from hostfs.procid import process_identity
+from sidecar.poll.discovery import MAX_CANDIDATES, JobsPoller
 from tests.helpers.harness import wait_for
 
 NOBODY = 65534

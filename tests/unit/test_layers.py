@@ -15,7 +15,7 @@ import pytest
 from importlinter.api import read_configuration
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("probe", "probe_wire", "sidecar")
+PACKAGES = ("hostfs", "probe", "probe_wire", "sidecar")
 # lint-imports, as its console script runs it; no cache: a copy's graph must never be read from one.
 LINT = [sys.executable, "-c", "import sys; from importlinter.cli import lint_imports_command as c; sys.exit(c())"]
 
@@ -62,7 +62,7 @@ WRONG_IMPORTS = [
     ("sidecar/verdict/rules.py", "import sidecar.poll.poller", "sidecar-layers"),
     ("sidecar/common/memo.py", "from sidecar.verdict import facts", "sidecar-layers"),
     ("sidecar/sources/proctree.py", "from sidecar.documents import bounds", "sidecar-layers"),
-    ("sidecar/poll/jobs.py", "from sidecar.serve import metrics", "sidecar-layers"),
+    ("sidecar/poll/discovery.py", "from sidecar.serve import metrics", "sidecar-layers"),
     ("sidecar/layerless.py", "X = 1", "sidecar-layers"),  # a module outside every layer
     ("sidecar/documents/document.py", "from sidecar.sources import proctree", "facts-not-sources"),
     ("sidecar/verdict/facts.py", "from sidecar.sources.sysfs import list_system_gpus", "facts-not-sources"),
@@ -70,6 +70,12 @@ WRONG_IMPORTS = [
     ("sidecar/sources/sysfs.py", "import probe", "sidecar-without-probe-and-torch"),
     ("sidecar/common/catalogue.py", "import torch", "sidecar-without-probe-and-torch"),
     ("probe_wire/names.py", "from sidecar.documents import bounds", "wire-stands-alone"),
+    ("hostfs/procid.py", "from probe_wire import names", "hostfs-stands-alone"),
+    ("hostfs/paths.py", "import sidecar.common.memo", "hostfs-stands-alone"),
+    ("sidecar/poll/finder.py", "from hostfs.procid import leader_real_uid", "only-sources-read-the-os"),
+    ("sidecar/cli/doctor.py", "from probe_wire.names import list_segment_files", "only-sources-read-the-os"),
+    ("sidecar/poll/discovery.py", "from probe_wire.cleanup import sweep_dead_segments", "only-sources-read-the-os"),
+    ("sidecar/serve/server.py", "from hostfs.paths import HOST", "only-sources-read-the-os"),
 ]
 
 

@@ -1,5 +1,5 @@
 """sources/owners.KnownProcesses: a process's identity and real uid read once while it lives, with
-real processes and real pidfds; every answer checked against probe_wire.procid's."""
+real processes and real pidfds; every answer checked against hostfs.procid's."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from probe_wire.procid import process_identity, process_real_uid
+from hostfs.procid import process_identity, process_real_uid
 from sidecar.sources import owners
 from sidecar.sources.owners import KnownProcesses, next_recheck
 
@@ -222,7 +222,7 @@ def test_a_process_not_asked_about_for_a_recheck_period_gives_its_pidfd_back(sle
 
 def test_no_pidfds_where_proc_shows_another_pid_namespace(sleepers, monkeypatch):
     [p] = sleepers()
-    monkeypatch.setattr(owners, "proc_is_ours", lambda: False)
+    monkeypatch.setattr(owners, "proc_is_ours", lambda **kw: False)
     known = KnownProcesses(8)
     known.new_poll()
     assert known.identity(p.pid) == process_identity(p.pid) and len(known) == 0

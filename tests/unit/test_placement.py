@@ -10,7 +10,7 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
-from probe_wire.procid import process_start_ticks
+from hostfs.procid import process_start_ticks
 from sidecar.poll.placement import Placement, distributed_facts
 from sidecar.sources.kubelet.lookup import PodLookup, ProcessPods
 

@@ -19,9 +19,10 @@ torch = pytest.importorskip("torch")
 
 import probe  # noqa: E402
 import probe._models as probe_models  # noqa: E402
+from hostfs.procid import process_start_ticks  # noqa: E402
 from probe._state import PROBE  # noqa: E402
 from probe.hooks import ProbeWorkerInit  # noqa: E402
-from probe_wire import process_start_ticks, read_segment, segment_path, validate_payload  # noqa: E402
+from probe_wire import read_segment, segment_path, validate_payload  # noqa: E402
 from probe_wire.reader import CLOSED_ERROR  # noqa: E402
 from tests.helpers.in_process_probe import stop_in_process_probe  # noqa: E402
 

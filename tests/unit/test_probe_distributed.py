@@ -8,8 +8,8 @@ import os
 
 import pytest
 
+from hostfs.procid import process_identity, process_parent
 from probe import _distributed
-from probe_wire.procid import process_identity, process_parent
 
 TORCHRUN_STATIC = {"TORCHELASTIC_RUN_ID": "none", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
 

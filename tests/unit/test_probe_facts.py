@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
+from hostfs.procid import process_start_ticks
 from probe import facts
-from probe_wire import SegmentWriter, empty_payload, process_start_ticks, segment_path
+from probe_wire import SegmentWriter, empty_payload, segment_path
 
 torch = pytest.importorskip("torch")
 

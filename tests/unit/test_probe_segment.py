@@ -24,13 +24,13 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import probe_wire as wire
+from hostfs.procid import pid_namespace_id, process_start_ticks
 from probe_wire import (
     HEADER_BYTES,
     MAGIC,
     SegmentError,
     SegmentWriter,
     empty_payload,
-    process_start_ticks,
     read_segment,
     segment_path,
 )
@@ -489,7 +489,7 @@ def test_writer_keeps_a_namesake_it_cannot_prove_dead_and_falls_back(live_pid):
 def test_a_scratch_file_of_a_writer_killed_while_creating_is_swept(live_pid):
     """Killed between creating its file and naming it: only the scratch name is left, and that name
     says whose it was."""
-    ns = wire.pid_namespace_id()
+    ns = pid_namespace_id()
     gone = subprocess.Popen(["true"])
     gone.wait()
     scratch = os.path.join(wire.SHM_DIR, f"dsh-probe-new.{ns}.{gone.pid}.12345.0123abcd")

@@ -320,12 +320,13 @@ def test_the_psutil_fallback_uses_the_probe_s_identity_and_keeps_live_segments(m
     """Issue 12 item 7: on a kernel without /proc/PID/task/TID/children the tree comes from psutil,
     whose start_ticks were ticks since 1970 (create_time * CLK_TCK) while the probe writes ticks since
     boot: every live child's segment read as stale and was unlinked."""
-    from probe_wire import process_start_ticks, segment_path
+    from hostfs.procid import process_start_ticks
+    from probe_wire import segment_path
     from sidecar.sources import proctree
     from sidecar.sources.segments import SegmentSource
     from tests.helpers.harness import REPO, python_env
 
-    monkeypatch.setattr(proctree, "_has_children_files", lambda: False)  # such a kernel
+    monkeypatch.setattr(proctree, "_has_children_files", lambda host: False)  # such a kernel
     job = subprocess.Popen(
         ["sh", "-c", f"{sys.executable} -m tests.helpers.stress_jobs once & wait"],
         cwd=REPO,

@@ -15,7 +15,8 @@ import msgpack
 import pytest
 
 import probe_wire as segment
-from probe_wire import HEADER, MAGIC, MAX_SEGMENT_BYTES, process_start_ticks, read_segment
+from hostfs.procid import process_start_ticks
+from probe_wire import HEADER, MAGIC, MAX_SEGMENT_BYTES, read_segment
 from probe_wire.follower import JUDGE_BY_HEADER_BYTES, ReadBudget, SegmentFollower
 from tests.helpers.stress_jobs import variant
 

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from hostfs.procid import process_start_ticks
 from probe_wire.names import list_segment_files
-from probe_wire.procid import process_start_ticks
 from probe_wire.shm_index import MAX_NAMES_PER_PID, NameIndex
 
 

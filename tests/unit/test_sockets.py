@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from probe_wire import procfs
+from hostfs.paths import HostPaths
 from sidecar.sources import sockets
 
 HEADER = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
@@ -22,16 +22,22 @@ def _row(n: int, local: tuple[str, int], remote: tuple[str, int], state: str, ui
     return f"{n:4}: {hexed(local)} {hexed(remote)} {state} 00000000:00000000 00:00000000 00000000 {uid:5} 0 {n} 1\n"
 
 
+class _Tables:
+    """The socket tables of a fake /proc at ``root``: ``host`` names it to the readers."""
+
+    def __init__(self, root) -> None:
+        (root / "net").mkdir()
+        self.root = root
+        self.host = HostPaths(procfs=str(root))
+
+    def __call__(self, v4: str = "", v6: str = "") -> None:
+        (self.root / "net" / "tcp").write_text(HEADER + v4)
+        (self.root / "net" / "tcp6").write_text(HEADER + v6)
+
+
 @pytest.fixture
-def fake_tables(tmp_path, monkeypatch):
-    (tmp_path / "net").mkdir()
-    monkeypatch.setattr(procfs, "PROCFS_PATH", str(tmp_path))
-
-    def write(v4: str = "", v6: str = "") -> None:
-        (tmp_path / "net" / "tcp").write_text(HEADER + v4)
-        (tmp_path / "net" / "tcp6").write_text(HEADER + v6)
-
-    return write
+def fake_tables(tmp_path) -> _Tables:
+    return _Tables(tmp_path)
 
 
 @pytest.fixture
@@ -59,27 +65,27 @@ def test_the_server_end_is_the_row_of_this_connection_only(connected, fake_table
         + _row(2, ours, theirs, "01", 0)  # our own end
         + _row(3, theirs, ours, "01", 65534)  # the server's end of this connection
     )
-    assert sockets.connection_server_uid(connected) == 65534
+    assert sockets.connection_server_uid(connected, host=fake_tables.host) == 65534
 
 
 def test_a_dual_stack_server_is_found_in_tcp6_and_time_wait_is_no_one(connected, fake_tables):
     ours, theirs = connected.getsockname(), connected.getpeername()
     mapped = lambda a: (f"::ffff:{a[0]}", a[1])  # noqa: E731
     fake_tables(v6=_row(0, mapped(theirs), mapped(ours), "01", 1234))
-    assert sockets.connection_server_uid(connected) == 1234
+    assert sockets.connection_server_uid(connected, host=fake_tables.host) == 1234
     fake_tables(v6=_row(0, mapped(theirs), mapped(ours), sockets.TCP_TIME_WAIT, 0))
-    assert sockets.connection_server_uid(connected) is None
+    assert sockets.connection_server_uid(connected, host=fake_tables.host) is None
 
 
 def test_no_row_no_table_or_an_oversized_table_cannot_tell(connected, fake_tables, monkeypatch):
     fake_tables()
-    assert sockets.connection_server_uid(connected) is None
+    assert sockets.connection_server_uid(connected, host=fake_tables.host) is None
     ours, theirs = connected.getsockname(), connected.getpeername()
     fake_tables(_row(0, theirs, ours, "01", 7) + "   1: garbage\n")
-    assert sockets.connection_server_uid(connected) == 7
+    assert sockets.connection_server_uid(connected, host=fake_tables.host) == 7
     monkeypatch.setattr(sockets, "MAX_TABLE_BYTES", 100)
-    assert sockets.connection_server_uid(connected) is None
-    assert sockets.client_socket_uid("not an address", 1, 2) is None
+    assert sockets.connection_server_uid(connected, host=fake_tables.host) is None
+    assert sockets.client_socket_uid("not an address", 1, 2, host=fake_tables.host) is None
 
 
 def test_a_client_socket_is_matched_by_its_address_and_our_port(fake_tables):
@@ -87,7 +93,7 @@ def test_a_client_socket_is_matched_by_its_address_and_our_port(fake_tables):
         _row(0, ("127.0.0.1", 40000), ("127.0.0.1", 8765), "01", 1000)
         + _row(1, ("127.0.0.1", 40001), ("127.0.0.1", 8765), sockets.TCP_TIME_WAIT, 0)
     )
-    assert sockets.client_socket_uid("127.0.0.1", 40000, 8765) == 1000
-    assert sockets.client_socket_uid("::ffff:127.0.0.1", 40000, 8765) == 1000
-    assert sockets.client_socket_uid("127.0.0.1", 40000, 9000) is None
-    assert sockets.client_socket_uid("127.0.0.1", 40001, 8765) is None
+    assert sockets.client_socket_uid("127.0.0.1", 40000, 8765, host=fake_tables.host) == 1000
+    assert sockets.client_socket_uid("::ffff:127.0.0.1", 40000, 8765, host=fake_tables.host) == 1000
+    assert sockets.client_socket_uid("127.0.0.1", 40000, 9000, host=fake_tables.host) is None
+    assert sockets.client_socket_uid("127.0.0.1", 40001, 8765, host=fake_tables.host) is None

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from sidecar.poll.jobs import JobsPoller
+from sidecar.poll.discovery import JobsPoller
 from sidecar.poll.poller import Poller
 from sidecar.serve.source import Documents, DocumentSource, PerCallerSource
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from hostfs.paths import HostPaths
 from sidecar.sources.sysfs import SystemGpu, list_system_gpus
 from tests.fakenvml import make_fake_sysfs
 
@@ -25,10 +26,13 @@ NVIDIA_DGPU = {
 }
 
 
-def test_intel_plus_nvidia_laptop(tmp_path: Path, monkeypatch):
+def _sys(root) -> HostPaths:
+    return HostPaths(sysfs=str(root))
+
+
+def test_intel_plus_nvidia_laptop(tmp_path: Path):
     root = make_fake_sysfs(tmp_path / "sys", [INTEL_IGPU, NVIDIA_DGPU])
-    monkeypatch.setenv("DSH_SYSFS_ROOT", str(root))
-    assert list_system_gpus() == [
+    assert list_system_gpus(host=_sys(root)) == [
         SystemGpu(
             vendor="Intel",
             vendor_id="0x8086",
@@ -69,7 +73,7 @@ def test_other_vendors_unbound_driver_and_card_order(tmp_path: Path):
             {"card": "card3", "pci": "0000:04:00.0", "vendor": "0x1a03", "device": "0x2000", "driver": "ast"},
         ],
     )
-    gpus = list_system_gpus(str(root))
+    gpus = list_system_gpus(host=_sys(root))
     assert [g.card for g in gpus] == ["card2", "card3", "card10"]  # numeric, not string, order
     nvidia, aspeed, amd = gpus
     # An NVIDIA card the kernel sees but no driver owns: the reason NVML finds nothing.
@@ -83,11 +87,10 @@ def test_other_vendors_unbound_driver_and_card_order(tmp_path: Path):
     assert (amd.vendor, amd.name, amd.pci, amd.driver) == ("AMD", "AMD GPU", "0000:0a:00.0", "amdgpu")
 
 
-def test_no_drm_directory_or_no_sysfs(tmp_path: Path, monkeypatch):
-    assert list_system_gpus(str(tmp_path)) == []  # a root without class/drm (a container)
-    monkeypatch.setenv("DSH_SYSFS_ROOT", str(tmp_path / "does-not-exist"))
-    assert list_system_gpus() == []
-    assert list_system_gpus(str(make_fake_sysfs(tmp_path / "empty", []))) == []
+def test_no_drm_directory_or_no_sysfs(tmp_path: Path):
+    assert list_system_gpus(host=_sys(tmp_path)) == []  # a root without class/drm (a container)
+    assert list_system_gpus(host=_sys(tmp_path / "does-not-exist")) == []
+    assert list_system_gpus(host=_sys(make_fake_sysfs(tmp_path / "empty", []))) == []
 
 
 def test_broken_entries_are_skipped(tmp_path: Path):
@@ -117,7 +120,7 @@ def test_broken_entries_are_skipped(tmp_path: Path):
     (drm / "card4").mkdir()  # a card directory without a device link
     (drm / "cardX").mkdir()  # not a card name at all
     (drm / "renderD128").mkdir()
-    gpus = list_system_gpus(str(root))
+    gpus = list_system_gpus(host=_sys(root))
     assert [(g.card, g.vendor, g.pci) for g in gpus] == [
         ("card1", "Intel", "0000:00:02.0"),
         ("card3", "NVIDIA", "0000:01:00.0"),
@@ -129,7 +132,7 @@ def test_unreadable_device_file_costs_only_that_field(tmp_path: Path):
     device_file = root / "devices" / "pci0000:00" / "0000:01:00.0" / "device"
     device_file.unlink()
     os.mkdir(device_file)  # reading a directory fails like an unreadable attribute
-    (gpu,) = list_system_gpus(str(root))
+    (gpu,) = list_system_gpus(host=_sys(root))
     assert (gpu.vendor, gpu.device_id, gpu.driver) == ("NVIDIA", None, "nvidia")
 
 

@@ -88,7 +88,7 @@ def test_probe_wire_imports_none_of_the_banned_modules():
         "probe_wire.follower",
         "probe_wire.header",
         "probe_wire.names",
-        "probe_wire.procid",
+        "probe_wire.home",
         "probe_wire.reader",
         "probe_wire.schema",
         "probe_wire.writer",

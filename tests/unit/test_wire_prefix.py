@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import probe_wire as wire
+from hostfs.procid import process_start_ticks
 from probe_wire.codec import decode_payload
 from probe_wire.prefix import Prefix, decode_with_prefix, find_prefix
-from probe_wire.procid import process_start_ticks
 from probe_wire.schema import PREFIX_KEYS, validate_payload
 from tests.helpers.hypothesis_profiles import examples
 from tests.helpers.payloads import RICH_PATHS, json_like, mutated, rich_payload

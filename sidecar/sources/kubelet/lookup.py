@@ -19,7 +19,8 @@ own answer for a UID is kept per UID (a pod's name and namespace never change), 
 ``max_pods``; the pod-resources answer is matched again at each lookup, and the self-reported view
 is kept per process (``ProcessPods``), never for another one.
 
-The kubelet is asked at most once per ``list_every_s`` whatever the number of new pods.
+The kubelet is asked at most once per ``list_every_s`` whatever the number of new pods. A process's
+files are read in the /proc of the lookup's ``host`` (hostfs.paths: --path.procfs).
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
-from probe_wire.procfs import proc_path
-from probe_wire.procroot import open_in_root, proc_root
+from hostfs.paths import HOST, HostPaths
+from hostfs.procroot import open_in_root, proc_root
 from sidecar.sources.kubelet import pod_resources, pods_api
 from sidecar.sources.kubelet.names import label_name, subdomain_name
 from sidecar.sources.pods import CgroupPod, process_pod, trusted_prefixes
@@ -105,7 +106,9 @@ class PodLookup:
         list_every_s: float = LIST_EVERY_S,
         max_pods: int = MAX_PODS_CACHED,
         clock: Callable[[], float] = time.monotonic,
+        host: HostPaths = HOST,
     ):
+        self.host = host
         self.pods_url = pods_url if pods_url is not None else os.environ.get(pods_api.URL_ENV)
         self.socket_path = socket_path or os.environ.get(SOCKET_ENV) or pod_resources.DEFAULT_SOCKET
         # Where the kubelet puts pods (ValueError for a root that is no cgroup path).
@@ -121,7 +124,7 @@ class PodLookup:
     def pod_of(self, pid: int, *, hostname: str | None = None, gpu_uuids: Iterable[str] = ()) -> PodInfo | None:
         """The pod of the running process ``pid``; None when it runs in none. Never raises."""
         try:
-            cg = process_pod(pid, self.cgroup_prefixes)
+            cg = process_pod(pid, self.cgroup_prefixes, host=self.host)
             return None if cg is None else self.lookup(cg, pid, hostname=hostname, gpu_uuids=gpu_uuids)
         except Exception:  # noqa: BLE001 -- a poll never fails on a pod's name
             return None
@@ -131,7 +134,7 @@ class PodLookup:
         found = self.named(cg, gpu_uuids)
         if found.source != SOURCE_CGROUP:
             return found
-        return self_reported(found, pid, hostname) or found
+        return self_reported(found, pid, hostname, self.host) or found
 
     def named(self, cg: CgroupPod, gpu_uuids: Iterable[str] = ()) -> PodInfo:
         """The pod as the kubelet names it: by the cgroup's UID (Pods API), else as the one pod
@@ -162,7 +165,7 @@ class PodLookup:
         if not self.pods_url:
             return None, f"kubelet Pods API not configured ({pods_api.URL_ENV})"
         if self._kubelet is None or now - self._kubelet[0] >= self.list_every_s:
-            self._kubelet = (now, *pods_api.fetch_pods(self.pods_url, self.timeout_s))
+            self._kubelet = (now, *pods_api.fetch_pods(self.pods_url, self.timeout_s, host=self.host))
         return self._kubelet[1], self._kubelet[2]
 
     def _resource_index(self, now: float):
@@ -177,22 +180,22 @@ def _from_kubelet(cg: CgroupPod, pod: pods_api.KubeletPod) -> PodInfo:
     return PodInfo(cg.uid, pod.namespace, pod.name, container, cg.container_id, SOURCE_KUBELET, None)
 
 
-def self_reported(found: PodInfo, pid: int, hostname: str | None) -> PodInfo | None:
+def self_reported(found: PodInfo, pid: int, hostname: str | None, host: HostPaths = HOST) -> PodInfo | None:
     """``found`` (a pod no kubelet source named) with what the process says of its pod: the
     downward API's variables, else its service account's namespace and its hostname; None when it
     says nothing of a Kubernetes name's shape."""
-    env = _environ(pid)
-    namespace = label_name(env.get("POD_NAMESPACE")) or label_name(_small_file(pid, SERVICE_ACCOUNT_NAMESPACE))
+    env = _environ(pid, host)
+    namespace = label_name(env.get("POD_NAMESPACE")) or label_name(_small_file(pid, SERVICE_ACCOUNT_NAMESPACE, host))
     name = subdomain_name(env.get("POD_NAME")) or subdomain_name(hostname)
     if namespace is None and name is None:
         return None
     return replace(found, namespace=namespace, name=name, container=None, source=SOURCE_SELF_REPORTED)
 
 
-def _environ(pid: int) -> dict[str, str]:
+def _environ(pid: int, host: HostPaths) -> dict[str, str]:
     """POD_NAME and POD_NAMESPACE of the process's initial environment (bounded read)."""
     try:
-        with open(proc_path(int(pid), "environ"), "rb") as f:
+        with open(host.proc_path(int(pid), "environ"), "rb") as f:
             data = f.read(MAX_ENVIRON_BYTES)
     except OSError:
         return {}
@@ -204,11 +207,11 @@ def _environ(pid: int) -> dict[str, str]:
     return out
 
 
-def _small_file(pid: int, path: str) -> str | None:
-    """A small text file in the process's own root (``probe_wire.procroot``: its links followed
+def _small_file(pid: int, path: str, host: HostPaths) -> str | None:
+    """A small text file in the process's own root (``hostfs.procroot``: its links followed
     inside it); None when it cannot be read."""
     try:
-        fd = open_in_root(proc_root(pid), path, os.O_RDONLY | os.O_NONBLOCK, follow_last=True)
+        fd = open_in_root(proc_root(pid, host=host), path, os.O_RDONLY | os.O_NONBLOCK, follow_last=True)
     except OSError:
         return None
     try:
@@ -238,10 +241,12 @@ class ProcessPods:
     stays in its pod), its name from ``lookup`` (one PodLookup for all jobs: the kubelet is asked
     at most once per ``list_every_s``, within its timeout, whatever the number of jobs), what it
     says of itself read once too and kept for that process alone. Called inside the poll; never
-    raises."""
+    raises. A process's files are read in the /proc of ``lookup.host`` (without a lookup: ``host``)."""
 
-    def __init__(self, lookup: PodLookup | None = None, max_processes: int = MAX_PROCESSES_CACHED):
-        self.lookup = lookup if lookup is not None else PodLookup()
+    def __init__(
+        self, lookup: PodLookup | None = None, max_processes: int = MAX_PROCESSES_CACHED, *, host: HostPaths = HOST
+    ):
+        self.lookup = lookup if lookup is not None else PodLookup(host=host)
         self.max_processes = max_processes
         self._cgroups: OrderedDict[tuple[int, int | None], _Seen] = OrderedDict()
 
@@ -254,7 +259,7 @@ class ProcessPods:
             if seen is not None:
                 self._cgroups.move_to_end(key)
             else:
-                seen = self._cgroups[key] = _Seen(process_pod(pid, self.lookup.cgroup_prefixes))
+                seen = self._cgroups[key] = _Seen(process_pod(pid, self.lookup.cgroup_prefixes, host=self.lookup.host))
                 while len(self._cgroups) > self.max_processes:
                     self._cgroups.popitem(last=False)
             if seen.cg is None:
@@ -263,7 +268,7 @@ class ProcessPods:
             if found.source != SOURCE_CGROUP:
                 return found
             if not seen.own_read:
-                seen.own, seen.own_read = self_reported(found, pid, hostname), True
+                seen.own, seen.own_read = self_reported(found, pid, hostname, self.lookup.host), True
             return found if seen.own is None else replace(seen.own, why=found.why)
         except Exception:  # noqa: BLE001 -- a poll never fails on a pod's name
             return None

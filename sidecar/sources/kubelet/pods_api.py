@@ -12,6 +12,7 @@ import os
 import ssl
 from dataclasses import dataclass
 
+from hostfs.paths import HOST, HostPaths
 from sidecar.common.http_answer import HttpError
 from sidecar.sources import http_get
 from sidecar.sources.kubelet.names import label_name, subdomain_name
@@ -40,8 +41,11 @@ class KubeletPod:
     containers: dict[str, str]  # container id (64 hex) -> container name
 
 
-def fetch_pods(url: str | None = None, timeout_s: float = REQUEST_TIMEOUT_S) -> tuple[dict[str, KubeletPod] | None, str | None]:
-    """(pod UID -> KubeletPod, None) or (None, why not). Never raises."""
+def fetch_pods(
+    url: str | None = None, timeout_s: float = REQUEST_TIMEOUT_S, *, host: HostPaths = HOST
+) -> tuple[dict[str, KubeletPod] | None, str | None]:
+    """(pod UID -> KubeletPod, None) or (None, why not). Never raises. ``host``: whose /proc says
+    who serves a local kubelet address (sources/http_get.py)."""
     url = url if url is not None else os.environ.get(URL_ENV)
     if not url:
         return None, f"kubelet Pods API not configured ({URL_ENV})"
@@ -56,7 +60,8 @@ def fetch_pods(url: str | None = None, timeout_s: float = REQUEST_TIMEOUT_S) -> 
         context = _tls_context()
     try:  # the one HTTP door: a server on this machine gets the token only if it is root's or ours
         answer = http_get.get(
-            url, timeout_s=timeout_s, max_body_bytes=MAX_RESPONSE_BYTES, headers=headers, ssl_context=context
+            url, timeout_s=timeout_s, max_body_bytes=MAX_RESPONSE_BYTES, headers=headers, ssl_context=context,
+            host=host,
         )
     except HttpError as e:
         return None, f"kubelet Pods API: {e}"[:256]

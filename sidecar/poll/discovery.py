@@ -8,7 +8,8 @@ machinery, unchanged: its process tree, its segments, its verdict, its history);
 read once per poll for all of them. A finished job stays listed, marked exited, for `history_s`
 seconds. What one user's segments may cost a poll is bounded per user (names kept, owner checks,
 the reading time of large payloads; a user past a budget has its jobs polled in turn: JobTurns), so
-that another user's jobs are found and polled on time whatever that user does.
+that another user's jobs are found and polled on time whatever that user does. Every source reads the
+/proc and /sys of ``host`` (--path.procfs, --path.sysfs).
 """
 
 from __future__ import annotations
@@ -21,9 +22,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from probe_wire.cleanup import sweep_dead_segments
-from probe_wire.follower import ReadBudget
-from probe_wire.names import SHM_DIR
 from sidecar.documents import contract, document
 from sidecar.poll.collect import gpu_facts, job_id
 from sidecar.poll.finder import MAX_CANDIDATES, REDISCOVER_EVERY_POLLS, JobFinder
@@ -36,9 +34,11 @@ from sidecar.poll.poller import (
     poll_nvml,
     read_system_gpus,
 )
+from sidecar.sources.host import HOST, HostPaths
 from sidecar.sources.kubelet.lookup import ProcessPods
 from sidecar.sources.proctree import ProcessTreeSource, open_file_budget
-from sidecar.sources.segments import FOREIGN_CHECK_EVERY_POLLS, SegmentSource
+from sidecar.sources.segment_dir import SHM_DIR
+from sidecar.sources.segments import FOREIGN_CHECK_EVERY_POLLS, ReadBudget, SegmentSource
 from sidecar.verdict import Rules
 
 MAX_JOBS = 256  # watched at once; the newest are kept
@@ -46,11 +46,8 @@ EVERY_CALLER: Any = object()  # the documents as published: no caller to choose 
 # The samples of every job's history together (history.HistoryBudget): whatever --history, the
 # number of jobs and their GPUs, discovery's histories never hold more (docs/reliability.md).
 HISTORY_MAX_BYTES = 32 << 20
-# Names the sweep of dead writers' segments judges at a time (every FOREIGN_CHECK_EVERY_POLLS polls,
-# each name an open and a read of its header, ~20 µs): /dev/shm's names are swept a part at a time.
-SWEEP_NAMES = 128
 # A user who ran past a budget (the reading time of large payloads, probe_wire/follower.py
-# ReadBudget; the owner checks of a flood of names, poll/finder.py) in this poll or the FLAGGED_POLLS
+# ReadBudget; the owner checks of a flood of names, sources/segment_dir.py) in this poll or the FLAGGED_POLLS
 # before is "flagged": FLAGGED_JOB_POLLS of their jobs polled a poll (one every other poll), in turn.
 FLAGGED_POLLS = 20
 FLAGGED_JOB_POLLS = 0.5
@@ -191,26 +188,27 @@ class JobsPoller:
         shm_dir: str = SHM_DIR,
         clock: Callable[[], float] = time.time,
         pods: ProcessPods | None = None,
+        host: HostPaths = HOST,
     ):
+        """``host``: where the /proc and /sys that every source reads are (the host's own)."""
         self.interval_s = interval_s
         self.history_s = history_s
         self.rules = rules or Rules()
         self.uid = (os.getuid() or None) if uid == -1 else uid  # None: every user's jobs (root)
         self.shm_dir = shm_dir
+        self.host = host
         self.clock = clock
-        self.nvml_source, self.system_gpus_fn = machine_sources(nvml_source, system_gpus_fn)
+        self.nvml_source, self.system_gpus_fn = machine_sources(nvml_source, system_gpus_fn, host)
         self._shared = _SharedNvml()
         self._history_budget = HistoryBudget(HISTORY_MAX_BYTES)
         # One PodLookup for every job: one kubelet call per interval.
-        self._pods = pods if pods is not None else ProcessPods()
+        self._pods = pods if pods is not None else ProcessPods(host=host)
         self._system_gpus_cache: list = []
         self._gpu_facts: tuple = ()
         self._jobs: dict[str, _Job] = {}
-        self._finder = JobFinder(self.uid, shm_dir, lambda: self.poll_count)
+        self._finder = JobFinder(self.uid, shm_dir, lambda: self.poll_count, host=host)
         self._reads = ReadBudget()  # large payloads' reading time per user, shared by every job's segments
         self._turns = JobTurns()
-        self._swept_to = -1  # the last pid the last sweep judged the names of
-        self._scratch_swept_to = ""  # and the last scratch name
         self.poll_count = 0
         self.poll_errors: Counter[str] = Counter()
         self.poll_durations_s: list[float] = []
@@ -254,7 +252,7 @@ class JobsPoller:
         per_job = open_file_budget(share=0.5, cap=1 << 20) // (2 * MAX_JOBS)  # two sources a job
         return Poller(
             root_pid,
-            tree_source=ProcessTreeSource(root_pid, max_open_files=per_job),
+            tree_source=ProcessTreeSource(root_pid, max_open_files=per_job, host=self.host),
             interval_s=self.interval_s,
             history_s=self.history_s,
             rules=self.rules,
@@ -263,7 +261,7 @@ class JobsPoller:
             # and the reading budget shared by all
             segment_source=SegmentSource(
                 sweep_foreign=False, max_open=per_job, budget=self._reads,
-                names=self._finder.names if self.shm_dir == SHM_DIR else None,
+                names=self._finder.names if self.shm_dir == SHM_DIR else None, host=self.host,
             ),
             system_gpus_fn=self._system_gpus,
             clock=self.clock,
@@ -271,6 +269,7 @@ class JobsPoller:
             lazy_document=True,  # a job's whole document is made when someone asks for it
             history_budget=self._history_budget,
             pods=self._pods,
+            host=self.host,
         )
 
     def _shared_gpu_facts(self) -> tuple:
@@ -318,14 +317,10 @@ class JobsPoller:
         live: dict[int, int | None] = {}
         for job in self._jobs.values():
             live.update(job.poller.segment_source.live_writers())
-        # A part of the names as discovery follows them, each pid's whole, from where the last sweep
-        # stopped: a directory flooded with names costs a sweep SWEEP_NAMES judgements.
-        names = self._finder.names
-        part, self._swept_to = names.names_after(self._swept_to, SWEEP_NAMES)
-        scratch = names.scratch_after(self._scratch_swept_to, SWEEP_NAMES)
-        self._scratch_swept_to = scratch[-1] if scratch else ""
         try:
-            sweep_dead_segments(skip=live, shm_dir=self.shm_dir, names=(part, scratch))
+            # A part of the names, each pid's whole, from where the last sweep stopped: a directory
+            # flooded with names costs a sweep SWEEP_NAMES judgements (sources/segment_dir.py).
+            self._finder.segments.sweep_dead(live)
         except Exception:
             self.poll_errors["probe"] += 1
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import errno
 import os
 
-from probe_wire.procfs import proc_path
+from hostfs.paths import HOST, HostPaths
 
 __all__ = ["open_in_root", "proc_root"]
 
@@ -23,9 +23,9 @@ MAX_COMPONENTS = 64
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def proc_root(pid: int) -> str:
-    """The magic link to ``pid``'s root directory."""
-    return proc_path(int(pid), "root")
+def proc_root(pid: int, *, host: HostPaths = HOST) -> str:
+    """The magic link to ``pid``'s root directory (in the /proc of ``host``)."""
+    return host.proc_path(int(pid), "root")
 
 
 def open_in_root(root: str, path: str, flags: int, *, follow_last: bool) -> int:
