@@ -68,8 +68,11 @@ DISCOVERY_POLL = r"""
 import json, os, sys, time
 try:
     from sidecar.poll.discovery import JobsPoller
-except ImportError:  # discovery_ab.py's checkout of a commit before the layer packages
-    from sidecar.jobs import JobsPoller
+except ImportError:
+    try:  # discovery_ab.py's checkout of a commit before poll/jobs.py was named poll/discovery.py
+        from sidecar.poll.jobs import JobsPoller
+    except ImportError:  # ... or before the layer packages
+        from sidecar.jobs import JobsPoller
 want, n, gap_s = set(json.loads(sys.argv[1])), int(sys.argv[2]), float(sys.argv[3])
 # BENCH_AS_USER=1: keep only this user's jobs, as a sidecar not run by root does (root's keeps all).
 p = JobsPoller(interval_s=1.5, uid=os.getuid() if os.environ.get("BENCH_AS_USER") == "1" else -1)

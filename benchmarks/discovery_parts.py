@@ -22,13 +22,18 @@ from bench_sidecar import GAP_S, PUBLISH_S, REPO, TIMED_SNIPPET, Driver, discove
 POLL_BY_PARTS = r"""
 import collections, json, sys, time
 import probe_wire.follower as follower
-import sidecar.poll.collect as collect, sidecar.poll.history as history, sidecar.poll.discovery as jobs, sidecar.poll.poller as poller
+import sidecar.poll.collect as collect, sidecar.poll.history as history, sidecar.poll.poller as poller
 from sidecar.sources.proctree import ProcessTreeSource
 from sidecar.sources.segments import SegmentSource
+try:
+    import sidecar.poll.discovery as jobs, sidecar.sources.segment_dir as sweeper
+except ImportError:  # --checkout of a commit before poll/jobs.py was poll/discovery.py (it swept itself)
+    import sidecar.poll.jobs as jobs
+    sweeper = jobs
 
 """ + TIMED_SNIPPET + r"""
 for owner, name, label in [
-    (jobs, "poll_nvml", "nvml"), (jobs.JobsPoller, "_discover", "discover"), (jobs, "sweep_dead_segments", "sweep"),
+    (jobs, "poll_nvml", "nvml"), (jobs.JobsPoller, "_discover", "discover"), (sweeper, "sweep_dead_segments", "sweep"),
     (jobs.JobsPoller, "_publish", "publish"), (poller.Poller, "poll_once", "job polls"),
     (ProcessTreeSource, "poll", "process trees"), (SegmentSource, "poll", "segments"),
     (follower, "read_consistent", "read_consistent"), (collect.FactCollector, "facts", "facts"),

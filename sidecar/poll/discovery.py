@@ -1,7 +1,7 @@
 """Discovery: every job of the user (root: of every user), without a pid.
 
-A job is found through its probe segments (/dev/shm's names, followed from inotify's events by
-probe_wire/shm_index.py; never a scan of /proc) and through NVML's per-process lists (GPU work without
+A job is found through its probe segments (/dev/shm's names, followed from inotify's events:
+sources/segment_dir.py; never a scan of /proc) and through NVML's per-process lists (GPU work without
 a probe), then grouped under its root (poll/finder.py): the topmost ancestor that is probed, uses a
 GPU, or is a known launcher (sources/lineage.py). Each job is watched by its own `Poller` (the --pid
 machinery, unchanged: its process tree, its segments, its verdict, its history); NVML and sysfs are
