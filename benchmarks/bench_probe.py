@@ -28,13 +28,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import torch  # noqa: E402
+import torch
 
-import probe  # noqa: E402
-from probe import _frameworks  # noqa: E402
-from probe._breakdown import CLOCK as STEP_CLOCK  # noqa: E402
-from probe._state import PROBE  # noqa: E402
-from probe.instrument import ENV_INSTRUMENT  # noqa: E402
+import probe
+from probe import _frameworks
+from probe._breakdown import CLOCK as STEP_CLOCK
+from probe._state import PROBE
+from probe.instrument import ENV_INSTRUMENT
 
 # CPU time of the whole process (the probe's publisher thread included) rather than wall time: on a
 # shared machine, time spent descheduled is noise many times larger than what is being measured.

@@ -69,7 +69,7 @@ def unregister(model: Any) -> bool:
     """Stop watching ``model`` and remove its hook; True when it was registered."""
     try:
         return _PROBE.unregister(model)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 -- the probe never raises into the user's script
         _PROBE.record_error("unregister", e)
         return False
 
@@ -78,7 +78,7 @@ def event(name: str) -> None:
     """Record a timestamped event (the last 64 are kept), re-check every model's devices, publish now."""
     try:
         _PROBE.event(name)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 -- the probe never raises into the user's script
         _PROBE.record_error("event", e)
 
 
@@ -86,7 +86,7 @@ def refresh() -> None:
     """Re-check every model's devices and publish now (after moving a model by hand, say)."""
     try:
         _PROBE.refresh()
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 -- the probe never raises into the user's script
         _PROBE.record_error("refresh", e)
 
 
@@ -98,7 +98,7 @@ def activate() -> bool:
     """
     try:
         return _PROBE.activate()
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 -- the probe never raises into the user's script
         _PROBE.record_error("activate", e)
         return False
 
@@ -107,7 +107,7 @@ def snapshot() -> dict | None:
     """The payload the probe would publish right now (None when the probe is off)."""
     try:
         return _PROBE.snapshot()
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 -- the probe never raises into the user's script
         _PROBE.record_error("snapshot", e)
         return None
 

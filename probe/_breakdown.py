@@ -246,7 +246,7 @@ class StepClock:
                 self.primary_opt = weakref.ref(optimizer)
                 self.primary_id = id(optimizer)
             self.step(OPTIMIZER)
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 -- a hook inside the user's optimizer step must never raise
             pass
 
     # -- setup ------------------------------------------------------------------------------------

@@ -115,7 +115,7 @@ class Models:
             timer = LoaderTimer()
             try:
                 timer.install(loader)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:  # noqa: BLE001 -- recorded; the loader works on, untimed
                 self.journal.record_error("loader", e)
                 self.journal.warn_once("loader", f"dsh probe: loader timing not installed: {e}")
                 return
@@ -125,7 +125,7 @@ class Models:
             if not isinstance(current, ProbeWorkerInit):
                 try:
                     loader.worker_init_fn = ProbeWorkerInit(current)
-                except Exception as e:  # noqa: BLE001
+                except Exception as e:  # noqa: BLE001 -- recorded; the loader works on, its workers unwatched
                     self.journal.record_error("loader", e)
         rec.loader_timer = timer
         rec.attach_loader(loader)  # weak-referenceable: it is a key of loader_timers
@@ -189,7 +189,7 @@ class Models:
             try:
                 if rec.first_device_changed():
                     return True
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:  # noqa: BLE001 -- one odd model must not hide the others
                 self.journal.record_error("traverse", e)
         return False
 
@@ -197,7 +197,7 @@ class Models:
         for rec in self.records:
             try:
                 rec.traverse()
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:  # noqa: BLE001 -- one odd model must not hide the others
                 self.journal.record_error("traverse", e)
         self.last_traversal_mono = time.monotonic()
 
@@ -214,7 +214,7 @@ class Models:
                 why = counter.poll(torch)
                 if why is not None:
                     self.journal.record_error("syncs", f"host-device syncs are not counted: {why}")
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 -- recorded; counting syncs must not stop the publish
             self.journal.record_error("syncs", e)
 
     def entries(self, is_worker: bool) -> list[dict]:

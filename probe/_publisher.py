@@ -57,7 +57,7 @@ class Publisher:
         try:
             payload["runtime"] = facts.runtime(torch)
             payload["memory"] = facts.memory(torch)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 -- one bad fact must not hide the others
             self.journal.record_error("runtime", e)
         is_worker = payload["role"] == "dataloader-worker"
         payload["models"] = self.models.entries(is_worker)[:MAX_MODELS]
@@ -65,7 +65,7 @@ class Publisher:
         if torch is not None:
             try:
                 payload["math"] = _settings.math_settings(torch)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:  # noqa: BLE001 -- one bad fact must not hide the others
                 self.journal.record_error("math", e)
         steps, syncs = CLOCK.figures()
         payload["steps"] = steps

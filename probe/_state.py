@@ -172,7 +172,7 @@ class Probe:
             # training thread; only this user's files, never another PID namespace's).
             try:
                 self.swept = sweep_dead_segments(skip={my_pid}, owner_uid=os.getuid())
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:  # noqa: BLE001 -- recorded; the publisher starts regardless
                 self.record_error("sweep", e)
         if first_delay_s is not None:
             # A forked child: open our own segment only if we are still alive (and not exec'd) by then.

@@ -357,7 +357,7 @@ def _make_forward(base: type, torch: Any, records: dict | None = None, original:
     qualname = getattr(original, "__qualname__", "forward")
     filename = f"<dsh probe: {base.__module__}.{qualname}>"
     namespace: dict = {}
-    exec(compile(source, filename, "exec"), namespace)  # identifiers from a code object only
+    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 -- identifiers from a code object only
     # Tracebacks through this frame show its source, like any other.
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     inner = namespace["_dsh_probe_factory"](

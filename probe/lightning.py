@@ -203,5 +203,5 @@ class ProbeCallback(*_callback_bases()):
         for _, _, handle in watched:
             try:
                 handle.remove()
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:  # noqa: BLE001 -- recorded; the probe never breaks the trainer
                 _frameworks.record_error("lightning.unwatch", e)

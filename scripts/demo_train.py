@@ -19,8 +19,9 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+# From a checkout without installing:
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import probe  # noqa: E402  (works from a checkout without installing)
+import probe
 
 
 class Spirals(Dataset):

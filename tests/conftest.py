@@ -13,9 +13,9 @@ import pytest
 # that breaks schema 2 fails the poll that built it.
 os.environ["DSH_CONTRACT_CHECK"] = "1"
 
-from tests.fakenvml.fixtures import *  # noqa: F401,F403  (pytest fixtures)
+from tests.fakenvml.fixtures import *  # noqa: F403 -- pytest fixtures
 from tests.helpers import hypothesis_profiles
-from tests.helpers.browser_fixtures import *  # noqa: F401,F403  (pytest fixtures: pages, chromium)
+from tests.helpers.browser_fixtures import *  # noqa: F403 -- pytest fixtures: pages, chromium
 from tests.helpers.dispatch_order import slow_first
 
 # Before any test module is imported: their @settings inherit from the profile loaded here.

@@ -289,7 +289,7 @@ def _serve(args: argparse.Namespace, poller, sock: socket.socket, child: subproc
         poller.stop()
         try:
             server.close()
-        except Exception:
+        except Exception:  # noqa: BLE001 -- in a finally: nothing may replace what is already on its way out
             pass
     if child is not None:
         rc = child.returncode

@@ -22,7 +22,7 @@ from typing import Any
 
 from sidecar.common.nvml_names import CLOCK_EVENT_REASONS
 from sidecar.documents.contract_cluster import cluster_document
-from sidecar.documents.contract_types import (  # noqa: F401  (re-exported: the contract's words)
+from sidecar.documents.contract_types import (  # re-exported: the contract's words
     BOOL,
     INT,
     NUM,

@@ -50,7 +50,7 @@ def pack(rows: Iterable[Iterable[float | None]]) -> array:
         packed = array("d", flat)
         if math.isfinite(sum(packed)):
             return packed
-    except Exception:  # None, or not a number: the loop below says which
+    except (TypeError, OverflowError):  # a None; an int too large for a double: the loop below says which
         pass
     # An infinite value is no value either: two models' finite forward rates can sum to inf, which
     # JSON cannot carry (/history answered a bare Infinity, and the page's charts stopped).

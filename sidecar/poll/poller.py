@@ -181,7 +181,7 @@ class Poller(document.OneJob):
             del self.poll_lag_s[:-1000]
             try:
                 self.poll_once()
-            except Exception as exc:  # keep polling: the next poll may succeed; count it for /metrics
+            except Exception as exc:  # noqa: BLE001 -- keep polling: the next poll may succeed; count it for /metrics
                 self.poll_errors["poll"] += 1
                 if isinstance(exc, ContractError):  # only under DSH_CONTRACT_CHECK=1 (tests): say it
                     print(f"dsh-sidecar: {exc}", file=sys.stderr, flush=True)
@@ -204,7 +204,7 @@ class Poller(document.OneJob):
             for source in (self.nvml_source, self.segment_source, self.tree_source):
                 try:
                     source.close()
-                except Exception:
+                except Exception:  # noqa: BLE001 -- one source's close must not leave the others open
                     pass
         finally:
             self._poll_lock.release()
@@ -256,7 +256,7 @@ def poll_nvml(source: Any, errors: Counter[str]):
     """One NVML snapshot; a failure is counted in `errors` and read as "NVML down", never raised."""
     try:
         snap = source.poll()
-    except Exception as exc:  # the source promises not to raise; the poll must not depend on it
+    except Exception as exc:  # noqa: BLE001 -- the source promises not to raise; the poll must not depend on it
         errors["nvml"] += 1
         return _NvmlDown(f"NVML source failed: {exc}")
     if not snap.ok or snap.call_errors:
@@ -268,7 +268,7 @@ def read_system_gpus(fn: Callable[[], list], errors: Counter[str], previous: lis
     """The OS's graphics devices; the previous list when they cannot be read (counted)."""
     try:
         return list(fn())
-    except Exception:
+    except Exception:  # noqa: BLE001 -- counted; the previous list stands whatever the reader raised
         errors["sysfs"] += 1
         return previous
 

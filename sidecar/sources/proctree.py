@@ -266,7 +266,7 @@ def _boot_time(host: HostPaths) -> float:
     try:
         if not os.path.isdir(host.proc_path()):
             return psutil.boot_time()
-    except Exception:  # psutil raises its own and OSError types on odd systems
+    except Exception:  # noqa: BLE001 -- psutil raises its own and OSError types on odd systems
         pass
     return time.time() - time.monotonic()
 
@@ -349,7 +349,7 @@ class ProcessTreeSource:
             if self._use_proc:
                 return self._poll_proc()
             return self._poll_psutil()
-        except Exception as exc:  # a poll must never die of one odd process
+        except Exception as exc:  # noqa: BLE001 -- a poll must never die of one odd process
             return TreeSnapshot(self.target_pid, False, (), error=f"process tree: {exc}")
 
     # -- Linux: /proc --------------------------------------------------------------------------

@@ -80,7 +80,7 @@ class SegmentSource:
                 if home is False:
                     home = homes[ident] = segment_home(pid, host=self.host)
                 r = read_segment(pid, home=home, host=self.host) if ticks is None else follow(pid, ticks, home)
-            except Exception as exc:  # the reader promises not to raise; a poll must not trust that
+            except Exception as exc:  # noqa: BLE001 -- the reader promises not to raise; a poll must not trust that
                 out[pid] = ProbeRead(pid, "corrupt", None, f"reader failed: {exc}", True)
                 continue
             if r.state == "ok":
@@ -135,7 +135,7 @@ class SegmentSource:
                     # Never read while it lived (shorter than a poll): the probe leaves a process's
                     # last publish under its name when it named models (SegmentWriter keep_final).
                     r = read_segment(pid, expected_start_ticks=ticks, home=self._homes.get(ident), host=self.host)
-            except Exception:  # the follower and the reader promise not to raise
+            except Exception:  # noqa: BLE001 -- the follower and the reader promise not to raise
                 r = None
             payload = r.payload if r is not None and r.state in ("ok", "missing") else None
             if payload is not None and (last is None or payload is not last.payload):

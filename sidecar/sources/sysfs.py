@@ -68,7 +68,7 @@ def list_system_gpus(*, host: HostPaths = HOST) -> list[SystemGpu]:
     for name in sorted(names, key=_card_number):
         try:
             gpu = _read_card(os.path.join(base, name, "device"), name)
-        except Exception:  # one odd entry (permissions, a racing hot-unplug) must not hide the others
+        except Exception:  # noqa: BLE001 -- one odd entry (permissions, a racing hot-unplug) must not hide the others
             gpu = None
         if gpu is None:
             continue

@@ -114,7 +114,7 @@ class Pages:
         for ctx in self.contexts:
             try:
                 ctx.close()
-            except Exception:
+            except Exception:  # noqa: BLE001 -- every context closes, whatever one raised
                 pass
         self.contexts.clear()
 

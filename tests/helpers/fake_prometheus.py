@@ -65,7 +65,7 @@ def two_nodes_and_a_silent_one(job_key: str = "run-7", straggler: int | None = N
 
 
 class _Handler(BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802 (http.server's name)
+    def do_GET(self):
         server: FakePrometheus = self.server.owner  # type: ignore[attr-defined]
         url = urllib.parse.urlsplit(self.path)
         promql = urllib.parse.parse_qs(url.query).get("query", [""])[0]

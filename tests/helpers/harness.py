@@ -30,7 +30,7 @@ def wait_for(
             value = pred()
             if value:
                 return value
-        except Exception as exc:  # the condition may read a file or URL that is not there yet
+        except Exception as exc:  # noqa: BLE001 -- the condition may read a file or URL that is not there yet
             last_exc = exc
         time.sleep(interval_s)
     raise AssertionError(

@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from tests.helpers.harness import REPO, Sidecar, codes, python_env  # noqa: E402
+from tests.helpers.harness import REPO, Sidecar, codes, python_env
 
 pytestmark = pytest.mark.slow
 

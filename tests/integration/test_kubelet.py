@@ -279,7 +279,7 @@ def _pods_api(pod_list: dict) -> ThreadingHTTPServer:
     body = json.dumps(pod_list).encode()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
+        def do_GET(self):
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()

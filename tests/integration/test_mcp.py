@@ -273,7 +273,7 @@ def test_a_sidecar_that_is_down_is_a_tool_error(env):
 class _Handler(http.server.BaseHTTPRequestHandler):
     routes: dict[str, tuple[int, dict[str, str], bytes]] = {}
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         code, headers, body = self.routes.get(self.path.split("?")[0], (404, {}, b"{}"))
         self.send_response(code)
         for k, v in headers.items():

@@ -204,7 +204,7 @@ def runs(machine, tmp_path_factory):
         if name not in done:
             try:
                 done[name] = run_program(name)
-            except Exception as exc:  # every test of the program fails with it, without running it again
+            except Exception as exc:  # noqa: BLE001 -- every test of the program fails with it, without running it again
                 done[name] = exc
         if isinstance(done[name], BaseException):
             raise done[name]

@@ -9,7 +9,7 @@ import gc
 import os
 
 import torch
-import torch._dynamo  # noqa: F401 -- before init_process_group: the teardown in torchrun_ddp.py says why
+import torch._dynamo  # before init_process_group: the teardown in torchrun_ddp.py says why
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn as nn

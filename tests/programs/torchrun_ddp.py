@@ -9,7 +9,7 @@ import os
 import threading
 
 import torch
-import torch._dynamo  # noqa: F401 -- before init_process_group: see the teardown at the end
+import torch._dynamo  # before init_process_group: see the teardown at the end
 import torch.distributed as dist
 
 from tests.helpers import programs

@@ -99,7 +99,7 @@ def _pods_api(pods: dict) -> ThreadingHTTPServer:
     body = json.dumps(pods).encode()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 -- http.server's name
+        def do_GET(self):
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))

@@ -302,7 +302,7 @@ class _Reply(BaseHTTPRequestHandler):
     body: bytes = b""
     code = 200
 
-    def do_GET(self):  # noqa: N802 (http.server's name)
+    def do_GET(self):
         self.server.paths.append(self.path)
         self.send_response(self.server.code)
         self.send_header("Content-Type", "application/json")

@@ -2,7 +2,8 @@
 modules import one another in one direction.
 
 The Python part covers hostfs/, probe/, probe_wire/ and sidecar/ (ast: every def, nested ones too). The
-complexity lint (C901, PLR0912, PLR0915) is ruff's, configured in pyproject.toml.
+complexity lint (C901, PLR0912, PLR0915) is ruff's, configured in pyproject.toml; so is BLE001, whose
+every `noqa` says why here.
 The JavaScript part covers the standalone page (sidecar/static/{page,shared}/*.js, less the generated contract.js) and
 the DSH plugin's sources (dsh_plugin/src/client/*, dsh_plugin/host/*.js; never the built dist/).
 Run this file as a script to print the longest functions per file.
@@ -161,6 +162,43 @@ def test_the_python_shape_check_reports_a_long_module_and_a_long_function(tmp_pa
     (pkg / "edge.py").write_text("x = 1\n" * MODULE_MAX_LINES)
     report = py_shape_report(tmp_path, ("scratch",))
     assert report == ["scratch/funcs.py:1 long_one: 81 lines", f"scratch/long.py: {MODULE_MAX_LINES + 1} lines"]
+
+
+# ruff's BLE001 (pyproject.toml) refuses a blind `except Exception` unless a noqa lets it through,
+# which must then say why the except cannot name what it catches: `noqa: BLE001 -- why`.
+BLIND_EXCEPT_DIRS = (*PY_PACKAGES, "scripts", "tests", "benchmarks")
+_BLIND_NOQA = re.compile(r"#\s*noqa:[\w, ]*\bBLE001\b(?P<rest>.*)$")
+_A_REASON = re.compile(r"^[\w, ]*\s+--\s+\S")
+
+
+def blind_excepts_without_a_reason(root: Path = REPO, dirs: tuple[str, ...] = BLIND_EXCEPT_DIRS) -> list[str]:
+    out = []
+    for top in dirs:
+        for path in sorted((root / top).rglob("*.py")):
+            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                found = _BLIND_NOQA.search(line)
+                if found and not _A_REASON.match(found["rest"]):
+                    out.append(f"{path.relative_to(root)}:{number}")
+    return out
+
+
+def test_every_blind_except_says_why():
+    assert not blind_excepts_without_a_reason(), "say why these must catch everything:\n" + "\n".join(
+        blind_excepts_without_a_reason()
+    )
+
+
+def test_the_blind_except_check_reports_a_noqa_without_a_reason(tmp_path):
+    (tmp_path / "scratch").mkdir()
+    blind = "# noqa: " + "BLE001"  # spelt in two parts: this file's own lines are checked too
+    (tmp_path / "scratch" / "m.py").write_text(
+        "try:\n    pass\n"
+        f"except Exception:  {blind}\n    pass\n"
+        f"except Exception:  {blind} -- never raises into the caller\n    pass\n"
+        f"except Exception:  {blind}, E722\n    pass\n"
+        f"except Exception:  {blind.replace(': ', ': E722, ')} -- a reason\n    pass\n"
+    )
+    assert blind_excepts_without_a_reason(tmp_path, ("scratch",)) == ["scratch/m.py:3", "scratch/m.py:7"]
 
 
 def probe_import_graph(package_dir: Path) -> dict[str, set[str]]:

@@ -60,7 +60,7 @@ def outcome(fn, *args):
     e.g. a NaN time: the digests hold that too)."""
     try:
         return "value", fn(*args)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 -- what a call raises is part of its outcome
         return "raises", type(e)
 
 

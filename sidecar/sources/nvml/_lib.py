@@ -64,7 +64,7 @@ def is_nvml_error(exc: BaseException) -> bool:
 def reason(exc: BaseException) -> str:
     try:
         return str(exc) or type(exc).__name__
-    except Exception:  # str() of an NVMLError may itself call into the library
+    except Exception:  # noqa: BLE001 -- str() of an NVMLError may itself call into the library
         return f"NVML error {getattr(exc, 'value', '?')}"
 
 
@@ -150,7 +150,7 @@ def call(fn: Callable[..., Any], *args: Any) -> Any:
     """
     try:
         return fn(*args)
-    except Exception as exc:  # NVMLError, and anything a binding bug may raise
+    except Exception as exc:  # noqa: BLE001 -- NVMLError, and anything a binding bug may raise
         return _retry_or_raise(exc, fn, args)
 
 
@@ -159,7 +159,7 @@ def _retry_or_raise(exc: Exception, fn: Callable[..., Any], args: tuple[Any, ...
     if code == INSUFFICIENT_SIZE:
         try:
             return fn(*args)
-        except Exception as again:
+        except Exception as again:  # noqa: BLE001 -- as the first call's: translated below
             exc, code = again, error_code(again)
     raise _BY_CODE.get(code, NvmlError)(code, exc, getattr(fn, "__name__", None)) from None
 

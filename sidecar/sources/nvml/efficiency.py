@@ -142,8 +142,8 @@ def _batched(q: DeviceQuery, es: EfficiencyState) -> dict[int, Any]:
     except FunctionNotFound:
         es.field_values = False
         return {}
-    except Exception:
-        return {}  # the getters ask again, and say what is wrong
+    except Exception:  # noqa: BLE001 -- the getters ask again, and say what is wrong
+        return {}
     kept = [field_id for field_id in es.batch.field_ids if answers[field_id][0] not in _NOT_OFFERED]
     if len(kept) != len(es.batch.field_ids):
         es.batch = FieldValues(kept)
@@ -320,8 +320,8 @@ def free_gpm(es: EfficiencyState, samples: list[Any] | None = None) -> None:
             continue
         try:
             pynvml.nvmlGpmSampleFree(sample)
-        except Exception:
-            pass  # a dead driver must not stop the sidecar from closing
+        except Exception:  # noqa: BLE001 -- a dead driver must not stop the sidecar from closing
+            pass
     if samples is None:
         es.gpm_samples, es.gpm_have_previous, es.gpm_request = [], False, None
 

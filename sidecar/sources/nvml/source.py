@@ -124,7 +124,7 @@ class NvmlSource:
         if problem is None:
             try:
                 pynvml.nvmlInit()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 -- NVMLError, or what a broken binding raises: said below
                 problem = init_reason(exc)
         if problem is not None:
             self._init_error = problem
@@ -149,8 +149,8 @@ class NvmlSource:
                     efficiency.free_gpm(st.efficiency)
                 try:
                     pynvml.nvmlShutdown()
-                except Exception:
-                    pass  # shutting down a dead driver must not stop the sidecar from exiting
+                except Exception:  # noqa: BLE001 -- shutting down a dead driver must not stop the sidecar from exiting
+                    pass
 
     def __enter__(self) -> NvmlSource:
         return self
@@ -166,7 +166,7 @@ class NvmlSource:
                 return NvmlSnapshot(ok=False, error="NVML source closed", time=started)
             try:
                 return self._poll(started)
-            except Exception as exc:  # a bug here must cost one poll, not the sidecar
+            except Exception as exc:  # noqa: BLE001 -- a bug here must cost one poll, not the sidecar
                 return NvmlSnapshot(ok=False, error=f"internal error while polling NVML: {exc!r}", time=started)
 
     def _poll(self, started: float) -> NvmlSnapshot:
