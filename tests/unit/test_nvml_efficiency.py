@@ -93,6 +93,28 @@ def test_gpm_layouts_agree_between_header_binding_and_reader():
         assert re.search(rf"NVML_GPM_METRIC_\w+\s*=\s*{metric_id},", header), name
 
 
+def test_the_return_codes_and_field_ids_are_the_header_s():
+    """The NVML source's return codes (_lib) and batched field ids (efficiency) carry nvml.h's
+    values: NVML_SUCCESS, NVML_ERROR_<name>, NVML_FI_DEV_<name>."""
+    from sidecar.sources.nvml import _lib, efficiency
+
+    header = nvml_header().read_text()
+
+    def defined(name: str) -> int:
+        found = re.search(rf"\b{name}\s*=\s*(-?\d+)\s*,|#define\s+{name}\s+(-?\d+)\b", header)
+        assert found, name
+        return int(found.group(1) or found.group(2))
+
+    codes = [name for name in vars(_lib) if name.isupper() and isinstance(getattr(_lib, name), int)]
+    codes = [name for name in codes if name not in ("MIB", "OTHER_EXCEPTION", "NO_INSTANCE_ID")]
+    assert {"SUCCESS", "NOT_SUPPORTED", "INVALID_ARGUMENT", "FUNCTION_NOT_FOUND", "GPU_IS_LOST"} <= set(codes)
+    for name in codes:
+        assert getattr(_lib, name) == defined("NVML_SUCCESS" if name == "SUCCESS" else f"NVML_ERROR_{name}"), name
+    assert defined("NVML_ERROR_FUNCTION_NOT_FOUND") == 13  # the control: the lookup reads the header
+    for name in ("POWER_AVERAGE", "POWER_CURRENT_LIMIT", "GPU_TEMP"):
+        assert getattr(efficiency, name) == defined(f"NVML_FI_DEV_{name}"), name
+
+
 def test_the_layout_static_asserts_bite(tmp_path):
     """The static_asserts in fakenvml.c are real checks: a wrong one stops the build."""
     src = tmp_path / "wrong.c"

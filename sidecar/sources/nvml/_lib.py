@@ -19,9 +19,12 @@ except ImportError:  # the sidecar still serves process and probe facts without 
 MIB = 1 << 20
 LIBRARY = "libnvidia-ml.so.1"
 
-# pynvml's constants, spelled out so the package imports (and reports) without nvidia-ml-py.
+# NVML's return codes (nvml.h's NVML_SUCCESS and NVML_ERROR_<name>; tests/unit/test_nvml_efficiency.py
+# checks them against the header), spelled out so the package imports (and reports) without
+# nvidia-ml-py.
 SUCCESS = 0
 UNINITIALIZED = 1
+INVALID_ARGUMENT = 2
 NOT_SUPPORTED = 3
 NO_PERMISSION = 4
 NOT_FOUND = 6

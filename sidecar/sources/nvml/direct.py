@@ -11,7 +11,14 @@ import struct
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sidecar.sources.nvml._lib import INSUFFICIENT_SIZE, NOT_FOUND, SUCCESS, pynvml, raise_code
+from sidecar.sources.nvml._lib import (
+    INSUFFICIENT_SIZE,
+    NOT_FOUND,
+    OTHER_EXCEPTION,
+    SUCCESS,
+    pynvml,
+    raise_code,
+)
 
 # The two list queries are read with NVML's own function pointers (resolved and cached by
 # nvidia-ml-py) into plain buffers. nvidia-ml-py's wrappers return one `_PrintableStructure` per
@@ -235,7 +242,7 @@ class FieldValues:
             field_id, _scope, value_type, code = _FIELD_HEAD.unpack_from(buf, at)
             layout = _VALUE_TYPES.get(value_type)
             if code == SUCCESS and layout is None:
-                code = -1  # a value type this reader does not know: not a value
+                code = OTHER_EXCEPTION  # a value type this reader does not know: not a value
             out[field_id] = (code, layout.unpack_from(buf, at + _VALUE_AT)[0] if code == SUCCESS else None)
         return out
 

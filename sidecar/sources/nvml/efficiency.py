@@ -30,7 +30,18 @@ from sidecar.common.nvml_names import (
     GPU_EFFICIENCY_FIELDS,
 )
 from sidecar.sources.nvml import mig
-from sidecar.sources.nvml._lib import FunctionNotFound, GpuLost, NotSupported, NvmlError, pynvml, reason
+from sidecar.sources.nvml._lib import (
+    FUNCTION_NOT_FOUND,
+    INVALID_ARGUMENT,
+    NOT_SUPPORTED,
+    SUCCESS,
+    FunctionNotFound,
+    GpuLost,
+    NotSupported,
+    NvmlError,
+    pynvml,
+    reason,
+)
 from sidecar.sources.nvml.direct import GPM_ENTRY, GPM_HEADER_BYTES, GPM_METRIC_BYTES, FieldValues
 from sidecar.sources.nvml.query import DeviceQuery
 from sidecar.sources.nvml.snapshot import GpuInfo
@@ -62,7 +73,7 @@ POWER_AVERAGE, POWER_CURRENT_LIMIT, GPU_TEMP = 185, 190, 308
 BATCHED_FIELDS = (("power_w", POWER_AVERAGE), ("power_limit_w", POWER_CURRENT_LIMIT), ("temperature_c", GPU_TEMP))
 # Per-field answers that mean "not offered through the batch" for this GPU (an older driver answers
 # an id it does not know INVALID_ARGUMENT): the field is read with its getter from then on.
-_NOT_OFFERED = (3, 2)  # NOT_SUPPORTED, INVALID_ARGUMENT
+_NOT_OFFERED = (NOT_SUPPORTED, INVALID_ARGUMENT)
 
 
 @dataclass
@@ -147,7 +158,7 @@ def _batched(q: DeviceQuery, es: EfficiencyState) -> dict[int, Any]:
     kept = [field_id for field_id in es.batch.field_ids if answers[field_id][0] not in _NOT_OFFERED]
     if len(kept) != len(es.batch.field_ids):
         es.batch = FieldValues(kept)
-    return {field_id: value for field_id, (code, value) in answers.items() if code == 0}
+    return {field_id: value for field_id, (code, value) in answers.items() if code == SUCCESS}
 
 
 def _clock_events(q: DeviceQuery, es: EfficiencyState) -> None:
@@ -297,7 +308,7 @@ def _gpm_values(info: GpuInfo, request: Any) -> None:
     for i, (name, _id, scale) in enumerate(GPM_FIELDS):
         # Read from the struct's bytes: attribute access on nvidia-ml-py's structures is slow.
         _metric, ret, value = GPM_ENTRY.unpack_from(request, GPM_HEADER_BYTES + i * GPM_METRIC_BYTES)
-        if ret == 0:
+        if ret == SUCCESS:
             scaled = value * scale
             if not math.isfinite(scaled) or scaled < 0.0:
                 errors[name] = f"{GPM_INVALID_VALUE}: {value!r}"
@@ -310,7 +321,7 @@ def _gpm_values(info: GpuInfo, request: Any) -> None:
 
 def _missing(*_args: Any) -> Any:
     """Stands in for a GPM function an old nvidia-ml-py lacks: FUNCTION_NOT_FOUND, as from the driver."""
-    raise pynvml.NVMLError(13)
+    raise pynvml.NVMLError(FUNCTION_NOT_FOUND)
 
 
 def free_gpm(es: EfficiencyState, samples: list[Any] | None = None) -> None:

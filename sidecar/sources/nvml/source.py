@@ -41,6 +41,7 @@ from typing import Any
 
 from sidecar.sources.nvml import efficiency, mig, processes
 from sidecar.sources.nvml._lib import (
+    GPU_IS_LOST,
     MIB,
     FunctionNotFound,
     GpuLost,
@@ -295,7 +296,7 @@ class NvmlSource:
         info.processes = []
         info.lost = lost
         if lost and not info.field_errors:
-            info.field_errors["uuid"] = reason(pynvml.NVMLError(15))
+            info.field_errors["uuid"] = reason(pynvml.NVMLError(GPU_IS_LOST))
         st.samples.clear()
         st.polls_since_uuid = UUID_CHECK_EVERY_POLLS  # look at its identity again next time
         if not lost:
