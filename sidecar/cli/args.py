@@ -65,6 +65,17 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _interval_s(text: str) -> float:
+    """--interval (serve, run, mcp): the one check of its minimum, with its one message."""
+    value = _positive_float(text)
+    if value < MIN_INTERVAL_S:
+        raise argparse.ArgumentTypeError(
+            f"{text} s is below {MIN_INTERVAL_S} s: polling NVML and /proc that often costs a core; "
+            f"use {CHEAP_INTERVAL_S} or more"
+        )
+    return value
+
+
 def _bounded_seconds(limit_s: float, *, zero_ok: bool):
     """An argparse type: a finite number of seconds, at most `limit_s` (inf, nan and 1e12 are
     refused: they would never end or would size a buffer by them)."""
@@ -179,7 +190,10 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--port", type=_port, default=DEFAULT_PORT, help="port (default 8765; 0 picks a free one)")
     p.add_argument(
-        "--interval", type=_positive_float, default=1.5, help="seconds between polls (default 1.5)"
+        "--interval",
+        type=_interval_s,
+        default=1.5,
+        help=f"seconds between polls (default 1.5, at least {MIN_INTERVAL_S})",
     )
     p.add_argument(
         "--history",
@@ -314,9 +328,9 @@ def mcp_parser() -> argparse.ArgumentParser:
     p.add_argument("--pid", type=_pid, default=None, help="without --url: watch only the job under PID")
     p.add_argument(
         "--interval",
-        type=_positive_float,
+        type=_interval_s,
         default=1.5,
-        help="without --url: seconds between polls (default 1.5)",
+        help=f"without --url: seconds between polls (default 1.5, at least {MIN_INTERVAL_S})",
     )
     p.add_argument(
         "--history",
@@ -394,12 +408,7 @@ def prometheus_trusted_uids(args: argparse.Namespace) -> frozenset[int]:
 
 
 def check_serve_args(args: argparse.Namespace) -> None:
-    if args.interval < MIN_INTERVAL_S:
-        raise UsageError(
-            f"--interval {args.interval} is below {MIN_INTERVAL_S} s: polling NVML and /proc that often "
-            "costs a core; use 0.5 or more"
-        )
-    if args.interval < CHEAP_INTERVAL_S:
+    if args.interval < CHEAP_INTERVAL_S:  # at least MIN_INTERVAL_S: _interval_s checked
         print(
             f"dsh-sidecar: warning: --interval {args.interval} s is short: NVML polling itself costs CPU, and the "
             "driver's utilisation samples are ~1/6-1 s apart",

@@ -36,7 +36,6 @@ from sidecar.cli.args import (
     EXIT_OK,
     EXIT_PORT,
     EXIT_USAGE,
-    MIN_INTERVAL_S,
     SIDECAR_SECRET_ENV,
     PortError,
     UsageError,
@@ -108,8 +107,6 @@ def _main_serve(args: argparse.Namespace) -> int:
         )
     if not args.once:
         check_serve_args(args)
-    elif args.interval < MIN_INTERVAL_S:
-        raise UsageError(f"--interval must be at least {MIN_INTERVAL_S} s")
     if args.pid is None:
         return _main_discover(args)
     if not _pid_exists(args):
@@ -198,8 +195,6 @@ def _main_mcp(args: argparse.Namespace) -> int:
         get = partial(http_get.get, host=host_paths(args))  # whose server it is: --path.procfs's tables
         backend = mcp_server.HttpBackend(_mcp_url(args.url, args.token), args.token, get=get)
     else:
-        if args.interval < MIN_INTERVAL_S:
-            raise UsageError(f"--interval must be at least {MIN_INTERVAL_S} s")
         if args.pid is not None and not _pid_exists(args):
             return fail(EXIT_NO_PID, f"no process with pid {args.pid}: is the job running?")
         rules = rules_from_env()

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from sidecar.cli.args import EXIT_USAGE, MIN_INTERVAL_S
 from tests.fakenvml import gpu
 from tests.helpers.document_keys import MODEL_KEYS, PROCESS_KEYS, STATUS_KEYS
 from tests.helpers.harness import REPO, FakeJob, Sidecar, cuda_runtime, python_env
@@ -55,6 +56,34 @@ def assert_one_clear_line(r: subprocess.CompletedProcess, code: int, *needles: s
 )
 def test_bad_usage_exits_2(args, needles):
     assert_one_clear_line(cli(*args), 2, *needles)
+
+
+ME = str(subprocess.os.getpid())
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--pid", ME],
+        ["--pid", ME, "--once"],
+        ["run", "--", sys.executable, "-c", "raise SystemExit(7)"],  # never started: not its exit code
+        ["mcp", "--pid", ME],
+        ["mcp", "--url", "http://127.0.0.1:1"],  # does not poll: the interval is refused alike
+    ],
+    ids=["serve", "once", "run", "mcp", "mcp-url"],
+)
+def test_an_interval_below_the_minimum_exits_2_with_the_one_message(argv):
+    """One minimum (args.MIN_INTERVAL_S), checked once where --interval is parsed: every command that
+    takes it refuses a shorter one alike, with one message, before anything starts."""
+    too_short_s = MIN_INTERVAL_S / 2
+    at = argv.index("--") if "--" in argv else len(argv)
+    r = cli(*argv[:at], "--interval", str(too_short_s), *argv[at:])
+    assert_one_clear_line(r, EXIT_USAGE, f"argument --interval: {too_short_s} s is below {MIN_INTERVAL_S} s")
+
+
+def test_the_minimum_interval_itself_is_allowed():
+    r = cli("--pid", ME, "--once", "--interval", str(MIN_INTERVAL_S))
+    assert r.returncode == 0, (r.stdout, r.stderr)
 
 
 def test_missing_pid_exits_3():

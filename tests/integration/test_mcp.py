@@ -369,7 +369,7 @@ def test_cli_without_the_sdk_and_cli_import_cost():
         (["--url", "http://127.0.0.1:8765/?job=1"], 2, "the token goes in --token"),
         (["--url", "http://127.0.0.1:8765", "--pid", "1"], 2, "give one of them"),
         (["--url", "http://127.0.0.1:8765", "--token", "a b"], 2, "printable ASCII"),
-        (["--interval", "0.01"], 2, "at least 0.1"),
+        (["--interval", "0.01"], 2, "is below 0.1 s"),
         (["--history", "0"], 2, "--history"),
         (["--pid", "999999999"], 3, "no process with pid 999999999"),
         (["--bogus"], 2, "unrecognized arguments: --bogus"),
