@@ -24,9 +24,14 @@ from __future__ import annotations
 #   _models                          registration, DataLoader timing, each tick's updates
 #   _journal                         errors, events, warnings given
 #   _steps                         step counters, DataLoader wrappers, worker labels
-#   hooks                          ModelRecord, LoaderTimer, ProbeWorkerInit (its starter injected by _state)
+#   hooks                          ModelRecord, LoaderTimer
 #   instrument                     the forward class swap and hooks
 #   _syncs, _breakdown, _compiled, _settings, _rate, facts      leaves (then probe_wire)
+#   _workers                       ProbeWorkerInit (its starter injected by _state): a leaf
+#
+# ``import probe`` loads this file, _state (the Probe alone), _journal's ProbeWarning, _workers and
+# probe_wire.header: the Probe imports the rest when first asked for something (register, event,
+# activate, a snapshot), so that a program that imports the probe and never uses it pays ~ms.
 from probe._state import PROBE as _PROBE
 from probe._state import ProbeWarning
 

@@ -12,8 +12,6 @@ import collections
 import time
 import warnings
 
-from probe_wire.schema import MAX_ERRORS, MAX_EVENTS
-
 MESSAGE_MAX_CHARS = 512
 EVENT_NAME_MAX_CHARS = 256
 
@@ -24,6 +22,9 @@ class ProbeWarning(UserWarning):
 
 class Journal:
     def __init__(self) -> None:
+        # Imported here: ProbeWarning is part of ``import probe``, the schema only of its first use.
+        from probe_wire.schema import MAX_ERRORS, MAX_EVENTS
+
         self.events: collections.deque = collections.deque(maxlen=MAX_EVENTS)
         self.errors: collections.deque = collections.deque(maxlen=MAX_ERRORS)
         self.warned: set[str] = set()

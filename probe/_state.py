@@ -3,7 +3,8 @@ and what a fork and the process's exit do to them.
 
 ``Probe`` composes the rest: ``Journal`` (errors, events, warnings given: probe/_journal.py),
 ``Models`` (registration, DataLoader timing, what each tick updates: probe/_models.py) and
-``Publisher`` (the payload and when it is written: probe/_publisher.py). Public calls take ``lock``;
+``Publisher`` (the payload and when it is written: probe/_publisher.py), each imported and created
+when first used (``_load_parts``): ``import probe`` creates the ``Probe`` alone. Public calls take ``lock``;
 the forward hooks never do. After a fork the child gets fresh state (its own lock, no writer, no
 thread, counters reset) from the ``os.register_at_fork`` handler, so it can never write into its
 parent's segment; it opens its own segment lazily.
@@ -16,19 +17,18 @@ import os
 import sys
 import threading
 
-from probe import hooks
-from probe._breakdown import CLOCK
-from probe._journal import Journal, ProbeWarning
-from probe._models import Models
-from probe._publisher import Publisher
-from probe_wire.cleanup import sweep_dead_segments
+from probe._journal import ProbeWarning
+from probe._workers import set_worker_starter
 from probe_wire.header import DEFAULT_SEGMENT_BYTES, MAX_SEGMENT_BYTES, MIN_SEGMENT_BYTES, SegmentError
-from probe_wire.names import segment_name
-from probe_wire.writer import SegmentWriter
 
 TYPE_CHECKING = False  # typing costs ~2 ms to import; annotations alone do not need it
 if TYPE_CHECKING:
     from typing import Any
+
+    from probe._journal import Journal
+    from probe._models import Models
+    from probe._publisher import Publisher
+    from probe_wire.writer import SegmentWriter
 
 __all__ = ["PROBE", "Probe", "ProbeWarning"]
 
@@ -56,6 +56,12 @@ def _env_float(name: str, default: float, low: float, high: float) -> float:
 
 
 class Probe:
+    # The parts a model, an event or a publish needs: set by _load_parts on first use (read before
+    # then, they load through __getattr__), so that ``import probe`` imports none of them.
+    journal: Journal
+    models: Models
+    publisher: Publisher
+
     def __init__(self) -> None:
         self.enabled = os.environ.get(ENV_ENABLE, "1").strip().lower() not in ("0", "false", "no", "off")
         self.disabled_reason: str | None = None if self.enabled else f"{ENV_ENABLE}=0"
@@ -72,15 +78,39 @@ class Probe:
         self.forked = False
         self.mp_finalizer_pid: int | None = None
         self.swept: list[int] = []  # pids whose dead segments this process's probe removed at start
-        self.journal = Journal()
-        self.models = Models(self.journal, self._request_publish)
-        self.publisher = Publisher(self.journal, self.models)
-        # A DataLoader worker starts the probe through hooks.ProbeWorkerInit, which hooks cannot
-        # import us for (we import hooks): this process's Probe is the one it starts.
-        hooks.set_worker_starter(self.activate_worker)
+        # A DataLoader worker starts the probe through _workers.ProbeWorkerInit, which cannot import
+        # us for it (we import it): this process's Probe is the one it starts.
+        set_worker_starter(self.activate_worker)
         if self.enabled:
             os.register_at_fork(after_in_child=self._after_fork_in_child)
             atexit.register(self.shutdown, True)
+
+    # -- the parts, loaded on first use ------------------------------------------------------------
+    def __getattr__(self, name: str) -> Any:
+        # Python calls this only for an attribute not set: here, a part not loaded yet.
+        if name not in ("journal", "models", "publisher"):
+            raise AttributeError(f"'Probe' object has no attribute {name!r}")
+        self._load_parts(everything=name != "journal")
+        return self.__dict__[name]
+
+    def _loaded(self, part: str = "publisher") -> bool:
+        return part in self.__dict__
+
+    def _load_parts(self, everything: bool = True) -> None:
+        """Import and create the journal and, with ``everything``, the models and the publisher. Always
+        on the caller's thread, never the publisher's: an import in flight there when the process
+        forks would leave its module's lock held in the child (the publisher only starts once loaded)."""
+        with self.lock:
+            if not self._loaded("journal"):
+                from probe._journal import Journal
+
+                self.journal = Journal()  # first: recording an error needs it alone
+            if everything and not self._loaded():
+                from probe._models import Models
+                from probe._publisher import Publisher
+
+                self.models = Models(self.journal, self._request_publish)
+                self.publisher = Publisher(self.journal, self.models)
 
     # -- what the collaborators hold, under the names callers and tests read -------------------------
     @property
@@ -128,9 +158,14 @@ class Probe:
             return True
         if not self.enabled:
             return False
+        self._load_parts()
+        from probe_wire.writer import SegmentWriter
+
         try:
             self.writer = SegmentWriter(size_bytes=self.segment_bytes)
         except (SegmentError, OSError) as e:
+            from probe_wire.names import segment_name  # the writer's import: loaded
+
             # Turn the whole probe off: a process without a segment has nothing to publish to.
             self.enabled = False
             self.disabled_reason = f"cannot create shared-memory segment {segment_name(os.getpid())}: {e}"
@@ -170,6 +205,10 @@ class Probe:
             # A job ended by SIGTERM or SIGKILL leaves its processes' segments behind: the first probe
             # of this user's next job removes those whose writers are provably dead (once, off the
             # training thread; only this user's files, never another PID namespace's).
+            # Loaded already (the writer imports it, on the caller's thread): this import only looks
+            # it up, and never holds an import lock across a fork.
+            from probe_wire.cleanup import sweep_dead_segments
+
             try:
                 self.swept = sweep_dead_segments(skip={my_pid}, owner_uid=os.getuid())
             except Exception as e:  # noqa: BLE001 -- recorded; the publisher starts regardless
@@ -207,10 +246,15 @@ class Probe:
         self.thread = None
         self.stopping = False
         self.forked = True
-        self.journal.reset_after_fork()
-        self.models.reset_after_fork()
-        self.publisher.reset_after_fork()
-        CLOCK.reset()
+        # Only what is loaded (nothing is imported in a fork's child): unloaded, there is nothing to reset.
+        if self._loaded("journal"):
+            self.journal.reset_after_fork()
+        if self._loaded():
+            self.models.reset_after_fork()
+            self.publisher.reset_after_fork()
+        breakdown = sys.modules.get("probe._breakdown")  # the step clock, loaded by a model or a framework
+        if breakdown is not None:
+            breakdown.CLOCK.reset()
         if old_writer is not None:
             try:
                 old_writer.detach()  # unmaps our copy of the mapping; the parent's stays intact
@@ -225,6 +269,8 @@ class Probe:
         sidecar whose next poll comes after the end; otherwise the segment is unlinked."""
         self.stopping = True
         self.wake.set()
+        if not self._loaded():  # never activated: no segment, no publisher thread, nothing counted
+            return
         locked = self.lock.acquire(timeout=1.0)
         try:
             if self.sync_counter.state != "off" and os.getpid() == self.pid:
@@ -339,8 +385,8 @@ class Probe:
             "reason": self.disabled_reason,
             "segment": self.writer.name if self.writer is not None else None,
             "interval_s": self.interval_s,
-            "models": len(self.records),
-            "publishes": self.publishes,
+            "models": len(self.records) if self._loaded() else 0,
+            "publishes": self.publishes if self._loaded() else 0,
         }
 
 

@@ -22,12 +22,12 @@ import weakref
 from probe import _compiled, _settings
 from probe._breakdown import CLOCK
 from probe._rate import RateWindow
+from probe._workers import ProbeWorkerInit  # exported here too: its callers' name for it
 from probe.instrument import DETACHED_AUDIT_EVENT, compiling_check, install
 from probe_wire.schema import DEVICE_MIXED, DEVICE_NO_PARAMETERS
 
 TYPE_CHECKING = False  # typing costs ~2 ms to import; annotations alone do not need it
 if TYPE_CHECKING:
-    from collections.abc import Callable
     from typing import Any
 
 __all__ = [
@@ -36,7 +36,6 @@ __all__ = [
     "ProbeWorkerInit",
     "find_input_device",
     "find_input_tensor",
-    "set_worker_starter",
     "unwrap_model",
 ]
 
@@ -197,45 +196,6 @@ class LoaderTimer:
         n = len(batches)
         fraction = min(1.0, wait_s / step_s) if step_s > 0 else None
         return fraction, wait_s / n, step_s / n, n
-
-
-# What ProbeWorkerInit calls in a worker: the process's Probe's activate_worker, set by probe._state
-# when it creates that Probe (importing any probe module runs probe/__init__, which creates it, so it
-# is set before a worker can unpickle a ProbeWorkerInit). Injected, not imported: _state imports us.
-_worker_starter: Callable[[int], None] | None = None
-
-
-def set_worker_starter(start: Callable[[int], None]) -> None:
-    global _worker_starter
-    _worker_starter = start
-
-
-class ProbeWorkerInit:
-    """A DataLoader ``worker_init_fn`` that starts the probe in the worker, then calls the user's.
-
-    A module-level class so it pickles by reference for ``spawn`` workers (which would otherwise
-    never import the probe); the user's function keeps running exactly as before, after ours.
-    """
-
-    __slots__ = ("user_fn",)
-
-    def __init__(self, user_fn: Any = None) -> None:
-        self.user_fn = user_fn
-
-    def __reduce__(self) -> Any:
-        # Rebuilt through __init__: a __getstate__ returning the user's function would be None when
-        # there is none, and pickle then skips __setstate__, leaving user_fn unset in the worker.
-        return (ProbeWorkerInit, (self.user_fn,))
-
-    def __call__(self, worker_id: int) -> None:
-        try:
-            start = _worker_starter
-            if start is not None:
-                start(worker_id)
-        except Exception:  # noqa: BLE001 -- the probe must never break a user's data loading
-            pass
-        if self.user_fn is not None:
-            self.user_fn(worker_id)
 
 
 class ModelRecord:

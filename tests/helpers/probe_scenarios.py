@@ -273,7 +273,8 @@ def scenario_import() -> None:
         for m in ("torch", "numpy", "psutil", "pynvml", "flask", "multiprocessing.shared_memory")
         if m in sys.modules
     ]
-    emit({"import_s": import_s, "heavy": heavy})
+    ours = sorted(m for m in sys.modules if m.split(".")[0] in ("probe", "probe_wire", "msgpack", "posix_ipc"))
+    emit({"import_s": import_s, "heavy": heavy, "ours": ours})
 
 
 def scenario_register_then(exit_how: str) -> None:
