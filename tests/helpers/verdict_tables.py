@@ -1,8 +1,8 @@
 """The verdict's tables: facts in, the status and warning codes they must give (CASES, the verdict's
 own rules) and the warning codes the efficiency rules must and must not give (EFFICIENCY_CASES).
 tests/unit/test_verdict.py and tests/unit/test_verdict_efficiency.py hold decide() to them; the
-message catalogue's and the verdict digests' tests read them as the set of facts that reach every
-rule.
+message catalogue's and the verdict's property tests (tests/unit/test_verdict_properties.py) read
+them as the set of facts that reach every rule.
 """
 
 from __future__ import annotations

@@ -1,0 +1,300 @@
+"""decide() over the verdict tables' facts and RANDOM_FACTS random ones (tests/helpers/verdict_random.py),
+held to what must hold of every verdict, whatever the facts:
+
+- the same facts give the same verdict: twice, from facts made afresh, through a VerdictMemo that
+  saw other facts before;
+- a known status; known codes, each once, of known severities, sorted by severity; every text of
+  it renders in English and Chinese;
+- what a verdict names is the job's: the pids of a warning are its processes', its stopped ones' or
+  its target's; the GPU a warning names, and model_gpu_index, is one the facts hold (NVML's, or
+  a process's row; the efficiency rules': a GPU of the job that NVML lists and has not lost);
+- each warning fires exactly when the fact its code stands for holds (codes.py's one-line
+  summaries, the rules' conditions), or, for the rules measured against thresholds, only when the
+  fact it measures is there;
+- the status follows the models' device types (status.py).
+
+The tables hold decide() to hand-written statuses and codes per named case (test_verdict.py,
+test_verdict_efficiency.py). Facts with a NaN time in their history are left out here: decide()
+raises on them (test_verdict_windows.py's xfail).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import fields, replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from probe_wire.schema import DEVICE_MIXED, DEVICE_NO_PARAMETERS
+from sidecar.common.catalogue import Ref
+from sidecar.verdict import (
+    ACCELERATOR_TYPES,
+    STATUSES,
+    Facts,
+    VerdictMemo,
+    decide,
+    device_type,
+    memory_growth,
+)
+from sidecar.verdict.codes import CODES
+from sidecar.verdict.efficiency import THROTTLE_REASONS
+from sidecar.verdict.facts import NVIDIA_VENDOR, SEVERITY_ORDER
+from sidecar.verdict.rules import PROBE_PRESENT_STATES
+from tests.helpers.hypothesis_profiles import examples
+from tests.helpers.verdict_facts import en, zh
+from tests.helpers.verdict_random import all_facts, random_facts
+
+
+def _no_nan_time(f: Facts) -> bool:
+    return not any(math.isnan(s.time) for s in f.recent)
+
+
+FACTS = [(name, f) for name, f in all_facts() if _no_nan_time(f)]
+# The efficiency rules judge the job's GPUs: the GPU they name is one of those.
+EFFICIENCY_CODES = {
+    "throttled",
+    "pcie-degraded",
+    "hollow-utilisation",
+    "no-tensor-cores",
+    "mig-no-process-util",
+}
+
+
+def fresh(f: Facts) -> Facts:
+    """Equal facts made anew, no object shared with ``f`` (nor what was derived from it)."""
+    return replace(f, **{fld.name: copy.deepcopy(getattr(f, fld.name)) for fld in fields(f)})
+
+
+def codes(v) -> list[str]:
+    return [w.code for w in v.warnings]
+
+
+def _refs(r):
+    """A text reference and the references among its params, nested."""
+    if isinstance(r, Ref):
+        yield r
+        for value in r.params.values():
+            yield from _refs(value)
+
+
+def _models(f: Facts):
+    return [(p, m) for p in f.processes for m in p.models]
+
+
+# ---------------------------------------------------------------------------------------------
+# Determinism, form, references
+# ---------------------------------------------------------------------------------------------
+def test_the_same_facts_give_the_same_verdict():
+    memo = VerdictMemo()
+    for name, f in FACTS:
+        v = decide(f)
+        assert decide(f) == v, name
+        assert decide(fresh(f)) == v, name
+        assert decide(f, memo) == v, name  # the memo holds the last facts' verdict parts
+        assert decide(f.with_recent(f.recent[1:]), memo) == decide(f.with_recent(f.recent[1:])), name
+
+
+def check_form(f: Facts, v) -> None:
+    assert v.status in STATUSES
+    assert en(v.message) and zh(v.message)
+    assert len(set(codes(v))) == len(codes(v)), codes(v)
+    severities = [SEVERITY_ORDER[w.severity] for w in v.warnings]
+    assert severities == sorted(severities)
+    for w in v.warnings:
+        assert w.code in CODES, w.code
+        assert en(w.message) and zh(w.message), w.code
+        assert w.hint is None or (en(w.hint) and zh(w.hint)), w.code
+
+
+def check_references(f: Facts, v) -> None:
+    job_pids = {p.pid for p in f.processes} | {pid for pid, _ in f.stopped} | {f.target_pid}
+    listed = {g.index for g in f.gpus}
+    known = listed | {row.index for p in f.processes for row in p.gpu}
+    job_gpus = {g.index for g in f.job_gpus}
+    for w in v.warnings:
+        assert set(w.pids) <= job_pids, (w.code, w.pids, job_pids)
+        for r in (*_refs(w.message), *_refs(w.hint)):
+            if "gpu" in r.params and isinstance(r.params["gpu"], int):
+                gpu = r.params["gpu"]
+                assert gpu in (job_gpus if w.code in EFFICIENCY_CODES else known), (w.code, gpu)
+    assert v.model_gpu_index is None or v.model_gpu_index in known
+
+
+def test_every_verdict_is_well_formed_and_names_only_what_the_facts_hold():
+    for _name, f in FACTS:
+        v = decide(f)
+        check_form(f, v)
+        check_references(f, v)
+
+
+# ---------------------------------------------------------------------------------------------
+# Each rule's condition
+# ---------------------------------------------------------------------------------------------
+def _runtimes(f: Facts):
+    return [p.runtime for p in f.processes if p.runtime]
+
+
+def _nvidia(f: Facts) -> bool:
+    return bool(f.gpus) or any(s.vendor == NVIDIA_VENDOR for s in f.system_gpus)
+
+
+def _types(f: Facts) -> set[str]:
+    return set().union(*(m.types for _, m in _models(f)))
+
+
+def _gpu_work_in_child(f: Facts) -> bool:
+    target = next((p for p in f.processes if p.is_target), None)
+    return bool(target and not target.uses_gpu and any(not p.is_target and p.uses_gpu for p in f.processes))
+
+
+def _input_mismatch(f: Facts) -> bool:
+    return any(
+        m.input_device and m.device and m.device not in (DEVICE_MIXED, DEVICE_NO_PARAMETERS)
+        and m.input_device != m.device and device_type(m.input_device) != "meta"
+        for _, m in _models(f)
+    )  # fmt: skip
+
+
+# code -> the fact it stands for: the warning is there if and only if it holds.
+EXACTLY_WHEN = {
+    "target-exited": lambda f: not f.target_alive,
+    "job-stopped": lambda f: f.target_alive and bool(f.stopped),
+    "nvml-unavailable": lambda f: not f.nvml_ok,
+    "pid-namespace": lambda f: f.pid_namespace_suspect,
+    "no-probe": lambda f: (
+        f.target_alive and not any(p.has_probe or p.probe_state in PROBE_PRESENT_STATES for p in f.processes)
+    ),
+    "probe-unreadable": lambda f: any(p.probe_unreadable for p in f.processes),
+    "probe-error": lambda f: any(p.publish_failure for p in f.processes),
+    "host-syncs": lambda f: any(
+        p.syncs_per_step is not None and p.syncs_per_step >= f.rules.host_syncs_per_step for p in f.processes
+    ),
+    "memory-growth": lambda f: memory_growth(f.recent, f.rules) is not None,
+    "no-parameters": lambda f: any(m.device == DEVICE_NO_PARAMETERS for _, m in _models(f)),
+    "registered-before-compile": lambda f: any(m.compiled_uncounted for _, m in _models(f)),
+    "worker-cuda": lambda f: any(
+        p.role == "dataloader-worker" and (p.gpu_mem_mib > 0 or (p.cuda_memory_mib or 0) > 0)
+        for p in f.processes
+    ),
+    "unregistered-gpu-process": lambda f: any(p.uses_gpu and not p.has_probe for p in f.processes),
+    "model-on-cpu": lambda f: any(
+        m.types == {"cpu"} and (p.runtime or {}).get("cuda_available") is True for p, m in _models(f)
+    ),
+    "cuda-unavailable": lambda f: any(
+        rt.get("cuda_build") and rt.get("cuda_available") is False for rt in _runtimes(f)
+    ),
+    "cpu-build": lambda f: (
+        _nvidia(f) and any(rt.get("torch") and rt.get("cuda_build") is None for rt in _runtimes(f))
+    ),
+    "mixed-devices": lambda f: any(len(m.types) > 1 for _, m in _models(f)) or len(_types(f)) > 1,
+    "gpu-work-in-child": _gpu_work_in_child,
+    "input-mismatch": _input_mismatch,
+    "mig-no-process-util": lambda f: any(g.mig_mode for g in f.job_gpus),
+}
+
+
+def _ranks(f: Facts) -> list:
+    return [p for p in f.processes if p.role == "rank"]
+
+
+def _data_waits(f: Facts) -> list[float]:
+    waits = [
+        p.steps.data_wait_fraction for p in f.processes if p.steps and p.steps.data_wait_fraction is not None
+    ]
+    return waits + [m.data_wait_fraction for _, m in _models(f) if m.data_wait_fraction is not None]
+
+
+# code -> a fact it needs: the warning is there only when it holds (the rule also weighs thresholds).
+ONLY_WHEN = {
+    "throttled": lambda f: (
+        f.target_alive and any(set(g.clock_event_reasons or ()) & set(THROTTLE_REASONS) for g in f.job_gpus)
+    ),
+    "pcie-degraded": lambda f: any(
+        None not in (g.pcie_link_gen, g.pcie_link_gen_max, g.pcie_link_width, g.pcie_link_width_max)
+        and (g.pcie_link_gen < g.pcie_link_gen_max or g.pcie_link_width < g.pcie_link_width_max)
+        for g in f.job_gpus
+    ),
+    "hollow-utilisation": lambda f: any(
+        g.util is not None and g.util >= f.rules.hollow_util_pct for g in f.job_gpus
+    ),
+    "no-tensor-cores": lambda f: any(
+        m.autocast == "off" and m.forward_calls > 0 and set(m.param_dtypes) == {"float32"}
+        for _, m in _models(f)
+    ),
+    "idle-gpu": lambda f: len(f.recent) >= 2 and any("cuda" in m.types for _, m in _models(f)),
+    "data-starved": lambda f: any(w >= f.rules.data_wait_starved for w in _data_waits(f)),
+    "rank-shared-gpu": lambda f: len(_ranks(f)) >= 2,
+    "rank-device-mismatch": lambda f: any(
+        p.local_rank is not None and any(device_type(m.device) == "cuda" for m in p.models) for p in _ranks(f)
+    ),
+    "shared-model-unprobed-child": lambda f: any(m.shared_memory for _, m in _models(f)),
+    "device-count-mismatch": lambda f: bool(f.system_gpus),
+    "straggler-rank": lambda f: f.target_alive and len(_ranks(f)) >= 2,
+}
+
+
+def check_rules(f: Facts, v) -> None:
+    given = set(codes(v))
+    for code, holds in EXACTLY_WHEN.items():
+        assert (code in given) == bool(holds(f)), code
+    for code, needed in ONLY_WHEN.items():
+        assert code not in given or needed(f), code
+    assert given <= set(EXACTLY_WHEN) | set(ONLY_WHEN), given - set(EXACTLY_WHEN) - set(ONLY_WHEN)
+
+
+def check_status(f: Facts, v) -> None:
+    """GPU when the models with a device are all on one accelerator type (or, none having one, a
+    process of the job uses a GPU), CPU when they are all on the CPU, MIXED when on several types,
+    UNKNOWN otherwise."""
+    types = set().union(*(m.types for _, m in _models(f) if m.types))
+    if len(types) > 1:
+        want = "MIXED"
+    elif types:
+        (kind,) = types
+        want = "GPU" if kind in ACCELERATOR_TYPES else "CPU" if kind == "cpu" else "UNKNOWN"
+    else:
+        want = "GPU" if any(p.uses_gpu for p in f.processes) else "UNKNOWN"
+    assert v.status == want, (v.status, want, types)
+    if want != "GPU":
+        assert v.model_gpu_index is None or want == "MIXED"
+    if not f.target_alive and f.processes:
+        assert v.message.id == "message.exited" and v.message.params["pid"] == f.target_pid
+
+
+def test_each_warning_fires_when_its_fact_holds_and_the_status_follows_the_models():
+    for _name, f in FACTS:
+        v = decide(f)
+        check_rules(f, v)
+        check_status(f, v)
+
+
+def test_the_facts_reach_every_rule_and_status():
+    """The properties above are not held vacuously: over these facts each code fires (so every rule
+    runs) and each one of EXACTLY_WHEN is also absent somewhere; every status is given."""
+    # Every code decide() gives has its condition here (the cluster view's own are not decide()'s).
+    assert set(EXACTLY_WHEN) | set(ONLY_WHEN) == set(CODES) - {"node-missing", "ranks-missing"}
+    fired, statuses = set(), set()
+    for _, f in FACTS:
+        v = decide(f)
+        fired |= set(codes(v))
+        statuses.add(v.status)
+    assert fired == set(EXACTLY_WHEN) | set(ONLY_WHEN), (set(EXACTLY_WHEN) | set(ONLY_WHEN)) - fired
+    assert statuses == set(STATUSES)
+    assert all(any(code not in codes(decide(f)) for _, f in FACTS[:50]) for code in EXACTLY_WHEN)
+    assert len(FACTS) >= len(all_facts()) - 5  # few facts left out for a NaN time
+
+
+@settings(max_examples=examples(400), deadline=None)
+@given(seed=st.integers(0, 2**32))
+def test_random_facts_beyond_the_fixed_seeds(seed):
+    f = random_facts(seed)
+    if not _no_nan_time(f):
+        return
+    v = decide(f)
+    assert decide(fresh(f)) == v
+    check_form(f, v)
+    check_references(f, v)
+    check_rules(f, v)
+    check_status(f, v)
