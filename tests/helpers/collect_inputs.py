@@ -1,16 +1,20 @@
 """The collector's inputs as the collect tests make them: values of int, str and dict subclasses (a
 probe never sends them, msgpack cannot: the collector must still type them right), device names,
-a process of a tree, and hostile payloads drawn from a seeded random.Random.
+a process of a tree, hostile payloads drawn from a seeded random.Random (Draw), and several jobs'
+trees, probe reads and NVML snapshots changing poll after poll as a machine changes them (Jobs).
 """
 
 from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 from typing import Any
 
 from probe_wire.schema import DEVICE_MIXED, DEVICE_NO_PARAMETERS, MODEL_COLLECTED, PUBLISH_FAILED
-from sidecar.sources.proctree import ProcInfo
+from sidecar.sources.nvml import GpuInfo, GpuProcess, NvmlSnapshot
+from sidecar.sources.proctree import ProcInfo, TreeSnapshot
+from sidecar.sources.segments import ProbeRead
 
 
 class Int(int):
@@ -46,11 +50,11 @@ def proc_info(
 
 
 # ---------------------------------------------------------------------------------------------
-# History samples and whole polls, over fixed seeds: the frozen outcomes
+# Hostile payloads and whole machines, from a seed
 # ---------------------------------------------------------------------------------------------
 class Draw:
-    """Hostile values from a seeded random.Random, as the strategies above draw them (hypothesis
-    draws differ from run to run and version to version; a digest needs the same inputs)."""
+    """Hostile values from a seeded random.Random, as tests/unit/test_collect_facts.py's strategies
+    draw them: the same inputs on every run, so a poll sequence that fails can be replayed."""
 
     TEXTS = [*DEVICES, "train", "nccl", "rank", "ResNet", "lightning", "é" * 70, "é" * 300]
 
@@ -140,3 +144,88 @@ class Draw:
         }
         keep = {k: v for k, v in p.items() if rng.random() < 0.85}
         return Dict(keep) if rng.random() < 0.05 else keep
+
+
+class Jobs:
+    """Several jobs' inputs, poll after poll, changed at random as a machine changes them: new
+    payloads or the same one read again, a process that execs, is renamed or moves in the tree,
+    stops (SIGSTOP) and resumes, loses its probe read, exits; a child that starts; NVML rows that come and go on 1 to 4 GPUs
+    (a process on two GPUs, other users' processes, now and then an index listed twice, NVML
+    down); a target that dies."""
+
+    def __init__(self, draw: Draw, jobs: int) -> None:
+        self.draw, rng = draw, draw.rng
+        self.rng = rng
+        self.trees: list[list[ProcInfo]] = []
+        self.reads: list[dict[int, ProbeRead]] = []
+        pid = 100
+        for _ in range(jobs):
+            procs = []
+            for i in range(rng.randint(1, 6)):
+                procs.append(proc_info(pid, rng.choice([("python", "t.py"), ("sleep", "1")]), ppid=procs[0].pid if i else 1, depth=min(i, 1)))
+                pid += 1
+            self.trees.append(procs)
+            self.reads.append({p.pid: self._read(p.pid) for p in procs if rng.random() < 0.8})
+        self.alive = [True] * jobs
+        self.sm = {p.pid: rng.choice([None, 0, 30]) for tree in self.trees for p in tree}
+        self.next_pid = pid
+
+    def _read(self, pid: int) -> ProbeRead:
+        payload = self.draw.payload()
+        # Lists where the schema has lists: a payload the probe's schema let through.
+        payload.update({k: [] for k in ("models", "memory", "errors") if not isinstance(payload.get(k), list | None)})
+        return ProbeRead(pid, self.rng.choice(["ok", "ok", "busy"]), payload, None, False)
+
+    def step(self) -> None:
+        rng = self.rng
+        for j, tree in enumerate(self.trees):
+            for i, p in enumerate(tree):
+                r = rng.random()
+                if r < 0.3:  # a new payload
+                    self.reads[j][p.pid] = self._read(p.pid)
+                elif r < 0.35:  # the same payload, read again (a new read object)
+                    last = self.reads[j].get(p.pid)
+                    if last is not None:
+                        self.reads[j][p.pid] = ProbeRead(p.pid, last.state, last.payload, None, False)
+                elif r < 0.4:  # exec: another command line, the same process and read
+                    tree[i] = replace(p, cmdline=rng.choice([("python", "-c", "from multiprocessing.spawn import x"), ("bash",)]))
+                elif r < 0.43:  # renamed or moved in the tree
+                    tree[i] = replace(p, name=rng.choice(["python", "pt_main_thread", "é" * 300]), depth=p.depth + 1)
+                elif r < 0.46:
+                    self.reads[j].pop(p.pid, None)
+                elif r < 0.5:  # stopped (SIGSTOP, Ctrl-Z), or resumed
+                    tree[i] = replace(p, state=None if p.state == "T" else "T")
+                if rng.random() < 0.3:
+                    self.sm[p.pid] = rng.choice([None, 0, 30, 31, 99])
+            if len(tree) > 1 and rng.random() < 0.15:  # a child exits (its read stays unread)
+                del tree[rng.randrange(1, len(tree))]
+            if rng.random() < 0.15:  # a child starts, with its probe or without
+                child = proc_info(self.next_pid, ("python", "t.py"), ppid=tree[0].pid, depth=1)
+                self.next_pid += 1
+                tree.append(child)
+                self.sm[child.pid] = rng.choice([None, 0, 30])
+                if rng.random() < 0.6:
+                    self.reads[j][child.pid] = self._read(child.pid)
+            if rng.random() < 0.05:
+                self.alive[j] = False
+
+    def snapshot(self) -> NvmlSnapshot:
+        rng = self.rng
+        gpus = rng.randint(1, 4)
+        devices = [GpuInfo(i, uuid=f"GPU-{i}", util_gpu=rng.randint(0, 100), mig_mode=i == 3) for i in range(gpus)]
+        for tree in self.trees:
+            for p in tree:
+                for _ in range(rng.choice([0, 1, 1, 1, 2])):
+                    d = rng.randrange(gpus)
+                    devices[d].processes.append(
+                        GpuProcess(p.pid, 1000.0 + p.pid, self.sm[p.pid], None, ("compute",), mig_index=1 if d == 3 else None)
+                    )
+        for d in devices:  # other users' processes
+            d.processes += [GpuProcess(90_000 + k, 5.0, 1, None, ("compute",)) for k in range(rng.randint(0, 3))]
+            rng.shuffle(d.processes)
+        if rng.random() < 0.05:
+            devices.append(GpuInfo(0, processes=[GpuProcess(100, 1.0, 1, None, ("compute",))]))  # an index twice
+        return NvmlSnapshot(ok=rng.random() > 0.05, devices=devices, driver="550")
+
+    def tree(self, j: int) -> TreeSnapshot:
+        return TreeSnapshot(self.trees[j][0].pid, self.alive[j], tuple(self.trees[j]) if self.alive[j] else ())

@@ -7,7 +7,8 @@ hostile payloads, NVML snapshots and whole polls of several jobs, held to their 
   of the same type, or raise what the helper raises);
 - an NVML device's facts are its fields, a snapshot split by the job's tree gives each tree pid its
   rows and counts the others', a history row packs NaN for "no value";
-- history samples and whole polls are held to frozen digests in tests/unit/test_collect_digests.py.
+- payloads drawn from fixed seeds (collect_inputs.Draw) as well as by hypothesis;
+- whole polls and history samples are tests/unit/test_collect_polls.py's.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from sidecar.verdict import (
     ProcessFacts,
     ProcGpu,
 )
-from tests.helpers.collect_inputs import DEVICES, Dict, Int, Str
+from tests.helpers.collect_inputs import DEVICES, Dict, Draw, Int, Str
 from tests.helpers.collect_inputs import proc_info as _proc
 from tests.helpers.exact import canon, outcome
 from tests.helpers.hypothesis_profiles import examples
@@ -268,6 +269,14 @@ def test_a_processs_facts_are_its_payloads_values_typed_and_clipped(payload, sta
     proc = _proc(5, cmdline, name)
     gpu = (ProcGpu(0, 100.0, 5), ProcGpu(1, None, None, 2))
     assert outcome(c.process_facts, proc, read, gpu, 5) == outcome(expected_process, proc, read, gpu, 5)
+
+
+def test_seeded_hostile_payloads_give_their_values_typed_and_clipped():
+    """Payloads of collect_inputs.Draw (the same on every run) on a spawned child's command line."""
+    proc = _proc(5, ("python", "-c", "from multiprocessing.spawn import x"))
+    for seed in range(1500):
+        read = ProbeRead(5, "ok", Draw(seed).payload(), None, False)
+        assert outcome(c.process_facts, proc, read, (), 5) == outcome(expected_process, proc, read, (), 5), seed
 
 
 @settings(max_examples=examples(400), deadline=None)

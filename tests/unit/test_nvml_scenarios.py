@@ -6,7 +6,7 @@ devices appearing, a GPU lost and back).
 Every poll is held to check_snapshot's invariants (tests/helpers/nvml_polls.py) and, field by
 field, to what the scenario says it must report (expected_device: worked out from the scenario's
 keys and NVML's units, never from running the source); each scenario's telling figures are also
-written out by hand below. Faults (missing functions, failing calls) are tests/unit/test_nvml_faults.py's.
+written out by hand below. Faults (missing functions, failing calls) are tests/unit/test_nvml_failing_calls.py's.
 """
 
 from __future__ import annotations
