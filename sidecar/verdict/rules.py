@@ -467,6 +467,8 @@ def _idle_window_scan(
     before it."""
     window = [s for s in recent if s.time >= cutoff]
     older = [s for s in recent if s.time < cutoff]
+    if not window and not older:
+        return None  # a NaN time compares false both ways: no window can be measured
     if not older and (now - window[0].time) < window_s:
         return None
     if older:

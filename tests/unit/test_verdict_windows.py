@@ -7,7 +7,7 @@ and odd ones (NaN and infinite times and windows).
   check_memory_growth).
 - Any times and windows: memory_growth never raises, and a growth it finds is made of the
   samples' own times and figures; a window _idle_window gives is the history's own samples,
-  each once, in its order after the first. (_idle_window raising on a NaN time is a known fault: the xfail below.)
+  each once, in its order after the first.
 """
 
 from __future__ import annotations
@@ -182,9 +182,6 @@ def test_odd_samples_and_rules_give_samples_of_the_history(recent, rules):
         assert outcome(memory_growth, recent, rules)[0] == "value"
 
 
-@pytest.mark.xfail(
-    strict=True, raises=IndexError, reason="_idle_window indexes an empty window on a NaN time"
-)
 def test_a_nan_time_in_the_history_does_not_make_the_verdict_raise():
     f = facts(proc(models=[model("cuda:0")]), recent=_at(math.nan))
     decide(f)

@@ -183,12 +183,13 @@ class Recorder:
         if not isinstance(err, NotSupported):
             self.call_errors[err.function or key] = f"{where}: {why}" if where else why
 
-    def get(self, key: str, fn: Callable[..., Any], *args: Any) -> Any:
-        """A machine-wide query (no device): its value, or None with the failure recorded."""
+    def get(self, key: str, fn: Callable[..., Any], *args: Any, errors: dict[str, str] | None = None) -> Any:
+        """A machine-wide query (no device): its value, or None with the failure recorded (and its
+        reason as `errors[key]` when errors is given)."""
         try:
             return call(fn, *args)
         except NvmlError as err:
-            self.record(err, "", None, key)
+            self.record(err, "", errors, key)
             return None
 
 

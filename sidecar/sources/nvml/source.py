@@ -179,11 +179,12 @@ class NvmlSource:
             self._driver = text(recorder.get("driver", pynvml.nvmlSystemGetDriverVersion))
         if self._cuda_driver is None:
             self._cuda_driver = cuda_version_text(recorder.get("cuda_driver", pynvml.nvmlSystemGetCudaDriverVersion))
-        count = recorder.get("device_count", pynvml.nvmlDeviceGetCount)
+        count_errors: dict[str, str] = {}  # the count's reason, NOT_SUPPORTED too (call_errors leaves it out)
+        count = recorder.get("device_count", pynvml.nvmlDeviceGetCount, errors=count_errors)
         if count is None:
             return NvmlSnapshot(
                 ok=False,
-                error=f"NVML cannot count devices: {recorder.call_errors.get('nvmlDeviceGetCount', '?')}",
+                error=f"NVML cannot count devices: {count_errors.get('device_count', '?')}",
                 driver=self._driver,
                 cuda_driver=self._cuda_driver,
                 call_errors=recorder.call_errors,
