@@ -9,6 +9,7 @@ process is, from /proc): no torch, no probe, no sidecar.
     names     segment names and paths, listing /dev/shm
     header    the header's layout, magic, flags and sizes; the seqlock protocol
     schema    the payload schema (schema 1), its validators, ``empty_payload``, its text for the docs
+    records   a validated payload as typed records (``payload_record``, ``ProbePayload``), for the sidecar
     codec     msgpack: encoding trimmed to fit, bounded decoding
     prefix    a payload's leading bytes (identity, role, runtime), decoded once per process
     home      where the segment of a process in other namespaces (a container) is: ``segment_home``
@@ -34,8 +35,8 @@ import importlib
 # Looked in in this order, each after what it imports: a name of the follower costs the reader too,
 # but not the writer (mmap, posix_ipc).
 _MODULES = (
-    "names", "header", "home", "schema", "codec", "prefix", "cleanup", "reader", "follower", "shm_index",
-    "writer",
+    "names", "header", "home", "schema", "records", "codec", "prefix", "cleanup", "reader", "follower",
+    "shm_index", "writer",
 )
 
 

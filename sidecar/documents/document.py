@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
+from probe_wire.records import RuntimeRecord
 from sidecar.common.catalogue import Ref, render
 from sidecar.common.nvml_names import GPU_EFFICIENCY_FIELDS
 from sidecar.documents import bounds, contract
@@ -37,16 +38,18 @@ def _str(x: Any, limit: int = bounds.MAX_TEXT_CHARS) -> str | None:
 
 
 def _runtime_summary(facts: Facts) -> dict[str, Any]:
-    procs = sorted((p for p in facts.processes if p.runtime), key=lambda p: (not p.is_target, p.depth))
-    rt = procs[0].runtime if procs else {}
+    procs = sorted((p for p in facts.processes if p.runtime is not None), key=lambda p: (not p.is_target, p.depth))
+    rt = procs[0].runtime if procs else None
+    if rt is None:
+        rt = RuntimeRecord()  # no probe told: every field absent
     return {
-        "torch": _str(rt.get("torch"), MAX_ID_CHARS),
-        "cuda_build": _str(rt.get("cuda_build"), MAX_ID_CHARS),
-        "cudnn": _int(rt.get("cudnn")),
-        "cuda_available": _bool(rt.get("cuda_available")),
-        "device_count": _int(rt.get("device_count")),
-        "cuda_visible_devices": _str(rt.get("cuda_visible_devices"), MAX_ID_CHARS),
-        "cuda_driver_loadable": _bool(rt.get("cuda_driver_loadable")),
+        "torch": _str(rt.torch, MAX_ID_CHARS),
+        "cuda_build": _str(rt.cuda_build, MAX_ID_CHARS),
+        "cudnn": _int(rt.cudnn),
+        "cuda_available": _bool(rt.cuda_available),
+        "device_count": _int(rt.device_count),
+        "cuda_visible_devices": _str(rt.cuda_visible_devices, MAX_ID_CHARS),
+        "cuda_driver_loadable": _bool(rt.cuda_driver_loadable),
     }
 
 
@@ -54,9 +57,9 @@ def _framework_indices(facts: Facts) -> dict[int, int]:
     """NVML index -> the `cuda:N` that names that device in the job's main framework process (the
     first process with devices, the target first). Computed once per document: asked once per GPU
     it cost O(GPUs^2 x devices) per poll, most of a poll's time on a 64-GPU scenario."""
-    procs = sorted((p for p in facts.processes if p.runtime), key=lambda p: (not p.is_target, p.depth))
+    procs = sorted((p for p in facts.processes if p.runtime is not None), key=lambda p: (not p.is_target, p.depth))
     for p in procs:
-        count = _int(p.runtime.get("device_count")) or 0
+        count = (p.runtime.device_count if p.runtime is not None else None) or 0
         if not count:
             continue
         out: dict[int, int] = {}

@@ -10,15 +10,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 from typing import Any
 
+from probe_wire.records import (
+    ErrorRecord,
+    LoaderSettingsRecord,
+    MathRecord,
+    MemoryRecord,
+    ModelRecord,
+    StepsRecord,
+)
 from probe_wire.schema import MODEL_COLLECTED, PUBLISH_FAILED
 from sidecar.common.memo import for_the_same_objects
 from sidecar.common.nvml_names import GPU_EFFICIENCY_FIELDS
 from sidecar.documents import bounds
 from sidecar.documents.bounds import MAX_ID_CHARS, clip, clip_opt
 from sidecar.sources.lineage import PYTHON_C_ARGS, RootInfo, is_mp_child, is_mp_helper
+from sidecar.sources.proctree import ProcInfo
+from sidecar.sources.segments import ProbeRead
 from sidecar.verdict import (
     Facts,
     GpuFacts,
@@ -41,195 +51,121 @@ STOPPED_STATES = ("T", "t")
 
 
 # ---------------------------------------------------------------------------------------------
-# A probe payload → facts (values from a process: typed and clipped here, sidecar/documents/bounds.py)
+# A probe payload → facts. The segment source hands up the payload's record (probe_wire.records), of
+# the schema's types (an int is an int, a float finite, a str at most schema.MAX_STR_CHARS): here its
+# strings are clipped (sidecar/documents/bounds.py), its shares clamped into 0-1, counts and times
+# held at 0 and above (a process writes its own payload).
 # ---------------------------------------------------------------------------------------------
-def _int(x: Any) -> int | None:
-    return x if isinstance(x, int) and not isinstance(x, bool) else None
-
-
-def _float(x: Any) -> float | None:
-    if isinstance(x, bool):
-        return None
-    return float(x) if isinstance(x, int | float) else None
-
-
-def _str(x: Any, limit: int = bounds.MAX_TEXT_CHARS) -> str | None:
-    """A string from a process, clipped (sidecar/documents/bounds.py); anything else None."""
-    # Most strings are short: returned without the two calls of clip_opt (a poll makes hundreds).
-    return x if type(x) is str and len(x) <= limit else clip_opt(x, limit)
-
-
-def _bool(x: Any) -> bool | None:
-    return x if isinstance(x, bool) else None
-
-
-def _fraction(x: Any) -> float | None:
-    """A share from a process: finite (the payload's schema saw to that), clamped into 0-1."""
-    v = _float(x)
-    return None if v is None else min(1.0, max(0.0, v))
-
-
-def _count(x: Any) -> int | None:
-    """A count from a process: an int, at least 0."""
-    v = _int(x)
-    return None if v is None else max(0, v)
-
-
-def _nonnegative(x: Any) -> float | None:
-    v = _float(x)
-    return None if v is None else max(0.0, v)
-
-
-def _names(x: Any) -> tuple[str, ...]:
-    return tuple(clip(v, MAX_ID_CHARS) for v in x if isinstance(v, str)) if isinstance(x, list) else ()
-
-
-def _shape(x: Any) -> tuple[int, ...] | None:
-    return tuple(v for v in x if _int(v) is not None) if isinstance(x, list) else None
-
-
-def _loader_settings(x: Any) -> LoaderSettings | None:
-    if not isinstance(x, dict):
-        return None
-    return LoaderSettings(
-        num_workers=_int(x.get("num_workers")),
-        pin_memory=_bool(x.get("pin_memory")),
-        persistent_workers=_bool(x.get("persistent_workers")),
-        batch_size=_int(x.get("batch_size")),
-        prefetch_factor=_int(x.get("prefetch_factor")),
-    )
-
-
-def step_breakdown(x: Any) -> StepBreakdown | None:
-    if not isinstance(x, dict) or _float(x.get("window_s")) is None or _int(x.get("steps")) is None:
-        return None
-    step_s = _float(x.get("step_s"))
-    return StepBreakdown(
-        window_s=max(0.0, x["window_s"]),
-        steps=max(0, x["steps"]),
-        step_s=None if step_s is None else max(0.0, step_s),
-        data_wait_fraction=_fraction(x.get("data_wait_fraction")),
-        forward_fraction=_fraction(x.get("forward_fraction")),
-        optimizer_fraction=_fraction(x.get("optimizer_fraction")),
-        other_fraction=_fraction(x.get("other_fraction")),
-        backward_fraction=_fraction(x.get("backward_fraction")),
-    )
-
-
-def math_settings(x: Any) -> MathSettings | None:
-    if not isinstance(x, dict):
-        return None
-    return MathSettings(
-        allow_tf32_matmul=_bool(x.get("allow_tf32_matmul")),
-        cudnn_allow_tf32=_bool(x.get("cudnn_allow_tf32")),
-        float32_matmul_precision=_str(x.get("float32_matmul_precision"), MAX_ID_CHARS),
-        cudnn_benchmark=_bool(x.get("cudnn_benchmark")),
-    )
-
-
-def _values(d: dict[str, Any], get_all: itemgetter, keys: tuple[str, ...]) -> tuple[Any, ...]:
-    """``d``'s values of ``keys``, None for an absent one: one C call when ``d`` is a plain dict that
-    has them all (a validated payload has every key of its schema, None when not set)."""
-    if type(d) is dict:
-        try:
-            return get_all(d)
-        except KeyError:
-            pass
-    return tuple(map(d.get, keys))
-
-
-# Read from each model of a payload, in this order (_values).
-_MODEL_KEYS = ("name", "class", "device", "devices", "params", "input_device", "forward_calls")
-_MODEL_KEYS += ("forward_rate_hz", "data_wait_fraction", "train_steps", "step_rate_hz", "step_source")
-_MODEL_KEYS += ("shared_memory", "param_dtypes", "autocast", "input_shape", "loader_settings", "compiled_uncounted")
-_MODEL_KEYS += ("data_wait_batches",)
-_model_values = itemgetter(*_MODEL_KEYS)
 _TEXT = bounds.MAX_TEXT_CHARS
 
 
-def _devices(x: Any) -> tuple[str, ...]:
+def _fraction(x: float | None) -> float | None:
+    """A share from a process (finite: the schema saw to that), clamped into 0-1."""
+    return None if x is None else min(1.0, max(0.0, x))
+
+
+def _nonnegative(x: float | None) -> float | None:
+    return None if x is None else max(0.0, x)
+
+
+def _devices(x: tuple[str, ...]) -> tuple[str, ...]:
     """A model's distinct device names, clipped, at most MAX_DEVICES_SHOWN."""
-    if type(x) is list and len(x) == 1 and type(x[0]) is str and len(x[0]) <= MAX_ID_CHARS:
-        return (x[0],)  # one device (most models): what the general case below gives
-    kinds = list(dict.fromkeys(d for d in x if isinstance(d, str))) if isinstance(x, list) else []
+    if len(x) == 1 and len(x[0]) <= MAX_ID_CHARS:
+        return x  # one device (most models): what the general case below gives
+    kinds = list(dict.fromkeys(x))
     return tuple(clip(d, MAX_ID_CHARS) for d in kinds[: bounds.MAX_DEVICES_SHOWN])
 
 
-def _models(models: Any) -> tuple[ModelFacts, ...]:
-    """The models of a payload (its "models"), each value typed and clipped as _str, _int, _float,
-    _bool, _names, _shape and _loader_settings do: written out (this runs for every model of every
-    changed payload), each the helper's own result with the common values (a short string, an int,
-    a float, None) taken without a call."""
+def _loader_settings(x: LoaderSettingsRecord | None) -> LoaderSettings | None:
+    if x is None:
+        return None
+    return LoaderSettings(x.num_workers, x.pin_memory, x.persistent_workers, x.batch_size, x.prefetch_factor)
+
+
+def step_breakdown(x: StepsRecord | None) -> StepBreakdown | None:
+    if x is None:
+        return None
+    return StepBreakdown(
+        window_s=max(0.0, x.window_s),
+        steps=max(0, x.steps),
+        step_s=_nonnegative(x.step_s),
+        data_wait_fraction=_fraction(x.data_wait_fraction),
+        forward_fraction=_fraction(x.forward_fraction),
+        optimizer_fraction=_fraction(x.optimizer_fraction),
+        other_fraction=_fraction(x.other_fraction),
+        backward_fraction=_fraction(x.backward_fraction),
+    )
+
+
+def math_settings(x: MathRecord | None) -> MathSettings | None:
+    if x is None:
+        return None
+    return MathSettings(
+        allow_tf32_matmul=x.allow_tf32_matmul,
+        cudnn_allow_tf32=x.cudnn_allow_tf32,
+        float32_matmul_precision=clip_opt(x.float32_matmul_precision, MAX_ID_CHARS),
+        cudnn_benchmark=x.cudnn_benchmark,
+    )
+
+
+# Read from each model record, in this order (one C call).
+_model_values = attrgetter(
+    "name", "class_name", "device", "devices", "params", "input_device", "forward_calls", "forward_rate_hz",
+    "data_wait_fraction", "train_steps", "step_rate_hz", "step_source", "shared_memory", "param_dtypes",
+    "autocast", "input_shape", "loader_settings", "compiled_uncounted", "data_wait_batches",
+)  # fmt: skip
+
+
+def models_facts(models: tuple[ModelRecord, ...]) -> tuple[ModelFacts, ...]:
+    """A payload's models as facts, each string clipped as clip does: written out (this runs for every
+    model of every changed payload), a short string (most of them) taken without a call."""
     out = []
-    for m in models or ():
-        if not isinstance(m, dict):
-            continue
+    for m in models:
         name, cls, dev, devs, params, in_dev, calls, fwd, wait, steps, rate, source, shared, dtypes, ac, shape, ls, unc, n = (
-            _values(m, _model_values, _MODEL_KEYS)
+            _model_values(m)
         )
         out.append(
             ModelFacts(  # positional, in its fields' order, as ProcessFacts below: keywords cost 1 us a model
-                name if type(name) is str and 0 < len(name) <= _TEXT else _str(name) or _str(cls) or "model",
-                dev if type(dev) is str and len(dev) <= MAX_ID_CHARS else _str(dev, MAX_ID_CHARS),
+                name if 0 < len(name) <= _TEXT else clip(name) or clip(cls) or "model",
+                dev if len(dev) <= MAX_ID_CHARS else clip(dev, MAX_ID_CHARS),
                 _devices(devs),
-                params if type(params) is int else _int(params),
-                in_dev if type(in_dev) is str and len(in_dev) <= MAX_ID_CHARS else _str(in_dev, MAX_ID_CHARS),
-                calls if type(calls) is int else _int(calls) or 0,
-                fwd if type(fwd) is float else _float(fwd),
-                wait if type(wait) is float or wait is None else _float(wait),
-                steps if type(steps) is int or steps is None else _int(steps),
-                rate if type(rate) is float or rate is None else _float(rate),
-                source if type(source) is str and len(source) <= _TEXT else _str(source),
-                shared if type(shared) is bool else None,
-                () if dtypes is None else _names(dtypes),
-                ac if type(ac) is str and len(ac) <= MAX_ID_CHARS or ac is None else _str(ac, MAX_ID_CHARS),
-                None if shape is None else _shape(shape),
+                params,
+                in_dev if in_dev is None or len(in_dev) <= MAX_ID_CHARS else clip(in_dev, MAX_ID_CHARS),
+                calls,
+                fwd,
+                wait,
+                steps,
+                rate,
+                source if source is None or len(source) <= _TEXT else clip(source),
+                shared,
+                () if dtypes is None else tuple(clip(d, MAX_ID_CHARS) for d in dtypes),
+                ac if ac is None or len(ac) <= MAX_ID_CHARS else clip(ac, MAX_ID_CHARS),
+                shape,
                 None if ls is None else _loader_settings(ls),
                 unc is True,
-                n if type(n) is int and n >= 0 or n is None else _count(n),
+                None if n is None else max(0, n),
             )
         )
     return tuple(out)
 
 
-def models_from_payload(payload: dict[str, Any]) -> tuple[ModelFacts, ...]:
-    return _models(payload.get("models"))
+def cuda_reserved_mib(memory: tuple[MemoryRecord, ...]) -> float | None:
+    """What the process's CUDA caching allocator holds, summed over its devices (exact: bytes / MiB);
+    None when it holds on no device."""
+    return sum(m.reserved_bytes / MIB for m in memory) if memory else None
 
 
-def _reserved_mib(memory: Any) -> float | None:
-    """What the process's CUDA caching allocator holds, summed over its devices (exact: bytes / MiB)."""
-    total = None
-    for m in memory or ():
-        if isinstance(m, dict) and _int(m.get("reserved_bytes")) is not None:
-            total = (total or 0.0) + m["reserved_bytes"] / MIB
-    return total
-
-
-def cuda_reserved_mib(payload: dict[str, Any]) -> float | None:
-    return _reserved_mib(payload.get("memory"))
-
-
-def _publish_failure(errors: Any) -> str | None:
-    last = errors[-1] if isinstance(errors, list) and errors else None
-    if isinstance(last, dict) and last.get("where") == PUBLISH_FAILED:
-        return _str(last.get("message")) or "unknown error"
+def publish_failure(errors: tuple[ErrorRecord, ...]) -> str | None:
+    """The message of a fallback payload (its last error is probe_wire.schema.PUBLISH_FAILED), else None."""
+    if errors and errors[-1].where == PUBLISH_FAILED:
+        return clip(errors[-1].message) or "unknown error"
     return None
 
 
-def publish_failure(payload: dict[str, Any]) -> str | None:
-    """The message of a fallback payload (probe_wire.schema.PUBLISH_FAILED), else None."""
-    return _publish_failure(payload.get("errors"))
-
-
-def _collected_models(errors: Any) -> tuple[str, ...]:
-    if not isinstance(errors, list):
-        return ()
-    names = (_str(e.get("message")) for e in errors if isinstance(e, dict) and e.get("where") == MODEL_COLLECTED)
-    return tuple(sorted({n for n in names if n}))[: bounds.MAX_MODELS_SHOWN]
-
-
-def collected_models(payload: dict[str, Any]) -> tuple[str, ...]:
-    return _collected_models(payload.get("errors"))
+def collected_models(errors: tuple[ErrorRecord, ...]) -> tuple[str, ...]:
+    """The names of the registered models that were garbage-collected (probe_wire.schema.MODEL_COLLECTED)."""
+    names = {clip(e.message) for e in errors if e.where == MODEL_COLLECTED}
+    return tuple(sorted(n for n in names if n))[: bounds.MAX_MODELS_SHOWN]
 
 
 # A command line's first arguments, in characters at most: the cache outlives the processes,
@@ -253,56 +189,56 @@ def _mp_flags_of(cmdline: Any) -> tuple[bool, bool]:
     return _mp_flags(head)
 
 
-# Read from a payload by process_facts, in this order (_values).
-_PAYLOAD_KEYS = ("role", "worker_id", "rank", "local_rank", "world_size", "dist_backend", "loader", "runtime")
-_PAYLOAD_KEYS += ("memory", "models", "errors", "steps", "math", "syncs_per_step", "hostname")
-_payload_values = itemgetter(*_PAYLOAD_KEYS)
-_NO_PAYLOAD = (None,) * len(_PAYLOAD_KEYS)
-
-
-def process_facts(proc, read, gpu: tuple[ProcGpu, ...], target_pid: int) -> ProcessFacts:
-    """`proc` is a proctree.ProcInfo, `read` a segments.ProbeRead or None. Each value of the payload
-    typed and clipped by the helpers above, the common ones (a short string, an int, None) without
-    a call (this runs for every process whose payload changed, most of them at every poll)."""
-    payload = read.payload if read is not None else None
-    role, worker_id, rank, local_rank, world_size, backend, loader, runtime, memory, models, errors, steps, math, syncs, host = (
-        _values(payload, _payload_values, _PAYLOAD_KEYS) if payload else _NO_PAYLOAD
-    )
+def process_facts(proc: ProcInfo, read: ProbeRead | None, gpu: tuple[ProcGpu, ...], target_pid: int) -> ProcessFacts:
+    """The facts of process ``proc`` from its probe's read (None: no segment), clipped and clamped by
+    the helpers above (this runs for every process whose payload changed, most of them at every poll)."""
     mp_helper, mp_child = _mp_flags_of(getattr(proc, "cmdline", None))
-    if payload and not (type(errors) is list and not errors):
-        failure, collected = _publish_failure(errors), _collected_models(errors)
-    else:  # no errors (most payloads): what the two give for an empty list
-        failure, collected = None, ()
     # Positional, in its fields' order (tests/unit/test_collect_facts.py holds each field to its
     # helper's result, by name): keywords cost about 2 us of this call's 8.5.
+    if read is None or read.payload is None:
+        return ProcessFacts(
+            proc.pid,
+            proc.ppid,
+            proc.depth,
+            clip(proc.name) if isinstance(proc.name, str) else proc.name,
+            proc.pid == target_pid,  # is_target
+            read.state if read is not None else "missing",
+            None if read is None else clip_opt(read.error),
+            read is not None and read.unreadable,
+            mp_helper=mp_helper,
+            mp_child=mp_child,
+            gpu=gpu,
+        )
+    p = read.payload
+    errors = p.errors
     return ProcessFacts(
         proc.pid,
         proc.ppid,
         proc.depth,
         clip(proc.name) if isinstance(proc.name, str) else proc.name,
         proc.pid == target_pid,  # is_target
-        read.state if read is not None else "missing",
-        None if read is None or read.error is None else _str(read.error),
-        bool(read and read.unreadable),
-        role if type(role) is str and len(role) <= MAX_ID_CHARS else _str(role, MAX_ID_CHARS),
-        worker_id if type(worker_id) is int or worker_id is None else _int(worker_id),
-        rank if type(rank) is int or rank is None else _int(rank),
-        local_rank if type(local_rank) is int or local_rank is None else _int(local_rank),
-        world_size if type(world_size) is int or world_size is None else _int(world_size),
-        backend if backend is None else _str(backend, MAX_ID_CHARS),
-        loader if loader is None else _str(loader, MAX_ID_CHARS),
+        read.state,
+        None if read.error is None else clip(read.error),
+        read.unreadable,
+        p.role,  # one of schema.ROLES
+        p.worker_id,
+        p.rank,
+        p.local_rank,
+        p.world_size,
+        clip_opt(p.dist_backend, MAX_ID_CHARS),
+        clip_opt(p.loader, MAX_ID_CHARS),
         mp_helper,
-        failure,  # publish_failure
+        publish_failure(errors) if errors else None,
         mp_child,
-        collected,
-        runtime if isinstance(runtime, dict) else None,
-        _reserved_mib(memory) if payload else None,  # cuda_memory_mib
-        _models(models) if payload and models else (),
+        collected_models(errors) if errors else (),
+        p.runtime,
+        cuda_reserved_mib(p.memory),
+        models_facts(p.models) if p.models else (),
         gpu,
-        None if steps is None else step_breakdown(steps),
-        None if math is None else math_settings(math),
-        None if syncs is None else _nonnegative(syncs),
-        host if host is None else _str(host),  # hostname
+        None if p.steps is None else step_breakdown(p.steps),
+        None if p.math is None else math_settings(p.math),
+        _nonnegative(p.syncs_per_step),
+        clip_opt(p.hostname),
     )
 
 

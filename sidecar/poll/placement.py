@@ -17,8 +17,12 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from probe_wire.records import ProbePayload
 from sidecar.documents.bounds import MAX_ID_CHARS, MAX_TEXT_CHARS, clip_opt
 from sidecar.sources.kubelet.lookup import TRUSTED_SOURCES, ProcessPods
+from sidecar.sources.proctree import ProcInfo, TreeSnapshot
+from sidecar.sources.segments import ProbeRead
+from sidecar.verdict import Facts
 
 # The ranks a job's `distributed` lists (those on this node: a node runs at most a few dozen).
 MAX_RANKS_SHOWN = 64
@@ -45,41 +49,34 @@ class PodFacts:
     source: str | None  # kubelet, pod-resources, self-reported, cgroup (lookup.py's SOURCE_*)
 
 
-def distributed_facts(payloads: list[dict[str, Any]]) -> DistributedFacts | None:
-    """The job's distributed identity from its processes' payloads (validated); None when none of
-    them is a rank or names a job key."""
-    ranks = [p for p in payloads if p.get("role") == "rank"]
-    keyed = [p for p in (ranks or payloads) if p.get("job_key") is not None] or [
-        p for p in payloads if p.get("job_key") is not None
-    ]
+def distributed_facts(payloads: list[ProbePayload]) -> DistributedFacts | None:
+    """The job's distributed identity from its processes' payloads; None when none of them is a
+    rank or names a job key."""
+    ranks = [p for p in payloads if p.role == "rank"]
+    keyed = [p for p in (ranks or payloads) if p.job_key is not None] or [p for p in payloads if p.job_key is not None]
     if not ranks and not keyed:
         return None
     key = source = None
     if keyed:
         # Processes of one tree that disagree (a hand-made environment): the most common key,
         # the lowest rank's among equals.
-        votes = Counter(p["job_key"] for p in keyed)
-        key = max(votes, key=lambda k: (votes[k], -min(_rank(p) for p in keyed if p["job_key"] == k)))
-        source = next(p.get("job_key_source") for p in keyed if p["job_key"] == key)
+        votes = Counter(p.job_key for p in keyed)
+        key = max(votes, key=lambda k: (votes[k], -min(_rank(p) for p in keyed if p.job_key == k)))
+        source = next(p.job_key_source for p in keyed if p.job_key == key)
     about = ranks or keyed
     return DistributedFacts(
         clip_opt(key, MAX_TEXT_CHARS),
         clip_opt(source, MAX_ID_CHARS),
-        _first(about, "world_size"),
-        _first(about, "node_rank"),
-        max((p["restart_count"] for p in about if p.get("restart_count") is not None), default=None),
-        clip_opt(_first(about, "hostname")),
-        tuple(sorted({p["rank"] for p in ranks if p.get("rank") is not None}))[:MAX_RANKS_SHOWN],
+        next((p.world_size for p in about if p.world_size is not None), None),
+        next((p.node_rank for p in about if p.node_rank is not None), None),
+        max((p.restart_count for p in about if p.restart_count is not None), default=None),
+        clip_opt(next((p.hostname for p in about if p.hostname is not None), None)),
+        tuple(sorted({p.rank for p in ranks if p.rank is not None}))[:MAX_RANKS_SHOWN],
     )
 
 
-def _rank(p: dict[str, Any]) -> int:
-    r = p.get("rank")
-    return r if r is not None else 1 << 62
-
-
-def _first(payloads: list[dict[str, Any]], key: str) -> Any:
-    return next((p[key] for p in payloads if p.get(key) is not None), None)
+def _rank(p: ProbePayload) -> int:
+    return p.rank if p.rank is not None else 1 << 62
 
 
 class Placement:
@@ -94,14 +91,14 @@ class Placement:
         self._pod_of: tuple[int, int | None] | None = None  # the root whose pod was found
 
     def update(
-        self, tree, reads: dict[int, Any], facts, owner_uid: int | None = None
+        self, tree: TreeSnapshot, reads: dict[int, ProbeRead], facts: Facts, owner_uid: int | None = None
     ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         """This poll's (distributed, pod) document objects (contract: Distributed, Pod). ``owner_uid``:
         the real uid of the job's root (None: unknown), the half of the run's key that no process
         of the job chooses."""
         if owner_uid is not None:
             self.owner_uid = owner_uid
-        payloads = [r.payload for p in tree.processes if (r := reads.get(p.pid)) is not None and r.payload]
+        payloads = [r.payload for p in tree.processes if (r := reads.get(p.pid)) is not None and r.payload is not None]
         found = distributed_facts(payloads)
         if found is not None:
             self.distributed = found
@@ -114,11 +111,11 @@ class Placement:
             None if self.pod is None else asdict(self.pod),
         )
 
-    def _update_pod(self, root, payloads: list[dict[str, Any]], facts) -> None:
+    def _update_pod(self, root: ProcInfo, payloads: list[ProbePayload], facts: Facts) -> None:
         ident = (root.pid, root.start_ticks)
         if self.pod is not None and self.pod.source in TRUSTED_SOURCES and self._pod_of == ident:
             return  # named by the kubelet: a pod's name never changes
-        hostname = next((p.get("hostname") for p in payloads if p.get("hostname")), None)
+        hostname = next((p.hostname for p in payloads if p.hostname), None)
         used = {g.index for p in facts.processes for g in p.gpu}
         uuids = [g.uuid for g in facts.gpus if g.index in used and g.uuid]
         info = self.pods.pod_of(root.pid, root.start_ticks, hostname=hostname, gpu_uuids=uuids)

@@ -23,7 +23,7 @@ from sidecar.sources.host import HOST, HostPaths
 from sidecar.sources.kubelet.lookup import ProcessPods
 from sidecar.sources.lineage import root_info
 from sidecar.sources.proctree import ProcessTreeSource, pid_visible
-from sidecar.sources.segments import SegmentSource
+from sidecar.sources.segments import ProbeRead, SegmentSource
 from sidecar.verdict import HysteresisState, Rules, Verdict, VerdictMemo, decide, settle
 
 # How often the OS graphics devices are re-read: they change only on hot-plug.
@@ -158,15 +158,13 @@ class Poller(document.OneJob):
             return document.status_document(facts, verdict, summary=summary, entry_cache=self._entry_cache, **made)
 
     @staticmethod
-    def _events(reads) -> list[dict[str, Any]]:
-        out = []
-        for pid, r in reads.items():
-            for ev in (r.payload or {}).get("events") or ():
-                if isinstance(ev, dict) and isinstance(ev.get("name"), str):
-                    t = ev.get("time")
-                    if isinstance(t, int | float) and not isinstance(t, bool):
-                        out.append({"time_unix_s": float(t), "name": ev["name"], "pid": pid})
-        return out
+    def _events(reads: dict[int, ProbeRead]) -> list[dict[str, Any]]:
+        return [
+            {"time_unix_s": ev.time, "name": ev.name, "pid": pid}
+            for pid, r in reads.items()
+            if r.payload is not None
+            for ev in r.payload.events
+        ]
 
     # -- the loop --------------------------------------------------------------------------------
     def start(self) -> None:

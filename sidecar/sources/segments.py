@@ -4,6 +4,10 @@ Each read fails alone: a corrupt, busy, stale or foreign segment is reported for
 poll goes on. A segment that is busy for one read keeps its last good payload (a writer was caught
 mid-publish); only a segment that stays unreadable is reported as such. Who a process is comes from
 the /proc of ``host`` (hostfs.paths: --path.procfs).
+
+A payload goes up as its typed record (probe_wire.records.ProbePayload), built here once per new
+payload from the reader's validated copy: nothing above the sources reads a payload's dict. A payload
+the schema refuses never has one: its read is "corrupt", with the reader's reason (the field's path).
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from hostfs.paths import HOST, HostPaths
 from probe_wire.cleanup import remove_if_dead, sweep_dead_segments
 from probe_wire.follower import ReadBudget, SegmentFollower
 from probe_wire.home import SegmentHome, segment_home
-from probe_wire.reader import read_segment
+from probe_wire.reader import SegmentRead, read_segment
+from probe_wire.records import ProbePayload, payload_record
 from probe_wire.shm_index import NameIndex
 from sidecar.sources.proctree import TreeSnapshot, open_file_budget
 
@@ -25,6 +30,8 @@ BUSY_POLLS_UNREADABLE = 3
 FOREIGN_CHECK_EVERY_POLLS = 20
 UNREADABLE_STATES = ("corrupt", "foreign-owner", "owner-mismatch")
 
+Identity = tuple[int, int | None]  # (pid, start ticks): a process
+
 
 # Slotted, not frozen: one is made for each new payload at each poll, and a frozen dataclass sets
 # each field through object.__setattr__ (as verdict.facts says of the per-process facts). Nothing
@@ -33,7 +40,7 @@ UNREADABLE_STATES = ("corrupt", "foreign-owner", "owner-mismatch")
 class ProbeRead:
     pid: int
     state: str  # one of probe_wire.schema.STATES
-    payload: dict[str, Any] | None  # the latest good payload of this identity, even when state is busy
+    payload: ProbePayload | None  # the latest good payload of this identity, even when state is busy
     error: str | None
     unreadable: bool  # corrupt, foreign, or busy for too long
     writer_start_ticks: int | None = None  # from the header: names the writer a stale segment belongs to
@@ -44,7 +51,7 @@ class SegmentSource:
     def __init__(
         self, *, clean_dead: bool = True, max_open: int | None = None, sweep_foreign: bool = True,
         names: NameIndex | None = None, budget: ReadBudget | None = None, host: HostPaths = HOST,
-    ):
+    ) -> None:
         """``names`` and ``budget``: what discovery shares among its jobs' sources (/dev/shm's names
         as it follows them, the reading time of large payloads per user): probe_wire.follower."""
         self.clean_dead = clean_dead
@@ -53,64 +60,31 @@ class SegmentSource:
         # is done once for all of them (sidecar/poll/discovery.py), not once per job.
         self.sweep_foreign = sweep_foreign
         self._follower = SegmentFollower(open_file_budget() if max_open is None else max_open, names, budget, host=host)
-        self._last_good: dict[tuple[int, int | None], dict[str, Any]] = {}
-        self._last_ok: dict[tuple[int, int | None], ProbeRead] = {}
-        self._busy_count: dict[tuple[int, int | None], int] = {}
-        self._prev_live: set[tuple[int, int | None]] = set()
+        # identity -> its last good payload: the reader's validated copy, and the record made of it
+        self._last_good: dict[Identity, tuple[dict[str, Any], ProbePayload]] = {}
+        self._last_ok: dict[Identity, ProbeRead] = {}
+        self._busy_count: dict[Identity, int] = {}
+        self._prev_live: set[Identity] = set()
         self.removed: list[int] = []  # pids whose dead segments this source removed (for tests/logs)
         # identity -> the last read of each probed process that left the tree at the last poll
-        self.departed: dict[tuple[int, int | None], ProbeRead] = {}
+        self.departed: dict[Identity, ProbeRead] = {}
         self._cleanups = 0
         # identity -> where its segment is when it runs in other namespaces (a container), None when
         # it shares ours: looked up once per process (a process never changes PID namespace)
-        self._homes: dict[tuple[int, int | None], SegmentHome | None] = {}
+        self._homes: dict[Identity, SegmentHome | None] = {}
 
     def poll(self, tree: TreeSnapshot) -> dict[int, ProbeRead]:
         out: dict[int, ProbeRead] = {}
-        live = set()
-        follower = self._follower
+        live: set[Identity] = set()
         # Looked up once for the loop, which runs for every process of the tree at every poll.
-        homes, last_ok, follow, add_live = self._homes, self._last_ok, follower.read, live.add
+        read_one, add_live = self._read_one, live.add
         for proc in tree.processes:
-            pid, ticks = proc.pid, proc.start_ticks
-            ident = (pid, ticks)  # proc.identity
+            ident = (proc.pid, proc.start_ticks)  # proc.identity
             add_live(ident)
-            try:
-                home = homes.get(ident, False)
-                if home is False:
-                    home = homes[ident] = segment_home(pid, host=self.host)
-                r = read_segment(pid, home=home, host=self.host) if ticks is None else follow(pid, ticks, home)
-            except Exception as exc:  # noqa: BLE001 -- the reader promises not to raise; a poll must not trust that
-                out[pid] = ProbeRead(pid, "corrupt", None, f"reader failed: {exc}", True)
-                continue
-            if r.state == "ok":
-                prev = last_ok.get(ident)
-                if prev is not None and prev.payload is r.payload:
-                    out[pid] = prev  # not republished since: the very same read, for caches downstream
-                    continue
-                self._last_good[ident] = r.payload
-                self._busy_count.pop(ident, None)
-                out[proc.pid] = self._last_ok[ident] = ProbeRead(proc.pid, "ok", r.payload, None, False)
-                continue
-            if r.state == "missing" and (r.payload is not None or ident in self._last_good):
-                # The probe closes its segment at exit while the process still lives (atexit, then
-                # interpreter teardown): its last facts (the final publish, when this read saw it)
-                # stand for as long as the process does.
-                prev = self._last_ok.get(ident)
-                if r.payload is not None or prev is None or not prev.closed:
-                    self._last_good[ident] = payload = r.payload or self._last_good[ident]
-                    prev = self._last_ok[ident] = ProbeRead(proc.pid, "ok", payload, None, False, closed=True)
-                out[proc.pid] = prev
-                continue
-            self._last_ok.pop(ident, None)
-            busy = self._busy_count.get(ident, 0) + 1 if r.state == "busy" else 0
-            self._busy_count[ident] = busy
-            unreadable = r.state in UNREADABLE_STATES or busy >= BUSY_POLLS_UNREADABLE
-            payload = self._last_good.get(ident) if r.state in ("busy", "corrupt") else None
-            out[proc.pid] = ProbeRead(proc.pid, r.state, payload, r.error, unreadable, r.writer_start_ticks)
+            out[proc.pid] = read_one(proc.pid, ident)
         gone = self._prev_live - live
         self.departed = self._departed(gone) if gone else {}
-        follower.retain(live)
+        self._follower.retain(live)
         self._prev_live = live
         for ident in gone:
             self._homes.pop(ident, None)
@@ -121,7 +95,66 @@ class SegmentSource:
             self._remove_dead_segments(out, gone)
         return out
 
-    def _departed(self, gone: set) -> dict[tuple[int, int | None], ProbeRead]:
+    def _read_one(self, pid: int, ident: Identity) -> ProbeRead:
+        ticks, homes = ident[1], self._homes
+        try:
+            if ident in homes:
+                home = homes[ident]
+            else:
+                home = homes[ident] = segment_home(pid, host=self.host)
+            r = read_segment(pid, home=home, host=self.host) if ticks is None else self._follower.read(pid, ticks, home)
+        except Exception as exc:  # noqa: BLE001 -- the reader promises not to raise; a poll must not trust that
+            return ProbeRead(pid, "corrupt", None, f"reader failed: {exc}", True)
+        try:
+            return self._judged(pid, ident, r)
+        except Exception as exc:  # noqa: BLE001 -- a validated payload always makes a record; a poll must not trust that
+            return ProbeRead(pid, "corrupt", None, f"payload record failed: {exc!r}", True)
+
+    def _judged(self, pid: int, ident: Identity, r: SegmentRead) -> ProbeRead:
+        """The read ``r`` of process ``ident`` as the poll hands it up."""
+        last_ok = self._last_ok
+        if r.state == "ok" and r.payload is not None:  # an ok read has its payload (probe_wire.reader)
+            prev = last_ok.get(ident)
+            if prev is not None and self._last_good[ident][0] is r.payload:
+                return prev  # not republished since: the very same read, for caches downstream
+            record = self._keep(ident, r.payload)
+            self._busy_count.pop(ident, None)
+            last_ok[ident] = read = ProbeRead(pid, "ok", record, None, False)
+            return read
+        if r.state == "missing" and (r.payload is not None or ident in self._last_good):
+            # The probe closes its segment at exit while the process still lives (atexit, then
+            # interpreter teardown): its last facts (the final publish, when this read saw it)
+            # stand for as long as the process does.
+            prev = last_ok.get(ident)
+            if r.payload is not None or prev is None or not prev.closed:
+                record = self._keep(ident, r.payload) if r.payload is not None else self._last_good[ident][1]
+                prev = last_ok[ident] = ProbeRead(pid, "ok", record, None, False, closed=True)
+            return prev
+        last_ok.pop(ident, None)
+        busy = self._busy_count.get(ident, 0) + 1 if r.state == "busy" else 0
+        self._busy_count[ident] = busy
+        unreadable = r.state in UNREADABLE_STATES or busy >= BUSY_POLLS_UNREADABLE
+        good = self._last_good.get(ident) if r.state in ("busy", "corrupt") else None
+        return ProbeRead(pid, r.state, None if good is None else good[1], r.error, unreadable, r.writer_start_ticks)
+
+    def _record(self, ident: Identity, raw: dict[str, Any]) -> ProbePayload:
+        """The record of ``raw``, a payload the reader validated: the last one's when it is the very
+        same payload, made with the last one's runtime when the two share that map (a follower's
+        payloads of one process do while its runtime stands: probe_wire/prefix.py)."""
+        last = self._last_good.get(ident)
+        if last is None:
+            return payload_record(raw)
+        if last[0] is raw:
+            return last[1]
+        return payload_record(raw, last[1].runtime if last[0]["runtime"] is raw["runtime"] else None)
+
+    def _keep(self, ident: Identity, raw: dict[str, Any]) -> ProbePayload:
+        """The record of ``raw``, kept as the process's last good payload."""
+        record = self._record(ident, raw)
+        self._last_good[ident] = (raw, record)
+        return record
+
+    def _departed(self, gone: set[Identity]) -> dict[Identity, ProbeRead]:
         """The last reads of the probed processes that left the tree since the last poll: their
         final publish when the file is still held (the probe publishes its last counts as it exits,
         between two polls), else the last good read."""
@@ -135,12 +168,14 @@ class SegmentSource:
                     # Never read while it lived (shorter than a poll): the probe leaves a process's
                     # last publish under its name when it named models (SegmentWriter keep_final).
                     r = read_segment(pid, expected_start_ticks=ticks, home=self._homes.get(ident), host=self.host)
-            except Exception:  # noqa: BLE001 -- the follower and the reader promise not to raise
-                r = None
-            payload = r.payload if r is not None and r.state in ("ok", "missing") else None
-            if payload is not None and (last is None or payload is not last.payload):
-                out[ident] = ProbeRead(pid, "ok", payload, None, False, closed=True)
-            elif last is not None:
+                raw = r.payload if r is not None and r.state in ("ok", "missing") else None
+                good = self._last_good.get(ident)
+                if raw is not None and (last is None or good is None or raw is not good[0]):
+                    out[ident] = ProbeRead(pid, "ok", self._record(ident, raw), None, False, closed=True)
+                    continue
+            except Exception:  # noqa: BLE001 -- the follower, the reader and the records promise not to raise
+                pass
+            if last is not None:
                 out[ident] = last
         return out
 
@@ -152,7 +187,7 @@ class SegmentSource:
     def close(self) -> None:
         self._follower.close()
 
-    def _remove_dead_segments(self, reads: dict[int, ProbeRead], gone: set) -> None:
+    def _remove_dead_segments(self, reads: dict[int, ProbeRead], gone: set[Identity]) -> None:
         """Unlink the segments whose writer is provably dead in our own PID namespace (see
         probe_wire.cleanup.remove_if_dead: a segment of another namespace, or of a writer too old to say
         which, is never removed; a zombie writer is dead).

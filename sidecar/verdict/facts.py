@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
-from typing import Any
 
+from probe_wire.records import RuntimeRecord
 from probe_wire.schema import DEVICE_MIXED, DEVICE_NO_PARAMETERS
 from sidecar.common.catalogue import Ref
 from sidecar.common.memo import for_the_same_objects
@@ -172,7 +172,7 @@ class ProcessFacts:
     publish_failure: str | None = None  # the probe could not publish its facts: why
     mp_child: bool = False  # started by multiprocessing's spawn or forkserver (DataLoader workers too)
     collected_models: tuple[str, ...] = ()  # registered, then garbage-collected (nobody kept them)
-    runtime: dict[str, Any] | None = None
+    runtime: RuntimeRecord | None = None  # from its probe's payload (None: no probe read)
     cuda_memory_mib: float | None = None  # reserved by the allocator, per the probe
     models: tuple[ModelFacts, ...] = ()
     gpu: tuple[ProcGpu, ...] = ()  # per NVML
@@ -305,9 +305,9 @@ class Facts:
         return tuple((p, m) for p in self.processes for m in p.models)
 
     @cached_property
-    def probed_runtimes(self) -> tuple[tuple[ProcessFacts, dict[str, Any]], ...]:
+    def probed_runtimes(self) -> tuple[tuple[ProcessFacts, RuntimeRecord], ...]:
         """(process, runtime) of each process whose probe reported one: what runtimes gives."""
-        return tuple((p, p.runtime) for p in self.processes if p.runtime)
+        return tuple((p, p.runtime) for p in self.processes if p.runtime is not None)
 
     @cached_property
     def gpus_by_index(self) -> dict[int, GpuFacts]:
@@ -403,17 +403,20 @@ def _indices_by_uuid(gpus: tuple[GpuFacts, ...]) -> dict[str | None, int]:
     return out
 
 
+_NO_RUNTIME = RuntimeRecord()  # a process its probe told nothing of: no devices, no CUDA_VISIBLE_DEVICES
+
+
 def map_cuda_index(proc: ProcessFacts, cuda_index: int, gpus: tuple[GpuFacts, ...]) -> int | None:
     """NVML index of a process's `cuda:N`: by UUID from the probe, else through
     CUDA_VISIBLE_DEVICES, else N itself when NVML has such a device. `cuda:N` is not NVML index N
     in general: CUDA_VISIBLE_DEVICES renumbers, and CUDA's default order is not PCI order."""
-    runtime = proc.runtime or {}
-    for dev in runtime.get("devices") or ():
-        if dev.get("index") == cuda_index and dev.get("uuid"):
-            index = _indices_by_uuid(gpus).get(_norm_uuid(dev["uuid"]))
+    runtime = proc.runtime or _NO_RUNTIME
+    for dev in runtime.devices:
+        if dev.index == cuda_index and dev.uuid:
+            index = _indices_by_uuid(gpus).get(_norm_uuid(dev.uuid))
             if index is not None:
                 return index
-    visible = runtime.get("cuda_visible_devices")
+    visible = runtime.cuda_visible_devices
     if visible not in (None, ""):
         entries = [e.strip() for e in str(visible).split(",") if e.strip()]
         if cuda_index < len(entries):
@@ -447,7 +450,7 @@ def all_models(facts: Facts) -> tuple[tuple[ProcessFacts, ModelFacts], ...]:
     return facts.model_pairs
 
 
-def runtimes(facts: Facts) -> tuple[tuple[ProcessFacts, dict[str, Any]], ...]:
+def runtimes(facts: Facts) -> tuple[tuple[ProcessFacts, RuntimeRecord], ...]:
     """(process, runtime) of each process whose probe reported one, in order."""
     return facts.probed_runtimes
 

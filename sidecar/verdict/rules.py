@@ -11,6 +11,7 @@ from itertools import islice
 from operator import attrgetter, le
 from typing import Any, NamedTuple
 
+from probe_wire.records import RuntimeRecord
 from probe_wire.schema import DEVICE_MIXED, DEVICE_NO_PARAMETERS
 from sidecar.common.catalogue import Ref, ref
 from sidecar.common.memo import for_the_same_objects
@@ -170,11 +171,11 @@ def cpu_build_hint(torch_version: str | None, cuda_driver: str | None) -> Ref:
 def rule_cpu_build(f: Facts) -> Iterable[Finding]:
     if not nvidia_in_system(f):
         return
-    cpu_only = [p for p, rt in runtimes(f) if rt.get("torch") and rt.get("cuda_build") is None]
+    cpu_only = [p for p, rt in runtimes(f) if rt.torch and rt.cuda_build is None]
     # DataLoader workers share their trainer's torch: name them only when nothing else has it.
     pids = [p.pid for p in cpu_only if p.role != "dataloader-worker"] or [p.pid for p in cpu_only]
     if pids:
-        torch_v = str(next(rt.get("torch") for p, rt in runtimes(f) if p.pid == pids[0]))
+        torch_v = str(next(rt.torch for p, rt in runtimes(f) if p.pid == pids[0]))
         hint = cpu_build_hint(torch_v, f.cuda_driver)
         yield finding("cpu-build", "error", ref("warning.cpu-build", torch=torch_v), hint, pids)
 
@@ -188,25 +189,25 @@ def _driver_old_hint(torch_version: str | None, cuda_driver: str, build: str) ->
     return ref("hint.cuda-unavailable.driver-old.upgrade", build=build)
 
 
-def cuda_unavailable_reason(f: Facts, rt: dict[str, Any]) -> tuple[Ref, Ref]:
+def cuda_unavailable_reason(f: Facts, rt: RuntimeRecord) -> tuple[Ref, Ref]:
     """(reason, hint) for a CUDA build of torch that cannot use CUDA."""
-    visible = rt.get("cuda_visible_devices")
+    visible = rt.cuda_visible_devices
     if visible is not None and str(visible).strip() in ("", "-1", "none", "NoDevFiles"):
         return ref("reason.cuda.hidden", value=repr(visible)), ref("hint.cuda-unavailable.hidden")
     if not nvidia_in_system(f):
         return ref("reason.cuda.no-nvidia"), ref("hint.cuda-unavailable.no-nvidia")
-    if rt.get("cuda_driver_loadable") is False and f.nvml_ok:
+    if rt.cuda_driver_loadable is False and f.nvml_ok:
         # NVML (nvidia-smi) answers without libcuda.so.1; CUDA cannot. Before the driver's age: with
         # no library, no CUDA version of torch would run either.
         return (
             ref("reason.cuda.no-driver-library", count=len(f.gpus)),
             ref("hint.cuda-unavailable.no-driver-library"),
         )
-    build, drv = version_tuple(rt.get("cuda_build")), version_tuple(f.cuda_driver)
+    build, drv = version_tuple(rt.cuda_build), version_tuple(f.cuda_driver)
     if build and drv and drv < build:
         return (
-            ref("reason.cuda.driver-old", driver=f.cuda_driver, build=str(rt.get("cuda_build"))),
-            _driver_old_hint(rt.get("torch"), str(f.cuda_driver), str(rt.get("cuda_build"))),
+            ref("reason.cuda.driver-old", driver=f.cuda_driver, build=str(rt.cuda_build)),
+            _driver_old_hint(rt.torch, str(f.cuda_driver), str(rt.cuda_build)),
         )
     if not f.nvml_ok:
         return (
@@ -217,7 +218,7 @@ def cuda_unavailable_reason(f: Facts, rt: dict[str, Any]) -> tuple[Ref, Ref]:
 
 
 def rule_cuda_unavailable(f: Facts) -> Iterable[Finding]:
-    hits = [(p, rt) for p, rt in runtimes(f) if rt.get("cuda_build") and rt.get("cuda_available") is False]
+    hits = [(p, rt) for p, rt in runtimes(f) if rt.cuda_build and rt.cuda_available is False]
     if hits:
         reason, hint = cuda_unavailable_reason(f, hits[0][1])
         yield finding(
@@ -233,7 +234,7 @@ def rule_model_on_cpu(f: Facts) -> Iterable[Finding]:
     hits = [
         (p, m)
         for p, m in all_models(f)
-        if m.types == {"cpu"} and (p.runtime or {}).get("cuda_available") is True
+        if m.types == {"cpu"} and p.runtime is not None and p.runtime.cuda_available is True
     ]
     if hits:
         yield _about_models("model-on-cpu", "error", "warning.model-on-cpu", "hint.model-on-cpu", hits)
@@ -381,7 +382,7 @@ def rule_shared_model_unprobed_child(f: Facts) -> Iterable[Finding]:
 def rule_device_count_mismatch(f: Facts) -> Iterable[Finding]:
     if not f.system_gpus:
         return
-    framework_counts = [rt.get("device_count") for _, rt in runtimes(f) if rt.get("device_count") is not None]
+    framework_counts = [rt.device_count for _, rt in runtimes(f) if rt.device_count is not None]
     usable = framework_counts[0] if framework_counts else (len(f.gpus) if f.nvml_ok else None)
     if usable is None or len(f.system_gpus) <= usable:
         return
@@ -402,7 +403,7 @@ def rule_device_count_mismatch(f: Facts) -> Iterable[Finding]:
     if (
         hidden
         and framework_counts
-        and any(not rt.get("cuda_build") or rt.get("cuda_available") is False for _, rt in runtimes(f))
+        and any(not rt.cuda_build or rt.cuda_available is False for _, rt in runtimes(f))
     ):
         why = ref("hint.device-count-mismatch.no-cuda")
     elif hidden:
@@ -634,7 +635,7 @@ def rule_rank_device_mismatch(f: Facts) -> Iterable[Finding]:
     for p in f.processes:
         if p.role != "rank" or p.local_rank is None:
             continue
-        if (p.runtime or {}).get("device_count") == 1:
+        if p.runtime is not None and p.runtime.device_count == 1:
             continue  # one visible GPU per rank (CUDA_VISIBLE_DEVICES): cuda:0 is right for every rank
         for m in p.models:
             if device_type(m.device) == "cuda":

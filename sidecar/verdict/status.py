@@ -124,13 +124,15 @@ def _missing_evidence(f: Facts, has_models: bool) -> Ref:
 
 
 def _cpu_reason(f: Facts, procs: list[ProcessFacts]) -> Ref:
-    rt = next((p.runtime for p in procs if p.runtime), None) or {}
-    if rt.get("torch") and rt.get("cuda_build") is None:
-        return ref("reason.cpu.cpu-build", torch=str(rt["torch"]))
-    if rt.get("cuda_available") is False:
+    rt = next((p.runtime for p in procs if p.runtime is not None), None)
+    if rt is None:
+        return ref("reason.cpu.no-accelerator")
+    if rt.torch and rt.cuda_build is None:
+        return ref("reason.cpu.cpu-build", torch=str(rt.torch))
+    if rt.cuda_available is False:
         reason, _ = cuda_unavailable_reason(f, rt)
         return ref("reason.cpu.cuda-unavailable", reason=reason)
-    if rt.get("cuda_available") is True:
+    if rt.cuda_available is True:
         return ref("reason.cpu.not-moved")
     return ref("reason.cpu.no-accelerator")
 

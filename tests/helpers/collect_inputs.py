@@ -1,33 +1,29 @@
-"""The collector's inputs as the collect tests make them: values of int, str and dict subclasses (a
-probe never sends them, msgpack cannot: the collector must still type them right), device names,
-a process of a tree, hostile payloads drawn from a seeded random.Random (Draw), and several jobs'
-trees, probe reads and NVML snapshots changing poll after poll as a machine changes them (Jobs).
+"""The collector's inputs as the collect tests make them: device names, a process of a tree, payloads
+drawn from a seeded random.Random (Draw), each as the segment source hands it up (its record: the
+schema's types, with what the schema lets through from a process: long and odd strings, negative
+and huge numbers, a device named twice), and several jobs' trees, probe reads and NVML snapshots
+changing poll after poll as a machine changes them (Jobs).
 """
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import replace
 from typing import Any
 
-from probe_wire.schema import DEVICE_MIXED, DEVICE_NO_PARAMETERS, MODEL_COLLECTED, PUBLISH_FAILED
+from probe_wire.records import ProbePayload
+from probe_wire.schema import (
+    DEVICE_MIXED,
+    DEVICE_NO_PARAMETERS,
+    MODEL_COLLECTED,
+    PUBLISH_FAILED,
+    ROLES,
+    empty_runtime,
+)
 from sidecar.sources.nvml import GpuInfo, GpuProcess, NvmlSnapshot
 from sidecar.sources.proctree import ProcInfo, TreeSnapshot
 from sidecar.sources.segments import ProbeRead
-
-
-class Int(int):
-    pass
-
-
-class Str(str):
-    pass
-
-
-class Dict(dict):
-    """A dict subclass (never from msgpack): read through .get as before."""
-
+from tests.helpers.records import payload, record
 
 DEVICES = [
     "cuda:0",
@@ -50,100 +46,99 @@ def proc_info(
 
 
 # ---------------------------------------------------------------------------------------------
-# Hostile payloads and whole machines, from a seed
+# Payloads and whole machines, from a seed
 # ---------------------------------------------------------------------------------------------
 class Draw:
-    """Hostile values from a seeded random.Random, as tests/unit/test_collect_facts.py's strategies
-    draw them: the same inputs on every run, so a poll sequence that fails can be replayed."""
+    """Payloads from a seeded random.Random, each valid under the schema, as
+    tests/unit/test_collect_facts.py's strategies draw them: the same inputs on every run, so a poll
+    sequence that fails can be replayed."""
 
     TEXTS = [*DEVICES, "train", "nccl", "rank", "ResNet", "lightning", "é" * 70, "é" * 300]
+    RUNTIMES = [
+        empty_runtime(),
+        {**empty_runtime(), "torch": "2.5", "devices": [{"index": 0, "name": "H100", "uuid": "GPU-0"}]},
+    ]
 
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
 
-    def atom(self) -> Any:
-        r, rng = self.rng.random(), self.rng
-        if r < 0.1:
-            return None
-        if r < 0.2:
-            return rng.random() < 0.5
-        if r < 0.4:
-            return rng.choice([0, 1, -1, 255, 256, 2**63, -(2**70), rng.randint(-1000, 1000), Int(3)])
-        if r < 0.6:
-            return rng.choice(
-                [0.0, -0.0, 1e308, -1e308, 0.5, math.nan, math.inf, -math.inf, rng.uniform(-10, 10)]
-            )
-        if r < 0.9:
-            text = rng.choice(self.TEXTS)
-            return Str(text) if rng.random() < 0.1 else text
-        return b"bytes"
+    def maybe(self, value: Any) -> Any:
+        """``value``, or None a quarter of the time (the schema's optional fields)."""
+        return None if self.rng.random() < 0.25 else value
 
-    def junk(self, depth: int = 0) -> Any:
-        r = self.rng.random()
-        if depth < 2 and r < 0.1:
-            return [self.junk(depth + 1) for _ in range(self.rng.randint(0, 3))]
-        if depth < 2 and r < 0.2:
-            return {str(self.rng.randint(0, 9)): self.junk(depth + 1) for _ in range(self.rng.randint(0, 3))}
-        return self.atom()
-
-    def maybe(self, good) -> Any:
-        return good() if self.rng.random() < 0.75 else self.junk()
-
-    def number(self) -> Any:
-        return self.maybe(lambda: self.rng.choice([None, 0, 3, 48, 2.5, 20.0, 0.05, self.atom()]))
-
-    def model(self) -> Any:
+    def int_(self) -> int:
         rng = self.rng
-        m = {
-            "name": self.maybe(lambda: rng.choice(self.TEXTS)),
-            "class": self.maybe(lambda: rng.choice(self.TEXTS)),
-            "device": self.maybe(lambda: rng.choice(DEVICES)),
-            "devices": self.maybe(
-                lambda: [rng.choice([*DEVICES, self.atom()]) for _ in range(rng.randint(0, 10))]
+        return rng.choice([0, 1, -1, 3, 48, 255, 256, 2**63, -(2**63), rng.randint(-1000, 1000)])
+
+    def float_(self) -> float:
+        rng = self.rng
+        return rng.choice([0.0, -0.0, 1e308, -1e308, 0.5, 2.5, 20.0, 0.05, 7.0, -2.0, rng.uniform(-10, 10)])
+
+    def text(self) -> str:
+        return self.rng.choice(self.TEXTS)
+
+    def model(self) -> dict[str, Any]:
+        rng = self.rng
+        return {
+            "name": self.text(),
+            "class": self.text(),
+            "params": self.int_(),
+            "device": rng.choice(DEVICES),
+            "devices": [rng.choice(DEVICES) for _ in range(rng.randint(0, 10))],
+            "input_device": self.maybe(rng.choice(DEVICES)),
+            "forward_calls": self.int_(),
+            "forward_rate_hz": self.float_(),
+            "data_wait_fraction": self.maybe(self.float_()),
+            "train_steps": self.maybe(self.int_()),
+            "step_rate_hz": self.maybe(self.float_()),
+            "step_source": self.maybe(self.text()),
+            "shared_memory": self.maybe(rng.random() < 0.5),
+            "param_dtypes": self.maybe([rng.choice(["float32", "bfloat16", self.text()]) for _ in range(rng.randint(0, 3))]),
+            "autocast": self.maybe(self.text()),
+            "input_shape": self.maybe([self.int_() for _ in range(rng.randint(0, 4))]),
+            "loader_settings": self.maybe(
+                {
+                    "num_workers": self.maybe(self.int_()),
+                    "pin_memory": self.maybe(rng.random() < 0.5),
+                    "persistent_workers": None,
+                    "batch_size": self.maybe(self.int_()),
+                    "prefetch_factor": self.maybe(self.int_()),
+                }
             ),
-            "loader_settings": self.maybe(lambda: {"num_workers": self.number(), "pin_memory": self.atom()}),
-            "input_shape": self.maybe(lambda: [self.number() for _ in range(rng.randint(0, 4))]),
-            "param_dtypes": self.maybe(lambda: [rng.choice(["float32", "bfloat16", self.atom()])]),
+            "compiled_uncounted": self.maybe(rng.random() < 0.5),
+            "data_wait_batches": self.maybe(self.int_()),
         }
-        for key in ("params", "forward_calls", "forward_rate_hz", "data_wait_fraction", "train_steps",
-                    "step_rate_hz", "data_wait_batches", "shared_memory", "autocast", "step_source", "input_device"):  # fmt: skip
-            m[key] = self.number() if rng.random() < 0.7 else self.atom()
-        keep = [k for k in m if rng.random() < 0.8]
-        out = {k: m[k] for k in keep}
-        return Dict(out) if rng.random() < 0.1 else out
 
-    def payload(self) -> dict:
+    def payload(self) -> ProbePayload:
+        """A payload's record, as the segment source hands it up."""
         rng = self.rng
-        p = {
-            "schema": 1,
-            "role": self.maybe(lambda: rng.choice(["main", "dataloader-worker", "rank", "child"])),
-            "rank": self.number(),
-            "local_rank": self.number(),
-            "world_size": self.number(),
-            "dist_backend": self.maybe(lambda: rng.choice([None, "nccl", "r" * 70])),
-            "runtime": rng.choice([{"torch": "2.5"}, {}, None, "x"]),
+        fields: dict[str, Any] = {
+            "role": rng.choice(ROLES),
+            "rank": self.maybe(self.int_()),
+            "local_rank": self.maybe(self.int_()),
+            "world_size": self.maybe(self.int_()),
+            "dist_backend": self.maybe(rng.choice(["nccl", "r" * 70])),
+            "runtime": rng.choice(self.RUNTIMES),
             "memory": [
-                {"device": "cuda:0", "reserved_bytes": self.number()} for _ in range(rng.randint(0, 2))
-            ],
-            "models": [self.model() if rng.random() < 0.9 else self.atom() for _ in range(rng.randint(0, 4))],
+                {"device": "cuda:0", "allocated_bytes": 0, "reserved_bytes": self.int_(), "peak_allocated_bytes": 0,
+                 "peak_reserved_bytes": 0}
+                for _ in range(rng.randint(0, 2))
+            ],  # fmt: skip
+            "models": [self.model() for _ in range(rng.randint(0, 4))],
             "errors": rng.choice(
                 [
                     [],
-                    [{"where": PUBLISH_FAILED, "message": self.atom()}],
-                    [{"where": MODEL_COLLECTED, "message": "Old"}],
+                    [{"time": 1.0, "where": PUBLISH_FAILED, "message": rng.choice(["", self.text()])}],
+                    [{"time": 1.0, "where": MODEL_COLLECTED, "message": "Old"}],
                 ]
             ),
             "steps": self.maybe(
-                lambda: {
-                    "window_s": self.number(),
-                    "steps": self.number(),
-                    "data_wait_fraction": self.number(),
-                }
+                {"window_s": self.float_(), "steps": self.int_(), "data_wait_fraction": self.maybe(self.float_())}
             ),
-            "syncs_per_step": self.number(),
+            "syncs_per_step": self.maybe(self.float_()),
+            "hostname": self.maybe(self.text()),
         }
-        keep = {k: v for k, v in p.items() if rng.random() < 0.85}
-        return Dict(keep) if rng.random() < 0.05 else keep
+        return record(payload(**fields))
 
 
 class Jobs:
@@ -171,10 +166,7 @@ class Jobs:
         self.next_pid = pid
 
     def _read(self, pid: int) -> ProbeRead:
-        payload = self.draw.payload()
-        # Lists where the schema has lists: a payload the probe's schema let through.
-        payload.update({k: [] for k in ("models", "memory", "errors") if not isinstance(payload.get(k), list | None)})
-        return ProbeRead(pid, self.rng.choice(["ok", "ok", "busy"]), payload, None, False)
+        return ProbeRead(pid, self.rng.choice(["ok", "ok", "busy"]), self.draw.payload(), None, False)
 
     def step(self) -> None:
         rng = self.rng

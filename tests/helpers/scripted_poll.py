@@ -2,7 +2,7 @@
 (tests/unit/test_poll_memo.py: the memoised poller against one that derives everything afresh).
 
 The inputs are the sources' own types (proctree.TreeSnapshot and ProcInfo, segments.ProbeRead with
-payloads as a job's ranks and workers publish them, nvml GpuInfo in an NvmlSnapshot); what changes
+the records of payloads as a job's ranks and workers publish them, nvml GpuInfo in an NvmlSnapshot); what changes
 from one poll to the next is drawn from a seeded random.Random, and objects that did not change
 are handed over again as the sources hand them (the same ProbeRead, the same ProcInfo), which is
 what the pollers' caches key on.
@@ -13,9 +13,11 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
+from probe_wire.schema import MAX_EVENTS
 from sidecar.sources.nvml.snapshot import GpuInfo, GpuProcess, NvmlSnapshot
 from sidecar.sources.proctree import ProcInfo, TreeSnapshot
 from sidecar.sources.segments import ProbeRead
+from tests.helpers.records import record
 from tests.helpers.stress_jobs import _payload
 
 ROOT = 4000
@@ -32,6 +34,8 @@ class ScriptedJob:
         self.calls = 0
         self.infos: dict[int, ProcInfo] = {}
         self._reads: dict[int, ProbeRead] = {}
+        self._events: dict[int, list[dict]] = {}  # pid -> the events its payload carries
+        self.epochs = 0
         self.util = [50] * GPUS
         self.power = [300.0] * GPUS
         self.sm = {}
@@ -53,7 +57,8 @@ class ScriptedJob:
     def _publish(self, pid: int, role: str, ppid: int) -> None:
         index = pid - ROOT - (1 if role == "rank" else 10 if role == "dataloader-worker" else 0)
         payload = _payload(pid, 100 + pid, ppid, role, index, GPUS, self.calls)
-        self._reads[pid] = ProbeRead(pid, "ok", payload, None, False)
+        payload["events"] = self._events.get(pid, [])
+        self._reads[pid] = ProbeRead(pid, "ok", record(payload), None, False)
 
     def step(self) -> None:
         """One poll later: most polls change a few things, some none."""
@@ -89,11 +94,13 @@ class ScriptedJob:
             pid = ROOT + 1 + rng.randrange(3)
             r = self._reads[pid]
             self._reads[pid] = ProbeRead(pid, "busy", r.payload, "busy", False) if r.state == "ok" else ProbeRead(pid, "ok", r.payload, None, False)
-        else:  # an event
+        else:  # an event: the rank publishes again
             pid = ROOT + 1
-            payload = dict(self._reads[pid].payload)
-            payload["events"] = [*payload.get("events", []), {"time": self.t, "name": f"epoch {len(payload.get('events', []))}"}]
-            self._reads[pid] = ProbeRead(pid, "ok", payload, None, False)
+            events = self._events.setdefault(pid, [])
+            events.append({"time": self.t, "name": f"epoch {self.epochs}"})
+            self.epochs += 1
+            del events[:-MAX_EVENTS]  # what a probe keeps
+            self._publish(pid, "rank", ROOT)
 
     def now(self) -> float:
         return self.t

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from probe_wire.records import DeviceRecord, RuntimeRecord
 from sidecar.common.catalogue import render
 from sidecar.verdict import (
     Facts,
@@ -17,15 +18,15 @@ from sidecar.verdict import (
     SystemGpuFacts,
 )
 
-CPU_RT = {"torch": "2.13.0+cpu", "cuda_build": None, "cuda_available": False, "device_count": 0}
-CUDA_RT = {
-    "torch": "2.5.1+cu124",
-    "cuda_build": "12.4",
-    "cuda_available": True,
-    "device_count": 1,
-    "devices": [{"index": 0, "name": "NVIDIA H200", "uuid": "GPU-aaaa"}],
-}
-TWO_GPU_RT = {**CUDA_RT, "device_count": 2}
+CPU_RT = RuntimeRecord(torch="2.13.0+cpu", cuda_build=None, cuda_available=False, device_count=0)
+CUDA_RT = RuntimeRecord(
+    torch="2.5.1+cu124",
+    cuda_build="12.4",
+    cuda_available=True,
+    device_count=1,
+    devices=(DeviceRecord(0, "NVIDIA H200", "GPU-aaaa"),),
+)
+TWO_GPU_RT = replace(CUDA_RT, device_count=2)
 H200 = GpuFacts(
     0, uuid="GPU-aaaa", name="NVIDIA H200", pci_bus_id="00000000:01:00.0", util=80.0, mem_used_mib=1000
 )

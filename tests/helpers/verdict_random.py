@@ -11,6 +11,7 @@ import math
 import random
 from dataclasses import replace
 
+from probe_wire.records import RuntimeRecord
 from sidecar.sources.nvml import GPM_FIRST_SAMPLE, GPM_UNSUPPORTED
 from sidecar.verdict import (
     Facts,
@@ -186,11 +187,11 @@ RUNTIMES = [
     CUDA_RT,
     CUDA_RT,
     TWO_GPU_RT,
-    {**CUDA_RT, "cuda_available": False},
-    {**TWO_GPU_RT, "devices": [], "cuda_visible_devices": "1,0"},
-    {**TWO_GPU_RT, "devices": [], "cuda_visible_devices": "GPU-0001"},
-    {**CUDA_RT, "cuda_visible_devices": ""},
-    {"torch": "2.5.1+cu124", "cuda_build": "12.8", "cuda_available": False, "device_count": 0},
+    replace(CUDA_RT, cuda_available=False),
+    replace(TWO_GPU_RT, devices=(), cuda_visible_devices="1,0"),
+    replace(TWO_GPU_RT, devices=(), cuda_visible_devices="GPU-0001"),
+    replace(CUDA_RT, cuda_visible_devices=""),
+    RuntimeRecord(torch="2.5.1+cu124", cuda_build="12.8", cuda_available=False, device_count=0),
 ]
 
 

@@ -158,7 +158,7 @@ CASES = [
         "cuda build hidden by CUDA_VISIBLE_DEVICES",
         facts(
             proc(
-                runtime={**CUDA_RT, "cuda_available": False, "device_count": 0, "cuda_visible_devices": ""},
+                runtime=replace(CUDA_RT, cuda_available=False, device_count=0, cuda_visible_devices=""),
                 models=[model("cpu")],
             )
         ),
@@ -171,7 +171,7 @@ CASES = [
         replace(
             facts(
                 proc(
-                    runtime={**CUDA_RT, "cuda_available": False, "cuda_build": "12.8"}, models=[model("cpu")]
+                    runtime=replace(CUDA_RT, cuda_available=False, cuda_build="12.8"), models=[model("cpu")]
                 )
             ),
             cuda_driver="12.2",

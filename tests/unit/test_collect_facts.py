@@ -1,10 +1,11 @@
-"""Sources -> facts and history samples (sidecar/poll/collect.py, sidecar/poll/history.py) over random and
-hostile payloads, NVML snapshots and whole polls of several jobs, held to their specification:
+"""Sources -> facts and history samples (sidecar/poll/collect.py, sidecar/poll/history.py) over drawn
+payloads, NVML snapshots and whole polls of several jobs, held to their specification:
 
-- every value a process publishes is typed and clipped as collect's helpers (_str, _int, _float,
-  _bool, _names, _shape, _loader_settings, ...) do, each helper as its docstring says (the model and
-  process builders write the helpers out for speed: each field must still be the helper's result,
-  of the same type, or raise what the helper raises);
+- a process's facts are its payload record's values (probe_wire.records, as the segment source hands
+  them up: of the schema's types, with what the schema lets through from a process: long strings,
+  negative and huge numbers, a device named twice), each string clipped and each share clamped as
+  collect's docstrings say (the model and process builders write that out for speed: each field must
+  still be the specification's value, of the same type);
 - an NVML device's facts are its fields, a snapshot split by the job's tree gives each tree pid its
   rows and counts the others', a history row packs NaN for "no value";
 - payloads drawn from fixed seeds (collect_inputs.Draw) as well as by hypothesis;
@@ -20,9 +21,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from probe_wire.schema import MODEL_COLLECTED, PUBLISH_FAILED
+from probe_wire.records import ModelRecord, ProbePayload
+from probe_wire.schema import MODEL_COLLECTED, PUBLISH_FAILED, ROLES, empty_runtime
 from sidecar.documents import bounds
-from sidecar.documents.bounds import ELLIPSIS, MAX_ID_CHARS, MAX_TEXT_CHARS
+from sidecar.documents.bounds import ELLIPSIS, MAX_ID_CHARS, clip, clip_opt
 from sidecar.poll import collect as c
 from sidecar.poll import history, samples
 from sidecar.sources.lineage import is_mp_child, is_mp_helper
@@ -33,15 +35,18 @@ from sidecar.verdict import (
     Facts,
     GpuFacts,
     LoaderSettings,
+    MathSettings,
     MigFacts,
     ModelFacts,
     ProcessFacts,
     ProcGpu,
+    StepBreakdown,
 )
-from tests.helpers.collect_inputs import DEVICES, Dict, Draw, Int, Str
+from tests.helpers.collect_inputs import DEVICES, Draw
 from tests.helpers.collect_inputs import proc_info as _proc
 from tests.helpers.exact import canon, outcome
 from tests.helpers.hypothesis_profiles import examples
+from tests.helpers.records import FULL_RUNTIME, payload, record, record_of
 
 
 def test_canon_tells_apart_what_equality_does_not():
@@ -52,6 +57,7 @@ def test_canon_tells_apart_what_equality_does_not():
     assert canon(ModelFacts("m", "cuda:0")) == canon(ModelFacts("m", "cuda:0"))
 
 
+# Any value at all, for what is not a payload (NVML's devices, history rows).
 _floats = st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from([0.0, -0.0, 1e308, -1e308, 0.5])
 _ints = st.integers(-(2**70), 2**70) | st.sampled_from([0, 1, -1, 255, 256, 2**63])
 _texts = (
@@ -59,96 +65,92 @@ _texts = (
     | st.sampled_from(DEVICES + ["train", "nccl", "rank", "ResNet", "lightning"])
     | st.integers(60, 300).map(lambda n: "é" * n)  # longer than the 64 and 256 character bounds
 )
-atoms = (
-    st.none()
-    | st.booleans()
-    | _ints
-    | _floats
-    | _texts
-    | _ints.map(Int)
-    | _texts.map(Str)
-    | st.just(b"bytes")
+
+# What a payload's schema lets through: msgpack's ints, finite floats, strings of any characters.
+_wire_ints = st.integers(-(2**63), 2**64 - 1) | st.sampled_from([0, 1, -1, -3, 255, 256, 2**63])
+_wire_floats = st.floats(allow_nan=False, allow_infinity=False) | st.sampled_from([0.0, -0.0, 1e308, -1e308, 0.5, 1.5, -0.5])
+_bools = st.booleans()
+
+
+def opt(strategy):
+    return st.none() | strategy
+
+
+_loader = st.fixed_dictionaries(
+    {k: opt(_wire_ints) for k in ("num_workers", "batch_size", "prefetch_factor")}
+    | {k: opt(_bools) for k in ("pin_memory", "persistent_workers")}
 )
-junk = st.recursive(atoms, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3), max_leaves=6)
-
-
-def maybe(strategy):
-    """A value as the schema has it, or anything at all."""
-    return st.one_of(strategy, strategy, strategy, junk)
-
-
-def _dicts(required: dict, optional: dict):
-    plain = st.fixed_dictionaries(required, optional=optional)
-    return plain | plain.map(Dict)
-
-
-_loader = _dicts({}, {k: maybe(st.none() | _ints | st.booleans()) for k in ("num_workers", "pin_memory", "persistent_workers", "batch_size", "prefetch_factor")})
-_model = _dicts(
-    {},
+_model = st.fixed_dictionaries(
     {
-        "name": maybe(_texts),
-        "class": maybe(_texts),
-        "params": maybe(_ints),
-        "device": maybe(st.sampled_from(DEVICES) | _texts),
-        "devices": maybe(st.lists(st.sampled_from(DEVICES) | _texts | atoms, max_size=12)),
-        "input_device": maybe(st.none() | st.sampled_from(DEVICES)),
-        "forward_calls": maybe(_ints),
-        "forward_rate_hz": maybe(_floats),
-        "last_forward_time": maybe(_floats),
-        "data_wait_fraction": maybe(st.none() | _floats),
-        "train_steps": maybe(st.none() | _ints),
-        "step_rate_hz": maybe(st.none() | _floats),
-        "step_source": maybe(st.none() | _texts),
-        "shared_memory": maybe(st.none() | st.booleans()),
-        "param_dtypes": maybe(st.none() | st.lists(_texts | atoms, max_size=4)),
-        "autocast": maybe(st.none() | _texts),
-        "input_shape": maybe(st.none() | st.lists(_ints | atoms, max_size=4)),
-        "loader_settings": maybe(st.none() | _loader),
-        "data_wait_batches": maybe(st.none() | _ints),
+        "name": _texts,
+        "class": _texts,
+        "params": _wire_ints,
+        "device": st.sampled_from(DEVICES) | _texts,
+        "devices": st.lists(st.sampled_from(DEVICES) | _texts, max_size=12),
+        "input_device": opt(st.sampled_from(DEVICES) | _texts),
+        "forward_calls": _wire_ints,
+        "forward_rate_hz": _wire_floats,
+        "last_forward_time": opt(_wire_floats),
+        "data_wait_fraction": opt(_wire_floats),
+        "data_wait_s": opt(_wire_floats),
+        "step_s": opt(_wire_floats),
+    },
+    optional={  # added within schema 1: absent from an older probe's models
+        "train_steps": opt(_wire_ints),
+        "step_rate_hz": opt(_wire_floats),
+        "step_source": opt(_texts),
+        "shared_memory": opt(_bools),
+        "param_dtypes": opt(st.lists(_texts, max_size=4)),
+        "autocast": opt(_texts),
+        "input_shape": opt(st.lists(_wire_ints, max_size=4)),
+        "loader_settings": opt(_loader),
+        "compiled_uncounted": opt(_bools),
+        "data_wait_batches": opt(_wire_ints),
     },
 )
 _errors = st.lists(
-    _dicts({}, {"where": maybe(st.sampled_from([PUBLISH_FAILED, MODEL_COLLECTED, "other"])), "message": maybe(_texts)})
-    | atoms,
+    st.fixed_dictionaries(
+        {"time": _wire_floats, "where": st.sampled_from([PUBLISH_FAILED, MODEL_COLLECTED, "hook"]), "message": _texts}
+    ),
     max_size=4,
 )
-_steps = _dicts(
+_steps = st.fixed_dictionaries(
+    {"window_s": _wire_floats, "steps": _wire_ints}
+    | {k: opt(_wire_floats) for k in ("step_s", "data_wait_fraction", "forward_fraction", "optimizer_fraction", "other_fraction")},
+    optional={"backward_fraction": opt(_wire_floats)},
+)
+_math = st.fixed_dictionaries(
+    {k: opt(_bools) for k in ("allow_tf32_matmul", "cudnn_allow_tf32", "cudnn_benchmark")}
+    | {"float32_matmul_precision": opt(_texts)}
+)
+_memory = st.lists(
+    st.fixed_dictionaries(
+        {"device": _texts}
+        | {k: _wire_ints for k in ("allocated_bytes", "reserved_bytes", "peak_allocated_bytes", "peak_reserved_bytes")}
+    ),
+    max_size=3,
+)
+_payload_fields = st.fixed_dictionaries(
     {},
-    {
-        k: maybe(st.none() | _floats | _ints)
-        for k in ("window_s", "steps", "step_s", "data_wait_fraction", "forward_fraction", "optimizer_fraction", "other_fraction")
+    optional={
+        "role": st.sampled_from(ROLES),
+        "worker_id": opt(_wire_ints),
+        "rank": opt(_wire_ints),
+        "local_rank": opt(_wire_ints),
+        "world_size": opt(_wire_ints),
+        "dist_backend": opt(_texts),
+        "loader": opt(_texts),
+        "runtime": st.sampled_from([empty_runtime(), FULL_RUNTIME]),
+        "memory": _memory,
+        "models": st.lists(_model, max_size=4),
+        "errors": _errors,
+        "steps": opt(_steps),
+        "math": opt(_math),
+        "syncs_per_step": opt(_wire_floats),
+        "hostname": opt(_texts),
     },
 )
-_math = _dicts({}, {k: maybe(st.none() | st.booleans() | _texts) for k in ("allow_tf32_matmul", "cudnn_allow_tf32", "float32_matmul_precision", "cudnn_benchmark")})
-_memory = st.lists(_dicts({}, {"device": maybe(_texts), "reserved_bytes": maybe(_ints | _floats)}) | atoms, max_size=3)
-payloads = _dicts(
-    {},
-    {
-        "schema": st.just(1),
-        "pid": _ints,
-        "role": maybe(st.sampled_from(["main", "dataloader-worker", "rank", "child"]) | _texts),
-        "worker_id": maybe(st.none() | _ints),
-        "rank": maybe(st.none() | _ints),
-        "local_rank": maybe(st.none() | _ints),
-        "world_size": maybe(st.none() | _ints),
-        "dist_backend": maybe(st.none() | _texts),
-        "loader": maybe(st.none() | _texts),
-        "runtime": maybe(st.just({"torch": "2.5", "devices": [{"index": 0, "uuid": "GPU-0"}]}) | st.just({})),
-        "memory": maybe(_memory),
-        "models": maybe(st.lists(_model | atoms, max_size=4)),
-        "events": maybe(st.just([])),
-        "errors": maybe(_errors),
-        "steps": maybe(st.none() | _steps),
-        "math": maybe(st.none() | _math),
-        "syncs_per_step": maybe(st.none() | _floats),
-        "hostname": maybe(st.none() | _texts),
-    },
-)
-# Payloads whose lists are lists (anything inside them): the old code raised for no part of them.
-poll_payloads = payloads.map(
-    lambda p: p if isinstance(p, Dict) else {**p, **{k: [] for k in ("models", "memory", "errors") if not isinstance(p.get(k), list | None)}}
-)
-any_payload = payloads | st.sampled_from([None, {}, [], 0, "", [1], "payload", 7])
+payloads = _payload_fields.map(lambda fields: record(payload(**fields)))
 cmdlines = st.sampled_from(
     [
         ("python", "train.py"),
@@ -161,68 +163,88 @@ cmdlines = st.sampled_from(
 
 
 # ---------------------------------------------------------------------------------------------
-# The helpers: a value from a process, typed and clipped (sidecar/documents/bounds.py)
+# The helpers: a value from a process, clipped (sidecar/documents/bounds.py) or clamped
 # ---------------------------------------------------------------------------------------------
-def test_each_helper_types_and_clips_as_its_docstring_says():
-    long_text, long_id = "é" * (MAX_TEXT_CHARS + 1), "d" * (MAX_ID_CHARS + 1)
-    # A string, clipped (its last character an ellipsis when cut); anything else None.
-    assert c._str("abc") == "abc" and c._str(Str("abc")) == "abc" and c._str(5) is None and c._str(b"x") is None
-    assert c._str(long_text) == "é" * (MAX_TEXT_CHARS - 1) + ELLIPSIS
-    assert c._str(long_id, MAX_ID_CHARS) == "d" * (MAX_ID_CHARS - 1) + ELLIPSIS
-    assert c._str("d" * MAX_ID_CHARS, MAX_ID_CHARS) == "d" * MAX_ID_CHARS
-    # Numbers: a bool is neither an int nor a float; an int subclass is an int.
-    assert c._int(3) == 3 and c._int(Int(3)) == 3 and c._int(True) is None and c._int(3.0) is None
-    assert canon(c._float(3)) == canon(3.0) and c._float(True) is None and c._float("1") is None
-    assert c._bool(True) is True and c._bool(1) is None
-    assert c._fraction(1.5) == 1.0 and c._fraction(-0.5) == 0.0 and c._fraction(0.25) == 0.25
-    assert c._count(-3) == 0 and c._count(Int(5)) == 5 and c._count(True) is None
-    assert c._nonnegative(-2) == 0.0 and c._nonnegative(2) == 2.0 and c._nonnegative(None) is None
-    assert c._names(["float32", 5, long_id]) == ("float32", "d" * (MAX_ID_CHARS - 1) + ELLIPSIS)
-    assert c._names("float32") == () and c._shape([1, True, 2.0, 3]) == (1, 3) and c._shape((1, 2)) is None
-    assert c._loader_settings({"num_workers": True, "pin_memory": True, "batch_size": Int(8)}) == LoaderSettings(
-        None, True, None, 8, None
-    )
-    assert c._loader_settings([]) is None
-    assert c._devices(["cuda:0", "cuda:0", 5, "cpu", long_id]) == ("cuda:0", "cpu", "d" * (MAX_ID_CHARS - 1) + ELLIPSIS)
-    many = [f"cuda:{i}" for i in range(bounds.MAX_DEVICES_SHOWN + 3)]
-    assert c._devices(many) == tuple(many[: bounds.MAX_DEVICES_SHOWN]) and c._devices("cuda:0") == ()
+def test_each_helper_clamps_and_clips_as_its_docstring_says():
+    long_id = "d" * (MAX_ID_CHARS + 1)
+    assert c._fraction(1.5) == 1.0 and c._fraction(-0.5) == 0.0 and c._fraction(0.25) == 0.25 and c._fraction(None) is None
+    assert c._nonnegative(-2.0) == 0.0 and c._nonnegative(2.0) == 2.0 and c._nonnegative(None) is None
+    assert c._devices(("cuda:0", "cuda:0", "cpu", long_id)) == ("cuda:0", "cpu", "d" * (MAX_ID_CHARS - 1) + ELLIPSIS)
+    many = tuple(f"cuda:{i}" for i in range(bounds.MAX_DEVICES_SHOWN + 3))
+    assert c._devices(many) == many[: bounds.MAX_DEVICES_SHOWN] and c._devices(()) == ()
+    assert c._devices((long_id,)) == ("d" * (MAX_ID_CHARS - 1) + ELLIPSIS,)
 
 
-def expected_model(m: dict) -> ModelFacts:
-    """A model's facts as the helpers make them, field by field (ModelFacts's own names)."""
-    g = m.get
+def expected_model(m: ModelRecord) -> ModelFacts:
+    """A model's facts as its record's values, field by field (ModelFacts's own names)."""
+    ls = m.loader_settings
     return ModelFacts(
-        name=c._str(g("name")) or c._str(g("class")) or "model",
-        device=c._str(g("device"), MAX_ID_CHARS),
-        devices=c._devices(g("devices")),
-        params=c._int(g("params")),
-        input_device=c._str(g("input_device"), MAX_ID_CHARS),
-        forward_calls=c._int(g("forward_calls")) or 0,
-        forward_rate_hz=c._float(g("forward_rate_hz")),
-        data_wait_fraction=c._float(g("data_wait_fraction")),
-        train_steps=c._int(g("train_steps")),
-        step_rate_hz=c._float(g("step_rate_hz")),
-        step_source=c._str(g("step_source")),
-        shared_memory=c._bool(g("shared_memory")),
-        param_dtypes=c._names(g("param_dtypes")),
-        autocast=c._str(g("autocast"), MAX_ID_CHARS),
-        input_shape=c._shape(g("input_shape")),
-        loader_settings=c._loader_settings(g("loader_settings")),
-        compiled_uncounted=g("compiled_uncounted") is True,
-        data_wait_batches=c._count(g("data_wait_batches")),
+        name=clip(m.name) or clip(m.class_name) or "model",
+        device=clip(m.device, MAX_ID_CHARS),
+        devices=tuple(clip(d, MAX_ID_CHARS) for d in list(dict.fromkeys(m.devices))[: bounds.MAX_DEVICES_SHOWN]),
+        params=m.params,
+        input_device=clip_opt(m.input_device, MAX_ID_CHARS),
+        forward_calls=m.forward_calls,
+        forward_rate_hz=m.forward_rate_hz,
+        data_wait_fraction=m.data_wait_fraction,
+        train_steps=m.train_steps,
+        step_rate_hz=m.step_rate_hz,
+        step_source=clip_opt(m.step_source),
+        shared_memory=m.shared_memory,
+        param_dtypes=tuple(clip(d, MAX_ID_CHARS) for d in m.param_dtypes or ()),
+        autocast=clip_opt(m.autocast, MAX_ID_CHARS),
+        input_shape=m.input_shape,
+        loader_settings=None
+        if ls is None
+        else LoaderSettings(ls.num_workers, ls.pin_memory, ls.persistent_workers, ls.batch_size, ls.prefetch_factor),
+        compiled_uncounted=m.compiled_uncounted is True,
+        data_wait_batches=None if m.data_wait_batches is None else max(0, m.data_wait_batches),
     )
 
 
-def expected_models(payload) -> tuple[ModelFacts, ...]:
-    """Each dict of the payload's models, in order (anything else in the list skipped)."""
-    return tuple(expected_model(m) for m in payload.get("models") or () if isinstance(m, dict))
+def _share(x: float | None) -> float | None:
+    return None if x is None else min(1.0, max(0.0, x))
+
+
+def expected_payload_facts(p: ProbePayload) -> dict:
+    """The facts that come from a payload, by ProcessFacts's names."""
+    s, m, errors = p.steps, p.math, p.errors
+    collected = {clip(e.message) for e in errors if e.where == MODEL_COLLECTED} - {""}
+    return {
+        "role": p.role,
+        "worker_id": p.worker_id,
+        "rank": p.rank,
+        "local_rank": p.local_rank,
+        "world_size": p.world_size,
+        "dist_backend": clip_opt(p.dist_backend, MAX_ID_CHARS),
+        "loader": clip_opt(p.loader, MAX_ID_CHARS),
+        # The probe's fallback payload: its last error says why it could not publish.
+        "publish_failure": clip(errors[-1].message) or "unknown error" if errors and errors[-1].where == PUBLISH_FAILED else None,
+        "collected_models": tuple(sorted(collected))[: bounds.MAX_MODELS_SHOWN],
+        "runtime": p.runtime,
+        # bytes / MiB, exact for each device
+        "cuda_memory_mib": sum(d.reserved_bytes / 1048576.0 for d in p.memory) if p.memory else None,
+        "models": tuple(expected_model(x) for x in p.models),
+        "steps": None
+        if s is None
+        else StepBreakdown(
+            max(0.0, s.window_s),
+            max(0, s.steps),
+            None if s.step_s is None else max(0.0, s.step_s),
+            *map(_share, (s.data_wait_fraction, s.forward_fraction, s.optimizer_fraction, s.other_fraction, s.backward_fraction)),
+        ),
+        "math": None
+        if m is None
+        else MathSettings(
+            m.allow_tf32_matmul, m.cudnn_allow_tf32, clip_opt(m.float32_matmul_precision, MAX_ID_CHARS), m.cudnn_benchmark
+        ),
+        "syncs_per_step": None if p.syncs_per_step is None else max(0.0, p.syncs_per_step),
+        "hostname": clip_opt(p.hostname),
+    }
 
 
 def expected_process(proc: ProcInfo, read: ProbeRead | None, gpu, target_pid: int) -> ProcessFacts:
-    payload = read.payload if read is not None else None
-    p = payload or {}
-    g = p.get
-    errors = g("errors")
+    p = read.payload if read is not None else None
     return ProcessFacts(
         pid=proc.pid,
         ppid=proc.ppid,
@@ -230,48 +252,35 @@ def expected_process(proc: ProcInfo, read: ProbeRead | None, gpu, target_pid: in
         name=bounds.clip(proc.name) if isinstance(proc.name, str) else proc.name,
         is_target=proc.pid == target_pid,
         probe_state=read.state if read is not None else "missing",
-        probe_error=c._str(read.error) if read is not None else None,
+        probe_error=clip_opt(read.error) if read is not None else None,
         probe_unreadable=bool(read and read.unreadable),
-        role=c._str(g("role"), MAX_ID_CHARS),
-        worker_id=c._int(g("worker_id")),
-        rank=c._int(g("rank")),
-        local_rank=c._int(g("local_rank")),
-        world_size=c._int(g("world_size")),
-        dist_backend=c._str(g("dist_backend"), MAX_ID_CHARS),
-        loader=c._str(g("loader"), MAX_ID_CHARS),
         mp_helper=is_mp_helper(proc.cmdline),
         mp_child=is_mp_child(proc.cmdline),
-        publish_failure=c._publish_failure(errors) if payload else None,
-        collected_models=c._collected_models(errors) if payload else (),
-        runtime=g("runtime") if isinstance(g("runtime"), dict) else None,
-        cuda_memory_mib=c._reserved_mib(g("memory")) if payload else None,
-        models=expected_models(p) if payload else (),
         gpu=gpu,
-        steps=c.step_breakdown(g("steps")),
-        math=c.math_settings(g("math")),
-        syncs_per_step=c._nonnegative(g("syncs_per_step")),
-        hostname=c._str(g("hostname")),
+        **({} if p is None else expected_payload_facts(p)),
     )
 
 
 @settings(max_examples=examples(400), deadline=None)
 @given(
-    payload=any_payload,
+    payload=opt(payloads),
     state=st.sampled_from(["ok", "busy", "stale"]),
-    error=maybe(st.none() | _texts),
+    error=opt(_texts),
     unreadable=st.booleans(),
     cmdline=cmdlines,
-    name=maybe(_texts),
+    name=_texts | st.none() | st.just(5),
     no_read=st.booleans(),
 )
-def test_a_processs_facts_are_its_payloads_values_typed_and_clipped(payload, state, error, unreadable, cmdline, name, no_read):
+def test_a_processs_facts_are_its_payloads_values_clipped_and_clamped(payload, state, error, unreadable, cmdline, name, no_read):
     read = None if no_read else ProbeRead(5, state, payload, error, unreadable)
     proc = _proc(5, cmdline, name)
     gpu = (ProcGpu(0, 100.0, 5), ProcGpu(1, None, None, 2))
-    assert outcome(c.process_facts, proc, read, gpu, 5) == outcome(expected_process, proc, read, gpu, 5)
+    got = c.process_facts(proc, read, gpu, 5)
+    assert canon(got) == canon(expected_process(proc, read, gpu, 5))
+    assert got.runtime is (None if read is None or payload is None else payload.runtime)  # the record itself
 
 
-def test_seeded_hostile_payloads_give_their_values_typed_and_clipped():
+def test_seeded_payloads_give_their_values_clipped_and_clamped():
     """Payloads of collect_inputs.Draw (the same on every run) on a spawned child's command line."""
     proc = _proc(5, ("python", "-c", "from multiprocessing.spawn import x"))
     for seed in range(1500):
@@ -279,93 +288,73 @@ def test_seeded_hostile_payloads_give_their_values_typed_and_clipped():
         assert outcome(c.process_facts, proc, read, (), 5) == outcome(expected_process, proc, read, (), 5), seed
 
 
-@settings(max_examples=examples(400), deadline=None)
-@given(models=maybe(st.lists(_model | atoms, max_size=5)))
-def test_a_payloads_models_are_its_values_typed_and_clipped(models):
-    payload = {"models": models}
-    assert outcome(c.models_from_payload, payload) == outcome(expected_models, payload)
-
-
 @pytest.mark.parametrize(
     "model",
     [
         {"name": "", "class": "C", "devices": ["c" * 65]},  # one device, too long: clipped
-        {"name": "n" * 257, "devices": [Str("cuda:0")]},
-        {"name": Str("n"), "device": "d" * 65, "input_device": "i" * 65, "autocast": "a" * 65, "step_source": "s" * 257},
-        {"params": True, "forward_calls": False, "train_steps": Int(3), "forward_rate_hz": 1, "step_rate_hz": True},
-        {"data_wait_fraction": Int(1), "shared_memory": 1, "param_dtypes": "float32", "input_shape": (1, 2)},
-        {"devices": ["cuda:0", "cuda:0", 5, "cpu"], "loader_settings": Dict(num_workers=True)},
-        {"data_wait_batches": -3},
-        {"data_wait_batches": Int(5)},
-        {"data_wait_batches": True},
-        {"compiled_uncounted": 1},
-        Dict(name="sub", devices=["cuda:1"]),
+        {"name": "", "class": ""},  # no name at all: "model"
+        {"name": "n" * 257, "devices": ["cuda:0", "cuda:0", "cpu"]},
+        {"name": "n", "device": "d" * 65, "input_device": "i" * 65, "autocast": "a" * 65, "step_source": "s" * 257},
+        {"param_dtypes": ["float32", "b" * 65], "input_shape": [1, -2, 2**63], "loader_settings": {
+            "num_workers": -1, "pin_memory": True, "persistent_workers": None, "batch_size": 2**63, "prefetch_factor": None}},
+        {"data_wait_batches": -3, "compiled_uncounted": None},
+        {"data_wait_batches": 5, "compiled_uncounted": False},
+        {"compiled_uncounted": True, "forward_calls": -4, "forward_rate_hz": -1.0, "data_wait_fraction": 7.0},
     ],
 )
 def test_models_with_values_the_fast_paths_do_not_take(model):
-    payload = {"models": [model]}
-    assert outcome(c.models_from_payload, payload) == outcome(expected_models, payload)
+    p = record_of(models=[model])
+    assert canon(c.models_facts(p.models)) == canon(tuple(map(expected_model, p.models)))
 
 
 @pytest.mark.parametrize(
-    "payload",
+    "fields",
     [
-        {"role": "r" * 65, "worker_id": True, "rank": Int(2), "local_rank": 1.0, "world_size": False},
-        {"dist_backend": "", "loader": Str("l"), "runtime": Dict(), "errors": None, "memory": None, "models": None},
-        {"errors": [{"where": PUBLISH_FAILED, "message": ""}], "syncs_per_step": -0.0, "steps": {}, "math": {}},
-        {"errors": [{"where": MODEL_COLLECTED, "message": "B"}, {"where": MODEL_COLLECTED, "message": "A"}]},
-        {"errors": "", "memory": "", "models": ""},
-        Dict(role="rank", models=[{"name": "m"}]),
+        {"role": "rank", "worker_id": -1, "rank": 2**63, "local_rank": -7, "world_size": 0},
+        {"dist_backend": "", "loader": "l" * 65, "hostname": "h" * 257, "syncs_per_step": -0.0},
+        {"errors": [{"time": 1.0, "where": PUBLISH_FAILED, "message": ""}], "steps": {}, "math": {}},
+        {"errors": [{"time": 1.0, "where": PUBLISH_FAILED, "message": "m" * 300}, {"time": 2.0, "where": "hook", "message": "x"}]},
+        {"errors": [{"time": 1.0, "where": MODEL_COLLECTED, "message": "B"}, {"time": 1.0, "where": MODEL_COLLECTED, "message": "A"},
+                    {"time": 1.0, "where": MODEL_COLLECTED, "message": ""}]},
+        {"memory": [{"device": "cuda:0", "allocated_bytes": 0, "reserved_bytes": 3, "peak_allocated_bytes": 0, "peak_reserved_bytes": 0},
+                    {"device": "cuda:1", "allocated_bytes": 0, "reserved_bytes": -1, "peak_allocated_bytes": 0, "peak_reserved_bytes": 0}]},
+        {"steps": {"window_s": -5.0, "steps": -3, "step_s": -1.0, "data_wait_fraction": 7.0, "forward_fraction": -2.0}},
+        {"math": {"float32_matmul_precision": "p" * 65}},
     ],
-)
-def test_payloads_with_values_the_fast_paths_do_not_take(payload):
-    args = (_proc(5), ProbeRead(5, "ok", payload, None, False), (), 5)
+)  # fmt: skip
+def test_payloads_with_values_the_fast_paths_do_not_take(fields):
+    args = (_proc(5), ProbeRead(5, "ok", record_of(**fields), None, False), (), 5)
     assert outcome(c.process_facts, *args) == outcome(expected_process, *args)
 
 
 def test_a_probes_payload_takes_the_fast_paths_and_gives_its_values():
-    payload = {
-        "role": "rank",
-        "worker_id": None,
-        "rank": 1,
-        "local_rank": 1,
-        "world_size": 8,
-        "dist_backend": "nccl",
-        "loader": None,
-        "runtime": {"torch": "2.5"},
-        "memory": [{"device": "cuda:1", "reserved_bytes": 8 << 30}],
-        "models": [
-            {
-                "name": "ResNet50",
-                "class": "ResNet",
-                "params": 25_557_032,
-                "device": "cuda:1",
-                "devices": ["cuda:1"],
-                "input_device": "cuda:1",
-                "forward_calls": 48,
-                "forward_rate_hz": 20.0,
-                "data_wait_fraction": 0.05,
-                "train_steps": 48,
-                "step_rate_hz": 20.0,
-                "step_source": "lightning",
-                "shared_memory": False,
-                "param_dtypes": ["float32"],
-                "autocast": None,
-                "input_shape": [8, 3, 224, 224],
-                "loader_settings": {"num_workers": 4, "pin_memory": True, "persistent_workers": False, "batch_size": 8},
-            }
-        ],
-        "errors": [],
-        "steps": None,
-        "math": None,
-        "syncs_per_step": None,
-        "hostname": "gpu-node-07",
+    model = {
+        "name": "ResNet50",
+        "class": "ResNet",
+        "params": 25_557_032,
+        "device": "cuda:1",
+        "devices": ["cuda:1"],
+        "input_device": "cuda:1",
+        "forward_calls": 48,
+        "forward_rate_hz": 20.0,
+        "data_wait_fraction": 0.05,
+        "train_steps": 48,
+        "step_rate_hz": 20.0,
+        "step_source": "lightning",
+        "shared_memory": False,
+        "param_dtypes": ["float32"],
+        "autocast": None,
+        "input_shape": [8, 3, 224, 224],
+        "loader_settings": {"num_workers": 4, "pin_memory": True, "persistent_workers": False, "batch_size": 8, "prefetch_factor": 2},
     }
-    read = ProbeRead(5, "ok", payload, None, False)
+    memory = [{"device": "cuda:1", "allocated_bytes": 0, "reserved_bytes": 8 << 30, "peak_allocated_bytes": 0, "peak_reserved_bytes": 0}]
+    p = record_of(role="rank", rank=1, local_rank=1, world_size=8, dist_backend="nccl", runtime=FULL_RUNTIME,
+                  memory=memory, models=[model], hostname="gpu-node-07")  # fmt: skip
+    read = ProbeRead(5, "ok", p, None, False)
     got = c.process_facts(_proc(5), read, (), 5)
     assert canon(got) == canon(expected_process(_proc(5), read, (), 5))
     assert got.models[0].devices == ("cuda:1",) and got.rank == 1 and got.cuda_memory_mib == 8192.0
-    assert got.hostname == "gpu-node-07"
+    assert got.hostname == "gpu-node-07" and got.runtime is p.runtime and got.runtime.torch == "2.5.1"
     m = got.models[0]
     assert (m.name, m.params, m.input_shape, m.loader_settings.num_workers) == ("ResNet50", 25_557_032, (8, 3, 224, 224), 4)
 
@@ -375,8 +364,7 @@ def test_with_gpu_sets_every_field_process_facts_takes():
     init = [f for f in fields(ProcessFacts) if f.init]
     assert c._PF_FIELDS == tuple(f.name for f in init)
     assert not any(f.kw_only for f in init)
-    payload = {"role": "rank", "models": [{"name": "m", "device": "cuda:0", "forward_calls": 3}], "runtime": {}}
-    read = ProbeRead(7, "ok", payload, None, False)
+    read = ProbeRead(7, "ok", record_of(7, role="rank", models=[{"name": "m", "device": "cuda:0", "forward_calls": 3}]), None, False)
     pf = c.process_facts(_proc(7), read, (ProcGpu(0, 1.0, 1),), 7)
     moved = _proc(7, ("python", "-c", "from multiprocessing.spawn import spawn_main"), "renamed", 3, 2)
     gpu = (ProcGpu(1, 2.0, None),)

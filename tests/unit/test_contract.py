@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import jsonschema
 import pytest
 
+from probe_wire.records import DeviceRecord, RuntimeRecord
 from sidecar.documents import contract, contract_docs
 from sidecar.documents.contract import ContractError, check
 from sidecar.documents.document import history_document, status_document
@@ -68,15 +69,15 @@ def test_names_carry_their_units():
 def _facts() -> Facts:
     """A job with something in every part of the document: a GPU model, a worker, an unprobed
     child on the GPU, a second GPU, an iGPU, warnings, events, memory growth in the history."""
-    runtime = {
-        "torch": "2.13.0",
-        "cuda_build": "12.4",
-        "cudnn": 90100,
-        "cuda_available": True,
-        "device_count": 2,
-        "devices": [{"index": 0, "name": "A100", "uuid": "GPU-0"}],
-        "cuda_visible_devices": None,
-    }
+    runtime = RuntimeRecord(
+        torch="2.13.0",
+        cuda_build="12.4",
+        cudnn=90100,
+        cuda_available=True,
+        device_count=2,
+        devices=(DeviceRecord(0, "A100", "GPU-0"),),
+        cuda_visible_devices=None,
+    )
     recent = tuple(RecentSample(1000.0 + 10 * i, 5.0, 1000.0 + 100 * i, 10 * i, 80.0, None) for i in range(10))
     main = ProcessFacts(
         pid=10,

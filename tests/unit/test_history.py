@@ -9,6 +9,7 @@ import random
 from array import array
 from dataclasses import fields, replace
 
+from probe_wire.records import RuntimeRecord
 from sidecar.poll.history import History, Sample, pack
 from sidecar.poll.samples import history_sample
 from sidecar.verdict import Facts, GpuFacts, ModelFacts, ProcessFacts, ProcGpu, RecentSample
@@ -69,7 +70,7 @@ def _facts(gpu_util: float) -> Facts:
     procs = tuple(
         ProcessFacts(
             pid=10 + i,
-            runtime={"torch": "2"},
+            runtime=RuntimeRecord(torch="2"),
             models=(ModelFacts("net", f"cuda:{i}", (f"cuda:{i}",), forward_calls=5),),
             gpu=(ProcGpu(i, 1000.0, 50.0),),
         )

@@ -88,12 +88,13 @@ def test_the_sweep_of_dead_writers_skips_the_segments_the_jobs_read_ok(tmp_path,
     import sidecar.sources.segment_dir as segment_dir
     from hostfs.paths import HOST
     from sidecar.sources.segments import ProbeRead, SegmentSource
+    from tests.helpers.records import record_of
 
     shm = tmp_path / "shm"
     shm.mkdir()
     p = _poller(shm)
     source = SegmentSource(sweep_foreign=False)
-    source._last_ok[(4242, 7)] = ProbeRead(4242, "ok", {}, None, False)
+    source._last_ok[(4242, 7)] = ProbeRead(4242, "ok", record_of(4242), None, False)
     job = SimpleNamespace(poller=SimpleNamespace(segment_source=source, poll_once=lambda: None, target_gone_at=None))
     p._jobs = {"4242-7": job}  # type: ignore[dict-item]
     p._discover = lambda now, nvml: None  # type: ignore[method-assign]

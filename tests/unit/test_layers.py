@@ -67,6 +67,7 @@ WRONG_IMPORTS = [
     ("sidecar/documents/document.py", "from sidecar.sources import proctree", "facts-not-sources"),
     ("sidecar/verdict/facts.py", "from sidecar.sources.sysfs import list_system_gpus", "facts-not-sources"),
     ("sidecar/serve/server.py", "from sidecar.poll.poller import Poller", "serve-through-interfaces"),
+    ("sidecar/poll/placement.py", "from probe_wire.codec import decode_payload", "payloads-through-sources"),
     ("sidecar/sources/sysfs.py", "import probe", "sidecar-without-probe-and-torch"),
     ("sidecar/common/catalogue.py", "import torch", "sidecar-without-probe-and-torch"),
     ("probe_wire/names.py", "from sidecar.documents import bounds", "wire-stands-alone"),

@@ -11,15 +11,19 @@ import sys
 from types import SimpleNamespace
 
 from hostfs.procid import process_start_ticks
+from probe_wire.records import ProbePayload
 from sidecar.poll.placement import Placement, distributed_facts
 from sidecar.sources.kubelet.lookup import PodLookup, ProcessPods
+from tests.helpers.records import record_of
 
 
-def payload(role: str, rank: int | None, key: str | None = "k1", **over) -> dict:
-    return {
+def payload(role: str, rank: int | None, key: str | None = "k1", **over) -> ProbePayload:
+    """A process's payload as the segment source hands it up."""
+    fields = {
         "role": role, "rank": rank, "world_size": 4, "hostname": "node-a", "job_key": key,
         "job_key_source": "launch" if key else None, "node_rank": 1, "restart_count": 0, **over,
     }
+    return record_of(**fields)
 
 
 def test_ranks_name_the_run_and_workers_follow():
@@ -41,7 +45,8 @@ def test_disagreeing_processes_take_the_most_common_key_then_the_lowest_rank():
 def test_a_plain_job_is_no_run_and_an_old_probe_s_rank_is_one_without_key():
     assert distributed_facts([payload("main", None, key=None)]) is None
     assert distributed_facts([]) is None
-    old = {"role": "rank", "rank": 0, "world_size": 2}  # a payload from before job_key: read as None
+    # A payload from before job_key: read as None.
+    old = record_of(role="rank", rank=0, world_size=2, drop=("job_key", "job_key_source", "node_rank", "restart_count"))
     found = distributed_facts([old])
     assert (found.job_key, found.world_size, found.ranks) == (None, 2, (0,))
     # A Slurm job that is no rank still names its run.

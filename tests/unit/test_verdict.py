@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from probe_wire.records import DeviceRecord, RuntimeRecord
 from sidecar.verdict import (
     RULES,
     GpuFacts,
@@ -111,12 +112,14 @@ def test_idle_hint_names_data_loading_when_loader_timing_says_so():
 )
 def test_map_cuda_index(runtime, index, expected):
     gpus = (GpuFacts(0, uuid="GPU-aaaa"), GpuFacts(1, uuid="GPU-bbbb"), GpuFacts(2, uuid="GPU-dddd"), GpuFacts(3, uuid="GPU-dddd"))
-    assert map_cuda_index(ProcessFacts(1, runtime=runtime), index, gpus) == expected
+    devices = tuple(DeviceRecord(d["index"], "", d["uuid"]) for d in runtime.get("devices", ()))
+    rt = RuntimeRecord(**{**runtime, "devices": devices})
+    assert map_cuda_index(ProcessFacts(1, runtime=rt), index, gpus) == expected
 
 
 def test_map_cuda_index_looks_a_uuid_up_in_the_devices_it_is_given():
     """The UUIDs' indices are made once for the very same devices: a new poll's are looked in."""
-    proc = ProcessFacts(1, runtime={"devices": [{"index": 0, "uuid": "GPU-bbbb"}]})
+    proc = ProcessFacts(1, runtime=RuntimeRecord(devices=(DeviceRecord(0, "", "GPU-bbbb"),)))
     first = (GpuFacts(0, uuid="GPU-aaaa"), GpuFacts(1, uuid="GPU-bbbb"))
     assert map_cuda_index(proc, 0, first) == 1
     assert map_cuda_index(proc, 0, (GpuFacts(0, uuid="GPU-bbbb"), GpuFacts(1, uuid="GPU-aaaa"))) == 0
@@ -182,7 +185,7 @@ def test_cpu_build_names_the_trainer_not_its_workers():
 
 # A cu124 torch in a container started with NVIDIA_DRIVER_CAPABILITIES=utility: NVML answers,
 # libcuda.so.1 is not there, and the probe reports what torch would say.
-NO_LIBCUDA_RT = {**CUDA_RT, "cuda_available": False, "devices": [], "cuda_driver_loadable": False}
+NO_LIBCUDA_RT = replace(CUDA_RT, cuda_available=False, devices=(), cuda_driver_loadable=False)
 
 
 def test_nvml_without_the_cuda_driver_library_is_cuda_unavailable_not_model_on_cpu():
@@ -197,15 +200,15 @@ def test_nvml_without_the_cuda_driver_library_is_cuda_unavailable_not_model_on_c
 
 
 def test_the_missing_driver_library_is_told_apart_from_hidden_gpus_and_an_old_driver():
-    hidden = {**NO_LIBCUDA_RT, "cuda_visible_devices": ""}
+    hidden = replace(NO_LIBCUDA_RT, cuda_visible_devices="")
     (w,) = [w for w in decide(facts(proc(runtime=hidden))).warnings if w.code == "cuda-unavailable"]
     assert "CUDA_VISIBLE_DEVICES" in en(w.message) and "libcuda" not in en(w.message)
     # A library that loads on a driver of an older CUDA: the driver's age, not the library.
-    old = {**NO_LIBCUDA_RT, "cuda_build": "13.0", "cuda_driver_loadable": True}
+    old = replace(NO_LIBCUDA_RT, cuda_build="13.0", cuda_driver_loadable=True)
     (w,) = [w for w in decide(facts(proc(runtime=old))).warnings if w.code == "cuda-unavailable"]
     assert "older than torch's CUDA 13.0" in en(w.message)
     # An older probe, which did not say: the generic reason, as before.
-    unknown = {k: v for k, v in NO_LIBCUDA_RT.items() if k != "cuda_driver_loadable"}
+    unknown = replace(NO_LIBCUDA_RT, cuda_driver_loadable=None)
     (w,) = [w for w in decide(facts(proc(runtime=unknown))).warnings if w.code == "cuda-unavailable"]
     assert en(w.message) == "CUDA is not available to torch: torch cannot initialise CUDA."
 
@@ -252,7 +255,7 @@ def test_mp_children_are_recognised_by_their_command_line():
 def test_a_digit_that_int_refuses_does_not_stop_the_verdict(device, visible, role):
     """str.isdigit() is True for "²", int() refuses it: a process's odd device string must cost its
     own facts, never the verdict (which raised ValueError on every poll)."""
-    rt = {**CUDA_RT, "device_count": 2, "devices": [], "cuda_visible_devices": visible}
+    rt = replace(CUDA_RT, device_count=2, devices=(), cuda_visible_devices=visible)
     p = proc(models=[model(device)], runtime=rt, role=role, local_rank=0 if role == "rank" else None)
     decide(facts(p))
 

@@ -177,26 +177,23 @@ def test_a_degraded_link_counts_once_the_gpu_is_not_idle():
 def test_a_hostile_payload_cannot_push_shares_out_of_range():
     """A process writes its own payload: shares are clamped into 0-1, counts and times at 0."""
     from sidecar.poll.collect import process_facts
+    from sidecar.sources.segments import ProbeRead
+    from tests.helpers.records import record_of
 
     class Proc:
         pid, ppid, depth, name, cmdline = 7, 1, 0, "python", None
 
-    class Read:
-        state, error, unreadable = "ok", None, False
-        payload = {
-            "steps": {
-                "window_s": -5.0,
-                "steps": -3,
-                "step_s": -1.0,
-                "data_wait_fraction": 7.0,
-                "forward_fraction": -2.0,
-                "optimizer_fraction": None,
-                "other_fraction": 0.25,
-            },
-            "syncs_per_step": -4.0,
-        }
-
-    p = process_facts(Proc, Read, (), 7)
+    steps = {
+        "window_s": -5.0,
+        "steps": -3,
+        "step_s": -1.0,
+        "data_wait_fraction": 7.0,
+        "forward_fraction": -2.0,
+        "optimizer_fraction": None,
+        "other_fraction": 0.25,
+    }
+    read = ProbeRead(7, "ok", record_of(7, steps=steps, syncs_per_step=-4.0), None, False)  # the schema lets these by
+    p = process_facts(Proc, read, (), 7)
     assert p.steps == StepBreakdown(0.0, 0, 0.0, 1.0, 0.0, None, 0.25)
     assert p.syncs_per_step == 0.0
 

@@ -133,7 +133,7 @@ def test_every_verdict_is_well_formed_and_names_only_what_the_facts_hold():
 # Each rule's condition
 # ---------------------------------------------------------------------------------------------
 def _runtimes(f: Facts):
-    return [p.runtime for p in f.processes if p.runtime]
+    return [p.runtime for p in f.processes if p.runtime is not None]
 
 
 def _nvidia(f: Facts) -> bool:
@@ -180,13 +180,13 @@ EXACTLY_WHEN = {
     ),
     "unregistered-gpu-process": lambda f: any(p.uses_gpu and not p.has_probe for p in f.processes),
     "model-on-cpu": lambda f: any(
-        m.types == {"cpu"} and (p.runtime or {}).get("cuda_available") is True for p, m in _models(f)
+        m.types == {"cpu"} and p.runtime is not None and p.runtime.cuda_available is True for p, m in _models(f)
     ),
     "cuda-unavailable": lambda f: any(
-        rt.get("cuda_build") and rt.get("cuda_available") is False for rt in _runtimes(f)
+        rt.cuda_build and rt.cuda_available is False for rt in _runtimes(f)
     ),
     "cpu-build": lambda f: (
-        _nvidia(f) and any(rt.get("torch") and rt.get("cuda_build") is None for rt in _runtimes(f))
+        _nvidia(f) and any(rt.torch and rt.cuda_build is None for rt in _runtimes(f))
     ),
     "mixed-devices": lambda f: any(len(m.types) > 1 for _, m in _models(f)) or len(_types(f)) > 1,
     "gpu-work-in-child": _gpu_work_in_child,

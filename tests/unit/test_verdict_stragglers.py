@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from probe_wire.records import RuntimeRecord
 from sidecar.documents.contract import check
 from sidecar.documents.document import status_document
 from sidecar.poll.collect import TargetInfo
@@ -28,7 +29,7 @@ def rank(r, steps=40, **fractions):
     """Rank r's process, its model on cuda:r, with its step breakdown."""
     parts = {**BALANCED, **fractions}
     breakdown = StepBreakdown(window_s=10.0, steps=steps, step_s=0.25, other_fraction=0.1, **parts)
-    rt = {"torch": "2.5.1+cu124", "cuda_available": True, "device_count": 4}
+    rt = RuntimeRecord(torch="2.5.1+cu124", cuda_available=True, device_count=4)
     return proc(200 + r, runtime=rt, role="rank", rank=r, local_rank=r, world_size=4, is_target=False,
                 models=(model(f"cuda:{r}"),), steps=breakdown)
 
@@ -51,7 +52,7 @@ def confirmed_polls(candidate_rank, times=(100.0, 102.5)):
 
 def job(ranks, gpus=None, recent=None, **kw):
     gpus = gpus if gpus is not None else tuple(gpu(i) for i in range(len(ranks)))
-    root = proc(100, role="main", is_target=True, runtime={"torch": "2.5.1"})
+    root = proc(100, role="main", is_target=True, runtime=RuntimeRecord(torch="2.5.1"))
     f = facts(root, *ranks, gpus=gpus, **kw)
     if recent is None:
         cand = straggler_candidate(f)

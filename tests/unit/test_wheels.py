@@ -5,6 +5,7 @@ install an older torch (torch 2.13 has no cu124 wheel; `--index-url .../cu124` i
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -83,7 +84,7 @@ def test_a_torch_the_table_does_not_know_gets_no_index(version):
 
 
 def test_the_cpu_build_warning_carries_the_pinned_command():
-    rt = {**CPU_RT, "torch": "2.13.0+cpu"}
+    rt = replace(CPU_RT, torch="2.13.0+cpu")
     f = facts(proc(runtime=rt, models=[model("cpu")]))  # the driver supports CUDA 12.4
     (w,) = [w for w in decide(f).warnings if w.code == "cpu-build"]
     assert COMMAND.search(render(w.hint, "en")).groups() == ("2.13.0", "cu126")
@@ -91,9 +92,9 @@ def test_the_cpu_build_warning_carries_the_pinned_command():
 
 
 def test_an_old_driver_for_a_cuda_torch_names_the_same_torch_for_the_drivers_cuda():
-    rt = {**CUDA_RT, "torch": "2.7.1+cu128", "cuda_build": "12.8", "cuda_available": False}
+    rt = replace(CUDA_RT, torch="2.7.1+cu128", cuda_build="12.8", cuda_available=False)
     (w,) = [w for w in decide(facts(proc(runtime=rt))).warnings if w.code == "cuda-unavailable"]
     assert COMMAND.search(render(w.hint)).groups() == ("2.7.1", "cu118")
-    rt = {**rt, "torch": "2.13.0+cu130", "cuda_build": "13.0"}
+    rt = replace(rt, torch="2.13.0+cu130", cuda_build="13.0")
     (w,) = [w for w in decide(facts(proc(runtime=rt))).warnings if w.code == "cuda-unavailable"]
     assert "--index-url" not in render(w.hint) and "supports CUDA 13.0 or newer" in render(w.hint)
