@@ -1,6 +1,6 @@
 """The names of the metrics that are both exported (sidecar/serve/metrics.py writes them) and read
-back through Prometheus (the cluster view's queries, sidecar/documents/cluster.py): one definition
-each, so the two cannot drift apart. docs/metrics.md describes them."""
+back through Prometheus (the cluster view's queries, sidecar/sources/prometheus_queries.py): one
+definition each, so the two cannot drift apart. docs/metrics.md describes them."""
 
 from __future__ import annotations
 

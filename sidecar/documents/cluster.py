@@ -1,8 +1,10 @@
 """The cluster document: one view of every node and every multi-node job, built from what the nodes'
 sidecars exported and one Prometheus scraped (docs/deploy.md, "One job across nodes").
 
-Pure: the answers to QUERIES in, a JSON-ready document out. A node is the target's `node` label
-(deploy/prometheus.yml sets it from the target file or the host name), else its `instance`. A job
+Pure: Prometheus's answers in (ClusterAnswers, sidecar/common/cluster_answers.py, as the Prometheus
+source asks them: sidecar/sources/prometheus_queries.py), a JSON-ready document out. A node is the
+target's `node` label (deploy/prometheus.yml sets it from the target file or the host name), else
+its `instance`. A job
 spans nodes by its `job_key` (the probe's distributed identity on `dsh_job_info`) with its owner's
 `uid`: a job key is whatever a process's environment says (TORCHELASTIC_RUN_ID), so another user's
 process that names the victim's run is a job of its own, never a rank of the victim's. A uid is
@@ -16,11 +18,11 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sidecar.common import metric_names as names
 from sidecar.common.catalogue import render
+from sidecar.common.cluster_answers import STRAGGLER_CONFIRM_S, ClusterAnswers, Samples
 from sidecar.common.nvml_names import CLOCK_EVENT_REASONS
 from sidecar.documents import contract
 from sidecar.documents.bounds import MAX_MESSAGE_CHARS, clip
@@ -40,40 +42,11 @@ from sidecar.verdict.cluster import (
 )
 from sidecar.verdict.stragglers import RankWait, relative_waits, throttle_reason
 
-LOOK_BACK = "10m"  # a node that reported within this and no longer does is `node-missing`
 STALE_POLL_S = 30.0  # a sidecar whose last poll is older than this is stuck: its figures are old
-# A cross-node straggler is named only when the same rank was the straggler this long before too:
-# three scrapes at the shipped 5 s interval, so two different samples of every rank.
-STRAGGLER_CONFIRM_S = 15
 MIB = 1048576
 REASON_NAMES = frozenset(name for _, name in CLOCK_EVENT_REASONS)
 
-# name -> PromQL. Every answer is a vector; the document builder reads them by name.
-QUERIES: dict[str, str] = {
-    "sidecars": names.SIDECAR_INFO,
-    "sidecars_recent": f"max_over_time({names.SIDECAR_INFO}[{LOOK_BACK}])",
-    "up": "up",
-    "poll_age_s": f"time() - {names.SIDECAR_LAST_POLL}",
-    "jobs": names.JOB_INFO,
-    "jobs_recent": f"max_over_time({names.JOB_INFO}[{LOOK_BACK}])",
-    "status": f"{names.STATUS} == 1",
-    "ranks": names.RANK_INFO,
-    "step_fraction": names.PROCESS_STEP_FRACTION,
-    "rank_backward": names.RANK_BACKWARD_FRACTION,
-    "rank_steps": names.RANK_WINDOW_STEPS,
-    "rank_backward_before": f"{names.RANK_BACKWARD_FRACTION} offset {STRAGGLER_CONFIRM_S}s",
-    "rank_steps_before": f"{names.RANK_WINDOW_STEPS} offset {STRAGGLER_CONFIRM_S}s",
-    "forward_rate": f"sum without (model) (rate({names.MODEL_FORWARD_CALLS}_total[1m]))",
-    "rank_gpu_mem": names.PROCESS_GPU_MEMORY,
-    "gpu_util": names.GPU_UTILIZATION,
-    "gpu_mem_used": names.GPU_MEMORY_USED,
-    "gpu_mem_total": names.GPU_MEMORY_TOTAL,
-    "gpu_sm_clock": names.GPU_SM_CLOCK,
-    "gpu_sm_activity": names.GPU_SM_ACTIVITY,
-    "gpu_clock_events": f"{names.GPU_CLOCK_EVENT_ACTIVE} == 1",
-}
 STEP_PHASES = ("data_wait", "forward", "optimizer", "other")
-Samples = Sequence[tuple[Mapping[str, str], float]]
 # A job across nodes: (its `job_key`, else `<node>/<job_id>`; its owner's `uid` label, "" when none).
 JobKey = tuple[str, str]
 
@@ -97,15 +70,15 @@ def _count(x: float) -> int | None:
     return int(x) if isinstance(x, (int, float)) and math.isfinite(x) and 0 <= x < 1 << 53 else None
 
 
-def _node_facts(results: Mapping[str, Samples]) -> dict[str, NodeFacts]:
+def _node_facts(answers: ClusterAnswers) -> dict[str, NodeFacts]:
     """Every node seen within the look-back window, and whether it reports now."""
-    now = {node_of(labels) for labels, _ in results.get("sidecars", ())}
-    down = {node_of(labels) for labels, v in results.get("up", ()) if v == 0}
+    now = {node_of(labels) for labels, _ in answers.sidecars}
+    down = {node_of(labels) for labels, v in answers.up if v == 0}
     ages: dict[str, float] = {}
-    for labels, age in results.get("poll_age_s", ()):
+    for labels, age in answers.poll_age_s:
         node = node_of(labels)
         ages[node] = max(ages.get(node, 0.0), age)  # the stalest sidecar of the node speaks for it
-    seen = now | {node_of(labels) for labels, _ in results.get("sidecars_recent", ())}
+    seen = now | {node_of(labels) for labels, _ in answers.sidecars_recent}
     facts = {}
     for node in sorted(seen)[:MAX_CLUSTER_NODES]:
         age = _number(ages[node], 1) if node in ages else None
@@ -126,7 +99,7 @@ def _silence(scrape_fails: bool, sampled_now: bool, poll_age_s: float | None) ->
     return ""
 
 
-def _gpus(results: Mapping[str, Samples]) -> dict[str, list[dict[str, Any]]]:
+def _gpus(answers: ClusterAnswers) -> dict[str, list[dict[str, Any]]]:
     """Each node's GPUs: (node, gpu index) -> the figures the cluster view shows."""
     gpus: dict[tuple[str, str], dict[str, Any]] = {}
 
@@ -146,16 +119,16 @@ def _gpus(results: Mapping[str, Samples]) -> dict[str, list[dict[str, Any]]]:
             }
         return gpus[key]
 
-    for name, field, scale in (
-        ("gpu_util", "util_pct", 1.0),
-        ("gpu_mem_used", "mem_used_mib", 1 / MIB),
-        ("gpu_mem_total", "mem_total_mib", 1 / MIB),
-        ("gpu_sm_clock", "sm_clock_mhz", 1e-6),
-        ("gpu_sm_activity", "sm_activity_fraction", 1.0),
+    for samples, field, scale in (
+        (answers.gpu_util, "util_pct", 1.0),
+        (answers.gpu_mem_used, "mem_used_mib", 1 / MIB),
+        (answers.gpu_mem_total, "mem_total_mib", 1 / MIB),
+        (answers.gpu_sm_clock, "sm_clock_mhz", 1e-6),
+        (answers.gpu_sm_activity, "sm_activity_fraction", 1.0),
     ):
-        for labels, value in results.get(name, ()):
+        for labels, value in samples:
             entry(labels)[field] = _number(value * scale, 1 if scale != 1.0 else 3)
-    for labels, _ in results.get("gpu_clock_events", ()):
+    for labels, _ in answers.gpu_clock_events:
         reason = labels.get("reason", "")
         if reason in REASON_NAMES:  # only names the sidecar exports: nothing else is trusted
             entry(labels)["clock_events"].append(reason)
@@ -166,12 +139,12 @@ def _gpus(results: Mapping[str, Samples]) -> dict[str, list[dict[str, Any]]]:
     return by_node
 
 
-def _job_keys(results: Mapping[str, Samples], name: str) -> dict[tuple[str, str], JobKey]:
+def _job_keys(samples: Samples) -> dict[tuple[str, str], JobKey]:
     """(instance, job_id) -> the job's cross-node key: its `job_key`, else node/job_id, with its
     owner's uid (an older sidecar's job without one: ""). Two owners' jobs under one `job_key` are
     two jobs, wherever they run."""
     keys = {}
-    for labels, _ in results.get(name, ()):
+    for labels, _ in samples:
         local = (labels.get("instance", ""), labels.get("job_id", ""))
         key = labels.get("job_key") or f"{node_of(labels)}/{labels.get('job_id', '')}"
         keys[local] = (key, labels.get("uid", ""))
@@ -244,17 +217,17 @@ class _RankRows:
 
 
 def _ranks(
-    results: Mapping[str, Samples], keys: Mapping[tuple[str, str], JobKey]
+    answers: ClusterAnswers, keys: Mapping[tuple[str, str], JobKey]
 ) -> tuple[dict[JobKey, dict[str, dict]], dict[JobKey, int]]:
     """(job key -> rank label -> the rank's row (node, local rank, step shares, forward rate, GPUs),
     job key -> world size)."""
     rows = _RankRows(keys)
-    rows.add_ranks(results.get("ranks", ()))
-    rows.add_values(results.get("step_fraction", ()), "{phase}_fraction", _number, rank_role=True)
-    rows.add_values(results.get("rank_backward", ()), "backward_fraction", _number)
-    rows.add_values(results.get("rank_steps", ()), "window_steps", _count)
-    rows.add_forward_rates(results.get("forward_rate", ()))
-    rows.add_gpus(results.get("rank_gpu_mem", ()))
+    rows.add_ranks(answers.ranks)
+    rows.add_values(answers.step_fraction, "{phase}_fraction", _number, rank_role=True)
+    rows.add_values(answers.rank_backward, "backward_fraction", _number)
+    rows.add_values(answers.rank_steps, "window_steps", _count)
+    rows.add_forward_rates(answers.forward_rate)
+    rows.add_gpus(answers.rank_gpu_mem)
     return rows.jobs, rows.world
 
 
@@ -288,15 +261,15 @@ def _waits_now(rows: Iterable[dict[str, Any]]) -> tuple[RankWait, ...]:
 
 
 def _waits_before(
-    results: Mapping[str, Samples], keys: Mapping[tuple[str, str], JobKey]
+    answers: ClusterAnswers, keys: Mapping[tuple[str, str], JobKey]
 ) -> dict[JobKey, list[RankWait]]:
     """job key -> its ranks' backward shares STRAGGLER_CONFIRM_S ago (one a rank: the first)."""
     steps = {
         (labels.get("instance", ""), labels.get("job_id", ""), labels.get("rank", "")): _count(v)
-        for labels, v in results.get("rank_steps_before", ())
+        for labels, v in answers.rank_steps_before
     }
     jobs: dict[JobKey, dict[int, RankWait]] = defaultdict(dict)
-    for labels, value in results.get("rank_backward_before", ()):
+    for labels, value in answers.rank_backward_before:
         local = (labels.get("instance", ""), labels.get("job_id", ""))
         key, rank = keys.get(local), _int(labels.get("rank"))
         if key is None or rank is None or len(jobs[key]) >= MAX_JOB_RANKS:
@@ -330,7 +303,7 @@ def _warning(f) -> dict[str, Any]:
 
 
 def build_cluster(
-    results: Mapping[str, Samples],
+    answers: ClusterAnswers,
     *,
     now_unix_s: float,
     prometheus: str,
@@ -339,21 +312,21 @@ def build_cluster(
 ) -> dict[str, Any]:
     """The cluster document (docs/deploy.md, "One job across nodes"). `job` keeps only the jobs of that key (or
     job_id), whoever owns them; without it every job is shown, multi-node ones first."""
-    nodes = _node_facts(results)
-    gpus = _gpus(results)
-    keys_now = _job_keys(results, "jobs")
-    keys_recent = {**keys_now, **_job_keys(results, "jobs_recent")}
-    ranks, world = _ranks(results, keys_recent)
-    before = _waits_before(results, keys_recent)
+    nodes = _node_facts(answers)
+    gpus = _gpus(answers)
+    keys_now = _job_keys(answers.jobs)
+    keys_recent = {**keys_now, **_job_keys(answers.jobs_recent)}
+    ranks, world = _ranks(answers, keys_recent)
+    before = _waits_before(answers, keys_recent)
     cluster_gpus = _cluster_gpus(gpus)
     node_by_instance = {
         labels.get("instance", ""): node_of(labels)
-        for name in ("jobs_recent", "sidecars", "sidecars_recent")
-        for labels, _ in results.get(name, ())
+        for samples in (answers.jobs_recent, answers.sidecars, answers.sidecars_recent)
+        for labels, _ in samples
     }
     status = {
         (labels.get("instance", ""), labels.get("job_id", "")): labels.get("status")
-        for labels, _ in results.get("status", ())
+        for labels, _ in answers.status
     }
     where_now: dict[JobKey, set[str]] = defaultdict(set)
     where_recent: dict[JobKey, set[str]] = defaultdict(set)

@@ -1,13 +1,15 @@
-"""The cluster view's one read: every query of the cluster document asked of Prometheus at one
-instant, then the document built from the answers (sidecar/documents/cluster.py)."""
+"""The cluster view's one read: every query of the cluster view asked of Prometheus at one instant
+(sidecar/sources/prometheus_queries.py), then the document built from the answers
+(sidecar/documents/cluster.py)."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-from sidecar.documents.cluster import QUERIES, build_cluster
+from sidecar.documents.cluster import build_cluster
 from sidecar.sources.prometheus import PrometheusApi
+from sidecar.sources.prometheus_queries import read_cluster_answers
 
 
 def read_cluster(
@@ -18,7 +20,5 @@ def read_cluster(
     Raises PrometheusError (sidecar/sources/prometheus.py) when Prometheus does not answer every
     query within the api's timeout."""
     at = time.time() if now_unix_s is None else now_unix_s
-    answers = api.query_all(QUERIES, at_unix_s=at)  # one deadline for all of them
-    return build_cluster(
-        answers.results, now_unix_s=at, prometheus=api.url, prometheus_uid=answers.server_uid, job=job
-    )
+    answers, server_uid = read_cluster_answers(api, at)  # one deadline for all of them
+    return build_cluster(answers, now_unix_s=at, prometheus=api.url, prometheus_uid=server_uid, job=job)

@@ -1,5 +1,5 @@
 """A tiny Prometheus on loopback: the HTTP API's instant query (`GET /api/v1/query`) answered from
-fixed vectors, one per query of the cluster document (sidecar/documents/cluster.py QUERIES), for
+fixed vectors, one per query of the cluster view (sidecar/sources/prometheus_queries.py), for
 tests of the cluster route and page that need no real Prometheus (tests/helpers/prometheus.py runs
 one where the scraping itself is under test)."""
 
@@ -11,7 +11,7 @@ import urllib.parse
 from collections.abc import Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from sidecar.documents.cluster import QUERIES
+from sidecar.sources.prometheus_queries import CLUSTER_QUERIES
 
 Vectors = Mapping[str, Sequence[tuple[Mapping[str, str], float]]]
 NODE_A, NODE_B, NODE_C = "10.0.0.1:8765", "10.0.0.2:8765", "10.0.0.3:8765"
@@ -28,7 +28,7 @@ def two_nodes_and_a_silent_one(job_key: str = "run-7", straggler: int | None = N
     slowed by heat); node-c reported within the look-back window and has no sample now (`gone`).
     Rank 3 waits longest for its data; with `straggler`, that rank's backward is the least of the
     four now and STRAGGLER_CONFIRM_S ago (windows of 40 steps): the one the others wait for."""
-    r: dict[str, list] = {name: [] for name in QUERIES}
+    r: dict[str, list] = {name: [] for name in CLUSTER_QUERIES}
     r["sidecars_recent"].append(sample(NODE_C, version="1"))
     for n, inst in enumerate((NODE_A, NODE_B)):
         for name in ("sidecars", "sidecars_recent"):
@@ -81,14 +81,14 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class FakePrometheus:
-    """Answers each query of QUERIES with `vectors[name]` (empty when absent); `failing` makes every
+    """Answers each query of CLUSTER_QUERIES with `vectors[name]` (empty when absent); `failing` makes every
     answer an HTTP 503 that is not JSON. `queries` counts the queries asked."""
 
     def __init__(self, vectors: Vectors):
         self.vectors = vectors
         self.failing = False
         self.queries = 0
-        self._names = {promql: name for name, promql in QUERIES.items()}
+        self._names = {promql: name for name, promql in CLUSTER_QUERIES.items()}
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self._httpd.owner = self  # type: ignore[attr-defined]

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from sidecar.documents.cluster import QUERIES
 from sidecar.sources.prometheus import MAX_REPLY_BYTES, PrometheusApi, PrometheusError
+from sidecar.sources.prometheus_queries import CLUSTER_QUERIES
 from tests.helpers.fake_prometheus import NODE_A, FakePrometheus, sample, two_nodes_and_a_silent_one
 from tests.helpers.harness import API, Sidecar
 from tests.helpers.hostile_prometheus import MODES, HostilePrometheus
@@ -45,11 +45,11 @@ def test_every_hostile_answer_is_one_clear_error_within_the_views_deadline(mode)
         api = PrometheusApi(hostile.url, timeout_s=TIMEOUT_S)
         started = time.monotonic()
         if SAYS[mode] is None:
-            answers = api.query_all(QUERIES, at_unix_s=time.time())
+            answers = api.query_all(CLUSTER_QUERIES, at_unix_s=time.time())
             assert all(samples == [] for samples in answers.results.values())
         else:
             with pytest.raises(PrometheusError, match=SAYS[mode]):
-                api.query_all(QUERIES, at_unix_s=time.time())
+                api.query_all(CLUSTER_QUERIES, at_unix_s=time.time())
         took_s = time.monotonic() - started
         assert took_s < TIMEOUT_S + MARGIN_S, took_s
         assert hostile.redirect_hits == 0 and hostile.hits >= 1

@@ -13,8 +13,8 @@ import urllib.request
 import pytest
 
 from sidecar.documents import contract
-from sidecar.documents.cluster import QUERIES
 from sidecar.serve.cluster import CACHE_S, ClusterBusy, ClusterCache, ClusterError
+from sidecar.sources.prometheus_queries import CLUSTER_QUERIES
 from tests.helpers.fake_prometheus import FakePrometheus, two_nodes_and_a_silent_one
 from tests.helpers.harness import API, Sidecar
 from tests.helpers.sidecar_cli import cli
@@ -71,7 +71,7 @@ def test_answers_are_cached_and_one_query_set_is_in_flight(sidecar, prometheus):
     for t in threads:
         t.join(10)
     assert codes == [200] * 8
-    assert prometheus.queries - before in (0, len(QUERIES)), "at most one query set within the cache time"
+    assert prometheus.queries - before in (0, len(CLUSTER_QUERIES)), "at most one query set within the cache time"
 
 
 def test_the_route_wants_the_token(sidecar):

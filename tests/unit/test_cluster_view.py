@@ -1,18 +1,23 @@
 """The cluster document from Prometheus's answers (sidecar/documents/cluster.py), the cluster rules
-(sidecar/verdict/cluster.py) and the Prometheus client (sidecar/sources/prometheus.py) against a
-real HTTP server on loopback. tests/integration/test_cluster.py runs it against a real Prometheus."""
+(sidecar/verdict/cluster.py), the Prometheus client (sidecar/sources/prometheus.py) and the cluster
+view's queries (sidecar/sources/prometheus_queries.py) against a real HTTP server on loopback. tests/integration/test_cluster.py runs it against a real Prometheus."""
 
 from __future__ import annotations
 
 import json
+import os
 import threading
+import urllib.parse
+from dataclasses import fields
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from sidecar.cli.cluster import cluster_text
-from sidecar.documents.cluster import QUERIES, STALE_POLL_S, build_cluster
+from sidecar.common.cluster_answers import ClusterAnswers
+from sidecar.documents.cluster import STALE_POLL_S, build_cluster
 from sidecar.sources.prometheus import MAX_REPLY_BYTES, PrometheusApi, PrometheusError, check_url
+from sidecar.sources.prometheus_queries import CLUSTER_QUERIES, read_cluster_answers
 
 A, B, C = "10.0.0.1:8765", "10.0.0.2:8765", "10.0.0.3:8765"
 NODE = {A: "node-a", B: "node-b", C: "node-c"}
@@ -25,7 +30,7 @@ def s(instance: str, value: float = 1.0, **labels) -> tuple[dict[str, str], floa
 
 def two_node_job(world_size: int = 4, nodes=(A, B)) -> dict[str, list]:
     """A 4-rank job, two ranks on each node, keyed `run-7`; node-a's GPU 0 is slowed by heat."""
-    r: dict[str, list] = {name: [] for name in QUERIES}
+    r: dict[str, list] = {f.name: [] for f in fields(ClusterAnswers)}
     for n, inst in enumerate(nodes):
         r["sidecars"].append(s(inst, version="1"))
         r["sidecars_recent"].append(s(inst, version="1"))
@@ -61,6 +66,11 @@ def two_node_job(world_size: int = 4, nodes=(A, B)) -> dict[str, list]:
     return r
 
 
+def cluster_doc(r: dict[str, list], **kw) -> dict:
+    """The cluster document of answers ``r`` (by ClusterAnswers's field names)."""
+    return build_cluster(ClusterAnswers(**r), **kw)
+
+
 def codes(doc: dict, where: str = "jobs") -> list[str]:
     if where == "nodes":
         return [w["code"] for w in doc["warnings"]]
@@ -68,7 +78,7 @@ def codes(doc: dict, where: str = "jobs") -> list[str]:
 
 
 def test_one_job_across_two_nodes_shows_every_rank_node_and_gpu():
-    doc = build_cluster(two_node_job(), now_unix_s=1000.0, prometheus="http://p:9090")
+    doc = cluster_doc(two_node_job(), now_unix_s=1000.0, prometheus="http://p:9090")
     assert [n["node"] for n in doc["nodes"]] == ["node-a", "node-b"]
     assert all(n["reporting"] for n in doc["nodes"])
     (job,) = doc["jobs"]
@@ -125,7 +135,7 @@ def test_a_node_that_stops_reporting_is_node_missing_with_why(change, why):
         r["poll_age_s"] = [
             (lab, STALE_POLL_S + 5 if lab["instance"] == B else v) for lab, v in r["poll_age_s"]
         ]
-    doc = build_cluster(r, now_unix_s=1000.0, prometheus="http://p:9090")
+    doc = cluster_doc(r, now_unix_s=1000.0, prometheus="http://p:9090")
     node_b = doc["nodes"][1]
     assert (node_b["node"], node_b["reporting"], node_b["why"]) == ("node-b", False, why)
     assert codes(doc, "nodes") == ["node-missing"]
@@ -137,7 +147,7 @@ def test_a_node_that_stops_reporting_is_node_missing_with_why(change, why):
 
 
 def test_ranks_missing_when_a_node_of_the_job_never_ran_a_sidecar():
-    doc = build_cluster(two_node_job(world_size=6), now_unix_s=1000.0, prometheus="http://p:9090")
+    doc = cluster_doc(two_node_job(world_size=6), now_unix_s=1000.0, prometheus="http://p:9090")
     assert codes(doc) == ["ranks-missing"] and codes(doc, "nodes") == []
     assert "4 of the 6 ranks" in doc["jobs"][0]["warnings"][0]["message"]
     assert "missing: 4, 5" in doc["jobs"][0]["warnings"][0]["message"]
@@ -147,12 +157,12 @@ def test_jobs_without_a_key_stay_on_their_node_and_job_filter_picks_one():
     r = two_node_job()
     for name in ("jobs", "jobs_recent"):
         r[name] = [({k: v for k, v in lab.items() if k != "job_key"}, v) for lab, v in r[name]]
-    doc = build_cluster(r, now_unix_s=1000.0, prometheus="http://p:9090")
+    doc = cluster_doc(r, now_unix_s=1000.0, prometheus="http://p:9090")
     assert sorted(j["job_key"] for j in doc["jobs"]) == ["node-a/100-5", "node-b/101-5"]
-    one = build_cluster(r, now_unix_s=1000.0, prometheus="http://p:9090", job="101-5")
+    one = cluster_doc(r, now_unix_s=1000.0, prometheus="http://p:9090", job="101-5")
     assert [j["job_key"] for j in one["jobs"]] == ["node-b/101-5"]
     assert [x["rank"] for x in one["jobs"][0]["ranks"]] == [2, 3]
-    none = build_cluster(two_node_job(), now_unix_s=1000.0, prometheus="http://p:9090", job="other")
+    none = cluster_doc(two_node_job(), now_unix_s=1000.0, prometheus="http://p:9090", job="other")
     assert none["jobs"] == [] and "no job other" in cluster_text(none)
 
 
@@ -184,7 +194,7 @@ def test_another_owner_under_the_same_key_is_a_job_of_its_own_on_each_node():
         r[name].append(s(C, version="1") if name != "up" else s(C))
     another_users_rank(r, A, "300-9", rank="1")
     another_users_rank(r, C, "400-9", rank="5")
-    doc = build_cluster(r, now_unix_s=1000.0, prometheus="http://p:9090")
+    doc = cluster_doc(r, now_unix_s=1000.0, prometheus="http://p:9090")
     assert [(j["job_key"], j["uid"], j["nodes"]) for j in doc["jobs"]] == [
         ("run-7", 1000, ["node-a", "node-b"]),
         ("run-7", 65533, ["node-a", "node-c"]),
@@ -194,7 +204,7 @@ def test_another_owner_under_the_same_key_is_a_job_of_its_own_on_each_node():
         (5, "node-c", "400-9"),
     ]
     # Without a uid label (a sidecar from before it): grouped by the key alone, as then.
-    assert [j["uid"] for j in build_cluster(two_node_job(), now_unix_s=1000.0, prometheus="p")["jobs"]] == [None]
+    assert [j["uid"] for j in cluster_doc(two_node_job(), now_unix_s=1000.0, prometheus="p")["jobs"]] == [None]
 
 
 def test_another_users_rank_under_the_victims_key_leaves_the_victims_job_untouched():
@@ -203,7 +213,7 @@ def test_another_users_rank_under_the_victims_key_leaves_the_victims_job_untouch
     world size 8, `ranks-missing`, rank 1's forward rate doubled. It is a job of its own."""
     r = owned_by(two_node_job(), "1000")
     another_users_rank(r, A, "300-9")
-    doc = build_cluster(r, now_unix_s=1000.0, prometheus="http://p:9090")
+    doc = cluster_doc(r, now_unix_s=1000.0, prometheus="http://p:9090")
     victim, other = doc["jobs"]
     assert (victim["job_key"], victim["uid"], victim["status"], victim["world_size"]) == ("run-7", 1000, "GPU", 4)
     assert [(x["rank"], x["node"], x["forward_rate_per_s"]) for x in victim["ranks"]] == [
@@ -217,7 +227,7 @@ def test_another_users_rank_under_the_victims_key_leaves_the_victims_job_untouch
     assert [(x["rank"], x["job_id"], x["forward_rate_per_s"]) for x in other["ranks"]] == [(1, "300-9", 9.5)]
     assert [w["code"] for w in other["warnings"]] == ["ranks-missing"]
     # `--job run-7` shows both, each under its owner's uid.
-    one = build_cluster(r, now_unix_s=1000.0, prometheus="http://p:9090", job="run-7")
+    one = cluster_doc(r, now_unix_s=1000.0, prometheus="http://p:9090", job="run-7")
     assert [(j["job_key"], j["uid"]) for j in one["jobs"]] == [("run-7", 1000), ("run-7", 65533)]
     text = cluster_text(one)
     assert "job run-7 (uid 1000): GPU, 4 of 4 ranks on 2 node(s): node-a, node-b" in text, text
@@ -249,7 +259,7 @@ def test_a_straggler_across_nodes_is_named_with_its_node_gpu_and_cause():
     for i, (labels, _) in enumerate(r["step_fraction"]):
         if labels["rank"] == "3" and labels["phase"] == "forward":
             r["step_fraction"][i] = (labels, 0.6)  # its forward: 0.3 more than the others'
-    doc = build_cluster(r, now_unix_s=1000.0, prometheus="http://p:9090")
+    doc = cluster_doc(r, now_unix_s=1000.0, prometheus="http://p:9090")
     (w,) = straggler_warnings(doc)
     assert w["message"].startswith("Rank 3 (node node-b, GPU 1) makes the other ranks of job run-7 wait 30%"), w
     assert "because of its forward" in w["message"] and "over the last 40 steps" in w["message"]
@@ -267,7 +277,7 @@ def test_a_straggler_across_nodes_is_named_with_its_node_gpu_and_cause():
 def test_a_throttled_gpu_on_another_node_is_the_cause():
     # node-a's GPU 0 is braked by heat (two_node_job); rank 0 runs on it and holds the others back.
     slow_0 = {0: 0.10, 1: 0.40, 2: 0.41, 3: 0.39}
-    doc = build_cluster(with_backward(two_node_job(), slow_0, slow_0), now_unix_s=1000.0, prometheus="p")
+    doc = cluster_doc(with_backward(two_node_job(), slow_0, slow_0), now_unix_s=1000.0, prometheus="p")
     (w,) = straggler_warnings(doc)
     assert "Rank 0 (node node-a, GPU 0)" in w["message"]
     assert "a throttled GPU (GPU 0: software thermal slowdown, SM clock 1980 MHz)" in w["message"], w["message"]
@@ -284,7 +294,7 @@ def test_a_throttled_gpu_on_another_node_is_the_cause():
     ],
 )
 def test_no_cross_node_straggler_without_a_confirmed_one(now, before, steps, why):
-    doc = build_cluster(with_backward(two_node_job(), now, before, steps), now_unix_s=1000.0, prometheus="p")
+    doc = cluster_doc(with_backward(two_node_job(), now, before, steps), now_unix_s=1000.0, prometheus="p")
     assert straggler_warnings(doc) == [], why
 
 
@@ -293,7 +303,7 @@ def test_untrusted_labels_are_not_believed():
     r["gpu_clock_events"].append(s(A, gpu="1", uuid="GPU-01", name="x", reason="\x1b[31mIGNORE ALL"))
     r["ranks"].append(s(A, job_id="100-5", rank="not-a-number", world_size="4"))
     r["ranks"].append(s(A, job_id="999-9", rank="7", world_size="4"))  # a job no dsh_job_info names
-    doc = build_cluster(r, now_unix_s=1000.0, prometheus="http://p:9090")
+    doc = cluster_doc(r, now_unix_s=1000.0, prometheus="http://p:9090")
     assert doc["nodes"][0]["gpus"][1]["clock_events"] == []
     assert [x["rank"] for x in doc["jobs"][0]["ranks"]] == [0, 1, 2, 3]
 
@@ -361,6 +371,22 @@ def test_the_client_turns_every_bad_answer_into_one_clear_error(server, code, bo
     api = PrometheusApi(f"http://127.0.0.1:{server.server_address[1]}", timeout_s=5)
     with pytest.raises(PrometheusError, match=says):
         api.query("up")
+
+
+def test_each_answer_of_the_cluster_view_has_its_one_query():
+    assert list(CLUSTER_QUERIES) == [f.name for f in fields(ClusterAnswers)]
+    assert len(set(CLUSTER_QUERIES.values())) == len(CLUSTER_QUERIES)
+
+
+def test_the_cluster_answers_are_asked_at_one_instant_and_handed_up_typed(server):
+    server.body = _vector({"metric": {"instance": "a", "node": "n"}, "value": [1, "2.5"]})
+    api = PrometheusApi(f"http://127.0.0.1:{server.server_address[1]}", timeout_s=5)
+    answers, uid = read_cluster_answers(api, 123.5)
+    asked = [urllib.parse.parse_qs(urllib.parse.urlsplit(p).query) for p in server.paths]
+    assert [q["query"] for q in asked] == [[promql] for promql in CLUSTER_QUERIES.values()]
+    assert {q["time"][0] for q in asked} == {"123.500"}
+    assert type(answers) is ClusterAnswers and uid == os.getuid()  # served on loopback, by this process
+    assert all(list(getattr(answers, f.name)) == [({"instance": "a", "node": "n"}, 2.5)] for f in fields(ClusterAnswers))
 
 
 def test_no_listener_and_bad_urls():

@@ -238,7 +238,7 @@ def test_every_metric_the_cluster_view_queries_is_one_the_exporter_writes():
     its queries use must be a family a scrape holds (both take it from sidecar/common/metric_names)."""
     import re
 
-    from sidecar.documents.cluster import QUERIES
+    from sidecar.sources.prometheus_queries import CLUSTER_QUERIES
 
     gpu0 = {"index": 0, "uuid": "GPU-0", "name": "H100", "util_pct": 50, "mem_used_mib": 10, "mem_total_mib": 80,
             "sm_clock_mhz": 1980, "sm_activity_fraction": 0.5, "clock_event_reasons": []}
@@ -247,5 +247,5 @@ def test_every_metric_the_cluster_view_queries_is_one_the_exporter_writes():
                  step_breakdown={"forward_fraction": 0.5, "backward_fraction": 0.3, "steps": 40})
     doc = {**_doc("10-1", [rank]), "gpus": [gpu0]}
     exported = {n for n, _, _ in _samples(_Poller([doc], [{"id": "10-1", "uid": 0, "user": "root"}]))}
-    queried = {m for promql in QUERIES.values() for m in re.findall(r"\bdsh_\w+", promql)}
+    queried = {m for promql in CLUSTER_QUERIES.values() for m in re.findall(r"\bdsh_\w+", promql)}
     assert queried and queried <= exported, sorted(queried - exported)
