@@ -469,7 +469,7 @@ class FactCollector:
 
     def _process_facts(self, tree, reads, by_pid) -> tuple[ProcessFacts, ...]:
         """ProcessFacts of each process, reused from the last poll when nothing it is made of changed
-        (same probe read object, same place in the tree, same NVML rows): most processes of a big
+        (same probe read object, same place in the tree and command line, same NVML rows): most processes of a big
         tree, most polls. When only its NVML rows changed (a GPU's per-process samples), the last
         poll's facts with the new rows and what comes from the process itself (_with_gpu)."""
         cache, fresh = self._cache, {}
@@ -480,7 +480,7 @@ class FactCollector:
             read = reads.get(pid)
             rows = by_pid.get(pid)
             gpu = tuple(rows) if rows else ()
-            place = (p.start_ticks, p.ppid, p.depth, p.name)
+            place = (p.start_ticks, p.ppid, p.depth, p.name, p.cmdline)  # the command line: an exec
             hit = cache.get(pid)
             if hit is None or hit[0] is not read or hit[1] != place:
                 pf = process_facts(p, read, gpu, target)

@@ -61,12 +61,14 @@ class TreeSnapshot:
 
 
 class _Stat:
-    __slots__ = ("cpu_ticks", "ppid", "rss_pages", "start_ticks", "state", "threads")
+    __slots__ = ("comm", "cpu_ticks", "ppid", "rss_pages", "start_ticks", "state", "threads")
 
     def __init__(self, raw: bytes):
         # The command name is in parentheses and may itself contain spaces and parentheses, so the
         # fields are counted from the last ')'. fields[k] is field k + 3 of proc(5).
-        fields = raw[raw.rindex(b")") + 2 :].split(None, 22)  # up to rss; the other 30 unsplit
+        end = raw.rindex(b")")
+        self.comm = raw[raw.index(b"(") + 1 : end]  # changes at an exec (same pid and start time)
+        fields = raw[end + 2 :].split(None, 22)  # up to rss; the other 30 unsplit
         self.state = fields[0].decode()
         self.ppid = int(fields[1])
         self.cpu_ticks = int(fields[11]) + int(fields[12])
@@ -326,7 +328,7 @@ class ProcessTreeSource:
         self._have_proc = os.path.isdir(host.proc_path())
         self._use_proc = self._have_proc and _has_children_files(host)
         self._boot_time = _boot_time(host)
-        self._static: dict[tuple[int, int], tuple[str, tuple[str, ...]]] = {}
+        self._static: dict[tuple[int, int], tuple[bytes, tuple[str, tuple[str, ...]]]] = {}  # ident -> (comm, info)
         self._prev_cpu: dict[tuple[int, int], tuple[int, float]] = {}
         self._infos: dict[tuple[int, int], tuple[_Stat, ProcInfo]] = {}  # the last poll's, by identity
         self._psutil_procs: dict[int, psutil.Process] = {}
@@ -484,15 +486,17 @@ class ProcessTreeSource:
         self._files.close()
 
     def _proc_info(self, pid: int, ident: tuple[int, int], st: _Stat, cpu: float | None, depth: int) -> ProcInfo:
-        name, cmdline = self._static_info(pid, ident)
+        name, cmdline = self._static_info(pid, ident, st.comm)
         create_time = self._boot_time + st.start_ticks / _CLK_TCK
         rss_mib = st.rss_pages * (_PAGE_SIZE / 1048576)
         return ProcInfo(pid, st.ppid, st.start_ticks, create_time, name, cmdline, cpu, rss_mib, depth, st.state)
 
-    def _static_info(self, pid: int, ident: tuple[int, int]) -> tuple[str, tuple[str, ...]]:
+    def _static_info(self, pid: int, ident: tuple[int, int], comm: bytes) -> tuple[str, tuple[str, ...]]:
+        """Name and command line, read once per identity and again when the stat's command name
+        changed: an exec keeps the pid and start time (a spawned child is forked, then execs)."""
         cached = self._static.get(ident)
-        if cached is not None:
-            return cached
+        if cached is not None and cached[0] == comm:
+            return cached[1]
         name = ""
         args: list[str] = []
         try:
@@ -503,7 +507,7 @@ class ProcessTreeSource:
         except OSError:
             pass
         info = (name, tuple(redact_args(args)))
-        self._static[ident] = info
+        self._static[ident] = (comm, info)
         return info
 
     # -- portable: psutil ------------------------------------------------------------------------

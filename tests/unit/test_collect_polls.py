@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -74,8 +73,6 @@ class Expected:
         self.last: tuple[ProcessFacts, ...] = ()
         self.departed: dict[int, ProcessFacts] = {}
         self.stopped_since: dict[tuple, float] = {}
-        self.execs: set[int] = set()  # pids whose command line changed (see the xfail below)
-        self.cmdlines: dict[int, tuple] = {}
 
 
 def check_poll(now, tree, reads, nvml, facts: Facts, collector, kept: Expected) -> None:
@@ -91,10 +88,6 @@ def check_poll(now, tree, reads, nvml, facts: Facts, collector, kept: Expected) 
     assert [p.pid for p in alive] == tree_pids
     for p, info in zip(alive, tree.processes, strict=True):
         want = c.process_facts(info, reads.get(info.pid), rows_of(nvml, info.pid), kept.target)
-        if kept.cmdlines.setdefault(info.pid, info.cmdline) != info.cmdline:
-            kept.execs.add(info.pid)
-        if info.pid in kept.execs:  # flags of a command line the collector may not have read again
-            want = replace(want, mp_helper=p.mp_helper, mp_child=p.mp_child)
         assert canon(p) == canon(want)
         assert p.is_target == (p.pid == kept.target)
     # NVML's GPUs, and the processes outside the tree counted per GPU.
@@ -329,9 +322,6 @@ def test_a_history_sample_is_its_facts_rows_and_sums(inputs):
     check_sample(*inputs)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="a reused process's facts keep the multiprocessing flags of its old command line"
-)
 def test_a_process_that_execs_has_the_flags_of_its_new_command_line():
     """A spawned child is forked (the parent's command line) and then execs `python -c "from
     multiprocessing.spawn import spawn_main ..."`: a poll in between must not leave it flagged as

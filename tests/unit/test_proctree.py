@@ -384,3 +384,25 @@ def test_an_idle_process_keeps_its_info_object_and_any_change_in_its_stat_makes_
         os.kill(kid, signal.SIGCONT)
     src.close()
     other.close()
+
+
+def test_a_process_that_execs_shows_its_new_name_and_command_line():
+    """An exec keeps the pid and the start time (the identity): a spawned child is forked with its
+    parent's command line, then execs. The cached name and command line must follow it."""
+    code = "import os, sys; sys.stdin.readline(); os.execvp('sleep', ['sleep', '60'])"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE)
+    try:
+        src = ProcessTreeSource(proc.pid)
+        wait_for(lambda: src.poll().processes[0].cmdline[-1:] == (code,), 10, 0.02, "the python command line")
+        before = src.poll().processes[0]
+        assert proc.stdin is not None
+        proc.stdin.write(b"\n")
+        proc.stdin.flush()
+        wait_for(lambda: src.poll().processes[0].name == "sleep", 10, 0.02, "the exec to show")
+        after = src.poll().processes[0]
+        assert (after.pid, after.start_ticks) == (before.pid, before.start_ticks)
+        assert after.cmdline == ("sleep", "60")
+        src.close()
+    finally:
+        proc.kill()
+        proc.wait()
