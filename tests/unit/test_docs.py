@@ -1,11 +1,13 @@
-"""docs/performance.md and docs/reliability.md stay what their reader needs.
+"""docs/performance.md, docs/reliability.md and docs/design.md stay what their reader needs.
 
 performance.md: targets, current figures and the command that reproduces each, in at most 2,000
 words, with no commit hash (git holds how a figure was reached). reliability.md: fault, what holds,
 the test; every test it names exists (file, test function, each word of a `-k` expression, a quoted
 fragment of a node test's title), and every row of its tables names one. In both docs each
 `benchmarks/*.py` command exists and takes the flags and modes it is given. Every link into either
-doc's headings finds its heading.
+doc's headings finds its heading. design.md: every repository path it names in backticks exists (a
+path from the repository root, or a file's bare name), its layers section names every import
+contract of pyproject.toml, and every link into its headings finds one.
 
 Each checker is tried on a planted wrong reference too, so a checker that finds nothing fails.
 """
@@ -16,9 +18,12 @@ import ast
 import re
 from pathlib import Path
 
+from importlinter.api import read_configuration
+
 REPO = Path(__file__).resolve().parents[2]
 PERFORMANCE = REPO / "docs" / "performance.md"
 RELIABILITY = REPO / "docs" / "reliability.md"
+DESIGN = REPO / "docs" / "design.md"
 PERFORMANCE_MAX_WORDS = 2000
 
 # A commit hash as a reader would paste one: 7 to 40 hex digits, not all of them decimal.
@@ -32,7 +37,22 @@ _JS_REF = re.compile(r"^(dsh_plugin/test/[\w.-]+\.test\.mjs)$")
 _JS_FRAGMENT = re.compile(r'\s*\("([^"]+)"\)')
 _JS_TITLE = re.compile(r"""\b(?:test|describe|it)\(\s*(['"`])(.*?)\1""")
 _BENCH = re.compile(r"benchmarks/(\w+)\.py((?:[ \t]+[^\s#|`'\"]+)*)")
-_LINK = re.compile(r"\]\(([^)#\s]*?)(performance|reliability)\.md#([\w-]+)\)")
+_LINK = re.compile(r"\]\(([^)#\s]*?)(performance|reliability|design)\.md#([\w-]+)\)")
+# What names a file by its ending when a backtick span holds one (`format.js`, `sidecar/poll/collect.py`).
+_FILE_ENDINGS = (
+    ".py",
+    ".js",
+    ".mjs",
+    ".jsx",
+    ".md",
+    ".json",
+    ".toml",
+    ".yml",
+    ".yaml",
+    ".sh",
+    ".c",
+    ".proto",
+)
 
 
 def words(text: str) -> int:
@@ -170,7 +190,7 @@ def broken_anchors(repo: Path) -> list[str]:
                 r"^#+\s+(.*)$", (repo / "docs" / f"{name}.md").read_text(encoding="utf-8"), re.M
             )
         }
-        for name in ("performance", "reliability")
+        for name in ("performance", "reliability", "design")
     }
     broken = []
     for md in [*repo.glob("*.md"), *repo.glob("docs/*.md"), *repo.glob("benchmarks/*.md")]:
@@ -178,6 +198,72 @@ def broken_anchors(repo: Path) -> list[str]:
             if m.group(3) not in slugs[m.group(2)]:
                 broken.append(f"{md.relative_to(repo)}: {m.group(2)}.md#{m.group(3)}")
     return broken
+
+
+def _folders(repo: Path) -> tuple[set[str], set[str]]:
+    """The repository's top-level folders, and the names of the folders one level below them."""
+    tops = {p.name for p in repo.iterdir() if p.is_dir() and not p.name.startswith(".")}
+    return tops, {p.name for top in tops for p in (repo / top).iterdir() if p.is_dir()}
+
+
+def repo_paths(repo: Path, text: str) -> list[tuple[int, str]]:
+    """(line, path) for every backtick span outside code blocks that names a repository path: its first
+    word (less a `::test` after it) has a folder of `repo` before its first "/" (a top-level one, or one
+    a level below: a path that does not start at the root), or ends like a file (a bare name too)."""
+    tops, seconds = _folders(repo)
+    found, fenced = [], False
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+            continue
+        for m in [] if fenced else _SPAN.finditer(line):
+            words_ = m.group(1).split()
+            token = words_[0].split("::")[0] if words_ else ""
+            if token.startswith("/"):
+                continue  # a path of the machine's (/proc, /dev/shm), not of the repository
+            if ("/" in token and token.split("/")[0] in tops | seconds) or token.endswith(_FILE_ENDINGS):
+                found.append((number, token))
+    return found
+
+
+def missing_paths(repo: Path, text: str) -> list[str]:
+    """Every repository path a doc names (repo_paths) that is not there, one line each. A path is
+    from the repository root (a folder may end in "/", a `*` matches as in a glob); a bare file name
+    must be the name of a file somewhere in the repository."""
+    tops, _ = _folders(repo)
+    names: set[str] | None = None
+    problems = []
+    for number, token in repo_paths(repo, text):
+        if "/" not in token:
+            if names is None:
+                names = {p.name for p in repo.rglob("*") if p.is_file() and "node_modules" not in p.parts}
+            if token not in names:
+                problems.append(f"line {number}: {token}: no file of that name")
+        elif token.split("/")[0] not in tops:
+            problems.append(f"line {number}: {token}: not a path from the repository root")
+        elif not (any(repo.glob(token.rstrip("/"))) if "*" in token else (repo / token).exists()):
+            problems.append(f"line {number}: {token}: no such path")
+    return problems
+
+
+def undescribed_contracts(pyproject: Path, design: str) -> list[str]:
+    """The import contracts of `pyproject`'s [tool.importlinter] whose id design.md's section "The
+    sidecar's layers" does not name in backticks."""
+    ids = [c["id"] for c in read_configuration(str(pyproject))["contracts_options"]]
+    start = design.index("## The sidecar's layers")
+    end = design.find("\n## ", start + 1)
+    section = design[start : end if end >= 0 else len(design)]
+    return [i for i in ids if f"`{i}`" not in section]
+
+
+def test_design_md_describes_every_import_contract():
+    assert undescribed_contracts(REPO / "pyproject.toml", DESIGN.read_text(encoding="utf-8")) == []
+
+
+def test_every_path_design_md_names_exists():
+    text = DESIGN.read_text(encoding="utf-8")
+    assert len(repo_paths(REPO, text)) >= 100, "design.md names the tree's files by their paths"
+    assert missing_paths(REPO, text) == []
 
 
 def test_performance_md_is_at_most_2000_words():
@@ -219,7 +305,11 @@ def test_the_checkers_find_what_is_wrong(tmp_path):
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "performance.md").write_text("# Perf\n## The probe\n")
     (tmp_path / "docs" / "reliability.md").write_text("# Rel\n")
-    (tmp_path / "README.md").write_text("[a](docs/performance.md#the-probe) [b](docs/performance.md#gone)\n")
+    (tmp_path / "docs" / "design.md").write_text("# Design\n## The sidecar's layers\n")
+    (tmp_path / "README.md").write_text(
+        "[a](docs/performance.md#the-probe) [b](docs/performance.md#gone)\n"
+        "[c](docs/design.md#the-sidecars-layers) [d](docs/design.md#the-sidecar-layers)\n"
+    )
 
     assert words("a b\nc") == 3
     assert commit_like_tokens("before commit 469a36b, 1234567 polls, deadbeef0") == ["469a36b", "deadbeef0"]
@@ -239,4 +329,54 @@ def test_the_checkers_find_what_is_wrong(tmp_path):
         "benchmarks/b.py: no flag --m",
         "benchmarks/c.py: no such script",
     ]
-    assert broken_anchors(tmp_path) == ["README.md: performance.md#gone"]
+    assert broken_anchors(tmp_path) == [
+        "README.md: performance.md#gone",
+        "README.md: design.md#the-sidecar-layers",
+    ]
+
+
+def test_the_path_checker_finds_what_is_wrong(tmp_path):
+    """A path that moved, one that is not from the root, a misspelt file name: each is caught; paths
+    of the machine, code blocks and spans that name no file are left alone. An import contract named
+    only outside the layers section, or nowhere, is caught too."""
+    (tmp_path / "sidecar" / "poll").mkdir(parents=True)
+    (tmp_path / "sidecar" / "poll" / "discovery.py").write_text("")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "design.md").write_text("")
+    text = "\n".join(
+        [
+            "`sidecar/poll/discovery.py` `JobsPoller`, `sidecar/poll/`, `sidecar/poll/*.py`, `discovery.py`",
+            "`sidecar/poll/jobs.py` `sidecar/polls/` `poll/discovery.py` `poll/` `jobs.py` `docs/design.md::x`",
+            '`/dev/shm/dsh-probe.<pid>` `hostfs.procid` `HostPaths(procfs="/proc")` `a/b` `sidecar.poll`',
+            "```",
+            "`sidecar/gone.py`",
+            "```",
+            "`sidecar/poll/discovery.py --help`, `docs/gone.md`",
+        ]
+    )
+    assert [t for _, t in repo_paths(tmp_path, text)][:5] == [
+        "sidecar/poll/discovery.py",
+        "sidecar/poll/",
+        "sidecar/poll/*.py",
+        "discovery.py",
+        "sidecar/poll/jobs.py",
+    ]
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(
+        '[tool.importlinter]\nroot_packages = ["sidecar"]\n'
+        + "".join(
+            f'[[tool.importlinter.contracts]]\nid = "{i}"\nname = "{i}"\ntype = "forbidden"\n'
+            'source_modules = ["sidecar.poll"]\nforbidden_modules = ["sidecar.cli"]\n'
+            for i in ("a-b", "c-d", "e-f")
+        )
+    )
+    design = "## The sidecar's layers\n- `a-b`: ...\n## The path of a fact\n- `c-d`: ...\n"
+    assert undescribed_contracts(pyproject, design) == ["c-d", "e-f"]
+    assert missing_paths(tmp_path, text) == [
+        "line 2: sidecar/poll/jobs.py: no such path",
+        "line 2: sidecar/polls/: no such path",
+        "line 2: poll/discovery.py: not a path from the repository root",
+        "line 2: poll/: not a path from the repository root",
+        "line 2: jobs.py: no file of that name",
+        "line 7: docs/gone.md: no such path",
+    ]
