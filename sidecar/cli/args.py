@@ -10,24 +10,31 @@ import json
 import os
 import socket
 import sys
+import textwrap
 
 from sidecar import __version__
+from sidecar.common.exit_codes import (
+    EXIT_OK,
+    EXIT_PROBLEMS,
+    EXIT_RUN_NOT_STARTED,
+    EXIT_USAGE,
+    exit_codes_text,
+)
 from sidecar.documents import bounds
 from sidecar.serve.hosts import is_loopback_host, valid_host_name
 from sidecar.sources.host import HOST, HostPaths
 from sidecar.sources.pods import cgroup_root_prefixes
 
-EXIT_OK = 0
-EXIT_USAGE = 2
-EXIT_NO_PID = 3
-EXIT_PORT = 4
-EXIT_PROMETHEUS = 5  # `cluster`: Prometheus did not answer a query
 MIN_INTERVAL_S = 0.1
 CHEAP_INTERVAL_S = 0.5
 DEFAULT_PORT = 8765
 MIN_REMOTE_TOKEN_CHARS = 16
 MAX_HISTORY_S = 86400.0  # a day: 57,601 samples at 1.5 s, 69-143 MiB (docs/performance.md)
 MAX_GRACE_S = 86400.0  # a day; --stay serves for ever
+# Without --grace: how long a sidecar that something has read (the page, a scrape, an API call)
+# serves on after its job, so they see the end; one nothing has read has no one to show it to and
+# stops with its job (`run -- python nope.py` returns at once).
+DEFAULT_GRACE_S = 10.0
 # Variables that carry the sidecar's own secrets: the job started by `run` never sees them.
 SIDECAR_SECRET_ENV = ("DSH_SIDECAR_TOKEN",)
 KUBELET_CGROUP_ROOT_ENV = "DSH_KUBELET_CGROUP_ROOT"  # sources/kubelet/lookup.py reads the same
@@ -49,10 +56,16 @@ def fail(code: int, message: str) -> int:
 
 
 class _Parser(argparse.ArgumentParser):
+    """argparse with our exit code for bad usage (`run`'s own: its job's codes pass through)."""
+
+    def __init__(self, *args, usage_exit: int = EXIT_USAGE, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.usage_exit = usage_exit
+
     def error(self, message: str):  # argparse's message, our exit code and one hint line
         self.print_usage(sys.stderr)
         print(f"{self.prog}: error: {message} (see --help)", file=sys.stderr, flush=True)
-        raise SystemExit(EXIT_USAGE)
+        raise SystemExit(self.usage_exit)
 
 
 def _positive_float(text: str) -> float:
@@ -250,8 +263,10 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--grace",
         type=_bounded_seconds(MAX_GRACE_S, zero_ok=True),
-        default=10.0,
-        help=f"seconds to keep serving after the job exits (default 10, at most {MAX_GRACE_S:.0f}; see --stay)",
+        default=None,
+        help=f"seconds to keep serving after the job exits, at most {MAX_GRACE_S:.0f} (default: "
+        f"{DEFAULT_GRACE_S:g} once anything has read this sidecar (the page, a scrape, the API), else 0: "
+        "nobody would see the end; see --stay)",
     )
     _add_kubelet_option(p)
     _add_path_options(p)
@@ -274,8 +289,16 @@ def serve_parser() -> argparse.ArgumentParser:
         prog="dsh-sidecar",
         usage=SERVE_USAGE,
         description="Watch a training job's process tree and tell whether its model really runs on the GPU.",
-        epilog="Other commands: 'dsh-sidecar run -- CMD ...' starts and watches CMD; 'dsh-sidecar doctor' checks "
-        "this machine; 'dsh-sidecar mcp' serves MCP tools over stdio (docs/mcp.md).",
+        # raw: the exit codes' table keeps its lines; the paragraph above it is wrapped here
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=textwrap.fill(
+            "Other commands: 'dsh-sidecar run -- CMD ...' starts and watches CMD; 'dsh-sidecar doctor' checks "
+            "this machine; 'dsh-sidecar mcp' serves MCP tools over stdio (docs/mcp.md); 'dsh-sidecar cluster' "
+            "shows a job across nodes (docs/deploy.md).",
+            100,
+        )
+        + "\n\n"
+        + exit_codes_text(),
     )
     p.add_argument(
         "--pid",
@@ -297,14 +320,22 @@ def serve_parser() -> argparse.ArgumentParser:
 
 
 def run_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="dsh-sidecar run", description="Start CMD, watch it, and serve the dashboard.")
+    p = _Parser(
+        prog="dsh-sidecar run",
+        description="Start CMD, watch it, and serve the dashboard; exits with CMD's exit code once it ran.",
+        usage_exit=EXIT_RUN_NOT_STARTED,
+    )
     _add_serve_options(p)
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
     return p
 
 
 def doctor_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="dsh-sidecar doctor", description="Check this machine: driver, GPUs, torch.")
+    p = _Parser(
+        prog="dsh-sidecar doctor",
+        description=f"Check this machine: driver, GPUs, torch. Exits {EXIT_PROBLEMS} when it finds a problem "
+        f"(each listed with its fix), {EXIT_OK} when none.",
+    )
     p.add_argument("--python", default=sys.executable, help="the Python interpreter of your training job")
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
     _add_path_options(p)

@@ -1,7 +1,6 @@
 """`dsh-sidecar cluster`: the cluster document (sidecar/documents/cluster.py) as a table or JSON.
 
-Exit codes: 0 every node reports; 1 the view has a warning (a node missing, ranks missing);
-2 bad usage; 5 Prometheus did not answer.
+Exit codes: sidecar/common/exit_codes.py (EXIT_PROBLEMS when the view has a warning).
 """
 
 from __future__ import annotations
@@ -13,22 +12,13 @@ from collections import Counter
 from functools import partial
 from typing import Any
 
-from sidecar.cli.args import (
-    EXIT_OK,
-    EXIT_PROMETHEUS,
-    EXIT_USAGE,
-    UsageError,
-    fail,
-    host_paths,
-    prometheus_trusted_uids,
-)
+from sidecar.cli.args import UsageError, fail, host_paths, prometheus_trusted_uids
+from sidecar.common.exit_codes import EXIT_OK, EXIT_PROBLEMS, EXIT_PROMETHEUS, EXIT_USAGE
 from sidecar.documents.bounds import one_line_all
 from sidecar.poll.cluster import read_cluster
 from sidecar.serve.cluster import ClusterCache, ClusterError
 from sidecar.sources import http_get
 from sidecar.sources.prometheus import PrometheusApi, PrometheusError
-
-EXIT_WARNINGS = 1
 
 
 def run_cluster(args: argparse.Namespace) -> int:
@@ -50,7 +40,7 @@ def run_cluster(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(cluster_text(one_line_all(doc)))  # labels are any node's text: no escapes
     warned = doc["warnings"] or any(j["warnings"] for j in doc["jobs"])
-    return EXIT_WARNINGS if warned else EXIT_OK
+    return EXIT_PROBLEMS if warned else EXIT_OK
 
 
 def cluster_cache(args: argparse.Namespace, timeout_s: float = 5.0) -> ClusterCache | None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from sidecar.cli.args import host_paths
 from sidecar.common import catalogue
+from sidecar.common.exit_codes import EXIT_OK, EXIT_PROBLEMS
 from sidecar.documents.bounds import json_text, one_line_all
 from sidecar.poll.collect import system_gpu_facts
 from sidecar.sources.host import HOST, HostPaths
@@ -49,10 +50,15 @@ print(json.dumps(out))
 
 
 def torch_report(python: str, timeout_s: float = 120.0) -> dict[str, Any]:
+    """What `python`'s torch can do; `python_error` instead when that Python cannot be run at all
+    (then installing torch into it is no fix)."""
     try:
         proc = subprocess.run([python, "-c", _TORCH_PROBE], capture_output=True, text=True, timeout=timeout_s)
     except FileNotFoundError:
-        return {"error": f"interpreter not found: {python}"}
+        where = "no such file" if os.sep in python else "no such command on the PATH"
+        return {"python_error": f"the Python {python} is missing ({where})"}
+    except OSError as exc:  # a directory, a file without execute permission, not a program
+        return {"python_error": f"the Python {python} cannot be run ({exc.strerror or exc})"}
     except subprocess.TimeoutExpired:
         return {"error": f"{python} took over {timeout_s:.0f} s to import torch"}
     try:
@@ -170,7 +176,14 @@ def _torch_problems(torch: dict[str, Any], python: str, facts: Facts, nvidia_her
     """What keeps the torch of ``python`` from the GPU, with the fix: not installed, a CPU-only
     build, or CUDA unavailable (and why, in the verdict's words)."""
     problems: list[dict[str, str]] = []
-    if torch.get("error"):
+    if torch.get("python_error"):
+        problems.append(
+            {
+                "problem": torch["python_error"],
+                "fix": f"give the Python your training job runs under: {OTHER_PYTHON}",
+            }
+        )
+    elif torch.get("error"):
         problems.append(
             {
                 "problem": f"{torch['error']}: {python}",
@@ -222,7 +235,9 @@ def render(report: dict[str, Any]) -> str:
     python = report.get("python") or t.get("executable")
     whose = "the Python dsh-sidecar runs under" if report.get("python_is_sidecars") else "given with --python"
     lines.append(f"{note} Python checked for torch: {python} ({whose}); another: {OTHER_PYTHON}")
-    if t.get("error"):
+    if t.get("python_error"):
+        lines.append(f"{bad} Python: {t['python_error']}")
+    elif t.get("error"):
         lines.append(f"{bad} torch: {t['error']} ({python})")
     else:
         build = f"CUDA {t['cuda_build']} build" if t.get("cuda_build") else "CPU-only build"
@@ -255,10 +270,12 @@ def render(report: dict[str, Any]) -> str:
 
 
 def run_doctor(args) -> int:
+    """Print the report; EXIT_PROBLEMS when it lists a problem (each `[!!]` has one), so a script or
+    CI step can stop on it."""
     report = collect(args.python, host_paths(args))
     if args.json:
         print(json_text(report, indent=2))
     else:  # segment names, paths and errors are other programs' text: one line each, no escapes
         print(render(one_line_all(report)))
     sys.stdout.flush()
-    return 0
+    return EXIT_PROBLEMS if report["problems"] else EXIT_OK

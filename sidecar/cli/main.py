@@ -11,10 +11,8 @@
     dsh-sidecar cluster --prometheus URL [--job KEY] [--json]
                                     one job across nodes, from Prometheus (docs/deploy.md)
 
-Exit codes: 0 ok; 2 bad usage; 3 the target pid does not exist; 4 the port is in use or cannot be
-bound (`run` binds it before it starts the job: on 4 the job never started); `cluster`: 1 a node or
-ranks missing, 5 Prometheus did not answer. Every failure prints one line saying what happened and
-what to do, never a traceback.
+Exit codes: sidecar/common/exit_codes.py (shown by `--help` and in docs/api.md). Every failure
+prints one line saying what happened and what to do, never a traceback.
 """
 
 from __future__ import annotations
@@ -32,10 +30,7 @@ import time
 from functools import partial
 
 from sidecar.cli.args import (
-    EXIT_NO_PID,
-    EXIT_OK,
-    EXIT_PORT,
-    EXIT_USAGE,
+    DEFAULT_GRACE_S,
     SIDECAR_SECRET_ENV,
     PortError,
     UsageError,
@@ -52,6 +47,17 @@ from sidecar.cli.args import (
     serve_parser,
 )
 from sidecar.cli.summary import human_summary, jobs_summary
+from sidecar.common.exit_codes import (
+    EXIT_INTERRUPTED,
+    EXIT_NO_PID,
+    EXIT_OK,
+    EXIT_PORT,
+    EXIT_RUN_CANNOT_EXECUTE,
+    EXIT_RUN_NOT_FOUND,
+    EXIT_RUN_NOT_STARTED,
+    EXIT_SIGNAL_BASE,
+    EXIT_USAGE,
+)
 from sidecar.documents.bounds import json_text
 from sidecar.serve.hosts import is_loopback_host
 
@@ -60,7 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if argv and argv[0] == "run":
-            return _main_run(run_parser().parse_args(argv[1:]))
+            try:
+                return _main_run(run_parser().parse_args(argv[1:]))
+            except (UsageError, PortError) as exc:  # before the job started: a code no job's own
+                return fail(EXIT_RUN_NOT_STARTED, str(exc))
         if argv and argv[0] == "doctor":
             from sidecar.cli.doctor import run_doctor
 
@@ -77,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     except PortError as exc:
         return fail(EXIT_PORT, str(exc))
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
 
 
 def _pid_exists(args: argparse.Namespace) -> bool:
@@ -235,7 +244,19 @@ def _serving_token(given: str | None, poller) -> tuple[str | None, bool]:
     return given, False
 
 
-def _announce(url: str, token: str | None, generated: bool, watching: str, every_user: bool) -> None:
+def page_urls(host: str, port: int) -> list[str]:
+    """The page's addresses to print, the first on the "serving" line. For --host 0.0.0.0 or ::,
+    which no browser on another machine can open: this machine's name, then its interfaces'
+    addresses (the Host check answers the name and every address); else the bound host."""
+    from sidecar.serve.hosts import is_wildcard_bind
+    from sidecar.sources.interfaces import host_name, interface_addresses
+
+    hosts = [host_name(), *interface_addresses(ipv6=":" in host)] if is_wildcard_bind(host) else [host]
+    return [f"http://{f'[{h}]' if ':' in h else h}:{port}/" for h in hosts]
+
+
+def _announce(urls: list[str], token: str | None, generated: bool, watching: str, every_user: bool) -> None:
+    url = urls[0]
     if generated:  # before the "serving" line, which tools wait for
         shown = "every user's jobs are shown" if every_user else "it runs as root"
         print(
@@ -253,6 +274,8 @@ def _announce(url: str, token: str | None, generated: bool, watching: str, every
         else "open it in a browser; other users of this machine are refused"
     )
     print(f"dsh-sidecar: serving {url} (watching {watching}; {how})", flush=True)
+    if len(urls) > 1:
+        print(f"dsh-sidecar: also by this machine's addresses: {', '.join(urls[1:])}", flush=True)
     if token and not generated:
         print(f"dsh-sidecar: a token is required: open {url}?token=<your token>", flush=True)
 
@@ -277,9 +300,9 @@ def _listen(args: argparse.Namespace, *, before_job: bool = False) -> socket.soc
 
 def _serve(args: argparse.Namespace, poller, sock: socket.socket, child: subprocess.Popen | None) -> int:
     """Serve on `sock` (_listen's) until the job is gone (and its grace is over) or a signal."""
-    server = _start_server(args, poller, sock)
+    server, read = _start_server(args, poller, sock)
     try:
-        _supervise(args, poller, child)
+        _supervise(args, poller, child, read)
     finally:  # whatever ends the wait: the poller and the server stop, once
         poller.stop()
         try:
@@ -288,12 +311,13 @@ def _serve(args: argparse.Namespace, poller, sock: socket.socket, child: subproc
             pass
     if child is not None:
         rc = child.returncode
-        return 128 - rc if rc is not None and rc < 0 else (rc or 0)
+        return EXIT_SIGNAL_BASE - rc if rc is not None and rc < 0 else (rc or 0)
     return EXIT_OK
 
 
 def _start_server(args: argparse.Namespace, poller, sock: socket.socket):
-    """The app on `sock`, served from its own thread, the poller started, the URL announced."""
+    """The app on `sock`, served from its own thread, the poller started, the URL announced; with
+    the event set once something has read it (ServerConfig.read)."""
     from sidecar.cli.cluster import cluster_cache
     from sidecar.serve.hosts import host_policy
     from sidecar.serve.metrics import make_metrics
@@ -325,19 +349,18 @@ def _start_server(args: argparse.Namespace, poller, sock: socket.socket):
         cluster=cluster_cache(args),
     )
     server = create_server(app, sock)
-    host = args.host if ":" not in args.host else f"[{args.host}]"
-    url = f"http://{host}:{server.effective_port}/"
+    urls = page_urls(args.host, server.effective_port)
     poller.start()
     threading.Thread(target=server.run, name="dsh-sidecar-http", daemon=True).start()
     watching = f"pid {poller.target_pid}" if poller.target_pid is not None else _whose_jobs()
-    _announce(url, token, generated, watching, every_user=poller.target_pid is None)
-    return server
+    _announce(urls, token, generated, watching, every_user=poller.target_pid is None)
+    return server, config.read
 
 
-def _supervise(args: argparse.Namespace, poller, child: subprocess.Popen | None) -> None:
+def _supervise(args: argparse.Namespace, poller, child: subprocess.Popen | None, read: threading.Event) -> None:
     """Wait until the job is gone and its grace is over (never with --stay), or a signal came."""
     stop, interrupted = _SIGNALS.stop, _SIGNALS.received
-    gone_since = None
+    gone_since, grace_s = None, 0.0
     while not stop.is_set():
         stop.wait(0.2)
         alive = child.poll() is None if child is not None else poller.target_gone_at is None
@@ -345,23 +368,33 @@ def _supervise(args: argparse.Namespace, poller, child: subprocess.Popen | None)
             continue
         if gone_since is None:
             gone_since = time.monotonic()
-            _say_job_gone(args, poller, child, interrupted)
+            grace_s = _grace_s(args, read)
+            _say_job_gone(args, poller, child, interrupted, grace_s)
         if args.stay:
             continue
-        if interrupted or time.monotonic() - gone_since >= args.grace:
+        if interrupted or time.monotonic() - gone_since >= grace_s:
             return
 
 
+def _grace_s(args: argparse.Namespace, read: threading.Event) -> float:
+    """--grace as given; without it DEFAULT_GRACE_S once something has read the sidecar, else 0."""
+    if args.grace is not None:
+        return args.grace
+    return DEFAULT_GRACE_S if read.is_set() else 0.0
+
+
 def _say_job_gone(
-    args: argparse.Namespace, poller, child: subprocess.Popen | None, interrupted: list
+    args: argparse.Namespace, poller, child: subprocess.Popen | None, interrupted: list, grace_s: float
 ) -> None:
     code = child.returncode if child is not None else None
     if args.stay:
         tail = "; still serving (--stay), Ctrl-C to stop"
     elif interrupted:  # the signal stopped the job: the sidecar follows it now, no grace
         tail = "; the sidecar stops now"
+    elif args.grace is None and grace_s == 0:
+        tail = "; nothing has read the sidecar, so it stops now (--grace S or --stay would keep it serving)"
     else:
-        tail = f"; the sidecar stops in {args.grace:g} s (--stay would keep it serving)"
+        tail = f"; the sidecar stops in {grace_s:g} s (--stay would keep it serving)"
     print(f"dsh-sidecar: the job (pid {poller.target_pid}) {exit_note(code)}{tail}", flush=True)
     if child is not None:
         poller.poll_once()  # record the exit now, not one interval later
@@ -433,9 +466,10 @@ def _main_run(args: argparse.Namespace) -> int:
         # listening socket is not inherited (Python's sockets are close-on-exec).
         env = {k: v for k, v in os.environ.items() if k not in SIDECAR_SECRET_ENV}
         child = subprocess.Popen(cmd, start_new_session=True, env=env)
-    except OSError as exc:
+    except OSError as exc:  # the job never ran: the shell's codes for "not found", "cannot execute"
         sock.close()
-        return fail(EXIT_USAGE, f"cannot start {cmd[0]!r}: {exc.strerror or exc}")
+        code = EXIT_RUN_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_RUN_CANNOT_EXECUTE
+        return fail(code, f"cannot start {cmd[0]!r}: {exc.strerror or exc}; the job did not run")
     _SIGNALS.child = child
     if _SIGNALS.received:  # a signal came between install and Popen
         child.send_signal(_SIGNALS.received[-1])

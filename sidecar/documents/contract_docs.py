@@ -1,4 +1,5 @@
 """The files generated from sidecar/documents/contract.py: docs/api.md and sidecar/static/shared/contract.js.
+docs/api.md also carries the command's exit codes (sidecar/common/exit_codes.py), the other contract users rely on.
 
 `python -m sidecar.documents.contract --write` (or `python -m sidecar.documents.contract_docs --write`) rewrites them;
 tests/unit/test_contract.py fails when they are not current.
@@ -11,6 +12,7 @@ import os
 import sys
 from typing import Any
 
+from sidecar.common.exit_codes import exit_codes_markdown
 from sidecar.documents.contract import (
     SCHEMA,
     Enum,
@@ -79,6 +81,15 @@ def markdown() -> str:
             kind = _type_text(f.type, js=False) + (" or null" if f.null else "")
             lines.append(f"| `{name}` | {kind} | {f.doc.replace('|', '/')} |")
         lines.append("")
+    lines += [
+        "## Exit codes",
+        "",
+        "What `dsh-sidecar`'s exit code says (from sidecar/common/exit_codes.py; `dsh-sidecar --help` "
+        "prints the same). Every failure also prints one line on stderr saying what happened and what to do.",
+        "",
+        *exit_codes_markdown(),
+        "",
+    ]
     return "\n".join(lines)
 
 

@@ -52,6 +52,11 @@ def is_loopback_host(host: str) -> bool:
     return host in LOOPBACK_NAMES if ip is None else ip.is_loopback
 
 
+def is_wildcard_bind(host: str) -> bool:
+    """0.0.0.0, :: (in any spelling) or "": every address of this machine, itself no address to open."""
+    return _normal_host(host) in WILDCARD_BINDS
+
+
 @dataclass(frozen=True)
 class HostPolicy:
     """Which `Host:` headers the sidecar answers (the DNS-rebinding guard).

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hmac
 import math
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,6 +63,9 @@ class ServerConfig:
     # sources' lookup): root's discovery answers each caller with its own job by default. None: no
     # caller is told apart (tests of the app alone).
     socket_owner: SocketOwner | None = None
+    # Set by the first request let past the guards: someone reads this sidecar, so it serves on for
+    # its default grace after the job ends (sidecar/cli/main.py); else it stops with the job.
+    read: threading.Event = field(default_factory=threading.Event)
 
 
 class _JsonProvider(DefaultJSONProvider):
@@ -125,7 +129,10 @@ def _install_guards(app: Flask, config: ServerConfig) -> None:
                 return _error(
                     401, "missing or wrong token: send 'Authorization: Bearer TOKEN' (the page: open /?token=TOKEN)"
                 )
-        return _authorise(config)
+        refusal = _authorise(config)
+        if refusal is None:
+            config.read.set()
+        return refusal
 
     @app.after_request
     def _headers(resp: Response) -> Response:

@@ -6,13 +6,16 @@ import json
 import socket
 import subprocess
 import sys
+import time
+import urllib.request
 
 import pytest
 
-from sidecar.cli.args import EXIT_USAGE, MIN_INTERVAL_S
+from sidecar.cli.args import MIN_INTERVAL_S
+from sidecar.common.exit_codes import EXIT_RUN_NOT_STARTED, EXIT_USAGE
 from tests.fakenvml import gpu
 from tests.helpers.document_keys import MODEL_KEYS, PROCESS_KEYS, STATUS_KEYS
-from tests.helpers.harness import REPO, FakeJob, Sidecar, cuda_runtime, python_env
+from tests.helpers.harness import REPO, FakeJob, Sidecar, cuda_runtime, python_env, wait_for
 from tests.helpers.sidecar_cli import cli
 
 pytestmark = pytest.mark.slow
@@ -49,8 +52,6 @@ def assert_one_clear_line(r: subprocess.CompletedProcess, code: int, *needles: s
         (["--pid", "1", "--path.procfs", ""], ["--path.procfs", "not a directory's path"]),
         (["doctor", "--path.sysfs", ""], ["--path.sysfs", "not a directory's path"]),
         (["--pid", "1", "--host", "0.0.0.0"], ["--token"]),
-        (["run"], ["nothing to run"]),
-        (["run", "--", "/nonexistent/binary"], ["cannot start"]),
         (["doctor", "--nope"], ["unrecognized"]),
     ],
 )
@@ -72,18 +73,76 @@ ME = str(subprocess.os.getpid())
     ],
     ids=["serve", "once", "run", "mcp", "mcp-url"],
 )
-def test_an_interval_below_the_minimum_exits_2_with_the_one_message(argv):
+def test_an_interval_below_the_minimum_is_bad_usage_with_the_one_message(argv):
     """One minimum (args.MIN_INTERVAL_S), checked once where --interval is parsed: every command that
-    takes it refuses a shorter one alike, with one message, before anything starts."""
+    takes it refuses a shorter one alike, with one message, before anything starts (bad usage: 2, and
+    `run`'s own 125)."""
     too_short_s = MIN_INTERVAL_S / 2
     at = argv.index("--") if "--" in argv else len(argv)
     r = cli(*argv[:at], "--interval", str(too_short_s), *argv[at:])
-    assert_one_clear_line(r, EXIT_USAGE, f"argument --interval: {too_short_s} s is below {MIN_INTERVAL_S} s")
+    code = EXIT_RUN_NOT_STARTED if argv[0] == "run" else EXIT_USAGE
+    assert_one_clear_line(r, code, f"argument --interval: {too_short_s} s is below {MIN_INTERVAL_S} s")
 
 
 def test_the_minimum_interval_itself_is_allowed():
     r = cli("--pid", ME, "--once", "--interval", str(MIN_INTERVAL_S))
     assert r.returncode == 0, (r.stdout, r.stderr)
+
+
+@pytest.mark.parametrize(
+    "args, code, needles",
+    [
+        (["run"], 125, ["nothing to run"]),
+        (["run", "--bogus", "--", "true"], 125, ["unrecognized arguments: --bogus"]),
+        (["run", "--", "/nonexistent/binary"], 127, ["cannot start", "the job did not run"]),
+        (["run", "--", "/etc/passwd"], 126, ["cannot start", "Permission denied"]),
+    ],
+)
+def test_run_that_never_started_its_job_exits_with_a_code_no_job_uses(args, code, needles):
+    """`run` passes its job's code through, and a job's own bad usage is often 2: `run`'s failures
+    before the job starts are 125 (its own), 126 and 127 (the command cannot run), as for `env`."""
+    assert_one_clear_line(cli(*args), code, *needles)
+
+
+def test_run_of_a_job_that_fails_at_once_returns_its_code_at_once(fake_nvml, tmp_path):
+    """`run -- python nope.py`: python's own 2 comes back, not after a 10 s grace nobody watches."""
+    fake_nvml.write({"gpus": []})
+    started = time.monotonic()
+    r = subprocess.run(
+        [sys.executable, "-m", "sidecar.cli", "run", "--port", "0", "--", sys.executable, str(tmp_path / "nope.py")],
+        capture_output=True, text=True, env=python_env(base=fake_nvml.env()), cwd=REPO, timeout=60,
+    )
+    took_s = time.monotonic() - started
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "can't open file" in r.stderr and "dsh-sidecar: error" not in r.stderr, r.stderr
+    assert "exited with exit code 2" in r.stdout and "nothing has read the sidecar" in r.stdout, r.stdout
+    assert took_s < 5, f"took {took_s:.1f} s"
+
+
+def test_run_serves_its_default_grace_once_something_read_it(fake_nvml):
+    """The default grace is for whoever reads the sidecar (the page, a scrape): read once, it serves
+    on after the job so they see the end."""
+    fake_nvml.write({"gpus": []})
+    proc = start_run(fake_nvml, "import sys, time; time.sleep(2); sys.exit(3)")
+    try:
+        for line in proc.stdout:
+            if line.startswith("dsh-sidecar: serving "):
+                url = line.split()[2]
+                break
+        with urllib.request.urlopen(url + "healthz", timeout=10) as answer:
+            assert answer.status == 200
+        for line in proc.stdout:
+            if "exited with exit code 3" in line:
+                assert "the sidecar stops in 10 s" in line, line
+                gone_at = time.monotonic()
+                break
+        with urllib.request.urlopen(url + "healthz", timeout=10) as answer:  # still serving
+            assert answer.status == 200
+        assert proc.wait(30) == 3
+        assert time.monotonic() - gone_at >= 9
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_missing_pid_exits_3():
@@ -155,6 +214,34 @@ def test_allow_host_adds_names_to_a_wildcard_bind(fake_nvml):
             assert host_get(port, "/healthz", host) == 200, host
         for host in ("evil.example", f"evil.example:{port}", "dsh.test.evil.example"):
             assert host_get(port, "/healthz", host) == 421, host
+
+
+@pytest.mark.parametrize("bind", ["0.0.0.0", "::"])
+def test_a_wildcard_bind_prints_addresses_another_machine_can_open(fake_nvml, bind):
+    """0.0.0.0 is no address a browser elsewhere can open: the sidecar prints this machine's name
+    and its interfaces' addresses (those `hostname -I` lists, of the bound family), each answering."""
+    import shutil
+
+    fake_nvml.write({"gpus": []})
+    token = "a-token-of-24-characters"
+    args = ["--pid", str(subprocess.os.getpid()), "--host", bind, "--port", "0", "--token", token]
+    with Sidecar(args, env=fake_nvml.env(), token=token) as sc:
+        port = int(sc.url.rsplit(":", 1)[1])
+        assert sc.url == f"http://{socket.gethostname()}:{port}", sc.lines
+        wait_for(lambda: any("?token=" in line for line in sc.lines), 10, 0.1, "the token line")
+        out = "\n".join(sc.lines)
+        assert "0.0.0.0" not in out and "[::]" not in out, out
+        assert f"open http://{socket.gethostname()}:{port}/?token=<your token>" in out, out
+        prefix = "dsh-sidecar: also by this machine's addresses: "
+        shown = [u.rstrip(",") for line in sc.lines if line.startswith(prefix) for u in line[len(prefix) :].split()]
+        v6 = ":" in bind
+        if shutil.which("hostname"):  # a test worker in its own network namespace has loopback alone
+            listed = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
+            expected = [a for a in listed if (":" in a) == v6 and not a.lower().startswith("fe80")]
+            assert shown == [f"http://[{a}]:{port}/" if v6 else f"http://{a}:{port}/" for a in expected][:8]
+        for url in shown:  # reached at that address, and the Host check answers it
+            with urllib.request.urlopen(url + "healthz", timeout=5) as answer:
+                assert answer.status == 200, url
 
 
 def test_once_json_matches_the_status_schema(tmp_path, fake_nvml):
@@ -234,7 +321,7 @@ def start_run(fake_nvml, script: str, *options: str, env: dict | None = None) ->
 
 
 def test_run_with_its_port_taken_never_starts_the_job(fake_nvml, tmp_path):
-    """The port is bound before the job starts: taken, the sidecar says so and exits 4, and the job
+    """The port is bound before the job starts: taken, the sidecar says so and exits 125, and the job
     (which would leave a marker file at once) never ran."""
     fake_nvml.write({"gpus": []})
     marker = tmp_path / "the-job-ran"
@@ -245,7 +332,7 @@ def test_run_with_its_port_taken_never_starts_the_job(fake_nvml, tmp_path):
         proc = start_run(fake_nvml, f"open({str(marker)!r}, 'w').close()", "--port", str(port))
         out, err = proc.communicate(timeout=60)
     r = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-    assert_one_clear_line(r, 4, f"port {port}", "in use", "--port PORT", "the job was not started")
+    assert_one_clear_line(r, 125, f"port {port}", "in use", "--port PORT", "the job was not started")
     assert not marker.exists(), "the job started although the sidecar could not serve"
     assert "serving" not in out, out
 
@@ -348,7 +435,7 @@ def test_doctor_with_a_gpu_and_a_cpu_only_torch(fake_nvml):
 def test_doctor_with_one_gpu_lost_still_lists_the_other_as_usable(fake_nvml):
     fake_nvml.write({"gpus": [gpu(0), gpu(1, lost=True)], "cuda_driver_version": 12040})
     r = cli("doctor", env=fake_nvml.env())
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 1, r.stderr  # a problem ([!!]): a script or CI step can stop on it
     assert "[ok] NVIDIA driver" in r.stdout and "NVML is not usable" not in r.stdout
     report = json.loads(cli("doctor", "--json", env=fake_nvml.env()).stdout)
     nv = report["nvml"]
@@ -361,9 +448,35 @@ def test_doctor_with_one_gpu_lost_still_lists_the_other_as_usable(fake_nvml):
     assert "GPU 1: " in r.stdout and "[!!] GPU 1: GPU is lost" in r.stdout
 
 
-def test_doctor_with_a_missing_interpreter():
-    r = cli("doctor", "--python", "/nonexistent/python")
-    assert r.returncode == 0 and "interpreter not found" in r.stdout
+def test_doctor_exits_1_on_a_problem_and_0_without(fake_nvml):
+    """Every `[!!]` is a problem with its fix, and a problem is exit code 1 (text and --json alike)."""
+    fake_nvml.write({"gpus": [gpu(0)], "cuda_driver_version": 12040})  # a GPU, and torch is CPU-only here
+    r = cli("doctor", env=fake_nvml.env())
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert "[!!] torch" in r.stdout and "Problems, and how to fix them:" in r.stdout, r.stdout
+    assert cli("doctor", "--json", env=fake_nvml.env()).returncode == 1
+    r = cli("doctor")  # no NVIDIA GPU at all: a CPU-only torch is what this machine needs
+    assert r.returncode == 0 and "[!!]" not in r.stdout and "Problems" not in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("python", ["/nonexistent/python", "no-such-python-here"])
+def test_doctor_says_a_python_that_does_not_exist_is_missing(python):
+    r = cli("doctor", "--python", python)
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert f"[!!] Python: the Python {python} is missing" in r.stdout, r.stdout
+    assert "pip install" not in r.stdout, "installing torch into a Python that does not exist is no fix"
+    report = json.loads(cli("doctor", "--json", "--python", python).stdout)
+    (problem,) = report["problems"]
+    assert "is missing" in problem["problem"] and "--python" in problem["fix"] and "pip" not in problem["fix"]
+
+
+def test_doctor_says_a_python_that_cannot_run_cannot_run(tmp_path):
+    not_a_program = tmp_path / "python"
+    not_a_program.write_text("")  # not executable
+    r = cli("doctor", "--python", str(not_a_program))
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"the Python {not_a_program} cannot be run (Permission denied)" in r.stdout, r.stdout
+    assert "pip install" not in r.stdout
 
 
 def torchless_venv(path) -> str:
@@ -392,7 +505,7 @@ def test_doctor_from_a_venv_without_torch_names_the_python_and_how_to_check_anot
         [python, "-m", "sidecar.cli", "doctor"], capture_output=True, text=True,
         env=python_env(), cwd=REPO, timeout=120,
     )
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 1, r.stderr  # no torch where the check looked: a problem
     assert f"Python checked for torch: {python} (the Python dsh-sidecar runs under)" in r.stdout, r.stdout
     assert "dsh-sidecar doctor --python" in r.stdout
     (problem,) = [p for p in r.stdout.splitlines() if "torch is not installed" in p and p.startswith("  - ")]

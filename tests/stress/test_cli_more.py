@@ -1,6 +1,7 @@
 """Every wrong flag and value of `dsh-sidecar`: one clear error line, the documented exit code (2 bad
-usage, 3 no such pid, 4 port cannot be bound), no traceback, and nothing started. Extends the table
-in tests/integration/test_cli.py (which this file does not repeat)."""
+usage, 3 no such pid, 4 port cannot be bound; `run`, whose job's codes pass through: 125 before the
+job started, 126 a command that cannot be executed), no traceback, and nothing started. Extends the
+table in tests/integration/test_cli.py (which this file does not repeat)."""
 
 from __future__ import annotations
 
@@ -77,19 +78,11 @@ BAD_USAGE = [
     (["--pid", "1", "--token", "tök én-and-more-characters"], ["token", "printable ASCII"]),
     (["--pid", "1", "--token", " "], ["token", "printable ASCII"]),
     (["--pid", "1", "--host", "0.0.0.0", "--token", "with space in a long token"], ["printable ASCII"]),
-    (["run", "--host", "0.0.0.0", "--token", "short", "--", "true"], ["at least 16"]),
     (["--pid", "1", "--grace", "inf"], ["--grace", "at most"]),
     (["--pid", "1", "--grace", "1e12"], ["--grace", "at most"]),
     (["--pid", "1", "--history", "1e12"], ["--history", "at most"]),
-    (["run", "--grace", "inf", "--", "true"], ["--grace", "at most"]),
     (["--pid", "1", "--json"], ["--json", "--once"]),
     (["serve"], ["unrecognized arguments: serve"]),
-    (["run", "--port", "abc", "--", "true"], ["--port"]),
-    (["run", "--interval", "0", "--", "true"], ["--interval"]),
-    (["run", "--host", "10.0.0.1", "--", "true"], ["--token"]),
-    (["run", "--grace", "-1", "--", "true"], ["--grace"]),
-    (["run", "--"], ["nothing to run"]),
-    (["run", "--", "/etc/passwd"], ["cannot start"]),
     (["doctor", "--python"], ["--python", "expected one argument"]),
     (["doctor", "--json", "extra"], ["unrecognized arguments: extra"]),
 ]
@@ -98,6 +91,23 @@ BAD_USAGE = [
 @pytest.mark.parametrize("args, needles", BAD_USAGE, ids=[" ".join(a) or "none" for a, _ in BAD_USAGE])
 def test_bad_usage_is_one_line_and_exit_2(args, needles):
     assert_one_error_line(cli(*args), 2, *needles)
+
+
+# `run`: the same checks, before its job starts; 125 (not 2, which a job's own bad usage often is)
+RUN_BAD_USAGE = [
+    (["run", "--host", "0.0.0.0", "--token", "short", "--", "true"], ["at least 16"]),
+    (["run", "--grace", "inf", "--", "true"], ["--grace", "at most"]),
+    (["run", "--port", "abc", "--", "true"], ["--port"]),
+    (["run", "--interval", "0", "--", "true"], ["--interval"]),
+    (["run", "--host", "10.0.0.1", "--", "true"], ["--token"]),
+    (["run", "--grace", "-1", "--", "true"], ["--grace"]),
+    (["run", "--"], ["nothing to run"]),
+]
+
+
+@pytest.mark.parametrize("args, needles", RUN_BAD_USAGE, ids=[" ".join(a) for a, _ in RUN_BAD_USAGE])
+def test_bad_run_usage_is_one_line_and_exit_125(args, needles):
+    assert_one_error_line(cli(*args), 125, *needles)
 
 
 @pytest.mark.parametrize(
@@ -126,7 +136,7 @@ def test_bad_run_options_start_nothing(tmp_path):
         ["run", "--interval", "0.01"],
     ):
         r = cli(*args, "--", "touch", str(marker))
-        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert r.returncode == 125 and "Traceback" not in r.stderr, r.stderr
         assert not marker.exists(), f"{args} started the job before refusing"
 
 
@@ -153,11 +163,11 @@ def test_an_address_that_is_not_ours_is_exit_4():
     assert_one_error_line(r, 4, "cannot be bound")
 
 
-def test_run_on_an_address_that_is_not_ours_is_exit_4_and_starts_nothing(tmp_path):
+def test_run_on_an_address_that_is_not_ours_is_exit_125_and_starts_nothing(tmp_path):
     marker = tmp_path / "started"
     remote = ["--host", "192.0.2.1", "--token", "a-token-of-24-characters", "--port", "0"]
     r = cli("run", *remote, "--", "touch", str(marker))
-    assert_one_error_line(r, 4, "cannot be bound", "the job was not started")
+    assert_one_error_line(r, 125, "cannot be bound", "the job was not started")
     assert not marker.exists(), "the job started before the sidecar found it could not serve"
 
 

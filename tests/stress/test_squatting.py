@@ -114,7 +114,7 @@ def test_doctor_reports_planted_links_and_files_owned_by_others(tmp_path):
             text=True,
             timeout=120,
         )
-        assert out.returncode == 0, out.stderr
+        assert out.returncode == 1, out.stderr  # problems found
         report = json.loads(out.stdout)
         shm = report["shm"]
         assert f"{planted[1]} (symbolic link)" in shm["links"]
