@@ -432,7 +432,7 @@ JOBS_DOCUMENT = Obj(
         "mode": F(Enum(("pid", "discovery")), "`pid`: one job given by --pid; `discovery`: every job found"),
         "default_job": F(
             STR,
-            "the job /status answers without ?job= (the newest with a model; root's discovery: the caller's own)",
+            "the job GET /api/dsh-gpu-dashboard/status answers without ?job= (the newest with a model; root's discovery: the caller's own)",
             null=True,
         ),
         "jobs": F(
@@ -478,7 +478,7 @@ STATUS_DOCUMENT = Obj(
         "events": F(ListOf(EVENT, 100), "the last 100 events"),
         "events_omitted": F(INT, "older events left out"),
         "jobs": F(
-            ListOf(JOB, 64), "in discovery mode, every job (as /jobs lists them); else null", null=True
+            ListOf(JOB, 64), "in discovery mode, every job (as GET /api/dsh-gpu-dashboard/jobs lists them); else null", null=True
         ),
     },
 )

@@ -29,7 +29,7 @@ export const SCHEMA = 2
  * @property {number} processes_omitted processes left out (count or size bound)
  * @property {Array<Event>} events the last 100 events
  * @property {number} events_omitted older events left out
- * @property {Array<Job>|null} jobs in discovery mode, every job (as /jobs lists them); else null
+ * @property {Array<Job>|null} jobs in discovery mode, every job (as GET /api/dsh-gpu-dashboard/jobs lists them); else null
  */
 
 /**
@@ -367,7 +367,7 @@ export const SCHEMA = 2
  * @property {number} time_unix_s when the last poll ran
  * @property {number} interval_s time between polls
  * @property {"pid"|"discovery"} mode `pid`: one job given by --pid; `discovery`: every job found
- * @property {string|null} default_job the job /status answers without ?job= (the newest with a model; root's discovery: the caller's own)
+ * @property {string|null} default_job the job GET /api/dsh-gpu-dashboard/status answers without ?job= (the newest with a model; root's discovery: the caller's own)
  * @property {Array<Job>} jobs the jobs, newest first (at most 64, shared out among users: one user's many jobs never push another's out)
  * @property {number} jobs_omitted jobs left out
  */
