@@ -1,4 +1,5 @@
-"""docs/performance.md, docs/reliability.md and docs/design.md stay what their reader needs.
+"""docs/performance.md, docs/reliability.md and docs/design.md stay what their reader needs;
+docs/README.md indexes every page.
 
 performance.md: targets, current figures and the command that reproduces each, in at most 2,000
 words, with no commit hash (git holds how a figure was reached). reliability.md: fault, what holds,
@@ -380,3 +381,23 @@ def test_the_path_checker_finds_what_is_wrong(tmp_path):
         "line 2: jobs.py: no file of that name",
         "line 7: docs/gone.md: no such path",
     ]
+
+
+def unindexed_pages(repo: Path) -> list[str]:
+    """docs/*.md pages the index (docs/README.md) does not link, and links of the index that lead nowhere."""
+    index = (repo / "docs" / "README.md").read_text(encoding="utf-8")
+    linked = set(re.findall(r"\]\(([\w.-]+\.md)(?:#[\w-]+)?\)", index))
+    pages = {p.name for p in (repo / "docs").glob("*.md")} - {"README.md"}
+    return sorted(pages - linked) + [f"{name}: no such page" for name in sorted(linked - pages)]
+
+
+def test_the_docs_index_links_every_page():
+    assert unindexed_pages(REPO) == []
+
+
+def test_the_index_checker_finds_a_page_left_out(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "README.md").write_text("| q | [a.md](a.md) |\n| r | [gone.md](gone.md#x) |\n")
+    (tmp_path / "docs" / "a.md").write_text("# A\n")
+    (tmp_path / "docs" / "b.md").write_text("# B\n")
+    assert unindexed_pages(tmp_path) == ["b.md", "gone.md: no such page"]

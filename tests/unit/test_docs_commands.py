@@ -20,6 +20,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -220,3 +222,42 @@ def test_the_checkers_find_what_is_wrong():
         (13, "/api/dsh-gpu-dashboard/status"),
         (13, "/metrics"),
     ]
+
+
+def _block_with(text: str, needle: str) -> str:
+    """The fenced code block of `text` that holds `needle`."""
+    for block in re.findall(r"^```\w*\n(.*?)^```", text, re.S | re.M):
+        if needle in block:
+            return block
+    raise AssertionError(f"no code block holds {needle!r}")
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian package prometheus) is not installed")
+def test_deploy_md_prometheus_install_step_passes_promtool_as_written(tmp_path):
+    """docs/deploy.md's install step, run as written with /etc/prometheus moved to a temporary
+    folder (and the file given to the current user rather than `prometheus`), makes
+    `promtool check config deploy/prometheus.yml` pass; without it the check fails, as the doc says."""
+    etc = tmp_path / "etc" / "prometheus"
+    etc.mkdir(parents=True)
+    config = tmp_path / "deploy" / "prometheus.yml"
+    config.parent.mkdir()
+    config.write_text((REPO / "deploy" / "prometheus.yml").read_text().replace("/etc/prometheus", str(etc)))
+    shutil.copy(REPO / "deploy" / "dsh-alerts.yml", config.parent)  # the rule file, next to it
+    block = _block_with((REPO / "docs" / "deploy.md").read_text(encoding="utf-8"), "promtool check config")
+    assert "dsh-sidecar.token" in block, "the block installs the token file the config reads"
+    script = block.replace("/etc/prometheus", str(etc)).replace(
+        "chown prometheus:prometheus", f"chown {os.getuid()}:{os.getgid()}"
+    )
+    env = {**os.environ, "DSH_SIDECAR_TOKEN": "a-token-of-the-sidecars-0123456789"}
+
+    def run(commands: str):
+        return subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", commands], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+        )
+
+    before = run("promtool check config deploy/prometheus.yml")
+    assert before.returncode != 0 and "dsh-sidecar.token" in before.stdout + before.stderr
+    r = run(script)
+    assert r.returncode == 0, r.stdout + r.stderr
+    token = etc / "dsh-sidecar.token"
+    assert token.read_text() == env["DSH_SIDECAR_TOKEN"] and token.stat().st_mode & 0o777 == 0o600
