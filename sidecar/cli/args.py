@@ -11,6 +11,7 @@ import os
 import socket
 import sys
 import textwrap
+from typing import Any
 
 from sidecar import __version__
 from sidecar.common.exit_codes import (
@@ -58,7 +59,7 @@ def fail(code: int, message: str) -> int:
 class _Parser(argparse.ArgumentParser):
     """argparse with our exit code for bad usage (`run`'s own: its job's codes pass through)."""
 
-    def __init__(self, *args, usage_exit: int = EXIT_USAGE, **kwargs) -> None:
+    def __init__(self, *args: Any, usage_exit: int = EXIT_USAGE, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.usage_exit = usage_exit
 

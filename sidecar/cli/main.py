@@ -379,7 +379,7 @@ def _supervise(args: argparse.Namespace, poller, child: subprocess.Popen | None,
 def _grace_s(args: argparse.Namespace, read: threading.Event) -> float:
     """--grace as given; without it DEFAULT_GRACE_S once something has read the sidecar, else 0."""
     if args.grace is not None:
-        return args.grace
+        return float(args.grace)
     return DEFAULT_GRACE_S if read.is_set() else 0.0
 
 

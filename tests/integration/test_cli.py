@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
 from sidecar.cli.args import MIN_INTERVAL_S
 from sidecar.common.exit_codes import EXIT_RUN_NOT_STARTED, EXIT_USAGE
-from tests.fakenvml import gpu
+from tests.fakenvml import FakeNvml, gpu
 from tests.helpers.document_keys import MODEL_KEYS, PROCESS_KEYS, STATUS_KEYS
 from tests.helpers.harness import REPO, FakeJob, Sidecar, cuda_runtime, python_env, wait_for
 from tests.helpers.sidecar_cli import cli
@@ -98,13 +101,13 @@ def test_the_minimum_interval_itself_is_allowed():
         (["run", "--", "/etc/passwd"], 126, ["cannot start", "Permission denied"]),
     ],
 )
-def test_run_that_never_started_its_job_exits_with_a_code_no_job_uses(args, code, needles):
+def test_run_that_never_started_its_job_exits_with_a_code_no_job_uses(args: list[str], code: int, needles: list[str]) -> None:
     """`run` passes its job's code through, and a job's own bad usage is often 2: `run`'s failures
     before the job starts are 125 (its own), 126 and 127 (the command cannot run), as for `env`."""
     assert_one_clear_line(cli(*args), code, *needles)
 
 
-def test_run_of_a_job_that_fails_at_once_returns_its_code_at_once(fake_nvml, tmp_path):
+def test_run_of_a_job_that_fails_at_once_returns_its_code_at_once(fake_nvml: FakeNvml, tmp_path: Path) -> None:
     """`run -- python nope.py`: python's own 2 comes back, not after a 10 s grace nobody watches."""
     fake_nvml.write({"gpus": []})
     started = time.monotonic()
@@ -119,19 +122,18 @@ def test_run_of_a_job_that_fails_at_once_returns_its_code_at_once(fake_nvml, tmp
     assert took_s < 5, f"took {took_s:.1f} s"
 
 
-def test_run_serves_its_default_grace_once_something_read_it(fake_nvml):
+def test_run_serves_its_default_grace_once_something_read_it(fake_nvml: FakeNvml) -> None:
     """The default grace is for whoever reads the sidecar (the page, a scrape): read once, it serves
     on after the job so they see the end."""
     fake_nvml.write({"gpus": []})
     proc = start_run(fake_nvml, "import sys, time; time.sleep(2); sys.exit(3)")
+    out = proc.stdout
+    assert out is not None
     try:
-        for line in proc.stdout:
-            if line.startswith("dsh-sidecar: serving "):
-                url = line.split()[2]
-                break
+        url = next(line.split()[2] for line in out if line.startswith("dsh-sidecar: serving "))
         with urllib.request.urlopen(url + "healthz", timeout=10) as answer:
             assert answer.status == 200
-        for line in proc.stdout:
+        for line in out:
             if "exited with exit code 3" in line:
                 assert "the sidecar stops in 10 s" in line, line
                 gone_at = time.monotonic()
@@ -217,15 +219,14 @@ def test_allow_host_adds_names_to_a_wildcard_bind(fake_nvml):
 
 
 @pytest.mark.parametrize("bind", ["0.0.0.0", "::"])
-def test_a_wildcard_bind_prints_addresses_another_machine_can_open(fake_nvml, bind):
+def test_a_wildcard_bind_prints_addresses_another_machine_can_open(fake_nvml: FakeNvml, bind: str) -> None:
     """0.0.0.0 is no address a browser elsewhere can open: the sidecar prints this machine's name
     and its interfaces' addresses (those `hostname -I` lists, of the bound family), each answering."""
-    import shutil
-
     fake_nvml.write({"gpus": []})
     token = "a-token-of-24-characters"
-    args = ["--pid", str(subprocess.os.getpid()), "--host", bind, "--port", "0", "--token", token]
+    args = ["--pid", str(os.getpid()), "--host", bind, "--port", "0", "--token", token]
     with Sidecar(args, env=fake_nvml.env(), token=token) as sc:
+        assert sc.url is not None
         port = int(sc.url.rsplit(":", 1)[1])
         assert sc.url == f"http://{socket.gethostname()}:{port}", sc.lines
         wait_for(lambda: any("?token=" in line for line in sc.lines), 10, 0.1, "the token line")
@@ -448,7 +449,7 @@ def test_doctor_with_one_gpu_lost_still_lists_the_other_as_usable(fake_nvml):
     assert "GPU 1: " in r.stdout and "[!!] GPU 1: GPU is lost" in r.stdout
 
 
-def test_doctor_exits_1_on_a_problem_and_0_without(fake_nvml):
+def test_doctor_exits_1_on_a_problem_and_0_without(fake_nvml: FakeNvml) -> None:
     """Every `[!!]` is a problem with its fix, and a problem is exit code 1 (text and --json alike)."""
     fake_nvml.write({"gpus": [gpu(0)], "cuda_driver_version": 12040})  # a GPU, and torch is CPU-only here
     r = cli("doctor", env=fake_nvml.env())
@@ -460,7 +461,7 @@ def test_doctor_exits_1_on_a_problem_and_0_without(fake_nvml):
 
 
 @pytest.mark.parametrize("python", ["/nonexistent/python", "no-such-python-here"])
-def test_doctor_says_a_python_that_does_not_exist_is_missing(python):
+def test_doctor_says_a_python_that_does_not_exist_is_missing(python: str) -> None:
     r = cli("doctor", "--python", python)
     assert r.returncode == 1, (r.stdout, r.stderr)
     assert f"[!!] Python: the Python {python} is missing" in r.stdout, r.stdout
@@ -470,7 +471,7 @@ def test_doctor_says_a_python_that_does_not_exist_is_missing(python):
     assert "is missing" in problem["problem"] and "--python" in problem["fix"] and "pip" not in problem["fix"]
 
 
-def test_doctor_says_a_python_that_cannot_run_cannot_run(tmp_path):
+def test_doctor_says_a_python_that_cannot_run_cannot_run(tmp_path: Path) -> None:
     not_a_program = tmp_path / "python"
     not_a_program.write_text("")  # not executable
     r = cli("doctor", "--python", str(not_a_program))

@@ -391,11 +391,11 @@ def unindexed_pages(repo: Path) -> list[str]:
     return sorted(pages - linked) + [f"{name}: no such page" for name in sorted(linked - pages)]
 
 
-def test_the_docs_index_links_every_page():
+def test_the_docs_index_links_every_page() -> None:
     assert unindexed_pages(REPO) == []
 
 
-def test_the_index_checker_finds_a_page_left_out(tmp_path):
+def test_the_index_checker_finds_a_page_left_out(tmp_path: Path) -> None:
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "README.md").write_text("| q | [a.md](a.md) |\n| r | [gone.md](gone.md#x) |\n")
     (tmp_path / "docs" / "a.md").write_text("# A\n")

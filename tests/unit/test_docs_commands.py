@@ -155,7 +155,7 @@ def command_problems(text: str) -> list[str]:
     return problems
 
 
-def test_every_command_in_the_docs_has_its_subcommand_and_flags():
+def test_every_command_in_the_docs_has_its_subcommand_and_flags() -> None:
     counted = 0
     for doc in DOCS:
         text = doc.read_text(encoding="utf-8")
@@ -165,7 +165,7 @@ def test_every_command_in_the_docs_has_its_subcommand_and_flags():
 
 
 @pytest.fixture(scope="module")
-def sidecar():
+def sidecar() -> Iterator[Sidecar]:
     env = {k: v for k, v in os.environ.items() if k != "DSH_PROMETHEUS_URL"}
     env["LD_LIBRARY_PATH"] = "/nonexistent"  # no NVML: the routes, not the GPUs
     with FakePrometheus(two_nodes_and_a_silent_one()) as prometheus, Sidecar(
@@ -175,7 +175,7 @@ def sidecar():
         yield sc
 
 
-def test_every_route_in_the_docs_answers_on_a_real_sidecar(sidecar):
+def test_every_route_in_the_docs_answers_on_a_real_sidecar(sidecar: Sidecar) -> None:
     mentions: dict[str, list[str]] = {}
     for doc in DOCS:
         for number, route in route_mentions(doc.read_text(encoding="utf-8")):
@@ -190,7 +190,7 @@ def test_every_route_in_the_docs_answers_on_a_real_sidecar(sidecar):
     assert sidecar.get("/jobs")[0] == 404  # what a shorthand gets (with the token: not a 401)
 
 
-def test_the_checkers_find_what_is_wrong():
+def test_the_checkers_find_what_is_wrong() -> None:
     planted = (
         "Run `dsh-sidecar --pid PID --bogus` or `dsh-sidecar serve`; `dsh-sidecar run --once -- x --y`.\n"
         "```bash\n"
@@ -226,14 +226,15 @@ def test_the_checkers_find_what_is_wrong():
 
 def _block_with(text: str, needle: str) -> str:
     """The fenced code block of `text` that holds `needle`."""
-    for block in re.findall(r"^```\w*\n(.*?)^```", text, re.S | re.M):
+    blocks: list[str] = re.findall(r"^```\w*\n(.*?)^```", text, re.S | re.M)
+    for block in blocks:
         if needle in block:
             return block
     raise AssertionError(f"no code block holds {needle!r}")
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian package prometheus) is not installed")
-def test_deploy_md_prometheus_install_step_passes_promtool_as_written(tmp_path):
+def test_deploy_md_prometheus_install_step_passes_promtool_as_written(tmp_path: Path) -> None:
     """docs/deploy.md's install step, run as written with /etc/prometheus moved to a temporary
     folder (and the file given to the current user rather than `prometheus`), makes
     `promtool check config deploy/prometheus.yml` pass; without it the check fails, as the doc says."""
@@ -250,7 +251,7 @@ def test_deploy_md_prometheus_install_step_passes_promtool_as_written(tmp_path):
     )
     env = {**os.environ, "DSH_SIDECAR_TOKEN": "a-token-of-the-sidecars-0123456789"}
 
-    def run(commands: str):
+    def run(commands: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             ["bash", "-euo", "pipefail", "-c", commands], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
         )
