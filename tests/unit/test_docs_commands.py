@@ -38,6 +38,7 @@ DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 # or placeholders, not routes.
 NOT_ROUTES = frozenset(
     {"dev", "proc", "sys", "etc", "tmp", "var", "usr", "opt", "home", "run", "root", "path"}
+    | {"host"}  # a container's mount of the host's /proc and /sys (--path.procfs /host/proc)
     | {"kube", "kubepods", "kubelet", "user", "dsh-probe"}
 )
 # Other servers' routes the docs name, each with whose it is.
