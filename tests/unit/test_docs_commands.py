@@ -83,6 +83,8 @@ def route_mentions(text: str, port: int = cli_args.DEFAULT_PORT) -> list[tuple[i
         for m in _BARE.finditer(without_urls):
             route = _route(m.group(1))
             first = route.split("/")[1]
+            if route.endswith("/"):
+                continue  # a prefix (`under /api/dsh-gpu-dashboard/`) names the routes below it, not one
             if first.split(".")[0] not in NOT_ROUTES and first != PLUGIN_ROUTES and route not in OTHER_SERVERS:
                 found.append((number, route))
     return found
@@ -207,6 +209,7 @@ def test_the_checkers_find_what_is_wrong() -> None:
         "```\n"
         "See `GET /api/dsh-gpu-dashboard/status[?job=ID]`, `GET /`, http://node:8765/metrics, /dev/shm/x,\n"
         "http://prometheus:9090/api/v1/query and `/dsh-gpu-dashboard/api/jobs` (DSH's). <!-- /gone -->\n"
+        "Documents under `/api/dsh-gpu-dashboard/`.\n"
     )
     assert command_problems(planted) == [
         "line 1: dsh-sidecar --bogus: no such flag",
