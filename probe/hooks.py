@@ -125,13 +125,19 @@ class LoaderTimer:
     code, so what the loader yields, its workers and its persistent-workers reuse are unchanged.
     Only weak references point back at the loader and its iterators: an iterator that referred to
     itself would outlive its last user, and with it its worker processes.
+
+    Its very first batch is not in the window: no step came before it, and its wait is the job's
+    start (workers that take seconds to start, the dataset opened) rather than a step's, which would
+    read as a loop that waits 95 % of each step over its first few (the step breakdown leaves out
+    what comes before its first boundary too). An epoch's first batch is in it, as wait only.
     """
 
-    __slots__ = ("__weakref__", "framework", "last_end", "window")
+    __slots__ = ("__weakref__", "framework", "last_end", "started", "window")
 
     def __init__(self, framework: bool = False) -> None:
         self.window: collections.deque = collections.deque(maxlen=LOADER_WINDOW_BATCHES)
         self.last_end: float | None = None
+        self.started = False  # its first batch has come
         # Waits measured between a framework's step hooks (probe._steps.StepCounter), not in a loader.
         self.framework = framework
 
@@ -182,7 +188,9 @@ class LoaderTimer:
         wait_s = t1 - t0
         step_s = wait_s if first or self.last_end is None else t1 - self.last_end
         self.last_end = t1
-        self.window.append((wait_s, step_s))
+        if self.started:
+            self.window.append((wait_s, step_s))
+        self.started = True
         CLOCK.add_wait(wait_s, self.framework)
 
     def figures(self) -> tuple[float | None, float | None, float | None, int | None]:

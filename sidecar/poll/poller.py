@@ -123,7 +123,8 @@ class Poller(document.OneJob):
             self.history.recent(max(self.rules.idle_window_s, self.rules.growth_window_s))
         )
         live = {p.pid for p in facts.processes}
-        verdict, self._hysteresis = settle(self._hysteresis, decide(facts, self._verdict_memo), self.rules, live)
+        verdict = decide(facts, self._verdict_memo)
+        verdict, self._hysteresis = settle(self._hysteresis, verdict, self.rules, live, facts)
         self.history.add_events(self._events(reads))
         made = dict(
             time_s=now,

@@ -237,15 +237,21 @@ def rule_host_syncs(f: Facts) -> Iterable[Finding]:
 
 
 def _data_wait(f: Facts, p: ProcessFacts) -> float | None:
-    """The process's data-wait share of step time: from its step breakdown, else its models' loader timing.
+    """The process's data-wait share of step time: from its step breakdown, else its models' loader
+    timing; None until one of them covers `data_starved_min_steps` steps.
 
     A window with too few steps falls back to the loader timing (its last 64 batches) rather than
     saying nothing: the more a loop starves, the longer its steps, and a loop of 2.5 s steps that
-    waits 99 % of them has only four in the breakdown's ~10 s window."""
-    if p.steps is not None and p.steps.steps >= f.rules.data_starved_min_steps:
+    waits 99 % of them has only four in the breakdown's ~10 s window. The loader's window must hold
+    as many batches: over its first few, one slow start (workers that take seconds to start) read
+    as a loop that waits 95 % of each step."""
+    least = f.rules.data_starved_min_steps
+    if p.steps is not None and p.steps.steps >= least:
         return p.steps.data_wait_fraction
     waits = [
-        m.data_wait_fraction for m in p.models if m.data_wait_fraction is not None and m.forward_calls > 0
+        m.data_wait_fraction
+        for m in p.models
+        if m.data_wait_fraction is not None and m.forward_calls > 0 and (m.data_wait_batches or 0) >= least
     ]
     return max(waits) if waits else None
 

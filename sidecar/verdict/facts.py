@@ -41,6 +41,8 @@ class Rules:
     idle_util_pct: float = 5.0
     idle_window_s: float = 10.0
     data_wait_starved: float = 0.5  # data wait over step time: data-starved, and idle-gpu's hint
+    # A held data-starved (hysteresis.settle) goes as soon as the wait falls under this.
+    data_wait_released: float = 0.4
     growth_window_s: float = 120.0
     growth_min_span_s: float = 60.0
     growth_min_mib: float = 256.0
@@ -58,7 +60,9 @@ class Rules:
     tensor_idle_fraction: float = 0.02  # tensor activity "about 0"
     tensor_core_min_cc: float = 7.0  # Volta: the first GPUs with tensor cores
     host_syncs_per_step: float = 8.0  # more synchronisations per step than a logging loop needs
-    data_starved_min_steps: int = 5  # a window with fewer steps says nothing yet
+    host_syncs_released: float = 6.0  # a held host-syncs goes under this (hysteresis.settle)
+    # A window with fewer steps (the breakdown's) or whole batches (the loader's) says nothing yet.
+    data_starved_min_steps: int = 5
     # data-starved's hint: fewer DataLoader workers than this are worth raising; more, and the
     # per-batch work is what to look at. prefetch_factor at or under torch's default (2) is worth raising.
     loader_workers_enough: int = 4

@@ -37,7 +37,7 @@ from sidecar.verdict.wheels import CUDA_WHEELS, cuda_wheel
 
 # What `from sidecar.verdict import ...` gives (sidecar/verdict/__init__.py).
 __all__ = ["RULES", "MemoryGrowth", "Rule", "cpu_build_hint", "cuda_unavailable_reason", "memory_growth"]
-__all__ += ["UNHELD_CODES", "probe_present"]
+__all__ += ["probe_present"]
 
 
 Rule = Callable[[Facts], Iterable[Finding]]
@@ -652,24 +652,6 @@ def rule_rank_device_mismatch(f: Facts) -> Iterable[Finding]:
             (p.pid for p, _ in hits),
         )
 
-
-# Warnings that say what the job is (whether it runs, its probe, its torch build, its models'
-# devices, the driver's answer), read exactly at each poll rather than measured against a
-# threshold: they go as soon as their fact does (hysteresis.settle holds no other warnings back).
-# Held, they would contradict the status and the facts beside them ("no probe" beside a model).
-UNHELD_CODES = frozenset(
-    {
-        "no-probe",
-        "probe-unreadable",
-        "job-stopped",
-        "cpu-build",
-        "cuda-unavailable",
-        "model-on-cpu",
-        "mixed-devices",
-        "no-parameters",
-        "nvml-unavailable",
-    }
-)
 
 RULES: tuple[Rule, ...] = (
     rule_target_exited,

@@ -42,9 +42,10 @@ def zh(text):
     return render(text, "zh")
 
 
-def model(device, *, devices=None, inp=None, calls=10, name="Net", wait=None):
+def model(device, *, devices=None, inp=None, calls=10, name="Net", wait=None, batches=None):
+    """``wait`` over the loader's last ``batches`` batches."""
     devs = devices if devices is not None else ((device,) if device not in ("mixed", "no-parameters") else ())
-    return ModelFacts(name, device, tuple(devs), 1000, inp, calls, 5.0, wait)
+    return ModelFacts(name, device, tuple(devs), 1000, inp, calls, 5.0, wait, data_wait_batches=batches)
 
 
 def proc(pid=100, *, runtime=CUDA_RT, models=(), gpu=(), role="main", is_target=True, **kw):

@@ -591,10 +591,31 @@ EFFICIENCY_CASES = [
             steps=StepBreakdown(
                 window_s=10.0, steps=4, step_s=2.5, data_wait_fraction=0.99, forward_fraction=0.001
             ),
-            models=[model("cuda:0", wait=0.99)],
+            models=[model("cuda:0", wait=0.99, batches=64)],
         ),
         {"data-starved"},
         set(),
+    ),
+    (
+        "a slow start: 3 steps, the loader's 4 batches waited 95 % (the workers' start)",
+        job(
+            steps=StepBreakdown(window_s=0.3, steps=3, step_s=0.1, data_wait_fraction=0.02),
+            models=[model("cuda:0", wait=0.95, batches=4)],
+        ),
+        set(),
+        {"data-starved"},
+    ),
+    (
+        "a slow start: no step boundary yet, the loader's first batch waited for it all",
+        job(models=[model("cuda:0", wait=1.0, batches=1)]),
+        set(),
+        {"data-starved"},
+    ),
+    (
+        "the breakdown's 17 steps at 1.8 % over the loader's 18 batches at 95 % (an old probe's)",
+        job(steps=steps(0.018, n=17), models=[model("cuda:0", wait=0.95, batches=18)]),
+        set(),
+        {"data-starved"},
     ),
     (
         "a fed loop",

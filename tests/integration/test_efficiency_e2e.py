@@ -307,8 +307,8 @@ def test_a_real_training_loop_starved_by_its_loader(tmp_path, fake_nvml):
     )
     try:
         with sidecar(job.pid, fake_nvml.env()) as sc:
-            # data-starved may come from the loader's timing after the first batch; the step
-            # breakdown's window fills after a few steps (its first steps include the start's imports).
+            # data-starved comes once the breakdown or the loader's timing covers 5 steps (the
+            # breakdown's window fills after a few; its first steps include the start's imports).
             doc = sc.wait_status(
                 lambda d: (
                     "data-starved" in codes(d)

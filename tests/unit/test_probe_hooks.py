@@ -257,11 +257,29 @@ def test_loader_timer_measures_without_changing_batches(persistent):
             got.append(batch.flatten().tolist())
         assert got == [[0, 1], [2, 3], [4, 5]]
     fraction, wait_s, step_s, batches = timer.figures()
-    assert len(timer.window) == 6 and batches == 6
+    assert len(timer.window) == 5 and batches == 5  # 3 batches an epoch, the very first left out
     assert 0.0 < fraction < 1.0
     assert wait_s > 0.005 and step_s > wait_s
     if persistent:
         assert loader._iterator is not None  # the same iterator served both epochs
+
+
+def test_a_slow_start_is_not_a_loop_that_waits() -> None:
+    """Issue 39 item 13: workers that take 3 s to start made the first batch's wait 95 % of the
+    window over the first batches. The first batch has no step before it: it is left out; an
+    epoch's first batch after it counts, as wait only."""
+    timer = LoaderTimer()
+    timer.record(0.0, 3.0, True)  # workers starting: 3 s
+    assert timer.figures() == (None, None, None, None)
+    t = 3.0
+    for _ in range(4):  # 4 steps of 100 ms, each waiting 2 ms for its batch
+        timer.record(t + 0.098, t + 0.1, False)
+        t += 0.1
+    fraction, wait_s, step_s, batches = timer.figures()
+    assert batches == 4 and fraction == pytest.approx(0.02) and step_s == pytest.approx(0.1)
+    timer.record(t + 1.0, t + 1.5, True)  # the next epoch's first batch: wait only
+    fraction, _, _, batches = timer.figures()
+    assert batches == 5 and fraction == pytest.approx((4 * 0.002 + 0.5) / (4 * 0.1 + 0.5))
 
 
 def test_loader_timer_rejects_non_dataloaders():

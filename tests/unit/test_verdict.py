@@ -35,6 +35,8 @@ from tests.helpers.verdict_facts import (
 from tests.helpers.verdict_tables import (
     CASES,
     EFFICIENCY_CASES,
+    job,
+    steps,
 )
 
 
@@ -153,13 +155,13 @@ def test_memory_growth_warning():
 
 
 def test_hysteresis_holds_a_warning_for_a_few_polls():
-    with_w = decide(facts(proc(models=[model("cuda:0", inp="cpu")])))
-    without = decide(facts(proc(models=[model("cuda:0", inp="cuda:0")])))
+    """A wait hovering about the threshold (0.5; released under 0.4) does not flap."""
+    over, under = (job(steps=steps(w)) for w in (0.6, 0.45))
     state = HysteresisState()
     shown = []
-    for v in [with_w, without, with_w, without, without, without, without]:
-        v2, state = settle(state, v, Rules(hysteresis_off_polls=3))
-        shown.append("input-mismatch" in {w.code for w in v2.warnings})
+    for f in [over, under, over, under, under, under, under]:
+        v2, state = settle(state, decide(f), Rules(hysteresis_off_polls=3), facts=f)
+        shown.append("data-starved" in {w.code for w in v2.warnings})
     assert shown == [True, True, True, True, True, False, False]
 
 

@@ -1,4 +1,5 @@
 """Issue 25 item 4: a verdict never says two opposite things, in a job's first seconds or ever.
+Issue 39 item 14: nor a held warning anything its poll's facts do not say.
 
 `no-probe` never stands beside a probed verdict (the hysteresis held it for 3 polls after the probe
 appeared), and a probe that runs but cannot be read (another user's private segment) is
@@ -7,11 +8,15 @@ appeared), and a probe that runs but cannot be read (another user's private segm
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from sidecar.verdict import HysteresisState, ProcessFacts, Rules, decide, settle
-from sidecar.verdict.rules import PROBE_PRESENT_STATES, UNHELD_CODES
+from sidecar.verdict import Facts, HysteresisState, ProcessFacts, Rules, StepBreakdown, Verdict, decide, settle
+from sidecar.verdict.hysteresis import UNHELD_CODES
+from sidecar.verdict.rules import PROBE_PRESENT_STATES
 from tests.helpers.verdict_facts import CPU_RT, en, facts, model, proc
+from tests.helpers.verdict_tables import job, steps
 
 RULES = Rules(hysteresis_off_polls=3)
 
@@ -81,3 +86,66 @@ def test_a_cpu_build_warning_goes_with_the_cpu_build():
     gpu = decide(facts(proc(models=[model("cuda:0", inp="cuda:0")])))
     assert "cpu-build" in codes(cpu)
     assert ["cpu-build" in codes(v) for v in settled([cpu, gpu])] == [True, False]
+
+
+# -- issue 39 item 14: a held warning says this poll's figures and goes with its facts ------------
+def settled_facts(polls: list[Facts]) -> list[Verdict]:
+    """settle() over the verdicts of `polls`, each given its poll's facts, as the poller does."""
+    state, out = HysteresisState(), []
+    for f in polls:
+        shown, state = settle(state, decide(f), RULES, {p.pid for p in f.processes}, f)
+        out.append(shown)
+    return out
+
+
+def starved(v: Verdict) -> list[str]:
+    return [en(w.message) for w in v.warnings if w.code == "data-starved"]
+
+
+def test_a_held_data_starved_says_this_polls_wait() -> None:
+    """It said "53 %" beside a breakdown of 0.47."""
+    shown = settled_facts([job(steps=steps(0.53)), job(steps=steps(0.47)), job(steps=steps(0.45))])
+    assert [starved(v) for v in shown] == [
+        ["Process 100 waits for data 53% of each training step."],
+        ["Process 100 waits for data 47% of each training step."],
+        ["Process 100 waits for data 45% of each training step."],
+    ]
+
+
+@pytest.mark.parametrize(
+    "after",
+    [
+        pytest.param(steps(0.02), id="the wait fell under the release value"),
+        pytest.param(steps(0.45, n=2), id="too few steps to say"),
+        pytest.param(None, id="no breakdown"),
+    ],
+)
+def test_a_held_data_starved_goes_with_its_facts(after: StepBreakdown | None) -> None:
+    shown = settled_facts([job(steps=steps(0.6)), job(steps=after)])
+    assert [bool(starved(v)) for v in shown] == [True, False]
+
+
+def test_a_held_data_starved_names_only_the_processes_that_were_starved() -> None:
+    """Held, the rule runs again about the processes it named: another at 45 % never crossed 0.5."""
+    other = proc(200, is_target=False, models=[model("cuda:0")], steps=steps(0.45))
+    shown = settled_facts([job(steps=steps(0.6)), facts(proc(models=[model("cuda:0")], steps=steps(0.45)), other)])
+    assert [w.pids for w in shown[1].warnings if w.code == "data-starved"] == [(100,)]
+
+
+def test_an_input_mismatch_goes_the_poll_the_input_is_where_the_model_is() -> None:
+    """A GPU model moved mid-run: "the input is on the CPU" was held 2 polls beside an input on the GPU."""
+    before = facts(proc(models=[model("cuda:0", inp="cpu")]))
+    moved = facts(proc(models=[model("cuda:0", inp="cuda:0")]))
+    shown = settled_facts([before, moved, moved])
+    assert ["input-mismatch" in codes(v) for v in shown] == [True, False, False]
+
+
+def test_a_job_that_ended_holds_nothing() -> None:
+    """Its final state is what its final facts say, whether the sidecar polls on (--pid) or not
+    (discovery): never a warning of a poll before, with that poll's figure."""
+    running = [job(steps=steps(0.56)), job(steps=steps(0.47))]
+    assert starved(settled_facts(running)[-1]) == ["Process 100 waits for data 47% of each training step."]
+    ended = settled_facts([*running, replace(job(steps=steps(0.47)), target_alive=False)])[-1]
+    assert not starved(ended)
+    ended = settled_facts([*running, replace(job(steps=steps(0.56)), target_alive=False)])[-1]
+    assert starved(ended) == ["Process 100 waits for data 56% of each training step."]

@@ -14,6 +14,7 @@ import pytest
 from sidecar.verdict import (
     LoaderSettings,
     ProcGpu,
+    Rules,
     StepBreakdown,
     decide,
 )
@@ -121,9 +122,12 @@ def test_data_starved_with_every_setting_there_points_at_the_per_batch_work():
 
 
 def test_data_starved_from_the_loader_timing_without_a_step_breakdown():
-    m = model("cuda:0", wait=0.8)
+    m = model("cuda:0", wait=0.8, batches=Rules().data_starved_min_steps)
     w = _warning(job(models=[m]), "data-starved")
     assert "80%" in en(w.message) and "loader=" in en(w.hint)
+    # Over fewer batches than a breakdown needs steps: nothing yet.
+    few = replace(m, data_wait_batches=Rules().data_starved_min_steps - 1)
+    assert "data-starved" not in {w.code for w in decide(job(models=[few])).warnings}
 
 
 @pytest.mark.parametrize(
