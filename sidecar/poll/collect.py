@@ -415,6 +415,7 @@ class FactCollector:
             system_gpus=system_gpu_facts(system_gpus, nv.gpus),
             pid_namespace_suspect=self._pid_namespace_suspect(nvml, nv, tree_pids, procs),
             stopped=self._stopped(now, tree),
+            target_age_s=None if self.target.create_time is None else now - self.target.create_time,
             rules=self.rules,
         )
 

@@ -47,7 +47,9 @@ CODES: dict[str, Code] = {
     "rank-device-mismatch": Code("fix-code", "a rank's model on another GPU than its `LOCAL_RANK`"),
     "memory-growth": Code("fix-code", "the job's GPU memory keeps growing (tensors kept across steps)"),
     "no-probe": Code(
-        "fix-code", "no process of the job runs the probe: add `import probe; probe.register(model)`"
+        "fix-code",
+        "no process of the job runs the probe: add `import probe; probe.register(model)` (in the job's "
+        "first seconds, `probe_grace_s`, an info: waiting for the probe)",
     ),
     "unregistered-gpu-process": Code("fix-code", "a process uses the GPU without the probe"),
     "shared-model-unprobed-child": Code(

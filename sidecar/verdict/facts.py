@@ -49,6 +49,9 @@ class Rules:
     growth_min_fraction: float = 0.10
     growth_monotonic_fraction: float = 0.8
     hysteresis_off_polls: int = 3
+    # A job younger than this without a probe may be importing still (torch alone takes seconds):
+    # no-probe says "waiting for the probe" (info), not "add two lines", until then.
+    probe_grace_s: float = 15.0
     # Efficiency
     pcie_busy_bytes_per_s: float = 64.0 * 1048576  # GPM's PCIe rates above this: the job moves data
     hollow_util_pct: float = 80.0  # NVML says busy ...
@@ -279,6 +282,7 @@ class Facts:
     system_gpus: tuple[SystemGpuFacts, ...] = ()
     pid_namespace_suspect: bool = False
     stopped: tuple[tuple[int, float], ...] = ()  # (pid, seconds seen stopped) of stopped processes
+    target_age_s: float | None = None  # since the job's root process started; None: unknown
     recent: tuple[RecentSample, ...] = ()
     rules: Rules = field(default_factory=Rules)
 

@@ -109,6 +109,11 @@ def probe_present(f: Facts) -> bool:
 def rule_no_probe(f: Facts) -> Iterable[Finding]:
     if not f.target_alive or probe_present(f):
         return
+    age_s, grace_s = f.target_age_s, f.rules.probe_grace_s
+    if age_s is not None and 0.0 <= age_s < grace_s:  # (a negative age: another clock than the job's)
+        message = ref("warning.no-probe.waiting", seconds=f"{age_s:.0f}")
+        yield finding("no-probe", "info", message, ref("hint.no-probe.waiting", grace=f"{grace_s:.0f}"))
+        return
     yield finding("no-probe", "warning", ref("warning.no-probe"), ref("hint.no-probe"))
 
 

@@ -1,10 +1,11 @@
-"""What the verdict says at a job's start and at its end (issue 39 items 13 and 14).
+"""What the verdict says at a job's start and at its end (issue 39 items 13, 14 and 19).
 
 - A real torch job whose DataLoader workers take 3 s to start, then keep well ahead of its steps,
   watched by a real `dsh-sidecar --pid`: no poll ever says `data-starved` (it said "waits for data
   95 % of each training step" over the first batches, beside a breakdown at 2 %).
 - A held `data-starved` says this poll's figure, and the job's final state says what its final
   facts say, in --pid mode and in discovery (which stops polling a job the poll it finds it ended).
+- A job with no probe yet, in its first seconds, is waited for rather than told to add two lines.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import pytest
 
 from sidecar.poll.jobs import JobsPoller
 from sidecar.poll.poller import Poller, _NvmlDown
-from tests.helpers.harness import REPO, FakeJob, Sidecar, python_env, wait_for
+from sidecar.verdict import Rules
+from tests.helpers.harness import API, REPO, FakeJob, Sidecar, python_env, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -78,11 +80,13 @@ def test_workers_that_start_slowly_are_not_a_loop_starved_of_data(tmp_path: Path
             steps_at: float | None = None
             while steps_at is None or time.monotonic() - steps_at < 1.5 or time.monotonic() - started < 10:
                 assert time.monotonic() - started < 60, f"no 5 steps in the breakdown: {seen[-1:]}"
-                doc = sc.status()
+                time.sleep(0.05)
+                code, doc = sc.get(f"{API}/status")
+                if code != 200:  # before the first poll
+                    continue
                 seen.append(doc)
                 if steps_at is None and _breakdown(doc, job.pid).get("steps", 0) >= 5:
                     steps_at = time.monotonic()
-                time.sleep(0.05)
     finally:
         job.kill()
         job.wait()
@@ -176,3 +180,20 @@ def test_a_held_warning_says_this_polls_figure_and_the_final_state_the_final_fac
             assert _breakdown(final, job.pid)["data_wait_fraction"] == 0.47
     finally:
         job.stop()
+
+
+def test_a_job_without_a_probe_yet_is_waited_for_then_told_to_add_it() -> None:
+    """Issue 39 item 19: "add two lines" to a script still importing. The real poller over a real
+    process: its age is the poll's clock less the process's start."""
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], cwd=REPO)
+    poller = Poller(job.pid, nvml_source=_NoNvml(), system_gpus_fn=list, rules=Rules(probe_grace_s=3.0))
+    try:
+        (w,) = [w for w in poller.poll_once()["warnings"] if w["code"] == "no-probe"]
+        assert w["severity"] == "info" and w["message"].startswith("Waiting for the probe"), w
+        time.sleep(3.0)
+        (w,) = [w for w in poller.poll_once()["warnings"] if w["code"] == "no-probe"]
+        assert w["severity"] == "warning" and "Add two lines" in w["hint"], w
+    finally:
+        poller.stop()
+        job.kill()
+        job.wait()

@@ -12,7 +12,16 @@ from dataclasses import replace
 
 import pytest
 
-from sidecar.verdict import Facts, HysteresisState, ProcessFacts, Rules, StepBreakdown, Verdict, decide, settle
+from sidecar.verdict import (
+    Facts,
+    HysteresisState,
+    ProcessFacts,
+    Rules,
+    StepBreakdown,
+    Verdict,
+    decide,
+    settle,
+)
 from sidecar.verdict.hysteresis import UNHELD_CODES
 from sidecar.verdict.rules import PROBE_PRESENT_STATES
 from tests.helpers.verdict_facts import CPU_RT, en, facts, model, proc
@@ -149,3 +158,19 @@ def test_a_job_that_ended_holds_nothing() -> None:
     assert not starved(ended)
     ended = settled_facts([*running, replace(job(steps=steps(0.56)), target_alive=False)])[-1]
     assert starved(ended) == ["Process 100 waits for data 56% of each training step."]
+
+
+# -- issue 39 item 19: a job still importing is waited for, not told to add two lines -------------
+@pytest.mark.parametrize(
+    "age_s, waiting",
+    [(0.0, True), (3.0, True), (Rules().probe_grace_s, False), (600.0, False), (None, False), (-5.0, False)],
+)
+def test_no_probe_in_a_jobs_first_seconds_is_waiting_for_it(age_s: float | None, waiting: bool) -> None:
+    """Before `probe_grace_s` (a negative age: a clock other than the job's; None: unknown age)."""
+    (w,) = [w for w in decide(replace(facts(unprobed()), target_age_s=age_s)).warnings if w.code == "no-probe"]
+    assert (w.severity, en(w.message).startswith("Waiting for the probe")) == (
+        ("info", True) if waiting else ("warning", False)
+    )
+    assert ("Add two lines" in en(w.hint)) is not waiting, en(w.hint)
+    if waiting:
+        assert f"started {age_s:.0f} s ago" in en(w.message) and f"{Rules().probe_grace_s:.0f} s" in en(w.hint)
