@@ -16,6 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 
+from probe._steps import StepCounter  # noqa: E402
 from probe.hooks import (  # noqa: E402
     INPUT_MAX_DEPTH,
     LoaderTimer,
@@ -280,6 +281,20 @@ def test_a_slow_start_is_not_a_loop_that_waits() -> None:
     timer.record(t + 1.0, t + 1.5, True)  # the next epoch's first batch: wait only
     fraction, _, _, batches = timer.figures()
     assert batches == 5 and fraction == pytest.approx((4 * 0.002 + 0.5) / (4 * 0.1 + 0.5))
+
+
+def test_a_trainers_slow_start_is_not_a_loop_that_waits() -> None:
+    """The same through a framework callback's step hooks (Lightning, the HF Trainer): the wait
+    before the first batch, the workers' start, is left out."""
+    steps = StepCounter("lightning")
+    steps.epoch_start()
+    time.sleep(0.3)  # the workers start
+    for _ in range(5):
+        steps.batch_start()
+        time.sleep(0.02)  # the step
+        steps.step_end(boundary=False)
+    fraction, _, step_s, batches = steps.timer.figures()
+    assert batches == 4 and fraction is not None and fraction < 0.2 and step_s is not None and step_s < 0.2
 
 
 def test_loader_timer_rejects_non_dataloaders():
