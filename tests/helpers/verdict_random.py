@@ -203,14 +203,12 @@ def random_model(rng: random.Random, i: int):
         devices = pick([("cpu", "cuda:0"), ("cuda:0", "cuda:1"), ()])
     elif rng.random() < 0.1:  # a payload whose device and devices disagree
         devices = pick([("cpu",), ("cuda:1",), ("cuda:0", "cuda:0"), ("mps:0", "cuda:0")])
-    m = model(
-        device,
-        devices=devices,
-        inp=pick([None, None, "cpu", "cuda:0", "cuda:1", "meta"]),
-        calls=pick([0, 10, 500]),
-        name=pick(["Net", "Net", "Head", f"M{i}"]),
-        wait=pick([None, 0.1, 0.6, 0.95]),
-    )
+    inp = pick([None, None, "cpu", "cuda:0", "cuda:1", "meta"])
+    calls = pick([0, 10, 500])
+    name = pick(["Net", "Net", "Head", f"M{i}"])
+    # The loader's wait over its window: 4 batches are too few to say.
+    wait, batches = pick([(None, None), (0.1, 64), (0.6, 4), (0.95, 64)])
+    m = model(device, devices=devices, inp=inp, calls=calls, name=name, wait=wait, batches=batches)
     return replace(
         m,
         train_steps=pick([None, None, 0, 625]),
@@ -290,6 +288,7 @@ def random_facts(seed: int) -> Facts:
         stopped=pick([(), (), ((100, 3.0),), ((101, 7.5), (102, 1.0))]),
         recent=recent,
         rules=random_rules(rng),
+        target_age_s=pick([None, 2.0, 600.0, -5.0]),  # a job still importing; a clock not the job's
     )
 
 

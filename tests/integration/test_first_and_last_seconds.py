@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from sidecar.poll.jobs import JobsPoller
+from sidecar.poll.discovery import JobsPoller
 from sidecar.poll.poller import Poller, _NvmlDown
 from sidecar.verdict import Rules
 from tests.helpers.harness import API, REPO, FakeJob, Sidecar, python_env, wait_for

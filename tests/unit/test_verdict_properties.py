@@ -200,10 +200,18 @@ def _ranks(f: Facts) -> list:
 
 
 def _data_waits(f: Facts) -> list[float]:
+    """The data waits measured over enough steps to say (a breakdown's steps, a loader's batches)."""
+    least = f.rules.data_starved_min_steps
     waits = [
-        p.steps.data_wait_fraction for p in f.processes if p.steps and p.steps.data_wait_fraction is not None
+        p.steps.data_wait_fraction
+        for p in f.processes
+        if p.steps and p.steps.steps >= least and p.steps.data_wait_fraction is not None
     ]
-    return waits + [m.data_wait_fraction for _, m in _models(f) if m.data_wait_fraction is not None]
+    return waits + [
+        m.data_wait_fraction
+        for _, m in _models(f)
+        if m.data_wait_fraction is not None and (m.data_wait_batches or 0) >= least
+    ]
 
 
 # code -> a fact it needs: the warning is there only when it holds (the rule also weighs thresholds).
@@ -242,6 +250,10 @@ def check_rules(f: Facts, v) -> None:
     for code, needed in ONLY_WHEN.items():
         assert code not in given or needed(f), code
     assert given <= set(EXACTLY_WHEN) | set(ONLY_WHEN), given - set(EXACTLY_WHEN) - set(ONLY_WHEN)
+    # no-probe waits for the probe (an info) in the job's first seconds only.
+    age_s = f.target_age_s
+    waiting = age_s is not None and 0.0 <= age_s < f.rules.probe_grace_s
+    assert all((w.severity == "info") == waiting for w in v.warnings if w.code == "no-probe")
 
 
 def check_status(f: Facts, v) -> None:
