@@ -87,7 +87,7 @@ CODES: dict[str, Code] = {
     # performance
     "idle-gpu": Code(
         "performance",
-        "GPU memory held at 0% utilisation while forward calls continue, with data loading named as the cause when the loader timing says so",
+        "GPU memory held at 0% utilisation while forward calls continue, with data loading named as the cause when the data wait says so over as many steps as `data-starved` needs",
     ),
     "data-starved": Code(
         "performance",

@@ -26,7 +26,7 @@ from sidecar.verdict.facts import (
     plist,
 )
 
-__all__ = ["EFFICIENCY_RULES", "THROTTLE_REASONS"]
+__all__ = ["EFFICIENCY_RULES", "THROTTLE_REASONS", "data_wait"]
 
 # Clock event reasons that mean the hardware is braking the job, most telling first. Not
 # sw_power_cap: it holds clocks at the board's power limit under any full load, which is the GPU
@@ -236,9 +236,10 @@ def rule_host_syncs(f: Facts) -> Iterable[Finding]:
         yield Finding("host-syncs", "warning", message, ref("hint.host-syncs"), tuple(p.pid for p in hits))
 
 
-def _data_wait(f: Facts, p: ProcessFacts) -> float | None:
+def data_wait(f: Facts, p: ProcessFacts) -> float | None:
     """The process's data-wait share of step time: from its step breakdown, else its models' loader
-    timing; None until one of them covers `data_starved_min_steps` steps.
+    timing; None until one of them covers `data_starved_min_steps` steps. The one evidence of a data
+    wait: data-starved's, and idle-gpu's hint's.
 
     A window with too few steps falls back to the loader timing (its last 64 batches) rather than
     saying nothing: the more a loop starves, the longer its steps, and a loop of 2.5 s steps that
@@ -298,7 +299,7 @@ def rule_data_starved(f: Facts) -> Iterable[Finding]:
         for p in f.processes
         # Neither a step breakdown nor a model: no data wait (a DataLoader worker, a helper).
         if (p.steps is not None or p.models)
-        and (w := _data_wait(f, p)) is not None
+        and (w := data_wait(f, p)) is not None
         and w >= f.rules.data_wait_starved
     ]
     if not hits:

@@ -39,6 +39,9 @@ NVIDIA_VENDOR = "NVIDIA"
 @dataclass(frozen=True)
 class Rules:
     idle_util_pct: float = 5.0
+    # A held idle-gpu goes once its GPU is this busy: a bit above idle_util_pct, so that a GPU whose
+    # stray kernels reach about 5 % now and then does not flap (hysteresis.settle).
+    idle_util_released_pct: float = 8.0
     idle_window_s: float = 10.0
     data_wait_starved: float = 0.5  # data wait over step time: data-starved, and idle-gpu's hint
     # A held data-starved (hysteresis.settle) goes as soon as the wait falls under this.
@@ -47,6 +50,10 @@ class Rules:
     growth_min_span_s: float = 60.0
     growth_min_mib: float = 256.0
     growth_min_fraction: float = 0.10
+    # A held memory-growth goes when the window's growth falls under these, a bit under the two
+    # above, so that a window that grew about 256 MiB does not flap as it slides (hysteresis.settle).
+    growth_released_mib: float = 192.0
+    growth_released_fraction: float = 0.075
     growth_monotonic_fraction: float = 0.8
     hysteresis_off_polls: int = 3
     # A job younger than this without a probe may be importing still (torch alone takes seconds):
@@ -60,6 +67,12 @@ class Rules:
     # ... and the job's own processes make at least this share of NVML's utilisation (per-process
     # samples): on a shared GPU, another user's small kernels are not the job's to fix.
     hollow_own_share: float = 0.5
+    # A held hollow-utilisation goes when NVML's utilisation falls under, or GPM's SM activity or
+    # occupancy rises to, these: a bit past each threshold above, so that a GPU whose figures hover
+    # about one of them does not flap (hysteresis.settle).
+    hollow_util_released_pct: float = 75.0
+    hollow_sm_activity_released: float = 0.30
+    hollow_sm_occupancy_released: float = 0.12
     tensor_idle_fraction: float = 0.02  # tensor activity "about 0"
     tensor_core_min_cc: float = 7.0  # Volta: the first GPUs with tensor cores
     host_syncs_per_step: float = 8.0  # more synchronisations per step than a logging loop needs
@@ -74,6 +87,9 @@ class Rules:
     # step more than the straggler, at consecutive polls this far apart (sidecar/verdict/stragglers.py)
     straggler_min_steps: int = 30
     straggler_wait_fraction: float = 0.10
+    # A held straggler-rank goes when the others wait less than this for it: a bit under the share
+    # above, so that a straggler that costs the others about 10 % of each step does not flap.
+    straggler_wait_released: float = 0.07
     straggler_confirm_s: float = 2.0
 
 

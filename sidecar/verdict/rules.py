@@ -15,7 +15,7 @@ from probe_wire.records import RuntimeRecord
 from probe_wire.schema import DEVICE_MIXED, DEVICE_NO_PARAMETERS
 from sidecar.common.catalogue import Ref, ref
 from sidecar.common.memo import for_the_same_objects
-from sidecar.verdict.efficiency import EFFICIENCY_RULES
+from sidecar.verdict.efficiency import EFFICIENCY_RULES, data_wait
 from sidecar.verdict.facts import (
     NVIDIA_VENDOR,
     Facts,
@@ -503,7 +503,9 @@ def rule_idle_gpu(f: Facts) -> Iterable[Finding]:
         return
     if not _still_working(window):
         return  # no steps (or forward calls): the job is paused or evaluating elsewhere, not starved
-    waits = [m.data_wait_fraction for _, m in on_gpu if m.data_wait_fraction is not None]
+    # The data wait as data-starved measures it, over as many steps or whole batches: over a loader's
+    # first few, the workers' start reads as a loop that waits for each batch.
+    waits = [w for p in {p.pid: p for p, _ in on_gpu}.values() if (w := data_wait(f, p)) is not None]
     if waits and max(waits) >= f.rules.data_wait_starved:
         hint = ref("hint.idle-gpu.data-wait", wait=f"{max(waits):.0%}")
     else:

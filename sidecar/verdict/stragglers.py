@@ -36,6 +36,7 @@ from sidecar.verdict.facts import (
 )
 
 __all__ = ["STRAGGLER_RULES", "RankWait", "Straggler", "pick_straggler", "rank_waits", "straggler_candidate", "throttle_reason"]
+__all__ += ["rule_straggler_rank_held"]
 
 # The phases compared to name the cause: (cause, the StepBreakdown field).
 _PHASES = (("data-wait", "data_wait_fraction"), ("forward", "forward_fraction"), ("optimizer", "optimizer_fraction"))
@@ -232,7 +233,22 @@ def rule_straggler_rank(f: Facts) -> Iterable[Finding]:
     s = straggler_candidate(f)
     if s is None or not confirmed(f.recent, s.rank, f.rules.straggler_confirm_s):
         return
-    g = f.gpus_by_index.get(s.gpu_index)
+    yield _straggler_finding(f, s)
+
+
+def rule_straggler_rank_held(f: Facts) -> Iterable[Finding]:
+    """straggler-rank as a held one is checked (hysteresis.RELEASED_AT): this poll's straggler, without
+    the confirmation at consecutive polls, which it had when it was raised. The history's samples
+    name the rank of each poll at the raise threshold, not at the release value it is held to."""
+    if not f.target_alive:
+        return
+    s = straggler_candidate(f)
+    if s is not None:
+        yield _straggler_finding(f, s)
+
+
+def _straggler_finding(f: Facts, s: Straggler) -> Finding:
+    g = f.gpus_by_index.get(s.gpu_index) if s.gpu_index is not None else None
     message = ref(
         "warning.straggler-rank",
         rank=s.rank,
@@ -242,9 +258,9 @@ def rule_straggler_rank(f: Facts) -> Iterable[Finding]:
         cause=cause_ref(s, _throttle(g), g.sm_clock_mhz if g is not None else None),
         steps=s.steps,
     )
-    hint = hint_ref(s)
-    others = sorted(w.pid for w in rank_waits(f) if w.pid != s.pid)
-    yield Finding("straggler-rank", "warning", message, hint, (s.pid, *others))
+    others = sorted(w.pid for w in rank_waits(f) if w.pid is not None and w.pid != s.pid)
+    pids = (s.pid, *others) if s.pid is not None else tuple(others)
+    return Finding("straggler-rank", "warning", message, hint_ref(s), pids)
 
 
 STRAGGLER_RULES = (rule_straggler_rank,)

@@ -1,6 +1,6 @@
 """Builders of the verdict's facts as the verdict tests write them: runtimes, a GPU, OS graphics
 cards, a model, a process, a poll's facts, the recent samples of an idle GPU; `en` and `zh` render a
-catalogue text.
+catalogue text; `settled_facts` gives what a poller shows over a few polls.
 """
 
 from __future__ import annotations
@@ -12,10 +12,14 @@ from sidecar.common.catalogue import render
 from sidecar.verdict import (
     Facts,
     GpuFacts,
+    HysteresisState,
     ModelFacts,
     ProcessFacts,
     RecentSample,
     SystemGpuFacts,
+    Verdict,
+    decide,
+    settle,
 )
 
 CPU_RT = RuntimeRecord(torch="2.13.0+cpu", cuda_build=None, cuda_available=False, device_count=0)
@@ -92,3 +96,12 @@ def idle_recent(util, calls_start=0, calls_end=100, span_s=12.0, n=9, steps=None
 def stepped(device="cuda:0", **kw):
     """A LightningModule as ProbeCallback reports it: steps counted, its own forward never called."""
     return replace(model(device, calls=0), train_steps=625, step_rate_hz=20.0, step_source="lightning", **kw)
+
+
+def settled_facts(polls: list[Facts]) -> list[Verdict]:
+    """settle() over the verdicts of `polls`, each given its poll's facts, as the poller does."""
+    state, out = HysteresisState(), []
+    for f in polls:
+        shown, state = settle(state, decide(f), f.rules, {p.pid for p in f.processes}, f)
+        out.append(shown)
+    return out

@@ -2,7 +2,8 @@
 (tests/unit/test_verdict_windows.py, tests/unit/test_verdict_properties.py): recent-sample
 sequences (times in order, out of order: a clock stepped back, equal, with gaps in the memory
 figures, spans shorter and longer than the rules' windows, now and then a NaN or infinite time),
-rules, and whole facts made with the verdict tests' builders (tests/helpers/verdict_facts.py).
+rules, and whole facts made with the verdict tests' builders (tests/helpers/verdict_facts.py);
+`next_poll` gives the facts of the poll after some facts, their figures moved and some evidence gone.
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ from sidecar.verdict import (
     GpuFacts,
     LoaderSettings,
     MathSettings,
+    ProcessFacts,
     ProcGpu,
     RecentSample,
     Rules,
     StepBreakdown,
+    memory_growth,
 )
+from sidecar.verdict.stragglers import straggler_candidate
 from tests.helpers.verdict_facts import (
     CPU_RT,
     CUDA_RT,
@@ -298,3 +302,89 @@ def all_facts() -> list[tuple[str, Facts]]:
     cases += [(f"efficiency: {c[0]}", c[1]) for c in EFFICIENCY_CASES]
     cases += [(f"random {seed}", random_facts(seed)) for seed in range(RANDOM_FACTS)]
     return cases
+
+
+# Factors a figure of one poll is multiplied by at the next: most land it a little under, or well
+# under, the thresholds the tables' and random facts cross (a data wait of 0.6 or 0.7, 20 or 40
+# syncs a step, 80 to 97 % utilisation).
+_DRIFT = (1.0, 1.0, 0.9, 0.8, 0.7, 0.6, 0.175, 0.1)
+
+
+def next_poll(f: Facts, seed: int) -> Facts:
+    """The facts of the poll after `f`: its data waits, syncs, GPUs' utilisation, SM activity and
+    occupancy moved (mostly toward or past a threshold), the ranks' backward drawn together, now and
+    then evidence gone (a throttle reason, a degraded link, a window's steps or batches, a process,
+    the job), and one sample more in its history."""
+    rng = random.Random(seed)
+    ranked = [
+        p.steps.backward_fraction for p in f.processes if p.steps and p.steps.backward_fraction is not None
+    ]
+    pull = rng.choice([1.0, 0.3, 0.25, 0.1])  # the ranks' backward beyond the least: what they wait
+    processes = [_next_process(p, rng, min(ranked, default=0.0), pull) for p in f.processes]
+    if len(processes) > 1 and rng.random() < 0.1:
+        del processes[rng.randrange(1, len(processes))]  # a process gone since
+    gpus = tuple(
+        replace(
+            g,
+            util=None if g.util is None else g.util * rng.choice(_DRIFT),
+            sm_activity_fraction=rng.choice([g.sm_activity_fraction, 0.27, 0.5]),
+            sm_occupancy_fraction=rng.choice([g.sm_occupancy_fraction, 0.11, 0.5]),
+            clock_event_reasons=rng.choice([g.clock_event_reasons, ()]),
+            pcie_link_gen=rng.choice([g.pcie_link_gen, g.pcie_link_gen_max]),
+            pcie_link_width=rng.choice([g.pcie_link_width, g.pcie_link_width_max]),
+        )
+        for g in f.gpus
+    )
+    alive = f.target_alive and rng.random() > 0.1
+    now = replace(f, processes=tuple(processes), gpus=gpus, target_alive=alive)
+    return now.with_recent(_next_recent(now, f.recent, rng))
+
+
+def _next_process(p: ProcessFacts, rng: random.Random, least_backward: float, pull: float) -> ProcessFacts:
+    steps = p.steps
+    if steps is not None:
+        wait, backward = steps.data_wait_fraction, steps.backward_fraction
+        steps = replace(
+            steps,
+            steps=rng.choice([steps.steps, steps.steps, 2]),
+            data_wait_fraction=None if wait is None else wait * rng.choice(_DRIFT),
+            backward_fraction=None
+            if backward is None
+            else least_backward + (backward - least_backward) * pull,
+        )
+    models = tuple(
+        replace(
+            m,
+            data_wait_fraction=None
+            if m.data_wait_fraction is None
+            else m.data_wait_fraction * rng.choice(_DRIFT),
+            data_wait_batches=rng.choice([m.data_wait_batches, m.data_wait_batches, 2]),
+        )
+        for m in p.models
+    )
+    syncs = p.syncs_per_step
+    return replace(
+        p, steps=steps, models=models, syncs_per_step=None if syncs is None else syncs * rng.choice(_DRIFT)
+    )
+
+
+def _next_recent(
+    now: Facts, recent: tuple[RecentSample, ...], rng: random.Random
+) -> tuple[RecentSample, ...]:
+    """The history `recent` and the sample of the poll of `now` 1.5 s after its last: the GPU as
+    idle, a little busier or busy; the job's memory as much over the window's first as before, a
+    little less, or far less; the straggler of `now`, as the poller's history names it."""
+    if not recent or not math.isfinite(recent[-1].time):
+        return recent
+    last = recent[-1]
+    util = rng.choice([last.tree_sm_util, 6.0, 30.0])
+    mem = last.tree_gpu_mem_mib
+    grown = memory_growth(recent, now.rules)
+    if grown is not None:
+        mem = grown.first_mib + (grown.last_mib - grown.first_mib) * rng.choice([1.1, 0.85, 0.8, 0.3])
+    steps = None if last.train_steps is None else last.train_steps + rng.choice([0, 1])
+    calls = last.forward_calls + rng.choice([0, 10, 10])
+    slow = straggler_candidate(now)
+    straggler = None if slow is None else (slow.rank, slow.cause)
+    sample = RecentSample(last.time + 1.5, util, mem, calls, util, steps, straggler)
+    return (*recent[rng.choice([0, 1]) :], sample)

@@ -93,10 +93,28 @@ def test_cpu_message_says_why():
     assert "not moved" in en(decide(facts(proc(models=[model("cpu")]))).message)
 
 
-def test_idle_hint_names_data_loading_when_loader_timing_says_so():
-    f = facts(proc(models=[model("cuda:0", wait=0.8)]), recent=idle_recent(0.0))
-    (w,) = [w for w in decide(f).warnings if w.code == "idle-gpu"]
-    assert "80%" in en(w.hint) and "num_workers" in en(w.hint)
+@pytest.mark.parametrize(
+    "model_kw, breakdown, named",
+    [
+        pytest.param({"wait": 0.8, "batches": 64}, None, "80%", id="the loader over 64 batches"),
+        pytest.param({"wait": 0.8, "batches": 4}, None, None, id="the loader over too few batches"),
+        pytest.param({"wait": 0.8}, None, None, id="the loader over batches not known"),
+        pytest.param({}, steps(0.7), "70%", id="the step breakdown over 20 steps"),
+        pytest.param({"wait": 0.8, "batches": 64}, steps(0.7, n=4), "80%", id="too few steps: the loader"),
+        pytest.param({}, steps(0.45), None, id="the step breakdown under the threshold"),
+    ],
+)
+def test_idle_hint_names_data_loading_over_the_evidence_data_starved_needs(model_kw, breakdown, named):
+    """Issue 39 item 14: it quoted a loader's wait over its first batches (the workers' start), where
+    data-starved waits for `data_starved_min_steps` steps or batches; now both ask the same."""
+    f = facts(proc(models=[model("cuda:0", **model_kw)], steps=breakdown), recent=idle_recent(0.0))
+    found = {w.code: w for w in decide(f).warnings}
+    hint = en(found["idle-gpu"].hint)
+    if named is None:
+        assert hint.startswith("Likely causes") and "data-starved" not in found
+    else:
+        assert f"the next batch {named} of the time" in hint and "num_workers" in hint
+        assert f"waits for data {named}" in en(found["data-starved"].message)
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,6 @@ from dataclasses import replace
 import pytest
 
 from sidecar.verdict import (
-    Facts,
     HysteresisState,
     ProcessFacts,
     Rules,
@@ -24,7 +23,7 @@ from sidecar.verdict import (
 )
 from sidecar.verdict.hysteresis import UNHELD_CODES
 from sidecar.verdict.rules import PROBE_PRESENT_STATES
-from tests.helpers.verdict_facts import CPU_RT, en, facts, model, proc
+from tests.helpers.verdict_facts import CPU_RT, en, facts, model, proc, settled_facts
 from tests.helpers.verdict_tables import job, steps
 
 RULES = Rules(hysteresis_off_polls=3)
@@ -98,15 +97,6 @@ def test_a_cpu_build_warning_goes_with_the_cpu_build():
 
 
 # -- issue 39 item 14: a held warning says this poll's figures and goes with its facts ------------
-def settled_facts(polls: list[Facts]) -> list[Verdict]:
-    """settle() over the verdicts of `polls`, each given its poll's facts, as the poller does."""
-    state, out = HysteresisState(), []
-    for f in polls:
-        shown, state = settle(state, decide(f), RULES, {p.pid for p in f.processes}, f)
-        out.append(shown)
-    return out
-
-
 def starved(v: Verdict) -> list[str]:
     return [en(w.message) for w in v.warnings if w.code == "data-starved"]
 
