@@ -256,18 +256,13 @@ def page_urls(host: str, port: int) -> list[str]:
 
 
 def _announce(urls: list[str], token: str | None, generated: bool, watching: str, every_user: bool) -> None:
+    """The lines a person reads to open the page. The last one is the address to open, with the
+    token when the page needs one: without it the page's data requests answer 401, and a person
+    copies the last line, not one scrolled above it."""
     url = urls[0]
-    if generated:  # before the "serving" line, which tools wait for
-        shown = "every user's jobs are shown" if every_user else "it runs as root"
-        print(
-            f"dsh-sidecar: {shown}, so a token keeps the other users of this machine "
-            f"out (choose your own with --token or DSH_SIDECAR_TOKEN); the page: {url}?token={token}",
-            flush=True,
-        )
-    # The URL stays the line's third word (tools parse it); the rest says how to open it: without
-    # the token the page's data requests answer 401.
+    # The URL stays the line's third word (tools parse it); the rest says how to open it.
     how = (
-        "open the page with its token, above"
+        "open the page with its token, below"
         if generated
         else "a token is required, below"
         if token
@@ -276,7 +271,14 @@ def _announce(urls: list[str], token: str | None, generated: bool, watching: str
     print(f"dsh-sidecar: serving {url} (watching {watching}; {how})", flush=True)
     if len(urls) > 1:
         print(f"dsh-sidecar: also by this machine's addresses: {', '.join(urls[1:])}", flush=True)
-    if token and not generated:
+    if generated:
+        shown = "every user's jobs are shown" if every_user else "it runs as root"
+        print(
+            f"dsh-sidecar: {shown}, so a token keeps the other users of this machine "
+            f"out (choose your own with --token or DSH_SIDECAR_TOKEN); the page: {url}?token={token}",
+            flush=True,
+        )
+    elif token:
         print(f"dsh-sidecar: a token is required: open {url}?token=<your token>", flush=True)
 
 

@@ -174,11 +174,16 @@ class Sidecar:
     def _read(self, stream, sink: list[str], find_url: bool) -> None:
         for line in stream:
             sink.append(line.rstrip("\n"))
-            if find_url and "?token=" in line and "<your token>" not in line and self.token is None:
-                # the token a root discovery sidecar made for itself (printed before "serving")
+            if not find_url:
+                continue
+            if "?token=" in line and "<your token>" not in line and self.token is None:
+                # the token a root sidecar made for itself (printed last, after "serving")
                 self.token = line.rstrip().rsplit("?token=", 1)[1]
-            if find_url and line.startswith("dsh-sidecar: serving "):
+            if line.startswith("dsh-sidecar: serving "):
                 self.url = line.split()[2].rstrip("/")
+            # Started once the last line of its announcement is out: the "serving" line, or the
+            # address with the token that it says comes below.
+            if (self.url and "?token=" in line) or (line.startswith("dsh-sidecar: serving ") and "below)" not in line):
                 self._url.set()
 
     def get(self, path: str, timeout_s: float = 5.0) -> tuple[int, Any]:

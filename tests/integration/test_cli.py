@@ -218,6 +218,18 @@ def test_allow_host_adds_names_to_a_wildcard_bind(fake_nvml):
             assert host_get(port, "/healthz", host) == 421, host
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="a root sidecar is the one that makes a token of its own")
+def test_the_last_line_a_root_sidecar_prints_is_the_page_with_its_token(fake_nvml: FakeNvml) -> None:
+    """Issue 39 item 1: a person opens the address of the last line printed. Root's `serving` line
+    came last, and its address without the token shows a page whose requests all answer 401."""
+    fake_nvml.write({"gpus": []})
+    with Sidecar(["--pid", str(os.getpid()), "--port", "0"], env=fake_nvml.env()) as sc:
+        assert sc.token and len(sc.token) >= 32, sc.lines
+        serving = next(i for i, line in enumerate(sc.lines) if line.startswith("dsh-sidecar: serving "))
+        assert "below" in sc.lines[serving], sc.lines
+        assert sc.lines[-1].endswith(f" {sc.url}/?token={sc.token}") and serving < len(sc.lines) - 1, sc.lines
+
+
 @pytest.mark.parametrize("bind", ["0.0.0.0", "::"])
 def test_a_wildcard_bind_prints_addresses_another_machine_can_open(fake_nvml: FakeNvml, bind: str) -> None:
     """0.0.0.0 is no address a browser elsewhere can open: the sidecar prints this machine's name

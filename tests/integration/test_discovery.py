@@ -283,7 +283,8 @@ def test_roots_discovery_never_serves_every_users_jobs_without_a_token(fake_nvml
     with Sidecar(["--port", "0", *METRICS_AT_ONCE, "--interval", "0.3"], env=fake_nvml.env()) as sc:
         made = sc.token
         assert made and len(made) >= 32, sc.lines
-        assert any(f"{sc.url}/?token={made}" in line for line in sc.lines), sc.lines
+        # The last line printed is that address (issue 39 item 1): the one a person copies.
+        assert sc.lines[-1].endswith(f" {sc.url}/?token={made}"), sc.lines
         # The "serving" line sends the reader to that link, not to the bare URL (which answers 401).
         serving = next(line for line in sc.lines if line.startswith("dsh-sidecar: serving "))
         assert "with its token" in serving and "open it in a browser" not in serving, serving

@@ -73,6 +73,7 @@ const state = {
   okAt: null,          // Date.now() of the last successful status fetch
   reachable: null,     // null until the first answer
   error: null,
+  needsToken: false,   // the last answer was HTTP 401: the sidecar wants its token (not "unreachable")
   history: emptyHistory(), // ../shared/store.js: the job's samples and events, oldest first
   window: ['60', '300', '900', 'all'].includes(storageGet(WINDOW_KEY)) ? storageGet(WINDOW_KEY) : '300',
   timer: null,
@@ -334,7 +335,8 @@ function renderUpdated() {
   if (state.okAt !== null) el.dataset.updatedAt = String(state.okAt);
 
   const box = $('[data-testid="unreachable"]');
-  box.hidden = state.reachable !== false;
+  box.hidden = state.reachable !== false || state.needsToken;
+  renderNeedsToken();
   document.body.classList.toggle('stale', state.reachable === false);
   document.body.classList.toggle('nodata', state.reachable === false && state.doc === null);
   document.body.classList.toggle('live', state.reachable === true);
@@ -343,6 +345,18 @@ function renderUpdated() {
     $('.last-seen', box).textContent = state.okAt === null ? '' : tr('unreachable.lastSeen', { ago: fmtAgo((Date.now() - state.okAt) / 1000, state.lang) });
     $('.fetch-error', box).textContent = state.error ? tr('unreachable.error', { error: state.error }) : '';
   }
+}
+
+// A 401 is no sidecar that is down: it answers, and wants the token it printed (a root sidecar makes
+// one each start). Its address with the token is what to open; the tab's own token, if any, was refused.
+function renderNeedsToken() {
+  const box = $('[data-testid="needs-token"]');
+  box.hidden = !(state.reachable === false && state.needsToken);
+  if (box.hidden) return;
+  $('.token-why', box).textContent = tr(token ? 'token.refused' : 'token.body');
+  $('.token-address', box).textContent = `${location.origin}${location.pathname}?token=…`;
+  $('.retry', box).textContent = tr('unreachable.retry', { s: state.refreshS });
+  $('.fetch-error', box).textContent = state.error ? tr('unreachable.error', { error: state.error }) : '';
 }
 
 // ------------------------------------------------------------------ fetching
@@ -391,6 +405,7 @@ async function poll() {
     } catch (e) {
       if (e && e.status === 404 && state.job) { pickJob(null); return; } // the job is no longer listed
       state.reachable = false;
+      state.needsToken = Boolean(e && e.status === 401);
       state.error = (e && e.message) || String(e);
       renderUpdated();
       return;
@@ -400,6 +415,7 @@ async function poll() {
     state.history = got.history;
     state.okAt = Date.now();
     state.reachable = true;
+    state.needsToken = false;
     state.error = null;
     document.body.classList.remove('loading');
     clusterPanel.maybeFetch();
