@@ -11,11 +11,14 @@ cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-.venv/bin/python}
 OUT=docs/screenshots
+# The page's states beyond test_page.py's: without its token, a job of one process with --prometheus.
+page_more=(tests/browser/test_token_page.py
+  tests/browser/test_cluster_page.py::test_a_job_of_one_process_gets_one_line_not_a_table_per_job)
 case "${1:-all}" in
-  page) tests=(tests/browser/test_page.py) ;;
+  page) tests=(tests/browser/test_page.py "${page_more[@]}") ;;
   dsh) tests=(tests/browser/test_dsh_plugin.py tests/browser/test_dsh_autostart.py) ;;
   cluster) tests=(tests/integration/test_cluster.py) ;;
-  all) tests=(tests/browser/test_page.py tests/browser/test_dsh_plugin.py tests/browser/test_dsh_autostart.py tests/integration/test_cluster.py) ;;
+  all) tests=(tests/browser/test_page.py "${page_more[@]}" tests/browser/test_dsh_plugin.py tests/browser/test_dsh_autostart.py tests/integration/test_cluster.py) ;;
   *) echo "screenshots.sh: unknown set '$1' (page, dsh, cluster or all)" >&2; exit 2 ;;
 esac
 

@@ -77,7 +77,7 @@ var SCHEMA = 2;
 // ../sidecar/static/shared/i18n/en.json
 var en_default = {
   "lang.name": "English",
-  "lang.switch": "中文",
+  "lang.switch": "中文 / ZH",
   "lang.switchTitle": "Switch language to Chinese",
   "app.title": "GPU dashboard",
   "app.subtitle": "Is my model really running on the GPU?",
@@ -259,6 +259,10 @@ var en_default = {
   "unreachable.retry": "Retrying every {s} s…",
   "unreachable.lastSeen": "Last data received {ago}.",
   "unreachable.error": "Error: {error}",
+  "token.title": "This sidecar needs its token",
+  "token.body": "It answers this tab with HTTP 401: the tab has no token. Open the address the sidecar printed when it started, the one with ?token= (its last line):",
+  "token.refused": "It refused the token this tab has: a wrong one, or an earlier run's (a sidecar that makes its own token makes a new one each time it starts). Open the address it printed when it started, the one with ?token= (its last line):",
+  "token.note": "with the token the sidecar printed",
   "schema.mismatch": "This sidecar speaks schema {got}; this page reads schema {want}. Update dsh-gpu-dashboard so the sidecar and the page match.",
   "updated.label": "Updated {ago}",
   "updated.never": "Not updated yet",
@@ -514,7 +518,7 @@ var en_default = {
   "warning.mig-no-process-util": "GPU {gpu} is in MIG mode: the driver gives no per-process utilisation there, so the job's SM use shows as n/a, not 0%.",
   "hint.mig-no-process-util": "The MIG instance's memory and the job's memory are still shown. For activity inside a MIG instance use DCGM's profiling metrics (`dcgmi dmon -e 1002`), or run on a GPU without MIG to see per-process utilisation.",
   "cluster.title": "Cluster",
-  "cluster.summary": "{nodes} node(s) · {jobs} job(s) · from {prometheus}",
+  "cluster.summary": "{nodes} node(s) · {jobs} distributed job(s) · from {prometheus}",
   "cluster.nodes": "Nodes",
   "cluster.reporting": "reporting",
   "cluster.missing.down": "missing: the scrape fails",
@@ -526,7 +530,9 @@ var en_default = {
   "cluster.noNodes": "No node has reported: does Prometheus scrape the sidecars (deploy/prometheus.yml)?",
   "cluster.noJob": "No job across nodes in the last 10 minutes.",
   "cluster.noRanks": "No rank reports.",
-  "cluster.otherJobs": "This job has no distributed key Prometheus knows: every job is shown.",
+  "cluster.otherJobs": "This job has no distributed key Prometheus knows: every distributed job is shown.",
+  "cluster.line": "Cluster (from {prometheus}): {nodes} node(s), {jobs} distributed job(s). This job is not distributed: it has no rows there.",
+  "cluster.undistributed": "{n} job(s) of one process or one rank on one node are not listed.",
   "cluster.error": "Prometheus did not answer: {error}",
   "col.node": "Node",
   "col.state": "State",
@@ -729,6 +735,10 @@ var zh_default = {
   "unreachable.retry": "每 {s} 秒重试…",
   "unreachable.lastSeen": "最后一次收到数据：{ago}。",
   "unreachable.error": "错误：{error}",
+  "token.title": "此 sidecar 需要它的 token",
+  "token.body": "它对本标签页返回 HTTP 401：本标签页没有 token。请打开 sidecar 启动时打印的带 ?token= 的地址（它输出的最后一行）：",
+  "token.refused": "它拒绝了本标签页的 token：token 有误，或是上一次运行的（自行生成 token 的 sidecar 每次启动都会生成新的）。请打开它启动时打印的带 ?token= 的地址（它输出的最后一行）：",
+  "token.note": "token 用 sidecar 打印的那个",
   "schema.mismatch": "该 sidecar 使用第 {got} 版数据格式，本页面读取第 {want} 版。请更新 dsh-gpu-dashboard，使 sidecar 与页面版本一致。",
   "updated.label": "更新于{ago}",
   "updated.never": "尚未更新",
@@ -984,7 +994,7 @@ var zh_default = {
   "warning.mig-no-process-util": "GPU {gpu} 处于 MIG 模式：驱动在此不提供按进程的利用率，因此作业的 SM 使用显示为 n/a，而不是 0%。",
   "hint.mig-no-process-util": "MIG 实例的显存和作业的显存仍会显示。要查看 MIG 实例内部的活动，请使用 DCGM 的性能分析指标（`dcgmi dmon -e 1002`），或在未启用 MIG 的 GPU 上运行以查看按进程的利用率。",
   "cluster.title": "集群",
-  "cluster.summary": "{nodes} 个节点 · {jobs} 个作业 · 来自 {prometheus}",
+  "cluster.summary": "{nodes} 个节点 · {jobs} 个分布式作业 · 来自 {prometheus}",
   "cluster.nodes": "节点",
   "cluster.reporting": "正常上报",
   "cluster.missing.down": "缺失：抓取失败",
@@ -996,7 +1006,9 @@ var zh_default = {
   "cluster.noNodes": "没有节点上报：Prometheus 是否在抓取各个 sidecar（deploy/prometheus.yml）？",
   "cluster.noJob": "最近 10 分钟内没有跨节点作业。",
   "cluster.noRanks": "没有 rank 上报。",
-  "cluster.otherJobs": "Prometheus 不知道此作业的分布式键：显示所有作业。",
+  "cluster.otherJobs": "Prometheus 不知道此作业的分布式键：显示所有分布式作业。",
+  "cluster.line": "集群（来自 {prometheus}）：{nodes} 个节点，{jobs} 个分布式作业。本作业不是分布式作业，集群视图中没有它。",
+  "cluster.undistributed": "另有 {n} 个单进程或单 rank、单节点的作业未列出。",
   "cluster.error": "Prometheus 没有应答：{error}",
   "col.node": "节点",
   "col.state": "状态",
@@ -2276,9 +2288,14 @@ function clusterRankRows(job, lang) {
 function clusterWarnings(ws, lang) {
   return sortWarnings(ws).map((w) => ({ code: w.code, severity: t(lang, `severity.${severityOf(w)}`), sev: severityOf(w), message: warningMessage(w, lang), hint: warningHint(w, lang) || null }));
 }
+function isDistributed(run) {
+  return Boolean(run) && (isNum5(run.world_size) && run.world_size > 1 || Array.isArray(run.ranks) && run.ranks.length > 1);
+}
 function clusterView(cluster, statusDoc, lang) {
   const c = cluster || {};
   const run = statusDoc && statusDoc.distributed ? statusDoc.distributed : null;
+  const distributed = isDistributed(run);
+  const others = isNum5(c.undistributed_jobs) ? c.undistributed_jobs : 0;
   const key = run ? run.job_key : null;
   const all = list(c.jobs);
   const owner = (j) => !run || !isNum5(run.uid) || !isNum5(j.uid) || j.uid === run.uid;
@@ -2296,7 +2313,10 @@ function clusterView(cluster, statusDoc, lang) {
     nodes: clusterNodeRows(c, lang),
     warnings: clusterWarnings(c.warnings, lang),
     jobs,
-    matched: mine.length > 0
+    matched: mine.length > 0,
+    distributed,
+    line: distributed ? null : t(lang, "cluster.line", { nodes: list(c.nodes).length, jobs: all.length, prometheus: c.prometheus || NA }),
+    undistributed: others > 0 ? t(lang, "cluster.undistributed", { n: others }) : null
   };
 }
 var isLive = (j) => j.alive !== false;
@@ -3621,6 +3641,11 @@ function ClusterWarnings({ warnings }) {
 }
 function ClusterTables({ cluster, doc, error, lang }) {
   const vm = cluster ? clusterView(cluster, doc, lang) : null;
+  if (!isDistributed(doc && doc.distributed)) {
+    const line = error ? t(lang, "cluster.error", { error }) : vm && vm.line;
+    if (!line) return null;
+    return /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("section", { "data-testid": "dsh-gpu-cluster", children: /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("div", { className: error ? "dgd-bad" : "dgd-muted", "data-testid": "dsh-gpu-cluster-line", children: line }) });
+  }
   return /* @__PURE__ */ (0, import_jsx_runtime10.jsxs)("section", { "data-testid": "dsh-gpu-cluster", children: [
     /* @__PURE__ */ (0, import_jsx_runtime10.jsxs)("h3", { className: "dgd-section-title", children: [
       t(lang, "cluster.title"),
@@ -3660,7 +3685,8 @@ function ClusterTables({ cluster, doc, error, lang }) {
             rowProps: (r) => ({ "data-testid": "dsh-gpu-cluster-rank", "data-rank": r.rank })
           }
         )
-      ] }, job.key))
+      ] }, job.key)),
+      !vm.matched && vm.undistributed ? /* @__PURE__ */ (0, import_jsx_runtime10.jsx)("div", { className: "dgd-muted", "data-testid": "dsh-gpu-cluster-undistributed", children: vm.undistributed }) : null
     ] }) : null
   ] });
 }

@@ -48,7 +48,7 @@ const cluster = {
 
 describe('cluster section', () => {
   test('both tables, the missing node marked, the slow reason and the flagged data wait', () => {
-    const html = render(mod.ClusterTables({ cluster, doc: { distributed: { job_key: 'run-7' } }, error: null, lang: 'en' }))
+    const html = render(mod.ClusterTables({ cluster, doc: { distributed: { job_key: 'run-7', world_size: 2, ranks: [0] } }, error: null, lang: 'en' }))
     assert.equal((html.match(/data-testid="dsh-gpu-cluster-node"/g) || []).length, 3)
     assert.match(html, /data-node="node-c" data-reporting="false"/)
     assert.match(html, /data-flag="missing"[^>]*>missing: the scrape fails</)
@@ -59,9 +59,26 @@ describe('cluster section', () => {
     assert.match(html, /Job run-7 · On GPU/)
   })
   test('an error is shown with the last tables; zh words', () => {
-    const html = render(mod.ClusterTables({ cluster, doc: null, error: 'Prometheus did not answer: x', lang: 'zh' }))
+    const html = render(mod.ClusterTables({ cluster, doc: { distributed: { job_key: 'run-7', world_size: 2 } }, error: 'Prometheus did not answer: x', lang: 'zh' }))
     assert.match(html, /data-testid="dsh-gpu-cluster-error"/)
     assert.match(html, /缺失：抓取失败/)
+  })
+  test('a job that is not distributed: one line, no tables (issue 39 item 3)', () => {
+    const many = { ...cluster, undistributed_jobs: 22 }
+    for (const doc of [null, { distributed: null }, { distributed: { job_key: 'slurm-9', world_size: 1, ranks: [0] } }]) {
+      const html = render(mod.ClusterTables({ cluster: many, doc, error: null, lang: 'en' }))
+      assert.doesNotMatch(html, /<table|dsh-gpu-cluster-job|dsh-gpu-cluster-rank|No rank reports/)
+      assert.equal((html.match(/data-testid="dsh-gpu-cluster-line"/g) || []).length, 1, html)
+      assert.match(html, /Cluster \(from http:\/\/p:9090\): 2 node\(s\), 1 distributed job\(s\)\. This job is not distributed/)
+    }
+    const failed = render(mod.ClusterTables({ cluster: many, doc: null, error: 'refused', lang: 'en' }))
+    assert.doesNotMatch(failed, /<table/)
+    assert.match(failed, /data-testid="dsh-gpu-cluster-line">Prometheus did not answer: refused</)
+    assert.equal(mod.ClusterTables({ cluster: null, doc: null, error: null, lang: 'en' }), null)
+    // a distributed job Prometheus does not know: every distributed job, the others counted in a line
+    const other = render(mod.ClusterTables({ cluster: many, doc: { distributed: { job_key: 'run-9', world_size: 2 } }, error: null, lang: 'en' }))
+    assert.match(other, /data-testid="dsh-gpu-cluster-job" data-job-key="run-7"/)
+    assert.match(other, /data-testid="dsh-gpu-cluster-undistributed">22 job\(s\) of one process or one rank on one node are not listed\.</)
   })
   test('one fetch: 200 shows, 404 hides, 503 keeps, 502 shows its error', () => {
     const none = { shown: false, cluster: null, error: null }

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict'
 import { describe, test } from 'node:test'
 import {
-  CLUSTER_NODE_COLUMNS, CLUSTER_RANK_COLUMNS, clusterNodeRows, clusterRankRows, clusterView,
+  CLUSTER_NODE_COLUMNS, CLUSTER_RANK_COLUMNS, clusterNodeRows, clusterRankRows, clusterView, isDistributed,
 } from '../../sidecar/static/shared/view_model.js'
 
 const gpu = (over = {}) => ({ index: 0, uuid: 'GPU-0', name: 'NVIDIA H100', util_pct: 90, mem_used_mib: 20480, mem_total_mib: 81920, sm_clock_mhz: 1980, sm_activity_fraction: 0.71, clock_events: [], ...over })
@@ -72,7 +72,21 @@ describe('cluster view', () => {
     const every = clusterView(cluster(), { distributed: null }, 'en')
     assert.equal(every.matched, false)
     assert.deepEqual(every.jobs.map((j) => j.key), ['run-7', 'node-a/200-1'])
-    assert.equal(every.summary, '3 node(s) · 2 job(s) · from http://prometheus:9090')
+    assert.equal(every.summary, '3 node(s) · 2 distributed job(s) · from http://prometheus:9090')
+  })
+  test('a job of more than one rank is distributed; any other gets one line, the others a count', () => {
+    assert.equal(isDistributed({ job_key: 'run-7', world_size: 4, ranks: [0] }), true)
+    assert.equal(isDistributed({ job_key: null, world_size: null, ranks: [0, 1] }), true) // rank 0 counts
+    for (const run of [null, undefined, { job_key: 'slurm-9', world_size: 1, ranks: [0] }, { job_key: 'k', world_size: null, ranks: [] }]) {
+      assert.equal(isDistributed(run), false, JSON.stringify(run))
+    }
+    const single = clusterView(cluster({ undistributed_jobs: 20 }), { distributed: null }, 'en')
+    assert.equal(single.distributed, false)
+    assert.equal(single.line, 'Cluster (from http://prometheus:9090): 3 node(s), 2 distributed job(s). This job is not distributed: it has no rows there.')
+    assert.equal(single.undistributed, '20 job(s) of one process or one rank on one node are not listed.')
+    assert.match(clusterView(cluster(), null, 'zh').line, /本作业不是分布式作业/)
+    const run = clusterView(cluster(), { distributed: { job_key: 'run-7', world_size: 4 } }, 'en')
+    assert.deepEqual([run.distributed, run.line, run.undistributed], [true, null, null])
   })
   test("another user's job under the same key is never the status document's", () => {
     const theirs = { job_key: 'run-7', uid: 65533, world_size: 8, nodes: ['node-a'], status: 'CPU', ranks: [rank({ rank: 1, job_id: '300-9' })], warnings: [] }

@@ -152,6 +152,8 @@ def cluster_text(doc: dict[str, Any]) -> str:
     keys = Counter(job["job_key"] for job in doc["jobs"])
     for job in doc["jobs"]:
         lines += ["", *_job_lines(job, keys[job["job_key"]] > 1)]
+    if doc["undistributed_jobs"]:  # one line for them all: a row each buried the distributed ones
+        lines += ["", f"{doc['undistributed_jobs']} job(s) of one process or one rank on one node are not listed"]
     if doc["job"] and not doc["jobs"]:
         lines.append(f"no job {doc['job']} in the last 10 minutes")
     return "\n".join(lines) + "\n"

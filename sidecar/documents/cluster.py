@@ -220,8 +220,14 @@ def _ranks(
     answers: ClusterAnswers, keys: Mapping[tuple[str, str], JobKey]
 ) -> tuple[dict[JobKey, dict[str, dict]], dict[JobKey, int]]:
     """(job key -> rank label -> the rank's row (node, local rank, step shares, forward rate, GPUs),
-    job key -> world size)."""
+    job key -> world size: its ranks', else its `dsh_job_info`'s, which a job's sidecar exports
+    from its distributed identity before any rank series)."""
     rows = _RankRows(keys)
+    for labels, _ in answers.jobs_recent:
+        size = _int(labels.get("world_size"))
+        key = keys.get((labels.get("instance", ""), labels.get("job_id", "")))
+        if size and key is not None:
+            rows.world[key] = max(size, rows.world.get(key, 0))
     rows.add_ranks(answers.ranks)
     rows.add_values(answers.step_fraction, "{phase}_fraction", _number, rank_role=True)
     rows.add_values(answers.rank_backward, "backward_fraction", _number)
@@ -311,7 +317,8 @@ def build_cluster(
     job: str | None = None,
 ) -> dict[str, Any]:
     """The cluster document (docs/deploy.md, "One job across nodes"). `job` keeps only the jobs of that key (or
-    job_id), whoever owns them; without it every job is shown, multi-node ones first."""
+    job_id), whoever owns them, whatever their size; without it every distributed job is shown,
+    multi-node ones first, and the others are counted (`undistributed_jobs`)."""
     nodes = _node_facts(answers)
     gpus = _gpus(answers)
     keys_now = _job_keys(answers.jobs)
@@ -338,7 +345,10 @@ def build_cluster(
             where_now[key].add(node)
             if status.get((instance, job_id)) in contract.STATUSES:  # a label: only the verdict's words
                 statuses[key].add(status[(instance, job_id)])
-    wanted = [k for k in where_recent if job is None or k[0] == job or k[0].endswith(f"/{job}")]
+    asked = [k for k in where_recent if job is None or k[0] == job or k[0].endswith(f"/{job}")]
+    wanted = asked if job is not None else [
+        k for k in asked if _distributed(world.get(k), len(ranks.get(k, {})), len(where_recent[k]))
+    ]
     wanted.sort(key=lambda k: (-len(where_recent[k]), k[0], _int(k[1]) or 0, k[1]))
     jobs = []
     for key in wanted[:MAX_CLUSTER_JOBS]:
@@ -373,9 +383,17 @@ def build_cluster(
         "job": job,
         "nodes": _node_rows(nodes, gpus),
         "jobs": jobs,
+        "undistributed_jobs": len(asked) - len(wanted),
         "warnings": [_warning(f) for f in node_findings(list(nodes.values()))],
     }
     return contract.check_if_enabled(doc, "cluster")
+
+
+def _distributed(world_size: int | None, ranks: int, nodes: int) -> bool:
+    """A job of more than one rank: its world size says so, or more ranks or nodes than one were seen.
+    A job of one process (or one rank) on one node is its own page's: the cluster view lists it not,
+    or one node's every notebook and script would bury the runs it is for (issue 39 item 3)."""
+    return (world_size or 0) > 1 or ranks > 1 or nodes > 1
 
 
 def _node_rows(nodes: Mapping[str, NodeFacts], gpus: Mapping[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:

@@ -109,7 +109,7 @@ def cluster_document(schema: int, statuses: tuple[str, ...], severities: tuple[s
                 "the real uid of its root on every node (`dsh_job_info`'s `uid`); null: its sidecars export none",
                 null=True,
             ),
-            "world_size": F(INT, "WORLD_SIZE its ranks report", null=True),
+            "world_size": F(INT, "WORLD_SIZE its ranks (or its `dsh_job_info`) report", null=True),
             "nodes": F(ListOf(STR, MAX_CLUSTER_NODES), "the nodes that ran it within the last 10 minutes"),
             "status": F(
                 Enum(statuses),
@@ -138,7 +138,14 @@ def cluster_document(schema: int, statuses: tuple[str, ...], severities: tuple[s
             "nodes": F(
                 ListOf(CLUSTER_NODE, MAX_CLUSTER_NODES), "every node seen within the last 10 minutes, by name"
             ),
-            "jobs": F(ListOf(job, MAX_CLUSTER_JOBS), "the jobs, those on most nodes first"),
+            "jobs": F(
+                ListOf(job, MAX_CLUSTER_JOBS),
+                "the distributed jobs (world size over 1, or ranks or nodes more than one; with ?job=KEY: "
+                "that job, whatever its size), those on most nodes first",
+            ),
+            "undistributed_jobs": F(
+                INT, "the jobs of one process or one rank on one node: counted here, not listed in `jobs`"
+            ),
             "warnings": F(ListOf(warning), "`node-missing` for each silent node"),
         },
     )

@@ -23,12 +23,20 @@ def sample(instance: str, value: float = 1.0, **labels: str) -> tuple[dict[str, 
     return ({"instance": instance, "job": "dsh", "node": NODE_NAMES[instance], **labels}, value)
 
 
-def two_nodes_and_a_silent_one(job_key: str = "run-7", straggler: int | None = None) -> dict[str, list]:
+def two_nodes_and_a_silent_one(
+    job_key: str = "run-7", straggler: int | None = None, single_process_jobs: int = 0
+) -> dict[str, list]:
     """Job `job_key` with ranks 0-1 on node-a and 2-3 on node-b, each node two H100s (node-a's GPU 0
     slowed by heat); node-c reported within the look-back window and has no sample now (`gone`).
     Rank 3 waits longest for its data; with `straggler`, that rank's backward is the least of the
-    four now and STRAGGLER_CONFIRM_S ago (windows of 40 steps): the one the others wait for."""
+    four now and STRAGGLER_CONFIRM_S ago (windows of 40 steps): the one the others wait for. With
+    `single_process_jobs`, node-a also runs that many jobs of one process (no job key, no rank)."""
     r: dict[str, list] = {name: [] for name in CLUSTER_QUERIES}
+    for i in range(single_process_jobs):
+        job_id = f"{1291 + i}-7"
+        r["jobs"].append(sample(NODE_A, job_id=job_id))
+        r["jobs_recent"].append(sample(NODE_A, job_id=job_id))
+        r["status"].append(sample(NODE_A, job_id=job_id, status="CPU"))
     r["sidecars_recent"].append(sample(NODE_C, version="1"))
     for n, inst in enumerate((NODE_A, NODE_B)):
         for name in ("sidecars", "sidecars_recent"):

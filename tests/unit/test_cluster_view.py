@@ -166,6 +166,43 @@ def test_jobs_without_a_key_stay_on_their_node_and_job_filter_picks_one():
     assert none["jobs"] == [] and "no job other" in cluster_text(none)
 
 
+def single_process_jobs(r: dict[str, list], inst: str, n: int) -> list[str]:
+    """`n` jobs of one process on node `inst`, as its sidecar exports them: a `dsh_job_info` each
+    (no job_key, no world size: not distributed), a status, no rank series. Their job ids."""
+    ids = [f"{1291 + i}-7" for i in range(n)]
+    for job_id in ids:
+        r["jobs"].append(s(inst, job_id=job_id, root_pid=job_id.split("-")[0], user="ana", process="python"))
+        r["jobs_recent"].append(s(inst, job_id=job_id))
+        r["status"].append(s(inst, job_id=job_id, status="CPU"))
+    return ids
+
+
+def test_jobs_of_one_process_are_counted_not_listed():
+    """Issue 39 item 3: a node's twenty notebooks and scripts were twenty jobs of the view, each an
+    empty table ("0 of - ranks") above the run it is for. Only distributed jobs are listed (world size
+    over 1: from the ranks, or from dsh_job_info before any rank reports); the rest is a count."""
+    r = two_node_job()
+    ids = single_process_jobs(r, A, 20)
+    # a job whose dsh_job_info says WORLD_SIZE=2 before any of its ranks' series: distributed
+    r["jobs"].append(s(B, job_id="500-1", job_key="run-8", world_size="2"))
+    r["jobs_recent"].append(s(B, job_id="500-1", job_key="run-8", world_size="2"))
+    # one of WORLD_SIZE=1 (a launcher's single rank): not distributed
+    r["jobs_recent"].append(s(B, job_id="600-1", job_key="run-9", world_size="1"))
+    r["ranks"].append(s(B, job_id="600-1", rank="0", local_rank="0", world_size="1"))
+    doc = cluster_doc(r, now_unix_s=1000.0, prometheus="http://p:9090")
+    assert [(j["job_key"], j["world_size"]) for j in doc["jobs"]] == [("run-7", 4), ("run-8", 2)]
+    assert doc["undistributed_jobs"] == 21
+    text = cluster_text(doc)
+    assert "0 of - ranks" not in text and text.count("\njob ") == 2, text
+    assert text.rstrip().endswith("21 job(s) of one process or one rank on one node are not listed"), text
+    assert "cluster from http://p:9090: 2 node(s), 2 job(s)" in text
+    # asked for by name, a job of one process is shown, whatever its size
+    one = cluster_doc(r, now_unix_s=1000.0, prometheus="http://p:9090", job=ids[3])
+    assert [j["job_key"] for j in one["jobs"]] == [f"node-a/{ids[3]}"] and one["undistributed_jobs"] == 0
+    # none of them: no line about them
+    assert "not listed" not in cluster_text(cluster_doc(two_node_job(), now_unix_s=1000.0, prometheus="p"))
+
+
 def owned_by(r: dict[str, list], uid: str) -> dict[str, list]:
     """The job's dsh_job_info series with its owner's uid, as a sidecar exports it."""
     for name in ("jobs", "jobs_recent"):

@@ -1,10 +1,11 @@
 // The GPU view's cluster section: every node's GPUs and the job's ranks across nodes, from
 // /dsh-gpu-dashboard/api/cluster (the sidecar started with --prometheus, the plugin's
 // `prometheusUrl`). The cells come from the shared view model (view_model.js clusterView), the
-// standalone page lays out the same ones. Hidden while the route answers 404 (no Prometheus).
+// standalone page lays out the same ones. Hidden while the route answers 404 (no Prometheus). A job
+// that is not distributed gets one line, no tables, as on the page.
 import { useEffect, useState } from 'react'
 import { t } from '../../../sidecar/static/shared/format.js'
-import { CLUSTER_NODE_COLUMNS, CLUSTER_RANK_COLUMNS, clusterView } from '../../../sidecar/static/shared/view_model.js'
+import { CLUSTER_NODE_COLUMNS, CLUSTER_RANK_COLUMNS, clusterView, isDistributed } from '../../../sidecar/static/shared/view_model.js'
 import { API } from './store.js'
 
 // The sidecar caches the answer 5 s and Prometheus scrapes every 15 s: asking more often shows nothing new.
@@ -54,6 +55,15 @@ function ClusterWarnings({ warnings }) {
 /** The cluster section for a fetched ClusterDocument (`cluster`) or an error; no hooks (tests render it). */
 export function ClusterTables({ cluster, doc, error, lang }) {
   const vm = cluster ? clusterView(cluster, doc, lang) : null
+  if (!isDistributed(doc && doc.distributed)) {
+    const line = error ? t(lang, 'cluster.error', { error }) : vm && vm.line
+    if (!line) return null
+    return (
+      <section data-testid="dsh-gpu-cluster">
+        <div className={error ? 'dgd-bad' : 'dgd-muted'} data-testid="dsh-gpu-cluster-line">{line}</div>
+      </section>
+    )
+  }
   return (
     <section data-testid="dsh-gpu-cluster">
       <h3 className="dgd-section-title">
@@ -75,6 +85,7 @@ export function ClusterTables({ cluster, doc, error, lang }) {
                 rowProps={(r) => ({ 'data-testid': 'dsh-gpu-cluster-rank', 'data-rank': r.rank })} />
             </div>
           ))}
+          {!vm.matched && vm.undistributed ? <div className="dgd-muted" data-testid="dsh-gpu-cluster-undistributed">{vm.undistributed}</div> : null}
         </>
       ) : null}
     </section>

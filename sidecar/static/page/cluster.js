@@ -1,9 +1,11 @@
 // cluster.js — the page's Cluster section: every node's GPUs and the current job's ranks across
 // nodes, from GET api/dsh-gpu-dashboard/cluster (a sidecar started with --prometheus). The cells
 // come from view_model.js (clusterView), as the DSH plugin's. Shown once the route answers (a 502,
-// Prometheus failing, shows its error); a 404 (no --prometheus) keeps it hidden.
+// Prometheus failing, shows its error); a 404 (no --prometheus) keeps it hidden. A job that is not
+// distributed gets one line, no tables: the cluster view is for jobs across ranks and nodes, and a
+// node's every notebook and script drew an empty table each above the job's own processes.
 
-import { CLUSTER_NODE_COLUMNS, CLUSTER_RANK_COLUMNS, clusterView } from '../shared/view_model.js';
+import { CLUSTER_NODE_COLUMNS, CLUSTER_RANK_COLUMNS, clusterView, isDistributed } from '../shared/view_model.js';
 
 const CLUSTER_URL = 'api/dsh-gpu-dashboard/cluster';
 // `cluster` of /version says whether the route serves (--prometheus): asked again this often, so a
@@ -81,11 +83,19 @@ export function createClusterPanel({ root, h, richText, tr, lang, statusDoc, fet
   }
 
   function render() {
-    root.hidden = !st.shown;
-    const vm = st.shown && st.doc ? clusterView(st.doc, statusDoc(), lang()) : null;
-    if (!changed('cluster', [st.shown, st.error, vm])) return;
+    const doc = statusDoc();
+    const single = !isDistributed(doc && doc.distributed);
+    const vm = st.shown && st.doc ? clusterView(st.doc, doc, lang()) : null;
+    // not distributed: one line at most (the view's, or Prometheus's error)
+    const line = single && st.shown ? (st.error ? tr('cluster.error', { error: st.error }) : vm && vm.line) : null;
+    root.hidden = !st.shown || (single && !line);
+    if (!changed('cluster', [st.shown, st.error, vm, line])) return;
     root.replaceChildren();
-    if (!st.shown) return;
+    if (root.hidden) return;
+    if (single) {
+      root.append(h('p', { class: `cluster-line${st.error ? ' bad' : ''}`, 'data-testid': 'cluster-line', text: line }));
+      return;
+    }
     const head = h('div', { class: 'block-head' }, h('h2', { class: 'block-title', text: tr('cluster.title') }),
       vm ? h('span', { class: 'cluster-summary', 'data-testid': 'cluster-summary', text: vm.summary }) : null);
     root.append(head);
@@ -97,13 +107,14 @@ export function createClusterPanel({ root, h, richText, tr, lang, statusDoc, fet
       (r) => ({ 'data-testid': 'cluster-node-row', 'data-node': r.node, 'data-reporting': r.reporting ? 'true' : 'false', class: r.first ? 'node-first' : null }),
       tr('cluster.noNodes')));
     if (!vm.jobs.length) root.append(h('p', { class: 'empty', text: tr('cluster.noJob') }));
-    else if (!vm.matched && statusDoc() && statusDoc().distributed) root.append(h('p', { class: 'empty', text: tr('cluster.otherJobs') }));
+    else if (!vm.matched) root.append(h('p', { class: 'empty', text: tr('cluster.otherJobs') }));
     for (const job of vm.jobs) {
       root.append(h('div', { class: 'cluster-job', 'data-testid': 'cluster-job', 'data-job-key': job.key },
         h('h3', { class: 'cluster-job-title', text: job.title }, ' ', h('span', { class: 'cluster-job-detail', text: job.detail })),
         warningList(h, richText, tr, job.warnings, 'cluster-job-warnings'),
         table(h, tr, 'cluster-ranks', CLUSTER_RANK_COLUMNS, job.ranks, (r) => ({ 'data-testid': 'cluster-rank-row', 'data-rank': r.rank }), tr('cluster.noRanks'))));
     }
+    if (!vm.matched && vm.undistributed) root.append(h('p', { class: 'empty', 'data-testid': 'cluster-undistributed', text: vm.undistributed }));
   }
 
   return { maybeFetch, render };

@@ -381,7 +381,8 @@ export const SCHEMA = 2
  * @property {number|null} prometheus_uid the user whose process served that Prometheus on this machine (ours, root or a --prometheus-user: no other is asked); null: another host
  * @property {string|null} job the job asked for (?job=KEY), null: every job
  * @property {Array<ClusterNode>} nodes every node seen within the last 10 minutes, by name
- * @property {Array<ClusterJob>} jobs the jobs, those on most nodes first
+ * @property {Array<ClusterJob>} jobs the distributed jobs (world size over 1, or ranks or nodes more than one; with ?job=KEY: that job, whatever its size), those on most nodes first
+ * @property {number} undistributed_jobs the jobs of one process or one rank on one node: counted here, not listed in `jobs`
  * @property {Array<ClusterWarning>} warnings `node-missing` for each silent node
  */
 
@@ -414,7 +415,7 @@ export const SCHEMA = 2
  * @typedef {Object} ClusterJob
  * @property {string} job_key the key that joins its nodes' jobs
  * @property {number|null} uid the real uid of its root on every node (`dsh_job_info`'s `uid`); null: its sidecars export none
- * @property {number|null} world_size WORLD_SIZE its ranks report
+ * @property {number|null} world_size WORLD_SIZE its ranks (or its `dsh_job_info`) report
  * @property {Array<string>} nodes the nodes that ran it within the last 10 minutes
  * @property {"GPU"|"CPU"|"MIXED"|"UNKNOWN"|null} status its verdict where its nodes agree, MIXED where they differ
  * @property {Array<ClusterRank>} ranks its ranks, by rank

@@ -54,9 +54,15 @@
  *                              'high' as in the process table), forward, optimizer, other,
  *                              collectiveWait (its wait for the slowest rank; `straggler-rank` names it).
  *   clusterView(cluster, statusDoc, lang)  {summary, nodes: rows, warnings: [{code, severity, sev, message,
- *                              hint}], jobs: [{key, title, status, warnings, ranks: rows}], matched}: the
- *                              job whose job_key and uid are the status document's distributed.job_key and
- *                              .uid (`matched`), else every job.
+ *                              hint}], jobs: [{key, title, status, warnings, ranks: rows}], matched,
+ *                              distributed, line, undistributed}: the job whose job_key and uid are the
+ *                              status document's distributed.job_key and .uid (`matched`), else every
+ *                              job the document lists (its distributed ones). `distributed`: the status
+ *                              document's job is one (isDistributed); when it is not, the section is
+ *                              `line` alone, one sentence, no tables. `undistributed`: the sentence for
+ *                              the document's undistributed_jobs, null when none.
+ *   isDistributed(run)         a status document's `distributed` is a job of more than one rank: its
+ *                              world size, or the ranks seen on this node, say so.
  */
 
 import {
@@ -438,9 +444,16 @@ function clusterWarnings(ws, lang) {
   return sortWarnings(ws).map((w) => ({ code: w.code, severity: t(lang, `severity.${severityOf(w)}`), sev: severityOf(w), message: warningMessage(w, lang), hint: warningHint(w, lang) || null }));
 }
 
+export function isDistributed(run) {
+  // Not list(): rank 0 is falsy.
+  return Boolean(run) && ((isNum(run.world_size) && run.world_size > 1) || (Array.isArray(run.ranks) && run.ranks.length > 1));
+}
+
 export function clusterView(cluster, statusDoc, lang) {
   const c = cluster || {};
   const run = statusDoc && statusDoc.distributed ? statusDoc.distributed : null;
+  const distributed = isDistributed(run);
+  const others = isNum(c.undistributed_jobs) ? c.undistributed_jobs : 0;
   const key = run ? run.job_key : null;
   const all = list(c.jobs);
   // A job key is anyone's to set (TORCHELASTIC_RUN_ID): the run is its key with its owner's uid, so
@@ -462,6 +475,9 @@ export function clusterView(cluster, statusDoc, lang) {
     warnings: clusterWarnings(c.warnings, lang),
     jobs,
     matched: mine.length > 0,
+    distributed,
+    line: distributed ? null : t(lang, 'cluster.line', { nodes: list(c.nodes).length, jobs: all.length, prometheus: c.prometheus || NA }),
+    undistributed: others > 0 ? t(lang, 'cluster.undistributed', { n: others }) : null,
   };
 }
 
