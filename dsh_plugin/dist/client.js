@@ -3074,6 +3074,46 @@ function eventMarkers(events, t0, t1, iw, minPx = EVENT_MARKER_MIN_PX, maxMarker
     events: evs
   }));
 }
+var EVENT_LABEL_MAX_CHARS = 24;
+var EVENT_LABEL_PAD_PX = 5;
+var EVENT_LABEL_GAP_PX = 12;
+function joinMarkers(a, b) {
+  const events = [...a.events, ...b.events];
+  return { time_unix_s: (events[0].time_unix_s + events[events.length - 1].time_unix_s) / 2, events };
+}
+function placeEventMarkers(markers, { xOf, labelOf, widthOf, left, right, padPx = EVENT_LABEL_PAD_PX, gapPx = EVENT_LABEL_GAP_PX }) {
+  const after = (prev) => prev ? Math.max(prev.box[1], prev.x) + gapPx : left;
+  const fit = (mk, prev) => {
+    const first = mk.events[0].time_unix_s;
+    const last = mk.events[mk.events.length - 1].time_unix_s;
+    const [xs, xe] = [xOf(first), xOf(last)];
+    const label = labelOf(mk);
+    const w = widthOf(label);
+    const start = { events: mk.events, time_unix_s: first, x: xs, label, anchor: "start", box: [xs + padPx, xs + padPx + w] };
+    if (prev && xs < after(prev)) return null;
+    if (start.box[1] <= right) return start;
+    if (xe - padPx - w >= after(prev)) return { events: mk.events, time_unix_s: last, x: xe, label, anchor: "end", box: [xe - padPx - w, xe - padPx] };
+    return prev ? null : start;
+  };
+  const queue = [...markers];
+  const out = [];
+  while (queue.length) {
+    let cur = queue.shift();
+    for (; ; ) {
+      const prev = out.length ? out[out.length - 1] : null;
+      const placed = fit(cur, prev);
+      if (placed) {
+        out.push(placed);
+        break;
+      }
+      out.pop();
+      const k = cur.events.findIndex((e) => xOf(e.time_unix_s) >= after(prev));
+      if (k > 0) queue.unshift({ events: cur.events.slice(k) });
+      cur = joinMarkers(prev, k > 0 ? { events: cur.events.slice(0, k) } : cur);
+    }
+  }
+  return out;
+}
 var TimeChart = class {
   constructor(body, opts) {
     this.body = body;
@@ -3174,12 +3214,18 @@ var TimeChart = class {
   }
   _drawEvents(events) {
     const svg = this.svg;
-    const { x, t0, t1, m, ih, iw } = this._scale;
+    const { x, t0, t1, m, ih, iw, W } = this._scale;
     const evg = el("g", { class: "events" }, svg);
-    this._markers = eventMarkers(events, t0, t1, iw);
+    this._markers = placeEventMarkers(eventMarkers(events, t0, t1, iw), {
+      xOf: (t2) => Math.round(x(t2)) + 0.5,
+      labelOf: (mk) => this._markerLabel(mk),
+      widthOf: this._labelWidth(evg),
+      left: m.l,
+      right: W - 2
+    });
     for (const mk of this._markers) {
       const n = mk.events.length;
-      const xx = Math.round(x(mk.time_unix_s)) + 0.5;
+      const xx = mk.x;
       const g = el("g", {
         class: n > 1 ? "event event-merged" : "event",
         "data-testid": "event-marker",
@@ -3188,9 +3234,34 @@ var TimeChart = class {
       }, evg);
       el("line", { x1: xx, x2: xx, y1: m.t, y2: m.t + ih }, g);
       el("path", { d: `M${xx - 4},${m.t - 6} h8 l-4,6 z` }, g);
-      if (n > 1) el("text", { x: xx + 5, y: m.t - 1, class: "event-count" }, g).textContent = String(n);
+      el("text", {
+        x: mk.anchor === "start" ? mk.box[0] : mk.box[1],
+        y: m.t - 2,
+        "text-anchor": mk.anchor,
+        class: "event-label"
+      }, g).textContent = mk.label;
       el("title", null, g).textContent = this._markerTitle(mk);
     }
+  }
+  /** What a marker says on the chart: its event's name (cut at EVENT_LABEL_MAX_CHARS), or "12 events". */
+  _markerLabel(mk) {
+    if (mk.events.length > 1) return this._eventsLabel(mk.events.length);
+    const name2 = String(mk.events[0].name || "");
+    return name2.length > EVENT_LABEL_MAX_CHARS ? `${name2.slice(0, EVENT_LABEL_MAX_CHARS - 1)}…` : name2;
+  }
+  /** A label's width as drawn (a scratch text of the labels' class in `g`, each text measured once);
+   *  a chart not laid out (hidden) measures nothing, so a width is estimated, wide rather than narrow. */
+  _labelWidth(g) {
+    const probe = el("text", { class: "event-label", visibility: "hidden" }, g);
+    const widths = /* @__PURE__ */ new Map();
+    return (text) => {
+      if (!widths.has(text)) {
+        probe.textContent = text;
+        const drawn = typeof probe.getComputedTextLength === "function" ? probe.getComputedTextLength() : 0;
+        widths.set(text, drawn > 0 ? drawn : [...text].reduce((a, c) => a + (c.codePointAt(0) > 11904 ? 11 : 7), 0));
+      }
+      return widths.get(text);
+    };
   }
   /** A marker's title: its event, or "12 events" and the first of them by name. */
   _markerTitle(mk) {
@@ -4145,7 +4216,7 @@ var CSS = `
 .dgd-chart-body svg .limit-label { fill: var(--dsw-alias-label-tertiary, #9aa1a9); font-size: 10px; }
 .dgd-chart-body svg .event line { stroke: #7c3aed; stroke-width: 1; stroke-dasharray: 3 3; opacity: .75; }
 .dgd-chart-body svg .event path { fill: #7c3aed; }
-.dgd-chart-body svg .event .event-count { fill: #7c3aed; font-size: 9px; font-weight: 700; }
+.dgd-chart-body svg .event-label { fill: #7c3aed; font-size: 10px; font-weight: 600; }
 .dgd-chart-body svg .crosshair { stroke: var(--dsw-alias-label-tertiary, #656d76); stroke-width: 1; }
 .dgd-chart-body svg .hover-dot { stroke: var(--dsw-alias-bg-layer-1, #fff); stroke-width: 2; }
 .dgd-tooltip { position: fixed; z-index: 1000; pointer-events: none; min-width: 130px; padding: 7px 10px; border-radius: 8px; font-size: 12px;

@@ -13,7 +13,7 @@ import { dataWait, efficiency, reasonKind, smText, utilText } from '../../sideca
 import { cpuMode, gpuChartData, jobChartData } from '../../sidecar/static/shared/history_data.js'
 import { t } from '../../sidecar/static/shared/format.js'
 import { gpuCard } from '../../sidecar/static/shared/view_model.js'
-import { EVENT_MARKERS_MAX, EVENT_MARKER_MIN_PX, eventMarkers } from '../../sidecar/static/shared/charts.js'
+import { EVENT_MARKERS_MAX, EVENT_MARKER_MIN_PX, eventMarkers, placeEventMarkers } from '../../sidecar/static/shared/charts.js'
 
 const here = dirname(fileURLToPath(import.meta.url))
 let mod
@@ -154,6 +154,32 @@ describe('event markers (charts.js, the page\'s and the plugin\'s charts)', () =
     const [m, ...rest] = eventMarkers([{ time_unix_s: 101, name: 'b' }, { time_unix_s: 100, name: 'a' }], 0, 300, 600)
     assert.deepEqual(rest, [])
     assert.deepEqual(m, { time_unix_s: 100.5, events: [{ time_unix_s: 100, name: 'a' }, { time_unix_s: 101, name: 'b' }] })
+  })
+  test('labelled markers: every event in one, no label over another label or line, none past the edges', () => {
+    // a label 7 px a character ("133 events": 70 px); the chart's plot from 58 px, labels up to `right`
+    const widthOf = (text) => text.length * 7
+    const labelOf = (mk) => (mk.events.length > 1 ? `${mk.events.length} events` : mk.events[0].name)
+    for (const [events, iw] of [[every(1, 300), 300], [every(0.4, 750), 1100], [every(60, 5), 600], [every(1, 3, 297), 300]]) {
+      const x = (t) => 58 + (t / 300) * iw
+      const right = 58 + iw + 10
+      const placed = placeEventMarkers(eventMarkers(events, 0, 300, iw), { xOf: x, labelOf, widthOf, left: 58, right })
+      assert.deepEqual(placed.flatMap((m) => m.events), events.filter((e) => e.time_unix_s <= 300))
+      for (const [i, m] of placed.entries()) {
+        assert.equal(m.label, labelOf(m))
+        assert.ok(m.box[0] >= 58 && m.box[1] <= right, `marker ${i} ${m.box} leaves [58, ${right}]`)
+        assert.ok(m.x === x(m.anchor === 'start' ? m.events[0].time_unix_s : m.events[m.events.length - 1].time_unix_s))
+        if (i) {
+          const p = placed[i - 1]
+          assert.ok(m.box[0] >= p.box[1] && m.x > p.box[1] && m.x > p.x, `markers ${i - 1}, ${i}: ${p.box} ${p.x} / ${m.box} ${m.x}`)
+        }
+      }
+    }
+    // the newest events at the right edge: their label left of their line, not past the chart
+    const edge = placeEventMarkers([{ events: [{ time_unix_s: 0, name: 'a' }] }, { events: [{ time_unix_s: 299, name: 'epoch_end' }] }], { xOf: (t) => 58 + t, labelOf, widthOf, left: 58, right: 360 })
+    assert.deepEqual(edge.map((m) => [m.anchor, m.label]), [['start', 'a'], ['end', 'epoch_end']])
+    // two events with no room between them for a label: one marker, "2 events"
+    const close = placeEventMarkers([{ events: [{ time_unix_s: 0, name: 'a' }] }, { events: [{ time_unix_s: 5, name: 'b' }] }], { xOf: (t) => 58 + t, labelOf, widthOf, left: 58, right: 360 })
+    assert.deepEqual(close.map((m) => m.label), ['2 events'])
   })
   test('only the window\'s events; nothing for no window, no width or no list', () => {
     assert.deepEqual(eventMarkers(every(10, 10), 25, 55, 600).flatMap((m) => m.events.map((e) => e.time_unix_s)), [30, 40, 50])

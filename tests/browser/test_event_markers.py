@@ -1,6 +1,9 @@
-"""The history charts stay readable when a job logs an event every 0.4 s (the demo does): events that
-fall closer than a marker's room share one marker with their count (charts.js eventMarkers), a chart
-draws a bounded number of them, and the screenshot of a chart is mostly chart, not markers.
+"""The history charts stay readable when a job logs an event every 0.4 s (the demo logs one a
+second): events that fall closer than a marker's room share one marker with their count (charts.js
+eventMarkers), a chart draws a bounded number of them, and the screenshot of a chart is mostly chart,
+not markers. Each marker says what it is without hovering ("12 events", or its event's name), and no
+label overlaps another label or line, at the chart's right edge too (issue 39 item 11: bare numbers,
+▼18 ▼9 ▼32, explained only on hover, piled up at the right edge).
 
 The page is fed as by a sidecar that ran along a 10-minute job: each /history answer brings the next
 minute (its samples, and the events newer than `since`, the last 100 of them, as the contract says).
@@ -129,7 +132,7 @@ def test_an_event_every_0_4_s_leaves_the_charts_readable(demo_page, pages, tmp_p
         markers = {
             name: page.eval_on_selector_all(
                 f"[data-testid=chart-{name}] [data-testid=event-marker]",
-                "ms => ms.map(m => ({count: Number(m.dataset.count || 1), label: (m.querySelector('.event-count') || {}).textContent || null, title: m.querySelector('title').textContent}))",
+                "ms => ms.map(m => ({count: Number(m.dataset.count || 1), label: (m.querySelector('.event-label') || {}).textContent || null, title: m.querySelector('title').textContent}))",
             )
             for name in charts
         }
@@ -144,13 +147,13 @@ def test_an_event_every_0_4_s_leaves_the_charts_readable(demo_page, pages, tmp_p
     merged = [m for m in markers["util"] if m["count"] > 1]
     assert merged, "events 0.4 s apart merge"
     for m in merged:
-        assert m["label"] == str(m["count"])
+        assert m["label"] == f"{m['count']} events"  # what the number counts, without hovering
         lines = m["title"].split("\n")
         assert lines[0] == f"{m['count']} events" and "step_" in lines[1], m["title"]
     # The tooltip over a merged marker says how many and lists them.
     marker = page.locator("[data-testid=chart-util] [data-testid=event-marker].event-merged").nth(2)
     # None while the page redraws the chart (every 0.2 s here): asked again until it is drawn.
-    box = wait_for(lambda: marker.locator("line").bounding_box(), 10, 0.05, "a merged marker drawn")
+    box = wait_for(lambda: marker.locator("line:not(.event-span)").bounding_box(), 10, 0.05, "a merged marker drawn")
     page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
     wait_js(page, "() => !document.querySelector('[data-testid=tooltip]').hidden")
     assert " events\n" in page.inner_text("[data-testid=tooltip] .tt-event")
@@ -161,4 +164,54 @@ def test_an_event_every_0_4_s_leaves_the_charts_readable(demo_page, pages, tmp_p
     share = marker_colour_share(page, png)
     assert share < 0.03, f"markers cover {share:.1%} of the utilisation chart ({png_path})"
     screenshot(page, "events-every-0.4s", element="[data-testid=chart-util]")
+    assert not pages.errors, pages.errors
+
+
+# Every marker of a chart as drawn: its count, its label's text and box, its line's x; the chart's box.
+GEOMETRY = """(chart) => {
+  const svg = document.querySelector(`[data-testid=chart-${chart}] svg`);
+  const box = (r) => ({left: r.left, right: r.right, top: r.top, bottom: r.bottom});
+  const markers = [...svg.querySelectorAll('[data-testid=event-marker]')].map((m) => {
+    const label = m.querySelector('.event-label');
+    return {
+      count: Number(m.dataset.count), name: m.dataset.name ?? null,
+      label: label ? label.textContent : null, box: label ? box(label.getBoundingClientRect()) : null,
+      line: m.querySelector('line:not(.event-span)').getBoundingClientRect().left,
+    };
+  });
+  return {svg: box(svg.getBoundingClientRect()), markers};
+}"""
+
+
+def assert_labels_readable_and_apart(geometry: dict, what: str) -> None:
+    svg, markers = geometry["svg"], geometry["markers"]
+    assert markers, what
+    for m in markers:
+        expected = f"{m['count']} events" if m["count"] > 1 else m["name"]
+        assert m["label"] == expected and m["box"]["right"] > m["box"]["left"], (what, m)
+        assert svg["left"] <= m["box"]["left"] and m["box"]["right"] <= svg["right"], (what, "leaves the chart", m, svg)
+    boxes = sorted((m["box"] for m in markers), key=lambda b: b["left"])
+    for a, b in zip(boxes, boxes[1:]):
+        assert a["right"] <= b["left"], (what, "labels overlap", a, b)
+    for m in markers:
+        for other in markers:
+            if other is not m:
+                assert not m["box"]["left"] <= other["line"] <= m["box"]["right"], (what, "a label over a line", m, other)
+
+
+def test_every_marker_says_what_it_is_and_no_label_overlaps_another(demo_page, pages):
+    page = demo_page
+    wait_js(page, "() => document.querySelectorAll('[data-testid=chart-util] .event-label').length > 0")
+    shown = None
+    for width in (1280, 900, 560):  # as wide as a laptop's window, and as narrow as a phone's
+        page.set_viewport_size({"width": width, "height": 1400})
+        page.wait_for_timeout(300)  # the charts redraw on resize (and every 0.2 s here)
+        for chart in ("util", "mem"):
+            geometry = page.evaluate(GEOMETRY, chart)
+            assert_labels_readable_and_apart(geometry, f"{chart} at {width} px")
+            # however narrow, every event is in a marker, the newest ones at the right edge too
+            total = sum(m["count"] for m in geometry["markers"])
+            assert shown is None or total == shown, (chart, width, total, shown)
+            shown = total
+    page.set_viewport_size({"width": 1280, "height": 1400})
     assert not pages.errors, pages.errors

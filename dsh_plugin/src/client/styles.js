@@ -141,7 +141,8 @@ export const CSS = `
 .dgd-chart-body svg .limit-label { fill: var(--dsw-alias-label-tertiary, #9aa1a9); font-size: 10px; }
 .dgd-chart-body svg .event line { stroke: #7c3aed; stroke-width: 1; stroke-dasharray: 3 3; opacity: .75; }
 .dgd-chart-body svg .event path { fill: #7c3aed; }
-.dgd-chart-body svg .event .event-count { fill: #7c3aed; font-size: 9px; font-weight: 700; }
+.dgd-chart-body svg .event-label { fill: #7c3aed; font-size: 10px; font-weight: 600; }
+.dgd-chart-body svg .event line.event-span { stroke: #7c3aed; stroke-width: 2; stroke-dasharray: none; opacity: .45; }
 .dgd-chart-body svg .crosshair { stroke: var(--dsw-alias-label-tertiary, #656d76); stroke-width: 1; }
 .dgd-chart-body svg .hover-dot { stroke: var(--dsw-alias-bg-layer-1, #fff); stroke-width: 2; }
 .dgd-tooltip { position: fixed; z-index: 1000; pointer-events: none; min-width: 130px; padding: 7px 10px; border-radius: 8px; font-size: 12px;

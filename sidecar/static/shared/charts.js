@@ -7,7 +7,9 @@
 //
 // Events closer than EVENT_MARKER_MIN_PX on the chart share one marker with their count (eventMarkers),
 // and a chart draws at most EVENT_MARKERS_MAX of them: a job that logs an event every 0.4 s would
-// otherwise hide its chart under the markers.
+// otherwise hide its chart under the markers. Each marker is labelled, its event's name or "12 events",
+// readable without hovering; markers whose labels would touch merge (placeEventMarkers), so no label
+// overlaps another or a marker's line, or leaves the chart at its right edge.
 //
 // Charts in the same `group` array share a hover crosshair (same time axis).
 
@@ -78,6 +80,57 @@ export function eventMarkers(events, t0, t1, iw, minPx = EVENT_MARKER_MIN_PX, ma
     time_unix_s: (evs[0].time_unix_s + evs[evs.length - 1].time_unix_s) / 2,
     events: evs,
   }));
+}
+
+export const EVENT_LABEL_MAX_CHARS = 24; // an event's name beyond this is cut with "…"
+const EVENT_LABEL_PAD_PX = 5; // between a marker's line and its label
+const EVENT_LABEL_GAP_PX = 12; // between a label and the next marker: wider than PAD, so a label reads as its own line's
+
+/** Neighbouring markers (or parts of them: {events}) as one. */
+function joinMarkers(a, b) {
+  const events = [...a.events, ...b.events];
+  return { time_unix_s: (events[0].time_unix_s + events[events.length - 1].time_unix_s) / 2, events };
+}
+
+/**
+ * Where each marker of `markers` (eventMarkers's, in time order) and its label go (pure). A marker's
+ * line stands at its first event, its label (labelOf(marker), widthOf(label) px wide) to the right,
+ * over the stretch its events fall in; where that would pass `right`, the line stands at its last
+ * event and the label to the left. Events that would fall under the previous marker's label join
+ * that marker; a marker whose label has no room at all (at the right edge) joins it whole.
+ * Returns [{time_unix_s (its line's time), events, x, label, anchor: 'start'|'end', box: [x0, x1]}]:
+ * the boxes, in order, `gapPx` apart at least, none over a line but its own, within [left, right]
+ * (but a chart too narrow for a single label).
+ */
+export function placeEventMarkers(markers, { xOf, labelOf, widthOf, left, right, padPx = EVENT_LABEL_PAD_PX, gapPx = EVENT_LABEL_GAP_PX }) {
+  const after = (prev) => (prev ? Math.max(prev.box[1], prev.x) + gapPx : left);
+  const fit = (mk, prev) => {
+    const first = mk.events[0].time_unix_s;
+    const last = mk.events[mk.events.length - 1].time_unix_s;
+    const [xs, xe] = [xOf(first), xOf(last)];
+    const label = labelOf(mk);
+    const w = widthOf(label);
+    const start = { events: mk.events, time_unix_s: first, x: xs, label, anchor: 'start', box: [xs + padPx, xs + padPx + w] };
+    if (prev && xs < after(prev)) return null;
+    if (start.box[1] <= right) return start;
+    if (xe - padPx - w >= after(prev)) return { events: mk.events, time_unix_s: last, x: xe, label, anchor: 'end', box: [xe - padPx - w, xe - padPx] };
+    return prev ? null : start;
+  };
+  const queue = [...markers]; // from the front; a marker split in two puts its later part back
+  const out = [];
+  while (queue.length) {
+    let cur = queue.shift();
+    for (;;) {
+      const prev = out.length ? out[out.length - 1] : null;
+      const placed = fit(cur, prev);
+      if (placed) { out.push(placed); break; }
+      out.pop();
+      const k = cur.events.findIndex((e) => xOf(e.time_unix_s) >= after(prev));
+      if (k > 0) queue.unshift({ events: cur.events.slice(k) });
+      cur = joinMarkers(prev, k > 0 ? { events: cur.events.slice(0, k) } : cur);
+    }
+  }
+  return out;
 }
 
 export class TimeChart {
@@ -188,21 +241,55 @@ export class TimeChart {
 
   _drawEvents(events) {
     const svg = this.svg;
-    const { x, t0, t1, m, ih, iw } = this._scale;
+    const { x, t0, t1, m, ih, iw, W } = this._scale;
     const evg = el('g', { class: 'events' }, svg);
-    this._markers = eventMarkers(events, t0, t1, iw);
+    this._markers = placeEventMarkers(eventMarkers(events, t0, t1, iw), {
+      xOf: (t) => Math.round(x(t)) + 0.5,
+      labelOf: (mk) => this._markerLabel(mk),
+      widthOf: this._labelWidth(evg),
+      left: m.l,
+      right: W - 2,
+    });
     for (const mk of this._markers) {
       const n = mk.events.length;
-      const xx = Math.round(x(mk.time_unix_s)) + 0.5;
+      const xx = mk.x;
       const g = el('g', {
         class: n > 1 ? 'event event-merged' : 'event', 'data-testid': 'event-marker', 'data-count': n,
         'data-name': n === 1 ? mk.events[0].name || '' : null,
       }, evg);
       el('line', { x1: xx, x2: xx, y1: m.t, y2: m.t + ih }, g);
+      if (n > 1) { // the stretch its events fall in, along the chart's top
+        const [a, z] = [mk.events[0], mk.events[n - 1]].map((e) => Math.round(x(e.time_unix_s)) + 0.5);
+        if (z - a >= 2) el('line', { x1: a, x2: z, y1: m.t + 1, y2: m.t + 1, class: 'event-span' }, g);
+      }
       el('path', { d: `M${xx - 4},${m.t - 6} h8 l-4,6 z` }, g);
-      if (n > 1) el('text', { x: xx + 5, y: m.t - 1, class: 'event-count' }, g).textContent = String(n);
+      el('text', {
+        x: mk.anchor === 'start' ? mk.box[0] : mk.box[1], y: m.t - 2, 'text-anchor': mk.anchor, class: 'event-label',
+      }, g).textContent = mk.label;
       el('title', null, g).textContent = this._markerTitle(mk);
     }
+  }
+
+  /** What a marker says on the chart: its event's name (cut at EVENT_LABEL_MAX_CHARS), or "12 events". */
+  _markerLabel(mk) {
+    if (mk.events.length > 1) return this._eventsLabel(mk.events.length);
+    const name = String(mk.events[0].name || '');
+    return name.length > EVENT_LABEL_MAX_CHARS ? `${name.slice(0, EVENT_LABEL_MAX_CHARS - 1)}…` : name;
+  }
+
+  /** A label's width as drawn (a scratch text of the labels' class in `g`, each text measured once);
+   *  a chart not laid out (hidden) measures nothing, so a width is estimated, wide rather than narrow. */
+  _labelWidth(g) {
+    const probe = el('text', { class: 'event-label', visibility: 'hidden' }, g);
+    const widths = new Map();
+    return (text) => {
+      if (!widths.has(text)) {
+        probe.textContent = text;
+        const drawn = typeof probe.getComputedTextLength === 'function' ? probe.getComputedTextLength() : 0;
+        widths.set(text, drawn > 0 ? drawn : [...text].reduce((a, c) => a + (c.codePointAt(0) > 0x2e80 ? 11 : 7), 0));
+      }
+      return widths.get(text);
+    };
   }
 
   /** A marker's title: its event, or "12 events" and the first of them by name. */
