@@ -171,15 +171,23 @@ class Autostarted:
     prometheus: FakePrometheus
 
 
-def cpu_model_job(directory: Path, cwd: Path, env: dict[str, str] | None = None) -> FakeJob:
-    """A training job whose model stays on the CPU of a GPU machine. Detached (its parent is init):
-    discovery groups a job under its topmost probed ancestor, which must not be the test process."""
+# Rank 0 of the Prometheus's run-7 (two_nodes_and_a_silent_one): a job of four ranks across nodes.
+RANK_0_OF_RUN_7 = {"role": "rank", "rank": 0, "local_rank": 0, "world_size": 4, "job_key": "run-7", "job_key_source": "torchelastic"}
+
+
+def cpu_model_job(
+    directory: Path, cwd: Path, env: dict[str, str] | None = None, run: dict[str, object] | None = None
+) -> FakeJob:
+    """A training job whose model stays on the CPU of a GPU machine (`run`: its distributed identity,
+    e.g. RANK_0_OF_RUN_7). Detached (its parent is init): discovery groups a job under its topmost
+    probed ancestor, which must not be the test process."""
     spec = {
         "payload": {
             "role": "main",
             "script": "train.py",
             "runtime": cuda_runtime([gpu(0)["uuid"]]),
             "models": [model("net", "cpu", input_device="cpu")],
+            **(run or {}),
         }
     }
     return FakeJob(directory, {"main": spec}, env=env, cwd=cwd, detach=True)
@@ -206,8 +214,9 @@ def autostarted(dsh_launcher: Path, fake_nvml_lib_dir: Path, tmp_path_factory) -
     elsewhere = base / "elsewhere"
     elsewhere.mkdir()
     nvml, gpu_env, sysfs_args = simulated_gpu_env(base, fake_nvml_lib_dir)
-    # a training job started from the workspace, and one of another project (not this session's)
-    job = cpu_model_job(base / "job", workspace)
+    # a training job started from the workspace (a rank of the cluster's run: its GPU tab shows the
+    # Cluster section), and one of another project (not this session's)
+    job = cpu_model_job(base / "job", workspace, run=RANK_0_OF_RUN_7)
     other = cpu_model_job(base / "other", elsewhere)
     web = None
     llm = FakeLlm()  # the session's agent asks this "model", which calls gpu_status
