@@ -6,11 +6,12 @@ one process gets one line, not a table for each of the node's jobs (issue 39 ite
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
-from tests.fakenvml import gpu
-from tests.helpers.browser import screenshot, wait_js
+from tests.fakenvml import FakeNvml, gpu
+from tests.helpers.browser import Pages, screenshot, wait_js
 from tests.helpers.fake_prometheus import FakePrometheus, two_nodes_and_a_silent_one
 from tests.helpers.harness import FakeJob, Sidecar
 
@@ -73,7 +74,7 @@ def test_the_cluster_section_shows_both_nodes_and_the_missing_one(tmp_path, fake
         assert not pages.errors, pages.errors
 
 
-def test_a_job_of_one_process_gets_one_line_not_a_table_per_job(tmp_path, fake_nvml, pages):
+def test_a_job_of_one_process_gets_one_line_not_a_table_per_job(tmp_path: Path, fake_nvml: FakeNvml, pages: Pages) -> None:
     """Issue 39 item 3: with --prometheus, the page of a single-process job drew 22 empty tables
     ("Job vm/1291-... · — 0 of — ranks ... No rank reports.") above its own process table."""
     fake_nvml.write({"gpus": [gpu(0)]})
@@ -83,7 +84,7 @@ def test_a_job_of_one_process_gets_one_line_not_a_table_per_job(tmp_path, fake_n
         FakeJob(tmp_path / "job", SPEC, detach=True) as job,
         Sidecar(["--pid", str(job.pid), "--port", "0", "--interval", "0.3", "--prometheus", prometheus.url], env=env) as sc,
     ):
-        page = pages.open(f"{sc.url}/?token={sc.token}" if sc.token else sc.url)
+        page = pages.open(f"{sc.url}/" + (f"?token={sc.token}" if sc.token else ""))
         wait_js(page, "() => document.querySelector('[data-testid=cluster-line]')")
         section = page.locator("[data-testid=cluster]")
         assert section.is_visible()

@@ -15,13 +15,14 @@ import base64
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from werkzeug.serving import make_server
 
 from sidecar.documents import contract
 from sidecar.serve.server import ServerConfig, create_app
-from tests.helpers.browser import screenshot, wait_js
+from tests.helpers.browser import Pages, screenshot, wait_js
 from tests.helpers.efficiency_docs import gpu_page_doc, obj
 from tests.helpers.harness import wait_for
 
@@ -183,7 +184,7 @@ GEOMETRY = """(chart) => {
 }"""
 
 
-def assert_labels_readable_and_apart(geometry: dict, what: str) -> None:
+def assert_labels_readable_and_apart(geometry: dict[str, Any], what: str) -> None:
     svg, markers = geometry["svg"], geometry["markers"]
     assert markers, what
     for m in markers:
@@ -199,7 +200,7 @@ def assert_labels_readable_and_apart(geometry: dict, what: str) -> None:
                 assert not m["box"]["left"] <= other["line"] <= m["box"]["right"], (what, "a label over a line", m, other)
 
 
-def test_every_marker_says_what_it_is_and_no_label_overlaps_another(demo_page, pages):
+def test_every_marker_says_what_it_is_and_no_label_overlaps_another(demo_page: Any, pages: Pages) -> None:
     page = demo_page
     wait_js(page, "() => document.querySelectorAll('[data-testid=chart-util] .event-label').length > 0")
     shown = None

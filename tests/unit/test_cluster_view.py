@@ -177,7 +177,7 @@ def single_process_jobs(r: dict[str, list], inst: str, n: int) -> list[str]:
     return ids
 
 
-def test_jobs_of_one_process_are_counted_not_listed():
+def test_jobs_of_one_process_are_counted_not_listed() -> None:
     """Issue 39 item 3: a node's twenty notebooks and scripts were twenty jobs of the view, each an
     empty table ("0 of - ranks") above the run it is for. Only distributed jobs are listed (world size
     over 1: from the ranks, or from dsh_job_info before any rank reports); the rest is a count."""
