@@ -383,6 +383,8 @@ var en_default = {
   "hint.nvml-unavailable.no-nvidia": "No NVIDIA GPU is visible on this machine; this is expected on a CPU-only machine.",
   "warning.no-probe": "No process of this job runs the probe, so the model's device is unknown.",
   "hint.no-probe": "Add two lines to your training script: `import probe` and `probe.register(model)`.",
+  "warning.no-probe.waiting": "Waiting for the probe: the job started {seconds} s ago and none of its processes has run it yet.",
+  "hint.no-probe.waiting": "Nothing to do yet: a script still importing (torch alone takes seconds) has not reached `import probe`. If no process runs it {grace} s after the start, this becomes a warning: the script needs `import probe` and `probe.register(model)`.",
   "warning.probe-unreadable": "The probe data of {count} process(es) cannot be read ({reasons}).",
   "hint.probe-unreadable.owner-mismatch": "A file under the process's segment name belongs to another user, so it was ignored: someone may have planted it. Remove it (`sudo rm /dev/shm/dsh-probe.PID`); meanwhile the probe publishes as dsh-probe.PID.START_TICKS, which the sidecar reads. `dsh-sidecar doctor` lists such files.",
   "hint.probe-unreadable.foreign-owner": "Run the sidecar as the same user as the job, or as root (segments are private to their owner).",
@@ -859,6 +861,8 @@ var zh_default = {
   "hint.nvml-unavailable.no-nvidia": "本机看不到 NVIDIA GPU；在纯 CPU 机器上这是正常的。",
   "warning.no-probe": "该任务中没有进程运行探针，因此无法知道模型所在设备。",
   "hint.no-probe": "在训练脚本中加入两行：`import probe` 和 `probe.register(model)`。",
+  "warning.no-probe.waiting": "正在等待探针：任务在 {seconds} 秒前启动，其进程尚未运行探针。",
+  "hint.no-probe.waiting": "暂时无需操作：仍在导入库的脚本（仅 torch 就需数秒）尚未执行到 `import probe`。若启动 {grace} 秒后仍没有进程运行探针，这里将变为警告：脚本需要 `import probe` 和 `probe.register(model)`。",
   "warning.probe-unreadable": "{count} 个进程的探针数据无法读取（{reasons}）。",
   "hint.probe-unreadable.owner-mismatch": "该进程的共享内存段名下的文件属于其他用户，已被忽略：可能有人故意放置。请删除它（`sudo rm /dev/shm/dsh-probe.PID`）；在此期间探针以 dsh-probe.PID.START_TICKS 发布，sidecar 会读取。`dsh-sidecar doctor` 会列出此类文件。",
   "hint.probe-unreadable.foreign-owner": "以与任务相同的用户或 root 运行 sidecar（共享内存段仅属主可读）。",
@@ -3233,6 +3237,10 @@ var TimeChart = class {
         "data-name": n === 1 ? mk.events[0].name || "" : null
       }, evg);
       el("line", { x1: xx, x2: xx, y1: m.t, y2: m.t + ih }, g);
+      if (n > 1) {
+        const [a, z] = [mk.events[0], mk.events[n - 1]].map((e) => Math.round(x(e.time_unix_s)) + 0.5);
+        if (z - a >= 2) el("line", { x1: a, x2: z, y1: m.t + 1, y2: m.t + 1, class: "event-span" }, g);
+      }
       el("path", { d: `M${xx - 4},${m.t - 6} h8 l-4,6 z` }, g);
       el("text", {
         x: mk.anchor === "start" ? mk.box[0] : mk.box[1],
@@ -4217,6 +4225,7 @@ var CSS = `
 .dgd-chart-body svg .event line { stroke: #7c3aed; stroke-width: 1; stroke-dasharray: 3 3; opacity: .75; }
 .dgd-chart-body svg .event path { fill: #7c3aed; }
 .dgd-chart-body svg .event-label { fill: #7c3aed; font-size: 10px; font-weight: 600; }
+.dgd-chart-body svg .event line.event-span { stroke: #7c3aed; stroke-width: 2; stroke-dasharray: none; opacity: .45; }
 .dgd-chart-body svg .crosshair { stroke: var(--dsw-alias-label-tertiary, #656d76); stroke-width: 1; }
 .dgd-chart-body svg .hover-dot { stroke: var(--dsw-alias-bg-layer-1, #fff); stroke-width: 2; }
 .dgd-tooltip { position: fixed; z-index: 1000; pointer-events: none; min-width: 130px; padding: 7px 10px; border-radius: 8px; font-size: 12px;
