@@ -26,7 +26,7 @@ export const ROUTES = Object.freeze({
 // A distributed job key as the cluster route takes it (a label value: torchrun's run id, a Slurm job id, ...).
 const JOB_KEY = /^[A-Za-z0-9._:@+=\/-]{1,256}$/
 export const DEFAULT_SIDECAR_COMMAND = 'dsh-sidecar'
-const CONFIG_KEYS = ['sidecarUrl', 'token', 'timeoutMs', 'autostart', 'sidecarCommand', 'sidecarArgs', 'prometheusUrl']
+const CONFIG_KEYS = ['sidecarUrl', 'token', 'timeoutMs', 'autostart', 'sidecarCommand', 'sidecarArgs', 'prometheusUrl', 'launchWorkspace']
 
 const LOOPBACK_NAMES = new Set(['localhost', 'localhost.', '::1', '0:0:0:0:0:0:0:1'])
 
@@ -136,6 +136,7 @@ export function normalizeConfig(raw) {
 
   const { autostart, sidecarCommand, sidecarArgs } = normalizeAutostart(input, warnings)
   const prometheusUrl = normalizePrometheusUrl(input.prometheusUrl, warnings)
+  const launchWorkspace = normalizeFlag(input, 'launchWorkspace', true, warnings)
 
   return {
     config: {
@@ -146,19 +147,25 @@ export function normalizeConfig(raw) {
       sidecarCommand,
       sidecarArgs,
       prometheusUrl,
+      launchWorkspace,
       target: { protocol: target.protocol, hostname: target.hostname, port: target.port, basePath: target.basePath },
     },
     warnings,
   }
 }
 
+/** A true/false key: `fallback` when absent, and with a warning when not a boolean. */
+function normalizeFlag(input, key, fallback, warnings) {
+  const value = input[key]
+  if (value === undefined || value === null) return fallback
+  if (typeof value === 'boolean') return value
+  warnings.push(`${key} must be true or false (got ${describe(value)}); using ${fallback}`)
+  return fallback
+}
+
 /** The autostart keys (autostart, sidecarCommand, sidecarArgs), defaulted with a warning when bad. */
 function normalizeAutostart(input, warnings) {
-  let autostart = true
-  if (input.autostart !== undefined && input.autostart !== null) {
-    if (typeof input.autostart === 'boolean') autostart = input.autostart
-    else warnings.push(`autostart must be true or false (got ${describe(input.autostart)}); using true`)
-  }
+  const autostart = normalizeFlag(input, 'autostart', true, warnings)
 
   let sidecarCommand = DEFAULT_SIDECAR_COMMAND
   if (input.sidecarCommand !== undefined && input.sidecarCommand !== null && input.sidecarCommand !== '') {

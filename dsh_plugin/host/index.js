@@ -27,6 +27,7 @@ import {
 import { createUpstream, fetchJson, notServingAnswer, sessionAnswer, sessionInfo, sessionOfPid } from './autostart.js'
 import { ProvedAgent, peerRefusal } from './peer.js'
 import { registerGpuStatusTool } from './tool.js'
+import { registerLaunchWorkspace } from './workspace.js'
 
 export const name = PLUGIN_NAME
 export const inject = ['webServer']
@@ -105,6 +106,7 @@ export function createHandler(config, log, configWarnings = [], deps = {}) {
   let lastReachable = null // log only transitions, the panel polls every few seconds
   // where requests go: the configured sidecar, or the one autostart started (host/autostart.js)
   const current = typeof deps.upstream === 'function' ? deps.upstream : () => ({ ...config, managed: null })
+  const workspace = typeof deps.workspace === 'function' ? deps.workspace : () => null
 
   const noteReachable = (ok, detail) => {
     if (ok === lastReachable) return
@@ -139,7 +141,7 @@ export function createHandler(config, log, configWarnings = [], deps = {}) {
       if (refused(req, res)) return undefined
       const route = resolveRoute(req.url || '/')
       const up = current()
-      if (route.kind === 'config') return sendJson(req, res, 200, configAnswer(config, configWarnings, up))
+      if (route.kind === 'config') return sendJson(req, res, 200, configAnswer(config, configWarnings, up, workspace()))
       if (route.kind !== 'proxy') {
         return sendJson(req, res, 404, {
           error: 'not-found',
@@ -208,7 +210,7 @@ function refused(req, res) {
 }
 
 /** The /api/config answer. */
-function configAnswer(config, configWarnings, up) {
+function configAnswer(config, configWarnings, up, workspace) {
   return {
     plugin: PLUGIN_NAME,
     version: VERSION,
@@ -221,6 +223,8 @@ function configAnswer(config, configWarnings, up) {
     sidecarCommand: config.sidecarCommand,
     sidecarArgs: config.sidecarArgs,
     prometheusUrl: config.prometheusUrl,
+    launchWorkspace: config.launchWorkspace,
+    workspace, // host/workspace.js: the launch folder registered as a DSH workspace, or why not
     sidecar: up.managed, // null: the configured sidecar; else the one this plugin started (never its token)
     warnings: configWarnings,
     routes: [`${API_PREFIX}/status?job=ID`, `${API_PREFIX}/history?since=N&job=ID`, `${API_PREFIX}/jobs?session=ID`, `${API_PREFIX}/cluster?job=KEY`, `${API_PREFIX}/config`],
@@ -374,7 +378,8 @@ export function apply(ctx, rawConfig) {
       }
     }
     const upstream = createUpstream(config, log)
-    const deps = { upstream, session: (id) => sessionInfo(ctx, id), sessionOfPid }
+    const workspace = registerLaunchWorkspace(ctx, { enabled: config.launchWorkspace, log })
+    const deps = { upstream, session: (id) => sessionInfo(ctx, id), sessionOfPid, workspace: () => workspace }
     const handler = createHandler(config, log, warnings, deps)
     const register = (startSidecar) => {
       let dispose = null

@@ -19,8 +19,6 @@ import json
 import os
 import shutil
 import signal
-import socket
-import sys
 import threading
 import urllib.parse
 from collections.abc import Iterator
@@ -30,25 +28,26 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakenvml import FakeNvml, gpu, make_fake_sysfs
+from tests.fakenvml import gpu
 from tests.helpers.browser import scroll_into_view
-from tests.helpers.dashboard_stack import GPU_NAMES, model, sysfs_cards
+from tests.helpers.dashboard_stack import GPU_NAMES
 from tests.helpers.dsh_env import REPO, DshHome, DshWeb, get_json, start_dsh_web
+from tests.helpers.dsh_jobs import (
+    SIDECAR_BIN,
+    closed_port,
+    cpu_model_job,
+    managed_sidecar,
+    simulated_gpu_env,
+    wait_running,
+)
 from tests.helpers.dsh_page import API, new_page, open_session, plugin_errors, shot, wait_for_panel
 from tests.helpers.fake_prometheus import FakePrometheus, two_nodes_and_a_silent_one
 from tests.helpers.harness import API as API_SIDECAR
-from tests.helpers.harness import FakeJob, Sidecar, cuda_runtime, wait_for
+from tests.helpers.harness import FakeJob, Sidecar, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.dsh, pytest.mark.slow]
 
 RUNNER_DIR = Path(__file__).resolve().parent / "dsh_tool_runner"
-SIDECAR_BIN = Path(sys.executable).parent / "dsh-sidecar"
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def cmdline(pid: int) -> list[str]:
@@ -72,26 +71,6 @@ def ancestors(pid: int) -> list[int]:
             break
         out.append(pid)
     return out
-
-
-def managed_sidecar(web: DshWeb) -> dict:
-    code, cfg = get_json(web.url, f"{API}/config")
-    assert code == 200, cfg
-    return cfg["sidecar"] or {}
-
-
-def wait_running(web: DshWeb, timeout_s: float = 40.0, not_pid: int | None = None) -> dict:
-    return wait_for(
-        lambda: (
-            (s := managed_sidecar(web)).get("state") == "running"
-            and s.get("pid")
-            and s["pid"] != not_pid
-            and s
-        ),
-        timeout_s,
-        0.2,
-        f"the plugin's sidecar to run (now: {managed_sidecar(web)})",
-    )
 
 
 def run_tool(web: DshWeb, name: str, args: dict) -> dict:
@@ -173,35 +152,6 @@ class Autostarted:
 
 # Rank 0 of the Prometheus's run-7 (two_nodes_and_a_silent_one): a job of four ranks across nodes.
 RANK_0_OF_RUN_7 = {"role": "rank", "rank": 0, "local_rank": 0, "world_size": 4, "job_key": "run-7", "job_key_source": "torchelastic"}
-
-
-def cpu_model_job(
-    directory: Path, cwd: Path, env: dict[str, str] | None = None, run: dict[str, object] | None = None
-) -> FakeJob:
-    """A training job whose model stays on the CPU of a GPU machine (`run`: its distributed identity,
-    e.g. RANK_0_OF_RUN_7). Detached (its parent is init): discovery groups a job under its topmost
-    probed ancestor, which must not be the test process."""
-    spec = {
-        "payload": {
-            "role": "main",
-            "script": "train.py",
-            "runtime": cuda_runtime([gpu(0)["uuid"]]),
-            "models": [model("net", "cpu", input_device="cpu")],
-            **(run or {}),
-        }
-    }
-    return FakeJob(directory, {"main": spec}, env=env, cwd=cwd, detach=True)
-
-
-def simulated_gpu_env(base: Path, lib_dir: Path) -> tuple[FakeNvml, dict[str, str], list[str]]:
-    """The simulated driver, the environment it adds, and the sidecar's arguments that make it read
-    a fake /sys with one NVIDIA card (not the machine's)."""
-    nvml = FakeNvml(lib_dir=lib_dir, scenario_path=base / "scenario.txt")
-    sysfs = make_fake_sysfs(base / "sys", sysfs_cards(1))
-    full = nvml.env()
-    # only what the simulated driver adds: DSH's own environment (HOME, DSH_HOME, PATH) stays
-    keys = ("LD_LIBRARY_PATH", "FAKE_NVML_SCENARIO", "PYTHONPATH")
-    return nvml, {k: full[k] for k in keys if k in full}, ["--path.sysfs", str(sysfs)]
 
 
 @pytest.fixture(scope="module")
@@ -470,11 +420,22 @@ def test_gpu_status_tool_through_dsh_tool_pipeline(autostarted: Autostarted) -> 
     assert wrong["content"][0]["text"].startswith("Error:"), wrong
 
 
-def test_the_session_agent_calls_gpu_status_and_reads_the_verdict(autostarted: Autostarted) -> None:
-    """The real agent loop: the session's message went to the (fake) model, which called gpu_status;
-    DSH ran it for that session (exec.agent.session) and sent the verdict back to the model."""
+def test_the_session_agent_calls_gpu_status_and_reads_the_verdict(chromium, autostarted: Autostarted) -> None:
+    """The real agent loop: this test's session sends a message to the (fake) model, which calls
+    gpu_status; DSH runs it for that session (exec.agent.session) and sends the verdict back."""
     llm = autostarted.llm
-    results = wait_for(llm.tool_results, 60, 0.3, "the agent's gpu_status result in a model request")
+    wait_running(autostarted.web)
+    before = len(llm.tool_results())  # another test's session may have asked already
+    errors: list[str] = []
+    ctx, page = new_page(chromium, autostarted.web.url, errors)
+    try:
+        wait_for_panel(page)
+        open_session(page)  # sends "is my model on the GPU?"
+        results = wait_for(
+            lambda: llm.tool_results()[before:], 60, 0.3, "this session's gpu_status result in a model request"
+        )
+    finally:
+        ctx.close()
     text = results[0]
     assert "Job " in text and f"(pid {autostarted.job.pid})" in text and ": CPU." in text, text
     assert "model on cpu" in text and "Hint:" in text, text
@@ -484,13 +445,22 @@ def test_the_session_agent_calls_gpu_status_and_reads_the_verdict(autostarted: A
     assert "GPU" in tool["description"] and "job" in tool["parameters"]["properties"]
 
 
-def test_the_sidecar_stops_with_dsh(autostarted: Autostarted) -> None:
-    web = autostarted.web
-    pid = wait_running(web)["pid"]
-    # SIGTERM to DSH alone (not its process group): DSH disposes its plugins, ours stops the sidecar
-    os.kill(web.process.pid, signal.SIGTERM)
-    web.process.proc.wait(30)
-    wait_for(lambda: not alive(pid), 10, 0.1, f"the sidecar (pid {pid}) to stop with DSH")
+def test_the_sidecar_stops_with_dsh(dsh_launcher: Path, tmp_path: Path) -> None:
+    """A DSH of its own: stopping the module's would leave the tests after this one without it."""
+    if not SIDECAR_BIN.exists():
+        pytest.skip(f"{SIDECAR_BIN} is not installed (pip install -e .)")
+    home = DshHome.create(tmp_path / "home", dsh_launcher)
+    home.add_plugin()
+    home.write_plugin_config(
+        sidecarUrl=f"http://127.0.0.1:{closed_port()}", token=None, timeoutMs=2000,
+        sidecarCommand=str(SIDECAR_BIN), sidecarArgs=["--interval", "0.5"],
+    )
+    with start_dsh_web(home, tmp_path / "work") as web:
+        pid = wait_running(web)["pid"]
+        # SIGTERM to DSH alone (not its process group): DSH disposes its plugins, ours stops the sidecar
+        os.kill(web.process.pid, signal.SIGTERM)
+        web.process.proc.wait(30)
+        wait_for(lambda: not alive(pid), 10, 0.1, f"the sidecar (pid {pid}) to stop with DSH")
 
 
 def test_a_missing_sidecar_command_shows_how_to_install_it(

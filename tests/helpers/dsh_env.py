@@ -307,12 +307,16 @@ class DshWeb:
 def start_dsh_web(
     home: DshHome, workdir: Path, *, extra_env: Mapping[str, str] | None = None, timeout_s: float = 60.0
 ) -> DshWeb:
-    """`dsh web --no-open --port 0` in `workdir` (which becomes the workspace root); parse its URL.
+    """`dsh web --no-open --port 0` in `workdir`, as the README says to start it from the project's
+    folder; parse its URL. The plugin makes `workdir` a DSH workspace (host/workspace.js).
 
-    HOME points at `workdir` too, so the workspace picker's default ("Home") is the test's folder.
+    HOME is a folder of its own beside neither: DSH's folder browser opens there, and a test that
+    would only pass by picking it (HOME was the workdir once) cannot.
     """
     workdir.mkdir(parents=True, exist_ok=True)
-    env = dsh_env(home.launcher, home.path, {"HOME": str(workdir), **(extra_env or {})})
+    user_home = home.path / "user-home"
+    user_home.mkdir(parents=True, exist_ok=True)
+    env = dsh_env(home.launcher, home.path, {"HOME": str(user_home), **(extra_env or {})})
     proc = Managed.start(
         "dsh web", [str(home.launcher), "web", "--no-open", "--port", "0"], env=env, cwd=workdir
     )

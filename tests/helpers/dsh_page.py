@@ -50,26 +50,20 @@ def shot(page, name: str) -> Path:
 
 
 def open_session(page) -> None:
-    """Create a session the way a user does (workspace = the test's folder), then open its GPU tab."""
-    choose = page.get_by_text("Choose workspace", exact=True)
-    if choose.count():
-        # DSH may restore a workspace of an earlier session meanwhile: the picker, or its button,
-        # then goes on its own, and the session box below is there (its wait fails the test if not).
-        try:
-            choose.first.click(timeout=5_000)
-        except PlaywrightTimeout:
-            pass
-        open_button = page.get_by_role("button", name="Open", exact=True)
-        try:
-            open_button.wait_for(timeout=10_000)
-        except PlaywrightTimeout:
-            pass
-        else:
-            open_button.click()
-            choose.first.wait_for(state="detached")
-    page.keyboard.press("Escape")  # close a workspace menu, should one be open
+    """Start a session as a user of the README does (`dsh web` from the project's folder): no
+    workspace to pick, the New Session DSH opens in the launch folder takes the message at once.
+    Then open its GPU tab."""
     box = page.locator("textarea").first
     box.wait_for()
+    try:
+        # without a workspace DSH's box is read-only and asks "Choose a workspace to start"
+        page.locator("textarea:not([readonly])").first.wait_for(timeout=20_000)
+    except PlaywrightTimeout:
+        page.screenshot(path=os.path.join(tempfile.gettempdir(), "dsh-open-session-failed.png"))
+        raise AssertionError(
+            "DSH opened no session in the launch folder (its message box asks to choose a workspace); "
+            f"the plugin's /api/config says: {page.evaluate(CONFIG_WORKSPACE)}"
+        ) from None
     box.fill("is my model on the GPU?")
     box.press("Enter")
     tab = page.get_by_role("tab", name="GPU", exact=True).first
@@ -79,6 +73,13 @@ def open_session(page) -> None:
         page.screenshot(path=os.path.join(tempfile.gettempdir(), "dsh-open-session-failed.png"))
         raise
     tab.click()
+
+
+# What the plugin says of the launch folder's workspace (host/workspace.js), for a failure's message.
+CONFIG_WORKSPACE = f"""async () => {{
+  try {{ return JSON.stringify((await (await fetch('{API}/config')).json()).workspace) }}
+  catch (e) {{ return String(e) }}
+}}"""
 
 
 def plugin_errors(errors: list[str]) -> list[str]:
