@@ -3908,7 +3908,8 @@ function autostartLines(cfg) {
     `    autostart: ${cfg.autostart}`,
     `    sidecarCommand: ${JSON.stringify(cfg.sidecarCommand || "dsh-sidecar")}`,
     `    sidecarArgs: ${JSON.stringify(args)}`,
-    `    prometheusUrl: ${cfg.prometheusUrl ? JSON.stringify(cfg.prometheusUrl) : "null"}`
+    `    prometheusUrl: ${cfg.prometheusUrl ? JSON.stringify(cfg.prometheusUrl) : "null"}`,
+    `    launchWorkspace: ${cfg.launchWorkspace !== false}`
   ];
 }
 function yamlSnippet(url, cfg) {

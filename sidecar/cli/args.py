@@ -278,7 +278,7 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
 SERVE_USAGE = """dsh-sidecar [--pid PID] [--once [--json]] [serve options]
        dsh-sidecar run [serve options] -- CMD [ARGS...]
        dsh-sidecar doctor [--python PYTHON] [--json]
-       dsh-sidecar mcp [--url URL [--token T] | --pid PID]
+       dsh-sidecar mcp [--url URL [--token T] | --pid PID] [--add-to-dsh [PROFILE]]
        dsh-sidecar cluster --prometheus URL [--job KEY] [--json]
        serve options: [--host HOST] [--port PORT] [--interval S] [--history S] [--token T]
                       [--allow-host NAME] [--job-name NAME] [--prometheus URL] [--stay] [--grace S]
@@ -363,6 +363,15 @@ def mcp_parser() -> argparse.ArgumentParser:
         type=_interval_s,
         default=1.5,
         help=f"without --url: seconds between polls (default 1.5, at least {MIN_INTERVAL_S})",
+    )
+    p.add_argument(
+        "--add-to-dsh",
+        nargs="?",
+        const="web",
+        default=None,
+        metavar="PROFILE",
+        help="do not serve: add this server, with these options, to the DSH profile PROFILE (default web: "
+        "$DSH_HOME/profiles/web/cordis.patch.yml) and exit; running it again replaces that row",
     )
     p.add_argument(
         "--history",

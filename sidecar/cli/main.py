@@ -8,6 +8,8 @@
     dsh-sidecar doctor [--python PYTHON] [--json]
     dsh-sidecar mcp [--url URL [--token T] | --pid PID] [--interval 1.5] [--history 600]
                                     an MCP server over stdio (docs/mcp.md; needs the [mcp] extra)
+    dsh-sidecar mcp [options] --add-to-dsh [PROFILE]
+                                    add that server to a DSH profile and exit (sidecar/cli/dsh_patch.py)
     dsh-sidecar cluster --prometheus URL [--job KEY] [--json]
                                     one job across nodes, from Prometheus (docs/deploy.md)
 
@@ -188,24 +190,32 @@ def _mcp_url(url: str, token: str | None) -> str:
 
 
 def _main_mcp(args: argparse.Namespace) -> int:
-    """`dsh-sidecar mcp`: stdout is the MCP channel; every message of ours goes to stderr."""
+    """`dsh-sidecar mcp`: stdout is the MCP channel; every message of ours goes to stderr. With
+    --add-to-dsh it serves nothing: the same options, checked the same way, go into DSH's profile."""
     try:
         import mcp.server.lowlevel  # noqa: F401  (the optional SDK: fail here, before polling)
     except ImportError:
         return fail(EXIT_USAGE, "the MCP server needs the MCP SDK: pip install 'dsh-gpu-dashboard[mcp]'")
-    from sidecar.serve import mcp_server
-
+    url = ""
     if args.url is not None:
         if args.pid is not None:
             raise UsageError("--url reads a running sidecar and --pid polls here: give one of them")
         check_token(args.token, loopback=True)
+        url = _mcp_url(args.url, args.token)
+    elif args.pid is not None and not _pid_exists(args):
+        return fail(EXIT_NO_PID, f"no process with pid {args.pid}: is the job running?")
+    if args.add_to_dsh is not None:
+        from sidecar.cli.dsh_patch import add_to_dsh
+
+        return add_to_dsh(args)
+    from sidecar.serve import mcp_server
+
+    if args.url is not None:
         from sidecar.sources import http_get
 
         get = partial(http_get.get, host=host_paths(args))  # whose server it is: --path.procfs's tables
-        backend = mcp_server.HttpBackend(_mcp_url(args.url, args.token), args.token, get=get)
+        backend = mcp_server.HttpBackend(url, args.token, get=get)
     else:
-        if args.pid is not None and not _pid_exists(args):
-            return fail(EXIT_NO_PID, f"no process with pid {args.pid}: is the job running?")
         rules = rules_from_env()
         if args.pid is not None:
             from sidecar.poll.poller import Poller

@@ -17,6 +17,7 @@ EXIT_USAGE = 2
 EXIT_NO_PID = 3
 EXIT_PORT = 4
 EXIT_PROMETHEUS = 5  # `cluster`: Prometheus did not answer a query
+EXIT_DSH_PROFILE = 6  # `mcp --add-to-dsh`: the DSH profile's patch file cannot be read, written or added to
 EXIT_RUN_NOT_STARTED = 125  # `run` failed before it started the job (usage, port): the job never ran
 EXIT_RUN_CANNOT_EXECUTE = 126  # `run`: the command exists but cannot be executed
 EXIT_RUN_NOT_FOUND = 127  # `run`: no such command
@@ -47,6 +48,12 @@ EXIT_CODES: tuple[ExitCode, ...] = (
     ExitCode(str(EXIT_NO_PID), "`--pid`, `mcp --pid`", "no process with that pid (or it is a zombie)"),
     ExitCode(str(EXIT_PORT), "serving (not `run`)", "the port is in use or cannot be bound"),
     ExitCode(str(EXIT_PROMETHEUS), "`cluster`", "Prometheus did not answer"),
+    ExitCode(
+        str(EXIT_DSH_PROFILE),
+        "`mcp --add-to-dsh`",
+        "the DSH profile's cordis.patch.yml cannot be read or written, or holds what a row cannot be added "
+        "to (the line on stderr says which and what to do)",
+    ),
     ExitCode(
         str(EXIT_INTERRUPTED),
         "every command",

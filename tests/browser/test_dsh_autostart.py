@@ -27,11 +27,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import Browser
 
 from tests.fakenvml import gpu
 from tests.helpers.browser import scroll_into_view
 from tests.helpers.dashboard_stack import GPU_NAMES
-from tests.helpers.dsh_env import REPO, DshHome, DshWeb, get_json, start_dsh_web
+from tests.helpers.dsh_env import REPO, TOOL_RUNNER_DIR, DshHome, DshWeb, get_json, start_dsh_web
 from tests.helpers.dsh_jobs import (
     SIDECAR_BIN,
     closed_port,
@@ -46,8 +47,6 @@ from tests.helpers.harness import API as API_SIDECAR
 from tests.helpers.harness import FakeJob, Sidecar, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.dsh, pytest.mark.slow]
-
-RUNNER_DIR = Path(__file__).resolve().parent / "dsh_tool_runner"
 
 
 def cmdline(pid: int) -> list[str]:
@@ -177,7 +176,7 @@ def autostarted(dsh_launcher: Path, fake_nvml_lib_dir: Path, tmp_path_factory) -
                     "gpus": [gpu(0, name=GPU_NAMES[0], util_gpu=0, memory_used_mib=0)]})
         home = DshHome.create(base / "home", dsh_launcher)
         home.add_plugin()
-        home.add_plugin(RUNNER_DIR)
+        home.add_plugin(TOOL_RUNNER_DIR)
         port = closed_port()  # no sidecar answers there
         home.write_plugin_config(
             sidecarUrl=f"http://127.0.0.1:{port}",
@@ -332,6 +331,7 @@ def test_the_gpu_tab_and_the_chip_show_the_workspace_job_and_survive_a_kill(
         )
         yaml = page.locator('[data-testid="dsh-gpu-yaml"]').inner_text()
         assert "autostart: true" in yaml and f'sidecarCommand: "{SIDECAR_BIN}"' in yaml, yaml
+        assert "launchWorkspace: true" in yaml, yaml
         assert not plugin_errors(errors), errors
     finally:
         ctx.close()
@@ -420,7 +420,7 @@ def test_gpu_status_tool_through_dsh_tool_pipeline(autostarted: Autostarted) -> 
     assert wrong["content"][0]["text"].startswith("Error:"), wrong
 
 
-def test_the_session_agent_calls_gpu_status_and_reads_the_verdict(chromium, autostarted: Autostarted) -> None:
+def test_the_session_agent_calls_gpu_status_and_reads_the_verdict(chromium: Browser, autostarted: Autostarted) -> None:
     """The real agent loop: this test's session sends a message to the (fake) model, which calls
     gpu_status; DSH runs it for that session (exec.agent.session) and sends the verdict back."""
     llm = autostarted.llm
@@ -468,7 +468,7 @@ def test_a_missing_sidecar_command_shows_how_to_install_it(
 ) -> None:
     home = DshHome.create(tmp_path / "home", dsh_launcher)
     home.add_plugin()
-    home.add_plugin(RUNNER_DIR)
+    home.add_plugin(TOOL_RUNNER_DIR)
     missing = str(tmp_path / "nowhere" / "bin" / "dsh-sidecar")  # a venv not made yet
     home.write_plugin_config(
         sidecarUrl=f"http://127.0.0.1:{closed_port()}", token=None, timeoutMs=1000, sidecarCommand=missing

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import Browser, Page
 
 from tests.fakenvml import gpu
 from tests.helpers.dashboard_stack import GPU_NAMES
@@ -104,7 +105,7 @@ def launched(dsh_launcher: Path, fake_nvml_lib_dir: Path, tmp_path_factory: pyte
         shutil.rmtree(base, ignore_errors=True)
 
 
-def session_of_requests(page, sessions: list[str]) -> None:
+def session_of_requests(page: Page, sessions: list[str]) -> None:
     """Record the session id of every /jobs?session= request the page makes."""
     page.on(
         "request",
@@ -114,7 +115,7 @@ def session_of_requests(page, sessions: list[str]) -> None:
     )
 
 
-def test_dsh_web_from_the_project_folder_makes_it_the_sessions_workspace(chromium, launched: Launched) -> None:
+def test_dsh_web_from_the_project_folder_makes_it_the_sessions_workspace(chromium: Browser, launched: Launched) -> None:
     web = launched.web
     assert not launched.user_home.resolve().is_relative_to(launched.project)
     assert not launched.project.is_relative_to(launched.user_home.resolve())
@@ -165,7 +166,7 @@ ROWS = """() => {
 }"""
 
 
-def test_the_live_job_comes_first_and_the_chip_counts_live_jobs(chromium, launched: Launched) -> None:
+def test_the_live_job_comes_first_and_the_chip_counts_live_jobs(chromium: Browser, launched: Launched) -> None:
     web = launched.web
     live_id = launched_id(launched)
     errors: list[str] = []

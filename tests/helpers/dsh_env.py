@@ -33,6 +33,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 PLUGIN_DIR = REPO / "dsh_plugin"
+# A test-only host plugin that runs any tool through DSH's own pipeline (its index.js says how).
+TOOL_RUNNER_DIR = REPO / "tests" / "browser" / "dsh_tool_runner"
 PLUGIN_NAME = "dsh-gpu-dashboard"
 INSTALL_SCRIPT = REPO / "scripts" / "install_dsh.sh"
 DSH_VERSION = "0.1.0-rc.8"
@@ -256,10 +258,11 @@ class DshHome:
         proc = self.run_dsh("plugin", "--profile", "web", "add", str(plugin_dir))
         if proc.returncode != 0:
             raise AssertionError(f"dsh plugin add failed (exit {proc.returncode}):\n{proc.stdout}")
+        name = json.loads((plugin_dir / "package.json").read_text())["name"]
         pkg = json.loads((self.web_profile / "package.json").read_text())
         bundles = pkg.get("dsh", {}).get("profile", {}).get("bundles", [])
-        if PLUGIN_NAME not in bundles:
-            raise AssertionError(f"{PLUGIN_NAME} is not in the web profile's bundles after add: {pkg}")
+        if name not in bundles:
+            raise AssertionError(f"{name} is not in the web profile's bundles after add: {pkg}")
         return proc.stdout
 
     def write_plugin_config(self, **config: Any) -> Path:

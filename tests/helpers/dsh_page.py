@@ -8,6 +8,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from playwright.sync_api import Page
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests.helpers.browser import screenshot_path
@@ -49,7 +50,7 @@ def shot(page, name: str) -> Path:
     return path
 
 
-def open_session(page) -> None:
+def open_session(page: Page) -> None:
     """Start a session as a user of the README does (`dsh web` from the project's folder): no
     workspace to pick, the New Session DSH opens in the launch folder takes the message at once.
     Then open its GPU tab."""

@@ -36,6 +36,7 @@ function autostartLines(cfg) {
     `    sidecarCommand: ${JSON.stringify(cfg.sidecarCommand || 'dsh-sidecar')}`,
     `    sidecarArgs: ${JSON.stringify(args)}`,
     `    prometheusUrl: ${cfg.prometheusUrl ? JSON.stringify(cfg.prometheusUrl) : 'null'}`,
+    `    launchWorkspace: ${cfg.launchWorkspace !== false}`,
   ]
 }
 
