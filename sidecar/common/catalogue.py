@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Union
@@ -36,15 +36,16 @@ class Ref:
     id: str
     params: Mapping[str, Param] = field(default_factory=dict)
 
-    def as_dict(self, clip_text=None) -> dict[str, Any]:
+    def as_dict(self, clip_text: Callable[[str], str] | None = None) -> dict[str, Any]:
         """{"id", "params"}, nested references as dicts; `clip_text` (if given) clips string params."""
-        params = {}
+        params: dict[str, object] = {}
         for name, value in self.params.items():
             if isinstance(value, Ref):
-                value = value.as_dict(clip_text)
+                params[name] = value.as_dict(clip_text)
             elif isinstance(value, str) and clip_text is not None:
-                value = clip_text(value)
-            params[name] = value
+                params[name] = clip_text(value)
+            else:
+                params[name] = value
         return {"id": self.id, "params": params}
 
 
@@ -57,7 +58,8 @@ def load(lang: str) -> dict[str, str]:
     """The catalogue of `lang` ("en" or "zh"; anything else is "en")."""
     name = lang if lang in LANGS else "en"
     with open(os.path.join(CATALOGUE_DIR, f"{name}.json"), encoding="utf-8") as fh:
-        return json.load(fh)
+        catalogue: dict[str, str] = json.load(fh)  # our own file; tests/unit/test_catalogue.py checks its shape
+        return catalogue
 
 
 def _as_ref(value: Any) -> tuple[str, Mapping[str, Any]] | None:
@@ -79,7 +81,7 @@ def render(text: Ref | Mapping[str, Any] | None, lang: str = "en", _depth: int =
     if template is None:
         template = load("en").get(key, key)
 
-    def fill(m: re.Match) -> str:
+    def fill(m: re.Match[str]) -> str:
         if m.group(1) not in params:
             return m.group(0)
         value = params[m.group(1)]

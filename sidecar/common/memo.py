@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from operator import is_
-from typing import Any, TypeVar
+from typing import TypeVar
 
 T = TypeVar("T")
 
@@ -16,10 +16,10 @@ def for_the_same_objects(fn: Callable[..., T]) -> Callable[..., T]:
     """``fn`` again only for other argument objects (``is``, not ``==``: cheap, and facts
     are never changed in place). The entry is one tuple, replaced whole: a poller in another thread reads
     either the old one or the new one. It keeps its arguments alive until the next call."""
-    last: list[Any] = [None]
+    last: list[tuple[tuple[object, ...], T] | None] = [None]
 
     @functools.wraps(fn)
-    def memo(*args: Any) -> T:
+    def memo(*args: object) -> T:
         hit = last[0]
         # Compared in C (all(map(is_, ...))): a hit costs a third of a Python loop's, and the verdict
         # asks several of these memos for each model at every poll.

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from sidecar.common.nvml_names import CLOCK_EVENT_REASONS
@@ -628,7 +629,7 @@ def _is_int(v: Any) -> bool:  # JSON Schema's integer: 2 and 2.0, never true
     return (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and v.is_integer())
 
 
-_PRIM_OK = {
+_PRIM_OK: dict[str, Callable[[object], bool]] = {
     "integer": _is_int,
     "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
     "string": lambda v: isinstance(v, str),
@@ -677,7 +678,7 @@ def _problem(v: Any, t: Any, null: bool, at: str) -> str | None:
     return next((p for k, f in o.fields.items() if (p := _problem(v[k], f.type, f.null, f"{at}.{k}"))), None)
 
 
-def check(doc: Any, document: str) -> None:
+def check(doc: object, document: str) -> None:
     """Raise ContractError when `doc` is not a valid `document` ("status", "history", "jobs", "cluster")."""
     if not _OBJECTS:
         _OBJECTS.update(object_types())
@@ -686,7 +687,7 @@ def check(doc: Any, document: str) -> None:
         raise ContractError(f"{document} document breaks schema {SCHEMA}: {problem[:400]}")
 
 
-def check_if_enabled(doc: Any, document: str) -> Any:
+def check_if_enabled(doc: dict[str, Any], document: str) -> dict[str, Any]:
     """`check` when DSH_CONTRACT_CHECK=1 (the test suite sets it for every process it starts)."""
     if os.environ.get(CHECK_ENV) == "1":
         check(doc, document)

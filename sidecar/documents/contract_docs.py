@@ -13,18 +13,8 @@ import sys
 from typing import Any
 
 from sidecar.common.exit_codes import exit_codes_markdown
-from sidecar.documents.contract import (
-    SCHEMA,
-    Enum,
-    Lazy,
-    ListOf,
-    MapOf,
-    Obj,
-    OneOf,
-    Prim,
-    json_schema,
-    object_types,
-)
+from sidecar.documents.contract import SCHEMA, json_schema, object_types
+from sidecar.documents.contract_types import Enum, Lazy, ListOf, MapOf, Obj, OneOf, Prim
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,19 +9,95 @@ never missing keys).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import fields
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, TypeVar
 
 from probe_wire.records import RuntimeRecord
 from sidecar.common.catalogue import Ref, render
 from sidecar.common.nvml_names import GPU_EFFICIENCY_FIELDS
 from sidecar.documents import bounds, contract
 from sidecar.documents.bounds import MAX_ID_CHARS, MAX_MESSAGE_CHARS, clip, clip_args, clip_opt
-from sidecar.verdict import Facts, Finding, ModelFacts, ProcessFacts, Verdict, memory_growth, model_nvml_index
+from sidecar.verdict import (
+    Facts,
+    Finding,
+    GpuFacts,
+    ModelFacts,
+    ProcessFacts,
+    Verdict,
+    memory_growth,
+    model_nvml_index,
+)
 from sidecar.verdict.stragglers import rank_waits
 
 SCHEMA = contract.SCHEMA
+# A document or an object of one: JSON whose shape sidecar/documents/contract.py declares and checks at
+# run time (DSH_CONTRACT_CHECK); the type checker cannot follow that declaration, hence Any.
+Doc = dict[str, Any]
+# A job's (distributed, pod) document objects (sidecar/poll/placement.py), each None when unknown.
+Placement = tuple[Doc | None, Doc | None]
+T = TypeVar("T")
+# A process's entry with what it was made of: (facts, command line, entry, its JSON size in bytes).
+CachedEntry = tuple[ProcessFacts, "Sequence[str] | None", Doc, int]
+
+
+class SummaryMemo(TypedDict, total=False):
+    """status_summary's memo (its caller's, one per job): what the last call made, and of what."""
+
+    # the target's name and command line (the objects), and their texts for display
+    target: tuple[str | None, Sequence[str] | None, tuple[str | None, list[str] | None]]
+    # the verdict's message and findings, and their rendered message and warning entries
+    rendered: tuple[Ref, tuple[Finding, ...], tuple[str, Doc], list[Doc]]
+
+
+# What the documents read of the poll's and the sources' objects, as protocols: those live in the
+# layers above (poll) and beside (sources), which this one never imports.
+class Target(Protocol):
+    """A job's watched process as first seen (sidecar/poll/collect.py's TargetInfo)."""
+
+    @property
+    def job_id(self) -> str: ...
+    @property
+    def name(self) -> str | None: ...
+    @property
+    def cmdline(self) -> Sequence[str] | None: ...
+    @property
+    def create_time(self) -> float | None: ...
+
+
+class Root(Protocol):
+    """A job's root as its list entry shows it (sidecar/sources/lineage.py's RootInfo)."""
+
+    @property
+    def uid(self) -> int | None: ...
+    @property
+    def user(self) -> str | None: ...
+    @property
+    def cwd(self) -> str | None: ...
+    @property
+    def ancestor_pids(self) -> tuple[int, ...]: ...
+
+
+class ProcessInfo(Protocol):
+    """What the OS says of a process at each poll (sidecar/sources/proctree.py's ProcInfo)."""
+
+    @property
+    def cmdline(self) -> Sequence[str]: ...
+    @property
+    def cpu_percent(self) -> float | None: ...
+    @property
+    def rss_mib(self) -> float | None: ...
+
+
+class HistorySample(Protocol):
+    def as_dict(self) -> Doc: ...
+
+
+class History(Protocol):
+    """A job's recent samples and events (sidecar/poll/history.py's History)."""
+
+    def samples(self, since: float | None = None) -> Sequence[HistorySample]: ...
+    def events(self, since: float | None = None) -> list[Doc]: ...
 
 
 def _int(x: Any) -> int | None:
@@ -76,7 +152,7 @@ def _record(value: Any) -> dict[str, Any] | None:
     return None if value is None else {f.name: getattr(value, f.name) for f in fields(value)}
 
 
-def process_entry(p: ProcessFacts, cmdline: tuple[str, ...] | None) -> dict[str, Any]:
+def process_entry(p: ProcessFacts, cmdline: Sequence[str] | None) -> dict[str, Any]:
     """A process's entry in the status document, less cpu_pct and rss_mib (set per poll)."""
     return {
         "pid": p.pid,
@@ -137,7 +213,12 @@ def process_entry(p: ProcessFacts, cmdline: tuple[str, ...] | None) -> dict[str,
 
 
 def status_summary(
-    facts: Facts, verdict: Verdict, *, target, memo: dict | None = None, placement: tuple | None = None
+    facts: Facts,
+    verdict: Verdict,
+    *,
+    target: Target,
+    memo: SummaryMemo | None = None,
+    placement: Placement | None = None,
 ) -> dict[str, Any]:
     """What a jobs-list entry is made of (`job_entry` reads only these): the job, its verdict, and
     its processes in brief (`job_processes`), made from the facts. Discovery makes this for every
@@ -174,7 +255,7 @@ def status_summary(
     }
 
 
-def _target_texts(target, memo: dict) -> tuple[str | None, list[str] | None]:
+def _target_texts(target: Target, memo: SummaryMemo) -> tuple[str | None, list[str] | None]:
     """The target's name and command line, clipped for display; the last call's while the target's
     are the same objects (a job's target is read once, when it is first seen)."""
     last = memo.get("target")
@@ -185,7 +266,7 @@ def _target_texts(target, memo: dict) -> tuple[str | None, list[str] | None]:
     return texts
 
 
-def _rendered(verdict: Verdict, memo: dict) -> tuple[tuple[str, dict[str, Any]], list[dict[str, Any]]]:
+def _rendered(verdict: Verdict, memo: SummaryMemo) -> tuple[tuple[str, dict[str, Any]], list[dict[str, Any]]]:
     """The verdict's message (English, reference) and warning entries; the last call's when the
     message and the findings are equal to its (most polls: the verdict stands)."""
     last = memo.get("rendered")
@@ -197,7 +278,9 @@ def _rendered(verdict: Verdict, memo: dict) -> tuple[tuple[str, dict[str, Any]],
     return message, warnings
 
 
-def _job_processes(count: int, gpu_indices, has_model: bool, model_gpu_index: int | None) -> dict[str, Any]:
+def _job_processes(
+    count: int, gpu_indices: Iterable[int], has_model: bool, model_gpu_index: int | None
+) -> dict[str, Any]:
     """The job's processes in brief, as its jobs-list entry shows them: how many, the GPUs they use
     (NVML's rows and the model's GPU), whether any has a registered model."""
     gpus = set(gpu_indices)
@@ -225,11 +308,11 @@ def status_document(
     *,
     time_s: float,
     interval_s: float,
-    target,
-    proc_info: dict[int, Any],
+    target: Target,
+    proc_info: Mapping[int, ProcessInfo],
     other_processes: dict[int, int],
     events: list[dict[str, Any]],
-    entry_cache: dict[int, tuple] | None = None,
+    entry_cache: dict[int, CachedEntry] | None = None,
     jobs: list[dict[str, Any]] | None = None,
     summary: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
@@ -280,10 +363,12 @@ def status_document(
     return contract.check_if_enabled(doc, "status")
 
 
-def _process_entries(facts: Facts, proc_info: dict[int, Any], entry_cache: dict[int, tuple] | None) -> list:
+def _process_entries(
+    facts: Facts, proc_info: Mapping[int, ProcessInfo], entry_cache: dict[int, CachedEntry] | None
+) -> list[Doc]:
     """Process entries, within the count and size bounds (sidecar/documents/bounds.py)."""
-    processes = []
-    fresh: dict[int, tuple] = {}
+    processes: list[Doc] = []
+    fresh: dict[int, CachedEntry] = {}
     budget_bytes = bounds.MAX_PROCESS_BYTES
     for p in facts.processes:
         if len(processes) == bounds.MAX_PROCESSES_SHOWN:
@@ -333,7 +418,7 @@ def _gpu_entries(facts: Facts, other_processes: dict[int, int]) -> list[dict[str
     ]
 
 
-def gpu_entries(gpus: tuple, other_processes: dict[int, int]) -> list[dict[str, Any]]:
+def gpu_entries(gpus: tuple[GpuFacts, ...], other_processes: dict[int, int]) -> list[dict[str, Any]]:
     """The machine's GPUs as a status document lists them, without a job (discovery's /metrics on
     a node that runs none: the GPUs are still the node's to watch)."""
     return _gpu_entries(Facts(target_pid=0, gpus=gpus), other_processes)
@@ -374,7 +459,7 @@ def _rank_waits(facts: Facts) -> list[dict[str, Any]] | None:
     ]
 
 
-def history_document(history, since: float | None, interval_s: float, job_id: str) -> dict[str, Any]:
+def history_document(history: History, since: float | None, interval_s: float, job_id: str) -> dict[str, Any]:
     """GET /history: the samples and events newer than ``since`` (UNIX s; None: all)."""
     events = history.events(since)
     shown = events[-bounds.MAX_EVENTS_SHOWN :]
@@ -426,7 +511,7 @@ class NoDefaultJob(LookupError):
     jobs never answers with another user's (args[0]: the caller's uid, None when unknown)."""
 
 
-def job_entry(summary: dict[str, Any], root=None, ended_unix_s: float | None = None) -> dict[str, Any]:
+def job_entry(summary: dict[str, Any], root: Root | None = None, ended_unix_s: float | None = None) -> dict[str, Any]:
     """A job's line in the jobs list, from its status summary (status_summary, or
     summary_of_document for a status document); ``root`` is a sources.lineage.RootInfo (owner,
     working directory, ancestors) or None when unknown."""
@@ -476,13 +561,13 @@ def jobs_document(
     return contract.check_if_enabled(doc, "jobs")
 
 
-def fair_share(items: list, limit: int, owner: Callable[[Any], Any]) -> list:
+def fair_share(items: list[T], limit: int, owner: Callable[[T], Hashable]) -> list[T]:
     """At most ``limit`` of ``items`` (best first), shared out among their owners in turns: each
     owner's best, then each one's second, ... So on a shared machine one user's hundred jobs never
     push another user's jobs out (root's discovery lists every user's). Kept in ``items``' order."""
     if len(items) <= limit:
         return items
-    queues: dict[Any, list] = {}
+    queues: dict[Hashable, list[T]] = {}
     for item in items:
         queues.setdefault(owner(item), []).append(item)
     chosen: set[int] = set()
@@ -502,8 +587,12 @@ class OneJob:
 
     interval_s: float = 1.5
     ended_unix_s: float | None = None
+    if TYPE_CHECKING:  # what a subclass provides (the poller; the tests' static sources)
+        history: History
 
-    def root_info(self):
+        def snapshot(self) -> tuple[dict[str, Any] | None, float | None]: ...
+
+    def root_info(self) -> Root | None:
         return None
 
     def _own(self, job: str | None) -> dict[str, Any] | None:
@@ -526,7 +615,7 @@ class OneJob:
 
     def jobs_document(self) -> dict[str, Any] | None:
         summary, time_s = self._summary()
-        if summary is None:
+        if summary is None or time_s is None:  # both or neither: a summary is its poll's
             return None
         entry = job_entry(summary, self.root_info(), self.ended_unix_s)
         return jobs_document(

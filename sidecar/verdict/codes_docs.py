@@ -74,11 +74,11 @@ def severities() -> dict[str, set[str]]:
         for call in ast.walk(tree):
             if not isinstance(call, ast.Call):
                 continue
-            name = _call_name(call)
-            if name in _MAKERS and len(call.args) >= 2:
+            called = _call_name(call)
+            if called in _MAKERS and len(call.args) >= 2:
                 code_at, severity = 0, _literals(call.args[1])
-            elif name in helpers:
-                code_at, sev_at = helpers[name]
+            elif called in helpers:
+                code_at, sev_at = helpers[called]
                 if isinstance(sev_at, set):
                     severity = sev_at
                 else:

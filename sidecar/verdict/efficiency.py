@@ -104,17 +104,18 @@ def _moves_data(f: Facts, g: GpuFacts) -> bool:
 
 def rule_pcie_degraded(f: Facts) -> Iterable[Finding]:
     for g in f.job_gpus:
-        if None in (g.pcie_link_gen, g.pcie_link_gen_max, g.pcie_link_width, g.pcie_link_width_max):
+        gen, gen_max, width, width_max = g.pcie_link_gen, g.pcie_link_gen_max, g.pcie_link_width, g.pcie_link_width_max
+        if gen is None or gen_max is None or width is None or width_max is None:
             continue
-        if g.pcie_link_gen >= g.pcie_link_gen_max and g.pcie_link_width >= g.pcie_link_width_max:
+        if gen >= gen_max and width >= width_max:
             continue
         if not _moves_data(f, g):
             continue
         message = ref(
             "warning.pcie-degraded",
             gpu=g.index,
-            link=_link_text(g.pcie_link_gen, g.pcie_link_width),
-            max=_link_text(g.pcie_link_gen_max, g.pcie_link_width_max),
+            link=_link_text(gen, width),
+            max=_link_text(gen_max, width_max),
         )
         yield Finding(
             "pcie-degraded",
@@ -282,7 +283,7 @@ def _loader_hint(f: Facts, s: LoaderSettings, on_accelerator: bool) -> Ref:
         "workers": ref(raise_workers) if workers else "",
         "persistent": ref("hint.data-starved.do.persistent") if persistent else "",
         "prefetch": ref("hint.data-starved.do.prefetch", prefetch_factor=s.prefetch_factor)
-        if prefetch
+        if prefetch and s.prefetch_factor is not None  # `prefetch` implies it; mypy does not see that
         else "",
     }
     if on_accelerator:

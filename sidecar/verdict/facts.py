@@ -450,7 +450,7 @@ def map_cuda_index(proc: ProcessFacts, cuda_index: int, gpus: tuple[GpuFacts, ..
                 return number if any(g.index == number for g in gpus) else None
             want = _norm_uuid(entry)
             for g in gpus:
-                if _norm_uuid(g.uuid) and want and _norm_uuid(g.uuid).startswith(want):
+                if (have := _norm_uuid(g.uuid)) and want and have.startswith(want):
                     return g.index
         return None
     return cuda_index if any(g.index == cuda_index for g in gpus) else None
@@ -467,6 +467,9 @@ def model_gpu_index(facts: Facts, proc: ProcessFacts, model: ModelFacts) -> int 
     found = facts.model_gpu_indices
     key = id(model)
     return found[key] if key in found else model_nvml_index(proc, model, facts.gpus)
+
+
+ModelHits = list[tuple[ProcessFacts, ModelFacts]]  # (process, model) pairs a rule's finding is about
 
 
 def all_models(facts: Facts) -> tuple[tuple[ProcessFacts, ModelFacts], ...]:

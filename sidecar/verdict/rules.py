@@ -20,6 +20,7 @@ from sidecar.verdict.facts import (
     NVIDIA_VENDOR,
     Facts,
     Finding,
+    ModelHits,
     ProcessFacts,
     RecentSample,
     Rules,
@@ -51,7 +52,7 @@ def _names(models: Iterable[Any]) -> str:
     return ", ".join(sorted({m.name for m in models}))
 
 
-def _about_models(code: str, severity: str, message_id: str, hint_id: str, hits: list) -> Finding:
+def _about_models(code: str, severity: str, message_id: str, hint_id: str, hits: ModelHits) -> Finding:
     """A finding that names the models of `hits` ((process, model) pairs) and their processes."""
     names = _names(m for _, m in hits)
     return finding(
@@ -164,7 +165,7 @@ def cpu_build_hint(torch_version: str | None, cuda_driver: str | None) -> Ref:
     w = cuda_wheel(torch_version, cuda_driver)
     if w.kind == "unknown":
         return ref("hint.cpu-build.unknown", torch=w.torch)
-    if w.kind == "driver-old":
+    if w.kind == "driver-old" and cuda_driver:  # said of a known driver only: cuda_driver is there
         return ref(
             "hint.cpu-build.driver-old", torch=w.torch, tag=w.tag, cuda=cuda_driver, cudas=_cudas(w.torch)
         )
@@ -211,7 +212,7 @@ def cuda_unavailable_reason(f: Facts, rt: RuntimeRecord) -> tuple[Ref, Ref]:
     build, drv = version_tuple(rt.cuda_build), version_tuple(f.cuda_driver)
     if build and drv and drv < build:
         return (
-            ref("reason.cuda.driver-old", driver=f.cuda_driver, build=str(rt.cuda_build)),
+            ref("reason.cuda.driver-old", driver=str(f.cuda_driver), build=str(rt.cuda_build)),
             _driver_old_hint(rt.torch, str(f.cuda_driver), str(rt.cuda_build)),
         )
     if not f.nvml_ok:
@@ -247,7 +248,7 @@ def rule_model_on_cpu(f: Facts) -> Iterable[Finding]:
 
 def rule_input_mismatch(f: Facts) -> Iterable[Finding]:
     hits = [
-        (p, m)
+        (p, m, m.device, m.input_device)
         for p, m in all_models(f)
         if m.input_device
         and m.device
@@ -256,13 +257,13 @@ def rule_input_mismatch(f: Facts) -> Iterable[Finding]:
         and device_type(m.input_device) != "meta"
     ]
     if hits:
-        _, m = hits[0]
+        _, m, device, input_device = hits[0]
         yield finding(
             "input-mismatch",
             "error",
-            ref("warning.input-mismatch", model=m.name, device=m.device, input=m.input_device),
-            ref("hint.input-mismatch", device=m.device),
-            sorted({p.pid for p, _ in hits}),
+            ref("warning.input-mismatch", model=m.name, device=device, input=input_device),
+            ref("hint.input-mismatch", device=device),
+            sorted({p.pid for p, *_ in hits}),
         )
 
 
@@ -359,7 +360,7 @@ def rule_shared_model_unprobed_child(f: Facts) -> Iterable[Finding]:
     """A model in shared memory (``share_memory()``: hogwild) and child processes without the probe:
     whatever those children compute with it is not counted anywhere. Forked children inherit the
     probe and count their own calls; spawned and forkserver ones start without it."""
-    owners = {p.pid: p for p, m in all_models(f) if m.shared_memory}
+    owners: dict[int | None, ProcessFacts] = {p.pid: p for p, m in all_models(f) if m.shared_memory}  # by ppid
     if not owners:
         return
     kids = [
@@ -499,7 +500,7 @@ def rule_idle_gpu(f: Facts) -> Iterable[Finding]:
     if not window or len(window) < 2:
         return
     utils = [s.tree_sm_util if s.tree_sm_util is not None else s.model_gpu_util for s in window]
-    if any(u is None for u in utils) or max(utils) >= f.rules.idle_util_pct:
+    if None in utils or max(u for u in utils if u is not None) >= f.rules.idle_util_pct:
         return
     if not _still_working(window):
         return  # no steps (or forward calls): the job is paused or evaluating elsewhere, not starved
@@ -553,7 +554,7 @@ def memory_growth(samples: Iterable[RecentSample], rules: Rules) -> MemoryGrowth
     if end - start < 2 or end_time - samples[start].time < rules.growth_min_span_s:
         return None
     first, last = samples[start].tree_gpu_mem_mib, samples[end].tree_gpu_mem_mib
-    if not _grown_enough(first, last, rules):
+    if first is None or last is None or not _grown_enough(first, last, rules):  # (never None: see above)
         return None
     return _steady(
         [(s.time, s.tree_gpu_mem_mib) for s in islice(samples, start, None) if s.tree_gpu_mem_mib is not None],
@@ -612,8 +613,7 @@ def _rank_gpus(f: Facts) -> dict[int, set[int]]:
     for p in f.processes:
         if p.role != "rank":
             continue
-        idx = {model_gpu_index(f, p, m) for m in p.models}
-        idx.discard(None)
+        idx = {i for m in p.models if (i := model_gpu_index(f, p, m)) is not None}
         if not idx:
             idx = {g.index for g in p.gpu if (g.mem_used_mib or 0) > 0}
         out[p.pid] = idx
@@ -638,25 +638,25 @@ def rule_rank_shared_gpu(f: Facts) -> Iterable[Finding]:
 
 
 def rule_rank_device_mismatch(f: Facts) -> Iterable[Finding]:
-    hits = []
+    hits: list[tuple[ProcessFacts, int, str, str]] = []  # (process, its local rank, model name, device)
     for p in f.processes:
         if p.role != "rank" or p.local_rank is None:
             continue
         if p.runtime is not None and p.runtime.device_count == 1:
             continue  # one visible GPU per rank (CUDA_VISIBLE_DEVICES): cuda:0 is right for every rank
         for m in p.models:
-            if device_type(m.device) == "cuda":
+            if m.device is not None and device_type(m.device) == "cuda":
                 idx = device_index(m.device)
                 if idx is not None and idx != p.local_rank:
-                    hits.append((p, m))
+                    hits.append((p, p.local_rank, m.name, m.device))
     if hits:
-        p, m = hits[0]
+        p, rank, model, device = hits[0]
         yield finding(
             "rank-device-mismatch",
             "warning",
-            ref("warning.rank-device-mismatch", rank=p.local_rank, pid=p.pid, model=m.name, device=m.device),
+            ref("warning.rank-device-mismatch", rank=rank, pid=p.pid, model=model, device=device),
             ref("hint.rank-device-mismatch"),
-            (p.pid for p, _ in hits),
+            (p.pid for p, *_ in hits),
         )
 
 

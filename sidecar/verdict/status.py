@@ -160,7 +160,7 @@ class VerdictMemo:
     __slots__ = ("findings", "key", "status")
 
     def __init__(self) -> None:
-        self.key: tuple | None = None
+        self.key: tuple[object, ...] | None = None  # the facts' fields but `recent`, in order
         self.status: StatusMessage | None = None
         # per rule of RULES, in order: its findings, or None for a rule asked at every poll
         self.findings: tuple[tuple[Finding, ...] | None, ...] = ()

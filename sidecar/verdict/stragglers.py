@@ -32,6 +32,7 @@ from sidecar.verdict.facts import (
     ProcessFacts,
     RecentSample,
     Rules,
+    StepBreakdown,
     model_nvml_index,
 )
 
@@ -98,27 +99,27 @@ def rank_waits(f: Facts) -> tuple[RankWait, ...]:
 
 @for_the_same_objects  # asked by the history's sample, the rule and the document of one poll
 def _rank_waits(processes: tuple[ProcessFacts, ...], gpus: tuple[GpuFacts, ...]) -> tuple[RankWait, ...]:
-    seen: dict[int, ProcessFacts] = {}
+    seen: dict[int, tuple[ProcessFacts, StepBreakdown, float]] = {}  # rank -> its first process
     for p in processes:
         s = p.steps
         if p.role != "rank" or p.rank is None or p.exited or s is None or s.backward_fraction is None:
             continue
-        seen.setdefault(p.rank, p)
+        seen.setdefault(p.rank, (p, s, s.backward_fraction))
     if len(seen) < 2:
         return ()
     return relative_waits(
         RankWait(
             rank,
             p.pid,
-            p.steps.steps,
+            s.steps,
             0.0,
-            p.steps.backward_fraction,
-            p.steps.data_wait_fraction,
-            p.steps.forward_fraction,
-            p.steps.optimizer_fraction,
+            backward_fraction,
+            s.data_wait_fraction,
+            s.forward_fraction,
+            s.optimizer_fraction,
             _gpu_of(p, gpus),
         )
-        for rank, p in sorted(seen.items())
+        for rank, (p, s, backward_fraction) in sorted(seen.items())
     )
 
 
@@ -188,7 +189,8 @@ def straggler_candidate(f: Facts) -> Straggler | None:
 
 @for_the_same_objects  # as _rank_waits: one poll's facts, asked twice
 def _candidate(processes: tuple[ProcessFacts, ...], gpus: tuple[GpuFacts, ...], rules: Rules) -> Straggler | None:
-    by_index = {g.index: g for g in reversed(gpus)}  # the first of a repeated index, as Facts does
+    # The first of a repeated index, as Facts does; asked for a rank's index, None where it has none.
+    by_index: dict[int | None, GpuFacts] = {g.index: g for g in reversed(gpus)}
     return pick_straggler(_rank_waits(processes, gpus), rules, lambda w: _throttle(by_index.get(w.gpu_index)))
 
 
@@ -210,7 +212,8 @@ def cause_ref(s: Straggler, reason: str | None, sm_clock_mhz: float | None) -> R
     if s.cause != "throttled-gpu":
         return ref(f"straggler-cause.{s.cause}")
     clock = "?" if sm_clock_mhz is None else f"{sm_clock_mhz:g} MHz"
-    return ref("straggler-cause.throttled-gpu", gpu=s.gpu_index, reason=ref(f"clock-reason.{reason}"), clock=clock)
+    gpu = "?" if s.gpu_index is None else s.gpu_index  # known: only a GPU of a known index is throttled
+    return ref("straggler-cause.throttled-gpu", gpu=gpu, reason=ref(f"clock-reason.{reason}"), clock=clock)
 
 
 def hint_ref(s: Straggler) -> Ref:
@@ -252,7 +255,7 @@ def _straggler_finding(f: Facts, s: Straggler) -> Finding:
     message = ref(
         "warning.straggler-rank",
         rank=s.rank,
-        pid=s.pid,
+        pid=s.pid if s.pid is not None else "<pid>",  # as hint_ref: a node's ranks all have one
         where=where(_hostname(f, s.pid), s.gpu_index),
         wait=f"{s.wait_fraction:.0%}",
         cause=cause_ref(s, _throttle(g), g.sm_clock_mhz if g is not None else None),

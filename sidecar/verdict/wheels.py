@@ -12,9 +12,9 @@ on it without relying on CUDA's minor version compatibility. The catalogue's com
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
-__all__ = ["CUDA_WHEELS", "WheelChoice", "cuda_tag", "cuda_wheel"]
+__all__ = ["CUDA_WHEELS", "NoWheel", "WheelChoice", "WheelIndex", "cuda_tag", "cuda_wheel"]
 
 # torch minor -> the CUDA versions of its wheel indexes (https://download.pytorch.org/whl/cuNNN).
 # Source: pytorch/pytorch RELEASE.md, "Release Compatibility Matrix" (its stable and experimental
@@ -46,14 +46,26 @@ CUDA_WHEELS: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {
 _RELEASE = re.compile(r"(\d+)\.(\d+)\.(\d+)(?:\+[\w.]+)?")
 
 
-class WheelChoice(NamedTuple):
+class WheelIndex(NamedTuple):
     """`kind`: "index" (`tag` runs on the driver, or the driver is unknown and `tag` is the oldest
-    CUDA), "driver-old" (every index of this torch needs a newer driver; `tag` the oldest), or
-    "unknown" (a torch this table does not know: no index). `torch` is the version to pin."""
+    CUDA), or "driver-old" (every index of this torch needs a newer driver; `tag` the oldest).
+    `torch` is the version to pin."""
 
-    kind: str
+    kind: Literal["index", "driver-old"]
     torch: str
-    tag: str | None
+    tag: str
+
+
+class NoWheel(NamedTuple):
+    """A torch this table does not know ("unknown"): no index. `torch` is the version to pin."""
+
+    kind: Literal["unknown"]
+    torch: str
+    tag: None
+
+
+# One of the two, told apart by `kind` (a type checker narrows on it).
+WheelChoice = WheelIndex | NoWheel
 
 
 def cuda_tag(cuda: tuple[int, int]) -> str:
@@ -70,15 +82,15 @@ def cuda_wheel(torch_version: str | None, driver_cuda: str | None) -> WheelChoic
     None when unknown)."""
     m = _RELEASE.fullmatch(str(torch_version or "").strip())
     if m is None:
-        return WheelChoice("unknown", str(torch_version or "?"), None)
+        return NoWheel("unknown", str(torch_version or "?"), None)
     pin = f"{m.group(1)}.{m.group(2)}.{m.group(3)}"
     indexes = CUDA_WHEELS.get((int(m.group(1)), int(m.group(2))))
     if not indexes:
-        return WheelChoice("unknown", pin, None)
+        return NoWheel("unknown", pin, None)
     driver = _major_minor(driver_cuda)
     if driver is None:
-        return WheelChoice("index", pin, cuda_tag(indexes[0]))  # the oldest CUDA runs on the most drivers
+        return WheelIndex("index", pin, cuda_tag(indexes[0]))  # the oldest CUDA runs on the most drivers
     runs = [c for c in indexes if c <= driver]
     if runs:
-        return WheelChoice("index", pin, cuda_tag(runs[-1]))
-    return WheelChoice("driver-old", pin, cuda_tag(indexes[0]))
+        return WheelIndex("index", pin, cuda_tag(runs[-1]))
+    return WheelIndex("driver-old", pin, cuda_tag(indexes[0]))
