@@ -108,8 +108,9 @@ def _connect(host: str, port: int, deadline: float) -> socket.socket:
         raise
     except TimeoutError:
         raise HttpError("timeout", f"{host}:{port} did not accept a connection in time") from None
-    except (OSError, UnicodeError) as exc:
-        raise HttpError("unreachable", f"cannot connect to {host}:{port} ({exc.strerror or exc})") from None
+    except (OSError, UnicodeError) as exc:  # UnicodeError: a host name IDNA cannot encode, no strerror
+        why = (exc.strerror if isinstance(exc, OSError) else None) or exc
+        raise HttpError("unreachable", f"cannot connect to {host}:{port} ({why})") from None
 
 
 def _is_loopback(host: str, sock: socket.socket) -> bool:

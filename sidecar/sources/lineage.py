@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import pwd
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -134,7 +135,11 @@ def root_info(pid: int, *, host: HostPaths = HOST) -> RootInfo:
 
 
 def job_root(
-    pid: int, is_job_process, owner: int | None = None, *, host: HostPaths = HOST
+    pid: int,
+    is_job_process: Callable[[int, tuple[str, ...]], bool],
+    owner: int | None = None,
+    *,
+    host: HostPaths = HOST,
 ) -> tuple[int, int] | None:
     """The identity (pid, start ticks) of the topmost ancestor of ``pid`` (itself included) for
     which ``is_job_process(pid, argv)`` holds, walking up while the owner stays the same; None when

@@ -17,7 +17,9 @@ from __future__ import annotations
 import os
 import select
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
+from typing import TypeVar
 
 from hostfs.paths import HOST, HostPaths
 from hostfs.procid import proc_is_ours, process_identity, process_real_uid
@@ -34,7 +36,18 @@ def next_recheck(poll: int, pid: int, every_polls: int) -> int:
     return poll + every_polls - (poll + pid) % every_polls
 
 
-_IDENTITY, _UID, _UID_DUE, _ASKED = 1, 2, 3, 4  # a _known entry's slots after its pidfd
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class _Known:
+    """A process followed by its pidfd, and what was read of it (None: not read yet)."""
+
+    fd: int
+    asked: int  # the poll it was last asked about at
+    identity: tuple[int, int] | None = None
+    uid: int | None = None
+    uid_due: int = 0  # the poll to read the uid again at
 
 
 def _exited(fd: int) -> bool:
@@ -59,16 +72,14 @@ class KnownProcesses:
         read_uid: Callable[[int], int | None] | None = None,
         recheck_every_polls: int = RECHECK_EVERY_POLLS,
         host: HostPaths = HOST,
-    ):
+    ) -> None:
         """``read_identity`` and ``read_uid``: hostfs.procid's readers of ``host``'s /proc unless
         given (a test counts the reads)."""
         self.max_open = max(0, int(max_open))
         self.read_identity = read_identity or partial(process_identity, host=host)
         self.read_uid = read_uid or partial(process_real_uid, host=host)
         self.recheck_every_polls = recheck_every_polls
-        # pid -> [pidfd, identity, real uid, poll to read the uid again at, poll last asked at];
-        # None: not read yet
-        self._known: dict[int, list] = {}
+        self._known: dict[int, _Known] = {}
         self._pid_of_fd: dict[int, int] = {}
         self._exits = select.poll()  # the pidfds of _known, readable once their process exits
         self._poll = 0
@@ -91,53 +102,58 @@ class KnownProcesses:
                 self._forget(self._pid_of_fd[fd])
             if self._poll % self.recheck_every_polls == 0:
                 unused_before = self._poll - self.recheck_every_polls
-                for pid in [pid for pid, entry in self._known.items() if entry[_ASKED] < unused_before]:
+                for pid in [pid for pid, entry in self._known.items() if entry.asked < unused_before]:
                     self._forget(pid)
         return exited
 
     def identity(self, pid: int) -> tuple[int, int] | None:
         entry = self._known.get(pid)
-        if entry is not None and entry[_IDENTITY] is not None:
-            entry[_ASKED] = self._poll
-            return entry[_IDENTITY]  # a process's start time never changes
-        return self._read(pid, entry, _IDENTITY)
+        if entry is not None and entry.identity is not None:
+            entry.asked = self._poll
+            return entry.identity  # a process's start time never changes
+        kept, identity = self._read(pid, entry, self.read_identity)
+        if kept is not None:
+            kept.identity = identity
+        return identity
 
     def real_uid(self, pid: int) -> int | None:
         entry = self._known.get(pid)
-        if entry is not None and entry[_UID] is not None and self._poll < entry[_UID_DUE]:
-            entry[_ASKED] = self._poll
-            return entry[_UID]
-        return self._read(pid, entry, _UID)
+        if entry is not None and entry.uid is not None and self._poll < entry.uid_due:
+            entry.asked = self._poll
+            return entry.uid
+        kept, uid = self._read(pid, entry, self.read_uid)
+        if kept is not None:
+            kept.uid = uid
+            kept.uid_due = next_recheck(self._poll, pid, self.recheck_every_polls)
+        return uid
 
-    def _read(self, pid: int, entry: list | None, slot: int):
-        read = self.read_identity if slot == _IDENTITY else self.read_uid
+    def _read(self, pid: int, entry: _Known | None, read: Callable[[int], T | None]) -> tuple[_Known | None, T | None]:
+        """``read(pid)``, and the entry to keep it in: None where the process is not followed (no
+        pidfd for it) or is forgotten (it exited, or the read found nothing)."""
         if entry is None:
             if not self._have_pidfd or len(self._known) >= self.max_open:
-                return read(pid)
+                return None, read(pid)
             try:
                 fd = os.pidfd_open(pid)
             # Gone, a thread's id, no pidfds in this kernel, a number no pid can be (NVML's rows are
             # unsigned 32-bit): read it as it is now, as without pidfds.
             except (OSError, OverflowError, ValueError):
-                return read(pid)
-            entry = [fd, None, None, 0, self._poll]
+                return None, read(pid)
+            entry = _Known(fd, self._poll)
             self._known[pid] = entry
             self._pid_of_fd[fd] = pid
             self._exits.register(fd, select.POLLIN)
         value = read(pid)
         # Still alive after the read: the pid was the pidfd's process all along (a pid is reused
         # only once its process has exited), so what was read is that process's.
-        if value is None or _exited(entry[0]):
+        if value is None or _exited(entry.fd):
             self._forget(pid)
-            return value
-        entry[slot] = value
-        entry[_ASKED] = self._poll
-        if slot == _UID:
-            entry[_UID_DUE] = next_recheck(self._poll, pid, self.recheck_every_polls)
-        return value
+            return None, value
+        entry.asked = self._poll
+        return entry, value
 
     def _forget(self, pid: int) -> None:
-        fd = self._known.pop(pid)[0]
+        fd = self._known.pop(pid).fd
         del self._pid_of_fd[fd]
         self._exits.unregister(fd)
         os.close(fd)

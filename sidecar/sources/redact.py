@@ -71,7 +71,7 @@ def is_secret_name(name: str) -> bool:
 
 def _secret_flag(arg: str) -> bool:
     m = _FLAG.match(arg)
-    return bool(m) and is_secret_name(m.group("name"))
+    return m is not None and is_secret_name(m.group("name"))
 
 
 def _redact_value_shapes(arg: str) -> str:

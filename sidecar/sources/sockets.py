@@ -49,7 +49,7 @@ def _forms(address: str, port: int) -> list[tuple[int, str]]:
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
     hex_port = f":{port:04X}"
-    forms = [(ip.version, kernel_hex(ip) + hex_port)]
+    forms: list[tuple[int, str]] = [(ip.version, kernel_hex(ip) + hex_port)]
     if ip.version == 4:
         forms.append((6, kernel_hex(ipaddress.IPv6Address(f"::ffff:{ip}")) + hex_port))
     return forms

@@ -1,6 +1,7 @@
 """The type checker: mypy, as pyproject.toml's [tool.mypy] configures it (strict, Python 3.10, every
 package the project installs), finds no error. And that configuration is the one that checks: it
-reads every module of those packages but the generated ones, and a planted untyped function fails it.
+reads every module of those packages (the generated ones through their generated stubs), and a
+planted untyped function fails it.
 
 mypy runs in a child process from the repository root (its `files` are relative to it), with its
 cache in the test's temporary folder: a cold run, never one read back from an earlier tree's cache.
@@ -43,13 +44,20 @@ def _options() -> Options:
 
 
 def _expected_sources(options: Options) -> tuple[list[str], list[str]]:
-    """(the modules the configuration checks, those its `exclude` leaves out), as paths from the root."""
+    """(the modules the configuration checks, the .py files its `exclude` leaves out), as paths from
+    the root. A module with a .pyi stub beside it is checked once, in its stub (generated code's)."""
     checked, excluded = [], []
     for package in options.files or []:
-        for path in sorted((REPO / package).rglob("*.py")):
+        root = REPO / package
+        stubs = {p.with_suffix("") for p in root.rglob("*.pyi")}
+        checked += [p.relative_to(REPO).as_posix() for p in root.rglob("*.pyi")]
+        for path in sorted(root.rglob("*.py")):
             rel = path.relative_to(REPO).as_posix()
-            (excluded if any(re.search(p, rel) for p in options.exclude) else checked).append(rel)
-    return checked, excluded
+            if any(re.search(p, rel) for p in options.exclude):
+                excluded.append(rel)
+            elif path.with_suffix("") not in stubs:
+                checked.append(rel)
+    return sorted(checked), excluded
 
 
 @pytest.mark.slow
@@ -71,9 +79,10 @@ def test_the_configuration_covers_the_packages_and_excludes_only_generated_code(
     assert sorted(options.files or []) == sorted(p for p in include if "." not in p)
     checked, excluded = _expected_sources(options)
     assert len(checked) > 100, checked  # the packages themselves, not a folder the pattern missed
-    assert excluded, "the generated kubelet stubs are excluded by name"
+    assert excluded, "the generated kubelet modules are excluded by name"
     for rel in excluded:
         assert "DO NOT EDIT" in (REPO / rel).read_text()[:500], f"{rel} is excluded but not generated code"
+        assert (REPO / rel).with_suffix(".pyi").is_file(), f"{rel} is excluded without a stub to type it"
 
 
 def test_a_planted_untyped_function_fails_the_check(tmp_path):

@@ -76,7 +76,7 @@ class _Holder:
 class _ResourceIndex:
     """Pod-resources' answer by device id: one pass per answer, then a lookup per device."""
 
-    def __init__(self, listed: list):
+    def __init__(self, listed: list[pod_resources.ResourcePod]) -> None:
         self.by_device: dict[str, list[_Holder]] = {}
         for p in listed:
             for c in p.containers:
@@ -107,7 +107,7 @@ class PodLookup:
         max_pods: int = MAX_PODS_CACHED,
         clock: Callable[[], float] = time.monotonic,
         host: HostPaths = HOST,
-    ):
+    ) -> None:
         self.host = host
         self.pods_url = pods_url if pods_url is not None else os.environ.get(pods_api.URL_ENV)
         self.socket_path = socket_path or os.environ.get(SOCKET_ENV) or pod_resources.DEFAULT_SOCKET
@@ -118,7 +118,8 @@ class PodLookup:
         self.max_pods = max_pods
         self.clock = clock
         self._by_uid: OrderedDict[str, pods_api.KubeletPod] = OrderedDict()  # the kubelet's answers only
-        self._kubelet: tuple[float, dict | None, str | None] | None = None  # (when, pods, why not)
+        # (when, pods by UID, why not)
+        self._kubelet: tuple[float, dict[str, pods_api.KubeletPod] | None, str | None] | None = None
         self._resources: tuple[float, _ResourceIndex | None, str | None] | None = None
 
     def pod_of(self, pid: int, *, hostname: str | None = None, gpu_uuids: Iterable[str] = ()) -> PodInfo | None:
@@ -156,19 +157,20 @@ class PodLookup:
         index, why_resources = self._resource_index(now)
         held = index.holder(gpu_uuids) if index is not None else None
         if held is not None:
-            return PodInfo(cg.uid, *held, cg.container_id, SOURCE_POD_RESOURCES, None)
+            namespace, name, container = held
+            return PodInfo(cg.uid, namespace, name, container, cg.container_id, SOURCE_POD_RESOURCES, None)
         if index is not None:
             why_resources = "no one pod-resources pod holds its GPUs"
         return PodInfo(cg.uid, None, None, None, cg.container_id, SOURCE_CGROUP, f"{why_kubelet}; {why_resources}")
 
-    def _kubelet_pods(self, now: float):
+    def _kubelet_pods(self, now: float) -> tuple[dict[str, pods_api.KubeletPod] | None, str | None]:
         if not self.pods_url:
             return None, f"kubelet Pods API not configured ({pods_api.URL_ENV})"
         if self._kubelet is None or now - self._kubelet[0] >= self.list_every_s:
             self._kubelet = (now, *pods_api.fetch_pods(self.pods_url, self.timeout_s, host=self.host))
         return self._kubelet[1], self._kubelet[2]
 
-    def _resource_index(self, now: float):
+    def _resource_index(self, now: float) -> tuple[_ResourceIndex | None, str | None]:
         if self._resources is None or now - self._resources[0] >= self.list_every_s:
             listed, why = pod_resources.list_pods(self.socket_path, self.timeout_s)
             self._resources = (now, None if listed is None else _ResourceIndex(listed), why)

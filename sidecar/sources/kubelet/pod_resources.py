@@ -12,8 +12,12 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sidecar.sources.kubelet.names import label_name, subdomain_name
+
+if TYPE_CHECKING:  # imported where it is used: grpcio and protobuf are optional
+    from sidecar.sources.kubelet.api_pb2 import ListPodResourcesResponse
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 # One List answers within this or not at all: the poll thread waits on it.
@@ -71,7 +75,7 @@ def list_pods(socket_path: str = DEFAULT_SOCKET, timeout_s: float = LIST_TIMEOUT
     return _pods(answer), None
 
 
-def _pods(answer) -> list[ResourcePod]:
+def _pods(answer: ListPodResourcesResponse) -> list[ResourcePod]:
     """The answer's pods, bounded, with names of a Kubernetes name's shape only."""
     pods = []
     for pod in answer.pod_resources[:MAX_PODS]:

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from typing import Any
 
 try:
-    import pynvml
+    import pynvml as pynvml  # `as`: re-exported, the package's modules import it from here
 except ImportError:  # the sidecar still serves process and probe facts without NVML
-    pynvml = None  # type: ignore[assignment]
+    pynvml = None
 
 MIB = 1 << 20
 LIBRARY = "libnvidia-ml.so.1"

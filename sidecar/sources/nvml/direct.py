@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from sidecar.sources.nvml._lib import (
@@ -223,7 +223,7 @@ class FieldValues:
 
     __slots__ = ("buf", "count", "field_ids")
 
-    def __init__(self, field_ids: Sequence[int]) -> None:
+    def __init__(self, field_ids: Iterable[int]) -> None:
         self.field_ids = tuple(field_ids)
         self.count = ctypes.c_int(len(self.field_ids))
         self.buf = ctypes.create_string_buffer(FIELD_VALUE_BYTES * len(self.field_ids))
@@ -243,7 +243,8 @@ class FieldValues:
             layout = _VALUE_TYPES.get(value_type)
             if code == SUCCESS and layout is None:
                 code = OTHER_EXCEPTION  # a value type this reader does not know: not a value
-            out[field_id] = (code, layout.unpack_from(buf, at + _VALUE_AT)[0] if code == SUCCESS else None)
+            value = layout.unpack_from(buf, at + _VALUE_AT)[0] if code == SUCCESS and layout is not None else None
+            out[field_id] = (code, value)
         return out
 
 

@@ -207,6 +207,7 @@ class NvmlSource:
 
     def _poll_device(self, recorder: Recorder, index: int, now_us: int) -> GpuInfo:
         """One GPU: its one catch of GpuLost (and of an unreadable identity) is here."""
+        assert self._queries is not None  # made by _ensure_init, which _poll passed before asking
         q = DeviceQuery(recorder, index, GpuInfo(index=index), self._devices[index], self._queries, now_us)
         try:
             self._identity(q)
