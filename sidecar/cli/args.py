@@ -11,7 +11,8 @@ import os
 import socket
 import sys
 import textwrap
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from sidecar import __version__
 from sidecar.common.exit_codes import (
@@ -26,6 +27,8 @@ from sidecar.serve.hosts import is_loopback_host, valid_host_name
 from sidecar.sources.host import HOST, HostPaths
 from sidecar.sources.pods import cgroup_root_prefixes
 
+if TYPE_CHECKING:  # imported where it is used: not every command reads the rules
+    from sidecar.verdict import Rules
 MIN_INTERVAL_S = 0.1
 CHEAP_INTERVAL_S = 0.5
 DEFAULT_PORT = 8765
@@ -63,7 +66,7 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         self.usage_exit = usage_exit
 
-    def error(self, message: str):  # argparse's message, our exit code and one hint line
+    def error(self, message: str) -> NoReturn:  # argparse's message, our exit code and one hint line
         self.print_usage(sys.stderr)
         print(f"{self.prog}: error: {message} (see --help)", file=sys.stderr, flush=True)
         raise SystemExit(self.usage_exit)
@@ -90,7 +93,7 @@ def _interval_s(text: str) -> float:
     return value
 
 
-def _bounded_seconds(limit_s: float, *, zero_ok: bool):
+def _bounded_seconds(limit_s: float, *, zero_ok: bool) -> Callable[[str], float]:
     """An argparse type: a finite number of seconds, at most `limit_s` (inf, nan and 1e12 are
     refused: they would never end or would size a buffer by them)."""
 
@@ -500,7 +503,7 @@ def bad_host(host: str) -> str:
     )
 
 
-def rules_from_env():
+def rules_from_env() -> Rules:
     """DSH_SIDECAR_RULES='{"idle_window_s": 3}' tunes the verdict's thresholds (also used by tests)."""
     from sidecar.verdict import Rules
 

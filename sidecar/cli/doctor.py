@@ -3,12 +3,14 @@ the training interpreter's torch can do, each problem with the command that fixe
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
 import sys
 from typing import Any
 
+from probe_wire.records import RuntimeRecord
 from sidecar.cli.args import host_paths
 from sidecar.common import catalogue
 from sidecar.common.exit_codes import EXIT_OK, EXIT_PROBLEMS
@@ -62,7 +64,8 @@ def torch_report(python: str, timeout_s: float = 120.0) -> dict[str, Any]:
     except subprocess.TimeoutExpired:
         return {"error": f"{python} took over {timeout_s:.0f} s to import torch"}
     try:
-        return json.loads(proc.stdout.strip().splitlines()[-1])
+        report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])  # _TORCH_PROBE's one object
+        return report
     except (ValueError, IndexError):
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         return {"error": f"{python} failed: {tail[0][:300]}"}
@@ -201,12 +204,24 @@ def _torch_problems(torch: dict[str, Any], python: str, facts: Facts, nvidia_her
                 }
             )
     elif not torch.get("cuda_available"):
-        reason_ref, hint_ref = cuda_unavailable_reason(facts, torch)
+        reason_ref, hint_ref = cuda_unavailable_reason(facts, _as_runtime(torch))
         reason, hint = catalogue.render(reason_ref), catalogue.render(hint_ref)
         if torch.get("cuda_init_error"):
             reason += f" (torch says: {torch['cuda_init_error']})"
         problems.append({"problem": f"CUDA is not available to torch: {reason}", "fix": hint})
     return problems
+
+
+def _as_runtime(torch: dict[str, Any]) -> RuntimeRecord:
+    """The torch report's fields as the verdict reads a probe's runtime (what it does not ask: absent)."""
+    return RuntimeRecord(
+        torch=torch.get("torch"),
+        cuda_build=torch.get("cuda_build"),
+        cuda_available=torch.get("cuda_available"),
+        device_count=torch.get("device_count"),
+        cuda_visible_devices=torch.get("cuda_visible_devices"),
+        mps_available=torch.get("mps_available"),
+    )
 
 
 def render(report: dict[str, Any]) -> str:
@@ -269,7 +284,7 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run_doctor(args) -> int:
+def run_doctor(args: argparse.Namespace) -> int:
     """Print the report; EXIT_PROBLEMS when it lists a problem (each `[!!]` has one), so a script or
     CI step can stop on it."""
     report = collect(args.python, host_paths(args))

@@ -30,6 +30,8 @@ import sys
 import threading
 import time
 from functools import partial
+from types import FrameType
+from typing import TYPE_CHECKING, TypedDict
 
 from sidecar.cli.args import (
     DEFAULT_GRACE_S,
@@ -62,6 +64,16 @@ from sidecar.common.exit_codes import (
 )
 from sidecar.documents.bounds import json_text
 from sidecar.serve.hosts import is_loopback_host
+from sidecar.sources.host import HostPaths
+
+if TYPE_CHECKING:  # each imported where it is used: a command loads only what it runs
+    from sidecar.poll.discovery import JobsPoller
+    from sidecar.poll.poller import Poller
+    from sidecar.serve.wsgi import SidecarWSGIServer
+    from sidecar.sources.kubelet.lookup import ProcessPods
+    from sidecar.verdict import Rules
+
+    AnyPoller = Poller | JobsPoller  # --pid and `run`'s, or discovery's
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,17 +110,29 @@ def _pid_exists(args: argparse.Namespace) -> bool:
     return pid_exists(args.pid, host=host_paths(args))
 
 
-def _pods(args: argparse.Namespace):
+def _pods(args: argparse.Namespace) -> ProcessPods:
     """The pod lookup the pollers share: the kubelet's cgroup root is --kubelet-cgroup-root's."""
     from sidecar.sources.kubelet.lookup import PodLookup, ProcessPods
 
     return ProcessPods(PodLookup(cgroup_root=args.kubelet_cgroup_root, host=host_paths(args)))
 
 
-def _poller_options(args: argparse.Namespace, rules) -> dict:
-    """What every poller of the serve, run and mcp commands is given: the options' interval,
-    history and rules, the shared pod lookup, and where /proc and /sys are."""
-    return dict(interval_s=args.interval, history_s=args.history, rules=rules, pods=_pods(args), host=host_paths(args))
+class PollerOptions(TypedDict):
+    """What every poller of the serve, run and mcp commands is given (Poller's and JobsPoller's
+    keyword arguments): the options' interval, history and rules, the shared pod lookup, and where
+    /proc and /sys are."""
+
+    interval_s: float
+    history_s: float
+    rules: Rules
+    pods: ProcessPods
+    host: HostPaths
+
+
+def _poller_options(args: argparse.Namespace, rules: Rules) -> PollerOptions:
+    return PollerOptions(
+        interval_s=args.interval, history_s=args.history, rules=rules, pods=_pods(args), host=host_paths(args)
+    )
 
 
 def _main_serve(args: argparse.Namespace) -> int:
@@ -161,6 +185,7 @@ def _main_discover(args: argparse.Namespace) -> int:
         else:
             text = jobs_summary(jobs, docs)
         return _print_to_a_pipe(text)
+    assert sock is not None  # bound above for all but --once, which has returned
     _SIGNALS.install()
     return _serve(args, poller, sock, child=None)
 
@@ -214,9 +239,10 @@ def _main_mcp(args: argparse.Namespace) -> int:
         from sidecar.sources import http_get
 
         get = partial(http_get.get, host=host_paths(args))  # whose server it is: --path.procfs's tables
-        backend = mcp_server.HttpBackend(url, args.token, get=get)
+        backend: mcp_server.Backend = mcp_server.HttpBackend(url, args.token, get=get)
     else:
         rules = rules_from_env()
+        poller: AnyPoller
         if args.pid is not None:
             from sidecar.poll.poller import Poller
 
@@ -242,7 +268,7 @@ def _print_to_a_pipe(text: str) -> int:
     return EXIT_OK
 
 
-def _serving_token(given: str | None, poller) -> tuple[str | None, bool]:
+def _serving_token(given: str | None, poller: AnyPoller) -> tuple[str | None, bool]:
     """(the token the server wants, whether it was made here). Any user of this machine can reach a
     loopback port, and a root sidecar reads every user's processes (discovery: every user's jobs;
     --pid and `run`: a job's commands, working directory and models), and root's connections are
@@ -310,7 +336,7 @@ def _listen(args: argparse.Namespace, *, before_job: bool = False) -> socket.soc
         ) from None
 
 
-def _serve(args: argparse.Namespace, poller, sock: socket.socket, child: subprocess.Popen | None) -> int:
+def _serve(args: argparse.Namespace, poller: AnyPoller, sock: socket.socket, child: subprocess.Popen[bytes] | None) -> int:
     """Serve on `sock` (_listen's) until the job is gone (and its grace is over) or a signal."""
     server, read = _start_server(args, poller, sock)
     try:
@@ -327,7 +353,9 @@ def _serve(args: argparse.Namespace, poller, sock: socket.socket, child: subproc
     return EXIT_OK
 
 
-def _start_server(args: argparse.Namespace, poller, sock: socket.socket):
+def _start_server(
+    args: argparse.Namespace, poller: AnyPoller, sock: socket.socket
+) -> tuple[SidecarWSGIServer, threading.Event]:
     """The app on `sock`, served from its own thread, the poller started, the URL announced; with
     the event set once something has read it (ServerConfig.read)."""
     from sidecar.cli.cluster import cluster_cache
@@ -369,7 +397,9 @@ def _start_server(args: argparse.Namespace, poller, sock: socket.socket):
     return server, config.read
 
 
-def _supervise(args: argparse.Namespace, poller, child: subprocess.Popen | None, read: threading.Event) -> None:
+def _supervise(
+    args: argparse.Namespace, poller: AnyPoller, child: subprocess.Popen[bytes] | None, read: threading.Event
+) -> None:
     """Wait until the job is gone and its grace is over (never with --stay), or a signal came."""
     stop, interrupted = _SIGNALS.stop, _SIGNALS.received
     gone_since, grace_s = None, 0.0
@@ -396,7 +426,11 @@ def _grace_s(args: argparse.Namespace, read: threading.Event) -> float:
 
 
 def _say_job_gone(
-    args: argparse.Namespace, poller, child: subprocess.Popen | None, interrupted: list, grace_s: float
+    args: argparse.Namespace,
+    poller: AnyPoller,
+    child: subprocess.Popen[bytes] | None,
+    interrupted: list[int],
+    grace_s: float,
 ) -> None:
     code = child.returncode if child is not None else None
     if args.stay:
@@ -438,13 +472,13 @@ class _Signals:
     def __init__(self) -> None:
         self.stop = threading.Event()
         self.received: list[int] = []
-        self.child: subprocess.Popen | None = None
+        self.child: subprocess.Popen[bytes] | None = None
 
     def install(self) -> None:
         signal.signal(signal.SIGINT, self._on_signal)
         signal.signal(signal.SIGTERM, self._on_signal)
 
-    def _on_signal(self, signum, _frame) -> None:
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         self.received.append(signum)
         child = self.child
         if child is not None and child.poll() is None:

@@ -12,7 +12,7 @@ from array import array
 from collections import deque
 from collections.abc import Iterable
 from itertools import chain, pairwise
-from typing import Any
+from typing import Any, cast
 
 from sidecar.documents.bounds import clip_opt
 from sidecar.verdict import RecentSample
@@ -40,14 +40,17 @@ PROCESS_COLUMNS = ("pid", "gpu_mem_mib", "sm_util_pct")
 JOB_COLUMNS = ("cpu_pct", "rss_mib", "forward_rate_hz", "step_rate_hz")
 
 
-def pack(rows: Iterable[Iterable[float | None]]) -> array:
+Row = Iterable[float | None]  # a row of values, None for "no value"
+
+
+def pack(rows: Iterable[Row]) -> array[float]:
     """Rows as doubles, NaN for "no value": a fraction of the memory of tuples of float objects."""
     flat = list(chain.from_iterable(rows))
     try:
         # Most rows (a poll's processes, its job's sums) have every value, and finite: packed in
         # one call, and a sum says they all were finite (an infinite or NaN value makes it so, and
         # so do finite values too large to add, which the loop below then packs one by one).
-        packed = array("d", flat)
+        packed = array("d", cast("list[float]", flat))  # a None in it raises TypeError: see below
         if math.isfinite(sum(packed)):
             return packed
     except (TypeError, OverflowError):  # a None; an int too large for a double: the loop below says which
@@ -57,9 +60,10 @@ def pack(rows: Iterable[Iterable[float | None]]) -> array:
     return array("d", [_NAN if v is None or not math.isfinite(v) else v for v in flat])
 
 
-def _unpack(flat: array, width: int) -> tuple[tuple[Any, ...], ...]:
+def _unpack(flat: array[float], width: int) -> tuple[tuple[Any, ...], ...]:
+    """The rows: their first value (an index, a pid: always there) an int, NaN None."""
     vals = [None if v != v else v for v in flat]  # NaN != NaN
-    return tuple((int(vals[i]), *vals[i + 1 : i + width]) for i in range(0, len(vals), width))
+    return tuple((int(flat[i]), *vals[i + 1 : i + width]) for i in range(0, len(vals), width))
 
 
 def _num(v: float | None) -> float | int | None:
@@ -74,7 +78,14 @@ class Sample:
 
     __slots__ = ("time", "_gpus", "_processes", "_job", "recent")
 
-    def __init__(self, time: float, gpus, processes, recent: RecentSample, job=(None,) * len(JOB_COLUMNS)):
+    def __init__(
+        self,
+        time: float,
+        gpus: array[float] | Iterable[Row],
+        processes: Iterable[Row],
+        recent: RecentSample,
+        job: Row = (None,) * len(JOB_COLUMNS),
+    ) -> None:
         self.time = time
         self._gpus = gpus if isinstance(gpus, array) else pack(gpus)
         self._processes = pack(processes)

@@ -4,15 +4,19 @@ that the charts show and the verdict's windowed rules read back (Facts.recent)."
 from __future__ import annotations
 
 from array import array
+from collections.abc import Mapping
 from operator import attrgetter, is_
-from typing import Any
 
 from sidecar.common.memo import for_the_same_objects
 from sidecar.poll.history import GPU_COLUMNS, Sample, pack
+from sidecar.sources.proctree import ProcInfo
 from sidecar.verdict import (
     ACCELERATOR_TYPES,
     Facts,
     GpuFacts,
+    ModelFacts,
+    ProcessFacts,
+    ProcGpu,
     RecentSample,
     device_type,
     primary_model_gpu_index,
@@ -20,7 +24,7 @@ from sidecar.verdict import (
 from sidecar.verdict.stragglers import straggler_candidate
 
 
-def _process_sm_util(gpu: tuple) -> float | None:
+def _process_sm_util(gpu: tuple[ProcGpu, ...]) -> float | None:
     """A GPU process's SM utilisation summed over its GPUs' samples (None: no sample)."""
     if len(gpu) == 1:  # one GPU (most processes): what sum() of its one sample gives
         sm = gpu[0].sm_util
@@ -29,7 +33,16 @@ def _process_sm_util(gpu: tuple) -> float | None:
     return sum(sms) if sms else None
 
 
-def _add_model_sums(models: tuple, calls: int, steps: int | None, fwd: float | None, step_rate: float | None):
+# (forward calls, steps, forward rate, step rate) of processes' models
+ModelSums = tuple[int, int | None, float | None, float | None]
+ProcessRow = tuple[int, float, float | None]  # a GPU process's pid, memory (MiB) and SM utilisation (%)
+# history_sample's part made of the processes alone: their rows, SM and memory sums, and ModelSums
+ProcessPart = tuple[tuple[ProcessRow, ...], float | None, float | None, int, int | None, float | None, float | None]
+
+
+def _add_model_sums(
+    models: tuple[ModelFacts, ...], calls: int, steps: int | None, fwd: float | None, step_rate: float | None
+) -> ModelSums:
     """The history's model sums with one process's models added, in their order: forward calls and
     training steps of the models on an accelerator, forward and step rates of all."""
     for m in models:
@@ -49,14 +62,18 @@ class SampleMemo:
     same again while each process's facts are the very same object (FactCollector reuses them)."""
 
     __slots__ = ("last",)
+    last: tuple[tuple[ProcessFacts, ...], ProcessPart]
 
 
-def _process_part(processes: tuple) -> tuple:
+def _process_part(processes: tuple[ProcessFacts, ...]) -> ProcessPart:
     """(GPU rows, SM, memory, forward calls, steps, forward rate, step rate) of the processes."""
-    proc_rows = []
-    sm_total = mem_total = None
+    proc_rows: list[ProcessRow] = []
+    sm_total: float | None = None
+    mem_total: float | None = None
     calls = 0
-    steps = fwd = step_rate = None
+    steps: int | None = None
+    fwd: float | None = None
+    step_rate: float | None = None
     for p in processes:
         gpu = p.gpu
         if gpu:
@@ -72,14 +89,14 @@ def _process_part(processes: tuple) -> tuple:
 
 
 def history_sample(
-    now: float, facts: Facts, proc_info: dict[int, Any] | None = None, memo: SampleMemo | None = None
+    now: float, facts: Facts, proc_info: Mapping[int, ProcInfo] | None = None, memo: SampleMemo | None = None
 ) -> Sample:
     """What one poll adds to the history: per GPU, per GPU process of the tree, the job's sums
     (history.JOB_COLUMNS: its CPU, RSS and rates, what the charts show without a GPU), and the sums
     the verdict's windowed rules (idle GPU, memory growth) read back. Each sum adds in the
     processes' order. ``memo``: the caller's SampleMemo, kept between its polls."""
     procs = facts.processes
-    hit = getattr(memo, "last", None)
+    hit: tuple[tuple[ProcessFacts, ...], ProcessPart] | None = getattr(memo, "last", None)
     if hit is not None and len(hit[0]) == len(procs) and all(map(is_, hit[0], procs)):
         part = hit[1]
     else:
@@ -122,6 +139,6 @@ _GPU_ROW = attrgetter("index", "util", "mem_used_mib", *GPU_COLUMNS[3:])
 
 
 @for_the_same_objects  # discovery gives its jobs one GpuFacts tuple a poll: their samples share the rows
-def packed_gpu_rows(gpus: tuple[GpuFacts, ...]) -> array:
+def packed_gpu_rows(gpus: tuple[GpuFacts, ...]) -> array[float]:
     """history.GPU_COLUMNS of each GPU, packed (history.pack)."""
     return pack(tuple(map(_GPU_ROW, gpus)))

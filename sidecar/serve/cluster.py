@@ -67,6 +67,7 @@ class ClusterCache:
 
     def _fetch(self, job: str | None) -> tuple[float, Document | None, str | None]:
         self.reads += 1
+        answer: tuple[float, Document | None, str | None]
         try:
             answer = (self._clock(), self._read(job), None)
         except ClusterError as exc:

@@ -43,7 +43,7 @@ def valid_host_name(text: str) -> bool:
     if _ip(text.strip("[]")) is not None:
         return True
     m = _HOST_HEADER.fullmatch(text)
-    return bool(m) and m.group("port") is None and text.strip(".") != ""
+    return m is not None and m.group("port") is None and text.strip(".") != ""
 
 
 def is_loopback_host(host: str) -> bool:

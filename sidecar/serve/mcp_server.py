@@ -18,7 +18,7 @@ import os
 import re
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from probe_wire.schema import DEVICE_MIXED, DEVICE_NO_PARAMETERS
@@ -45,6 +45,7 @@ from sidecar.serve.mcp_schemas import (
     MIN_SECONDS,
     OUTPUT_SCHEMAS,
 )
+from sidecar.serve.source import Documents, DocumentSource
 
 API = "/api/dsh-gpu-dashboard"
 HTTP_TIMEOUT_S = 5.0
@@ -199,17 +200,24 @@ def _error_text(body: bytes) -> str:
         return ""
 
 
+class LocalPoller(DocumentSource, Protocol):
+    """A poller run in this process (sidecar.poll's Poller or JobsPoller), as LocalBackend runs it."""
+
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+
+
 class LocalBackend:
     """Polling in this process: a sidecar.poll.discovery.JobsPoller, or one job's sidecar.poll.poller.Poller (--pid).
     Both have the same three document methods; a document is None until the first poll."""
 
-    def __init__(self, poller: Any, first_poll_wait_s: float = FIRST_POLL_WAIT_S):
+    def __init__(self, poller: LocalPoller, first_poll_wait_s: float = FIRST_POLL_WAIT_S) -> None:
         self.poller = poller
         self.first_poll_wait_s = first_poll_wait_s
         # The agent is this process's user: root's discovery answers it with root's own job by
         # default, never another user's (JobsPoller.for_caller).
-        view = getattr(poller, "for_caller", None)
-        self._seen = (lambda: view(os.geteuid)) if view is not None else (lambda: poller)
+        view: Callable[[Callable[[], int | None]], Documents] | None = getattr(poller, "for_caller", None)
+        self._seen: Callable[[], Documents] = (lambda: view(os.geteuid)) if view is not None else (lambda: poller)
         poller.start()
 
     def jobs(self) -> dict[str, Any]:
@@ -570,9 +578,12 @@ INSTRUCTIONS = (
 )
 
 
-def build_server(backend: Backend):
+def build_server(backend: Backend) -> Any:
     """The SDK's low-level Server with the three tools: mcp 2.x takes the handlers in its constructor,
-    mcp 1.10+ through decorators (and turns a raised exception into an error result)."""
+    mcp 1.10+ through decorators (and turns a raised exception into an error result). Any: 2.x's
+    Server or 1.x's, whichever SDK is installed (both have run and create_initialization_options).
+    The models are made with model_validate from their wire names (inputSchema, isError), which
+    both name them by: 1.x's fields, 2.x's aliases."""
     import inspect
 
     import anyio
@@ -580,30 +591,35 @@ def build_server(backend: Backend):
     from mcp.server.lowlevel import Server
 
     tools = [
-        types.Tool(
-            name=name,
-            description=DESCRIPTIONS[name],
-            inputSchema=INPUT_SCHEMAS[name],
-            outputSchema=OUTPUT_SCHEMAS[name],
+        types.Tool.model_validate(
+            {
+                "name": name,
+                "description": DESCRIPTIONS[name],
+                "inputSchema": INPUT_SCHEMAS[name],
+                "outputSchema": OUTPUT_SCHEMAS[name],
+            }
         )
         for name in TOOLS
     ]
 
-    async def run_tool(name: str, arguments: dict[str, Any] | None) -> tuple[dict[str, Any] | None, list]:
+    async def run_tool(
+        name: str, arguments: dict[str, Any] | None
+    ) -> tuple[dict[str, Any] | None, list[types.TextContent]]:
         structured, text = await anyio.to_thread.run_sync(call, backend, name, arguments)
         return structured, [types.TextContent(type="text", text=text)]
 
     if "on_call_tool" not in inspect.signature(Server.__init__).parameters:
         return _server_v1(Server, tools, run_tool)
 
-    async def on_list_tools(ctx, params) -> types.ListToolsResult:
+    # `object`: the request's context and the listing's params, neither read here.
+    async def on_list_tools(ctx: object, params: object) -> types.ListToolsResult:
         return types.ListToolsResult(tools=tools)
 
-    async def on_call_tool(ctx, params) -> types.CallToolResult:
+    async def on_call_tool(ctx: object, params: types.CallToolRequestParams) -> types.CallToolResult:
         structured, content = await run_tool(params.name, params.arguments)
         if structured is None:
-            return types.CallToolResult(content=content, isError=True)
-        return types.CallToolResult(content=content, structuredContent=structured)
+            return types.CallToolResult.model_validate({"content": content, "isError": True})
+        return types.CallToolResult.model_validate({"content": content, "structuredContent": structured})
 
     return Server(
         "dsh-gpu-dashboard",
@@ -614,21 +630,27 @@ def build_server(backend: Backend):
     )
 
 
-def _server_v1(server_class, tools: list, run_tool):
-    """mcp 1.10 to 1.x: decorators; a failed call raises, which the SDK answers with isError."""
+def _server_v1(
+    server_class: Any,
+    tools: list[Any],
+    run_tool: Callable[[str, dict[str, Any] | None], Awaitable[tuple[dict[str, Any] | None, list[Any]]]],
+) -> Any:
+    """mcp 1.10 to 1.x: decorators; a failed call raises, which the SDK answers with isError. Any:
+    1.x's Server, its tools and contents, which the type checker sees as 2.x's (if at all): its
+    decorators are called as functions, so that they are not checked against 2.x's."""
     server = server_class("dsh-gpu-dashboard", version=__version__, instructions=INSTRUCTIONS)
 
-    @server.list_tools()
-    async def _list_tools() -> list:
+    async def _list_tools() -> list[Any]:
         return tools
 
-    @server.call_tool(validate_input=False)  # call() checks the arguments with clearer sentences
-    async def _call_tool(name: str, arguments: dict[str, Any]):
+    async def _call_tool(name: str, arguments: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
         structured, content = await run_tool(name, arguments)
         if structured is None:
             raise ToolError(content[0].text)
         return content, structured
 
+    server.list_tools()(_list_tools)
+    server.call_tool(validate_input=False)(_call_tool)  # call() checks the arguments with clearer sentences
     return server
 
 

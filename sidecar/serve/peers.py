@@ -12,6 +12,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # typeshed's (wsgiref.types is 3.11's)
+    from _typeshed.wsgi import WSGIEnvironment
 
 ROOT_UID = 0
 CALLER_UID_KEY = "dsh.caller_uid"  # the WSGI environ key where a request's peer uid is cached
@@ -19,11 +23,12 @@ CALLER_UID_KEY = "dsh.caller_uid"  # the WSGI environ key where a request's peer
 SocketOwner = Callable[[str, int, int], "int | None"]
 
 
-def caller_uid(environ: dict, socket_owner: SocketOwner | None) -> int | None:
+def caller_uid(environ: WSGIEnvironment, socket_owner: SocketOwner | None) -> int | None:
     """The uid of the request's client socket, looked up once per request; None when it cannot be
     told (no lookup given, a socket gone, an address not in the tables)."""
     if CALLER_UID_KEY in environ:
-        return environ[CALLER_UID_KEY]
+        cached: int | None = environ[CALLER_UID_KEY]  # this function's own entry
+        return cached
     uid = None
     try:
         addr = environ.get("REMOTE_ADDR") or ""
@@ -43,7 +48,7 @@ class OwnerOnly:
     owner_uid: int
     socket_owner: SocketOwner
 
-    def refusal(self, environ: dict) -> str | None:
+    def refusal(self, environ: WSGIEnvironment) -> str | None:
         """None when the caller may read this sidecar, else why not (the 403's body)."""
         uid = caller_uid(environ, self.socket_owner)
         if uid is not None and uid in (self.owner_uid, ROOT_UID):

@@ -24,8 +24,8 @@ from sidecar.documents.contract import json_schema
 from sidecar.documents.document import NoDefaultJob, UnknownJob
 from sidecar.serve.cluster import MAX_JOB_CHARS, ClusterBusy, ClusterCache, ClusterError
 from sidecar.serve.hosts import HostPolicy
-from sidecar.serve.peers import SocketOwner, caller_uid
-from sidecar.serve.source import Documents, DocumentSource
+from sidecar.serve.peers import OwnerOnly, SocketOwner, caller_uid
+from sidecar.serve.source import Document, Documents, DocumentSource
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "static")
 API = "/api/dsh-gpu-dashboard"
@@ -58,7 +58,7 @@ class ServerConfig:
     hosts: HostPolicy = field(default_factory=HostPolicy)
     # Who may read it beyond the token (sidecar.serve.peers.OwnerOnly: a sidecar without a token serves
     # only its own user and root); None: whoever passes the token check.
-    peers: Any = None
+    peers: OwnerOnly | None = None
     # The uid owning a request's client socket (sidecar.serve.peers.SocketOwner, the CLI hands in the
     # sources' lookup): root's discovery answers each caller with its own job by default. None: no
     # caller is told apart (tests of the app alone).
@@ -111,7 +111,7 @@ def _install_guards(app: Flask, config: ServerConfig) -> None:
     """Before every request: the Host check, read-only methods, the token; after: the headers."""
 
     @app.before_request
-    def _guard():
+    def _guard() -> Response | None:
         host = request.environ.get("HTTP_HOST")
         if not config.hosts.allows(host):
             shown = repr(host[:64]) if host is not None else "no Host header"
@@ -150,16 +150,16 @@ def _install_guards(app: Flask, config: ServerConfig) -> None:
         return resp
 
     @app.errorhandler(HTTPException)
-    def _http_error(exc: HTTPException):
+    def _http_error(exc: HTTPException) -> Response:
         return _error(exc.code or 500, exc.description or exc.name)
 
     @app.errorhandler(Exception)
-    def _unexpected(exc: Exception):  # a bug must answer 500 JSON, never take the server down
+    def _unexpected(exc: Exception) -> Response:  # a bug must answer 500 JSON, never take the server down
         app.logger.exception("unexpected error")
         return _error(500, f"internal error: {type(exc).__name__}")
 
 
-def _authorise(config: ServerConfig):
+def _authorise(config: ServerConfig) -> Response | None:
     """The caller's user may read this sidecar (config.peers), else 403 saying why."""
     if config.peers is None or request.path in PEER_PUBLIC_PATHS:
         return None
@@ -179,21 +179,21 @@ def _install_routes(
     _install_page_routes(app, config, metrics, cluster)
 
 
-def _install_document_routes(app: Flask, source: Any, socket_owner: SocketOwner | None) -> None:
+def _install_document_routes(app: Flask, source: DocumentSource, socket_owner: SocketOwner | None) -> None:
     """The health check and the documents of the API, from the source's last poll."""
 
     def seen() -> Documents:
         """The source as this request's caller sees it: a sidecar listing every user's jobs answers
         without ?job= with the caller's own job only (a PerCallerSource's for_caller)."""
-        view = getattr(source, "for_caller", None)
+        view: Callable[[Callable[[], int | None]], Documents] | None = getattr(source, "for_caller", None)
         return view(lambda: caller_uid(request.environ, socket_owner)) if view is not None else source
 
     @app.get("/healthz")
-    def healthz():
+    def healthz() -> Response:
         _, last = source.snapshot()
         return jsonify({"ok": last is not None, "last_poll": last})
 
-    def serve(make):
+    def serve(make: Callable[[], Document | None]) -> Response:
         """A document from the source: 404 for a job it does not watch, 503 before the first poll."""
         try:
             doc = make()
@@ -206,15 +206,15 @@ def _install_document_routes(app: Flask, source: Any, socket_owner: SocketOwner 
         return jsonify(doc)
 
     @app.get(f"{API}/status")
-    def status():
+    def status() -> Response:
         return serve(lambda: seen().status_document(request.args.get("job")))
 
     @app.get(f"{API}/jobs")
-    def jobs():
+    def jobs() -> Response:
         return serve(seen().jobs_document)
 
     @app.get(f"{API}/history")
-    def history():
+    def history() -> Response:
         since_raw = request.args.get("since")
         since = None
         if since_raw not in (None, ""):
@@ -232,7 +232,7 @@ def _install_cluster_route(app: Flask, cluster: ClusterCache | None) -> None:
     one query set in flight); 404 without --prometheus, 502 when Prometheus fails."""
 
     @app.get(f"{API}/cluster")
-    def cluster_route():
+    def cluster_route() -> Response:
         if cluster is None:
             return _error(
                 404,
@@ -252,37 +252,39 @@ def _install_cluster_route(app: Flask, cluster: ClusterCache | None) -> None:
             return _error(502, f"Prometheus did not answer: {exc}")
 
 
-def _install_page_routes(app: Flask, config: ServerConfig, metrics: Any, cluster: Any) -> None:
+def _install_page_routes(
+    app: Flask, config: ServerConfig, metrics: Callable[[], tuple[bytes, str]] | None, cluster: ClusterCache | None
+) -> None:
     """What is not a document of a poll: the schema, /metrics, the page and its files, the version."""
 
     @app.get(f"{API}/schema")
-    def schema():
+    def schema() -> Response:
         return jsonify(JSON_SCHEMA)
 
     @app.get("/metrics")
-    def metrics_route():
+    def metrics_route() -> Response:
         if metrics is None:
             abort(404)
         body, content_type = metrics()
         return Response(body, content_type=content_type)
 
     @app.get("/")
-    def index():
+    def index() -> Response:
         return send_from_directory(config.static_dir, INDEX_PAGE)
 
     @app.get("/static/<path:path>")
-    def static_files(path: str):
+    def static_files(path: str) -> Response:
         # send_from_directory refuses paths that escape the folder (werkzeug's safe_join).
         return send_from_directory(config.static_dir, path)
 
     @app.get("/version")
-    def version():
+    def version() -> Response:
         # `cluster`: the cluster route serves (--prometheus); the page asks it only then, so a sidecar
         # without Prometheus shows no 404 in the browser's console on every poll
         return jsonify({"version": __version__, "cluster": cluster is not None})
 
 
-def _error(code: int, message: str):
+def _error(code: int, message: str) -> Response:
     resp = jsonify({"error": message, "status": code})
     resp.status_code = code
     return resp

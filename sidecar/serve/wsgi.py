@@ -21,11 +21,14 @@ from __future__ import annotations
 import resource
 import socket
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from waitress.adjustments import Adjustments
 from waitress.channel import HTTPChannel
 from waitress.server import TcpWSGIServer
+
+if TYPE_CHECKING:  # typeshed's (wsgiref.types is 3.11's)
+    from _typeshed.wsgi import WSGIApplication
 
 CONNECTION_LIMIT = 256
 REQUEST_DEADLINE_S = 10.0
@@ -56,24 +59,28 @@ class _Channel(HTTPChannel):
 
 class SidecarWSGIServer(TcpWSGIServer):
     channel_class = _Channel
+    effective_port: int  # set by waitress's BaseWSGIServer.__init__ (getsockname); types-waitress lacks it
 
     def readable(self) -> bool:
         now = time.time()
         if now >= self.next_channel_cleanup:
-            self.next_channel_cleanup = now + self.adj.cleanup_interval
+            # types-waitress says int; waitress itself stores time.time() + the interval, as here.
+            self.next_channel_cleanup = now + self.adj.cleanup_interval  # type: ignore[assignment]
             self.maintenance(now)
         return bool(self.accepting)  # never stop accepting: handle_accept evicts instead
 
     def handle_accept(self) -> None:
         super().handle_accept()
-        open_channels = [c for c in self.active_channels.values() if not c.will_close]
+        open_channels = [c for c in _channels(self).values() if not c.will_close]
         if len(open_channels) > self.adj.connection_limit:
             victim = min(open_channels, key=_eviction_key)
             victim.will_close = True
 
     def maintenance(self, now: float) -> None:
-        super().maintenance(now)  # idle connections (no request) after channel_timeout
-        for channel in list(self.active_channels.values()):
+        # Idle connections (no request) after channel_timeout. types-waitress says `now` is an int;
+        # waitress passes time.time(), as readable() does here.
+        super().maintenance(now)  # type: ignore[arg-type]
+        for channel in list(_channels(self).values()):
             started = getattr(channel, "request_started", None)
             if started is not None and now - started > REQUEST_DEADLINE_S:
                 channel.will_close = True  # a request trickling in for too long
@@ -81,7 +88,12 @@ class SidecarWSGIServer(TcpWSGIServer):
                 channel.will_close = True  # a reader that takes nothing of its answer
 
 
-def _eviction_key(channel: Any) -> tuple[int, float]:
+def _channels(server: TcpWSGIServer) -> dict[int, HTTPChannel]:
+    """The server's connections by descriptor (types-waitress types that map as one channel)."""
+    return cast("dict[int, HTTPChannel]", server.active_channels)
+
+
+def _eviction_key(channel: HTTPChannel) -> tuple[int, float]:
     """Connections with no request being served go first, oldest stall first."""
     serving = bool(channel.requests) and not channel.total_outbufs_len
     stalled = channel.stalled_since() if isinstance(channel, _Channel) else channel.last_activity
@@ -105,7 +117,8 @@ def bind_listener(host: str, port: int) -> socket.socket:
     host:port resolves to). Made before anything else starts: `dsh-sidecar run` starts its job only
     once the port is the sidecar's. ValueError: a host waitress cannot use; OSError: cannot bind."""
     adj = Adjustments(host=host, port=port)
-    family, socktype, proto, sockaddr = adj.listen[0]
+    # (family, type, protocol, address) of each address to listen on: types-waitress says a string.
+    family, socktype, proto, sockaddr = cast("tuple[int, int, int, tuple[Any, ...]]", adj.listen[0])
     sock = socket.socket(family, socktype, proto)
     try:
         # As waitress does for the sockets it binds itself: a restarted sidecar rebinds its port
@@ -121,7 +134,7 @@ def bind_listener(host: str, port: int) -> socket.socket:
     return sock
 
 
-def create_server(app: Any, sock: socket.socket) -> SidecarWSGIServer:
+def create_server(app: WSGIApplication, sock: socket.socket) -> SidecarWSGIServer:
     """Serve `app` on `sock` (bind_listener's), as waitress's own create_server serves `sockets=`."""
     raise_nofile_limit()
     return SidecarWSGIServer(

@@ -373,7 +373,7 @@ class ProcessTreeSource:
             and self._polls_since_full < FULL_WALK_EVERY_POLLS
             and (last_pid == self._walk_last_pid or self._none_joined(self._walk_last_pid, last_pid))
         ):
-            walk = self._walk_known(root)
+            walk = self._walk_known(root, self._known_kids)
         same_tree = walk is not None
         if walk is None:
             walk = self._walk_full(root)
@@ -461,12 +461,13 @@ class ProcessTreeSource:
                 return False
         return True
 
-    def _walk_known(self, root: _Stat) -> list[tuple[int, int, _Stat]] | None:
+    def _walk_known(self, root: _Stat, known: dict[int, tuple[int, ...]]) -> list[tuple[int, int, _Stat]] | None:
         """The last walk's tree again, when no process was created since (the namespace's last pid
         has not moved), so no process can have gained a child: only each member's stat is read.
         None as soon as a member is gone, a zombie, or has another parent (an exit can move its
-        children to a subreaper): the caller then walks the children lists."""
-        files, known = self._files, self._known_kids
+        children to a subreaper): the caller then walks the children lists. ``known``: the last
+        walk's children lists (self._known_kids)."""
+        files = self._files
         walk: list[tuple[int, int, _Stat]] = []
         stack: list[tuple[int, int, _Stat]] = [(self.target_pid, 0, root)]
         while stack and len(walk) < self.max_processes:

@@ -17,7 +17,8 @@ from typing import Any
 
 from hostfs.paths import HOST, HostPaths
 from probe_wire.cleanup import remove_if_dead, sweep_dead_segments
-from probe_wire.follower import ReadBudget, SegmentFollower
+from probe_wire.follower import ReadBudget as ReadBudget  # re-exported: discovery shares one (`as`)
+from probe_wire.follower import SegmentFollower
 from probe_wire.home import SegmentHome, segment_home
 from probe_wire.reader import SegmentRead, read_segment
 from probe_wire.records import ProbePayload, payload_record
