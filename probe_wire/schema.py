@@ -41,7 +41,10 @@ __all__ = [
 
 TYPE_CHECKING = False  # typing costs ~2 ms to import; annotations alone do not need it
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
+
+    Validator = Callable[[Any], "dict[str, Any] | None"]  # a payload -> its clean copy, None if refused
 
 SCHEMA = 1
 ROLES = ("main", "dataloader-worker", "rank", "child")
@@ -292,7 +295,7 @@ def _check_choice(value: Any, kind: _Enum | _Exact, at: Any) -> Any:
     return value
 
 
-def _check_list(value: Any, kind: _List, at: Any) -> list:
+def _check_list(value: Any, kind: _List, at: Any) -> list[Any]:
     if type(value) is not list:
         raise _Invalid(f"{_path(at)}: expected array, got {_type_name(value)}")
     if len(value) > kind.max_items:
@@ -301,10 +304,10 @@ def _check_list(value: Any, kind: _List, at: Any) -> list:
     return [_check(v, item, (at, i)) for i, v in enumerate(value)]
 
 
-def _check_map(value: Any, kind: dict, at: Any) -> dict:
+def _check_map(value: Any, kind: dict[str, Any], at: Any) -> dict[str, Any]:
     if type(value) is not dict:
         raise _Invalid(f"{_path(at)}: expected map, got {_type_name(value)}")
-    out = {}
+    out: dict[str, Any] = {}
     for key, sub in kind.items():
         if key not in value:
             if isinstance(sub, _Added):
@@ -404,7 +407,7 @@ class _Gen:
         raise AssertionError(f"bad schema kind {kind!r}")
 
 
-def _compile_validator(schema: dict) -> Any:
+def _compile_validator(schema: dict[str, Any]) -> Validator:
     gen = _Gen()
     gen.emit(0, "def fast(p):")
     gen.emit(1, "try:")
@@ -414,13 +417,14 @@ def _compile_validator(schema: dict) -> Any:
     gen.emit(2, "return None")
     namespace = dict(gen.consts)
     exec(compile("\n".join(gen.lines), "<probe_wire.schema schema 1>", "exec"), namespace)  # noqa: S102 -- generated from the constant schema above, never from input
-    return namespace["fast"]
+    fast: Validator = namespace["fast"]
+    return fast
 
 
 _fast_validate = _compile_validator(_PAYLOAD)
 
 
-def validate_payload(payload: Any) -> tuple[dict | None, str | None]:
+def validate_payload(payload: Any) -> tuple[dict[str, Any] | None, str | None]:
     """Check an unpacked payload against schema 1: (clean copy, None) or (None, reason)."""
     try:
         clean = _fast_validate(payload)
@@ -436,10 +440,10 @@ def validate_payload(payload: Any) -> tuple[dict | None, str | None]:
 # order (empty_payload's, which the probe fills in place): consecutive payloads of one process begin
 # with the same bytes, which a follower decodes and validates once (probe_wire/prefix.py).
 PREFIX_KEYS = frozenset(list(_PAYLOAD)[: list(_PAYLOAD).index("runtime") + 1])
-_rest_validator: list = []  # compiled when first asked for: the probe itself never needs it
+_rest_validator: list[Validator] = []  # compiled when first asked for: the probe itself never needs it
 
 
-def validate_rest(rest: Any) -> dict | None:
+def validate_rest(rest: Any) -> dict[str, Any] | None:
     """The clean copy of a payload's keys other than PREFIX_KEYS (the same checks as
     validate_payload makes of them), or None when they do not pass: the whole payload's
     validate_payload then says why."""
@@ -451,7 +455,7 @@ def validate_rest(rest: Any) -> dict | None:
         return None
 
 
-def _slow_validate(payload: Any) -> tuple[dict | None, str | None]:
+def _slow_validate(payload: Any) -> tuple[dict[str, Any] | None, str | None]:
     try:
         return _check(payload, _PAYLOAD, "payload"), None
     except _Invalid as e:
@@ -480,12 +484,13 @@ def _empty(kind: Any) -> Any:
     return kind()
 
 
-def _empty_factory(kind: Any, what: str) -> Any:
+def _empty_factory(kind: Any, what: str) -> Callable[[], Any]:
     """A function that returns a fresh ``_empty(kind)`` each call: its value written out as a literal
     and compiled once, which costs a call what a hand-written dict does (a fifth of walking the schema
     on every publish)."""
     code = compile(f"lambda: {_empty(kind)!r}", f"<probe_wire.schema empty {what}>", "eval")
-    return eval(code, {})  # noqa: S307 -- generated from the constant schema above, never from input
+    factory: Callable[[], Any] = eval(code, {})  # noqa: S307 -- generated from the constant schema above, never from input
+    return factory
 
 
 _empty_payload = _empty_factory(_PAYLOAD, "payload")
@@ -493,9 +498,9 @@ empty_runtime = _empty_factory(_RUNTIME, "runtime")
 empty_runtime.__doc__ = "The payload's ``runtime`` map with every value empty (a fresh dict each call)."
 
 
-def empty_payload(pid: int | None = None, start_ticks: int | None = None) -> dict:
+def empty_payload(pid: int | None = None, start_ticks: int | None = None) -> dict[str, Any]:
     """A schema-1 payload with every key present and every value empty: the base the probe fills."""
-    payload = _empty_payload()
+    payload: dict[str, Any] = _empty_payload()
     payload["pid"] = os.getpid() if pid is None else int(pid)
     payload["start_ticks"] = start_ticks
     payload["published_at"] = time.time()
@@ -518,7 +523,8 @@ def _shape(kind: Any) -> str:
         return f"[{_shape(kind.item)}]"
     if isinstance(kind, dict):
         return "{" + ", ".join(f'"{key}": {_shape(sub)}' for key, sub in kind.items()) + "}"
-    return kind.__name__
+    name: str = kind.__name__  # a type: int, float, str, bool
+    return name
 
 
 def _noted(line: str, kind: Any) -> str:

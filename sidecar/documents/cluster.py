@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from sidecar.common.catalogue import render
@@ -40,6 +40,7 @@ from sidecar.verdict.cluster import (
     job_straggler,
     node_findings,
 )
+from sidecar.verdict.facts import Finding
 from sidecar.verdict.stragglers import RankWait, relative_waits, throttle_reason
 
 STALE_POLL_S = 30.0  # a sidecar whose last poll is older than this is stuck: its figures are old
@@ -81,9 +82,9 @@ def _node_facts(answers: ClusterAnswers) -> dict[str, NodeFacts]:
     seen = now | {node_of(labels) for labels, _ in answers.sidecars_recent}
     facts = {}
     for node in sorted(seen)[:MAX_CLUSTER_NODES]:
-        age = _number(ages[node], 1) if node in ages else None
-        why = _silence(node in down, node in now, age)
-        facts[node] = NodeFacts(node, why == "", why, age)
+        poll_age_s = _number(ages[node], 1) if node in ages else None
+        why = _silence(node in down, node in now, poll_age_s)
+        facts[node] = NodeFacts(node, why == "", why, poll_age_s)
     return facts
 
 
@@ -156,7 +157,7 @@ class _RankRows:
 
     def __init__(self, keys: Mapping[tuple[str, str], JobKey]) -> None:
         self.keys = keys
-        self.jobs: dict[JobKey, dict[str, dict]] = defaultdict(dict)
+        self.jobs: dict[JobKey, dict[str, dict[str, Any]]] = defaultdict(dict)
         self.world: dict[JobKey, int] = {}
 
     def row(self, labels: Mapping[str, str]) -> dict[str, Any] | None:
@@ -191,7 +192,9 @@ class _RankRows:
                 if size:
                     self.world[self.keys[(labels.get("instance", ""), labels.get("job_id", ""))]] = size
 
-    def add_values(self, samples: Samples, field: str, convert, *, rank_role: bool = False) -> None:
+    def add_values(
+        self, samples: Samples, field: str, convert: Callable[[float], float | int | None], *, rank_role: bool = False
+    ) -> None:
         """Each sample's value, converted, into its row's `field` (`{phase}` in it: the sample's phase)."""
         for labels, value in samples:
             if rank_role and labels.get("role") != "rank":
@@ -218,7 +221,7 @@ class _RankRows:
 
 def _ranks(
     answers: ClusterAnswers, keys: Mapping[tuple[str, str], JobKey]
-) -> tuple[dict[JobKey, dict[str, dict]], dict[JobKey, int]]:
+) -> tuple[dict[JobKey, dict[str, dict[str, Any]]], dict[JobKey, int]]:
     """(job key -> rank label -> the rank's row (node, local rank, step shares, forward rate, GPUs),
     job key -> world size: its ranks', else its `dsh_job_info`'s, which a job's sidecar exports
     from its distributed identity before any rank series)."""
@@ -237,11 +240,13 @@ def _ranks(
     return rows.jobs, rows.world
 
 
-def _rank_wait(rank: int, node: str, backward: float | None, steps: int | None, row=None) -> RankWait | None:
+def _rank_wait(
+    rank: int, node: str, backward: float | None, steps: int | None, row: Mapping[str, Any] | None = None
+) -> RankWait | None:
     if backward is None or steps is None:
         return None
     row = row or {}
-    gpus = row.get("gpus") or ()
+    gpus: Sequence[int] = row.get("gpus") or ()
     return RankWait(
         rank,
         None,  # Prometheus's series carry no pid
@@ -294,7 +299,7 @@ def _cluster_gpus(gpus: Mapping[str, list[dict[str, Any]]]) -> ClusterGpus:
     }
 
 
-def _warning(f) -> dict[str, Any]:
+def _warning(f: Finding) -> dict[str, Any]:
     """A finding in English (the CLI, agents) and as catalogue references (the page and the plugin
     render them in the reader's language); node and job names come from labels, so they are clipped."""
     message, hint = f.message.as_dict(clip), f.hint.as_dict(clip) if f.hint else None
@@ -343,8 +348,9 @@ def build_cluster(
         where_recent[key].add(node)
         if (instance, job_id) in keys_now:
             where_now[key].add(node)
-            if status.get((instance, job_id)) in contract.STATUSES:  # a label: only the verdict's words
-                statuses[key].add(status[(instance, job_id)])
+            said = status.get((instance, job_id))
+            if said is not None and said in contract.STATUSES:  # a label: only the verdict's words
+                statuses[key].add(said)
     asked = [k for k in where_recent if job is None or k[0] == job or k[0].endswith(f"/{job}")]
     wanted = asked if job is not None else [
         k for k in asked if _distributed(world.get(k), len(ranks.get(k, {})), len(where_recent[k]))

@@ -586,13 +586,17 @@ class OneJob:
     jobs list when the subclass knows them."""
 
     interval_s: float = 1.5
-    ended_unix_s: float | None = None
     if TYPE_CHECKING:  # what a subclass provides (the poller; the tests' static sources)
         history: History
 
         def snapshot(self) -> tuple[dict[str, Any] | None, float | None]: ...
 
     def root_info(self) -> Root | None:
+        return None
+
+    @property
+    def ended_unix_s(self) -> float | None:
+        """When the job ended (UNIX s), where the subclass knows it."""
         return None
 
     def _own(self, job: str | None) -> dict[str, Any] | None:

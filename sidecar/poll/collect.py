@@ -8,10 +8,11 @@ the last live processes, when each stopped process was first seen stopped).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, Union
 
 from probe_wire.records import (
     ErrorRecord,
@@ -27,7 +28,7 @@ from sidecar.common.nvml_names import GPU_EFFICIENCY_FIELDS
 from sidecar.documents import bounds
 from sidecar.documents.bounds import MAX_ID_CHARS, clip, clip_opt
 from sidecar.sources.lineage import PYTHON_C_ARGS, RootInfo, is_mp_child, is_mp_helper
-from sidecar.sources.proctree import ProcInfo
+from sidecar.sources.proctree import ProcInfo, TreeSnapshot
 from sidecar.sources.segments import ProbeRead
 from sidecar.verdict import (
     Facts,
@@ -42,6 +43,10 @@ from sidecar.verdict import (
     StepBreakdown,
     SystemGpuFacts,
 )
+
+if TYPE_CHECKING:  # the nvml package imports the binding; sysfs is read by the poller
+    from sidecar.sources.nvml.snapshot import GpuInfo
+    from sidecar.sources.sysfs import SystemGpu
 
 MIB = 1048576.0
 # Exited processes of a running job whose last facts are kept (the ones that registered a model).
@@ -249,23 +254,23 @@ def process_facts(proc: ProcInfo, read: ProbeRead | None, gpu: tuple[ProcGpu, ..
 # poll, 33 fields: keyword arguments and a getattr each cost more than the rest of the copy).
 # tests/unit/test_collect_facts.py holds the positions to GpuFacts's order.
 _GPU_HEAD = attrgetter("index", "uuid", "name", "pci_bus_id", "util_gpu", "util_mem", "mem_used_mib", "mem_total_mib", "lost")
-_GPU_EFFICIENCY = attrgetter(*GPU_EFFICIENCY_FIELDS)
+_GPU_EFFICIENCY: attrgetter[tuple[Any, ...]] = attrgetter(*GPU_EFFICIENCY_FIELDS)  # a tuple of the fields
 
 
-def gpu_facts(d) -> GpuFacts:
+def gpu_facts(d: GpuInfo) -> GpuFacts:
     """An NVML device (sources.nvml.GpuInfo) as the verdict sees it."""
     mig = d.mig_devices
-    return GpuFacts(
-        *_GPU_HEAD(d),
-        tuple(sorted(d.field_errors.items())),
-        *_GPU_EFFICIENCY(d),
+    migs = (
         tuple(
             MigFacts(m.index, m.uuid, m.gpu_instance_id, m.compute_instance_id, m.mem_used_mib, m.mem_total_mib)
             for m in mig
         )
         if mig
-        else (),
+        else ()
     )
+    # One tuple of every field, in order: the type checker takes arguments after a *tuple of no
+    # fixed length for too many.
+    return GpuFacts(*(*_GPU_HEAD(d), tuple(sorted(d.field_errors.items())), *_GPU_EFFICIENCY(d), migs))
 
 
 @dataclass
@@ -277,15 +282,20 @@ class NvmlFacts:
     by_pid: dict[int, list[ProcGpu]] = field(default_factory=dict)
     other_processes: dict[int, int] = field(default_factory=dict)
     pids: set[int] = field(default_factory=set)  # every pid NVML listed
-    rows: dict[tuple, ProcGpu] = field(default_factory=dict)  # the tree's rows by their values
+    rows: dict[RowKey, ProcGpu] = field(default_factory=dict)  # the tree's rows by their values
 
 
-def nvml_facts(nvml, tree_pids: set[int], gpus: tuple[GpuFacts, ...] | None = None, rows: dict | None = None) -> NvmlFacts:
+RowKey = tuple[int, "float | None", "float | None", "int | None"]  # a ProcGpu's values: GPU, MiB, SM %, MIG
+
+
+def nvml_facts(
+    nvml: NvmlReading, tree_pids: set[int], gpus: tuple[GpuFacts, ...] | None = None, rows: dict[RowKey, ProcGpu] | None = None
+) -> NvmlFacts:
     """``gpus``: the snapshot's devices as facts when the caller made them already (discovery: once
     per poll for all its jobs). ``rows``: the last poll's NvmlFacts.rows: a row that reads the same
     is the same object (the facts' caches compare rows: `is` first)."""
     out = NvmlFacts()
-    made = []
+    made: list[GpuFacts] = []
     last, now = rows or {}, out.rows
     for d in nvml.devices if nvml.ok else ():
         if gpus is None:
@@ -313,7 +323,7 @@ def _norm_pci(pci: str | None) -> str | None:
         return pci.lower()
 
 
-def system_gpu_facts(system_gpus, gpus: tuple[GpuFacts, ...]) -> tuple[SystemGpuFacts, ...]:
+def system_gpu_facts(system_gpus: Sequence[SystemGpu], gpus: tuple[GpuFacts, ...]) -> tuple[SystemGpuFacts, ...]:
     """Match OS graphics devices to NVML devices by PCI address."""
     return _system_gpu_facts(gpus, *system_gpus) if system_gpus else ()
 
@@ -321,7 +331,7 @@ def system_gpu_facts(system_gpus, gpus: tuple[GpuFacts, ...]) -> tuple[SystemGpu
 # Discovery's jobs share one poll's devices, and each job's list of the OS's devices (a list of its
 # own) holds the same frozen sysfs.SystemGpu objects: made once per poll for all of them.
 @for_the_same_objects
-def _system_gpu_facts(gpus: tuple[GpuFacts, ...], *system_gpus) -> tuple[SystemGpuFacts, ...]:
+def _system_gpu_facts(gpus: tuple[GpuFacts, ...], *system_gpus: SystemGpu) -> tuple[SystemGpuFacts, ...]:
     by_pci = {_norm_pci(g.pci_bus_id): g.index for g in gpus if g.pci_bus_id}
     return tuple(
         SystemGpuFacts(vendor=s.vendor, name=s.name, pci=s.pci, driver=s.driver, nvml_index=by_pci.get(_norm_pci(s.pci)))
@@ -353,28 +363,64 @@ def job_id(pid: int, start_ticks: int | None) -> str:
     return f"{pid}-{start_ticks if start_ticks is not None else 0}"
 
 
+class NvmlReading(Protocol):
+    """One NVML snapshot as the facts read it: sources.nvml's NvmlSnapshot, or poll.poller's stand-in
+    for a poll whose source failed (not ok, no devices)."""
+
+    @property
+    def ok(self) -> bool: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def driver(self) -> str | None: ...
+    @property
+    def cuda_driver(self) -> str | None: ...
+    @property
+    def devices(self) -> Sequence[GpuInfo]: ...
+
+
+Identity = tuple[int, "int | None"]  # a process: (pid, start ticks)
+# What an exited process is kept under (_exit_key): its identity, or a DataLoader worker's place
+ExitKey = Union[Identity, tuple[str, "int | None", "str | None", "int | None"]]
+# A process's place in the tree (start ticks, ppid, depth, name, command line): what its facts reuse
+Place = tuple["int | None", "int | None", int, str, tuple[str, ...]]
+_Cached = tuple["ProbeRead | None", Place, ProcessFacts]  # a process's read, place and facts, last poll
+
+
 class FactCollector:
     """Builds each poll's `Facts`. Not thread-safe: the poller runs one poll at a time."""
 
-    def __init__(self, target_pid: int, rules: Rules, pid_visible, root_info=None):
+    def __init__(
+        self,
+        target_pid: int,
+        rules: Rules,
+        pid_visible: Callable[[int], bool],
+        root_info: Callable[[int], RootInfo] | None = None,
+    ) -> None:
         self.target_pid = target_pid
         self.rules = rules
         self.pid_visible = pid_visible  # sources.proctree.pid_visible (a /proc lookup)
         self.root_info = root_info  # sources.lineage.root_info (a few /proc reads, once per job)
         self.target = TargetInfo(target_pid)
-        self.proc_info: dict[int, Any] = {}  # pid -> proctree.ProcInfo of the facts' processes
+        self.proc_info: dict[int, ProcInfo] = {}  # pid -> proctree.ProcInfo of the facts' processes
         self.other_processes: dict[int, int] = {}  # GPU index -> processes outside the tree
         self._last_alive: tuple[ProcessFacts, ...] = ()
         # identity -> the last facts of a process of the job that has exited (see _depart)
-        self._exited: dict[tuple[int, int | None], ProcessFacts] = {}
-        self._exited_info: dict[int, Any] = {}  # pid -> its proctree.ProcInfo (command line)
-        self._cache: dict[int, tuple] = {}
-        self._rows: dict[tuple, ProcGpu] = {}  # the last poll's NVML rows of the tree (nvml_facts)
-        self._stopped_since: dict[tuple, float] = {}
+        self._exited: dict[ExitKey, ProcessFacts] = {}
+        self._exited_info: dict[int, ProcInfo] = {}  # pid -> its proctree.ProcInfo (command line)
+        self._cache: dict[int, _Cached] = {}
+        self._rows: dict[RowKey, ProcGpu] = {}  # the last poll's NVML rows of the tree (nvml_facts)
+        self._stopped_since: dict[Identity, float] = {}
 
     def facts(
-        self, now: float, tree, reads, nvml, system_gpus, gpus: tuple[GpuFacts, ...] | None = None,
-        departed: dict | None = None,
+        self,
+        now: float,
+        tree: TreeSnapshot,
+        reads: dict[int, ProbeRead],
+        nvml: NvmlReading,
+        system_gpus: Sequence[SystemGpu],
+        gpus: tuple[GpuFacts, ...] | None = None,
+        departed: dict[Identity, ProbeRead] | None = None,
     ) -> Facts:
         """``departed``: the segment source's last reads of the processes that left the tree since
         the last poll (SegmentSource.departed), by identity."""
@@ -419,7 +465,7 @@ class FactCollector:
             rules=self.rules,
         )
 
-    def _depart(self, here: set[int], departed: dict, every: bool) -> None:
+    def _depart(self, here: set[int], departed: dict[Identity, ProbeRead], every: bool) -> None:
         """Keep the last facts of the last poll's processes that have left the tree (``here``: the
         tree's pids now), marked exited and with no GPU rows (the driver no longer lists them), from
         their final publish when the segment source read it. While the job runs, only processes
@@ -430,7 +476,7 @@ class FactCollector:
             if pf.pid in here:
                 continue
             info = self.proc_info.get(pf.pid)
-            ident = info.identity if info is not None else (pf.pid, None)
+            ident: Identity = info.identity if info is not None else (pf.pid, None)
             read = departed.get(ident)
             if read is not None and info is not None:
                 pf = process_facts(info, read, (), self.target_pid)
@@ -446,7 +492,9 @@ class FactCollector:
         while not every and len(self._exited) > MAX_EXITED_KEPT:
             self._exited_info.pop(self._exited.pop(next(iter(self._exited))).pid, None)
 
-    def _pid_namespace_suspect(self, nvml, nv: NvmlFacts, tree_pids: set[int], procs) -> bool:
+    def _pid_namespace_suspect(
+        self, nvml: NvmlReading, nv: NvmlFacts, tree_pids: set[int], procs: tuple[ProcessFacts, ...]
+    ) -> bool:
         """NVML lists processes, none of them ours, while our probes hold CUDA memory, and none of
         NVML's pids exists here: the sidecar runs in another PID namespace than the job."""
         return bool(
@@ -457,7 +505,7 @@ class FactCollector:
             and not any(self.pid_visible(pid) for pid in nv.pids)
         )
 
-    def _stopped(self, now: float, tree) -> tuple[tuple[int, float], ...]:
+    def _stopped(self, now: float, tree: TreeSnapshot) -> tuple[tuple[int, float], ...]:
         """(pid, seconds since this sidecar first saw it stopped) of each stopped process of the
         tree. The kernel keeps no time of the stop, so a job found stopped counts from then."""
         since, self._stopped_since = self._stopped_since, {}
@@ -468,12 +516,15 @@ class FactCollector:
                 out.append((p.pid, now - t))
         return tuple(out)
 
-    def _process_facts(self, tree, reads, by_pid) -> tuple[ProcessFacts, ...]:
+    def _process_facts(
+        self, tree: TreeSnapshot, reads: dict[int, ProbeRead], by_pid: dict[int, list[ProcGpu]]
+    ) -> tuple[ProcessFacts, ...]:
         """ProcessFacts of each process, reused from the last poll when nothing it is made of changed
         (same probe read object, same place in the tree and command line, same NVML rows): most processes of a big
         tree, most polls. When only its NVML rows changed (a GPU's per-process samples), the last
         poll's facts with the new rows and what comes from the process itself (_with_gpu)."""
-        cache, fresh = self._cache, {}
+        cache: dict[int, _Cached] = self._cache
+        fresh: dict[int, _Cached] = {}
         out = []
         target = self.target_pid
         for p in tree.processes:
@@ -503,7 +554,7 @@ _PF_AT = {name: _PF_FIELDS.index(name) for name in ("pid", "ppid", "depth", "nam
 _PF_MP_AT = (_PF_FIELDS.index("mp_helper"), _PF_FIELDS.index("mp_child"))
 
 
-def _with_gpu(pf: ProcessFacts, proc, gpu: tuple[ProcGpu, ...], target_pid: int) -> ProcessFacts:
+def _with_gpu(pf: ProcessFacts, proc: ProcInfo, gpu: tuple[ProcGpu, ...], target_pid: int) -> ProcessFacts:
     """process_facts(proc, read, gpu, target_pid) given ``pf``, process_facts of the same read:
     ``pf``'s values of the payload, the process's own values (as process_facts takes them) and
     ``gpu``. A third of the cost: a payload's values are the most of it."""
@@ -519,7 +570,7 @@ def _with_gpu(pf: ProcessFacts, proc, gpu: tuple[ProcGpu, ...], target_pid: int)
     return ProcessFacts(*values)
 
 
-def _exit_key(pf: ProcessFacts, ident: tuple) -> tuple:
+def _exit_key(pf: ProcessFacts, ident: Identity) -> ExitKey:
     """What an exited process is kept under: its identity; a DataLoader worker, its parent, loader
     and worker id (a worker of the next epoch stands for the one before)."""
     if pf.role == "dataloader-worker":

@@ -20,7 +20,8 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from enum import Enum
+from typing import TYPE_CHECKING, Any
 
 from sidecar.documents import contract, document
 from sidecar.poll.collect import gpu_facts, job_id
@@ -28,6 +29,8 @@ from sidecar.poll.finder import MAX_CANDIDATES, REDISCOVER_EVERY_POLLS, JobFinde
 from sidecar.poll.history import HistoryBudget
 from sidecar.poll.poller import (
     SYSFS_EVERY_POLLS,
+    NvmlPolling,
+    NvmlView,
     Poller,
     _NvmlDown,
     machine_sources,
@@ -39,10 +42,18 @@ from sidecar.sources.kubelet.lookup import ProcessPods
 from sidecar.sources.proctree import ProcessTreeSource, open_file_budget
 from sidecar.sources.segment_dir import SHM_DIR
 from sidecar.sources.segments import FOREIGN_CHECK_EVERY_POLLS, ReadBudget, SegmentSource
-from sidecar.verdict import Rules
+from sidecar.verdict import GpuFacts, Rules
+
+if TYPE_CHECKING:
+    from sidecar.sources.sysfs import SystemGpu
 
 MAX_JOBS = 256  # watched at once; the newest are kept
-EVERY_CALLER: Any = object()  # the documents as published: no caller to choose a default job for
+class _Every(Enum):
+    CALLER = "every caller"
+
+
+EVERY_CALLER = _Every.CALLER  # the documents as published: no caller to choose a default job for
+Caller = int | None | _Every  # whose view: a uid, None (a caller not told apart), or EVERY_CALLER
 # The samples of every job's history together (history.HistoryBudget): whatever --history, the
 # number of jobs and their GPUs, discovery's histories never hold more (docs/reliability.md).
 HISTORY_MAX_BYTES = 32 << 20
@@ -57,9 +68,9 @@ class _SharedNvml:
     """What a job's Poller sees as its NVML source: the snapshot this poll took for every job."""
 
     def __init__(self) -> None:
-        self.snapshot: Any = _NvmlDown("NVML not polled yet")
+        self.snapshot: NvmlView = _NvmlDown("NVML not polled yet")
 
-    def poll(self):
+    def poll(self) -> NvmlView:
         return self.snapshot
 
     def close(self) -> None:
@@ -98,13 +109,13 @@ class JobTurns:
             return running  # most polls: every job
         for uid in self._flagged:
             self._credit[uid] = min(1.0, self._credit.get(uid, 0.0) + FLAGGED_JOB_POLLS)
-        out = []
+        out: list[tuple[str, _Job]] = []
         for jid, job in sorted(running, key=lambda kv: kv[1].polled):  # the longest unpolled first
-            uid = _owner(job)
-            if uid in self._flagged and job.polled >= 0:
-                if self._credit[uid] < 1:
+            owner = _owner(job)
+            if owner is not None and owner in self._flagged and job.polled >= 0:
+                if self._credit[owner] < 1:
                     continue
-                self._credit[uid] -= 1
+                self._credit[owner] -= 1
             out.append((jid, job))
         return out
 
@@ -120,16 +131,16 @@ class _Published:
     # job id as listed -> (its poller, what gives its status document of that poll: made when first
     # asked for)
     docs: dict[str, tuple[Poller, Callable[[], dict[str, Any]]]]
-    gpus: tuple  # the machine's GPUs as facts, this poll (document.gpu_entries makes them entries)
+    gpus: tuple[GpuFacts, ...]  # the machine's GPUs as facts, this poll (document.gpu_entries makes them entries)
     nvml_pids_by_gpu: dict[int, int]  # processes NVML lists on each GPU
 
-    def jobs_for(self, caller_uid: Any) -> dict[str, Any]:
+    def jobs_for(self, caller_uid: Caller) -> dict[str, Any]:
         """The jobs document as `caller_uid` sees it (its default job)."""
         if caller_uid is EVERY_CALLER:
             return self.jobs
         return {**self.jobs, "default_job": _callers_default(self.jobs, caller_uid)}
 
-    def find(self, job: str | None, caller_uid: Any) -> tuple[str, Poller, Callable[[], dict[str, Any]]] | None:
+    def find(self, job: str | None, caller_uid: Caller) -> tuple[str, Poller, Callable[[], dict[str, Any]]] | None:
         """(job id, its poller, its status document) of `job`, else of the caller's default job."""
         if job is not None:
             jid: str | None = job
@@ -140,20 +151,20 @@ class _Published:
             if jid is None and self.jobs["jobs"]:
                 raise document.NoDefaultJob(caller_uid)
         found = self.docs.get(jid) if jid is not None else None
-        if found is None:
+        if jid is None or found is None:
             if job is not None:
                 raise document.UnknownJob(job)
             return None
         return (jid, *found)
 
-    def status(self, job: str | None, caller_uid: Any) -> dict[str, Any] | None:
+    def status(self, job: str | None, caller_uid: Caller) -> dict[str, Any] | None:
         found = self.find(job, caller_uid)
         if found is None:
             return None
         listed = self.jobs_for(caller_uid)  # this poll's list: a job is always in its own
         return contract.check_if_enabled({**found[2](), "jobs": listed["jobs"]}, "status")
 
-    def history(self, job: str | None, since: float | None, caller_uid: Any) -> dict[str, Any] | None:
+    def history(self, job: str | None, since: float | None, caller_uid: Caller) -> dict[str, Any] | None:
         found = self.find(job, caller_uid)
         if found is None:
             return None
@@ -182,14 +193,14 @@ class JobsPoller:
         interval_s: float = 1.5,
         history_s: float = 600.0,
         rules: Rules | None = None,
-        nvml_source: Any = None,
-        system_gpus_fn: Callable[[], list] | None = None,
+        nvml_source: NvmlPolling | None = None,
+        system_gpus_fn: Callable[[], list[SystemGpu]] | None = None,
         uid: int | None = -1,
         shm_dir: str = SHM_DIR,
         clock: Callable[[], float] = time.time,
         pods: ProcessPods | None = None,
         host: HostPaths = HOST,
-    ):
+    ) -> None:
         """``host``: where the /proc and /sys that every source reads are (the host's own)."""
         self.interval_s = interval_s
         self.history_s = history_s
@@ -203,8 +214,8 @@ class JobsPoller:
         self._history_budget = HistoryBudget(HISTORY_MAX_BYTES)
         # One PodLookup for every job: one kubelet call per interval.
         self._pods = pods if pods is not None else ProcessPods(host=host)
-        self._system_gpus_cache: list = []
-        self._gpu_facts: tuple = ()
+        self._system_gpus_cache: list[SystemGpu] = []
+        self._gpu_facts: tuple[GpuFacts, ...] = ()
         self._jobs: dict[str, _Job] = {}
         self._finder = JobFinder(self.uid, shm_dir, lambda: self.poll_count, host=host)
         self._reads = ReadBudget()  # large payloads' reading time per user, shared by every job's segments
@@ -220,7 +231,7 @@ class JobsPoller:
         self._thread: threading.Thread | None = None
 
     # -- finding and dropping jobs ------------------------------------------------------------------
-    def _discover(self, now: float, nvml) -> None:
+    def _discover(self, now: float, nvml: NvmlView) -> None:
         roots = self._finder.find(nvml)
         self._add_jobs({r for r in roots.values() if job_id(*r) not in self._jobs}, now)
         for jid, job in list(self._jobs.items()):
@@ -272,10 +283,10 @@ class JobsPoller:
             host=self.host,
         )
 
-    def _shared_gpu_facts(self) -> tuple:
+    def _shared_gpu_facts(self) -> tuple[GpuFacts, ...]:
         return self._gpu_facts
 
-    def _system_gpus(self) -> list:
+    def _system_gpus(self) -> list[SystemGpu]:
         return self._system_gpus_cache
 
     # -- one poll --------------------------------------------------------------------------------
@@ -367,7 +378,7 @@ class JobsPoller:
         """The jobs document, and the status document of every job polled at least once (each made
         when it is first asked for; the jobs list needs only each job's status summary)."""
         docs: dict[str, tuple[Poller, Callable[[], dict[str, Any]]]] = {}
-        entries = []
+        entries: list[dict[str, Any]] = []
         for job in self._jobs.values():
             summary, doc = job.poller.published()
             if summary is not None and doc is not None:
@@ -385,11 +396,11 @@ class JobsPoller:
         with self._lock:
             return self._published
 
-    def jobs_document(self, caller_uid: Any = EVERY_CALLER) -> dict[str, Any] | None:
+    def jobs_document(self, caller_uid: Caller = EVERY_CALLER) -> dict[str, Any] | None:
         published = self._latest()
         return None if published is None else published.jobs_for(caller_uid)
 
-    def status_document(self, job: str | None = None, caller_uid: Any = EVERY_CALLER) -> dict[str, Any] | None:
+    def status_document(self, job: str | None = None, caller_uid: Caller = EVERY_CALLER) -> dict[str, Any] | None:
         """A job's document with the jobs list in it; without `job`, the default job's (given a
         caller_uid: that caller's, see for_caller). With no job found yet, None (the server answers
         503 until the first poll, then 404 for ?job=)."""
@@ -397,12 +408,12 @@ class JobsPoller:
         return None if published is None else published.status(job, caller_uid)
 
     def history_document(
-        self, job: str | None = None, since: float | None = None, caller_uid: Any = EVERY_CALLER
+        self, job: str | None = None, since: float | None = None, caller_uid: Caller = EVERY_CALLER
     ) -> dict[str, Any] | None:
         published = self._latest()
         return None if published is None else published.history(job, since, caller_uid)
 
-    def for_caller(self, caller_uid: Callable[[], int | None]) -> Any:
+    def for_caller(self, caller_uid: Callable[[], int | None]) -> JobsPoller | _CallerView:
         """This poller as one caller sees it. Root's discovery lists every user's jobs, and the job
         it answers without ?job= (its default) is the caller's own newest, never another user's:
         none (NoDefaultJob) when the caller has no job or cannot be told (`caller_uid()` None). A
@@ -495,7 +506,8 @@ def _default_job(entries: list[dict[str, Any]]) -> str | None:
     for pick in (lambda j: j["alive"] and j["has_model"], lambda j: j["alive"], lambda j: True):
         for j in newest:
             if pick(j):
-                return j["id"]
+                job_id: str = j["id"]  # the contract's Job.id
+                return job_id
     return None
 
 

@@ -4,8 +4,8 @@ job's root (sources/lineage.py). Used by sidecar/poll/discovery.py."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from sidecar.documents import document
 from sidecar.sources import lineage
@@ -14,18 +14,8 @@ from sidecar.sources.owners import KnownProcesses
 from sidecar.sources.proctree import open_file_budget
 from sidecar.sources.segment_dir import SegmentDirectory
 
-if TYPE_CHECKING:  # the nvml package imports the binding: not at run time for a type
-    from sidecar.sources.nvml.snapshot import GpuInfo
-
-
-class NvmlProcesses(Protocol):
-    """An NVML snapshot as the finder reads it: sources.nvml's NvmlSnapshot, or poll.poller's
-    stand-in for a poll that failed (not ok, no devices)."""
-
-    @property
-    def ok(self) -> bool: ...
-    @property
-    def devices(self) -> Sequence[GpuInfo]: ...
+if TYPE_CHECKING:
+    from sidecar.poll.collect import NvmlReading
 
 
 # Candidates seen at once at most (segments + NVML rows): a neighbour creating 65,536 files in
@@ -58,7 +48,7 @@ class JobFinder:
         self._judged_once = False
         self._probed: tuple[int, set[int]] = (-1, set())  # (owners.version, the pids it gave)
 
-    def find(self, nvml: NvmlProcesses) -> dict[tuple[int, int], tuple[int, int]]:
+    def find(self, nvml: NvmlReading) -> dict[tuple[int, int], tuple[int, int]]:
         """The roots of this poll, by candidate identity (after NVML's snapshot ``nvml``)."""
         # After NVML's snapshot and before the listing: each pid listed is looked up as it is now.
         exited = self.processes.new_poll()
@@ -107,7 +97,7 @@ class JobFinder:
             self._probed = (self.owners.version, pids)
         return pids
 
-    def _candidates(self, nvml: NvmlProcesses) -> tuple[set[int], set[int]]:
+    def _candidates(self, nvml: NvmlReading) -> tuple[set[int], set[int]]:
         probed = self._segment_pids()
         gpu = {p.pid for d in (nvml.devices if nvml.ok else ()) for p in d.processes}
         owned = [(pid, self.processes.real_uid(pid)) for pid in sorted(gpu)]

@@ -83,7 +83,7 @@ class Placement:
     """One job's placement, kept between polls. ``pods``: shared by the jobs of one sidecar (one
     PodLookup, so one kubelet call per interval for all of them); None looks no pod up."""
 
-    def __init__(self, pods: ProcessPods | None = None):
+    def __init__(self, pods: ProcessPods | None = None) -> None:
         self.pods = pods
         self.distributed: DistributedFacts | None = None
         self.pod: PodFacts | None = None
@@ -103,7 +103,7 @@ class Placement:
         if found is not None:
             self.distributed = found
         if self.pods is not None and tree.target_alive and tree.processes:
-            self._update_pod(tree.processes[0], payloads, facts)
+            self._update_pod(self.pods, tree.processes[0], payloads, facts)
         return (
             None
             if self.distributed is None
@@ -111,14 +111,14 @@ class Placement:
             None if self.pod is None else asdict(self.pod),
         )
 
-    def _update_pod(self, root: ProcInfo, payloads: list[ProbePayload], facts: Facts) -> None:
+    def _update_pod(self, pods: ProcessPods, root: ProcInfo, payloads: list[ProbePayload], facts: Facts) -> None:
         ident = (root.pid, root.start_ticks)
         if self.pod is not None and self.pod.source in TRUSTED_SOURCES and self._pod_of == ident:
             return  # named by the kubelet: a pod's name never changes
         hostname = next((p.hostname for p in payloads if p.hostname), None)
         used = {g.index for p in facts.processes for g in p.gpu}
         uuids = [g.uuid for g in facts.gpus if g.index in used and g.uuid]
-        info = self.pods.pod_of(root.pid, root.start_ticks, hostname=hostname, gpu_uuids=uuids)
+        info = pods.pod_of(root.pid, root.start_ticks, hostname=hostname, gpu_uuids=uuids)
         self._pod_of = ident
         if info is not None:
             self.pod = PodFacts(

@@ -11,20 +11,24 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, Union
 
 from sidecar.documents import document
 from sidecar.documents.contract import ContractError
-from sidecar.poll.collect import FactCollector
+from sidecar.poll.collect import FactCollector, TargetInfo
 from sidecar.poll.history import History, HistoryBudget
 from sidecar.poll.placement import Placement
 from sidecar.poll.samples import SampleMemo, history_sample
 from sidecar.sources.host import HOST, HostPaths
 from sidecar.sources.kubelet.lookup import ProcessPods
-from sidecar.sources.lineage import root_info
-from sidecar.sources.proctree import ProcessTreeSource, pid_visible
+from sidecar.sources.lineage import RootInfo, root_info
+from sidecar.sources.proctree import ProcessTreeSource, ProcInfo, pid_visible
 from sidecar.sources.segments import ProbeRead, SegmentSource
-from sidecar.verdict import HysteresisState, Rules, Verdict, VerdictMemo, decide, settle
+from sidecar.verdict import Facts, GpuFacts, HysteresisState, Rules, Verdict, VerdictMemo, decide, settle
+
+if TYPE_CHECKING:  # the nvml package imports the binding: imported where a source is made
+    from sidecar.sources.nvml.snapshot import GpuInfo, NvmlSnapshot
+    from sidecar.sources.sysfs import SystemGpu
 
 # How often the OS graphics devices are re-read: they change only on hot-plug.
 SYSFS_EVERY_POLLS = 20
@@ -42,15 +46,15 @@ class Poller(document.OneJob):
         rules: Rules | None = None,
         tree_source: ProcessTreeSource | None = None,
         segment_source: SegmentSource | None = None,
-        nvml_source: Any = None,
-        system_gpus_fn: Callable[[], list] | None = None,
+        nvml_source: NvmlPolling | None = None,
+        system_gpus_fn: Callable[[], list[SystemGpu]] | None = None,
         clock: Callable[[], float] = time.time,
-        gpu_facts_fn: Callable[[], tuple] | None = None,
+        gpu_facts_fn: Callable[[], tuple[GpuFacts, ...]] | None = None,
         lazy_document: bool = False,
         history_budget: HistoryBudget | None = None,
         pods: ProcessPods | None = None,
         host: HostPaths = HOST,
-    ):
+    ) -> None:
         """``host``: where the /proc and /sys that the sources made here read are (the host's own)."""
         self.target_pid = target_pid
         # The NVML snapshot's devices as facts, when someone else made them for this poll
@@ -67,26 +71,26 @@ class Poller(document.OneJob):
         self.segment_source = segment_source or SegmentSource(host=host)
         self.nvml_source, self.system_gpus_fn = machine_sources(nvml_source, system_gpus_fn, host)
         self.clock = clock
-        self.history = History(history_s, interval_s, history_budget)
+        self.history: History = History(history_s, interval_s, history_budget)
         self.poll_count = 0
         self.poll_errors: Counter[str] = Counter()
         self.poll_durations_s: list[float] = []  # read (never drained) by the metrics collector
         self.last_poll_time: float | None = None
-        self.latest: Any = None  # the last status document, or its _Deferred
+        self.latest: dict[str, Any] | _Deferred | None = None  # the last status document, or its _Deferred
         self.latest_verdict: Verdict | None = None
         self.target_gone_at: float | None = None
         self._hysteresis = HysteresisState()
         self._verdict_memo = VerdictMemo()  # the last poll's verdict, reused where the facts are the same
         self._sample_memo = SampleMemo()  # the same for the history sample's process rows and sums
-        self._system_gpus: list = []
+        self._system_gpus: list[SystemGpu] = []
         self._collector = FactCollector(
             target_pid, self.rules, partial(pid_visible, host=host), partial(root_info, host=host)
         )
         # The job's distributed identity and pod; ``pods`` is shared by discovery's jobs.
         self._placement = Placement(pods if pods is not None else ProcessPods(host=host))
-        self._entry_cache: dict[int, tuple] = {}
+        self._entry_cache: dict[int, document.CachedEntry] = {}
         self._entry_lock = threading.Lock()
-        self._summary_memo: dict[str, Any] = {}
+        self._summary_memo: document.SummaryMemo = {}
         self._lock = threading.Lock()  # guards what snapshot() reads
         self._poll_lock = threading.Lock()  # one poll at a time (poll_once)
         self._stop = threading.Event()
@@ -126,7 +130,7 @@ class Poller(document.OneJob):
         verdict = decide(facts, self._verdict_memo)
         verdict, self._hysteresis = settle(self._hysteresis, verdict, self.rules, live, facts)
         self.history.add_events(self._events(reads))
-        made = dict(
+        made = _Made(
             time_s=now,
             interval_s=self.interval_s,
             target=self._collector.target,
@@ -139,8 +143,9 @@ class Poller(document.OneJob):
         summary = document.status_summary(
             facts, verdict, target=made["target"], memo=self._summary_memo, placement=placement
         )
+        doc: dict[str, Any] | _Deferred
         if self.lazy_document:
-            doc: Any = _Deferred(partial(self._document, facts, verdict, summary, made))
+            doc = _Deferred(partial(self._document, facts, verdict, summary, made))
         else:
             doc = self._document(facts, verdict, summary, made)
         with self._lock:
@@ -151,9 +156,9 @@ class Poller(document.OneJob):
             self.poll_count += 1
             self.poll_durations_s.append(time.perf_counter() - started)
             del self.poll_durations_s[:-1000]
-        return summary if self.lazy_document else doc
+        return summary if isinstance(doc, _Deferred) else doc
 
-    def _document(self, facts, verdict: Verdict, summary: dict[str, Any], made: dict[str, Any]) -> dict[str, Any]:
+    def _document(self, facts: Facts, verdict: Verdict, summary: dict[str, Any], made: _Made) -> dict[str, Any]:
         # Lazy documents are made in the server's threads: one at a time, for the entry cache.
         with self._entry_lock:
             return document.status_document(facts, verdict, summary=summary, entry_cache=self._entry_cache, **made)
@@ -208,7 +213,7 @@ class Poller(document.OneJob):
         finally:
             self._poll_lock.release()
 
-    def root_info(self):
+    def root_info(self) -> RootInfo | None:
         return self._collector.target.root
 
     @property
@@ -236,8 +241,8 @@ class Poller(document.OneJob):
 
 
 def machine_sources(
-    nvml_source: Any, system_gpus_fn: Callable[[], list] | None, host: HostPaths = HOST
-) -> tuple[Any, Callable[[], list]]:
+    nvml_source: NvmlPolling | None, system_gpus_fn: Callable[[], list[SystemGpu]] | None, host: HostPaths = HOST
+) -> tuple[NvmlPolling, Callable[[], list[SystemGpu]]]:
     """The sources of what the machine has (NVML, the OS's graphics devices under ``host``'s
     sysfs), the real ones unless given (tests give their own)."""
     if nvml_source is None:
@@ -251,7 +256,7 @@ def machine_sources(
     return nvml_source, system_gpus_fn
 
 
-def poll_nvml(source: Any, errors: Counter[str]):
+def poll_nvml(source: NvmlPolling, errors: Counter[str]) -> NvmlView:
     """One NVML snapshot; a failure is counted in `errors` and read as "NVML down", never raised."""
     try:
         snap = source.poll()
@@ -263,7 +268,9 @@ def poll_nvml(source: Any, errors: Counter[str]):
     return snap
 
 
-def read_system_gpus(fn: Callable[[], list], errors: Counter[str], previous: list) -> list:
+def read_system_gpus(
+    fn: Callable[[], list[SystemGpu]], errors: Counter[str], previous: list[SystemGpu]
+) -> list[SystemGpu]:
     """The OS's graphics devices; the previous list when they cannot be read (counted)."""
     try:
         return list(fn())
@@ -278,7 +285,7 @@ class _Deferred:
 
     __slots__ = ("_build", "_doc", "_lock")
 
-    def __init__(self, build: Callable[[], dict[str, Any]]):
+    def __init__(self, build: Callable[[], dict[str, Any]]) -> None:
         self._build: Callable[[], dict[str, Any]] | None = build
         self._doc: dict[str, Any] | None = None
         self._lock = threading.Lock()
@@ -293,11 +300,35 @@ class _Deferred:
 
 
 class _NvmlDown:
-    ok = False
-    devices: tuple = ()
-    driver = None
-    cuda_driver = None
-    call_errors: dict = {}
+    """An NVML snapshot's stand-in when the source failed: not ok, nothing listed (the nvml package,
+    which imports the binding, is not imported for it)."""
 
-    def __init__(self, error: str):
-        self.error = error
+    ok = False
+    devices: tuple[GpuInfo, ...] = ()
+    driver: str | None = None
+    cuda_driver: str | None = None
+    call_errors: dict[str, str] = {}  # never written: a down source made no call
+
+    def __init__(self, error: str) -> None:
+        self.error: str | None = error
+
+
+NvmlView = Union["NvmlSnapshot", _NvmlDown]  # what a poll's NVML reading is
+
+
+class NvmlPolling(Protocol):
+    """An NVML source (sources.nvml's NvmlSource; the tests' own)."""
+
+    def poll(self) -> NvmlView: ...
+    def close(self) -> None: ...
+
+
+class _Made(TypedDict):
+    """What a poll hands document.status_document besides the facts, verdict and summary."""
+
+    time_s: float
+    interval_s: float
+    target: TargetInfo
+    proc_info: dict[int, ProcInfo]
+    other_processes: dict[int, int]
+    events: list[dict[str, Any]]
