@@ -140,7 +140,9 @@ def _unlink_if_same(path: str, st: os.stat_result) -> bool:
         return False
 
 
-def _live_writers_name(pid: int, ticks: int | None, skip, listed: set) -> bool:
+def _live_writers_name(
+    pid: int, ticks: int | None, skip: Collection[int] | dict[int, int | None], listed: set[tuple[int, int | None]]
+) -> bool:
     """Whether the name (pid, ticks of a fallback or random name or None) may be the live writer's
     that ``skip`` names for ``pid``, without reading it: its fallback and random names; its own name
     unless one of those is there too (a writer takes them only when its own name was taken).
@@ -174,9 +176,9 @@ def sweep_dead_segments(
         ns = pid_namespace_id(host=host)
         if not ns or not proc_is_ours(host=host):
             return removed
-        names, scratch = scan(shm_dir, MAX_LISTED_NAMES) if names is None else names
-        listed = {(pid, ticks) for pid, ticks, _ in names}
-        for pid, ticks, suffix in names:
+        segments, scratch = scan(shm_dir, MAX_LISTED_NAMES) if names is None else names
+        listed = {(pid, ticks) for pid, ticks, _ in segments}
+        for pid, ticks, suffix in segments:
             if pid in skip and _live_writers_name(pid, ticks, skip, listed):
                 continue
             # The name as listed in shm_dir: judged and removed there, not under SHM_DIR.

@@ -19,7 +19,7 @@ _MAX_STR_BYTES = MAX_STR_CHARS * 4  # UTF-8 takes at most 4 bytes a character
 _MAX_MAP_PAIRS = 64  # the payload's own map is the biggest the schema has
 
 
-def _pack(payload: dict) -> bytes:
+def _pack(payload: dict[str, Any]) -> bytes:
     try:
         return msgpack.packb(payload, use_bin_type=True)
     except UnicodeEncodeError:
@@ -29,7 +29,7 @@ def _pack(payload: dict) -> bytes:
         return msgpack.packb(payload, use_bin_type=True, unicode_errors="replace")
 
 
-def encode_payload(payload: dict, capacity_bytes: int) -> tuple[bytes, bool]:
+def encode_payload(payload: dict[str, Any], capacity_bytes: int) -> tuple[bytes, bool]:
     """msgpack ``payload`` into at most ``capacity_bytes``: (bytes, trimmed).
 
     Too big a payload loses, in this order, its oldest events, its oldest errors and its last models

@@ -25,6 +25,11 @@ if TYPE_CHECKING:
     from probe_wire.home import SegmentHome
     from probe_wire.shm_index import NameIndex
 
+    # A kept file (see _keep): its fd, its size when opened, the bytes of its last good read, that
+    # read, the bytes to copy when reading it again, its prefix slot.
+    Kept = tuple[int, int, bytes, SegmentRead, int, PrefixSlot]
+    FileKey = tuple[int, int, int, int]  # a file as fstat says it: st_dev, st_ino, st_size, st_mtime_ns
+
 __all__ = ["FALLBACK_CHECK_EVERY", "ReadBudget", "SegmentFollower"]
 
 # A follower looks for the fallback name of a process whose own name is free every this many reads.
@@ -108,15 +113,13 @@ class SegmentFollower:
         self.host = host
         self.names = names
         self.budget = budget
-        # identity -> (fd, size when opened, bytes of the last good read, that read, bytes to copy
-        # when reading it again, its prefix slot): see _keep
-        self._open: dict[tuple[int, int], tuple] = {}
+        self._open: dict[tuple[int, int], Kept] = {}  # identity -> its kept file
         self._missing_reads: dict[tuple[int, int], int] = {}  # identity -> reads that found no file
         # identity -> its payloads' prefix (probe_wire/prefix.py): a new publish decodes only the rest
         self._prefixes: dict[tuple[int, int], PrefixSlot] = {}
-        # identity -> {(st_dev, st_ino): (header bytes, the corrupt or stale read made under that
-        # header)}: such a file is judged again only when its header changes (see _judged_read)
-        self._judged: dict[tuple[int, int], dict[tuple[int, int], tuple[bytes, SegmentRead]]] = {}
+        # identity -> {its file: (header bytes, the corrupt or stale read made under that header)}:
+        # such a file is judged again only when its header changes (see _judged_read)
+        self._judged: dict[tuple[int, int], dict[FileKey, tuple[bytes, SegmentRead]]] = {}
         # identity -> (/dev/shm's (st_dev, st_ino, st_mtime_ns) when listed, the random names of it
         # then): a process whose two names are squatted costs a listing only when the directory changed
         self._random: dict[tuple[int, int], tuple[tuple[int, int, int], list[str]]] = {}
@@ -150,7 +153,7 @@ class SegmentFollower:
                 pid=pid, state="corrupt", error=f"reader failed: {type(e).__name__}: {e}"[:300]
             )
 
-    def _reread(self, ident: tuple[int, int], entry: tuple, home: SegmentHome | None) -> SegmentRead | None:
+    def _reread(self, ident: tuple[int, int], entry: Kept, home: SegmentHome | None) -> SegmentRead | None:
         """A read of the file kept for ``ident`` (``entry``); None when it was dropped, to be read
         afresh by its name."""
         fd, size, raw, last, want, slot = entry
@@ -167,15 +170,16 @@ class SegmentFollower:
             first = os.pread(fd, want, 0)
             if first.startswith(raw):
                 return last
-        uid = self._large_read_owner(fd, first)
-        if uid is not None and not self.budget.allows(uid):
+        budget = self.budget
+        uid = self._large_read_owner(fd, first)  # None without a budget
+        if uid is not None and budget is not None and not budget.allows(uid):
             return last  # its user's reading time is spent: the last payload stands till its turn
         started = time.perf_counter()
-        r, raw = read_consistent(fd, ident[0], size, ident[1], READ_ATTEMPTS, slot, first, home, self.host)
-        if uid is not None:
-            self.budget.spend(uid, time.perf_counter() - started)
-        if raw is not None:
-            self._keep(ident, fd, size, raw, r, slot)
+        r, fresh = read_consistent(fd, ident[0], size, ident[1], READ_ATTEMPTS, slot, first, home, self.host)
+        if uid is not None and budget is not None:
+            budget.spend(uid, time.perf_counter() - started)
+        if fresh is not None:
+            self._keep(ident, fd, size, fresh, r, slot)
             return r
         if r.state in JUDGED_STATES and size > HEADER_BYTES + JUDGE_BY_HEADER_BYTES:
             self._remember_judged(ident, fd, os.pread(fd, HEADER_BYTES, 0), r)
@@ -279,18 +283,20 @@ class SegmentFollower:
             if judged is not None:
                 return judged
             first = None
-            if self.budget is not None and size > HEADER_BYTES + JUDGE_BY_HEADER_BYTES:
+            uid = None
+            budget = self.budget
+            if budget is not None and size > HEADER_BYTES + JUDGE_BY_HEADER_BYTES:
                 first = os.pread(fd, HEADER_BYTES, 0)  # the header says how long the payload is
-            uid = None if first is None else self._large_read_owner(fd, first)
-            if uid is not None and not self.budget.allows(uid):
-                return self._put_off(ident, _length(first), uid)
+                uid = self._large_read_owner(fd, first)
+                if uid is not None and not budget.allows(uid):
+                    return self._put_off(ident, _length(first), uid)
             slot = self._slot(ident)
             started = time.perf_counter()
             r, raw = read_consistent(fd, pid, size, start_ticks, READ_ATTEMPTS, slot, first, home, self.host)
-            if uid is not None:
-                self.budget.spend(uid, time.perf_counter() - started)
+            if uid is not None and budget is not None:
+                budget.spend(uid, time.perf_counter() - started)
             keep = raw is not None and len(self._open) < self.max_open
-            if keep:
+            if keep and raw is not None:  # (keep: raw is there)
                 self._keep(ident, fd, size, raw, r, slot)
             elif r.state in JUDGED_STATES and size > HEADER_BYTES + JUDGE_BY_HEADER_BYTES:
                 # (a file that cannot hold a payload worth judging by its header costs no more pread)
@@ -332,7 +338,7 @@ class SegmentFollower:
             files.clear()
         files[(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)] = (head, r)
 
-    def retain(self, identities: set) -> None:
+    def retain(self, identities: set[tuple[int, int | None]]) -> None:
         """Close the files of every identity not in ``identities`` (processes that left the tree)."""
         # Most polls find no process gone: the subset tests say so in C, without the loops.
         if not self._open.keys() <= identities:
@@ -370,4 +376,5 @@ class SegmentFollower:
 
 def _length(head: bytes) -> int:
     """The payload length a header claims."""
-    return HEADER.unpack_from(head)[7]
+    length: int = HEADER.unpack_from(head)[7]
+    return length

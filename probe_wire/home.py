@@ -38,7 +38,8 @@ class SegmentHome:
             getattr(self, n) == getattr(other, n) for n in self.__slots__
         )
 
-    __hash__ = None
+    # Not hashable (Python's idiom for an __eq__ on mutable fields; typeshed types it a method).
+    __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         return f"SegmentHome(pid={self.pid}, name_pid={self.name_pid}, pidns={self.pidns:#x})"
@@ -76,7 +77,7 @@ def segment_home(pid: int, *, host: HostPaths = HOST) -> SegmentHome | None:
     proc = host.proc_path
     mnt, own_mnt = _ns_id(proc(int(pid), "ns", "mnt")), _ns_id(proc("self", "ns", "mnt"))
     pidns, own_pidns = _ns_id(proc(int(pid), "ns", "pid")), _ns_id(proc("self", "ns", "pid"))
-    if None in (mnt, own_mnt, pidns, own_pidns) or (mnt == own_mnt and pidns == own_pidns):
+    if mnt is None or own_mnt is None or pidns is None or own_pidns is None or (mnt == own_mnt and pidns == own_pidns):
         return None
     name_pid = innermost_pid(pid, host=host) if pidns != own_pidns else int(pid)
     if name_pid is None:

@@ -37,7 +37,7 @@ class Prefix:
 
     __slots__ = ("clean", "data", "rest_header")
 
-    def __init__(self, data: bytes, clean: dict, rest_header: bytes):
+    def __init__(self, data: bytes, clean: dict[str, Any], rest_header: bytes):
         self.data = data
         self.clean = clean
         self.rest_header = rest_header
@@ -58,7 +58,7 @@ def _map_header(pairs: int) -> bytes:
     return b"\xde" + pairs.to_bytes(2, "big")  # map 16 (a payload map has at most 64 pairs)
 
 
-def find_prefix(data: bytes, decoded: Any, clean: dict) -> Prefix | None:
+def find_prefix(data: bytes, decoded: Any, clean: dict[str, Any]) -> Prefix | None:
     """The prefix of a payload that decoded (``decoded``) and validated (``clean``) whole, when it
     begins with every key of PREFIX_KEYS once and has no key twice; else None."""
     if not isinstance(decoded, dict):
@@ -68,7 +68,7 @@ def find_prefix(data: bytes, decoded: Any, clean: dict) -> Prefix | None:
     pairs = unpacker.read_map_header()
     if len(decoded) != pairs:
         return None  # a key twice: the whole decode kept its last value, the prefix would not
-    seen: set = set()
+    seen: set[str] = set()
     end = unpacker.tell()
     for _ in range(pairs):
         key = unpacker.unpack()
@@ -83,7 +83,7 @@ def find_prefix(data: bytes, decoded: Any, clean: dict) -> Prefix | None:
     return Prefix(data[:end], kept, _map_header(pairs - len(PREFIX_KEYS)))
 
 
-def decode_with_prefix(prefix: Prefix, data: bytes) -> dict | None:
+def decode_with_prefix(prefix: Prefix, data: bytes) -> dict[str, Any] | None:
     """The validated payload of ``data`` when it begins with ``prefix``'s bytes and the rest
     decodes and validates; else None (decode and validate the whole payload)."""
     if not data.startswith(prefix.data):

@@ -37,7 +37,13 @@ from probe_wire.schema import validate_payload
 
 TYPE_CHECKING = False  # typing costs ~2 ms to import; annotations alone do not need it
 if TYPE_CHECKING:
+    from typing import Any
+
     from probe_wire.home import SegmentHome
+
+    # What a read reports of its header: SegmentRead's fields after ``error``, in its order
+    # (writer_pid, writer_start_ticks, published_at, trimmed, seq, writer_pidns).
+    ReadHeader = tuple[int, int, float, bool, int, int]
 
 __all__ = ["SegmentRead", "read_segment"]
 
@@ -80,7 +86,7 @@ class SegmentRead:
         self,
         pid: int,
         state: str,
-        payload: dict | None = None,
+        payload: dict[str, Any] | None = None,
         error: str | None = None,
         writer_pid: int | None = None,
         writer_start_ticks: int | None = None,
@@ -104,13 +110,14 @@ class SegmentRead:
     def ok(self) -> bool:
         return self.state == "ok"
 
-    def _fields(self) -> tuple:
+    def _fields(self) -> tuple[object, ...]:
         return tuple(getattr(self, name) for name in _READ_FIELDS)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, SegmentRead) and self._fields() == other._fields()
 
-    __hash__ = None  # a mutable payload inside: not hashable
+    # A mutable payload inside: not hashable (Python's idiom; typeshed types object.__hash__ a method).
+    __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{name}={getattr(self, name)!r}" for name in _READ_FIELDS if name != "payload")
@@ -395,7 +402,7 @@ def _read_seq(fd: int) -> int:
 
 
 def _identity_problem(
-    pid: int, expected: int | None, header: tuple, home: SegmentHome | None, host: HostPaths
+    pid: int, expected: int | None, header: ReadHeader, home: SegmentHome | None, host: HostPaths
 ) -> SegmentRead | None:
     """Why the header's writer is not ``pid`` as ``expected`` (None: the live process's start
     ticks), or None. ``header``: SegmentRead's fields after ``error``, as read_consistent found them.
@@ -421,7 +428,7 @@ def _identity_problem(
 
 
 def _finish(
-    data: bytes, expected: int | None, pid: int, header: tuple, slot: PrefixSlot | None = None,
+    data: bytes, expected: int | None, pid: int, header: ReadHeader, slot: PrefixSlot | None = None,
     home: SegmentHome | None = None, host: HostPaths = HOST,
 ) -> SegmentRead:
     """The read of ``data``, a consistent copy of ``pid``'s payload; ``header``: what read_consistent

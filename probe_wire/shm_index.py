@@ -53,7 +53,19 @@ _EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len; t
 # Bytes of events one refresh reads at most: about the kernel's default queue (16,384 events of
 # ~40 bytes); the rest waits for the next refresh (or overflows the queue: a listing then).
 EVENTS_PER_REFRESH_BYTES = 1 << 20
-_NOT_READ = object()
+
+
+class _Kept:
+    """A kept name: its start ticks and random suffix (None where the name has none), the listing
+    generation that saw it last, and whether it is its running process's own (None: not asked)."""
+
+    __slots__ = ("gen", "own", "suffix", "ticks")
+
+    def __init__(self, ticks: int | None, suffix: str | None, gen: int, own: bool | None) -> None:
+        self.ticks = ticks
+        self.suffix = suffix
+        self.gen = gen
+        self.own = own
 
 
 def _watch(path: str) -> int | None:
@@ -63,7 +75,7 @@ def _watch(path: str) -> int | None:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        fd: int = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
     except (OSError, AttributeError, ImportError):
         return None
     if fd < 0:
@@ -102,8 +114,7 @@ class NameIndex:
         self.max_names = max_names
         self.names_per_pid = names_per_pid
         self.scan_per_refresh = scan_per_refresh
-        # pid -> {file name: [start ticks or None, random suffix or None, generation, is it its process's own]}
-        self._pids: dict[int, dict[str, list]] = {}
+        self._pids: dict[int, dict[str, _Kept]] = {}  # pid -> {file name: what is kept of it}
         self._scratch: dict[str, int] = {}  # scratch file name -> generation
         self._count = 0  # names kept in _pids
         self.crowded: dict[int, int] = {}  # pid -> its names seen and not kept
@@ -112,11 +123,11 @@ class NameIndex:
         # A listing: each name it sees is marked with its generation; what it did not see when it
         # ends is gone. Names removed while it runs are not taken from what it read before.
         self._gen = 0
-        self._scan = None
+        self._scan: os._ScandirIterator[str] | None = None
         self._scan_gone: set[str] = set()
         self._listings = 0  # begun so far
         # pid -> (start ticks, real uid) of its process, or None: read once a refresh (_own)
-        self._procs: dict[int, object] = {}
+        self._procs: dict[int, tuple[int, int] | None] = {}
         self._fd = _watch(shm_dir) if watch else None
         self._watched = _dir_key(shm_dir)
         self._listed_key: tuple[int, int, int] | None = None  # (without inotify) as the last listing saw it
@@ -150,7 +161,7 @@ class NameIndex:
             if relist or self._listed_key is None or _dir_key(self.shm_dir) != self._listed_key:
                 self._list_whole()
             return
-        lost = self._read_events()
+        lost = self._read_events(self._fd)
         if relist and (_dir_key(self.shm_dir) or (0, 0))[:2] != (self._watched or (0, 0))[:2]:
             lost = True  # another directory at the path now (a new mount): watch it instead
         if lost:
@@ -176,14 +187,14 @@ class NameIndex:
         self._fd = _watch(self.shm_dir)
         self._watched = _dir_key(self.shm_dir)
 
-    def _read_events(self) -> bool:
+    def _read_events(self, fd: int) -> bool:
         """Applies the events queued since the last refresh; True when some were lost (the kernel's
         queue overflowed, the directory went): the directory must be listed again."""
         lost = False
         budget = EVENTS_PER_REFRESH_BYTES
         while budget > 0:
             try:
-                buf = os.read(self._fd, 65536)
+                buf = os.read(fd, 65536)
             except BlockingIOError:
                 break
             except OSError:
@@ -220,7 +231,7 @@ class NameIndex:
         pid, ticks, suffix = parsed
         names = self._pids.get(pid)
         if names is not None and name in names:
-            names[name][2] = self._gen
+            names[name].gen = self._gen
             if self._listings > 1:
                 # Listed again: events were lost, or none are followed. Its file may have been
                 # replaced under the same name since it was last looked at: it counts as changed.
@@ -236,7 +247,7 @@ class NameIndex:
                 return
         if names is None:
             names = self._pids[pid] = {}
-        names[name] = [ticks, suffix, self._gen, own]
+        names[name] = _Kept(ticks, suffix, self._gen, own)
         self._count += 1
         self._moved(pid)
 
@@ -264,8 +275,9 @@ class NameIndex:
     def _own(self, pid: int, ticks: int | None, name: str) -> bool:
         """Whether the file ``name`` may be the running process ``pid``'s own segment: under its
         start ticks (or none), a regular file of its real uid (only the process writes its own)."""
-        proc = self._procs.get(pid, _NOT_READ)
-        if proc is _NOT_READ:
+        if pid in self._procs:
+            proc = self._procs[pid]
+        else:
             ident, uid = process_identity(pid, host=self.host), process_real_uid(pid, host=self.host)
             proc = self._procs[pid] = None if ident is None or uid is None else (ident[1], uid)
         if proc is None or (ticks is not None and ticks != proc[0]):
@@ -292,8 +304,10 @@ class NameIndex:
     def _continue_scan(self, most: int | None) -> None:
         """Reads on in the listing, ``most`` entries at most (None: to its end)."""
         n = 0
+        scan = self._scan
+        assert scan is not None  # the callers ask only while a listing is open
         try:
-            for entry in self._scan:
+            for entry in scan:
                 name = entry.name
                 if name.startswith("dsh-probe") and name not in self._scan_gone:
                     self._appeared(name)
@@ -308,9 +322,9 @@ class NameIndex:
     def _end_scan(self) -> None:
         """The listing is whole: the names it did not see (nor an event since it began) are gone."""
         gen = self._gen
-        for pid in [p for p, names in self._pids.items() if any(v[2] != gen for v in names.values())]:
+        for pid in [p for p, names in self._pids.items() if any(v.gen != gen for v in names.values())]:
             names = self._pids[pid]
-            for name in [n for n, v in names.items() if v[2] != gen]:
+            for name in [n for n, v in names.items() if v.gen != gen]:
                 del names[name]
                 self._count -= 1
             if not names:
@@ -339,7 +353,7 @@ class NameIndex:
         names = self._pids.get(pid)
         if not names:
             return []
-        return sorted(((v[0], v[1]) for v in names.values()), key=_name_order)
+        return sorted(((v.ticks, v.suffix) for v in names.values()), key=_name_order)
 
     def names(self) -> list[tuple[int, int | None, str | None]]:
         """(pid, start ticks or None, random suffix or None) of every kept segment name, sorted as
