@@ -108,7 +108,7 @@ def activate() -> bool:
         return False
 
 
-def snapshot() -> dict | None:
+def snapshot() -> dict[str, Any] | None:
     """The payload the probe would publish right now (None when the probe is off)."""
     try:
         return _PROBE.snapshot()
@@ -117,6 +117,6 @@ def snapshot() -> dict | None:
         return None
 
 
-def status() -> dict:
+def status() -> dict[str, Any]:
     """enabled, reason (why not), segment name, interval_s, number of models, publishes so far."""
     return _PROBE.status()

@@ -32,6 +32,9 @@ TYPE_CHECKING = False  # typing costs ~2 ms to import; annotations alone do not 
 if TYPE_CHECKING:
     from typing import Any
 
+    # A step boundary's figures (StepClock.step): level, steps, time and the totals then, in order.
+    Mark = tuple[int, int, float, float, float, float, int, float, int, int, int, float]
+
 __all__ = ["CLOCK", "FRAMEWORK", "LOADER", "OPTIMIZER", "StepClock"]
 
 # What marks a step boundary, weakest first.
@@ -81,7 +84,7 @@ class StepClock:
     )
 
     def __init__(self) -> None:
-        self.handles: tuple | None = None  # torch's optimizer hook handles, once installed
+        self.handles: tuple[Any, ...] | None = None  # torch's optimizer hook handles, once installed
         self.is_compiling: Any = _never_compiling
         self.reset()
 
@@ -112,9 +115,9 @@ class StepClock:
         self.primary_id = 0  # its id(): the weakref is only called when another optimizer steps
         self.level = 0
         self.steps = 0
-        self.mark: tuple | None = None
-        self.level_start: tuple | None = None  # the first mark at the current level
-        self.samples: collections.deque = collections.deque(
+        self.mark: Mark | None = None
+        self.level_start: Mark | None = None  # the first mark at the current level
+        self.samples: collections.deque[tuple[float, Mark | None]] = collections.deque(
             [(time.monotonic(), None)], maxlen=RATE_SAMPLES_PER_WINDOW + 2
         )
 
@@ -179,7 +182,7 @@ class StepClock:
 
         return timed
 
-    def _closure_args(self, args: Any, kwargs: Any) -> Any:
+    def _closure_args(self, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
         """The step's arguments with its closure timed (Lightning runs training_step and backward in
         one inside ``optimizer.step``; LBFGS calls its own): None when it was given none."""
         if kwargs and callable(kwargs.get("closure")):
@@ -200,7 +203,7 @@ class StepClock:
             if gap_s > 0.0:
                 self.backward_s += gap_s
 
-    def _pre_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+    def _pre_step(self, optimizer: Any, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
         """torch's global optimizer step pre-hook: returns None (the step's arguments stay as given),
         or, for a step given a closure, the same arguments with the closure timed."""
         try:
@@ -288,7 +291,7 @@ class StepClock:
         if now_mono - s[-1][0] >= RATE_WINDOW_S / RATE_SAMPLES_PER_WINDOW:
             s.append((now_mono, self.mark))
 
-    def figures(self) -> tuple[dict | None, float | None]:
+    def figures(self) -> tuple[dict[str, Any] | None, float | None]:
         """(payload ``steps``, ``syncs_per_step``) over the window: (None, None) before the first step
         boundary; ``window_s`` is the wall time of the steps counted, 0.0 when there are none."""
         cur = self.mark
@@ -309,8 +312,10 @@ class StepClock:
             "backward_fraction": None,
             "other_fraction": None,
         }
-        n = cur[_STEPS] - base[_STEPS] if base is not None else 0
-        wall_s = cur[_T] - base[_T] if base is not None else 0.0
+        if base is None:
+            return out, None
+        n = cur[_STEPS] - base[_STEPS]
+        wall_s = cur[_T] - base[_T]
         if n <= 0 or wall_s <= 0.0:
             return out, None
         out["window_s"] = float(wall_s)  # from the first to the last step boundary counted

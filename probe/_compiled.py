@@ -101,7 +101,11 @@ def _unwatch() -> None:
 def enroll(rec: Any) -> str:
     """A key for ``rec`` that dynamo reads as a constant; turns counting on now or at dynamo's import."""
     key = f"m{next(_keys)}"
-    _records[key] = weakref.ref(rec, lambda _ref, key=key: _records.pop(key, None))
+
+    def forget(_ref: object) -> None:  # the record is gone: so is its key
+        _records.pop(key, None)
+
+    _records[key] = weakref.ref(rec, forget)
     if not reorderable() and _WATCH not in sys.meta_path:
         sys.meta_path.insert(0, _WATCH)
     return key

@@ -12,7 +12,10 @@ from probe._steps import StepCounter, find_dataloader
 
 TYPE_CHECKING = False  # typing costs ~2 ms to import; annotations alone do not need it
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
+
+    Hook = Callable[..., None]  # a callback's hook: whatever arguments its framework passes
 
 __all__ = ["attach_loader", "attach_steps", "event", "guarded_hook", "record_error", "registered"]
 
@@ -31,11 +34,11 @@ def attach_steps(model: Any, name: str | None, source: str) -> StepCounter | Non
         if rec is None:
             return None
         old = rec.steps
-        if old is None or old.source != source:
-            rec.steps = StepCounter(source)
+        steps: StepCounter = StepCounter(source) if old is None or old.source != source else old
+        rec.steps = steps
         if rec.loader_timer is None or (old is not None and rec.loader_timer is old.timer):
-            rec.loader_timer = rec.steps.timer
-        return rec.steps
+            rec.loader_timer = steps.timer
+        return steps
 
 
 def attach_loader(model: Any, loader: Any) -> None:
@@ -67,11 +70,11 @@ def registered(model: Any) -> bool:
         return any(r.module_ref() is model for r in PROBE.records)
 
 
-def guarded_hook(where: str) -> Any:
+def guarded_hook(where: str) -> Callable[[Hook], Hook]:
     """Decorate a framework callback's hook: a failure is recorded under ``where``, never raised into
     the trainer; the hook returns None (a transformers ``control`` is left untouched)."""
 
-    def wrap(fn: Any) -> Any:
+    def wrap(fn: Hook) -> Hook:
         def hook(self: Any, *args: Any, **kwargs: Any) -> None:
             try:
                 fn(self, *args, **kwargs)

@@ -32,7 +32,7 @@ MAX_FINISHED_MODELS = 4
 FULL_TRAVERSAL_S = 30.0
 
 
-def model_entry(rec: ModelRecord, **over: object) -> dict:
+def model_entry(rec: ModelRecord, **over: object) -> dict[str, Any]:
     """A record's entry in the payload's ``models``."""
     entry = rec.to_payload()
     entry.update(_steps.step_fields(rec.steps))
@@ -48,8 +48,9 @@ class Models:
         self.records: list[ModelRecord] = []
         # The last payload entries of models that made forward calls and were then collected (a
         # rank's model when its worker function returns): what ran, for the job's final state.
-        self.finished: collections.deque = collections.deque(maxlen=MAX_FINISHED_MODELS)
-        self.loader_timers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self.finished: collections.deque[dict[str, Any]] = collections.deque(maxlen=MAX_FINISHED_MODELS)
+        # Any: a DataLoader, torch's (the probe never imports torch)
+        self.loader_timers: weakref.WeakKeyDictionary[Any, LoaderTimer] = weakref.WeakKeyDictionary()
         self.sync_counter = SyncCounter()
         self.device_dirty = False
         self.last_traversal_mono = 0.0
@@ -217,7 +218,7 @@ class Models:
         except Exception as e:  # noqa: BLE001 -- recorded; counting syncs must not stop the publish
             self.journal.record_error("syncs", e)
 
-    def entries(self, is_worker: bool) -> list[dict]:
+    def entries(self, is_worker: bool) -> list[dict[str, Any]]:
         """The payload's models: the live records' entries, then the collected ones'."""
         # A worker forked from the trainer carries copies of its models: they are the trainer's.
         models = [model_entry(rec) for rec in self.records if not (is_worker and rec.inherited)]

@@ -19,6 +19,8 @@ from probe_wire.schema import MAX_MODELS, PUBLISH_FAILED, empty_payload
 
 TYPE_CHECKING = False  # typing costs ~2 ms to import; annotations alone do not need it
 if TYPE_CHECKING:
+    from typing import Any
+
     from probe_wire.writer import SegmentWriter
 
 
@@ -28,8 +30,8 @@ class Publisher:
         self.models = models
         self.publishes = 0
         # What the last publish said (less its time) and through which writer.
-        self.last_body: tuple[object, dict] | None = None
-        self.dist_rank: dict | None = None  # rank, world_size, dist_backend once a process group ran
+        self.last_body: tuple[object, dict[str, Any]] | None = None
+        self.dist_rank: dict[str, Any] | None = None  # rank, world_size, dist_backend once a process group ran
 
     def reset_after_fork(self) -> None:
         self.publishes = 0
@@ -42,7 +44,7 @@ class Publisher:
         return bool(last and last[0] is writer and last[1].get("models"))
 
     # -- the payload ------------------------------------------------------------------------------------
-    def build_payload(self, forked: bool) -> dict:
+    def build_payload(self, forked: bool) -> dict[str, Any]:
         now = time.time()
         torch = sys.modules.get("torch")
         payload = empty_payload()
@@ -74,7 +76,7 @@ class Publisher:
         payload["published_at"] = now
         return payload
 
-    def _remembered_rank(self, who: dict) -> dict:
+    def _remembered_rank(self, who: dict[str, Any]) -> dict[str, Any]:
         """A process that ran as a torch.distributed rank stays that rank once its process group is
         destroyed (the last thing a DDP script does, just before its final publish at exit)."""
         if who.get("dist_backend") is not None:

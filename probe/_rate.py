@@ -25,7 +25,9 @@ class RateWindow:
 
     def __init__(self, now_mono: float, count: int = 0, window_s: float = RATE_WINDOW_S) -> None:
         self.window_s = window_s
-        self.samples: collections.deque = collections.deque([(now_mono, count)], maxlen=RATE_SAMPLES_PER_WINDOW + 2)
+        self.samples: collections.deque[tuple[float, int]] = collections.deque(
+            [(now_mono, count)], maxlen=RATE_SAMPLES_PER_WINDOW + 2
+        )
         self.rate_hz = 0.0
 
     def update(self, now_mono: float, count: int) -> float:

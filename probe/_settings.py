@@ -52,7 +52,7 @@ def _bool_or_none(value: Any) -> bool | None:
     return value if type(value) is bool else None
 
 
-def math_settings(torch: Any) -> dict:
+def math_settings(torch: Any) -> dict[str, Any]:
     """The payload's ``math``: read through torch._C's getters (the Python properties in front of
     some of them warn or raise in some torch versions)."""
     c = getattr(torch, "_C", None)
@@ -102,7 +102,7 @@ def _int_or_none(value: Any) -> int | None:
     return value if type(value) is int else None
 
 
-def loader_settings(loader: Any) -> dict | None:
+def loader_settings(loader: Any) -> dict[str, Any] | None:
     """The DataLoader's num_workers, pin_memory, persistent_workers, batch_size (from its batch
     sampler when it was built with one) and prefetch_factor, read from its instance attributes; None
     for anything else."""

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from probe._journal import Journal
     from probe._models import Models
     from probe._publisher import Publisher
+    from probe.hooks import ModelRecord
     from probe_wire.writer import SegmentWriter
 
 __all__ = ["PROBE", "Probe", "ProbeWarning"]
@@ -114,7 +115,7 @@ class Probe:
 
     # -- what the collaborators hold, under the names callers and tests read -------------------------
     @property
-    def records(self) -> list:
+    def records(self) -> list[ModelRecord]:
         return self.models.records
 
     @property
@@ -301,7 +302,7 @@ class Probe:
             thread.join(timeout=1.0)
 
     # -- publishing -----------------------------------------------------------------------------------
-    def build_payload_locked(self) -> dict:
+    def build_payload_locked(self) -> dict[str, Any]:
         return self.publisher.build_payload(self.forked)
 
     def _publish_locked(self, periodic: bool, traverse: bool = False) -> None:
@@ -372,14 +373,14 @@ class Probe:
             if self._activate_locked():
                 self._publish_locked(periodic=False)
 
-    def snapshot(self) -> dict | None:
+    def snapshot(self) -> dict[str, Any] | None:
         if not self.enabled:
             return None
         self._check_pid()
         with self.lock:
             return self.build_payload_locked()
 
-    def status(self) -> dict:
+    def status(self) -> dict[str, Any]:
         return {
             "enabled": self.enabled,
             "reason": self.disabled_reason,

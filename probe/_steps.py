@@ -85,7 +85,7 @@ class StepCounter:
         self.rate.update(now_mono, self.steps)
 
 
-def step_fields(steps: StepCounter | None) -> dict:
+def step_fields(steps: StepCounter | None) -> dict[str, Any]:
     """The per-model payload fields a StepCounter fills (None without one)."""
     if steps is None:
         return {"train_steps": None, "step_rate_hz": None, "step_source": None}

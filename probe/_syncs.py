@@ -114,7 +114,7 @@ class SyncCounter:
         self.state, self.why = "off", None
 
     def _front(self) -> None:
-        filters = warnings.filters
+        filters = _filters()
         if filters and filters[0] is self.filter:
             return
         # Not through warnings.filterwarnings (which needs a str pattern), and without bumping the
@@ -127,9 +127,15 @@ class SyncCounter:
 
     def _remove_filter(self) -> None:
         try:
-            warnings.filters.remove(self.filter)
+            _filters().remove(self.filter)
         except ValueError:
             pass
+
+
+def _filters() -> Any:
+    """warnings.filters, the list: Any, for typeshed types it a Sequence of filters whose message is a
+    compiled pattern, and ours holds a SyncMatcher there (the module calls only its ``match``)."""
+    return warnings.filters
 
 
 def _get_mode(torch: Any) -> int | None:

@@ -25,11 +25,11 @@ __all__ = ["identity", "memory", "role", "runtime"]
 
 PATH_MAX_CHARS = 1024
 
-_static_identity: dict | None = None
-_static_runtime: dict | None = None
+_static_identity: dict[str, Any] | None = None
+_static_runtime: dict[str, Any] | None = None
 # Keyed by what can change the answer before CUDA is initialised.
-_cuda_probe_cache: dict[tuple, tuple[bool | None, int | None]] = {}
-_initialised_devices: tuple[int | None, list[dict]] | None = None
+_cuda_probe_cache: dict[tuple[str | None, str | None], tuple[bool | None, int | None]] = {}
+_initialised_devices: tuple[int, list[dict[str, Any]]] | None = None  # (device count, devices)
 
 
 def _clip(value: Any, n: int = PATH_MAX_CHARS) -> str | None:
@@ -39,7 +39,7 @@ def _clip(value: Any, n: int = PATH_MAX_CHARS) -> str | None:
     return s[:n] if s else None
 
 
-def identity() -> dict:
+def identity() -> dict[str, Any]:
     """pid, ppid, start_ticks, argv0, script, hostname of this process (live pid and ppid)."""
     global _static_identity
     pid = os.getpid()
@@ -69,7 +69,7 @@ def _env_int(name: str) -> int | None:
         return None
 
 
-def role(forked: bool) -> dict:
+def role(forked: bool) -> dict[str, Any]:
     """role, worker_id, rank, local_rank, world_size, dist_backend.
 
     Precedence: a DataLoader worker, then an initialised torch.distributed rank, then a forked child,
@@ -115,7 +115,7 @@ def _parent_runs_the_probe() -> bool:
     return has_live_segment(os.getppid())
 
 
-def _static(torch: Any) -> dict:
+def _static(torch: Any) -> dict[str, Any]:
     global _static_runtime
     if _static_runtime is None:
         version = getattr(torch, "version", None)
@@ -232,7 +232,7 @@ def _uuid(props: Any) -> str | None:
     return s if s.startswith(("GPU-", "MIG-")) else f"GPU-{s}"
 
 
-def runtime(torch: Any | None) -> dict:
+def runtime(torch: Any | None) -> dict[str, Any]:
     """The payload's ``runtime`` map; torch None means torch is not imported in this process."""
     global _initialised_devices
     out = empty_runtime()
@@ -279,7 +279,7 @@ def runtime(torch: Any | None) -> dict:
     return out
 
 
-def memory(torch: Any | None) -> list[dict]:
+def memory(torch: Any | None) -> list[dict[str, Any]]:
     """Caching-allocator figures per device, only once the process itself initialised CUDA."""
     if torch is None or _initialised_devices is None or not torch.cuda.is_initialized():
         return []

@@ -28,6 +28,7 @@ from probe_wire.schema import DEVICE_MIXED, DEVICE_NO_PARAMETERS
 
 TYPE_CHECKING = False  # typing costs ~2 ms to import; annotations alone do not need it
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Any
 
 __all__ = [
@@ -73,13 +74,13 @@ def unwrap_model(model: Any, module_type: type) -> tuple[Any, str]:
     return inner, label
 
 
-def find_input_device(args: tuple, kwargs: dict | None, tensor_type: type) -> str | None:
+def find_input_device(args: tuple[Any, ...], kwargs: dict[str, Any] | None, tensor_type: type) -> str | None:
     """Device of the first tensor in args, then kwargs (see ``find_input_tensor``)."""
     tensor = find_input_tensor(args, kwargs, tensor_type)
     return None if tensor is None else str(tensor.device)
 
 
-def find_input_tensor(args: tuple, kwargs: dict | None, tensor_type: type) -> Any:
+def find_input_tensor(args: tuple[Any, ...], kwargs: dict[str, Any] | None, tensor_type: type) -> Any:
     """The first tensor in args, then kwargs, looking inside lists, tuples and dicts.
 
     Bounded in depth and breadth, and it only indexes real containers: a generator, iterator or any
@@ -87,6 +88,7 @@ def find_input_tensor(args: tuple, kwargs: dict | None, tensor_type: type) -> An
     The container types' own methods are used so a subclass's overridden iteration is not run either.
     """
     stack: list[tuple[Any, int]] = [(kwargs, 1), (args, 1)] if kwargs else [(args, 1)]
+    items: Sequence[Any]
     while stack:
         obj, depth = stack.pop()
         if isinstance(obj, tensor_type):
@@ -135,7 +137,7 @@ class LoaderTimer:
     __slots__ = ("__weakref__", "framework", "last_end", "started", "window")
 
     def __init__(self, framework: bool = False) -> None:
-        self.window: collections.deque = collections.deque(maxlen=LOADER_WINDOW_BATCHES)
+        self.window: collections.deque[tuple[float, float]] = collections.deque(maxlen=LOADER_WINDOW_BATCHES)
         self.last_end: float | None = None
         self.started = False  # its first batch has come
         # Waits measured between a framework's step hooks (probe._steps.StepCounter), not in a loader.
@@ -149,7 +151,7 @@ class LoaderTimer:
         loader_ref = weakref.ref(loader)
         timer_ref = weakref.ref(self)
 
-        def _get_iterator():
+        def _get_iterator() -> Any:
             ld = loader_ref()
             it = get_iterator(ld)
             timer = timer_ref()
@@ -157,7 +159,7 @@ class LoaderTimer:
                 timer.attach(it)
             return it
 
-        _get_iterator.__dsh_probe__ = True
+        _get_iterator.__dict__["__dsh_probe__"] = True  # the mark of what the probe installed
         loader.__dict__["_get_iterator"] = _get_iterator
 
     def attach(self, iterator: Any) -> None:
@@ -168,7 +170,7 @@ class LoaderTimer:
         timer_ref = weakref.ref(self)
         perf = time.perf_counter
 
-        def _next_data():
+        def _next_data() -> Any:
             it = it_ref()
             # _num_yielded is 0 on the first batch of each epoch (also after a persistent iterator's
             # reset): the gap before it is epoch turnover, not a training step.
@@ -286,7 +288,7 @@ class ModelRecord:
         self.param_dtypes: list[str] = []
         self.loader_ref: Any = None  # weakref to the DataLoader it is fed from, once known
         # Its settings as last read: they outlive a loader its trainer dropped after the run.
-        self.loader_settings: dict | None = None
+        self.loader_settings: dict[str, Any] | None = None
         self.syncs = False  # register(..., syncs=True)
         self.params = 0
         self.devices: list[str] = []
@@ -304,7 +306,7 @@ class ModelRecord:
         """Instrument ``model``'s forward (see probe/instrument.py for how, and why in that order)."""
         self.handle, self.instrumentation = install(model, self, self.torch)
 
-    def sample(self, args: tuple, kwargs: dict) -> None:
+    def sample(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Armed call: note the input's device and whether the first parameter moved. Never raises."""
         self.armed = False
         try:
@@ -384,7 +386,7 @@ class ModelRecord:
         elif len(devices) > 1:
             self.device = DEVICE_MIXED
         else:
-            self.device = first
+            self.device = first or DEVICE_NO_PARAMETERS  # (first: the one device)
         self.traversed_at = time.monotonic()
 
     def update_rate(self, now_mono: float) -> None:
@@ -415,7 +417,7 @@ class ModelRecord:
     def __reduce__(self) -> Any:
         return (sys.audit, (DETACHED_AUDIT_EVENT,))
 
-    def __deepcopy__(self, memo: dict) -> None:
+    def __deepcopy__(self, memo: dict[int, Any]) -> None:
         return None
 
     def __copy__(self) -> None:
@@ -426,7 +428,7 @@ class ModelRecord:
         self.loader_ref = weakref.ref(loader)
         self.loader_settings = _settings.loader_settings(loader)
 
-    def to_payload(self) -> dict:
+    def to_payload(self) -> dict[str, Any]:
         fraction = wait_s = step_s = batches = None
         if self.loader_timer is not None:
             fraction, wait_s, step_s, batches = self.loader_timer.figures()

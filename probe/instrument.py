@@ -93,7 +93,7 @@ class PreHook:
         self.is_compiling = is_compiling
         self.timed = False  # set once its PostHook is installed: only then is a started time ended
 
-    def __call__(self, module: Any, args: tuple, kwargs: dict) -> None:
+    def __call__(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if self.is_compiling():
             self.rec.compiled_seen = True
             COUNTER.fn(self.rec.compiled_key)  # counted after the graph (probe/_compiled.py)
@@ -110,7 +110,7 @@ class PreHook:
     def __reduce__(self) -> Any:
         return (functools.partial, (sys.audit, DETACHED_AUDIT_EVENT))
 
-    def __deepcopy__(self, memo: dict) -> Any:
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
         return _detached_hook()
 
     def __copy__(self) -> Any:
@@ -123,7 +123,7 @@ class PostHook(PreHook):
 
     __slots__ = ()
 
-    def __call__(self, module: Any, args: tuple, kwargs: dict, output: Any) -> None:  # type: ignore[override]
+    def __call__(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:  # type: ignore[override]
         if self.is_compiling():
             return
         rec = self.rec
@@ -275,7 +275,7 @@ _FAST_COMPILING = "_dsh_probe_dynamo() or _dsh_probe_compiler._is_compiling_flag
 _GENERIC_PARAMS = ("self", (), 0, "args", (), "kwargs")
 
 
-def _forward_params(code: Any) -> tuple | None:
+def _forward_params(code: Any) -> tuple[Any, ...] | None:
     """(self, positional, positional-only count, *name, keyword-only, **name) of a forward's code."""
     import keyword
 
@@ -302,7 +302,7 @@ def _forward_params(code: Any) -> tuple | None:
     )
 
 
-def _forward_source(params: tuple, compiling: str, lookup: tuple[str, str]) -> str:
+def _forward_source(params: tuple[Any, ...], compiling: str, lookup: tuple[str, str]) -> str:
     self_name, positional, n_posonly, varargs, kwonly, varkw = params
     declared = [self_name, *positional]
     if n_posonly:
@@ -330,7 +330,7 @@ def _forward_source(params: tuple, compiling: str, lookup: tuple[str, str]) -> s
     )
 
 
-def _make_forward(base: type, torch: Any, records: dict | None = None, original: Any = None) -> Any:
+def _make_forward(base: type, torch: Any, records: dict[int, Any] | None = None, original: Any = None) -> Any:
     """The probed class's ``forward``: bookkeeping, then ``base.forward`` (looked up on each call).
 
     It has the original forward's parameters and defaults, its globals (it reads none itself), its
@@ -350,13 +350,13 @@ def _make_forward(base: type, torch: Any, records: dict | None = None, original:
     params = _forward_params(original.__code__)
     copied = params is not None
     source = _forward_source(
-        params if copied else _GENERIC_PARAMS,
+        params if params is not None else _GENERIC_PARAMS,
         _FAST_COMPILING if fast else "_dsh_probe_compiling()",
         _CLASS_LOOKUP if by_class else _SUBCLASS_LOOKUP,
     )
     qualname = getattr(original, "__qualname__", "forward")
     filename = f"<dsh probe: {base.__module__}.{qualname}>"
-    namespace: dict = {}
+    namespace: dict[str, Any] = {}
     exec(compile(source, filename, "exec"), namespace)  # noqa: S102 -- identifiers from a code object only
     # Tracebacks through this frame show its source, like any other.
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
@@ -375,8 +375,7 @@ def _make_forward(base: type, torch: Any, records: dict | None = None, original:
     wrapper.__qualname__ = qualname
     wrapper.__doc__ = original.__doc__
     wrapper.__annotations__ = getattr(original, "__annotations__", {})
-    wrapper.__wrapped__ = original
-    wrapper.__dsh_probe__ = True
+    wrapper.__dict__.update(__wrapped__=original, __dsh_probe__=True)  # functools.wraps' mark, and ours
     return wrapper
 
 
@@ -417,15 +416,19 @@ def _detach_instance(obj: Any, probed: type, base: type) -> None:
 
 def _probed_class(cls: type, torch: Any) -> type:
     """The probed subclass of ``cls``: found among its live subclasses, or made (and found next time)."""
+    sub: type
     for sub in cls.__subclasses__():
         if sub.__dict__.get(_BASE_ATTR) is cls:
             return sub
     probed: type
+    # The class as its module made it, for its unbound __reduce_ex__ (the type checker would read
+    # cls.__reduce_ex__ as the metaclass's, bound to the class).
+    base: Any = cls
 
-    def __reduce_ex__(self, protocol):
+    def __reduce_ex__(self: Any, protocol: int) -> Any:
         # pickle, torch.save, copy.copy and copy.deepcopy: the copy is of the original class and
         # carries no record, so it loads without the probe and never counts as the registered model.
-        return _unprobe_reduction(cls.__reduce_ex__(self, protocol), probed, cls)
+        return _unprobe_reduction(base.__reduce_ex__(self, protocol), probed, cls)
 
     namespace = {
         "__module__": cls.__module__,
@@ -449,7 +452,7 @@ def _probed_class(cls: type, torch: Any) -> type:
 
 
 def _detaching_copier(base: type, name: str, get_probed: Any) -> Any:
-    def copier(self, *args):
+    def copier(self: Any, *args: Any) -> Any:
         new = getattr(base, name)(self, *args)
         if new is not self:
             _detach_instance(new, get_probed(), base)

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 
 def _callback_bases() -> tuple[type, ...]:
-    bases = []
+    bases: list[type] = []
     try:
         from lightning.pytorch import Callback
 
@@ -60,7 +60,7 @@ SOURCE = "lightning"
 MAX_WATCHED_MODULES = 64
 
 
-def _loaders(obj: Any, limit: int = 16) -> list:
+def _loaders(obj: Any, limit: int = 16) -> list[Any]:
     """DataLoaders in what ``trainer.train_dataloader`` / ``val_dataloaders`` hold (one, a list or a dict)."""
     if obj is None:
         return []
@@ -87,14 +87,16 @@ def _watch_candidates(module: Any) -> list[tuple[str, Any]]:
     return [(n, m) for n, m in out if next(m.parameters(), None) is not None][:MAX_WATCHED_MODULES]
 
 
-class ProbeCallback(*_callback_bases()):
+# Its bases are found at import (lightning.pytorch's Callback, pytorch_lightning's, or both), which no
+# type checker can follow: the class is checked as a plain class.
+class ProbeCallback(*_callback_bases()):  # type: ignore[misc]
     """Registers the LightningModule and the modules it calls, counts steps, times data waits."""
 
     def __init__(self, name: str | None = None) -> None:
         super().__init__()
         self.name = name
         self._steps: _steps.StepCounter | None = None
-        self._watch: list = []  # (name, module, handle) during the first training batch
+        self._watch: list[tuple[str, Any, Any]] = []  # (name, module, handle) during the first training batch
         self._called: set[int] = set()
         self._found_children = False
 

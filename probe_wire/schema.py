@@ -493,14 +493,14 @@ def _empty_factory(kind: Any, what: str) -> Callable[[], Any]:
     return factory
 
 
-_empty_payload = _empty_factory(_PAYLOAD, "payload")
-empty_runtime = _empty_factory(_RUNTIME, "runtime")
+_empty_payload: Callable[[], dict[str, Any]] = _empty_factory(_PAYLOAD, "payload")
+empty_runtime: Callable[[], dict[str, Any]] = _empty_factory(_RUNTIME, "runtime")
 empty_runtime.__doc__ = "The payload's ``runtime`` map with every value empty (a fresh dict each call)."
 
 
 def empty_payload(pid: int | None = None, start_ticks: int | None = None) -> dict[str, Any]:
     """A schema-1 payload with every key present and every value empty: the base the probe fills."""
-    payload: dict[str, Any] = _empty_payload()
+    payload = _empty_payload()
     payload["pid"] = os.getpid() if pid is None else int(pid)
     payload["start_ticks"] = start_ticks
     payload["published_at"] = time.time()
