@@ -3,7 +3,6 @@ the training interpreter's torch can do, each problem with the command that fixe
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -41,6 +40,13 @@ try:
             torch.cuda.init()
         except Exception as exc:
             out["cuda_init_error"] = str(exc).splitlines()[0][:300]
+        # What the probe publishes as cuda_driver_loadable (probe/facts.py): NVML answers without it.
+        try:
+            import ctypes
+            ctypes.CDLL("libcuda.so.1")
+            out["cuda_driver_loadable"] = True
+        except OSError:
+            out["cuda_driver_loadable"] = False
     mps = getattr(torch.backends, "mps", None)
     out["mps_available"] = bool(mps and mps.is_available())
 except ImportError as exc:
@@ -64,8 +70,7 @@ def torch_report(python: str, timeout_s: float = 120.0) -> dict[str, Any]:
     except subprocess.TimeoutExpired:
         return {"error": f"{python} took over {timeout_s:.0f} s to import torch"}
     try:
-        report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])  # _TORCH_PROBE's one object
-        return report
+        return json.loads(proc.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         return {"error": f"{python} failed: {tail[0][:300]}"}
@@ -204,7 +209,8 @@ def _torch_problems(torch: dict[str, Any], python: str, facts: Facts, nvidia_her
                 }
             )
     elif not torch.get("cuda_available"):
-        reason_ref, hint_ref = cuda_unavailable_reason(facts, _as_runtime(torch))
+        # The verdict's own diagnosis, on the facts a probe would publish from that interpreter.
+        reason_ref, hint_ref = cuda_unavailable_reason(facts, _runtime(torch))
         reason, hint = catalogue.render(reason_ref), catalogue.render(hint_ref)
         if torch.get("cuda_init_error"):
             reason += f" (torch says: {torch['cuda_init_error']})"
@@ -212,15 +218,20 @@ def _torch_problems(torch: dict[str, Any], python: str, facts: Facts, nvidia_her
     return problems
 
 
-def _as_runtime(torch: dict[str, Any]) -> RuntimeRecord:
-    """The torch report's fields as the verdict reads a probe's runtime (what it does not ask: absent)."""
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _runtime(torch: dict[str, Any]) -> RuntimeRecord:
+    """The interpreter's torch report (JSON from another program) as the runtime record a probe
+    publishes: only what is of its field's type."""
+    available, loadable = torch.get("cuda_available"), torch.get("cuda_driver_loadable")
     return RuntimeRecord(
-        torch=torch.get("torch"),
-        cuda_build=torch.get("cuda_build"),
-        cuda_available=torch.get("cuda_available"),
-        device_count=torch.get("device_count"),
-        cuda_visible_devices=torch.get("cuda_visible_devices"),
-        mps_available=torch.get("mps_available"),
+        torch=_text(torch.get("torch")),
+        cuda_build=_text(torch.get("cuda_build")),
+        cuda_available=available if isinstance(available, bool) else None,
+        cuda_visible_devices=_text(torch.get("cuda_visible_devices")),
+        cuda_driver_loadable=loadable if isinstance(loadable, bool) else None,
     )
 
 
@@ -284,7 +295,7 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run_doctor(args: argparse.Namespace) -> int:
+def run_doctor(args) -> int:
     """Print the report; EXIT_PROBLEMS when it lists a problem (each `[!!]` has one), so a script or
     CI step can stop on it."""
     report = collect(args.python, host_paths(args))

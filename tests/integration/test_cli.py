@@ -14,8 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from probe_wire.records import RuntimeRecord
 from sidecar.cli.args import MIN_INTERVAL_S
+from sidecar.common import catalogue
 from sidecar.common.exit_codes import EXIT_RUN_NOT_STARTED, EXIT_USAGE
+from sidecar.verdict import Facts, GpuFacts, cuda_unavailable_reason
 from tests.fakenvml import FakeNvml, gpu
 from tests.helpers.document_keys import MODEL_KEYS, PROCESS_KEYS, STATUS_KEYS
 from tests.helpers.harness import REPO, FakeJob, Sidecar, cuda_runtime, python_env, wait_for
@@ -547,3 +550,79 @@ def test_the_usage_line_lists_every_command(args):
     assert usage.startswith("usage: dsh-sidecar"), usage
     for command in ("dsh-sidecar run ", "dsh-sidecar doctor", "dsh-sidecar mcp", "--pid PID", "--once"):
         assert command in usage, (command, usage)
+
+
+def cuda13_torch_python(path: Path) -> str:
+    """A Python whose torch is a CUDA 13.0 build that cannot use CUDA (this torch is a CPU build:
+    a sitecustomize gives it the version a cu130 wheel has and the error its `torch.cuda.init()`
+    raises without a usable driver), as `doctor --python` runs it."""
+    site = path / "site"
+    site.mkdir(parents=True)
+    (site / "sitecustomize.py").write_text(
+        "import torch\n"
+        "torch.version.cuda = '13.0'\n"
+        "def init():\n"
+        "    raise RuntimeError('Found no NVIDIA driver on your system.')\n"
+        "torch.cuda.init = init\n"
+    )
+    python = path / "python"
+    python.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+    return str(python)
+
+
+def _no_libcuda_here() -> bool:
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return True
+    return False
+
+
+@pytest.mark.skipif(not _no_libcuda_here(), reason="this machine has a CUDA driver library")
+@pytest.mark.parametrize("cuda_driver_version", [12040, 13000])
+def test_doctor_says_libcuda_does_not_load_as_the_sidecars_verdict_does(
+    fake_nvml: FakeNvml, tmp_path: Path, cuda_driver_version: int
+) -> None:
+    """Issue 39 item 18: NVML answers, libcuda.so.1 is missing, torch is a CUDA 13 build. doctor
+    advised a driver upgrade (driver 12.4) or a generic failure (13.0), later it crashed; the
+    verdict's diagnosis (sidecar/verdict/rules.py cuda_unavailable_reason) is that the library does
+    not load, whatever the driver's age."""
+    fake_nvml.write({"gpus": [gpu(0)], "cuda_driver_version": cuda_driver_version})
+    python = cuda13_torch_python(tmp_path / "cu130")
+    r = cli("doctor", "--json", "--python", python, env=fake_nvml.env())
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    report = json.loads(r.stdout)
+    assert report["torch"]["cuda_build"] == "13.0" and report["torch"]["cuda_available"] is False
+    (problem,) = [p for p in report["problems"] if "CUDA is not available" in p["problem"]]
+    driver = f"{cuda_driver_version // 1000}.{cuda_driver_version % 1000 // 10}"
+    facts = Facts(target_pid=0, nvml_ok=True, cuda_driver=driver, gpus=(GpuFacts(0),))
+    rt = RuntimeRecord(torch=report["torch"]["torch"], cuda_build="13.0", cuda_available=False,
+                       cuda_driver_loadable=False)
+    reason, hint = (catalogue.render(x) for x in cuda_unavailable_reason(facts, rt))
+    assert "libcuda.so.1" in reason and reason in problem["problem"], problem
+    assert problem["fix"] == hint and "NVIDIA_DRIVER_CAPABILITIES" in hint
+    assert "Upgrade the NVIDIA driver" not in problem["fix"]
+    text = cli("doctor", "--python", python, env=fake_nvml.env()).stdout
+    assert "libcuda.so.1) does not load" in text, text
+
+
+def test_doctor_with_libcuda_and_an_older_driver_says_the_driver_is_older(
+    fake_nvml: FakeNvml, tmp_path: Path
+) -> None:
+    """The same torch with a driver library of CUDA 12.4 present: the driver is too old for it."""
+    lib = tmp_path / "libcuda"
+    lib.mkdir()
+    cc = shutil.which(os.environ.get("CC", "gcc")) or "gcc"
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(lib / "libcuda.so.1"),
+                    str(REPO / "tests/fakenvml/fakecuda.c")], check=True, capture_output=True)
+    fake_nvml.write({"gpus": [gpu(0)], "cuda_driver_version": 12040})
+    env = fake_nvml.env()
+    env["LD_LIBRARY_PATH"] = f"{lib}:{env['LD_LIBRARY_PATH']}"
+    report = json.loads(cli("doctor", "--json", "--python", cuda13_torch_python(tmp_path / "cu130"), env=env).stdout)
+    assert report["torch"]["cuda_driver_loadable"] is True
+    (problem,) = [p for p in report["problems"] if "CUDA is not available" in p["problem"]]
+    assert "the driver supports CUDA 12.4, older than torch's CUDA 13.0" in problem["problem"], problem
+    assert "libcuda" not in problem["problem"]
