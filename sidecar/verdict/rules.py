@@ -159,6 +159,12 @@ def _cudas(torch_version: str) -> str:
     return ", ".join(f"{c[0]}.{c[1]}" for c in CUDA_WHEELS[major, minor])
 
 
+def _without_workers(procs: list[ProcessFacts]) -> list[ProcessFacts]:
+    """The processes to name for what a job's torch is (its build, whether it has CUDA): DataLoader
+    workers share their trainer's torch, so they are named only when nothing else has it."""
+    return [p for p in procs if p.role != "dataloader-worker"] or procs
+
+
 def cpu_build_hint(torch_version: str | None, cuda_driver: str | None) -> Ref:
     """How to replace a CPU-only torch with the CUDA build of the same version that runs on the
     driver (sidecar/verdict/wheels.py); never an index that lacks that version."""
@@ -177,9 +183,7 @@ def cpu_build_hint(torch_version: str | None, cuda_driver: str | None) -> Ref:
 def rule_cpu_build(f: Facts) -> Iterable[Finding]:
     if not nvidia_in_system(f):
         return
-    cpu_only = [p for p, rt in runtimes(f) if rt.torch and rt.cuda_build is None]
-    # DataLoader workers share their trainer's torch: name them only when nothing else has it.
-    pids = [p.pid for p in cpu_only if p.role != "dataloader-worker"] or [p.pid for p in cpu_only]
+    pids = [p.pid for p in _without_workers([p for p, rt in runtimes(f) if rt.torch and rt.cuda_build is None])]
     if pids:
         torch_v = str(next(rt.torch for p, rt in runtimes(f) if p.pid == pids[0]))
         hint = cpu_build_hint(torch_v, f.cuda_driver)
@@ -224,15 +228,15 @@ def cuda_unavailable_reason(f: Facts, rt: RuntimeRecord) -> tuple[Ref, Ref]:
 
 
 def rule_cuda_unavailable(f: Facts) -> Iterable[Finding]:
-    hits = [(p, rt) for p, rt in runtimes(f) if rt.cuda_build and rt.cuda_available is False]
-    if hits:
-        reason, hint = cuda_unavailable_reason(f, hits[0][1])
+    hits = _without_workers([p for p, rt in runtimes(f) if rt.cuda_build and rt.cuda_available is False])
+    if hits and hits[0].runtime is not None:
+        reason, hint = cuda_unavailable_reason(f, hits[0].runtime)
         yield finding(
             "cuda-unavailable",
             "error" if nvidia_in_system(f) else "warning",
             ref("warning.cuda-unavailable", reason=reason),
             hint,
-            (p.pid for p, _ in hits),
+            (p.pid for p in hits),
         )
 
 

@@ -219,6 +219,17 @@ def test_nvml_without_the_cuda_driver_library_is_cuda_unavailable_not_model_on_c
     assert v.status == "CPU" and "libcuda.so.1" in en(v.message)
 
 
+def test_cuda_unavailable_names_the_processes_cpu_build_names():
+    """Issue 39 item 19: cuda-unavailable listed the DataLoader workers among its pids, cpu-build
+    did not. Both name the trainer, and the workers only when nothing else has that torch."""
+    for rt, code in ((CPU_RT, "cpu-build"), (NO_LIBCUDA_RT, "cuda-unavailable")):
+        workers = [proc(200 + i, runtime=rt, role="dataloader-worker", is_target=False) for i in range(2)]
+        v = decide(facts(proc(runtime=rt, models=[model("cpu")]), *workers))
+        assert [w.pids for w in v.warnings if w.code == code] == [(100,)], code
+        alone = decide(facts(proc(1, runtime=None), *workers))
+        assert [w.pids for w in alone.warnings if w.code == code] == [(200, 201)], code
+
+
 def test_the_missing_driver_library_is_told_apart_from_hidden_gpus_and_an_old_driver():
     hidden = replace(NO_LIBCUDA_RT, cuda_visible_devices="")
     (w,) = [w for w in decide(facts(proc(runtime=hidden))).warnings if w.code == "cuda-unavailable"]
