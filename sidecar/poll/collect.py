@@ -471,7 +471,8 @@ class FactCollector:
         their final publish when the segment source read it. While the job runs, only processes
         that ran the probe are kept, a DataLoader worker only as the newest of its loader's worker
         id (workers of each epoch replace those of the last), at most MAX_EXITED_KEPT, the newest;
-        when the job ends, every process of its last poll."""
+        when the job ends, also the target and any process that used a GPU or whose probe could not
+        be read, but no unprobed helper (a resource tracker, a launcher's agent: _kept_at_the_end)."""
         for pf in self._last_alive:
             if pf.pid in here:
                 continue
@@ -482,7 +483,7 @@ class FactCollector:
                 pf = process_facts(info, read, (), self.target_pid)
             key = _exit_key(pf, ident)
             kept = self._exited.get(key)
-            if (kept is not None and kept.pid == pf.pid) or not (every or pf.has_probe):
+            if (kept is not None and kept.pid == pf.pid) or not (pf.has_probe or (every and _kept_at_the_end(pf))):
                 continue
             if kept is not None:  # an earlier epoch's worker: this one stands for it, the newest
                 del self._exited[key]
@@ -568,6 +569,14 @@ def _with_gpu(pf: ProcessFacts, proc: ProcInfo, gpu: tuple[ProcGpu, ...], target
     values[_PF_MP_AT[0]], values[_PF_MP_AT[1]] = _mp_flags_of(getattr(proc, "cmdline", None))
     values[at["gpu"]] = gpu
     return ProcessFacts(*values)
+
+
+def _kept_at_the_end(pf: ProcessFacts) -> bool:
+    """Whether a process without a probe's facts stays in the job's final state: the target (what
+    was watched), one that used a GPU (what it held says what ran), one whose probe could not be
+    read (a probe ran there). Helpers with nothing of their own to tell (multiprocessing's resource
+    tracker, torchrun's agent under a launcher script) would stand there with no role."""
+    return pf.is_target or bool(pf.gpu) or pf.probe_state != "missing"
 
 
 def _exit_key(pf: ProcessFacts, ident: Identity) -> ExitKey:

@@ -42,3 +42,14 @@ def test_the_children_of_a_hogwild_job_stay_in_its_final_state(tmp_path):
     assert by_role.get("main") == [7], by_role
     children = [p for p in probed(doc) if p["role"] == "child"]
     assert all(p["exited"] for p in children)
+
+
+def test_the_final_state_keeps_no_unprobed_helper(tmp_path):
+    """Issue 39 item 19: the final state kept the job's unprobed helpers (multiprocessing's resource
+    tracker here; a torchrun agent under a launcher script) with no role. What stays: the target,
+    the processes that ran the probe, and any that used a GPU."""
+    doc = final_document(SPAWN_JOB, tmp_path)
+    target = doc["target"]["pid"]
+    others = [(p["pid"], p["name"], p["role"]) for p in doc["processes"] if p["pid"] != target]
+    assert others and all(role for _, _, role in others), others
+    assert len(probed(doc)) == 2
