@@ -74,6 +74,7 @@ class StepClock:
         "opt_forward0_s",
         "opt_outer",
         "opt_t0",
+        "optimizer_steps",
         "optimizer_s",
         "primary_id",
         "primary_opt",
@@ -115,6 +116,9 @@ class StepClock:
         self.primary_id = 0  # its id(): the weakref is only called when another optimizer steps
         self.level = 0
         self.steps = 0
+        # Steps of the counted optimizer, whatever source marks the breakdown's steps: a LightningModule
+        # registered without its callback counts its training steps by them (probe._steps.OptimizerSteps).
+        self.optimizer_steps = 0
         self.mark: Mark | None = None
         self.level_start: Mark | None = None  # the first mark at the current level
         self.samples: collections.deque[tuple[float, Mark | None]] = collections.deque(
@@ -248,6 +252,7 @@ class StepClock:
                     return  # another optimizer's step (a GAN's second): the first one's count
                 self.primary_opt = weakref.ref(optimizer)
                 self.primary_id = id(optimizer)
+            self.optimizer_steps += 1
             self.step(OPTIMIZER)
         except Exception:  # noqa: BLE001 -- a hook inside the user's optimizer step must never raise
             pass

@@ -79,6 +79,8 @@ class Models:
             self.records.append(rec)
         elif name is not None:
             rec.name = str(name)[:256]
+        if rec.steps is None and _steps.is_lightning_module(model):
+            rec.steps = _steps.OptimizerSteps()  # its forward may not be the training step: count steps
         if loader is not None:
             self._attach_loader(rec, loader)
         if syncs is True:

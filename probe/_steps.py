@@ -22,8 +22,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LabelledWorkerInit",
+    "OptimizerSteps",
     "StepCounter",
     "find_dataloader",
+    "is_lightning_module",
     "label_loader",
     "shares_memory",
     "step_fields",
@@ -31,7 +33,7 @@ __all__ = [
 ]
 
 LABEL_MAX_CHARS = 64
-STEP_SOURCES = ("lightning", "transformers")
+STEP_SOURCES = ("lightning", "transformers", "optimizer")
 # Attributes through which wrappers hold the DataLoader they iterate (accelerate's DataLoaderShard:
 # base_dataloader), looked up in the instance's own __dict__ only: no property or __getattr__ runs.
 _WRAPPED_LOADER_ATTRS = ("base_dataloader", "dataloader", "_dataloader", "loader", "_loader")
@@ -85,7 +87,42 @@ class StepCounter:
         self.rate.update(now_mono, self.steps)
 
 
-def step_fields(steps: StepCounter | None) -> dict[str, Any]:
+class OptimizerSteps:
+    """The training steps of a LightningModule registered without ``ProbeCallback``: the steps of the
+    optimizer the step clock counts (probe/_breakdown.py), from registration on.
+
+    Lightning's ``training_step`` often calls ``self.net(x)``, never the module's own forward: its
+    forward count is then the validation's alone (0-3 calls/s beside hundreds of steps), while each
+    training step still ends in ``optimizer.step()``, what Lightning's ``global_step`` counts too.
+    The callback's count (``step_source`` "lightning") replaces this one once it is attached."""
+
+    __slots__ = ("base", "rate", "source", "steps")
+    timer = None  # no data-wait window of its own (StepCounter has one): the callback's times it
+
+    def __init__(self) -> None:
+        self.source = "optimizer"
+        self.base = CLOCK.optimizer_steps
+        self.steps = 0
+        self.rate = RateWindow(time.monotonic())
+
+    def update_rate(self, now_mono: float) -> None:
+        self.steps = max(0, CLOCK.optimizer_steps - self.base)
+        self.rate.update(now_mono, self.steps)
+
+
+# Where LightningModule is defined, by package (the class is looked up by name: lightning is never imported).
+_LIGHTNING_PACKAGES = ("lightning", "pytorch_lightning")
+
+
+def is_lightning_module(model: Any) -> bool:
+    """Whether ``model`` is a LightningModule (of ``lightning`` or ``pytorch_lightning``)."""
+    for cls in getattr(type(model), "__mro__", ()):
+        if cls.__name__ == "LightningModule" and str(cls.__module__).split(".")[0] in _LIGHTNING_PACKAGES:
+            return True
+    return False
+
+
+def step_fields(steps: StepCounter | OptimizerSteps | None) -> dict[str, Any]:
     """The per-model payload fields a StepCounter fills (None without one)."""
     if steps is None:
         return {"train_steps": None, "step_rate_hz": None, "step_source": None}

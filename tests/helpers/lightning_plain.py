@@ -2,8 +2,10 @@
 validation_step both call the module's forward, on batches of different shapes, and training_step
 (inside the closure Lightning runs in ``optimizer.step``) takes a while.
 
-``python -m tests.helpers.lightning_plain register|plain``: trains one epoch on the CPU, then prints
-one JSON line: the losses, and (registered) the process's published step breakdown and model entry.
+``python -m tests.helpers.lightning_plain register|plain [net]``: trains one epoch on the CPU, then
+prints one JSON line: the losses, and (registered) the process's published step breakdown and model
+entry. With ``net``, training_step calls ``self.net(x)``, as many LightningModules do: the module's
+own forward then runs in validation only.
 """
 
 from __future__ import annotations
@@ -29,13 +31,14 @@ class Lit(L.LightningModule):
         super().__init__()
         self.net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
         self.losses: list[float] = []
+        self.via_net = False  # training_step calls self.net(x), not self(x)
 
     def forward(self, x):
         return self.net(x)
 
     def training_step(self, batch, batch_idx):
         x, y = batch
-        loss = torch.nn.functional.cross_entropy(self(x), y)
+        loss = torch.nn.functional.cross_entropy(self.net(x) if self.via_net else self(x), y)
         self.losses.append(loss.item())
         time.sleep(STEP_SLEEP_S)
         return loss
@@ -55,9 +58,10 @@ def data(n: int, seed: int) -> torch.utils.data.TensorDataset:
     return torch.utils.data.TensorDataset(x, (x.sum(1) > 0).long())
 
 
-def main(register: bool) -> None:
+def main(register: bool, via_net: bool = False) -> None:
     L.seed_everything(0, verbose=False)
     lit = Lit()
+    lit.via_net = via_net
     if register:
         probe.register(lit, name="lit-plain")
     trainer = L.Trainer(
@@ -83,4 +87,4 @@ def main(register: bool) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] == "register")
+    main(sys.argv[1] == "register", sys.argv[2:] == ["net"])

@@ -184,9 +184,9 @@ def test_lightning_breakdown_waits_for_a_slow_loader_and_keeps_the_closure_out_o
     assert validate_payload(published())[1] is None
 
 
-def _lightning_plain(mode: str) -> dict:
+def _lightning_plain(*mode: str) -> dict:
     out = subprocess.run(
-        [sys.executable, "-m", "tests.helpers.lightning_plain", mode],
+        [sys.executable, "-m", "tests.helpers.lightning_plain", *mode],
         env=python_env({"DSH_PROBE_INTERVAL_S": "0.05"}),
         cwd=REPO,
         capture_output=True,
@@ -213,6 +213,23 @@ def test_lightning_with_plain_register_times_the_closure_apart_and_shows_the_tra
     m = got["model"]
     assert m["forward_calls"] > job.STEPS  # validation called it too...
     assert m["input_shape"] == [job.TRAIN_BATCH, 8]  # ...but the shape shown is the training batch's
+
+
+def test_lightning_with_plain_register_counts_training_steps_when_training_step_skips_forward():
+    """Issue 39 item 17: training_step calls self.net(x), so the registered module's forward runs in
+    validation only. Its row and the training-rate chart read the forward rate (validation's, a few
+    calls/s) while the breakdown counted every optimizer step. The model's steps are the optimizer's:
+    what the user, and Lightning's global_step, call a training step."""
+    pytest.importorskip("lightning")
+    from tests.helpers import lightning_plain as job
+
+    got = _lightning_plain("register", "net")
+    assert len(got["losses"]) == job.STEPS
+    m = got["model"]
+    assert m["forward_calls"] <= 8 + 2, m  # validation's (sanity check and the epoch's), none in training
+    assert (m["train_steps"], m["step_source"]) == (job.STEPS, "optimizer"), m
+    assert m["step_rate_hz"] > 0.0, m
+    assert got["steps"]["steps"] >= job.STEPS - 2, got["steps"]
 
 
 # -- Hugging Face ------------------------------------------------------------------------------------

@@ -339,7 +339,8 @@ def test_lightning_with_plain_register_final_state(runs):
     run = runs("lightning_register")
     (pid,) = run.probed.forwards
     lit = assert_counted(run.process(pid), "Lit", run.probed.forwards[pid])
-    assert lit["train_steps"] is None and lit["step_source"] is None
+    # Its optimizer's steps (issue 39 item 17): the training steps, whatever calls the forward.
+    assert (lit["train_steps"], lit["step_source"]) == (train_steps(run), "optimizer")
     assert_lightning_breakdown(run, pid)
     assert_cpu_verdict(run.doc)
 

@@ -230,9 +230,9 @@ export const SCHEMA = 2
  * @property {number} forward_calls forward calls counted since registration
  * @property {number|null} forward_rate_hz forward calls per second over the last 10 s
  * @property {number|null} data_wait_fraction share of step time spent waiting for the next batch (0-1), over `data_wait_batches`
- * @property {number|null} train_steps training steps a framework callback counted
+ * @property {number|null} train_steps training steps a framework callback counted (a LightningModule registered without one: its optimizer's steps)
  * @property {number|null} step_rate_hz training steps per second over the last 10 s
- * @property {"lightning"|"transformers"|null} step_source the callback counting steps
+ * @property {"lightning"|"transformers"|"optimizer"|null} step_source the callback counting steps, or optimizer (a LightningModule registered without its callback)
  * @property {boolean|null} shared_memory parameters in shared memory (hogwild); null off the CPU
  * @property {Array<string>} param_dtypes dtypes of its parameters (`float32`, `bfloat16`, ...)
  * @property {string|null} autocast `off`, or the dtype autocast ran the last forward in
