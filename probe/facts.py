@@ -5,7 +5,8 @@ already imported it. Nothing here initialises CUDA either, nor calls into the CU
 the process has done so itself: ``torch.cuda.is_available()`` runs ``cuInit`` through
 ``cudaGetDeviceCount``, which "poisons fork" (DataLoader workers and fork-started ranks forked after
 it cannot use CUDA). Before CUDA is initialised the device count therefore comes from torch's
-NVML-based counter, and is None when NVML cannot answer.
+NVML-based counter; where NVML cannot answer, from the driver once the process itself initialised it
+(``is_available()`` was called), from the driver library's absence or age; else it is unknown (None).
 """
 
 from __future__ import annotations
@@ -150,12 +151,21 @@ def _cudnn_version(torch: Any) -> int | None:
     return _cudnn[0]
 
 
-def _count_without_cuda_init(torch: Any) -> tuple[bool | None, int | None]:
-    """(available, device count) from NVML via torch's own helper; (None, None) when unknown."""
+def _count_without_cuda_init(torch: Any, ask_driver: bool) -> tuple[bool | None, int | None]:
+    """(available, device count) from NVML via torch's own helper; where NVML cannot count, from the
+    CUDA driver (``ask_driver``: not a child forked after CUDA was initialised); (None, None) when
+    unknown."""
     key = (os.environ.get("CUDA_VISIBLE_DEVICES"), os.environ.get("HIP_VISIBLE_DEVICES"))
     cached = _cuda_probe_cache.get(key)
-    if cached is not None:
-        return cached
+    if cached is None:
+        cached = _cuda_probe_cache[key] = _count_from_nvml(torch)
+    if cached[0] is None and ask_driver and not getattr(torch.version, "hip", None):
+        # Not cached: the answer comes once the script initialises CUDA (is_available(), say).
+        return _count_once_initialised()
+    return cached
+
+
+def _count_from_nvml(torch: Any) -> tuple[bool | None, int | None]:
     cuda = torch.cuda
     if getattr(torch.version, "hip", None):
         counter = getattr(cuda, "_device_count_amdsmi", None)
@@ -178,8 +188,42 @@ def _count_without_cuda_init(torch: Any) -> tuple[bool | None, int | None]:
             # NVML counts the GPUs whatever the driver's age; torch's CUDA runtime refuses a driver of
             # an older CUDA major (cudaErrorInsufficientDriver), and is_available() is then False.
             answer = (False, answer[1])
-    _cuda_probe_cache[key] = answer
+    elif answer[0] is None and not getattr(torch.version, "hip", None):
+        # NVML cannot count (no libnvidia-ml.so.1: a machine without the NVIDIA driver, where pip's
+        # default torch is still a CUDA build). Without the driver's library, or with one of an older
+        # CUDA major, torch's runtime cannot run either: is_available() is False.
+        loadable, driver = driver_library()
+        build = _major_minor(getattr(torch.version, "cuda", None))
+        if not loadable or (driver is not None and build is not None and driver[0] < build[0]):
+            answer = (False, None)
     return answer
+
+
+# CUresult values (cuda.h).
+_CUDA_SUCCESS, _CUDA_ERROR_NO_DEVICE = 0, 100
+
+
+def _count_once_initialised() -> tuple[bool | None, int | None]:
+    """(available, device count) from the driver when this process has initialised it itself:
+    ``cuDeviceGetCount`` answers CUDA_ERROR_NOT_INITIALIZED, and initialises nothing, before
+    ``cuInit`` ("If cuInit() has not been called, any function from the driver API will return
+    CUDA_ERROR_NOT_INITIALIZED", CUDA Driver API). (None, None) until then, or from another process
+    than the one that loaded the library (a forked child: CUDA is not fork-safe)."""
+    if not _driver_handle or _driver_handle[0][1] != os.getpid():
+        return None, None
+    lib = _driver_handle[0][0]
+    try:
+        import ctypes
+
+        count = ctypes.c_int(0)
+        result = lib.cuDeviceGetCount(ctypes.byref(count))
+    except (OSError, AttributeError, ImportError):
+        return None, None
+    if result == _CUDA_SUCCESS and count.value >= 0:
+        return count.value > 0, count.value
+    if result == _CUDA_ERROR_NO_DEVICE:  # the script's cuInit found no device: is_available() False
+        return False, 0
+    return None, None
 
 
 def _major_minor(version: Any) -> tuple[int, int] | None:
@@ -192,6 +236,8 @@ def _major_minor(version: Any) -> tuple[int, int] | None:
 
 # [(loadable, (major, minor) or None)] once asked: the driver library does not come or go.
 _driver_lib: list[tuple[bool, tuple[int, int] | None]] = []
+# [(the loaded library, the pid that loaded it)] once loaded.
+_driver_handle: list[tuple[Any, int]] = []
 
 
 def driver_library() -> tuple[bool, tuple[int, int] | None]:
@@ -209,6 +255,7 @@ def driver_library() -> tuple[bool, tuple[int, int] | None]:
 
             lib = ctypes.CDLL("libcuda.so.1")
             loadable = True
+            _driver_handle.append((lib, os.getpid()))
             version = ctypes.c_int(0)
             if lib.cuDriverGetVersion(ctypes.byref(version)) == 0 and version.value > 0:
                 version_mm = (version.value // 1000, version.value % 1000 // 10)
@@ -266,15 +313,16 @@ def runtime(torch: Any | None) -> dict[str, Any]:
         out["devices"] = [dict(d) for d in devices]
     else:
         bad_fork = getattr(cuda, "_is_in_bad_fork", None)
-        if bad_fork is not None and bad_fork() and _initialised_devices is not None:
+        in_bad_fork = bool(bad_fork is not None and bad_fork())
+        if in_bad_fork and _initialised_devices is not None:
             count = _initialised_devices[0]
             out["cuda_available"] = bool(count)
             out["device_count"] = count
         else:
-            out["cuda_available"], out["device_count"] = _count_without_cuda_init(torch)
+            out["cuda_available"], out["device_count"] = _count_without_cuda_init(torch, not in_bad_fork)
     if initialised and not getattr(torch.version, "hip", None):
         out["cuda_driver_loadable"] = True  # CUDA runs in this process: torch loaded the library
-    elif _driver_lib:  # asked only where NVML counted a GPU: never loaded just to publish it
+    elif _driver_lib:  # asked only where NVML counted a GPU or could not count: never just to publish it
         out["cuda_driver_loadable"] = _driver_lib[0][0]
     return out
 

@@ -102,6 +102,7 @@ var en_default = {
   "summary.cuda": "CUDA",
   "summary.cudaYes": "available · {n} device(s)",
   "summary.cudaNo": "not available",
+  "summary.cudaUnknown": "not known yet: the probe does not initialise CUDA to ask, and the script has not used it",
   "summary.run": "Distributed run",
   "summary.pod": "Pod",
   "run.key": "{key} ({source})",
@@ -580,6 +581,7 @@ var zh_default = {
   "summary.cuda": "CUDA",
   "summary.cudaYes": "可用 · {n} 个设备",
   "summary.cudaNo": "不可用",
+  "summary.cudaUnknown": "尚不知道：探针不会为此初始化 CUDA，而脚本尚未使用 CUDA",
   "summary.run": "分布式运行",
   "summary.pod": "Pod",
   "run.key": "{key}（{source}）",
@@ -1267,9 +1269,7 @@ function gpuFrameworkText(doc, gpu, lang) {
   return t(lang, key, key === "gpu.framework" ? { dev: `cuda:${gpu.framework_index}` } : void 0);
 }
 function cudaText(rt, lang) {
-  if (!rt || rt.cuda_available === void 0 || rt.cuda_available === null) return NA;
-  if (rt.cuda_available === true) return t(lang, "summary.cudaYes", { n: isNum(rt.device_count) ? rt.device_count : NA });
-  return rt.cuda_available === false ? t(lang, "summary.cudaNo") : NA;
+  return rt && renderRef(rt.cuda_ref, lang) || NA;
 }
 function gpuMemPct(gpu) {
   return gpu && isNum(gpu.mem_used_mib) && isNum(gpu.mem_total_mib) && gpu.mem_total_mib > 0 ? gpu.mem_used_mib / gpu.mem_total_mib * 100 : null;

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sidecar.common import catalogue
 from sidecar.documents.bounds import one_line_all
 
 
@@ -24,7 +25,8 @@ def human_summary(doc: dict[str, Any]) -> str:
         build = f"CUDA {rt['cuda_build']}" if rt.get("cuda_build") else "CPU-only build"
         # torch's CUDA beside the driver's (the NVML line below): the library CUDA needs and NVML does not.
         lib = ", libcuda.so.1 does not load" if rt.get("cuda_driver_loadable") is False else ""
-        lines.append(f"torch {rt['torch']} ({build}), cuda available: {rt.get('cuda_available')}{lib}")
+        cuda = catalogue.render(rt.get("cuda_ref")) or "n/a"  # the page's and the plugin's text
+        lines.append(f"torch {rt['torch']} ({build}), CUDA: {cuda}{lib}")
     nv = doc["nvml"]
     lines.append(
         f"NVIDIA driver: {nv['driver']} (CUDA {nv['cuda_driver']})"

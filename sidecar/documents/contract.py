@@ -100,6 +100,12 @@ RUNTIME = Obj(
             "the CUDA driver library (libcuda.so.1) loads in that process; NVML works without it",
             null=True,
         ),
+        "cuda_ref": F(
+            TEXT_REF,
+            "whether CUDA is available, as text: available with the device count, not available, or not "
+            "known yet (the probe never initialises CUDA to find out); null without a probe's torch",
+            null=True,
+        ),
     },
 )
 

@@ -25,6 +25,7 @@ from sidecar.verdict import (
     ModelFacts,
     ProcessFacts,
     Verdict,
+    cuda_availability,
     memory_growth,
     model_nvml_index,
 )
@@ -118,6 +119,7 @@ def _runtime_summary(facts: Facts) -> dict[str, Any]:
     rt = procs[0].runtime if procs else None
     if rt is None:
         rt = RuntimeRecord()  # no probe told: every field absent
+    cuda = cuda_availability(rt)
     return {
         "torch": _str(rt.torch, MAX_ID_CHARS),
         "cuda_build": _str(rt.cuda_build, MAX_ID_CHARS),
@@ -126,6 +128,7 @@ def _runtime_summary(facts: Facts) -> dict[str, Any]:
         "device_count": _int(rt.device_count),
         "cuda_visible_devices": _str(rt.cuda_visible_devices, MAX_ID_CHARS),
         "cuda_driver_loadable": _bool(rt.cuda_driver_loadable),
+        "cuda_ref": None if cuda is None else _ref_entry(cuda),
     }
 
 

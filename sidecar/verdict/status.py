@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from operator import attrgetter
 
+from probe_wire.records import RuntimeRecord
 from sidecar.common.catalogue import Param, Ref, ref
 from sidecar.verdict.facts import (
     ACCELERATOR_TYPES,
@@ -30,7 +31,7 @@ from sidecar.verdict.stragglers import rule_straggler_rank
 
 # What `from sidecar.verdict import ...` gives (sidecar/verdict/__init__.py).
 __all__ = ["StatusMessage", "candidate_warnings", "decide", "primary_model_gpu_index"]
-__all__ += ["RECENT_RULES", "VerdictMemo", "status_and_message"]
+__all__ += ["RECENT_RULES", "VerdictMemo", "cuda_availability", "status_and_message"]
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,20 @@ def _cpu_reason(f: Facts, procs: list[ProcessFacts]) -> Ref:
     if rt.cuda_available is True:
         return ref("reason.cpu.not-moved")
     return ref("reason.cpu.no-accelerator")
+
+
+def cuda_availability(rt: RuntimeRecord | None) -> Ref | None:
+    """Whether CUDA is available to the job's torch, as the one text --once, the page and the plugin
+    show (the document's runtime ``cuda_ref``); None where no probe told of a torch. Unknown is said
+    as such: the probe answers only what it can learn without initialising CUDA (probe/facts.py), and
+    until the script itself asks or uses CUDA that may be nothing."""
+    if rt is None or not rt.torch:
+        return None
+    if rt.cuda_available is True:
+        return ref("summary.cudaYes", n=rt.device_count if rt.device_count is not None else "—")
+    if rt.cuda_available is False:
+        return ref("summary.cudaNo")
+    return ref("summary.cudaUnknown")
 
 
 def candidate_warnings(f: Facts) -> list[Finding]:

@@ -13,10 +13,12 @@ from __future__ import annotations
 import ctypes
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from sidecar.common.catalogue import render
 from tests.fakenvml import gpu
 from tests.helpers.harness import REPO, Sidecar, codes, python_env
 from tests.helpers.sidecar_cli import cli
@@ -69,7 +71,64 @@ def test_nvml_without_libcuda_is_cuda_unavailable_not_a_model_left_on_the_cpu(
         assert doc["status"] == "CPU" and "libcuda.so.1" in doc["message"]
         human = cli("--pid", str(job.pid), "--once", env=env)
         assert human.returncode == 0, human.stderr
-        assert "cuda available: False, libcuda.so.1 does not load" in human.stdout
+        assert "CUDA: not available, libcuda.so.1 does not load" in human.stdout
+    finally:
+        job.kill()
+        job.wait()
+
+
+# Issue 39 item 6: a cu130 torch where NVML cannot answer (no libnvidia-ml.so.1) and the driver
+# library loads. Until the script asks, nobody knows whether CUDA is available (the probe never
+# initialises CUDA to find out); once it has asked (is_available(): cuInit, then the count, made
+# here by hand for this CPU build's torch), the probe says what it answered.
+ASKING_SCRIPT = """
+import ctypes, sys, time, torch
+torch.version.cuda = "13.0"  # a cu130 wheel's torch (this one is a CPU build)
+import probe
+model = probe.register(torch.nn.Linear(4, 4))
+print("ready", flush=True)
+sys.stdin.readline()
+lib = ctypes.CDLL("libcuda.so.1")  # torch.cuda.is_available(), as the CUDA runtime makes it
+n = ctypes.c_int(0)
+print("available", lib.cuInit(0) == 0 and lib.cuDeviceGetCount(ctypes.byref(n)) == 0 and n.value > 0, flush=True)
+while True:
+    model(torch.randn(2, 4))
+    time.sleep(0.05)
+"""
+
+
+def test_cuda_availability_is_one_text_in_the_document_and_once(tmp_path: Path) -> None:
+    lib = tmp_path / "libcuda"
+    lib.mkdir()
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-O1", "-o", str(lib / "libcuda.so.1"), str(REPO / "tests/fakenvml/fakecuda.c")],
+        check=True, capture_output=True,
+    )
+    env = python_env({"DSH_PROBE_INTERVAL_S": "0.1", "LD_LIBRARY_PATH": str(lib), "FAKE_CUDA_DRIVER_VERSION": "13000"})
+    job = subprocess.Popen(
+        [sys.executable, "-c", ASKING_SCRIPT], env=env, cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert job.stdout is not None and job.stdin is not None
+        assert job.stdout.readline().strip() == "ready"
+        texts = []
+        for _ in range(2):
+            with Sidecar(["--pid", str(job.pid), "--port", "0", "--interval", "0.2"], env=env) as sc:
+                doc = sc.wait_status(lambda d: d["processes"] and d["processes"][0]["models"], what="the model")
+            rt = doc["runtime"]
+            text = render(rt["cuda_ref"])
+            human = cli("--pid", str(job.pid), "--once", env=env)
+            assert human.returncode == 0, human.stderr
+            assert f"torch {rt['torch']} (CUDA 13.0), CUDA: {text}\n" in human.stdout, human.stdout
+            texts.append((rt["cuda_available"], rt["device_count"], rt["cuda_ref"]["id"], text))
+            job.stdin.write("\n")
+            job.stdin.flush()
+            if len(texts) == 1:
+                assert job.stdout.readline().strip() == "available True"
+                time.sleep(0.3)  # a publish after the script asked
+        assert texts[0][:3] == (None, None, "summary.cudaUnknown"), texts
+        assert "not known yet" in texts[0][3]
+        assert texts[1] == (True, 1, "summary.cudaYes", "available · 1 device(s)"), texts
     finally:
         job.kill()
         job.wait()

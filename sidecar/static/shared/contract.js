@@ -118,6 +118,7 @@ export const SCHEMA = 2
  * @property {number|null} device_count CUDA devices torch sees
  * @property {string|null} cuda_visible_devices CUDA_VISIBLE_DEVICES of that process
  * @property {boolean|null} cuda_driver_loadable the CUDA driver library (libcuda.so.1) loads in that process; NVML works without it
+ * @property {TextRef|null} cuda_ref whether CUDA is available, as text: available with the device count, not available, or not known yet (the probe never initialises CUDA to find out); null without a probe's torch
  */
 
 /**

@@ -391,11 +391,10 @@ export function gpuFrameworkText(doc, gpu, lang) {
   return t(lang, key, key === 'gpu.framework' ? { dev: `cuda:${gpu.framework_index}` } : undefined);
 }
 
-/** Whether CUDA is available to the framework, and how many devices it sees (doc.runtime). */
+/** Whether CUDA is available to the framework, and how many devices it sees: the sidecar's one text
+ * for it (doc.runtime.cuda_ref, which --once prints too); "—" without a probe's torch. */
 export function cudaText(rt, lang) {
-  if (!rt || rt.cuda_available === undefined || rt.cuda_available === null) return NA;
-  if (rt.cuda_available === true) return t(lang, 'summary.cudaYes', { n: isNum(rt.device_count) ? rt.device_count : NA });
-  return rt.cuda_available === false ? t(lang, 'summary.cudaNo') : NA;
+  return (rt && renderRef(rt.cuda_ref, lang)) || NA;
 }
 
 /** Memory used as a percentage of the card's total, or null. */
