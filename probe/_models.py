@@ -87,6 +87,10 @@ class Models:
             rec.syncs = True
             self.sync_counter.request()
         self._install_optimizer_hooks(torch, rec)
+        try:
+            _steps.cover_fresh_workers(torch)
+        except Exception as e:  # noqa: BLE001 -- spawned workers then go without the probe
+            self.journal.record_error("loader-workers", e)
 
     def unregister(self, model: Any) -> bool:
         keep, removed = [], False

@@ -10,6 +10,7 @@ Nothing here imports torch or a framework; the callbacks' modules do, and only t
 
 from __future__ import annotations
 
+import sys
 import time
 
 from probe._breakdown import CLOCK, FRAMEWORK
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LabelledWorkerInit",
+    "cover_fresh_workers",
     "OptimizerSteps",
     "StepCounter",
     "find_dataloader",
@@ -148,6 +150,51 @@ def find_dataloader(obj: Any) -> Any:
             return None
         obj = inner
     return None
+
+
+# -- DataLoader workers that start without the probe -----------------------------------------------
+def _workers_start_fresh(loader: Any) -> bool:
+    """Whether ``loader``'s workers start as new interpreters (spawn, forkserver) rather than as forks
+    of this process, which carry the probe over (probe/_state.py's fork handler). Asked without fixing
+    multiprocessing's default method (``allow_none``): that would make a later set_start_method fail."""
+    ctx = loader.multiprocessing_context
+    if ctx is not None:
+        method = ctx.get_start_method()
+    else:
+        mp = sys.modules.get("multiprocessing")
+        method = mp.get_start_method(allow_none=True) if mp is not None else None
+        if method is None:  # not chosen yet: the platform's default
+            method = "fork" if sys.platform.startswith("linux") and sys.version_info < (3, 14) else "spawn"
+    return method != "fork"
+
+
+def cover_fresh_workers(torch: Any) -> None:
+    """Have the workers of every DataLoader of this process run the probe, ``loader=`` given or not.
+
+    Forked workers inherit it; spawned and forkserver ones (the default inside an ``mp.spawn`` rank,
+    where multiprocessing's start method is spawn) start without it, and only a ``worker_init_fn``
+    pickled into them can start it. So when an iterator is made for such a loader, its
+    ``worker_init_fn`` becomes ``ProbeWorkerInit(the user's)``, as ``register(model, loader=loader)``
+    does: the user's function still runs, after ours, with the same argument. Installed once per
+    process on the DataLoader class (a subclass's own ``_get_iterator`` calls it through super())."""
+    module = sys.modules.get("torch.utils.data.dataloader")
+    cls = getattr(module, "DataLoader", None)
+    original = getattr(cls, "_get_iterator", None)
+    if cls is None or original is None or getattr(original, "_dsh_probe_covers", False):
+        return
+
+    def _get_iterator(self: Any) -> Any:
+        try:
+            current = self.worker_init_fn
+            if self.num_workers > 0 and not isinstance(current, ProbeWorkerInit) and _workers_start_fresh(self):
+                self.worker_init_fn = ProbeWorkerInit(current)
+        except Exception:  # noqa: BLE001 -- the loader goes on as the user made it
+            pass
+        return original(self)
+
+    _get_iterator._dsh_probe_covers = True  # type: ignore[attr-defined]
+    _get_iterator.__wrapped__ = original  # type: ignore[attr-defined]
+    cls._get_iterator = _get_iterator
 
 
 # -- which loader a DataLoader worker serves ------------------------------------------------------

@@ -202,6 +202,52 @@ def scenario_loader(start_method: str, register_loader: str) -> None:
     )
 
 
+def _spawned_rank(rank: int, with_user_fn: bool) -> None:
+    """An ``mp.spawn`` rank: registers its model alone (no ``loader=``) and iterates a DataLoader with
+    workers; in a spawned process they are spawned too (multiprocessing's start method there)."""
+    import multiprocessing
+
+    import torch
+    from torch.utils.data import DataLoader
+
+    import probe
+    from probe_wire import read_segment
+
+    model = probe.register(torch.nn.Linear(4, 2), name="rank-net")
+    dataset = SquaresDataset(24, 0.05)
+    user_fn = user_worker_init if with_user_fn else None
+    loader = DataLoader(dataset, batch_size=4, num_workers=2, worker_init_fn=user_fn)
+    it = iter(loader)
+    got = [next(it)]
+    worker_pids = [w.pid for w in it._workers]
+    roles: dict[str, str | None] = {}
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and len(roles) < len(worker_pids):
+        for wpid in worker_pids:
+            r = read_segment(wpid)
+            if r.state == "ok" and r.payload is not None:
+                roles[str(wpid)] = r.payload["role"]
+        time.sleep(0.05)
+    for batch in it:
+        got.append(batch)
+        model(batch)
+    emit(
+        {
+            "rank_pid": os.getpid(),
+            "start_method": multiprocessing.get_start_method(allow_none=True),
+            "worker_pids": worker_pids,
+            "roles": roles,
+            "batches_ok": len(got) == 6 and _loader_batches_ok(got, dataset, 4),
+        }
+    )
+
+
+def scenario_spawn_rank_loader(with_user_fn: str) -> None:
+    import torch.multiprocessing as mp
+
+    mp.spawn(_spawned_rank, args=(with_user_fn == "1",), nprocs=1)
+
+
 def _loader_batches_ok(got, dataset, batch_size: int) -> bool:
     import torch
 
@@ -428,6 +474,7 @@ SCENARIOS = {
     "stress_writer": scenario_stress_writer,
     "half_written": scenario_half_written,
     "loader": scenario_loader,
+    "spawn_rank_loader": scenario_spawn_rank_loader,
     "import": scenario_import,
     "register_then": scenario_register_then,
     "disabled": scenario_disabled,

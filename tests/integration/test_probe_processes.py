@@ -111,6 +111,20 @@ def test_two_registered_loaders_load_as_without_the_probe(tmp_path, start_method
     assert len([f for f in tmp_path.iterdir() if f.name.startswith("init-0-")]) == 2
 
 
+@pytest.mark.slow
+def test_spawned_workers_of_an_mp_spawn_rank_publish_without_loader_registered(tmp_path):
+    """Issue 39 item 15: an mp.spawn rank registers its model alone; its DataLoader's workers start
+    by spawn (the rank's start method) and never ran the probe, so they had no segment and no role,
+    while the same loader's workers in a main process (forked) had both."""
+    report = run_scenario("spawn_rank_loader", "1", env={"PROBE_TEST_MARKER_DIR": str(tmp_path)}, timeout_s=120)
+    assert report["start_method"] == "spawn"
+    assert len(report["worker_pids"]) == 2
+    assert report["roles"] == {str(p): "dataloader-worker" for p in report["worker_pids"]}
+    assert report["batches_ok"] is True
+    # The user's worker_init_fn still ran in each worker (after ours), with its worker id.
+    assert sorted(f.name.split("-")[1] for f in tmp_path.iterdir()) == ["0", "1"]
+
+
 def test_forked_child_gets_its_own_segment_and_leaves_the_parents_alone():
     report = run_scenario("fork_child")
     parent, child = report["parent_pid"], report["child"]
