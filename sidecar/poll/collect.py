@@ -426,6 +426,8 @@ class FactCollector:
         the last poll (SegmentSource.departed), by identity."""
         tree_pids = tree.pids()
         nv = nvml_facts(nvml, tree_pids, gpus, self._rows)
+        if departed:
+            self._adopt(tree, departed)
         if tree.target_alive:
             procs = self._process_facts(tree, reads, nv.by_pid)
             if self._last_alive:
@@ -464,6 +466,25 @@ class FactCollector:
             target_age_s=None if self.target.create_time is None else now - self.target.create_time,
             rules=self.rules,
         )
+
+    def _adopt(self, tree: TreeSnapshot, departed: dict[Identity, ProbeRead]) -> None:
+        """Keep, marked exited, the processes of ``departed`` the last poll did not see: children of
+        the tree that ran the probe and exited before the first poll (SegmentSource._exited_before),
+        known by their final publish alone."""
+        seen = {pf.pid for pf in self._last_alive}
+        depth = {p.pid: p.depth for p in tree.processes}
+        for ident, read in departed.items():
+            payload = read.payload
+            if ident[0] in seen or payload is None:
+                continue
+            argv0 = payload.argv0 or "?"
+            info = ProcInfo(
+                ident[0], payload.ppid, ident[1], None, argv0.rsplit("/", 1)[-1], (), None, None,
+                depth.get(payload.ppid, 0) + 1,
+            )
+            pf = process_facts(info, read, (), self.target_pid)
+            self._exited[_exit_key(pf, ident)] = replace(pf, exited=True)
+            self._exited_info[info.pid] = info
 
     def _depart(self, here: set[int], departed: dict[Identity, ProbeRead], every: bool) -> None:
         """Keep the last facts of the last poll's processes that have left the tree (``here``: the

@@ -16,10 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from hostfs.paths import HOST, HostPaths
+from hostfs.procid import process_real_uid
 from probe_wire.cleanup import remove_if_dead, sweep_dead_segments
 from probe_wire.follower import ReadBudget as ReadBudget  # re-exported: discovery shares one (`as`)
 from probe_wire.follower import SegmentFollower
+from probe_wire.header import header_identity
 from probe_wire.home import SegmentHome, segment_home
+from probe_wire.names import MAX_LISTED_NAMES, SHM_DIR, scan, segment_path
 from probe_wire.reader import SegmentRead, read_segment
 from probe_wire.records import ProbePayload, payload_record
 from probe_wire.shm_index import NameIndex
@@ -30,6 +33,8 @@ BUSY_POLLS_UNREADABLE = 3
 # Segments of live processes outside the tree (other jobs) are checked for staleness this often.
 FOREIGN_CHECK_EVERY_POLLS = 20
 UNREADABLE_STATES = ("corrupt", "foreign-owner", "owner-mismatch")
+# Final publishes of children that exited before the first poll, taken at most (a launcher's ranks).
+MAX_EXITED_BEFORE = 64
 
 Identity = tuple[int, int | None]  # (pid, start ticks): a process
 
@@ -67,8 +72,10 @@ class SegmentSource:
         self._busy_count: dict[Identity, int] = {}
         self._prev_live: set[Identity] = set()
         self.removed: list[int] = []  # pids whose dead segments this source removed (for tests/logs)
-        # identity -> the last read of each probed process that left the tree at the last poll
+        # identity -> the last read of each probed process that left the tree at the last poll; at the
+        # first poll, of the tree's children that had already exited (_exited_before)
         self.departed: dict[Identity, ProbeRead] = {}
+        self._polled = False
         self._cleanups = 0
         # identity -> where its segment is when it runs in other namespaces (a container), None when
         # it shares ours: looked up once per process (a process never changes PID namespace)
@@ -85,6 +92,9 @@ class SegmentSource:
             out[proc.pid] = read_one(proc.pid, ident)
         gone = self._prev_live - live
         self.departed = self._departed(gone) if gone else {}
+        if not self._polled:  # before the first cleanup below, which removes their files
+            self._polled = True
+            self.departed.update(self._exited_before(tree))
         self._follower.retain(live)
         self._prev_live = live
         for ident in gone:
@@ -178,6 +188,37 @@ class SegmentSource:
                 pass
             if last is not None:
                 out[ident] = last
+        return out
+
+    def _exited_before(self, tree: TreeSnapshot, shm_dir: str = SHM_DIR) -> dict[Identity, ProbeRead]:
+        """The final publishes of the tree's probed children that exited before this source's first
+        poll (``--once``, or a sidecar started, just after a launcher's ranks ended while it lives on):
+        segments their writers closed (the probe keeps a last publish that named models), whose
+        payload names a process of the tree as its parent, written by that parent's user after it
+        started. Never raises: a poll goes on without them."""
+        parents = {p.pid: p for p in tree.processes}
+        out: dict[Identity, ProbeRead] = {}
+        try:
+            names, _ = scan(shm_dir, MAX_LISTED_NAMES)
+        except Exception:  # noqa: BLE001 -- the listing promises not to raise; a poll must not trust that
+            return out
+        for pid, ticks, suffix in names:
+            if pid in parents or len(out) >= MAX_EXITED_BEFORE:
+                continue
+            try:
+                head = header_identity(segment_path(pid, ticks, shm_dir, suffix if ticks is not None else None))
+                if head is None or head[0] != pid or (pid, head[1]) in out:
+                    continue
+                r = read_segment(pid, expected_start_ticks=head[1], host=self.host)
+                raw = r.payload if r.state == "missing" else None  # closed: its writer's last publish
+                parent = parents.get(raw["ppid"]) if raw is not None else None
+                if raw is None or parent is None or parent.start_ticks is None or head[1] < parent.start_ticks:
+                    continue
+                if head[3].st_uid != process_real_uid(parent.pid, host=self.host):
+                    continue
+                out[(pid, head[1])] = ProbeRead(pid, "ok", payload_record(raw), None, False, closed=True)
+            except Exception:  # noqa: BLE001 -- the reader and the records promise not to raise
+                continue
         return out
 
     def live_writers(self) -> dict[int, int | None]:

@@ -8,10 +8,15 @@ models, devices and final forward counts (published at exit, not one publish int
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
 
 from tests.helpers.exit_jobs import HOGWILD_JOB, SPAWN_JOB, final_document
-from tests.helpers.harness import codes
+from tests.helpers.harness import REPO, codes, python_env
+from tests.helpers.sidecar_cli import cli
 
 pytest.importorskip("torch")
 
@@ -53,3 +58,47 @@ def test_the_final_state_keeps_no_unprobed_helper(tmp_path):
     others = [(p["pid"], p["name"], p["role"]) for p in doc["processes"] if p["pid"] != target]
     assert others and all(role for _, _, role in others), others
     assert len(probed(doc)) == 2
+
+
+LAUNCHER_JOB = """
+import os, subprocess, sys, time
+RANK = '''
+import os, torch, probe
+model = probe.register(torch.nn.Linear(4, 2), name="rank-model")
+for _ in range(5 + int(os.environ["RANK"])):
+    model(torch.ones(2, 4))
+'''
+ranks = [subprocess.Popen([sys.executable, "-c", RANK], env={**os.environ, "RANK": str(r)}) for r in (0, 1)]
+print("ranks", " ".join(str(p.pid) for p in ranks), flush=True)
+for p in ranks:
+    p.wait()
+print("ranks done", flush=True)
+time.sleep(60)  # a launcher (torchrun's agent) outlives its ranks
+"""
+
+
+def test_once_after_the_ranks_exit_while_the_launcher_lives_shows_their_final_state(tmp_path):
+    """Issue 39 item 16: `--once` run just after the ranks of a launcher (torchrun's agent, without
+    the probe) exited while the launcher lives on said UNKNOWN and no-probe, though the ranks' final
+    publishes were there; its first poll's cleanup then removed them."""
+    script = tmp_path / "launcher.py"
+    script.write_text(LAUNCHER_JOB)
+    env = python_env({"DSH_PROBE_INTERVAL_S": "5"})
+    job = subprocess.Popen([sys.executable, str(script)], env=env, cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert job.stdout is not None
+        ranks = [int(p) for p in job.stdout.readline().split()[1:]]
+        assert job.stdout.readline().strip() == "ranks done"
+        r = cli("--pid", str(job.pid), "--once", "--json", env=env)
+        assert r.returncode == 0, r.stderr
+        doc = json.loads(r.stdout)
+        assert "no-probe" not in codes(doc) and doc["status"] == "CPU", (doc["status"], doc["message"], codes(doc))
+        kept = {p["pid"]: p for p in doc["processes"] if p["models"]}
+        assert sorted(kept) == sorted(ranks)
+        for pid, rank in zip(ranks, (0, 1)):
+            p = kept[pid]
+            assert p["exited"] and p["ppid"] == job.pid
+            assert [(m["name"], m["forward_calls"]) for m in p["models"]] == [("rank-model", 5 + rank)]
+    finally:
+        job.kill()
+        job.wait()
