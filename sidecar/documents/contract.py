@@ -100,12 +100,7 @@ RUNTIME = Obj(
             "the CUDA driver library (libcuda.so.1) loads in that process; NVML works without it",
             null=True,
         ),
-        "cuda_ref": F(
-            TEXT_REF,
-            "whether CUDA is available, as text: available with the device count, not available, or not "
-            "known yet (the probe never initialises CUDA to find out); null without a probe's torch",
-            null=True,
-        ),
+        "cuda_ref": F(TEXT_REF, "whether CUDA is available, as text (or not known yet)", null=True),
     },
 )
 
@@ -220,17 +215,9 @@ MODEL = Obj(
             "share of step time spent waiting for the next batch (0-1), over `data_wait_batches`",
             null=True,
         ),
-        "train_steps": F(
-            INT,
-            "training steps a framework callback counted (a LightningModule registered without one: its optimizer's steps)",
-            null=True,
-        ),
+        "train_steps": F(INT, "training steps its step_source counted", null=True),
         "step_rate_hz": F(NUM, "training steps per second over the last 10 s", null=True),
-        "step_source": F(
-            Enum(("lightning", "transformers", "optimizer")),
-            "the callback counting steps, or optimizer (a LightningModule registered without its callback)",
-            null=True,
-        ),
+        "step_source": F(Enum(("lightning", "transformers", "optimizer")), "what counted them", null=True),
         "shared_memory": F(BOOL, "parameters in shared memory (hogwild); null off the CPU", null=True),
         "param_dtypes": F(ListOf(STR, 16), "dtypes of its parameters (`float32`, `bfloat16`, ...)"),
         "autocast": F(STR, "`off`, or the dtype autocast ran the last forward in", null=True),

@@ -118,7 +118,7 @@ export const SCHEMA = 2
  * @property {number|null} device_count CUDA devices torch sees
  * @property {string|null} cuda_visible_devices CUDA_VISIBLE_DEVICES of that process
  * @property {boolean|null} cuda_driver_loadable the CUDA driver library (libcuda.so.1) loads in that process; NVML works without it
- * @property {TextRef|null} cuda_ref whether CUDA is available, as text: available with the device count, not available, or not known yet (the probe never initialises CUDA to find out); null without a probe's torch
+ * @property {TextRef|null} cuda_ref whether CUDA is available, as text (or not known yet)
  */
 
 /**
@@ -231,9 +231,9 @@ export const SCHEMA = 2
  * @property {number} forward_calls forward calls counted since registration
  * @property {number|null} forward_rate_hz forward calls per second over the last 10 s
  * @property {number|null} data_wait_fraction share of step time spent waiting for the next batch (0-1), over `data_wait_batches`
- * @property {number|null} train_steps training steps a framework callback counted (a LightningModule registered without one: its optimizer's steps)
+ * @property {number|null} train_steps training steps its step_source counted
  * @property {number|null} step_rate_hz training steps per second over the last 10 s
- * @property {"lightning"|"transformers"|"optimizer"|null} step_source the callback counting steps, or optimizer (a LightningModule registered without its callback)
+ * @property {"lightning"|"transformers"|"optimizer"|null} step_source what counted them
  * @property {boolean|null} shared_memory parameters in shared memory (hogwild); null off the CPU
  * @property {Array<string>} param_dtypes dtypes of its parameters (`float32`, `bfloat16`, ...)
  * @property {string|null} autocast `off`, or the dtype autocast ran the last forward in
