@@ -158,11 +158,13 @@ def _workers_start_fresh(loader: Any) -> bool:
     of this process, which carry the probe over (probe/_state.py's fork handler). Asked without fixing
     multiprocessing's default method (``allow_none``): that would make a later set_start_method fail."""
     ctx = loader.multiprocessing_context
+    method: str | None
     if ctx is not None:
-        method = ctx.get_start_method()
+        method = str(ctx.get_start_method())
     else:
         mp = sys.modules.get("multiprocessing")
-        method = mp.get_start_method(allow_none=True) if mp is not None else None
+        chosen = mp.get_start_method(allow_none=True) if mp is not None else None
+        method = str(chosen) if chosen is not None else None
         if method is None:  # not chosen yet: the platform's default
             method = "fork" if sys.platform.startswith("linux") and sys.version_info < (3, 14) else "spawn"
     return method != "fork"

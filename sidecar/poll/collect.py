@@ -480,7 +480,7 @@ class FactCollector:
             argv0 = payload.argv0 or "?"
             info = ProcInfo(
                 ident[0], payload.ppid, ident[1], None, argv0.rsplit("/", 1)[-1], (), None, None,
-                depth.get(payload.ppid, 0) + 1,
+                (depth.get(payload.ppid, 0) if payload.ppid is not None else 0) + 1,
             )
             pf = process_facts(info, read, (), self.target_pid)
             self._exited[_exit_key(pf, ident)] = replace(pf, exited=True)
