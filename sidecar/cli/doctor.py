@@ -3,6 +3,7 @@ the training interpreter's torch can do, each problem with the command that fixe
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -70,7 +71,8 @@ def torch_report(python: str, timeout_s: float = 120.0) -> dict[str, Any]:
     except subprocess.TimeoutExpired:
         return {"error": f"{python} took over {timeout_s:.0f} s to import torch"}
     try:
-        return json.loads(proc.stdout.strip().splitlines()[-1])
+        report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])  # _TORCH_PROBE's one object
+        return report
     except (ValueError, IndexError):
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         return {"error": f"{python} failed: {tail[0][:300]}"}
@@ -226,12 +228,15 @@ def _runtime(torch: dict[str, Any]) -> RuntimeRecord:
     """The interpreter's torch report (JSON from another program) as the runtime record a probe
     publishes: only what is of its field's type."""
     available, loadable = torch.get("cuda_available"), torch.get("cuda_driver_loadable")
+    count, mps = torch.get("device_count"), torch.get("mps_available")
     return RuntimeRecord(
         torch=_text(torch.get("torch")),
         cuda_build=_text(torch.get("cuda_build")),
         cuda_available=available if isinstance(available, bool) else None,
         cuda_visible_devices=_text(torch.get("cuda_visible_devices")),
         cuda_driver_loadable=loadable if isinstance(loadable, bool) else None,
+        device_count=count if isinstance(count, int) and not isinstance(count, bool) else None,
+        mps_available=mps if isinstance(mps, bool) else None,
     )
 
 
@@ -295,7 +300,7 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run_doctor(args) -> int:
+def run_doctor(args: argparse.Namespace) -> int:
     """Print the report; EXIT_PROBLEMS when it lists a problem (each `[!!]` has one), so a script or
     CI step can stop on it."""
     report = collect(args.python, host_paths(args))
