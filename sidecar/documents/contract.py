@@ -8,10 +8,9 @@ second, `_bytes` bytes, `_fraction` 0-1). From these declarations come:
 - the field tables of `docs/api.md` (`markdown()`),
 - the JSDoc typedefs of `sidecar/static/shared/contract.js`, used by the page and the DSH plugin (`jsdoc()`).
 
-`python -m sidecar.documents.contract --write` regenerates the two files; a test fails when they are not
-current. Every key is always present (absent values are null), and no other key is allowed: a
-field added to a document without its line here fails every test that builds that document, since
-the tests run with `DSH_CONTRACT_CHECK=1` (`check()`).
+`python -m sidecar.documents.contract --write` regenerates the two files; a test fails when they are
+not current. Every key is always present (absent values are null), and no other key is allowed: a field
+added to a document without its line here fails every test that builds it (`DSH_CONTRACT_CHECK=1`).
 """
 
 from __future__ import annotations
