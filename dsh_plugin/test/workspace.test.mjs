@@ -25,7 +25,12 @@ function ctxWith(registry) {
   }
 }
 
-const settle = () => new Promise((resolve) => setTimeout(resolve, 20))
+// Until a registration leaves 'waiting' (DSH's callback, then the registry's promise), at most 5 s:
+// a fixed delay loses the race to the callback's setImmediate on a loaded machine.
+const settled = async (status) => {
+  const deadline = Date.now() + 5000
+  while (status.state === 'waiting' && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 5))
+}
 
 describe('launchFolder', () => {
   test('the real path of the launch folder; never / nor the home folder', () => {
@@ -58,7 +63,7 @@ describe('registerLaunchWorkspace', () => {
     const folder = fs.realpathSync(os.tmpdir())
     assert.deepEqual(ctx.injected, [['workspaceRegistry']])
     assert.deepEqual(status, { state: 'waiting', path: folder, detail: null })
-    await settle()
+    await settled(status)
     assert.deepEqual(created, [folder])
     assert.equal(status.state, 'registered')
     assert.ok(log.lines.some((l) => l.startsWith('info ') && l.includes(folder)), log.lines)
@@ -75,13 +80,13 @@ describe('registerLaunchWorkspace', () => {
     const refused = registerLaunchWorkspace(ctxWith({ create: async () => { throw new Error('not a directory') } }), {
       enabled: true, log, cwd: os.tmpdir(), home: os.homedir(),
     })
-    await settle()
+    await settled(refused)
     assert.equal(refused.state, 'failed')
     assert.match(refused.detail, /not a directory/)
     assert.ok(log.lines.some((l) => l.startsWith('warn ') && l.includes('not a directory')), log.lines)
 
     const none = registerLaunchWorkspace(ctxWith(undefined), { enabled: true, log, cwd: os.tmpdir(), home: os.homedir() })
-    await settle()
+    await settled(none)
     assert.equal(none.state, 'unavailable')
     assert.equal(registerLaunchWorkspace({}, { enabled: true, log, cwd: os.tmpdir(), home: os.homedir() }).state, 'unavailable')
     const throwing = { inject: () => { throw new Error('no such service') } }

@@ -29,6 +29,8 @@ import sys
 import time
 
 import probe_wire as segment
+from hostfs.procid import process_start_ticks
+from probe_wire.records import ProbePayload, payload_record
 from tests.fakenvml import gpu
 
 GPU_UUIDS = [gpu(i)["uuid"] for i in range(64)]
@@ -89,21 +91,24 @@ def variant(pid: int, start_ticks: int, k: int, name: str = "net") -> dict:
     return p
 
 
-def variant_of(payload: dict) -> int | None:
+def variant_of(payload: dict | ProbePayload) -> int | None:
     """The k of a payload built by `variant`, or None when it cannot be one."""
-    at = payload.get("published_at")
+    at = payload.published_at if isinstance(payload, ProbePayload) else payload.get("published_at")
     if not isinstance(at, float) or not 1000.0 <= at < 1000.0 + N_VARIANTS or at != int(at):
         return None
     return int(at) - 1000
 
 
-def is_exact_variant(payload: dict, pid: int, start_ticks: int, name: str = "net") -> bool:
-    """True when `payload` (as the reader hands it out) equals one variant exactly."""
+def is_exact_variant(payload: dict | ProbePayload, pid: int, start_ticks: int, name: str = "net") -> bool:
+    """True when `payload` (as the reader hands it out, or the sidecar's source as its typed record)
+    equals one variant exactly."""
     k = variant_of(payload)
     if k is None:
         return False
     expected, reason = segment.validate_payload(variant(pid, start_ticks, k, name))
-    return reason is None and payload == expected
+    if reason is not None or expected is None:
+        return False
+    return payload == (payload_record(expected) if isinstance(payload, ProbePayload) else expected)
 
 
 class _Stop(Exception):
@@ -219,7 +224,7 @@ def run_zygote() -> None:
     # probe_wire imports its modules on first use: import the writer's now, once, so a forked child
     # starts writing at once (as a probe does, whose import happened long before), not after the
     # imports a child killed within milliseconds would never finish.
-    segment.SegmentWriter, segment.empty_payload, segment.process_start_ticks  # noqa: B018
+    segment.SegmentWriter, segment.empty_payload  # noqa: B018
     children: set[int] = set()
 
     def reap(*_: object) -> None:
@@ -328,7 +333,7 @@ class _Kid:
             stdout=subprocess.DEVNULL,
             preexec_fn=die_with_parent,
         )
-        self.ticks = segment.process_start_ticks(self.proc.pid) or 0
+        self.ticks = process_start_ticks(self.proc.pid) or 0
         self.writer = segment.SegmentWriter(pid=self.proc.pid, start_ticks=self.ticks)
         self.root_pid = root_pid
         self.last_body: dict | None = None
@@ -357,7 +362,7 @@ def run_busy(args: argparse.Namespace) -> None:
     signal.signal(signal.SIGINT, lambda *_: stop.append(1))
     die_with_parent(signal.SIGTERM)
     me = os.getpid()
-    ticks = segment.process_start_ticks(me) or 0
+    ticks = process_start_ticks(me) or 0
     root = segment.SegmentWriter()
     kids: list[_Kid] = []
     next_index = 0

@@ -87,7 +87,7 @@ def test_the_segment_of_a_contained_writer_is_read_through_its_root(contained_wr
     src = SegmentSource()
     try:
         reads = src.poll(tree)
-        assert reads[pid].state == "ok" and reads[pid].payload["models"][0]["name"] == "in-a-pod"
+        assert reads[pid].state == "ok" and reads[pid].payload.models[0].name == "in-a-pod"
         assert src.poll(tree)[pid] is reads[pid]  # followed: the same read while it is unchanged
     finally:
         src.close()

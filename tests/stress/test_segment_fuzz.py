@@ -25,6 +25,7 @@ import probe_wire as segment
 from hostfs.procid import process_start_ticks
 from probe_wire import HEADER, MAGIC, MAX_SEGMENT_BYTES, SegmentWriter, read_segment
 from probe_wire import reader as wire_reader
+from probe_wire.records import payload_record
 from sidecar.poll.poller import Poller
 from sidecar.sources.segments import BUSY_POLLS_UNREADABLE
 from sidecar.verdict import Rules
@@ -92,8 +93,10 @@ class Target:
         self.states[r.state] = self.states.get(r.state, 0) + 1
         self.cases += 1
         if r.state == "ok":
-            clean, reason = segment.validate_payload(r.payload)
-            assert reason is None and clean == r.payload and r.payload["pid"] == self.pid
+            # The source hands up the typed record of the payload the reader validates.
+            clean, reason = segment.validate_payload(expected.payload)
+            assert reason is None and clean is not None
+            assert payload_record(clean) == r.payload and r.payload.pid == self.pid
         else:
             assert r.payload is None or r.state in ("busy", "corrupt")
         unreadable = r.state in ("corrupt", "foreign-owner", "busy")
