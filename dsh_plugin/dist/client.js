@@ -2324,6 +2324,7 @@ function clusterView(cluster, statusDoc, lang) {
   };
 }
 var isLive = (j) => j.alive !== false;
+var isYours = (j) => j.yours === true;
 var startOf = (j) => isNum5(j.start_time_unix_s) ? j.start_time_unix_s : -Infinity;
 var endOf = (j) => isNum5(j.ended_unix_s) ? j.ended_unix_s : startOf(j);
 var newestBy = (at) => (a, b) => {
@@ -2334,7 +2335,7 @@ var newestBy = (at) => (a, b) => {
 function orderJobs(jobs) {
   const all = list(jobs).filter((j) => typeof j === "object");
   return {
-    live: all.filter(isLive).sort(newestBy(startOf)),
+    live: all.filter(isLive).sort((a, b) => isYours(b) - isYours(a) || newestBy(startOf)(a, b)),
     exited: all.filter((j) => !isLive(j)).sort(newestBy(endOf))
   };
 }

@@ -268,6 +268,15 @@ describe('the job list, as the page and as the plugin show it', () => {
       const got = show(JOBS.slice().reverse(), '4-4')
       assert.deepEqual([got.live, got.exited, got.exitedOpen, got.pressed], [LIVE, EXITED, true, ['4-4']])
     })
+    test(`${name}: the viewer's own live jobs first, then the others, the newest first within each`, () => {
+      // the sidecar marks `yours` per request: bob's 2-2 is the newest, ann's 1-1 and 5-5 are hers
+      const marked = JOBS.map((j) => ({ ...j, yours: ['1-1', '5-5', '3-3'].includes(j.id) ? true : j.id === '2-2' ? false : null }))
+      const got = show(marked, '1-1')
+      assert.deepEqual([got.live, got.exited, got.exitedOpen], [['1-1', '5-5', '2-2'], EXITED, false])
+      // not told (null, or an older sidecar without the field): newest first as before
+      const unknown = show(JOBS.map((j) => ({ ...j, yours: null })), '1-1')
+      assert.deepEqual([unknown.live, unknown.exited], [LIVE, EXITED])
+    })
     test(`${name}: no exited job, no disclosure`, () => {
       const got = show(JOBS.filter((j) => j.alive), '2-2')
       assert.deepEqual([got.live, got.exited, got.exitedOpen], [LIVE, [], null])
@@ -288,6 +297,7 @@ describe('the job list, as the page and as the plugin show it', () => {
     assert.equal(defaultJobId(exitedOnly, [job('9-9')]), '9-9')
     assert.equal(defaultJobId(exitedOnly, []), '3-3')
     assert.equal(defaultJobId([], null), null)
+    assert.equal(defaultJobId(JOBS.map((j) => ({ ...j, yours: j.id === '1-1' }))), '1-1') // the viewer's newest live
   })
 
   test('rows carry what both lay out', () => {

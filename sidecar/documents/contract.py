@@ -22,6 +22,7 @@ from typing import Any
 
 from sidecar.common.nvml_names import CLOCK_EVENT_REASONS
 from sidecar.documents.contract_cluster import cluster_document
+from sidecar.documents.contract_jobs import job_documents
 from sidecar.documents.contract_types import (  # re-exported: the contract's words
     BOOL,
     INT,
@@ -393,56 +394,7 @@ RANK_WAIT = Obj(
     },
 )
 
-JOB = Obj(
-    "Job",
-    "One job: a process tree found through its probe segments or its GPU use, grouped under its root "
-    "(the topmost ancestor that is probed, uses a GPU, or is a known launcher such as torchrun).",
-    {
-        "id": F(STR, "`<root pid>-<root start ticks>`: the job's identity, never reused"),
-        "root_pid": F(INT, "the root process"),
-        "command": F(ListOf(STR), "the root's command line, redacted and clipped", null=True),
-        "user": F(STR, "the root's user name (its uid as text when the name is unknown)", null=True),
-        "uid": F(INT, "the root's real uid", null=True),
-        "cwd": F(STR, "the root's working directory (null when it cannot be read)", null=True),
-        "ancestor_pids": F(
-            ListOf(INT, 32), "the root's parent, its parent, ... up to pid 1 (session linkage)"
-        ),
-        "start_time_unix_s": F(NUM, "when the root started", null=True),
-        "alive": F(BOOL, "false once the root has exited"),
-        "ended_unix_s": F(NUM, "when the sidecar saw it exit", null=True),
-        "status": F(Enum(STATUSES), "the job's verdict"),
-        "message": F(STR, "the verdict in one sentence, in English"),
-        "message_ref": F(TEXT_REF, "the same in the catalogue"),
-        "first_warning": F(WARNING, "the most severe warning", null=True),
-        "warning_count": F(INT, "warnings of the verdict"),
-        "gpus": F(ListOf(INT), "NVML indices of the GPUs the job uses"),
-        "process_count": F(INT, "processes in its tree"),
-        "has_model": F(BOOL, "a model is registered with the probe"),
-        "distributed": F(DISTRIBUTED, "its distributed run, null when it is none", null=True),
-        "pod": F(POD, "its Kubernetes pod, null outside one", null=True),
-    },
-)
-
-JOBS_DOCUMENT = Obj(
-    "JobsDocument",
-    "GET /api/dsh-gpu-dashboard/jobs: every job this sidecar watches, the newest first.",
-    {
-        "schema": F(Enum((SCHEMA,)), "the document's schema; a client that reads another says so"),
-        "time_unix_s": F(NUM, "when the last poll ran"),
-        "interval_s": F(NUM, "time between polls"),
-        "mode": F(Enum(("pid", "discovery")), "`pid`: one job given by --pid; `discovery`: every job found"),
-        "default_job": F(
-            STR,
-            "the job GET /api/dsh-gpu-dashboard/status answers without ?job= (the newest with a model; root's discovery: the caller's own)",
-            null=True,
-        ),
-        "jobs": F(
-            ListOf(JOB, 64),
-            "the jobs, newest first (at most 64, shared out among users: one user's many jobs never push another's out)",
-        ),
-        "jobs_omitted": F(INT, "jobs left out"),
-    },
-)
+JOB, JOBS_DOCUMENT = job_documents(SCHEMA, STATUSES)  # declared in contract_jobs.py
 
 STATUS_DOCUMENT = Obj(
     "StatusDocument",

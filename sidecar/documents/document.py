@@ -526,6 +526,7 @@ def job_entry(summary: dict[str, Any], root: Root | None = None, ended_unix_s: f
         "command": target["cmdline"],
         "user": clip_opt(root.user) if root else None,
         "uid": root.uid if root else None,
+        "yours": None,  # whose request it answers is known per request only (for_viewer)
         "cwd": clip_opt(root.cwd, bounds.MAX_TEXT_CHARS) if root else None,
         "ancestor_pids": list(root.ancestor_pids) if root else [],
         "start_time_unix_s": target["create_time_unix_s"],
@@ -562,6 +563,17 @@ def jobs_document(
         "jobs_omitted": len(ordered) - len(shown),
     }
     return contract.check_if_enabled(doc, "jobs")
+
+
+def for_viewer(doc: dict[str, Any], viewer_uid: int | None) -> dict[str, Any]:
+    """A status or jobs document as the user `viewer_uid` sees it (None: a caller not told apart):
+    each listed job's `yours` says whether its root is that user's. A new document; the poll's own,
+    shared by every request, is never changed."""
+    jobs = doc.get("jobs")
+    if viewer_uid is None or not isinstance(jobs, list):  # as polled: `yours` null (job_entry)
+        return doc
+    marked = [{**j, "yours": None if j["uid"] is None else j["uid"] == viewer_uid} for j in jobs]
+    return {**doc, "jobs": marked}
 
 
 def fair_share(items: list[T], limit: int, owner: Callable[[T], Hashable]) -> list[T]:

@@ -21,7 +21,7 @@ from werkzeug.exceptions import HTTPException
 from sidecar import __version__
 from sidecar.documents.bounds import escape_steering
 from sidecar.documents.contract import json_schema
-from sidecar.documents.document import NoDefaultJob, UnknownJob
+from sidecar.documents.document import NoDefaultJob, UnknownJob, for_viewer
 from sidecar.serve.cluster import MAX_JOB_CHARS, ClusterBusy, ClusterCache, ClusterError
 from sidecar.serve.hosts import HostPolicy
 from sidecar.serve.peers import OwnerOnly, SocketOwner, caller_uid
@@ -182,11 +182,14 @@ def _install_routes(
 def _install_document_routes(app: Flask, source: DocumentSource, socket_owner: SocketOwner | None) -> None:
     """The health check and the documents of the API, from the source's last poll."""
 
+    def viewer() -> int | None:
+        return caller_uid(request.environ, socket_owner)
+
     def seen() -> Documents:
         """The source as this request's caller sees it: a sidecar listing every user's jobs answers
         without ?job= with the caller's own job only (a PerCallerSource's for_caller)."""
         view: Callable[[Callable[[], int | None]], Documents] | None = getattr(source, "for_caller", None)
-        return view(lambda: caller_uid(request.environ, socket_owner)) if view is not None else source
+        return view(viewer) if view is not None else source
 
     @app.get("/healthz")
     def healthz() -> Response:
@@ -194,9 +197,12 @@ def _install_document_routes(app: Flask, source: DocumentSource, socket_owner: S
         return jsonify({"ok": last is not None, "last_poll": last})
 
     def serve(make: Callable[[], Document | None]) -> Response:
-        """A document from the source: 404 for a job it does not watch, 503 before the first poll."""
+        """A document from the source: 404 for a job it does not watch, 503 before the first poll.
+        The jobs it lists are marked `yours` or not for this request's caller (document.for_viewer)."""
         try:
             doc = make()
+            if doc is not None and doc.get("jobs"):  # the caller is looked up only for a list of jobs
+                doc = for_viewer(doc, viewer())
         except UnknownJob as exc:
             return _error(404, f"no job {str(exc.args[0])[:64]!r} here: GET {API}/jobs lists the jobs")
         except NoDefaultJob:

@@ -5,7 +5,8 @@ HTTP over loopback.
   client socket's owner in /proc/net/tcp); every other user gets a 403 saying why; /healthz stays open.
 - A root sidecar (discovery, --pid, run) never serves without a token: it makes one and prints it.
 - The job a root discovery sidecar answers without ?job= (HTTP and `dsh-sidecar mcp`'s gpu_status)
-  is the caller's own newest, never another user's; none, saying so, when the caller has none.
+  is the caller's own newest, never another user's; none, saying so, when the caller has none; and
+  each job it lists says whether it is the caller's (`yours`).
 """
 
 from __future__ import annotations
@@ -112,6 +113,13 @@ def test_roots_default_job_is_the_callers_own(two_users_jobs, fake_nvml):
         assert code == 200 and doc["job_id"] == nobodys_job, doc
         code, doc = get_as(NOBODY, f"{sc.url}{API}/jobs", sc.token)
         assert code == 200 and doc["default_job"] == nobodys_job, doc
+        # each listed job says whether it is the asking user's (the page puts those first)
+        def yours(doc: dict) -> dict[str, bool | None]:
+            return {j["id"]: j["yours"] for j in doc["jobs"] if j["id"] in (root_job, nobodys_job)}
+
+        assert yours(doc) == {root_job: False, nobodys_job: True}, doc
+        assert yours(sc.get(f"{API}/jobs")[1]) == {root_job: True, nobodys_job: False}
+        assert yours(get_as(NOBODY, f"{sc.url}{API}/status", sc.token)[1]) == {root_job: False, nobodys_job: True}
         for route in ("status", "history"):  # a user with no job of their own gets none of another's
             code, body = get_as(STRANGER, f"{sc.url}{API}/{route}", sc.token)
             assert code == 404 and "none of the jobs here is yours" in body["error"], (route, body)

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from sidecar.documents.contract import check
+from sidecar.documents.document import job_entry, jobs_document
 from sidecar.poll.history import GPU_COLUMNS, JOB_COLUMNS, Sample
 from sidecar.serve.server import API, ServerConfig, create_app
+from sidecar.sources.lineage import RootInfo
 from sidecar.verdict import RecentSample
 from tests.helpers.static_source import StaticSource
 
@@ -130,3 +133,64 @@ def test_jobs_route_and_job_selection():
     assert r.status_code == 404 and len(r.json["error"]) < 200  # the echoed id is bounded
     fresh = create_app(ServerConfig(), StaticSource()).test_client()
     assert fresh.get(f"{API}/jobs").status_code == 503
+
+
+class _TwoUsersJobs(StaticSource):
+    """Discovery's documents as root's sidecar publishes them: ada's job, bob's newer one, and one
+    whose owner could not be read; the status document lists them as /jobs does."""
+
+    def __init__(self):
+        def entry(pid: int, root: RootInfo | None) -> dict:
+            summary = {
+                "job_id": f"{pid}-1",
+                "target": {"pid": pid, "alive": True, "cmdline": ["python", "train.py"], "create_time_unix_s": float(pid)},
+                "status": "GPU",
+                "message": "the job computes on the GPU",
+                "message_ref": {"id": "verdict.gpu", "params": {}},
+                "warnings": [],
+                "job_processes": {"gpus": [0], "process_count": 1, "has_model": True},
+            }
+            return job_entry(summary, root, None)
+
+        entries = [entry(10, ADA), entry(20, BOB), entry(30, None)]
+        self.jobs = jobs_document(entries, time_s=1.0, interval_s=1.0, mode="discovery", default_job=None)
+        super().__init__({"schema": 2, "jobs": self.jobs["jobs"]}, 1.0)
+
+    def jobs_document(self):
+        return self.jobs
+
+
+ADA, BOB = RootInfo(1000, "ada", "/home/ada", (1,)), RootInfo(1001, "bob", "/home/bob", (1,))
+
+
+def test_listed_jobs_are_marked_yours_for_the_user_of_each_connection():
+    """`yours` is the requesting socket's owner's (ServerConfig.socket_owner, sources/sockets.py's
+    lookup in the CLI), per request: ada's connection and bob's see the same jobs, each its own
+    marked; a caller who cannot be told apart sees none marked, and the poll's documents stay as
+    published."""
+    server_port = 8765
+    owners = {("127.0.0.1", 40000, server_port): ADA.uid, ("127.0.0.1", 40001, server_port): BOB.uid}
+    source = _TwoUsersJobs()
+    app = create_app(ServerConfig(socket_owner=lambda addr, port, ours: owners.get((addr, port, ours))), source)
+    c = app.test_client()
+
+    def yours(route: str, client_port: int) -> dict[str, bool | None]:
+        r = c.get(
+            f"{API}/{route}",
+            base_url=f"http://127.0.0.1:{server_port}",
+            environ_base={"REMOTE_ADDR": "127.0.0.1", "REMOTE_PORT": str(client_port)},
+        )
+        assert r.status_code == 200, r.json
+        if route == "jobs":
+            check(r.json, "jobs")
+        return {j["user"]: j["yours"] for j in r.json["jobs"]}
+
+    for route in ("jobs", "status"):
+        assert yours(route, 40000) == {"ada": True, "bob": False, None: None}, route
+        assert yours(route, 40001) == {"ada": False, "bob": True, None: None}, route
+        assert yours(route, 40002) == {"ada": None, "bob": None, None: None}, route  # not in the tables
+    assert all(j["yours"] is None for j in source.jobs["jobs"])  # the published list is shared: untouched
+    assert all(j["yours"] is None for j in source.doc["jobs"])
+    # without a lookup (the app alone), nobody is told apart
+    alone = create_app(ServerConfig(), source).test_client()
+    assert [j["yours"] for j in alone.get(f"{API}/jobs").json["jobs"]] == [None, None, None]

@@ -1,7 +1,7 @@
 // jobs.js — the job switcher of the standalone page (discovery mode: the sidecar watches several
 // jobs). Shown when the status document lists more than one job, in the order and with the rows of
-// the shared view model (view_model.js jobList: live jobs the newest first, then the exited ones,
-// collapsed); picking one asks /status and /history for it (?job=ID, feed.js), and the address
+// the shared view model (view_model.js jobList: the viewer's own live jobs first, then the other
+// live ones, the newest first within each, then the exited ones, collapsed); picking one asks /status and /history for it (?job=ID, feed.js), and the address
 // keeps the choice so a reload shows the same job.
 
 import { STATUS_COLORS } from '../shared/format.js';

@@ -299,6 +299,7 @@ export const SCHEMA = 2
  * @property {Array<string>|null} command the root's command line, redacted and clipped
  * @property {string|null} user the root's user name (its uid as text when the name is unknown)
  * @property {number|null} uid the root's real uid
+ * @property {boolean|null} yours the root's uid is that of the user who asked (the HTTP API, where the kernel's socket tables prove a loopback caller's uid); null: not told (no proven caller, or no uid)
  * @property {string|null} cwd the root's working directory (null when it cannot be read)
  * @property {Array<number>} ancestor_pids the root's parent, its parent, ... up to pid 1 (session linkage)
  * @property {number|null} start_time_unix_s when the root started

@@ -34,14 +34,17 @@
  *   runtimeFacts(doc, lang)    {items: [{key, label, value, bad}], error, interval}: the footer.
  *
  * A list of jobs (Job of a status or jobs document: the page's job switcher, the plugin's session jobs):
- *   orderJobs(jobs)            {live, exited}: the one order of every job list. Live jobs first, the newest
- *                              started first; then exited ones, the newest ended first.
+ *   orderJobs(jobs)            {live, exited}: the one order of every job list. Live jobs first: the
+ *                              viewer's own (`yours`, the sidecar marks them for whoever asks) before the
+ *                              others, the newest started first within each; then exited ones, the newest
+ *                              ended first.
  *   jobList(jobs, lang, shown)  {live: [jobRow], exited: [jobRow], exitedLabel, exitedOpen}: the rows in
  *                              that order; the exited ones are collapsed under `exitedLabel` ("Exited jobs
  *                              (N)"; null: none), open (`exitedOpen`) only when the shown job is one of them.
  *   jobRow(job, lang)          {id, status, alive, pid, cmd, user, exited: null | text, message}.
- *   defaultJobId(...groups)    the job shown when none is chosen: the newest live job of the first group
- *                              with one, else the newest exited one of the first group with any; null.
+ *   defaultJobId(...groups)    the job shown when none is chosen: the first live job (orderJobs: the
+ *                              viewer's newest) of the first group with one, else the newest exited one of
+ *                              the first group with any; null.
  *
  * The cluster view (a ClusterDocument, GET /api/dsh-gpu-dashboard/cluster, from a sidecar started with --prometheus):
  *   CLUSTER_NODE_COLUMNS, CLUSTER_RANK_COLUMNS  [{key, label, num}], as PROCESS_COLUMNS.
@@ -484,6 +487,8 @@ export function clusterView(cluster, statusDoc, lang) {
 // ------------------------------------------------------------------ job lists
 
 const isLive = (j) => j.alive !== false;
+// The viewer's own job (Job.yours: null when the sidecar cannot tell whose request it answers).
+const isYours = (j) => j.yours === true;
 // A job whose start (or end) is unknown sorts after those whose is known.
 const startOf = (j) => (isNum(j.start_time_unix_s) ? j.start_time_unix_s : -Infinity);
 const endOf = (j) => (isNum(j.ended_unix_s) ? j.ended_unix_s : startOf(j));
@@ -496,7 +501,7 @@ const newestBy = (at) => (a, b) => {
 export function orderJobs(jobs) {
   const all = list(jobs).filter((j) => typeof j === 'object');
   return {
-    live: all.filter(isLive).sort(newestBy(startOf)),
+    live: all.filter(isLive).sort((a, b) => isYours(b) - isYours(a) || newestBy(startOf)(a, b)),
     exited: all.filter((j) => !isLive(j)).sort(newestBy(endOf)),
   };
 }
