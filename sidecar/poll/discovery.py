@@ -328,6 +328,8 @@ class JobsPoller:
         live: dict[int, int | None] = {}
         for job in self._jobs.values():
             live.update(job.poller.segment_source.live_writers())
+        # the first poll's final publishes of exited children: their jobs' first polls read them next
+        live.update({pid: ticks for pid, ticks in self._finder.finals})  # the name of that writer is spared
         try:
             # A part of the names, each pid's whole, from where the last sweep stopped: a directory
             # flooded with names costs a sweep SWEEP_NAMES judgements (sources/segment_dir.py).

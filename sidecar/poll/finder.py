@@ -13,6 +13,7 @@ from sidecar.sources.host import HOST, HostPaths
 from sidecar.sources.owners import KnownProcesses
 from sidecar.sources.proctree import open_file_budget
 from sidecar.sources.segment_dir import SegmentDirectory
+from sidecar.sources.segments import closed_finals
 
 if TYPE_CHECKING:
     from sidecar.poll.collect import NvmlReading
@@ -46,13 +47,22 @@ class JobFinder:
         self.segments = SegmentDirectory(uid, shm_dir, watch=watch, host=host)
         self.names, self.owners = self.segments.names, self.segments.owners
         self._judged_once = False
+        # At the first poll only: the final publishes of probed children that exited before it,
+        # whose parent lives (closed_finals): writer (pid, start ticks) -> parent pid. Their parent is a
+        # candidate, and the sweep of that poll spares their files, so its job's first poll finds
+        # them (SegmentSource._exited_before): `--once` just after a launcher's ranks ended.
+        self.finals: dict[tuple[int, int | None], int] = {}
         self._probed: tuple[int, set[int]] = (-1, set())  # (owners.version, the pids it gave)
 
     def find(self, nvml: NvmlReading) -> dict[tuple[int, int], tuple[int, int]]:
         """The roots of this poll, by candidate identity (after NVML's snapshot ``nvml``)."""
         # After NVML's snapshot and before the listing: each pid listed is looked up as it is now.
         exited = self.processes.new_poll()
+        first = not self._judged_once
         probed, gpu = self._candidates(nvml)
+        self.finals = self._closed_finals(probed) if first else {}
+        if self.finals:
+            probed = probed | set(self.finals.values())
 
         def is_job_process(pid: int, argv: tuple[str, ...]) -> bool:
             return pid in probed or pid in gpu or lineage.is_launcher(argv)
@@ -106,6 +116,20 @@ class JobFinder:
         # Shared out among users, as the segments are: one user's thousand GPU processes never hide
         # another's.
         return probed, {pid for pid, _ in document.fair_share(owned, MAX_CANDIDATES, lambda f: f[1])}
+
+    def _closed_finals(self, writers: set[int]) -> dict[tuple[int, int | None], int]:
+        """closed_finals among the names of pids that are not live writers of their own, whose
+        parent is a live process (of this sidecar's user, when it has one)."""
+
+        def parent_start_ticks(ppid: int) -> int | None:
+            ident = self.processes.identity(ppid)
+            if ident is None or (self.uid is not None and self.processes.real_uid(ppid) != self.uid):
+                return None
+            return ident[1]
+
+        names = [n for n in self.names.names() if n[0] not in writers]
+        found = closed_finals(names, parent_start_ticks, shm_dir=self.shm_dir, host=self.host)
+        return {writer: ppid for writer, (ppid, _) in found.items()}
 
     def close(self) -> None:
         self.processes.close()

@@ -12,6 +12,7 @@ the schema refuses never has one: its read is "corrupt", with the reader's reaso
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +52,40 @@ class ProbeRead:
     unreadable: bool  # corrupt, foreign, or busy for too long
     writer_start_ticks: int | None = None  # from the header: names the writer a stale segment belongs to
     closed: bool = False  # the writer closed its segment (the probe does at exit): payload is its last
+
+
+def closed_finals(
+    names: list[tuple[int, int | None, str | None]],
+    parent_start_ticks: Callable[[int], int | None],
+    *,
+    shm_dir: str = SHM_DIR,
+    host: HostPaths = HOST,
+) -> dict[Identity, tuple[int, ProbePayload]]:
+    """The last publishes that writers which closed their segments left under ``names`` (the probe
+    keeps one that named models when its process exits), each whose payload names as its parent a
+    process that ``parent_start_ticks`` gives the start ticks of (None: not a parent to take), written
+    by that parent's user after it started: writer identity -> (parent pid, payload). At most
+    MAX_EXITED_BEFORE. Never raises."""
+    out: dict[Identity, tuple[int, ProbePayload]] = {}
+    for pid, ticks, suffix in names:
+        if len(out) >= MAX_EXITED_BEFORE:
+            break
+        try:
+            head = header_identity(segment_path(pid, ticks, shm_dir, suffix if ticks is not None else None))
+            if head is None or head[0] != pid or (pid, head[1]) in out:
+                continue
+            r = read_segment(pid, expected_start_ticks=head[1], host=host)
+            raw = r.payload if r.state == "missing" else None  # closed: its writer's last publish
+            ppid = raw["ppid"] if raw is not None else None
+            started = parent_start_ticks(ppid) if isinstance(ppid, int) else None
+            if raw is None or ppid is None or started is None or head[1] < started:
+                continue
+            if head[3].st_uid != process_real_uid(ppid, host=host):
+                continue
+            out[(pid, head[1])] = (ppid, payload_record(raw))
+        except Exception:  # noqa: BLE001 -- the reader and the records promise not to raise
+            continue
+    return out
 
 
 class SegmentSource:
@@ -193,33 +228,15 @@ class SegmentSource:
     def _exited_before(self, tree: TreeSnapshot, shm_dir: str = SHM_DIR) -> dict[Identity, ProbeRead]:
         """The final publishes of the tree's probed children that exited before this source's first
         poll (``--once``, or a sidecar started, just after a launcher's ranks ended while it lives on):
-        segments their writers closed (the probe keeps a last publish that named models), whose
-        payload names a process of the tree as its parent, written by that parent's user after it
-        started. Never raises: a poll goes on without them."""
-        parents = {p.pid: p for p in tree.processes}
-        out: dict[Identity, ProbeRead] = {}
+        closed_finals of the names of ``shm_dir`` whose parent is a process of the tree. Never raises:
+        a poll goes on without them."""
+        starts = {p.pid: p.start_ticks for p in tree.processes}
         try:
             names, _ = scan(shm_dir, MAX_LISTED_NAMES)
         except Exception:  # noqa: BLE001 -- the listing promises not to raise; a poll must not trust that
-            return out
-        for pid, ticks, suffix in names:
-            if pid in parents or len(out) >= MAX_EXITED_BEFORE:
-                continue
-            try:
-                head = header_identity(segment_path(pid, ticks, shm_dir, suffix if ticks is not None else None))
-                if head is None or head[0] != pid or (pid, head[1]) in out:
-                    continue
-                r = read_segment(pid, expected_start_ticks=head[1], host=self.host)
-                raw = r.payload if r.state == "missing" else None  # closed: its writer's last publish
-                parent = parents.get(raw["ppid"]) if raw is not None else None
-                if raw is None or parent is None or parent.start_ticks is None or head[1] < parent.start_ticks:
-                    continue
-                if head[3].st_uid != process_real_uid(parent.pid, host=self.host):
-                    continue
-                out[(pid, head[1])] = ProbeRead(pid, "ok", payload_record(raw), None, False, closed=True)
-            except Exception:  # noqa: BLE001 -- the reader and the records promise not to raise
-                continue
-        return out
+            return {}
+        found = closed_finals([n for n in names if n[0] not in starts], starts.get, shm_dir=shm_dir, host=self.host)
+        return {ident: ProbeRead(ident[0], "ok", record, None, False, closed=True) for ident, (_, record) in found.items()}
 
     def live_writers(self) -> dict[int, int | None]:
         """Pid -> start_ticks of the live processes whose segment read ok at the last poll: the
