@@ -14,11 +14,14 @@ OUT=docs/screenshots
 # The page's states beyond test_page.py's: without its token, a job of one process with --prometheus.
 page_more=(tests/browser/test_token_page.py
   tests/browser/test_cluster_page.py::test_a_job_of_one_process_gets_one_line_not_a_table_per_job)
+# The DSH plugin's beyond test_dsh_plugin.py's: the sidecar it starts itself, a session's day of runs.
+dsh_more=(tests/browser/test_dsh_autostart.py
+  tests/browser/test_dsh_workspace.py::test_the_live_job_comes_first_and_the_chip_counts_live_jobs)
 case "${1:-all}" in
   page) tests=(tests/browser/test_page.py "${page_more[@]}") ;;
-  dsh) tests=(tests/browser/test_dsh_plugin.py tests/browser/test_dsh_autostart.py) ;;
+  dsh) tests=(tests/browser/test_dsh_plugin.py "${dsh_more[@]}") ;;
   cluster) tests=(tests/integration/test_cluster.py) ;;
-  all) tests=(tests/browser/test_page.py "${page_more[@]}" tests/browser/test_dsh_plugin.py tests/browser/test_dsh_autostart.py tests/integration/test_cluster.py) ;;
+  all) tests=(tests/browser/test_page.py "${page_more[@]}" tests/browser/test_dsh_plugin.py "${dsh_more[@]}" tests/integration/test_cluster.py) ;;
   *) echo "screenshots.sh: unknown set '$1' (page, dsh, cluster or all)" >&2; exit 2 ;;
 esac
 

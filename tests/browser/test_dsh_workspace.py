@@ -187,6 +187,7 @@ def test_the_live_job_comes_first_and_the_chip_counts_live_jobs(chromium: Browse
         hidden = [r["id"] for r in shown["rows"] if not r["visible"]]
         assert set(launched.exited_ids) <= set(hidden), shown
         assert live_id not in hidden
+        shot(page, "session-jobs")  # docs/dsh-plugin.md: the user's live job first, the exited ones collapsed
 
         # the chip counts the live jobs of the user (other tests' may come and go: read both at once)
         chip = page.locator('[data-testid="dsh-gpu-chip-jobs"]')
