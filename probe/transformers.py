@@ -32,7 +32,7 @@ __all__ = ["ProbeCallback"]
 SOURCE = "transformers"
 
 
-class ProbeCallback(TrainerCallback):
+class ProbeCallback(TrainerCallback):  # type: ignore[misc]  # transformers is not followed (pyproject's [tool.mypy])
     """Registers the trained model, counts steps, times data waits, records train/eval events."""
 
     def __init__(self, name: str | None = None) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hostfs.paths import HOST, HostPaths
-from hostfs.procid import process_real_uid
+from hostfs.procid import process_real_uid, process_start_ticks
 from probe_wire.cleanup import remove_if_dead, sweep_dead_segments
 from probe_wire.follower import ReadBudget as ReadBudget  # re-exported: discovery shares one (`as`)
 from probe_wire.follower import SegmentFollower
@@ -36,6 +36,11 @@ FOREIGN_CHECK_EVERY_POLLS = 20
 UNREADABLE_STATES = ("corrupt", "foreign-owner", "owner-mismatch")
 # Final publishes of children that exited before the first poll, taken at most (a launcher's ranks).
 MAX_EXITED_BEFORE = 64
+# ...looked for within bounds: /dev/shm is anyone's to flood, and a job's first poll must not pay for
+# it (tests/stress/test_discovery_floods.py). Names whose header is read at most, and per pid (a real
+# writer leaves one name; a flood of names under one pid must not hide every other pid's).
+EXITED_BEFORE_NAMES_READ = 256
+EXITED_BEFORE_NAMES_PER_PID = 2
 
 Identity = tuple[int, int | None]  # (pid, start ticks): a process
 
@@ -65,15 +70,24 @@ def closed_finals(
     keeps one that named models when its process exits), each whose payload names as its parent a
     process that ``parent_start_ticks`` gives the start ticks of (None: not a parent to take), written
     by that parent's user after it started: writer identity -> (parent pid, payload). At most
-    MAX_EXITED_BEFORE. Never raises."""
+    MAX_EXITED_BEFORE, out of at most EXITED_BEFORE_NAMES_READ names (EXITED_BEFORE_NAMES_PER_PID a
+    pid); a live writer's segment is skipped before its payload is read. Never raises."""
     out: dict[Identity, tuple[int, ProbePayload]] = {}
+    read_per_pid: dict[int, int] = {}
+    read = 0
     for pid, ticks, suffix in names:
-        if len(out) >= MAX_EXITED_BEFORE:
+        if len(out) >= MAX_EXITED_BEFORE or read >= EXITED_BEFORE_NAMES_READ:
             break
+        if read_per_pid.get(pid, 0) >= EXITED_BEFORE_NAMES_PER_PID:
+            continue
+        read_per_pid[pid] = read_per_pid.get(pid, 0) + 1
+        read += 1
         try:
             head = header_identity(segment_path(pid, ticks, shm_dir, suffix if ticks is not None else None))
             if head is None or head[0] != pid or (pid, head[1]) in out:
                 continue
+            if process_start_ticks(pid, host=host) == head[1]:
+                continue  # its writer lives: no exited child's final publish (and maybe a big live one)
             r = read_segment(pid, expected_start_ticks=head[1], host=host)
             raw = r.payload if r.state == "missing" else None  # closed: its writer's last publish
             ppid = raw["ppid"] if raw is not None else None
@@ -101,6 +115,7 @@ class SegmentSource:
         # is done once for all of them (sidecar/poll/discovery.py), not once per job.
         self.sweep_foreign = sweep_foreign
         self._follower = SegmentFollower(open_file_budget() if max_open is None else max_open, names, budget, host=host)
+        self._names = names
         # identity -> its last good payload: the reader's validated copy, and the record made of it
         self._last_good: dict[Identity, tuple[dict[str, Any], ProbePayload]] = {}
         self._last_ok: dict[Identity, ProbeRead] = {}
@@ -228,11 +243,13 @@ class SegmentSource:
     def _exited_before(self, tree: TreeSnapshot, shm_dir: str = SHM_DIR) -> dict[Identity, ProbeRead]:
         """The final publishes of the tree's probed children that exited before this source's first
         poll (``--once``, or a sidecar started, just after a launcher's ranks ended while it lives on):
-        closed_finals of the names of ``shm_dir`` whose parent is a process of the tree. Never raises:
+        closed_finals of the names in ``shm_dir`` whose parent is a process of the tree. Never raises:
         a poll goes on without them."""
         starts = {p.pid: p.start_ticks for p in tree.processes}
         try:
-            names, _ = scan(shm_dir, MAX_LISTED_NAMES)
+            # Discovery's index when there is one (its names, at most 64 a pid, without listing a
+            # directory someone may have flooded); --pid lists the directory once.
+            names = self._names.names() if self._names is not None else scan(shm_dir, MAX_LISTED_NAMES)[0]
         except Exception:  # noqa: BLE001 -- the listing promises not to raise; a poll must not trust that
             return {}
         found = closed_finals([n for n in names if n[0] not in starts], starts.get, shm_dir=shm_dir, host=self.host)
