@@ -79,6 +79,8 @@ class Poller(document.OneJob):
         self.latest: dict[str, Any] | _Deferred | None = None  # the last status document, or its _Deferred
         self.latest_verdict: Verdict | None = None
         self.target_gone_at: float | None = None
+        # Called once, by the poll that finds the target gone (the CLI's supervisor sleeps till then).
+        self.on_end: Callable[[], None] | None = None
         self._hysteresis = HysteresisState()
         self._verdict_memo = VerdictMemo()  # the last poll's verdict, reused where the facts are the same
         self._sample_memo = SampleMemo()  # the same for the history sample's process rows and sums
@@ -119,6 +121,8 @@ class Poller(document.OneJob):
             self._system_gpus = read_system_gpus(self.system_gpus_fn, self.poll_errors, self._system_gpus)
         if not tree.target_alive and self.target_gone_at is None:
             self.target_gone_at = now
+            if self.on_end is not None:
+                self.on_end()
         gpus = self.gpu_facts_fn() if self.gpu_facts_fn is not None else None
         departed = getattr(self.segment_source, "departed", None)
         facts = self._collector.facts(now, tree, reads, nvml, self._system_gpus, gpus, departed)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -421,6 +422,22 @@ def test_run_forwards_sigterm(fake_nvml):
     assert proc.returncode == 42, (out, err)
     # The signal ends the sidecar with its job, at once: it does not announce a grace it skips.
     assert "the sidecar stops now" in out and "stops in" not in out, out
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("watching", [["--pid", str(os.getpid())], []])
+def test_a_signal_stops_a_serving_sidecar_at_once(fake_nvml: FakeNvml, sig: signal.Signals, watching: list[str]) -> None:
+    """--pid and discovery sleep until a signal or the job's end (no timer wakes them): a signal
+    still ends them at once, exit 0, without a word of a job that ended."""
+    fake_nvml.write({"gpus": []})
+    with Sidecar([*watching, "--port", "0"], env=fake_nvml.env()) as sc:
+        if watching:
+            sc.wait_status(lambda doc: True, 30, "a first poll")
+        started = time.monotonic()
+        sc.proc.send_signal(sig)
+        assert sc.proc.wait(5) == 0, sc.err_lines
+        assert time.monotonic() - started < 3
+        assert not any("the job" in line for line in sc.lines), sc.lines
 
 
 def test_doctor_on_this_machine():
