@@ -219,6 +219,9 @@ def test_processes_started_outside_the_tree_cost_no_walk_of_the_children_lists(p
     real = src._files.children
     monkeypatch.setattr(src._files, "children", lambda pid, threads: listed.append(pid) or real(pid, threads))
     outsiders: list[subprocess.Popen] = []
+    # A tree of 3 (whose lists cost less than looking at one new pid) looks at the new pids as a
+    # large tree does (of 6 members a new pid, by default).
+    monkeypatch.setattr("sidecar.sources.proctree.NEW_PIDS_PER_MEMBER", 100)
     try:
         # A process of this test (no member of the tree) starts and stays; another starts and ends.
         read, got = _quiet_poll(
@@ -227,8 +230,8 @@ def test_processes_started_outside_the_tree_cost_no_walk_of_the_children_lists(p
             lambda: outsiders.append(subprocess.Popen(["sleep", "60"])) or subprocess.run(["true"], check=True),
         )
         assert got == first and read == []
-        # Past NEW_PIDS_CHECKED_MAX new pids, the lists are read.
-        monkeypatch.setattr("sidecar.sources.proctree.NEW_PIDS_CHECKED_MAX", 0)
+        # Past NEW_PIDS_PER_MEMBER new pids a member, the lists are read.
+        monkeypatch.setattr("sidecar.sources.proctree.NEW_PIDS_PER_MEMBER", 0)
         read, got = _quiet_poll(src, listed, lambda: subprocess.run(["true"], check=True))
         assert got == first and parent.proc.pid in read
     finally:
@@ -239,10 +242,11 @@ def test_processes_started_outside_the_tree_cost_no_walk_of_the_children_lists(p
 
 
 @pytest.mark.parametrize("how", ["kid", "threadkid", "grandkid"])
-def test_a_member_that_forks_is_walked_at_the_next_poll_beside_outside_processes(parent, how):
+def test_a_member_that_forks_is_walked_at_the_next_poll_beside_outside_processes(parent, how, monkeypatch):
     """The pids allocated since the last walk are looked at: a new child of a member (started by a
     thread, whose own pid names the member's parent; or a child that forked a grandkid at once) is
     found at the very next poll, with processes outside the tree started in the same interval."""
+    monkeypatch.setattr("sidecar.sources.proctree.NEW_PIDS_PER_MEMBER", 100)  # looked at, not listed
     src = ProcessTreeSource(parent.proc.pid)
     assert set(shape(src.poll())) == {parent.proc.pid}
     subprocess.run(["true"], check=True)
