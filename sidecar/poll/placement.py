@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import asdict, dataclass
+from operator import is_
 from typing import Any
 
 from probe_wire.records import ProbePayload
@@ -89,6 +90,12 @@ class Placement:
         self.pod: PodFacts | None = None
         self.owner_uid: int | None = None  # the job's root's real uid, once known
         self._pod_of: tuple[int, int | None] | None = None  # the root whose pod was found
+        # The payloads `distributed` was last made of (most polls: the very same objects again), and
+        # the document objects last made of (distributed, owner_uid, pod): made again only on a change.
+        self._payloads: list[ProbePayload] = []
+        self._shown: tuple[
+            DistributedFacts | None, int | None, PodFacts | None, tuple[dict[str, Any] | None, dict[str, Any] | None]
+        ] = (None, None, None, (None, None))
 
     def update(
         self, tree: TreeSnapshot, reads: dict[int, ProbeRead], facts: Facts, owner_uid: int | None = None
@@ -99,17 +106,23 @@ class Placement:
         if owner_uid is not None:
             self.owner_uid = owner_uid
         payloads = [r.payload for p in tree.processes if (r := reads.get(p.pid)) is not None and r.payload is not None]
-        found = distributed_facts(payloads)
-        if found is not None:
-            self.distributed = found
+        if len(payloads) != len(self._payloads) or not all(map(is_, payloads, self._payloads)):
+            found = distributed_facts(payloads)  # of the same payloads (never changed): the same again
+            if found is not None:
+                self.distributed = found
+            self._payloads = payloads
         if self.pods is not None and tree.target_alive and tree.processes:
             self._update_pod(self.pods, tree.processes[0], payloads, facts)
-        return (
-            None
-            if self.distributed is None
-            else {**asdict(self.distributed), "ranks": list(self.distributed.ranks), "uid": self.owner_uid},
-            None if self.pod is None else asdict(self.pod),
-        )
+        dist, uid, pod, shown = self._shown
+        if dist is not self.distributed or uid != self.owner_uid or pod is not self.pod:
+            # Documents are never changed once made: the last poll's objects serve again.
+            dist, uid, pod = self.distributed, self.owner_uid, self.pod
+            shown = (
+                None if dist is None else {**asdict(dist), "ranks": list(dist.ranks), "uid": uid},
+                None if pod is None else asdict(pod),
+            )
+            self._shown = (dist, uid, pod, shown)
+        return shown
 
     def _update_pod(self, pods: ProcessPods, root: ProcInfo, payloads: list[ProbePayload], facts: Facts) -> None:
         ident = (root.pid, root.start_ticks)

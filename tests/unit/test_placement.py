@@ -66,6 +66,25 @@ def test_the_last_placement_stays_once_the_ranks_are_gone():
     assert place.update(tree(10), {}, facts)[0] == first
 
 
+def test_the_same_payloads_give_the_same_objects_and_any_change_new_ones():
+    """Made again only when a payload, the owner or the pod changed: otherwise the last poll's
+    document objects (never changed once made) serve again, equal to what a fresh Placement makes."""
+    tree = SimpleNamespace(processes=[SimpleNamespace(pid=p, start_ticks=1) for p in (10, 11)], target_alive=True)
+    facts = SimpleNamespace(processes=(), gpus=())
+    place = Placement(None)
+    reads = {10: SimpleNamespace(payload=payload("rank", 0)), 11: SimpleNamespace(payload=payload("rank", 1))}
+    first = place.update(tree, reads, facts, 1000)
+    assert place.update(tree, dict(reads), facts, 1000) is first
+    assert Placement(None).update(tree, reads, facts, 1000) == first
+    # A republished payload (another object) with another key; then the owner learnt afresh.
+    reads[11] = SimpleNamespace(payload=payload("rank", 1, "k2"))
+    reads[10] = SimpleNamespace(payload=payload("rank", 0, "k2"))
+    second = place.update(tree, reads, facts, 1000)
+    assert second[0]["job_key"] == "k2" and second == Placement(None).update(tree, reads, facts, 1000)
+    third = place.update(tree, reads, facts, 1001)
+    assert third[0]["uid"] == 1001 and third[0]["job_key"] == "k2"
+
+
 def test_the_run_s_key_carries_its_owner_which_no_process_chooses():
     """Any user can set TORCHELASTIC_RUN_ID: the key is the run's with the uid of the job's root (what
     the cluster view and `dsh_job_info` key a run on), kept once known."""
