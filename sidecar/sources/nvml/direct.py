@@ -119,14 +119,17 @@ class Queries:
 
 
 class ListBuffer:
-    """A list query's buffer, kept between polls with its capacity."""
+    """A list query's buffer, kept between polls with its capacity, and the count it is called with
+    (made once: a ctypes object and a reference to it cost about 1 us a call to make)."""
 
-    __slots__ = ("buf", "capacity", "entry")
+    __slots__ = ("buf", "capacity", "count", "count_ref", "entry")
 
     def __init__(self, entry: struct.Struct) -> None:
         self.entry = entry
         self.capacity = 0
         self.buf: Any = None
+        self.count = ctypes.c_uint(0)
+        self.count_ref = ctypes.byref(self.count)
 
 
 def read_list(fn: Any, handle: Any, lb: ListBuffer, *tail: Any, empty: int | None = None) -> list[tuple[int, ...]]:
@@ -141,16 +144,16 @@ def read_list(fn: Any, handle: Any, lb: ListBuffer, *tail: Any, empty: int | Non
     empty list here rather than as an error (an idle GPU answers it at every poll; raised, it cost two
     exceptions per GPU).
     """
-    entry = lb.entry
-    count = ctypes.c_uint(lb.capacity)
+    entry, count, count_ref = lb.entry, lb.count, lb.count_ref
+    count.value = lb.capacity
     if lb.capacity:
         buf = lb.buf
-        ret = fn(handle, buf, ctypes.byref(count), *tail) if tail else fn(handle, ctypes.byref(count), buf)
+        ret = fn(handle, buf, count_ref, *tail) if tail else fn(handle, count_ref, buf)
         if ret == SUCCESS:
             n = min(count.value, lb.capacity)
             return list(entry.iter_unpack(memoryview(buf)[: n * entry.size])) if n else []
     else:
-        ret = fn(handle, None, ctypes.byref(count), *tail) if tail else fn(handle, ctypes.byref(count), None)
+        ret = fn(handle, None, count_ref, *tail) if tail else fn(handle, count_ref, None)
         if ret == SUCCESS:
             return []
     if ret == empty:
@@ -160,7 +163,7 @@ def read_list(fn: Any, handle: Any, lb: ListBuffer, *tail: Any, empty: int | Non
     capacity = count.value * 2 + 5
     buf = ctypes.create_string_buffer(capacity * entry.size)
     count.value = capacity
-    ret = fn(handle, buf, ctypes.byref(count), *tail) if tail else fn(handle, ctypes.byref(count), buf)
+    ret = fn(handle, buf, count_ref, *tail) if tail else fn(handle, count_ref, buf)
     if ret == empty:
         return []
     if ret != SUCCESS:
