@@ -11,11 +11,11 @@ import threading
 from array import array
 from collections import deque
 from collections.abc import Iterable
-from itertools import chain, pairwise
+from itertools import chain
 from typing import Any, cast
 
 from sidecar.documents.bounds import clip_opt
-from sidecar.verdict import RecentSample
+from sidecar.verdict import RecentSample, RecentWindow, times_in_order
 
 MAX_EVENTS = 1000
 
@@ -252,10 +252,11 @@ class History:
             else:
                 window = self._scan(cutoff)
                 times = deque(s.time for s in window)
-                in_order = all(a <= b for a, b in pairwise(times))
-                self._window_s = window_s if in_order else None
+                self._window_s = window_s if times_in_order(times) else None
                 self._window_times, self._window = times, deque(s.recent for s in window)
-            return tuple(self._window)
+            # In order when kept (the scan found it so, and append() keeps it so): the rules then
+            # need not look (RecentWindow).
+            return RecentWindow(self._window) if self._window_s == window_s else tuple(self._window)
 
     def _scan(self, cutoff: float) -> list[Sample]:
         out = []

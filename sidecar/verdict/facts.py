@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
+from itertools import islice
+from operator import attrgetter, le
 
 from probe_wire.records import RuntimeRecord
 from probe_wire.schema import DEVICE_MIXED, DEVICE_NO_PARAMETERS
@@ -15,7 +17,7 @@ from sidecar.common.memo import for_the_same_objects
 # What `from sidecar.verdict import ...` gives (sidecar/verdict/__init__.py).
 __all__ = ["ACCELERATOR_TYPES", "NVIDIA_VENDOR", "SEVERITY_ORDER", "STATUSES", "Facts", "Finding"]
 __all__ += ["GpuFacts", "ModelFacts", "ProcGpu", "ProcessFacts", "RecentSample", "Rules"]
-__all__ += ["LoaderSettings", "MathSettings", "MigFacts", "StepBreakdown"]
+__all__ += ["LoaderSettings", "MathSettings", "MigFacts", "StepBreakdown", "RecentWindow", "times_in_order"]
 __all__ += [
     "SystemGpuFacts",
     "Verdict",
@@ -283,6 +285,41 @@ class RecentSample:
     train_steps: int | None = None
     # The rank the others waited for at this poll (stragglers.straggler_candidate), as (rank, cause).
     straggler: tuple[int, str] | None = None
+
+
+class RecentWindow(tuple):  # type: ignore[type-arg]  # of RecentSample; a marker, nothing more
+    """Recent samples whose times are known to be in order (times_in_order holds): the poller's
+    history keeps its window so, and hands it over as one. The rules then take it as such, where a
+    look at every time of a 120 s window (480 samples at 0.25 s) cost each poll about 2 %."""
+
+    __slots__ = ()
+
+
+_time = attrgetter("time")
+
+
+def times_in_order(times: Sequence[float]) -> bool:
+    """The times never decrease and none is NaN (there is one at least)."""
+    return bool(times) and times[0] <= times[-1] and all(map(le, times, islice(times, 1, None)))
+
+
+def _samples_in_order(samples: Sequence[RecentSample]) -> bool:
+    return times_in_order(list(map(_time, samples)))
+
+
+# The idle and growth rules ask for the same poll's samples (Facts.recent).
+_tuple_in_order = for_the_same_objects(_samples_in_order)
+
+
+def samples_in_order(samples: Sequence[RecentSample]) -> bool:
+    """times_in_order of the samples' times. History gives them in order except after the clock
+    stepped back (a RecentWindow then says so at no cost); a tuple's is found once for its rules (a
+    list may change between two calls)."""
+    if type(samples) is RecentWindow:
+        return True
+    if type(samples) is tuple:
+        return _tuple_in_order(samples)
+    return _samples_in_order(samples)
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,12 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
 from itertools import islice
-from operator import attrgetter, le
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 from probe_wire.records import RuntimeRecord
 from probe_wire.schema import DEVICE_MIXED, DEVICE_NO_PARAMETERS
 from sidecar.common.catalogue import Ref, ref
-from sidecar.common.memo import for_the_same_objects
 from sidecar.verdict.efficiency import EFFICIENCY_RULES, data_wait
 from sidecar.verdict.facts import (
     NVIDIA_VENDOR,
@@ -31,6 +30,7 @@ from sidecar.verdict.facts import (
     nvidia_in_system,
     plist,
     runtimes,
+    samples_in_order,
     version_tuple,
 )
 from sidecar.verdict.stragglers import STRAGGLER_RULES
@@ -436,24 +436,6 @@ def rule_pid_namespace(f: Facts) -> Iterable[Finding]:
 _time = attrgetter("time")
 
 
-def _in_order(samples: Sequence[RecentSample]) -> bool:
-    """The samples' times never decrease (and none is NaN). History gives them in order except after
-    the clock stepped back; checked in C (about 4 µs for the 120 s window), once for a tuple's rules
-    (a list may change between two calls)."""
-    if type(samples) is tuple:
-        return _in_order_tuple(samples)
-    return _times_in_order(samples)
-
-
-def _times_in_order(samples: Sequence[RecentSample]) -> bool:
-    times = list(map(_time, samples))
-    return bool(times) and times[0] <= times[-1] and all(map(le, times, islice(times, 1, None)))
-
-
-# The idle and growth rules ask for the same poll's samples (Facts.recent).
-_in_order_tuple = for_the_same_objects(_times_in_order)
-
-
 def _idle_window(f: Facts) -> list[RecentSample] | None:
     """The recent samples covering the idle window (and the one before it), or None when history is
     too short."""
@@ -463,7 +445,7 @@ def _idle_window(f: Facts) -> list[RecentSample] | None:
     window_s = f.rules.idle_window_s
     now = recent[-1].time
     cutoff = now - window_s
-    if not _in_order(recent) or cutoff != cutoff:  # or a NaN cutoff: the plain scan
+    if not samples_in_order(recent) or cutoff != cutoff:  # or a NaN cutoff: the plain scan
         return _idle_window_scan(recent, cutoff, now, window_s)
     start = bisect_left(recent, cutoff, key=_time)  # the first sample of the window (times >= cutoff)
     if start:
@@ -542,9 +524,9 @@ def memory_growth(samples: Iterable[RecentSample], rules: Rules) -> MemoryGrowth
     last figure exceeds its first by `growth_min_mib` and `growth_min_fraction` of the first, and
     `growth_monotonic_fraction` of its steps do not decrease. All must hold: with times in order,
     the window's ends are found by bisection and only a window that grew is walked step by step."""
-    if type(samples) is not tuple:
+    if not isinstance(samples, tuple):
         samples = tuple(samples)  # an iterable is passed once; a list may change in place later
-    if not samples or not _in_order(samples) or samples[-1].tree_gpu_mem_mib is None:
+    if not samples or not samples_in_order(samples) or samples[-1].tree_gpu_mem_mib is None:
         return _memory_growth_scan(samples, rules)
     end = len(samples) - 1
     end_time = samples[end].time

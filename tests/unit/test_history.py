@@ -12,8 +12,17 @@ from dataclasses import fields, replace
 from probe_wire.records import RuntimeRecord
 from sidecar.poll.history import History, Sample, pack
 from sidecar.poll.samples import history_sample
-from sidecar.verdict import Facts, GpuFacts, ModelFacts, ProcessFacts, ProcGpu, RecentSample
-from sidecar.verdict.facts import _DERIVED_FACTS
+from sidecar.verdict import (
+    Facts,
+    GpuFacts,
+    ModelFacts,
+    ProcessFacts,
+    ProcGpu,
+    RecentSample,
+    RecentWindow,
+    times_in_order,
+)
+from sidecar.verdict.facts import _DERIVED_FACTS, samples_in_order
 
 
 def _sample(t: float) -> Sample:
@@ -35,15 +44,29 @@ def test_recent_is_the_window_a_scan_finds_across_wraps_late_polls_and_clock_jum
     rng = random.Random(7)
     history = History(history_s=30.0, interval_s=1.5)  # 21 samples: the ring wraps many times
     t = 1000.0
-    checked = 0
+    checked = in_orders = 0
     for i in range(3000):
         # Mostly regular polls; some late (the ring drops by age), repeated, or the clock going back.
         t += 1.5 if rng.random() < 0.85 else rng.choice([0.0, 0.2, 7.0, 45.0, -3.0, -40.0])
         history.append(_sample(t))
         window_s = 10.0 if i % 500 < 450 else rng.choice([0.0, 4.0, 10.0, 100.0])
-        assert history.recent(window_s) == _scanned(history, window_s), f"poll {i}"
+        recent, scanned = history.recent(window_s), _scanned(history, window_s)
+        assert recent == scanned, f"poll {i}"
+        # Handed over as in order (the rules then do not look) exactly when it is.
+        in_order = times_in_order([r.time for r in scanned])
+        assert (type(recent) is RecentWindow) == in_order and type(recent) in (tuple, RecentWindow), f"poll {i}"
+        in_orders += in_order
         checked += 1
     assert checked == 3000 and len(history) <= history.capacity
+    assert 0 < in_orders < checked  # both kinds of window were met
+
+
+def test_a_window_in_order_is_one_whatever_its_times():
+    assert samples_in_order(RecentWindow()) and not samples_in_order(())
+    one = (RecentSample(float("nan"), None, None, 0, None),)
+    assert not samples_in_order(one) and not times_in_order([float("nan")])
+    assert samples_in_order(tuple(RecentSample(t, None, None, 0, None) for t in (1.0, 1.0, 2.0)))
+    assert not samples_in_order([RecentSample(t, None, None, 0, None) for t in (1.0, 3.0, 2.0, 4.0)])
 
 
 def test_recent_of_a_steady_job_is_its_last_samples():
