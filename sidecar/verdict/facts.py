@@ -287,7 +287,7 @@ class RecentSample:
     straggler: tuple[int, str] | None = None
 
 
-class RecentWindow(tuple):  # type: ignore[type-arg]  # of RecentSample; a marker, nothing more
+class RecentWindow(tuple[RecentSample, ...]):
     """Recent samples whose times are known to be in order (times_in_order holds): the poller's
     history keeps its window so, and hands it over as one. The rules then take it as such, where a
     look at every time of a 120 s window (480 samples at 0.25 s) cost each poll about 2 %."""
