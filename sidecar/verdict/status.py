@@ -26,12 +26,13 @@ from sidecar.verdict.rules import (
     probe_present,
     rule_idle_gpu,
     rule_memory_growth,
+    rule_no_probe,
 )
 from sidecar.verdict.stragglers import rule_straggler_rank
 
 # What `from sidecar.verdict import ...` gives (sidecar/verdict/__init__.py).
 __all__ = ["StatusMessage", "candidate_warnings", "decide", "primary_model_gpu_index"]
-__all__ += ["RECENT_RULES", "VerdictMemo", "cuda_availability", "status_and_message"]
+__all__ += ["AGE_RULES", "RECENT_RULES", "VerdictMemo", "cuda_availability", "status_and_message"]
 
 
 @dataclass(frozen=True)
@@ -156,21 +157,26 @@ def candidate_warnings(f: Facts) -> list[Finding]:
     return [w for rule in RULES for w in rule(f)]
 
 
-# The rules that read Facts.recent (the history window, new at every poll): asked at every poll.
-# Every other rule, and the status and message, depend only on the rest of the facts
-# (tests/unit/test_verdict_memo.py holds them to that with facts whose `recent` cannot be read).
+# The rules that read Facts.recent (the history window, new at every poll), and those that read
+# Facts.target_age_s (the job's age, new at every poll too): asked at every poll. Every other rule,
+# and the status and message, depend only on the rest of the facts (tests/unit/test_verdict_memo.py
+# holds them to that with facts whose `recent` and `target_age_s` cannot be read).
 RECENT_RULES = frozenset({rule_idle_gpu, rule_memory_growth, rule_straggler_rank})
-# The facts a memoised verdict is keyed on: every field but `recent` (a field added later is in it).
-_KEY_FIELDS = attrgetter(*(f.name for f in fields(Facts) if f.name != "recent"))
+AGE_RULES = frozenset({rule_no_probe})
+_EVERY_POLL = RECENT_RULES | AGE_RULES
+# The facts a memoised verdict is keyed on: every field but those two (a field added later is in it:
+# one new at every poll would make each poll a miss, as target_age_s did for every rule).
+_KEY_FIELDS = attrgetter(*(f.name for f in fields(Facts) if f.name not in ("recent", "target_age_s")))
 
 
 class VerdictMemo:
     """What `decide` made of the last poll's facts, for a poller to hand to the next poll's: when
-    the facts other than the recent window are equal to last poll's (most polls of a steady job:
-    nothing republished, the same GPU readings), the status and the findings of the rules that do
-    not read the window are the same, and only RECENT_RULES are asked again. Equal, not identical:
-    the facts are made afresh each poll, but their unchanged parts are the very same objects, so
-    the comparison is mostly identity checks (tuple comparison tries `is` first)."""
+    the facts other than the recent window and the job's age are equal to last poll's (most polls
+    of a steady job: nothing republished, the same GPU readings), the status and the findings of the
+    rules that read neither are the same, and only RECENT_RULES and AGE_RULES are asked again.
+    Equal, not identical: the facts are made afresh each poll, but their unchanged parts are the
+    very same objects, so the comparison is mostly identity checks (tuple comparison tries `is`
+    first)."""
 
     __slots__ = ("findings", "key", "status")
 
@@ -188,7 +194,7 @@ def _status_and_findings(f: Facts, memo: VerdictMemo | None) -> tuple[StatusMess
     if memo.key is None or memo.key != key:
         memo.key = None  # a rule that raises leaves no half-made entry
         memo.status = status_and_message(f)
-        memo.findings = tuple(None if rule in RECENT_RULES else tuple(rule(f)) for rule in RULES)
+        memo.findings = tuple(None if rule in _EVERY_POLL else tuple(rule(f)) for rule in RULES)
         memo.key = key
     assert memo.status is not None
     found = [w for rule, kept in zip(RULES, memo.findings) for w in (rule(f) if kept is None else kept)]
