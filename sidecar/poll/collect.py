@@ -8,10 +8,11 @@ the last live processes, when each stopped process was first seen stopped).
 
 from __future__ import annotations
 
+import marshal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
-from operator import attrgetter
+from operator import attrgetter, is_
 from typing import TYPE_CHECKING, Any, Protocol, Union
 
 from probe_wire.records import (
@@ -257,8 +258,13 @@ _GPU_HEAD = attrgetter("index", "uuid", "name", "pci_bus_id", "util_gpu", "util_
 _GPU_EFFICIENCY: attrgetter[tuple[Any, ...]] = attrgetter(*GPU_EFFICIENCY_FIELDS)  # a tuple of the fields
 
 
-def gpu_facts(d: GpuInfo) -> GpuFacts:
-    """An NVML device (sources.nvml.GpuInfo) as the verdict sees it."""
+_GPU_FACTS = attrgetter(*(f.name for f in fields(GpuFacts)))  # a GpuFacts' values, in order
+
+
+def gpu_facts(d: GpuInfo, last: GpuFacts | None = None) -> GpuFacts:
+    """An NVML device (sources.nvml.GpuInfo) as the verdict sees it: ``last`` (the last poll's
+    facts of the device) again when every value reads exactly the same, for the caches downstream
+    that compare facts by identity first (an idle GPU, a simulated one)."""
     mig = d.mig_devices
     migs = (
         tuple(
@@ -270,7 +276,18 @@ def gpu_facts(d: GpuInfo) -> GpuFacts:
     )
     # One tuple of every field, in order: the type checker takes arguments after a *tuple of no
     # fixed length for too many.
-    return GpuFacts(*(*_GPU_HEAD(d), tuple(sorted(d.field_errors.items())), *_GPU_EFFICIENCY(d), migs))
+    values = (*_GPU_HEAD(d), tuple(sorted(d.field_errors.items())), *_GPU_EFFICIENCY(d), migs)
+    if last is not None and not migs and _same_values(_GPU_FACTS(last), values):
+        return last
+    return GpuFacts(*values)
+
+
+def _same_values(last: tuple[Any, ...], now: tuple[Any, ...]) -> bool:
+    """Exactly the same values (plain ones: numbers, text, None and tuples of them): == first, which
+    tells most polls apart at once, then their marshalled bytes, which also tell 1 from 1.0 and True
+    and 0.0 from -0.0 (a value shown differently is no value to reuse). Format 2: the bytes of a
+    value whatever else refers to it (3 and later mark objects referred to elsewhere)."""
+    return last == now and marshal.dumps(last, 2) == marshal.dumps(now, 2)
 
 
 @dataclass
@@ -289,17 +306,22 @@ RowKey = tuple[int, "float | None", "float | None", "int | None"]  # a ProcGpu's
 
 
 def nvml_facts(
-    nvml: NvmlReading, tree_pids: set[int], gpus: tuple[GpuFacts, ...] | None = None, rows: dict[RowKey, ProcGpu] | None = None
+    nvml: NvmlReading,
+    tree_pids: set[int],
+    gpus: tuple[GpuFacts, ...] | None = None,
+    rows: dict[RowKey, ProcGpu] | None = None,
+    last_gpus: tuple[GpuFacts, ...] = (),
 ) -> NvmlFacts:
     """``gpus``: the snapshot's devices as facts when the caller made them already (discovery: once
     per poll for all its jobs). ``rows``: the last poll's NvmlFacts.rows: a row that reads the same
-    is the same object (the facts' caches compare rows: `is` first)."""
+    is the same object (the facts' caches compare rows: `is` first). ``last_gpus``: the last poll's
+    NvmlFacts.gpus: a device that reads the same is the same object, all of them the same tuple."""
     out = NvmlFacts()
     made: list[GpuFacts] = []
     last, now = rows or {}, out.rows
-    for d in nvml.devices if nvml.ok else ():
+    for i, d in enumerate(nvml.devices if nvml.ok else ()):
         if gpus is None:
-            made.append(gpu_facts(d))
+            made.append(gpu_facts(d, last_gpus[i] if i < len(last_gpus) else None))
         for gp in d.processes:
             out.pids.add(gp.pid)
             if gp.pid in tree_pids:
@@ -308,7 +330,10 @@ def nvml_facts(
                 out.by_pid.setdefault(gp.pid, []).append(row)
             else:
                 out.other_processes[d.index] = out.other_processes.get(d.index, 0) + 1
-    out.gpus = tuple(made) if gpus is None else gpus
+    if gpus is not None:
+        out.gpus = gpus
+    else:
+        out.gpus = last_gpus if len(made) == len(last_gpus) and all(map(is_, made, last_gpus)) else tuple(made)
     return out
 
 
@@ -410,6 +435,7 @@ class FactCollector:
         self._exited_info: dict[int, ProcInfo] = {}  # pid -> its proctree.ProcInfo (command line)
         self._cache: dict[int, _Cached] = {}
         self._rows: dict[RowKey, ProcGpu] = {}  # the last poll's NVML rows of the tree (nvml_facts)
+        self._gpus: tuple[GpuFacts, ...] = ()  # and its GPUs
         self._stopped_since: dict[Identity, float] = {}
 
     def facts(
@@ -425,7 +451,7 @@ class FactCollector:
         """``departed``: the segment source's last reads of the processes that left the tree since
         the last poll (SegmentSource.departed), by identity."""
         tree_pids = tree.pids()
-        nv = nvml_facts(nvml, tree_pids, gpus, self._rows)
+        nv = nvml_facts(nvml, tree_pids, gpus, self._rows, self._gpus)
         if departed:
             self._adopt(tree, departed)
         if tree.target_alive:
@@ -450,7 +476,7 @@ class FactCollector:
             self._depart(tree_pids, departed or {}, every=True)
             procs = tuple(sorted(self._exited.values(), key=lambda p: not p.is_target))
             self.proc_info = {**self._exited_info, **self.proc_info}
-        self.other_processes, self._rows = nv.other_processes, nv.rows
+        self.other_processes, self._rows, self._gpus = nv.other_processes, nv.rows, nv.gpus
         return Facts(
             target_pid=self.target_pid,
             target_alive=tree.target_alive,
@@ -565,7 +591,8 @@ class FactCollector:
             fresh[pid] = (read, place, pf)
             out.append(pf)
         self._cache = fresh
-        return tuple(out)
+        last = self._last_alive  # the last poll's: the same tuple again when each is the same object
+        return last if len(out) == len(last) and all(map(is_, out, last)) else tuple(out)
 
 
 # ProcessFacts' fields as its __init__ takes them (a test sees that it takes them all in order), and

@@ -84,6 +84,7 @@ class Poller(document.OneJob):
         self._hysteresis = HysteresisState()
         self._verdict_memo = VerdictMemo()  # the last poll's verdict, reused where the facts are the same
         self._sample_memo = SampleMemo()  # the same for the history sample's process rows and sums
+        self._last_facts: Facts | None = None  # the last poll's, with what the verdict derived of them
         self._system_gpus: list[SystemGpu] = []
         self._collector = FactCollector(
             target_pid, self.rules, partial(pid_visible, host=host), partial(root_info, host=host)
@@ -126,8 +127,9 @@ class Poller(document.OneJob):
         gpus = self.gpu_facts_fn() if self.gpu_facts_fn is not None else None
         departed = getattr(self.segment_source, "departed", None)
         facts = self._collector.facts(now, tree, reads, nvml, self._system_gpus, gpus, departed)
+        facts.keep_derived(self._last_facts)  # of the very same processes and GPUs: not made again
         self.history.append(history_sample(now, facts, self._collector.proc_info, self._sample_memo))
-        facts = facts.with_recent(
+        facts = self._last_facts = facts.with_recent(
             self.history.recent(max(self.rules.idle_window_s, self.rules.growth_window_s))
         )
         live = {p.pid for p in facts.processes}

@@ -350,6 +350,18 @@ class Facts:
         new.__dict__["recent"] = recent
         return new
 
+    def keep_derived(self, last: Facts | None) -> None:
+        """Take what ``last`` derived already (the cached properties below) when it has the very same
+        processes and GPUs: each is made of those alone (tests/unit/test_history.py holds them to
+        that), so a steady job's polls derive them once, not at every poll. For new facts, whose
+        own derived facts are not made yet."""
+        if last is None or last.processes is not self.processes or last.gpus is not self.gpus:
+            return
+        mine, theirs = self.__dict__, last.__dict__
+        for name in _DERIVED_FACTS:
+            if name in theirs and name not in mine:
+                mine[name] = theirs[name]
+
     # Derived once per poll, because several rules ask (each asked them afresh: about 60 % of a
     # job's verdict). Not fields: dataclasses.replace makes them afresh for the new facts. None
     # reads `recent` (with_recent keeps them).

@@ -460,6 +460,39 @@ def test_a_devices_facts_are_its_fields(d):
             assert canon(value) == canon(getattr(d, _RENAMED.get(f.name, f.name))), f.name
 
 
+# Values equal to one another that a document shows differently (a type, a sign, a NaN).
+_LOOKALIKES = [0, 0.0, -0.0, False, 1, 1.0, True, None, float("nan")]
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(
+    d=devices(),
+    changes=st.dictionaries(
+        st.sampled_from([f.name for f in fields(GpuInfo) if f.name not in ("index", "field_errors", "processes", "mig_devices")]),
+        st.tuples(st.sampled_from(_LOOKALIKES), st.sampled_from(_LOOKALIKES)),  # (before, now)
+        max_size=3,
+    ),
+)
+def test_a_device_that_reads_exactly_the_same_gives_the_last_facts_and_any_other_new_ones(d, changes):
+    """The last poll's facts of a device again only for exactly its values: what a fresh gpu_facts
+    makes, canonically, whatever came before; the very object when nothing changed and no MIG."""
+    with_mig = c.gpu_facts(d)
+    assert (c.gpu_facts(d, with_mig) is with_mig) == (not d.mig_devices)  # MIG devices: made afresh
+    d.mig_devices = []
+    for name, (before, _now) in changes.items():
+        setattr(d, name, before)
+    last = c.gpu_facts(d)
+    now = GpuInfo(d.index, field_errors=dict(d.field_errors))
+    for f in fields(GpuInfo):
+        if f.name not in ("index", "field_errors", "processes", "mig_devices"):
+            setattr(now, f.name, changes[f.name][1] if f.name in changes else getattr(d, f.name))
+    assert canon(c.gpu_facts(now, last)) == canon(c.gpu_facts(now))
+    snap = NvmlSnapshot(ok=True, devices=[d])
+    first = c.nvml_facts(snap, set())
+    again = c.nvml_facts(snap, set(), last_gpus=first.gpus)
+    assert again.gpus is first.gpus and canon(again.gpus) == canon(first.gpus)
+
+
 # ---------------------------------------------------------------------------------------------
 # History rows and samples
 # ---------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from sidecar.verdict import (
     ProcGpu,
     RecentSample,
     RecentWindow,
+    SystemGpuFacts,
     times_in_order,
 )
 from sidecar.verdict.facts import _DERIVED_FACTS, samples_in_order
@@ -129,3 +130,55 @@ def test_facts_with_recent_keep_what_they_derived_and_only_that():
         == {id(m): i for i, (p, m) in enumerate((p, m) for p in facts.processes for m in p.models)}
     )
     assert kept.job_gpu_indices == fresh.job_gpu_indices == (0, 1, 2, 3)
+
+
+def _other_fields(f: Facts) -> Facts:
+    """``f`` with every field but processes and GPUs changed (the same processes and GPU objects)."""
+    return replace(
+        f,
+        target_pid=f.target_pid + 1,
+        target_alive=not f.target_alive,
+        nvml_ok=not f.nvml_ok,
+        nvml_error="changed",
+        driver="1.0",
+        cuda_driver="9.9",
+        system_gpus=() if f.system_gpus else (SystemGpuFacts("NVIDIA", "A100", "0000:01:00.0", "nvidia", 0),),
+        pid_namespace_suspect=not f.pid_namespace_suspect,
+        stopped=((1, 2.0),),
+        target_age_s=12345.0,
+        recent=(RecentSample(1.0, 50.0, 4000.0, 20, 10.0),),
+        rules=replace(f.rules, idle_util_pct=f.rules.idle_util_pct + 1),
+    )
+
+
+def test_derived_facts_are_made_of_processes_and_gpus_alone() -> None:
+    """What Facts.keep_derived relies on: every derived fact is the same whatever the other fields."""
+    from tests.helpers.verdict_tables import CASES, EFFICIENCY_CASES
+
+    base = _facts(1.0)
+    moved = _other_fields(base)
+    assert {f.name for f in fields(Facts) if getattr(moved, f.name) == getattr(base, f.name)} == {"processes", "gpus"}
+    for _name, f in [(c[0], c[1]) for c in CASES + EFFICIENCY_CASES] + [("steady", _facts(10.0))]:
+        other = _other_fields(f)
+        for name in _DERIVED_FACTS:
+            assert repr(getattr(other, name)) == repr(getattr(f, name)), (_name, name)
+
+
+def test_new_facts_keep_what_the_last_derived_of_the_same_processes_and_gpus() -> None:
+    last = _facts(10.0).with_recent(())
+    for name in _DERIVED_FACTS:
+        getattr(last, name)
+    same = replace(last, target_age_s=3.0)  # new facts of the very same processes and GPUs
+    same.keep_derived(last)
+    assert all(same.__dict__[name] is last.__dict__[name] for name in _DERIVED_FACTS)
+    # Other processes (equal, but new objects) or other GPUs: derived afresh, and equal.
+    for other in (
+        replace(last, processes=tuple(replace(p) for p in last.processes)),
+        replace(last, gpus=tuple(replace(g) for g in last.gpus)),
+    ):
+        other.keep_derived(last)
+        assert not set(_DERIVED_FACTS) & set(other.__dict__)
+        assert other.job_gpu_indices == last.job_gpu_indices
+    fresh = replace(last)
+    fresh.keep_derived(None)
+    assert not set(_DERIVED_FACTS) & set(fresh.__dict__)
