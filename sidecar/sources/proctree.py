@@ -332,7 +332,7 @@ class ProcessTreeSource:
         self._use_proc = self._have_proc and _has_children_files(host)
         self._boot_time = _boot_time(host)
         self._static: dict[tuple[int, int], tuple[bytes, tuple[str, tuple[str, ...]]]] = {}  # ident -> (comm, info)
-        self._prev_cpu: dict[tuple[int, int], tuple[int, float]] = {}
+        self._last_walk_s: float | None = None  # when the last poll walked the tree (monotonic)
         self._infos: dict[tuple[int, int], tuple[_Stat, ProcInfo]] = {}  # the last poll's, by identity
         self._psutil_procs: dict[int, psutil.Process] = {}
         self._files = _ProcFiles(open_file_budget() if max_open_files is None else max_open_files, host)
@@ -384,17 +384,21 @@ class ProcessTreeSource:
         self._walk_last_pid = last_pid
         out: list[ProcInfo] = []
         last_infos, infos = self._infos, {}
-        prev_cpu = self._prev_cpu
+        # The CPU share since the last poll, of the ticks this poll's stat and the last poll's give:
+        # a process the last poll did not walk has none (a walk that leaves one out is a full walk,
+        # which forgets it). This loop runs for every process of the tree at every poll.
+        last_now, self._last_walk_s = self._last_walk_s, now
         for pid, depth, st in walk:
             ident = (pid, st.start_ticks)
-            # _cpu_percent, inlined: this loop runs for every process of the tree at every poll
-            ticks = st.cpu_ticks
-            prev = prev_cpu.get(ident)
-            prev_cpu[ident] = (ticks, now)
-            cpu = None if prev is None or now <= prev[1] else round(100.0 * (ticks - prev[0]) / _CLK_TCK / (now - prev[1]), 1)
             last = last_infos.get(ident)
-            # An idle process's stat parses to the very same _Stat (see _ProcFiles.stat): its last
-            # ProcInfo again, one object less to make and for the facts' caches to compare.
+            if last is None or last_now is None or now <= last_now:
+                cpu = None
+            elif last[0] is st:
+                cpu = 0.0  # the very same stat bytes (see _ProcFiles.stat): no tick since, what the sum gives
+            else:
+                cpu = round(100.0 * (st.cpu_ticks - last[0].cpu_ticks) / _CLK_TCK / (now - last_now), 1)
+            # An idle process's stat parses to the very same _Stat: its last ProcInfo again, one
+            # object less to make and for the facts' caches to compare.
             if last is None or last[0] is not st or last[1].depth != depth or last[1].cpu_percent != cpu:
                 last = (st, self._proc_info(pid, ident, st, cpu, depth))
             infos[ident] = last
@@ -407,7 +411,6 @@ class ProcessTreeSource:
             for ident in list(self._static):
                 if ident not in seen:
                     del self._static[ident]
-                    self._prev_cpu.pop(ident, None)
         return TreeSnapshot(self.target_pid, True, tuple(out))
 
     def _walk_full(self, root: _Stat) -> list[tuple[int, int, _Stat]]:

@@ -390,6 +390,35 @@ def test_an_idle_process_keeps_its_info_object_and_any_change_in_its_stat_makes_
     other.close()
 
 
+def test_the_cpu_share_is_the_ticks_between_two_walks_over_the_time_between_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Of the stats two consecutive walks read: none at the first walk, none when the clock did
+    not move since the last walk, else the ticks' difference over the time between (0.0 for the
+    very same stat)."""
+    from sidecar.sources import proctree
+
+    times = [100.0, 100.5, 100.5, 102.0, 102.0 + 1e-9, 103.0]
+    clock = iter(times)
+    monkeypatch.setattr(proctree.time, "monotonic", lambda: next(clock))
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        src = ProcessTreeSource(spinner.pid)
+        last = None
+        for i, now in enumerate(times):
+            (info,) = src.poll().processes
+            stat = src._infos[info.identity][0]
+            if last is None or now <= times[i - 1]:
+                assert info.cpu_percent is None, i
+            else:
+                ticks = stat.cpu_ticks - last.cpu_ticks
+                assert info.cpu_percent == round(100.0 * ticks / proctree._CLK_TCK / (now - times[i - 1]), 1), i
+            last = stat
+            time.sleep(0.03)  # a few ticks of the spinner's
+        src.close()
+    finally:
+        spinner.kill()
+        spinner.wait()
+
+
 def test_a_process_that_execs_shows_its_new_name_and_command_line():
     """An exec keeps the pid and the start time (the identity): a spawned child is forked with its
     parent's command line, then execs. The cached name and command line must follow it."""
