@@ -130,16 +130,31 @@ class SegmentSource:
         # identity -> where its segment is when it runs in other namespaces (a container), None when
         # it shares ours: looked up once per process (a process never changes PID namespace)
         self._homes: dict[Identity, SegmentHome | None] = {}
+        # identity -> (the follower's last read of it, the ok ProbeRead _judged made of that read):
+        # the follower gives the very same read while nothing was published (poll's shortcut)
+        self._same: dict[Identity, tuple[SegmentRead, ProbeRead]] = {}
 
     def poll(self, tree: TreeSnapshot) -> dict[int, ProbeRead]:
         out: dict[int, ProbeRead] = {}
         live: set[Identity] = set()
         # Looked up once for the loop, which runs for every process of the tree at every poll.
-        read_one, add_live = self._read_one, live.add
+        read_one, add_live, follow, homes, same = self._read_one, live.add, self._follower.read, self._homes, self._same
         for proc in tree.processes:
-            ident = (proc.pid, proc.start_ticks)  # proc.identity
+            pid, ticks = proc.pid, proc.start_ticks
+            ident = (pid, ticks)  # proc.identity
             add_live(ident)
-            out[proc.pid] = read_one(proc.pid, ident)
+            kept = same.get(ident)
+            if kept is not None and ticks is not None:
+                # Most processes of a tree, most polls: the follower gives the very read it gave
+                # last time (not republished), which made this very ProbeRead (_judged).
+                try:
+                    r = follow(pid, ticks, homes[ident])
+                except Exception:  # noqa: BLE001 -- as _read_one: the reader promises not to raise
+                    out[pid] = read_one(pid, ident)
+                    continue
+                out[pid] = kept[1] if r is kept[0] else read_one(pid, ident, r)
+            else:
+                out[pid] = read_one(pid, ident)
         gone = self._prev_live - live
         self.departed = self._departed(gone) if gone else {}
         if not self._polled:  # before the first cleanup below, which removes their files
@@ -149,6 +164,7 @@ class SegmentSource:
         self._prev_live = live
         for ident in gone:
             self._homes.pop(ident, None)
+            self._same.pop(ident, None)
             self._last_good.pop(ident, None)
             self._last_ok.pop(ident, None)
             self._busy_count.pop(ident, None)
@@ -156,20 +172,26 @@ class SegmentSource:
             self._remove_dead_segments(out, gone)
         return out
 
-    def _read_one(self, pid: int, ident: Identity) -> ProbeRead:
+    def _read_one(self, pid: int, ident: Identity, r: SegmentRead | None = None) -> ProbeRead:
+        """What process ``ident``'s segment says now; ``r``: its read, when the caller made it."""
         ticks, homes = ident[1], self._homes
+        self._same.pop(ident, None)
+        if r is None:
+            try:
+                if ident in homes:
+                    home = homes[ident]
+                else:
+                    home = homes[ident] = segment_home(pid, host=self.host)
+                r = read_segment(pid, home=home, host=self.host) if ticks is None else self._follower.read(pid, ticks, home)
+            except Exception as exc:  # noqa: BLE001 -- the reader promises not to raise; a poll must not trust that
+                return ProbeRead(pid, "corrupt", None, f"reader failed: {exc}", True)
         try:
-            if ident in homes:
-                home = homes[ident]
-            else:
-                home = homes[ident] = segment_home(pid, host=self.host)
-            r = read_segment(pid, home=home, host=self.host) if ticks is None else self._follower.read(pid, ticks, home)
-        except Exception as exc:  # noqa: BLE001 -- the reader promises not to raise; a poll must not trust that
-            return ProbeRead(pid, "corrupt", None, f"reader failed: {exc}", True)
-        try:
-            return self._judged(pid, ident, r)
+            read = self._judged(pid, ident, r)
         except Exception as exc:  # noqa: BLE001 -- a validated payload always makes a record; a poll must not trust that
             return ProbeRead(pid, "corrupt", None, f"payload record failed: {exc!r}", True)
+        if read.state == "ok" and not read.closed and ticks is not None:
+            self._same[ident] = (r, read)  # what the same read gives again, at the next poll
+        return read
 
     def _judged(self, pid: int, ident: Identity, r: SegmentRead) -> ProbeRead:
         """The read ``r`` of process ``ident`` as the poll hands it up."""

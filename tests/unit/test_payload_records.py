@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import copy
+import random
 import re
 from dataclasses import fields, is_dataclass
 from pathlib import Path
@@ -198,6 +199,43 @@ def test_a_refused_payload_keeps_the_last_record_and_a_republish_shares_the_runt
     refused = segment.read({**base, "role": "boss"})
     assert refused.state == "corrupt" and refused.payload is again.payload
     assert refused.error == "payload.role: expected one of main|dataloader-worker|rank|child, got 'boss'"
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_segment_read_again_unchanged_gives_what_a_source_without_its_shortcut_gives(segment, seed):
+    """SegmentSource.poll hands up the very ProbeRead of the last poll for a read the follower
+    gives again unchanged: what the full judgement gives, poll after poll, whatever happens between
+    (a republish, a refused payload, nothing, the writer closing)."""
+    rng = random.Random(seed)
+    plain = SegmentSource(clean_dead=False, sweep_foreign=False)
+    base = segment.payload(payload(models=[{"name": "net"}]))
+    variants = [base, {**base, "syncs_per_step": 2.5}, {**base, "role": "boss"}]
+    reused, closed = 0, False
+    segment.writer.publish(base)
+    try:
+        for step in range(40):
+            roll = rng.random()
+            if closed:
+                pass
+            elif roll < 0.25:
+                segment.writer.publish(rng.choice(variants))
+            elif step > 30 and roll < 0.3:
+                segment.writer.close()
+                closed = True
+            last = segment.source._same.get((segment.writer.pid, segment.writer.start_ticks))
+            got = segment.source.poll(segment.tree)[segment.writer.pid]
+            plain._same.clear()  # a source that judges every read afresh
+            want = plain.poll(segment.tree)[segment.writer.pid]
+            assert canon((got.state, got.error, got.unreadable, got.closed)) == canon(
+                (want.state, want.error, want.unreadable, want.closed)
+            ), step
+            assert (got.payload is None) == (want.payload is None)
+            if got.payload is not None:
+                assert canon(as_wire(got.payload)) == canon(as_wire(want.payload)), step
+            reused += last is not None and got is last[1]
+    finally:
+        plain.close()
+    assert reused > 3  # the shortcut was taken
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
-"""A poller's memos (the verdict's, the history sample's, the document entries', the lazy document)
-never change what it publishes: fed the very same inputs poll after poll, the poller that keeps
-them and one that forgets them before every poll publish equal status documents, summaries, jobs
-lists and history samples, over scripts that change facts between polls (payloads, GPU readings,
-a process's CPU, a worker coming and going, NVML down, a busy segment, events) and leave them alone.
+"""A poller's memos (the verdict's, the history sample's, the document entries', the lazy document,
+the last poll's GPU facts and derived facts, the placement's) never change what it publishes: fed
+the very same inputs poll after poll, the poller that keeps them and one that forgets them before
+every poll publish equal status documents, summaries, jobs lists and history samples, over scripts
+that change facts between polls (payloads, GPU readings, a process's CPU, a worker coming and
+going, NVML down, a busy segment, events) and leave them alone.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ def _forget(p: Poller) -> None:
     p._sample_memo = SampleMemo()
     p._entry_cache.clear()
     p._summary_memo.clear()
+    p._last_facts = None  # its derived facts (Facts.keep_derived)
+    p._collector._gpus = ()  # the last poll's GPU facts (reused when they read the same)
+    p._placement._payloads = []
+    p._placement._shown = (None, None, None, (None, None))
 
 
 def _sample(s) -> str:
