@@ -436,6 +436,8 @@ class FactCollector:
         self._cache: dict[int, _Cached] = {}
         self._rows: dict[RowKey, ProcGpu] = {}  # the last poll's NVML rows of the tree (nvml_facts)
         self._gpus: tuple[GpuFacts, ...] = ()  # and its GPUs
+        # The last live tree's processes (the source's tuple), their pids and ProcInfo by pid
+        self._tree: tuple[tuple[ProcInfo, ...], set[int], dict[int, ProcInfo]] = ((), set(), {})
         self._stopped_since: dict[Identity, float] = {}
 
     def facts(
@@ -450,15 +452,20 @@ class FactCollector:
     ) -> Facts:
         """``departed``: the segment source's last reads of the processes that left the tree since
         the last poll (SegmentSource.departed), by identity."""
-        tree_pids = tree.pids()
+        # The very tuple of the last poll's tree (the source keeps it while each process reads the
+        # same): the same pids, none gone, none stopped anew.
+        same_tree = tree.target_alive and tree.processes is self._tree[0]
+        tree_pids = self._tree[1] if same_tree else tree.pids()
         nv = nvml_facts(nvml, tree_pids, gpus, self._rows, self._gpus)
         if departed:
             self._adopt(tree, departed)
         if tree.target_alive:
             procs = self._process_facts(tree, reads, nv.by_pid)
-            if self._last_alive:
+            if self._last_alive and not same_tree:
                 self._depart(tree_pids, departed or {}, every=False)
-            self._last_alive, self.proc_info = procs, {p.pid: p for p in tree.processes}
+            if not same_tree:
+                self._tree = (tree.processes, tree_pids, {p.pid: p for p in tree.processes})
+            self._last_alive, self.proc_info = procs, self._tree[2]
             root = tree.processes[0] if tree.processes else None
             if root is not None and self.target.name is None:
                 info = self.root_info(root.pid) if self.root_info is not None else None
@@ -488,7 +495,7 @@ class FactCollector:
             gpus=nv.gpus,
             system_gpus=system_gpu_facts(system_gpus, nv.gpus),
             pid_namespace_suspect=self._pid_namespace_suspect(nvml, nv, tree_pids, procs),
-            stopped=self._stopped(now, tree),
+            stopped=() if same_tree and not self._stopped_since else self._stopped(now, tree),
             target_age_s=None if self.target.create_time is None else now - self.target.create_time,
             rules=self.rules,
         )

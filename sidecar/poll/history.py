@@ -73,8 +73,9 @@ def _num(v: float | None) -> float | int | None:
 class Sample:
     """One poll: per GPU (GPU_COLUMNS), per GPU process of the job (PROCESS_COLUMNS), the job's sums
     (JOB_COLUMNS), and what the verdict's windowed rules need. Stored packed: a day of samples must
-    stay small (docs/performance.md has the figures). `gpus` may come packed already (pack()):
-    discovery's jobs share one poll's GPU rows."""
+    stay small (docs/performance.md has the figures). `gpus` and `processes` may come packed already
+    (pack()): discovery's jobs share one poll's GPU rows, a steady job's polls their process rows
+    (never changed once packed)."""
 
     __slots__ = ("time", "_gpus", "_processes", "_job", "recent")
 
@@ -82,13 +83,13 @@ class Sample:
         self,
         time: float,
         gpus: array[float] | Iterable[Row],
-        processes: Iterable[Row],
+        processes: array[float] | Iterable[Row],
         recent: RecentSample,
         job: Row = (None,) * len(JOB_COLUMNS),
     ) -> None:
         self.time = time
         self._gpus = gpus if isinstance(gpus, array) else pack(gpus)
-        self._processes = pack(processes)
+        self._processes = processes if isinstance(processes, array) else pack(processes)
         self._job = pack((job,))
         self.recent = recent
 

@@ -24,7 +24,17 @@ from sidecar.sources.kubelet.lookup import ProcessPods
 from sidecar.sources.lineage import RootInfo, root_info
 from sidecar.sources.proctree import ProcessTreeSource, ProcInfo, pid_visible
 from sidecar.sources.segments import ProbeRead, SegmentSource
-from sidecar.verdict import Facts, GpuFacts, HysteresisState, Rules, Verdict, VerdictMemo, decide, settle
+from sidecar.verdict import (
+    Facts,
+    GpuFacts,
+    HysteresisState,
+    ProcessFacts,
+    Rules,
+    Verdict,
+    VerdictMemo,
+    decide,
+    settle,
+)
 
 if TYPE_CHECKING:  # the nvml package imports the binding: imported where a source is made
     from sidecar.sources.nvml.snapshot import GpuInfo, NvmlSnapshot
@@ -85,6 +95,7 @@ class Poller(document.OneJob):
         self._verdict_memo = VerdictMemo()  # the last poll's verdict, reused where the facts are the same
         self._sample_memo = SampleMemo()  # the same for the history sample's process rows and sums
         self._last_facts: Facts | None = None  # the last poll's, with what the verdict derived of them
+        self._live: tuple[tuple[ProcessFacts, ...], set[int]] = ((), set())  # its processes and their pids
         self._system_gpus: list[SystemGpu] = []
         self._collector = FactCollector(
             target_pid, self.rules, partial(pid_visible, host=host), partial(root_info, host=host)
@@ -132,7 +143,9 @@ class Poller(document.OneJob):
         facts = self._last_facts = facts.with_recent(
             self.history.recent(max(self.rules.idle_window_s, self.rules.growth_window_s))
         )
-        live = {p.pid for p in facts.processes}
+        if facts.processes is not self._live[0]:  # the same tuple (a steady tree): the same pids
+            self._live = (facts.processes, {p.pid for p in facts.processes})
+        live = self._live[1]
         verdict = decide(facts, self._verdict_memo)
         verdict, self._hysteresis = settle(self._hysteresis, verdict, self.rules, live, facts)
         self.history.add_events(self._events(reads))

@@ -58,11 +58,16 @@ def _add_model_sums(
 
 
 class SampleMemo:
-    """`last`: one poller's last processes' facts and history_sample's rows and sums of them: the
-    same again while each process's facts are the very same object (FactCollector reuses them)."""
+    """`last`: one poller's last processes' facts, history_sample's rows and sums of them and the
+    rows packed: the same again while each process's facts are the very same object (FactCollector
+    reuses them). `job`: the processes, their ProcInfo by pid and the job's CPU and RSS sums of
+    them: the same again for those very objects (the collector keeps both while nothing changed)."""
 
-    __slots__ = ("last",)
-    last: tuple[tuple[ProcessFacts, ...], ProcessPart]
+    __slots__ = ("job", "last")
+
+    def __init__(self) -> None:
+        self.last: tuple[tuple[ProcessFacts, ...], ProcessPart, array[float]] | None = None
+        self.job: tuple[tuple[ProcessFacts, ...], Mapping[int, ProcInfo], tuple[float | None, float | None]] | None = None
 
 
 def _process_part(processes: tuple[ProcessFacts, ...]) -> ProcessPart:
@@ -96,22 +101,16 @@ def history_sample(
     the verdict's windowed rules (idle GPU, memory growth) read back. Each sum adds in the
     processes' order. ``memo``: the caller's SampleMemo, kept between its polls."""
     procs = facts.processes
-    hit: tuple[tuple[ProcessFacts, ...], ProcessPart] | None = getattr(memo, "last", None)
+    hit = None if memo is None else memo.last
     if hit is not None and len(hit[0]) == len(procs) and all(map(is_, hit[0], procs)):
-        part = hit[1]
+        part, packed = hit[1], hit[2]
     else:
         part = _process_part(procs)
+        packed = pack(part[0])
         if memo is not None:
-            memo.last = (procs, part)
+            memo.last = (procs, part, packed)
     proc_rows, sm_total, mem_total, calls, steps, fwd, step_rate = part
-    cpu = rss = None
-    if proc_info:
-        for info in map(proc_info.get, (p.pid for p in procs)):
-            if info is not None:
-                if info.cpu_percent is not None:
-                    cpu = (cpu or 0.0) + info.cpu_percent
-                if info.rss_mib is not None:
-                    rss = (rss or 0.0) + info.rss_mib
+    cpu, rss = _job_sums(procs, proc_info, memo)
     if facts.nvml_ok and sm_total is None and proc_rows and not any(g.mig_mode for g in facts.gpus):
         # Processes listed, no utilisation samples: NVML's NOT_FOUND means idle. Not on MIG, where
         # per-process utilisation does not exist at all (unknown, not idle).
@@ -128,10 +127,30 @@ def history_sample(
     return Sample(
         time=now,
         gpus=packed_gpu_rows(facts.gpus),
-        processes=proc_rows,
+        processes=packed,
         recent=recent,
         job=(cpu, rss, fwd, step_rate),
     )
+
+
+def _job_sums(
+    procs: tuple[ProcessFacts, ...], proc_info: Mapping[int, ProcInfo] | None, memo: SampleMemo | None
+) -> tuple[float | None, float | None]:
+    """The job's CPU share and RSS: its processes' ProcInfo's, summed in the processes' order."""
+    job = None if memo is None else memo.job
+    if job is not None and job[0] is procs and job[1] is proc_info:
+        return job[2]
+    cpu = rss = None
+    if proc_info:
+        for info in map(proc_info.get, (p.pid for p in procs)):
+            if info is not None:
+                if info.cpu_percent is not None:
+                    cpu = (cpu or 0.0) + info.cpu_percent
+                if info.rss_mib is not None:
+                    rss = (rss or 0.0) + info.rss_mib
+    if memo is not None and proc_info is not None:
+        memo.job = (procs, proc_info, (cpu, rss))
+    return cpu, rss
 
 
 # A GpuFacts' values behind history.GPU_COLUMNS, in that order.

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
+from operator import is_
 
 import psutil
 
@@ -333,6 +334,7 @@ class ProcessTreeSource:
         self._boot_time = _boot_time(host)
         self._static: dict[tuple[int, int], tuple[bytes, tuple[str, tuple[str, ...]]]] = {}  # ident -> (comm, info)
         self._last_walk_s: float | None = None  # when the last poll walked the tree (monotonic)
+        self._processes: tuple[ProcInfo, ...] = ()  # what the last poll that walked it found
         self._infos: dict[tuple[int, int], tuple[_Stat, ProcInfo]] = {}  # the last poll's, by identity
         self._psutil_procs: dict[int, psutil.Process] = {}
         self._files = _ProcFiles(open_file_budget() if max_open_files is None else max_open_files, host)
@@ -404,6 +406,10 @@ class ProcessTreeSource:
             infos[ident] = last
             out.append(last[1])
         self._infos = infos
+        if len(out) == len(self._processes) and all(map(is_, out, self._processes)):
+            procs = self._processes  # each the last poll's: the same tuple, for the caches above
+        else:
+            procs = self._processes = tuple(out)
         seen = infos.keys()  # the identities walked (a walk lists each process once)
         if not same_tree:
             files.retain({pid for pid, _, _ in walk})
@@ -411,7 +417,7 @@ class ProcessTreeSource:
             for ident in list(self._static):
                 if ident not in seen:
                     del self._static[ident]
-        return TreeSnapshot(self.target_pid, True, tuple(out))
+        return TreeSnapshot(self.target_pid, True, procs)
 
     def _walk_full(self, root: _Stat) -> list[tuple[int, int, _Stat]]:
         """The tree from the kernel's children lists: (pid, depth, stat), parents before children.

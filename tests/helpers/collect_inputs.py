@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
+from operator import is_
 from typing import Any
 
 from probe_wire.records import ProbePayload
@@ -162,6 +163,7 @@ class Jobs:
             self.trees.append(procs)
             self.reads.append({p.pid: self._read(p.pid) for p in procs if rng.random() < 0.8})
         self.alive = [True] * jobs
+        self.last_trees: dict[int, tuple[ProcInfo, ...]] = {}
         self.sm = {p.pid: rng.choice([None, 0, 30]) for tree in self.trees for p in tree}
         self.next_pid = pid
 
@@ -220,4 +222,11 @@ class Jobs:
         return NvmlSnapshot(ok=rng.random() > 0.05, devices=devices, driver="550")
 
     def tree(self, j: int) -> TreeSnapshot:
-        return TreeSnapshot(self.trees[j][0].pid, self.alive[j], tuple(self.trees[j]) if self.alive[j] else ())
+        """Job ``j``'s tree now: the last poll's very tuple when each process is the same object, as
+        the process tree source gives it (the collector takes such a tree as unchanged)."""
+        procs = tuple(self.trees[j]) if self.alive[j] else ()
+        last = self.last_trees.get(j)
+        if last is not None and len(last) == len(procs) and all(map(is_, last, procs)):
+            procs = last
+        self.last_trees[j] = procs
+        return TreeSnapshot(self.trees[j][0].pid, self.alive[j], procs)

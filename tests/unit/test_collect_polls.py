@@ -28,7 +28,7 @@ from sidecar.poll import collect as c
 from sidecar.poll import samples
 from sidecar.poll.history import GPU_COLUMNS
 from sidecar.sources.nvml import NvmlSnapshot
-from sidecar.sources.proctree import TreeSnapshot
+from sidecar.sources.proctree import ProcInfo, TreeSnapshot
 from sidecar.sources.sysfs import SystemGpu
 from sidecar.verdict import (
     ACCELERATOR_TYPES,
@@ -73,6 +73,7 @@ class Expected:
         self.last: tuple[ProcessFacts, ...] = ()
         self.departed: dict[int, ProcessFacts] = {}
         self.stopped_since: dict[tuple, float] = {}
+        self.tree: tuple[ProcInfo, ...] | None = None  # the last poll's tree (the tuple)
 
 
 def check_poll(now, tree, reads, nvml, facts: Facts, collector, kept: Expected) -> None:
@@ -179,12 +180,14 @@ def test_the_seeded_polls_reach_what_the_checks_are_for():
                 ("stopped", bool(facts.stopped)),
                 ("models", any(p.models for p in facts.processes)),
                 ("reused", any(p is q for p in facts.processes for q in kept.last)),
+                ("the same tree", tree.target_alive and tree.processes is kept.tree),
+                ("the same tree, stopped", tree.target_alive and tree.processes is kept.tree and bool(facts.stopped)),
                 ("rows changed", any(p.pid == q.pid and p.gpu != q.gpu and p.models == q.models
                                      for p in facts.processes for q in kept.last)),
             )
             if hit
         )  # fmt: skip
-        kept.last = facts.processes
+        kept.last, kept.tree = facts.processes, tree.processes
 
     for seed in SEEDS:
         run_polls(seed, note)
@@ -198,6 +201,8 @@ def test_the_seeded_polls_reach_what_the_checks_are_for():
         "models",
         "reused",
         "rows changed",
+        "the same tree",
+        "the same tree, stopped",
     }
 
 
