@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from sidecar.common.nvml_names import (
@@ -181,7 +182,13 @@ def _clock_events(q: DeviceQuery, es: EfficiencyState) -> None:
     if not es.events_v2:
         mask = q.get("clock_event_reasons", pynvml.nvmlDeviceGetCurrentClocksThrottleReasons, q.handle)
     if mask is not None:
-        q.info.clock_event_reasons = tuple(name for bit, name in CLOCK_EVENT_REASONS if mask & bit)
+        q.info.clock_event_reasons = event_reasons(mask)
+
+
+@lru_cache(maxsize=64)  # a GPU's mask reads the same most polls, and few masks ever occur
+def event_reasons(mask: int) -> tuple[str, ...]:
+    """The names of the clock event reasons whose bits ``mask`` has, in CLOCK_EVENT_REASONS' order."""
+    return tuple(name for bit, name in CLOCK_EVENT_REASONS if mask & bit)
 
 
 def _read_rare(q: DeviceQuery, es: EfficiencyState) -> None:
@@ -234,9 +241,13 @@ def _read_link_now(q: DeviceQuery, es: EfficiencyState) -> None:
 
 
 def _gpm_none(info: GpuInfo, why: str) -> None:
-    errors = info.field_errors
-    for name in _GPM_NAMES:
-        errors[name] = why
+    info.field_errors.update(_gpm_reasons(why))
+
+
+@lru_cache(maxsize=16)  # a handful of reasons (unsupported, first sample, a failure's), each poll
+def _gpm_reasons(why: str) -> dict[str, str]:
+    """Each GPM field with the reason it has no value (never changed: only read)."""
+    return dict.fromkeys(_GPM_NAMES, why)
 
 
 def _gpm_supported(q: DeviceQuery, es: EfficiencyState) -> bool | None:
