@@ -14,6 +14,7 @@ ranks of an mp.spawn job exit before their launcher; a job that has ended still 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from operator import is_
 from typing import Any
@@ -129,9 +130,7 @@ class Placement:
         if self.pod is not None and self.pod.source in TRUSTED_SOURCES and self._pod_of == ident:
             return  # named by the kubelet: a pod's name never changes
         hostname = next((p.hostname for p in payloads if p.hostname), None)
-        used = {g.index for p in facts.processes for g in p.gpu}
-        uuids = [g.uuid for g in facts.gpus if g.index in used and g.uuid]
-        info = pods.pod_of(root.pid, root.start_ticks, hostname=hostname, gpu_uuids=uuids)
+        info = pods.pod_of(root.pid, root.start_ticks, hostname=hostname, gpu_uuids=_job_gpu_uuids(facts))
         self._pod_of = ident
         if info is not None:
             self.pod = PodFacts(
@@ -142,3 +141,13 @@ class Placement:
                 info.container_id,
                 info.source,
             )
+
+
+def _job_gpu_uuids(facts: Facts) -> Iterator[str]:
+    """The UUIDs of the GPUs the job's processes use, found as the pod lookup reads them: it does
+    only for a process in a pod's cgroup that the kubelet's pod list does not name (a job in no pod,
+    most polls, costs no look at its processes' GPUs)."""
+    used = {g.index for p in facts.processes for g in p.gpu}
+    for g in facts.gpus:
+        if g.index in used and g.uuid:
+            yield g.uuid

@@ -108,6 +108,10 @@ class Poller(document.OneJob):
         self._lock = threading.Lock()  # guards what snapshot() reads
         self._poll_lock = threading.Lock()  # one poll at a time (poll_once)
         self._stop = threading.Event()
+        # What the loop sleeps on between polls: held until stop() releases it. A timed acquire of a
+        # plain lock costs ~20 us less a wake-up than Event.wait (its Condition's Python code).
+        self._sleep = threading.Lock()
+        self._sleep.acquire()
         self._thread: threading.Thread | None = None
         self.poll_lag_s: list[float] = []
 
@@ -213,10 +217,15 @@ class Poller(document.OneJob):
             if delay < 0:  # fell behind (a slow source): skip missed slots rather than bursting
                 next_at = time.monotonic()
                 delay = 0
-            self._stop.wait(delay)
+            self._sleep.acquire(timeout=delay)
 
     def stop(self) -> None:
-        self._stop.set()
+        if not self._stop.is_set():
+            self._stop.set()
+            try:
+                self._sleep.release()  # ends the loop's sleep at once
+            except RuntimeError:  # released already by a stop() at the same moment
+                pass
         if self._thread is not None:
             self._thread.join(timeout=5)
         # Never close a source under a poll still running in another thread; a poll stuck past the

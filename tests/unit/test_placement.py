@@ -98,6 +98,21 @@ def test_the_run_s_key_carries_its_owner_which_no_process_chooses():
     assert unknown["uid"] is None  # the root's owner unread (gone before it was): no uid, never a guess
 
 
+def test_the_pod_lookup_is_handed_the_uuids_of_the_gpus_the_job_uses() -> None:
+    """Made as the lookup reads them (a job in no pod never does): each GPU a process of the job is
+    listed on, in the GPUs' order, once; none without a UUID."""
+    from sidecar.poll.placement import _job_gpu_uuids
+    from sidecar.verdict import Facts, GpuFacts, ProcessFacts, ProcGpu
+
+    def proc(pid: int, *gpus: int) -> ProcessFacts:
+        return ProcessFacts(pid=pid, ppid=1, depth=1, name="python", gpu=tuple(ProcGpu(i, 10.0, 5) for i in gpus))
+
+    gpus = (GpuFacts(0, uuid="GPU-a"), GpuFacts(1, uuid="GPU-b"), GpuFacts(2, uuid=None), GpuFacts(3, uuid="GPU-d"))
+    facts = Facts(target_pid=1, processes=(proc(10, 3, 0), proc(11, 3), proc(12, 2), proc(13)), gpus=gpus)
+    assert list(_job_gpu_uuids(facts)) == ["GPU-a", "GPU-d"]
+    assert list(_job_gpu_uuids(Facts(target_pid=1, gpus=gpus))) == []
+
+
 def test_process_pods_of_processes_in_no_pod(tmp_path):
     pods = ProcessPods(PodLookup(pods_url="", socket_path=str(tmp_path / "absent.sock")), max_processes=2)
     children = [subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE) for _ in range(3)]
