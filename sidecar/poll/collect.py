@@ -319,17 +319,21 @@ def nvml_facts(
     out = NvmlFacts()
     made: list[GpuFacts] = []
     last, now = rows or {}, out.rows
+    # Looked up once: the rows' loop runs for every GPU process of the machine at every poll.
+    add_pid, by_pid, others = out.pids.add, out.by_pid, out.other_processes
     for i, d in enumerate(nvml.devices if nvml.ok else ()):
         if gpus is None:
             made.append(gpu_facts(d, last_gpus[i] if i < len(last_gpus) else None))
+        index = d.index
         for gp in d.processes:
-            out.pids.add(gp.pid)
-            if gp.pid in tree_pids:
-                key = (d.index, gp.used_mib, gp.sm_util, getattr(gp, "mig_index", None))
+            pid = gp.pid
+            add_pid(pid)
+            if pid in tree_pids:
+                key = (index, gp.used_mib, gp.sm_util, getattr(gp, "mig_index", None))
                 row = now[key] = last.get(key) or ProcGpu(*key)
-                out.by_pid.setdefault(gp.pid, []).append(row)
+                by_pid.setdefault(pid, []).append(row)
             else:
-                out.other_processes[d.index] = out.other_processes.get(d.index, 0) + 1
+                others[index] = others.get(index, 0) + 1
     if gpus is not None:
         out.gpus = gpus
     else:
