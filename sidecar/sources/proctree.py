@@ -390,21 +390,28 @@ class ProcessTreeSource:
         # a process the last poll did not walk has none (a walk that leaves one out is a full walk,
         # which forgets it). This loop runs for every process of the tree at every poll.
         last_now, self._last_walk_s = self._last_walk_s, now
+        since_s = 0.0 if last_now is None else now - last_now  # since the last walk (none: no time)
+        moved = since_s > 0.0
+        add = out.append
         for pid, depth, st in walk:
             ident = (pid, st.start_ticks)
             last = last_infos.get(ident)
-            if last is None or last_now is None or now <= last_now:
+            if last is not None and last[0] is st and moved and last[1].depth == depth and last[1].cpu_percent == 0.0:
+                infos[ident] = last  # an idle process (most of a tree): what the general case below gives
+                add(last[1])
+                continue
+            if last is None or not moved:
                 cpu = None
             elif last[0] is st:
                 cpu = 0.0  # the very same stat bytes (see _ProcFiles.stat): no tick since, what the sum gives
             else:
-                cpu = round(100.0 * (st.cpu_ticks - last[0].cpu_ticks) / _CLK_TCK / (now - last_now), 1)
+                cpu = round(100.0 * (st.cpu_ticks - last[0].cpu_ticks) / _CLK_TCK / since_s, 1)
             # An idle process's stat parses to the very same _Stat: its last ProcInfo again, one
             # object less to make and for the facts' caches to compare.
             if last is None or last[0] is not st or last[1].depth != depth or last[1].cpu_percent != cpu:
                 last = (st, self._proc_info(pid, ident, st, cpu, depth))
             infos[ident] = last
-            out.append(last[1])
+            add(last[1])
         self._infos = infos
         if len(out) == len(self._processes) and all(map(is_, out, self._processes)):
             procs = self._processes  # each the last poll's: the same tuple, for the caches above
@@ -480,20 +487,23 @@ class ProcessTreeSource:
         None as soon as a member is gone, a zombie, or has another parent (an exit can move its
         children to a subreaper): the caller then walks the children lists. ``known``: the last
         walk's children lists (self._known_kids)."""
-        files = self._files
+        # Looked up once: this loop runs for every process of the tree at most polls.
+        stat, cap = self._files.stat, self.max_processes
         walk: list[tuple[int, int, _Stat]] = []
         stack: list[tuple[int, int, _Stat]] = [(self.target_pid, 0, root)]
-        while stack and len(walk) < self.max_processes:
-            pid, depth, st = stack.pop()
-            walk.append((pid, depth, st))
+        add, push, pop = walk.append, stack.append, stack.pop
+        while stack and len(walk) < cap:
+            item = pop()
+            add(item)
+            pid, depth = item[0], item[1] + 1
             kids = known.get(pid)
             if kids is None:
                 return None  # not walked last time (the cap): read the lists
             for kid in kids:
-                kst = files.stat(kid)
+                kst = stat(kid)
                 if kst is None or kst.ppid != pid or kst.state in ("Z", "X"):
                     return None
-                stack.append((kid, depth + 1, kst))
+                push((kid, depth, kst))
         return walk
 
     def close(self) -> None:
