@@ -154,10 +154,11 @@ def call(fn: Callable[..., Any], *args: Any) -> Any:
     try:
         return fn(*args)
     except Exception as exc:  # noqa: BLE001 -- NVMLError, and anything a binding bug may raise
-        return _retry_or_raise(exc, fn, args)
+        return retry_or_raise(exc, fn, args)
 
 
-def _retry_or_raise(exc: Exception, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+def retry_or_raise(exc: Exception, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """What `call` does once ``fn(*args)`` raised ``exc``: its value retried, or the failure raised."""
     code = error_code(exc)
     if code == INSUFFICIENT_SIZE:
         try:

@@ -46,6 +46,7 @@ def _direct(name: str, symbol: str, out: Any, read: Callable[[Any], Any], *fixed
     """`symbol(handle, *fixed, &out)` as nvidia-ml-py's wrapper `name` returns it: `read(out)`."""
     args = (*fixed, ctypes.byref(out))
     fn = None
+    value = read is _value  # most getters: read here, not through one more call
 
     def query(handle: Any) -> Any:
         nonlocal fn
@@ -54,7 +55,7 @@ def _direct(name: str, symbol: str, out: Any, read: Callable[[Any], Any], *fixed
         ret = fn(handle, *args)
         if ret != SUCCESS:
             raise_code(ret)
-        return read(out)
+        return out.value if value else read(out)
 
     query.__name__ = name  # what call_errors is keyed by
     return query

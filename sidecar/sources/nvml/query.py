@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from sidecar.sources.nvml._lib import GpuLost, NvmlError, Recorder, call
+from sidecar.sources.nvml._lib import GpuLost, NvmlError, Recorder, retry_or_raise
 
 if TYPE_CHECKING:
     from sidecar.sources.nvml.direct import Queries
@@ -45,26 +45,39 @@ class DeviceQuery:
     def record(self, err: NvmlError, key: str, into: dict[str, str] | None = FIELD_ERRORS) -> None:
         self.recorder.record(err, self.where, self.errors if into is FIELD_ERRORS else into, key)
 
+    # Each is _lib.call(fn, *args) inlined, its failures handled in _failed: every query of every GPU
+    # comes through here at every poll, and a call less each is ~70 a poll of 8 GPUs.
     def get(self, key: str, fn: Callable[..., Any], *args: Any, into: dict[str, str] | None = FIELD_ERRORS) -> Any:
         try:
-            return call(fn, *args)
-        except GpuLost as err:
-            self.record(err, key, into)
-            raise
-        except NvmlError as err:
-            self.record(err, key, into)
-            return None
+            return fn(*args)
+        except Exception as exc:  # noqa: BLE001 -- as _lib.call: NVMLError, and anything a binding bug may raise
+            return self._failed(exc, fn, args, key, into, _GET)
 
     def reading(self, key: str, fn: Callable[..., Any], *args: Any, into: dict[str, str] | None = FIELD_ERRORS) -> Any:
         try:
-            return call(fn, *args)
-        except NvmlError as err:
-            self.record(err, key, into)
-            return None
+            return fn(*args)
+        except Exception as exc:  # noqa: BLE001 -- as _lib.call
+            return self._failed(exc, fn, args, key, into, _READING)
 
     def attempt(self, key: str, fn: Callable[..., Any], *args: Any, into: dict[str, str] | None = FIELD_ERRORS) -> Any:
         try:
-            return call(fn, *args)
+            return fn(*args)
+        except Exception as exc:  # noqa: BLE001 -- as _lib.call
+            return self._failed(exc, fn, args, key, into, _ATTEMPT)
+
+    def _failed(
+        self, exc: Exception, fn: Callable[..., Any], args: tuple[Any, ...], key: str,
+        into: dict[str, str] | None, how: int,
+    ) -> Any:
+        """After ``fn(*args)`` raised ``exc``: the value of _lib.call's retry, or the failure recorded
+        and, as ``how`` says (get, reading, attempt: see the module's docstring), raised or None."""
+        try:
+            return retry_or_raise(exc, fn, args)
         except NvmlError as err:
             self.record(err, key, into)
-            raise
+            if how == _ATTEMPT or (how == _GET and isinstance(err, GpuLost)):
+                raise
+            return None
+
+
+_GET, _READING, _ATTEMPT = 0, 1, 2
