@@ -29,12 +29,11 @@ FIELD_ERRORS: dict[str, str] = {}
 
 
 class DeviceQuery:
-    __slots__ = ("recorder", "index", "where", "handle", "info", "errors", "state", "queries", "now_us")
+    __slots__ = ("recorder", "index", "handle", "info", "errors", "state", "queries", "now_us")
 
     def __init__(self, recorder: Recorder, index: int, info: GpuInfo, state: Any, queries: Queries, now_us: int):
         self.recorder = recorder
         self.index = index
-        self.where = f"GPU {index}"
         self.handle: Any = None
         self.info = info
         self.errors = info.field_errors
@@ -43,7 +42,7 @@ class DeviceQuery:
         self.now_us = now_us
 
     def record(self, err: NvmlError, key: str, into: dict[str, str] | None = FIELD_ERRORS) -> None:
-        self.recorder.record(err, self.where, self.errors if into is FIELD_ERRORS else into, key)
+        self.recorder.record(err, f"GPU {self.index}", self.errors if into is FIELD_ERRORS else into, key)
 
     # Each is _lib.call(fn, *args) inlined, its failures handled in _failed: every query of every GPU
     # comes through here at every poll, and a call less each is ~70 a poll of 8 GPUs.
