@@ -144,3 +144,14 @@ class RunDetail:
     record: RunRecord
     timeline: tuple[VerdictChange, ...] = ()
     minutes: tuple[MinuteFigures, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerBatch:
+    """What one write of the recorder puts in the ledger, in one transaction: runs upserted (by
+    key), minutes upserted (by run key and start: the current minute again as it grows) and verdict
+    changes appended."""
+
+    runs: tuple[RunRecord, ...] = ()
+    minutes: tuple[tuple[str, MinuteFigures], ...] = ()  # (run key, minute)
+    changes: tuple[tuple[str, VerdictChange], ...] = ()  # (run key, change)
