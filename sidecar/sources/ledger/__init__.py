@@ -1,0 +1,19 @@
+"""The run ledger (issue 40): every run remembered, one SQLite file per user. See ledger.py."""
+
+from __future__ import annotations
+
+from sidecar.sources.ledger.ledger import Ledger, LedgerBatch, LedgerFault, Maintained, Retention
+from sidecar.sources.ledger.opening import LedgerAccessError, LedgerError, LedgerVersionError
+from sidecar.sources.ledger.paths import default_ledger_path
+
+__all__ = [
+    "Ledger",
+    "LedgerAccessError",
+    "LedgerBatch",
+    "LedgerError",
+    "LedgerFault",
+    "LedgerVersionError",
+    "Maintained",
+    "Retention",
+    "default_ledger_path",
+]
