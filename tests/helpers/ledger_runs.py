@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import random
 import sys
+import time
 from pathlib import Path
 
 from sidecar.common.runs import MinuteFigures, RunIdentity, RunRecord, RunSetup, RunTotals, VerdictChange
@@ -118,10 +119,14 @@ def file_bytes(path: Path) -> int:
 
 
 def _write_loop(path: str, prefix: str, count: int) -> None:
-    """Writes `count` batches (each a run of its own, a shared run, and a minute of each), printing
-    each batch's number once it is committed: the parent knows what must have survived a kill."""
+    """Writes `count` batches (each a run of its own, a shared run, and a minute of each) once a line
+    comes on stdin, printing each batch's number once it is committed: the parent knows what must
+    have survived a kill."""
     ledger = Ledger(path)
     shared = identity(0, DAY_START_UNIX_S, prefix="shared-")
+    print("ready", flush=True)
+    sys.stdin.readline()  # the parent's go: two writers start together
+    first = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process of the machine
     for n in range(count):
         now = DAY_START_UNIX_S + 60.0 * (n + 1)
         own = identity(n, DAY_START_UNIX_S + n, prefix=prefix)
@@ -134,6 +139,7 @@ def _write_loop(path: str, prefix: str, count: int) -> None:
             print(f"fault {ledger.fault}", flush=True)
             sys.exit(1)
         print(n, flush=True)
+    print(f"done {first} {time.monotonic()}", flush=True)
     ledger.close()
 
 

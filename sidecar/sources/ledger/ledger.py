@@ -115,13 +115,11 @@ class Ledger:
 
     def _open(self) -> sqlite3.Connection:
         prepare(self.path, self.uid)
-        conn = _connect(self.path)
-        why = _damage(conn, self.path)
+        why = _damage(self.path)
         if why is not None:
-            conn.close()
             self.notice = move_aside(self.path, why, self._clock())
             prepare(self.path, self.uid)
-            conn = _connect(self.path)
+        conn = _connect(self.path)
         try:
             _check_kind(conn, self.path)
             _configure(conn, self.path, self.retention)
@@ -251,7 +249,8 @@ class Ledger:
             over += deleted
         with self._lock:
             try:
-                self._conn.execute("PRAGMA incremental_vacuum").fetchall()
+                # executescript steps it to the end: execute() stops after its first page freed
+                self._conn.executescript("PRAGMA incremental_vacuum;")
                 self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
             except sqlite3.Error as exc:
                 self._failed("maintain", exc)
@@ -336,16 +335,25 @@ def _is_damage(exc: sqlite3.Error) -> bool:
     return "malformed" in text or "not a database" in text
 
 
-def _damage(conn: sqlite3.Connection, path: Path) -> str | None:
+def _damage(path: Path) -> str | None:
     """Why the file is damaged (quick_check: the b-trees without the indexes' contents, in time
-    proportional to the file), or None. Any other failure (locked past the timeout) is not damage."""
+    proportional to the file), or None. Any other failure (locked past the timeout) is not damage.
+    Read-only: closing it neither checkpoints into a damaged file nor deletes its -wal (moved aside
+    with it)."""
+    try:
+        conn = sqlite3.connect(
+            f"{path.absolute().as_uri()}?mode=ro", uri=True, timeout=bounds.BUSY_TIMEOUT_S, isolation_level=None
+        )
+    except sqlite3.Error as exc:
+        raise LedgerError(f"cannot open the ledger {path}: {exc}") from None
     try:
         found = conn.execute("PRAGMA quick_check(1)").fetchone()
     except sqlite3.DatabaseError as exc:
         if _is_damage(exc):
             return str(exc)
-        conn.close()
         raise LedgerError(f"cannot open the ledger {path}: {exc}") from None
+    finally:
+        conn.close()
     if found is None or found[0] != "ok":
         return f"quick_check: {str(found[0] if found else 'no answer')[:200]}"
     return None
