@@ -22,9 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sidecar.sources.ledger import Ledger  # noqa: E402
-from sidecar.sources.ledger.bounds import LEDGER_DAY_BYTES_MAX  # noqa: E402
-from tests.helpers.ledger_runs import file_bytes, simulate  # noqa: E402
+from sidecar.sources.ledger import Ledger
+from sidecar.sources.ledger.bounds import LEDGER_DAY_BYTES_MAX
+from tests.helpers.ledger_runs import file_bytes, simulate
 
 
 def measure(hours: float, folder: Path) -> dict[str, float]:

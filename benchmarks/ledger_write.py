@@ -25,9 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sidecar.common.runs import VerdictChange  # noqa: E402
-from sidecar.sources.ledger import Ledger, LedgerBatch  # noqa: E402
-from tests.helpers.ledger_runs import DAY_START_UNIX_S, identity, minute, record  # noqa: E402
+from sidecar.common.runs import VerdictChange
+from sidecar.sources.ledger import Ledger, LedgerBatch
+from tests.helpers.ledger_runs import DAY_START_UNIX_S, identity, minute, record
 
 POLL_S = 1.5  # the default interval: a minute holds 40 polls
 
