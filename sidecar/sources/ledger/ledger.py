@@ -48,6 +48,7 @@ from sidecar.sources.ledger.schema import APPLICATION_ID, LATEST_VERSION, migrat
 T = TypeVar("T")
 _SQLITE_CORRUPT = 11
 _SQLITE_NOTADB = 26
+_WRITE = "a write"  # what failed: a write drops its batch (reads and maintain() drop nothing)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,11 +151,14 @@ class Ledger:
         return self._fault
 
     def _failed(self, what: str, exc: BaseException) -> None:
+        """Records a failure (under the lock): the first one's text and time stay until a write
+        succeeds; each failed write counts a dropped batch."""
+        dropped = 1 if what == _WRITE else 0
         if self._fault is None:
-            self._fault = LedgerFault(f"the ledger {self.path}: {what} failed: {exc}", self._clock())
+            self._fault = LedgerFault(f"the ledger {self.path}: {what} failed: {exc}", self._clock(), dropped)
         else:
             f = self._fault
-            self._fault = LedgerFault(f.text, f.since_unix_s, f.dropped_batches + 1)
+            self._fault = LedgerFault(f.text, f.since_unix_s, f.dropped_batches + dropped)
 
     def _transaction(self, what: str, work: Callable[[sqlite3.Connection], T]) -> tuple[bool, T | None]:
         """`work` in one BEGIN IMMEDIATE transaction (the write lock taken first: a deferred one that
@@ -174,6 +178,8 @@ class Ledger:
             except sqlite3.Error as exc:
                 self._failed(what, exc)
                 return False, None
+            if what == _WRITE:
+                self._fault = None  # writing works again
             return True, result
 
     def _read(self, work: Callable[[sqlite3.Connection], T], empty: T) -> T:
@@ -196,9 +202,7 @@ class Ledger:
 
     def write(self, batch: LedgerBatch) -> bool:
         """Records `batch` whole, or not at all: False when it was dropped (see `fault`)."""
-        ok, _ = self._transaction("a write", lambda conn: _write(conn, batch))
-        if ok:
-            self._fault = None
+        ok, _ = self._transaction(_WRITE, lambda conn: _write(conn, batch))
         return ok
 
     # -- reading -------------------------------------------------------------------------------------
