@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from sidecar.sources.ledger.ledger import Ledger, LedgerBatch, LedgerFault, Maintained, Retention
+# LedgerBatch, what write() takes, is the recorder's vocabulary (common/runs.py): here for convenience.
+from sidecar.common.runs import LedgerBatch
+from sidecar.sources.ledger.ledger import Ledger, LedgerFault, Maintained, Retention
 from sidecar.sources.ledger.opening import LedgerAccessError, LedgerError, LedgerVersionError
 from sidecar.sources.ledger.paths import default_ledger_path
 

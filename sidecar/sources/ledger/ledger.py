@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from sidecar.common.runs import MinuteFigures, RunDetail, RunRecord, VerdictChange
+from sidecar.common.runs import LedgerBatch, RunDetail, RunRecord
 from sidecar.sources.ledger import bounds, retention
 from sidecar.sources.ledger.opening import LedgerError, LedgerVersionError, move_aside, prepare
 from sidecar.sources.ledger.rows import (
@@ -49,16 +49,6 @@ T = TypeVar("T")
 _SQLITE_CORRUPT = 11
 _SQLITE_NOTADB = 26
 _WRITE = "a write"  # what failed: a write drops its batch (reads and maintain() drop nothing)
-
-
-@dataclass(frozen=True, slots=True)
-class LedgerBatch:
-    """What one write records: run upserts (each the run as now known), minute upserts (the current
-    minute again at each write as it grows) and verdict changes to append, keyed by run key."""
-
-    runs: tuple[RunRecord, ...] = ()
-    minutes: tuple[tuple[str, MinuteFigures], ...] = ()
-    changes: tuple[tuple[str, VerdictChange], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
