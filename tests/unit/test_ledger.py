@@ -108,6 +108,20 @@ def test_a_planted_file_or_side_file_is_refused(tmp_path):
         Ledger(path)
 
 
+def test_the_folder_above_must_be_the_users_and_sticky_if_anyone_may_write_it(tmp_path):
+    above = tmp_path / "above"
+    above.mkdir()
+    os.chmod(above, 0o777)
+    with pytest.raises(LedgerAccessError, match=r"writable by anyone and not sticky \(mode 0777\)"):
+        Ledger(above / "dsh-gpu-dashboard" / "runs.sqlite3")
+    os.chmod(above, 0o1777)  # as /tmp: entries only their owners rename
+    Ledger(above / "dsh-gpu-dashboard" / "runs.sqlite3").close()
+    if ME == 0:  # a folder above of another user's
+        os.chown(above, OTHER_UID, -1)
+        with pytest.raises(LedgerAccessError, match=rf"{above}, which holds the ledger's folder, is owned by uid {OTHER_UID}"):
+            Ledger(above / "dsh-gpu-dashboard" / "runs.sqlite3")
+
+
 @needs_root
 def test_a_folder_link_of_another_user_is_refused(tmp_path):
     real = tmp_path / "real"

@@ -50,6 +50,7 @@ def prepare(path: Path, uid: int) -> None:
     SQLite left: raises LedgerAccessError where one is not safely `uid`'s."""
     folder = path.parent
     _make_folder(folder)
+    _check_parent(folder.parent, uid)
     _check_folder(folder, uid)
     _make_file(path, uid)
     for suffix in SIDE_SUFFIXES:
@@ -82,6 +83,30 @@ def _make_folder(folder: Path) -> None:
             f"cannot make the ledger's folder {folder}: {exc.strerror or exc}; make it (mkdir -m 700) "
             "or choose another ledger path"
         ) from None
+
+
+def _check_parent(parent: Path, uid: int) -> None:
+    """Whoever may rename entries of the folder above could swap the ledger's folder between these
+    checks and SQLite's open: it must be the user's or root's, and a folder anyone may write must be
+    sticky (/tmp: entries only their owners rename). A group-writable one is let be: a user's private
+    group (umask 002) is common, and making it so needs its owner."""
+    try:
+        st = os.stat(parent)
+    except OSError as exc:
+        raise LedgerAccessError(f"cannot look at {parent}: {exc.strerror or exc}") from None
+    if st.st_uid not in (uid, 0):
+        raise LedgerAccessError(
+            f"the folder {parent}, which holds the ledger's folder, is owned by {owner_name(st.st_uid)}, not by "
+            f"you ({owner_name(uid)}) or root: its owner could swap the ledger for another. Choose a ledger "
+            "path under a folder of your own"
+        )
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o002 and not mode & stat.S_ISVTX:
+        raise LedgerAccessError(
+            f"the folder {parent}, which holds the ledger's folder, is writable by anyone and not sticky "
+            f"(mode {mode:04o}): anyone could swap the ledger for another. Run `chmod o-w {parent}` "
+            "(or `chmod +t`), or choose another ledger path"
+        )
 
 
 def _check_folder(folder: Path, uid: int) -> None:
