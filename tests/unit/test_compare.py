@@ -144,6 +144,33 @@ def scaled(phases: dict[str, float], factor: float, names: tuple[str, ...]) -> d
     return {name: s * factor if name in names else s for name, s in phases.items()}
 
 
+def rescaled(minutes: list[MinuteFigures] | tuple[MinuteFigures, ...], factor: float) -> list[MinuteFigures]:
+    return [
+        m
+        if m.step_rate_hz is None
+        else replace(
+            m,
+            step_rate_hz=m.step_rate_hz * factor,
+            step_rate_sq_hz2=None if m.step_rate_sq_hz2 is None else m.step_rate_sq_hz2 * factor * factor,
+        )
+        for m in minutes
+    ]
+
+
+# Scales of a run's rates: about the floor, and between 1 + floor and 1 / (1 - floor), where a floor
+# taken of one of the two runs (not of the larger) would judge a and b unlike b and a.
+_BETWEEN = (1 + RULES.compare_noise_floor + 1 / (1 - RULES.compare_noise_floor)) / 2
+FACTORS = (0.5, 0.98, 1.0, 1.02, 2.0, _BETWEEN, 1 / _BETWEEN)
+
+
+MIRROR = {
+    OUTCOME_IMPROVEMENT: OUTCOME_REGRESSION,
+    OUTCOME_REGRESSION: OUTCOME_IMPROVEMENT,
+    OUTCOME_WITHIN_NOISE: OUTCOME_WITHIN_NOISE,
+    OUTCOME_NOT_ENOUGH_EVIDENCE: OUTCOME_NOT_ENOUGH_EVIDENCE,
+}
+
+
 UNFILLED = re.compile(r"\{\w+\}")
 
 
@@ -209,7 +236,9 @@ def test_a_ten_percent_slower_run_with_the_same_spread_is_a_regression():
 
 def test_clocks_dropping_with_a_thermal_reason_is_a_regression_caused_by_a_throttled_gpu():
     hot = scaled(STEP, 1980 / 1400, GPU_PHASES)  # the GPU phases run at the clock
-    throttled = run("a", hot, seed=5, clock=1400.0, reasons=("hw_thermal_slowdown",))
+    # pin_memory changed too: a loader setting, named for the data wait only, so not here.
+    pinned = replace(SETUP, loader=(("num_workers", "4"), ("pin_memory", "False")))
+    throttled = run("a", hot, seed=5, setup=pinned, clock=1400.0, reasons=("hw_thermal_slowdown",))
     c = compare_runs(throttled, run("b", seed=6))
     assert c.outcome == OUTCOME_REGRESSION
     top = c.causes[0]
@@ -222,7 +251,32 @@ def test_clocks_dropping_with_a_thermal_reason_is_a_regression_caused_by_a_throt
     assert "hardware thermal slowdown" in render(reason.text)
     assert "硬件温控降频" in render(reason.text, "zh")
     assert not any(cause.code == PHASE_DATA_WAIT for cause in c.causes)  # the data wait did not grow
+    assert all([r.code for r in cause.reasons] == [REASON_THROTTLED] for cause in c.causes)
     assert_renders(c)
+
+
+def test_a_breakdown_that_counts_twice_is_scaled_to_the_step():
+    # Shares summing over 1 (phases that overlap) are scaled to sum to 1: a breakdown whose every
+    # share is doubled gives the seconds per step of one that is not.
+    slow, fast = run("a", scaled(STEP, 1.5, GPU_PHASES), seed=23), run("b", seed=24)
+    names = (
+        "data_wait_fraction",
+        "forward_fraction",
+        "backward_fraction",
+        "optimizer_fraction",
+        "other_fraction",
+    )
+
+    def doubled(d: RunDetail) -> RunDetail:
+        return replace(
+            d, minutes=tuple(replace(m, **{n: 2 * getattr(m, n) for n in names}) for m in d.minutes)
+        )
+
+    plain, twice = compare_runs(slow, fast), compare_runs(doubled(slow), doubled(fast))
+    assert [c.code for c in twice.causes] == [c.code for c in plain.causes] and plain.causes
+    for p, t in zip(plain.causes, twice.causes):
+        assert math.isclose(t.run_s, p.run_s) and math.isclose(t.baseline_s, p.baseline_s)
+        assert math.isclose(t.share, p.share)
 
 
 def test_clocks_lower_at_the_power_cap_alone_are_lower_clocks_not_throttling():
@@ -258,6 +312,21 @@ def test_fp32_then_autocast_bf16_is_an_improvement_with_the_precision_named():
     assert_renders(c)
 
 
+def test_a_part_that_moved_the_other_way_explains_nothing():
+    # bf16 and no workers at once: the forward and backward got faster, the data wait grew more.
+    both = replace(
+        SETUP, precision="autocast bfloat16", loader=(("num_workers", "0"), ("pin_memory", "True"))
+    )
+    phases = {**scaled(STEP, 1 / 2, ("forward", "backward")), "data": 0.2}
+    c = compare_runs(run("a", phases, seed=21, setup=both), run("b", seed=22))
+    assert c.outcome == OUTCOME_REGRESSION
+    assert [cause.code for cause in c.causes] == [PHASE_DATA_WAIT]
+    assert 0.95 < c.causes[0].share <= 1  # not the 165 % the data wait is of the net difference
+    assert [r.code for r in c.causes[0].reasons] == [
+        REASON_LOADER_SETTINGS
+    ]  # precision acts on the GPU phases
+
+
 def test_more_processes_on_the_gpu_are_named_for_a_slower_forward():
     crowded = run("a", scaled(STEP, 1.5, GPU_PHASES), seed=11, processes=3)
     c = compare_runs(crowded, run("b", seed=12))
@@ -267,6 +336,21 @@ def test_more_processes_on_the_gpu_are_named_for_a_slower_forward():
     # The faster run's extra processes explain nothing of the slower's slowdown.
     c = compare_runs(run("a", scaled(STEP, 1.5, GPU_PHASES), seed=11), run("b", seed=12, processes=3))
     assert all(r.code != REASON_GPU_SHARED for cause in c.causes for r in cause.reasons)
+
+
+def test_swapped_runs_about_the_floor_swap_their_outcomes():
+    # Runs of no spread, whose band is the floor, one scaled between 1 + floor and 1 / (1 - floor)
+    # from the other: a floor taken of one run only (not of the larger) would judge them unalike.
+    b = run("b", spread=0.0)
+    for factor, outcome in (
+        (_BETWEEN, OUTCOME_WITHIN_NOISE),
+        (1 / _BETWEEN, OUTCOME_WITHIN_NOISE),
+        (1.5, OUTCOME_IMPROVEMENT),
+        (1 / 1.5, OUTCOME_REGRESSION),
+    ):
+        a = detail("a", rescaled(b.minutes, factor))
+        ab, ba = compare_runs(a, b), compare_runs(b, a)
+        assert (ab.throughput.outcome, ba.throughput.outcome) == (outcome, MIRROR[outcome]), factor
 
 
 def test_the_warm_up_minute_is_left_out():
@@ -370,6 +454,9 @@ def test_comparability():
     fit = comparability(other_args, b)
     assert fit.comparable and [n.code for n in fit.notes] == [NOTE_COMMAND]
     assert "--num-workers 0" in render(fit.notes[0].text)
+    # The same run read twice (a live run, minutes apart): still itself, never a cause found.
+    later = compare_runs(replace(a, minutes=tuple(rescaled(a.minutes, 0.5))), a)
+    assert later.outcome == OUTCOME_NOT_COMPARABLE and later.causes == ()
     idle = detail(
         "d", [MinuteFigures(start_unix_s=START + 60 * i, polls=60, gpu_held_s=60.0) for i in range(5)]
     )
@@ -393,6 +480,13 @@ SETUPS = (
     RunSetup(),
 )
 _fraction = st.one_of(st.none(), st.floats(0.0, 1.0))
+_rate = st.floats(0.1, 50.0)
+# Mostly enough rows to judge (a run needs 3 steady minutes), sometimes too few; mostly polled rows.
+# (sampled_from picks by index: one_of would merge its repeated branches.)
+_COUNT = st.sampled_from((0, 1, 2, 3, *range(4, 9), *range(4, 9)))
+_POLLS = st.sampled_from((0, 1, 30, 60, 60, 60))
+_RATE_KINDS = st.sampled_from(("rate",) * 5 + ("none", "zero", "nan"))
+_SPECIAL_RATES: dict[str, float | None] = {"none": None, "zero": 0.0, "nan": math.nan}
 # What a row shows beside its rate and GPU time: two of these are drawn per run and each row takes
 # one (fewer draws per row keep the properties fast; the rows of a run still differ in them).
 _looks = st.fixed_dictionaries(
@@ -413,11 +507,12 @@ _looks = st.fixed_dictionaries(
 
 
 @st.composite
-def rows(draw: st.DrawFn, count: st.SearchStrategy[int] = st.integers(0, 8)) -> list[MinuteFigures]:
+def rows(draw: st.DrawFn, count: st.SearchStrategy[int] = _COUNT) -> list[MinuteFigures]:
     looks = (draw(_looks), draw(_looks))
     out = []
     for i in range(draw(count)):
-        rate = draw(st.one_of(st.none(), st.floats(0.0, 50.0), st.just(math.nan)))
+        kind = draw(_RATE_KINDS)
+        rate = draw(_rate) if kind == "rate" else _SPECIAL_RATES[kind]
         minutes = draw(st.sampled_from((1, 1, 1, 3)))
         sq = None
         if rate is not None and minutes > 1 and draw(st.booleans()):
@@ -427,7 +522,7 @@ def rows(draw: st.DrawFn, count: st.SearchStrategy[int] = st.integers(0, 8)) -> 
             MinuteFigures(
                 start_unix_s=START + 60 * i,
                 minutes=minutes,
-                polls=draw(st.integers(0, 60)),
+                polls=draw(_POLLS),
                 step_rate_hz=rate,
                 step_rate_sq_hz2=sq,
                 gpu_held_s=held,
@@ -438,29 +533,35 @@ def rows(draw: st.DrawFn, count: st.SearchStrategy[int] = st.integers(0, 8)) -> 
     return out
 
 
+def flat(minutes: list[MinuteFigures], rate: float) -> list[MinuteFigures]:
+    """The rows with every known rate `rate`: a run of no spread, whose band is the floor."""
+    return [
+        m
+        if m.step_rate_hz is None
+        else replace(
+            m,
+            step_rate_hz=rate,
+            step_rate_sq_hz2=None if m.step_rate_sq_hz2 is None else m.minutes * rate * rate,
+        )
+        for m in minutes
+    ]
+
+
 @st.composite
 def pairs(draw: st.DrawFn) -> tuple[RunDetail, RunDetail]:
-    """Two runs: unrelated, or the second the first with its rates scaled about the noise band."""
-    b = detail("b", draw(rows()), draw(st.sampled_from(SETUPS)))
+    """Two runs: unrelated, or the second the first with its rates scaled about the noise band (the
+    first perhaps flat, so that the floor is the band and the scale falls about it)."""
+    base_rows = draw(rows())
+    if draw(st.booleans()):
+        base_rows = flat(base_rows, draw(_rate))
+    b = detail("b", base_rows, draw(st.sampled_from(SETUPS)))
     if draw(st.booleans()):
         return detail("a", draw(rows()), draw(st.sampled_from(SETUPS))), b
-    factor = draw(st.sampled_from((0.5, 0.97, 0.98, 0.99, 1.0, 1.01, 1.02, 1.03, 2.0)))
-    scaled_rows = [
-        replace(m, step_rate_hz=None if m.step_rate_hz is None else m.step_rate_hz * factor)
-        for m in b.minutes
-    ]
-    return detail("a", scaled_rows, draw(st.sampled_from(SETUPS))), b
+    factor = draw(st.one_of(st.sampled_from(FACTORS), st.floats(0.975, 1.025)))
+    return detail("a", rescaled(b.minutes, factor), draw(st.sampled_from(SETUPS))), b
 
 
-MIRROR = {
-    OUTCOME_IMPROVEMENT: OUTCOME_REGRESSION,
-    OUTCOME_REGRESSION: OUTCOME_IMPROVEMENT,
-    OUTCOME_WITHIN_NOISE: OUTCOME_WITHIN_NOISE,
-    OUTCOME_NOT_ENOUGH_EVIDENCE: OUTCOME_NOT_ENOUGH_EVIDENCE,
-}
-
-
-@settings(max_examples=examples(300), deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(pairs())
 def test_properties_of_every_comparison(pair):
     a, b = pair
@@ -483,7 +584,7 @@ def test_properties_of_every_comparison(pair):
         assert_renders(c)
 
 
-@settings(max_examples=examples(150), deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(rows())
 def test_identical_runs_are_within_noise(minutes):
     c = compare_runs(detail("a", minutes), detail("b", minutes))
@@ -494,7 +595,7 @@ def test_identical_runs_are_within_noise(minutes):
     assert c.causes == ()
 
 
-@settings(max_examples=examples(150), deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(rows(st.integers(0, RULES.compare_min_minutes)), rows(), st.sampled_from(SETUPS))
 def test_too_little_evidence_never_judges(short, other, setup):
     # The first row with steps is the warm-up: at most min_minutes single-minute rows leave fewer
