@@ -26,13 +26,15 @@ groups of known sizes), and its standard error s/√n over its n steady minutes.
 k = `compare_noise_k` (3) standard errors of the difference of the two means, √(se_run² + se_base²),
 and never under `compare_noise_floor` (2 %) of the larger of the two values. k = 3 and not 2:
 minutes are not independent (a run drifts with its GPU's temperature, with batches that grow),
-which makes s/√n too small, and with 3-10 minutes a t distribution's two-sided 95 % point lies at
-2.3-3.2 standard errors; so two runs that differ only by their seed stay WITHIN NOISE but a few
-times in a thousand, while a 10 % change over ten minutes of 3 % spread still shows. The floor: two
-runs differ by more than their own spread says (boost clocks, the host's other load, the order of
-the data), and a 1 % change is not worth a REGRESSION. The difference is |run - baseline| and the
-floor is taken of the larger value, so compare(a, b) says IMPROVEMENT exactly when compare(b, a)
-says REGRESSION.
+which makes s/√n too small, and the runs are short: with 3 to 10 steady minutes each, the
+difference has 4 to 18 degrees of freedom, whose t distribution puts its two-sided 95 % point at
+2.8 to 2.1 standard errors and its 99 % point at 4.6 to 2.9. At 3, two runs that differ only by
+their seed read WITHIN NOISE but about 1 time in 130 with ten minutes each (1 in 25 with three
+each: the minimum is a minimum), while a 10 % change over ten minutes of 3 % spread (3 standard
+errors: 4 %) still shows. The floor: two runs differ by more than their own spread says (boost
+clocks, the host's other load, the order of the data), and a 1 % change is not worth a REGRESSION.
+The difference is |run - baseline| and the floor is taken of the larger value, so compare(a, b)
+says IMPROVEMENT exactly when compare(b, a) says REGRESSION.
 
 Not enough evidence: fewer than `compare_min_minutes` (3) steady minutes with the figure in either
 run, or a spread that cannot be measured (one merged row), answers NOT ENOUGH EVIDENCE, never a
@@ -51,7 +53,14 @@ IMPROVEMENT or a REGRESSION of the throughput.
 A cause is attributed further to the reasons the two runs show for it (compare_reasons.py): the
 DataLoader settings changed (data wait); the slower run's GPU throttled with a hardware reason, or
 its clocks lower, another GPU model, another precision, more processes on its GPUs (the GPU phases);
-more host syncs per step; another torch or driver version.
+more host syncs per step; another torch or driver version. `Comparison.reasons` ranks the reasons by
+the shares of the causes each is named for (thermal throttling behind a slower forward, backward
+and optimizer step explains all three's shares).
+
+Codes: a cause's code is the part of the step (data-wait, forward, backward, optimizer, other,
+whole-step), its reasons' codes say why (throttled, clocks, gpu-model, precision, gpu-shared,
+host-syncs, loader-settings, torch-version, driver-version): one vocabulary, two levels, so that a
+reader sees both where the time went and what the runs show of why.
 """
 
 from __future__ import annotations
@@ -69,6 +78,7 @@ from sidecar.verdict.compare_reasons import (
     PHASE_OPTIMIZER,
     PHASE_OTHER,
     PHASE_WHOLE_STEP,
+    REASONS,
     Reason,
     Side,
     reasons_for,
@@ -98,6 +108,7 @@ __all__ = [
     "FigureChange",
     "Note",
     "Reason",
+    "ReasonShare",
     "comparability",
     "compare_runs",
     "steady_minutes",
@@ -186,6 +197,16 @@ class Cause:
 
 
 @dataclass(frozen=True, slots=True)
+class ReasonShare:
+    """A reason over every cause it is named for: 'throttled explains 100 % of the difference'."""
+
+    reason: Reason
+    share: float  # the sum of those causes' shares, 0-1
+    parts: tuple[str, ...]  # those causes' codes, ranked
+    text: Ref
+
+
+@dataclass(frozen=True, slots=True)
 class Note:
     code: str  # NOTE_*
     text: Ref
@@ -209,6 +230,7 @@ class Comparison:
     gpu_busy: FigureChange
     step_s: tuple[float | None, float | None]  # seconds per step: (baseline's, run's)
     causes: tuple[Cause, ...]  # ranked by share, largest first
+    reasons: tuple[ReasonShare, ...]  # the causes' reasons, ranked by the share they explain
     comparability: Comparability
     text: Ref  # the headline: the throughput's text, or why the runs are not comparable
 
@@ -504,8 +526,27 @@ def compare_runs(run: RunDetail, baseline: RunDetail, rules: Rules | None = None
         gpu_busy,
         step_s,
         causes,
+        _reason_shares(causes),
         fit,
         text,
+    )
+
+
+def _reason_shares(causes: tuple[Cause, ...]) -> tuple[ReasonShare, ...]:
+    """Each reason the causes name, with the shares of the causes it is named for summed. A reason
+    rests on the two runs alone, never on the part (compare_reasons.py), so it is the same Reason
+    wherever it is named and the sum is at most 1."""
+    found: dict[str, tuple[Reason, float, tuple[str, ...]]] = {}
+    for cause in causes:
+        for reason in cause.reasons:
+            _, share, parts = found.get(reason.code, (reason, 0.0, ()))
+            found[reason.code] = (reason, share + cause.share, (*parts, cause.code))
+    ranked = sorted(found.values(), key=lambda f: (-f[1], REASONS.index(f[0].code)))
+    return tuple(
+        ReasonShare(
+            reason, share, parts, ref("compare.reason-share", share=_share_text(share), reason=reason.text)
+        )
+        for reason, share, parts in ranked
     )
 
 

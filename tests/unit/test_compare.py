@@ -34,6 +34,7 @@ from sidecar.common.catalogue import Ref, load, placeholders, render
 from sidecar.common.runs import MinuteFigures, RunDetail, RunIdentity, RunRecord, RunSetup, RunTotals
 from sidecar.verdict.compare import (
     NOTE_COMMAND,
+    NOTE_GPU_COUNT,
     NOTE_NO_STEPS,
     NOTE_SAME_RUN,
     OUTCOME_IMPROVEMENT,
@@ -51,10 +52,12 @@ from sidecar.verdict.compare_reasons import (
     PHASE_DATA_WAIT,
     PHASE_FORWARD,
     REASON_CLOCKS,
+    REASON_GPU_MODEL,
     REASON_GPU_SHARED,
     REASON_LOADER_SETTINGS,
     REASON_PRECISION,
     REASON_THROTTLED,
+    REASON_TORCH_VERSION,
 )
 from sidecar.verdict.efficiency import THROTTLE_REASONS
 from sidecar.verdict.facts import Rules
@@ -178,7 +181,7 @@ def texts(c: Comparison) -> list[Ref]:
     found = [c.text, c.throughput.text, c.gpu_busy.text, *(n.text for n in c.comparability.notes)]
     for cause in c.causes:
         found += [cause.text, *(r.text for r in cause.reasons)]
-    return found
+    return found + [r.text for r in c.reasons]
 
 
 def assert_renders(c: Comparison) -> None:
@@ -212,6 +215,7 @@ def test_num_workers_4_then_0_is_a_regression_from_the_data_wait_with_the_loader
         "num_workers=0",
     )
     assert "num_workers=4 → num_workers=0" in render(reason.text)
+    assert [r.reason for r in c.reasons] == [reason] and c.reasons[0].parts == (PHASE_DATA_WAIT,)
     assert "5% → 45%" in render(top.text)
     assert_renders(c)
 
@@ -252,6 +256,9 @@ def test_clocks_dropping_with_a_thermal_reason_is_a_regression_caused_by_a_throt
     assert "硬件温控降频" in render(reason.text, "zh")
     assert not any(cause.code == PHASE_DATA_WAIT for cause in c.causes)  # the data wait did not grow
     assert all([r.code for r in cause.reasons] == [REASON_THROTTLED] for cause in c.causes)
+    # Throttling is behind every part that slowed: it explains the difference (but for the noise's).
+    assert [r.reason.code for r in c.reasons] == [REASON_THROTTLED] and c.reasons[0].share > 0.95
+    assert render(c.reasons[0].text).startswith("100% of the difference: GPU throttled")
     assert_renders(c)
 
 
@@ -325,6 +332,22 @@ def test_a_part_that_moved_the_other_way_explains_nothing():
     assert [r.code for r in c.causes[0].reasons] == [
         REASON_LOADER_SETTINGS
     ]  # precision acts on the GPU phases
+
+
+def test_another_gpu_and_torch_are_named_most_specific_first():
+    v100 = replace(SETUP, gpu_models=("Tesla V100-SXM2-32GB",), torch_version="2.12.1")
+    c = compare_runs(run("a", scaled(STEP, 2.0, GPU_PHASES), seed=25, setup=v100), run("b", seed=26))
+    assert c.outcome == OUTCOME_REGRESSION
+    for cause in c.causes:
+        assert [(r.code, r.baseline, r.run) for r in cause.reasons] == [
+            (REASON_GPU_MODEL, A100, "Tesla V100-SXM2-32GB"),
+            (REASON_TORCH_VERSION, "2.13.0", "2.12.1"),
+        ]
+    assert [r.reason.code for r in c.reasons] == [REASON_GPU_MODEL, REASON_TORCH_VERSION]
+    eight = replace(SETUP, gpu_models=(A100,) * 8)
+    c = compare_runs(run("a", scaled(STEP, 2.0, GPU_PHASES), seed=25, setup=eight), run("b", seed=26))
+    assert c.causes[0].reasons[0].run == f"8 × {A100}"
+    assert [n.code for n in c.comparability.notes] == [NOTE_GPU_COUNT]
 
 
 def test_more_processes_on_the_gpu_are_named_for_a_slower_forward():
@@ -577,6 +600,9 @@ def test_properties_of_every_comparison(pair):
         shares = [cause.share for cause in c.causes]
         assert all(RULES.compare_min_cause_share <= s <= 1 for s in shares), shares
         assert sum(shares) <= 1 + 1e-9 and shares == sorted(shares, reverse=True)
+        explained = [r.share for r in c.reasons]
+        assert all(0 < s <= 1 + 1e-9 for s in explained) and explained == sorted(explained, reverse=True)
+        assert {r.reason.code for r in c.reasons} == {r.code for cause in c.causes for r in cause.reasons}
         assert len({cause.code for cause in c.causes}) == len(c.causes)
         for figure in (c.throughput, c.gpu_busy):
             if min(figure.minutes) < RULES.compare_min_minutes:
