@@ -5,13 +5,17 @@ every comparison, whatever the runs:
 - scenarios: num_workers 4 -> 0 is a REGRESSION caused by the data wait, the loader setting named;
   two seeds of one run are WITHIN NOISE (twenty pairs of them); clocks that drop with a thermal
   reason are a REGRESSION caused by a throttled GPU (clocks that drop at the power cap alone: lower
-  clocks, not throttled); fp32 -> autocast bf16 is an IMPROVEMENT, the precision named; more
-  processes on the GPU named as such; the warm-up minute left out; two steady minutes never judged;
+  clocks, not throttled); fp32 -> autocast bf16 is an IMPROVEMENT, the precision named; another
+  GPU and torch named, most specific first; more processes on the GPU named as such (against the
+  slower run only); a setting named only for the parts it can act on; a part that moved the other
+  way explains nothing; a breakdown that counts twice scaled to the step; the warm-up minute left
+  out; two steady minutes never judged; the same run, or one without steps, not comparable;
 - the noise band is k standard errors of the difference of the means, computed here with
   `statistics` from the per-minute values, and merged rows (with their sums of squares) give the
   band their minutes give;
-- properties: swapping the runs swaps IMPROVEMENT and REGRESSION; identical runs are WITHIN NOISE;
-  causes only with a change, shares in [0, 1] summing to 1 at most, ranked; evidence under the
+- properties: swapping the runs swaps IMPROVEMENT and REGRESSION (also at the floor's edge, where a
+  floor of one run only would not); identical runs are WITHIN NOISE; causes only with a change,
+  shares in [0, 1] summing to 1 at most, ranked, and so the reasons' shares; evidence under the
   minimum never gives a verdict; every text renders completely in English and Chinese.
 
 A run here is a step made of phases (seconds each); a minute's step rate is 1 / (its step time) times
