@@ -15,6 +15,9 @@ from one poll to the next.
     status.py      status and message, decide()
     wheels.py      the CUDA wheels of each torch version, the one to suggest for a driver
     hysteresis.py  settle()
+    compare.py     two runs compared (issue 40): IMPROVEMENT / REGRESSION / WITHIN NOISE of the
+                   throughput and the GPU busy share, the causes ranked; compare_reasons.py: why a
+                   part of the step changed (imported as sidecar.verdict.compare, not re-exported)
     codes.py       every warning code's group (what the user should do) and summary; codes_docs.py
                    generates the README's table of codes from it and the rules
 """

@@ -93,6 +93,21 @@ class Rules:
     # above, so that a straggler that costs the others about 10 % of each step does not flap.
     straggler_wait_released: float = 0.07
     straggler_confirm_s: float = 2.0
+    # Comparing two runs (compare.py; its docstring says why these values). A figure's noise band is
+    # this many standard errors of the difference of the two runs' means ...
+    compare_noise_k: float = 3.0
+    # ... and never under this share of the larger of the two values.
+    compare_noise_floor: float = 0.02
+    # Steady minutes (after the warm-up) each run needs before a figure is judged at all.
+    compare_min_minutes: int = 3
+    # A part of the step that explains less of the step time's difference is not named as a cause.
+    compare_min_cause_share: float = 0.10
+    # The slower run's mean SM clock this much under the faster's: clocks (or throttled) named.
+    compare_clock_drop: float = 0.05
+    # The slower run makes this many more host syncs per step: host-syncs named.
+    compare_syncs_more_per_step: float = 2.0
+    # This many more processes (on average) on the slower run's GPUs beside its own: gpu-shared named.
+    compare_gpu_processes_more: float = 0.5
 
 
 # Facts built per process on every poll are plain slotted dataclasses, not frozen ones: a frozen

@@ -16,7 +16,8 @@ from tests.helpers.verdict_tables import CASES
 
 REPO = Path(__file__).resolve().parents[2]
 # Families of ids only the verdict (Python) uses; the page and the plugin render them from refs.
-VERDICT_FAMILIES = ("message", "warning", "hint", "reason", "word", "devices")
+# compare: the comparison of two runs (sidecar/verdict/compare.py, compare_reasons.py).
+VERDICT_FAMILIES = ("message", "warning", "hint", "reason", "word", "devices", "compare")
 VERDICT_ID = re.compile(r"""["']((?:""" + "|".join(VERDICT_FAMILIES) + r""")\.[a-z0-9.-]+)["']""")
 # t(lang, 'key', ...), tr(lang, 'key', ...), tr('key', ...) and data-i18n="key" in the page and the plugin.
 JS_ID = re.compile(r"""\b(?:t|tr)\(\s*(?:[\w.]+\s*,\s*)?['"]([^'"]+)['"]""")
