@@ -94,12 +94,22 @@ else
   serial_mark="alone or machine_wide or dsh"
   serial=()  # machine_wide tests need the machine to themselves here: one at a time
 fi
+# The first phase's workers write the node ids of the `alone` tests they collected here
+# (tests/conftest.py): the second phase then collects only their files.
+alone_ids=$(mktemp)
+trap 'rm -f "$alone_ids"' EXIT
 started=$(date +%s)
 set +e
-.venv/bin/python -m pytest --durations=30 "${parallel[@]}" --dist loadfile --no-loadscope-reorder -m "$parallel_mark" "$@"
+DSH_ALONE_IDS_FILE=$alone_ids .venv/bin/python -m pytest --durations=30 "${parallel[@]}" --dist loadfile \
+  --no-loadscope-reorder -m "$parallel_mark" "$@"
 rc1=$?
 parallel_s=$(( $(date +%s) - started ))
-.venv/bin/python -m pytest --durations=30 ${serial[@]+"${serial[@]}"} -m "$serial_mark" "$@"
+serial_tests=()
+if [ "$serial_mark" = "alone" ] && [ $# -eq 0 ] && [ -s "$alone_ids" ]; then
+  mapfile -t serial_tests < "$alone_ids"
+fi
+.venv/bin/python -m pytest --durations=30 ${serial[@]+"${serial[@]}"} -m "$serial_mark" "$@" \
+  ${serial_tests[@]+"${serial_tests[@]}"}
 rc2=$?
 set -e
 total_s=$(( $(date +%s) - started ))

@@ -16,7 +16,7 @@ os.environ["DSH_CONTRACT_CHECK"] = "1"
 from tests.fakenvml.fixtures import *  # noqa: F403 -- pytest fixtures
 from tests.helpers import hypothesis_profiles
 from tests.helpers.browser_fixtures import *  # noqa: F403 -- pytest fixtures: pages, chromium
-from tests.helpers.dispatch_order import slow_first
+from tests.helpers.dispatch_order import ALONE_IDS_ENV, slow_first, write_alone_ids
 
 # Before any test module is imported: their @settings inherit from the profile loaded here.
 HYPOTHESIS_PROFILE = hypothesis_profiles.load()
@@ -63,6 +63,8 @@ def pytest_collection_modifyitems(config, items):
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(path))
     slow_first(items)
+    # scripts/test.sh's second phase runs the tests the first phase names here (dispatch_order.py).
+    write_alone_ids(items, os.environ.get(ALONE_IDS_ENV))
 
 
 def pytest_report_header(config):
