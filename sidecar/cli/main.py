@@ -12,6 +12,9 @@
                                     add that server to a DSH profile and exit (sidecar/cli/dsh_patch.py)
     dsh-sidecar cluster --prometheus URL [--job KEY] [--json]
                                     one job across nodes, from Prometheus (docs/deploy.md)
+    dsh-sidecar report [--since 7d] [--until T] [--by user|job|gpu] [--json|--csv]
+                       [--runs-db PATH | --prometheus URL]
+                                    GPU-hours held, busy and held with no work (sidecar/cli/report.py)
 
 Exit codes: sidecar/common/exit_codes.py (shown by `--help` and in docs/api.md). Every failure
 prints one line saying what happened and what to do, never a traceback.
@@ -46,6 +49,7 @@ from sidecar.cli.args import (
     fail,
     host_paths,
     mcp_parser,
+    report_parser,
     rules_from_env,
     run_parser,
     serve_parser,
@@ -94,6 +98,10 @@ def main(argv: list[str] | None = None) -> int:
             from sidecar.cli.cluster import run_cluster
 
             return run_cluster(cluster_parser().parse_args(argv[1:]))
+        if argv and argv[0] == "report":
+            from sidecar.cli.report import run_report
+
+            return run_report(report_parser().parse_args(argv[1:]))
         return _main_serve(serve_parser().parse_args(argv))
     except UsageError as exc:
         return fail(EXIT_USAGE, str(exc))

@@ -62,6 +62,7 @@ SUBCOMMANDS = {
     "doctor": cli_args.doctor_parser,
     "mcp": cli_args.mcp_parser,
     "cluster": cli_args.cluster_parser,
+    "report": cli_args.report_parser,
 }
 
 
