@@ -64,8 +64,10 @@ ACCOUNTING_LOOK_BACK = "90d"
 
 
 def accounting_queries(window_s: float) -> dict[str, str]:
-    """The report's PromQL over the `window_s` seconds before the instant it is asked at."""
-    w = f"[{max(1, round(window_s))}s]"
+    """The report's PromQL over the `window_s` seconds before the instant it is asked at. A value at
+    time t is the minute up to t: those in (start, end] are the window's. Prometheus 2 includes a
+    range's start, 3 does not: a millisecond less is the same window for both."""
+    w = f"[{max(1, round(window_s * 1000) - 1)}ms]"
     return {
         "held": f"sum_over_time({HELD_RULE}{w})",
         "held_minutes": f"count_over_time({HELD_RULE}{w})",
