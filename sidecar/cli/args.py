@@ -59,6 +59,18 @@ def fail(code: int, message: str) -> int:
     return code
 
 
+def print_to_a_pipe(text: str, end: str = "\n") -> int:
+    """Print `text`; a reader that stops early (`| head -2`) ends it quietly, as for any Unix tool."""
+    try:
+        print(text, end=end, flush=True)
+    except BrokenPipeError:
+        # Python would flush stdout again at exit and print a traceback: point it at /dev/null.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return EXIT_OK
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with our exit code for bad usage (`run`'s own: its job's codes pass through)."""
 

@@ -21,8 +21,8 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
-from sidecar.cli.args import UsageError, fail
-from sidecar.common.exit_codes import EXIT_LEDGER, EXIT_OK, EXIT_PROMETHEUS, EXIT_USAGE
+from sidecar.cli.args import UsageError, fail, print_to_a_pipe
+from sidecar.common.exit_codes import EXIT_LEDGER, EXIT_PROMETHEUS, EXIT_USAGE
 from sidecar.documents.bounds import json_text, one_line, one_line_all
 from sidecar.documents.contract import SCHEMA, check_if_enabled
 from sidecar.documents.report import report_document
@@ -33,7 +33,6 @@ CSV_FIELDS = (
     "key", "runs", "gpu_held_h", "gpu_busy_h", "gpu_idle_held_h", "energy_kwh", "energy_known_fraction",
     "users", "slurm_jobs", "slurm_job_count", "pods", "pod_count", "hosts", "gpu_models", "job_id", "command",
 )
-HEADLINE = "a GPU held with no work"
 
 
 def run_report(args: argparse.Namespace) -> int:
@@ -59,12 +58,10 @@ def run_report(args: argparse.Namespace) -> int:
         report_document(accounting, schema=SCHEMA, source=source, location=location, now_unix_s=now), "report"
     )
     if args.json:
-        sys.stdout.write(json_text(doc, indent=1) + "\n")
-    elif args.csv:
-        sys.stdout.write(report_csv(doc))
-    else:
-        sys.stdout.write(report_text(doc))
-    return EXIT_OK
+        return print_to_a_pipe(json_text(doc, indent=1))
+    if args.csv:
+        return print_to_a_pipe(report_csv(doc), end="")
+    return print_to_a_pipe(report_text(doc), end="")
 
 
 class _SourceError(Exception):
@@ -87,6 +84,12 @@ def _from_ledger(args: argparse.Namespace, since: float, until: float) -> tuple[
         raise _SourceError(str(exc)) from None
     with ledger:
         records = ledger.runs(since, limit=MAX_LISTED_RUNS)
+        if len(records) == MAX_LISTED_RUNS:
+            print(
+                f"dsh-sidecar: warning: the window holds over {MAX_LISTED_RUNS} runs: only the {MAX_LISTED_RUNS} "
+                "seen last are counted (narrow it with --since)",
+                file=sys.stderr,
+            )
         details = (ledger.detail(r.identity.key) for r in records if r.identity.started_unix_s < until)
         usages = runs_usage((d for d in details if d is not None), since, until)
         if ledger.fault is not None:
@@ -149,8 +152,7 @@ def _cells(row: dict[str, Any], by: str) -> list[str]:
             *figures,
             command[:60] + ("…" if len(command) > 60 else ""),
         ]
-    return [row["key"], str(row["runs"]), _names(row["slurm_jobs"], row["slurm_job_count"]),
-            _names(row["pods"], row["pod_count"]), *figures]
+    return [row["key"], str(row["runs"]), str(row["slurm_job_count"]), str(row["pod_count"]), *figures]
 
 
 def _table(rows: list[list[str]]) -> list[str]:
@@ -164,12 +166,12 @@ def report_text(doc: dict[str, Any]) -> str:
     by = doc["by"]
     lines = [
         f"GPU-hours by {by} from {_when(doc['since_unix_s'])} to {_when(doc['until_unix_s'])} "
-        f"({doc['source']}: {doc['location']}); the most held with no work ({HEADLINE}) first"
+        f"({doc['source']}: {doc['location']}), the most GPU-hours held with no work first"
     ]
     if not doc["rows"]:
         lines.append("no run used a GPU in this window")
         return "\n".join(lines) + "\n"
-    head = ["held h", "busy h", "idle-held h", "idle", "energy kWh"]
+    head = ["held h", "busy h", "idle-held h", "idle share", "energy kWh"]
     if by == "job":
         header = ["job", "user", "slurm job", "pod", *head, "command"]
     else:
