@@ -83,17 +83,16 @@ def _from_ledger(args: argparse.Namespace, since: float, until: float) -> tuple[
     except LedgerError as exc:
         raise _SourceError(str(exc)) from None
     with ledger:
-        records = ledger.runs(since, limit=MAX_LISTED_RUNS)
-        if len(records) == MAX_LISTED_RUNS:
-            print(
-                f"dsh-sidecar: warning: the window holds over {MAX_LISTED_RUNS} runs: only the {MAX_LISTED_RUNS} "
-                "seen last are counted (narrow it with --since)",
-                file=sys.stderr,
-            )
-        details = (ledger.detail(r.identity.key) for r in records if r.identity.started_unix_s < until)
-        usages = runs_usage((d for d in details if d is not None), since, until)
+        details = ledger.usage(since, until)
         if ledger.fault is not None:
             raise _SourceError(ledger.fault.text)
+    if len(details) == MAX_LISTED_RUNS:
+        print(
+            f"dsh-sidecar: warning: the window holds over {MAX_LISTED_RUNS} runs: only the {MAX_LISTED_RUNS} "
+            "seen last are counted (narrow it with --since)",
+            file=sys.stderr,
+        )
+    usages = runs_usage(details, since, until)
     return account(usages, args.by, since, until), path
 
 
