@@ -4,23 +4,28 @@ sidecar writes (one definition each: prometheus_queries.py, metric_names.py), it
 minute everywhere, and `promtool test rules` evaluates it on series written here: a GPU held with no
 work fires DshGpuHeldIdle after its 30 minutes (by job and user), a busy one never does, and the
 records hold the GPU-seconds and joules of each minute. The answers of the report's queries become
-the usages the accounting sums (fleet_usage).
+the usages the accounting sums (fleet_usage); a Prometheus without the rules is told to load them.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
+import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
 
 from sidecar.common import metric_names as names
+from sidecar.common.http_answer import HttpAnswer
 from sidecar.documents.contract_report import MAX_ROW_NAMES
-from sidecar.sources.prometheus import Sample
+from sidecar.sources.prometheus import PrometheusApi, PrometheusError, Sample
 from sidecar.sources.prometheus_queries import (
+    ACCOUNTING_LOOK_BACK,
     ACCOUNTING_RULES,
     BUSY_RULE,
     ENERGY_RULE,
@@ -28,6 +33,7 @@ from sidecar.sources.prometheus_queries import (
     JOB_INFO_RULE,
     accounting_queries,
     fleet_usage,
+    read_fleet_usage,
 )
 from sidecar.verdict.accounting import MAX_NAMES, account
 
@@ -191,3 +197,31 @@ def test_the_fleet_answers_become_usages_by_job_and_gpu():
     assert row.energy_kwh == 1.0 and row.energy_known_fraction == pytest.approx(1800 / 5400)
     by_gpu = account(usages.values(), "gpu", 0.0, 3600.0)
     assert [r.key for r in by_gpu.rows] == ["n1/0", "n1/1"]  # GPU 0 held the longest with no work
+
+
+def _prometheus(answer: Callable[[str], list[dict]]) -> PrometheusApi:
+    """A PrometheusApi whose every query is answered by `answer(promql)` (a vector)."""
+
+    def get(url: str, **_: object) -> HttpAnswer:
+        promql = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)["query"][0]
+        body = {"status": "success", "data": {"resultType": "vector", "result": answer(promql)}}
+        return HttpAnswer(200, "application/json", json.dumps(body).encode())
+
+    return PrometheusApi("http://prometheus.invalid:9090", get=get)
+
+
+def test_a_prometheus_without_the_rules_is_told_to_load_them_and_an_idle_window_is_empty():
+    asked: list[str] = []
+
+    def nothing(promql: str) -> list[dict]:
+        asked.append(promql)
+        return []
+
+    with pytest.raises(PrometheusError, match="load deploy/dsh-accounting.yml"):
+        read_fleet_usage(_prometheus(nothing), 0.0, 3600.0)
+    assert asked[0] == f"sum_over_time({HELD_RULE}[3599999ms])" and ACCOUNTING_LOOK_BACK in asked[-1]
+
+    def loaded_but_idle(promql: str) -> list[dict]:
+        return [{"metric": {}, "value": [0, "12"]}] if promql.startswith("count(last_over_time") else []
+
+    assert read_fleet_usage(_prometheus(loaded_but_idle), 0.0, 3600.0) == ()
