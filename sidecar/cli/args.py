@@ -12,7 +12,7 @@ import socket
 import sys
 import textwrap
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 from sidecar import __version__
 from sidecar.common.exit_codes import (
@@ -57,6 +57,18 @@ def fail(code: int, message: str) -> int:
     # never an escape sequence of theirs on the user's terminal
     print(f"dsh-sidecar: error: {bounds.one_line(message)}", file=sys.stderr, flush=True)
     return code
+
+
+def print_to_a_pipe(text: str, end: str = "\n") -> int:
+    """Print `text`; a reader that stops early (`| head -2`) ends it quietly, as for any Unix tool."""
+    try:
+        print(text, end=end, flush=True)
+    except BrokenPipeError:
+        # Python would flush stdout again at exit and print a traceback: point it at /dev/null.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return EXIT_OK
 
 
 class _Parser(argparse.ArgumentParser):
@@ -283,6 +295,8 @@ SERVE_USAGE = """dsh-sidecar [--pid PID] [--once [--json]] [serve options]
        dsh-sidecar doctor [--python PYTHON] [--json]
        dsh-sidecar mcp [--url URL [--token T] | --pid PID] [--add-to-dsh [PROFILE]]
        dsh-sidecar cluster --prometheus URL [--job KEY] [--json]
+       dsh-sidecar report [--since 7d] [--until T] [--by user|job|gpu] [--json|--csv]
+                          [--runs-db PATH | --prometheus URL]
        serve options: [--host HOST] [--port PORT] [--interval S] [--history S] [--token T]
                       [--allow-host NAME] [--job-name NAME] [--prometheus URL] [--stay] [--grace S]
                       [--kubelet-cgroup-root PATH] [--path.procfs PATH] [--path.sysfs PATH]"""
@@ -298,7 +312,8 @@ def serve_parser() -> argparse.ArgumentParser:
         epilog=textwrap.fill(
             "Other commands: 'dsh-sidecar run -- CMD ...' starts and watches CMD; 'dsh-sidecar doctor' checks "
             "this machine; 'dsh-sidecar mcp' serves MCP tools over stdio (docs/mcp.md); 'dsh-sidecar cluster' "
-            "shows a job across nodes (docs/deploy.md).",
+            "shows a job across nodes (docs/deploy.md); 'dsh-sidecar report' accounts GPU-hours held, busy "
+            "and held with no work.",
             100,
         )
         + "\n\n"
@@ -411,6 +426,86 @@ def cluster_parser() -> argparse.ArgumentParser:
         default=5.0,
         help="seconds to wait for all of the view's answers (default 5, at most 60)",
     )
+    _add_path_options(p)
+    return p
+
+
+class WindowTime(NamedTuple):
+    """A time of --since / --until: `ago_s` before the report is made, or `at_unix_s`."""
+
+    ago_s: float | None = None
+    at_unix_s: float | None = None
+
+    def resolve(self, now_unix_s: float) -> float:
+        return now_unix_s - self.ago_s if self.ago_s is not None else float(self.at_unix_s or 0.0)
+
+
+_DURATION_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
+MAX_REPORT_AGO_S = 3660 * 86400.0  # ten years: anything longer is a typo
+
+
+def _window_time(text: str) -> WindowTime:
+    """--since / --until: a duration ago (`90m`, `36h`, `7d`, `2w`), a UTC date or time in ISO 8601
+    (`2026-12-01`, `2026-12-01T08:00`, an explicit offset too), or `@UNIX_SECONDS`."""
+    import datetime as dt
+    import math
+
+    text = text.strip()
+    unit = _DURATION_S.get(text[-1:].lower())
+    if unit is not None:
+        try:
+            ago_s = float(text[:-1]) * unit
+        except ValueError:
+            ago_s = math.nan
+        if not 0 <= ago_s <= MAX_REPORT_AGO_S:  # nan too
+            raise argparse.ArgumentTypeError(f"not a duration of up to ten years: {text!r} (e.g. 7d, 36h, 90m)")
+        return WindowTime(ago_s=ago_s)
+    if text.startswith("@"):
+        try:
+            at = float(text[1:])
+        except ValueError:
+            at = math.nan
+        if not 0 <= at < 1e11:
+            raise argparse.ArgumentTypeError(f"not a UNIX time: {text!r} (e.g. @1764979200)")
+        return WindowTime(at_unix_s=at)
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a time: {text!r} (a duration ago like 7d or 36h, a UTC time like 2026-12-01T08:00, or @UNIX_SECONDS)"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return WindowTime(at_unix_s=when.timestamp())
+
+
+def report_parser() -> argparse.ArgumentParser:
+    from sidecar.common.usage import GROUPINGS
+
+    p = _Parser(
+        prog="dsh-sidecar report",
+        description="GPU-hours held (memory allocated on a GPU), busy and held with no work, energy and runs, "
+        "per user, job or GPU over a window, the most held with no work first: from this user's run ledger "
+        "(root: every user's under /var/lib), or from a fleet's Prometheus with --prometheus (its recording "
+        "rules: deploy/dsh-accounting.yml, docs/deploy.md).",
+    )
+    p.add_argument("--since", type=_window_time, default=WindowTime(ago_s=7 * 86400.0), metavar="T",
+                   help="the window's start: a duration ago (7d, 36h, 90m), a UTC time in ISO 8601 or @UNIX_SECONDS (default 7d)")
+    p.add_argument("--until", type=_window_time, default=WindowTime(ago_s=0.0), metavar="T",
+                   help="the window's end, excluded (default: now)")
+    p.add_argument("--by", choices=GROUPINGS, default=GROUPINGS[0], help="a row per user (default), job, or GPU")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print the report document as JSON (docs/api.md: ReportDocument)")
+    out.add_argument("--csv", action="store_true", help="print the rows as CSV (RFC 4180), for a spreadsheet")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--runs-db", default=None, metavar="PATH",
+                       help="the run ledger to read (default: $XDG_STATE_HOME/dsh-gpu-dashboard/runs.sqlite3, "
+                       "root's /var/lib/dsh-gpu-dashboard/runs.sqlite3)")
+    where.add_argument("--prometheus", default=None, metavar="URL",
+                       help="a fleet's Prometheus, e.g. http://prometheus:9090, that loads deploy/dsh-accounting.yml")
+    _prometheus_user_option(p)
+    p.add_argument("--timeout", type=_bounded_seconds(60.0, zero_ok=False), default=10.0,
+                   help="with --prometheus: seconds to wait for all of its answers (default 10, at most 60)")
     _add_path_options(p)
     return p
 

@@ -27,7 +27,7 @@ def run_cluster(args: argparse.Namespace) -> int:
             EXIT_USAGE, "give Prometheus's address: --prometheus http://HOST:9090 (or $DSH_PROMETHEUS_URL)"
         )
     try:
-        api = _api(args, args.timeout)
+        api = prometheus_api(args, args.timeout)
     except (ValueError, UsageError) as exc:
         return fail(EXIT_USAGE, str(exc))
     try:
@@ -49,7 +49,7 @@ def cluster_cache(args: argparse.Namespace, timeout_s: float = 5.0) -> ClusterCa
     One view's queries take at most `timeout_s` in all: the route's request waits no longer."""
     if not args.prometheus:
         return None
-    api = _api(args, timeout_s)
+    api = prometheus_api(args, timeout_s)
 
     def read(job: str | None) -> dict[str, Any]:
         try:
@@ -60,7 +60,7 @@ def cluster_cache(args: argparse.Namespace, timeout_s: float = 5.0) -> ClusterCa
     return ClusterCache(read)
 
 
-def _api(args: argparse.Namespace, timeout_s: float) -> PrometheusApi:
+def prometheus_api(args: argparse.Namespace, timeout_s: float) -> PrometheusApi:
     """--prometheus's API; a Prometheus on this machine is asked once the socket tables of
     --path.procfs say who serves it (sources/http_get.py)."""
     get = partial(http_get.get, host=host_paths(args))

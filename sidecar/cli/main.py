@@ -12,6 +12,9 @@
                                     add that server to a DSH profile and exit (sidecar/cli/dsh_patch.py)
     dsh-sidecar cluster --prometheus URL [--job KEY] [--json]
                                     one job across nodes, from Prometheus (docs/deploy.md)
+    dsh-sidecar report [--since 7d] [--until T] [--by user|job|gpu] [--json|--csv]
+                       [--runs-db PATH | --prometheus URL]
+                                    GPU-hours held, busy and held with no work (sidecar/cli/report.py)
 
 Exit codes: sidecar/common/exit_codes.py (shown by `--help` and in docs/api.md). Every failure
 prints one line saying what happened and what to do, never a traceback.
@@ -46,6 +49,8 @@ from sidecar.cli.args import (
     fail,
     host_paths,
     mcp_parser,
+    print_to_a_pipe,
+    report_parser,
     rules_from_env,
     run_parser,
     serve_parser,
@@ -94,6 +99,10 @@ def main(argv: list[str] | None = None) -> int:
             from sidecar.cli.cluster import run_cluster
 
             return run_cluster(cluster_parser().parse_args(argv[1:]))
+        if argv and argv[0] == "report":
+            from sidecar.cli.report import run_report
+
+            return run_report(report_parser().parse_args(argv[1:]))
         return _main_serve(serve_parser().parse_args(argv))
     except UsageError as exc:
         return fail(EXIT_USAGE, str(exc))
@@ -160,7 +169,7 @@ def _main_serve(args: argparse.Namespace) -> int:
         finally:
             poller.stop()
         text = json_text(doc, indent=2) if args.json else human_summary(doc)
-        return _print_to_a_pipe(text)
+        return print_to_a_pipe(text)
     sock = _listen(args)
     poller = Poller(args.pid, lazy_document=True, **_poller_options(args, rules))
     _SIGNALS.install()
@@ -184,7 +193,7 @@ def _main_discover(args: argparse.Namespace) -> int:
             text = json_text({"jobs": jobs, "documents": docs}, indent=2)
         else:
             text = jobs_summary(jobs, docs)
-        return _print_to_a_pipe(text)
+        return print_to_a_pipe(text)
     assert sock is not None  # bound above for all but --once, which has returned
     _SIGNALS.install()
     return _serve(args, poller, sock, child=None)
@@ -253,18 +262,6 @@ def _main_mcp(args: argparse.Namespace) -> int:
             poller = JobsPoller(**_poller_options(args, rules))
         backend = mcp_server.LocalBackend(poller)
     mcp_server.serve(backend)
-    return EXIT_OK
-
-
-def _print_to_a_pipe(text: str) -> int:
-    """Print `text`; a reader that stops early (`| head -2`) ends it quietly, as for any Unix tool."""
-    try:
-        print(text, flush=True)
-    except BrokenPipeError:
-        # Python would flush stdout again at exit and print a traceback: point it at /dev/null.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
     return EXIT_OK
 
 

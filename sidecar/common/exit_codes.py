@@ -16,8 +16,9 @@ EXIT_PROBLEMS = 1  # `doctor` found a problem; `cluster`'s view has a warning
 EXIT_USAGE = 2
 EXIT_NO_PID = 3
 EXIT_PORT = 4
-EXIT_PROMETHEUS = 5  # `cluster`: Prometheus did not answer a query
+EXIT_PROMETHEUS = 5  # `cluster`, `report --prometheus`: Prometheus did not answer a query
 EXIT_DSH_PROFILE = 6  # `mcp --add-to-dsh`: the DSH profile's patch file cannot be read, written or added to
+EXIT_LEDGER = 7  # `report`: the run ledger is missing or cannot be read
 EXIT_RUN_NOT_STARTED = 125  # `run` failed before it started the job (usage, port): the job never ran
 EXIT_RUN_CANNOT_EXECUTE = 126  # `run`: the command exists but cannot be executed
 EXIT_RUN_NOT_FOUND = 127  # `run`: no such command
@@ -47,7 +48,7 @@ EXIT_CODES: tuple[ExitCode, ...] = (
     ),
     ExitCode(str(EXIT_NO_PID), "`--pid`, `mcp --pid`", "no process with that pid (or it is a zombie)"),
     ExitCode(str(EXIT_PORT), "serving (not `run`)", "the port is in use or cannot be bound"),
-    ExitCode(str(EXIT_PROMETHEUS), "`cluster`", "Prometheus did not answer"),
+    ExitCode(str(EXIT_PROMETHEUS), "`cluster`, `report --prometheus`", "Prometheus did not answer"),
     ExitCode(
         str(EXIT_DSH_PROFILE),
         "`mcp --add-to-dsh`",
@@ -55,9 +56,15 @@ EXIT_CODES: tuple[ExitCode, ...] = (
         "to (the line on stderr says which and what to do)",
     ),
     ExitCode(
+        str(EXIT_LEDGER),
+        "`report`",
+        "the run ledger is missing (no run recorded yet, or another --runs-db) or cannot be read (another "
+        "user's file, a newer schema, a read that failed); the line on stderr says which",
+    ),
+    ExitCode(
         str(EXIT_INTERRUPTED),
         "every command",
-        "interrupted (Ctrl-C) while starting, or during `--once`, `doctor`, `cluster`; a serving sidecar "
+        "interrupted (Ctrl-C) while starting, or during `--once`, `doctor`, `cluster`, `report`; a serving sidecar "
         "stops with 0, and `run` forwards Ctrl-C to the job and exits with the job's code",
     ),
     ExitCode(

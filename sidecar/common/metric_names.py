@@ -20,3 +20,9 @@ GPU_MEMORY_TOTAL = "dsh_gpu_memory_total_bytes"
 GPU_SM_CLOCK = "dsh_gpu_sm_clock_hz"
 GPU_SM_ACTIVITY = "dsh_gpu_sm_activity_ratio"
 GPU_CLOCK_EVENT_ACTIVE = "dsh_gpu_clock_event_active"
+GPU_POWER = "dsh_gpu_power_watts"
+# A job's hold on a GPU (1 while its processes have memory there) and whether the GPU works meanwhile
+# (1: utilisation at or above the idle threshold, 0: held with no work): what the accounting rules of
+# deploy/dsh-accounting.yml integrate into GPU-seconds, and what DshGpuHeldIdle alerts on.
+JOB_GPU_HELD = "dsh_job_gpu_held"
+JOB_GPU_BUSY = "dsh_job_gpu_busy"

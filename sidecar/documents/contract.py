@@ -23,6 +23,7 @@ from typing import Any
 from sidecar.common.nvml_names import CLOCK_EVENT_REASONS
 from sidecar.documents.contract_cluster import cluster_document
 from sidecar.documents.contract_jobs import job_documents
+from sidecar.documents.contract_report import report_declaration
 from sidecar.documents.contract_types import (  # re-exported: the contract's words
     BOOL,
     INT,
@@ -490,12 +491,14 @@ HISTORY_DOCUMENT = Obj(
 )
 
 CLUSTER_DOCUMENT = cluster_document(SCHEMA, STATUSES, SEVERITIES)  # declared in contract_cluster.py
+REPORT_DOCUMENT = report_declaration(SCHEMA)  # declared in contract_report.py
 
 DOCUMENTS = {
     "status": STATUS_DOCUMENT,
     "history": HISTORY_DOCUMENT,
     "jobs": JOBS_DOCUMENT,
     "cluster": CLUSTER_DOCUMENT,
+    "report": REPORT_DOCUMENT,
 }
 
 

@@ -55,14 +55,15 @@ def markdown() -> str:
         "/api/dsh-gpu-dashboard/history[?job=ID][&since=UNIX_S]` (a `HistoryDocument`), `GET "
         "/api/dsh-gpu-dashboard/jobs` (a `JobsDocument`), `GET /api/dsh-gpu-dashboard/cluster[?job=KEY]` "
         "(a `ClusterDocument`, from a sidecar started with `--prometheus URL`: 404 without, 502 when "
-        "Prometheus does not answer), `GET /api/dsh-gpu-dashboard/schema` (the JSON Schema of all four). "
+        "Prometheus does not answer), `GET /api/dsh-gpu-dashboard/schema` (the JSON Schema of every document). "
         "Without `job`, `status` and `history` answer for the `default_job`; an "
         "unknown job is a 404 with a JSON reason. `dsh-sidecar --pid PID --once --json` prints a "
         "`StatusDocument`; without `--pid` (discovery), `{\"jobs\": JobsDocument, \"documents\": "
         "[StatusDocument, ...]}`. Every key is always present; absent values are `null`. Units are in the "
         "names: `_mib` MiB (2^20 bytes), `_pct` percent 0-100, `_s` seconds, `_unix_s` UNIX time in "
         "seconds, `_hz` per second, `_fraction` 0-1. A client that gets another `schema` must say so "
-        "rather than guess. `dsh-sidecar cluster --json` prints a `ClusterDocument`.",
+        "rather than guess. `dsh-sidecar cluster --json` prints a `ClusterDocument`; `dsh-sidecar report --json` a "
+        "`ReportDocument` (`_h` hours, `_kwh` kilowatt-hours).",
         "",
     ]
     for o in object_types().values():

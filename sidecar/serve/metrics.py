@@ -31,7 +31,8 @@ from sidecar.documents.bounds import (
     clip,
 )
 from sidecar.documents.document import fair_share
-from sidecar.verdict import STATUSES
+from sidecar.verdict import STATUSES, Rules
+from sidecar.verdict.accounting import gpu_works
 
 MIB = 1048576
 # The classic text format, which every Prometheus reads. prometheus_client 0.22+ labels the same
@@ -69,7 +70,7 @@ JOB_INFO_LABELS += ["pod_source"]
 # The GPU's efficiency gauges: (metric, help, Gpu field in the status document, scale to the unit).
 GPU_EFFICIENCY_GAUGES = (
     (names.GPU_SM_CLOCK, "SM clock (NVML).", "sm_clock_mhz", 1e6),
-    ("dsh_gpu_power_watts", "Power draw (NVML).", "power_w", 1.0),
+    (names.GPU_POWER, "Power draw (NVML).", "power_w", 1.0),
     ("dsh_gpu_power_limit_watts", "Enforced power limit (NVML).", "power_limit_w", 1.0),
     ("dsh_gpu_temperature_celsius", "GPU temperature (NVML).", "temperature_c", 1.0),
     ("dsh_gpu_pcie_link_generation", "PCIe link generation now (NVML).", "pcie_link_gen", 1.0),
@@ -100,6 +101,8 @@ GPU_EFFICIENCY_GAUGES = (
     ),
 )
 STEP_PHASES = ("data_wait", "forward", "optimizer", "other")  # StepBreakdown's <phase>_fraction
+# A job's hold on a GPU: the GPU's identity rides along (no series of its own: one per job and GPU).
+JOB_GPU_LABELS = ["job_id", "gpu", "uuid", "name"]
 WARNING_LABELS = ["job_id", "code", "severity"]
 
 
@@ -161,6 +164,8 @@ class SidecarCollector:
         self.min_job_age_s = min_job_age_s
         self.per_user = per_user
         self.job_name = job_name or None  # "" is no name: an empty label is an absent one
+        # The verdict's idle threshold (DSH_SIDECAR_RULES may tune it): a held GPU below it has no work.
+        self.idle_util_pct = float(getattr(getattr(poller, "rules", None), "idle_util_pct", Rules().idle_util_pct))
         self._lock = threading.Lock()  # waitress serves scrapes on several threads
         self._bucket_counts = [0] * (len(POLL_BUCKETS_S) + 1)  # the last one is +Inf
         self._sum_s = 0.0  # the count is the +Inf bucket
@@ -408,6 +413,25 @@ class SidecarCollector:
                 STEP_LABELS,
                 "mean",
             ),
+            **self._hold_families(),
+        }
+
+    def _hold_families(self) -> dict[str, _Family]:
+        """The job's hold on each GPU (the accounting's: deploy/dsh-accounting.yml)."""
+        return {
+            "held": self._job_gauge(
+                names.JOB_GPU_HELD,
+                "1 while the job's processes hold memory on the GPU (--metrics-per-user: the user's jobs that do).",
+                JOB_GPU_LABELS,
+                per_user_how="sum",
+            ),
+            "busy": self._job_gauge(
+                names.JOB_GPU_BUSY,
+                "Of a GPU the job holds: 1 while its utilisation is at or above the idle threshold, 0 while it "
+                "is held with no work; absent where the utilisation is unknown.",
+                JOB_GPU_LABELS,
+                per_user_how="sum",
+            ),
         }
 
     def _one_job(self, doc: dict[str, Any], user: str | None, f: dict[str, _Family], job: Any) -> None:
@@ -456,12 +480,27 @@ class SidecarCollector:
                 share = (p.get("step_breakdown") or {}).get(f"{name}_fraction")
                 if share is not None:
                     f["phase"].add([job, p.get("role"), rank, name], share)
+        self._job_gpus(doc, job, f)
         for w in (doc.get("rank_waits") or ())[:MAX_METRIC_PROCESS_KEYS]:
             f["rwait"].add([job, w.get("rank")], w.get("collective_wait_fraction"))
         for s in STATUSES:
             f["status"].add([job, s], 1 if doc.get("status") == s else 0)
         for w in (doc.get("warnings") or ())[:MAX_METRIC_WARNINGS]:  # most severe first
             f["warn"].add([job, w.get("code"), w.get("severity")], 1)
+
+    def _job_gpus(self, doc: dict[str, Any], job: Any, f: dict[str, _Family]) -> None:
+        """The GPUs the job holds (a process of it listed on the GPU: the driver lists a process where
+        it has a context, which holds memory) and whether each works: the GPU's utilisation, else its
+        GPM SM activity, against the idle threshold."""
+        held = {g.get("index") for p in doc.get("processes") or () for g in p.get("gpu") or ()}
+        for g in doc.get("gpus") or ():
+            if g.get("index") not in held:
+                continue
+            labels = [job, g.get("index"), g.get("uuid"), g.get("name")]
+            f["held"].add(labels, 1)
+            busy = gpu_works(g.get("util_pct"), g.get("sm_activity_fraction"), self.idle_util_pct)
+            if busy is not None:
+                f["busy"].add(labels, 1 if busy else 0)
 
     @staticmethod
     def _one_rank(job: Any, p: dict[str, Any], f: dict[str, _Family]) -> None:
@@ -509,6 +548,7 @@ def series_bound(gpus: int, max_jobs: int = MAX_METRIC_JOBS) -> int:
     per_key = 2 * gpus + len(STEP_PHASES) + 3
     per_job = (
         1  # dsh_job_info
+        + 2 * gpus  # dsh_job_gpu_held, dsh_job_gpu_busy
         + len(STATUSES)
         + MAX_METRIC_WARNINGS
         + MAX_METRIC_PROCESS_KEYS * per_key

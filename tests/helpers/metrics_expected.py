@@ -34,7 +34,10 @@ DOC_FAMILIES = {
     "dsh_rank_collective_wait_fraction",
     "dsh_rank_backward_fraction",
     "dsh_rank_window_steps",
+    "dsh_job_gpu_held",
+    "dsh_job_gpu_busy",
 }
+IDLE_UTIL_PCT = 5.0  # the verdict's default idle threshold (sidecar/verdict/facts.py Rules), written out
 # Written out here, apart from sidecar/serve/metrics.py: metric -> (Gpu field, scale).
 GPU_GAUGES = {
     "dsh_gpu_sm_clock_hz": ("sm_clock_mhz", 1e6),
@@ -79,6 +82,22 @@ def _expected_rank(add, job: str, p: dict[str, Any]) -> None:
         add("dsh_rank_backward_fraction", {"job_id": job, "rank": p["rank"]}, steps["backward_fraction"])
         if steps.get("steps") is not None:
             add("dsh_rank_window_steps", {"job_id": job, "rank": p["rank"]}, steps["steps"])
+
+
+def _expected_hold(add, job: str, doc: dict[str, Any]) -> None:
+    """The job's hold on each GPU a process of it is listed on, and whether that GPU works (its
+    utilisation, else its GPM SM activity, against the default idle threshold)."""
+    on = {g["index"] for p in doc["processes"] for g in p["gpu"]}
+    for g in doc["gpus"]:
+        if g["index"] not in on:
+            continue
+        lbl = {"job_id": job, "gpu": g["index"], "uuid": g["uuid"], "name": g["name"]}
+        add("dsh_job_gpu_held", lbl, 1)
+        util = g["util_pct"]
+        if util is None and g.get("sm_activity_fraction") is not None:
+            util = 100 * g["sm_activity_fraction"]
+        if util is not None:
+            add("dsh_job_gpu_busy", lbl, 1 if util >= IDLE_UTIL_PCT else 0)
 
 
 def expected_from_document(doc: dict[str, Any], job_name: str | None) -> set[tuple[str, tuple, float]]:
@@ -138,6 +157,7 @@ def expected_from_document(doc: dict[str, Any], job_name: str | None) -> set[tup
                 add("dsh_process_step_fraction", lbl, share, "mean")
         if p["role"] == "rank":
             _expected_rank(add, job, p)
+    _expected_hold(add, job, doc)
     for w in doc.get("rank_waits") or ():
         add("dsh_rank_collective_wait_fraction", {"job_id": job, "rank": w["rank"]}, w["collective_wait_fraction"])
     for s in ("GPU", "CPU", "MIXED", "UNKNOWN"):

@@ -94,14 +94,32 @@ class Prometheus:
                 self.proc.wait()
 
 
-def _replace_once(text: str, old: str, new: str) -> str:
-    assert text.count(old) == 1, f"deploy/prometheus.yml no longer has exactly one {old!r}"
+def _replace_once(text: str, old: str, new: str, where: str = "deploy/prometheus.yml") -> str:
+    assert text.count(old) == 1, f"{where} no longer has exactly one {old!r}"
     return text.replace(old, new)
 
 
-def shipped_config(directory: Path, targets: list[tuple[int, str | None]], token: str) -> Path:
+def accounting_rules_copy(directory: Path, interval_s: int, held_idle_for_s: int) -> Path:
+    """deploy/dsh-accounting.yml in `directory`, its minute made `interval_s` seconds (the group's
+    interval, the ranges and the seconds a value covers, which must stay equal) and DshGpuHeldIdle's
+    `for` `held_idle_for_s`: a test cannot wait a minute per rule evaluation."""
+    text = (REPO / "deploy" / "dsh-accounting.yml").read_text()
+    text = _replace_once(text, "    interval: 1m", f"    interval: {interval_s}s", "deploy/dsh-accounting.yml")
+    assert text.count("[1m]") == 4 and text.count(") * 60") == 2, "deploy/dsh-accounting.yml's minute moved"
+    text = text.replace("[1m]", f"[{interval_s}s]").replace(") * 60", f") * {interval_s}")
+    text = _replace_once(text, "        for: 30m", f"        for: {held_idle_for_s}s", "deploy/dsh-accounting.yml")
+    path = directory / "dsh-accounting.yml"
+    path.write_text(text)
+    return path
+
+
+def shipped_config(
+    directory: Path, targets: list[tuple[int, str | None]], token: str, *, accounting_interval_s: int = 1,
+    held_idle_for_s: int = 1800,
+) -> Path:
     """deploy/prometheus.yml with its /etc paths moved to `directory` and 1 s intervals, scraping the
-    sidecars on loopback `targets` ((port, node label or None for the host name)) with `token`."""
+    sidecars on loopback `targets` ((port, node label or None for the host name)) with `token`; its
+    rule files beside it, the accounting rules' minute made `accounting_interval_s` seconds."""
     (directory / "targets").mkdir()
     entries = [
         {"targets": [f"127.0.0.1:{port}"], **({"labels": {"node": node}} if node else {})}
@@ -119,6 +137,7 @@ def shipped_config(directory: Path, targets: list[tuple[int, str | None]], token
     text = _replace_once(text, "    scrape_interval: 5s", "    scrape_interval: 1s")
     text = _replace_once(text, "    scrape_timeout: 4s", "    scrape_timeout: 1s")
     shutil.copy(REPO / "deploy" / "dsh-alerts.yml", directory / "dsh-alerts.yml")
+    accounting_rules_copy(directory, accounting_interval_s, held_idle_for_s)
     path = directory / "prometheus.yml"
     path.write_text(text)
     return path

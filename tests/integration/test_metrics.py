@@ -45,6 +45,8 @@ CONTRACT = {
         "pod_source",
     },
     "dsh_jobs_omitted": set(),
+    "dsh_job_gpu_held": {"job_id", "gpu", "uuid", "name"},
+    "dsh_job_gpu_busy": {"job_id", "gpu", "uuid", "name"},
     "dsh_status": {"job_id", "status"},
     "dsh_warning_active": {"job_id", "code", "severity"},
     "dsh_sidecar_poll_duration_seconds_bucket": {"le"},

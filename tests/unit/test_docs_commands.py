@@ -62,6 +62,7 @@ SUBCOMMANDS = {
     "doctor": cli_args.doctor_parser,
     "mcp": cli_args.mcp_parser,
     "cluster": cli_args.cluster_parser,
+    "report": cli_args.report_parser,
 }
 
 
@@ -247,7 +248,8 @@ def test_deploy_md_prometheus_install_step_passes_promtool_as_written(tmp_path: 
     config = tmp_path / "deploy" / "prometheus.yml"
     config.parent.mkdir()
     config.write_text((REPO / "deploy" / "prometheus.yml").read_text().replace("/etc/prometheus", str(etc)))
-    shutil.copy(REPO / "deploy" / "dsh-alerts.yml", config.parent)  # the rule file, next to it
+    for rules in ("dsh-alerts.yml", "dsh-accounting.yml"):  # the rule files, next to it
+        shutil.copy(REPO / "deploy" / rules, config.parent)
     block = _block_with((REPO / "docs" / "deploy.md").read_text(encoding="utf-8"), "promtool check config")
     assert "dsh-sidecar.token" in block, "the block installs the token file the config reads"
     script = block.replace("/etc/prometheus", str(etc)).replace(

@@ -44,6 +44,7 @@ from sidecar.sources.ledger.rows import (
     verdict_change,
 )
 from sidecar.sources.ledger.schema import APPLICATION_ID, LATEST_VERSION, migrate, user_version
+from sidecar.sources.ledger.usage import usage_details
 
 T = TypeVar("T")
 _SQLITE_CORRUPT = 11
@@ -216,6 +217,12 @@ class Ledger:
         """The run with its timeline and minutes, oldest first (the newest MAX_TIMELINE changes and
         MAX_DETAIL_MINUTES rows); None when the ledger has no such run."""
         return self._read(lambda conn: _detail(conn, key), None)
+
+    def usage(self, since_unix_s: float, until_unix_s: float) -> tuple[RunDetail, ...]:
+        """The runs seen within [since, until) (runs()'s bound), each with only the figures of its
+        minutes GPU-hours are summed from (usage.py): what `dsh-sidecar report` reads."""
+        runs = self.runs(since_unix_s, limit=bounds.MAX_LISTED_RUNS)
+        return self._read(lambda conn: usage_details(conn, runs, since_unix_s, until_unix_s), ())
 
     def previous(self, key: str) -> RunRecord | None:
         """The run of the same command (argv) in the same folder by the same user that started last

@@ -452,3 +452,38 @@ export const SCHEMA = 2
  * @property {TextRef} message_ref the message in the catalogue, for any language
  * @property {TextRef|null} hint_ref the hint in the catalogue
  */
+
+/**
+ * `dsh-sidecar report --json`: GPU-hours accounted over [since, until). A minute partly inside the window counts in proportion to the part inside.
+ * @typedef {Object} ReportDocument
+ * @property {2} schema the document's schema; a client that reads another says so
+ * @property {number} time_unix_s when the report was made
+ * @property {"ledger"|"prometheus"} source `ledger` (this machine's run ledger) or `prometheus` (a fleet)
+ * @property {string} location the ledger file or the Prometheus address
+ * @property {number} since_unix_s the window's start (included)
+ * @property {number} until_unix_s the window's end (excluded)
+ * @property {"user"|"job"|"gpu"} by what a row is: a user, a job, or a GPU
+ * @property {Array<ReportRow>} rows the most GPU-hours held idle first
+ * @property {ReportRow} total all rows together (its `key` is `total`)
+ */
+
+/**
+ * One user, job or GPU model over the window (or `total`, all of them). GPU-hours are GPU-seconds / 3600, summed over GPUs: two GPUs held for an hour are 2.
+ * @typedef {Object} ReportRow
+ * @property {string} key the user (its uid as `uid N` when the name is unknown), the job (the ledger's run key; `<node>/<job_id>` from Prometheus), or the GPU (its model from the ledger; `<node>/<index>` from Prometheus); `unknown` where the source could not name it
+ * @property {number} runs the runs (jobs) with time inside the window
+ * @property {number} gpu_held_h GPU-hours with memory allocated by the job's processes
+ * @property {number} gpu_busy_h of those, GPU-hours with the GPU's utilisation at or above the idle threshold
+ * @property {number} gpu_idle_held_h held - busy: GPU-hours held with no work (the report's order, most first)
+ * @property {number|null} energy_kwh the energy of the held GPUs, where known; null: never known
+ * @property {number|null} energy_known_fraction the share of `gpu_held_h` whose energy is known (`energy_kwh` covers it)
+ * @property {Array<string>} users the users, sorted (at most 32)
+ * @property {Array<string>} slurm_jobs the Slurm job ids where known, sorted (at most 32)
+ * @property {number} slurm_job_count the Slurm jobs in all
+ * @property {Array<string>} pods the Kubernetes pods (`namespace/name`) where known (at most 32)
+ * @property {number} pod_count the pods in all
+ * @property {Array<string>} hosts the hosts (nodes) it ran on (at most 32)
+ * @property {Array<string>} gpu_models the GPU models it held (at most 32)
+ * @property {string|null} job_id by job: the job's id (`<pid>-<start ticks>`); else null
+ * @property {Array<string>} command by job: the job's command line (clipped); else empty
+ */
