@@ -297,6 +297,8 @@ SERVE_USAGE = """dsh-sidecar [--pid PID] [--once [--json]] [serve options]
        dsh-sidecar cluster --prometheus URL [--job KEY] [--json]
        dsh-sidecar report [--since 7d] [--until T] [--by user|job|gpu] [--json|--csv]
                           [--runs-db PATH | --prometheus URL]
+       dsh-sidecar runs [--since 7d] [--json] [--runs-db PATH]
+       dsh-sidecar compare RUN [OTHER] [--json] [--runs-db PATH]
        serve options: [--host HOST] [--port PORT] [--interval S] [--history S] [--token T]
                       [--allow-host NAME] [--job-name NAME] [--prometheus URL] [--stay] [--grace S]
                       [--kubelet-cgroup-root PATH] [--path.procfs PATH] [--path.sysfs PATH]"""
@@ -313,7 +315,8 @@ def serve_parser() -> argparse.ArgumentParser:
             "Other commands: 'dsh-sidecar run -- CMD ...' starts and watches CMD; 'dsh-sidecar doctor' checks "
             "this machine; 'dsh-sidecar mcp' serves MCP tools over stdio (docs/mcp.md); 'dsh-sidecar cluster' "
             "shows a job across nodes (docs/deploy.md); 'dsh-sidecar report' accounts GPU-hours held, busy "
-            "and held with no work.",
+            "and held with no work; 'dsh-sidecar runs' lists the runs remembered and 'dsh-sidecar compare RUN' "
+            "compares one with the run before it (README, Runs).",
             100,
         )
         + "\n\n"
@@ -364,7 +367,7 @@ def doctor_parser() -> argparse.ArgumentParser:
 def mcp_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="dsh-sidecar mcp",
-        description="An MCP server over stdio with the tools list_jobs, gpu_status and gpu_history "
+        description="An MCP server over stdio with the tools list_jobs, gpu_status, gpu_history, list_runs and compare_runs "
         "(docs/mcp.md). It reads a running sidecar (--url) or polls in this process.",
     )
     p.add_argument(
@@ -397,6 +400,7 @@ def mcp_parser() -> argparse.ArgumentParser:
         default=600.0,
         help=f"without --url: seconds of history to keep (default 600, at most {MAX_HISTORY_S:.0f})",
     )
+    runs_db_option(p)  # without --url: where list_runs and compare_runs read the runs
     _add_kubelet_option(p)
     _add_path_options(p)
     return p
@@ -507,6 +511,49 @@ def report_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=_bounded_seconds(60.0, zero_ok=False), default=10.0,
                    help="with --prometheus: seconds to wait for all of its answers (default 10, at most 60)")
     _add_path_options(p)
+    return p
+
+
+def runs_db_option(p: argparse.ArgumentParser) -> None:
+    """--runs-db: where the runs ledger is (the polling commands' flag of the same name records there)."""
+    p.add_argument(
+        "--runs-db",
+        default=os.environ.get("DSH_RUNS_DB") or None,
+        metavar="PATH",
+        help="the runs ledger (default: $DSH_RUNS_DB, else $XDG_STATE_HOME/dsh-gpu-dashboard/runs.sqlite3, "
+        "~/.local/state when unset; root: /var/lib/dsh-gpu-dashboard/runs.sqlite3)",
+    )
+
+
+def runs_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="dsh-sidecar runs",
+        description="The runs the sidecars recorded, the last seen first: id, start, duration, state, "
+        "verdict, steps, GPU-hours, command and folder. Compare one with `dsh-sidecar compare ID`.",
+    )
+    p.add_argument(
+        "--since",
+        default=None,
+        metavar="WHEN",
+        help="only runs seen since WHEN: a duration back from now (7d, 12h, 30m), a UTC date or time in "
+        "ISO 8601 (2026-12-01, 2026-12-01T08:00) or @UNIX_SECONDS",
+    )
+    p.add_argument("--json", action="store_true", help="print the runs document as JSON (docs/api.md, RunsDocument)")
+    runs_db_option(p)
+    return p
+
+
+def compare_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="dsh-sidecar compare",
+        description="Is RUN faster or slower than OTHER (default: the previous run of the same command in "
+        "the same folder), beyond the two runs' own noise, and why: throughput and GPU busy share judged "
+        "IMPROVEMENT, REGRESSION or WITHIN NOISE, the causes ranked by the share of the difference each explains.",
+    )
+    p.add_argument("run", metavar="RUN", help="a run's id as `dsh-sidecar runs` lists it (or its job id or key)")
+    p.add_argument("other", metavar="OTHER", nargs="?", default=None, help="the run to compare it with")
+    p.add_argument("--json", action="store_true", help="print the compare document as JSON (docs/api.md, CompareDocument)")
+    runs_db_option(p)
     return p
 
 

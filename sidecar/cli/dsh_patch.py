@@ -27,7 +27,7 @@ from sidecar.common.exit_codes import EXIT_DSH_PROFILE, EXIT_OK
 from sidecar.sources import dsh_home
 
 ROW_ID = "mcp-gpu"
-SERVER_NAME = "gpu"  # DSH names the tools mcp__gpu__list_jobs, mcp__gpu__gpu_status, mcp__gpu__gpu_history
+SERVER_NAME = "gpu"  # DSH names the tools mcp__gpu__list_jobs, mcp__gpu__gpu_status, ...
 MCP_CLIENT = "@deepseek-ai/dsh-mcp-client"
 TOKEN_ENV = "DSH_SIDECAR_TOKEN"
 BEGIN = "# dsh-sidecar mcp --add-to-dsh:"
@@ -44,10 +44,11 @@ FORWARDED = (
     ("--kubelet-cgroup-root", "kubelet_cgroup_root"),
     ("--path.procfs", "path_procfs"),
     ("--path.sysfs", "path_sysfs"),
+    ("--runs-db", "runs_db"),
 )
 # Defaults read from the environment: DSH scrubs every DSH_* variable from a server's environment,
 # so these are passed whenever set, even when they equal the default.
-FROM_ENVIRONMENT = {"kubelet_cgroup_root"}
+FROM_ENVIRONMENT = {"kubelet_cgroup_root", "runs_db"}
 
 _EMPTY_LIST = re.compile(r"^\[\]\s*(#.*)?$")
 _BLOCK_ITEM = re.compile(r"^-(\s|$)")
@@ -141,7 +142,9 @@ def add_to_dsh(
         return fail(EXIT_DSH_PROFILE, f"cannot add the MCP server to {path}: {exc}")
     except dsh_home.DshHomeError as exc:
         return fail(EXIT_DSH_PROFILE, str(exc))
-    tools = ", ".join(f"mcp__{SERVER_NAME}__{t}" for t in ("list_jobs", "gpu_status", "gpu_history"))
+    from sidecar.serve.mcp_schemas import OUTPUT_SCHEMAS  # the tools `dsh-sidecar mcp` serves
+
+    tools = ", ".join(f"mcp__{SERVER_NAME}__{t}" for t in OUTPUT_SCHEMAS)
     print(f"dsh-sidecar: {'replaced' if replaced else 'added'} the MCP server '{SERVER_NAME}' (row {ROW_ID}) in {path}:")
     print(f"  {' '.join(argv)}")
     print(f"  DSH's agent gets {tools}; restart `dsh web` (or wait a few seconds for its reload).")

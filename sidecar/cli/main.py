@@ -15,6 +15,9 @@
     dsh-sidecar report [--since 7d] [--until T] [--by user|job|gpu] [--json|--csv]
                        [--runs-db PATH | --prometheus URL]
                                     GPU-hours held, busy and held with no work (sidecar/cli/report.py)
+    dsh-sidecar runs [--since 7d] [--json] [--runs-db PATH]
+    dsh-sidecar compare RUN [OTHER] [--json] [--runs-db PATH]
+                                    the runs remembered, and two compared (sidecar/cli/runs_commands.py)
 
 Exit codes: sidecar/common/exit_codes.py (shown by `--help` and in docs/api.md). Every failure
 prints one line saying what happened and what to do, never a traceback.
@@ -45,6 +48,7 @@ from sidecar.cli.args import (
     check_serve_args,
     check_token,
     cluster_parser,
+    compare_parser,
     doctor_parser,
     fail,
     host_paths,
@@ -53,6 +57,7 @@ from sidecar.cli.args import (
     report_parser,
     rules_from_env,
     run_parser,
+    runs_parser,
     serve_parser,
 )
 from sidecar.cli.summary import human_summary, jobs_summary
@@ -103,6 +108,12 @@ def main(argv: list[str] | None = None) -> int:
             from sidecar.cli.report import run_report
 
             return run_report(report_parser().parse_args(argv[1:]))
+        if argv and argv[0] in ("runs", "compare"):
+            from sidecar.cli import runs_commands
+
+            if argv[0] == "runs":
+                return runs_commands.run_runs(runs_parser().parse_args(argv[1:]))
+            return runs_commands.run_compare(compare_parser().parse_args(argv[1:]))
         return _main_serve(serve_parser().parse_args(argv))
     except UsageError as exc:
         return fail(EXIT_USAGE, str(exc))
@@ -260,7 +271,9 @@ def _main_mcp(args: argparse.Namespace) -> int:
             from sidecar.poll.discovery import JobsPoller
 
             poller = JobsPoller(**_poller_options(args, rules))
-        backend = mcp_server.LocalBackend(poller)
+        from sidecar.cli.runs_commands import runs_source
+
+        backend = mcp_server.LocalBackend(poller, runs=runs_source(args))
     mcp_server.serve(backend)
     return EXIT_OK
 
@@ -356,6 +369,7 @@ def _start_server(
     """The app on `sock`, served from its own thread, the poller started, the URL announced; with
     the event set once something has read it (ServerConfig.read)."""
     from sidecar.cli.cluster import cluster_cache
+    from sidecar.cli.runs_commands import runs_source
     from sidecar.serve.hosts import host_policy
     from sidecar.serve.metrics import make_metrics
     from sidecar.serve.peers import OwnerOnly, own_uid
@@ -384,6 +398,7 @@ def _start_server(
             per_user=args.metrics_per_user,
         ),
         cluster=cluster_cache(args),
+        runs=runs_source(args),
     )
     server = create_server(app, sock)
     urls = page_urls(args.host, server.effective_port)

@@ -18,7 +18,9 @@ EXIT_NO_PID = 3
 EXIT_PORT = 4
 EXIT_PROMETHEUS = 5  # `cluster`, `report --prometheus`: Prometheus did not answer a query
 EXIT_DSH_PROFILE = 6  # `mcp --add-to-dsh`: the DSH profile's patch file cannot be read, written or added to
-EXIT_LEDGER = 7  # `report`: the run ledger is missing or cannot be read
+EXIT_LEDGER = 7  # `report`: the run ledger is missing or cannot be read; `runs`, `compare`: it cannot be read
+EXIT_NO_RUN = 8  # `compare`: no run of that name, or more than one
+EXIT_NO_PREVIOUS = 9  # `compare RUN` without OTHER: no earlier run of the same command in the same folder
 EXIT_RUN_NOT_STARTED = 125  # `run` failed before it started the job (usage, port): the job never ran
 EXIT_RUN_CANNOT_EXECUTE = 126  # `run`: the command exists but cannot be executed
 EXIT_RUN_NOT_FOUND = 127  # `run`: no such command
@@ -57,9 +59,20 @@ EXIT_CODES: tuple[ExitCode, ...] = (
     ),
     ExitCode(
         str(EXIT_LEDGER),
-        "`report`",
-        "the run ledger is missing (no run recorded yet, or another --runs-db) or cannot be read (another "
-        "user's file, a newer schema, a read that failed); the line on stderr says which",
+        "`report`, `runs`, `compare`",
+        "the run ledger is missing (`report`: no run recorded yet, or another --runs-db; `runs` says so and "
+        "exits 0) or cannot be read (another user's file, one others may write, a newer schema, a read "
+        "that failed); the line on stderr says which and what to do",
+    ),
+    ExitCode(
+        str(EXIT_NO_RUN),
+        "`compare`",
+        "no recorded run has that id, or more than one has (the line on stderr lists them): `dsh-sidecar runs` lists the ids",
+    ),
+    ExitCode(
+        str(EXIT_NO_PREVIOUS),
+        "`compare`",
+        "RUN alone, and no earlier run of the same command in the same folder is recorded: name the run to compare it with",
     ),
     ExitCode(
         str(EXIT_INTERRUPTED),

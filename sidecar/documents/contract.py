@@ -24,6 +24,7 @@ from sidecar.common.nvml_names import CLOCK_EVENT_REASONS
 from sidecar.documents.contract_cluster import cluster_document
 from sidecar.documents.contract_jobs import job_documents
 from sidecar.documents.contract_report import report_declaration
+from sidecar.documents.contract_runs import run_documents
 from sidecar.documents.contract_types import (  # re-exported: the contract's words
     BOOL,
     INT,
@@ -499,6 +500,7 @@ DOCUMENTS = {
     "jobs": JOBS_DOCUMENT,
     "cluster": CLUSTER_DOCUMENT,
     "report": REPORT_DOCUMENT,
+    **run_documents(SCHEMA),  # runs, run, compare: declared in contract_runs.py
 }
 
 
@@ -634,7 +636,7 @@ def _problem(v: Any, t: Any, null: bool, at: str) -> str | None:
 
 
 def check(doc: object, document: str) -> None:
-    """Raise ContractError when `doc` is not a valid `document` ("status", "history", "jobs", "cluster")."""
+    """Raise ContractError when `doc` is not a valid `document` (a key of DOCUMENTS)."""
     if not _OBJECTS:
         _OBJECTS.update(object_types())
     problem = _problem(doc, DOCUMENTS[document], False, document)

@@ -55,7 +55,14 @@ def markdown() -> str:
         "/api/dsh-gpu-dashboard/history[?job=ID][&since=UNIX_S]` (a `HistoryDocument`), `GET "
         "/api/dsh-gpu-dashboard/jobs` (a `JobsDocument`), `GET /api/dsh-gpu-dashboard/cluster[?job=KEY]` "
         "(a `ClusterDocument`, from a sidecar started with `--prometheus URL`: 404 without, 502 when "
-        "Prometheus does not answer), `GET /api/dsh-gpu-dashboard/schema` (the JSON Schema of every document). "
+        "Prometheus does not answer), `GET /api/dsh-gpu-dashboard/runs[?since=7d]` (a `RunsDocument`: the runs the "
+        "ledger remembers; `since` is a duration back from now such as `7d`, `12h`, `30m`, a UTC date or time in ISO 8601, "
+        "or a UNIX time), `GET /api/dsh-gpu-dashboard/runs/<id>` (a `RunDocument`: one run, by its short id, job id or "
+        "key), `GET /api/dsh-gpu-dashboard/compare?a=ID[&b=ID]` (a `CompareDocument`: run `a` judged against `b`, "
+        "by default the previous run of the same command in the same folder; a sidecar started with `--no-runs` "
+        "answers these three 404, a ledger that cannot be read 503, an unknown run or no previous run 404, an "
+        "ambiguous id 400 with its `candidates`), `GET /api/dsh-gpu-dashboard/schema` (the JSON Schema of every "
+        "document). "
         "Without `job`, `status` and `history` answer for the `default_job`; an "
         "unknown job is a 404 with a JSON reason. `dsh-sidecar --pid PID --once --json` prints a "
         "`StatusDocument`; without `--pid` (discovery), `{\"jobs\": JobsDocument, \"documents\": "
@@ -63,7 +70,8 @@ def markdown() -> str:
         "names: `_mib` MiB (2^20 bytes), `_pct` percent 0-100, `_s` seconds, `_unix_s` UNIX time in "
         "seconds, `_hz` per second, `_fraction` 0-1. A client that gets another `schema` must say so "
         "rather than guess. `dsh-sidecar cluster --json` prints a `ClusterDocument`; `dsh-sidecar report --json` a "
-        "`ReportDocument` (`_h` hours, `_kwh` kilowatt-hours).",
+        "`ReportDocument` (`_h` hours, `_kwh` kilowatt-hours); `dsh-sidecar runs --json` a `RunsDocument`; "
+        "`dsh-sidecar compare RUN --json` a `CompareDocument`.",
         "",
     ]
     for o in object_types().values():

@@ -1,7 +1,8 @@
 """`dsh-sidecar mcp`: the sidecar's answers as MCP tools, over stdio (docs/mcp.md).
 
-Three tools, each returning structured content (matching its declared output schema) and a short
-English text for the model: `list_jobs`, `gpu_status(job?)`, `gpu_history(job?, seconds?)`. They
+Five tools, each returning structured content (matching its declared output schema) and a short
+English text for the model: `list_jobs`, `gpu_status(job?)`, `gpu_history(job?, seconds?)`, and over
+the run ledger `list_runs(since?)`, `compare_runs(run, other?)` (sidecar/serve/mcp_runs.py). They
 read a running sidecar over HTTP (--url) or poll in this process (sidecar.poll.discovery.JobsPoller; with
 --pid, one job's Poller). Every failure becomes a tool error of one sentence that says what to do.
 
@@ -37,6 +38,8 @@ from sidecar.documents.bounds import (
     printable_all,
 )
 from sidecar.documents.document import NoDefaultJob, UnknownJob
+from sidecar.documents.runs import parse_since
+from sidecar.serve import mcp_runs
 from sidecar.serve.mcp_schemas import (
     DEFAULT_SECONDS,
     DESCRIPTIONS,
@@ -45,7 +48,7 @@ from sidecar.serve.mcp_schemas import (
     MIN_SECONDS,
     OUTPUT_SCHEMAS,
 )
-from sidecar.serve.source import Documents, DocumentSource
+from sidecar.serve.source import Documents, DocumentSource, RunsSource
 
 API = "/api/dsh-gpu-dashboard"
 HTTP_TIMEOUT_S = 5.0
@@ -70,6 +73,10 @@ class Backend(Protocol):
     def status(self, job: str | None) -> dict[str, Any]: ...
 
     def history(self, job: str | None, since: float | None) -> dict[str, Any]: ...
+
+    def runs(self, since: str | None) -> dict[str, Any]: ...
+
+    def compare(self, run: str, other: str | None) -> dict[str, Any]: ...
 
     def close(self) -> None: ...
 
@@ -116,6 +123,12 @@ class HttpBackend:
     def history(self, job: str | None, since: float | None) -> dict[str, Any]:
         return self._get("history", {"job": job, "since": None if since is None else f"{since:.3f}"}, job)
 
+    def runs(self, since: str | None) -> dict[str, Any]:
+        return self._get("runs", {"since": since}, None)
+
+    def compare(self, run: str, other: str | None) -> dict[str, Any]:
+        return self._get("compare", {"a": run, "b": other}, None)
+
     def close(self) -> None:
         pass
 
@@ -130,7 +143,8 @@ class HttpBackend:
         except HttpError as exc:
             raise ToolError(self._transport_error(exc)) from None
         if answer.status != 200:
-            raise ToolError(self._http_error(answer.status, _error_text(answer.body), job))
+            refusal = mcp_runs.http_refusal(answer.status, _error_text(answer.body)) if route in ("runs", "compare") else None
+            raise ToolError(refusal or self._http_error(answer.status, _error_text(answer.body), job))
         try:
             doc = json.loads(answer.body)
         except (ValueError, RecursionError):
@@ -211,8 +225,11 @@ class LocalBackend:
     """Polling in this process: a sidecar.poll.discovery.JobsPoller, or one job's sidecar.poll.poller.Poller (--pid).
     Both have the same three document methods; a document is None until the first poll."""
 
-    def __init__(self, poller: LocalPoller, first_poll_wait_s: float = FIRST_POLL_WAIT_S) -> None:
+    def __init__(
+        self, poller: LocalPoller, first_poll_wait_s: float = FIRST_POLL_WAIT_S, runs: RunsSource | None = None
+    ) -> None:
         self.poller = poller
+        self.runs_source = runs  # the run ledger's reader (None: --no-runs)
         self.first_poll_wait_s = first_poll_wait_s
         # The agent is this process's user: root's discovery answers it with root's own job by
         # default, never another user's (JobsPoller.for_caller).
@@ -228,6 +245,14 @@ class LocalBackend:
 
     def history(self, job: str | None, since: float | None) -> dict[str, Any]:
         return self._ask(lambda: self._seen().history_document(job, since), job)
+
+    def runs(self, since: str | None) -> dict[str, Any]:
+        return mcp_runs.local_answer(
+            self.runs_source, lambda r: r.runs_document(parse_since(since, time.time()) if since else None), ToolError
+        )
+
+    def compare(self, run: str, other: str | None) -> dict[str, Any]:
+        return mcp_runs.local_answer(self.runs_source, lambda r: r.compare_document(run, other), ToolError)
 
     def close(self) -> None:
         self.poller.stop()
@@ -532,6 +557,8 @@ TOOLS: dict[str, Callable[[Backend, dict[str, Any]], tuple[dict[str, Any], str]]
     "list_jobs": list_jobs,
     "gpu_status": gpu_status,
     "gpu_history": gpu_history,
+    "list_runs": lambda backend, args: mcp_runs.list_runs(backend, args, _untrusted, ToolError),
+    "compare_runs": lambda backend, args: mcp_runs.compare_runs(backend, args, _untrusted, ToolError),
 }
 
 
@@ -574,7 +601,8 @@ def call(backend: Backend, name: str, args: dict[str, Any] | None) -> tuple[dict
 # ---------------------------------------------------------------------------------------------
 INSTRUCTIONS = (
     "Tools of dsh-gpu-dashboard: they tell whether a PyTorch training job really runs on the GPU. "
-    "Call gpu_status first; list_jobs when several jobs run; gpu_history for utilisation over time."
+    "Call gpu_status first; list_jobs when several jobs run; gpu_history for utilisation over time; "
+    "list_runs and compare_runs for finished runs and why one is slower than another."
 )
 
 

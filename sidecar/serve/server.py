@@ -10,6 +10,7 @@ import hmac
 import math
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,10 +23,18 @@ from sidecar import __version__
 from sidecar.documents.bounds import escape_steering
 from sidecar.documents.contract import json_schema
 from sidecar.documents.document import NoDefaultJob, UnknownJob, for_viewer
+from sidecar.documents.runs import (
+    AmbiguousRun,
+    NoPreviousRun,
+    RunsUnavailable,
+    UnknownRun,
+    check_run_name,
+    parse_since,
+)
 from sidecar.serve.cluster import MAX_JOB_CHARS, ClusterBusy, ClusterCache, ClusterError
 from sidecar.serve.hosts import HostPolicy
 from sidecar.serve.peers import OwnerOnly, SocketOwner, caller_uid
-from sidecar.serve.source import Document, Documents, DocumentSource
+from sidecar.serve.source import Document, Documents, DocumentSource, RunsSource
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "static")
 API = "/api/dsh-gpu-dashboard"
@@ -91,9 +100,11 @@ def create_app(
     source: DocumentSource,
     metrics: Callable[[], tuple[bytes, str]] | None = None,
     cluster: ClusterCache | None = None,
+    runs: RunsSource | None = None,
 ) -> Flask:
     """The app. `cluster`: the cluster document's reader (a sidecar started with --prometheus);
-    None: the cluster route answers 404 saying how to turn it on."""
+    None: the cluster route answers 404 saying how to turn it on. `runs`: the run ledger's reader;
+    None (--no-runs): the runs routes answer 404 saying so."""
     app = Flask(__name__, static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = 1024  # GET-only API: no body is ever needed
     app.json = _JsonProvider(app)
@@ -104,6 +115,7 @@ def create_app(
     _install_guards(app, config)
     _install_routes(app, config, source, metrics, cluster)
     _install_cluster_route(app, cluster)
+    _install_runs_routes(app, runs)
     return app
 
 
@@ -258,6 +270,45 @@ def _install_cluster_route(app: Flask, cluster: ClusterCache | None) -> None:
             return _error(502, f"Prometheus did not answer: {exc}")
 
 
+def _install_runs_routes(app: Flask, runs: RunsSource | None) -> None:
+    """The run ledger's documents (issue 40): GET /runs[?since=], /runs/<id>, /compare?a=[&b=].
+    Parameters are checked before the ledger is read: a run's name by check_run_name (its charset
+    and length), `since` by parse_since."""
+
+    def answer(make: Callable[[RunsSource], Document]) -> Response:
+        if runs is None:
+            return _error(404, "this sidecar keeps no runs: it was started with --no-runs (or without a runs ledger)")
+        try:
+            return jsonify(make(runs))
+        except ValueError as exc:  # a name or a since that cannot be one
+            return _error(400, str(exc))
+        except AmbiguousRun as exc:  # the runs it could be, as the runs list shows them
+            return _error(400, str(exc), candidates=list(exc.candidates))
+        except (UnknownRun, NoPreviousRun) as exc:
+            return _error(404, str(exc))
+        except RunsUnavailable as exc:
+            return _error(503, f"the runs cannot be read: {exc}")
+
+    def name(value: str | None, what: str) -> str:
+        if not value:
+            raise ValueError(f"{what} is required: a run's id, as GET {API}/runs lists them")
+        return check_run_name(value)
+
+    @app.get(f"{API}/runs")
+    def runs_route() -> Response:
+        since = request.args.get("since")
+        return answer(lambda r: r.runs_document(parse_since(since, time.time()) if since else None))
+
+    @app.get(f"{API}/runs/<path:run>")
+    def run_route(run: str) -> Response:
+        return answer(lambda r: r.run_document(name(run, "the run")))
+
+    @app.get(f"{API}/compare")
+    def compare_route() -> Response:
+        b = request.args.get("b") or None
+        return answer(lambda r: r.compare_document(name(request.args.get("a"), "a"), None if b is None else name(b, "b")))
+
+
 def _install_page_routes(
     app: Flask, config: ServerConfig, metrics: Callable[[], tuple[bytes, str]] | None, cluster: ClusterCache | None
 ) -> None:
@@ -290,7 +341,7 @@ def _install_page_routes(
         return jsonify({"version": __version__, "cluster": cluster is not None})
 
 
-def _error(code: int, message: str) -> Response:
-    resp = jsonify({"error": message, "status": code})
+def _error(code: int, message: str, **more: object) -> Response:
+    resp = jsonify({"error": message, "status": code, **more})
     resp.status_code = code
     return resp

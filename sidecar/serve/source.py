@@ -41,3 +41,17 @@ class PerCallerSource(DocumentSource, Protocol):
         """The documents as the caller whose uid `caller_uid()` gives sees them (called at most
         once, only when the view needs it)."""
         ...
+
+
+class RunsSource(Protocol):
+    """The runs the ledger remembers (issue 40), as the runs routes and the MCP tools read them:
+    sidecar.poll.runs_source.LedgerRuns, or a test's own. Each method returns a document
+    (sidecar/documents/runs.py) or raises one of that module's RunsError: RunsUnavailable (the
+    ledger cannot be read), UnknownRun, AmbiguousRun (with its candidates), NoPreviousRun; a name
+    that cannot name a run is a ValueError."""
+
+    def runs_document(self, since_unix_s: float | None = None) -> Document: ...
+
+    def run_document(self, name: str) -> Document: ...
+
+    def compare_document(self, run: str, baseline: str | None = None) -> Document: ...

@@ -14,7 +14,7 @@ from sidecar.common.runs import MinuteFigures, RunIdentity, RunRecord, RunSetup,
 from sidecar.sources.ledger import Ledger, LedgerBatch
 
 BOOT = "6f1c2b8e-3d4a-4f5b-9c7d-0e1f2a3b4c5d"
-DAY_START_UNIX_S = 1_796_000_400.0  # 2026-11-29 00:20 UTC, a multiple of 60
+DAY_START_UNIX_S = 1_796_000_400.0  # 2026-11-30 01:00 UTC, a multiple of 60
 JOBS_PER_HOUR = 1_000
 
 

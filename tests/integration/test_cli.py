@@ -565,7 +565,7 @@ def test_the_usage_line_lists_every_command(args):
     r = cli(*args)
     usage = (r.stdout if args == ["--help"] else r.stderr).split("\n\n")[0]
     assert usage.startswith("usage: dsh-sidecar"), usage
-    for command in ("dsh-sidecar run ", "dsh-sidecar doctor", "dsh-sidecar mcp", "--pid PID", "--once"):
+    for command in ("dsh-sidecar run ", "dsh-sidecar doctor", "dsh-sidecar mcp", "dsh-sidecar runs", "dsh-sidecar compare RUN", "--pid PID", "--once"):
         assert command in usage, (command, usage)
 
 

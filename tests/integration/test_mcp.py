@@ -38,7 +38,7 @@ pytestmark = pytest.mark.slow
 
 UUID0 = gpu(0)["uuid"]
 TOKEN = "s3cret-token-for-mcp-tests"
-TOOLS = {"list_jobs", "gpu_status", "gpu_history"}
+TOOLS = {"list_jobs", "gpu_status", "gpu_history", "list_runs", "compare_runs"}
 
 
 @pytest.fixture

@@ -63,6 +63,8 @@ SUBCOMMANDS = {
     "mcp": cli_args.mcp_parser,
     "cluster": cli_args.cluster_parser,
     "report": cli_args.report_parser,
+    "runs": cli_args.runs_parser,
+    "compare": cli_args.compare_parser,
 }
 
 
@@ -169,9 +171,10 @@ def test_every_command_in_the_docs_has_its_subcommand_and_flags() -> None:
 
 
 @pytest.fixture(scope="module")
-def sidecar() -> Iterator[Sidecar]:
+def sidecar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
     env = {k: v for k, v in os.environ.items() if k != "DSH_PROMETHEUS_URL"}
     env["LD_LIBRARY_PATH"] = "/nonexistent"  # no NVML: the routes, not the GPUs
+    env["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state"))  # the runs routes read a ledger there
     with FakePrometheus(two_nodes_and_a_silent_one()) as prometheus, Sidecar(
         ["--pid", str(os.getpid()), "--port", "0", "--prometheus", prometheus.url], env=env
     ) as sc:

@@ -91,6 +91,7 @@ def parse(*argv: str) -> argparse.Namespace:
 
 def test_the_server_gets_the_options_given_and_never_the_token(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DSH_KUBELET_CGROUP_ROOT", raising=False)
+    monkeypatch.delenv("DSH_RUNS_DB", raising=False)
     assert server_args(parse("--url", "http://127.0.0.1:8765")) == ["mcp", "--url", "http://127.0.0.1:8765"]
     assert server_args(parse("--pid", "42", "--interval", "1.5", "--history", "60", "--token", "t")) == [
         "mcp", "--pid", "42", "--history", "60.0",
@@ -99,6 +100,8 @@ def test_the_server_gets_the_options_given_and_never_the_token(monkeypatch: pyte
     # a default from a DSH_* variable goes on argv: DSH scrubs those from a server's environment
     monkeypatch.setenv("DSH_KUBELET_CGROUP_ROOT", "/kubepods")
     assert server_args(parse()) == ["mcp", "--kubelet-cgroup-root", "/kubepods"]
+    monkeypatch.setenv("DSH_RUNS_DB", "/data/runs.sqlite3")  # the ledger list_runs reads, the same way
+    assert server_args(parse())[-2:] == ["--runs-db", "/data/runs.sqlite3"]
 
 
 def test_every_option_of_mcp_is_forwarded_or_deliberately_not() -> None:

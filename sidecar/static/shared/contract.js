@@ -487,3 +487,200 @@ export const SCHEMA = 2
  * @property {string|null} job_id by job: the job's id (`<pid>-<start ticks>`); else null
  * @property {Array<string>} command by job: the job's command line (clipped); else empty
  */
+
+/**
+ * GET /api/dsh-gpu-dashboard/runs[?since=], `dsh-sidecar runs --json`: the runs the ledger remembers, the last seen first.
+ * @typedef {Object} RunsDocument
+ * @property {2} schema the document's schema; a client that reads another says so
+ * @property {number} time_unix_s when the ledger was read
+ * @property {number|null} since_unix_s runs last seen at or after this; null: all
+ * @property {Array<Run>} runs the runs, the last seen first (at most 500)
+ * @property {boolean} truncated more runs matched than are listed: ask with a later `since`
+ * @property {string|null} notice what the ledger said when opened (a damaged file moved aside)
+ */
+
+/**
+ * One run as the ledger keeps it: a job (its root process) on one boot of one host, with its totals.
+ * @typedef {Object} Run
+ * @property {string} id its short id, what a person types (`dsh-sidecar compare ID`): the first hex digits of the SHA-256 of `key`, 8 or more (more where two listed runs share 8); `key` and `job_id` are accepted too
+ * @property {string} key the ledger's key: `<boot id>/<job_id>`, never reused
+ * @property {string} job_id `<root pid>-<root start ticks>`, the status document's `job_id` while it ran
+ * @property {string} host the host it ran on
+ * @property {string|null} user its user's name
+ * @property {number|null} uid its user's uid
+ * @property {Array<string>} command its root's command line, redacted when recorded, clipped
+ * @property {string|null} cwd the folder it ran in
+ * @property {number} started_unix_s when its root started
+ * @property {number|null} last_seen_unix_s the last poll that saw it
+ * @property {number|null} ended_unix_s when it was seen to end; null: live, or its sidecar stopped first
+ * @property {"live"|"exited"} state `live` until it is seen to end, then `exited`
+ * @property {number|null} exit_code its exit code, where known (`dsh-sidecar run` knows its child's)
+ * @property {string|null} status its verdict's last status (the status document's `status`)
+ * @property {Array<string>} warnings its verdict's last warning codes
+ * @property {number} wall_s its wall time as recorded
+ * @property {number|null} steps training steps counted
+ * @property {number|null} step_rate_hz `steps` over `wall_s`
+ * @property {number} gpu_held_s GPU-seconds it held (memory allocated on a GPU), summed over GPUs
+ * @property {number} gpu_busy_s GPU-seconds held with work
+ * @property {number|null} energy_j energy of its GPUs, where NVML's counter answers
+ * @property {number|null} gpu_mem_peak_mib its processes' GPU memory at its peak
+ * @property {number|null} power_peak_w its GPUs' peak power draw
+ * @property {number|null} temperature_peak_c its GPUs' peak temperature
+ * @property {Array<string>} gpu_models the GPUs its processes used, by name
+ * @property {string|null} distributed_key the key its distributed run's ranks share
+ * @property {number|null} world_size WORLD_SIZE
+ * @property {string|null} slurm_job its Slurm job (SLURM_JOB_ID or the cgroup's)
+ * @property {string|null} pod its Kubernetes pod, `<namespace>/<name>`
+ */
+
+/**
+ * GET /api/dsh-gpu-dashboard/runs/<id>: one run with its setup, verdict timeline and minutes, oldest first.
+ * @typedef {Object} RunDocument
+ * @property {2} schema the document's schema; a client that reads another says so
+ * @property {Run} run the run
+ * @property {RunSetup} setup what it ran on and with
+ * @property {string|null} previous the short id of the previous run of the same command in the same folder (`compare`'s default)
+ * @property {Array<RunVerdictChange>} timeline its verdict's changes, oldest first (the newest 500)
+ * @property {number} timeline_omitted older changes left out
+ * @property {Array<RunMinute>} minutes its minutes, oldest first (the newest 2,000 rows)
+ * @property {number} minutes_omitted older rows left out
+ */
+
+/**
+ * What a run ran on and with (the latest known of each).
+ * @typedef {Object} RunSetup
+ * @property {string|null} torch_version torch's version
+ * @property {string|null} torch_cuda the CUDA (or HIP) torch was built with
+ * @property {string|null} driver_version the NVIDIA driver
+ * @property {string|null} precision `float32`, `autocast bfloat16`, `tf32`, ...
+ * @property {Array<RunSetting>} loader its DataLoader's settings
+ * @property {number|null} processes its processes (the most seen)
+ */
+
+/**
+ * One DataLoader setting of a run, as the probe reported it.
+ * @typedef {Object} RunSetting
+ * @property {string} name the setting, e.g. `num_workers`
+ * @property {string} value its value, as text
+ */
+
+/**
+ * The run's verdict when it changed.
+ * @typedef {Object} RunVerdictChange
+ * @property {number} time_unix_s when
+ * @property {string} status the status then
+ * @property {Array<string>} warnings the warning codes then
+ */
+
+/**
+ * One minute of a run (older ones are merged into hours: `span_s`, `minutes`): means over the polls that had the figure, peaks, and the minute's share of the totals.
+ * @typedef {Object} RunMinute
+ * @property {number} start_unix_s the span's start (a multiple of 60)
+ * @property {number} span_s the span's length
+ * @property {number} minutes minutes merged into it (1 until downsampled)
+ * @property {number} polls polls it holds
+ * @property {number|null} steps training steps counted in it
+ * @property {number|null} step_rate_hz training steps per second
+ * @property {number|null} data_wait_fraction share of the step waiting for data
+ * @property {number|null} forward_fraction share in forward
+ * @property {number|null} backward_fraction share in backward
+ * @property {number|null} optimizer_fraction share in optimizer.step()
+ * @property {number|null} other_fraction the rest of the step
+ * @property {number|null} syncs_per_step host-device synchronisations per step
+ * @property {number|null} gpu_util_pct its GPUs' utilisation, averaged
+ * @property {number|null} gpu_mem_used_mib its processes' GPU memory, summed
+ * @property {number|null} gpu_mem_peak_mib and at its peak
+ * @property {number|null} sm_activity_fraction GPM SM activity
+ * @property {number|null} tensor_activity_fraction GPM tensor-core activity
+ * @property {number|null} sm_clock_mhz SM clock
+ * @property {number|null} sm_clock_max_mhz the SM clock's maximum
+ * @property {Array<string>} clock_reasons every clock-event reason seen in it (NVML's names)
+ * @property {number|null} power_w power draw
+ * @property {number|null} power_peak_w and at its peak
+ * @property {number|null} temperature_c temperature
+ * @property {number|null} temperature_peak_c and at its peak
+ * @property {number|null} gpu_processes processes on its GPUs, its own and others (the most seen)
+ * @property {number|null} cpu_pct its CPU, percent of one core
+ * @property {number|null} rss_mib its resident memory
+ * @property {number} gpu_held_s GPU-seconds held in it
+ * @property {number} gpu_busy_s GPU-seconds held with work in it
+ * @property {number|null} energy_j its GPUs' energy in it
+ */
+
+/**
+ * GET /api/dsh-gpu-dashboard/compare?a=RUN[&b=OTHER], `dsh-sidecar compare --json`: run `a` judged against `b` (default: the previous run of the same command in the same folder).
+ * @typedef {Object} CompareDocument
+ * @property {2} schema the document's schema; a client that reads another says so
+ * @property {Run} run the run judged
+ * @property {Run} baseline the run it is judged against
+ * @property {"given"|"previous"} baseline_choice `given` (b), or `previous` (chosen by the ledger)
+ * @property {"improvement"|"regression"|"within-noise"|"not-enough-evidence"|"not-comparable"} outcome the throughput's outcome, or `not-comparable`
+ * @property {string} message the headline, in English
+ * @property {TextRef} message_ref the same in the catalogue
+ * @property {FigureChange} throughput steps per second
+ * @property {FigureChange} gpu_busy the GPU busy share
+ * @property {number|null} baseline_step_s the baseline's seconds per step
+ * @property {number|null} run_step_s the run's
+ * @property {Array<CompareCause>} causes the parts of the step that explain a throughput change, largest first
+ * @property {Array<CompareReasonShare>} reasons the causes' reasons, by the share they explain
+ * @property {boolean} comparable false: see `notes` (the same run, or one that counted no steps)
+ * @property {Array<CompareNote>} notes why not comparable, or what differs
+ */
+
+/**
+ * One figure of two runs judged against their own minute-to-minute noise.
+ * @typedef {Object} FigureChange
+ * @property {"throughput"|"gpu-busy"} figure `throughput` (steps/s) or `gpu-busy` (busy over held GPU-seconds, 0-1)
+ * @property {number|null} baseline the baseline's value over its steady minutes
+ * @property {number|null} run the run's
+ * @property {number|null} change_ratio (run - baseline) / baseline: -0.25 is 25 % less
+ * @property {number|null} band_ratio the noise band, relative to the baseline like `change_ratio`
+ * @property {number} baseline_minutes the baseline's steady minutes with the figure
+ * @property {number} run_minutes the run's
+ * @property {"improvement"|"regression"|"within-noise"|"not-enough-evidence"} outcome improvement, regression, within-noise or not-enough-evidence
+ * @property {string} text the judgement in one sentence, in English
+ * @property {TextRef} text_ref the same in the catalogue
+ */
+
+/**
+ * A part of the step whose time changed the way the step time did, with the share of the difference it explains.
+ * @typedef {Object} CompareCause
+ * @property {"data-wait"|"forward"|"backward"|"optimizer"|"other"|"whole-step"} code the part of the step
+ * @property {number} share_fraction of the step time's difference it explains (the causes sum to 1)
+ * @property {number} baseline_s its seconds per step in the baseline
+ * @property {number} run_s in the run
+ * @property {number} baseline_fraction its share of the baseline's step
+ * @property {number} run_fraction of the run's
+ * @property {Array<CompareReason>} reasons why, as far as the runs show, most specific first
+ * @property {string} text in English
+ * @property {TextRef} text_ref in the catalogue
+ */
+
+/**
+ * What the two runs show of why a part of the step changed.
+ * @typedef {Object} CompareReason
+ * @property {"throttled"|"clocks"|"gpu-model"|"precision"|"gpu-shared"|"host-syncs"|"loader-settings"|"torch-version"|"driver-version"} code the reason
+ * @property {string} baseline its fact in the baseline, display-ready
+ * @property {string} run and in the run
+ * @property {string|null} detail `throttled`: NVML's clock-event reason
+ * @property {string} text in English
+ * @property {TextRef} text_ref in the catalogue
+ */
+
+/**
+ * A reason over every cause it is named for: `throttled explains 100 % of the difference`.
+ * @typedef {Object} CompareReasonShare
+ * @property {"throttled"|"clocks"|"gpu-model"|"precision"|"gpu-shared"|"host-syncs"|"loader-settings"|"torch-version"|"driver-version"} code the reason
+ * @property {number} share_fraction the shares of those causes, summed
+ * @property {Array<"data-wait"|"forward"|"backward"|"optimizer"|"other"|"whole-step">} parts those causes
+ * @property {string} text in English
+ * @property {TextRef} text_ref in the catalogue
+ */
+
+/**
+ * Why two runs cannot be compared (`same-run`, `no-steps`), or what differs between two comparable ones.
+ * @typedef {Object} CompareNote
+ * @property {"same-run"|"no-steps"|"command"|"host"|"world-size"|"gpu-count"} code what
+ * @property {string} text in English
+ * @property {TextRef} text_ref in the catalogue
+ */
