@@ -163,7 +163,10 @@ def runs_text(doc: dict[str, Any]) -> str:
     if not runs:
         since = f" since {_when(doc['since_unix_s'])}" if doc["since_unix_s"] is not None else ""
         return f"no runs recorded{since}"
+    users = len({r["user"] or r["uid"] for r in runs}) > 1  # root's ledger: every user's runs
     rows = [["id", "started", "took", "state", "verdict", "steps", "steps/s", "GPU-h held", "busy", "command", "folder"]]
+    if users:
+        rows[0].insert(1, "user")
     for r in runs:
         rows.append(
             [
@@ -180,6 +183,8 @@ def runs_text(doc: dict[str, Any]) -> str:
                 _folder(r["cwd"]),
             ]
         )
+        if users:
+            rows[-1].insert(1, r["user"] or str(r["uid"] if r["uid"] is not None else "-"))
     lines = _table(rows)
     if doc["truncated"]:
         lines.append(f"(only the {len(runs)} last seen are listed: narrow it with --since)")

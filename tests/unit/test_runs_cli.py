@@ -45,6 +45,24 @@ def test_runs_lists_the_runs_last_seen_first_with_what_a_person_reads(capsys, le
     assert " 2400 " in slow and " 0.33 " in slow  # steps; GPU-hours held (2 GPUs x 10 minutes)
     assert "live" in lines[2] and "python eval.py" in lines[2]
     assert lines[-1] == "compare a run with the one before it: dsh-sidecar compare ID"
+    assert "user" not in lines[0]  # one user's ledger
+
+
+def test_a_ledger_of_several_users_names_each_runs_user(capsys, ledger):
+    import dataclasses
+
+    from sidecar.sources.ledger import Ledger, LedgerBatch
+
+    path, runs = ledger
+    other = runs["other"]  # root's ledger holds every user's runs: bob's beside ada's
+    ident = dataclasses.replace(other.identity, key=other.identity.key + "-bob", user="bob", uid=1001)
+    bob = dataclasses.replace(other, identity=ident, last_seen_unix_s=(other.last_seen_unix_s or 0) + 1)
+    with Ledger(path) as writer:
+        assert writer.write(LedgerBatch((bob,)))
+    _, out, _ = cli(capsys, "runs", "--runs-db", str(path))
+    lines = out.splitlines()
+    assert lines[0].split()[:2] == ["id", "user"]
+    assert lines[2].split()[:2] == [short(bob), "bob"] and lines[3].split()[:2] == [short(other), "ada"]
 
 
 def test_runs_since_and_json_keep_to_the_contract(capsys, ledger):
