@@ -273,15 +273,13 @@ def _install_cluster_route(app: Flask, cluster: ClusterCache | None) -> None:
 def _install_runs_routes(app: Flask, runs: RunsSource | None) -> None:
     """The run ledger's documents (issue 40): GET /runs[?since=], /runs/<id>, /compare?a=[&b=].
     Parameters are checked before the ledger is read: a run's name by check_run_name (its charset
-    and length), `since` by parse_since."""
+    and length), `since` by parse_since; one that cannot be is a 400 saying what is accepted."""
 
     def answer(make: Callable[[RunsSource], Document]) -> Response:
         if runs is None:
             return _error(404, "this sidecar keeps no runs: it was started with --no-runs (or without a runs ledger)")
         try:
             return jsonify(make(runs))
-        except ValueError as exc:  # a name or a since that cannot be one
-            return _error(400, str(exc))
         except AmbiguousRun as exc:  # the runs it could be, as the runs list shows them
             return _error(400, str(exc), candidates=list(exc.candidates))
         except (UnknownRun, NoPreviousRun) as exc:
@@ -297,16 +295,28 @@ def _install_runs_routes(app: Flask, runs: RunsSource | None) -> None:
     @app.get(f"{API}/runs")
     def runs_route() -> Response:
         since = request.args.get("since")
-        return answer(lambda r: r.runs_document(parse_since(since, time.time()) if since else None))
+        try:
+            since_unix_s = parse_since(since, time.time()) if since else None
+        except ValueError as exc:
+            return _error(400, str(exc))
+        return answer(lambda r: r.runs_document(since_unix_s))
 
     @app.get(f"{API}/runs/<path:run>")
     def run_route(run: str) -> Response:
-        return answer(lambda r: r.run_document(name(run, "the run")))
+        try:
+            checked = name(run, "the run")
+        except ValueError as exc:
+            return _error(400, str(exc))
+        return answer(lambda r: r.run_document(checked))
 
     @app.get(f"{API}/compare")
     def compare_route() -> Response:
         b = request.args.get("b") or None
-        return answer(lambda r: r.compare_document(name(request.args.get("a"), "a"), None if b is None else name(b, "b")))
+        try:
+            a, b = name(request.args.get("a"), "a"), None if b is None else name(b, "b")
+        except ValueError as exc:
+            return _error(400, str(exc))
+        return answer(lambda r: r.compare_document(a, b))
 
 
 def _install_page_routes(
