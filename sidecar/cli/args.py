@@ -286,6 +286,18 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
     )
     _add_kubelet_option(p)
     _add_path_options(p)
+    _add_runs_options(p)
+
+
+def _add_runs_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--runs-db",
+        default=None,
+        metavar="PATH",
+        help="the runs ledger: every run watched is kept there, its history outliving the sidecar "
+        "(default $XDG_STATE_HOME/dsh-gpu-dashboard/runs.sqlite3; root: /var/lib/dsh-gpu-dashboard/runs.sqlite3)",
+    )
+    p.add_argument("--no-runs", action="store_true", help="keep no runs ledger: watch live only")
 
 
 # The usage line names every command (argparse's own would list only the serve options); lines
@@ -299,7 +311,8 @@ SERVE_USAGE = """dsh-sidecar [--pid PID] [--once [--json]] [serve options]
                           [--runs-db PATH | --prometheus URL]
        serve options: [--host HOST] [--port PORT] [--interval S] [--history S] [--token T]
                       [--allow-host NAME] [--job-name NAME] [--prometheus URL] [--stay] [--grace S]
-                      [--kubelet-cgroup-root PATH] [--path.procfs PATH] [--path.sysfs PATH]"""
+                      [--kubelet-cgroup-root PATH] [--path.procfs PATH] [--path.sysfs PATH]
+                      [--runs-db PATH | --no-runs]"""
 
 
 def serve_parser() -> argparse.ArgumentParser:
