@@ -466,9 +466,10 @@ def _say_job_gone(
     print(f"dsh-sidecar: the job (pid {poller.target_pid}) {exit_note(code)}{tail}", flush=True)
     if child is not None:
         poller.poll_once()  # record the exit now, not one interval later
-        recorder = getattr(poller, "recorder", None)
-        if recorder is not None:
-            recorder.set_exit_code(code, time.time())  # the run's end with the child's exit code
+        from sidecar.poll.poller import Poller
+
+        if isinstance(poller, Poller):  # `run`'s: always one job
+            poller.record_exit_code(code)  # the run's end with the child's exit code
 
 
 def _whose_jobs() -> str:

@@ -222,6 +222,17 @@ class Poller(document.OneJob):
         fault = recorder.recording.fault
         return verdict if fault is None else runs_not_recorded(verdict, fault)
 
+    def record_exit_code(self, code: int | None) -> None:
+        """The job's exit code into its run (``dsh-sidecar run`` knows its child's), between polls:
+        the ledger is written from one thread at a time."""
+        if self.recorder is None:
+            return
+        with self._poll_lock:
+            try:
+                self.recorder.set_exit_code(code, self.clock())
+            except Exception:  # noqa: BLE001 -- recording never fails the sidecar; counted for /metrics
+                self.poll_errors["runs"] += 1
+
     def _document(self, facts: Facts, verdict: Verdict, summary: dict[str, Any], made: _Made) -> dict[str, Any]:
         # Lazy documents are made in the server's threads: one at a time, for the entry cache.
         with self._entry_lock:

@@ -61,8 +61,10 @@ if TYPE_CHECKING:
 # A run's batch is written at least this often while it runs (and at once at a minute's end, a
 # verdict change, a change of its setup and its end): what a sidecar killed outright loses at most.
 WRITE_EVERY_S: Final = 10.0
-# The ledger's upkeep (old minutes merged, old runs dropped: the ledger's maintain) this often.
+# The ledger's upkeep (old minutes merged, old runs dropped: the ledger's maintain) this often, the
+# first time this long after the first write (not in a sidecar's first polls, whose pages wait).
 MAINTAIN_EVERY_S: Final = 3600.0
+MAINTAIN_FIRST_AFTER_S: Final = 60.0
 # What a run keeps to write again while the ledger fails (a full disk): the oldest go first.
 MAX_UNSENT_MINUTES: Final = 120
 MAX_UNSENT_CHANGES: Final = 256
@@ -107,7 +109,7 @@ class Recording:
         self.boot_id = boot_id(host=host)
         self.reader_uid = os.getuid()
         self._queue: list[tuple[RunRecorder, LedgerBatch]] = []
-        self._maintained_at: float | None = None
+        self._maintain_at: float | None = None  # when the next upkeep is due (set at the first write)
 
     @property
     def fault(self) -> str | None:
@@ -141,8 +143,10 @@ class Recording:
             ok = False
         for recorder, _ in queued:
             recorder.sent(ok)
-        if self._maintained_at is None or now_unix_s - self._maintained_at >= MAINTAIN_EVERY_S:
-            self._maintained_at = now_unix_s
+        if self._maintain_at is None:
+            self._maintain_at = now_unix_s + MAINTAIN_FIRST_AFTER_S
+        elif now_unix_s >= self._maintain_at:
+            self._maintain_at = now_unix_s + MAINTAIN_EVERY_S
             try:
                 self.sink.maintain(now_unix_s)
             except Exception:  # noqa: BLE001 -- upkeep that fails is tried again in an hour

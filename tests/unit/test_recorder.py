@@ -209,6 +209,16 @@ def test_writes_follow_the_cadence_and_hold_the_grown_minute(procfs):
     assert all(len(b.changes) == 0 for b in sink.batches[1:])
 
 
+def test_run_s_exit_code_reaches_the_record_between_polls(procfs):
+    job = ScriptedJob(seed=7)
+    sink = MemorySink()
+    poller = _poller(job, Recording(sink, host=procfs))
+    poller.poll_once()
+    poller.record_exit_code(137)
+    assert sink.record().exit_code == 137 and sink.record().ended_unix_s == job.now()
+    _poller(job, None).record_exit_code(1)  # no recorder: nothing to do
+
+
 def test_the_end_and_the_exit_code(procfs):
     sink = MemorySink()
     rec = Recording(sink, host=procfs).recorder()
@@ -363,12 +373,13 @@ def test_a_poller_without_a_recorder_records_nothing_and_publishes_alike(procfs)
     assert [s.as_dict() for s in plain.history.samples()] == [s.as_dict() for s in recording.history.samples()]
 
 
-def test_maintenance_runs_at_the_first_write_and_hourly(procfs):
+def test_maintenance_runs_a_minute_after_the_first_write_then_hourly(procfs):
     sink = MemorySink()
     rec = Recording(sink, host=procfs).recorder()
-    for t in (T0 + 1, T0 + 15, T0 + 3000, T0 + 3602):
+    times = (T0 + 1, T0 + 15, T0 + 61, T0 + 75, T0 + 3000, T0 + 3661, T0 + 3675)
+    for t in times:
         _observe(rec, t, _facts())
-    assert sink.maintained == [T0 + 1, T0 + 3602]
+    assert sink.maintained == [T0 + 61, T0 + 3661]
 
 
 def test_a_figure_a_minute_misses_is_none_in_the_record_not_zero(procfs):
