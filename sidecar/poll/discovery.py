@@ -474,6 +474,8 @@ class JobsPoller:
         with self._poll_lock:
             for job in self._jobs.values():
                 job.poller.stop()
+            if self.recording is not None:
+                self.recording.flush(self.clock())  # what each job's stop wrote of its run
             self._finder.close()
             try:
                 self.nvml_source.close()

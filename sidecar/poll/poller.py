@@ -285,6 +285,11 @@ class Poller(document.OneJob):
         if not self._poll_lock.acquire(timeout=5):
             return
         try:
+            if self.recorder is not None:
+                try:
+                    self.recorder.close()  # the run's last polls written
+                except Exception:  # noqa: BLE001 -- stopping must finish whatever the ledger raises
+                    self.poll_errors["runs"] += 1
             for source in (self.nvml_source, self.segment_source, self.tree_source):
                 try:
                     source.close()

@@ -426,6 +426,13 @@ class RunRecorder:
             del self._unsent_changes[:changes]
             self._sent_upto = (0, 0)
 
+    def close(self) -> None:
+        """What the polls since the last write added, written (the sidecar stops): a sidecar that
+        stops loses nothing of its run; one killed outright, at most WRITE_EVERY_S."""
+        last = self._last_poll_s
+        if self.identity is not None and last is not None and last != self._last_write_s:
+            self._write(last)
+
     def set_exit_code(self, code: int | None, now: float) -> None:
         """The job's exit code, where the caller knows it (``dsh-sidecar run``: its child's)."""
         if self.identity is None or code is None:

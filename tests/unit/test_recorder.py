@@ -20,6 +20,7 @@ from sidecar.common.runs import (
     RunDetail,
     RunIdentity,
     RunRecord,
+    RunSetup,
     RunTotals,
     VerdictChange,
     run_key,
@@ -29,11 +30,21 @@ from sidecar.documents.document import history_document
 from sidecar.poll.collect import TargetInfo
 from sidecar.poll.poller import Poller
 from sidecar.poll.recorder import WRITE_EVERY_S, Recording
+from sidecar.poll.run_figures import run_setup
 from sidecar.poll.samples import history_sample
 from sidecar.sources.host import HostPaths
 from sidecar.sources.lineage import RootInfo
 from sidecar.sources.nvml.snapshot import GpuInfo
-from sidecar.verdict import Facts, GpuFacts, ModelFacts, ProcessFacts, ProcGpu, decide
+from sidecar.verdict import (
+    Facts,
+    GpuFacts,
+    LoaderSettings,
+    MathSettings,
+    ModelFacts,
+    ProcessFacts,
+    ProcGpu,
+    decide,
+)
 from tests.helpers.scripted_poll import ROOT, ScriptedJob, ScriptedSources
 
 BOOT = "0f4b5c6d-1111-4222-8333-444455556666"
@@ -207,6 +218,21 @@ def test_writes_follow_the_cadence_and_hold_the_grown_minute(procfs):
     assert len(written) == 1 + math.floor((times[-1] - times[0]) / WRITE_EVERY_S)
     assert written == sorted(written) and written[0] == 1
     assert all(len(b.changes) == 0 for b in sink.batches[1:])
+
+
+def test_a_stopping_poller_writes_its_run_s_last_polls(procfs):
+    job = ScriptedJob(seed=8)
+    sink = MemorySink()
+    poller = _poller(job, Recording(sink, host=procfs))
+    for _ in range(3):
+        poller.poll_once()
+        job.step()
+    assert len(sink.batches) == 1 and sink.batches[0].minutes[-1][1].polls == 1  # written at first sight only
+    poller.stop()
+    assert len(sink.batches) == 2 and sum(m.polls for m in sink.minutes().values()) == 3
+    assert sink.record().last_seen_unix_s == poller.last_poll_time
+    poller.stop()  # again: nothing new to write
+    assert len(sink.batches) == 2
 
 
 def test_run_s_exit_code_reaches_the_record_between_polls(procfs):
@@ -422,3 +448,37 @@ def test_discovery_writes_every_job_s_batch_of_a_poll_in_one(procfs):
     finally:
         for p in (*made, jobs, plain):
             p.stop()
+
+
+@pytest.mark.parametrize(
+    ("dtypes", "autocast", "math", "want"),
+    [
+        (("float32",), None, None, "float32"),
+        (("float32",), "off", MathSettings(allow_tf32_matmul=True), "tf32"),
+        (("float32",), None, MathSettings(float32_matmul_precision="high"), "tf32"),
+        (("float32",), None, MathSettings(float32_matmul_precision="highest"), "float32"),
+        (("float32",), "bfloat16", MathSettings(allow_tf32_matmul=True), "autocast bfloat16"),
+        (("bfloat16", "float32"), None, None, "bfloat16+float32"),
+        ((), None, None, None),
+    ],
+)
+def test_the_setup_s_precision(dtypes, autocast, math, want):
+    f = _facts()
+    (proc,) = f.processes
+    model = dataclasses.replace(proc.models[0], param_dtypes=dtypes, autocast=autocast)
+    f = dataclasses.replace(f, processes=(dataclasses.replace(proc, models=(model,), math=math),))
+    assert run_setup(f, RunSetup()).precision == want
+
+
+def test_the_setup_keeps_the_latest_known_of_each():
+    f = _facts()
+    (proc,) = f.processes
+    loader = LoaderSettings(num_workers=4, pin_memory=True, batch_size=64)
+    model = dataclasses.replace(proc.models[0], loader_settings=loader)
+    first = run_setup(dataclasses.replace(f, processes=(dataclasses.replace(proc, models=(model,)),)), RunSetup())
+    assert first.loader == (("num_workers", "4"), ("batch_size", "64"), ("pin_memory", "True"))
+    # a later poll without a probe (its payload not read) and NVML down keeps what was known
+    bare = dataclasses.replace(f, processes=(ProcessFacts(pid=PID),), gpus=(), driver=None)
+    again = run_setup(bare, first)
+    assert again is first
+    assert run_setup(bare, first, most_processes=3).processes == 3
