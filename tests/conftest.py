@@ -5,6 +5,7 @@ The simulated NVIDIA driver's fixtures live with the driver (tests/fakenvml/fixt
 
 import os
 import sys
+import tempfile
 
 import pytest
 
@@ -12,6 +13,9 @@ import pytest
 # it starts (they inherit the environment), is validated against sidecar/documents/contract.py: a document
 # that breaks schema 2 fails the poll that built it.
 os.environ["DSH_CONTRACT_CHECK"] = "1"
+# The runs ledger of every sidecar a test starts (--runs-db's default): a temporary file of this
+# session's, never the user's state directory nor root's /var/lib.
+os.environ["DSH_RUNS_DB"] = os.path.join(tempfile.mkdtemp(prefix="dsh-test-runs-"), "runs.sqlite3")
 
 from tests.fakenvml.fixtures import *  # noqa: F403 -- pytest fixtures
 from tests.helpers import hypothesis_profiles

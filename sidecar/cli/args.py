@@ -292,10 +292,11 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
 def _add_runs_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--runs-db",
-        default=None,
+        default=os.environ.get("DSH_RUNS_DB") or None,
         metavar="PATH",
         help="the runs ledger: every run watched is kept there, its history outliving the sidecar "
-        "(default $XDG_STATE_HOME/dsh-gpu-dashboard/runs.sqlite3; root: /var/lib/dsh-gpu-dashboard/runs.sqlite3)",
+        "(default: $DSH_RUNS_DB, else $XDG_STATE_HOME/dsh-gpu-dashboard/runs.sqlite3; root: "
+        "/var/lib/dsh-gpu-dashboard/runs.sqlite3)",
     )
     p.add_argument("--no-runs", action="store_true", help="keep no runs ledger: watch live only")
 

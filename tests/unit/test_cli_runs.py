@@ -57,9 +57,13 @@ def test_no_runs_and_once_open_nothing(ledger):
     assert ledger == []
 
 
-def test_the_given_path_then_the_default(ledger, tmp_path, monkeypatch):
+def test_the_given_path_then_dsh_runs_db_then_the_default(ledger, tmp_path, monkeypatch):
     rec = runs.open_recording(serve_parser().parse_args(["--runs-db", str(tmp_path / "r.sqlite3")]), batched=True)
     assert isinstance(rec, Recording) and rec.batched and ledger == [str(tmp_path / "r.sqlite3")]
+    monkeypatch.setenv("DSH_RUNS_DB", str(tmp_path / "env.sqlite3"))
+    runs.open_recording(serve_parser().parse_args([]))
+    assert ledger[-1] == str(tmp_path / "env.sqlite3")
+    monkeypatch.delenv("DSH_RUNS_DB")
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     runs.open_recording(serve_parser().parse_args([]))
     want = str(tmp_path / "state" / "dsh-gpu-dashboard" / "runs.sqlite3")
