@@ -75,16 +75,17 @@ class RunSink(Protocol):
     """Where runs are kept: sources/ledger's Ledger (SQLite), or a test's own."""
 
     @property
-    def fault(self) -> str | None:
-        """Why the last write failed (a full disk), None once one succeeds."""
+    def fault(self) -> object | None:
+        """Why the ledger is not recording now (the Ledger's LedgerFault: its ``text``), None while
+        its writes succeed."""
         ...
 
-    def write(self, batch: LedgerBatch) -> None:
-        """One transaction; never raises (a failure is kept in ``fault``)."""
+    def write(self, batch: LedgerBatch) -> bool | None:
+        """One transaction, never raising: False (or a fault) when the batch was dropped."""
         ...
 
     def detail(self, key: str) -> RunDetail | None: ...
-    def maintain(self, now_unix_s: float) -> None: ...
+    def maintain(self, now_unix_s: float) -> object: ...
 
 
 class EnergyReading(Protocol):
@@ -113,10 +114,15 @@ class Recording:
 
     @property
     def fault(self) -> str | None:
+        """The ledger's fault as one line (its text), None while it records."""
         try:
-            return self.sink.fault
+            fault = self.sink.fault
         except Exception as exc:  # noqa: BLE001 -- a sink that cannot say is a sink that failed
             return f"{type(exc).__name__}: {exc}"
+        if fault is None:
+            return None
+        text = getattr(fault, "text", None)
+        return text if isinstance(text, str) else str(fault)
 
     def recorder(self, rules: Rules | None = None, interval_s: float | None = None) -> RunRecorder:
         return RunRecorder(self, rules, interval_s)
@@ -137,8 +143,7 @@ class Recording:
             changes=tuple(c for _, b in queued for c in b.changes),
         )
         try:
-            self.sink.write(batch)
-            ok = self.sink.fault is None
+            ok = self.sink.write(batch) is not False and self.sink.fault is None
         except Exception:  # noqa: BLE001 -- the sink promises not to raise; recording must never stop a poll
             ok = False
         for recorder, _ in queued:

@@ -482,3 +482,38 @@ def test_the_setup_keeps_the_latest_known_of_each():
     again = run_setup(bare, first)
     assert again is first
     assert run_setup(bare, first, most_processes=3).processes == 3
+
+
+def test_a_run_kept_in_the_real_ledger_is_continued_by_the_next_sidecar(procfs, tmp_path):
+    """Through sources/ledger's Ledger (SQLite on tmp_path): a sidecar records three minutes of a
+    job and stops; the next one, under the same job, continues its totals and shows those minutes."""
+    from sidecar.sources.ledger import Ledger
+
+    db = tmp_path / "runs" / "runs.sqlite3"
+    job = ScriptedJob(seed=9)
+    job.t = T0
+    with Ledger(db) as ledger:
+        first = _poller(job, Recording(ledger, host=procfs))
+        for _ in range(3 * 60 * 4):  # three minutes at 0.25 s
+            first.poll_once()
+            job.step()
+        first.stop()
+        key = run_key(BOOT, first._collector.target.job_id)
+        kept = ledger.detail(key)
+    assert kept is not None and [m.start_unix_s for m in kept.minutes] == [T0, T0 + 60, T0 + 120]
+    assert sum(m.polls for m in kept.minutes) == 3 * 60 * 4
+    held = kept.record.totals.gpu_held_s
+    assert held == pytest.approx(sum(m.gpu_held_s for m in kept.minutes)) and held > 0
+
+    job.t += 30  # the sidecar restarts half a minute later, the job still running
+    with Ledger(db) as ledger:
+        second = _poller(job, Recording(ledger, host=procfs))
+        for _ in range(8):
+            second.poll_once()
+            job.step()
+        second.stop()
+        again = ledger.detail(key)
+    assert [s.time for s in second.history.samples() if s.recorded] == [T0 + 30, T0 + 90, T0 + 150]
+    assert again is not None and again.record.totals.gpu_held_s > held
+    assert sum(m.polls for m in again.minutes) == 3 * 60 * 4 + 8
+    assert again.record.identity == kept.record.identity
