@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypedDict, Union
 from sidecar.documents import document
 from sidecar.documents.contract import ContractError
 from sidecar.poll.collect import FactCollector, TargetInfo
-from sidecar.poll.history import History, HistoryBudget
+from sidecar.poll.history import History, HistoryBudget, Sample
 from sidecar.poll.placement import Placement
 from sidecar.poll.samples import SampleMemo, history_sample, recorded_sample
 from sidecar.sources.host import HOST, HostPaths
@@ -207,7 +207,7 @@ class Poller(document.OneJob):
         indices = facts.job_gpu_indices
         self.history.prefill(recorded_sample(m, indices) for m in earlier if m.start_unix_s + m.span_s / 2 >= window)
 
-    def _record(self, now: float, facts: Facts, verdict: Verdict, sample: Any, nvml: NvmlView) -> Verdict:
+    def _record(self, now: float, facts: Facts, verdict: Verdict, sample: Sample, nvml: NvmlView) -> Verdict:
         """This poll recorded; the verdict with runs-not-recorded while the ledger fails."""
         recorder = self.recorder
         assert recorder is not None
