@@ -4,7 +4,9 @@ minute's sums, peaks and shares, made into a ``MinuteFigures``), and ``run_setup
 runs on and with).
 
 A minute's mean of a figure is over the polls that had it (None: no poll had it, never 0). Peaks
-are the largest value a poll had. A poll's share of the held and busy GPU-seconds is the time since
+are the largest value a poll had. A GPU is held where the job's processes have memory on it, and
+busy where it is held and works (verdict.accounting's gpu_works: its utilisation at or above
+Rules.idle_util_pct, else GPM's SM activity; neither known, as under MIG: held, not busy). A poll's share of the held and busy GPU-seconds is the time since
 the job's previous poll (at most MAX_GAP_POLLS intervals: a sidecar suspended for an hour holds
 nothing for it), credited whole to the minute the poll falls in.
 """
@@ -17,6 +19,7 @@ from typing import Final
 
 from sidecar.common.runs import MinuteFigures, RunSetup
 from sidecar.verdict import ACCELERATOR_TYPES, Facts, GpuFacts, StepBreakdown, device_type
+from sidecar.verdict.accounting import gpu_works
 
 MINUTE_S: Final = 60.0
 # A poll accounts for at most this many intervals since the job's previous poll (discovery polls a
@@ -70,7 +73,7 @@ class GpuPart:
         if last is not None and len(last.job_gpus) == len(job_gpus) and all(map(is_, last.job_gpus, job_gpus)):
             side = last.gpu_side
         else:
-            side = GpuSide(job_gpus)
+            side = GpuSide(job_gpus, idle_util_pct)
         self.gpu_side = side
         held_at: set[int] = set()
         own = 0
@@ -87,7 +90,7 @@ class GpuPart:
             if p.syncs_per_step is not None:
                 syncs.append(p.syncs_per_step)
         self.held = len(held_at)
-        self.busy = sum(1 for i, util in side.utils if i in held_at and util > idle_util_pct)
+        self.busy = len(held_at & side.working)
         shares = tuple(_mean([getattr(s, name) for s in steps]) for name in _STEP_FRACTIONS) if steps else _NO_SHARES
         self.values = (*shares, _mean(syncs), *side.values)
         self.gpu_processes = own + sum(other_processes.get(i, 0) for i in indices)
@@ -95,25 +98,26 @@ class GpuPart:
 
 class GpuSide:
     """The job's GPUs' figures: utilisation, GPM activity, SM clock and temperature averaged, power
-    summed, the hottest, the highest maximum clock and every clock-event reason."""
+    summed, the hottest, the highest maximum clock and every clock-event reason; and which of them
+    work (verdict.accounting's gpu_works: what /metrics and `report` count as busy too)."""
 
-    __slots__ = ("values", "utils", "temperature_peak", "clock_max", "reasons")
+    __slots__ = ("values", "working", "temperature_peak", "clock_max", "reasons")
 
-    def __init__(self, job_gpus: tuple[GpuFacts, ...]) -> None:
+    def __init__(self, job_gpus: tuple[GpuFacts, ...], idle_util_pct: float) -> None:
         cols: list[list[float]] = [[], [], [], [], [], [], []]
         util, sm, tensor, clock, power, temp, clock_max = cols
         reasons: set[str] = set()
-        utils: list[tuple[int, float]] = []
+        working: set[int] = set()
         for g in job_gpus:
             for col, v in zip(cols, (g.util, g.sm_activity_fraction, g.tensor_activity_fraction, g.sm_clock_mhz,
                                      g.power_w, g.temperature_c, g.sm_clock_max_mhz)):
                 if v is not None:
                     col.append(float(v))
-            if g.util is not None:
-                utils.append((g.index, g.util))
+            if gpu_works(g.util, g.sm_activity_fraction, idle_util_pct):
+                working.add(g.index)
             reasons.update(g.clock_event_reasons or ())
         self.values = (_mean(util), _mean(sm), _mean(tensor), _mean(clock), sum(power) if power else None, _mean(temp))
-        self.utils = tuple(utils)
+        self.working = frozenset(working)
         self.temperature_peak = max(temp) if temp else None
         self.clock_max = max(clock_max) if clock_max else None
         self.reasons = frozenset(reasons)

@@ -43,6 +43,7 @@ from sidecar.verdict import (
     ModelFacts,
     ProcessFacts,
     ProcGpu,
+    Rules,
     decide,
 )
 from tests.helpers.scripted_poll import ROOT, ScriptedJob, ScriptedSources
@@ -517,3 +518,19 @@ def test_a_run_kept_in_the_real_ledger_is_continued_by_the_next_sidecar(procfs, 
     assert again is not None and again.record.totals.gpu_held_s > held
     assert sum(m.polls for m in again.minutes) == 3 * 60 * 4 + 8
     assert again.record.identity == kept.record.identity
+
+
+@pytest.mark.parametrize(
+    ("util", "sm_activity", "busy"),
+    [(5.0, None, True), (4.9, None, False), (None, 0.5, True), (None, 0.01, False), (None, None, False)],
+)
+def test_a_held_gpu_is_busy_as_the_accounting_counts_it(util, sm_activity, busy):
+    """At or above Rules.idle_util_pct, else GPM's SM activity; neither known (MIG): held, not
+    busy (verdict.accounting.gpu_works, which /metrics and `report` count by too)."""
+    from sidecar.poll.run_figures import GpuPart
+
+    f = _facts()
+    (g,) = f.gpus
+    f = dataclasses.replace(f, gpus=(dataclasses.replace(g, util=util, sm_activity_fraction=sm_activity),))
+    part = GpuPart(f, {}, Rules().idle_util_pct)
+    assert (part.held, part.busy) == (1, int(busy))
