@@ -512,9 +512,9 @@ def report_parser() -> argparse.ArgumentParser:
     out.add_argument("--json", action="store_true", help="print the report document as JSON (docs/api.md: ReportDocument)")
     out.add_argument("--csv", action="store_true", help="print the rows as CSV (RFC 4180), for a spreadsheet")
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--runs-db", default=None, metavar="PATH",
-                       help="the run ledger to read (default: $XDG_STATE_HOME/dsh-gpu-dashboard/runs.sqlite3, "
-                       "root's /var/lib/dsh-gpu-dashboard/runs.sqlite3)")
+    where.add_argument("--runs-db", default=os.environ.get("DSH_RUNS_DB") or None, metavar="PATH",
+                       help="the run ledger to read (default: $DSH_RUNS_DB, else $XDG_STATE_HOME/dsh-gpu-dashboard/runs.sqlite3, "
+                       "root's /var/lib/dsh-gpu-dashboard/runs.sqlite3): where the sidecars record")
     where.add_argument("--prometheus", default=None, metavar="URL",
                        help="a fleet's Prometheus, e.g. http://prometheus:9090, that loads deploy/dsh-accounting.yml")
     _prometheus_user_option(p)
