@@ -286,6 +286,19 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
     )
     _add_kubelet_option(p)
     _add_path_options(p)
+    _add_runs_options(p)
+
+
+def _add_runs_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--runs-db",
+        default=os.environ.get("DSH_RUNS_DB") or None,
+        metavar="PATH",
+        help="the runs ledger: every run watched is kept there, its history outliving the sidecar "
+        "(default: $DSH_RUNS_DB, else $XDG_STATE_HOME/dsh-gpu-dashboard/runs.sqlite3; root: "
+        "/var/lib/dsh-gpu-dashboard/runs.sqlite3)",
+    )
+    p.add_argument("--no-runs", action="store_true", help="keep no runs ledger: watch live only")
 
 
 # The usage line names every command (argparse's own would list only the serve options); lines
@@ -301,7 +314,8 @@ SERVE_USAGE = """dsh-sidecar [--pid PID] [--once [--json]] [serve options]
        dsh-sidecar compare RUN [OTHER] [--json] [--runs-db PATH]
        serve options: [--host HOST] [--port PORT] [--interval S] [--history S] [--token T]
                       [--allow-host NAME] [--job-name NAME] [--prometheus URL] [--stay] [--grace S]
-                      [--kubelet-cgroup-root PATH] [--path.procfs PATH] [--path.sysfs PATH]"""
+                      [--kubelet-cgroup-root PATH] [--path.procfs PATH] [--path.sysfs PATH]
+                      [--runs-db PATH | --no-runs]"""
 
 
 def serve_parser() -> argparse.ArgumentParser:
@@ -502,9 +516,9 @@ def report_parser() -> argparse.ArgumentParser:
     out.add_argument("--json", action="store_true", help="print the report document as JSON (docs/api.md: ReportDocument)")
     out.add_argument("--csv", action="store_true", help="print the rows as CSV (RFC 4180), for a spreadsheet")
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--runs-db", default=None, metavar="PATH",
-                       help="the run ledger to read (default: $XDG_STATE_HOME/dsh-gpu-dashboard/runs.sqlite3, "
-                       "root's /var/lib/dsh-gpu-dashboard/runs.sqlite3)")
+    where.add_argument("--runs-db", default=os.environ.get("DSH_RUNS_DB") or None, metavar="PATH",
+                       help="the run ledger to read (default: $DSH_RUNS_DB, else $XDG_STATE_HOME/dsh-gpu-dashboard/runs.sqlite3, "
+                       "root's /var/lib/dsh-gpu-dashboard/runs.sqlite3): where the sidecars record")
     where.add_argument("--prometheus", default=None, metavar="URL",
                        help="a fleet's Prometheus, e.g. http://prometheus:9090, that loads deploy/dsh-accounting.yml")
     _prometheus_user_option(p)

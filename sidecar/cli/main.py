@@ -79,6 +79,7 @@ from sidecar.sources.host import HostPaths
 if TYPE_CHECKING:  # each imported where it is used: a command loads only what it runs
     from sidecar.poll.discovery import JobsPoller
     from sidecar.poll.poller import Poller
+    from sidecar.poll.recorder import RunRecorder
     from sidecar.serve.wsgi import SidecarWSGIServer
     from sidecar.sources.kubelet.lookup import ProcessPods
     from sidecar.verdict import Rules
@@ -182,7 +183,7 @@ def _main_serve(args: argparse.Namespace) -> int:
         text = json_text(doc, indent=2) if args.json else human_summary(doc)
         return print_to_a_pipe(text)
     sock = _listen(args)
-    poller = Poller(args.pid, lazy_document=True, **_poller_options(args, rules))
+    poller = Poller(args.pid, lazy_document=True, recorder=_recorder(args, rules), **_poller_options(args, rules))
     _SIGNALS.install()
     return _serve(args, poller, sock, child=None)
 
@@ -193,7 +194,9 @@ def _main_discover(args: argparse.Namespace) -> int:
 
     rules = rules_from_env()
     sock = None if args.once else _listen(args)
-    poller = JobsPoller(**_poller_options(args, rules))
+    from sidecar.cli.runs import open_recording
+
+    poller = JobsPoller(recording=open_recording(args, batched=True), **_poller_options(args, rules))
     if args.once:
         try:
             jobs = poller.poll_once()
@@ -478,6 +481,10 @@ def _say_job_gone(
     print(f"dsh-sidecar: the job (pid {poller.target_pid}) {exit_note(code)}{tail}", flush=True)
     if child is not None:
         poller.poll_once()  # record the exit now, not one interval later
+        from sidecar.poll.poller import Poller
+
+        if isinstance(poller, Poller):  # `run`'s: always one job
+            poller.record_exit_code(code)  # the run's end with the child's exit code
 
 
 def _whose_jobs() -> str:
@@ -557,8 +564,16 @@ def _main_run(args: argparse.Namespace) -> int:
         child.send_signal(_SIGNALS.received[-1])
     from sidecar.poll.poller import Poller
 
-    poller = Poller(child.pid, lazy_document=True, **_poller_options(args, rules))
+    poller = Poller(child.pid, lazy_document=True, recorder=_recorder(args, rules), **_poller_options(args, rules))
     return _serve(args, poller, sock, child=child)
+
+
+def _recorder(args: argparse.Namespace, rules: Rules) -> RunRecorder | None:
+    """The job's run recorder (sidecar/cli/runs.py): None with --no-runs or --once, or when the
+    runs ledger cannot be opened (said once)."""
+    from sidecar.cli.runs import open_recording, recorder
+
+    return recorder(open_recording(args), rules, args.interval)
 
 
 if __name__ == "__main__":

@@ -114,7 +114,7 @@ class MinuteFigures:
     cpu_pct: float | None = None
     rss_mib: float | None = None
     gpu_held_s: float = 0.0  # GPU-seconds the job held (memory allocated on a GPU), per GPU summed
-    gpu_busy_s: float = 0.0  # GPU-seconds held with work (utilisation above the idle threshold)
+    gpu_busy_s: float = 0.0  # GPU-seconds held with work (verdict.accounting.gpu_works)
     energy_j: float | None = None  # NVML's energy counter's increase on the job's GPUs, where it answers
 
 

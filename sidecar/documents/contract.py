@@ -475,6 +475,12 @@ SAMPLE = Obj(
         "rss_mib": F(NUM, "the job's resident memory, summed over its processes", null=True),
         "forward_rate_hz": F(NUM, "forward calls per second, summed over its models", null=True),
         "step_rate_hz": F(NUM, "training steps per second, summed over its models", null=True),
+        "recorded": F(
+            BOOL,
+            "true: not a poll of this sidecar but a minute of the run the runs ledger kept from before the "
+            "sidecar started (a restart under a running job): at the minute's middle, the minute's means; "
+            "its GPU rows carry the job's means on each of its GPUs, memory and power shared evenly; no processes",
+        ),
     },
 )
 

@@ -45,6 +45,7 @@ from sidecar.sources.segments import FOREIGN_CHECK_EVERY_POLLS, ReadBudget, Segm
 from sidecar.verdict import GpuFacts, Rules
 
 if TYPE_CHECKING:
+    from sidecar.poll.recorder import Recording
     from sidecar.sources.sysfs import SystemGpu
 
 MAX_JOBS = 256  # watched at once; the newest are kept
@@ -200,8 +201,12 @@ class JobsPoller:
         clock: Callable[[], float] = time.time,
         pods: ProcessPods | None = None,
         host: HostPaths = HOST,
+        recording: Recording | None = None,
     ) -> None:
-        """``host``: where the /proc and /sys that every source reads are (the host's own)."""
+        """``host``: where the /proc and /sys that every source reads are (the host's own).
+        ``recording``: every job's run kept in the runs ledger (poll/recorder.py), each poll's
+        batches written once (``batched``); None records nothing."""
+        self.recording = recording
         self.interval_s = interval_s
         self.history_s = history_s
         self.rules = rules or Rules()
@@ -281,6 +286,7 @@ class JobsPoller:
             history_budget=self._history_budget,
             pods=self._pods,
             host=self.host,
+            recorder=None if self.recording is None else self.recording.recorder(self.rules, self.interval_s),
         )
 
     def _shared_gpu_facts(self) -> tuple[GpuFacts, ...]:
@@ -309,6 +315,8 @@ class JobsPoller:
         if self.poll_count % FOREIGN_CHECK_EVERY_POLLS == 0:
             self._sweep_dead_writers()
         self._poll_jobs(now)
+        if self.recording is not None:
+            self.recording.flush(now)  # every job's batch due this poll, in one write
         self._trim()
         published = self._publish(now)
         jobs = published.jobs
@@ -466,6 +474,8 @@ class JobsPoller:
         with self._poll_lock:
             for job in self._jobs.values():
                 job.poller.stop()
+            if self.recording is not None:
+                self.recording.flush(self.clock())  # what each job's stop wrote of its run
             self._finder.close()
             try:
                 self.nvml_source.close()

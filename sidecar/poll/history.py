@@ -75,9 +75,10 @@ class Sample:
     (JOB_COLUMNS), and what the verdict's windowed rules need. Stored packed: a day of samples must
     stay small (docs/performance.md has the figures). `gpus` and `processes` may come packed already
     (pack()): discovery's jobs share one poll's GPU rows, a steady job's polls their process rows
-    (never changed once packed)."""
+    (never changed once packed). ``recorded``: not a poll of this sidecar but a minute of the run
+    that the runs ledger kept from before it started (History.prefill; recorded_sample)."""
 
-    __slots__ = ("time", "_gpus", "_processes", "_job", "recent")
+    __slots__ = ("time", "_gpus", "_processes", "_job", "recent", "recorded")
 
     def __init__(
         self,
@@ -86,8 +87,10 @@ class Sample:
         processes: array[float] | Iterable[Row],
         recent: RecentSample,
         job: Row = (None,) * len(JOB_COLUMNS),
+        recorded: bool = False,
     ) -> None:
         self.time = time
+        self.recorded = recorded
         self._gpus = gpus if isinstance(gpus, array) else pack(gpus)
         self._processes = processes if isinstance(processes, array) else pack(processes)
         self._job = pack((job,))
@@ -114,6 +117,7 @@ class Sample:
                 {"pid": p, "gpu_mem_mib": _num(m), "sm_util_pct": _num(s)} for p, m, s in self.processes
             ],
             **{k: _num(v) for k, v in zip(JOB_COLUMNS, self.job)},
+            "recorded": self.recorded,
         }
 
 
@@ -169,6 +173,9 @@ class History:
         self.budget = budget
         self.capacity = max(2, math.ceil(history_s / interval_s) + 1)
         self._samples: deque[Sample] = deque(maxlen=self.capacity)
+        # Minutes the runs ledger kept of the run from before this sidecar (prefill): shown before
+        # the polls, never in recent()'s windows (the rules judge this sidecar's polls alone).
+        self._recorded: deque[Sample] = deque()
         self._events: deque[dict[str, Any]] = deque(maxlen=MAX_EVENTS)
         self._event_keys: set[tuple[Any, ...]] = set()
         self._lock = threading.Lock()
@@ -194,6 +201,8 @@ class History:
             # The deque bounds the count; time bounds it too when polls ran late.
             while self._samples and self._samples[0].time < sample.time - self.history_s:
                 self.bytes -= sample_bytes(self._samples.popleft())
+            while self._recorded and self._recorded[0].time < sample.time - self.history_s:
+                self.bytes -= sample_bytes(self._recorded.popleft())
             if self._window_s is not None:
                 self._window_times.append(sample.time)
                 self._window.append(sample.recent)
@@ -204,9 +213,26 @@ class History:
         if self.budget is not None:
             self.budget.added(self, grown)
 
+    def prefill(self, samples: Iterable[Sample]) -> None:
+        """Recorded minutes (Sample.recorded) from before the first poll, oldest first: shown by
+        samples() before the polls while within history_s of the newest."""
+        with self._lock:
+            before = self.bytes
+            for s in samples:
+                if not self._recorded or s.time > self._recorded[-1].time:
+                    self._recorded.append(s)
+                    self.bytes += sample_bytes(s)
+            grown = self.bytes - before
+        if self.budget is not None:
+            self.budget.added(self, grown)
+
     def drop_oldest(self) -> int:
         """Drops the oldest sample (the budget's call); the bytes freed."""
         with self._lock:
+            if self._recorded:
+                freed = sample_bytes(self._recorded.popleft())
+                self.bytes -= freed
+                return freed
             if not self._samples:
                 return 0
             freed = sample_bytes(self._samples.popleft())
@@ -232,9 +258,14 @@ class History:
 
     def samples(self, since: float | None = None) -> list[Sample]:
         with self._lock:
+            if self._recorded:
+                first = self._samples[0].time if self._samples else None
+                out = [s for s in self._recorded if (since is None or s.time > since) and (first is None or s.time < first)]
+            else:
+                out = []
             if since is None:
-                return list(self._samples)
-            return [s for s in self._samples if s.time > since]
+                return out + list(self._samples) if out else list(self._samples)
+            return out + [s for s in self._samples if s.time > since]
 
     def recent(self, window_s: float) -> tuple[RecentSample, ...]:
         """The samples of the last `window_s` seconds, and the one before them: rules need the

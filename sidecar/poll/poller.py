@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any, Protocol, TypedDict, Union
 from sidecar.documents import document
 from sidecar.documents.contract import ContractError
 from sidecar.poll.collect import FactCollector, TargetInfo
-from sidecar.poll.history import History, HistoryBudget
+from sidecar.poll.history import History, HistoryBudget, Sample
 from sidecar.poll.placement import Placement
-from sidecar.poll.samples import SampleMemo, history_sample
+from sidecar.poll.samples import SampleMemo, history_sample, recorded_sample
 from sidecar.sources.host import HOST, HostPaths
 from sidecar.sources.kubelet.lookup import ProcessPods
 from sidecar.sources.lineage import RootInfo, root_info
@@ -33,10 +33,12 @@ from sidecar.verdict import (
     Verdict,
     VerdictMemo,
     decide,
+    runs_not_recorded,
     settle,
 )
 
 if TYPE_CHECKING:  # the nvml package imports the binding: imported where a source is made
+    from sidecar.poll.recorder import RunRecorder
     from sidecar.sources.nvml.snapshot import GpuInfo, NvmlSnapshot
     from sidecar.sources.sysfs import SystemGpu
 
@@ -64,9 +66,12 @@ class Poller(document.OneJob):
         history_budget: HistoryBudget | None = None,
         pods: ProcessPods | None = None,
         host: HostPaths = HOST,
+        recorder: RunRecorder | None = None,
     ) -> None:
-        """``host``: where the /proc and /sys that the sources made here read are (the host's own)."""
+        """``host``: where the /proc and /sys that the sources made here read are (the host's own).
+        ``recorder``: keeps the run in the runs ledger (poll/recorder.py); None records nothing."""
         self.target_pid = target_pid
+        self.recorder = recorder
         # The NVML snapshot's devices as facts, when someone else made them for this poll
         # (discovery: once for all its jobs); None: this poller makes them.
         self.gpu_facts_fn = gpu_facts_fn
@@ -143,7 +148,10 @@ class Poller(document.OneJob):
         departed = getattr(self.segment_source, "departed", None)
         facts = self._collector.facts(now, tree, reads, nvml, self._system_gpus, gpus, departed)
         facts.keep_derived(self._last_facts)  # of the very same processes and GPUs: not made again
-        self.history.append(history_sample(now, facts, self._collector.proc_info, self._sample_memo))
+        if self.recorder is not None and self.recorder.identity is None:
+            self._begin_recording(now, facts)
+        sample = history_sample(now, facts, self._collector.proc_info, self._sample_memo)
+        self.history.append(sample)
         facts = self._last_facts = facts.with_recent(
             self.history.recent(max(self.rules.idle_window_s, self.rules.growth_window_s))
         )
@@ -163,6 +171,8 @@ class Poller(document.OneJob):
         )
         root = self._collector.target.root  # None until the root was read
         placement = self._placement.update(tree, reads, facts, root.uid if root is not None else None)
+        if self.recorder is not None:
+            verdict = self._record(now, facts, verdict, sample, nvml)
         summary = document.status_summary(
             facts, verdict, target=made["target"], memo=self._summary_memo, placement=placement
         )
@@ -180,6 +190,48 @@ class Poller(document.OneJob):
             self.poll_durations_s.append(time.perf_counter() - started)
             del self.poll_durations_s[:-1000]
         return summary if isinstance(doc, _Deferred) else doc
+
+    def _begin_recording(self, now: float, facts: Facts) -> None:
+        """The run's first sight (its target seen alive): what the ledger kept of it before this
+        sidecar goes into the history, one recorded sample a minute."""
+        assert self.recorder is not None
+        target = self._collector.target
+        if target.start_ticks is None:
+            return  # never seen alive: no run to record
+        try:
+            earlier = self.recorder.begin(now, target)
+        except Exception:  # noqa: BLE001 -- recording never fails a poll; counted for /metrics
+            self.poll_errors["runs"] += 1
+            return
+        window = now - self.history.history_s
+        indices = facts.job_gpu_indices
+        self.history.prefill(recorded_sample(m, indices) for m in earlier if m.start_unix_s + m.span_s / 2 >= window)
+
+    def _record(self, now: float, facts: Facts, verdict: Verdict, sample: Sample, nvml: NvmlView) -> Verdict:
+        """This poll recorded; the verdict with runs-not-recorded while the ledger fails."""
+        recorder = self.recorder
+        assert recorder is not None
+        if recorder.identity is not None:
+            try:
+                recorder.observe(
+                    now, facts, verdict, self._collector.target, self._placement, sample,
+                    self._collector.other_processes, nvml.devices,
+                )
+            except Exception:  # noqa: BLE001 -- recording never fails a poll; counted for /metrics
+                self.poll_errors["runs"] += 1
+        fault = recorder.recording.fault
+        return verdict if fault is None else runs_not_recorded(verdict, fault)
+
+    def record_exit_code(self, code: int | None) -> None:
+        """The job's exit code into its run (``dsh-sidecar run`` knows its child's), between polls:
+        the ledger is written from one thread at a time."""
+        if self.recorder is None:
+            return
+        with self._poll_lock:
+            try:
+                self.recorder.set_exit_code(code, self.clock())
+            except Exception:  # noqa: BLE001 -- recording never fails the sidecar; counted for /metrics
+                self.poll_errors["runs"] += 1
 
     def _document(self, facts: Facts, verdict: Verdict, summary: dict[str, Any], made: _Made) -> dict[str, Any]:
         # Lazy documents are made in the server's threads: one at a time, for the entry cache.
@@ -233,6 +285,11 @@ class Poller(document.OneJob):
         if not self._poll_lock.acquire(timeout=5):
             return
         try:
+            if self.recorder is not None:
+                try:
+                    self.recorder.close()  # the run's last polls written
+                except Exception:  # noqa: BLE001 -- stopping must finish whatever the ledger raises
+                    self.poll_errors["runs"] += 1
             for source in (self.nvml_source, self.segment_source, self.tree_source):
                 try:
                     source.close()

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from operator import attrgetter, is_
 
 from sidecar.common.memo import for_the_same_objects
+from sidecar.common.runs import MinuteFigures
 from sidecar.poll.history import GPU_COLUMNS, Sample, pack
 from sidecar.sources.proctree import ProcInfo
 from sidecar.verdict import (
@@ -161,3 +162,21 @@ _GPU_ROW = attrgetter("index", "util", "mem_used_mib", *GPU_COLUMNS[3:])
 def packed_gpu_rows(gpus: tuple[GpuFacts, ...]) -> array[float]:
     """history.GPU_COLUMNS of each GPU, packed (history.pack)."""
     return pack(tuple(map(_GPU_ROW, gpus)))
+
+
+def recorded_sample(m: MinuteFigures, gpu_indices: tuple[int, ...]) -> Sample:
+    """A minute the runs ledger kept of the run, as a history point (Sample.recorded) at the
+    minute's middle: its means (the step rate, CPU, RSS), and on each of the job's GPUs
+    ``gpu_indices`` its GPU means (utilisation, activity, SM clock, temperature) with its memory and
+    power shared evenly (a minute keeps the job's sums, not each GPU's). No process rows."""
+    time = m.start_unix_s + m.span_s / 2
+    n = len(gpu_indices)
+    mem = None if m.gpu_mem_used_mib is None or not n else m.gpu_mem_used_mib / n
+    power = None if m.power_w is None or not n else m.power_w / n
+    rows = [
+        (i, m.gpu_util_pct, mem, m.sm_activity_fraction, None, m.tensor_activity_fraction, m.sm_clock_mhz, power,
+         m.temperature_c)
+        for i in gpu_indices
+    ]
+    recent = RecentSample(time, None, None, 0, None)  # never read: History keeps recorded samples apart
+    return Sample(time, rows, (), recent, job=(m.cpu_pct, m.rss_mib, None, m.step_rate_hz), recorded=True)

@@ -118,6 +118,10 @@ CODES: dict[str, Code] = {
     "gpu-work-in-child": Code("informational", "the launcher's child process does the GPU work"),
     "target-exited": Code("job-state", "the watched process has exited; its last state is shown"),
     "job-stopped": Code("job-state", "the job is stopped (e.g. `kill -STOP`), and for how long"),
+    "runs-not-recorded": Code(
+        "informational",
+        "the runs ledger (`--runs-db`) cannot be written (a full disk), with the reason: the job is watched, its run is not kept",
+    ),
     "mig-no-process-util": Code(
         "informational", "MIG: per-process utilisation does not exist, shown as n/a rather than 0%"
     ),

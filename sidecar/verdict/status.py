@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from operator import attrgetter
 
 from probe_wire.records import RuntimeRecord
@@ -32,7 +32,7 @@ from sidecar.verdict.stragglers import rule_straggler_rank
 
 # What `from sidecar.verdict import ...` gives (sidecar/verdict/__init__.py).
 __all__ = ["StatusMessage", "candidate_warnings", "decide", "primary_model_gpu_index"]
-__all__ += ["AGE_RULES", "RECENT_RULES", "VerdictMemo", "cuda_availability", "status_and_message"]
+__all__ += ["AGE_RULES", "RECENT_RULES", "VerdictMemo", "cuda_availability", "runs_not_recorded", "status_and_message"]
 
 
 @dataclass(frozen=True)
@@ -210,3 +210,13 @@ def decide(f: Facts, memo: VerdictMemo | None = None) -> Verdict:
         message = ref("message.exited", pid=f.target_pid, message=message)
     warnings = tuple(sorted(found, key=lambda w: SEVERITY_ORDER[w.severity]))
     return Verdict(sm.status, message, warnings, sm.model_device, sm.input_device, sm.model_gpu_index)
+
+
+def runs_not_recorded(verdict: Verdict, reason: str) -> Verdict:
+    """``verdict`` with runs-not-recorded: the runs ledger failed its last write (a full disk), with
+    the reason. Not a fact of the job: the poller adds it to the settled verdict while the fault
+    lasts, so hysteresis has nothing to hold and a recorded run's timeline never carries it."""
+    found = Finding(
+        "runs-not-recorded", "info", ref("warning.runs-not-recorded", reason=reason), ref("hint.runs-not-recorded")
+    )
+    return replace(verdict, warnings=(*verdict.warnings, found))

@@ -52,6 +52,7 @@ NOT_SUPPORTED_QUERIES = (
     "pcie_width",
     "pcie_width_max",
     "mig_mode",
+    "energy",  # nvmlDeviceGetTotalEnergyConsumption
 )
 
 # Integer per-GPU keys of the efficiency fields (clocks in MHz, PCIe generation and lane count).
@@ -83,6 +84,7 @@ _GPU_KEYS = {
     "temperature_c",
     "power_mw",
     "power_limit_mw",
+    "energy_mj",
     "compute_capability",
     "lost",
     "not_supported",
@@ -231,6 +233,7 @@ def render_scenario(scenario: Mapping[str, Any]) -> str:
             "temperature_c",
             "power_mw",
             "power_limit_mw",
+            "energy_mj",
         ):
             if gpu.get(key) is not None:
                 lines.append(f"{key} {int(gpu[key])}")

@@ -95,6 +95,7 @@ enum {
     NS_PCIE_WIDTH = 1u << 18,
     NS_PCIE_WIDTH_MAX = 1u << 19,
     NS_MIG_MODE = 1u << 20, /* also what a GPU without a "mig_mode" key answers */
+    NS_ENERGY = 1u << 21, /* nvmlDeviceGetTotalEnergyConsumption */
 };
 
 static const struct {
@@ -122,6 +123,7 @@ static const struct {
     {"pcie_width", NS_PCIE_WIDTH},
     {"pcie_width_max", NS_PCIE_WIDTH_MAX},
     {"mig_mode", NS_MIG_MODE},
+    {"energy", NS_ENERGY},
 };
 
 #define PROC_COMPUTE 1u
@@ -153,6 +155,7 @@ struct fake_gpu {
     unsigned pci_device_id, pci_subsystem_id;
     unsigned long long mem_total, mem_used, mem_reserved; /* bytes */
     unsigned util_gpu, util_mem, temperature_c, power_mw, power_limit_mw;
+    unsigned long long energy_mj; /* the energy counter when first asked (or asked after this changed) */
     int cc_major, cc_minor;
     int lost;
     unsigned not_supported;
@@ -295,6 +298,7 @@ static void parse_scenario(char *text, struct scenario *sc) {
         else if (!strcmp(key, "temperature_c")) g->temperature_c = (unsigned)u;
         else if (!strcmp(key, "power_mw")) g->power_mw = (unsigned)u;
         else if (!strcmp(key, "power_limit_mw")) g->power_limit_mw = (unsigned)u;
+        else if (!strcmp(key, "energy_mj")) g->energy_mj = u;
         else if (!strcmp(key, "compute_capability")) sscanf(val, "%d.%d", &g->cc_major, &g->cc_minor);
         else if (!strcmp(key, "lost")) g->lost = u != 0;
         else if (!strcmp(key, "clock_event_reasons")) g->clock_event_reasons = u;
@@ -739,6 +743,44 @@ EXPORT nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigne
 
 EXPORT nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsigned int *limit) {
     return power_limit(device, limit);
+}
+
+/*
+ * nvmlDeviceGetTotalEnergyConsumption: millijoules since the driver was loaded, "for Volta or newer
+ * fully supported devices" (nvml.h); NOT_SUPPORTED below compute capability 7.0. The counter grows by
+ * the power the GPU reports times the time between two queries (CLOCK_MONOTONIC), the power being
+ * what it reads at the later query; it starts at the scenario's energy_mj, and starts there again
+ * when a rewrite changes energy_mj (a driver reloaded). Kept per GPU index across scenario reloads.
+ */
+static struct {
+    int started;
+    unsigned long long start_mj; /* the energy_mj it started from */
+    double mj;
+    unsigned long long last_us;
+} g_energy[MAX_GPUS];
+
+static unsigned long long monotonic_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000ULL + (unsigned long long)ts.tv_nsec / 1000ULL;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned long long *energy) {
+    ENTER_DEVICE(device, NS_ENERGY);
+    if (!energy) RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (g->cc_major < 7) RETURN(NVML_ERROR_NOT_SUPPORTED);
+    unsigned i = (unsigned)(g - g_sc.gpus);
+    unsigned long long t = monotonic_us();
+    if (!g_energy[i].started || g_energy[i].start_mj != g->energy_mj) {
+        g_energy[i].started = 1;
+        g_energy[i].start_mj = g->energy_mj;
+        g_energy[i].mj = (double)g->energy_mj;
+    } else {
+        g_energy[i].mj += (double)g->power_mw * (double)(t - g_energy[i].last_us) / 1e6;
+    }
+    g_energy[i].last_us = t;
+    *energy = (unsigned long long)g_energy[i].mj;
+    RETURN(NVML_SUCCESS);
 }
 
 /* ---------------------------------------------------------------- processes */

@@ -258,6 +258,30 @@ def _mig_devices(g: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+class EnergyCounter:
+    """What NvmlSource reads of fakenvml's energy counter: it grows with the time between queries,
+    so the expected value is any whole number of millijoules from the scenario's start on."""
+
+    def __init__(self, start_mj: int) -> None:
+        self.start_mj = start_mj
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is int and other >= self.start_mj
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"<an energy counter from {self.start_mj} mJ>"
+
+
+def expected_energy(g: dict[str, Any]) -> EnergyCounter | None:
+    """None where the GPU has no energy counter (before Volta; not_supported energy)."""
+    cc = g.get("compute_capability", (8, 0))
+    if cc[0] < 7 or "energy" in (g.get("not_supported") or ()):
+        return None
+    return EnergyCounter(_int_or(g, "energy_mj", 0))
+
+
 def expected_device(g: dict[str, Any], index: int, first_poll: bool = False) -> dict[str, Any]:
     """What NvmlSource reports for the scenario GPU ``g`` at ``index`` (a GPU it has polled before
     unless ``first_poll``): every GpuInfo field, processes as a dict by pid, and field_errors."""
@@ -293,6 +317,7 @@ def expected_device(g: dict[str, Any], index: int, first_poll: bool = False) -> 
         **gpm,
         "mig_mode": mig_on,
         "mig_devices": _mig_devices(g) if mig_on else [],
+        "energy_mj": expected_energy(g),
     }
     if mig_on:  # NVML: neither device nor per-process utilisation with MIG on
         errors["utilization"] = REASONS[NOT_SUPPORTED]

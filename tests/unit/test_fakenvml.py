@@ -367,6 +367,7 @@ CATEGORY_CALLS = {
     "pcie_width": "N.nvmlDeviceGetCurrPcieLinkWidth(h)",
     "pcie_width_max": "N.nvmlDeviceGetMaxPcieLinkWidth(h)",
     "mig_mode": "N.nvmlDeviceGetMigMode(h)",
+    "energy": "N.nvmlDeviceGetTotalEnergyConsumption(h)",
 }
 
 

@@ -256,6 +256,49 @@ def test_each_query_fails_alone(fake_nvml, sleepers):
         assert d["sm_activity_fraction"] is not None and d["processes"][0]["sm_util"] == 5
 
 
+def test_the_energy_counter_grows_by_power_times_time_and_is_asked_no_more_where_unsupported(fake_nvml):
+    """nvmlDeviceGetTotalEnergyConsumption: mJ; GPU 0 (Hopper, 700 W) from 5e9 mJ grows by about
+    power x the time between the two polls; GPU 1 (cc 6.0, before Volta) and GPU 2 (not_supported)
+    answer NOT_SUPPORTED: None, never a field error nor a failed call."""
+    gpus = [
+        scenarios.hopper_gpu(0, power_mw=700_000, energy_mj=5_000_000_000),
+        gpu(1, compute_capability=(6, 0)),
+        scenarios.hopper_gpu(2, not_supported=["energy"]),
+    ]
+    fake_nvml.write({"gpus": gpus})
+    out = fake_nvml.run(
+        PRELUDE
+        + """
+src = NvmlSource()
+polls = []
+for _ in range(2):
+    t = time.monotonic()
+    s = src.poll()
+    polls.append((t, s.call_errors, devices(s)))
+    time.sleep(0.2)
+asked = [(pynvml.nvmlDeviceGetHandleByIndex(i), i) for i in (1, 2)]
+codes = []
+for h, _ in asked:
+    try:
+        pynvml.nvmlDeviceGetTotalEnergyConsumption(h)
+        codes.append(0)
+    except pynvml.NVMLError as e:
+        codes.append(e.value)
+src.close()
+print(json.dumps({"polls": polls, "codes": codes}))
+"""
+    )
+    (t0, errors0, first), (t1, errors1, second) = out["polls"]
+    assert errors0 == errors1 == {}
+    assert first[0]["energy_mj"] == 5_000_000_000
+    grown_mj = second[0]["energy_mj"] - first[0]["energy_mj"]
+    # 700 W for the time between the two queries: at least the 0.2 s slept, less than the polls' gap + 0.5 s
+    assert 700 * 1000 * 0.2 <= grown_mj <= 700 * 1000 * (t1 - t0 + 0.5)
+    for d in (*first[1:], *second[1:]):
+        assert d["energy_mj"] is None and "energy_mj" not in d["field_errors"]
+    assert out["codes"] == [pynvml.NVML_ERROR_NOT_SUPPORTED] * 2
+
+
 def test_gpm_per_metric_failure_and_unsupported_gpu(fake_nvml):
     gpus = [
         scenarios.hopper_gpu(

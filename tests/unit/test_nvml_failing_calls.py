@@ -278,7 +278,7 @@ def test_a_failing_call_costs_exactly_its_facts_until_it_answers_again(fake_nvml
     m.start(util_hold_s=60.0)  # a sample holds through the test: NOT_FOUND keeps the last one
     _, healthy = m.polls(2)
     assert reported(healthy) == expected(gpus) and healthy["call_errors"] == {}
-    before = reported(healthy)
+    before = expected(gpus)  # what it reported, its energy counter (which grows) as any value from its start
     # Long enough for a rarely asked function to be asked; its answer is kept until asked again.
     window = max(RARE_EVERY_POLLS, UUID_CHECK_EVERY_POLLS) + 1 if function in RARE else 2
     for code in CODES:

@@ -86,6 +86,7 @@ class Queries:
         "power_limit",
         "temperature",
         "clock_events",
+        "energy",
     )
 
     def __init__(self) -> None:
@@ -111,6 +112,8 @@ class Queries:
         self.temperature = _direct(
             temperature, temperature, ctypes.c_uint(), _value, ctypes.c_uint(n.NVML_TEMPERATURE_GPU)
         )
+        energy = "nvmlDeviceGetTotalEnergyConsumption"  # unsigned long long, millijoules
+        self.energy = _direct(energy, energy, ctypes.c_ulonglong(), _value)
         # None when the binding predates the 535 rename (efficiency.py then uses the older name).
         events = "nvmlDeviceGetCurrentClocksEventReasons"
         self.clock_events = (

@@ -98,6 +98,7 @@ class EfficiencyState:
     gpm_request: Any = None  # a c_nvmlGpmMetricsGet_t with the metric ids filled in, reused
     mig_mode: bool | None = None
     mig_handles: list[mig.MigHandle] = field(default_factory=list)
+    energy_supported: bool = True  # False once the GPU (or the driver) answered it has no energy counter
 
 
 def poll(q: DeviceQuery, es: EfficiencyState) -> None:
@@ -121,6 +122,8 @@ def poll(q: DeviceQuery, es: EfficiencyState) -> None:
     else:
         temperature = q.get("temperature_c", queries.temperature, h)
         info.temperature_c = float(temperature) if temperature is not None else None
+    if es.energy_supported:
+        _energy(q, es)
     if es.polls_since_rare >= RARE_EVERY_POLLS:
         _read_rare(q, es)
         es.polls_since_rare = 0
@@ -216,6 +219,21 @@ def _read_rare(q: DeviceQuery, es: EfficiencyState) -> None:
     es.mig_mode = mode[0] == n.NVML_DEVICE_MIG_ENABLE if mode is not None else None
     es.mig_handles = mig.handles(q, errors) if es.mig_mode else []
     es.rare, es.rare_errors = rare, errors
+
+
+def _energy(q: DeviceQuery, es: EfficiencyState) -> None:
+    """NVML's energy counter (millijoules since the driver was loaded). Asked no more once the GPU
+    answers NOT_SUPPORTED (before Volta) or the driver lacks the function; any other failure is this
+    poll's None (in call_errors, as any failed call). Never in field_errors: the counter is the runs
+    recorder's, no field of the documents."""
+    try:
+        q.info.energy_mj = q.attempt("energy_mj", q.queries.energy, q.handle, into={})
+    except (NotSupported, FunctionNotFound):
+        es.energy_supported = False
+    except GpuLost:
+        raise
+    except NvmlError:
+        pass
 
 
 def _link_below_max(rare: dict[str, Any]) -> bool:

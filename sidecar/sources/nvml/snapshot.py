@@ -68,6 +68,10 @@ class GpuInfo:
     nvlink_rx_bytes_per_s: float | None = None
     mig_mode: bool | None = None
     mig_devices: list[MigDevice] = field(default_factory=list)
+    # NVML's energy counter (nvmlDeviceGetTotalEnergyConsumption: millijoules since the driver was
+    # loaded; Volta and newer); None where it does not answer. Read by the runs recorder alone (its
+    # increase is a run's energy): not a fact of the verdict, nor a field of the documents.
+    energy_mj: int | None = None
 
 
 @dataclass

@@ -338,6 +338,7 @@ export const SCHEMA = 2
  * @property {number|null} rss_mib the job's resident memory, summed over its processes
  * @property {number|null} forward_rate_hz forward calls per second, summed over its models
  * @property {number|null} step_rate_hz training steps per second, summed over its models
+ * @property {boolean} recorded true: not a poll of this sidecar but a minute of the run the runs ledger kept from before the sidecar started (a restart under a running job): at the minute's middle, the minute's means; its GPU rows carry the job's means on each of its GPUs, memory and power shared evenly; no processes
  */
 
 /**
