@@ -476,7 +476,9 @@ def _window_time(text: str) -> WindowTime:
         except ValueError:
             ago_s = math.nan
         if not 0 <= ago_s <= MAX_REPORT_AGO_S:  # nan too
-            raise argparse.ArgumentTypeError(f"not a duration of up to ten years: {text!r} (e.g. 7d, 36h, 90m)")
+            raise argparse.ArgumentTypeError(
+                f"not a duration of up to ten years: {text!r} (e.g. 7d, 36h, 90m)"
+            )
         return WindowTime(ago_s=ago_s)
     if text.startswith("@"):
         try:
@@ -507,23 +509,49 @@ def report_parser() -> argparse.ArgumentParser:
         "(root: every user's under /var/lib), or from a fleet's Prometheus with --prometheus (its recording "
         "rules: deploy/dsh-accounting.yml, docs/deploy.md).",
     )
-    p.add_argument("--since", type=_window_time, default=WindowTime(ago_s=7 * 86400.0), metavar="T",
-                   help="the window's start: a duration ago (7d, 36h, 90m), a UTC time in ISO 8601 or @UNIX_SECONDS (default 7d)")
-    p.add_argument("--until", type=_window_time, default=WindowTime(ago_s=0.0), metavar="T",
-                   help="the window's end, excluded (default: now)")
-    p.add_argument("--by", choices=GROUPINGS, default=GROUPINGS[0], help="a row per user (default), job, or GPU")
+    p.add_argument(
+        "--since",
+        type=_window_time,
+        default=WindowTime(ago_s=7 * 86400.0),
+        metavar="T",
+        help="the window's start: a duration ago (7d, 36h, 90m), a UTC time in ISO 8601 or @UNIX_SECONDS (default 7d)",
+    )
+    p.add_argument(
+        "--until",
+        type=_window_time,
+        default=WindowTime(ago_s=0.0),
+        metavar="T",
+        help="the window's end, excluded (default: now)",
+    )
+    p.add_argument(
+        "--by", choices=GROUPINGS, default=GROUPINGS[0], help="a row per user (default), job, or GPU"
+    )
     out = p.add_mutually_exclusive_group()
-    out.add_argument("--json", action="store_true", help="print the report document as JSON (docs/api.md: ReportDocument)")
+    out.add_argument(
+        "--json", action="store_true", help="print the report document as JSON (docs/api.md: ReportDocument)"
+    )
     out.add_argument("--csv", action="store_true", help="print the rows as CSV (RFC 4180), for a spreadsheet")
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--runs-db", default=os.environ.get("DSH_RUNS_DB") or None, metavar="PATH",
-                       help="the run ledger to read (default: $DSH_RUNS_DB, else $XDG_STATE_HOME/dsh-gpu-dashboard/runs.sqlite3, "
-                       "root's /var/lib/dsh-gpu-dashboard/runs.sqlite3): where the sidecars record")
-    where.add_argument("--prometheus", default=None, metavar="URL",
-                       help="a fleet's Prometheus, e.g. http://prometheus:9090, that loads deploy/dsh-accounting.yml")
+    where.add_argument(
+        "--runs-db",
+        default=os.environ.get("DSH_RUNS_DB") or None,
+        metavar="PATH",
+        help="the run ledger to read (default: $DSH_RUNS_DB, else $XDG_STATE_HOME/dsh-gpu-dashboard/runs.sqlite3, "
+        "root's /var/lib/dsh-gpu-dashboard/runs.sqlite3): where the sidecars record",
+    )
+    where.add_argument(
+        "--prometheus",
+        default=None,
+        metavar="URL",
+        help="a fleet's Prometheus, e.g. http://prometheus:9090, that loads deploy/dsh-accounting.yml",
+    )
     _prometheus_user_option(p)
-    p.add_argument("--timeout", type=_bounded_seconds(60.0, zero_ok=False), default=10.0,
-                   help="with --prometheus: seconds to wait for all of its answers (default 10, at most 60)")
+    p.add_argument(
+        "--timeout",
+        type=_bounded_seconds(60.0, zero_ok=False),
+        default=10.0,
+        help="with --prometheus: seconds to wait for all of its answers (default 10, at most 60)",
+    )
     _add_path_options(p)
     return p
 
@@ -552,7 +580,9 @@ def runs_parser() -> argparse.ArgumentParser:
         help="only runs seen since WHEN: a duration back from now (7d, 12h, 30m), a UTC date or time in "
         "ISO 8601 (2026-12-01, 2026-12-01T08:00) or @UNIX_SECONDS",
     )
-    p.add_argument("--json", action="store_true", help="print the runs document as JSON (docs/api.md, RunsDocument)")
+    p.add_argument(
+        "--json", action="store_true", help="print the runs document as JSON (docs/api.md, RunsDocument)"
+    )
     runs_db_option(p)
     return p
 
@@ -564,9 +594,15 @@ def compare_parser() -> argparse.ArgumentParser:
         "the same folder), beyond the two runs' own noise, and why: throughput and GPU busy share judged "
         "IMPROVEMENT, REGRESSION or WITHIN NOISE, the causes ranked by the share of the difference each explains.",
     )
-    p.add_argument("run", metavar="RUN", help="a run's id as `dsh-sidecar runs` lists it (or its job id or key)")
+    p.add_argument(
+        "run", metavar="RUN", help="a run's id as `dsh-sidecar runs` lists it (or its job id or key)"
+    )
     p.add_argument("other", metavar="OTHER", nargs="?", default=None, help="the run to compare it with")
-    p.add_argument("--json", action="store_true", help="print the compare document as JSON (docs/api.md, CompareDocument)")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the compare document as JSON (docs/api.md, CompareDocument)",
+    )
     runs_db_option(p)
     return p
 

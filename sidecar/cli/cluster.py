@@ -64,7 +64,9 @@ def prometheus_api(args: argparse.Namespace, timeout_s: float) -> PrometheusApi:
     """--prometheus's API; a Prometheus on this machine is asked once the socket tables of
     --path.procfs say who serves it (sources/http_get.py)."""
     get = partial(http_get.get, host=host_paths(args))
-    return PrometheusApi(args.prometheus, timeout_s=timeout_s, trusted_uids=prometheus_trusted_uids(args), get=get)
+    return PrometheusApi(
+        args.prometheus, timeout_s=timeout_s, trusted_uids=prometheus_trusted_uids(args), get=get
+    )
 
 
 def _cell(value: Any, fmt: str = "{}") -> str:
@@ -112,7 +114,9 @@ def _job_lines(job: dict[str, Any], shared_key: bool = False) -> list[str]:
         f"{len(job['nodes'])} node(s): {', '.join(job['nodes'])}"
     ]
     if job["ranks"]:
-        rows = [["rank", "node", "local", "gpu", "fwd/s", "data wait", "forward", "optimizer", "other", "waits"]]
+        rows = [
+            ["rank", "node", "local", "gpu", "fwd/s", "data wait", "forward", "optimizer", "other", "waits"]
+        ]
         for r in job["ranks"]:
             rows.append(
                 [
@@ -153,7 +157,10 @@ def cluster_text(doc: dict[str, Any]) -> str:
     for job in doc["jobs"]:
         lines += ["", *_job_lines(job, keys[job["job_key"]] > 1)]
     if doc["undistributed_jobs"]:  # one line for them all: a row each buried the distributed ones
-        lines += ["", f"{doc['undistributed_jobs']} job(s) of one process or one rank on one node are not listed"]
+        lines += [
+            "",
+            f"{doc['undistributed_jobs']} job(s) of one process or one rank on one node are not listed",
+        ]
     if doc["job"] and not doc["jobs"]:
         lines.append(f"no job {doc['job']} in the last 10 minutes")
     return "\n".join(lines) + "\n"

@@ -117,7 +117,7 @@ def _segment_problems(found: dict[str, Any]) -> list[dict[str, str]]:
 
 
 # How to point doctor at the training job's own interpreter (the sidecar's may have no torch).
-OTHER_PYTHON = "`dsh-sidecar doctor --python /path/to/python` (e.g. `--python \"$(which python)\"` in the job's environment)"
+OTHER_PYTHON = '`dsh-sidecar doctor --python /path/to/python` (e.g. `--python "$(which python)"` in the job\'s environment)'
 
 
 def collect(python: str, host: HostPaths = HOST) -> dict[str, Any]:
@@ -182,7 +182,9 @@ def collect(python: str, host: HostPaths = HOST) -> dict[str, Any]:
     }
 
 
-def _torch_problems(torch: dict[str, Any], python: str, facts: Facts, nvidia_here: bool) -> list[dict[str, str]]:
+def _torch_problems(
+    torch: dict[str, Any], python: str, facts: Facts, nvidia_here: bool
+) -> list[dict[str, str]]:
     """What keeps the torch of ``python`` from the GPU, with the fix: not installed, a CPU-only
     build, or CUDA unavailable (and why, in the verdict's words)."""
     problems: list[dict[str, str]] = []

@@ -107,11 +107,17 @@ def with_row(text: str | None, block: str) -> tuple[str, bool]:
     if begin is not None:
         end = next((i for i in range(begin, len(lines)) if lines[i].strip() == END), None)
         if end is None:
-            raise PatchError(f"it has the line '{BEGIN} ...' but not '{END}' after it: remove that block, then run this again")
+            raise PatchError(
+                f"it has the line '{BEGIN} ...' but not '{END}' after it: remove that block, then run this again"
+            )
         lines = lines[:begin] + lines[end + 1 :]
-    significant = [(i, line) for i, line in enumerate(lines) if line.strip() and not line.lstrip().startswith("#")]
+    significant = [
+        (i, line) for i, line in enumerate(lines) if line.strip() and not line.lstrip().startswith("#")
+    ]
     if any(_OUR_ID.match(line) for _, line in significant):
-        raise PatchError(f"it already has a row '{ROW_ID}' that this command did not write: remove it, then run this again")
+        raise PatchError(
+            f"it already has a row '{ROW_ID}' that this command did not write: remove it, then run this again"
+        )
     if len(significant) == 1 and _EMPTY_LIST.match(significant[0][1]):
         del lines[significant[0][0]]  # DSH's fresh file: an empty flow list, which a block list replaces
     elif significant and not _BLOCK_ITEM.match(significant[0][1]):
@@ -145,7 +151,9 @@ def add_to_dsh(
     from sidecar.serve.mcp_schemas import OUTPUT_SCHEMAS  # the tools `dsh-sidecar mcp` serves
 
     tools = ", ".join(f"mcp__{SERVER_NAME}__{t}" for t in OUTPUT_SCHEMAS)
-    print(f"dsh-sidecar: {'replaced' if replaced else 'added'} the MCP server '{SERVER_NAME}' (row {ROW_ID}) in {path}:")
+    print(
+        f"dsh-sidecar: {'replaced' if replaced else 'added'} the MCP server '{SERVER_NAME}' (row {ROW_ID}) in {path}:"
+    )
     print(f"  {' '.join(argv)}")
     print(f"  DSH's agent gets {tools}; restart `dsh web` (or wait a few seconds for its reload).")
     print(f"  Check: dsh --profile {profile} --dump-config | grep -A8 'id: {ROW_ID}'")

@@ -82,6 +82,7 @@ if TYPE_CHECKING:  # each imported where it is used: a command loads only what i
     from sidecar.poll.recorder import RunRecorder
     from sidecar.serve.wsgi import SidecarWSGIServer
     from sidecar.sources.kubelet.lookup import ProcessPods
+    from sidecar.sources.ledger import Ledger
     from sidecar.verdict import Rules
 
     AnyPoller = Poller | JobsPoller  # --pid and `run`'s, or discovery's
@@ -183,7 +184,9 @@ def _main_serve(args: argparse.Namespace) -> int:
         text = json_text(doc, indent=2) if args.json else human_summary(doc)
         return print_to_a_pipe(text)
     sock = _listen(args)
-    poller = Poller(args.pid, lazy_document=True, recorder=_recorder(args, rules), **_poller_options(args, rules))
+    poller = Poller(
+        args.pid, lazy_document=True, recorder=_recorder(args, rules), **_poller_options(args, rules)
+    )
     _SIGNALS.install()
     return _serve(args, poller, sock, child=None)
 
@@ -349,7 +352,9 @@ def _listen(args: argparse.Namespace, *, before_job: bool = False) -> socket.soc
         ) from None
 
 
-def _serve(args: argparse.Namespace, poller: AnyPoller, sock: socket.socket, child: subprocess.Popen[bytes] | None) -> int:
+def _serve(
+    args: argparse.Namespace, poller: AnyPoller, sock: socket.socket, child: subprocess.Popen[bytes] | None
+) -> int:
     """Serve on `sock` (_listen's) until the job is gone (and its grace is over) or a signal."""
     server, read = _start_server(args, poller, sock)
     try:
@@ -401,7 +406,7 @@ def _start_server(
             per_user=args.metrics_per_user,
         ),
         cluster=cluster_cache(args),
-        runs=runs_source(args),
+        runs=runs_source(args, ledger=_recording_ledger(poller)),
     )
     server = create_server(app, sock)
     urls = page_urls(args.host, server.effective_port)
@@ -564,8 +569,21 @@ def _main_run(args: argparse.Namespace) -> int:
         child.send_signal(_SIGNALS.received[-1])
     from sidecar.poll.poller import Poller
 
-    poller = Poller(child.pid, lazy_document=True, recorder=_recorder(args, rules), **_poller_options(args, rules))
+    poller = Poller(
+        child.pid, lazy_document=True, recorder=_recorder(args, rules), **_poller_options(args, rules)
+    )
     return _serve(args, poller, sock, child=child)
+
+
+def _recording_ledger(poller: AnyPoller) -> Ledger | None:
+    """The ledger the poller records into, for the runs routes: one connection (and its lock) for
+    the recorder's writes and the routes' reads, not two."""
+    from sidecar.sources.ledger import Ledger
+
+    recorder = getattr(poller, "recorder", None)  # --pid, run: the job's recorder
+    recording = getattr(poller, "recording", None) or getattr(recorder, "recording", None)  # discovery
+    sink = getattr(recording, "sink", None)
+    return sink if isinstance(sink, Ledger) else None
 
 
 def _recorder(args: argparse.Namespace, rules: Rules) -> RunRecorder | None:

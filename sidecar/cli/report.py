@@ -30,8 +30,22 @@ from sidecar.verdict.accounting import Accounting, account, runs_usage
 
 FORMULA_STARTS = ("=", "+", "-", "@")  # what a spreadsheet reads as the start of a formula
 CSV_FIELDS = (
-    "key", "runs", "gpu_held_h", "gpu_busy_h", "gpu_idle_held_h", "energy_kwh", "energy_known_fraction",
-    "users", "slurm_jobs", "slurm_job_count", "pods", "pod_count", "hosts", "gpu_models", "job_id", "command",
+    "key",
+    "runs",
+    "gpu_held_h",
+    "gpu_busy_h",
+    "gpu_idle_held_h",
+    "energy_kwh",
+    "energy_known_fraction",
+    "users",
+    "slurm_jobs",
+    "slurm_job_count",
+    "pods",
+    "pod_count",
+    "hosts",
+    "gpu_models",
+    "job_id",
+    "command",
 )
 
 
@@ -69,11 +83,12 @@ class _SourceError(Exception):
 
 
 def _from_ledger(args: argparse.Namespace, since: float, until: float) -> tuple[Accounting, str]:
-    from sidecar.sources.ledger import Ledger, LedgerError, default_ledger_path
+    from sidecar.cli.runs import ledger_path
+    from sidecar.sources.ledger import Ledger, LedgerError
     from sidecar.sources.ledger.bounds import MAX_LISTED_RUNS
 
     uid = os.geteuid()
-    path = args.runs_db or str(default_ledger_path(os.environ, uid, os.path.expanduser("~")))
+    path = str(ledger_path(args))
     if not os.path.exists(path):
         raise _SourceError(
             f"no run ledger at {path}: a sidecar records runs there as it watches them (--runs-db names another file)"
@@ -111,6 +126,7 @@ def _from_prometheus(args: argparse.Namespace, since: float, until: float) -> Ac
 
 # -- printing ---------------------------------------------------------------------------------------------
 
+
 def _when(unix_s: float) -> str:
     return datetime.fromtimestamp(unix_s, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
@@ -138,13 +154,18 @@ def _names(values: list[str], count: int) -> str:
 
 def _cells(row: dict[str, Any], by: str) -> list[str]:
     figures = [
-        _hours(row["gpu_held_h"]), _hours(row["gpu_busy_h"]), _hours(row["gpu_idle_held_h"]),
-        _idle_share(row), _energy(row),
+        _hours(row["gpu_held_h"]),
+        _hours(row["gpu_busy_h"]),
+        _hours(row["gpu_idle_held_h"]),
+        _idle_share(row),
+        _energy(row),
     ]
     if by == "job":
         command = " ".join(row["command"])
         return [
-            row["key"] if row["job_id"] is None else f"{row['job_id']}@{_names(row['hosts'], len(row['hosts']))}",
+            row["key"]
+            if row["job_id"] is None
+            else f"{row['job_id']}@{_names(row['hosts'], len(row['hosts']))}",
             _names(row["users"], len(row["users"])),
             _names(row["slurm_jobs"], row["slurm_job_count"]),
             _names(row["pods"], row["pod_count"]),

@@ -9,20 +9,22 @@ import argparse
 import atexit
 import os
 import sys
+from pathlib import Path
 
 from sidecar.cli.args import host_paths
 from sidecar.poll.recorder import Recording, RunRecorder
 from sidecar.verdict import Rules
 
 
-def runs_db_path(args: argparse.Namespace) -> str:
-    """--runs-db (its default $DSH_RUNS_DB), else the ledger's default: the user's XDG state folder,
-    root's /var/lib."""
-    if args.runs_db:
-        return str(args.runs_db)
+def ledger_path(args: argparse.Namespace) -> Path:
+    """The ledger every command reads or writes: --runs-db (its default $DSH_RUNS_DB), else the
+    ledger's default: the user's XDG state folder, root's /var/lib."""
+    given = getattr(args, "runs_db", None)
+    if given:
+        return Path(given)
     from sidecar.sources.ledger import default_ledger_path
 
-    return str(default_ledger_path(os.environ, os.geteuid(), os.path.expanduser("~")))
+    return default_ledger_path(os.environ, os.geteuid(), os.path.expanduser("~"))
 
 
 def open_recording(args: argparse.Namespace, *, batched: bool = False) -> Recording | None:
@@ -32,7 +34,7 @@ def open_recording(args: argparse.Namespace, *, batched: bool = False) -> Record
         return None
     from sidecar.sources.ledger import Ledger, LedgerError
 
-    path = runs_db_path(args)
+    path = ledger_path(args)
     try:
         ledger = Ledger(path)
     except (LedgerError, OSError) as exc:  # why the ledger cannot be used: said once, then live only

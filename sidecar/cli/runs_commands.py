@@ -15,10 +15,10 @@ import argparse
 import os
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from sidecar.cli.args import fail, print_to_a_pipe, rules_from_env
+from sidecar.cli.runs import ledger_path
 from sidecar.common.exit_codes import EXIT_LEDGER, EXIT_NO_PREVIOUS, EXIT_NO_RUN, EXIT_OK, EXIT_USAGE
 from sidecar.documents.bounds import clip, json_text, one_line_all
 from sidecar.documents.runs import (
@@ -30,18 +30,10 @@ from sidecar.documents.runs import (
     parse_since,
 )
 from sidecar.poll.runs_source import LedgerRuns
-from sidecar.sources.ledger import Ledger, default_ledger_path, ledger_exists
+from sidecar.sources.ledger import Ledger, ledger_exists
 
 COMMAND_CHARS = 40  # of a command in the runs table
 FOLDER_CHARS = 32  # of a folder, its end kept
-
-
-def ledger_path(args: argparse.Namespace) -> Path:
-    """--runs-db (its default $DSH_RUNS_DB), else the ledger's default path for this user."""
-    given = getattr(args, "runs_db", None)
-    if given:
-        return Path(given)
-    return default_ledger_path(os.environ, os.geteuid(), os.path.expanduser("~"))
 
 
 def runs_source(args: argparse.Namespace, ledger: Ledger | None = None) -> LedgerRuns | None:
@@ -89,7 +81,10 @@ def run_compare(args: argparse.Namespace) -> int:
         return fail(EXIT_USAGE, str(exc))
     path = ledger_path(args)
     if not ledger_exists(path):
-        return fail(EXIT_NO_RUN, f"no runs are recorded yet: a sidecar records them in {path} (--runs-db PATH for another)")
+        return fail(
+            EXIT_NO_RUN,
+            f"no runs are recorded yet: a sidecar records them in {path} (--runs-db PATH for another)",
+        )
     source = LedgerRuns(path, rules=rules_from_env())
     try:
         doc = source.compare_document(run, other)
@@ -164,7 +159,21 @@ def runs_text(doc: dict[str, Any]) -> str:
         since = f" since {_when(doc['since_unix_s'])}" if doc["since_unix_s"] is not None else ""
         return f"no runs recorded{since}"
     users = len({r["user"] or r["uid"] for r in runs}) > 1  # root's ledger: every user's runs
-    rows = [["id", "started", "took", "state", "verdict", "steps", "steps/s", "GPU-h held", "busy", "command", "folder"]]
+    rows = [
+        [
+            "id",
+            "started",
+            "took",
+            "state",
+            "verdict",
+            "steps",
+            "steps/s",
+            "GPU-h held",
+            "busy",
+            "command",
+            "folder",
+        ]
+    ]
     if users:
         rows[0].insert(1, "user")
     for r in runs:
@@ -202,7 +211,11 @@ def _run_line(run: dict[str, Any]) -> str:
 def compare_text(doc: dict[str, Any]) -> str:
     """The compare document as a person reads it: the two runs, the judgement of each figure, the
     causes ranked with their evidence, the reasons, and what differs between the runs."""
-    which = "the previous run of the same command in the same folder" if doc["baseline_choice"] == "previous" else "the run given"
+    which = (
+        "the previous run of the same command in the same folder"
+        if doc["baseline_choice"] == "previous"
+        else "the run given"
+    )
     lines = [f"run {_run_line(doc['run'])}", f"against {which}, {_run_line(doc['baseline'])}", ""]
     if doc["comparable"]:
         lines += [doc["throughput"]["text"], doc["gpu_busy"]["text"]]

@@ -127,9 +127,27 @@ def models_facts(models: tuple[ModelRecord, ...]) -> tuple[ModelFacts, ...]:
     model of every changed payload), a short string (most of them) taken without a call."""
     out = []
     for m in models:
-        name, cls, dev, devs, params, in_dev, calls, fwd, wait, steps, rate, source, shared, dtypes, ac, shape, ls, unc, n = (
-            _model_values(m)
-        )
+        (
+            name,
+            cls,
+            dev,
+            devs,
+            params,
+            in_dev,
+            calls,
+            fwd,
+            wait,
+            steps,
+            rate,
+            source,
+            shared,
+            dtypes,
+            ac,
+            shape,
+            ls,
+            unc,
+            n,
+        ) = _model_values(m)
         out.append(
             ModelFacts(  # positional, in its fields' order, as ProcessFacts below: keywords cost 1 us a model
                 name if 0 < len(name) <= _TEXT else clip(name) or clip(cls) or "model",
@@ -195,7 +213,9 @@ def _mp_flags_of(cmdline: Any) -> tuple[bool, bool]:
     return _mp_flags(head)
 
 
-def process_facts(proc: ProcInfo, read: ProbeRead | None, gpu: tuple[ProcGpu, ...], target_pid: int) -> ProcessFacts:
+def process_facts(
+    proc: ProcInfo, read: ProbeRead | None, gpu: tuple[ProcGpu, ...], target_pid: int
+) -> ProcessFacts:
     """The facts of process ``proc`` from its probe's read (None: no segment), clipped and clamped by
     the helpers above (this runs for every process whose payload changed, most of them at every poll)."""
     mp_helper, mp_child = _mp_flags_of(getattr(proc, "cmdline", None))
@@ -254,7 +274,9 @@ def process_facts(proc: ProcInfo, read: ProbeRead | None, gpu: tuple[ProcGpu, ..
 # GpuFacts's fields before field_errors and after it, read from an NVML device in one call each (8 a
 # poll, 33 fields: keyword arguments and a getattr each cost more than the rest of the copy).
 # tests/unit/test_collect_facts.py holds the positions to GpuFacts's order.
-_GPU_HEAD = attrgetter("index", "uuid", "name", "pci_bus_id", "util_gpu", "util_mem", "mem_used_mib", "mem_total_mib", "lost")
+_GPU_HEAD = attrgetter(
+    "index", "uuid", "name", "pci_bus_id", "util_gpu", "util_mem", "mem_used_mib", "mem_total_mib", "lost"
+)
 _GPU_EFFICIENCY: attrgetter[tuple[Any, ...]] = attrgetter(*GPU_EFFICIENCY_FIELDS)  # a tuple of the fields
 
 
@@ -268,7 +290,9 @@ def gpu_facts(d: GpuInfo, last: GpuFacts | None = None) -> GpuFacts:
     mig = d.mig_devices
     migs = (
         tuple(
-            MigFacts(m.index, m.uuid, m.gpu_instance_id, m.compute_instance_id, m.mem_used_mib, m.mem_total_mib)
+            MigFacts(
+                m.index, m.uuid, m.gpu_instance_id, m.compute_instance_id, m.mem_used_mib, m.mem_total_mib
+            )
             for m in mig
         )
         if mig
@@ -337,7 +361,9 @@ def nvml_facts(
     if gpus is not None:
         out.gpus = gpus
     else:
-        out.gpus = last_gpus if len(made) == len(last_gpus) and all(map(is_, made, last_gpus)) else tuple(made)
+        out.gpus = (
+            last_gpus if len(made) == len(last_gpus) and all(map(is_, made, last_gpus)) else tuple(made)
+        )
     return out
 
 
@@ -352,7 +378,9 @@ def _norm_pci(pci: str | None) -> str | None:
         return pci.lower()
 
 
-def system_gpu_facts(system_gpus: Sequence[SystemGpu], gpus: tuple[GpuFacts, ...]) -> tuple[SystemGpuFacts, ...]:
+def system_gpu_facts(
+    system_gpus: Sequence[SystemGpu], gpus: tuple[GpuFacts, ...]
+) -> tuple[SystemGpuFacts, ...]:
     """Match OS graphics devices to NVML devices by PCI address."""
     return _system_gpu_facts(gpus, *system_gpus) if system_gpus else ()
 
@@ -363,7 +391,9 @@ def system_gpu_facts(system_gpus: Sequence[SystemGpu], gpus: tuple[GpuFacts, ...
 def _system_gpu_facts(gpus: tuple[GpuFacts, ...], *system_gpus: SystemGpu) -> tuple[SystemGpuFacts, ...]:
     by_pci = {_norm_pci(g.pci_bus_id): g.index for g in gpus if g.pci_bus_id}
     return tuple(
-        SystemGpuFacts(vendor=s.vendor, name=s.name, pci=s.pci, driver=s.driver, nvml_index=by_pci.get(_norm_pci(s.pci)))
+        SystemGpuFacts(
+            vendor=s.vendor, name=s.name, pci=s.pci, driver=s.driver, nvml_index=by_pci.get(_norm_pci(s.pci))
+        )
         for s in system_gpus
     )
 
@@ -516,7 +546,14 @@ class FactCollector:
                 continue
             argv0 = payload.argv0 or "?"
             info = ProcInfo(
-                ident[0], payload.ppid, ident[1], None, argv0.rsplit("/", 1)[-1], (), None, None,
+                ident[0],
+                payload.ppid,
+                ident[1],
+                None,
+                argv0.rsplit("/", 1)[-1],
+                (),
+                None,
+                None,
                 (depth.get(payload.ppid, 0) if payload.ppid is not None else 0) + 1,
             )
             pf = process_facts(info, read, (), self.target_pid)
@@ -541,7 +578,9 @@ class FactCollector:
                 pf = process_facts(info, read, (), self.target_pid)
             key = _exit_key(pf, ident)
             kept = self._exited.get(key)
-            if (kept is not None and kept.pid == pf.pid) or not (pf.has_probe or (every and _kept_at_the_end(pf))):
+            if (kept is not None and kept.pid == pf.pid) or not (
+                pf.has_probe or (every and _kept_at_the_end(pf))
+            ):
                 continue
             if kept is not None:  # an earlier epoch's worker: this one stands for it, the newest
                 del self._exited[key]

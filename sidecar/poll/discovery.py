@@ -49,6 +49,8 @@ if TYPE_CHECKING:
     from sidecar.sources.sysfs import SystemGpu
 
 MAX_JOBS = 256  # watched at once; the newest are kept
+
+
 class _Every(Enum):
     CALLER = "every caller"
 
@@ -132,7 +134,9 @@ class _Published:
     # job id as listed -> (its poller, what gives its status document of that poll: made when first
     # asked for)
     docs: dict[str, tuple[Poller, Callable[[], dict[str, Any]]]]
-    gpus: tuple[GpuFacts, ...]  # the machine's GPUs as facts, this poll (document.gpu_entries makes them entries)
+    gpus: tuple[
+        GpuFacts, ...
+    ]  # the machine's GPUs as facts, this poll (document.gpu_entries makes them entries)
     nvml_pids_by_gpu: dict[int, int]  # processes NVML lists on each GPU
 
     def jobs_for(self, caller_uid: Caller) -> dict[str, Any]:
@@ -141,7 +145,9 @@ class _Published:
             return self.jobs
         return {**self.jobs, "default_job": _callers_default(self.jobs, caller_uid)}
 
-    def find(self, job: str | None, caller_uid: Caller) -> tuple[str, Poller, Callable[[], dict[str, Any]]] | None:
+    def find(
+        self, job: str | None, caller_uid: Caller
+    ) -> tuple[str, Poller, Callable[[], dict[str, Any]]] | None:
         """(job id, its poller, its status document) of `job`, else of the caller's default job."""
         if job is not None:
             jid: str | None = job
@@ -276,8 +282,11 @@ class JobsPoller:
             # swept once for all jobs, below; /dev/shm's names (where the followers read: SHM_DIR)
             # and the reading budget shared by all
             segment_source=SegmentSource(
-                sweep_foreign=False, max_open=per_job, budget=self._reads,
-                names=self._finder.names if self.shm_dir == SHM_DIR else None, host=self.host,
+                sweep_foreign=False,
+                max_open=per_job,
+                budget=self._reads,
+                names=self._finder.names if self.shm_dir == SHM_DIR else None,
+                host=self.host,
             ),
             system_gpus_fn=self._system_gpus,
             clock=self.clock,
@@ -364,7 +373,9 @@ class JobsPoller:
             ended = job.poller.target_gone_at
             if ended is not None and now - ended > self.history_s:
                 self._drop(jid)
-        self._turns.flag(self._reads.deferred | self._reads.owing() | self._finder.owners.flooding(), self.poll_count)
+        self._turns.flag(
+            self._reads.deferred | self._reads.owing() | self._finder.owners.flooding(), self.poll_count
+        )
 
     def _drop(self, jid: str) -> None:
         job = self._jobs.pop(jid)
@@ -410,7 +421,9 @@ class JobsPoller:
         published = self._latest()
         return None if published is None else published.jobs_for(caller_uid)
 
-    def status_document(self, job: str | None = None, caller_uid: Caller = EVERY_CALLER) -> dict[str, Any] | None:
+    def status_document(
+        self, job: str | None = None, caller_uid: Caller = EVERY_CALLER
+    ) -> dict[str, Any] | None:
         """A job's document with the jobs list in it; without `job`, the default job's (given a
         caller_uid: that caller's, see for_caller). With no job found yet, None (the server answers
         503 until the first poll, then 404 for ?job=)."""

@@ -32,8 +32,13 @@ class JobFinder:
     REDISCOVER_EVERY_POLLS-th poll."""
 
     def __init__(
-        self, uid: int | None, shm_dir: str, poll_count: Callable[[], int], watch: bool = True,
-        *, host: HostPaths = HOST,
+        self,
+        uid: int | None,
+        shm_dir: str,
+        poll_count: Callable[[], int],
+        watch: bool = True,
+        *,
+        host: HostPaths = HOST,
     ) -> None:
         self.uid = uid  # None: every user's jobs (root)
         self.shm_dir = shm_dir
@@ -82,7 +87,9 @@ class JobFinder:
                 ident = self.processes.identity(pid)
                 if ident is None:
                     continue
-                root = self.roots.get(ident) or lineage.job_root(pid, is_job_process, owner=self.uid, host=self.host)
+                root = self.roots.get(ident) or lineage.job_root(
+                    pid, is_job_process, owner=self.uid, host=self.host
+                )
                 if root is not None:
                     roots[ident] = root
             self.roots = roots  # forgets identities no longer seen
@@ -98,7 +105,9 @@ class JobFinder:
         files' owners (document.fair_share): names another user planted (any pid, pid 1 included)
         never make a job, and one user's flood of segments (a thousand threads' ids each naming a
         file) never takes the place of another user's job."""
-        self.segments.update(relist=self.poll_count() % REDISCOVER_EVERY_POLLS == 0, bounded=self._judged_once)
+        self.segments.update(
+            relist=self.poll_count() % REDISCOVER_EVERY_POLLS == 0, bounded=self._judged_once
+        )
         self._judged_once = True
         version, pids = self._probed
         if version != self.owners.version:

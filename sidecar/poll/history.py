@@ -109,7 +109,9 @@ class Sample:
         return tuple(None if v != v else v for v in self._job)
 
     def as_dict(self) -> dict[str, Any]:
-        gpus = [{"index": row[0], **{k: _num(v) for k, v in zip(GPU_COLUMNS[1:], row[1:])}} for row in self.gpus]
+        gpus = [
+            {"index": row[0], **{k: _num(v) for k, v in zip(GPU_COLUMNS[1:], row[1:])}} for row in self.gpus
+        ]
         return {
             "time_unix_s": self.time,
             "gpus": gpus,
@@ -260,7 +262,11 @@ class History:
         with self._lock:
             if self._recorded:
                 first = self._samples[0].time if self._samples else None
-                out = [s for s in self._recorded if (since is None or s.time > since) and (first is None or s.time < first)]
+                out = [
+                    s
+                    for s in self._recorded
+                    if (since is None or s.time > since) and (first is None or s.time < first)
+                ]
             else:
                 out = []
             if since is None:

@@ -55,7 +55,9 @@ def distributed_facts(payloads: list[ProbePayload]) -> DistributedFacts | None:
     """The job's distributed identity from its processes' payloads; None when none of them is a
     rank or names a job key."""
     ranks = [p for p in payloads if p.role == "rank"]
-    keyed = [p for p in (ranks or payloads) if p.job_key is not None] or [p for p in payloads if p.job_key is not None]
+    keyed = [p for p in (ranks or payloads) if p.job_key is not None] or [
+        p for p in payloads if p.job_key is not None
+    ]
     if not ranks and not keyed:
         return None
     key = source = None
@@ -95,7 +97,10 @@ class Placement:
         # the document objects last made of (distributed, owner_uid, pod): made again only on a change.
         self._payloads: list[ProbePayload] = []
         self._shown: tuple[
-            DistributedFacts | None, int | None, PodFacts | None, tuple[dict[str, Any] | None, dict[str, Any] | None]
+            DistributedFacts | None,
+            int | None,
+            PodFacts | None,
+            tuple[dict[str, Any] | None, dict[str, Any] | None],
         ] = (None, None, None, (None, None))
 
     def update(
@@ -106,7 +111,9 @@ class Placement:
         of the job chooses."""
         if owner_uid is not None:
             self.owner_uid = owner_uid
-        payloads = [r.payload for p in tree.processes if (r := reads.get(p.pid)) is not None and r.payload is not None]
+        payloads = [
+            r.payload for p in tree.processes if (r := reads.get(p.pid)) is not None and r.payload is not None
+        ]
         if len(payloads) != len(self._payloads) or not all(map(is_, payloads, self._payloads)):
             found = distributed_facts(payloads)  # of the same payloads (never changed): the same again
             if found is not None:
@@ -125,7 +132,9 @@ class Placement:
             self._shown = (dist, uid, pod, shown)
         return shown
 
-    def _update_pod(self, pods: ProcessPods, root: ProcInfo, payloads: list[ProbePayload], facts: Facts) -> None:
+    def _update_pod(
+        self, pods: ProcessPods, root: ProcInfo, payloads: list[ProbePayload], facts: Facts
+    ) -> None:
         ident = (root.pid, root.start_ticks)
         if self.pod is not None and self.pod.source in TRUSTED_SOURCES and self._pod_of == ident:
             return  # named by the kubelet: a pod's name never changes

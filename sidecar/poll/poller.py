@@ -205,7 +205,9 @@ class Poller(document.OneJob):
             return
         window = now - self.history.history_s
         indices = facts.job_gpu_indices
-        self.history.prefill(recorded_sample(m, indices) for m in earlier if m.start_unix_s + m.span_s / 2 >= window)
+        self.history.prefill(
+            recorded_sample(m, indices, now) for m in earlier if m.start_unix_s + m.span_s / 2 >= window
+        )
 
     def _record(self, now: float, facts: Facts, verdict: Verdict, sample: Sample, nvml: NvmlView) -> Verdict:
         """This poll recorded; the verdict with runs-not-recorded while the ledger fails."""
@@ -214,8 +216,14 @@ class Poller(document.OneJob):
         if recorder.identity is not None:
             try:
                 recorder.observe(
-                    now, facts, verdict, self._collector.target, self._placement, sample,
-                    self._collector.other_processes, nvml.devices,
+                    now,
+                    facts,
+                    verdict,
+                    self._collector.target,
+                    self._placement,
+                    sample,
+                    self._collector.other_processes,
+                    nvml.devices,
                 )
             except Exception:  # noqa: BLE001 -- recording never fails a poll; counted for /metrics
                 self.poll_errors["runs"] += 1
@@ -233,10 +241,14 @@ class Poller(document.OneJob):
             except Exception:  # noqa: BLE001 -- recording never fails the sidecar; counted for /metrics
                 self.poll_errors["runs"] += 1
 
-    def _document(self, facts: Facts, verdict: Verdict, summary: dict[str, Any], made: _Made) -> dict[str, Any]:
+    def _document(
+        self, facts: Facts, verdict: Verdict, summary: dict[str, Any], made: _Made
+    ) -> dict[str, Any]:
         # Lazy documents are made in the server's threads: one at a time, for the entry cache.
         with self._entry_lock:
-            return document.status_document(facts, verdict, summary=summary, entry_cache=self._entry_cache, **made)
+            return document.status_document(
+                facts, verdict, summary=summary, entry_cache=self._entry_cache, **made
+            )
 
     @staticmethod
     def _events(reads: dict[int, ProbeRead]) -> list[dict[str, Any]]:
@@ -326,7 +338,9 @@ class Poller(document.OneJob):
 
 
 def machine_sources(
-    nvml_source: NvmlPolling | None, system_gpus_fn: Callable[[], list[SystemGpu]] | None, host: HostPaths = HOST
+    nvml_source: NvmlPolling | None,
+    system_gpus_fn: Callable[[], list[SystemGpu]] | None,
+    host: HostPaths = HOST,
 ) -> tuple[NvmlPolling, Callable[[], list[SystemGpu]]]:
     """The sources of what the machine has (NVML, the OS's graphics devices under ``host``'s
     sysfs), the real ones unless given (tests give their own)."""

@@ -161,7 +161,9 @@ class Recording:
 class RunRecorder:
     """One job's run, fed once per poll (``observe``); see the module's docstring."""
 
-    def __init__(self, recording: Recording, rules: Rules | None = None, interval_s: float | None = None) -> None:
+    def __init__(
+        self, recording: Recording, rules: Rules | None = None, interval_s: float | None = None
+    ) -> None:
         self.recording = recording
         # The poller's interval: a poll's share of the held GPU-seconds is at most MAX_GAP_POLLS of it.
         self.interval_s = interval_s
@@ -202,7 +204,9 @@ class RunRecorder:
         restarted under a running job): the minutes recorded before, for the poller's history."""
         key = run_key(self.recording.boot_id, target.job_id)
         started = target.create_time if target.create_time is not None else now
-        self.identity = RunIdentity(key=key, job_id=target.job_id, host=self.recording.host_name, started_unix_s=started)
+        self.identity = RunIdentity(
+            key=key, job_id=target.job_id, host=self.recording.host_name, started_unix_s=started
+        )
         self._identify(target, None)
         self._due = True
         try:
@@ -219,18 +223,27 @@ class RunRecorder:
         self.identity = _filled(rec.identity, self.identity)
         self.setup = rec.setup
         t = rec.totals
-        self._steps, self._held_s, self._busy_s, self._energy_j = t.steps, t.gpu_held_s, t.gpu_busy_s, t.energy_j
+        self._steps, self._held_s, self._busy_s, self._energy_j = (
+            t.steps,
+            t.gpu_held_s,
+            t.gpu_busy_s,
+            t.energy_j,
+        )
         self._mem_peak, self._power_peak, self._temperature_peak = (
-            t.gpu_mem_peak_mib, t.power_peak_w, t.temperature_peak_c)
+            t.gpu_mem_peak_mib,
+            t.power_peak_w,
+            t.temperature_peak_c,
+        )
         if detail.timeline:
             last = detail.timeline[-1]
             self._last_change = (last.status, last.warnings)
         current = minute_start(now)
         minutes = detail.minutes
         if minutes and minutes[-1].start_unix_s == current and minutes[-1].minutes == 1:
+            # This minute goes on from its recorded sums; its recorded part is shown all the same
+            # (a sidecar restarted 40 s into a minute shows those 40 s).
             self.minute = MinuteSums.resumed(minutes[-1])
-            minutes = minutes[:-1]
-        self.prefill = tuple(m for m in minutes if m.start_unix_s + m.span_s <= now)
+        self.prefill = tuple(m for m in minutes if m.start_unix_s < now)
 
     def _identify(self, target: TargetInfo, placement: Placement | None) -> None:
         """Fills in what the identity did not know yet (the root's owner, the job's key, its pod):
@@ -258,7 +271,9 @@ class RunRecorder:
             started_unix_s=ident.started_unix_s,
             uid=root.uid if root is not None else None,
             user=clip_opt(root.user) if root is not None else None,
-            command=tuple(clip_opt(a, MAX_TEXT_CHARS) or "" for a in (target.cmdline or ())[:MAX_COMMAND_ARGS]),
+            command=tuple(
+                clip_opt(a, MAX_TEXT_CHARS) or "" for a in (target.cmdline or ())[:MAX_COMMAND_ARGS]
+            ),
             cwd=clip_opt(root.cwd, MAX_TEXT_CHARS) if root is not None else None,
             distributed_key=dist.job_key if dist is not None else None,
             world_size=dist.world_size if dist is not None else None,
@@ -305,8 +320,13 @@ class RunRecorder:
             self._write(now)
 
     def _add(
-        self, now: float, facts: Facts, sample: Sample, others: Mapping[int, int],
-        devices: Sequence[EnergyReading], dt: float,
+        self,
+        now: float,
+        facts: Facts,
+        sample: Sample,
+        others: Mapping[int, int],
+        devices: Sequence[EnergyReading],
+        dt: float,
     ) -> None:
         if self.interval_s is not None:
             dt = min(dt, self.interval_s * MAX_GAP_POLLS)

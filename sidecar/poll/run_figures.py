@@ -46,7 +46,13 @@ MEAN_FIELDS: Final = (
     "cpu_pct",
     "rss_mib",
 )
-_STEP_FRACTIONS = ("data_wait_fraction", "forward_fraction", "backward_fraction", "optimizer_fraction", "other_fraction")
+_STEP_FRACTIONS = (
+    "data_wait_fraction",
+    "forward_fraction",
+    "backward_fraction",
+    "optimizer_fraction",
+    "other_fraction",
+)
 _I = {name: i for i, name in enumerate(MEAN_FIELDS)}
 MEM_AT, POWER_AT, TEMPERATURE_AT = _I["gpu_mem_used_mib"], _I["power_w"], _I["temperature_c"]
 
@@ -58,19 +64,37 @@ class GpuPart:
     the very same GPU facts (gpu_facts reuses a GPU's facts while it reads the same), the
     processes' in one pass over them."""
 
-    __slots__ = ("processes", "gpus", "others", "job_gpus", "gpu_side", "values", "held", "busy",
-                 "gpu_processes", "indices")
+    __slots__ = (
+        "processes",
+        "gpus",
+        "others",
+        "job_gpus",
+        "gpu_side",
+        "values",
+        "held",
+        "busy",
+        "gpu_processes",
+        "indices",
+    )
     gpu_side: GpuSide
     job_gpus: tuple[GpuFacts, ...]
 
     def __init__(
-        self, facts: Facts, other_processes: Mapping[int, int], idle_util_pct: float, last: GpuPart | None = None
+        self,
+        facts: Facts,
+        other_processes: Mapping[int, int],
+        idle_util_pct: float,
+        last: GpuPart | None = None,
     ) -> None:
         self.processes, self.gpus, self.others = facts.processes, facts.gpus, other_processes
         self.job_gpus = job_gpus = facts.job_gpus
         self.indices = indices = facts.job_gpu_indices
         side: GpuSide
-        if last is not None and len(last.job_gpus) == len(job_gpus) and all(map(is_, last.job_gpus, job_gpus)):
+        if (
+            last is not None
+            and len(last.job_gpus) == len(job_gpus)
+            and all(map(is_, last.job_gpus, job_gpus))
+        ):
             side = last.gpu_side
         else:
             side = GpuSide(job_gpus, idle_util_pct)
@@ -91,7 +115,11 @@ class GpuPart:
                 syncs.append(p.syncs_per_step)
         self.held = len(held_at)
         self.busy = len(held_at & side.working)
-        shares = tuple(_mean([getattr(s, name) for s in steps]) for name in _STEP_FRACTIONS) if steps else _NO_SHARES
+        shares = (
+            tuple(_mean([getattr(s, name) for s in steps]) for name in _STEP_FRACTIONS)
+            if steps
+            else _NO_SHARES
+        )
         self.values = (*shares, _mean(syncs), *side.values)
         self.gpu_processes = own + sum(other_processes.get(i, 0) for i in indices)
 
@@ -109,14 +137,31 @@ class GpuSide:
         reasons: set[str] = set()
         working: set[int] = set()
         for g in job_gpus:
-            for col, v in zip(cols, (g.util, g.sm_activity_fraction, g.tensor_activity_fraction, g.sm_clock_mhz,
-                                     g.power_w, g.temperature_c, g.sm_clock_max_mhz)):
+            for col, v in zip(
+                cols,
+                (
+                    g.util,
+                    g.sm_activity_fraction,
+                    g.tensor_activity_fraction,
+                    g.sm_clock_mhz,
+                    g.power_w,
+                    g.temperature_c,
+                    g.sm_clock_max_mhz,
+                ),
+            ):
                 if v is not None:
                     col.append(float(v))
             if gpu_works(g.util, g.sm_activity_fraction, idle_util_pct):
                 working.add(g.index)
             reasons.update(g.clock_event_reasons or ())
-        self.values = (_mean(util), _mean(sm), _mean(tensor), _mean(clock), sum(power) if power else None, _mean(temp))
+        self.values = (
+            _mean(util),
+            _mean(sm),
+            _mean(tensor),
+            _mean(clock),
+            sum(power) if power else None,
+            _mean(temp),
+        )
         self.working = frozenset(working)
         self.temperature_peak = max(temp) if temp else None
         self.clock_max = max(clock_max) if clock_max else None
@@ -126,7 +171,9 @@ class GpuSide:
 _NO_SHARES: tuple[float | None, ...] = (None,) * len(_STEP_FRACTIONS)
 
 
-def gpu_part(last: GpuPart | None, facts: Facts, other_processes: Mapping[int, int], idle_util_pct: float) -> GpuPart:
+def gpu_part(
+    last: GpuPart | None, facts: Facts, other_processes: Mapping[int, int], idle_util_pct: float
+) -> GpuPart:
     """``last`` again for the very same processes and GPUs (and other processes' counts)."""
     if (
         last is not None
@@ -143,7 +190,11 @@ def _mean(vals: list[float]) -> float | None:
 
 
 def poll_figures(
-    part: GpuPart, step_rate_hz: float | None, gpu_mem_mib: float | None, cpu_pct: float | None, rss_mib: float | None
+    part: GpuPart,
+    step_rate_hz: float | None,
+    gpu_mem_mib: float | None,
+    cpu_pct: float | None,
+    rss_mib: float | None,
 ) -> Figures:
     """One poll's MEAN_FIELDS: the history sample's job sums (``step_rate_hz``, the job's processes'
     GPU memory, CPU and RSS) and ``part``'s."""
@@ -154,8 +205,22 @@ def poll_figures(
 class MinuteSums:
     """One minute of a run as its polls add up."""
 
-    __slots__ = ("start_unix_s", "polls", "sums", "counts", "mem_peak", "power_peak", "temperature_peak",
-                 "clock_max", "reasons", "gpu_processes", "steps", "held_s", "busy_s", "energy_j")
+    __slots__ = (
+        "start_unix_s",
+        "polls",
+        "sums",
+        "counts",
+        "mem_peak",
+        "power_peak",
+        "temperature_peak",
+        "clock_max",
+        "reasons",
+        "gpu_processes",
+        "steps",
+        "held_s",
+        "busy_s",
+        "energy_j",
+    )
 
     def __init__(self, start_unix_s: float) -> None:
         self.start_unix_s = start_unix_s
@@ -223,8 +288,16 @@ class MinuteSums:
             mean = getattr(m, name)
             if mean is not None and m.polls:
                 out.sums[i], out.counts[i] = mean * m.polls, m.polls
-        out.mem_peak, out.power_peak, out.temperature_peak = m.gpu_mem_peak_mib, m.power_peak_w, m.temperature_peak_c
-        out.clock_max, out.reasons, out.gpu_processes = m.sm_clock_max_mhz, frozenset(m.clock_reasons), m.gpu_processes
+        out.mem_peak, out.power_peak, out.temperature_peak = (
+            m.gpu_mem_peak_mib,
+            m.power_peak_w,
+            m.temperature_peak_c,
+        )
+        out.clock_max, out.reasons, out.gpu_processes = (
+            m.sm_clock_max_mhz,
+            frozenset(m.clock_reasons),
+            m.gpu_processes,
+        )
         out.steps, out.held_s, out.busy_s, out.energy_j = m.steps, m.gpu_held_s, m.gpu_busy_s, m.energy_j
         return out
 
@@ -268,8 +341,13 @@ def _loader(facts: Facts) -> tuple[tuple[str, str], ...]:
     for _, m in facts.model_pairs:
         s = m.loader_settings
         if s is not None:
-            fields = (("num_workers", s.num_workers), ("batch_size", s.batch_size), ("pin_memory", s.pin_memory),
-                      ("persistent_workers", s.persistent_workers), ("prefetch_factor", s.prefetch_factor))
+            fields = (
+                ("num_workers", s.num_workers),
+                ("batch_size", s.batch_size),
+                ("pin_memory", s.pin_memory),
+                ("persistent_workers", s.persistent_workers),
+                ("prefetch_factor", s.prefetch_factor),
+            )
             return tuple((k, str(v)) for k, v in fields if v is not None)
     return ()
 
@@ -278,7 +356,9 @@ def _precision(facts: Facts) -> str | None:
     """The first model on an accelerator (else the first model): "autocast <dtype>" under autocast,
     "tf32" for float32 weights with TF32 matmuls allowed, else its parameters' dtypes ("+"-joined)."""
     pairs = facts.model_pairs
-    pick = next(((p, m) for p, m in pairs if device_type(m.device) in ACCELERATOR_TYPES), None) or next(iter(pairs), None)
+    pick = next(((p, m) for p, m in pairs if device_type(m.device) in ACCELERATOR_TYPES), None) or next(
+        iter(pairs), None
+    )
     if pick is None:
         return None
     proc, model = pick
@@ -286,8 +366,10 @@ def _precision(facts: Facts) -> str | None:
         return f"autocast {model.autocast}"
     dtypes = model.param_dtypes
     math = proc.math
-    if dtypes == ("float32",) and math is not None and (
-        math.allow_tf32_matmul or math.float32_matmul_precision in ("high", "medium")
+    if (
+        dtypes == ("float32",)
+        and math is not None
+        and (math.allow_tf32_matmul or math.float32_matmul_precision in ("high", "medium"))
     ):
         return "tf32"
     return "+".join(dtypes) if dtypes else None

@@ -37,7 +37,9 @@ from sidecar.verdict.compare import compare_runs
 from sidecar.verdict.facts import Rules
 
 T = TypeVar("T")
-LIST_HINT = "list the runs for their ids: `dsh-sidecar runs`, GET /api/dsh-gpu-dashboard/runs or the list_runs tool"
+LIST_HINT = (
+    "list the runs for their ids: `dsh-sidecar runs`, GET /api/dsh-gpu-dashboard/runs or the list_runs tool"
+)
 
 
 class LedgerRuns:
@@ -108,7 +110,11 @@ class LedgerRuns:
             raise UnknownRun(f"no run {name} is recorded; {LIST_HINT}")
         if len(keys) > 1:
             assert ledger is not None
-            records = [r for r in self._read(ledger, lambda lg: lg.runs(None, MAX_LISTED_RUNS)) if r.identity.key in keys]
+            records = [
+                r
+                for r in self._read(ledger, lambda lg: lg.runs(None, MAX_LISTED_RUNS))
+                if r.identity.key in keys
+            ]
             if len(records) > 1:
                 raise ambiguous(name, records)
         return keys[0]
@@ -117,7 +123,11 @@ class LedgerRuns:
 
     def runs_document(self, since_unix_s: float | None = None) -> Doc:
         ledger = self._open()
-        records = () if ledger is None else self._read(ledger, lambda lg: lg.runs(since_unix_s, MAX_RUNS_LISTED + 1))
+        records = (
+            ()
+            if ledger is None
+            else self._read(ledger, lambda lg: lg.runs(since_unix_s, MAX_RUNS_LISTED + 1))
+        )
         return runs_document(
             records,
             time_unix_s=self._clock(),

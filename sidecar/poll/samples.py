@@ -38,7 +38,9 @@ def _process_sm_util(gpu: tuple[ProcGpu, ...]) -> float | None:
 ModelSums = tuple[int, int | None, float | None, float | None]
 ProcessRow = tuple[int, float, float | None]  # a GPU process's pid, memory (MiB) and SM utilisation (%)
 # history_sample's part made of the processes alone: their rows, SM and memory sums, and ModelSums
-ProcessPart = tuple[tuple[ProcessRow, ...], float | None, float | None, int, int | None, float | None, float | None]
+ProcessPart = tuple[
+    tuple[ProcessRow, ...], float | None, float | None, int, int | None, float | None, float | None
+]
 
 
 def _add_model_sums(
@@ -68,7 +70,9 @@ class SampleMemo:
 
     def __init__(self) -> None:
         self.last: tuple[tuple[ProcessFacts, ...], ProcessPart, array[float]] | None = None
-        self.job: tuple[tuple[ProcessFacts, ...], Mapping[int, ProcInfo], tuple[float | None, float | None]] | None = None
+        self.job: (
+            tuple[tuple[ProcessFacts, ...], Mapping[int, ProcInfo], tuple[float | None, float | None]] | None
+        ) = None
 
 
 def _process_part(processes: tuple[ProcessFacts, ...]) -> ProcessPart:
@@ -164,18 +168,28 @@ def packed_gpu_rows(gpus: tuple[GpuFacts, ...]) -> array[float]:
     return pack(tuple(map(_GPU_ROW, gpus)))
 
 
-def recorded_sample(m: MinuteFigures, gpu_indices: tuple[int, ...]) -> Sample:
+def recorded_sample(m: MinuteFigures, gpu_indices: tuple[int, ...], now: float) -> Sample:
     """A minute the runs ledger kept of the run, as a history point (Sample.recorded) at the
-    minute's middle: its means (the step rate, CPU, RSS), and on each of the job's GPUs
+    minute's middle (the current minute, recorded in part before this sidecar's first poll at
+    ``now``: the middle of what of it had passed): its means (the step rate, CPU, RSS), and on each of the job's GPUs
     ``gpu_indices`` its GPU means (utilisation, activity, SM clock, temperature) with its memory and
     power shared evenly (a minute keeps the job's sums, not each GPU's). No process rows."""
-    time = m.start_unix_s + m.span_s / 2
+    time = min(m.start_unix_s + m.span_s / 2, (m.start_unix_s + now) / 2)
     n = len(gpu_indices)
     mem = None if m.gpu_mem_used_mib is None or not n else m.gpu_mem_used_mib / n
     power = None if m.power_w is None or not n else m.power_w / n
     rows = [
-        (i, m.gpu_util_pct, mem, m.sm_activity_fraction, None, m.tensor_activity_fraction, m.sm_clock_mhz, power,
-         m.temperature_c)
+        (
+            i,
+            m.gpu_util_pct,
+            mem,
+            m.sm_activity_fraction,
+            None,
+            m.tensor_activity_fraction,
+            m.sm_clock_mhz,
+            power,
+            m.temperature_c,
+        )
         for i in gpu_indices
     ]
     recent = RecentSample(time, None, None, 0, None)  # never read: History keeps recorded samples apart

@@ -294,7 +294,8 @@ def test_a_restarted_sidecar_continues_the_run(procfs):
     sink = MemorySink({key: _earlier(key)})
     rec = Recording(sink, host=procfs).recorder(interval_s=1.5)
     prefill = rec.begin(T0 + 140, _target())
-    assert [m.start_unix_s for m in prefill] == [T0, T0 + 60]  # the current minute is continued, not shown
+    # The current minute is continued, and its recorded part shown too.
+    assert [m.start_unix_s for m in prefill] == [T0, T0 + 60, T0 + 120]
     facts = _facts(steps=5000, util=40.0)
     _observe(rec, T0 + 140, facts)
     _observe(rec, T0 + 141.5, _facts(steps=5015, util=40.0))
@@ -350,7 +351,8 @@ def test_a_restarted_poller_shows_the_recorded_minutes_in_its_history(procfs, mo
     poller.poll_once()
     samples = poller.history.samples()
     recorded = [s for s in samples if s.recorded]
-    assert [s.time for s in recorded] == [T0 + 30, T0 + 90] and not any(s.recorded for s in samples[2:])
+    # Each minute at its middle; the current one (recorded up to T0 + 140) at the middle of its past.
+    assert [s.time for s in recorded] == [T0 + 30, T0 + 90, T0 + 130] and not any(s.recorded for s in samples[3:])
     doc = history_document(poller.history, None, poller.interval_s, key)
     contract.check(doc, "history")
     first_point = doc["samples"][0]
@@ -363,7 +365,7 @@ def test_a_restarted_poller_shows_the_recorded_minutes_in_its_history(procfs, mo
     short = _poller(ScriptedJob(seed=4), Recording(MemorySink({key: _earlier(key)}), host=procfs), history_s=60.0)
     short.clock = lambda: T0 + 140
     short.poll_once()
-    assert [s.time for s in short.history.samples() if s.recorded] == [T0 + 90]
+    assert [s.time for s in short.history.samples() if s.recorded] == [T0 + 90, T0 + 130]
 
 
 def test_a_ledger_fault_is_a_warning_on_the_status_document(procfs):
