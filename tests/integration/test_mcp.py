@@ -28,6 +28,8 @@ def run_async(main) -> None:
 
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         pool.submit(anyio.run, main).result()
+
+
 pytest.importorskip("mcp")
 from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
 
@@ -39,6 +41,8 @@ pytestmark = pytest.mark.slow
 UUID0 = gpu(0)["uuid"]
 TOKEN = "s3cret-token-for-mcp-tests"
 TOOLS = {"list_jobs", "gpu_status", "gpu_history", "list_runs", "compare_runs"}
+# What each tool is called with where any call will do: compare_runs requires its run.
+TOOL_ARGUMENTS = {"compare_runs": {"run": "0123abcd"}}
 
 
 @pytest.fixture
@@ -168,7 +172,17 @@ def test_no_request_and_no_token_to_a_port_another_user_took_over(tmp_path, fake
     with FakeJob(tmp_path / "job", {"main": CPU_SPEC}) as job:
         fake_nvml.write({"gpus": [gpu(0)]})
         port = free_port()
-        args = ["--pid", str(job.pid), "--port", str(port), "--interval", "0.3", "--token", TOKEN, *sysfs_args]
+        args = [
+            "--pid",
+            str(job.pid),
+            "--port",
+            str(port),
+            "--interval",
+            "0.3",
+            "--token",
+            TOKEN,
+            *sysfs_args,
+        ]
 
         async def main():
             async with mcp_client(["--url", f"http://127.0.0.1:{port}", "--token", TOKEN], env) as s:
@@ -177,7 +191,7 @@ def test_no_request_and_no_token_to_a_port_another_user_took_over(tmp_path, fake
                     assert ok(*await call(s, "list_jobs"))["jobs"][0]["root_pid"] == job.pid
                 with StrangerListener(port) as stranger:
                     for tool in TOOLS:
-                        text = err(*await call(s, tool))
+                        text = err(*await call(s, tool, **TOOL_ARGUMENTS.get(tool, {})))
                         assert "another user (uid 65534)" in text and "no token" in text, text
                     assert stranger.requests == [], stranger.requests
 
@@ -199,7 +213,8 @@ def test_no_token_to_a_user_who_binds_the_port_in_bursts(env):
             with PortToggler(port) as toggler:
                 told = []
                 for n in range(RACE_CALLS):
-                    told.append(err(*await call(s, sorted(TOOLS)[n % len(TOOLS)])))
+                    tool = sorted(TOOLS)[n % len(TOOLS)]
+                    told.append(err(*await call(s, tool, **TOOL_ARGUMENTS.get(tool, {}))))
                 got = list(toggler.requests)
         assert toggler.tokens() == [] and got == [], (len(toggler.tokens()), len(got))
         refused = [t for t in told if "another user (uid 65534)" in t and "no token" in t]
@@ -264,7 +279,9 @@ def test_a_sidecar_that_is_down_is_a_tool_error(env):
     async def main():
         async with mcp_client(["--url", f"http://127.0.0.1:{free_port()}"], env) as s:
             for tool in TOOLS:
-                assert "start one with `dsh-sidecar`" in err(*await call(s, tool))
+                assert "start one with `dsh-sidecar`" in err(
+                    *await call(s, tool, **TOOL_ARGUMENTS.get(tool, {}))
+                )
 
     run_async(main)
 
@@ -300,17 +317,29 @@ def test_http_backend_refuses_big_answers_redirects_and_other_schemas(foreign):
     base, routes = foreign
     jobs = "/api/dsh-gpu-dashboard/jobs"
     routes[jobs] = (200, {"Content-Type": "application/json"}, b" " * (mcp_server.MAX_RESPONSE_BYTES + 1))
-    assert "more than 4 MiB" in mcp_server.call(mcp_server.HttpBackend(base, get=http_get.get), "list_jobs", {})[1]
+    assert (
+        "more than 4 MiB"
+        in mcp_server.call(mcp_server.HttpBackend(base, get=http_get.get), "list_jobs", {})[1]
+    )
     routes[jobs] = (302, {"Location": "http://evil.example/steal"}, b"")
     structured, text = mcp_server.call(mcp_server.HttpBackend(base, get=http_get.get), "list_jobs", {})
     assert structured is None and "never follows" in text and "evil.example" in text
     routes[jobs] = (200, {}, json.dumps({"schema": 3, "jobs": []}).encode())
     assert "schema 3" in mcp_server.call(mcp_server.HttpBackend(base, get=http_get.get), "list_jobs", {})[1]
     routes[jobs] = (200, {}, b"<html>")
-    assert "did not answer JSON" in mcp_server.call(mcp_server.HttpBackend(base, get=http_get.get), "list_jobs", {})[1]
+    assert (
+        "did not answer JSON"
+        in mcp_server.call(mcp_server.HttpBackend(base, get=http_get.get), "list_jobs", {})[1]
+    )
     routes[jobs] = (200, {}, json.dumps({"schema": 2, "jobs": [{"id": "x"}]}).encode())  # off the contract
-    assert "not a schema 2 document" in mcp_server.call(mcp_server.HttpBackend(base, get=http_get.get), "list_jobs", {})[1]
-    assert "does not serve" in mcp_server.call(mcp_server.HttpBackend(base + "/nope", get=http_get.get), "list_jobs", {})[1]
+    assert (
+        "not a schema 2 document"
+        in mcp_server.call(mcp_server.HttpBackend(base, get=http_get.get), "list_jobs", {})[1]
+    )
+    assert (
+        "does not serve"
+        in mcp_server.call(mcp_server.HttpBackend(base + "/nope", get=http_get.get), "list_jobs", {})[1]
+    )
     job = {"id": "1-2", "root_pid": 1, "command": ["x"] * 100, "user": "u" * 5000, "status": "GPU"}
     job |= {"message": "m" * 10_000, "first_warning": None, "gpus": list(range(500)), "alive": True}
     jobs_doc = {"schema": 2, "mode": "pid", "default_job": "1-2", "jobs": [job] * 100, "jobs_omitted": 0}
@@ -347,15 +376,15 @@ def test_output_schemas_stay_in_dshs_enforced_subset():
 
 def test_cli_without_the_sdk_and_cli_import_cost():
     env = python_env()
-    blocked = "import sys; sys.modules['mcp'] = None; from sidecar.cli.main import main; sys.exit(main(['mcp']))"
+    blocked = (
+        "import sys; sys.modules['mcp'] = None; from sidecar.cli.main import main; sys.exit(main(['mcp']))"
+    )
     r = subprocess.run(
         [sys.executable, "-c", blocked], env=env, cwd=REPO, capture_output=True, text=True, timeout=30
     )
     assert r.returncode == 2 and r.stdout == "", r
     assert r.stderr.strip().count("\n") == 0 and "pip install 'dsh-gpu-dashboard[mcp]'" in r.stderr, r.stderr
-    light = (
-        "import sys, sidecar.cli.main; assert not [m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')]"
-    )
+    light = "import sys, sidecar.cli.main; assert not [m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')]"
     subprocess.run([sys.executable, "-c", light], env=env, cwd=REPO, check=True, timeout=30)
 
 
@@ -429,7 +458,15 @@ def test_dsh_mcp_client_boots_with_it_and_enforces_its_schemas(tmp_path, fake_nv
         with Sidecar(args, env=env, token=TOKEN) as sc:
             sc.wait_status(lambda d: d["status"] == "GPU")
             backend = mcp_server.HttpBackend(sc.url, TOKEN, get=http_get.get)
-            values = {n: mcp_server.call(backend, n, {"seconds": 30})[0] for n in mcp_server.TOOLS}
+            values = {
+                n: mcp_server.call(backend, n, {"seconds": 30})[0]
+                for n in mcp_server.TOOLS
+                if n != "compare_runs"
+            }
+            # The job's run (recorded as the sidecar watches it) against itself: a real answer
+            # (not comparable: the same run), whose shape DSH's validator checks all the same.
+            run = values["list_runs"]["runs"][0]["id"]
+            values["compare_runs"] = mcp_server.call(backend, "compare_runs", {"run": run, "other": run})[0]
             assert all(values.values()), values
             payload = tmp_path / "check.json"
             payload.write_text(
@@ -449,7 +486,7 @@ def test_dsh_mcp_client_boots_with_it_and_enforces_its_schemas(tmp_path, fake_nv
                 text=True,
                 timeout=60,
             )
-            assert r.returncode == 0 and r.stdout.startswith("ok 3"), r.stderr[-2000:]
+            assert r.returncode == 0 and r.stdout.startswith(f"ok {len(mcp_server.TOOLS)}"), r.stderr[-2000:]
 
             home = dsh_env.DshHome.create(tmp_path / "dsh-home", launcher)
             home.web_profile.mkdir(parents=True)
