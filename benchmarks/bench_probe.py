@@ -376,7 +376,9 @@ def main() -> int:
     tr["derived_overhead_us_per_step"] = per_step_us
     tr["derived_overhead_pct"] = per_step_us / tr["step_us_without"] * 100
     cbs = result["callbacks"]
-    hooks_us = max(v for v in cbs.values() if v is not None) if any(v is not None for v in cbs.values()) else 0.0
+    hooks_us = (
+        max(v for v in cbs.values() if v is not None) if any(v is not None for v in cbs.values()) else 0.0
+    )
     tr["derived_overhead_pct_with_callbacks"] = (per_step_us + hooks_us) / tr["step_us_without"] * 100
     print(result["machine"])
     label = "A/A CONTROL (nothing registered)" if args.control else f"instrumentation {tr['instrumentation']}"
@@ -414,7 +416,11 @@ def main() -> int:
     )
     print(
         "framework callback hooks, per step: Lightning "
-        + (f"{cbs['lightning_hooks_us_per_step']:.2f} us" if cbs["lightning_hooks_us_per_step"] is not None else "n/a")
+        + (
+            f"{cbs['lightning_hooks_us_per_step']:.2f} us"
+            if cbs["lightning_hooks_us_per_step"] is not None
+            else "n/a"
+        )
         + ", HF Trainer "
         + (
             f"{cbs['transformers_hooks_us_per_step']:.2f} us"

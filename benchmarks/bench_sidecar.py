@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tests.fakenvml import build_library, nvml_env, write_scenario  # noqa: E402
-from tests.helpers.harness import Sidecar  # noqa: E402
+from tests.helpers.harness import Sidecar, temporary_runs_ledger  # noqa: E402
 from tests.helpers.loadgen import BusyJob, busy_scenario, proc_cpu_rss  # noqa: E402
 
 OUR_POLL = r"""
@@ -188,7 +188,9 @@ class Driver:
         return env
 
 
-def run_snippet(code: str, driver: Driver, root: int | str, n: int, gap_s: float = 0.0, checkout: Path = REPO) -> dict:
+def run_snippet(
+    code: str, driver: Driver, root: int | str, n: int, gap_s: float = 0.0, checkout: Path = REPO
+) -> dict:
     """`code` in a fresh process with `checkout`'s packages (another commit's, for an A/B); its last
     line of output, as JSON."""
     env = driver.env()
@@ -276,7 +278,9 @@ def discovery_scenario(
     try:
         for i in range(4):
             (work / f"job{i}").mkdir(parents=True, exist_ok=True)
-            jobs.append(BusyJob(work / f"job{i}", processes=16, gpus=8, publish_interval_s=publish_interval_s))
+            jobs.append(
+                BusyJob(work / f"job{i}", processes=16, gpus=8, publish_interval_s=publish_interval_s)
+            )
         driver.write(busy_scenario([pid for j in jobs for pid in j.pids], 8))
         time.sleep(1.5)  # every segment published
         yield jobs
@@ -289,7 +293,9 @@ def discovery_scenario(
             s.wait()
 
 
-def discovery(work: Path, driver: Driver, polls: int, unrelated: int = 1000, rounds: int = 3, gap_s: float = GAP_S) -> dict:
+def discovery(
+    work: Path, driver: Driver, polls: int, unrelated: int = 1000, rounds: int = 3, gap_s: float = GAP_S
+) -> dict:
     """Discovery (no --pid): 4 jobs of 16 probed processes over 8 GPUs among `unrelated` other
     processes, one poll of all of them beside nvitop's snapshot of the same machine. The two take
     turns for `rounds` rounds, in alternating order, each in a fresh process: a shared VM's slow
@@ -307,7 +313,9 @@ def discovery(work: Path, driver: Driver, polls: int, unrelated: int = 1000, rou
                     ours_runs.append(run_snippet(DISCOVERY_POLL, driver, roots, polls, gap_s))
                 else:
                     nvitop_runs.append(run_snippet(NVITOP_POLL, driver, 0, max(20, polls // 4), gap_s))
-    ratios = [statistics.median(n["cpu"]) / statistics.median(o["cpu"]) for o, n in zip(ours_runs, nvitop_runs)]
+    ratios = [
+        statistics.median(n["cpu"]) / statistics.median(o["cpu"]) for o, n in zip(ours_runs, nvitop_runs)
+    ]
     ours = ours_runs[-1]
 
     def med(runs: list[dict], key: str = "cpu", q: float = 50) -> float:
@@ -325,11 +333,19 @@ def discovery(work: Path, driver: Driver, polls: int, unrelated: int = 1000, rou
         f"{med(ours_runs, 'wall'):.2f} ms | {ratio:.1f}x (rounds: {min(ratios):.1f}x to {max(ratios):.1f}x) |"
     )
     page_ratio = med(nvitop_runs) / med(ours_runs, "page")
-    print(f"| dsh-sidecar, and the default job's status document (a page open) | {med(ours_runs, 'page'):.2f} ms | {med(ours_runs, 'page', 95):.2f} ms | | {page_ratio:.1f}x |")
-    print(f"| nvitop snapshot | {med(nvitop_runs):.2f} ms | {med(nvitop_runs, q=95):.2f} ms | {med(nvitop_runs, 'wall'):.2f} ms | 1.0x |")
-    print("\nPer round (ours, nvitop, ratio): " + "; ".join(
-        f"{ms(o['cpu']):.2f} / {ms(n['cpu']):.2f} ms, {x:.1f}x" for o, n, x in zip(ours_runs, nvitop_runs, ratios)
-    ))
+    print(
+        f"| dsh-sidecar, and the default job's status document (a page open) | {med(ours_runs, 'page'):.2f} ms | {med(ours_runs, 'page', 95):.2f} ms | | {page_ratio:.1f}x |"
+    )
+    print(
+        f"| nvitop snapshot | {med(nvitop_runs):.2f} ms | {med(nvitop_runs, q=95):.2f} ms | {med(nvitop_runs, 'wall'):.2f} ms | 1.0x |"
+    )
+    print(
+        "\nPer round (ours, nvitop, ratio): "
+        + "; ".join(
+            f"{ms(o['cpu']):.2f} / {ms(n['cpu']):.2f} ms, {x:.1f}x"
+            for o, n, x in zip(ours_runs, nvitop_runs, ratios)
+        )
+    )
     print(
         f"\nOur poll found {ours['jobs']} of the 4 jobs ({ours['processes']} processes; "
         f"{ours['all_jobs']} jobs on the machine in all) without reading /proc of the {unrelated} others."
@@ -420,7 +436,9 @@ def _polls_so_far(sc: Sidecar) -> int:
 
 
 def _running_ours(job: BusyJob, driver: Driver, interval_s: float, seconds: float, warmup_s: float) -> dict:
-    with Sidecar(["--pid", str(job.pid), "--port", "0", "--interval", str(interval_s)], env=driver.env()) as sc:
+    with Sidecar(
+        ["--pid", str(job.pid), "--port", "0", "--interval", str(interval_s)], env=driver.env()
+    ) as sc:
         time.sleep(warmup_s)
         polls0, (cpu0, _, _) = _polls_so_far(sc), proc_cpu_rss(sc.proc.pid)
         time.sleep(seconds)
@@ -448,7 +466,9 @@ def _running_nvitop(driver: Driver, interval_s: float, seconds: float, warmup_s:
     return {"cpu_s": cpu1 - cpu0, "polls": elapsed / interval_s, "gpu_rows": done["gpu_rows"]}
 
 
-def running(work: Path, driver: Driver, seconds: float, rounds: int, interval_s: float = 0.25, warmup_s: float = 5.0) -> dict:
+def running(
+    work: Path, driver: Driver, seconds: float, rounds: int, interval_s: float = 0.25, warmup_s: float = 5.0
+) -> dict:
     """The real `dsh-sidecar --pid ROOT --interval 0.25` and nvitop's loop at the same interval, each
     alone in turns for `rounds` rounds (the order alternating), over one busy job of 64 processes on
     8 GPUs: each process's whole CPU time over `seconds` (after `warmup_s`) per poll, as a user pays
@@ -481,8 +501,14 @@ def running(work: Path, driver: Driver, seconds: float, rounds: int, interval_s:
         + ", ".join(f"{x:.2f}" for x in per_poll["ours"])
         + f" | {nvitop_ms / ours_ms:.1f}x (rounds: {min(ratios):.1f}x to {max(ratios):.1f}x) |"
     )
-    print(f"| nvitop (same facts, same interval) | {nvitop_ms:.2f} ms | " + ", ".join(f"{x:.2f}" for x in per_poll["nvitop"]) + " | 1.0x |")
-    print(f"\nOur polls per round: {', '.join(str(x['polls']) for x in ours_runs)}; nvitop's GPU process rows: {nvitop_runs[-1]['gpu_rows']}")
+    print(
+        f"| nvitop (same facts, same interval) | {nvitop_ms:.2f} ms | "
+        + ", ".join(f"{x:.2f}" for x in per_poll["nvitop"])
+        + " | 1.0x |"
+    )
+    print(
+        f"\nOur polls per round: {', '.join(str(x['polls']) for x in ours_runs)}; nvitop's GPU process rows: {nvitop_runs[-1]['gpu_rows']}"
+    )
     return {
         "ours_cpu_ms_per_poll": per_poll["ours"],
         "nvitop_cpu_ms_per_poll": per_poll["nvitop"],
@@ -545,12 +571,18 @@ def history(work: Path, driver: Driver) -> dict:
 
 
 def main() -> int:
+    temporary_runs_ledger()  # the sidecars it starts record their runs (the default) into a temporary ledger
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["compare", "discovery", "running", "scaling", "idle", "history", "all"])
     ap.add_argument("--polls", type=int, default=200)
     ap.add_argument("--seconds", type=float, default=300.0, help="idle: how long to measure (default 300)")
     ap.add_argument("--quick", action="store_true", help="scaling without 1024 processes, idle for 60 s")
-    ap.add_argument("--rounds", type=int, default=3, help="discovery, running: rounds of ours and nvitop's, in turns (default 3)")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="discovery, running: rounds of ours and nvitop's, in turns (default 3)",
+    )
     ap.add_argument(
         "--gap-ms",
         type=float,
@@ -570,9 +602,13 @@ def main() -> int:
         if args.what in ("compare", "all"):
             results["compare"] = compare(work, driver, args.polls)
         if args.what in ("discovery", "all"):
-            results["discovery"] = discovery(work, driver, args.polls, rounds=args.rounds, gap_s=args.gap_ms / 1000)
+            results["discovery"] = discovery(
+                work, driver, args.polls, rounds=args.rounds, gap_s=args.gap_ms / 1000
+            )
         if args.what in ("running", "all"):
-            results["running"] = running(work, driver, 20.0 if args.what == "all" else args.seconds, args.rounds)
+            results["running"] = running(
+                work, driver, 20.0 if args.what == "all" else args.seconds, args.rounds
+            )
         if args.what in ("scaling", "all"):
             results["scaling"] = scaling(work, driver, args.polls, args.quick)
         if args.what in ("history", "all"):

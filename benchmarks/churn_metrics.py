@@ -131,6 +131,9 @@ def _reap() -> None:
 
 
 def main() -> int:
+    from tests.helpers.harness import temporary_runs_ledger
+
+    temporary_runs_ledger()  # the sidecars it starts record their runs (the default) into a temporary ledger
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seconds", type=float, default=600.0)
     p.add_argument("--jobs-per-s", type=float, default=4.0)

@@ -108,7 +108,7 @@ _EVICT = bytearray(64 << 20)
 
 def _evict() -> None:
     """Leave the CPU's caches as a poll 1.5 s after the last finds them: full of other work."""
-    _EVICT[:: 64] = bytes(len(_EVICT) // 64)
+    _EVICT[::64] = bytes(len(_EVICT) // 64)
     time.sleep(0.002)
 
 
@@ -167,10 +167,14 @@ def _replay_in(tree: Path, path: Path, flags: list[str]) -> dict:
 
 
 def compare(path: Path, baseline: str, rounds: int, cold: bool, foreign: int, vary_sm: bool) -> None:
-    flags = (["--cold"] if cold else []) + ["--foreign-rows", str(foreign)] + (["--vary-sm"] if vary_sm else [])
+    flags = (
+        (["--cold"] if cold else []) + ["--foreign-rows", str(foreign)] + (["--vary-sm"] if vary_sm else [])
+    )
     work = Path(tempfile.mkdtemp(prefix="collect-baseline-"))
     checkout = work / "tree"
-    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(checkout), baseline], check=True)
+    subprocess.run(
+        ["git", "-C", str(REPO), "worktree", "add", "--detach", str(checkout), baseline], check=True
+    )
     try:
         times: dict[str, list[float]] = {"before": [], "after": []}
         ratios, differ = [], 0
@@ -178,7 +182,9 @@ def compare(path: Path, baseline: str, rounds: int, cold: bool, foreign: int, va
             # The two in turns, round by round (first one, then the other): what the machine does
             # meanwhile weighs on both alike.
             order = [("before", checkout), ("after", REPO)]
-            runs = dict((name, _replay_in(tree, path, flags)) for name, tree in (order if r % 2 == 0 else order[::-1]))
+            runs = dict(
+                (name, _replay_in(tree, path, flags)) for name, tree in (order if r % 2 == 0 else order[::-1])
+            )
             b, a = runs["before"], runs["after"]
             if r == 0:
                 print(f"{a['polls']} polls of {a['jobs']} jobs; baseline {baseline}")
@@ -192,10 +198,14 @@ def compare(path: Path, baseline: str, rounds: int, cold: bool, foreign: int, va
         subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(checkout)], check=False)
         shutil.rmtree(work, ignore_errors=True)
     for name, values in times.items():
-        print(f"  {name:<7} facts + samples per poll: median {1000 * statistics.median(values):.3f} ms, "
-              f"p10 {1000 * sorted(values)[len(values) // 10]:.3f} ms")
-    print(f"  after / before, median of the polls' ratios: {statistics.median(ratios):.3f} ({len(ratios)} polls); "
-          f"polls whose facts or samples differ: {differ}")
+        print(
+            f"  {name:<7} facts + samples per poll: median {1000 * statistics.median(values):.3f} ms, "
+            f"p10 {1000 * sorted(values)[len(values) // 10]:.3f} ms"
+        )
+    print(
+        f"  after / before, median of the polls' ratios: {statistics.median(ratios):.3f} ({len(ratios)} polls); "
+        f"polls whose facts or samples differ: {differ}"
+    )
 
 
 def main() -> None:

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from bench_sidecar import GAP_S, PUBLISH_S, REPO, TIMED_SNIPPET, Driver, discovery_scenario, ms, run_snippet
 
-POLL_BY_PARTS = r"""
+POLL_BY_PARTS = (
+    r"""
 import collections, json, sys, time
 import probe_wire.follower as follower
 import sidecar.poll.collect as collect, sidecar.poll.history as history, sidecar.poll.poller as poller
@@ -31,7 +32,9 @@ except ImportError:  # --checkout of a commit before poll/jobs.py was poll/disco
     import sidecar.poll.jobs as jobs
     sweeper = jobs
 
-""" + TIMED_SNIPPET + r"""
+"""
+    + TIMED_SNIPPET
+    + r"""
 for owner, name, label in [
     (jobs, "poll_nvml", "nvml"), (jobs.JobsPoller, "_discover", "discover"), (sweeper, "sweep_dead_segments", "sweep"),
     (jobs.JobsPoller, "_publish", "publish"), (poller.Poller, "poll_once", "job polls"),
@@ -54,22 +57,32 @@ for _ in range(n):
     cpu.append(time.process_time() - c)
 print(json.dumps({"cpu": cpu, "parts": {k: 1000 * v / n for k, v in spent.items()}}))
 """
+)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--polls", type=int, default=100)
-    parser.add_argument("--publish-interval", type=float, default=PUBLISH_S, help="seconds (default: as the benchmark)")
-    parser.add_argument("--checkout", type=Path, default=REPO, help="the sidecar of another checkout (default: this one)")
     parser.add_argument(
-        "--gap-ms", type=float, default=1000 * GAP_S, help="the pause before each poll (0: back to back, caches warm)"
+        "--publish-interval", type=float, default=PUBLISH_S, help="seconds (default: as the benchmark)"
+    )
+    parser.add_argument(
+        "--checkout", type=Path, default=REPO, help="the sidecar of another checkout (default: this one)"
+    )
+    parser.add_argument(
+        "--gap-ms",
+        type=float,
+        default=1000 * GAP_S,
+        help="the pause before each poll (0: back to back, caches warm)",
     )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)
         driver = Driver(work / "driver")
         with discovery_scenario(work, driver, publish_interval_s=args.publish_interval):
-            out = run_snippet(POLL_BY_PARTS, driver, 0, args.polls, args.gap_ms / 1000, args.checkout.resolve())
+            out = run_snippet(
+                POLL_BY_PARTS, driver, 0, args.polls, args.gap_ms / 1000, args.checkout.resolve()
+            )
     print(
         f"CPU per poll, median: {ms(out['cpu']):.2f} ms (publish interval {args.publish_interval} s, "
         f"{args.gap_ms:.0f} ms before each poll)"

@@ -94,9 +94,11 @@ def main() -> int:
     print()
     print("| figure | ms | target |")
     print("|---|---|---|")
-    print(f"| around `import probe`, inside the interpreter | {r['inside_ms']:.1f} | at most {TARGET_MS:.0f} |")
     print(
-        f"| `python -c \"import probe\"` less `python -c pass` | {r['whole_ms']:.1f} "
+        f"| around `import probe`, inside the interpreter | {r['inside_ms']:.1f} | at most {TARGET_MS:.0f} |"
+    )
+    print(
+        f'| `python -c "import probe"` less `python -c pass` | {r["whole_ms"]:.1f} '
         f"({r['import_probe_wall_ms']:.1f} less {r['pass_wall_ms']:.1f}) | |"
     )
     print(f"\nprobe, probe_wire and msgpack modules loaded: {', '.join(map(str, r['modules_loaded']))}")

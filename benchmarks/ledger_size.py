@@ -41,26 +41,42 @@ def measure(hours: float, folder: Path) -> dict[str, float]:
     Ledger(path).close()  # opening checks the file (quick_check): what a sidecar's start pays
     open_s = time.perf_counter() - t0
     conn = sqlite3.connect(path)
-    counts = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("runs", "minutes", "verdict_changes")}
+    counts = {
+        t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+        for t in ("runs", "minutes", "verdict_changes")
+    }
     conn.close()
-    return {"hours": hours, "jobs": jobs, "bytes": size, "bytes_per_job": size / jobs, **counts,
-            "write_s": written_s, "open_s": open_s}
+    return {
+        "hours": hours,
+        "jobs": jobs,
+        "bytes": size,
+        "bytes_per_job": size / jobs,
+        **counts,
+        "write_s": written_s,
+        "open_s": open_s,
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hours", type=float, default=24.0)
-    parser.add_argument("--dir", type=Path, default=None, help="where the ledger goes (default: a temporary folder)")
+    parser.add_argument(
+        "--dir", type=Path, default=None, help="where the ledger goes (default: a temporary folder)"
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         r = measure(args.hours, Path(tmp))
     bound = LEDGER_DAY_BYTES_MAX * args.hours / 24.0
-    print("| hours | jobs | runs / minutes / changes | file | per job | bound (LEDGER_DAY_BYTES_MAX share) | open (quick_check) |")
+    print(
+        "| hours | jobs | runs / minutes / changes | file | per job | bound (LEDGER_DAY_BYTES_MAX share) | open (quick_check) |"
+    )
     print("|---|---|---|---|---|---|---|")
-    print(f"| {r['hours']:g} | {r['jobs']:,} | {r['runs']:,} / {r['minutes']:,} / {r['verdict_changes']:,} "
-          f"| {r['bytes'] / 2**20:.1f} MiB ({r['bytes']:,} B) | {r['bytes_per_job']:,.0f} B | {bound / 2**20:.1f} MiB "
-          f"| {r['open_s'] * 1e3:.0f} ms |")
+    print(
+        f"| {r['hours']:g} | {r['jobs']:,} | {r['runs']:,} / {r['minutes']:,} / {r['verdict_changes']:,} "
+        f"| {r['bytes'] / 2**20:.1f} MiB ({r['bytes']:,} B) | {r['bytes_per_job']:,.0f} B | {bound / 2**20:.1f} MiB "
+        f"| {r['open_s'] * 1e3:.0f} ms |"
+    )
     if args.json:
         args.json.write_text(json.dumps(r, indent=2))
 

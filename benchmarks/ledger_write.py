@@ -38,18 +38,26 @@ def _batches(kind: str, n: int) -> LedgerBatch:
         t = DAY_START_UNIX_S + POLL_S * n
         ident = identity(1, DAY_START_UNIX_S)
         start = (t // 60.0) * 60.0
-        return LedgerBatch(runs=(record(ident, t),), minutes=((ident.key, minute(start, polls=int((t - start) / POLL_S) + 1)),))
+        return LedgerBatch(
+            runs=(record(ident, t),),
+            minutes=((ident.key, minute(start, polls=int((t - start) / POLL_S) + 1)),),
+        )
     if kind == "minute":
         t = DAY_START_UNIX_S + 60.0 * n
         ident = identity(2, DAY_START_UNIX_S)
         status = "warning" if n % 2 else "ok"
-        return LedgerBatch(runs=(record(ident, t, status=status),), minutes=((ident.key, minute(t, polls=1)),),
-                           changes=((ident.key, VerdictChange(t, status, ("DATA_WAIT",) if n % 2 else ())),))
+        return LedgerBatch(
+            runs=(record(ident, t, status=status),),
+            minutes=((ident.key, minute(t, polls=1)),),
+            changes=((ident.key, VerdictChange(t, status, ("DATA_WAIT",) if n % 2 else ())),),
+        )
     t = DAY_START_UNIX_S + POLL_S * n
     start = (t // 60.0) * 60.0
     idents = [identity(10 + j, DAY_START_UNIX_S) for j in range(8)]
-    return LedgerBatch(runs=tuple(record(i, t) for i in idents),
-                       minutes=tuple((i.key, minute(start, polls=int((t - start) / POLL_S) + 1)) for i in idents))
+    return LedgerBatch(
+        runs=tuple(record(i, t) for i in idents),
+        minutes=tuple((i.key, minute(start, polls=int((t - start) / POLL_S) + 1)) for i in idents),
+    )
 
 
 def measure(kind: str, writes: int, folder: Path) -> dict[str, float]:
@@ -79,15 +87,21 @@ def measure(kind: str, writes: int, folder: Path) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--writes", type=int, default=2_000)
-    parser.add_argument("--dir", type=Path, default=None, help="where the ledger files go (default: a temporary folder)")
+    parser.add_argument(
+        "--dir", type=Path, default=None, help="where the ledger files go (default: a temporary folder)"
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
-        results = {kind: measure(kind, args.writes, Path(tmp) / "ledger") for kind in ("poll", "minute", "8 jobs")}
+        results = {
+            kind: measure(kind, args.writes, Path(tmp) / "ledger") for kind in ("poll", "minute", "8 jobs")
+        }
     print("| write | writes | CPU µs (mean) | wall µs (median) | wall µs (p99) |")
     print("|---|---|---|---|---|")
     for kind, r in results.items():
-        print(f"| {kind} | {r['writes']} | {r['cpu_us_mean']:.0f} | {r['wall_us_median']:.0f} | {r['wall_us_p99']:.0f} |")
+        print(
+            f"| {kind} | {r['writes']} | {r['cpu_us_mean']:.0f} | {r['wall_us_median']:.0f} | {r['wall_us_p99']:.0f} |"
+        )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 

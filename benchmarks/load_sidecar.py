@@ -47,7 +47,7 @@ from bench_sidecar import Driver  # noqa: E402
 
 from probe_wire import segment_path  # noqa: E402
 from tests.fakenvml import gpu  # noqa: E402
-from tests.helpers.harness import API, Sidecar  # noqa: E402
+from tests.helpers.harness import API, Sidecar, temporary_runs_ledger  # noqa: E402
 from tests.helpers.loadgen import (  # noqa: E402
     BusyJob,
     busy_scenario,
@@ -73,11 +73,15 @@ def clients(work: Path, driver: Driver, n: int, seconds: float, period: float) -
             before = poll_duration(get("127.0.0.1", port, "/metrics", sc.token)[1].decode())
             cpu0, rss0, _ = proc_cpu_rss(sc.proc.pid)
             t0, m0 = time.time(), time.monotonic()
-            result = run_clients("127.0.0.1", port, clients=n, duration_s=seconds, period_s=period, token=sc.token)
+            result = run_clients(
+                "127.0.0.1", port, clients=n, duration_s=seconds, period_s=period, token=sc.token
+            )
             t1, m1 = time.time(), time.monotonic()
             cpu1, rss1, hwm = proc_cpu_rss(sc.proc.pid)
             after = poll_duration(get("127.0.0.1", port, "/metrics", sc.token)[1].decode())
-            times = [t for t in history_times("127.0.0.1", port, token=sc.token) if t0 - INTERVAL_S <= t <= t1]
+            times = [
+                t for t in history_times("127.0.0.1", port, token=sc.token) if t0 - INTERVAL_S <= t <= t1
+            ]
     summary = result.summary()
     cad = cadence(times, INTERVAL_S)
     polls = after["polls"] - before["polls"]
@@ -213,7 +217,9 @@ def slowloris(work: Path, driver: Driver, connections: int, seconds: float, line
             sc.wait_status(lambda d: len(d["processes"]) == 8, what="job of 8 processes")
             port = int(sc.url.rsplit(":", 1)[1])
             _, rss0, _ = proc_cpu_rss(sc.proc.pid)
-            result = measure_under_slowloris(sc.proc.pid, port, connections, seconds, line_period_s, token=sc.token)
+            result = measure_under_slowloris(
+                sc.proc.pid, port, connections, seconds, line_period_s, token=sc.token
+            )
     print(
         f"\n## {connections} connections trickling one header line every {line_period_s} s, {seconds:.0f} s\n"
     )
@@ -244,6 +250,7 @@ def get_with_timeout(port: int, timeout_s: float) -> tuple[int, bytes]:
 
 
 def main() -> int:
+    temporary_runs_ledger()  # the sidecars it starts record their runs (the default) into a temporary ledger
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["clients", "churn", "flood", "slowloris", "all"])
     ap.add_argument(

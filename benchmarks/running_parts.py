@@ -19,14 +19,17 @@ from bench_sidecar import TIMED_SNIPPET, Driver, ms, run_snippet
 
 from tests.helpers.loadgen import BusyJob, busy_scenario
 
-POLL_BY_PARTS = r"""
+POLL_BY_PARTS = (
+    r"""
 import collections, json, sys, time
 import probe_wire.follower as follower
 import sidecar.poll.collect as collect, sidecar.poll.poller as poller
 from sidecar.sources.proctree import ProcessTreeSource
 from sidecar.sources.segments import SegmentSource
 
-""" + TIMED_SNIPPET + r"""
+"""
+    + TIMED_SNIPPET
+    + r"""
 for owner, name, label in [
     (poller, "poll_nvml", "nvml"), (ProcessTreeSource, "poll", "process tree"), (SegmentSource, "poll", "segments"),
     (follower, "read_consistent", "read_consistent"), (collect.FactCollector, "facts", "facts"),
@@ -50,13 +53,19 @@ for _ in range(n):
     cpu.append(time.process_time() - c)
 print(json.dumps({"cpu": cpu, "parts": {k: 1000 * v / n for k, v in spent.items()}}))
 """
+)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--polls", type=int, default=120)
     parser.add_argument("--interval", type=float, default=0.25, help="seconds between polls (default 0.25)")
-    parser.add_argument("--checkout", type=Path, default=Path(__file__).resolve().parents[1], help="the sidecar of another checkout")
+    parser.add_argument(
+        "--checkout",
+        type=Path,
+        default=Path(__file__).resolve().parents[1],
+        help="the sidecar of another checkout",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)
@@ -64,7 +73,9 @@ def main() -> None:
         with BusyJob(work, processes=64, gpus=8) as job:
             driver.write(busy_scenario(job.pids, 8))
             time.sleep(1.5)  # every segment published
-            out = run_snippet(POLL_BY_PARTS, driver, job.pid, args.polls, args.interval, args.checkout.resolve())
+            out = run_snippet(
+                POLL_BY_PARTS, driver, job.pid, args.polls, args.interval, args.checkout.resolve()
+            )
     mean = 1000 * sum(out["cpu"]) / len(out["cpu"])
     print(
         f"CPU per poll: median {ms(out['cpu']):.2f} ms, mean {mean:.2f} ms, p90 {ms(out['cpu'], 90):.2f} ms "

@@ -143,7 +143,9 @@ def main() -> int:
         cpu_s[kind] += s.ticks / TICKS_PER_S
         count[kind] += 1
     total = sum(cpu_s.values())
-    print(f"\n`{' '.join(command)}`: exit {proc.returncode}, {wall_s:.0f} s, {total:.0f} CPU-s in {len(seen)} processes")
+    print(
+        f"\n`{' '.join(command)}`: exit {proc.returncode}, {wall_s:.0f} s, {total:.0f} CPU-s in {len(seen)} processes"
+    )
     print(f"({os.cpu_count()} CPUs: {total / max(wall_s, 1e-9):.2f} of them busy on average)\n")
     print("| kind of process | CPU-s | share | processes |\n|---|---:|---:|---:|")
     for kind, s in cpu_s.most_common():

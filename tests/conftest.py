@@ -3,11 +3,8 @@
 The simulated NVIDIA driver's fixtures live with the driver (tests/fakenvml/fixtures.py).
 """
 
-import atexit
 import os
-import shutil
 import sys
-import tempfile
 
 import pytest
 
@@ -20,12 +17,10 @@ from tests.fakenvml.fixtures import *  # noqa: F403 -- pytest fixtures
 from tests.helpers import hypothesis_profiles
 from tests.helpers.browser_fixtures import *  # noqa: F403 -- pytest fixtures: pages, chromium
 from tests.helpers.dispatch_order import ALONE_IDS_ENV, slow_first, write_alone_ids
+from tests.helpers.harness import temporary_runs_ledger
 
-# The runs ledger of every sidecar a test starts (--runs-db's default): a temporary file of this
-# session's, never the user's state directory nor root's /var/lib.
-_RUNS_DIR = tempfile.mkdtemp(prefix="dsh-test-runs-")
-os.environ["DSH_RUNS_DB"] = os.path.join(_RUNS_DIR, "runs.sqlite3")
-atexit.register(shutil.rmtree, _RUNS_DIR, ignore_errors=True)
+# The runs ledger of every sidecar a test starts: a temporary file of this session's.
+temporary_runs_ledger()
 
 # Before any test module is imported: their @settings inherit from the profile loaded here.
 HYPOTHESIS_PROFILE = hypothesis_profiles.load()

@@ -18,6 +18,27 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 API = "/api/dsh-gpu-dashboard"
+RUNS_DB_ENV = "DSH_RUNS_DB"
+
+
+_runs_ledger: str | None = None
+
+
+def temporary_runs_ledger() -> str:
+    """Points $DSH_RUNS_DB (--runs-db's default) at a temporary file of this process's, removed at
+    its exit: every sidecar a test or a benchmark starts records its runs there (recording is on
+    by default), never in the user's own ledger (even one $DSH_RUNS_DB names), nor root's /var/lib."""
+    global _runs_ledger
+    if _runs_ledger is None:
+        import atexit
+        import shutil
+        import tempfile
+
+        folder = tempfile.mkdtemp(prefix="dsh-test-runs-")
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        _runs_ledger = os.path.join(folder, "runs.sqlite3")
+    os.environ[RUNS_DB_ENV] = _runs_ledger
+    return _runs_ledger
 
 
 def wait_for(
@@ -150,7 +171,9 @@ class Sidecar:
     ):
         self.token = token
         # as_uid: the sidecar of another (real) user, started through setpriv
-        user = [] if as_uid is None else ["setpriv", f"--reuid={as_uid}", f"--regid={as_uid}", "--clear-groups"]
+        user = (
+            [] if as_uid is None else ["setpriv", f"--reuid={as_uid}", f"--regid={as_uid}", "--clear-groups"]
+        )
         self.proc = subprocess.Popen(
             [*user, sys.executable, "-m", "sidecar.cli", *args],
             env=python_env(base=env),
@@ -183,7 +206,9 @@ class Sidecar:
                 self.url = line.split()[2].rstrip("/")
             # Started once the last line of its announcement is out: the "serving" line, or the
             # address with the token that it says comes below.
-            if (self.url and "?token=" in line) or (line.startswith("dsh-sidecar: serving ") and "below)" not in line):
+            if (self.url and "?token=" in line) or (
+                line.startswith("dsh-sidecar: serving ") and "below)" not in line
+            ):
                 self._url.set()
 
     def get(self, path: str, timeout_s: float = 5.0) -> tuple[int, Any]:
