@@ -32,13 +32,13 @@ def test_the_given_path_then_dsh_runs_db_then_the_default(tmp_path, monkeypatch)
     assert rec.sink.path == tmp_path / "a" / "r.sqlite3" and rec.fault is None
     rec.sink.close()
     monkeypatch.setenv("DSH_RUNS_DB", str(tmp_path / "env.sqlite3"))
-    assert runs.runs_db_path(serve_parser().parse_args([])) == str(tmp_path / "env.sqlite3")
+    assert runs.ledger_path(serve_parser().parse_args([])) == tmp_path / "env.sqlite3"
     monkeypatch.delenv("DSH_RUNS_DB")
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     want = "/var/lib/dsh-gpu-dashboard/runs.sqlite3" if os.geteuid() == 0 else str(
         tmp_path / "state" / "dsh-gpu-dashboard" / "runs.sqlite3"
     )
-    assert runs.runs_db_path(serve_parser().parse_args([])) == want
+    assert str(runs.ledger_path(serve_parser().parse_args([]))) == want
 
 
 def test_a_ledger_that_cannot_be_opened_is_said_once_and_nothing_is_recorded(tmp_path, capsys):

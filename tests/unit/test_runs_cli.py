@@ -178,7 +178,7 @@ def test_the_default_ledger_is_the_users_state_folder(capsys, tmp_path, monkeypa
     file the recorder writes by default."""
     from argparse import Namespace
 
-    from sidecar.cli.runs_commands import ledger_path
+    from sidecar.cli.runs import ledger_path
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
     given = Namespace(runs_db=str(tmp_path / "given.sqlite3"))
