@@ -37,31 +37,33 @@ def _record(ident: RunIdentity, seen_unix_s: float, *, ended: bool, workers: str
     return dataclasses.replace(rec, setup=dataclasses.replace(SETUP, loader=loader))
 
 
-def fill(path: Path) -> dict[str, RunRecord]:
-    """Writes the four runs into the ledger at `path`; their records by name."""
-    base = identity(1, T0, command=COMMAND)
-    slow = identity(2, T0 + 3_600, command=COMMAND)
-    other = identity(3, T0 + 7_200, command=("python", "eval.py"))
+def fill(path: Path, *, t0: float = T0, base_workers: str = "8") -> dict[str, RunRecord]:
+    """Writes the four runs into the ledger at `path`; their records by name. `t0`: when `base`
+    starts (a multiple of 60; a sidecar that records into the ledger merges minutes older than a
+    week: its tests start them hours ago); `base_workers`: its num_workers."""
+    base = identity(1, t0, command=COMMAND)
+    slow = identity(2, t0 + 3_600, command=COMMAND)
+    other = identity(3, t0 + 7_200, command=("python", "eval.py"))
     forged = dataclasses.replace(
-        identity(4, T0 + 9_000), command=("python", FORGED), cwd=f"/home/ada/{FORGED}", host=f"node{FORGED}"
+        identity(4, t0 + 9_000), command=("python", FORGED), cwd=f"/home/ada/{FORGED}", host=f"node{FORGED}"
     )
     runs = {
-        "base": _record(base, T0 + 600, ended=True),
-        "slow": _record(slow, T0 + 4_200, ended=True, workers="0"),
-        "other": dataclasses.replace(_record(other, T0 + 7_500, ended=False), totals=dataclasses.replace(
-            record(other, T0 + 7_500).totals, steps=None)),
-        "forged": _record(forged, T0 + 9_300, ended=True),
+        "base": _record(base, t0 + 600, ended=True, workers=base_workers),
+        "slow": _record(slow, t0 + 4_200, ended=True, workers="0"),
+        "other": dataclasses.replace(_record(other, t0 + 7_500, ended=False), totals=dataclasses.replace(
+            record(other, t0 + 7_500).totals, steps=None)),
+        "forged": _record(forged, t0 + 9_300, ended=True),
     }
-    minutes = [(base.key, m) for m in _minutes(T0, 4.0)]
+    minutes = [(base.key, m) for m in _minutes(t0, 4.0)]
     minutes += [
         (slow.key, m)
         for m in _minutes(
-            T0 + 3_600, 2.5, data_wait_fraction=0.5, forward_fraction=0.19, backward_fraction=0.24,
+            t0 + 3_600, 2.5, data_wait_fraction=0.5, forward_fraction=0.19, backward_fraction=0.24,
             optimizer_fraction=0.05, other_fraction=0.02,
         )
     ]
-    changes = [(base.key, VerdictChange(T0 + 5, "GPU")), (slow.key, VerdictChange(T0 + 3_605, "GPU")),
-               (slow.key, VerdictChange(T0 + 3_700, "GPU", ("data-wait",)))]
+    changes = [(base.key, VerdictChange(t0 + 5, "GPU")), (slow.key, VerdictChange(t0 + 3_605, "GPU")),
+               (slow.key, VerdictChange(t0 + 3_700, "GPU", ("data-wait",)))]
     with Ledger(path) as ledger:
         assert ledger.write(LedgerBatch(tuple(runs.values()), tuple(minutes), tuple(changes)))
     return runs

@@ -18,6 +18,7 @@ import { h, richText } from './dom.js';
 import { migList, renderStrip } from './strip.js';
 import { createHistoryView } from './history_view.js';
 import { createClusterPanel } from './cluster.js';
+import { createRunsPanel } from './runs.js';
 
 /** @typedef {import('../shared/contract.js').StatusDocument} StatusDocument */
 /** @typedef {import('../shared/contract.js').HistoryDocument} HistoryDocument */
@@ -318,6 +319,28 @@ const clusterPanel = createClusterPanel({
   lang: () => state.lang, statusDoc: () => state.doc, onChange: () => clusterPanel.render(),
 });
 
+// ------------------------------------------------------------------ the Runs view (runs.js), picked by the address's #runs
+
+const runsPanel = createRunsPanel({
+  root: $('[data-testid="runs-view"]'), h, richText, tr, lang: () => state.lang, fetchJSON: (url) => fetchJSON(url),
+  tooltip: $('[data-testid="tooltip"]'),
+});
+
+const viewOf = () => (location.hash === '#runs' ? 'runs' : 'live');
+
+function showView() {
+  const view = viewOf();
+  document.body.dataset.view = view;
+  $('[data-testid="runs-view"]').hidden = view !== 'runs';
+  for (const a of document.querySelectorAll('.view-tab')) {
+    if (a.dataset.view === view) a.setAttribute('aria-current', 'page');
+    else a.removeAttribute('aria-current');
+  }
+  if (view === 'runs') runsPanel.show(); // asked each time the view is picked: the runs of now
+}
+
+window.addEventListener('hashchange', showView);
+
 // ------------------------------------------------------------------ reachability + last updated
 
 function renderUpdated() {
@@ -460,6 +483,7 @@ $('[data-testid="lang-switch"]').addEventListener('click', () => {
   }
   applyStaticText();
   renderAll();
+  if (viewOf() === 'runs') runsPanel.render();
 });
 
 for (const b of document.querySelectorAll('.window-select button')) {
@@ -474,4 +498,5 @@ for (const b of document.querySelectorAll('.window-select button')) {
 setInterval(renderUpdated, 1000);
 applyStaticText();
 renderAll();
+showView();
 poll();
