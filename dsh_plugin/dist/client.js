@@ -582,7 +582,72 @@ var en_default = {
   "col.forward": "Forward",
   "col.optimizer": "Optimizer",
   "col.other": "Other",
-  "col.collectiveWait": "Waits for others"
+  "col.collectiveWait": "Waits for others",
+  "view.live": "Live",
+  "view.runs": "Runs",
+  "runs.title": "Runs",
+  "runs.subtitle": "Every run the sidecar recorded, the newest first. Open one for its timeline and minutes, or compare it with the previous run of the same command in the same folder.",
+  "runs.sessionTitle": "This session's runs",
+  "runs.col.start": "Start",
+  "runs.col.duration": "Duration",
+  "runs.col.state": "State",
+  "runs.col.command": "Command",
+  "runs.col.folder": "Folder",
+  "runs.col.status": "Status",
+  "runs.col.rate": "Steps/s",
+  "runs.col.held": "GPU-h held",
+  "runs.col.busy": "GPU-h busy",
+  "runs.state.live": "running",
+  "runs.state.exited": "ended (exit {code})",
+  "runs.rate": "{value} steps/s",
+  "runs.gpuHours": "{value} GPU·h",
+  "runs.busyShare": "busy {share} of the time held",
+  "runs.warnings": "warnings: {codes}",
+  "runs.noWarnings": "no warnings",
+  "runs.none": "No run recorded yet: runs appear here once a job has run under a sidecar.",
+  "runs.noneHere": "No recorded run in this session's folder.",
+  "runs.loading": "Reading the runs…",
+  "runs.error": "The runs cannot be read: {error}",
+  "runs.open": "Open",
+  "runs.close": "Close",
+  "runs.compare": "Compare with the previous run",
+  "runs.comparing": "Comparing…",
+  "runs.detailTitle": "Run {id}",
+  "runs.timeline": "Verdict timeline",
+  "runs.timelineNone": "No verdict change recorded.",
+  "runs.chart.rate": "Steps per second, per minute",
+  "runs.chart.util": "GPU utilisation, per minute",
+  "runs.chart.rateSeries": "steps/s",
+  "runs.chart.utilSeries": "GPU util",
+  "runs.chart.smSeries": "SM activity",
+  "runs.chart.none": "No minutes recorded for this run.",
+  "runs.fact.command": "Command",
+  "runs.fact.folder": "Folder",
+  "runs.fact.host": "Host",
+  "runs.fact.gpus": "GPUs",
+  "runs.fact.torch": "torch",
+  "runs.fact.precision": "Precision",
+  "runs.fact.loader": "DataLoader",
+  "runs.fact.steps": "Steps",
+  "runs.compare.previous": "Against the previous run of the same command in the same folder: {id}, started {start}.",
+  "runs.compare.given": "Against run {id}, started {start}.",
+  "runs.compare.causes": "Causes, by the share of the difference they explain",
+  "runs.compare.reasons": "Why, by share",
+  "runs.compare.notes": "Notes",
+  "runs.outcome.improvement": "IMPROVEMENT",
+  "runs.outcome.regression": "REGRESSION",
+  "runs.outcome.within-noise": "WITHIN NOISE",
+  "runs.outcome.not-enough-evidence": "NOT ENOUGH EVIDENCE",
+  "runs.outcome.not-comparable": "NOT COMPARABLE",
+  "runs.part.data-wait": "data wait",
+  "runs.part.forward": "forward",
+  "runs.part.backward": "backward",
+  "runs.part.optimizer": "optimizer",
+  "runs.part.other": "other work",
+  "runs.part.whole-step": "uncovered step time",
+  "runs.off.title": "Runs are not recorded",
+  "runs.off.body": "This sidecar keeps no run ledger: it was started with `--no-runs`. Start it without `--no-runs` (runs go to $XDG_STATE_HOME/dsh-gpu-dashboard/runs.sqlite3) or with `--runs-db PATH` to remember every run and compare it with the previous one.",
+  "runs.off.more": 'README: "Runs: where they live and how to compare".'
 };
 
 // ../sidecar/static/shared/i18n/zh.json
@@ -1093,7 +1158,72 @@ var zh_default = {
   "col.forward": "前向",
   "col.optimizer": "优化器",
   "col.other": "其他",
-  "col.collectiveWait": "等待其他 rank"
+  "col.collectiveWait": "等待其他 rank",
+  "view.live": "实时",
+  "view.runs": "运行记录",
+  "runs.title": "运行记录",
+  "runs.subtitle": "sidecar 记录下的每一次运行，最新的在前。打开一次运行可查看其时间线和逐分钟数据，或与同一目录下同一命令的上一次运行比较。",
+  "runs.sessionTitle": "本会话的运行记录",
+  "runs.col.start": "开始",
+  "runs.col.duration": "时长",
+  "runs.col.state": "状态",
+  "runs.col.command": "命令",
+  "runs.col.folder": "目录",
+  "runs.col.status": "判定",
+  "runs.col.rate": "步/秒",
+  "runs.col.held": "占用 GPU·时",
+  "runs.col.busy": "忙碌 GPU·时",
+  "runs.state.live": "运行中",
+  "runs.state.exited": "已结束（退出码 {code}）",
+  "runs.rate": "{value} 步/秒",
+  "runs.gpuHours": "{value} GPU·时",
+  "runs.busyShare": "占用期间 {share} 的时间在忙",
+  "runs.warnings": "警告：{codes}",
+  "runs.noWarnings": "无警告",
+  "runs.none": "还没有记录任何运行：作业在 sidecar 下运行过后，会显示在这里。",
+  "runs.noneHere": "本会话的目录中没有记录的运行。",
+  "runs.loading": "正在读取运行记录…",
+  "runs.error": "无法读取运行记录：{error}",
+  "runs.open": "打开",
+  "runs.close": "关闭",
+  "runs.compare": "与上一次运行比较",
+  "runs.comparing": "正在比较…",
+  "runs.detailTitle": "运行 {id}",
+  "runs.timeline": "判定时间线",
+  "runs.timelineNone": "没有记录到判定变化。",
+  "runs.chart.rate": "每秒步数（逐分钟）",
+  "runs.chart.util": "GPU 利用率（逐分钟）",
+  "runs.chart.rateSeries": "步/秒",
+  "runs.chart.utilSeries": "GPU 利用率",
+  "runs.chart.smSeries": "SM 活跃度",
+  "runs.chart.none": "这次运行没有记录到逐分钟数据。",
+  "runs.fact.command": "命令",
+  "runs.fact.folder": "目录",
+  "runs.fact.host": "主机",
+  "runs.fact.gpus": "GPU",
+  "runs.fact.torch": "torch",
+  "runs.fact.precision": "精度",
+  "runs.fact.loader": "DataLoader",
+  "runs.fact.steps": "步数",
+  "runs.compare.previous": "对比同一目录下同一命令的上一次运行：{id}，开始于 {start}。",
+  "runs.compare.given": "对比运行 {id}，开始于 {start}。",
+  "runs.compare.causes": "原因，按其解释的差异份额排序",
+  "runs.compare.reasons": "缘由，按份额排序",
+  "runs.compare.notes": "说明",
+  "runs.outcome.improvement": "提升",
+  "runs.outcome.regression": "回退",
+  "runs.outcome.within-noise": "在噪声范围内",
+  "runs.outcome.not-enough-evidence": "证据不足",
+  "runs.outcome.not-comparable": "无法比较",
+  "runs.part.data-wait": "等待数据",
+  "runs.part.forward": "前向传播",
+  "runs.part.backward": "反向传播",
+  "runs.part.optimizer": "优化器",
+  "runs.part.other": "其他工作",
+  "runs.part.whole-step": "未覆盖的步时间",
+  "runs.off.title": "未记录运行",
+  "runs.off.body": "这个 sidecar 没有运行账本：它是用 `--no-runs` 启动的。去掉 `--no-runs` 启动（运行记录保存在 $XDG_STATE_HOME/dsh-gpu-dashboard/runs.sqlite3），或用 `--runs-db PATH` 指定位置，即可记住每一次运行并与上一次比较。",
+  "runs.off.more": "参见 README：“Runs: where they live and how to compare”。"
 };
 
 // ../sidecar/static/shared/format.js
@@ -1291,6 +1421,14 @@ function fmtClock(unix) {
   if (!isNum(unix)) return NA;
   const d = new Date(unix * 1e3);
   return `${pad2(d.getHours())}:${pad2(d.getMinutes())}:${pad2(d.getSeconds())}`;
+}
+function fmtDuration(seconds) {
+  if (!isNum(seconds)) return NA;
+  const s = Math.max(0, Math.round(seconds));
+  const h = Math.floor(s / 3600);
+  const m = Math.floor(s % 3600 / 60);
+  const r = s % 60;
+  return h ? `${h}:${pad2(m)}:${pad2(r)}` : `${m}:${pad2(r)}`;
 }
 function utilLevel(pct2) {
   if (!isNum(pct2)) return "none";
@@ -3888,45 +4026,273 @@ function ClusterSection({ doc, lang }) {
   return /* @__PURE__ */ (0, import_jsx_runtime10.jsx)(ClusterTables, { cluster: st.cluster, doc, error: st.error, lang });
 }
 
-// src/client/view.jsx
+// src/client/runs.jsx
+var import_react7 = require("react");
+
+// ../sidecar/static/shared/runs.js
+var COMMAND_MAX_CHARS = 60;
+var FOLDER_MAX_CHARS = 40;
+var S_PER_H = 3600;
+var RUN_COLUMNS = [
+  { key: "start", label: "runs.col.start" },
+  { key: "duration", label: "runs.col.duration", num: true },
+  { key: "state", label: "runs.col.state" },
+  { key: "command", label: "runs.col.command" },
+  { key: "folder", label: "runs.col.folder" },
+  { key: "status", label: "runs.col.status" },
+  { key: "rate", label: "runs.col.rate", num: true },
+  { key: "held", label: "runs.col.held", num: true },
+  { key: "busy", label: "runs.col.busy", num: true }
+];
+var isNum7 = (x) => typeof x === "number" && Number.isFinite(x);
+var pad22 = (n) => String(n).padStart(2, "0");
+var STEERING = /[\u0000-\u001f\u007f-\u009f\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]/g;
+function plainLine(text) {
+  return String(text ?? "").replace(STEERING, " ");
+}
+function clip(text, max, keepEnd = false) {
+  const s = plainLine(text);
+  if (s.length <= max) return s;
+  return keepEnd ? `…${s.slice(s.length - max + 1)}` : `${s.slice(0, max - 1)}…`;
+}
+function fmtStart(unix) {
+  if (!isNum7(unix)) return NA;
+  const d = new Date(unix * 1e3);
+  return `${d.getFullYear()}-${pad22(d.getMonth() + 1)}-${pad22(d.getDate())} ${pad22(d.getHours())}:${pad22(d.getMinutes())}`;
+}
+function fmtGpuHours(seconds, lang) {
+  if (!isNum7(seconds)) return NA;
+  const h = seconds / S_PER_H;
+  return t(lang, "runs.gpuHours", { value: h < 10 ? h.toFixed(2) : h.toFixed(1) });
+}
+function refText(obj, lang, field = "text") {
+  if (!obj) return "";
+  const rendered = renderRef(obj[`${field}_ref`], lang);
+  if (rendered !== null && rendered.trim()) return rendered;
+  return typeof obj[field] === "string" ? obj[field] : "";
+}
+function warningsText(codes, lang) {
+  const list2 = Array.isArray(codes) ? codes.filter((c) => typeof c === "string") : [];
+  return list2.length ? t(lang, "runs.warnings", { codes: list2.map(plainLine).join(", ") }) : "";
+}
+function runRow(run, lang) {
+  const status = run.status ? statusOf(run) : null;
+  const warnings = warningsText(run.warnings, lang);
+  const command = plainLine(cmdText(run.command));
+  const busyShare = isNum7(run.gpu_busy_s) && run.gpu_held_s > 0 ? run.gpu_busy_s / run.gpu_held_s : null;
+  return {
+    id: plainLine(run.id),
+    state: run.state === "live" ? "live" : "exited",
+    status,
+    warnings: Array.isArray(run.warnings) ? run.warnings.length : 0,
+    cells: {
+      start: { text: fmtStart(run.started_unix_s) },
+      duration: { text: fmtDuration(run.wall_s) },
+      state: { text: t(lang, run.state === "live" ? "runs.state.live" : "runs.state.exited", { code: run.exit_code ?? NA }) },
+      command: { text: clip(command, COMMAND_MAX_CHARS) || NA, title: command },
+      folder: { text: run.cwd ? clip(run.cwd, FOLDER_MAX_CHARS, true) : NA, title: plainLine(run.cwd) },
+      status: { text: [status ? t(lang, `status.${status}`) : NA, warnings].filter(Boolean).join(" · "), title: warnings },
+      rate: { text: isNum7(run.step_rate_hz) ? t(lang, "runs.rate", { value: fmtRate(run.step_rate_hz) }) : NA },
+      held: { text: fmtGpuHours(run.gpu_held_s, lang) },
+      busy: {
+        text: fmtGpuHours(run.gpu_busy_s, lang),
+        title: busyShare === null ? "" : t(lang, "runs.busyShare", { share: `${Math.round(busyShare * 100)} %` })
+      }
+    }
+  };
+}
+function runRows(doc, lang) {
+  const runs = doc && Array.isArray(doc.runs) ? doc.runs.filter((r) => r && typeof r === "object" && typeof r.id === "string") : [];
+  return runs.map((run, i) => ({ run, i })).sort((a, b) => (b.run.started_unix_s || 0) - (a.run.started_unix_s || 0) || a.i - b.i).map(({ run }) => runRow(run, lang));
+}
+function compareView(doc, lang) {
+  if (!doc || typeof doc !== "object") return null;
+  const figure = (f) => f && typeof f === "object" ? { figure: f.figure, outcome: f.outcome, text: refText(f, lang) } : null;
+  const causes = (Array.isArray(doc.causes) ? doc.causes : []).filter((c) => c && typeof c === "object").sort((a, b) => (b.share_fraction || 0) - (a.share_fraction || 0)).map((c) => ({
+    code: c.code,
+    name: t(lang, `runs.part.${c.code}`),
+    share: isNum7(c.share_fraction) ? `${Math.round(c.share_fraction * 100)} %` : NA,
+    shareFraction: isNum7(c.share_fraction) ? c.share_fraction : 0,
+    text: refText(c, lang),
+    reasons: (Array.isArray(c.reasons) ? c.reasons : []).map((r) => ({ code: r.code, text: refText(r, lang) }))
+  }));
+  return {
+    outcome: typeof doc.outcome === "string" ? doc.outcome : "not-comparable",
+    outcomeText: t(lang, `runs.outcome.${doc.outcome}`),
+    headline: refText(doc, lang, "message"),
+    baseline: doc.baseline ? plainLine(doc.baseline.id) : NA,
+    baselineText: t(lang, doc.baseline_choice === "previous" ? "runs.compare.previous" : "runs.compare.given", {
+      id: doc.baseline ? plainLine(doc.baseline.id) : NA,
+      start: fmtStart(doc.baseline && doc.baseline.started_unix_s)
+    }),
+    figures: [figure(doc.throughput), figure(doc.gpu_busy)].filter(Boolean),
+    causes,
+    reasons: (Array.isArray(doc.reasons) ? doc.reasons : []).map((r) => ({ code: r.code, text: refText(r, lang) })),
+    notes: (Array.isArray(doc.notes) ? doc.notes : []).map((n) => ({ code: n.code, text: refText(n, lang) }))
+  };
+}
+function notRecorded(lang) {
+  return { title: t(lang, "runs.off.title"), body: t(lang, "runs.off.body"), more: t(lang, "runs.off.more") };
+}
+function runsError(error, lang) {
+  return t(lang, "runs.error", { error: plainLine(error && error.message ? error.message : error) });
+}
+
+// src/client/runs.jsx
 var import_jsx_runtime11 = require("react/jsx-runtime");
+var RUNS_EVERY_MS = 3e4;
+async function getJson2(path) {
+  const res = await fetch(path, { headers: { Accept: "application/json" }, cache: "no-store", credentials: "same-origin" });
+  let body = null;
+  try {
+    body = await res.json();
+  } catch {
+    body = null;
+  }
+  return { status: res.status, body };
+}
+var errorOf = (r) => r.body && (r.body.detail || r.body.error) || `HTTP ${r.status}`;
+function CompareResult({ doc, lang }) {
+  const vm = compareView(doc, lang);
+  if (!vm) return null;
+  return /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)("div", { className: "dgd-card dgd-compare", "data-testid": "dsh-gpu-compare", "data-outcome": vm.outcome, children: [
+    /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)("div", { children: [
+      /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("b", { className: vm.outcome === "regression" ? "dgd-bad" : void 0, "data-testid": "dsh-gpu-compare-outcome", children: vm.outcomeText }),
+      " ",
+      /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("span", { children: vm.headline })
+    ] }),
+    /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("div", { className: "dgd-muted", children: vm.baselineText }),
+    /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("ul", { className: "dgd-compare-list", children: vm.figures.map((f) => /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("li", { "data-figure": f.figure, "data-outcome": f.outcome, children: f.text }, f.figure)) }),
+    vm.causes.length ? /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)(import_jsx_runtime11.Fragment, { children: [
+      /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("div", { className: "dgd-section-title", children: t(lang, "runs.compare.causes") }),
+      /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("ol", { className: "dgd-compare-list", children: vm.causes.map((c) => /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)("li", { "data-testid": "dsh-gpu-compare-cause", "data-code": c.code, children: [
+        /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("b", { children: c.share }),
+        " ",
+        c.name,
+        ": ",
+        c.text,
+        c.reasons.length ? /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("ul", { children: c.reasons.map((r) => /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("li", { "data-code": r.code, className: "dgd-muted", children: r.text }, r.code)) }) : null
+      ] }, c.code)) })
+    ] }) : null,
+    vm.notes.map((n) => /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("div", { className: "dgd-muted", "data-code": n.code, children: n.text }, n.code))
+  ] });
+}
+function RunsTable({ doc, off, error, lang, compare, onCompare }) {
+  const title = /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("h3", { className: "dgd-section-title", children: t(lang, "runs.sessionTitle") });
+  if (off) {
+    const text = notRecorded(lang);
+    return /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)("section", { "data-testid": "dsh-gpu-runs", "data-state": "off", children: [
+      title,
+      /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)("div", { className: "dgd-card dgd-muted", "data-testid": "dsh-gpu-runs-off", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("b", { children: text.title }),
+        " ",
+        text.body,
+        " ",
+        text.more
+      ] })
+    ] });
+  }
+  if (error) return /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)("section", { "data-testid": "dsh-gpu-runs", "data-state": "error", children: [
+    title,
+    /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("div", { className: "dgd-bad", children: runsError(error, lang) })
+  ] });
+  if (!doc) return null;
+  const rows = runRows(doc, lang);
+  const cmp = compare || {};
+  return /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)("section", { "data-testid": "dsh-gpu-runs", "data-state": "ok", children: [
+    title,
+    /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("div", { className: "dgd-card dgd-table-wrap", children: /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)("table", { className: "dgd-table", "data-testid": "dsh-gpu-runs-table", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("thead", { children: /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)("tr", { children: [
+        RUN_COLUMNS.map((c) => /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("th", { className: c.num ? "dgd-num" : void 0, children: t(lang, c.label) }, c.key)),
+        /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("th", {})
+      ] }) }),
+      /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("tbody", { children: rows.length ? rows.map((row) => /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)("tr", { "data-testid": "dsh-gpu-run", "data-run-id": row.id, "data-state": row.state, children: [
+        RUN_COLUMNS.map((c) => /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("td", { className: c.num ? "dgd-num" : void 0, "data-col": c.key, title: row.cells[c.key].title || void 0, children: row.cells[c.key].text }, c.key)),
+        /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("td", { children: /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("button", { type: "button", className: "dgd-run-compare", "data-testid": "dsh-gpu-run-compare", disabled: cmp.busy && cmp.id === row.id, onClick: () => onCompare && onCompare(row.id), children: t(lang, cmp.busy && cmp.id === row.id ? "runs.comparing" : "runs.compare") }) })
+      ] }, row.id)) : /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("tr", { children: /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("td", { colSpan: RUN_COLUMNS.length + 1, className: "dgd-muted", children: t(lang, "runs.noneHere") }) }) })
+    ] }) }),
+    cmp.error ? /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("div", { className: "dgd-bad", "data-testid": "dsh-gpu-compare-error", children: runsError(cmp.error, lang) }) : null,
+    cmp.doc ? /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(CompareResult, { doc: cmp.doc, lang }) : null
+  ] });
+}
+function SessionRuns({ sessionId, lang }) {
+  const store = getStore();
+  (0, import_react7.useSyncExternalStore)(store.settings.subscribe, store.settings.get, store.settings.get);
+  const [st, setSt] = (0, import_react7.useState)({ doc: null, off: false, error: null });
+  const [compare, setCompare] = (0, import_react7.useState)(null);
+  (0, import_react7.useEffect)(() => {
+    let stop = false;
+    let timer = null;
+    const path = `${API}/runs${sessionId ? `?session=${encodeURIComponent(sessionId)}` : ""}`;
+    const poll = async () => {
+      try {
+        const r = await getJson2(path);
+        if (stop) return;
+        if (r.status === 200 && r.body && Array.isArray(r.body.runs)) setSt({ doc: r.body, off: false, error: null });
+        else if (r.status === 404) setSt({ doc: null, off: true, error: null });
+        else setSt({ doc: null, off: false, error: errorOf(r) });
+      } catch (err) {
+        if (!stop) setSt({ doc: null, off: false, error: String(err && err.message || err) });
+      }
+      if (!stop) timer = setTimeout(poll, RUNS_EVERY_MS);
+    };
+    poll();
+    return () => {
+      stop = true;
+      clearTimeout(timer);
+    };
+  }, [sessionId]);
+  const onCompare = async (id) => {
+    setCompare({ id, busy: true });
+    try {
+      const r = await getJson2(`${API}/compare?a=${encodeURIComponent(id)}`);
+      setCompare(r.status === 200 && r.body ? { id, doc: r.body } : { id, error: errorOf(r) });
+    } catch (err) {
+      setCompare({ id, error: String(err && err.message || err) });
+    }
+  };
+  return /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(RunsTable, { doc: st.doc, off: st.off, error: st.error, lang, compare, onCompare });
+}
+
+// src/client/view.jsx
+var import_jsx_runtime12 = require("react/jsx-runtime");
 function Hero({ doc, lang, lastOk }) {
-  return /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)("section", { className: "dgd-card dgd-hero", "data-testid": "dsh-gpu-hero", children: [
-    /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)("div", { className: "dgd-hero-main", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(Badge, { doc, lang, big: true }),
-      /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)("div", { className: "dgd-hero-text", children: [
-        /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("p", { className: "dgd-message", "data-testid": "dsh-gpu-message", children: summarize(doc, lang).message || NA }),
-        targetText(doc, lang) ? /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("span", { className: "dgd-muted", "data-testid": "dsh-gpu-target", children: targetText(doc, lang) }) : null,
-        /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(Updated, { lastOk, lang })
+  return /* @__PURE__ */ (0, import_jsx_runtime12.jsxs)("section", { className: "dgd-card dgd-hero", "data-testid": "dsh-gpu-hero", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime12.jsxs)("div", { className: "dgd-hero-main", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime12.jsx)(Badge, { doc, lang, big: true }),
+      /* @__PURE__ */ (0, import_jsx_runtime12.jsxs)("div", { className: "dgd-hero-text", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("p", { className: "dgd-message", "data-testid": "dsh-gpu-message", children: summarize(doc, lang).message || NA }),
+        targetText(doc, lang) ? /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("span", { className: "dgd-muted", "data-testid": "dsh-gpu-target", children: targetText(doc, lang) }) : null,
+        /* @__PURE__ */ (0, import_jsx_runtime12.jsx)(Updated, { lastOk, lang })
       ] })
     ] }),
-    /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("dl", { className: "dgd-facts", "data-testid": "dsh-gpu-facts", children: heroFacts(doc, lang).map((f) => /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)("div", { "data-key": f.key, children: [
-      /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("dt", { children: f.label }),
-      /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("dd", { title: f.title || f.text, children: f.chip && f.chip.device !== null ? /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("span", { className: `dgd-dev dgd-dev-${f.chip.kind}`, children: f.text }) : f.text })
+    /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("dl", { className: "dgd-facts", "data-testid": "dsh-gpu-facts", children: heroFacts(doc, lang).map((f) => /* @__PURE__ */ (0, import_jsx_runtime12.jsxs)("div", { "data-key": f.key, children: [
+      /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("dt", { children: f.label }),
+      /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("dd", { title: f.title || f.text, children: f.chip && f.chip.device !== null ? /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("span", { className: `dgd-dev dgd-dev-${f.chip.kind}`, children: f.text }) : f.text })
     ] }, f.key)) }),
-    /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(Warnings, { doc, lang })
+    /* @__PURE__ */ (0, import_jsx_runtime12.jsx)(Warnings, { doc, lang })
   ] });
 }
 function RuntimeFooter({ doc, lang }) {
   const facts = runtimeFacts(doc, lang);
-  return /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)("footer", { className: "dgd-runtime", "data-testid": "dsh-gpu-runtime", children: [
-    facts.items.map((it) => /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)("span", { "data-key": it.key, children: [
+  return /* @__PURE__ */ (0, import_jsx_runtime12.jsxs)("footer", { className: "dgd-runtime", "data-testid": "dsh-gpu-runtime", children: [
+    facts.items.map((it) => /* @__PURE__ */ (0, import_jsx_runtime12.jsxs)("span", { "data-key": it.key, children: [
       it.label,
       " ",
-      /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("b", { className: it.bad ? "dgd-bad" : void 0, children: it.value })
+      /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("b", { className: it.bad ? "dgd-bad" : void 0, children: it.value })
     ] }, it.key)),
-    facts.error ? /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("span", { className: "dgd-bad", children: facts.error }) : null,
-    facts.interval ? /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("span", { children: facts.interval }) : null
+    facts.error ? /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("span", { className: "dgd-bad", children: facts.error }) : null,
+    facts.interval ? /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("span", { children: facts.interval }) : null
   ] });
 }
 function GpuView(props) {
-  return /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(SessionJobs, { sessionId: props && props.sessionId, children: (header, showJob) => /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(GpuViewBody, { header, showJob }) });
+  return /* @__PURE__ */ (0, import_jsx_runtime12.jsx)(SessionJobs, { sessionId: props && props.sessionId, children: (header, showJob) => /* @__PURE__ */ (0, import_jsx_runtime12.jsx)(GpuViewBody, { header, showJob, sessionId: props && props.sessionId }) });
 }
-function GpuViewBody({ header, showJob }) {
+function GpuViewBody({ header, showJob, sessionId }) {
   const st = useStatus();
   const lang = useLang();
   const doc = st.doc;
-  return /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)(
+  return /* @__PURE__ */ (0, import_jsx_runtime12.jsxs)(
     "div",
     {
       className: "dgd-root dgd-view",
@@ -3936,24 +4302,25 @@ function GpuViewBody({ header, showJob }) {
       "data-job-id": doc && showJob ? doc.job_id || "" : "",
       children: [
         header,
-        /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(ConnectionNotice, { st, lang }),
-        doc && showJob ? /* @__PURE__ */ (0, import_jsx_runtime11.jsxs)(import_jsx_runtime11.Fragment, { children: [
-          /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(Hero, { doc, lang, lastOk: st.lastOk }),
-          /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(EfficiencyStrip, { doc, lang }),
-          /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(GpuCards, { doc, lang }),
-          /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(ProcessTable, { doc, lang }),
-          /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(ClusterSection, { doc, lang }),
-          /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(HistoryCharts, { doc, lang }),
-          /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(RuntimeFooter, { doc, lang })
-        ] }) : null
+        /* @__PURE__ */ (0, import_jsx_runtime12.jsx)(ConnectionNotice, { st, lang }),
+        doc && showJob ? /* @__PURE__ */ (0, import_jsx_runtime12.jsxs)(import_jsx_runtime12.Fragment, { children: [
+          /* @__PURE__ */ (0, import_jsx_runtime12.jsx)(Hero, { doc, lang, lastOk: st.lastOk }),
+          /* @__PURE__ */ (0, import_jsx_runtime12.jsx)(EfficiencyStrip, { doc, lang }),
+          /* @__PURE__ */ (0, import_jsx_runtime12.jsx)(GpuCards, { doc, lang }),
+          /* @__PURE__ */ (0, import_jsx_runtime12.jsx)(ProcessTable, { doc, lang }),
+          /* @__PURE__ */ (0, import_jsx_runtime12.jsx)(ClusterSection, { doc, lang }),
+          /* @__PURE__ */ (0, import_jsx_runtime12.jsx)(HistoryCharts, { doc, lang }),
+          /* @__PURE__ */ (0, import_jsx_runtime12.jsx)(RuntimeFooter, { doc, lang })
+        ] }) : null,
+        /* @__PURE__ */ (0, import_jsx_runtime12.jsx)(SessionRuns, { sessionId, lang })
       ]
     }
   );
 }
 
 // src/client/settings.jsx
-var import_react7 = require("react");
-var import_jsx_runtime12 = require("react/jsx-runtime");
+var import_react8 = require("react");
+var import_jsx_runtime13 = require("react/jsx-runtime");
 function vetUrl(value) {
   let u;
   try {
@@ -3998,7 +4365,7 @@ function connectionColor(state) {
   return STATUS_COLORS.UNKNOWN;
 }
 function useFlash() {
-  const [on, setOn] = (0, import_react7.useState)(false);
+  const [on, setOn] = (0, import_react8.useState)(false);
   const flash = () => {
     setOn(true);
     setTimeout(() => setOn(false), 1500);
@@ -4006,42 +4373,42 @@ function useFlash() {
   return [on, flash];
 }
 function Field({ id, label, children }) {
-  return /* @__PURE__ */ (0, import_jsx_runtime12.jsxs)("section", { className: "dgd-field", children: [
-    /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("label", { className: "dgd-field-label", htmlFor: id, children: label }),
+  return /* @__PURE__ */ (0, import_jsx_runtime13.jsxs)("section", { className: "dgd-field", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime13.jsx)("label", { className: "dgd-field-label", htmlFor: id, children: label }),
     children
   ] });
 }
 function ConnectionField({ st, cfg, effective, lang }) {
   const store = getStore();
-  return /* @__PURE__ */ (0, import_jsx_runtime12.jsxs)("section", { className: "dgd-field", "data-testid": "dsh-gpu-connection", "data-state": st.state, children: [
-    /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("span", { className: "dgd-field-label", children: t(lang, "settings.connection") }),
-    /* @__PURE__ */ (0, import_jsx_runtime12.jsxs)("div", { className: "dgd-conn", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime12.jsxs)("span", { className: "dgd-conn-state", children: [
-        /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("span", { className: "dgd-conn-dot", style: { background: connectionColor(st.state) } }),
-        /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("span", { "data-testid": "dsh-gpu-connection-state", children: t(lang, `settings.state.${st.state}`) }),
-        st.state === "ok" && st.doc ? /* @__PURE__ */ (0, import_jsx_runtime12.jsx)(Badge, { doc: st.doc, lang }) : null
+  return /* @__PURE__ */ (0, import_jsx_runtime13.jsxs)("section", { className: "dgd-field", "data-testid": "dsh-gpu-connection", "data-state": st.state, children: [
+    /* @__PURE__ */ (0, import_jsx_runtime13.jsx)("span", { className: "dgd-field-label", children: t(lang, "settings.connection") }),
+    /* @__PURE__ */ (0, import_jsx_runtime13.jsxs)("div", { className: "dgd-conn", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime13.jsxs)("span", { className: "dgd-conn-state", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime13.jsx)("span", { className: "dgd-conn-dot", style: { background: connectionColor(st.state) } }),
+        /* @__PURE__ */ (0, import_jsx_runtime13.jsx)("span", { "data-testid": "dsh-gpu-connection-state", children: t(lang, `settings.state.${st.state}`) }),
+        st.state === "ok" && st.doc ? /* @__PURE__ */ (0, import_jsx_runtime13.jsx)(Badge, { doc: st.doc, lang }) : null
       ] }),
-      /* @__PURE__ */ (0, import_jsx_runtime12.jsxs)("dl", { className: "dgd-kv", children: [
-        /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("dt", { children: t(lang, "settings.effectiveUrl") }),
-        /* @__PURE__ */ (0, import_jsx_runtime12.jsxs)("dd", { className: "dgd-mono", "data-testid": "dsh-gpu-effective-url", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime13.jsxs)("dl", { className: "dgd-kv", children: [
+        /* @__PURE__ */ (0, import_jsx_runtime13.jsx)("dt", { children: t(lang, "settings.effectiveUrl") }),
+        /* @__PURE__ */ (0, import_jsx_runtime13.jsxs)("dd", { className: "dgd-mono", "data-testid": "dsh-gpu-effective-url", children: [
           effective || NA,
-          cfg ? /* @__PURE__ */ (0, import_jsx_runtime12.jsxs)("span", { className: "dgd-muted", children: [
+          cfg ? /* @__PURE__ */ (0, import_jsx_runtime13.jsxs)("span", { className: "dgd-muted", children: [
             " · ",
             cfg.tokenSet ? t(lang, "settings.tokenSet") : t(lang, "settings.tokenUnset")
           ] }) : null
         ] }),
-        /* @__PURE__ */ (0, import_jsx_runtime12.jsx)(StartedSidecarRow, { cfg, lang }),
-        /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("dt", { children: t(lang, "settings.lastUpdate") }),
-        /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("dd", { children: st.lastOk ? fmtAgo((Date.now() - st.lastOk) / 1e3, lang) : t(lang, "updated.never") }),
-        cfg && Array.isArray(cfg.warnings) && cfg.warnings.length ? /* @__PURE__ */ (0, import_jsx_runtime12.jsxs)(import_jsx_runtime12.Fragment, { children: [
-          /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("dt", { children: t(lang, "settings.hostWarnings") }),
-          /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("dd", { className: "dgd-note-warn", "data-testid": "dsh-gpu-host-warnings", children: cfg.warnings.map((w, i) => /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("div", { children: w }, i)) })
+        /* @__PURE__ */ (0, import_jsx_runtime13.jsx)(StartedSidecarRow, { cfg, lang }),
+        /* @__PURE__ */ (0, import_jsx_runtime13.jsx)("dt", { children: t(lang, "settings.lastUpdate") }),
+        /* @__PURE__ */ (0, import_jsx_runtime13.jsx)("dd", { children: st.lastOk ? fmtAgo((Date.now() - st.lastOk) / 1e3, lang) : t(lang, "updated.never") }),
+        cfg && Array.isArray(cfg.warnings) && cfg.warnings.length ? /* @__PURE__ */ (0, import_jsx_runtime13.jsxs)(import_jsx_runtime13.Fragment, { children: [
+          /* @__PURE__ */ (0, import_jsx_runtime13.jsx)("dt", { children: t(lang, "settings.hostWarnings") }),
+          /* @__PURE__ */ (0, import_jsx_runtime13.jsx)("dd", { className: "dgd-note-warn", "data-testid": "dsh-gpu-host-warnings", children: cfg.warnings.map((w, i) => /* @__PURE__ */ (0, import_jsx_runtime13.jsx)("div", { children: w }, i)) })
         ] }) : null
       ] }),
-      st.state === "unreachable" ? /* @__PURE__ */ (0, import_jsx_runtime12.jsx)(Unreachable, { st, lang }) : null,
-      st.state === "missing" ? /* @__PURE__ */ (0, import_jsx_runtime12.jsx)(SidecarMissing, { st, lang }) : null,
-      st.state === "error" ? /* @__PURE__ */ (0, import_jsx_runtime12.jsx)(ProblemCard, { st, lang }) : null,
-      /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("button", { type: "button", className: "dgd-btn", onClick: () => store.refreshNow(), "data-testid": "dsh-gpu-test", children: t(lang, "settings.test") }) })
+      st.state === "unreachable" ? /* @__PURE__ */ (0, import_jsx_runtime13.jsx)(Unreachable, { st, lang }) : null,
+      st.state === "missing" ? /* @__PURE__ */ (0, import_jsx_runtime13.jsx)(SidecarMissing, { st, lang }) : null,
+      st.state === "error" ? /* @__PURE__ */ (0, import_jsx_runtime13.jsx)(ProblemCard, { st, lang }) : null,
+      /* @__PURE__ */ (0, import_jsx_runtime13.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime13.jsx)("button", { type: "button", className: "dgd-btn", onClick: () => store.refreshNow(), "data-testid": "dsh-gpu-test", children: t(lang, "settings.test") }) })
     ] })
   ] });
 }
@@ -4058,8 +4425,8 @@ function UrlField({ url, setUrl, cfg, effective, lang }) {
     } catch {
     }
   };
-  return /* @__PURE__ */ (0, import_jsx_runtime12.jsxs)(Field, { id: "dgd-url", label: t(lang, "settings.sidecarUrl"), children: [
-    /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime12.jsx)(
+  return /* @__PURE__ */ (0, import_jsx_runtime13.jsxs)(Field, { id: "dgd-url", label: t(lang, "settings.sidecarUrl"), children: [
+    /* @__PURE__ */ (0, import_jsx_runtime13.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime13.jsx)(
       "input",
       {
         id: "dgd-url",
@@ -4070,19 +4437,19 @@ function UrlField({ url, setUrl, cfg, effective, lang }) {
         onChange: (e) => setUrl(e.target.value)
       }
     ) }),
-    vet === "invalid" ? /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("p", { className: "dgd-note-warn", children: t(lang, "settings.urlInvalid") }) : null,
-    vet === "not-loopback" ? /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("p", { className: "dgd-note-warn", children: t(lang, "settings.urlNotLoopback", { def: cfg && cfg.defaultSidecarUrl || DEFAULT_URL }) }) : null,
-    vet === "ok" && !differs && effective ? /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("p", { className: "dgd-note-ok", children: t(lang, "settings.urlSame") }) : null,
-    differs ? /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("p", { className: "dgd-note-warn", "data-testid": "dsh-gpu-url-differs", children: t(lang, "settings.urlDiffers", { url: effective }) }) : null,
-    /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("p", { className: "dgd-field-help", children: t(lang, "settings.sidecarUrlHelp", { file: "$DSH_HOME/profiles/web/cordis.patch.yml" }) }),
-    /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("pre", { className: "dgd-pre", "data-testid": "dsh-gpu-yaml", children: snippet }),
-    /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("button", { type: "button", className: "dgd-btn", onClick: copy, children: copied ? t(lang, "settings.copied") : t(lang, "settings.copy") }) })
+    vet === "invalid" ? /* @__PURE__ */ (0, import_jsx_runtime13.jsx)("p", { className: "dgd-note-warn", children: t(lang, "settings.urlInvalid") }) : null,
+    vet === "not-loopback" ? /* @__PURE__ */ (0, import_jsx_runtime13.jsx)("p", { className: "dgd-note-warn", children: t(lang, "settings.urlNotLoopback", { def: cfg && cfg.defaultSidecarUrl || DEFAULT_URL }) }) : null,
+    vet === "ok" && !differs && effective ? /* @__PURE__ */ (0, import_jsx_runtime13.jsx)("p", { className: "dgd-note-ok", children: t(lang, "settings.urlSame") }) : null,
+    differs ? /* @__PURE__ */ (0, import_jsx_runtime13.jsx)("p", { className: "dgd-note-warn", "data-testid": "dsh-gpu-url-differs", children: t(lang, "settings.urlDiffers", { url: effective }) }) : null,
+    /* @__PURE__ */ (0, import_jsx_runtime13.jsx)("p", { className: "dgd-field-help", children: t(lang, "settings.sidecarUrlHelp", { file: "$DSH_HOME/profiles/web/cordis.patch.yml" }) }),
+    /* @__PURE__ */ (0, import_jsx_runtime13.jsx)("pre", { className: "dgd-pre", "data-testid": "dsh-gpu-yaml", children: snippet }),
+    /* @__PURE__ */ (0, import_jsx_runtime13.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime13.jsx)("button", { type: "button", className: "dgd-btn", onClick: copy, children: copied ? t(lang, "settings.copied") : t(lang, "settings.copy") }) })
   ] });
 }
 function RefreshField({ refresh, setRefresh, lang }) {
-  return /* @__PURE__ */ (0, import_jsx_runtime12.jsxs)(Field, { id: "dgd-refresh", label: t(lang, "settings.refresh"), children: [
-    /* @__PURE__ */ (0, import_jsx_runtime12.jsxs)("div", { className: "dgd-row", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime12.jsx)(
+  return /* @__PURE__ */ (0, import_jsx_runtime13.jsxs)(Field, { id: "dgd-refresh", label: t(lang, "settings.refresh"), children: [
+    /* @__PURE__ */ (0, import_jsx_runtime13.jsxs)("div", { className: "dgd-row", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime13.jsx)(
         "input",
         {
           id: "dgd-refresh",
@@ -4096,14 +4463,14 @@ function RefreshField({ refresh, setRefresh, lang }) {
           onChange: (e) => setRefresh(e.target.value)
         }
       ),
-      /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("span", { className: "dgd-muted", children: t(lang, "settings.seconds") })
+      /* @__PURE__ */ (0, import_jsx_runtime13.jsx)("span", { className: "dgd-muted", children: t(lang, "settings.seconds") })
     ] }),
-    /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("p", { className: "dgd-field-help", children: t(lang, "settings.refreshHelp", { min: REFRESH_MIN_S, max: REFRESH_MAX_S }) })
+    /* @__PURE__ */ (0, import_jsx_runtime13.jsx)("p", { className: "dgd-field-help", children: t(lang, "settings.refreshHelp", { min: REFRESH_MIN_S, max: REFRESH_MAX_S }) })
   ] });
 }
 function LanguageField({ settings, lang }) {
   const store = getStore();
-  return /* @__PURE__ */ (0, import_jsx_runtime12.jsx)(Field, { id: "dgd-lang", label: t(lang, "settings.language"), children: /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime12.jsxs)(
+  return /* @__PURE__ */ (0, import_jsx_runtime13.jsx)(Field, { id: "dgd-lang", label: t(lang, "settings.language"), children: /* @__PURE__ */ (0, import_jsx_runtime13.jsx)("div", { className: "dgd-row", children: /* @__PURE__ */ (0, import_jsx_runtime13.jsxs)(
     "select",
     {
       id: "dgd-lang",
@@ -4112,9 +4479,9 @@ function LanguageField({ settings, lang }) {
       onChange: (e) => store.saveSettings({ lang: e.target.value }),
       "data-testid": "dsh-gpu-lang-select",
       children: [
-        /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("option", { value: "auto", children: t(lang, "settings.langAuto") }),
-        /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("option", { value: "en", children: "English" }),
-        /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("option", { value: "zh", children: "中文" })
+        /* @__PURE__ */ (0, import_jsx_runtime13.jsx)("option", { value: "auto", children: t(lang, "settings.langAuto") }),
+        /* @__PURE__ */ (0, import_jsx_runtime13.jsx)("option", { value: "en", children: "English" }),
+        /* @__PURE__ */ (0, import_jsx_runtime13.jsx)("option", { value: "zh", children: "中文" })
       ]
     }
   ) }) });
@@ -4127,10 +4494,10 @@ function SettingsSection() {
   useTick(1e3);
   const cfg = st.config;
   const effective = cfg && cfg.sidecarUrl || st.problem && st.problem.url || null;
-  const [url, setUrl] = (0, import_react7.useState)(settings.sidecarUrl || effective || DEFAULT_URL);
-  const [refresh, setRefresh] = (0, import_react7.useState)(String(settings.refreshS));
+  const [url, setUrl] = (0, import_react8.useState)(settings.sidecarUrl || effective || DEFAULT_URL);
+  const [refresh, setRefresh] = (0, import_react8.useState)(String(settings.refreshS));
   const [saved, flashSaved] = useFlash();
-  (0, import_react7.useEffect)(() => {
+  (0, import_react8.useEffect)(() => {
     if (!settings.sidecarUrl && effective && url === DEFAULT_URL) setUrl(effective);
   }, [effective]);
   const save = () => {
@@ -4138,14 +4505,14 @@ function SettingsSection() {
     setRefresh(String(clampRefresh(refresh)));
     flashSaved();
   };
-  return /* @__PURE__ */ (0, import_jsx_runtime12.jsxs)("div", { className: "dgd-root dgd-settings", "data-testid": "dsh-gpu-settings", children: [
-    /* @__PURE__ */ (0, import_jsx_runtime12.jsx)(ConnectionField, { st, cfg, effective, lang }),
-    /* @__PURE__ */ (0, import_jsx_runtime12.jsx)(UrlField, { url, setUrl, cfg, effective, lang }),
-    /* @__PURE__ */ (0, import_jsx_runtime12.jsx)(RefreshField, { refresh, setRefresh, lang }),
-    /* @__PURE__ */ (0, import_jsx_runtime12.jsx)(LanguageField, { settings, lang }),
-    /* @__PURE__ */ (0, import_jsx_runtime12.jsxs)("div", { className: "dgd-row", children: [
-      /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("button", { type: "button", className: "dgd-btn", onClick: save, "data-testid": "dsh-gpu-save", children: saved ? t(lang, "settings.saved") : t(lang, "settings.save") }),
-      /* @__PURE__ */ (0, import_jsx_runtime12.jsx)("span", { className: "dgd-muted", style: { marginLeft: "auto", fontSize: 11.5 }, children: t(lang, "settings.version", { version: cfg && cfg.version || PLUGIN_VERSION, dsh: SUPPORTED_DSH }) })
+  return /* @__PURE__ */ (0, import_jsx_runtime13.jsxs)("div", { className: "dgd-root dgd-settings", "data-testid": "dsh-gpu-settings", children: [
+    /* @__PURE__ */ (0, import_jsx_runtime13.jsx)(ConnectionField, { st, cfg, effective, lang }),
+    /* @__PURE__ */ (0, import_jsx_runtime13.jsx)(UrlField, { url, setUrl, cfg, effective, lang }),
+    /* @__PURE__ */ (0, import_jsx_runtime13.jsx)(RefreshField, { refresh, setRefresh, lang }),
+    /* @__PURE__ */ (0, import_jsx_runtime13.jsx)(LanguageField, { settings, lang }),
+    /* @__PURE__ */ (0, import_jsx_runtime13.jsxs)("div", { className: "dgd-row", children: [
+      /* @__PURE__ */ (0, import_jsx_runtime13.jsx)("button", { type: "button", className: "dgd-btn", onClick: save, "data-testid": "dsh-gpu-save", children: saved ? t(lang, "settings.saved") : t(lang, "settings.save") }),
+      /* @__PURE__ */ (0, import_jsx_runtime13.jsx)("span", { className: "dgd-muted", style: { marginLeft: "auto", fontSize: 11.5 }, children: t(lang, "settings.version", { version: cfg && cfg.version || PLUGIN_VERSION, dsh: SUPPORTED_DSH }) })
     ] })
   ] });
 }
@@ -4230,6 +4597,10 @@ var CSS = `
 .dgd-view { height: 100%; overflow-y: auto; padding: 18px 22px 180px; display: flex; flex-direction: column; gap: 18px;
   background: var(--dsw-alias-bg-base, transparent); }
 .dgd-section-title { margin: 0 0 8px; font-size: 13px; font-weight: 600; color: var(--dsw-alias-label-secondary, #4b5563); text-transform: none; }
+.dgd-compare { display: flex; flex-direction: column; gap: 6px; margin-top: 10px; }
+.dgd-compare-list { margin: 0; padding-left: 18px; }
+.dgd-compare-list li { margin: 2px 0; }
+.dgd-run-compare { font: inherit; font-size: 12px; padding: 2px 8px; border-radius: 6px; border: 1px solid var(--dsw-alias-border-l2, #e3e6ea); background: transparent; color: inherit; cursor: pointer; white-space: nowrap; }
 .dgd-card { background: var(--dsw-alias-bg-layer-1, #fff); border: 1px solid var(--dsw-alias-border-l2, #e3e6ea); border-radius: 12px; padding: 14px 16px; min-width: 0; }
 .dgd-hero { display: flex; flex-direction: column; gap: 12px; }
 .dgd-hero-main { display: flex; align-items: center; gap: 16px; flex-wrap: wrap; }

@@ -7,7 +7,7 @@
 import fs from 'node:fs'
 import http from 'node:http'
 import { DEFAULT_SIDECAR_COMMAND, MAX_BODY_BYTES, PLUGIN_NAME, parseSidecarUrl } from './core.js'
-import { SIDECAR_INSTALL_HINT, installCommand, resolveSidecarCommand, sessionIdFromEnviron, sessionJobs, unlinkedJobs } from './jobs.js'
+import { SIDECAR_INSTALL_HINT, installCommand, resolveSidecarCommand, sessionIdFromEnviron, sessionJobs, sessionRuns, unlinkedJobs } from './jobs.js'
 import { SidecarSupervisor } from './supervisor.js'
 
 const USER_AGENT = `${PLUGIN_NAME}-dsh-plugin/0.1.0`
@@ -196,6 +196,15 @@ export async function sessionAnswer(get, upstreamPath, session, readSession = se
   const unlinked = unlinkedJobs(r.body, session, readSession)
   const body = { ...r.body, jobs, unlinked: unlinked.jobs, unlinked_other_users: unlinked.otherUsers }
   return { status: 200, body: { ...body, session: { id: session.id, workspaces: session.workspaces, from: session.from } } }
+}
+
+/** The answer to GET /runs?session=ID: the session's runs (jobs.js sessionRuns), {status, body}, or {unreachable: detail}. */
+export async function sessionRunsAnswer(get, upstreamPath, session) {
+  const r = await get(upstreamPath)
+  if (r.error) return { unreachable: r.error }
+  if (r.status !== 200 || !r.body || !Array.isArray(r.body.runs)) return { status: r.status || 502, body: r.body }
+  const runs = sessionRuns(r.body, session)
+  return { status: 200, body: { ...r.body, runs, session: { id: session.id, workspaces: session.workspaces, from: session.from } } }
 }
 
 /** What the proxy answers while the sidecar it started is not serving: {status, body}. */

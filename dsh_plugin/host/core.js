@@ -22,7 +22,13 @@ export const ROUTES = Object.freeze({
   '/jobs': { upstream: '/api/dsh-gpu-dashboard/jobs', query: [], session: true },
   // the cluster view of a sidecar started with --prometheus (prometheusUrl); `job` is a job key here
   '/cluster': { upstream: '/api/dsh-gpu-dashboard/cluster', query: ['jobKey'] },
+  // the run ledger's runs (issue 40): with ?session=ID only those whose folder is the session's (host/jobs.js sessionRuns)
+  '/runs': { upstream: '/api/dsh-gpu-dashboard/runs', query: ['since'], session: true, runs: true },
+  // a run (`a`) compared with `b`, by default the previous run of the same command in the same folder
+  '/compare': { upstream: '/api/dsh-gpu-dashboard/compare', query: ['a', 'b'] },
 })
+// A run's name as the runs routes take it (sidecar/documents/runs.py check_run_name): its short id, job id or key.
+const RUN_NAME = /^[A-Za-z0-9._:\/-]{1,128}$/
 // A distributed job key as the cluster route takes it (a label value: torchrun's run id, a Slurm job id, ...).
 const JOB_KEY = /^[A-Za-z0-9._:@+=\/-]{1,256}$/
 export const DEFAULT_SIDECAR_COMMAND = 'dsh-sidecar'
@@ -271,6 +277,10 @@ export function resolveRoute(reqUrl) {
       const job = u.searchParams.get('job')
       if (typeof job === 'string' && JOB_KEY.test(job)) params.set('job', job)
     }
+    if (key === 'a' || key === 'b') {
+      const run = u.searchParams.get(key)
+      if (typeof run === 'string' && RUN_NAME.test(run)) params.set(key, run)
+    }
     if (key === 'job') {
       const job = u.searchParams.get('job')
       if (typeof job === 'string' && /^[0-9]{1,10}-[0-9]{1,20}$/.test(job)) params.set('job', job)
@@ -282,6 +292,7 @@ export function resolveRoute(reqUrl) {
     const session = u.searchParams.get('session')
     if (typeof session === 'string' && /^[A-Za-z0-9._:-]{1,128}$/.test(session)) out.session = session
   }
+  if (route.runs) out.runs = true
   return out
 }
 

@@ -4,6 +4,8 @@
 // exactly two read-only requests to the dsh-gpu-dashboard sidecar on loopback:
 //   GET|HEAD /dsh-gpu-dashboard/api/status            -> <sidecar>/api/dsh-gpu-dashboard/status
 //   GET|HEAD /dsh-gpu-dashboard/api/history?since=N   -> <sidecar>/api/dsh-gpu-dashboard/history?since=N
+//   GET /dsh-gpu-dashboard/api/runs?session=ID         -> <sidecar>/api/dsh-gpu-dashboard/runs, the session's runs
+//   GET|HEAD /dsh-gpu-dashboard/api/compare?a=ID&b=ID  -> <sidecar>/api/dsh-gpu-dashboard/compare?a=ID&b=ID
 // plus GET /dsh-gpu-dashboard/api/config (the effective config, without the token) for the
 // settings page. Routes outside /api get no authentication from DSH, so every request must come
 // with a loopback Host header (DNS-rebinding guard) and, when present, a loopback Origin.
@@ -24,7 +26,7 @@ import {
   normalizeConfig,
   resolveRoute,
 } from './core.js'
-import { createUpstream, fetchJson, notServingAnswer, sessionAnswer, sessionInfo, sessionOfPid } from './autostart.js'
+import { createUpstream, fetchJson, notServingAnswer, sessionAnswer, sessionInfo, sessionOfPid, sessionRunsAnswer } from './autostart.js'
 import { ProvedAgent, peerRefusal } from './peer.js'
 import { registerGpuStatusTool } from './tool.js'
 import { registerLaunchWorkspace } from './workspace.js'
@@ -128,7 +130,7 @@ export function createHandler(config, log, configWarnings = [], deps = {}) {
   const upstreamCtx = { agent, config, current, noteReachable, unreachable }
   const session = (id) => (typeof deps.session === 'function' ? deps.session(id) : { id, workspaces: [process.cwd()] })
   const sessionRoute = (req, res, route) =>
-    sessionAnswer(get, route.upstreamPath, session(route.session), deps.sessionOfPid)
+    sessionRouteAnswer(get, route, session(route.session), deps.sessionOfPid)
       .then((a) => {
         if (a.unreachable) return unreachable(req, res, a.unreachable)
         noteReachable(true)
@@ -145,7 +147,7 @@ export function createHandler(config, log, configWarnings = [], deps = {}) {
       if (route.kind !== 'proxy') {
         return sendJson(req, res, 404, {
           error: 'not-found',
-          detail: `known routes: ${API_PREFIX}/status, ${API_PREFIX}/history?since=N, ${API_PREFIX}/jobs, ${API_PREFIX}/config`,
+          detail: `known routes: ${API_PREFIX}/status, ${API_PREFIX}/history?since=N, ${API_PREFIX}/jobs, ${API_PREFIX}/runs, ${API_PREFIX}/compare?a=ID, ${API_PREFIX}/config`,
         })
       }
       if (up.managed && up.managed.state !== 'running') {
@@ -178,6 +180,11 @@ export function createHandler(config, log, configWarnings = [], deps = {}) {
     }
   }
   return handler
+}
+
+/** The answer of a route kept to a session: its jobs (/jobs?session=ID) or its runs (/runs?session=ID). */
+function sessionRouteAnswer(get, route, session, sessionOfPid) {
+  return route.runs ? sessionRunsAnswer(get, route.upstreamPath, session) : sessionAnswer(get, route.upstreamPath, session, sessionOfPid)
 }
 
 /** Answer 403 / 405 to a request this route does not serve; true when it did. */
@@ -227,7 +234,7 @@ function configAnswer(config, configWarnings, up, workspace) {
     workspace, // host/workspace.js: the launch folder registered as a DSH workspace, or why not
     sidecar: up.managed, // null: the configured sidecar; else the one this plugin started (never its token)
     warnings: configWarnings,
-    routes: [`${API_PREFIX}/status?job=ID`, `${API_PREFIX}/history?since=N&job=ID`, `${API_PREFIX}/jobs?session=ID`, `${API_PREFIX}/cluster?job=KEY`, `${API_PREFIX}/config`],
+    routes: [`${API_PREFIX}/status?job=ID`, `${API_PREFIX}/history?since=N&job=ID`, `${API_PREFIX}/jobs?session=ID`, `${API_PREFIX}/cluster?job=KEY`, `${API_PREFIX}/runs?session=ID`, `${API_PREFIX}/compare?a=ID&b=ID`, `${API_PREFIX}/config`],
   }
 }
 

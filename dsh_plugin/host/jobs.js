@@ -174,6 +174,19 @@ export function unlinkedJobs(doc, session, sessionOfPid, uid = typeof process.ge
   return { jobs: worstFirst(kept), otherUsers }
 }
 
+/**
+ * The runs of a RunsDocument (the run ledger's, issue 40) that are the session's: run by this user
+ * (a root sidecar's ledger holds every user's) in the session's workspace or below, as linkOf links
+ * a job by its cwd (a run that has ended has no process lineage left to match).
+ */
+export function sessionRuns(doc, session, uid = typeof process.getuid === 'function' ? process.getuid() : null) {
+  const runs = doc && Array.isArray(doc.runs) ? doc.runs : []
+  const roots = session && Array.isArray(session.workspaces) ? session.workspaces : []
+  return runs.filter((run) => run && typeof run === 'object'
+    && !(Number.isInteger(uid) && Number.isInteger(run.uid) && run.uid !== uid)
+    && roots.some((root) => isUnder(run.cwd, root)))
+}
+
 /** The value of DSH_SESSION_ID in a NUL-separated environ block (/proc/PID/environ), or null. */
 export function sessionIdFromEnviron(text) {
   if (typeof text !== 'string') return null

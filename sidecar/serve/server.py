@@ -113,7 +113,7 @@ def create_app(
     app.url_map.merge_slashes = False  # "//etc/passwd" gets a 404, not a redirect
 
     _install_guards(app, config)
-    _install_routes(app, config, source, metrics, cluster)
+    _install_routes(app, config, source, metrics, cluster, runs_served=runs is not None)
     _install_cluster_route(app, cluster)
     _install_runs_routes(app, runs)
     return app
@@ -185,10 +185,12 @@ def _install_routes(
     source: DocumentSource,
     metrics: Callable[[], tuple[bytes, str]] | None,
     cluster: ClusterCache | None,
+    *,
+    runs_served: bool,
 ) -> None:
     """The routes; each serves what the last poll published and never triggers one."""
     _install_document_routes(app, source, config.socket_owner)
-    _install_page_routes(app, config, metrics, cluster)
+    _install_page_routes(app, config, metrics, cluster, runs_served=runs_served)
 
 
 def _install_document_routes(app: Flask, source: DocumentSource, socket_owner: SocketOwner | None) -> None:
@@ -320,7 +322,12 @@ def _install_runs_routes(app: Flask, runs: RunsSource | None) -> None:
 
 
 def _install_page_routes(
-    app: Flask, config: ServerConfig, metrics: Callable[[], tuple[bytes, str]] | None, cluster: ClusterCache | None
+    app: Flask,
+    config: ServerConfig,
+    metrics: Callable[[], tuple[bytes, str]] | None,
+    cluster: ClusterCache | None,
+    *,
+    runs_served: bool,
 ) -> None:
     """What is not a document of a poll: the schema, /metrics, the page and its files, the version."""
 
@@ -347,8 +354,9 @@ def _install_page_routes(
     @app.get("/version")
     def version() -> Response:
         # `cluster`: the cluster route serves (--prometheus); the page asks it only then, so a sidecar
-        # without Prometheus shows no 404 in the browser's console on every poll
-        return jsonify({"version": __version__, "cluster": cluster is not None})
+        # without Prometheus shows no 404 in the browser's console on every poll. `runs`: the runs
+        # routes serve (a run ledger; not --no-runs): the Runs view says how to turn them on otherwise.
+        return jsonify({"version": __version__, "cluster": cluster is not None, "runs": runs_served})
 
 
 def _error(code: int, message: str, **more: object) -> Response:

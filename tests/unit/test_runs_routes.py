@@ -170,8 +170,11 @@ def test_no_runs_kept_is_404_and_a_ledger_that_cannot_be_read_is_503(ledger):
     for route in ("/runs", f"/runs/{short(runs['slow'])}", "/compare?a=abcd"):
         code, doc = get(off, route)
         assert code == 404 and "this sidecar keeps no runs: it was started with --no-runs" in doc["error"], route
+    # /version says so first: the page's Runs view asks it, not a route that must 404
+    assert off.get("/version", headers=AUTH).get_json()["runs"] is False
     os.chmod(path, 0o666)
     source = LedgerRuns(path)
+    assert app_client(source).get("/version", headers=AUTH).get_json()["runs"] is True
     code, doc = get(app_client(source), "/runs")
     assert code == 503 and doc["error"].startswith("the runs cannot be read: ") and "writable by group" in doc["error"]
     os.chmod(path, 0o600)  # put right: the next question opens it

@@ -81,6 +81,10 @@ export const CSS = `
 .dgd-view { height: 100%; overflow-y: auto; padding: 18px 22px 180px; display: flex; flex-direction: column; gap: 18px;
   background: var(--dsw-alias-bg-base, transparent); }
 .dgd-section-title { margin: 0 0 8px; font-size: 13px; font-weight: 600; color: var(--dsw-alias-label-secondary, #4b5563); text-transform: none; }
+.dgd-compare { display: flex; flex-direction: column; gap: 6px; margin-top: 10px; }
+.dgd-compare-list { margin: 0; padding-left: 18px; }
+.dgd-compare-list li { margin: 2px 0; }
+.dgd-run-compare { font: inherit; font-size: 12px; padding: 2px 8px; border-radius: 6px; border: 1px solid var(--dsw-alias-border-l2, #e3e6ea); background: transparent; color: inherit; cursor: pointer; white-space: nowrap; }
 .dgd-card { background: var(--dsw-alias-bg-layer-1, #fff); border: 1px solid var(--dsw-alias-border-l2, #e3e6ea); border-radius: 12px; padding: 14px 16px; min-width: 0; }
 .dgd-hero { display: flex; flex-direction: column; gap: 12px; }
 .dgd-hero-main { display: flex; align-items: center; gap: 16px; flex-wrap: wrap; }

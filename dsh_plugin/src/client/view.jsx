@@ -1,4 +1,5 @@
-// The GPU view (conversation tab): hero, GPU cards, process table, cluster (with --prometheus), history charts, runtime footer.
+// The GPU view (conversation tab): hero, GPU cards, process table, cluster (with --prometheus), history charts, runtime footer,
+// then the session's recorded runs (runs.jsx).
 import { NA, summarize } from '../../../sidecar/static/shared/format.js'
 import { heroFacts, runtimeFacts } from '../../../sidecar/static/shared/view_model.js'
 import { Badge, Updated, Warnings, targetText, useLang, useStatus } from './shared.jsx'
@@ -9,6 +10,7 @@ import { HistoryCharts } from './charts.jsx'
 import { SessionJobs } from './jobs.jsx'
 import { EfficiencyStrip } from './efficiency.jsx'
 import { ClusterSection } from './cluster.jsx'
+import { SessionRuns } from './runs.jsx'
 import { getStore } from './store.js'
 
 function Hero({ doc, lang, lastOk }) {
@@ -60,12 +62,12 @@ function RuntimeFooter({ doc, lang }) {
 export function GpuView(props) {
   return (
     <SessionJobs sessionId={props && props.sessionId}>
-      {(header, showJob) => <GpuViewBody header={header} showJob={showJob} />}
+      {(header, showJob) => <GpuViewBody header={header} showJob={showJob} sessionId={props && props.sessionId} />}
     </SessionJobs>
   )
 }
 
-function GpuViewBody({ header, showJob }) {
+function GpuViewBody({ header, showJob, sessionId }) {
   const st = useStatus()
   const lang = useLang()
   const doc = st.doc
@@ -87,6 +89,7 @@ function GpuViewBody({ header, showJob }) {
           <RuntimeFooter doc={doc} lang={lang} />
         </>
       ) : null}
+      <SessionRuns sessionId={sessionId} lang={lang} />
     </div>
   )
 }

@@ -3,7 +3,7 @@
 // run" (the comparison's outcome per figure, the causes ranked by the share of the difference they
 // explain, with their evidence). The cells are ../shared/runs.js's, as the DSH plugin's GPU tab shows
 // them; the requests go through the page's fetchJSON (its token, its timeouts). A sidecar that keeps
-// no runs (--no-runs: /runs answers 404) gets a notice saying how to turn them on, never a broken view.
+// no runs (--no-runs: /version says `runs: false`, /runs answers 404) gets a notice saying how to turn them on, never a broken view.
 
 import { TimeChart } from '../shared/charts.js';
 import { CHART_FORMATS } from '../shared/history_data.js';
@@ -12,6 +12,7 @@ import {
   runTimeline, runsError,
 } from '../shared/runs.js';
 
+const VERSION_URL = 'version';
 const RUN_CHARTS = [['rate', 'runs.chart.rate', CHART_FORMATS.rate], ['util', 'runs.chart.util', CHART_FORMATS.util]];
 
 function listTable(ctx, rows) {
@@ -103,6 +104,10 @@ export function createRunsPanel({ root, h, richText, tr, lang, fetchJSON, toolti
 
   async function show() {
     try {
+      // `runs` of /version: false (--no-runs) is said without a request that must fail (a 404 in the
+      // console); an older sidecar's /version has no `runs`, and its 404 says the same
+      const version = await fetchJSON(VERSION_URL).catch(() => null);
+      if (version && version.runs === false) throw Object.assign(new Error('no runs'), { status: 404 });
       st.doc = await fetchJSON(RUNS_URL);
       st.off = false;
       st.error = null;

@@ -13,7 +13,6 @@
  *   compareView(doc, lang)  a CompareDocument: headline, the two figures, the causes ranked with their
  *                           shares and evidence, the reasons by share, the notes
  *   notRecorded(lang)       the text of a sidecar that keeps no runs (its /runs answers 404)
- *   runsOfFolder(doc, roots) a RunsDocument with only the runs whose folder lies under one of `roots`
  */
 
 import { NA, cmdText, fmtDuration, fmtRate, renderRef, statusOf, t } from './format.js';
@@ -123,14 +122,6 @@ export function runRows(doc, lang) {
     .map((run, i) => ({ run, i }))
     .sort((a, b) => (b.run.started_unix_s || 0) - (a.run.started_unix_s || 0) || a.i - b.i)
     .map(({ run }) => runRow(run, lang));
-}
-
-/** A RunsDocument with the runs whose folder is one of `roots` or lies below one. */
-export function runsOfFolder(doc, roots) {
-  const list = (Array.isArray(roots) ? roots : []).filter((r) => typeof r === 'string' && r.startsWith('/')).map((r) => (r.length > 1 ? r.replace(/\/+$/, '') : r));
-  const under = (cwd) => typeof cwd === 'string' && list.some((r) => r === '/' || cwd === r || cwd.startsWith(`${r}/`));
-  const runs = doc && Array.isArray(doc.runs) ? doc.runs.filter((r) => r && under(r.cwd)) : [];
-  return { ...(doc || {}), runs };
 }
 
 /** @param {RunDocument|null} doc */
