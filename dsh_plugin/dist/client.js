@@ -647,7 +647,9 @@ var en_default = {
   "runs.part.whole-step": "uncovered step time",
   "runs.off.title": "Runs are not recorded",
   "runs.off.body": "This sidecar keeps no run ledger: it was started with `--no-runs`. Start it without `--no-runs` (runs go to $XDG_STATE_HOME/dsh-gpu-dashboard/runs.sqlite3) or with `--runs-db PATH` to remember every run and compare it with the previous one.",
-  "runs.off.more": 'README: "Runs: where they live and how to compare".'
+  "runs.off.more": 'README: "Runs: where they live and how to compare".',
+  "runs.compare.error": "Cannot compare: {error}",
+  "runs.noPrevious": "No earlier run of the same command in the same folder is recorded."
 };
 
 // ../sidecar/static/shared/i18n/zh.json
@@ -1223,7 +1225,9 @@ var zh_default = {
   "runs.part.whole-step": "未覆盖的步时间",
   "runs.off.title": "未记录运行",
   "runs.off.body": "这个 sidecar 没有运行账本：它是用 `--no-runs` 启动的。去掉 `--no-runs` 启动（运行记录保存在 $XDG_STATE_HOME/dsh-gpu-dashboard/runs.sqlite3），或用 `--runs-db PATH` 指定位置，即可记住每一次运行并与上一次比较。",
-  "runs.off.more": "参见 README：“Runs: where they live and how to compare”。"
+  "runs.off.more": "参见 README：“Runs: where they live and how to compare”。",
+  "runs.compare.error": "无法比较：{error}",
+  "runs.noPrevious": "没有记录到同一目录下同一命令的更早运行。"
 };
 
 // ../sidecar/static/shared/format.js
@@ -4134,8 +4138,8 @@ function compareView(doc, lang) {
 function notRecorded(lang) {
   return { title: t(lang, "runs.off.title"), body: t(lang, "runs.off.body"), more: t(lang, "runs.off.more") };
 }
-function runsError(error, lang) {
-  return t(lang, "runs.error", { error: plainLine(error && error.message ? error.message : error) });
+function runsError(error, lang, compare = false) {
+  return t(lang, compare ? "runs.compare.error" : "runs.error", { error: plainLine(error && error.message ? error.message : error) });
 }
 
 // src/client/runs.jsx
@@ -4211,7 +4215,7 @@ function RunsTable({ doc, off, error, lang, compare, onCompare }) {
         /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("td", { children: /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("button", { type: "button", className: "dgd-run-compare", "data-testid": "dsh-gpu-run-compare", disabled: cmp.busy && cmp.id === row.id, onClick: () => onCompare && onCompare(row.id), children: t(lang, cmp.busy && cmp.id === row.id ? "runs.comparing" : "runs.compare") }) })
       ] }, row.id)) : /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("tr", { children: /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("td", { colSpan: RUN_COLUMNS.length + 1, className: "dgd-muted", children: t(lang, "runs.noneHere") }) }) })
     ] }) }),
-    cmp.error ? /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("div", { className: "dgd-bad", "data-testid": "dsh-gpu-compare-error", children: runsError(cmp.error, lang) }) : null,
+    cmp.error ? /* @__PURE__ */ (0, import_jsx_runtime11.jsx)("div", { className: "dgd-bad", "data-testid": "dsh-gpu-compare-error", children: runsError(cmp.error, lang, true) }) : null,
     cmp.doc ? /* @__PURE__ */ (0, import_jsx_runtime11.jsx)(CompareResult, { doc: cmp.doc, lang }) : null
   ] });
 }

@@ -188,6 +188,8 @@ describe("the plugin's side", () => {
   test('no runs kept: the notice, no table; no run in the folder: a line saying so', () => {
     const off = render(plugin.RunsTable({ off: true, lang: 'zh' }))
     assert.ok(off.includes('data-testid="dsh-gpu-runs-off"') && off.includes('未记录运行') && !off.includes('<table'))
+    const refused = render(plugin.RunsTable({ doc: runs([run()]), lang: 'en', compare: { id: 'c720995f', error: 'HTTP 404: no earlier run' } }))
+    assert.ok(refused.includes('Cannot compare: HTTP 404: no earlier run') && !refused.includes('dsh-gpu-compare"'))
     const none = render(plugin.RunsTable({ doc: runs([]), lang: 'en' }))
     assert.ok(none.includes('No recorded run in this session'))
   })

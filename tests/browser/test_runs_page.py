@@ -8,6 +8,7 @@ turn them on, never a broken view."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakenvml import FakeNvml, gpu
-from tests.helpers.browser import Pages, wait_js
+from tests.helpers.browser import Pages, screenshot, wait_js
 from tests.helpers.harness import FakeJob, Sidecar
 from tests.helpers.runs_ledger import FORGED, fill, short
 
@@ -74,6 +75,9 @@ def test_the_runs_are_listed_opened_and_compared_with_the_previous_run(runs_stac
     assert "forged line" in forged and not any(c in forged for c in "\x1b\n\r\u202e\u2028"), repr(forged)
     assert FORGED not in page.inner_text("[data-testid=runs-view]")
 
+    page.click(f"[data-run-id='{ids['base']}'] [data-testid=run-open]")
+    wait_js(page, "() => document.querySelector('[data-testid=run-no-previous]')")
+    assert page.eval_on_selector("[data-testid=run-compare]", "e => e.disabled"), "the first run has none before it"
     page.click(f"[data-run-id='{ids['slow']}'] [data-testid=run-open]")
     wait_js(page, "() => document.querySelectorAll('[data-testid=run-change]').length === 2")
     changes = page.inner_text("[data-testid=run-timeline]")
@@ -93,6 +97,8 @@ def test_the_runs_are_listed_opened_and_compared_with_the_previous_run(runs_stac
     first = page.inner_text("[data-testid=compare-cause] >> nth=0")
     assert first.startswith("100 %") and "data wait" in first and "num_workers=4 → num_workers=0" in first, first
     assert ids["base"] in page.inner_text("[data-testid=compare]"), "says which run it is compared with"
+    if os.environ.get("DSH_SCREENSHOTS_DIR"):
+        screenshot(page, "runs", full_page=True)
 
     page.click("[data-testid=lang-switch]")
     wait_js(page, "() => document.querySelector('[data-testid=compare-outcome]')?.textContent === '回退'")
@@ -113,5 +119,7 @@ def test_a_sidecar_that_keeps_no_runs_says_how_to_turn_them_on(runs_stack: RunsS
         assert "Runs: where they live and how to compare" in text
         assert page.locator("[data-testid=runs-table]").count() == 0
         assert page.eval_on_selector("[data-testid=runs-view]", "e => e.dataset.state") == "off"
+        if os.environ.get("DSH_SCREENSHOTS_DIR"):
+            screenshot(page, "runs-off")
     # the page's own error for the 404 is not a script error
     assert not pages.errors, pages.errors

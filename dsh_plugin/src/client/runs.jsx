@@ -97,7 +97,7 @@ export function RunsTable({ doc, off, error, lang, compare, onCompare }) {
           </tbody>
         </table>
       </div>
-      {cmp.error ? <div className="dgd-bad" data-testid="dsh-gpu-compare-error">{runsError(cmp.error, lang)}</div> : null}
+      {cmp.error ? <div className="dgd-bad" data-testid="dsh-gpu-compare-error">{runsError(cmp.error, lang, true)}</div> : null}
       {cmp.doc ? <CompareResult doc={cmp.doc} lang={lang} /> : null}
     </section>
   )

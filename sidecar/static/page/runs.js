@@ -77,12 +77,13 @@ function detailEl(ctx) {
     box.append(st.detailError ? h('p', { class: 'bad', text: runsError(st.detailError, lang()) }) : h('p', { class: 'empty', text: tr('runs.loading') }));
     return box;
   }
-  box.append(h('dl', { class: 'facts run-facts' }, runFacts(d, lang()).map((f) => h('div', { class: 'fact', 'data-key': f.key }, h('dt', { text: f.label }), h('dd', { title: f.text, text: f.text })))));
+  box.append(h('dl', { class: 'run-facts' }, runFacts(d, lang()).flatMap((f) => [h('dt', { text: f.label }), h('dd', { 'data-key': f.key, text: f.text })])));
   box.append(h('h4', { text: tr('runs.timeline') }), timelineEl(ctx, runTimeline(d, lang())), chartsEl(ctx, d));
-  const btn = h('button', { type: 'button', class: 'run-compare', 'data-testid': 'run-compare', disabled: st.comparing, text: tr(st.comparing ? 'runs.comparing' : 'runs.compare') });
+  // the run document names the previous run: without one there is nothing to compare with by default
+  const btn = h('button', { type: 'button', class: 'run-compare', 'data-testid': 'run-compare', disabled: st.comparing || !d.previous, text: tr(st.comparing ? 'runs.comparing' : 'runs.compare') });
   btn.addEventListener('click', compare);
-  box.append(h('div', { class: 'run-actions' }, btn));
-  if (st.compareError) box.append(h('p', { class: 'bad', 'data-testid': 'compare-error', text: runsError(st.compareError, lang()) }));
+  box.append(h('div', { class: 'run-actions' }, btn, d.previous ? null : h('span', { class: 'muted', 'data-testid': 'run-no-previous', text: tr('runs.noPrevious') })));
+  if (st.compareError) box.append(h('p', { class: 'bad', 'data-testid': 'compare-error', text: runsError(st.compareError, lang(), true) }));
   const vm = st.compare && compareView(st.compare, lang());
   if (vm) box.append(compareEl(ctx, vm));
   return box;

@@ -221,7 +221,7 @@ export function notRecorded(lang) {
   return { title: t(lang, 'runs.off.title'), body: t(lang, 'runs.off.body'), more: t(lang, 'runs.off.more') };
 }
 
-/** The runs routes' refusals other than "no runs kept", as one line. */
-export function runsError(error, lang) {
-  return t(lang, 'runs.error', { error: plainLine(error && error.message ? error.message : error) });
+/** The runs routes' refusals other than "no runs kept", as one line (`compare`: a comparison's: no previous run, ...). */
+export function runsError(error, lang, compare = false) {
+  return t(lang, compare ? 'runs.compare.error' : 'runs.error', { error: plainLine(error && error.message ? error.message : error) });
 }
