@@ -138,6 +138,20 @@ def test_dsh_web_from_the_project_folder_makes_it_the_sessions_workspace(chromiu
         assert code == 200 and mine["session"] == {"id": sid, "workspaces": [str(launched.project)], "from": "session"}
         assert page.locator('[data-testid="dsh-gpu-session-empty"]').count() == 0
         shot(page, "workspace-session")
+        # issue 40: the session's runs (each job here was recorded), the newest first, compared with the one before
+        code, recorded = get_json(web.url, f"{API}/runs?session={urllib.parse.quote(sid)}")
+        assert code == 200 and {launched_id(launched), *launched.exited_ids} <= {r["job_id"] for r in recorded["runs"]}
+        assert all(r["cwd"].startswith(str(launched.project)) for r in recorded["runs"]), recorded["runs"]
+        runs = page.locator('[data-testid="dsh-gpu-run"]')
+        wait_for(lambda: runs.count() == len(recorded["runs"]), 30, 0.3, "the session's runs in the GPU tab")
+        # each job here runs its own script (another command): none has a previous run, as the tab says
+        newest = runs.first.get_attribute("data-run-id")
+        code, refusal = get_json(web.url, f"{API}/compare?a={newest}")
+        assert code == 404 and "no earlier run of the same command in the same folder" in refusal["error"], refusal
+        runs.first.locator('[data-testid="dsh-gpu-run-compare"]').click()
+        said = page.locator('[data-testid="dsh-gpu-compare-error"]')
+        said.wait_for(timeout=15_000)
+        assert said.inner_text().startswith("Cannot compare: ") and "no earlier run" in said.inner_text()
         assert not plugin_errors(errors), errors
     finally:
         ctx.close()
