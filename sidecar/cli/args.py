@@ -12,7 +12,7 @@ import socket
 import sys
 import textwrap
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from sidecar import __version__
 from sidecar.common.exit_codes import (
@@ -448,114 +448,6 @@ def cluster_parser() -> argparse.ArgumentParser:
     return p
 
 
-class WindowTime(NamedTuple):
-    """A time of --since / --until: `ago_s` before the report is made, or `at_unix_s`."""
-
-    ago_s: float | None = None
-    at_unix_s: float | None = None
-
-    def resolve(self, now_unix_s: float) -> float:
-        return now_unix_s - self.ago_s if self.ago_s is not None else float(self.at_unix_s or 0.0)
-
-
-_DURATION_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
-MAX_REPORT_AGO_S = 3660 * 86400.0  # ten years: anything longer is a typo
-
-
-def _window_time(text: str) -> WindowTime:
-    """--since / --until: a duration ago (`90m`, `36h`, `7d`, `2w`), a UTC date or time in ISO 8601
-    (`2026-12-01`, `2026-12-01T08:00`, an explicit offset too), or `@UNIX_SECONDS`."""
-    import datetime as dt
-    import math
-
-    text = text.strip()
-    unit = _DURATION_S.get(text[-1:].lower())
-    if unit is not None:
-        try:
-            ago_s = float(text[:-1]) * unit
-        except ValueError:
-            ago_s = math.nan
-        if not 0 <= ago_s <= MAX_REPORT_AGO_S:  # nan too
-            raise argparse.ArgumentTypeError(
-                f"not a duration of up to ten years: {text!r} (e.g. 7d, 36h, 90m)"
-            )
-        return WindowTime(ago_s=ago_s)
-    if text.startswith("@"):
-        try:
-            at = float(text[1:])
-        except ValueError:
-            at = math.nan
-        if not 0 <= at < 1e11:
-            raise argparse.ArgumentTypeError(f"not a UNIX time: {text!r} (e.g. @1764979200)")
-        return WindowTime(at_unix_s=at)
-    try:
-        when = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"not a time: {text!r} (a duration ago like 7d or 36h, a UTC time like 2026-12-01T08:00, or @UNIX_SECONDS)"
-        ) from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.timezone.utc)
-    return WindowTime(at_unix_s=when.timestamp())
-
-
-def report_parser() -> argparse.ArgumentParser:
-    from sidecar.common.usage import GROUPINGS
-
-    p = _Parser(
-        prog="dsh-sidecar report",
-        description="GPU-hours held (memory allocated on a GPU), busy and held with no work, energy and runs, "
-        "per user, job or GPU over a window, the most held with no work first: from this user's run ledger "
-        "(root: every user's under /var/lib), or from a fleet's Prometheus with --prometheus (its recording "
-        "rules: deploy/dsh-accounting.yml, docs/deploy.md).",
-    )
-    p.add_argument(
-        "--since",
-        type=_window_time,
-        default=WindowTime(ago_s=7 * 86400.0),
-        metavar="T",
-        help="the window's start: a duration ago (7d, 36h, 90m), a UTC time in ISO 8601 or @UNIX_SECONDS (default 7d)",
-    )
-    p.add_argument(
-        "--until",
-        type=_window_time,
-        default=WindowTime(ago_s=0.0),
-        metavar="T",
-        help="the window's end, excluded (default: now)",
-    )
-    p.add_argument(
-        "--by", choices=GROUPINGS, default=GROUPINGS[0], help="a row per user (default), job, or GPU"
-    )
-    out = p.add_mutually_exclusive_group()
-    out.add_argument(
-        "--json", action="store_true", help="print the report document as JSON (docs/api.md: ReportDocument)"
-    )
-    out.add_argument("--csv", action="store_true", help="print the rows as CSV (RFC 4180), for a spreadsheet")
-    where = p.add_mutually_exclusive_group()
-    where.add_argument(
-        "--runs-db",
-        default=os.environ.get("DSH_RUNS_DB") or None,
-        metavar="PATH",
-        help="the run ledger to read (default: $DSH_RUNS_DB, else $XDG_STATE_HOME/dsh-gpu-dashboard/runs.sqlite3, "
-        "root's /var/lib/dsh-gpu-dashboard/runs.sqlite3): where the sidecars record",
-    )
-    where.add_argument(
-        "--prometheus",
-        default=None,
-        metavar="URL",
-        help="a fleet's Prometheus, e.g. http://prometheus:9090, that loads deploy/dsh-accounting.yml",
-    )
-    _prometheus_user_option(p)
-    p.add_argument(
-        "--timeout",
-        type=_bounded_seconds(60.0, zero_ok=False),
-        default=10.0,
-        help="with --prometheus: seconds to wait for all of its answers (default 10, at most 60)",
-    )
-    _add_path_options(p)
-    return p
-
-
 def runs_db_option(p: argparse.ArgumentParser) -> None:
     """--runs-db: where the runs ledger is (the polling commands' flag of the same name records there)."""
     p.add_argument(
@@ -565,46 +457,6 @@ def runs_db_option(p: argparse.ArgumentParser) -> None:
         help="the runs ledger (default: $DSH_RUNS_DB, else $XDG_STATE_HOME/dsh-gpu-dashboard/runs.sqlite3, "
         "~/.local/state when unset; root: /var/lib/dsh-gpu-dashboard/runs.sqlite3)",
     )
-
-
-def runs_parser() -> argparse.ArgumentParser:
-    p = _Parser(
-        prog="dsh-sidecar runs",
-        description="The runs the sidecars recorded, the last seen first: id, start, duration, state, "
-        "verdict, steps, GPU-hours, command and folder. Compare one with `dsh-sidecar compare ID`.",
-    )
-    p.add_argument(
-        "--since",
-        default=None,
-        metavar="WHEN",
-        help="only runs seen since WHEN: a duration back from now (7d, 12h, 30m), a UTC date or time in "
-        "ISO 8601 (2026-12-01, 2026-12-01T08:00) or @UNIX_SECONDS",
-    )
-    p.add_argument(
-        "--json", action="store_true", help="print the runs document as JSON (docs/api.md, RunsDocument)"
-    )
-    runs_db_option(p)
-    return p
-
-
-def compare_parser() -> argparse.ArgumentParser:
-    p = _Parser(
-        prog="dsh-sidecar compare",
-        description="Is RUN faster or slower than OTHER (default: the previous run of the same command in "
-        "the same folder), beyond the two runs' own noise, and why: throughput and GPU busy share judged "
-        "IMPROVEMENT, REGRESSION or WITHIN NOISE, the causes ranked by the share of the difference each explains.",
-    )
-    p.add_argument(
-        "run", metavar="RUN", help="a run's id as `dsh-sidecar runs` lists it (or its job id or key)"
-    )
-    p.add_argument("other", metavar="OTHER", nargs="?", default=None, help="the run to compare it with")
-    p.add_argument(
-        "--json",
-        action="store_true",
-        help="print the compare document as JSON (docs/api.md, CompareDocument)",
-    )
-    runs_db_option(p)
-    return p
 
 
 def _prometheus_user_option(p: argparse.ArgumentParser) -> None:

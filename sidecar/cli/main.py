@@ -48,18 +48,16 @@ from sidecar.cli.args import (
     check_serve_args,
     check_token,
     cluster_parser,
-    compare_parser,
     doctor_parser,
     fail,
     host_paths,
     mcp_parser,
     print_to_a_pipe,
-    report_parser,
     rules_from_env,
     run_parser,
-    runs_parser,
     serve_parser,
 )
+from sidecar.cli.args_runs import compare_parser, report_parser, runs_parser
 from sidecar.cli.summary import human_summary, jobs_summary
 from sidecar.common.exit_codes import (
     EXIT_INTERRUPTED,

@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import fields
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, NamedTuple
 
 from sidecar.common.catalogue import Ref, render
 from sidecar.common.runs import RUN_ID_DIGITS, MinuteFigures, RunDetail, RunRecord, run_id
@@ -116,14 +116,24 @@ def shown_ids(keys: Iterable[str]) -> dict[str, str]:
     return {key: d[:digits] for key, d in digests.items()}
 
 
-def parse_since(text: str, now_unix_s: float) -> float:
-    """`since` as a UNIX time: a duration back from now (`7d`, `12h`, `30m`, `90s`, `2w`), an ISO
-    date or time (`2026-12-01`, `2026-12-01T08:00`: UTC unless it gives `Z` or an offset, as
-    `dsh-sidecar report --since` reads it) or a UNIX time in seconds (`@1764979200`, or the bare
-    number the history route takes). ValueError saying what is accepted."""
+class WindowTime(NamedTuple):
+    """A time as a person gives it: `ago_s` before now (a duration) or `at_unix_s`."""
+
+    ago_s: float | None = None
+    at_unix_s: float | None = None
+
+    def resolve(self, now_unix_s: float) -> float:
+        return now_unix_s - self.ago_s if self.ago_s is not None else float(self.at_unix_s or 0.0)
+
+
+def parse_when(text: str) -> WindowTime:
+    """A time of `since` (the runs route and command) and `--since` / `--until` (report): a duration
+    back from now (`7d`, `12h`, `30m`, `90s`, `2w`), an ISO date or time (`2026-12-01`,
+    `2026-12-01T08:00`: UTC unless it gives `Z` or an offset) or a UNIX time in seconds
+    (`@1764979200`, or the bare number the history route takes). ValueError saying what is accepted."""
     text = text.strip()
     usage = (
-        "since is a duration back from now (7d, 12h, 30m), a UTC date or time in ISO 8601 (2026-12-01, "
+        "a duration back from now (7d, 12h, 30m), a UTC date or time in ISO 8601 (2026-12-01, "
         "2026-12-01T08:00) or a UNIX time in seconds (@1764979200)"
     )
     if not text or len(text) > MAX_SINCE_CHARS or not text.isascii() or not text.isprintable():
@@ -132,8 +142,8 @@ def parse_since(text: str, now_unix_s: float) -> float:
     if duration:
         back_s = float(duration.group(1)) * _UNIT_S[duration.group(2)]
         if back_s > MAX_SINCE_S:
-            raise ValueError(f"since: at most ten years back ({usage})")
-        return now_unix_s - back_s
+            raise ValueError(f"at most ten years back: {usage}")
+        return WindowTime(ago_s=back_s)
     try:
         value = float(text.removeprefix("@"))
     except ValueError:
@@ -141,14 +151,23 @@ def parse_since(text: str, now_unix_s: float) -> float:
     if value is not None:
         if not math.isfinite(value) or value < 0:
             raise ValueError(usage)
-        return value
+        return WindowTime(at_unix_s=value)
     try:
         when = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
         raise ValueError(usage) from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
-    return when.timestamp()
+    return WindowTime(at_unix_s=when.timestamp())
+
+
+def parse_since(text: str, now_unix_s: float) -> float:
+    """`since` as a UNIX time (parse_when, resolved at ``now_unix_s``); ValueError naming `since`."""
+    try:
+        return parse_when(text).resolve(now_unix_s)
+    except ValueError as exc:
+        said = str(exc)
+        raise ValueError(f"since is {said}" if said.startswith("a duration") else f"since: {said}") from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -258,7 +277,11 @@ def run_document(detail: RunDetail, previous: RunRecord | None = None) -> Doc:
         },
         "previous": None if previous is None else run_id(previous.identity.key),
         "timeline": [
-            {"time_unix_s": c.time_unix_s, "status": clip(c.status, MAX_ID_CHARS), "warnings": _strs(c.warnings, 64)}
+            {
+                "time_unix_s": c.time_unix_s,
+                "status": clip(c.status, MAX_ID_CHARS),
+                "warnings": _strs(c.warnings, 64),
+            }
             for c in timeline
         ],
         "timeline_omitted": len(detail.timeline) - len(timeline),
@@ -350,7 +373,9 @@ def ambiguous(name: str, records: Sequence[RunRecord]) -> AmbiguousRun:
     shown = list(records[:MAX_CANDIDATES])
     ids = shown_ids(r.identity.key for r in shown)
     more = f" (and {len(records) - len(shown)} more)" if len(records) > len(shown) else ""
-    listing = "; ".join(f"{ids[r.identity.key]} ({r.identity.job_id} on {clip(r.identity.host, 64)})" for r in shown)
+    listing = "; ".join(
+        f"{ids[r.identity.key]} ({r.identity.job_id} on {clip(r.identity.host, 64)})" for r in shown
+    )
     return AmbiguousRun(
         f"{name} names {len(records)} runs: {listing}{more}; give more of the id",
         [run_entry(r, ids[r.identity.key]) for r in shown],

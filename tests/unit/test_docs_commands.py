@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from sidecar.cli import args as cli_args
+from sidecar.cli import args_runs as cli_args_runs
 from tests.helpers.fake_prometheus import FakePrometheus, two_nodes_and_a_silent_one
 from tests.helpers.harness import Sidecar
 
@@ -62,9 +63,9 @@ SUBCOMMANDS = {
     "doctor": cli_args.doctor_parser,
     "mcp": cli_args.mcp_parser,
     "cluster": cli_args.cluster_parser,
-    "report": cli_args.report_parser,
-    "runs": cli_args.runs_parser,
-    "compare": cli_args.compare_parser,
+    "report": cli_args_runs.report_parser,
+    "runs": cli_args_runs.runs_parser,
+    "compare": cli_args_runs.compare_parser,
 }
 
 
@@ -88,7 +89,11 @@ def route_mentions(text: str, port: int = cli_args.DEFAULT_PORT) -> list[tuple[i
             first = route.split("/")[1]
             if route.endswith("/"):
                 continue  # a prefix (`under /api/dsh-gpu-dashboard/`) names the routes below it, not one
-            if first.split(".")[0] not in NOT_ROUTES and first != PLUGIN_ROUTES and route not in OTHER_SERVERS:
+            if (
+                first.split(".")[0] not in NOT_ROUTES
+                and first != PLUGIN_ROUTES
+                and route not in OTHER_SERVERS
+            ):
                 found.append((number, route))
     return found
 
@@ -157,7 +162,9 @@ def command_problems(text: str) -> list[str]:
                 break  # the job's own command
             flag = word.split("=", 1)[0].rstrip(",.:)")
             if flag.startswith("-") and flag not in ("-", "--", "...") and flag not in known:
-                problems.append(f"line {number}: dsh-sidecar {sub or ''} {flag}: no such flag".replace("  ", " "))
+                problems.append(
+                    f"line {number}: dsh-sidecar {sub or ''} {flag}: no such flag".replace("  ", " ")
+                )
     return problems
 
 
@@ -175,9 +182,10 @@ def sidecar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
     env = {k: v for k, v in os.environ.items() if k != "DSH_PROMETHEUS_URL"}
     env["LD_LIBRARY_PATH"] = "/nonexistent"  # no NVML: the routes, not the GPUs
     env["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state"))  # the runs routes read a ledger there
-    with FakePrometheus(two_nodes_and_a_silent_one()) as prometheus, Sidecar(
-        ["--pid", str(os.getpid()), "--port", "0", "--prometheus", prometheus.url], env=env
-    ) as sc:
+    with (
+        FakePrometheus(two_nodes_and_a_silent_one()) as prometheus,
+        Sidecar(["--pid", str(os.getpid()), "--port", "0", "--prometheus", prometheus.url], env=env) as sc,
+    ):
         sc.wait_status(lambda doc: doc, what="a first poll")
         yield sc
 
@@ -241,7 +249,9 @@ def _block_with(text: str, needle: str) -> str:
     raise AssertionError(f"no code block holds {needle!r}")
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian package prometheus) is not installed")
+@pytest.mark.skipif(
+    shutil.which("promtool") is None, reason="promtool (Debian package prometheus) is not installed"
+)
 def test_deploy_md_prometheus_install_step_passes_promtool_as_written(tmp_path: Path) -> None:
     """docs/deploy.md's install step, run as written with /etc/prometheus moved to a temporary
     folder (and the file given to the current user rather than `prometheus`), makes
@@ -262,7 +272,12 @@ def test_deploy_md_prometheus_install_step_passes_promtool_as_written(tmp_path: 
 
     def run(commands: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", commands], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+            ["bash", "-euo", "pipefail", "-c", commands],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
 
     before = run("promtool check config deploy/prometheus.yml")
