@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 OUT=docs/screenshots
 # The page's states beyond test_page.py's: without its token, a job of one process with --prometheus.
-page_more=(tests/browser/test_token_page.py
+page_more=(tests/browser/test_token_page.py tests/browser/test_runs_page.py
   tests/browser/test_cluster_page.py::test_a_job_of_one_process_gets_one_line_not_a_table_per_job)
 # The DSH plugin's beyond test_dsh_plugin.py's: the sidecar it starts itself, a session's day of runs.
 dsh_more=(tests/browser/test_dsh_autostart.py

@@ -159,5 +159,7 @@ def screenshot(
             clip={"x": x, "y": y, "width": min(vw - x, box["width"] + 24), "height": box["height"] + 24},
         )
     else:
+        if full_page:  # from the top: scrolled, the sticky header would be drawn across the middle
+            page.evaluate("window.scrollTo(0, 0)")
         page.screenshot(path=str(path), full_page=full_page)
     return path
