@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ACTIONS", "CODES", "Code"]
+__all__ = ["ACTIONS", "CODES", "NOT_FROM_DECIDE", "Code"]
 
 # What the user should do, in the order the README lists them: (key, heading).
 ACTIONS: tuple[tuple[str, str], ...] = (
@@ -126,3 +126,8 @@ CODES: dict[str, Code] = {
         "informational", "MIG: per-process utilisation does not exist, shown as n/a rather than 0%"
     ),
 }
+
+# The codes decide() never gives: the cluster view's (verdict/cluster.py), and runs-not-recorded,
+# which the poller adds to a settled verdict while the runs ledger fails (status.runs_not_recorded):
+# no hysteresis holds it, and it goes with the ledger's fault.
+NOT_FROM_DECIDE = frozenset({"node-missing", "ranks-missing", "runs-not-recorded"})

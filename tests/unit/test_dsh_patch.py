@@ -35,7 +35,12 @@ def test_the_row_block() -> None:
     block = row_block(["/v/bin/dsh-sidecar", "mcp", "--url", 'http://h:1/"x"'], with_token=True)
     lines = block.splitlines()
     assert lines[0].startswith(BEGIN) and lines[-1] == END and block.endswith("\n")
-    assert lines[1:5] == ["- insert:", "    - id: mcp-gpu", "      name: '@deepseek-ai/dsh-mcp-client'", "      config:"]
+    assert lines[1:5] == [
+        "- insert:",
+        "    - id: mcp-gpu",
+        "      name: '@deepseek-ai/dsh-mcp-client'",
+        "      config:",
+    ]
     # JSON strings are YAML double-quoted scalars: a quote in an argument stays one string
     assert '        command: "/v/bin/dsh-sidecar"' in lines
     assert '        args: ["mcp", "--url", "http://h:1/\\"x\\""]' in lines
@@ -94,7 +99,11 @@ def test_the_server_gets_the_options_given_and_never_the_token(monkeypatch: pyte
     monkeypatch.delenv("DSH_RUNS_DB", raising=False)
     assert server_args(parse("--url", "http://127.0.0.1:8765")) == ["mcp", "--url", "http://127.0.0.1:8765"]
     assert server_args(parse("--pid", "42", "--interval", "1.5", "--history", "60", "--token", "t")) == [
-        "mcp", "--pid", "42", "--history", "60.0",
+        "mcp",
+        "--pid",
+        "42",
+        "--history",
+        "60.0",
     ]
     assert server_args(parse("--path.procfs", "/host/proc")) == ["mcp", "--path.procfs", "/host/proc"]
     # a default from a DSH_* variable goes on argv: DSH scrubs those from a server's environment
@@ -112,22 +121,37 @@ def test_every_option_of_mcp_is_forwarded_or_deliberately_not() -> None:
 
 
 def test_the_command_is_this_dsh_sidecar() -> None:
-    assert server_command("venv/bin/dsh-sidecar", "/usr/bin/python3") == [os.path.abspath("venv/bin/dsh-sidecar")]
-    assert server_command("/src/sidecar/cli/__main__.py", "/v/bin/python") == ["/v/bin/python", "-m", "sidecar.cli"]
+    assert server_command("venv/bin/dsh-sidecar", "/usr/bin/python3") == [
+        os.path.abspath("venv/bin/dsh-sidecar")
+    ]
+    assert server_command("/src/sidecar/cli/__main__.py", "/v/bin/python") == [
+        "/v/bin/python",
+        "-m",
+        "sidecar.cli",
+    ]
 
 
-def test_add_to_dsh_writes_the_profile_and_exits_6_when_it_cannot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_add_to_dsh_writes_the_profile_and_exits_6_when_it_cannot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     env = {"DSH_HOME": str(tmp_path / "dsh")}
     args = parse("--url", "http://127.0.0.1:8765")
-    args.token = None
+    args.token = args.runs_db = (
+        None  # nothing more to forward (the tests' $DSH_RUNS_DB is --runs-db's default)
+    )
     path = tmp_path / "dsh" / "profiles" / "web" / "cordis.patch.yml"
     assert dsh_patch.add_to_dsh(args, env, program="/v/bin/dsh-sidecar") == EXIT_OK  # no profile yet: made
-    assert path.read_text() == row_block(["/v/bin/dsh-sidecar", "mcp", "--url", "http://127.0.0.1:8765"], False)
+    assert path.read_text() == row_block(
+        ["/v/bin/dsh-sidecar", "mcp", "--url", "http://127.0.0.1:8765"], False
+    )
     assert f"added the MCP server 'gpu' (row mcp-gpu) in {path}" in capsys.readouterr().out
     path.write_text("[{id: x}]\n")
     assert dsh_patch.add_to_dsh(args, env, program="/v/bin/dsh-sidecar") == EXIT_DSH_PROFILE
     err = capsys.readouterr().err
-    assert err.startswith(f"dsh-sidecar: error: cannot add the MCP server to {path}: it holds") and err.count("\n") == 1
+    assert (
+        err.startswith(f"dsh-sidecar: error: cannot add the MCP server to {path}: it holds")
+        and err.count("\n") == 1
+    )
     assert path.read_text() == "[{id: x}]\n"
     args.add_to_dsh = "../web"
     with pytest.raises(UsageError, match="not a DSH profile name"):
@@ -140,7 +164,12 @@ def test_dsh_home_is_resolved_as_dsh_resolves_it(monkeypatch: pytest.MonkeyPatch
     assert dsh_home.dsh_home({"DSH_HOME": "  "}) == tmp_path / ".dsh"  # blank: unset
     assert dsh_home.dsh_home({"DSH_HOME": "~/elsewhere"}) == tmp_path / "elsewhere"
     assert [dsh_home.valid_profile(n) for n in ("web", "tui", "", "..", "a/b", "node_modules")] == [
-        True, True, False, False, False, False,
+        True,
+        True,
+        False,
+        False,
+        False,
+        False,
     ]
 
 

@@ -48,8 +48,12 @@ def test_history_since(client):
         ],
         "processes": [{"pid": 42, "gpu_mem_mib": 900.0, "sm_util_pct": 40.0}],
         **dict.fromkeys(JOB_COLUMNS),
+        "recorded": False,  # this sidecar's poll, not a minute the runs ledger kept from before it
     }
-    assert [s["time_unix_s"] for s in client.get(f"{API}/history?since=100.5").json["samples"]] == [101.0, 102.0]
+    assert [s["time_unix_s"] for s in client.get(f"{API}/history?since=100.5").json["samples"]] == [
+        101.0,
+        102.0,
+    ]
     assert client.get(f"{API}/history?since=102").json["events"] == []
 
 
@@ -143,7 +147,12 @@ class _TwoUsersJobs(StaticSource):
         def entry(pid: int, root: RootInfo | None) -> dict:
             summary = {
                 "job_id": f"{pid}-1",
-                "target": {"pid": pid, "alive": True, "cmdline": ["python", "train.py"], "create_time_unix_s": float(pid)},
+                "target": {
+                    "pid": pid,
+                    "alive": True,
+                    "cmdline": ["python", "train.py"],
+                    "create_time_unix_s": float(pid),
+                },
                 "status": "GPU",
                 "message": "the job computes on the GPU",
                 "message_ref": {"id": "verdict.gpu", "params": {}},
@@ -171,7 +180,9 @@ def test_listed_jobs_are_marked_yours_for_the_user_of_each_connection():
     server_port = 8765
     owners = {("127.0.0.1", 40000, server_port): ADA.uid, ("127.0.0.1", 40001, server_port): BOB.uid}
     source = _TwoUsersJobs()
-    app = create_app(ServerConfig(socket_owner=lambda addr, port, ours: owners.get((addr, port, ours))), source)
+    app = create_app(
+        ServerConfig(socket_owner=lambda addr, port, ours: owners.get((addr, port, ours))), source
+    )
     c = app.test_client()
 
     def yours(route: str, client_port: int) -> dict[str, bool | None]:

@@ -18,7 +18,7 @@ import pytest
 
 from sidecar.common.catalogue import load
 from sidecar.verdict import Facts, GpuFacts, ProcGpu, RecentSample, Rules, Verdict, decide
-from sidecar.verdict.codes import CODES
+from sidecar.verdict.codes import CODES, NOT_FROM_DECIDE
 from sidecar.verdict.hysteresis import RELEASED_AT, UNHELD_CODES
 from tests.helpers.verdict_facts import (
     INTEL_CARD,
@@ -214,7 +214,7 @@ def _placeholders(code: str) -> set[str]:
     return {name for t in texts for name in re.findall(r"\{(\w+)\}", t)}
 
 
-@pytest.mark.parametrize("code", sorted(set(CODES) - {"node-missing", "ranks-missing"}))
+@pytest.mark.parametrize("code", sorted(set(CODES) - NOT_FROM_DECIDE))
 def test_a_warning_whose_text_carries_a_figure_is_never_held_as_it_was_raised(code: str) -> None:
     """Every code decide() gives (the cluster view's two are not): one whose message or hint says a
     figure is either never held or held as this poll's facts have it (RELEASED_AT)."""

@@ -48,7 +48,7 @@ from sidecar.verdict import (
     device_type,
     memory_growth,
 )
-from sidecar.verdict.codes import CODES
+from sidecar.verdict.codes import CODES, NOT_FROM_DECIDE
 from sidecar.verdict.efficiency import THROTTLE_REASONS
 from sidecar.verdict.facts import NVIDIA_VENDOR, SEVERITY_ORDER, pct, plist
 from sidecar.verdict.hysteresis import RELEASED_AT, UNHELD_CODES
@@ -191,14 +191,11 @@ EXACTLY_WHEN = {
     ),
     "unregistered-gpu-process": lambda f: any(p.uses_gpu and not p.has_probe for p in f.processes),
     "model-on-cpu": lambda f: any(
-        m.types == {"cpu"} and p.runtime is not None and p.runtime.cuda_available is True for p, m in _models(f)
+        m.types == {"cpu"} and p.runtime is not None and p.runtime.cuda_available is True
+        for p, m in _models(f)
     ),
-    "cuda-unavailable": lambda f: any(
-        rt.cuda_build and rt.cuda_available is False for rt in _runtimes(f)
-    ),
-    "cpu-build": lambda f: (
-        _nvidia(f) and any(rt.torch and rt.cuda_build is None for rt in _runtimes(f))
-    ),
+    "cuda-unavailable": lambda f: any(rt.cuda_build and rt.cuda_available is False for rt in _runtimes(f)),
+    "cpu-build": lambda f: _nvidia(f) and any(rt.torch and rt.cuda_build is None for rt in _runtimes(f)),
     "mixed-devices": lambda f: any(len(m.types) > 1 for _, m in _models(f)) or len(_types(f)) > 1,
     "gpu-work-in-child": _gpu_work_in_child,
     "input-mismatch": _input_mismatch,
@@ -327,7 +324,7 @@ def test_the_facts_reach_every_rule_and_status():
     """The properties above are not held vacuously: over these facts each code fires (so every rule
     runs) and each one of EXACTLY_WHEN is also absent somewhere; every status is given."""
     # Every code decide() gives has its condition here (the cluster view's own are not decide()'s).
-    assert set(EXACTLY_WHEN) | set(ONLY_WHEN) == set(CODES) - {"node-missing", "ranks-missing"}
+    assert set(EXACTLY_WHEN) | set(ONLY_WHEN) == set(CODES) - NOT_FROM_DECIDE
     fired, statuses = set(), set()
     for _, f in FACTS:
         v = decide(f)
@@ -398,7 +395,11 @@ def _held_idle_gpu(f: Facts, held: Finding) -> dict[str, Any] | None:
         return None
     window = older[-1:] + window
     utils = [s.tree_sm_util if s.tree_sm_util is not None else s.model_gpu_util for s in window]
-    if len(window) < 2 or None in utils or max(u for u in utils if u is not None) >= f.rules.idle_util_released_pct:
+    if (
+        len(window) < 2
+        or None in utils
+        or max(u for u in utils if u is not None) >= f.rules.idle_util_released_pct
+    ):
         return None
     first, last = window[0], window[-1]
     if first.train_steps is not None and last.train_steps is not None:
@@ -447,17 +448,31 @@ def _held_straggler(f: Facts, held: Finding) -> dict[str, Any] | None:
     rank's), the next one waiting the release value more at least, every rank over enough steps."""
     first_of_rank: dict[int, ProcessFacts] = {}
     for p in _named(f, held):
-        if p.role == "rank" and p.rank is not None and not p.exited and p.steps and p.steps.backward_fraction is not None:
+        if (
+            p.role == "rank"
+            and p.rank is not None
+            and not p.exited
+            and p.steps
+            and p.steps.backward_fraction is not None
+        ):
             first_of_rank.setdefault(p.rank, p)
     ranks = sorted(first_of_rank.values(), key=lambda p: p.rank or 0)
-    if not f.target_alive or len(ranks) < 2 or min(p.steps.steps for p in ranks if p.steps) < f.rules.straggler_min_steps:
+    if (
+        not f.target_alive
+        or len(ranks) < 2
+        or min(p.steps.steps for p in ranks if p.steps) < f.rules.straggler_min_steps
+    ):
         return None
     least = min(p.steps.backward_fraction for p in ranks if p.steps and p.steps.backward_fraction is not None)
     waits = sorted(((p.steps.backward_fraction or 0.0) - least, p.rank) for p in ranks if p.steps)
     (_, slow), others = waits[0], [w for w, _ in waits[1:]]
     if waits[1][0] < f.rules.straggler_wait_released or slow != held.message.params["rank"]:
         return None
-    return {"rank": slow, "wait": f"{mean(others):.0%}", "steps": min(p.steps.steps for p in ranks if p.steps)}
+    return {
+        "rank": slow,
+        "wait": f"{mean(others):.0%}",
+        "steps": min(p.steps.steps for p in ranks if p.steps),
+    }
 
 
 # code -> what a held warning of that code says at a poll of these facts (message params, "hint."
@@ -497,7 +512,11 @@ def check_held(before: Facts, after: Facts) -> set[tuple[str, bool]]:
             for name, value in (expected or {}).items():
                 assert now is not None
                 ref = now.hint if name.startswith("hint.") else now.message
-                assert ref is not None and ref.params.get(name.removeprefix("hint.")) == value, (code, name, ref)
+                assert ref is not None and ref.params.get(name.removeprefix("hint.")) == value, (
+                    code,
+                    name,
+                    ref,
+                )
     assert set(shown) <= set(given) | {w.code for w in first.warnings}
     return seen
 
