@@ -57,7 +57,6 @@ from sidecar.cli.args import (
     run_parser,
     serve_parser,
 )
-from sidecar.cli.args_runs import compare_parser, report_parser, runs_parser
 from sidecar.cli.summary import human_summary, jobs_summary
 from sidecar.common.exit_codes import (
     EXIT_INTERRUPTED,
@@ -105,11 +104,15 @@ def main(argv: list[str] | None = None) -> int:
 
             return run_cluster(cluster_parser().parse_args(argv[1:]))
         if argv and argv[0] == "report":
+            from sidecar.cli.args_runs import report_parser
             from sidecar.cli.report import run_report
 
             return run_report(report_parser().parse_args(argv[1:]))
         if argv and argv[0] in ("runs", "compare"):
+            # Imported by these commands only: the comparison and its documents (~35 ms) are no
+            # part of a sidecar's start.
             from sidecar.cli import runs_commands
+            from sidecar.cli.args_runs import compare_parser, runs_parser
 
             if argv[0] == "runs":
                 return runs_commands.run_runs(runs_parser().parse_args(argv[1:]))

@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import fields
 from datetime import datetime, timezone
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sidecar.common.catalogue import Ref, render
 from sidecar.common.runs import RUN_ID_DIGITS, MinuteFigures, RunDetail, RunRecord, run_id
@@ -32,7 +32,9 @@ from sidecar.documents.contract_runs import (
     MAX_RUNS_LISTED,
     MAX_SETTINGS,
 )
-from sidecar.verdict.compare import Cause, Comparison, FigureChange, Note, Reason, ReasonShare
+
+if TYPE_CHECKING:  # the comparison is imported where one is made (a sidecar's start needs none)
+    from sidecar.verdict.compare import Cause, Comparison, FigureChange, Note, Reason, ReasonShare
 
 Doc = dict[str, Any]  # a document: its shape is contract_runs.py's, checked at run time (DSH_CONTRACT_CHECK)
 

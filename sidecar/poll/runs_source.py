@@ -33,7 +33,6 @@ from sidecar.documents.runs import (
 )
 from sidecar.sources.ledger import Ledger, LedgerError, ledger_exists
 from sidecar.sources.ledger.bounds import MAX_LISTED_RUNS
-from sidecar.verdict.compare import compare_runs
 from sidecar.verdict.facts import Rules
 
 T = TypeVar("T")
@@ -159,5 +158,8 @@ class LedgerRuns:
             base_key = previous.identity.key
         run_detail = self._detail(ledger, key)
         base_detail = self._detail(ledger, base_key)
+        # Imported here: a serving sidecar's start needs no comparison.
+        from sidecar.verdict.compare import compare_runs
+
         comparison = compare_runs(run_detail, base_detail, self.rules)
         return compare_document(comparison, run_detail.record, base_detail.record, chosen=baseline is None)

@@ -61,6 +61,14 @@ def dsh_gpu(dsh_launcher: Path, gpu_stack, tmp_path_factory: pytest.TempPathFact
     home.write_plugin_config(sidecarUrl=gpu_stack.sidecar.url, token=gpu_stack.sidecar.token, timeoutMs=2000)
     web = start_dsh_web(home, base / "work")
     try:
+        # Before it proxies, the plugin asks the configured URL once whether a sidecar answers there
+        # (autostart's probe, up to timeoutMs): until then it answers 503 "sidecar-starting".
+        wait_for(
+            lambda: get_json(web.url, f"{API}/status")[1].get("error") != "sidecar-starting",
+            15,
+            0.2,
+            "the plugin's probe of the configured sidecar",
+        )
         yield web
     finally:
         web.stop()
