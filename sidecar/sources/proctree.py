@@ -26,6 +26,10 @@ _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 # The children lists are read at least this often even when no pid was allocated (see _walk_known):
 # a bound on what a /proc that misreports the last pid could hide.
 FULL_WALK_EVERY_POLLS = 10
+# A forked child execs within moments of its start (a spawned worker, a shell's `exec`), and a fork
+# has its parent's command line until then, with the same command name when both are python: a
+# name and command line read in a process's first seconds are read again until they are older.
+EXEC_WINDOW_S = 3.0
 # When other processes of the machine moved the last pid since the last walk, the pids allocated
 # meanwhile are looked at one by one (is any a child of the tree?) while they number at most this
 # share of the tree's members; past it, the children lists are read. Looking at a pid (an open, read
@@ -510,14 +514,18 @@ class ProcessTreeSource:
         self._files.close()
 
     def _proc_info(self, pid: int, ident: tuple[int, int], st: _Stat, cpu: float | None, depth: int) -> ProcInfo:
-        name, cmdline = self._static_info(pid, ident, st.comm)
         create_time = self._boot_time + st.start_ticks / _CLK_TCK
+        name, cmdline = self._static_info(pid, ident, st.comm, create_time)
         rss_mib = st.rss_pages * (_PAGE_SIZE / 1048576)
         return ProcInfo(pid, st.ppid, st.start_ticks, create_time, name, cmdline, cpu, rss_mib, depth, st.state)
 
-    def _static_info(self, pid: int, ident: tuple[int, int], comm: bytes) -> tuple[str, tuple[str, ...]]:
+    def _static_info(
+        self, pid: int, ident: tuple[int, int], comm: bytes, create_time: float
+    ) -> tuple[str, tuple[str, ...]]:
         """Name and command line, read once per identity and again when the stat's command name
-        changed: an exec keeps the pid and start time (a spawned child is forked, then execs)."""
+        changed: an exec keeps the pid and start time (a spawned child is forked, then execs). One
+        read in the process's first EXEC_WINDOW_S is not kept: an exec to the same name would not
+        change the stat's, and the fork's command line (its parent's) would stay."""
         cached = self._static.get(ident)
         if cached is not None and cached[0] == comm:
             return cached[1]
@@ -531,7 +539,8 @@ class ProcessTreeSource:
         except OSError:
             pass
         info = (name, tuple(redact_args(args)))
-        self._static[ident] = (comm, info)
+        if time.time() - create_time >= EXEC_WINDOW_S:
+            self._static[ident] = (comm, info)
         return info
 
     # -- portable: psutil ------------------------------------------------------------------------

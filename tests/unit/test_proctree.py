@@ -227,7 +227,9 @@ def test_processes_started_outside_the_tree_cost_no_walk_of_the_children_lists(p
         read, got = _quiet_poll(
             src,
             listed,
-            lambda: outsiders.append(subprocess.Popen(["sleep", "60"])) or subprocess.run(["true"], check=True),
+            lambda: (
+                outsiders.append(subprocess.Popen(["sleep", "60"])) or subprocess.run(["true"], check=True)
+            ),
         )
         assert got == first and read == []
         # Past NEW_PIDS_PER_MEMBER new pids a member, the lists are read.
@@ -363,7 +365,17 @@ def test_the_psutil_fallback_uses_the_probe_s_identity_and_keeps_live_segments(m
 
 def _fresh_fields(info) -> tuple:
     """What a ProcInfo says apart from its CPU share (which needs two polls)."""
-    return (info.pid, info.ppid, info.start_ticks, info.create_time, info.name, info.cmdline, info.rss_mib, info.depth, info.state)
+    return (
+        info.pid,
+        info.ppid,
+        info.start_ticks,
+        info.create_time,
+        info.name,
+        info.cmdline,
+        info.rss_mib,
+        info.depth,
+        info.state,
+    )
 
 
 def test_an_idle_process_keeps_its_info_object_and_any_change_in_its_stat_makes_a_new_one(parent):
@@ -390,7 +402,9 @@ def test_an_idle_process_keeps_its_info_object_and_any_change_in_its_stat_makes_
     other.close()
 
 
-def test_the_cpu_share_is_the_ticks_between_two_walks_over_the_time_between_them(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_cpu_share_is_the_ticks_between_two_walks_over_the_time_between_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Of the stats two consecutive walks read: none at the first walk, none when the clock did
     not move since the last walk, else the ticks' difference over the time between (0.0 for the
     very same stat)."""
@@ -410,7 +424,9 @@ def test_the_cpu_share_is_the_ticks_between_two_walks_over_the_time_between_them
                 assert info.cpu_percent is None, i
             else:
                 ticks = stat.cpu_ticks - last.cpu_ticks
-                assert info.cpu_percent == round(100.0 * ticks / proctree._CLK_TCK / (now - times[i - 1]), 1), i
+                assert info.cpu_percent == round(
+                    100.0 * ticks / proctree._CLK_TCK / (now - times[i - 1]), 1
+                ), i
             last = stat
             time.sleep(0.03)  # a few ticks of the spinner's
         src.close()
@@ -435,6 +451,30 @@ def test_a_process_that_execs_shows_its_new_name_and_command_line():
         after = src.poll().processes[0]
         assert (after.pid, after.start_ticks) == (before.pid, before.start_ticks)
         assert after.cmdline == ("sleep", "60")
+        src.close()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_an_exec_to_the_same_name_in_a_process_s_first_seconds_shows_the_new_command_line():
+    """A fork has its parent's command line until it execs, and python exec'ing python keeps the
+    stat's command name: read in the process's first seconds (EXEC_WINDOW_S), the command line is
+    read again, so the one a poll caught before the exec does not stay."""
+    code = (
+        "import os, sys; sys.stdin.readline(); "
+        "os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)', 'after-exec'])"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE)
+    try:
+        src = ProcessTreeSource(proc.pid)
+        wait_for(lambda: src.poll().processes[0].cmdline[-1:] == (code,), 10, 0.02, "the first command line")
+        name = src.poll().processes[0].name
+        assert proc.stdin is not None
+        proc.stdin.write(b"\n")
+        proc.stdin.flush()
+        wait_for(lambda: src.poll().processes[0].cmdline[-1:] == ("after-exec",), 2, 0.02, "the exec to show")
+        assert src.poll().processes[0].name == name  # the same name: only the command line tells
         src.close()
     finally:
         proc.kill()
