@@ -290,14 +290,7 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
 
 
 def _add_runs_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--runs-db",
-        default=os.environ.get("DSH_RUNS_DB") or None,
-        metavar="PATH",
-        help="the runs ledger: every run watched is kept there, its history outliving the sidecar "
-        "(default: $DSH_RUNS_DB, else $XDG_STATE_HOME/dsh-gpu-dashboard/runs.sqlite3; root: "
-        "/var/lib/dsh-gpu-dashboard/runs.sqlite3)",
-    )
+    runs_db_option(p, "the runs ledger: every run watched is kept there, its history outliving the sidecar")
     p.add_argument("--no-runs", action="store_true", help="keep no runs ledger: watch live only")
 
 
@@ -448,13 +441,14 @@ def cluster_parser() -> argparse.ArgumentParser:
     return p
 
 
-def runs_db_option(p: argparse.ArgumentParser) -> None:
-    """--runs-db: where the runs ledger is (the polling commands' flag of the same name records there)."""
+def runs_db_option(p: argparse._ActionsContainer, what: str = "the runs ledger") -> None:
+    """--runs-db, the one declaration of the flag every command that records or reads runs has:
+    ``what`` says what the command does with the file."""
     p.add_argument(
         "--runs-db",
         default=os.environ.get("DSH_RUNS_DB") or None,
         metavar="PATH",
-        help="the runs ledger (default: $DSH_RUNS_DB, else $XDG_STATE_HOME/dsh-gpu-dashboard/runs.sqlite3, "
+        help=f"{what} (default: $DSH_RUNS_DB, else $XDG_STATE_HOME/dsh-gpu-dashboard/runs.sqlite3, "
         "~/.local/state when unset; root: /var/lib/dsh-gpu-dashboard/runs.sqlite3)",
     )
 

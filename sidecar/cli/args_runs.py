@@ -4,7 +4,6 @@ commands' --runs-db / --no-runs are sidecar/cli/args.py's)."""
 from __future__ import annotations
 
 import argparse
-import os
 
 from sidecar.cli.args import (
     _add_path_options,
@@ -57,13 +56,7 @@ def report_parser() -> argparse.ArgumentParser:
     )
     out.add_argument("--csv", action="store_true", help="print the rows as CSV (RFC 4180), for a spreadsheet")
     where = p.add_mutually_exclusive_group()
-    where.add_argument(
-        "--runs-db",
-        default=os.environ.get("DSH_RUNS_DB") or None,
-        metavar="PATH",
-        help="the run ledger to read (default: $DSH_RUNS_DB, else $XDG_STATE_HOME/dsh-gpu-dashboard/runs.sqlite3, "
-        "root's /var/lib/dsh-gpu-dashboard/runs.sqlite3): where the sidecars record",
-    )
+    runs_db_option(where, "the run ledger to read, where the sidecars record")
     where.add_argument(
         "--prometheus",
         default=None,

@@ -29,10 +29,17 @@ def boot_id(*, host: HostPaths = HOST) -> str:
         text = raw.strip().decode("ascii", "replace").lower()
         if _UUID_RE.fullmatch(text):
             return text
+    btime = boot_time_s(host=host)
+    return f"btime-{btime}" if btime is not None else UNKNOWN_BOOT
+
+
+def boot_time_s(*, host: HostPaths = HOST) -> int | None:
+    """When the machine booted (UNIX seconds): the ``btime`` line of ``host``'s /proc/stat (what
+    psutil.boot_time() reads of the host's own); None when it cannot be read."""
     stat = _read(host.proc_path("stat"))
     for line in (stat or b"").split(b"\n"):
         if line.startswith(b"btime "):
             value = line[6:].strip()
             if value.isdigit() and len(value) <= 20:
-                return f"btime-{value.decode('ascii')}"
-    return UNKNOWN_BOOT
+                return int(value)
+    return None

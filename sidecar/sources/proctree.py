@@ -19,6 +19,7 @@ import psutil
 
 from hostfs.paths import HOST, HostPaths
 from hostfs.procid import process_identity, process_state
+from sidecar.sources.boot import boot_time_s
 from sidecar.sources.redact import redact_args
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -266,13 +267,9 @@ def _boot_time(host: HostPaths) -> float:
     """When the machine booted (Unix seconds): the ``btime`` line of ``host``'s /proc/stat, as
     psutil.boot_time() reads the host's own; psutil's answer only where there is no /proc (not
     Linux), which it reads from elsewhere."""
-    try:
-        with open(host.proc_path("stat"), "rb") as f:
-            for line in f:
-                if line.startswith(b"btime "):
-                    return float(int(line.split()[1]))
-    except (OSError, ValueError, IndexError):
-        pass
+    btime = boot_time_s(host=host)
+    if btime is not None:
+        return float(btime)
     try:
         if not os.path.isdir(host.proc_path()):
             return psutil.boot_time()
