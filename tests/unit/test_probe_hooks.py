@@ -247,7 +247,10 @@ class SlowRange(torch.utils.data.Dataset):
 @pytest.mark.parametrize("persistent", [False, True])
 def test_loader_timer_measures_without_changing_batches(persistent):
     kwargs = {"num_workers": 1, "persistent_workers": True} if persistent else {}
-    loader = torch.utils.data.DataLoader(SlowRange(6, 0.01), batch_size=2, **kwargs)
+    # A batch takes 0.04 s to load and 0.02 s to train on: the loader is the slower of the two, so a
+    # worker prefetching ahead still leaves a wait in every batch (with 0.02 s each a persistent worker
+    # kept pace with the step and the mean wait fell under the bound by chance).
+    loader = torch.utils.data.DataLoader(SlowRange(6, 0.02), batch_size=2, **kwargs)
     timer = LoaderTimer()
     timer.install(loader)
     assert timer.figures() == (None, None, None, None)
