@@ -249,7 +249,7 @@ class JobsPoller:
             # A job found through a process that now has a job above it (a DataLoader worker seen
             # before its trainer's probe started) was never a job of its own: it is absorbed.
             if roots.get(job.root, job.root) != job.root:
-                self._drop(jid)
+                self._drop(jid, absorbed=True)
 
     def _add_jobs(self, new_roots: set[tuple[int, int]], now: float) -> None:
         """A job for each new root that fits in MAX_JOBS shared out among users with the jobs
@@ -377,8 +377,11 @@ class JobsPoller:
             self._reads.deferred | self._reads.owing() | self._finder.owners.flooding(), self.poll_count
         )
 
-    def _drop(self, jid: str) -> None:
+    def _drop(self, jid: str, *, absorbed: bool = False) -> None:
+        """Stops watching a job; an ``absorbed`` one (part of another job all along) leaves no run."""
         job = self._jobs.pop(jid)
+        if absorbed:
+            job.poller.forget_run()
         job.poller.stop()
         self._history_budget.leave(job.poller.history)
 

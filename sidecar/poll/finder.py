@@ -45,6 +45,7 @@ class JobFinder:
         self.host = host
         self.poll_count = poll_count  # the poller's polls so far
         self.roots: dict[tuple[int, int], tuple[int, int]] = {}  # candidate identity -> root identity
+        self._walked: dict[tuple[int, int], frozenset[int]] = {}  # candidate identity -> the ancestors walked
         self.candidates_seen: set[int] = set()
         # The candidates' identities and owners, read once per process (sources/owners.py)
         self.processes = KnownProcesses(open_file_budget(share=0.125, cap=MAX_CANDIDATES), host=host)
@@ -82,17 +83,24 @@ class JobFinder:
             or not exited.isdisjoint(candidates)
             or self.poll_count() % REDISCOVER_EVERY_POLLS == 0
         ):
+            # A root found before stays unless a new candidate is among the ancestors its walk
+            # passed: a trainer that started its probe after its DataLoader worker did is the
+            # worker's root from now on (discovery absorbs the worker's job).
+            new = candidates - self.candidates_seen
             roots: dict[tuple[int, int], tuple[int, int]] = {}
+            walks: dict[tuple[int, int], frozenset[int]] = {}
             for pid in candidates:
                 ident = self.processes.identity(pid)
                 if ident is None:
                     continue
-                root = self.roots.get(ident) or lineage.job_root(
-                    pid, is_job_process, owner=self.uid, host=self.host
-                )
-                if root is not None:
-                    roots[ident] = root
-            self.roots = roots  # forgets identities no longer seen
+                root, walked = self.roots.get(ident), self._walked.get(ident, frozenset())
+                if root is None or not walked.isdisjoint(new):
+                    found = lineage.job_root_walk(pid, is_job_process, owner=self.uid, host=self.host)
+                    if found is None:
+                        continue
+                    root, walked = found
+                roots[ident], walks[ident] = root, walked
+            self.roots, self._walked = roots, walks  # forgets identities no longer seen
             self.candidates_seen = candidates
         return self.roots
 

@@ -230,6 +230,17 @@ class Poller(document.OneJob):
         fault = recorder.recording.fault
         return verdict if fault is None else runs_not_recorded(verdict, fault)
 
+    def forget_run(self) -> None:
+        """This job's run deleted from the ledger, nothing more of it written (poll/recorder.py's
+        ``forget``): discovery found the job through a process that is part of another job."""
+        if self.recorder is None:
+            return
+        with self._poll_lock:
+            try:
+                self.recorder.forget()
+            except Exception:  # noqa: BLE001 -- recording never fails the sidecar; counted for /metrics
+                self.poll_errors["runs"] += 1
+
     def record_exit_code(self, code: int | None) -> None:
         """The job's exit code into its run (``dsh-sidecar run`` knows its child's), between polls:
         the ledger is written from one thread at a time."""

@@ -87,6 +87,10 @@ class RunSink(Protocol):
     def detail(self, key: str) -> RunDetail | None: ...
     def maintain(self, now_unix_s: float) -> object: ...
 
+    def forget(self, key: str) -> bool | None:
+        """Deletes the run `key` whole, never raising."""
+        ...
+
 
 class EnergyReading(Protocol):
     """A GPU of the poll's NVML snapshot (sources.nvml's GpuInfo): its energy counter."""
@@ -131,6 +135,16 @@ class Recording:
         self._queue.append((recorder, batch))
         if not self.batched:
             self.flush(now_unix_s)
+
+    def forget(self, recorder: RunRecorder) -> None:
+        """``recorder``'s run was never a run of its own: its batches waiting here dropped, and what
+        the ledger holds of it deleted."""
+        self._queue = [(r, b) for r, b in self._queue if r is not recorder]
+        if recorder.identity is not None:
+            try:
+                self.sink.forget(recorder.identity.key)
+            except Exception:  # noqa: BLE001 -- the sink promises not to raise; recording must never stop a poll
+                pass
 
     def flush(self, now_unix_s: float) -> None:
         """Writes the batches due, as one; tells each recorder whether the ledger took it."""
@@ -188,6 +202,7 @@ class RunRecorder:
         self._last_steps: int | None = None
         self._energy_mj: dict[int, int] = {}
         self._due = False
+        self._forgotten = False  # forget(): nothing of the run is written any more
         self._sent_upto = (0, 0)  # the finished minutes and changes the batch queued last holds
         # RunTotals, kept as they grow
         self._steps: int | None = None
@@ -429,6 +444,8 @@ class RunRecorder:
 
     def _write(self, now: float) -> None:
         assert self.identity is not None
+        if self._forgotten:
+            return
         if self._facts is not None:
             self.setup = run_setup(self._facts, self.setup, self._most_processes)
         key = self.identity.key
@@ -455,8 +472,20 @@ class RunRecorder:
         """What the polls since the last write added, written (the sidecar stops): a sidecar that
         stops loses nothing of its run; one killed outright, at most WRITE_EVERY_S."""
         last = self._last_poll_s
-        if self.identity is not None and last is not None and last != self._last_write_s:
+        if (
+            self.identity is not None
+            and last is not None
+            and last != self._last_write_s
+            and not self._forgotten
+        ):
             self._write(last)
+
+    def forget(self) -> None:
+        """The job was never one of its own (discovery found it through a process of another job's,
+        a DataLoader worker whose trainer started its probe later): its run is deleted from the
+        ledger and nothing more of it is written."""
+        self._forgotten = True
+        self.recording.forget(self)
 
     def set_exit_code(self, code: int | None, now: float) -> None:
         """The job's exit code, where the caller knows it (``dsh-sidecar run``: its child's)."""

@@ -146,6 +146,20 @@ def job_root(
     ``pid`` is gone, or is not ``owner``'s (a real uid) when one is given: a non-root discovery's
     check of a candidate, read here afresh whatever it read before (sources/owners.py).
     `is_job_process` says whether a process is probed, uses a GPU, or launches."""
+    walked = job_root_walk(pid, is_job_process, owner, host=host)
+    return None if walked is None else walked[0]
+
+
+def job_root_walk(
+    pid: int,
+    is_job_process: Callable[[int, tuple[str, ...]], bool],
+    owner: int | None = None,
+    *,
+    host: HostPaths = HOST,
+) -> tuple[tuple[int, int], frozenset[int]] | None:
+    """``job_root``'s answer with the ancestors it walked: a root found once stays right until a
+    process among those becomes a job process (a trainer whose DataLoader worker started its probe
+    first), which only a new candidate among them can be."""
     ident = process_identity(pid, host=host)
     if ident is None:
         return None
@@ -154,9 +168,11 @@ def job_root(
         return None
     root = ident
     below = cmdline(pid, host=host)
+    walked: list[int] = []
     for up in ancestors(pid, host=host):
         if up == 1 or process_real_uid(up, host=host) != uid:
             break  # init, or another user's process (a shell of root's, sudo): never a job's root
+        walked.append(up)
         argv = cmdline(up, host=host)
         # A process multiprocessing started (spawn, forkserver: a rank of mp.spawn, a worker) runs
         # what its parent handed it: the parent is part of the job.
@@ -165,4 +181,4 @@ def job_root(
             if up_ident is not None:
                 root = up_ident
         below = argv
-    return root
+    return root, frozenset(walked)

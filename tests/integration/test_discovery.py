@@ -165,6 +165,40 @@ def test_a_job_started_and_ended_while_the_sidecar_runs_stays_listed_as_exited(t
         assert doc["target"]["alive"] is False and "target-exited" in {w["code"] for w in doc["warnings"]}
 
 
+def test_a_worker_that_published_before_its_trainer_is_absorbed_and_leaves_no_run(tmp_path, fake_nvml):
+    """A DataLoader worker whose probe published before its trainer's did is found as a job of its
+    own; once the trainer publishes, the worker is in the trainer's job, and the run recorded for the
+    worker's job is gone from the ledger (it never was a run)."""
+    fake_nvml.write({"gpus": [gpu(0)]})
+    with Sidecar(["--port", "0", "--interval", "0.3"], env=fake_nvml.env()) as sc:
+        job = FakeJob(
+            tmp_path / "w",
+            {"main": {"probe": False, "children": ["worker"]}, "worker": {"payload": {"role": "worker"}}},
+            detach=True,
+        )
+        try:
+            worker = job.pids["worker"]
+            alone = wait_for(lambda: jobs_by_root(sc).get(worker), 20, what="the worker found as a job")
+
+            def run_ids() -> set[str]:
+                code, body = sc.get(f"{API}/runs")
+                assert code == 200, body
+                return {r["job_id"] for r in body["runs"]}
+
+            wait_for(lambda: alone["id"] in run_ids(), 20, what="the worker's job recorded as a run")
+            job.update("main", {"children": ["worker"], "payload": {"role": "main", "models": [model("net")]}})
+            trainer = wait_for(
+                lambda: (j := jobs_by_root(sc)).get(job.pid) and worker not in j and j[job.pid],
+                20,
+                what="the worker's job absorbed into its trainer's",
+            )
+            assert worker in {p["pid"] for p in job_doc(sc, trainer["id"])["processes"]}
+            wait_for(lambda: trainer["id"] in run_ids(), 20, what="the trainer's run recorded")
+            assert alone["id"] not in run_ids()
+        finally:
+            job.stop()
+
+
 def test_a_gpu_process_without_a_probe_is_found_through_nvml(tmp_path, fake_nvml):
     job = FakeJob(tmp_path / "g", {"main": {"probe": False}}, detach=True)
     try:

@@ -250,6 +250,21 @@ def test_a_run_reads_back_as_written(tmp_path):
     assert detail.timeline == tuple(c for _, c in changes)
 
 
+def test_a_forgotten_run_is_gone_whole_and_the_others_stay(tmp_path):
+    kept, gone = identity(1, T0), identity(2, T0)
+    with Ledger(tmp_path / "runs.sqlite3") as ledger:
+        for ident in (kept, gone):
+            ledger.write(LedgerBatch(runs=(record(ident, T0 + 60),), minutes=((ident.key, minute(T0)),),
+                                     changes=((ident.key, VerdictChange(T0, "starting")),)))
+        assert ledger.forget(gone.key) and ledger.forget("no/such")
+        assert ledger.detail(gone.key) is None and [r.identity.key for r in ledger.runs()] == [kept.key]
+        left = ledger.detail(kept.key)
+        assert left is not None and len(left.minutes) == 1 and len(left.timeline) == 1
+    with sqlite3.connect(tmp_path / "runs.sqlite3") as conn:  # no orphan minutes or changes of the run
+        for table in ("minutes", "verdict_changes"):
+            assert conn.execute(f"SELECT count(*) FROM {table} WHERE run = ?", (gone.key,)).fetchone() == (0,)
+
+
 def test_the_current_minute_grows_and_two_sidecars_merge_one_run(tmp_path):
     ident = identity(1, T0)
     with Ledger(tmp_path / "runs.sqlite3") as a, Ledger(tmp_path / "runs.sqlite3") as b:

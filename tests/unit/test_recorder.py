@@ -63,6 +63,7 @@ class MemorySink:
         self.failing = False
         self.details = details or {}
         self.maintained: list[float] = []
+        self.forgotten: list[str] = []
 
     def write(self, batch: LedgerBatch) -> None:
         if self.failing:
@@ -76,6 +77,9 @@ class MemorySink:
 
     def maintain(self, now_unix_s: float) -> None:
         self.maintained.append(now_unix_s)
+
+    def forget(self, key: str) -> None:
+        self.forgotten.append(key)
 
     # what was recorded, as the ledger would hold it
     def minutes(self) -> dict[float, MinuteFigures]:
@@ -234,6 +238,24 @@ def test_a_stopping_poller_writes_its_run_s_last_polls(procfs):
     assert sink.record().last_seen_unix_s == poller.last_poll_time
     poller.stop()  # again: nothing new to write
     assert len(sink.batches) == 2
+
+
+def test_a_forgotten_run_is_deleted_and_writes_nothing_more(procfs):
+    """Discovery's absorbed job: its run is deleted, the batch waiting for the poll's one write is
+    dropped, and neither its polls nor its stop write anything after."""
+    job = ScriptedJob(seed=9)
+    sink = MemorySink()
+    recording = Recording(sink, host=procfs, batched=True)
+    poller = _poller(job, recording)
+    poller.poll_once()  # first sight: a batch waits for the poll's flush
+    assert len(recording._queue) == 1 and not sink.batches
+    key = poller.recorder.identity.key
+    poller.forget_run()
+    assert sink.forgotten == [key] and not recording._queue
+    poller.poll_once()
+    poller.stop()
+    recording.flush(T0)
+    assert not sink.batches and not recording._queue
 
 
 def test_run_s_exit_code_reaches_the_record_between_polls(procfs):

@@ -196,6 +196,12 @@ class Ledger:
         ok, _ = self._transaction(_WRITE, lambda conn: _write(conn, batch))
         return ok
 
+    def forget(self, key: str) -> bool:
+        """Deletes the run `key` whole (a job discovery found through a process that turned out to
+        be part of another job's: never a run of its own); False when the ledger failed."""
+        ok, _ = self._transaction("forget", lambda conn: retention.delete_runs(conn, (key,)))
+        return ok
+
     # -- reading -------------------------------------------------------------------------------------
 
     def runs(self, since_unix_s: float | None = None, limit: int = 100) -> tuple[RunRecord, ...]:
