@@ -407,7 +407,11 @@ def mcp_parser() -> argparse.ArgumentParser:
         default=600.0,
         help=f"without --url: seconds of history to keep (default 600, at most {MAX_HISTORY_S:.0f})",
     )
-    runs_db_option(p)  # without --url: where list_runs and compare_runs read the runs
+    runs_db_option(
+        p,
+        "without --url: the runs ledger, where the jobs polled here are kept and list_runs and compare_runs read",
+    )
+    p.add_argument("--no-runs", action="store_true", help="without --url: keep no runs ledger, read none")
     _add_kubelet_option(p)
     _add_path_options(p)
     return p

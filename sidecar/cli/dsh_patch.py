@@ -45,6 +45,7 @@ FORWARDED = (
     ("--path.procfs", "path_procfs"),
     ("--path.sysfs", "path_sysfs"),
     ("--runs-db", "runs_db"),
+    ("--no-runs", "no_runs"),  # a switch: the flag alone
 )
 # Defaults read from the environment: DSH scrubs every DSH_* variable from a server's environment,
 # so these are passed whenever set, even when they equal the default.
@@ -75,7 +76,7 @@ def server_args(args: argparse.Namespace) -> list[str]:
         value = getattr(args, dest)
         if value is None or (dest not in FROM_ENVIRONMENT and value == defaults.get_default(dest)):
             continue
-        out += [flag, str(value)]
+        out += [flag] if value is True else [flag, str(value)]
     return out
 
 

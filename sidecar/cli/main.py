@@ -273,14 +273,15 @@ def _main_mcp(args: argparse.Namespace) -> int:
         if args.pid is not None:
             from sidecar.poll.poller import Poller
 
-            poller = Poller(args.pid, **_poller_options(args, rules))
+            poller = Poller(args.pid, recorder=_recorder(args, rules), **_poller_options(args, rules))
         else:
+            from sidecar.cli.runs import open_recording
             from sidecar.poll.discovery import JobsPoller
 
-            poller = JobsPoller(**_poller_options(args, rules))
+            poller = JobsPoller(recording=open_recording(args, batched=True), **_poller_options(args, rules))
         from sidecar.cli.runs_commands import runs_source
 
-        backend = mcp_server.LocalBackend(poller, runs=runs_source(args))
+        backend = mcp_server.LocalBackend(poller, runs=runs_source(args, ledger=_recording_ledger(poller)))
     mcp_server.serve(backend)
     return EXIT_OK
 
@@ -581,9 +582,7 @@ def _recording_ledger(poller: AnyPoller) -> Ledger | None:
     the recorder's writes and the routes' reads, not two."""
     from sidecar.sources.ledger import Ledger
 
-    recorder = getattr(poller, "recorder", None)  # --pid, run: the job's recorder
-    recording = getattr(poller, "recording", None) or getattr(recorder, "recording", None)  # discovery
-    sink = getattr(recording, "sink", None)
+    sink = poller.recording.sink if poller.recording is not None else None
     return sink if isinstance(sink, Ledger) else None
 
 

@@ -38,7 +38,7 @@ from sidecar.verdict import (
 )
 
 if TYPE_CHECKING:  # the nvml package imports the binding: imported where a source is made
-    from sidecar.poll.recorder import RunRecorder
+    from sidecar.poll.recorder import Recording, RunRecorder
     from sidecar.sources.nvml.snapshot import GpuInfo, NvmlSnapshot
     from sidecar.sources.sysfs import SystemGpu
 
@@ -229,6 +229,11 @@ class Poller(document.OneJob):
                 self.poll_errors["runs"] += 1
         fault = recorder.recording.fault
         return verdict if fault is None else runs_not_recorded(verdict, fault)
+
+    @property
+    def recording(self) -> Recording | None:
+        """What the recorder records into (its ledger), None when this job is not recorded."""
+        return None if self.recorder is None else self.recorder.recording
 
     def forget_run(self) -> None:
         """This job's run deleted from the ledger, nothing more of it written (poll/recorder.py's

@@ -231,7 +231,10 @@ def test_cpu_build_job_in_process_with_pid(tmp_path, fake_nvml, env, sysfs_args)
     with FakeJob(tmp_path / "job", {"main": CPU_SPEC}) as job:
 
         async def main():
-            async with mcp_client(["--pid", str(job.pid), "--interval", "0.3", *sysfs_args], env) as s:
+            ledger = ["--runs-db", str(tmp_path / "runs.sqlite3")]
+            async with mcp_client(
+                ["--pid", str(job.pid), "--interval", "0.3", *ledger, *sysfs_args], env
+            ) as s:
                 for _ in range(50):  # the probe's facts may take a poll or two to appear
                     result, text = await call(s, "gpu_status")
                     st = ok(result, text)
@@ -244,6 +247,9 @@ def test_cpu_build_job_in_process_with_pid(tmp_path, fake_nvml, env, sysfs_args)
                 assert text.startswith("No: the model is on cpu") and w["hint"] in text
                 (j,) = ok(*await call(s, "list_jobs"))["jobs"]
                 assert j["root_pid"] == job.pid and j["first_warning"]["code"] == "cpu-build"
+                # Polled here, the job is recorded as a sidecar's would be, and list_runs reads it.
+                runs = ok(*await call(s, "list_runs"))["runs"]
+                assert [r["job_id"] for r in runs] == [j["id"]], runs
 
         run_async(main)
 

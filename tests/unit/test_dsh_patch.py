@@ -106,6 +106,7 @@ def test_the_server_gets_the_options_given_and_never_the_token(monkeypatch: pyte
         "60.0",
     ]
     assert server_args(parse("--path.procfs", "/host/proc")) == ["mcp", "--path.procfs", "/host/proc"]
+    assert server_args(parse("--no-runs")) == ["mcp", "--no-runs"]
     # a default from a DSH_* variable goes on argv: DSH scrubs those from a server's environment
     monkeypatch.setenv("DSH_KUBELET_CGROUP_ROOT", "/kubepods")
     assert server_args(parse()) == ["mcp", "--kubelet-cgroup-root", "/kubepods"]
