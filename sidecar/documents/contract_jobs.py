@@ -31,6 +31,12 @@ def job_documents(schema: int, statuses: tuple[str, ...]) -> tuple[Obj, Obj]:
             "ancestor_pids": F(
                 ListOf(INT, 32), "the root's parent, its parent, ... up to pid 1 (session linkage)"
             ),
+            "slurm_job": F(
+                STR,
+                "the Slurm job the root runs in: its cgroup's (`job_J`, or Slurm 26.05's SLUID), else SLURM_JOB_ID "
+                "in its environment when it is the sidecar's user's own process; null outside Slurm",
+                null=True,
+            ),
             "start_time_unix_s": F(NUM, "when the root started", null=True),
             "alive": F(BOOL, "false once the root has exited"),
             "ended_unix_s": F(NUM, "when the sidecar saw it exit", null=True),
@@ -53,7 +59,9 @@ def job_documents(schema: int, statuses: tuple[str, ...]) -> tuple[Obj, Obj]:
             "schema": F(Enum((schema,)), "the document's schema; a client that reads another says so"),
             "time_unix_s": F(NUM, "when the last poll ran"),
             "interval_s": F(NUM, "time between polls"),
-            "mode": F(Enum(("pid", "discovery")), "`pid`: one job given by --pid; `discovery`: every job found"),
+            "mode": F(
+                Enum(("pid", "discovery")), "`pid`: one job given by --pid; `discovery`: every job found"
+            ),
             "default_job": F(
                 STR,
                 "the job GET /api/dsh-gpu-dashboard/status answers without ?job= (the newest with a model; "

@@ -77,6 +77,8 @@ class Root(Protocol):
     def cwd(self) -> str | None: ...
     @property
     def ancestor_pids(self) -> tuple[int, ...]: ...
+    @property
+    def slurm_job(self) -> str | None: ...
 
 
 class ProcessInfo(Protocol):
@@ -529,6 +531,7 @@ def job_entry(summary: dict[str, Any], root: Root | None = None, ended_unix_s: f
         "yours": None,  # whose request it answers is known per request only (for_viewer)
         "cwd": clip_opt(root.cwd, bounds.MAX_TEXT_CHARS) if root else None,
         "ancestor_pids": list(root.ancestor_pids) if root else [],
+        "slurm_job": clip_opt(root.slurm_job) if root else None,
         "start_time_unix_s": target["create_time_unix_s"],
         "alive": target["alive"],
         "ended_unix_s": ended_unix_s,

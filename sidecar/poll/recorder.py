@@ -21,7 +21,6 @@ transaction every WRITE_EVERY_S.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Final, Protocol
@@ -50,7 +49,6 @@ from sidecar.poll.run_figures import (
 from sidecar.sources.boot import boot_id
 from sidecar.sources.host import HOST, HostPaths
 from sidecar.sources.interfaces import host_name
-from sidecar.sources.slurm import slurm_job
 from sidecar.verdict import Facts, Rules, Verdict
 
 if TYPE_CHECKING:
@@ -112,7 +110,6 @@ class Recording:
         self.batched = batched
         self.host_name = clip_opt(host_name(), MAX_TEXT_CHARS) or "localhost"
         self.boot_id = boot_id(host=host)
-        self.reader_uid = os.getuid()
         self._queue: list[tuple[RunRecorder, LedgerBatch]] = []
         self._maintain_at: float | None = None  # when the next upkeep is due (set at the first write)
 
@@ -194,7 +191,6 @@ class RunRecorder:
         self._last_verdict: Verdict | None = None
         self._part: GpuPart | None = None
         self._placed: tuple[object, ...] | None = None
-        self._slurm_job: tuple[str | None] | None = None  # (the job,) once read
         self._facts: Facts | None = None  # the last poll's: what the setup is made of at a write
         self._most_processes = 0
         self._last_poll_s: float | None = None
@@ -277,8 +273,6 @@ class RunRecorder:
             return
         self._placed = seen
         ident = self.identity
-        if self._slurm_job is None and target.pid > 0:  # read once: a process's cgroup and environment stay
-            self._slurm_job = (slurm_job(target.pid, self.recording.reader_uid, host=self.recording.host),)
         found = RunIdentity(
             key=ident.key,
             job_id=ident.job_id,
@@ -292,7 +286,7 @@ class RunRecorder:
             cwd=clip_opt(root.cwd, MAX_TEXT_CHARS) if root is not None else None,
             distributed_key=dist.job_key if dist is not None else None,
             world_size=dist.world_size if dist is not None else None,
-            slurm_job=self._slurm_job[0] if self._slurm_job is not None else None,
+            slurm_job=root.slurm_job if root is not None else None,
             pod=f"{pod.namespace}/{pod.pod}" if pod is not None and pod.namespace and pod.pod else None,
         )
         merged = _filled(ident, found)

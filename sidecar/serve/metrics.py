@@ -61,12 +61,23 @@ RANK_WAIT_LABELS = ["job_id", "rank"]  # no node, no GPU: the rank names them (d
 # runs too (its distributed run's key, the same on every node, and its pod), which the high-rate
 # series get through a join on job_id rather than as labels of their own.
 JOB_INFO_LABELS = ["job_id", "root_pid", "user", "process"]
-JOB_INFO_LABELS += ["job_key", "job_key_source", "world_size", "node_rank", "hostname", "namespace", "pod", "container"]
+JOB_INFO_LABELS += [
+    "job_key",
+    "job_key_source",
+    "world_size",
+    "node_rank",
+    "hostname",
+    "namespace",
+    "pod",
+    "container",
+]
 # The run's owner (its root's real uid): a job key is anyone's to set, so a run across nodes is
 # (job_key, uid) (sidecar/documents/cluster.py); empty, as job_key, for a job that is no run.
 JOB_INFO_LABELS += ["uid"]
 # What named the pod (the document's pod.source): a self-reported name is the process's claim.
 JOB_INFO_LABELS += ["pod_source"]
+# Its Slurm job (the jobs list's slurm_job): what `dsh-sidecar report --prometheus` keys runs by.
+JOB_INFO_LABELS += ["slurm_job"]
 # The GPU's efficiency gauges: (metric, help, Gpu field in the status document, scale to the unit).
 GPU_EFFICIENCY_GAUGES = (
     (names.GPU_SM_CLOCK, "SM clock (NVML).", "sm_clock_mhz", 1e6),
@@ -165,7 +176,9 @@ class SidecarCollector:
         self.per_user = per_user
         self.job_name = job_name or None  # "" is no name: an empty label is an absent one
         # The verdict's idle threshold (DSH_SIDECAR_RULES may tune it): a held GPU below it has no work.
-        self.idle_util_pct = float(getattr(getattr(poller, "rules", None), "idle_util_pct", Rules().idle_util_pct))
+        self.idle_util_pct = float(
+            getattr(getattr(poller, "rules", None), "idle_util_pct", Rules().idle_util_pct)
+        )
         self._lock = threading.Lock()  # waitress serves scrapes on several threads
         self._bucket_counts = [0] * (len(POLL_BUCKETS_S) + 1)  # the last one is +Inf
         self._sum_s = 0.0  # the count is the +Inf bucket
@@ -185,7 +198,9 @@ class SidecarCollector:
         names = ["user", *labels[1:]] if self.per_user else labels
         return self._counter(name, doc, names, how)
 
-    def _job_gauge(self, name: str, doc: str, labels: list[str], how: str = "first", per_user_how: str = "") -> _Family:
+    def _job_gauge(
+        self, name: str, doc: str, labels: list[str], how: str = "first", per_user_how: str = ""
+    ) -> _Family:
         """A per-job family: labelled by `user` instead of `job_id` with --metrics-per-user, where the
         jobs of one user fold together `per_user_how` (default: as `how`)."""
         if self.per_user:
@@ -332,10 +347,13 @@ class SidecarCollector:
         )
         omitted.add([], len(grown) - len(shown))
         f = self._job_families()
-        users = {j.get("id"): j.get("user") or j.get("uid") for d in docs[:1] for j in d.get("jobs") or ()}
+        entries = {j.get("id"): j for d in docs[:1] for j in d.get("jobs") or ()}
         for doc in shown:
-            user = users.get(doc.get("job_id"))
-            self._one_job(doc, user, f, user if self.per_user else doc.get("job_id"))
+            entry = entries.get(doc.get("job_id")) or {}
+            user = entry.get("user") or entry.get("uid")
+            self._one_job(
+                doc, (user, entry.get("slurm_job")), f, user if self.per_user else doc.get("job_id")
+            )
         if self.per_user:  # per job by nature (info) or not summable (a counter drops as a job ends)
             del f["job"], f["mcalls"]
         yield omitted.family
@@ -347,7 +365,8 @@ class SidecarCollector:
             "job": self._job_gauge(
                 names.JOB_INFO,
                 "A live job and what describes it (always 1): its root's pid, user and process name, its "
-                "distributed run (key and owner uid, world size, node rank, host) and its Kubernetes pod.",
+                "distributed run (key and owner uid, world size, node rank, host), its Kubernetes pod and its "
+                "Slurm job.",
                 JOB_INFO_LABELS,
             ),
             "pmem": self._job_gauge(
@@ -434,19 +453,33 @@ class SidecarCollector:
             ),
         }
 
-    def _one_job(self, doc: dict[str, Any], user: str | None, f: dict[str, _Family], job: Any) -> None:
-        """One job's series, within the per-job bounds (series_bound); `job` is the value of the
-        families' first label (the job's id, or its user's name with --metrics-per-user)."""
+    def _one_job(
+        self, doc: dict[str, Any], owner: tuple[Any, str | None], f: dict[str, _Family], job: Any
+    ) -> None:
+        """One job's series, within the per-job bounds (series_bound); `owner` is (its user, its
+        Slurm job) from its jobs-list entry; `job` is the value of the families' first label (the
+        job's id, or its user's name with --metrics-per-user)."""
+        user, slurm_job = owner
         target = doc.get("target") or {}
         run = doc.get("distributed") or {}
         pod = doc.get("pod") or {}
         f["job"].add(
             [
-                job, target.get("pid"), user, target.get("name"),
-                run.get("job_key"), run.get("job_key_source"), run.get("world_size"), run.get("node_rank"),
-                run.get("hostname"), pod.get("namespace"), pod.get("pod"), pod.get("container"),
+                job,
+                target.get("pid"),
+                user,
+                target.get("name"),
+                run.get("job_key"),
+                run.get("job_key_source"),
+                run.get("world_size"),
+                run.get("node_rank"),
+                run.get("hostname"),
+                pod.get("namespace"),
+                pod.get("pod"),
+                pod.get("container"),
                 run.get("uid"),
                 pod.get("source"),
+                slurm_job,
             ],
             1,
         )

@@ -19,6 +19,7 @@ from functools import lru_cache
 
 from hostfs.paths import HOST, HostPaths
 from hostfs.procid import process_identity, process_real_uid
+from sidecar.sources.slurm import slurm_job
 
 MAX_ANCESTORS = 32  # a job's root is never deeper than this below pid 1 in practice
 MAX_CMDLINE_BYTES = 4096
@@ -41,6 +42,9 @@ class RootInfo:
     user: str | None
     cwd: str | None
     ancestor_pids: tuple[int, ...]
+    # Its Slurm job (sources/slurm.py): its cgroup's, else the SLURM_JOB_ID of its environment when
+    # it is the sidecar's user's own process (another user's environment is that user's claim).
+    slurm_job: str | None = None
 
 
 def parent_pid(pid: int, *, host: HostPaths = HOST) -> int | None:
@@ -131,7 +135,13 @@ def root_info(pid: int, *, host: HostPaths = HOST) -> RootInfo:
         cwd = os.readlink(host.proc_path(pid, "cwd"))
     except OSError:
         cwd = None  # another user's process, or gone
-    return RootInfo(uid, user_name(uid) if uid is not None else None, cwd, ancestors(pid, host=host))
+    return RootInfo(
+        uid,
+        user_name(uid) if uid is not None else None,
+        cwd,
+        ancestors(pid, host=host),
+        slurm_job(pid, os.getuid(), host=host),
+    )
 
 
 def job_root(

@@ -165,11 +165,13 @@ def expected_from_document(doc: dict[str, Any], job_name: str | None) -> set[tup
     for w in doc["warnings"]:
         add("dsh_warning_active", {"job_id": job, "code": w["code"], "severity": w["severity"]}, 1)
     root = doc["target"]
-    user = next((j["user"] for j in doc.get("jobs") or () if j["id"] == job), None)
+    entry = next((j for j in doc.get("jobs") or () if j["id"] == job), {})
+    user, slurm_job = entry.get("user"), entry.get("slurm_job")
     run, pod = doc["distributed"] or {}, doc["pod"] or {}
     placement = {k: run.get(k) for k in ("job_key", "job_key_source", "world_size", "node_rank", "hostname", "uid")}
     placement |= {k: pod.get(k) for k in ("namespace", "pod", "container")} | {"pod_source": pod.get("source")}
-    add("dsh_job_info", {"job_id": job, "root_pid": root["pid"], "user": user, "process": root["name"], **placement}, 1)
+    add("dsh_job_info", {"job_id": job, "root_pid": root["pid"], "user": user, "process": root["name"], **placement,
+                          "slurm_job": slurm_job}, 1)
     out = []
     for (name, labels), (how, values) in folded.items():
         value = values[0] if how == "first" else sum(values) / (len(values) if how == "mean" else 1)

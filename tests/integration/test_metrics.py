@@ -42,7 +42,7 @@ CONTRACT = {
     "dsh_job_info": {
         "job_id", "root_pid", "user", "process",
         "job_key", "job_key_source", "world_size", "node_rank", "hostname", "namespace", "pod", "container", "uid",
-        "pod_source",
+        "pod_source", "slurm_job",
     },
     "dsh_jobs_omitted": set(),
     "dsh_job_gpu_held": {"job_id", "gpu", "uuid", "name"},

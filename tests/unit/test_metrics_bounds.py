@@ -124,7 +124,7 @@ def test_a_distributed_run_is_described_once_per_job_and_keyed_by_job_id_and_ran
         "job_key": "exp-42", "job_key_source": "torchelastic", "world_size": "64", "node_rank": "1",
         "hostname": "trainer-1", "namespace": "research", "pod": "trainer-1", "container": "pytorch",
         "uid": "1000",
-        "pod_source": "kubelet",
+        "pod_source": "kubelet", "slurm_job": "",
     }
     placement = set(JOB_INFO_LABELS[4:]) - {"world_size"}  # dsh_rank_info has it too (one per rank)
     assert not [(n, lbl) for n, lbl, _ in samples if n != "dsh_job_info" and placement & set(lbl)]

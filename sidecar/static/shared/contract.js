@@ -302,6 +302,7 @@ export const SCHEMA = 2
  * @property {boolean|null} yours the root's uid is that of the user who asked (the HTTP API, where the kernel's socket tables prove a loopback caller's uid); null: not told (no proven caller, or no uid)
  * @property {string|null} cwd the root's working directory (null when it cannot be read)
  * @property {Array<number>} ancestor_pids the root's parent, its parent, ... up to pid 1 (session linkage)
+ * @property {string|null} slurm_job the Slurm job the root runs in: its cgroup's (`job_J`, or Slurm 26.05's SLUID), else SLURM_JOB_ID in its environment when it is the sidecar's user's own process; null outside Slurm
  * @property {number|null} start_time_unix_s when the root started
  * @property {boolean} alive false once the root has exited
  * @property {number|null} ended_unix_s when the sidecar saw it exit
