@@ -89,7 +89,12 @@ def test_a_watch_starts_with_no_event_and_its_cursor_gives_what_came_after(runs)
     assert first["run"] == recorded["slow"].identity.key and first["interval_s"] == 0.5
     job.poll(verdict("GPU"))
     code, same = watch(job, source_runs, f"?since={first['cursor']}")
-    assert code == 200 and same["events"] == [] and same["cursor"] == first["cursor"] and same["comparison"] is None
+    assert (
+        code == 200
+        and same["events"] == []
+        and same["cursor"] == first["cursor"]
+        and same["comparison"] is None
+    )
     job.poll(verdict("CPU", "model-on-cpu"))
     code, news = watch(job, source_runs, f"?job=2-200&since={first['cursor']}")
     assert code == 200
