@@ -59,8 +59,10 @@ const watchPath = (job, since) =>
 /** What the sidecar said instead of a watch document, as one sentence. */
 function refusal(r, job) {
   if (r.error) return `the sidecar does not answer (${r.error})`
-  if (r.status === 404) return `the sidecar no longer lists job ${job} (it ended long ago, or the sidecar restarted)`
-  return `the sidecar answered HTTP ${r.status}: ${(r.body && (r.body.detail || r.body.error)) || 'no watch document'}`
+  const said = String((r.body && (r.body.detail || r.body.error)) || '')
+  if (r.status === 404 && said.startsWith('no job')) return `the sidecar no longer lists job ${job} (it ended long ago, or the sidecar restarted)`
+  if (r.status === 404) return 'the sidecar has no watch (HTTP 404): it is older than this plugin; install the same dsh-gpu-dashboard version for both'
+  return `the sidecar answered HTTP ${r.status}: ${said || 'no watch document'}`
 }
 
 const isWatch = (r) => r && r.status === 200 && r.body && r.body.schema === 2 && Array.isArray(r.body.events)

@@ -183,7 +183,7 @@ describe('the gpu_watch tool', () => {
     fetchJson: async (path) => {
       if (path === '/api/dsh-gpu-dashboard/jobs') return { status: 200, body: jobsDoc }
       if (path.startsWith('/api/dsh-gpu-dashboard/watch?job=100-5')) return watchAnswer
-      return { status: 404, body: { error: "no job here" } }
+      return { status: 404, body: { error: "no job '7-7' here: GET /api/dsh-gpu-dashboard/jobs lists the jobs" } }
     },
   })
   const registry = () => {
@@ -231,6 +231,9 @@ describe('the gpu_watch tool', () => {
     assert.match(starting.error, /starting; ask again/)
     const gone = await gpuWatch({ job: '7-7' }, {}, { handler, deps, jobs: () => registry() })
     assert.match(gone.error, /no longer lists job 7-7/)
+    const older = { ...handler, fetchJson: async () => ({ status: 404, body: { error: 'The requested URL was not found on the server.' } }) }
+    const old = await gpuWatch({ job: '100-5' }, {}, { handler: older, deps, jobs: () => registry() })
+    assert.match(old.error, /has no watch \(HTTP 404\): it is older than this plugin/)
     const bad = await gpuWatch({ job: 'nope' }, {}, { handler, deps, jobs: () => registry() })
     assert.match(bad.error, /not a job id/)
     const lonely = await gpuWatch({}, {}, { handler: { ...handler, fetchJson: async () => ({ status: 200, body: { schema: 2, jobs: [] } }) }, deps, jobs: () => registry() })

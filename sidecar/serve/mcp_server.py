@@ -156,7 +156,7 @@ class HttpBackend:
             refusal = mcp_runs.http_refusal(answer.status, _error_text(answer.body)) if route in ("runs", "compare") else None
             if route == "watch" and answer.status == 400:  # a cursor that is not one: the route says so
                 refusal = one_line(clip(_error_text(answer.body), MAX_MESSAGE_CHARS))
-            raise ToolError(refusal or self._http_error(answer.status, _error_text(answer.body), job))
+            raise ToolError(refusal or self._http_error(answer.status, _error_text(answer.body), job, route))
         try:
             doc = json.loads(answer.body)
         except (ValueError, RecursionError):
@@ -183,7 +183,7 @@ class HttpBackend:
             )
         return f"no sidecar answers at {self.base} ({clip(str(exc), 120)}): {START_HINT}, or check --url"
 
-    def _http_error(self, code: int, reason: str, job: str | None) -> str:
+    def _http_error(self, code: int, reason: str, job: str | None, route: str) -> str:
         if code == 401:
             return (
                 f"the sidecar at {self.base} refused the token (HTTP 401): check --token or DSH_SIDECAR_TOKEN "
@@ -198,6 +198,8 @@ class HttpBackend:
             return f"the sidecar at {self.base} refused this user (HTTP 403): {clip(reason, 300)}"
         if code == 404 and job is not None and reason.startswith("no job"):
             return f"no job {clip(job, MAX_ID_CHARS)!r} on this sidecar: call list_jobs for the job ids"
+        if code == 404 and route == "watch":  # a sidecar older than watch_job
+            return f"{self.base} has no watch route (HTTP 404): run the same dsh-gpu-dashboard version on both sides"
         if code == 404:
             return f"{self.base} does not serve the dsh-gpu-dashboard API (HTTP 404): check --url"
         if code == 503:

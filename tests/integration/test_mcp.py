@@ -390,6 +390,9 @@ def test_http_backend_refuses_big_answers_redirects_and_other_schemas(foreign):
         "does not serve"
         in mcp_server.call(mcp_server.HttpBackend(base + "/nope", get=http_get.get), "list_jobs", {})[1]
     )
+    # a sidecar older than watch_job: no watch route, said so (not "check --url")
+    said = mcp_server.call(mcp_server.HttpBackend(base, get=http_get.get), "watch_job", {"job": "1-2"})[1]
+    assert "has no watch route (HTTP 404)" in said, said
     job = {"id": "1-2", "root_pid": 1, "command": ["x"] * 100, "user": "u" * 5000, "status": "GPU"}
     job |= {"message": "m" * 10_000, "first_warning": None, "gpus": list(range(500)), "alive": True}
     jobs_doc = {"schema": 2, "mode": "pid", "default_job": "1-2", "jobs": [job] * 100, "jobs_omitted": 0}
