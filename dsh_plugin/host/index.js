@@ -29,6 +29,7 @@ import {
 import { createUpstream, fetchJson, notServingAnswer, sessionAnswer, sessionInfo, sessionOfPid, sessionRunsAnswer } from './autostart.js'
 import { ProvedAgent, peerRefusal } from './peer.js'
 import { registerGpuStatusTool } from './tool.js'
+import { registerGpuWatchTool } from './watch.js'
 import { registerLaunchWorkspace } from './workspace.js'
 
 export const name = PLUGIN_NAME
@@ -417,12 +418,20 @@ export function apply(ctx, rawConfig) {
   }
 }
 
-/** The agent tool gpu_status, when DSH has a tool registry: optional, it never holds DSH's boot. */
+/**
+ * The agent tools gpu_status and gpu_watch, when DSH has a tool registry: optional, they never hold
+ * DSH's boot. gpu_watch finds DSH's background jobs (ctx.jobs) when called: without them it says so.
+ */
 function registerTool(ctx, options) {
   try {
-    if (typeof ctx.inject === 'function') ctx.inject(['tools'], (toolCtx) => registerGpuStatusTool(toolCtx, options))
+    if (typeof ctx.inject === 'function') {
+      ctx.inject(['tools'], (toolCtx) => {
+        registerGpuStatusTool(toolCtx, options)
+        registerGpuWatchTool(toolCtx, options)
+      })
+    }
   } catch (err) {
-    options.log.warn(`the gpu_status tool is not available: ${(err && err.message) || err}`)
+    options.log.warn(`the agent tools are not available: ${(err && err.message) || err}`)
   }
 }
 

@@ -33,23 +33,41 @@ export function sessionOfExecution(exec, fallbackRoot) {
   return { id: (session && session.id) || null, workspaces: [cwd || fallbackRoot] }
 }
 
+/**
+ * The session's jobs as the sidecar lists them (sessionJobs: linked by its shell or its workspace,
+ * the worst first), or `{error, hint}` saying why there is no list.
+ */
+export async function sessionJobList(handler, up, session, deps) {
+  const r = await handler.fetchJson('/api/dsh-gpu-dashboard/jobs', up)
+  if (r.error) {
+    return { error: `the sidecar at ${up.sidecarUrl} does not answer (${r.error}).`, hint: 'Start it: `dsh-sidecar` (or enable the plugin\'s autostart).' }
+  }
+  if (r.status !== 200 || !r.body || !Array.isArray(r.body.jobs)) {
+    return { error: `the sidecar answered HTTP ${r.status}: ${(r.body && (r.body.detail || r.body.error)) || 'no jobs list'}.`, hint: null }
+  }
+  return { jobs: sessionJobs(r.body, session, deps.sessionOfPid) }
+}
+
+/** Why the sidecar cannot be asked now (the one autostart manages is not running), or null. */
+export function notRunning(up) {
+  if (!up.managed || up.managed.state === 'running') return null
+  const missing = up.managed.state === 'missing'
+  return {
+    error: missing
+      ? `the dsh-gpu-dashboard sidecar cannot be started (${up.managed.lastError || up.managed.command}).`
+      : `the dsh-gpu-dashboard sidecar is ${up.managed.state === 'backoff' ? 'restarting' : 'starting'}; ask again in a few seconds.`,
+    hint: missing ? `${SIDECAR_INSTALL_HINT} The install command: \`${installCommandFor(up.managed.executable)}\`.` : null,
+  }
+}
+
 /** Run the tool against a sidecar reached through `fetchJson`. Never throws: failures are values. */
 export async function gpuStatus(args, exec, { handler, deps }) {
   const up = handler.current()
   const fallbackRoot = deps.session ? deps.session(null).workspaces[0] : process.cwd()
   const session = sessionOfExecution(exec, fallbackRoot)
   const base = { session: session.id, workspace: session.workspaces[0], sidecar: up.sidecarUrl }
-  if (up.managed && up.managed.state !== 'running') {
-    const missing = up.managed.state === 'missing'
-    return {
-      ...base,
-      jobs: [],
-      error: missing
-        ? `the dsh-gpu-dashboard sidecar cannot be started (${up.managed.lastError || up.managed.command}).`
-        : `the dsh-gpu-dashboard sidecar is ${up.managed.state === 'backoff' ? 'restarting' : 'starting'}; ask again in a few seconds.`,
-      hint: missing ? `${SIDECAR_INSTALL_HINT} The install command: \`${installCommandFor(up.managed.executable)}\`.` : null,
-    }
-  }
+  const down = notRunning(up)
+  if (down) return { ...base, jobs: [], ...down }
   const wanted = args && typeof args.job === 'string' ? sanitizeJobId(args.job) : null
   if (args && typeof args.job === 'string' && !wanted) {
     return { ...base, jobs: [], error: `"${args.job}" is not a job id (they look like 12345-678901).`, hint: null }
@@ -59,16 +77,10 @@ export async function gpuStatus(args, exec, { handler, deps }) {
   if (wanted) {
     picked = [{ id: wanted }]
   } else {
-    const r = await handler.fetchJson('/api/dsh-gpu-dashboard/jobs', up)
-    if (r.error) {
-      return { ...base, jobs: [], error: `the sidecar at ${up.sidecarUrl} does not answer (${r.error}).`, hint: 'Start it: `dsh-sidecar` (or enable the plugin\'s autostart).' }
-    }
-    if (r.status !== 200 || !r.body || !Array.isArray(r.body.jobs)) {
-      return { ...base, jobs: [], error: `the sidecar answered HTTP ${r.status}: ${(r.body && (r.body.detail || r.body.error)) || 'no jobs list'}.`, hint: null }
-    }
-    const linked = sessionJobs(r.body, session, deps.sessionOfPid)
-    picked = linked.slice(0, MAX_JOBS)
-    omitted = linked.length - picked.length
+    const listed = await sessionJobList(handler, up, session, deps)
+    if (listed.error) return { ...base, jobs: [], error: listed.error, hint: listed.hint }
+    picked = listed.jobs.slice(0, MAX_JOBS)
+    omitted = listed.jobs.length - picked.length
   }
   const jobs = []
   for (const job of picked) {

@@ -39,6 +39,7 @@ from sidecar.documents.contract_types import (  # re-exported: the contract's wo
     OneOf,
     Prim,
 )
+from sidecar.documents.contract_watch import watch_document
 
 SCHEMA = 2
 SCHEMA_ID = "https://dsh-gpu-dashboard.invalid/schema/2"
@@ -499,6 +500,7 @@ HISTORY_DOCUMENT = Obj(
 
 CLUSTER_DOCUMENT = cluster_document(SCHEMA, STATUSES, SEVERITIES)  # declared in contract_cluster.py
 REPORT_DOCUMENT = report_declaration(SCHEMA)  # declared in contract_report.py
+WATCH_DOCUMENT = watch_document(SCHEMA, STATUSES)  # declared in contract_watch.py
 
 DOCUMENTS = {
     "status": STATUS_DOCUMENT,
@@ -506,6 +508,7 @@ DOCUMENTS = {
     "jobs": JOBS_DOCUMENT,
     "cluster": CLUSTER_DOCUMENT,
     "report": REPORT_DOCUMENT,
+    "watch": WATCH_DOCUMENT,
     **run_documents(SCHEMA),  # runs, run, compare: declared in contract_runs.py
 }
 

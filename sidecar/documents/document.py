@@ -18,6 +18,7 @@ from sidecar.common.catalogue import Ref, render
 from sidecar.common.nvml_names import GPU_EFFICIENCY_FIELDS
 from sidecar.documents import bounds, contract
 from sidecar.documents.bounds import MAX_ID_CHARS, MAX_MESSAGE_CHARS, clip, clip_args, clip_opt
+from sidecar.documents.watch import watch_document
 from sidecar.verdict import (
     Facts,
     Finding,
@@ -30,6 +31,7 @@ from sidecar.verdict import (
     model_nvml_index,
 )
 from sidecar.verdict.stragglers import rank_waits
+from sidecar.verdict.watch import WatchLog
 
 SCHEMA = contract.SCHEMA
 # A document or an object of one: JSON whose shape sidecar/documents/contract.py declares and checks at
@@ -634,6 +636,29 @@ class OneJob:
         """The last status summary and its poll's time (a subclass that keeps its summary says so)."""
         doc, _ = self.snapshot()
         return (None, None) if doc is None else (summary_of_document(doc), doc["time_unix_s"])
+
+    def _watched(self) -> tuple[dict[str, Any] | None, float | None, WatchLog]:
+        """The last status summary, its poll's time and the job's watch log as of that poll (a
+        subclass that keeps a watch log says so; else one that never saw an event)."""
+        summary, time_s = self._summary()
+        return summary, time_s, WatchLog()
+
+    @property
+    def run_key(self) -> str | None:
+        """The job's run in the runs ledger (its key), where the subclass records it."""
+        return None
+
+    def watch_document(self, job: str | None = None, since: tuple[int, int] | None = None) -> dict[str, Any] | None:
+        """The job's WatchDocument (documents/watch.py), without its comparison: the events after the
+        cursor `since` (verdict.watch.parse_cursor's)."""
+        summary, time_s, log = self._watched()
+        if summary is None or time_s is None:
+            if job is not None:
+                raise UnknownJob(job)
+            return None
+        if job is not None and job != summary["job_id"]:
+            raise UnknownJob(job)
+        return watch_document(summary, time_s, self.interval_s, log, since, self.run_key)
 
     def jobs_document(self) -> dict[str, Any] | None:
         summary, time_s = self._summary()

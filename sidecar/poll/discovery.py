@@ -178,6 +178,13 @@ class _Published:
         jid, poller, _ = found
         return document.history_document(poller.history, since, poller.interval_s, jid)
 
+    def watch(self, job: str | None, since: tuple[int, int] | None, caller_uid: Caller) -> dict[str, Any] | None:
+        found = self.find(job, caller_uid)
+        if found is None:
+            return None
+        jid, poller, _ = found
+        return poller.watch_document(jid, since)
+
     def documents(self) -> list[dict[str, Any]]:
         listed = self.jobs["jobs"]
         return [{**doc(), "jobs": listed} for _, doc in self.docs.values()]
@@ -188,7 +195,7 @@ class _Published:
 
 class JobsPoller:
     """Watches every job it can find. The documents are built by each job's Poller; this class
-    finds jobs, polls them, and answers for them (the same three methods as document.OneJob)."""
+    finds jobs, polls them, and answers for them (the same document methods as document.OneJob)."""
 
     mode = "discovery"
     target_pid = None  # for the CLI's messages: no single target
@@ -439,6 +446,12 @@ class JobsPoller:
         published = self._latest()
         return None if published is None else published.history(job, since, caller_uid)
 
+    def watch_document(
+        self, job: str | None = None, since: tuple[int, int] | None = None, caller_uid: Caller = EVERY_CALLER
+    ) -> dict[str, Any] | None:
+        published = self._latest()
+        return None if published is None else published.watch(job, since, caller_uid)
+
     def for_caller(self, caller_uid: Callable[[], int | None]) -> JobsPoller | _CallerView:
         """This poller as one caller sees it. Root's discovery lists every user's jobs, and the job
         it answers without ?job= (its default) is the caller's own newest, never another user's:
@@ -505,7 +518,7 @@ def _owner(job: _Job) -> int | None:
 
 
 class _CallerView:
-    """JobsPoller's three documents with its default job chosen for one caller (for_caller)."""
+    """JobsPoller's documents with its default job chosen for one caller (for_caller)."""
 
     def __init__(self, poller: JobsPoller, caller_uid: int | None) -> None:
         self.poller, self.caller_uid = poller, caller_uid
@@ -518,6 +531,9 @@ class _CallerView:
 
     def history_document(self, job: str | None = None, since: float | None = None) -> dict[str, Any] | None:
         return self.poller.history_document(job, since, self.caller_uid)
+
+    def watch_document(self, job: str | None = None, since: tuple[int, int] | None = None) -> dict[str, Any] | None:
+        return self.poller.watch_document(job, since, self.caller_uid)
 
 
 def _callers_default(jobs: dict[str, Any], caller_uid: int | None) -> str | None:

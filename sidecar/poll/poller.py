@@ -36,6 +36,7 @@ from sidecar.verdict import (
     runs_not_recorded,
     settle,
 )
+from sidecar.verdict.watch import WatchLog, watch_step
 
 if TYPE_CHECKING:  # the nvml package imports the binding: imported where a source is made
     from sidecar.poll.recorder import Recording, RunRecorder
@@ -97,6 +98,7 @@ class Poller(document.OneJob):
         # Called once, by the poll that finds the target gone (the CLI's supervisor sleeps till then).
         self.on_end: Callable[[], None] | None = None
         self._hysteresis = HysteresisState()
+        self._watch = WatchLog()  # what a watcher is told (verdict/watch.py), as of the last poll
         self._verdict_memo = VerdictMemo()  # the last poll's verdict, reused where the facts are the same
         self._sample_memo = SampleMemo()  # the same for the history sample's process rows and sums
         self._last_facts: Facts | None = None  # the last poll's, with what the verdict derived of them
@@ -176,6 +178,7 @@ class Poller(document.OneJob):
         summary = document.status_summary(
             facts, verdict, target=made["target"], memo=self._summary_memo, placement=placement
         )
+        watch = watch_step(self._watch, verdict, facts.target_alive, now)
         doc: dict[str, Any] | _Deferred
         if self.lazy_document:
             doc = _Deferred(partial(self._document, facts, verdict, summary, made))
@@ -184,6 +187,7 @@ class Poller(document.OneJob):
         with self._lock:
             self.latest = doc
             self._latest_summary = summary
+            self._watch = watch
             self.latest_verdict = verdict
             self.last_poll_time = now
             self.poll_count += 1
@@ -351,6 +355,15 @@ class Poller(document.OneJob):
     def _summary(self) -> tuple[dict[str, Any] | None, float | None]:
         with self._lock:
             return self._latest_summary, self.last_poll_time
+
+    def _watched(self) -> tuple[dict[str, Any] | None, float | None, WatchLog]:
+        with self._lock:  # the summary and the log of one poll
+            return self._latest_summary, self.last_poll_time, self._watch
+
+    @property
+    def run_key(self) -> str | None:
+        identity = self.recorder.identity if self.recorder is not None else None
+        return identity.key if identity is not None else None
 
 
 def machine_sources(

@@ -8,8 +8,12 @@ from typing import Any
 
 from sidecar.documents import contract
 from sidecar.documents.contract_runs import FIGURES, NOTES, OUTCOMES, PARTS, REASONS, RUN_STATES
+from sidecar.documents.contract_watch import EVENT_KINDS
 
 MIN_SECONDS, MAX_SECONDS, DEFAULT_SECONDS = 1.0, 86400.0, 300.0
+# watch_job's wait (sidecar/serve/mcp_watch.py): under the 60 s tool timeout of DSH's MCP client and
+# of most others, with room for the answer's way back.
+MIN_WATCH_S, MAX_WATCH_S, DEFAULT_WATCH_S = 1.0, 55.0, 50.0
 MAX_RUNS_SHOWN = 50  # runs in a list_runs answer (`runs_omitted` counts the rest)
 DEFAULT_SINCE = "7d"
 
@@ -205,6 +209,44 @@ RUNS_DESCRIPTIONS = {
     "with the reasons the runs show (DataLoader settings, a throttled GPU, precision, another GPU or torch).",
 }
 RUNS_OUTPUT_SCHEMAS = {"list_runs": RUNS_SCHEMA, "compare_runs": COMPARE_SCHEMA}
+# watch_job's (sidecar/serve/mcp_watch.py).
+WATCH_SCHEMA = _obj(
+    {
+        "job_id": _STR,
+        "alive": _BOOL,
+        "timed_out": _BOOL,
+        "waited_s": _NUM,
+        "cursor": _STR,
+        "events": {
+            "type": "array",
+            "items": _obj(
+                {
+                    "number": _INT,
+                    "kind": {"type": "string", "enum": list(EVENT_KINDS)},
+                    "time_unix_s": _NUM,
+                    "status": _STATUS,
+                    "previous_status": _null_or(_STATUS),
+                    "codes": _STRS,
+                    "text": _STR,
+                }
+            ),
+        },
+        "events_omitted": _INT,
+        "status": _STATUS,
+        "message": _STR,
+        "warnings": {"type": "array", "items": _WARNING},
+        "comparison": _null_or(
+            _obj(
+                {
+                    "outcome": {"type": "string", "enum": list(OUTCOMES)},
+                    "message": _STR,
+                    "run": _null_or(_STR),
+                    "baseline": _null_or(_STR),
+                }
+            )
+        ),
+    }
+)
 
 
 _JOB_ARG = {
@@ -228,6 +270,23 @@ INPUT_SCHEMAS = {
         },
     },
     **RUNS_INPUT_SCHEMAS,
+    "watch_job": {
+        "type": "object",
+        "properties": {
+            **_JOB_ARG,
+            "since": {
+                "oneOf": [{"type": "string"}, {"type": "null"}],
+                "description": "the cursor of an earlier watch_job answer: go on from there, missing no event; "
+                "omit to watch from now",
+            },
+            "timeout_s": {
+                "type": "number",
+                "default": DEFAULT_WATCH_S,
+                "description": f"how long to wait for an event, in seconds ({MIN_WATCH_S:g} to {MAX_WATCH_S:g}; "
+                f"default {DEFAULT_WATCH_S:g}): keep it under your client's tool timeout",
+            },
+        },
+    },
 }
 DESCRIPTIONS = {
     "list_jobs": "The PyTorch training jobs the dsh-gpu-dashboard sidecar watches, newest first: id, "
@@ -237,6 +296,11 @@ DESCRIPTIONS = {
     "gpu_history": "A job's GPU utilisation and memory over the last `seconds`, summarised per GPU "
     "(min/mean/max utilisation, a coarse timeline, last and peak memory), plus its events.",
     **RUNS_DESCRIPTIONS,
+    "watch_job": "Tell me when something goes wrong: waits until the job's verdict gets worse (GPU, then MIXED, "
+    "then CPU), a warning of severity error appears, or the job ends (with its final verdict), or until "
+    f"timeout_s (default {DEFAULT_WATCH_S:g} s) passes; returns what happened, the verdict now, the run against "
+    "the previous run of the same command in the same folder (when there is news), and a cursor: call again "
+    "with since=cursor to go on watching without missing an event.",
 }
 # Said of every tool: what a training process wrote is untrusted (sidecar/serve/mcp_server.py puts it in
 # the text's <untrusted-data> block).
@@ -252,4 +316,5 @@ OUTPUT_SCHEMAS = {
     "gpu_status": STATUS_SCHEMA,
     "gpu_history": HISTORY_SCHEMA,
     **RUNS_OUTPUT_SCHEMAS,
+    "watch_job": WATCH_SCHEMA,
 }

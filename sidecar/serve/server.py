@@ -31,10 +31,12 @@ from sidecar.documents.runs import (
     check_run_name,
     parse_since,
 )
+from sidecar.documents.watch import with_comparison
 from sidecar.serve.cluster import MAX_JOB_CHARS, ClusterBusy, ClusterCache, ClusterError
 from sidecar.serve.hosts import HostPolicy
 from sidecar.serve.peers import OwnerOnly, SocketOwner, caller_uid
 from sidecar.serve.source import Document, Documents, DocumentSource, RunsSource
+from sidecar.verdict.watch import parse_cursor
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "static")
 API = "/api/dsh-gpu-dashboard"
@@ -113,7 +115,7 @@ def create_app(
     app.url_map.merge_slashes = False  # "//etc/passwd" gets a 404, not a redirect
 
     _install_guards(app, config)
-    _install_routes(app, config, source, metrics, cluster, runs_served=runs is not None)
+    _install_routes(app, config, source, metrics, cluster, runs)
     _install_cluster_route(app, cluster)
     _install_runs_routes(app, runs)
     return app
@@ -185,16 +187,18 @@ def _install_routes(
     source: DocumentSource,
     metrics: Callable[[], tuple[bytes, str]] | None,
     cluster: ClusterCache | None,
-    *,
-    runs_served: bool,
+    runs: RunsSource | None,
 ) -> None:
     """The routes; each serves what the last poll published and never triggers one."""
-    _install_document_routes(app, source, config.socket_owner)
-    _install_page_routes(app, config, metrics, cluster, runs_served=runs_served)
+    _install_document_routes(app, source, config.socket_owner, runs)
+    _install_page_routes(app, config, metrics, cluster, runs_served=runs is not None)
 
 
-def _install_document_routes(app: Flask, source: DocumentSource, socket_owner: SocketOwner | None) -> None:
-    """The health check and the documents of the API, from the source's last poll."""
+def _install_document_routes(
+    app: Flask, source: DocumentSource, socket_owner: SocketOwner | None, runs: RunsSource | None
+) -> None:
+    """The health check and the documents of the API, from the source's last poll (the watch's
+    comparison from the run ledger, `runs`)."""
 
     def viewer() -> int | None:
         return caller_uid(request.environ, socket_owner)
@@ -245,6 +249,35 @@ def _install_document_routes(app: Flask, source: DocumentSource, socket_owner: S
             if not math.isfinite(since):
                 return _error(400, "since must be a finite number")
         return serve(lambda: seen().history_document(request.args.get("job"), since))
+
+    _install_watch_route(app, seen, serve, runs)
+
+
+def _install_watch_route(
+    app: Flask,
+    seen: Callable[[], Documents],
+    serve: Callable[[Callable[[], Document | None]], Response],
+    runs: RunsSource | None,
+) -> None:
+    """GET /watch[?job=ID][&since=CURSOR]: a job's verdict and the watch events after the cursor, with
+    its run against the previous one when there is news (documents/watch.py); `seen` and `serve` are
+    the document routes' own (the caller's view of the source, a document or its refusal)."""
+    compare = runs.compare_document if runs is not None else None
+
+    @app.get(f"{API}/watch")
+    def watch() -> Response:
+        """Never waits (documents/watch.py says why): a watcher asks again with its cursor."""
+        since_raw = request.args.get("since")
+        try:
+            since = parse_cursor(since_raw) if since_raw else None
+        except ValueError as exc:
+            return _error(400, str(exc))
+
+        def make() -> Document | None:
+            doc = seen().watch_document(request.args.get("job"), since)
+            return None if doc is None else with_comparison(doc, compare)
+
+        return serve(make)
 
 
 def _install_cluster_route(app: Flask, cluster: ClusterCache | None) -> None:

@@ -15,13 +15,18 @@ Document = dict[str, Any]
 
 
 class Documents(Protocol):
-    """The three documents, for one caller (`status`, `jobs` and `history` routes)."""
+    """The documents of the jobs, for one caller (the `status`, `jobs`, `history` and `watch` routes)."""
 
     def status_document(self, job: str | None = None) -> Document | None: ...
 
     def jobs_document(self) -> Document | None: ...
 
     def history_document(self, job: str | None = None, since: float | None = None) -> Document | None: ...
+
+    def watch_document(self, job: str | None = None, since: tuple[int, int] | None = None) -> Document | None:
+        """The job's WatchDocument (sidecar/documents/watch.py) without its comparison: the events
+        after the cursor `since` (sidecar.verdict.watch.parse_cursor's; None: none)."""
+        ...
 
 
 class DocumentSource(Documents, Protocol):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import threading
@@ -79,13 +80,45 @@ def run_tool(web: DshWeb, name: str, args: dict) -> dict:
     return body
 
 
+def _text_of(message: dict) -> str:
+    """A chat message's text, whether its content is a string or a list of parts."""
+    content = message.get("content") or ""
+    if isinstance(content, list):
+        return "".join(p.get("text") or "" for p in content if isinstance(p, dict))
+    return str(content)
+
+
+def _tool_call(call_id: str, name: str, args: dict) -> list[dict]:
+    usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    call = {"index": 0, "id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+    return [
+        {"choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": [call]}, "finish_reason": None}]},
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}], "usage": usage},
+    ]
+
+
+def _say(text: str) -> list[dict]:
+    usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    return [
+        {"choices": [{"index": 0, "delta": {"role": "assistant", "content": text}, "finish_reason": None}]},
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": usage},
+    ]
+
+
+# The completion notice DSH's tool-jobs gives the owner of a background job that finished.
+NOTICE = re.compile(r"background job (gpu-watch-\d+) \(gpu-watch: [^)]*\) finished")
+
+
 class FakeLlm:
     """A DeepSeek-compatible chat endpoint on loopback (POST /chat/completions, SSE). A request that
     offers the gpu_status tool and has no tool result yet gets a call of it; the next one (with the
-    result) a short answer; any other request (the session title) a word. Every request is kept."""
+    result) a short answer; any other request (the session title) a word. A session whose first
+    message asks to watch (with `watch_job` set) gets a call of gpu_watch, then, once DSH brings the
+    watch's completion notice, a call of job_output with its id. Every request is kept."""
 
     def __init__(self) -> None:
         self.requests: list[dict] = []
+        self.watch_job: str | None = None  # the job a session asked to watch has the model watch
         llm = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -106,31 +139,40 @@ class FakeLlm:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
-    @staticmethod
-    def answer(body: dict) -> list[dict]:
-        usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    def answer(self, body: dict) -> list[dict]:
         tools = [t["function"]["name"] for t in body.get("tools") or []]
-        answered = any(m.get("role") == "tool" for m in body.get("messages") or [])
+        messages = body.get("messages") or []
+        first = next((_text_of(m) for m in messages if m.get("role") == "user"), "")
+        if self.watch_job and "gpu_watch" in tools and "watch" in first:
+            return self._watching(messages)
+        answered = any(m.get("role") == "tool" for m in messages)
         if "gpu_status" in tools and not answered:
-            call = {"index": 0, "id": "call_gpu_1", "type": "function",
-                    "function": {"name": "gpu_status", "arguments": "{}"}}
-            return [
-                {"choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": [call]}, "finish_reason": None}]},
-                {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}], "usage": usage},
-            ]
-        text = "Your model is on the CPU: move it with model.to('cuda')." if answered else "GPU check"
-        return [
-            {"choices": [{"index": 0, "delta": {"role": "assistant", "content": text}, "finish_reason": None}]},
-            {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": usage},
-        ]
+            return _tool_call("call_gpu_1", "gpu_status", {})
+        return _say("Your model is on the CPU: move it with model.to('cuda')." if answered else "GPU check")
 
-    def tool_results(self) -> list[str]:
+    def _watching(self, messages: list[dict]) -> list[dict]:
+        done = {m.get("tool_call_id") for m in messages if m.get("role") == "tool"}
+        if "call_watch_1" not in done:
+            return _tool_call("call_watch_1", "gpu_watch", {"job": self.watch_job, "until": "end"})
+        notice = next((n for m in messages if m.get("role") == "user" and (n := NOTICE.search(_text_of(m)))), None)
+        if notice is None:
+            return _say("I will be told when the job ends.")
+        if "call_watch_output_1" not in done:
+            return _tool_call("call_watch_output_1", "job_output", {"job_id": notice.group(1)})
+        return _say("The job ended.")
+
+    def tool_results(self, call_id: str = "call_gpu_1") -> list[str]:
         return [
-            m.get("content") or ""
+            _text_of(m)
             for body in self.requests
             for m in body.get("messages") or []
-            if m.get("role") == "tool" and m.get("tool_call_id") == "call_gpu_1"
+            if m.get("role") == "tool" and m.get("tool_call_id") == call_id
         ]
+
+    def notices(self) -> list[str]:
+        """The completion notices DSH brought the model, each once."""
+        found = (_text_of(m) for body in self.requests for m in body.get("messages") or [] if m.get("role") == "user")
+        return list(dict.fromkeys(t for t in found if NOTICE.search(t)))
 
     def close(self) -> None:
         self.server.shutdown()
@@ -443,6 +485,68 @@ def test_the_session_agent_calls_gpu_status_and_reads_the_verdict(chromium: Brow
     offered = next(b for b in llm.requests if any(t["function"]["name"] == "gpu_status" for t in b.get("tools") or []))
     tool = next(t["function"] for t in offered["tools"] if t["function"]["name"] == "gpu_status")
     assert "GPU" in tool["description"] and "job" in tool["parameters"]["properties"]
+
+
+def test_gpu_watch_is_offered_and_without_an_agent_says_why_it_cannot_start(autostarted: Autostarted) -> None:
+    """Through DSH's tool pipeline with no agent (the test runner's call): DSH's job registry serves
+    only agents whose composition loads its job controls, so the watch cannot start; the tool says
+    so as a value, and DSH goes on."""
+    web = autostarted.web
+    wait_running(web)
+    code, schemas = get_json(web.url, "/dsh-gpu-test-tools/schemas")
+    tool = next(t for t in schemas["tools"] if t["name"] == "gpu_watch")
+    assert tool["parameters"]["properties"]["until"]["enum"] == ["worse", "error", "end"]
+    jobs = wait_for(lambda: (r := get_json(web.url, f"{API}/jobs"))[0] == 200 and r[1]["jobs"], 30, 0.3, "a job")
+    job_id = next(j["id"] for j in jobs if j["root_pid"] == autostarted.job.pid)
+    r = run_tool(web, "gpu_watch", {"job": job_id})
+    assert r["isError"] is False, r
+    assert r["value"]["job"] == job_id and r["value"]["background_job"] is None, r
+    assert r["value"]["error"].startswith("DSH would not start the background watch: background jobs unavailable"), r
+    text = "".join(c.get("text", "") for c in r["content"])
+    assert text.startswith("gpu_watch: DSH would not start") and "Ask gpu_status" in text, text
+    wrong = run_tool(web, "gpu_watch", {"until": "soon"})
+    assert wrong["isError"] is True and "two optional arguments" in wrong["error"]["message"], wrong
+    assert get_json(web.url, f"{API}/config")[0] == 200  # DSH goes on
+
+
+def test_the_session_agent_is_told_when_its_watched_job_ends(chromium: Browser, autostarted: Autostarted) -> None:
+    """Issue 40, the agent is told, not asked: the session's (fake) model calls gpu_watch on a job of
+    the workspace; DSH runs the watch as a background job owned by the session's agent. The job
+    ends; the watch settles, DSH opens a turn on the idle agent with its completion notice, and the
+    model reads the watch's output with job_output: the end, the final verdict and the comparison."""
+    llm, web = autostarted.llm, autostarted.web
+    wait_running(web)
+    watched = cpu_model_job(autostarted.base / "watched", autostarted.workspace)
+    ctx = None
+    try:
+
+        def listed() -> str | None:
+            code, doc = get_json(web.url, f"{API}/jobs")
+            return next((j["id"] for j in doc["jobs"] if j["root_pid"] == watched.pid), None) if code == 200 else None
+
+        llm.watch_job = job_id = wait_for(listed, 30, 0.3, "the watched job in the sidecar's /jobs")
+        errors: list[str] = []
+        ctx, page = new_page(chromium, web.url, errors)
+        wait_for_panel(page)
+        open_session(page, "watch my training job")
+        (started,) = wait_for(lambda: llm.tool_results("call_watch_1")[:1], 60, 0.3, "the gpu_watch result")
+        assert f"Watching job {job_id} (CPU now) in the background job gpu-watch-" in started, started
+        watched.stop()
+        (output,) = wait_for(
+            lambda: llm.tool_results("call_watch_output_1")[:1], 60, 0.3, "the watch's output, read after DSH's notice"
+        )
+        assert not plugin_errors(errors), errors
+    finally:
+        llm.watch_job = None
+        if ctx is not None:
+            ctx.close()
+        watched.stop()
+    (notice,) = llm.notices()
+    assert f"(gpu-watch: gpu_watch {job_id} until end) finished [status: completed" in notice, notice
+    assert output.startswith(f"gpu_watch (until end): job {job_id}: The job ended; its final verdict: CPU"), output
+    assert "model-on-cpu" in output and f"Job {job_id} has ended: its verdict is final." in output, output
+    assert "Against the previous run of the same command in the same folder" in output, output
+    assert "<untrusted-data>" in output and "[status: completed" in output, output
 
 
 def test_the_sidecar_stops_with_dsh(dsh_launcher: Path, tmp_path: Path) -> None:

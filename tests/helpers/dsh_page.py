@@ -50,7 +50,7 @@ def shot(page, name: str) -> Path:
     return path
 
 
-def open_session(page: Page) -> None:
+def open_session(page: Page, message: str = "is my model on the GPU?") -> None:
     """Start a session as a user of the README does (`dsh web` from the project's folder): no
     workspace to pick, the New Session DSH opens in the launch folder takes the message at once.
     Then open its GPU tab."""
@@ -65,7 +65,7 @@ def open_session(page: Page) -> None:
             "DSH opened no session in the launch folder (its message box asks to choose a workspace); "
             f"the plugin's /api/config says: {page.evaluate(CONFIG_WORKSPACE)}"
         ) from None
-    box.fill("is my model on the GPU?")
+    box.fill(message)
     box.press("Enter")
     tab = page.get_by_role("tab", name="GPU", exact=True).first
     try:

@@ -40,7 +40,7 @@ pytestmark = pytest.mark.slow
 
 UUID0 = gpu(0)["uuid"]
 TOKEN = "s3cret-token-for-mcp-tests"
-TOOLS = {"list_jobs", "gpu_status", "gpu_history", "list_runs", "compare_runs"}
+TOOLS = {"list_jobs", "gpu_status", "gpu_history", "list_runs", "compare_runs", "watch_job"}
 # What each tool is called with where any call will do: compare_runs requires its run.
 TOOL_ARGUMENTS = {"compare_runs": {"run": "0123abcd"}}
 
@@ -165,6 +165,52 @@ def test_gpu_job_through_a_running_sidecar_with_a_token(tmp_path, fake_nvml, env
             run_async(main)
 
 
+def test_watch_job_is_told_of_a_fall_an_error_and_the_end(tmp_path, fake_nvml, env, sysfs_args):
+    """watch_job (issue 40: the agent is told, not asked) through the SDK's client and a running
+    sidecar: a wait with nothing to tell times out with its cursor; the model moved to the CPU while
+    nobody waited is told from that cursor (the status fell, and model-on-cpu is an error); the job's
+    end is told once, with its final verdict and the comparison the ledger can give."""
+    with FakeJob(tmp_path / "job", {"main": GPU_SPEC}) as job:
+        fake_nvml.write(busy_gpu(job.pid))
+        args = ["--pid", str(job.pid), "--port", "0", "--interval", "0.3", "--token", TOKEN, "--stay", *sysfs_args]
+        with Sidecar(args, env=env, token=TOKEN) as sc:
+            sc.wait_status(lambda d: d["status"] == "GPU")
+
+            async def main():
+                async with mcp_client(["--url", sc.url, "--token", TOKEN], env) as s:
+                    result, text = await call(s, "watch_job", timeout_s=1)
+                    quiet = ok(result, text)
+                    assert quiet["timed_out"] is True and quiet["events"] == [] and quiet["status"] == "GPU"
+                    assert f'since="{quiet["cursor"]}"' in text
+                    on_cpu = {"payload": {"runtime": cuda_runtime([UUID0]), "models": [model("cpu")]}}
+                    job.update("main", on_cpu)
+                    sc.wait_status(lambda d: d["status"] == "CPU")
+                    result, text = await call(s, "watch_job", since=quiet["cursor"], timeout_s=20)
+                    fell = ok(result, text)
+                    assert [(e["kind"], e["previous_status"], e["status"]) for e in fell["events"]] == [
+                        ("worse", "GPU", "CPU"),
+                        ("error", None, "CPU"),
+                    ], text
+                    assert fell["events"][1]["codes"] == ["model-on-cpu"] and fell["timed_out"] is False
+                    assert text.startswith(f"Job {fell['job_id']}: The verdict got worse: GPU → CPU.")
+                    # a new run of a command never run before: nothing to compare it with, said so
+                    assert fell["comparison"]["outcome"] == "not-enough-evidence"
+                    assert "no earlier run" in fell["comparison"]["message"], fell["comparison"]
+                    job.stop()
+                    result, text = await call(s, "watch_job", since=fell["cursor"], timeout_s=20)
+                    end = ok(result, text)
+                    assert [(e["kind"], e["status"], e["codes"]) for e in end["events"]] == [
+                        ("ended", "CPU", ["model-on-cpu"])
+                    ], text
+                    assert end["alive"] is False and "has ended" in text
+                    result, text = await call(s, "watch_job", since=end["cursor"], timeout_s=20)
+                    after = ok(result, text)  # at once: an ended job has nothing more to tell
+                    assert after["events"] == [] and after["alive"] is False and after["timed_out"] is False
+                    assert "since must be a cursor" in err(*await call(s, "watch_job", since="soon"))
+
+            run_async(main)
+
+
 @pytest.mark.skipif(not can_switch_user(), reason="needs root and setpriv to run a second user")
 def test_no_request_and_no_token_to_a_port_another_user_took_over(tmp_path, fake_nvml, env, sysfs_args):
     """Our sidecar answers, then stops; another user (nobody) binds the same port and answers with a
@@ -250,6 +296,10 @@ def test_cpu_build_job_in_process_with_pid(tmp_path, fake_nvml, env, sysfs_args)
                 # Polled here, the job is recorded as a sidecar's would be, and list_runs reads it.
                 runs = ok(*await call(s, "list_runs"))["runs"]
                 assert [r["job_id"] for r in runs] == [j["id"]], runs
+                # the watch in this process: nothing new within a second, the cursor to go on from
+                w = ok(*await call(s, "watch_job", timeout_s=1))
+                assert w["timed_out"] is True and w["status"] == "CPU" and w["job_id"] == j["id"]
+                assert "since must be a cursor" in err(*await call(s, "watch_job", since="1-2-3"))
 
         run_async(main)
 
@@ -346,6 +396,9 @@ def test_http_backend_refuses_big_answers_redirects_and_other_schemas(foreign):
         "does not serve"
         in mcp_server.call(mcp_server.HttpBackend(base + "/nope", get=http_get.get), "list_jobs", {})[1]
     )
+    # a sidecar older than watch_job: no watch route, said so (not "check --url")
+    said = mcp_server.call(mcp_server.HttpBackend(base, get=http_get.get), "watch_job", {"job": "1-2"})[1]
+    assert "has no watch route (HTTP 404)" in said, said
     job = {"id": "1-2", "root_pid": 1, "command": ["x"] * 100, "user": "u" * 5000, "status": "GPU"}
     job |= {"message": "m" * 10_000, "first_warning": None, "gpus": list(range(500)), "alive": True}
     jobs_doc = {"schema": 2, "mode": "pid", "default_job": "1-2", "jobs": [job] * 100, "jobs_omitted": 0}
@@ -465,7 +518,7 @@ def test_dsh_mcp_client_boots_with_it_and_enforces_its_schemas(tmp_path, fake_nv
             sc.wait_status(lambda d: d["status"] == "GPU")
             backend = mcp_server.HttpBackend(sc.url, TOKEN, get=http_get.get)
             values = {
-                n: mcp_server.call(backend, n, {"seconds": 30})[0]
+                n: mcp_server.call(backend, n, {"seconds": 30, "timeout_s": 1})[0]
                 for n in mcp_server.TOOLS
                 if n != "compare_runs"
             }

@@ -120,7 +120,9 @@ def test_roots_default_job_is_the_callers_own(two_users_jobs, fake_nvml):
         assert yours(doc) == {root_job: False, nobodys_job: True}, doc
         assert yours(sc.get(f"{API}/jobs")[1]) == {root_job: True, nobodys_job: False}
         assert yours(get_as(NOBODY, f"{sc.url}{API}/status", sc.token)[1]) == {root_job: False, nobodys_job: True}
-        for route in ("status", "history"):  # a user with no job of their own gets none of another's
+        code, doc = get_as(NOBODY, f"{sc.url}{API}/watch", sc.token)  # a watch too: the caller's own job
+        assert code == 200 and doc["job_id"] == nobodys_job, doc
+        for route in ("status", "history", "watch"):  # a user with no job of their own gets none of another's
             code, body = get_as(STRANGER, f"{sc.url}{API}/{route}", sc.token)
             assert code == 404 and "none of the jobs here is yours" in body["error"], (route, body)
         code, doc = get_as(STRANGER, f"{sc.url}{API}/jobs", sc.token)

@@ -16,8 +16,9 @@ from tests.helpers.verdict_tables import CASES
 
 REPO = Path(__file__).resolve().parents[2]
 # Families of ids only the verdict (Python) uses; the page and the plugin render them from refs.
-# compare: the comparison of two runs (sidecar/verdict/compare.py, compare_reasons.py).
-VERDICT_FAMILIES = ("message", "warning", "hint", "reason", "word", "devices", "compare")
+# compare: the comparison of two runs (sidecar/verdict/compare.py, compare_reasons.py); watch: what a
+# watcher is told (sidecar/verdict/watch.py, sidecar/documents/watch.py).
+VERDICT_FAMILIES = ("message", "warning", "hint", "reason", "word", "devices", "compare", "watch")
 VERDICT_ID = re.compile(r"""["']((?:""" + "|".join(VERDICT_FAMILIES) + r""")\.[a-z0-9.-]+)["']""")
 # t(lang, 'key', ...), tr(lang, 'key', ...), tr('key', ...) and data-i18n="key" in the page and the plugin.
 JS_ID = re.compile(r"""\b(?:t|tr)\(\s*(?:[\w.]+\s*,\s*)?['"]([^'"]+)['"]""")

@@ -46,7 +46,7 @@ def _assert_provides(obj: object, protocol: type) -> None:
 
 
 def test_the_protocols_declare_what_the_server_calls():
-    assert set(_members(Documents)) == {"status_document", "jobs_document", "history_document"}
+    assert set(_members(Documents)) == {"status_document", "jobs_document", "history_document", "watch_document"}
     assert set(_members(DocumentSource)) == {*_members(Documents), "snapshot"}
     assert set(_members(PerCallerSource)) == {*_members(DocumentSource), "for_caller"}
 

@@ -491,6 +491,48 @@ export const SCHEMA = 2
  */
 
 /**
+ * GET /api/dsh-gpu-dashboard/watch[?job=ID][&since=CURSOR]: a job's verdict now and what happened since `cursor`. Never waits: a watcher asks again with the `cursor` it was given and hears of every event once (a job keeps its newest 32). Without `since`, no event (a watch that starts now).
+ * @typedef {Object} WatchDocument
+ * @property {2} schema the document's schema; a client that reads another says so
+ * @property {number} time_unix_s when the poll behind it ran
+ * @property {number} interval_s time between polls: how often asking again can tell something new
+ * @property {string} job_id the job watched (see JobsDocument)
+ * @property {string|null} run its run in the runs ledger, by its key; null when not recorded
+ * @property {boolean} alive false once the job's root has exited: its verdict is final, no event follows
+ * @property {"GPU"|"CPU"|"MIXED"|"UNKNOWN"} status where the compute goes now
+ * @property {string} message the verdict in one sentence, in English
+ * @property {TextRef} message_ref the same in the catalogue
+ * @property {Array<Warning>} warnings most severe first, as in the StatusDocument
+ * @property {string} cursor the watch so far: pass it as `since` to hear only of what comes after
+ * @property {Array<WatchEvent>} events the events after `since`, oldest first
+ * @property {number} events_omitted events after `since` the job no longer keeps
+ * @property {WatchComparison|null} comparison in an answer with events or whose job has ended: its run against the previous one; else null
+ */
+
+/**
+ * What a watcher is told: the verdict got worse, an error appeared, or the job ended.
+ * @typedef {Object} WatchEvent
+ * @property {number} number its place in the job's watch: 1, 2, ...
+ * @property {"worse"|"error"|"ended"} kind `worse`: the status fell (GPU above MIXED above CPU; UNKNOWN is no evidence either way) below the last status with evidence; `error`: a warning of severity error appeared whose code had not been told for this job; `ended`: the job's root exited (once, the last event)
+ * @property {number} time_unix_s the poll that raised it
+ * @property {"GPU"|"CPU"|"MIXED"|"UNKNOWN"} status the status then; `ended`: the final one
+ * @property {"GPU"|"CPU"|"MIXED"|"UNKNOWN"|null} previous_status `worse`: the status it fell from; else null
+ * @property {Array<string>} codes `error`: the new error codes; `ended`: the final verdict's error codes
+ * @property {string} text what happened, in English
+ * @property {TextRef} text_ref the same in the catalogue
+ */
+
+/**
+ * The job's run judged against the previous run of the same command in the same folder (GET /api/dsh-gpu-dashboard/compare?a=RUN), or why it cannot be: `not-enough-evidence` with the reason.
+ * @typedef {Object} WatchComparison
+ * @property {"improvement"|"regression"|"within-noise"|"not-enough-evidence"|"not-comparable"} outcome the comparison's outcome (the throughput's), as a CompareDocument's
+ * @property {string} message its headline, or why there is no comparison, in English
+ * @property {TextRef} message_ref the same in the catalogue
+ * @property {string|null} run the job's run, by its short id; null when it is not recorded
+ * @property {string|null} baseline the run it was compared with, by its short id; null: none
+ */
+
+/**
  * GET /api/dsh-gpu-dashboard/runs[?since=], `dsh-sidecar runs --json`: the runs the ledger remembers, the last seen first.
  * @typedef {Object} RunsDocument
  * @property {2} schema the document's schema; a client that reads another says so
