@@ -9,6 +9,7 @@ turn them on, never a broken view."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -17,15 +18,19 @@ from pathlib import Path
 
 import pytest
 
+from sidecar.sources.ledger import Ledger, LedgerBatch
 from tests.fakenvml import FakeNvml, gpu
 from tests.helpers.browser import Pages, screenshot, wait_js
-from tests.helpers.harness import FakeJob, Sidecar
+from tests.helpers.harness import REPO, FakeJob, Sidecar
+from tests.helpers.ledger_runs import identity, record
 from tests.helpers.runs_ledger import FORGED, fill, short
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(120)]
 
 MODELS = [{"name": "net", "device": "cpu", "devices": ["cpu"], "params": 5}]
 SPEC = {"main": {"payload": {"role": "main", "models": MODELS}}}
+# How often the Runs view reads the list again (the page's one definition).
+REFRESH_MS = int(re.search(r"RUNS_REFRESH_MS = (\d+);", (REPO / "sidecar/static/page/runs.js").read_text())[1])
 ROWS = """() => [...document.querySelectorAll('[data-testid=run-row]')].map((r) => [
   r.dataset.runId, r.querySelector('[data-col=command]').textContent, r.querySelector('[data-col=state]').textContent])"""
 
@@ -36,6 +41,7 @@ class RunsStack:
     sidecar: Sidecar
     nvml: FakeNvml
     ids: dict[str, str]
+    db: Path
 
     def url(self, sidecar: Sidecar | None = None) -> str:
         sc = sidecar or self.sidecar
@@ -55,7 +61,7 @@ def runs_stack(fake_nvml_lib_dir: Path, tmp_path_factory: pytest.TempPathFactory
             FakeJob(base / "job", SPEC, detach=True) as job,
             Sidecar(["--pid", str(job.pid), "--port", "0", "--interval", "0.5", "--runs-db", str(db)], env=nvml.env()) as sc,
         ):
-            yield RunsStack(job, sc, nvml, {name: short(rec) for name, rec in runs.items()})
+            yield RunsStack(job, sc, nvml, {name: short(rec) for name, rec in runs.items()}, db)
     finally:
         nvml.close()
         shutil.rmtree(base, ignore_errors=True)
@@ -99,6 +105,13 @@ def test_the_runs_are_listed_opened_and_compared_with_the_previous_run(runs_stac
     assert ids["base"] in page.inner_text("[data-testid=compare]"), "says which run it is compared with"
     if os.environ.get("DSH_SCREENSHOTS_DIR"):
         screenshot(page, "runs", full_page=True)
+
+    # A run recorded while the view is shown appears in the list without picking the view again.
+    late = record(identity(9, time.time() - 120, command=("python", "late.py")), time.time())
+    with Ledger(runs_stack.db) as ledger:
+        assert ledger.write(LedgerBatch(runs=(late,)))
+    wait_js(page, f"() => document.querySelector(\"[data-run-id='{short(late)}']\")", timeout_ms=REFRESH_MS + 5_000)
+    assert page.inner_text("[data-testid=compare-outcome]") == "REGRESSION", "the open comparison stays"
 
     page.click("[data-testid=lang-switch]")
     wait_js(page, "() => document.querySelector('[data-testid=compare-outcome]')?.textContent === '回退'")

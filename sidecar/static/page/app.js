@@ -336,7 +336,8 @@ function showView() {
     if (a.dataset.view === view) a.setAttribute('aria-current', 'page');
     else a.removeAttribute('aria-current');
   }
-  if (view === 'runs') runsPanel.show(); // asked each time the view is picked: the runs of now
+  if (view === 'runs') runsPanel.show(); // asked each time the view is picked, then every 10 s
+  else runsPanel.hide();
 }
 
 window.addEventListener('hashchange', showView);
@@ -469,6 +470,8 @@ function schedule() {
 document.addEventListener('visibilitychange', () => {
   if (document.hidden) clearTimeout(state.timer);
   else poll();
+  if (document.hidden) runsPanel.hide();
+  else if (viewOf() === 'runs') runsPanel.show();
   renderUpdated();
 });
 

@@ -13,6 +13,9 @@ import {
 } from '../shared/runs.js';
 
 const VERSION_URL = 'version';
+// While the view is shown the list is read again this often: a running job's row grows (the sidecar
+// writes its run every 10 s, recorder.py's WRITE_EVERY_S), and runs that start or end appear.
+export const RUNS_REFRESH_MS = 10000;
 const RUN_CHARTS = [['rate', 'runs.chart.rate', CHART_FORMATS.rate], ['util', 'runs.chart.util', CHART_FORMATS.util]];
 
 function listTable(ctx, rows) {
@@ -102,8 +105,24 @@ export function createRunsPanel({ root, h, richText, tr, lang, fetchJSON, toolti
   const st = { doc: null, off: false, error: null, loaded: false, openId: null, detail: null, detailError: null, compare: null, compareError: null, comparing: false };
 
   const fail = (e) => ((e && e.message) || String(e));
+  let timer = null;
+  let shown = false;
 
+  /** The view is picked: the runs read now, and again every RUNS_REFRESH_MS until `hide()`. */
   async function show() {
+    shown = true;
+    await load();
+  }
+
+  /** The view is left (or the tab hidden): no more reads. */
+  function hide() {
+    shown = false;
+    clearTimeout(timer);
+    timer = null;
+  }
+
+  async function load() {
+    clearTimeout(timer);
     try {
       // `runs` of /version: false (--no-runs) is said without a request that must fail (a 404 in the
       // console); an older sidecar's /version has no `runs`, and its 404 says the same
@@ -117,7 +136,20 @@ export function createRunsPanel({ root, h, richText, tr, lang, fetchJSON, toolti
       st.error = st.off ? null : fail(e);
     }
     st.loaded = true;
+    // the open run, when it is still running: its timeline and minutes grow too
+    const openRun = st.openId && st.doc && (st.doc.runs || []).find((r) => r.id === st.openId);
+    if (openRun && openRun.state === 'live' && !st.comparing) await reopen(st.openId);
     render();
+    if (shown && !document.hidden) timer = setTimeout(load, RUNS_REFRESH_MS);
+  }
+
+  async function reopen(id) {
+    try {
+      const d = await fetchJSON(RUN_URL(id));
+      if (st.openId === id) st.detail = d;
+    } catch (e) {
+      /* kept as it was: the next read tries again */
+    }
   }
 
   async function open(id) {
@@ -166,5 +198,5 @@ export function createRunsPanel({ root, h, richText, tr, lang, fetchJSON, toolti
     root.dataset.state = !st.loaded ? 'loading' : st.off ? 'off' : st.error ? 'error' : 'ok';
   }
 
-  return { show, render };
+  return { show, hide, render };
 }
