@@ -187,10 +187,12 @@ def _root_path(text: str) -> str:
 
 
 def _add_path_options(p: argparse.ArgumentParser) -> None:
-    """--path.procfs and --path.sysfs (node_exporter's names): where the host's /proc and /sys are,
-    for a sidecar in a container that mounts them elsewhere (e.g. /host/proc, /host/sys)."""
+    """--path.procfs and --path.sysfs (node_exporter's names; --procfs and --sysfs, the short ones):
+    where the host's /proc and /sys are, for a sidecar in a container that mounts them elsewhere (e.g.
+    /host/proc, /host/sys), or a test's fixture trees."""
     p.add_argument(
         "--path.procfs",
+        "--procfs",
         dest="path_procfs",
         type=_root_path,
         default=HOST.procfs,
@@ -200,6 +202,7 @@ def _add_path_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--path.sysfs",
+        "--sysfs",
         dest="path_sysfs",
         type=_root_path,
         default=HOST.sysfs,

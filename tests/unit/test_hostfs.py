@@ -149,6 +149,15 @@ def test_the_cli_reads_the_proc_and_sys_its_flags_name(fake_proc, tmp_path):
     assert cli("--pid", str(TRAINER), "--once").returncode == 3
 
 
+def test_the_short_flags_name_the_same_roots(tmp_path):
+    """--procfs and --sysfs are --path.procfs and --path.sysfs, in every command that reads /proc."""
+    from sidecar.cli.args import host_paths, mcp_parser, serve_parser
+
+    for parser in (serve_parser(), mcp_parser()):
+        args = parser.parse_args(["--procfs", str(tmp_path / "proc"), "--sysfs", str(tmp_path / "sys")])
+        assert host_paths(args) == HostPaths(procfs=str(tmp_path / "proc"), sysfs=str(tmp_path / "sys"))
+
+
 def test_hostfs_imports_the_standard_library_only():
     """What hostfs/ruff.toml asks, in a fresh interpreter: the probe imports hostfs inside
     training processes."""
