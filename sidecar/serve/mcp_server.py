@@ -51,7 +51,7 @@ from sidecar.serve.mcp_schemas import (
     MIN_SECONDS,
     OUTPUT_SCHEMAS,
 )
-from sidecar.serve.mcp_text import DEVICE, command_text, device_text, untrusted
+from sidecar.serve.mcp_text import DEVICE, command_text, device_text, untrusted, warning_items
 from sidecar.serve.source import Documents, DocumentSource, RunsSource
 from sidecar.verdict.watch import parse_cursor
 
@@ -391,15 +391,7 @@ def gpu_status(backend: Backend, args: dict[str, Any]) -> tuple[dict[str, Any], 
         "model_device": device,
         "input_device": clip_opt(doc["input_device"], MAX_ID_CHARS),
         "model_on_gpu": _model_on_gpu(device),
-        "warnings": [
-            {
-                "code": clip(w["code"], MAX_ID_CHARS),
-                "severity": w["severity"],
-                "message": clip(w["message"], MAX_MESSAGE_CHARS),
-                "hint": clip_opt(w["hint"], MAX_MESSAGE_CHARS),
-            }
-            for w in doc["warnings"][:MAX_WARNINGS_SHOWN]
-        ],
+        "warnings": warning_items(doc["warnings"], MAX_WARNINGS_SHOWN),
         "gpus": [
             {
                 **{k: g[k] for k in ("index", "util_pct", "mem_used_mib", "mem_total_mib")},

@@ -5,8 +5,9 @@ outside it (a device named as the probe names one, a command in a code span)."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
-from sidecar.documents.bounds import clip
+from sidecar.documents.bounds import MAX_ID_CHARS, MAX_MESSAGE_CHARS, clip, clip_opt
 
 # Text the training processes wrote (commands, model and event names, and the verdict messages and
 # hints that quote them) reaches the model only inside this block, one line per item; `<` and `>`
@@ -37,3 +38,17 @@ def device_text(device: str) -> str:
 def command_text(command: list[str] | None) -> str:
     # in a code span: a backtick of its own would close it
     return clip(" ".join(command).replace("`", "\\u0060"), 80) if command else "?"
+
+
+def warning_items(warnings: list[dict[str, Any]], most: int) -> list[dict[str, Any]]:
+    """A document's warnings as the tools' structured values give them: the first ``most``, each
+    code, severity, message and hint, clipped."""
+    return [
+        {
+            "code": clip(w["code"], MAX_ID_CHARS),
+            "severity": w["severity"],
+            "message": clip(w["message"], MAX_MESSAGE_CHARS),
+            "hint": clip_opt(w["hint"], MAX_MESSAGE_CHARS),
+        }
+        for w in warnings[:most]
+    ]

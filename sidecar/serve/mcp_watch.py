@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from sidecar.documents.bounds import MAX_ID_CHARS, MAX_MESSAGE_CHARS, clip, clip_opt, one_line_all
 from sidecar.serve.mcp_schemas import DEFAULT_WATCH_S, MAX_WATCH_S, MIN_WATCH_S
-from sidecar.serve.mcp_text import untrusted
+from sidecar.serve.mcp_text import untrusted, warning_items
 
 POLL_MIN_S, POLL_MAX_S = 0.25, 2.0  # how often the sidecar is asked: its poll interval, within these
 MAX_WARNINGS_SHOWN = 8
@@ -102,15 +102,7 @@ def _structured(doc: dict[str, Any], *, timed_out: bool, waited_s: float) -> dic
         "events_omitted": doc["events_omitted"],
         "status": doc["status"],
         "message": clip(doc["message"], MAX_MESSAGE_CHARS),
-        "warnings": [
-            {
-                "code": clip(w["code"], MAX_ID_CHARS),
-                "severity": w["severity"],
-                "message": clip(w["message"], MAX_MESSAGE_CHARS),
-                "hint": clip_opt(w["hint"], MAX_MESSAGE_CHARS),
-            }
-            for w in doc["warnings"][:MAX_WARNINGS_SHOWN]
-        ],
+        "warnings": warning_items(doc["warnings"], MAX_WARNINGS_SHOWN),
         "comparison": None
         if c is None
         else {
