@@ -1,0 +1,156 @@
+"""The DRM clients a set of processes hold: their open DRM fds, each fd's fdinfo, one entry a client.
+
+A DRM fd is a ``/proc/<pid>/fd`` entry that ``stat`` shows as a character device of major 226 (the
+DRM major, as nvtop's ``is_drm_fd``): a path match on ``/dev/dri/*`` misses a node a container
+remapped (``--device=/dev/dri/renderD128:/dev/gpu0``). When ``stat`` is denied the fdinfo is read
+anyway and counts when it names a driver. A client is counted once however many fds and processes
+share it (dup()'d fds, DataLoader workers forked after GPU init): keyed on ``(pdev, client id)``,
+else amdgpu's ``(pdev, pasid)``, credited to the lowest pid that holds it (amdgpu_top credits the
+first pid it meets). A client with neither id (amdgpu 5.14-5.18 without pasid, a driver that prints
+none) cannot be told apart from a dup of itself: it is counted per fd.
+
+Bounded: MAX_PROCESSES pids a call, MAX_FD_ENTRIES entries listed per process, MAX_DRM_FDS_PER_PROCESS
+fdinfo reads per process, MAX_FDINFO_BYTES a read. A process that vanished, or whose fds we may not
+list (ENOENT, ESRCH, EACCES, ...), is skipped: ``read_drm_clients`` never raises for one.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from hostfs.paths import HOST, HostPaths
+from sidecar.sources.drm.fdinfo import MAX_FDINFO_BYTES, DrmFdinfo, parse_fdinfo
+
+DRM_MAJOR = 226
+MAX_PROCESSES = 1024
+MAX_FD_ENTRIES = 65536  # a process may hold a million sockets; the listing stops here
+MAX_DRM_FDS_PER_PROCESS = 64
+
+
+class FdStat(Protocol):
+    """What is looked at in a stat result (``os.stat_result`` is one)."""
+
+    @property
+    def st_mode(self) -> int: ...
+    @property
+    def st_rdev(self) -> int: ...
+
+
+# stat of one /proc/<pid>/fd/<n> (following the link to the device): a seam for fixture trees, whose
+# fds cannot be character devices without privileges (mknod).
+StatFd = Callable[[str], FdStat]
+# Region names by what they are: device memory, the GPU's window on system memory, system memory.
+_VRAM_PREFIXES = ("vram", "local")  # amdgpu "vram", xe "vram0", i915 "local0"
+_GTT = "gtt"
+_SYSTEM_PREFIXES = ("cpu", "system", "memory")  # amdgpu "cpu", i915 "system0", xe "system"
+
+
+@dataclass(frozen=True, slots=True)
+class DrmClient:
+    """One DRM client (one open of a GPU device), credited to ``pid``."""
+
+    pid: int  # the lowest pid holding it
+    fd: int  # that pid's lowest fd on it
+    info: DrmFdinfo
+
+    @property
+    def key(self) -> tuple[str | None, str, int] | tuple[int, int]:
+        """What identifies the client across fds, processes and samples."""
+        if self.info.client_id is not None:
+            return (self.info.pdev, "client", self.info.client_id)
+        if self.info.pasid is not None:
+            return (self.info.pdev, "pasid", self.info.pasid)
+        return (self.pid, self.fd)
+
+    def _region_mib(self, accept: Callable[[str], bool]) -> float | None:
+        used = [r.used_mib for r in self.info.regions if accept(r.name) and r.used_mib is not None]
+        return sum(used) if used else None
+
+    @property
+    def vram_mib(self) -> float | None:
+        """Device memory (every vram/local region), resident where printed; None: no such region."""
+        return self._region_mib(lambda n: n.startswith(_VRAM_PREFIXES))
+
+    @property
+    def gtt_mib(self) -> float | None:
+        """System memory mapped for the GPU (amdgpu, xe): where an APU's working set lives."""
+        return self._region_mib(lambda n: n == _GTT)
+
+    @property
+    def system_mib(self) -> float | None:
+        return self._region_mib(lambda n: n.startswith(_SYSTEM_PREFIXES))
+
+
+def _drm_fd(path: str, stat_fd: StatFd) -> bool | None:
+    """True: a DRM device; False: something else; None: unknown (stat denied: ask the fdinfo)."""
+    try:
+        st = stat_fd(path)
+    except PermissionError:
+        return None
+    except OSError:
+        return False  # gone, or a link to nothing
+    return stat.S_ISCHR(st.st_mode) and os.major(st.st_rdev) == DRM_MAJOR
+
+
+def _fd_numbers(fd_dir: str) -> list[int]:
+    out: list[int] = []
+    with os.scandir(fd_dir) as entries:
+        for entry in entries:
+            if entry.name.isdigit():
+                out.append(int(entry.name))
+            if len(out) >= MAX_FD_ENTRIES:
+                break
+    return sorted(out)
+
+
+def _read_bounded(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read(MAX_FDINFO_BYTES + 1)
+    except OSError:
+        return None
+
+
+def process_drm_fds(
+    pid: int, *, host: HostPaths = HOST, stat_fd: StatFd = os.stat
+) -> list[tuple[int, DrmFdinfo]]:
+    """``(fd, fdinfo)`` of each DRM fd of ``pid``, lowest fd first; [] when it has none, is gone
+    or hides its fds from us."""
+    try:
+        fds = _fd_numbers(host.proc_path(pid, "fd"))
+    except OSError:
+        return []
+    out: list[tuple[int, DrmFdinfo]] = []
+    for fd in fds:
+        is_drm = _drm_fd(host.proc_path(pid, "fd", fd), stat_fd)
+        if is_drm is False:
+            continue
+        data = _read_bounded(host.proc_path(pid, "fdinfo", fd))
+        info = parse_fdinfo(data) if data is not None else None
+        # Major 226 with an fdinfo that names no driver: a kernel before 5.14, nothing to read.
+        if info is not None:
+            out.append((fd, info))
+            if len(out) >= MAX_DRM_FDS_PER_PROCESS:
+                break
+    return out
+
+
+def read_drm_clients(
+    pids: Iterable[int], *, host: HostPaths = HOST, stat_fd: StatFd = os.stat
+) -> tuple[DrmClient, ...]:
+    """The DRM clients of ``pids`` (the lowest MAX_PROCESSES of them), each once, in order of pid
+    then fd."""
+    seen: set[object] = set()
+    out: list[DrmClient] = []
+    for pid in sorted({p for p in pids if p > 0})[:MAX_PROCESSES]:
+        for fd, info in process_drm_fds(pid, host=host, stat_fd=stat_fd):
+            client = DrmClient(pid=pid, fd=fd, info=info)
+            if client.key in seen:
+                continue
+            seen.add(client.key)
+            out.append(client)
+    return tuple(out)

@@ -1,0 +1,233 @@
+"""One DRM client's usage stats: the text of ``/proc/<pid>/fdinfo/<fd>`` for a DRM fd, parsed.
+
+The format is the kernel's (``Documentation/gpu/drm-usage-stats.rst``, printed by
+``drivers/gpu/drm/drm_file.c``): one ``key: value`` a line, split on the first colon and stripped
+(amdgpu writes a space before the tab). Keys read: ``drm-driver``, ``drm-pdev``, ``drm-client-id``,
+``drm-client-name``, ``drm-engine-<e>`` (busy ns), ``drm-engine-capacity-<e>``, ``drm-cycles-<e>``,
+``drm-total-cycles-<e>``, ``drm-maxfreq-<e>``, ``drm-{total,shared,resident,purgeable,active}-<r>``
+and the deprecated ``drm-memory-<r>`` (an alias of resident: never added to it), sizes in bytes
+(a bare number), KiB or MiB. amdgpu's 5.14-5.18 format has other names (``pdev``, ``vram mem: N kB``,
+``gfx0: 12.3%``, no ``drm-driver``): read too, as driver ``amdgpu``. ``pasid`` (amdgpu, both
+formats) names the client's GPU address space, one per open: the identity when there is no client id.
+
+``parse_fdinfo(data)`` takes the bytes as read and never raises: a malformed line is skipped, an
+over-long key or value too, and what is not a DRM client (no driver, no old amdgpu key) is None.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+
+MAX_FDINFO_BYTES = 16 * 1024  # an amdgpu fdinfo with every region is ~1.5 KiB; xe's ~1 KiB
+MAX_LINES = 512
+MAX_KEY_CHARS = 64
+MAX_VALUE_CHARS = 128  # a client name is at most 64 (DRM_CLIENT_NAME_MAX_LEN); numbers are shorter
+MAX_NAME_CHARS = 64
+MAX_ENGINES = 32  # per client: amdgpu has 8 engine kinds, xe 6 classes
+MAX_REGIONS = 32
+_MIB = 1024 * 1024
+
+_NAME = re.compile(r"[A-Za-z0-9_.-]{1,32}")  # a driver, engine or region name
+_PCI_ADDRESS = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
+_COUNT = re.compile(r"[0-9]{1,20}")
+_SIZE = re.compile(r"([0-9]{1,20})(?:\s*(KiB|MiB|GiB|kB))?")
+_SIZE_UNITS = {None: 1, "KiB": 1024, "kB": 1024, "MiB": _MIB, "GiB": 1024 * _MIB}
+_FREQ = re.compile(r"([0-9]{1,20})\s*(Hz|KHz|kHz|MHz|GHz)")
+_FREQ_UNITS = {"Hz": 1, "KHz": 1000, "kHz": 1000, "MHz": 1000_000, "GHz": 1000_000_000}
+_NS = re.compile(r"([0-9]{1,20})\s*ns")
+_PERCENT = re.compile(r"([0-9]{1,3}(?:\.[0-9]{1,6})?)\s*%")
+# amdgpu 5.14-5.18: per-ring percentages ("gfx0", "compute1", "dec0", "enc0", "jpeg0", ...).
+_OLD_RING = re.compile(r"(gfx|compute|dma|sdma|dec|enc|jpeg|vcn)[0-9]{1,3}")
+_OLD_MEMORY = {"vram mem": "vram", "gtt mem": "gtt", "cpu mem": "cpu"}
+_MEMORY_KINDS = ("total", "shared", "resident", "purgeable", "active")
+
+
+@dataclass(frozen=True, slots=True)
+class EngineCounters:
+    """One engine's cumulative counters as the kernel printed them (None: key absent)."""
+
+    name: str  # "gfx", "render", "rcs", "compute", ...; amdgpu's old format: the ring ("gfx0")
+    busy_ns: int | None = None  # drm-engine-<e>
+    cycles: int | None = None  # drm-cycles-<e>
+    total_cycles: int | None = None  # drm-total-cycles-<e>: the GPU timestamp at the cycles' rate
+    maxfreq_hz: int | None = None  # drm-maxfreq-<e>: the cycles' rate when no total-cycles
+    capacity: int = 1  # drm-engine-capacity-<e>: identical engines of the class (absent: 1)
+    busy_pct: float | None = None  # amdgpu 5.14-5.18: the driver's own average, no counter
+
+
+@dataclass(frozen=True, slots=True)
+class RegionMemory:
+    """One memory region's figures in MiB (None: not printed by this driver)."""
+
+    name: str  # "vram", "gtt", "cpu" (amdgpu), "system0", "local0" (i915), "vram0", "system" (xe)
+    total_mib: float | None = None
+    shared_mib: float | None = None
+    resident_mib: float | None = None  # or the deprecated drm-memory-<r> when no drm-resident-<r>
+    purgeable_mib: float | None = None
+    active_mib: float | None = None
+
+    @property
+    def used_mib(self) -> float | None:
+        """Resident when printed (what occupies the region now), else total."""
+        return self.resident_mib if self.resident_mib is not None else self.total_mib
+
+
+@dataclass(frozen=True, slots=True)
+class DrmFdinfo:
+    """What one DRM fd's fdinfo says about its client."""
+
+    driver: str  # "amdgpu", "i915", "xe", ...
+    pdev: str | None  # PCI address "0000:08:00.0", lower case; None off PCI or when absent
+    client_id: int | None  # drm-client-id: one per open of the device (struct drm_file)
+    pasid: int | None  # amdgpu's address space id: one per open too
+    client_name: str | None  # drm-client-name, control and format characters removed, clipped
+    engines: tuple[EngineCounters, ...]
+    regions: tuple[RegionMemory, ...]
+    old_amdgpu: bool = False  # the 5.14-5.18 key names
+
+
+def _sized(value: str) -> float | None:
+    m = _SIZE.fullmatch(value)
+    return int(m.group(1)) * _SIZE_UNITS[m.group(2)] / _MIB if m else None
+
+
+def _count(value: str) -> int | None:
+    return int(value) if _COUNT.fullmatch(value) else None
+
+
+def _clean_name(value: str) -> str | None:
+    """A name a process chose, as data: no control or format character (escapes, bidi overrides,
+    line breaks), at most MAX_NAME_CHARS. The kernel itself refuses non-printing names (6.13+
+    ``drm_set_client_name``); this holds for any /proc we are pointed at."""
+    kept = "".join(ch for ch in value if ch == " " or unicodedata.category(ch)[0] not in "CZ")
+    return kept[:MAX_NAME_CHARS] or None
+
+
+class _Builder:
+    """Collects one fdinfo's keys; engines and regions capped at MAX_ENGINES and MAX_REGIONS."""
+
+    def __init__(self) -> None:
+        self.scalars: dict[str, str] = {}
+        self.engines: dict[str, dict[str, int | float]] = {}
+        self.regions: dict[str, dict[str, float]] = {}
+        self.old_amdgpu = False
+
+    def engine(self, name: str, field: str, value: int | float | None) -> None:
+        if value is None or not _NAME.fullmatch(name):
+            return
+        if name not in self.engines and len(self.engines) >= MAX_ENGINES:
+            return
+        self.engines.setdefault(name, {})[field] = value
+
+    def region(self, name: str, kind: str, mib: float | None) -> None:
+        if mib is None or not _NAME.fullmatch(name):
+            return
+        if name not in self.regions and len(self.regions) >= MAX_REGIONS:
+            return
+        self.regions.setdefault(name, {})[kind] = mib
+
+    def add(self, key: str, value: str) -> None:
+        if key.startswith("drm-"):
+            self._standard(key[4:], value)
+        elif key in ("pdev", "pasid"):
+            self.scalars.setdefault(key, value)
+        elif key in _OLD_MEMORY:
+            self.old_amdgpu = True
+            self.region(_OLD_MEMORY[key], "resident", _sized(value))
+        elif _OLD_RING.fullmatch(key) and (m := _PERCENT.fullmatch(value)):
+            self.old_amdgpu = True
+            self.engine(key, "busy_pct", float(m.group(1)))
+
+    def _standard(self, key: str, value: str) -> None:
+        if key in ("driver", "pdev", "client-id", "client-name"):
+            self.scalars.setdefault(key, value)
+            return
+        if key.startswith("engine-capacity-"):
+            capacity = _count(value)
+            self.engine(key[16:], "capacity", capacity if capacity else None)  # 0 is forbidden
+            return
+        if key.startswith("engine-"):
+            m = _NS.fullmatch(value)
+            self.engine(key[7:], "busy_ns", int(m.group(1)) if m else None)
+            return
+        if key.startswith("total-cycles-"):
+            self.engine(key[13:], "total_cycles", _count(value))
+            return
+        if key.startswith("cycles-"):
+            self.engine(key[7:], "cycles", _count(value))
+            return
+        if key.startswith("maxfreq-"):
+            f = _FREQ.fullmatch(value)
+            self.engine(key[8:], "maxfreq_hz", int(f.group(1)) * _FREQ_UNITS[f.group(2)] if f else None)
+            return
+        if key.startswith("memory-"):  # deprecated alias of resident
+            self.region(key[7:], "memory", _sized(value))
+            return
+        kind, _, region = key.partition("-")
+        if kind in _MEMORY_KINDS:
+            self.region(region, kind, _sized(value))
+
+    def build(self) -> DrmFdinfo | None:
+        driver = self.scalars.get("driver")
+        if driver is None and self.old_amdgpu:
+            driver = "amdgpu"
+        if driver is None or not _NAME.fullmatch(driver):
+            return None
+        pdev = self.scalars.get("pdev", "").lower()
+        name = self.scalars.get("client-name")
+        return DrmFdinfo(
+            driver=driver,
+            pdev=pdev if _PCI_ADDRESS.fullmatch(pdev) else None,
+            client_id=_count(self.scalars.get("client-id", "")),
+            pasid=_count(self.scalars.get("pasid", "")),
+            client_name=_clean_name(name) if name is not None else None,
+            engines=tuple(_engine(n, f) for n, f in sorted(self.engines.items())),
+            regions=tuple(_region(n, f) for n, f in sorted(self.regions.items())),
+            old_amdgpu=self.old_amdgpu,
+        )
+
+
+def _engine(name: str, f: dict[str, int | float]) -> EngineCounters:
+    def whole(field: str) -> int | None:
+        v = f.get(field)
+        return int(v) if v is not None else None
+
+    pct = f.get("busy_pct")
+    return EngineCounters(
+        name=name,
+        busy_ns=whole("busy_ns"),
+        cycles=whole("cycles"),
+        total_cycles=whole("total_cycles"),
+        maxfreq_hz=whole("maxfreq_hz"),
+        capacity=whole("capacity") or 1,
+        busy_pct=float(pct) if pct is not None else None,
+    )
+
+
+def _region(name: str, f: dict[str, float]) -> RegionMemory:
+    resident = f.get("resident", f.get("memory"))  # the alias only when resident is absent
+    return RegionMemory(
+        name=name,
+        total_mib=f.get("total"),
+        shared_mib=f.get("shared"),
+        resident_mib=resident,
+        purgeable_mib=f.get("purgeable"),
+        active_mib=f.get("active"),
+    )
+
+
+def parse_fdinfo(data: bytes) -> DrmFdinfo | None:
+    """The DRM client in one fdinfo's bytes (at most MAX_FDINFO_BYTES of them are looked at; a
+    line cut by that bound is dropped), or None when it is not a DRM client's."""
+    if len(data) > MAX_FDINFO_BYTES:
+        data = data[:MAX_FDINFO_BYTES].rpartition(b"\n")[0]
+    builder = _Builder()
+    for line in data.decode("utf-8", errors="replace").split("\n")[:MAX_LINES]:
+        key, sep, value = line.partition(":")
+        key, value = key.strip(), value.strip()
+        if not sep or not key or len(key) > MAX_KEY_CHARS or len(value) > MAX_VALUE_CHARS:
+            continue
+        builder.add(key, value)
+    return builder.build()
