@@ -97,6 +97,24 @@ function offEl({ h, richText }, text) {
     h('h3', { text: text.title }), h('p', null, richText(text.body)), h('p', { class: 'muted', text: text.more }));
 }
 
+/** The whole view from its state: loading, off (--no-runs), an error, or the list and the open run. */
+function renderPanel(root, ctx) {
+  const { h, tr, st, lang } = ctx;
+  const head = h('div', { class: 'block-head' }, h('h2', { class: 'block-title', text: tr('runs.title') }));
+  const parts = [head];
+  if (!st.loaded) parts.push(h('p', { class: 'empty', text: tr('runs.loading') }));
+  else if (st.off) parts.push(offEl(ctx, notRecorded(lang())));
+  else if (st.error) parts.push(h('p', { class: 'bad', 'data-testid': 'runs-error', text: runsError(st.error, lang()) }));
+  else {
+    const rows = runRows(st.doc, lang());
+    parts.push(h('p', { class: 'runs-subtitle', text: tr('runs.subtitle') }));
+    parts.push(rows.length ? listTable(ctx, rows) : h('p', { class: 'empty', 'data-testid': 'runs-none', text: tr('runs.none') }));
+    if (st.openId) parts.push(detailEl(ctx));
+  }
+  root.replaceChildren(...parts);
+  root.dataset.state = !st.loaded ? 'loading' : st.off ? 'off' : st.error ? 'error' : 'ok';
+}
+
 /**
  * The view's state and entry points: `show()` when the view is picked (asks /runs), `render()` on
  * each render (a language switch). `fetchJSON` throws an Error with `status` on HTTP errors.
@@ -118,7 +136,6 @@ export function createRunsPanel({ root, h, richText, tr, lang, fetchJSON, toolti
   function hide() {
     shown = false;
     clearTimeout(timer);
-    timer = null;
   }
 
   async function load() {
@@ -138,17 +155,18 @@ export function createRunsPanel({ root, h, richText, tr, lang, fetchJSON, toolti
     st.loaded = true;
     // the open run, when it is still running: its timeline and minutes grow too
     const openRun = st.openId && st.doc && (st.doc.runs || []).find((r) => r.id === st.openId);
-    if (openRun && openRun.state === 'live' && !st.comparing) await reopen(st.openId);
+    if (openRun && openRun.state === 'live' && !st.comparing) await readDetail(st.openId, false);
     render();
     if (shown && !document.hidden) timer = setTimeout(load, RUNS_REFRESH_MS);
   }
 
-  async function reopen(id) {
+  /** The open run's detail; `sayError`: a failure replaces it (opening), else it stays (a refresh). */
+  async function readDetail(id, sayError) {
     try {
       const d = await fetchJSON(RUN_URL(id));
       if (st.openId === id) st.detail = d;
     } catch (e) {
-      /* kept as it was: the next read tries again */
+      if (st.openId === id && sayError) st.detailError = fail(e);
     }
   }
 
@@ -156,12 +174,7 @@ export function createRunsPanel({ root, h, richText, tr, lang, fetchJSON, toolti
     Object.assign(st, { openId: id, detail: null, detailError: null, compare: null, compareError: null, comparing: false });
     render();
     if (!id) return;
-    try {
-      const d = await fetchJSON(RUN_URL(id));
-      if (st.openId === id) st.detail = d;
-    } catch (e) {
-      if (st.openId === id) st.detailError = fail(e);
-    }
+    await readDetail(id, true);
     render();
   }
 
@@ -181,22 +194,7 @@ export function createRunsPanel({ root, h, richText, tr, lang, fetchJSON, toolti
   }
 
   const ctx = { h, tr, richText, st, lang, tooltip, open, compare };
-
-  function render() {
-    const head = h('div', { class: 'block-head' }, h('h2', { class: 'block-title', text: tr('runs.title') }));
-    const parts = [head];
-    if (!st.loaded) parts.push(h('p', { class: 'empty', text: tr('runs.loading') }));
-    else if (st.off) parts.push(offEl(ctx, notRecorded(lang())));
-    else if (st.error) parts.push(h('p', { class: 'bad', 'data-testid': 'runs-error', text: runsError(st.error, lang()) }));
-    else {
-      const rows = runRows(st.doc, lang());
-      parts.push(h('p', { class: 'runs-subtitle', text: tr('runs.subtitle') }));
-      parts.push(rows.length ? listTable(ctx, rows) : h('p', { class: 'empty', 'data-testid': 'runs-none', text: tr('runs.none') }));
-      if (st.openId) parts.push(detailEl(ctx));
-    }
-    root.replaceChildren(...parts);
-    root.dataset.state = !st.loaded ? 'loading' : st.off ? 'off' : st.error ? 'error' : 'ok';
-  }
+  const render = () => renderPanel(root, ctx);
 
   return { show, hide, render };
 }
