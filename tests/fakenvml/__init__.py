@@ -555,13 +555,18 @@ def make_fake_sysfs(root: str | os.PathLike[str], cards: Iterable[Mapping[str, A
     Each card: {"pci": "0000:00:02.0", "vendor": "0x8086", "device": "0x9a49",
     "class": "0x030000", "driver": "i915" or None (no driver bound), "card": "card0" (default by
     position), "connectors": ["eDP-1"], "vendor_file": False (omit the vendor file, as for a
-    non-PCI framebuffer), "dangling": True (class/drm link points nowhere)}.
+    non-PCI framebuffer), "dangling": True (class/drm link points nowhere), and the driver's own
+    files: "device_files" {path under the PCI device folder: text} (amdgpu's gpu_busy_percent, xe's
+    tile0/gt0/freq0/act_freq), "card_files" {path under the DRM card folder: text} (i915's
+    gt/gt0/rps_act_freq_mhz), "hwmon" [{file: text}, ...] (each a device/hwmon/hwmon<n> folder,
+    n counted across the whole tree as the kernel does)}.
     Returns `root`; give it to the sidecar with `--path.sysfs ROOT` (a reader: `HostPaths(sysfs=ROOT)`).
     """
     root = Path(root)
     drm = root / "class" / "drm"
     drm.mkdir(parents=True, exist_ok=True)
     (drm / "version").write_text("drm 1.1.0 20060810\n")  # a plain file the real dir also holds
+    hwmon_number = 0
     for position, card in enumerate(cards):
         name = card.get("card", f"card{position}")
         pci = card.get("pci", f"0000:{position:02x}:00.0")
@@ -587,7 +592,23 @@ def make_fake_sysfs(root: str | os.PathLike[str], cards: Iterable[Mapping[str, A
             conn_dir.mkdir(exist_ok=True)
             (conn_dir / "status").write_text("connected\n")
             _symlink(conn_dir, drm / f"{name}-{connector}")
+        _write_files(dev_dir, card.get("device_files", {}))
+        _write_files(card_dir, card.get("card_files", {}))
+        for files in card.get("hwmon", ()):
+            hwmon_dir = dev_dir / "hwmon" / f"hwmon{hwmon_number}"
+            _write_files(hwmon_dir, files)
+            (root / "class" / "hwmon").mkdir(parents=True, exist_ok=True)
+            _symlink(hwmon_dir, root / "class" / "hwmon" / f"hwmon{hwmon_number}")
+            hwmon_number += 1
     return root
+
+
+def _write_files(base: Path, files: Mapping[str, str]) -> None:
+    base.mkdir(parents=True, exist_ok=True)
+    for relative, text in files.items():
+        path = base / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
 
 
 def _symlink(target: Path, link: Path) -> None:
