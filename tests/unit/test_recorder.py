@@ -159,6 +159,24 @@ def test_a_minute_is_its_polls_means_peaks_steps_and_gpu_seconds(procfs):
     assert totals.wall_s == pytest.approx(T0 + 61.0 - (T0 - 100))
 
 
+def test_a_shorter_period_makes_rows_of_that_span(procfs):
+    """Recording(period_s=2) (the hidden --runs-period of tests): rows start at multiples of 2 s and
+    say so (span_s), and a poll's GPU-seconds are its time since the last poll whatever the span."""
+    sink = MemorySink()
+    rec = Recording(sink, host=procfs, period_s=2.0).recorder(interval_s=0.5)
+    for i, t in enumerate((T0 + 0.25, T0 + 0.75, T0 + 1.25, T0 + 1.75, T0 + 2.25, T0 + 4.25)):
+        _observe(rec, t, _facts(steps=100 + 10 * i))
+    rows = sink.minutes()
+    assert sorted(rows) == [T0, T0 + 2, T0 + 4]
+    assert all(m.span_s == 2.0 and m.minutes == 1 for m in rows.values())
+    assert [rows[t].polls for t in sorted(rows)] == [4, 1, 1]
+    assert [rows[t].steps for t in sorted(rows)] == [30, 10, 10]
+    assert rows[T0].gpu_held_s == pytest.approx(1.5) and rows[T0 + 2].gpu_held_s == pytest.approx(0.5)
+    assert rows[T0 + 4].gpu_held_s == pytest.approx(1.5)  # 2 s since the last poll, at most 3 intervals
+    with pytest.raises(ValueError, match="whole number of them to the hour"):
+        Recording(sink, host=procfs, period_s=7.0)
+
+
 def test_identity_and_setup(procfs):
     sink = MemorySink()
     rec = Recording(sink, host=procfs).recorder()
