@@ -8,7 +8,9 @@ are the largest value a poll had. A GPU is held where the job's processes have m
 busy where it is held and works (verdict.accounting's gpu_works: its utilisation at or above
 Rules.idle_util_pct, else GPM's SM activity; neither known, as under MIG: held, not busy). A poll's share of the held and busy GPU-seconds is the time since
 the job's previous poll (at most MAX_GAP_POLLS intervals: a sidecar suspended for an hour holds
-nothing for it), credited whole to the minute the poll falls in.
+nothing for it), credited whole to the minute the poll falls in. A poll's step rate is its models'
+(a framework's callback counts their steps), else its step breakdowns' (a plain loop's optimizer
+steps): ``poll_figures``.
 """
 
 from __future__ import annotations
@@ -82,6 +84,7 @@ class GpuPart:
         "busy",
         "gpu_processes",
         "indices",
+        "breakdown_rate_hz",
     )
     gpu_side: GpuSide
     job_gpus: tuple[GpuFacts, ...]
@@ -110,6 +113,7 @@ class GpuPart:
         own = 0
         steps: list[StepBreakdown] = []
         syncs: list[float] = []
+        rate_hz: float | None = None
         for p in facts.processes:
             for g in p.gpu:
                 if g.index in indices:
@@ -118,16 +122,24 @@ class GpuPart:
                     held_at.add(g.index)
             if p.steps is not None:
                 steps.append(p.steps)
+                if p.steps.step_s is not None and p.steps.step_s > 0:
+                    rate_hz = (rate_hz or 0.0) + 1.0 / p.steps.step_s
             if p.syncs_per_step is not None:
                 syncs.append(p.syncs_per_step)
         self.held = len(held_at)
         self.busy = len(held_at & side.working)
         shares = (
-            tuple(_mean([getattr(s, name) for s in steps]) for name in _STEP_FRACTIONS)
+            # a share a breakdown does not have is left out (None: no loader timed, no step yet)
+            tuple(
+                _mean([v for s in steps if (v := getattr(s, name)) is not None]) for name in _STEP_FRACTIONS
+            )
             if steps
             else _NO_SHARES
         )
         self.values = (*shares, _mean(syncs), *side.values)
+        # The steps per second of the step breakdowns (summed over the processes, as the models'
+        # rates are): a plain loop's steps, which no framework callback counts (poll_figures).
+        self.breakdown_rate_hz = rate_hz
         self.gpu_processes = own + sum(other_processes.get(i, 0) for i in indices)
 
 
@@ -204,9 +216,13 @@ def poll_figures(
     rss_mib: float | None,
 ) -> Figures:
     """One poll's MEAN_FIELDS: the history sample's job sums (``step_rate_hz``, the job's processes'
-    GPU memory, CPU and RSS) and ``part``'s."""
+    GPU memory, CPU and RSS) and ``part``'s. The step rate is the models' where a framework's
+    callback counts their steps (Lightning, the HF Trainer), else the step breakdown's: in a plain
+    loop only the breakdown counts steps (optimizer steps, else DataLoader batches, over the probe's
+    window), and a run without a step rate cannot be compared."""
     v = part.values
-    return (step_rate_hz, *v[:6], v[6], gpu_mem_mib, *v[7:], cpu_pct, rss_mib)
+    rate_hz = step_rate_hz if step_rate_hz is not None else part.breakdown_rate_hz
+    return (rate_hz, *v[:6], v[6], gpu_mem_mib, *v[7:], cpu_pct, rss_mib)
 
 
 class MinuteSums:

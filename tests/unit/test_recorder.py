@@ -44,6 +44,7 @@ from sidecar.verdict import (
     ProcessFacts,
     ProcGpu,
     Rules,
+    StepBreakdown,
     decide,
 )
 from tests.helpers.scripted_poll import ROOT, ScriptedJob, ScriptedSources
@@ -175,6 +176,27 @@ def test_a_shorter_period_makes_rows_of_that_span(procfs):
     assert rows[T0 + 4].gpu_held_s == pytest.approx(1.5)  # 2 s since the last poll, at most 3 intervals
     with pytest.raises(ValueError, match="whole number of them to the hour"):
         Recording(sink, host=procfs, period_s=7.0)
+
+
+def test_a_plain_loop_s_step_rate_is_its_step_breakdown_s(procfs):
+    """No framework callback counts a plain loop's steps (its models have no step rate): the row's
+    step rate is the step breakdown's (steps per second: 1 / step_s, summed over the processes as
+    the models' rates are), and the models' where they have one. A share the breakdown does not
+    have (no loader= given: no data wait) is not known, and the poll is recorded all the same."""
+    sink = MemorySink()
+    rec = Recording(sink, host=procfs).recorder(interval_s=1.5)
+    plain = _facts(steps=None, rate=None)
+    breakdown = StepBreakdown(window_s=10.0, steps=200, step_s=0.05, forward_fraction=0.3)
+    plain_procs = tuple(dataclasses.replace(p, steps=breakdown) for p in plain.processes)
+    _observe(rec, T0 + 1.0, dataclasses.replace(plain, processes=plain_procs))
+    framework = _facts(rate=4.0)
+    framework_procs = tuple(dataclasses.replace(p, steps=breakdown) for p in framework.processes)
+    _observe(rec, T0 + 2.5, dataclasses.replace(framework, processes=framework_procs))
+    _observe(rec, T0 + 61.0, _facts(steps=None, rate=None))  # neither: no rate, not 0
+    m = sink.minutes()[T0]
+    assert m.polls == 2 and m.step_rate_hz == pytest.approx((20.0 + 4.0) / 2)
+    assert m.forward_fraction == pytest.approx(0.3) and m.data_wait_fraction is None
+    assert sink.minutes()[T0 + 60].step_rate_hz is None
 
 
 def test_identity_and_setup(procfs):
