@@ -1,7 +1,8 @@
 """A training loop on a simulated GPU, for tests/integration/test_compare_runs.py: a real loop (a
 DataLoader and its worker processes, autocast, an optimizer, the probe line) whose GPU work is
-simulated by sleeping, on the GPU the simulated driver (tests/fakenvml) lists this process on. It
-costs next to no CPU: the time goes to sleeps, as a GPU job's host waits for its GPU.
+simulated by sleeping, on the GPU the simulated driver (tests/fakenvml) lists this process on. Its
+training costs next to no CPU (its start, importing torch, about a CPU-second): the time goes to
+sleeps, as a GPU job's host waits for its GPU.
 
 The simulated GPU, read through NVML (the same scenario file the sidecar reads):
 - a kernel takes FORWARD_S (BACKWARD_S in the backward pass) at the GPU's maximum SM clock, and
