@@ -295,6 +295,18 @@ def _add_serve_options(p: argparse.ArgumentParser) -> None:
 def _add_runs_options(p: argparse.ArgumentParser) -> None:
     runs_db_option(p, "the runs ledger: every run watched is kept there, its history outliving the sidecar")
     p.add_argument("--no-runs", action="store_true", help="keep no runs ledger: watch live only")
+    # Hidden, for tests: the span of a ledger row in seconds (default a minute). A comparison needs
+    # minutes of a run after its first; tests record runs of seconds (tests/integration/test_compare_runs.py).
+    p.add_argument("--runs-period", type=_runs_period_s, default=None, help=argparse.SUPPRESS)
+
+
+def _runs_period_s(text: str) -> float:
+    from sidecar.poll.run_figures import check_period_s
+
+    try:
+        return check_period_s(_positive_float(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text}: {exc}") from None
 
 
 # The usage line names every command (argparse's own would list only the serve options); lines

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from sidecar.cli.args import host_paths
 from sidecar.poll.recorder import Recording, RunRecorder
+from sidecar.poll.run_figures import MINUTE_S
 from sidecar.verdict import Rules
 
 
@@ -43,7 +44,8 @@ def open_recording(args: argparse.Namespace, *, batched: bool = False) -> Record
     if ledger.notice:  # a damaged file was moved aside and a new ledger started
         print(f"dsh-sidecar: {ledger.notice}", file=sys.stderr, flush=True)
     atexit.register(ledger.close)  # after the pollers' last writes (their stop())
-    return Recording(ledger, host=host_paths(args), batched=batched)
+    period_s = getattr(args, "runs_period", None) or MINUTE_S  # the hidden --runs-period (tests)
+    return Recording(ledger, host=host_paths(args), batched=batched, period_s=period_s)
 
 
 def recorder(recording: Recording | None, rules: Rules, interval_s: float) -> RunRecorder | None:

@@ -85,9 +85,10 @@ class MinuteFigures:
     the squares of each merged minute's step rate) keeps the per-minute spread a comparison's noise
     is measured from."""
 
-    start_unix_s: float  # the minute's start (a multiple of 60)
+    start_unix_s: float  # the minute's start (a multiple of its span)
+    # A minute (run_figures.MINUTE_S; tests record shorter rows: --runs-period), an hour once merged.
     span_s: float = 60.0
-    minutes: int = 1  # minutes merged into this row (1 until downsampled)
+    minutes: int = 1  # rows merged into this one (1 until downsampled): the comparison's samples
     polls: int = 0
     steps: int | None = None  # training steps counted in the span
     step_rate_hz: float | None = None

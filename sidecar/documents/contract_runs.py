@@ -55,7 +55,9 @@ RUN = Obj(
         "cwd": F(STR, "the folder it ran in", null=True),
         "started_unix_s": F(NUM, "when its root started"),
         "last_seen_unix_s": F(NUM, "the last poll that saw it", null=True),
-        "ended_unix_s": F(NUM, "when it was seen to end; null: live, or its sidecar stopped first", null=True),
+        "ended_unix_s": F(
+            NUM, "when it was seen to end; null: live, or its sidecar stopped first", null=True
+        ),
         "state": F(Enum(RUN_STATES), "`live` until it is seen to end, then `exited`"),
         "exit_code": F(INT, "its exit code, where known (`dsh-sidecar run` knows its child's)", null=True),
         "status": F(STR, "its verdict's last status (the status document's `status`)", null=True),
@@ -125,17 +127,21 @@ MINUTE = Obj(
     "One minute of a run (older ones are merged into hours: `span_s`, `minutes`): means over the polls "
     "that had the figure, peaks, and the minute's share of the totals.",
     {
-        "start_unix_s": F(NUM, "the span's start (a multiple of 60)"),
-        "span_s": F(NUM, "the span's length"),
+        "start_unix_s": F(NUM, "the span's start (a multiple of its length)"),
+        "span_s": F(NUM, "the span's length: 60 s, 3600 once merged"),
         "minutes": F(INT, "minutes merged into it (1 until downsampled)"),
         "polls": F(INT, "polls it holds"),
         "steps": F(INT, "training steps counted in it", null=True),
-        "step_rate_hz": F(NUM, "training steps per second", null=True),
+        "step_rate_hz": F(
+            NUM,
+            "training steps per second: a framework callback's, else the step breakdown's (a plain loop)",
+            null=True,
+        ),
         "data_wait_fraction": F(NUM, "share of the step waiting for data", null=True),
         "forward_fraction": F(NUM, "share in forward", null=True),
-        "backward_fraction": F(NUM, "share in backward", null=True),
+        "backward_fraction": F(NUM, "share in backward: a part of `other_fraction`", null=True),
         "optimizer_fraction": F(NUM, "share in optimizer.step()", null=True),
-        "other_fraction": F(NUM, "the rest of the step", null=True),
+        "other_fraction": F(NUM, "the rest of the step, the backward included", null=True),
         "syncs_per_step": F(NUM, "host-device synchronisations per step", null=True),
         "gpu_util_pct": F(NUM, "its GPUs' utilisation, averaged", null=True),
         "gpu_mem_used_mib": F(NUM, "its processes' GPU memory, summed", null=True),
@@ -165,9 +171,13 @@ RUN_DOCUMENT = Obj(
         "run": F(RUN, "the run"),
         "setup": F(SETUP, "what it ran on and with"),
         "previous": F(
-            STR, "the short id of the previous run of the same command in the same folder (`compare`'s default)", null=True
+            STR,
+            "the short id of the previous run of the same command in the same folder (`compare`'s default)",
+            null=True,
         ),
-        "timeline": F(ListOf(VERDICT_CHANGE, MAX_RUN_TIMELINE), "its verdict's changes, oldest first (the newest 500)"),
+        "timeline": F(
+            ListOf(VERDICT_CHANGE, MAX_RUN_TIMELINE), "its verdict's changes, oldest first (the newest 500)"
+        ),
         "timeline_omitted": F(INT, "older changes left out"),
         "minutes": F(ListOf(MINUTE, MAX_RUN_MINUTES), "its minutes, oldest first (the newest 2,000 rows)"),
         "minutes_omitted": F(INT, "older rows left out"),
@@ -257,7 +267,9 @@ COMPARE_DOCUMENT = Obj(
         "gpu_busy": F(FIGURE_CHANGE, "the GPU busy share"),
         "baseline_step_s": F(NUM, "the baseline's seconds per step", null=True),
         "run_step_s": F(NUM, "the run's", null=True),
-        "causes": F(ListOf(CAUSE, len(PARTS)), "the parts of the step that explain a throughput change, largest first"),
+        "causes": F(
+            ListOf(CAUSE, len(PARTS)), "the parts of the step that explain a throughput change, largest first"
+        ),
         "reasons": F(ListOf(REASON_SHARE, len(REASONS)), "the causes' reasons, by the share they explain"),
         "comparable": F(BOOL, "false: see `notes` (the same run, or one that counted no steps)"),
         "notes": F(ListOf(NOTE, len(NOTES)), "why not comparable, or what differs"),
@@ -271,5 +283,7 @@ def run_documents(schema: int) -> dict[str, Obj]:
     return {
         "runs": Obj(RUNS_DOCUMENT.name, RUNS_DOCUMENT.doc, {"schema": version, **RUNS_DOCUMENT.fields}),
         "run": Obj(RUN_DOCUMENT.name, RUN_DOCUMENT.doc, {"schema": version, **RUN_DOCUMENT.fields}),
-        "compare": Obj(COMPARE_DOCUMENT.name, COMPARE_DOCUMENT.doc, {"schema": version, **COMPARE_DOCUMENT.fields}),
+        "compare": Obj(
+            COMPARE_DOCUMENT.name, COMPARE_DOCUMENT.doc, {"schema": version, **COMPARE_DOCUMENT.fields}
+        ),
     }

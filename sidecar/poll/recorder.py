@@ -39,8 +39,10 @@ from sidecar.common.runs import (
 from sidecar.documents.bounds import MAX_TEXT_CHARS, clip_opt
 from sidecar.poll.run_figures import (
     MAX_GAP_POLLS,
+    MINUTE_S,
     GpuPart,
     MinuteSums,
+    check_period_s,
     gpu_part,
     minute_start,
     poll_figures,
@@ -104,10 +106,14 @@ class Recording:
     ``batched``: the batches wait for ``flush`` (discovery, once per poll for all its jobs); else
     each recorder's is written when it is due."""
 
-    def __init__(self, sink: RunSink, *, host: HostPaths = HOST, batched: bool = False) -> None:
+    def __init__(
+        self, sink: RunSink, *, host: HostPaths = HOST, batched: bool = False, period_s: float = MINUTE_S
+    ) -> None:
         self.sink = sink
         self.host = host
         self.batched = batched
+        # A ledger row's span (run_figures.MINUTE_S; tests shorten it: --runs-period).
+        self.period_s = check_period_s(period_s)
         self.host_name = clip_opt(host_name(), MAX_TEXT_CHARS) or "localhost"
         self.boot_id = boot_id(host=host)
         self._queue: list[tuple[RunRecorder, LedgerBatch]] = []
@@ -248,9 +254,11 @@ class RunRecorder:
         if detail.timeline:
             last = detail.timeline[-1]
             self._last_change = (last.status, last.warnings)
-        current = minute_start(now)
+        period_s = self.recording.period_s
+        current = minute_start(now, period_s)
         minutes = detail.minutes
-        if minutes and minutes[-1].start_unix_s == current and minutes[-1].minutes == 1:
+        row = minutes[-1] if minutes else None
+        if row is not None and row.start_unix_s == current and row.minutes == 1 and row.span_s == period_s:
             # This minute goes on from its recorded sums; its recorded part is shown all the same
             # (a sidecar restarted 40 s into a minute shows those 40 s).
             self.minute = MinuteSums.resumed(minutes[-1])
@@ -313,12 +321,13 @@ class RunRecorder:
             self.begin(now, target)
         self._identify(target, placement)
         self._setup(facts)
-        minute_s = minute_start(now)
+        period_s = self.recording.period_s
+        minute_s = minute_start(now, period_s)
         if self.minute is None or self.minute.start_unix_s != minute_s:
             if self.minute is not None:
                 self._keep_unsent(self.minute.figures())
                 self._due = True
-            self.minute = MinuteSums(minute_s)
+            self.minute = MinuteSums(minute_s, period_s)
         dt = 0.0 if self._last_poll_s is None else now - self._last_poll_s
         self._add(now, facts, sample, other_processes, devices, max(0.0, dt))
         self._change(now, verdict)

@@ -8,7 +8,9 @@ are the largest value a poll had. A GPU is held where the job's processes have m
 busy where it is held and works (verdict.accounting's gpu_works: its utilisation at or above
 Rules.idle_util_pct, else GPM's SM activity; neither known, as under MIG: held, not busy). A poll's share of the held and busy GPU-seconds is the time since
 the job's previous poll (at most MAX_GAP_POLLS intervals: a sidecar suspended for an hour holds
-nothing for it), credited whole to the minute the poll falls in.
+nothing for it), credited whole to the minute the poll falls in. A poll's step rate is its models'
+(a framework's callback counts their steps), else its step breakdowns' (a plain loop's optimizer
+steps): ``poll_figures``.
 """
 
 from __future__ import annotations
@@ -21,7 +23,14 @@ from sidecar.common.runs import MinuteFigures, RunSetup
 from sidecar.verdict import ACCELERATOR_TYPES, Facts, GpuFacts, StepBreakdown, device_type
 from sidecar.verdict.accounting import gpu_works
 
+# A ledger row's span: the recorder adds a run's polls up per MINUTE_S (its `period_s`, set by the
+# polling commands' hidden --runs-period, which tests shorten to seconds: a comparison needs minutes
+# of a run, and a test cannot wait minutes). Each row keeps its span (MinuteFigures.span_s), so every
+# reader of the rows (accounting, the history, the merge into hours) goes by the row's own span.
 MINUTE_S: Final = 60.0
+# What --runs-period may be: a whole number of rows to the hour (a merged row is an hour: rows never
+# straddle one), and at least a second (a row is the polls of its span).
+MIN_PERIOD_S: Final = 1.0
 # A poll accounts for at most this many intervals since the job's previous poll (discovery polls a
 # flagged user's jobs every other poll: 2 intervals are real time, 3 leave room for a late poll).
 MAX_GAP_POLLS: Final = 3.0
@@ -75,6 +84,7 @@ class GpuPart:
         "busy",
         "gpu_processes",
         "indices",
+        "breakdown_rate_hz",
     )
     gpu_side: GpuSide
     job_gpus: tuple[GpuFacts, ...]
@@ -103,6 +113,7 @@ class GpuPart:
         own = 0
         steps: list[StepBreakdown] = []
         syncs: list[float] = []
+        rate_hz: float | None = None
         for p in facts.processes:
             for g in p.gpu:
                 if g.index in indices:
@@ -111,16 +122,24 @@ class GpuPart:
                     held_at.add(g.index)
             if p.steps is not None:
                 steps.append(p.steps)
+                if p.steps.step_s is not None and p.steps.step_s > 0:
+                    rate_hz = (rate_hz or 0.0) + 1.0 / p.steps.step_s
             if p.syncs_per_step is not None:
                 syncs.append(p.syncs_per_step)
         self.held = len(held_at)
         self.busy = len(held_at & side.working)
         shares = (
-            tuple(_mean([getattr(s, name) for s in steps]) for name in _STEP_FRACTIONS)
+            # a share a breakdown does not have is left out (None: no loader timed, no step yet)
+            tuple(
+                _mean([v for s in steps if (v := getattr(s, name)) is not None]) for name in _STEP_FRACTIONS
+            )
             if steps
             else _NO_SHARES
         )
         self.values = (*shares, _mean(syncs), *side.values)
+        # The steps per second of the step breakdowns (summed over the processes, as the models'
+        # rates are): a plain loop's steps, which no framework callback counts (poll_figures).
+        self.breakdown_rate_hz = rate_hz
         self.gpu_processes = own + sum(other_processes.get(i, 0) for i in indices)
 
 
@@ -197,9 +216,13 @@ def poll_figures(
     rss_mib: float | None,
 ) -> Figures:
     """One poll's MEAN_FIELDS: the history sample's job sums (``step_rate_hz``, the job's processes'
-    GPU memory, CPU and RSS) and ``part``'s."""
+    GPU memory, CPU and RSS) and ``part``'s. The step rate is the models' where a framework's
+    callback counts their steps (Lightning, the HF Trainer), else the step breakdown's: in a plain
+    loop only the breakdown counts steps (optimizer steps, else DataLoader batches, over the probe's
+    window), and a run without a step rate cannot be compared."""
     v = part.values
-    return (step_rate_hz, *v[:6], v[6], gpu_mem_mib, *v[7:], cpu_pct, rss_mib)
+    rate_hz = step_rate_hz if step_rate_hz is not None else part.breakdown_rate_hz
+    return (rate_hz, *v[:6], v[6], gpu_mem_mib, *v[7:], cpu_pct, rss_mib)
 
 
 class MinuteSums:
@@ -207,6 +230,7 @@ class MinuteSums:
 
     __slots__ = (
         "start_unix_s",
+        "span_s",
         "polls",
         "sums",
         "counts",
@@ -222,8 +246,9 @@ class MinuteSums:
         "energy_j",
     )
 
-    def __init__(self, start_unix_s: float) -> None:
+    def __init__(self, start_unix_s: float, span_s: float = MINUTE_S) -> None:
         self.start_unix_s = start_unix_s
+        self.span_s = span_s
         self.polls = 0
         self.sums = [0.0] * len(MEAN_FIELDS)
         self.counts = [0] * len(MEAN_FIELDS)
@@ -263,6 +288,7 @@ class MinuteSums:
         rate = named["step_rate_hz"]
         return MinuteFigures(
             start_unix_s=self.start_unix_s,
+            span_s=self.span_s,
             polls=self.polls,
             steps=self.steps,
             step_rate_sq_hz2=None if rate is None else rate * rate,
@@ -282,7 +308,7 @@ class MinuteSums:
     def resumed(cls, m: MinuteFigures) -> MinuteSums:
         """The sums a recorded minute was made of (as near as its means say: each mean's polls are
         taken to be all the minute's polls), to go on adding to after a restart."""
-        out = cls(m.start_unix_s)
+        out = cls(m.start_unix_s, m.span_s)
         out.polls = m.polls
         for i, name in enumerate(MEAN_FIELDS):
             mean = getattr(m, name)
@@ -308,8 +334,21 @@ def _peak(peak: float | None, v: float | None) -> float | None:
     return v if peak is None or v > peak else peak
 
 
-def minute_start(t_unix_s: float) -> float:
-    return t_unix_s - t_unix_s % MINUTE_S
+def minute_start(t_unix_s: float, period_s: float = MINUTE_S) -> float:
+    """The start of the row `t_unix_s` falls in: a multiple of `period_s` (MINUTE_S: a minute)."""
+    return t_unix_s - t_unix_s % period_s
+
+
+def check_period_s(period_s: float) -> float:
+    """`period_s` if a row may span it (MIN_PERIOD_S to MINUTE_S, a whole number of rows to the
+    hour), else ValueError saying what may."""
+    rows_per_hour = 3600.0 / period_s if period_s > 0 else 0.0
+    if not (MIN_PERIOD_S <= period_s <= MINUTE_S and rows_per_hour == round(rows_per_hour)):
+        raise ValueError(
+            f"a row spans {MIN_PERIOD_S:g} to {MINUTE_S:g} s, a whole number of them to the hour "
+            f"(1, 2, 5, 10, 30, 60...): not {period_s:g}"
+        )
+    return period_s
 
 
 # -- what the run runs on --------------------------------------------------------------------------

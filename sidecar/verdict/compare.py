@@ -42,8 +42,10 @@ verdict on evidence that cannot carry it.
 
 Causes: the step time is 1 / steps per second; each phase's share of the step times the step time
 is its seconds per step in each run, and the differences of those explain the difference of the
-step times. The part of the step the breakdown does not cover (a phase unknown in one run, shares
-summing under 1; shares summing over 1 are scaled to 1) is the part `whole-step`. The parts that
+step times. The backward is a part of the breakdown's other share (the probe times it apart within
+the time between optimizer steps): the part `other` is the rest of that share. The part of the
+step the breakdown does not cover (a phase unknown in one run, shares summing under 1; shares
+summing over 1 are scaled to 1) is the part `whole-step`. The parts that
 moved the way the step time did are the causes, each with its difference over the sum of theirs as
 its share: shares lie in [0, 1] and sum to 1 with the parts that moved the other way left out (a
 forward that got faster while the data wait grew more does not explain a slowdown). Ranked by
@@ -325,12 +327,17 @@ def _busy(rows: Sequence[MinuteFigures]) -> _Measure:
 
 
 def _fractions(rows: Sequence[MinuteFigures]) -> dict[str, float]:
-    """Each phase's mean share of the step, where known, scaled down to sum to 1 at most."""
+    """Each phase's mean share of the step, where known, scaled down to sum to 1 at most. The
+    breakdown's other share holds the backward's (the probe's backward_fraction is the part of its
+    other_fraction between optimizer steps): the part `other` is what is left of it beside the
+    backward."""
     found: dict[str, float] = {}
     for code, get in _PHASE_FRACTIONS:
         value = _poll_mean(rows, get)
         if value is not None:
             found[code] = min(1.0, max(0.0, value))
+    if PHASE_OTHER in found and PHASE_BACKWARD in found:
+        found[PHASE_OTHER] = max(0.0, found[PHASE_OTHER] - found[PHASE_BACKWARD])
     total = sum(found.values())
     return {code: value / total for code, value in found.items()} if total > 1 else found
 

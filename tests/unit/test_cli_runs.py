@@ -61,3 +61,25 @@ def test_a_damaged_ledger_is_said_and_a_new_one_started(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("dsh-sidecar: ") and err.count("\n") == 1
     assert any(p.name.startswith("runs.sqlite3.corrupt-") for p in folder.iterdir())
+
+
+def test_the_hidden_runs_period_reaches_the_recording_and_is_checked(tmp_path, capsys):
+    """--runs-period (tests only, not in --help): a ledger row's span, a minute by default."""
+    db = str(tmp_path / "r.sqlite3")
+    for parser, extra in ((serve_parser(), []), (run_parser(), ["--", "true"])):
+        assert "--runs-period" not in parser.format_help()
+        default = runs.open_recording(parser.parse_args(["--runs-db", db, *extra]))
+        short = runs.open_recording(parser.parse_args(["--runs-db", db, "--runs-period", "2", *extra]))
+        assert default is not None and short is not None
+        assert (default.period_s, short.period_s) == (60.0, 2.0)
+        default.sink.close()
+        short.sink.close()
+    # under a second, not a whole number of them to the hour, over a minute, not a number of seconds
+    for bad in ("0.5", "7", "120", "0", "nan"):
+        try:
+            serve_parser().parse_args(["--runs-period", bad])
+        except SystemExit as exc:
+            assert exc.code == 2
+        else:
+            raise AssertionError(f"--runs-period {bad} was taken")
+        assert "argument --runs-period" in capsys.readouterr().err

@@ -104,7 +104,8 @@ def minute(
         forward_fraction=phases["forward"] / step_s,
         backward_fraction=phases["backward"] / step_s,
         optimizer_fraction=phases["optimizer"] / step_s,
-        other_fraction=phases["other"] / step_s,
+        # the probe's other share holds the backward (its backward_fraction is a part of it)
+        other_fraction=(phases["other"] + phases["backward"]) / step_s,
         syncs_per_step=1.0,
         sm_clock_mhz=clock,
         sm_clock_max_mhz=1980.0,
@@ -264,6 +265,21 @@ def test_clocks_dropping_with_a_thermal_reason_is_a_regression_caused_by_a_throt
     assert [r.reason.code for r in c.reasons] == [REASON_THROTTLED] and c.reasons[0].share > 0.95
     assert render(c.reasons[0].text).startswith("100% of the difference: GPU throttled")
     assert_renders(c)
+
+
+def test_the_backward_is_the_part_of_the_breakdown_s_other_share_it_says():
+    # The probe's other_fraction holds its backward_fraction (minute() records them so): a slower
+    # backward is the backward's difference, not the other part's too (each once, in seconds).
+    c = compare_runs(
+        run("a", scaled(STEP, 2.0, ("backward",)), seed=25, spread=0.0), run("b", seed=26, spread=0.0)
+    )
+    assert c.outcome == OUTCOME_REGRESSION
+    assert [cause.code for cause in c.causes] == [PHASE_BACKWARD] and math.isclose(c.causes[0].share, 1.0)
+    (backward,) = c.causes
+    assert math.isclose(backward.baseline_s, STEP["backward"]) and math.isclose(
+        backward.run_s, 2 * STEP["backward"]
+    )
+    assert math.isclose(backward.baseline_fraction, STEP["backward"] / sum(STEP.values()))
 
 
 def test_a_breakdown_that_counts_twice_is_scaled_to_the_step():

@@ -182,6 +182,35 @@ def test_a_newer_ledger_or_another_database_is_refused_untouched(tmp_path):
         Ledger(other)
 
 
+class _MigratedMeanwhile:
+    """A connection on which another sidecar's migrate() commits a new file's tables, id and version
+    right after `PRAGMA application_id` is read: the moment two sidecars opening a new ledger at
+    once met in, one of them taking the other's fresh file for another program's database."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
+        self.conn, self.path = conn, path
+
+    def execute(self, sql: str, *args: object) -> sqlite3.Cursor:
+        cursor = self.conn.execute(sql, *args)
+        if sql == "PRAGMA application_id":
+            other = sqlite3.connect(self.path, isolation_level=None)
+            migrate(other)
+            other.close()
+        return cursor
+
+
+def test_a_new_ledger_another_sidecar_migrates_meanwhile_is_a_ledger(tmp_path):
+    from sidecar.sources.ledger.ledger import _check_kind
+
+    path = tmp_path / "runs.sqlite3"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")  # as the other sidecar's _configure left it
+    _check_kind(_MigratedMeanwhile(conn, path), path)  # type: ignore[arg-type]  # its execute alone
+    conn.close()
+    with Ledger(path) as ledger:
+        assert ledger.runs() == ()
+
+
 # -- schema ------------------------------------------------------------------------------------------------
 
 def test_the_tables_hold_every_field_of_the_records(tmp_path):

@@ -44,6 +44,7 @@ from sidecar.verdict import (
     ProcessFacts,
     ProcGpu,
     Rules,
+    StepBreakdown,
     decide,
 )
 from tests.helpers.scripted_poll import ROOT, ScriptedJob, ScriptedSources
@@ -161,6 +162,45 @@ def test_a_minute_is_its_polls_means_peaks_steps_and_gpu_seconds(procfs):
     assert totals.gpu_busy_s == pytest.approx(1.5 + 4.5) and totals.energy_j == pytest.approx(6.0)
     assert totals.gpu_mem_peak_mib == 3000.0 and totals.power_peak_w == 300.0 and totals.temperature_peak_c == 60.0
     assert totals.wall_s == pytest.approx(T0 + 61.0 - (T0 - 100))
+
+
+def test_a_shorter_period_makes_rows_of_that_span(procfs):
+    """Recording(period_s=2) (the hidden --runs-period of tests): rows start at multiples of 2 s and
+    say so (span_s), and a poll's GPU-seconds are its time since the last poll whatever the span."""
+    sink = MemorySink()
+    rec = Recording(sink, host=procfs, period_s=2.0).recorder(interval_s=0.5)
+    for i, t in enumerate((T0 + 0.25, T0 + 0.75, T0 + 1.25, T0 + 1.75, T0 + 2.25, T0 + 4.25)):
+        _observe(rec, t, _facts(steps=100 + 10 * i))
+    rows = sink.minutes()
+    assert sorted(rows) == [T0, T0 + 2, T0 + 4]
+    assert all(m.span_s == 2.0 and m.minutes == 1 for m in rows.values())
+    assert [rows[t].polls for t in sorted(rows)] == [4, 1, 1]
+    assert [rows[t].steps for t in sorted(rows)] == [30, 10, 10]
+    assert rows[T0].gpu_held_s == pytest.approx(1.5) and rows[T0 + 2].gpu_held_s == pytest.approx(0.5)
+    assert rows[T0 + 4].gpu_held_s == pytest.approx(1.5)  # 2 s since the last poll, at most 3 intervals
+    with pytest.raises(ValueError, match="whole number of them to the hour"):
+        Recording(sink, host=procfs, period_s=7.0)
+
+
+def test_a_plain_loop_s_step_rate_is_its_step_breakdown_s(procfs):
+    """No framework callback counts a plain loop's steps (its models have no step rate): the row's
+    step rate is the step breakdown's (steps per second: 1 / step_s, summed over the processes as
+    the models' rates are), and the models' where they have one. A share the breakdown does not
+    have (no loader= given: no data wait) is not known, and the poll is recorded all the same."""
+    sink = MemorySink()
+    rec = Recording(sink, host=procfs).recorder(interval_s=1.5)
+    plain = _facts(steps=None, rate=None)
+    breakdown = StepBreakdown(window_s=10.0, steps=200, step_s=0.05, forward_fraction=0.3)
+    plain_procs = tuple(dataclasses.replace(p, steps=breakdown) for p in plain.processes)
+    _observe(rec, T0 + 1.0, dataclasses.replace(plain, processes=plain_procs))
+    framework = _facts(rate=4.0)
+    framework_procs = tuple(dataclasses.replace(p, steps=breakdown) for p in framework.processes)
+    _observe(rec, T0 + 2.5, dataclasses.replace(framework, processes=framework_procs))
+    _observe(rec, T0 + 61.0, _facts(steps=None, rate=None))  # neither: no rate, not 0
+    m = sink.minutes()[T0]
+    assert m.polls == 2 and m.step_rate_hz == pytest.approx((20.0 + 4.0) / 2)
+    assert m.forward_fraction == pytest.approx(0.3) and m.data_wait_fraction is None
+    assert sink.minutes()[T0 + 60].step_rate_hz is None
 
 
 def test_identity_and_setup(procfs):

@@ -382,9 +382,15 @@ def _damage(path: Path) -> str | None:
 
 
 def _check_kind(conn: sqlite3.Connection, path: Path) -> None:
-    version = user_version(conn)
-    app = int(conn.execute("PRAGMA application_id").fetchone()[0])
-    tables = int(conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0])
+    # One snapshot: another sidecar may be making a new file's first tables, its id and version
+    # meanwhile (one transaction of migrate's); read apart, the tables could be seen without the id.
+    conn.execute("BEGIN")
+    try:
+        version = user_version(conn)
+        app = int(conn.execute("PRAGMA application_id").fetchone()[0])
+        tables = int(conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0])
+    finally:
+        conn.execute("COMMIT")
     if app != APPLICATION_ID and (app != 0 or version != 0 or tables):
         raise LedgerVersionError(
             f"{path} is an SQLite database but not a run ledger (application id {app:#x}): it is left as "

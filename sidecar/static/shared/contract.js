@@ -619,17 +619,17 @@ export const SCHEMA = 2
 /**
  * One minute of a run (older ones are merged into hours: `span_s`, `minutes`): means over the polls that had the figure, peaks, and the minute's share of the totals.
  * @typedef {Object} RunMinute
- * @property {number} start_unix_s the span's start (a multiple of 60)
- * @property {number} span_s the span's length
+ * @property {number} start_unix_s the span's start (a multiple of its length)
+ * @property {number} span_s the span's length: 60 s, 3600 once merged
  * @property {number} minutes minutes merged into it (1 until downsampled)
  * @property {number} polls polls it holds
  * @property {number|null} steps training steps counted in it
- * @property {number|null} step_rate_hz training steps per second
+ * @property {number|null} step_rate_hz training steps per second: a framework callback's, else the step breakdown's (a plain loop)
  * @property {number|null} data_wait_fraction share of the step waiting for data
  * @property {number|null} forward_fraction share in forward
- * @property {number|null} backward_fraction share in backward
+ * @property {number|null} backward_fraction share in backward: a part of `other_fraction`
  * @property {number|null} optimizer_fraction share in optimizer.step()
- * @property {number|null} other_fraction the rest of the step
+ * @property {number|null} other_fraction the rest of the step, the backward included
  * @property {number|null} syncs_per_step host-device synchronisations per step
  * @property {number|null} gpu_util_pct its GPUs' utilisation, averaged
  * @property {number|null} gpu_mem_used_mib its processes' GPU memory, summed
