@@ -7,6 +7,11 @@ the process has done so itself: ``torch.cuda.is_available()`` runs ``cuInit`` th
 it cannot use CUDA). Before CUDA is initialised the device count therefore comes from torch's
 NVML-based counter; where NVML cannot answer, from the driver once the process itself initialised it
 (``is_available()`` was called), from the driver library's absence or age; else it is unknown (None).
+
+A ROCm build of torch calls its AMD GPUs ``cuda`` and runs the same code (``torch.cuda``, counted
+before initialisation through amdsmi instead of NVML); it is told apart by ``torch.version.hip``.
+XPU (Intel) devices are asked the same way: their names once the process initialised XPU; before,
+only the count torch's own is_available() found, read from torch, never asked.
 """
 
 from __future__ import annotations
@@ -28,9 +33,24 @@ PATH_MAX_CHARS = 1024
 
 _static_identity: dict[str, Any] | None = None
 _static_runtime: dict[str, Any] | None = None
-# Keyed by what can change the answer before CUDA is initialised.
-_cuda_probe_cache: dict[tuple[str | None, str | None], tuple[bool | None, int | None]] = {}
+# Keyed by what can change the answer before CUDA is initialised (_VISIBILITY_KEY).
+_cuda_probe_cache: dict[tuple[str | None, ...], tuple[bool | None, int | None]] = {}
 _initialised_devices: tuple[int, list[dict[str, Any]]] | None = None  # (device count, devices)
+_initialised_xpu: tuple[int, list[dict[str, Any]]] | None = None  # (device count, devices)
+
+# The variables that choose which GPUs a process sees, published as set (the payload's key, the
+# variable): CUDA's; ROCm's (ROCr's first, then HIP's or ROCclr's on what ROCr left, a ROCm build also
+# taking CUDA_VISIBLE_DEVICES); Level Zero's (XPU).
+_VISIBILITY_VARIABLES = (
+    ("cuda_visible_devices", "CUDA_VISIBLE_DEVICES"),
+    ("hip_visible_devices", "HIP_VISIBLE_DEVICES"),
+    ("rocr_visible_devices", "ROCR_VISIBLE_DEVICES"),
+    ("gpu_device_ordinal", "GPU_DEVICE_ORDINAL"),
+    ("ze_affinity_mask", "ZE_AFFINITY_MASK"),
+)
+VISIBILITY_MAX_CHARS = 512
+# What torch's CUDA (or ROCm) device count before initialisation reads (torch.cuda._parse_visible_devices).
+_VISIBILITY_KEY = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 
 
 def _clip(value: Any, n: int = PATH_MAX_CHARS) -> str | None:
@@ -124,14 +144,12 @@ def _static(torch: Any) -> dict[str, Any]:
         mps = None
         if backends is not None and hasattr(backends, "mps"):
             mps = bool(backends.mps.is_available())
-        xpu = None
-        if hasattr(torch, "xpu"):
-            xpu = bool(torch.xpu.is_available())
         _static_runtime = {
             "torch": _clip(getattr(torch, "__version__", None), 64),
             "cuda_build": _clip(getattr(version, "cuda", None), 64),
+            "hip_build": _clip(getattr(version, "hip", None), 64),
+            "xpu_build": _clip(getattr(version, "xpu", None), 64),
             "mps_available": mps,
-            "xpu_available": xpu,
         }
     return _static_runtime
 
@@ -155,7 +173,7 @@ def _count_without_cuda_init(torch: Any, ask_driver: bool) -> tuple[bool | None,
     """(available, device count) from NVML via torch's own helper; where NVML cannot count, from the
     CUDA driver (``ask_driver``: not a child forked after CUDA was initialised); (None, None) when
     unknown."""
-    key = (os.environ.get("CUDA_VISIBLE_DEVICES"), os.environ.get("HIP_VISIBLE_DEVICES"))
+    key = tuple(map(os.environ.get, _VISIBILITY_KEY))
     cached = _cuda_probe_cache.get(key)
     if cached is None:
         cached = _cuda_probe_cache[key] = _count_from_nvml(torch)
@@ -173,7 +191,13 @@ def _count_from_nvml(torch: Any) -> tuple[bool | None, int | None]:
         counter = getattr(cuda, "_device_count_nvml", None)
     answer: tuple[bool | None, int | None] = (None, None)
     if counter is not None:
-        n = counter()
+        try:
+            n = counter()
+        except RuntimeError:
+            # A ROCm build's counter refuses HIP_VISIBLE_DEVICES naming more GPUs than
+            # ROCR_VISIBLE_DEVICES leaves (torch.cuda._parse_visible_devices): unknown, as torch's own
+            # is_available() says once the script asks.
+            n = None
         if isinstance(n, int) and n >= 0:
             answer = (n > 0, n)
     if answer[0] and not getattr(torch.version, "hip", None):
@@ -279,15 +303,44 @@ def _uuid(props: Any) -> str | None:
     return s if s.startswith(("GPU-", "MIG-")) else f"GPU-{s}"
 
 
+def _pci_address(props: Any) -> str | None:
+    """The device's PCI address as sysfs, DRM fdinfo (``drm-pdev``) and KFD's topology spell it
+    ("0000:c1:00.0"), from torch's pci_domain_id, pci_bus_id and pci_device_id (recent torch; None
+    before). The function is 0: the device properties do not give it, and a GPU's is 0."""
+    domain, bus, device = (
+        getattr(props, name, None) for name in ("pci_domain_id", "pci_bus_id", "pci_device_id")
+    )
+    if type(domain) is not int or type(bus) is not int or type(device) is not int:
+        return None
+    if not (0 <= domain <= 0xFFFFFFFF and 0 <= bus <= 0xFF and 0 <= device <= 0x1F):
+        return None
+    return f"{domain:04x}:{bus:02x}:{device:02x}.0"
+
+
+def _device(index: int, props: Any, rocm: bool) -> dict[str, Any]:
+    """A ``cuda:<index>`` device of the payload, from torch.cuda.get_device_properties."""
+    return {
+        "index": index,
+        "name": _clip(props.name, 256) or "?",
+        "uuid": _uuid(props),
+        "pci_bus_id": _pci_address(props),
+        # A CUDA build's gcnArchName is the device's name again (torch/csrc/cuda/Module.cpp).
+        "gcn_arch": _clip(getattr(props, "gcnArchName", None), 64) if rocm else None,
+    }
+
+
 def runtime(torch: Any | None) -> dict[str, Any]:
     """The payload's ``runtime`` map; torch None means torch is not imported in this process."""
     global _initialised_devices
     out = empty_runtime()
-    out["cuda_visible_devices"] = _clip(os.environ.get("CUDA_VISIBLE_DEVICES"), 512)
+    for key, variable in _VISIBILITY_VARIABLES:
+        out[key] = _clip(os.environ.get(variable), VISIBILITY_MAX_CHARS)
     out["cuda_device_order"] = _clip(os.environ.get("CUDA_DEVICE_ORDER"), 64)
+    out["xpu_devices"] = []
     if torch is None:
         return out
     out.update(_static(torch))
+    _xpu_runtime(torch, out)
     if not (getattr(torch.version, "cuda", None) or getattr(torch.version, "hip", None)):
         # A CPU-only build: is_available() returns False without touching any driver.
         out["cuda_available"] = False
@@ -302,10 +355,8 @@ def runtime(torch: Any | None) -> dict[str, Any]:
         out["cudnn"] = _cudnn_version(torch)
         if _initialised_devices is None:
             count = int(cuda.device_count())
-            devices = []
-            for i in range(count):
-                props = cuda.get_device_properties(i)
-                devices.append({"index": i, "name": _clip(props.name, 256) or "?", "uuid": _uuid(props)})
+            rocm = bool(getattr(torch.version, "hip", None))
+            devices = [_device(i, cuda.get_device_properties(i), rocm) for i in range(count)]
             _initialised_devices = (count, devices)
         count, devices = _initialised_devices
         out["cuda_available"] = count > 0
@@ -325,6 +376,52 @@ def runtime(torch: Any | None) -> dict[str, Any]:
     elif _driver_lib:  # asked only where NVML counted a GPU or could not count: never just to publish it
         out["cuda_driver_loadable"] = _driver_lib[0][0]
     return out
+
+
+def _xpu_runtime(torch: Any, out: dict[str, Any]) -> None:
+    """XPU's facts into ``out``, asked as CUDA's are: names (which initialise XPU) only once the
+    process initialised XPU itself; before, the count torch found (_xpu_count_without_init); in a
+    child forked after XPU was initialised, what the parent knew."""
+    global _initialised_xpu
+    xpu = getattr(torch, "xpu", None)
+    compiled = getattr(xpu, "_is_compiled", None)
+    if xpu is None or compiled is None:
+        return  # a torch without torch.xpu: unknown
+    if not compiled():  # not an XPU build: is_available() is False without asking anything
+        out["xpu_available"], out["xpu_initialized"], out["xpu_device_count"] = False, False, 0
+        return
+    # As torch.cuda's: False in a child forked after XPU was initialised ("bad fork").
+    is_initialized = getattr(xpu, "is_initialized", None)
+    out["xpu_initialized"] = initialised = bool(is_initialized is not None and is_initialized())
+    if initialised:
+        if _initialised_xpu is None:
+            count = int(xpu.device_count())
+            names = [_clip(xpu.get_device_properties(i).name, 256) or "?" for i in range(count)]
+            devices = [
+                {"index": i, "name": n, "uuid": None, "pci_bus_id": None, "gcn_arch": None}
+                for i, n in enumerate(names)
+            ]
+            _initialised_xpu = (count, devices)
+        count_known: int | None = _initialised_xpu[0]
+        out["xpu_devices"] = [dict(d) for d in _initialised_xpu[1]]
+    else:
+        bad_fork = getattr(xpu, "_is_in_bad_fork", None)
+        if bad_fork is not None and bad_fork():
+            count_known = _initialised_xpu[0] if _initialised_xpu is not None else None
+        else:
+            count_known = _xpu_count_without_init(xpu)
+    out["xpu_device_count"] = count_known
+    out["xpu_available"] = None if count_known is None else count_known > 0
+
+
+def _xpu_count_without_init(xpu: Any) -> int | None:
+    """XPU devices as torch counted them before XPU was initialised: read, never asked. torch's
+    is_available() counts through Level Zero Sysman, which does not poison fork, and keeps one entry
+    per device it counted (torch.xpu._cached_zes_device_infos). Asking here would import a module
+    (pyzes) into the script and, where Level Zero fails, warn on its stderr; an older torch counts
+    only through the runtime, which poisons fork. None when unknown: not counted yet, or none found."""
+    found = getattr(xpu, "_cached_zes_device_infos", None)
+    return len(found) if type(found) is list and found else None
 
 
 def memory(torch: Any | None) -> list[dict[str, Any]]:

@@ -54,17 +54,20 @@ else:
 
 @_record
 class DeviceRecord:
-    """A CUDA device as the process numbers it (``cuda:<index>``)."""
+    """A device as the process numbers it (``cuda:<index>``, or ``xpu:<index>`` in ``xpu_devices``)."""
 
     index: int
     name: str
     uuid: str | None
+    pci_bus_id: str | None = None  # "0000:c1:00.0"; None from an older torch or probe
+    gcn_arch: str | None = None  # a ROCm build's gcnArchName ("gfx942:sramecc+:xnack-")
 
 
 @_record
 class RuntimeRecord:
-    """The process's torch and CUDA as it found them. Every field defaults to the schema's empty
-    value (``schema.empty_runtime()``): a record made with a few fields reads as a payload's would."""
+    """The process's torch and its GPU runtime (CUDA, ROCm or XPU) as it found them. Every field
+    defaults to the schema's empty value (``schema.empty_runtime()``): a record made with a few
+    fields reads as a payload's would."""
 
     torch: str | None = None
     cuda_build: str | None = None
@@ -78,6 +81,15 @@ class RuntimeRecord:
     mps_available: bool | None = None
     xpu_available: bool | None = None
     cuda_driver_loadable: bool | None = None  # None: not asked (probe/facts.py)
+    hip_build: str | None = None  # torch.version.hip: a ROCm build (its GPUs are `cuda:N`)
+    xpu_build: str | None = None  # torch.version.xpu: an XPU build
+    hip_visible_devices: str | None = None
+    rocr_visible_devices: str | None = None
+    gpu_device_ordinal: str | None = None
+    ze_affinity_mask: str | None = None
+    xpu_initialized: bool | None = None
+    xpu_device_count: int | None = None
+    xpu_devices: tuple[DeviceRecord, ...] | None = None  # None: an older probe's payload
 
 
 @_record
@@ -213,13 +225,26 @@ def runtime_record(r: dict[str, Any]) -> RuntimeRecord:
         r["cuda_available"],
         r["cuda_initialized"],
         r["device_count"],
-        tuple(DeviceRecord(d["index"], d["name"], d["uuid"]) for d in r["devices"]),
+        _devices(r["devices"]),
         r["cuda_visible_devices"],
         r["cuda_device_order"],
         r["mps_available"],
         r["xpu_available"],
         r["cuda_driver_loadable"],
+        r["hip_build"],
+        r["xpu_build"],
+        r["hip_visible_devices"],
+        r["rocr_visible_devices"],
+        r["gpu_device_ordinal"],
+        r["ze_affinity_mask"],
+        r["xpu_initialized"],
+        r["xpu_device_count"],
+        None if r["xpu_devices"] is None else _devices(r["xpu_devices"]),
     )
+
+
+def _devices(ds: list[dict[str, Any]]) -> tuple[DeviceRecord, ...]:
+    return tuple(DeviceRecord(d["index"], d["name"], d["uuid"], d["pci_bus_id"], d["gcn_arch"]) for d in ds)
 
 
 def _loader_settings(s: dict[str, Any] | None) -> LoaderSettingsRecord | None:
@@ -276,7 +301,9 @@ def _steps(s: dict[str, Any] | None) -> StepsRecord | None:
 def _math(s: dict[str, Any] | None) -> MathRecord | None:
     if s is None:
         return None
-    return MathRecord(s["allow_tf32_matmul"], s["cudnn_allow_tf32"], s["float32_matmul_precision"], s["cudnn_benchmark"])
+    return MathRecord(
+        s["allow_tf32_matmul"], s["cudnn_allow_tf32"], s["float32_matmul_precision"], s["cudnn_benchmark"]
+    )
 
 
 def payload_record(p: dict[str, Any], runtime: RuntimeRecord | None = None) -> ProbePayload:
@@ -306,7 +333,11 @@ def payload_record(p: dict[str, Any], runtime: RuntimeRecord | None = None) -> P
         runtime_record(p["runtime"]) if runtime is None else runtime,
         tuple(
             MemoryRecord(
-                m["device"], m["allocated_bytes"], m["reserved_bytes"], m["peak_allocated_bytes"], m["peak_reserved_bytes"]
+                m["device"],
+                m["allocated_bytes"],
+                m["reserved_bytes"],
+                m["peak_allocated_bytes"],
+                m["peak_reserved_bytes"],
             )
             for m in p["memory"]
         ),

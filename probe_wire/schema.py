@@ -116,6 +116,16 @@ MAX_ERRORS = 16
 MAX_MODELS = 1024
 MAX_DEVICES = 256
 
+# A device as the process numbers it (``cuda:<index>``, ``xpu:<index>``).
+_DEVICE = {
+    "index": int,
+    "name": str,
+    "uuid": _Opt(str),
+    # Added within schema 1: the device's PCI address ("0000:c1:00.0") where torch gives it, which
+    # names the GPU a ROCm build's `cuda:N` is (its UUID is not NVML's), and a ROCm build's gcnArchName.
+    "pci_bus_id": _Added(str),
+    "gcn_arch": _Added(str),
+}
 _RUNTIME = {
     "torch": _Opt(str),
     "cuda_build": _Opt(str),
@@ -123,13 +133,25 @@ _RUNTIME = {
     "cuda_available": _Opt(bool),
     "cuda_initialized": bool,
     "device_count": _Opt(int),
-    "devices": _List({"index": int, "name": str, "uuid": _Opt(str)}, MAX_DEVICES),
+    "devices": _List(_DEVICE, MAX_DEVICES),
     "cuda_visible_devices": _Opt(str),
     "cuda_device_order": _Opt(str),
     "mps_available": _Opt(bool),
     "xpu_available": _Opt(bool),
     # Added within schema 1: libcuda.so.1 loads in the process (None: not asked, see probe/facts.py).
     "cuda_driver_loadable": _Added(bool),
+    # Added within schema 1: AMD and Intel builds. A ROCm build numbers its GPUs `cuda:N` and has no
+    # CUDA version: torch.version.hip says what it was built for; torch.version.xpu an XPU build's.
+    "hip_build": _Added(str),
+    "xpu_build": _Added(str),
+    # The variables that choose the devices ROCm (ROCr, then HIP or ROCclr) and Level Zero show.
+    "hip_visible_devices": _Added(str),
+    "rocr_visible_devices": _Added(str),
+    "gpu_device_ordinal": _Added(str),
+    "ze_affinity_mask": _Added(str),
+    "xpu_initialized": _Added(bool),
+    "xpu_device_count": _Added(int),
+    "xpu_devices": _Added(_List(_DEVICE, MAX_DEVICES)),
 }
 _MEMORY = {
     "device": str,
@@ -448,7 +470,9 @@ def validate_rest(rest: Any) -> dict[str, Any] | None:
     validate_payload makes of them), or None when they do not pass: the whole payload's
     validate_payload then says why."""
     if not _rest_validator:
-        _rest_validator.append(_compile_validator({k: v for k, v in _PAYLOAD.items() if k not in PREFIX_KEYS}))
+        _rest_validator.append(
+            _compile_validator({k: v for k, v in _PAYLOAD.items() if k not in PREFIX_KEYS})
+        )
     try:
         return _rest_validator[0](rest)
     except RecursionError:

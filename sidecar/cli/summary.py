@@ -22,7 +22,7 @@ def human_summary(doc: dict[str, Any]) -> str:
             lines.append(f"      hint: {w['hint']}")
     rt = doc["runtime"]
     if rt.get("torch"):
-        build = f"CUDA {rt['cuda_build']}" if rt.get("cuda_build") else "CPU-only build"
+        build = _build(rt)
         # torch's CUDA beside the driver's (the NVML line below): the library CUDA needs and NVML does not.
         lib = ", libcuda.so.1 does not load" if rt.get("cuda_driver_loadable") is False else ""
         cuda = catalogue.render(rt.get("cuda_ref")) or "n/a"  # the page's and the plugin's text
@@ -50,6 +50,14 @@ def human_summary(doc: dict[str, Any]) -> str:
             f"  {'  ' * p.get('depth', 0)}{p['pid']} {p['name']} [{role}] model: {models} gpu: {gpu}"
         )
     return "\n".join(lines)
+
+
+def _build(rt: dict[str, Any]) -> str:
+    """What torch was built for: a ROCm build has no CUDA version and is no CPU-only build."""
+    for key, name in (("cuda_build", "CUDA"), ("hip_build", "ROCm"), ("xpu_build", "XPU")):
+        if rt.get(key):
+            return f"{name} {rt[key]}"
+    return "CPU-only build"
 
 
 def jobs_summary(jobs: dict[str, Any], docs: list[dict[str, Any]]) -> str:

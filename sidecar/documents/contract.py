@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sidecar.common.nvml_names import CLOCK_EVENT_REASONS
+from sidecar.documents import bounds
 from sidecar.documents.contract_cluster import cluster_document
 from sidecar.documents.contract_jobs import job_documents
 from sidecar.documents.contract_report import report_declaration
@@ -88,21 +89,53 @@ TARGET = Obj(
     },
 )
 
+RUNTIME_DEVICE = Obj(
+    "RuntimeDevice",
+    "A device as the job's torch numbers it, once that process initialised it.",
+    {
+        "device": F(STR, "what the script calls it: `cuda:0` (an AMD GPU too in a ROCm build), `xpu:0`"),
+        "name": F(STR, "product name, as torch gives it"),
+        "pci_bus_id": F(
+            STR, "PCI address (`0000:c1:00.0`): the GPU it is, whatever the visible-devices variables renumbered", null=True
+        ),
+        "gcn_arch": F(STR, "a ROCm build's gcnArchName (`gfx942:sramecc+:xnack-`)", null=True),
+    },
+)
+
 RUNTIME = Obj(
     "Runtime",
     "The job's torch build as its main probed process reports it.",
     {
         "torch": F(STR, "torch version", null=True),
-        "cuda_build": F(STR, "CUDA version torch was built for; null for a CPU-only build", null=True),
+        "cuda_build": F(
+            STR, "CUDA version torch was built for; null for a CPU-only, ROCm or XPU build", null=True
+        ),
+        "hip_build": F(
+            STR, "ROCm (HIP) version torch was built for: its AMD GPUs are `cuda:N`; null otherwise", null=True
+        ),
+        "xpu_build": F(STR, "the XPU (Intel GPU) toolchain torch was built with; null otherwise", null=True),
         "cudnn": F(INT, "cuDNN version", null=True),
-        "cuda_available": F(BOOL, "torch.cuda.is_available() in that process", null=True),
-        "device_count": F(INT, "CUDA devices torch sees", null=True),
+        "cuda_available": F(BOOL, "torch.cuda.is_available() in that process (ROCm builds too)", null=True),
+        "device_count": F(INT, "CUDA (or ROCm) devices torch sees", null=True),
         "cuda_visible_devices": F(STR, "CUDA_VISIBLE_DEVICES of that process", null=True),
+        "hip_visible_devices": F(STR, "HIP_VISIBLE_DEVICES of that process (ROCm: on what ROCr leaves)", null=True),
+        "rocr_visible_devices": F(STR, "ROCR_VISIBLE_DEVICES of that process (ROCm, applied first)", null=True),
+        "gpu_device_ordinal": F(STR, "GPU_DEVICE_ORDINAL of that process (ROCm: HIP and OpenCL)", null=True),
         "cuda_driver_loadable": F(
             BOOL,
             "the CUDA driver library (libcuda.so.1) loads in that process; NVML works without it",
             null=True,
         ),
+        "xpu_available": F(
+            BOOL, "torch.xpu.is_available() in that process; null until known without initialising XPU", null=True
+        ),
+        "xpu_device_count": F(INT, "XPU devices torch sees", null=True),
+        "ze_affinity_mask": F(STR, "ZE_AFFINITY_MASK of that process (XPU)", null=True),
+        "devices": F(
+            ListOf(RUNTIME_DEVICE),
+            f"the devices torch numbers in that process, `cuda:N` then `xpu:N` (at most {bounds.MAX_RUNTIME_DEVICES_SHOWN})",
+        ),
+        "devices_omitted": F(INT, "devices left out"),
         "cuda_ref": F(TEXT_REF, "whether CUDA is available, as text (or not known yet)", null=True),
     },
 )

@@ -124,16 +124,42 @@ def _runtime_summary(facts: Facts) -> dict[str, Any]:
     if rt is None:
         rt = RuntimeRecord()  # no probe told: every field absent
     cuda = cuda_availability(rt)
+    devices = _runtime_devices(rt)
     return {
         "torch": _str(rt.torch, MAX_ID_CHARS),
         "cuda_build": _str(rt.cuda_build, MAX_ID_CHARS),
+        "hip_build": _str(rt.hip_build, MAX_ID_CHARS),
+        "xpu_build": _str(rt.xpu_build, MAX_ID_CHARS),
         "cudnn": _int(rt.cudnn),
         "cuda_available": _bool(rt.cuda_available),
         "device_count": _int(rt.device_count),
         "cuda_visible_devices": _str(rt.cuda_visible_devices, MAX_ID_CHARS),
+        "hip_visible_devices": _str(rt.hip_visible_devices, MAX_ID_CHARS),
+        "rocr_visible_devices": _str(rt.rocr_visible_devices, MAX_ID_CHARS),
+        "gpu_device_ordinal": _str(rt.gpu_device_ordinal, MAX_ID_CHARS),
         "cuda_driver_loadable": _bool(rt.cuda_driver_loadable),
+        "xpu_available": _bool(rt.xpu_available),
+        "xpu_device_count": _int(rt.xpu_device_count),
+        "ze_affinity_mask": _str(rt.ze_affinity_mask, MAX_ID_CHARS),
+        "devices": devices[: bounds.MAX_RUNTIME_DEVICES_SHOWN],
+        "devices_omitted": max(0, len(devices) - bounds.MAX_RUNTIME_DEVICES_SHOWN),
         "cuda_ref": None if cuda is None else _ref_entry(cuda),
     }
+
+
+def _runtime_devices(rt: RuntimeRecord) -> list[dict[str, Any]]:
+    """The runtime's `cuda:N` then `xpu:N` devices as the document's RuntimeDevice entries (each
+    list at most schema.MAX_DEVICES long: the reader refuses longer ones)."""
+    named = [("cuda", d) for d in rt.devices] + [("xpu", d) for d in rt.xpu_devices or ()]
+    return [
+        {
+            "device": f"{kind}:{d.index}",
+            "name": _str(d.name) or "?",
+            "pci_bus_id": _str(d.pci_bus_id, MAX_ID_CHARS),
+            "gcn_arch": _str(d.gcn_arch, MAX_ID_CHARS),
+        }
+        for kind, d in named
+    ]
 
 
 def _framework_indices(facts: Facts) -> dict[int, int]:

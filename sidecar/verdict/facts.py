@@ -546,6 +546,12 @@ def runtimes(facts: Facts) -> tuple[tuple[ProcessFacts, RuntimeRecord], ...]:
     return facts.probed_runtimes
 
 
+def cpu_only_build(rt: RuntimeRecord) -> bool:
+    """A torch built for no GPU: neither CUDA nor ROCm nor XPU. A ROCm build numbers its AMD GPUs
+    `cuda:N` but has no CUDA version (torch.version.cuda is None there, torch.version.hip is not)."""
+    return bool(rt.torch) and rt.cuda_build is None and rt.hip_build is None and rt.xpu_build is None
+
+
 def nvidia_in_system(facts: Facts) -> bool:
     return bool(facts.gpus) or any(s.vendor == NVIDIA_VENDOR for s in facts.system_gpus)
 

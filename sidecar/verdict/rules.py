@@ -24,6 +24,7 @@ from sidecar.verdict.facts import (
     RecentSample,
     Rules,
     all_models,
+    cpu_only_build,
     device_index,
     device_type,
     model_gpu_index,
@@ -183,7 +184,7 @@ def cpu_build_hint(torch_version: str | None, cuda_driver: str | None) -> Ref:
 def rule_cpu_build(f: Facts) -> Iterable[Finding]:
     if not nvidia_in_system(f):
         return
-    pids = [p.pid for p in _without_workers([p for p, rt in runtimes(f) if rt.torch and rt.cuda_build is None])]
+    pids = [p.pid for p in _without_workers([p for p, rt in runtimes(f) if cpu_only_build(rt)])]
     if pids:
         torch_v = str(next(rt.torch for p, rt in runtimes(f) if p.pid == pids[0]))
         hint = cpu_build_hint(torch_v, f.cuda_driver)

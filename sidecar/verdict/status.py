@@ -16,6 +16,7 @@ from sidecar.verdict.facts import (
     ProcessFacts,
     Verdict,
     all_models,
+    cpu_only_build,
     gpu_by_index,
     model_gpu_index,
     pct,
@@ -129,7 +130,7 @@ def _cpu_reason(f: Facts, procs: list[ProcessFacts]) -> Ref:
     rt = next((p.runtime for p in procs if p.runtime is not None), None)
     if rt is None:
         return ref("reason.cpu.no-accelerator")
-    if rt.torch and rt.cuda_build is None:
+    if cpu_only_build(rt):
         return ref("reason.cpu.cpu-build", torch=str(rt.torch))
     if rt.cuda_available is False:
         reason, _ = cuda_unavailable_reason(f, rt)

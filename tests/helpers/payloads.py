@@ -83,11 +83,31 @@ def full_payload(pid: int, ticks: int) -> dict:
             "cuda_available": True,
             "cuda_initialized": True,
             "device_count": 1,
-            "devices": [{"index": 0, "name": "A100", "uuid": "GPU-1"}],
+            "devices": [
+                {"index": 0, "name": "A100", "uuid": "GPU-1", "pci_bus_id": "0000:10:00.0", "gcn_arch": None}
+            ],
             "cuda_visible_devices": "0",
             "cuda_device_order": "PCI_BUS_ID",
             "mps_available": False,
-            "xpu_available": False,
+            "xpu_available": True,
+            "cuda_driver_loadable": True,
+            "hip_build": None,
+            "xpu_build": None,
+            "hip_visible_devices": "0",
+            "rocr_visible_devices": "0",
+            "gpu_device_ordinal": "0",
+            "ze_affinity_mask": "0",
+            "xpu_initialized": True,
+            "xpu_device_count": 1,
+            "xpu_devices": [
+                {
+                    "index": 0,
+                    "name": "Intel(R) UHD Graphics 770",
+                    "uuid": None,
+                    "pci_bus_id": None,
+                    "gcn_arch": None,
+                }
+            ],
         },
         memory=[
             {

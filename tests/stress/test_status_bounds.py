@@ -38,6 +38,11 @@ def hostile_payload(pid: int, ticks: int) -> dict:
     p["errors"] = [{"time": 1.0, "where": "w" * 4000, "message": LONG[:500]} for _ in range(16)]
     p["dist_backend"] = "b" * 4000
     p["runtime"]["cuda_visible_devices"] = "0," * 2000
+    p["runtime"]["rocr_visible_devices"] = "0," * 2000
+    # More devices than the document shows, each string past its bound (what room the models leave).
+    device = {"index": 0, "name": "n" * 300, "uuid": None, "pci_bus_id": "p" * 100, "gcn_arch": "g" * 100}
+    p["runtime"]["devices"] = [dict(device, index=i) for i in range(40)]
+    p["runtime"]["xpu_devices"] = [dict(device, index=i) for i in range(30)]
     return p
 
 
@@ -134,6 +139,15 @@ def test_hostile_segments_and_command_lines_yield_a_bounded_document(tree, fake_
         assert sum(len(a) for a in p["cmdline"][:-1]) <= bounds.MAX_CMDLINE_CHARS
     assert len(doc["events"]) <= bounds.MAX_EVENTS_SHOWN and doc["events_omitted"] == 120 - len(doc["events"])
     assert doc["processes_omitted"] == 0
+    rt = doc["runtime"]
+    assert len(rt["devices"]) == bounds.MAX_RUNTIME_DEVICES_SHOWN and rt["devices_omitted"] == 70 - len(
+        rt["devices"]
+    )
+    assert (
+        len(rt["devices"][0]["name"]) == bounds.MAX_TEXT_CHARS
+        and len(rt["rocr_visible_devices"]) == bounds.MAX_ID_CHARS
+    )
+    assert len(rt["devices"][0]["gcn_arch"]) == bounds.MAX_ID_CHARS
 
     text = make_metrics(poller)()[0].decode()
     labels = [v for line in text.splitlines() if not line.startswith("#") for v in line.split('"')[1::2]]
@@ -145,7 +159,9 @@ def test_hostile_segments_and_command_lines_yield_a_bounded_document(tree, fake_
 @pytest.mark.parametrize("tree", [1], indirect=True)  # the reader's own cost grows with each segment
 def test_the_sidecar_stays_small_with_8_clients_against_a_hostile_segment(tree, fake_nvml):
     fake_nvml.write({"gpus": []})
-    with Sidecar(["--pid", str(tree.pid), "--port", "0", *METRICS_AT_ONCE, "--interval", "0.5"], env=fake_nvml.env()) as sc:
+    with Sidecar(
+        ["--pid", str(tree.pid), "--port", "0", *METRICS_AT_ONCE, "--interval", "0.5"], env=fake_nvml.env()
+    ) as sc:
         want = len(tree.children)
         doc = sc.wait_status(
             lambda d: sum(p["probe_state"] == "ok" for p in d["processes"]) == want, what="probes"

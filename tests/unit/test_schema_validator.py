@@ -20,6 +20,25 @@ def _full_payload() -> dict:
     p = rich_payload(7)
     p["loader"] = "train"
     p["runtime"]["cuda_driver_loadable"] = True
+    rocm_gpu = {
+        "index": 0,
+        "name": "AMD Instinct MI300X",
+        "uuid": None,
+        "pci_bus_id": "0000:0c:00.0",
+        "gcn_arch": "gfx942",
+    }
+    p["runtime"].update(
+        devices=[rocm_gpu, {**rocm_gpu, "index": 1, "pci_bus_id": "0000:22:00.0"}],
+        hip_build="6.2.41133",
+        xpu_build="20250004",
+        hip_visible_devices="1,0",
+        rocr_visible_devices="0,1,2",
+        gpu_device_ordinal="0,1",
+        ze_affinity_mask="0",
+        xpu_initialized=True,
+        xpu_device_count=2,
+        xpu_devices=[{**rocm_gpu, "name": "Intel(R) Arc(TM) A770", "pci_bus_id": None, "gcn_arch": None}] * 2,
+    )
     p["memory"] = p["memory"] * 2
     model = p["models"][0]
     model.update(
@@ -60,8 +79,30 @@ def _full_payload() -> dict:
 
 _FULL_PATHS = sorted(payload_paths(_full_payload()), key=repr)
 _ODD = st.sampled_from(
-    [None, True, False, 0, 1, -1, 2**64 - 1, 0.0, -0.0, 1.5, math.inf, -math.inf, math.nan, 5e-324,
-     1.7976931348623157e308, "", "x" * 4096, "x" * 4097, [], {}, [1.0], {"a": 1}]
+    [
+        None,
+        True,
+        False,
+        0,
+        1,
+        -1,
+        2**64 - 1,
+        0.0,
+        -0.0,
+        1.5,
+        math.inf,
+        -math.inf,
+        math.nan,
+        5e-324,
+        1.7976931348623157e308,
+        "",
+        "x" * 4096,
+        "x" * 4097,
+        [],
+        {},
+        [1.0],
+        {"a": 1},
+    ]
 )
 
 

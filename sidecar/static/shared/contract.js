@@ -112,13 +112,32 @@ export const SCHEMA = 2
  * The job's torch build as its main probed process reports it.
  * @typedef {Object} Runtime
  * @property {string|null} torch torch version
- * @property {string|null} cuda_build CUDA version torch was built for; null for a CPU-only build
+ * @property {string|null} cuda_build CUDA version torch was built for; null for a CPU-only, ROCm or XPU build
+ * @property {string|null} hip_build ROCm (HIP) version torch was built for: its AMD GPUs are `cuda:N`; null otherwise
+ * @property {string|null} xpu_build the XPU (Intel GPU) toolchain torch was built with; null otherwise
  * @property {number|null} cudnn cuDNN version
- * @property {boolean|null} cuda_available torch.cuda.is_available() in that process
- * @property {number|null} device_count CUDA devices torch sees
+ * @property {boolean|null} cuda_available torch.cuda.is_available() in that process (ROCm builds too)
+ * @property {number|null} device_count CUDA (or ROCm) devices torch sees
  * @property {string|null} cuda_visible_devices CUDA_VISIBLE_DEVICES of that process
+ * @property {string|null} hip_visible_devices HIP_VISIBLE_DEVICES of that process (ROCm: on what ROCr leaves)
+ * @property {string|null} rocr_visible_devices ROCR_VISIBLE_DEVICES of that process (ROCm, applied first)
+ * @property {string|null} gpu_device_ordinal GPU_DEVICE_ORDINAL of that process (ROCm: HIP and OpenCL)
  * @property {boolean|null} cuda_driver_loadable the CUDA driver library (libcuda.so.1) loads in that process; NVML works without it
+ * @property {boolean|null} xpu_available torch.xpu.is_available() in that process; null until known without initialising XPU
+ * @property {number|null} xpu_device_count XPU devices torch sees
+ * @property {string|null} ze_affinity_mask ZE_AFFINITY_MASK of that process (XPU)
+ * @property {Array<RuntimeDevice>} devices the devices torch numbers in that process, `cuda:N` then `xpu:N` (at most 64)
+ * @property {number} devices_omitted devices left out
  * @property {TextRef|null} cuda_ref whether CUDA is available, as text (or not known yet)
+ */
+
+/**
+ * A device as the job's torch numbers it, once that process initialised it.
+ * @typedef {Object} RuntimeDevice
+ * @property {string} device what the script calls it: `cuda:0` (an AMD GPU too in a ROCm build), `xpu:0`
+ * @property {string} name product name, as torch gives it
+ * @property {string|null} pci_bus_id PCI address (`0000:c1:00.0`): the GPU it is, whatever the visible-devices variables renumbered
+ * @property {string|null} gcn_arch a ROCm build's gcnArchName (`gfx942:sramecc+:xnack-`)
  */
 
 /**
