@@ -69,9 +69,11 @@ class Poller(document.OneJob):
         pods: ProcessPods | None = None,
         host: HostPaths = HOST,
         recorder: RunRecorder | None = None,
+        vendor_gpus: VendorGpuSampler | None = None,
     ) -> None:
         """``host``: where the /proc and /sys that the sources made here read are (the host's own).
-        ``recorder``: keeps the run in the runs ledger (poll/recorder.py); None records nothing."""
+        ``recorder``: keeps the run in the runs ledger (poll/recorder.py); None records nothing.
+        ``vendor_gpus``: reads the AMD and Intel GPUs' use (one under ``host`` unless given)."""
         self.target_pid = target_pid
         self.recorder = recorder
         # The NVML snapshot's devices as facts, when someone else made them for this poll
@@ -105,7 +107,9 @@ class Poller(document.OneJob):
         self._last_facts: Facts | None = None  # the last poll's, with what the verdict derived of them
         self._live: tuple[tuple[ProcessFacts, ...], set[int]] = ((), set())  # its processes and their pids
         self._system_gpus: list[SystemGpu] = []
-        self._vendor = VendorGpuSampler(host=host)  # the AMD and Intel GPUs and the tree's use of them
+        self._vendor = vendor_gpus or VendorGpuSampler(
+            host=host
+        )  # the AMD and Intel GPUs and the tree's use of them
         self._vendor_first_index = 0  # their first GPU number: after NVML's, never lower than before
         self._collector = FactCollector(
             target_pid, self.rules, partial(pid_visible, host=host), partial(root_info, host=host)

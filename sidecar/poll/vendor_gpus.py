@@ -105,7 +105,7 @@ class VendorGpuSampler:
 
     def __init__(self, *, host: HostPaths = HOST, drm: DrmSampler | None = None) -> None:
         self._host = host
-        self._drm = drm or DrmSampler(host=host, index=DrmFdIndex())
+        self.drm = drm or DrmSampler(host=host, index=DrmFdIndex())
         self._topology: tuple[KfdNode, ...] = ()
         self._polls = 0
         self._gpus: tuple[tuple[object, ...], tuple[GpuFacts, ...]] = ((), ())
@@ -131,7 +131,7 @@ class VendorGpuSampler:
         pid_set = {p for p in pids if p > 0}
         by_pci = {g.pci_bus_id: g for g in gpus if g.pci_bus_id}
         uses: dict[tuple[int, str], _Use] = {}
-        for use in self._drm.sample(pid_set).clients:
+        for use in self.drm.sample(pid_set).clients:
             pci = use.client.info.pdev
             if pci in by_pci:
                 uses.setdefault((use.client.pid, pci), _Use()).add_client(use)
