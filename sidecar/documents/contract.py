@@ -244,6 +244,7 @@ MODEL = Obj(
     },
 )
 
+_REASONS = "; ".join(f"`{k}`: {v}" for k, v in UTIL_UNKNOWN.items())  # what a vendor cannot tell
 PROCESS_GPU = Obj(
     "ProcessGpu",
     "What the driver says of one process on one GPU: NVML; AMD and Intel: DRM fdinfo and ROCm's KFD.",
@@ -252,21 +253,12 @@ PROCESS_GPU = Obj(
         "vendor": F(Enum(VENDORS), "the GPU's vendor"),
         "pci_bus_id": F(STR, "the GPU's PCI address (as Gpu.pci_bus_id)", null=True),
         "mem_used_mib": F(
-            NUM,
-            "GPU memory the process uses there (NVIDIA: exact; AMD and Intel: VRAM, or GTT when it has none (an APU))",
-            null=True,
+            NUM, "GPU memory it uses there (NVIDIA: exact; AMD, Intel: VRAM, else GTT)", null=True
         ),
         "sm_util_pct": F(
-            NUM,
-            "its SM utilisation there over the last sample period (AMD and Intel: its busiest engine's); null on MIG, or see unknown_reason",
-            null=True,
+            NUM, "its SM (AMD, Intel: busiest engine's) utilisation; null: MIG, unknown_reason", null=True
         ),
-        "unknown_reason": F(
-            Enum(tuple(UTIL_UNKNOWN)),
-            "why sm_util_pct is null where the vendor cannot tell: "
-            + "; ".join(f"`{k}`: {v}" for k, v in UTIL_UNKNOWN.items()),
-            null=True,
-        ),
+        "unknown_reason": F(Enum(tuple(UTIL_UNKNOWN)), "why sm_util_pct is null: " + _REASONS, null=True),
         "mig_index": F(INT, "the MIG device it runs in (Gpu.mig_devices); null without MIG", null=True),
     },
 )

@@ -28,6 +28,7 @@ from sidecar.common.memo import for_the_same_objects
 from sidecar.common.nvml_names import GPU_EFFICIENCY_FIELDS
 from sidecar.documents import bounds
 from sidecar.documents.bounds import MAX_ID_CHARS, clip, clip_opt
+from sidecar.poll.vendor_gpus import VendorJoin
 from sidecar.sources.lineage import PYTHON_C_ARGS, RootInfo, is_mp_child, is_mp_helper
 from sidecar.sources.proctree import ProcInfo, TreeSnapshot
 from sidecar.sources.segments import ProbeRead
@@ -472,7 +473,7 @@ class FactCollector:
         self._cache: dict[int, _Cached] = {}
         self._rows: dict[RowKey, ProcGpu] = {}  # the last poll's NVML rows of the tree (nvml_facts)
         self._gpus: tuple[GpuFacts, ...] = ()  # and its GPUs
-        self._joined: tuple[tuple[GpuFacts, ...], ...] = ((), (), ())  # NVML's, the others', both
+        self._joined = VendorJoin()  # NVML's GPUs and rows with the AMD and Intel ones
         # The last live tree's processes (the source's tuple), their pids and ProcInfo by pid
         self._tree: tuple[tuple[ProcInfo, ...], set[int], dict[int, ProcInfo]] = ((), set(), {})
         self._stopped_since: dict[Identity, float] = {}
@@ -498,13 +499,7 @@ class FactCollector:
         nv = nvml_facts(nvml, tree_pids, gpus, self._rows, self._gpus)
         if departed:
             self._adopt(tree, departed)
-        all_gpus, by_pid = nv.gpus, nv.by_pid
-        if vendor is not None and vendor.gpus:
-            all_gpus = self._join_gpus(nv.gpus, vendor.gpus)
-            if vendor.by_pid:
-                by_pid = {**nv.by_pid}
-                for pid, rows in vendor.by_pid.items():
-                    by_pid[pid] = [*by_pid.get(pid, ()), *rows]
+        all_gpus, by_pid = self._joined.join(nv.gpus, nv.by_pid, vendor)
         if tree.target_alive:
             procs = self._process_facts(tree, reads, by_pid)
             if self._last_alive and not same_tree:
@@ -545,15 +540,6 @@ class FactCollector:
             target_age_s=None if self.target.create_time is None else now - self.target.create_time,
             rules=self.rules,
         )
-
-    def _join_gpus(self, nvml: tuple[GpuFacts, ...], others: tuple[GpuFacts, ...]) -> tuple[GpuFacts, ...]:
-        """NVML's GPUs and the others, the same tuple while both are (the facts' caches: `is`)."""
-        last_nvml, last_others, joined = self._joined
-        if last_nvml is nvml and last_others is others:
-            return joined
-        joined = nvml + others
-        self._joined = (nvml, others, joined)
-        return joined
 
     def _adopt(self, tree: TreeSnapshot, departed: dict[Identity, ProbeRead]) -> None:
         """Keep, marked exited, the processes of ``departed`` the last poll did not see: children of

@@ -156,3 +156,27 @@ def _add_kfd(
             u = uses.setdefault((process.pid, str(g.pci)), _Use())
             # Occupied compute units without VRAM (0.0) is ROCm compute still.
             u.kfd_vram_mib = max(g.vram_mib or 0.0, u.kfd_vram_mib or 0.0)
+
+
+class VendorJoin:
+    """NVML's GPUs and rows with the AMD and Intel ones after them: the same tuple of GPUs while
+    both parts are the same (the facts' caches compare GPUs with `is`); NVML's alone when there are
+    no others (an NVIDIA machine's facts are as they were)."""
+
+    def __init__(self) -> None:
+        self._last: tuple[tuple[GpuFacts, ...], tuple[GpuFacts, ...], tuple[GpuFacts, ...]] = ((), (), ())
+
+    def join(
+        self, gpus: tuple[GpuFacts, ...], by_pid: dict[int, list[ProcGpu]], vendor: VendorReading | None
+    ) -> tuple[tuple[GpuFacts, ...], dict[int, list[ProcGpu]]]:
+        if vendor is None or not vendor.gpus:
+            return gpus, by_pid
+        last_nvml, last_others, joined = self._last
+        if last_nvml is not gpus or last_others is not vendor.gpus:
+            joined = gpus + vendor.gpus
+            self._last = (gpus, vendor.gpus, joined)
+        if vendor.by_pid:
+            by_pid = {**by_pid}
+            for pid, rows in vendor.by_pid.items():
+                by_pid[pid] = [*by_pid.get(pid, ()), *rows]
+        return joined, by_pid
