@@ -135,6 +135,11 @@ var en_default = {
   "gpu.frameworkUnknown": "PyTorch’s view unknown (no probe)",
   "gpu.frameworkNotSeen": "Not visible to PyTorch",
   "gpu.procs": "Job processes on this GPU",
+  "gpu.vendorN": "GPU {n} · {vendor}",
+  "gpu.vendorNote": "driver {driver} · PCI {pci} · per process from the kernel (DRM, KFD)",
+  "gpu.unknown.first-sample": "utilisation: next poll",
+  "gpu.unknown.no-engine-counters": "utilisation: not told by this kernel",
+  "gpu.unknown.rocm-compute": "utilisation: not told for ROCm compute",
   "gpu.noProcs": "No process of this job uses it",
   "gpu.procMem": "{mem}",
   "igpu.badge": "Not usable",
@@ -721,6 +726,11 @@ var zh_default = {
   "gpu.frameworkUnknown": "PyTorch 的视图未知（无探针）",
   "gpu.frameworkNotSeen": "对 PyTorch 不可见",
   "gpu.procs": "使用此 GPU 的任务进程",
+  "gpu.vendorN": "GPU {n} · {vendor}",
+  "gpu.vendorNote": "驱动 {driver} · PCI {pci} · 按进程读取自内核（DRM、KFD）",
+  "gpu.unknown.first-sample": "利用率：下次轮询",
+  "gpu.unknown.no-engine-counters": "利用率：此内核不提供",
+  "gpu.unknown.rocm-compute": "利用率：ROCm 计算不提供",
   "gpu.noProcs": "任务中没有进程使用它",
   "gpu.procMem": "{mem}",
   "igpu.badge": "不可用",
@@ -1505,7 +1515,8 @@ function cmdText(cmd) {
 }
 function unusableGpus(doc) {
   const all = doc && Array.isArray(doc.system_gpus) ? doc.system_gpus : [];
-  return all.filter((s) => s && (s.nvml_index === null || s.nvml_index === void 0));
+  const listed = new Set((doc && Array.isArray(doc.gpus) ? doc.gpus : []).filter((g) => g && g.vendor && g.vendor !== "nvidia").map((g) => g.pci_bus_id));
+  return all.filter((s) => s && (s.nvml_index === null || s.nvml_index === void 0) && !listed.has(s.pci));
 }
 
 // ../sidecar/static/shared/store.js
@@ -2325,32 +2336,48 @@ function gpuMeters(g, lang) {
     { key: "mem", label: t(lang, "gpu.mem"), pct: gpuMemPct(g), value: memOfText(g, lang), color: MEM_METER_COLOR }
   ];
 }
-function gpuProcs(doc, index, lang) {
+function procUtilText(g, rows, lang) {
+  if (!g || !g.vendor || g.vendor === "nvidia") return "";
+  const known = rows.filter((u) => isNum5(u.sm_util_pct));
+  if (known.length) return fmtPct(known.reduce((a, u) => a + u.sm_util_pct, 0));
+  const why = rows.map((u) => u.unknown_reason).find(Boolean);
+  return why ? t(lang, `gpu.unknown.${why}`) : "";
+}
+function gpuProcs(doc, g, lang) {
   const out = [];
   for (const p of list(doc && doc.processes)) {
-    const rows = list(p.gpu).filter((u) => u.index === index);
+    const rows = list(p.gpu).filter((u) => u.index === g.index);
     if (!rows.length) continue;
     const mem = rows.reduce((a, u) => isNum5(u.mem_used_mib) ? (a ?? 0) + u.mem_used_mib : a, null);
-    out.push({ pid: p.pid, role: roleText(p, lang), mem: fmtMiB(mem) });
+    const util = procUtilText(g, rows, lang);
+    out.push({ pid: p.pid, role: roleText(p, lang), mem: fmtMiB(mem), ...util ? { util } : {} });
   }
   return out;
+}
+var VENDOR_NAMES = { nvidia: "NVIDIA", amd: "AMD", intel: "Intel" };
+function vendorName(g) {
+  return VENDOR_NAMES[g && g.vendor || "nvidia"] || String(g.vendor);
 }
 function gpuCard(doc, gpu, lang) {
   const g = gpu || {};
   const modelHere = isNum5(g.framework_index) && modelCudaIndices(doc).has(g.framework_index);
   const mig = migRows(doc, g, lang);
+  const nvidia = !g.vendor || g.vendor === "nvidia";
+  const vendor = vendorName(g);
   return {
     index: isNum5(g.index) ? g.index : null,
-    title: t(lang, "chart.gpuN", { n: g.index ?? NA }),
+    vendor,
+    title: nvidia ? t(lang, "chart.gpuN", { n: g.index ?? NA }) : t(lang, "gpu.vendorN", { n: g.index ?? NA, vendor }),
     name: g.name || NA,
-    nameTitle: [g.name, g.uuid].filter(Boolean).join("\n"),
+    nameTitle: [g.name, g.uuid, g.pci_bus_id].filter(Boolean).join("\n"),
     modelHere,
-    tag: gpuTag(doc, g, modelHere, lang),
-    framework: gpuFrameworkText(doc, g, lang),
+    tag: nvidia ? gpuTag(doc, g, modelHere, lang) : null,
+    // AMD and Intel: what is read of them (per process: DRM and KFD; the device's own figures not yet)
+    framework: nvidia ? gpuFrameworkText(doc, g, lang) : t(lang, "gpu.vendorNote", { driver: g.driver || NA, pci: g.pci_bus_id || NA }),
     utilLevel: utilLevel(g.util_pct),
     meters: gpuMeters(g, lang),
     procsTitle: t(lang, "gpu.procs"),
-    procs: gpuProcs(doc, g.index, lang),
+    procs: gpuProcs(doc, g, lang),
     noProcs: t(lang, "gpu.noProcs"),
     mig: mig.length ? { title: t(lang, "eff.mig.title"), rows: mig.map((r) => ({ ...r, pidsText: r.pids.map((pid) => t(lang, "events.pid", { pid })).join(", ") })) } : null
   };
@@ -3047,7 +3074,7 @@ function GpuMeters({ gpu, lang }) {
 }
 var TAG_CLASS = { model: "dgd-tag dgd-tag-ok", off: "dgd-tag dgd-tag-warn" };
 function GpuCard({ c }) {
-  return /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("article", { className: "dgd-card", "data-testid": "dsh-gpu-card", "data-index": c.index ?? "", "data-model-here": c.modelHere ? "true" : "false", "data-util-level": c.utilLevel, children: [
+  return /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("article", { className: "dgd-card", "data-testid": "dsh-gpu-card", "data-index": c.index ?? "", "data-vendor": c.vendor, "data-model-here": c.modelHere ? "true" : "false", "data-util-level": c.utilLevel, children: [
     /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("div", { className: "dgd-gpu-head", children: [
       /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { className: "dgd-gpu-index", children: c.title }),
       c.tag ? /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { className: TAG_CLASS[c.tag.kind], children: c.tag.text }) : null
@@ -3060,7 +3087,8 @@ function GpuCard({ c }) {
       c.procs.length ? /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("ul", { className: "dgd-gpu-procs", children: c.procs.map((p) => /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("li", { "data-pid": p.pid, children: [
         /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { className: "dgd-mono", children: p.pid }),
         /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { children: p.role }),
-        /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("b", { children: p.mem })
+        /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("b", { children: p.mem }),
+        p.util ? /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { "data-testid": "dsh-gpu-proc-util", children: p.util }) : null
       ] }, `${p.pid}`)) }) : /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("div", { className: "dgd-muted", children: c.noProcs })
     ] }),
     /* @__PURE__ */ (0, import_jsx_runtime6.jsx)(MigList, { mig: c.mig })

@@ -41,6 +41,7 @@ from sidecar.documents.contract_types import (  # re-exported: the contract's wo
     Prim,
 )
 from sidecar.documents.contract_watch import watch_document
+from sidecar.verdict.facts import UTIL_UNKNOWN, VENDORS
 
 SCHEMA = 2
 SCHEMA_ID = "https://dsh-gpu-dashboard.invalid/schema/2"
@@ -166,12 +167,21 @@ MIG_DEVICE = Obj(
 
 GPU = Obj(
     "Gpu",
-    "One NVIDIA GPU (NVML).",
+    "One GPU: NVIDIA's (NVML), or AMD's or Intel's (the OS's list, DRM and KFD; figures not read are null).",
     {
-        "index": F(INT, "NVML index (nvidia-smi's numbering)"),
+        "index": F(
+            INT,
+            "NVIDIA: NVML index (nvidia-smi's numbering); AMD and Intel: numbered after NVML's, in card order",
+        ),
+        "vendor": F(Enum(VENDORS), "who made it: the source of its figures"),
+        "driver": F(
+            STR,
+            "AMD and Intel: the kernel driver bound to it (`amdgpu`, `i915`, `xe`); NVIDIA: null",
+            null=True,
+        ),
         "uuid": F(STR, "GPU-... UUID", null=True),
-        "name": F(STR, "product name", null=True),
-        "pci_bus_id": F(STR, "PCI address", null=True),
+        "name": F(STR, "product name (AMD and Intel: the OS's generic name)", null=True),
+        "pci_bus_id": F(STR, "PCI address (NVML writes an 8-digit domain, sysfs a 4-digit one)", null=True),
         "util_pct": F(NUM, "time a kernel ran over the driver's last sample period", null=True),
         "mem_util_pct": F(NUM, "time device memory was read or written", null=True),
         "mem_used_mib": F(NUM, "memory in use (exact: the driver's bytes / 2^20)", null=True),
@@ -179,7 +189,9 @@ GPU = Obj(
         "framework_index": F(INT, "N of the `cuda:N` that names it in the job's main process", null=True),
         "lost": F(BOOL, "the driver reports the GPU lost (fell off the bus)"),
         "field_errors": F(MapOf(STR), "why a null field is null, per NVML (field -> error)"),
-        "other_process_count": F(INT, "processes outside this job that use the GPU"),
+        "other_process_count": F(
+            INT, "processes outside this job that use the GPU; null: not read (AMD, Intel)", null=True
+        ),
         "compute_capability": F(STR, "`8.0`, `9.0`, ...: tensor cores from 7.0", null=True),
         "sm_clock_mhz": F(INT, "SM clock now", null=True),
         "sm_clock_max_mhz": F(INT, "the SM clock's maximum", null=True),
@@ -265,13 +277,21 @@ MODEL = Obj(
     },
 )
 
+_REASONS = "; ".join(f"`{k}`: {v}" for k, v in UTIL_UNKNOWN.items())  # what a vendor cannot tell
 PROCESS_GPU = Obj(
     "ProcessGpu",
-    "What NVML says of one process on one GPU.",
+    "What the driver says of one process on one GPU: NVML; AMD and Intel: DRM fdinfo and ROCm's KFD.",
     {
-        "index": F(INT, "NVML index of the GPU"),
-        "mem_used_mib": F(NUM, "GPU memory the process uses there (exact)", null=True),
-        "sm_util_pct": F(NUM, "its SM utilisation there over the last sample period; null on MIG", null=True),
+        "index": F(INT, "the GPU's index (Gpu.index)"),
+        "vendor": F(Enum(VENDORS), "the GPU's vendor"),
+        "pci_bus_id": F(STR, "the GPU's PCI address (as Gpu.pci_bus_id)", null=True),
+        "mem_used_mib": F(
+            NUM, "GPU memory it uses there (NVIDIA: exact; AMD, Intel: VRAM, else GTT)", null=True
+        ),
+        "sm_util_pct": F(
+            NUM, "its SM (AMD, Intel: busiest engine's) utilisation; null: MIG, unknown_reason", null=True
+        ),
+        "unknown_reason": F(Enum(tuple(UTIL_UNKNOWN)), "why sm_util_pct is null: " + _REASONS, null=True),
         "mig_index": F(INT, "the MIG device it runs in (Gpu.mig_devices); null without MIG", null=True),
     },
 )
@@ -334,7 +354,7 @@ PROCESS = Obj(
         "cuda_reserved_mib": F(NUM, "memory its CUDA caching allocator holds (probe)", null=True),
         "models": F(ListOf(MODEL), "registered models (at most 8)"),
         "models_omitted": F(INT, "registered models left out"),
-        "gpu": F(ListOf(PROCESS_GPU), "its use of each GPU (NVML)"),
+        "gpu": F(ListOf(PROCESS_GPU), "its use of each GPU"),
         "step_breakdown": F(STEP_BREAKDOWN, "where its training steps' time goes (probe)", null=True),
         "math": F(MATH_SETTINGS, "its torch math settings (probe)", null=True),
         "syncs_per_step": F(
@@ -404,10 +424,16 @@ POD = Obj(
         "pod": F(STR, "the pod's name", null=True),
         "uid": F(STR, "the pod's UID (from the cgroup)"),
         "container": F(STR, "the container's name", null=True),
-        "container_id": F(STR, "the container's id, 64 hex digits (from the cgroup, named or not)", null=True),
-        "source": F(STR, "what named it: kubelet (Pods API, by the UID), pod-resources (the pod holding the job's "
-                    "GPUs), self-reported (the process's own environment and hostname: a claim), cgroup (nothing "
-                    "named it: the UID and container id only)", null=True),
+        "container_id": F(
+            STR, "the container's id, 64 hex digits (from the cgroup, named or not)", null=True
+        ),
+        "source": F(
+            STR,
+            "what named it: kubelet (Pods API, by the UID), pod-resources (the pod holding the job's "
+            "GPUs), self-reported (the process's own environment and hostname: a claim), cgroup (nothing "
+            "named it: the UID and container id only)",
+            null=True,
+        ),
     },
 )
 
@@ -460,14 +486,16 @@ STATUS_DOCUMENT = Obj(
         ),
         "runtime": F(RUNTIME, "the torch build"),
         "nvml": F(NVML, "the driver"),
-        "gpus": F(ListOf(GPU), "NVIDIA GPUs, by NVML index"),
+        "gpus": F(ListOf(GPU), "the GPUs: NVIDIA's by NVML index, then AMD's and Intel's"),
         "system_gpus": F(ListOf(SYSTEM_GPU), "graphics devices the OS lists"),
         "processes": F(ListOf(PROCESS, 256), "the job's processes (at most 256)"),
         "processes_omitted": F(INT, "processes left out (count or size bound)"),
         "events": F(ListOf(EVENT, 100), "the last 100 events"),
         "events_omitted": F(INT, "older events left out"),
         "jobs": F(
-            ListOf(JOB, 64), "in discovery mode, every job (as GET /api/dsh-gpu-dashboard/jobs lists them); else null", null=True
+            ListOf(JOB, 64),
+            "in discovery mode, every job (as GET /api/dsh-gpu-dashboard/jobs lists them); else null",
+            null=True,
         ),
     },
 )

@@ -20,6 +20,7 @@ from sidecar.documents import bounds, contract
 from sidecar.documents.bounds import MAX_ID_CHARS, MAX_MESSAGE_CHARS, clip, clip_args, clip_opt
 from sidecar.documents.watch import watch_document
 from sidecar.verdict import (
+    VENDOR_NVIDIA,
     Facts,
     Finding,
     GpuFacts,
@@ -119,7 +120,9 @@ def _str(x: Any, limit: int = bounds.MAX_TEXT_CHARS) -> str | None:
 
 
 def _runtime_summary(facts: Facts) -> dict[str, Any]:
-    procs = sorted((p for p in facts.processes if p.runtime is not None), key=lambda p: (not p.is_target, p.depth))
+    procs = sorted(
+        (p for p in facts.processes if p.runtime is not None), key=lambda p: (not p.is_target, p.depth)
+    )
     rt = procs[0].runtime if procs else None
     if rt is None:
         rt = RuntimeRecord()  # no probe told: every field absent
@@ -166,7 +169,9 @@ def _framework_indices(facts: Facts) -> dict[int, int]:
     """NVML index -> the `cuda:N` that names that device in the job's main framework process (the
     first process with devices, the target first). Computed once per document: asked once per GPU
     it cost O(GPUs^2 x devices) per poll, most of a poll's time on a 64-GPU scenario."""
-    procs = sorted((p for p in facts.processes if p.runtime is not None), key=lambda p: (not p.is_target, p.depth))
+    procs = sorted(
+        (p for p in facts.processes if p.runtime is not None), key=lambda p: (not p.is_target, p.depth)
+    )
     for p in procs:
         count = (p.runtime.device_count if p.runtime is not None else None) or 0
         if not count:
@@ -185,7 +190,10 @@ def _record(value: Any) -> dict[str, Any] | None:
     return None if value is None else {f.name: getattr(value, f.name) for f in fields(value)}
 
 
-def process_entry(p: ProcessFacts, cmdline: Sequence[str] | None) -> dict[str, Any]:
+def process_entry(
+    p: ProcessFacts, cmdline: Sequence[str] | None, pci_of: Mapping[int, str | None] | None = None
+) -> dict[str, Any]:
+    """``pci_of``: each GPU's PCI address by index (NVML's rows carry the index alone)."""
     """A process's entry in the status document, less cpu_pct and rss_mib (set per poll)."""
     return {
         "pid": p.pid,
@@ -233,8 +241,11 @@ def process_entry(p: ProcessFacts, cmdline: Sequence[str] | None) -> dict[str, A
         "gpu": [
             {
                 "index": g.index,
+                "vendor": g.vendor,
+                "pci_bus_id": g.pci if g.pci is not None else (pci_of or {}).get(g.index),
                 "mem_used_mib": g.mem_used_mib,
                 "sm_util_pct": g.sm_util,
+                "unknown_reason": g.unknown_reason,
                 "mig_index": g.mig_index,
             }
             for g in p.gpu
@@ -403,6 +414,7 @@ def _process_entries(
     processes: list[Doc] = []
     fresh: dict[int, CachedEntry] = {}
     budget_bytes = bounds.MAX_PROCESS_BYTES
+    pci_of = {g.index: g.pci_bus_id for g in facts.gpus}
     for p in facts.processes:
         if len(processes) == bounds.MAX_PROCESSES_SHOWN:
             break
@@ -412,7 +424,7 @@ def _process_entries(
         if hit is not None and hit[0] is p and hit[1] is cmdline:
             entry, size = hit[2].copy(), hit[3]  # the same facts: only what the OS says per poll is new
         else:
-            entry = process_entry(p, cmdline)
+            entry = process_entry(p, cmdline, pci_of)
             size = len(json.dumps(entry, ensure_ascii=False).encode())
         if size > budget_bytes:
             break  # hostile sizes: the rest is counted in processes_omitted
@@ -432,6 +444,8 @@ def _gpu_entries(facts: Facts, other_processes: dict[int, int]) -> list[dict[str
     return [
         {
             "index": g.index,
+            "vendor": g.vendor,
+            "driver": g.driver,
             "uuid": g.uuid,
             "name": g.name,
             "pci_bus_id": g.pci_bus_id,
@@ -442,7 +456,8 @@ def _gpu_entries(facts: Facts, other_processes: dict[int, int]) -> list[dict[str
             "framework_index": framework.get(g.index),
             "lost": g.lost,
             "field_errors": dict(g.field_errors),  # why a null field is null, per NVML
-            "other_process_count": other_processes.get(g.index, 0),
+            # NVML lists every process on its GPUs; the others' are not read (None, not 0)
+            "other_process_count": other_processes.get(g.index, 0) if g.vendor == VENDOR_NVIDIA else None,
             **{name: getattr(g, name) for name in GPU_EFFICIENCY_FIELDS},
             "clock_event_reasons": list(g.clock_event_reasons) if g.clock_event_reasons is not None else None,
             "mig_devices": [_record(m) for m in g.mig_devices],
@@ -544,7 +559,9 @@ class NoDefaultJob(LookupError):
     jobs never answers with another user's (args[0]: the caller's uid, None when unknown)."""
 
 
-def job_entry(summary: dict[str, Any], root: Root | None = None, ended_unix_s: float | None = None) -> dict[str, Any]:
+def job_entry(
+    summary: dict[str, Any], root: Root | None = None, ended_unix_s: float | None = None
+) -> dict[str, Any]:
     """A job's line in the jobs list, from its status summary (status_summary, or
     summary_of_document for a status document); ``root`` is a sources.lineage.RootInfo (owner,
     working directory, ancestors) or None when unknown."""
@@ -674,7 +691,9 @@ class OneJob:
         """The job's run in the runs ledger (its key), where the subclass records it."""
         return None
 
-    def watch_document(self, job: str | None = None, since: tuple[int, int] | None = None) -> dict[str, Any] | None:
+    def watch_document(
+        self, job: str | None = None, since: tuple[int, int] | None = None
+    ) -> dict[str, Any] | None:
         """The job's WatchDocument (documents/watch.py), without its comparison: the events after the
         cursor `since` (verdict.watch.parse_cursor's)."""
         summary, time_s, log = self._watched()

@@ -28,6 +28,7 @@ from sidecar.common.memo import for_the_same_objects
 from sidecar.common.nvml_names import GPU_EFFICIENCY_FIELDS
 from sidecar.documents import bounds
 from sidecar.documents.bounds import MAX_ID_CHARS, clip, clip_opt
+from sidecar.poll.vendor_gpus import VendorJoin
 from sidecar.sources.lineage import PYTHON_C_ARGS, RootInfo, is_mp_child, is_mp_helper
 from sidecar.sources.proctree import ProcInfo, TreeSnapshot
 from sidecar.sources.segments import ProbeRead
@@ -46,6 +47,7 @@ from sidecar.verdict import (
 )
 
 if TYPE_CHECKING:  # the nvml package imports the binding; sysfs is read by the poller
+    from sidecar.poll.vendor_gpus import VendorReading
     from sidecar.sources.nvml.snapshot import GpuInfo
     from sidecar.sources.sysfs import SystemGpu
 
@@ -280,7 +282,8 @@ _GPU_HEAD = attrgetter(
 _GPU_EFFICIENCY: attrgetter[tuple[Any, ...]] = attrgetter(*GPU_EFFICIENCY_FIELDS)  # a tuple of the fields
 
 
-_GPU_FACTS = attrgetter(*(f.name for f in fields(GpuFacts)))  # a GpuFacts' values, in order
+# A GpuFacts' values in order, NVML's (vendor and driver, last, are the other GPUs': their defaults)
+_GPU_FACTS = attrgetter(*(f.name for f in fields(GpuFacts) if f.name not in ("vendor", "driver")))
 
 
 def gpu_facts(d: GpuInfo, last: GpuFacts | None = None) -> GpuFacts:
@@ -470,6 +473,7 @@ class FactCollector:
         self._cache: dict[int, _Cached] = {}
         self._rows: dict[RowKey, ProcGpu] = {}  # the last poll's NVML rows of the tree (nvml_facts)
         self._gpus: tuple[GpuFacts, ...] = ()  # and its GPUs
+        self._joined = VendorJoin()  # NVML's GPUs and rows with the AMD and Intel ones
         # The last live tree's processes (the source's tuple), their pids and ProcInfo by pid
         self._tree: tuple[tuple[ProcInfo, ...], set[int], dict[int, ProcInfo]] = ((), set(), {})
         self._stopped_since: dict[Identity, float] = {}
@@ -483,9 +487,11 @@ class FactCollector:
         system_gpus: Sequence[SystemGpu],
         gpus: tuple[GpuFacts, ...] | None = None,
         departed: dict[Identity, ProbeRead] | None = None,
+        vendor: VendorReading | None = None,
     ) -> Facts:
         """``departed``: the segment source's last reads of the processes that left the tree since
-        the last poll (SegmentSource.departed), by identity."""
+        the last poll (SegmentSource.departed), by identity. ``vendor``: the AMD and Intel GPUs and
+        the tree's rows on them (poll/vendor_gpus.py), after NVML's."""
         # The very tuple of the last poll's tree (the source keeps it while each process reads the
         # same): the same pids, none gone, none stopped anew.
         same_tree = tree.target_alive and tree.processes is self._tree[0]
@@ -493,8 +499,9 @@ class FactCollector:
         nv = nvml_facts(nvml, tree_pids, gpus, self._rows, self._gpus)
         if departed:
             self._adopt(tree, departed)
+        all_gpus, by_pid = self._joined.join(nv.gpus, nv.by_pid, vendor)
         if tree.target_alive:
-            procs = self._process_facts(tree, reads, nv.by_pid)
+            procs = self._process_facts(tree, reads, by_pid)
             if self._last_alive and not same_tree:
                 self._depart(tree_pids, departed or {}, every=False)
             if not same_tree:
@@ -526,7 +533,7 @@ class FactCollector:
             nvml_error=nvml.error,
             driver=getattr(nvml, "driver", None),
             cuda_driver=getattr(nvml, "cuda_driver", None),
-            gpus=nv.gpus,
+            gpus=all_gpus,
             system_gpus=system_gpu_facts(system_gpus, nv.gpus),
             pid_namespace_suspect=self._pid_namespace_suspect(nvml, nv, tree_pids, procs),
             stopped=() if same_tree and not self._stopped_since else self._stopped(now, tree),

@@ -37,6 +37,7 @@ from sidecar.poll.poller import (
     poll_nvml,
     read_system_gpus,
 )
+from sidecar.poll.vendor_gpus import VendorGpuSampler
 from sidecar.sources.host import HOST, HostPaths
 from sidecar.sources.kubelet.lookup import ProcessPods
 from sidecar.sources.proctree import ProcessTreeSource, open_file_budget
@@ -178,7 +179,9 @@ class _Published:
         jid, poller, _ = found
         return document.history_document(poller.history, since, poller.interval_s, jid)
 
-    def watch(self, job: str | None, since: tuple[int, int] | None, caller_uid: Caller) -> dict[str, Any] | None:
+    def watch(
+        self, job: str | None, since: tuple[int, int] | None, caller_uid: Caller
+    ) -> dict[str, Any] | None:
         found = self.find(job, caller_uid)
         if found is None:
             return None
@@ -234,6 +237,10 @@ class JobsPoller:
         self._pods = pods if pods is not None else ProcessPods(host=host)
         self._system_gpus_cache: list[SystemGpu] = []
         self._gpu_facts: tuple[GpuFacts, ...] = ()
+        # The AMD and Intel GPUs after NVML's (each job's poller reads its processes' use of them)
+        self._vendor = VendorGpuSampler(host=host)
+        self._vendor_first_index = 0
+        self._all_gpus: tuple[GpuFacts, ...] = ()  # NVML's and those: the machine's GPUs this poll
         self._jobs: dict[str, _Job] = {}
         self._finder = JobFinder(self.uid, shm_dir, lambda: self.poll_count, host=host)
         self._reads = ReadBudget()  # large payloads' reading time per user, shared by every job's segments
@@ -327,6 +334,12 @@ class JobsPoller:
             self._system_gpus_cache = read_system_gpus(
                 self.system_gpus_fn, self.poll_errors, self._system_gpus_cache
             )
+        self._vendor_first_index = max(
+            self._vendor_first_index, 1 + max((g.index for g in self._gpu_facts), default=-1)
+        )
+        self._all_gpus = self._gpu_facts + self._vendor.gpus(
+            self._system_gpus_cache, self._vendor_first_index
+        )
         self._discover(now, self._shared.snapshot)
         if self.poll_count % FOREIGN_CHECK_EVERY_POLLS == 0:
             self._sweep_dead_writers()
@@ -420,7 +433,7 @@ class JobsPoller:
         )
         snap = self._shared.snapshot
         counts = {d.index: len(d.processes) for d in snap.devices} if snap.ok else {}
-        return _Published(jobs, docs, gpus=self._gpu_facts, nvml_pids_by_gpu=counts)
+        return _Published(jobs, docs, gpus=self._all_gpus, nvml_pids_by_gpu=counts)
 
     # -- what the server reads (from its own threads: only what the last poll published) -------
     def _latest(self) -> _Published | None:
@@ -532,7 +545,9 @@ class _CallerView:
     def history_document(self, job: str | None = None, since: float | None = None) -> dict[str, Any] | None:
         return self.poller.history_document(job, since, self.caller_uid)
 
-    def watch_document(self, job: str | None = None, since: tuple[int, int] | None = None) -> dict[str, Any] | None:
+    def watch_document(
+        self, job: str | None = None, since: tuple[int, int] | None = None
+    ) -> dict[str, Any] | None:
         return self.poller.watch_document(job, since, self.caller_uid)
 
 

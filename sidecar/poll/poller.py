@@ -19,10 +19,11 @@ from sidecar.poll.collect import FactCollector, TargetInfo
 from sidecar.poll.history import History, HistoryBudget, Sample
 from sidecar.poll.placement import Placement
 from sidecar.poll.samples import SampleMemo, history_sample, recorded_sample
+from sidecar.poll.vendor_gpus import VendorGpuSampler, VendorReading
 from sidecar.sources.host import HOST, HostPaths
 from sidecar.sources.kubelet.lookup import ProcessPods
 from sidecar.sources.lineage import RootInfo, root_info
-from sidecar.sources.proctree import ProcessTreeSource, ProcInfo, pid_visible
+from sidecar.sources.proctree import ProcessTreeSource, ProcInfo, TreeSnapshot, pid_visible
 from sidecar.sources.segments import ProbeRead, SegmentSource
 from sidecar.verdict import (
     Facts,
@@ -68,9 +69,11 @@ class Poller(document.OneJob):
         pods: ProcessPods | None = None,
         host: HostPaths = HOST,
         recorder: RunRecorder | None = None,
+        vendor_gpus: VendorGpuSampler | None = None,
     ) -> None:
         """``host``: where the /proc and /sys that the sources made here read are (the host's own).
-        ``recorder``: keeps the run in the runs ledger (poll/recorder.py); None records nothing."""
+        ``recorder``: keeps the run in the runs ledger (poll/recorder.py); None records nothing.
+        ``vendor_gpus``: reads the AMD and Intel GPUs' use (one under ``host`` unless given)."""
         self.target_pid = target_pid
         self.recorder = recorder
         # The NVML snapshot's devices as facts, when someone else made them for this poll
@@ -104,6 +107,10 @@ class Poller(document.OneJob):
         self._last_facts: Facts | None = None  # the last poll's, with what the verdict derived of them
         self._live: tuple[tuple[ProcessFacts, ...], set[int]] = ((), set())  # its processes and their pids
         self._system_gpus: list[SystemGpu] = []
+        self._vendor = vendor_gpus or VendorGpuSampler(
+            host=host
+        )  # the AMD and Intel GPUs and the tree's use of them
+        self._vendor_first_index = 0  # their first GPU number: after NVML's, never lower than before
         self._collector = FactCollector(
             target_pid, self.rules, partial(pid_visible, host=host), partial(root_info, host=host)
         )
@@ -146,9 +153,9 @@ class Poller(document.OneJob):
             self.target_gone_at = now
             if self.on_end is not None:
                 self.on_end()
-        gpus = self.gpu_facts_fn() if self.gpu_facts_fn is not None else None
+        gpus, vendor = self._gpu_inputs(tree, nvml)
         departed = getattr(self.segment_source, "departed", None)
-        facts = self._collector.facts(now, tree, reads, nvml, self._system_gpus, gpus, departed)
+        facts = self._collector.facts(now, tree, reads, nvml, self._system_gpus, gpus, departed, vendor)
         facts.keep_derived(self._last_facts)  # of the very same processes and GPUs: not made again
         if self.recorder is not None and self.recorder.identity is None:
             self._begin_recording(now, facts)
@@ -194,6 +201,28 @@ class Poller(document.OneJob):
             self.poll_durations_s.append(time.perf_counter() - started)
             del self.poll_durations_s[:-1000]
         return summary if isinstance(doc, _Deferred) else doc
+
+    def _gpu_inputs(
+        self, tree: TreeSnapshot, nvml: NvmlView
+    ) -> tuple[tuple[GpuFacts, ...] | None, VendorReading | None]:
+        """NVML's devices as facts when someone else made them (else None: the collector makes
+        them), and the AMD and Intel GPUs with the tree's use of them (after NVML's)."""
+        gpus = self.gpu_facts_fn() if self.gpu_facts_fn is not None else None
+        return gpus, self._vendor_reading(tree, nvml)
+
+    def _vendor_reading(self, tree: TreeSnapshot, nvml: NvmlView) -> VendorReading | None:
+        """The AMD and Intel GPUs the OS lists, numbered after NVML's, and the tree's use of them
+        (nothing read on a machine without any); a failure is counted under sysfs, never raised."""
+        if not self._system_gpus:
+            return None
+        try:
+            nvml_next = 1 + max((d.index for d in nvml.devices), default=-1) if nvml.ok else 0
+            self._vendor_first_index = max(self._vendor_first_index, nvml_next)
+            gpus = self._vendor.gpus(self._system_gpus, self._vendor_first_index)
+            return self._vendor.poll(tree.pids() if tree.target_alive else (), gpus)
+        except Exception:  # noqa: BLE001 -- counted; the poll goes on with NVML's GPUs alone
+            self.poll_errors["sysfs"] += 1
+            return None
 
     def _begin_recording(self, now: float, facts: Facts) -> None:
         """The run's first sight (its target seen alive): what the ledger kept of it before this

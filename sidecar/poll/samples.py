@@ -13,6 +13,7 @@ from sidecar.poll.history import GPU_COLUMNS, Sample, pack
 from sidecar.sources.proctree import ProcInfo
 from sidecar.verdict import (
     ACCELERATOR_TYPES,
+    VENDOR_NVIDIA,
     Facts,
     GpuFacts,
     ModelFacts,
@@ -116,9 +117,18 @@ def history_sample(
             memo.last = (procs, part, packed)
     proc_rows, sm_total, mem_total, calls, steps, fwd, step_rate = part
     cpu, rss = _job_sums(procs, proc_info, memo)
-    if facts.nvml_ok and sm_total is None and proc_rows and not any(g.mig_mode for g in facts.gpus):
+    # AMD and Intel GPUs (after NVML's: poll/vendor_gpus.py) give the rows' memory without NVML.
+    other_vendors = bool(facts.gpus) and facts.gpus[-1].vendor != VENDOR_NVIDIA
+    if (
+        facts.nvml_ok
+        and sm_total is None
+        and proc_rows
+        and not any(g.mig_mode for g in facts.gpus)
+        and not (other_vendors and any(g.vendor != VENDOR_NVIDIA for p in procs for g in p.gpu))
+    ):
         # Processes listed, no utilisation samples: NVML's NOT_FOUND means idle. Not on MIG, where
-        # per-process utilisation does not exist at all (unknown, not idle).
+        # per-process utilisation does not exist at all (unknown, not idle), nor for another
+        # vendor's rows, whose None says why it is unknown (ProcGpu.unknown_reason).
         sm_total = 0.0
     model_gpu = primary_model_gpu_index(facts)
     util = None
@@ -128,7 +138,8 @@ def history_sample(
             break
     slow = straggler_candidate(facts)
     straggler = None if slow is None else (slow.rank, slow.cause)
-    recent = RecentSample(now, sm_total, mem_total if facts.nvml_ok else None, calls, util, steps, straggler)
+    mem_known = facts.nvml_ok or other_vendors
+    recent = RecentSample(now, sm_total, mem_total if mem_known else None, calls, util, steps, straggler)
     return Sample(
         time=now,
         gpus=packed_gpu_rows(facts.gpus),

@@ -44,7 +44,9 @@ POLL_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
 # Sources the poller counts failures for (sidecar/poll/poller.py); always exported, 0 until one fails.
 ERROR_SOURCES = ("proctree", "probe", "nvml", "sysfs", "poll")
 
-GPU_LABELS = ["gpu", "uuid", "name"]  # a GPU is the machine's, not a job's: no job_id
+# A GPU is the machine's, not a job's: no job_id. `vendor`: nvidia, amd or intel (the status
+# document's Gpu.vendor): AMD and Intel GPUs have series of what is read of them.
+GPU_LABELS = ["gpu", "uuid", "name", "vendor"]
 # Per-job series carry the job's id (`<root pid>-<root start ticks>`, the status document's job_id):
 # one sidecar per node covers every job on it (discovery), and --pid series look the same. No
 # per-process series has a `pid`: DataLoader workers and launched helpers get a new pid every epoch or
@@ -113,7 +115,7 @@ GPU_EFFICIENCY_GAUGES = (
 )
 STEP_PHASES = ("data_wait", "forward", "optimizer", "other")  # StepBreakdown's <phase>_fraction
 # A job's hold on a GPU: the GPU's identity rides along (no series of its own: one per job and GPU).
-JOB_GPU_LABELS = ["job_id", "gpu", "uuid", "name"]
+JOB_GPU_LABELS = ["job_id", "gpu", "uuid", "name", "vendor"]
 WARNING_LABELS = ["job_id", "code", "severity"]
 
 
@@ -299,11 +301,17 @@ class SidecarCollector:
         yield errors.family
 
     def _gpu_metrics(self, doc: dict[str, Any]) -> Iterator[Metric]:
-        util = self._gauge(names.GPU_UTILIZATION, "GPU utilisation, 0-100 (NVML).", GPU_LABELS)
-        used = self._gauge(names.GPU_MEMORY_USED, "GPU memory in use (NVML).", GPU_LABELS)
-        total = self._gauge(names.GPU_MEMORY_TOTAL, "GPU memory in all (NVML).", GPU_LABELS)
+        util = self._gauge(
+            names.GPU_UTILIZATION, "GPU utilisation, 0-100 (NVML; AMD and Intel: where read).", GPU_LABELS
+        )
+        used = self._gauge(
+            names.GPU_MEMORY_USED, "GPU memory in use (NVML; AMD and Intel: where read).", GPU_LABELS
+        )
+        total = self._gauge(
+            names.GPU_MEMORY_TOTAL, "GPU memory in all (NVML; AMD and Intel: where read).", GPU_LABELS
+        )
         for g in doc.get("gpus") or ():
-            labels = [g.get("index"), g.get("uuid"), g.get("name")]
+            labels = [g.get("index"), g.get("uuid"), g.get("name"), g.get("vendor")]
             if g.get("util_pct") is not None:
                 util.add(labels, g["util_pct"])
             if g.get("mem_used_mib") is not None:
@@ -324,7 +332,7 @@ class SidecarCollector:
             [*GPU_LABELS, "reason"],
         )
         for g in doc.get("gpus") or ():
-            labels = [g.get("index"), g.get("uuid"), g.get("name")]
+            labels = [g.get("index"), g.get("uuid"), g.get("name"), g.get("vendor")]
             for family, key, scale in gauges:
                 if g.get(key) is not None:  # unsupported is absent, never 0
                     family.add(labels, g[key] * scale)
@@ -371,13 +379,13 @@ class SidecarCollector:
             ),
             "pmem": self._job_gauge(
                 names.PROCESS_GPU_MEMORY,
-                "GPU memory used by the job's processes of one role and rank, per GPU (NVML).",
+                "GPU memory used by the job's processes of one role and rank, per GPU (NVML; AMD and Intel: DRM, KFD).",
                 PROCESS_GPU_LABELS,
                 "sum",
             ),
             "psm": self._job_gauge(
                 "dsh_process_gpu_sm_utilization_percent",
-                "SM utilisation of the job's processes of one role and rank, per GPU, 0-100 (NVML).",
+                "SM utilisation of the job's processes of one role and rank, per GPU, 0-100 (NVML; AMD and Intel: the busiest DRM engine).",
                 PROCESS_GPU_LABELS,
                 "sum",
             ),
@@ -529,7 +537,7 @@ class SidecarCollector:
         for g in doc.get("gpus") or ():
             if g.get("index") not in held:
                 continue
-            labels = [job, g.get("index"), g.get("uuid"), g.get("name")]
+            labels = [job, g.get("index"), g.get("uuid"), g.get("name"), g.get("vendor")]
             f["held"].add(labels, 1)
             busy = gpu_works(g.get("util_pct"), g.get("sm_activity_fraction"), self.idle_util_pct)
             if busy is not None:

@@ -18,6 +18,7 @@ from sidecar.common.memo import for_the_same_objects
 __all__ = ["ACCELERATOR_TYPES", "NVIDIA_VENDOR", "SEVERITY_ORDER", "STATUSES", "Facts", "Finding"]
 __all__ += ["GpuFacts", "ModelFacts", "ProcGpu", "ProcessFacts", "RecentSample", "Rules"]
 __all__ += ["LoaderSettings", "MathSettings", "MigFacts", "StepBreakdown", "RecentWindow", "times_in_order"]
+__all__ += ["UTIL_UNKNOWN", "VENDORS", "VENDOR_AMD", "VENDOR_INTEL", "VENDOR_NVIDIA"]
 __all__ += [
     "SystemGpuFacts",
     "Verdict",
@@ -32,7 +33,16 @@ __all__ += [
 STATUSES = ("GPU", "CPU", "MIXED", "UNKNOWN")
 ACCELERATOR_TYPES = ("cuda", "mps", "xpu")
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
-NVIDIA_VENDOR = "NVIDIA"
+NVIDIA_VENDOR = "NVIDIA"  # sysfs.SystemGpu's spelling
+# GpuFacts.vendor and ProcGpu.vendor: who made the GPU (the documents' `vendor`).
+VENDOR_NVIDIA, VENDOR_AMD, VENDOR_INTEL = "nvidia", "amd", "intel"
+VENDORS = (VENDOR_NVIDIA, VENDOR_AMD, VENDOR_INTEL)
+# ProcGpu.unknown_reason: why a process's utilisation on an AMD or Intel GPU is not known (never a 0).
+UTIL_UNKNOWN = {
+    "first-sample": "the first reading of its DRM engine counters: a rate needs two",
+    "no-engine-counters": "the driver prints no engine time for it (a kernel before 5.19, or an older GPU)",
+    "rocm-compute": "ROCm compute runs through KFD queues, whose busy time the kernel does not count per process",
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -180,10 +190,14 @@ class ModelFacts:
 
 @dataclass(slots=True)
 class ProcGpu:
-    index: int
+    index: int  # GpuFacts.index of the GPU
     mem_used_mib: float | None
-    sm_util: float | None
+    sm_util: float | None  # NVML's SM %; AMD/Intel: its busiest DRM engine's %
     mig_index: int | None = None  # the MIG device it runs in (GpuFacts.mig_devices)
+    # AMD and Intel rows (poll/vendor_gpus.py); NVML's rows leave these as they are.
+    vendor: str = VENDOR_NVIDIA
+    pci: str | None = None  # the GPU's PCI address, "0000:03:00.0" (NVML's rows: see GpuFacts)
+    unknown_reason: str | None = None  # why sm_util is None when the vendor cannot tell (UTIL_UNKNOWN)
 
     @property
     def in_use(self) -> bool:
@@ -278,6 +292,10 @@ class GpuFacts:
     nvlink_rx_bytes_per_s: float | None = None
     mig_mode: bool | None = None
     mig_devices: tuple[MigFacts, ...] = ()
+    # Not NVML's: an AMD or Intel GPU the OS lists (poll/vendor_gpus.py) has index, name, pci_bus_id,
+    # vendor and driver; its device figures stay None until a device-level reader fills them.
+    vendor: str = VENDOR_NVIDIA
+    driver: str | None = None  # the kernel driver bound to it ("amdgpu", "i915", "xe"); NVML's: None
 
 
 @dataclass(frozen=True)
@@ -511,13 +529,13 @@ def map_cuda_index(proc: ProcessFacts, cuda_index: int, gpus: tuple[GpuFacts, ..
             entry = entries[cuda_index]
             number = ascii_index(entry)
             if number is not None:
-                return number if any(g.index == number for g in gpus) else None
+                return number if any(g.index == number and g.vendor == VENDOR_NVIDIA for g in gpus) else None
             want = _norm_uuid(entry)
             for g in gpus:
                 if (have := _norm_uuid(g.uuid)) and want and have.startswith(want):
                     return g.index
         return None
-    return cuda_index if any(g.index == cuda_index for g in gpus) else None
+    return cuda_index if any(g.index == cuda_index and g.vendor == VENDOR_NVIDIA for g in gpus) else None
 
 
 def model_nvml_index(proc: ProcessFacts, model: ModelFacts, gpus: tuple[GpuFacts, ...]) -> int | None:
@@ -553,7 +571,9 @@ def cpu_only_build(rt: RuntimeRecord) -> bool:
 
 
 def nvidia_in_system(facts: Facts) -> bool:
-    return bool(facts.gpus) or any(s.vendor == NVIDIA_VENDOR for s in facts.system_gpus)
+    return any(g.vendor == VENDOR_NVIDIA for g in facts.gpus) or any(
+        s.vendor == NVIDIA_VENDOR for s in facts.system_gpus
+    )
 
 
 def gpu_by_index(facts: Facts, index: int | None) -> GpuFacts | None:

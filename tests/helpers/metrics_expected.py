@@ -91,7 +91,7 @@ def _expected_hold(add, job: str, doc: dict[str, Any]) -> None:
     for g in doc["gpus"]:
         if g["index"] not in on:
             continue
-        lbl = {"job_id": job, "gpu": g["index"], "uuid": g["uuid"], "name": g["name"]}
+        lbl = {"job_id": job, "gpu": g["index"], "uuid": g["uuid"], "name": g["name"], "vendor": g.get("vendor")}
         add("dsh_job_gpu_held", lbl, 1)
         util = g["util_pct"]
         if util is None and g.get("sm_activity_fraction") is not None:
@@ -114,7 +114,7 @@ def expected_from_document(doc: dict[str, Any], job_name: str | None) -> set[tup
         folded.setdefault((name, tuple(sorted(labels.items()))), (how, []))[1].append(float(value))
 
     for g in doc["gpus"]:
-        lbl = {"gpu": g["index"], "uuid": g["uuid"], "name": g["name"]}
+        lbl = {"gpu": g["index"], "uuid": g["uuid"], "name": g["name"], "vendor": g.get("vendor")}
         if g["util_pct"] is not None:
             add("dsh_gpu_utilization_percent", lbl, g["util_pct"])
         if g["mem_used_mib"] is not None:

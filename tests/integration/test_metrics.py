@@ -31,9 +31,9 @@ TOKEN = "metrics-s3cret"
 
 # The contract: metric (sample) name -> label names, without job_name.
 CONTRACT = {
-    "dsh_gpu_utilization_percent": {"gpu", "uuid", "name"},
-    "dsh_gpu_memory_used_bytes": {"gpu", "uuid", "name"},
-    "dsh_gpu_memory_total_bytes": {"gpu", "uuid", "name"},
+    "dsh_gpu_utilization_percent": {"gpu", "uuid", "name", "vendor"},
+    "dsh_gpu_memory_used_bytes": {"gpu", "uuid", "name", "vendor"},
+    "dsh_gpu_memory_total_bytes": {"gpu", "uuid", "name", "vendor"},
     "dsh_process_gpu_memory_used_bytes": {"job_id", "role", "gpu", "rank"},
     "dsh_process_gpu_sm_utilization_percent": {"job_id", "role", "gpu", "rank"},
     "dsh_model_info": {"job_id", "model", "device", "rank"},
@@ -45,8 +45,8 @@ CONTRACT = {
         "pod_source", "slurm_job",
     },
     "dsh_jobs_omitted": set(),
-    "dsh_job_gpu_held": {"job_id", "gpu", "uuid", "name"},
-    "dsh_job_gpu_busy": {"job_id", "gpu", "uuid", "name"},
+    "dsh_job_gpu_held": {"job_id", "gpu", "uuid", "name", "vendor"},
+    "dsh_job_gpu_busy": {"job_id", "gpu", "uuid", "name", "vendor"},
     "dsh_status": {"job_id", "status"},
     "dsh_warning_active": {"job_id", "code", "severity"},
     "dsh_sidecar_poll_duration_seconds_bucket": {"le"},
@@ -424,7 +424,7 @@ def test_repeated_model_names_none_values_and_job_name():
     calls = {lbl["model"]: v for n, lbl, v in samples if n == "dsh_model_forward_calls_total"}
     assert calls == {"Net": 5, "Net#2": 9, "Net#3": 1}
     (g,) = [lbl for n, lbl, _ in samples if n == "dsh_gpu_memory_total_bytes"]
-    assert g == {"gpu": "0", "uuid": "", "name": "", "job_name": "job-b"}
+    assert g == {"gpu": "0", "uuid": "", "name": "", "vendor": "", "job_name": "job-b"}
     assert [v for n, _, v in samples if n == "dsh_gpu_memory_used_bytes"] == [0.5 * MIB]
     assert [v for n, _, v in samples if n == "dsh_gpu_utilization_percent"] == [0]  # 0 is a value
     assert not [n for n, _, _ in samples if n.startswith("dsh_process_gpu_")]  # None: no series

@@ -50,6 +50,12 @@ def trainer_spec(**payload):
     return {"payload": {"runtime": cuda_runtime([UUID0]), "models": [gpu_model()], **payload}}
 
 
+def nvidia_row(doc, index: int) -> dict:
+    """What a process's row on an NVIDIA GPU carries beside NVML's figures (issue 41's keys)."""
+    (g,) = [g for g in doc["gpus"] if g["index"] == index]
+    return {"vendor": "nvidia", "pci_bus_id": g["pci_bus_id"], "unknown_reason": None}
+
+
 def sidecar(pid: int, env, sysfs: Path, *extra: str) -> Sidecar:
     """The sidecar of the job under `pid`; the OS's graphics devices are the fake /sys's."""
     return Sidecar(
@@ -93,7 +99,9 @@ def test_status_document_schema_and_gpu_verdict(tmp_path, fake_nvml, env, sysfs)
             (p,) = doc["processes"]
             assert set(p) >= PROCESS_KEYS and p["role"] == "main" and p["has_probe"] is True
             assert set(p["models"][0]) >= MODEL_KEYS
-            assert p["gpu"] == [{"index": 0, "mem_used_mib": 4000, "sm_util_pct": 85, "mig_index": None}]
+            assert p["gpu"] == [
+                {"index": 0, "mem_used_mib": 4000, "sm_util_pct": 85, "mig_index": None, **nvidia_row(doc, 0)}
+            ]
             assert doc["system_gpus"][0]["nvml_index"] == 0
             assert doc["runtime"]["cuda_build"] == "12.4" and doc["runtime"]["cuda_available"] is True
             assert not codes(doc) & {"input-mismatch", "no-probe", "nvml-unavailable", "model-on-cpu"}
@@ -189,7 +197,9 @@ def test_blind_spot_launcher_child_and_workers(tmp_path, fake_nvml, env, sysfs):
             by_pid = {p["pid"]: p for p in doc["processes"]}
             assert by_pid[job.pid]["has_probe"] is False and by_pid[job.pid]["role"] is None
             assert by_pid[trainer]["role"] == "main" and by_pid[trainer]["ppid"] == job.pid
-            assert by_pid[trainer]["gpu"] == [{"index": 0, "mem_used_mib": 8800, "sm_util_pct": 66, "mig_index": None}]
+            assert by_pid[trainer]["gpu"] == [
+                {"index": 0, "mem_used_mib": 8800, "sm_util_pct": 66, "mig_index": None, **nvidia_row(doc, 0)}
+            ]
             workers = sorted(
                 (p for p in doc["processes"] if p["role"] == "dataloader-worker"),
                 key=lambda p: p["worker_id"],

@@ -51,7 +51,10 @@ def test_driver_faults_cost_fields_never_the_poll(tmp_path, fake_nvml, sidecar_e
             )
             doc = sc.wait_status(lambda d: d["nvml"]["ok"] and len(d["gpus"]) == 2, 20, what="NVML up")
             assert doc["gpus"][0]["util_pct"] == 80 and doc["gpus"][0]["field_errors"] == DEFAULT_FIELD_ERRORS
-            assert doc["processes"][0]["gpu"] == [{"index": 0, "mem_used_mib": 4000, "sm_util_pct": 80, "mig_index": None}]
+            nvidia = {"vendor": "nvidia", "pci_bus_id": doc["gpus"][0]["pci_bus_id"], "unknown_reason": None}
+            assert doc["processes"][0]["gpu"] == [
+                {"index": 0, "mem_used_mib": 4000, "sm_util_pct": 80, "mig_index": None, **nvidia}
+            ]
             # 3. GPU 1 falls off the bus mid-run: its fields go null, GPU 0 is untouched.
             fake_nvml.write(
                 {"gpus": [gpu(0, util_gpu=81, memory_used_mib=4100, processes=[busy]), gpu(1, lost=True)]}

@@ -35,7 +35,7 @@ const TAG_CLASS = { model: 'dgd-tag dgd-tag-ok', off: 'dgd-tag dgd-tag-warn' }
 
 function GpuCard({ c }) {
   return (
-    <article className="dgd-card" data-testid="dsh-gpu-card" data-index={c.index ?? ''} data-model-here={c.modelHere ? 'true' : 'false'} data-util-level={c.utilLevel}>
+    <article className="dgd-card" data-testid="dsh-gpu-card" data-index={c.index ?? ''} data-vendor={c.vendor} data-model-here={c.modelHere ? 'true' : 'false'} data-util-level={c.utilLevel}>
       <div className="dgd-gpu-head">
         <span className="dgd-gpu-index">{c.title}</span>
         {c.tag ? <span className={TAG_CLASS[c.tag.kind]}>{c.tag.text}</span> : null}
@@ -60,6 +60,7 @@ function GpuCard({ c }) {
                 <span className="dgd-mono">{p.pid}</span>
                 <span>{p.role}</span>
                 <b>{p.mem}</b>
+                {p.util ? <span data-testid="dsh-gpu-proc-util">{p.util}</span> : null}
               </li>
             ))}
           </ul>

@@ -5,7 +5,7 @@ this: ``sidecar/sources/kfd.py`` reads it."""
 
 from __future__ import annotations
 
-from sidecar.sources.drm.clients import DRM_MAJOR, DrmClient, process_drm_fds, read_drm_clients
+from sidecar.sources.drm.clients import DRM_MAJOR, DrmClient, DrmFdIndex, process_drm_fds, read_drm_clients
 from sidecar.sources.drm.fdinfo import DrmFdinfo, EngineCounters, RegionMemory, parse_fdinfo
 from sidecar.sources.drm.sampler import DrmClientUse, DrmSample, DrmSampler, EngineUse
 
@@ -13,6 +13,7 @@ __all__ = [
     "DRM_MAJOR",
     "DrmClient",
     "DrmClientUse",
+    "DrmFdIndex",
     "DrmFdinfo",
     "DrmSample",
     "DrmSampler",

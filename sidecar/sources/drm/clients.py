@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
@@ -29,6 +30,7 @@ DRM_MAJOR = 226
 MAX_PROCESSES = 1024
 MAX_FD_ENTRIES = 65536  # a process may hold a million sockets; the listing stops here
 MAX_DRM_FDS_PER_PROCESS = 64
+FD_RESCAN_S = 5.0  # a process's fds are stat()ed again after this (amdgpu_top: 5 s)
 
 
 class FdStat(Protocol):
@@ -139,15 +141,75 @@ def process_drm_fds(
     return out
 
 
+class DrmFdIndex:
+    """Which fds of each process are DRM fds, kept between polls: listing and stat()ing every fd is
+    the costly part of a read (a process may hold thousands of sockets), the fdinfo of its one or two
+    DRM fds is not. A process's fds are scanned again when FD_RESCAN_S have passed, when its fd count
+    changed (the size of /proc/<pid>/fd, Linux 6.2+; before, a constant, and the age alone decides),
+    or when a kept fd no longer reads as a DRM client (closed, or the number reused). A DRM fd opened
+    in between, with as many fds as before, is found by the next scan."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic, rescan_s: float = FD_RESCAN_S) -> None:
+        self._clock = clock
+        self._rescan_s = rescan_s
+        self._kept: dict[int, tuple[float, int, tuple[int, ...]]] = {}  # pid -> (scanned, fd count, DRM fds)
+        self.scans = 0  # full scans made (what the index saves is the rest)
+
+    def drm_fds(self, pid: int, *, host: HostPaths, stat_fd: StatFd) -> list[tuple[int, DrmFdinfo]]:
+        """process_drm_fds(pid), from the kept fds when they still hold."""
+        try:
+            count = os.stat(host.proc_path(pid, "fd")).st_size
+        except OSError:
+            self._kept.pop(pid, None)
+            return []
+        now = self._clock()
+        kept = self._kept.get(pid)
+        if kept is not None and now - kept[0] < self._rescan_s and kept[1] == count:
+            out = self._reread(pid, kept[2], host)
+            if out is not None:
+                return out
+        self.scans += 1
+        out = process_drm_fds(pid, host=host, stat_fd=stat_fd)
+        self._kept[pid] = (now, count, tuple(fd for fd, _ in out))
+        return out
+
+    @staticmethod
+    def _reread(pid: int, fds: tuple[int, ...], host: HostPaths) -> list[tuple[int, DrmFdinfo]] | None:
+        out: list[tuple[int, DrmFdinfo]] = []
+        for fd in fds:
+            data = _read_bounded(host.proc_path(pid, "fdinfo", fd))
+            info = parse_fdinfo(data) if data is not None else None
+            if info is None:
+                return None  # closed or reused: scan again
+            out.append((fd, info))
+        return out
+
+    def keep_only(self, pids: set[int]) -> None:
+        for pid in [p for p in self._kept if p not in pids]:
+            del self._kept[pid]
+
+
 def read_drm_clients(
-    pids: Iterable[int], *, host: HostPaths = HOST, stat_fd: StatFd = os.stat
+    pids: Iterable[int],
+    *,
+    host: HostPaths = HOST,
+    stat_fd: StatFd = os.stat,
+    index: DrmFdIndex | None = None,
 ) -> tuple[DrmClient, ...]:
     """The DRM clients of ``pids`` (the lowest MAX_PROCESSES of them), each once, in order of pid
-    then fd."""
+    then fd. ``index``: the DRM fds found by earlier reads (kept up to date here)."""
     seen: set[object] = set()
     out: list[DrmClient] = []
-    for pid in sorted({p for p in pids if p > 0})[:MAX_PROCESSES]:
-        for fd, info in process_drm_fds(pid, host=host, stat_fd=stat_fd):
+    asked = sorted({p for p in pids if p > 0})[:MAX_PROCESSES]
+    if index is not None:
+        index.keep_only(set(asked))
+    for pid in asked:
+        found = (
+            index.drm_fds(pid, host=host, stat_fd=stat_fd)
+            if index is not None
+            else process_drm_fds(pid, host=host, stat_fd=stat_fd)
+        )
+        for fd, info in found:
             client = DrmClient(pid=pid, fd=fd, info=info)
             if client.key in seen:
                 continue

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from hostfs.paths import HOST, HostPaths
-from sidecar.sources.drm.clients import DrmClient, StatFd, read_drm_clients
+from sidecar.sources.drm.clients import DrmClient, DrmFdIndex, StatFd, read_drm_clients
 from sidecar.sources.drm.fdinfo import EngineCounters
 
 
@@ -91,8 +91,12 @@ class DrmSampler:
         host: HostPaths = HOST,
         clock_ns: Callable[[], int] = time.monotonic_ns,
         stat_fd: StatFd = os.stat,
+        index: DrmFdIndex | None = None,
     ) -> None:
+        """``index``: keep each process's DRM fds between samples (DrmFdIndex); None: scan every fd
+        at every sample."""
         self._host = host
+        self.index = index
         self._clock_ns = clock_ns
         self._stat_fd = stat_fd
         self._marks: dict[tuple[object, str], _Mark] = {}
@@ -107,7 +111,7 @@ class DrmSampler:
         return _Mark(t_ns, _idle(counters.name))
 
     def sample(self, pids: Iterable[int]) -> DrmSample:
-        clients = read_drm_clients(pids, host=self._host, stat_fd=self._stat_fd)
+        clients = read_drm_clients(pids, host=self._host, stat_fd=self._stat_fd, index=self.index)
         return self.sample_clients(clients, self._clock_ns())
 
     def sample_clients(self, clients: Iterable[DrmClient], t_ns: int) -> DrmSample:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 
 # slots: a poll makes one per GPU process (64 in the discovery benchmark); 15 % cheaper to make
@@ -72,6 +73,10 @@ class GpuInfo:
     # loaded; Volta and newer); None where it does not answer. Read by the runs recorder alone (its
     # increase is a run's energy): not a fact of the verdict, nor a field of the documents.
     energy_mj: int | None = None
+    # What GpuFacts carries for the other vendors' GPUs (poll/vendor_gpus.py): an NVML device is
+    # NVIDIA's, and NVML names no kernel driver. Not fields: no NVML call reads them.
+    vendor: ClassVar[str] = "nvidia"
+    driver: ClassVar[str | None] = None
 
 
 @dataclass

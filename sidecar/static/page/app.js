@@ -193,7 +193,7 @@ function meter(m) {
 
 function gpuCardEl(c) {
   return h('article', {
-    class: `card gpu-card${c.modelHere ? ' model-here' : ''}`, 'data-testid': 'gpu-card', 'data-index': c.index,
+    class: `card gpu-card${c.modelHere ? ' model-here' : ''}`, 'data-testid': 'gpu-card', 'data-index': c.index, 'data-vendor': c.vendor,
     'data-util-level': c.utilLevel, 'data-model-here': c.modelHere ? 'true' : 'false',
   },
   h('div', { class: 'gpu-head' },
@@ -208,7 +208,8 @@ function gpuCardEl(c) {
       ? h('ul', null, c.procs.map((p) => h('li', { 'data-pid': p.pid },
         h('span', { class: 'pid', text: String(p.pid) }),
         h('span', { class: 'role', text: p.role }),
-        h('span', { class: 'mem', text: p.mem }))))
+        h('span', { class: 'mem', text: p.mem }),
+        p.util ? h('span', { class: 'util', 'data-testid': 'gpu-proc-util', text: p.util }) : null)))
       : h('div', { class: 'none', text: c.noProcs })),
   migList(c.mig));
 }

@@ -23,7 +23,7 @@ export const SCHEMA = 2
  * @property {Array<RankWait>|null} rank_waits each rank's wait in the collectives, by rank; null with fewer than two ranks measured
  * @property {Runtime} runtime the torch build
  * @property {Nvml} nvml the driver
- * @property {Array<Gpu>} gpus NVIDIA GPUs, by NVML index
+ * @property {Array<Gpu>} gpus the GPUs: NVIDIA's by NVML index, then AMD's and Intel's
  * @property {Array<SystemGpu>} system_gpus graphics devices the OS lists
  * @property {Array<Process>} processes the job's processes (at most 256)
  * @property {number} processes_omitted processes left out (count or size bound)
@@ -150,12 +150,14 @@ export const SCHEMA = 2
  */
 
 /**
- * One NVIDIA GPU (NVML).
+ * One GPU: NVIDIA's (NVML), or AMD's or Intel's (the OS's list, DRM and KFD; figures not read are null).
  * @typedef {Object} Gpu
- * @property {number} index NVML index (nvidia-smi's numbering)
+ * @property {number} index NVIDIA: NVML index (nvidia-smi's numbering); AMD and Intel: numbered after NVML's, in card order
+ * @property {"nvidia"|"amd"|"intel"} vendor who made it: the source of its figures
+ * @property {string|null} driver AMD and Intel: the kernel driver bound to it (`amdgpu`, `i915`, `xe`); NVIDIA: null
  * @property {string|null} uuid GPU-... UUID
- * @property {string|null} name product name
- * @property {string|null} pci_bus_id PCI address
+ * @property {string|null} name product name (AMD and Intel: the OS's generic name)
+ * @property {string|null} pci_bus_id PCI address (NVML writes an 8-digit domain, sysfs a 4-digit one)
  * @property {number|null} util_pct time a kernel ran over the driver's last sample period
  * @property {number|null} mem_util_pct time device memory was read or written
  * @property {number|null} mem_used_mib memory in use (exact: the driver's bytes / 2^20)
@@ -163,7 +165,7 @@ export const SCHEMA = 2
  * @property {number|null} framework_index N of the `cuda:N` that names it in the job's main process
  * @property {boolean} lost the driver reports the GPU lost (fell off the bus)
  * @property {Object<string, string>} field_errors why a null field is null, per NVML (field -> error)
- * @property {number} other_process_count processes outside this job that use the GPU
+ * @property {number|null} other_process_count processes outside this job that use the GPU; null: not read (AMD, Intel)
  * @property {string|null} compute_capability `8.0`, `9.0`, ...: tensor cores from 7.0
  * @property {number|null} sm_clock_mhz SM clock now
  * @property {number|null} sm_clock_max_mhz the SM clock's maximum
@@ -233,7 +235,7 @@ export const SCHEMA = 2
  * @property {number|null} cuda_reserved_mib memory its CUDA caching allocator holds (probe)
  * @property {Array<Model>} models registered models (at most 8)
  * @property {number} models_omitted registered models left out
- * @property {Array<ProcessGpu>} gpu its use of each GPU (NVML)
+ * @property {Array<ProcessGpu>} gpu its use of each GPU
  * @property {StepBreakdown|null} step_breakdown where its training steps' time goes (probe)
  * @property {MathSettings|null} math its torch math settings (probe)
  * @property {number|null} syncs_per_step host-device synchronisations per step; null unless counted (register(model, syncs=True))
@@ -272,11 +274,14 @@ export const SCHEMA = 2
  */
 
 /**
- * What NVML says of one process on one GPU.
+ * What the driver says of one process on one GPU: NVML; AMD and Intel: DRM fdinfo and ROCm's KFD.
  * @typedef {Object} ProcessGpu
- * @property {number} index NVML index of the GPU
- * @property {number|null} mem_used_mib GPU memory the process uses there (exact)
- * @property {number|null} sm_util_pct its SM utilisation there over the last sample period; null on MIG
+ * @property {number} index the GPU's index (Gpu.index)
+ * @property {"nvidia"|"amd"|"intel"} vendor the GPU's vendor
+ * @property {string|null} pci_bus_id the GPU's PCI address (as Gpu.pci_bus_id)
+ * @property {number|null} mem_used_mib GPU memory it uses there (NVIDIA: exact; AMD, Intel: VRAM, else GTT)
+ * @property {number|null} sm_util_pct its SM (AMD, Intel: busiest engine's) utilisation; null: MIG, unknown_reason
+ * @property {"first-sample"|"no-engine-counters"|"rocm-compute"|null} unknown_reason why sm_util_pct is null: `first-sample`: the first reading of its DRM engine counters: a rate needs two; `no-engine-counters`: the driver prints no engine time for it (a kernel before 5.19, or an older GPU); `rocm-compute`: ROCm compute runs through KFD queues, whose busy time the kernel does not count per process
  * @property {number|null} mig_index the MIG device it runs in (Gpu.mig_devices); null without MIG
  */
 

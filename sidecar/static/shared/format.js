@@ -420,5 +420,7 @@ export function cmdText(cmd) {
 /** System GPUs NVML does not drive (integrated or other vendors'). */
 export function unusableGpus(doc) {
   const all = doc && Array.isArray(doc.system_gpus) ? doc.system_gpus : [];
-  return all.filter((s) => s && (s.nvml_index === null || s.nvml_index === undefined));
+  // AMD and Intel GPUs the document lists among its GPUs (by PCI address) have their own cards.
+  const listed = new Set((doc && Array.isArray(doc.gpus) ? doc.gpus : []).filter((g) => g && g.vendor && g.vendor !== 'nvidia').map((g) => g.pci_bus_id));
+  return all.filter((s) => s && (s.nvml_index === null || s.nvml_index === undefined) && !listed.has(s.pci));
 }

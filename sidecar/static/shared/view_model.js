@@ -224,34 +224,56 @@ export function gpuMeters(g, lang) {
   ];
 }
 
-/** The job's processes on GPU `index`, each once, with its memory there (over its MIG instances too). */
-function gpuProcs(doc, index, lang) {
+/** A process's utilisation on an AMD or Intel GPU: its busiest engine's, else why it cannot be told
+ * (the row's unknown_reason); '' on NVIDIA's (the card's meters say it). */
+function procUtilText(g, rows, lang) {
+  if (!g || !g.vendor || g.vendor === 'nvidia') return '';
+  const known = rows.filter((u) => isNum(u.sm_util_pct));
+  if (known.length) return fmtPct(known.reduce((a, u) => a + u.sm_util_pct, 0));
+  const why = rows.map((u) => u.unknown_reason).find(Boolean);
+  return why ? t(lang, `gpu.unknown.${why}`) : '';
+}
+
+/** The job's processes on GPU `g`, each once, with its memory there (over its MIG instances too). */
+function gpuProcs(doc, g, lang) {
   const out = [];
   for (const p of list(doc && doc.processes)) {
-    const rows = list(p.gpu).filter((u) => u.index === index);
+    const rows = list(p.gpu).filter((u) => u.index === g.index);
     if (!rows.length) continue;
     const mem = rows.reduce((a, u) => (isNum(u.mem_used_mib) ? (a ?? 0) + u.mem_used_mib : a), null);
-    out.push({ pid: p.pid, role: roleText(p, lang), mem: fmtMiB(mem) });
+    const util = procUtilText(g, rows, lang); // AMD and Intel only: NVIDIA's rows are as they were
+    out.push({ pid: p.pid, role: roleText(p, lang), mem: fmtMiB(mem), ...(util ? { util } : {}) });
   }
   return out;
+}
+
+const VENDOR_NAMES = { nvidia: 'NVIDIA', amd: 'AMD', intel: 'Intel' };
+
+/** Who made the GPU, as shown ("NVIDIA" for a document from before the field). */
+export function vendorName(g) {
+  return VENDOR_NAMES[(g && g.vendor) || 'nvidia'] || String(g.vendor);
 }
 
 export function gpuCard(doc, gpu, lang) {
   const g = gpu || {};
   const modelHere = isNum(g.framework_index) && modelCudaIndices(doc).has(g.framework_index);
   const mig = migRows(doc, g, lang);
+  const nvidia = !g.vendor || g.vendor === 'nvidia';
+  const vendor = vendorName(g);
   return {
     index: isNum(g.index) ? g.index : null,
-    title: t(lang, 'chart.gpuN', { n: g.index ?? NA }),
+    vendor,
+    title: nvidia ? t(lang, 'chart.gpuN', { n: g.index ?? NA }) : t(lang, 'gpu.vendorN', { n: g.index ?? NA, vendor }),
     name: g.name || NA,
-    nameTitle: [g.name, g.uuid].filter(Boolean).join('\n'),
+    nameTitle: [g.name, g.uuid, g.pci_bus_id].filter(Boolean).join('\n'),
     modelHere,
-    tag: gpuTag(doc, g, modelHere, lang),
-    framework: gpuFrameworkText(doc, g, lang),
+    tag: nvidia ? gpuTag(doc, g, modelHere, lang) : null,
+    // AMD and Intel: what is read of them (per process: DRM and KFD; the device's own figures not yet)
+    framework: nvidia ? gpuFrameworkText(doc, g, lang) : t(lang, 'gpu.vendorNote', { driver: g.driver || NA, pci: g.pci_bus_id || NA }),
     utilLevel: utilLevel(g.util_pct),
     meters: gpuMeters(g, lang),
     procsTitle: t(lang, 'gpu.procs'),
-    procs: gpuProcs(doc, g.index, lang),
+    procs: gpuProcs(doc, g, lang),
     noProcs: t(lang, 'gpu.noProcs'),
     mig: mig.length ? { title: t(lang, 'eff.mig.title'), rows: mig.map((r) => ({ ...r, pidsText: r.pids.map((pid) => t(lang, 'events.pid', { pid })).join(', ') })) } : null,
   };

@@ -1,0 +1,182 @@
+"""AMD and Intel GPUs beside NVML's, per process: the GPUs the OS lists (sources/sysfs.py) and what
+the job's processes use of them, from the kernel's DRM client stats (sources/drm) and ROCm's KFD
+(sources/kfd.py), as the same facts NVML's devices and rows make (GpuFacts, ProcGpu).
+
+- A GPU: every AMD or Intel device the OS lists, numbered after NVML's (``index``: the documents'
+  GPU number; NVML's own numbers never move), with its PCI address, driver and name. Its device
+  figures (busy %, memory, power, temperature, clocks) are None here: a device-level reader fills
+  them in ``_device_figures``, the one place for it; None is "not read", never 0.
+- A process's row on one GPU (keyed by PCI address): memory from DRM (VRAM; GTT when it has no
+  VRAM: an APU's working set) or KFD's VRAM (the larger: ROCm's buffers may show in both), and its
+  busiest DRM engine's utilisation between two polls. What cannot be told is None with a reason
+  (facts.UTIL_UNKNOWN): a first reading, a driver that prints no engine time, ROCm compute.
+- KFD: a process that merely opened /dev/kfd (no VRAM, no occupied compute unit) uses no GPU.
+
+Nothing is read on a machine without AMD or Intel GPUs: an NVIDIA machine's polls are as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from sidecar.sources.drm import DrmClientUse, DrmFdIndex, DrmSampler
+from sidecar.sources.host import HOST, HostPaths
+from sidecar.sources.kfd import KfdNode, KfdProcess, read_kfd_processes, read_kfd_topology
+from sidecar.sources.sysfs import SystemGpu
+from sidecar.verdict.facts import VENDOR_AMD, VENDOR_INTEL, GpuFacts, ProcGpu
+
+# sysfs.SystemGpu.vendor -> GpuFacts.vendor, for the vendors read here (NVIDIA's is NVML's)
+_VENDOR_OF = {"AMD": VENDOR_AMD, "Intel": VENDOR_INTEL}
+KFD_TOPOLOGY_EVERY_POLLS = 20  # as the OS's GPU list (poller.SYSFS_EVERY_POLLS)
+
+
+@dataclass
+class VendorReading:
+    """One poll's AMD and Intel GPUs, and the rows of the pids asked for, by pid."""
+
+    gpus: tuple[GpuFacts, ...] = ()
+    by_pid: dict[int, list[ProcGpu]] = field(default_factory=dict)
+
+
+def _device_figures(gpu: GpuFacts) -> GpuFacts:
+    """Where a device-level reader (sysfs busy %, VRAM used/total, hwmon) will fill the figures in:
+    none yet, so each stays None."""
+    return gpu
+
+
+def vendor_gpu_facts(system_gpus: Sequence[SystemGpu], first_index: int) -> tuple[GpuFacts, ...]:
+    """The AMD and Intel GPUs of ``system_gpus``, numbered from ``first_index`` in card order."""
+    out: list[GpuFacts] = []
+    for s in system_gpus:
+        vendor = _VENDOR_OF.get(s.vendor)
+        if vendor is None:
+            continue
+        gpu = GpuFacts(first_index + len(out), name=s.name, pci_bus_id=s.pci, vendor=vendor, driver=s.driver)
+        out.append(_device_figures(gpu))
+    return tuple(out)
+
+
+@dataclass
+class _Use:
+    """One process's use of one GPU, as DRM and KFD tell it."""
+
+    vram_mib: float | None = None
+    gtt_mib: float | None = None
+    util_pct: float | None = None
+    unknown_reason: str | None = None
+    kfd_vram_mib: float | None = None
+
+    def add_client(self, use: DrmClientUse) -> None:
+        client = use.client
+        self.vram_mib = _plus(self.vram_mib, client.vram_mib)
+        self.gtt_mib = _plus(self.gtt_mib, client.gtt_mib)
+        known = [e.busy_pct for e in use.engines if e.busy_pct is not None]
+        if known:
+            self.util_pct = min(100.0, (self.util_pct or 0.0) + max(known))
+        elif use.engines:
+            self.unknown_reason = self.unknown_reason or "first-sample"
+        elif client.info.driver == "amdgpu" and not client.info.old_amdgpu:
+            # amdgpu prints an engine once it has been busy: none printed is none busy yet.
+            self.util_pct = self.util_pct or 0.0
+        else:
+            self.unknown_reason = self.unknown_reason or "no-engine-counters"
+
+    def row(self, index: int, vendor: str, pci: str) -> ProcGpu:
+        drm_mib = self.vram_mib if self.vram_mib else (self.gtt_mib if self.gtt_mib else self.vram_mib)
+        mem = max((m for m in (drm_mib, self.kfd_vram_mib) if m is not None), default=None)
+        util, unknown = self.util_pct, self.unknown_reason
+        if self.kfd_vram_mib is not None:
+            util, unknown = None, "rocm-compute"  # its engines' time leaves out the KFD queues' work
+        elif util is not None:
+            unknown = None
+        return ProcGpu(index, mem, util, None, vendor, pci, unknown)
+
+
+def _plus(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else a + b
+
+
+class VendorGpuSampler:
+    """Reads, at each poll, the DRM clients and KFD figures of a set of pids (one job's, or every
+    job's of a discovery poll). Keeps the DRM counters between polls (utilisation is a rate) and the
+    pids' DRM fds (DrmFdIndex). Bounded as the readers are (1,024 pids a poll). Not thread-safe: one
+    poll at a time."""
+
+    def __init__(self, *, host: HostPaths = HOST, drm: DrmSampler | None = None) -> None:
+        self._host = host
+        self.drm = drm or DrmSampler(host=host, index=DrmFdIndex())
+        self._topology: tuple[KfdNode, ...] = ()
+        self._polls = 0
+        self._gpus: tuple[tuple[object, ...], tuple[GpuFacts, ...]] = ((), ())
+
+    def gpus(self, system_gpus: Sequence[SystemGpu], first_index: int) -> tuple[GpuFacts, ...]:
+        """vendor_gpu_facts, the same tuple while the list and numbering are the same (the facts'
+        caches compare GPUs by identity)."""
+        key = (first_index, *system_gpus)
+        last_key, last = self._gpus
+        if len(key) == len(last_key) and all(a is b or a == b for a, b in zip(key, last_key, strict=True)):
+            return last
+        made = vendor_gpu_facts(system_gpus, first_index)
+        self._gpus = (key, made)
+        return made
+
+    def poll(self, pids: Iterable[int], gpus: tuple[GpuFacts, ...]) -> VendorReading:
+        """The rows of ``pids`` on ``gpus`` (this poll's vendor_gpu_facts); nothing read when empty."""
+        if not gpus:
+            return VendorReading()
+        if self._polls % KFD_TOPOLOGY_EVERY_POLLS == 0 and any(g.vendor == VENDOR_AMD for g in gpus):
+            self._topology = read_kfd_topology(host=self._host)
+        self._polls += 1
+        pid_set = {p for p in pids if p > 0}
+        by_pci = {g.pci_bus_id: g for g in gpus if g.pci_bus_id}
+        uses: dict[tuple[int, str], _Use] = {}
+        for use in self.drm.sample(pid_set).clients:
+            pci = use.client.info.pdev
+            if pci in by_pci:
+                uses.setdefault((use.client.pid, pci), _Use()).add_client(use)
+        if self._topology:
+            kfd = read_kfd_processes(pid_set, host=self._host, topology=self._topology)
+            _add_kfd(uses, kfd, by_pci)
+        out = VendorReading(gpus)
+        for (pid, pci), u in sorted(uses.items()):
+            g = by_pci[pci]
+            out.by_pid.setdefault(pid, []).append(u.row(g.index, g.vendor, pci))
+        return out
+
+
+def _add_kfd(
+    uses: dict[tuple[int, str], _Use], kfd: Iterable[KfdProcess], by_pci: dict[str, GpuFacts]
+) -> None:
+    for process in kfd:
+        for g in process.gpus:
+            # Opened /dev/kfd and holds nothing on this GPU: no use of it.
+            if g.pci not in by_pci or not (g.vram_mib or g.cu_occupancy):
+                continue
+            u = uses.setdefault((process.pid, str(g.pci)), _Use())
+            # Occupied compute units without VRAM (0.0) is ROCm compute still.
+            u.kfd_vram_mib = max(g.vram_mib or 0.0, u.kfd_vram_mib or 0.0)
+
+
+class VendorJoin:
+    """NVML's GPUs and rows with the AMD and Intel ones after them: the same tuple of GPUs while
+    both parts are the same (the facts' caches compare GPUs with `is`); NVML's alone when there are
+    no others (an NVIDIA machine's facts are as they were)."""
+
+    def __init__(self) -> None:
+        self._last: tuple[tuple[GpuFacts, ...], tuple[GpuFacts, ...], tuple[GpuFacts, ...]] = ((), (), ())
+
+    def join(
+        self, gpus: tuple[GpuFacts, ...], by_pid: dict[int, list[ProcGpu]], vendor: VendorReading | None
+    ) -> tuple[tuple[GpuFacts, ...], dict[int, list[ProcGpu]]]:
+        if vendor is None or not vendor.gpus:
+            return gpus, by_pid
+        last_nvml, last_others, joined = self._last
+        if last_nvml is not gpus or last_others is not vendor.gpus:
+            joined = gpus + vendor.gpus
+            self._last = (gpus, vendor.gpus, joined)
+        if vendor.by_pid:
+            by_pid = {**by_pid}
+            for pid, rows in vendor.by_pid.items():
+                by_pid[pid] = [*by_pid.get(pid, ()), *rows]
+        return joined, by_pid

@@ -1,0 +1,101 @@
+"""Fixture /proc and /sys trees that attach AMD GPU use to a real process (issue 41): the sidecar's
+``--path.procfs`` root mirrors the real /proc (every entry a link to the real one) except the
+watched process's ``fd/`` and ``fdinfo/``, which hold an amdgpu DRM client; ``--path.sysfs`` has
+AMD cards (tests.fakenvml.make_fake_sysfs) and, when asked, ROCm's KFD files.
+
+A fixture fd must ``stat`` as a character device of the DRM major (226): as root, a device node made
+with mknod (never opened); otherwise a link into a folder we may not search, whose stat is EACCES,
+which the reader answers by reading the fdinfo and finding a driver in it."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from tests.fakenvml import make_fake_sysfs
+
+FD_HEAD = "pos:\t0\nflags:\t02100002\nmnt_id:\t24\nino:\t1009\n"
+RADEON_PCI = "0000:08:00.0"  # a Radeon card: DRM client stats (the render node's engines)
+MI_PCI = "0000:c1:00.0"  # an MI-series card: ROCm compute through KFD
+KFD_GPU_ID = 53895
+
+
+def amdgpu_fdinfo(client_id: int, vram_kib: int, gfx_ns: int | None) -> str:
+    """An amdgpu client's fdinfo as 6.x kernels print it (amdgpu_top#87's sample's keys)."""
+    text = (
+        FD_HEAD
+        + f"pasid:\t32784\ndrm-driver:\tamdgpu\ndrm-pdev:\t{RADEON_PCI}\ndrm-client-id:\t{client_id}\n"
+        f"drm-memory-vram:\t{vram_kib} KiB\ndrm-memory-gtt: \t8192 KiB\ndrm-memory-cpu: \t0 KiB\n"
+    )
+    return text + (f"drm-engine-gfx:\t{gfx_ns} ns\n" if gfx_ns is not None else "")
+
+
+def _drm_node(root: Path) -> Path:
+    """A path whose stat is a DRM character device (226, 128), or EACCES when we cannot make one."""
+    node = root / "dev" / "dri" / "renderD128"
+    node.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.mknod(node, stat.S_IFCHR | 0o600, os.makedev(226, 128))
+        return node
+    except PermissionError:
+        hidden = root / "hidden"
+        hidden.mkdir()
+        (hidden / "renderD128").write_text("")
+        hidden.chmod(0)  # stat of what is inside: EACCES (not for root, who makes the node above)
+        return hidden / "renderD128"
+
+
+class MirroredProc:
+    """``root``/proc: the real /proc, but ``pid``'s fds are fixtures."""
+
+    def __init__(self, root: Path, pid: int) -> None:
+        self.root = root / "proc"
+        self.pid = pid
+        self.root.mkdir(parents=True)
+        for name in os.listdir("/proc"):
+            if name != str(pid):
+                (self.root / name).symlink_to(f"/proc/{name}")
+        own = self.root / str(pid)
+        own.mkdir()
+        for name in os.listdir(f"/proc/{pid}"):
+            if name not in ("fd", "fdinfo"):
+                (own / name).symlink_to(f"/proc/{pid}/{name}")
+        (own / "fd").mkdir()
+        (own / "fdinfo").mkdir()
+        (own / "fd" / "0").symlink_to("/dev/null")  # not a DRM fd: skipped
+        (own / "fdinfo" / "0").write_text(FD_HEAD)
+        self._node = _drm_node(root)
+
+    def drm_fd(self, fd: int, fdinfo: str) -> None:
+        own = self.root / str(self.pid)
+        (own / "fd" / str(fd)).symlink_to(self._node)
+        (own / "fdinfo" / str(fd)).write_text(fdinfo)
+
+    def rewrite(self, fd: int, fdinfo: str) -> None:
+        (self.root / str(self.pid) / "fdinfo" / str(fd)).write_text(fdinfo)
+
+
+def amd_sysfs(root: Path, *, kfd_pids: dict[int, int] | None = None) -> Path:
+    """``root``/sys with a Radeon card (card0) and an MI-series card (card1), both amdgpu; with
+    ``kfd_pids`` (pid -> VRAM bytes on the MI card), KFD's topology and those processes' files."""
+    sysfs = make_fake_sysfs(
+        root / "sys",
+        [
+            {"pci": RADEON_PCI, "vendor": "0x1002", "device": "0x744c", "driver": "amdgpu"},
+            {"pci": MI_PCI, "vendor": "0x1002", "device": "0x74a1", "class": "0x038000", "driver": "amdgpu"},
+        ],
+    )
+    if kfd_pids is not None:
+        kfd = sysfs / "class" / "kfd" / "kfd"
+        node = kfd / "topology" / "nodes" / "1"
+        node.mkdir(parents=True)
+        (node / "gpu_id").write_text(f"{KFD_GPU_ID}\n")
+        (node / "properties").write_text(f"vendor_id 4098\ndevice_id 29857\nlocation_id {0xC100}\ndomain 0\n")
+        for pid, vram_bytes in kfd_pids.items():
+            proc = kfd / "proc" / str(pid)
+            proc.mkdir(parents=True)
+            (proc / "pasid").write_text("32770\n")
+            (proc / f"vram_{KFD_GPU_ID}").write_text(f"{vram_bytes}\n")
+            (proc / f"sdma_{KFD_GPU_ID}").write_text("0\n")
+    return sysfs

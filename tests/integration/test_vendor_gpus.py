@@ -1,0 +1,105 @@
+"""AMD GPUs per process, end to end (issue 41): a real process, whose fds a fixture /proc shows as an
+amdgpu DRM client and whose ROCm use a fixture KFD tree tells, watched by the sidecar as a user runs
+it (``dsh-sidecar --pid PID --once --json --path.procfs --path.sysfs``) and by its poller over two
+polls (utilisation is a rate)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from sidecar.poll.poller import Poller
+from sidecar.poll.vendor_gpus import VendorGpuSampler
+from sidecar.sources.drm import DrmFdIndex, DrmSampler
+from sidecar.sources.host import HostPaths
+from tests.helpers.drm_tree import MI_PCI, RADEON_PCI, MirroredProc, amd_sysfs, amdgpu_fdinfo
+from tests.helpers.sidecar_cli import cli
+
+MIB = 1024 * 1024
+
+
+@pytest.fixture
+def sleeper():
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def _amd(doc):
+    return {g["pci_bus_id"]: g for g in doc["gpus"] if g["vendor"] == "amd"}
+
+
+def test_the_cli_shows_the_amd_gpus_and_the_processs_vram(tmp_path, sleeper):
+    proc = MirroredProc(tmp_path, sleeper.pid)
+    proc.drm_fd(5, amdgpu_fdinfo(217, vram_kib=4096, gfx_ns=107322799))
+    proc.drm_fd(6, amdgpu_fdinfo(217, vram_kib=4096, gfx_ns=107322799))  # a dup of it: counted once
+    sysfs = amd_sysfs(tmp_path)
+    out = cli(
+        "--pid",
+        str(sleeper.pid),
+        "--once",
+        "--json",
+        "--path.procfs",
+        str(proc.root),
+        "--path.sysfs",
+        str(sysfs),
+    )
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    amd = _amd(doc)
+    assert set(amd) == {RADEON_PCI, MI_PCI}
+    radeon = amd[RADEON_PCI]
+    assert radeon["driver"] == "amdgpu" and radeon["name"] == "AMD GPU"
+    # Device figures are not read yet: null (never 0), and so is the count of others' processes.
+    assert (
+        radeon["util_pct"] is None
+        and radeon["mem_used_mib"] is None
+        and radeon["other_process_count"] is None
+    )
+    (target,) = [p for p in doc["processes"] if p["pid"] == sleeper.pid]
+    (use,) = target["gpu"]
+    assert use["index"] == radeon["index"] and use["vendor"] == "amd" and use["pci_bus_id"] == RADEON_PCI
+    assert use["mem_used_mib"] == 4.0  # 4096 KiB of VRAM (GTT is not added: it has VRAM)
+    # One poll: no rate yet, and it says so.
+    assert use["sm_util_pct"] is None and use["unknown_reason"] == "first-sample"
+    assert doc["status"] == "GPU"
+
+
+def test_two_polls_give_drm_utilisation_and_kfd_gives_rocm_memory(tmp_path, sleeper):
+    pid = sleeper.pid
+    proc = MirroredProc(tmp_path, pid)
+    proc.drm_fd(5, amdgpu_fdinfo(217, vram_kib=2048, gfx_ns=1_000_000_000))
+    sysfs = amd_sysfs(tmp_path, kfd_pids={pid: 512 * MIB, 1: 0})  # pid 1 merely opened /dev/kfd
+    host = HostPaths(procfs=str(proc.root), sysfs=str(sysfs))
+    clock = iter([10_000_000_000, 11_000_000_000])
+    sampler = VendorGpuSampler(
+        host=host, drm=DrmSampler(host=host, clock_ns=lambda: next(clock), index=DrmFdIndex())
+    )
+    poller = Poller(pid, nvml_source=object(), host=host, vendor_gpus=sampler)
+    poller.poll_once()
+    proc.rewrite(5, amdgpu_fdinfo(217, vram_kib=2048, gfx_ns=1_500_000_000))  # busy 0.5 s of the 1 s
+    doc = poller.poll_once()
+    amd = _amd(doc)
+    (target,) = [p for p in doc["processes"] if p["pid"] == pid]
+    uses = {g["pci_bus_id"]: g for g in target["gpu"]}
+    assert set(uses) == {RADEON_PCI, MI_PCI}
+    radeon, mi = uses[RADEON_PCI], uses[MI_PCI]
+    assert (
+        radeon["sm_util_pct"] == 50.0 and radeon["unknown_reason"] is None and radeon["mem_used_mib"] == 2.0
+    )
+    assert radeon["index"] == amd[RADEON_PCI]["index"]
+    # ROCm compute: KFD's VRAM, and no per-process utilisation (null with its reason, not 0).
+    assert (
+        mi["mem_used_mib"] == 512.0 and mi["sm_util_pct"] is None and mi["unknown_reason"] == "rocm-compute"
+    )
+    assert mi["index"] == amd[MI_PCI]["index"]
+    assert doc["status"] == "GPU"
+    facts = poller._last_facts
+    assert facts is not None and set(facts.job_gpu_indices) == {radeon["index"], mi["index"]}
+    # The job's GPU use is in its history: memory summed, utilisation the known part.
+    assert facts.recent[-1].tree_gpu_mem_mib == 514.0 and facts.recent[-1].tree_sm_util == 50.0
+    assert sampler.drm.index is not None and sampler.drm.index.scans == 1  # the second poll reused the fds

@@ -1,0 +1,80 @@
+"""AMD and Intel GPUs in the facts and the verdict (issue 41): the OS's devices become GPUs after
+NVML's, a process's DRM and KFD figures become its rows on them, and the verdict reads those rows as
+it reads NVML's, while no figure that cannot be told reads as 0."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sidecar.poll.samples import history_sample
+from sidecar.poll.vendor_gpus import VendorGpuSampler, vendor_gpu_facts
+from sidecar.sources.host import HostPaths
+from sidecar.sources.sysfs import SystemGpu, list_system_gpus
+from sidecar.verdict import Facts, GpuFacts, ModelFacts, ProcessFacts, ProcGpu, decide, map_cuda_index
+from sidecar.verdict.facts import nvidia_in_system
+from tests.helpers.drm_tree import MI_PCI, amd_sysfs
+
+SYSTEM = [
+    SystemGpu("Intel", "0x8086", "0x9a49", "Intel integrated graphics", "0000:00:02.0", "i915", "card0"),
+    SystemGpu("NVIDIA", "0x10de", "0x2204", "NVIDIA GPU", "0000:01:00.0", "nvidia", "card1"),
+    SystemGpu("AMD", "0x1002", "0x744c", "AMD GPU", "0000:08:00.0", "amdgpu", "card2"),
+]
+
+
+def test_the_oss_amd_and_intel_gpus_are_numbered_after_nvmls():
+    got = vendor_gpu_facts(SYSTEM, first_index=1)  # NVML has GPU 0 (the NVIDIA card)
+    assert [(g.index, g.vendor, g.pci_bus_id, g.driver, g.name) for g in got] == [
+        (1, "intel", "0000:00:02.0", "i915", "Intel integrated graphics"),
+        (2, "amd", "0000:08:00.0", "amdgpu", "AMD GPU"),
+    ]
+    assert all(g.util is None and g.mem_used_mib is None and g.mem_total_mib is None for g in got)
+
+
+def test_kfd_rows_only_for_a_process_with_figures_and_none_on_nvidia_machines(tmp_path: Path):
+    # Pid 4242 holds VRAM on the MI card; pid 4300 merely opened /dev/kfd (zero figures).
+    sysfs = amd_sysfs(tmp_path, kfd_pids={4242: 3 * 1024**3, 4300: 0})
+    (tmp_path / "proc").mkdir()  # no fds of theirs to read: KFD alone
+    host = HostPaths(procfs=str(tmp_path / "proc"), sysfs=str(sysfs))
+    sampler = VendorGpuSampler(host=host)
+    listed = list_system_gpus(host=host)
+    gpus = sampler.gpus(listed, 0)
+    assert sampler.gpus(listed, 0) is gpus  # the same tuple while nothing changed (the caches' `is`)
+    reading = sampler.poll([4242, 4300], gpus)
+    (row,) = reading.by_pid[4242]
+    assert (row.vendor, row.pci, row.mem_used_mib, row.sm_util, row.unknown_reason) == (
+        "amd",
+        MI_PCI,
+        3072.0,
+        None,
+        "rocm-compute",
+    )
+    assert 4300 not in reading.by_pid
+    nvidia_only = sampler.gpus([SYSTEM[1]], 1)
+    assert nvidia_only == () and sampler.poll([4242], nvidia_only).by_pid == {}
+
+
+AMD = GpuFacts(0, name="AMD GPU", pci_bus_id="0000:08:00.0", vendor="amd", driver="amdgpu")
+
+
+def _facts(row: ProcGpu, *, nvml_ok: bool = False, models: tuple[ModelFacts, ...] = ()) -> Facts:
+    proc = ProcessFacts(pid=10, is_target=True, gpu=(row,), models=models)
+    return Facts(target_pid=10, processes=(proc,), nvml_ok=nvml_ok, gpus=(AMD,))
+
+
+def test_the_verdict_sees_amd_use_as_nvidia_use_and_unknown_is_not_idle():
+    used = ProcGpu(0, 900.0, None, None, "amd", "0000:08:00.0", "rocm-compute")
+    f = _facts(used)
+    assert f.processes[0].uses_gpu and f.job_gpu_indices == (0,)
+    assert decide(f).status == "GPU"
+    # An AMD GPU is no NVIDIA GPU: no CUDA verdict reads it as one, and cuda:0 is not mapped to it.
+    assert not nvidia_in_system(f)
+    assert map_cuda_index(f.processes[0], 0, f.gpus) is None
+    # NVML answers (a laptop's NVIDIA card) and the AMD row's utilisation is unknown: not 0 (idle).
+    sample = history_sample(1.0, _facts(used, nvml_ok=True))
+    assert sample.recent.tree_sm_util is None and sample.recent.tree_gpu_mem_mib == 900.0
+    idle = ProcGpu(0, 900.0, 0.0, None, "amd", "0000:08:00.0")
+    assert history_sample(1.0, _facts(idle, nvml_ok=True)).recent.tree_sm_util == 0.0
+    # A process that opened the device and holds nothing on it does not use it.
+    assert (
+        not _facts(ProcGpu(0, 0.0, None, None, "amd", "0000:08:00.0", "first-sample")).processes[0].uses_gpu
+    )
