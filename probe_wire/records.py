@@ -78,6 +78,9 @@ class RuntimeRecord:
     mps_available: bool | None = None
     xpu_available: bool | None = None
     cuda_driver_loadable: bool | None = None  # None: not asked (probe/facts.py)
+    hip_build: str | None = None  # torch.version.hip: a ROCm build, whose torch.cuda is the AMD GPU
+    hip_visible_devices: str | None = None
+    rocr_visible_devices: str | None = None
 
 
 @_record
@@ -219,6 +222,9 @@ def runtime_record(r: dict[str, Any]) -> RuntimeRecord:
         r["mps_available"],
         r["xpu_available"],
         r["cuda_driver_loadable"],
+        r["hip_build"],
+        r["hip_visible_devices"],
+        r["rocr_visible_devices"],
     )
 
 

@@ -130,6 +130,10 @@ _RUNTIME = {
     "xpu_available": _Opt(bool),
     # Added within schema 1: libcuda.so.1 loads in the process (None: not asked, see probe/facts.py).
     "cuda_driver_loadable": _Added(bool),
+    # Added within schema 1 (issue 41): a ROCm build's torch.version.hip, and the ROCm device masks.
+    "hip_build": _Added(str),
+    "hip_visible_devices": _Added(str),
+    "rocr_visible_devices": _Added(str),
 }
 _MEMORY = {
     "device": str,

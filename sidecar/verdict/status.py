@@ -16,9 +16,11 @@ from sidecar.verdict.facts import (
     ProcessFacts,
     Verdict,
     all_models,
+    cpu_build,
     gpu_by_index,
     model_gpu_index,
     pct,
+    xpu_build,
 )
 from sidecar.verdict.rules import (
     RULES,
@@ -129,8 +131,10 @@ def _cpu_reason(f: Facts, procs: list[ProcessFacts]) -> Ref:
     rt = next((p.runtime for p in procs if p.runtime is not None), None)
     if rt is None:
         return ref("reason.cpu.no-accelerator")
-    if rt.torch and rt.cuda_build is None:
+    if cpu_build(rt):
         return ref("reason.cpu.cpu-build", torch=str(rt.torch))
+    if rt.cuda_build is None and rt.hip_build is None and xpu_build(rt):  # torch for Intel GPUs
+        return ref("reason.cpu.not-moved" if rt.xpu_available else "reason.cpu.no-accelerator")
     if rt.cuda_available is False:
         reason, _ = cuda_unavailable_reason(f, rt)
         return ref("reason.cpu.cuda-unavailable", reason=reason)

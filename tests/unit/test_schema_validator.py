@@ -20,6 +20,7 @@ def _full_payload() -> dict:
     p = rich_payload(7)
     p["loader"] = "train"
     p["runtime"]["cuda_driver_loadable"] = True
+    p["runtime"].update(hip_build="6.4.43482", hip_visible_devices="0,1", rocr_visible_devices="GPU-abcd")
     p["memory"] = p["memory"] * 2
     model = p["models"][0]
     model.update(
