@@ -395,7 +395,12 @@ def _system_gpu_facts(gpus: tuple[GpuFacts, ...], *system_gpus: SystemGpu) -> tu
     by_pci = {_norm_pci(g.pci_bus_id): g.index for g in gpus if g.pci_bus_id}
     return tuple(
         SystemGpuFacts(
-            vendor=s.vendor, name=s.name, pci=s.pci, driver=s.driver, nvml_index=by_pci.get(_norm_pci(s.pci))
+            vendor=s.vendor,
+            name=s.name,
+            pci=s.pci,
+            driver=s.driver,
+            nvml_index=by_pci.get(_norm_pci(s.pci)),
+            device_id=s.device_id,
         )
         for s in system_gpus
     )

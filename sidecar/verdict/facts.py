@@ -15,10 +15,20 @@ from sidecar.common.catalogue import Ref
 from sidecar.common.memo import for_the_same_objects
 
 # What `from sidecar.verdict import ...` gives (sidecar/verdict/__init__.py).
-__all__ = ["ACCELERATOR_TYPES", "NVIDIA_VENDOR", "SEVERITY_ORDER", "STATUSES", "Facts", "Finding"]
+__all__ = [
+    "ACCELERATOR_TYPES",
+    "AMD_VENDOR",
+    "INTEL_VENDOR",
+    "NVIDIA_VENDOR",
+    "SEVERITY_ORDER",
+    "STATUSES",
+    "Facts",
+    "Finding",
+]
 __all__ += ["GpuFacts", "ModelFacts", "ProcGpu", "ProcessFacts", "RecentSample", "Rules"]
 __all__ += ["LoaderSettings", "MathSettings", "MigFacts", "StepBreakdown", "RecentWindow", "times_in_order"]
 __all__ += ["UTIL_UNKNOWN", "VENDORS", "VENDOR_AMD", "VENDOR_INTEL", "VENDOR_NVIDIA"]
+__all__ += ["DeviceNodeFacts", "GpuAccessFacts"]
 __all__ += [
     "SystemGpuFacts",
     "Verdict",
@@ -33,7 +43,9 @@ __all__ += [
 STATUSES = ("GPU", "CPU", "MIXED", "UNKNOWN")
 ACCELERATOR_TYPES = ("cuda", "mps", "xpu")
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
-NVIDIA_VENDOR = "NVIDIA"  # sysfs.SystemGpu's spelling
+NVIDIA_VENDOR = "NVIDIA"  # as sources.sysfs names the vendors of the OS's graphics devices
+AMD_VENDOR = "AMD"
+INTEL_VENDOR = "Intel"
 # GpuFacts.vendor and ProcGpu.vendor: who made the GPU (the documents' `vendor`).
 VENDOR_NVIDIA, VENDOR_AMD, VENDOR_INTEL = "nvidia", "amd", "intel"
 VENDORS = (VENDOR_NVIDIA, VENDOR_AMD, VENDOR_INTEL)
@@ -205,6 +217,49 @@ class ProcGpu:
         return (self.mem_used_mib or 0) > 0 or (self.sm_util or 0) > 0
 
 
+@dataclass(frozen=True, slots=True)
+class DeviceNodeFacts:
+    """A GPU device node as a process sees it (/dev/kfd, /dev/dri/renderD128): permission bits,
+    owner and group (`group`: its name where the group database knows it)."""
+
+    path: str
+    mode: int
+    uid: int
+    gid: int
+    group: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuAccessFacts:
+    """Whether a process may open the AMD GPU's device nodes: its filesystem uid and gid, its
+    supplementary groups, and /dev/kfd and the render nodes as it sees them (sources.gpu_access)."""
+
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+    nodes: tuple[DeviceNodeFacts, ...]
+
+    def can_open(self, node: DeviceNodeFacts) -> bool:
+        """Read and write, as the kernel's permission check grants them (root passes)."""
+        if self.uid == 0:
+            return True
+        if self.uid == node.uid:
+            bits = node.mode >> 6
+        elif node.gid == self.gid or node.gid in self.groups:
+            bits = node.mode >> 3
+        else:
+            bits = node.mode
+        return bits & 0o6 == 0o6
+
+    @property
+    def denied(self) -> tuple[DeviceNodeFacts, ...]:
+        return tuple(n for n in self.nodes if not self.can_open(n))
+
+    @property
+    def has_kfd(self) -> bool:
+        return any(n.path == "/dev/kfd" for n in self.nodes)
+
+
 @dataclass(slots=True)
 class ProcessFacts:
     pid: int
@@ -235,6 +290,9 @@ class ProcessFacts:
     syncs_per_step: float | None = None  # only with register(model, syncs=True)
     hostname: str | None = None  # the node it runs on, as its probe reports it
     exited: bool = False  # gone: its last facts, kept for the job's final state
+    # The AMD GPU's device nodes as it sees them, and its groups (None: not read; read only for a
+    # ROCm build that has no GPU, sources.gpu_access).
+    gpu_access: GpuAccessFacts | None = None
     # Derived once here rather than in each rule that asks (several, for every process, every poll).
     has_probe: bool = field(init=False, repr=False, compare=False)
     gpu_mem_mib: float = field(init=False, repr=False, compare=False)
@@ -305,6 +363,7 @@ class SystemGpuFacts:
     pci: str | None
     driver: str | None
     nvml_index: int | None = None
+    device_id: str | None = None  # the PCI device id, "0x56a0" (which Intel GPUs run XPU builds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,6 +425,7 @@ class Facts:
     cuda_driver: str | None = None
     gpus: tuple[GpuFacts, ...] = ()
     system_gpus: tuple[SystemGpuFacts, ...] = ()
+    kfd_present: bool | None = None  # the kernel's KFD (ROCm's compute device) exists; None: unknown
     pid_namespace_suspect: bool = False
     stopped: tuple[tuple[int, float], ...] = ()  # (pid, seconds seen stopped) of stopped processes
     target_age_s: float | None = None  # since the job's root process started; None: unknown
@@ -564,16 +624,30 @@ def runtimes(facts: Facts) -> tuple[tuple[ProcessFacts, RuntimeRecord], ...]:
     return facts.probed_runtimes
 
 
-def cpu_only_build(rt: RuntimeRecord) -> bool:
-    """A torch built for no GPU: neither CUDA nor ROCm nor XPU. A ROCm build numbers its AMD GPUs
-    `cuda:N` but has no CUDA version (torch.version.cuda is None there, torch.version.hip is not)."""
-    return bool(rt.torch) and rt.cuda_build is None and rt.hip_build is None and rt.xpu_build is None
-
-
 def nvidia_in_system(facts: Facts) -> bool:
     return any(g.vendor == VENDOR_NVIDIA for g in facts.gpus) or any(
         s.vendor == NVIDIA_VENDOR for s in facts.system_gpus
     )
+
+
+def amd_in_system(facts: Facts) -> bool:
+    return any(s.vendor == AMD_VENDOR for s in facts.system_gpus)
+
+
+def is_xpu_build(rt: RuntimeRecord) -> bool:
+    """torch built for Intel GPUs: torch.version.xpu (the probe's ``xpu_build``), its version's local
+    label ("2.7.0+xpu"), or it sees one."""
+    return (
+        rt.xpu_build is not None
+        or rt.xpu_available is True
+        or str(rt.torch or "").partition("+")[2].startswith("xpu")
+    )
+
+
+def cpu_only_build(rt: RuntimeRecord) -> bool:
+    """A torch built for no GPU: neither CUDA nor ROCm nor XPU. A ROCm build numbers its AMD GPUs
+    `cuda:N` but has no CUDA version (torch.version.cuda is None there, torch.version.hip is not)."""
+    return bool(rt.torch) and rt.cuda_build is None and rt.hip_build is None and not is_xpu_build(rt)
 
 
 def gpu_by_index(facts: Facts, index: int | None) -> GpuFacts | None:

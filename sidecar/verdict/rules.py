@@ -24,6 +24,7 @@ from sidecar.verdict.facts import (
     RecentSample,
     Rules,
     all_models,
+    amd_in_system,
     cpu_only_build,
     device_index,
     device_type,
@@ -35,6 +36,7 @@ from sidecar.verdict.facts import (
     version_tuple,
 )
 from sidecar.verdict.stragglers import STRAGGLER_RULES
+from sidecar.verdict.vendors import cpu_build_gpu, rocm_build_hint, rocm_unavailable_reason, xpu_build_hint
 from sidecar.verdict.wheels import CUDA_WHEELS, cuda_wheel
 
 # What `from sidecar.verdict import ...` gives (sidecar/verdict/__init__.py).
@@ -182,13 +184,19 @@ def cpu_build_hint(torch_version: str | None, cuda_driver: str | None) -> Ref:
 
 
 def rule_cpu_build(f: Facts) -> Iterable[Finding]:
-    if not nvidia_in_system(f):
+    gpu = cpu_build_gpu(f)
+    if gpu is None:
         return
     pids = [p.pid for p in _without_workers([p for p, rt in runtimes(f) if cpu_only_build(rt)])]
     if pids:
         torch_v = str(next(rt.torch for p, rt in runtimes(f) if p.pid == pids[0]))
-        hint = cpu_build_hint(torch_v, f.cuda_driver)
-        yield finding("cpu-build", "error", ref("warning.cpu-build", torch=torch_v), hint, pids)
+        if gpu == "amd":
+            message, hint = ref("warning.cpu-build.amd", torch=torch_v), rocm_build_hint(torch_v)
+        elif gpu == "intel":
+            message, hint = ref("warning.cpu-build.intel", torch=torch_v), xpu_build_hint(torch_v)
+        else:
+            message, hint = ref("warning.cpu-build", torch=torch_v), cpu_build_hint(torch_v, f.cuda_driver)
+        yield finding("cpu-build", "error", message, hint, pids)
 
 
 def _driver_old_hint(torch_version: str | None, cuda_driver: str, build: str) -> Ref:
@@ -201,7 +209,10 @@ def _driver_old_hint(torch_version: str | None, cuda_driver: str, build: str) ->
 
 
 def cuda_unavailable_reason(f: Facts, rt: RuntimeRecord) -> tuple[Ref, Ref]:
-    """(reason, hint) for a CUDA build of torch that cannot use CUDA."""
+    """(reason, hint) for a CUDA build of torch that cannot use CUDA, or a ROCm build that cannot
+    use its AMD GPU (sidecar/verdict/rocm.py)."""
+    if rt.hip_build is not None:
+        return rocm_unavailable_reason(f, rt)
     visible = rt.cuda_visible_devices
     if visible is not None and str(visible).strip() in ("", "-1", "none", "NoDevFiles"):
         return ref("reason.cuda.hidden", value=repr(visible)), ref("hint.cuda-unavailable.hidden")
@@ -229,12 +240,16 @@ def cuda_unavailable_reason(f: Facts, rt: RuntimeRecord) -> tuple[Ref, Ref]:
 
 
 def rule_cuda_unavailable(f: Facts) -> Iterable[Finding]:
-    hits = _without_workers([p for p, rt in runtimes(f) if rt.cuda_build and rt.cuda_available is False])
+    hits = _without_workers(
+        [p for p, rt in runtimes(f) if (rt.cuda_build or rt.hip_build) and rt.cuda_available is False]
+    )
     if hits and hits[0].runtime is not None:
-        reason, hint = cuda_unavailable_reason(f, hits[0].runtime)
+        rt = hits[0].runtime
+        reason, hint = cuda_unavailable_reason(f, rt)
+        has_gpu = amd_in_system(f) if rt.hip_build is not None else nvidia_in_system(f)
         yield finding(
             "cuda-unavailable",
-            "error" if nvidia_in_system(f) else "warning",
+            "error" if has_gpu else "warning",
             ref("warning.cuda-unavailable", reason=reason),
             hint,
             (p.pid for p in hits),

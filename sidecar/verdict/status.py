@@ -18,6 +18,7 @@ from sidecar.verdict.facts import (
     all_models,
     cpu_only_build,
     gpu_by_index,
+    is_xpu_build,
     model_gpu_index,
     pct,
 )
@@ -132,6 +133,8 @@ def _cpu_reason(f: Facts, procs: list[ProcessFacts]) -> Ref:
         return ref("reason.cpu.no-accelerator")
     if cpu_only_build(rt):
         return ref("reason.cpu.cpu-build", torch=str(rt.torch))
+    if rt.cuda_build is None and rt.hip_build is None and is_xpu_build(rt):  # torch for Intel GPUs
+        return ref("reason.cpu.not-moved" if rt.xpu_available else "reason.cpu.no-accelerator")
     if rt.cuda_available is False:
         reason, _ = cuda_unavailable_reason(f, rt)
         return ref("reason.cpu.cuda-unavailable", reason=reason)

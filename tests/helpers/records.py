@@ -26,6 +26,9 @@ FULL_RUNTIME: dict[str, Any] = {
     "mps_available": False,
     "xpu_available": False,
     "cuda_driver_loadable": True,
+    "hip_build": None,
+    "hip_visible_devices": None,
+    "rocr_visible_devices": None,
 }
 # A model's fields as a probe publishes them for a model on cuda:0 that has not run yet.
 MODEL: dict[str, Any] = {

@@ -143,6 +143,7 @@ def _other_fields(f: Facts) -> Facts:
         driver="1.0",
         cuda_driver="9.9",
         system_gpus=() if f.system_gpus else (SystemGpuFacts("NVIDIA", "A100", "0000:01:00.0", "nvidia", 0),),
+        kfd_present=not f.kfd_present,
         pid_namespace_suspect=not f.pid_namespace_suspect,
         stopped=((1, 2.0),),
         target_age_s=12345.0,
