@@ -11,13 +11,21 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import fields
-from typing import TYPE_CHECKING, Any, Protocol, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from probe_wire.records import RuntimeRecord
 from sidecar.common.catalogue import Ref, render
 from sidecar.common.nvml_names import GPU_EFFICIENCY_FIELDS
 from sidecar.documents import bounds, contract
 from sidecar.documents.bounds import MAX_ID_CHARS, MAX_MESSAGE_CHARS, clip, clip_args, clip_opt
+from sidecar.documents.inputs import (  # noqa: F401 -- re-exported: the shapes documents are made of
+    Doc,
+    History,
+    HistorySample,
+    ProcessInfo,
+    Root,
+    Target,
+)
 from sidecar.documents.watch import watch_document
 from sidecar.verdict import (
     VENDOR_NVIDIA,
@@ -35,9 +43,6 @@ from sidecar.verdict.stragglers import rank_waits
 from sidecar.verdict.watch import WatchLog
 
 SCHEMA = contract.SCHEMA
-# A document or an object of one: JSON whose shape sidecar/documents/contract.py declares and checks at
-# run time (DSH_CONTRACT_CHECK); the type checker cannot follow that declaration, hence Any.
-Doc = dict[str, Any]
 # A job's (distributed, pod) document objects (sidecar/poll/placement.py), each None when unknown.
 Placement = tuple[Doc | None, Doc | None]
 T = TypeVar("T")
@@ -52,58 +57,6 @@ class SummaryMemo(TypedDict, total=False):
     target: tuple[str | None, Sequence[str] | None, tuple[str | None, list[str] | None]]
     # the verdict's message and findings, and their rendered message and warning entries
     rendered: tuple[Ref, tuple[Finding, ...], tuple[str, Doc], list[Doc]]
-
-
-# What the documents read of the poll's and the sources' objects, as protocols: those live in the
-# layers above (poll) and beside (sources), which this one never imports.
-class Target(Protocol):
-    """A job's watched process as first seen (sidecar/poll/collect.py's TargetInfo)."""
-
-    @property
-    def job_id(self) -> str: ...
-    @property
-    def name(self) -> str | None: ...
-    @property
-    def cmdline(self) -> Sequence[str] | None: ...
-    @property
-    def create_time(self) -> float | None: ...
-
-
-class Root(Protocol):
-    """A job's root as its list entry shows it (sidecar/sources/lineage.py's RootInfo)."""
-
-    @property
-    def uid(self) -> int | None: ...
-    @property
-    def user(self) -> str | None: ...
-    @property
-    def cwd(self) -> str | None: ...
-    @property
-    def ancestor_pids(self) -> tuple[int, ...]: ...
-    @property
-    def slurm_job(self) -> str | None: ...
-
-
-class ProcessInfo(Protocol):
-    """What the OS says of a process at each poll (sidecar/sources/proctree.py's ProcInfo)."""
-
-    @property
-    def cmdline(self) -> Sequence[str]: ...
-    @property
-    def cpu_percent(self) -> float | None: ...
-    @property
-    def rss_mib(self) -> float | None: ...
-
-
-class HistorySample(Protocol):
-    def as_dict(self) -> Doc: ...
-
-
-class History(Protocol):
-    """A job's recent samples and events (sidecar/poll/history.py's History)."""
-
-    def samples(self, since: float | None = None) -> Sequence[HistorySample]: ...
-    def events(self, since: float | None = None) -> list[Doc]: ...
 
 
 def _int(x: Any) -> int | None:
