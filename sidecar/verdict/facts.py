@@ -391,7 +391,7 @@ class Facts:
     # reads `recent` (with_recent keeps them).
     @cached_property
     def model_gpu_indices(self) -> dict[int, int | None]:
-        """NVML index of each model's device, by the id() of its ModelFacts (alive as long as these
+        """GPU index of each model's device, by the id() of its ModelFacts (alive as long as these
         facts are): see model_gpu_index."""
         gpus = self.gpus
         return {id(m): model_nvml_index(p, m, gpus) for p, m in self.model_pairs}
@@ -449,7 +449,7 @@ class Verdict:
     warnings: tuple[Finding, ...]
     model_device: str | None
     input_device: str | None
-    model_gpu_index: int | None  # NVML index of the GPU the (first) model is on
+    model_gpu_index: int | None  # GpuFacts.index of the GPU the (first) model is on
 
 
 # ---------------------------------------------------------------------------------------------
