@@ -1,5 +1,6 @@
 """The AMD and Intel GPUs' device figures (sources/gpu_sysfs.py) as the fields NVML's GPUs fill in
-GpuFacts: utilisation, memory, power, temperature, clocks, PCIe link and why the clocks are held down.
+GpuFacts: utilisation, memory, power, temperature, clocks and why the clocks are held down (not the
+PCIe link: see ``with_figures``).
 
 - Utilisation: amdgpu's ``gpu_busy_percent`` (the SMU's estimate of the GFX load: what the idle
   rule reads for a ROCm job, whose per-process utilisation the kernel does not count). Intel's
@@ -67,7 +68,6 @@ INTEL_CLOCK_EVENTS = {
 }
 # sysfs.SystemGpu.vendor -> GpuFacts.vendor, for the vendors read here (NVIDIA's is NVML's)
 _VENDOR_OF = {"AMD": VENDOR_AMD, "Intel": VENDOR_INTEL}
-_PCIE_GEN_OF_GTS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}  # per-lane rate -> generation
 
 
 def vendor_gpu_facts(system_gpus: Sequence[SystemGpu], first_index: int) -> tuple[GpuFacts, ...]:
@@ -139,10 +139,9 @@ def with_figures(gpu: GpuFacts, f: GpuSysfsFigures | None) -> GpuFacts:
         power_w=f.power_w,
         power_limit_w=f.power_limit_w,
         temperature_c=f.temperature_c,
-        pcie_link_gen=_PCIE_GEN_OF_GTS.get(f.link_speed_gts or 0.0),
-        pcie_link_gen_max=_PCIE_GEN_OF_GTS.get(f.link_max_speed_gts or 0.0),
-        pcie_link_width=f.link_width,
-        pcie_link_width_max=f.link_max_width,
+        # No PCIe link: the GPU function of Radeon and Arc cards sits behind the card's own PCIe
+        # switch, and its link is that internal one (an Arc's reads Gen1 x1), not the slot's, which
+        # pcie-degraded would misread as a degraded link.
     )
 
 

@@ -55,12 +55,8 @@ def test_each_vendors_figures_become_the_gpus_facts_and_what_it_cannot_tell_stay
     assert (mi.util, mi.mem_util, mi.mem_used_mib, mi.mem_total_mib) == (87.0, 34.0, 80 * 1024, 192 * 1024)
     assert (mi.power_w, mi.power_limit_w, mi.temperature_c) == (412.0, 750.0, 61.0)  # junction: no edge
     assert (mi.sm_clock_mhz, mi.sm_clock_max_mhz, mi.mem_clock_mhz) == (1311, 2100, 1300)
-    assert (mi.pcie_link_gen, mi.pcie_link_gen_max, mi.pcie_link_width, mi.pcie_link_width_max) == (
-        5,
-        5,
-        16,
-        16,
-    )
+    # The card's internal link, not the slot's: left out (pcie-degraded would misread it).
+    assert (mi.pcie_link_gen, mi.pcie_link_width, xe.pcie_link_gen, xe.pcie_link_width) == (None,) * 4
     assert mi.clock_event_reasons is None  # amdgpu says why only in its binary gpu_metrics
     # The APU: a 512 MiB carve-out, its working set in GTT: both are its memory.
     assert (apu.util, apu.mem_used_mib, apu.mem_total_mib) == (12.0, 256 + 6 * 1024, 512 + 16 * 1024)
@@ -75,7 +71,7 @@ def test_each_vendors_figures_become_the_gpus_facts_and_what_it_cannot_tell_stay
         None,
         190.0,
     )
-    assert xe.clock_event_reasons == () and xe.pcie_link_gen == 1 and xe.temperature_c == 54.0
+    assert xe.clock_event_reasons == () and xe.temperature_c == 54.0
 
     # Half a second on: nothing read again, the very same tuple (the facts' caches compare by `is`).
     clock.ns += S // 2
@@ -156,3 +152,18 @@ def test_throttled_on_an_intel_gpu_points_at_its_drivers_files_not_nvidia_smi():
         for w in decide(facts(proc(gpu=[row]), gpus=(idle,), nvml_ok=False)).warnings
         if w.code == "throttled"
     ]
+
+
+def test_discoverys_jobs_share_one_reading_of_each_card(tmp_path):
+    """Every job's poller takes the cards' figures from discovery's one DeviceFigures: a card read
+    once a poll, and one GPU tuple for all the jobs (their samples share the packed rows)."""
+    from sidecar.poll.discovery import JobsPoller
+
+    root, sys_host = _cards(tmp_path)
+    host = HostPaths(procfs="/proc", sysfs=sys_host.sysfs)
+    listed = list_system_gpus(host=host)
+    discovery = JobsPoller(nvml_source=object(), system_gpus_fn=list, uid=None, host=host)
+    first, second = discovery._new_poller(101), discovery._new_poller(102)
+    mine = discovery._vendor.gpus(listed, 0)
+    assert first._vendor.gpus(listed, 0) is mine and second._vendor.gpus(listed, 0) is mine
+    assert mine[0].util == 87.0
