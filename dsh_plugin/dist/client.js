@@ -136,7 +136,8 @@ var en_default = {
   "gpu.frameworkNotSeen": "Not visible to PyTorch",
   "gpu.procs": "Job processes on this GPU",
   "gpu.vendorN": "GPU {n} · {vendor}",
-  "gpu.vendorNote": "driver {driver} · PCI {pci} · per process from the kernel (DRM, KFD)",
+  "gpu.vendorNote": "driver {driver} · PCI {pci} · the device's figures from its driver (sysfs), per process from the kernel (DRM, KFD)",
+  "gpu.util.none": "none: {driver} reports no utilisation",
   "gpu.unknown.first-sample": "utilisation: next poll",
   "gpu.unknown.no-engine-counters": "utilisation: not told by this kernel",
   "gpu.unknown.rocm-compute": "utilisation: not told for ROCm compute",
@@ -500,6 +501,7 @@ var en_default = {
   "hint.throttled.thermal": "The GPU is too hot. Check its fans and the airflow through the chassis and the room's temperature; `nvidia-smi -q -d PERFORMANCE,TEMPERATURE -i {gpu}` shows the slowdown and the limits. On a shared or cloud machine, tell its administrator.",
   "hint.throttled.power-brake": "An external power brake holds the GPU's clocks down: the power supply or the board signals that it cannot deliver enough. This is a hardware or facility problem: tell the machine's administrator (`nvidia-smi -q -d PERFORMANCE -i {gpu}`).",
   "hint.throttled.slowdown": "The hardware slows the GPU down (too hot or drawing too much power). Check `nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER -i {gpu}`, the cooling and the power supply; tell the machine's administrator if it persists.",
+  "hint.throttled.driver": "The GPU's driver says its clocks are held down (too hot, or drawing more power than the board or the platform allows). `grep . /sys/bus/pci/devices/{pci}/tile0/gt0/freq0/throttle/*` (xe) or `/sys/bus/pci/devices/{pci}/drm/card*/gt/gt0/throttle_reason_*` (i915) shows the reasons, `sensors` the temperatures; check the cooling and the power supply, and tell the machine's administrator if it persists.",
   "clock-reason.gpu_idle": "idle",
   "clock-reason.applications_clocks_setting": "application clocks setting",
   "clock-reason.sw_power_cap": "power cap",
@@ -746,7 +748,8 @@ var zh_default = {
   "gpu.frameworkNotSeen": "对 PyTorch 不可见",
   "gpu.procs": "使用此 GPU 的任务进程",
   "gpu.vendorN": "GPU {n} · {vendor}",
-  "gpu.vendorNote": "驱动 {driver} · PCI {pci} · 按进程读取自内核（DRM、KFD）",
+  "gpu.vendorNote": "驱动 {driver} · PCI {pci} · 设备数据读取自驱动（sysfs），按进程读取自内核（DRM、KFD）",
+  "gpu.util.none": "无：{driver} 不提供利用率",
   "gpu.unknown.first-sample": "利用率：下次轮询",
   "gpu.unknown.no-engine-counters": "利用率：此内核不提供",
   "gpu.unknown.rocm-compute": "利用率：ROCm 计算不提供",
@@ -1110,6 +1113,7 @@ var zh_default = {
   "hint.throttled.thermal": "GPU 温度过高。检查风扇、机箱风道和室温；`nvidia-smi -q -d PERFORMANCE,TEMPERATURE -i {gpu}` 会显示降频原因和温度上限。在共享或云服务器上，请联系管理员。",
   "hint.throttled.power-brake": "外部电源制动压低了 GPU 时钟：电源或主板发出供电不足信号。这是硬件或机房问题，请联系机器管理员（`nvidia-smi -q -d PERFORMANCE -i {gpu}`）。",
   "hint.throttled.slowdown": "硬件正在给 GPU 降频（温度过高或功耗过大）。查看 `nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER -i {gpu}`，检查散热和电源；若持续出现，请联系机器管理员。",
+  "hint.throttled.driver": "GPU 驱动报告其时钟被压低（温度过高，或功耗超出板卡或平台允许的上限）。`grep . /sys/bus/pci/devices/{pci}/tile0/gt0/freq0/throttle/*`（xe）或 `/sys/bus/pci/devices/{pci}/drm/card*/gt/gt0/throttle_reason_*`（i915）会显示原因，`sensors` 显示温度；检查散热和电源，若持续出现，请联系机器管理员。",
   "clock-reason.gpu_idle": "空闲",
   "clock-reason.applications_clocks_setting": "应用时钟设置",
   "clock-reason.sw_power_cap": "功耗上限",
@@ -2232,6 +2236,7 @@ function smText(proc, lang) {
 }
 function utilText(gpu, lang) {
   if (gpu && !isNum4(gpu.util_pct) && gpu.mig_mode === true) return t(lang, "eff.migNa");
+  if (gpu && !isNum4(gpu.util_pct) && gpu.vendor === "intel") return t(lang, "gpu.util.none", { driver: gpu.driver || "i915" });
   return fmtPct(gpu ? gpu.util_pct : null);
 }
 function migRows(doc, gpu, lang) {
@@ -2410,7 +2415,7 @@ function gpuCard(doc, gpu, lang) {
     nameTitle: [g.name, g.uuid, g.pci_bus_id].filter(Boolean).join("\n"),
     modelHere,
     tag: nvidia ? gpuTag(doc, g, modelHere, lang) : null,
-    // AMD and Intel: what is read of them (per process: DRM and KFD; the device's own figures not yet)
+    // AMD and Intel: where their figures come from (the device's: sysfs; per process: DRM and KFD)
     framework: nvidia ? gpuFrameworkText(doc, g, lang) : t(lang, "gpu.vendorNote", { driver: g.driver || NA, pci: g.pci_bus_id || NA }),
     utilLevel: utilLevel(g.util_pct),
     meters: gpuMeters(g, lang),

@@ -3,6 +3,7 @@
 // AMD card, each process's utilisation or why it cannot be told, and no second "not usable" card.
 import assert from 'node:assert/strict'
 import { test } from 'node:test'
+import { efficiency } from '../../sidecar/static/shared/efficiency.js'
 import { gpuCards } from '../../sidecar/static/shared/view_model.js'
 
 const AMD_PCI = '0000:08:00.0'
@@ -41,4 +42,45 @@ test('an NVIDIA card stays as it was', () => {
   const [card] = gpuCards(nv, 'en').cards
   assert.equal(card.title, 'GPU 0')
   assert.equal(card.vendor, 'NVIDIA')
+})
+
+// The device's own figures (sysfs, poll/vendor_figures.py) and a ROCm job's model mapped to its card
+// (the probe's PCI address: framework_index and model_gpu_index, as on NVIDIA).
+const MI_PCI = '0000:c1:00.0'
+const XE_PCI = '0000:04:00.0'
+const figures = {
+  runtime: { hip_build: '6.2.41133' },
+  nvml: { ok: false, error: 'NVML Shared Library Not Found' },
+  model_device: 'cuda:0',
+  model_gpu_index: 0,
+  gpus: [
+    { index: 0, vendor: 'amd', driver: 'amdgpu', name: 'AMD GPU', pci_bus_id: MI_PCI, util_pct: 87, mem_used_mib: 81920, mem_total_mib: 196608, framework_index: 0, mig_devices: [], sm_clock_mhz: 1311, sm_clock_max_mhz: 2100, power_w: 412, power_limit_w: 750, temperature_c: 61, clock_event_reasons: null },
+    { index: 1, vendor: 'intel', driver: 'xe', name: 'Intel GPU', pci_bus_id: XE_PCI, util_pct: null, mem_used_mib: null, mem_total_mib: 12288, framework_index: null, mig_devices: [], clock_event_reasons: ['sw_thermal_slowdown'] },
+  ],
+  system_gpus: [],
+  processes: [
+    { pid: 7, role: 'main', models: [{ name: 'Net', device: 'cuda:0' }], gpu: [{ index: 0, vendor: 'amd', pci_bus_id: MI_PCI, mem_used_mib: 4096, sm_util_pct: null, unknown_reason: 'rocm-compute', mig_index: null }] },
+  ],
+}
+
+test("an AMD card shows its device's busy % and memory, and the ROCm model is on it", () => {
+  const [mi, xe] = gpuCards(figures, 'en').cards
+  const meter = (card, key) => card.meters.find((m) => m.key === key)
+  assert.equal(meter(mi, 'util').pct, 87)
+  assert.equal(meter(mi, 'util').value, '87 %')
+  assert.ok(meter(mi, 'mem').pct > 41 && meter(mi, 'mem').pct < 42) // 80 of 192 GiB
+  assert.equal(mi.modelHere, true)
+  assert.match(mi.framework, /sysfs/)
+  // Intel: no busy figure from its driver, said so (never 0 %, never a bare n/a)
+  assert.equal(meter(xe, 'util').pct, null)
+  assert.equal(meter(xe, 'util').value, 'none: xe reports no utilisation')
+  assert.equal(xe.modelHere, false)
+})
+
+test("the efficiency strip shows the AMD model GPU's clocks, power and temperature", () => {
+  const eff = efficiency(figures, 'en')
+  const items = Object.fromEntries(eff.gpu.items.map((i) => [i.key, i.value]))
+  assert.match(items.clock, /1311/)
+  assert.match(items.power, /412/)
+  assert.match(items.temp, /61/)
 })

@@ -332,7 +332,7 @@ STATUS_DOCUMENT = Obj(
         "warnings": F(ListOf(WARNING), "most severe first"),
         "model_device": F(STR, "device of the first registered model", null=True),
         "input_device": F(STR, "device of its inputs", null=True),
-        "model_gpu_index": F(INT, "NVML index of the GPU that model is on (see `gpus`)", null=True),
+        "model_gpu_index": F(INT, "`index` in `gpus` of the GPU that model is on", null=True),
         "memory_growth": F(MEMORY_GROWTH, "present while GPU memory keeps growing", null=True),
         "distributed": F(
             DISTRIBUTED, "the distributed run the job is part of, null when it is none", null=True

@@ -468,6 +468,7 @@ class FactCollector:
         self.rules = rules
         self.pid_visible = pid_visible  # sources.proctree.pid_visible (a /proc lookup)
         self.root_info = root_info  # sources.lineage.root_info (a few /proc reads, once per job)
+        self.kfd_present: bool | None = None  # Facts.kfd_present, as the poller last read it
         self.target = TargetInfo(target_pid)
         self.proc_info: dict[int, ProcInfo] = {}  # pid -> proctree.ProcInfo of the facts' processes
         self.other_processes: dict[int, int] = {}  # GPU index -> processes outside the tree
@@ -540,6 +541,7 @@ class FactCollector:
             cuda_driver=getattr(nvml, "cuda_driver", None),
             gpus=all_gpus,
             system_gpus=system_gpu_facts(system_gpus, nv.gpus),
+            kfd_present=self.kfd_present,
             pid_namespace_suspect=self._pid_namespace_suspect(nvml, nv, tree_pids, procs),
             stopped=() if same_tree and not self._stopped_since else self._stopped(now, tree),
             target_age_s=None if self.target.create_time is None else now - self.target.create_time,

@@ -37,6 +37,7 @@ from sidecar.poll.poller import (
     poll_nvml,
     read_system_gpus,
 )
+from sidecar.poll.vendor_figures import DeviceFigures
 from sidecar.poll.vendor_gpus import VendorGpuSampler
 from sidecar.sources.host import HOST, HostPaths
 from sidecar.sources.kubelet.lookup import ProcessPods
@@ -238,7 +239,8 @@ class JobsPoller:
         self._system_gpus_cache: list[SystemGpu] = []
         self._gpu_facts: tuple[GpuFacts, ...] = ()
         # The AMD and Intel GPUs after NVML's (each job's poller reads its processes' use of them)
-        self._vendor = VendorGpuSampler(host=host)
+        self._vendor_devices = DeviceFigures(host=host)  # each card read once a poll, for every job
+        self._vendor = VendorGpuSampler(host=host, devices=self._vendor_devices)
         self._vendor_first_index = 0
         self._all_gpus: tuple[GpuFacts, ...] = ()  # NVML's and those: the machine's GPUs this poll
         self._jobs: dict[str, _Job] = {}
@@ -310,6 +312,7 @@ class JobsPoller:
             pods=self._pods,
             host=self.host,
             recorder=None if self.recording is None else self.recording.recorder(self.rules, self.interval_s),
+            vendor_gpus=VendorGpuSampler(host=self.host, devices=self._vendor_devices),
         )
 
     def _shared_gpu_facts(self) -> tuple[GpuFacts, ...]:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypedDict, Union
 from sidecar.documents import document
 from sidecar.documents.contract import ContractError
 from sidecar.poll.collect import FactCollector, TargetInfo
+from sidecar.poll.gpu_access import RocmAccess
 from sidecar.poll.history import History, HistoryBudget, Sample
 from sidecar.poll.placement import Placement
 from sidecar.poll.samples import SampleMemo, history_sample, recorded_sample
@@ -111,6 +112,7 @@ class Poller(document.OneJob):
             host=host
         )  # the AMD and Intel GPUs and the tree's use of them
         self._vendor_first_index = 0  # their first GPU number: after NVML's, never lower than before
+        self._rocm = RocmAccess(host)  # KFD, and the device nodes of a ROCm build that found no GPU
         self._collector = FactCollector(
             target_pid, self.rules, partial(pid_visible, host=host), partial(root_info, host=host)
         )
@@ -153,10 +155,7 @@ class Poller(document.OneJob):
             self.target_gone_at = now
             if self.on_end is not None:
                 self.on_end()
-        gpus, vendor = self._gpu_inputs(tree, nvml)
-        departed = getattr(self.segment_source, "departed", None)
-        facts = self._collector.facts(now, tree, reads, nvml, self._system_gpus, gpus, departed, vendor)
-        facts.keep_derived(self._last_facts)  # of the very same processes and GPUs: not made again
+        facts = self._facts(now, tree, reads, nvml)
         if self.recorder is not None and self.recorder.identity is None:
             self._begin_recording(now, facts)
         sample = history_sample(now, facts, self._collector.proc_info, self._sample_memo)
@@ -201,6 +200,15 @@ class Poller(document.OneJob):
             self.poll_durations_s.append(time.perf_counter() - started)
             del self.poll_durations_s[:-1000]
         return summary if isinstance(doc, _Deferred) else doc
+
+    def _facts(self, now: float, tree: TreeSnapshot, reads: dict[int, ProbeRead], nvml: NvmlView) -> Facts:
+        gpus, vendor = self._gpu_inputs(tree, nvml)
+        departed = getattr(self.segment_source, "departed", None)
+        self._collector.kfd_present = self._rocm.kfd_present()
+        facts = self._collector.facts(now, tree, reads, nvml, self._system_gpus, gpus, departed, vendor)
+        facts = self._rocm.with_access(facts)  # a ROCm build without a GPU: may it open the nodes?
+        facts.keep_derived(self._last_facts)  # of the very same processes and GPUs: not made again
+        return facts
 
     def _gpu_inputs(
         self, tree: TreeSnapshot, nvml: NvmlView

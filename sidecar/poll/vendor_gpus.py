@@ -3,9 +3,8 @@ the job's processes use of them, from the kernel's DRM client stats (sources/drm
 (sources/kfd.py), as the same facts NVML's devices and rows make (GpuFacts, ProcGpu).
 
 - A GPU: every AMD or Intel device the OS lists, numbered after NVML's (``index``: the documents'
-  GPU number; NVML's own numbers never move), with its PCI address, driver and name. Its device
-  figures (busy %, memory, power, temperature, clocks) are None here: a device-level reader fills
-  them in ``_device_figures``, the one place for it; None is "not read", never 0.
+  GPU number; NVML's own numbers never move), with its PCI address, driver and name, and its device
+  figures (busy %, memory, power, temperature, clocks) from sysfs: poll/vendor_figures.py.
 - A process's row on one GPU (keyed by PCI address): memory from DRM (VRAM; GTT when it has no
   VRAM: an APU's working set) or KFD's VRAM (the larger: ROCm's buffers may show in both), and its
   busiest DRM engine's utilisation between two polls. What cannot be told is None with a reason
@@ -20,14 +19,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from sidecar.poll.vendor_figures import DeviceFigures, vendor_gpu_facts
 from sidecar.sources.drm import DrmClientUse, DrmFdIndex, DrmSampler
 from sidecar.sources.host import HOST, HostPaths
 from sidecar.sources.kfd import KfdNode, KfdProcess, read_kfd_processes, read_kfd_topology
 from sidecar.sources.sysfs import SystemGpu
-from sidecar.verdict.facts import VENDOR_AMD, VENDOR_INTEL, GpuFacts, ProcGpu
+from sidecar.verdict.facts import VENDOR_AMD, GpuFacts, ProcGpu
 
-# sysfs.SystemGpu.vendor -> GpuFacts.vendor, for the vendors read here (NVIDIA's is NVML's)
-_VENDOR_OF = {"AMD": VENDOR_AMD, "Intel": VENDOR_INTEL}
+__all__ = ["VendorGpuSampler", "VendorJoin", "VendorReading", "vendor_gpu_facts"]
+
 KFD_TOPOLOGY_EVERY_POLLS = 20  # as the OS's GPU list (poller.SYSFS_EVERY_POLLS)
 
 
@@ -37,24 +37,6 @@ class VendorReading:
 
     gpus: tuple[GpuFacts, ...] = ()
     by_pid: dict[int, list[ProcGpu]] = field(default_factory=dict)
-
-
-def _device_figures(gpu: GpuFacts) -> GpuFacts:
-    """Where a device-level reader (sysfs busy %, VRAM used/total, hwmon) will fill the figures in:
-    none yet, so each stays None."""
-    return gpu
-
-
-def vendor_gpu_facts(system_gpus: Sequence[SystemGpu], first_index: int) -> tuple[GpuFacts, ...]:
-    """The AMD and Intel GPUs of ``system_gpus``, numbered from ``first_index`` in card order."""
-    out: list[GpuFacts] = []
-    for s in system_gpus:
-        vendor = _VENDOR_OF.get(s.vendor)
-        if vendor is None:
-            continue
-        gpu = GpuFacts(first_index + len(out), name=s.name, pci_bus_id=s.pci, vendor=vendor, driver=s.driver)
-        out.append(_device_figures(gpu))
-    return tuple(out)
 
 
 @dataclass
@@ -103,23 +85,21 @@ class VendorGpuSampler:
     pids' DRM fds (DrmFdIndex). Bounded as the readers are (1,024 pids a poll). Not thread-safe: one
     poll at a time."""
 
-    def __init__(self, *, host: HostPaths = HOST, drm: DrmSampler | None = None) -> None:
+    def __init__(
+        self, *, host: HostPaths = HOST, drm: DrmSampler | None = None, devices: DeviceFigures | None = None
+    ) -> None:
+        """``devices``: the cards' figures, shared by discovery's jobs (one read a poll); its own
+        under ``host`` unless given."""
         self._host = host
         self.drm = drm or DrmSampler(host=host, index=DrmFdIndex())
+        self.devices = devices or DeviceFigures(host=host)
         self._topology: tuple[KfdNode, ...] = ()
         self._polls = 0
-        self._gpus: tuple[tuple[object, ...], tuple[GpuFacts, ...]] = ((), ())
 
     def gpus(self, system_gpus: Sequence[SystemGpu], first_index: int) -> tuple[GpuFacts, ...]:
-        """vendor_gpu_facts, the same tuple while the list and numbering are the same (the facts'
-        caches compare GPUs by identity)."""
-        key = (first_index, *system_gpus)
-        last_key, last = self._gpus
-        if len(key) == len(last_key) and all(a is b or a == b for a, b in zip(key, last_key, strict=True)):
-            return last
-        made = vendor_gpu_facts(system_gpus, first_index)
-        self._gpus = (key, made)
-        return made
+        """The AMD and Intel GPUs of ``system_gpus`` numbered from ``first_index``, with their device
+        figures (DeviceFigures.gpus: the same tuple while nothing changed)."""
+        return self.devices.gpus(system_gpus, first_index)
 
     def poll(self, pids: Iterable[int], gpus: tuple[GpuFacts, ...]) -> VendorReading:
         """The rows of ``pids`` on ``gpus`` (this poll's vendor_gpu_facts); nothing read when empty."""

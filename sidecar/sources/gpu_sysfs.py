@@ -19,6 +19,11 @@ without a vendor SDK can read (``sidecar/sources/sysfs.py`` lists the cards, thi
   size, reserved pages included); hwmon ``energy1_input`` (card) or ``energy2_input`` (package),
   ``power1_max``, ``temp2_input`` (package) and ``temp3_input`` (VRAM).
 
+A card the kernel has runtime-suspended (``device/power/runtime_status`` reads ``suspended``: powered
+down, nothing runs on it) is not read: amdgpu's pm files and xe's frequency files take a runtime-PM
+reference, which wakes it (kernels before amdgpu's ``amdgpu_pm_get_access_if_active``), and a monitor
+must not keep a laptop's GPU awake. Its figures say ``runtime_suspended`` and nothing else.
+
 Every figure is optional: a file that is absent, unreadable, over ``MAX_FILE_BYTES``, malformed or
 out of its physical range is None, never 0. A power figure from an energy counter needs two
 readings: ``GpuFiguresSampler`` keeps the previous one per device. Nothing here raises; reads stay
@@ -105,6 +110,7 @@ class GpuSysfsFigures:
     link_width: int | None = None  # current_link_width, lanes
     link_max_speed_gts: float | None = None
     link_max_width: int | None = None
+    runtime_suspended: bool = False  # powered down by runtime PM: idle, its other figures not read
 
     def _temperature(self, sensors: tuple[str, ...]) -> float | None:
         by_sensor = {t.sensor: t.temperature_c for t in self.temperatures}
@@ -451,6 +457,12 @@ def _link_width(path: str) -> int | None:
     return width if width is not None and 1 <= width <= 64 else None
 
 
+def _runtime_suspended(device: str) -> bool:
+    """Runtime PM has powered the device down (reading power/runtime_status wakes nothing)."""
+    text = _read_text(os.path.join(device, "power", "runtime_status"))
+    return text is not None and text.strip() == "suspended"
+
+
 def read_gpu_figures(gpu: SystemGpu, *, host: HostPaths = HOST) -> GpuSysfsFigures | None:
     """What ``gpu``'s driver prints about it now; None when its card folder is gone or resolves
     outside the sysfs root. Energy counters are returned as read (``energy_uj``): power from them
@@ -460,6 +472,8 @@ def read_gpu_figures(gpu: SystemGpu, *, host: HostPaths = HOST) -> GpuSysfsFigur
     device = _real_dir_under(host.sys_path("class", "drm", gpu.card, "device"), root)
     if card_dir is None or device is None:
         return None
+    if _runtime_suspended(device):
+        return GpuSysfsFigures(gpu.card, gpu.pci, gpu.vendor, gpu.driver, runtime_suspended=True)
     fields: dict[str, object] = {}
     if gpu.driver == "amdgpu":
         fields.update(_amdgpu_figures(device))

@@ -3,7 +3,7 @@
 Each rule reads the driver's clocks, PCIe link and GPM activity of the GPUs the job uses, and the
 probe's step breakdown, precision settings and sync counts, and yields a `Finding` whose message and
 hint are catalogue references (`warning.CODE`, `hint.CODE[.VARIANT]`), like every rule in rules.py.
-Thresholds live in `Rules` (facts.py), nowhere else.
+Thresholds live in `Rules` (thresholds.py), nowhere else.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from sidecar.common.catalogue import Ref, ref
 from sidecar.common.nvml_names import GPM_FIRST_SAMPLE
 from sidecar.verdict.facts import (
     ACCELERATOR_TYPES,
+    VENDOR_NVIDIA,
     Facts,
     Finding,
     GpuFacts,
@@ -79,13 +80,11 @@ def rule_throttled(f: Facts) -> Iterable[Finding]:
             power="?" if g.power_w is None else f"{g.power_w:.0f} W",
             limit="?" if g.power_limit_w is None else f"{g.power_limit_w:.0f} W",
         )
-        yield Finding(
-            "throttled",
-            "warning",
-            message,
-            ref(_THROTTLE_HINT[reason], gpu=g.index),
-            tuple(_pids_on(f, g.index)),
-        )
+        # NVML's hints name nvidia-smi; an Intel GPU's reasons (named as NVML's) are its driver's files.
+        hint = ref(_THROTTLE_HINT[reason], gpu=g.index)
+        if g.vendor != VENDOR_NVIDIA:
+            hint = ref("hint.throttled.driver", gpu=g.index, pci=g.pci_bus_id or "?")
+        yield Finding("throttled", "warning", message, hint, tuple(_pids_on(f, g.index)))
         return  # one GPU named; the page shows every GPU's reasons as badges
 
 
@@ -104,7 +103,12 @@ def _moves_data(f: Facts, g: GpuFacts) -> bool:
 
 def rule_pcie_degraded(f: Facts) -> Iterable[Finding]:
     for g in f.job_gpus:
-        gen, gen_max, width, width_max = g.pcie_link_gen, g.pcie_link_gen_max, g.pcie_link_width, g.pcie_link_width_max
+        gen, gen_max, width, width_max = (
+            g.pcie_link_gen,
+            g.pcie_link_gen_max,
+            g.pcie_link_width,
+            g.pcie_link_width_max,
+        )
         if gen is None or gen_max is None or width is None or width_max is None:
             continue
         if gen >= gen_max and width >= width_max:

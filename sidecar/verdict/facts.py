@@ -13,6 +13,7 @@ from probe_wire.records import RuntimeRecord
 from probe_wire.schema import DEVICE_MIXED, DEVICE_NO_PARAMETERS
 from sidecar.common.catalogue import Ref
 from sidecar.common.memo import for_the_same_objects
+from sidecar.verdict.thresholds import Rules
 
 # What `from sidecar.verdict import ...` gives (sidecar/verdict/__init__.py).
 __all__ = [
@@ -35,7 +36,9 @@ __all__ += [
     "device_type",
     "ascii_index",
     "device_index",
+    "pci_slot",
     "map_cuda_index",
+    "map_rocm_index",
     "model_gpu_index",
     "model_nvml_index",
 ]
@@ -60,78 +63,6 @@ UTIL_UNKNOWN = {
 # ---------------------------------------------------------------------------------------------
 # Facts
 # ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Rules:
-    idle_util_pct: float = 5.0
-    # A held idle-gpu goes once its GPU is this busy: a bit above idle_util_pct, so that a GPU whose
-    # stray kernels reach about 5 % now and then does not flap (hysteresis.settle).
-    idle_util_released_pct: float = 8.0
-    idle_window_s: float = 10.0
-    data_wait_starved: float = 0.5  # data wait over step time: data-starved, and idle-gpu's hint
-    # A held data-starved (hysteresis.settle) goes as soon as the wait falls under this.
-    data_wait_released: float = 0.4
-    growth_window_s: float = 120.0
-    growth_min_span_s: float = 60.0
-    growth_min_mib: float = 256.0
-    growth_min_fraction: float = 0.10
-    # A held memory-growth goes when the window's growth falls under these, a bit under the two
-    # above, so that a window that grew about 256 MiB does not flap as it slides (hysteresis.settle).
-    growth_released_mib: float = 192.0
-    growth_released_fraction: float = 0.075
-    growth_monotonic_fraction: float = 0.8
-    hysteresis_off_polls: int = 3
-    # A job younger than this without a probe may be importing still (torch alone takes seconds):
-    # no-probe says "waiting for the probe" (info), not "add two lines", until then.
-    probe_grace_s: float = 15.0
-    # Efficiency
-    pcie_busy_bytes_per_s: float = 64.0 * 1048576  # GPM's PCIe rates above this: the job moves data
-    hollow_util_pct: float = 80.0  # NVML says busy ...
-    hollow_sm_activity: float = 0.25  # ... while GPM says few SMs work
-    hollow_sm_occupancy: float = 0.10  # ... or few warps are resident
-    # ... and the job's own processes make at least this share of NVML's utilisation (per-process
-    # samples): on a shared GPU, another user's small kernels are not the job's to fix.
-    hollow_own_share: float = 0.5
-    # A held hollow-utilisation goes when NVML's utilisation falls under, or GPM's SM activity or
-    # occupancy rises to, these: a bit past each threshold above, so that a GPU whose figures hover
-    # about one of them does not flap (hysteresis.settle).
-    hollow_util_released_pct: float = 75.0
-    hollow_sm_activity_released: float = 0.30
-    hollow_sm_occupancy_released: float = 0.12
-    tensor_idle_fraction: float = 0.02  # tensor activity "about 0"
-    tensor_core_min_cc: float = 7.0  # Volta: the first GPUs with tensor cores
-    host_syncs_per_step: float = 8.0  # more synchronisations per step than a logging loop needs
-    host_syncs_released: float = 6.0  # a held host-syncs goes under this (hysteresis.settle)
-    # A window with fewer steps (the breakdown's) or whole batches (the loader's) says nothing yet.
-    data_starved_min_steps: int = 5
-    # data-starved's hint: fewer DataLoader workers than this are worth raising; more, and the
-    # per-batch work is what to look at. prefetch_factor at or under torch's default (2) is worth raising.
-    loader_workers_enough: int = 4
-    loader_prefetch_default: int = 2
-    # straggler-rank: every rank's window holds this many steps, the others wait this share of each
-    # step more than the straggler, at consecutive polls this far apart (sidecar/verdict/stragglers.py)
-    straggler_min_steps: int = 30
-    straggler_wait_fraction: float = 0.10
-    # A held straggler-rank goes when the others wait less than this for it: a bit under the share
-    # above, so that a straggler that costs the others about 10 % of each step does not flap.
-    straggler_wait_released: float = 0.07
-    straggler_confirm_s: float = 2.0
-    # Comparing two runs (compare.py; its docstring says why these values). A figure's noise band is
-    # this many standard errors of the difference of the two runs' means ...
-    compare_noise_k: float = 3.0
-    # ... and never under this share of the larger of the two values.
-    compare_noise_floor: float = 0.02
-    # Steady minutes (after the warm-up) each run needs before a figure is judged at all.
-    compare_min_minutes: int = 3
-    # A part of the step that explains less of the step time's difference is not named as a cause.
-    compare_min_cause_share: float = 0.10
-    # The slower run's mean SM clock this much under the faster's: clocks (or throttled) named.
-    compare_clock_drop: float = 0.05
-    # The slower run makes this many more host syncs per step: host-syncs named.
-    compare_syncs_more_per_step: float = 2.0
-    # This many more processes (on average) on the slower run's GPUs beside its own: gpu-shared named.
-    compare_gpu_processes_more: float = 0.5
-
-
 # Facts built per process on every poll are plain slotted dataclasses, not frozen ones: a frozen
 # dataclass sets each field through object.__setattr__ (4 us for ProcessFacts, 64 of them a poll).
 # Nothing mutates facts all the same: the verdict is a pure function of them.
@@ -460,7 +391,7 @@ class Facts:
     # reads `recent` (with_recent keeps them).
     @cached_property
     def model_gpu_indices(self) -> dict[int, int | None]:
-        """NVML index of each model's device, by the id() of its ModelFacts (alive as long as these
+        """GPU index of each model's device, by the id() of its ModelFacts (alive as long as these
         facts are): see model_gpu_index."""
         gpus = self.gpus
         return {id(m): model_nvml_index(p, m, gpus) for p, m in self.model_pairs}
@@ -518,7 +449,7 @@ class Verdict:
     warnings: tuple[Finding, ...]
     model_device: str | None
     input_device: str | None
-    model_gpu_index: int | None  # NVML index of the GPU the (first) model is on
+    model_gpu_index: int | None  # GpuFacts.index of the GPU the (first) model is on
 
 
 # ---------------------------------------------------------------------------------------------
@@ -572,11 +503,51 @@ def _indices_by_uuid(gpus: tuple[GpuFacts, ...]) -> dict[str | None, int]:
 _NO_RUNTIME = RuntimeRecord()  # a process its probe told nothing of: no devices, no CUDA_VISIBLE_DEVICES
 
 
+def pci_slot(address: str | None) -> tuple[int, int, int] | None:
+    """(domain, bus, device) of a PCI address "dddd:bb:dd.f" (NVML's 8-digit domain too, any case);
+    the function is left out: the probe's addresses (torch's pci_domain_id/bus_id/device_id) have none,
+    and a GPU is function 0 of its slot. None when it is not one."""
+    parts = (address or "").strip().split(":")
+    if len(parts) != 3:
+        return None
+    try:
+        return int(parts[0], 16), int(parts[1], 16), int(parts[2].partition(".")[0], 16)
+    except ValueError:
+        return None
+
+
+@for_the_same_objects  # a poll's devices, asked for each model by several rules
+def _amd_by_slot(gpus: tuple[GpuFacts, ...]) -> dict[tuple[int, int, int], int]:
+    """GPU index of each AMD GPU's PCI slot (the first of a repeated one)."""
+    out: dict[tuple[int, int, int], int] = {}
+    for g in gpus:
+        if g.vendor == VENDOR_AMD and (slot := pci_slot(g.pci_bus_id)) is not None:
+            out.setdefault(slot, g.index)
+    return out
+
+
+def map_rocm_index(runtime: RuntimeRecord, cuda_index: int, gpus: tuple[GpuFacts, ...]) -> int | None:
+    """GPU index of a ROCm build's `cuda:N`: the AMD GPU in the PCI slot the probe gives for that
+    device (HIP_VISIBLE_DEVICES and ROCR_VISIBLE_DEVICES renumber, and HIP's order is not the
+    kernel's: only the address says which GPU it is); without one, the machine's only AMD GPU for
+    `cuda:0`; else None. Never an NVIDIA GPU: a ROCm build runs on AMD's alone."""
+    by_slot = _amd_by_slot(gpus)
+    for dev in runtime.devices:
+        if dev.index == cuda_index and (slot := pci_slot(dev.pci_bus_id)) is not None:
+            return by_slot.get(slot)
+    if cuda_index == 0 and len(by_slot) == 1:
+        return next(iter(by_slot.values()))
+    return None
+
+
 def map_cuda_index(proc: ProcessFacts, cuda_index: int, gpus: tuple[GpuFacts, ...]) -> int | None:
-    """NVML index of a process's `cuda:N`: by UUID from the probe, else through
-    CUDA_VISIBLE_DEVICES, else N itself when NVML has such a device. `cuda:N` is not NVML index N
-    in general: CUDA_VISIBLE_DEVICES renumbers, and CUDA's default order is not PCI order."""
+    """GPU index of a process's `cuda:N`: for a ROCm build, map_rocm_index; else (NVIDIA's) by UUID
+    from the probe, else through CUDA_VISIBLE_DEVICES, else N itself when NVML has such a device.
+    `cuda:N` is not NVML index N in general: CUDA_VISIBLE_DEVICES renumbers, and CUDA's default
+    order is not PCI order."""
     runtime = proc.runtime or _NO_RUNTIME
+    if runtime.hip_build is not None:
+        return map_rocm_index(runtime, cuda_index, gpus)
     for dev in runtime.devices:
         if dev.index == cuda_index and dev.uuid:
             index = _indices_by_uuid(gpus).get(_norm_uuid(dev.uuid))

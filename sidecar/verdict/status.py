@@ -43,7 +43,7 @@ class StatusMessage:
     message: Ref
     model_device: str | None
     input_device: str | None
-    model_gpu_index: int | None  # NVML index of the GPU the (first) model is on
+    model_gpu_index: int | None  # GpuFacts.index of the GPU the (first) model is on
 
 
 # The GPU message, by whether the GPU's name and its utilisation are known.

@@ -37,7 +37,7 @@ DOC_FAMILIES = {
     "dsh_job_gpu_held",
     "dsh_job_gpu_busy",
 }
-IDLE_UTIL_PCT = 5.0  # the verdict's default idle threshold (sidecar/verdict/facts.py Rules), written out
+IDLE_UTIL_PCT = 5.0  # the verdict's default idle threshold (sidecar/verdict/thresholds.py Rules), written out
 # Written out here, apart from sidecar/serve/metrics.py: metric -> (Gpu field, scale).
 GPU_GAUGES = {
     "dsh_gpu_sm_clock_hz": ("sm_clock_mhz", 1e6),

@@ -6,11 +6,16 @@ polls (utilisation is a rate)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
+import msgpack
 import pytest
 
+from probe_wire.schema import empty_payload
+from probe_wire.writer import SegmentWriter
 from sidecar.poll.poller import Poller
 from sidecar.poll.vendor_gpus import VendorGpuSampler
 from sidecar.sources.drm import DrmFdIndex, DrmSampler
@@ -38,6 +43,13 @@ def test_the_cli_shows_the_amd_gpus_and_the_processs_vram(tmp_path, sleeper):
     proc.drm_fd(5, amdgpu_fdinfo(217, vram_kib=4096, gfx_ns=107322799))
     proc.drm_fd(6, amdgpu_fdinfo(217, vram_kib=4096, gfx_ns=107322799))  # a dup of it: counted once
     sysfs = amd_sysfs(tmp_path)
+    mi_device = sysfs / "devices" / "pci0000:00" / MI_PCI  # the MI card's driver prints its figures
+    for name, value in (
+        ("gpu_busy_percent", 87),
+        ("mem_info_vram_used", 80 << 30),
+        ("mem_info_vram_total", 192 << 30),
+    ):
+        (mi_device / name).write_text(f"{value}\n")
     out = cli(
         "--pid",
         str(sleeper.pid),
@@ -54,7 +66,10 @@ def test_the_cli_shows_the_amd_gpus_and_the_processs_vram(tmp_path, sleeper):
     assert set(amd) == {RADEON_PCI, MI_PCI}
     radeon = amd[RADEON_PCI]
     assert radeon["driver"] == "amdgpu" and radeon["name"] == "AMD GPU"
-    # Device figures are not read yet: null (never 0), and so is the count of others' processes.
+    # The Radeon's driver prints no figures here: null (never 0), and so is the count of others'
+    # processes; the MI card's are its own.
+    mi = amd[MI_PCI]
+    assert (mi["util_pct"], mi["mem_used_mib"], mi["mem_total_mib"]) == (87.0, 80 * 1024, 192 * 1024)
     assert (
         radeon["util_pct"] is None
         and radeon["mem_used_mib"] is None
@@ -103,3 +118,68 @@ def test_two_polls_give_drm_utilisation_and_kfd_gives_rocm_memory(tmp_path, slee
     # The job's GPU use is in its history: memory summed, utilisation the known part.
     assert facts.recent[-1].tree_gpu_mem_mib == 514.0 and facts.recent[-1].tree_sm_util == 50.0
     assert sampler.drm.index is not None and sampler.drm.index.scans == 1  # the second poll reused the fds
+
+
+# ---------------------------------------------------------------------------------------------
+# A ROCm build of torch that found no GPU, in a real poll: why (issue 41 item 6)
+# ---------------------------------------------------------------------------------------------
+def _publish_rocm_without_gpu(writer: SegmentWriter, pid: int) -> None:
+    runtime = {
+        **empty_payload()["runtime"],
+        "torch": "2.6.0+rocm6.2.4",
+        "hip_build": "6.2.41133-dd7f95766",
+        "cuda_available": False,
+        "device_count": 0,
+    }
+    writer.publish_bytes(msgpack.packb({**empty_payload(pid, writer.start_ticks), "runtime": runtime}))
+
+
+def _cuda_unavailable(doc) -> str:
+    (w,) = [w for w in doc["warnings"] if w["code"] == "cuda-unavailable"]
+    return w["message"]
+
+
+def _run_as(own: Path, uid: int) -> None:
+    """The process's status with effective, saved and filesystem ids ``uid`` and no supplementary
+    groups (a setuid program's); its real uid, which owns its segment, kept."""
+    real = (own / "status").read_text()
+    (own / "status").unlink()
+    lines = []
+    for line in real.splitlines():
+        key = line.partition(":")[0]
+        if key in ("Uid", "Gid"):
+            line = f"{key}:\t{line.split()[1]}\t{uid}\t{uid}\t{uid}"
+        elif key == "Groups":
+            line = "Groups:\t"
+        lines.append(line)
+    (own / "status").write_text("\n".join(lines) + "\n")
+
+
+def test_a_rocm_build_without_a_gpu_is_told_why_in_a_real_poll(tmp_path, live_pid):
+    """The poller reads KFD's presence and the process's device nodes as it sees them (its own
+    /proc/<pid>/root): no KFD; then KFD but no /dev/kfd in its /dev (a container without
+    --device /dev/kfd); then /dev/kfd it may not open."""
+    proc = MirroredProc(tmp_path, live_pid)
+    sysfs = amd_sysfs(tmp_path)  # two AMD cards, no /sys/class/kfd
+    host = HostPaths(procfs=str(proc.root), sysfs=str(sysfs))
+    writer = SegmentWriter(pid=live_pid)
+    try:
+        _publish_rocm_without_gpu(writer, live_pid)
+        doc = Poller(live_pid, nvml_source=object(), host=host).poll_once()
+        assert "the kernel has no KFD device" in _cuda_unavailable(doc)
+
+        (sysfs / "class" / "kfd" / "kfd").mkdir(parents=True)
+        root = proc.root / str(live_pid) / "root"
+        root.unlink()  # its own root: a fixture /dev
+        (root / "dev" / "dri").mkdir(parents=True)
+        (root / "dev" / "dri" / "renderD128").write_text("")
+        poller = Poller(live_pid, nvml_source=object(), host=host)
+        assert "/dev/kfd is not in the process's /dev" in _cuda_unavailable(poller.poll_once())
+
+        (root / "dev" / "kfd").write_text("")
+        os.chmod(root / "dev" / "kfd", 0o660)  # this test's user's and group's, not the process's:
+        _run_as(proc.root / str(live_pid), 54321)  # its effective ids are another user's (root passes)
+        doc = Poller(live_pid, nvml_source=object(), host=host).poll_once()
+        assert "the process cannot open /dev/kfd" in _cuda_unavailable(doc)
+    finally:
+        writer.close()

@@ -16,7 +16,7 @@ export const SCHEMA = 2
  * @property {Array<Warning>} warnings most severe first
  * @property {string|null} model_device device of the first registered model
  * @property {string|null} input_device device of its inputs
- * @property {number|null} model_gpu_index NVML index of the GPU that model is on (see `gpus`)
+ * @property {number|null} model_gpu_index `index` in `gpus` of the GPU that model is on
  * @property {MemoryGrowth|null} memory_growth present while GPU memory keeps growing
  * @property {Distributed|null} distributed the distributed run the job is part of, null when it is none
  * @property {Pod|null} pod the Kubernetes pod the job runs in, null outside one

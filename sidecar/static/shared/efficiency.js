@@ -19,7 +19,7 @@
  *     empty      true when there is nothing to show.
  *   reasonKind(name)        'problem' (hardware, thermal, power brake) | 'neutral' (the rest).
  *   smText(proc, lang)      a process's SM % over its GPUs, or "n/a on MIG" when it runs in MIG instances.
- *   utilText(gpu, lang)     a GPU's utilisation, or "n/a on MIG" when MIG mode leaves it unmeasured.
+ *   utilText(gpu, lang)     a GPU's utilisation, or why it is unmeasured (MIG mode; Intel's drivers print none).
  *   migRows(doc, gpu, lang) the MIG instances of a GPU: [{index, label, ids, mem, pids}].
  *   dataWait(proc, lang)    a process's data wait as both process tables show it, with its window:
  *                           null | {fraction, value, window, source}; `source` 'steps' (its step
@@ -263,6 +263,8 @@ export function smText(proc, lang) {
 /** A GPU's utilisation; "n/a on MIG" where MIG mode leaves it unmeasured (never a 0 %). */
 export function utilText(gpu, lang) {
   if (gpu && !isNum(gpu.util_pct) && gpu.mig_mode === true) return t(lang, 'eff.migNa');
+  // Intel's drivers print no busy figure: say so rather than a bare n/a
+  if (gpu && !isNum(gpu.util_pct) && gpu.vendor === 'intel') return t(lang, 'gpu.util.none', { driver: gpu.driver || 'i915' });
   return fmtPct(gpu ? gpu.util_pct : null);
 }
 

@@ -268,7 +268,7 @@ export function gpuCard(doc, gpu, lang) {
     nameTitle: [g.name, g.uuid, g.pci_bus_id].filter(Boolean).join('\n'),
     modelHere,
     tag: nvidia ? gpuTag(doc, g, modelHere, lang) : null,
-    // AMD and Intel: what is read of them (per process: DRM and KFD; the device's own figures not yet)
+    // AMD and Intel: where their figures come from (the device's: sysfs; per process: DRM and KFD)
     framework: nvidia ? gpuFrameworkText(doc, g, lang) : t(lang, 'gpu.vendorNote', { driver: g.driver || NA, pci: g.pci_bus_id || NA }),
     utilLevel: utilLevel(g.util_pct),
     meters: gpuMeters(g, lang),
