@@ -15,7 +15,7 @@ import pytest
 
 from hostfs.paths import HostPaths
 from sidecar.documents.bounds import one_line, printable
-from sidecar.sources.drm import DrmSampler, parse_fdinfo, read_drm_clients
+from sidecar.sources.drm import DrmFdIndex, DrmSampler, parse_fdinfo, read_drm_clients
 from sidecar.sources.drm.fdinfo import MAX_FDINFO_BYTES, MAX_NAME_CHARS
 
 FD_HEAD = "pos:\t0\nflags:\t02100002\nmnt_id:\t24\nino:\t1009\n"
@@ -212,6 +212,25 @@ def test_clients_deduplicated_across_dup_fds_and_forked_children(proc):
     clients = read_drm_clients([child, parent, 999999], host=proc.host, stat_fd=FakeStat())
     assert [(c.pid, c.fd, c.info.client_id) for c in clients] == [(parent, 5, 217), (child, 7, 218)]
     assert clients[0].vram_mib == 2068 / 1024 and clients[0].gtt_mib == 8.0 and clients[0].system_mib == 0.0
+
+
+def test_fd_index_rereads_one_fd_a_client_and_scans_again_when_it_shows_another(proc):
+    index = DrmFdIndex(clock=lambda: 0.0)  # never old enough to be scanned again for its age
+    proc.fd(60, 5, AMDGPU)
+    proc.fd(60, 9, AMDGPU)  # dup()'d
+
+    def read():
+        clients = read_drm_clients([60], host=proc.host, stat_fd=FakeStat(), index=index)
+        return [(c.fd, c.info.client_id) for c in clients]
+
+    assert read() == [(5, 217)] and index.scans == 1
+    dup = proc.root / "60" / "fdinfo" / "9"
+    dup.unlink()  # the dup's fdinfo is not read again: no scan for it
+    assert read() == [(5, 217)] and index.scans == 1
+    dup.write_text(AMDGPU)
+    # fd 5's number now on another client, as many fds as before: 217 is still held through fd 9.
+    proc.rewrite(60, 5, AMDGPU.replace("drm-client-id:\t217", "drm-client-id:\t300"))
+    assert read() == [(5, 300), (9, 217)] and index.scans == 2
 
 
 def test_gtt_only_apu_and_remapped_node(proc):

@@ -51,6 +51,18 @@ _GTT = "gtt"
 _SYSTEM_PREFIXES = ("cpu", "system", "memory")  # amdgpu "cpu", i915 "system0", xe "system"
 
 
+ClientKey = tuple[str | None, str, int] | tuple[int, int]
+
+
+def client_key(pid: int, fd: int, info: DrmFdinfo) -> ClientKey:
+    """DrmClient(pid, fd, info).key, without making the client."""
+    if info.client_id is not None:
+        return (info.pdev, "client", info.client_id)
+    if info.pasid is not None:
+        return (info.pdev, "pasid", info.pasid)
+    return (pid, fd)
+
+
 @dataclass(frozen=True, slots=True)
 class DrmClient:
     """One DRM client (one open of a GPU device), credited to ``pid``."""
@@ -60,13 +72,9 @@ class DrmClient:
     info: DrmFdinfo
 
     @property
-    def key(self) -> tuple[str | None, str, int] | tuple[int, int]:
+    def key(self) -> ClientKey:
         """What identifies the client across fds, processes and samples."""
-        if self.info.client_id is not None:
-            return (self.info.pdev, "client", self.info.client_id)
-        if self.info.pasid is not None:
-            return (self.info.pdev, "pasid", self.info.pasid)
-        return (self.pid, self.fd)
+        return client_key(self.pid, self.fd, self.info)
 
     def _region_mib(self, accept: Callable[[str], bool]) -> float | None:
         used = [r.used_mib for r in self.info.regions if accept(r.name) and r.used_mib is not None]
@@ -110,11 +118,26 @@ def _fd_numbers(fd_dir: str) -> list[int]:
 
 
 def _read_bounded(path: str) -> bytes | None:
+    """Up to MAX_FDINFO_BYTES + 1 bytes of ``path``; None when it cannot be read. os.open and
+    os.read: 4 system calls for an fdinfo, where open() adds an fstat, an ioctl and an lseek."""
     try:
-        with open(path, "rb") as f:
-            return f.read(MAX_FDINFO_BYTES + 1)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        chunks: list[bytes] = []
+        left = MAX_FDINFO_BYTES + 1
+        while left > 0:
+            chunk = os.read(fd, left)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def process_drm_fds(
@@ -127,12 +150,15 @@ def process_drm_fds(
     except OSError:
         return []
     out: list[tuple[int, DrmFdinfo]] = []
+    last: tuple[bytes | None, DrmFdinfo | None] = (None, None)  # a dup()'d fd reads the same bytes
     for fd in fds:
         is_drm = _drm_fd(host.proc_path(pid, "fd", fd), stat_fd)
         if is_drm is False:
             continue
         data = _read_bounded(host.proc_path(pid, "fdinfo", fd))
-        info = parse_fdinfo(data) if data is not None else None
+        if data is not None and data != last[0]:
+            last = (data, parse_fdinfo(data))
+        info = last[1] if data is not None else None
         # Major 226 with an fdinfo that names no driver: a kernel before 5.14, nothing to read.
         if info is not None:
             out.append((fd, info))
@@ -144,19 +170,23 @@ def process_drm_fds(
 class DrmFdIndex:
     """Which fds of each process are DRM fds, kept between polls: listing and stat()ing every fd is
     the costly part of a read (a process may hold thousands of sockets), the fdinfo of its one or two
-    DRM fds is not. A process's fds are scanned again when FD_RESCAN_S have passed, when its fd count
-    changed (the size of /proc/<pid>/fd, Linux 6.2+; before, a constant, and the age alone decides),
-    or when a kept fd no longer reads as a DRM client (closed, or the number reused). A DRM fd opened
-    in between, with as many fds as before, is found by the next scan."""
+    DRM fds is not. Only one fd per client is kept (the lowest: a dup()'d fd says the same). A
+    process's fds are scanned again when FD_RESCAN_S have passed, when its fd count changed (the
+    size of /proc/<pid>/fd, Linux 6.2+; before, a constant, and the age alone decides), or when a
+    kept fd no longer reads as the same client (closed, or the number reused). A DRM fd opened in
+    between, with as many fds as before, is found by the next scan, as is a new client on the number
+    of a dup that was closed."""
 
     def __init__(self, *, clock: Callable[[], float] = time.monotonic, rescan_s: float = FD_RESCAN_S) -> None:
         self._clock = clock
         self._rescan_s = rescan_s
-        self._kept: dict[int, tuple[float, int, tuple[int, ...]]] = {}  # pid -> (scanned, fd count, DRM fds)
+        # pid -> (scanned, fd count, (fd, client key) of each client's lowest DRM fd)
+        self._kept: dict[int, tuple[float, int, tuple[tuple[int, ClientKey], ...]]] = {}
         self.scans = 0  # full scans made (what the index saves is the rest)
 
     def drm_fds(self, pid: int, *, host: HostPaths, stat_fd: StatFd) -> list[tuple[int, DrmFdinfo]]:
-        """process_drm_fds(pid), from the kept fds when they still hold."""
+        """process_drm_fds(pid), from the kept fds when they still hold; a client's dup()'d fds
+        only from a scan."""
         try:
             count = os.stat(host.proc_path(pid, "fd")).st_size
         except OSError:
@@ -170,16 +200,21 @@ class DrmFdIndex:
                 return out
         self.scans += 1
         out = process_drm_fds(pid, host=host, stat_fd=stat_fd)
-        self._kept[pid] = (now, count, tuple(fd for fd, _ in out))
+        clients: dict[ClientKey, int] = {}
+        for fd, info in out:
+            clients.setdefault(client_key(pid, fd, info), fd)
+        self._kept[pid] = (now, count, tuple((fd, key) for key, fd in clients.items()))
         return out
 
     @staticmethod
-    def _reread(pid: int, fds: tuple[int, ...], host: HostPaths) -> list[tuple[int, DrmFdinfo]] | None:
+    def _reread(
+        pid: int, fds: tuple[tuple[int, ClientKey], ...], host: HostPaths
+    ) -> list[tuple[int, DrmFdinfo]] | None:
         out: list[tuple[int, DrmFdinfo]] = []
-        for fd in fds:
+        for fd, key in fds:
             data = _read_bounded(host.proc_path(pid, "fdinfo", fd))
             info = parse_fdinfo(data) if data is not None else None
-            if info is None:
+            if info is None or client_key(pid, fd, info) != key:
                 return None  # closed or reused: scan again
             out.append((fd, info))
         return out
@@ -210,9 +245,8 @@ def read_drm_clients(
             else process_drm_fds(pid, host=host, stat_fd=stat_fd)
         )
         for fd, info in found:
-            client = DrmClient(pid=pid, fd=fd, info=info)
-            if client.key in seen:
-                continue
-            seen.add(client.key)
-            out.append(client)
+            key = client_key(pid, fd, info)
+            if key not in seen:
+                seen.add(key)
+                out.append(DrmClient(pid=pid, fd=fd, info=info))
     return tuple(out)

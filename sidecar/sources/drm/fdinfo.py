@@ -16,6 +16,7 @@ over-long key or value too, and what is not a DRM client (no driver, no old amdg
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -97,6 +98,7 @@ def _count(value: str) -> int | None:
     return int(value) if _COUNT.fullmatch(value) else None
 
 
+@functools.lru_cache(maxsize=256)  # a pure function of names that repeat ("python3", "Xorg")
 def _clean_name(value: str) -> str | None:
     """A name a process chose, as data: no control or format character (escapes, bidi overrides,
     line breaks), at most MAX_NAME_CHARS. The kernel itself refuses non-printing names (6.13+
@@ -105,69 +107,112 @@ def _clean_name(value: str) -> str | None:
     return kept[:MAX_NAME_CHARS] or None
 
 
+# What one line does to the client being read: (sets old_amdgpu, target, name, field, number, text).
+# A pure function of the line (_line_op), so a line read before is not parsed again (_LINE_OPS).
+_Op = tuple[bool, int, str, str, "int | float | None", str]
+_SCALAR, _ENGINE, _REGION = 1, 2, 3
+_SKIP: _Op = (False, 0, "", "", None, "")
+_OLD_FLAG: _Op = (True, 0, "", "", None, "")  # an old amdgpu key whose value is unreadable
+# Fields that change at nearly every read: their lines are never kept in _LINE_OPS.
+_COUNTER_FIELDS = frozenset({"busy_ns", "cycles", "total_cycles", "busy_pct"})
+MAX_LINE_OPS = 8192  # lines kept (cleared when full): ~5 a client, 1,024 processes of 1 client fit
+_LINE_OPS: dict[str, _Op] = {}
+_KEPT_LINE_CHARS = MAX_KEY_CHARS + MAX_VALUE_CHARS + 8
+
+
+def _engine_op(name: str, field: str, value: int | float | None, old: bool = False) -> _Op:
+    if value is None or not _NAME.fullmatch(name):
+        return _OLD_FLAG if old else _SKIP
+    return (old, _ENGINE, name, field, value, "")
+
+
+def _region_op(name: str, kind: str, mib: float | None, old: bool = False) -> _Op:
+    if mib is None or not _NAME.fullmatch(name):
+        return _OLD_FLAG if old else _SKIP
+    return (old, _REGION, name, kind, mib, "")
+
+
+def _standard_op(key: str, value: str) -> _Op:
+    """A ``drm-<key>`` line's op."""
+    if key in ("driver", "pdev", "client-id", "client-name"):
+        return (False, _SCALAR, key, "", None, value)
+    if key.startswith("engine-capacity-"):
+        capacity = _count(value)
+        return _engine_op(key[16:], "capacity", capacity if capacity else None)  # 0 is forbidden
+    if key.startswith("engine-"):
+        m = _NS.fullmatch(value)
+        return _engine_op(key[7:], "busy_ns", int(m.group(1)) if m else None)
+    if key.startswith("total-cycles-"):
+        return _engine_op(key[13:], "total_cycles", _count(value))
+    if key.startswith("cycles-"):
+        return _engine_op(key[7:], "cycles", _count(value))
+    if key.startswith("maxfreq-"):
+        f = _FREQ.fullmatch(value)
+        return _engine_op(key[8:], "maxfreq_hz", int(f.group(1)) * _FREQ_UNITS[f.group(2)] if f else None)
+    if key.startswith("memory-"):  # deprecated alias of resident
+        return _region_op(key[7:], "memory", _sized(value))
+    kind, _, region = key.partition("-")
+    return _region_op(region, kind, _sized(value)) if kind in _MEMORY_KINDS else _SKIP
+
+
+def _line_op(line: str) -> _Op:
+    """What one line says: split on the first colon and stripped; a line without a colon, or with a
+    key or value over its bound, says nothing."""
+    key, sep, value = line.partition(":")
+    key, value = key.strip(), value.strip()
+    if not sep or not key or len(key) > MAX_KEY_CHARS or len(value) > MAX_VALUE_CHARS:
+        return _SKIP
+    if key.startswith("drm-"):
+        return _standard_op(key[4:], value)
+    if key in ("pdev", "pasid"):
+        return (False, _SCALAR, key, "", None, value)
+    if key in _OLD_MEMORY:
+        return _region_op(_OLD_MEMORY[key], "resident", _sized(value), old=True)
+    if _OLD_RING.fullmatch(key) and (m := _PERCENT.fullmatch(value)):
+        return _engine_op(key, "busy_pct", float(m.group(1)), old=True)
+    return _SKIP
+
+
 class _Builder:
-    """Collects one fdinfo's keys; engines and regions capped at MAX_ENGINES and MAX_REGIONS."""
+    """Collects one fdinfo's keys; engines and regions capped at MAX_ENGINES and MAX_REGIONS. A
+    scalar keeps its first value, an engine's or region's field its last."""
 
     def __init__(self) -> None:
         self.scalars: dict[str, str] = {}
         self.engines: dict[str, dict[str, int | float]] = {}
-        self.regions: dict[str, dict[str, float]] = {}
+        self.regions: dict[str, dict[str, int | float]] = {}
         self.old_amdgpu = False
 
-    def engine(self, name: str, field: str, value: int | float | None) -> None:
-        if value is None or not _NAME.fullmatch(name):
-            return
-        if name not in self.engines and len(self.engines) >= MAX_ENGINES:
-            return
-        self.engines.setdefault(name, {})[field] = value
-
-    def region(self, name: str, kind: str, mib: float | None) -> None:
-        if mib is None or not _NAME.fullmatch(name):
-            return
-        if name not in self.regions and len(self.regions) >= MAX_REGIONS:
-            return
-        self.regions.setdefault(name, {})[kind] = mib
-
-    def add(self, key: str, value: str) -> None:
-        if key.startswith("drm-"):
-            self._standard(key[4:], value)
-        elif key in ("pdev", "pasid"):
-            self.scalars.setdefault(key, value)
-        elif key in _OLD_MEMORY:
-            self.old_amdgpu = True
-            self.region(_OLD_MEMORY[key], "resident", _sized(value))
-        elif _OLD_RING.fullmatch(key) and (m := _PERCENT.fullmatch(value)):
-            self.old_amdgpu = True
-            self.engine(key, "busy_pct", float(m.group(1)))
-
-    def _standard(self, key: str, value: str) -> None:
-        if key in ("driver", "pdev", "client-id", "client-name"):
-            self.scalars.setdefault(key, value)
-            return
-        if key.startswith("engine-capacity-"):
-            capacity = _count(value)
-            self.engine(key[16:], "capacity", capacity if capacity else None)  # 0 is forbidden
-            return
-        if key.startswith("engine-"):
-            m = _NS.fullmatch(value)
-            self.engine(key[7:], "busy_ns", int(m.group(1)) if m else None)
-            return
-        if key.startswith("total-cycles-"):
-            self.engine(key[13:], "total_cycles", _count(value))
-            return
-        if key.startswith("cycles-"):
-            self.engine(key[7:], "cycles", _count(value))
-            return
-        if key.startswith("maxfreq-"):
-            f = _FREQ.fullmatch(value)
-            self.engine(key[8:], "maxfreq_hz", int(f.group(1)) * _FREQ_UNITS[f.group(2)] if f else None)
-            return
-        if key.startswith("memory-"):  # deprecated alias of resident
-            self.region(key[7:], "memory", _sized(value))
-            return
-        kind, _, region = key.partition("-")
-        if kind in _MEMORY_KINDS:
-            self.region(region, kind, _sized(value))
+    def add(self, lines: list[str]) -> None:
+        ops, scalars, engines, regions = _LINE_OPS, self.scalars, self.engines, self.regions
+        for line in lines:
+            op = ops.get(line)
+            if op is None:
+                op = _line_op(line)
+                if len(line) <= _KEPT_LINE_CHARS and op[3] not in _COUNTER_FIELDS:
+                    if len(ops) >= MAX_LINE_OPS:
+                        ops.clear()
+                    ops[line] = op
+            old, target, name, field, number, text = op
+            if old:
+                self.old_amdgpu = True
+            if target == _SCALAR:
+                scalars.setdefault(name, text)
+                continue
+            if target == _ENGINE:
+                kept = engines
+                cap = MAX_ENGINES
+            elif target == _REGION:
+                kept, cap = regions, MAX_REGIONS
+            else:
+                continue
+            fields = kept.get(name)
+            if fields is None:
+                if len(kept) >= cap:
+                    continue
+                fields = kept[name] = {}
+            assert number is not None  # an engine's or region's op always carries its value
+            fields[field] = number
 
     def build(self) -> DrmFdinfo | None:
         driver = self.scalars.get("driver")
@@ -189,24 +234,25 @@ class _Builder:
         )
 
 
-def _engine(name: str, f: dict[str, int | float]) -> EngineCounters:
-    def whole(field: str) -> int | None:
-        v = f.get(field)
-        return int(v) if v is not None else None
+def _whole(v: int | float | None) -> int | None:
+    return int(v) if v is not None else None
 
-    pct = f.get("busy_pct")
+
+def _engine(name: str, f: dict[str, int | float]) -> EngineCounters:
+    get = f.get
+    pct = get("busy_pct")
     return EngineCounters(
         name=name,
-        busy_ns=whole("busy_ns"),
-        cycles=whole("cycles"),
-        total_cycles=whole("total_cycles"),
-        maxfreq_hz=whole("maxfreq_hz"),
-        capacity=whole("capacity") or 1,
+        busy_ns=_whole(get("busy_ns")),
+        cycles=_whole(get("cycles")),
+        total_cycles=_whole(get("total_cycles")),
+        maxfreq_hz=_whole(get("maxfreq_hz")),
+        capacity=_whole(get("capacity")) or 1,
         busy_pct=float(pct) if pct is not None else None,
     )
 
 
-def _region(name: str, f: dict[str, float]) -> RegionMemory:
+def _region(name: str, f: dict[str, int | float]) -> RegionMemory:
     resident = f.get("resident", f.get("memory"))  # the alias only when resident is absent
     return RegionMemory(
         name=name,
@@ -224,10 +270,5 @@ def parse_fdinfo(data: bytes) -> DrmFdinfo | None:
     if len(data) > MAX_FDINFO_BYTES:
         data = data[:MAX_FDINFO_BYTES].rpartition(b"\n")[0]
     builder = _Builder()
-    for line in data.decode("utf-8", errors="replace").split("\n")[:MAX_LINES]:
-        key, sep, value = line.partition(":")
-        key, value = key.strip(), value.strip()
-        if not sep or not key or len(key) > MAX_KEY_CHARS or len(value) > MAX_VALUE_CHARS:
-            continue
-        builder.add(key, value)
+    builder.add(data.decode("utf-8", errors="replace").split("\n")[:MAX_LINES])
     return builder.build()
