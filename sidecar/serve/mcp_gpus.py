@@ -8,7 +8,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from probe_wire.schema import DEVICE_MIXED, DEVICE_NO_PARAMETERS
 from sidecar.documents.bounds import MAX_ID_CHARS, clip_opt, printable
+from sidecar.verdict.facts import ACCELERATOR_TYPES
 
 MAX_GPUS_SHOWN = 64  # GPUs per answer (a node has 8 or 16)
 # A kernel driver's name (amdgpu, i915, xe): said outside the block only when it looks like one.
@@ -51,6 +53,21 @@ def gpu_items(gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def model_on_gpu(device: str | None) -> bool | None:
+    """True for a model on a GPU (cuda:N, NVIDIA's or a ROCm build's AMD GPU; xpu:N, Intel's; mps),
+    False for one wholly on another device, None when it cannot be said: no model, a model without
+    parameters (no device at all) or one split over devices ("mixed")."""
+    if device is None or device in (DEVICE_NO_PARAMETERS, DEVICE_MIXED):
+        return None
+    return device.partition(":")[0] in ACCELERATOR_TYPES
+
+
+def busy_text(gpu: dict[str, Any]) -> str:
+    """How busy a GPU is, for the answer line; an AMD or Intel driver's unknown said as such."""
+    unknown = gpu["util_pct"] is None and gpu["cannot_tell"]  # why: in the GPU's own line
+    return "utilisation unknown" if unknown else f"{_pct(gpu['util_pct'])} busy"
 
 
 def _pct(x: float | None) -> str:

@@ -43,7 +43,7 @@ from sidecar.documents.document import NoDefaultJob, UnknownJob
 from sidecar.documents.runs import parse_since
 from sidecar.documents.watch import with_comparison
 from sidecar.serve import mcp_runs, mcp_watch
-from sidecar.serve.mcp_gpus import MAX_GPUS_SHOWN, gpu_items, gpu_lines
+from sidecar.serve.mcp_gpus import MAX_GPUS_SHOWN, busy_text, gpu_items, gpu_lines, model_on_gpu
 from sidecar.serve.mcp_schemas import (
     DEFAULT_SECONDS,
     DESCRIPTIONS,
@@ -54,7 +54,6 @@ from sidecar.serve.mcp_schemas import (
 )
 from sidecar.serve.mcp_text import DEVICE, command_text, device_text, untrusted, warning_items
 from sidecar.serve.source import Documents, DocumentSource, RunsSource
-from sidecar.verdict.facts import ACCELERATOR_TYPES
 from sidecar.verdict.watch import parse_cursor
 
 API = "/api/dsh-gpu-dashboard"
@@ -406,20 +405,12 @@ def gpu_status(backend: Backend, args: dict[str, Any]) -> tuple[dict[str, Any], 
         "message": clip(doc["message"], MAX_MESSAGE_CHARS),
         "model_device": device,
         "input_device": clip_opt(doc["input_device"], MAX_ID_CHARS),
-        "model_on_gpu": _model_on_gpu(device),
+        "model_on_gpu": model_on_gpu(device),
         "warnings": warning_items(doc["warnings"], MAX_WARNINGS_SHOWN),
         "gpus": gpu_items(doc["gpus"]),
         "processes": len(doc["processes"]) + doc["processes_omitted"],
     }
     return out, _status_text(one_line_all(out), doc.get("model_gpu_index"))
-
-
-def _model_on_gpu(device: str | None) -> bool | None:
-    """True for a cuda:N model, False for one wholly on another device, None when it cannot be said:
-    no model, a model without parameters (no device at all) or one split over devices ("mixed")."""
-    if device is None or device in (DEVICE_NO_PARAMETERS, DEVICE_MIXED):
-        return None
-    return device.partition(":")[0] in ACCELERATOR_TYPES  # cuda (NVIDIA's, ROCm's), xpu (Intel's), mps
 
 
 def _status_text(out: dict[str, Any], gpu_index: int | None) -> str:
@@ -430,9 +421,9 @@ def _status_text(out: dict[str, Any], gpu_index: int | None) -> str:
     elif device == DEVICE_NO_PARAMETERS:
         answer = "Unknown: the registered model has no parameters, so it has no device of its own."
     elif out["model_on_gpu"]:
-        where = f" (GPU {gpu['index']}, {gpu['name'] or 'unnamed'}, {_busy(gpu)})" if gpu else ""
+        where = f" (GPU {gpu['index']}, {gpu['name'] or 'unnamed'}, {busy_text(gpu)})" if gpu else ""
         answer = f"Yes: the model is on {device_text(device)}{where}."
-        if inputs is not None and not _model_on_gpu(inputs):
+        if inputs is not None and not model_on_gpu(inputs):
             answer += (
                 f" But its inputs are on {device_text(inputs)}: move each batch to {device_text(device)}."
             )
@@ -453,11 +444,6 @@ def _status_text(out: dict[str, Any], gpu_index: int | None) -> str:
         data.append("Hints:")
         data += [f"- [{w['severity']}] {w['code']}: {w['hint']}" for w in hints]
     return "\n".join(lines + untrusted(data))
-
-
-def _busy(gpu: dict[str, Any]) -> str:
-    unknown = gpu["util_pct"] is None and gpu["cannot_tell"]  # an AMD or Intel driver's: said below
-    return "utilisation unknown" if unknown else f"{_pct(gpu['util_pct'])} busy"
 
 
 def _pct(x: float | None) -> str:
