@@ -142,6 +142,9 @@ var en_default = {
   "gpu.unknown.no-engine-counters": "utilisation: not told by this kernel",
   "gpu.unknown.rocm-compute": "utilisation: not told for ROCm compute",
   "gpu.noProcs": "No process of this job uses it",
+  "gpu.usedBy": "Also used by {names}",
+  "gpu.usedByMore": "{names} and {n} more",
+  "gpu.usedByNone": "No other process uses it",
   "gpu.procMem": "{mem}",
   "igpu.badge": "Not usable",
   "igpu.note": "Graphics device the framework cannot use (no CUDA / NVML support). Display only.",
@@ -754,6 +757,9 @@ var zh_default = {
   "gpu.unknown.no-engine-counters": "利用率：此内核不提供",
   "gpu.unknown.rocm-compute": "利用率：ROCm 计算不提供",
   "gpu.noProcs": "任务中没有进程使用它",
+  "gpu.usedBy": "其他使用者：{names}",
+  "gpu.usedByMore": "{names} 等，另有 {n} 个",
+  "gpu.usedByNone": "没有其他进程使用它",
   "gpu.procMem": "{mem}",
   "igpu.badge": "不可用",
   "igpu.note": "框架无法使用的图形设备（不支持 CUDA / NVML），仅用于显示。",
@@ -2397,6 +2403,14 @@ function gpuProcs(doc, g, lang) {
   }
   return out;
 }
+function gpuOthersText(g, lang) {
+  const names = Array.isArray(g.other_process_names) ? g.other_process_names.map(String) : null;
+  if (!names) return null;
+  if (!names.length) return isNum5(g.other_process_count) ? t(lang, "gpu.usedByNone") : null;
+  const more = isNum5(g.other_process_names_omitted) ? g.other_process_names_omitted : 0;
+  const listed = names.join(", ");
+  return t(lang, "gpu.usedBy", { names: more > 0 ? t(lang, "gpu.usedByMore", { names: listed, n: more }) : listed });
+}
 var VENDOR_NAMES = { nvidia: "NVIDIA", amd: "AMD", intel: "Intel" };
 function vendorName(g) {
   return VENDOR_NAMES[g && g.vendor || "nvidia"] || String(g.vendor);
@@ -2422,6 +2436,8 @@ function gpuCard(doc, gpu, lang) {
     procsTitle: t(lang, "gpu.procs"),
     procs: gpuProcs(doc, g, lang),
     noProcs: t(lang, "gpu.noProcs"),
+    others: gpuOthersText(g, lang),
+    // AMD and Intel: who else uses it
     mig: mig.length ? { title: t(lang, "eff.mig.title"), rows: mig.map((r) => ({ ...r, pidsText: r.pids.map((pid) => t(lang, "events.pid", { pid })).join(", ") })) } : null
   };
 }
@@ -3132,7 +3148,8 @@ function GpuCard({ c }) {
         /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { children: p.role }),
         /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("b", { children: p.mem }),
         p.util ? /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { "data-testid": "dsh-gpu-proc-util", children: p.util }) : null
-      ] }, `${p.pid}`)) }) : /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("div", { className: "dgd-muted", children: c.noProcs })
+      ] }, `${p.pid}`)) }) : /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("div", { className: "dgd-muted", children: c.noProcs }),
+      c.others ? /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("div", { className: "dgd-muted", "data-testid": "dsh-gpu-others", children: c.others }) : null
     ] }),
     /* @__PURE__ */ (0, import_jsx_runtime6.jsx)(MigList, { mig: c.mig })
   ] });

@@ -84,3 +84,19 @@ test("the efficiency strip shows the AMD model GPU's clocks, power and temperatu
   assert.match(items.power, /412/)
   assert.match(items.temp, /61/)
 })
+
+// Who else uses a laptop's iGPU (issue 41 item 7): the card names them, in English and Chinese; an
+// NVIDIA card, whose other processes are not named, says nothing new.
+test('an Intel card says who else uses it; none named on NVIDIA', () => {
+  const igpu = { index: 1, vendor: 'intel', driver: 'i915', name: 'Intel GPU', pci_bus_id: '0000:00:02.0', util_pct: null, mem_used_mib: null, mem_total_mib: null, framework_index: null, mig_devices: [], other_process_count: 12, other_process_names: ['Xorg', 'firefox'], other_process_names_omitted: 0 }
+  const nv = { index: 0, name: 'RTX 4070 Laptop', util_pct: 40, framework_index: 0, mig_devices: [], other_process_count: 1, other_process_names: null }
+  const laptop = { ...doc, gpus: [nv, igpu], system_gpus: [], processes: [] }
+  const [nvCard, card] = gpuCards(laptop, 'en').cards
+  assert.equal(card.others, 'Also used by Xorg, firefox')
+  assert.equal(nvCard.others, null)
+  assert.equal(gpuCards(laptop, 'zh').cards[1].others, '其他使用者：Xorg, firefox')
+  const many = { ...laptop, gpus: [{ ...igpu, other_process_names_omitted: 3 }] }
+  assert.equal(gpuCards(many, 'en').cards[0].others, 'Also used by Xorg, firefox and 3 more')
+  const alone = { ...laptop, gpus: [{ ...igpu, other_process_count: 0, other_process_names: [] }] }
+  assert.equal(gpuCards(alone, 'en').cards[0].others, 'No other process uses it')
+})

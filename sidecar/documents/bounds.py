@@ -24,7 +24,12 @@ MAX_CMDLINE_ARGS = 32  # arguments shown per command line; a last "… N more" s
 MAX_CMDLINE_CHARS = 1024  # all arguments of one command line together
 MAX_MODELS_SHOWN = 8  # per process; `models_omitted` counts the rest
 MAX_DEVICES_SHOWN = 8  # per model
-MAX_RUNTIME_DEVICES_SHOWN = 64  # the job's torch's devices (8 GPUs of 8 partitions); `devices_omitted` counts the rest
+MAX_OTHER_NAMES_SHOWN = (
+    8  # names of the other processes on a GPU; `other_process_names_omitted` counts the rest
+)
+MAX_RUNTIME_DEVICES_SHOWN = (
+    64  # the job's torch's devices (8 GPUs of 8 partitions); `devices_omitted` counts the rest
+)
 MAX_PROCESSES_SHOWN = 256  # `processes_omitted` counts the rest
 MAX_PROCESS_BYTES = 512 * 1024  # process entries together, as JSON (the cheap half of the budget)
 MAX_EVENTS_SHOWN = 100  # the most recent ones; `events_omitted` counts the rest

@@ -119,8 +119,19 @@ GPU = Obj(
         "lost": F(BOOL, "the driver reports the GPU lost (fell off the bus)"),
         "field_errors": F(MapOf(STR), "why a null field is null, per NVML (field -> error)"),
         "other_process_count": F(
-            INT, "processes outside this job that use the GPU; null: not read (AMD, Intel)", null=True
+            INT,
+            "processes outside this job that use the GPU (NVIDIA: NVML's lists; AMD and Intel: those with "
+            "a DRM client on it, the sidecar's user's alone unless it runs as root, rescanned every 15 s); "
+            "null: not read",
+            null=True,
         ),
+        "other_process_names": F(
+            ListOf(STR),
+            "AMD and Intel: the names (`comm`) of those processes, each once, at most 8 (control and "
+            "format characters removed); null: not read (NVIDIA's are not)",
+            null=True,
+        ),
+        "other_process_names_omitted": F(INT, "names of those processes left out of `other_process_names`"),
         "compute_capability": F(STR, "`8.0`, `9.0`, ...: tensor cores from 7.0", null=True),
         "sm_clock_mhz": F(INT, "SM clock now", null=True),
         "sm_clock_max_mhz": F(INT, "the SM clock's maximum", null=True),

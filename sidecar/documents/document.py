@@ -309,6 +309,7 @@ def status_document(
     proc_info: Mapping[int, ProcessInfo],
     other_processes: dict[int, int],
     events: list[dict[str, Any]],
+    other_names: Mapping[int, tuple[str, ...]] | None = None,
     entry_cache: dict[int, CachedEntry] | None = None,
     jobs: list[dict[str, Any]] | None = None,
     summary: dict[str, Any] | None = None,
@@ -346,7 +347,7 @@ def status_document(
             "cuda_driver": facts.cuda_driver,
             "error": facts.nvml_error,
         },
-        "gpus": _gpu_entries(facts, other_processes),
+        "gpus": _gpu_entries(facts, other_processes, other_names or {}),
         "system_gpus": [
             {"vendor": s.vendor, "name": s.name, "pci": s.pci, "driver": s.driver, "nvml_index": s.nvml_index}
             for s in facts.system_gpus
@@ -392,7 +393,9 @@ def _process_entries(
     return processes
 
 
-def _gpu_entries(facts: Facts, other_processes: dict[int, int]) -> list[dict[str, Any]]:
+def _gpu_entries(
+    facts: Facts, other_processes: dict[int, int], other_names: Mapping[int, tuple[str, ...]]
+) -> list[dict[str, Any]]:
     framework = _framework_indices(facts)
     return [
         {
@@ -409,8 +412,9 @@ def _gpu_entries(facts: Facts, other_processes: dict[int, int]) -> list[dict[str
             "framework_index": framework.get(g.index),
             "lost": g.lost,
             "field_errors": dict(g.field_errors),  # why a null field is null, per NVML
-            # NVML lists every process on its GPUs; the others' are not read (None, not 0)
-            "other_process_count": other_processes.get(g.index, 0) if g.vendor == VENDOR_NVIDIA else None,
+            # NVML lists every process on its GPUs; AMD's and Intel's come from a scan (None: not read)
+            "other_process_count": other_processes.get(g.index, 0 if g.vendor == VENDOR_NVIDIA else None),
+            **_other_names(other_names.get(g.index)),
             **{name: getattr(g, name) for name in GPU_EFFICIENCY_FIELDS},
             "clock_event_reasons": list(g.clock_event_reasons) if g.clock_event_reasons is not None else None,
             "mig_devices": [_record(m) for m in g.mig_devices],
@@ -419,10 +423,21 @@ def _gpu_entries(facts: Facts, other_processes: dict[int, int]) -> list[dict[str
     ]
 
 
+def _other_names(names: tuple[str, ...] | None) -> dict[str, Any]:
+    """The names of a GPU's other processes as shown: what a process named itself, cleaned of
+    control and format characters (bidi overrides, line breaks), clipped, at most
+    MAX_OTHER_NAMES_SHOWN of them."""
+    if names is None:
+        return {"other_process_names": None, "other_process_names_omitted": 0}
+    shown = list(dict.fromkeys(clip(bounds.printable(n), MAX_ID_CHARS) or "?" for n in names))
+    cut = shown[: bounds.MAX_OTHER_NAMES_SHOWN]
+    return {"other_process_names": cut, "other_process_names_omitted": len(shown) - len(cut)}
+
+
 def gpu_entries(gpus: tuple[GpuFacts, ...], other_processes: dict[int, int]) -> list[dict[str, Any]]:
     """The machine's GPUs as a status document lists them, without a job (discovery's /metrics on
     a node that runs none: the GPUs are still the node's to watch)."""
-    return _gpu_entries(Facts(target_pid=0, gpus=gpus), other_processes)
+    return _gpu_entries(Facts(target_pid=0, gpus=gpus), other_processes, {})
 
 
 def _memory_growth(facts: Facts) -> dict[str, float] | None:

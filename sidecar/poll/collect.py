@@ -505,7 +505,7 @@ class FactCollector:
         nv = nvml_facts(nvml, tree_pids, gpus, self._rows, self._gpus)
         if departed:
             self._adopt(tree, departed)
-        all_gpus, by_pid = self._joined.join(nv.gpus, nv.by_pid, vendor)
+        all_gpus, by_pid, others = self._joined.join(nv.gpus, nv.by_pid, vendor, nv.other_processes)
         if tree.target_alive:
             procs = self._process_facts(tree, reads, by_pid)
             if self._last_alive and not same_tree:
@@ -530,7 +530,7 @@ class FactCollector:
             self._depart(tree_pids, departed or {}, every=True)
             procs = tuple(sorted(self._exited.values(), key=lambda p: not p.is_target))
             self.proc_info = {**self._exited_info, **self.proc_info}
-        self.other_processes, self._rows, self._gpus = nv.other_processes, nv.rows, nv.gpus
+        self.other_processes, self._rows, self._gpus = others, nv.rows, nv.gpus
         return Facts(
             target_pid=self.target_pid,
             target_alive=tree.target_alive,

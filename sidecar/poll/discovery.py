@@ -39,6 +39,7 @@ from sidecar.poll.poller import (
 )
 from sidecar.poll.vendor_figures import DeviceFigures
 from sidecar.poll.vendor_gpus import VendorGpuSampler
+from sidecar.sources.drm import DrmUserScan
 from sidecar.sources.host import HOST, HostPaths
 from sidecar.sources.kubelet.lookup import ProcessPods
 from sidecar.sources.proctree import ProcessTreeSource, open_file_budget
@@ -240,7 +241,8 @@ class JobsPoller:
         self._gpu_facts: tuple[GpuFacts, ...] = ()
         # The AMD and Intel GPUs after NVML's (each job's poller reads its processes' use of them)
         self._vendor_devices = DeviceFigures(host=host)  # each card read once a poll, for every job
-        self._vendor = VendorGpuSampler(host=host, devices=self._vendor_devices)
+        self._vendor_users = DrmUserScan(host=host)  # who else uses each card: one scan for every job
+        self._vendor = VendorGpuSampler(host=host, devices=self._vendor_devices, users=self._vendor_users)
         self._vendor_first_index = 0
         self._all_gpus: tuple[GpuFacts, ...] = ()  # NVML's and those: the machine's GPUs this poll
         self._jobs: dict[str, _Job] = {}
@@ -312,7 +314,9 @@ class JobsPoller:
             pods=self._pods,
             host=self.host,
             recorder=None if self.recording is None else self.recording.recorder(self.rules, self.interval_s),
-            vendor_gpus=VendorGpuSampler(host=self.host, devices=self._vendor_devices),
+            vendor_gpus=VendorGpuSampler(
+                host=self.host, devices=self._vendor_devices, users=self._vendor_users
+            ),
         )
 
     def _shared_gpu_facts(self) -> tuple[GpuFacts, ...]:

@@ -112,6 +112,7 @@ class Poller(document.OneJob):
             host=host
         )  # the AMD and Intel GPUs and the tree's use of them
         self._vendor_first_index = 0  # their first GPU number: after NVML's, never lower than before
+        self._other_names: dict[int, tuple[str, ...]] = {}  # AMD/Intel GPU -> others' names, last poll
         self._rocm = RocmAccess(host)  # KFD, and the device nodes of a ROCm build that found no GPU
         self._collector = FactCollector(
             target_pid, self.rules, partial(pid_visible, host=host), partial(root_info, host=host)
@@ -175,6 +176,7 @@ class Poller(document.OneJob):
             target=self._collector.target,
             proc_info=self._collector.proc_info,
             other_processes=self._collector.other_processes,
+            other_names=self._other_names,
             events=self.history.events(),
         )
         root = self._collector.target.root  # None until the root was read
@@ -203,6 +205,7 @@ class Poller(document.OneJob):
 
     def _facts(self, now: float, tree: TreeSnapshot, reads: dict[int, ProbeRead], nvml: NvmlView) -> Facts:
         gpus, vendor = self._gpu_inputs(tree, nvml)
+        self._other_names = vendor.other_names if vendor is not None else {}
         departed = getattr(self.segment_source, "departed", None)
         self._collector.kfd_present = self._rocm.kfd_present()
         facts = self._collector.facts(now, tree, reads, nvml, self._system_gpus, gpus, departed, vendor)
@@ -496,4 +499,5 @@ class _Made(TypedDict):
     target: TargetInfo
     proc_info: dict[int, ProcInfo]
     other_processes: dict[int, int]
+    other_names: dict[int, tuple[str, ...]]
     events: list[dict[str, Any]]

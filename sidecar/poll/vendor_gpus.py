@@ -10,6 +10,9 @@ the job's processes use of them, from the kernel's DRM client stats (sources/drm
   busiest DRM engine's utilisation between two polls. What cannot be told is None with a reason
   (facts.UTIL_UNKNOWN): a first reading, a driver that prints no engine time, ROCm compute.
 - KFD: a process that merely opened /dev/kfd (no VRAM, no occupied compute unit) uses no GPU.
+- Who else uses a GPU (``VendorReading.other_processes`` and ``other_names``, by GPU number): the
+  processes outside the job with a DRM client on it, from one slow scan of the machine's processes
+  (sources/drm/users.py) shared by every job: NVML's process lists say it for NVIDIA's.
 
 Nothing is read on a machine without AMD or Intel GPUs: an NVIDIA machine's polls are as before.
 """
@@ -20,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from sidecar.poll.vendor_figures import DeviceFigures, vendor_gpu_facts
-from sidecar.sources.drm import DrmClientUse, DrmFdIndex, DrmSampler
+from sidecar.sources.drm import DrmClientUse, DrmFdIndex, DrmSampler, DrmUsers, DrmUserScan
 from sidecar.sources.host import HOST, HostPaths
 from sidecar.sources.kfd import KfdNode, KfdProcess, read_kfd_processes, read_kfd_topology
 from sidecar.sources.sysfs import SystemGpu
@@ -37,6 +40,10 @@ class VendorReading:
 
     gpus: tuple[GpuFacts, ...] = ()
     by_pid: dict[int, list[ProcGpu]] = field(default_factory=dict)
+    # GPU number -> processes outside the pids asked for with a DRM client on it, and their names
+    # (distinct, in pid order); no entry: not read (the scan failed)
+    other_processes: dict[int, int] = field(default_factory=dict)
+    other_names: dict[int, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass
@@ -86,13 +93,20 @@ class VendorGpuSampler:
     poll at a time."""
 
     def __init__(
-        self, *, host: HostPaths = HOST, drm: DrmSampler | None = None, devices: DeviceFigures | None = None
+        self,
+        *,
+        host: HostPaths = HOST,
+        drm: DrmSampler | None = None,
+        devices: DeviceFigures | None = None,
+        users: DrmUserScan | None = None,
     ) -> None:
         """``devices``: the cards' figures, shared by discovery's jobs (one read a poll); its own
-        under ``host`` unless given."""
+        under ``host`` unless given. ``users``: the machine's DRM users, shared by discovery's jobs
+        (one scan for all); its own under ``host`` unless given."""
         self._host = host
         self.drm = drm or DrmSampler(host=host, index=DrmFdIndex())
         self.devices = devices or DeviceFigures(host=host)
+        self.users = users or DrmUserScan(host=host)
         self._topology: tuple[KfdNode, ...] = ()
         self._polls = 0
 
@@ -122,7 +136,16 @@ class VendorGpuSampler:
         for (pid, pci), u in sorted(uses.items()):
             g = by_pci[pci]
             out.by_pid.setdefault(pid, []).append(u.row(g.index, g.vendor, pci))
+        _add_others(out, self.users.users(), by_pci, pid_set)
         return out
+
+
+def _add_others(out: VendorReading, users: DrmUsers, by_pci: dict[str, GpuFacts], pids: set[int]) -> None:
+    """Each GPU's users outside ``pids`` (the job's): their count and distinct names."""
+    for pci, g in by_pci.items():
+        others = [u for u in users.by_pdev.get(pci, ()) if u.pid not in pids]
+        out.other_processes[g.index] = len(others)
+        out.other_names[g.index] = tuple(dict.fromkeys(u.name for u in others))
 
 
 def _add_kfd(
@@ -147,10 +170,15 @@ class VendorJoin:
         self._last: tuple[tuple[GpuFacts, ...], tuple[GpuFacts, ...], tuple[GpuFacts, ...]] = ((), (), ())
 
     def join(
-        self, gpus: tuple[GpuFacts, ...], by_pid: dict[int, list[ProcGpu]], vendor: VendorReading | None
-    ) -> tuple[tuple[GpuFacts, ...], dict[int, list[ProcGpu]]]:
+        self,
+        gpus: tuple[GpuFacts, ...],
+        by_pid: dict[int, list[ProcGpu]],
+        vendor: VendorReading | None,
+        others: dict[int, int],
+    ) -> tuple[tuple[GpuFacts, ...], dict[int, list[ProcGpu]], dict[int, int]]:
+        """``others``: NVML's count of other processes by GPU number, with theirs after it."""
         if vendor is None or not vendor.gpus:
-            return gpus, by_pid
+            return gpus, by_pid, others
         last_nvml, last_others, joined = self._last
         if last_nvml is not gpus or last_others is not vendor.gpus:
             joined = gpus + vendor.gpus
@@ -159,4 +187,6 @@ class VendorJoin:
             by_pid = {**by_pid}
             for pid, rows in vendor.by_pid.items():
                 by_pid[pid] = [*by_pid.get(pid, ()), *rows]
-        return joined, by_pid
+        if vendor.other_processes:
+            others = {**others, **vendor.other_processes}
+        return joined, by_pid, others

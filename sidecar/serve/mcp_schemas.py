@@ -79,6 +79,10 @@ STATUS_SCHEMA = _obj(
                     "util_pct": _null_or(_NUM),
                     "mem_used_mib": _null_or(_NUM),
                     "mem_total_mib": _null_or(_NUM),
+                    "vendor": {"type": "string", "enum": ["nvidia", "amd", "intel"]},
+                    "cannot_tell": {"type": "array", "items": _STR},
+                    "other_process_count": _null_or(_INT),
+                    "other_process_names": _null_or({"type": "array", "items": _STR}),
                 }
             ),
         },
@@ -170,10 +174,15 @@ COMPARE_SCHEMA = _obj(
         },
         "reasons": {
             "type": "array",
-            "items": _obj({"code": {"type": "string", "enum": list(REASONS)}, "share_fraction": _NUM, **_TEXTED}),
+            "items": _obj(
+                {"code": {"type": "string", "enum": list(REASONS)}, "share_fraction": _NUM, **_TEXTED}
+            ),
         },
         "comparable": _BOOL,
-        "notes": {"type": "array", "items": _obj({"code": {"type": "string", "enum": list(NOTES)}, **_TEXTED})},
+        "notes": {
+            "type": "array",
+            "items": _obj({"code": {"type": "string", "enum": list(NOTES)}, **_TEXTED}),
+        },
     }
 )
 _RUN_ARG = "a run's id as list_runs gives it (or its job id)"

@@ -43,6 +43,7 @@ from sidecar.documents.document import NoDefaultJob, UnknownJob
 from sidecar.documents.runs import parse_since
 from sidecar.documents.watch import with_comparison
 from sidecar.serve import mcp_runs, mcp_watch
+from sidecar.serve.mcp_gpus import MAX_GPUS_SHOWN, busy_text, gpu_items, gpu_lines, model_on_gpu
 from sidecar.serve.mcp_schemas import (
     DEFAULT_SECONDS,
     DESCRIPTIONS,
@@ -60,7 +61,6 @@ HTTP_TIMEOUT_S = 5.0
 MAX_RESPONSE_BYTES = PROXY_MAX_BODY_BYTES  # 4 MiB, as through DSH's proxy
 MAX_EVENTS_SHOWN = 20  # events in a gpu_history answer; `events_omitted` counts the rest
 TIMELINE_POINTS = 12  # per GPU in a gpu_history answer: means over equal slices of the window
-MAX_GPUS_SHOWN = 64  # GPUs per answer (a node has 8 or 16)
 MAX_WARNINGS_SHOWN = 32  # the verdict has a dozen codes
 FIRST_POLL_WAIT_S = 10.0  # in process: how long a tool waits for the first poll
 START_HINT = "start one with `dsh-sidecar` (or `dsh-sidecar run -- python train.py`)"
@@ -115,7 +115,9 @@ class HttpBackend:
     a sidecar on this machine is ours or root's before the token goes out; 5 s for each answer in
     all; redirects refused; 4 MiB at most."""
 
-    def __init__(self, url: str, token: str | None = None, *, get: HttpGet, timeout_s: float = HTTP_TIMEOUT_S):
+    def __init__(
+        self, url: str, token: str | None = None, *, get: HttpGet, timeout_s: float = HTTP_TIMEOUT_S
+    ):
         self.base = url.rstrip("/")
         self.token = token
         self.timeout_s = timeout_s
@@ -149,11 +151,17 @@ class HttpBackend:
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         try:
-            answer = self._http_get(url, timeout_s=self.timeout_s, max_body_bytes=MAX_RESPONSE_BYTES, headers=headers)
+            answer = self._http_get(
+                url, timeout_s=self.timeout_s, max_body_bytes=MAX_RESPONSE_BYTES, headers=headers
+            )
         except HttpError as exc:
             raise ToolError(self._transport_error(exc)) from None
         if answer.status != 200:
-            refusal = mcp_runs.http_refusal(answer.status, _error_text(answer.body)) if route in ("runs", "compare") else None
+            refusal = (
+                mcp_runs.http_refusal(answer.status, _error_text(answer.body))
+                if route in ("runs", "compare")
+                else None
+            )
             if route == "watch" and answer.status == 400:  # a cursor that is not one: the route says so
                 refusal = one_line(clip(_error_text(answer.body), MAX_MESSAGE_CHARS))
             raise ToolError(refusal or self._http_error(answer.status, _error_text(answer.body), job, route))
@@ -240,7 +248,10 @@ class LocalBackend:
     Both have the same three document methods; a document is None until the first poll."""
 
     def __init__(
-        self, poller: LocalPoller, first_poll_wait_s: float = FIRST_POLL_WAIT_S, runs: RunsSource | None = None
+        self,
+        poller: LocalPoller,
+        first_poll_wait_s: float = FIRST_POLL_WAIT_S,
+        runs: RunsSource | None = None,
     ) -> None:
         self.poller = poller
         self.runs_source = runs  # the run ledger's reader (None: --no-runs)
@@ -248,7 +259,9 @@ class LocalBackend:
         # The agent is this process's user: root's discovery answers it with root's own job by
         # default, never another user's (JobsPoller.for_caller).
         view: Callable[[Callable[[], int | None]], Documents] | None = getattr(poller, "for_caller", None)
-        self._seen: Callable[[], Documents] = (lambda: view(os.geteuid)) if view is not None else (lambda: poller)
+        self._seen: Callable[[], Documents] = (
+            (lambda: view(os.geteuid)) if view is not None else (lambda: poller)
+        )
         poller.start()
 
     def jobs(self) -> dict[str, Any]:
@@ -262,7 +275,9 @@ class LocalBackend:
 
     def runs(self, since: str | None) -> dict[str, Any]:
         return mcp_runs.local_answer(
-            self.runs_source, lambda r: r.runs_document(parse_since(since, time.time()) if since else None), ToolError
+            self.runs_source,
+            lambda r: r.runs_document(parse_since(since, time.time()) if since else None),
+            ToolError,
         )
 
     def compare(self, run: str, other: str | None) -> dict[str, Any]:
@@ -390,26 +405,12 @@ def gpu_status(backend: Backend, args: dict[str, Any]) -> tuple[dict[str, Any], 
         "message": clip(doc["message"], MAX_MESSAGE_CHARS),
         "model_device": device,
         "input_device": clip_opt(doc["input_device"], MAX_ID_CHARS),
-        "model_on_gpu": _model_on_gpu(device),
+        "model_on_gpu": model_on_gpu(device),
         "warnings": warning_items(doc["warnings"], MAX_WARNINGS_SHOWN),
-        "gpus": [
-            {
-                **{k: g[k] for k in ("index", "util_pct", "mem_used_mib", "mem_total_mib")},
-                "name": clip_opt(g["name"]),
-            }
-            for g in doc["gpus"][:MAX_GPUS_SHOWN]
-        ],
+        "gpus": gpu_items(doc["gpus"]),
         "processes": len(doc["processes"]) + doc["processes_omitted"],
     }
     return out, _status_text(one_line_all(out), doc.get("model_gpu_index"))
-
-
-def _model_on_gpu(device: str | None) -> bool | None:
-    """True for a cuda:N model, False for one wholly on another device, None when it cannot be said:
-    no model, a model without parameters (no device at all) or one split over devices ("mixed")."""
-    if device is None or device in (DEVICE_NO_PARAMETERS, DEVICE_MIXED):
-        return None
-    return device.startswith("cuda")
 
 
 def _status_text(out: dict[str, Any], gpu_index: int | None) -> str:
@@ -420,12 +421,12 @@ def _status_text(out: dict[str, Any], gpu_index: int | None) -> str:
     elif device == DEVICE_NO_PARAMETERS:
         answer = "Unknown: the registered model has no parameters, so it has no device of its own."
     elif out["model_on_gpu"]:
-        where = (
-            f" (GPU {gpu['index']}, {gpu['name'] or 'unnamed'}, {_pct(gpu['util_pct'])} busy)" if gpu else ""
-        )
+        where = f" (GPU {gpu['index']}, {gpu['name'] or 'unnamed'}, {busy_text(gpu)})" if gpu else ""
         answer = f"Yes: the model is on {device_text(device)}{where}."
-        if inputs is not None and not inputs.startswith("cuda"):
-            answer += f" But its inputs are on {device_text(inputs)}: move each batch to {device_text(device)}."
+        if inputs is not None and not model_on_gpu(inputs):
+            answer += (
+                f" But its inputs are on {device_text(inputs)}: move each batch to {device_text(device)}."
+            )
     elif device is None:
         answer = "Unknown: no model is registered with the probe in this job."
     else:
@@ -433,7 +434,9 @@ def _status_text(out: dict[str, Any], gpu_index: int | None) -> str:
     lines = [answer]
     if not out["alive"]:
         lines.append("The job has exited.")
-    data = [f"Job {out['job_id']}: {out['status']}: {out['message']}"]
+    said, used_by = gpu_lines(out["gpus"])
+    lines += ["GPUs:", *said] if said else []
+    data = [f"Job {out['job_id']}: {out['status']}: {out['message']}", *used_by]
     if device is not None and not DEVICE.fullmatch(device):
         data.append(f"Model device: {device}")
     hints = [w for w in out["warnings"] if w["hint"]]
@@ -536,7 +539,9 @@ def _history_text(out: dict[str, Any], job_gpu: bool = True) -> str:
         lines.append("No GPU in these samples.")
     if out["events"]:
         more = f" ({out['events_omitted']} older left out)" if out["events_omitted"] else ""
-        lines.append(f"{len(out['events'])} events{more}; the latest {min(5, len(out['events']))}, oldest first:")
+        lines.append(
+            f"{len(out['events'])} events{more}; the latest {min(5, len(out['events']))}, oldest first:"
+        )
         lines += untrusted([f"- {e['name']}" for e in out["events"][-5:]])
     return "\n".join(lines)
 

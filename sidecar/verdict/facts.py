@@ -39,6 +39,7 @@ __all__ += [
     "pci_slot",
     "map_cuda_index",
     "map_rocm_index",
+    "map_xpu_index",
     "model_gpu_index",
     "model_nvml_index",
 ]
@@ -569,8 +570,29 @@ def map_cuda_index(proc: ProcessFacts, cuda_index: int, gpus: tuple[GpuFacts, ..
     return cuda_index if any(g.index == cuda_index and g.vendor == VENDOR_NVIDIA for g in gpus) else None
 
 
+@for_the_same_objects  # a poll's devices, asked for each model by several rules
+def _intel_gpus(gpus: tuple[GpuFacts, ...]) -> tuple[GpuFacts, ...]:
+    return tuple(g for g in gpus if g.vendor == VENDOR_INTEL)
+
+
+def map_xpu_index(runtime: RuntimeRecord, xpu_index: int, gpus: tuple[GpuFacts, ...]) -> int | None:
+    """GPU index of a process's `xpu:N`: the Intel GPU in the PCI slot the probe gives for that
+    device; without one, the machine's only Intel GPU for `xpu:0` (a laptop's iGPU, an Arc card);
+    else None (Level Zero's order and ZE_AFFINITY_MASK renumber: only an address would say)."""
+    intel = _intel_gpus(gpus)
+    for dev in runtime.xpu_devices or ():
+        if dev.index == xpu_index and (slot := pci_slot(dev.pci_bus_id)) is not None:
+            return next((g.index for g in intel if pci_slot(g.pci_bus_id) == slot), None)
+    return intel[0].index if xpu_index == 0 and len(intel) == 1 else None
+
+
 def model_nvml_index(proc: ProcessFacts, model: ModelFacts, gpus: tuple[GpuFacts, ...]) -> int | None:
-    if device_type(model.device) != "cuda":
+    """GpuFacts.index of the GPU a model is on: `cuda:N` (NVIDIA's, or a ROCm build's AMD GPU) and
+    `xpu:N` (an Intel GPU); None for other devices or when it cannot be told."""
+    kind = device_type(model.device)
+    if kind == "xpu":
+        return map_xpu_index(proc.runtime or _NO_RUNTIME, device_index(model.device) or 0, gpus)
+    if kind != "cuda":
         return None
     return map_cuda_index(proc, device_index(model.device) or 0, gpus)
 

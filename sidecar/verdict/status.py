@@ -34,7 +34,14 @@ from sidecar.verdict.stragglers import rule_straggler_rank
 
 # What `from sidecar.verdict import ...` gives (sidecar/verdict/__init__.py).
 __all__ = ["StatusMessage", "candidate_warnings", "decide", "primary_model_gpu_index"]
-__all__ += ["AGE_RULES", "RECENT_RULES", "VerdictMemo", "cuda_availability", "runs_not_recorded", "status_and_message"]
+__all__ += [
+    "AGE_RULES",
+    "RECENT_RULES",
+    "VerdictMemo",
+    "cuda_availability",
+    "runs_not_recorded",
+    "status_and_message",
+]
 
 
 @dataclass(frozen=True)
@@ -62,7 +69,7 @@ def primary_model_gpu_index(f: Facts) -> int | None:
 
 
 def _cuda_gpu_index(f: Facts, p: ProcessFacts, m: ModelFacts) -> int | None:
-    return model_gpu_index(f, p, m) if "cuda" in m.types else None
+    return model_gpu_index(f, p, m) if "cuda" in m.types or "xpu" in m.types else None
 
 
 def status_and_message(f: Facts) -> StatusMessage:
@@ -221,6 +228,9 @@ def runs_not_recorded(verdict: Verdict, reason: str) -> Verdict:
     the reason. Not a fact of the job: the poller adds it to the settled verdict while the fault
     lasts, so hysteresis has nothing to hold and a recorded run's timeline never carries it."""
     found = Finding(
-        "runs-not-recorded", "info", ref("warning.runs-not-recorded", reason=reason), ref("hint.runs-not-recorded")
+        "runs-not-recorded",
+        "info",
+        ref("warning.runs-not-recorded", reason=reason),
+        ref("hint.runs-not-recorded"),
     )
     return replace(verdict, warnings=(*verdict.warnings, found))

@@ -10,7 +10,9 @@ which the reader answers by reading the fdinfo and finding a driver in it."""
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import subprocess
 from pathlib import Path
 
 from tests.fakenvml import make_fake_sysfs
@@ -19,6 +21,8 @@ FD_HEAD = "pos:\t0\nflags:\t02100002\nmnt_id:\t24\nino:\t1009\n"
 RADEON_PCI = "0000:08:00.0"  # a Radeon card: DRM client stats (the render node's engines)
 MI_PCI = "0000:c1:00.0"  # an MI-series card: ROCm compute through KFD
 KFD_GPU_ID = 53895
+IGPU_PCI = "0000:00:02.0"  # a laptop's Intel iGPU (i915)
+DGPU_PCI = "0000:01:00.0"  # and its NVIDIA card
 
 
 def amdgpu_fdinfo(client_id: int, vram_kib: int, gfx_ns: int | None) -> str:
@@ -29,6 +33,15 @@ def amdgpu_fdinfo(client_id: int, vram_kib: int, gfx_ns: int | None) -> str:
         f"drm-memory-vram:\t{vram_kib} KiB\ndrm-memory-gtt: \t8192 KiB\ndrm-memory-cpu: \t0 KiB\n"
     )
     return text + (f"drm-engine-gfx:\t{gfx_ns} ns\n" if gfx_ns is not None else "")
+
+
+def i915_fdinfo(client_id: int, render_ns: int = 0, pdev: str = IGPU_PCI) -> str:
+    """An i915 client's fdinfo (the kernel's drm-usage-stats keys, as a 6.x i915 prints them)."""
+    return (
+        FD_HEAD + f"drm-driver:\ti915\ndrm-pdev:\t{pdev}\ndrm-client-id:\t{client_id}\n"
+        f"drm-total-system0:\t4096 KiB\ndrm-resident-system0:\t4096 KiB\n"
+        f"drm-engine-render:\t{render_ns} ns\ndrm-engine-copy:\t0 ns\n"
+    )
 
 
 def _drm_node(root: Path) -> Path:
@@ -47,33 +60,66 @@ def _drm_node(root: Path) -> Path:
 
 
 class MirroredProc:
-    """``root``/proc: the real /proc, but ``pid``'s fds are fixtures."""
+    """``root``/proc: the real /proc, but the fds of ``pid`` (and of ``more``) are fixtures."""
 
-    def __init__(self, root: Path, pid: int) -> None:
+    def __init__(self, root: Path, pid: int, *more: int) -> None:
         self.root = root / "proc"
         self.pid = pid
         self.root.mkdir(parents=True)
+        fixed = {str(p) for p in (pid, *more)}
         for name in os.listdir("/proc"):
-            if name != str(pid):
+            if name not in fixed:
                 (self.root / name).symlink_to(f"/proc/{name}")
-        own = self.root / str(pid)
-        own.mkdir()
-        for name in os.listdir(f"/proc/{pid}"):
-            if name not in ("fd", "fdinfo"):
-                (own / name).symlink_to(f"/proc/{pid}/{name}")
-        (own / "fd").mkdir()
-        (own / "fdinfo").mkdir()
-        (own / "fd" / "0").symlink_to("/dev/null")  # not a DRM fd: skipped
-        (own / "fdinfo" / "0").write_text(FD_HEAD)
+        for p in fixed:
+            own = self.root / p
+            own.mkdir()
+            for name in os.listdir(f"/proc/{p}"):
+                if name not in ("fd", "fdinfo"):
+                    (own / name).symlink_to(f"/proc/{p}/{name}")
+            (own / "fd").mkdir()
+            (own / "fdinfo").mkdir()
+            (own / "fd" / "0").symlink_to("/dev/null")  # not a DRM fd: skipped
+            (own / "fdinfo" / "0").write_text(FD_HEAD)
         self._node = _drm_node(root)
 
-    def drm_fd(self, fd: int, fdinfo: str) -> None:
-        own = self.root / str(self.pid)
+    def drm_fd(self, fd: int, fdinfo: str, pid: int | None = None) -> None:
+        own = self.root / str(pid or self.pid)
         (own / "fd" / str(fd)).symlink_to(self._node)
         (own / "fdinfo" / str(fd)).write_text(fdinfo)
 
     def rewrite(self, fd: int, fdinfo: str) -> None:
         (self.root / str(self.pid) / "fdinfo" / str(fd)).write_text(fdinfo)
+
+
+def laptop_sysfs(root: Path) -> Path:
+    """``root``/sys of a laptop: an Intel iGPU (i915) and an NVIDIA card (NVML drives it)."""
+    return make_fake_sysfs(
+        root / "sys",
+        [
+            {
+                "pci": IGPU_PCI,
+                "vendor": "0x8086",
+                "device": "0x9a49",
+                "driver": "i915",
+                "connectors": ["eDP-1"],
+            },
+            {
+                "pci": DGPU_PCI,
+                "vendor": "0x10de",
+                "device": "0x2520",
+                "class": "0x030200",
+                "driver": "nvidia",
+            },
+        ],
+    )
+
+
+def named_process(folder: Path, name: str) -> subprocess.Popen:
+    """A real sleeping process whose kernel name (``comm``) is ``name``: /bin/sleep run through a link
+    of that name (the kernel names a process after the file it ran)."""
+    link = folder / name
+    link.symlink_to(shutil.which("sleep") or "/bin/sleep")
+    return subprocess.Popen([str(link), "3600"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
 
 
 def amd_sysfs(root: Path, *, kfd_pids: dict[int, int] | None = None) -> Path:

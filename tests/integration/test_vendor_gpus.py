@@ -66,15 +66,12 @@ def test_the_cli_shows_the_amd_gpus_and_the_processs_vram(tmp_path, sleeper):
     assert set(amd) == {RADEON_PCI, MI_PCI}
     radeon = amd[RADEON_PCI]
     assert radeon["driver"] == "amdgpu" and radeon["name"] == "AMD GPU"
-    # The Radeon's driver prints no figures here: null (never 0), and so is the count of others'
-    # processes; the MI card's are its own.
+    # The Radeon's driver prints no figures here: null (never 0); the MI card's are its own. The
+    # job's own client is no other process's: none others use the Radeon.
     mi = amd[MI_PCI]
     assert (mi["util_pct"], mi["mem_used_mib"], mi["mem_total_mib"]) == (87.0, 80 * 1024, 192 * 1024)
-    assert (
-        radeon["util_pct"] is None
-        and radeon["mem_used_mib"] is None
-        and radeon["other_process_count"] is None
-    )
+    assert radeon["util_pct"] is None and radeon["mem_used_mib"] is None
+    assert (radeon["other_process_count"], radeon["other_process_names"]) == (0, [])
     (target,) = [p for p in doc["processes"] if p["pid"] == sleeper.pid]
     (use,) = target["gpu"]
     assert use["index"] == radeon["index"] and use["vendor"] == "amd" and use["pci_bus_id"] == RADEON_PCI

@@ -67,6 +67,11 @@ function GpuCard({ c }) {
         ) : (
           <div className="dgd-muted">{c.noProcs}</div>
         )}
+        {c.others ? (
+          <div className="dgd-muted" data-testid="dsh-gpu-others">
+            {c.others}
+          </div>
+        ) : null}
       </div>
       <MigList mig={c.mig} />
     </article>

@@ -8,6 +8,7 @@ from __future__ import annotations
 from sidecar.sources.drm.clients import DRM_MAJOR, DrmClient, DrmFdIndex, process_drm_fds, read_drm_clients
 from sidecar.sources.drm.fdinfo import DrmFdinfo, EngineCounters, RegionMemory, parse_fdinfo
 from sidecar.sources.drm.sampler import DrmClientUse, DrmSample, DrmSampler, EngineUse
+from sidecar.sources.drm.users import DrmUser, DrmUsers, DrmUserScan
 
 __all__ = [
     "DRM_MAJOR",
@@ -17,6 +18,9 @@ __all__ = [
     "DrmFdinfo",
     "DrmSample",
     "DrmSampler",
+    "DrmUser",
+    "DrmUserScan",
+    "DrmUsers",
     "EngineCounters",
     "EngineUse",
     "RegionMemory",

@@ -210,7 +210,8 @@ function gpuCardEl(c) {
         h('span', { class: 'role', text: p.role }),
         h('span', { class: 'mem', text: p.mem }),
         p.util ? h('span', { class: 'util', 'data-testid': 'gpu-proc-util', text: p.util }) : null)))
-      : h('div', { class: 'none', text: c.noProcs })),
+      : h('div', { class: 'none', text: c.noProcs }),
+    c.others ? h('div', { class: 'gpu-others', 'data-testid': 'gpu-others', text: c.others }) : null),
   migList(c.mig));
 }
 

@@ -165,7 +165,9 @@ export const SCHEMA = 2
  * @property {number|null} framework_index N of the `cuda:N` that names it in the job's main process
  * @property {boolean} lost the driver reports the GPU lost (fell off the bus)
  * @property {Object<string, string>} field_errors why a null field is null, per NVML (field -> error)
- * @property {number|null} other_process_count processes outside this job that use the GPU; null: not read (AMD, Intel)
+ * @property {number|null} other_process_count processes outside this job that use the GPU (NVIDIA: NVML's lists; AMD and Intel: those with a DRM client on it, the sidecar's user's alone unless it runs as root, rescanned every 15 s); null: not read
+ * @property {Array<string>|null} other_process_names AMD and Intel: the names (`comm`) of those processes, each once, at most 8 (control and format characters removed); null: not read (NVIDIA's are not)
+ * @property {number} other_process_names_omitted names of those processes left out of `other_process_names`
  * @property {string|null} compute_capability `8.0`, `9.0`, ...: tensor cores from 7.0
  * @property {number|null} sm_clock_mhz SM clock now
  * @property {number|null} sm_clock_max_mhz the SM clock's maximum

@@ -247,6 +247,17 @@ function gpuProcs(doc, g, lang) {
   return out;
 }
 
+/** Who else uses an AMD or Intel GPU, by name ("Also used by Xorg, firefox"); null on NVIDIA's,
+ * whose other processes are not named, and where they were not read. */
+function gpuOthersText(g, lang) {
+  const names = Array.isArray(g.other_process_names) ? g.other_process_names.map(String) : null;
+  if (!names) return null;
+  if (!names.length) return isNum(g.other_process_count) ? t(lang, 'gpu.usedByNone') : null;
+  const more = isNum(g.other_process_names_omitted) ? g.other_process_names_omitted : 0;
+  const listed = names.join(', ');
+  return t(lang, 'gpu.usedBy', { names: more > 0 ? t(lang, 'gpu.usedByMore', { names: listed, n: more }) : listed });
+}
+
 const VENDOR_NAMES = { nvidia: 'NVIDIA', amd: 'AMD', intel: 'Intel' };
 
 /** Who made the GPU, as shown ("NVIDIA" for a document from before the field). */
@@ -275,6 +286,7 @@ export function gpuCard(doc, gpu, lang) {
     procsTitle: t(lang, 'gpu.procs'),
     procs: gpuProcs(doc, g, lang),
     noProcs: t(lang, 'gpu.noProcs'),
+    others: gpuOthersText(g, lang), // AMD and Intel: who else uses it
     mig: mig.length ? { title: t(lang, 'eff.mig.title'), rows: mig.map((r) => ({ ...r, pidsText: r.pids.map((pid) => t(lang, 'events.pid', { pid })).join(', ') })) } : null,
   };
 }
