@@ -10,6 +10,7 @@ which the reader answers by reading the fdinfo and finding a driver in it."""
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -47,7 +48,8 @@ def _drm_node(root: Path) -> Path:
 
 
 class MirroredProc:
-    """``root``/proc: the real /proc, but ``pid``'s fds are fixtures."""
+    """``root``/proc: the real /proc, but the fds of ``pid`` (and of each pid ``own`` adds) are
+    fixtures."""
 
     def __init__(self, root: Path, pid: int) -> None:
         self.root = root / "proc"
@@ -56,7 +58,15 @@ class MirroredProc:
         for name in os.listdir("/proc"):
             if name != str(pid):
                 (self.root / name).symlink_to(f"/proc/{name}")
+        self._node = _drm_node(root)
+        self.own(pid)
+
+    def own(self, pid: int) -> None:
+        """Make ``pid``'s entry (a process started after this tree was made, or one mirrored so far)
+        the real one's but for its fds: none but fd 0 (/dev/null) until ``drm_fd`` adds some."""
         own = self.root / str(pid)
+        if own.is_symlink():
+            own.unlink()
         own.mkdir()
         for name in os.listdir(f"/proc/{pid}"):
             if name not in ("fd", "fdinfo"):
@@ -65,15 +75,23 @@ class MirroredProc:
         (own / "fdinfo").mkdir()
         (own / "fd" / "0").symlink_to("/dev/null")  # not a DRM fd: skipped
         (own / "fdinfo" / "0").write_text(FD_HEAD)
-        self._node = _drm_node(root)
 
-    def drm_fd(self, fd: int, fdinfo: str) -> None:
-        own = self.root / str(self.pid)
+    def gone(self, pid: int) -> None:
+        """``pid`` has exited (and been reaped): its entry goes, as the kernel's does."""
+        shutil.rmtree(self.root / str(pid))
+
+    def drm_fd(self, fd: int, fdinfo: str, pid: int | None = None) -> None:
+        own = self.root / str(self.pid if pid is None else pid)
         (own / "fd" / str(fd)).symlink_to(self._node)
         (own / "fdinfo" / str(fd)).write_text(fdinfo)
 
-    def rewrite(self, fd: int, fdinfo: str) -> None:
-        (self.root / str(self.pid) / "fdinfo" / str(fd)).write_text(fdinfo)
+    def rewrite(self, fd: int, fdinfo: str, pid: int | None = None) -> None:
+        """The fd's fdinfo now reads ``fdinfo``: replaced whole, so a reader meanwhile sees the old
+        text or the new one, never a part (the kernel prints it at each read)."""
+        path = self.root / str(self.pid if pid is None else pid) / "fdinfo" / str(fd)
+        tmp = path.with_name(f".{fd}.tmp")
+        tmp.write_text(fdinfo)
+        os.replace(tmp, path)
 
 
 def amd_sysfs(root: Path, *, kfd_pids: dict[int, int] | None = None) -> Path:
