@@ -145,7 +145,9 @@ PROCESS_GPU = Obj(
         "vendor": F(Enum(VENDORS), "the GPU's vendor"),
         "pci_bus_id": F(STR, "the GPU's PCI address (as Gpu.pci_bus_id)", null=True),
         "mem_used_mib": F(
-            NUM, "GPU memory it uses there (NVIDIA: exact; AMD, Intel: VRAM, else GTT)", null=True
+            NUM,
+            "GPU memory it uses there (NVIDIA: exact; AMD, Intel: VRAM, else GTT, else system memory: an iGPU's)",
+            null=True,
         ),
         "sm_util_pct": F(
             NUM, "its SM (AMD, Intel: busiest engine's) utilisation; null: MIG, unknown_reason", null=True

@@ -6,7 +6,9 @@ the job's processes use of them, from the kernel's DRM client stats (sources/drm
   GPU number; NVML's own numbers never move), with its PCI address, driver and name, and its device
   figures (busy %, memory, power, temperature, clocks) from sysfs: poll/vendor_figures.py.
 - A process's row on one GPU (keyed by PCI address): memory from DRM (VRAM; GTT when it has no
-  VRAM: an APU's working set) or KFD's VRAM (the larger: ROCm's buffers may show in both), and its
+  VRAM: an APU's working set; system memory when its driver prints neither region: an i915 iGPU's
+  clients have only ``system0``, the GPU's memory being the system's) or KFD's VRAM (the larger:
+  ROCm's buffers may show in both), and its
   busiest DRM engine's utilisation between two polls. What cannot be told is None with a reason
   (facts.UTIL_UNKNOWN): a first reading, a driver that prints no engine time, ROCm compute.
 - KFD: a process that merely opened /dev/kfd (no VRAM, no occupied compute unit) uses no GPU.
@@ -52,6 +54,7 @@ class _Use:
 
     vram_mib: float | None = None
     gtt_mib: float | None = None
+    system_mib: float | None = None
     util_pct: float | None = None
     unknown_reason: str | None = None
     kfd_vram_mib: float | None = None
@@ -60,6 +63,7 @@ class _Use:
         client = use.client
         self.vram_mib = _plus(self.vram_mib, client.vram_mib)
         self.gtt_mib = _plus(self.gtt_mib, client.gtt_mib)
+        self.system_mib = _plus(self.system_mib, client.system_mib)
         known = [e.busy_pct for e in use.engines if e.busy_pct is not None]
         if known:
             self.util_pct = min(100.0, (self.util_pct or 0.0) + max(known))
@@ -73,6 +77,10 @@ class _Use:
 
     def row(self, index: int, vendor: str, pci: str) -> ProcGpu:
         drm_mib = self.vram_mib if self.vram_mib else (self.gtt_mib if self.gtt_mib else self.vram_mib)
+        if self.vram_mib is None and self.gtt_mib is None:
+            # No VRAM or GTT region at all: an integrated GPU whose driver (i915) maps system memory
+            # only. (amdgpu's "cpu" region, beside its VRAM and GTT, is not the GPU's memory.)
+            drm_mib = self.system_mib
         mem = max((m for m in (drm_mib, self.kfd_vram_mib) if m is not None), default=None)
         util, unknown = self.util_pct, self.unknown_reason
         if self.kfd_vram_mib is not None:

@@ -380,7 +380,9 @@ def rule_shared_model_unprobed_child(f: Facts) -> Iterable[Finding]:
     """A model in shared memory (``share_memory()``: hogwild) and child processes without the probe:
     whatever those children compute with it is not counted anywhere. Forked children inherit the
     probe and count their own calls; spawned and forkserver ones start without it."""
-    owners: dict[int | None, ProcessFacts] = {p.pid: p for p, m in all_models(f) if m.shared_memory}  # by ppid
+    owners: dict[int | None, ProcessFacts] = {
+        p.pid: p for p, m in all_models(f) if m.shared_memory
+    }  # by ppid
     if not owners:
         return
     kids = [
@@ -405,8 +407,16 @@ def rule_shared_model_unprobed_child(f: Facts) -> Iterable[Finding]:
     )
 
 
+def _cpu_build_on_other_gpus(f: Facts) -> bool:
+    """cpu-build fires for an AMD or Intel GPU: it already says the CPU-only torch uses none of the
+    machine's GPUs, and which build would (rule_cpu_build)."""
+    return cpu_build_gpu(f) in ("amd", "intel") and any(cpu_only_build(rt) for _, rt in runtimes(f))
+
+
 def rule_device_count_mismatch(f: Facts) -> Iterable[Finding]:
-    if not f.system_gpus:
+    # Where cpu-build names an AMD or Intel GPU, this would call that GPU one that "cannot run CUDA;
+    # that is expected" and say to put the model on an NVIDIA device the machine does not have.
+    if not f.system_gpus or _cpu_build_on_other_gpus(f):
         return
     framework_counts = [rt.device_count for _, rt in runtimes(f) if rt.device_count is not None]
     usable = framework_counts[0] if framework_counts else (len(f.gpus) if f.nvml_ok else None)
@@ -559,7 +569,11 @@ def memory_growth(samples: Iterable[RecentSample], rules: Rules) -> MemoryGrowth
     if first is None or last is None or not _grown_enough(first, last, rules):  # (never None: see above)
         return None
     return _steady(
-        [(s.time, s.tree_gpu_mem_mib) for s in islice(samples, start, None) if s.tree_gpu_mem_mib is not None],
+        [
+            (s.time, s.tree_gpu_mem_mib)
+            for s in islice(samples, start, None)
+            if s.tree_gpu_mem_mib is not None
+        ],
         rules,
     )
 

@@ -60,7 +60,8 @@ def _drm_node(root: Path) -> Path:
 
 
 class MirroredProc:
-    """``root``/proc: the real /proc, but the fds of ``pid`` (and of ``more``) are fixtures."""
+    """``root``/proc: the real /proc, but the fds of ``pid`` (and of ``more``, and of each pid ``own``
+    adds) are fixtures."""
 
     def __init__(self, root: Path, pid: int, *more: int) -> None:
         self.root = root / "proc"
@@ -70,25 +71,41 @@ class MirroredProc:
         for name in os.listdir("/proc"):
             if name not in fixed:
                 (self.root / name).symlink_to(f"/proc/{name}")
-        for p in fixed:
-            own = self.root / p
-            own.mkdir()
-            for name in os.listdir(f"/proc/{p}"):
-                if name not in ("fd", "fdinfo"):
-                    (own / name).symlink_to(f"/proc/{p}/{name}")
-            (own / "fd").mkdir()
-            (own / "fdinfo").mkdir()
-            (own / "fd" / "0").symlink_to("/dev/null")  # not a DRM fd: skipped
-            (own / "fdinfo" / "0").write_text(FD_HEAD)
         self._node = _drm_node(root)
+        for p in (pid, *more):
+            self.own(p)
+
+    def own(self, pid: int) -> None:
+        """Make ``pid``'s entry (a process started after this tree was made, or one mirrored so far)
+        the real one's but for its fds: none but fd 0 (/dev/null) until ``drm_fd`` adds some."""
+        own = self.root / str(pid)
+        if own.is_symlink():
+            own.unlink()
+        own.mkdir()
+        for name in os.listdir(f"/proc/{pid}"):
+            if name not in ("fd", "fdinfo"):
+                (own / name).symlink_to(f"/proc/{pid}/{name}")
+        (own / "fd").mkdir()
+        (own / "fdinfo").mkdir()
+        (own / "fd" / "0").symlink_to("/dev/null")  # not a DRM fd: skipped
+        (own / "fdinfo" / "0").write_text(FD_HEAD)
+
+    def gone(self, pid: int) -> None:
+        """``pid`` has exited (and been reaped): its entry goes, as the kernel's does."""
+        shutil.rmtree(self.root / str(pid))
 
     def drm_fd(self, fd: int, fdinfo: str, pid: int | None = None) -> None:
-        own = self.root / str(pid or self.pid)
+        own = self.root / str(self.pid if pid is None else pid)
         (own / "fd" / str(fd)).symlink_to(self._node)
         (own / "fdinfo" / str(fd)).write_text(fdinfo)
 
-    def rewrite(self, fd: int, fdinfo: str) -> None:
-        (self.root / str(self.pid) / "fdinfo" / str(fd)).write_text(fdinfo)
+    def rewrite(self, fd: int, fdinfo: str, pid: int | None = None) -> None:
+        """The fd's fdinfo now reads ``fdinfo``: replaced whole, so a reader meanwhile sees the old
+        text or the new one, never a part (the kernel prints it at each read)."""
+        path = self.root / str(self.pid if pid is None else pid) / "fdinfo" / str(fd)
+        tmp = path.with_name(f".{fd}.tmp")
+        tmp.write_text(fdinfo)
+        os.replace(tmp, path)
 
 
 def laptop_sysfs(root: Path) -> Path:

@@ -4,15 +4,21 @@ it reads NVML's, while no figure that cannot be told reads as 0."""
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
+from types import SimpleNamespace
 
 from sidecar.poll.samples import history_sample
 from sidecar.poll.vendor_gpus import VendorGpuSampler, vendor_gpu_facts
+from sidecar.sources.drm import DrmSampler
 from sidecar.sources.host import HostPaths
 from sidecar.sources.sysfs import SystemGpu, list_system_gpus
 from sidecar.verdict import Facts, GpuFacts, ModelFacts, ProcessFacts, ProcGpu, decide, map_cuda_index
 from sidecar.verdict.facts import nvidia_in_system
+from tests.fakenvml import make_fake_sysfs
 from tests.helpers.drm_tree import MI_PCI, amd_sysfs
+from tests.helpers.gpu_sysfs_trees import I915_IGPU, RADEON
 
 SYSTEM = [
     SystemGpu("Intel", "0x8086", "0x9a49", "Intel integrated graphics", "0000:00:02.0", "i915", "card0"),
@@ -78,3 +84,40 @@ def test_the_verdict_sees_amd_use_as_nvidia_use_and_unknown_is_not_idle():
     assert (
         not _facts(ProcGpu(0, 0.0, None, None, "amd", "0000:08:00.0", "first-sample")).processes[0].uses_gpu
     )
+
+
+def _drm_proc(root: Path, pid: int, fdinfo: dict[int, str]) -> HostPaths:
+    """``root``/proc with ``pid``'s DRM fds (links whose stat the sampler's seam calls a DRM node)."""
+    own = root / "proc" / str(pid)
+    (own / "fd").mkdir(parents=True)
+    (own / "fdinfo").mkdir()
+    for fd, text in fdinfo.items():
+        (own / "fd" / str(fd)).symlink_to("/dev/null")
+        (own / "fdinfo" / str(fd)).write_text(text)
+    return HostPaths(procfs=str(root / "proc"), sysfs=str(root / "sys"))
+
+
+def _drm_node(path: str) -> SimpleNamespace:
+    return SimpleNamespace(st_mode=stat.S_IFCHR | 0o666, st_rdev=os.makedev(226, 128))
+
+
+def test_an_igpus_process_uses_system_memory_and_amdgpus_cpu_region_is_not_its_gpu_memory(tmp_path: Path):
+    """An i915 iGPU's clients print only system regions (its memory is the system's): their row's
+    memory is their resident system memory, not null. An amdgpu client's "cpu" region, beside its VRAM
+    and GTT, is system memory the GPU does not use: its row stays at its VRAM (0 here)."""
+    head = "pos:\t0\nflags:\t02100002\n"
+    i915 = (
+        head + "drm-driver:\ti915\ndrm-client-id:\t42\ndrm-pdev:\t0000:00:02.0\n"
+        "drm-total-system0:\t24 MiB\ndrm-resident-system0:\t20 MiB\ndrm-total-stolen-system0:\t0\n"
+    )
+    amdgpu = (
+        head + "drm-driver:\tamdgpu\ndrm-client-id:\t7\ndrm-pdev:\t0000:08:00.0\n"
+        "drm-memory-vram:\t0 KiB\ndrm-memory-gtt:\t0 KiB\ndrm-memory-cpu:\t4096 KiB\n"
+    )
+    host = _drm_proc(tmp_path, 4242, {5: i915, 6: amdgpu})
+    make_fake_sysfs(tmp_path / "sys", [I915_IGPU, {**RADEON, "card": "card1", "pci": "0000:08:00.0"}])
+    sampler = VendorGpuSampler(host=host, drm=DrmSampler(host=host, stat_fd=_drm_node))
+    gpus = sampler.gpus(list_system_gpus(host=host), 0)
+    rows = {r.pci: r for r in sampler.poll([4242], gpus).by_pid[4242]}
+    assert (rows["0000:00:02.0"].vendor, rows["0000:00:02.0"].mem_used_mib) == ("intel", 20.0)
+    assert (rows["0000:08:00.0"].vendor, rows["0000:08:00.0"].mem_used_mib) == ("amd", 0.0)

@@ -281,7 +281,7 @@ export const SCHEMA = 2
  * @property {number} index the GPU's index (Gpu.index)
  * @property {"nvidia"|"amd"|"intel"} vendor the GPU's vendor
  * @property {string|null} pci_bus_id the GPU's PCI address (as Gpu.pci_bus_id)
- * @property {number|null} mem_used_mib GPU memory it uses there (NVIDIA: exact; AMD, Intel: VRAM, else GTT)
+ * @property {number|null} mem_used_mib GPU memory it uses there (NVIDIA: exact; AMD, Intel: VRAM, else GTT, else system memory: an iGPU's)
  * @property {number|null} sm_util_pct its SM (AMD, Intel: busiest engine's) utilisation; null: MIG, unknown_reason
  * @property {"first-sample"|"no-engine-counters"|"rocm-compute"|null} unknown_reason why sm_util_pct is null: `first-sample`: the first reading of its DRM engine counters: a rate needs two; `no-engine-counters`: the driver prints no engine time for it (a kernel before 5.19, or an older GPU); `rocm-compute`: ROCm compute runs through KFD queues, whose busy time the kernel does not count per process
  * @property {number|null} mig_index the MIG device it runs in (Gpu.mig_devices); null without MIG
