@@ -84,15 +84,16 @@ def full_payload(pid: int, ticks: int) -> dict:
             "cuda_initialized": True,
             "device_count": 1,
             "devices": [
-                {"index": 0, "name": "A100", "uuid": "GPU-1", "pci_bus_id": "0000:10:00.0", "gcn_arch": None}
+                {"index": 0, "name": "A100", "uuid": "GPU-1", "pci_bus_id": "0000:10:00.0", "gcn_arch": "gfx90a"}
             ],
             "cuda_visible_devices": "0",
             "cuda_device_order": "PCI_BUS_ID",
             "mps_available": False,
             "xpu_available": True,
             "cuda_driver_loadable": True,
-            "hip_build": None,
-            "xpu_build": None,
+            # every field has a value (the wrong-type test tries each against its own type)
+            "hip_build": "6.2.41133",
+            "xpu_build": "20250004",
             "hip_visible_devices": "0",
             "rocr_visible_devices": "0",
             "gpu_device_ordinal": "0",
@@ -103,9 +104,9 @@ def full_payload(pid: int, ticks: int) -> dict:
                 {
                     "index": 0,
                     "name": "Intel(R) UHD Graphics 770",
-                    "uuid": None,
-                    "pci_bus_id": None,
-                    "gcn_arch": None,
+                    "uuid": "XPU-1",
+                    "pci_bus_id": "0000:00:02.0",
+                    "gcn_arch": "n/a",
                 }
             ],
         },
