@@ -165,6 +165,7 @@ def test_prometheus_scrapes_the_sidecar(tmp_path, fake_nvml):
                         ("job_name", "train-a"),
                         ("name", "NVIDIA H100 80GB HBM3"),
                         ("uuid", UUIDS[0]),
+                        ("vendor", "nvidia"),
                     ),
                     83.0,
                 ) in want
