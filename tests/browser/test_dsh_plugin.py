@@ -263,7 +263,9 @@ def test_chip_glance_view_and_settings_show_the_sidecar_data(chromium, dsh_gpu: 
         text = glance.inner_text()
         assert doc["message"] in text
         assert glance.locator('[data-testid="dsh-gpu-badge"]').get_attribute("data-status") == "GPU"
-        assert glance.locator('[data-testid="dsh-gpu-glance-gpu"]').count() == len(doc["gpus"]) == 2
+        # the two simulated NVIDIA GPUs and the fake sysfs's Intel iGPU, a card of its own (issue 41)
+        assert glance.locator('[data-testid="dsh-gpu-glance-gpu"]').count() == len(doc["gpus"]) == 3
+        assert [g["vendor"] for g in doc["gpus"]] == ["nvidia", "nvidia", "intel"]
         for g in doc["gpus"]:
             assert g["name"] in text
         first_warning = sorted(
@@ -292,7 +294,9 @@ def test_chip_glance_view_and_settings_show_the_sidecar_data(chromium, dsh_gpu: 
         )
         assert view.locator('[data-testid="dsh-gpu-badge"]').first.get_attribute("data-status") == "GPU"
         assert view.locator('[data-testid="dsh-gpu-card"]').count() == len(doc["gpus"])
-        assert view.locator('[data-testid="dsh-gpu-igpu"]').count() == 1  # the Intel iGPU: display only
+        # the Intel iGPU is a card (above), never listed again as a device CUDA cannot use
+        assert view.locator('[data-testid="dsh-gpu-card"][data-vendor="Intel"]').count() == 1
+        assert view.locator('[data-testid="dsh-gpu-igpu"]').count() == 0
         rows = view.locator('[data-testid="dsh-gpu-process"]')
         pids = {int(rows.nth(i).get_attribute("data-pid")) for i in range(rows.count())}
         assert {gpu_stack.pid("main"), gpu_stack.pid("worker0"), gpu_stack.pid("worker1")} <= pids

@@ -103,7 +103,7 @@ def test_gpu_job_badge_cards_and_process_tree(gpu_stack, pages):
     assert page.inner_text("[data-testid=fact-model-device]").strip().endswith("cuda:0")
 
     # One card per simulated NVIDIA GPU, in NVML order, with the scenario's names and numbers.
-    cards = page.locator("[data-testid=gpu-card]")
+    cards = page.locator("[data-testid=gpu-card][data-vendor=NVIDIA]")
     assert cards.count() == 2
     assert [cards.nth(i).locator("[data-testid=gpu-name]").inner_text() for i in range(2)] == GPU_NAMES
     card0 = cards.nth(0)
@@ -116,12 +116,14 @@ def test_gpu_job_badge_cards_and_process_tree(gpu_stack, pages):
     assert card0.locator(f"[data-testid=gpu-procs] li[data-pid='{main_pid}']").count() == 1
     assert "No process of this job uses it" in cards.nth(1).locator("[data-testid=gpu-procs]").inner_text()
 
-    # The Intel iGPU from the fake sysfs: a greyed card that says the framework cannot use it.
-    igpu = page.locator("[data-testid=igpu-card]")
-    assert igpu.count() == 1
+    # The Intel iGPU from the fake sysfs: a card of its own after NVML's (issue 41), with its driver
+    # and PCI address, no job process on it, and never listed again as a device CUDA cannot use.
+    igpu = page.locator("[data-testid=gpu-card][data-vendor=Intel]")
+    assert igpu.count() == 1 and igpu.get_attribute("data-index") == "2"
     text = igpu.inner_text()
-    assert "Intel" in text and "0000:00:02.0" in text and "cannot use" in text
-    assert igpu.evaluate("e => getComputedStyle(e).borderStyle") == "dashed"
+    assert "Intel" in text and "i915" in text and "0000:00:02.0" in text
+    assert "No process of this job uses it" in igpu.locator("[data-testid=gpu-procs]").inner_text()
+    assert page.locator("[data-testid=igpu-card]").count() == 0
 
     # The process tree: main at depth 0, its three children indented under it.
     got = {r["pid"]: r for r in rows(page)}
@@ -444,7 +446,7 @@ def test_cpu_build_is_orange_with_an_error_and_its_fix(stacks, pages):
     main = {r["pid"]: r for r in rows(page)}[stack.pid("main")]
     assert main["model"].startswith("cpu") and main["input"] == "cpu"
     assert "CPU-only build" in page.inner_text("[data-testid=runtime]")
-    card = page.locator("[data-testid=gpu-card]")
+    card = page.locator("[data-testid=gpu-card][data-vendor=NVIDIA]")
     assert card.count() == 1 and card.locator("[data-testid=gpu-framework]").inner_text() == (
         "PyTorch cannot use CUDA in this job"
     )
