@@ -8,7 +8,8 @@ from dataclasses import dataclass, replace
 
 from sidecar.verdict.efficiency import rule_data_starved, rule_hollow_utilisation, rule_host_syncs
 from sidecar.verdict.facts import SEVERITY_ORDER, Facts, Finding, Rules, Verdict
-from sidecar.verdict.rules import Rule, rule_idle_gpu, rule_memory_growth
+from sidecar.verdict.memory_growth import rule_memory_growth
+from sidecar.verdict.rules import Rule, rule_idle_gpu
 from sidecar.verdict.stragglers import rule_straggler_rank_held
 
 # What `from sidecar.verdict import ...` gives (sidecar/verdict/__init__.py).

@@ -22,12 +22,12 @@ from sidecar.verdict.facts import (
     model_gpu_index,
     pct,
 )
+from sidecar.verdict.memory_growth import rule_memory_growth
 from sidecar.verdict.rules import (
     RULES,
     cuda_unavailable_reason,
     probe_present,
     rule_idle_gpu,
-    rule_memory_growth,
     rule_no_probe,
 )
 from sidecar.verdict.stragglers import rule_straggler_rank
