@@ -11,6 +11,8 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import psutil
 import pytest
@@ -50,12 +52,15 @@ def _run_keys(tmp_path, kind: str) -> list[tuple]:
     """(job_key, job_key_source, rank, node_rank) of each rank of one run, once both publish."""
     script = tmp_path / "train_ddp.py"
     script.write_text(DDP_JOB)
-    stop = tmp_path / f"stop-{kind}"
+    # A folder of each run's own: the second run of a test must not find the first's stop file (its
+    # ranks would leave after one step, before both were seen) nor its file store.
+    run = Path(tempfile.mkdtemp(prefix=f"{kind}-", dir=tmp_path))
+    stop = run / "stop"
     env = python_env({"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "DSH_PROBE_INTERVAL_S": "0.25"})
     for name in ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "JOBSET_NAME", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)
     launcher = subprocess.Popen(
-        [*_launcher(kind), str(script), str(tmp_path / f"store-{kind}"), str(stop)],
+        [*_launcher(kind), str(script), str(run / "store"), str(stop)],
         env=env,
         cwd=REPO,
         start_new_session=True,
