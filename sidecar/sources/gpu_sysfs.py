@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from hostfs.paths import HOST, HostPaths
-from sidecar.sources.sysfs import SystemGpu, list_system_gpus
+from sidecar.sources.sysfs import SystemGpu, list_system_gpus, listdir_bounded
 
 MAX_FILE_BYTES = 4096  # a sysfs attribute is at most a page; pp_dpm_sclk is ~100 bytes
 MAX_HWMON_DIRS = 8  # hwmon devices of one card (i915: the device's and one per GT)
@@ -189,20 +189,6 @@ def _pct(path: str) -> float | None:
     return _scaled(path, 1, 0, 100)
 
 
-def _listdir(path: str, limit: int) -> list[str]:
-    """Up to ``limit`` names in ``path``, sorted; [] when it is gone or unreadable."""
-    out: list[str] = []
-    try:
-        with os.scandir(path) as entries:
-            for entry in entries:
-                out.append(entry.name)
-                if len(out) >= limit:
-                    break
-    except OSError:
-        return []
-    return sorted(out)
-
-
 def _real_dir_under(path: str, root: str) -> str | None:
     """``path`` resolved, when it is a directory under ``root`` (resolved); a link loop resolves to
     a path that is no directory."""
@@ -221,7 +207,7 @@ def _hwmon_dirs(device: str) -> list[str]:
     """``device/hwmon/hwmon<n>`` (that folder holds nothing else), in numeric order, at most
     MAX_HWMON_DIRS."""
     base = os.path.join(device, "hwmon")
-    names = [n for n in _listdir(base, 4 * MAX_HWMON_DIRS) if _HWMON.fullmatch(n)]
+    names = [n for n in listdir_bounded(base, 4 * MAX_HWMON_DIRS) if _HWMON.fullmatch(n)]
     names.sort(key=lambda n: int(n[len("hwmon") :]))
     return [os.path.join(base, n) for n in names if _is_real_dir(os.path.join(base, n))][:MAX_HWMON_DIRS]
 
@@ -287,7 +273,7 @@ def _read_hwmon(device: str, driver: str | None) -> _Hwmon | None:
     folder = _pick_hwmon(device, driver)
     if folder is None:
         return None
-    names = _listdir(folder, MAX_HWMON_ENTRIES)
+    names = listdir_bounded(folder, MAX_HWMON_ENTRIES)
     power_w, power_source = None, None
     for source in ("power1_average", "power1_input"):  # "not all products support both" (amdgpu)
         power_w = _watts(os.path.join(folder, source)) if source in names else None
@@ -397,7 +383,7 @@ def _throttle(
     if status not in (0, 1):
         return None, None
     reasons = []
-    for name in _listdir(folder, 256):
+    for name in listdir_bounded(folder, 256):
         if name.startswith(reason_prefix) and name != status_name and _int(os.path.join(folder, name)) == 1:
             reasons.append(name[len(reason_prefix) :])
     return status == 1, tuple(reasons)

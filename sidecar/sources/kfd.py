@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from hostfs.paths import HOST, HostPaths
+from sidecar.sources.sysfs import listdir_bounded
 
 MAX_PROCESSES = 1024
 MAX_GPUS = 64  # GPU ids per process, and topology nodes (an 8-GPU MI300X in CPX mode: 64 partitions)
@@ -87,20 +88,6 @@ def _mib(path: str) -> float | None:
     return size_bytes / _MIB if size_bytes is not None else None
 
 
-def _listdir(path: str, limit: int) -> list[str]:
-    """Up to ``limit`` names of ``path`` (sorted); [] when it is gone or unreadable."""
-    out: list[str] = []
-    try:
-        with os.scandir(path) as entries:
-            for entry in entries:
-                out.append(entry.name)
-                if len(out) >= limit:
-                    break
-    except OSError:
-        return []
-    return sorted(out)
-
-
 def _properties(text: str) -> dict[str, int]:
     out: dict[str, int] = {}
     for line in text.splitlines():
@@ -122,7 +109,7 @@ def read_kfd_topology(*, host: HostPaths = HOST) -> tuple[KfdNode, ...]:
     """The GPU nodes of KFD's topology, by GPU id; () when there is no KFD."""
     base = host.sys_path("class", "kfd", "kfd", "topology", "nodes")
     nodes: list[KfdNode] = []
-    for name in _listdir(base, MAX_GPUS * 4):  # CPU nodes count too
+    for name in listdir_bounded(base, MAX_GPUS * 4):  # CPU nodes count too
         gpu_id = _number(os.path.join(base, name, "gpu_id"))
         if not gpu_id:
             continue  # a CPU node (0), or unreadable
@@ -151,7 +138,7 @@ def read_kfd_process(
 ) -> KfdProcess | None:
     """What KFD holds for ``pid``; None when it never opened /dev/kfd (or has exited)."""
     base = host.sys_path("class", "kfd", "kfd", "proc", pid)
-    names = _listdir(base, MAX_GPUS * 4 + 16)
+    names = listdir_bounded(base, MAX_GPUS * 4 + 16)
     if not names:
         return None
     pci_of = {n.gpu_id: n.pci for n in topology}
@@ -167,7 +154,7 @@ def read_kfd_process(
         for gpu_id in _gpu_ids(names)
     )
     queues = os.path.join(base, "queues")
-    queue_count = len(_listdir(queues, MAX_QUEUES)) if os.path.isdir(queues) else None
+    queue_count = len(listdir_bounded(queues, MAX_QUEUES)) if os.path.isdir(queues) else None
     return KfdProcess(pid=pid, pasid=_number(os.path.join(base, "pasid")), queue_count=queue_count, gpus=gpus)
 
 
@@ -177,7 +164,7 @@ def read_kfd_processes(
     """KFD's processes among ``pids`` (every one KFD lists when None), the lowest MAX_PROCESSES, by pid.
     ``topology`` (read here when None) maps GPU ids to PCI addresses."""
     if pids is None:
-        names = _listdir(host.sys_path("class", "kfd", "kfd", "proc"), MAX_PROCESSES * 4)
+        names = listdir_bounded(host.sys_path("class", "kfd", "kfd", "proc"), MAX_PROCESSES * 4)
         pids = (int(n) for n in names if n.isdigit())
     nodes = tuple(topology) if topology is not None else read_kfd_topology(host=host)
     out = []

@@ -104,3 +104,17 @@ def _read_card(device: str, card: str) -> SystemGpu | None:
         card=card,
         pci_class=_read(os.path.join(device, "class")),
     )
+
+
+def listdir_bounded(path: str, limit: int) -> list[str]:
+    """Up to ``limit`` names in ``path`` (a /sys folder, whose size no one bounds for us), sorted; [] when it is gone or unreadable."""
+    out: list[str] = []
+    try:
+        with os.scandir(path) as entries:
+            for entry in entries:
+                out.append(entry.name)
+                if len(out) >= limit:
+                    break
+    except OSError:
+        return []
+    return sorted(out)
