@@ -61,9 +61,10 @@ class _Use:
 
     def add_client(self, use: DrmClientUse) -> None:
         client = use.client
-        self.vram_mib = _plus(self.vram_mib, client.vram_mib)
-        self.gtt_mib = _plus(self.gtt_mib, client.gtt_mib)
-        self.system_mib = _plus(self.system_mib, client.system_mib)
+        vram_mib, gtt_mib, system_mib = client.memory_mib()
+        self.vram_mib = _plus(self.vram_mib, vram_mib)
+        self.gtt_mib = _plus(self.gtt_mib, gtt_mib)
+        self.system_mib = _plus(self.system_mib, system_mib)
         known = [e.busy_pct for e in use.engines if e.busy_pct is not None]
         if known:
             self.util_pct = min(100.0, (self.util_pct or 0.0) + max(known))
@@ -116,6 +117,9 @@ class VendorGpuSampler:
         self.devices = devices or DeviceFigures(host=host)
         self.users = users or DrmUserScan(host=host)
         self._topology: tuple[KfdNode, ...] = ()
+        # Each pid's rows at the last poll, and the GPUs' (PCI address, number) they were made for
+        self._rows: dict[int, list[ProcGpu]] = {}
+        self._rows_gpus: tuple[tuple[str | None, int], ...] = ()
         self._polls = 0
 
     def gpus(self, system_gpus: Sequence[SystemGpu], first_index: int) -> tuple[GpuFacts, ...]:
@@ -133,19 +137,28 @@ class VendorGpuSampler:
         pid_set = {p for p in pids if p > 0}
         by_pci = {g.pci_bus_id: g for g in gpus if g.pci_bus_id}
         uses: dict[tuple[int, str], _Use] = {}
-        for use in self.drm.sample(pid_set).clients:
+        sample = self.drm.sample(pid_set)
+        for use in sample.clients:
             pci = use.client.info.pdev
             if pci in by_pci:
                 uses.setdefault((use.client.pid, pci), _Use()).add_client(use)
         if self._topology:
-            kfd = read_kfd_processes(pid_set, host=self._host, topology=self._topology)
-            _add_kfd(uses, kfd, by_pci)
+            _add_kfd(uses, self._read_kfd(pid_set - sample.unread), by_pci)
         out = VendorReading(gpus)
+        gpu_places = tuple((g.pci_bus_id, g.index) for g in gpus)
+        if sample.unread and gpu_places == self._rows_gpus:
+            # Not read at this poll (the fd index's budget): their rows as at their last read
+            out.by_pid = {p: rows for p, rows in self._rows.items() if p in sample.unread}
         for (pid, pci), u in sorted(uses.items()):
             g = by_pci[pci]
             out.by_pid.setdefault(pid, []).append(u.row(g.index, g.vendor, pci))
+        self._rows, self._rows_gpus = out.by_pid, gpu_places
         _add_others(out, self.users.users(), by_pci, pid_set)
         return out
+
+    def _read_kfd(self, pids: set[int]) -> Iterable[KfdProcess]:
+        """KFD's figures of ``pids`` (those whose DRM fds were read at this poll)."""
+        return read_kfd_processes(pids, host=self._host, topology=self._topology)
 
 
 def _add_others(out: VendorReading, users: DrmUsers, by_pci: dict[str, GpuFacts], pids: set[int]) -> None:

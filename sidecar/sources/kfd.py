@@ -163,12 +163,15 @@ def read_kfd_processes(
 ) -> tuple[KfdProcess, ...]:
     """KFD's processes among ``pids`` (every one KFD lists when None), the lowest MAX_PROCESSES, by pid.
     ``topology`` (read here when None) maps GPU ids to PCI addresses."""
-    if pids is None:
-        names = listdir_bounded(host.sys_path("class", "kfd", "kfd", "proc"), MAX_PROCESSES * 4)
-        pids = (int(n) for n in names if n.isdigit())
+    bound = MAX_PROCESSES * 4
+    names = listdir_bounded(host.sys_path("class", "kfd", "kfd", "proc"), bound)
+    listed = {int(n) for n in names if n.isdigit()}
+    # One listing of KFD's processes, not a look for each pid (most hold no KFD queue); a listing cut
+    # at its bound tells nothing of the pids past it: each is looked for.
+    wanted = listed if pids is None else {p for p in pids if p > 0 and (p in listed or len(names) >= bound)}
     nodes = tuple(topology) if topology is not None else read_kfd_topology(host=host)
     out = []
-    for pid in sorted({p for p in pids if p > 0})[:MAX_PROCESSES]:
+    for pid in sorted(wanted)[:MAX_PROCESSES]:
         process = read_kfd_process(pid, host=host, topology=nodes)
         if process is not None:
             out.append(process)

@@ -18,33 +18,30 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from hostfs.paths import HOST, HostPaths
 from sidecar.sources.drm.clients import DrmClient, DrmFdIndex, StatFd, read_drm_clients
 from sidecar.sources.drm.fdinfo import EngineCounters
 
 
-@dataclass(frozen=True, slots=True)
-class EngineUse:
+class EngineUse(NamedTuple):
     name: str
     busy_pct: float | None  # None: first sample, counters went backwards, or nothing to divide by
 
 
-@dataclass(frozen=True, slots=True)
-class DrmClientUse:
+class DrmClientUse(NamedTuple):
     client: DrmClient
     engines: tuple[EngineUse, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class DrmSample:
+class DrmSample(NamedTuple):
     t_ns: int  # monotonic
-    clients: tuple[DrmClientUse, ...]
+    clients: tuple[DrmClientUse, ...]  # of the processes read
+    unread: frozenset[int] = frozenset()  # pids not read at this sample: their last reading stands
 
 
-@dataclass(frozen=True, slots=True)
-class _Mark:
+class _Mark(NamedTuple):
     t_ns: int
     counters: EngineCounters
 
@@ -77,6 +74,18 @@ def _backwards(a: EngineCounters, b: EngineCounters) -> bool:
     return any(x is not None and y is not None and y < x for x, y in pairs)
 
 
+def _ns_only(a: EngineCounters, b: EngineCounters) -> bool:
+    """Both samples have busy ns and no cycles: the rate is busy ns over time."""
+    return (
+        a.busy_ns is not None
+        and b.busy_ns is not None
+        and a.cycles is None
+        and b.cycles is None
+        and a.total_cycles is None
+        and b.total_cycles is None
+    )
+
+
 def _idle(name: str) -> EngineCounters:
     return EngineCounters(name=name, busy_ns=0)
 
@@ -99,43 +108,88 @@ class DrmSampler:
         self.index = index
         self._clock_ns = clock_ns
         self._stat_fd = stat_fd
-        self._marks: dict[tuple[object, str], _Mark] = {}
-        self._client_t_ns: dict[object, int] = {}  # when each client of the last sample was read
+        self._marks: dict[tuple[object, str], _Mark] = {}  # (client key, engine) -> its last mark
+        # client key -> (the pid it is credited to, when it was last read, its engines then)
+        self._clients: dict[object, tuple[int, int, tuple[str, ...]]] = {}
+        self._by_pid: dict[int, set[object]] = {}  # pid -> the keys of the clients credited to it
+
+    def _forget(self, clients_of: dict[int, set[object]], unread: frozenset[int]) -> None:
+        """Forgets the clients not read at this sample, but those of ``unread`` pids (not read: the
+        fd index's budget), whose marks are for their next read. ``clients_of``: the clients read,
+        by the pid credited."""
+        by_pid, known, marks = self._by_pid, self._clients, self._marks
+        for pid in [p for p in by_pid if p not in unread]:
+            now = clients_of.get(pid)
+            for client_key in by_pid[pid] - now if now else by_pid[pid]:
+                entry = known.get(client_key)
+                if entry is not None and entry[0] == pid:  # not credited to another pid since
+                    del known[client_key]
+                    for name in entry[2]:
+                        marks.pop((client_key, name), None)
+            if not now:
+                del by_pid[pid]
+        by_pid.update(clients_of)
 
     def _unprinted(self, client: DrmClient, counters: EngineCounters) -> _Mark | None:
         """amdgpu prints an engine only once it has been busy: an ns engine new to a client that was
         in the last sample was at 0 then."""
-        t_ns = self._client_t_ns.get(client.key)
-        if t_ns is None or counters.busy_ns is None:
+        last = self._clients.get(client.key)
+        if last is None or counters.busy_ns is None:
             return None
-        return _Mark(t_ns, _idle(counters.name))
+        return _Mark(last[1], _idle(counters.name))
 
     def sample(self, pids: Iterable[int]) -> DrmSample:
-        clients = read_drm_clients(pids, host=self._host, stat_fd=self._stat_fd, index=self.index)
-        return self.sample_clients(clients, self._clock_ns())
+        """The clients of the processes read at this sample (all of ``pids`` unless the fd index's
+        budget left some for later: ``DrmSample.unread``), with their engines' rates."""
+        asked = set(pids)
+        clients = read_drm_clients(asked, host=self._host, stat_fd=self._stat_fd, index=self.index)
+        due = self.index.last_due if self.index is not None else None
+        unread = frozenset(asked - due) if due is not None else frozenset()
+        return self.sample_clients(clients, self._clock_ns(), unread)
 
-    def sample_clients(self, clients: Iterable[DrmClient], t_ns: int) -> DrmSample:
-        """The rates for clients read at monotonic ``t_ns`` (what ``sample`` does after its read)."""
-        marks: dict[tuple[object, str], _Mark] = {}
-        client_t_ns: dict[object, int] = {}
+    def sample_clients(
+        self,
+        clients: Iterable[DrmClient],
+        t_ns: int,
+        unread: frozenset[int] = frozenset(),
+    ) -> DrmSample:
+        """The rates for clients read at monotonic ``t_ns`` (what ``sample`` does after its read).
+        ``unread``: the pids not read at this sample, whose clients' marks are kept for the next.
+        Every other client not read now is forgotten."""
+        marks, known = self._marks, self._clients
+        clients_of: dict[int, set[object]] = {}  # the clients read, by the pid credited
         out: list[DrmClientUse] = []
         for client in clients:
-            client_t_ns[client.key] = t_ns
+            client_key = client.key
             uses: list[EngineUse] = []
             for counters in client.info.engines:
-                key = (client.key, counters.name)
+                key = (client_key, counters.name)
                 cur = _Mark(t_ns, counters)
-                prev = self._marks.get(key) or self._unprinted(client, counters)
+                prev = marks.get(key) or self._unprinted(client, counters)
                 if counters.busy_pct is not None:
                     pct: float | None = _clamp(counters.busy_pct)
                 elif prev is None:
                     pct = None
+                elif _ns_only(prev.counters, counters):
+                    # _backwards and _busy_pct for busy ns alone (amdgpu, i915), inlined: every client
+                    d_ns, dt_ns = counters.busy_ns - prev.counters.busy_ns, t_ns - prev.t_ns  # type: ignore[operator]
+                    if d_ns < 0:
+                        pct, cur = None, prev
+                    else:
+                        pct = _clamp(100.0 * d_ns / (dt_ns * counters.capacity)) if dt_ns > 0 else None
                 elif _backwards(prev.counters, counters):
                     pct, cur = None, prev  # keep the larger counters (and their time) until they catch up
                 else:
                     pct = _busy_pct(prev, cur)
                 marks[key] = cur
                 uses.append(EngineUse(counters.name, pct))
+            names = tuple(u.name for u in uses)
+            last = known.get(client_key)
+            if last is not None and last[2] != names:  # an engine no longer printed: its mark goes
+                for name in set(last[2]) - set(names):
+                    marks.pop((client_key, name), None)
+            known[client_key] = (client.pid, t_ns, names)
+            clients_of.setdefault(client.pid, set()).add(client_key)
             out.append(DrmClientUse(client, tuple(uses)))
-        self._marks, self._client_t_ns = marks, client_t_ns
-        return DrmSample(t_ns, tuple(out))
+        self._forget(clients_of, unread)
+        return DrmSample(t_ns, tuple(out), unread)

@@ -104,7 +104,9 @@ class DrmUserScan:
         self._clock = clock
         self._stat_fd = stat_fd
         self._limit = limit
-        self.index = DrmFdIndex(clock=clock, rescan_s=USERS_FD_RESCAN_S)
+        self.index = DrmFdIndex(
+            clock=clock, rescan_s=USERS_FD_RESCAN_S, max_reads=None, reread=False, counted_factor=1
+        )
         self._lock = threading.Lock()
         self._last: tuple[float, DrmUsers] | None = None
         self.scans = 0
