@@ -24,9 +24,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fakenvml import make_fake_sysfs
-from tests.helpers.drm_tree import RADEON_PCI, MirroredProc, amdgpu_fdinfo
+from tests.helpers.drm_tree import MI_PCI, RADEON_PCI, MirroredProc, amd_sysfs, amdgpu_fdinfo
 from tests.helpers.gpu_sysfs_trees import RADEON
 from tests.helpers.harness import METRICS_AT_ONCE, FakeJob, Sidecar, codes
+from tests.helpers.sidecar_cli import cli
 from tests.helpers.vendor_watch import Engine, Watch, gpu, row, set_busy, steps, warning
 
 pytestmark = pytest.mark.slow
@@ -160,3 +161,36 @@ def _end(watch: Watch, job: FakeJob, proc: MirroredProc) -> None:
     assert final["exited"] and final["models"][0]["device"] == "cuda:0"
     assert doc["model_gpu_index"] == gpu(doc, RADEON_PCI)["index"]
     assert not {"idle-gpu", *NEVER} & codes(doc), doc["warnings"]
+
+
+def test_a_rocm_job_on_an_mi_card_through_kfd_with_the_radeon_hidden(tmp_path: Path, fake_nvml: Any) -> None:
+    """One poll (``--once``) of a ROCm job on the MI-series card of a machine with a Radeon too,
+    HIP_VISIBLE_DEVICES=1 leaving torch the MI card alone: its memory from KFD's files (no DRM
+    client), its utilisation ROCm compute's (unknown), the model on the MI card, and the Radeon named
+    as the AMD GPU that HIP_VISIBLE_DEVICES hides, never as a GPU that "cannot run CUDA"."""
+    runtime = rocm_runtime(
+        devices=[{"index": 0, "name": "AMD Instinct MI300X", "uuid": None, "pci_bus_id": MI_PCI}],
+        hip_visible_devices="1",
+    )
+    with FakeJob(tmp_path / "job", {"main": job_spec(runtime)}) as job:
+        proc = MirroredProc(tmp_path / "amd", job.pid)
+        sysfs = amd_sysfs(tmp_path / "amd", kfd_pids={job.pid: 3 * 1024**3})
+        out = cli(
+            *("--pid", str(job.pid), "--once", "--json", "--procfs", str(proc.root), "--sysfs", str(sysfs)),
+            env=fake_nvml.env(),
+        )
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    mi = gpu(doc, MI_PCI)
+    (use,) = row(doc, job.pid)["gpu"]
+    assert (use["index"], use["vendor"], use["mem_used_mib"]) == (mi["index"], "amd", 3072.0), use
+    assert use["sm_util_pct"] is None and use["unknown_reason"] == "rocm-compute", use
+    assert doc["status"] == "GPU" and doc["model_gpu_index"] == mi["index"], doc["message"]
+    assert (mi["framework_index"], gpu(doc, RADEON_PCI)["framework_index"]) == (0, None)
+    w = warning(doc, "device-count-mismatch")
+    assert w["severity"] == "warning" and w["message"] == (
+        "The system sees 2 graphics devices, the framework can use 1; not usable: "
+        "1 AMD GPU(s), hidden by HIP_VISIBLE_DEVICES='1'."
+    ), w
+    assert w["hint"].startswith("HIP_VISIBLE_DEVICES='1' hides AMD GPUs from torch"), w
+    assert not {"idle-gpu", "cpu-build", "cuda-unavailable", "model-on-cpu"} & codes(doc), doc["warnings"]
