@@ -505,7 +505,7 @@ class FactCollector:
         nv = nvml_facts(nvml, tree_pids, gpus, self._rows, self._gpus)
         if departed:
             self._adopt(tree, departed)
-        all_gpus, by_pid, others = self._joined.join(nv.gpus, nv.by_pid, vendor, nv.other_processes)
+        all_gpus, by_pid, others = self._joined.join(nv.gpus, nv.by_pid, vendor, nv.other_processes, reads)
         if tree.target_alive:
             procs = self._process_facts(tree, reads, by_pid)
             if self._last_alive and not same_tree:

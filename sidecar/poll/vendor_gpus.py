@@ -12,6 +12,10 @@ the job's processes use of them, from the kernel's DRM client stats (sources/drm
   busiest DRM engine's utilisation between two polls. What cannot be told is None with a reason
   (facts.UTIL_UNKNOWN): a first reading, a driver that prints no engine time, ROCm compute.
 - KFD: a process that merely opened /dev/kfd (no VRAM, no occupied compute unit) uses no GPU.
+- A ROCm build of torch (its probe says torch.version.hip): its rows on AMD GPUs have no utilisation
+  (rocm-compute) even where KFD's files did not name it (a sidecar in a container, where KFD names
+  host pids): HIP submits its compute through KFD's user queues, which the render node's engine
+  counters leave out (amdgpu_top#49), so their standing still is no idleness (VendorJoin).
 - Who else uses a GPU (``VendorReading.other_processes`` and ``other_names``, by GPU number): the
   processes outside the job with a DRM client on it, from one slow scan of the machine's processes
   (sources/drm/users.py) shared by every job: NVML's process lists say it for NVIDIA's.
@@ -21,19 +25,21 @@ Nothing is read on a machine without AMD or Intel GPUs: an NVIDIA machine's poll
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sidecar.poll.vendor_figures import DeviceFigures, vendor_gpu_facts
 from sidecar.sources.drm import DrmClientUse, DrmFdIndex, DrmSampler, DrmUsers, DrmUserScan
 from sidecar.sources.host import HOST, HostPaths
 from sidecar.sources.kfd import KfdNode, KfdProcess, read_kfd_processes, read_kfd_topology
+from sidecar.sources.segments import ProbeRead
 from sidecar.sources.sysfs import SystemGpu
 from sidecar.verdict.facts import VENDOR_AMD, GpuFacts, ProcGpu
 
 __all__ = ["VendorGpuSampler", "VendorJoin", "VendorReading", "vendor_gpu_facts"]
 
 KFD_TOPOLOGY_EVERY_POLLS = 20  # as the OS's GPU list (poller.SYSFS_EVERY_POLLS)
+ROCM_COMPUTE = "rocm-compute"  # facts.UTIL_UNKNOWN's reason for a ROCm process's utilisation
 
 
 @dataclass
@@ -85,7 +91,7 @@ class _Use:
         mem = max((m for m in (drm_mib, self.kfd_vram_mib) if m is not None), default=None)
         util, unknown = self.util_pct, self.unknown_reason
         if self.kfd_vram_mib is not None:
-            util, unknown = None, "rocm-compute"  # its engines' time leaves out the KFD queues' work
+            util, unknown = None, ROCM_COMPUTE  # its engines' time leaves out the KFD queues' work
         elif util is not None:
             unknown = None
         return ProcGpu(index, mem, util, None, vendor, pci, unknown)
@@ -182,10 +188,27 @@ def _add_kfd(
             u.kfd_vram_mib = max(g.vram_mib or 0.0, u.kfd_vram_mib or 0.0)
 
 
+def _rocm_build(read: ProbeRead | None) -> bool:
+    """The process's probe says its torch is a ROCm build (torch.version.hip)."""
+    payload = None if read is None else read.payload
+    return payload is not None and payload.runtime.hip_build is not None
+
+
+def rocm_rows(rows: Sequence[ProcGpu]) -> list[ProcGpu]:
+    """A ROCm build's rows: on an AMD GPU, its utilisation unknown (ROCM_COMPUTE), never its DRM
+    engines' figure, which leaves out the compute it submits through KFD's queues."""
+    return [
+        ProcGpu(r.index, r.mem_used_mib, None, r.mig_index, r.vendor, r.pci, ROCM_COMPUTE)
+        if r.vendor == VENDOR_AMD and r.unknown_reason != ROCM_COMPUTE
+        else r
+        for r in rows
+    ]
+
+
 class VendorJoin:
     """NVML's GPUs and rows with the AMD and Intel ones after them: the same tuple of GPUs while
     both parts are the same (the facts' caches compare GPUs with `is`); NVML's alone when there are
-    no others (an NVIDIA machine's facts are as they were)."""
+    no others (an NVIDIA machine's facts are as they were). A ROCm build's rows are rocm_rows."""
 
     def __init__(self) -> None:
         self._last: tuple[tuple[GpuFacts, ...], tuple[GpuFacts, ...], tuple[GpuFacts, ...]] = ((), (), ())
@@ -196,8 +219,10 @@ class VendorJoin:
         by_pid: dict[int, list[ProcGpu]],
         vendor: VendorReading | None,
         others: dict[int, int],
+        reads: Mapping[int, ProbeRead] | None = None,
     ) -> tuple[tuple[GpuFacts, ...], dict[int, list[ProcGpu]], dict[int, int]]:
-        """``others``: NVML's count of other processes by GPU number, with theirs after it."""
+        """``others``: NVML's count of other processes by GPU number, with theirs after it.
+        ``reads``: the processes' probe reads by pid (which say a ROCm build)."""
         if vendor is None or not vendor.gpus:
             return gpus, by_pid, others
         last_nvml, last_others, joined = self._last
@@ -207,6 +232,8 @@ class VendorJoin:
         if vendor.by_pid:
             by_pid = {**by_pid}
             for pid, rows in vendor.by_pid.items():
+                if reads is not None and _rocm_build(reads.get(pid)):
+                    rows = rocm_rows(rows)
                 by_pid[pid] = [*by_pid.get(pid, ()), *rows]
         if vendor.other_processes:
             others = {**others, **vendor.other_processes}

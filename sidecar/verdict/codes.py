@@ -42,7 +42,9 @@ CODES: dict[str, Code] = {
         "fix-code",
         "a registered module inlined into a compiled parent: its calls cannot be counted; register the compiled module",
     ),
-    "worker-cuda": Code("fix-code", "a DataLoader worker holding a CUDA context"),
+    "worker-cuda": Code(
+        "fix-code", "a DataLoader worker holding a GPU context (CUDA's; HIP's or XPU's on AMD and Intel GPUs)"
+    ),
     "rank-shared-gpu": Code("fix-code", "two `torch.distributed` ranks on one GPU"),
     "rank-device-mismatch": Code("fix-code", "a rank's model on another GPU than its `LOCAL_RANK`"),
     "memory-growth": Code("fix-code", "the job's GPU memory keeps growing (tensors kept across steps)"),
@@ -63,7 +65,8 @@ CODES: dict[str, Code] = {
     ),
     "device-count-mismatch": Code(
         "fix-environment",
-        "the system sees more graphics devices than torch can use (an Intel iGPU beside the NVIDIA card)",
+        "the system sees more graphics devices than torch can use (an Intel iGPU beside the NVIDIA card; "
+        "AMD GPUs hidden by `HIP_VISIBLE_DEVICES`)",
     ),
     "nvml-unavailable": Code(
         "fix-environment", "the NVIDIA driver cannot be queried (expected on a CPU-only machine)"

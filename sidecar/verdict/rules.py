@@ -13,9 +13,13 @@ from typing import Any
 from probe_wire.records import RuntimeRecord
 from probe_wire.schema import DEVICE_MIXED, DEVICE_NO_PARAMETERS
 from sidecar.common.catalogue import Ref, ref
+from sidecar.verdict.device_count import rule_device_count_mismatch
 from sidecar.verdict.efficiency import EFFICIENCY_RULES, data_wait
 from sidecar.verdict.facts import (
     NVIDIA_VENDOR,
+    VENDOR_AMD,
+    VENDOR_INTEL,
+    VENDOR_NVIDIA,
     Facts,
     Finding,
     ModelHits,
@@ -35,7 +39,13 @@ from sidecar.verdict.facts import (
 )
 from sidecar.verdict.memory_growth import MemoryGrowth, memory_growth, rule_memory_growth
 from sidecar.verdict.stragglers import STRAGGLER_RULES
-from sidecar.verdict.vendors import cpu_build_gpu, rocm_build_hint, rocm_unavailable_reason, xpu_build_hint
+from sidecar.verdict.vendors import (
+    cpu_build_gpu,
+    rocm_build_hint,
+    rocm_unavailable_reason,
+    runtime_vendor,
+    xpu_build_hint,
+)
 from sidecar.verdict.wheels import CUDA_WHEELS, cuda_wheel
 
 # What `from sidecar.verdict import ...` gives (sidecar/verdict/__init__.py).
@@ -328,6 +338,30 @@ def rule_registered_before_compile(f: Facts) -> Iterable[Finding]:
         )
 
 
+# worker-cuda's words by whose context the workers' memory is (_worker_backend): the context, and
+# the device whole batches go to (a ROCm build's is `cuda` too).
+_WORKER_CONTEXTS = {
+    "cuda": ("word.context.cuda", "cuda"),
+    "rocm": ("word.context.rocm", "cuda"),
+    "xpu": ("word.context.xpu", "xpu"),
+    "gpu": ("word.context.gpu", "cuda"),
+}
+
+
+def _worker_backend(f: Facts, hits: list[ProcessFacts]) -> str:
+    """Whose context the workers' GPU memory is: the job's torch says (the workers' own, else the
+    job's first): CUDA, ROCm's HIP, XPU's Level Zero. A CPU-only build's (or no probe's): CUDA's on
+    an NVIDIA GPU or from the probe's allocator figures, a GPU context of no runtime of torch's on an
+    AMD or Intel GPU (a library the worker ran opened it)."""
+    rt = next((p.runtime for p in hits if p.runtime is not None), None)
+    if rt is None:
+        rt = next((r for _, r in runtimes(f)), None)
+    if rt is not None and not cpu_only_build(rt):
+        return {VENDOR_AMD: "rocm", VENDOR_INTEL: "xpu"}.get(runtime_vendor(rt), "cuda")
+    vendors = {g.vendor for p in hits for g in p.gpu if g.in_use}
+    return "gpu" if vendors and VENDOR_NVIDIA not in vendors else "cuda"
+
+
 def rule_worker_cuda(f: Facts) -> Iterable[Finding]:
     hits = [
         p
@@ -335,11 +369,12 @@ def rule_worker_cuda(f: Facts) -> Iterable[Finding]:
         if p.role == "dataloader-worker" and (p.gpu_mem_mib > 0 or (p.cuda_memory_mib or 0) > 0)
     ]
     if hits:
+        context, device = _WORKER_CONTEXTS[_worker_backend(f, hits)]
         yield finding(
             "worker-cuda",
             "warning",
-            ref("warning.worker-cuda", pids=plist(p.pid for p in hits)),
-            ref("hint.worker-cuda"),
+            ref("warning.worker-cuda", pids=plist(p.pid for p in hits), context=ref(context)),
+            ref("hint.worker-cuda", device=device),
             (p.pid for p in hits),
         )
 
@@ -403,53 +438,6 @@ def rule_shared_model_unprobed_child(f: Facts) -> Iterable[Finding]:
         ),
         ref("hint.shared-model-unprobed-child"),
         (p.pid for p in kids),
-    )
-
-
-def _cpu_build_on_other_gpus(f: Facts) -> bool:
-    """cpu-build fires for an AMD or Intel GPU: it already says the CPU-only torch uses none of the
-    machine's GPUs, and which build would (rule_cpu_build)."""
-    return cpu_build_gpu(f) in ("amd", "intel") and any(cpu_only_build(rt) for _, rt in runtimes(f))
-
-
-def rule_device_count_mismatch(f: Facts) -> Iterable[Finding]:
-    # Where cpu-build names an AMD or Intel GPU, this would call that GPU one that "cannot run CUDA;
-    # that is expected" and say to put the model on an NVIDIA device the machine does not have.
-    if not f.system_gpus or _cpu_build_on_other_gpus(f):
-        return
-    framework_counts = [rt.device_count for _, rt in runtimes(f) if rt.device_count is not None]
-    usable = framework_counts[0] if framework_counts else (len(f.gpus) if f.nvml_ok else None)
-    if usable is None or len(f.system_gpus) <= usable:
-        return
-    # Integrated and other non-NVIDIA devices can never run CUDA; NVIDIA devices beyond what the
-    # framework reports are hidden (CUDA_VISIBLE_DEVICES, a CPU-only build, a broken driver).
-    others = [s for s in f.system_gpus if s.vendor != NVIDIA_VENDOR]
-    nvidia = [s for s in f.system_gpus if s.vendor == NVIDIA_VENDOR]
-    hidden = (
-        max(0, len(nvidia) - usable) if framework_counts else sum(1 for s in nvidia if s.nvml_index is None)
-    )
-    named = "; ".join(f"{s.name} ({s.pci})" if s.pci else s.name for s in others)
-    if named and hidden:
-        devices = ref("devices.others-and-hidden", others=named, count=hidden)
-    elif hidden:
-        devices = ref("devices.hidden", count=hidden)
-    else:
-        devices = ref("devices.others", others=named) if named else ref("devices.unknown")
-    if (
-        hidden
-        and framework_counts
-        and any(not rt.cuda_build or rt.cuda_available is False for _, rt in runtimes(f))
-    ):
-        why = ref("hint.device-count-mismatch.no-cuda")
-    elif hidden:
-        why = ref("hint.device-count-mismatch.hidden")
-    else:
-        why = ref("hint.device-count-mismatch")
-    yield finding(
-        "device-count-mismatch",
-        "warning" if hidden else "info",
-        ref("warning.device-count-mismatch", total=len(f.system_gpus), usable=usable, devices=devices),
-        ref("hint.device-count-mismatch.integrated", then=why) if others else why,
     )
 
 

@@ -14,6 +14,10 @@ ROCm's own reasons, in the order a user would check them:
 5. the process cannot open /dev/kfd or a render node: not in the group that owns it (render or
    video) while the node is not open to others;
 6. else torch could not initialise HIP, for a reason only its own error tells.
+
+Whose GPUs a torch build counts (runtime_vendor, counts_gpu): a ROCm build's torch.cuda counts the
+AMD GPUs the amdgpu driver drives, an XPU build's torch.xpu the Intel GPUs XPU builds run on, any
+other build's torch.cuda NVIDIA's; and the variables that hide some of them (visibility_masks).
 """
 
 from __future__ import annotations
@@ -23,14 +27,21 @@ from sidecar.common.catalogue import Ref, ref
 from sidecar.verdict.facts import (
     AMD_VENDOR,
     INTEL_VENDOR,
+    NVIDIA_VENDOR,
+    VENDOR_AMD,
+    VENDOR_INTEL,
+    VENDOR_NVIDIA,
     DeviceNodeFacts,
     Facts,
+    SystemGpuFacts,
     amd_in_system,
+    is_xpu_build,
     nvidia_in_system,
 )
 from sidecar.verdict.vendor_wheels import ROCM_WHEELS, rocm_wheel, xpu_capable, xpu_wheel
 
 __all__ = ["HIDING_VALUES", "cpu_build_gpu", "rocm_build_hint", "rocm_unavailable_reason", "xpu_build_hint"]
+__all__ += ["counts_gpu", "framework_count", "runtime_vendor", "visibility_masks"]
 
 
 def _rocms(torch_version: str) -> str:
@@ -72,20 +83,80 @@ def cpu_build_gpu(f: Facts) -> str | None:
     return None
 
 
+def runtime_vendor(rt: RuntimeRecord) -> str:
+    """Whose GPUs this torch counts and runs on: VENDOR_AMD for a ROCm build (its torch.cuda is
+    HIP's), VENDOR_INTEL for an XPU build, else VENDOR_NVIDIA (a CUDA build; a CPU-only build's
+    torch.cuda, which counts none)."""
+    if rt.hip_build is not None:
+        return VENDOR_AMD
+    if rt.cuda_build is None and is_xpu_build(rt):
+        return VENDOR_INTEL
+    return VENDOR_NVIDIA
+
+
+def framework_count(rt: RuntimeRecord) -> int | None:
+    """How many GPUs this torch can use (None: its probe did not say): torch.xpu's count for an XPU
+    build, torch.cuda's otherwise (a ROCm build's counts AMD GPUs)."""
+    return rt.xpu_device_count if runtime_vendor(rt) == VENDOR_INTEL else rt.device_count
+
+
+def counts_gpu(s: SystemGpuFacts, vendor: str) -> bool:
+    """Whether a build for ``vendor``'s GPUs (runtime_vendor) can count this GPU the OS lists: ROCm
+    needs the amdgpu driver (the older radeon driver's cards have none), XPU builds run on the Intel
+    GPUs vendor_wheels lists."""
+    if vendor == VENDOR_AMD:
+        return s.vendor == AMD_VENDOR and s.driver == "amdgpu"
+    if vendor == VENDOR_INTEL:
+        return s.vendor == INTEL_VENDOR and xpu_capable(s.device_id)
+    return s.vendor == NVIDIA_VENDOR
+
+
 # What hides every device, for ROCr's and HIP's masks alike (CUDA's "NoDevFiles" is NVIDIA's own).
 HIDING_VALUES = ("", "-1")
 
 
+# The variables that choose the AMD GPUs a ROCm build sees, with the RuntimeRecord field of each:
+# ROCr's first (it masks below HIP, whose own masks then number what ROCr left), then HIP's, CUDA's
+# (HIP honours it too) and ROCclr's ordinal.
+ROCM_MASKS = (
+    ("ROCR_VISIBLE_DEVICES", "rocr_visible_devices"),
+    ("HIP_VISIBLE_DEVICES", "hip_visible_devices"),
+    ("CUDA_VISIBLE_DEVICES", "cuda_visible_devices"),
+    ("GPU_DEVICE_ORDINAL", "gpu_device_ordinal"),
+)
+XPU_MASKS = (("ZE_AFFINITY_MASK", "ze_affinity_mask"),)  # Level Zero's
+
+
+def _set_masks(rt: RuntimeRecord, masks: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
+    return [(name, str(value)) for name, field in masks if (value := getattr(rt, field)) is not None]
+
+
+def _listed(value: str, sub_devices: bool) -> int:
+    """How many devices a mask's value lets through: its comma-separated entries (indices or UUIDs;
+    Level Zero's `device.sub-device` entries count their device once); none for a hiding value."""
+    if value.strip() in HIDING_VALUES:
+        return 0
+    entries = [e.strip() for e in value.split(",") if e.strip()]
+    return len({e.partition(".")[0] for e in entries}) if sub_devices else len(entries)
+
+
+def visibility_masks(rt: RuntimeRecord, gpus: int) -> str:
+    """The variables set in the process that let a ROCm build fewer than ``gpus`` AMD GPUs, or an
+    XPU build fewer than ``gpus`` Intel GPUs (the machine's that it could count), as `NAME='value'`,
+    comma-separated; "" when none does (and for NVIDIA's: CUDA_VISIBLE_DEVICES has its own text)."""
+    vendor = runtime_vendor(rt)
+    masks = ROCM_MASKS if vendor == VENDOR_AMD else XPU_MASKS if vendor == VENDOR_INTEL else ()
+    sub_devices = vendor == VENDOR_INTEL
+    return ", ".join(
+        f"{name}={value!r}" for name, value in _set_masks(rt, masks) if _listed(value, sub_devices) < gpus
+    )
+
+
 def _hidden(rt: RuntimeRecord) -> tuple[str, str] | None:
-    """(variable, value) of the first mask that hides every device; ROCr's first: it masks below
-    HIP, whose own masks then number what ROCr left."""
-    for name, value in (
-        ("ROCR_VISIBLE_DEVICES", rt.rocr_visible_devices),
-        ("HIP_VISIBLE_DEVICES", rt.hip_visible_devices),
-        ("CUDA_VISIBLE_DEVICES", rt.cuda_visible_devices),
-    ):
-        if value is not None and str(value).strip() in HIDING_VALUES:
-            return name, str(value)
+    """(variable, value) of the first of ROCr's, HIP's and CUDA's masks that hides every device."""
+    for name, value in _set_masks(rt, ROCM_MASKS[:3]):
+        if value.strip() in HIDING_VALUES:
+            return name, value
     return None
 
 

@@ -20,7 +20,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +29,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.fakenvml import make_fake_sysfs
 from tests.helpers.drm_tree import FD_HEAD, RADEON_PCI, MirroredProc, amdgpu_fdinfo
 from tests.helpers.gpu_sysfs_trees import I915_IGPU, RADEON
-from tests.helpers.harness import API, METRICS_AT_ONCE, REPO, Sidecar, codes, python_env, wait_for
+from tests.helpers.harness import METRICS_AT_ONCE, REPO, Sidecar, codes, python_env, wait_for
 from tests.helpers.sidecar_cli import cli
+from tests.helpers.vendor_watch import Engine, Watch, gpu, row, set_busy, steps, warning
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("torch")
@@ -125,44 +125,6 @@ class Job:
             self.proc.wait()
 
 
-class Engine:
-    """Keeps a DRM client's GFX engine time growing at ``busy`` of the wall clock, as a client that
-    submits work does, by rewriting its fdinfo every few ms; ``busy=0``: the counter stops."""
-
-    def __init__(self, proc: MirroredProc, busy: float) -> None:
-        self._proc, self.busy = proc, busy
-        self._busy_ns, self._at_ns = 1, time.monotonic_ns()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.01):
-            now_ns = time.monotonic_ns()
-            self._busy_ns += round(self.busy * (now_ns - self._at_ns))
-            self._at_ns = now_ns
-            self._proc.rewrite(TRAINER_FD, amdgpu_fdinfo(TRAINER_CLIENT, TRAINER_VRAM_KIB, self._busy_ns))
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()  # (again: at once)
-
-
-def _row(doc: dict[str, Any], pid: int) -> dict[str, Any]:
-    (p,) = [p for p in doc["processes"] if p["pid"] == pid]
-    return p
-
-
-def _gpu(doc: dict[str, Any], pci: str) -> dict[str, Any]:
-    (g,) = [g for g in doc["gpus"] if g["pci_bus_id"] == pci]
-    return g
-
-
-def _warning(doc: dict[str, Any], code: str) -> dict[str, Any]:
-    (w,) = [w for w in doc["warnings"] if w["code"] == code]
-    return w
-
-
 def _i915_fdinfo(client_id: int, render_ns: int) -> str:
     """An i915 client on an iGPU (Documentation/gpu/i915.rst's keys): its memory is the system's."""
     return (
@@ -188,17 +150,17 @@ def _intel_view(tmp_path: Path, job: Job, env: dict[str, str]) -> None:
     )
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
-    igpu = _gpu(doc, MTL_PCI)
+    igpu = gpu(doc, MTL_PCI)
     assert (igpu["vendor"], igpu["driver"]) == ("intel", "i915")
     assert igpu["util_pct"] is None and igpu["mem_used_mib"] is None
     assert igpu["other_process_count"] == 0  # read: no other process of the machine holds a client on it
     assert igpu["sm_clock_mhz"] == INTEL_CLOCK_MHZ and igpu["clock_event_reasons"] == INTEL_EVENTS
-    (use,) = _row(doc, job.pid)["gpu"]
+    (use,) = row(doc, job.pid)["gpu"]
     assert (use["index"], use["vendor"], use["pci_bus_id"]) == (igpu["index"], "intel", MTL_PCI)
     assert use["mem_used_mib"] == 20.0  # resident in system memory: an iGPU's memory is the system's
     assert use["sm_util_pct"] is None and use["unknown_reason"] == "first-sample"
     assert doc["status"] == "CPU"
-    build = _warning(doc, "cpu-build")
+    build = warning(doc, "cpu-build")
     assert "download.pytorch.org/whl/xpu" in build["hint"] and "torch==2.13.0" in build["hint"], build
     assert not {"model-on-cpu", "idle-gpu", "data-starved", "worker-cuda", "device-count-mismatch"} & codes(
         doc
@@ -208,13 +170,6 @@ def _intel_view(tmp_path: Path, job: Job, env: dict[str, str]) -> None:
 def _amd_sysfs(root: Path) -> Path:
     """A Radeon card (amdgpu) at the address the fixture's clients name, with its driver's figures."""
     return make_fake_sysfs(root / "sys", [{**RADEON, "pci": RADEON_PCI}])
-
-
-def _set_busy(sysfs: Path, pct: int) -> None:
-    path = sysfs / "devices" / "pci0000:00" / RADEON_PCI / "gpu_busy_percent"
-    tmp = path.with_name(".busy.tmp")
-    tmp.write_text(f"{pct}\n")
-    os.replace(tmp, path)
 
 
 def _metrics(sc: Sidecar) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -227,28 +182,6 @@ def _metrics(sc: Sidecar) -> dict[str, list[tuple[dict[str, str], float]]]:
     return out
 
 
-class Watch:
-    """Every status document of a served sidecar, read every 50 ms while waiting for one."""
-
-    def __init__(self, sc: Sidecar) -> None:
-        self.sc = sc
-        self.docs: dict[float, dict[str, Any]] = {}  # poll time -> its document
-
-    def until(self, pred: Any, timeout_s: float = 30.0, what: str = "status") -> dict[str, Any]:
-        def read() -> dict[str, Any] | None:
-            code, doc = self.sc.get(f"{API}/status")
-            if code != 200:
-                return None
-            self.docs.setdefault(doc["time_unix_s"], doc)
-            return doc if pred(doc) else None
-
-        return wait_for(read, timeout_s, 0.05, what)
-
-
-def _steps(doc: dict[str, Any], pid: int) -> int:
-    return sum(m["forward_calls"] for p in doc["processes"] if p["pid"] == pid for m in p["models"])
-
-
 def test_a_cpu_torch_job_on_an_amd_gpu_from_its_first_poll_to_its_end(tmp_path: Path, fake_nvml: Any) -> None:
     """The AMD view from the job's start to its end, and the Intel view of it once while it runs. No
     NVIDIA driver (the simulated one with no scenario does not load): an AMD or Intel machine's."""
@@ -256,7 +189,7 @@ def test_a_cpu_torch_job_on_an_amd_gpu_from_its_first_poll_to_its_end(tmp_path: 
     proc = MirroredProc(tmp_path / "amd", job.pid)
     proc.drm_fd(TRAINER_FD, amdgpu_fdinfo(TRAINER_CLIENT, TRAINER_VRAM_KIB, 1))
     sysfs = _amd_sysfs(tmp_path / "amd")
-    engine = Engine(proc, BUSY)
+    engine = Engine(proc, BUSY, fd=TRAINER_FD, client=TRAINER_CLIENT, vram_kib=TRAINER_VRAM_KIB)
     rules = json.dumps({"idle_window_s": 2.0})
     args = ["--pid", str(job.pid), "--port", "0", "--interval", "1", *METRICS_AT_ONCE]
     args += ["--path.procfs", str(proc.root), "--path.sysfs", str(sysfs)]
@@ -276,11 +209,10 @@ def test_a_cpu_torch_job_on_an_amd_gpu_from_its_first_poll_to_its_end(tmp_path: 
 def _start(watch: Watch, job: Job) -> None:
     """The first polls: the process's VRAM at once; its utilisation unknown at its first reading
     (a rate needs two), a number from the second; nothing said of idleness or data on no evidence."""
-    doc = watch.until(lambda d: _steps(d, job.pid) >= 5, what="the job's first steps")
-    first_t = watch.sc.history()["samples"][0]["time_unix_s"]
-    assert first_t in watch.docs, "the first poll's document was not read"
+    doc = watch.until(lambda d: steps(d, job.pid) >= 5, what="the job's first steps")
+    first_t = watch.first_poll()["time_unix_s"]
     for t, d in sorted(watch.docs.items()):
-        (use,) = _row(d, job.pid)["gpu"]
+        (use,) = row(d, job.pid)["gpu"]
         assert (use["vendor"], use["pci_bus_id"], use["mem_used_mib"]) == ("amd", RADEON_PCI, 4.0)
         if t == first_t:
             assert use["sm_util_pct"] is None and use["unknown_reason"] == "first-sample", use
@@ -297,13 +229,13 @@ def _steady(watch: Watch, job: Job, proc: MirroredProc, sysfs: Path, engine: Eng
     proc.own(worker)
     proc.drm_fd(TRAINER_FD, amdgpu_fdinfo(TRAINER_CLIENT, TRAINER_VRAM_KIB, 1), pid=worker)
     doc = watch.until(
-        lambda d: any(p["pid"] == worker for p in d["processes"]) and _row(d, job.pid)["gpu"],
+        lambda d: any(p["pid"] == worker for p in d["processes"]) and row(d, job.pid)["gpu"],
         what="the worker",
     )
-    assert _row(doc, worker)["role"] == "dataloader-worker" and _row(doc, worker)["gpu"] == []
-    (use,) = _row(doc, job.pid)["gpu"]
+    assert row(doc, worker)["role"] == "dataloader-worker" and row(doc, worker)["gpu"] == []
+    (use,) = row(doc, job.pid)["gpu"]
     assert use["mem_used_mib"] == 4.0 and 40.0 <= use["sm_util_pct"] <= 80.0, use  # ~60 % busy
-    radeon = _gpu(doc, RADEON_PCI)
+    radeon = gpu(doc, RADEON_PCI)
     assert use["index"] == radeon["index"]
     assert (radeon["vendor"], radeon["driver"], radeon["util_pct"]) == ("amd", "amdgpu", 3.0)
     assert (radeon["mem_used_mib"], radeon["mem_total_mib"]) == (2048.0, 24576.0)
@@ -311,7 +243,7 @@ def _steady(watch: Watch, job: Job, proc: MirroredProc, sysfs: Path, engine: Eng
     assert radeon["power_w"] == 35.0 and radeon["power_limit_w"] == 327.0
     # The verdict: the model is on the CPU because torch is a CPU build on an AMD machine.
     assert doc["status"] == "CPU" and "CPU-only" in doc["message"], doc["message"]
-    build = _warning(doc, "cpu-build")
+    build = warning(doc, "cpu-build")
     assert build["severity"] == "error" and build["pids"] == [job.pid], build
     assert "torch==2.13.0" in build["hint"] and "whl/rocm7.2" in build["hint"], build
     # (Nor device-count-mismatch: it called the Radeon a GPU that "cannot run CUDA; that is expected".)
@@ -327,21 +259,21 @@ def _steady(watch: Watch, job: Job, proc: MirroredProc, sysfs: Path, engine: Eng
     # The worker opens the GPU itself: a worker holding GPU memory of its own.
     proc.drm_fd(WORKER_FD, amdgpu_fdinfo(WORKER_CLIENT, WORKER_VRAM_KIB, None), pid=worker)
     doc = watch.until(lambda d: "worker-cuda" in codes(d), what="worker-cuda")
-    assert _warning(doc, "worker-cuda")["pids"] == [worker]
-    (wuse,) = _row(doc, worker)["gpu"]
+    assert warning(doc, "worker-cuda")["pids"] == [worker]
+    (wuse,) = row(doc, worker)["gpu"]
     assert wuse["mem_used_mib"] == 64.0 and wuse["index"] == radeon["index"]
 
     # The GPU goes idle while the steps go on: its busy figure and the client's engine time stop.
     engine.busy = 0.0
-    _set_busy(sysfs, 0)
+    set_busy(sysfs, 0)
     idle_from = watch.until(
-        lambda d: _gpu(d, RADEON_PCI)["util_pct"] == 0.0 and _row(d, job.pid)["gpu"][0]["sm_util_pct"] == 0.0,
+        lambda d: gpu(d, RADEON_PCI)["util_pct"] == 0.0 and row(d, job.pid)["gpu"][0]["sm_util_pct"] == 0.0,
         what="the idle GPU",
     )
     doc = watch.until(
         lambda d: d["time_unix_s"] - idle_from["time_unix_s"] >= 3.0, what="the idle window to pass"
     )
-    assert _steps(doc, job.pid) > _steps(idle_from, job.pid)
+    assert steps(doc, job.pid) > steps(idle_from, job.pid)
     # No model is on the GPU: its idleness is no verdict on this job (cpu-build is).
     assert "idle-gpu" not in codes(doc) and "cpu-build" in codes(doc), doc["warnings"]
 
@@ -358,7 +290,7 @@ def _end(watch: Watch, job: Job, proc: MirroredProc) -> None:
     assert {job.pid, worker} <= set(final), final
     assert all(final[p]["exited"] and final[p]["gpu"] == [] for p in (job.pid, worker))
     assert final[job.pid]["models"][0]["device"] == "cpu"
-    radeon = _gpu(doc, RADEON_PCI)  # the card's last reading stays
+    radeon = gpu(doc, RADEON_PCI)  # the card's last reading stays
     assert (radeon["util_pct"], radeon["mem_used_mib"], radeon["vendor"]) == (0.0, 2048.0, "amd")
     (util,) = [
         v for labels, v in _metrics(watch.sc)["dsh_gpu_utilization_percent"] if labels["vendor"] == "amd"

@@ -54,7 +54,8 @@ def test_every_id_the_python_sources_name_exists_and_every_verdict_id_is_named()
 
 
 def test_every_warning_code_has_a_message():
-    rules = "".join((REPO / "sidecar" / "verdict" / f).read_text() for f in ("rules.py", "memory_growth.py", "efficiency.py", "stragglers.py"))
+    files = ("rules.py", "memory_growth.py", "efficiency.py", "stragglers.py", "device_count.py")
+    rules = "".join((REPO / "sidecar" / "verdict" / f).read_text() for f in files)
     codes = set(re.findall(r"""(?:finding|Finding|_about_models|_probe_trouble)\(\s*"([a-z-]+)\"""", rules))
     assert len(codes) == len(RULES)
     for code in codes:

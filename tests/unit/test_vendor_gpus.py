@@ -10,15 +10,17 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from sidecar.poll.samples import history_sample
-from sidecar.poll.vendor_gpus import VendorGpuSampler, vendor_gpu_facts
+from sidecar.poll.vendor_gpus import VendorGpuSampler, VendorJoin, VendorReading, vendor_gpu_facts
 from sidecar.sources.drm import DrmSampler
 from sidecar.sources.host import HostPaths
+from sidecar.sources.segments import ProbeRead
 from sidecar.sources.sysfs import SystemGpu, list_system_gpus
 from sidecar.verdict import Facts, GpuFacts, ModelFacts, ProcessFacts, ProcGpu, decide, map_cuda_index
 from sidecar.verdict.facts import nvidia_in_system
 from tests.fakenvml import make_fake_sysfs
 from tests.helpers.drm_tree import MI_PCI, amd_sysfs
 from tests.helpers.gpu_sysfs_trees import I915_IGPU, RADEON
+from tests.helpers.records import FULL_RUNTIME, record_of
 
 SYSTEM = [
     SystemGpu("Intel", "0x8086", "0x9a49", "Intel integrated graphics", "0000:00:02.0", "i915", "card0"),
@@ -121,3 +123,28 @@ def test_an_igpus_process_uses_system_memory_and_amdgpus_cpu_region_is_not_its_g
     rows = {r.pci: r for r in sampler.poll([4242], gpus).by_pid[4242]}
     assert (rows["0000:00:02.0"].vendor, rows["0000:00:02.0"].mem_used_mib) == ("intel", 20.0)
     assert (rows["0000:08:00.0"].vendor, rows["0000:08:00.0"].mem_used_mib) == ("amd", 0.0)
+
+
+def test_a_rocm_builds_amd_rows_have_no_utilisation_from_its_drm_engines():
+    """ROCm submits its compute through KFD's queues, which the render node's engine counters leave
+    out: a ROCm process's DRM engine figure (0 % here, while it may run the GPU flat out) is not its
+    utilisation, even where KFD's files did not name it (a sidecar in a container). Its iGPU row and
+    the rows of a CUDA build, or of a process without a probe, are as the DRM reader made them."""
+    amd = ProcGpu(2, 4096.0, 0.0, None, "amd", "0000:08:00.0")
+    igpu = ProcGpu(1, 20.0, 12.0, None, "intel", "0000:00:02.0")
+    first = ProcGpu(2, 64.0, None, None, "amd", "0000:08:00.0", "first-sample")
+    gpus = tuple(vendor_gpu_facts(SYSTEM, first_index=1))
+    reading = VendorReading(gpus, {10: [amd, igpu], 11: [first], 12: [amd], 13: [amd]})
+    rocm = {**FULL_RUNTIME, "cuda_build": None, "hip_build": "6.2.41133", "torch": "2.6.0+rocm6.2.4"}
+    reads = {
+        10: ProbeRead(10, "ok", record_of(10, runtime=rocm), None, False),
+        11: ProbeRead(11, "ok", record_of(11, runtime=rocm), None, False),
+        12: ProbeRead(12, "ok", record_of(12, runtime=FULL_RUNTIME), None, False),  # a CUDA build
+    }
+    _, by_pid, _ = VendorJoin().join((), {}, reading, {}, reads)
+    unknown = ProcGpu(2, 4096.0, None, None, "amd", "0000:08:00.0", "rocm-compute")
+    assert by_pid[10] == [unknown, igpu]
+    assert by_pid[11] == [ProcGpu(2, 64.0, None, None, "amd", "0000:08:00.0", "rocm-compute")]
+    assert by_pid[12] == [amd] and by_pid[13] == [amd]
+    # No reads given: the rows as they were.
+    assert VendorJoin().join((), {}, reading, {})[1][10] == [amd, igpu]

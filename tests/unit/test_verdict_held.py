@@ -205,8 +205,9 @@ def test_a_warning_read_exactly_goes_the_poll_its_evidence_does(code: str) -> No
 
 
 # What a warning's text may name and still be held as it was raised: who and where (processes,
-# models, a GPU and its compute capability), never a figure of the poll that raised it.
-NAMES = {"pid", "pids", "processes", "model", "gpu", "cc"}
+# models, a GPU and its compute capability, the job's runtime: its context and device type), never a
+# figure of the poll that raised it.
+NAMES = {"pid", "pids", "processes", "model", "gpu", "cc", "context", "device"}
 
 
 def _placeholders(code: str) -> set[str]:
