@@ -138,6 +138,8 @@ var en_default = {
   "gpu.vendorN": "GPU {n} · {vendor}",
   "gpu.vendorNote": "driver {driver} · PCI {pci} · the device's figures from its driver (sysfs), per process from the kernel (DRM, KFD)",
   "gpu.util.none": "none: {driver} reports no utilisation",
+  "gpu.mem.none": "none: {driver} reports no memory use",
+  "gpu.mem.unknownOf": "use not told (of {total})",
   "gpu.unknown.first-sample": "utilisation: next poll",
   "gpu.unknown.no-engine-counters": "utilisation: not told by this kernel",
   "gpu.unknown.rocm-compute": "utilisation: not told for ROCm compute",
@@ -764,6 +766,8 @@ var zh_default = {
   "gpu.vendorN": "GPU {n} · {vendor}",
   "gpu.vendorNote": "驱动 {driver} · PCI {pci} · 设备数据读取自驱动（sysfs），按进程读取自内核（DRM、KFD）",
   "gpu.util.none": "无：{driver} 不提供利用率",
+  "gpu.mem.none": "无：{driver} 不提供显存用量",
+  "gpu.mem.unknownOf": "用量未知（共 {total}）",
   "gpu.unknown.first-sample": "利用率：下次轮询",
   "gpu.unknown.no-engine-counters": "利用率：此内核不提供",
   "gpu.unknown.rocm-compute": "利用率：ROCm 计算不提供",
@@ -2397,14 +2401,19 @@ function modelCudaIndices(doc) {
 }
 function gpuTag(doc, g, modelHere, lang) {
   if (modelHere) return { kind: "model", text: t(lang, "gpu.modelHere") };
+  if (g.vendor && g.vendor !== "nvidia") return null;
   const key = gpuFrameworkKey(doc, g);
   return key === "gpu.frameworkHidden" || key === "gpu.frameworkNotSeen" ? { kind: "off", text: t(lang, "gpu.hiddenTag") } : null;
+}
+function memMeterText(g, lang) {
+  if (isNum5(g.mem_used_mib) || !g.vendor || g.vendor === "nvidia") return memOfText(g, lang);
+  return isNum5(g.mem_total_mib) ? t(lang, "gpu.mem.unknownOf", { total: fmtMiB(g.mem_total_mib) }) : t(lang, "gpu.mem.none", { driver: g.driver || NA });
 }
 function gpuMeters(g, lang) {
   const level = utilLevel(g.util_pct);
   return [
     { key: "util", label: t(lang, "gpu.util"), pct: isNum5(g.util_pct) ? g.util_pct : null, value: utilText(g, lang), color: UTIL_COLORS[level] },
-    { key: "mem", label: t(lang, "gpu.mem"), pct: gpuMemPct(g), value: memOfText(g, lang), color: MEM_METER_COLOR }
+    { key: "mem", label: t(lang, "gpu.mem"), pct: gpuMemPct(g), value: memMeterText(g, lang), color: MEM_METER_COLOR }
   ];
 }
 function procUtilText(g, rows, lang) {
@@ -2439,9 +2448,9 @@ function vendorName(g) {
 }
 function gpuCard(doc, gpu, lang) {
   const g = gpu || {};
-  const modelHere = isNum5(g.framework_index) && modelCudaIndices(doc).has(g.framework_index);
-  const mig = migRows(doc, g, lang);
   const nvidia = !g.vendor || g.vendor === "nvidia";
+  const modelHere = isNum5(g.framework_index) && modelCudaIndices(doc).has(g.framework_index) || !nvidia && isNum5(g.index) && doc && doc.model_gpu_index === g.index;
+  const mig = migRows(doc, g, lang);
   const vendor = vendorName(g);
   return {
     index: isNum5(g.index) ? g.index : null,
@@ -2450,7 +2459,7 @@ function gpuCard(doc, gpu, lang) {
     name: g.name || NA,
     nameTitle: [g.name, g.uuid, g.pci_bus_id].filter(Boolean).join("\n"),
     modelHere,
-    tag: nvidia ? gpuTag(doc, g, modelHere, lang) : null,
+    tag: gpuTag(doc, g, modelHere, lang),
     // AMD and Intel: where their figures come from (the device's: sysfs; per process: DRM and KFD)
     framework: nvidia ? gpuFrameworkText(doc, g, lang) : t(lang, "gpu.vendorNote", { driver: g.driver || NA, pci: g.pci_bus_id || NA }),
     utilLevel: utilLevel(g.util_pct),
@@ -3140,11 +3149,14 @@ function MigList({ mig }) {
 }
 
 // src/client/gpus.jsx
-var import_jsx_runtime6 = require("react/jsx-runtime");
+var import_jsx_runtime6 = (
+  // no figure (the driver tells none): a hatched bar, never an empty one that reads as 0
+  require("react/jsx-runtime")
+);
 var isNum6 = (x) => typeof x === "number" && Number.isFinite(x);
 function Meter({ m }) {
   const w = isNum6(m.pct) ? Math.max(0, Math.min(100, m.pct)) : 0;
-  return /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("div", { className: "dgd-meter", "data-key": m.key, children: [
+  return /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)("div", { className: "dgd-meter", "data-key": m.key, "data-unknown": isNum6(m.pct) ? void 0 : "true", children: [
     /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { className: "dgd-meter-label", children: m.label }),
     /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { className: "dgd-bar", role: "meter", "aria-label": m.label, "aria-valuenow": isNum6(m.pct) ? Math.round(m.pct) : void 0, children: /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("i", { style: { width: `${w}%`, background: m.color } }) }),
     /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { className: "dgd-meter-value", children: m.value })
@@ -3169,7 +3181,7 @@ function GpuCard({ c }) {
         /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { className: "dgd-mono", children: p.pid }),
         /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { children: p.role }),
         /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("b", { children: p.mem }),
-        p.util ? /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { "data-testid": "dsh-gpu-proc-util", children: p.util }) : null
+        p.util ? /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("span", { className: "dgd-gpu-proc-util", "data-testid": "dsh-gpu-proc-util", children: p.util }) : null
       ] }, `${p.pid}`)) }) : /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("div", { className: "dgd-muted", children: c.noProcs }),
       c.others ? /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("div", { className: "dgd-muted", "data-testid": "dsh-gpu-others", children: c.others }) : null
     ] }),
@@ -4717,6 +4729,7 @@ var CSS = `
 .dgd-meter { display: grid; grid-template-columns: 84px minmax(60px, 1fr) 124px; align-items: center; gap: 8px; font-size: 12px; }
 .dgd-meter-label { color: var(--dsw-alias-label-secondary, #4b5563); overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
 .dgd-bar { position: relative; height: 8px; border-radius: 999px; background: var(--dsw-alias-border-l2, #e5e7eb); overflow: hidden; }
+.dgd-meter[data-unknown] .dgd-bar { background: repeating-linear-gradient(135deg, var(--dsw-alias-border-l2, #e5e7eb) 0 4px, transparent 4px 8px); box-shadow: inset 0 0 0 1px var(--dsw-alias-border-l2, #e5e7eb); }
 .dgd-bar > i { position: absolute; left: 0; top: 0; bottom: 0; border-radius: 999px; }
 .dgd-meter-value { font-variant-numeric: tabular-nums; color: var(--dsw-alias-label-primary, #1f2328); min-width: 56px; text-align: right; }
 .dgd-glance-gpu { display: flex; flex-direction: column; gap: 4px; }
@@ -4749,8 +4762,9 @@ var CSS = `
 .dgd-tag-warn { background: var(--dsw-alias-state-warn-tertiary, #fef3c7); color: var(--dsw-alias-state-warn-label, #92400e); }
 .dgd-gpu-foot { margin-top: 10px; font-size: 12px; color: var(--dsw-alias-label-secondary, #4b5563); }
 .dgd-gpu-procs { list-style: none; margin: 4px 0 0; padding: 0; display: flex; flex-direction: column; gap: 2px; }
-.dgd-gpu-procs li { display: flex; gap: 8px; }
-.dgd-gpu-procs li b { margin-left: auto; font-weight: 500; font-variant-numeric: tabular-nums; }
+.dgd-gpu-procs li { display: flex; flex-wrap: wrap; gap: 0 8px; }
+.dgd-gpu-procs li b { margin-left: auto; font-weight: 500; font-variant-numeric: tabular-nums; white-space: nowrap; }
+.dgd-gpu-proc-util { white-space: nowrap; color: var(--dsw-alias-label-tertiary, #656d76); }
 .dgd-table-wrap { overflow-x: auto; padding: 0; }
 .dgd-table { width: 100%; border-collapse: collapse; font-size: 12.5px; }
 .dgd-table th { text-align: left; font-weight: 600; font-size: 11.5px; color: var(--dsw-alias-label-tertiary, #656d76); padding: 8px 10px;

@@ -100,3 +100,32 @@ test('an Intel card says who else uses it; none named on NVIDIA', () => {
   const alone = { ...laptop, gpus: [{ ...igpu, other_process_count: 0, other_process_names: [] }] }
   assert.equal(gpuCards(alone, 'en').cards[0].others, 'No other process uses it')
 })
+
+// The card the model is on says so on every vendor's card: a ROCm model's AMD GPU (framework_index)
+// and an XPU model's Intel GPU (model_gpu_index: xpu:N is not CUDA's numbering).
+test("an AMD or Intel card where the model is says 'model here'; no other tag", () => {
+  const [mi, xe] = gpuCards(figures, 'en').cards
+  assert.deepEqual(mi.tag, { kind: 'model', text: 'model here' })
+  assert.equal(xe.tag, null)
+  const igpu = { index: 1, vendor: 'intel', driver: 'i915', name: 'Intel GPU', pci_bus_id: '0000:00:02.0', util_pct: null, mem_used_mib: null, mem_total_mib: null, framework_index: null, mig_devices: [] }
+  const nv = { index: 0, name: 'RTX 4070 Laptop', util_pct: 0, framework_index: null, mig_devices: [] }
+  const xpu = { ...doc, model_device: 'xpu:0', model_gpu_index: 1, gpus: [nv, igpu], system_gpus: [], processes: [] }
+  const [nvCard, igpuCard] = gpuCards(xpu, 'en').cards
+  assert.equal(igpuCard.modelHere, true)
+  assert.deepEqual(igpuCard.tag, { kind: 'model', text: 'model here' })
+  assert.equal(nvCard.modelHere, false) // NVIDIA's cards still read CUDA's numbering alone
+})
+
+// Memory a driver does not tell is said so, never a bare n/a: an i915 iGPU has none of its own; an xe
+// card's total is known, its use not.
+test("an AMD or Intel card's memory the driver does not tell is said so", () => {
+  const mem = (g, lang = 'en') => gpuCards({ ...doc, gpus: [g], processes: [] }, lang).cards[0].meters.find((m) => m.key === 'mem')
+  const igpu = { index: 0, vendor: 'intel', driver: 'i915', util_pct: null, mem_used_mib: null, mem_total_mib: null, mig_devices: [] }
+  assert.equal(mem(igpu).value, 'none: i915 reports no memory use')
+  assert.equal(mem(igpu).pct, null)
+  assert.equal(mem(igpu, 'zh').value, '无：i915 不提供显存用量')
+  assert.equal(mem({ ...igpu, driver: 'xe', mem_total_mib: 12288 }).value, 'use not told (of 12 GiB)')
+  assert.equal(mem({ ...igpu, vendor: 'amd', driver: 'amdgpu', mem_used_mib: 2048, mem_total_mib: 24576 }).value, '2 GiB of 24 GiB')
+  // NVIDIA's unknown memory is as it was
+  assert.equal(mem({ index: 0, name: 'H100', util_pct: 1, mem_used_mib: null, mem_total_mib: 81920, mig_devices: [] }).value.endsWith('of 80 GiB'), true)
+})

@@ -40,7 +40,7 @@ PLUGIN = REPO / "dsh_plugin"
 # The texts under an element and the attributes that carry meaning, in document order.
 TOKENS_JS = """
 const ATTRS = ['title', 'data-device', 'data-source', 'data-flag', 'data-index', 'data-model-here',
-  'data-util-level', 'data-pid', 'data-mig-index', 'data-pci'];
+  'data-util-level', 'data-pid', 'data-mig-index', 'data-pci', 'data-vendor', 'data-unknown'];
 const tokens = (el) => {
   const out = [];
   const walk = (n) => {
@@ -211,6 +211,27 @@ def missing_fields() -> dict:
     return doc
 
 
+def vendors() -> dict:
+    """AMD and Intel GPUs (issue 41): an MI300X the ROCm model is on (its process's utilisation not
+    told), a Radeon the desktop uses, and an Intel iGPU whose driver tells neither busy % nor memory."""
+
+    def vendor_gpu(index: int, vendor: str, driver: str, pci: str, **values) -> dict:
+        return obj("Gpu", index=index, vendor=vendor, driver=driver, pci_bus_id=pci, **values)
+
+    mi = vendor_gpu(0, "amd", "amdgpu", "0000:c1:00.0", name="AMD GPU", util_pct=87.0, framework_index=0)
+    mi.update(mem_used_mib=81_920.0, mem_total_mib=196_608.0, other_process_count=0, other_process_names=[])
+    radeon = vendor_gpu(1, "amd", "amdgpu", "0000:03:00.0", name="AMD GPU", util_pct=3.0)
+    radeon.update(mem_used_mib=2048.0, mem_total_mib=24_576.0, other_process_count=2)
+    radeon["other_process_names"] = ["Xorg", "gnome-shell"]
+    igpu = vendor_gpu(2, "intel", "i915", "0000:00:02.0", name="Intel integrated graphics")
+    igpu.update(other_process_count=1, other_process_names=["firefox"], other_process_names_omitted=0)
+    row = obj("ProcessGpu", index=0, vendor="amd", pci_bus_id="0000:c1:00.0", mem_used_mib=77_824.0)
+    row["unknown_reason"] = "rocm-compute"
+    doc = status_doc([mi, radeon, igpu], [main_process([row], device="cuda:0")])
+    doc["runtime"].update(torch="2.6.0+rocm6.2.4", hip_build="6.2.41133")
+    return doc
+
+
 DOCS = {
     "gpu-job": gpu_job,
     "cpu-fallback": cpu_fallback,
@@ -219,6 +240,7 @@ DOCS = {
     "exited": exited,
     "mig": mig,
     "missing-fields": missing_fields,
+    "vendors": vendors,
 }
 
 

@@ -148,18 +148,50 @@ def screenshot(
     path = screenshot_path(f"page-{name}")
     if not keep_mouse:
         page.mouse.move(0, 0)
-    if element:  # the element with a margin of page around it, so its borders are not cut
-        loc = page.locator(element)
-        loc.scroll_into_view_if_needed()
-        box = loc.bounding_box()
-        vw = page.viewport_size["width"]
-        x, y = max(0, box["x"] - 12), max(0, box["y"] - 12)
-        page.screenshot(
-            path=str(path),
-            clip={"x": x, "y": y, "width": min(vw - x, box["width"] + 24), "height": box["height"] + 24},
-        )
+    if element:
+        _clip(page, path, element)
     else:
         if full_page:  # from the top: scrolled, the sticky header would be drawn across the middle
             page.evaluate("window.scrollTo(0, 0)")
         page.screenshot(path=str(path), full_page=full_page)
+    return path
+
+
+# The box the elements a selector matches cover together, in the viewport's coordinates, the first
+# scrolled into view first (one turn of the page's JS: a re-render cannot come between a scroll and
+# the measure). A heading counts for its text, not for its block, which is as wide as its section.
+_UNION_BOX_JS = """css => {
+  const els = [...document.querySelectorAll(css)];
+  if (!els.length) return null;
+  els[0].scrollIntoView({block: 'nearest'});
+  const box = e => {
+    if (!/^H[1-6]$/.test(e.tagName)) return e.getBoundingClientRect();
+    const text = document.createRange();
+    text.selectNodeContents(e);
+    return text.getBoundingClientRect();
+  };
+  const rs = els.map(box);
+  const left = Math.min(...rs.map(r => r.left)), top = Math.min(...rs.map(r => r.top));
+  const right = Math.max(...rs.map(r => r.right)), bottom = Math.max(...rs.map(r => r.bottom));
+  return {x: left, y: top, width: right - left, height: bottom - top};
+}"""
+
+
+def _clip(page, path: Path, css: str, margin_px: int = 12) -> None:
+    """Save the part of the page that the elements `css` selects cover together, with a margin of
+    page around it, so their borders are not cut."""
+    box = page.evaluate(_UNION_BOX_JS, css)
+    assert box, f"nothing on the page matches {css}"
+    vw = page.viewport_size["width"]
+    x, y = max(0, box["x"] - margin_px), max(0, box["y"] - margin_px)
+    width, height = min(vw - x, box["width"] + 2 * margin_px), box["height"] + 2 * margin_px
+    page.screenshot(path=str(path), clip={"x": x, "y": y, "width": width, "height": height})
+
+
+def screenshot_clip(page, name: str, css: str) -> Path:
+    """Save NAME.png, its prefix given ("page-amd", "dsh-amd"): the elements `css` selects, together
+    (a section's title and its cards), the mouse out of the way."""
+    path = screenshot_path(name)
+    page.mouse.move(0, 0)
+    _clip(page, path, css)
     return path

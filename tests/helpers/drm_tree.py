@@ -25,11 +25,10 @@ IGPU_PCI = "0000:00:02.0"  # a laptop's Intel iGPU (i915)
 DGPU_PCI = "0000:01:00.0"  # and its NVIDIA card
 
 
-def amdgpu_fdinfo(client_id: int, vram_kib: int, gfx_ns: int | None) -> str:
+def amdgpu_fdinfo(client_id: int, vram_kib: int, gfx_ns: int | None, pdev: str = RADEON_PCI) -> str:
     """An amdgpu client's fdinfo as 6.x kernels print it (amdgpu_top#87's sample's keys)."""
     text = (
-        FD_HEAD
-        + f"pasid:\t32784\ndrm-driver:\tamdgpu\ndrm-pdev:\t{RADEON_PCI}\ndrm-client-id:\t{client_id}\n"
+        FD_HEAD + f"pasid:\t32784\ndrm-driver:\tamdgpu\ndrm-pdev:\t{pdev}\ndrm-client-id:\t{client_id}\n"
         f"drm-memory-vram:\t{vram_kib} KiB\ndrm-memory-gtt: \t8192 KiB\ndrm-memory-cpu: \t0 KiB\n"
     )
     return text + (f"drm-engine-gfx:\t{gfx_ns} ns\n" if gfx_ns is not None else "")
@@ -150,15 +149,27 @@ def amd_sysfs(root: Path, *, kfd_pids: dict[int, int] | None = None) -> Path:
         ],
     )
     if kfd_pids is not None:
-        kfd = sysfs / "class" / "kfd" / "kfd"
-        node = kfd / "topology" / "nodes" / "1"
-        node.mkdir(parents=True)
-        (node / "gpu_id").write_text(f"{KFD_GPU_ID}\n")
-        (node / "properties").write_text(f"vendor_id 4098\ndevice_id 29857\nlocation_id {0xC100}\ndomain 0\n")
-        for pid, vram_bytes in kfd_pids.items():
-            proc = kfd / "proc" / str(pid)
-            proc.mkdir(parents=True)
-            (proc / "pasid").write_text("32770\n")
-            (proc / f"vram_{KFD_GPU_ID}").write_text(f"{vram_bytes}\n")
-            (proc / f"sdma_{KFD_GPU_ID}").write_text("0\n")
+        kfd_tree(sysfs, kfd_pids)
     return sysfs
+
+
+def kfd_tree(sysfs: Path, kfd_pids: dict[int, int], pci: str = MI_PCI) -> None:
+    """KFD's topology with one GPU (id KFD_GPU_ID, at ``pci``, an MI300X's ids) and the files of the
+    processes in ``kfd_pids`` (pid -> VRAM bytes on it), under ``sysfs``/class/kfd/kfd."""
+    kfd = sysfs / "class" / "kfd" / "kfd"
+    node = kfd / "topology" / "nodes" / "1"
+    node.mkdir(parents=True)
+    (node / "gpu_id").write_text(f"{KFD_GPU_ID}\n")
+    domain, bus, device_function = pci.split(":")
+    slot, function = device_function.split(".")
+    # KFD's location_id: the bus, device and function as the PCI BDF number (0xc100 for c1:00.0)
+    location = int(bus, 16) << 8 | int(slot, 16) << 3 | int(function)
+    (node / "properties").write_text(
+        f"vendor_id 4098\ndevice_id 29857\nlocation_id {location}\ndomain {int(domain, 16)}\n"
+    )
+    for pid, vram_bytes in kfd_pids.items():
+        proc = kfd / "proc" / str(pid)
+        proc.mkdir(parents=True)
+        (proc / "pasid").write_text("32770\n")
+        (proc / f"vram_{KFD_GPU_ID}").write_text(f"{vram_bytes}\n")
+        (proc / f"sdma_{KFD_GPU_ID}").write_text("0\n")

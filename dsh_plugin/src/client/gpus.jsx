@@ -10,7 +10,8 @@ const isNum = (x) => typeof x === 'number' && Number.isFinite(x)
 function Meter({ m }) {
   const w = isNum(m.pct) ? Math.max(0, Math.min(100, m.pct)) : 0
   return (
-    <div className="dgd-meter" data-key={m.key}>
+    // no figure (the driver tells none): a hatched bar, never an empty one that reads as 0
+    <div className="dgd-meter" data-key={m.key} data-unknown={isNum(m.pct) ? undefined : 'true'}>
       <span className="dgd-meter-label">{m.label}</span>
       <span className="dgd-bar" role="meter" aria-label={m.label} aria-valuenow={isNum(m.pct) ? Math.round(m.pct) : undefined}>
         <i style={{ width: `${w}%`, background: m.color }} />
@@ -60,7 +61,11 @@ function GpuCard({ c }) {
                 <span className="dgd-mono">{p.pid}</span>
                 <span>{p.role}</span>
                 <b>{p.mem}</b>
-                {p.util ? <span data-testid="dsh-gpu-proc-util">{p.util}</span> : null}
+                {p.util ? (
+                  <span className="dgd-gpu-proc-util" data-testid="dsh-gpu-proc-util">
+                    {p.util}
+                  </span>
+                ) : null}
               </li>
             ))}
           </ul>

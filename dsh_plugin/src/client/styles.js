@@ -71,6 +71,7 @@ export const CSS = `
 .dgd-meter { display: grid; grid-template-columns: 84px minmax(60px, 1fr) 124px; align-items: center; gap: 8px; font-size: 12px; }
 .dgd-meter-label { color: var(--dsw-alias-label-secondary, #4b5563); overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
 .dgd-bar { position: relative; height: 8px; border-radius: 999px; background: var(--dsw-alias-border-l2, #e5e7eb); overflow: hidden; }
+.dgd-meter[data-unknown] .dgd-bar { background: repeating-linear-gradient(135deg, var(--dsw-alias-border-l2, #e5e7eb) 0 4px, transparent 4px 8px); box-shadow: inset 0 0 0 1px var(--dsw-alias-border-l2, #e5e7eb); }
 .dgd-bar > i { position: absolute; left: 0; top: 0; bottom: 0; border-radius: 999px; }
 .dgd-meter-value { font-variant-numeric: tabular-nums; color: var(--dsw-alias-label-primary, #1f2328); min-width: 56px; text-align: right; }
 .dgd-glance-gpu { display: flex; flex-direction: column; gap: 4px; }
@@ -103,8 +104,9 @@ export const CSS = `
 .dgd-tag-warn { background: var(--dsw-alias-state-warn-tertiary, #fef3c7); color: var(--dsw-alias-state-warn-label, #92400e); }
 .dgd-gpu-foot { margin-top: 10px; font-size: 12px; color: var(--dsw-alias-label-secondary, #4b5563); }
 .dgd-gpu-procs { list-style: none; margin: 4px 0 0; padding: 0; display: flex; flex-direction: column; gap: 2px; }
-.dgd-gpu-procs li { display: flex; gap: 8px; }
-.dgd-gpu-procs li b { margin-left: auto; font-weight: 500; font-variant-numeric: tabular-nums; }
+.dgd-gpu-procs li { display: flex; flex-wrap: wrap; gap: 0 8px; }
+.dgd-gpu-procs li b { margin-left: auto; font-weight: 500; font-variant-numeric: tabular-nums; white-space: nowrap; }
+.dgd-gpu-proc-util { white-space: nowrap; color: var(--dsw-alias-label-tertiary, #656d76); }
 .dgd-table-wrap { overflow-x: auto; padding: 0; }
 .dgd-table { width: 100%; border-collapse: collapse; font-size: 12.5px; }
 .dgd-table th { text-align: left; font-weight: 600; font-size: 11.5px; color: var(--dsw-alias-label-tertiary, #656d76); padding: 8px 10px;

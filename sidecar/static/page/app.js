@@ -185,7 +185,8 @@ function setFavicon(color) {
 
 function meter(m) {
   const w = num(m.pct) ? Math.max(0, Math.min(100, m.pct)) : 0;
-  return h('div', { class: 'meter', 'data-testid': `gpu-${m.key}` },
+  // no figure (the driver tells none): a hatched bar, never an empty one that reads as 0
+  return h('div', { class: 'meter', 'data-testid': `gpu-${m.key}`, 'data-unknown': num(m.pct) ? null : 'true' },
     h('span', { class: 'meter-label', text: m.label }),
     h('div', { class: 'bar' }, h('span', { style: `width:${w.toFixed(1)}%;--fill:${m.color}` })),
     h('span', { class: 'meter-value', text: m.value }));

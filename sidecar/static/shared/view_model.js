@@ -212,15 +212,25 @@ function modelCudaIndices(doc) {
 
 function gpuTag(doc, g, modelHere, lang) {
   if (modelHere) return { kind: 'model', text: t(lang, 'gpu.modelHere') };
+  if (g.vendor && g.vendor !== 'nvidia') return null; // AMD and Intel: no CUDA visibility is read for them
   const key = gpuFrameworkKey(doc, g);
   return key === 'gpu.frameworkHidden' || key === 'gpu.frameworkNotSeen' ? { kind: 'off', text: t(lang, 'gpu.hiddenTag') } : null;
+}
+
+/** The memory meter's words: used of total; where an AMD or Intel GPU's driver tells no use (an
+ * i915 iGPU has no memory of its own, a suspended card is not woken to ask), that said, never a bare n/a. */
+function memMeterText(g, lang) {
+  if (isNum(g.mem_used_mib) || !g.vendor || g.vendor === 'nvidia') return memOfText(g, lang);
+  return isNum(g.mem_total_mib)
+    ? t(lang, 'gpu.mem.unknownOf', { total: fmtMiB(g.mem_total_mib) })
+    : t(lang, 'gpu.mem.none', { driver: g.driver || NA });
 }
 
 export function gpuMeters(g, lang) {
   const level = utilLevel(g.util_pct);
   return [
     { key: 'util', label: t(lang, 'gpu.util'), pct: isNum(g.util_pct) ? g.util_pct : null, value: utilText(g, lang), color: UTIL_COLORS[level] },
-    { key: 'mem', label: t(lang, 'gpu.mem'), pct: gpuMemPct(g), value: memOfText(g, lang), color: MEM_METER_COLOR },
+    { key: 'mem', label: t(lang, 'gpu.mem'), pct: gpuMemPct(g), value: memMeterText(g, lang), color: MEM_METER_COLOR },
   ];
 }
 
@@ -267,9 +277,12 @@ export function vendorName(g) {
 
 export function gpuCard(doc, gpu, lang) {
   const g = gpu || {};
-  const modelHere = isNum(g.framework_index) && modelCudaIndices(doc).has(g.framework_index);
-  const mig = migRows(doc, g, lang);
   const nvidia = !g.vendor || g.vendor === 'nvidia';
+  // An AMD or Intel GPU is also the model's when the verdict mapped it there (a model on xpu:0 has no
+  // framework_index: that is CUDA's numbering)
+  const modelHere = (isNum(g.framework_index) && modelCudaIndices(doc).has(g.framework_index))
+    || (!nvidia && isNum(g.index) && doc && doc.model_gpu_index === g.index);
+  const mig = migRows(doc, g, lang);
   const vendor = vendorName(g);
   return {
     index: isNum(g.index) ? g.index : null,
@@ -278,7 +291,7 @@ export function gpuCard(doc, gpu, lang) {
     name: g.name || NA,
     nameTitle: [g.name, g.uuid, g.pci_bus_id].filter(Boolean).join('\n'),
     modelHere,
-    tag: nvidia ? gpuTag(doc, g, modelHere, lang) : null,
+    tag: gpuTag(doc, g, modelHere, lang),
     // AMD and Intel: where their figures come from (the device's: sysfs; per process: DRM and KFD)
     framework: nvidia ? gpuFrameworkText(doc, g, lang) : t(lang, 'gpu.vendorNote', { driver: g.driver || NA, pci: g.pci_bus_id || NA }),
     utilLevel: utilLevel(g.util_pct),
