@@ -125,3 +125,22 @@ def test_fd_numbers_listed_again_find_a_new_client_and_spare_the_stat_of_every_f
     assert read() == [(4001, 4001), (4001, 77)] and index.scans == 2
     now[0] = 12.0 + 5.0 * 60  # every fd stat()ed again after 5 minutes, whatever the listing says
     assert read() == [(4001, 4001), (4001, 77)] and index.scans == 3
+
+
+def test_a_users_name_is_read_again_when_its_fds_are_scanned_again(tmp_path):
+    proc = _tree(tmp_path)
+    comm = proc.root / "4001" / "comm"
+    comm.write_text("python3\n")
+    now = [0.0]
+    scan = DrmUserScan(host=proc.host, stat_fd=FakeStat(), clock=lambda: now[0], refresh_s=0.0)
+
+    def name() -> str:
+        (user,) = [u for u in scan.users().by_pdev["0000:08:00.0"] if u.pid == 4001]
+        return user.name
+
+    assert name() == "python3"
+    comm.write_text("Xorg\n")
+    now[0] = 30.0  # no scan of its fds: the name it had
+    assert name() == "python3"
+    now[0] = 61.0  # its fds scanned again (USERS_FD_RESCAN_S): its name read again
+    assert name() == "Xorg"

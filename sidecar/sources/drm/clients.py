@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import stat
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -36,8 +36,8 @@ FD_RESCAN_S = 5.0  # a process's fd numbers are listed again after this (amdgpu_
 FD_RESCAN_COUNTED_FACTOR = 60
 # Processes whose DRM fds are read at one call (a poll), beside those never read: beyond this, the
 # ones read longest ago, the rest keep their last read (a job of 1,000 GPU processes costs a poll
-# what one of 128 does; each of its processes is read every 8th poll).
-MAX_READS_PER_CALL = 128
+# what one of 64 does; each of its processes is read every 16th poll).
+MAX_READS_PER_CALL = 64
 SCAN_READS = 4  # what a scan of a process's fds costs, in rereads of its clients' fdinfo
 
 
@@ -211,6 +211,7 @@ class _KeptProcess:
     clients: list[_KeptClient]
     numbers: list[int]  # its fd numbers at the last listing
     listed: float  # when (the index's clock)
+    keys: tuple[ClientKey, ...] = ()  # its clients' keys
 
 
 class DrmFdIndex:
@@ -280,21 +281,32 @@ class DrmFdIndex:
         """Its fd numbers are to be listed again (a kernel whose fd count tells nothing)."""
         return not (kept.counted and kept.clients) and now - kept.listed >= self._rescan_s
 
-    def kept_keys(self, pid: int) -> list[ClientKey]:
+    def scanned_at(self, pid: int) -> float | None:
+        """When ``pid``'s fds were last scanned (the index's clock); None: not kept."""
+        kept = self._kept.get(pid)
+        return kept.scanned if kept else None
+
+    def kept_pids(self) -> Mapping[int, object]:
+        return self._kept
+
+    def kept_keys(self, pid: int) -> tuple[ClientKey, ...]:
         """The keys of ``pid``'s clients as last read; nothing read."""
         kept = self._kept.get(pid)
-        return [c.key for c in kept.clients] if kept else []
+        return kept.keys if kept else ()
 
     def drm_fds(self, pid: int, *, host: HostPaths, stat_fd: StatFd) -> list[tuple[int, DrmFdinfo]]:
         """process_drm_fds(pid), from the kept fds when they still hold; a client's dup()'d fds
         only from a scan."""
-        try:
-            count = os.stat(host.proc_path(pid, "fd")).st_size
-        except OSError:
-            self._kept.pop(pid, None)
-            return []
         now = self._clock()
         kept = self._kept.get(pid)
+        if kept is not None and not kept.counted:
+            count = kept.fd_count  # a size that tells nothing (an older kernel): not asked again
+        else:
+            try:
+                count = os.stat(host.proc_path(pid, "fd")).st_size
+            except OSError:
+                self._kept.pop(pid, None)
+                return []
         if kept is not None and kept.fd_count == count and not self._scan_due(kept, now):
             same = True
             if self._listing_due(kept, now):
@@ -319,7 +331,9 @@ class DrmFdIndex:
                 clients[key] = _KeptClient(fd, key, parsed)
         self._kept.pop(pid, None)
         counted = count == len(numbers) > 0
-        self._kept[pid] = _KeptProcess(now, count, counted, list(clients.values()), numbers, now)
+        self._kept[pid] = _KeptProcess(
+            now, count, counted, list(clients.values()), numbers, now, tuple(clients)
+        )
         return [(fd, parsed.info) for fd, parsed in found if parsed.info is not None]
 
     def keep_only(self, pids: set[int]) -> None:

@@ -110,6 +110,7 @@ class DrmUserScan:
         self._lock = threading.Lock()
         self._last: tuple[float, DrmUsers] | None = None
         self.scans = 0
+        self._users: dict[int, tuple[float | None, DrmUser]] = {}  # pid -> (its fds' scan, its user)
 
     def users(self) -> DrmUsers:
         """The last scan's users, or a new scan's when the last is USERS_REFRESH_S old."""
@@ -129,10 +130,20 @@ class DrmUserScan:
             pdevs = sorted({info.pdev for _, info in found if info.pdev})
             if not pdevs:
                 continue
-            user = DrmUser(pid, _comm(pid, self._host))
+            user = self._user(pid)
             for pdev in pdevs:
                 by_pdev.setdefault(pdev, []).append(user)
+        self._users = {p: u for p, u in self._users.items() if p in self.index.kept_pids()}
         return DrmUsers({k: tuple(v) for k, v in by_pdev.items()}, len(pids), truncated)
+
+    def _user(self, pid: int) -> DrmUser:
+        """``pid``'s user, its name read again only after its fds were scanned again (a pid reused
+        by another process has other fds: a scan)."""
+        scanned = self.index.scanned_at(pid)
+        last = self._users.get(pid)
+        if last is None or last[0] != scanned:
+            last = self._users[pid] = (scanned, DrmUser(pid, _comm(pid, self._host)))
+        return last[1]
 
 
 __all__ = ["MAX_SCANNED_PROCESSES", "DrmUser", "DrmUserScan", "DrmUsers", "scanned_pids"]
