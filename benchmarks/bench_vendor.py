@@ -12,14 +12,18 @@ amdgpu client (a dup) whose fdinfo is a 6.12 kernel's, 2 KiB; the device nodes a
 ``nvml_facts`` for the same pids, on the simulated driver (tests/fakenvml) listing them across 8
 GPUs. One poll of each in turns (the order alternating), each after a 60 ms pause (caches as cold
 as at a poll 1.5 s after the last); each round a fresh process. The fd index's clock advances 1.5 s
-a poll, so its re-scans (every FD_RESCAN_S) cost what they cost at the default interval, and every
-client's engine time grows between polls (its fdinfo rewritten, untimed), as a busy job's does.
-Reported: CPU (time.process_time) per poll, the mean of a round (re-scans come every 4th poll), the
-median of the rounds' means, the per-round ratios vendor / NVML; the vendor's median poll (no
-re-scan) and the first poll of a fresh sampler (every fd listed and stat()ed) apart.
+a poll, so its fd listings (every FD_RESCAN_S) and scans cost what they cost at the default
+interval, and every client's engine time grows between polls (its fdinfo rewritten, untimed), as a
+busy job's does. A poll reads the 64 processes read longest ago (MAX_READS_PER_CALL), the others
+keep their last rows: what is measured is that bound and the bookkeeping for all 1,000. The
+fixture's folders are a disk's or tmpfs's, whose size is no fd count: the index lists each
+process's fd numbers every 5 s, as on a kernel before 6.2.
+Reported: CPU (time.process_time) per poll, the mean of a round, the median of the rounds' means,
+the per-round ratios vendor / NVML; the vendor's median poll and the first poll of a fresh sampler
+(every fd listed and stat()ed, every process read) apart.
 
-Not a test: the figures go to docs/performance.md. A fixture /proc is tmpfs: a real one's fdinfo
-is made by the driver at each read (amdgpu walks the client's buffers), so real reads cost more.
+Not a test: the figures go to docs/performance.md. A fixture's fdinfo is a file: a real one is
+made by the driver at each read (amdgpu walks the client's buffers), so real reads cost more.
 """
 
 from __future__ import annotations

@@ -164,7 +164,7 @@ class VendorGpuSampler:
 
     def _read_kfd(self, pids: set[int]) -> Iterable[KfdProcess]:
         """KFD's figures of ``pids`` (those whose DRM fds were read at this poll)."""
-        return read_kfd_processes(pids, host=self._host, topology=self._topology)
+        return read_kfd_processes(pids, host=self._host, topology=self._topology, brief=True)
 
 
 def _add_others(out: VendorReading, users: DrmUsers, by_pci: dict[str, GpuFacts], pids: set[int]) -> None:

@@ -134,9 +134,10 @@ def _gpu_ids(names: Iterable[str]) -> list[int]:
 
 
 def read_kfd_process(
-    pid: int, *, host: HostPaths = HOST, topology: Iterable[KfdNode] = ()
+    pid: int, *, host: HostPaths = HOST, topology: Iterable[KfdNode] = (), brief: bool = False
 ) -> KfdProcess | None:
-    """What KFD holds for ``pid``; None when it never opened /dev/kfd (or has exited)."""
+    """What KFD holds for ``pid``; None when it never opened /dev/kfd (or has exited). ``brief``:
+    its VRAM and occupied compute units alone (what a poll uses), the rest None."""
     base = host.sys_path("class", "kfd", "kfd", "proc", pid)
     names = listdir_bounded(base, MAX_GPUS * 4 + 16)
     if not names:
@@ -147,19 +148,25 @@ def read_kfd_process(
             gpu_id=gpu_id,
             pci=pci_of.get(gpu_id),
             vram_mib=_mib(os.path.join(base, f"vram_{gpu_id}")),
-            sdma_busy_us=_number(os.path.join(base, f"sdma_{gpu_id}")),
+            sdma_busy_us=None if brief else _number(os.path.join(base, f"sdma_{gpu_id}")),
             cu_occupancy=_number(os.path.join(base, f"stats_{gpu_id}", "cu_occupancy")),
-            evicted_ms=_number(os.path.join(base, f"stats_{gpu_id}", "evicted_ms")),
+            evicted_ms=None if brief else _number(os.path.join(base, f"stats_{gpu_id}", "evicted_ms")),
         )
         for gpu_id in _gpu_ids(names)
     )
+    if brief:
+        return KfdProcess(pid=pid, pasid=None, queue_count=None, gpus=gpus)
     queues = os.path.join(base, "queues")
     queue_count = len(listdir_bounded(queues, MAX_QUEUES)) if os.path.isdir(queues) else None
     return KfdProcess(pid=pid, pasid=_number(os.path.join(base, "pasid")), queue_count=queue_count, gpus=gpus)
 
 
 def read_kfd_processes(
-    pids: Iterable[int] | None = None, *, host: HostPaths = HOST, topology: Iterable[KfdNode] | None = None
+    pids: Iterable[int] | None = None,
+    *,
+    host: HostPaths = HOST,
+    topology: Iterable[KfdNode] | None = None,
+    brief: bool = False,
 ) -> tuple[KfdProcess, ...]:
     """KFD's processes among ``pids`` (every one KFD lists when None), the lowest MAX_PROCESSES, by pid.
     ``topology`` (read here when None) maps GPU ids to PCI addresses."""
@@ -172,7 +179,7 @@ def read_kfd_processes(
     nodes = tuple(topology) if topology is not None else read_kfd_topology(host=host)
     out = []
     for pid in sorted(wanted)[:MAX_PROCESSES]:
-        process = read_kfd_process(pid, host=host, topology=nodes)
+        process = read_kfd_process(pid, host=host, topology=nodes, brief=brief)
         if process is not None:
             out.append(process)
     return tuple(out)

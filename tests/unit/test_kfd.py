@@ -86,3 +86,13 @@ def test_only_the_pids_asked_for_and_vanished_ones_skipped(sysfs):
     ]
     assert read_kfd_process(99999, host=sysfs) is None
     assert read_kfd_processes([TRAINER], host=HostPaths(sysfs="/nonexistent")) == ()
+
+
+def test_a_polls_brief_read_is_the_full_reads_vram_and_compute_units(sysfs):
+    nodes = read_kfd_topology(host=sysfs)
+    full = read_kfd_processes([TRAINER, OPENED_ONLY], host=sysfs, topology=nodes)
+    brief = read_kfd_processes([TRAINER, OPENED_ONLY], host=sysfs, topology=nodes, brief=True)
+    assert [(p.pid, [(g.gpu_id, g.pci, g.vram_mib, g.cu_occupancy) for g in p.gpus]) for p in brief] == [
+        (p.pid, [(g.gpu_id, g.pci, g.vram_mib, g.cu_occupancy) for g in p.gpus]) for p in full
+    ]
+    assert all(g.sdma_busy_us is None and g.evicted_ms is None for p in brief for g in p.gpus)
