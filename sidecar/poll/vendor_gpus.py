@@ -26,7 +26,7 @@ Nothing is read on a machine without AMD or Intel GPUs: an NVIDIA machine's poll
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sidecar.poll.vendor_figures import DeviceFigures, vendor_gpu_facts
 from sidecar.sources.drm import DrmClientUse, DrmFdIndex, DrmSampler, DrmUsers, DrmUserScan
@@ -123,9 +123,7 @@ class VendorGpuSampler:
         self.devices = devices or DeviceFigures(host=host)
         self.users = users or DrmUserScan(host=host)
         self._topology: tuple[KfdNode, ...] = ()
-        # Each pid's rows at the last poll, and the GPUs' (PCI address, number) they were made for
-        self._rows: dict[int, list[ProcGpu]] = {}
-        self._rows_gpus: tuple[tuple[str | None, int], ...] = ()
+        self._rows: dict[int, list[ProcGpu]] = {}  # each pid's rows at the last poll
         self._polls = 0
 
     def gpus(self, system_gpus: Sequence[SystemGpu], first_index: int) -> tuple[GpuFacts, ...]:
@@ -151,20 +149,37 @@ class VendorGpuSampler:
         if self._topology:
             _add_kfd(uses, self._read_kfd(pid_set - sample.unread), by_pci)
         out = VendorReading(gpus)
-        gpu_places = tuple((g.pci_bus_id, g.index) for g in gpus)
-        if sample.unread and gpu_places == self._rows_gpus:
-            # Not read at this poll (the fd index's budget): their rows as at their last read
-            out.by_pid = {p: rows for p, rows in self._rows.items() if p in sample.unread}
+        if sample.unread:
+            # Not read at this poll (the fd index's budget): their rows as at their last read, on
+            # the GPUs still listed (numbered as now)
+            out.by_pid = _kept_rows(self._rows, sample.unread, by_pci)
         for (pid, pci), u in sorted(uses.items()):
             g = by_pci[pci]
             out.by_pid.setdefault(pid, []).append(u.row(g.index, g.vendor, pci))
-        self._rows, self._rows_gpus = out.by_pid, gpu_places
+        self._rows = out.by_pid
         _add_others(out, self.users.users(), by_pci, pid_set)
         return out
 
     def _read_kfd(self, pids: set[int]) -> Iterable[KfdProcess]:
         """KFD's figures of ``pids`` (those whose DRM fds were read at this poll)."""
         return read_kfd_processes(pids, host=self._host, topology=self._topology, brief=True)
+
+
+def _kept_rows(
+    rows: dict[int, list[ProcGpu]], pids: frozenset[int], by_pci: dict[str, GpuFacts]
+) -> dict[int, list[ProcGpu]]:
+    """The rows of ``pids`` as last made, on the GPUs of ``by_pci`` (renumbered where a GPU's
+    number moved; gone with their GPU)."""
+    out: dict[int, list[ProcGpu]] = {}
+    for pid in pids & rows.keys():
+        kept = []
+        for row in rows[pid]:
+            g = by_pci.get(row.pci or "")
+            if g is not None:
+                kept.append(row if row.index == g.index else replace(row, index=g.index))
+        if kept:
+            out[pid] = kept
+    return out
 
 
 def _add_others(out: VendorReading, users: DrmUsers, by_pci: dict[str, GpuFacts], pids: set[int]) -> None:

@@ -94,6 +94,12 @@ def test_the_rows_of_processes_not_read_stay_as_last_read(tmp_path):
     assert 4005 in index.last_due and fourth.by_pid[4005][0].mem_used_mib == 4.0
     # A process gone from the job goes at once, read or not.
     assert sorted(sampler.poll(PIDS[:4], gpus).by_pid) == PIDS[:4]
+    # GPUs numbered anew (NVML's count grew): the rows not read follow their GPU's number.
+    moved = sampler.gpus(list_system_gpus(host=host), 3)
+    after = sampler.poll(PIDS[:4], moved)
+    radeon = next(g.index for g in moved if g.pci_bus_id == "0000:08:00.0")
+    assert index.last_due and set(after.by_pid) == set(PIDS[:4]) > index.last_due
+    assert {row.index for rows in after.by_pid.values() for row in rows} == {radeon} != {0}
 
 
 def test_the_machine_scan_asks_who_holds_a_gpu_and_reads_no_figures_between_scans(tmp_path):
