@@ -215,6 +215,7 @@ var en_default = {
   "eff.gpu.title": "GPU {n}",
   "eff.gpu.cc": "compute capability {cc}",
   "eff.clock": "SM clock",
+  "eff.clock.gpu": "GPU clock",
   "eff.clock.value": "{now} of {max} MHz",
   "eff.clock.now": "{now} MHz",
   "eff.clock.mem": "memory {mhz} MHz",
@@ -406,6 +407,8 @@ var en_default = {
   "warning.nvml-unavailable": "The NVIDIA driver cannot be queried ({reason}); the verdict rests on the probe alone.",
   "hint.nvml-unavailable": "Install or load the NVIDIA driver (`nvidia-smi` must work), or run the sidecar where the driver is visible.",
   "hint.nvml-unavailable.no-nvidia": "No NVIDIA GPU is visible on this machine; this is expected on a CPU-only machine.",
+  "warning.nvml-unavailable.vendor-gpus": "NVML, NVIDIA's driver library, cannot be queried ({reason}); the OS lists no NVIDIA GPU here.",
+  "hint.nvml-unavailable.vendor-gpus": "That is expected: NVML reads NVIDIA GPUs only. The {vendors} GPUs here are read from the kernel's drivers (sysfs, DRM) instead.",
   "warning.no-probe": "No process of this job runs the probe, so the model's device is unknown.",
   "hint.no-probe": "Add two lines to your training script: `import probe` and `probe.register(model)`.",
   "warning.no-probe.waiting": "Waiting for the probe: the job started {seconds} s ago and none of its processes has run it yet.",
@@ -465,6 +468,7 @@ var en_default = {
   "hint.shared-model-unprobed-child": "If they train the model (torch.multiprocessing, hogwild), call `probe.register(model)` at the start of the function they run: spawned and forkserver children do not inherit the probe, forked ones do.",
   "warning.device-count-mismatch": "The system sees {total} graphics devices, the framework can use {usable}; not usable: {devices}.",
   "hint.device-count-mismatch.integrated": "An integrated Intel or AMD GPU cannot run CUDA; that is expected. {then}",
+  "hint.device-count-mismatch.others.cuda": "Only NVIDIA GPUs run CUDA: the other graphics devices here cannot; that is expected. {then}",
   "hint.device-count-mismatch.no-cuda": "torch cannot use CUDA here (see the error above).",
   "hint.device-count-mismatch.hidden": "An NVIDIA GPU is hidden from the framework: check CUDA_VISIBLE_DEVICES and the driver.",
   "hint.device-count-mismatch": "Make sure the model is on the {vendor} device (`{device}`).",
@@ -514,6 +518,7 @@ var en_default = {
   "settings.started.missing": "command not found",
   "settings.started.stopped": "stopped",
   "warning.throttled": "GPU {gpu} is being slowed down: {reason}. SM clock {clock} of {max}, {temp}, {power} of {limit}.",
+  "warning.throttled.gpu-clock": "GPU {gpu} is being slowed down: {reason}. GPU clock {clock} of {max}, {temp}, {power} of {limit}.",
   "hint.throttled.thermal": "The GPU is too hot. Check its fans and the airflow through the chassis and the room's temperature; `nvidia-smi -q -d PERFORMANCE,TEMPERATURE -i {gpu}` shows the slowdown and the limits. On a shared or cloud machine, tell its administrator.",
   "hint.throttled.power-brake": "An external power brake holds the GPU's clocks down: the power supply or the board signals that it cannot deliver enough. This is a hardware or facility problem: tell the machine's administrator (`nvidia-smi -q -d PERFORMANCE -i {gpu}`).",
   "hint.throttled.slowdown": "The hardware slows the GPU down (too hot or drawing too much power). Check `nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER -i {gpu}`, the cooling and the power supply; tell the machine's administrator if it persists.",
@@ -843,6 +848,7 @@ var zh_default = {
   "eff.gpu.title": "GPU {n}",
   "eff.gpu.cc": "计算能力 {cc}",
   "eff.clock": "SM 时钟",
+  "eff.clock.gpu": "GPU 时钟",
   "eff.clock.value": "{now} / {max} MHz",
   "eff.clock.now": "{now} MHz",
   "eff.clock.mem": "显存 {mhz} MHz",
@@ -1034,6 +1040,8 @@ var zh_default = {
   "warning.nvml-unavailable": "无法查询 NVIDIA 驱动（{reason}）；结论仅依据探针。",
   "hint.nvml-unavailable": "安装或加载 NVIDIA 驱动（`nvidia-smi` 必须能运行），或在能看到驱动的环境中运行 sidecar。",
   "hint.nvml-unavailable.no-nvidia": "本机看不到 NVIDIA GPU；在纯 CPU 机器上这是正常的。",
+  "warning.nvml-unavailable.vendor-gpus": "无法查询 NVIDIA 的驱动库 NVML（{reason}）；系统没有列出 NVIDIA GPU。",
+  "hint.nvml-unavailable.vendor-gpus": "这是正常的：NVML 只读取 NVIDIA GPU。本机的 {vendors} GPU 改为从内核驱动（sysfs、DRM）读取。",
   "warning.no-probe": "该任务中没有进程运行探针，因此无法知道模型所在设备。",
   "hint.no-probe": "在训练脚本中加入两行：`import probe` 和 `probe.register(model)`。",
   "warning.no-probe.waiting": "正在等待探针：任务在 {seconds} 秒前启动，其进程尚未运行探针。",
@@ -1093,6 +1101,7 @@ var zh_default = {
   "hint.shared-model-unprobed-child": "如果这些子进程在训练该模型（torch.multiprocessing、hogwild），请在它们运行的函数开头调用 `probe.register(model)`：spawn 与 forkserver 方式启动的子进程不会继承探针，fork 方式的会。",
   "warning.device-count-mismatch": "系统看到 {total} 个图形设备，框架可使用 {usable} 个；不可用：{devices}。",
   "hint.device-count-mismatch.integrated": "Intel 或 AMD 集成显卡无法运行 CUDA，这是正常的。{then}",
+  "hint.device-count-mismatch.others.cuda": "只有 NVIDIA GPU 能运行 CUDA：这里的其他图形设备不能，这是正常的。{then}",
   "hint.device-count-mismatch.no-cuda": "torch 在此无法使用 CUDA（见上方错误）。",
   "hint.device-count-mismatch.hidden": "有 NVIDIA GPU 对框架不可见：检查 CUDA_VISIBLE_DEVICES 和驱动。",
   "hint.device-count-mismatch": "请确认模型在 {vendor} 设备（`{device}`）上。",
@@ -1142,6 +1151,7 @@ var zh_default = {
   "settings.started.missing": "找不到命令",
   "settings.started.stopped": "已停止",
   "warning.throttled": "GPU {gpu} 正在降频：{reason}。SM 时钟 {clock}（最高 {max}），{temp}，功耗 {power}（上限 {limit}）。",
+  "warning.throttled.gpu-clock": "GPU {gpu} 正在降频：{reason}。GPU 时钟 {clock}（最高 {max}），{temp}，功耗 {power}（上限 {limit}）。",
   "hint.throttled.thermal": "GPU 温度过高。检查风扇、机箱风道和室温；`nvidia-smi -q -d PERFORMANCE,TEMPERATURE -i {gpu}` 会显示降频原因和温度上限。在共享或云服务器上，请联系管理员。",
   "hint.throttled.power-brake": "外部电源制动压低了 GPU 时钟：电源或主板发出供电不足信号。这是硬件或机房问题，请联系机器管理员（`nvidia-smi -q -d PERFORMANCE -i {gpu}`）。",
   "hint.throttled.slowdown": "硬件正在给 GPU 降频（温度过高或功耗过大）。查看 `nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER -i {gpu}`，检查散热和电源；若持续出现，请联系机器管理员。",
@@ -1447,6 +1457,10 @@ function severityOf(w) {
 function sortWarnings(ws) {
   if (!Array.isArray(ws)) return [];
   return ws.map((w, i) => [w, i]).sort((a, b) => SEVERITY_ORDER.indexOf(severityOf(a[0])) - SEVERITY_ORDER.indexOf(severityOf(b[0])) || a[1] - b[1]).map((p) => p[0]);
+}
+var VENDOR_NAMES = { nvidia: "NVIDIA", amd: "AMD", intel: "Intel" };
+function vendorName(g) {
+  return VENDOR_NAMES[g && g.vendor || "nvidia"] || String(g.vendor);
 }
 function modelGpu(doc) {
   if (!doc || !Array.isArray(doc.gpus) || !isNum(doc.model_gpu_index)) return null;
@@ -2161,13 +2175,16 @@ function pcieItem(g, lang) {
   const value = hasMax ? t(lang, "eff.pcie.ofMax", { now, max: link(g.pcie_link_gen_max ?? g.pcie_link_gen, g.pcie_link_width_max ?? g.pcie_link_width) }) : now;
   return { key: "pcie", label: t(lang, "eff.pcie"), value, flag: degraded ? "bad" : null, note: degraded ? t(lang, "eff.pcie.degraded") : null };
 }
+function clockLabel(g, lang) {
+  return vendorName(g) === "NVIDIA" ? t(lang, "eff.clock") : t(lang, "eff.clock.gpu");
+}
 function gpuItems(g, lang) {
   const items = [];
   const mhz = (v) => String(Math.round(v));
   if (isNum4(g.sm_clock_mhz)) {
     const value = isNum4(g.sm_clock_max_mhz) ? t(lang, "eff.clock.value", { now: mhz(g.sm_clock_mhz), max: mhz(g.sm_clock_max_mhz) }) : t(lang, "eff.clock.now", { now: mhz(g.sm_clock_mhz) });
     const pct2 = isNum4(g.sm_clock_max_mhz) && g.sm_clock_max_mhz > 0 ? 100 * g.sm_clock_mhz / g.sm_clock_max_mhz : null;
-    items.push({ key: "clock", label: t(lang, "eff.clock"), value, pct: pct2, note: isNum4(g.mem_clock_mhz) ? t(lang, "eff.clock.mem", { mhz: mhz(g.mem_clock_mhz) }) : null });
+    items.push({ key: "clock", label: clockLabel(g, lang), value, pct: pct2, note: isNum4(g.mem_clock_mhz) ? t(lang, "eff.clock.mem", { mhz: mhz(g.mem_clock_mhz) }) : null });
   }
   if (isNum4(g.power_w)) {
     const w = String(Math.round(g.power_w));
@@ -2203,7 +2220,9 @@ function gpuFacts(doc, lang) {
   const reasons = (Array.isArray(g.clock_event_reasons) ? g.clock_event_reasons : []).map((name2) => ({ name: name2, kind: reasonKind(name2), label: t(lang, `clock-reason.${name2}`) }));
   return {
     index: g.index,
-    title: t(lang, "eff.gpu.title", { n: g.index }),
+    // An AMD or Intel GPU is headed as its card on the page is ("GPU 1 · AMD"): its number is the
+    // sidecar's, after NVML's, not the framework's (a ROCm build's cuda:0 may be GPU 1 here)
+    title: vendorName(g) === "NVIDIA" ? t(lang, "eff.gpu.title", { n: g.index }) : t(lang, "gpu.vendorN", { n: g.index, vendor: vendorName(g) }),
     cc: g.compute_capability ? t(lang, "eff.gpu.cc", { cc: g.compute_capability }) : null,
     items: gpuItems(g, lang),
     reasons,
@@ -2441,10 +2460,6 @@ function gpuOthersText(g, lang) {
   const more = isNum5(g.other_process_names_omitted) ? g.other_process_names_omitted : 0;
   const listed = names.join(", ");
   return t(lang, "gpu.usedBy", { names: more > 0 ? t(lang, "gpu.usedByMore", { names: listed, n: more }) : listed });
-}
-var VENDOR_NAMES = { nvidia: "NVIDIA", amd: "AMD", intel: "Intel" };
-function vendorName(g) {
-  return VENDOR_NAMES[g && g.vendor || "nvidia"] || String(g.vendor);
 }
 function gpuCard(doc, gpu, lang) {
   const g = gpu || {};

@@ -104,6 +104,35 @@ describe('the efficiency strip', () => {
     assert.equal(utilText(gpu(), 'en'), '90 %')
     assert.equal(render(mod.MigList({ mig: gpuCard(doc([gpu()], [main()]), gpu(), 'en').mig })), '')
   })
+  test('an AMD or Intel GPU: headed as its card ("GPU 1 · AMD"), its clock the GPU\'s, never "SM"; NVIDIA\'s as before', () => {
+    const vendorGpu = (vendor, driver) => gpu({
+      index: 1, vendor, driver, name: vendor === 'amd' ? 'AMD Instinct MI300X OAM' : 'Intel GPU', compute_capability: null,
+      framework_index: null, clock_event_reasons: vendor === 'intel' ? ['sw_power_cap'] : null, pcie_link_gen: null,
+      pcie_link_gen_max: null, pcie_link_width: null, pcie_link_width_max: null, sm_activity_fraction: null,
+      sm_occupancy_fraction: null, tensor_activity_fraction: null,
+    })
+    const on = (g) => doc([g], [main({ gpu: [{ index: 1, mem_used_mib: 900, sm_util_pct: 88, mig_index: null }] })])
+    for (const [vendor, driver, name] of [['amd', 'amdgpu', 'AMD'], ['intel', 'xe', 'Intel']]) {
+      const g = vendorGpu(vendor, driver)
+      const facts = efficiency({ ...on(g), model_gpu_index: 1 }, 'en').gpu
+      assert.equal(facts.title, `GPU 1 · ${name}`)
+      assert.equal(facts.title, gpuCard(on(g), g, 'en').title) // the same words as the GPU's card
+      const clock = facts.items.find((i) => i.key === 'clock')
+      assert.equal(clock.label, 'GPU clock')
+      assert.equal(clock.value, '1200 of 1980 MHz')
+      const html = render(mod.EfficiencyStrip({ doc: { ...on(g), model_gpu_index: 1 }, lang: 'en' }))
+      assert.doesNotMatch(html, /SM clock|SM activity|compute capability/)
+      assert.match(html, new RegExp(`GPU 1 · ${name}`))
+      const zhFacts = efficiency({ ...on(g), model_gpu_index: 1 }, 'zh').gpu
+      assert.equal(zhFacts.items.find((i) => i.key === 'clock').label, 'GPU 时钟')
+    }
+    // NVIDIA's, and a document from before the vendor field: the words of before
+    for (const g of [gpu({ vendor: 'nvidia' }), gpu()]) {
+      const facts = efficiency(doc([g], [main()]), 'en').gpu
+      assert.equal(facts.title, 'GPU 0')
+      assert.equal(facts.items.find((i) => i.key === 'clock').label, 'SM clock')
+    }
+  })
   test('Chinese, and nothing at all without facts', () => {
     const html = render(mod.EfficiencyStrip({ doc: doc([gpu()], [main()]), lang: 'zh' }))
     assert.match(html, /效率/)

@@ -109,7 +109,12 @@ GPU = Obj(
             null=True,
         ),
         "uuid": F(STR, "GPU-... UUID", null=True),
-        "name": F(STR, "product name (AMD and Intel: the OS's generic name)", null=True),
+        "name": F(
+            STR,
+            "product name (AMD: the board's, where amdgpu prints one (`product_name`), else `AMD GPU`; "
+            "Intel: `Intel integrated graphics` at the iGPU's address 00:02, else `Intel GPU`)",
+            null=True,
+        ),
         "pci_bus_id": F(STR, "PCI address (NVML writes an 8-digit domain, sysfs a 4-digit one)", null=True),
         "util_pct": F(NUM, "time a kernel ran over the driver's last sample period", null=True),
         "mem_util_pct": F(NUM, "time device memory was read or written", null=True),
@@ -168,7 +173,10 @@ SYSTEM_GPU = Obj(
     "A graphics device the OS lists (sysfs), NVIDIA or not.",
     {
         "vendor": F(STR, "NVIDIA, Intel, AMD, ..."),
-        "name": F(STR, "device name"),
+        "name": F(
+            STR,
+            "device name: its vendor's generic one (`NVIDIA GPU`, `unknown GPU (0x1a03)`); an AMD or Intel GPU's as Gpu.name",
+        ),
         "pci": F(STR, "PCI address", null=True),
         "driver": F(STR, "kernel driver bound to it", null=True),
         "nvml_index": F(INT, "the NVML index of the same device; null: CUDA cannot use it", null=True),

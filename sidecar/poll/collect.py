@@ -401,6 +401,7 @@ def _system_gpu_facts(gpus: tuple[GpuFacts, ...], *system_gpus: SystemGpu) -> tu
             driver=s.driver,
             nvml_index=by_pci.get(_norm_pci(s.pci)),
             device_id=s.device_id,
+            integrated=s.integrated,
         )
         for s in system_gpus
     )

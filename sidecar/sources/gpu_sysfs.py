@@ -24,7 +24,7 @@ down, nothing runs on it) is not read: amdgpu's pm files and xe's frequency file
 reference, which wakes it (kernels before amdgpu's ``amdgpu_pm_get_access_if_active``), and a monitor
 must not keep a laptop's GPU awake. Its figures say ``runtime_suspended`` and nothing else.
 
-Every figure is optional: a file that is absent, unreadable, over ``MAX_FILE_BYTES``, malformed or
+Every figure is optional: a file that is absent, unreadable, over ``sysfs.MAX_FILE_BYTES``, malformed or
 out of its physical range is None, never 0. A power figure from an energy counter needs two
 readings: ``GpuFiguresSampler`` keeps the previous one per device. Nothing here raises; reads stay
 inside the card's device folder (its real path must lie under the sysfs root) and open no link.
@@ -34,20 +34,24 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from hostfs.paths import HOST, HostPaths
-from sidecar.sources.sysfs import SystemGpu, list_system_gpus, listdir_bounded
+from sidecar.sources.sysfs import (
+    SystemGpu,
+    list_system_gpus,
+    listdir_bounded,
+    read_product_name,
+    read_text_bounded,
+    text_value,
+)
 
-MAX_FILE_BYTES = 4096  # a sysfs attribute is at most a page; pp_dpm_sclk is ~100 bytes
 MAX_HWMON_DIRS = 8  # hwmon devices of one card (i915: the device's and one per GT)
 MAX_HWMON_ENTRIES = 512  # files in one hwmon folder (amdgpu: ~40)
 MAX_TEMPERATURES = 16
 MAX_TILES = 8
-MAX_PRODUCT_NAME = 64
 _MIB = 1024 * 1024
 _INT = re.compile(r"-?[0-9]{1,20}")
 _HWMON = re.compile(r"hwmon[0-9]{1,6}")
@@ -137,35 +141,8 @@ class GpuSysfsFigures:
 # --------------------------------------------------------------------------- bounded reads
 
 
-def _read_text(path: str) -> str | None:
-    """A regular file's text, at most MAX_FILE_BYTES; None when absent, a link, not a regular file
-    (a FIFO would block an open without O_NONBLOCK), unreadable or longer."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        chunks: list[bytes] = []
-        size = 0
-        while size <= MAX_FILE_BYTES:
-            chunk = os.read(fd, MAX_FILE_BYTES + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    if size > MAX_FILE_BYTES:
-        return None
-    return b"".join(chunks).decode("ascii", errors="replace")
-
-
 def _int(path: str) -> int | None:
-    text = _read_text(path)
+    text = read_text_bounded(path)
     if text is None:
         return None
     text = text.strip()
@@ -212,15 +189,6 @@ def _hwmon_dirs(device: str) -> list[str]:
     return [os.path.join(base, n) for n in names if _is_real_dir(os.path.join(base, n))][:MAX_HWMON_DIRS]
 
 
-def _text_value(path: str, limit: int) -> str | None:
-    """A short printable ASCII string (control and other characters dropped), clipped; None if empty."""
-    text = _read_text(path)
-    if text is None:
-        return None
-    kept = "".join(ch for ch in text.strip() if " " <= ch <= "~")
-    return kept[:limit] or None
-
-
 # --------------------------------------------------------------------------- hwmon
 
 
@@ -242,7 +210,7 @@ def _pick_hwmon(device: str, driver: str | None) -> str | None:
     else the first."""
     dirs = _hwmon_dirs(device)
     for folder in dirs:
-        name = _text_value(os.path.join(folder, "name"), 64)
+        name = text_value(os.path.join(folder, "name"), 64)
         if name is not None and name == driver:
             return folder
     return dirs[0] if dirs else None
@@ -256,7 +224,7 @@ def _temperatures(folder: str, names: list[str], driver: str | None) -> tuple[Te
         celsius = _scaled(os.path.join(folder, f"temp{channel}_input"), 1000, -100, 300)
         if celsius is None:
             continue
-        label = _text_value(os.path.join(folder, f"temp{channel}_label"), 32)
+        label = text_value(os.path.join(folder, f"temp{channel}_label"), 32)
         sensor = (label or documented.get(channel) or f"temp{channel}").lower()
         out.append(TemperatureReading(sensor, celsius))
     return tuple(out)
@@ -291,7 +259,7 @@ def _read_hwmon(device: str, driver: str | None) -> _Hwmon | None:
     limit_file = "power1_max" if driver in _INTEL_DRIVERS else "power1_cap"
     limit_w = _watts(os.path.join(folder, limit_file))
     return _Hwmon(
-        name=_text_value(os.path.join(folder, "name"), 64),
+        name=text_value(os.path.join(folder, "name"), 64),
         power_w=power_w,
         power_source=power_source,
         energy_uj=energy_uj,
@@ -341,9 +309,9 @@ def _amdgpu_figures(device: str) -> dict[str, object]:
     def at(name: str) -> str:
         return os.path.join(device, name)
 
-    sclk = parse_dpm_levels(_read_text(at("pp_dpm_sclk")))
-    mclk = parse_dpm_levels(_read_text(at("pp_dpm_mclk")))
-    unique_id = _text_value(at("unique_id"), 32)
+    sclk = parse_dpm_levels(read_text_bounded(at("pp_dpm_sclk")))
+    mclk = parse_dpm_levels(read_text_bounded(at("pp_dpm_mclk")))
+    unique_id = text_value(at("unique_id"), 32)
     return {
         "busy_pct": _pct(at("gpu_busy_percent")),
         "memory_busy_pct": _pct(at("mem_busy_percent")),
@@ -359,7 +327,7 @@ def _amdgpu_figures(device: str) -> dict[str, object]:
         "mem_clock_mhz": mclk.current_mhz if mclk else None,
         "mem_clock_max_mhz": mclk.max_mhz if mclk else None,
         "unique_id": unique_id if unique_id and re.fullmatch(r"[0-9a-fA-F]{1,32}", unique_id) else None,
-        "product_name": _text_value(at("product_name"), MAX_PRODUCT_NAME),
+        "product_name": read_product_name(device),
     }
 
 
@@ -433,7 +401,7 @@ def _xe_figures(device: str) -> dict[str, object]:
 
 
 def _link_speed(path: str) -> float | None:
-    text = _read_text(path)
+    text = read_text_bounded(path)
     m = _LINK_SPEED.fullmatch(text.strip()) if text else None
     return float(m.group(1)) if m else None
 
@@ -445,7 +413,7 @@ def _link_width(path: str) -> int | None:
 
 def _runtime_suspended(device: str) -> bool:
     """Runtime PM has powered the device down (reading power/runtime_status wakes nothing)."""
-    text = _read_text(os.path.join(device, "power", "runtime_status"))
+    text = read_text_bounded(os.path.join(device, "power", "runtime_status"))
     return text is not None and text.strip() == "suspended"
 
 

@@ -69,7 +69,9 @@ CODES: dict[str, Code] = {
         "AMD GPUs hidden by `HIP_VISIBLE_DEVICES`)",
     ),
     "nvml-unavailable": Code(
-        "fix-environment", "the NVIDIA driver cannot be queried (expected on a CPU-only machine)"
+        "fix-environment",
+        "the NVIDIA driver cannot be queried (an info where the OS lists no NVIDIA GPU: a CPU-only "
+        "machine, or one whose AMD and Intel GPUs are read from the kernel)",
     ),
     "pid-namespace": Code(
         "fix-environment",

@@ -19,6 +19,7 @@ from sidecar.verdict.facts import (
     VENDOR_NVIDIA,
     Facts,
     Finding,
+    SystemGpuFacts,
     runtimes,
 )
 from sidecar.verdict.vendors import counts_gpu, framework_count, runtime_vendor, visibility_masks
@@ -30,7 +31,7 @@ _NAMES = {VENDOR_NVIDIA: NVIDIA_VENDOR, VENDOR_AMD: AMD_VENDOR, VENDOR_INTEL: IN
 _DEVICES = {VENDOR_NVIDIA: "cuda", VENDOR_AMD: "cuda", VENDOR_INTEL: "xpu"}  # a ROCm build's is `cuda`
 _TOOLS = {VENDOR_AMD: "rocm-smi", VENDOR_INTEL: "sycl-ls"}
 _OTHERS_HINTS = {
-    VENDOR_NVIDIA: "hint.device-count-mismatch.integrated",
+    VENDOR_NVIDIA: "hint.device-count-mismatch.others.cuda",
     VENDOR_AMD: "hint.device-count-mismatch.others.rocm",
     VENDOR_INTEL: "hint.device-count-mismatch.others.xpu",
 }
@@ -39,6 +40,15 @@ _HIDDEN_HINTS = {
     VENDOR_AMD: "hint.device-count-mismatch.hidden.rocm",
     VENDOR_INTEL: "hint.device-count-mismatch.hidden.xpu",
 }
+
+
+def _others_hint(vendor: str, others: list[SystemGpuFacts]) -> str:
+    """Why the GPUs of other vendors cannot run the build; beside a CUDA build, "integrated" only
+    where every one of them is Intel's iGPU (the laptop's): an Arc card, an AMD GPU, a server's BMC
+    display (ASPEED) are not said to be one."""
+    if vendor == VENDOR_NVIDIA and all(s.integrated for s in others):
+        return "hint.device-count-mismatch.integrated"
+    return _OTHERS_HINTS[vendor]
 
 
 def _mismatch_why(f: Facts, vendor: str, rt: RuntimeRecord | None, hidden: int, masks: str) -> Ref:
@@ -100,5 +110,5 @@ def rule_device_count_mismatch(f: Facts) -> Iterable[Finding]:
         "device-count-mismatch",
         "warning" if hidden else "info",
         ref("warning.device-count-mismatch", total=len(f.system_gpus), usable=usable, devices=devices),
-        ref(_OTHERS_HINTS[vendor], then=why) if others else why,
+        ref(_others_hint(vendor, others), then=why) if others else why,
     )

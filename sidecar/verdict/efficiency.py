@@ -70,8 +70,9 @@ def rule_throttled(f: Facts) -> Iterable[Finding]:
         reason = next((r for r in THROTTLE_REASONS if r in active), None)
         if reason is None or not _gpu_working(f, g):
             continue  # a slowdown flagged on an idle GPU costs the job nothing
+        # "SM clock" is NVIDIA's word: an Intel GPU's reasons come with its GT clock
         message = ref(
-            "warning.throttled",
+            "warning.throttled" if g.vendor == VENDOR_NVIDIA else "warning.throttled.gpu-clock",
             gpu=g.index,
             reason=ref(f"clock-reason.{reason}"),
             clock=_mhz(g.sm_clock_mhz),

@@ -296,6 +296,7 @@ class SystemGpuFacts:
     driver: str | None
     nvml_index: int | None = None
     device_id: str | None = None  # the PCI device id, "0x56a0" (which Intel GPUs run XPU builds)
+    integrated: bool | None = None  # sysfs.SystemGpu's: Intel's iGPU (True) or not (False); others None
 
 
 @dataclass(frozen=True, slots=True)

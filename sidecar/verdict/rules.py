@@ -16,6 +16,8 @@ from sidecar.common.catalogue import Ref, ref
 from sidecar.verdict.device_count import rule_device_count_mismatch
 from sidecar.verdict.efficiency import EFFICIENCY_RULES, data_wait
 from sidecar.verdict.facts import (
+    AMD_VENDOR,
+    INTEL_VENDOR,
     NVIDIA_VENDOR,
     VENDOR_AMD,
     VENDOR_INTEL,
@@ -98,15 +100,22 @@ def rule_job_stopped(f: Facts) -> Iterable[Finding]:
 
 
 def rule_nvml_unavailable(f: Facts) -> Iterable[Finding]:
+    """NVML (NVIDIA's driver library) does not answer: a warning where the OS lists an NVIDIA GPU,
+    else information: expected on a CPU-only machine, and on one whose only GPUs are AMD's or Intel's,
+    which the sidecar reads from the kernel instead (there the verdict does not rest on the probe
+    alone, and the machine is no CPU-only one: the texts say so)."""
     if f.nvml_ok:
         return
     nvidia_hw = any(s.vendor == NVIDIA_VENDOR for s in f.system_gpus)
-    yield finding(
-        "nvml-unavailable",
-        "warning" if nvidia_hw else "info",
-        ref("warning.nvml-unavailable", reason=f.nvml_error or ref("word.unknown-error")),
-        ref("hint.nvml-unavailable" if nvidia_hw else "hint.nvml-unavailable.no-nvidia"),
-    )
+    reason = f.nvml_error or ref("word.unknown-error")
+    others = list(dict.fromkeys(s.vendor for s in f.system_gpus if s.vendor in (AMD_VENDOR, INTEL_VENDOR)))
+    if not nvidia_hw and others:
+        message = ref("warning.nvml-unavailable.vendor-gpus", reason=reason)
+        hint = ref("hint.nvml-unavailable.vendor-gpus", vendors=", ".join(others))
+    else:
+        message = ref("warning.nvml-unavailable", reason=reason)
+        hint = ref("hint.nvml-unavailable" if nvidia_hw else "hint.nvml-unavailable.no-nvidia")
+    yield finding("nvml-unavailable", "warning" if nvidia_hw else "info", message, hint)
 
 
 # Segment states of a process that runs the probe although its facts cannot be read (another

@@ -22,6 +22,7 @@ from tests.helpers.efficiency_docs import (
     a100_mig,
     data_wait_doc,
     gpu_page_doc,
+    h100,
     history_doc,
     main_process,
     obj,
@@ -190,6 +191,65 @@ def test_no_nvidia_gpu_charts_the_jobs_cpu(serve, pages):
     assert not pages.errors, pages.errors
 
 
+def mi300x(index: int) -> dict:
+    """An AMD GPU as the sidecar lists it after NVML's: amdgpu's figures in the same fields (its
+    shader clock in sm_clock_mhz), no compute capability, no GPM, no clock reasons (amdgpu says none)."""
+    return obj(
+        "Gpu",
+        index=index,
+        vendor="amd",
+        driver="amdgpu",
+        name="AMD Instinct MI300X OAM",
+        pci_bus_id="0000:0c:00.0",
+        util_pct=87.0,
+        mem_used_mib=77_824.0,
+        mem_total_mib=196_592.0,
+        sm_clock_mhz=2100,
+        sm_clock_max_mhz=2100,
+        mem_clock_mhz=1300,
+        power_w=650.0,
+        power_limit_w=750.0,
+        temperature_c=61.0,
+        clock_event_reasons=None,
+    )
+
+
+@pytest.mark.parametrize(("locale", "clock"), [("en-US", "GPU clock"), ("zh-CN", "GPU 时钟")])
+def test_an_amd_gpus_strip_is_worded_as_its_card_never_with_nvidias_sm(serve, pages, locale, clock):
+    """A ROCm job's model on the MI300X, GPU 1 beside NVIDIA's GPU 0: its block is headed as its card
+    ("GPU 1 · AMD"), its clock is the GPU's, and no NVIDIA-only word (SM, compute capability) is in it."""
+    main = main_process(
+        [
+            obj(
+                "ProcessGpu",
+                index=1,
+                mem_used_mib=76_000.0,
+                sm_util_pct=None,
+                vendor="amd",
+                pci_bus_id="0000:0c:00.0",
+                unknown_reason="rocm-compute",
+            )
+        ],
+        device="cuda:0",
+    )
+    nvidia = {**h100(), "framework_index": None}
+    page = pages.open(
+        serve(status_doc([nvidia, mi300x(1)], [main], model_gpu=1), history_doc(gpu=True)), locale=locale
+    )
+    wait_strip(page)
+    block = page.locator("[data-testid=eff-gpu]")
+    assert block.get_attribute("data-index") == "1"
+    assert page.inner_text("[data-testid=eff-gpu] h3") == "GPU 1 · AMD"
+    assert page.inner_text("[data-testid=eff-gpu] h3") == page.inner_text(
+        "[data-testid=gpu-card][data-index='1'] .gpu-index"
+    )
+    assert clock in page.inner_text("[data-testid=eff-clock]") and "2100" in page.inner_text(
+        "[data-testid=eff-clock]"
+    )
+    assert "SM" not in block.inner_text() and "compute capability" not in block.inner_text()
+    assert not pages.errors, pages.errors
+
+
 def test_strip_in_chinese(serve, pages):
     page = pages.open(serve(*gpu_page_doc()), locale="zh-CN")
     wait_strip(page)
@@ -233,7 +293,9 @@ def table_waits(page) -> dict[int, tuple[str, str | None]]:
         ("zh-CN", "等待数据 40 %（最近 10 秒）", ("40 %", "最近 10 秒"), ("70 %", "最近 12 个批次")),
     ],
 )
-def test_the_bar_and_the_table_show_one_data_wait_each_named_by_its_window(serve, pages, locale, bar, main, helper):
+def test_the_bar_and_the_table_show_one_data_wait_each_named_by_its_window(
+    serve, pages, locale, bar, main, helper
+):
     page = pages.open(serve(*data_wait_doc()), locale=locale)
     wait_strip(page)
     wait_js(page, "() => document.querySelectorAll('[data-testid=process-row]').length === 2")

@@ -35,7 +35,9 @@ H200 = GpuFacts(
     0, uuid="GPU-aaaa", name="NVIDIA H200", pci_bus_id="00000000:01:00.0", util=80.0, mem_used_mib=1000
 )
 NVIDIA_CARD = SystemGpuFacts("NVIDIA", "NVIDIA GPU", "0000:01:00.0", "nvidia", 0)
-INTEL_CARD = SystemGpuFacts("Intel", "Intel integrated graphics", "0000:00:02.0", "i915", None)
+INTEL_CARD = SystemGpuFacts(
+    "Intel", "Intel integrated graphics", "0000:00:02.0", "i915", None, integrated=True
+)
 
 
 def en(text):

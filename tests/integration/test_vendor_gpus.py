@@ -48,6 +48,7 @@ def test_the_cli_shows_the_amd_gpus_and_the_processs_vram(tmp_path, sleeper):
         ("gpu_busy_percent", 87),
         ("mem_info_vram_used", 80 << 30),
         ("mem_info_vram_total", 192 << 30),
+        ("product_name", "AMD Instinct MI300X OAM"),  # its board's FRU name
     ):
         (mi_device / name).write_text(f"{value}\n")
     out = cli(
@@ -65,7 +66,9 @@ def test_the_cli_shows_the_amd_gpus_and_the_processs_vram(tmp_path, sleeper):
     amd = _amd(doc)
     assert set(amd) == {RADEON_PCI, MI_PCI}
     radeon = amd[RADEON_PCI]
+    # The MI card by its board's name, the Radeon (no FRU name) by the generic one.
     assert radeon["driver"] == "amdgpu" and radeon["name"] == "AMD GPU"
+    assert amd[MI_PCI]["name"] == "AMD Instinct MI300X OAM"
     # The Radeon's driver prints no figures here: null (never 0); the MI card's are its own. The
     # job's own client is no other process's: none others use the Radeon.
     mi = amd[MI_PCI]

@@ -40,10 +40,10 @@ UNFILLED = re.compile(r"\{\w+\}")
 MI_A = SystemGpuFacts("AMD", "AMD GPU", "0000:0c:00.0", "amdgpu", None, device_id="0x74a1")
 MI_B = SystemGpuFacts("AMD", "AMD GPU", "0000:1c:00.0", "amdgpu", None, device_id="0x74a1")
 RADEON_HD = SystemGpuFacts("AMD", "AMD GPU", "0000:05:00.0", "radeon", None, device_id="0x6798")  # no ROCm
-ARC = SystemGpuFacts("Intel", "Intel integrated graphics", "0000:03:00.0", "i915", None, device_id="0x56a0")
+ARC = SystemGpuFacts("Intel", "Intel GPU", "0000:03:00.0", "i915", None, device_id="0x56a0", integrated=False)
 ARC_B = replace(ARC, pci="0000:04:00.0")
 METEOR_LAKE = SystemGpuFacts(
-    "Intel", "Intel integrated graphics", "0000:00:02.0", "i915", None, device_id="0x7d55"
+    "Intel", "Intel integrated graphics", "0000:00:02.0", "i915", None, device_id="0x7d55", integrated=True
 )
 UHD_770 = replace(INTEL_CARD, device_id="0x4680")  # Alder Lake: no XPU build runs on it
 
@@ -230,6 +230,28 @@ def test_nvidias_device_count_texts_render_as_they_did():
     assert texts(hidden) == (
         "The system sees 2 graphics devices, the framework can use 1; not usable: 1 NVIDIA GPU(s).",
         "An NVIDIA GPU is hidden from the framework: check CUDA_VISIBLE_DEVICES and the driver.",
+    )
+
+
+def test_beside_a_cuda_build_only_intels_igpu_is_called_integrated():
+    """A workstation's Arc card, a Radeon or a server's BMC display (ASPEED) beside the NVIDIA card the
+    job runs on cannot run CUDA, but none is an integrated GPU: the hint says only what is true of
+    them. An iGPU among them is not enough: every one must be one for the laptop's words."""
+    aspeed = SystemGpuFacts("unknown (0x1a03)", "unknown GPU (0x1a03)", "0000:03:00.0", "ast", None)
+    radeon = SystemGpuFacts("AMD", "AMD GPU", "0000:05:00.0", "amdgpu", None, device_id="0x744c")
+    for others in ((ARC,), (radeon,), (aspeed,), (INTEL_CARD, ARC)):
+        w = mismatch(facts(proc(models=[model("cuda:0")]), system=(*others, NVIDIA_CARD)))
+        assert w is not None and w.severity == "info", others
+        message, hint = texts(w)
+        assert "integrated" not in hint and "集成" not in zh(w.hint), hint
+        assert hint == (
+            "Only NVIDIA GPUs run CUDA: the other graphics devices here cannot; that is expected. "
+            "Make sure the model is on the NVIDIA device (`cuda`)."
+        )
+        assert zh(w.hint).startswith("只有 NVIDIA GPU 能运行 CUDA")
+    assert (
+        "not usable: Intel GPU (0000:03:00.0)."
+        in texts(mismatch(facts(proc(models=[model("cuda:0")]), system=(ARC, NVIDIA_CARD))))[0]
     )
 
 

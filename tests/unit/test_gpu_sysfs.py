@@ -14,7 +14,6 @@ import pytest
 
 from hostfs.paths import HostPaths
 from sidecar.sources.gpu_sysfs import (
-    MAX_FILE_BYTES,
     GpuFiguresSampler,
     GpuSysfsFigures,
     TemperatureReading,
@@ -22,7 +21,7 @@ from sidecar.sources.gpu_sysfs import (
     read_all_gpu_figures,
     read_gpu_figures,
 )
-from sidecar.sources.sysfs import list_system_gpus
+from sidecar.sources.sysfs import MAX_FILE_BYTES, list_system_gpus
 from tests.fakenvml import make_fake_sysfs
 from tests.helpers.gpu_sysfs_trees import APU, I915_IGPU, MI300X, RADEON, XE_DGPU
 

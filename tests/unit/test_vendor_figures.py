@@ -20,7 +20,7 @@ from sidecar.sources.sysfs import list_system_gpus
 from sidecar.verdict import GpuFacts, ProcGpu, decide
 from tests.fakenvml import make_fake_sysfs
 from tests.helpers.gpu_sysfs_trees import APU, I915_IGPU, MI300X, XE_DGPU
-from tests.helpers.verdict_facts import en, facts, proc
+from tests.helpers.verdict_facts import en, facts, proc, zh
 
 S = 1_000_000_000  # ns
 
@@ -145,6 +145,16 @@ def test_throttled_on_an_intel_gpu_points_at_its_drivers_files_not_nvidia_smi():
         and "/sys/bus/pci/devices/0000:00:02.0/" in hint
         and "800 MHz" in en(w.message)
     )
+    # Its clock is the GT's: "SM" is NVIDIA's word, NVIDIA's GPUs keep it.
+    assert "GPU clock 800 MHz of 2850 MHz" in en(w.message) and "SM" not in en(w.message)
+    assert "GPU 时钟 800 MHz" in zh(w.message) and "SM" not in zh(w.message)
+    nvidia = replace(hot, vendor="nvidia", driver=None)
+    (w,) = [
+        w
+        for w in decide(facts(proc(gpu=[replace(row, vendor="nvidia")]), gpus=(nvidia,))).warnings
+        if w.code == "throttled"
+    ]
+    assert "SM clock 800 MHz of 2850 MHz" in en(w.message)
     # Asleep (gpu_idle): a slowdown that costs the job nothing.
     idle = replace(hot, clock_event_reasons=("gpu_idle", "sw_thermal_slowdown"))
     assert not [

@@ -41,13 +41,13 @@ UNFILLED = re.compile(r"\{\w+\}")
 MI300X = SystemGpuFacts("AMD", "AMD GPU", "0000:c1:00.0", "amdgpu", None, device_id="0x74a1")
 RADEON_HD = SystemGpuFacts("AMD", "AMD GPU", "0000:01:00.0", "radeon", None, device_id="0x6798")  # pre-GCN
 ARC_A770 = SystemGpuFacts(
-    "Intel", "Intel integrated graphics", "0000:03:00.0", "i915", None, device_id="0x56a0"
+    "Intel", "Intel GPU", "0000:03:00.0", "i915", None, device_id="0x56a0", integrated=False
 )
 METEOR_LAKE = SystemGpuFacts(
-    "Intel", "Intel integrated graphics", "0000:00:02.0", "i915", None, device_id="0x7d55"
+    "Intel", "Intel integrated graphics", "0000:00:02.0", "i915", None, device_id="0x7d55", integrated=True
 )
 LUNAR_LAKE = SystemGpuFacts(
-    "Intel", "Intel integrated graphics", "0000:00:02.0", "xe", None, device_id="0x64a0"
+    "Intel", "Intel integrated graphics", "0000:00:02.0", "xe", None, device_id="0x64a0", integrated=True
 )
 UHD_770 = replace(INTEL_CARD, device_id="0x4680")  # Alder Lake: no XPU build runs on it
 
@@ -231,6 +231,35 @@ def test_a_cpu_build_on_an_amd_or_intel_machine_is_not_also_a_device_count_misma
     assert the("device-count-mismatch", igpu) is None and the("cpu-build", igpu) is None
     laptop = the("device-count-mismatch", facts(torch, system=(METEOR_LAKE, NVIDIA_CARD)))
     assert laptop is not None and "1 NVIDIA GPU" in en(laptop.message)
+
+
+def test_nvml_unavailable_on_an_amd_or_intel_machine_says_what_is_true_there():
+    """NVML missing where the OS lists AMD or Intel GPUs and no NVIDIA one: information that NVML is
+    NVIDIA's and those GPUs are read from the kernel, never "expected on a CPU-only machine" nor "the
+    verdict rests on the probe alone". A CPU-only machine and an NVIDIA machine keep their texts."""
+    torch = proc(runtime=ROCM_RT, models=[model("cuda:0")])
+    for system, vendors in (
+        ((MI300X,), "AMD"),
+        ((ARC_A770,), "Intel"),
+        ((METEOR_LAKE, MI300X, LUNAR_LAKE), "Intel, AMD"),
+    ):
+        w = the("nvml-unavailable", no_nvidia(torch, system=system))
+        assert w is not None and w.severity == "info", system
+        for text in (en(w.message), en(w.hint), zh(w.message), zh(w.hint)):
+            assert not UNFILLED.search(text), text
+            assert "CPU" not in text and "probe" not in text and "探针" not in text, text
+        assert en(w.message).endswith("the OS lists no NVIDIA GPU here."), en(w.message)
+        assert en(w.hint) == (
+            f"That is expected: NVML reads NVIDIA GPUs only. The {vendors} GPUs here are read from the "
+            "kernel's drivers (sysfs, DRM) instead."
+        )
+    cpu_only = the("nvml-unavailable", no_nvidia(torch, system=()))
+    assert cpu_only.severity == "info" and cpu_only.hint.id == "hint.nvml-unavailable.no-nvidia"
+    assert en(cpu_only.hint).endswith("this is expected on a CPU-only machine.")
+    # An NVIDIA card the OS lists (beside the AMD one): NVIDIA's warning, as before.
+    nvidia = the("nvml-unavailable", no_nvidia(torch, system=(MI300X, NVIDIA_CARD)))
+    assert nvidia.severity == "warning" and nvidia.hint.id == "hint.nvml-unavailable"
+    assert en(nvidia.message).endswith("the verdict rests on the probe alone.")
 
 
 ROCM_RT = RuntimeRecord(
@@ -452,9 +481,11 @@ def test_the_device_nodes_are_read_as_the_process_sees_them(tmp_path):
 
 
 def test_the_os_devices_pci_device_id_reaches_the_verdicts_facts():
-    arc = SystemGpu("Intel", "0x8086", "0x56a0", "Intel integrated graphics", "0000:03:00.0", "i915", "card1")
+    arc = SystemGpu(
+        "Intel", "0x8086", "0x56a0", "Intel GPU", "0000:03:00.0", "i915", "card1", integrated=False
+    )
     (facts_,) = system_gpu_facts([arc], ())
-    assert facts_.device_id == "0x56a0" and facts_.vendor == "Intel"
+    assert facts_.device_id == "0x56a0" and facts_.vendor == "Intel" and facts_.integrated is False
 
 
 def test_a_processs_access_to_the_nodes_becomes_the_verdicts_fact(tmp_path):

@@ -156,7 +156,7 @@ export const SCHEMA = 2
  * @property {"nvidia"|"amd"|"intel"} vendor who made it: the source of its figures
  * @property {string|null} driver AMD and Intel: the kernel driver bound to it (`amdgpu`, `i915`, `xe`); NVIDIA: null
  * @property {string|null} uuid GPU-... UUID
- * @property {string|null} name product name (AMD and Intel: the OS's generic name)
+ * @property {string|null} name product name (AMD: the board's, where amdgpu prints one (`product_name`), else `AMD GPU`; Intel: `Intel integrated graphics` at the iGPU's address 00:02, else `Intel GPU`)
  * @property {string|null} pci_bus_id PCI address (NVML writes an 8-digit domain, sysfs a 4-digit one)
  * @property {number|null} util_pct time a kernel ran over the driver's last sample period
  * @property {number|null} mem_util_pct time device memory was read or written
@@ -207,7 +207,7 @@ export const SCHEMA = 2
  * A graphics device the OS lists (sysfs), NVIDIA or not.
  * @typedef {Object} SystemGpu
  * @property {string} vendor NVIDIA, Intel, AMD, ...
- * @property {string} name device name
+ * @property {string} name device name: its vendor's generic one (`NVIDIA GPU`, `unknown GPU (0x1a03)`); an AMD or Intel GPU's as Gpu.name
  * @property {string|null} pci PCI address
  * @property {string|null} driver kernel driver bound to it
  * @property {number|null} nvml_index the NVML index of the same device; null: CUDA cannot use it

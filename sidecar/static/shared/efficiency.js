@@ -11,7 +11,8 @@
  *                `fraction` is the share of the bar (0-1), the four of them sum to at most 1.
  *     gpu        null | {index, title, cc, items: [{key, label, value, flag}], reasons: [{name, kind, label}],
  *                gpm: [{key, label, value}], gpmNa} for the model's GPU (doc.model_gpu_index, else the
- *                first GPU the job uses); `flag` is 'bad' for a PCIe link below its maximum;
+ *                first GPU the job uses); an AMD or Intel GPU's title and clock are worded as its card's
+ *                ("GPU 1 · AMD", "GPU clock": "SM" is NVIDIA's word); `flag` is 'bad' for a PCIe link below its maximum;
  *                `gpmNa` is the compact reason GPM fields are null (from field_errors), or null.
  *     precision  [{key, label, value}]: param dtypes, autocast, TF32, matmul precision, cuDNN benchmark.
  *     loader     [{key, label, value}]: DataLoader settings and the last input's shape.
@@ -28,7 +29,7 @@
  *   fmtStepTime(s)          0.085 → "85 ms", 1.5 → "1.50 s".
  */
 
-import { NA, fmtFraction, fmtMiB, fmtPct, modelGpu, t } from './format.js';
+import { NA, fmtFraction, fmtMiB, fmtPct, modelGpu, t, vendorName } from './format.js';
 
 const isNum = (x) => typeof x === 'number' && Number.isFinite(x);
 
@@ -143,13 +144,19 @@ function pcieItem(g, lang) {
   return { key: 'pcie', label: t(lang, 'eff.pcie'), value, flag: degraded ? 'bad' : null, note: degraded ? t(lang, 'eff.pcie.degraded') : null };
 }
 
+/** NVIDIA's GPUs: "SM clock"; AMD's shader clock (sclk) and Intel's GT clock, which the document
+ * carries in the same fields, are "GPU clock". */
+function clockLabel(g, lang) {
+  return vendorName(g) === 'NVIDIA' ? t(lang, 'eff.clock') : t(lang, 'eff.clock.gpu');
+}
+
 function gpuItems(g, lang) {
   const items = [];
   const mhz = (v) => String(Math.round(v));
   if (isNum(g.sm_clock_mhz)) {
     const value = isNum(g.sm_clock_max_mhz) ? t(lang, 'eff.clock.value', { now: mhz(g.sm_clock_mhz), max: mhz(g.sm_clock_max_mhz) }) : t(lang, 'eff.clock.now', { now: mhz(g.sm_clock_mhz) });
     const pct = isNum(g.sm_clock_max_mhz) && g.sm_clock_max_mhz > 0 ? (100 * g.sm_clock_mhz) / g.sm_clock_max_mhz : null;
-    items.push({ key: 'clock', label: t(lang, 'eff.clock'), value, pct, note: isNum(g.mem_clock_mhz) ? t(lang, 'eff.clock.mem', { mhz: mhz(g.mem_clock_mhz) }) : null });
+    items.push({ key: 'clock', label: clockLabel(g, lang), value, pct, note: isNum(g.mem_clock_mhz) ? t(lang, 'eff.clock.mem', { mhz: mhz(g.mem_clock_mhz) }) : null });
   }
   if (isNum(g.power_w)) {
     const w = String(Math.round(g.power_w));
@@ -192,7 +199,9 @@ function gpuFacts(doc, lang) {
     .map((name) => ({ name, kind: reasonKind(name), label: t(lang, `clock-reason.${name}`) }));
   return {
     index: g.index,
-    title: t(lang, 'eff.gpu.title', { n: g.index }),
+    // An AMD or Intel GPU is headed as its card on the page is ("GPU 1 · AMD"): its number is the
+    // sidecar's, after NVML's, not the framework's (a ROCm build's cuda:0 may be GPU 1 here)
+    title: vendorName(g) === 'NVIDIA' ? t(lang, 'eff.gpu.title', { n: g.index }) : t(lang, 'gpu.vendorN', { n: g.index, vendor: vendorName(g) }),
     cc: g.compute_capability ? t(lang, 'eff.gpu.cc', { cc: g.compute_capability }) : null,
     items: gpuItems(g, lang),
     reasons,

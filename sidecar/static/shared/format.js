@@ -39,6 +39,8 @@
  *   SCHEMA                     the schema this code reads (2).
  *   schemaMismatch(doc, lang)  null, or the words saying the sidecar speaks another schema.
  *   modelGpu(doc)              the entry of doc.gpus the verdict names (doc.model_gpu_index), or null.
+ *   vendorName(gpu)            who made a GPU of doc.gpus, as shown: "NVIDIA" | "AMD" | "Intel"
+ *                              ("NVIDIA" for a document from before the field).
  *   statusOf(doc)              "GPU" | "CPU" | "MIXED" | "UNKNOWN" (anything else → "UNKNOWN").
  *   statusText(doc, lang)      localised label of the status ("On GPU", "在 GPU 上", …).
  *   statusColor(doc)           STATUS_COLORS[statusOf(doc)].
@@ -244,6 +246,13 @@ export function sortWarnings(ws) {
 }
 
 /** The GPU the verdict names (the model's, or the one the job uses), or null. */
+const VENDOR_NAMES = { nvidia: 'NVIDIA', amd: 'AMD', intel: 'Intel' };
+
+/** Who made the GPU, as shown ("NVIDIA" for a document from before the field). */
+export function vendorName(g) {
+  return VENDOR_NAMES[(g && g.vendor) || 'nvidia'] || String(g.vendor);
+}
+
 export function modelGpu(doc) {
   if (!doc || !Array.isArray(doc.gpus) || !isNum(doc.model_gpu_index)) return null;
   return doc.gpus.find((g) => g && g.index === doc.model_gpu_index) || null;

@@ -71,7 +71,7 @@
 import {
   NA, UTIL_COLORS, cmdText, cudaText, deviceKind, deviceText, fmtCount, fmtMiB, fmtPct, fmtRate,
   fmtAgo, fmtFraction, gpuFrameworkKey, gpuFrameworkText, gpuMemPct, memOfText, messageText, modelGpu, roleText,
-  severityOf, sortWarnings, statusOf, t, unusableGpus, utilLevel, warningHint, warningMessage,
+  severityOf, sortWarnings, statusOf, t, unusableGpus, utilLevel, vendorName, warningHint, warningMessage,
 } from './format.js';
 import { dataWait, migRows, reasonKind, smText, utilText } from './efficiency.js';
 
@@ -266,13 +266,6 @@ function gpuOthersText(g, lang) {
   const more = isNum(g.other_process_names_omitted) ? g.other_process_names_omitted : 0;
   const listed = names.join(', ');
   return t(lang, 'gpu.usedBy', { names: more > 0 ? t(lang, 'gpu.usedByMore', { names: listed, n: more }) : listed });
-}
-
-const VENDOR_NAMES = { nvidia: 'NVIDIA', amd: 'AMD', intel: 'Intel' };
-
-/** Who made the GPU, as shown ("NVIDIA" for a document from before the field). */
-export function vendorName(g) {
-  return VENDOR_NAMES[(g && g.vendor) || 'nvidia'] || String(g.vendor);
 }
 
 export function gpuCard(doc, gpu, lang) {
