@@ -50,7 +50,10 @@ def _add_model_sums(
     """The history's model sums with one process's models added, in their order: forward calls and
     training steps of the models on an accelerator, forward and step rates of all."""
     for m in models:
-        if device_type(m.device) in ACCELERATOR_TYPES or any(device_type(d) == "cuda" for d in m.devices):
+        # A model split over devices ("mixed") counts when some of it is on an accelerator.
+        if device_type(m.device) in ACCELERATOR_TYPES or any(
+            device_type(d) in ACCELERATOR_TYPES for d in m.devices
+        ):
             calls += m.forward_calls
             if m.train_steps is not None:
                 steps = (steps or 0) + m.train_steps
@@ -77,8 +80,14 @@ class SampleMemo:
 
 
 def _process_part(processes: tuple[ProcessFacts, ...]) -> ProcessPart:
-    """(GPU rows, SM, memory, forward calls, steps, forward rate, step rate) of the processes."""
+    """(GPU rows, SM, memory, forward calls, steps, forward rate, step rate) of the processes. The SM
+    sum is None where an AMD or Intel row's utilisation is unknown (ProcGpu.unknown_reason: a first
+    reading, no engine counters, ROCm's compute): the rest's sum is a floor, which idle-gpu would
+    read as the job's whole use (a job that starts on a second Intel GPU, its first reading unknown,
+    read as the first one's idle 0). NVML's rows without a figure are its "no recent sample": idle
+    (history_sample)."""
     proc_rows: list[ProcessRow] = []
+    partial = False
     sm_total: float | None = None
     mem_total: float | None = None
     calls = 0
@@ -94,9 +103,10 @@ def _process_part(processes: tuple[ProcessFacts, ...]) -> ProcessPart:
             mem_total = (mem_total or 0.0) + mem
             if sm is not None:
                 sm_total = (sm_total or 0.0) + sm
+            partial = partial or any(g.sm_util is None and g.vendor != VENDOR_NVIDIA for g in gpu)
         if p.models:
             calls, steps, fwd, step_rate = _add_model_sums(p.models, calls, steps, fwd, step_rate)
-    return tuple(proc_rows), sm_total, mem_total, calls, steps, fwd, step_rate
+    return tuple(proc_rows), None if partial else sm_total, mem_total, calls, steps, fwd, step_rate
 
 
 def history_sample(

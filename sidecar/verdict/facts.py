@@ -19,6 +19,7 @@ from sidecar.verdict.thresholds import Rules
 __all__ = [
     "ACCELERATOR_TYPES",
     "AMD_VENDOR",
+    "GPU_DEVICE_TYPES",
     "INTEL_VENDOR",
     "NVIDIA_VENDOR",
     "SEVERITY_ORDER",
@@ -35,6 +36,7 @@ __all__ += [
     "Verdict",
     "device_type",
     "ascii_index",
+    "hint_device_type",
     "device_index",
     "pci_slot",
     "map_cuda_index",
@@ -46,6 +48,9 @@ __all__ += [
 
 STATUSES = ("GPU", "CPU", "MIXED", "UNKNOWN")
 ACCELERATOR_TYPES = ("cuda", "mps", "xpu")
+# The accelerators whose GPU the sidecar reads (which card, its busy share, its memory): `cuda`
+# (NVIDIA's, and a ROCm build's AMD GPU) and `xpu` (an Intel GPU). Apple's `mps` has no such figures.
+GPU_DEVICE_TYPES = frozenset({"cuda", "xpu"})
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 NVIDIA_VENDOR = "NVIDIA"  # as sources.sysfs names the vendors of the OS's graphics devices
 AMD_VENDOR = "AMD"
@@ -603,6 +608,14 @@ def model_gpu_index(facts: Facts, proc: ProcessFacts, model: ModelFacts) -> int 
     found = facts.model_gpu_indices
     key = id(model)
     return found[key] if key in found else model_nvml_index(proc, model, facts.gpus)
+
+
+def hint_device_type(models: Iterable[ModelFacts]) -> str:
+    """The torch device type a hint names (`.to('cuda')`, `torch.xpu.set_device`) for these models:
+    "xpu" where those on a GPU are all on Intel's, else "cuda" (NVIDIA's, and a ROCm build's AMD
+    GPU, which torch calls `cuda` too)."""
+    on_gpu = set().union(*(m.types & GPU_DEVICE_TYPES for m in models))
+    return "xpu" if on_gpu == {"xpu"} else "cuda"
 
 
 ModelHits = list[tuple[ProcessFacts, ModelFacts]]  # (process, model) pairs a rule's finding is about

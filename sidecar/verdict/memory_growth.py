@@ -10,7 +10,15 @@ from operator import attrgetter
 from typing import NamedTuple
 
 from sidecar.common.catalogue import ref
-from sidecar.verdict.facts import Facts, Finding, RecentSample, Rules, samples_in_order
+from sidecar.verdict.facts import (
+    Facts,
+    Finding,
+    RecentSample,
+    Rules,
+    all_models,
+    hint_device_type,
+    samples_in_order,
+)
 
 _time = attrgetter("time")
 
@@ -92,6 +100,9 @@ def _memory_growth_scan(samples: Iterable[RecentSample], rules: Rules) -> Memory
 
 
 def rule_memory_growth(f: Facts) -> Iterable[Finding]:
+    """The job's GPU memory as its rows sum it: NVML's, an AMD GPU's DRM and KFD memory, an Intel
+    GPU's DRM memory (an iGPU's: the system memory its clients hold). Where no figure exists (an
+    unread process, no rows) the samples' is None and nothing grows."""
     grown = memory_growth(f.recent, f.rules)
     if grown:
         first, last = grown.first_mib, grown.last_mib
@@ -100,6 +111,11 @@ def rule_memory_growth(f: Facts) -> Iterable[Finding]:
             "memory-growth",
             "warning",
             ref("warning.memory-growth", first=f"{first:.0f}", last=f"{last:.0f}", seconds=f"{span:.0f}"),
-            ref("hint.memory-growth"),
+            # torch.xpu has no memory_summary(): memory_stats() gives its allocator's figures.
+            ref(
+                "hint.memory-growth.xpu"
+                if hint_device_type(m for _, m in all_models(f)) == "xpu"
+                else "hint.memory-growth"
+            ),
             tuple(p.pid for p in f.processes if p.uses_gpu),
         )

@@ -17,6 +17,7 @@ from sidecar.verdict.device_count import rule_device_count_mismatch
 from sidecar.verdict.efficiency import EFFICIENCY_RULES, data_wait
 from sidecar.verdict.facts import (
     AMD_VENDOR,
+    GPU_DEVICE_TYPES,
     INTEL_VENDOR,
     NVIDIA_VENDOR,
     VENDOR_AMD,
@@ -32,6 +33,7 @@ from sidecar.verdict.facts import (
     cpu_only_build,
     device_index,
     device_type,
+    hint_device_type,
     model_gpu_index,
     nvidia_in_system,
     plist,
@@ -274,14 +276,30 @@ def rule_cuda_unavailable(f: Facts) -> Iterable[Finding]:
         )
 
 
+def _usable_gpu(rt: RuntimeRecord | None) -> str | None:
+    """The torch device type of the GPU a process's torch can use: "cuda" (NVIDIA's, or a ROCm
+    build's AMD GPU), "xpu" (an XPU build's Intel GPU); None: none, or not known."""
+    if rt is None:
+        return None
+    if rt.cuda_available is True:
+        return "cuda"
+    return "xpu" if rt.xpu_available is True else None
+
+
 def rule_model_on_cpu(f: Facts) -> Iterable[Finding]:
     hits = [
-        (p, m)
+        (p, m, device)
         for p, m in all_models(f)
-        if m.types == {"cpu"} and p.runtime is not None and p.runtime.cuda_available is True
+        if m.types == {"cpu"} and (device := _usable_gpu(p.runtime)) is not None
     ]
     if hits:
-        yield _about_models("model-on-cpu", "error", "warning.model-on-cpu", "hint.model-on-cpu", hits)
+        yield finding(
+            "model-on-cpu",
+            "error",
+            ref("warning.model-on-cpu", model=_names(m for _, m, _ in hits)),
+            ref("hint.model-on-cpu", device=hits[0][2]),
+            sorted({p.pid for p, *_ in hits}),
+        )
 
 
 def rule_input_mismatch(f: Facts) -> Iterable[Finding]:
@@ -501,7 +519,16 @@ def _still_working(window: list[RecentSample]) -> bool:
 
 
 def rule_idle_gpu(f: Facts) -> Iterable[Finding]:
-    on_gpu = [(p, m) for p, m in all_models(f) if "cuda" in m.types]
+    """A model on a GPU (`cuda` or `xpu`) whose GPU stays under the idle threshold over the window
+    while steps go on. A sample's figure is the job's own utilisation (tree_sm_util: NVML's SM %, an
+    AMD or Intel GPU's busiest DRM engine), else the device busy % of the model's GPU. On an Intel
+    GPU (`xpu`) the first is the one there is: its drivers print no device busy figure. It needs no
+    answer to which Intel GPU `xpu:N` is (the probe gives no PCI address for it, so of several it
+    cannot be told): the job's rows on every GPU it opened are summed, and a sum under the threshold
+    is each GPU under it. An AMD or Intel row whose utilisation is unknown (a first reading, no
+    engine counters, ROCm's compute) leaves the sum unknown (poll/samples.py), and an unknown
+    sample leaves the window unjudged: nothing is said before there is evidence."""
+    on_gpu = [(p, m) for p, m in all_models(f) if not m.types.isdisjoint(GPU_DEVICE_TYPES)]
     if not on_gpu:
         return
     window = _idle_window(f)
@@ -530,14 +557,23 @@ def rule_idle_gpu(f: Facts) -> Iterable[Finding]:
 
 
 def _rank_gpus(f: Facts) -> dict[int, set[int]]:
-    """NVML GPU indices each rank process uses (by its models, else by NVML memory)."""
+    """GPU indices each rank process uses (by its models, else by the memory it holds on each).
+    Not by its memory on Intel GPUs where the machine has several: an XPU build's Level Zero opens
+    every Intel GPU it lists, and may hold memory on each, so its rows do not say which one it
+    computes on (nor does the probe: it gives no PCI address for `xpu:N`). Such a rank says nothing
+    rather than seem to share a GPU with the others."""
+    several_intel = sum(1 for g in f.gpus if g.vendor == VENDOR_INTEL) > 1
     out: dict[int, set[int]] = {}
     for p in f.processes:
         if p.role != "rank":
             continue
         idx = {i for m in p.models if (i := model_gpu_index(f, p, m)) is not None}
         if not idx:
-            idx = {g.index for g in p.gpu if (g.mem_used_mib or 0) > 0}
+            idx = {
+                g.index
+                for g in p.gpu
+                if (g.mem_used_mib or 0) > 0 and not (several_intel and g.vendor == VENDOR_INTEL)
+            }
         out[p.pid] = idx
     return out
 
@@ -550,11 +586,12 @@ def rule_rank_shared_gpu(f: Facts) -> Iterable[Finding]:
     shared = {i: pids for i, pids in owners.items() if len(pids) > 1}
     if shared:
         i, pids = sorted(shared.items())[0]
+        device = hint_device_type(m for p in f.processes if p.pid in pids for m in p.models)
         yield finding(
             "rank-shared-gpu",
             "warning",
             ref("warning.rank-shared-gpu", pids=plist(pids), gpu=i),
-            ref("hint.rank-shared-gpu"),
+            ref("hint.rank-shared-gpu", device=device),
             pids,
         )
 
@@ -564,22 +601,30 @@ def rule_rank_device_mismatch(f: Facts) -> Iterable[Finding]:
     for p in f.processes:
         if p.role != "rank" or p.local_rank is None:
             continue
-        if p.runtime is not None and p.runtime.device_count == 1:
-            continue  # one visible GPU per rank (CUDA_VISIBLE_DEVICES): cuda:0 is right for every rank
         for m in p.models:
-            if m.device is not None and device_type(m.device) == "cuda":
-                idx = device_index(m.device)
-                if idx is not None and idx != p.local_rank:
-                    hits.append((p, p.local_rank, m.name, m.device))
+            kind = device_type(m.device)
+            if kind not in GPU_DEVICE_TYPES or _one_visible_gpu(p.runtime, kind):
+                continue
+            idx = device_index(m.device)
+            if idx is not None and idx != p.local_rank and m.device is not None:
+                hits.append((p, p.local_rank, m.name, m.device))
     if hits:
         p, rank, model, device = hits[0]
         yield finding(
             "rank-device-mismatch",
             "warning",
             ref("warning.rank-device-mismatch", rank=rank, pid=p.pid, model=model, device=device),
-            ref("hint.rank-device-mismatch"),
+            ref("hint.rank-device-mismatch", device=device_type(device) or "cuda"),
             (p.pid for p, *_ in hits),
         )
+
+
+def _one_visible_gpu(rt: RuntimeRecord | None, kind: str | None) -> bool:
+    """The rank sees one GPU of its model's kind (CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES or
+    ZE_AFFINITY_MASK per rank): `cuda:0` (`xpu:0`) is then right for every rank."""
+    if rt is None:
+        return False
+    return (rt.xpu_device_count if kind == "xpu" else rt.device_count) == 1
 
 
 RULES: tuple[Rule, ...] = (

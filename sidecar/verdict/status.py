@@ -9,6 +9,7 @@ from probe_wire.records import RuntimeRecord
 from sidecar.common.catalogue import Param, Ref, ref
 from sidecar.verdict.facts import (
     ACCELERATOR_TYPES,
+    GPU_DEVICE_TYPES,
     SEVERITY_ORDER,
     Facts,
     Finding,
@@ -63,13 +64,14 @@ GPU_MESSAGES = {
 
 
 def primary_model_gpu_index(f: Facts) -> int | None:
-    """NVML index of the GPU the first model with a device is on (None when it is not on CUDA)."""
+    """GpuFacts.index of the GPU the first model with a device is on (None when it is on no GPU
+    the sidecar reads: neither `cuda` nor `xpu`, or one that cannot be told)."""
     first = next(((p, m) for p, m in all_models(f) if m.types), None)
     return _cuda_gpu_index(f, *first) if first else None
 
 
 def _cuda_gpu_index(f: Facts, p: ProcessFacts, m: ModelFacts) -> int | None:
-    return model_gpu_index(f, p, m) if "cuda" in m.types or "xpu" in m.types else None
+    return None if m.types.isdisjoint(GPU_DEVICE_TYPES) else model_gpu_index(f, p, m)
 
 
 def status_and_message(f: Facts) -> StatusMessage:

@@ -31,6 +31,15 @@ CUDA_RT = RuntimeRecord(
     devices=(DeviceRecord(0, "NVIDIA H200", "GPU-aaaa"),),
 )
 TWO_GPU_RT = replace(CUDA_RT, device_count=2)
+# An XPU build on one Intel GPU: torch.xpu sees it, torch.cuda nothing.
+XPU_RT = RuntimeRecord(
+    torch="2.7.0+xpu",
+    xpu_build="20250101",
+    cuda_available=False,
+    device_count=0,  # torch.cuda's: an XPU build has no CUDA
+    xpu_available=True,
+    xpu_device_count=1,
+)
 H200 = GpuFacts(
     0, uuid="GPU-aaaa", name="NVIDIA H200", pci_bus_id="00000000:01:00.0", util=80.0, mem_used_mib=1000
 )

@@ -34,6 +34,7 @@ from tests.helpers.verdict_facts import (
     INTEL_CARD,
     NVIDIA_CARD,
     TWO_GPU_RT,
+    XPU_RT,
     model,
     proc,
 )
@@ -181,6 +182,8 @@ DEVICES = [
     "mixed",
     "no-parameters",
     "mps:0",
+    "xpu:0",
+    "xpu:1",
     "cuda:x",
     "cuda",
     None,
@@ -196,6 +199,8 @@ RUNTIMES = [
     replace(TWO_GPU_RT, devices=(), cuda_visible_devices="GPU-0001"),
     replace(CUDA_RT, cuda_visible_devices=""),
     RuntimeRecord(torch="2.5.1+cu124", cuda_build="12.8", cuda_available=False, device_count=0),
+    XPU_RT,
+    replace(XPU_RT, xpu_device_count=2),
 ]
 
 
@@ -204,10 +209,10 @@ def random_model(rng: random.Random, i: int):
     device = pick(DEVICES)
     devices = None
     if device == "mixed":
-        devices = pick([("cpu", "cuda:0"), ("cuda:0", "cuda:1"), ()])
+        devices = pick([("cpu", "cuda:0"), ("cuda:0", "cuda:1"), ("cpu", "xpu:0"), ()])
     elif rng.random() < 0.1:  # a payload whose device and devices disagree
         devices = pick([("cpu",), ("cuda:1",), ("cuda:0", "cuda:0"), ("mps:0", "cuda:0")])
-    inp = pick([None, None, "cpu", "cuda:0", "cuda:1", "meta"])
+    inp = pick([None, None, "cpu", "cuda:0", "cuda:1", "xpu:0", "meta"])
     calls = pick([0, 10, 500])
     name = pick(["Net", "Net", "Head", f"M{i}"])
     # The loader's wait over its window: 4 batches are too few to say.
@@ -266,6 +271,12 @@ def random_facts(seed: int) -> Facts:
     gpus = [random_gpu(rng, i) for i in range(gpu_count)]
     if gpus and rng.random() < 0.1:
         gpus.append(random_gpu(rng, 0))  # a repeated index
+    # Intel GPUs after NVML's (an iGPU, an Arc card), the OS's whether NVML answers or not: where
+    # `xpu:N` is (of one, xpu:0; of several, none: the probe gives no PCI address for it).
+    intel = tuple(
+        GpuFacts(i, name="Intel GPU", pci_bus_id=f"0000:{i + 3:02x}:00.0", vendor="intel", driver="xe")
+        for i in range(gpu_count, gpu_count + pick([0, 0, 0, 1, 2]))
+    )
     processes = [random_process(rng, i, gpu_count) for i in range(pick([0, 1, 1, 2, 3, 5, 8]))]
     nvml_ok = rng.random() > 0.15
     recent = random_samples(rng)
@@ -284,7 +295,7 @@ def random_facts(seed: int) -> Facts:
         nvml_error=None if nvml_ok else pick([None, "NVML library not found"]),
         driver="550.54" if nvml_ok else None,
         cuda_driver=pick(["12.4", "12.2", None]) if nvml_ok else None,
-        gpus=tuple(gpus) if nvml_ok else (),
+        gpus=(tuple(gpus) if nvml_ok else ()) + intel,
         system_gpus=tuple(
             pick([(), (), (NVIDIA_CARD,), (NVIDIA_CARD, INTEL_CARD), (NVIDIA_CARD, NVIDIA_CARD)])
         ),

@@ -244,7 +244,8 @@ def check_sample(now: float, facts: Facts, proc_info) -> None:
     counted = [
         m
         for m in models
-        if device_type(m.device) in ACCELERATOR_TYPES or any(device_type(d) == "cuda" for d in m.devices)
+        if device_type(m.device) in ACCELERATOR_TYPES
+        or any(device_type(d) in ACCELERATOR_TYPES for d in m.devices)
     ]
     assert s.recent.forward_calls == sum(m.forward_calls for m in counted)
     assert canon(s.recent.train_steps) == canon(_sum((m.train_steps for m in counted), 0))

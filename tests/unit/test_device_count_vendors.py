@@ -28,6 +28,7 @@ from tests.helpers.verdict_facts import (
     H200,
     INTEL_CARD,
     NVIDIA_CARD,
+    XPU_RT,
     en,
     facts,
     model,
@@ -54,14 +55,6 @@ ROCM_RT = RuntimeRecord(
     cuda_initialized=True,
     device_count=1,
     devices=(DeviceRecord(0, "AMD Instinct MI300X", None, "0000:0c:00.0"),),
-)
-XPU_RT = RuntimeRecord(
-    torch="2.7.0+xpu",
-    xpu_build="20250101",
-    cuda_available=False,
-    device_count=0,  # torch.cuda's: an XPU build has no CUDA
-    xpu_available=True,
-    xpu_device_count=1,
 )
 
 

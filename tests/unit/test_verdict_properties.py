@@ -94,6 +94,14 @@ def _models(f: Facts):
     return [(p, m) for p in f.processes for m in p.models]
 
 
+# The GPUs the sidecar reads: NVIDIA's (and a ROCm build's AMD GPU) as `cuda`, Intel's as `xpu`.
+GPU_TYPES = {"cuda", "xpu"}
+
+
+def _on_gpu(types) -> bool:
+    return bool(GPU_TYPES & set(types))
+
+
 # ---------------------------------------------------------------------------------------------
 # Determinism, form, references
 # ---------------------------------------------------------------------------------------------
@@ -148,7 +156,7 @@ def _runtimes(f: Facts):
 
 
 def _nvidia(f: Facts) -> bool:
-    return bool(f.gpus) or any(s.vendor == NVIDIA_VENDOR for s in f.system_gpus)
+    return any(g.vendor == "nvidia" for g in f.gpus) or any(s.vendor == NVIDIA_VENDOR for s in f.system_gpus)
 
 
 def _types(f: Facts) -> set[str]:
@@ -191,11 +199,19 @@ EXACTLY_WHEN = {
     ),
     "unregistered-gpu-process": lambda f: any(p.uses_gpu and not p.has_probe for p in f.processes),
     "model-on-cpu": lambda f: any(
-        m.types == {"cpu"} and p.runtime is not None and p.runtime.cuda_available is True
+        m.types == {"cpu"}
+        and p.runtime is not None
+        and (p.runtime.cuda_available is True or p.runtime.xpu_available is True)
         for p, m in _models(f)
     ),
     "cuda-unavailable": lambda f: any(rt.cuda_build and rt.cuda_available is False for rt in _runtimes(f)),
-    "cpu-build": lambda f: _nvidia(f) and any(rt.torch and rt.cuda_build is None for rt in _runtimes(f)),
+    "cpu-build": lambda f: (
+        _nvidia(f)
+        and any(
+            rt.torch and rt.cuda_build is None and rt.hip_build is None and rt.xpu_build is None
+            for rt in _runtimes(f)
+        )
+    ),
     "mixed-devices": lambda f: any(len(m.types) > 1 for _, m in _models(f)) or len(_types(f)) > 1,
     "gpu-work-in-child": _gpu_work_in_child,
     "input-mismatch": _input_mismatch,
@@ -239,11 +255,12 @@ ONLY_WHEN = {
         m.autocast == "off" and m.forward_calls > 0 and set(m.param_dtypes) == {"float32"}
         for _, m in _models(f)
     ),
-    "idle-gpu": lambda f: len(f.recent) >= 2 and any("cuda" in m.types for _, m in _models(f)),
+    "idle-gpu": lambda f: len(f.recent) >= 2 and any(_on_gpu(m.types) for _, m in _models(f)),
     "data-starved": lambda f: any(w >= f.rules.data_wait_starved for w in _data_waits(f)),
     "rank-shared-gpu": lambda f: len(_ranks(f)) >= 2,
     "rank-device-mismatch": lambda f: any(
-        p.local_rank is not None and any(device_type(m.device) == "cuda" for m in p.models) for p in _ranks(f)
+        p.local_rank is not None and any(device_type(m.device) in GPU_TYPES for m in p.models)
+        for p in _ranks(f)
     ),
     "shared-model-unprobed-child": lambda f: any(m.shared_memory for _, m in _models(f)),
     "device-count-mismatch": lambda f: bool(f.system_gpus),
@@ -272,7 +289,7 @@ def _idle_hint_wait(f: Facts, pids: set[int] | None = None) -> str | None:
         w
         for p in f.processes
         if (pids is None or p.pid in pids)
-        and any("cuda" in m.types for m in p.models)
+        and any(_on_gpu(m.types) for m in p.models)
         and (w := _data_wait_of(f, p)) is not None
     ]
     return f"{max(waits):.0%}" if waits and max(waits) >= f.rules.data_wait_starved else None
@@ -384,7 +401,7 @@ def _held_host_syncs(f: Facts, held: Finding) -> dict[str, Any] | None:
 def _held_idle_gpu(f: Facts, held: Finding) -> dict[str, Any] | None:
     """The samples from `idle_window_s` before the last and the one before them, all under the
     release value, over which steps (else forward calls) went on, with a model on the GPU."""
-    on_gpu = {p.pid for p in _named(f, held) if any("cuda" in m.types for m in p.models)}
+    on_gpu = {p.pid for p in _named(f, held) if any(_on_gpu(m.types) for m in p.models)}
     if not on_gpu or not f.recent:
         return None
     now = f.recent[-1].time
