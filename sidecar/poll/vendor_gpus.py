@@ -40,6 +40,7 @@ __all__ = ["VendorGpuSampler", "VendorJoin", "VendorReading", "vendor_gpu_facts"
 
 KFD_TOPOLOGY_EVERY_POLLS = 20  # as the OS's GPU list (poller.SYSFS_EVERY_POLLS)
 ROCM_COMPUTE = "rocm-compute"  # facts.UTIL_UNKNOWN's reason for a ROCm process's utilisation
+FIRST_SAMPLE = "first-sample"  # ... for a client read once (no rate yet)
 
 
 @dataclass
@@ -75,7 +76,7 @@ class _Use:
         if known:
             self.util_pct = min(100.0, (self.util_pct or 0.0) + max(known))
         elif use.engines:
-            self.unknown_reason = self.unknown_reason or "first-sample"
+            self.unknown_reason = self.unknown_reason or FIRST_SAMPLE
         elif client.info.driver == "amdgpu" and not client.info.old_amdgpu:
             # amdgpu prints an engine once it has been busy: none printed is none busy yet.
             self.util_pct = self.util_pct or 0.0
@@ -92,6 +93,8 @@ class _Use:
         util, unknown = self.util_pct, self.unknown_reason
         if self.kfd_vram_mib is not None:
             util, unknown = None, ROCM_COMPUTE  # its engines' time leaves out the KFD queues' work
+        elif unknown == FIRST_SAMPLE:
+            util = None  # a client with no rate yet beside one with: the sum is not known yet
         elif util is not None:
             unknown = None
         return ProcGpu(index, mem, util, None, vendor, pci, unknown)

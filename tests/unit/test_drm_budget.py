@@ -150,3 +150,27 @@ def test_a_users_name_is_read_again_when_its_fds_are_scanned_again(tmp_path):
     assert name() == "python3"
     now[0] = 61.0  # its fds scanned again (USERS_FD_RESCAN_S): its name read again
     assert name() == "Xorg"
+
+
+def test_a_process_with_a_new_client_beside_a_known_one_has_no_rate_yet_on_that_gpu(tmp_path):
+    proc = _tree(tmp_path)
+    sysfs = amd_sysfs(tmp_path)
+    host = HostPaths(procfs=str(proc.root), sysfs=str(sysfs))
+    now_ns = [0]
+    index = DrmFdIndex(clock=lambda: now_ns[0] / 1e9)  # fd numbers listed again 5 s on
+    sampler = VendorGpuSampler(
+        host=host, drm=DrmSampler(host=host, clock_ns=lambda: now_ns[0], stat_fd=FakeStat(), index=index)
+    )
+    gpus = sampler.gpus(list_system_gpus(host=host), 0)
+    sampler.poll([4001], gpus)
+    proc.rewrite(4001, 5, _client(4001, 5_000_000_000))
+    proc.fd(4001, 9, _client(88, 0))  # a second client of its own, read for the first time
+    now_ns[0] = 10_000_000_000
+    (row,) = sampler.poll([4001], gpus).by_pid[4001]
+    # Not 50 %: the new client's share of the GPU is not known yet.
+    assert (row.sm_util, row.unknown_reason) == (None, "first-sample")
+    proc.rewrite(4001, 9, _client(88, 2_500_000_000))
+    proc.rewrite(4001, 5, _client(4001, 10_000_000_000))
+    now_ns[0] = 20_000_000_000
+    (row,) = sampler.poll([4001], gpus).by_pid[4001]
+    assert (row.sm_util, row.unknown_reason) == (75.0, None)
