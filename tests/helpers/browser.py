@@ -148,8 +148,17 @@ def screenshot(
     path = screenshot_path(f"page-{name}")
     if not keep_mouse:
         page.mouse.move(0, 0)
-    if element:
-        _clip(page, path, element)
+    if element:  # a Playwright selector (">> xpath=..." too): the element with a margin of page around it
+        loc = page.locator(element)
+        loc.scroll_into_view_if_needed()
+        box = loc.bounding_box()
+        assert box, f"nothing on the page matches {element}"
+        vw = page.viewport_size["width"]
+        x, y = max(0, box["x"] - 12), max(0, box["y"] - 12)
+        page.screenshot(
+            path=str(path),
+            clip={"x": x, "y": y, "width": min(vw - x, box["width"] + 24), "height": box["height"] + 24},
+        )
     else:
         if full_page:  # from the top: scrolled, the sticky header would be drawn across the middle
             page.evaluate("window.scrollTo(0, 0)")
@@ -178,8 +187,8 @@ _UNION_BOX_JS = """css => {
 
 
 def _clip(page, path: Path, css: str, margin_px: int = 12) -> None:
-    """Save the part of the page that the elements `css` selects cover together, with a margin of
-    page around it, so their borders are not cut."""
+    """Save the part of the page that the elements `css` (a CSS selector: document.querySelectorAll)
+    selects cover together, with a margin of page around it, so their borders are not cut."""
     box = page.evaluate(_UNION_BOX_JS, css)
     assert box, f"nothing on the page matches {css}"
     vw = page.viewport_size["width"]
