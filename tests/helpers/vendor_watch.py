@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from tests.helpers.drm_tree import RADEON_PCI, MirroredProc, amdgpu_fdinfo
 from tests.helpers.harness import API, Sidecar, wait_for
 
@@ -89,3 +91,14 @@ def warning(doc: dict[str, Any], code: str) -> dict[str, Any]:
 def steps(doc: dict[str, Any], pid: int) -> int:
     """The forward calls of ``pid``'s models in ``doc``."""
     return sum(m["forward_calls"] for p in doc["processes"] if p["pid"] == pid for m in p["models"])
+
+
+def metric_samples(sc: Sidecar) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """The sidecar's /metrics, parsed: each sample name's (labels, value) pairs."""
+    code, body = sc.get("/metrics")
+    assert code == 200, body
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(body.decode()):
+        for s in family.samples:
+            out.setdefault(s.name, []).append((s.labels, s.value))
+    return out

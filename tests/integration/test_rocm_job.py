@@ -21,14 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fakenvml import make_fake_sysfs
 from tests.helpers.drm_tree import MI_PCI, RADEON_PCI, MirroredProc, amd_sysfs, amdgpu_fdinfo
 from tests.helpers.gpu_sysfs_trees import RADEON
 from tests.helpers.harness import METRICS_AT_ONCE, FakeJob, Sidecar, codes
 from tests.helpers.sidecar_cli import cli
-from tests.helpers.vendor_watch import Engine, Watch, gpu, row, set_busy, steps, warning
+from tests.helpers.vendor_watch import Engine, Watch, gpu, metric_samples, row, set_busy, steps, warning
 
 pytestmark = pytest.mark.slow
 
@@ -67,16 +66,6 @@ def job_spec(runtime: dict[str, Any]) -> dict[str, Any]:
         "input_device": "cuda:0",
     }
     return {"payload": {"runtime": runtime, "models": [model]}, "forward_rate_hz": 20}
-
-
-def _metrics(sc: Sidecar) -> dict[str, list[tuple[dict[str, str], float]]]:
-    code, body = sc.get("/metrics")
-    assert code == 200, body
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for family in text_string_to_metric_families(body.decode()):
-        for s in family.samples:
-            out.setdefault(s.name, []).append((s.labels, s.value))
-    return out
 
 
 def test_a_rocm_job_on_an_amd_gpu_from_its_first_poll_to_its_end(tmp_path: Path, fake_nvml: Any) -> None:
@@ -137,7 +126,7 @@ def _busy(watch: Watch, pid: int, engine: Engine, sysfs: Path) -> None:
     assert doc["status"] == "GPU" and f"{CARD_BUSY_PCT}% busy" in doc["message"], doc["message"]
     assert "cuda:0" in doc["message"], doc["message"]
     assert not NEVER & codes(doc), doc["warnings"]
-    metrics = _metrics(watch.sc)
+    metrics = metric_samples(watch.sc)
     (held,) = [labels for labels, v in metrics["dsh_job_gpu_held"] if v == 1]
     assert held["vendor"] == "amd" and held["gpu"] == str(gpu(doc, RADEON_PCI)["index"]), held
 

@@ -24,14 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fakenvml import make_fake_sysfs
 from tests.helpers.drm_tree import FD_HEAD, RADEON_PCI, MirroredProc, amdgpu_fdinfo
 from tests.helpers.gpu_sysfs_trees import I915_IGPU, RADEON
 from tests.helpers.harness import METRICS_AT_ONCE, REPO, Sidecar, codes, python_env, wait_for
 from tests.helpers.sidecar_cli import cli
-from tests.helpers.vendor_watch import Engine, Watch, gpu, row, set_busy, steps, warning
+from tests.helpers.vendor_watch import Engine, Watch, gpu, metric_samples, row, set_busy, steps, warning
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("torch")
@@ -172,16 +171,6 @@ def _amd_sysfs(root: Path) -> Path:
     return make_fake_sysfs(root / "sys", [{**RADEON, "pci": RADEON_PCI}])
 
 
-def _metrics(sc: Sidecar) -> dict[str, list[tuple[dict[str, str], float]]]:
-    code, body = sc.get("/metrics")
-    assert code == 200, body
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for family in text_string_to_metric_families(body.decode()):
-        for s in family.samples:
-            out.setdefault(s.name, []).append((s.labels, s.value))
-    return out
-
-
 def test_a_cpu_torch_job_on_an_amd_gpu_from_its_first_poll_to_its_end(tmp_path: Path, fake_nvml: Any) -> None:
     """The AMD view from the job's start to its end, and the Intel view of it once while it runs. No
     NVIDIA driver (the simulated one with no scenario does not load): an AMD or Intel machine's."""
@@ -250,7 +239,7 @@ def _steady(watch: Watch, job: Job, proc: MirroredProc, sysfs: Path, engine: Eng
     assert not {"model-on-cpu", "idle-gpu", "data-starved", "worker-cuda", "device-count-mismatch"} & codes(
         doc
     ), doc["warnings"]
-    metrics = _metrics(watch.sc)
+    metrics = metric_samples(watch.sc)
     (util,) = [v for labels, v in metrics["dsh_gpu_utilization_percent"] if labels["vendor"] == "amd"]
     assert util == 3.0
     (held,) = [labels for labels, v in metrics["dsh_job_gpu_held"] if v == 1]
@@ -293,6 +282,8 @@ def _end(watch: Watch, job: Job, proc: MirroredProc) -> None:
     radeon = gpu(doc, RADEON_PCI)  # the card's last reading stays
     assert (radeon["util_pct"], radeon["mem_used_mib"], radeon["vendor"]) == (0.0, 2048.0, "amd")
     (util,) = [
-        v for labels, v in _metrics(watch.sc)["dsh_gpu_utilization_percent"] if labels["vendor"] == "amd"
+        v
+        for labels, v in metric_samples(watch.sc)["dsh_gpu_utilization_percent"]
+        if labels["vendor"] == "amd"
     ]
     assert util == 0.0
