@@ -11,8 +11,8 @@ PCIe link: see ``with_figures``).
 - Clock event reasons: Intel's throttle reasons named as NVML's (``INTEL_CLOCK_EVENTS``: what each
   means matches NVML's description; a reason without a match is left out, and a throttle whose every
   reason is left out is None: unknown, never "nothing holds the clocks"). Intel's actual GT clock at
-  0 is the GT asleep in RC6: NVML's ``gpu_idle``. amdgpu says why only in its binary ``gpu_metrics``:
-  None.
+  0 is the GT asleep in RC6: NVML's ``gpu_idle``. amdgpu's ``gpu_metrics`` bits likewise
+  (``AMD_CLOCK_EVENTS``); a revision without its ASIC-independent bits says nothing: None.
 - A runtime-suspended card (powered down: idle) is not read: its utilisation is 0 (amdgpu) and its
   clocks' reason ``gpu_idle``; its memory total is the last one read.
 
@@ -33,7 +33,14 @@ from sidecar.sources.host import HOST, HostPaths
 from sidecar.sources.sysfs import SystemGpu
 from sidecar.verdict.facts import VENDOR_AMD, VENDOR_INTEL, GpuFacts
 
-__all__ = ["APU_VRAM_MAX_MIB", "INTEL_CLOCK_EVENTS", "DeviceFigures", "vendor_gpu_facts", "with_figures"]
+__all__ = [
+    "AMD_CLOCK_EVENTS",
+    "APU_VRAM_MAX_MIB",
+    "INTEL_CLOCK_EVENTS",
+    "DeviceFigures",
+    "vendor_gpu_facts",
+    "with_figures",
+]
 
 APU_VRAM_MAX_MIB = 2048.0  # APUs' default carve-outs are 512 MiB to 1 GiB; no ROCm dGPU has under 2 GiB
 FIGURES_MIN_INTERVAL_S = 1.0
@@ -66,6 +73,41 @@ INTEL_CLOCK_EVENTS = {
     "vr_thermalert": "hw_thermal_slowdown",
     "vr_thermal": "hw_thermal_slowdown",
 }
+# amdgpu's SMU_THROTTLER_* bits (sources/amdgpu_metrics.AMD_THROTTLERS) -> NVML's clock event
+# reasons, grouped as Intel's are above:
+AMD_CLOCK_EVENTS = {
+    # package power tracking and the APU's power limits: the firmware's power budget
+    **dict.fromkeys(("ppt0", "ppt1", "ppt2", "ppt3", "spl", "fppt", "sppt", "sppt_apu"), "sw_power_cap"),
+    # current limits (thermal/electrical design current, peak current control) and PROCHOT: the
+    # hardware's fast protection, as Intel's VR TDC, ICCMAX and PROCHOT
+    **dict.fromkeys(
+        ("tdc_gfx", "tdc_soc", "tdc_mem", "tdc_vdd", "tdc_cvip", "edc_cpu", "edc_gfx", "apcc"), "hw_slowdown"
+    ),
+    "prochot_cpu": "hw_slowdown",
+    "prochot_gfx": "hw_slowdown",
+    # the firmware's temperature limits (die, hotspot, memory, SoC, liquid coolant)
+    **dict.fromkeys(
+        (
+            "temp_gpu",
+            "temp_core",
+            "temp_mem",
+            "temp_edge",
+            "temp_hotspot",
+            "temp_soc",
+            "temp_liquid0",
+            "temp_liquid1",
+        ),
+        "sw_thermal_slowdown",
+    ),
+    # the voltage regulators' temperatures and VRHOT#: a hardware thermal signal, as Intel's VR alert
+    **dict.fromkeys(
+        ("temp_vr_gfx", "temp_vr_soc", "temp_vr_mem0", "temp_vr_mem1", "vrhot0", "vrhot1"),
+        "hw_thermal_slowdown",
+    ),
+    # the reliability (FIT) limiter: NVML's reliability. PPM (platform power management) has no match.
+    "fit": "reliability",
+}
+_CLOCK_EVENTS_OF = {"i915": INTEL_CLOCK_EVENTS, "xe": INTEL_CLOCK_EVENTS, "amdgpu": AMD_CLOCK_EVENTS}
 # sysfs.SystemGpu.vendor -> GpuFacts.vendor, for the vendors read here (NVIDIA's is NVML's)
 _VENDOR_OF = {"AMD": VENDOR_AMD, "Intel": VENDOR_INTEL}
 
@@ -101,13 +143,14 @@ def _memory(f: GpuSysfsFigures) -> tuple[float | None, float | None]:
 
 def _clock_events(f: GpuSysfsFigures) -> tuple[str, ...] | None:
     """NVML's names of why the clocks are held down; None where the driver does not say."""
-    if f.driver not in _INTEL_DRIVERS:
+    names = _CLOCK_EVENTS_OF.get(f.driver or "")
+    if names is None:
         return None
-    if f.gfx_clock_mhz == 0:
+    if f.driver in _INTEL_DRIVERS and f.gfx_clock_mhz == 0:
         return ("gpu_idle",)  # the GT in RC6: whatever the throttle files hold, it runs nothing
     if f.throttled is None or f.throttle_reasons is None:
         return None
-    named = tuple(dict.fromkeys(n for r in f.throttle_reasons if (n := INTEL_CLOCK_EVENTS.get(r))))
+    named = tuple(dict.fromkeys(n for r in f.throttle_reasons if (n := names.get(r))))
     if f.throttled and not named:
         return None  # throttled for reasons NVML has no name for
     return named

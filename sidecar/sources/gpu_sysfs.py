@@ -9,7 +9,9 @@ without a vendor SDK can read (``sidecar/sources/sysfs.py`` lists the cards, thi
   ``product_name``; hwmon ``power1_average`` or ``power1_input`` (µW; on an APU it includes the
   CPU), ``power1_cap`` (µW), ``temp<n>_input`` (m°C; 1 edge, 2 junction, 3 mem, labelled by
   ``temp<n>_label``; temp1 is hidden on the MI300 family), ``freq1_input`` sclk and ``freq2_input``
-  mclk (Hz). The throttle reasons live only in the binary ``gpu_metrics``, not read here.
+  mclk (Hz); whether and why its clocks are held down, from the binary ``gpu_metrics``
+  (``sidecar/sources/amdgpu_metrics.py``: the kernel's ``SMU_THROTTLER_*`` names where the struct's
+  revision has ASIC-independent bits; unknown for the others).
 - i915: the card's ``gt/gt0/rps_{act,cur,RP0,max}_freq_mhz`` (older kernels: the card's
   ``gt_*_freq_mhz``), ``gt/gt0/throttle_reason_*`` (0 or 1); on discrete cards hwmon ``energy1_input``
   (µJ, cumulative) and ``power1_max`` (PL1, µW; 0 = disabled). Mainline i915 prints no local-memory
@@ -39,6 +41,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from hostfs.paths import HOST, HostPaths
+from sidecar.sources.amdgpu_metrics import read_gpu_metrics
 from sidecar.sources.sysfs import (
     SystemGpu,
     list_system_gpus,
@@ -106,8 +109,10 @@ class GpuSysfsFigures:
     gfx_dpm_level: str | None = None  # amdgpu's starred pp_dpm_sclk level ("2", "S" for deep sleep)
     mem_clock_mhz: float | None = None  # amdgpu freq2_input, else the starred mclk level
     mem_clock_max_mhz: float | None = None
-    throttled: bool | None = None  # Intel's throttle status; None where the driver does not say
-    throttle_reasons: tuple[str, ...] | None = None  # ("pl1", "thermal"); () not throttled; None unknown
+    throttled: bool | None = None  # the driver's throttle status; None where it does not say
+    # the driver's names: Intel's files' ("pl1", "thermal"), amdgpu's SMU_THROTTLER_* bits ("ppt0",
+    # "temp_hotspot"); () not throttled (or for no reason it names); None unknown
+    throttle_reasons: tuple[str, ...] | None = None
     unique_id: str | None = None  # amdgpu unique_id (16 hex digits)
     product_name: str | None = None  # amdgpu product_name (from the board's FRU), printable ASCII
     link_speed_gts: float | None = None  # PCIe current_link_speed, GT/s
@@ -312,6 +317,7 @@ def _amdgpu_figures(device: str) -> dict[str, object]:
     sclk = parse_dpm_levels(read_text_bounded(at("pp_dpm_sclk")))
     mclk = parse_dpm_levels(read_text_bounded(at("pp_dpm_mclk")))
     unique_id = text_value(at("unique_id"), 32)
+    metrics = read_gpu_metrics(device)
     return {
         "busy_pct": _pct(at("gpu_busy_percent")),
         "memory_busy_pct": _pct(at("mem_busy_percent")),
@@ -328,6 +334,8 @@ def _amdgpu_figures(device: str) -> dict[str, object]:
         "mem_clock_max_mhz": mclk.max_mhz if mclk else None,
         "unique_id": unique_id if unique_id and re.fullmatch(r"[0-9a-fA-F]{1,32}", unique_id) else None,
         "product_name": read_product_name(device),
+        "throttled": metrics.throttled if metrics else None,
+        "throttle_reasons": metrics.reasons if metrics else None,
     }
 
 

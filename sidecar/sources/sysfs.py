@@ -67,8 +67,8 @@ def _read(path: str) -> str | None:
         return None
 
 
-def read_text_bounded(path: str) -> str | None:
-    """A regular file's text, at most MAX_FILE_BYTES; None when absent, a link, not a regular file
+def read_bytes_bounded(path: str, limit: int = MAX_FILE_BYTES) -> bytes | None:
+    """A regular file's bytes, at most ``limit``; None when absent, a link, not a regular file
     (a FIFO would block an open without O_NONBLOCK), unreadable or longer."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -79,8 +79,8 @@ def read_text_bounded(path: str) -> str | None:
             return None
         chunks: list[bytes] = []
         size = 0
-        while size <= MAX_FILE_BYTES:
-            chunk = os.read(fd, MAX_FILE_BYTES + 1 - size)
+        while size <= limit:
+            chunk = os.read(fd, limit + 1 - size)
             if not chunk:
                 break
             chunks.append(chunk)
@@ -89,9 +89,15 @@ def read_text_bounded(path: str) -> str | None:
         return None
     finally:
         os.close(fd)
-    if size > MAX_FILE_BYTES:
+    if size > limit:
         return None
-    return b"".join(chunks).decode("ascii", errors="replace")
+    return b"".join(chunks)
+
+
+def read_text_bounded(path: str) -> str | None:
+    """A regular file's text, at most MAX_FILE_BYTES (``read_bytes_bounded``), as ASCII."""
+    data = read_bytes_bounded(path)
+    return None if data is None else data.decode("ascii", errors="replace")
 
 
 def text_value(path: str, limit: int) -> str | None:

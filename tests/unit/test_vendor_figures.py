@@ -57,7 +57,7 @@ def test_each_vendors_figures_become_the_gpus_facts_and_what_it_cannot_tell_stay
     assert (mi.sm_clock_mhz, mi.sm_clock_max_mhz, mi.mem_clock_mhz) == (1311, 2100, 1300)
     # The card's internal link, not the slot's: left out (pcie-degraded would misread it).
     assert (mi.pcie_link_gen, mi.pcie_link_width, xe.pcie_link_gen, xe.pcie_link_width) == (None,) * 4
-    assert mi.clock_event_reasons is None  # amdgpu says why only in its binary gpu_metrics
+    assert mi.clock_event_reasons is None  # no gpu_metrics file in the fixture: unknown, never ()
     # The APU: a 512 MiB carve-out, its working set in GTT: both are its memory.
     assert (apu.util, apu.mem_used_mib, apu.mem_total_mib) == (12.0, 256 + 6 * 1024, 512 + 16 * 1024)
     # i915: no busy figure (None, never 0); PL1 and thermal throttling named as NVML's reasons.
