@@ -12,7 +12,12 @@ PCIe link: see ``with_figures``).
   means matches NVML's description; a reason without a match is left out, and a throttle whose every
   reason is left out is None: unknown, never "nothing holds the clocks"). Intel's actual GT clock at
   0 is the GT asleep in RC6: NVML's ``gpu_idle``. amdgpu says why only in its binary ``gpu_metrics``:
-  None.
+  None, unless amdsmi answers (below).
+- amdsmi (sources/amdsmi_source.py, the optional ``[amd]`` extra): where it loads, an amdgpu card's
+  figures that sysfs did not give are taken from it (``fill_from_amdsmi``: sysfs wins wherever it
+  gave one), and its violation flags (MI300 and newer) name why the clocks are held down
+  (``AMD_CLOCK_EVENTS``, as Intel's). The import is tried once, when the first amdgpu card is read;
+  without it nothing is read and the figures are sysfs's alone.
 - A runtime-suspended card (powered down: idle) is not read: its utilisation is 0 (amdgpu) and its
   clocks' reason ``gpu_idle``; its memory total is the last one read.
 
@@ -28,12 +33,21 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from sidecar.sources.amdsmi_source import LOADER, AmdSmiLoader, AmdSmiReader
 from sidecar.sources.gpu_sysfs import GpuFiguresSampler, GpuSysfsFigures
 from sidecar.sources.host import HOST, HostPaths
 from sidecar.sources.sysfs import SystemGpu
 from sidecar.verdict.facts import VENDOR_AMD, VENDOR_INTEL, GpuFacts
 
-__all__ = ["APU_VRAM_MAX_MIB", "INTEL_CLOCK_EVENTS", "DeviceFigures", "vendor_gpu_facts", "with_figures"]
+__all__ = [
+    "AMD_CLOCK_EVENTS",
+    "APU_VRAM_MAX_MIB",
+    "INTEL_CLOCK_EVENTS",
+    "DeviceFigures",
+    "fill_from_amdsmi",
+    "vendor_gpu_facts",
+    "with_figures",
+]
 
 APU_VRAM_MAX_MIB = 2048.0  # APUs' default carve-outs are 512 MiB to 1 GiB; no ROCm dGPU has under 2 GiB
 FIGURES_MIN_INTERVAL_S = 1.0
@@ -65,6 +79,14 @@ INTEL_CLOCK_EVENTS = {
     # the voltage regulator's thermal alert: a hardware thermal signal
     "vr_thermalert": "hw_thermal_slowdown",
     "vr_thermal": "hw_thermal_slowdown",
+}
+# amdsmi's violation flags (amdsmi_source.VIOLATION_FLAGS) -> NVML's clock event reasons, as Intel's:
+AMD_CLOCK_EVENTS = {
+    "ppt_pwr": "sw_power_cap",  # PVIOL: package power tracking holds the clocks at the power limit
+    "socket_thrm": "sw_thermal_slowdown",  # TVIOL: the firmware's socket thermal limit
+    "hbm_thrm": "sw_thermal_slowdown",  # the firmware's memory thermal limit (Intel's mem_thermal)
+    "prochot_thrm": "hw_slowdown",  # PROCHOT: the hardware's fast protection (Intel's prochot)
+    "vr_thrm": "hw_thermal_slowdown",  # the voltage regulator's thermal signal (Intel's vr_thermal)
 }
 # sysfs.SystemGpu.vendor -> GpuFacts.vendor, for the vendors read here (NVIDIA's is NVML's)
 _VENDOR_OF = {"AMD": VENDOR_AMD, "Intel": VENDOR_INTEL}
@@ -101,16 +123,45 @@ def _memory(f: GpuSysfsFigures) -> tuple[float | None, float | None]:
 
 def _clock_events(f: GpuSysfsFigures) -> tuple[str, ...] | None:
     """NVML's names of why the clocks are held down; None where the driver does not say."""
-    if f.driver not in _INTEL_DRIVERS:
+    if f.driver in _INTEL_DRIVERS:
+        if f.gfx_clock_mhz == 0:
+            return ("gpu_idle",)  # the GT in RC6: whatever the throttle files hold, it runs nothing
+        table = INTEL_CLOCK_EVENTS
+    elif f.driver == "amdgpu":
+        table = AMD_CLOCK_EVENTS  # amdsmi's violation flags, where it loaded (fill_from_amdsmi)
+    else:
         return None
-    if f.gfx_clock_mhz == 0:
-        return ("gpu_idle",)  # the GT in RC6: whatever the throttle files hold, it runs nothing
     if f.throttled is None or f.throttle_reasons is None:
         return None
-    named = tuple(dict.fromkeys(n for r in f.throttle_reasons if (n := INTEL_CLOCK_EVENTS.get(r))))
+    named = tuple(dict.fromkeys(n for r in f.throttle_reasons if (n := table.get(r))))
     if f.throttled and not named:
         return None  # throttled for reasons NVML has no name for
     return named
+
+
+def fill_from_amdsmi(f: GpuSysfsFigures, amd: AmdSmiReader) -> GpuSysfsFigures:
+    """``f`` with the figures sysfs did not give taken from amdsmi; sysfs wins wherever it gave one,
+    and amdsmi is asked only for what is missing. A runtime-suspended card is not asked (the library
+    would wake it)."""
+    pci = f.pci
+    if pci is None or f.runtime_suspended or pci not in amd.pcis:
+        return f
+    changes: dict[str, object] = {}
+    if f.busy_pct is None or f.memory_busy_pct is None:
+        gfx_pct, umc_pct = amd.activity_pct(pci)
+        changes.update(busy_pct=f.busy_pct if f.busy_pct is not None else gfx_pct)
+        changes.update(memory_busy_pct=f.memory_busy_pct if f.memory_busy_pct is not None else umc_pct)
+    if f.vram_used_mib is None or f.vram_total_mib is None:
+        used_mib, total_mib = amd.vram_mib(pci)
+        changes.update(vram_used_mib=f.vram_used_mib if f.vram_used_mib is not None else used_mib)
+        changes.update(vram_total_mib=f.vram_total_mib if f.vram_total_mib is not None else total_mib)
+    if f.power_limit_w is None:
+        changes.update(power_limit_w=amd.power_cap_w(pci))
+    if f.throttle_reasons is None:
+        violations = amd.violations(pci)
+        if violations is not None:
+            changes.update(throttled=bool(violations.active), throttle_reasons=violations.active)
+    return replace(f, **changes) if changes else f  # type: ignore[arg-type]
 
 
 def with_figures(gpu: GpuFacts, f: GpuSysfsFigures | None) -> GpuFacts:
@@ -157,9 +208,16 @@ class DeviceFigures:
     by PCI address. One for a poller; discovery's jobs share one (a card read once a poll, not once
     a job). Not thread-safe: the polls that share it run one at a time."""
 
-    def __init__(self, *, host: HostPaths = HOST, clock_ns: Callable[[], int] = time.monotonic_ns) -> None:
+    def __init__(
+        self,
+        *,
+        host: HostPaths = HOST,
+        clock_ns: Callable[[], int] = time.monotonic_ns,
+        amdsmi: AmdSmiLoader = LOADER,
+    ) -> None:
         self._host = host
         self._clock_ns = clock_ns
+        self._amdsmi = amdsmi  # asked for its reader when the first amdgpu card is read
         self._cards: dict[str, _Card] = {}
         self._made: tuple[tuple[GpuFacts, ...], tuple[GpuSysfsFigures | None, ...], tuple[GpuFacts, ...]]
         self._made = ((), (), ())
@@ -178,6 +236,10 @@ class DeviceFigures:
         if self._due(card, s.driver, now_ns):
             read = card.sampler.sample([s])
             fresh = read[0] if read else None
+            if fresh is not None and s.driver == "amdgpu" and not fresh.runtime_suspended:
+                amd = self._amdsmi.get()  # None (for good) where amdsmi did not load
+                if amd is not None:
+                    fresh = fill_from_amdsmi(fresh, amd)
             if fresh is not None and fresh.runtime_suspended and card.figures is not None:
                 # powered down: the memory total it had is still its total
                 last = card.figures
