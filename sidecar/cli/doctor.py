@@ -167,6 +167,7 @@ def collect(python: str, host: HostPaths = HOST) -> dict[str, Any]:
     problems.extend(_segment_problems(shm))
     unusable = [s for s in facts.system_gpus if s.nvml_index is None and s.vendor != "NVIDIA"]
     return {
+        "amdsmi": amdsmi_report(any(s.driver == "amdgpu" for s in system)),
         "python": python,
         # a venv's python is a link to the base interpreter: compare the paths, not the files
         "python_is_sidecars": os.path.abspath(python) == os.path.abspath(sys.executable),
@@ -180,6 +181,30 @@ def collect(python: str, host: HostPaths = HOST) -> dict[str, Any]:
         "cannot_run_cuda": [s.name for s in unusable],
         "problems": problems,
     }
+
+
+def amdsmi_report(amd_card: bool) -> dict[str, Any] | None:
+    """Whether amdsmi (the optional ``[amd]`` extra) loaded; None where no amdgpu card is listed
+    (the import is not tried)."""
+    if not amd_card:
+        return None
+    from sidecar.sources.amdsmi_source import LOADER
+
+    reader = LOADER.get()
+    return {
+        "loaded": reader is not None,
+        "gpus": len(reader.pcis) if reader else 0,
+        "problem": LOADER.problem,
+    }
+
+
+def _amdsmi_lines(amd: dict[str, Any] | None) -> list[str]:
+    """The line saying whether amdsmi loaded; none where no amdgpu card is listed."""
+    if not amd:
+        return []
+    if amd["loaded"]:
+        return [f"[ok] amdsmi (the [amd] extra) loaded: {amd['gpus']} AMD GPU(s)"]
+    return [f"[--] amdsmi not loaded, AMD figures from sysfs alone: {amd['problem']}"]
 
 
 def _torch_problems(
@@ -264,6 +289,7 @@ def render(report: dict[str, Any]) -> str:
             lines.append(f"       {s['pci']}: {s['name']} [{s['driver'] or 'no driver'}] ({usable})")
     else:
         lines.append(f"{note} graphics devices the OS sees: none")
+    lines.extend(_amdsmi_lines(report.get("amdsmi")))
     t = report["torch"]
     python = report.get("python") or t.get("executable")
     whose = "the Python dsh-sidecar runs under" if report.get("python_is_sidecars") else "given with --python"

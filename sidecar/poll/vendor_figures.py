@@ -12,7 +12,13 @@ PCIe link: see ``with_figures``).
   means matches NVML's description; a reason without a match is left out, and a throttle whose every
   reason is left out is None: unknown, never "nothing holds the clocks"). Intel's actual GT clock at
   0 is the GT asleep in RC6: NVML's ``gpu_idle``. amdgpu's ``gpu_metrics`` bits likewise
-  (``AMD_CLOCK_EVENTS``); a revision without its ASIC-independent bits says nothing: None.
+  (``AMD_CLOCK_EVENTS``); a revision without its ASIC-independent bits says nothing: None, unless
+  amdsmi answers (below).
+- amdsmi (sources/amdsmi_source.py, the optional ``[amd]`` extra): where it loads, an amdgpu card's
+  figures that sysfs did not give are taken from it (``fill_from_amdsmi``: sysfs wins wherever it
+  gave one), and its violation flags (MI300 and newer) name why the clocks are held down
+  (``AMD_CLOCK_EVENTS`` too). The import is tried once, when the first amdgpu card is read;
+  without it nothing is read and the figures are sysfs's alone.
 - A runtime-suspended card (powered down: idle) is not read: its utilisation is 0 (amdgpu) and its
   clocks' reason ``gpu_idle``; its memory total is the last one read.
 
@@ -28,6 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from sidecar.sources.amdsmi_source import LOADER, AmdSmiLoader, AmdSmiReader
 from sidecar.sources.gpu_sysfs import GpuFiguresSampler, GpuSysfsFigures
 from sidecar.sources.host import HOST, HostPaths
 from sidecar.sources.sysfs import SystemGpu
@@ -38,6 +45,7 @@ __all__ = [
     "APU_VRAM_MAX_MIB",
     "INTEL_CLOCK_EVENTS",
     "DeviceFigures",
+    "fill_from_amdsmi",
     "vendor_gpu_facts",
     "with_figures",
 ]
@@ -106,6 +114,12 @@ AMD_CLOCK_EVENTS = {
     ),
     # the reliability (FIT) limiter: NVML's reliability. PPM (platform power management) has no match.
     "fit": "reliability",
+    # amdsmi's violation flags (amdsmi_source.VIOLATION_FLAGS, MI300 and newer), where sysfs said nothing
+    "ppt_pwr": "sw_power_cap",  # PVIOL: package power tracking holds the clocks at the power limit
+    "socket_thrm": "sw_thermal_slowdown",  # TVIOL: the firmware's socket thermal limit
+    "hbm_thrm": "sw_thermal_slowdown",  # the firmware's memory thermal limit (Intel's mem_thermal)
+    "prochot_thrm": "hw_slowdown",  # PROCHOT: the hardware's fast protection (Intel's prochot)
+    "vr_thrm": "hw_thermal_slowdown",  # the voltage regulator's thermal signal (Intel's vr_thermal)
 }
 _CLOCK_EVENTS_OF = {"i915": INTEL_CLOCK_EVENTS, "xe": INTEL_CLOCK_EVENTS, "amdgpu": AMD_CLOCK_EVENTS}
 # sysfs.SystemGpu.vendor -> GpuFacts.vendor, for the vendors read here (NVIDIA's is NVML's)
@@ -156,6 +170,31 @@ def _clock_events(f: GpuSysfsFigures) -> tuple[str, ...] | None:
     return named
 
 
+def fill_from_amdsmi(f: GpuSysfsFigures, amd: AmdSmiReader) -> GpuSysfsFigures:
+    """``f`` with the figures sysfs did not give taken from amdsmi; sysfs wins wherever it gave one,
+    and amdsmi is asked only for what is missing. A runtime-suspended card is not asked (the library
+    would wake it)."""
+    pci = f.pci
+    if pci is None or f.runtime_suspended or pci not in amd.pcis:
+        return f
+    changes: dict[str, object] = {}
+    if f.busy_pct is None or f.memory_busy_pct is None:
+        gfx_pct, umc_pct = amd.activity_pct(pci)
+        changes.update(busy_pct=f.busy_pct if f.busy_pct is not None else gfx_pct)
+        changes.update(memory_busy_pct=f.memory_busy_pct if f.memory_busy_pct is not None else umc_pct)
+    if f.vram_used_mib is None or f.vram_total_mib is None:
+        used_mib, total_mib = amd.vram_mib(pci)
+        changes.update(vram_used_mib=f.vram_used_mib if f.vram_used_mib is not None else used_mib)
+        changes.update(vram_total_mib=f.vram_total_mib if f.vram_total_mib is not None else total_mib)
+    if f.power_limit_w is None:
+        changes.update(power_limit_w=amd.power_cap_w(pci))
+    if f.throttle_reasons is None:
+        violations = amd.violations(pci)
+        if violations is not None:
+            changes.update(throttled=bool(violations.active), throttle_reasons=violations.active)
+    return replace(f, **changes) if changes else f  # type: ignore[arg-type]
+
+
 def with_figures(gpu: GpuFacts, f: GpuSysfsFigures | None) -> GpuFacts:
     """``gpu`` with ``f``'s figures (None: not read, ``gpu`` as it is)."""
     if f is None:
@@ -200,9 +239,16 @@ class DeviceFigures:
     by PCI address. One for a poller; discovery's jobs share one (a card read once a poll, not once
     a job). Not thread-safe: the polls that share it run one at a time."""
 
-    def __init__(self, *, host: HostPaths = HOST, clock_ns: Callable[[], int] = time.monotonic_ns) -> None:
+    def __init__(
+        self,
+        *,
+        host: HostPaths = HOST,
+        clock_ns: Callable[[], int] = time.monotonic_ns,
+        amdsmi: AmdSmiLoader = LOADER,
+    ) -> None:
         self._host = host
         self._clock_ns = clock_ns
+        self._amdsmi = amdsmi  # asked for its reader when the first amdgpu card is read
         self._cards: dict[str, _Card] = {}
         self._made: tuple[tuple[GpuFacts, ...], tuple[GpuSysfsFigures | None, ...], tuple[GpuFacts, ...]]
         self._made = ((), (), ())
@@ -221,6 +267,10 @@ class DeviceFigures:
         if self._due(card, s.driver, now_ns):
             read = card.sampler.sample([s])
             fresh = read[0] if read else None
+            if fresh is not None and s.driver == "amdgpu" and not fresh.runtime_suspended:
+                amd = self._amdsmi.get()  # None (for good) where amdsmi did not load
+                if amd is not None:
+                    fresh = fill_from_amdsmi(fresh, amd)
             if fresh is not None and fresh.runtime_suspended and card.figures is not None:
                 # powered down: the memory total it had is still its total
                 last = card.figures

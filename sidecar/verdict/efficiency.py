@@ -14,6 +14,7 @@ from sidecar.common.catalogue import Ref, ref
 from sidecar.common.nvml_names import GPM_FIRST_SAMPLE
 from sidecar.verdict.facts import (
     ACCELERATOR_TYPES,
+    VENDOR_AMD,
     VENDOR_NVIDIA,
     Facts,
     Finding,
@@ -81,9 +82,12 @@ def rule_throttled(f: Facts) -> Iterable[Finding]:
             power="?" if g.power_w is None else f"{g.power_w:.0f} W",
             limit="?" if g.power_limit_w is None else f"{g.power_limit_w:.0f} W",
         )
-        # NVML's hints name nvidia-smi; an Intel GPU's reasons (named as NVML's) are its driver's files.
+        # NVML's hints name nvidia-smi; an Intel GPU's reasons (named as NVML's) are its driver's files,
+        # an AMD GPU's amdsmi's violation flags (sidecar/sources/amdsmi_source.py), which amd-smi shows.
         hint = ref(_THROTTLE_HINT[reason], gpu=g.index)
-        if g.vendor != VENDOR_NVIDIA:
+        if g.vendor == VENDOR_AMD:
+            hint = ref("hint.throttled.amd", gpu=g.index, pci=g.pci_bus_id or "?")
+        elif g.vendor != VENDOR_NVIDIA:
             hint = ref("hint.throttled.driver", gpu=g.index, pci=g.pci_bus_id or "?")
         yield Finding("throttled", "warning", message, hint, tuple(_pids_on(f, g.index)))
         return  # one GPU named; the page shows every GPU's reasons as badges
