@@ -58,7 +58,10 @@ CODES: dict[str, Code] = {
         "fix-code", "hogwild children that run the shared model without the probe"
     ),
     # fix the environment
-    "cpu-build": Code("fix-environment", "a CPU-only torch wheel on a machine with an NVIDIA GPU"),
+    "cpu-build": Code(
+        "fix-environment",
+        "a CPU-only torch wheel on a machine with a GPU torch could use (NVIDIA, AMD or Intel)",
+    ),
     "cuda-unavailable": Code(
         "fix-environment",
         "CUDA unusable by torch, with the reason: hidden by `CUDA_VISIBLE_DEVICES`, a driver older than torch's CUDA, no driver library in the container",
