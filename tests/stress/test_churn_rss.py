@@ -45,8 +45,31 @@ def listed_roots(sc: Sidecar) -> set[int]:
     return {j["root_pid"] for j in body["jobs"]} if code == 200 else set()
 
 
+def _missed(sc: Sidecar, missing: set[int], started: int) -> str:
+    """Why a batch was not listed: the jobs missing (and whether each still runs), what is listed,
+    the sidecar's poll counts and errors, its last words."""
+    states = {}
+    for pid in sorted(missing):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                states[pid] = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            states[pid] = "gone"
+    code, body = sc.get(f"{API}/jobs")
+    listed = len(body["jobs"]) if code == 200 else f"HTTP {code}"
+    _, metrics = sc.get("/metrics")
+    counters = [
+        line for line in metrics.decode().splitlines() if line.startswith(("dsh_sidecar_poll", "dsh_poll"))
+    ]
+    return (
+        f"started {started}, missing {states}, listed {listed}, {counters[:12]}, stderr {sc.err_lines[-10:]}"
+    )
+
+
 @needs_root
-def test_a_root_discovery_sidecar_under_job_churn_stays_under_its_rss_bound(no_probe_here, fake_nvml, zygote, tmp_path):
+def test_a_root_discovery_sidecar_under_job_churn_stays_under_its_rss_bound(
+    no_probe_here, fake_nvml, zygote, tmp_path
+):
     fake_nvml.write({"gpus": [hopper_gpu(i) for i in range(GPUS)]})
     sysfs = make_fake_sysfs(
         tmp_path / "sys",
@@ -63,13 +86,17 @@ def test_a_root_discovery_sidecar_under_job_churn_stays_under_its_rss_bound(no_p
             batch = [zygote.spawn("once") for _ in range(BATCH)]
             started += BATCH
             running.append(batch)
+
             # Each batch is seen by the sidecar before the next starts (a job it never saw costs it
             # nothing); the oldest running batch then ends (SIGTERM: the writers close their files).
             def listed(wanted: frozenset[int] = frozenset(batch)) -> bool:
                 seen.update(listed_roots(sc))
                 return wanted <= seen
 
-            wait_for(listed, 30, 0.05, "the batch listed")
+            try:
+                wait_for(listed, 30, 0.05, "the batch listed")
+            except AssertionError as e:  # what the next failure needs to be told apart (slow or stuck)
+                raise AssertionError(f"{e}: {_missed(sc, set(batch) - seen, started)}") from None
             if len(running) > ALIVE_BATCHES:
                 for pid in running.popleft():
                     os.kill(pid, signal.SIGTERM)
