@@ -55,7 +55,10 @@ def assert_one_clear_line(r: subprocess.CompletedProcess, code: int, *needles: s
         (["--pid", "1", "--interval", "-1"], ["positive"]),
         (["--pid", "1", "--interval", "nan"], ["positive"]),
         (["--pid", "1", "--bogus"], ["unrecognized arguments: --bogus"]),
-        (["--pid", "1", "--kubelet-cgroup-root", "kube/../x"], ["--kubelet-cgroup-root", "absolute cgroup path"]),
+        (
+            ["--pid", "1", "--kubelet-cgroup-root", "kube/../x"],
+            ["--kubelet-cgroup-root", "absolute cgroup path"],
+        ),
         (["--pid", "1", "--path.procfs", ""], ["--path.procfs", "not a directory's path"]),
         (["doctor", "--path.sysfs", ""], ["--path.sysfs", "not a directory's path"]),
         (["--pid", "1", "--host", "0.0.0.0"], ["--token"]),
@@ -105,38 +108,61 @@ def test_the_minimum_interval_itself_is_allowed():
         (["run", "--", "/etc/passwd"], 126, ["cannot start", "Permission denied"]),
     ],
 )
-def test_run_that_never_started_its_job_exits_with_a_code_no_job_uses(args: list[str], code: int, needles: list[str]) -> None:
+def test_run_that_never_started_its_job_exits_with_a_code_no_job_uses(
+    args: list[str], code: int, needles: list[str]
+) -> None:
     """`run` passes its job's code through, and a job's own bad usage is often 2: `run`'s failures
     before the job starts are 125 (its own), 126 and 127 (the command cannot run), as for `env`."""
     assert_one_clear_line(cli(*args), code, *needles)
 
 
-def test_run_of_a_job_that_fails_at_once_returns_its_code_at_once(fake_nvml: FakeNvml, tmp_path: Path) -> None:
+def test_run_of_a_job_that_fails_at_once_returns_its_code_at_once(
+    fake_nvml: FakeNvml, tmp_path: Path
+) -> None:
     """`run -- python nope.py`: python's own 2 comes back, not after a 10 s grace nobody watches."""
     fake_nvml.write({"gpus": []})
     started = time.monotonic()
     r = subprocess.run(
-        [sys.executable, "-m", "sidecar.cli", "run", "--port", "0", "--", sys.executable, str(tmp_path / "nope.py")],
-        capture_output=True, text=True, env=python_env(base=fake_nvml.env()), cwd=REPO, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "sidecar.cli",
+            "run",
+            "--port",
+            "0",
+            "--",
+            sys.executable,
+            str(tmp_path / "nope.py"),
+        ],
+        capture_output=True,
+        text=True,
+        env=python_env(base=fake_nvml.env()),
+        cwd=REPO,
+        timeout=60,
     )
     took_s = time.monotonic() - started
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert "can't open file" in r.stderr and "dsh-sidecar: error" not in r.stderr, r.stderr
     assert "exited with exit code 2" in r.stdout and "nothing has read the sidecar" in r.stdout, r.stdout
-    assert took_s < 5, f"took {took_s:.1f} s"
+    # Before the 10 s grace would have ended: the sidecar's own start and stop take a second or two
+    # on a loaded 2-core machine (5.2 and 6.1 s were seen beside the suite).
+    assert took_s < 8, f"took {took_s:.1f} s"
 
 
-def test_run_serves_its_default_grace_once_something_read_it(fake_nvml: FakeNvml) -> None:
+def test_run_serves_its_default_grace_once_something_read_it(fake_nvml: FakeNvml, tmp_path: Path) -> None:
     """The default grace is for whoever reads the sidecar (the page, a scrape): read once, it serves
     on after the job so they see the end."""
     fake_nvml.write({"gpus": []})
-    proc = start_run(fake_nvml, "import sys, time; time.sleep(2); sys.exit(3)")
+    read = tmp_path / "read"  # the job ends once the test has read the sidecar, however slow its start
+    job = f"import os, sys, time\nwhile not os.path.exists({str(read)!r}): time.sleep(0.05)\nsys.exit(3)"
+    proc = start_run(fake_nvml, job)
     out = proc.stdout
     assert out is not None
     try:
         url = next(line.split()[2] for line in out if line.startswith("dsh-sidecar: serving "))
         with urllib.request.urlopen(url + "healthz", timeout=10) as answer:
             assert answer.status == 200
+        read.touch()
         for line in out:
             if "exited with exit code 3" in line:
                 assert "the sidecar stops in 10 s" in line, line
@@ -250,7 +276,9 @@ def test_a_wildcard_bind_prints_addresses_another_machine_can_open(fake_nvml: Fa
         assert "0.0.0.0" not in out and "[::]" not in out, out
         assert f"open http://{socket.gethostname()}:{port}/?token=<your token>" in out, out
         prefix = "dsh-sidecar: also by this machine's addresses: "
-        shown = [u.rstrip(",") for line in sc.lines if line.startswith(prefix) for u in line[len(prefix) :].split()]
+        shown = [
+            u.rstrip(",") for line in sc.lines if line.startswith(prefix) for u in line[len(prefix) :].split()
+        ]
         v6 = ":" in bind
         if shutil.which("hostname"):  # a test worker in its own network namespace has loopback alone
             listed = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
@@ -426,7 +454,9 @@ def test_run_forwards_sigterm(fake_nvml):
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 @pytest.mark.parametrize("watching", [["--pid", str(os.getpid())], []])
-def test_a_signal_stops_a_serving_sidecar_at_once(fake_nvml: FakeNvml, sig: signal.Signals, watching: list[str]) -> None:
+def test_a_signal_stops_a_serving_sidecar_at_once(
+    fake_nvml: FakeNvml, sig: signal.Signals, watching: list[str]
+) -> None:
     """--pid and discovery sleep until a signal or the job's end (no timer wakes them): a signal
     still ends them at once, exit 0, without a word of a job that ended."""
     fake_nvml.write({"gpus": []})
@@ -522,7 +552,10 @@ def torchless_venv(path) -> str:
     python = Path(path) / "bin" / "python"
     site = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True, text=True, check=True, timeout=30,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
     ).stdout.strip()
     for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
         if not entry.name.startswith(("torch", "functorch", "nvidia")):
@@ -535,8 +568,12 @@ def torchless_venv(path) -> str:
 def test_doctor_from_a_venv_without_torch_names_the_python_and_how_to_check_another(tmp_path):
     python = torchless_venv(tmp_path / "sidecar-venv")
     r = subprocess.run(
-        [python, "-m", "sidecar.cli", "doctor"], capture_output=True, text=True,
-        env=python_env(), cwd=REPO, timeout=120,
+        [python, "-m", "sidecar.cli", "doctor"],
+        capture_output=True,
+        text=True,
+        env=python_env(),
+        cwd=REPO,
+        timeout=120,
     )
     assert r.returncode == 1, r.stderr  # no torch where the check looked: a problem
     assert f"Python checked for torch: {python} (the Python dsh-sidecar runs under)" in r.stdout, r.stdout
@@ -544,16 +581,26 @@ def test_doctor_from_a_venv_without_torch_names_the_python_and_how_to_check_anot
     (problem,) = [p for p in r.stdout.splitlines() if "torch is not installed" in p and p.startswith("  - ")]
     assert python in problem
     report = json.loads(
-        subprocess.run([python, "-m", "sidecar.cli", "doctor", "--json"], capture_output=True, text=True,
-                       env=python_env(), cwd=REPO, timeout=120).stdout
+        subprocess.run(
+            [python, "-m", "sidecar.cli", "doctor", "--json"],
+            capture_output=True,
+            text=True,
+            env=python_env(),
+            cwd=REPO,
+            timeout=120,
+        ).stdout
     )
     assert report["python"] == python and report["python_is_sidecars"] is True
     (fix,) = [p["fix"] for p in report["problems"] if "torch is not installed" in p["problem"]]
     assert f"{python} -m pip install torch" in fix and "--python" in fix
     # the training job's Python, given with --python: checked, and named as given
     r = subprocess.run(
-        [python, "-m", "sidecar.cli", "doctor", "--python", sys.executable], capture_output=True, text=True,
-        env=python_env(), cwd=REPO, timeout=120,
+        [python, "-m", "sidecar.cli", "doctor", "--python", sys.executable],
+        capture_output=True,
+        text=True,
+        env=python_env(),
+        cwd=REPO,
+        timeout=120,
     )
     assert f"Python checked for torch: {sys.executable} (given with --python)" in r.stdout, r.stdout
     assert "CPU-only build" in r.stdout
@@ -565,7 +612,15 @@ def test_the_usage_line_lists_every_command(args):
     r = cli(*args)
     usage = (r.stdout if args == ["--help"] else r.stderr).split("\n\n")[0]
     assert usage.startswith("usage: dsh-sidecar"), usage
-    for command in ("dsh-sidecar run ", "dsh-sidecar doctor", "dsh-sidecar mcp", "dsh-sidecar runs", "dsh-sidecar compare RUN", "--pid PID", "--once"):
+    for command in (
+        "dsh-sidecar run ",
+        "dsh-sidecar doctor",
+        "dsh-sidecar mcp",
+        "dsh-sidecar runs",
+        "dsh-sidecar compare RUN",
+        "--pid PID",
+        "--once",
+    ):
         assert command in usage, (command, usage)
 
 
@@ -583,7 +638,7 @@ def cuda13_torch_python(path: Path) -> str:
         "torch.cuda.init = init\n"
     )
     python = path / "python"
-    python.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} \"$@\"\n")
+    python.write_text(f'#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} "$@"\n')
     python.chmod(0o755)
     return str(python)
 
@@ -616,8 +671,9 @@ def test_doctor_says_libcuda_does_not_load_as_the_sidecars_verdict_does(
     (problem,) = [p for p in report["problems"] if "CUDA is not available" in p["problem"]]
     driver = f"{cuda_driver_version // 1000}.{cuda_driver_version % 1000 // 10}"
     facts = Facts(target_pid=0, nvml_ok=True, cuda_driver=driver, gpus=(GpuFacts(0),))
-    rt = RuntimeRecord(torch=report["torch"]["torch"], cuda_build="13.0", cuda_available=False,
-                       cuda_driver_loadable=False)
+    rt = RuntimeRecord(
+        torch=report["torch"]["torch"], cuda_build="13.0", cuda_available=False, cuda_driver_loadable=False
+    )
     reason, hint = (catalogue.render(x) for x in cuda_unavailable_reason(facts, rt))
     assert "libcuda.so.1" in reason and reason in problem["problem"], problem
     assert problem["fix"] == hint and "NVIDIA_DRIVER_CAPABILITIES" in hint
@@ -633,12 +689,25 @@ def test_doctor_with_libcuda_and_an_older_driver_says_the_driver_is_older(
     lib = tmp_path / "libcuda"
     lib.mkdir()
     cc = shutil.which(os.environ.get("CC", "gcc")) or "gcc"
-    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(lib / "libcuda.so.1"),
-                    str(REPO / "tests/fakenvml/fakecuda.c")], check=True, capture_output=True)
+    subprocess.run(
+        [
+            cc,
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-o",
+            str(lib / "libcuda.so.1"),
+            str(REPO / "tests/fakenvml/fakecuda.c"),
+        ],
+        check=True,
+        capture_output=True,
+    )
     fake_nvml.write({"gpus": [gpu(0)], "cuda_driver_version": 12040})
     env = fake_nvml.env()
     env["LD_LIBRARY_PATH"] = f"{lib}:{env['LD_LIBRARY_PATH']}"
-    report = json.loads(cli("doctor", "--json", "--python", cuda13_torch_python(tmp_path / "cu130"), env=env).stdout)
+    report = json.loads(
+        cli("doctor", "--json", "--python", cuda13_torch_python(tmp_path / "cu130"), env=env).stdout
+    )
     assert report["torch"]["cuda_driver_loadable"] is True
     (problem,) = [p for p in report["problems"] if "CUDA is not available" in p["problem"]]
     assert "the driver supports CUDA 12.4, older than torch's CUDA 13.0" in problem["problem"], problem
