@@ -154,7 +154,10 @@ def test_run_serves_its_default_grace_once_something_read_it(fake_nvml: FakeNvml
     on after the job so they see the end."""
     fake_nvml.write({"gpus": []})
     read = tmp_path / "read"  # the job ends once the test has read the sidecar, however slow its start
-    job = f"import os, sys, time\nwhile not os.path.exists({str(read)!r}): time.sleep(0.05)\nsys.exit(3)"
+    job = (  # waits for the file, never past 60 s (a test that failed before it must not leave it behind)
+        f"import os, sys, time\nend = time.monotonic() + 60\n"
+        f"while not os.path.exists({str(read)!r}) and time.monotonic() < end: time.sleep(0.05)\nsys.exit(3)"
+    )
     proc = start_run(fake_nvml, job)
     out = proc.stdout
     assert out is not None

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import stat
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -285,9 +285,6 @@ class DrmFdIndex:
         """When ``pid``'s fds were last scanned (the index's clock); None: not kept."""
         kept = self._kept.get(pid)
         return kept.scanned if kept else None
-
-    def kept_pids(self) -> Mapping[int, object]:
-        return self._kept
 
     def kept_keys(self, pid: int) -> tuple[ClientKey, ...]:
         """The keys of ``pid``'s clients as last read; nothing read."""

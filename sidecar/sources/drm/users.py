@@ -133,7 +133,7 @@ class DrmUserScan:
             user = self._user(pid)
             for pdev in pdevs:
                 by_pdev.setdefault(pdev, []).append(user)
-        self._users = {p: u for p, u in self._users.items() if p in self.index.kept_pids()}
+        self._users = {p: u for p, u in self._users.items() if self.index.scanned_at(p) is not None}
         return DrmUsers({k: tuple(v) for k, v in by_pdev.items()}, len(pids), truncated)
 
     def _user(self, pid: int) -> DrmUser:
