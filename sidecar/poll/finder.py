@@ -59,6 +59,7 @@ class JobFinder:
         # them (SegmentSource._exited_before): `--once` just after a launcher's ranks ended.
         self.finals: dict[tuple[int, int | None], int] = {}
         self._probed: tuple[int, set[int]] = (-1, set())  # (owners.version, the pids it gave)
+        self._gpu_seen: set[int] = set()  # the GPU processes of the last poll whose NVML call worked
 
     def find(self, nvml: NvmlReading) -> dict[tuple[int, int], tuple[int, int]]:
         """The roots of this poll, by candidate identity (after NVML's snapshot ``nvml``)."""
@@ -83,10 +84,15 @@ class JobFinder:
             or not exited.isdisjoint(candidates)
             or self.poll_count() % REDISCOVER_EVERY_POLLS == 0
         ):
-            # A root found before stays unless a new candidate is among the ancestors its walk
-            # passed: a trainer that started its probe after its DataLoader worker did is the
-            # worker's root from now on (discovery absorbs the worker's job).
-            new = candidates - self.candidates_seen
+            # A root found before stays unless a candidate among the ancestors its walk passed came
+            # or went: a trainer that started its probe after its DataLoader worker did is the
+            # worker's root from now on (discovery absorbs the worker's job), and a parent that was
+            # a job process no longer is (its probe ended; the first poll's parent of closed finals,
+            # a candidate for that poll only) is nobody's root from now on.
+            # A poll whose NVML call failed knows nothing of the GPU processes: the ones it lost
+            # are not taken for gone (a job split for one poll, its pieces absorbed at the next).
+            went = self.candidates_seen - candidates - (set() if nvml.ok else self._gpu_seen)
+            changed = (candidates - self.candidates_seen) | went
             roots: dict[tuple[int, int], tuple[int, int]] = {}
             walks: dict[tuple[int, int], frozenset[int]] = {}
             for pid in candidates:
@@ -94,7 +100,7 @@ class JobFinder:
                 if ident is None:
                     continue
                 root, walked = self.roots.get(ident), self._walked.get(ident, frozenset())
-                if root is None or not walked.isdisjoint(new):
+                if root is None or not walked.isdisjoint(changed):
                     found = lineage.job_root_walk(pid, is_job_process, owner=self.uid, host=self.host)
                     if found is None:
                         continue
@@ -102,6 +108,8 @@ class JobFinder:
                 roots[ident], walks[ident] = root, walked
             self.roots, self._walked = roots, walks  # forgets identities no longer seen
             self.candidates_seen = candidates
+            if nvml.ok:
+                self._gpu_seen = gpu
         return self.roots
 
     def _segment_pids(self) -> set[int]:

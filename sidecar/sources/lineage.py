@@ -169,7 +169,7 @@ def job_root_walk(
 ) -> tuple[tuple[int, int], frozenset[int]] | None:
     """``job_root``'s answer with the ancestors it walked: a root found once stays right until a
     process among those becomes a job process (a trainer whose DataLoader worker started its probe
-    first), which only a new candidate among them can be."""
+    first) or stops being one (its probe ended), which only a candidate that came or went can be."""
     ident = process_identity(pid, host=host)
     if ident is None:
         return None

@@ -46,8 +46,9 @@ def listed_roots(sc: Sidecar) -> set[int]:
 
 
 def _missed(sc: Sidecar, missing: set[int], started: int) -> str:
-    """Why a batch was not listed: the jobs missing (and whether each still runs), what is listed,
-    the sidecar's poll counts and errors, its last words."""
+    """Why a batch was not listed: the jobs missing (and whether each still runs), the roots listed
+    (this test process's pid among them: it was taken for a job process), the sidecar's poll counts
+    and errors, its last words."""
     states = {}
     for pid in sorted(missing):
         try:
@@ -56,13 +57,14 @@ def _missed(sc: Sidecar, missing: set[int], started: int) -> str:
         except OSError:
             states[pid] = "gone"
     code, body = sc.get(f"{API}/jobs")
-    listed = len(body["jobs"]) if code == 200 else f"HTTP {code}"
+    listed = sorted(j["root_pid"] for j in body["jobs"])[:20] if code == 200 else f"HTTP {code}"
     _, metrics = sc.get("/metrics")
     counters = [
         line for line in metrics.decode().splitlines() if line.startswith(("dsh_sidecar_poll", "dsh_poll"))
     ]
     return (
-        f"started {started}, missing {states}, listed {listed}, {counters[:12]}, stderr {sc.err_lines[-10:]}"
+        f"started {started}, missing {states}, listed {listed} (this test: {os.getpid()}), {counters[:12]}, "
+        f"stderr {sc.err_lines[-10:]}"
     )
 
 

@@ -17,26 +17,21 @@ from probe_wire import SegmentWriter, empty_payload
 from probe_wire.names import segment_path
 from sidecar.sources import segments
 from sidecar.sources.segments import closed_finals
+from tests.helpers.closed_final import CLOSED_FINAL_WRITER
 from tests.helpers.harness import REPO
 
 NOBODY = 65534
-WRITER = """
-import os, sys
-import probe_wire as segment
-w = segment.SegmentWriter()
-payload = segment.empty_payload(os.getpid(), w.start_ticks)
-payload["ppid"] = int(sys.argv[1])
-w.publish(payload)
-w.close(keep_final=True)
-print(os.getpid(), w.start_ticks, flush=True)
-"""
 
 
 @pytest.fixture
 def exited_child():
     """(its pid, its start ticks, its parent: this test process) of a writer that closed its segment and exited."""
     r = subprocess.run(
-        [sys.executable, "-c", WRITER, str(os.getpid())], cwd=REPO, capture_output=True, text=True, check=True
+        [sys.executable, "-c", CLOSED_FINAL_WRITER, str(os.getpid())],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     pid, ticks = (int(x) for x in r.stdout.split())
     assert os.path.exists(segment_path(pid)), "the writer's final publish under its name"

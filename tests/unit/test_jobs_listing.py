@@ -7,16 +7,21 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
+import sys
 import time
 from types import SimpleNamespace
 
 import pytest
 
 from hostfs.procid import process_identity, process_real_uid
+from probe_wire import remove_segment, segment_path
 from sidecar.poll.discovery import REDISCOVER_EVERY_POLLS, JobsPoller
 from sidecar.poll.finder import JobFinder
 from sidecar.sources.owners import next_recheck
+from tests.helpers.closed_final import CLOSED_FINAL_WRITER
+from tests.helpers.harness import REPO, python_env
 
 
 def _poller(shm) -> JobsPoller:
@@ -95,7 +100,9 @@ def test_the_sweep_of_dead_writers_skips_the_segments_the_jobs_read_ok(tmp_path,
     p = _poller(shm)
     source = SegmentSource(sweep_foreign=False)
     source._last_ok[(4242, 7)] = ProbeRead(4242, "ok", record_of(4242), None, False)
-    job = SimpleNamespace(poller=SimpleNamespace(segment_source=source, poll_once=lambda: None, target_gone_at=None))
+    job = SimpleNamespace(
+        poller=SimpleNamespace(segment_source=source, poll_once=lambda: None, target_gone_at=None)
+    )
     p._jobs = {"4242-7": job}  # type: ignore[dict-item]
     p._discover = lambda now, nvml: None  # type: ignore[method-assign]
     p._publish = lambda now: SimpleNamespace(jobs={})  # type: ignore[method-assign]
@@ -117,9 +124,10 @@ def test_the_os_devices_are_matched_to_nvml_once_for_the_same_inputs():
     system = [SystemGpu("NVIDIA", "0x10de", "0x20b0", "NVIDIA GPU", "0000:10:00.0", "nvidia")]
     first = system_gpu_facts(system, gpus)
     assert first[0].nvml_index == 0 and system_gpu_facts(system, gpus) is first
-    moved = [SystemGpu("NVIDIA", "0x10de", "0x20b0", "NVIDIA GPU", "0000:11:00.0", "nvidia")]  # another list: matched again
+    moved = [
+        SystemGpu("NVIDIA", "0x10de", "0x20b0", "NVIDIA GPU", "0000:11:00.0", "nvidia")
+    ]  # another list: matched again
     assert system_gpu_facts(moved, gpus)[0].nvml_index is None
-
 
 
 def test_the_sweep_skips_only_the_names_a_live_writer_may_hold(monkeypatch):
@@ -182,7 +190,9 @@ def test_a_user_s_discovery_reads_each_gpu_process_s_owner_once_and_keeps_only_i
                 time.sleep(0.01)
         gone = 2**22 + 1  # no process has it
         listed = [mine.pid, gone] + ([theirs.pid] if theirs else [])
-        nvml = SimpleNamespace(ok=True, devices=[SimpleNamespace(processes=[SimpleNamespace(pid=p) for p in listed])])
+        nvml = SimpleNamespace(
+            ok=True, devices=[SimpleNamespace(processes=[SimpleNamespace(pid=p) for p in listed])]
+        )
         shm = tmp_path / "shm"
         shm.mkdir()
         p = JobsPoller(shm_dir=str(shm), nvml_source=object(), system_gpus_fn=list, uid=os.getuid())
@@ -215,7 +225,9 @@ def test_a_candidate_whose_process_exited_is_looked_up_again_at_the_next_poll(tm
     gpu_proc = subprocess.Popen(["sleep", "60"], stdin=subprocess.DEVNULL)
     try:
         ident = process_identity(gpu_proc.pid)
-        nvml = SimpleNamespace(ok=True, devices=[SimpleNamespace(processes=[SimpleNamespace(pid=gpu_proc.pid)])])
+        nvml = SimpleNamespace(
+            ok=True, devices=[SimpleNamespace(processes=[SimpleNamespace(pid=gpu_proc.pid)])]
+        )
         shm = tmp_path / "shm"
         shm.mkdir()
         p = JobsPoller(shm_dir=str(shm), nvml_source=object(), system_gpus_fn=list)
@@ -241,7 +253,9 @@ def test_a_root_is_looked_for_only_under_a_fresh_read_of_the_candidate_s_owner(t
     found only when the candidate is the sidecar user's when read afresh (lineage.job_root's owner)."""
     gpu_proc = subprocess.Popen(["sleep", "60"], stdin=subprocess.DEVNULL)
     try:
-        nvml = SimpleNamespace(ok=True, devices=[SimpleNamespace(processes=[SimpleNamespace(pid=gpu_proc.pid)])])
+        nvml = SimpleNamespace(
+            ok=True, devices=[SimpleNamespace(processes=[SimpleNamespace(pid=gpu_proc.pid)])]
+        )
         shm = tmp_path / "shm"
         shm.mkdir()
         someone_else = os.getuid() + 4242
@@ -255,3 +269,86 @@ def test_a_root_is_looked_for_only_under_a_fresh_read_of_the_candidate_s_owner(t
     finally:
         gpu_proc.kill()
         gpu_proc.wait()
+
+
+def _gpu_rows(*pids: int, ok: bool = True) -> SimpleNamespace:
+    """An NVML reading whose GPU lists ``pids`` (or one whose call failed: ``ok=False``)."""
+    rows = [SimpleNamespace(pid=pid) for pid in pids]
+    return SimpleNamespace(ok=ok, devices=[SimpleNamespace(processes=rows)] if ok else [])
+
+
+@pytest.fixture
+def parent_and_child():
+    """(parent, child): a shell and the `sleep` it started, both alive."""
+    parent = subprocess.Popen(["bash", "-c", "sleep 60 & echo $!; wait"], stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    try:
+        yield parent.pid, child
+    finally:
+        parent.kill()
+        parent.wait()
+        try:
+            os.kill(child, 9)
+        except ProcessLookupError:
+            pass
+
+
+def test_a_parent_that_stops_being_a_job_process_is_nobody_s_root_from_the_next_poll(
+    tmp_path, parent_and_child
+):
+    """A root found once is kept while nothing among the ancestors its walk passed changes; a parent
+    that was a job process and no longer is (a GPU process that left NVML's list, a probe that ended,
+    the first poll's parent of closed finals) leaves its probed child a job of its own. A poll whose
+    NVML call failed changes nobody's root: it knows nothing of the GPU processes."""
+    parent, child = parent_and_child
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    (shm / f"dsh-probe.{child}").write_bytes(b"")  # the child is probed (its name, its user's file)
+    p = _poller(shm)
+    p._discover(0.0, _gpu_rows(parent))
+    child_id, parent_id = process_identity(child), process_identity(parent)
+    assert p._finder.roots[child_id] == parent_id  # the topmost job process: the GPU process above it
+    p.poll_count = 2
+    p._discover(0.0, _gpu_rows(ok=False))
+    assert p._finder.roots[child_id] == parent_id  # NVML failed: the parent is not taken for gone
+    p.poll_count = 3
+    p._discover(0.0, _gpu_rows(parent))
+    assert p._finder.roots[child_id] == parent_id
+    p.poll_count = 4
+    p._discover(0.0, _gpu_rows())
+    assert p._finder.roots[child_id] == child_id  # the parent left the GPU: the child is its own root
+    assert child_id in {job.root for job in p._jobs.values()}
+    p.stop()
+
+
+def test_the_parent_of_closed_finals_is_a_root_for_the_first_poll_only():
+    """The first poll takes the live parent of a probed child's final publish for a job process (its
+    job shows what the child left); from the next poll it is not one, and a probed child it still has
+    is a job of its own (a test worker whose earlier tests left such finals once kept every job that
+    a later test started under it as its own, for good)."""
+    script = f'{sys.executable} -c "$W" $$ >/dev/null; sleep 60 & echo $!; wait'
+    env = python_env({"W": CLOSED_FINAL_WRITER})
+    parent = subprocess.Popen(["bash", "-c", script], stdout=subprocess.PIPE, text=True, env=env, cwd=REPO)
+    child = int(parent.stdout.readline())  # after the writer (the parent's other child) has exited
+    finals: list[tuple[int, int | None]] = []
+    p = JobsPoller(nvml_source=object(), system_gpus_fn=list)  # /dev/shm: where the finals are
+    try:
+        with open(segment_path(child), "xb"):  # the live child is probed: its name, its user's file
+            pass
+        p.poll_count = 1
+        p._discover(0.0, _gpu_rows())
+        finals = list(p._finder.finals)
+        child_id, parent_id = process_identity(child), process_identity(parent.pid)
+        assert list(p._finder.finals.values()) == [parent.pid]
+        assert p._finder.roots[child_id] == parent_id
+        p.poll_count = 2
+        p._discover(0.0, _gpu_rows())
+        assert p._finder.roots[child_id] == child_id
+    finally:
+        p.stop()
+        parent.kill()
+        parent.wait()
+        os.kill(child, signal.SIGKILL)
+        os.unlink(segment_path(child))
+        for pid, ticks in finals:
+            remove_segment(pid, ticks)
