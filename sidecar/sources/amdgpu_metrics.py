@@ -15,10 +15,18 @@ Two fields say why the clocks are held down:
   kernel's, lower-cased (``ppt0``, ``temp_hotspot``); ``sidecar/poll/vendor_figures.py`` names them
   as NVML's clock event reasons.
 
-Read: v1.1-v1.3 and v2.1-v2.4 (``_LAYOUTS``). Not read (None: unknown): v1.0 and v2.0 (not naturally
-aligned: the kernel says not to use them), the MI300 family's v1.4 and later (its firmware counts
-throttle residency instead, a counter to difference, not a status), v3.0 (residency counters too),
-and any revision this module does not know. A file that is absent, a link, not regular, over
+The MI300 family's v1.6-v1.8 have neither: its firmware counts instead, in ``accumulation_counter``
+(u32: the firmware's accumulation cycles) and one u32 residency counter a throttler (PROCHOT, package
+power tracking, the socket's, the voltage regulators' and the HBM's thermal limits: the cycles each
+held the clocks), what amd-smi's violation status (PVIOL, TVIOL) is made of. One reading says nothing
+of now: ``residency_reasons`` names the throttlers that held the clocks between two readings, by
+amd-smi's names (``VIOLATION_NAMES``); ``sources/gpu_sysfs.GpuFiguresSampler`` keeps the last one.
+
+Read: v1.1-v1.3, v1.6-v1.8 and v2.1-v2.4 (``_LAYOUTS``, ``_RESIDENCY_LAYOUTS``). Not read (None:
+unknown): v1.0 and v2.0 (not naturally aligned: the kernel says not to use them), v1.4 and v1.5
+(MI300's first: only the ASIC's own ``throttle_status``, which names no reason), v1.9 (attributes
+behind kernel pointers, not a table), v3.0 (residency counters without an accumulation
+count), and any revision this module does not know. A file that is absent, a link, not regular, over
 ``MAX_GPU_METRICS_BYTES``, shorter than its ``structure_size`` says, or whose size is not its
 revision's is None. Nothing here raises.
 """
@@ -28,18 +36,22 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from sidecar.sources.sysfs import read_bytes_bounded
 
 __all__ = [
     "AMD_THROTTLERS",
     "MAX_GPU_METRICS_BYTES",
+    "VIOLATION_NAMES",
     "GpuMetricsThrottle",
+    "ThrottleResidency",
     "parse_gpu_metrics",
     "read_gpu_metrics",
+    "residency_reasons",
 ]
 
-MAX_GPU_METRICS_BYTES = 4096  # a sysfs attribute is at most a page; the largest struct is ~1.5 KiB
+MAX_GPU_METRICS_BYTES = 4096  # a sysfs attribute is at most a page; the largest struct is 3,360 bytes
 _HEADER = struct.Struct("<HBB")
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
@@ -55,6 +67,18 @@ _LAYOUTS: dict[tuple[int, int], tuple[int, int, int | None]] = {
     (2, 3): (152, 108, 120),  # v2.2 + average temperatures
     (2, 4): (168, 108, 120),  # v2.3 + voltages and currents (164 bytes, padded to 8)
 }
+
+# (1, content_revision) -> (sizeof the struct, offset of accumulation_counter), for the revisions that
+# count throttle residency: the five counters follow it, u32 each, in VIOLATION_NAMES' order.
+_RESIDENCY_LAYOUTS: dict[tuple[int, int], tuple[int, int]] = {
+    (1, 6): (1664, 32),
+    (1, 7): (2208, 40),  # v1.6 + mem_max_bandwidth before the energy counter, XGMI link status
+    (1, 8): (3360, 40),  # v1.7 with larger per-partition stats
+}
+# The residency counters (prochot_, ppt_, socket_thm_, vr_thm_, hbm_thm_residency_acc) by amd-smi's
+# names for them (amdsmi_get_violation_status's active_* flags: sources/amdsmi_source.py).
+VIOLATION_NAMES = ("prochot_thrm", "ppt_pwr", "socket_thrm", "vr_thrm", "hbm_thrm")
+_RESIDENCY = struct.Struct("<6I")  # accumulation_counter, then one counter a VIOLATION_NAMES name
 
 # SMU_THROTTLER_<NAME>_BIT -> bit position in indep_throttle_status (amdgpu_smu.h). Bits not listed
 # (8-15, 24-31, 48-55, 58-63) have no meaning yet: set, they say throttled without saying why.
@@ -100,19 +124,28 @@ AMD_THROTTLERS: dict[str, int] = {
 }
 
 
+class ThrottleResidency(NamedTuple):
+    """The cumulative counters of one v1.6-v1.8 reading, as read."""
+
+    accumulation_counter: int  # the firmware's accumulation cycles
+    counters: tuple[int, ...]  # the cycles each throttler held the clocks, in VIOLATION_NAMES' order
+
+
 @dataclass(frozen=True, slots=True)
 class GpuMetricsThrottle:
     """The throttle fields of one gpu_metrics reading."""
 
     format_revision: int
     content_revision: int
-    throttle_status: int  # u32, ASIC-dependent bits as read
+    throttle_status: int | None  # u32, ASIC-dependent bits as read; None: the revision has none
     indep_throttle_status: int | None  # u64, SMU_THROTTLER_* bits; None: the revision has none
+    residency: ThrottleResidency | None = None  # v1.6-v1.8's counters (residency_reasons)
 
     @property
     def throttled(self) -> bool | None:
         """Any bit of either field set. Without the independent field a clear ASIC field is not
-        "not throttled" (what its bits mean is the ASIC's): None."""
+        "not throttled" (what its bits mean is the ASIC's): None, and so are residency counters
+        read once."""
         if self.throttle_status or self.indep_throttle_status:
             return True
         return False if self.indep_throttle_status is not None else None
@@ -132,6 +165,12 @@ def parse_gpu_metrics(data: bytes) -> GpuMetricsThrottle | None:
     if len(data) < _HEADER.size or len(data) > MAX_GPU_METRICS_BYTES:
         return None
     size, fmt, content = _HEADER.unpack_from(data)
+    counted = _RESIDENCY_LAYOUTS.get((fmt, content))
+    if counted is not None:
+        if size != len(data) or size != counted[0]:
+            return None
+        acc, *counters = _RESIDENCY.unpack_from(data, counted[1])
+        return GpuMetricsThrottle(fmt, content, None, None, ThrottleResidency(acc, tuple(counters)))
     layout = _LAYOUTS.get((fmt, content))
     if layout is None or size != len(data) or size != layout[0]:
         return None
@@ -149,3 +188,15 @@ def read_gpu_metrics(device: str) -> GpuMetricsThrottle | None:
     None when absent or unreadable (older kernels, parts without it)."""
     data = read_bytes_bounded(os.path.join(device, "gpu_metrics"), MAX_GPU_METRICS_BYTES)
     return None if data is None else parse_gpu_metrics(data)
+
+
+def residency_reasons(before: ThrottleResidency, after: ThrottleResidency) -> tuple[str, ...] | None:
+    """The ``VIOLATION_NAMES`` of the throttlers that held the clocks between two readings of one
+    card (any cycle: amd-smi's active flags), () none; None when the readings cannot be compared: no
+    accumulation cycle between them, a counter that went back (the driver reloaded, or a u32 wrapped:
+    the next pair is compared again), or a throttler counted for more cycles than passed."""
+    passed = after.accumulation_counter - before.accumulation_counter
+    held = [a - b for a, b in zip(after.counters, before.counters, strict=True)]
+    if passed <= 0 or any(not 0 <= cycles <= passed for cycles in held):
+        return None
+    return tuple(name for name, cycles in zip(VIOLATION_NAMES, held, strict=True) if cycles > 0)

@@ -30,6 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sidecar.sources.amdgpu_metrics import VIOLATION_NAMES
+
 __all__ = ["LOADER", "VIOLATION_FLAGS", "AmdSmiLoader", "AmdSmiReader", "Violations"]
 
 log = logging.getLogger(__name__)
@@ -39,14 +41,10 @@ MAX_DEVICES = 64  # handles taken from the library (an 8-GPU node split into CPX
 MAX_VRAM_MIB = 1 << 24  # 16 TiB
 MAX_POWER_CAP_W = 10_000.0
 _BDF_LEN = 12  # "0000:c1:00.0"
-# amdsmi_get_violation_status's flags (amdsmi_violation_status_t's active_*): what each one names
-VIOLATION_FLAGS = {
-    "active_ppt_pwr": "ppt_pwr",  # PVIOL: package power tracking, the power limit
-    "active_socket_thrm": "socket_thrm",  # TVIOL: the socket's thermal limit
-    "active_prochot_thrm": "prochot_thrm",  # PROCHOT: the hardware's thermal signal
-    "active_vr_thrm": "vr_thrm",  # the voltage regulator's thermal limit
-    "active_hbm_thrm": "hbm_thrm",  # the HBM's thermal limit
-}
+# amdsmi_get_violation_status's flags (amdsmi_violation_status_t's active_*), each named as the
+# residency counter it is made of (sources/amdgpu_metrics.VIOLATION_NAMES: PROCHOT; PVIOL, package
+# power tracking; TVIOL, the socket's thermal limit; the voltage regulators' and the HBM's)
+VIOLATION_FLAGS = {f"active_{name}": name for name in VIOLATION_NAMES}
 
 
 @dataclass(frozen=True, slots=True)

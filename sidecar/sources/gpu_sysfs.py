@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from hostfs.paths import HOST, HostPaths
-from sidecar.sources.amdgpu_metrics import read_gpu_metrics
+from sidecar.sources.amdgpu_metrics import ThrottleResidency, read_gpu_metrics, residency_reasons
 from sidecar.sources.sysfs import (
     SystemGpu,
     list_system_gpus,
@@ -111,8 +111,11 @@ class GpuSysfsFigures:
     mem_clock_max_mhz: float | None = None
     throttled: bool | None = None  # the driver's throttle status; None where it does not say
     # the driver's names: Intel's files' ("pl1", "thermal"), amdgpu's SMU_THROTTLER_* bits ("ppt0",
-    # "temp_hotspot"); () not throttled (or for no reason it names); None unknown
+    # "temp_hotspot") or residency counters ("ppt_pwr"); () not throttled (or for no reason it
+    # names); None unknown
     throttle_reasons: tuple[str, ...] | None = None
+    # MI300's gpu_metrics residency counters as read; the sampler turns two into throttle_reasons
+    throttle_residency: ThrottleResidency | None = None
     unique_id: str | None = None  # amdgpu unique_id (16 hex digits)
     product_name: str | None = None  # amdgpu product_name (from the board's FRU), printable ASCII
     link_speed_gts: float | None = None  # PCIe current_link_speed, GT/s
@@ -336,6 +339,7 @@ def _amdgpu_figures(device: str) -> dict[str, object]:
         "product_name": read_product_name(device),
         "throttled": metrics.throttled if metrics else None,
         "throttle_reasons": metrics.reasons if metrics else None,
+        "throttle_residency": metrics.residency if metrics else None,
     }
 
 
@@ -491,7 +495,7 @@ def read_all_gpu_figures(
     return tuple(out)
 
 
-# --------------------------------------------------------------------------- power from energy
+# --------------------------------------------------------------------------- figures over an interval
 
 
 @dataclass(frozen=True, slots=True)
@@ -501,39 +505,55 @@ class _EnergyMark:
 
 
 class GpuFiguresSampler:
-    """Reads the cards' figures and, where a card gives an energy counter and no power, its power
-    over the interval since the previous sample: ``Δenergy_µJ / Δt_µs`` W. A card's first sample
-    has none; a counter that went back (driver reload, wrap) restarts from the new value. Keyed by
-    PCI address (card names can change after a reload), else by card; forgets cards it no longer
-    sees."""
+    """Reads the cards' figures and turns their cumulative counters into figures over the interval
+    since the previous sample: where a card gives an energy counter and no power, its power
+    ``Δenergy_µJ / Δt_µs`` W; where it gives throttle residency counters (MI300), the throttlers that
+    held its clocks (amdgpu_metrics.residency_reasons). A card's first sample has neither; a counter
+    that went back (driver reload, wrap) restarts from the new value. Keyed by PCI address (card
+    names can change after a reload), else by card; forgets cards it no longer sees."""
 
     def __init__(self, *, host: HostPaths = HOST, clock_ns: Callable[[], int] = time.monotonic_ns) -> None:
         self._host = host
         self._clock_ns = clock_ns
         self._marks: dict[tuple[str, str], _EnergyMark] = {}
+        self._residency: dict[str, ThrottleResidency] = {}
 
     def sample(self, gpus: Iterable[SystemGpu] | None = None) -> tuple[GpuSysfsFigures, ...]:
         figures = read_all_gpu_figures(gpus, host=self._host)
         return self.sample_figures(figures, self._clock_ns())
 
     def sample_figures(self, figures: Iterable[GpuSysfsFigures], t_ns: int) -> tuple[GpuSysfsFigures, ...]:
-        """The power of figures read at monotonic ``t_ns`` (what ``sample`` does after its read)."""
+        """The figures read at monotonic ``t_ns`` over the interval since the last (what ``sample``
+        does after its read)."""
         marks: dict[tuple[str, str], _EnergyMark] = {}
-        out: list[GpuSysfsFigures] = []
-        for f in figures:
-            if f.energy_uj is None or f.energy_source is None:
-                out.append(f)
-                continue
-            key = (f.pci or f.card, f.energy_source)
-            prev = self._marks.get(key)
-            marks[key] = _EnergyMark(t_ns, f.energy_uj)
-            if f.power_w is not None or prev is None:
-                out.append(f)
-                continue
-            dt_ns, d_uj = t_ns - prev.t_ns, f.energy_uj - prev.energy_uj
-            watts = d_uj * 1000.0 / dt_ns if dt_ns > 0 and d_uj >= 0 else None
-            if watts is not None and watts <= _POWER_W_MAX:
-                f = replace(f, power_w=watts, power_source=f.energy_source)
-            out.append(f)
-        self._marks = marks
+        residency: dict[str, ThrottleResidency] = {}
+        out = [self._throttle(self._power(f, t_ns, marks), residency) for f in figures]
+        self._marks, self._residency = marks, residency
         return tuple(out)
+
+    def _power(
+        self, f: GpuSysfsFigures, t_ns: int, marks: dict[tuple[str, str], _EnergyMark]
+    ) -> GpuSysfsFigures:
+        if f.energy_uj is None or f.energy_source is None:
+            return f
+        key = (f.pci or f.card, f.energy_source)
+        prev = self._marks.get(key)
+        marks[key] = _EnergyMark(t_ns, f.energy_uj)
+        if f.power_w is not None or prev is None:
+            return f
+        dt_ns, d_uj = t_ns - prev.t_ns, f.energy_uj - prev.energy_uj
+        watts = d_uj * 1000.0 / dt_ns if dt_ns > 0 and d_uj >= 0 else None
+        if watts is not None and watts <= _POWER_W_MAX:
+            f = replace(f, power_w=watts, power_source=f.energy_source)
+        return f
+
+    def _throttle(self, f: GpuSysfsFigures, residency: dict[str, ThrottleResidency]) -> GpuSysfsFigures:
+        if f.throttle_residency is None:
+            return f
+        key = f.pci or f.card
+        prev = self._residency.get(key)
+        residency[key] = f.throttle_residency
+        reasons = None if prev is None else residency_reasons(prev, f.throttle_residency)
+        if reasons is None:
+            return f
+        return replace(f, throttled=bool(reasons), throttle_reasons=reasons)

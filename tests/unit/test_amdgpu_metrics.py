@@ -18,14 +18,17 @@ from sidecar.poll.vendor_figures import with_figures
 from sidecar.sources.amdgpu_metrics import (
     AMD_THROTTLERS,
     MAX_GPU_METRICS_BYTES,
+    VIOLATION_NAMES,
     GpuMetricsThrottle,
+    ThrottleResidency,
     parse_gpu_metrics,
     read_gpu_metrics,
+    residency_reasons,
 )
-from sidecar.sources.gpu_sysfs import GpuSysfsFigures, read_all_gpu_figures
+from sidecar.sources.gpu_sysfs import GpuFiguresSampler, GpuSysfsFigures, read_all_gpu_figures
 from sidecar.verdict import GpuFacts, ProcGpu, decide
 from tests.fakenvml import make_fake_sysfs
-from tests.helpers.gpu_sysfs_trees import RADEON
+from tests.helpers.gpu_sysfs_trees import MI300X, RADEON
 from tests.helpers.verdict_facts import en, facts, proc
 
 # Each struct's fields in order ('<': no implicit padding; the structs carry their own).
@@ -197,3 +200,97 @@ def test_a_radeon_held_at_its_hotspot_limit_is_thermally_throttled(tmp_path):
         for w in decide(facts(proc(gpu=[row]), gpus=(capped,), nvml_ok=False)).warnings
         if w.code == "throttled"
     ]
+
+
+# MI300's v1.6-v1.8: the fields before accumulation_counter (header, three temperatures, power, two
+# activities; v1.7 and v1.8: mem_max_bandwidth; the energy and clock counters), then the counter and
+# the five residency counters (prochot, ppt, socket_thm, vr_thm, hbm_thm), in kgd_pp_interface.h's order.
+_V1_6_HEAD = "<HBB" + "3H" + "H" + "2H" + "Q" + "Q"
+_V1_7_HEAD = "<HBB" + "3H" + "H" + "2H" + "Q" + "Q" + "Q"
+_COUNTERS = "6I"
+SIZES = {6: 1664, 7: 2208, 8: 3360}  # sizeof gpu_metrics_v1_6, v1_7, v1_8
+
+
+def v1_counted(content: int, accumulated: int, residency: tuple[int, int, int, int, int]) -> bytes:
+    """An MI300's gpu_metrics_v1_<content> (6, 7 or 8): filled with 0xFF as the driver starts it, the
+    header, then the accumulation counter and the residency counters as given."""
+    head = _V1_6_HEAD if content == 6 else _V1_7_HEAD
+    data = bytearray(b"\xff" * SIZES[content])
+    struct.pack_into("<HBB", data, 0, SIZES[content], 1, content)
+    struct.pack_into("<" + _COUNTERS, data, struct.calcsize(head), accumulated, *residency)
+    return bytes(data)
+
+
+@pytest.mark.parametrize("content", [6, 7, 8])
+def test_an_mi300s_residency_counters_say_nothing_alone_and_name_what_held_the_clocks_between_two(content):
+    first = parse_gpu_metrics(v1_counted(content, 10_000, (5, 100, 0, 7, 0)))
+    assert first is not None and first.residency == ThrottleResidency(10_000, (5, 100, 0, 7, 0))
+    assert (first.throttled, first.reasons) == (None, None)  # one reading: unknown, never "not throttled"
+    later = parse_gpu_metrics(v1_counted(content, 11_000, (5, 400, 250, 7, 0)))
+    assert later is not None and later.residency is not None
+    assert residency_reasons(first.residency, later.residency) == ("ppt_pwr", "socket_thrm")
+    assert residency_reasons(later.residency, later.residency) is None  # no cycle passed: unknown
+    calm = ThrottleResidency(12_000, later.residency.counters)
+    assert residency_reasons(later.residency, calm) == ()  # cycles passed, none held
+    # Not comparable: a counter went back (the driver reloaded, a u32 wrapped), or one throttler
+    # counted for more cycles than passed.
+    assert residency_reasons(later.residency, ThrottleResidency(50, (0, 0, 0, 0, 0))) is None
+    assert residency_reasons(later.residency, ThrottleResidency(12_000, (5, 300, 250, 7, 0))) is None
+    assert residency_reasons(later.residency, ThrottleResidency(11_010, (5, 420, 250, 7, 0))) is None
+    assert VIOLATION_NAMES == ("prochot_thrm", "ppt_pwr", "socket_thrm", "vr_thrm", "hbm_thrm")
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        _with_header(v1_counted(6, 1, (0,) * 5), size=SIZES[7]),  # structure_size not the bytes read
+        v1_counted(7, 1, (0,) * 5)[: SIZES[6]],  # v1.7 cut to v1.6's size: its size is v1.7's
+        _with_header(v1_counted(6, 1, (0,) * 5)[:288], size=288, content=4),  # v1.4: no reason named
+        _with_header(v1_counted(6, 1, (0,) * 5)[:328], size=328, content=5),  # v1.5: likewise
+        _with_header(v1_counted(8, 1, (0,) * 5)[:16], size=16, content=9),  # v1.9: pointers, not a table
+    ],
+)
+def test_a_broken_or_unread_mi300_file_is_unknown(data):
+    assert parse_gpu_metrics(data) is None
+
+
+def test_an_mi300_held_by_its_power_and_thermal_limits_is_throttled_from_its_second_poll(tmp_path):
+    """The sampler keeps a card's last counters (by PCI address): its first poll unknown, then what
+    held the clocks since the previous poll, named as NVML's reasons; a job on it gets the throttled
+    warning while the socket's thermal limit holds it, none once nothing does, and a driver reload
+    (counters back to 0) is unknown for a poll, never "not throttled"."""
+    root = make_fake_sysfs(tmp_path / "sys", [copy.deepcopy(MI300X)])
+    metrics = root / "devices" / "pci0000:00" / MI300X["pci"] / "gpu_metrics"
+    sampler = GpuFiguresSampler(host=HostPaths(sysfs=str(root)), clock_ns=lambda: 0)
+
+    def poll(accumulated: int, residency: tuple[int, int, int, int, int]) -> GpuSysfsFigures:
+        metrics.write_bytes(v1_counted(8, accumulated, residency))
+        (figures,) = sampler.sample()
+        return figures
+
+    gpu = GpuFacts(0, pci_bus_id=MI300X["pci"], vendor="amd", driver="amdgpu")
+    first = poll(1_000, (0, 0, 0, 0, 0))
+    assert (first.throttled, first.throttle_reasons) == (None, None)
+    assert with_figures(gpu, first).clock_event_reasons is None
+    hot = poll(2_000, (0, 600, 900, 0, 0))
+    assert (hot.throttled, hot.throttle_reasons) == (True, ("ppt_pwr", "socket_thrm"))
+    held = with_figures(gpu, hot)
+    assert held.clock_event_reasons == ("sw_power_cap", "sw_thermal_slowdown")
+    busy = replace(held, util=99.0, sm_clock_mhz=1300, sm_clock_max_mhz=2100, temperature_c=95.0)
+    row = ProcGpu(0, 100_000.0, None, None, "amd", MI300X["pci"])
+
+    def throttled(g: GpuFacts) -> list:
+        return [
+            w
+            for w in decide(facts(proc(gpu=[row]), gpus=(g,), nvml_ok=False)).warnings
+            if w.code == "throttled"
+        ]
+
+    (w,) = throttled(busy)
+    assert "GPU clock 1300 MHz of 2100 MHz" in en(w.message) and MI300X["pci"] in en(w.hint)
+    cool = poll(3_000, (0, 600, 900, 0, 0))
+    assert (cool.throttled, cool.throttle_reasons) == (False, ())
+    assert not throttled(replace(busy, clock_event_reasons=with_figures(gpu, cool).clock_event_reasons))
+    reloaded = poll(10, (0, 0, 0, 0, 0))
+    assert (reloaded.throttled, reloaded.throttle_reasons) == (None, None)
+    assert poll(1_010, (0, 0, 0, 0, 400)).throttle_reasons == ("hbm_thrm",)
