@@ -580,6 +580,7 @@ var en_default = {
   "straggler-cause.forward": "its forward",
   "straggler-cause.optimizer": "its optimizer step",
   "straggler-cause.throttled-gpu": "a throttled GPU (GPU {gpu}: {reason}, SM clock {clock})",
+  "straggler-cause.throttled-gpu.gpu-clock": "a throttled GPU (GPU {gpu}: {reason}, GPU clock {clock})",
   "straggler-cause.other": "something outside its data wait, forward and optimizer step",
   "hint.straggler-rank.data-wait": "Rank {rank} waits longer for its batches than the others, and they wait for it in the collectives. Look at its data: a slower disk or share, an uneven shard, fewer DataLoader workers or CPU cores for that rank (`py-spy top --pid {pid}`).",
   "hint.straggler-rank.forward": "Rank {rank}'s forward takes longer than the other ranks', and they wait for it in the collectives. Look for what differs on that rank: larger or uneven inputs, extra work done only there (logging, evaluation on rank 0), or a slower or shared device (`py-spy top --pid {pid}`).",
@@ -631,6 +632,7 @@ var en_default = {
   "col.gpu": "GPU",
   "col.util": "Util.",
   "col.smClock": "SM clock",
+  "col.gpuClock": "GPU clock",
   "col.smActivity": "SM active",
   "col.slowedBy": "Slowed by",
   "col.rank": "Rank",
@@ -1215,6 +1217,7 @@ var zh_default = {
   "straggler-cause.forward": "它的前向计算",
   "straggler-cause.optimizer": "它的优化器步骤",
   "straggler-cause.throttled-gpu": "GPU 降频（GPU {gpu}：{reason}，SM 时钟 {clock}）",
+  "straggler-cause.throttled-gpu.gpu-clock": "GPU 降频（GPU {gpu}：{reason}，GPU 时钟 {clock}）",
   "straggler-cause.other": "数据等待、前向和优化器步骤之外的原因",
   "hint.straggler-rank.data-wait": "Rank {rank} 等待批次的时间比其他 rank 长，其他 rank 在集合通信中等待它。检查它的数据：更慢的磁盘或共享存储、不均匀的分片、该 rank 的 DataLoader worker 或 CPU 核心更少（`py-spy top --pid {pid}`）。",
   "hint.straggler-rank.forward": "Rank {rank} 的前向计算比其他 rank 慢，其他 rank 在集合通信中等待它。找出该 rank 的不同之处：更大或不均匀的输入、只在该 rank 上做的额外工作（日志、rank 0 上的评估），或更慢、被共享的设备（`py-spy top --pid {pid}`）。",
@@ -1266,6 +1269,7 @@ var zh_default = {
   "col.gpu": "GPU",
   "col.util": "利用率",
   "col.smClock": "SM 时钟",
+  "col.gpuClock": "GPU 时钟",
   "col.smActivity": "SM 活跃",
   "col.slowedBy": "降速原因",
   "col.rank": "Rank",
@@ -2595,6 +2599,10 @@ var CLUSTER_RANK_COLUMNS = [
   { key: "collectiveWait", label: "col.collectiveWait", num: true }
 ];
 var textCell = (text) => ({ text, na: text === NA });
+function clusterNodeColumns(cluster) {
+  const others = list(cluster && cluster.nodes).some((n) => list(n.gpus).some((g) => g.vendor === "amd" || g.vendor === "intel"));
+  return others ? CLUSTER_NODE_COLUMNS.map((c) => c.key === "clock" ? { ...c, label: "col.gpuClock" } : c) : CLUSTER_NODE_COLUMNS;
+}
 function nodeState(n, lang) {
   if (n.reporting) return { text: t(lang, "cluster.reporting"), flag: null, title: null };
   const why = ["down", "gone", "stale"].includes(n.why) ? n.why : "gone";
@@ -2673,6 +2681,7 @@ function clusterView(cluster, statusDoc, lang) {
   return {
     summary: t(lang, "cluster.summary", { nodes: list(c.nodes).length, jobs: all.length, prometheus: c.prometheus || NA }),
     nodes: clusterNodeRows(c, lang),
+    nodeColumns: clusterNodeColumns(c),
     warnings: clusterWarnings(c.warnings, lang),
     jobs,
     matched: mine.length > 0,
@@ -4102,7 +4111,7 @@ function ClusterTables({ cluster, doc, error, lang }) {
         Table,
         {
           testid: "dsh-gpu-cluster-nodes",
-          columns: CLUSTER_NODE_COLUMNS,
+          columns: vm.nodeColumns,
           lang,
           empty: t(lang, "cluster.noNodes"),
           rows: vm.nodes.map((r) => ({ ...r, hide: r.first ? null : ["node", "state"] })),

@@ -38,6 +38,16 @@ describe('cluster nodes', () => {
     assert.equal(a0.slowedBy.text, 'software thermal slowdown, idle')
     assert.equal(rows[1].cells.slowedBy.na, true)
   })
+  test("the clock column is NVIDIA's SM clock unless an AMD or Intel GPU is listed: then its GPU clock", () => {
+    const label = (c) => clusterView(c, null, 'en').nodeColumns.find((col) => col.key === 'clock').label
+    assert.equal(label(cluster()), 'col.smClock')
+    assert.equal(label(cluster({ nodes: [{ node: 'node-a', reporting: true, gpus: [gpu({ vendor: 'nvidia' })] }] })), 'col.smClock')
+    for (const vendor of ['amd', 'intel']) {
+      const mixed = cluster({ nodes: [{ node: 'node-a', reporting: true, gpus: [gpu({ vendor: 'nvidia' }), gpu({ index: 1, vendor })] }] })
+      assert.equal(label(mixed), 'col.gpuClock')
+    }
+    assert.equal(CLUSTER_NODE_COLUMNS.find((col) => col.key === 'clock').label, 'col.smClock')
+  })
   test('a missing node is marked with why, its last poll in the title', () => {
     const c = clusterNodeRows(cluster(), 'en')[3].cells
     assert.deepEqual([c.state.text, c.state.flag], ['stale: old figures', 'missing'])

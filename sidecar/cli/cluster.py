@@ -83,7 +83,10 @@ def _table(rows: list[list[str]]) -> list[str]:
 
 
 def _node_lines(doc: dict[str, Any]) -> list[str]:
-    rows = [["node", "state", "gpu", "util", "memory MiB", "SM clock", "SM active", "slowed by"]]
+    # "SM clock" is NVIDIA's word: an AMD or Intel GPU's clock is its GPU clock
+    others = any(g.get("vendor") in ("amd", "intel") for n in doc["nodes"] for g in n["gpus"])
+    clock = "GPU clock" if others else "SM clock"
+    rows = [["node", "state", "gpu", "util", "memory MiB", clock, "SM active", "slowed by"]]
     for n in doc["nodes"]:
         state = "ok" if n["reporting"] else f"MISSING ({n['why']})"
         if not n["gpus"]:

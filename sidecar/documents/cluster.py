@@ -40,7 +40,7 @@ from sidecar.verdict.cluster import (
     job_straggler,
     node_findings,
 )
-from sidecar.verdict.facts import Finding
+from sidecar.verdict.facts import VENDORS, Finding
 from sidecar.verdict.stragglers import RankWait, relative_waits, throttle_reason
 
 STALE_POLL_S = 30.0  # a sidecar whose last poll is older than this is stuck: its figures are old
@@ -111,6 +111,7 @@ def _gpus(answers: ClusterAnswers) -> dict[str, list[dict[str, Any]]]:
                 "index": _int(labels.get("gpu")),
                 "uuid": labels.get("uuid"),
                 "name": labels.get("name"),
+                "vendor": None,
                 "util_pct": None,
                 "mem_used_mib": None,
                 "mem_total_mib": None,
@@ -128,7 +129,10 @@ def _gpus(answers: ClusterAnswers) -> dict[str, list[dict[str, Any]]]:
         (answers.gpu_sm_activity, "sm_activity_fraction", 1.0),
     ):
         for labels, value in samples:
-            entry(labels)[field] = _number(value * scale, 1 if scale != 1.0 else 3)
+            g = entry(labels)
+            g[field] = _number(value * scale, 1 if scale != 1.0 else 3)
+            if labels.get("vendor") in VENDORS:  # only names the sidecar exports: nothing else is trusted
+                g["vendor"] = labels["vendor"]
     for labels, _ in answers.gpu_clock_events:
         reason = labels.get("reason", "")
         if reason in REASON_NAMES:  # only names the sidecar exports: nothing else is trusted
@@ -293,7 +297,7 @@ def _waits_before(
 
 def _cluster_gpus(gpus: Mapping[str, list[dict[str, Any]]]) -> ClusterGpus:
     return {
-        (node, g["index"]): (throttle_reason(g["clock_events"]), g["sm_clock_mhz"])
+        (node, g["index"]): (throttle_reason(g["clock_events"]), g["sm_clock_mhz"], g["vendor"])
         for node, listed in gpus.items()
         for g in listed
     }

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from sidecar.common.nvml_names import CLOCK_EVENT_REASONS
 from sidecar.documents.contract_types import BOOL, INT, NUM, STR, Enum, F, Lazy, ListOf, Obj
+from sidecar.verdict.facts import VENDORS
 
 # Why a node stopped reporting (sidecar/verdict/cluster.py NodeFacts.why).
 SILENCES = ("down", "gone", "stale")
@@ -23,10 +24,11 @@ CLUSTER_GPU = Obj(
         "index": F(INT, "NVML index on its node", null=True),
         "uuid": F(STR, "GPU-... UUID", null=True),
         "name": F(STR, "product name", null=True),
+        "vendor": F(Enum(VENDORS), "who made it (its `vendor` label); null: not one of these", null=True),
         "util_pct": F(NUM, "utilisation", null=True),
         "mem_used_mib": F(NUM, "memory in use", null=True),
         "mem_total_mib": F(NUM, "memory in all", null=True),
-        "sm_clock_mhz": F(NUM, "SM clock now", null=True),
+        "sm_clock_mhz": F(NUM, "SM clock now (an AMD or Intel GPU's: its GPU clock)", null=True),
         "sm_activity_fraction": F(NUM, "GPM: share of SMs busy (Hopper and newer)", null=True),
         "clock_events": F(
             ListOf(Enum(tuple(name for _, name in CLOCK_EVENT_REASONS))),
@@ -117,7 +119,9 @@ def cluster_document(schema: int, statuses: tuple[str, ...], severities: tuple[s
                 null=True,
             ),
             "ranks": F(ListOf(CLUSTER_RANK, MAX_JOB_RANKS), "its ranks, by rank"),
-            "warnings": F(ListOf(warning), "`node-missing` for its silent nodes, `ranks-missing`, `straggler-rank`"),
+            "warnings": F(
+                ListOf(warning), "`node-missing` for its silent nodes, `ranks-missing`, `straggler-rank`"
+            ),
         },
     )
     return Obj(

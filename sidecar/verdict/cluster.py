@@ -94,8 +94,10 @@ def job_findings(job: JobFacts, nodes: Sequence[NodeFacts]) -> list[Finding]:
     return out
 
 
-# A GPU of the cluster, (node, NVML index) -> (its throttle reason or None, its SM clock in MHz or None).
-ClusterGpus = Mapping[tuple[str | None, int | None], tuple[str | None, float | None]]
+# A GPU of the cluster, (node, NVML index) -> (its throttle reason or None, its SM clock in MHz or
+# None, its vendor or None).
+ClusterGpus = Mapping[tuple[str | None, int | None], tuple[str | None, float | None, str | None]]
+_NO_GPU: tuple[str | None, float | None, str | None] = (None, None, None)
 
 
 def job_straggler(
@@ -112,7 +114,7 @@ def job_straggler(
     node named."""
 
     def throttle_of(w: RankWait) -> str | None:
-        return gpus.get((w.node, w.gpu_index), (None, None))[0]
+        return gpus.get((w.node, w.gpu_index), _NO_GPU)[0]
 
     s = pick_straggler(relative_waits(now), rules, throttle_of)
     if s is None:
@@ -120,14 +122,14 @@ def job_straggler(
     earlier = pick_straggler(relative_waits(before), rules, lambda w: None)
     if earlier is None or earlier.rank != s.rank:
         return None
-    reason, clock = gpus.get((s.node, s.gpu_index), (None, None))
+    reason, clock, vendor = gpus.get((s.node, s.gpu_index), _NO_GPU)
     message = ref(
         "warning.straggler-rank.cluster",
         rank=s.rank,
         where=where(s.node, s.gpu_index).removeprefix(", "),
         job=job,
         wait=f"{s.wait_fraction:.0%}",
-        cause=cause_ref(s, reason, clock),
+        cause=cause_ref(s, reason, clock, vendor),
         steps=s.steps,
         confirm=f"{confirm_s:.0f} s",
     )

@@ -26,6 +26,7 @@ from sidecar.common.catalogue import Ref, ref
 from sidecar.common.memo import for_the_same_objects
 from sidecar.verdict.efficiency import THROTTLE_REASONS
 from sidecar.verdict.facts import (
+    VENDOR_NVIDIA,
     Facts,
     Finding,
     GpuFacts,
@@ -36,11 +37,23 @@ from sidecar.verdict.facts import (
     model_nvml_index,
 )
 
-__all__ = ["STRAGGLER_RULES", "RankWait", "Straggler", "pick_straggler", "rank_waits", "straggler_candidate", "throttle_reason"]
+__all__ = [
+    "STRAGGLER_RULES",
+    "RankWait",
+    "Straggler",
+    "pick_straggler",
+    "rank_waits",
+    "straggler_candidate",
+    "throttle_reason",
+]
 __all__ += ["rule_straggler_rank_held"]
 
 # The phases compared to name the cause: (cause, the StepBreakdown field).
-_PHASES = (("data-wait", "data_wait_fraction"), ("forward", "forward_fraction"), ("optimizer", "optimizer_fraction"))
+_PHASES = (
+    ("data-wait", "data_wait_fraction"),
+    ("forward", "forward_fraction"),
+    ("optimizer", "optimizer_fraction"),
+)
 # Each cause's hint, written out so the catalogue's test finds every id the verdict names.
 _HINTS = {
     "data-wait": "hint.straggler-rank.data-wait",
@@ -188,7 +201,9 @@ def straggler_candidate(f: Facts) -> Straggler | None:
 
 
 @for_the_same_objects  # as _rank_waits: one poll's facts, asked twice
-def _candidate(processes: tuple[ProcessFacts, ...], gpus: tuple[GpuFacts, ...], rules: Rules) -> Straggler | None:
+def _candidate(
+    processes: tuple[ProcessFacts, ...], gpus: tuple[GpuFacts, ...], rules: Rules
+) -> Straggler | None:
     # The first of a repeated index, as Facts does; asked for a rank's index, None where it has none.
     by_index: dict[int | None, GpuFacts] = {g.index: g for g in reversed(gpus)}
     return pick_straggler(_rank_waits(processes, gpus), rules, lambda w: _throttle(by_index.get(w.gpu_index)))
@@ -207,13 +222,15 @@ def confirmed(recent: Sequence[RecentSample], rank: int, confirm_s: float) -> bo
     return False
 
 
-def cause_ref(s: Straggler, reason: str | None, sm_clock_mhz: float | None) -> Ref:
-    """The straggler's cause as the message names it; a throttled GPU with its reason and clock."""
+def cause_ref(s: Straggler, reason: str | None, sm_clock_mhz: float | None, vendor: str | None) -> Ref:
+    """The straggler's cause as the message names it; a throttled GPU with its reason and clock (an
+    AMD or Intel GPU's is its GPU clock: "SM" is NVIDIA's word)."""
     if s.cause != "throttled-gpu":
         return ref(f"straggler-cause.{s.cause}")
     clock = "?" if sm_clock_mhz is None else f"{sm_clock_mhz:g} MHz"
     gpu = "?" if s.gpu_index is None else s.gpu_index  # known: only a GPU of a known index is throttled
-    return ref("straggler-cause.throttled-gpu", gpu=gpu, reason=ref(f"clock-reason.{reason}"), clock=clock)
+    key = "straggler-cause.throttled-gpu" + ("" if vendor in (None, VENDOR_NVIDIA) else ".gpu-clock")
+    return ref(key, gpu=gpu, reason=ref(f"clock-reason.{reason}"), clock=clock)
 
 
 def hint_ref(s: Straggler) -> Ref:
@@ -221,7 +238,7 @@ def hint_ref(s: Straggler) -> Ref:
 
 
 def where(node: str | None, gpu_index: int | None) -> str:
-    """", node N, GPU G" as far as known: display-ready, the same in every language."""
+    """ ", node N, GPU G" as far as known: display-ready, the same in every language."""
     parts = ([f"node {node}"] if node else []) + ([f"GPU {gpu_index}"] if gpu_index is not None else [])
     return "".join(f", {part}" for part in parts)
 
@@ -258,7 +275,7 @@ def _straggler_finding(f: Facts, s: Straggler) -> Finding:
         pid=s.pid if s.pid is not None else "<pid>",  # as hint_ref: a node's ranks all have one
         where=where(_hostname(f, s.pid), s.gpu_index),
         wait=f"{s.wait_fraction:.0%}",
-        cause=cause_ref(s, _throttle(g), g.sm_clock_mhz if g is not None else None),
+        cause=cause_ref(s, _throttle(g), *((g.sm_clock_mhz, g.vendor) if g is not None else (None, None))),
         steps=s.steps,
     )
     others = sorted(w.pid for w in rank_waits(f) if w.pid is not None and w.pid != s.pid)

@@ -210,7 +210,9 @@ def owned_by(r: dict[str, list], uid: str) -> dict[str, list]:
     return r
 
 
-def another_users_rank(r: dict[str, list], inst: str, job_id: str, rank: str = "1", world_size: str = "8") -> None:
+def another_users_rank(
+    r: dict[str, list], inst: str, job_id: str, rank: str = "1", world_size: str = "8"
+) -> None:
     """A process of uid 65533 on node `inst` that set the victim's TORCHELASTIC_RUN_ID (`run-7`),
     RANK and WORLD_SIZE: a job of its own on its node (its own root), CPU, with a forward rate."""
     job = {"job_id": job_id, "job_key": "run-7", "uid": "65533"}
@@ -241,7 +243,9 @@ def test_another_owner_under_the_same_key_is_a_job_of_its_own_on_each_node():
         (5, "node-c", "400-9"),
     ]
     # Without a uid label (a sidecar from before it): grouped by the key alone, as then.
-    assert [j["uid"] for j in cluster_doc(two_node_job(), now_unix_s=1000.0, prometheus="p")["jobs"]] == [None]
+    assert [j["uid"] for j in cluster_doc(two_node_job(), now_unix_s=1000.0, prometheus="p")["jobs"]] == [
+        None
+    ]
 
 
 def test_another_users_rank_under_the_victims_key_leaves_the_victims_job_untouched():
@@ -252,7 +256,12 @@ def test_another_users_rank_under_the_victims_key_leaves_the_victims_job_untouch
     another_users_rank(r, A, "300-9")
     doc = cluster_doc(r, now_unix_s=1000.0, prometheus="http://p:9090")
     victim, other = doc["jobs"]
-    assert (victim["job_key"], victim["uid"], victim["status"], victim["world_size"]) == ("run-7", 1000, "GPU", 4)
+    assert (victim["job_key"], victim["uid"], victim["status"], victim["world_size"]) == (
+        "run-7",
+        1000,
+        "GPU",
+        4,
+    )
     assert [(x["rank"], x["node"], x["forward_rate_per_s"]) for x in victim["ranks"]] == [
         (0, "node-a", 9.5),
         (1, "node-a", 9.5),
@@ -260,7 +269,12 @@ def test_another_users_rank_under_the_victims_key_leaves_the_victims_job_untouch
         (3, "node-b", 9.5),
     ]
     assert victim["warnings"] == [] and victim["nodes"] == ["node-a", "node-b"]
-    assert (other["job_key"], other["uid"], other["status"], other["world_size"]) == ("run-7", 65533, "CPU", 8)
+    assert (other["job_key"], other["uid"], other["status"], other["world_size"]) == (
+        "run-7",
+        65533,
+        "CPU",
+        8,
+    )
     assert [(x["rank"], x["job_id"], x["forward_rate_per_s"]) for x in other["ranks"]] == [(1, "300-9", 9.5)]
     assert [w["code"] for w in other["warnings"]] == ["ranks-missing"]
     # `--job run-7` shows both, each under its owner's uid.
@@ -271,7 +285,9 @@ def test_another_users_rank_under_the_victims_key_leaves_the_victims_job_untouch
     assert "job run-7 (uid 65533): CPU, 1 of 8 ranks on 1 node(s): node-a" in text, text
 
 
-def with_backward(r: dict[str, list], now: dict[int, float], before: dict[int, float] | None, steps: int = 40) -> dict:
+def with_backward(
+    r: dict[str, list], now: dict[int, float], before: dict[int, float] | None, steps: int = 40
+) -> dict:
     """The job's ranks' backward shares now and STRAGGLER_CONFIRM_S ago (None: no sample then), each
     from a window of `steps` steps."""
     for key, shares in (("", now), ("_before", before or {})):
@@ -298,16 +314,23 @@ def test_a_straggler_across_nodes_is_named_with_its_node_gpu_and_cause():
             r["step_fraction"][i] = (labels, 0.6)  # its forward: 0.3 more than the others'
     doc = cluster_doc(r, now_unix_s=1000.0, prometheus="http://p:9090")
     (w,) = straggler_warnings(doc)
-    assert w["message"].startswith("Rank 3 (node node-b, GPU 1) makes the other ranks of job run-7 wait 30%"), w
+    assert w["message"].startswith(
+        "Rank 3 (node node-b, GPU 1) makes the other ranks of job run-7 wait 30%"
+    ), w
     assert "because of its forward" in w["message"] and "over the last 40 steps" in w["message"]
     assert w["message_ref"]["id"] == "warning.straggler-rank.cluster"
     assert w["hint_ref"]["id"] == "hint.straggler-rank.forward" and "--pid <pid>" in w["hint"]
     (job,) = doc["jobs"]
-    waits = {r["rank"]: (r["backward_fraction"], r["collective_wait_fraction"], r["window_steps"]) for r in job["ranks"]}
+    waits = {
+        r["rank"]: (r["backward_fraction"], r["collective_wait_fraction"], r["window_steps"])
+        for r in job["ranks"]
+    }
     assert waits == {0: (0.4, 0.3, 40), 1: (0.41, 0.31, 40), 2: (0.39, 0.29, 40), 3: (0.1, 0.0, 40)}
     text = cluster_text(doc)
     assert "warning: straggler-rank: Rank 3 (node node-b, GPU 1)" in text, text
-    assert any(line.split()[:1] == ["rank"] and line.split()[-1] == "waits" for line in text.splitlines()), text
+    assert any(line.split()[:1] == ["rank"] and line.split()[-1] == "waits" for line in text.splitlines()), (
+        text
+    )
     assert [line.split()[-1] for line in text.splitlines() if line.startswith("  3 ")] == ["0%"], text
 
 
@@ -317,7 +340,42 @@ def test_a_throttled_gpu_on_another_node_is_the_cause():
     doc = cluster_doc(with_backward(two_node_job(), slow_0, slow_0), now_unix_s=1000.0, prometheus="p")
     (w,) = straggler_warnings(doc)
     assert "Rank 0 (node node-a, GPU 0)" in w["message"]
-    assert "a throttled GPU (GPU 0: software thermal slowdown, SM clock 1980 MHz)" in w["message"], w["message"]
+    assert "a throttled GPU (GPU 0: software thermal slowdown, SM clock 1980 MHz)" in w["message"], w[
+        "message"
+    ]
+
+
+def with_vendor(r: dict[str, list], vendor: str) -> dict[str, list]:
+    """Every GPU series of ``r`` with a ``vendor`` label, as a sidecar exports them."""
+    for name, samples in r.items():
+        if name.startswith("gpu_"):
+            r[name] = [({**labels, "vendor": vendor}, value) for labels, value in samples]
+    return r
+
+
+def test_an_amd_gpu_s_clock_is_its_gpu_clock_in_the_cause_and_the_table():
+    """ "SM clock" is NVIDIA's word: an MI300X node's throttled GPU is named with its GPU clock, and
+    the node table's clock column says so; a vendor label the sidecar never exports is not taken."""
+    slow_0 = {0: 0.10, 1: 0.40, 2: 0.41, 3: 0.39}
+    doc = cluster_doc(
+        with_vendor(with_backward(two_node_job(), slow_0, slow_0), "amd"), now_unix_s=1000.0, prometheus="p"
+    )
+    assert {g["vendor"] for n in doc["nodes"] for g in n["gpus"]} == {"amd"}
+    (w,) = straggler_warnings(doc)
+    assert "a throttled GPU (GPU 0: software thermal slowdown, GPU clock 1980 MHz)" in w["message"], w[
+        "message"
+    ]
+    text = cluster_text(doc)
+    assert "GPU clock" in text and "SM clock" not in text, text
+    nvidia = cluster_doc(
+        with_vendor(with_backward(two_node_job(), slow_0, slow_0), "nvidia"),
+        now_unix_s=1000.0,
+        prometheus="p",
+    )
+    (w,) = straggler_warnings(nvidia)
+    assert "SM clock 1980 MHz" in w["message"] and "SM clock" in cluster_text(nvidia)
+    forged = cluster_doc(with_vendor(two_node_job(), "amd\x1b[2J"), now_unix_s=1000.0, prometheus="p")
+    assert {g["vendor"] for n in forged["nodes"] for g in n["gpus"]} == {None}
 
 
 @pytest.mark.parametrize(
@@ -327,7 +385,12 @@ def test_a_throttled_gpu_on_another_node_is_the_cause():
         (SLOW_3, None, 40, "not seen before: not yet confirmed"),
         (SLOW_3, {0: 0.10, 1: 0.41, 2: 0.39, 3: 0.40}, 40, "another rank was the straggler before"),
         (SLOW_3, SLOW_3, 12, "windows shorter than straggler_min_steps"),
-        ({0: 0.40, 1: 0.11, 2: 0.39, 3: 0.10}, {0: 0.40, 1: 0.11, 2: 0.39, 3: 0.10}, 40, "two ranks wait as little"),
+        (
+            {0: 0.40, 1: 0.11, 2: 0.39, 3: 0.10},
+            {0: 0.40, 1: 0.11, 2: 0.39, 3: 0.10},
+            40,
+            "two ranks wait as little",
+        ),
     ],
 )
 def test_no_cross_node_straggler_without_a_confirmed_one(now, before, steps, why):
@@ -423,7 +486,10 @@ def test_the_cluster_answers_are_asked_at_one_instant_and_handed_up_typed(server
     assert [q["query"] for q in asked] == [[promql] for promql in CLUSTER_QUERIES.values()]
     assert {q["time"][0] for q in asked} == {"123.500"}
     assert type(answers) is ClusterAnswers and uid == os.getuid()  # served on loopback, by this process
-    assert all(list(getattr(answers, f.name)) == [({"instance": "a", "node": "n"}, 2.5)] for f in fields(ClusterAnswers))
+    assert all(
+        list(getattr(answers, f.name)) == [({"instance": "a", "node": "n"}, 2.5)]
+        for f in fields(ClusterAnswers)
+    )
 
 
 def test_no_listener_and_bad_urls():

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from probe_wire.records import RuntimeRecord
+from probe_wire.records import DeviceRecord, RuntimeRecord
 from sidecar.documents.contract import check
 from sidecar.documents.document import status_document
 from sidecar.poll.collect import TargetInfo
@@ -17,12 +17,21 @@ from sidecar.verdict.stragglers import rank_waits, straggler_candidate
 from tests.helpers.verdict_facts import en, facts, model, proc, zh
 
 # A balanced rank's step: 10 % data wait, 30 % forward, 10 % optimizer, backward and all-reduce 40 %.
-BALANCED = dict(data_wait_fraction=0.10, forward_fraction=0.30, optimizer_fraction=0.10, backward_fraction=0.40)
+BALANCED = dict(
+    data_wait_fraction=0.10, forward_fraction=0.30, optimizer_fraction=0.10, backward_fraction=0.40
+)
 
 
 def gpu(index, reasons=(), clock_mhz=1980):
-    return GpuFacts(index, uuid=f"GPU-{index}", util=90.0, mem_used_mib=1000, sm_clock_mhz=clock_mhz,
-                    sm_clock_max_mhz=1980, clock_event_reasons=tuple(reasons))
+    return GpuFacts(
+        index,
+        uuid=f"GPU-{index}",
+        util=90.0,
+        mem_used_mib=1000,
+        sm_clock_mhz=clock_mhz,
+        sm_clock_max_mhz=1980,
+        clock_event_reasons=tuple(reasons),
+    )
 
 
 def rank(r, steps=40, **fractions):
@@ -30,8 +39,17 @@ def rank(r, steps=40, **fractions):
     parts = {**BALANCED, **fractions}
     breakdown = StepBreakdown(window_s=10.0, steps=steps, step_s=0.25, other_fraction=0.1, **parts)
     rt = RuntimeRecord(torch="2.5.1+cu124", cuda_available=True, device_count=4)
-    return proc(200 + r, runtime=rt, role="rank", rank=r, local_rank=r, world_size=4, is_target=False,
-                models=(model(f"cuda:{r}"),), steps=breakdown)
+    return proc(
+        200 + r,
+        runtime=rt,
+        role="rank",
+        rank=r,
+        local_rank=r,
+        world_size=4,
+        is_target=False,
+        models=(model(f"cuda:{r}"),),
+        steps=breakdown,
+    )
 
 
 def slow(r, world=4, steps=40, **straggler):
@@ -81,8 +99,23 @@ CASES = [
     ("throttled GPU, no phase stands out", slow(2, backward_fraction=0.40), THROTTLED, (2, "throttled-gpu")),
     ("nothing stands out", slow(1, backward_fraction=0.40), None, (1, "other")),
     ("data wait beats a throttled GPU", slow(2, **DATA_SLOW), THROTTLED, (2, "data-wait")),
-    ("every GPU throttled alike", slow(2, **FORWARD_SLOW), [gpu(i, ("hw_slowdown",)) for i in range(4)], (2, "forward")),
-    ("two slow ranks: nobody alone", [rank(0, **FORWARD_SLOW), rank(1, **FORWARD_SLOW), rank(2, backward_fraction=0.6), rank(3, backward_fraction=0.6)], None, None),
+    (
+        "every GPU throttled alike",
+        slow(2, **FORWARD_SLOW),
+        [gpu(i, ("hw_slowdown",)) for i in range(4)],
+        (2, "forward"),
+    ),
+    (
+        "two slow ranks: nobody alone",
+        [
+            rank(0, **FORWARD_SLOW),
+            rank(1, **FORWARD_SLOW),
+            rank(2, backward_fraction=0.6),
+            rank(3, backward_fraction=0.6),
+        ],
+        None,
+        None,
+    ),
     ("fewer than 30 steps", slow(1, steps=29, **DATA_SLOW), None, None),
     ("one rank", [rank(0, **DATA_SLOW)], None, None),
 ]
@@ -114,6 +147,20 @@ def test_the_throttled_cause_names_the_gpu_reason_and_clock():
     assert "a throttled GPU (GPU 2: hardware thermal slowdown, SM clock 1100 MHz)" in en(w.message)
 
 
+def test_an_amd_gpu_is_named_with_its_gpu_clock():
+    """A ROCm job's ranks on AMD GPUs (`cuda:N` in a ROCm build): "SM clock" is NVIDIA's word."""
+    pcis = [f"0000:{0x10 + i:02x}:00.0" for i in range(4)]
+    devices = tuple(DeviceRecord(i, "AMD Instinct MI300X", None, pcis[i]) for i in range(4))
+    rocm = RuntimeRecord(
+        torch="2.5.1+rocm6.2", hip_build="6.2.41133", cuda_available=True, device_count=4, devices=devices
+    )
+    ranks = [dataclasses.replace(p, runtime=rocm) for p in slow(2, **FORWARD_SLOW)]
+    gpus = [dataclasses.replace(g, vendor="amd", pci_bus_id=pcis[g.index]) for g in THROTTLED]
+    (w,) = stragglers(job(ranks, gpus))
+    assert "a throttled GPU (GPU 2: hardware thermal slowdown, GPU clock 1100 MHz)" in en(w.message)
+    assert "GPU 时钟 1100 MHz" in zh(w.message)
+
+
 def test_the_rank_is_named_with_the_node_its_probe_reports():
     ranks = [dataclasses.replace(p, hostname=f"gpu-node-0{p.rank}") for p in slow(2, **FORWARD_SLOW)]
     (w,) = stragglers(job(ranks))
@@ -131,7 +178,11 @@ def test_polls_closer_than_the_confirmation_report_nothing():
 
 
 def test_a_poll_that_named_another_rank_in_between_starts_the_confirmation_again():
-    recent = (*confirmed_polls(1, times=(96.0,)), *confirmed_polls(2, times=(98.0,)), *confirmed_polls(1, times=(100.0, 101.5)))
+    recent = (
+        *confirmed_polls(1, times=(96.0,)),
+        *confirmed_polls(2, times=(98.0,)),
+        *confirmed_polls(1, times=(100.0, 101.5)),
+    )
     assert stragglers(job(slow(1, **DATA_SLOW), recent=recent)) == []
     longer = (*recent, *confirmed_polls(1, times=(102.0,)))
     assert len(stragglers(job(slow(1, **DATA_SLOW), recent=longer))) == 1
@@ -182,6 +233,16 @@ def test_the_status_document_lists_each_ranks_wait_within_the_contract():
     }
     assert any(w["code"] == "straggler-rank" for w in doc["warnings"])
     single = job([rank(0)])
-    assert status_document(single, decide(single), time_s=1.0, interval_s=1.5,
-                           target=TargetInfo(100, "python", ["python"], 0.0, 1), proc_info={},
-                           other_processes={}, events=[])["rank_waits"] is None
+    assert (
+        status_document(
+            single,
+            decide(single),
+            time_s=1.0,
+            interval_s=1.5,
+            target=TargetInfo(100, "python", ["python"], 0.0, 1),
+            proc_info={},
+            other_processes={},
+            events=[],
+        )["rank_waits"]
+        is None
+    )

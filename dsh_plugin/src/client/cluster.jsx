@@ -5,7 +5,7 @@
 // that is not distributed gets one line, no tables, as on the page.
 import { useEffect, useState } from 'react'
 import { t } from '../../../sidecar/static/shared/format.js'
-import { CLUSTER_NODE_COLUMNS, CLUSTER_RANK_COLUMNS, clusterView, isDistributed } from '../../../sidecar/static/shared/view_model.js'
+import { CLUSTER_RANK_COLUMNS, clusterView, isDistributed } from '../../../sidecar/static/shared/view_model.js'
 import { API } from './store.js'
 
 // The sidecar caches the answer 5 s and Prometheus scrapes every 15 s: asking more often shows nothing new.
@@ -73,7 +73,7 @@ export function ClusterTables({ cluster, doc, error, lang }) {
       {vm ? (
         <>
           <ClusterWarnings warnings={vm.warnings} />
-          <Table testid="dsh-gpu-cluster-nodes" columns={CLUSTER_NODE_COLUMNS} lang={lang} empty={t(lang, 'cluster.noNodes')}
+          <Table testid="dsh-gpu-cluster-nodes" columns={vm.nodeColumns} lang={lang} empty={t(lang, 'cluster.noNodes')}
             rows={vm.nodes.map((r) => ({ ...r, hide: r.first ? null : ['node', 'state'] }))}
             rowProps={(r) => ({ 'data-testid': 'dsh-gpu-cluster-node', 'data-node': r.node, 'data-reporting': r.reporting ? 'true' : 'false' })} />
           {vm.jobs.length ? null : <div className="dgd-muted">{t(lang, 'cluster.noJob')}</div>}

@@ -5,7 +5,7 @@
 // distributed gets one line, no tables: the cluster view is for jobs across ranks and nodes, and a
 // node's every notebook and script drew an empty table each above the job's own processes.
 
-import { CLUSTER_NODE_COLUMNS, CLUSTER_RANK_COLUMNS, clusterView, isDistributed } from '../shared/view_model.js';
+import { CLUSTER_RANK_COLUMNS, clusterView, isDistributed } from '../shared/view_model.js';
 
 const CLUSTER_URL = 'api/dsh-gpu-dashboard/cluster';
 // `cluster` of /version says whether the route serves (--prometheus): asked again this often, so a
@@ -102,7 +102,7 @@ export function createClusterPanel({ root, h, richText, tr, lang, statusDoc, fet
     if (st.error) root.append(h('p', { class: 'cluster-error bad', 'data-testid': 'cluster-error', text: tr('cluster.error', { error: st.error }) }));
     if (!vm) return;
     root.append(warningList(h, richText, tr, vm.warnings, 'cluster-warnings') || '');
-    root.append(table(h, tr, 'cluster-nodes', CLUSTER_NODE_COLUMNS,
+    root.append(table(h, tr, 'cluster-nodes', vm.nodeColumns,
       vm.nodes.map((r) => ({ ...r, hide: r.first ? null : new Set(['node', 'state']) })),
       (r) => ({ 'data-testid': 'cluster-node-row', 'data-node': r.node, 'data-reporting': r.reporting ? 'true' : 'false', class: r.first ? 'node-first' : null }),
       tr('cluster.noNodes')));

@@ -432,10 +432,11 @@ export const SCHEMA = 2
  * @property {number|null} index NVML index on its node
  * @property {string|null} uuid GPU-... UUID
  * @property {string|null} name product name
+ * @property {"nvidia"|"amd"|"intel"|null} vendor who made it (its `vendor` label); null: not one of these
  * @property {number|null} util_pct utilisation
  * @property {number|null} mem_used_mib memory in use
  * @property {number|null} mem_total_mib memory in all
- * @property {number|null} sm_clock_mhz SM clock now
+ * @property {number|null} sm_clock_mhz SM clock now (an AMD or Intel GPU's: its GPU clock)
  * @property {number|null} sm_activity_fraction GPM: share of SMs busy (Hopper and newer)
  * @property {Array<"gpu_idle"|"applications_clocks_setting"|"sw_power_cap"|"hw_slowdown"|"sync_boost"|"sw_thermal_slowdown"|"hw_thermal_slowdown"|"hw_power_brake_slowdown"|"display_clock_setting"|"board_limit"|"reliability">} clock_events why its clocks are held down now (NVML's clock event reasons); empty: nothing holds them
  */

@@ -47,7 +47,8 @@
  *                              the first group with any; null.
  *
  * The cluster view (a ClusterDocument, GET /api/dsh-gpu-dashboard/cluster, from a sidecar started with --prometheus):
- *   CLUSTER_NODE_COLUMNS, CLUSTER_RANK_COLUMNS  [{key, label, num}], as PROCESS_COLUMNS.
+ *   CLUSTER_NODE_COLUMNS, CLUSTER_RANK_COLUMNS  [{key, label, num}], as PROCESS_COLUMNS
+ *     (clusterView's nodeColumns: the node columns for its GPUs' vendors).
  *   clusterNodeRows(cluster, lang)  one row per GPU of each node (one for a node without GPUs):
  *                              {node, first, reporting, cells}; `first` on a node's first row (node and
  *                              state are shown there); cells node {text}, state {text, flag: null |
@@ -430,6 +431,13 @@ export const CLUSTER_RANK_COLUMNS = [
 
 const textCell = (text) => ({ text, na: text === NA });
 
+// The nodes' columns: the clock column is "SM clock" (NVIDIA's word) unless an AMD or Intel GPU is
+// listed, whose clock is its GPU clock.
+export function clusterNodeColumns(cluster) {
+  const others = list(cluster && cluster.nodes).some((n) => list(n.gpus).some((g) => g.vendor === 'amd' || g.vendor === 'intel'));
+  return others ? CLUSTER_NODE_COLUMNS.map((c) => (c.key === 'clock' ? { ...c, label: 'col.gpuClock' } : c)) : CLUSTER_NODE_COLUMNS;
+}
+
 function nodeState(n, lang) {
   if (n.reporting) return { text: t(lang, 'cluster.reporting'), flag: null, title: null };
   const why = ['down', 'gone', 'stale'].includes(n.why) ? n.why : 'gone';
@@ -515,6 +523,7 @@ export function clusterView(cluster, statusDoc, lang) {
   return {
     summary: t(lang, 'cluster.summary', { nodes: list(c.nodes).length, jobs: all.length, prometheus: c.prometheus || NA }),
     nodes: clusterNodeRows(c, lang),
+    nodeColumns: clusterNodeColumns(c),
     warnings: clusterWarnings(c.warnings, lang),
     jobs,
     matched: mine.length > 0,
