@@ -9,11 +9,13 @@ models, devices and final forward counts (published at exit, not one publish int
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
+from probe_wire import remove_segment
 from tests.helpers.exit_jobs import HOGWILD_JOB, SPAWN_JOB, final_document
 from tests.helpers.harness import REPO, codes, python_env
 from tests.helpers.sidecar_cli import cli
@@ -21,6 +23,16 @@ from tests.helpers.sidecar_cli import cli
 pytest.importorskip("torch")
 
 pytestmark = pytest.mark.slow
+
+
+def _where_finals_went(pids: list[int]) -> str:
+    """What a test missing a rank's final publish needs to tell its causes apart: the segments
+    /dev/shm holds under those pids (gone: removed, or never kept), and the sidecars running beside
+    the test (one left by an earlier test sweeps dead writers' segments)."""
+    names = sorted(n for n in os.listdir("/dev/shm") if any(n.split(".")[1:2] == [str(pid)] for pid in pids))
+    ps = subprocess.run(["ps", "-eo", "pid,ppid,etimes,args"], capture_output=True, text=True).stdout
+    sidecars = [line.strip()[:160] for line in ps.splitlines() if "sidecar.cli" in line or "dsh-sidecar" in line]
+    return f"segments {names}, sidecars running {sidecars}"
 
 
 def probed(doc: dict) -> list[dict]:
@@ -88,10 +100,12 @@ def test_once_after_the_ranks_exit_while_the_launcher_lives_shows_their_final_st
     script.write_text(LAUNCHER_JOB)
     env = python_env({"DSH_PROBE_INTERVAL_S": "5"})
     job = subprocess.Popen([sys.executable, str(script)], env=env, cwd=REPO, stdout=subprocess.PIPE, text=True)
+    ranks: list[int] = []
     try:
         assert job.stdout is not None
         ranks = [int(p) for p in job.stdout.readline().split()[1:]]
         assert job.stdout.readline().strip() == "ranks done"
+        before = _where_finals_went(ranks)
         r = cli(*(["--pid", str(job.pid)] if how == "pid" else []), "--once", "--json", env=env)
         assert r.returncode == 0, r.stderr
         doc = json.loads(r.stdout)
@@ -101,7 +115,7 @@ def test_once_after_the_ranks_exit_while_the_launcher_lives_shows_their_final_st
             doc = docs[0]
         assert "no-probe" not in codes(doc) and doc["status"] == "CPU", (doc["status"], doc["message"], codes(doc))
         kept = {p["pid"]: p for p in doc["processes"] if p["models"]}
-        assert sorted(kept) == sorted(ranks)
+        assert sorted(kept) == sorted(ranks), f"before: {before}; after: {_where_finals_went(ranks)}"
         for pid, rank in zip(ranks, (0, 1)):
             p = kept[pid]
             assert p["exited"] and p["ppid"] == job.pid
@@ -109,3 +123,5 @@ def test_once_after_the_ranks_exit_while_the_launcher_lives_shows_their_final_st
     finally:
         job.kill()
         job.wait()
+        for pid in ranks:  # their final publishes, left for a monitor: ours to remove
+            remove_segment(pid)
