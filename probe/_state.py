@@ -208,10 +208,14 @@ class Probe:
             # training thread; only this user's files, never another PID namespace's).
             # Loaded already (the writer imports it, on the caller's thread): this import only looks
             # it up, and never holds an import lock across a fork.
-            from probe_wire.cleanup import sweep_dead_segments
+            from probe_wire.cleanup import FINAL_SPARED_S, sweep_dead_segments
 
             try:
-                self.swept = sweep_dead_segments(skip={my_pid}, owner_uid=os.getuid())
+                # Not the final publishes of a moment ago: a sibling rank's that ended before this
+                # one's probe started is its job's final state, which a monitor has yet to read.
+                self.swept = sweep_dead_segments(
+                    skip={my_pid}, owner_uid=os.getuid(), spare_finals_s=FINAL_SPARED_S
+                )
             except Exception as e:  # noqa: BLE001 -- recorded; the publisher starts regardless
                 self.record_error("sweep", e)
         if first_delay_s is not None:

@@ -6,6 +6,9 @@ own by default: hostfs.paths)."""
 from __future__ import annotations
 
 import os
+import stat
+import time
+from struct import error as struct_error
 
 from hostfs.paths import HOST, HostPaths
 from hostfs.procid import (
@@ -16,14 +19,22 @@ from hostfs.procid import (
     process_real_uid,
     process_state,
 )
-from probe_wire.header import header_identity
+from probe_wire.header import FLAG_CLOSED, FLAGS, FLAGS_OFFSET, HEADER_BYTES, header_identity
 from probe_wire.names import MAX_LISTED_NAMES, SCRATCH_RE, SHM_DIR, random_name_suffixes, scan, segment_path
 
 TYPE_CHECKING = False  # typing costs ~2 ms to import; annotations alone do not need it
 if TYPE_CHECKING:
     from collections.abc import Collection
 
-__all__ = ["has_live_segment", "remove_if_dead", "remove_segment", "sweep_dead_segments"]
+__all__ = ["FINAL_SPARED_S", "has_live_segment", "remove_if_dead", "remove_segment", "sweep_dead_segments"]
+
+# How long a probe's start sweep leaves a closed final publish (the probe keeps one when its process
+# exits, for a monitor's next poll: writer.close(keep_final=True)) to the monitors: a sibling rank
+# that ended a moment before this process started its probe left its job's final state, which a
+# sidecar's next poll (or `--once` run after the ranks ended) still has to read. Older ones are
+# leftovers nobody read: swept as any dead writer's.
+FINAL_SPARED_S = 600.0
+_CLOCK_SKEW_S = 60.0  # a file modified this far in the future is not taken for recent
 
 
 def has_live_segment(pid: int, shm_dir: str = SHM_DIR, *, host: HostPaths = HOST) -> bool:
@@ -153,12 +164,32 @@ def _live_writers_name(
     return ticks == live if ticks is not None else (pid, live) not in listed
 
 
+def _recent_final(path: str, spare_s: float, now: float) -> bool:
+    """Whether the file at ``path`` is a closed segment (FLAG_CLOSED) whose last change, by the
+    kernel's clock, is less than ``spare_s`` old. Never follows a link, never blocks, never raises."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size < HEADER_BYTES:
+            return False
+        (flags,) = FLAGS.unpack(os.pread(fd, FLAGS.size, FLAGS_OFFSET))
+        return bool(flags & FLAG_CLOSED) and -_CLOCK_SKEW_S <= now - st.st_mtime < spare_s
+    except (OSError, ValueError, struct_error):
+        return False
+    finally:
+        os.close(fd)
+
+
 def sweep_dead_segments(
     skip: Collection[int] | dict[int, int | None] = frozenset(),
     shm_dir: str = SHM_DIR,
     owner_uid: int | None = None,
     names: tuple[list[tuple[int, int | None, str | None]], list[str]] | None = None,
     *,
+    spare_finals_s: float = 0.0,
     host: HostPaths = HOST,
 ) -> list[int]:
     """``remove_if_dead`` over every segment name in ``shm_dir`` but those ``skip`` leaves out, and
@@ -170,8 +201,10 @@ def sweep_dead_segments(
     (_live_writers_name): a dead writer that had the pid before may have left the other one.
     ``names``: the (segment names, scratch names) to judge, every name of each pid among them, in
     place of a listing of ``shm_dir`` (a monitor that follows the directory's names sweeps a part of
-    them at a time: probe_wire/shm_index.py)."""
+    them at a time: probe_wire/shm_index.py). ``spare_finals_s``: closed final publishes younger
+    than this are left (a probe's start sweep: FINAL_SPARED_S)."""
     removed: list[int] = []
+    now = time.time()
     try:
         ns = pid_namespace_id(host=host)
         if not ns or not proc_is_ours(host=host):
@@ -180,6 +213,10 @@ def sweep_dead_segments(
         listed = {(pid, ticks) for pid, ticks, _ in segments}
         for pid, ticks, suffix in segments:
             if pid in skip and _live_writers_name(pid, ticks, skip, listed):
+                continue
+            if spare_finals_s > 0 and _recent_final(
+                segment_path(pid, ticks, shm_dir, suffix if ticks is not None else None), spare_finals_s, now
+            ):
                 continue
             # The name as listed in shm_dir: judged and removed there, not under SHM_DIR.
             if remove_if_dead(

