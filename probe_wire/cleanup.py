@@ -6,9 +6,7 @@ own by default: hostfs.paths)."""
 from __future__ import annotations
 
 import os
-import stat
 import time
-from struct import error as struct_error
 
 from hostfs.paths import HOST, HostPaths
 from hostfs.procid import (
@@ -19,7 +17,7 @@ from hostfs.procid import (
     process_real_uid,
     process_state,
 )
-from probe_wire.header import FLAG_CLOSED, FLAGS, FLAGS_OFFSET, HEADER_BYTES, header_identity
+from probe_wire.header import FLAG_CLOSED, FLAGS, FLAGS_OFFSET, header_identity, read_header
 from probe_wire.names import MAX_LISTED_NAMES, SCRATCH_RE, SHM_DIR, random_name_suffixes, scan, segment_path
 
 TYPE_CHECKING = False  # typing costs ~2 ms to import; annotations alone do not need it
@@ -167,20 +165,12 @@ def _live_writers_name(
 def _recent_final(path: str, spare_s: float, now: float) -> bool:
     """Whether the file at ``path`` is a closed segment (FLAG_CLOSED) whose last change, by the
     kernel's clock, is less than ``spare_s`` old. Never follows a link, never blocks, never raises."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+    read = read_header(path)
+    if read is None:
         return False
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size < HEADER_BYTES:
-            return False
-        (flags,) = FLAGS.unpack(os.pread(fd, FLAGS.size, FLAGS_OFFSET))
-        return bool(flags & FLAG_CLOSED) and -_CLOCK_SKEW_S <= now - st.st_mtime < spare_s
-    except (OSError, ValueError, struct_error):
-        return False
-    finally:
-        os.close(fd)
+    raw, st = read
+    (flags,) = FLAGS.unpack_from(raw, FLAGS_OFFSET)
+    return bool(flags & FLAG_CLOSED) and -_CLOCK_SKEW_S <= now - st.st_mtime < spare_s
 
 
 def sweep_dead_segments(

@@ -67,10 +67,10 @@ class SegmentError(OSError):
     """The writer could not create or write its segment (no posix_ipc, no /dev/shm, ENOSPC, ...)."""
 
 
-def header_identity(path: str) -> tuple[int, int, int, os.stat_result] | None:
-    """(writer pid, writer start_ticks, writer PID namespace, the file's stat) from the header of
-    the regular file at ``path``, whatever its seq says; None when it is no such file or shorter than
-    a header. Never follows a link, never blocks on a FIFO, never raises."""
+def read_header(path: str) -> tuple[bytes, os.stat_result] | None:
+    """The header's bytes, as they are whatever its seq says, and the stat of the regular file at
+    ``path``; None when it is no such file or shorter than a header. Never follows a link, never
+    blocks on a FIFO, never raises."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
@@ -82,7 +82,15 @@ def header_identity(path: str) -> tuple[int, int, int, os.stat_result] | None:
         return None
     finally:
         os.close(fd)
-    if len(raw) < HEADER_BYTES:
+    return (raw, st) if len(raw) >= HEADER_BYTES else None
+
+
+def header_identity(path: str) -> tuple[int, int, int, os.stat_result] | None:
+    """(writer pid, writer start_ticks, writer PID namespace, the file's stat) from ``read_header``;
+    None where it gives nothing. Never raises."""
+    read = read_header(path)
+    if read is None:
         return None
+    raw, st = read
     wpid, _, ticks = FIELDS.unpack_from(raw, FIELDS_OFFSET)[:3]
     return wpid, ticks, PIDNS.unpack_from(raw, PIDNS_OFFSET)[0], st
