@@ -108,6 +108,7 @@ def remove_if_dead(
     owner_uid: int | None = None,
     shm_dir: str = SHM_DIR,
     suffix: str | None = None,
+    spare_finals_s: float = 0.0,
     host: HostPaths = HOST,
 ) -> bool:
     """Unlink the segment ``dsh-probe.<pid>`` (with ``start_ticks``: its fallback name; with
@@ -117,7 +118,8 @@ def remove_if_dead(
     Provably dead: our /proc shows our namespace, the header names ``pid`` and the same PID
     namespace as ours (a segment of another namespace, or of a writer too old to record it, is never
     removed: "not visible here" is not "dead"), and that writer no longer runs (_writer_dead). The
-    name is unlinked only while it still is the very file judged, so a newcomer's is never removed."""
+    name is unlinked only while it still is the very file judged, so a newcomer's is never removed.
+    ``spare_finals_s``: a closed final publish younger than this is left (``_recent_final``)."""
     try:
         ns = pid_namespace_id(host=host) if our_pidns is None else our_pidns
         if not ns or not proc_is_ours(host=host):
@@ -133,6 +135,8 @@ def remove_if_dead(
             return False
         if not _writer_dead(pid, ticks, host):
             return False
+        if spare_finals_s > 0 and _recent_final(path, spare_finals_s, time.time()):
+            return False  # a final publish a monitor has yet to read (FINAL_SPARED_S)
         return _unlink_if_same(path, st)
     except Exception:  # noqa: BLE001 -- a cleaner must never fail its caller's poll
         return False
@@ -194,7 +198,6 @@ def sweep_dead_segments(
     them at a time: probe_wire/shm_index.py). ``spare_finals_s``: closed final publishes younger
     than this are left (a probe's start sweep: FINAL_SPARED_S)."""
     removed: list[int] = []
-    now = time.time()
     try:
         ns = pid_namespace_id(host=host)
         if not ns or not proc_is_ours(host=host):
@@ -204,13 +207,16 @@ def sweep_dead_segments(
         for pid, ticks, suffix in segments:
             if pid in skip and _live_writers_name(pid, ticks, skip, listed):
                 continue
-            if spare_finals_s > 0 and _recent_final(
-                segment_path(pid, ticks, shm_dir, suffix if ticks is not None else None), spare_finals_s, now
-            ):
-                continue
             # The name as listed in shm_dir: judged and removed there, not under SHM_DIR.
             if remove_if_dead(
-                pid, ticks, our_pidns=ns, owner_uid=owner_uid, shm_dir=shm_dir, suffix=suffix, host=host
+                pid,
+                ticks,
+                our_pidns=ns,
+                owner_uid=owner_uid,
+                shm_dir=shm_dir,
+                suffix=suffix,
+                spare_finals_s=spare_finals_s,
+                host=host,
             ):
                 removed.append(pid)
         for name in scratch:

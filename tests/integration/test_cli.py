@@ -122,24 +122,7 @@ def test_run_of_a_job_that_fails_at_once_returns_its_code_at_once(
     """`run -- python nope.py`: python's own 2 comes back, not after a 10 s grace nobody watches."""
     fake_nvml.write({"gpus": []})
     started = time.monotonic()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "sidecar.cli",
-            "run",
-            "--port",
-            "0",
-            "--",
-            sys.executable,
-            str(tmp_path / "nope.py"),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=python_env(base=fake_nvml.env()),
-        cwd=REPO,
-    )
+    proc = start_job_run(fake_nvml, [sys.executable, str(tmp_path / "nope.py")])
     # Each line with when it came: a slow run says whether its start or its stop was slow.
     lines = [(time.monotonic() - started, line) for line in proc.stdout]
     code, stderr = proc.wait(60), proc.stderr.read()
@@ -350,22 +333,13 @@ def test_secrets_are_redacted_in_cmdlines(tmp_path, fake_nvml):
 
 def start_run(fake_nvml, script: str, *options: str, env: dict | None = None) -> subprocess.Popen:
     """`dsh-sidecar run [options] -- python -c SCRIPT` with the simulated driver."""
+    return start_job_run(fake_nvml, [sys.executable, "-c", script], "--interval", "0.2", *options, env=env)
+
+
+def start_job_run(fake_nvml, job: list[str], *options: str, env: dict | None = None) -> subprocess.Popen:
+    """`dsh-sidecar run [options] -- JOB...` with the simulated driver, its output piped."""
     return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "sidecar.cli",
-            "run",
-            "--port",
-            "0",
-            "--interval",
-            "0.2",
-            *options,
-            "--",
-            sys.executable,
-            "-c",
-            script,
-        ],
+        [sys.executable, "-m", "sidecar.cli", "run", "--port", "0", *options, "--", *job],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
